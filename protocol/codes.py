@@ -1,0 +1,160 @@
+"""The one list of tenure's stable error codes.
+
+A code is written to SQLite receipts and sent over sockets; its value never changes once
+released. Each code has a one-line meaning and says whether retrying the same request
+later can succeed without anyone changing anything (``retryable``). docs/errors.md is
+generated from this table and a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Code(StrEnum):
+    # framing and envelope
+    BAD_FRAME = "BAD_FRAME"
+    BAD_REQUEST = "BAD_REQUEST"
+    UNKNOWN_METHOD = "UNKNOWN_METHOD"
+    UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
+    CAPABILITY_MISSING = "CAPABILITY_MISSING"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    # availability
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    ALREADY_RUNNING = "ALREADY_RUNNING"
+    INTERNAL = "INTERNAL"
+    # client-side transport
+    CONNECT_FAILED = "CONNECT_FAILED"
+    TRANSPORT_LOST = "TRANSPORT_LOST"
+    TIMEOUT = "TIMEOUT"
+    CLIENT_CLOSED = "CLIENT_CLOSED"
+    # identity
+    OWNER_CHANGED = "OWNER_CHANGED"
+    IDENTITY_MISMATCH = "IDENTITY_MISMATCH"
+    # paths and sockets
+    UNSAFE_PATH = "UNSAFE_PATH"
+    PATH_TOO_LONG = "PATH_TOO_LONG"
+    # state and fencing
+    NOT_FOUND = "NOT_FOUND"
+    CONFLICT = "CONFLICT"
+    STALE_EPOCH = "STALE_EPOCH"
+    NO_GRANT = "NO_GRANT"
+    BAD_SIGNATURE = "BAD_SIGNATURE"
+    STACK_FENCED = "STACK_FENCED"
+    OPERATION_IN_PROGRESS = "OPERATION_IN_PROGRESS"
+    STALE_PLAN = "STALE_PLAN"
+    STATE_CORRUPT = "STATE_CORRUPT"
+    # processes
+    LAUNCH_FAILED = "LAUNCH_FAILED"
+    STOP_TIMEOUT = "STOP_TIMEOUT"
+    RECONCILE_REQUIRED = "RECONCILE_REQUIRED"
+    PROCESSES_ALIVE = "PROCESSES_ALIVE"
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    meaning: str
+    retryable: bool
+
+
+CODES: dict[Code, CodeInfo] = {
+    Code.BAD_FRAME: CodeInfo(
+        "A frame had length zero, exceeded the maximum, or was not one msgpack map; "
+        "the connection is closed.", False),
+    Code.BAD_REQUEST: CodeInfo(
+        "The message or its parameters are missing a required field, have a field of the "
+        "wrong type or an out-of-range value. Nothing was changed.", False),
+    Code.UNKNOWN_METHOD: CodeInfo("The server has no method of that name.", False),
+    Code.UNSUPPORTED_PROTOCOL: CodeInfo(
+        "The client's protocol version is not the server's; the connection is closed.", False),
+    Code.CAPABILITY_MISSING: CodeInfo(
+        "The server does not offer a capability the client requires at the exact version "
+        "it requires; refused before any method ran.", False),
+    Code.UNAUTHORIZED: CodeInfo(
+        "The peer's credentials do not allow this connection or this method.", False),
+    Code.SHUTTING_DOWN: CodeInfo(
+        "The server is draining: it finishes admitted requests and refuses new ones. Retry "
+        "against the next server.", True),
+    Code.ALREADY_RUNNING: CodeInfo(
+        "Another live server already answers on this socket; it was left alone.", False),
+    Code.INTERNAL: CodeInfo(
+        "The server failed in an unexpected way; the message says where. The outcome of "
+        "a mutating request is unknown.", False),
+    Code.CONNECT_FAILED: CodeInfo(
+        "The client could not connect or complete the handshake; no request was sent.", True),
+    Code.TRANSPORT_LOST: CodeInfo(
+        "The connection broke after the request was sent: its outcome is unknown and it is "
+        "never replayed automatically. The next call reconnects.", False),
+    Code.TIMEOUT: CodeInfo(
+        "No answer came within the deadline; the client closed the connection and the "
+        "request's outcome is unknown.", False),
+    Code.CLIENT_CLOSED: CodeInfo("The client was closed by its own user.", False),
+    Code.OWNER_CHANGED: CodeInfo(
+        "The server is a different instance than the one this client pinned; nothing is "
+        "adopted silently.", False),
+    Code.IDENTITY_MISMATCH: CodeInfo(
+        "The identity a server claims does not match the process behind the socket, or a "
+        "recorded identity does not match the live process.", False),
+    Code.UNSAFE_PATH: CodeInfo(
+        "A state path is a symlink, has the wrong owner, type or mode; tenure refuses to "
+        "use it.", False),
+    Code.PATH_TOO_LONG: CodeInfo(
+        "A Unix socket path exceeds 100 bytes; choose a shorter TENURE_HOME.", False),
+    Code.NOT_FOUND: CodeInfo("The named object does not exist.", False),
+    Code.CONFLICT: CodeInfo(
+        "A compare-and-set precondition failed: the object changed since it was read.", False),
+    Code.STALE_EPOCH: CodeInfo(
+        "The request carries an epoch other than the current one; data.current names it. "
+        "A fenced-off controller may read but never change anything.", False),
+    Code.NO_GRANT: CodeInfo(
+        "No grant has been fenced yet, so no controller may change anything.", True),
+    Code.BAD_SIGNATURE: CodeInfo(
+        "A grant or release signature does not verify against the pinned key.", False),
+    Code.STACK_FENCED: CodeInfo(
+        "The stack's durable intent is stopped; a launch must name the current intent "
+        "revision.", False),
+    Code.OPERATION_IN_PROGRESS: CodeInfo(
+        "Another operation owns this object; wait for it or abandon it by id.", True),
+    Code.STALE_PLAN: CodeInfo(
+        "The plan's config or live-state revision moved since it was made; plan again.",
+        False),
+    Code.STATE_CORRUPT: CodeInfo(
+        "A durable record or file is unreadable or has an unknown shape or version; it was "
+        "not replaced.", False),
+    Code.LAUNCH_FAILED: CodeInfo(
+        "The process could not be started (program missing, not executable, bad cwd).",
+        False),
+    Code.STOP_TIMEOUT: CodeInfo(
+        "A process or its group was still alive after the stop policy's last step.", True),
+    Code.RECONCILE_REQUIRED: CodeInfo(
+        "The previous owner died without a clean receipt on this boot; run the reconcile "
+        "command before starting again.", False),
+    Code.PROCESSES_ALIVE: CodeInfo(
+        "Reconciliation found recorded processes still alive; they must be gone first.",
+        False),
+}
+
+
+def render_markdown() -> str:
+    """docs/errors.md, generated from :data:`CODES` (``python -m protocol.codes``)."""
+    out = [
+        "# Error codes",
+        "",
+        "Every error tenure reports, over a socket, in a receipt or from the CLI, carries one",
+        "of these codes. Codes are stable: a released code never changes meaning or spelling.",
+        "On the wire an error is `{code, msg, data}` (see protocol.md); `msg` is for people,",
+        "`data` is a small map for programs. *Retryable* means the same request may succeed",
+        "later without anyone changing anything; otherwise something must change first.",
+        "",
+        "This file is generated from `protocol/codes.py` by `python -m protocol.codes`.",
+        "",
+    ]
+    for code, info in CODES.items():
+        out += [f"### `{code.value}`", "", info.meaning, "",
+                f"Retryable: {'yes' if info.retryable else 'no'}.", ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

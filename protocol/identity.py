@@ -1,0 +1,100 @@
+"""Process identity: which exact process is behind a socket or a recorded PID.
+
+A PID alone is reused by the kernel; ``(pid, start_ticks, boot_id)`` is not, and the
+``instance`` uuid distinguishes two runs of a daemon that happen to reuse all three
+(never in practice, but cheap). Start ticks are field 22 of /proc/PID/stat; elsewhere
+psutil's create time stands in for them (scaled to centiseconds).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BadRequest
+from .schema import Field, Schema
+
+__all__ = ["Identity", "boot_id", "new_identity", "start_ticks"]
+
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+_fallback_boot_id: str | None = None
+
+
+def start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None when it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _psutil_ticks(pid)
+    # comm (field 2) is parenthesised and may itself hold spaces and ')': split after
+    # the last ')' so the remaining fields are fixed; starttime is field 22, i.e. the
+    # 20th after comm.
+    rest = stat[stat.rfind(b")") + 2:].split()
+    return int(rest[19])
+
+
+def _psutil_ticks(pid: int) -> int | None:
+    import psutil
+    try:
+        return int(psutil.Process(pid).create_time() * 100)
+    except psutil.Error:
+        return None
+
+
+def boot_id() -> str:
+    """This boot's id; a process-lifetime random id where the kernel offers none."""
+    global _fallback_boot_id
+    try:
+        with open(_BOOT_ID_PATH) as f:
+            return f.read().strip()
+    except OSError:
+        if _fallback_boot_id is None:
+            import psutil
+            _fallback_boot_id = f"boot-{int(psutil.boot_time())}"
+        return _fallback_boot_id
+
+
+_SCHEMA = Schema(
+    Field("instance", str),
+    Field("pid", int),
+    Field("start_ticks", int),
+    Field("boot_id", str),
+)
+
+
+@dataclass(frozen=True)
+class Identity:
+    instance: str
+    pid: int
+    start_ticks: int
+    boot_id: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"instance": self.instance, "pid": self.pid,
+                "start_ticks": self.start_ticks, "boot_id": self.boot_id}
+
+    @classmethod
+    def from_wire(cls, obj: Any, where: str = "identity") -> Identity:
+        """Raises BadRequest when a field is missing or mistyped."""
+        d = _SCHEMA.validate(obj, where)
+        if d["pid"] <= 0 or d["start_ticks"] < 0:
+            raise BadRequest(f"{where} has an impossible pid or start_ticks")
+        return cls(**d)
+
+    def is_alive(self) -> bool:
+        """True when the process with this pid and start time still exists on this boot."""
+        return self.boot_id == boot_id() and start_ticks(self.pid) == self.start_ticks
+
+
+def new_identity(pid: int | None = None) -> Identity:
+    """A fresh identity for the calling process (a new instance uuid every call)."""
+    pid = os.getpid() if pid is None else pid
+    ticks = start_ticks(pid)
+    if ticks is None:
+        raise ProcessLookupError(pid)
+    return Identity(instance=str(uuid.uuid4()), pid=pid, start_ticks=ticks, boot_id=boot_id())

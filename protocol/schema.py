@@ -1,0 +1,111 @@
+"""A small validator for msgpack maps: messages and RPC parameters.
+
+A schema names each field, its accepted types and whether it is required. Validation is
+strict about what is declared (missing or mistyped required fields are refused with
+``BAD_REQUEST`` naming the field) and forgiving about extras (unknown keys are dropped).
+``bool`` never passes as ``int``: msgpack keeps them apart and so do we.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BadRequest
+
+__all__ = ["Field", "Schema", "check_int", "check_name", "check_str_map"]
+
+Check = Callable[[Any], str | None]  # returns a problem description, or None when fine
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    types: type | tuple[type, ...]
+    required: bool = True
+    default: Any = None
+    check: Check | None = None
+
+    def accepts(self, value: Any) -> bool:
+        types = self.types if isinstance(self.types, tuple) else (self.types,)
+        if isinstance(value, bool):
+            return bool in types
+        if isinstance(value, float) and float in types:
+            return math.isfinite(value)
+        if isinstance(value, int) and float in types and int not in types:
+            return True  # an integral number is a fine float
+        return isinstance(value, types)
+
+
+class Schema:
+    """An ordered set of fields; ``validate`` returns a clean dict with defaults filled."""
+
+    def __init__(self, *fields: Field) -> None:
+        self.fields = fields
+        names = [f.name for f in fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate field in schema: {names}")
+
+    def validate(self, obj: Any, where: str = "params") -> dict[str, Any]:
+        """Raises BadRequest naming the first bad field; never mutates ``obj``."""
+        if obj is None:
+            obj = {}
+        if not isinstance(obj, dict):
+            raise BadRequest(f"{where} must be a map, not {type(obj).__name__}")
+        out: dict[str, Any] = {}
+        for f in self.fields:
+            if f.name not in obj or obj[f.name] is None:
+                if f.required:
+                    raise BadRequest(f"{where}.{f.name} is required", {"field": f.name})
+                out[f.name] = f.default
+                continue
+            value = obj[f.name]
+            if not f.accepts(value):
+                raise BadRequest(
+                    f"{where}.{f.name} has type {type(value).__name__}, expected "
+                    f"{_type_names(f.types)}", {"field": f.name})
+            if f.check is not None:
+                problem = f.check(value)
+                if problem:
+                    raise BadRequest(f"{where}.{f.name} {problem}", {"field": f.name})
+            out[f.name] = float(value) if f.types is float else value
+        return out
+
+
+def _type_names(types: type | tuple[type, ...]) -> str:
+    ts = types if isinstance(types, tuple) else (types,)
+    return " or ".join(t.__name__ for t in ts)
+
+
+def check_int(lo: int | None = None, hi: int | None = None) -> Check:
+    """A range check for integers (and finite floats)."""
+    def check(v: Any) -> str | None:
+        if lo is not None and v < lo:
+            return f"must be >= {lo}"
+        if hi is not None and v > hi:
+            return f"must be <= {hi}"
+        return None
+    return check
+
+
+def check_name(max_len: int = 128) -> Check:
+    """Names of stacks, apps, streams: non-empty printable text without '/' or NUL."""
+    def check(v: Any) -> str | None:
+        if not v or len(v) > max_len:
+            return f"must be 1 to {max_len} characters"
+        if "/" in v or "\x00" in v or not v.isprintable():
+            return "must be printable and contain no '/'"
+        return None
+    return check
+
+
+def check_str_map(v: Any) -> str | None:
+    """Every key and value of the map is a string (environments, labels)."""
+    for k, val in v.items():
+        if not isinstance(k, str) or not isinstance(val, str):
+            return "must map strings to strings"
+        if "\x00" in k or "\x00" in val or "=" in k or not k:
+            return "has a key or value with NUL, '=' in a key, or an empty key"
+    return None

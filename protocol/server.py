@@ -1,0 +1,295 @@
+"""An asyncio RPC server on a Unix socket.
+
+Per connection: peer credentials are checked on accept, the first frame must be a
+``hello``, then requests are served strictly one after another (a connection is a
+serial channel; concurrency comes from several connections). Events are pushed on any
+connection that subscribed to their stream. While draining, requests of methods not
+marked ``while_draining`` get ``SHUTTING_DOWN``; admitted ones run to completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from .envelope import PROTO, ROLES, ErrorBody, Event, Hello, Request, Response, Welcome
+from .envelope import decode_message as _decode
+from .errors import (
+    BadFrame,
+    BadRequest,
+    CapabilityMissing,
+    Internal,
+    ShuttingDown,
+    TenureError,
+    Unauthorized,
+    UnknownMethod,
+    UnsupportedProtocol,
+)
+from .framing import DEFAULT_MAX_FRAME, FrameDecoder, encode_frame
+from .identity import Identity
+from .schema import Schema
+from .sockets import Authorizer, PeerCred, bind_unix, peer_credentials, same_uid_or_root
+
+__all__ = ["Call", "Connection", "Method", "RpcServer"]
+
+log = logging.getLogger("tenure.rpc")
+
+Handler = Callable[["Call"], Awaitable[Any]]
+HELLO_MAX_FRAME = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Method:
+    """One entry of a dispatch table: handler, parameter schema, least role needed."""
+
+    handler: Handler
+    params: Schema | None = None
+    role: str = "admin"
+    while_draining: bool = False
+
+
+@dataclass
+class Call:
+    """What a handler gets: validated params plus who asked and on which connection."""
+
+    method: str
+    params: dict[str, Any]
+    epoch: int | None
+    request_id: int
+    conn: Connection
+
+    @property
+    def peer(self) -> PeerCred:
+        return self.conn.peer
+
+
+@dataclass(eq=False)
+class Connection:
+    peer: PeerCred
+    writer: asyncio.StreamWriter
+    max_buffer: int
+    role: str = "viewer"
+    hello: Hello | None = None
+    streams: set[str] = field(default_factory=set)
+
+    def subscribe(self, stream: str) -> None:
+        self.streams.add(stream)
+
+    def unsubscribe(self, stream: str) -> None:
+        self.streams.discard(stream)
+
+    def send_event(self, stream: str, cursor: int, e: Any) -> bool:
+        """Queue one event frame; a subscriber too slow to keep up is disconnected
+        (it resumes from its cursor). Returns False when the connection is gone."""
+        if self.writer.is_closing():
+            return False
+        if self.writer.transport.get_write_buffer_size() > self.max_buffer:
+            log.warning("dropping slow subscriber pid=%s on %s", self.peer.pid, stream)
+            self.writer.transport.abort()
+            return False
+        self.writer.write(encode_frame(Event(stream, cursor, e).to_wire()))
+        return True
+
+
+class RpcServer:
+    """Serve ``methods`` on ``path``. ``start`` binds; ``close`` unbinds and disconnects."""
+
+    def __init__(self, path: str, identity: Identity, capabilities: Mapping[str, int],
+                 methods: Mapping[str, Method], *, authorize: Authorizer = same_uid_or_root,
+                 max_frame: int = DEFAULT_MAX_FRAME, handshake_timeout: float = 10.0,
+                 max_buffer: int = 8 * 1024 * 1024) -> None:
+        self.path = path
+        self.identity = identity
+        self.capabilities = dict(capabilities)
+        self.methods: dict[str, Method] = {"ping": Method(_ping, role="viewer",
+                                                          while_draining=True)}
+        self.methods.update(methods)
+        self.authorize = authorize
+        self.max_frame = max_frame
+        self.handshake_timeout = handshake_timeout
+        self.max_buffer = max_buffer
+        self.draining = False
+        self.connections: set[Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._server: asyncio.Server | None = None
+        self._inode: int | None = None
+
+    async def start(self) -> None:
+        """Bind and listen. Raises PathTooLong, UnsafePath or AlreadyRunning."""
+        sock = bind_unix(self.path)
+        self._inode = os.stat(self.path).st_ino
+        self._server = await asyncio.start_unix_server(self._accept, sock=sock)
+
+    def begin_drain(self) -> None:
+        self.draining = True
+
+    def end_drain(self) -> None:
+        self.draining = False
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def wait_idle(self) -> None:
+        """Wait until no admitted request is running."""
+        await self._idle.wait()
+
+    def publish(self, stream: str, cursor: int, e: Any) -> int:
+        """Push an event to every connection subscribed to ``stream``; returns how many."""
+        return sum(1 for c in list(self.connections)
+                   if stream in c.streams and c.send_event(stream, cursor, e))
+
+    async def close(self) -> None:
+        """Stop listening, drop every connection, remove our socket file (only ours)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for conn in list(self.connections):
+            conn.writer.transport.abort()
+        if self._tasks:
+            # aborted transports end their connection tasks; cancel only stragglers
+            # (e.g. a handler still awaiting something) so close never hangs
+            _done, stragglers = await asyncio.wait(list(self._tasks), timeout=2.0)
+            for task in stragglers:
+                task.cancel()
+            if stragglers:
+                await asyncio.wait(stragglers, timeout=2.0)
+        try:
+            if self._inode is not None and os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    # -- one connection -------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        conn = Connection(peer_credentials(writer.get_extra_info("socket")), writer,
+                          self.max_buffer)
+        self.connections.add(conn)
+        try:
+            await self._serve(conn, reader)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except TenureError as exc:
+            with suppress(ConnectionError):
+                await self._send(conn, Response(None, err=ErrorBody.from_error(exc)))
+        finally:
+            self.connections.discard(conn)
+            self._tasks.discard(task)
+            writer.close()  # flushes a final error frame, then closes
+
+    async def _serve(self, conn: Connection, reader: asyncio.StreamReader) -> None:
+        # The hello is read before anything is judged, so every refusal reaches the
+        # client as an answer (closing with its hello unread would reset the connection).
+        decoder = FrameDecoder(min(self.max_frame, HELLO_MAX_FRAME))
+        pending: list[dict[str, Any]] = []
+        try:
+            first = await asyncio.wait_for(self._read(reader, decoder, pending),
+                                           self.handshake_timeout)
+        except TimeoutError:
+            return
+        if first is None:
+            return
+        allowed = self.authorize(conn.peer)
+        if allowed is None:
+            raise Unauthorized(f"uid {conn.peer.uid} may not use this socket")
+        await self._handshake(conn, first, allowed)
+        decoder.max_frame = self.max_frame
+        while True:
+            frame = await self._read(reader, decoder, pending)
+            if frame is None:
+                return
+            await self._handle(conn, frame)
+
+    async def _read(self, reader: asyncio.StreamReader, decoder: FrameDecoder,
+                    pending: list[dict[str, Any]]) -> dict[str, Any] | None:
+        while not pending:
+            decoder.check()
+            data = await reader.read(65536)
+            if not data:
+                return None
+            pending.extend(decoder.feed(data))  # BadFrame propagates: answer and close
+        return pending.pop(0)
+
+    async def _handshake(self, conn: Connection, frame: dict[str, Any], allowed: str) -> None:
+        msg = _decode(frame)
+        if not isinstance(msg, Hello):
+            raise BadRequest("the first message must be hello")
+        if msg.proto != PROTO:
+            raise UnsupportedProtocol(f"server speaks protocol {PROTO}, client {msg.proto}",
+                                      {"server": PROTO, "client": msg.proto})
+        if ROLES.index(msg.role) < ROLES.index(allowed):
+            raise Unauthorized(f"uid {conn.peer.uid} may connect as {allowed}, not {msg.role}")
+        missing = {k: v for k, v in msg.want.items() if self.capabilities.get(k) != v}
+        if missing:
+            raise CapabilityMissing(
+                f"server lacks {', '.join(f'{k}@{v}' for k, v in sorted(missing.items()))}",
+                {"missing": missing, "offered": self.capabilities})
+        conn.role, conn.hello = msg.role, msg
+        welcome = Welcome(self.identity, self.capabilities, msg.role)
+        conn.writer.write(encode_frame(welcome.to_wire(), self.max_frame))
+        await conn.writer.drain()
+
+    async def _handle(self, conn: Connection, frame: dict[str, Any]) -> None:
+        rid = frame.get("id") if frame.get("t") == "req" else None
+        rid = rid if isinstance(rid, int) and not isinstance(rid, bool) and rid >= 0 else None
+        try:
+            req = _decode(frame)
+            if not isinstance(req, Request):
+                raise BadRequest(f"expected req, got {frame.get('t')!r}")
+            result = await self._dispatch(conn, req)
+            response = Response(req.id, ok=result)
+        except TenureError as exc:
+            response = Response(rid, err=ErrorBody.from_error(exc))
+        await self._send(conn, response)
+
+    async def _dispatch(self, conn: Connection, req: Request) -> Any:
+        method = self.methods.get(req.m)
+        if method is None:
+            raise UnknownMethod(f"no method {req.m!r}", {"method": req.m})
+        if ROLES.index(conn.role) > ROLES.index(method.role):
+            raise Unauthorized(f"{req.m} needs the {method.role} role")
+        if self.draining and not method.while_draining:
+            raise ShuttingDown("server is draining; retry against the next one")
+        params = method.params.validate(req.p) if method.params else dict(req.p)
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            return await method.handler(Call(req.m, params, req.epoch, req.id, conn))
+        except TenureError:
+            raise
+        except Exception as exc:
+            log.exception("method %s failed", req.m)
+            raise Internal(f"{req.m} failed: {type(exc).__name__}") from None
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def _send(self, conn: Connection, response: Response) -> None:
+        if conn.writer.is_closing():
+            return
+        try:
+            data = encode_frame(response.to_wire(), self.max_frame)
+        except (BadFrame, TypeError, ValueError) as exc:
+            log.error("answer to request %s not encodable: %s", response.id, exc)
+            err = Internal(f"answer not encodable: {type(exc).__name__}")
+            data = encode_frame(Response(response.id, err=ErrorBody.from_error(err)).to_wire())
+        conn.writer.write(data)
+        await conn.writer.drain()
+
+
+async def _ping(call: Call) -> dict[str, Any]:
+    return {}

@@ -1,0 +1,209 @@
+"""Safe Unix socket paths: private directories, 0600 sockets, stale-file removal, peers.
+
+Everything here refuses rather than repairs: a directory with the wrong owner or mode, a
+symlink anywhere under the state root, or a live socket in the way is an error for the
+operator, never something we chmod, follow or unlink.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+import struct
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import AlreadyRunning, PathTooLong, UnsafePath
+
+__all__ = [
+    "MAX_SOCKET_PATH",
+    "PeerCred",
+    "admin_or_viewer",
+    "bind_unix",
+    "check_private_dir",
+    "check_socket_file",
+    "check_socket_path",
+    "ensure_private_dir",
+    "peer_credentials",
+    "same_uid_or_root",
+]
+
+MAX_SOCKET_PATH = 100
+_UCRED = struct.Struct("3i")
+
+
+@dataclass(frozen=True)
+class PeerCred:
+    pid: int
+    uid: int
+    gid: int
+
+
+def check_socket_path(path: str | os.PathLike[str]) -> str:
+    """Return ``path`` as str. Raises PathTooLong beyond 100 bytes (sun_path is 108)."""
+    p = os.fspath(path)
+    n = len(os.fsencode(p))
+    if n > MAX_SOCKET_PATH:
+        raise PathTooLong(
+            f"socket path {p!r} is {n} bytes; the limit is {MAX_SOCKET_PATH}. "
+            "Choose a shorter TENURE_HOME.", {"path": p, "length": n})
+    return p
+
+
+def _allowed_owners() -> tuple[int, ...]:
+    return (os.geteuid(), 0)
+
+
+def check_private_dir(path: str | os.PathLike[str], owners: tuple[int, ...] | None = None) -> None:
+    """Raises UnsafePath unless ``path`` is a real directory, mode 0700-or-narrower,
+    owned by us (or root)."""
+    p = os.fspath(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        raise UnsafePath(f"{p} does not exist", {"path": p}) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(f"{p} is a symlink; tenure never follows symlinks in state paths",
+                         {"path": p})
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePath(f"{p} is not a directory", {"path": p})
+    if st.st_uid not in (owners or _allowed_owners()):
+        raise UnsafePath(f"{p} is owned by uid {st.st_uid}", {"path": p, "uid": st.st_uid})
+    if st.st_mode & 0o077:
+        raise UnsafePath(f"{p} has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700",
+                         {"path": p, "mode": stat.S_IMODE(st.st_mode)})
+
+
+def ensure_private_dir(path: str | os.PathLike[str],
+                       root: str | os.PathLike[str] | None = None) -> Path:
+    """Create ``path`` (and missing parents below ``root``) with mode 0700, then check it.
+
+    Every existing component from ``root`` (inclusive) down to ``path`` must be a private
+    directory. Raises UnsafePath; never changes an existing directory's mode or owner.
+    """
+    target = Path(os.path.abspath(path))
+    base = Path(os.path.abspath(root)) if root is not None else target
+    if base != target and base not in target.parents:
+        raise ValueError(f"{target} is not under {base}")
+    chain = [base, *reversed([p for p in target.parents if base in p.parents])]
+    if base != target:
+        chain.append(target)
+    for component in chain:
+        with suppress(FileExistsError):
+            os.mkdir(component, 0o700)
+        check_private_dir(component)
+    return target
+
+
+def check_socket_file(path: str | os.PathLike[str], owners: tuple[int, ...] | None = None,
+                      allow_group: bool = False) -> None:
+    """Client-side check before connecting: a real socket, owned by a trusted uid, not
+    readable or writable by others (nor the group unless ``allow_group``), in a directory
+    that is not a symlink. Raises UnsafePath."""
+    p = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(p))
+    pst = os.lstat(parent)
+    if stat.S_ISLNK(pst.st_mode) or pst.st_mode & 0o002:
+        raise UnsafePath(f"{parent} is a symlink or writable by others", {"path": parent})
+    st = os.lstat(p)
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UnsafePath(f"{p} is not a socket", {"path": p})
+    if st.st_uid not in (owners or _allowed_owners()):
+        raise UnsafePath(f"{p} is owned by uid {st.st_uid}, not a trusted user",
+                         {"path": p, "uid": st.st_uid})
+    wide = 0o007 if allow_group else 0o077
+    if st.st_mode & wide:
+        raise UnsafePath(f"{p} has mode {stat.S_IMODE(st.st_mode):04o}", {"path": p})
+
+
+def _remove_if_stale(p: str) -> None:
+    """Unlink ``p`` only if it is our socket and nothing answers on it."""
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        raise UnsafePath(f"{p} exists and is not a socket of ours; refusing to replace it",
+                         {"path": p})
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(p)
+    except ConnectionRefusedError:
+        os.unlink(p)  # nobody listens: a leftover from a dead server
+        return
+    except OSError as exc:
+        raise UnsafePath(f"cannot tell whether {p} is live ({exc}); leaving it",
+                         {"path": p}) from None
+    finally:
+        probe.close()
+    raise AlreadyRunning(f"a live server answers on {p}", {"path": p})
+
+
+def bind_unix(path: str | os.PathLike[str], kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """Bind a 0600 Unix socket at ``path`` inside an existing private directory.
+
+    Raises PathTooLong, UnsafePath (bad directory, foreign file in the way) or
+    AlreadyRunning (a live server owns the path; it is never removed).
+    """
+    p = check_socket_path(path)
+    check_private_dir(os.path.dirname(os.path.abspath(p)))
+    _remove_if_stale(p)
+    sock = socket.socket(socket.AF_UNIX, kind)
+    try:
+        # umask is process-wide; the window is a single bind() and the directory is
+        # already 0700, so even a racing thread's file cannot be reached by others.
+        old = os.umask(0o177)
+        try:
+            sock.bind(p)
+        finally:
+            os.umask(old)
+        os.chmod(p, 0o600, follow_symlinks=False)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AlreadyRunning(f"{p} was taken while binding", {"path": p}) from None
+        raise
+    return sock
+
+
+def peer_credentials(sock: socket.socket) -> PeerCred:
+    """SO_PEERCRED of a connected AF_UNIX stream socket."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    pid, uid, gid = _UCRED.unpack(raw)
+    return PeerCred(pid, uid, gid)
+
+
+Authorizer = Callable[[PeerCred], str | None]
+
+
+def same_uid_or_root(cred: PeerCred) -> str | None:
+    """Default authorization: the daemon's own uid or root is admin; nobody else."""
+    return "admin" if cred.uid in (os.geteuid(), 0) else None
+
+
+def admin_or_viewer(viewer_gid: int | None) -> Authorizer:
+    """Admin as :func:`same_uid_or_root`; members of ``viewer_gid`` get the viewer role."""
+    def authorize(cred: PeerCred) -> str | None:
+        role = same_uid_or_root(cred)
+        if role is None and viewer_gid is not None and _in_group(cred, viewer_gid):
+            return "viewer"
+        return role
+    return authorize
+
+
+def _in_group(cred: PeerCred, gid: int) -> bool:
+    if cred.gid == gid:
+        return True
+    try:
+        with open(f"/proc/{cred.pid}/status") as f:
+            for line in f:
+                if line.startswith("Groups:"):
+                    return str(gid) in line.split()[1:]
+    except OSError:
+        return False
+    return False

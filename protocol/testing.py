@@ -1,0 +1,81 @@
+"""A small real RPC server for tests and benchmarks: ``python -m protocol.testing SOCKET``.
+
+It serves ``echo`` (returns its params), ``sleep`` (answers after ``seconds``),
+``subscribe`` (joins the ``ticks`` stream) and ``emit`` (pushes ``count`` events), prints
+``READY <instance>`` on stdout once it listens, and exits cleanly on SIGTERM or SIGINT.
+Capabilities come from ``--cap name=version`` arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Any
+
+from .identity import new_identity
+from .schema import Field, Schema, check_int
+from .server import Call, Method, RpcServer
+
+__all__ = ["main", "serve"]
+
+
+async def _echo(call: Call) -> Any:
+    return call.params
+
+
+async def _sleep(call: Call) -> Any:
+    await asyncio.sleep(call.params["seconds"])
+    return {"slept": call.params["seconds"]}
+
+
+async def _subscribe(call: Call) -> Any:
+    call.conn.subscribe("ticks")
+    return {}
+
+
+def _methods(server_ref: list[RpcServer]) -> dict[str, Method]:
+    async def emit(call: Call) -> Any:
+        n = call.params["count"]
+        for i in range(n):
+            server_ref[0].publish("ticks", i + 1, {"n": i + 1})
+        return {"sent": n}
+
+    return {
+        "echo": Method(_echo, role="viewer"),
+        "sleep": Method(_sleep, Schema(Field("seconds", float, check=check_int(0, 3600)))),
+        "subscribe": Method(_subscribe, role="viewer"),
+        "emit": Method(emit, Schema(Field("count", int, check=check_int(0, 1_000_000)))),
+    }
+
+
+async def serve(path: str, caps: dict[str, int]) -> None:
+    """Run until SIGTERM/SIGINT; then drain admitted requests and close."""
+    ref: list[RpcServer] = []
+    server = RpcServer(path, new_identity(), caps, _methods(ref))
+    ref.append(server)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"READY {server.identity.instance}", flush=True)
+    await stop.wait()
+    server.begin_drain()
+    await server.wait_idle()
+    await server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m protocol.testing")
+    ap.add_argument("socket")
+    ap.add_argument("--cap", action="append", default=[], help="name=version")
+    args = ap.parse_args(argv)
+    caps = {k: int(v) for k, v in (c.split("=", 1) for c in args.cap)}
+    asyncio.run(serve(args.socket, caps))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

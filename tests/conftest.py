@@ -1,0 +1,79 @@
+"""Shared fixtures: short temporary homes and leak checks for every non-unit test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+
+@pytest.fixture
+def short_home() -> Iterator[Path]:
+    """A private 0700 directory with a short path (Unix socket paths are limited)."""
+    path = Path(tempfile.mkdtemp(prefix="tn", dir="/tmp"))
+    os.chmod(path, 0o700)
+    try:
+        yield path
+    finally:
+        _force_rmtree(path)
+
+
+def _force_rmtree(path: Path) -> None:
+    """rmtree that also removes read-only trees (installed releases are 0555)."""
+    for root, dirs, _files in os.walk(path):
+        for d in dirs:
+            full = os.path.join(root, d)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(path, ignore_errors=False)
+
+
+def _open_fds() -> set[str]:
+    fds = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds.add(f"{fd}->{os.readlink(f'/proc/self/fd/{fd}')}")
+        except OSError:
+            pass  # the fd of the listdir itself
+    return fds
+
+
+def _children() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+@pytest.fixture(autouse=True)
+def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Integration, fault and system tests must leave no child process and no new fd."""
+    tier = Path(str(request.node.fspath)).parent
+    if "unit" in tier.parts:
+        yield
+        return
+    before = _open_fds()
+    yield
+    deadline = time.monotonic() + 5.0
+    while (kids := _children()) and time.monotonic() < deadline:
+        for k in kids:
+            try:
+                os.waitpid(k.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.02)
+    leaked = [f"{k.pid} {k.name()}" for k in kids if k.is_running()]
+    if leaked:
+        for k in kids:
+            k.kill()  # only our own descendants, so later tests stay clean
+        pytest.fail(f"test left child processes behind: {leaked}")
+    extra = {fd for fd in _open_fds() - before if "pipe:" in fd or "socket:" in fd
+             or "/tmp/" in fd}
+    if extra:
+        pytest.fail(f"test leaked file descriptors: {sorted(extra)}")

@@ -1,0 +1,302 @@
+"""A real server process and real clients over a Unix socket in a short temporary home."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from protocol import AsyncClient, Client
+from protocol.errors import (
+    AlreadyRunning,
+    BadFrame,
+    CapabilityMissing,
+    ConnectFailed,
+    OwnerChanged,
+    PathTooLong,
+    TransportLost,
+    Unauthorized,
+    UnsafePath,
+)
+from protocol.framing import FrameDecoder, encode_frame
+from protocol.sockets import bind_unix, ensure_private_dir
+
+
+class Served:
+    def __init__(self, home: Path, caps: tuple[str, ...] = ("demo=1",)) -> None:
+        self.dir = ensure_private_dir(home / "run", root=home)
+        self.path = str(self.dir / "s.sock")
+        self.caps = caps
+        self.proc: subprocess.Popen[str] | None = None
+        self.instance = ""
+
+    def start(self) -> Served:
+        args = [sys.executable, "-m", "protocol.testing", self.path]
+        for c in self.caps:
+            args += ["--cap", c]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith("READY "), line
+        self.instance = line.split()[1]
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        self.proc.wait(10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def start_server(short_home: Path) -> Iterator[Callable[[], Served]]:
+    """Start test servers in the same home; every one is stopped at teardown."""
+    started: list[Served] = []
+
+    def start() -> Served:
+        started.append(Served(short_home).start())
+        return started[-1]
+
+    yield start
+    for s in started:
+        if s.proc is not None and s.proc.poll() is None:
+            s.kill(signal.SIGTERM)
+
+
+@pytest.fixture
+def served(start_server: Callable[[], Served]) -> Served:
+    return start_server()
+
+
+def raw_connect(path: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(path)
+    return s
+
+
+def read_frames(s: socket.socket) -> list[dict]:
+    dec, out = FrameDecoder(), []
+    while True:
+        data = s.recv(65536)
+        if not data:
+            return out
+        out += dec.feed(data)
+
+
+def test_socket_is_0600_in_a_0700_dir_and_echo_works(served):
+    assert os.stat(served.path).st_mode & 0o777 == 0o600
+    assert os.stat(served.dir).st_mode & 0o777 == 0o700
+    with Client(served.path, want={"demo": 1}) as c:
+        assert c.call("echo", {"a": b"\x00bin", "n": [1, 2]}) == {"a": b"\x00bin", "n": [1, 2]}
+        assert c.welcome.identity.pid == served.proc.pid
+        assert c.welcome.identity.instance == served.instance
+
+
+def test_oversized_frame_gets_bad_frame_and_only_that_connection_closes(served):
+    with Client(served.path) as other:
+        other.call("echo", {})
+        s = raw_connect(served.path)
+        s.sendall(encode_frame({"t": "hello", "proto": 1, "role": "admin"}))
+        s.sendall(struct.pack(">I", 64 * 1024 * 1024) + b"xxxx")
+        frames = read_frames(s)  # returns at EOF: the server closed it
+        s.close()
+        assert frames[0]["t"] == "welcome"
+        assert frames[-1]["err"]["code"] == "BAD_FRAME" and frames[-1]["id"] is None
+        assert other.call("echo", {"still": 1}) == {"still": 1}
+
+
+def test_junk_before_hello_and_non_hello_first_are_refused(served):
+    s = raw_connect(served.path)
+    s.sendall(encode_frame({"t": "req", "id": 1, "m": "echo"}))
+    (err,) = read_frames(s)
+    s.close()
+    assert err["err"]["code"] == "BAD_REQUEST"
+
+
+def test_bad_request_shape_answers_with_the_id_and_keeps_the_connection(served):
+    s = raw_connect(served.path)
+    s.sendall(encode_frame({"t": "hello", "proto": 1, "role": "admin"}))
+    s.sendall(encode_frame({"t": "req", "id": 5, "m": ""}))
+    s.sendall(encode_frame({"t": "req", "id": 6, "m": "nope"}))
+    s.sendall(encode_frame({"t": "req", "id": 7, "m": "sleep", "p": {"seconds": "x"}}))
+    s.shutdown(socket.SHUT_WR)
+    _welcome, *answers = read_frames(s)
+    s.close()
+    assert [(a["id"], a["err"]["code"]) for a in answers] == [
+        (5, "BAD_REQUEST"), (6, "UNKNOWN_METHOD"), (7, "BAD_REQUEST")]
+
+
+def test_missing_capability_is_refused_before_any_method(served):
+    c = Client(served.path, want={"demo": 2})
+    with pytest.raises(CapabilityMissing) as e:
+        c.call("echo", {})
+    assert e.value.data["missing"] == {"demo": 2}
+    c.close()
+
+
+def test_killed_server_gives_transport_lost_with_the_id_then_reconnect(start_server):
+    s = start_server()
+    c = Client(s.path, pin=False)
+    c.call("echo", {})
+    c._ids = iter([41, 42, 43])  # make the request id predictable
+    import threading
+    t = threading.Timer(0.3, s.kill)
+    t.start()
+    with pytest.raises(TransportLost) as e:
+        c.call("sleep", {"seconds": 30})
+    t.join()
+    assert e.value.request_id == 41 and e.value.data["request_id"] == 41
+    assert not c.connected
+    start_server()  # the stale socket file is replaced: nobody answered on it
+    assert c.call("echo", {"again": 1}) == {"again": 1}
+    c.close()
+
+
+def test_restarted_server_with_a_new_instance_gives_owner_changed(start_server):
+    s = start_server()
+    c = Client(s.path)  # pins the first instance it meets
+    c.call("echo", {})
+    s.kill(signal.SIGTERM)
+    s2 = start_server()
+    with pytest.raises(OwnerChanged) as e:
+        c.call("echo", {})
+    assert e.value.data == {"expected": s.instance, "actual": s2.instance}
+    with pytest.raises(OwnerChanged):
+        c.call("echo", {})  # still refused: never adopted silently
+    c.unpin()
+    assert c.call("echo", {}) == {}
+    c.close()
+
+
+def test_a_live_socket_is_never_removed(served):
+    with pytest.raises(AlreadyRunning):
+        bind_unix(served.path)
+    with Client(served.path) as c:
+        assert c.call("echo", {}) == {}
+
+
+def test_foreign_file_in_the_way_is_refused(short_home):
+    d = ensure_private_dir(short_home / "r", root=short_home)
+    (d / "x.sock").write_text("not a socket")
+    with pytest.raises(UnsafePath):
+        bind_unix(d / "x.sock")
+    assert (d / "x.sock").read_text() == "not a socket"
+
+
+def test_symlinked_or_wide_socket_dir_is_refused(short_home):
+    real = ensure_private_dir(short_home / "real", root=short_home)
+    (short_home / "link").symlink_to(real)
+    with pytest.raises(UnsafePath, match="symlink"):
+        bind_unix(short_home / "link" / "s.sock")
+    with pytest.raises(UnsafePath, match="symlink"):
+        ensure_private_dir(short_home / "link" / "deeper", root=short_home)
+    os.chmod(real, 0o755)
+    with pytest.raises(UnsafePath, match="0755"):
+        bind_unix(real / "s.sock")
+
+
+def test_long_socket_path_is_refused_clearly(short_home):
+    with pytest.raises(PathTooLong, match="shorter TENURE_HOME"):
+        Client(str(short_home / ("x" * 120)))
+
+
+def test_client_refuses_a_socket_with_a_wide_mode(served):
+    os.chmod(served.path, 0o666)
+    with pytest.raises(UnsafePath):
+        Client(served.path).call("echo", {})
+
+
+def test_no_server_is_connect_failed(short_home):
+    with pytest.raises(ConnectFailed):
+        Client(str(short_home / "none.sock")).call("echo", {})
+
+
+def test_events_are_pushed_to_subscribers(served):
+    with Client(served.path) as c:
+        c.call("subscribe")
+        assert c.call("emit", {"count": 3}) == {"sent": 3}
+        got = [(e.stream, e.cursor, e.e) for e in c.events(timeout=1.0)]
+    assert got == [("ticks", 1, {"n": 1}), ("ticks", 2, {"n": 2}), ("ticks", 3, {"n": 3})]
+
+
+def test_drain_finishes_admitted_requests(served):
+    c = Client(served.path)
+    c.call("echo", {})
+    import threading
+    result = {}
+    t = threading.Thread(target=lambda: result.update(c.call("sleep", {"seconds": 0.5})))
+    t.start()
+    import time
+    time.sleep(0.2)
+    served.proc.send_signal(signal.SIGTERM)  # server drains: admitted sleep finishes
+    t.join(10)
+    assert result == {"slept": 0.5}
+    served.proc.wait(10)
+    served.proc.stdout.close()
+    c.close()
+
+
+def test_async_client_concurrent_calls_and_transport_lost(start_server):
+    s = start_server()
+
+    async def main() -> None:
+        async with AsyncClient(s.path, want={"demo": 1}) as c:
+            got = await asyncio.gather(*(c.call("echo", {"i": i}) for i in range(20)))
+            assert got == [{"i": i} for i in range(20)]
+            await c.call("subscribe")
+            await c.call("emit", {"count": 2})
+            ev = await c.next_event(2.0)
+            assert ev is not None and ev.cursor == 1
+            asyncio.get_running_loop().call_later(0.3, s.kill)
+            with pytest.raises(TransportLost) as e:
+                await c.call("sleep", {"seconds": 30})
+            assert e.value.request_id is not None
+
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another uid")
+def test_client_as_another_uid_is_refused(served):
+    home = served.dir.parent
+    os.chmod(home, 0o711)  # let uid 65534 reach the socket at all
+    os.chmod(served.dir, 0o711)
+    os.chmod(served.path, 0o666)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop to nobody, speak raw protocol, report the answer
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            s = raw_connect(served.path)
+            s.sendall(encode_frame({"t": "hello", "proto": 1, "role": "admin"}))
+            frames = read_frames(s)
+            os.write(w, frames[0]["err"]["code"].encode())
+        except BaseException as exc:
+            os.write(w, repr(exc).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        answer = f.read()
+    os.waitpid(pid, 0)
+    assert answer == Unauthorized.code
+    os.chmod(served.path, 0o600)
+    os.chmod(served.dir, 0o700)
+    os.chmod(home, 0o700)
+
+
+def test_oversized_frame_from_the_client_is_refused_locally(served):
+    with Client(served.path, max_frame=1024) as c, pytest.raises(BadFrame):
+        c.call("echo", {"x": b"a" * 4096})
