@@ -1,0 +1,328 @@
+"""Seal a release from the running tree: tenure's packages + their installed dependencies.
+
+``seal(OUT)`` builds a self-contained ``OUT/lib`` that the base interpreter can run with
+``-I -S``: tenure's own top-level packages (found through their import spec, because an
+editable install's RECORD lists only its .pth/finder files), every file in the RECORD of
+each distribution in the runtime dependency closure of ``tenure`` (extras excluded,
+markers evaluated), and bytecode compiled with ``UNCHECKED_HASH`` so that sealing the same
+tree twice gives byte-identical files and therefore the same release id.
+
+The build happens in a temp directory beside OUT and is renamed into place; OUT is never
+overwritten. Sealing does not fsync every file: an installed copy is what must be
+durable, and :func:`guardian.release.install` re-hashes everything before it trusts it.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.metadata as md
+import importlib.util
+import logging
+import os
+import platform
+import py_compile
+import secrets
+import shutil
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from protocol.errors import BadRequest, Conflict, NotFound, StateCorrupt, UnsafePath
+
+from .manifest import (
+    DEFAULT_CONTRACTS,
+    RUNTIME_NAME,
+    SIGNATURE_NAME,
+    Interpreter,
+    Runtime,
+    is_safe_relpath,
+    release_id,
+)
+from .markers import normalize, parse_requirement
+from .release import Release, _remove_tree, _scan, sha256_file
+
+__all__ = ["DEFAULT_PACKAGES", "dependency_closure", "seal"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PACKAGES = ("protocol", "owner", "guardian", "backend", "units")
+_SKIP_DIRS = frozenset({"__pycache__", "tests"})
+_SKIP_SUFFIXES = (".pyc", ".pyo")
+
+
+def seal(
+    out_dir: Path,
+    *,
+    packages: Iterable[str] = DEFAULT_PACKAGES,
+    distribution: str = "tenure",
+    contracts: Mapping[str, int] | None = None,
+    signing_key: Ed25519PrivateKey | None = None,
+) -> Release:
+    """Build the sealed release ``out_dir`` from the running tree and return it.
+
+    With ``signing_key``, ``RUNTIME.json.sig`` holds the base64 of the raw 64-byte Ed25519
+    signature over the RUNTIME.json bytes. ``out_dir``'s parent must exist.
+
+    Raises BadRequest (a contract version that is not a positive integer), Conflict
+    (``out_dir`` exists, or two sources claim the same file), NotFound (a
+    package or dependency is not installed), UnsafePath (a symlink or special file in a
+    package), StateCorrupt (unreadable installed metadata), OSError.
+    """
+    out_dir = Path(out_dir)
+    wanted = _check_contracts(contracts)
+    if os.path.lexists(out_dir):
+        raise Conflict(f"{out_dir} already exists", {"path": str(out_dir)})
+    plan, roots = _plan_packages(packages)
+    for dist in dependency_closure(distribution):
+        _merge(plan, _dist_files(dist))
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{secrets.token_hex(6)}"
+    try:
+        tmp.mkdir(mode=0o755)
+        _copy_plan(plan, tmp)
+        _write_metadata(tmp, distribution)
+        _compile(tmp / "lib")
+        runtime = Runtime(
+            tenure_version=md.version(distribution),
+            source_commit=_source_commit(roots),
+            interpreter=_interpreter(),
+            files=_hash_files(tmp),
+            contracts=wanted,
+        )
+        data = _write_runtime(tmp, runtime, signing_key)
+        if os.path.lexists(out_dir):
+            raise Conflict(f"{out_dir} appeared while sealing", {"path": str(out_dir)})
+        os.rename(tmp, out_dir)
+    except BaseException:
+        if os.path.lexists(tmp):
+            _remove_tree(tmp)
+        raise
+    rid = release_id(data)
+    return Release(id=rid, path=out_dir, runtime=runtime, signed=signing_key is not None)
+
+
+def _write_runtime(root: Path, runtime: Runtime, key: Ed25519PrivateKey | None) -> bytes:
+    """Write RUNTIME.json (and its signature with ``key``); return the RUNTIME.json bytes.
+
+    The signature file is the base64 of the raw 64-byte Ed25519 signature and a newline.
+    Raises StateCorrupt (a field would not re-parse), OSError.
+    """
+    data = runtime.encode()
+    (root / RUNTIME_NAME).write_bytes(data)
+    if key is not None:
+        (root / SIGNATURE_NAME).write_bytes(base64.b64encode(key.sign(data)) + b"\n")
+    return data
+
+
+def _check_contracts(contracts: Mapping[str, int] | None) -> dict[str, int]:
+    """The contracts to record (the defaults for None). Raises BadRequest for a name that
+    is not a non-empty string or a version that is not a positive integer."""
+    wanted = dict(DEFAULT_CONTRACTS if contracts is None else contracts)
+    for name, version in wanted.items():
+        if not isinstance(name, str) or not name or type(version) is not int or version < 1:
+            raise BadRequest(f"contract {name!r}: needs a positive integer version",
+                             {"contract": str(name)})
+    return wanted
+
+
+def _merge(plan: dict[str, Path], more: Mapping[str, Path]) -> None:
+    """Add ``more`` to ``plan``. Raises Conflict when a release path is claimed twice."""
+    for rel, src in more.items():
+        if rel in plan and plan[rel] != src:
+            raise Conflict(f"{rel} comes from both {plan[rel]} and {src}", {"file": rel})
+        plan[rel] = src
+
+
+def _plan_packages(packages: Iterable[str]) -> tuple[dict[str, Path], list[Path]]:
+    """{``lib/...``: source file} for tenure's own packages, and their parent directories.
+
+    Raises NotFound (no such module), UnsafePath (symlink or special file), Conflict.
+    """
+    plan: dict[str, Path] = {}
+    roots: list[Path] = []
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            raise NotFound(f"package {name!r} is not importable", {"package": name})
+        locations = list(spec.submodule_search_locations or [])
+        if not locations and spec.origin:  # a plain module
+            origin = Path(spec.origin)
+            _merge(plan, {f"lib/{origin.name}": origin})
+            roots.append(origin.parent)
+        for loc in locations:
+            _merge(plan, _walk_package(Path(loc), f"lib/{name}"))
+            roots.append(Path(loc).parent)
+    return plan, roots
+
+
+def _walk_package(src: Path, prefix: str) -> dict[str, Path]:
+    """Source files under a package directory, skipping caches, bytecode, tests and dot
+    files. Raises UnsafePath for a symlink or special file."""
+    out: dict[str, Path] = {}
+    for entry in sorted(os.scandir(src), key=lambda e: e.name):
+        if entry.name in _SKIP_DIRS or entry.name.startswith("."):
+            continue
+        rel = f"{prefix}/{entry.name}"
+        if entry.is_symlink():
+            raise UnsafePath(f"{entry.path}: symlink in a sealed package", {"file": rel})
+        if entry.is_dir(follow_symlinks=False):
+            out.update(_walk_package(Path(entry.path), rel))
+        elif entry.is_file(follow_symlinks=False):
+            if not entry.name.endswith(_SKIP_SUFFIXES):
+                out[rel] = Path(entry.path)
+        else:
+            raise UnsafePath(f"{entry.path}: special file in a sealed package", {"file": rel})
+    return out
+
+
+def dependency_closure(distribution: str = "tenure") -> list[md.Distribution]:
+    """Installed distributions ``distribution`` needs at run time, recursively, sorted by
+    normalised name; ``distribution`` itself is not included. Extras of ``distribution``
+    are excluded; extras a dependency asks of another are followed.
+
+    Raises NotFound (a needed distribution is not installed), StateCorrupt (a requirement
+    or marker that cannot be read).
+    """
+    found: dict[str, md.Distribution] = {}
+    done: dict[str, frozenset[str]] = {}
+    todo: list[tuple[str, frozenset[str]]] = [(normalize(distribution), frozenset())]
+    while todo:
+        name, extras = todo.pop()
+        if name in done and extras <= done[name]:
+            continue
+        extras = extras | done.get(name, frozenset())
+        done[name] = extras
+        dist = _distribution(name)
+        if name != normalize(distribution):
+            found[name] = dist
+        for text in dist.requires or []:
+            try:
+                req = parse_requirement(text)
+                wanted = req.applies(extras)
+            except ValueError as e:
+                raise StateCorrupt(f"{name}: cannot read requirement {text!r}: {e}",
+                                   {"distribution": name, "requirement": text}) from e
+            if wanted:
+                todo.append((req.name, req.extras))
+    return [found[n] for n in sorted(found)]
+
+
+def _distribution(name: str) -> md.Distribution:
+    """Raises NotFound if ``name`` is not installed."""
+    try:
+        return md.distribution(name)
+    except md.PackageNotFoundError as e:
+        raise NotFound(f"distribution {name!r} is not installed", {"distribution": name}) from e
+
+
+def _dist_files(dist: md.Distribution) -> dict[str, Path]:
+    """{``lib/...``: source file} from the distribution's RECORD, without files outside
+    site-packages and without bytecode. Raises StateCorrupt (no RECORD, a listed file
+    missing), UnsafePath (a listed file is a symlink)."""
+    name = dist.metadata["Name"]
+    if dist.files is None:
+        raise StateCorrupt(f"{name}: no RECORD, cannot list its files", {"distribution": name})
+    out: dict[str, Path] = {}
+    for f in dist.files:
+        rel = PurePosixPath(f).as_posix()
+        parts = rel.split("/")
+        if not is_safe_relpath(rel) or "__pycache__" in parts or rel.endswith(_SKIP_SUFFIXES):
+            continue
+        src = Path(str(dist.locate_file(f)))
+        if os.path.islink(src):
+            raise UnsafePath(f"{src}: symlink listed by {name}", {"file": rel})
+        if not src.is_file():
+            raise StateCorrupt(f"{name}: {rel} is listed in RECORD but missing",
+                               {"distribution": name, "file": rel})
+        out[f"lib/{rel}"] = src
+    return out
+
+
+def _copy_plan(plan: Mapping[str, Path], root: Path) -> None:
+    """Copy every planned file to ``root/<rel>``. Raises OSError."""
+    for rel in sorted(plan):
+        dst = root / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(plan[rel], dst, follow_symlinks=False)
+
+
+def _write_metadata(root: Path, distribution: str) -> None:
+    """A minimal dist-info so ``importlib.metadata.version(distribution)`` works inside the
+    release (the editable install's own dist-info describes the source tree instead)."""
+    version = md.version(distribution)
+    info = root / "lib" / f"{distribution.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n", encoding="utf-8"
+    )
+
+
+def _compile(lib: Path) -> None:
+    """Compile every .py under ``lib`` to __pycache__ with UNCHECKED_HASH pycs.
+
+    The recorded source name is the path relative to ``lib`` so the bytes do not depend on
+    where the build ran. A file that does not compile gets no pyc (logged), as pip does.
+    """
+    sources = sorted(p for p in lib.rglob("*.py") if "__pycache__" not in p.parts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for src in sources:
+            try:
+                py_compile.compile(
+                    str(src), dfile=src.relative_to(lib).as_posix(), doraise=True,
+                    invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+                )
+            except py_compile.PyCompileError as e:
+                log.warning("not compiled: %s: %s", src.relative_to(lib), e.msg)
+
+
+def _hash_files(root: Path) -> dict[str, str]:
+    """{rel: sha256} of every file under ``root/lib``. Raises UnsafePath, OSError."""
+    files, _ = _scan(root)
+    return {rel: sha256_file(root / rel, rel) for rel in sorted(files)}
+
+
+def _interpreter() -> Interpreter:
+    """The base interpreter behind ``sys.executable`` (a venv's bin/python is a symlink).
+
+    Raises NotFound when the interpreter path is unknown.
+    """
+    if not sys.executable:
+        raise NotFound("sys.executable is unknown; cannot record the interpreter")
+    path = Path(os.path.realpath(sys.executable))
+    return Interpreter(path=str(path), version=platform.python_version(),
+                       sha256=sha256_file(path))
+
+
+def _source_commit(roots: Iterable[Path]) -> str | None:
+    """git HEAD of the tree the packages came from if that tree is a clean git work tree
+    whose top level is the packages' parent; None otherwise. Never raises."""
+    parents = {os.path.realpath(r) for r in roots}
+    if len(parents) != 1:
+        return None
+    repo = parents.pop()
+    top = _git(repo, "rev-parse", "--show-toplevel")
+    if top is None or os.path.realpath(top.strip()) != repo:
+        return None
+    status = _git(repo, "status", "--porcelain")
+    if status is None or status.strip():
+        return None
+    head = _git(repo, "rev-parse", "HEAD")
+    return head.strip() if head is not None else None
+
+
+def _git(repo: str, *args: str) -> str | None:
+    """stdout of a read-only git command (no optional locks), or None. Never raises."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    try:
+        proc = subprocess.run(
+            ["git", "--no-optional-locks", "-C", repo, *args],
+            capture_output=True, text=True, timeout=30, env=env, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
