@@ -1,0 +1,61 @@
+"""``python -m owner [--home DIR]`` runs the execution owner;
+``python -m owner reconcile [--home DIR] [--json]`` proves a dead owner's launches gone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from protocol.errors import AlreadyRunning, ProcessesAlive, TenureError
+
+from .daemon import EXIT, run
+from .paths import OwnerPaths, default_home
+from .reconcile import reconcile
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m owner",
+                                 description="tenure execution owner")
+    ap.add_argument("command", nargs="?", choices=["serve", "reconcile"], default="serve")
+    ap.add_argument("--home", type=Path, default=None,
+                    help="state directory (default: TENURE_HOME or ~/.local/state/tenure)")
+    ap.add_argument("--json", action="store_true", help="reconcile: print JSON")
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s owner %(levelname)s %(message)s")
+    paths = OwnerPaths((args.home or default_home()).absolute())
+    if args.command == "serve":
+        return run(paths)
+    return _reconcile(paths, args.json)
+
+
+def _reconcile(paths: OwnerPaths, as_json: bool) -> int:
+    try:
+        proven = reconcile(paths)
+    except ProcessesAlive as exc:
+        print(json.dumps({"ok": False, **exc.to_wire()}) if as_json else f"error: {exc}")
+        if not as_json:
+            for s in exc.data["survivors"]:
+                print(f"  {s['launch_key']}: {s['why']}: pids {s['pids']}")
+        return EXIT["alive"]
+    except AlreadyRunning as exc:
+        print(json.dumps({"ok": False, **exc.to_wire()}) if as_json else f"error: {exc}")
+        return EXIT["running"]
+    except TenureError as exc:
+        print(json.dumps({"ok": False, **exc.to_wire()}) if as_json else f"error: {exc}")
+        return EXIT["usage"]
+    if as_json:
+        print(json.dumps({"ok": True, "proven_gone": proven}))
+    elif proven:
+        print(f"reconciled: {len(proven)} launches proven gone; the owner may start once")
+    else:
+        print("nothing to reconcile")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

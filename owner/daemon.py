@@ -1,0 +1,192 @@
+"""The owner daemon: start-up admission, the serving loop, and the staged shutdown.
+
+Exit statuses: 0 clean shutdown, 1 shutdown with a failed stage, 2 bad usage or unsafe
+state paths, 3 reconcile required, 4 reconcile found processes alive, 5 already running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.errors import AlreadyRunning, ReconcileRequired, TenureError
+from protocol.identity import new_identity
+from protocol.server import RpcServer
+
+from .journal import Journal
+from .paths import OwnerPaths
+from .procinfo import group_members
+from .reaper import become_subreaper, raise_nofile_limit
+from .receipt import Receipt, admit_start, read_receipt
+from .service import CAPABILITIES, OwnerService
+from .store import OwnerStore
+
+__all__ = ["EXIT", "Owner", "run"]
+
+log = logging.getLogger("tenure.owner")
+
+EXIT = {"clean": 0, "failed": 1, "usage": 2, "reconcile": 3, "alive": 4, "running": 5}
+
+
+@dataclass
+class Owner:
+    paths: OwnerPaths
+    stop_timeout: float = 60.0
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def request_shutdown(self) -> None:
+        self._stop.set()
+
+    async def serve(self, ready: Any = None) -> int:
+        """Run until SIGTERM/SIGINT or the shutdown method; returns the exit status.
+
+        Raises ReconcileRequired, UnsafePath, StateCorrupt, PathTooLong, AlreadyRunning
+        before anything was started.
+        """
+        self.paths.prepare()
+        self.paths.take_lock()  # released by the kernel when this process ends
+        identity = new_identity()
+        previous = admit_start(self.paths.receipt, self.paths.ack, identity.boot_id)
+        store = OwnerStore(self.paths.db)
+        _retire_old_launches(store, identity.boot_id, previous is not None)
+        raise_nofile_limit()
+        become_subreaper()
+        journal = Journal(self.paths.journal)
+        service = OwnerService(self.paths, identity, store, journal, self.request_shutdown)
+        server = RpcServer(self.paths.sock, identity, CAPABILITIES, service.methods())
+        service.server = server
+        try:
+            await server.start()
+        except BaseException:
+            service.launcher.close()
+            journal.close()
+            store.close()
+            raise
+        receipt = Receipt(self.paths.receipt, identity.instance, identity.pid, identity.boot_id)
+        receipt.write()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_shutdown)
+        overflow = asyncio.create_task(_report_overflow(service))
+        log.info("owner %s ready on %s", identity.instance, self.paths.sock)
+        if ready is not None:
+            ready(identity)
+        await self._stop.wait()
+        overflow.cancel()
+        return await self._shutdown(service, server, journal, store, receipt)
+
+    async def _shutdown(self, service: OwnerService, server: RpcServer, journal: Journal,
+                        store: OwnerStore, receipt: Receipt) -> int:
+        launcher = service.launcher
+        server.begin_drain()
+        await _stage(receipt, "watchers", _close_notify, launcher)
+        await _stage(receipt, "applications", _stop_apps, launcher, self.stop_timeout)
+        await _stage(receipt, "processes", _confirm_gone, service)
+        await _stage(receipt, "state", _check_state, store)
+        await _stage(receipt, "logs", _flush_logs, launcher, journal)
+        await _stage(receipt, "rpc", _close_rpc, server)
+        await _stage(receipt, "storage", _close_storage, launcher, store)
+        receipt.stage("complete", receipt.failed_stage is None,
+                      f"failed at {receipt.failed_stage}" if receipt.failed_stage else "")
+        log.info("owner shutdown %s", receipt.state)
+        return EXIT["clean"] if receipt.failed_stage is None else EXIT["failed"]
+
+
+def _retire_old_launches(store: OwnerStore, boot_id: str, reconciled: bool) -> None:
+    """Launches of a previous owner are over: proven gone by reconcile, or their boot
+    ended. (With neither, admit_start has already refused to start.)"""
+    old = store.live_launches()
+    if old:
+        store.mark_lost([r.launch_key for r in old])
+        log.warning("marked %d launches of the previous owner lost (%s)", len(old),
+                    "reconciled" if reconciled else "previous boot")
+
+
+async def _stage(receipt: Receipt, name: str, fn: Any, *args: Any) -> None:
+    try:
+        detail = await fn(*args)
+        receipt.stage(name, True, detail or "")
+    except Exception as exc:
+        log.exception("shutdown stage %s failed", name)
+        receipt.stage(name, False, f"{type(exc).__name__}: {exc}")
+
+
+async def _close_notify(launcher: Any) -> str:
+    launcher.notify.close()
+    return ""
+
+
+async def _stop_apps(launcher: Any, timeout: float) -> str:
+    results = await asyncio.wait_for(launcher.stop_all(), timeout)
+    bad = [k for k, r in results if isinstance(r, BaseException) or r.outcome == "timeout"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} launches not confirmed stopped: {bad[:5]}")
+    return f"{len(results)} stopped"
+
+
+async def _confirm_gone(service: OwnerService) -> str:
+    service.procs.reap_orphans()
+    left = [k for k, r in service.launcher.live.items()
+            if r.pgid is not None and group_members(r.pgid)]
+    if service.procs.pids() or left:
+        raise RuntimeError(f"processes remain: {service.procs.pids()[:5]} {left[:5]}")
+    return ""
+
+
+async def _check_state(store: OwnerStore) -> str:
+    return f"epoch {store.epoch()}"
+
+
+async def _flush_logs(launcher: Any, journal: Journal) -> str:
+    drained = await launcher.wait_drained(5.0)
+    await asyncio.to_thread(journal.close)
+    if not drained:
+        raise RuntimeError("some pipes did not reach end of file")
+    return f"overflow total {journal.overflow_total}"
+
+
+async def _close_rpc(server: RpcServer) -> str:
+    try:
+        await asyncio.wait_for(server.wait_idle(), 10.0)
+    finally:
+        await server.close()
+    return ""
+
+
+async def _close_storage(launcher: Any, store: OwnerStore) -> str:
+    launcher.close()
+    store.close()
+    return ""
+
+
+async def _report_overflow(service: OwnerService) -> None:
+    """Dropped log lines are never silent: one event per source per second."""
+    while True:
+        await asyncio.sleep(1.0)
+        for src, n in service.journal.take_overflow().items():
+            service.ring.emit("log_overflow", stack=src.stack, app=src.app,
+                              instance=src.instance, generation=src.generation, dropped=n)
+
+
+def run(paths: OwnerPaths) -> int:
+    """Entry point of ``python -m owner``: serve, mapping refusals to exit statuses."""
+    try:
+        return asyncio.run(Owner(paths).serve(
+            lambda ident: print(f"READY {ident.instance}", flush=True)))
+    except ReconcileRequired as exc:
+        log.error("%s", exc)
+        return EXIT["reconcile"]
+    except AlreadyRunning as exc:
+        log.error("%s", exc)
+        return EXIT["running"]
+    except TenureError as exc:
+        log.error("%s", exc)
+        return EXIT["usage"]
+
+
+def receipt_state(paths: OwnerPaths) -> str | None:
+    rec = read_receipt(paths.receipt)
+    return None if rec is None else str(rec["state"])

@@ -1,0 +1,112 @@
+"""Split a byte stream into log records: lines, over-long line chunks and flushed partials.
+
+Pure and allocation-light: the hot path is one ``bytes.split`` per fed chunk. Every byte
+fed comes out again, in order and byte-exact (binary, invalid UTF-8 and NUL included),
+except the ``\\n`` separators, which are removed.
+
+Flags (stored with each journal record, never renumbered):
+
+- ``CONTINUED`` (1): this chunk of a line longer than ``max_line`` is followed by more of
+  the same line in the next record.
+- ``PARTIAL`` (2): the record was flushed without a newline (quiet pipe or EOF).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["CONTINUED", "MAX_LINE", "PARTIAL", "LineSplitter"]
+
+CONTINUED: Final = 1
+PARTIAL: Final = 2
+MAX_LINE: Final = 16384
+
+
+class LineSplitter:
+    """Turns fed byte chunks into ``(record, flags)`` pairs.
+
+    Invariant: the pending partial line is never longer than ``max_line``; every record
+    returned is at most ``max_line`` bytes; feeding the same bytes in any split gives the
+    same records.
+    """
+
+    __slots__ = ("_max", "_parts", "_plen")
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        """Raises ``ValueError`` if ``max_line`` is not a positive int."""
+        if isinstance(max_line, bool) or not isinstance(max_line, int) or max_line <= 0:
+            raise ValueError("max_line must be a positive int")
+        self._max = max_line
+        self._parts: list[bytes] = []
+        self._plen = 0
+
+    @property
+    def pending_bytes(self) -> int:
+        """Length of the partial line waiting for a newline (0 if none)."""
+        return self._plen
+
+    def feed(self, data: bytes) -> list[tuple[bytes, int]]:
+        """Add ``data``; return the records it completes, in order. Raises nothing."""
+        if not data:
+            return []
+        if type(data) is not bytes:
+            data = bytes(data)
+        if data.find(b"\n") < 0:
+            # Keep pieces in a list: re-joining on every newline-less chunk would be
+            # quadratic for an app that writes a long line a few bytes at a time.
+            self._parts.append(data)
+            self._plen += len(data)
+            return self._spill() if self._plen > self._max else []
+        if self._parts:
+            self._parts.append(data)
+            data = b"".join(self._parts)
+            self._parts = []
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        limit = self._max
+        if len(data) <= limit or max(map(len, lines)) <= limit:
+            out = [(line, 0) for line in lines]
+        else:
+            out = []
+            for line in lines:
+                if len(line) <= limit:
+                    out.append((line, 0))
+                else:
+                    out.extend(self._chunks(line))
+        self._plen = len(tail)
+        if tail:
+            self._parts.append(tail)
+            if self._plen > limit:
+                out.extend(self._spill())
+        return out
+
+    def take_partial(self) -> tuple[bytes, int] | None:
+        """Flush the pending partial line as one ``PARTIAL`` record, or ``None``.
+
+        Raises nothing.
+        """
+        if not self._plen:
+            return None
+        data = b"".join(self._parts)
+        self._parts = []
+        self._plen = 0
+        return (data, PARTIAL)
+
+    def _spill(self) -> list[tuple[bytes, int]]:
+        """Emit whole ``max_line`` chunks of an over-long pending line; keep the rest."""
+        data = b"".join(self._parts)
+        limit = self._max
+        keep = len(data) % limit or limit
+        cut = len(data) - keep
+        out = [(data[i:i + limit], CONTINUED) for i in range(0, cut, limit)]
+        rest = data[cut:]
+        self._parts = [rest]
+        self._plen = len(rest)
+        return out
+
+    def _chunks(self, line: bytes) -> list[tuple[bytes, int]]:
+        """Split one complete over-long line; the last chunk carries no flag."""
+        limit = self._max
+        out = [(line[i:i + limit], CONTINUED) for i in range(0, len(line), limit)]
+        out[-1] = (out[-1][0], 0)
+        return out

@@ -1,0 +1,82 @@
+"""Where the owner keeps its state under TENURE_HOME (see docs/state.md)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.errors import AlreadyRunning
+from protocol.sockets import check_socket_path, ensure_private_dir
+
+__all__ = ["OwnerPaths", "default_home"]
+
+
+def default_home() -> Path:
+    """TENURE_HOME, else $XDG_STATE_HOME/tenure, else ~/.local/state/tenure."""
+    env = os.environ.get("TENURE_HOME")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(xdg) / "tenure"
+
+
+@dataclass(frozen=True)
+class OwnerPaths:
+    home: Path
+
+    @property
+    def dir(self) -> Path:
+        return self.home / "execution"
+
+    @property
+    def sock(self) -> str:
+        return str(self.dir / "owner.sock")
+
+    @property
+    def notify_sock(self) -> str:
+        return str(self.dir / "notify.sock")
+
+    @property
+    def db(self) -> str:
+        return str(self.dir / "owner.db")
+
+    @property
+    def journal(self) -> str:
+        return str(self.dir / "journal.db")
+
+    @property
+    def receipt(self) -> str:
+        return str(self.dir / "owner-receipt.json")
+
+    @property
+    def ack(self) -> str:
+        return str(self.dir / "reconcile-ack.json")
+
+    @property
+    def guardian_pub(self) -> str:
+        return str(self.dir / "guardian.pub")
+
+    @property
+    def lock(self) -> str:
+        return str(self.dir / "owner.lock")
+
+    def take_lock(self) -> int:
+        """Hold execution/owner.lock for this process's lifetime (close-on-exec, so no
+        application inherits it). Raises AlreadyRunning when another owner holds it."""
+        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AlreadyRunning(f"another owner is running on {self.home}",
+                                 {"home": str(self.home)}) from None
+        return fd
+
+    def prepare(self) -> None:
+        """Create home and execution/ (0700) and check every socket path's length.
+        Raises UnsafePath or PathTooLong."""
+        check_socket_path(self.sock)
+        check_socket_path(self.notify_sock)
+        ensure_private_dir(self.dir, root=self.home)

@@ -1,0 +1,113 @@
+"""The owner's shutdown receipt and the reconcile acknowledgement.
+
+``owner-receipt.json`` says ``running`` while an owner lives. A shutdown walks the stages
+in :data:`STAGES` and ends ``clean`` only if every one succeeded, otherwise ``failed``
+naming the stage. A start that finds ``running`` or ``failed`` from this same boot knows
+the previous owner may have left processes behind: it refuses until ``reconcile`` has
+proven every recorded launch gone and written a one-use acknowledgement.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from protocol.durable import atomic_write_json, read_json
+from protocol.errors import ReconcileRequired, StateCorrupt
+
+__all__ = ["STAGES", "Receipt", "ReceiptState", "admit_start", "write_ack"]
+
+RECEIPT_KIND = "tenure-owner-receipt"
+ACK_KIND = "tenure-owner-reconcile-ack"
+STAGES = ("watchers", "applications", "processes", "state", "logs", "rpc", "storage",
+          "complete")
+
+
+class ReceiptState(StrEnum):
+    RUNNING = "running"
+    CLEAN = "clean"
+    FAILED = "failed"
+
+
+@dataclass
+class Receipt:
+    """The live receipt of this owner; every change is written atomically at once."""
+
+    path: str
+    instance: str
+    pid: int
+    boot_id: str
+    state: ReceiptState = ReceiptState.RUNNING
+    started_at: float = field(default_factory=time.time)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    failed_stage: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": RECEIPT_KIND, "format": 1, "state": str(self.state),
+                "instance": self.instance, "pid": self.pid, "boot_id": self.boot_id,
+                "started_at": self.started_at, "stages": self.stages,
+                "failed_stage": self.failed_stage, "updated_at": time.time()}
+
+    def write(self) -> None:
+        atomic_write_json(self.path, self.to_json())
+
+    def stage(self, name: str, ok: bool, detail: str = "") -> None:
+        """Record one shutdown stage; the first failure decides the final state."""
+        if name not in STAGES:
+            raise ValueError(f"unknown stage {name}")
+        self.stages.append({"stage": name, "ok": ok, "detail": detail, "at": time.time()})
+        if not ok and self.failed_stage is None:
+            self.failed_stage = name
+        if name == "complete":
+            self.state = ReceiptState.CLEAN if self.failed_stage is None else \
+                ReceiptState.FAILED
+        self.write()
+
+
+def read_receipt(path: str) -> dict[str, Any] | None:
+    """The last receipt, or None when there is none. Raises StateCorrupt, UnsafePath."""
+    try:
+        rec = read_json(path, RECEIPT_KIND)
+    except FileNotFoundError:
+        return None
+    if rec.get("state") not in {s.value for s in ReceiptState} or \
+            not isinstance(rec.get("boot_id"), str) or not isinstance(rec.get("instance"), str):
+        raise StateCorrupt(f"{path} has an unknown state or no boot id", {"path": path})
+    return rec
+
+
+def needs_reconcile(rec: dict[str, Any] | None, boot_id: str) -> bool:
+    """A previous owner on this boot that did not finish a clean shutdown."""
+    return rec is not None and rec["state"] != ReceiptState.CLEAN and rec["boot_id"] == boot_id
+
+
+def admit_start(receipt_path: str, ack_path: str, boot_id: str) -> dict[str, Any] | None:
+    """Decide whether an owner may start. Returns the previous receipt when a reconcile
+    acknowledgement was consumed for it (its launches are proven gone), else None.
+
+    Raises ReconcileRequired (no valid acknowledgement), StateCorrupt, UnsafePath.
+    """
+    rec = read_receipt(receipt_path)
+    if not needs_reconcile(rec, boot_id):
+        return None
+    assert rec is not None
+    try:
+        ack = read_json(ack_path, ACK_KIND)
+    except FileNotFoundError:
+        ack = None
+    if ack is None or ack.get("instance") != rec["instance"] or ack.get("boot_id") != boot_id:
+        raise ReconcileRequired(
+            f"the previous owner (instance {rec['instance']}, pid {rec['pid']}) ended "
+            f"{rec['state']} on this boot; run `python -m owner reconcile --home HOME` "
+            "once its applications are gone", {"previous": rec["instance"]})
+    os.unlink(ack_path)  # one use: a later crash needs a fresh proof
+    return rec
+
+
+def write_ack(ack_path: str, rec: dict[str, Any], proven: list[str]) -> None:
+    atomic_write_json(ack_path, {"kind": ACK_KIND, "format": 1, "instance": rec["instance"],
+                                 "boot_id": rec["boot_id"], "proven_gone": proven,
+                                 "created_at": time.time()})

@@ -1,0 +1,100 @@
+"""``python -m owner reconcile``: prove that a dead owner's launches are gone.
+
+A launch is proven gone when its recorded process (pid with the same start ticks) no
+longer exists, its process group has no member, and (for a launch that was being started
+when the owner died) no process on the machine carries its launch key in its
+environment. Only then is a one-use acknowledgement written that lets the next owner
+start. Nothing is killed here: the operator decides what to stop.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from protocol.errors import ProcessesAlive
+from protocol.identity import boot_id, start_ticks
+
+from .paths import OwnerPaths
+from .procinfo import group_members
+from .receipt import needs_reconcile, read_receipt, write_ack
+from .store import LaunchRow, OwnerStore
+from .supervise import LAUNCH_KEY_ENV
+
+__all__ = ["Survivor", "reconcile"]
+
+
+@dataclass(frozen=True)
+class Survivor:
+    launch_key: str
+    pids: list[int]
+    why: str
+
+
+def _carriers(keys: set[str]) -> dict[str, list[int]]:
+    """Processes whose environment names one of ``keys`` (readable as root or same uid)."""
+    found: dict[str, list[int]] = {}
+    if not keys:
+        return found
+    needles = {f"{LAUNCH_KEY_ENV}={k}".encode(): k for k in keys}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        for var in env:
+            if var in needles:
+                found.setdefault(needles[var], []).append(int(entry))
+    return found
+
+
+def survivors(rows: list[LaunchRow]) -> list[Survivor]:
+    out = []
+    carriers = _carriers({r.launch_key for r in rows})
+    for r in rows:
+        if r.pid is not None and start_ticks(r.pid) == r.start_ticks:
+            out.append(Survivor(r.launch_key, [r.pid], "leader alive"))
+        elif r.pgid is not None and (members := group_members(r.pgid)):
+            out.append(Survivor(r.launch_key, members, "process group not empty"))
+        elif r.launch_key in carriers:
+            out.append(Survivor(r.launch_key, carriers[r.launch_key],
+                                "processes carry the launch key"))
+    return out
+
+
+def reconcile(paths: OwnerPaths) -> list[str]:
+    """Write the acknowledgement and return the keys proven gone.
+
+    Raises ProcessesAlive naming survivors (nothing written), StateCorrupt, UnsafePath.
+    Returns an empty list when no reconciliation is needed.
+    """
+    lock = paths.take_lock()  # refuses while an owner runs; held until we return
+    try:
+        return _reconcile(paths)
+    finally:
+        os.close(lock)
+
+
+def _reconcile(paths: OwnerPaths) -> list[str]:
+    rec = read_receipt(paths.receipt)
+    if not needs_reconcile(rec, boot_id()):
+        return []
+    assert rec is not None
+    store = OwnerStore(paths.db)
+    try:
+        rows = store.live_launches()
+    finally:
+        store.close()
+    alive = survivors(rows)
+    if alive:
+        raise ProcessesAlive(
+            f"{len(alive)} launches of the dead owner still have processes; stop them "
+            "(by pid) and run reconcile again",
+            {"survivors": [{"launch_key": s.launch_key, "pids": s.pids, "why": s.why}
+                           for s in alive]})
+    proven = [r.launch_key for r in rows]
+    write_ack(paths.ack, rec, proven)
+    return proven

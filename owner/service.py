@@ -1,0 +1,295 @@
+"""The owner's RPC methods: one dispatch table, request shapes checked before handlers.
+
+Every mutating method requires the current epoch (``STALE_EPOCH {current}`` otherwise,
+``NO_GRANT`` before the first fence). Reads need none. The owner never decides anything
+on its own: it launches, signals, stops and reports when told to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from protocol.durable import atomic_write, read_private
+from protocol.errors import (
+    BadRequest,
+    Conflict,
+    LaunchFailed,
+    NoGrant,
+    NotFound,
+    OwnerChanged,
+    StackFenced,
+    StaleEpoch,
+    StopTimeout,
+)
+from protocol.grant import SignedGrant, load_public_key, public_key_text
+from protocol.identity import Identity
+from protocol.schema import Field, Schema, check_int, check_name, check_str_map
+from protocol.server import Call, Method, RpcServer
+
+from .journal import Journal, LogSource
+from .observations import ObservationRing
+from .paths import OwnerPaths
+from .procinfo import Inspector
+from .procs import ProcessTable
+from .specs import LaunchSpec, StopPolicy, parse_signal
+from .stop import StopOutcome
+from .store import Intent, LaunchRow, LaunchState, OwnerStore
+from .supervise import Launcher
+
+__all__ = ["CAPABILITIES", "OwnerService"]
+
+log = logging.getLogger("tenure.owner")
+
+CAPABILITIES = {"stackControl": 1, "logJournal": 1, "notify": 1, "observations": 1,
+                "fencing": 1}
+
+_name = check_name(128)
+_uint = check_int(0, 2**62)
+S_PIN = Schema(Field("public_key", str))
+S_FENCE = Schema(Field("grant", dict))
+S_LAUNCH = Schema(
+    Field("launch_key", str, check=check_name(200)),
+    Field("stack", str, check=_name), Field("app", str, check=_name),
+    Field("instance", int, check=_uint), Field("generation", int, check=_uint),
+    Field("argv", list), Field("env", dict, required=False, default={}, check=check_str_map),
+    Field("cwd", str, required=False), Field("stop", dict, required=False, default={}),
+    Field("intent_revision", int, required=False, check=_uint),
+)
+S_KEY = Schema(Field("launch_key", str, check=check_name(200)))
+S_STOP = Schema(Field("launch_key", str, check=check_name(200)),
+                Field("policy", dict, required=False))
+S_SIGNAL = Schema(Field("launch_key", str, check=check_name(200)),
+                  Field("signal", (str, int)), Field("group", bool, required=False, default=True))
+S_INTENT = Schema(Field("stack", str, check=_name), Field("intent", str),
+                  Field("expected_revision", int, check=_uint))
+S_LOGS = Schema(Field("after", int, required=False, default=0, check=_uint),
+                Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)),
+                Field("stack", str, required=False, check=_name),
+                Field("app", str, required=False, check=_name),
+                Field("instance", int, required=False, check=_uint),
+                Field("stream", str, required=False))
+S_OBS = Schema(Field("after", int, required=False, default=0, check=_uint),
+               Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)))
+S_ACK = Schema(Field("cursor", int, check=_uint))
+S_INVENTORY = Schema(Field("stack", str, required=False, check=_name))
+
+
+class OwnerService:
+    """Holds the owner's live state and serves it. Construct inside the running loop."""
+
+    def __init__(self, paths: OwnerPaths, identity: Identity, store: OwnerStore,
+                 journal: Journal, on_shutdown: Callable[[], None]) -> None:
+        self.paths = paths
+        self.identity = identity
+        self.store = store
+        self.journal = journal
+        self.epoch = store.epoch()
+        self.server: RpcServer | None = None
+        self.ring = ObservationRing(publish=self._publish)
+        self.inspector = Inspector()
+        self.launcher = Launcher(store, journal, self.ring, identity.boot_id, paths.notify_sock)
+        self._on_shutdown = on_shutdown
+
+    @property
+    def procs(self) -> ProcessTable:
+        return self.launcher.procs
+
+    def methods(self) -> dict[str, Method]:
+        return {
+            "status": Method(self.status, role="viewer", while_draining=True),
+            "guardian.pin": Method(self.pin, S_PIN),
+            "fence": Method(self.fence, S_FENCE),
+            "launch": Method(self.launch, S_LAUNCH),
+            "stop": Method(self.stop, S_STOP),
+            "signal": Method(self.signal, S_SIGNAL),
+            "inventory": Method(self.inventory, S_INVENTORY, role="viewer",
+                                while_draining=True),
+            "inspect": Method(self.inspect, S_KEY, role="viewer"),
+            "stack.set_intent": Method(self.set_intent, S_INTENT),
+            "stack.intents": Method(self.intents, role="viewer", while_draining=True),
+            "logs.read": Method(self.logs_read, S_LOGS, role="viewer", while_draining=True),
+            "observations.read": Method(self.obs_read, S_OBS, role="viewer",
+                                        while_draining=True),
+            "observations.subscribe": Method(self.obs_subscribe, S_OBS, role="viewer"),
+            "observations.ack": Method(self.obs_ack, S_ACK),
+            "shutdown": Method(self.shutdown),
+        }
+
+    def _publish(self, cursor: int, event: dict[str, Any]) -> None:
+        if self.server is not None:
+            self.server.publish("observations", cursor, event)
+
+    def _require_epoch(self, call: Call) -> None:
+        if self.epoch == 0:
+            raise NoGrant("no grant has been fenced yet; the guardian issues epoch 1")
+        if call.epoch != self.epoch:
+            raise StaleEpoch(f"request carries epoch {call.epoch}; current is {self.epoch}",
+                             {"current": self.epoch})
+
+    # -- fencing ----------------------------------------------------------------------
+
+    async def pin(self, call: Call) -> Any:
+        """Trust-on-first-use of the guardian's key. Raises Conflict for another key."""
+        key = load_public_key(call.params["public_key"])
+        text = public_key_text(key) + "\n"
+        try:
+            current = read_private(self.paths.guardian_pub).decode()
+        except FileNotFoundError:
+            atomic_write(self.paths.guardian_pub, text.encode())
+            log.info("pinned guardian key")
+            return {"pinned": True}
+        if current != text:
+            raise Conflict("another guardian key is pinned; replace guardian.pub only with "
+                           "the owner stopped")
+        return {"pinned": False}
+
+    async def fence(self, call: Call) -> Any:
+        """Verify, require a newer epoch for this instance, persist, then answer."""
+        signed = SignedGrant.from_wire(call.params["grant"])
+        try:
+            key = load_public_key(read_private(self.paths.guardian_pub).decode())
+        except FileNotFoundError:
+            raise NoGrant("no guardian key is pinned; call guardian.pin first") from None
+        grant = signed.verify(key)
+        if grant.owner_instance != self.identity.instance:
+            raise OwnerChanged(f"grant names owner {grant.owner_instance}, this is "
+                               f"{self.identity.instance}",
+                               {"expected": grant.owner_instance,
+                                "actual": self.identity.instance})
+        self.store.advance_epoch(self.epoch, grant.epoch, call.params["grant"]["sig"])
+        self.epoch = grant.epoch
+        self.ring.emit("fenced", epoch=grant.epoch, activation=grant.activation)
+        log.info("fenced to epoch %d for activation %s", grant.epoch, grant.activation)
+        return {"epoch": self.epoch}
+
+    # -- processes --------------------------------------------------------------------
+
+    async def launch(self, call: Call) -> Any:
+        self._require_epoch(call)
+        p = call.params
+        first = self.store.get_launch(p["launch_key"])
+        if first is None:
+            intent, revision = self.store.intent(p["stack"])
+            if intent is Intent.STOPPED and p["intent_revision"] != revision:
+                raise StackFenced(f"stack {p['stack']!r} is stopped (intent revision "
+                                  f"{revision})", {"stack": p["stack"], "revision": revision})
+            spec = LaunchSpec.from_wire({k: p[k] for k in ("argv", "env", "cwd", "stop")
+                                         if p[k] is not None})
+            first = self.launcher.launch(p, spec, self.epoch)
+        if first.state is LaunchState.FAILED:
+            raise LaunchFailed((first.error or {}).get("msg", "launch failed"),
+                               {"launch_key": first.launch_key, **(first.error or {})})
+        return first.to_wire()
+
+    def _live(self, key: str) -> LaunchRow:
+        row = self.launcher.live.get(key) or self.store.get_launch(key)
+        if row is None or row.pid is None:
+            raise NotFound(f"no launch {key!r} with a process", {"launch_key": key})
+        return row
+
+    async def stop(self, call: Call) -> Any:
+        """Confirmed termination. Raises StopTimeout (with the result) when the group
+        outlived the policy."""
+        self._require_epoch(call)
+        row = self._live(call.params["launch_key"])
+        policy = StopPolicy.from_wire(call.params["policy"]) if call.params["policy"] \
+            else None
+        result = await self.launcher.stop(row, policy)
+        wire = {"launch_key": row.launch_key, "pid": row.pid, **result.to_wire()}
+        if result.outcome is StopOutcome.TIMEOUT:
+            raise StopTimeout(f"{row.launch_key}: process group still alive after the "
+                              "stop policy", wire)
+        return wire
+
+    async def signal(self, call: Call) -> Any:
+        self._require_epoch(call)
+        row = self._live(call.params["launch_key"])
+        sig = parse_signal(call.params["signal"])
+        assert row.pid is not None
+        self.procs.signal(row.pid, sig, group=call.params["group"])
+        return {"launch_key": row.launch_key, "pid": row.pid, "signal": sig}
+
+    async def inventory(self, call: Call) -> Any:
+        stack = call.params["stack"]
+        rows = [r.to_wire() for r in self.launcher.live.values()
+                if stack is None or r.stack == stack]
+        return {"owner": self.identity.to_wire(), "epoch": self.epoch, "launches": rows,
+                "cursor": self.ring.cursor}
+
+    async def inspect(self, call: Call) -> Any:
+        row = self._live(call.params["launch_key"])
+        assert row.pid is not None and row.start_ticks is not None
+        usage = self.inspector.inspect(row.pid, row.start_ticks)
+        return {**row.to_wire(), "usage": usage}
+
+    # -- stacks -----------------------------------------------------------------------
+
+    async def set_intent(self, call: Call) -> Any:
+        self._require_epoch(call)
+        p = call.params
+        try:
+            intent = Intent(p["intent"])
+        except ValueError:
+            raise BadRequest("params.intent must be running or stopped",
+                             {"field": "intent"}) from None
+        revision = self.store.set_intent(p["stack"], intent, p["expected_revision"])
+        self.ring.emit("intent", stack=p["stack"], intent=str(intent), revision=revision)
+        return {"stack": p["stack"], "intent": str(intent), "revision": revision}
+
+    async def intents(self, call: Call) -> Any:
+        return {"intents": self.store.intents()}
+
+    # -- logs and observations ---------------------------------------------------------
+
+    async def logs_read(self, call: Call) -> Any:
+        p = call.params
+        if p["stream"] not in (None, "stdout", "stderr"):
+            raise BadRequest("params.stream must be stdout or stderr", {"field": "stream"})
+        recs = await asyncio.to_thread(
+            self.journal.read, p["after"], p["limit"], stack=p["stack"], app=p["app"],
+            instance=p["instance"], stream=p["stream"])
+        return {"records": [_record(r) for r in recs], "last_id": self.journal.last_id()}
+
+    async def obs_read(self, call: Call) -> Any:
+        return self.ring.read(call.params["after"], call.params["limit"])
+
+    async def obs_subscribe(self, call: Call) -> Any:
+        """Backlog after the cursor, then every new event pushed on this connection."""
+        backlog = self.ring.read(call.params["after"], call.params["limit"])
+        call.conn.subscribe("observations")
+        return backlog
+
+    async def obs_ack(self, call: Call) -> Any:
+        self._require_epoch(call)
+        return {"acked": self.ring.ack(call.params["cursor"])}
+
+    # -- daemon -----------------------------------------------------------------------
+
+    async def status(self, call: Call) -> Any:
+        return {"owner": self.identity.to_wire(), "epoch": self.epoch,
+                "capabilities": CAPABILITIES, "live": len(self.launcher.live),
+                "exit_mode": str(self.procs.mode), "isolation": "process-group",
+                "cursor": self.ring.cursor, "acked": self.ring.acked,
+                "log_overflow_total": self.journal.overflow_total,
+                "notify": dict(self.launcher.notify_stats()),
+                "draining": bool(self.server and self.server.draining),
+                "home": os.fspath(self.paths.home)}
+
+    async def shutdown(self, call: Call) -> Any:
+        """Stop every application and exit with a clean receipt (the maintenance path)."""
+        self._require_epoch(call)
+        asyncio.get_running_loop().call_soon(self._on_shutdown)
+        return {"shutting_down": True}
+
+
+def _record(r: Any) -> dict[str, Any]:
+    return {"id": r.id, "ts": r.ts, "stack": r.stack, "app": r.app, "instance": r.instance,
+            "generation": r.generation, "stream": r.stream, "flags": r.flags, "data": r.data}
+
+
+def source_of(row: LaunchRow) -> LogSource:
+    return LogSource(row.stack, row.app, row.instance, row.generation)

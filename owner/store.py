@@ -1,0 +1,206 @@
+"""owner.db: the current epoch and grant, every launch ever made, and stack intents.
+
+SQLite with synchronous=FULL: every answer the owner gives about these facts is given
+after they are on disk. The epoch moves only forward, by compare-and-set.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from protocol.durable import open_sqlite
+from protocol.errors import Conflict, NotFound, StaleEpoch
+
+__all__ = ["Intent", "LaunchRow", "LaunchState", "OwnerStore"]
+
+FORMAT = 1
+SCHEMA = """
+CREATE TABLE fence (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    epoch INTEGER NOT NULL,
+    grant_wire BLOB,
+    updated_at REAL NOT NULL
+);
+INSERT INTO fence VALUES (1, 0, NULL, 0);
+CREATE TABLE launches (
+    launch_key TEXT PRIMARY KEY,
+    stack TEXT NOT NULL, app TEXT NOT NULL, instance INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    pid INTEGER, start_ticks INTEGER, pgid INTEGER,
+    started_at REAL, ended_at REAL,
+    exit TEXT, error TEXT,
+    epoch INTEGER NOT NULL,
+    boot_id TEXT NOT NULL
+);
+CREATE INDEX launches_live ON launches (state);
+CREATE TABLE intents (
+    stack TEXT PRIMARY KEY,
+    intent TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    updated_at REAL NOT NULL
+)
+"""
+
+
+class LaunchState(StrEnum):
+    STARTING = "starting"  # row written, process not yet known to exist
+    RUNNING = "running"
+    EXITED = "exited"
+    FAILED = "failed"      # could not be started; nothing runs
+    LOST = "lost"          # the owner died while it ran; proven gone by reconcile
+
+
+class Intent(StrEnum):
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class LaunchRow:
+    launch_key: str
+    stack: str
+    app: str
+    instance: int
+    generation: int
+    spec: dict[str, Any]
+    state: LaunchState
+    pid: int | None
+    start_ticks: int | None
+    pgid: int | None
+    started_at: float | None
+    ended_at: float | None
+    exit: dict[str, Any] | None
+    error: dict[str, Any] | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"launch_key": self.launch_key, "stack": self.stack, "app": self.app,
+                "instance": self.instance, "generation": self.generation,
+                "state": str(self.state), "pid": self.pid, "start_ticks": self.start_ticks,
+                "pgid": self.pgid, "started_at": self.started_at, "ended_at": self.ended_at,
+                "exit": self.exit, "error": self.error}
+
+
+_COLS = ("launch_key, stack, app, instance, generation, spec, state, pid, start_ticks, "
+         "pgid, started_at, ended_at, exit, error")
+
+
+def _row(r: tuple[Any, ...]) -> LaunchRow:
+    return LaunchRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), LaunchState(r[6]),
+                     r[7], r[8], r[9], r[10], r[11],
+                     json.loads(r[12]) if r[12] else None, json.loads(r[13]) if r[13] else None)
+
+
+class OwnerStore:
+    """All access to owner.db. Methods raise StateCorrupt/UnsafePath on open only."""
+
+    def __init__(self, path: str) -> None:
+        self.db = open_sqlite(path, "tenure-owner", FORMAT, SCHEMA, synchronous="FULL")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- fencing ----------------------------------------------------------------------
+
+    def epoch(self) -> int:
+        return int(self.db.execute("SELECT epoch FROM fence WHERE id = 1").fetchone()[0])
+
+    def grant_wire(self) -> bytes | None:
+        row = self.db.execute("SELECT grant_wire FROM fence WHERE id = 1").fetchone()
+        return row[0] if row else None
+
+    def advance_epoch(self, expected: int, new: int, grant_wire: bytes) -> None:
+        """Compare-and-set the epoch. Raises StaleEpoch naming the current epoch."""
+        if new <= expected:
+            raise StaleEpoch(f"epoch {new} is not newer than {expected}", {"current": expected})
+        cur = self.db.execute(
+            "UPDATE fence SET epoch = ?, grant_wire = ?, updated_at = ? "
+            "WHERE id = 1 AND epoch = ?", (new, grant_wire, time.time(), expected))
+        if cur.rowcount != 1:
+            current = self.epoch()
+            raise StaleEpoch(f"epoch moved to {current} meanwhile", {"current": current})
+
+    # -- launches ---------------------------------------------------------------------
+
+    def get_launch(self, key: str) -> LaunchRow | None:
+        r = self.db.execute(f"SELECT {_COLS} FROM launches WHERE launch_key = ?",
+                            (key,)).fetchone()
+        return _row(r) if r else None
+
+    def insert_launch(self, key: str, p: dict[str, Any], spec: dict[str, Any], epoch: int,
+                      boot_id: str) -> None:
+        """Record a launch before its process exists. Raises Conflict on a used key."""
+        try:
+            self.db.execute(
+                "INSERT INTO launches (launch_key, stack, app, instance, generation, spec, "
+                "state, epoch, boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, p["stack"], p["app"], p["instance"], p["generation"],
+                 json.dumps(spec, sort_keys=True), LaunchState.STARTING, epoch, boot_id))
+        except sqlite3.IntegrityError:
+            raise Conflict(f"launch key {key!r} already used", {"launch_key": key}) from None
+
+    def mark_running(self, key: str, pid: int, start_ticks: int, pgid: int) -> None:
+        self._set(key, "state = ?, pid = ?, start_ticks = ?, pgid = ?, started_at = ?",
+                  (LaunchState.RUNNING, pid, start_ticks, pgid, time.time()))
+
+    def mark_failed(self, key: str, error: dict[str, Any]) -> None:
+        self._set(key, "state = ?, error = ?, ended_at = ?",
+                  (LaunchState.FAILED, json.dumps(error), time.time()))
+
+    def mark_exited(self, key: str, exit_wire: dict[str, Any]) -> None:
+        self._set(key, "state = ?, exit = ?, ended_at = ?",
+                  (LaunchState.EXITED, json.dumps(exit_wire), time.time()))
+
+    def mark_lost(self, keys: list[str]) -> None:
+        now = time.time()
+        self.db.executemany("UPDATE launches SET state = ?, ended_at = ? WHERE launch_key = ?",
+                            [(LaunchState.LOST, now, k) for k in keys])
+
+    def _set(self, key: str, assignments: str, values: tuple[Any, ...]) -> None:
+        cur = self.db.execute(f"UPDATE launches SET {assignments} WHERE launch_key = ?",
+                              (*values, key))
+        if cur.rowcount != 1:
+            raise NotFound(f"no launch {key!r}", {"launch_key": key})
+
+    def live_launches(self) -> list[LaunchRow]:
+        """Launches not known to be over (starting or running)."""
+        rows = self.db.execute(
+            f"SELECT {_COLS} FROM launches WHERE state IN (?, ?) ORDER BY rowid",
+            (LaunchState.STARTING, LaunchState.RUNNING)).fetchall()
+        return [_row(r) for r in rows]
+
+    # -- stack intents ----------------------------------------------------------------
+
+    def intent(self, stack: str) -> tuple[Intent, int]:
+        r = self.db.execute("SELECT intent, revision FROM intents WHERE stack = ?",
+                            (stack,)).fetchone()
+        return (Intent(r[0]), int(r[1])) if r else (Intent.RUNNING, 0)
+
+    def intents(self) -> dict[str, dict[str, Any]]:
+        rows = self.db.execute("SELECT stack, intent, revision, updated_at FROM intents")
+        return {s: {"intent": i, "revision": r, "updated_at": u} for s, i, r, u in rows}
+
+    def set_intent(self, stack: str, intent: Intent, expected_revision: int) -> int:
+        """Compare-and-set a stack's intent. Returns the new revision; raises Conflict."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            _, revision = self.intent(stack)
+            if revision != expected_revision:
+                raise Conflict(f"stack {stack!r} intent is at revision {revision}, not "
+                               f"{expected_revision}", {"revision": revision})
+            self.db.execute(
+                "INSERT INTO intents VALUES (?, ?, ?, ?) ON CONFLICT(stack) DO UPDATE SET "
+                "intent = excluded.intent, revision = excluded.revision, "
+                "updated_at = excluded.updated_at",
+                (stack, intent, revision + 1, time.time()))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return revision + 1

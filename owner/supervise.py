@@ -1,0 +1,126 @@
+"""Launch bookkeeping: process table, pipe drainers, notify attribution, durable rows.
+
+Order of a launch, always: the row is written (``starting``) before the process exists,
+then the process is spawned, then the row says ``running`` with pid and start ticks. A
+crash between the steps leaves a ``starting`` row that reconcile can resolve, because the
+launch key is also in the process's environment (``TENURE_LAUNCH_KEY``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import Any
+
+from protocol.errors import LaunchFailed
+
+from .drain import PipeDrainer
+from .journal import Journal, LogSource
+from .notify import NotifyListener, pgid_resolver
+from .observations import ObservationRing
+from .procs import ProcessTable
+from .specs import ExitStatus, LaunchSpec, StopPolicy
+from .stop import StopResult
+from .store import LaunchRow, OwnerStore
+
+__all__ = ["LAUNCH_KEY_ENV", "Launcher"]
+
+log = logging.getLogger("tenure.owner")
+LAUNCH_KEY_ENV = "TENURE_LAUNCH_KEY"
+
+
+class Launcher:
+    def __init__(self, store: OwnerStore, journal: Journal, ring: ObservationRing,
+                 boot_id: str, notify_path: str, *, reap_orphans: bool = True) -> None:
+        self.store = store
+        self.journal = journal
+        self.ring = ring
+        self.boot_id = boot_id
+        self.live: dict[str, LaunchRow] = {}
+        self._by_pid: dict[int, str] = {}
+        self._by_pgid: dict[int, str] = {}
+        self.drainers: list[PipeDrainer] = []
+        self.procs = ProcessTable(self._on_exit, notify_socket_path=notify_path,
+                                  reap_orphans=reap_orphans)
+        self.notify = NotifyListener(notify_path, pgid_resolver(self._by_pgid.get),
+                                     self._on_notify)
+        self.notify.open()
+
+    def notify_stats(self) -> dict[str, int]:
+        return dict(self.notify.stats)
+
+    def launch(self, p: dict[str, Any], spec: LaunchSpec, epoch: int) -> LaunchRow:
+        """Write the row, spawn, record the process. Returns the final row (``failed``
+        rows included: the caller reports them)."""
+        key = p["launch_key"]
+        spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key})
+        self.store.insert_launch(key, p, spec.to_wire(), epoch, self.boot_id)
+        try:
+            spawned = self.procs.launch(spec)
+        except LaunchFailed as exc:
+            self.store.mark_failed(key, exc.to_wire())
+            self.ring.emit("launch_failed", launch_key=key, code=exc.code_str, msg=exc.msg)
+            row = self.store.get_launch(key)
+            assert row is not None
+            return row
+        self.store.mark_running(key, spawned.pid, spawned.start_ticks, spawned.pgid)
+        row = self.store.get_launch(key)
+        assert row is not None
+        self.live[key] = row
+        self._by_pid[spawned.pid] = key
+        self._by_pgid[spawned.pgid] = key
+        src = LogSource(row.stack, row.app, row.instance, row.generation)
+        loop = asyncio.get_running_loop()
+        for fd, stream in ((spawned.stdout_fd, "stdout"), (spawned.stderr_fd, "stderr")):
+            self.drainers.append(PipeDrainer(loop, fd, self.journal, src, stream,
+                                             on_eof=self._prune_drainers))
+        self.ring.emit("launched", launch_key=key, stack=row.stack, app=row.app,
+                       instance=row.instance, generation=row.generation, pid=spawned.pid,
+                       start_ticks=spawned.start_ticks)
+        return row
+
+    def _prune_drainers(self) -> None:
+        self.drainers = [d for d in self.drainers if not d.closed]
+
+    def _on_exit(self, pid: int, status: ExitStatus) -> None:
+        key = self._by_pid.pop(pid, None)
+        if key is None:
+            return
+        row = self.live.pop(key, None)
+        if row is not None and row.pgid is not None:
+            self._by_pgid.pop(row.pgid, None)
+        self.store.mark_exited(key, status.to_wire())
+        self.ring.emit("exit", launch_key=key, pid=pid, **status.to_wire())
+
+    def _on_notify(self, key: str, sender: int, fields: dict[str, str]) -> None:
+        self.ring.emit("notify", launch_key=key, pid=sender, fields=fields)
+
+    async def stop(self, row: LaunchRow, policy: StopPolicy | None) -> StopResult:
+        assert row.pid is not None
+        return await self.procs.stop(row.pid, policy)
+
+    async def stop_all(self) -> list[tuple[str, StopResult | BaseException]]:
+        """Stop every live launch concurrently with its own policy."""
+        rows = list(self.live.values())
+        results = await asyncio.gather(*(self.stop(r, None) for r in rows),
+                                       return_exceptions=True)
+        return [(r.launch_key, res) for r, res in zip(rows, results, strict=True)]
+
+    async def wait_drained(self, timeout: float) -> bool:
+        """Wait until every pipe reached EOF (all output is in the journal)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(not d.closed for d in self.drainers):
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    def close(self) -> None:
+        self.notify.close()
+        for d in self.drainers:
+            d.close()
+        self.drainers.clear()
+        self.procs.close()
+

@@ -1,0 +1,103 @@
+"""Helpers to run a real owner in tests and benchmarks, and to act as its guardian.
+
+``OwnerProcess`` starts ``python -m owner --home H`` and waits for it to listen;
+``GuardianKey`` holds an Ed25519 key, pins it in the owner and fences epochs — the same
+bootstrap the guardian performs on first run (pin, then epoch 1).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from protocol.client import Client
+from protocol.grant import Grant, public_key_text
+
+from .paths import OwnerPaths
+
+__all__ = ["GuardianKey", "OwnerProcess"]
+
+
+@dataclass
+class OwnerProcess:
+    home: Path
+    proc: subprocess.Popen[bytes] | None = None
+    instance: str = ""
+    stderr_path: Path | None = None
+
+    @property
+    def paths(self) -> OwnerPaths:
+        return OwnerPaths(self.home)
+
+    def start(self, timeout: float = 15.0) -> OwnerProcess:
+        """Start and wait for READY. Raises RuntimeError with the owner's stderr if it
+        exits first."""
+        self.stderr_path = self.home / f"owner-{time.monotonic_ns()}.log"
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "owner", "--home", str(self.home)],
+                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        if not line.startswith("READY "):
+            code = self.proc.wait(timeout)
+            self.proc.stdout.close()
+            raise RuntimeError(f"owner exited {code}: {self.stderr_path.read_text()}")
+        self.instance = line.split()[1]
+        return self
+
+    def client(self, **kw: Any) -> Client:
+        return Client(self.paths.sock, **kw)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return code
+
+    def run_exit(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run ``python -m owner ARGS --home H`` to completion (start refusal, reconcile)."""
+        return subprocess.run([sys.executable, "-m", "owner", *args, "--home", str(self.home)],
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+
+@dataclass
+class GuardianKey:
+    key: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
+    epoch: int = 0
+
+    def grant(self, epoch: int, instance: str, key: Ed25519PrivateKey | None = None
+              ) -> dict[str, Any]:
+        g = Grant(epoch, str(uuid.uuid4()), "test-release", instance, time.time())
+        return g.sign(key or self.key).to_wire()
+
+    def bootstrap(self, client: Client, instance: str) -> int:
+        """Pin this key and fence the next epoch (1 on a new owner)."""
+        client.call("guardian.pin", {"public_key": public_key_text(self.key.public_key())})
+        return self.fence(client, instance)
+
+    def fence(self, client: Client, instance: str) -> int:
+        self.epoch = max(self.epoch, client.call("status")["epoch"]) + 1
+        client.call("fence", {"grant": self.grant(self.epoch, instance)})
+        return self.epoch
+
+
+def kill_pids(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,165 @@
+"""Durable state on disk: atomic files, private SQLite databases, strict readers.
+
+Writes are atomic: a file is written to a temporary sibling, fsynced, renamed over the
+target and the directory fsynced, so a crash leaves either the old or the new content.
+Readers never follow symlinks and fail closed: an unreadable file or a record with an
+unknown format version raises ``StateCorrupt`` and is left in place for the operator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from typing import Any
+
+from .errors import StateCorrupt, UnsafePath
+
+__all__ = ["atomic_write", "atomic_write_json", "open_sqlite", "read_json", "read_private"]
+
+MAX_FILE = 16 * 1024 * 1024
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _refuse_link(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+        raise UnsafePath(f"{path} is a symlink or not a regular file", {"path": path})
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` atomically (temp + fsync + rename + fsync dir).
+
+    Raises UnsafePath when the target is a symlink or not a regular file.
+    """
+    p = os.fspath(path)
+    _refuse_link(p)
+    directory = os.path.dirname(os.path.abspath(p))
+    tmp = f"{p}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, p)
+    _fsync_dir(directory)
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, mode: int = 0o600) -> None:
+    """Write ``obj`` as JSON (sorted keys, trailing newline) atomically."""
+    atomic_write(path, (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode(), mode)
+
+
+def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE) -> bytes:
+    """Read a regular file without following symlinks.
+
+    Raises FileNotFoundError when absent, UnsafePath for a symlink, a non-regular file or
+    one writable by others, StateCorrupt when larger than ``max_size``.
+    """
+    p = os.fspath(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise UnsafePath(f"cannot open {p} safely: {exc.strerror}", {"path": p}) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o022:
+            raise UnsafePath(f"{p} is not a private regular file", {"path": p})
+        if st.st_size > max_size:
+            raise StateCorrupt(f"{p} is {st.st_size} bytes; refusing to read it", {"path": p})
+        return f.read(max_size + 1)
+
+
+def read_json(path: str | os.PathLike[str], kind: str, formats: tuple[int, ...] = (1,),
+              max_size: int = MAX_FILE) -> dict[str, Any]:
+    """Read a versioned JSON record ``{"kind": kind, "format": N, ...}``.
+
+    Raises FileNotFoundError, UnsafePath, or StateCorrupt for bad JSON, another kind or an
+    unknown format version. Never modifies the file.
+    """
+    p = os.fspath(path)
+    raw = read_private(p, max_size)
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StateCorrupt(f"{p} is not valid JSON: {exc}", {"path": p}) from None
+    if not isinstance(obj, dict) or obj.get("kind") != kind:
+        raise StateCorrupt(f"{p} is not a {kind} record", {"path": p})
+    if obj.get("format") not in formats:
+        raise StateCorrupt(f"{p} has format {obj.get('format')!r}; this build reads "
+                           f"{list(formats)}", {"path": p, "format": obj.get("format")})
+    return obj
+
+
+def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: str, *,
+                synchronous: str = "FULL", wal: bool = False,
+                check_same_thread: bool = True) -> sqlite3.Connection:
+    """Open (creating with mode 0600) a private SQLite database of ``kind`` at ``version``.
+
+    A new database gets ``schema`` and a ``meta`` row naming kind and version; an existing
+    one must carry exactly that kind and version. Raises UnsafePath (symlink, foreign
+    file) or StateCorrupt (unreadable, other kind, unknown version).
+    """
+    p = os.fspath(path)
+    _refuse_link(p)
+    if not os.path.exists(p):
+        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    try:
+        conn = sqlite3.connect(p, isolation_level=None, check_same_thread=check_same_thread)
+        conn.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        _check_or_create(conn, p, kind, version, schema)
+    except sqlite3.DatabaseError as exc:
+        raise StateCorrupt(f"{p} is not a readable database: {exc}", {"path": p}) from None
+    return conn
+
+
+def _check_or_create(conn: sqlite3.Connection, p: str, kind: str, version: int,
+                     schema: str) -> None:
+    has_meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+    if not has_meta:
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if tables:
+            raise StateCorrupt(f"{p} has tables but no meta record", {"path": p})
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.executemany("INSERT INTO meta VALUES (?, ?)",
+                         [("kind", kind), ("format_version", str(version))])
+        for statement in _split(schema):  # executescript would COMMIT our transaction
+            conn.execute(statement)
+        conn.execute("COMMIT")
+        return
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("kind") != kind or meta.get("format_version") != str(version):
+        raise StateCorrupt(
+            f"{p} holds {meta.get('kind')!r} format {meta.get('format_version')!r}; this "
+            f"build reads {kind!r} format {version}",
+            {"path": p, "format": meta.get("format_version")})
+
+
+def _split(schema: str) -> list[str]:
+    return [s.strip() for s in schema.split(";") if s.strip()]
+

@@ -1,0 +1,294 @@
+"""Journal over real SQLite in a temporary directory (no processes, no sleeps)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from owner.journal import READ_LIMIT_MAX, Journal, LogRecord, LogSource
+from owner.linesplit import CONTINUED, PARTIAL
+from protocol.errors import BadRequest, StateCorrupt, UnsafePath
+
+WEB = LogSource("shop", "web", 0, 1)
+WORKER = LogSource("shop", "worker", 2, 3)
+OTHER = LogSource("blog", "web", 0, 1)
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    j = Journal(tmp_path / "journal.db")
+    yield j
+    j.close()
+
+
+def lines(*items: bytes) -> list[tuple[bytes, int]]:
+    return [(d, 0) for d in items]
+
+
+def read_all(j: Journal, **filters: object) -> list[LogRecord]:
+    out: list[LogRecord] = []
+    after = 0
+    while batch := j.read(after, READ_LIMIT_MAX, **filters):  # type: ignore[arg-type]
+        out += batch
+        after = batch[-1].id
+    return out
+
+
+def test_round_trip_keeps_every_field_and_byte(journal: Journal) -> None:
+    blob = b"\x00\xff\xfe bad utf-8 \xc3\x28"
+    assert journal.append(WEB, "stdout", [(b"hello", 0), (blob, CONTINUED), (b"", PARTIAL)]) == 3
+    assert journal.append(WORKER, "stderr", lines(b"oops")) == 1
+    assert journal.flush(timeout=30)
+    recs = journal.read(0, 100)
+    assert [r.id for r in recs] == [1, 2, 3, 4]
+    assert [(r.data, r.flags) for r in recs] == [
+        (b"hello", 0), (blob, CONTINUED), (b"", PARTIAL), (b"oops", 0)]
+    r = recs[3]
+    assert (r.stack, r.app, r.instance, r.generation, r.stream) == ("shop", "worker", 2, 3,
+                                                                     "stderr")
+    assert isinstance(r.ts, float) and r.ts > 0
+    assert journal.last_id() == 4
+    assert journal.read(4, 10) == []
+    assert [x.id for x in journal.read(1, 2)] == [2, 3]
+
+
+def test_names_with_quotes_are_data_not_sql(journal: Journal) -> None:
+    odd = LogSource("it's", "a'); DROP TABLE records; --", 0, 0)
+    journal.append(odd, "stdout", lines(b"x"))
+    assert journal.flush(timeout=30)
+    (rec,) = journal.read(0, 10, stack="it's")
+    assert rec.app == odd.app
+
+
+def test_filters(journal: Journal) -> None:
+    for i in range(30):
+        journal.append(WEB, "stdout", lines(b"web %d" % i))
+        journal.append(WORKER, "stderr", lines(b"worker %d" % i))
+        journal.append(OTHER, "stdout", lines(b"other %d" % i))
+    assert journal.flush(timeout=30)
+    web = read_all(journal, stack="shop", app="web")
+    assert [r.data for r in web] == [b"web %d" % i for i in range(30)]
+    assert len(read_all(journal, stack="shop")) == 60
+    assert len(read_all(journal, app="web")) == 60
+    assert len(read_all(journal, stream="stderr")) == 30
+    assert len(read_all(journal, instance=2)) == 30
+    assert read_all(journal, stack="shop", app="web", stream="stderr") == []
+    after = web[10].id
+    assert journal.read(after, 5, stack="shop", app="web") == web[11:16]
+
+
+def test_limit_capped(journal: Journal) -> None:
+    journal.append(WEB, "stdout", lines(*[b"%d" % i for i in range(READ_LIMIT_MAX + 5)]))
+    assert journal.flush(timeout=30)
+    assert len(journal.read(0, 10 * READ_LIMIT_MAX)) == READ_LIMIT_MAX
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((-1, 10), {}), (("0", 10), {}), ((True, 10), {}), ((0, 0), {}), ((0, -5), {}),
+    ((0, 1.5), {}), ((0, 10), {"stack": 5}), ((0, 10), {"app": ""}),
+    ((0, 10), {"instance": -1}), ((0, 10), {"stream": "stdin"}),
+])
+def test_read_validates_arguments(journal: Journal, args: tuple[object, ...],
+                                  kwargs: dict[str, object]) -> None:
+    with pytest.raises(BadRequest):
+        journal.read(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_append_validates_source_and_stream(journal: Journal) -> None:
+    with pytest.raises(BadRequest):
+        journal.append(("shop", "web", 0, 1), "stdout", lines(b"x"))  # type: ignore[arg-type]
+    with pytest.raises(BadRequest):
+        journal.append(WEB, "stdin", lines(b"x"))
+    assert journal.append(WEB, "stdout", []) == 0
+
+
+@pytest.mark.parametrize("fields", [
+    ("", "a", 0, 0), ("s", "a\x00b", 0, 0), ("s", "a", -1, 0), ("s", "a", 0, True),
+    ("s", 3, 0, 0), ("s", "\udcff", 0, 0),
+])
+def test_log_source_validated(fields: tuple[object, ...]) -> None:
+    with pytest.raises(BadRequest):
+        LogSource(*fields)  # type: ignore[arg-type]
+
+
+def test_file_is_private_and_reopen_continues_ids(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    with Journal(path) as j:
+        j.append(WEB, "stdout", lines(b"a", b"b"))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with Journal(path) as j:
+        assert j.last_id() == 2
+        j.append(WEB, "stdout", lines(b"c"))
+        assert j.flush(timeout=30)
+        assert [(r.id, r.data) for r in j.read(0, 10)] == [(1, b"a"), (2, b"b"), (3, b"c")]
+        assert (sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal")
+
+
+def test_retention_prunes_oldest_of_one_app_only(tmp_path: Path) -> None:
+    limit = 64 * 1024
+    with Journal(tmp_path / "journal.db", retention_bytes_per_app=limit) as j:
+        j.append(OTHER, "stdout", lines(b"keep me"))
+        for i in range(200):
+            j.append(WEB, "stdout", lines(b"%05d" % i + b"." * 995))  # 1000 bytes each
+        assert j.flush(timeout=30)
+        web = read_all(j, stack="shop", app="web")
+        stored = sum(len(r.data) for r in web)
+        assert limit - 4 * 1000 <= stored <= limit
+        assert [r.data[:5] for r in web] == [b"%05d" % i for i in range(200 - len(web), 200)]
+        assert [r.data for r in read_all(j, stack="blog")] == [b"keep me"]
+        last = j.last_id()
+        assert last == 201
+        j.append(WEB, "stdout", lines(b"after pruning"))
+        assert j.flush(timeout=30)
+        assert j.read(last, 10)[0].id == last + 1
+
+
+def test_ids_never_reused_when_newest_rows_are_pruned(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    with Journal(path, retention_bytes_per_app=100) as j:
+        j.append(WEB, "stdout", lines(b"x" * 150))  # larger than the limit: pruned at once
+        assert j.flush(timeout=30)
+        assert j.read(0, 10) == []
+        assert j.last_id() == 1
+    with Journal(path, retention_bytes_per_app=100) as j:
+        j.append(WEB, "stdout", lines(b"y"))
+        assert j.flush(timeout=30)
+        assert [(r.id, r.data) for r in j.read(0, 10)] == [(2, b"y")]
+
+
+def test_overflow_drops_and_counts_without_blocking(tmp_path: Path) -> None:
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def slow_writer(rows: int) -> None:
+        entered.set()
+        gate.wait()
+
+    j = Journal(tmp_path / "journal.db", queue_bytes=2000, before_batch=slow_writer)
+    try:
+        assert j.append(WEB, "stdout", lines(b"first")) == 1
+        assert entered.wait(timeout=30)  # the writer now holds that batch
+        accepted = dropped = 0
+        for i in range(100):
+            n = j.append(WEB if i % 2 else WORKER, "stdout", lines(b"z" * 100, b"y" * 100))
+            accepted += n
+            dropped += 2 - n
+        assert dropped > 0 and accepted > 0
+        overflow = j.take_overflow()
+        assert sum(overflow.values()) == dropped and set(overflow) == {WEB, WORKER}
+        assert j.take_overflow() == {}
+        assert j.overflow_total == dropped
+        gate.set()
+        assert j.flush(timeout=30)
+        assert len(read_all(j)) == 1 + accepted
+    finally:
+        gate.set()
+        j.close()
+
+
+def test_close_is_idempotent_and_later_appends_are_counted(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "journal.db")
+    j.append(WEB, "stdout", lines(b"a"))
+    j.close()
+    j.close()
+    assert j.append(WEB, "stdout", lines(b"late")) == 0
+    assert j.take_overflow() == {WEB: 1}
+    with pytest.raises(BadRequest):
+        j.read(0, 10)
+    with Journal(tmp_path / "journal.db") as again:
+        assert [r.data for r in again.read(0, 10)] == [b"a"]
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_unknown_format_version_refused_and_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    with Journal(path) as j:
+        j.append(WEB, "stdout", lines(b"a"))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value=99 WHERE key='format_version'")
+    conn.close()
+    before = sha(path)
+    with pytest.raises(StateCorrupt) as info:
+        Journal(path)
+    assert info.value.data["format_version"] == 99
+    assert sha(path) == before
+
+
+def test_foreign_database_and_garbage_refused(tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    with pytest.raises(StateCorrupt):
+        Journal(foreign)
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(StateCorrupt):
+        Journal(garbage)
+    assert garbage.read_bytes() == b"not a database at all" * 100
+
+
+def test_symlinks_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real.db"
+    Journal(real).close()
+    link = tmp_path / "link.db"
+    link.symlink_to(real)
+    with pytest.raises(UnsafePath):
+        Journal(link)
+    dangling = tmp_path / "dangling.db"
+    dangling.symlink_to(tmp_path / "nowhere.db")
+    with pytest.raises(UnsafePath):
+        Journal(dangling)
+    assert not (tmp_path / "nowhere.db").exists()
+    wal = tmp_path / "other.db-wal"
+    wal.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UnsafePath):
+        Journal(tmp_path / "other.db")
+
+
+def test_directory_path_refused(tmp_path: Path) -> None:
+    with pytest.raises(UnsafePath):
+        Journal(tmp_path)
+    os.mkdir(tmp_path / "d.db")
+    with pytest.raises(UnsafePath):
+        Journal(tmp_path / "d.db")
+
+
+def test_extents_match_rows_after_interleaved_batches_and_pruning(tmp_path: Path) -> None:
+    """Regression: an extent closed in the middle of a batch was never saved."""
+    gate = threading.Event()
+    path = tmp_path / "journal.db"
+    j = Journal(path, retention_bytes_per_app=20_000, before_batch=lambda rows: gate.wait())
+    try:
+        for i in range(600):  # many items per batch while the writer waits at the gate
+            src = (WEB, WORKER, OTHER)[i % 3] if i % 50 else WEB
+            j.append(src, "stdout", lines(b"%d" % i + b"-" * (i % 97)))
+        gate.set()
+        assert j.flush(timeout=30)
+        everything = read_all(j)
+        for src in (WEB, WORKER, OTHER):
+            mine = [r for r in everything if (r.stack, r.app) == (src.stack, src.app)]
+            assert read_all(j, stack=src.stack, app=src.app) == mine
+            assert 0 < sum(len(r.data) for r in mine) <= 20_000
+    finally:
+        gate.set()
+        j.close()
+    conn = sqlite3.connect(path)
+    try:
+        real = dict(((s, a), n) for s, a, n in conn.execute(
+            "SELECT stack, app, SUM(length(data)) FROM records GROUP BY stack, app"))
+        kept = dict(((s, a), n) for s, a, n in conn.execute(
+            "SELECT stack, app, SUM(bytes) FROM extents GROUP BY stack, app"))
+    finally:
+        conn.close()
+    assert real == kept
