@@ -50,6 +50,18 @@ class Code(StrEnum):
     STOP_TIMEOUT = "STOP_TIMEOUT"
     RECONCILE_REQUIRED = "RECONCILE_REQUIRED"
     PROCESSES_ALIVE = "PROCESSES_ALIVE"
+    # configuration and workflow
+    CONFIG_INVALID = "CONFIG_INVALID"
+    BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
+    # guardian and handoff
+    BACKEND_PREFLIGHT_FAILED = "BACKEND_PREFLIGHT_FAILED"
+    BACKEND_PREFLIGHT_TIMEOUT = "BACKEND_PREFLIGHT_TIMEOUT"
+    HANDOFF_FAILED = "HANDOFF_FAILED"
+    RECOVERY_BLOCKED = "RECOVERY_BLOCKED"
+    UNCERTAIN = "UNCERTAIN"
+    # OS service supervision
+    SERVICE_ACTIVE = "SERVICE_ACTIVE"
+    SERVICE_ERROR = "SERVICE_ERROR"
 
 
 @dataclass(frozen=True)
@@ -133,6 +145,33 @@ CODES: dict[Code, CodeInfo] = {
     Code.PROCESSES_ALIVE: CodeInfo(
         "Reconciliation found recorded processes still alive; they must be gone first.",
         False),
+    Code.CONFIG_INVALID: CodeInfo(
+        "The configuration file is not valid; the message names the file, the key and the "
+        "line where it can. Nothing in the running system changed.", False),
+    Code.BACKEND_UNAVAILABLE: CodeInfo(
+        "No backend generation answers right now (starting, handing over, or down); the "
+        "guardian's diagnostics say why.", True),
+    Code.BACKEND_PREFLIGHT_FAILED: CodeInfo(
+        "The candidate release's preflight exited non-zero; data holds its exit status, "
+        "elapsed time and the end of its stderr. The incumbent keeps serving.", False),
+    Code.BACKEND_PREFLIGHT_TIMEOUT: CodeInfo(
+        "The candidate release's preflight did not finish within its deadline and was "
+        "killed. The incumbent keeps serving.", False),
+    Code.HANDOFF_FAILED: CodeInfo(
+        "A backend handoff failed at the phase named in data; the receipt says whether "
+        "the incumbent resumed or the previous release was restored.", False),
+    Code.RECOVERY_BLOCKED: CodeInfo(
+        "The backend died and the owner's live inventory does not match the last recovery "
+        "certificate; automatic recovery waits for `tenure backend recover`.", False),
+    Code.UNCERTAIN: CodeInfo(
+        "A handoff could not prove the owner identity or the inventory; automatic recovery "
+        "stopped and the operator must reconcile. Nothing was killed.", False),
+    Code.SERVICE_ACTIVE: CodeInfo(
+        "A unit is active, has a queued job, or an unmanaged owner or backend runs; tenure "
+        "refuses to install over it rather than stopping anything.", False),
+    Code.SERVICE_ERROR: CodeInfo(
+        "The init system (systemctl or launchctl) reported an error; data holds its "
+        "output.", False),
 }
 
 

@@ -13,6 +13,7 @@
     ├── Unavailable
     │   ├── ShuttingDown            SHUTTING_DOWN
     │   ├── AlreadyRunning          ALREADY_RUNNING
+    │   ├── BackendUnavailable      BACKEND_UNAVAILABLE
     │   └── Internal                INTERNAL
     ├── TransportError
     │   ├── ConnectFailed           CONNECT_FAILED     it broke before anything was sent
@@ -41,6 +42,15 @@
     │   ├── StopTimeout             STOP_TIMEOUT
     │   ├── ReconcileRequired       RECONCILE_REQUIRED
     │   └── ProcessesAlive          PROCESSES_ALIVE
+    ├── ConfigInvalid               CONFIG_INVALID
+    ├── GuardianError
+    │   ├── PreflightFailed         BACKEND_PREFLIGHT_FAILED
+    │   ├── PreflightTimeout        BACKEND_PREFLIGHT_TIMEOUT
+    │   ├── HandoffFailed           HANDOFF_FAILED
+    │   ├── RecoveryBlocked         RECOVERY_BLOCKED
+    │   └── Uncertain               UNCERTAIN
+    ├── ServiceError                SERVICE_ERROR
+    │   └── ServiceActive           SERVICE_ACTIVE
     └── RemoteError                 any code this build does not know (a newer server)
 
 A server turns a raised ``TenureError`` into ``{code, msg, data}``; a client turns such an
@@ -249,6 +259,46 @@ class ReconcileRequired(ProcessError):
 
 class ProcessesAlive(ProcessError):
     code = Code.PROCESSES_ALIVE
+
+
+class ConfigInvalid(TenureError):
+    code = Code.CONFIG_INVALID
+
+
+class BackendUnavailable(Unavailable):
+    code = Code.BACKEND_UNAVAILABLE
+
+
+class GuardianError(TenureError):
+    pass
+
+
+class PreflightFailed(GuardianError):
+    code = Code.BACKEND_PREFLIGHT_FAILED
+
+
+class PreflightTimeout(GuardianError):
+    code = Code.BACKEND_PREFLIGHT_TIMEOUT
+
+
+class HandoffFailed(GuardianError):
+    code = Code.HANDOFF_FAILED
+
+
+class RecoveryBlocked(GuardianError):
+    code = Code.RECOVERY_BLOCKED
+
+
+class Uncertain(GuardianError):
+    code = Code.UNCERTAIN
+
+
+class ServiceError(TenureError):
+    code = Code.SERVICE_ERROR
+
+
+class ServiceActive(ServiceError):
+    code = Code.SERVICE_ACTIVE
 
 
 class RemoteError(TenureError):

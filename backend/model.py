@@ -1,0 +1,168 @@
+"""The configuration model: stacks of apps, as validated from tenure.toml.
+
+Pure frozen data. ``backend.config`` builds it from TOML (with precise errors) and
+computes the config revision; the reconciler, plans and the CLI read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "App",
+    "Backoff",
+    "Config",
+    "Health",
+    "HealthKind",
+    "Readiness",
+    "ReadyKind",
+    "RestartMode",
+    "Settings",
+    "Stack",
+    "StartLimit",
+    "StopSpec",
+    "canonical_digest",
+]
+
+
+class RestartMode(StrEnum):
+    ALWAYS = "always"
+    ON_FAILURE = "on-failure"
+    NEVER = "never"
+
+
+class ReadyKind(StrEnum):
+    NONE = "none"      # ready as soon as it runs
+    NOTIFY = "notify"  # READY=1 on NOTIFY_SOCKET (sd_notify, systemd-notify --ready)
+    TCP = "tcp"        # a process of the app listens on the port
+    HTTP = "http"      # GET url answers 2xx/3xx
+    EXEC = "exec"      # command exits 0
+    DELAY = "delay"    # after a fixed delay
+
+
+class HealthKind(StrEnum):
+    HTTP = "http"
+    TCP = "tcp"
+    EXEC = "exec"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before restart n (1-based): min(initial * factor**(n-1), max); the count
+    resets after the app stayed up ``reset_after`` seconds."""
+
+    initial: float = 0.5
+    max: float = 30.0
+    factor: float = 2.0
+    reset_after: float = 30.0
+
+
+@dataclass(frozen=True)
+class StartLimit:
+    """More than ``burst`` starts within ``interval`` seconds: give up (start-limit-hit)."""
+
+    burst: int = 5
+    interval: float = 60.0
+
+
+@dataclass(frozen=True)
+class Readiness:
+    kind: ReadyKind = ReadyKind.NONE
+    port: int | None = None          # tcp: port of instance 0
+    port_step: int = 0               # tcp: instance i listens on port + i * port_step
+    host: str = "127.0.0.1"          # tcp: address for the fallback connect probe
+    url: str | None = None           # http
+    command: tuple[str, ...] = ()    # exec
+    delay: float = 0.0               # delay
+    timeout: float = 30.0            # give up waiting after this long (start failed)
+    interval: float = 0.1            # probe period for tcp/http/exec
+
+
+@dataclass(frozen=True)
+class Health:
+    kind: HealthKind
+    port: int | None = None
+    port_step: int = 0
+    host: str = "127.0.0.1"
+    url: str | None = None
+    command: tuple[str, ...] = ()
+    interval: float = 10.0
+    timeout: float = 5.0
+    failures: int = 3                # consecutive failures before a restart
+    grace: float = 0.0               # no checks during the first seconds after ready
+
+
+@dataclass(frozen=True)
+class StopSpec:
+    signal: str = "TERM"
+    timeout: float = 10.0
+    kill_after: float = 5.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"signal": self.signal, "timeout": self.timeout, "kill_after": self.kill_after}
+
+
+@dataclass(frozen=True)
+class App:
+    name: str
+    stack: str
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    instances: int = 1
+    restart: RestartMode = RestartMode.ON_FAILURE
+    backoff: Backoff = field(default_factory=Backoff)
+    start_limit: StartLimit = field(default_factory=StartLimit)
+    ready: Readiness = field(default_factory=Readiness)
+    health: Health | None = None
+    stop: StopSpec = field(default_factory=StopSpec)
+    after: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.stack}/{self.name}"
+
+    def definition_digest(self) -> str:
+        """Digest of everything that shapes a running process; a change means restart.
+        (Instance count, restart policy and health alone do not need one.)"""
+        return canonical_digest({"command": list(self.command), "env": dict(self.env),
+                                 "cwd": self.cwd, "stop": asdict(self.stop),
+                                 "ready": asdict(self.ready)})
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    apps: Mapping[str, App]
+
+
+@dataclass(frozen=True)
+class Settings:
+    viewer_group: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    stacks: Mapping[str, Stack]
+    settings: Settings = field(default_factory=Settings)
+    revision: str = ""               # sha256 of the canonical form
+    source: str = ""                 # the file it came from
+
+    def apps(self) -> list[App]:
+        return [a for s in self.stacks.values() for a in s.apps.values()]
+
+    def app(self, stack: str, name: str) -> App | None:
+        s = self.stacks.get(stack)
+        return s.apps.get(name) if s else None
+
+
+def canonical_digest(obj: Any) -> str:
+    """sha256 hex of canonical JSON (sorted keys, no whitespace, enums as values)."""
+    data = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
+    return hashlib.sha256(data.encode()).hexdigest()
