@@ -195,9 +195,9 @@ class OwnerService:
         """Confirmed termination. Raises StopTimeout (with the result) when the group
         outlived the policy."""
         self._require_epoch(call)
-        row = self._live(call.params["launch_key"])
         policy = StopPolicy.from_wire(call.params["policy"]) if call.params["policy"] \
             else None
+        row = self._live(call.params["launch_key"])
         result = await self.launcher.stop(row, policy)
         wire = {"launch_key": row.launch_key, "pid": row.pid, **result.to_wire()}
         if result.outcome is StopOutcome.TIMEOUT:
@@ -207,8 +207,8 @@ class OwnerService:
 
     async def signal(self, call: Call) -> Any:
         self._require_epoch(call)
-        row = self._live(call.params["launch_key"])
         sig = parse_signal(call.params["signal"])
+        row = self._live(call.params["launch_key"])
         assert row.pid is not None
         self.procs.signal(row.pid, sig, group=call.params["group"])
         return {"launch_key": row.launch_key, "pid": row.pid, "signal": sig}
@@ -275,6 +275,7 @@ class OwnerService:
                 "exit_mode": str(self.procs.mode), "isolation": "process-group",
                 "cursor": self.ring.cursor, "acked": self.ring.acked,
                 "log_overflow_total": self.journal.overflow_total,
+                "log_last_id": await asyncio.to_thread(self.journal.last_id),
                 "notify": dict(self.launcher.notify_stats()),
                 "draining": bool(self.server and self.server.draining),
                 "home": os.fspath(self.paths.home)}

@@ -101,7 +101,9 @@ class OwnerStore:
     """All access to owner.db. Methods raise StateCorrupt/UnsafePath on open only."""
 
     def __init__(self, path: str) -> None:
-        self.db = open_sqlite(path, "tenure-owner", FORMAT, SCHEMA, synchronous="FULL")
+        # WAL + FULL: each commit is durable with a single fsync of the log
+        self.db = open_sqlite(path, "tenure-owner", FORMAT, SCHEMA, synchronous="FULL",
+                              wal=True)
 
     def close(self) -> None:
         self.db.close()

@@ -90,8 +90,11 @@ class Launcher:
         row = self.live.pop(key, None)
         if row is not None and row.pgid is not None:
             self._by_pgid.pop(row.pgid, None)
-        self.store.mark_exited(key, status.to_wire())
+        # The event goes out first: a subscriber learns of the exit without waiting for
+        # the fsync. If the owner died in between, the row still says running and
+        # reconcile proves the process gone, so nothing is lost or invented.
         self.ring.emit("exit", launch_key=key, pid=pid, **status.to_wire())
+        self.store.mark_exited(key, status.to_wire())
 
     def _on_notify(self, key: str, sender: int, fields: dict[str, str]) -> None:
         self.ring.emit("notify", launch_key=key, pid=sender, fields=fields)

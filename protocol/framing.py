@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 
-from .errors import BadFrame
+from .errors import BadFrame, BadRequest
 
 __all__ = ["DEFAULT_MAX_FRAME", "HEADER", "FrameDecoder", "encode_frame", "pack", "unpack"]
 
@@ -43,9 +43,13 @@ def unpack(body: bytes) -> dict[str, Any]:
 def encode_frame(obj: dict[str, Any], max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     """Header + body for one map.
 
-    Raises BadFrame when the encoded body is larger than ``max_frame``.
+    Raises BadFrame when the encoded body is larger than ``max_frame`` and BadRequest
+    when ``obj`` holds something msgpack cannot encode (an integer beyond 64 bits).
     """
-    body = pack(obj)
+    try:
+        body = pack(obj)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise BadRequest(f"message cannot be encoded: {exc}") from None
     if len(body) > max_frame:
         raise BadFrame(f"frame of {len(body)} bytes exceeds the maximum of {max_frame}")
     return HEADER.pack(len(body)) + body
