@@ -1,0 +1,282 @@
+"""Plans: prepare writes only the plan; install/uninstall refuse rather than stop anything."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from protocol.errors import BadRequest, ServiceActive, ServiceError, StateCorrupt, UnsafePath
+from units import (
+    GUARDIAN_UNIT,
+    OWNER_UNIT,
+    Installation,
+    Manager,
+    Scope,
+    install,
+    load_plan,
+    prepare,
+    render_systemd,
+    services,
+    status,
+    uninstall,
+)
+from units.testing import FakeSystemctl
+
+PLAN_FILES = {OWNER_UNIT, GUARDIAN_UNIT, "environment.json", "plan.json"}
+
+
+@pytest.fixture
+def inst(short_home: Path) -> Installation:
+    home = short_home / "h"
+    home.mkdir(mode=0o700)
+    return Installation.for_scope("user", home=home, python=Path("/opt/t/bin/python"),
+                                  unit_dir=short_home / "units", plist_dir=short_home / "la")
+
+
+def _tree(root: Path) -> dict[str, tuple[int, bytes]]:
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            st = os.lstat(p)
+            out[str(p.relative_to(root))] = (
+                stat.S_IMODE(st.st_mode), p.read_bytes() if stat.S_ISREG(st.st_mode) else b"")
+    return out
+
+
+@pytest.fixture
+def listening(inst: Installation) -> Iterator[Path]:
+    sdir = inst.home / "execution"
+    sdir.mkdir(mode=0o700)
+    path = sdir / "owner.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(path))
+        s.listen(4)
+        yield path
+
+
+# -- prepare ---------------------------------------------------------------------------
+
+def test_prepare_writes_exactly_the_plan_privately(inst: Installation) -> None:
+    root = inst.home.parent
+    before = _tree(root)
+    plan = prepare(inst)
+    after = _tree(root)
+    created = {k: v for k, v in after.items() if k not in before}
+    pdir = "h/runtime/supervision-plan"
+    assert set(created) == {"h/runtime", pdir, *(f"{pdir}/{n}" for n in PLAN_FILES)}
+    assert all(after.get(k) == v for k, v in before.items())
+    assert created["h/runtime"][0] == 0o700 and created[pdir][0] == 0o700
+    for name in PLAN_FILES:
+        assert created[f"{pdir}/{name}"][0] == 0o600, name
+    assert not inst.unit_dir.exists()
+    assert plan.plan_dir == inst.plan_dir and plan.scope is Scope.USER
+
+
+def test_plan_json_records_targets_hashes_and_environment(inst: Installation) -> None:
+    prepare(inst)
+    raw = json.loads((inst.plan_dir / "plan.json").read_text())
+    assert raw["kind"] == "tenure-supervision-plan" and raw["format"] == 1
+    assert raw["scope"] == "user" and raw["manager"] == "systemd"
+    assert raw["environment"] == {"TENURE_HOME": str(inst.home)}
+    for f, spec in zip(raw["files"], services(inst), strict=True):
+        assert f["name"] == spec.name
+        assert f["target"] == str(inst.unit_dir / spec.name)
+        data = (inst.plan_dir / spec.name).read_bytes()
+        assert data == render_systemd(spec).encode()
+        assert f["sha256"] == hashlib.sha256(data).hexdigest()
+    env = (inst.plan_dir / "environment.json").read_bytes()
+    assert raw["environment_record"]["sha256"] == hashlib.sha256(env).hexdigest()
+    record = json.loads(env)
+    assert record["services"][OWNER_UNIT]["environment"] == {"TENURE_HOME": str(inst.home)}
+
+
+def test_prepare_refuses_a_symlinked_plan_dir(inst: Installation, short_home: Path) -> None:
+    (inst.home / "runtime").mkdir(mode=0o700)
+    os.symlink(short_home, inst.plan_dir)
+    with pytest.raises(UnsafePath):
+        prepare(inst)
+
+
+def test_system_prepare_creating_home_needs_the_account(short_home: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("hands directories to the service account only as root")
+    inst = Installation.for_scope("system", home=short_home / "new", user="tnnoacct",
+                                  group="tnnoacct", python=Path("/py"),
+                                  unit_dir=short_home / "u", plist_dir=short_home / "p")
+    with pytest.raises(BadRequest):
+        prepare(inst)
+
+
+# -- install ---------------------------------------------------------------------------
+
+def test_install_writes_files_then_reloads_then_enables(inst: Installation) -> None:
+    plan = prepare(inst)
+    ctl = FakeSystemctl()
+    install(plan.plan_dir, systemctl=ctl)
+    assert ctl.calls == [("show", OWNER_UNIT), ("show", GUARDIAN_UNIT), ("daemon-reload",),
+                         ("enable", OWNER_UNIT, GUARDIAN_UNIT)]
+    assert sorted(os.listdir(inst.unit_dir)) == sorted([OWNER_UNIT, GUARDIAN_UNIT])
+    for spec in services(inst):
+        target = inst.unit_dir / spec.name
+        assert target.read_text() == render_systemd(spec)
+        assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("state", ["active", "activating", "deactivating", "reloading"])
+@pytest.mark.parametrize("unit", [OWNER_UNIT, GUARDIAN_UNIT])
+def test_install_refuses_a_unit_that_is_not_idle(inst: Installation, state: str,
+                                                 unit: str) -> None:
+    plan = prepare(inst)
+    ctl = FakeSystemctl(properties={unit: {"ActiveState": state}})
+    with pytest.raises(ServiceActive) as err:
+        install(plan.plan_dir, systemctl=ctl)
+    assert unit in err.value.data["units"]
+    assert not inst.unit_dir.exists()
+    assert all(c[0] == "show" for c in ctl.calls)
+
+
+def test_install_refuses_a_queued_job(inst: Installation) -> None:
+    plan = prepare(inst)
+    ctl = FakeSystemctl(properties={GUARDIAN_UNIT: {"ActiveState": "inactive", "Job": "42"}})
+    with pytest.raises(ServiceActive):
+        install(plan.plan_dir, systemctl=ctl)
+    assert not inst.unit_dir.exists()
+
+
+def test_install_over_a_failed_unit_is_allowed(inst: Installation) -> None:
+    plan = prepare(inst)
+    install(plan.plan_dir, systemctl=FakeSystemctl(
+        properties={OWNER_UNIT: {"ActiveState": "failed", "Job": "0"}}))
+    assert (inst.unit_dir / OWNER_UNIT).exists()
+
+
+def test_install_refuses_when_a_live_socket_answers(inst: Installation,
+                                                     listening: Path) -> None:
+    plan = prepare(inst)
+    ctl = FakeSystemctl()
+    with pytest.raises(ServiceActive) as err:
+        install(plan.plan_dir, systemctl=ctl)
+    assert err.value.data["sockets"] == [str(listening)]
+    assert not inst.unit_dir.exists()
+    assert ("daemon-reload",) not in ctl.calls
+
+
+def test_install_ignores_a_stale_socket_file(inst: Installation) -> None:
+    sdir = inst.home / "runtime"
+    sdir.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(sdir / "guardian.sock"))  # closed without listening: ECONNREFUSED
+    plan = prepare(inst)
+    install(plan.plan_dir, systemctl=FakeSystemctl())
+    assert (inst.unit_dir / GUARDIAN_UNIT).exists()
+
+
+@pytest.mark.parametrize("victim", [OWNER_UNIT, GUARDIAN_UNIT, "environment.json"])
+def test_install_refuses_a_tampered_plan(inst: Installation, victim: str) -> None:
+    plan = prepare(inst)
+    path = plan.plan_dir / victim
+    path.write_bytes(path.read_bytes().replace(b"tenure", b"tenurX", 1))
+    ctl = FakeSystemctl()
+    with pytest.raises(StateCorrupt):
+        install(plan.plan_dir, systemctl=ctl)
+    with pytest.raises(StateCorrupt):
+        load_plan(plan.plan_dir)
+    assert ctl.calls == [] and not inst.unit_dir.exists()
+
+
+def test_install_refuses_a_missing_plan_file(inst: Installation) -> None:
+    plan = prepare(inst)
+    (plan.plan_dir / OWNER_UNIT).unlink()
+    with pytest.raises(StateCorrupt):
+        install(plan.plan_dir, systemctl=FakeSystemctl())
+
+
+@pytest.mark.parametrize("target", ["/etc/passwd", "relative/tenure.service"])
+def test_install_refuses_a_plan_retargeted_elsewhere(inst: Installation, target: str) -> None:
+    plan = prepare(inst)
+    raw = json.loads((plan.plan_dir / "plan.json").read_text())
+    raw["files"][1]["target"] = target
+    (plan.plan_dir / "plan.json").write_text(json.dumps(raw))
+    with pytest.raises(StateCorrupt):
+        install(plan.plan_dir, systemctl=FakeSystemctl())
+
+
+def test_install_refuses_an_unknown_plan_format(inst: Installation) -> None:
+    plan = prepare(inst)
+    raw = json.loads((plan.plan_dir / "plan.json").read_text())
+    raw["format"] = 2
+    (plan.plan_dir / "plan.json").write_text(json.dumps(raw))
+    with pytest.raises(StateCorrupt):
+        install(plan.plan_dir, systemctl=FakeSystemctl())
+
+
+def test_install_refuses_a_systemctl_of_the_other_scope(inst: Installation) -> None:
+    plan = prepare(inst)
+    with pytest.raises(BadRequest):
+        install(plan.plan_dir, systemctl=FakeSystemctl(scope=Scope.SYSTEM))
+
+
+def test_install_reports_a_failing_systemctl(inst: Installation) -> None:
+    plan = prepare(inst)
+    with pytest.raises(ServiceError):
+        install(plan.plan_dir, systemctl=FakeSystemctl(fail={"enable": "no such unit"}))
+
+
+def test_launchd_plan_installs_plists_without_systemctl(short_home: Path) -> None:
+    home = short_home / "h"
+    home.mkdir(mode=0o700)
+    inst = Installation.for_scope("user", home=home, python=Path("/py"),
+                                  unit_dir=short_home / "u", plist_dir=short_home / "la",
+                                  manager=Manager.LAUNCHD)
+    plan = prepare(inst)
+    install(plan.plan_dir)
+    assert sorted(os.listdir(inst.plist_dir)) == ["dev.tenure.guardian.plist",
+                                                  "dev.tenure.owner.plist"]
+    assert uninstall(inst) == [inst.plist_dir / "dev.tenure.owner.plist",
+                               inst.plist_dir / "dev.tenure.guardian.plist"]
+    assert os.listdir(inst.plist_dir) == []
+
+
+# -- status and uninstall --------------------------------------------------------------
+
+def test_status_reads_both_units(inst: Installation) -> None:
+    ctl = FakeSystemctl(properties={OWNER_UNIT: {"ActiveState": "active", "MainPID": "7",
+                                                 "NRestarts": "0"}})
+    got = status(inst, systemctl=ctl)
+    assert set(got) == {OWNER_UNIT, GUARDIAN_UNIT}
+    assert got[OWNER_UNIT]["ActiveState"] == "active" and got[OWNER_UNIT]["MainPID"] == "7"
+    assert set(got[GUARDIAN_UNIT]) >= {"ActiveState", "SubState", "MainPID", "NRestarts",
+                                       "ExecMainStatus"}
+
+
+def test_uninstall_refuses_when_active(inst: Installation) -> None:
+    install(prepare(inst).plan_dir, systemctl=FakeSystemctl())
+    ctl = FakeSystemctl(properties={OWNER_UNIT: {"ActiveState": "active"}})
+    with pytest.raises(ServiceActive):
+        uninstall(inst, systemctl=ctl)
+    assert (inst.unit_dir / OWNER_UNIT).exists()
+    assert all(c[0] == "show" for c in ctl.calls)
+
+
+def test_uninstall_disables_removes_then_reloads(inst: Installation) -> None:
+    install(prepare(inst).plan_dir, systemctl=FakeSystemctl())
+    ctl = FakeSystemctl()
+    removed = uninstall(inst, systemctl=ctl)
+    assert removed == [inst.unit_dir / OWNER_UNIT, inst.unit_dir / GUARDIAN_UNIT]
+    assert ctl.calls[2:] == [("disable", OWNER_UNIT, GUARDIAN_UNIT), ("daemon-reload",)]
+    assert os.listdir(inst.unit_dir) == []
+
+
+def test_uninstall_refuses_to_remove_a_symlink(inst: Installation, short_home: Path) -> None:
+    inst.unit_dir.mkdir()
+    os.symlink(short_home / "elsewhere", inst.unit_dir / OWNER_UNIT)
+    with pytest.raises(UnsafePath):
+        uninstall(inst, systemctl=FakeSystemctl())

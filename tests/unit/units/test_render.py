@@ -1,0 +1,219 @@
+"""Rendering: golden files, systemd escaping, refusals, plists, determinism, policy."""
+
+from __future__ import annotations
+
+import dataclasses
+import plistlib
+from pathlib import Path
+
+import pytest
+
+import units
+from protocol.errors import BadRequest
+from units import (
+    Installation,
+    Manager,
+    Scope,
+    ServiceSpec,
+    exec_word,
+    quote_env,
+    render_launchd,
+    render_systemd,
+    services,
+)
+from units.testing import GOLDEN_INSTALLATIONS, golden_files
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "units"
+REGEN = "python -m units.render --regen-golden tests/golden/units"
+
+
+def _inst(scope: str = "user", home: str = "/srv/tenure", **kw: object) -> Installation:
+    account = {"user": "tenure", "group": "tenure"} if scope == "system" else {}
+    return Installation.for_scope(scope, home=Path(home), python=Path("/opt/t/bin/python"),
+                                  unit_dir=Path("/u"), plist_dir=Path("/p"),
+                                  **{**account, **kw})  # type: ignore[arg-type]
+
+
+def _spec(**kw: object) -> ServiceSpec:
+    return dataclasses.replace(services(_inst())[0], **kw)  # type: ignore[arg-type]
+
+
+def _lines(text: str, key: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(key + "=")]
+
+
+# -- golden files ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("rel", sorted(golden_files()))
+def test_rendering_matches_golden_file(rel: str) -> None:
+    expected = (GOLDEN / rel).read_bytes()
+    assert golden_files()[rel] == expected, f"{rel} differs; review, then run `{REGEN}`"
+
+
+def test_golden_directory_holds_exactly_the_renderings() -> None:
+    on_disk = sorted(str(p.relative_to(GOLDEN)) for p in GOLDEN.rglob("*") if p.is_file())
+    assert on_disk == sorted(golden_files())
+    assert {rel.split("/")[0] for rel in on_disk} == set(GOLDEN_INSTALLATIONS)
+
+
+# -- policy ----------------------------------------------------------------------------
+
+def test_owner_policy_lets_the_owner_stop_apps_itself() -> None:
+    text = render_systemd(services(_inst("system"))[0])
+    for line in ("Type=notify", "NotifyAccess=main", "Restart=no", "KillMode=process",
+                 "SendSIGKILL=no", "Delegate=yes", "TimeoutStopSec=90", "OOMPolicy=continue",
+                 "User=tenure", "Group=tenure", "WantedBy=multi-user.target"):
+        assert line in text.splitlines(), line
+    assert "KillMode=control-group" not in text and "KillMode=mixed" not in text
+
+
+def test_guardian_wants_owner_but_never_binds_to_it() -> None:
+    text = render_systemd(services(_inst())[1])
+    lines = text.splitlines()
+    for line in ("Restart=always", "RestartSec=1", "After=tenure-owner.service",
+                 "Wants=tenure-owner.service", "KillMode=control-group",
+                 "WantedBy=default.target"):
+        assert line in lines, line
+    assert not _lines(text, "Requires") and not _lines(text, "BindsTo")
+    assert not _lines(text, "PartOf") and not _lines(text, "User")
+
+
+def test_environment_carries_only_the_instance_path() -> None:
+    for spec in services(_inst("system")):
+        assert spec.environment == (("TENURE_HOME", "/srv/tenure"),)
+
+
+def test_installation_refuses_bad_shapes() -> None:
+    with pytest.raises(BadRequest):
+        _inst(home="relative/home")
+    with pytest.raises(BadRequest):
+        _inst("user", user="alice")
+    with pytest.raises(BadRequest):
+        Installation(Scope.SYSTEM, Path("/h"), Path("/py"), Path("/u"), Path("/p"))
+    with pytest.raises(BadRequest):
+        _inst("system", user="bad name")
+    with pytest.raises(BadRequest):
+        Installation.for_scope("galaxy")
+
+
+# -- systemd escaping ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("arg", "word"), [
+    ("plain", "plain"),
+    ("100%", "100%%"),
+    ("$HOME", "$$HOME"),
+    ("a b", '"a b"'),
+    ("it's", '"it\'s"'),
+    ('say "hi"', '"say \\"hi\\""'),
+    ("C:\\dir", '"C:\\\\dir"'),
+    ("50% of $x", '"50%% of $$x"'),
+    (";", '";"'),
+    ("", '""'),
+])
+def test_exec_word_escaping(arg: str, word: str) -> None:
+    assert exec_word(arg) == word
+
+
+@pytest.mark.parametrize(("key", "value", "quoted"), [
+    ("TENURE_HOME", "/var/lib/tenure", '"TENURE_HOME=/var/lib/tenure"'),
+    ("K", "value with space", '"K=value with space"'),
+    ("K", "100%", '"K=100%%"'),
+    ("K", 'a"b', '"K=a\\"b"'),
+    ("K", "a\\b", '"K=a\\\\b"'),
+    ("K", "$HOME", '"K=$HOME"'),
+])
+def test_environment_quoting(key: str, value: str, quoted: str) -> None:
+    assert quote_env(key, value) == quoted
+
+
+def test_home_with_space_percent_quote_and_backslash_renders_exact_lines() -> None:
+    home = '/srv/my tenure/50%/"q"/b\\s'
+    inst = Installation.for_scope("user", home=Path(home), python=Path("/opt/my venv/py"),
+                                  unit_dir=Path("/u"), plist_dir=Path("/p"))
+    text = render_systemd(services(inst)[0])
+    esc = '/srv/my tenure/50%%/\\"q\\"/b\\\\s'
+    assert _lines(text, "ExecStart") == [
+        f'ExecStart="/opt/my venv/py" -m owner --home "{esc}"']
+    assert _lines(text, "Environment") == [f'Environment="TENURE_HOME={esc}"']
+    assert _lines(text, "WorkingDirectory") == [
+        'WorkingDirectory=/srv/my tenure/50%%/"q"/b\\s']
+
+
+def test_description_percent_is_doubled() -> None:
+    text = render_systemd(_spec(description="tenure at 100% (test)"))
+    assert _lines(text, "Description") == ["Description=tenure at 100%% (test)"]
+
+
+@pytest.mark.parametrize("bad", ["a\nb", "a\x00b", "a\rb", "a\x7fb"])
+@pytest.mark.parametrize("where", ["home", "env", "arg", "description", "exe"])
+def test_unrepresentable_characters_are_refused(bad: str, where: str) -> None:
+    changes: dict[str, object] = {
+        "home": {"working_directory": f"/srv/{bad}"},
+        "env": {"environment": (("K", bad),)},
+        "arg": {"exec_start": ("/py", bad)},
+        "description": {"description": bad},
+        "exe": {"exec_start": (f"/py{bad}",)},
+    }[where]  # type: ignore[assignment]
+    spec = _spec(**changes)
+    with pytest.raises(BadRequest):
+        render_systemd(spec)
+    if where != "description":  # launchd does not carry the description
+        with pytest.raises(BadRequest):
+            render_launchd(spec)
+
+
+@pytest.mark.parametrize("changes", [
+    {"exec_start": ("python", "-m", "owner")},
+    {"exec_start": ("/opt/$VENV/python",)},
+    {"exec_start": ()},
+    {"environment": (("BAD-KEY", "x"),)},
+    {"environment": (("1X", "x"),)},
+    {"working_directory": "/srv/trailing\\"},
+    {"working_directory": " /srv/lead"},
+    {"after": ("network.target; rm -rf",)},
+    {"kill_mode": "process\nExecStartPre=/bin/sh"},
+])
+def test_invalid_spec_values_are_refused(changes: dict[str, object]) -> None:
+    with pytest.raises(BadRequest):
+        render_systemd(_spec(**changes))
+
+
+# -- launchd ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scope", ["user", "system"])
+def test_plists_parse_and_carry_the_expected_keys(scope: str) -> None:
+    inst = _inst(scope, manager=Manager.LAUNCHD)
+    owner, guardian = (plistlib.loads(render_launchd(s)) for s in services(inst))
+    assert owner["Label"] == "dev.tenure.owner" and guardian["Label"] == "dev.tenure.guardian"
+    assert owner["KeepAlive"] is False and guardian["KeepAlive"] is True
+    assert owner["AbandonProcessGroup"] is True and "AbandonProcessGroup" not in guardian
+    assert owner["ExitTimeOut"] == 90 and guardian["ExitTimeOut"] == 30
+    for job, who in ((owner, "owner"), (guardian, "guardian")):
+        assert job["ProgramArguments"] == ["/opt/t/bin/python", "-m", who, "--home",
+                                           "/srv/tenure"]
+        assert job["EnvironmentVariables"] == {"TENURE_HOME": "/srv/tenure"}
+        assert job["RunAtLoad"] is True and job["ProcessType"] == "Standard"
+        assert job["StandardOutPath"] == f"/srv/tenure/tenure-{who}.stdout.log"
+        assert job["StandardErrorPath"] == f"/srv/tenure/tenure-{who}.stderr.log"
+        assert ("UserName" in job) == (scope == "system")
+        assert ("GroupName" in job) == (scope == "system")
+
+
+# -- determinism and exports -----------------------------------------------------------
+
+def test_rendering_is_deterministic() -> None:
+    a = [render_systemd(s).encode() + render_launchd(s) for s in services(_inst("system"))]
+    b = [render_systemd(s).encode() + render_launchd(s) for s in services(_inst("system"))]
+    assert a == b
+    assert golden_files() == golden_files()
+
+
+def test_public_api_is_pinned() -> None:
+    assert sorted(units.__all__) == [
+        "GUARDIAN_LABEL", "GUARDIAN_UNIT", "Installation", "Manager", "OWNER_LABEL",
+        "OWNER_UNIT", "PLAN_FORMAT", "Plan", "PlannedFile", "Scope", "ServiceSpec",
+        "Systemctl", "SystemctlLike", "exec_word", "install", "live_sockets", "load_plan",
+        "plist_name", "prepare", "quote_env", "render_launchd", "render_systemd", "services",
+        "status", "uninstall"]
+    for name in units.__all__:
+        assert hasattr(units, name), name

@@ -1,0 +1,387 @@
+"""Supervision plans: prepare (no OS change) → operator review → install exactly that plan.
+
+``prepare`` renders both services into ``<home>/runtime/supervision-plan/``: the unit files
+(or plists), ``environment.json`` (the private environment record, 0600) and ``plan.json``
+(format version, scope, target paths, sha256 of every file). It writes nothing else.
+
+``install`` re-reads the plan, verifies every file's sha256 (a modified plan is refused
+with StateCorrupt), refuses with ServiceActive unless both units are inactive with no
+queued job and no unmanaged owner/guardian/backend answers on a socket under the home,
+then writes the unit files atomically, ``daemon-reload`` and ``enable``. It never starts
+and never stops anything: starting is the operator's explicit next step, and stopping a
+running owner would stop every application. launchd plans are written the same way; a
+plist in LaunchAgents/LaunchDaemons is loaded at the next login/boot, the launchd analogue
+of ``enable``; ``launchctl bootstrap`` is left to the operator.
+
+Invariant: between the checks and the writes nothing here is started or stopped; the
+refusals are the whole protection against replacing the files under a running service.
+"""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import json
+import os
+import platform
+import pwd
+import socket
+import stat
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from protocol.durable import atomic_write, atomic_write_json, read_json, read_private
+from protocol.errors import BadRequest, ServiceActive, ServiceError, StateCorrupt, UnsafePath
+
+from .model import GUARDIAN_UNIT, OWNER_UNIT, Installation, Manager, Scope, services
+from .render import plist_name, render_launchd, render_systemd
+
+__all__ = ["PLAN_FORMAT", "Plan", "PlannedFile", "Systemctl", "SystemctlLike", "install",
+           "live_sockets", "load_plan", "prepare", "status", "uninstall"]
+
+PLAN_KIND = "tenure-supervision-plan"
+ENV_KIND = "tenure-environment-record"
+PLAN_FORMAT = 1
+PLAN_FILE = "plan.json"
+ENV_FILE = "environment.json"
+UNITS = (OWNER_UNIT, GUARDIAN_UNIT)
+STATUS_PROPS = ("LoadState", "UnitFileState", "ActiveState", "SubState", "MainPID",
+                "NRestarts", "ExecMainStatus")
+IDLE_STATES = frozenset({"inactive", "failed"})
+SOCKETS = ("execution/owner.sock", "runtime/guardian.sock", "backend/api.sock")
+TARGET_MODE = 0o644  # the service manager reads unit files; they hold no secrets
+
+
+class SystemctlLike(Protocol):
+    """The seam between install logic and the service manager (fake: units.testing)."""
+
+    @property
+    def scope(self) -> Scope: ...
+
+    def run(self, *args: str) -> str:
+        """Run ``systemctl [--user] ARGS``; return stdout. Raises ServiceError."""
+        ...
+
+    def show(self, unit: str, props: Sequence[str]) -> dict[str, str]:
+        """``systemctl show -p P... UNIT`` as a dict. Raises ServiceError."""
+        ...
+
+
+class Systemctl:
+    """``subprocess.run(["systemctl", ("--user"), ...])`` with a timeout."""
+
+    def __init__(self, scope: Scope, *, timeout: float = 30.0,
+                 binary: str = "systemctl") -> None:
+        self._scope = scope
+        self.timeout = timeout
+        self.binary = binary
+
+    @property
+    def scope(self) -> Scope:
+        return self._scope
+
+    def run(self, *args: str) -> str:
+        """Raises ServiceError (missing binary, timeout, non-zero exit with its stderr)."""
+        argv = [self.binary, *(["--user"] if self._scope is Scope.USER else []), *args]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
+                                  check=False, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise ServiceError(f"{self.binary} not found", {"argv": argv}) from None
+        except subprocess.TimeoutExpired:
+            raise ServiceError(f"{' '.join(argv)} timed out after {self.timeout} s",
+                               {"argv": argv}) from None
+        if done.returncode != 0:
+            err = done.stderr.strip()[-2000:]
+            raise ServiceError(f"{' '.join(argv)} failed ({done.returncode}): {err}",
+                               {"argv": argv, "returncode": done.returncode, "stderr": err})
+        return done.stdout
+
+    def show(self, unit: str, props: Sequence[str]) -> dict[str, str]:
+        """Raises ServiceError."""
+        out = self.run("show", *(f"--property={p}" for p in props), "--", unit)
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    name: str
+    target: Path
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A prepared plan as recorded in ``plan.json``."""
+
+    plan_dir: Path
+    scope: Scope
+    manager: Manager
+    home: Path
+    units: tuple[str, ...]
+    files: tuple[PlannedFile, ...]
+    environment_sha256: str
+    environment: tuple[tuple[str, str], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": PLAN_KIND, "format": PLAN_FORMAT, "scope": str(self.scope),
+            "manager": str(self.manager), "home": str(self.home), "units": list(self.units),
+            "files": [{"name": f.name, "target": str(f.target), "sha256": f.sha256}
+                      for f in self.files],
+            "environment_record": {"name": ENV_FILE, "sha256": self.environment_sha256},
+            "environment": dict(self.environment),
+        }
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _rendered(inst: Installation) -> dict[str, bytes]:
+    """File name → content for ``inst``'s manager. Raises BadRequest."""
+    specs = services(inst)
+    if inst.manager is Manager.LAUNCHD:
+        return {plist_name(s): render_launchd(s) for s in specs}
+    return {s.name: render_systemd(s).encode() for s in specs}
+
+
+def _environment_record(inst: Installation) -> bytes:
+    record = {
+        "kind": ENV_KIND, "format": 1, "scope": str(inst.scope), "manager": str(inst.manager),
+        "home": str(inst.home), "python": str(inst.python),
+        "python_version": platform.python_version(), "user": inst.user, "group": inst.group,
+        "prepared_by_uid": os.geteuid(),
+        "services": {s.name: {"exec_start": list(s.exec_start), "environment": s.env}
+                     for s in services(inst)},
+    }
+    return (json.dumps(record, sort_keys=True, indent=1) + "\n").encode()
+
+
+def prepare(inst: Installation, plan_dir: Path | None = None) -> Plan:
+    """Write a reviewable plan to ``plan_dir`` (default ``inst.plan_dir``); no OS changes.
+
+    Creates missing directories 0700 (on system scope as root, a newly created home or
+    ``runtime/`` is handed to the service account, which owns them). Raises BadRequest
+    (unrenderable value, unknown service account), UnsafePath (symlink or foreign plan
+    directory).
+    """
+    pdir = Path(os.path.abspath(plan_dir or inst.plan_dir))
+    rendered = _rendered(inst)
+    env_bytes = _environment_record(inst)
+    _make_plan_dir(inst, pdir)
+    files = []
+    for name, data in rendered.items():
+        atomic_write(pdir / name, data, 0o600)
+        files.append(PlannedFile(name, inst.target_dir / name, _sha256(data)))
+    atomic_write(pdir / ENV_FILE, env_bytes, 0o600)
+    owner = services(inst)[0]
+    plan = Plan(pdir, inst.scope, inst.manager, inst.home, UNITS, tuple(files),
+                _sha256(env_bytes), owner.environment)
+    atomic_write_json(pdir / PLAN_FILE, plan.to_json(), 0o600)  # written last: the commit
+    return plan
+
+
+def _make_plan_dir(inst: Installation, pdir: Path) -> None:
+    """mkdir the chain from the home (or the leaf only, outside the home). Raises
+    UnsafePath for a symlink/non-directory or a plan dir not private to us."""
+    home = inst.home
+    chain = [pdir]
+    if pdir.is_relative_to(home):
+        chain = [home, *(home.joinpath(*pdir.relative_to(home).parts[:i + 1])
+                         for i in range(len(pdir.relative_to(home).parts)))]
+    for d in chain:
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        else:
+            if d in (home, home / "runtime"):
+                _hand_over(inst, d)
+        st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnsafePath(f"{d} is a symlink or not a directory", {"path": str(d)})
+    st = os.lstat(pdir)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise UnsafePath(f"{pdir} must be a 0700 directory owned by uid {os.geteuid()}",
+                         {"path": str(pdir)})
+
+
+def _hand_over(inst: Installation, d: Path) -> None:
+    """chown a directory prepare created to the service account (system scope, as root).
+    Raises BadRequest when the account does not exist."""
+    if inst.scope is not Scope.SYSTEM or os.geteuid() != 0:
+        return
+    assert inst.user is not None and inst.group is not None  # Installation checks this
+    try:
+        uid = pwd.getpwnam(inst.user).pw_uid
+        gid = grp.getgrnam(inst.group).gr_gid
+    except KeyError:
+        raise BadRequest(f"service account {inst.user}:{inst.group} does not exist; create "
+                         "it before preparing a system-scope plan",
+                         {"user": inst.user, "group": inst.group}) from None
+    os.chown(d, uid, gid)
+
+
+def load_plan(plan_dir: Path) -> Plan:
+    """Read ``plan.json`` and verify every listed file. Raises FileNotFoundError (no plan),
+    UnsafePath, StateCorrupt (unknown format, wrong target, modified or missing file)."""
+    plan = _parse_plan(Path(plan_dir))
+    _read_verified(plan)
+    return plan
+
+
+def _parse_plan(pdir: Path) -> Plan:
+    raw = read_json(pdir / PLAN_FILE, PLAN_KIND, (PLAN_FORMAT,))
+    try:
+        scope, manager = Scope(raw["scope"]), Manager(raw["manager"])
+        files = tuple(PlannedFile(str(f["name"]), Path(f["target"]), str(f["sha256"]))
+                      for f in raw["files"])
+        plan = Plan(pdir, scope, manager, Path(raw["home"]), tuple(raw["units"]), files,
+                    str(raw["environment_record"]["sha256"]),
+                    tuple(sorted(dict(raw["environment"]).items())))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateCorrupt(f"{pdir / PLAN_FILE} is malformed: {exc!r}",
+                           {"path": str(pdir / PLAN_FILE)}) from None
+    _check_shape(plan)
+    return plan
+
+
+def _check_shape(plan: Plan) -> None:
+    """Only tenure's own files, each targeting ``<absolute dir>/<its own name>``."""
+    names = {f.name for f in plan.files}
+    expected = ({"dev.tenure.owner.plist", "dev.tenure.guardian.plist"}
+                if plan.manager is Manager.LAUNCHD else set(UNITS))
+    bad_target = [f.name for f in plan.files
+                  if not f.target.is_absolute() or f.target.name != f.name]
+    if (names != expected or len(plan.files) != len(expected) or bad_target
+            or set(plan.units) != set(UNITS) or not plan.home.is_absolute()):
+        raise StateCorrupt(f"{plan.plan_dir / PLAN_FILE} does not describe tenure's "
+                           f"services (files {sorted(names)}, bad targets {bad_target})",
+                           {"path": str(plan.plan_dir / PLAN_FILE)})
+
+
+def _read_verified(plan: Plan) -> dict[str, bytes]:
+    """Each planned file's bytes, read once and checked against plan.json."""
+    out: dict[str, bytes] = {}
+    wanted = [(f.name, f.sha256) for f in plan.files]
+    for name, digest in [*wanted, (ENV_FILE, plan.environment_sha256)]:
+        path = plan.plan_dir / name
+        try:
+            data = read_private(path)
+        except FileNotFoundError:
+            raise StateCorrupt(f"{path} is missing from the plan", {"path": str(path)}) from None
+        if _sha256(data) != digest:
+            raise StateCorrupt(f"{path} was modified after the plan was prepared; prepare "
+                               "and review it again", {"path": str(path)})
+        out[name] = data
+    return out
+
+
+def _controller(scope: Scope, ctl: SystemctlLike | None) -> SystemctlLike:
+    if ctl is None:
+        return Systemctl(scope)
+    if ctl.scope is not scope:
+        raise BadRequest(f"a {ctl.scope} systemctl cannot manage a {scope} installation")
+    return ctl
+
+
+def live_sockets(home: Path) -> list[str]:
+    """Sockets under ``home`` that answer a connect (or cannot be proven silent)."""
+    live = []
+    for rel in SOCKETS:
+        path = home / rel
+        if not os.path.lexists(path):
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1.0)
+            try:
+                s.connect(str(path))
+            except (ConnectionRefusedError, FileNotFoundError):
+                continue
+            except OSError as exc:  # EACCES, timeout, too long: cannot prove it idle
+                live.append(f"{path} ({exc})")
+                continue
+            live.append(str(path))
+    return live
+
+
+def _refuse_busy(home: Path, ctl: SystemctlLike | None) -> None:
+    """Raises ServiceActive when a unit is not idle or has a queued job, or a tenure
+    daemon answers under ``home``; ServiceError when systemctl fails."""
+    busy = {}
+    if ctl is not None:
+        for unit in UNITS:
+            props = ctl.show(unit, ("ActiveState", "Job"))
+            state, job = props.get("ActiveState", ""), props.get("Job", "")
+            if state not in IDLE_STATES or job not in ("", "0"):
+                busy[unit] = f"ActiveState={state or '?'} Job={job or 'none'}"
+    live = live_sockets(home)
+    if busy or live:
+        raise ServiceActive(
+            "tenure is running or has a queued job; stop it explicitly first (this "
+            f"command never stops anything): units {busy or 'idle'}, sockets {live or 'none'}",
+            {"units": busy, "sockets": live})
+
+
+def install(plan_dir: Path, *, systemctl: SystemctlLike | None = None) -> Plan:
+    """Install exactly the plan in ``plan_dir``: verify, check idle, write, daemon-reload,
+    enable (never start). Raises StateCorrupt (modified plan), UnsafePath, ServiceActive,
+    ServiceError (systemctl failed), BadRequest (systemctl of the other scope)."""
+    plan = _parse_plan(Path(plan_dir))
+    contents = _read_verified(plan)
+    ctl = _controller(plan.scope, systemctl) if plan.manager is Manager.SYSTEMD else None
+    _refuse_busy(plan.home, ctl)
+    for f in plan.files:
+        f.target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        atomic_write(f.target, contents[f.name], TARGET_MODE)
+    if ctl is not None:
+        ctl.run("daemon-reload")
+        ctl.run("enable", *plan.units)
+    return plan
+
+
+def status(inst: Installation, *, systemctl: SystemctlLike | None = None
+           ) -> dict[str, dict[str, str]]:
+    """``systemctl show`` properties (STATUS_PROPS) of both units. Raises ServiceError
+    (systemctl failed, or a launchd installation: use ``launchctl print``)."""
+    if inst.manager is not Manager.SYSTEMD:
+        raise ServiceError("status reads systemd; for launchd run "
+                           "`launchctl print gui/$UID/dev.tenure.owner` (or system/...)")
+    ctl = _controller(inst.scope, systemctl)
+    return {unit: ctl.show(unit, STATUS_PROPS) for unit in UNITS}
+
+
+def uninstall(inst: Installation, *, systemctl: SystemctlLike | None = None) -> list[Path]:
+    """Disable and remove both services' files, then daemon-reload; returns removed paths.
+
+    Raises ServiceActive (a unit active/with a job, or a live socket), UnsafePath (a target
+    that is a symlink or not a regular file), ServiceError (systemctl failed).
+    """
+    ctl = _controller(inst.scope, systemctl) if inst.manager is Manager.SYSTEMD else None
+    _refuse_busy(inst.home, ctl)
+    names = list(_rendered(inst))
+    targets = [inst.target_dir / n for n in names]
+    present = [t for t in targets if _regular_or_absent(t)]
+    if ctl is not None and present:
+        ctl.run("disable", *(t.name for t in present))
+    for t in present:
+        os.unlink(t)
+    if ctl is not None:
+        ctl.run("daemon-reload")
+    return present
+
+
+def _regular_or_absent(path: Path) -> bool:
+    """True for a regular file, False when absent. Raises UnsafePath otherwise."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePath(f"{path} is a symlink or not a regular file; not removing it",
+                         {"path": str(path)})
+    return True
