@@ -1,0 +1,387 @@
+"""tenure.toml → the frozen model of :mod:`backend.model`.
+
+The parser is strict: unknown keys, wrong types, out-of-range numbers, keys that do not
+apply to a readiness or health kind, unknown ``after`` references and dependency cycles are
+all errors. The FIRST problem found is raised as ``ConfigInvalid`` (code CONFIG_INVALID)
+naming the file, the dotted key path and the line, with ``data = {file, key, line,
+problem}``. The order of checks is fixed, so the same text always gives the same error.
+
+The revision is the ``canonical_digest`` of :func:`canonical_form`: every field with its
+default filled in, numbers normalised, names sorted. Formatting, comments and key order
+therefore never change it; any semantic change does. The file path is not part of it.
+docs/config.md is the reference for every key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import ConfigInvalid
+
+from .config_lines import KeyPath, find_line, format_key, syntax_error_location
+from .config_values import (
+    NAME_RE,
+    Invalid,
+    check_keys,
+    get_argv,
+    get_duration,
+    get_enum,
+    get_host,
+    get_int,
+    get_str,
+    get_table,
+    get_url,
+    normalise_signal,
+    table,
+)
+from .model import (
+    App,
+    Backoff,
+    Config,
+    Health,
+    HealthKind,
+    Readiness,
+    ReadyKind,
+    RestartMode,
+    Settings,
+    Stack,
+    StartLimit,
+    StopSpec,
+    canonical_digest,
+)
+
+__all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "canonical_form", "load_config", "order_apps",
+           "parse_config"]
+
+CONFIG_FORMAT = 1
+"""Version of the canonical form; part of the revision."""
+MAX_INSTANCES = 64
+
+_APP_KEYS = ("command", "env", "cwd", "instances", "restart", "after", "backoff",
+             "start_limit", "ready", "health", "stop")
+_PROBE_KEYS = {"tcp": ("port", "port_step", "host"), "http": ("url",), "exec": ("command",)}
+_READY_KEYS: dict[ReadyKind, tuple[str, ...]] = {
+    ReadyKind.NONE: (),
+    ReadyKind.NOTIFY: ("timeout",),
+    ReadyKind.DELAY: ("delay",),
+    ReadyKind.TCP: (*_PROBE_KEYS["tcp"], "timeout", "interval"),
+    ReadyKind.HTTP: (*_PROBE_KEYS["http"], "timeout", "interval"),
+    ReadyKind.EXEC: (*_PROBE_KEYS["exec"], "timeout", "interval"),
+}
+_HEALTH_COMMON = ("interval", "timeout", "failures", "grace")
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and parse the tenure.toml at ``path``; ``Config.source`` is the path.
+
+    Raises ConfigInvalid when the file cannot be read, is not UTF-8 or is not a valid
+    configuration.
+    """
+    source = os.fspath(path)
+    try:
+        raw = Path(source).read_bytes()
+    except OSError as e:
+        raise _error(source, "", None, f"cannot read the file: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise _error(source, "", line, "the file is not valid UTF-8") from None
+    return parse_config(text, source)
+
+
+def parse_config(text: str, source: str) -> Config:
+    """Parse the TOML ``text`` (from ``source``, used in messages and ``Config.source``).
+
+    Raises ConfigInvalid for the first syntax or semantic problem, with its key and line.
+    """
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        problem, line, key = syntax_error_location(str(e), text)
+        raise _error(source, key, line, problem) from None
+    try:
+        stacks, settings = _parse_document(doc)
+    except Invalid as e:
+        raise _error(source, format_key(e.path), find_line(text, e.path), e.problem) from None
+    config = Config(stacks=stacks, settings=settings, source=source)
+    return replace(config, revision=canonical_digest(canonical_form(config)))
+
+
+def canonical_form(config: Config) -> dict[str, Any]:
+    """The JSON-able form the revision is computed from: every field of every app with
+    defaults filled in, names sorted; the source path is left out. Never raises."""
+    return {
+        "format": CONFIG_FORMAT,
+        "settings": asdict(config.settings),
+        "stacks": {
+            s.name: {"apps": {a.name: _app_form(a) for a in s.apps.values()}}
+            for s in config.stacks.values()
+        },
+    }
+
+
+def _app_form(app: App) -> dict[str, Any]:
+    form = asdict(replace(app, env={}))
+    form["env"] = dict(sorted(app.env.items()))
+    form["after"] = sorted(app.after)
+    return form
+
+
+def order_apps(stack: Stack) -> list[list[str]]:
+    """Start order of ``stack`` as levels: level 0 has no ``after``; an app is in level
+    n + 1 when the latest of its ``after`` apps is in level n. Names are sorted within a
+    level. Raises ConfigInvalid if ``after`` names an unknown app or forms a cycle (never
+    for a stack built by :func:`parse_config`)."""
+    unknown = sorted(d for a in stack.apps.values() for d in a.after if d not in stack.apps)
+    cycle = [] if unknown else _find_cycle(stack.apps)
+    if unknown or cycle:
+        problem = (f"unknown app {unknown[0]!r} in 'after'" if unknown
+                   else "dependency cycle: " + " -> ".join(cycle))
+        raise _error("", format_key(("stacks", stack.name)), None, problem)
+    level: dict[str, int] = {}
+    pending = sorted(stack.apps)
+    while pending:
+        for name in [n for n in pending if all(d in level for d in stack.apps[n].after)]:
+            level[name] = 1 + max((level[d] for d in stack.apps[name].after), default=-1)
+        pending = [n for n in pending if n not in level]
+    layers: list[list[str]] = [[] for _ in range(1 + max(level.values(), default=-1))]
+    for name in sorted(level):
+        layers[level[name]].append(name)
+    return layers
+
+
+def _error(source: str, key: str, line: int | None, problem: str) -> ConfigInvalid:
+    where = f"{source}:{line}" if line is not None else source
+    what = f"{key}: {problem}" if key else problem
+    return ConfigInvalid(f"{where}: {what}",
+                         {"file": source, "key": key, "line": line, "problem": problem})
+
+
+def _parse_document(doc: Mapping[str, Any]) -> tuple[dict[str, Stack], Settings]:
+    """Raises Invalid."""
+    check_keys(doc, ("settings", "stacks"), ())
+    settings = _parse_settings(get_table(doc, "settings", ()) or {})
+    raw = get_table(doc, "stacks", ()) or {}
+    stacks: dict[str, Stack] = {}
+    for name in raw:
+        _check_name(name, ("stacks", name), "stack")
+        stacks[name] = _parse_stack(name, table(raw[name], ("stacks", name)))
+    return dict(sorted(stacks.items())), settings
+
+
+def _check_name(name: str, path: KeyPath, what: str) -> None:
+    if not NAME_RE.fullmatch(name):
+        raise Invalid(path, f"invalid {what} name {name!r}: use 1-64 letters, digits, "
+                            "'_', '.' or '-', starting with a letter or digit")
+
+
+def _parse_settings(t: Mapping[str, Any]) -> Settings:
+    path: KeyPath = ("settings",)
+    check_keys(t, ("viewer_group",), path)
+    group = get_str(t, "viewer_group", path, None)
+    if group is not None and (group.startswith("-") or any(c in group for c in ": \t\n")):
+        raise Invalid((*path, "viewer_group"), f"invalid group name {group!r}")
+    return Settings(viewer_group=group)
+
+
+def _parse_stack(name: str, t: Mapping[str, Any]) -> Stack:
+    path: KeyPath = ("stacks", name)
+    check_keys(t, ("apps",), path)
+    raw = get_table(t, "apps", path)
+    if not raw:
+        raise Invalid((*path, "apps"), "a stack needs at least one app")
+    apps: dict[str, App] = {}
+    for app_name in raw:
+        here = (*path, "apps", app_name)
+        _check_name(app_name, here, "app")
+        apps[app_name] = _parse_app(name, app_name, table(raw[app_name], here))
+    _check_after(name, apps)
+    return Stack(name=name, apps=dict(sorted(apps.items())))
+
+
+def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
+    path: KeyPath = ("stacks", stack, "apps", name)
+    check_keys(t, _APP_KEYS, path)
+    command = get_argv(t, "command", path)
+    if command is None:
+        raise Invalid((*path, "command"), "is required: the program and its arguments")
+    instances = get_int(t, "instances", path, 1, 1, MAX_INSTANCES)
+    ready = _parse_ready(get_table(t, "ready", path), (*path, "ready"), instances)
+    health_t = get_table(t, "health", path)
+    health = None if health_t is None else _parse_health(health_t, (*path, "health"),
+                                                         instances)
+    return App(
+        name=name, stack=stack, command=command,
+        env=_parse_env(t, path), cwd=_parse_cwd(t, path), instances=instances,
+        restart=get_enum(t, "restart", path, RestartMode, RestartMode.ON_FAILURE),
+        backoff=_parse_backoff(get_table(t, "backoff", path) or {}, (*path, "backoff")),
+        start_limit=_parse_start_limit(get_table(t, "start_limit", path) or {},
+                                       (*path, "start_limit")),
+        ready=ready, health=health,
+        stop=_parse_stop(get_table(t, "stop", path) or {}, (*path, "stop")),
+        after=_parse_after(t, path),
+    )
+
+
+def _parse_env(t: Mapping[str, Any], path: KeyPath) -> dict[str, str]:
+    env = get_table(t, "env", path) or {}
+    here = (*path, "env")
+    for key in env:
+        if not key or "=" in key or "\0" in key:
+            raise Invalid((*here, key), "invalid variable name (empty, or has '=' or NUL)")
+        get_str(env, key, here, None, nonempty=False)
+    return dict(sorted(env.items()))
+
+
+def _parse_cwd(t: Mapping[str, Any], path: KeyPath) -> str | None:
+    cwd = get_str(t, "cwd", path, None)
+    if cwd is not None and not cwd.startswith("/"):
+        raise Invalid((*path, "cwd"), f"must be an absolute path, not {cwd!r}")
+    return cwd
+
+
+def _parse_after(t: Mapping[str, Any], path: KeyPath) -> tuple[str, ...]:
+    if "after" not in t:
+        return ()
+    value, here = t["after"], (*path, "after")
+    if not isinstance(value, list):
+        raise Invalid(here, "must be an array of app names")
+    seen: set[str] = set()
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not NAME_RE.fullmatch(item):
+            raise Invalid((*here, i), f"must be an app name, not {item!r}")
+        if item in seen:
+            raise Invalid((*here, i), f"{item!r} is listed twice")
+        seen.add(item)
+    return tuple(sorted(seen))
+
+
+def _check_after(stack: str, apps: Mapping[str, App]) -> None:
+    """Every ``after`` names an app of the stack and there is no cycle. Raises Invalid."""
+    for name in apps:
+        for dep in apps[name].after:
+            if dep not in apps:
+                raise Invalid(("stacks", stack, "apps", name, "after"),
+                              f"unknown app {dep!r} in stack {stack!r}")
+    cycle = _find_cycle(apps)
+    if cycle:
+        raise Invalid(("stacks", stack, "apps", cycle[0], "after"),
+                      "dependency cycle: " + " -> ".join(cycle))
+
+
+def _find_cycle(apps: Mapping[str, App]) -> list[str]:
+    """A cycle of ``after`` edges as ``[a, ..., a]``, or ``[]``. Deterministic; iterative,
+    so a long chain cannot exhaust the stack. Never raises."""
+    left = set(apps)
+    changed = True
+    while changed:  # peel off every app whose after apps are all placed
+        placed = {n for n in left if not any(d in left for d in apps[n].after)}
+        left -= placed
+        changed = bool(placed)
+    if not left:
+        return []
+    # every app left has an after app that is left too: walking them must repeat
+    trail = [min(left)]
+    while True:
+        nxt = min(d for d in apps[trail[-1]].after if d in left)
+        if nxt in trail:
+            return [*trail[trail.index(nxt):], nxt]
+        trail.append(nxt)
+
+
+def _parse_backoff(t: Mapping[str, Any], path: KeyPath) -> Backoff:
+    check_keys(t, ("initial", "max", "factor", "reset_after"), path)
+    d = Backoff()
+    initial = get_duration(t, "initial", path, d.initial)
+    maximum = get_duration(t, "max", path, d.max)
+    if maximum < initial:
+        key = "max" if "max" in t else "initial"
+        raise Invalid((*path, key), f"max ({maximum:g}) must be >= initial ({initial:g})")
+    return Backoff(initial=initial, max=maximum,
+                   factor=get_duration(t, "factor", path, d.factor, minimum=1.0),
+                   reset_after=get_duration(t, "reset_after", path, d.reset_after))
+
+
+def _parse_start_limit(t: Mapping[str, Any], path: KeyPath) -> StartLimit:
+    check_keys(t, ("burst", "interval"), path)
+    d = StartLimit()
+    return StartLimit(burst=get_int(t, "burst", path, d.burst, 1),
+                      interval=get_duration(t, "interval", path, d.interval, positive=True))
+
+
+def _parse_stop(t: Mapping[str, Any], path: KeyPath) -> StopSpec:
+    check_keys(t, ("signal", "timeout", "kill_after"), path)
+    d = StopSpec()
+    return StopSpec(signal=normalise_signal(t, "signal", path, d.signal),
+                    timeout=get_duration(t, "timeout", path, d.timeout, positive=True),
+                    kill_after=get_duration(t, "kill_after", path, d.kill_after,
+                                            positive=True))
+
+
+def _parse_ready(t: Mapping[str, Any] | None, path: KeyPath, instances: int) -> Readiness:
+    if t is None:
+        return Readiness()
+    check_keys(t, ("kind", "delay", "timeout", "interval", *_PROBE_KEYS["tcp"],
+                   *_PROBE_KEYS["http"], *_PROBE_KEYS["exec"]), path)
+    kind = get_enum(t, "kind", path, ReadyKind, ReadyKind.NONE)
+    check_keys(t, ("kind", *_READY_KEYS[kind]), path,
+               f"does not apply to ready kind {kind.value!r}")
+    d = Readiness()
+    port, step, host, url, command = _parse_probe(t, path, kind.value, instances)
+    delay = get_duration(t, "delay", path, d.delay)
+    if kind is ReadyKind.DELAY and delay <= 0:
+        raise Invalid((*path, "delay"), "ready kind 'delay' needs delay > 0")
+    return Readiness(kind=kind, port=port, port_step=step, host=host, url=url,
+                     command=command, delay=delay,
+                     timeout=get_duration(t, "timeout", path, d.timeout, positive=True),
+                     interval=get_duration(t, "interval", path, d.interval, positive=True))
+
+
+def _parse_health(t: Mapping[str, Any], path: KeyPath, instances: int) -> Health:
+    check_keys(t, ("kind", *_HEALTH_COMMON, *_PROBE_KEYS["tcp"], *_PROBE_KEYS["http"],
+                   *_PROBE_KEYS["exec"]), path)
+    kind = get_enum(t, "kind", path, HealthKind, None)
+    check_keys(t, ("kind", *_HEALTH_COMMON, *_PROBE_KEYS[kind.value]), path,
+               f"does not apply to health kind {kind.value!r}")
+    d = Health(kind=kind)
+    port, step, host, url, command = _parse_probe(t, path, kind.value, instances)
+    return Health(kind=kind, port=port, port_step=step, host=host, url=url,
+                  command=command,
+                  interval=get_duration(t, "interval", path, d.interval, positive=True),
+                  timeout=get_duration(t, "timeout", path, d.timeout, positive=True),
+                  failures=get_int(t, "failures", path, d.failures, 1),
+                  grace=get_duration(t, "grace", path, d.grace))
+
+
+_Probe = tuple[int | None, int, str, str | None, tuple[str, ...]]
+
+
+def _parse_probe(t: Mapping[str, Any], path: KeyPath, kind: str, instances: int) -> _Probe:
+    """The kind-specific keys shared by readiness and health: (port, port_step, host, url,
+    command). Raises Invalid when the kind's required key is missing or ports collide."""
+    port = get_int(t, "port", path, 0, 1, 65535) or None
+    step = get_int(t, "port_step", path, 0, 0, 65535)
+    host = get_host(t, "host", path, "127.0.0.1")
+    url = get_url(t, "url", path)
+    command = get_argv(t, "command", path) or ()
+    if kind == "tcp":
+        if port is None:
+            raise Invalid((*path, "port"), "kind 'tcp' needs a port")
+        if instances > 1 and step < 1:
+            raise Invalid((*path, "port_step"), f"{instances} instances cannot listen on "
+                          "one port: set port_step >= 1")
+        last = port + (instances - 1) * step
+        if last > 65535:
+            raise Invalid((*path, "port_step"), f"instance {instances - 1} would use port "
+                          f"{last} (> 65535)")
+    if kind == "http" and url is None:
+        raise Invalid((*path, "url"), "kind 'http' needs a url (http://...)")
+    if kind == "exec" and not command:
+        raise Invalid((*path, "command"), "kind 'exec' needs a command")
+    return port, step, host, url, command

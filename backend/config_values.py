@@ -1,0 +1,206 @@
+"""Typed readers for the values of a parsed tenure.toml table.
+
+Every reader takes the table, the key and the table's key path, returns the typed value
+(or the default when the key is absent) and raises :class:`Invalid` naming the exact key
+path otherwise. ``backend.config`` turns :class:`Invalid` into ``ConfigInvalid`` with the
+file and line; nothing here knows about files.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+import signal
+from collections.abc import Collection, Mapping
+from enum import StrEnum
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from .config_lines import KeyPath
+
+__all__ = [
+    "NAME_RE",
+    "Invalid",
+    "check_keys",
+    "get_argv",
+    "get_duration",
+    "get_enum",
+    "get_host",
+    "get_int",
+    "get_str",
+    "get_table",
+    "get_url",
+    "normalise_signal",
+    "table",
+]
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_HOSTNAME_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})")
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class Invalid(Exception):  # internal: never leaves backend.config
+    """The first problem found: ``path`` is the key it concerns."""
+
+    def __init__(self, path: KeyPath, problem: str) -> None:
+        super().__init__(problem)
+        self.path = path
+        self.problem = problem
+
+
+def _type_name(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
+             list: "an array", dict: "a table"}
+    return names.get(type(value), type(value).__name__)
+
+
+def table(value: Any, path: KeyPath) -> dict[str, Any]:
+    """``value`` as a table. Raises Invalid if it is anything else."""
+    if not isinstance(value, dict):
+        raise Invalid(path, f"must be a table, not {_type_name(value)}")
+    return value
+
+
+def get_table(t: Mapping[str, Any], key: str, path: KeyPath) -> dict[str, Any] | None:
+    """The sub-table ``key`` or None when absent. Raises Invalid if it is not a table."""
+    return table(t[key], (*path, key)) if key in t else None
+
+
+def check_keys(t: Mapping[str, Any], allowed: Collection[str], path: KeyPath,
+               why: str = "") -> None:
+    """Raises Invalid naming the first key of ``t`` (document order) not in ``allowed``."""
+    for key in t:
+        if key not in allowed:
+            hint = why or "unknown key; allowed: " + ", ".join(sorted(allowed))
+            raise Invalid((*path, key), hint)
+
+
+def get_int(t: Mapping[str, Any], key: str, path: KeyPath, default: int,
+            lo: int, hi: int | None = None) -> int:
+    """An integer in ``lo..hi`` (booleans are not integers). Raises Invalid."""
+    if key not in t:
+        return default
+    value = t[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Invalid((*path, key), f"must be an integer, not {_type_name(value)}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise Invalid((*path, key), f"must be {bound}, not {value}")
+    return value
+
+
+def get_duration(t: Mapping[str, Any], key: str, path: KeyPath, default: float,
+                 positive: bool = False, minimum: float = 0.0) -> float:
+    """Seconds as a finite float >= ``minimum`` (> 0 if ``positive``); integers are fine.
+    Raises Invalid."""
+    if key not in t:
+        return default
+    value = t[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Invalid((*path, key), f"must be a number, not {_type_name(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise Invalid((*path, key), f"must be a finite number, not {value}")
+    if positive and number <= 0:
+        raise Invalid((*path, key), f"must be > 0, not {value}")
+    if number < minimum:
+        raise Invalid((*path, key), f"must be >= {minimum:g}, not {value}")
+    return number
+
+
+def get_str(t: Mapping[str, Any], key: str, path: KeyPath, default: str | None,
+            nonempty: bool = True) -> str | None:
+    """A string without NUL (non-empty unless told). Raises Invalid."""
+    if key not in t:
+        return default
+    return _string(t[key], (*path, key), nonempty)
+
+
+def _string(value: Any, path: KeyPath, nonempty: bool) -> str:
+    if not isinstance(value, str):
+        raise Invalid(path, f"must be a string, not {_type_name(value)}")
+    if "\0" in value:
+        raise Invalid(path, "must not contain a NUL character")
+    if nonempty and not value:
+        raise Invalid(path, "must not be empty")
+    return value
+
+
+def get_argv(t: Mapping[str, Any], key: str, path: KeyPath) -> tuple[str, ...] | None:
+    """A non-empty array of strings whose first element is non-empty, or None when absent.
+    Raises Invalid."""
+    if key not in t:
+        return None
+    value, here = t[key], (*path, key)
+    if not isinstance(value, list):
+        raise Invalid(here, f"must be an array of strings, not {_type_name(value)}")
+    if not value:
+        raise Invalid(here, "must not be empty (the program to run comes first)")
+    argv = tuple(_string(v, (*here, i), nonempty=False) for i, v in enumerate(value))
+    if not argv[0]:
+        raise Invalid((*here, 0), "the program name must not be empty")
+    return argv
+
+
+def get_enum(t: Mapping[str, Any], key: str, path: KeyPath, enum: type[E],
+             default: E | None) -> E:
+    """A member of the StrEnum ``enum`` given by value. Raises Invalid (also when the key
+    is absent and there is no default)."""
+    here = (*path, key)
+    choices = " | ".join(m.value for m in enum)
+    if key not in t:
+        if default is None:
+            raise Invalid(here, f"is required: one of {choices}")
+        return default
+    value = t[key]
+    if not isinstance(value, str):
+        raise Invalid(here, f"must be a string ({choices}), not {_type_name(value)}")
+    try:
+        return enum(value)
+    except ValueError:
+        raise Invalid(here, f"must be one of {choices}, not {value!r}") from None
+
+
+def get_url(t: Mapping[str, Any], key: str, path: KeyPath) -> str | None:
+    """An ``http://host[:port]/...`` URL. Raises Invalid."""
+    url = get_str(t, key, path, None)
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok, parts = False, None
+    if parts is None or parts.scheme != "http" or not parts.hostname or not port_ok \
+            or any(c.isspace() for c in url):
+        raise Invalid((*path, key), f"must be an http:// URL with a host, not {url!r}")
+    return url
+
+
+def get_host(t: Mapping[str, Any], key: str, path: KeyPath, default: str) -> str:
+    """An IP address or a host name. Raises Invalid."""
+    host = get_str(t, key, path, default)
+    assert host is not None
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if not _HOSTNAME_RE.fullmatch(host):
+        raise Invalid((*path, key), f"must be an IP address or a host name, not {host!r}")
+    return host
+
+
+def normalise_signal(t: Mapping[str, Any], key: str, path: KeyPath, default: str) -> str:
+    """A signal name ("TERM", "SIGTERM", "int"), returned as the canonical name without
+    the SIG prefix (aliases like IOT become ABRT). Raises Invalid."""
+    name = get_str(t, key, path, default)
+    assert name is not None
+    upper = name.upper()
+    full = upper if upper.startswith("SIG") else "SIG" + upper
+    member = signal.Signals.__members__.get(full)
+    if member is None or full.startswith("SIG_"):
+        raise Invalid((*path, key), f"unknown signal {name!r}")
+    return member.name.removeprefix("SIG")
