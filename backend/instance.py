@@ -1,0 +1,673 @@
+"""The life of one app instance: a pure state machine with a complete transition table.
+
+``Instance.handle(event, now)`` applies one :data:`TRANSITIONS` cell and returns the
+actions the reconciler must execute (launch, stop, timers, probes, reports). Nothing here
+does I/O or reads a clock: ``now`` is a ``CLOCK_MONOTONIC`` reading supplied by the caller
+(system-wide within one boot, so a checkpoint's absolute deadlines stay meaningful for the
+next backend generation on the same boot).
+
+Detailed states (stable wire/SQLite values) and their public names::
+
+    stopped     not running, not wanted                          -> stopped
+    starting    Launch issued, awaiting the owner's answer       -> starting
+    running     process up, readiness pending                    -> running
+    ready       process up and ready (health checks run here)    -> ready
+    stopping    Stop issued because the operator asked           -> stopping
+    restarting  Stop issued by policy (readiness timeout, health) -> stopping
+    backoff     waiting for the backoff timer before relaunching -> backoff
+    failed      given up: start limit hit, or a failure with restart=never -> failed
+    exited      the process ended and the policy says leave it   -> stopped
+
+Contract with the reconciler (which owns all I/O):
+
+- Events are fed one at a time, already filtered to the current ``generation``; a stale
+  event from an older launch must not be fed.
+- ``Stop`` is always answered with ``Stopped`` once the owner confirms the process (and its
+  group) is gone, including "it was already gone". ``Exited`` during a stop is recorded but
+  the machine waits for ``Stopped``.
+- Timers are named (:class:`Timer`); when one fires, feed ``TIMER_EVENTS[name]``.
+- ``StartReadiness`` for ``notify`` means "wait for READY=1 from the owner's notify stream
+  and feed ``Ready``"; for tcp/http/exec it means "run a ``probes.ProbeRunner``". The
+  readiness deadline is the machine's own ``ready-timeout`` timer.
+- After ``from_wire`` the reconciler calls ``resume(now)`` to re-arm timers and probes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from protocol.errors import BadRequest
+from protocol.schema import Field, Schema, check_int
+
+from .model import App, ReadyKind, RestartMode
+
+__all__ = [
+    "PUBLIC_STATE", "TIMER_EVENTS", "TRANSITIONS", "Action", "Adopt", "BackoffElapsed",
+    "CancelTimer", "Event", "Exited", "HealthFailed", "HealthOk", "Instance", "Launch",
+    "LaunchFailed", "Launched", "Outcome", "PublicState", "Ready", "ReadyTimeout", "Report",
+    "Start", "StartHealth", "StartReadiness", "StartTimer", "State", "Stop", "StopHealth",
+    "StopReadiness", "StopRequested", "Stopped", "Timer", "exit_outcome",
+]
+
+log = logging.getLogger(__name__)
+
+
+class State(StrEnum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    RUNNING = "running"
+    READY = "ready"
+    STOPPING = "stopping"
+    RESTARTING = "restarting"
+    BACKOFF = "backoff"
+    FAILED = "failed"
+    EXITED = "exited"
+
+
+class PublicState(StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    BACKOFF = "backoff"
+    FAILED = "failed"
+
+
+PUBLIC_STATE: dict[State, PublicState] = {
+    State.STOPPED: PublicState.STOPPED,
+    State.STARTING: PublicState.STARTING,
+    State.RUNNING: PublicState.RUNNING,
+    State.READY: PublicState.READY,
+    State.STOPPING: PublicState.STOPPING,
+    State.RESTARTING: PublicState.STOPPING,
+    State.BACKOFF: PublicState.BACKOFF,
+    State.FAILED: PublicState.FAILED,
+    State.EXITED: PublicState.STOPPED,
+}
+
+
+class Outcome(StrEnum):
+    """How a run ended. ``launch-failed``: the owner could not start the process."""
+
+    SUCCESS = "success"
+    EXIT_CODE = "exit-code"
+    SIGNAL = "signal"
+    TIMEOUT = "timeout"
+    START_LIMIT_HIT = "start-limit-hit"
+    HEALTH = "health"
+    STOPPED = "stopped"
+    LAUNCH_FAILED = "launch-failed"
+
+
+class Timer(StrEnum):
+    BACKOFF = "backoff"
+    READY_TIMEOUT = "ready-timeout"
+    READY_DELAY = "ready-delay"
+
+
+# ---- events -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """The instance is wanted up."""
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """The instance is wanted down."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    pid: int
+    start_ticks: int
+
+
+@dataclass(frozen=True)
+class LaunchFailed:
+    code: str
+
+
+@dataclass(frozen=True)
+class Exited:
+    exit_code: int | None
+    signal: int | None
+
+
+@dataclass(frozen=True)
+class Ready:
+    pass
+
+
+@dataclass(frozen=True)
+class ReadyTimeout:
+    pass
+
+
+@dataclass(frozen=True)
+class HealthFailed:
+    pass
+
+
+@dataclass(frozen=True)
+class HealthOk:
+    pass
+
+
+@dataclass(frozen=True)
+class BackoffElapsed:
+    pass
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """The owner confirmed that the process and its group are gone."""
+
+
+@dataclass(frozen=True)
+class Adopt:
+    """A running process found in a checkpoint or the owner's inventory; never relaunched.
+    ``generation`` is required so the next launch key is fresh."""
+
+    pid: int
+    start_ticks: int
+    ready: bool
+    generation: int
+    restarts: int = 0
+
+
+Event = (Start | StopRequested | Launched | LaunchFailed | Exited | Ready | ReadyTimeout
+         | HealthFailed | HealthOk | BackoffElapsed | Stopped | Adopt)
+EVENT_TYPES: tuple[type[Event], ...] = (
+    Start, StopRequested, Launched, LaunchFailed, Exited, Ready, ReadyTimeout,
+    HealthFailed, HealthOk, BackoffElapsed, Stopped, Adopt)
+
+TIMER_EVENTS: dict[Timer, Event] = {
+    Timer.BACKOFF: BackoffElapsed(),
+    Timer.READY_TIMEOUT: ReadyTimeout(),
+    Timer.READY_DELAY: Ready(),
+}
+
+# ---- actions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    generation: int
+    launch_key: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    generation: int
+    launch_key: str
+
+
+@dataclass(frozen=True)
+class StartTimer:
+    name: Timer
+    delay: float
+
+
+@dataclass(frozen=True)
+class CancelTimer:
+    name: Timer
+
+
+@dataclass(frozen=True)
+class StartReadiness:
+    pass
+
+
+@dataclass(frozen=True)
+class StopReadiness:
+    pass
+
+
+@dataclass(frozen=True)
+class StartHealth:
+    pass
+
+
+@dataclass(frozen=True)
+class StopHealth:
+    pass
+
+
+@dataclass(frozen=True)
+class Report:
+    outcome: Outcome
+
+
+Action = (Launch | Stop | StartTimer | CancelTimer | StartReadiness | StopReadiness
+          | StartHealth | StopHealth | Report)
+
+Handler = Callable[["Instance", Event, float], None]
+
+_UP = frozenset({State.STARTING, State.RUNNING, State.READY})
+
+
+class Instance:
+    """One app instance. Invariants: only ``_set_state`` assigns ``state``; every timer in
+    ``timers`` belongs to the current state (leaving a state cancels them); ``pid`` is set
+    in ``running`` and ``ready``; ``restarts`` only grows."""
+
+    def __init__(self, app: App, index: int = 0) -> None:
+        self.app = app
+        self.index = index
+        self.state: State
+        self._set_state(State.STOPPED, 0.0, restore=True)
+        self.generation = 0
+        self.restarts = 0
+        self.streak = 0                          # consecutive failed runs, drives backoff
+        self.last_outcome: Outcome | None = None
+        self.pending_outcome: Outcome | None = None  # why we are in ``restarting``
+        self.pid: int | None = None
+        self.start_ticks: int | None = None
+        self.launched_at: float | None = None    # when the current process came up
+        self.starts: list[float] = []            # launch times inside the start-limit window
+        self.health_failures = 0
+        self.timers: dict[Timer, float] = {}     # absolute deadlines
+        self._out: list[Action] = []
+
+    # ---- public ---------------------------------------------------------------------
+
+    @property
+    def public_state(self) -> PublicState:
+        return PUBLIC_STATE[self.state]
+
+    @property
+    def launch_key(self) -> str:
+        return f"{self.app.stack}/{self.app.name}/{self.index}/{self.generation}"
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        """Apply the table cell for (state, type(event)); return the actions to execute.
+        Raises KeyError only for an object that is not an :data:`Event`."""
+        self._out = []
+        handler = TRANSITIONS[(self.state, type(event))]
+        handler(self, event, now)
+        out, self._out = self._out, []
+        return out
+
+    def resume(self, now: float) -> list[Action]:
+        """Actions that re-establish side effects after ``from_wire``: timers re-armed
+        from their absolute deadlines (overdue ones fire at once), probes restarted."""
+        out: list[Action] = [StartTimer(name, max(0.0, deadline - now))
+                             for name, deadline in sorted(self.timers.items())]
+        if self.state is State.RUNNING and self.app.ready.kind is not ReadyKind.DELAY:
+            out.append(StartReadiness())
+        if self.state is State.READY and self.app.health is not None:
+            out.append(StartHealth())
+        return out
+
+    def to_wire(self) -> dict[str, Any]:
+        """A plain msgpack/JSON-able map; timers as absolute deadlines."""
+        return {
+            "v": WIRE_VERSION, "stack": self.app.stack, "app": self.app.name,
+            "instance": self.index, "state": self.state.value,
+            "generation": self.generation, "restarts": self.restarts,
+            "streak": self.streak,
+            "last_outcome": None if self.last_outcome is None else self.last_outcome.value,
+            "pending_outcome": (None if self.pending_outcome is None
+                                else self.pending_outcome.value),
+            "pid": self.pid, "start_ticks": self.start_ticks,
+            "launched_at": self.launched_at, "starts": list(self.starts),
+            "health_failures": self.health_failures,
+            "timers": {name.value: deadline for name, deadline in self.timers.items()},
+        }
+
+    @classmethod
+    def from_wire(cls, data: Any, app: App) -> Instance:
+        """Restore from ``to_wire`` output. Strict about identity and required fields,
+        forgiving about extra keys. Raises protocol.errors.BadRequest for a missing,
+        mistyped or inconsistent field, an unknown version, or a stack/app that does not
+        match ``app``. Keeps the class invariants (timers belong to the state, pid set
+        while up)."""
+        d = _WIRE.validate(data, "instance")
+        if d["v"] != WIRE_VERSION:
+            raise BadRequest(f"instance.v {d['v']} is not {WIRE_VERSION}", {"field": "v"})
+        if (d["stack"], d["app"]) != (app.stack, app.name):
+            raise BadRequest(f"instance is {d['stack']}/{d['app']}, expected {app.key}",
+                             {"field": "app"})
+        inst = cls(app, d["instance"])
+        inst._set_state(State(d["state"]), 0.0, restore=True)
+        inst.generation, inst.restarts = d["generation"], d["restarts"]
+        inst.streak, inst.health_failures = d["streak"], d["health_failures"]
+        inst.last_outcome = _opt_outcome(d["last_outcome"])
+        inst.pending_outcome = _opt_outcome(d["pending_outcome"])
+        inst.pid, inst.start_ticks = d["pid"], d["start_ticks"]
+        inst.launched_at = d["launched_at"]
+        inst.starts = [float(t) for t in d["starts"]]
+        inst.timers = {Timer(k): float(v) for k, v in d["timers"].items()}
+        _check_consistent(inst)
+        return inst
+
+    # ---- the only state assignment ----------------------------------------------------
+
+    def _set_state(self, new: State, now: float, *, restore: bool = False) -> None:
+        """The only assignment of ``state``. Leaving a state cancels its timers and
+        probes; entering ``running``/``ready`` starts readiness/health. ``restore`` sets
+        the state of a fresh or deserialised instance without side effects."""
+        if restore:
+            self.state = new
+            return
+        old = self.state
+        if new is old:
+            return
+        for name in sorted(self.timers):
+            self._out.append(CancelTimer(name))
+        self.timers.clear()
+        if old is State.RUNNING and self.app.ready.kind is not ReadyKind.DELAY:
+            self._out.append(StopReadiness())
+        if old is State.READY:
+            self.health_failures = 0
+            if self.app.health is not None:
+                self._out.append(StopHealth())
+        if new not in _UP and new not in (State.STOPPING, State.RESTARTING):
+            self.pid = self.start_ticks = self.launched_at = None
+        if new is not State.RESTARTING:
+            self.pending_outcome = None
+        self.state = new
+        log.debug("%s: %s -> %s", self.launch_key, old, new)
+        if new is State.RUNNING:
+            self._enter_running(now)
+        elif new is State.READY and self.app.health is not None:
+            self._out.append(StartHealth())
+
+    def _enter_running(self, now: float) -> None:
+        ready = self.app.ready
+        if ready.kind is ReadyKind.DELAY:
+            self._start_timer(Timer.READY_DELAY, ready.delay, now)
+        else:
+            self._out.append(StartReadiness())
+            self._start_timer(Timer.READY_TIMEOUT, ready.timeout, now)
+
+    def _start_timer(self, name: Timer, delay: float, now: float) -> None:
+        self.timers[name] = now + delay
+        self._out.append(StartTimer(name, delay))
+
+    # ---- helpers used by handlers -----------------------------------------------------
+
+    def _report(self, outcome: Outcome) -> None:
+        self.last_outcome = outcome
+        self._out.append(Report(outcome))
+
+    def _wants_restart(self, outcome: Outcome) -> bool:
+        mode = self.app.restart
+        if mode is RestartMode.ALWAYS:
+            return True
+        return mode is RestartMode.ON_FAILURE and outcome is not Outcome.SUCCESS
+
+    def _launch(self, now: float) -> None:
+        """Launch a new generation unless the start limit forbids it (-> failed)."""
+        limit = self.app.start_limit
+        self.starts = [t for t in self.starts if t > now - limit.interval]
+        if len(self.starts) >= limit.burst:
+            self._set_state(State.FAILED, now)
+            self._report(Outcome.START_LIMIT_HIT)
+            return
+        self.starts.append(now)
+        if self.generation > 0:
+            self.restarts += 1
+        self.generation += 1
+        self._set_state(State.STARTING, now)
+        self._out.append(Launch(self.generation, self.launch_key))
+
+    def _after_failure(self, outcome: Outcome, now: float, *, exited: bool) -> None:
+        """A run ended (or never came up) with ``outcome``: back off, or settle."""
+        if not self._wants_restart(outcome):
+            final = State.EXITED if exited else State.FAILED
+            self._set_state(final, now)
+            return
+        if self.launched_at is not None and now - self.launched_at >= \
+                self.app.backoff.reset_after:
+            self.streak = 0
+        self.streak += 1
+        b = self.app.backoff
+        delay = min(b.initial * b.factor ** (self.streak - 1), b.max)
+        self._set_state(State.BACKOFF, now)
+        self._start_timer(Timer.BACKOFF, delay, now)
+
+    def _stop(self, state: State, now: float) -> None:
+        self._set_state(state, now)
+        self._out.append(Stop(self.generation, self.launch_key))
+
+
+def exit_outcome(exit_code: int | None, signal: int | None) -> Outcome:
+    """Classify an exit status: a signal wins over a code; code 0 is success."""
+    if signal:
+        return Outcome.SIGNAL
+    return Outcome.SUCCESS if exit_code == 0 else Outcome.EXIT_CODE
+
+
+# ---- handlers ---------------------------------------------------------------------------
+# Each takes (instance, event, now). ``_ignore`` is for stale or idempotent events,
+# ``_reject`` for events that are not meaningful in the state (logged, no effect).
+
+
+def _ignore(inst: Instance, ev: Event, now: float) -> None:
+    pass
+
+
+def _reject(inst: Instance, ev: Event, now: float) -> None:
+    log.debug("%s: %s ignored in state %s", inst.launch_key, type(ev).__name__, inst.state)
+
+
+def _start_fresh(inst: Instance, ev: Event, now: float) -> None:
+    inst.streak = 0
+    inst._launch(now)
+
+
+def _start_after_failed(inst: Instance, ev: Event, now: float) -> None:
+    # An explicit start is the operator's "reset-failed": a new window, a new streak.
+    inst.starts = []
+    _start_fresh(inst, ev, now)
+
+
+def _stop_running(inst: Instance, ev: Event, now: float) -> None:
+    inst._stop(State.STOPPING, now)
+
+
+def _settle_stopped(inst: Instance, ev: Event, now: float) -> None:
+    inst._set_state(State.STOPPED, now)
+
+
+def _escalate_to_stopping(inst: Instance, ev: Event, now: float) -> None:
+    # A Stop is already in flight; it now ends in ``stopped`` instead of a restart.
+    inst._set_state(State.STOPPING, now)
+
+
+def _launched(inst: Instance, ev: Event, now: float) -> None:
+    assert isinstance(ev, Launched)
+    inst.pid, inst.start_ticks, inst.launched_at = ev.pid, ev.start_ticks, now
+    inst._set_state(State.READY if inst.app.ready.kind is ReadyKind.NONE else State.RUNNING,
+                    now)
+
+
+def _launched_while_stopping(inst: Instance, ev: Event, now: float) -> None:
+    assert isinstance(ev, Launched)
+    inst.pid, inst.start_ticks = ev.pid, ev.start_ticks  # the pending Stop covers it
+
+
+def _launch_failed(inst: Instance, ev: Event, now: float) -> None:
+    inst._report(Outcome.LAUNCH_FAILED)
+    inst._after_failure(Outcome.LAUNCH_FAILED, now, exited=False)
+
+
+def _exited(inst: Instance, ev: Event, now: float) -> None:
+    assert isinstance(ev, Exited)
+    outcome = exit_outcome(ev.exit_code, ev.signal)
+    inst._report(outcome)
+    inst._after_failure(outcome, now, exited=True)
+
+
+def _ready(inst: Instance, ev: Event, now: float) -> None:
+    inst.timers.pop(Timer.READY_DELAY, None)  # it fired: nothing to cancel
+    inst._set_state(State.READY, now)
+
+
+def _ready_timeout(inst: Instance, ev: Event, now: float) -> None:
+    if inst.timers.pop(Timer.READY_TIMEOUT, None) is None:
+        return  # a late firing of a cancelled timer
+    inst._stop(State.RESTARTING, now)
+    inst.pending_outcome = Outcome.TIMEOUT
+
+
+def _health_failed(inst: Instance, ev: Event, now: float) -> None:
+    inst.health_failures += 1
+    limit = inst.app.health.failures if inst.app.health is not None else 1
+    if inst.health_failures >= limit:
+        inst._stop(State.RESTARTING, now)
+        inst.pending_outcome = Outcome.HEALTH
+
+
+def _health_ok(inst: Instance, ev: Event, now: float) -> None:
+    inst.health_failures = 0
+
+
+def _backoff_elapsed(inst: Instance, ev: Event, now: float) -> None:
+    if inst.timers.pop(Timer.BACKOFF, None) is None:
+        return  # a late firing of a cancelled timer
+    inst._launch(now)
+
+
+def _stopped_on_request(inst: Instance, ev: Event, now: float) -> None:
+    inst._set_state(State.STOPPED, now)
+    inst._report(Outcome.STOPPED)
+
+
+def _stopped_for_restart(inst: Instance, ev: Event, now: float) -> None:
+    outcome = inst.pending_outcome or Outcome.STOPPED
+    inst._report(outcome)
+    inst._after_failure(outcome, now, exited=False)
+
+
+def _stopped_unexpectedly(inst: Instance, ev: Event, now: float) -> None:
+    # Only this backend stops processes; if the owner says it is gone, believe it and
+    # do not fight whoever did it.
+    log.warning("%s: owner reports stopped while %s", inst.launch_key, inst.state)
+    _stopped_on_request(inst, ev, now)
+
+
+def _adopt(inst: Instance, ev: Event, now: float) -> None:
+    assert isinstance(ev, Adopt)
+    inst.generation = max(inst.generation, ev.generation)
+    inst.restarts = max(inst.restarts, ev.restarts)
+    inst.pid, inst.start_ticks, inst.launched_at = ev.pid, ev.start_ticks, now
+    ready = ev.ready or inst.app.ready.kind is ReadyKind.NONE
+    inst._set_state(State.READY if ready else State.RUNNING, now)
+
+
+def _adopt_conflict(inst: Instance, ev: Event, now: float) -> None:
+    assert isinstance(ev, Adopt)
+    if ev.pid != inst.pid or ev.start_ticks != inst.start_ticks:
+        log.warning("%s: refusing to adopt pid %d, already tracking pid %s",
+                    inst.launch_key, ev.pid, inst.pid)
+
+
+# ---- the table --------------------------------------------------------------------------
+# One row per event, one cell per state, in State order:
+#   stopped, starting, running, ready, stopping, restarting, backoff, failed, exited
+S = State
+_I, _R = _ignore, _reject
+_ROWS: dict[type[Event], tuple[Handler, ...]] = {
+    Start: (_start_fresh, _I, _I, _I, _R, _I, _I, _start_after_failed, _start_fresh),
+    StopRequested: (_I, _stop_running, _stop_running, _stop_running, _I,
+                    _escalate_to_stopping, _settle_stopped, _settle_stopped,
+                    _settle_stopped),
+    Launched: (_I, _launched, _I, _I, _launched_while_stopping, _I, _I, _I, _I),
+    LaunchFailed: (_I, _launch_failed, _I, _I, _stopped_on_request, _I, _I, _I, _I),
+    Exited: (_I, _exited, _exited, _exited, _I, _I, _I, _I, _I),
+    Ready: (_I, _I, _ready, _I, _I, _I, _I, _I, _I),
+    ReadyTimeout: (_I, _I, _ready_timeout, _I, _I, _I, _I, _I, _I),
+    HealthFailed: (_I, _I, _I, _health_failed, _I, _I, _I, _I, _I),
+    HealthOk: (_I, _I, _I, _health_ok, _I, _I, _I, _I, _I),
+    BackoffElapsed: (_I, _I, _I, _I, _I, _I, _backoff_elapsed, _I, _I),
+    Stopped: (_I, _stopped_unexpectedly, _stopped_unexpectedly, _stopped_unexpectedly,
+              _stopped_on_request, _stopped_for_restart, _I, _I, _I),
+    Adopt: (_adopt, _adopt, _adopt_conflict, _adopt_conflict, _R, _R, _adopt, _adopt,
+            _adopt),
+}
+assert all(len(row) == len(State) for row in _ROWS.values())
+assert set(_ROWS) == set(EVENT_TYPES)
+
+TRANSITIONS: dict[tuple[State, type[Event]], Handler] = {
+    (state, event): row[i] for event, row in _ROWS.items() for i, state in enumerate(State)
+}
+
+# ---- wire -------------------------------------------------------------------------------
+
+WIRE_VERSION = 1
+
+
+def _finite(v: Any) -> bool:
+    return (isinstance(v, int | float) and not isinstance(v, bool)
+            and math.isfinite(v))
+
+
+def _check_enum(enum: type[StrEnum]) -> Callable[[Any], str | None]:
+    values = {m.value for m in enum}
+
+    def check(v: Any) -> str | None:
+        return None if v in values else f"must be one of {sorted(values)}"
+    return check
+
+
+def _check_starts(v: Any) -> str | None:
+    return None if all(_finite(t) for t in v) else "must be a list of finite numbers"
+
+
+def _check_timers(v: Any) -> str | None:
+    names = {t.value for t in Timer}
+    if all(isinstance(k, str) and k in names and _finite(t) for k, t in v.items()):
+        return None
+    return f"must map timer names {sorted(names)} to finite deadlines"
+
+
+_WIRE = Schema(
+    Field("v", int),
+    Field("stack", str),
+    Field("app", str),
+    Field("instance", int, check=check_int(0)),
+    Field("state", str, check=_check_enum(State)),
+    Field("generation", int, check=check_int(0)),
+    Field("restarts", int, check=check_int(0)),
+    Field("streak", int, check=check_int(0)),
+    Field("last_outcome", str, required=False, check=_check_enum(Outcome)),
+    Field("pending_outcome", str, required=False, check=_check_enum(Outcome)),
+    Field("pid", int, required=False, check=check_int(1)),
+    Field("start_ticks", int, required=False, check=check_int(0)),
+    Field("launched_at", float, required=False),
+    Field("starts", list, check=_check_starts),
+    Field("health_failures", int, check=check_int(0)),
+    Field("timers", dict, check=_check_timers),
+)
+
+_TIMER_STATE = {Timer.BACKOFF: State.BACKOFF, Timer.READY_TIMEOUT: State.RUNNING,
+                Timer.READY_DELAY: State.RUNNING}
+
+
+def _opt_outcome(v: str | None) -> Outcome | None:
+    return None if v is None else Outcome(v)
+
+
+def _check_consistent(inst: Instance) -> None:
+    """Raises BadRequest when the restored fields break a class invariant."""
+    def bad(msg: str, field: str) -> BadRequest:
+        return BadRequest(f"instance {msg}", {"field": field})
+    for name in inst.timers:
+        if _TIMER_STATE[name] is not inst.state:
+            raise bad(f"timer {name} cannot run in state {inst.state}", "timers")
+    if inst.state is State.BACKOFF and Timer.BACKOFF not in inst.timers:
+        raise bad("in backoff needs a backoff timer", "timers")
+    if inst.state in (State.RUNNING, State.READY) and inst.pid is None:
+        raise bad(f"in state {inst.state} needs a pid", "pid")
+    if inst.pending_outcome is not None and inst.state is not State.RESTARTING:
+        raise bad("pending_outcome is only valid while restarting", "pending_outcome")

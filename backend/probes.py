@@ -1,0 +1,373 @@
+"""Readiness and health probes, and the runners that repeat them.
+
+Every probe is a coroutine returning ``bool`` and is bounded by a timeout: it never hangs
+and never raises for an unhealthy target (refused, reset, garbage, silence all mean
+``False``). Probes only read; they never change the app.
+
+- :func:`tcp_listening`: a process of the app listens on the port. Uses netlink sock_diag
+  (pyroute2 ``DiagSocket``, IPv4 and IPv6 LISTEN sockets) and maps each socket inode to the
+  app's processes through ``/proc/PID/fd``; falls back to a TCP connect to ``host:port``
+  when sock_diag is unavailable (the fallback cannot tell whose listener answered).
+- :func:`http_ok`: raw HTTP/1.1 GET; 2xx/3xx is ok. ``http://`` only: https would need
+  certificate policy that a local probe has no use for; a bad URL raises ``ValueError``.
+- :func:`exec_ok`: a command in its own session; exit 0 is ok; on timeout or
+  cancellation its whole process group is killed and the child reaped.
+- ``notify`` readiness has no probe: the owner turns READY=1 into an observation event
+  and the reconciler feeds ``instance.Ready`` for the matching launch. ``delay`` is a
+  timer of the instance machine, ``none`` is ready at launch.
+
+:class:`ProbeRunner` repeats a probe until it succeeds or the readiness timeout passes;
+:class:`HealthRunner` runs a check every interval after a grace period and reports each
+result. Both own exactly one task and ``aclose()`` cancels and awaits it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+from .model import Health, HealthKind, Readiness, ReadyKind
+
+__all__ = [
+    "HealthRunner", "Probe", "ProbeRunner", "TcpMethod", "exec_ok", "health_probe",
+    "http_ok", "listening_inodes", "process_group_members", "readiness_probe",
+    "socket_inodes", "tcp_connect", "tcp_listening",
+]
+
+log = logging.getLogger(__name__)
+
+Probe = Callable[[], Awaitable[bool]]
+TCP_LISTEN = 10  # TCP_LISTEN in the kernel's tcp_states.h; sock_diag takes 1 << state
+
+
+class TcpMethod(StrEnum):
+    AUTO = "auto"        # sock_diag, or connect when sock_diag is unavailable
+    DIAG = "diag"        # sock_diag only (unavailable -> False)
+    CONNECT = "connect"  # connect to host:port only
+
+
+# ---- tcp --------------------------------------------------------------------------------
+
+
+def listening_inodes(port: int) -> set[int]:
+    """Inodes of TCP LISTEN sockets on ``port`` (IPv4 and IPv6), via sock_diag.
+    Raises ImportError when pyroute2 is missing and OSError for any netlink failure
+    (pyroute2's NetlinkError is not an OSError, so it is wrapped)."""
+    from pyroute2 import DiagSocket
+
+    inodes: set[int] = set()
+    try:
+        with DiagSocket() as ds:
+            ds.bind()
+            for family in (socket.AF_INET, socket.AF_INET6):
+                for msg in ds.get_sock_stats(family=family, states=1 << TCP_LISTEN):
+                    if msg["idiag_sport"] == port:
+                        inodes.add(int(msg["idiag_inode"]))
+    except OSError:
+        raise
+    except Exception as exc:  # NetlinkError, or a reply pyroute2 could not parse
+        raise OSError(f"sock_diag failed: {exc!r}") from exc
+    return inodes
+
+
+def socket_inodes(pids: Iterable[int]) -> set[int]:
+    """Socket inodes held open by ``pids`` (``/proc/PID/fd/N -> socket:[INODE]``).
+    Processes that vanish or cannot be read are skipped; never raises OSError."""
+    found: set[int] = set()
+    for pid in pids:
+        base = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                link = os.readlink(f"{base}/{name}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link.endswith("]"):
+                found.add(int(link[8:-1]))
+    return found
+
+
+def process_group_members(pgid: int) -> set[int]:
+    """PIDs whose process group is ``pgid`` (field 5 of /proc/PID/stat, after the comm).
+    Never raises OSError: vanished processes are skipped."""
+    members: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            members.add(int(entry))
+    return members
+
+
+def _diag_owned(port: int, pids: set[int]) -> bool:
+    listening = listening_inodes(port)
+    return bool(listening) and bool(listening & socket_inodes(pids))
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close and wait (briefly) until the socket is really closed, so no fd outlives us."""
+    writer.close()
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(1.0):
+            await writer.wait_closed()
+
+
+async def tcp_connect(host: str, port: int, timeout: float) -> bool:
+    """True when a TCP connection to host:port is accepted within ``timeout``."""
+    try:
+        async with asyncio.timeout(timeout):
+            _reader, writer = await asyncio.open_connection(host, port)
+    except (OSError, TimeoutError):
+        return False
+    await _close(writer)
+    return True
+
+
+async def tcp_listening(port: int, pids: set[int], *, host: str = "127.0.0.1",
+                        timeout: float = 2.0, method: TcpMethod = TcpMethod.AUTO) -> bool:
+    """True when one of ``pids`` (the app's process group) has a TCP LISTEN socket on
+    ``port``. With AUTO, an unavailable sock_diag falls back to :func:`tcp_connect`, which
+    cannot attribute the listener to ``pids``. Bounded by ``timeout``; never raises for an
+    unavailable kernel interface."""
+    if method is not TcpMethod.CONNECT:
+        try:
+            async with asyncio.timeout(timeout):
+                # sock_diag is a few ms, but the /proc scan grows with fds: keep the loop free.
+                return await asyncio.to_thread(_diag_owned, port, set(pids))
+        except TimeoutError:
+            return False
+        except (ImportError, OSError) as exc:
+            if method is TcpMethod.DIAG:
+                return False
+            log.debug("sock_diag unavailable (%s); using a connect probe", exc)
+    return await tcp_connect(host, port, timeout)
+
+
+# ---- http -------------------------------------------------------------------------------
+
+
+def _split_http_url(url: str) -> tuple[str, int, str, str]:
+    """(host, port, path?query, Host header). Raises ValueError for a non-http URL."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"probe URL must be http://HOST[:PORT]/PATH, not {url!r}")
+    port = parts.port or 80  # .port raises ValueError for a bad port itself
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return parts.hostname, port, path, parts.netloc.rpartition("@")[2]
+
+
+async def http_ok(url: str, timeout: float) -> bool:
+    """GET ``url`` over HTTP/1.1; True for a 2xx or 3xx status within ``timeout``.
+    Raises ValueError for a URL that is not ``http://``; anything the server does (refuse,
+    reset, garbage, silence) is False."""
+    host, port, path, host_header = _split_http_url(url)
+    request = (f"GET {path} HTTP/1.1\r\nHost: {host_header}\r\n"
+               "User-Agent: tenure-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+    writer: asyncio.StreamWriter | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(request.encode("ascii", "strict"))
+            await writer.drain()
+            status_line = await reader.readline()
+    except (OSError, TimeoutError, UnicodeError, ValueError):
+        return False
+    finally:
+        if writer is not None:
+            await _close(writer)
+    parts = status_line.split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        return False
+    return 200 <= int(parts[1]) < 400
+
+
+# ---- exec -------------------------------------------------------------------------------
+
+
+async def exec_ok(argv: tuple[str, ...] | list[str], timeout: float,
+                  env: Mapping[str, str] | None = None, cwd: str | None = None) -> bool:
+    """Run ``argv`` in a new session; True when it exits 0 within ``timeout``.
+    On timeout or cancellation the whole process group is SIGKILLed and the child is
+    reaped before this returns (or re-raises CancelledError): no zombie is left. A command
+    that cannot be started is False."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=dict(env) if env is not None else None, cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        log.debug("exec probe %s could not start: %s", argv[:1], exc)
+        return False
+    try:
+        async with asyncio.timeout(timeout):
+            return await proc.wait() == 0
+    except TimeoutError:
+        return False
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            # Reap even if we are being cancelled: a shielded wait cannot be interrupted
+            # half-way, and SIGKILL makes it short.
+            await asyncio.shield(proc.wait())
+
+
+# ---- config -> probe --------------------------------------------------------------------
+
+
+def _port(base: int | None, step: int, index: int) -> int:
+    if base is None:
+        raise ValueError("a tcp probe needs a port")
+    return base + index * step
+
+
+def readiness_probe(ready: Readiness, index: int, pids: Callable[[], set[int]], *,
+                    env: Mapping[str, str] | None = None, attempt_timeout: float = 2.0,
+                    method: TcpMethod = TcpMethod.AUTO) -> Probe | None:
+    """The probe for ``ready`` of instance ``index``, or None for none/notify/delay
+    (no probe: see the module docstring). ``pids`` returns the app's current process
+    group members. Raises ValueError for a tcp readiness without a port or a bad URL."""
+    if ready.kind is ReadyKind.TCP:
+        port = _port(ready.port, ready.port_step, index)
+        return lambda: tcp_listening(port, pids(), host=ready.host,
+                                     timeout=attempt_timeout, method=method)
+    if ready.kind is ReadyKind.HTTP:
+        url = ready.url or ""
+        _split_http_url(url)
+        return lambda: http_ok(url, attempt_timeout)
+    if ready.kind is ReadyKind.EXEC:
+        return lambda: exec_ok(ready.command, attempt_timeout, env)
+    return None
+
+
+def health_probe(health: Health, index: int, *,
+                 env: Mapping[str, str] | None = None) -> Probe:
+    """The check for ``health`` of instance ``index``, bounded by ``health.timeout``.
+    A tcp health check connects (a listener that no longer accepts is unhealthy).
+    Raises ValueError for a tcp check without a port or a bad URL."""
+    if health.kind is HealthKind.TCP:
+        port = _port(health.port, health.port_step, index)
+        return lambda: tcp_connect(health.host, port, health.timeout)
+    if health.kind is HealthKind.HTTP:
+        url = health.url or ""
+        _split_http_url(url)
+        return lambda: http_ok(url, health.timeout)
+    return lambda: exec_ok(health.command, health.timeout, env)
+
+
+# ---- runners ----------------------------------------------------------------------------
+
+
+async def _attempt(probe: Probe, timeout: float) -> bool:
+    """One bounded probe run; an exception from a probe is a failure, not a crash."""
+    try:
+        async with asyncio.timeout(max(timeout, 0.0)):
+            return await probe()
+    except TimeoutError:
+        return False
+    except Exception:
+        log.exception("probe raised; counted as a failure")
+        return False
+
+
+class _OneTask:
+    """Holds at most one task; ``aclose`` cancels and awaits it (no leaked task)."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def _spawn(self, factory: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        if self.running:
+            raise RuntimeError(f"{name} already running")
+        self._task = asyncio.get_running_loop().create_task(factory(), name=name)
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def aclose(self) -> None:
+        """Cancel the task and wait until it has finished. Never raises CancelledError
+        of the task itself (it may raise if the caller is cancelled)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class ProbeRunner(_OneTask):
+    """Runs ``probe`` every ``interval`` until it succeeds or ``timeout`` passes, then
+    calls ``on_result(True)`` (ready) or ``on_result(False)`` (timed out) exactly once —
+    unless cancelled first, in which case it calls nothing."""
+
+    def __init__(self, probe: Probe, *, interval: float, timeout: float,
+                 attempt_timeout: float = 2.0) -> None:
+        super().__init__()
+        self.probe, self.interval, self.timeout = probe, interval, timeout
+        self.attempt_timeout = attempt_timeout
+
+    async def run(self) -> bool:
+        """True once the probe passes, False when ``timeout`` passed first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            if await _attempt(self.probe, min(self.attempt_timeout, remaining)):
+                return True
+            await asyncio.sleep(max(0.0, min(self.interval, deadline - loop.time())))
+
+    def start(self, on_result: Callable[[bool], None]) -> None:
+        """Start in the running loop. Raises RuntimeError if already running."""
+        async def go() -> None:
+            on_result(await self.run())
+        self._spawn(go, "readiness-probe")
+
+
+class HealthRunner(_OneTask):
+    """After ``grace``, runs ``probe`` every ``interval`` and calls ``on_pass`` or
+    ``on_fail`` after each attempt, until cancelled. Counting consecutive failures is the
+    instance machine's job (``HealthFailed``/``HealthOk``)."""
+
+    def __init__(self, probe: Probe, *, interval: float, timeout: float, grace: float,
+                 on_pass: Callable[[], None], on_fail: Callable[[], None]) -> None:
+        super().__init__()
+        self.probe, self.interval, self.timeout, self.grace = probe, interval, timeout, grace
+        self.on_pass, self.on_fail = on_pass, on_fail
+
+    async def run(self) -> None:
+        """Loops until cancelled; never returns on its own."""
+        await asyncio.sleep(self.grace)
+        while True:
+            ok = await _attempt(self.probe, self.timeout)
+            (self.on_pass if ok else self.on_fail)()
+            await asyncio.sleep(self.interval)
+
+    def start(self) -> None:
+        """Start in the running loop. Raises RuntimeError if already running."""
+        self._spawn(self.run, "health-check")

@@ -1,0 +1,591 @@
+"""The instance state machine: table completeness, restart policy, backoff, start limit,
+readiness, health, adoption, stop in every state, and the checkpoint wire format.
+A fake clock (plain floats); nothing sleeps."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend.instance import (
+    EVENT_TYPES,
+    PUBLIC_STATE,
+    TIMER_EVENTS,
+    TRANSITIONS,
+    Action,
+    Adopt,
+    BackoffElapsed,
+    CancelTimer,
+    Event,
+    Exited,
+    HealthFailed,
+    HealthOk,
+    Instance,
+    Launch,
+    Launched,
+    LaunchFailed,
+    Outcome,
+    PublicState,
+    Ready,
+    ReadyTimeout,
+    Report,
+    Start,
+    StartHealth,
+    StartReadiness,
+    StartTimer,
+    State,
+    Stop,
+    StopHealth,
+    Stopped,
+    StopReadiness,
+    StopRequested,
+    Timer,
+)
+from backend.model import (
+    App,
+    Backoff,
+    Health,
+    HealthKind,
+    Readiness,
+    ReadyKind,
+    RestartMode,
+    StartLimit,
+)
+from protocol.errors import BadRequest
+
+TCP_READY = Readiness(kind=ReadyKind.TCP, port=8000, timeout=5.0)
+HEALTH = Health(kind=HealthKind.TCP, port=8000, failures=3)
+
+
+def mk_app(restart: RestartMode = RestartMode.ON_FAILURE, ready: Readiness = TCP_READY,
+           health: Health | None = HEALTH, backoff: Backoff | None = None,
+           start_limit: StartLimit | None = None) -> App:
+    return App(name="web", stack="shop", command=("srv",), restart=restart,
+               ready=ready, health=health, backoff=backoff or Backoff(),
+               start_limit=start_limit or StartLimit())
+
+
+class Rig:
+    """An instance, a fake clock and the timers the reconciler would hold."""
+
+    def __init__(self, app: App | None = None) -> None:
+        self.inst = Instance(app or mk_app(), 0)
+        self.now = 0.0
+        self.timers: dict[Timer, float] = {}
+        self.pid = 100
+
+    def feed(self, event: Event, advance: float = 0.0) -> list[Action]:
+        self.now += advance
+        actions = self.inst.handle(event, self.now)
+        for a in actions:
+            if isinstance(a, StartTimer):
+                self.timers[a.name] = self.now + a.delay
+            elif isinstance(a, CancelTimer):
+                self.timers.pop(a.name, None)
+        check_invariants(self.inst)
+        return actions
+
+    def fire(self, name: Timer) -> list[Action]:
+        deadline = self.timers.pop(name)
+        return self.feed(TIMER_EVENTS[name], max(0.0, deadline - self.now))
+
+    def launched(self, advance: float = 0.1) -> list[Action]:
+        self.pid += 1
+        return self.feed(Launched(self.pid, 1000 + self.pid), advance)
+
+
+def check_invariants(inst: Instance) -> None:
+    allowed = {State.BACKOFF: {Timer.BACKOFF},
+               State.RUNNING: {Timer.READY_TIMEOUT, Timer.READY_DELAY}}
+    assert set(inst.timers) <= allowed.get(inst.state, set())
+    if inst.state in (State.RUNNING, State.READY):
+        assert inst.pid is not None
+    assert inst.restarts >= 0 and inst.generation >= 0
+
+
+def drive_to(state: State, app: App | None = None) -> Rig:
+    """Reach ``state`` through real events only."""
+    r = Rig(app)
+    if state is State.STOPPED:
+        return r
+    r.feed(Start())
+    steps: dict[State, list[Event]] = {
+        State.STARTING: [], State.RUNNING: [], State.READY: [Ready()],
+        State.STOPPING: [Ready(), StopRequested()], State.RESTARTING: [],
+        State.BACKOFF: [Exited(1, None)], State.EXITED: [Ready(), Exited(0, None)],
+    }
+    if state is State.FAILED:
+        while r.inst.state is not State.FAILED:
+            if r.inst.state is State.BACKOFF:
+                r.fire(Timer.BACKOFF)
+            elif r.inst.state is State.STARTING:
+                r.launched()
+            else:
+                r.feed(Exited(1, None), 0.1)
+        return r
+    if state is not State.STARTING:
+        r.launched()
+    for ev in steps[state]:
+        r.feed(ev, 0.1)
+    if state is State.RESTARTING:
+        r.fire(Timer.READY_TIMEOUT)
+    assert r.inst.state is state
+    return r
+
+
+def of(actions: list[Action], kind: type[Any]) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+# ---- the table --------------------------------------------------------------------------
+
+
+def test_table_has_every_state_event_pair() -> None:
+    missing = [(s, e.__name__) for s in State for e in EVENT_TYPES if (s, e) not in TRANSITIONS]
+    assert missing == []
+    assert len(TRANSITIONS) == len(State) * len(EVENT_TYPES) == 9 * 12
+
+
+def test_every_detailed_state_maps_to_a_public_state() -> None:
+    assert set(PUBLIC_STATE) == set(State)
+    assert set(PUBLIC_STATE.values()) == set(PublicState)
+    assert [p.value for p in PublicState] == [
+        "starting", "running", "ready", "stopping", "stopped", "backoff", "failed"]
+
+
+def test_wire_values_are_stable() -> None:
+    assert [s.value for s in State] == ["stopped", "starting", "running", "ready", "stopping",
+                                        "restarting", "backoff", "failed", "exited"]
+    assert [o.value for o in Outcome] == [
+        "success", "exit-code", "signal", "timeout", "start-limit-hit", "health", "stopped",
+        "launch-failed"]
+
+
+@pytest.mark.parametrize("state", list(State))
+def test_every_event_in_every_state_keeps_invariants(state: State) -> None:
+    samples: list[Event] = [Start(), StopRequested(), Launched(7, 70), LaunchFailed("X"),
+                            Exited(1, None), Ready(), ReadyTimeout(), HealthFailed(),
+                            HealthOk(), BackoffElapsed(), Stopped(), Adopt(7, 70, True, 9)]
+    assert {type(e) for e in samples} == set(EVENT_TYPES)
+    for ev in samples:
+        r = drive_to(state)
+        r.feed(ev, 1.0)  # check_invariants runs inside
+
+
+# ---- start, launch keys, counters -------------------------------------------------------
+
+
+def test_start_launches_generation_one_with_its_launch_key() -> None:
+    r = Rig()
+    assert r.feed(Start()) == [Launch(1, "shop/web/0/1")]
+    assert r.inst.state is State.STARTING
+    assert r.inst.public_state is PublicState.STARTING
+    acts = r.launched()
+    assert StartReadiness() in acts and StartTimer(Timer.READY_TIMEOUT, 5.0) in acts
+    assert r.inst.public_state is PublicState.RUNNING
+    acts = r.feed(Ready(), 0.5)
+    assert acts == [CancelTimer(Timer.READY_TIMEOUT), StopReadiness(), StartHealth()]
+    assert r.inst.state is State.READY and r.inst.restarts == 0
+
+
+def test_no_readiness_means_ready_at_launch() -> None:
+    r = Rig(mk_app(ready=Readiness(), health=None))
+    r.feed(Start())
+    assert r.launched() == []
+    assert r.inst.state is State.READY
+
+
+def test_delay_readiness_is_a_timer() -> None:
+    r = Rig(mk_app(ready=Readiness(kind=ReadyKind.DELAY, delay=2.0), health=None))
+    r.feed(Start())
+    assert r.launched() == [StartTimer(Timer.READY_DELAY, 2.0)]
+    r.fire(Timer.READY_DELAY)
+    assert r.inst.state is State.READY
+
+
+def test_duplicate_start_is_ignored_while_up() -> None:
+    r = drive_to(State.READY)
+    assert r.feed(Start()) == []
+    assert r.inst.state is State.READY
+
+
+def test_launch_failed_backs_off_and_reports() -> None:
+    r = drive_to(State.STARTING)
+    acts = r.feed(LaunchFailed("LAUNCH_FAILED"))
+    assert acts == [Report(Outcome.LAUNCH_FAILED), StartTimer(Timer.BACKOFF, 0.5)]
+    assert r.inst.state is State.BACKOFF
+
+
+# ---- restart policy ---------------------------------------------------------------------
+
+
+def crash_loop_delays(r: Rig) -> list[float]:
+    delays = []
+    r.feed(Start())
+    while r.inst.state is not State.FAILED:
+        r.launched()
+        r.feed(Ready(), 0.1)
+        acts = r.feed(Exited(1, None), 0.1)
+        delays += [a.delay for a in of(acts, StartTimer)]
+        if r.inst.state is State.BACKOFF:
+            r.fire(Timer.BACKOFF)
+    return delays
+
+
+def test_crash_loop_backs_off_exponentially_then_hits_the_start_limit() -> None:
+    r = Rig(mk_app(health=None))
+    delays = crash_loop_delays(r)
+    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0]
+    assert r.inst.state is State.FAILED
+    assert r.inst.public_state is PublicState.FAILED
+    assert r.inst.last_outcome is Outcome.START_LIMIT_HIT
+    assert r.inst.generation == 5 and r.inst.restarts == 4
+    assert r.timers == {}
+
+
+def test_backoff_delay_is_capped_at_max() -> None:
+    app = mk_app(health=None, backoff=Backoff(initial=1.0, factor=3.0, max=10.0),
+                 start_limit=StartLimit(burst=6, interval=1000.0))
+    assert crash_loop_delays(Rig(app)) == [1.0, 3.0, 9.0, 10.0, 10.0, 10.0]
+
+
+def test_start_limit_window_slides() -> None:
+    # 5 starts per 60 s, but 10 s backoffs: the window never holds more than 5.
+    app = mk_app(health=None, backoff=Backoff(initial=20.0, factor=1.0, max=20.0))
+    r = Rig(app)
+    r.feed(Start())
+    for _ in range(10):
+        r.launched()
+        r.feed(Exited(1, None), 1.0)
+        r.fire(Timer.BACKOFF)
+        assert r.inst.state is State.STARTING
+    assert r.inst.generation == 11
+
+
+def test_start_after_failed_resets_the_limit() -> None:
+    r = drive_to(State.FAILED)
+    gen = r.inst.generation
+    assert r.feed(Start()) == [Launch(gen + 1, f"shop/web/0/{gen + 1}")]
+
+
+@pytest.mark.parametrize(("mode", "code", "sig", "restarts"), [
+    (RestartMode.ON_FAILURE, 0, None, False),
+    (RestartMode.ON_FAILURE, 3, None, True),
+    (RestartMode.ON_FAILURE, None, 9, True),
+    (RestartMode.ALWAYS, 0, None, True),
+    (RestartMode.ALWAYS, 1, None, True),
+    (RestartMode.NEVER, 1, None, False),
+    (RestartMode.NEVER, None, 15, False),
+    (RestartMode.NEVER, 0, None, False),
+])
+def test_restart_policy(mode: RestartMode, code: int | None, sig: int | None,
+                        restarts: bool) -> None:
+    r = drive_to(State.READY, mk_app(restart=mode))
+    acts = r.feed(Exited(code, sig), 1.0)
+    expected = Outcome.SIGNAL if sig else (Outcome.SUCCESS if code == 0 else Outcome.EXIT_CODE)
+    assert Report(expected) in acts and r.inst.last_outcome is expected
+    assert StopHealth() in acts
+    if restarts:
+        assert r.inst.state is State.BACKOFF
+        assert of(r.fire(Timer.BACKOFF), Launch) == [Launch(2, "shop/web/0/2")]
+    else:
+        assert r.inst.state is State.EXITED and r.timers == {}
+        assert r.inst.public_state is PublicState.STOPPED
+
+
+def test_exit_while_starting_counts_as_a_failed_run() -> None:
+    r = drive_to(State.STARTING)
+    r.feed(Exited(127, None))
+    assert r.inst.state is State.BACKOFF
+
+
+# ---- readiness and health ---------------------------------------------------------------
+
+
+def test_readiness_timeout_stops_then_backs_off() -> None:
+    r = drive_to(State.RUNNING)
+    acts = r.fire(Timer.READY_TIMEOUT)
+    assert acts == [StopReadiness(), Stop(1, "shop/web/0/1")]
+    assert r.inst.state is State.RESTARTING
+    assert r.inst.public_state is PublicState.STOPPING
+    assert r.feed(Exited(None, 15)) == []  # recorded by the owner's Stopped, not here
+    acts = r.feed(Stopped(), 0.2)
+    assert acts == [Report(Outcome.TIMEOUT), StartTimer(Timer.BACKOFF, 0.5)]
+    assert r.inst.state is State.BACKOFF
+
+
+def test_readiness_timeout_with_restart_never_fails() -> None:
+    r = drive_to(State.RUNNING, mk_app(restart=RestartMode.NEVER))
+    r.fire(Timer.READY_TIMEOUT)
+    assert r.feed(Stopped()) == [Report(Outcome.TIMEOUT)]
+    assert r.inst.state is State.FAILED
+
+
+def test_late_ready_timeout_after_ready_is_ignored() -> None:
+    r = drive_to(State.READY)
+    assert r.feed(ReadyTimeout()) == []
+    assert r.inst.state is State.READY
+
+
+def test_health_failures_must_be_consecutive_then_restart() -> None:
+    r = drive_to(State.READY)
+    for ev in (HealthFailed(), HealthFailed(), HealthOk(), HealthFailed(), HealthFailed()):
+        assert r.feed(ev, 10.0) == []
+    assert r.inst.state is State.READY
+    acts = r.feed(HealthFailed(), 10.0)
+    assert acts == [StopHealth(), Stop(1, "shop/web/0/1")]
+    assert r.inst.state is State.RESTARTING
+    acts = r.feed(Stopped(), 1.0)
+    # ready for ~60 s > reset_after 30 s: the streak restarted, so the first delay again
+    assert acts == [Report(Outcome.HEALTH), StartTimer(Timer.BACKOFF, 0.5)]
+    assert of(r.fire(Timer.BACKOFF), Launch) == [Launch(2, "shop/web/0/2")]
+    assert r.inst.restarts == 1
+
+
+def test_health_restart_counts_for_backoff() -> None:
+    r = drive_to(State.BACKOFF)  # one crash: streak 1
+    r.fire(Timer.BACKOFF)
+    r.launched()
+    r.feed(Ready(), 0.1)
+    for _ in range(3):
+        r.feed(HealthFailed(), 1.0)
+    assert of(r.feed(Stopped(), 0.1), StartTimer) == [StartTimer(Timer.BACKOFF, 1.0)]
+
+
+@pytest.mark.parametrize(("uptime", "delay"), [(29.0, 2.0), (30.0, 0.5), (300.0, 0.5)])
+def test_backoff_resets_after_stable_uptime(uptime: float, delay: float) -> None:
+    r = Rig(mk_app(health=None))
+    r.feed(Start())
+    for _ in range(2):  # two quick crashes: delays 0.5, 1.0
+        r.launched()
+        r.feed(Exited(1, None), 0.1)
+        r.fire(Timer.BACKOFF)
+    r.launched(0.0)
+    r.feed(Ready(), 0.5)
+    acts = r.feed(Exited(1, None), uptime - 0.5)
+    assert of(acts, StartTimer) == [StartTimer(Timer.BACKOFF, delay)]
+
+
+# ---- adoption ---------------------------------------------------------------------------
+
+
+def test_adopt_ready_does_not_launch_and_keeps_counters() -> None:
+    r = Rig()
+    acts = r.feed(Adopt(pid=4242, start_ticks=99, ready=True, generation=7, restarts=6))
+    assert of(acts, Launch) == [] and acts == [StartHealth()]
+    assert r.inst.state is State.READY and r.inst.pid == 4242
+    assert (r.inst.generation, r.inst.restarts) == (7, 6)
+    r.feed(Exited(1, None), 1.0)
+    assert of(r.fire(Timer.BACKOFF), Launch) == [Launch(8, "shop/web/0/8")]
+    assert r.inst.restarts == 7
+
+
+def test_adopt_not_ready_waits_for_readiness() -> None:
+    r = Rig()
+    acts = r.feed(Adopt(4242, 99, ready=False, generation=3))
+    assert acts == [StartReadiness(), StartTimer(Timer.READY_TIMEOUT, 5.0)]
+    assert r.inst.state is State.RUNNING
+
+
+def test_adopt_while_tracking_another_process_is_refused() -> None:
+    r = drive_to(State.READY)
+    pid = r.inst.pid
+    assert r.feed(Adopt(1, 1, True, 99)) == []
+    assert r.inst.pid == pid and r.inst.generation == 1
+
+
+# ---- stop in every state ----------------------------------------------------------------
+
+STOP_EXPECT: dict[State, tuple[State, bool]] = {
+    State.STOPPED: (State.STOPPED, False),
+    State.STARTING: (State.STOPPING, True),
+    State.RUNNING: (State.STOPPING, True),
+    State.READY: (State.STOPPING, True),
+    State.STOPPING: (State.STOPPING, False),
+    State.RESTARTING: (State.STOPPING, False),  # a Stop is already in flight
+    State.BACKOFF: (State.STOPPED, False),
+    State.FAILED: (State.STOPPED, False),
+    State.EXITED: (State.STOPPED, False),
+}
+
+
+@pytest.mark.parametrize("state", list(State))
+def test_stop_requested_in_every_state(state: State) -> None:
+    r = drive_to(state)
+    acts = r.feed(StopRequested(), 0.1)
+    after, sends_stop = STOP_EXPECT[state]
+    assert r.inst.state is after
+    assert bool(of(acts, Stop)) is sends_stop
+    assert r.timers == {}
+    if after is State.STOPPING:
+        acts = r.feed(Stopped(), 0.1)
+        assert acts == [Report(Outcome.STOPPED)]
+        assert r.inst.state is State.STOPPED and r.inst.pid is None
+
+
+def test_stop_while_starting_then_launch_answer_arrives() -> None:
+    r = drive_to(State.STARTING)
+    assert r.feed(StopRequested()) == [Stop(1, "shop/web/0/1")]
+    assert r.feed(Launched(555, 5)) == []
+    assert r.inst.state is State.STOPPING and r.inst.pid == 555
+    r.feed(Stopped())
+    assert r.inst.state is State.STOPPED
+
+
+def test_launch_failed_while_stopping_is_stopped() -> None:
+    r = drive_to(State.STARTING)
+    r.feed(StopRequested())
+    assert r.feed(LaunchFailed("X")) == [Report(Outcome.STOPPED)]
+    assert r.inst.state is State.STOPPED
+
+
+def test_start_while_stopping_is_refused() -> None:
+    r = drive_to(State.STOPPING)
+    assert r.feed(Start()) == []
+    assert r.inst.state is State.STOPPING
+
+
+def test_unexpected_stopped_while_up_settles_stopped() -> None:
+    r = drive_to(State.READY)
+    assert r.feed(Stopped()) == [StopHealth(), Report(Outcome.STOPPED)]
+    assert r.inst.state is State.STOPPED
+
+
+def test_late_backoff_elapsed_is_ignored() -> None:
+    r = drive_to(State.BACKOFF)
+    r.feed(StopRequested())
+    assert r.feed(BackoffElapsed()) == []
+    assert r.inst.state is State.STOPPED
+
+
+# ---- wire -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", list(State))
+def test_wire_round_trip_in_every_state(state: State) -> None:
+    r = drive_to(state)
+    wire = r.inst.to_wire()
+    wire = json.loads(json.dumps(wire))  # plain data only
+    back = Instance.from_wire(wire, r.inst.app)
+    assert back.to_wire() == r.inst.to_wire()
+    assert back.state is state and back.timers == r.inst.timers
+
+
+def test_resume_rearms_timers_from_absolute_deadlines() -> None:
+    r = drive_to(State.RUNNING)  # ready-timeout 5 s after launch at t=0.1
+    back = Instance.from_wire(r.inst.to_wire(), r.inst.app)
+    timer, probe = back.resume(r.now + 2.0)
+    assert timer == StartTimer(Timer.READY_TIMEOUT, pytest.approx(3.0))
+    assert probe == StartReadiness()
+    assert back.resume(r.now + 9.0)[0] == StartTimer(Timer.READY_TIMEOUT, 0.0)
+    ready = Instance.from_wire(drive_to(State.READY).inst.to_wire(), r.inst.app)
+    assert ready.resume(0.0) == [StartHealth()]
+
+
+def test_restored_backoff_continues() -> None:
+    r = drive_to(State.BACKOFF)
+    back = Instance.from_wire(r.inst.to_wire(), r.inst.app)
+    assert of(back.handle(BackoffElapsed(), r.timers[Timer.BACKOFF]), Launch) == [
+        Launch(2, "shop/web/0/2")]
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"v": 2}, "v"),
+    ({"app": "other"}, "app"),
+    ({"state": "zombie"}, "state"),
+    ({"generation": True}, "generation"),
+    ({"generation": -1}, "generation"),
+    ({"restarts": "3"}, "restarts"),
+    ({"timers": {"backoff": float("nan")}}, "timers"),
+    ({"timers": {"nap": 1.0}}, "timers"),
+    ({"starts": [1.0, "x"]}, "starts"),
+    ({"last_outcome": "great"}, "last_outcome"),
+    ({"timers": {}}, "timers"),                 # backoff without its timer
+    ({"state": "ready", "pid": None, "timers": {}}, "pid"),
+    ({"state": "ready"}, "timers"),             # a backoff timer in ready
+    ({"pending_outcome": "health"}, "pending_outcome"),
+])
+def test_from_wire_refuses_bad_fields(change: dict[str, Any], field: str) -> None:
+    r = drive_to(State.BACKOFF)
+    wire = {**r.inst.to_wire(), **change}
+    with pytest.raises(BadRequest) as exc:
+        Instance.from_wire(wire, r.inst.app)
+    assert exc.value.data.get("field") == field
+
+
+def test_from_wire_requires_every_field_and_ignores_extras() -> None:
+    r = drive_to(State.READY)
+    wire = r.inst.to_wire()
+    for key in ("v", "stack", "app", "instance", "state", "generation", "restarts",
+                "streak", "starts", "health_failures", "timers"):
+        with pytest.raises(BadRequest):
+            Instance.from_wire({k: v for k, v in wire.items() if k != key}, r.inst.app)
+    back = Instance.from_wire({**wire, "future": {"x": 1}}, r.inst.app)
+    assert back.to_wire() == wire
+
+
+WIRE_KEYS = list(Instance(mk_app()).to_wire())
+scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12)
+           | st.sampled_from([s.value for s in State] + [o.value for o in Outcome]
+                             + [t.value for t in Timer]))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                      | st.dictionaries(st.text(max_size=8) | st.sampled_from(
+                          [t.value for t in Timer]), inner, max_size=4), max_leaves=8)
+
+
+def assert_instance_or_bad_request(data: Any) -> None:
+    app = mk_app()
+    try:
+        inst = Instance.from_wire(data, app)
+    except BadRequest:
+        return
+    check_invariants(inst)
+    assert Instance.from_wire(inst.to_wire(), app).to_wire() == inst.to_wire()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(WIRE_KEYS) | st.text(max_size=8), values,
+                       max_size=20))
+def test_fuzz_from_wire_arbitrary_dicts(data: dict[str, Any]) -> None:
+    assert_instance_or_bad_request(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(list(State)), st.sampled_from(WIRE_KEYS), values, st.booleans())
+def test_fuzz_from_wire_mutated_checkpoints(state: State, key: str, value: Any,
+                                            delete: bool) -> None:
+    wire = drive_to(state).inst.to_wire()
+    if delete:
+        del wire[key]
+    else:
+        wire[key] = value
+    assert_instance_or_bad_request(wire)
+
+
+@given(st.none() | st.integers() | st.text() | st.lists(st.integers()))
+def test_fuzz_from_wire_non_maps(data: Any) -> None:
+    with pytest.raises(BadRequest):
+        Instance.from_wire(data, mk_app())
+
+
+EVENTS = st.sampled_from([Start(), StopRequested(), Launched(9, 90), LaunchFailed("X"),
+                          Exited(1, None), Exited(0, None), Exited(None, 9), Ready(),
+                          ReadyTimeout(), HealthFailed(), HealthOk(), BackoffElapsed(),
+                          Stopped(), Adopt(9, 90, False, 4)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(EVENTS, st.floats(0.0, 100.0)), max_size=40))
+def test_fuzz_event_sequences_keep_invariants(steps: list[tuple[Event, float]]) -> None:
+    r = Rig()
+    for ev, dt in steps:
+        launches = of(r.feed(ev, dt), Launch)
+        for launch in launches:
+            assert launch.generation == r.inst.generation
+        wire = r.inst.to_wire()
+        assert Instance.from_wire(wire, r.inst.app).to_wire() == wire
