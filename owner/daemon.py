@@ -14,6 +14,7 @@ from typing import Any
 
 from protocol.errors import AlreadyRunning, ReconcileRequired, TenureError
 from protocol.identity import new_identity
+from protocol.notify import sd_notify
 from protocol.server import RpcServer
 
 from .journal import Journal
@@ -81,6 +82,7 @@ class Owner:
     async def _shutdown(self, service: OwnerService, server: RpcServer, journal: Journal,
                         store: OwnerStore, receipt: Receipt) -> int:
         launcher = service.launcher
+        sd_notify("STOPPING=1")
         server.begin_drain()
         await _stage(receipt, "watchers", _close_notify, launcher)
         await _stage(receipt, "applications", _stop_apps, launcher, self.stop_timeout)
@@ -174,8 +176,7 @@ async def _report_overflow(service: OwnerService) -> None:
 def run(paths: OwnerPaths) -> int:
     """Entry point of ``python -m owner``: serve, mapping refusals to exit statuses."""
     try:
-        return asyncio.run(Owner(paths).serve(
-            lambda ident: print(f"READY {ident.instance}", flush=True)))
+        return asyncio.run(Owner(paths).serve(_announce))
     except ReconcileRequired as exc:
         log.error("%s", exc)
         return EXIT["reconcile"]
@@ -185,6 +186,11 @@ def run(paths: OwnerPaths) -> int:
     except TenureError as exc:
         log.error("%s", exc)
         return EXIT["usage"]
+
+
+def _announce(ident: Any) -> None:
+    print(f"READY {ident.instance}", flush=True)
+    sd_notify(f"READY=1\nSTATUS=owner {ident.instance} serving\nMAINPID={ident.pid}")
 
 
 def receipt_state(paths: OwnerPaths) -> str | None:

@@ -8,18 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from protocol.errors import AlreadyRunning
+from protocol.layout import default_home
 from protocol.sockets import check_socket_path, ensure_private_dir
 
 __all__ = ["OwnerPaths", "default_home"]
 
-
-def default_home() -> Path:
-    """TENURE_HOME, else $XDG_STATE_HOME/tenure, else ~/.local/state/tenure."""
-    env = os.environ.get("TENURE_HOME")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(xdg) / "tenure"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from protocol.errors import (
 )
 from protocol.grant import SignedGrant, load_public_key, public_key_text
 from protocol.identity import Identity
-from protocol.schema import Field, Schema, check_int, check_name, check_str_map
+from protocol.schema import Field, Schema, check_int, check_key, check_name, check_str_map
 from protocol.server import Call, Method, RpcServer
 
 from .journal import Journal, LogSource
@@ -52,17 +52,17 @@ _uint = check_int(0, 2**62)
 S_PIN = Schema(Field("public_key", str))
 S_FENCE = Schema(Field("grant", dict))
 S_LAUNCH = Schema(
-    Field("launch_key", str, check=check_name(200)),
+    Field("launch_key", str, check=check_key(200)),
     Field("stack", str, check=_name), Field("app", str, check=_name),
     Field("instance", int, check=_uint), Field("generation", int, check=_uint),
     Field("argv", list), Field("env", dict, required=False, default={}, check=check_str_map),
     Field("cwd", str, required=False), Field("stop", dict, required=False, default={}),
     Field("intent_revision", int, required=False, check=_uint),
 )
-S_KEY = Schema(Field("launch_key", str, check=check_name(200)))
-S_STOP = Schema(Field("launch_key", str, check=check_name(200)),
+S_KEY = Schema(Field("launch_key", str, check=check_key(200)))
+S_STOP = Schema(Field("launch_key", str, check=check_key(200)),
                 Field("policy", dict, required=False))
-S_SIGNAL = Schema(Field("launch_key", str, check=check_name(200)),
+S_SIGNAL = Schema(Field("launch_key", str, check=check_key(200)),
                   Field("signal", (str, int)), Field("group", bool, required=False, default=True))
 S_INTENT = Schema(Field("stack", str, check=_name), Field("intent", str),
                   Field("expected_revision", int, check=_uint))

@@ -15,7 +15,7 @@ from typing import Any
 
 from .errors import BadRequest
 
-__all__ = ["Field", "Schema", "check_int", "check_name", "check_str_map"]
+__all__ = ["Field", "Schema", "check_int", "check_key", "check_name", "check_str_map"]
 
 Check = Callable[[Any], str | None]  # returns a problem description, or None when fine
 
@@ -97,6 +97,17 @@ def check_name(max_len: int = 128) -> Check:
             return f"must be 1 to {max_len} characters"
         if "/" in v or "\x00" in v or not v.isprintable():
             return "must be printable and contain no '/'"
+        return None
+    return check
+
+
+def check_key(max_len: int = 200) -> Check:
+    """Identifiers that may hold '/' (launch keys, targets): printable, no spaces."""
+    def check(v: Any) -> str | None:
+        if not v or len(v) > max_len:
+            return f"must be 1 to {max_len} characters"
+        if not v.isprintable() or any(c.isspace() for c in v):
+            return "must be printable without spaces"
         return None
     return check
 

@@ -89,6 +89,7 @@ def ensure_private_dir(path: str | os.PathLike[str],
     base = Path(os.path.abspath(root)) if root is not None else target
     if base != target and base not in target.parents:
         raise ValueError(f"{target} is not under {base}")
+    os.makedirs(base.parent, exist_ok=True)  # ordinary parents (e.g. ~/.local/state)
     chain = [base, *reversed([p for p in target.parents if base in p.parents])]
     if base != target:
         chain.append(target)

@@ -1,0 +1,124 @@
+"""Adoption: how a new backend generation takes over the instances that already run.
+
+From a checkpoint (hot handoff): every instance is restored exactly from the incumbent's
+snapshot and each process it names must be live in the owner with the same pid and start
+ticks; one that died during the handoff is reported and fed its exit, anything else that
+does not match is refused (the guardian then rolls back or stops as ``uncertain``).
+
+Without a checkpoint (first start, crash recovery): the owner's live inventory is the
+truth. Instances saved in backend.db supply restart counters and backoff state; a live
+launch is adopted, never relaunched; a saved running instance whose process is gone is
+fed its exit so its restart policy applies.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.errors import BadRequest, IdentityMismatch
+
+from . import instance as im
+from .model import Config
+from .supervisor import Supervisor, instance_key
+
+__all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory"]
+
+log = logging.getLogger("tenure.backend")
+
+
+@dataclass
+class Adoption:
+    adopted: list[dict[str, Any]] = field(default_factory=list)  # inventory as adopted
+    missing: list[str] = field(default_factory=list)   # launch keys gone during the handoff
+    orphans: list[str] = field(default_factory=list)   # live launches no instance claims
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"adopted": self.adopted, "missing": self.missing, "orphans": self.orphans}
+
+
+_BUSY = frozenset({im.State.RUNNING, im.State.READY, im.State.STOPPING, im.State.RESTARTING})
+
+
+def _live(owner_inventory: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["launch_key"]: r for r in owner_inventory}
+
+
+def adopt_checkpoint(sup: Supervisor, config: Config, checkpoint: dict[str, Any],
+                     owner_inventory: list[dict[str, Any]], now: float) -> Adoption:
+    """Restore every instance of the checkpoint. Raises IdentityMismatch when a process
+    the checkpoint names is live under another identity, BadRequest for a bad snapshot."""
+    live = _live(owner_inventory)
+    result = Adoption()
+    for wire in checkpoint["instances"]:
+        app = config.app(wire.get("stack", ""), wire.get("app", ""))
+        if app is None:
+            raise BadRequest(f"checkpoint names {wire.get('stack')}/{wire.get('app')}, "
+                             "which the applied config does not have")
+        inst = im.Instance.from_wire(wire, app)
+        key = instance_key(app.stack, app.name, inst.index)
+        sup.instances[key] = inst
+        sup.by_launch[inst.launch_key] = key
+        if inst.pid is None:
+            continue
+        row = live.get(inst.launch_key)
+        if row is None:
+            result.missing.append(inst.launch_key)
+        elif row["pid"] != inst.pid or row["start_ticks"] != inst.start_ticks:
+            raise IdentityMismatch(f"{inst.launch_key}: the owner runs pid {row['pid']}, the "
+                                   f"checkpoint says {inst.pid}", {"launch_key": inst.launch_key})
+    result.adopted = sup.inventory()
+    result.orphans = sorted(set(live) - set(sup.by_launch))
+    _resume(sup, result, now)
+    return result
+
+
+def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, Any]],
+                    owner_inventory: list[dict[str, Any]], now: float) -> Adoption:
+    """Build instances from backend.db snapshots and the owner's live launches."""
+    live = _live(owner_inventory)
+    result = Adoption()
+    for key, wire in saved.items():
+        app = config.app(wire.get("stack", ""), wire.get("app", ""))
+        if app is None:
+            continue
+        try:
+            inst = im.Instance.from_wire(wire, app)
+        except BadRequest as exc:
+            log.warning("ignoring unreadable saved instance %s: %s", key, exc)
+            continue
+        sup.instances[key] = inst
+        sup.by_launch[inst.launch_key] = key
+    for lk, row in sorted(live.items()):
+        key = instance_key(row["stack"], row["app"], row["instance"])
+        old = sup.instances.get(key)
+        app = config.app(row["stack"], row["app"])
+        if app is None or (old is not None and old.launch_key == lk and old.pid is not None):
+            continue
+        restarts = old.restarts if old is not None else 0
+        inst = old if old is not None and old.state not in _BUSY else im.Instance(
+            app, row["instance"])
+        sup.instances[key] = inst
+        # adopting starts nothing; _resume below re-arms probes
+        inst.handle(im.Adopt(row["pid"], row["start_ticks"], False, row["generation"],
+                             restarts), now)
+        sup.by_launch[lk] = key
+        sup.dirty.add(key)
+    result.adopted = sup.inventory()
+    result.orphans = sorted(set(live) - set(sup.by_launch))
+    for inst in sup.instances.values():
+        if inst.pid is not None and inst.launch_key not in live:
+            result.missing.append(inst.launch_key)
+    _resume(sup, result, now)
+    return result
+
+
+def _resume(sup: Supervisor, result: Adoption, now: float) -> None:
+    """Re-arm timers and probes; feed exits for processes that vanished."""
+    missing = set(result.missing)
+    for key, inst in list(sup.instances.items()):
+        if inst.launch_key in missing:
+            sup.feed(key, im.Exited(None, None))
+        else:
+            sup._execute(key, inst.resume(now))

@@ -1,0 +1,326 @@
+"""The backend's API on backend/api.sock: the public methods the CLI uses and the
+``generation.*`` control methods the guardian uses. One dispatch table."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from protocol.errors import BadRequest, Conflict, NotFound, StalePlan
+from protocol.schema import Field, Schema, check_int, check_key, check_name
+from protocol.server import Call, Method
+
+from . import instance as im
+from .config import parse_config
+from .model import Config, canonical_digest
+from .operations import OperationRunner
+from .plan import live_revision, new_plan
+
+if TYPE_CHECKING:
+    from .generation import Generation
+
+__all__ = ["Api"]
+
+S_TARGET = Schema(Field("target", str, check=check_key(300)),
+                  Field("timeout", float, required=False, default=120.0,
+                        check=check_int(0, 86400)))
+S_LOGS = Schema(Field("after", int, required=False, default=0, check=check_int(0, 2**62)),
+                Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)),
+                Field("stack", str, required=False), Field("app", str, required=False),
+                Field("instance", int, required=False), Field("stream", str, required=False))
+S_PLAN = Schema(Field("config_text", str), Field("source", str))
+S_APPLY = Schema(Field("plan", str), Field("request_id", str, required=False))
+S_OP = Schema(Field("id", str))
+S_OPS = Schema(Field("open", bool, required=False, default=False))
+S_STACK_STOP = Schema(Field("stack", str, check=check_name(64)),
+                      Field("dry_run", bool, required=False, default=False),
+                      Field("digest", str, required=False),
+                      Field("timeout", float, required=False, default=300.0))
+S_STACK = Schema(Field("stack", str, check=check_name(64)))
+S_DRAIN = Schema(Field("timeout", float, required=False, default=30.0))
+S_CHECKPOINT = Schema(Field("path", str))
+UP = (im.State.READY, im.State.FAILED, im.State.EXITED)
+DOWN = (im.State.STOPPED, im.State.EXITED, im.State.FAILED)
+
+
+class Api:
+    def __init__(self, gen: Generation) -> None:
+        self.gen = gen
+        assert gen.sup is not None and gen.store is not None
+        self.sup = gen.sup
+        self.store = gen.store
+        self.intents: dict[str, Any] = {}
+        self.ops = OperationRunner(gen.store, gen.sup, lambda: gen.config, self._set_config,
+                                   gen.activation, self.stopped_stacks)
+        self._procs: dict[tuple[int, int], psutil.Process] = {}
+
+    def _set_config(self, config: Config) -> None:
+        self.gen.config = config
+
+    def stopped_stacks(self) -> set[str]:
+        return {s for s, v in self.intents.items() if v.get("intent") == "stopped"}
+
+    def methods(self) -> dict[str, Method]:
+        def ctl(handler: Any, params: Schema | None = None) -> Method:
+            return Method(handler, params, role="admin", while_draining=True)
+        return {
+            "generation.status": ctl(self.gen_status),
+            "generation.drain": ctl(self.gen_drain, S_DRAIN),
+            "generation.resume": ctl(self.gen_resume),
+            "generation.checkpoint": ctl(self.gen_checkpoint, S_CHECKPOINT),
+            "generation.retire": ctl(self.gen_retire),
+            "generation.certify": ctl(self.gen_certify),
+            "status": Method(self.status, role="viewer"),
+            "start": Method(self.start, S_TARGET),
+            "stop": Method(self.stop, S_TARGET),
+            "restart": Method(self.restart, S_TARGET),
+            "inspect": Method(self.inspect, S_TARGET, role="viewer"),
+            "logs": Method(self.logs, S_LOGS, role="viewer"),
+            "plan": Method(self.plan, S_PLAN),
+            "apply": Method(self.apply, S_APPLY),
+            "op.list": Method(self.op_list, S_OPS, role="viewer"),
+            "op.show": Method(self.op_show, S_OP, role="viewer"),
+            "op.abandon": Method(self.op_abandon, S_OP),
+            "stack.stop": Method(self.stack_stop, S_STACK_STOP),
+            "stack.start": Method(self.stack_start, S_STACK),
+        }
+
+    # -- lifecycle hooks used by Generation ---------------------------------------------
+
+    async def resume_operations(self) -> None:
+        self.intents = (await self._owner().call("stack.intents"))["intents"]
+        self.ops.resume_open()
+
+    def open_operation_ids(self) -> list[str]:
+        return [op["id"] for op in self.store.operations(open_only=True)]
+
+    def busy(self) -> bool:
+        return self.ops.busy()
+
+    def pause(self) -> None:
+        self.ops.paused = True
+
+    def unpause(self) -> None:
+        self.ops.paused = False
+
+    async def wait_paused(self, timeout: float) -> bool:
+        return True  # steps act only through the frozen supervisor; rows are durable
+
+    async def aclose(self) -> None:
+        await self.ops.aclose()
+
+    def _owner(self) -> Any:
+        assert self.gen.owner is not None
+        return self.gen.owner
+
+    # -- generation control --------------------------------------------------------------
+
+    async def gen_status(self, call: Call) -> Any:
+        return self.gen.status()
+
+    async def gen_drain(self, call: Call) -> Any:
+        return await self.gen.drain(call.params["timeout"])
+
+    async def gen_resume(self, call: Call) -> Any:
+        return self.gen.resume()
+
+    async def gen_checkpoint(self, call: Call) -> Any:
+        return self.gen.checkpoint(call.params["path"])
+
+    async def gen_retire(self, call: Call) -> Any:
+        asyncio.get_running_loop().call_soon(self.gen.retire)
+        return {"retiring": True}
+
+    async def gen_certify(self, call: Call) -> Any:
+        return {"published": await self.gen.publish_certificate()}
+
+    # -- everyday ---------------------------------------------------------------------
+
+    async def status(self, call: Call) -> Any:
+        t = time.monotonic()
+        rows = [self._row(k, i, t) for k, i in sorted(self.sup.instances.items())]
+        return {"backend": {"activation": self.gen.activation, "epoch": self.gen.epoch,
+                            "release": self.gen.handoff.get("release"),
+                            "pid": self.gen.identity.pid, "draining": self.gen.draining,
+                            "config": self.gen.config.source,
+                            "config_revision": self.gen.config.revision},
+                "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
+                else None, "intents": self.intents, "apps": rows}
+
+    def _row(self, key: str, inst: im.Instance, t: float) -> dict[str, Any]:
+        usage = self._usage(inst.pid, inst.start_ticks)
+        return {"key": key, "stack": inst.app.stack, "app": inst.app.name,
+                "instance": inst.index, "state": str(inst.public_state),
+                "detail": str(inst.state), "pid": inst.pid,
+                "uptime": round(t - inst.launched_at, 1) if inst.launched_at and inst.pid
+                else None, "restarts": inst.restarts, "ready": inst.state is im.State.READY,
+                "generation": inst.generation,
+                "last_outcome": str(inst.last_outcome) if inst.last_outcome else None, **usage}
+
+    def _usage(self, pid: int | None, ticks: int | None) -> dict[str, Any]:
+        if pid is None or ticks is None:
+            return {"cpu_percent": None, "rss": None}
+        proc = self._procs.get((pid, ticks))
+        try:
+            if proc is None:
+                proc = self._procs[(pid, ticks)] = psutil.Process(pid)
+            with proc.oneshot():
+                return {"cpu_percent": proc.cpu_percent(None), "rss": proc.memory_info().rss}
+        except psutil.Error:
+            self._procs.pop((pid, ticks), None)
+            return {"cpu_percent": None, "rss": None}
+
+    def _targets(self, target: str) -> list[str]:
+        """Instance keys for ``stack``, ``stack/app`` or ``stack/app/N``. NotFound if none."""
+        parts = target.split("/")
+        keys = [k for k in sorted(self.sup.instances)
+                if k.split("/")[:len(parts)] == parts]
+        if not keys:
+            config_keys = self.sup.keys_of(self.gen.config)
+            keys = [k for k in sorted(config_keys) if k.split("/")[:len(parts)] == parts]
+            for k in keys:
+                app, index = config_keys[k]
+                self.sup.ensure(app, index, False)
+        if not keys:
+            raise NotFound(f"no stack, app or instance {target!r}", {"target": target})
+        return keys
+
+    async def _settle(self, keys: list[str], states: tuple[im.State, ...],
+                      timeout: float) -> dict[str, Any]:
+        ok = await self.sup.wait(lambda: all(self.sup.instances[k].state in states
+                                             for k in keys if k in self.sup.instances),
+                                 timeout)
+        return {"settled": ok, "instances": {k: str(self.sup.instances[k].public_state)
+                                             for k in keys if k in self.sup.instances}}
+
+    async def start(self, call: Call) -> Any:
+        keys = self._targets(call.params["target"])
+        fenced = {k for k in keys if k.split("/")[0] in self.stopped_stacks()}
+        if fenced:
+            raise Conflict("the stack is stopped; use `tenure stack start` first",
+                           {"stacks": sorted({k.split('/')[0] for k in fenced})})
+        for k in keys:
+            self.sup.feed(k, im.Start())
+        return await self._settle(keys, UP, call.params["timeout"])
+
+    async def stop(self, call: Call) -> Any:
+        keys = self._targets(call.params["target"])
+        for k in keys:
+            self.sup.feed(k, im.StopRequested())
+        return await self._settle(keys, DOWN, call.params["timeout"])
+
+    async def restart(self, call: Call) -> Any:
+        """Rolling: one instance at a time, each back to ready before the next."""
+        keys = self._targets(call.params["target"])
+        out: dict[str, Any] = {}
+        for k in keys:
+            self.sup.feed(k, im.StopRequested())
+            await self._settle([k], DOWN, call.params["timeout"])
+            self.sup.feed(k, im.Start())
+            out.update((await self._settle([k], UP, call.params["timeout"]))["instances"])
+        return {"instances": out}
+
+    async def inspect(self, call: Call) -> Any:
+        keys = self._targets(call.params["target"])
+        t = time.monotonic()
+        out = []
+        for k in keys:
+            inst = self.sup.instances[k]
+            row = {**self._row(k, inst, t), "launch_key": inst.launch_key,
+                   "command": list(inst.app.command), "restart": str(inst.app.restart),
+                   "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire()}
+            out.append(row)
+        return {"instances": out}
+
+    async def logs(self, call: Call) -> Any:
+        p = {k: v for k, v in call.params.items() if v is not None}
+        return await self._owner().call("logs.read", p)
+
+    # -- plans and operations ---------------------------------------------------------
+
+    def _live(self) -> str:
+        return live_revision(self.gen.config, self.intents, list(self.sup.instances))
+
+    async def plan(self, call: Call) -> Any:
+        new = parse_config(call.params["config_text"], call.params["source"])
+        plan = new_plan(self.gen.config, new, call.params["config_text"],
+                        call.params["source"], self._live())
+        self.store.add_plan(plan)
+        return {k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
+                                     "live_revision", "stacks")}
+
+    async def apply(self, call: Call) -> Any:
+        plan = self.store.plan(call.params["plan"])
+        rid = call.params["request_id"]
+        if rid and (prior := self.store.operation_by_request(rid)) is not None:
+            return prior
+        if plan["live_revision"] != self._live():
+            raise StalePlan("the running system changed since this plan was made; plan "
+                            "again", {"plan": plan["id"]})
+        if plan["config_revision"] == self.gen.config.revision and not plan["changes"]:
+            return {"id": None, "outcome": "no-change", "changes": []}
+        return self.ops.admit(plan, rid)
+
+    async def op_list(self, call: Call) -> Any:
+        return {"operations": self.store.operations(open_only=call.params["open"])}
+
+    async def op_show(self, call: Call) -> Any:
+        op = self.store.operation(call.params["id"])
+        plan = self.store.plan(op["plan"]) if op["plan"] else None
+        return {**op, "changes": plan["changes"] if plan else [],
+                "running_here": op["id"] in self.ops.tasks}
+
+    async def op_abandon(self, call: Call) -> Any:
+        return await self.ops.abandon(call.params["id"])
+
+    # -- stacks -----------------------------------------------------------------------
+
+    def _stack_review(self, stack: str) -> tuple[list[dict[str, Any]], str]:
+        if stack not in self.gen.config.stacks and not any(
+                k.startswith(stack + "/") for k in self.sup.instances):
+            raise NotFound(f"no stack {stack!r}", {"stack": stack})
+        rows = [r for r in self.sup.inventory() if r["stack"] == stack]
+        revision = self.intents.get(stack, {}).get("revision", 0)
+        digest = canonical_digest({"stack": stack, "launches": [r["launch_key"] for r in rows],
+                                   "intent_revision": revision})[:16]
+        return rows, digest
+
+    async def stack_stop(self, call: Call) -> Any:
+        """Dry run: what would stop, and the digest of that review. With the digest:
+        set the owner's durable intent first, then stop exactly those instances."""
+        p = call.params
+        rows, digest = self._stack_review(p["stack"])
+        if p["dry_run"]:
+            return {"stack": p["stack"], "will_stop": rows, "digest": digest}
+        if p["digest"] is None:
+            raise BadRequest("give --digest from a --dry-run review (or --dry-run first)")
+        if p["digest"] != digest:
+            raise StalePlan("the stack changed since the review; run --dry-run again",
+                            {"digest": digest})
+        await self._set_intent(p["stack"], "stopped")
+        keys = [k for k in self.sup.instances if k.split("/")[0] == p["stack"]]
+        for k in keys:
+            self.sup.feed(k, im.StopRequested())
+        return {"stack": p["stack"], "intent": "stopped",
+                **await self._settle(keys, DOWN, p["timeout"])}
+
+    async def stack_start(self, call: Call) -> Any:
+        stack = call.params["stack"]
+        if stack not in self.gen.config.stacks:
+            raise NotFound(f"no stack {stack!r} in the applied config", {"stack": stack})
+        await self._set_intent(stack, "running")
+        keys = [self.sup.ensure(app, i, True) for (app, i) in
+                self.sup.keys_of(self.gen.config).values() if app.stack == stack]
+        return {"stack": stack, "intent": "running", **await self._settle(keys, UP, 300.0)}
+
+    async def _set_intent(self, stack: str, intent: str) -> None:
+        current = self.intents.get(stack, {"intent": "running", "revision": 0})
+        if current["intent"] == intent:
+            return
+        r = await self._owner().call("stack.set_intent", {
+            "stack": stack, "intent": intent, "expected_revision": current["revision"]},
+            epoch=self.gen.epoch)
+        self.intents[stack] = {"intent": r["intent"], "revision": r["revision"]}

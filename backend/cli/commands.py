@@ -1,0 +1,241 @@
+"""One function per ``tenure`` command: ``cmd_<name>(args) -> exit status``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from protocol.client import Client
+from protocol.errors import BackendUnavailable, ConnectFailed, TenureError
+from protocol.layout import Layout
+
+from . import render
+
+OK, ERROR, UNSETTLED = 0, 1, 4
+
+
+def _layout(args: Any) -> Layout:
+    return Layout(args.home)
+
+
+def _api(args: Any, timeout: float = 300.0) -> Client:
+    return Client(_layout(args).api_sock, timeout=timeout, pin=False, name="cli")
+
+
+def _guardian(args: Any, timeout: float = 600.0) -> Client:
+    return Client(_layout(args).guardian_sock, timeout=timeout, pin=False, name="cli")
+
+
+def _out(args: Any, obj: Any, text: str | None = None) -> None:
+    if args.json:
+        print(json.dumps(obj, default=_bytes, sort_keys=True))
+    elif text is not None:
+        print(text)
+
+
+def _bytes(v: Any) -> Any:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def _call(args: Any, method: str, params: dict[str, Any] | None = None,
+          timeout: float = 300.0) -> Any:
+    """Call the backend; when none answers, say why using the guardian's diagnostics."""
+    try:
+        with _api(args, timeout) as c:
+            return c.call(method, params or {})
+    except ConnectFailed:
+        diag = _diagnostics(args)
+        raise BackendUnavailable("no backend generation answers" + render.why(diag),
+                                 {"diagnostics": diag}) from None
+
+
+def _diagnostics(args: Any) -> dict[str, Any] | None:
+    from protocol.durable import read_json
+    try:
+        return read_json(_layout(args).diagnostics, "tenure-supervisor-state")
+    except (FileNotFoundError, TenureError):
+        return None
+
+
+# -- lifecycle ------------------------------------------------------------------------
+
+def cmd_up(args: Any) -> int:
+    from .daemons import ensure_backend, ensure_daemon, ensure_release
+    layout = _layout(args)
+    started = {"owner": ensure_daemon(layout, "owner", layout.owner_sock, args.foreground)[0],
+               "guardian": ensure_daemon(layout, "guardian", layout.guardian_sock,
+                                         args.foreground)[0]}
+    with _guardian(args) as g:
+        release = ensure_release(layout, g)
+    ensure_backend(layout, args.timeout)
+    result: dict[str, Any] = {"started": started, "release_sealed": release}
+    if args.config is not None:
+        result["apply"] = _apply_file(args, args.config, args.timeout)
+    status = _call(args, "status")
+    result["status"] = status
+    _out(args, result, render.up(result) + "\n" + render.status(status))
+    if args.foreground:
+        return _foreground(args)
+    return OK
+
+
+def _foreground(args: Any) -> int:
+    import signal
+    print("tenure: running in the foreground; Ctrl-C stops everything", file=sys.stderr)
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    except KeyboardInterrupt:
+        pass
+    return cmd_down(args)
+
+
+def _apply_file(args: Any, path: Any, timeout: float) -> dict[str, Any]:
+    text = path.read_text()
+    plan = _call(args, "plan", {"config_text": text, "source": str(path.absolute())})
+    op = _call(args, "apply", {"plan": plan["id"]})
+    if op.get("id") is not None:
+        op = _wait_op(args, op["id"], timeout)
+    return {"plan": plan, "operation": op}
+
+
+def _wait_op(args: Any, op_id: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        op: dict[str, Any] = _call(args, "op.show", {"id": op_id})
+        if op["outcome"] is not None or time.monotonic() > deadline:
+            return op
+        time.sleep(0.1)
+
+
+def cmd_down(args: Any) -> int:
+    from .daemons import stop_all
+    out = stop_all(_layout(args))
+    _out(args, out, render.down(out))
+    return OK if all(v for k, v in out.items() if k != "applications_stopped") else ERROR
+
+
+# -- everyday -------------------------------------------------------------------------
+
+def cmd_status(args: Any) -> int:
+    try:
+        st = _call(args, "status", timeout=10.0)
+    except BackendUnavailable as exc:
+        diag = exc.data.get("diagnostics")
+        _out(args, {"ok": False, "backend": None, "diagnostics": diag},
+             "backend: not available" + render.why(diag))
+        return 3
+    _out(args, st, render.status(st))
+    return OK
+
+
+def _target_cmd(args: Any, method: str) -> int:
+    r = _call(args, method, {"target": args.target, "timeout": args.timeout},
+              timeout=args.timeout + 30)
+    _out(args, r, render.instances(r))
+    return OK if r.get("settled", True) else UNSETTLED
+
+
+def cmd_start(args: Any) -> int:
+    return _target_cmd(args, "start")
+
+
+def cmd_stop(args: Any) -> int:
+    return _target_cmd(args, "stop")
+
+
+def cmd_restart(args: Any) -> int:
+    return _target_cmd(args, "restart")
+
+
+def cmd_inspect(args: Any) -> int:
+    r = _call(args, "inspect", {"target": args.target})
+    _out(args, r, render.inspect(r))
+    return OK
+
+
+def cmd_logs(args: Any) -> int:
+    from .logs import follow_logs
+    return follow_logs(args, _call)
+
+
+# -- plans and operations -------------------------------------------------------------
+
+def cmd_plan(args: Any) -> int:
+    text = args.config.read_text()
+    plan = _call(args, "plan", {"config_text": text, "source": str(args.config.absolute())})
+    _out(args, plan, render.plan(plan))
+    return OK
+
+
+def cmd_apply(args: Any) -> int:
+    op = _call(args, "apply", {"plan": args.plan, "request_id": args.request_id})
+    if args.wait and op.get("id"):
+        op = _wait_op(args, op["id"], 3600)
+    _out(args, op, render.operation(op))
+    return OK if op.get("outcome") in (None, "success", "no-change") else ERROR
+
+
+def cmd_op(args: Any) -> int:
+    if args.action == "list":
+        r = _call(args, "op.list", {})
+        _out(args, r, render.operations(r["operations"]))
+        return OK
+    if not args.id:
+        raise TenureError("give an operation id")
+    r = _call(args, "op.show" if args.action == "show" else "op.abandon", {"id": args.id})
+    _out(args, r, render.operation(r))
+    return OK
+
+
+def cmd_stack(args: Any) -> int:
+    if args.action == "start":
+        r = _call(args, "stack.start", {"stack": args.stack})
+    else:
+        r = _call(args, "stack.stop", {"stack": args.stack, "dry_run": args.dry_run,
+                                       "digest": args.digest})
+    _out(args, r, render.stack(r))
+    return OK
+
+
+# -- guardian -------------------------------------------------------------------------
+
+def cmd_backend(args: Any) -> int:
+    with _guardian(args) as g:
+        if args.action == "status":
+            r = g.call("status")
+        elif args.action == "upgrade":
+            if not args.release:
+                raise TenureError("give a release id (see `tenure release list`)")
+            r = g.call("upgrade", {"release": args.release, "check": args.check})
+        elif args.action == "recover":
+            r = g.call("recover", {"force": args.force})
+        else:
+            r = g.call(args.action)
+    _out(args, r, render.backend(args.action, r))
+    act = r.get("activation") if isinstance(r, dict) else None
+    if isinstance(act, dict) and act.get("outcome") not in (None, "success", "check-only"):
+        return ERROR
+    return OK
+
+
+def cmd_release(args: Any) -> int:
+    from .releases import release_command
+    return release_command(args, _guardian, _out)
+
+
+def cmd_service(args: Any) -> int:
+    from .service import service_command
+    return service_command(args, _out)
+
+
+def cmd_owner(args: Any) -> int:
+    import subprocess
+    if args.action == "reconcile":
+        cmd = [sys.executable, "-m", "owner", "reconcile", "--home", str(args.home)]
+        return subprocess.call(cmd + (["--json"] if args.json else []))
+    with Client(_layout(args).owner_sock, pin=False) as c:
+        r = c.call("status")
+    _out(args, r, json.dumps(r, indent=1, default=_bytes))
+    return OK

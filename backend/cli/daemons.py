@@ -1,0 +1,114 @@
+"""Unmanaged mode: start the owner and the guardian as detached processes (or attached
+with --foreground), and stop everything again in the right order."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from protocol.client import Client
+from protocol.errors import BackendUnavailable, ConnectFailed, TenureError
+from protocol.identity import start_ticks
+from protocol.layout import Layout
+from protocol.sockets import ensure_private_dir
+
+__all__ = ["ensure_backend", "ensure_daemon", "ping", "stop_all"]
+
+
+def ping(sock: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    """The daemon's status if one answers on ``sock``, else None."""
+    if not os.path.exists(sock):
+        return None
+    try:
+        with Client(sock, timeout=timeout, connect_timeout=timeout, pin=False) as c:
+            status: dict[str, Any] = c.call("status")
+            return status
+    except TenureError:
+        return None
+
+
+def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
+                  timeout: float = 30.0) -> tuple[bool, int | None]:
+    """Start ``python -m module --home H`` unless something answers on ``sock``.
+    Returns (started, pid). Raises ConnectFailed when it does not come up (with the log)."""
+    if ping(sock) is not None:
+        return False, None
+    ensure_private_dir(layout.logs, root=layout.home)
+    log_path = layout.logs / f"{module}.log"
+    with open(log_path, "ab") as log:
+        os.chmod(log_path, 0o600)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, "--home", str(layout.home)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            start_new_session=not foreground, close_fds=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ping(sock) is not None:
+            return True, proc.pid
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    tail = log_path.read_bytes()[-2000:].decode(errors="replace")
+    raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}); end of "
+                        f"{log_path}:\n{tail}", {"log": str(log_path)})
+
+
+def ensure_release(layout: Layout, guardian: Client) -> str | None:
+    """Seal the installed tenure as the first release when none is selected."""
+    st = guardian.call("status")
+    if st["selector"]["current"] is not None:
+        return None
+    from guardian.seal import seal
+    ensure_private_dir(layout.runtime, root=layout.home)
+    with tempfile.TemporaryDirectory(dir=layout.runtime, prefix="seal-") as tmp:
+        rel = seal(Path(tmp) / "release")
+        guardian.call("release.install", {"path": str(Path(tmp) / "release")}, timeout=300)
+    guardian.call("release.select", {"release": rel.id, "start": True}, timeout=120)
+    return rel.id
+
+
+def ensure_backend(layout: Layout, timeout: float) -> dict[str, Any]:
+    """Wait until a backend generation answers and is ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = ping(layout.api_sock)
+        if st is not None:
+            return st
+        time.sleep(0.1)
+    raise BackendUnavailable(f"no backend answered on {layout.api_sock} within "
+                             f"{timeout:.0f} s; see `tenure backend status`")
+
+
+def _terminate(pid: int, ticks: int | None, timeout: float) -> bool:
+    """SIGTERM one daemon by pid (only if it is still the same process); wait."""
+    if ticks is None or start_ticks(pid) != ticks:
+        return True
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if start_ticks(pid) != ticks:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
+    """Guardian first (it retires the backend, keeping the certificate), then the owner,
+    which stops every application and writes its clean receipt."""
+    out: dict[str, Any] = {}
+    g = ping(layout.guardian_sock)
+    if g is not None:
+        ident = g["guardian"]
+        out["guardian"] = _terminate(ident["pid"], ident["start_ticks"], timeout)
+    o = ping(layout.owner_sock)
+    if o is not None:
+        ident = o["owner"]
+        out["owner"] = _terminate(ident["pid"], ident["start_ticks"], timeout)
+        out["applications_stopped"] = o["live"]
+    return out

@@ -1,0 +1,124 @@
+"""The ``tenure`` command line. Fast paths import only the protocol client; everything
+else is imported by the command that needs it.
+
+Exit statuses: 0 success, 1 tenure reported an error (its code is printed), 2 usage,
+3 a daemon is not reachable, 4 the command ran but did not settle in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import ConnectFailed, TenureError
+
+from . import commands
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNSETTLED = 0, 1, 2, 3, 4
+
+
+def _common(default: Any) -> argparse.ArgumentParser:
+    """--home and --json, accepted before and after the command (the command's copy
+    must not overwrite a value given before it, hence SUPPRESS there)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", type=Path, default=default, help="TENURE_HOME "
+                        "(default: $TENURE_HOME or ~/.local/state/tenure)")
+    common.add_argument("--json", action="store_true",
+                        default=False if default is None else default,
+                        help="machine-readable output")
+    return common
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = _common(argparse.SUPPRESS)
+    ap = argparse.ArgumentParser(prog="tenure", parents=[_common(None)],
+                                 description="process supervisor with a replaceable "
+                                             "control plane")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, parents=[common])
+
+    p = add("up", "start owner, guardian and backend; apply a config")
+    p.add_argument("--config", type=Path)
+    p.add_argument("--foreground", action="store_true")
+    p.add_argument("--timeout", type=float, default=120.0)
+    add("down", "stop applications, backend, guardian and owner")
+    add("status", "applications and their state")
+    for verb in ("start", "stop", "restart"):
+        p = add(verb, f"{verb} a stack, an app (stack/app) or one instance (stack/app/N)")
+        p.add_argument("target")
+        p.add_argument("--timeout", type=float, default=120.0)
+    p = add("inspect", "details of a stack, app or instance")
+    p.add_argument("target")
+    p = add("logs", "application output from the journal")
+    p.add_argument("target", nargs="?")
+    p.add_argument("-n", type=int, default=50, help="last N lines (default 50)")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("--since", type=int, default=None, help="records after this id")
+    p.add_argument("--stream", choices=["stdout", "stderr"])
+    p = add("plan", "preview the changes a config would make")
+    p.add_argument("--config", type=Path, required=True)
+    p = add("apply", "perform a plan")
+    p.add_argument("plan")
+    p.add_argument("--request-id")
+    p.add_argument("--wait", action="store_true", help="wait for the operation to end")
+    p = add("op", "operations")
+    p.add_argument("action", choices=["list", "show", "abandon"])
+    p.add_argument("id", nargs="?")
+    p = add("stack", "stop or start a whole stack (durable)")
+    p.add_argument("action", choices=["stop", "start"])
+    p.add_argument("stack")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--digest")
+    p = add("backend", "backend generations")
+    p.add_argument("action", choices=["status", "upgrade", "abort", "rollback", "recover"])
+    p.add_argument("release", nargs="?")
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--force", action="store_true")
+    p = add("release", "sealed releases")
+    p.add_argument("action", choices=["seal", "install", "list", "verify", "select"])
+    p.add_argument("arg", nargs="?")
+    p = add("service", "run under systemd or launchd")
+    p.add_argument("action", choices=["install", "status", "uninstall"])
+    p.add_argument("--prepare", action="store_true")
+    p.add_argument("--scope", choices=["user", "system"], default=None)
+    p.add_argument("--user-account", default=None, help="system scope: service account")
+    p = add("owner", "execution owner maintenance")
+    p.add_argument("action", choices=["reconcile", "status"])
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from protocol.layout import default_home
+    args.home = (args.home or default_home()).absolute()
+    handler = getattr(commands, f"cmd_{args.cmd}")
+    try:
+        code: int = handler(args)
+        return code
+    except ConnectFailed as exc:
+        return _fail(args, exc, EXIT_UNREACHABLE)
+    except TenureError as exc:
+        return _fail(args, exc, EXIT_ERROR)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _fail(args: Any, exc: TenureError, code: int) -> int:
+    if args.json:
+        print(json.dumps({"ok": False, "error": exc.to_wire()}, default=str))
+    else:
+        print(f"tenure: {exc.code_str}: {exc.msg}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""``tenure release seal|install|list|verify|select``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import BadRequest
+
+__all__ = ["release_command"]
+
+
+def release_command(args: Any, guardian: Any, out: Any) -> int:
+    if args.action == "seal":
+        if not args.arg:
+            raise BadRequest("tenure release seal OUT_DIR")
+        from guardian.seal import seal
+        rel = seal(Path(args.arg).absolute())
+        out(args, {"release": rel.id, "path": str(rel.path)},
+            f"sealed release {rel.id}\n  at {rel.path}\n"
+            f"install with: tenure release install {rel.path}")
+        return 0
+    with guardian(args) as g:
+        if args.action == "install":
+            if not args.arg:
+                raise BadRequest("tenure release install SEALED_DIR")
+            r = g.call("release.install", {"path": str(Path(args.arg).absolute())})
+            text = f"installed {r['release']}"
+        elif args.action == "list":
+            r = g.call("release.list")
+            text = "\n".join(f"{x['release']}  {x['status']}"
+                             f"{'  current' if x['current'] else ''}"
+                             f"{'  previous' if x['previous'] else ''}"
+                             for x in r["releases"]) or "no releases"
+        elif args.action == "verify":
+            r = g.call("release.verify", {"release": args.arg or ""})
+            text = f"{r['release']}: ok ({r['files']} files)"
+        else:
+            r = g.call("release.select", {"release": args.arg or ""})
+            text = f"selected {r['selected']}"
+    out(args, r, text)
+    return 0

@@ -1,0 +1,156 @@
+"""Human-readable output of the CLI (``--json`` prints the raw answers instead)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+__all__ = ["backend", "down", "inspect", "instances", "operation", "operations", "plan",
+           "stack", "status", "up", "why"]
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+             for r in [header, *rows]]
+    return "\n".join(lines)
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _mem(rss: int | None) -> str:
+    return "-" if rss is None else f"{rss / 2**20:.1f}M"
+
+
+def status(st: dict[str, Any]) -> str:
+    b = st["backend"]
+    head = (f"backend {b['activation']} epoch {b['epoch']} pid {b['pid']}"
+            f"{' (draining)' if b['draining'] else ''}; config {b['config'] or '-'}")
+    rows = [[r["key"], r["state"], str(r["pid"] or "-"), _dur(r["uptime"]),
+             str(r["restarts"]), "yes" if r["ready"] else "no",
+             "-" if r["cpu_percent"] is None else f"{r['cpu_percent']:.1f}%", _mem(r["rss"])]
+            for r in st["apps"]]
+    stopped = [s for s, v in st.get("intents", {}).items() if v.get("intent") == "stopped"]
+    tail = f"\nstopped stacks: {', '.join(sorted(stopped))}" if stopped else ""
+    if not rows:
+        return head + "\nno applications" + tail
+    return head + "\n" + _table(rows, ["APP", "STATE", "PID", "UPTIME", "RESTARTS", "READY",
+                                      "CPU", "MEM"]) + tail
+
+
+def why(diag: dict[str, Any] | None) -> str:
+    if diag is None:
+        return "; the guardian has written no diagnostics (is it running? `tenure up`)"
+    parts = []
+    act = diag.get("last_activation") or {}
+    if diag.get("blocked"):
+        parts.append(f"recovery blocked: {diag['blocked'].get('reason')} "
+                     "(`tenure backend recover`)")
+    if act:
+        parts.append(f"last activation {act.get('id')} {act.get('kind')} is "
+                     f"{act.get('phase')}{' (' + act['error'] + ')' if act.get('error') else ''}")
+    age = time.time() - diag.get("updated_at", time.time())
+    parts.append(f"guardian diagnostics {age:.0f}s old")
+    return "; " + "; ".join(parts)
+
+
+def up(r: dict[str, Any]) -> str:
+    started = [k for k, v in r["started"].items() if v]
+    lines = [f"started: {', '.join(started)}" if started else "owner and guardian were running"]
+    if r.get("release_sealed"):
+        lines.append(f"sealed and selected release {r['release_sealed'][:12]}")
+    ap = r.get("apply")
+    if ap:
+        op = ap["operation"]
+        lines.append(f"applied {len(ap['plan']['changes'])} changes: "
+                     f"{op.get('outcome') or 'running'}")
+    return "\n".join(lines)
+
+
+def down(r: dict[str, Any]) -> str:
+    if not r:
+        return "nothing was running"
+    return (f"guardian stopped: {r.get('guardian', '-')}; owner stopped: "
+            f"{r.get('owner', '-')} ({r.get('applications_stopped', 0)} applications)")
+
+
+def instances(r: dict[str, Any]) -> str:
+    inst = r.get("instances", {})
+    settled = "" if r.get("settled", True) else " (not settled in time)"
+    return "\n".join(f"{k}: {v}" for k, v in sorted(inst.items())) + settled
+
+
+def inspect(r: dict[str, Any]) -> str:
+    out = []
+    for i in r["instances"]:
+        out.append("\n".join(f"{k}: {v}" for k, v in i.items()))
+    return "\n\n".join(out)
+
+
+def plan(p: dict[str, Any]) -> str:
+    lines = [f"plan {p['id']} (fingerprint {p['fingerprint'][:16]})"]
+    if not p["changes"]:
+        lines.append("no changes")
+    for c in p["changes"]:
+        extra = {k: v for k, v in c.items() if k not in ("action", "app")}
+        lines.append(f"  {c['action']:8} {c['app']}  {extra if extra else ''}".rstrip())
+    lines.append(f"apply with: tenure apply {p['id']}")
+    return "\n".join(lines)
+
+
+def operation(op: dict[str, Any]) -> str:
+    if op.get("id") is None:
+        return f"nothing to do ({op.get('outcome')})"
+    return (f"operation {op['id']} {op.get('kind')} stage {op.get('stage')} step "
+            f"{op.get('step')} outcome {op.get('outcome') or '-'}"
+            f"{' error: ' + op['error'] if op.get('error') else ''}")
+
+
+def operations(ops: list[dict[str, Any]]) -> str:
+    if not ops:
+        return "no operations"
+    return _table([[o["id"], o["kind"], ",".join(o["stacks"]), o["stage"], str(o["step"]),
+                    o["outcome"] or "-"] for o in ops],
+                  ["ID", "KIND", "STACKS", "STAGE", "STEP", "OUTCOME"])
+
+
+def stack(r: dict[str, Any]) -> str:
+    if "will_stop" in r:
+        rows = [f"  {x['launch_key']} pid {x['pid']}" for x in r["will_stop"]]
+        return "\n".join([f"stack {r['stack']}: {len(rows)} instances will stop", *rows,
+                          f"execute with: tenure stack stop {r['stack']} --digest "
+                          f"{r['digest']}"])
+    return f"stack {r['stack']}: intent {r['intent']}\n" + instances(r)
+
+
+def backend(action: str, r: dict[str, Any]) -> str:
+    if action != "status":
+        act = r.get("activation", r)
+        lines = [f"activation {act.get('id')} {act.get('kind')}: {act.get('phase')} "
+                 f"({act.get('outcome') or '-'})"]
+        if act.get("error"):
+            lines.append(f"error {act.get('code')}: {act['error']}")
+        lines += [f"  {x['phase']}" for x in r.get("receipts", [])]
+        return "\n".join(lines)
+    sel, b, cert = r["selector"], r.get("backend") or {}, r.get("certificate") or {}
+    last = r.get("last_activation") or {}
+    lines = [f"owner: {(r.get('owner') or {}).get('instance', '-')}  epoch: {r['epoch']}",
+             f"release: {sel['current'] or '-'}  previous: {sel['previous'] or '-'}",
+             f"backend: pid {b.get('pid', '-')} activation {b.get('activation', '-')} "
+             f"alive {b.get('alive', False)}",
+             f"last activation: {last.get('id', '-')} {last.get('kind', '')} "
+             f"{last.get('phase', '')} {last.get('outcome') or ''}".rstrip(),
+             f"certificate: {'valid' if cert.get('valid') else 'invalid'} age "
+             f"{cert.get('age', '-')}s launches {cert.get('launches', '-')}"]
+    if r.get("blocked"):
+        lines.append(f"BLOCKED: {r['blocked'].get('reason')}")
+    return "\n".join(lines)

@@ -1,0 +1,320 @@
+"""One backend generation's life: start under a grant, adopt, serve, drain, checkpoint,
+retire. The guardian drives the transitions through the ``generation.*`` methods.
+
+Start order: read the handoff record (grant epoch, owner identity, checkpoint) → connect
+to the owner pinned to that identity → require the owner's epoch to be exactly ours →
+adopt (from the checkpoint, or from the owner's inventory) → open the public API →
+print ``READY``. A generation that cannot prove any of these exits non-zero before it
+changes anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from protocol.client import AsyncClient
+from protocol.digest import inventory_digest
+from protocol.durable import atomic_write_json, read_json
+from protocol.errors import (
+    BadRequest,
+    IdentityMismatch,
+    StaleEpoch,
+    TenureError,
+)
+from protocol.identity import Identity, new_identity
+from protocol.layout import Layout
+from protocol.server import RpcServer
+from protocol.sockets import admin_or_viewer, ensure_private_dir
+
+from .adopt import Adoption, adopt_checkpoint, adopt_inventory
+from .config import parse_config
+from .model import Config, Settings
+from .store import BackendStore, RecoveryStore
+from .supervisor import Supervisor, now
+
+__all__ = ["CONTRACTS", "Generation"]
+
+log = logging.getLogger("tenure.backend")
+
+CONTRACTS = {"stackControl": 1, "logJournal": 1, "notify": 1, "observations": 1}
+CERTIFICATE_PERIOD = 5.0
+HANDOFF_KIND = "tenure-handoff"
+CHECKPOINT_KIND = "tenure-checkpoint"
+
+
+def empty_config() -> Config:
+    return Config(stacks={}, settings=Settings(), revision="", source="")
+
+
+class Generation:
+    def __init__(self, home: Path, activation: str) -> None:
+        self.layout = Layout(home)
+        self.activation = activation
+        self.identity = new_identity()
+        self.handoff: dict[str, Any] = {}
+        self.epoch = 0
+        self.owner: AsyncClient | None = None
+        self.owner_identity: Identity | None = None
+        self.store: BackendStore | None = None
+        self.recovery: RecoveryStore | None = None
+        self.sup: Supervisor | None = None
+        self.config = empty_config()
+        self.server: RpcServer | None = None
+        self.cursor = 0
+        self.adoption = Adoption()
+        self.ready = False
+        self.draining = False
+        self.started_at = time.time()
+        self._done = asyncio.Event()
+        self._thawed = asyncio.Event()
+        self._thawed.set()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.api: Any = None  # backend.api.Api, set in start()
+
+    # -- start ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Everything up to READY. Raises TenureError (nothing changed) on any doubt."""
+        self.handoff = read_json(self.layout.handoff_file(self.activation), HANDOFF_KIND)
+        self.epoch = _int(self.handoff, "epoch")
+        owner = Identity.from_wire(self.handoff.get("owner"), "handoff.owner")
+        ensure_private_dir(self.layout.backend, root=self.layout.home)
+        self.store = BackendStore(self.layout.backend_db)
+        self.recovery = RecoveryStore(self.layout.recovery_db)
+        saved = self.store.config()
+        if saved is not None:
+            self.config = parse_config(saved["text"], saved["source"])
+        self.owner = AsyncClient(self.layout.owner_sock, want=CONTRACTS,
+                                 expect_instance=owner.instance, name="backend")
+        welcome = await self.owner.connect()
+        if welcome.identity != owner:
+            raise IdentityMismatch("the owner is not the process the guardian fenced",
+                                   {"expected": owner.to_wire(),
+                                    "actual": welcome.identity.to_wire()})
+        self.owner_identity = welcome.identity
+        status = await self.owner.call("status")
+        if status["epoch"] != self.epoch:
+            raise StaleEpoch(f"owner epoch is {status['epoch']}, the grant says {self.epoch}",
+                             {"current": status["epoch"]})
+        self.sup = Supervisor(self.owner, self.epoch, on_mutation=self._invalidate)
+        await self._adopt()
+        from .api import Api
+        self.api = Api(self)
+        self.server = RpcServer(self.layout.api_sock, self.identity, {"tenureApi": 1},
+                                self.api.methods(),
+                                authorize=admin_or_viewer(_group(self.config.settings)))
+        await self.server.start()
+        await self.api.resume_operations()
+        self._tasks = [asyncio.create_task(self._read_observations()),
+                       asyncio.create_task(self._persist_loop()),
+                       asyncio.create_task(self._certificate_loop())]
+        self.ready = True
+
+    async def _adopt(self) -> None:
+        assert self.owner is not None and self.sup is not None and self.store is not None
+        checkpoint_path = self.handoff.get("checkpoint")
+        checkpoint = read_json(checkpoint_path, CHECKPOINT_KIND) if checkpoint_path else None
+        backlog = await self.owner.call("observations.subscribe", {
+            "after": _int(checkpoint, "cursor") if checkpoint else
+            _int(self.handoff, "cursor", 0), "limit": 10_000})
+        inv = (await self.owner.call("inventory"))["launches"]
+        if checkpoint is not None:
+            if checkpoint.get("owner") != self.owner_identity.to_wire():  # type: ignore[union-attr]
+                raise IdentityMismatch("the checkpoint names another owner")
+            self.adoption = adopt_checkpoint(self.sup, self.config, checkpoint, inv, now())
+        else:
+            self.adoption = adopt_inventory(self.sup, self.config, self.store.instances(), inv,
+                                            now())
+        self._apply_observations(backlog)
+        intents = (await self.owner.call("stack.intents"))["intents"]
+        for key, (app, index) in self.sup.keys_of(self.config).items():
+            if key not in self.sup.instances:  # restored instances keep their own state
+                stopped = intents.get(app.stack, {}).get("intent") == "stopped"
+                self.sup.ensure(app, index, not stopped)
+
+    def _apply_observations(self, batch: dict[str, Any]) -> None:
+        assert self.sup is not None
+        if batch.get("gap"):
+            log.warning("observation gap at cursor %s: relying on the inventory", self.cursor)
+        for e in batch["events"]:
+            self.sup.on_observation(e)
+        self.cursor = max(self.cursor, batch["cursor"])
+
+    # -- background loops -------------------------------------------------------------
+
+    async def _read_observations(self) -> None:
+        assert self.owner is not None and self.sup is not None
+        while True:
+            await self._thawed.wait()
+            ev = await self.owner.next_event(1.0)
+            if not self.owner.connected and ev is None:
+                await self._reconnect_owner()
+                continue
+            if ev is None or ev.stream != "observations":
+                continue
+            if not self._thawed.is_set():
+                continue  # frozen meanwhile: the next one re-reads it after the cursor
+            self.sup.on_observation({**ev.e, "cursor": ev.cursor})
+            self.cursor = max(self.cursor, ev.cursor)
+
+    async def _reconnect_owner(self) -> None:
+        """The owner connection broke: resubscribe after our cursor (same instance only:
+        the client refuses another owner with OWNER_CHANGED)."""
+        assert self.owner is not None
+        try:
+            batch = await self.owner.call("observations.subscribe",
+                                          {"after": self.cursor, "limit": 10_000})
+            self._apply_observations(batch)
+        except TenureError as exc:
+            log.error("owner unreachable: %s", exc)
+            await asyncio.sleep(1.0)
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.persist()
+
+    def persist(self) -> None:
+        sup, store = self.sup, self.store
+        if sup is None or store is None or not (sup.dirty or sup.removed):
+            return
+        wires = {k: sup.instances[k].to_wire() for k in sup.dirty if k in sup.instances}
+        store.save_instances(wires, sup.removed)
+        sup.dirty.clear()
+        sup.removed.clear()
+
+    async def _certificate_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CERTIFICATE_PERIOD)
+            try:
+                await self.publish_certificate()
+            except TenureError as exc:
+                log.warning("no recovery certificate this round: %s", exc)
+
+    async def publish_certificate(self) -> bool:
+        """Publish when quiet and our view equals the owner's live inventory."""
+        sup, owner, rec = self.sup, self.owner, self.recovery
+        if sup is None or owner is None or rec is None or self.draining or sup.fenced \
+                or not sup.quiet() or (self.api is not None and self.api.busy()):
+            return False
+        live = (await owner.call("inventory"))["launches"]
+        if inventory_digest(live) != inventory_digest(sup.inventory()):
+            return False
+        self.persist()
+        rec.publish({"activation": self.activation, "epoch": self.epoch,
+                     "release": self.handoff.get("release"),
+                     "owner": self.owner_identity.to_wire() if self.owner_identity else None,
+                     "inventory_digest": inventory_digest(live), "launches": len(live),
+                     "cursor": self.cursor, "config_revision": self.config.revision,
+                     "at": time.time()})
+        return True
+
+    def _invalidate(self) -> None:
+        """Before any change of ownership bookkeeping, the certificate stops vouching."""
+        if self.recovery is not None:
+            self.recovery.invalidate("mutation")
+
+    # -- handoff control --------------------------------------------------------------
+
+    async def drain(self, timeout: float) -> dict[str, Any]:
+        """Refuse new public requests, freeze decisions, wait for owner calls and the
+        current operation step in flight."""
+        assert self.sup is not None and self.server is not None
+        self.draining = True
+        self.server.begin_drain()
+        self._thawed.clear()
+        self.sup.freeze()
+        if self.api is not None:
+            self.api.pause()
+        ok = await self.sup.wait(lambda: self.sup is not None and self.sup.in_flight == 0,
+                                 timeout)
+        if ok and self.api is not None:
+            ok = await self.api.wait_paused(timeout)
+        return {"drained": ok, "in_flight": self.sup.in_flight}
+
+    def resume(self) -> dict[str, Any]:
+        """Abort path: serve again as if nothing happened."""
+        assert self.sup is not None and self.server is not None
+        self.draining = False
+        self.server.end_drain()
+        self.sup.thaw()
+        self._thawed.set()
+        if self.api is not None:
+            self.api.unpause()
+        return {"resumed": True}
+
+    def checkpoint(self, path: str) -> dict[str, Any]:
+        """Write the handoff checkpoint (0600, atomic). Never logged: it holds env."""
+        assert self.sup is not None and self.owner_identity is not None
+        self.persist()
+        inventory = self.sup.inventory()
+        body = {"kind": CHECKPOINT_KIND, "format": 1, "from_activation": self.activation,
+                "owner": self.owner_identity.to_wire(), "epoch": self.epoch,
+                "cursor": self.cursor, "config_revision": self.config.revision,
+                "instances": [i.to_wire() for i in self.sup.instances.values()],
+                "inventory": inventory,
+                "operations": self.api.open_operation_ids() if self.api else [],
+                "written_at": time.time()}
+        atomic_write_json(path, body)
+        return {"path": path, "inventory_digest": inventory_digest(inventory),
+                "launches": len(inventory), "cursor": self.cursor}
+
+    def status(self) -> dict[str, Any]:
+        sup = self.sup
+        return {"activation": self.activation, "epoch": self.epoch, "ready": self.ready,
+                "draining": self.draining, "fenced": bool(sup and sup.fenced),
+                "identity": self.identity.to_wire(),
+                "owner": self.owner_identity.to_wire() if self.owner_identity else None,
+                "release": self.handoff.get("release"), "mode": self.handoff.get("mode"),
+                "cursor": self.cursor, "config_revision": self.config.revision,
+                "inventory": sup.inventory() if sup else [],
+                "adoption": self.adoption.to_wire(), "started_at": self.started_at}
+
+    def retire(self) -> None:
+        self._done.set()
+
+    async def run_until_retired(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._done.set)
+        await self._done.wait()
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.api is not None:
+            await self.api.aclose()
+        if self.server is not None:
+            await self.server.close()
+        if self.sup is not None:
+            self.persist()
+            await self.sup.aclose()
+        if self.owner is not None:
+            await self.owner.close()
+        for s in (self.store, self.recovery):
+            if s is not None:
+                s.close()
+
+
+def _int(d: dict[str, Any] | None, key: str, default: int | None = None) -> int:
+    v = (d or {}).get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"handoff record field {key} must be an integer")
+    return v
+
+
+def _group(settings: Settings) -> int | None:
+    if not settings.viewer_group:
+        return None
+    import grp
+    try:
+        return grp.getgrnam(settings.viewer_group).gr_gid
+    except KeyError:
+        log.warning("viewer group %s does not exist", settings.viewer_group)
+        return None

@@ -1,0 +1,220 @@
+"""Operations: durable, resumable execution of a plan, one step at a time.
+
+An operation row is written (with the new desired config, in one transaction) before
+anything changes. Its ``step`` advances by compare-and-set after each step completes, and
+a step that is interrupted — by a crash or a backend handoff — is simply run again by the
+next generation: every step is idempotent (a restart step remembers the instance
+generation it started from and does not restart twice). One operation owns a stack at a
+time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from protocol.errors import Conflict, OperationInProgress
+
+from . import instance as im
+from .config import parse_config
+from .model import App, Config
+from .plan import steps_for
+from .store import BackendStore
+from .supervisor import Supervisor, instance_key
+
+__all__ = ["OperationRunner"]
+
+log = logging.getLogger("tenure.backend")
+
+RUNNING, COMPLETE, FAILED, ABANDONED = "running", "complete", "failed", "abandoned"
+DOWN = frozenset({im.State.STOPPED, im.State.EXITED, im.State.FAILED})
+STEP_TIMEOUT_SLACK = 30.0
+
+
+class OperationRunner:
+    def __init__(self, store: BackendStore, sup: Supervisor, config: Callable[[], Config],
+                 set_config: Callable[[Config], None], generation: str,
+                 stopped_stacks: Callable[[], set[str]]) -> None:
+        self.store = store
+        self.sup = sup
+        self.config = config
+        self.set_config = set_config
+        self.generation = generation
+        self.stopped_stacks = stopped_stacks
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.paused = False
+
+    # -- admission --------------------------------------------------------------------
+
+    def owner_of(self, stacks: list[str]) -> str | None:
+        for op in self.store.operations(open_only=True):
+            if set(op["stacks"]) & set(stacks):
+                return str(op["id"])
+        return None
+
+    def admit(self, plan: dict[str, Any], request_id: str | None) -> dict[str, Any]:
+        """Record the operation and commit the plan's config as desired, atomically.
+        Raises OperationInProgress, Conflict (request id reused for another plan)."""
+        if request_id:
+            prior = self.store.operation_by_request(request_id)
+            if prior is not None:
+                if prior["plan"] != plan["id"]:
+                    raise Conflict(f"request id {request_id} was used for another plan")
+                return prior
+        stacks = sorted({c["app"].split("/")[0] for c in plan["changes"]})
+        holder = self.owner_of(stacks)
+        if holder is not None:
+            raise OperationInProgress(f"operation {holder} owns {', '.join(stacks)}",
+                                      {"operation": holder})
+        op = {"id": f"op-{uuid.uuid4().hex[:12]}", "plan": plan["id"], "kind": plan["kind"],
+              "stacks": stacks, "stage": RUNNING, "request_id": request_id,
+              "generation": self.generation}
+        new = parse_config(plan["config_text"], plan["config_source"])
+        self.store.create_operation(op, config=(plan["config_text"], plan["config_source"],
+                                                new.revision))
+        self._swap_config(new)
+        self.start(op["id"])
+        return self.store.operation(op["id"])
+
+    def _swap_config(self, new: Config) -> None:
+        """New desired config: instances keep their process; policy-only changes apply
+        at once, definition changes wait for their restart step."""
+        self.set_config(new)
+        for inst in self.sup.instances.values():
+            app = new.app(inst.app.stack, inst.app.name)
+            if app is not None and app.definition_digest() == inst.app.definition_digest():
+                inst.app = app
+
+    # -- running ----------------------------------------------------------------------
+
+    def start(self, op_id: str) -> None:
+        if op_id not in self.tasks:
+            self.tasks[op_id] = asyncio.create_task(self._run(op_id))
+
+    def resume_open(self) -> list[str]:
+        """Continue every open operation (after a handoff or a crash)."""
+        ids = [op["id"] for op in self.store.operations(open_only=True)]
+        for op_id in ids:
+            self.start(op_id)
+        return ids
+
+    async def _run(self, op_id: str) -> None:
+        op = self.store.operation(op_id)
+        plan = self.store.plan(op["plan"])
+        steps = steps_for(parse_config(plan["config_text"], plan["config_source"]),
+                          plan["changes"])
+        step, progress = op["step"], op["progress"] or {}
+        try:
+            while step < len(steps):
+                progress = await self._step(op_id, steps[step], progress)
+                self.store.advance_operation(op_id, RUNNING, RUNNING, step + 1)
+                step, progress = step + 1, {}
+            self.store.advance_operation(op_id, RUNNING, COMPLETE, step, outcome="success")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed step ends the operation, recorded
+            log.error("operation %s failed at step %d: %s", op_id, step, exc)
+            try:
+                self.store.advance_operation(op_id, RUNNING, FAILED, step, outcome="failed",
+                                             error=f"step {step}: {exc}")
+            except Conflict:
+                pass  # abandoned meanwhile
+        finally:
+            self.tasks.pop(op_id, None)
+
+    async def _step(self, op_id: str, s: dict[str, Any], progress: dict[str, Any]
+                    ) -> dict[str, Any]:
+        app = self._app(s["app"])
+        if s["do"] == "stop_app":
+            await self._stop_keys(self._keys_of(s["app"]), forget=True)
+        elif s["do"] == "start_app":
+            assert app is not None
+            await self._ensure_up(app, range(app.instances))
+        elif s["do"] == "scale_app":
+            assert app is not None
+            extra = [k for k in self._keys_of(s["app"]) if int(k.rsplit("/", 1)[1]) >= s["to"]]
+            await self._stop_keys(extra, forget=True)
+            await self._ensure_up(app, range(s["to"]))
+        elif s["do"] == "restart_instance":
+            assert app is not None
+            return await self._restart(op_id, app, s["instance"], progress)
+        return {}
+
+    def _app(self, key: str) -> App | None:
+        stack, name = key.split("/", 1)
+        return self.config().app(stack, name)
+
+    def _keys_of(self, app_key: str) -> list[str]:
+        return [k for k in self.sup.instances if k.rsplit("/", 1)[0] == app_key]
+
+    async def _ensure_up(self, app: App, indexes: range) -> None:
+        up = app.stack not in self.stopped_stacks()
+        keys = [self.sup.ensure(app, i, up) for i in indexes]
+        if up:
+            await self._wait(keys, lambda i: i.state in (im.State.READY, im.State.FAILED),
+                             app.ready.timeout + STEP_TIMEOUT_SLACK)
+
+    async def _stop_keys(self, keys: list[str], forget: bool) -> None:
+        for k in keys:
+            self.sup.feed(k, im.StopRequested())
+        await self._wait(keys, lambda i: i.state in DOWN, 3600)
+        if forget:
+            for k in keys:
+                self.sup.forget(k)
+
+    async def _restart(self, op_id: str, app: App, index: int, progress: dict[str, Any]
+                       ) -> dict[str, Any]:
+        key = instance_key(app.stack, app.name, index)
+        inst = self.sup.instances.get(key)
+        if inst is None:
+            await self._ensure_up(app, range(index, index + 1))
+            return {}
+        if "from_generation" not in progress:
+            progress = {"from_generation": inst.generation}
+            self.store.set_progress(op_id, progress)  # durable before the restart begins
+        if inst.generation <= progress["from_generation"] or inst.app != app:
+            await self._stop_keys([key], forget=False)
+            self.sup.ensure(app, index, app.stack not in self.stopped_stacks())
+        await self._wait([key], lambda i: i.state in (im.State.READY, im.State.FAILED),
+                         app.ready.timeout + STEP_TIMEOUT_SLACK)
+        return progress
+
+    async def _wait(self, keys: list[str], done: Callable[[im.Instance], bool],
+                    timeout: float) -> None:
+        def all_done() -> bool:
+            return all(done(self.sup.instances[k]) for k in keys if k in self.sup.instances)
+        if not await self.sup.wait(all_done, timeout):
+            raise TimeoutError(f"instances {keys} did not settle in {timeout:.0f} s")
+        failed = [k for k in keys if k in self.sup.instances
+                  and self.sup.instances[k].state is im.State.FAILED]
+        if failed and not all(self.sup.instances[k].state in DOWN for k in keys):
+            raise RuntimeError(f"instances failed to start: {failed}")
+
+    # -- control ----------------------------------------------------------------------
+
+    async def abandon(self, op_id: str) -> dict[str, Any]:
+        """Stop running the operation and mark it abandoned (what ran stays done)."""
+        op = self.store.operation(op_id)
+        if op["outcome"] is not None:
+            raise Conflict(f"operation {op_id} already ended: {op['outcome']}")
+        task = self.tasks.pop(op_id, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        op = self.store.operation(op_id)
+        self.store.advance_operation(op_id, op["stage"], ABANDONED, op["step"],
+                                     outcome="abandoned")
+        return self.store.operation(op_id)
+
+    def busy(self) -> bool:
+        return bool(self.tasks)
+
+    async def aclose(self) -> None:
+        tasks = list(self.tasks.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.tasks.clear()

@@ -1,0 +1,86 @@
+"""Plans: the exact changes an operation will make, bound to a fingerprint.
+
+A plan compares a candidate config with the applied one. Its fingerprint covers the
+candidate's revision, the live-state revision it was computed against (applied config,
+stack intents, the set of instances) and the parameters; apply refuses with
+``STALE_PLAN`` when either revision moved since.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from typing import Any
+
+from .config import order_apps
+from .model import App, Config, canonical_digest
+
+__all__ = ["compute_changes", "live_revision", "new_plan", "steps_for"]
+
+
+def live_revision(applied: Config, intents: dict[str, Any], instance_keys: list[str]) -> str:
+    return canonical_digest({"config": applied.revision,
+                             "intents": {k: v.get("revision") for k, v in intents.items()},
+                             "instances": sorted(instance_keys)})
+
+
+def _policy(app: App) -> dict[str, Any]:
+    d = asdict(app)
+    for k in ("command", "env", "cwd", "stop", "ready", "instances"):
+        d.pop(k, None)
+    return d
+
+
+def compute_changes(old: Config, new: Config) -> list[dict[str, Any]]:
+    """Every difference per app, in a stable order: start, restart, scale, update, stop."""
+    changes: list[dict[str, Any]] = []
+    old_apps = {a.key: a for a in old.apps()}
+    new_apps = {a.key: a for a in new.apps()}
+    for key in sorted(new_apps):
+        n, o = new_apps[key], old_apps.get(key)
+        if o is None:
+            changes.append({"action": "start", "app": key, "instances": n.instances})
+            continue
+        if n.definition_digest() != o.definition_digest():
+            changes.append({"action": "restart", "app": key, "instances": n.instances,
+                            "reason": "definition changed"})
+        if n.instances != o.instances:
+            changes.append({"action": "scale", "app": key, "from": o.instances,
+                            "to": n.instances})
+        if _policy(n) != _policy(o):
+            changes.append({"action": "update", "app": key, "reason": "policy changed"})
+    for key in sorted(set(old_apps) - set(new_apps)):
+        changes.append({"action": "stop", "app": key, "instances": old_apps[key].instances})
+    return changes
+
+
+def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ordered steps of applying ``changes``: stops first, then starts level by level
+    along ``after``, then scaling, then rolling restarts one instance at a time."""
+    by = {c["app"]: c for c in changes}
+    steps: list[dict[str, Any]] = [{"do": "stop_app", "app": c["app"]}
+                                   for c in changes if c["action"] == "stop"]
+    for stack in new.stacks.values():
+        for level in order_apps(stack):
+            for name in level:
+                key = f"{stack.name}/{name}"
+                if by.get(key, {}).get("action") == "start":
+                    steps.append({"do": "start_app", "app": key})
+    for c in changes:
+        if c["action"] == "scale":
+            steps.append({"do": "scale_app", "app": c["app"], "to": c["to"]})
+    for c in changes:
+        if c["action"] == "restart":
+            steps += [{"do": "restart_instance", "app": c["app"], "instance": i}
+                      for i in range(c["instances"])]
+    return steps
+
+
+def new_plan(old: Config, new: Config, text: str, source: str, live: str,
+             kind: str = "apply") -> dict[str, Any]:
+    changes = compute_changes(old, new)
+    fingerprint = canonical_digest({"config": new.revision, "live": live, "kind": kind})
+    return {"id": f"plan-{uuid.uuid4().hex[:12]}", "config_text": text, "config_source": source,
+            "config_revision": new.revision, "live_revision": live,
+            "fingerprint": fingerprint, "changes": changes, "kind": kind,
+            "stacks": sorted({c["app"].split("/")[0] for c in changes})}

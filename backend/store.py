@@ -1,0 +1,192 @@
+"""backend.db: the applied configuration, instance snapshots (restart counters, backoff),
+plans and operations; and recovery.db: recovery certificates.
+
+Both SQLite, synchronous=FULL, shared by every backend generation of a home (one at a
+time). Operations advance their stage by compare-and-set.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from protocol.durable import open_sqlite
+from protocol.errors import Conflict, NotFound
+
+__all__ = ["BackendStore", "RecoveryStore"]
+
+SCHEMA = """
+CREATE TABLE config (
+    id INTEGER PRIMARY KEY CHECK (id = 1), text TEXT NOT NULL, source TEXT NOT NULL,
+    revision TEXT NOT NULL, applied_at REAL NOT NULL);
+CREATE TABLE instances (key TEXT PRIMARY KEY, wire TEXT NOT NULL);
+CREATE TABLE plans (
+    id TEXT PRIMARY KEY, created_at REAL NOT NULL, config_text TEXT NOT NULL,
+    config_source TEXT NOT NULL, config_revision TEXT NOT NULL, live_revision TEXT NOT NULL,
+    fingerprint TEXT NOT NULL, changes TEXT NOT NULL, kind TEXT NOT NULL);
+CREATE TABLE operations (
+    id TEXT PRIMARY KEY, plan TEXT, kind TEXT NOT NULL, stacks TEXT NOT NULL,
+    stage TEXT NOT NULL, step INTEGER NOT NULL, outcome TEXT, error TEXT,
+    request_id TEXT UNIQUE, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    generation TEXT, progress TEXT);
+CREATE TABLE requests (id TEXT PRIMARY KEY, result TEXT NOT NULL, at REAL NOT NULL)
+"""
+
+RECOVERY_SCHEMA = """
+CREATE TABLE certificate (
+    id INTEGER PRIMARY KEY CHECK (id = 1), valid INTEGER NOT NULL, body TEXT,
+    updated_at REAL NOT NULL);
+INSERT INTO certificate VALUES (1, 0, NULL, 0)
+"""
+
+
+class BackendStore:
+    def __init__(self, path: str) -> None:
+        self.db = open_sqlite(path, "tenure-backend", 1, SCHEMA, synchronous="FULL", wal=True)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- config -----------------------------------------------------------------------
+
+    def config(self) -> dict[str, Any] | None:
+        r = self.db.execute("SELECT text, source, revision, applied_at FROM config").fetchone()
+        return None if r is None else {"text": r[0], "source": r[1], "revision": r[2],
+                                       "applied_at": r[3]}
+
+    def set_config(self, db: sqlite3.Connection, text: str, source: str,
+                   revision: str) -> None:
+        db.execute("INSERT INTO config VALUES (1, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                   "text = excluded.text, source = excluded.source, "
+                   "revision = excluded.revision, applied_at = excluded.applied_at",
+                   (text, source, revision, time.time()))
+
+    # -- instances --------------------------------------------------------------------
+
+    def save_instances(self, wires: dict[str, dict[str, Any]], removed: set[str]) -> None:
+        with self.tx() as db:
+            db.executemany("INSERT INTO instances VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                           "SET wire = excluded.wire",
+                           [(k, json.dumps(w, sort_keys=True)) for k, w in wires.items()])
+            db.executemany("DELETE FROM instances WHERE key = ?", [(k,) for k in removed])
+
+    def instances(self) -> dict[str, dict[str, Any]]:
+        return {k: json.loads(w) for k, w in self.db.execute("SELECT key, wire FROM instances")}
+
+    # -- plans ------------------------------------------------------------------------
+
+    def add_plan(self, plan: dict[str, Any]) -> None:
+        self.db.execute(
+            "INSERT INTO plans VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (plan["id"], time.time(), plan["config_text"], plan["config_source"],
+             plan["config_revision"], plan["live_revision"], plan["fingerprint"],
+             json.dumps(plan["changes"], sort_keys=True), plan["kind"]))
+
+    def plan(self, plan_id: str) -> dict[str, Any]:
+        r = self.db.execute("SELECT id, created_at, config_text, config_source, "
+                            "config_revision, live_revision, fingerprint, changes, kind "
+                            "FROM plans WHERE id = ?", (plan_id,)).fetchone()
+        if r is None:
+            raise NotFound(f"no plan {plan_id}", {"plan": plan_id})
+        return {"id": r[0], "created_at": r[1], "config_text": r[2], "config_source": r[3],
+                "config_revision": r[4], "live_revision": r[5], "fingerprint": r[6],
+                "changes": json.loads(r[7]), "kind": r[8]}
+
+    # -- operations -------------------------------------------------------------------
+
+    def create_operation(self, op: dict[str, Any], *, config: tuple[str, str, str] | None
+                         = None) -> None:
+        """Insert an operation; refuse (OperationInProgress is decided by the caller) a
+        duplicate request id with Conflict. With ``config`` the new desired config commits
+        in the same transaction."""
+        now = time.time()
+        try:
+            with self.tx() as db:
+                db.execute("INSERT INTO operations VALUES (?, ?, ?, ?, ?, 0, NULL, NULL, ?, ?, "
+                           "?, ?, NULL)", (op["id"], op.get("plan"), op["kind"],
+                                     json.dumps(sorted(op["stacks"])), op["stage"],
+                                     op.get("request_id"), now, now, op.get("generation")))
+                if config is not None:
+                    self.set_config(db, *config)
+        except sqlite3.IntegrityError:
+            raise Conflict("request id already used", {"request_id": op.get("request_id")}
+                           ) from None
+
+    def advance_operation(self, op_id: str, expected: str, stage: str, step: int,
+                          outcome: str | None = None, error: str | None = None,
+                          progress: dict[str, Any] | None = None) -> None:
+        """Compare-and-set the stage; raises Conflict when it moved."""
+        cur = self.db.execute(
+            "UPDATE operations SET stage = ?, step = ?, outcome = ?, error = ?, progress = ?, "
+            "updated_at = ? WHERE id = ? AND stage = ?",
+            (stage, step, outcome, error, json.dumps(progress) if progress else None,
+             time.time(), op_id, expected))
+        if cur.rowcount != 1:
+            raise Conflict(f"operation {op_id} is no longer {expected}")
+
+    def set_progress(self, op_id: str, progress: dict[str, Any]) -> None:
+        self.db.execute("UPDATE operations SET progress = ?, updated_at = ? WHERE id = ?",
+                        (json.dumps(progress), time.time(), op_id))
+
+    def operation(self, op_id: str) -> dict[str, Any]:
+        rows = self._ops("WHERE id = ?", (op_id,))
+        if not rows:
+            raise NotFound(f"no operation {op_id}", {"operation": op_id})
+        return rows[0]
+
+    def operation_by_request(self, request_id: str) -> dict[str, Any] | None:
+        rows = self._ops("WHERE request_id = ?", (request_id,))
+        return rows[0] if rows else None
+
+    def operations(self, open_only: bool = False, limit: int = 50) -> list[dict[str, Any]]:
+        where = "WHERE outcome IS NULL" if open_only else ""
+        return self._ops(f"{where} ORDER BY created_at DESC LIMIT ?", (limit,))
+
+    def _ops(self, where: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT id, plan, kind, stacks, stage, step, outcome, error, request_id, "
+            f"created_at, updated_at, generation, progress FROM operations {where}", args)
+        return [{"id": r[0], "plan": r[1], "kind": r[2], "stacks": json.loads(r[3]),
+                 "stage": r[4], "step": r[5], "outcome": r[6], "error": r[7],
+                 "request_id": r[8], "created_at": r[9], "updated_at": r[10],
+                 "generation": r[11], "progress": json.loads(r[12]) if r[12] else None}
+                for r in rows]
+
+
+class RecoveryStore:
+    """recovery.db: at most one certificate, valid or invalidated."""
+
+    def __init__(self, path: str) -> None:
+        self.db = open_sqlite(path, "tenure-recovery", 1, RECOVERY_SCHEMA,
+                              synchronous="FULL", wal=True)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def publish(self, body: dict[str, Any]) -> None:
+        self.db.execute("UPDATE certificate SET valid = 1, body = ?, updated_at = ?",
+                        (json.dumps(body, sort_keys=True), time.time()))
+
+    def invalidate(self, reason: str) -> None:
+        self.db.execute("UPDATE certificate SET valid = 0, body = json_set(coalesce(body, "
+                        "'{}'), '$.invalidated', ?), updated_at = ? WHERE valid = 1",
+                        (reason, time.time()))
+
+    def read(self) -> dict[str, Any]:
+        r = self.db.execute("SELECT valid, body, updated_at FROM certificate").fetchone()
+        return {"valid": bool(r[0]), "body": json.loads(r[1]) if r[1] else None,
+                "updated_at": r[2]}

@@ -1,0 +1,319 @@
+"""The reconciler: drives every app instance's state machine against the owner.
+
+It owns all I/O the machines ask for: owner RPC (launch, stop) with the current epoch,
+timers, readiness and health probes. Events come from the owner's observation stream
+(exits, notify messages), from RPC results and from timers and probes — never from
+polling the inventory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from protocol.client import AsyncClient
+from protocol.errors import (
+    BadRequest,
+    LaunchFailed,
+    NotFound,
+    OutcomeUnknown,
+    StackFenced,
+    StaleEpoch,
+    StopTimeout,
+)
+
+from . import instance as im
+from .model import App, Config, ReadyKind
+from .probes import (
+    HealthRunner,
+    ProbeRunner,
+    health_probe,
+    process_group_members,
+    readiness_probe,
+)
+
+__all__ = ["Supervisor", "instance_key"]
+
+log = logging.getLogger("tenure.backend")
+
+BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
+
+
+_RPC_RESULTS = (im.Launched, im.LaunchFailed, im.Stopped)
+
+
+def instance_key(stack: str, app: str, index: int) -> str:
+    return f"{stack}/{app}/{index}"
+
+
+def now() -> float:
+    return time.monotonic()  # CLOCK_MONOTONIC: one clock for all processes of a boot
+
+
+class Supervisor:
+    """All instances of the applied config. Construct inside the running loop."""
+
+    def __init__(self, owner: AsyncClient, epoch: int,
+                 on_mutation: Callable[[], None] | None = None) -> None:
+        self.owner = owner
+        self.epoch = epoch
+        self.fenced = False                      # a newer epoch exists: never act again
+        self.frozen = False                      # draining for a handoff
+        self.instances: dict[str, im.Instance] = {}
+        self.by_launch: dict[str, str] = {}      # current launch key -> instance key
+        self.dirty: set[str] = set()
+        self.removed: set[str] = set()
+        self.in_flight = 0
+        self._timers: dict[tuple[str, im.Timer], asyncio.TimerHandle] = {}
+        self._ready: dict[str, ProbeRunner] = {}
+        self._health: dict[str, HealthRunner] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._changed = asyncio.Condition()
+        self._on_mutation = on_mutation or (lambda: None)
+        self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
+
+    # -- feeding events ---------------------------------------------------------------
+
+    def feed(self, key: str, event: im.Event) -> None:
+        inst = self.instances.get(key)
+        if inst is None:
+            return
+        if self.frozen and not isinstance(event, _RPC_RESULTS):
+            return  # re-derived after thaw or by the next generation (see freeze)
+        actions = inst.handle(event, now())
+        self.by_launch[inst.launch_key] = key
+        self.dirty.add(key)
+        self._execute(key, actions)
+        self._notify()
+
+    def _notify(self) -> None:
+        async def wake() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+        self._spawn(wake())
+
+    async def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``predicate()`` holds (re-checked after every transition)."""
+        async def until() -> None:
+            async with self._changed:
+                await self._changed.wait_for(predicate)
+        try:
+            await asyncio.wait_for(until(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def on_observation(self, e: dict[str, Any]) -> None:
+        """One owner event: exits and notify messages become machine events."""
+        key = self.by_launch.get(e.get("launch_key", ""), "")
+        inst = self.instances.get(key)
+        if inst is None or inst.launch_key != e.get("launch_key"):
+            return  # not ours or an older generation's
+        if e["kind"] == "exit":
+            self.feed(key, im.Exited(e.get("exit_code"), e.get("signal")))
+        elif e["kind"] == "notify" and e.get("fields", {}).get("READY") == "1" \
+                and inst.app.ready.kind is ReadyKind.NOTIFY:
+            self.feed(key, im.Ready())
+
+    # -- executing actions ------------------------------------------------------------
+
+    def _execute(self, key: str, actions: list[im.Action]) -> None:
+        inst = self.instances[key]
+        for a in actions:
+            if isinstance(a, im.Launch):
+                self._spawn(self._mutate(key, a.launch_key, self._launch(inst, a.launch_key)))
+            elif isinstance(a, im.Stop):
+                self._spawn(self._mutate(key, a.launch_key, self._stop(a.launch_key)))
+            elif isinstance(a, im.StartTimer):
+                self._arm(key, a.name, a.delay)
+            elif isinstance(a, im.CancelTimer):
+                handle = self._timers.pop((key, a.name), None)
+                if handle is not None:
+                    handle.cancel()
+            elif isinstance(a, im.StartReadiness):
+                self._start_readiness(key, inst)
+            elif isinstance(a, im.StopReadiness):
+                self._close(self._ready.pop(key, None))
+            elif isinstance(a, im.StartHealth):
+                self._start_health(key, inst)
+            elif isinstance(a, im.StopHealth):
+                self._close(self._health.pop(key, None))
+            elif isinstance(a, im.Report):
+                log.info("%s: %s", key, a.outcome)
+
+    def _arm(self, key: str, name: im.Timer, delay: float) -> None:
+        old = self._timers.pop((key, name), None)
+        if old is not None:
+            old.cancel()
+
+        def fire() -> None:
+            self._timers.pop((key, name), None)
+            self.feed(key, im.TIMER_EVENTS[name])
+        self._timers[(key, name)] = asyncio.get_running_loop().call_later(delay, fire)
+
+    async def _mutate(self, key: str, launch_key: str,
+                      op: Awaitable[im.Event | None]) -> None:
+        """Run one owner mutation; feed its result if the instance is still on that
+        launch. A fenced backend stops acting for good."""
+        if self.fenced:
+            return
+        self.in_flight += 1
+        self._on_mutation()
+        try:
+            event = await op
+        except StaleEpoch:
+            self.fenced = True
+            log.warning("fenced: a newer backend generation holds the owner")
+            return
+        finally:
+            self.in_flight -= 1
+        inst = self.instances.get(key)
+        if event is not None and inst is not None and inst.launch_key == launch_key:
+            self.feed(key, event)
+
+    async def _launch(self, inst: im.Instance, launch_key: str) -> im.Event | None:
+        app = inst.app
+        env = {**self.base_env, **app.env, "TENURE_STACK": app.stack, "TENURE_APP": app.name,
+               "TENURE_INSTANCE": str(inst.index)}
+        params = {"launch_key": launch_key, "stack": app.stack, "app": app.name,
+                  "instance": inst.index, "generation": inst.generation,
+                  "argv": list(app.command), "env": env, "cwd": app.cwd,
+                  "stop": app.stop.to_wire()}
+        for _attempt in range(5):  # a launch key is idempotent: retrying is safe
+            try:
+                r = await self.owner.call("launch", params, epoch=self.epoch)
+                return im.Launched(r["pid"], r["start_ticks"])
+            except (LaunchFailed, StackFenced, BadRequest) as exc:
+                log.warning("%s: launch refused: %s", launch_key, exc)
+                return im.LaunchFailed(exc.code_str)
+            except OutcomeUnknown:
+                await asyncio.sleep(0.2)
+        return im.LaunchFailed("TRANSPORT_LOST")
+
+    async def _stop(self, launch_key: str) -> im.Event | None:
+        while not self.fenced:
+            try:
+                await self.owner.call("stop", {"launch_key": launch_key}, epoch=self.epoch,
+                                      timeout=3600)
+                return im.Stopped()
+            except NotFound:
+                return im.Stopped()   # no process: already gone
+            except (StopTimeout, OutcomeUnknown) as exc:
+                log.error("%s: stop not confirmed (%s); trying again", launch_key, exc)
+                await asyncio.sleep(1.0)
+        return None
+
+    def _start_readiness(self, key: str, inst: im.Instance) -> None:
+        ready = inst.app.ready
+        pid = inst.pid
+        probe = readiness_probe(ready, inst.index,
+                                lambda: set(process_group_members(pid)) if pid else set(),
+                                env={**self.base_env, **inst.app.env})
+        if probe is None:
+            return  # notify: the owner's READY event; delay: the machine's own timer
+        runner = ProbeRunner(probe, interval=ready.interval, timeout=ready.timeout + 1.0)
+        self._close(self._ready.pop(key, None))
+        self._ready[key] = runner
+        runner.start(lambda ok: self.feed(key, im.Ready()) if ok else None)
+
+    def _start_health(self, key: str, inst: im.Instance) -> None:
+        h = inst.app.health
+        if h is None:
+            return
+        runner = HealthRunner(health_probe(h, inst.index, env={**self.base_env, **inst.app.env}),
+                              interval=h.interval, timeout=h.timeout, grace=h.grace,
+                              on_pass=lambda: self.feed(key, im.HealthOk()),
+                              on_fail=lambda: self.feed(key, im.HealthFailed()))
+        self._close(self._health.pop(key, None))
+        self._health[key] = runner
+        runner.start()
+
+    def _close(self, runner: ProbeRunner | HealthRunner | None) -> None:
+        if runner is not None:
+            self._spawn(runner.aclose())
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("reconciler task failed", exc_info=task.exception())
+
+    def freeze(self) -> None:
+        """Stop deciding anything new (drain for a handoff). Only answers of owner calls
+        already in flight are still applied — they cannot be derived again. Timer
+        deadlines stay in the instances; exits stay in the owner's observation stream
+        after the last processed cursor; probes are re-run: so whoever continues (this
+        generation after an abort, or the next one) loses nothing."""
+        self.frozen = True
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+
+    def thaw(self) -> None:
+        """Resume after an aborted handoff: timers and probes as after a restore."""
+        self.frozen = False
+        t = now()
+        for key, inst in self.instances.items():
+            self._execute(key, inst.resume(t))
+
+    # -- desired state ----------------------------------------------------------------
+
+    def ensure(self, app: App, index: int, want_up: bool) -> str:
+        """Create the instance if needed (with ``app`` as its definition) and want it up
+        or down."""
+        key = instance_key(app.stack, app.name, index)
+        inst = self.instances.get(key)
+        if inst is None:
+            inst = self.instances[key] = im.Instance(app, index)
+            self.removed.discard(key)
+        else:
+            inst.app = app
+        self.feed(key, im.Start() if want_up else im.StopRequested())
+        return key
+
+    def forget(self, key: str) -> None:
+        inst = self.instances.pop(key, None)
+        if inst is not None:
+            self.removed.add(key)
+            self.dirty.discard(key)
+
+    def keys_of(self, config: Config) -> dict[str, tuple[App, int]]:
+        return {instance_key(a.stack, a.name, i): (a, i) for a in config.apps()
+                for i in range(a.instances)}
+
+    # -- reporting --------------------------------------------------------------------
+
+    def quiet(self) -> bool:
+        busy = {im.State.STARTING, im.State.STOPPING, im.State.RESTARTING}
+        return self.in_flight == 0 and not any(i.state in busy
+                                               for i in self.instances.values())
+
+    def inventory(self) -> list[dict[str, Any]]:
+        """What a checkpoint and its verification compare: every instance with a process."""
+        return sorted(({"stack": i.app.stack, "app": i.app.name, "instance": i.index,
+                        "generation": i.generation, "launch_key": i.launch_key,
+                        "pid": i.pid, "start_ticks": i.start_ticks, "restarts": i.restarts,
+                        "state": str(i.state)}
+                       for i in self.instances.values() if i.pid is not None),
+                      key=lambda r: r["launch_key"])
+
+    async def aclose(self) -> None:
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        runners: list[ProbeRunner | HealthRunner] = [*self._ready.values(),
+                                                     *self._health.values()]
+        self._ready.clear()
+        self._health.clear()
+        await asyncio.gather(*(r.aclose() for r in runners), return_exceptions=True)
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

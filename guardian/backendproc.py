@@ -1,0 +1,180 @@
+"""Backend generation processes as the guardian sees them: start one from a verified
+release, wait for its READY line, watch it, stop it; run a candidate's preflight.
+
+A process the guardian did not start (it survived a guardian restart) is watched through
+a pidfd and talked to through its API socket like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from protocol.client import AsyncClient
+from protocol.errors import PreflightFailed, PreflightTimeout, error_from_wire
+from protocol.identity import start_ticks
+
+from .release import Release, command
+
+__all__ = ["BackendProcess", "preflight"]
+
+log = logging.getLogger("tenure.guardian")
+
+PREFLIGHT_DEADLINE = 30.0
+STDERR_TAIL = 4096
+
+
+@dataclass
+class BackendProcess:
+    activation: str
+    pid: int
+    ticks: int | None
+    log_path: Path | None = None
+    proc: asyncio.subprocess.Process | None = None
+    exited: asyncio.Event = field(default_factory=asyncio.Event)
+    returncode: int | None = None
+    expected_exit: bool = False       # set before a deliberate retire or stop
+    _watch: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, release: Release, home: Path, activation: str, log_dir: Path,
+                    timeout: float = 30.0) -> BackendProcess:
+        """Start and wait for the READY line. Raises TenureError (what the backend said)
+        or TimeoutError; the process is gone in both cases."""
+        log_path = log_dir / f"backend-{activation}.log"
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *command(release, "--home", str(home), "--activation", activation),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=fd,
+                start_new_session=True)
+        finally:
+            os.close(fd)
+        bp = cls(activation, proc.pid, start_ticks(proc.pid), log_path, proc)
+        bp._watch = asyncio.create_task(bp._wait_proc())
+        try:
+            line = await asyncio.wait_for(_first_line(proc), timeout)
+        except BaseException:
+            await bp.stop(kill_after=2.0)
+            raise
+        if not line.get("ready"):
+            await bp.stop(kill_after=2.0)
+            raise error_from_wire(str(line.get("code", "HANDOFF_FAILED")),
+                                  str(line.get("msg", "backend failed to start")),
+                                  line.get("data") or {})
+        return bp
+
+    @classmethod
+    def attach(cls, activation: str, pid: int, ticks: int) -> BackendProcess:
+        """Watch a living backend this guardian did not start (a pidfd on it)."""
+        bp = cls(activation, pid, ticks)
+        bp._watch = asyncio.create_task(bp._wait_pidfd())
+        return bp
+
+    async def _wait_proc(self) -> None:
+        assert self.proc is not None
+        self.returncode = await self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.feed_eof()
+        self.exited.set()
+
+    async def _wait_pidfd(self) -> None:
+        try:
+            fd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            self.exited.set()
+            return
+        loop = asyncio.get_running_loop()
+        gone = asyncio.Event()
+        loop.add_reader(fd, gone.set)
+        try:
+            await gone.wait()
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+        self.exited.set()
+
+    def alive(self) -> bool:
+        return not self.exited.is_set() and start_ticks(self.pid) == self.ticks
+
+    async def stop(self, term_after: float = 0.0, kill_after: float = 10.0) -> None:
+        """SIGTERM (after ``term_after`` of grace), then SIGKILL; returns once it is gone."""
+        self.expected_exit = True
+        if term_after:
+            await _wait(self.exited, term_after)
+        for sig, grace in ((signal.SIGTERM, kill_after), (signal.SIGKILL, 10.0)):
+            if self.exited.is_set():
+                break
+            if start_ticks(self.pid) == self.ticks:
+                os.kill(self.pid, sig)
+            await _wait(self.exited, grace)
+        if self._watch is not None:
+            await asyncio.gather(self._watch, return_exceptions=True)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"activation": self.activation, "pid": self.pid, "start_ticks": self.ticks,
+                "alive": self.alive(), "returncode": self.returncode}
+
+
+async def _wait(ev: asyncio.Event, timeout: float) -> bool:
+    try:
+        await asyncio.wait_for(ev.wait(), timeout)
+        return True
+    except TimeoutError:
+        return False
+
+
+async def _first_line(proc: asyncio.subprocess.Process) -> dict[str, Any]:
+    assert proc.stdout is not None
+    raw = await proc.stdout.readline()
+    if not raw:
+        return {"ready": False, "msg": "backend exited before it was ready"}
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return {"ready": False, "msg": f"unexpected backend output {raw[:200]!r}"}
+    return obj if isinstance(obj, dict) else {"ready": False, "msg": "bad READY line"}
+
+
+async def preflight(release: Release, deadline: float = PREFLIGHT_DEADLINE) -> dict[str, Any]:
+    """Run the candidate's ``--preflight``. Raises PreflightFailed / PreflightTimeout with
+    elapsed time, exit status and the end of stderr."""
+    t0 = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *command(release, "--preflight"), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), deadline)
+    except TimeoutError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise PreflightTimeout(f"preflight did not finish in {deadline:.0f} s",
+                               {"elapsed": round(time.monotonic() - t0, 3)}) from None
+    data = {"elapsed": round(time.monotonic() - t0, 3), "exit_status": proc.returncode,
+            "stderr": err[-STDERR_TAIL:].decode(errors="replace")}
+    if proc.returncode != 0:
+        raise PreflightFailed(f"preflight exited {proc.returncode}", data)
+    try:
+        report = json.loads(out)
+    except ValueError:
+        raise PreflightFailed("preflight printed no report", data) from None
+    return {**data, "report": report}
+
+
+async def control(api_sock: str, method: str, params: dict[str, Any] | None = None,
+                  timeout: float = 30.0, expect: str | None = None) -> Any:
+    """One call to a generation's control API on a fresh connection."""
+    c = AsyncClient(api_sock, timeout=timeout, expect_instance=expect, pin=False,
+                    name="guardian")
+    try:
+        return await c.call(method, params or {})
+    finally:
+        await c.close()

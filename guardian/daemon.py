@@ -1,0 +1,118 @@
+"""The guardian daemon: key, state, owner connection, admin socket, boot, and the
+orderly exit that leaves applications and the recovery certificate in place.
+
+Exit statuses: 0 clean stop, 2 unsafe or unreadable state, 5 another guardian runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import signal
+
+from protocol.errors import AlreadyRunning, TenureError
+from protocol.server import RpcServer
+
+from .backendproc import control
+from .boot import boot
+from .coordinator import Coordinator
+from .keys import load_or_create_key
+from .paths import GuardianPaths
+from .service import GuardianService
+from .state import StateStore
+
+__all__ = ["run"]
+
+log = logging.getLogger("tenure.guardian")
+
+
+def _lock(paths: GuardianPaths) -> int:
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AlreadyRunning(f"another guardian runs on {paths.home}") from None
+    return fd
+
+
+async def _connect_owner(co: Coordinator, stop: asyncio.Event) -> bool:
+    """Wait for the owner (it starts first, but may be restarting)."""
+    while not stop.is_set():
+        try:
+            await co.connect_owner()
+            return True
+        except TenureError as exc:
+            log.warning("owner not reachable yet: %s", exc)
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+            except TimeoutError:
+                pass
+    return False
+
+
+async def serve(paths: GuardianPaths) -> int:
+    paths.prepare()
+    _lock(paths)
+    key = load_or_create_key(paths.key)
+    state = StateStore(paths.state_db)
+    co = Coordinator(paths, state, key)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = RpcServer(paths.sock, co.identity, {"guardian": 1},
+                       GuardianService(co, stop.set).methods())
+    await server.start()
+    co.write_diagnostics()
+    try:
+        if await _connect_owner(co, stop):
+            try:
+                await boot(co)
+            except TenureError as exc:
+                log.error("boot: %s", exc)
+            print(f"READY {co.identity.instance}", flush=True)
+            _sd_notify("READY=1")
+            await stop.wait()
+    finally:
+        _sd_notify("STOPPING=1")
+        server.begin_drain()
+        await _retire_backend(co)
+        await server.close()
+        if co.owner is not None:
+            await co.owner.close()
+        state.close()
+    return 0
+
+
+async def _retire_backend(co: Coordinator) -> None:
+    """The guardian stops; its backend stops with it, applications stay with the owner.
+    The next guardian recovers from the certificate."""
+    bp = co.current
+    if bp is None or not bp.alive():
+        return
+    bp.expected_exit = True
+    try:
+        await control(co.paths.api_sock, "generation.certify", timeout=5.0)
+        await control(co.paths.api_sock, "generation.retire", timeout=5.0)
+    except TenureError as exc:
+        log.warning("backend did not retire cleanly: %s", exc)
+    await bp.stop(term_after=5.0)
+
+
+def _sd_notify(msg: str) -> None:
+    from protocol.notify import sd_notify
+    sd_notify(msg)
+
+
+def run(paths: GuardianPaths) -> int:
+    try:
+        return asyncio.run(serve(paths))
+    except AlreadyRunning as exc:
+        log.error("%s", exc)
+        return 5
+    except TenureError as exc:
+        log.error("%s", exc)
+        return 2

@@ -1,0 +1,44 @@
+"""Where the guardian and the backend generations keep their state (docs/state.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.layout import Layout
+from protocol.sockets import check_socket_path, ensure_private_dir
+
+__all__ = ["GuardianPaths"]
+
+
+@dataclass(frozen=True)
+class GuardianPaths(Layout):
+    """The guardian's view of the layout; the shared paths come from Layout."""
+
+    @property
+    def sock(self) -> str:
+        return self.guardian_sock
+
+    @property
+    def key(self) -> str:
+        return str(self.runtime / "guardian.key")
+
+    @property
+    def state_db(self) -> str:
+        return str(self.runtime / "state.db")
+
+    @property
+    def releases(self) -> Path:
+        return self.runtime / "releases"
+
+    @property
+    def lock(self) -> str:
+        return str(self.runtime / "guardian.lock")
+
+    def prepare(self) -> None:
+        """Create runtime/, its subdirectories and backend/ (all 0700); check socket
+        path lengths. Raises UnsafePath, PathTooLong."""
+        check_socket_path(self.sock)
+        check_socket_path(self.api_sock)
+        for d in (self.runtime, self.releases, self.handoffs, self.backend, self.logs):
+            ensure_private_dir(d, root=self.home)

@@ -1,0 +1,38 @@
+"""Reading the backend's recovery certificate (recovery.db) without writing to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from typing import Any
+
+from protocol.digest import inventory_digest
+from protocol.errors import StateCorrupt
+
+__all__ = ["digest", "read_certificate"]
+
+digest = inventory_digest
+
+
+def read_certificate(path: str) -> dict[str, Any]:
+    """``{valid, body, updated_at}``; no file means no certificate. Raises StateCorrupt
+    for a database of another kind or version (never modified)."""
+    if not os.path.exists(path) or os.path.islink(path):
+        return {"valid": False, "body": None, "updated_at": None}
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if meta.get("kind") != "tenure-recovery" or meta.get("format_version") != "1":
+                raise StateCorrupt(f"{path} is not a recovery database of format 1",
+                                   {"path": path})
+            row = db.execute("SELECT valid, body, updated_at FROM certificate").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise StateCorrupt(f"{path} is unreadable: {exc}", {"path": path}) from None
+    if row is None:
+        return {"valid": False, "body": None, "updated_at": None}
+    return {"valid": bool(row[0]), "body": json.loads(row[1]) if row[1] else None,
+            "updated_at": row[2]}

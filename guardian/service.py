@@ -1,0 +1,150 @@
+"""The guardian's admin API on runtime/guardian.sock: status, releases, upgrade, abort,
+rollback, recover. Mutating commands run one at a time (OPERATION_IN_PROGRESS)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import BadRequest, NotFound, TenureError
+from protocol.schema import Field, Schema
+from protocol.server import Call, Method
+
+from .coordinator import Coordinator
+from .handoff import upgrade
+from .phases import Kind
+from .release import install, list_releases, verify
+
+__all__ = ["GuardianService"]
+
+S_UPGRADE = Schema(Field("release", str), Field("check", bool, required=False, default=False))
+S_PATH = Schema(Field("path", str))
+S_ID = Schema(Field("release", str))
+S_RECOVER = Schema(Field("force", bool, required=False, default=False))
+S_SELECT = Schema(Field("release", str), Field("start", bool, required=False, default=True))
+
+
+class GuardianService:
+    def __init__(self, co: Coordinator, on_shutdown: Callable[[], None]) -> None:
+        self.co = co
+        self.on_shutdown = on_shutdown
+
+    def methods(self) -> dict[str, Method]:
+        return {
+            "status": Method(self.status, role="viewer", while_draining=True),
+            "receipts": Method(self.receipts, Schema(Field("activation", str)), role="viewer"),
+            "release.install": Method(self.release_install, S_PATH),
+            "release.list": Method(self.release_list, role="viewer"),
+            "release.verify": Method(self.release_verify, S_ID, role="viewer"),
+            "release.select": Method(self.release_select, S_SELECT),
+            "upgrade": Method(self.upgrade, S_UPGRADE),
+            "rollback": Method(self.rollback),
+            "abort": Method(self.abort),
+            "recover": Method(self.recover, S_RECOVER),
+            "shutdown": Method(self.shutdown),
+        }
+
+    async def _exclusive(self, purpose: str, fn: Callable[[], Awaitable[Any]]) -> Any:
+        await self.co.take(purpose)
+        try:
+            async with self.co.command_lock:
+                return await fn()
+        finally:
+            self.co.state.release_lease(self.co.identity)
+            self.co.write_diagnostics()
+
+    async def status(self, call: Call) -> Any:
+        st = self.co.status()
+        st["lease"] = self.co.state.lease()
+        st["handoff_in_progress"] = self.co.command_lock.locked()
+        st["recent"] = [a.to_wire() for a in self.co.state.activations(5)]
+        return st
+
+    async def receipts(self, call: Call) -> Any:
+        act = self.co.state.activation(call.params["activation"])
+        return {"activation": act.to_wire(), "receipts": self.co.state.receipts(act.id)}
+
+    async def release_install(self, call: Call) -> Any:
+        src = Path(call.params["path"])
+        if not src.is_absolute():
+            raise BadRequest("give an absolute path to a sealed release")
+        rel = await asyncio.to_thread(install, src, self.co.paths.releases)
+        self.co.state.add_release(rel.id)
+        return {"release": rel.id, "tenure_version": rel.tenure_version}
+
+    async def release_list(self, call: Call) -> Any:
+        sel = self.co.state.selector()
+        return {"releases": [{"release": s.name, "status": str(s.status),
+                              "current": s.name == sel.current,
+                              "previous": s.name == sel.previous}
+                             for s in list_releases(self.co.paths.releases)]}
+
+    async def release_verify(self, call: Call) -> Any:
+        rid = call.params["release"]
+        rel = await asyncio.to_thread(verify, self.co.paths.releases / rid, rid)
+        return {"release": rel.id, "ok": True, "files": len(rel.runtime.files)}
+
+    async def release_select(self, call: Call) -> Any:
+        """Select a release for the next start. With no backend running (first run) and
+        ``start``, start it at once; a running backend is changed only by `upgrade`."""
+        rid = call.params["release"]
+        await asyncio.to_thread(verify, self.co.paths.releases / rid, rid)
+        self.co.state.add_release(rid)
+
+        async def go() -> Any:
+            if self.co.current is not None and self.co.current.alive():
+                sel = self.co.state.selector()
+                if sel.current != rid:
+                    raise BadRequest("a backend runs; use `tenure backend upgrade` to change "
+                                     "release")
+                return {"selected": rid, "started": False}
+            sel = self.co.state.select(rid, self.co.state.selector().revision)
+            started = None
+            if call.params["start"]:
+                act = await self.co.recover_after_crash() if self.co.blocked is None else None
+                started = act.to_wire() if act else None
+            return {"selected": sel.current, "started": started}
+        return await self._exclusive("select", go)
+
+    async def upgrade(self, call: Call) -> Any:
+        rid, check = call.params["release"], call.params["check"]
+        return await self._exclusive("upgrade", lambda: upgrade(self.co, rid, check))
+
+    async def rollback(self, call: Call) -> Any:
+        prev = self.co.state.selector().previous
+        if prev is None:
+            raise NotFound("there is no previous release to roll back to")
+        return await self._exclusive("rollback",
+                                     lambda: upgrade(self.co, prev, kind=Kind.ROLLBACK))
+
+    async def abort(self, call: Call) -> Any:
+        if not self.co.command_lock.locked():
+            raise NotFound("no handoff is in progress")
+        self.co.abort_requested = True
+        return {"abort_requested": True}
+
+    async def recover(self, call: Call) -> Any:
+        """Operator decision: restart the selected release adopting the owner's live
+        inventory as it is (force), or retry the certificate check."""
+        async def go() -> Any:
+            if self.co.current is not None and self.co.current.alive():
+                raise BadRequest("a backend generation is running; nothing to recover")
+            self.co.blocked = None
+            act = await self.co.recover_after_crash(force=call.params["force"])
+            if act is None:
+                raise _blocked(self.co.blocked)
+            return act.to_wire()
+        return await self._exclusive("recover", go)
+
+    async def shutdown(self, call: Call) -> Any:
+        asyncio.get_running_loop().call_soon(self.on_shutdown)
+        return {"shutting_down": True}
+
+
+def _blocked(info: dict[str, Any] | None) -> TenureError:
+    from protocol.errors import RecoveryBlocked
+    reason = (info or {}).get("reason", "recovery failed")
+    return RecoveryBlocked(f"{reason}; `tenure backend recover --force` adopts the owner's "
+                           "inventory as it is", info or {})

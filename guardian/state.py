@@ -1,0 +1,243 @@
+"""state.db: releases, the selector, the installation lease, grants, activations and
+their receipts. SQLite, WAL, synchronous=FULL. Every phase change is a compare-and-set
+and writes a receipt row in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.durable import open_sqlite
+from protocol.errors import Conflict, NotFound, OperationInProgress
+from protocol.grant import Grant
+from protocol.identity import Identity
+
+from .phases import FINAL, Kind, Phase, allowed
+
+__all__ = ["Activation", "Selector", "StateStore"]
+
+FORMAT = 1
+SCHEMA = """
+CREATE TABLE releases (id TEXT PRIMARY KEY, installed_at REAL NOT NULL);
+CREATE TABLE selector (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    current TEXT, previous TEXT, revision INTEGER NOT NULL);
+INSERT INTO selector VALUES (1, NULL, NULL, 0);
+CREATE TABLE lease (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    holder TEXT, pid INTEGER, start_ticks INTEGER, boot_id TEXT, purpose TEXT,
+    acquired_at REAL);
+INSERT INTO lease VALUES (1, NULL, NULL, NULL, NULL, NULL, NULL);
+CREATE TABLE grants (
+    epoch INTEGER PRIMARY KEY, activation TEXT NOT NULL, release TEXT NOT NULL,
+    owner_instance TEXT NOT NULL, issued_at REAL NOT NULL, sig BLOB NOT NULL);
+CREATE TABLE activations (
+    id TEXT PRIMARY KEY, kind TEXT NOT NULL, release TEXT NOT NULL, from_release TEXT,
+    phase TEXT NOT NULL, outcome TEXT, code TEXT, error TEXT, epoch INTEGER,
+    from_epoch INTEGER, backend_pid INTEGER, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL);
+CREATE TABLE receipts (
+    activation TEXT NOT NULL, seq INTEGER NOT NULL, phase TEXT NOT NULL, at REAL NOT NULL,
+    detail TEXT NOT NULL, PRIMARY KEY (activation, seq))
+"""
+
+
+@dataclass(frozen=True)
+class Selector:
+    current: str | None
+    previous: str | None
+    revision: int
+
+
+@dataclass(frozen=True)
+class Activation:
+    id: str
+    kind: Kind
+    release: str
+    from_release: str | None
+    phase: Phase
+    outcome: str | None
+    code: str | None
+    error: str | None
+    epoch: int | None
+    from_epoch: int | None
+    backend_pid: int | None
+    created_at: float
+    updated_at: float
+
+    @property
+    def final(self) -> bool:
+        return self.phase in FINAL
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": str(self.kind), "release": self.release,
+                "from_release": self.from_release, "phase": str(self.phase),
+                "outcome": self.outcome, "code": self.code, "error": self.error,
+                "epoch": self.epoch, "from_epoch": self.from_epoch,
+                "backend_pid": self.backend_pid, "created_at": self.created_at,
+                "updated_at": self.updated_at}
+
+
+_ACT_COLS = ("id, kind, release, from_release, phase, outcome, code, error, epoch, "
+             "from_epoch, backend_pid, created_at, updated_at")
+
+
+def _activation(r: tuple[Any, ...]) -> Activation:
+    return Activation(r[0], Kind(r[1]), r[2], r[3], Phase(r[4]), *r[5:])
+
+
+class StateStore:
+    def __init__(self, path: str) -> None:
+        self.db = open_sqlite(path, "tenure-guardian", FORMAT, SCHEMA, synchronous="FULL",
+                              wal=True)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- releases and selector ----------------------------------------------------------
+
+    def add_release(self, release_id: str) -> None:
+        self.db.execute("INSERT OR IGNORE INTO releases VALUES (?, ?)", (release_id, time.time()))
+
+    def releases(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT id FROM releases ORDER BY installed_at")]
+
+    def selector(self) -> Selector:
+        r = self.db.execute("SELECT current, previous, revision FROM selector").fetchone()
+        return Selector(r[0], r[1], r[2])
+
+    def _select(self, db: sqlite3.Connection, release: str, expected_revision: int) -> None:
+        cur = db.execute(
+            "UPDATE selector SET previous = CASE WHEN current = ? THEN previous ELSE current "
+            "END, current = ?, revision = revision + 1 WHERE revision = ?",
+            (release, release, expected_revision))
+        if cur.rowcount != 1:
+            raise Conflict("the selector moved meanwhile", {"revision": self.selector().revision})
+
+    def select(self, release: str, expected_revision: int) -> Selector:
+        """Compare-and-set the current release (the old current becomes previous)."""
+        with self.tx() as db:
+            self._select(db, release, expected_revision)
+        return self.selector()
+
+    # -- the installation lease -----------------------------------------------------------
+
+    def take_lease(self, holder: Identity, purpose: str) -> None:
+        """Raises OperationInProgress while a living holder has it; a dead holder's lease
+        is recovered (its process and start time are gone)."""
+        with self.tx() as db:
+            r = db.execute("SELECT holder, pid, start_ticks, boot_id, purpose FROM lease"
+                           ).fetchone()
+            if r[0] is not None:
+                other = Identity(r[0], r[1], r[2], r[3])
+                if other.instance != holder.instance and other.is_alive():
+                    raise OperationInProgress(f"{r[4]} holds the installation lease",
+                                              {"purpose": r[4], "pid": r[1]})
+            db.execute("UPDATE lease SET holder = ?, pid = ?, start_ticks = ?, boot_id = ?, "
+                       "purpose = ?, acquired_at = ?",
+                       (holder.instance, holder.pid, holder.start_ticks, holder.boot_id,
+                        purpose, time.time()))
+
+    def release_lease(self, holder: Identity) -> None:
+        self.db.execute("UPDATE lease SET holder = NULL, pid = NULL, start_ticks = NULL, "
+                        "boot_id = NULL, purpose = NULL, acquired_at = NULL WHERE holder = ?",
+                        (holder.instance,))
+
+    def lease(self) -> dict[str, Any] | None:
+        r = self.db.execute("SELECT holder, pid, purpose, acquired_at FROM lease").fetchone()
+        return None if r[0] is None else {"holder": r[0], "pid": r[1], "purpose": r[2],
+                                          "acquired_at": r[3]}
+
+    # -- grants ---------------------------------------------------------------------------
+
+    def last_epoch(self) -> int:
+        return int(self.db.execute("SELECT coalesce(max(epoch), 0) FROM grants").fetchone()[0])
+
+    def record_grant(self, grant: Grant, sig: bytes) -> None:
+        """Step one of every fence: the grant is durable before the owner hears of it."""
+        try:
+            self.db.execute("INSERT INTO grants VALUES (?, ?, ?, ?, ?, ?)",
+                            (grant.epoch, grant.activation, grant.release,
+                             grant.owner_instance, grant.issued_at, sig))
+        except sqlite3.IntegrityError:
+            raise Conflict(f"epoch {grant.epoch} was already granted") from None
+
+    # -- activations ----------------------------------------------------------------------
+
+    def create_activation(self, kind: Kind, release: str, from_release: str | None,
+                          from_epoch: int | None) -> Activation:
+        aid = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        now = time.time()
+        with self.tx() as db:
+            db.execute(f"INSERT INTO activations ({_ACT_COLS}) VALUES "
+                       "(?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?, NULL, ?, ?)",
+                       (aid, kind, release, from_release, Phase.CREATED, from_epoch, now, now))
+            self._receipt(db, aid, Phase.CREATED, {"kind": str(kind), "release": release})
+        return self.activation(aid)
+
+    def activation(self, aid: str) -> Activation:
+        r = self.db.execute(f"SELECT {_ACT_COLS} FROM activations WHERE id = ?",
+                            (aid,)).fetchone()
+        if r is None:
+            raise NotFound(f"no activation {aid}", {"activation": aid})
+        return _activation(r)
+
+    def activations(self, limit: int = 20) -> list[Activation]:
+        rows = self.db.execute(f"SELECT {_ACT_COLS} FROM activations "
+                               "ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,))
+        return [_activation(r) for r in rows]
+
+    def open_activations(self) -> list[Activation]:
+        rows = self.db.execute(f"SELECT {_ACT_COLS} FROM activations WHERE phase NOT IN "
+                               f"({','.join('?' * len(FINAL))}) ORDER BY created_at",
+                               tuple(FINAL))
+        return [_activation(r) for r in rows]
+
+    def advance(self, aid: str, expected: Phase, new: Phase, detail: dict[str, Any] | None
+                = None, *, select: tuple[str, int] | None = None, **fields: Any) -> Activation:
+        """Compare-and-set the phase, set ``fields`` and write the receipt, atomically.
+        With ``select=(release, revision)`` the selector commits in the same transaction.
+        Raises Conflict when the phase moved or the step is not in the table."""
+        if not allowed(expected, new):
+            raise Conflict(f"phase {new} may not follow {expected}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self.tx() as db:
+            cur = db.execute(
+                f"UPDATE activations SET phase = ?, updated_at = ?{', ' if sets else ''}{sets} "
+                "WHERE id = ? AND phase = ?",
+                (new, time.time(), *fields.values(), aid, expected))
+            if cur.rowcount != 1:
+                raise Conflict(f"activation {aid} is no longer in phase {expected}")
+            if select is not None:
+                self._select(db, *select)
+            self._receipt(db, aid, new, {**(detail or {}), **fields})
+        return self.activation(aid)
+
+    def _receipt(self, db: sqlite3.Connection, aid: str, phase: Phase,
+                 detail: dict[str, Any]) -> None:
+        seq = db.execute("SELECT coalesce(max(seq), 0) + 1 FROM receipts WHERE activation = ?",
+                         (aid,)).fetchone()[0]
+        db.execute("INSERT INTO receipts VALUES (?, ?, ?, ?, ?)",
+                   (aid, seq, phase, time.time(), json.dumps(detail, sort_keys=True)))
+
+    def receipts(self, aid: str) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT seq, phase, at, detail FROM receipts WHERE activation "
+                               "= ? ORDER BY seq", (aid,))
+        return [{"seq": s, "phase": p, "at": a, "detail": json.loads(d)} for s, p, a, d in rows]
