@@ -7,6 +7,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import psutil
@@ -77,3 +78,37 @@ def leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
              or "/tmp/" in fd}
     if extra:
         pytest.fail(f"test leaked file descriptors: {sorted(extra)}")
+
+
+@pytest.fixture(scope="session")
+def sealed_release() -> Iterator[Path]:
+    """One sealed release of the installed tenure for every cluster of the session."""
+    from backend.testing import seal_once
+    d = Path(tempfile.mkdtemp(prefix="tsr", dir="/tmp"))
+    try:
+        yield seal_once(d)
+    finally:
+        _force_rmtree(d)
+
+
+@pytest.fixture
+def cluster(short_home: Path, sealed_release: Path) -> Iterator[Any]:
+    """A tenure home with owner, guardian and backend started by the test (`c.up()`);
+    at teardown everything is stopped and nothing of this home may be left running."""
+    from backend.testing import Cluster
+    c = Cluster(short_home, sealed_release)
+    try:
+        yield c
+    finally:
+        c.down()
+        left = c.leftovers()
+        deadline = time.monotonic() + 10
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = c.leftovers()
+        for pid in left:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        assert not left, f"processes of {short_home} left running: {left}"

@@ -68,7 +68,7 @@ def cmd_up(args: Any) -> int:
                "guardian": ensure_daemon(layout, "guardian", layout.guardian_sock,
                                          args.foreground)[0]}
     with _guardian(args) as g:
-        release = ensure_release(layout, g)
+        release = ensure_release(layout, g, args.release)
     ensure_backend(layout, args.timeout)
     result: dict[str, Any] = {"started": started, "release_sealed": release}
     if args.config is not None:

@@ -59,18 +59,25 @@ def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
                         f"{log_path}:\n{tail}", {"log": str(log_path)})
 
 
-def ensure_release(layout: Layout, guardian: Client) -> str | None:
-    """Seal the installed tenure as the first release when none is selected."""
+def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None
+                   ) -> str | None:
+    """When no release is selected (first run): install ``sealed``, or seal the installed
+    tenure, and select it (which starts the first backend generation)."""
     st = guardian.call("status")
     if st["selector"]["current"] is not None:
         return None
-    from guardian.seal import seal
-    ensure_private_dir(layout.runtime, root=layout.home)
-    with tempfile.TemporaryDirectory(dir=layout.runtime, prefix="seal-") as tmp:
-        rel = seal(Path(tmp) / "release")
-        guardian.call("release.install", {"path": str(Path(tmp) / "release")}, timeout=300)
-    guardian.call("release.select", {"release": rel.id, "start": True}, timeout=120)
-    return rel.id
+    if sealed is not None:
+        rid = guardian.call("release.install", {"path": str(sealed.absolute())},
+                            timeout=300)["release"]
+    else:
+        from guardian.seal import seal
+        ensure_private_dir(layout.runtime, root=layout.home)
+        with tempfile.TemporaryDirectory(dir=layout.runtime, prefix="seal-") as tmp:
+            rid = seal(Path(tmp) / "release").id
+            guardian.call("release.install", {"path": str(Path(tmp) / "release")},
+                          timeout=300)
+    guardian.call("release.select", {"release": rid, "start": True}, timeout=120)
+    return str(rid)
 
 
 def ensure_backend(layout: Layout, timeout: float) -> dict[str, Any]:

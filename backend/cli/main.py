@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add("up", "start owner, guardian and backend; apply a config")
     p.add_argument("--config", type=Path)
+    p.add_argument("--release", type=Path, help="install this sealed release instead of "
+                   "sealing the installed code (first run only)")
     p.add_argument("--foreground", action="store_true")
     p.add_argument("--timeout", type=float, default=120.0)
     add("down", "stop applications, backend, guardian and owner")

@@ -1,0 +1,38 @@
+"""`tenure up` with the demo config, status, a hot upgrade, `tenure down`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEMO = (Path(__file__).resolve().parents[3] / "examples" / "demo.toml").read_text()
+
+
+def test_up_demo_status_upgrade_down(cluster):
+    up = cluster.up(DEMO)
+    assert up.out["apply"]["operation"]["outcome"] == "success"
+    apps = cluster.wait_ready(3)
+    assert set(apps) == {"demo/web/0", "demo/worker/0", "demo/notifier/0"}
+    st = cluster.cli("status", check=True).out
+    assert all(a["state"] == "ready" and a["pid"] for a in st["apps"])
+    assert st["backend"]["epoch"] >= 1
+    before = cluster.pids()
+    rel = cluster.cli("backend", "status", check=True).out["selector"]["current"]
+    up2 = cluster.cli("backend", "upgrade", rel, check=True).out
+    assert up2["activation"]["phase"] == "complete"
+    assert [r["phase"] for r in up2["receipts"]] == [
+        "created", "checked", "admitted", "draining", "checkpointed", "fenced", "retired",
+        "started", "verified", "complete"]
+    assert cluster.pids() == before
+    assert cluster.up(DEMO).out["apply"]["plan"]["changes"] == []  # idempotent
+    down = cluster.down()
+    assert down.ok and down.out["owner"] and down.out["guardian"]
+    assert cluster.leftovers() == []
+    receipt = (cluster.layout.execution / "owner-receipt.json").read_text()
+    assert '"state": "clean"' in receipt
+
+
+def test_status_without_backend_explains_instead_of_hanging(cluster):
+    res = cluster.cli("status")
+    assert res.code == 3 and res.out["backend"] is None
+    cluster.up()
+    assert cluster.cli("status").code == 0
