@@ -29,7 +29,7 @@ from protocol.errors import (
 from protocol.identity import Identity, new_identity
 from protocol.layout import Layout
 from protocol.server import RpcServer
-from protocol.sockets import admin_or_viewer, ensure_private_dir
+from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group
 
 from .adopt import Adoption, adopt_checkpoint, adopt_inventory
 from .config import parse_config
@@ -105,10 +105,13 @@ class Generation:
         await self._adopt()
         from .api import Api
         self.api = Api(self)
+        viewers = _group(self.config.settings)
         self.server = RpcServer(self.layout.api_sock, self.identity, {"tenureApi": 1},
-                                self.api.methods(),
-                                authorize=admin_or_viewer(_group(self.config.settings)))
+                                self.api.methods(), authorize=admin_or_viewer(viewers))
         await self.server.start()
+        if viewers is not None:
+            share_with_group([str(self.layout.home), str(self.layout.backend)],
+                             self.layout.api_sock, viewers)
         await self.api.resume_operations()
         self._tasks = [asyncio.create_task(self._read_observations()),
                        asyncio.create_task(self._persist_loop()),

@@ -30,6 +30,7 @@ __all__ = [
     "ensure_private_dir",
     "peer_credentials",
     "same_uid_or_root",
+    "share_with_group",
 ]
 
 MAX_SOCKET_PATH = 100
@@ -59,7 +60,7 @@ def _allowed_owners() -> tuple[int, ...]:
 
 
 def check_private_dir(path: str | os.PathLike[str], owners: tuple[int, ...] | None = None) -> None:
-    """Raises UnsafePath unless ``path`` is a real directory, mode 0700-or-narrower,
+    """Raises UnsafePath unless ``path`` is a real directory, mode 0700 (0710 allowed),
     owned by us (or root)."""
     p = os.fspath(path)
     try:
@@ -73,7 +74,9 @@ def check_private_dir(path: str | os.PathLike[str], owners: tuple[int, ...] | No
         raise UnsafePath(f"{p} is not a directory", {"path": p})
     if st.st_uid not in (owners or _allowed_owners()):
         raise UnsafePath(f"{p} is owned by uid {st.st_uid}", {"path": p, "uid": st.st_uid})
-    if st.st_mode & 0o077:
+    # group search (0o010) is the one bit allowed: it lets a configured viewer group reach
+    # the backend's API socket without listing or reading anything
+    if st.st_mode & 0o067:
         raise UnsafePath(f"{p} has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700",
                          {"path": p, "mode": stat.S_IMODE(st.st_mode)})
 
@@ -170,6 +173,17 @@ def bind_unix(path: str | os.PathLike[str], kind: int = socket.SOCK_STREAM) -> s
             raise AlreadyRunning(f"{p} was taken while binding", {"path": p}) from None
         raise
     return sock
+
+
+def share_with_group(paths: list[str], sock: str, gid: int) -> None:
+    """Let members of ``gid`` reach ``sock``: its directories become 0710 (search only,
+    no listing) and the socket 0660, all with group ``gid``. The server still checks
+    every peer's credentials and gives the group the viewer role only."""
+    for d in paths:
+        os.chown(d, -1, gid, follow_symlinks=False)
+        os.chmod(d, 0o710, follow_symlinks=False)
+    os.chown(sock, -1, gid, follow_symlinks=False)
+    os.chmod(sock, 0o660, follow_symlinks=False)
 
 
 def peer_credentials(sock: socket.socket) -> PeerCred:

@@ -21,7 +21,19 @@ def _layout(args: Any) -> Layout:
 
 
 def _api(args: Any, timeout: float = 300.0) -> Client:
-    return Client(_layout(args).api_sock, timeout=timeout, pin=False, name="cli")
+    # allow_group: with a viewer group configured the socket is 0660 (never 0666)
+    sock = _layout(args).api_sock
+    return Client(sock, timeout=timeout, pin=False, name="cli", allow_group=True,
+                  role="admin" if _is_admin(sock) else "viewer")
+
+
+def _is_admin(sock: str) -> bool:
+    """Root and the daemon's own user are admins; anyone else asks for the viewer role."""
+    import os
+    try:
+        return os.geteuid() in (0, os.stat(sock).st_uid)
+    except OSError:
+        return True  # no socket: the connection attempt reports it
 
 
 def _guardian(args: Any, timeout: float = 600.0) -> Client:
