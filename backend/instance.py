@@ -431,7 +431,10 @@ class Instance:
             self.streak = 0
         self.streak += 1
         b = self.app.backoff
-        delay = min(b.initial * b.factor ** (self.streak - 1), b.max)
+        # The first failure after a stable run restarts at once (most crashes are one-off);
+        # consecutive failures then wait initial, initial*factor, ... up to max.
+        delay = 0.0 if self.streak == 1 else min(b.initial * b.factor ** (self.streak - 2),
+                                                 b.max)
         self._set_state(State.BACKOFF, now)
         self._start_timer(Timer.BACKOFF, delay, now)
 

@@ -53,8 +53,9 @@ class HealthKind(StrEnum):
 
 @dataclass(frozen=True)
 class Backoff:
-    """Delay before restart n (1-based): min(initial * factor**(n-1), max); the count
-    resets after the app stayed up ``reset_after`` seconds."""
+    """The first restart after a stable run is immediate; restart n >= 2 of a streak of
+    consecutive failures waits min(initial * factor**(n-2), max). The streak resets after
+    the app stayed up ``reset_after`` seconds."""
 
     initial: float = 0.5
     max: float = 30.0

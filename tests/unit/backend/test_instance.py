@@ -216,7 +216,7 @@ def test_duplicate_start_is_ignored_while_up() -> None:
 def test_launch_failed_backs_off_and_reports() -> None:
     r = drive_to(State.STARTING)
     acts = r.feed(LaunchFailed("LAUNCH_FAILED"))
-    assert acts == [Report(Outcome.LAUNCH_FAILED), StartTimer(Timer.BACKOFF, 0.5)]
+    assert acts == [Report(Outcome.LAUNCH_FAILED), StartTimer(Timer.BACKOFF, 0.0)]
     assert r.inst.state is State.BACKOFF
 
 
@@ -239,7 +239,7 @@ def crash_loop_delays(r: Rig) -> list[float]:
 def test_crash_loop_backs_off_exponentially_then_hits_the_start_limit() -> None:
     r = Rig(mk_app(health=None))
     delays = crash_loop_delays(r)
-    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0]
+    assert delays == [0.0, 0.5, 1.0, 2.0, 4.0]
     assert r.inst.state is State.FAILED
     assert r.inst.public_state is PublicState.FAILED
     assert r.inst.last_outcome is Outcome.START_LIMIT_HIT
@@ -250,7 +250,7 @@ def test_crash_loop_backs_off_exponentially_then_hits_the_start_limit() -> None:
 def test_backoff_delay_is_capped_at_max() -> None:
     app = mk_app(health=None, backoff=Backoff(initial=1.0, factor=3.0, max=10.0),
                  start_limit=StartLimit(burst=6, interval=1000.0))
-    assert crash_loop_delays(Rig(app)) == [1.0, 3.0, 9.0, 10.0, 10.0, 10.0]
+    assert crash_loop_delays(Rig(app)) == [0.0, 1.0, 3.0, 9.0, 10.0, 10.0]
 
 
 def test_start_limit_window_slides() -> None:
@@ -314,7 +314,7 @@ def test_readiness_timeout_stops_then_backs_off() -> None:
     assert r.inst.public_state is PublicState.STOPPING
     assert r.feed(Exited(None, 15)) == []  # recorded by the owner's Stopped, not here
     acts = r.feed(Stopped(), 0.2)
-    assert acts == [Report(Outcome.TIMEOUT), StartTimer(Timer.BACKOFF, 0.5)]
+    assert acts == [Report(Outcome.TIMEOUT), StartTimer(Timer.BACKOFF, 0.0)]
     assert r.inst.state is State.BACKOFF
 
 
@@ -340,8 +340,8 @@ def test_health_failures_must_be_consecutive_then_restart() -> None:
     assert acts == [StopHealth(), Stop(1, "shop/web/0/1")]
     assert r.inst.state is State.RESTARTING
     acts = r.feed(Stopped(), 1.0)
-    # ready for ~60 s > reset_after 30 s: the streak restarted, so the first delay again
-    assert acts == [Report(Outcome.HEALTH), StartTimer(Timer.BACKOFF, 0.5)]
+    # ready for ~60 s > reset_after 30 s: the streak restarted, so the first restart is immediate again
+    assert acts == [Report(Outcome.HEALTH), StartTimer(Timer.BACKOFF, 0.0)]
     assert of(r.fire(Timer.BACKOFF), Launch) == [Launch(2, "shop/web/0/2")]
     assert r.inst.restarts == 1
 
@@ -353,14 +353,14 @@ def test_health_restart_counts_for_backoff() -> None:
     r.feed(Ready(), 0.1)
     for _ in range(3):
         r.feed(HealthFailed(), 1.0)
-    assert of(r.feed(Stopped(), 0.1), StartTimer) == [StartTimer(Timer.BACKOFF, 1.0)]
+    assert of(r.feed(Stopped(), 0.1), StartTimer) == [StartTimer(Timer.BACKOFF, 0.5)]
 
 
-@pytest.mark.parametrize(("uptime", "delay"), [(29.0, 2.0), (30.0, 0.5), (300.0, 0.5)])
+@pytest.mark.parametrize(("uptime", "delay"), [(29.0, 1.0), (30.0, 0.0), (300.0, 0.0)])
 def test_backoff_resets_after_stable_uptime(uptime: float, delay: float) -> None:
     r = Rig(mk_app(health=None))
     r.feed(Start())
-    for _ in range(2):  # two quick crashes: delays 0.5, 1.0
+    for _ in range(2):  # two quick crashes: delays 0.0, 0.5
         r.launched()
         r.feed(Exited(1, None), 0.1)
         r.fire(Timer.BACKOFF)
