@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol.client import AsyncClient
+from protocol.aclient import AsyncClient
 from protocol.digest import inventory_digest
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (

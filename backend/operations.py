@@ -127,12 +127,13 @@ class OperationRunner:
 
     async def _step(self, op_id: str, s: dict[str, Any], progress: dict[str, Any]
                     ) -> dict[str, Any]:
+        if s["do"] == "start_apps":
+            apps = [a for a in (self._app(k) for k in s["apps"]) if a is not None]
+            await self._ensure_up_many([(a, range(a.instances)) for a in apps])
+            return {}
         app = self._app(s["app"])
         if s["do"] == "stop_app":
             await self._stop_keys(self._keys_of(s["app"]), forget=True)
-        elif s["do"] == "start_app":
-            assert app is not None
-            await self._ensure_up(app, range(app.instances))
         elif s["do"] == "scale_app":
             assert app is not None
             extra = [k for k in self._keys_of(s["app"]) if int(k.rsplit("/", 1)[1]) >= s["to"]]
@@ -151,11 +152,17 @@ class OperationRunner:
         return [k for k in self.sup.instances if k.rsplit("/", 1)[0] == app_key]
 
     async def _ensure_up(self, app: App, indexes: range) -> None:
-        up = app.stack not in self.stopped_stacks()
-        keys = [self.sup.ensure(app, i, up) for i in indexes]
-        if up:
-            await self._wait(keys, lambda i: i.state in (im.State.READY, im.State.FAILED),
-                             app.ready.timeout + STEP_TIMEOUT_SLACK)
+        await self._ensure_up_many([(app, indexes)])
+
+    async def _ensure_up_many(self, items: list[tuple[App, range]]) -> None:
+        stopped = self.stopped_stacks()
+        keys = [self.sup.ensure(app, i, app.stack not in stopped)
+                for app, indexes in items for i in indexes]
+        waiting = [k for k in keys if k.split("/")[0] not in stopped]
+        if waiting:
+            timeout = max(app.ready.timeout for app, _ in items) + STEP_TIMEOUT_SLACK
+            await self._wait(waiting,
+                             lambda i: i.state in (im.State.READY, im.State.FAILED), timeout)
 
     async def _stop_keys(self, keys: list[str], forget: bool) -> None:
         for k in keys:

@@ -56,16 +56,17 @@ def compute_changes(old: Config, new: Config) -> list[dict[str, Any]]:
 
 def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ordered steps of applying ``changes``: stops first, then starts level by level
-    along ``after``, then scaling, then rolling restarts one instance at a time."""
+    along ``after`` (each level at once), then scaling, then rolling restarts one
+    instance at a time."""
     by = {c["app"]: c for c in changes}
     steps: list[dict[str, Any]] = [{"do": "stop_app", "app": c["app"]}
                                    for c in changes if c["action"] == "stop"]
     for stack in new.stacks.values():
         for level in order_apps(stack):
-            for name in level:
-                key = f"{stack.name}/{name}"
-                if by.get(key, {}).get("action") == "start":
-                    steps.append({"do": "start_app", "app": key})
+            keys = [f"{stack.name}/{n}" for n in level
+                    if by.get(f"{stack.name}/{n}", {}).get("action") == "start"]
+            if keys:  # one level starts together; the next waits for it to be ready
+                steps.append({"do": "start_apps", "apps": keys})
     for c in changes:
         if c["action"] == "scale":
             steps.append({"do": "scale_app", "app": c["app"], "to": c["to"]})

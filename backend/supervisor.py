@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from protocol.client import AsyncClient
+from protocol.aclient import AsyncClient
 from protocol.errors import (
     BadRequest,
     LaunchFailed,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from protocol.client import AsyncClient
+from protocol.aclient import AsyncClient
 from protocol.errors import PreflightFailed, PreflightTimeout, error_from_wire
 from protocol.identity import start_ticks
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from protocol.client import AsyncClient
+from protocol.aclient import AsyncClient
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (
     HandoffFailed,

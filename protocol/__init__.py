@@ -1,49 +1,37 @@
 """tenure's wire protocol: frames, messages, error codes, identity, safe sockets, RPC.
 
-Pure I/O helpers and message types; no daemon logic lives here.
+Pure I/O helpers and message types; no daemon logic lives here. Names are imported on
+first use, so ``import protocol.errors`` (the CLI's fast path) loads nothing else.
 """
 
-from .client import AsyncClient, Client
-from .codes import CODES, Code, CodeInfo
-from .envelope import PROTO, ErrorBody, Event, Hello, Request, Response, Welcome, decode_message
-from .errors import TenureError, error_from_wire
-from .framing import DEFAULT_MAX_FRAME, FrameDecoder, encode_frame
-from .identity import Identity, boot_id, new_identity, start_ticks
-from .schema import Field, Schema
-from .server import Call, Connection, Method, RpcServer
-from .sockets import PeerCred, bind_unix, check_private_dir, ensure_private_dir
+from __future__ import annotations
 
-__all__ = [
-    "CODES",
-    "DEFAULT_MAX_FRAME",
-    "PROTO",
-    "AsyncClient",
-    "Call",
-    "Client",
-    "Code",
-    "CodeInfo",
-    "Connection",
-    "ErrorBody",
-    "Event",
-    "Field",
-    "FrameDecoder",
-    "Hello",
-    "Identity",
-    "Method",
-    "PeerCred",
-    "Request",
-    "Response",
-    "RpcServer",
-    "Schema",
-    "TenureError",
-    "Welcome",
-    "bind_unix",
-    "boot_id",
-    "check_private_dir",
-    "decode_message",
-    "encode_frame",
-    "ensure_private_dir",
-    "error_from_wire",
-    "new_identity",
-    "start_ticks",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "AsyncClient": "aclient", "Client": "client",
+    "CODES": "codes", "Code": "codes", "CodeInfo": "codes",
+    "PROTO": "envelope", "ErrorBody": "envelope", "Event": "envelope", "Hello": "envelope",
+    "Request": "envelope", "Response": "envelope", "Welcome": "envelope",
+    "decode_message": "envelope",
+    "TenureError": "errors", "error_from_wire": "errors",
+    "DEFAULT_MAX_FRAME": "framing", "FrameDecoder": "framing", "encode_frame": "framing",
+    "Identity": "identity", "boot_id": "identity", "new_identity": "identity",
+    "start_ticks": "identity",
+    "Field": "schema", "Schema": "schema",
+    "Call": "server", "Connection": "server", "Method": "server", "RpcServer": "server",
+    "PeerCred": "sockets", "bind_unix": "sockets", "check_private_dir": "sockets",
+    "ensure_private_dir": "sockets",
+}
+
+__all__ = sorted(_EXPORTS, key=lambda n: (not n.isupper(), n[0].islower(), n))
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'protocol' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import select
@@ -36,7 +35,7 @@ from .framing import DEFAULT_MAX_FRAME, FrameDecoder, encode_frame
 from .identity import boot_id, start_ticks
 from .sockets import check_socket_file, check_socket_path, peer_credentials
 
-__all__ = ["AsyncClient", "Client"]
+__all__ = ["Client"]
 
 MAX_QUEUED_EVENTS = 100_000
 
@@ -265,145 +264,3 @@ class Client(_Common):
         self._sock = None
         self._decoder = FrameDecoder(self.max_frame)
         self._frames.clear()
-
-
-class AsyncClient(_Common):
-    """asyncio client; several calls may be outstanding on one connection (the server
-    answers them in order)."""
-
-    def __init__(self, path: str | os.PathLike[str], **kw: Any) -> None:
-        super().__init__(path, **kw)
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._pending: dict[int, asyncio.Future[Response]] = {}
-        self._events: asyncio.Queue[Event] = asyncio.Queue()
-        self._lock = asyncio.Lock()
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    @property
-    def connected(self) -> bool:
-        return self._writer is not None
-
-    async def connect(self) -> Welcome:
-        """As :meth:`Client.connect`."""
-        async with self._lock:
-            if self._writer is not None and self.welcome is not None:
-                return self.welcome
-            self._precheck()
-            try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_unix_connection(self.path), self.connect_timeout)
-            except (OSError, TimeoutError) as exc:
-                raise ConnectFailed(f"cannot connect to {self.path}: {exc}",
-                                    {"path": self.path}) from None
-            try:
-                welcome = await asyncio.wait_for(self._handshake(reader, writer),
-                                                 self.connect_timeout)
-            except (OSError, TimeoutError, TransportLost) as exc:
-                writer.transport.abort()
-                raise ConnectFailed(f"handshake with {self.path} failed: {exc}") from None
-            except BaseException:
-                writer.transport.abort()
-                raise
-            self._writer = writer
-            self._reader_task = asyncio.create_task(self._read_loop(reader, writer))
-            return welcome
-
-    async def _handshake(self, reader: asyncio.StreamReader,
-                         writer: asyncio.StreamWriter) -> Welcome:
-        peer = peer_credentials(writer.get_extra_info("socket"))
-        writer.write(encode_frame(self.hello.to_wire(), self.max_frame))
-        await writer.drain()
-        self._decoder = FrameDecoder(self.max_frame)
-        self._early: list[dict[str, Any]] = []
-        while not self._early:
-            data = await reader.read(262144)
-            if not data:
-                raise TransportLost("server closed the connection during the handshake")
-            self._early.extend(self._decoder.feed(data))
-        return self._accept_welcome(self._early.pop(0), peer.pid)
-
-    async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
-                   epoch: int | None = None, timeout: float | None = None) -> Any:
-        """As :meth:`Client.call`."""
-        await self.connect()
-        writer = self._writer
-        assert writer is not None
-        rid, data = self._request(method, params, epoch)
-        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        try:
-            writer.write(data)
-            msg = await asyncio.wait_for(fut, self.timeout if timeout is None else timeout)
-        except TimeoutError:
-            self._abort(writer)
-            raise RequestTimedOut(f"{method}: no answer in time", request_id=rid) from None
-        except (OSError, TransportLost) as exc:
-            self._abort(writer)
-            raise TransportLost(f"{method}: connection lost ({exc})", request_id=rid) from None
-        finally:
-            self._pending.pop(rid, None)
-        if msg.err is not None:
-            raise msg.err.to_exception()
-        return msg.ok
-
-    async def next_event(self, timeout: float | None = None) -> Event | None:
-        """The next pushed event or None after ``timeout``."""
-        try:
-            return await asyncio.wait_for(self._events.get(), timeout)
-        except TimeoutError:
-            return None
-
-    async def close(self) -> None:
-        self._closed = True
-        if self._writer is not None:
-            self._abort(self._writer)
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            await asyncio.gather(self._reader_task, return_exceptions=True)
-            self._reader_task = None
-
-    def _abort(self, writer: asyncio.StreamWriter) -> None:
-        writer.transport.abort()
-        if self._writer is writer:
-            self._writer = None
-        for rid, fut in list(self._pending.items()):
-            if not fut.done():
-                fut.set_exception(TransportLost("connection lost", request_id=rid))
-
-    async def _read_loop(self, reader: asyncio.StreamReader,
-                         writer: asyncio.StreamWriter) -> None:
-        frames, self._early = self._early, []
-        try:
-            while True:
-                for frame in frames:
-                    self._dispatch(decode_message(frame), writer)
-                self._decoder.check()
-                data = await reader.read(262144)
-                if not data:
-                    break
-                frames = self._decoder.feed(data)
-        except (OSError, ProtocolError):
-            pass
-        self._abort(writer)
-
-    def _dispatch(self, msg: Any, writer: asyncio.StreamWriter) -> None:
-        if isinstance(msg, Event):
-            if self._events.qsize() >= MAX_QUEUED_EVENTS:
-                self._events.get_nowait()
-                self.dropped_events += 1
-            self._events.put_nowait(msg)
-        elif isinstance(msg, Response):
-            fut = self._pending.get(msg.id) if msg.id is not None else None
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
-            elif msg.id is None and msg.err is not None:
-                for f in self._pending.values():
-                    if not f.done():
-                        f.set_result(msg)
-

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
-DEMO = (Path(__file__).resolve().parents[3] / "examples" / "demo.toml").read_text()
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# the demo's port may be taken on a busy machine: same config, a free port
+DEMO = (Path(__file__).resolve().parents[3] / "examples" / "demo.toml").read_text() \
+    .replace("8765", str(_free_port()))
 
 
 def test_up_demo_status_upgrade_down(cluster):
     up = cluster.up(DEMO)
-    assert up.out["apply"]["operation"]["outcome"] == "success"
+    assert up.out["apply"]["operation"]["outcome"] == "success", up.out["apply"]["operation"]
     apps = cluster.wait_ready(3)
     assert set(apps) == {"demo/web/0", "demo/worker/0", "demo/notifier/0"}
     st = cluster.cli("status", check=True).out

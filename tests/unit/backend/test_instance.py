@@ -340,7 +340,7 @@ def test_health_failures_must_be_consecutive_then_restart() -> None:
     assert acts == [StopHealth(), Stop(1, "shop/web/0/1")]
     assert r.inst.state is State.RESTARTING
     acts = r.feed(Stopped(), 1.0)
-    # ready for ~60 s > reset_after 30 s: the streak restarted, so the first restart is immediate again
+    # ready ~60 s > reset_after 30 s: the streak restarted; the first restart is immediate
     assert acts == [Report(Outcome.HEALTH), StartTimer(Timer.BACKOFF, 0.0)]
     assert of(r.fire(Timer.BACKOFF), Launch) == [Launch(2, "shop/web/0/2")]
     assert r.inst.restarts == 1

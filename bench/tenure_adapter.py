@@ -1,0 +1,162 @@
+"""tenure in the benchmark suite, driven the way an operator would: the `tenure` CLI
+for start, status, upgrade and stop; the backend API socket for the pid queries (the
+same socket the CLI uses).
+
+A sealed release is installed once per home in ``setup`` (as a package install would
+be), so ``start`` measures what `tenure up --config` does on a machine where tenure is
+installed: start owner, guardian and a backend generation, then every program.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.peers.base import (
+    PROGRAM_VAR,
+    TOKEN_VAR,
+    Supervisor,
+    daemon_family,
+    program_names,
+    run,
+    sweep,
+    write_log_writer,
+)
+from protocol.client import Client
+from protocol.layout import Layout
+
+_SEALED: Path | None = None
+
+
+def _sealed(root: Path) -> Path:
+    """Seal the installed tenure once per suite run."""
+    global _SEALED
+    if _SEALED is None or not _SEALED.exists():
+        from guardian.seal import seal
+        _SEALED = seal(root / "tenure-release").path
+    return _SEALED
+
+
+def _toml_list(argv: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(a) for a in argv) + "]"
+
+
+class Tenure(Supervisor):
+    name = "tenure"
+
+    def __init__(self) -> None:
+        super().__init__()
+        from importlib.metadata import version
+        self.version = version("tenure")
+        self.home = Path()
+        self.config = Path()
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.home)
+
+    def _cli(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "backend.cli.main", "--home", str(self.home), *args]
+
+    def _prepare_home(self, workdir: Path) -> None:
+        """A short home (socket paths) with the release installed and selected."""
+        self.workdir = workdir
+        self.home = workdir / "h"
+        if self.home.exists():
+            shutil.rmtree(self.home)
+        self.home.mkdir(mode=0o700, parents=True)
+        rel = _sealed(workdir.parent)
+        run(self._cli("up", "--release", str(rel)), self.cli_env(), timeout=300)
+        run(self._cli("down"), self.cli_env(), timeout=120)
+
+    def _write(self, apps: list[tuple[str, list[str], str]]) -> None:
+        out = []
+        for name, argv, restart in apps:
+            out.append(f"[stacks.bench.apps.{name}]\ncommand = {_toml_list(argv)}\n"
+                       f'restart = "{restart}"\n'
+                       f'env = {{ {PROGRAM_VAR} = "{name}", {TOKEN_VAR} = "{self.token}" }}\n')
+        self.config = self.workdir / "tenure.toml"
+        self.config.write_text("\n".join(out))
+
+    def setup(self, workdir: Path, n_programs: int, program_argv: list[str]) -> None:
+        self._prepare_home(workdir)
+        self.names = program_names(n_programs)
+        self._write([(n, program_argv, "always") for n in self.names])
+
+    def setup_logs(self, workdir: Path, lines: int) -> None:
+        self._prepare_home(workdir)
+        self.names = ["log"]
+        self._write([("log", write_log_writer(workdir, lines), "never")])
+        self._log_base = 0
+
+    # -- commands -----------------------------------------------------------------------
+    def start(self) -> None:
+        argv = self._cli("up", "--config", str(self.config))
+        self.record("start", argv)
+        run(argv, self.cli_env(), timeout=300)
+
+    def status_cli(self) -> list[str]:
+        argv = self._cli("status")
+        self.record("status", argv)
+        return argv
+
+    def replace_control_plane(self) -> None:
+        with Client(self.layout.guardian_sock, pin=False) as g:
+            release = g.call("status")["selector"]["current"]
+        argv = self._cli("backend", "upgrade", release)
+        self.record("replace", argv)
+        run(argv, self.cli_env(), timeout=300)
+
+    def stop(self) -> None:
+        try:
+            if self.home != Path() and self.home.exists():
+                argv = self._cli("down")
+                self.record("stop", argv)
+                run(argv, self.cli_env(), timeout=180, check=False)
+        finally:
+            sweep(self.token)
+
+    # -- observation --------------------------------------------------------------------
+    def _status(self) -> dict[str, Any]:
+        with Client(self.layout.api_sock, pin=False, timeout=30) as c:
+            st: dict[str, Any] = c.call("status")
+        return st
+
+    def all_running(self) -> dict[str, int]:
+        self.commands.setdefault("query", "backend API `status` on backend/api.sock")
+        return {a["app"]: a["pid"] for a in self._status()["apps"]
+                if a["pid"] and a["state"] in ("running", "ready")}
+
+    def own_pids(self) -> list[int]:
+        pids: list[int] = []
+        for sock, key in ((self.layout.owner_sock, "owner"),
+                          (self.layout.guardian_sock, "guardian")):
+            with Client(sock, pin=False) as c:
+                pids += daemon_family(int(c.call("status")[key]["pid"]))
+        return pids
+
+    def log_files(self) -> list[Path]:
+        return []  # the journal is SQLite: see log_captured / log_lines
+
+    def log_captured(self) -> int:
+        with Client(self.layout.owner_sock, pin=False) as c:
+            return int(c.call("status")["log_last_id"])
+
+    def log_expected(self, lines: int) -> int:
+        return lines
+
+    def log_lines(self) -> int:
+        count, after = 0, 0
+        with Client(self.layout.owner_sock, pin=False) as c:
+            while recs := c.call("logs.read", {"after": after, "limit": 10_000,
+                                               "app": "log"})["records"]:
+                count += len(recs)
+                after = recs[-1]["id"]
+        return count
+
+    def log_program_exited(self) -> bool:
+        return any(a["app"] == "log" and a["state"] in ("stopped", "failed")
+                   for a in self._status()["apps"])
