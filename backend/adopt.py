@@ -23,7 +23,7 @@ from . import instance as im
 from .model import Config
 from .supervisor import Supervisor, instance_key
 
-__all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory"]
+__all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "relaunch_lost"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -115,10 +115,27 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
 
 
 def _resume(sup: Supervisor, result: Adoption, now: float) -> None:
-    """Re-arm timers and probes; feed exits for processes that vanished."""
+    """Re-arm timers and probes. Instances whose process vanished are left to
+    :func:`relaunch_lost` (after the observation backlog had its chance to explain)."""
     missing = set(result.missing)
     for key, inst in list(sup.instances.items()):
-        if inst.launch_key in missing:
-            sup.feed(key, im.Exited(None, None))
-        else:
+        if inst.launch_key not in missing:
             sup._execute(key, inst.resume(now))
+
+
+def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str]) -> list[str]:
+    """Instances that still claim a process the owner no longer has (it ended while no
+    backend watched, or the owner was replaced): start them afresh when their stack is
+    wanted up — the operator asked for them up and nobody asked them down."""
+    lost = [k for k, i in sup.instances.items()
+            if i.pid is not None and i.launch_key not in live_keys
+            and i.state in (im.State.RUNNING, im.State.READY, im.State.STARTING)]
+    for key in lost:
+        old = sup.instances[key]
+        fresh = im.Instance(old.app, old.index)
+        fresh.generation, fresh.restarts = old.generation, old.restarts
+        sup.instances[key] = fresh
+        sup.dirty.add(key)
+        if old.app.stack not in stopped_stacks:
+            sup.feed(key, im.Start())
+    return lost

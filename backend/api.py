@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from protocol.errors import BadRequest, Conflict, NotFound, StalePlan
+from protocol.errors import BadRequest, Conflict, NotFound, StackFenced, StalePlan
 from protocol.schema import Field, Schema, check_int, check_key, check_name
 from protocol.server import Call, Method
 
@@ -173,12 +173,13 @@ class Api:
             self._procs.pop((pid, ticks), None)
             return {"cpu_percent": None, "rss": None}
 
-    def _targets(self, target: str) -> list[str]:
-        """Instance keys for ``stack``, ``stack/app`` or ``stack/app/N``. NotFound if none."""
+    def _targets(self, target: str, create: bool = True) -> list[str]:
+        """Instance keys for ``stack``, ``stack/app`` or ``stack/app/N``; with ``create``
+        configured instances not yet known are created (stopped). NotFound if none."""
         parts = target.split("/")
         keys = [k for k in sorted(self.sup.instances)
                 if k.split("/")[:len(parts)] == parts]
-        if not keys:
+        if not keys and create:
             config_keys = self.sup.keys_of(self.gen.config)
             keys = [k for k in sorted(config_keys) if k.split("/")[:len(parts)] == parts]
             for k in keys:
@@ -196,12 +197,15 @@ class Api:
         return {"settled": ok, "instances": {k: str(self.sup.instances[k].public_state)
                                              for k in keys if k in self.sup.instances}}
 
+    def _refuse_stopped_stacks(self, keys: list[str]) -> None:
+        stacks = sorted({k.split("/")[0] for k in keys} & self.stopped_stacks())
+        if stacks:
+            raise StackFenced(f"stack {', '.join(stacks)} is stopped; use `tenure stack "
+                              "start` first", {"stacks": stacks})
+
     async def start(self, call: Call) -> Any:
         keys = self._targets(call.params["target"])
-        fenced = {k for k in keys if k.split("/")[0] in self.stopped_stacks()}
-        if fenced:
-            raise Conflict("the stack is stopped; use `tenure stack start` first",
-                           {"stacks": sorted({k.split('/')[0] for k in fenced})})
+        self._refuse_stopped_stacks(keys)
         for k in keys:
             self.sup.feed(k, im.Start())
         return await self._settle(keys, UP, call.params["timeout"])
@@ -215,16 +219,20 @@ class Api:
     async def restart(self, call: Call) -> Any:
         """Rolling: one instance at a time, each back to ready before the next."""
         keys = self._targets(call.params["target"])
+        self._refuse_stopped_stacks(keys)
         out: dict[str, Any] = {}
+        settled = True
         for k in keys:
             self.sup.feed(k, im.StopRequested())
             await self._settle([k], DOWN, call.params["timeout"])
             self.sup.feed(k, im.Start())
-            out.update((await self._settle([k], UP, call.params["timeout"]))["instances"])
-        return {"instances": out}
+            r = await self._settle([k], UP, call.params["timeout"])
+            settled = settled and r["settled"]
+            out.update(r["instances"])
+        return {"settled": settled, "instances": out}
 
     async def inspect(self, call: Call) -> Any:
-        keys = self._targets(call.params["target"])
+        keys = self._targets(call.params["target"], create=False)
         t = time.monotonic()
         out = []
         for k in keys:
@@ -256,6 +264,9 @@ class Api:
         plan = self.store.plan(call.params["plan"])
         rid = call.params["request_id"]
         if rid and (prior := self.store.operation_by_request(rid)) is not None:
+            if prior["plan"] != plan["id"]:
+                raise Conflict(f"request id {rid} was used for plan {prior['plan']}",
+                               {"request_id": rid, "plan": prior["plan"]})
             return prior
         if plan["live_revision"] != self._live():
             raise StalePlan("the running system changed since this plan was made; plan "

@@ -31,7 +31,7 @@ from protocol.layout import Layout
 from protocol.server import RpcServer
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group
 
-from .adopt import Adoption, adopt_checkpoint, adopt_inventory
+from .adopt import Adoption, adopt_checkpoint, adopt_inventory, relaunch_lost
 from .config import parse_config
 from .model import Config, Settings
 from .store import BackendStore, RecoveryStore
@@ -135,10 +135,15 @@ class Generation:
                                             now())
         self._apply_observations(backlog)
         intents = (await self.owner.call("stack.intents"))["intents"]
+        stopped = {s for s, v in intents.items() if v.get("intent") == "stopped"}
+        live = {r["launch_key"] for r in (await self.owner.call("inventory"))["launches"]}
+        lost = relaunch_lost(self.sup, live, stopped)
+        if lost:
+            log.warning("%d instances lost their process while no backend watched; "
+                        "starting them again: %s", len(lost), lost[:10])
         for key, (app, index) in self.sup.keys_of(self.config).items():
             if key not in self.sup.instances:  # restored instances keep their own state
-                stopped = intents.get(app.stack, {}).get("intent") == "stopped"
-                self.sup.ensure(app, index, not stopped)
+                self.sup.ensure(app, index, app.stack not in stopped)
 
     def _apply_observations(self, batch: dict[str, Any]) -> None:
         assert self.sup is not None
@@ -178,9 +183,22 @@ class Generation:
             await asyncio.sleep(1.0)
 
     async def _persist_loop(self) -> None:
+        """Save dirty instances and acknowledge the observations processed so far."""
+        acked = 0
         while True:
             await asyncio.sleep(0.5)
             self.persist()
+            sup, owner = self.sup, self.owner
+            if owner is not None and sup is not None and not sup.fenced \
+                    and not self.draining and self.cursor > acked:
+                try:
+                    await owner.call("observations.ack", {"cursor": self.cursor},
+                                     epoch=self.epoch)
+                    acked = self.cursor
+                except StaleEpoch:
+                    sup.fenced = True
+                except TenureError as exc:
+                    log.warning("observation ack failed: %s", exc)
 
     def persist(self) -> None:
         sup, store = self.sup, self.store

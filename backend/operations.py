@@ -162,7 +162,8 @@ class OperationRunner:
         if waiting:
             timeout = max(app.ready.timeout for app, _ in items) + STEP_TIMEOUT_SLACK
             await self._wait(waiting,
-                             lambda i: i.state in (im.State.READY, im.State.FAILED), timeout)
+                             lambda i: i.state in (im.State.READY, im.State.FAILED), timeout,
+                             must_be_up=True)
 
     async def _stop_keys(self, keys: list[str], forget: bool) -> None:
         for k in keys:
@@ -186,18 +187,20 @@ class OperationRunner:
             await self._stop_keys([key], forget=False)
             self.sup.ensure(app, index, app.stack not in self.stopped_stacks())
         await self._wait([key], lambda i: i.state in (im.State.READY, im.State.FAILED),
-                         app.ready.timeout + STEP_TIMEOUT_SLACK)
+                         app.ready.timeout + STEP_TIMEOUT_SLACK, must_be_up=True)
         return progress
 
     async def _wait(self, keys: list[str], done: Callable[[im.Instance], bool],
-                    timeout: float) -> None:
+                    timeout: float, must_be_up: bool = False) -> None:
+        """Wait until every instance is ``done``; with ``must_be_up`` a failed one fails
+        the step."""
         def all_done() -> bool:
             return all(done(self.sup.instances[k]) for k in keys if k in self.sup.instances)
         if not await self.sup.wait(all_done, timeout):
             raise TimeoutError(f"instances {keys} did not settle in {timeout:.0f} s")
         failed = [k for k in keys if k in self.sup.instances
                   and self.sup.instances[k].state is im.State.FAILED]
-        if failed and not all(self.sup.instances[k].state in DOWN for k in keys):
+        if must_be_up and failed:
             raise RuntimeError(f"instances failed to start: {failed}")
 
     # -- control ----------------------------------------------------------------------

@@ -39,7 +39,7 @@ async def boot(co: Coordinator) -> None:
     for act in co.state.open_activations():
         await _finish(co, act, live, owner_epoch)
     if co.current is None and co.state.selector().current is not None:
-        await co.recover_after_crash()
+        await co.recover_safely()
     co.write_diagnostics()
 
 

@@ -46,6 +46,7 @@ log = logging.getLogger("tenure.guardian")
 OWNER_CONTRACTS = {"stackControl": 1, "logJournal": 1, "notify": 1, "observations": 1}
 HANDOFF_KIND = "tenure-handoff"
 RECOVERY_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+NOTHING_RUNS = "no applications run"
 OUTCOME_OF = {Phase.ABORTED: Outcome.ABORTED, Phase.ROLLED_BACK: Outcome.ROLLED_BACK,
               Phase.UNCERTAIN: Outcome.UNCERTAIN, Phase.BLOCKED: Outcome.BLOCKED}
 
@@ -186,7 +187,45 @@ class Coordinator:
         self.current = None
         self.write_diagnostics()
         async with self.command_lock:
-            await self.recover_after_crash()
+            await self.recover_safely()
+
+    async def recover_safely(self, force: bool = False) -> Activation | None:
+        """recover_after_crash that never leaves the guardian stuck: any error becomes a
+        recorded block with its reason."""
+        try:
+            return await self.recover_after_crash(force)
+        except TenureError as exc:
+            log.error("recovery failed: %s", exc)
+            self.blocked = {"code": exc.code_str, "reason": str(exc), "at": time.time()}
+            self.write_diagnostics()
+            return None
+
+    async def watch_owner(self) -> None:
+        """Every second: is the owner there, and still the same instance? A new owner
+        (after a maintenance restart) gets a fresh epoch and a new generation; the old
+        generation, attached to the dead owner, is stopped first."""
+        from protocol.errors import OwnerChanged
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self.owner_call("status")
+                self.write_diagnostics()
+            except OwnerChanged:
+                async with self.command_lock:
+                    await self.follow_new_owner()
+            except TenureError as exc:
+                log.warning("owner unreachable: %s", exc)
+
+    async def follow_new_owner(self) -> None:
+        assert self.owner is not None
+        log.warning("the owner was replaced; moving control to the new owner instance")
+        if self.current is not None:
+            bp, self.current = self.current, None
+            await bp.stop(kill_after=5.0)
+        self.owner.unpin()
+        await self.connect_owner()
+        self.blocked = None
+        await self.recover_safely()
 
     # -- first start and recovery -----------------------------------------------------
 
@@ -221,7 +260,7 @@ class Coordinator:
         cert = self.certificate()
         inv = (await self.owner_call("inventory"))["launches"]
         if not inv:
-            return True, "no applications run", 0
+            return True, NOTHING_RUNS, 0
         body = cert.get("body") or {}
         if not cert.get("valid"):
             return False, "no valid recovery certificate (the backend was busy)", 0
@@ -233,8 +272,10 @@ class Coordinator:
         return True, "inventory matches the certificate", int(body.get("cursor", 0))
 
     async def recover_after_crash(self, force: bool = False) -> Activation | None:
-        """Restart the selected release under a fresh epoch when it is safe, else block."""
+        """Restart the selected release under a fresh epoch when it is safe, else block.
+        With no application running this is a plain first start."""
         ok, reason, cursor = await self.recovery_check()
+        kind = Kind.START if reason == NOTHING_RUNS else Kind.RECOVER
         if not ok and not force:
             self.blocked = {"code": "RECOVERY_BLOCKED", "reason": reason, "at": time.time()}
             act = self.state.create_activation(Kind.RECOVER, self.state.selector().current
@@ -244,7 +285,7 @@ class Coordinator:
             return None
         while True:
             try:
-                return await self.start_selected(Kind.RECOVER, cursor)
+                return await self.start_selected(kind, cursor)
             except TenureError as exc:
                 delay = RECOVERY_BACKOFF[min(self._recovery_attempts,
                                              len(RECOVERY_BACKOFF) - 1)]

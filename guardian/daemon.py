@@ -75,7 +75,10 @@ async def serve(paths: GuardianPaths) -> int:
                 log.error("boot: %s", exc)
             print(f"READY {co.identity.instance}", flush=True)
             _sd_notify("READY=1")
+            watcher = asyncio.create_task(co.watch_owner())
             await stop.wait()
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
     finally:
         _sd_notify("STOPPING=1")
         server.begin_drain()

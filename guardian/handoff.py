@@ -33,6 +33,8 @@ __all__ = ["abort_requested_error", "upgrade"]
 log = logging.getLogger("tenure.guardian")
 
 DRAIN_TIMEOUT = 30.0
+_BEFORE_RETIRE = frozenset({Phase.CREATED, Phase.CHECKED, Phase.ADMITTED, Phase.DRAINING,
+                           Phase.CHECKPOINTED, Phase.FENCED})
 
 
 class _Abort(TenureError):
@@ -48,6 +50,7 @@ async def upgrade(co: Coordinator, release_id: str, check_only: bool = False,
     """Run one handoff to ``release_id``. Returns the final activation and receipts."""
     sel = co.state.selector()
     incumbent = co.current
+    co.abort_requested = False  # an abort applies only to the handoff it was sent for
     act = co.state.create_activation(kind, release_id, sel.current, None)
     try:
         act = await _check(co, act)
@@ -64,7 +67,10 @@ async def upgrade(co: Coordinator, release_id: str, check_only: bool = False,
                   .phase, exc)
         act = co.state.activation(act.id)
         if not act.final:
-            act = co._fail(act, Phase.ABORTED, exc)
+            act = co._fail(act, Phase.ABORTED if act.phase in _BEFORE_RETIRE
+                           else Phase.UNCERTAIN, exc)
+    finally:
+        co.abort_requested = False
     return _result(co, act)
 
 
@@ -127,17 +133,22 @@ async def _resume_incumbent(co: Coordinator) -> None:
 
 async def _after_retire(co: Coordinator, act: Activation, incumbent: BackendProcess,
                         revision: int) -> Activation:
-    """retired → started → verified → complete; on failure roll back."""
+    """retired → started → verified → complete; on failure roll back. The incumbent is
+    fenced already: whatever it answers, it is made to exit (SIGKILL at the end)."""
     incumbent.expected_exit = True
-    await control(co.paths.api_sock, "generation.retire")
+    try:
+        await control(co.paths.api_sock, "generation.retire", timeout=10.0)
+    except TenureError as exc:
+        log.warning("the incumbent did not take the retire request (%s); stopping it", exc)
     await incumbent.stop(term_after=10.0)
     act = co.advance(act, Phase.RETIRED, {"pid": incumbent.pid,
                                           "returncode": incumbent.returncode})
     path = co.paths.checkpoint_file(act.id)
-    checkpoint = read_json(path, "tenure-checkpoint")
     epoch = act.epoch
     assert epoch is not None
+    checkpoint: dict[str, Any] | None = None
     try:
+        checkpoint = read_json(path, "tenure-checkpoint")
         bp = await co.launch(act, epoch, str(act.kind), checkpoint=path)
         act = co.advance(act, Phase.STARTED, backend_pid=bp.pid)
         detail = await co.verify_generation(epoch, checkpoint)
@@ -145,6 +156,8 @@ async def _after_retire(co: Coordinator, act: Activation, incumbent: BackendProc
         return co.advance(act, Phase.COMPLETE, outcome="success",
                           select=(act.release, revision))
     except TenureError as exc:
+        if checkpoint is None:
+            return co._fail(co.state.activation(act.id), Phase.UNCERTAIN, exc)
         return await rollback_to_previous(co, act, path, checkpoint, exc)
 
 

@@ -14,16 +14,23 @@ from protocol.server import Call, Method
 
 from .coordinator import Coordinator
 from .handoff import upgrade
+from .manifest import is_release_id
 from .phases import Kind
 from .release import install, list_releases, verify
 
 __all__ = ["GuardianService"]
 
-S_UPGRADE = Schema(Field("release", str), Field("check", bool, required=False, default=False))
+def _release_id(v: Any) -> str | None:
+    return None if is_release_id(v) else "must be a release id (64 hex digits)"
+
+
+S_UPGRADE = Schema(Field("release", str, check=_release_id),
+                   Field("check", bool, required=False, default=False))
 S_PATH = Schema(Field("path", str))
-S_ID = Schema(Field("release", str))
+S_ID = Schema(Field("release", str, check=_release_id))
 S_RECOVER = Schema(Field("force", bool, required=False, default=False))
-S_SELECT = Schema(Field("release", str), Field("start", bool, required=False, default=True))
+S_SELECT = Schema(Field("release", str, check=_release_id),
+                  Field("start", bool, required=False, default=True))
 
 
 class GuardianService:
@@ -103,7 +110,7 @@ class GuardianService:
             sel = self.co.state.select(rid, self.co.state.selector().revision)
             started = None
             if call.params["start"]:
-                act = await self.co.recover_after_crash() if self.co.blocked is None else None
+                act = await self.co.recover_safely() if self.co.blocked is None else None
                 started = act.to_wire() if act else None
             return {"selected": sel.current, "started": started}
         return await self._exclusive("select", go)
@@ -132,7 +139,7 @@ class GuardianService:
             if self.co.current is not None and self.co.current.alive():
                 raise BadRequest("a backend generation is running; nothing to recover")
             self.co.blocked = None
-            act = await self.co.recover_after_crash(force=call.params["force"])
+            act = await self.co.recover_safely(force=call.params["force"])
             if act is None:
                 raise _blocked(self.co.blocked)
             return act.to_wire()

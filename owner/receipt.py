@@ -101,7 +101,8 @@ def admit_start(receipt_path: str, ack_path: str, boot_id: str) -> dict[str, Any
     if ack is None or ack.get("instance") != rec["instance"] or ack.get("boot_id") != boot_id:
         raise ReconcileRequired(
             f"the previous owner (instance {rec['instance']}, pid {rec['pid']}) ended "
-            f"{rec['state']} on this boot; run `python -m owner reconcile --home HOME` "
+            f"{rec['state']} on this boot; run `tenure owner reconcile` (or `python -m owner "
+            "reconcile --home HOME`) "
             "once its applications are gone", {"previous": rec["instance"]})
     os.unlink(ack_path)  # one use: a later crash needs a fresh proof
     return rec

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from protocol.client import Client
-from protocol.errors import BackendUnavailable, ConnectFailed, TenureError
+from protocol.errors import BackendUnavailable, BadRequest, ConfigInvalid, ConnectFailed
 from protocol.layout import Layout
 
 from . import render
@@ -67,8 +67,10 @@ def _diagnostics(args: Any) -> dict[str, Any] | None:
     from protocol.durable import read_json
     try:
         return read_json(_layout(args).diagnostics, "tenure-supervisor-state")
-    except (FileNotFoundError, TenureError):
+    except FileNotFoundError:
         return None
+    except Exception as exc:  # unreadable diagnostics are reported, not hidden
+        return {"unreadable": str(exc)}
 
 
 # -- lifecycle ------------------------------------------------------------------------
@@ -90,7 +92,8 @@ def cmd_up(args: Any) -> int:
     _out(args, result, render.up(result) + "\n" + render.status(status))
     if args.foreground:
         return _foreground(args)
-    return OK
+    outcome = result.get("apply", {}).get("operation", {}).get("outcome", "success")
+    return OK if outcome in ("success", "no-change") else ERROR
 
 
 def _foreground(args: Any) -> int:
@@ -103,8 +106,17 @@ def _foreground(args: Any) -> int:
     return cmd_down(args)
 
 
+def _read_config(path: Any) -> str:
+    """The config file's text. Raises ConfigInvalid for a missing or unreadable file."""
+    try:
+        text: str = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigInvalid(f"{path}: cannot read: {exc}", {"file": str(path)}) from None
+    return text
+
+
 def _apply_file(args: Any, path: Any, timeout: float) -> dict[str, Any]:
-    text = path.read_text()
+    text = _read_config(path)
     plan = _call(args, "plan", {"config_text": text, "source": str(path.absolute())})
     op = _call(args, "apply", {"plan": plan["id"]})
     if op.get("id") is not None:
@@ -175,7 +187,7 @@ def cmd_logs(args: Any) -> int:
 # -- plans and operations -------------------------------------------------------------
 
 def cmd_plan(args: Any) -> int:
-    text = args.config.read_text()
+    text = _read_config(args.config)
     plan = _call(args, "plan", {"config_text": text, "source": str(args.config.absolute())})
     _out(args, plan, render.plan(plan))
     return OK
@@ -195,7 +207,7 @@ def cmd_op(args: Any) -> int:
         _out(args, r, render.operations(r["operations"]))
         return OK
     if not args.id:
-        raise TenureError("give an operation id")
+        raise BadRequest(f"tenure op {args.action} ID: give an operation id")
     r = _call(args, "op.show" if args.action == "show" else "op.abandon", {"id": args.id})
     _out(args, r, render.operation(r))
     return OK
@@ -219,7 +231,8 @@ def cmd_backend(args: Any) -> int:
             r = g.call("status")
         elif args.action == "upgrade":
             if not args.release:
-                raise TenureError("give a release id (see `tenure release list`)")
+                raise BadRequest("tenure backend upgrade RELEASE: give a release id (see "
+                                 "`tenure release list`)")
             r = g.call("upgrade", {"release": args.release, "check": args.check})
         elif args.action == "recover":
             r = g.call("recover", {"force": args.force})

@@ -7,19 +7,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from protocol.errors import BadRequest
+
 __all__ = ["follow_logs"]
 
 STREAM_MARK = {"stdout": "", "stderr": " (stderr)"}
 
 
 def _filters(target: str | None) -> dict[str, Any]:
+    """``stack``, ``stack/app`` or ``stack/app/N`` → journal filters. Raises BadRequest."""
     if not target:
         return {}
     parts = target.split("/")
+    if len(parts) > 3 or not all(parts):
+        raise BadRequest(f"{target!r} is not STACK, STACK/APP or STACK/APP/N")
     out: dict[str, Any] = {"stack": parts[0]}
     if len(parts) > 1:
         out["app"] = parts[1]
     if len(parts) > 2:
+        if not parts[2].isdigit():
+            raise BadRequest(f"instance {parts[2]!r} in {target!r} is not a number")
         out["instance"] = int(parts[2])
     return out
 
@@ -37,18 +44,36 @@ def _print(args: Any, recs: list[dict[str, Any]]) -> None:
     out.flush()
 
 
-def follow_logs(args: Any, call: Callable[..., Any]) -> int:
-    flt = {**_filters(args.target), **({"stream": args.stream} if args.stream else {})}
-    if args.since is not None:
-        after = args.since
-    else:
-        last = call(args, "logs", {"after": 0, "limit": 1, **flt})["last_id"]
-        after = max(0, last - max(args.n, 0) * 4)  # a window; trimmed to -n below
+def _read_all(args: Any, call: Callable[..., Any], after: int, flt: dict[str, Any]
+              ) -> tuple[list[dict[str, Any]], int]:
     recs: list[dict[str, Any]] = []
     while batch := call(args, "logs", {"after": after, "limit": 10_000, **flt})["records"]:
         recs += batch
         after = batch[-1]["id"]
-    _print(args, recs if args.since is not None else recs[-args.n:] if args.n else [])
+    return recs, after
+
+
+def _last_n(args: Any, call: Callable[..., Any], flt: dict[str, Any], n: int
+            ) -> tuple[list[dict[str, Any]], int]:
+    """The last ``n`` matching records: look back over a window that grows until it
+    holds ``n`` of them or reaches the start of the journal."""
+    last = call(args, "logs", {"after": 0, "limit": 1})["last_id"]
+    window = max(n, 1) * 4
+    while True:
+        start = max(0, last - window)
+        recs, after = _read_all(args, call, start, flt)
+        if len(recs) >= n or start == 0:
+            return recs[-n:] if n else [], max(after, last)
+        window *= 8
+
+
+def follow_logs(args: Any, call: Callable[..., Any]) -> int:
+    flt = {**_filters(args.target), **({"stream": args.stream} if args.stream else {})}
+    if args.since is not None:
+        recs, after = _read_all(args, call, args.since, flt)
+    else:
+        recs, after = _last_n(args, call, flt, max(args.n, 0))
+    _print(args, recs)
     while args.follow:
         batch = call(args, "logs", {"after": after, "limit": 10_000, **flt})["records"]
         if batch:

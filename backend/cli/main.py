@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from protocol.errors import ConnectFailed, TenureError
+from protocol.errors import BackendUnavailable, BadRequest, ConnectFailed, TenureError
 
 from . import commands
 
@@ -103,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = handler(args)
         return code
-    except ConnectFailed as exc:
+    except (ConnectFailed, BackendUnavailable) as exc:
         return _fail(args, exc, EXIT_UNREACHABLE)
+    except BadRequest as exc:
+        return _fail(args, exc, EXIT_USAGE)
     except TenureError as exc:
         return _fail(args, exc, EXIT_ERROR)
     except KeyboardInterrupt:

@@ -33,10 +33,16 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
                              f"{'  previous' if x['previous'] else ''}"
                              for x in r["releases"]) or "no releases"
         elif args.action == "verify":
-            r = g.call("release.verify", {"release": args.arg or ""})
+            r = g.call("release.verify", {"release": _release_id(args.arg)})
             text = f"{r['release']}: ok ({r['files']} files)"
         else:
-            r = g.call("release.select", {"release": args.arg or ""})
+            r = g.call("release.select", {"release": _release_id(args.arg)})
             text = f"selected {r['selected']}"
     out(args, r, text)
     return 0
+
+
+def _release_id(arg: str | None) -> str:
+    if not arg:
+        raise BadRequest("give a release id (see `tenure release list`)")
+    return arg
