@@ -7,8 +7,6 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
 from protocol.errors import BadRequest, Conflict, NotFound, StackFenced, StalePlan
 from protocol.schema import Field, Schema, check_int, check_key, check_name
 from protocol.server import Call, Method
@@ -18,6 +16,7 @@ from .config import parse_config
 from .model import Config, canonical_digest
 from .operations import OperationRunner
 from .plan import live_revision, new_plan
+from .usage import Usage
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -55,7 +54,7 @@ class Api:
         self.intents: dict[str, Any] = {}
         self.ops = OperationRunner(gen.store, gen.sup, lambda: gen.config, self._set_config,
                                    gen.activation, self.stopped_stacks)
-        self._procs: dict[tuple[int, int], psutil.Process] = {}
+        self._procs = Usage()
 
     def _set_config(self, config: Config) -> None:
         self.gen.config = config
@@ -142,6 +141,8 @@ class Api:
     async def status(self, call: Call) -> Any:
         t = time.monotonic()
         rows = [self._row(k, i, t) for k, i in sorted(self.sup.instances.items())]
+        self._procs.forget_except({(i.pid, i.start_ticks) for i in self.sup.instances.values()
+                                   if i.pid is not None and i.start_ticks is not None})
         return {"backend": {"activation": self.gen.activation, "epoch": self.gen.epoch,
                             "release": self.gen.handoff.get("release"),
                             "pid": self.gen.identity.pid, "draining": self.gen.draining,
@@ -163,15 +164,8 @@ class Api:
     def _usage(self, pid: int | None, ticks: int | None) -> dict[str, Any]:
         if pid is None or ticks is None:
             return {"cpu_percent": None, "rss": None}
-        proc = self._procs.get((pid, ticks))
-        try:
-            if proc is None:
-                proc = self._procs[(pid, ticks)] = psutil.Process(pid)
-            with proc.oneshot():
-                return {"cpu_percent": proc.cpu_percent(None), "rss": proc.memory_info().rss}
-        except psutil.Error:
-            self._procs.pop((pid, ticks), None)
-            return {"cpu_percent": None, "rss": None}
+        cpu, rss = self._procs.sample(pid, ticks)
+        return {"cpu_percent": cpu, "rss": rss}
 
     def _targets(self, target: str, create: bool = True) -> list[str]:
         """Instance keys for ``stack``, ``stack/app`` or ``stack/app/N``; with ``create``

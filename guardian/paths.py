@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from protocol.layout import Layout
@@ -11,7 +10,6 @@ from protocol.sockets import check_socket_path, ensure_private_dir
 __all__ = ["GuardianPaths"]
 
 
-@dataclass(frozen=True)
 class GuardianPaths(Layout):
     """The guardian's view of the layout; the shared paths come from Layout."""
 

@@ -7,7 +7,10 @@ first use, so ``import protocol.errors`` (the CLI's fast path) loads nothing els
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
 
 _EXPORTS = {
     "AsyncClient": "aclient", "Client": "client",

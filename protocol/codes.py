@@ -8,8 +8,9 @@ generated from this table and a test keeps the two equal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+
+from .values import Value
 
 
 class Code(StrEnum):
@@ -64,10 +65,12 @@ class Code(StrEnum):
     SERVICE_ERROR = "SERVICE_ERROR"
 
 
-@dataclass(frozen=True)
-class CodeInfo:
-    meaning: str
-    retryable: bool
+class CodeInfo(Value):
+    __slots__ = ("meaning", "retryable")
+
+    def __init__(self, meaning: str, retryable: bool) -> None:
+        self.meaning = meaning
+        self.retryable = retryable
 
 
 CODES: dict[Code, CodeInfo] = {

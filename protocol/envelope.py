@@ -7,12 +7,15 @@ ignores unknown extra keys, so a newer peer may add fields without breaking olde
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from .errors import BadRequest, TenureError, error_from_wire
 from .identity import Identity
 from .schema import Field, Schema, check_int, check_name
+from .values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
 
 __all__ = [
     "MAX_ID",
@@ -55,14 +58,10 @@ def check_capabilities(caps: dict[str, int]) -> dict[str, int]:
     return dict(caps)
 
 
-@dataclass(frozen=True)
-class Hello:
+class Hello(Value):
     """Client → server, first frame. ``want`` maps capability names to exact versions."""
 
-    role: str = "admin"
-    want: dict[str, int] = field(default_factory=dict)
-    proto: int = PROTO
-    client: str = ""
+    __slots__ = ("client", "proto", "role", "want")
     SCHEMA = Schema(
         Field("proto", int),
         Field("role", str, check=_check_role),
@@ -70,19 +69,19 @@ class Hello:
         Field("client", str, required=False, default=""),
     )
 
+    def __init__(self, role: str = "admin", want: dict[str, int] | None = None,
+                 proto: int = PROTO, client: str = "") -> None:
+        self.role, self.want, self.proto, self.client = role, dict(want or {}), proto, client
+
     def to_wire(self) -> dict[str, Any]:
         return {"t": "hello", "proto": self.proto, "role": self.role,
                 "want": dict(self.want), "client": self.client}
 
 
-@dataclass(frozen=True)
-class Welcome:
+class Welcome(Value):
     """Server → client answer to a hello: who the server is and what it offers."""
 
-    identity: Identity
-    capabilities: dict[str, int]
-    role: str
-    proto: int = PROTO
+    __slots__ = ("capabilities", "identity", "proto", "role")
     SCHEMA = Schema(
         Field("proto", int),
         Field("identity", dict),
@@ -90,23 +89,28 @@ class Welcome:
         Field("role", str, check=_check_role),
     )
 
+    def __init__(self, identity: Identity, capabilities: dict[str, int], role: str,
+                 proto: int = PROTO) -> None:
+        self.identity, self.capabilities, self.role, self.proto = (
+            identity, capabilities, role, proto)
+
     def to_wire(self) -> dict[str, Any]:
         return {"t": "welcome", "proto": self.proto, "identity": self.identity.to_wire(),
                 "capabilities": dict(self.capabilities), "role": self.role}
 
 
-@dataclass(frozen=True)
-class Request:
-    id: int
-    m: str
-    p: dict[str, Any] = field(default_factory=dict)
-    epoch: int | None = None
+class Request(Value):
+    __slots__ = ("epoch", "id", "m", "p")
     SCHEMA = Schema(
         Field("id", int, check=check_int(0, MAX_ID)),
         Field("m", str, check=check_name(128)),
         Field("p", dict, required=False, default={}),
         Field("epoch", int, required=False, check=check_int(0, MAX_ID)),
     )
+
+    def __init__(self, id: int, m: str, p: dict[str, Any] | None = None,
+                 epoch: int | None = None) -> None:
+        self.id, self.m, self.p, self.epoch = id, m, {} if p is None else p, epoch
 
     def to_wire(self) -> dict[str, Any]:
         d: dict[str, Any] = {"t": "req", "id": self.id, "m": self.m, "p": self.p}
@@ -115,16 +119,16 @@ class Request:
         return d
 
 
-@dataclass(frozen=True)
-class ErrorBody:
-    code: str
-    msg: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
+class ErrorBody(Value):
+    __slots__ = ("code", "data", "msg")
     SCHEMA = Schema(
         Field("code", str, check=check_name(64)),
         Field("msg", str, required=False, default=""),
         Field("data", dict, required=False, default={}),
     )
+
+    def __init__(self, code: str, msg: str = "", data: dict[str, Any] | None = None) -> None:
+        self.code, self.msg, self.data = code, msg, {} if data is None else data
 
     @classmethod
     def from_error(cls, exc: TenureError) -> ErrorBody:
@@ -137,17 +141,17 @@ class ErrorBody:
         return {"code": self.code, "msg": self.msg, "data": self.data}
 
 
-@dataclass(frozen=True)
-class Response:
+class Response(Value):
     """``id`` is None only for an error about a frame that had no readable request id."""
 
-    id: int | None
-    ok: Any = None
-    err: ErrorBody | None = None
+    __slots__ = ("err", "id", "ok")
     SCHEMA = Schema(
         Field("id", int, required=False, check=check_int(0, MAX_ID)),
         Field("err", dict, required=False),
     )
+
+    def __init__(self, id: int | None, ok: Any = None, err: ErrorBody | None = None) -> None:
+        self.id, self.ok, self.err = id, ok, err
 
     def to_wire(self) -> dict[str, Any]:
         if self.err is not None:
@@ -155,15 +159,15 @@ class Response:
         return {"t": "res", "id": self.id, "ok": self.ok}
 
 
-@dataclass(frozen=True)
-class Event:
-    stream: str
-    cursor: int
-    e: Any = None
+class Event(Value):
+    __slots__ = ("cursor", "e", "stream")
     SCHEMA = Schema(
         Field("stream", str, check=check_name(128)),
         Field("cursor", int, check=check_int(0, MAX_ID)),
     )
+
+    def __init__(self, stream: str, cursor: int, e: Any = None) -> None:
+        self.stream, self.cursor, self.e = stream, cursor, e
 
     def to_wire(self) -> dict[str, Any]:
         return {"t": "evt", "stream": self.stream, "cursor": self.cursor, "e": self.e}

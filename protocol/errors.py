@@ -61,9 +61,11 @@ anything.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 from .codes import CODES, Code
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any, ClassVar
 
 _BY_CODE: dict[str, type[TenureError]] = {}
 

@@ -9,11 +9,14 @@ or allocated.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 import msgpack
 
 from .errors import BadFrame, BadRequest
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
 
 __all__ = ["DEFAULT_MAX_FRAME", "HEADER", "FrameDecoder", "encode_frame", "pack", "unpack"]
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
-from typing import Any
 
 from .errors import BadRequest
 from .schema import Field, Schema
+from .values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
 
 __all__ = ["Identity", "boot_id", "new_identity", "start_ticks"]
 
@@ -67,12 +70,12 @@ _SCHEMA = Schema(
 )
 
 
-@dataclass(frozen=True)
-class Identity:
-    instance: str
-    pid: int
-    start_ticks: int
-    boot_id: str
+class Identity(Value):
+    __slots__ = ("boot_id", "instance", "pid", "start_ticks")
+
+    def __init__(self, instance: str, pid: int, start_ticks: int, boot_id: str) -> None:
+        self.instance, self.pid = instance, pid
+        self.start_ticks, self.boot_id = start_ticks, boot_id
 
     def to_wire(self) -> dict[str, Any]:
         return {"instance": self.instance, "pid": self.pid,

@@ -6,7 +6,6 @@ See docs/state.md. Directories are 0700; no component may be a symlink.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Layout", "default_home"]
@@ -21,9 +20,14 @@ def default_home() -> Path:
     return (Path(xdg) / "tenure").absolute()
 
 
-@dataclass(frozen=True)
 class Layout:
-    home: Path
+    """Paths under one home. Plain class: subclasses add the paths of their own daemon."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.home)!r})"
 
     # execution/ — the owner's
     @property

@@ -10,23 +10,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from .errors import BadRequest
+from .values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
 
 __all__ = ["Field", "Schema", "check_int", "check_key", "check_name", "check_str_map"]
 
-Check = Callable[[Any], str | None]  # returns a problem description, or None when fine
+if TYPE_CHECKING:
+    Check = Callable[[Any], str | None]  # a problem description, or None when fine
 
 
-@dataclass(frozen=True)
-class Field:
-    name: str
-    types: type | tuple[type, ...]
-    required: bool = True
-    default: Any = None
-    check: Check | None = None
+class Field(Value):
+    __slots__ = ("check", "default", "name", "required", "types")
+
+    def __init__(self, name: str, types: type | tuple[type, ...], required: bool = True,
+                 default: Any = None, check: Check | None = None) -> None:
+        self.name, self.types, self.required = name, types, required
+        self.default, self.check = default, check
 
     def accepts(self, value: Any) -> bool:
         types = self.types if isinstance(self.types, tuple) else (self.types,)

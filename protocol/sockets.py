@@ -14,10 +14,10 @@ import stat
 import struct
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import AlreadyRunning, PathTooLong, UnsafePath
+from .values import Value
 
 __all__ = [
     "MAX_SOCKET_PATH",
@@ -37,11 +37,11 @@ MAX_SOCKET_PATH = 100
 _UCRED = struct.Struct("3i")
 
 
-@dataclass(frozen=True)
-class PeerCred:
-    pid: int
-    uid: int
-    gid: int
+class PeerCred(Value):
+    __slots__ = ("gid", "pid", "uid")
+
+    def __init__(self, pid: int, uid: int, gid: int) -> None:
+        self.pid, self.uid, self.gid = pid, uid, gid
 
 
 def check_socket_path(path: str | os.PathLike[str]) -> str:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
 
 from protocol.client import Client
 from protocol.errors import BackendUnavailable, BadRequest, ConfigInvalid, ConnectFailed
 from protocol.layout import Layout
 
 from . import render
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
 
 OK, ERROR, UNSETTLED = 0, 1, 4
 

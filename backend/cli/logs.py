@@ -5,9 +5,12 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 from protocol.errors import BadRequest
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
 
 __all__ = ["follow_logs"]
 

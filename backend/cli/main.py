@@ -12,11 +12,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from protocol.errors import BackendUnavailable, BadRequest, ConnectFailed, TenureError
 
 from . import commands
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNSETTLED = 0, 1, 2, 3, 4
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
 
 __all__ = ["backend", "down", "inspect", "instances", "operation", "operations", "plan",
            "stack", "status", "up", "why"]
