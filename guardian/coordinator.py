@@ -299,7 +299,7 @@ class Coordinator:
 
     def _fail(self, act: Activation, phase: Phase, exc: TenureError) -> Activation:
         try:
-            act = self.state.advance(act.id, act.phase, phase, {"error": str(exc)},
+            act = self.state.advance(act.id, act.phase, phase, {"error": str(exc), **exc.data},
                                      outcome=str(OUTCOME_OF[phase]), code=exc.code_str,
                                      error=exc.msg)
         except TenureError:

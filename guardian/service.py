@@ -63,6 +63,7 @@ class GuardianService:
             self.co.write_diagnostics()
 
     async def status(self, call: Call) -> Any:
+        self.co.write_diagnostics()  # the certificate's state and age as of now
         st = self.co.status()
         st["lease"] = self.co.state.lease()
         st["handoff_in_progress"] = self.co.command_lock.locked()

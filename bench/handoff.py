@@ -1,0 +1,234 @@
+"""Hot backend handoff benchmark: how long is the control plane unavailable, and do the
+applications notice anything?
+
+Usage: python bench/handoff.py [--apps 200] [--handoffs 10] [--keep]
+
+Starts its own tenure (owner, guardian, backend) in a temporary home from a freshly sealed
+release, with ``--apps`` applications: ``apps - 1`` `sleep` instances and one writer of a
+numbered line every 10 ms. Then runs ``--handoffs`` upgrades (`tenure backend upgrade` to
+the selected release) while a second thread polls the public API's ``status`` in a tight
+loop. For each handoff the control-plane pause is the time from the first refused request
+(the incumbent drains) to the first request answered by the new generation.
+
+Afterwards: app restarts (launches whose pid or start ticks changed, or that vanished —
+must be 0) and log lines lost (numbers missing from the writer's journal — must be 0).
+Everything started here is stopped again, also on failure or Ctrl-C. The last line
+printed is one JSON object:
+{"apps", "handoffs", "pause_p50_ms", "pause_max_ms", "app_restarts", "log_lines_lost"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from backend.testing import Cluster, seal_once  # noqa: E402
+from protocol.client import Client  # noqa: E402
+from protocol.errors import TenureError  # noqa: E402
+
+PHASES = ["created", "checked", "admitted", "draining", "checkpointed", "fenced", "retired",
+          "started", "verified", "complete"]
+COUNTER = "i=0; while :; do echo $i; i=$((i+1)); sleep 0.01; done"
+
+
+def config(apps: int) -> str:
+    """``apps - 1`` sleepers in apps of at most 50 instances, plus the numbered writer."""
+    text, left, n = "", apps - 1, 0
+    while left > 0:
+        k = min(left, 50)
+        text += (f'[stacks.bench.apps.sleeper{n}]\ncommand = ["sleep", "infinity"]\n'
+                 f"instances = {k}\n\n")
+        left, n = left - k, n + 1
+    return text + f"[stacks.bench.apps.counter]\ncommand = [\"sh\", \"-c\", '{COUNTER}']\n"
+
+
+@dataclass
+class Poller:
+    """Polls `status` on api.sock as fast as it answers; records (t, backend pid | None)."""
+
+    sock: str
+    samples: list[tuple[float, int | None]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        client = Client(self.sock, pin=False, timeout=5.0, connect_timeout=1.0)
+        try:
+            while not self.stop.is_set():
+                try:
+                    pid = int(client.call("status")["backend"]["pid"])
+                except TenureError:
+                    pid = None
+                    client.close()
+                    client = Client(self.sock, pin=False, timeout=5.0, connect_timeout=1.0)
+                    time.sleep(0.001)
+                self.samples.append((time.monotonic(), pid))
+        finally:
+            client.close()
+
+    def finish(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(30)
+
+    def pause(self, old_pid: int, new_pid: int) -> float | None:
+        """Seconds from the first refused request to the first answer of ``new_pid``."""
+        first_refused = None
+        for t, pid in self.samples:
+            if first_refused is None and pid is None:
+                first_refused = t
+            elif pid == new_pid:
+                return t - first_refused if first_refused is not None else 0.0
+        return None
+
+
+def journal_numbers(c: Cluster) -> list[int]:
+    out: list[int] = []
+    after = 0
+    while True:
+        recs = c.call("logs", {"after": after, "limit": 5000, "stack": "bench",
+                               "app": "counter", "stream": "stdout"})["records"]
+        if not recs:
+            return out
+        for r in recs:
+            data = r["data"]
+            text = data.decode() if isinstance(data, bytes | bytearray) else str(data)
+            out.extend(int(x) for x in text.split())
+        after = recs[-1]["id"]
+
+
+def lost_lines(nums: list[int]) -> tuple[int, int]:
+    """(numbers missing between the first and the last, duplicates)."""
+    if not nums:
+        return 0, 0
+    seen = set(nums)
+    return (max(nums) - min(nums) + 1) - len(seen), len(nums) - len(seen)
+
+
+def run(args: argparse.Namespace, home: Path, scratch: Path) -> dict[str, Any]:
+    release = seal_once(scratch)
+    c = Cluster(home, release)
+    try:
+        t0 = time.monotonic()
+        c.up(config(args.apps), timeout=300)
+        c.wait_ready(args.apps, timeout=300)
+        print(f"up: {args.apps} apps ready in {time.monotonic() - t0:.1f} s", flush=True)
+        rid = c.cli("backend", "status", check=True).out["selector"]["current"]
+        before = c.pids()
+        assert len(before) == args.apps, f"{len(before)} launches, expected {args.apps}"
+        pauses: list[float] = []
+        for n in range(args.handoffs):
+            old_pid = c.backend_pid()
+            poller = Poller(str(c.layout.api_sock))
+            poller.start()
+            time.sleep(0.2)
+            t = time.monotonic()
+            with c.guardian() as g:
+                res = g.call("upgrade", {"release": rid})
+            took = time.monotonic() - t
+            act = res["activation"]
+            if act["phase"] != "complete":
+                raise RuntimeError(f"handoff {n + 1} ended {act['phase']}: {act}")
+            new_pid = int(act["backend_pid"])
+            deadline = time.monotonic() + 30
+            while poller.pause(old_pid, new_pid) is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            poller.finish()
+            pause = poller.pause(old_pid, new_pid)
+            if pause is None:
+                raise RuntimeError(f"handoff {n + 1}: the new backend never answered")
+            pauses.append(pause)
+            at = {r["phase"]: r["at"] for r in res["receipts"]}
+            steps = " ".join(f"{b}+{(at[b] - at[a]) * 1000:.0f}"
+                             for a, b in itertools.pairwise(PHASES))
+            print(f"handoff {n + 1}: pause {pause * 1000:.1f} ms, upgrade call "
+                  f"{took * 1000:.0f} ms, epoch {act['epoch']}, {len(poller.samples)} polls; "
+                  f"ms per phase: {steps}", flush=True)
+        time.sleep(0.5)
+        after = c.pids()
+        restarts = sum(1 for k, v in before.items() if after.get(k) != v)
+        lost, dups = lost_lines(journal_numbers(c))
+        if dups:
+            print(f"warning: {dups} duplicate numbered lines in the journal", flush=True)
+        return {"apps": args.apps, "handoffs": args.handoffs,
+                "pause_p50_ms": round(statistics.median(pauses) * 1000, 1),
+                "pause_max_ms": round(max(pauses) * 1000, 1),
+                "app_restarts": restarts, "log_lines_lost": lost}
+    finally:
+        cleanup(c)
+
+
+def cleanup(c: Cluster) -> None:
+    """Stop everything of this home: `tenure down`, then any leftover by its pid."""
+    try:
+        c.down()
+    except Exception as exc:  # still kill what is left below
+        print(f"tenure down failed: {exc}", file=sys.stderr)
+    deadline = time.monotonic() + 15
+    left = c.leftovers()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = c.leftovers()
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if left:
+        print(f"killed leftover processes {left}", file=sys.stderr)
+
+
+def _rmtree(path: Path) -> None:
+    for root, dirs, _files in os.walk(path):
+        for d in dirs:
+            full = os.path.join(root, d)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--apps", type=int, default=200)
+    ap.add_argument("--handoffs", type=int, default=10)
+    ap.add_argument("--keep", action="store_true", help="keep the temp home (logs)")
+    args = ap.parse_args(argv)
+    if args.apps < 2:
+        ap.error("--apps must be at least 2 (one is the numbered-line writer)")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
+    home = Path(tempfile.mkdtemp(prefix="tnb", dir="/tmp"))   # short: socket paths
+    os.chmod(home, 0o700)
+    scratch = Path(tempfile.mkdtemp(prefix="tnbr", dir="/tmp"))
+    try:
+        result = run(args, home, scratch)
+    finally:
+        if args.keep:
+            print(f"home kept at {home}", file=sys.stderr)
+        else:
+            _rmtree(home)
+        _rmtree(scratch)
+    print(json.dumps(result), flush=True)
+    return 0 if result["app_restarts"] == 0 and result["log_lines_lost"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Crash recovery with real processes: a SIGKILLed backend is restored under a fresh epoch
+from its recovery certificate, apps untouched; an app that changed while no backend ran
+blocks recovery (`recovery_blocked`) until `tenure backend recover --force`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from guardian.recovery import read_certificate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_handoff_support import (
+    HandGuardian,
+    backend_procs,
+    config,
+    guardian_status,
+    owner_epoch,
+    stop_cluster_guardian,
+    wait_backend,
+    wait_gone,
+)
+
+
+def _certify(cluster) -> None:
+    """Until the backend published a certificate (it refuses while not quiet)."""
+    cluster.wait(lambda: cluster.call("generation.certify")["published"], 30,
+                 "a published recovery certificate")
+
+
+def test_backend_sigkill_is_restored_under_a_fresh_epoch_from_the_certificate(cluster):
+    cluster.up(config(sleepers=3))
+    cluster.wait_ready(3)
+    _certify(cluster)
+    apps, epoch = cluster.pids(), owner_epoch(cluster)
+    cert = read_certificate(str(cluster.layout.home / "backend" / "recovery.db"))
+    assert cert["valid"] and cert["body"]["epoch"] == epoch
+
+    dead = cluster.kill_backend()
+
+    cluster.wait(lambda: cluster.backend_pid() != dead, 60, "a restored backend")
+    st = wait_backend(cluster)["backend"]
+    assert st["epoch"] == epoch + 1 and owner_epoch(cluster) == epoch + 1
+    assert st["draining"] is False
+    recover = next(a for a in guardian_status(cluster)["recent"] if a["kind"] == "recover")
+    assert (recover["phase"], recover["outcome"], recover["epoch"]) == \
+        ("complete", "success", epoch + 1)
+    assert guardian_status(cluster)["blocked"] is None
+    procs = backend_procs(cluster.home)
+    assert [p.pid for p in procs] == [st["pid"]]
+    assert cluster.pids() == apps
+    assert all(a["ready"] and a["restarts"] == 0 for a in cluster.apps().values())
+
+
+def test_backend_status_shows_a_certificate_published_after_the_last_guardian_event(
+        cluster):
+    cluster.up(config(sleepers=1))
+    cluster.wait_ready(1)
+    _certify(cluster)
+    cert = cluster.cli("backend", "status", check=True).out["certificate"]
+    assert cert["valid"] is True and cert["age"] is not None and cert["age"] < 30
+
+
+def test_app_changed_while_no_backend_ran_blocks_recovery_until_forced(cluster):
+    cluster.up(config(sleepers=3))
+    cluster.wait_ready(3)
+    apps = cluster.pids()
+    # the guardian's orderly stop certifies and retires its backend; apps stay
+    stop_cluster_guardian(cluster, signal.SIGTERM)
+    assert backend_procs(cluster.home) == []
+    assert cluster.pids() == apps
+    victim_key, (victim_pid, _) = sorted(apps.items())[0]
+    os.kill(victim_pid, signal.SIGKILL)              # by hand, nobody supervising
+    wait_gone(victim_pid)
+    cluster.wait(lambda: victim_key not in cluster.pids(), 30, "the owner saw the exit")
+    epoch = owner_epoch(cluster)
+
+    hg = HandGuardian(cluster, tag="blocked")
+    try:
+        hg.wait_ready()
+        st = guardian_status(cluster)
+        assert st["blocked"] and st["blocked"]["code"] == "RECOVERY_BLOCKED", st
+        assert "inventory" in st["blocked"]["reason"]
+        act = st["recent"][0]
+        assert (act["kind"], act["phase"], act["code"]) == \
+            ("recover", "blocked", "RECOVERY_BLOCKED")
+        assert backend_procs(cluster.home) == []
+        assert owner_epoch(cluster) == epoch         # nothing was fenced
+        assert cluster.cli("status").code != 0       # no backend answers
+        shown = cluster.cli("backend", "status", check=True).out
+        assert shown["blocked"]["code"] == "RECOVERY_BLOCKED"
+
+        again = cluster.cli("backend", "recover")    # still not provable
+        assert again.code != 0 and "RECOVERY_BLOCKED" in again.stderr + str(again.out)
+        assert backend_procs(cluster.home) == []
+
+        forced = cluster.cli("backend", "recover", "--force")
+
+        assert forced.code == 0, (forced.out, forced.stderr)
+        assert forced.out["phase"] == "complete" and forced.out["kind"] == "recover"
+        assert owner_epoch(cluster) == forced.out["epoch"] > epoch
+        assert guardian_status(cluster)["blocked"] is None
+        apps_after = cluster.wait_ready(3)            # the killed app runs again
+        assert len(backend_procs(cluster.home)) == 1
+        now = cluster.pids()
+        for key, ident in apps.items():
+            if key != victim_key:
+                assert now[key] == ident              # the others untouched
+        assert len(now) == 3 and victim_pid not in {p for p, _ in now.values()}
+        assert all(a["pid"] for a in apps_after.values())
+    finally:
+        hg.stop()
