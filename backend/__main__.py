@@ -51,15 +51,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--home", type=Path)
     ap.add_argument("--activation")
     ap.add_argument("--preflight", action="store_true")
+    ap.add_argument("--standby", action="store_true",
+                    help="import everything, then read the activation id from stdin")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s backend %(levelname)s %(message)s")
     if args.preflight:
         return preflight()
+    if args.home is not None and args.standby:
+        activation = standby()
+        if activation is None:
+            return 1
+        return asyncio.run(serve(args.home.absolute(), activation))
     if args.home is None or not args.activation:
         ap.error("--home and --activation are required (the guardian passes them)")
     return asyncio.run(serve(args.home.absolute(), args.activation))
+
+
+def standby() -> str | None:
+    """Be ready to run before being asked: imports done, nothing held, nothing changed."""
+    from . import api, generation  # noqa: F401
+    print(json.dumps({"standby": True}), flush=True)
+    line = sys.stdin.readline()
+    try:
+        activation = json.loads(line)["activation"]
+    except (ValueError, KeyError, TypeError):
+        return None  # the guardian went away or changed its mind
+    return activation if isinstance(activation, str) and activation else None
 
 
 if __name__ == "__main__":

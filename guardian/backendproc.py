@@ -48,28 +48,56 @@ class BackendProcess:
                     timeout: float = 30.0) -> BackendProcess:
         """Start and wait for the READY line. Raises TenureError (what the backend said)
         or TimeoutError; the process is gone in both cases."""
-        log_path = log_dir / f"backend-{activation}.log"
+        bp = await cls.standby(release, home, log_dir, timeout)
+        await bp.activate(activation, timeout)
+        return bp
+
+    @classmethod
+    async def standby(cls, release: Release, home: Path, log_dir: Path,
+                      timeout: float = 30.0) -> BackendProcess:
+        """Start a generation that imports everything and then waits, holding nothing,
+        for :meth:`activate`: the interpreter's start-up stays out of a handoff's pause.
+        Raises TimeoutError or HandoffFailed (the process is gone then)."""
+        log_path = log_dir / f"backend-standby-{time.time_ns()}.log"
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *command(release, "--home", str(home), "--activation", activation),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=fd,
+                *command(release, "--home", str(home), "--standby"),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=fd,
                 start_new_session=True)
         finally:
             os.close(fd)
-        bp = cls(activation, proc.pid, start_ticks(proc.pid), log_path, proc)
+        bp = cls("", proc.pid, start_ticks(proc.pid), log_path, proc)
         bp._watch = asyncio.create_task(bp._wait_proc())
-        try:
-            line = await asyncio.wait_for(_first_line(proc), timeout)
-        except BaseException:
-            await bp.stop(kill_after=2.0)
-            raise
-        if not line.get("ready"):
-            await bp.stop(kill_after=2.0)
-            raise error_from_wire(str(line.get("code", "HANDOFF_FAILED")),
-                                  str(line.get("msg", "backend failed to start")),
-                                  line.get("data") or {})
+        await bp._expect("standby", timeout)
         return bp
+
+    async def activate(self, activation: str, timeout: float = 30.0) -> None:
+        """Hand the standby its activation (its handoff record must exist) and wait for
+        READY. Raises the error the backend reported, or TimeoutError."""
+        assert self.proc is not None and self.proc.stdin is not None
+        self.activation = activation
+        self.proc.stdin.write(json.dumps({"activation": activation}).encode() + b"\n")
+        await self.proc.stdin.drain()
+        self.proc.stdin.close()
+        await self._expect("ready", timeout)
+        if self.log_path is not None:
+            named = self.log_path.with_name(f"backend-{activation}.log")
+            os.replace(self.log_path, named)
+            self.log_path = named
+
+    async def _expect(self, key: str, timeout: float) -> None:
+        assert self.proc is not None
+        try:
+            line = await asyncio.wait_for(_first_line(self.proc), timeout)
+        except BaseException:
+            await self.stop(kill_after=2.0)
+            raise
+        if not line.get(key):
+            await self.stop(kill_after=2.0)
+            raise error_from_wire(str(line.get("code", "HANDOFF_FAILED")),
+                                  str(line.get("msg", f"backend failed ({key})")),
+                                  line.get("data") or {})
 
     @classmethod
     def attach(cls, activation: str, pid: int, ticks: int) -> BackendProcess:

@@ -125,8 +125,10 @@ class Coordinator:
     # -- starting generations ---------------------------------------------------------
 
     async def launch(self, act: Activation, epoch: int, mode: str,
-                     checkpoint: str | None = None, cursor: int = 0) -> BackendProcess:
-        """Write the handoff record and start the generation; wait for READY."""
+                     checkpoint: str | None = None, cursor: int = 0,
+                     standby: BackendProcess | None = None) -> BackendProcess:
+        """Write the handoff record and start the generation (or activate the standby
+        started for it); wait for READY."""
         assert self.owner_identity is not None
         release = self.release(act.release)
         if await self.live_backend() is not None:
@@ -136,7 +138,11 @@ class Coordinator:
             "kind": HANDOFF_KIND, "format": 1, "activation": act.id, "mode": mode,
             "epoch": epoch, "release": act.release, "owner": self.owner_identity.to_wire(),
             "checkpoint": checkpoint, "cursor": cursor})
-        bp = await BackendProcess.start(release, self.paths.home, act.id, self.paths.logs)
+        if standby is not None:
+            await standby.activate(act.id)
+            bp = standby
+        else:
+            bp = await BackendProcess.start(release, self.paths.home, act.id, self.paths.logs)
         self.watch(bp)
         return bp
 

@@ -60,8 +60,15 @@ async def upgrade(co: Coordinator, release_id: str, check_only: bool = False,
         if incumbent is None or not incumbent.alive():
             raise BackendUnavailable("no backend generation is running to hand over from; "
                                      "use `tenure backend recover`")
-        act = await _before_retire(co, act, incumbent)
-        act = await _after_retire(co, act, incumbent, sel.revision)
+        # the candidate's interpreter starts now, outside the pause; it holds nothing
+        standby = await BackendProcess.standby(co.release(act.release), co.paths.home,
+                                               co.paths.logs)
+        try:
+            act = await _before_retire(co, act, incumbent)
+            act = await _after_retire(co, act, incumbent, sel.revision, standby)
+        finally:
+            if co.current is not standby:
+                await standby.stop(kill_after=2.0)
     except TenureError as exc:
         log.error("handoff %s failed in phase %s: %s", act.id, co.state.activation(act.id)
                   .phase, exc)
@@ -132,7 +139,7 @@ async def _resume_incumbent(co: Coordinator) -> None:
 
 
 async def _after_retire(co: Coordinator, act: Activation, incumbent: BackendProcess,
-                        revision: int) -> Activation:
+                        revision: int, standby: BackendProcess | None = None) -> Activation:
     """retired → started → verified → complete; on failure roll back. The incumbent is
     fenced already: whatever it answers, it is made to exit (SIGKILL at the end)."""
     incumbent.expected_exit = True
@@ -149,7 +156,7 @@ async def _after_retire(co: Coordinator, act: Activation, incumbent: BackendProc
     checkpoint: dict[str, Any] | None = None
     try:
         checkpoint = read_json(path, "tenure-checkpoint")
-        bp = await co.launch(act, epoch, str(act.kind), checkpoint=path)
+        bp = await co.launch(act, epoch, str(act.kind), checkpoint=path, standby=standby)
         act = co.advance(act, Phase.STARTED, backend_pid=bp.pid)
         detail = await co.verify_generation(epoch, checkpoint)
         act = co.advance(act, Phase.VERIFIED, detail)

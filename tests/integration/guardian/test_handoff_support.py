@@ -124,7 +124,8 @@ def install(cluster: Any, path: Path) -> str:
 # -- daemons of one home ------------------------------------------------------------------
 
 def backend_procs(home: Path) -> list[psutil.Process]:
-    """Living backend generations of ``home`` (`--home H --activation ID` on the line)."""
+    """Living backend generations of ``home``: `--home H` with `--activation ID`, or
+    `--standby` (a generation started ahead of its handoff, activated through stdin)."""
     out = []
     for p in psutil.process_iter(["pid", "cmdline", "status"]):
         try:
@@ -133,7 +134,7 @@ def backend_procs(home: Path) -> list[psutil.Process]:
                 continue
         except psutil.Error:
             continue
-        if "--activation" in cmd and "--home" in cmd and \
+        if ("--activation" in cmd or "--standby" in cmd) and "--home" in cmd and \
                 cmd[cmd.index("--home") + 1] == str(home):
             out.append(p)
     return out
