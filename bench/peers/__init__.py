@@ -1,0 +1,1 @@
+"""Peer supervisors (supervisord, circus, pm2) for tenure's benchmark suite."""

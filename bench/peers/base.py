@@ -1,0 +1,310 @@
+"""The adapter interface every supervisor in the benchmark suite implements.
+
+An adapter drives one supervisor through its documented CLI/API. The driver
+(bench/suite.py) owns the timing; adapters only configure, start, query and stop.
+
+Every process an adapter starts carries ``TENURE_BENCH_TOKEN=<token>`` in its
+environment (children inherit it), so cleanup can prove a PID is ours before
+killing it: :func:`sweep` kills only processes whose environ holds the token.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+TOKEN_VAR = "TENURE_BENCH_TOKEN"
+PROGRAM_VAR = "TENURE_BENCH_PROGRAM"
+
+
+class ScenarioTimeout(RuntimeError):
+    """A bounded wait ran out of time."""
+
+
+def program_names(n: int) -> list[str]:
+    return [f"p{i:03d}" for i in range(n)]
+
+
+LOG_LINE = "bench-log-line %09d abcdefghijklmnopqrstuvwxyz\n"
+LOG_LINE_BYTES = len(LOG_LINE % 0)
+
+
+def write_log_writer(workdir: Path, lines: int) -> list[str]:
+    """Write a program that prints ``lines`` fixed-width lines as fast as it can; its argv.
+
+    When done it stores its wall-clock start and end (time.time()) in writer.times.
+    """
+    script = workdir / "writer.py"
+    script.write_text(
+        "import sys, time\n"
+        "t0 = time.time()\n"
+        "w = sys.stdout.write\n"
+        f"for i in range({lines}):\n"
+        f"    w({LOG_LINE!r} % i)\n"
+        "sys.stdout.flush()\n"
+        f"open({str(workdir / 'writer.times')!r}, 'w').write(f'{{t0}} {{time.time()}}')\n"
+    )
+    return [sys.executable, "-B", str(script)]
+
+
+def writer_times(workdir: Path) -> tuple[float, float] | None:
+    """(start, end) wall-clock seconds of the last log writer run in ``workdir``."""
+    try:
+        start, end = (workdir / "writer.times").read_text().split()
+        return float(start), float(end)
+    except (OSError, ValueError):
+        return None
+
+
+def wait_until(pred: Callable[[], bool], timeout: float, interval: float = 0.005,
+               what: str = "condition") -> float:
+    """Poll ``pred`` until true; return the seconds waited. Raises ScenarioTimeout."""
+    t0 = time.perf_counter()
+    deadline = t0 + timeout
+    while True:
+        try:
+            if pred():
+                return time.perf_counter() - t0
+        except ScenarioTimeout:
+            raise
+        except Exception:  # the supervisor may be briefly unreachable (restarting)
+            pass
+        if time.perf_counter() >= deadline:
+            raise ScenarioTimeout(f"{what} not reached within {timeout:.0f} s")
+        time.sleep(interval)
+
+
+def run(argv: list[str], env: dict[str, str], timeout: float = 60,
+        check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=check, stdin=subprocess.DEVNULL)
+
+
+def tree_rss(pids: list[int]) -> int:
+    """Summed RSS in bytes of ``pids`` (vanished ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def has_token(proc: psutil.Process, token: str) -> bool:
+    try:
+        return bool(proc.environ().get(TOKEN_VAR) == token)
+    except psutil.Error:
+        return False
+
+
+def sweep(token: str, grace: float = 2.0) -> list[int]:
+    """Kill every process whose environment carries ``token``; return their PIDs.
+
+    A PID is verified (environ read) right before it is signalled, so nothing that
+    this run did not start is ever touched.
+    """
+    me = os.getpid()
+    ours = [p for p in psutil.process_iter() if p.pid != me and has_token(p, token)]
+    for proc in ours:
+        if has_token(proc, token):
+            try:
+                proc.terminate()
+            except psutil.Error:
+                pass
+    _, alive = psutil.wait_procs(ours, timeout=grace)
+    for proc in alive:
+        if has_token(proc, token):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+    psutil.wait_procs(alive, timeout=grace)
+    return [p.pid for p in ours]
+
+
+def daemon_family(daemon_pid: int | None) -> list[int]:
+    """The daemon and its descendants that are not benchmark programs."""
+    if daemon_pid is None or not psutil.pid_exists(daemon_pid):
+        return []
+    out = [daemon_pid]
+    try:
+        kids = psutil.Process(daemon_pid).children(recursive=True)
+    except psutil.Error:
+        return out
+    for kid in kids:
+        try:
+            if PROGRAM_VAR not in kid.environ():
+                out.append(kid.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if psutil.pid_exists(pid) else None
+
+
+class LineHelper:
+    """A long-lived helper process answering one JSON line per JSON request line."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def request(self, obj: object, timeout: float = 10.0) -> object:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            self.close()
+            raise ScenarioTimeout(f"helper did not answer within {timeout} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise ConnectionError("helper exited")
+        return json.loads(line)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=5)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+
+def kill9(pid: int, token: str) -> None:
+    """SIGKILL ``pid`` after checking it is one of ours."""
+    if not has_token(psutil.Process(pid), token):
+        raise RuntimeError(f"pid {pid} is not a benchmark process; refusing to kill it")
+    os.kill(pid, signal.SIGKILL)
+
+
+class Supervisor(abc.ABC):
+    """One peer (or tenure) under test. Subclasses set ``name`` and ``version``."""
+
+    name: str = "base"
+    version: str = "unknown"
+
+    def __init__(self) -> None:
+        self.token = uuid.uuid4().hex
+        self.workdir = Path()
+        self.names: list[str] = []
+        self.commands: dict[str, str] = {}
+
+    # -- configuration ------------------------------------------------------------------
+    @abc.abstractmethod
+    def setup(self, workdir: Path, n_programs: int, program_argv: list[str]) -> None:
+        """Write config for ``n_programs`` copies of ``program_argv`` named p000…"""
+
+    @abc.abstractmethod
+    def setup_logs(self, workdir: Path, lines: int) -> None:
+        """Write config for one program ``log`` running :func:`log_writer_argv`, run once."""
+
+    # -- lifecycle ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Run the documented start command; return when that command returned."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop the supervisor and everything it started. Idempotent; safe after failure."""
+
+    @abc.abstractmethod
+    def replace_control_plane(self) -> None:
+        """Run the documented daemon restart/upgrade command; return when it returned."""
+
+    # -- observation --------------------------------------------------------------------
+    @abc.abstractmethod
+    def all_running(self) -> dict[str, int]:
+        """Ask the supervisor (its API, not /proc) which programs run: {name: pid}."""
+
+    def pid_of(self, name: str) -> int | None:
+        """The running pid of one program as the supervisor reports it."""
+        return self.all_running().get(name)
+
+    @abc.abstractmethod
+    def status_cli(self) -> list[str]:
+        """argv of the peer's CLI status command (run with :meth:`cli_env`)."""
+
+    @abc.abstractmethod
+    def own_pids(self) -> list[int]:
+        """PIDs of the supervisor's own processes (daemons, helpers), not the programs."""
+
+    @abc.abstractmethod
+    def log_files(self) -> list[Path]:
+        """Files where the supervisor captured the ``log`` program's stdout."""
+
+    @abc.abstractmethod
+    def log_program_exited(self) -> bool:
+        """True once the supervisor reports the ``log`` program as exited."""
+
+    def log_captured(self) -> int:
+        """Progress of capturing the ``log`` program's output (bytes in its files here;
+        an adapter whose logs are not files counts in its own unit)."""
+        return sum(p.stat().st_size for p in self.log_files() if p.exists())
+
+    def log_expected(self, lines: int) -> int:
+        """``log_captured`` once all ``lines`` are captured."""
+        return lines * LOG_LINE_BYTES
+
+    def log_lines(self) -> int:
+        """Lines of the ``log`` program captured, counted exactly."""
+        total = 0
+        for path in self.log_files():
+            if path.exists():
+                with path.open("rb") as fh:
+                    while chunk := fh.read(1 << 20):
+                        total += chunk.count(b"\n")
+        return total
+
+    def cli_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env[TOKEN_VAR] = self.token
+        return env
+
+    def record(self, key: str, argv: list[str]) -> None:
+        """Remember an exact command for the report."""
+        self.commands[key] = shlex.join(argv)
+
+    # -- measurements shared by all adapters ---------------------------------------------
+    def kill_one_and_wait_restart(self, name: str, timeout: float) -> float:
+        """kill -9 the program's pid; seconds until the supervisor reports a new pid."""
+        old = self.pid_of(name)
+        if old is None:
+            raise RuntimeError(f"{self.name}: {name} is not running")
+        t0 = time.perf_counter()
+        kill9(old, self.token)
+
+        def restarted() -> bool:
+            new = self.pid_of(name)
+            return new is not None and new != old and psutil.pid_exists(new)
+
+        wait_until(restarted, timeout, interval=0.002, what=f"{name} restarted")
+        return time.perf_counter() - t0
+
+    def sweep(self) -> list[int]:
+        return sweep(self.token)

@@ -1,0 +1,414 @@
+"""tenure's benchmark suite: tenure and its peers, same machine, same run.
+
+Usage: python bench/suite.py [--quick] [--only supervisord,circus,pm2] [--n 50,200]
+                             [--render] [--render-only]
+Installs the peers (bench/peers/install.py), runs every scenario for every registered
+adapter, writes bench/results/<timestamp>.json and bench/results/latest.json, and with
+--render writes docs/benchmarks.md and docs/bench/*.png. The last line printed is one
+JSON object with the key figures per supervisor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import functools
+import importlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+try:
+    import psutil
+except ImportError:  # run from a Python without psutil: use the peers venv
+    from bench.peers import install as _install
+
+    _install.ensure()
+    os.execv(str(_install.peer_python()), [str(_install.peer_python()), *sys.argv])
+
+from bench.peers import install  # noqa: E402
+from bench.peers.base import (  # noqa: E402
+    ScenarioTimeout,
+    Supervisor,
+    tree_rss,
+    write_log_writer,
+    writer_times,
+)
+
+RESULTS = ROOT / "bench" / "results"
+
+# Adapter registry: name -> "module:Class". The peers are registered here.
+# >>> TENURE REGISTRATION POINT: add tenure's adapter (a bench.peers.base.Supervisor
+# >>> subclass), e.g. ADAPTERS["tenure"] = "bench.tenure_adapter:Tenure". Ratio
+# >>> columns tenure/peer appear in docs/benchmarks.md as soon as "tenure" has results.
+ADAPTERS: dict[str, str] = {
+    "tenure": "bench.tenure_adapter:Tenure",
+    "supervisord": "bench.peers.supervisord:Supervisord",
+    "circus": "bench.peers.circus:Circus",
+    "pm2": "bench.peers.pm2:Pm2",
+}
+
+FULL = {"ns": [50, 200], "status_runs": 20, "restart_repeats": 5, "log_lines": 1_000_000,
+        "scenario_timeout": 120.0, "settle_s": 2.0}
+QUICK = {"ns": [10], "status_runs": 10, "restart_repeats": 3, "log_lines": 100_000,
+         "scenario_timeout": 60.0, "settle_s": 1.0}
+
+_ACTIVE: list[Supervisor] = []
+
+
+def load_adapter(name: str) -> Supervisor:
+    module, cls = ADAPTERS[name].split(":")
+    sup: Supervisor = getattr(importlib.import_module(module), cls)()
+    _ACTIVE.append(sup)
+    return sup
+
+
+def _cleanup() -> None:
+    while _ACTIVE:
+        _ACTIVE.pop().stop()
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    _cleanup()
+    raise SystemExit(128 + signum)
+
+
+class HardTimeout(BaseException):
+    """Raised by SIGALRM; a BaseException so that no polling loop swallows it."""
+
+
+@contextlib.contextmanager
+def bounded(seconds: float) -> Iterator[None]:
+    """Hard cap on one scenario: SIGALRM raises HardTimeout."""
+    def fire(_s: int, _f: object) -> None:
+        raise HardTimeout(f"scenario exceeded {seconds:.0f} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def pctl(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def poll_all(sup: Supervisor, n: int, timeout: float) -> tuple[float, dict[str, int]]:
+    """Seconds until the supervisor reports all n programs running with live pids."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        with contextlib.suppress(Exception):  # daemon not up yet / restarting
+            running = sup.all_running()
+            if len(running) == n and all(psutil.pid_exists(p) for p in running.values()):
+                return time.perf_counter() - t0, running
+        time.sleep(0.005)
+    raise ScenarioTimeout(f"{sup.name}: not all {n} programs running after {timeout:.0f} s")
+
+
+# -- scenarios --------------------------------------------------------------------------
+def sc_start(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    sup.start()
+    cmd_s = time.perf_counter() - t0
+    waited, _ = poll_all(sup, n, cfg["scenario_timeout"])
+    return {"start_cmd_s": cmd_s, "all_running_s": cmd_s + waited}
+
+
+def sc_memory(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    pids = sup.own_pids()
+    return {"rss_mib": tree_rss(pids) / 2**20, "processes": len(pids), "pids": pids}
+
+
+def sc_status(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    argv, env, times, codes = sup.status_cli(), sup.cli_env(), [], set()
+    for _ in range(cfg["status_runs"]):
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                              timeout=60, check=False)
+        times.append(time.perf_counter() - t0)
+        codes.add(proc.returncode)
+    return {"median_ms": 1000 * statistics.median(times), "p90_ms": 1000 * pctl(times, 0.9),
+            "runs": len(times), "exit_codes": sorted(codes)}
+
+
+def sc_restart(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    samples = []
+    for i in range(cfg["restart_repeats"]):
+        poll_all(sup, n, cfg["scenario_timeout"])
+        name = sup.names[(i * 7) % n]
+        samples.append(sup.kill_one_and_wait_restart(name, cfg["scenario_timeout"]))
+    return {"median_ms": 1000 * statistics.median(samples),
+            "max_ms": 1000 * max(samples), "samples_ms": [1000 * s for s in samples]}
+
+
+def sc_replace(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    _, before = poll_all(sup, n, cfg["scenario_timeout"])
+    daemon_before = sup.own_pids()[:1]
+    t0 = time.perf_counter()
+    sup.replace_control_plane()
+    cmd_s = time.perf_counter() - t0
+    since, after = _settled(sup, n, t0, cfg)
+    changed = sum(1 for k, pid in before.items() if after.get(k) != pid)
+    return {"cmd_s": cmd_s, "all_running_again_s": since, "pids_changed": changed,
+            "programs": n, "daemon_pid_changed": sup.own_pids()[:1] != daemon_before}
+
+
+def _settled(sup: Supervisor, n: int, t0: float,
+             cfg: dict[str, Any]) -> tuple[float, dict[str, int]]:
+    """Poll until the full running set has been unchanged for settle_s seconds.
+
+    Returns (seconds from t0 to the start of that stable state, the state).
+    """
+    deadline = t0 + cfg["scenario_timeout"]
+    stable_since, last = 0.0, None
+    while time.perf_counter() < deadline:
+        try:
+            now = sup.all_running()
+        except Exception:  # daemon restarting
+            now = {}
+        ok = len(now) == n and all(psutil.pid_exists(p) for p in now.values())
+        if not ok or now != last:
+            stable_since, last = time.perf_counter(), (now if ok else None)
+        elif time.perf_counter() - stable_since >= cfg["settle_s"]:
+            return stable_since - t0, now
+        time.sleep(0.01)
+    raise ScenarioTimeout(f"{sup.name}: programs not back after replacement")
+
+
+def sc_logs(sup: Supervisor, workdir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """One program writes cfg['log_lines'] lines; lines/s from its first line to the last
+    line on disk (wall clock), and lines lost once it exited and the file stopped growing."""
+    lines = cfg["log_lines"]
+    sup.setup_logs(workdir, lines)
+    t0 = time.time()
+    sup.start()
+    last = _wait_log_complete(sup, sup.log_expected(lines), cfg["scenario_timeout"])
+    captured = sup.log_lines()
+    times = writer_times(workdir)
+    rate = captured / (last - times[0]) if times and last and last > times[0] else None
+    return {"lines": lines, "captured": captured, "lost": lines - captured,
+            "lines_per_s": rate, "writer_s": (times[1] - times[0]) if times else None,
+            "writer_started_s": (times[0] - t0) if times else None,
+            "all_captured_s": (last - t0) if last else None,
+            "files": [str(f) for f in sup.log_files()]}
+
+
+def _wait_log_complete(sup: Supervisor, expected: int, timeout: float) -> float | None:
+    """Poll the log files until they hold ``expected`` bytes, or the program exited and
+    nothing more arrived for 5 s. Returns the wall-clock time of the last growth."""
+    size, last, exited_at = 0, None, None
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        now, grown = time.time(), sup.log_captured()
+        if grown > size:
+            last, size = now, grown
+        if size >= expected:
+            break
+        if exited_at is None:
+            with contextlib.suppress(Exception):
+                exited_at = now if sup.log_program_exited() else None
+        elif now - max(exited_at, last or exited_at) > 5.0:
+            break  # exited and nothing more flushed for 5 s: the rest is lost
+        time.sleep(0.005)
+    return last
+
+
+def writer_baseline(workdir: Path, lines: int, runs: int = 3) -> float:
+    """Best lines/s of the log writer read straight from a pipe (same definition as logs)."""
+    return max(_writer_once(workdir, lines) for _ in range(runs))
+
+
+def _writer_once(workdir: Path, lines: int) -> float:
+    argv = write_log_writer(workdir, lines)
+    with subprocess.Popen(argv, stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        last, count = 0.0, 0
+        while chunk := os.read(proc.stdout.fileno(), 1 << 20):
+            last, count = time.time(), count + chunk.count(b"\n")
+        proc.wait(timeout=120)
+    times = writer_times(workdir)
+    assert times is not None and count == lines
+    return count / (last - times[0])
+
+
+# -- orchestration ----------------------------------------------------------------------
+SESSION: list[tuple[str, Callable[[Supervisor, int, dict[str, Any]], dict[str, Any]]]] = [
+    ("start", sc_start), ("memory", sc_memory), ("status", sc_status),
+    ("restart", sc_restart), ("replace", sc_replace),
+]
+
+
+def run_scenario(fn: Callable[[], dict[str, Any]], timeout: float) -> dict[str, Any]:
+    """Run one scenario under a hard time cap; any failure becomes an ``error`` entry."""
+    t0 = time.perf_counter()
+    try:
+        with bounded(timeout + 30):
+            out = fn()
+    except (Exception, HardTimeout) as exc:  # one failing scenario must not stop the suite
+        out = {"error": f"{type(exc).__name__}: {exc}"}
+    out["scenario_wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def run_session(name: str, n: int, tmp: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """One supervisor with n programs: start, memory, status, restart, replace."""
+    sup = load_adapter(name)
+    workdir = tmp / f"{name}-{n}"
+    workdir.mkdir()
+    out: dict[str, Any] = {}
+    try:
+        sup.setup(workdir, n, [shutil.which("sleep") or "/bin/sleep", "100000"])
+        for scenario, fn in SESSION:
+            print(f"  {name} n={n} {scenario} ...", flush=True)
+            out[scenario] = run_scenario(functools.partial(fn, sup, n, cfg),
+                                         cfg["scenario_timeout"])
+            if "error" in out[scenario] and scenario == "start":
+                break
+    finally:
+        sup.stop()
+        _ACTIVE.remove(sup)
+    out["commands"] = dict(sup.commands)
+    return out
+
+
+def run_logs(name: str, tmp: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    sup = load_adapter(name)
+    workdir = tmp / f"{name}-logs"
+    workdir.mkdir()
+    print(f"  {name} logs ...", flush=True)
+    try:
+        out = run_scenario(lambda: sc_logs(sup, workdir, cfg), cfg["scenario_timeout"])
+    finally:
+        sup.stop()
+        _ACTIVE.remove(sup)
+    out["commands"] = dict(sup.commands)
+    return out
+
+
+def machine() -> dict[str, Any]:
+    def cmd(argv: list[str]) -> str:
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "unavailable"
+
+    model = next((ln.split(":", 1)[1].strip() for ln in
+                  Path("/proc/cpuinfo").read_text().splitlines()
+                  if ln.startswith("model name")), "unknown")
+    return {"cpus": os.cpu_count(), "cpu_model": model,
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "kernel": platform.release(), "os": cmd(["sh", "-c", ". /etc/os-release; "
+                                                     "echo $PRETTY_NAME"]),
+            "python": platform.python_version(), "node": cmd(["node", "--version"]),
+            "load_avg_at_start": os.getloadavg()}
+
+
+def run_all(names: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
+    versions = install.ensure()
+    result: dict[str, Any] = {"machine": machine(), "config": cfg, "installed": versions,
+                              "argv": sys.argv, "supervisors": {}}
+    t_all = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="tb-"))  # short: socket paths must fit 108 bytes
+    try:
+        result["log_writer_baseline_lines_per_s"] = writer_baseline(tmp, cfg["log_lines"])
+        for name in names:
+            sup = load_adapter(name)
+            _ACTIVE.remove(sup)
+            entry: dict[str, Any] = {"version": sup.version, "sessions": {}}
+            for n in cfg["ns"]:
+                entry["sessions"][str(n)] = run_session(name, n, tmp, cfg)
+            entry["logs"] = run_logs(name, tmp, cfg)
+            result["supervisors"][name] = entry
+    finally:
+        _cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+    result["total_wall_s"] = time.perf_counter() - t_all
+    return result
+
+
+def summary(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    def rnd(v: Any, k: int = 3) -> Any:
+        return round(v, k) if isinstance(v, float) else v
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in result["supervisors"].items():
+        s: dict[str, Any] = {}
+        for n, sess in entry["sessions"].items():
+            s[f"start_s_{n}"] = rnd(sess.get("start", {}).get("all_running_s"))
+            s[f"status_ms_{n}"] = rnd(sess.get("status", {}).get("median_ms"), 1)
+            s[f"restart_ms_{n}"] = rnd(sess.get("restart", {}).get("median_ms"), 1)
+            s[f"replace_changed_{n}"] = sess.get("replace", {}).get("pids_changed")
+            s[f"replace_s_{n}"] = rnd(sess.get("replace", {}).get("all_running_again_s"))
+            s[f"rss_mib_{n}"] = rnd(sess.get("memory", {}).get("rss_mib"), 1)
+        s["log_lines_per_s"] = rnd(entry["logs"].get("lines_per_s"), 0)
+        s["log_lost"] = entry["logs"].get("lost")
+        out[name] = s
+    return out
+
+
+def save(result: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = RESULTS / f"{stamp}.json"
+    text = json.dumps(result, indent=1, default=str) + "\n"
+    path.write_text(text)
+    (RESULTS / "latest.json").write_text(text)
+    return path
+
+
+def render(path: Path) -> None:
+    script = ROOT / "bench" / "peers" / "render.py"
+    subprocess.run([str(install.peer_python()), str(script), str(path), str(ROOT / "docs")],
+                   check=True, timeout=300)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="tenure benchmark suite (tenure and peers)")
+    ap.add_argument("--quick", action="store_true", help="N=10, fewer repeats, 100k log lines")
+    ap.add_argument("--only", default=",".join(ADAPTERS), help="comma-separated adapters")
+    ap.add_argument("--n", help="comma-separated program counts (default 50,200)")
+    ap.add_argument("--render", action="store_true", help="write docs/benchmarks.md + plots")
+    ap.add_argument("--render-only", action="store_true", help="render latest.json, no run")
+    args = ap.parse_args()
+    if args.render_only:
+        render(RESULTS / "latest.json")
+        print(json.dumps(summary(json.loads((RESULTS / "latest.json").read_text()))))
+        return
+    names = [n for n in args.only.split(",") if n]
+    unknown = [n for n in names if n not in ADAPTERS]
+    if unknown:
+        raise SystemExit(f"unknown adapters: {unknown}; known: {sorted(ADAPTERS)}")
+    cfg = dict(QUICK if args.quick else FULL, quick=args.quick)
+    if args.n:
+        cfg["ns"] = [int(x) for x in args.n.split(",")]
+    atexit.register(_cleanup)
+    signal.signal(signal.SIGTERM, _on_signal)
+    result = run_all(names, cfg)
+    path = save(result)
+    print(f"results: {path} (total {result['total_wall_s']:.1f} s)", flush=True)
+    if args.render:
+        render(path)
+    print(json.dumps(summary(result)))
+
+
+if __name__ == "__main__":
+    main()
