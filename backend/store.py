@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
-from protocol.durable import open_sqlite
+from protocol.durable import open_sqlite, transaction
 from protocol.errors import Conflict, NotFound
 
 __all__ = ["BackendStore", "RecoveryStore"]
@@ -51,15 +50,8 @@ class BackendStore:
     def close(self) -> None:
         self.db.close()
 
-    @contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+    def tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.db)
 
     # -- config -----------------------------------------------------------------------
 

@@ -9,12 +9,11 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.durable import open_sqlite
+from protocol.durable import open_sqlite, transaction
 from protocol.errors import Conflict, NotFound, OperationInProgress
 from protocol.grant import Grant
 from protocol.identity import Identity
@@ -101,15 +100,8 @@ class StateStore:
     def close(self) -> None:
         self.db.close()
 
-    @contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+    def tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.db)
 
     # -- releases and selector ----------------------------------------------------------
 

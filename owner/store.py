@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from protocol.durable import open_sqlite
+from protocol.durable import open_sqlite, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch
 
 __all__ = ["Intent", "LaunchRow", "LaunchState", "OwnerStore"]
@@ -190,8 +190,7 @@ class OwnerStore:
 
     def set_intent(self, stack: str, intent: Intent, expected_revision: int) -> int:
         """Compare-and-set a stack's intent. Returns the new revision; raises Conflict."""
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(self.db):
             _, revision = self.intent(stack)
             if revision != expected_revision:
                 raise Conflict(f"stack {stack!r} intent is at revision {revision}, not "
@@ -201,8 +200,4 @@ class OwnerStore:
                 "intent = excluded.intent, revision = excluded.revision, "
                 "updated_at = excluded.updated_at",
                 (stack, intent, revision + 1, time.time()))
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
         return revision + 1

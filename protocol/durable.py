@@ -12,11 +12,14 @@ import json
 import os
 import sqlite3
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .errors import StateCorrupt, UnsafePath
 
-__all__ = ["atomic_write", "atomic_write_json", "open_sqlite", "read_json", "read_private"]
+__all__ = ["atomic_write", "atomic_write_json", "open_sqlite", "read_json", "read_private",
+           "transaction"]
 
 MAX_FILE = 16 * 1024 * 1024
 
@@ -163,3 +166,16 @@ def _check_or_create(conn: sqlite3.Connection, p: str, kind: str, version: int,
 def _split(schema: str) -> list[str]:
     return [s.strip() for s in schema.split(";") if s.strip()]
 
+
+
+@contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction (BEGIN IMMEDIATE … COMMIT, ROLLBACK on any exception) on a
+    connection opened by :func:`open_sqlite` (autocommit mode)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
