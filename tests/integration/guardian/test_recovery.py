@@ -44,8 +44,12 @@ def test_backend_sigkill_is_restored_under_a_fresh_epoch_from_the_certificate(cl
     st = wait_backend(cluster)["backend"]
     assert st["epoch"] == epoch + 1 and owner_epoch(cluster) == epoch + 1
     assert st["draining"] is False
-    recover = next(a for a in guardian_status(cluster)["recent"] if a["kind"] == "recover")
-    assert (recover["phase"], recover["outcome"], recover["epoch"]) == \
+    def recover() -> dict:
+        return next(a for a in guardian_status(cluster)["recent"] if a["kind"] == "recover")
+    # the new generation answers as soon as its API opens; the guardian then verifies it
+    cluster.wait(lambda: recover()["phase"] in ("complete", "uncertain", "blocked"), 30,
+                 "the recover activation to end")
+    assert (recover()["phase"], recover()["outcome"], recover()["epoch"]) == \
         ("complete", "success", epoch + 1)
     assert guardian_status(cluster)["blocked"] is None
     procs = backend_procs(cluster.home)
