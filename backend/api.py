@@ -57,7 +57,10 @@ class Api:
         self._procs = Usage()
 
     def _set_config(self, config: Config) -> None:
+        old = self.gen.config.settings.viewer_group
         self.gen.config = config
+        if config.settings.viewer_group != old and self.gen.server is not None:
+            self.gen.share_api()
 
     def stopped_stacks(self) -> set[str]:
         return {s for s, v in self.intents.items() if v.get("intent") == "stopped"}

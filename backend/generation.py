@@ -29,7 +29,7 @@ from protocol.errors import (
 from protocol.identity import Identity, new_identity
 from protocol.layout import Layout
 from protocol.server import RpcServer
-from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group
+from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
 
 from .adopt import Adoption, adopt_checkpoint, adopt_inventory, relaunch_lost
 from .config import parse_config
@@ -105,13 +105,10 @@ class Generation:
         await self._adopt()
         from .api import Api
         self.api = Api(self)
-        viewers = _group(self.config.settings)
         self.server = RpcServer(self.layout.api_sock, self.identity, {"tenureApi": 1},
-                                self.api.methods(), authorize=admin_or_viewer(viewers))
+                                self.api.methods())
         await self.server.start()
-        if viewers is not None:
-            share_with_group([str(self.layout.home), str(self.layout.backend)],
-                             self.layout.api_sock, viewers)
+        self.share_api()
         await self.api.resume_operations()
         self._tasks = [asyncio.create_task(self._read_observations()),
                        asyncio.create_task(self._persist_loop()),
@@ -144,6 +141,18 @@ class Generation:
         for key, (app, index) in self.sup.keys_of(self.config).items():
             if key not in self.sup.instances:  # restored instances keep their own state
                 self.sup.ensure(app, index, app.stack not in stopped)
+
+    def share_api(self) -> None:
+        """Who may use the API: the admin always; the configured viewer group read-only,
+        which needs its directories searchable and the socket group-accessible."""
+        assert self.server is not None
+        viewers = _group(self.config.settings)
+        self.server.authorize = admin_or_viewer(viewers)
+        dirs = [str(self.layout.home), str(self.layout.backend)]
+        if viewers is not None:
+            share_with_group(dirs, self.layout.api_sock, viewers)
+        else:
+            unshare(dirs, self.layout.api_sock)
 
     def _apply_observations(self, batch: dict[str, Any]) -> None:
         assert self.sup is not None

@@ -92,7 +92,7 @@ class Cluster:
         return self.cli("down", timeout=180)
 
     def api(self, **kw: Any) -> Client:
-        return Client(self.layout.api_sock, pin=False, **kw)
+        return Client(self.layout.api_sock, pin=False, allow_group=True, **kw)
 
     def guardian(self, **kw: Any) -> Client:
         return Client(self.layout.guardian_sock, pin=False, timeout=600, **kw)

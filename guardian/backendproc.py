@@ -48,8 +48,11 @@ class BackendProcess:
                     timeout: float = 30.0) -> BackendProcess:
         """Start and wait for the READY line. Raises TenureError (what the backend said)
         or TimeoutError; the process is gone in both cases."""
-        bp = await cls.standby(release, home, log_dir, timeout)
-        await bp.activate(activation, timeout)
+        log_path = log_dir / f"backend-{activation}.log"
+        proc = await _spawn(release, log_path, "--home", str(home), "--activation", activation)
+        bp = cls(activation, proc.pid, start_ticks(proc.pid), log_path, proc)
+        bp._watch = asyncio.create_task(bp._wait_proc())
+        await bp._expect("ready", timeout)
         return bp
 
     @classmethod
@@ -59,14 +62,8 @@ class BackendProcess:
         for :meth:`activate`: the interpreter's start-up stays out of a handoff's pause.
         Raises TimeoutError or HandoffFailed (the process is gone then)."""
         log_path = log_dir / f"backend-standby-{time.time_ns()}.log"
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *command(release, "--home", str(home), "--standby"),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=fd,
-                start_new_session=True)
-        finally:
-            os.close(fd)
+        proc = await _spawn(release, log_path, "--home", str(home), "--standby",
+                            stdin=asyncio.subprocess.PIPE)
         bp = cls("", proc.pid, start_ticks(proc.pid), log_path, proc)
         bp._watch = asyncio.create_task(bp._wait_proc())
         await bp._expect("standby", timeout)
@@ -151,6 +148,18 @@ class BackendProcess:
                 "alive": self.alive(), "returncode": self.returncode}
 
 
+async def _spawn(release: Release, log_path: Path, *args: str,
+                 stdin: int = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
+    """Start the release's backend in its own session, stderr appended to ``log_path``."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        return await asyncio.create_subprocess_exec(
+            *command(release, *args), stdin=stdin, stdout=asyncio.subprocess.PIPE,
+            stderr=fd, start_new_session=True)
+    finally:
+        os.close(fd)
+
+
 async def _wait(ev: asyncio.Event, timeout: float) -> bool:
     try:
         await asyncio.wait_for(ev.wait(), timeout)
@@ -200,8 +209,9 @@ async def preflight(release: Release, deadline: float = PREFLIGHT_DEADLINE) -> d
 async def control(api_sock: str, method: str, params: dict[str, Any] | None = None,
                   timeout: float = 30.0, expect: str | None = None) -> Any:
     """One call to a generation's control API on a fresh connection."""
+    # allow_group: with a viewer group configured the API socket is 0660 (never wider)
     c = AsyncClient(api_sock, timeout=timeout, expect_instance=expect, pin=False,
-                    name="guardian")
+                    name="guardian", allow_group=True)
     try:
         return await c.call(method, params or {})
     finally:

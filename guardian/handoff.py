@@ -60,14 +60,12 @@ async def upgrade(co: Coordinator, release_id: str, check_only: bool = False,
         if incumbent is None or not incumbent.alive():
             raise BackendUnavailable("no backend generation is running to hand over from; "
                                      "use `tenure backend recover`")
-        # the candidate's interpreter starts now, outside the pause; it holds nothing
-        standby = await BackendProcess.standby(co.release(act.release), co.paths.home,
-                                               co.paths.logs)
+        standby = await _standby(co, act)
         try:
             act = await _before_retire(co, act, incumbent)
             act = await _after_retire(co, act, incumbent, sel.revision, standby)
         finally:
-            if co.current is not standby:
+            if standby is not None and co.current is not standby:
                 await standby.stop(kill_after=2.0)
     except TenureError as exc:
         log.error("handoff %s failed in phase %s: %s", act.id, co.state.activation(act.id)
@@ -79,6 +77,17 @@ async def upgrade(co: Coordinator, release_id: str, check_only: bool = False,
     finally:
         co.abort_requested = False
     return _result(co, act)
+
+
+async def _standby(co: Coordinator, act: Activation) -> BackendProcess | None:
+    """Start the candidate's interpreter now, outside the pause; it holds nothing. A
+    release that cannot stand by (an older one) is started the plain way later."""
+    try:
+        return await BackendProcess.standby(co.release(act.release), co.paths.home,
+                                            co.paths.logs)
+    except (TenureError, TimeoutError) as exc:
+        log.warning("candidate cannot stand by (%s); it will start cold", exc)
+        return None
 
 
 async def _check(co: Coordinator, act: Activation) -> Activation:

@@ -31,6 +31,7 @@ __all__ = [
     "peer_credentials",
     "same_uid_or_root",
     "share_with_group",
+    "unshare",
 ]
 
 MAX_SOCKET_PATH = 100
@@ -184,6 +185,14 @@ def share_with_group(paths: list[str], sock: str, gid: int) -> None:
         os.chmod(d, 0o710, follow_symlinks=False)
     os.chown(sock, -1, gid, follow_symlinks=False)
     os.chmod(sock, 0o660, follow_symlinks=False)
+
+
+def unshare(paths: list[str], sock: str) -> None:
+    """Undo :func:`share_with_group`: directories 0700, the socket 0600."""
+    for d in paths:
+        os.chmod(d, 0o700, follow_symlinks=False)
+    if os.path.exists(sock):
+        os.chmod(sock, 0o600, follow_symlinks=False)
 
 
 def peer_credentials(sock: socket.socket) -> PeerCred:

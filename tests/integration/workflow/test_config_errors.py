@@ -1,0 +1,64 @@
+"""A bad config (wrong type, unknown key, bad signal name, duplicate app) is refused by
+`tenure plan` and `tenure up` with CONFIG_INVALID naming the file, key and line — and
+nothing changes in the running system."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GOOD = """[stacks.e.apps.a]
+command = ["sleep", "1000"]
+
+[stacks.e.apps.b]
+command = ["sleep", "1000"]
+instances = 2
+"""
+
+BASE = """[stacks.e.apps.a]
+command = ["sleep", "1000"]
+
+[stacks.e.apps.b]
+command = ["sleep", "1000"]
+"""
+
+# (name, line 6 and after, expected key, expected line)
+BAD = [
+    ("wrong-type", 'instances = "two"\n', "stacks.e.apps.b.instances", 6),
+    ("unknown-key", 'comand = ["sleep", "1"]\n', "stacks.e.apps.b.comand", 6),
+    ("bad-signal", 'stop = { signal = "SIGFOO" }\n', "stacks.e.apps.b.stop.signal", 6),
+    ("duplicate-app", '[stacks.e.apps.a]\ncommand = ["true"]\n', "stacks.e.apps.a", 6),
+]
+
+
+def snapshot(cluster: Any) -> dict[str, Any]:
+    st = cluster.status()
+    return {"pids": cluster.pids(),
+            "apps": {k: (r["pid"], r["state"], r["restarts"]) for k, r in cluster.apps().items()},
+            "revision": st["backend"]["config_revision"], "source": st["backend"]["config"],
+            "ops": len(cluster.call("op.list")["operations"])}
+
+
+def check_error(res: Any, path: str, key: str, line: int) -> None:
+    assert res.code == 1, res
+    err = res.out["error"]
+    assert err["code"] == "CONFIG_INVALID", err
+    assert err["data"]["file"] == path, err
+    assert err["data"]["key"] == key, err
+    assert err["data"]["line"] == line, err
+    assert err["msg"].startswith(f"{path}:{line}: {key}"), err
+
+
+def test_bad_configs_are_refused_exactly_and_change_nothing(cluster):
+    cluster.up(GOOD)
+    cluster.wait_ready(3)
+    before = snapshot(cluster)
+    for name, tail, key, line in BAD:
+        path = cluster.write_config(BASE + tail, f"{name}.toml")
+        check_error(cluster.cli("plan", "--config", str(path)), str(path), key, line)
+        up = cluster.cli("up", "--config", str(path), "--release", str(cluster.release),
+                         "--timeout", "60")
+        check_error(up, str(path), key, line)
+        assert snapshot(cluster) == before, name
+    # the problem is the file, not the system: a good file still plans to nothing
+    good = cluster.write_config(GOOD, "good.toml")
+    assert cluster.cli("plan", "--config", str(good), check=True).out["changes"] == []

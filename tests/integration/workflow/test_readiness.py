@@ -1,0 +1,148 @@
+"""Every readiness kind with real processes — notify (from a child shell calling
+`systemd-notify --ready`), tcp (an app that listens only after a delay), http, exec and
+delay — and a readiness timeout that ends in restart, backoff and the start limit.
+
+The config is applied with plan/apply while the test polls `status` every ~20 ms, so the
+first moment each app is reported ready can be compared with the moment the app itself
+recorded (a timestamp file written just before it becomes ready).
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def observations(cluster: Any) -> list[dict[str, Any]]:
+    with cluster.owner() as c:
+        return list(c.call("observations.read", {"after": 0, "limit": 10000})["events"])
+
+
+def launches(cluster: Any, stack: str, app: str) -> list[dict[str, Any]]:
+    return [e for e in observations(cluster) if e["kind"] == "launched"
+            and (e["stack"], e["app"]) == (stack, app)]
+
+
+BASE = """
+[stacks.base.apps.idle]
+command = ["sleep", "1000"]
+"""
+
+
+NEVER_READY = """
+[stacks.zz.apps.never-ready]
+command = ["sleep", "1000"]
+ready = { kind = "exec", command = ["false"], timeout = 0.5, interval = 0.1 }
+backoff = { initial = 0.1, max = 0.4 }
+start_limit = { burst = 3, interval = 60 }
+"""
+
+
+def readiness_config(d: Path, tcp_port: int, http_port: int) -> str:
+    stamp = "import time; open('{f}', 'w').write(repr(time.time()))"
+    tcp_app = ("import socket, time; time.sleep(1.0); s = socket.socket(); "
+               "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+               f"s.bind(('127.0.0.1', {tcp_port})); s.listen(); "
+               + stamp.format(f=d / "tcp.ts") + "; time.sleep(1000)")
+    http_app = ("import time, http.server as h; time.sleep(0.7); "
+                + stamp.format(f=d / "http.ts") + "; "
+                f"h.ThreadingHTTPServer(('127.0.0.1', {http_port}), "
+                "h.SimpleHTTPRequestHandler).serve_forever()")
+    return BASE + f"""
+[stacks.rd.apps.notify]
+command = ["sh", "-c", "sleep 0.5; date +%s.%N > {d}/notify.ts; systemd-notify --ready; \
+exec sleep 1000"]
+ready = {{ kind = "notify", timeout = 10 }}
+
+[stacks.rd.apps.tcp]
+command = ["python3", "-c", "{tcp_app}"]
+ready = {{ kind = "tcp", port = {tcp_port}, timeout = 10, interval = 0.05 }}
+
+[stacks.rd.apps.http]
+command = ["python3", "-c", "{http_app}"]
+cwd = "/"
+ready = {{ kind = "http", url = "http://127.0.0.1:{http_port}/", timeout = 10, \
+interval = 0.05 }}
+
+[stacks.rd.apps.exec]
+command = ["sh", "-c", "sleep 0.6; date +%s.%N > {d}/exec.ts; touch {d}/exec.flag; \
+exec sleep 1000"]
+ready = {{ kind = "exec", command = ["test", "-e", "{d}/exec.flag"], timeout = 10, \
+interval = 0.05 }}
+
+[stacks.rd.apps.delay]
+command = ["sleep", "1000"]
+ready = {{ kind = "delay", delay = 0.8 }}
+
+"""
+
+
+def test_each_readiness_kind_and_a_readiness_timeout(cluster, tmp_path):
+    tmp_path.chmod(0o755)
+    cluster.up(BASE)
+    text = readiness_config(tmp_path, free_port(), free_port())
+    path = cluster.write_config(text, "readiness.toml")
+    plan = cluster.call("plan", {"config_text": text, "source": str(path)})
+    assert sorted(c["app"] for c in plan["changes"]) == [
+        "rd/delay", "rd/exec", "rd/http", "rd/notify", "rd/tcp"]
+    op = cluster.call("apply", {"plan": plan["id"]})
+    first_ready: dict[str, float] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = time.time()
+        for key, row in cluster.apps().items():
+            if row["ready"] and key not in first_ready:
+                first_ready[key] = now
+        if cluster.call("op.show", {"id": op["id"]})["outcome"] is not None:
+            break
+        time.sleep(0.02)
+    assert cluster.call("op.show", {"id": op["id"]})["outcome"] == "success"
+    apps = cluster.apps()
+    for name in ("notify", "tcp", "http", "exec", "delay"):
+        assert apps[f"rd/{name}/0"]["state"] == "ready", apps[f"rd/{name}/0"]
+        assert apps[f"rd/{name}/0"]["restarts"] == 0
+    launched = {name: launches(cluster, "rd", name)[0]["at"]
+                for name in ("notify", "tcp", "http", "exec", "delay")}
+
+    # never reported ready before the app did what its readiness kind waits for
+    for name in ("notify", "tcp", "http", "exec"):
+        became = float((tmp_path / f"{name}.ts").read_text())
+        assert first_ready[f"rd/{name}/0"] >= became, (name, first_ready, became)
+    assert first_ready["rd/tcp/0"] - launched["tcp"] >= 1.0
+    assert first_ready["rd/notify/0"] - launched["notify"] >= 0.5
+    assert first_ready["rd/delay/0"] - launched["delay"] >= 0.75
+    # ... and not long after either
+    for name in ("notify", "tcp", "http", "exec"):
+        became = float((tmp_path / f"{name}.ts").read_text())
+        assert first_ready[f"rd/{name}/0"] - became < 1.5, name
+
+    # readiness timeout: stopped, backed off, relaunched, until the start limit
+    path = cluster.write_config(text + NEVER_READY, "never.toml")
+    plan = cluster.call("plan", {"config_text": text + NEVER_READY, "source": str(path)})
+    assert [(c["action"], c["app"]) for c in plan["changes"]] == [("start", "zz/never-ready")]
+    op = cluster.call("apply", {"plan": plan["id"]})
+    cluster.wait(lambda: cluster.call("op.show", {"id": op["id"]})["outcome"] is not None,
+                 30, "the never-ready apply ended")
+    done = cluster.call("op.show", {"id": op["id"]})
+    # an apply whose app can never become ready must not report success
+    assert done["outcome"] == "failed" and "zz/never-ready" in done["error"], done
+    assert cluster.apps()["zz/never-ready/0"]["state"] == "failed"
+    row = cluster.apps()["zz/never-ready/0"]
+    assert row["last_outcome"] == "start-limit-hit" and row["restarts"] == 2, row
+    tries = launches(cluster, "zz", "never-ready")
+    assert len(tries) == 3
+    gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(tries)]
+    assert all(g >= 0.5 for g in gaps), gaps  # each try was given its full 0.5 s timeout
+    exits = [e for e in observations(cluster) if e["kind"] == "exit"
+             and e["launch_key"].startswith("zz/never-ready/0/")]
+    assert len(exits) == 3 and all(e.get("signal") == 15 for e in exits), exits
+    assert not any(r["ready"] for k, r in cluster.apps().items() if k.startswith("zz/"))

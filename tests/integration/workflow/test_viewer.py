@@ -1,0 +1,149 @@
+"""Roles: with `[settings] viewer_group`, a member of that group (here uid nobody with the
+group as a supplementary group, in a forked child) can use `status` and `logs` — through
+the API and through the `tenure` CLI — but not `stop`; the admin keeps everything."""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import io
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+# imported before the fork: uid nobody cannot read the interpreter's files afterwards
+import backend.cli.commands
+import backend.cli.logs
+import backend.cli.main
+import backend.cli.render
+from protocol.client import Client
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def viewer_group() -> Iterator[tuple[str, int]]:
+    name = f"tnv{uuid.uuid4().hex[:10]}"
+    subprocess.run(["groupadd", name], check=True, capture_output=True)
+    try:
+        yield name, grp.getgrnam(name).gr_gid
+    finally:
+        subprocess.run(["groupdel", name], check=False, capture_output=True)
+
+
+def as_viewer(gid: int, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` in a forked child as uid nobody with ``gid`` as its only supplementary
+    group; return its JSON result, or {"exc": ..., "code": ...} for an exception."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.close(r)
+            os.setgroups([gid])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            out = fn()
+        except BaseException as exc:
+            out = {"exc": type(exc).__name__, "code": getattr(exc, "code_str", None),
+                   "msg": str(exc)[:400]}
+        try:
+            os.write(w, json.dumps(out, default=str).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def api_call(sock: str, method: str, params: dict[str, Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        with Client(sock, role="viewer", pin=False, allow_group=True, timeout=10) as c:
+            return {"ok": c.call(method, params)}
+    return run
+
+
+def cli_call(home: str, *args: str) -> Callable[[], Any]:
+    """The real CLI entry point, in the (already forked) viewer process."""
+    def run() -> Any:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+            code = backend.cli.main.main(["--home", home, "--json", *args])
+        return {"code": code, "out": buf.getvalue()}
+    return run
+
+
+def config(group: str) -> str:
+    return f"""
+[settings]
+viewer_group = "{group}"
+
+[stacks.v.apps.talker]
+command = ["sh", "-c", "for i in 1 2 3 4 5; do echo line $i; done; exec sleep 1000"]
+"""
+
+
+def _summary(res: Any) -> str:
+    return json.dumps(res)[:400]
+
+
+def test_viewer_group_can_status_and_logs_but_not_stop(viewer_group, cluster):
+    name, gid = viewer_group
+    cluster.up(config(name))
+    pid = cluster.wait_ready(1)["v/talker/0"]["pid"]
+    cluster.wait(lambda: len(cluster.call("logs", {"stack": "v"})["records"]) >= 5, 10,
+                 "the talker's lines")
+    sock = str(cluster.layout.api_sock)
+
+    st = as_viewer(gid, api_call(sock, "status", {}))
+    assert "ok" in st, f"viewer cannot call status: {_summary(st)}"
+    assert [a["key"] for a in st["ok"]["apps"]] == ["v/talker/0"]
+    logs = as_viewer(gid, api_call(sock, "logs", {"stack": "v", "app": "talker"}))
+    assert "ok" in logs, f"viewer cannot read logs: {_summary(logs)}"
+    assert len(logs["ok"]["records"]) == 5
+    stop = as_viewer(gid, api_call(sock, "stop", {"target": "v/talker"}))
+    assert stop.get("code") == "UNAUTHORIZED", stop
+
+    # the same through the CLI a viewer would type
+    home = str(cluster.home)
+    st = as_viewer(gid, cli_call(home, "status"))
+    assert st.get("code") == 0, f"`tenure status` as a viewer: {_summary(st)}"
+    assert [a["key"] for a in json.loads(st["out"])["apps"]] == ["v/talker/0"]
+    lg = as_viewer(gid, cli_call(home, "logs", "v/talker", "-n", "3"))
+    assert lg.get("code") == 0, f"`tenure logs` as a viewer: {_summary(lg)}"
+    lines = [json.loads(x)["data"] for x in lg["out"].splitlines()]
+    assert lines == ["line 3\n", "line 4\n", "line 5\n"] or \
+        lines == ["line 3", "line 4", "line 5"], lines
+    sp = as_viewer(gid, cli_call(home, "stop", "v/talker"))
+    assert sp.get("code") == 1 and json.loads(sp["out"])["error"]["code"] == "UNAUTHORIZED", sp
+
+    # a stranger (nobody without the group) gets nothing at all
+    stranger = as_viewer(NOBODY, api_call(sock, "status", {}))
+    assert "ok" not in stranger, stranger
+
+    # nothing was stopped, and the admin still has everything
+    row = cluster.apps()["v/talker/0"]
+    assert row["ready"] and row["pid"] == pid
+    assert cluster.cli("status").ok
+    assert cluster.cli("stop", "v/talker").ok
+
+
+def test_backend_handoff_keeps_working_with_a_viewer_group(viewer_group, cluster):
+    name, gid = viewer_group
+    cluster.up(config(name))
+    before = cluster.pids()
+    release = cluster.cli("backend", "status", check=True).out["selector"]["current"]
+    up = cluster.cli("backend", "upgrade", release, timeout=300)
+    assert up.ok and up.out["activation"]["phase"] == "complete", \
+        json.dumps(up.out.get("activation") if isinstance(up.out, dict) else up.out)[:600]
+    assert cluster.pids() == before
+    st = cluster.cli("status")
+    assert st.ok, st
+    viewer = as_viewer(gid, api_call(str(cluster.layout.api_sock), "status", {}))
+    assert "ok" in viewer, _summary(viewer)
