@@ -123,19 +123,23 @@ def _resume(sup: Supervisor, result: Adoption, now: float) -> None:
             sup._execute(key, inst.resume(now))
 
 
+_IN_FLIGHT = frozenset({im.State.STARTING, im.State.RUNNING, im.State.READY,
+                        im.State.STOPPING, im.State.RESTARTING})
+
+
 def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str]) -> list[str]:
-    """Instances that still claim a process the owner no longer has (it ended while no
-    backend watched, or the owner was replaced): start them afresh when their stack is
-    wanted up — the operator asked for them up and nobody asked them down."""
+    """Instances whose launch the owner does not run (it ended while no backend watched,
+    the owner was replaced, or a previous generation died between asking for a launch or
+    a stop and hearing the answer): begin again from stopped, and start the ones that
+    were wanted up — nobody asked them down."""
     lost = [k for k, i in sup.instances.items()
-            if i.pid is not None and i.launch_key not in live_keys
-            and i.state in (im.State.RUNNING, im.State.READY, im.State.STARTING)]
+            if i.state in _IN_FLIGHT and i.launch_key not in live_keys]
     for key in lost:
         old = sup.instances[key]
         fresh = im.Instance(old.app, old.index)
         fresh.generation, fresh.restarts = old.generation, old.restarts
         sup.instances[key] = fresh
         sup.dirty.add(key)
-        if old.app.stack not in stopped_stacks:
+        if old.state is not im.State.STOPPING and old.app.stack not in stopped_stacks:
             sup.feed(key, im.Start())
     return lost

@@ -20,10 +20,9 @@ from protocol.errors import (
     BadRequest,
     LaunchFailed,
     NotFound,
-    OutcomeUnknown,
     StackFenced,
     StaleEpoch,
-    StopTimeout,
+    TenureError,
 )
 
 from . import instance as im
@@ -183,16 +182,21 @@ class Supervisor:
                   "instance": inst.index, "generation": inst.generation,
                   "argv": list(app.command), "env": env, "cwd": app.cwd,
                   "stop": app.stop.to_wire()}
+        last = "TRANSPORT_LOST"
         for _attempt in range(5):  # a launch key is idempotent: retrying is safe
             try:
                 r = await self.owner.call("launch", params, epoch=self.epoch)
                 return im.Launched(r["pid"], r["start_ticks"])
+            except StaleEpoch:
+                raise
             except (LaunchFailed, StackFenced, BadRequest) as exc:
                 log.warning("%s: launch refused: %s", launch_key, exc)
                 return im.LaunchFailed(exc.code_str)
-            except OutcomeUnknown:
-                await asyncio.sleep(0.2)
-        return im.LaunchFailed("TRANSPORT_LOST")
+            except TenureError as exc:  # unknown outcome, owner draining or gone: retry
+                last = exc.code_str
+                log.warning("%s: launch not answered (%s); retrying", launch_key, exc)
+                await asyncio.sleep(0.5)
+        return im.LaunchFailed(last)
 
     async def _stop(self, launch_key: str) -> im.Event | None:
         while not self.fenced:
@@ -202,7 +206,9 @@ class Supervisor:
                 return im.Stopped()
             except NotFound:
                 return im.Stopped()   # no process: already gone
-            except (StopTimeout, OutcomeUnknown) as exc:
+            except StaleEpoch:
+                raise
+            except TenureError as exc:  # timeout, unknown outcome, owner away: try again
                 log.error("%s: stop not confirmed (%s); trying again", launch_key, exc)
                 await asyncio.sleep(1.0)
         return None

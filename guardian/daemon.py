@@ -98,11 +98,26 @@ async def _retire_backend(co: Coordinator) -> None:
         return
     bp.expected_exit = True
     try:
-        await control(co.paths.api_sock, "generation.certify", timeout=5.0)
+        await _certify(co, deadline=5.0)
         await control(co.paths.api_sock, "generation.retire", timeout=5.0)
     except TenureError as exc:
         log.warning("backend did not retire cleanly: %s", exc)
     await bp.stop(term_after=5.0)
+
+
+async def _certify(co: Coordinator, deadline: float) -> bool:
+    """Ask the backend for a fresh recovery certificate, so that a planned restart of
+    the guardian is recovered at once; it publishes only when quiet, so ask again for a
+    few seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while loop.time() < end:
+        r = await control(co.paths.api_sock, "generation.certify", timeout=5.0)
+        if r.get("published"):
+            return True
+        await asyncio.sleep(0.2)
+    log.warning("no recovery certificate before stopping; the next start may be blocked")
+    return False
 
 
 def _sd_notify(msg: str) -> None:

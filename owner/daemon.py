@@ -17,6 +17,7 @@ from protocol.identity import new_identity
 from protocol.notify import sd_notify
 from protocol.server import RpcServer
 
+from .cgroups import setup as setup_cgroups
 from .journal import Journal
 from .paths import OwnerPaths
 from .procinfo import group_members
@@ -55,8 +56,12 @@ class Owner:
         _retire_old_launches(store, identity.boot_id, previous is not None)
         raise_nofile_limit()
         become_subreaper()
+        # Before any thread starts: the leaf move takes the whole process along anyway,
+        # but nothing may be launched until the mode is chosen.
+        cgroups = setup_cgroups()
         journal = Journal(self.paths.journal)
         service = OwnerService(self.paths, identity, store, journal, self.request_shutdown)
+        service.launcher.use_cgroups(cgroups)
         server = RpcServer(self.paths.sock, identity, CAPABILITIES, service.methods())
         service.server = server
         try:

@@ -21,9 +21,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
-from protocol.errors import NotFound
+from protocol.errors import LaunchFailed, NotFound
 
+from .cgroups import CgroupTree, members
 from .procinfo import Inspector, group_members, inspect, read_pgid, read_start_ticks
 from .reaper import become_subreaper, raise_nofile_limit, reap_orphans
 from .spawn import PopenSpawner, Spawned, Spawner, pidfd_supported
@@ -111,6 +113,47 @@ class _GroupTarget:
             os.killpg(self._entry.spawned.pgid, sig)
 
 
+class _CgroupTarget:
+    """A launch in its own cgroup: membership is ``cgroup.procs``, exactly.
+
+    The leader joins the cgroup through the shim right after Popen returns, so for a
+    moment it may still be outside: until it is reaped it is counted and signalled on
+    its own (through its pidfd). Nothing of the app can run outside the cgroup, because
+    the shim execs the program only after joining.
+    """
+
+    def __init__(self, entry: _Entry, tree: CgroupTree, closed: Callable[[], bool]) -> None:
+        self._entry = entry
+        self._tree = tree
+        self._closed = closed
+        assert entry.spawned.cgroup is not None
+        self.path = Path(entry.spawned.cgroup)
+
+    def leader_exit(self) -> ExitStatus | None:
+        return self._entry.exit
+
+    def group_alive(self) -> bool:
+        return self._entry.exit is None or bool(members(self.path))
+
+    def send(self, sig: int) -> None:
+        sp = self._entry.spawned
+        pids = members(self.path)
+        if self._entry.exit is None and sp.pid not in pids:
+            # Still the shim, not yet in the cgroup: the pidfd cannot hit a stranger.
+            with contextlib.suppress(ProcessLookupError, OSError):
+                if sp.pidfd is not None and not self._closed():
+                    _signal.pidfd_send_signal(sp.pidfd, sig)
+                else:
+                    os.kill(sp.pid, sig)
+        if sig == _signal.SIGKILL and self._tree.kill(self.path):
+            return  # one write kills every member, forks in flight included
+        for pid in pids:
+            # A member read from cgroup.procs that exits and whose number is reused
+            # within this loop is the one race left (systemd's cg_kill has it too).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+
 class ProcessTable:
     """Launched processes of one owner. Construct inside the running event loop.
 
@@ -131,20 +174,27 @@ class ProcessTable:
         self._reap_orphans = reap_orphans
         self._live: dict[int, _Entry] = {}
         self._exited: OrderedDict[int, _Entry] = OrderedDict()
+        self.cgroups: CgroupTree | None = None  # set once, before the first launch
         self.orphans_reaped = 0
         self._closed = False
         if self.mode is ExitMode.SIGCHLD or reap_orphans:
             self._loop.add_signal_handler(_signal.SIGCHLD, self._on_sigchld)
 
-    def launch(self, spec: LaunchSpec) -> Spawned:
-        """Start ``spec`` and track it; the caller owns the returned pipe fds.
+    def launch(self, spec: LaunchSpec, cgroup_key: str | None = None) -> Spawned:
+        """Start ``spec`` and track it; the caller owns the returned pipe fds. In cgroup
+        mode (``self.cgroups``) the launch gets the cgroup named after ``cgroup_key``,
+        created before the spawn.
 
-        Raises LaunchFailed (nothing left behind). Invariant: the pid is tracked before
-        this returns and before any SIGCHLD handler can run, so its exit is never lost.
+        Raises LaunchFailed (nothing left behind, no cgroup either). Invariant: the pid
+        is tracked before this returns and before any SIGCHLD handler can run, so its
+        exit is never lost.
         """
         if self._closed:
             raise RuntimeError("process table is closed")
-        spawned = self._spawner.spawn(spec, self._notify_path)
+        if self.cgroups is not None and cgroup_key is not None:
+            spawned = self._spawn_in_cgroup(self.cgroups, spec, cgroup_key)
+        else:
+            spawned = self._spawner.spawn(spec, self._notify_path)
         if self.mode is ExitMode.PIDFD and spawned.pidfd is None:
             # A spawner that opened no pidfd (a fake, or an older one): watch it anyway.
             spawned = dataclasses.replace(spawned, pidfd=os.pidfd_open(spawned.pid))
@@ -154,6 +204,24 @@ class ProcessTable:
         if self.mode is ExitMode.PIDFD and spawned.pidfd is not None:
             self._loop.add_reader(spawned.pidfd, self._try_reap, spawned.pid)
         return spawned
+
+    def _spawn_in_cgroup(self, tree: CgroupTree, spec: LaunchSpec, key: str) -> Spawned:
+        try:
+            path = tree.create(key)
+        except OSError as e:
+            raise LaunchFailed(f"cannot create the cgroup for {key!r}: {e.strerror}",
+                               {"argv0": spec.argv[0]}) from e
+        try:
+            return self._spawner.spawn(spec, self._notify_path, cgroup=os.fspath(path))
+        except BaseException:
+            tree.remove(path)
+            raise
+
+    def cgroup_of(self, pid: int) -> Path | None:
+        """The cgroup directory of launch ``pid`` (None in process-group mode).
+        Raises NotFound."""
+        cg = self._entry(pid).spawned.cgroup
+        return None if cg is None else Path(cg)
 
     def is_tracked(self, pid: int) -> bool:
         """Whether ``pid`` is a launch not yet reaped."""
@@ -180,7 +248,12 @@ class ProcessTable:
         entry = self._entry(pid)
         sp = entry.spawned
         try:
-            if group:
+            if group and self.cgroups is not None and sp.cgroup is not None:
+                target = _CgroupTarget(entry, self.cgroups, lambda: self._closed)
+                if not target.group_alive():
+                    raise ProcessLookupError
+                target.send(sig)
+            elif group:
                 if _GroupTarget(entry).group_gone_for_good():
                     raise ProcessLookupError
                 os.killpg(sp.pgid, sig)
@@ -200,7 +273,14 @@ class ProcessTable:
         Raises NotFound for a pid this table never launched (or forgot).
         """
         entry = self._entry(pid)
-        return await confirm_stop(_GroupTarget(entry), policy or entry.policy)
+        if self.cgroups is None or entry.spawned.cgroup is None:
+            return await confirm_stop(_GroupTarget(entry), policy or entry.policy)
+        target = _CgroupTarget(entry, self.cgroups, lambda: self._closed)
+        result = await confirm_stop(target, policy or entry.policy)
+        if result.outcome is not StopOutcome.TIMEOUT:
+            # Confirmed empty: the cgroup has served its purpose.
+            self.cgroups.remove(target.path)
+        return result
 
     async def wait(self, pid: int) -> ExitStatus:
         """Wait for ``pid`` to be reaped. Raises NotFound."""
@@ -269,6 +349,9 @@ class ProcessTable:
         self._close_pidfd(entry.spawned)
         entry.exit = status
         entry.exited.set()
+        if self.cgroups is not None and entry.spawned.cgroup is not None:
+            # Gone only if nothing of the app outlived its leader; else stop removes it.
+            self.cgroups.remove(Path(entry.spawned.cgroup))
         self._exited[pid] = entry
         while len(self._exited) > EXITED_MEMORY:
             self._exited.popitem(last=False)

@@ -224,6 +224,13 @@ class OwnerService:
         row = self._live(call.params["launch_key"])
         assert row.pid is not None and row.start_ticks is not None
         usage = self.inspector.inspect(row.pid, row.start_ticks)
+        try:
+            cgroup = self.procs.cgroup_of(row.pid)
+        except NotFound:
+            cgroup = None  # a launch this table no longer remembers
+        if cgroup is not None and self.launcher.cgroups is not None:
+            # Kernel figures for the whole app (every process of it), not just the leader.
+            usage["cgroup"] = self.launcher.cgroups.usage(cgroup)
         return {**row.to_wire(), "usage": usage}
 
     # -- stacks -----------------------------------------------------------------------
@@ -272,7 +279,8 @@ class OwnerService:
     async def status(self, call: Call) -> Any:
         return {"owner": self.identity.to_wire(), "epoch": self.epoch,
                 "capabilities": CAPABILITIES, "live": len(self.launcher.live),
-                "exit_mode": str(self.procs.mode), "isolation": "process-group",
+                "exit_mode": str(self.procs.mode),
+                "isolation": "process-group" if self.launcher.cgroups is None else "cgroup",
                 "cursor": self.ring.cursor, "acked": self.ring.acked,
                 "log_overflow_total": self.journal.overflow_total,
                 "log_last_id": await asyncio.to_thread(self.journal.last_id),

@@ -12,11 +12,13 @@ import abc
 import contextlib
 import fcntl
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 
 from protocol.errors import LaunchFailed
 
+from .cgroups import shim_argv
 from .procinfo import read_start_ticks
 from .specs import LaunchSpec
 
@@ -46,14 +48,17 @@ class Spawned:
     stderr_fd: int
     start_ticks: int
     pgid: int
+    cgroup: str | None = None  # the app's own cgroup directory, in cgroup mode
 
 
 class Spawner(abc.ABC):
     """The side-effect seam for starting processes (tests substitute a fake)."""
 
     @abc.abstractmethod
-    def spawn(self, spec: LaunchSpec, notify_socket_path: str | None) -> Spawned:
-        """Start ``spec``. Raises LaunchFailed, leaving nothing behind."""
+    def spawn(self, spec: LaunchSpec, notify_socket_path: str | None,
+              cgroup: str | None = None) -> Spawned:
+        """Start ``spec`` (inside ``cgroup`` before its program runs, when given).
+        Raises LaunchFailed, leaving nothing behind."""
 
 
 def _close_all(fds: list[int]) -> None:
@@ -86,8 +91,14 @@ class PopenSpawner(Spawner):
     def __init__(self, *, use_pidfd: bool | None = None) -> None:
         self._use_pidfd = pidfd_supported() if use_pidfd is None else use_pidfd
 
-    def spawn(self, spec: LaunchSpec, notify_socket_path: str | None) -> Spawned:
+    def spawn(self, spec: LaunchSpec, notify_socket_path: str | None,
+              cgroup: str | None = None) -> Spawned:
         """Start ``spec`` in its own session with NOTIFY_SOCKET set (when given).
+
+        With ``cgroup`` the child goes through :data:`owner.cgroups.SHIM`: it joins that
+        cgroup and only then execs the program, so no process of the app ever runs
+        outside it. The program is looked up first (the shim would only report a missing
+        one through its exit status).
 
         Raises LaunchFailed (missing program, not executable, bad cwd, fd exhaustion);
         on failure every fd opened here is closed and no child is left.
@@ -95,14 +106,18 @@ class PopenSpawner(Spawner):
         env = dict(spec.env)
         if notify_socket_path is not None:
             env["NOTIFY_SOCKET"] = notify_socket_path
+        argv = list(spec.argv)
         opened: list[int] = []
         try:
+            if cgroup is not None:
+                _check_program(spec, env)
+                argv = shim_argv(cgroup, argv)
             out_r, out_w = _pipe()
             opened += [out_r, out_w]
             err_r, err_w = _pipe()
             opened += [err_r, err_w]
             proc = subprocess.Popen(
-                list(spec.argv), stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
+                argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
                 env=env, cwd=spec.cwd, close_fds=True, start_new_session=True,
             )
         except (OSError, ValueError) as e:
@@ -125,13 +140,31 @@ class PopenSpawner(Spawner):
         # if only as a zombie.
         ticks = read_start_ticks(proc.pid)
         return Spawned(pid=proc.pid, pidfd=pidfd, stdout_fd=out_r, stderr_fd=err_r,
-                       start_ticks=ticks if ticks is not None else 0, pgid=proc.pid)
+                       start_ticks=ticks if ticks is not None else 0, pgid=proc.pid,
+                       cgroup=cgroup)
 
     def _open_pidfd(self, pid: int) -> int | None:
         if not self._use_pidfd:
             return None
         # Safe against pid reuse: the unreaped child pins its pid.
         return os.pidfd_open(pid)
+
+
+def _check_program(spec: LaunchSpec, env: dict[str, str]) -> None:
+    """What Popen's exec would refuse, checked up front (the shim's exec happens later,
+    in the child). Raises FileNotFoundError or PermissionError like exec would; a
+    program removed between this check and the exec makes the shim exit 127."""
+    prog = spec.argv[0]
+    if "/" in prog:
+        full = prog if os.path.isabs(prog) else os.path.join(spec.cwd or os.getcwd(), prog)
+        if not os.path.exists(full):
+            raise FileNotFoundError(2, "No such file or directory", prog)
+        if os.path.isdir(full) or not os.access(full, os.X_OK):
+            raise PermissionError(13, "Permission denied", prog)
+        return
+    path = os.pathsep.join(os.get_exec_path(env))
+    if shutil.which(prog, path=path) is None:
+        raise FileNotFoundError(2, "No such file or directory", prog)
 
 
 def _reason(spec: LaunchSpec, e: Exception) -> str:

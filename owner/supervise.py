@@ -15,6 +15,7 @@ from typing import Any
 
 from protocol.errors import LaunchFailed
 
+from .cgroups import CgroupTree
 from .drain import PipeDrainer
 from .journal import Journal, LogSource
 from .notify import NotifyListener, pgid_resolver
@@ -47,6 +48,17 @@ class Launcher:
                                      self._on_notify)
         self.notify.open()
 
+    @property
+    def cgroups(self) -> CgroupTree | None:
+        """The delegated cgroup tree when apps get cgroups of their own, else None."""
+        return self.procs.cgroups
+
+    def use_cgroups(self, tree: CgroupTree | None) -> None:
+        """Give every later launch its own cgroup under ``tree`` (call before the first
+        launch; None keeps process groups)."""
+        assert not self.live, "cgroup mode must be chosen before any launch"
+        self.procs.cgroups = tree
+
     def notify_stats(self) -> dict[str, int]:
         return dict(self.notify.stats)
 
@@ -57,7 +69,7 @@ class Launcher:
         spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key})
         self.store.insert_launch(key, p, spec.to_wire(), epoch, self.boot_id)
         try:
-            spawned = self.procs.launch(spec)
+            spawned = self.procs.launch(spec, cgroup_key=key)
         except LaunchFailed as exc:
             self.store.mark_failed(key, exc.to_wire())
             self.ring.emit("launch_failed", launch_key=key, code=exc.code_str, msg=exc.msg)
