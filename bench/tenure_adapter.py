@@ -130,6 +130,13 @@ class Tenure(Supervisor):
         return {a["app"]: a["pid"] for a in self._status()["apps"]
                 if a["pid"] and a["state"] in ("running", "ready")}
 
+    def pid_of(self, name: str) -> int | None:
+        """One instance, as `tenure inspect bench/NAME` asks for it."""
+        with Client(self.layout.api_sock, pin=False, timeout=30) as c:
+            inst = c.call("inspect", {"target": f"bench/{name}"})["instances"][0]
+        return int(inst["pid"]) if inst["pid"] and inst["state"] in ("running", "ready") \
+            else None
+
     def own_pids(self) -> list[int]:
         pids: list[int] = []
         for sock, key in ((self.layout.owner_sock, "owner"),

@@ -80,6 +80,7 @@ class Coordinator:
         self.fault = Fault()
         self._recovery_attempts = 0
         self._watchers: set[asyncio.Task[None]] = set()
+        self._spare: tuple[str, asyncio.Task[BackendProcess | None]] | None = None
 
     # -- the owner --------------------------------------------------------------------
 
@@ -119,8 +120,26 @@ class Coordinator:
         return act
 
     def release(self, release_id: str) -> Release:
-        """Verify before every execution; a missing or modified release is an error."""
-        return verify(self.paths.releases / release_id, release_id)
+        """Verify before every execution; a missing or modified release is an error (and
+        with trusted release keys configured, an unsigned or badly signed one)."""
+        return verify(self.paths.releases / release_id, release_id,
+                      trusted_keys=self.trusted_keys())
+
+    def trusted_keys(self) -> list[Any] | None:
+        """The configured trusted release keys, or None when signing is not required.
+        Raises StateCorrupt for an unreadable key file (never ignored)."""
+        from protocol.durable import read_private
+        from protocol.errors import StateCorrupt
+        from protocol.grant import load_public_key
+        try:
+            text = read_private(self.paths.trusted_keys, max_size=65536).decode()
+        except FileNotFoundError:
+            return None
+        try:
+            return [load_public_key(line) for line in text.splitlines()
+                    if line.strip() and not line.startswith("#")]
+        except TenureError as exc:
+            raise StateCorrupt(f"{self.paths.trusted_keys}: {exc.msg}") from None
 
     # -- starting generations ---------------------------------------------------------
 
@@ -243,7 +262,8 @@ class Coordinator:
         try:
             epoch = await self.fence(act)
             act = self.advance(act, Phase.FENCED, epoch=epoch)
-            bp = await self.launch(act, epoch, str(kind), cursor=cursor)
+            bp = await self.launch(act, epoch, str(kind), cursor=cursor,
+                                   standby=await self.take_spare(sel.current))
             act = self.advance(act, Phase.STARTED, backend_pid=bp.pid)
             detail = await self.verify_generation(epoch, None)
             act = self.advance(act, Phase.VERIFIED, detail)
@@ -255,6 +275,40 @@ class Coordinator:
         self._recovery_attempts = 0
         self.write_diagnostics()
         return act
+
+    def prepare_spare(self) -> None:
+        """Start a standby generation of the selected release in the background (a
+        guardian start), so the first activation does not wait for an interpreter."""
+        release = self.state.selector().current
+        if release is None or self._spare is not None:
+            return
+
+        async def spawn() -> BackendProcess | None:
+            try:
+                return await BackendProcess.standby(self.release(release), self.paths.home,
+                                                    self.paths.logs)
+            except (TenureError, TimeoutError) as exc:
+                log.warning("no standby generation: %s", exc)
+                return None
+        self._spare = (release, asyncio.create_task(spawn()))
+
+    async def take_spare(self, release: str) -> BackendProcess | None:
+        """The standby started by :meth:`prepare_spare` if it is of ``release``."""
+        if self._spare is None:
+            return None
+        spare_release, task = self._spare
+        self._spare = None
+        bp = await task
+        if bp is not None and (spare_release != release or not bp.alive()):
+            await bp.stop(kill_after=2.0)
+            return None
+        return bp
+
+    async def drop_spare(self) -> None:
+        if self._spare is not None:
+            bp = await self.take_spare(self._spare[0])
+            if bp is not None:
+                await bp.stop(kill_after=2.0)
 
     def certificate(self) -> dict[str, Any]:
         from .recovery import read_certificate

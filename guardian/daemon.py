@@ -39,17 +39,21 @@ def _lock(paths: GuardianPaths) -> int:
 
 
 async def _connect_owner(co: Coordinator, stop: asyncio.Event) -> bool:
-    """Wait for the owner (it starts first, but may be restarting)."""
+    """Wait for the owner (it may be starting beside us, or restarting): ask often at
+    first, then once a second."""
+    delay = 0.05
     while not stop.is_set():
         try:
             await co.connect_owner()
             return True
         except TenureError as exc:
-            log.warning("owner not reachable yet: %s", exc)
+            if delay >= 1.0:
+                log.warning("owner not reachable yet: %s", exc)
             try:
-                await asyncio.wait_for(stop.wait(), 1.0)
+                await asyncio.wait_for(stop.wait(), delay)
             except TimeoutError:
                 pass
+            delay = min(1.0, delay * 1.5)
     return False
 
 
@@ -67,12 +71,14 @@ async def serve(paths: GuardianPaths) -> int:
                        GuardianService(co, stop.set).methods())
     await server.start()
     co.write_diagnostics()
+    co.prepare_spare()  # the first generation's interpreter starts while we connect
     try:
         if await _connect_owner(co, stop):
             try:
                 await boot(co)
             except TenureError as exc:
                 log.error("boot: %s", exc)
+            await co.drop_spare()  # unused when a living generation was adopted
             print(f"READY {co.identity.instance}", flush=True)
             _sd_notify("READY=1")
             watcher = asyncio.create_task(co.watch_owner())
@@ -82,6 +88,7 @@ async def serve(paths: GuardianPaths) -> int:
     finally:
         _sd_notify("STOPPING=1")
         server.begin_drain()
+        await co.drop_spare()
         await _retire_backend(co)
         await server.close()
         if co.owner is not None:

@@ -30,6 +30,12 @@ class GuardianPaths(Layout):
         return self.runtime / "releases"
 
     @property
+    def trusted_keys(self) -> str:
+        """Optional: one ``ed25519:<base64>`` public key per line. When present, only
+        releases signed by one of them are installed and run."""
+        return str(self.runtime / "trusted-release-keys")
+
+    @property
     def lock(self) -> str:
         return str(self.runtime / "guardian.lock")
 

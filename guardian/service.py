@@ -16,7 +16,7 @@ from .coordinator import Coordinator
 from .handoff import upgrade
 from .manifest import is_release_id
 from .phases import Kind
-from .release import install, list_releases, verify
+from .release import install, list_releases
 
 __all__ = ["GuardianService"]
 
@@ -78,7 +78,8 @@ class GuardianService:
         src = Path(call.params["path"])
         if not src.is_absolute():
             raise BadRequest("give an absolute path to a sealed release")
-        rel = await asyncio.to_thread(install, src, self.co.paths.releases)
+        rel = await asyncio.to_thread(install, src, self.co.paths.releases,
+                                      trusted_keys=self.co.trusted_keys())
         self.co.state.add_release(rel.id)
         return {"release": rel.id, "tenure_version": rel.tenure_version}
 
@@ -90,15 +91,15 @@ class GuardianService:
                              for s in list_releases(self.co.paths.releases)]}
 
     async def release_verify(self, call: Call) -> Any:
-        rid = call.params["release"]
-        rel = await asyncio.to_thread(verify, self.co.paths.releases / rid, rid)
-        return {"release": rel.id, "ok": True, "files": len(rel.runtime.files)}
+        rel = await asyncio.to_thread(self.co.release, call.params["release"])
+        return {"release": rel.id, "ok": True, "files": len(rel.runtime.files),
+                "signed": rel.signed}
 
     async def release_select(self, call: Call) -> Any:
         """Select a release for the next start. With no backend running (first run) and
         ``start``, start it at once; a running backend is changed only by `upgrade`."""
         rid = call.params["release"]
-        await asyncio.to_thread(verify, self.co.paths.releases / rid, rid)
+        await asyncio.to_thread(self.co.release, rid)
         self.co.state.add_release(rid)
 
         async def go() -> Any:

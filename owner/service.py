@@ -25,7 +25,6 @@ from protocol.errors import (
     StaleEpoch,
     StopTimeout,
 )
-from protocol.grant import SignedGrant, load_public_key, public_key_text
 from protocol.identity import Identity
 from protocol.schema import Field, Schema, check_int, check_key, check_name, check_str_map
 from protocol.server import Call, Method, RpcServer
@@ -134,6 +133,7 @@ class OwnerService:
 
     async def pin(self, call: Call) -> Any:
         """Trust-on-first-use of the guardian's key. Raises Conflict for another key."""
+        from protocol.grant import load_public_key, public_key_text  # cryptography: lazily
         key = load_public_key(call.params["public_key"])
         text = public_key_text(key) + "\n"
         try:
@@ -149,6 +149,7 @@ class OwnerService:
 
     async def fence(self, call: Call) -> Any:
         """Verify, require a newer epoch for this instance, persist, then answer."""
+        from protocol.grant import SignedGrant, load_public_key  # cryptography: lazily
         signed = SignedGrant.from_wire(call.params["grant"])
         try:
             key = load_public_key(read_private(self.paths.guardian_pub).decode())

@@ -79,11 +79,9 @@ def _diagnostics(args: Any) -> dict[str, Any] | None:
 # -- lifecycle ------------------------------------------------------------------------
 
 def cmd_up(args: Any) -> int:
-    from .daemons import ensure_backend, ensure_daemon, ensure_release
+    from .daemons import ensure_backend, ensure_daemons, ensure_release
     layout = _layout(args)
-    started = {"owner": ensure_daemon(layout, "owner", layout.owner_sock, args.foreground)[0],
-               "guardian": ensure_daemon(layout, "guardian", layout.guardian_sock,
-                                         args.foreground)[0]}
+    started = ensure_daemons(layout, args.foreground)
     with _guardian(args) as g:
         release = ensure_release(layout, g, args.release)
     ensure_backend(layout, args.timeout)

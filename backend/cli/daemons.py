@@ -18,7 +18,7 @@ from protocol.identity import start_ticks
 from protocol.layout import Layout
 from protocol.sockets import ensure_private_dir
 
-__all__ = ["ensure_backend", "ensure_daemon", "ping", "stop_all"]
+__all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping", "stop_all"]
 
 
 def ping(sock: str, timeout: float = 2.0) -> dict[str, Any] | None:
@@ -33,27 +33,54 @@ def ping(sock: str, timeout: float = 2.0) -> dict[str, Any] | None:
         return None
 
 
+def ensure_daemons(layout: Layout, foreground: bool) -> dict[str, bool]:
+    """Owner and guardian, started side by side when they do not answer (the guardian
+    waits for the owner by itself). Returns which ones were started."""
+    spawned = {name: _spawn(layout, name, sock, foreground)
+               for name, sock in (("owner", layout.owner_sock),
+                                  ("guardian", layout.guardian_sock))}
+    for name, sock in (("owner", layout.owner_sock), ("guardian", layout.guardian_sock)):
+        proc = spawned[name]
+        if proc is not None:
+            _wait_up(layout, name, sock, proc)
+    return {name: proc is not None for name, proc in spawned.items()}
+
+
 def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
                   timeout: float = 30.0) -> tuple[bool, int | None]:
     """Start ``python -m module --home H`` unless something answers on ``sock``.
     Returns (started, pid). Raises ConnectFailed when it does not come up (with the log)."""
-    if ping(sock) is not None:
+    proc = _spawn(layout, module, sock, foreground)
+    if proc is None:
         return False, None
+    _wait_up(layout, module, sock, proc, timeout)
+    return True, proc.pid
+
+
+def _spawn(layout: Layout, module: str, sock: str, foreground: bool
+           ) -> subprocess.Popen[bytes] | None:
+    if ping(sock) is not None:
+        return None
     ensure_private_dir(layout.logs, root=layout.home)
     log_path = layout.logs / f"{module}.log"
     with open(log_path, "ab") as log:
         os.chmod(log_path, 0o600)
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", module, "--home", str(layout.home)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=not foreground, close_fds=True)
+
+
+def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[bytes],
+             timeout: float = 30.0) -> None:
+    log_path = layout.logs / f"{module}.log"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ping(sock) is not None:
-            return True, proc.pid
+            return
         if proc.poll() is not None:
             break
-        time.sleep(0.05)
+        time.sleep(0.02)
     tail = log_path.read_bytes()[-2000:].decode(errors="replace")
     raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}); end of "
                         f"{log_path}:\n{tail}", {"log": str(log_path)})

@@ -88,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     p = add("release", "sealed releases")
     p.add_argument("action", choices=["seal", "install", "list", "verify", "select"])
     p.add_argument("arg", nargs="?")
+    p.add_argument("--sign-key", type=Path, help="seal: sign RUNTIME.json with this "
+                   "Ed25519 private key (PEM)")
     p = add("service", "run under systemd or launchd")
     p.add_argument("action", choices=["install", "status", "uninstall"])
     p.add_argument("--prepare", action="store_true")

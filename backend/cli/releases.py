@@ -15,7 +15,7 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
         if not args.arg:
             raise BadRequest("tenure release seal OUT_DIR")
         from guardian.seal import seal
-        rel = seal(Path(args.arg).absolute())
+        rel = seal(Path(args.arg).absolute(), signing_key=_signing_key(args.sign_key))
         out(args, {"release": rel.id, "path": str(rel.path)},
             f"sealed release {rel.id}\n  at {rel.path}\n"
             f"install with: tenure release install {rel.path}")
@@ -46,3 +46,18 @@ def _release_id(arg: str | None) -> str:
     if not arg:
         raise BadRequest("give a release id (see `tenure release list`)")
     return arg
+
+
+def _signing_key(path: Path | None) -> Any:
+    """The Ed25519 private key in ``path`` (PEM), or None. Raises BadRequest."""
+    if path is None:
+        return None
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    try:
+        key = load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise BadRequest(f"{path}: not a readable PEM private key ({exc})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise BadRequest(f"{path}: not an Ed25519 key")
+    return key

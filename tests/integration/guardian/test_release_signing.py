@@ -1,0 +1,43 @@
+"""Trusted release keys: with runtime/trusted-release-keys present the guardian installs
+only releases signed by one of them (through the real CLI and guardian)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+)
+
+from protocol.grant import public_key_text
+
+
+def test_only_signed_releases_install_once_keys_are_trusted(cluster, sealed_release):
+    cluster.up()
+    key = Ed25519PrivateKey.generate()
+    pem = cluster.home / "release-key.pem"
+    pem.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    os.chmod(pem, 0o600)
+    keys = cluster.layout.runtime / "trusted-release-keys"
+    keys.write_text("# release signers\n" + public_key_text(key.public_key()) + "\n")
+    os.chmod(keys, 0o600)
+
+    unsigned = cluster.cli("release", "install", str(sealed_release))
+    assert unsigned.code == 1 and unsigned.out["error"]["code"] == "BAD_SIGNATURE"
+
+    with tempfile.TemporaryDirectory(prefix="tsig", dir="/tmp") as tmp:
+        out = Path(tmp) / "signed"
+        sealed = cluster.cli("release", "seal", str(out), "--sign-key", str(pem), check=True)
+        installed = cluster.cli("release", "install", str(out), check=True).out
+    assert installed["release"] == sealed.out["release"]
+    assert cluster.cli("release", "verify", installed["release"], check=True).out["ok"]
+
+    other = Ed25519PrivateKey.generate()
+    keys.write_text(public_key_text(other.public_key()) + "\n")
+    refused = cluster.cli("release", "verify", installed["release"])
+    assert refused.code == 1 and refused.out["error"]["code"] == "BAD_SIGNATURE"
