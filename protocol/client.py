@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 
-from .envelope import Event, Hello, Request, Response, Welcome, decode_message
+from .envelope import Event, Hello, Response, Welcome, decode_message
 from .errors import (
     BadRequest,
     CapabilityMissing,
@@ -106,8 +106,10 @@ class _Common:
     def _request(self, method: str, params: Mapping[str, Any] | None,
                  epoch: int | None) -> tuple[int, bytes]:
         rid = next(self._ids)
-        req = Request(rid, method, dict(params or {}), epoch)
-        return rid, encode_frame(req.to_wire(), self.max_frame)
+        req: dict[str, Any] = {"t": "req", "id": rid, "m": method, "p": dict(params or {})}
+        if epoch is not None:
+            req["epoch"] = epoch
+        return rid, encode_frame(req, self.max_frame)
 
 
 class Client(_Common):
@@ -119,6 +121,7 @@ class Client(_Common):
         self._decoder = FrameDecoder(self.max_frame)
         self._frames: deque[dict[str, Any]] = deque()
         self._events: deque[Event] = deque()
+        self._poller: select.poll | None = None
 
     def __enter__(self) -> Client:
         return self
@@ -160,8 +163,10 @@ class Client(_Common):
         """Before sending, notice a server that went away while we were idle (nothing is
         in flight, so reconnecting replays nothing). Pending events are kept."""
         assert self._sock is not None
-        poller = select.poll()
-        poller.register(self._sock, select.POLLIN)
+        if self._poller is None:
+            self._poller = select.poll()
+            self._poller.register(self._sock, select.POLLIN)
+        poller = self._poller
         try:
             while poller.poll(0):
                 data = self._sock.recv(262144)
@@ -265,5 +270,6 @@ class Client(_Common):
         if self._sock is not None:
             self._sock.close()
         self._sock = None
+        self._poller = None
         self._decoder = FrameDecoder(self.max_frame)
         self._frames.clear()
