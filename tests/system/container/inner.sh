@@ -30,6 +30,10 @@ mount -t cgroup2 cgroup2 "$root/sys/fs/cgroup"
 
 # No login prompt on the (fake) console.
 ln -sf /dev/null "$root/etc/systemd/system/console-getty.service"
+# Debian empties /tmp at boot (tmpfiles "D /tmp"): keep the host's /tmp visible, since the
+# project under test (and its virtualenv) may live there.
+mkdir -p "$root/etc/tmpfiles.d"
+printf 'd /tmp 1777 root root -\n' > "$root/etc/tmpfiles.d/tmp.conf"
 
 # A minimal /dev: a few character devices bound from the host, private pts and shm.
 mount -t tmpfs -o mode=755 tmpfs "$root/dev"
