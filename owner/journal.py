@@ -191,7 +191,7 @@ class Journal:
         self,
         path: str | os.PathLike[str],
         *,
-        queue_bytes: int = 64 << 20,
+        queue_bytes: int = 256 << 20,
         retention_bytes_per_app: int = 64 << 20,
         batch_rows: int = BATCH_ROWS,
         clock: Callable[[], float] = time.time,

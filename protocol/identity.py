@@ -9,7 +9,6 @@ psutil's create time stands in for them (scaled to centiseconds).
 from __future__ import annotations
 
 import os
-import uuid
 
 from .errors import BadRequest
 from .schema import Field, Schema
@@ -100,4 +99,5 @@ def new_identity(pid: int | None = None) -> Identity:
     ticks = start_ticks(pid)
     if ticks is None:
         raise ProcessLookupError(pid)
+    import uuid  # daemons only; a command line never mints an identity
     return Identity(instance=str(uuid.uuid4()), pid=pid, start_ticks=ticks, boot_id=boot_id())

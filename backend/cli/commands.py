@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -45,6 +44,7 @@ def _guardian(args: Any, timeout: float = 600.0) -> Client:
 
 def _out(args: Any, obj: Any, text: str | None = None) -> None:
     if args.json:
+        import json
         print(json.dumps(obj, default=_bytes, sort_keys=True))
     elif text is not None:
         print(text)
@@ -263,5 +263,6 @@ def cmd_owner(args: Any) -> int:
         return subprocess.call(cmd + (["--json"] if args.json else []))
     with Client(_layout(args).owner_sock, pin=False) as c:
         r = c.call("status")
+    import json
     _out(args, r, json.dumps(r, indent=1, default=_bytes))
     return OK

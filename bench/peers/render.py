@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-REPRO = "python bench/suite.py --render"
+REPRO = "./dev bench    # = .venv/bin/python bench/suite.py --render, after setting up .venv"
 
 # (scenario, key, label, unit, plotted)
 METRICS = [
