@@ -94,21 +94,15 @@ class Tenure(Supervisor):
 
     # -- commands -----------------------------------------------------------------------
     def start(self) -> None:
-        argv = self._cli("up", "--config", str(self.config))
-        self.record("start", argv)
-        run(argv, self.cli_env(), timeout=300)
+        self.run_step("start", self._cli("up", "--config", str(self.config)), 300)
 
     def status_cli(self) -> list[str]:
-        argv = self._cli("status")
-        self.record("status", argv)
-        return argv
+        return self.record("status", self._cli("status"))
 
     def replace_control_plane(self) -> None:
         with Client(self.layout.guardian_sock, pin=False) as g:
             release = g.call("status")["selector"]["current"]
-        argv = self._cli("backend", "upgrade", release)
-        self.record("replace", argv)
-        run(argv, self.cli_env(), timeout=300)
+        self.run_step("replace", self._cli("backend", "upgrade", release), 300)
 
     def stop(self) -> None:
         try:

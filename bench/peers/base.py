@@ -286,9 +286,14 @@ class Supervisor(abc.ABC):
         env[TOKEN_VAR] = self.token
         return env
 
-    def record(self, key: str, argv: list[str]) -> None:
-        """Remember an exact command for the report."""
+    def record(self, key: str, argv: list[str]) -> list[str]:
+        """Remember an exact command for the report; returns it."""
         self.commands[key] = shlex.join(argv)
+        return argv
+
+    def run_step(self, key: str, argv: list[str], timeout: float) -> None:
+        """Record and run one of the scenario's commands (start, replace, ...)."""
+        run(self.record(key, argv), self.cli_env(), timeout=timeout)
 
     # -- measurements shared by all adapters ---------------------------------------------
     def kill_one_and_wait_restart(self, name: str, timeout: float) -> float:

@@ -81,19 +81,13 @@ loglevel = WARNING
                 *args]
 
     def start(self) -> None:
-        argv = [str(self.bin / "circusd"), "--daemon", str(self.conf)]
-        self.record("start", argv)
-        run(argv, self.cli_env(), timeout=60)
+        self.run_step("start", [str(self.bin / "circusd"), "--daemon", str(self.conf)], 60)
 
     def status_cli(self) -> list[str]:
-        argv = self._ctl("status")
-        self.record("status", argv)
-        return argv
+        return self.record("status", self._ctl("status"))
 
     def replace_control_plane(self) -> None:
-        argv = self._ctl("restart")
-        self.record("replace", argv)
-        run(argv, self.cli_env(), timeout=180)
+        self.run_step("replace", self._ctl("restart"), 180)
 
     def stop(self) -> None:
         try:

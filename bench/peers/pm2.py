@@ -81,14 +81,10 @@ class Pm2(Supervisor):
         return [str(install.pm2_bin()), *args]
 
     def start(self) -> None:
-        argv = self._cli("start", str(self.conf))
-        self.record("start", argv)
-        run(argv, self.cli_env(), timeout=120)
+        self.run_step("start", self._cli("start", str(self.conf)), 120)
 
     def status_cli(self) -> list[str]:
-        argv = self._cli("status")
-        self.record("status", argv)
-        return argv
+        return self.record("status", self._cli("status"))
 
     def _close_helper(self) -> None:
         if self.helper is not None:
@@ -97,9 +93,7 @@ class Pm2(Supervisor):
 
     def replace_control_plane(self) -> None:
         self._close_helper()  # its socket belongs to the daemon being replaced
-        argv = self._cli("update")
-        self.record("replace", argv)
-        run(argv, self.cli_env(), timeout=180)
+        self.run_step("replace", self._cli("update"), 180)
 
     def stop(self) -> None:
         try:

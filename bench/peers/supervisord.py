@@ -110,19 +110,13 @@ serverurl=unix://{w}/supervisor.sock
         return [str(self.bin / "supervisorctl"), "-c", str(self.conf), *args]
 
     def start(self) -> None:
-        argv = [str(self.bin / "supervisord"), "-c", str(self.conf)]
-        self.record("start", argv)
-        run(argv, self.cli_env(), timeout=60)
+        self.run_step("start", [str(self.bin / "supervisord"), "-c", str(self.conf)], 60)
 
     def status_cli(self) -> list[str]:
-        argv = self._ctl("status")
-        self.record("status", argv)
-        return argv
+        return self.record("status", self._ctl("status"))
 
     def replace_control_plane(self) -> None:
-        argv = self._ctl("reload")
-        self.record("replace", argv)
-        run(argv, self.cli_env(), timeout=120)
+        self.run_step("replace", self._ctl("reload"), 120)
 
     def stop(self) -> None:
         pidfile = self.workdir / "supervisord.pid"
