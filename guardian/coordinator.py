@@ -47,6 +47,7 @@ OWNER_CONTRACTS = {"stackControl": 1, "logJournal": 1, "notify": 1, "observation
 HANDOFF_KIND = "tenure-handoff"
 RECOVERY_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 NOTHING_RUNS = "no applications run"
+KEEP_ARTIFACTS = 40  # handoff records, checkpoints and backend logs kept for diagnosis
 OUTCOME_OF = {Phase.ABORTED: Outcome.ABORTED, Phase.ROLLED_BACK: Outcome.ROLLED_BACK,
               Phase.UNCERTAIN: Outcome.UNCERTAIN, Phase.BLOCKED: Outcome.BLOCKED}
 
@@ -273,6 +274,7 @@ class Coordinator:
             raise
         self.blocked = None
         self._recovery_attempts = 0
+        self.prune()
         self.write_diagnostics()
         return act
 
@@ -366,6 +368,25 @@ class Coordinator:
             act = self.state.activation(act.id)
         self.write_diagnostics()
         return act
+
+    def prune(self, keep: int = KEEP_ARTIFACTS) -> int:
+        """Remove all but the newest ``keep`` handoff records, checkpoints and backend
+        logs (never those of the running generation). Returns how many were removed."""
+        running = self.current.activation if self.current is not None else None
+        removed = 0
+        for directory, prefix in ((self.paths.handoffs, ""), (self.paths.logs, "backend-")):
+            try:
+                entries = [e for e in os.scandir(directory) if e.is_file(follow_symlinks=False)
+                           and e.name.startswith(prefix)]
+            except FileNotFoundError:
+                continue
+            entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime, reverse=True)
+            for e in entries[keep:]:
+                if running and running in e.name:
+                    continue
+                os.unlink(e.path)
+                removed += 1
+        return removed
 
     # -- diagnostics ------------------------------------------------------------------
 

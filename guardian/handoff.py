@@ -76,6 +76,7 @@ async def upgrade(co: Coordinator, release_id: str, check_only: bool = False,
                            else Phase.UNCERTAIN, exc)
     finally:
         co.abort_requested = False
+    co.prune()
     return _result(co, act)
 
 
