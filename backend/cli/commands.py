@@ -131,7 +131,7 @@ def _wait_op(args: Any, op_id: str, timeout: float) -> dict[str, Any]:
         op: dict[str, Any] = _call(args, "op.show", {"id": op_id})
         if op["outcome"] is not None or time.monotonic() > deadline:
             return op
-        time.sleep(0.1)
+        time.sleep(0.02)
 
 
 def cmd_down(args: Any) -> int:

@@ -114,7 +114,7 @@ def ensure_backend(layout: Layout, timeout: float) -> dict[str, Any]:
         st = ping(layout.api_sock)
         if st is not None:
             return st
-        time.sleep(0.1)
+        time.sleep(0.02)
     raise BackendUnavailable(f"no backend answered on {layout.api_sock} within "
                              f"{timeout:.0f} s; see `tenure backend status`")
 
