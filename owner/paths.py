@@ -4,28 +4,25 @@ from __future__ import annotations
 
 import fcntl
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from protocol.errors import AlreadyRunning
-from protocol.layout import default_home
+from protocol.layout import Layout, default_home
 from protocol.sockets import check_socket_path, ensure_private_dir
 
 __all__ = ["OwnerPaths", "default_home"]
 
 
-
-@dataclass(frozen=True)
-class OwnerPaths:
-    home: Path
+class OwnerPaths(Layout):
+    """The owner's view of the layout; the shared paths come from Layout."""
 
     @property
     def dir(self) -> Path:
-        return self.home / "execution"
+        return self.execution
 
     @property
     def sock(self) -> str:
-        return str(self.dir / "owner.sock")
+        return self.owner_sock
 
     @property
     def notify_sock(self) -> str:

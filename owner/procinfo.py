@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.errors import NotFound
+from protocol.identity import start_ticks as read_start_ticks
 
 __all__ = [
     "Inspector",
@@ -69,12 +70,6 @@ def read_stat(pid: int) -> ProcStat | None:
         return parse_stat(pid, data)
     except (ValueError, IndexError):
         return None
-
-
-def read_start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat (start time in clock ticks since boot); None if gone."""
-    st = read_stat(pid)
-    return None if st is None else st.start_ticks
 
 
 def read_pgid(pid: int) -> int | None:
