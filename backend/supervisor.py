@@ -71,7 +71,7 @@ class Supervisor:
         self._ready: dict[str, ProbeRunner] = {}
         self._health: dict[str, HealthRunner] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._changed = asyncio.Condition()
+        self._waiters: set[asyncio.Future[None]] = set()
         self._on_mutation = on_mutation or (lambda: None)
         self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
 
@@ -90,20 +90,28 @@ class Supervisor:
         self._notify()
 
     def _notify(self) -> None:
-        async def wake() -> None:
-            async with self._changed:
-                self._changed.notify_all()
-        self._spawn(wake())
+        """Wake every waiter; each re-checks its own predicate (no task per event)."""
+        waiters, self._waiters = self._waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     async def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Wait until ``predicate()`` holds (re-checked after every transition)."""
-        async def until() -> None:
-            async with self._changed:
-                await self._changed.wait_for(predicate)
-        try:
-            await asyncio.wait_for(until(), timeout)
-        except TimeoutError:
-            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.add(fut)
+            try:
+                await asyncio.wait_for(fut, left)
+            except TimeoutError:
+                return predicate()
+            finally:
+                self._waiters.discard(fut)
         return True
 
     def on_observation(self, e: dict[str, Any]) -> None:
