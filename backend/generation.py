@@ -19,12 +19,18 @@ from typing import Any
 
 from protocol.aclient import AsyncClient
 from protocol.digest import inventory_digest
-from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (
     BadRequest,
     IdentityMismatch,
     StaleEpoch,
     TenureError,
+)
+from protocol.handover import (
+    OWNER_CONTRACTS,
+    pack_checkpoint,
+    read_checkpoint,
+    read_handoff,
+    write_checkpoint,
 )
 from protocol.identity import Identity, new_identity
 from protocol.layout import Layout
@@ -41,10 +47,8 @@ __all__ = ["CONTRACTS", "Generation"]
 
 log = logging.getLogger("tenure.backend")
 
-CONTRACTS = {"stackControl": 1, "logJournal": 1, "notify": 1, "observations": 1}
+CONTRACTS = OWNER_CONTRACTS
 CERTIFICATE_PERIOD = 5.0
-HANDOFF_KIND = "tenure-handoff"
-CHECKPOINT_KIND = "tenure-checkpoint"
 
 
 def empty_config() -> Config:
@@ -80,7 +84,7 @@ class Generation:
 
     async def start(self) -> None:
         """Everything up to READY. Raises TenureError (nothing changed) on any doubt."""
-        self.handoff = read_json(self.layout.handoff_file(self.activation), HANDOFF_KIND)
+        self.handoff = read_handoff(self.layout.handoff_file(self.activation))
         self.epoch = _int(self.handoff, "epoch")
         owner = Identity.from_wire(self.handoff.get("owner"), "handoff.owner")
         ensure_private_dir(self.layout.backend, root=self.layout.home)
@@ -118,7 +122,7 @@ class Generation:
     async def _adopt(self) -> None:
         assert self.owner is not None and self.sup is not None and self.store is not None
         checkpoint_path = self.handoff.get("checkpoint")
-        checkpoint = read_json(checkpoint_path, CHECKPOINT_KIND) if checkpoint_path else None
+        checkpoint = read_checkpoint(checkpoint_path) if checkpoint_path else None
         backlog = await self.owner.call("observations.subscribe", {
             "after": _int(checkpoint, "cursor") if checkpoint else
             _int(self.handoff, "cursor", 0), "limit": 10_000})
@@ -283,14 +287,13 @@ class Generation:
         assert self.sup is not None and self.owner_identity is not None
         self.persist()
         inventory = self.sup.inventory()
-        body = {"kind": CHECKPOINT_KIND, "format": 1, "from_activation": self.activation,
-                "owner": self.owner_identity.to_wire(), "epoch": self.epoch,
-                "cursor": self.cursor, "config_revision": self.config.revision,
-                "instances": [i.to_wire() for i in self.sup.instances.values()],
-                "inventory": inventory,
-                "operations": self.api.open_operation_ids() if self.api else [],
-                "written_at": time.time()}
-        atomic_write_json(path, body)
+        write_checkpoint(path, pack_checkpoint(
+            from_activation=self.activation, owner=self.owner_identity.to_wire(),
+            epoch=self.epoch, cursor=self.cursor, config_revision=self.config.revision,
+            instances=[i.to_wire() for i in self.sup.instances.values()],
+            inventory=inventory,
+            operations=self.api.open_operation_ids() if self.api else [],
+            written_at=time.time()))
         return {"path": path, "inventory_digest": inventory_digest(inventory),
                 "launches": len(inventory), "cursor": self.cursor}
 

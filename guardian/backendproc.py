@@ -13,12 +13,18 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from protocol.aclient import AsyncClient
-from protocol.errors import PreflightFailed, PreflightTimeout, error_from_wire
+from protocol.errors import (
+    BackendStartTimeout,
+    PreflightFailed,
+    PreflightTimeout,
+    error_from_wire,
+)
 from protocol.identity import start_ticks
 
 from .release import Release, command
@@ -45,13 +51,18 @@ class BackendProcess:
 
     @classmethod
     async def start(cls, release: Release, home: Path, activation: str, log_dir: Path,
-                    timeout: float = 30.0) -> BackendProcess:
-        """Start and wait for the READY line. Raises TenureError (what the backend said)
-        or TimeoutError; the process is gone in both cases."""
+                    timeout: float = 30.0,
+                    on_spawn: Callable[[BackendProcess], None] | None = None
+                    ) -> BackendProcess:
+        """Start and wait for the READY line (``on_spawn`` hears of the process first).
+        Raises TenureError: what the backend said, or BackendStartTimeout; the process is
+        gone then."""
         log_path = log_dir / f"backend-{activation}.log"
         proc = await _spawn(release, log_path, "--home", str(home), "--activation", activation)
         bp = cls(activation, proc.pid, start_ticks(proc.pid), log_path, proc)
         bp._watch = asyncio.create_task(bp._wait_proc())
+        if on_spawn is not None:
+            on_spawn(bp)
         await bp._expect("ready", timeout)
         return bp
 
@@ -60,7 +71,7 @@ class BackendProcess:
                       timeout: float = 30.0) -> BackendProcess:
         """Start a generation that imports everything and then waits, holding nothing,
         for :meth:`activate`: the interpreter's start-up stays out of a handoff's pause.
-        Raises TimeoutError or HandoffFailed (the process is gone then)."""
+        Raises BackendStartTimeout or what the backend said (the process is gone then)."""
         log_path = log_dir / f"backend-standby-{time.time_ns()}.log"
         proc = await _spawn(release, log_path, "--home", str(home), "--standby",
                             stdin=asyncio.subprocess.PIPE)
@@ -71,7 +82,7 @@ class BackendProcess:
 
     async def activate(self, activation: str, timeout: float = 30.0) -> None:
         """Hand the standby its activation (its handoff record must exist) and wait for
-        READY. Raises the error the backend reported, or TimeoutError."""
+        READY. Raises the error the backend reported, or BackendStartTimeout."""
         assert self.proc is not None and self.proc.stdin is not None
         self.activation = activation
         self.proc.stdin.write(json.dumps({"activation": activation}).encode() + b"\n")
@@ -87,6 +98,12 @@ class BackendProcess:
         assert self.proc is not None
         try:
             line = await asyncio.wait_for(_first_line(self.proc), timeout)
+        except TimeoutError:
+            await self.stop(kill_after=2.0)
+            raise BackendStartTimeout(
+                f"backend generation (pid {self.pid}) did not report {key} within "
+                f"{timeout:.0f} s; it was killed", {"pid": self.pid, "timeout": timeout,
+                                                    "waiting_for": key}) from None
         except BaseException:
             await self.stop(kill_after=2.0)
             raise
@@ -138,7 +155,10 @@ class BackendProcess:
             if self.exited.is_set():
                 break
             if start_ticks(self.pid) == self.ticks:
-                os.kill(self.pid, sig)
+                try:
+                    os.kill(self.pid, sig)
+                except ProcessLookupError:
+                    pass  # it exited between the check and the signal
             await _wait(self.exited, grace)
         if self._watch is not None:
             await asyncio.gather(self._watch, return_exceptions=True)

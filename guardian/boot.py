@@ -1,32 +1,42 @@
 """What a starting guardian does about the world it finds: a living backend is adopted
-(never duplicated), an interrupted handoff is completed or rolled back from its row and
-checkpoint, and otherwise the selected release starts — or recovery is blocked."""
+(never duplicated), an interrupted activation is finished from its row, its grant and its
+checkpoint, and otherwise the selected release starts — or recovery is blocked.
+
+An interrupted activation is judged by whether the owner holds *its* grant:
+- not fenced yet and the owner does not hold its grant: nothing changed hands
+  (``aborted``); whatever generation runs keeps control;
+- the owner holds its grant (the fence landed, perhaps after the guardian died): the
+  activation is carried forward from ``fenced`` — its generation is adopted and verified,
+  or started; a failure gets the ending its kind's table names for that phase;
+- after the fence but the owner holds another grant: ``uncertain``, the operator decides.
+"""
 
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
-from protocol.durable import read_json
-from protocol.errors import HandoffFailed, TenureError
+from protocol.errors import GuardianFault, HandoffFailed, TenureError, Uncertain
 
-from .backendproc import BackendProcess, control
+from .backendproc import BackendProcess
+from .cold import recover_safely
 from .coordinator import Coordinator
-from .handoff import rollback_to_previous
-from .phases import Phase
+from .handoff import restore_previous
+from .phases import FLOWS, Kind, Outcome, Phase, ending
 from .state import Activation
 
 __all__ = ["boot"]
 
 log = logging.getLogger("tenure.guardian")
 
+HOT = frozenset({Kind.UPGRADE, Kind.ROLLBACK})
 BEFORE_FENCE = frozenset({Phase.CREATED, Phase.CHECKED, Phase.ADMITTED, Phase.DRAINING,
                           Phase.CHECKPOINTED})
 
 
 async def boot(co: Coordinator) -> None:
-    owner_epoch = int((await co.owner_call("status"))["epoch"])
+    owner = await co.owner_call("status")
+    owner_epoch = int(owner["epoch"])
     live = await co.live_backend()
     if live is not None and live["epoch"] != owner_epoch:
         await _retire_fenced(co, live)   # a fenced incumbent outlived its guardian
@@ -35,11 +45,17 @@ async def boot(co: Coordinator) -> None:
         co.watch(BackendProcess.attach(live["activation"], live["identity"]["pid"],
                                        live["identity"]["start_ticks"]))
         if live["draining"]:
-            await control(co.paths.api_sock, "generation.resume")
+            await co.control("generation.resume")
     for act in co.state.open_activations():
-        await _finish(co, act, live, owner_epoch)
-    if co.current is None and co.state.selector().current is not None:
-        await co.recover_safely()
+        if co.state.activation(act.id).final:
+            continue  # finished beside the handoff it restored
+        try:
+            await _finish(co, act, live, owner_epoch, owner.get("grant"))
+        except Exception as exc:  # one activation's trouble must not stop the guardian
+            log.exception("could not finish activation %s", act.id)
+            co.end(co.state.activation(act.id), Phase.UNCERTAIN, GuardianFault.wrap(exc))
+    if co.current is None and co.blocked is None and co.state.selector().current is not None:
+        await recover_safely(co)
     co.write_diagnostics()
 
 
@@ -49,61 +65,110 @@ async def _retire_fenced(co: Coordinator, live: dict[str, Any]) -> None:
                                live["identity"]["start_ticks"])
     bp.expected_exit = True
     try:
-        await control(co.paths.api_sock, "generation.retire")
+        await co.control("generation.retire", timeout=min(10.0, co.deadline))
     except TenureError:
         pass
-    await bp.stop(term_after=10.0)
+    await bp.stop(term_after=min(10.0, co.deadline))
+
+
+def _holds(co: Coordinator, act: Activation, owner_epoch: int,
+           grant: dict[str, Any] | None) -> bool:
+    """Whether the owner holds this activation's recorded grant."""
+    granted = co.state.grant_for(act.id)
+    if granted is None or granted != owner_epoch:
+        return False
+    return grant is None or grant.get("activation") == act.id
 
 
 async def _finish(co: Coordinator, act: Activation, live: dict[str, Any] | None,
-                  owner_epoch: int) -> None:
+                  owner_epoch: int, grant: dict[str, Any] | None) -> None:
     """Resolve one activation left open by a guardian that died."""
     log.warning("resuming activation %s left in phase %s", act.id, act.phase)
-    if act.phase in BEFORE_FENCE or act.epoch is None or act.epoch != owner_epoch:
-        # never fenced (or superseded): whatever runs keeps control
-        co._fail(act, Phase.ABORTED, HandoffFailed("guardian restarted before the fence"))
+    held = _holds(co, act, owner_epoch, grant)
+    if act.phase in BEFORE_FENCE:
+        if not held:   # never fenced: whatever runs keeps control
+            co.end(act, Phase.ABORTED, HandoffFailed("guardian restarted before the fence"))
+            return
+        act = co.advance(act, Phase.FENCED, {"note": "the owner holds this activation's "
+                                             "grant: the fence landed"}, epoch=owner_epoch)
+    elif not held:
+        await _superseded(co, act, live, owner_epoch, grant)
         return
     if live is not None and live["activation"] == act.id:
-        await _verify_and_complete(co, act)
-        return
-    if live is not None:  # another generation holds the current epoch: leave it alone
-        co._fail(act, Phase.ABORTED, HandoffFailed("another generation holds control"))
-        return
-    await _start_candidate(co, act)
+        await _complete(co, act, adopt=True)
+    elif live is not None:   # another generation holds the current epoch: leave it alone
+        co.end(act, Phase.UNCERTAIN, Uncertain("another generation answers beside the "
+                                               "one this activation started"))
+    else:
+        await _carry_forward(co, act)
 
 
-async def _start_candidate(co: Coordinator, act: Activation) -> None:
-    path = co.paths.checkpoint_file(act.id)
-    checkpoint = read_json(path, "tenure-checkpoint") if os.path.exists(path) else None
-    if act.phase is Phase.FENCED:
-        act = co.advance(act, Phase.RETIRED, {"note": "incumbent gone at guardian start"})
-    assert act.epoch is not None
+async def _superseded(co: Coordinator, act: Activation, live: dict[str, Any] | None,
+                      owner_epoch: int, grant: dict[str, Any] | None) -> None:
+    """After the fence, but the owner holds a newer grant: a restore of this handoff
+    was under way (finish it first and end as it ended), or the operator decides."""
+    restorer = co.state.restorer_of(act.id)
+    if restorer is not None and not restorer.final:
+        await _finish(co, restorer, live, owner_epoch, grant)
+        restorer = co.state.activation(restorer.id)
+    if restorer is not None and restorer.phase is Phase.COMPLETE:
+        co.end(act, Phase.ROLLED_BACK, HandoffFailed("the guardian died while restoring "
+                                                     "the previous release; it finished"))
+        return
+    co.end(act, Phase.UNCERTAIN, Uncertain("the owner holds another grant than this "
+                                           "activation's", {"owner_epoch": owner_epoch}))
+
+
+async def _carry_forward(co: Coordinator, act: Activation) -> None:
+    """Start (or restart) this activation's generation and complete it; a failure gets
+    its phase's ending (a hot handoff restores the previous release)."""
     try:
-        if act.phase is Phase.RETIRED:
-            bp = await co.launch(act, act.epoch, str(act.kind),
-                                 checkpoint=path if checkpoint else None)
+        if act.kind in HOT and act.phase is Phase.FENCED:
+            act = co.advance(act, Phase.RETIRED, {"note": "incumbent gone at guardian start"})
+        if act.phase in (Phase.FENCED, Phase.RETIRED):
+            assert act.epoch is not None
+            has_cp = act.kind in HOT or act.kind is Kind.RESTORE
+            path = co.paths.checkpoint_file(_checkpoint_of(co, act)) if has_cp else None
+            bp = await co.launch(act, act.epoch, str(act.kind), checkpoint=path)
             act = co.advance(act, Phase.STARTED, backend_pid=bp.pid)
-        await _verify_and_complete(co, act, checkpoint)
-    except TenureError as exc:
-        if checkpoint is None:
-            co._fail(act, Phase.UNCERTAIN, exc)
+        await _complete(co, act, adopt=False)
+    except Exception as exc:
+        err = GuardianFault.wrap(exc)
+        act = co.state.activation(act.id)
+        end = ending(act.kind, act.phase)
+        if end is Phase.ROLLED_BACK and not isinstance(err, Uncertain):
+            await restore_previous(co, act, err)
         else:
-            await rollback_to_previous(co, co.state.activation(act.id), path, checkpoint, exc)
+            await co.stop_generations(None)
+            co.end(act, Phase.UNCERTAIN if isinstance(err, Uncertain) else end, err)
 
 
-async def _verify_and_complete(co: Coordinator, act: Activation,
-                               checkpoint: dict[str, Any] | None = None) -> None:
+def _checkpoint_of(co: Coordinator, act: Activation) -> str:
+    """The activation whose checkpoint this one adopts: its own for a handoff; for a
+    restore, the failed handoff's (named in the restore's first receipt)."""
+    if act.kind is not Kind.RESTORE:
+        return act.id
+    source = co.state.restored_by(act.id)
+    if source is None:
+        raise Uncertain(f"restore {act.id}: the handoff it restores from is not on record")
+    return source
+
+
+async def _complete(co: Coordinator, act: Activation, adopt: bool) -> None:
+    """verified → complete; the selector follows a completed activation."""
     assert act.epoch is not None
-    if co.current is None:
-        st = await control(co.paths.api_sock, "generation.status")
+    if adopt and co.current is None:
+        st = await co.control("generation.status")
         co.watch(BackendProcess.attach(act.id, st["identity"]["pid"],
                                        st["identity"]["start_ticks"]))
-    if checkpoint is None:
-        path = co.paths.checkpoint_file(act.id)
-        checkpoint = read_json(path, "tenure-checkpoint") if os.path.exists(path) else None
     if act.phase is Phase.STARTED:
+        checkpoint = co.read_checkpoint(_checkpoint_of(co, act)) \
+            if act.kind in HOT or act.kind is Kind.RESTORE else None
         detail = await co.verify_generation(act.epoch, checkpoint)
         act = co.advance(act, Phase.VERIFIED, detail)
     sel = co.state.selector()
     select = (act.release, sel.revision) if sel.current != act.release else None
-    co.advance(act, Phase.COMPLETE, outcome="success", select=select)
+    co.advance(act, Phase.COMPLETE, outcome=Outcome.SUCCESS, select=select)
+
+
+assert all(Phase.FENCED in FLOWS[k].next for k in Kind)  # every kind passes the fence

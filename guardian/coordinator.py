@@ -1,10 +1,11 @@
-"""The guardian's coordinator: which backend generation holds control, and every move of
-control from one to the next — first start, hot upgrade, rollback, crash recovery.
+"""The guardian's coordinator: which backend generation holds control, and the moves every
+activation makes — fence, launch, verify, stop, end.
 
-Every move is an activation row whose phase advances by compare-and-set (guardian.phases
-has the table); every grant is written to state.db before the owner is fenced with it,
-and a backend starts only after the owner accepted its grant. Nothing here decides about
-applications: the backends do.
+Every move is an activation row whose phase advances by compare-and-set along its kind's
+table (guardian.phases); every grant is written to state.db before the owner is fenced
+with it, and a backend starts only after the owner accepted its grant. The flows that
+use these moves live in guardian.handoff (hot) and guardian.cold (first start, crash
+recovery, a replaced owner). Nothing here decides about applications: the backends do.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +22,21 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from protocol.aclient import AsyncClient
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (
+    GuardianFault,
     HandoffFailed,
-    NotFound,
     OperationInProgress,
-    RecoveryBlocked,
+    StateCorrupt,
     TenureError,
     Uncertain,
 )
 from protocol.grant import Grant, public_key_text
+from protocol.handover import OWNER_CONTRACTS, pack_handoff, read_checkpoint, write_handoff
 from protocol.identity import Identity, new_identity
 
-from .backendproc import BackendProcess, control
+from .backendproc import BackendProcess, control, preflight
+from .faults import Fault
 from .paths import GuardianPaths
-from .phases import Kind, Outcome, Phase
+from .phases import Phase, outcome_of
 from .release import Release, verify
 from .state import Activation, StateStore
 
@@ -43,26 +44,17 @@ __all__ = ["Coordinator"]
 
 log = logging.getLogger("tenure.guardian")
 
-OWNER_CONTRACTS = {"stackControl": 1, "logJournal": 1, "notify": 1, "observations": 1}
-HANDOFF_KIND = "tenure-handoff"
-RECOVERY_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
-NOTHING_RUNS = "no applications run"
 KEEP_ARTIFACTS = 40  # handoff records, checkpoints and backend logs kept for diagnosis
-OUTCOME_OF = {Phase.ABORTED: Outcome.ABORTED, Phase.ROLLED_BACK: Outcome.ROLLED_BACK,
-              Phase.UNCERTAIN: Outcome.UNCERTAIN, Phase.BLOCKED: Outcome.BLOCKED}
+DEADLINE = 30.0      # a generation's READY, drain, preflight and control answers
 
 
-@dataclass
-class Fault:
-    """Test-only: TENURE_GUARDIAN_FAULT=<phase> kills the guardian right after an
-    activation reached that phase (the row is committed, nothing after it ran)."""
-
-    phase: str | None = os.environ.get("TENURE_GUARDIAN_FAULT") or None
-
-    def check(self, phase: Phase) -> None:
-        if self.phase is not None and self.phase == phase:
-            log.warning("test fault: killing the guardian after phase %s", phase)
-            os.kill(os.getpid(), signal.SIGKILL)
+def _deadline() -> float:
+    """TENURE_GUARDIAN_DEADLINE (test-only) shortens every deadline, so a fault matrix
+    with hangs finishes in minutes; the default is 30 s."""
+    try:
+        return max(1.0, float(os.environ.get("TENURE_GUARDIAN_DEADLINE") or DEADLINE))
+    except ValueError:
+        return DEADLINE
 
 
 class Coordinator:
@@ -75,12 +67,17 @@ class Coordinator:
         self.owner: AsyncClient | None = None
         self.owner_identity: Identity | None = None
         self.current: BackendProcess | None = None
+        self.incumbent: BackendProcess | None = None   # during a handoff (fault targets)
+        self.candidate: BackendProcess | None = None
         self.command_lock = asyncio.Lock()
         self.blocked: dict[str, Any] | None = None
+        self.unhealthy: dict[str, Any] | None = None
         self.abort_requested = False
         self.fault = Fault()
-        self._recovery_attempts = 0
-        self._watchers: set[asyncio.Task[None]] = set()
+        self.deadline = _deadline()
+        self.recovery_attempts = 0
+        self.sleep = asyncio.sleep  # seams: fakes never sleep
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._spare: tuple[str, asyncio.Task[BackendProcess | None]] | None = None
 
     # -- the owner --------------------------------------------------------------------
@@ -98,7 +95,17 @@ class Coordinator:
 
     async def owner_call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         assert self.owner is not None
-        return await self.owner.call(method, params or {})
+        answer = await self.owner.call(method, params or {})
+        self.fault.after_reply(method)
+        return answer
+
+    async def control(self, method: str, params: dict[str, Any] | None = None,
+                      timeout: float | None = None) -> Any:
+        """One call to the generation answering on api.sock."""
+        answer = await control(self.paths.api_sock, method, params,
+                               timeout=self.deadline if timeout is None else timeout)
+        self.fault.after_reply(method)
+        return answer
 
     async def fence(self, act: Activation) -> int:
         """Grant row first, then the owner; returns the new epoch."""
@@ -111,6 +118,35 @@ class Coordinator:
         await self.owner_call("fence", {"grant": signed.to_wire()})
         return epoch
 
+    async def fence_proven(self, act: Activation) -> int:
+        """:meth:`fence`; when it fails (the answer may be lost after the owner accepted)
+        the activation counts as fenced only if the owner provably holds the grant
+        recorded for *this* activation. Raises what the fence raised otherwise."""
+        try:
+            return await self.fence(act)
+        except Exception:
+            epoch = await self.proven_grant(act.id)
+            if epoch is None:
+                raise
+            log.warning("the fence answer was lost; the owner holds activation %s's grant "
+                        "(epoch %d)", act.id, epoch)
+            return epoch
+
+    async def proven_grant(self, activation: str) -> int | None:
+        """The epoch of ``activation``'s recorded grant if the owner holds exactly that
+        grant now, else None (also when the owner cannot be asked)."""
+        granted = self.state.grant_for(activation)
+        if granted is None:
+            return None
+        try:
+            st = await self.owner_call("status")
+        except TenureError:
+            return None
+        held = st.get("grant") or {}
+        if st.get("epoch") == granted and held.get("activation") == activation:
+            return granted
+        return None
+
     # -- phases -----------------------------------------------------------------------
 
     def advance(self, act: Activation, new: Phase, detail: dict[str, Any] | None = None,
@@ -119,6 +155,38 @@ class Coordinator:
         self.write_diagnostics()
         self.fault.check(new)
         return act
+
+    def end(self, act: Activation, phase: Phase, exc: TenureError) -> Activation:
+        """Record the ending ``phase`` with the error's code and message. An activation
+        that is already final is returned unchanged. ``uncertain`` also blocks automatic
+        recovery until the operator acts. Never raises."""
+        try:
+            act = self.state.advance(act.id, act.phase, phase, {"error": str(exc), **exc.data},
+                                     outcome=str(outcome_of(phase)), code=exc.code_str,
+                                     error=exc.msg)
+        except TenureError as err:
+            log.error("could not record ending %s of %s: %s", phase, act.id, err)
+            act = self.state.activation(act.id)
+        if phase is Phase.UNCERTAIN:
+            self.blocked = {"code": exc.code_str, "reason": exc.msg, "at": time.time(),
+                            "activation": act.id}
+        self.write_diagnostics()
+        return act
+
+    def point(self, name: str) -> None:
+        """An await point of a flow: where the test-only fault harness injects."""
+        if self.fault.spec is not None:
+            self.fault.at(name, self._fault_pid)
+
+    def _fault_pid(self, role: str) -> int | None:
+        if role == "owner":
+            return self.owner_identity.pid if self.owner_identity else None
+        if role == "incumbent":
+            return self.incumbent.pid if self.incumbent else None
+        if self.candidate is not None:
+            return self.candidate.pid
+        cur = self.current
+        return cur.pid if cur is not None and cur is not self.incumbent else None
 
     def release(self, release_id: str) -> Release:
         """Verify before every execution; a missing or modified release is an error (and
@@ -130,7 +198,6 @@ class Coordinator:
         """The configured trusted release keys, or None when signing is not required.
         Raises StateCorrupt for an unreadable key file (never ignored)."""
         from protocol.durable import read_private
-        from protocol.errors import StateCorrupt
         from protocol.grant import load_public_key
         try:
             text = read_private(self.paths.trusted_keys, max_size=65536).decode()
@@ -142,29 +209,53 @@ class Coordinator:
         except TenureError as exc:
             raise StateCorrupt(f"{self.paths.trusted_keys}: {exc.msg}") from None
 
-    # -- starting generations ---------------------------------------------------------
+    async def preflight(self, release: Release) -> dict[str, Any]:
+        """The candidate's preflight. Raises PreflightFailed / PreflightTimeout."""
+        return await preflight(release, self.deadline)
+
+    def read_checkpoint(self, activation: str) -> dict[str, Any]:
+        """Raises FileNotFoundError, UnsafePath, StateCorrupt (never KeyError)."""
+        return read_checkpoint(self.paths.checkpoint_file(activation))
+
+    # -- generations ------------------------------------------------------------------
 
     async def launch(self, act: Activation, epoch: int, mode: str,
                      checkpoint: str | None = None, cursor: int = 0,
                      standby: BackendProcess | None = None) -> BackendProcess:
         """Write the handoff record and start the generation (or activate the standby
-        started for it); wait for READY."""
+        started for it); wait for READY. Raises TenureError; the process is gone then."""
         assert self.owner_identity is not None
         release = self.release(act.release)
         if await self.live_backend() is not None:
             raise HandoffFailed("a backend still answers on api.sock; refusing to start a "
                                 "second one beside it")
-        atomic_write_json(self.paths.handoff_file(act.id), {
-            "kind": HANDOFF_KIND, "format": 1, "activation": act.id, "mode": mode,
-            "epoch": epoch, "release": act.release, "owner": self.owner_identity.to_wire(),
-            "checkpoint": checkpoint, "cursor": cursor})
-        if standby is not None:
-            await standby.activate(act.id)
+        write_handoff(self.paths.handoff_file(act.id), pack_handoff(
+            activation=act.id, mode=mode, epoch=epoch, release=act.release,
+            owner=self.owner_identity.to_wire(), checkpoint=checkpoint, cursor=cursor))
+        if standby is not None and standby.alive():
+            self.candidate = standby
+            await standby.activate(act.id, self.deadline)
             bp = standby
         else:
-            bp = await BackendProcess.start(release, self.paths.home, act.id, self.paths.logs)
+            if standby is not None:
+                await standby.stop(kill_after=2.0)
+            bp = await BackendProcess.start(release, self.paths.home, act.id, self.paths.logs,
+                                            self.deadline, on_spawn=self._set_candidate)
         self.watch(bp)
         return bp
+
+    def _set_candidate(self, bp: BackendProcess) -> None:
+        self.candidate = bp
+
+    async def standby(self, release_id: str) -> BackendProcess | None:
+        """Start ``release_id``'s interpreter now, outside the pause; it holds nothing. A
+        release that cannot stand by is started the plain way later."""
+        try:
+            return await BackendProcess.standby(self.release(release_id), self.paths.home,
+                                                self.paths.logs, self.deadline)
+        except TenureError as exc:
+            log.warning("candidate cannot stand by (%s); it will start cold", exc)
+            return None
 
     async def live_backend(self) -> dict[str, Any] | None:
         """The status of whatever generation answers on api.sock, or None."""
@@ -172,7 +263,7 @@ class Coordinator:
             return None
         try:
             status: dict[str, Any] = await control(self.paths.api_sock, "generation.status",
-                                                   timeout=5.0)
+                                                   timeout=min(5.0, self.deadline))
             return status
         except TenureError:
             return None
@@ -181,7 +272,7 @@ class Coordinator:
                                 ) -> dict[str, Any]:
         """Owner identity, epoch and (with a checkpoint) inventory — pids, start ticks and
         restart counts — must equal what was handed over. Raises Uncertain."""
-        st = await control(self.paths.api_sock, "generation.status")
+        st = await self.control("generation.status")
         assert self.owner_identity is not None
         if st["owner"] != self.owner_identity.to_wire():
             raise Uncertain("the new generation is attached to another owner")
@@ -196,13 +287,56 @@ class Coordinator:
             if want != got:
                 raise Uncertain("the adopted inventory differs from the checkpoint",
                                 {"checkpoint": len(want), "adopted": len(got)})
-        return {"launches": len(st["inventory"]), "missing": sorted(st["adoption"]["missing"])}
+        return {"launches": len(st["inventory"]), "missing": sorted(st["adoption"]["missing"]),
+                "config_revision": st.get("config_revision")}
+
+    async def resume_incumbent(self, incumbent: BackendProcess | None) -> None:
+        """The abort path: the incumbent serves again. A failure is logged; a dead
+        incumbent is recovered by its exit watcher."""
+        if incumbent is None or not incumbent.alive():
+            return
+        try:
+            await self.control("generation.resume")
+        except TenureError as exc:
+            log.error("could not resume the incumbent: %s", exc)
+
+    async def stop_generations(self, incumbent: BackendProcess | None) -> None:
+        """Stop the (fenced) incumbent and whatever generation is current; afterwards no
+        generation acts."""
+        for bp in (incumbent, self.candidate, self.current):
+            if bp is not None:
+                bp.expected_exit = True
+                await bp.stop(kill_after=5.0)
+        self.current = None
+        self.candidate = None
 
     def watch(self, bp: BackendProcess) -> None:
         self.current = bp
-        task = asyncio.create_task(self._on_exit(bp))
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
+        self.spawn(self._on_exit(bp), f"exit watcher of {bp.pid}")
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        """A background task that never dies silently: an exception is logged with its
+        traceback and marks the guardian unhealthy in its diagnostics."""
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("guardian task %s died", task.get_name(), exc_info=exc)
+        err = GuardianFault.wrap(exc) if isinstance(exc, Exception) else GuardianFault(str(exc))
+        self.unhealthy = {"task": task.get_name(), "code": err.code_str, "reason": err.msg,
+                          "at": time.time()}
+        self.write_diagnostics()
+
+    async def cancel_tasks(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _on_exit(self, bp: BackendProcess) -> None:
         await bp.exited.wait()
@@ -212,71 +346,13 @@ class Coordinator:
                   bp.activation, bp.pid, bp.returncode)
         self.current = None
         self.write_diagnostics()
+        from .cold import recover_safely
         async with self.command_lock:
-            await self.recover_safely()
+            if self.current is not None or self.blocked is not None:
+                return  # a flow brought another generation, or the operator must decide
+            await recover_safely(self)
 
-    async def recover_safely(self, force: bool = False) -> Activation | None:
-        """recover_after_crash that never leaves the guardian stuck: any error becomes a
-        recorded block with its reason."""
-        try:
-            return await self.recover_after_crash(force)
-        except TenureError as exc:
-            log.error("recovery failed: %s", exc)
-            self.blocked = {"code": exc.code_str, "reason": str(exc), "at": time.time()}
-            self.write_diagnostics()
-            return None
-
-    async def watch_owner(self) -> None:
-        """Every second: is the owner there, and still the same instance? A new owner
-        (after a maintenance restart) gets a fresh epoch and a new generation; the old
-        generation, attached to the dead owner, is stopped first."""
-        from protocol.errors import OwnerChanged
-        while True:
-            await asyncio.sleep(1.0)
-            try:
-                await self.owner_call("status")
-                self.write_diagnostics()
-            except OwnerChanged:
-                async with self.command_lock:
-                    await self.follow_new_owner()
-            except TenureError as exc:
-                log.warning("owner unreachable: %s", exc)
-
-    async def follow_new_owner(self) -> None:
-        assert self.owner is not None
-        log.warning("the owner was replaced; moving control to the new owner instance")
-        if self.current is not None:
-            bp, self.current = self.current, None
-            await bp.stop(kill_after=5.0)
-        self.owner.unpin()
-        await self.connect_owner()
-        self.blocked = None
-        await self.recover_safely()
-
-    # -- first start and recovery -----------------------------------------------------
-
-    async def start_selected(self, kind: Kind = Kind.START, cursor: int = 0) -> Activation:
-        sel = self.state.selector()
-        if sel.current is None:
-            raise NotFound("no release is selected; install and select one first")
-        act = self.state.create_activation(kind, sel.current, None, None)
-        try:
-            epoch = await self.fence(act)
-            act = self.advance(act, Phase.FENCED, epoch=epoch)
-            bp = await self.launch(act, epoch, str(kind), cursor=cursor,
-                                   standby=await self.take_spare(sel.current))
-            act = self.advance(act, Phase.STARTED, backend_pid=bp.pid)
-            detail = await self.verify_generation(epoch, None)
-            act = self.advance(act, Phase.VERIFIED, detail)
-            act = self.advance(act, Phase.COMPLETE, outcome="success")
-        except TenureError as exc:
-            act = self._fail(act, Phase.UNCERTAIN, exc)
-            raise
-        self.blocked = None
-        self._recovery_attempts = 0
-        self.prune()
-        self.write_diagnostics()
-        return act
+    # -- the standby generation of a guardian start ------------------------------------
 
     def prepare_spare(self) -> None:
         """Start a standby generation of the selected release in the background (a
@@ -284,15 +360,7 @@ class Coordinator:
         release = self.state.selector().current
         if release is None or self._spare is not None:
             return
-
-        async def spawn() -> BackendProcess | None:
-            try:
-                return await BackendProcess.standby(self.release(release), self.paths.home,
-                                                    self.paths.logs)
-            except (TenureError, TimeoutError) as exc:
-                log.warning("no standby generation: %s", exc)
-                return None
-        self._spare = (release, asyncio.create_task(spawn()))
+        self._spare = (release, asyncio.create_task(self.standby(release)))
 
     async def take_spare(self, release: str) -> BackendProcess | None:
         """The standby started by :meth:`prepare_spare` if it is of ``release``."""
@@ -312,62 +380,11 @@ class Coordinator:
             if bp is not None:
                 await bp.stop(kill_after=2.0)
 
+    # -- diagnostics ------------------------------------------------------------------
+
     def certificate(self) -> dict[str, Any]:
         from .recovery import read_certificate
         return read_certificate(self.paths.recovery_db)
-
-    async def recovery_check(self) -> tuple[bool, str, int]:
-        """Whether the owner's live inventory matches the last certificate."""
-        from .recovery import digest
-        cert = self.certificate()
-        inv = (await self.owner_call("inventory"))["launches"]
-        if not inv:
-            return True, NOTHING_RUNS, 0
-        body = cert.get("body") or {}
-        if not cert.get("valid"):
-            return False, "no valid recovery certificate (the backend was busy)", 0
-        assert self.owner_identity is not None
-        if body.get("owner") != self.owner_identity.to_wire():
-            return False, "the certificate names another owner instance", 0
-        if body.get("inventory_digest") != digest(inv):
-            return False, "the owner's live inventory differs from the certificate", 0
-        return True, "inventory matches the certificate", int(body.get("cursor", 0))
-
-    async def recover_after_crash(self, force: bool = False) -> Activation | None:
-        """Restart the selected release under a fresh epoch when it is safe, else block.
-        With no application running this is a plain first start."""
-        ok, reason, cursor = await self.recovery_check()
-        kind = Kind.START if reason == NOTHING_RUNS else Kind.RECOVER
-        if not ok and not force:
-            self.blocked = {"code": "RECOVERY_BLOCKED", "reason": reason, "at": time.time()}
-            act = self.state.create_activation(Kind.RECOVER, self.state.selector().current
-                                               or "", None, None)
-            self._fail(act, Phase.BLOCKED, RecoveryBlocked(reason))
-            log.error("recovery blocked: %s; run `tenure backend recover`", reason)
-            return None
-        while True:
-            try:
-                return await self.start_selected(kind, cursor)
-            except TenureError as exc:
-                delay = RECOVERY_BACKOFF[min(self._recovery_attempts,
-                                             len(RECOVERY_BACKOFF) - 1)]
-                self._recovery_attempts += 1
-                if self._recovery_attempts > len(RECOVERY_BACKOFF):
-                    self.blocked = {"code": exc.code_str, "reason": str(exc), "at": time.time()}
-                    self.write_diagnostics()
-                    return None
-                log.error("recovery attempt failed (%s); retrying in %.0f s", exc, delay)
-                await asyncio.sleep(delay)
-
-    def _fail(self, act: Activation, phase: Phase, exc: TenureError) -> Activation:
-        try:
-            act = self.state.advance(act.id, act.phase, phase, {"error": str(exc), **exc.data},
-                                     outcome=str(OUTCOME_OF[phase]), code=exc.code_str,
-                                     error=exc.msg)
-        except TenureError:
-            act = self.state.activation(act.id)
-        self.write_diagnostics()
-        return act
 
     def prune(self, keep: int = KEEP_ARTIFACTS) -> int:
         """Remove all but the newest ``keep`` handoff records, checkpoints and backend
@@ -388,19 +405,23 @@ class Coordinator:
                 removed += 1
         return removed
 
-    # -- diagnostics ------------------------------------------------------------------
-
     def write_diagnostics(self) -> None:
-        """supervisor-state.json: what `tenure status` shows when no backend answers."""
+        """supervisor-state.json: what `tenure status` shows when no backend answers.
+        Never raises: a diagnostics file that cannot be written is logged, not fatal."""
+        try:
+            atomic_write_json(self.paths.diagnostics, self._diagnostics())
+        except Exception:
+            log.exception("could not write %s", self.paths.diagnostics)
+
+    def _diagnostics(self) -> dict[str, Any]:
         sel = self.state.selector()
         last = self.state.activations(1)
-        cert: dict[str, Any] = {}
         try:
             cert = self.certificate()
-        except TenureError:
-            cert = {"valid": False, "error": "unreadable"}
+        except Exception as exc:
+            cert = {"valid": False, "error": f"unreadable: {GuardianFault.wrap(exc).msg}"}
         body = cert.get("body") or {}
-        atomic_write_json(self.paths.diagnostics, {
+        return {
             "kind": "tenure-supervisor-state", "format": 1, "updated_at": time.time(),
             "guardian": self.identity.to_wire(),
             "owner": self.owner_identity.to_wire() if self.owner_identity else None,
@@ -411,8 +432,10 @@ class Coordinator:
             "last_activation": last[0].to_wire() if last else None,
             "certificate": {"valid": cert.get("valid", False),
                             "age": round(time.time() - body["at"], 1) if "at" in body
-                            else None, "launches": body.get("launches")},
-            "blocked": self.blocked})
+                            else None, "launches": body.get("launches"),
+                            "error": cert.get("error")},
+            "blocked": self.blocked,
+            "unhealthy": self.unhealthy}
 
     def status(self) -> dict[str, Any]:
         return read_json(self.paths.diagnostics, "tenure-supervisor-state")

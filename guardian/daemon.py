@@ -11,12 +11,14 @@ import fcntl
 import logging
 import os
 import signal
+import time
 
 from protocol.errors import AlreadyRunning, TenureError
 from protocol.server import RpcServer
 
 from .backendproc import control
 from .boot import boot
+from .cold import watch_owner
 from .coordinator import Coordinator
 from .keys import load_or_create_key
 from .paths import GuardianPaths
@@ -76,18 +78,18 @@ async def serve(paths: GuardianPaths) -> int:
         if await _connect_owner(co, stop):
             try:
                 await boot(co)
-            except TenureError as exc:
-                log.error("boot: %s", exc)
+            except Exception as exc:  # the guardian serves status and recover regardless
+                log.exception("boot: %s", exc)
+                co.unhealthy = {"task": "boot", "reason": str(exc), "at": time.time()}
             await co.drop_spare()  # unused when a living generation was adopted
             print(f"READY {co.identity.instance}", flush=True)
             _sd_notify("READY=1")
-            watcher = asyncio.create_task(co.watch_owner())
+            co.spawn(watch_owner(co), "owner watch")
             await stop.wait()
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
     finally:
         _sd_notify("STOPPING=1")
         server.begin_drain()
+        await co.cancel_tasks()
         await co.drop_spare()
         await _retire_backend(co)
         await server.close()

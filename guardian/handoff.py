@@ -2,10 +2,12 @@
 every application keeps running.
 
 checked → admitted → draining → checkpointed → fenced → retired → started → verified →
-complete. A failure before retirement resumes the incumbent (``aborted``); after it, the
-candidate is stopped and the previous release is started under a fresh epoch from the
-same checkpoint (``rolled_back``); when identity or inventory cannot be proven nothing
-else is tried (``uncertain``) and the operator reconciles.
+complete. However it fails — a coded error, a hang that times out, an OS error, a
+malformed record, a bug — the activation ends as guardian.phases says for the phase it
+reached: before the fence the incumbent resumes (``aborted``); after it the candidate
+is stopped and the previous release is restored under a fresh epoch from the same
+checkpoint (``rolled_back``); when identity or inventory cannot be proven nothing else
+is tried (``uncertain``) and the operator reconciles. Never a half-open activation.
 """
 
 from __future__ import annotations
@@ -17,191 +19,231 @@ from protocol.durable import read_json
 from protocol.errors import (
     BackendUnavailable,
     CapabilityMissing,
+    GuardianFault,
     HandoffFailed,
     IdentityError,
     TenureError,
     Uncertain,
 )
 
-from .backendproc import BackendProcess, control, preflight
+from .backendproc import BackendProcess
 from .coordinator import Coordinator
-from .phases import Kind, Phase
+from .phases import Kind, Outcome, Phase, ending
 from .state import Activation
 
-__all__ = ["abort_requested_error", "upgrade"]
+__all__ = ["POINTS", "abort_requested_error", "restore_previous", "upgrade"]
 
 log = logging.getLogger("tenure.guardian")
 
-DRAIN_TIMEOUT = 30.0
-_BEFORE_RETIRE = frozenset({Phase.CREATED, Phase.CHECKED, Phase.ADMITTED, Phase.DRAINING,
-                           Phase.CHECKPOINTED, Phase.FENCED})
-
-
-class _Abort(TenureError):
-    pass
+# every await point of a handoff where the fault harness may inject (guardian.faults)
+POINTS = ("check.owner", "check.preflight", "standby", "admit", "drain", "checkpoint",
+          "fence", "retire", "retire.stop", "launch", "verify", "complete",
+          "restore.fence", "restore.launch", "restore.verify")
 
 
 def abort_requested_error() -> HandoffFailed:
-    return HandoffFailed("aborted by the operator before retirement")
+    return HandoffFailed("aborted by the operator before the fence")
 
 
 async def upgrade(co: Coordinator, release_id: str, check_only: bool = False,
                   kind: Kind = Kind.UPGRADE) -> dict[str, Any]:
-    """Run one handoff to ``release_id``. Returns the final activation and receipts."""
+    """Run one handoff to ``release_id``; returns the final activation and its receipts.
+    Never raises for a failure of the handoff itself: the activation records it."""
     sel = co.state.selector()
-    incumbent = co.current
     co.abort_requested = False  # an abort applies only to the handoff it was sent for
     act = co.state.create_activation(kind, release_id, sel.current, None)
+    h = _Handoff(co, act, co.current, sel.revision)
     try:
-        act = await _check(co, act)
-        if check_only:
-            act = co.advance(act, Phase.COMPLETE, outcome="check-only")
-            return _result(co, act)
-        if incumbent is None or not incumbent.alive():
-            raise BackendUnavailable("no backend generation is running to hand over from; "
-                                     "use `tenure backend recover`")
-        standby = await _standby(co, act)
-        try:
-            act = await _before_retire(co, act, incumbent)
-            act = await _after_retire(co, act, incumbent, sel.revision, standby)
-        finally:
-            if standby is not None and co.current is not standby:
-                await standby.stop(kill_after=2.0)
-    except TenureError as exc:
-        log.error("handoff %s failed in phase %s: %s", act.id, co.state.activation(act.id)
-                  .phase, exc)
-        act = co.state.activation(act.id)
-        if not act.final:
-            act = co._fail(act, Phase.ABORTED if act.phase in _BEFORE_RETIRE
-                           else Phase.UNCERTAIN, exc)
+        await h.run(check_only)
+    except Exception as exc:  # the boundary: anything becomes the phase's ending
+        await h.fail(exc)
     finally:
         co.abort_requested = False
+        await h.drop_standby()
+        co.candidate = None
     co.prune()
-    return _result(co, act)
+    return _result(co, co.state.activation(act.id))
 
 
-async def _standby(co: Coordinator, act: Activation) -> BackendProcess | None:
-    """Start the candidate's interpreter now, outside the pause; it holds nothing. A
-    release that cannot stand by (an older one) is started the plain way later."""
-    try:
-        return await BackendProcess.standby(co.release(act.release), co.paths.home,
-                                            co.paths.logs)
-    except (TenureError, TimeoutError) as exc:
-        log.warning("candidate cannot stand by (%s); it will start cold", exc)
-        return None
+class _Handoff:
+    def __init__(self, co: Coordinator, act: Activation, incumbent: BackendProcess | None,
+                 revision: int) -> None:
+        self.co = co
+        self.act = act
+        self.incumbent = incumbent
+        self.revision = revision
+        self.standby: BackendProcess | None = None
+        self.checkpoint: dict[str, Any] | None = None
+        co.incumbent = incumbent
 
+    @property
+    def path(self) -> str:
+        return self.co.paths.checkpoint_file(self.act.id)
 
-async def _check(co: Coordinator, act: Activation) -> Activation:
-    release = co.release(act.release)                       # hashes, interpreter
-    caps = (await co.owner_call("status"))["capabilities"]
-    missing = {k: v for k, v in release.contracts.items() if caps.get(k) != v}
-    if missing:
-        raise CapabilityMissing(f"the owner lacks {missing} that the candidate requires",
-                                {"missing": missing})
-    report = await preflight(release)
-    return co.advance(act, Phase.CHECKED, {"preflight": report})
+    async def run(self, check_only: bool) -> None:
+        await self.check()
+        if check_only:
+            self.act = self.co.advance(self.act, Phase.COMPLETE, outcome=Outcome.CHECK_ONLY)
+            return
+        if self.incumbent is None or not self.incumbent.alive():
+            raise BackendUnavailable("no backend generation is running to hand over from; "
+                                     "use `tenure backend recover`")
+        self.co.point("standby")
+        self.standby = await self.co.standby(self.act.release)
+        self.co.candidate = self.standby
+        await self.before_fence()
+        await self.fence()
+        await self.retire()
+        await self.start_candidate()
 
+    async def check(self) -> None:
+        co = self.co
+        release = co.release(self.act.release)                    # hashes, interpreter
+        co.point("check.owner")
+        caps = (await co.owner_call("status"))["capabilities"]
+        missing = {k: v for k, v in release.contracts.items() if caps.get(k) != v}
+        if missing:
+            raise CapabilityMissing(f"the owner lacks {missing} that the candidate requires",
+                                    {"missing": missing})
+        co.point("check.preflight")
+        report = await co.preflight(release)
+        self.act = co.advance(self.act, Phase.CHECKED, {"preflight": report})
 
-async def _before_retire(co: Coordinator, act: Activation, incumbent: BackendProcess
-                         ) -> Activation:
-    """admitted → draining → checkpointed → fenced; on failure resume the incumbent."""
-    st = await control(co.paths.api_sock, "generation.status")
-    from_epoch = int(st["epoch"])
-    act = co.advance(act, Phase.ADMITTED, from_epoch=from_epoch)
-    try:
-        _abort_point(co)
-        drained = await control(co.paths.api_sock, "generation.drain",
-                                {"timeout": DRAIN_TIMEOUT}, timeout=DRAIN_TIMEOUT + 5)
+    async def before_fence(self) -> None:
+        """admitted → draining → checkpointed."""
+        co = self.co
+        co.point("admit")
+        st = await co.control("generation.status")
+        self.act = co.advance(self.act, Phase.ADMITTED, from_epoch=int(st["epoch"]))
+        self.abort_point()
+        co.point("drain")
+        drained = await co.control("generation.drain", {"timeout": co.deadline},
+                                   timeout=co.deadline + 5)
         if not drained["drained"]:
             raise HandoffFailed("the incumbent did not drain in time", drained)
-        act = co.advance(act, Phase.DRAINING, drained)
-        _abort_point(co)
-        path = co.paths.checkpoint_file(act.id)
-        cp = await control(co.paths.api_sock, "generation.checkpoint", {"path": path})
-        act = co.advance(act, Phase.CHECKPOINTED, {"inventory_digest": cp["inventory_digest"],
-                                                   "launches": cp["launches"]})
-        _abort_point(co)
-    except TenureError:
-        await _resume_incumbent(co)
-        raise
-    try:
-        epoch = await co.fence(act)
-    except TenureError:
-        # The answer may be lost after the owner accepted: ask it which epoch it holds.
-        epoch = co.state.last_epoch()
-        if (await co.owner_call("status"))["epoch"] != epoch:
-            await _resume_incumbent(co)
-            raise
-    return co.advance(act, Phase.FENCED, epoch=epoch)
+        self.act = co.advance(self.act, Phase.DRAINING, drained)
+        self.abort_point()
+        co.point("checkpoint")
+        cp = await co.control("generation.checkpoint", {"path": self.path})
+        self.act = co.advance(self.act, Phase.CHECKPOINTED,
+                              {"inventory_digest": cp["inventory_digest"],
+                               "launches": cp["launches"]})
+        self.abort_point()
+
+    async def fence(self) -> None:
+        self.co.point("fence")
+        epoch = await self.co.fence_proven(self.act)
+        self.act = self.co.advance(self.act, Phase.FENCED, epoch=epoch)
+
+    def abort_point(self) -> None:
+        if self.co.abort_requested:
+            self.co.abort_requested = False
+            raise abort_requested_error()
+
+    async def retire(self) -> None:
+        """The incumbent is fenced already: whatever it answers, it is made to exit
+        (SIGKILL at the end)."""
+        co, incumbent = self.co, self.incumbent
+        assert incumbent is not None
+        incumbent.expected_exit = True
+        co.point("retire")
+        try:
+            await co.control("generation.retire", timeout=min(10.0, co.deadline))
+        except TenureError as exc:
+            log.warning("the incumbent did not take the retire request (%s); stopping it", exc)
+        co.point("retire.stop")
+        await incumbent.stop(term_after=min(10.0, co.deadline))
+        if co.current is incumbent:
+            co.current = None
+        self.act = co.advance(self.act, Phase.RETIRED, {"pid": incumbent.pid,
+                                                        "returncode": incumbent.returncode})
+
+    async def start_candidate(self) -> None:
+        """retired → started → verified → complete."""
+        co = self.co
+        epoch = self.act.epoch
+        assert epoch is not None
+        self.checkpoint = read_json(self.path, "tenure-checkpoint")
+        co.point("launch")
+        standby, self.standby = self.standby, None
+        bp = await co.launch(self.act, epoch, str(self.act.kind), checkpoint=self.path,
+                             standby=standby)
+        self.act = co.advance(self.act, Phase.STARTED, backend_pid=bp.pid)
+        co.point("verify")
+        detail = await co.verify_generation(epoch, self.checkpoint)
+        self.act = co.advance(self.act, Phase.VERIFIED, detail)
+        co.point("complete")
+        self.act = co.advance(self.act, Phase.COMPLETE, outcome=Outcome.SUCCESS,
+                              select=(self.act.release, self.revision))
+
+    async def fail(self, exc: Exception) -> None:
+        """End the activation as its phase requires. Never raises."""
+        err = GuardianFault.wrap(exc)
+        act = self.co.state.activation(self.act.id)
+        if isinstance(exc, TenureError):
+            log.error("handoff %s failed in phase %s: %s", act.id, act.phase, err)
+        else:
+            log.exception("handoff %s: unexpected error in phase %s", act.id, act.phase)
+        if act.final:
+            return
+        end = ending(act.kind, act.phase)
+        try:
+            if end is Phase.ABORTED:
+                await self.drop_standby()
+                await self.co.resume_incumbent(self.incumbent)
+                self.co.end(act, Phase.ABORTED, err)
+            elif end is Phase.ROLLED_BACK:
+                await restore_previous(self.co, act, err, self.incumbent)
+            else:
+                self.co.end(act, end, err)
+        except Exception as second:  # the ending itself broke: say so, act no further
+            log.exception("handoff %s: could not finish its ending %s", act.id, end)
+            self.co.end(self.co.state.activation(act.id), Phase.UNCERTAIN,
+                        GuardianFault.wrap(second))
+
+    async def drop_standby(self) -> None:
+        bp, self.standby = self.standby, None
+        if bp is not None and self.co.current is not bp:
+            await bp.stop(kill_after=2.0)
 
 
-def _abort_point(co: Coordinator) -> None:
-    if co.abort_requested:
-        co.abort_requested = False
-        raise abort_requested_error()
-
-
-async def _resume_incumbent(co: Coordinator) -> None:
-    try:
-        await control(co.paths.api_sock, "generation.resume")
-    except TenureError as exc:
-        log.error("could not resume the incumbent: %s", exc)
-
-
-async def _after_retire(co: Coordinator, act: Activation, incumbent: BackendProcess,
-                        revision: int, standby: BackendProcess | None = None) -> Activation:
-    """retired → started → verified → complete; on failure roll back. The incumbent is
-    fenced already: whatever it answers, it is made to exit (SIGKILL at the end)."""
-    incumbent.expected_exit = True
-    try:
-        await control(co.paths.api_sock, "generation.retire", timeout=10.0)
-    except TenureError as exc:
-        log.warning("the incumbent did not take the retire request (%s); stopping it", exc)
-    await incumbent.stop(term_after=10.0)
-    act = co.advance(act, Phase.RETIRED, {"pid": incumbent.pid,
-                                          "returncode": incumbent.returncode})
-    path = co.paths.checkpoint_file(act.id)
-    epoch = act.epoch
-    assert epoch is not None
-    checkpoint: dict[str, Any] | None = None
-    try:
-        checkpoint = read_json(path, "tenure-checkpoint")
-        bp = await co.launch(act, epoch, str(act.kind), checkpoint=path, standby=standby)
-        act = co.advance(act, Phase.STARTED, backend_pid=bp.pid)
-        detail = await co.verify_generation(epoch, checkpoint)
-        act = co.advance(act, Phase.VERIFIED, detail)
-        return co.advance(act, Phase.COMPLETE, outcome="success",
-                          select=(act.release, revision))
-    except TenureError as exc:
-        if checkpoint is None:
-            return co._fail(co.state.activation(act.id), Phase.UNCERTAIN, exc)
-        return await rollback_to_previous(co, act, path, checkpoint, exc)
-
-
-async def rollback_to_previous(co: Coordinator, act: Activation, path: str,
-                               checkpoint: dict[str, Any], cause: TenureError) -> Activation:
-    """Stop the candidate; start the previous release under a fresh epoch from the same
-    checkpoint. Unprovable identity or inventory ends ``uncertain``."""
-    log.error("candidate failed after retirement (%s); rolling back", cause)
-    act = co.state.activation(act.id)
-    if co.current is not None and co.current.activation == act.id:
-        await co.current.stop(kill_after=5.0)
-        co.current = None
+async def restore_previous(co: Coordinator, act: Activation, cause: TenureError,
+                           incumbent: BackendProcess | None = None) -> Activation:
+    """After the fence: stop the incumbent (fenced) and the candidate, then start the
+    previous release under a fresh epoch from the same checkpoint (a ``restore``
+    activation). Unprovable identity or inventory, or no checkpoint, ends ``uncertain``
+    and leaves no generation acting."""
+    log.error("handoff %s failed after the fence (%s); restoring the previous release",
+              act.id, cause)
+    await co.stop_generations(incumbent)
     if isinstance(cause, IdentityError | Uncertain) or act.from_release is None:
-        return co._fail(act, Phase.UNCERTAIN, cause)
-    previous = co.state.create_activation(Kind.ROLLBACK, act.from_release, act.release, None)
+        return co.end(act, Phase.UNCERTAIN, cause)
     try:
-        epoch = await co.fence(previous)
+        checkpoint = co.read_checkpoint(act.id)
+    except (OSError, TenureError) as exc:
+        log.error("no usable checkpoint to restore from: %s", exc)
+        return co.end(act, Phase.UNCERTAIN, GuardianFault.wrap(exc))
+    previous = co.state.create_activation(Kind.RESTORE, act.from_release, act.release, None,
+                                          {"restores": act.id})
+    try:
+        co.point("restore.fence")
+        epoch = await co.fence_proven(previous)
         previous = co.advance(previous, Phase.FENCED, epoch=epoch)
-        bp = await co.launch(previous, epoch, "rollback", checkpoint=path)
+        co.point("restore.launch")
+        bp = await co.launch(previous, epoch, str(Kind.RESTORE),
+                             checkpoint=co.paths.checkpoint_file(act.id))
         previous = co.advance(previous, Phase.STARTED, backend_pid=bp.pid)
-        await co.verify_generation(epoch, checkpoint)
-        previous = co.advance(previous, Phase.VERIFIED)
-        co.advance(previous, Phase.COMPLETE, outcome="success")
-    except TenureError as exc:
-        co._fail(previous, Phase.UNCERTAIN, exc)
-        return co._fail(co.state.activation(act.id), Phase.UNCERTAIN, exc)
-    return co._fail(co.state.activation(act.id), Phase.ROLLED_BACK, cause)
+        co.point("restore.verify")
+        detail = await co.verify_generation(epoch, checkpoint)
+        previous = co.advance(previous, Phase.VERIFIED, detail)
+        co.advance(previous, Phase.COMPLETE, outcome=Outcome.SUCCESS)
+    except Exception as exc:
+        err = GuardianFault.wrap(exc)
+        log.error("restoring the previous release failed: %s", err)
+        await co.stop_generations(None)
+        co.end(co.state.activation(previous.id), Phase.UNCERTAIN, err)
+        return co.end(co.state.activation(act.id), Phase.UNCERTAIN, err)
+    return co.end(co.state.activation(act.id), Phase.ROLLED_BACK, cause)
 
 
 def _result(co: Coordinator, act: Activation) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.errors import StateCorrupt
+from protocol.handover import OWNER_CONTRACTS
 
 __all__ = [
     "DEFAULT_CONTRACTS",
@@ -42,12 +43,7 @@ FORMAT = 1
 RUNTIME_NAME = "RUNTIME.json"
 SIGNATURE_NAME = "RUNTIME.json.sig"
 LIB_PREFIX = "lib/"
-DEFAULT_CONTRACTS: Mapping[str, int] = {
-    "stackControl": 1,
-    "logJournal": 1,
-    "notify": 1,
-    "observations": 1,
-}
+DEFAULT_CONTRACTS: Mapping[str, int] = OWNER_CONTRACTS
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")

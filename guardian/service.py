@@ -12,6 +12,7 @@ from protocol.errors import BadRequest, NotFound, TenureError
 from protocol.schema import Field, Schema
 from protocol.server import Call, Method
 
+from .cold import recover_safely
 from .coordinator import Coordinator
 from .handoff import upgrade
 from .manifest import is_release_id
@@ -112,7 +113,7 @@ class GuardianService:
             sel = self.co.state.select(rid, self.co.state.selector().revision)
             started = None
             if call.params["start"]:
-                act = await self.co.recover_safely() if self.co.blocked is None else None
+                act = await recover_safely(self.co) if self.co.blocked is None else None
                 started = act.to_wire() if act else None
             return {"selected": sel.current, "started": started}
         return await self._exclusive("select", go)
@@ -141,7 +142,7 @@ class GuardianService:
             if self.co.current is not None and self.co.current.alive():
                 raise BadRequest("a backend generation is running; nothing to recover")
             self.co.blocked = None
-            act = await self.co.recover_safely(force=call.params["force"])
+            act = await recover_safely(self.co, force=call.params["force"])
             if act is None:
                 raise _blocked(self.co.blocked)
             return act.to_wire()

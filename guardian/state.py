@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.durable import open_sqlite, transaction
-from protocol.errors import Conflict, NotFound, OperationInProgress
+from protocol.errors import Conflict, NotFound, OperationInProgress, StateCorrupt
 from protocol.grant import Grant
 from protocol.identity import Identity
 
@@ -88,8 +88,19 @@ _ACT_COLS = ("id, kind, release, from_release, phase, outcome, code, error, epoc
              "from_epoch, backend_pid, created_at, updated_at")
 
 
+def _kind(value: str) -> Kind:
+    try:
+        return Kind(value)
+    except ValueError:
+        raise StateCorrupt(f"state.db holds an activation of unknown kind {value!r}") from None
+
+
 def _activation(r: tuple[Any, ...]) -> Activation:
-    return Activation(r[0], Kind(r[1]), r[2], r[3], Phase(r[4]), *r[5:])
+    try:
+        phase = Phase(r[4])
+    except ValueError:
+        raise StateCorrupt(f"activation {r[0]} has unknown phase {r[4]!r}") from None
+    return Activation(r[0], _kind(r[1]), r[2], r[3], phase, *r[5:])
 
 
 class StateStore:
@@ -162,6 +173,12 @@ class StateStore:
     def last_epoch(self) -> int:
         return int(self.db.execute("SELECT coalesce(max(epoch), 0) FROM grants").fetchone()[0])
 
+    def grant_for(self, activation: str) -> int | None:
+        """The epoch granted to ``activation``, or None if none was recorded."""
+        r = self.db.execute("SELECT max(epoch) FROM grants WHERE activation = ?",
+                            (activation,)).fetchone()
+        return None if r is None or r[0] is None else int(r[0])
+
     def record_grant(self, grant: Grant, sig: bytes) -> None:
         """Step one of every fence: the grant is durable before the owner hears of it."""
         try:
@@ -174,14 +191,16 @@ class StateStore:
     # -- activations ----------------------------------------------------------------------
 
     def create_activation(self, kind: Kind, release: str, from_release: str | None,
-                          from_epoch: int | None) -> Activation:
+                          from_epoch: int | None, detail: dict[str, Any] | None = None
+                          ) -> Activation:
         aid = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         now = time.time()
         with self.tx() as db:
             db.execute(f"INSERT INTO activations ({_ACT_COLS}) VALUES "
                        "(?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?, NULL, ?, ?)",
                        (aid, kind, release, from_release, Phase.CREATED, from_epoch, now, now))
-            self._receipt(db, aid, Phase.CREATED, {"kind": str(kind), "release": release})
+            self._receipt(db, aid, Phase.CREATED, {**(detail or {}), "kind": str(kind),
+                                                   "release": release})
         return self.activation(aid)
 
     def activation(self, aid: str) -> Activation:
@@ -196,6 +215,29 @@ class StateStore:
                                "ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,))
         return [_activation(r) for r in rows]
 
+    def activations_granted_after(self, epoch: int) -> list[Activation]:
+        """Every activation that holds a grant newer than ``epoch``."""
+        rows = self.db.execute(f"SELECT {_ACT_COLS} FROM activations WHERE id IN "
+                               "(SELECT activation FROM grants WHERE epoch > ?) "
+                               "ORDER BY created_at", (epoch,))
+        return [_activation(r) for r in rows]
+
+    def restorer_of(self, activation: str) -> Activation | None:
+        """The restore activation started for a failed handoff, if any."""
+        for (aid, detail) in self.db.execute(
+                "SELECT r.activation, r.detail FROM receipts r JOIN activations a ON "
+                "a.id = r.activation WHERE a.kind = ? AND r.seq = 1", (Kind.RESTORE,)):
+            if json.loads(detail).get("restores") == activation:
+                return self.activation(aid)
+        return None
+
+    def restored_by(self, restore: str) -> str | None:
+        """The failed handoff a restore activation restores from."""
+        r = self.db.execute("SELECT detail FROM receipts WHERE activation = ? AND seq = 1",
+                            (restore,)).fetchone()
+        value = json.loads(r[0]).get("restores") if r else None
+        return value if isinstance(value, str) else None
+
     def open_activations(self) -> list[Activation]:
         rows = self.db.execute(f"SELECT {_ACT_COLS} FROM activations WHERE phase NOT IN "
                                f"({','.join('?' * len(FINAL))}) ORDER BY created_at",
@@ -206,11 +248,15 @@ class StateStore:
                 = None, *, select: tuple[str, int] | None = None, **fields: Any) -> Activation:
         """Compare-and-set the phase, set ``fields`` and write the receipt, atomically.
         With ``select=(release, revision)`` the selector commits in the same transaction.
-        Raises Conflict when the phase moved or the step is not in the table."""
-        if not allowed(expected, new):
-            raise Conflict(f"phase {new} may not follow {expected}")
+        Raises Conflict when the phase moved or the step is not in its kind's table."""
         sets = ", ".join(f"{k} = ?" for k in fields)
         with self.tx() as db:
+            row = db.execute("SELECT kind FROM activations WHERE id = ?", (aid,)).fetchone()
+            if row is None:
+                raise NotFound(f"no activation {aid}", {"activation": aid})
+            if not allowed(_kind(row[0]), expected, new):
+                raise Conflict(f"phase {new} may not follow {expected} in a {row[0]} "
+                               "activation", {"activation": aid})
             cur = db.execute(
                 f"UPDATE activations SET phase = ?, updated_at = ?{', ' if sets else ''}{sets} "
                 "WHERE id = ? AND phase = ?",

@@ -25,6 +25,7 @@ from protocol.errors import (
     StaleEpoch,
     StopTimeout,
 )
+from protocol.framing import pack
 from protocol.identity import Identity
 from protocol.schema import Field, Schema, check_int, check_key, check_name, check_str_map
 from protocol.server import Call, Method, RpcServer
@@ -87,6 +88,7 @@ class OwnerService:
         self.store = store
         self.journal = journal
         self.epoch = store.epoch()
+        self.grant = store.grant()
         self.server: RpcServer | None = None
         self.ring = ObservationRing(publish=self._publish)
         self.inspector = Inspector()
@@ -161,8 +163,10 @@ class OwnerService:
                                f"{self.identity.instance}",
                                {"expected": grant.owner_instance,
                                 "actual": self.identity.instance})
-        self.store.advance_epoch(self.epoch, grant.epoch, call.params["grant"]["sig"])
+        # the whole signed grant is kept: status reports which activation holds the epoch
+        self.store.advance_epoch(self.epoch, grant.epoch, pack(signed.to_wire()))
         self.epoch = grant.epoch
+        self.grant = {"epoch": grant.epoch, "activation": grant.activation}
         self.ring.emit("fenced", epoch=grant.epoch, activation=grant.activation)
         log.info("fenced to epoch %d for activation %s", grant.epoch, grant.activation)
         return {"epoch": self.epoch}
@@ -279,7 +283,7 @@ class OwnerService:
 
     async def status(self, call: Call) -> Any:
         return {"owner": self.identity.to_wire(), "epoch": self.epoch,
-                "capabilities": CAPABILITIES, "live": len(self.launcher.live),
+                "grant": self.grant, "capabilities": CAPABILITIES, "live": len(self.launcher.live),
                 "exit_mode": str(self.procs.mode),
                 "isolation": "process-group" if self.launcher.cgroups is None else "cgroup",
                 "cursor": self.ring.cursor, "acked": self.ring.acked,

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import msgpack
+
 from protocol.durable import open_sqlite, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch
 
@@ -113,9 +115,22 @@ class OwnerStore:
     def epoch(self) -> int:
         return int(self.db.execute("SELECT epoch FROM fence WHERE id = 1").fetchone()[0])
 
-    def grant_wire(self) -> bytes | None:
-        row = self.db.execute("SELECT grant_wire FROM fence WHERE id = 1").fetchone()
-        return row[0] if row else None
+    def grant(self) -> dict[str, Any] | None:
+        """``{epoch, activation}`` of the grant the owner holds, or None before the first
+        fence. A value written by an older owner (the signature alone) names no
+        activation: ``activation`` is None then, which proves nothing to the guardian."""
+        row = self.db.execute("SELECT epoch, grant_wire FROM fence WHERE id = 1").fetchone()
+        if row is None or row[0] == 0:
+            return None
+        activation = None
+        try:
+            held = msgpack.unpackb(row[1]) if row[1] else None
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+            held = None
+        if isinstance(held, dict) and isinstance(held.get("grant"), dict):
+            value = held["grant"].get("activation")
+            activation = value if isinstance(value, str) else None
+        return {"epoch": int(row[0]), "activation": activation}
 
     def advance_epoch(self, expected: int, new: int, grant_wire: bytes) -> None:
         """Compare-and-set the epoch. Raises StaleEpoch naming the current epoch."""

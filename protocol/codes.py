@@ -57,7 +57,9 @@ class Code(StrEnum):
     # guardian and handoff
     BACKEND_PREFLIGHT_FAILED = "BACKEND_PREFLIGHT_FAILED"
     BACKEND_PREFLIGHT_TIMEOUT = "BACKEND_PREFLIGHT_TIMEOUT"
+    BACKEND_START_TIMEOUT = "BACKEND_START_TIMEOUT"
     HANDOFF_FAILED = "HANDOFF_FAILED"
+    GUARDIAN_FAULT = "GUARDIAN_FAULT"
     RECOVERY_BLOCKED = "RECOVERY_BLOCKED"
     UNCERTAIN = "UNCERTAIN"
     # OS service supervision
@@ -160,9 +162,16 @@ CODES: dict[Code, CodeInfo] = {
     Code.BACKEND_PREFLIGHT_TIMEOUT: CodeInfo(
         "The candidate release's preflight did not finish within its deadline and was "
         "killed. The incumbent keeps serving.", False),
+    Code.BACKEND_START_TIMEOUT: CodeInfo(
+        "A backend generation did not report READY within its deadline and was killed; "
+        "the activation ended as its phase requires (the receipt says how).", True),
     Code.HANDOFF_FAILED: CodeInfo(
         "A backend handoff failed at the phase named in data; the receipt says whether "
         "the incumbent resumed or the previous release was restored.", False),
+    Code.GUARDIAN_FAULT: CodeInfo(
+        "Something unexpected (an OS error, a malformed record, a bug) interrupted an "
+        "activation; the guardian ended it as its phase requires and logged the traceback. "
+        "data.exception names the error.", False),
     Code.RECOVERY_BLOCKED: CodeInfo(
         "The backend died and the owner's live inventory does not match the last recovery "
         "certificate; automatic recovery waits for `tenure backend recover`.", False),

@@ -46,7 +46,9 @@
     ├── GuardianError
     │   ├── PreflightFailed         BACKEND_PREFLIGHT_FAILED
     │   ├── PreflightTimeout        BACKEND_PREFLIGHT_TIMEOUT
+    │   ├── BackendStartTimeout     BACKEND_START_TIMEOUT
     │   ├── HandoffFailed           HANDOFF_FAILED
+    │   ├── GuardianFault           GUARDIAN_FAULT
     │   ├── RecoveryBlocked         RECOVERY_BLOCKED
     │   └── Uncertain               UNCERTAIN
     ├── ServiceError                SERVICE_ERROR
@@ -283,8 +285,26 @@ class PreflightTimeout(GuardianError):
     code = Code.BACKEND_PREFLIGHT_TIMEOUT
 
 
+class BackendStartTimeout(GuardianError):
+    code = Code.BACKEND_START_TIMEOUT
+
+
 class HandoffFailed(GuardianError):
     code = Code.HANDOFF_FAILED
+
+
+class GuardianFault(GuardianError):
+    """An unexpected exception turned into a coded ending at a guardian boundary."""
+
+    code = Code.GUARDIAN_FAULT
+
+    @classmethod
+    def wrap(cls, exc: BaseException) -> TenureError:
+        """``exc`` itself when it is a TenureError, else a GuardianFault naming it."""
+        if isinstance(exc, TenureError):
+            return exc
+        return cls(f"unexpected {type(exc).__name__}: {exc}",
+                   {"exception": type(exc).__name__})
 
 
 class RecoveryBlocked(GuardianError):

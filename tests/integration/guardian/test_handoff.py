@@ -163,7 +163,7 @@ def test_candidate_crashing_before_ready_rolls_back_under_a_fresh_epoch(cluster,
     phases = [r["phase"] for r in res.out["receipts"]]
     assert phases == [*PHASES[:7], "rolled_back"]   # failed in `started`
     recent = guardian_status(cluster)["recent"]
-    rollback = [a for a in recent if a["kind"] == "rollback"]
+    rollback = [a for a in recent if a["kind"] == "restore"]
     assert rollback and rollback[0]["phase"] == "complete", recent
     assert rollback[0]["release"] == sel["current"] and rollback[0]["epoch"] == epoch + 2
     assert owner_epoch(cluster) == epoch + 2

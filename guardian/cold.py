@@ -1,0 +1,232 @@
+"""Cold starts: the first start, crash recovery from the recovery certificate, and
+following a replaced owner. One generation starts under a fresh epoch:
+created → fenced → started → verified → complete.
+
+A cold start that fails after its fence stops its generation (``failed``, or ``uncertain``
+when identity or inventory cannot be proven); recovery retries with backoff and then
+records ``blocked`` with the reason. Recovery refuses what the certificate does not cover:
+another owner instance, another live inventory, another release, or a grant the owner
+accepted since for a generation that completed; automatic recovery never guesses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import (
+    GuardianFault,
+    IdentityError,
+    NotFound,
+    OwnerChanged,
+    RecoveryBlocked,
+    TenureError,
+    Uncertain,
+)
+
+from .phases import Kind, Outcome, Phase, ending
+from .recovery import digest
+from .state import Activation
+
+if TYPE_CHECKING:
+    from .coordinator import Coordinator
+
+__all__ = ["POINTS", "recover_safely", "recovery_check", "start_selected", "watch_owner"]
+
+log = logging.getLogger("tenure.guardian")
+
+RECOVERY_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+NOTHING_RUNS = "no applications run"
+POINTS = ("recover.check", "start.fence", "start.launch", "start.verify")
+
+
+async def start_selected(co: Coordinator, kind: Kind = Kind.START, cursor: int = 0,
+                         expect: dict[str, Any] | None = None) -> Activation:
+    """Start the selected release under a fresh epoch. ``expect`` (a certificate body)
+    adds its config revision to what is verified. Raises the failure after recording
+    the ending the table gives (its generation stopped)."""
+    sel = co.state.selector()
+    if sel.current is None:
+        raise NotFound("no release is selected; install and select one first")
+    act = co.state.create_activation(kind, sel.current, None, None)
+    try:
+        co.point("start.fence")
+        epoch = await co.fence_proven(act)
+        act = co.advance(act, Phase.FENCED, epoch=epoch)
+        co.point("start.launch")
+        bp = await co.launch(act, epoch, str(kind), cursor=cursor,
+                             standby=await co.take_spare(sel.current))
+        act = co.advance(act, Phase.STARTED, backend_pid=bp.pid)
+        co.point("start.verify")
+        detail = await co.verify_generation(epoch, None)
+        _check_config(expect, detail)
+        act = co.advance(act, Phase.VERIFIED, detail)
+        act = co.advance(act, Phase.COMPLETE, outcome=Outcome.SUCCESS)
+    except Exception as exc:
+        err = GuardianFault.wrap(exc)
+        if not isinstance(exc, TenureError):
+            log.exception("start %s: unexpected error", act.id)
+        act = co.state.activation(act.id)
+        if act.phase is not Phase.CREATED:
+            await co.stop_generations(None)
+        end = Phase.UNCERTAIN if isinstance(err, IdentityError | Uncertain) \
+            else ending(act.kind, act.phase)
+        co.end(act, end, err)
+        raise err from None
+    finally:
+        co.candidate = None
+    co.blocked = None
+    co.recovery_attempts = 0
+    co.prune()
+    co.write_diagnostics()
+    return act
+
+
+def _check_config(expect: dict[str, Any] | None, detail: dict[str, Any]) -> None:
+    if expect is None or "config_revision" not in expect:
+        return
+    if detail.get("config_revision") != expect["config_revision"]:
+        raise Uncertain("the recovered generation runs another config revision than the "
+                        "certificate vouches for",
+                        {"certificate": expect["config_revision"],
+                         "generation": detail.get("config_revision")})
+
+
+async def recover_safely(co: Coordinator, force: bool = False) -> Activation | None:
+    """:func:`recover_after_crash` that never leaves the guardian stuck: anything that
+    goes wrong is recorded as a ``blocked`` recovery with its reason."""
+    try:
+        return await recover_after_crash(co, force)
+    except Exception as exc:
+        err = GuardianFault.wrap(exc)
+        if not isinstance(exc, TenureError):
+            log.exception("recovery: unexpected error")
+        _block(co, err.code_str, err.msg)
+        return None
+
+
+def _block(co: Coordinator, code: str, reason: str) -> None:
+    log.error("recovery blocked: %s; run `tenure backend recover`", reason)
+    try:
+        act = co.state.create_activation(Kind.RECOVER, co.state.selector().current or "",
+                                         None, None)
+        co.end(act, Phase.BLOCKED, RecoveryBlocked(reason, {"cause": code}))
+    except Exception:  # state.db itself failed: the diagnostics still say blocked
+        log.exception("could not record the blocked recovery")
+    co.blocked = {"code": code, "reason": reason, "at": time.time()}
+    co.write_diagnostics()
+
+
+async def recovery_check(co: Coordinator) -> tuple[bool, str, int, dict[str, Any] | None]:
+    """(ok, reason, cursor, certificate body): whether the certificate covers the world
+    as it is now."""
+    co.point("recover.check")
+    inv = (await co.owner_call("inventory"))["launches"]
+    if not inv:
+        return True, NOTHING_RUNS, 0, None
+    cert = co.certificate()
+    body = cert.get("body") or {}
+    if not cert.get("valid"):
+        return False, "no valid recovery certificate (the backend was busy)", 0, None
+    reason = await _uncovered(co, body, inv)
+    if reason is not None:
+        return False, reason, 0, None
+    return True, "inventory matches the certificate", int(body.get("cursor", 0)), body
+
+
+async def _uncovered(co: Coordinator, body: dict[str, Any], inv: list[dict[str, Any]]
+                     ) -> str | None:
+    """What of the world the certificate does not vouch for, or None."""
+    assert co.owner_identity is not None
+    if body.get("owner") != co.owner_identity.to_wire():
+        return "the certificate names another owner instance"
+    if body.get("inventory_digest") != digest(inv):
+        return "the owner's live inventory differs from the certificate"
+    if body.get("release") != co.state.selector().current:
+        return "the certificate was written by another release than the selected one"
+    epoch = body.get("epoch")
+    if not isinstance(epoch, int) or co.state.grant_for(str(body.get("activation"))) != epoch:
+        return "the certificate names a grant this guardian never issued"
+    for act in co.state.activations_granted_after(epoch):
+        if act.phase is Phase.COMPLETE:
+            return (f"generation {act.id} completed under a later grant without "
+                    "certifying; the certificate is stale")
+    return None
+
+
+async def recover_after_crash(co: Coordinator, force: bool = False) -> Activation | None:
+    """Restart the selected release under a fresh epoch when the certificate covers the
+    world (or ``force``), else block. With no application running this is a first start."""
+    ok, reason, cursor, body = await recovery_check(co)
+    kind = Kind.START if reason == NOTHING_RUNS else Kind.RECOVER
+    if not ok and not force:
+        _block(co, "RECOVERY_BLOCKED", reason)
+        return None
+    while True:
+        try:
+            return await start_selected(co, kind, cursor, expect=body)
+        except TenureError as exc:
+            if isinstance(exc, IdentityError | Uncertain | NotFound):
+                _block(co, exc.code_str, exc.msg)
+                return None
+            delay = RECOVERY_BACKOFF[min(co.recovery_attempts, len(RECOVERY_BACKOFF) - 1)]
+            co.recovery_attempts += 1
+            if co.recovery_attempts > len(RECOVERY_BACKOFF):
+                _block(co, exc.code_str, f"{exc.msg} (after {co.recovery_attempts - 1} "
+                       "attempts)")
+                return None
+            log.error("recovery attempt failed (%s); retrying in %.0f s", exc, delay)
+            await co.sleep(delay)
+
+
+async def watch_owner(co: Coordinator) -> None:
+    """Every second: is the owner there, still the same instance, and does it hold the
+    grant of the generation in control? A new owner (after a maintenance restart) gets a
+    fresh epoch and a new generation; a grant of another activation (a fence that landed
+    after its handoff gave up) means the running generation is fenced off: it is
+    replaced by a recovery. One bad round is logged, never the end of the watch."""
+    while True:
+        await asyncio.sleep(1.0)
+        try:
+            await _watch_once(co)
+        except asyncio.CancelledError:
+            raise
+        except OwnerChanged:
+            async with co.command_lock:
+                await follow_new_owner(co)
+        except TenureError as exc:
+            log.warning("owner unreachable: %s", exc)
+        except Exception:
+            log.exception("owner watch: unexpected error (the watch goes on)")
+
+
+async def _watch_once(co: Coordinator) -> None:
+    st = await co.owner_call("status")
+    co.write_diagnostics()
+    held = (st.get("grant") or {}).get("activation")
+    cur = co.current
+    if cur is None or held is None or held == cur.activation or co.command_lock.locked():
+        return
+    async with co.command_lock:
+        cur = co.current
+        st = await co.owner_call("status")
+        held = (st.get("grant") or {}).get("activation")
+        if cur is None or held is None or held == cur.activation:
+            return
+        log.error("the owner holds the grant of activation %s, not of generation %s in "
+                  "control: that generation is fenced off; replacing it", held,
+                  cur.activation)
+        await co.stop_generations(None)
+        await recover_safely(co)
+
+
+async def follow_new_owner(co: Coordinator) -> None:
+    assert co.owner is not None
+    log.warning("the owner was replaced; moving control to the new owner instance")
+    await co.stop_generations(None)
+    co.owner.unpin()
+    await co.connect_owner()
+    co.blocked = None
+    await recover_safely(co)

@@ -1,0 +1,331 @@
+"""The guardian's flows over a fake owner and fake generations (guardian.testing): every
+failure path of a handoff, a cold start, recovery and boot, in milliseconds.
+
+Each test drives the real coordinator, phase tables, state.db, grants, receipts, handoff
+records and checkpoints; only processes and sockets are fake."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardian.cold import recover_safely, start_selected, watch_owner
+from guardian.faults import InjectedFault
+from guardian.handoff import POINTS, upgrade
+from guardian.phases import FINAL, Kind, Phase, ending
+from guardian.testing import FakeCoordinator
+from protocol.errors import BackendStartTimeout, Conflict, StateCorrupt, TransportLost
+
+OLD, NEW = "a" * 64, "b" * 64
+
+
+def run(fn: Callable[[FakeCoordinator], Awaitable[Any]], home: Path) -> Any:
+    async def main() -> Any:
+        co = FakeCoordinator(home)
+        try:
+            return await fn(co)
+        finally:
+            await co.cancel_tasks()
+            co.state.close()
+    return asyncio.run(main())
+
+
+async def in_control(co: FakeCoordinator) -> Any:
+    await co.connect_owner()
+    co.world.inventory = [{"stack": "s", "app": "a", "instance": 0, "generation": 1,
+                           "launch_key": "k1", "pid": 500, "start_ticks": 9, "restarts": 0,
+                           "state": "ready"}]
+    return await co.boot_generation(OLD)
+
+
+def assert_valid_end(co: FakeCoordinator, act: dict[str, Any]) -> None:
+    """Exactly one generation answers holding the owner's epoch, or the ending is
+    uncertain and none acts; no epoch was ever granted twice."""
+    assert Phase(act["phase"]) in FINAL, act
+    alive = co.world.alive()
+    if act["phase"] == "uncertain":
+        assert alive == [], alive
+    else:
+        assert len(alive) == 1, alive
+        assert alive[0].epoch == co.world.epoch
+        assert co.world.grant == {"epoch": co.world.epoch, "activation": alive[0].activation}
+    epochs = [r[0] for r in co.state.db.execute("SELECT epoch FROM grants")]
+    assert len(epochs) == len(set(epochs))
+
+
+def test_candidate_that_hangs_before_ready_is_rolled_back(tmp_path: Path) -> None:
+    """Regression: BackendStartTimeout (a builtin TimeoutError before) left `retired`."""
+    async def go(co: FakeCoordinator) -> Any:
+        await in_control(co)
+        co.world.start_fault = "timeout"
+        return await upgrade(co, NEW)
+    result = run(go, tmp_path)
+    act = result["activation"]
+    assert (act["phase"], act["code"]) == ("rolled_back", "BACKEND_START_TIMEOUT"), act
+    phases = [r["phase"] for r in result["receipts"]]
+    assert phases[-3:] == ["fenced", "retired", "rolled_back"]
+
+
+def test_hung_candidate_restores_previous_release_under_fresh_epoch(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> Any:
+        await in_control(co)
+        before = co.world.epoch
+        co.world.start_fault = "timeout"
+        await upgrade(co, NEW)
+        restore = co.state.activations(1)[0]
+        assert restore.kind is Kind.RESTORE and restore.phase is Phase.COMPLETE
+        assert co.world.epoch == before + 2          # candidate's, then the restore's
+        (alive,) = co.world.alive()
+        assert alive.release == OLD and alive.activation == restore.id
+        assert co.state.selector().current == OLD
+        assert_valid_end(co, co.state.activations(2)[1].to_wire())
+    run(go, tmp_path)
+
+
+@pytest.mark.parametrize("point", [p for p in POINTS if not p.startswith("restore.")])
+def test_unexpected_exception_at_every_point_ends_as_its_phase_requires(
+        tmp_path: Path, point: str) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        await in_control(co)
+        co.fault.spec = f"{point}:raise"
+        result = await upgrade(co, NEW)
+        act = result["activation"]
+        reached = Phase(result["receipts"][-2]["phase"])
+        assert act["phase"] == ending(Kind.UPGRADE, reached), (point, result["receipts"])
+        assert act["code"] == "GUARDIAN_FAULT" and "InjectedFault" in act["error"]
+        assert_valid_end(co, act)
+        (alive,) = co.world.alive()
+        assert not alive.draining                  # an aborted handoff resumed it
+    run(go, tmp_path)
+
+
+@pytest.mark.parametrize("point", ["restore.fence", "restore.launch", "restore.verify"])
+def test_a_failing_restore_ends_uncertain_with_no_generation_acting(
+        tmp_path: Path, point: str) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        await in_control(co)
+        co.world.start_fault = "crash"
+        co.fault.spec = f"{point}:raise"
+        act = (await upgrade(co, NEW))["activation"]
+        assert act["phase"] == "uncertain", act
+        assert co.world.alive() == []
+        assert co.blocked is not None and co.blocked["activation"] == act["id"]
+        restore = co.state.activations(1)[0]
+        assert (restore.kind, restore.phase) == (Kind.RESTORE, Phase.UNCERTAIN)
+    run(go, tmp_path)
+
+
+def test_lost_fence_call_never_reuses_the_incumbents_epoch(tmp_path: Path) -> None:
+    """Regression: a failed fence let the activation reach `fenced` with last_epoch()."""
+    async def go(co: FakeCoordinator) -> None:
+        incumbent = await in_control(co)
+        epoch = co.world.epoch
+        co.world.fail["status"] = [None, TransportLost("reset")]  # check ok, fence's status
+        act = (await upgrade(co, NEW))["activation"]
+        assert act["phase"] == "aborted" and act["epoch"] is None, act
+        assert co.world.epoch == epoch and co.world.alive() == [incumbent]
+        assert not incumbent.draining
+    run(go, tmp_path)
+
+
+def test_fence_answer_lost_after_the_owner_accepted_proceeds_on_proof(tmp_path: Path
+                                                                      ) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        await in_control(co)
+        co.world.fail["fence"] = ["lose"]
+        act = (await upgrade(co, NEW))["activation"]
+        assert act["phase"] == "complete", act
+        assert act["epoch"] == co.world.epoch == co.state.grant_for(act["id"])
+        assert_valid_end(co, act)
+    run(go, tmp_path)
+
+
+def test_fence_frame_landing_after_abort_is_detected_and_repaired(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        incumbent = await in_control(co)
+        co.world.fail["fence"] = ["late"]
+        act = (await upgrade(co, NEW))["activation"]
+        assert act["phase"] == "aborted"
+        co.world.land_late()          # the owner now holds the aborted activation's grant
+        assert co.world.grant is not None and co.world.grant["activation"] == act["id"]
+        co.world.certificate = _certificate(co, incumbent)
+        task = asyncio.create_task(watch_owner(co))
+        for _ in range(400):
+            await asyncio.sleep(0.005)
+            if co.world.alive() and co.world.alive()[0] is not incumbent:
+                break
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        (alive,) = co.world.alive()
+        assert alive is not incumbent and not incumbent.alive()
+        assert co.world.grant == {"epoch": co.world.epoch, "activation": alive.activation}
+        assert co.state.activations(1)[0].kind is Kind.RECOVER
+    run(go, tmp_path)
+
+
+def _certificate(co: FakeCoordinator, bp: Any) -> dict[str, Any]:
+    from guardian.recovery import digest
+    return {"valid": True, "body": {
+        "activation": bp.activation, "epoch": bp.epoch, "release": bp.release,
+        "owner": co.world.identity.to_wire(), "inventory_digest": digest(co.world.inventory),
+        "launches": len(co.world.inventory), "cursor": 3, "config_revision": "rev-1"}}
+
+
+def _crash(co: FakeCoordinator, bp: Any) -> None:
+    co.world.certificate = _certificate(co, bp)
+    bp.die()
+
+
+def test_recovery_from_a_covering_certificate(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        bp = await in_control(co)
+        _crash(co, bp)
+        act = await recover_safely(co)
+        assert act is not None and (act.kind, act.phase) == (Kind.RECOVER, Phase.COMPLETE)
+        assert_valid_end(co, act.to_wire())
+    run(go, tmp_path)
+
+
+@pytest.mark.parametrize("change, reason", [
+    ("release", "another release"),
+    ("epoch", "never issued"),
+    ("owner", "another owner"),
+    ("inventory", "inventory differs"),
+])
+def test_recovery_refuses_what_the_certificate_does_not_cover(
+        tmp_path: Path, change: str, reason: str) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        bp = await in_control(co)
+        _crash(co, bp)
+        body = co.world.certificate["body"]
+        if change == "release":
+            body["release"] = NEW
+        elif change == "epoch":
+            body["epoch"] += 7
+        elif change == "owner":
+            body["owner"] = {**body["owner"], "instance": "owner-2"}
+        else:
+            co.world.inventory = [*co.world.inventory, dict(co.world.inventory[0], launch_key="k2")]
+        assert await recover_safely(co) is None
+        assert co.blocked is not None and reason in co.blocked["reason"]
+        last = co.state.activations(1)[0]
+        assert (last.kind, last.phase, last.code) == (Kind.RECOVER, Phase.BLOCKED,
+                                                      "RECOVERY_BLOCKED")
+        assert co.world.alive() == []
+    run(go, tmp_path)
+
+
+def test_recovery_refuses_a_certificate_older_than_a_completed_generation(
+        tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        bp = await in_control(co)
+        co.world.certificate = _certificate(co, bp)
+        act = (await upgrade(co, NEW))["activation"]
+        assert act["phase"] == "complete"
+        co.world.api.die()   # type: ignore[union-attr]  # crashed before certifying
+        body = co.world.certificate["body"]
+        body["release"] = NEW  # even a matching release does not make it current
+        assert await recover_safely(co) is None
+        assert co.blocked is not None and "stale" in co.blocked["reason"]
+    run(go, tmp_path)
+
+
+def test_recovery_retries_with_backoff_then_records_blocked(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        bp = await in_control(co)
+        _crash(co, bp)
+
+        async def always_timeout(bp: Any) -> None:
+            bp.die()
+            raise BackendStartTimeout("test: hangs")
+        co.world.start = always_timeout  # type: ignore[method-assign]
+        assert await recover_safely(co) is None
+        assert co.slept == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+        kinds = [(a.kind, a.phase) for a in co.state.activations(8)]
+        assert kinds[0] == (Kind.RECOVER, Phase.BLOCKED)
+        assert kinds[1:7] == [(Kind.RECOVER, Phase.FAILED)] * 6
+        assert co.blocked is not None and co.blocked["code"] == "BACKEND_START_TIMEOUT"
+        assert co.world.alive() == []
+    run(go, tmp_path)
+
+
+def test_recover_safely_turns_any_exception_into_a_recorded_block(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        bp = await in_control(co)
+        bp.die()
+
+        def broken() -> dict[str, Any]:
+            raise KeyError("body")
+        co.certificate = broken  # type: ignore[method-assign]
+        assert await recover_safely(co) is None
+        assert co.blocked is not None and co.blocked["code"] == "GUARDIAN_FAULT"
+        last = co.state.activations(1)[0]
+        assert last.phase is Phase.BLOCKED and "KeyError" in (last.error or "")
+    run(go, tmp_path)
+
+
+def test_cold_start_failure_after_fence_is_failed_with_its_generation_stopped(
+        tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        await co.connect_owner()
+        co.state.add_release(OLD)
+        co.state.select(OLD, 0)
+        co.fault.spec = "start.verify:raise"
+        with pytest.raises(Exception) as info:
+            await start_selected(co)
+        assert info.value.code_str == "GUARDIAN_FAULT"   # type: ignore[attr-defined]
+        act = co.state.activations(1)[0]
+        assert act.phase is Phase.FAILED and co.world.alive() == []
+    run(go, tmp_path)
+
+
+def test_background_task_that_dies_marks_the_guardian_unhealthy(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        async def boom() -> None:
+            raise InjectedFault("test: a watcher broke")
+        task = co.spawn(boom(), "test watcher")
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0)
+        assert co.unhealthy is not None and co.unhealthy["task"] == "test watcher"
+        assert co.status()["unhealthy"]["code"] == "GUARDIAN_FAULT"
+    run(go, tmp_path)
+
+
+def test_phase_advance_outside_the_kinds_table_is_refused(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        act = co.state.create_activation(Kind.START, OLD, None, None)
+        with pytest.raises(Conflict):
+            co.state.advance(act.id, Phase.CREATED, Phase.CHECKED)
+        up = co.state.create_activation(Kind.UPGRADE, OLD, None, None)
+        with pytest.raises(Conflict):
+            co.state.advance(up.id, Phase.CREATED, Phase.FENCED)
+    run(go, tmp_path)
+
+
+def test_unknown_kind_in_state_db_fails_closed(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        act = co.state.create_activation(Kind.START, OLD, None, None)
+        co.state.db.execute("UPDATE activations SET kind = 'teleport' WHERE id = ?", (act.id,))
+        with pytest.raises(StateCorrupt):
+            co.state.activation(act.id)
+    run(go, tmp_path)
+
+
+def test_operator_abort_before_the_fence_resumes_the_incumbent(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        incumbent = await in_control(co)
+        orig = co.world.api_call
+
+        def abort_on_drain(method: str, params: dict[str, Any]) -> Any:
+            if method == "generation.drain":
+                co.abort_requested = True
+            return orig(method, params)
+        co.world.api_call = abort_on_drain  # type: ignore[method-assign]
+        act = (await upgrade(co, NEW))["activation"]
+        assert act["phase"] == "aborted" and "operator" in act["error"]
+        assert co.world.alive() == [incumbent] and not incumbent.draining
+    run(go, tmp_path)
