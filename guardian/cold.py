@@ -43,14 +43,15 @@ POINTS = ("recover.check", "start.fence", "start.launch", "start.verify")
 
 
 async def start_selected(co: Coordinator, kind: Kind = Kind.START, cursor: int = 0,
-                         expect: dict[str, Any] | None = None) -> Activation:
+                         expect: dict[str, Any] | None = None,
+                         detail: dict[str, Any] | None = None) -> Activation:
     """Start the selected release under a fresh epoch. ``expect`` (a certificate body)
     adds its config revision to what is verified. Raises the failure after recording
     the ending the table gives (its generation stopped)."""
     sel = co.state.selector()
     if sel.current is None:
         raise NotFound("no release is selected; install and select one first")
-    act = co.state.create_activation(kind, sel.current, None, None)
+    act = co.state.create_activation(kind, sel.current, None, None, detail)
     try:
         co.point("start.fence")
         epoch = await co.fence_proven(act)
@@ -94,11 +95,14 @@ def _check_config(expect: dict[str, Any] | None, detail: dict[str, Any]) -> None
                          "generation": detail.get("config_revision")})
 
 
-async def recover_safely(co: Coordinator, force: bool = False) -> Activation | None:
+async def recover_safely(co: Coordinator, force: bool = False,
+                         evidence: str | None = None) -> Activation | None:
     """:func:`recover_after_crash` that never leaves the guardian stuck: anything that
-    goes wrong is recorded as a ``blocked`` recovery with its reason."""
+    goes wrong is recorded as a ``blocked`` recovery with its reason. ``force`` (with the
+    path of the reviewed plan as ``evidence``) adopts what the certificate does not
+    cover."""
     try:
-        return await recover_after_crash(co, force)
+        return await recover_after_crash(co, force, evidence)
     except Exception as exc:
         err = GuardianFault.wrap(exc)
         if not isinstance(exc, TenureError):
@@ -156,7 +160,8 @@ async def _uncovered(co: Coordinator, body: dict[str, Any], inv: list[dict[str, 
     return None
 
 
-async def recover_after_crash(co: Coordinator, force: bool = False) -> Activation | None:
+async def recover_after_crash(co: Coordinator, force: bool = False,
+                              evidence: str | None = None) -> Activation | None:
     """Restart the selected release under a fresh epoch when the certificate covers the
     world (or ``force``), else block. With no application running this is a first start."""
     ok, reason, cursor, body = await recovery_check(co)
@@ -166,7 +171,9 @@ async def recover_after_crash(co: Coordinator, force: bool = False) -> Activatio
         return None
     while True:
         try:
-            return await start_selected(co, kind, cursor, expect=body)
+            return await start_selected(co, kind, cursor, expect=body, detail=(
+                {"forced": True, "evidence": evidence, "uncovered": reason}
+                if force and not ok else None))
         except TenureError as exc:
             if isinstance(exc, IdentityError | Uncertain | NotFound):
                 _block(co, exc.code_str, exc.msg)

@@ -14,6 +14,7 @@ from protocol.server import Call, Method
 
 from .cold import recover_safely
 from .coordinator import Coordinator
+from .forceplan import checked_plan, force_plan, write_evidence
 from .handoff import upgrade
 from .manifest import is_release_id
 from .phases import Kind
@@ -29,7 +30,9 @@ S_UPGRADE = Schema(Field("release", str, check=_release_id),
                    Field("check", bool, required=False, default=False))
 S_PATH = Schema(Field("path", str))
 S_ID = Schema(Field("release", str, check=_release_id))
-S_RECOVER = Schema(Field("force", bool, required=False, default=False))
+S_RECOVER = Schema(Field("force", bool, required=False, default=False),
+                   Field("dry_run", bool, required=False, default=False),
+                   Field("digest", str, required=False))
 S_SELECT = Schema(Field("release", str, check=_release_id),
                   Field("start", bool, required=False, default=True))
 
@@ -136,13 +139,22 @@ class GuardianService:
         return {"abort_requested": True}
 
     async def recover(self, call: Call) -> Any:
-        """Operator decision: restart the selected release adopting the owner's live
-        inventory as it is (force), or retry the certificate check."""
+        """Retry the certificate check and start (plain), show the plan of a forced
+        recovery (``dry_run``), or perform exactly the reviewed plan (``digest``)."""
+        p = call.params
+        if p["dry_run"]:
+            return await force_plan(self.co)
+
         async def go() -> Any:
             if self.co.current is not None and self.co.current.alive():
                 raise BadRequest("a backend generation is running; nothing to recover")
+            evidence = None
+            if p["force"] or p.get("digest"):
+                evidence = write_evidence(self.co, await checked_plan(self.co,
+                                                                       p.get("digest")))
             self.co.blocked = None
-            act = await recover_safely(self.co, force=call.params["force"])
+            act = await recover_safely(self.co, force=evidence is not None,
+                                       evidence=evidence)
             if act is None:
                 raise _blocked(self.co.blocked)
             return act.to_wire()
@@ -156,5 +168,5 @@ class GuardianService:
 def _blocked(info: dict[str, Any] | None) -> TenureError:
     from protocol.errors import RecoveryBlocked
     reason = (info or {}).get("reason", "recovery failed")
-    return RecoveryBlocked(f"{reason}; `tenure backend recover --force` adopts the owner's "
-                           "inventory as it is", info or {})
+    return RecoveryBlocked(f"{reason}; `tenure backend recover --dry-run` shows what a "
+                           "forced recovery would adopt", info or {})

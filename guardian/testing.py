@@ -269,7 +269,7 @@ class FakeCoordinator(Coordinator):
 
     async def launch(self, act: Any, epoch: int, mode: str, checkpoint: str | None = None,
                      cursor: int = 0, standby: Any = None) -> Any:
-        bp = standby if standby is not None and standby.alive() else \
+        bp: Any = standby if standby is not None and standby.alive() else \
             self.world.spawn(act.release)
         self.candidate = bp
         from protocol.handover import pack_handoff, write_handoff

@@ -236,7 +236,11 @@ def cmd_backend(args: Any) -> int:
                                  "`tenure release list`)")
             r = g.call("upgrade", {"release": args.release, "check": args.check})
         elif args.action == "recover":
-            r = g.call("recover", {"force": args.force})
+            r = g.call("recover", {"force": args.force, "dry_run": args.dry_run,
+                                   **({"digest": args.digest} if args.digest else {})})
+            if args.dry_run:
+                _out(args, r, render.recover_plan(r))
+                return OK
         else:
             r = g.call(args.action)
     _out(args, r, render.backend(args.action, r))

@@ -85,6 +85,9 @@ def _parser() -> Any:
     p.add_argument("release", nargs="?")
     p.add_argument("--check", action="store_true")
     p.add_argument("--force", action="store_true")
+    p.add_argument("--dry-run", action="store_true",
+                   help="recover: show what a forced recovery would adopt, and its digest")
+    p.add_argument("--digest", help="recover: perform exactly the reviewed plan")
     p = add("release", "sealed releases")
     p.add_argument("action", choices=["seal", "install", "list", "verify", "select"])
     p.add_argument("arg", nargs="?")

@@ -156,4 +156,33 @@ def backend(action: str, r: dict[str, Any]) -> str:
              f"{cert.get('age', '-')}s launches {cert.get('launches', '-')}"]
     if r.get("blocked"):
         lines.append(f"BLOCKED: {r['blocked'].get('reason')}")
+    if r.get("unhealthy"):
+        u = r["unhealthy"]
+        lines.append(f"UNHEALTHY: guardian task {u.get('task')} failed: {u.get('reason')} "
+                     "(see the guardian's log)")
+    return "\n".join(lines)
+
+
+def recover_plan(p: dict[str, Any]) -> str:
+    """`tenure backend recover --dry-run`: why recovery is blocked and what a forced
+    recovery would adopt."""
+    cert, owner, diff = p["certificate"], p["owner"], p["differences"]
+    lines = [("the certificate covers the world: `tenure backend recover` needs no force"
+              if p["covered"] else f"not covered by the certificate: {p['reason']}"),
+             f"owner: {owner['identity'].get('instance')}  epoch {owner['epoch']}  "
+             f"release: {p['release'] or '-'}",
+             f"certificate: {'valid' if cert['valid'] else 'invalid'}  written by "
+             f"{cert.get('activation') or '-'} (epoch {cert.get('epoch') or '-'}, "
+             f"{cert.get('launches') if cert.get('launches') is not None else '-'} launches)"]
+    for key in ("gone", "unexpected", "replaced"):
+        if diff.get(key):
+            lines.append(f"{key}: {', '.join(diff[key])}")
+    if "detail" in diff:
+        lines.append(f"differences: {diff['detail']} (inventory digests differ: "
+                     f"{diff['certificate_digest'] != diff['live_digest']})")
+    lines.append(f"a forced recovery adopts {len(p['adopt'])} live processes as they are:")
+    lines += [f"  {a['stack']}/{a['app']}/{a['instance']}  pid {a['pid']}  "
+              f"{a['launch_key']}" for a in p["adopt"]]
+    lines.append(f"digest: {p['digest']}")
+    lines.append(f"to perform exactly this: tenure backend recover --digest {p['digest']}")
     return "\n".join(lines)

@@ -4,6 +4,7 @@ blocks recovery (`recovery_blocked`) until `tenure backend recover --force`."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -100,9 +101,25 @@ def test_app_changed_while_no_backend_ran_blocks_recovery_until_forced(cluster):
         assert again.code != 0 and "RECOVERY_BLOCKED" in again.stderr + str(again.out)
         assert backend_procs(cluster.home) == []
 
-        forced = cluster.cli("backend", "recover", "--force")
+        unreviewed = cluster.cli("backend", "recover", "--force")
+        assert unreviewed.code != 0 and "--dry-run" in unreviewed.stderr + str(unreviewed.out)
+        plan = cluster.cli("backend", "recover", "--dry-run", check=True).out
+        assert plan["covered"] is False and "inventory" in plan["reason"]
+        assert victim_key not in {a["launch_key"] for a in plan["adopt"]}
+        assert len(plan["adopt"]) == 2
+        stale = cluster.cli("backend", "recover", "--digest", "0" * 64)
+        assert stale.code != 0 and "CONFLICT" in stale.stderr + str(stale.out)
+        assert backend_procs(cluster.home) == []
+
+        forced = cluster.cli("backend", "recover", "--digest", plan["digest"])
 
         assert forced.code == 0, (forced.out, forced.stderr)
+        with cluster.guardian() as g:
+            created = g.call("receipts", {"activation": forced.out["id"]})["receipts"][0]
+        assert created["detail"]["forced"] is True
+        evidence = Path(created["detail"]["evidence"])
+        assert evidence.stat().st_mode & 0o777 == 0o600
+        assert json.loads(evidence.read_text())["plan"]["digest"] == plan["digest"]
         assert forced.out["phase"] == "complete" and forced.out["kind"] == "recover"
         assert owner_epoch(cluster) == forced.out["epoch"] > epoch
         assert guardian_status(cluster)["blocked"] is None
