@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import (
@@ -33,7 +34,7 @@ from .state import Activation
 if TYPE_CHECKING:
     from .coordinator import Coordinator
 
-__all__ = ["POINTS", "recover_safely", "recovery_check", "start_selected", "watch_owner"]
+__all__ = ["POINTS", "Check", "recover_safely", "recovery_check", "start_selected", "watch_owner"]
 
 log = logging.getLogger("tenure.guardian")
 
@@ -123,21 +124,33 @@ def _block(co: Coordinator, code: str, reason: str) -> None:
     co.write_diagnostics()
 
 
-async def recovery_check(co: Coordinator) -> tuple[bool, str, int, dict[str, Any] | None]:
-    """(ok, reason, cursor, certificate body): whether the certificate covers the world
-    as it is now."""
+@dataclass(frozen=True)
+class Check:
+    """What the recovery check found: ``ok`` (the certificate covers the world, or no
+    application runs), why, and where a recovered generation resumes."""
+
+    ok: bool
+    reason: str
+    nothing_runs: bool = False
+    cursor: int = 0
+    body: dict[str, Any] | None = None
+
+
+async def recovery_check(co: Coordinator) -> Check:
+    """Whether the certificate covers the world as it is now."""
     co.point("recover.check")
     inv = (await co.owner_call("inventory"))["launches"]
     if not inv:
-        return True, NOTHING_RUNS, 0, None
+        return Check(True, NOTHING_RUNS, nothing_runs=True)
     cert = co.certificate()
     body = cert.get("body") or {}
     if not cert.get("valid"):
-        return False, "no valid recovery certificate (the backend was busy)", 0, None
+        return Check(False, "no valid recovery certificate (the backend was busy)")
     reason = await _uncovered(co, body, inv)
     if reason is not None:
-        return False, reason, 0, None
-    return True, "inventory matches the certificate", int(body.get("cursor", 0)), body
+        return Check(False, reason)
+    return Check(True, "inventory matches the certificate", cursor=int(body.get("cursor", 0)),
+                 body=body)
 
 
 async def _uncovered(co: Coordinator, body: dict[str, Any], inv: list[dict[str, Any]]
@@ -164,16 +177,16 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
                               evidence: str | None = None) -> Activation | None:
     """Restart the selected release under a fresh epoch when the certificate covers the
     world (or ``force``), else block. With no application running this is a first start."""
-    ok, reason, cursor, body = await recovery_check(co)
-    kind = Kind.START if reason == NOTHING_RUNS else Kind.RECOVER
-    if not ok and not force:
-        _block(co, "RECOVERY_BLOCKED", reason)
+    check = await recovery_check(co)
+    kind = Kind.START if check.nothing_runs else Kind.RECOVER
+    if not check.ok and not force:
+        _block(co, "RECOVERY_BLOCKED", check.reason)
         return None
     while True:
         try:
-            return await start_selected(co, kind, cursor, expect=body, detail=(
-                {"forced": True, "evidence": evidence, "uncovered": reason}
-                if force and not ok else None))
+            return await start_selected(co, kind, check.cursor, expect=check.body, detail=(
+                {"forced": True, "evidence": evidence, "uncovered": check.reason}
+                if force and not check.ok else None))
         except TenureError as exc:
             if isinstance(exc, IdentityError | Uncertain | NotFound):
                 _block(co, exc.code_str, exc.msg)

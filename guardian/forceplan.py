@@ -34,13 +34,13 @@ _CERT_KEYS = ("activation", "epoch", "release", "launches", "inventory_digest",
 
 async def force_plan(co: Coordinator) -> dict[str, Any]:
     """The plan of a forced recovery as of now, with its ``digest``."""
-    ok, reason, _cursor, _body = await recovery_check(co)
+    check = await recovery_check(co)
     owner = await co.owner_call("status")
     live = (await co.owner_call("inventory"))["launches"]
     cert = co.certificate()
     body = cert.get("body") or {}
     plan: dict[str, Any] = {
-        "covered": ok, "reason": reason,
+        "covered": check.ok, "reason": check.reason,
         "owner": {"identity": owner["owner"], "epoch": owner["epoch"],
                   "grant": owner.get("grant")},
         "release": co.state.selector().current,
