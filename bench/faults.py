@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -56,6 +57,7 @@ def main() -> int:
     cells = [c for c in all_cells() if c.flow in flows and c.action in actions]
     if args.limit:
         cells = cells[:args.limit]
+    signal.signal(signal.SIGTERM, _interrupt)   # a stopped run still cleans its cell up
     tmp = Path(tempfile.mkdtemp(prefix="tqr", dir="/tmp"))
     t0 = time.monotonic()
     results = []
@@ -77,6 +79,10 @@ def main() -> int:
                       "invalid": invalid, "kinds": sorted({c.action for c in cells}),
                       "flows": sorted(flows), "seconds": round(time.monotonic() - t0, 1)}))
     return 1 if invalid else 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _matrix(results: list) -> None:  # type: ignore[type-arg]

@@ -222,12 +222,13 @@ def _check_receipts(p: list[str], aid: str, kind: Kind, phase: str, seq: list[st
 def _check_backends(c: Cluster, p: list[str], st: dict[str, Any],
                     owner: dict[str, Any] | None, last: Phase) -> None:
     procs = backend_procs(c.layout.home)
-    standbys = [x for x in procs if "--standby" in x.cmdline()]
+    current = (st["backend"] or {}).get("pid")   # an activated standby keeps its argv
+    standbys = [x for x in procs if "--standby" in x.cmdline() and x.pid != current]
     if standbys:
         p.append(f"standby generations left behind: {[x.pid for x in standbys]}")
     acting = [x for x in procs if x not in standbys]
     if last in (Phase.UNCERTAIN, Phase.BLOCKED) or st["blocked"]:
-        if owner is not None and any(_holds_epoch(c, owner) for _ in acting):
+        if owner is not None and acting and _holds_epoch(st, owner):
             p.append(f"{last}: yet a generation holds the owner's epoch")
         if not st["blocked"]:
             p.append(f"{last}: the guardian does not say it is blocked")
@@ -237,17 +238,16 @@ def _check_backends(c: Cluster, p: list[str], st: dict[str, Any],
         return
     if st["backend"] is None or st["backend"]["pid"] != acting[0].pid:
         p.append("the guardian does not watch the generation that runs")
-    if owner is not None and not _holds_epoch(c, owner):
+    if owner is not None and not _holds_epoch(st, owner):
         p.append("the running generation does not hold the owner's epoch")
 
 
-def _holds_epoch(c: Cluster, owner: dict[str, Any]) -> bool:
-    try:
-        with Client(c.layout.api_sock, pin=False, allow_group=True, timeout=5) as api:
-            gen = api.call("generation.status")
-    except Exception:
-        return False
-    return bool(gen["epoch"] == owner["epoch"])
+def _holds_epoch(st: dict[str, Any], owner: dict[str, Any]) -> bool:
+    """Whether the generation the guardian watches holds the owner's grant (asked of the
+    owner, not of the generation: a hung generation cannot answer)."""
+    backend = st["backend"] or {}
+    held = (owner.get("grant") or {}).get("activation")
+    return held is not None and held == backend.get("activation")
 
 
 def _owner_status(c: Cluster) -> dict[str, Any] | None:
