@@ -287,6 +287,7 @@ def run_session(name: str, n: int, tmp: Path, cfg: dict[str, Any]) -> dict[str, 
         sup.stop()
         _ACTIVE.remove(sup)
     out["commands"] = dict(sup.commands)
+    out["stop"] = dict(sup.stop_report)
     return out
 
 

@@ -154,6 +154,14 @@ def daemon_family(daemon_pid: int | None) -> list[int]:
     return out
 
 
+def gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie waiting to be reaped counts as exited)."""
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
 def read_pid(path: Path) -> int | None:
     try:
         pid = int(path.read_text().strip())

@@ -15,6 +15,7 @@ from bench.peers.base import (
     LineHelper,
     Supervisor,
     daemon_family,
+    gone,
     program_names,
     read_pid,
     wait_until,
@@ -90,10 +91,11 @@ loglevel = WARNING
         if self.helper is not None:
             self.helper.close()
             self.helper = None
-        pidfile = self.workdir / "circusd.pid"
-        if read_pid(pidfile) is not None:
+        # the daemon removes its pidfile before it exits: wait for the process itself
+        pid = read_pid(self.workdir / "circusd.pid")
+        if pid is not None:
             self.run_step("stop", self._ctl("quit", "--waiting"), 120, check=False)
-            wait_until(lambda: read_pid(pidfile) is None, 30, 0.05, "circusd exit")
+            wait_until(lambda: gone(pid), 30, 0.01, "circusd exit")
 
     # -- observation --------------------------------------------------------------------
     def _ask(self, req: dict[str, object]) -> dict[str, object]:

@@ -18,6 +18,7 @@ from bench.peers.base import (
     PROGRAM_VAR,
     Supervisor,
     daemon_family,
+    gone,
     program_names,
     read_pid,
     wait_until,
@@ -116,10 +117,11 @@ serverurl=unix://{w}/supervisor.sock
         self.run_step("replace", self._ctl("reload"), 120)
 
     def stop_supervisor(self) -> None:
-        pidfile = self.workdir / "supervisord.pid"
-        if read_pid(pidfile) is not None:
+        # the daemon removes its pidfile before it exits: wait for the process itself
+        pid = read_pid(self.workdir / "supervisord.pid")
+        if pid is not None:
             self.run_step("stop", self._ctl("shutdown"), 60, check=False)
-            wait_until(lambda: read_pid(pidfile) is None, 30, 0.05, "supervisord exit")
+            wait_until(lambda: gone(pid), 30, 0.01, "supervisord exit")
 
     # -- observation --------------------------------------------------------------------
     def _rpc(self) -> Any:
