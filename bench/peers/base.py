@@ -15,6 +15,7 @@ import json
 import os
 import select
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -160,6 +161,17 @@ def gone(pid: int) -> bool:
         return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a benchmark directory, including read-only ones (installed tenure releases
+    are 0555). A path that is already gone is fine."""
+    for root, dirs, _files in os.walk(path):
+        for d in dirs:
+            full = os.path.join(root, d)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def read_pid(path: Path) -> int | None:

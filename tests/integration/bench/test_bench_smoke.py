@@ -10,7 +10,6 @@ the reason; with ``TENURE_BENCH_PEERS=required`` (as in CI) that fails instead.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import pytest
 
 from bench import suite
 from bench.peers import install
+from bench.peers.base import remove_tree
 
 N = 3
 TINY = {"ns": [N], "status_runs": 2, "restart_repeats": 1, "log_lines": 1000,
@@ -50,10 +50,7 @@ def bench_tmp() -> Iterator[Path]:
     try:
         yield path
     finally:
-        for root, dirs, _files in os.walk(path):  # installed tenure releases are 0555
-            for d in dirs:
-                os.chmod(os.path.join(root, d), 0o700)
-        shutil.rmtree(path)
+        remove_tree(path)
 
 
 @pytest.mark.parametrize("name", list(suite.ADAPTERS))
