@@ -1,11 +1,14 @@
 """tenure's benchmark suite: tenure and its peers, same machine, same run.
 
 Usage: python bench/suite.py [--quick] [--only supervisord,circus,pm2] [--n 50,200]
-                             [--render] [--render-only]
+                             [--repeat K] [--render] [--render-only] [--allow-errors]
 Installs the peers (bench/peers/install.py), runs every scenario for every registered
-adapter, writes bench/results/<timestamp>.json and bench/results/latest.json, and with
---render writes docs/benchmarks.md and docs/bench/*.png. The last line printed is one
-JSON object with the key figures per supervisor.
+adapter K times (the repetitions interleave the supervisors, so that a change in machine
+load hits all of them), and keeps the median of each figure with its min, max and spread
+(bench/aggregate.py). Writes bench/results/<timestamp>.json and bench/results/latest.json,
+and with --render docs/benchmarks.md and docs/bench/*.png. When a scenario failed, only
+the timestamped file is written and the exit status is 1, unless --allow-errors. The
+last line printed is one JSON object with the key figures per supervisor.
 """
 
 from __future__ import annotations
@@ -40,10 +43,12 @@ except ImportError:  # run from a Python without psutil: use the peers venv
     _install.ensure()
     os.execv(str(_install.peer_python()), [str(_install.peer_python()), *sys.argv])
 
+from bench import aggregate  # noqa: E402
 from bench.peers import install  # noqa: E402
 from bench.peers.base import (  # noqa: E402
     ScenarioTimeout,
     Supervisor,
+    remove_tree,
     tree_rss,
     write_log_writer,
     writer_times,
@@ -63,9 +68,9 @@ ADAPTERS: dict[str, str] = {
 }
 
 FULL = {"ns": [50, 200], "status_runs": 20, "restart_repeats": 5, "log_lines": 1_000_000,
-        "scenario_timeout": 120.0, "settle_s": 2.0}
+        "scenario_timeout": 120.0, "settle_s": 2.0, "repeat": 3}
 QUICK = {"ns": [10], "status_runs": 10, "restart_repeats": 3, "log_lines": 100_000,
-         "scenario_timeout": 60.0, "settle_s": 1.0}
+         "scenario_timeout": 60.0, "settle_s": 1.0, "repeat": 1}
 
 _ACTIVE: list[Supervisor] = []
 
@@ -273,7 +278,7 @@ def run_session(name: str, n: int, tmp: Path, cfg: dict[str, Any]) -> dict[str, 
     """One supervisor with n programs: start, memory, status, restart, replace."""
     sup = load_adapter(name)
     workdir = tmp / f"{name}-{n}"
-    workdir.mkdir()
+    workdir.mkdir()  # removed when the session ends: the next repetition reuses the name
     out: dict[str, Any] = {}
     try:
         sup.setup(workdir, n, [shutil.which("sleep") or "/bin/sleep", "100000"])
@@ -286,7 +291,9 @@ def run_session(name: str, n: int, tmp: Path, cfg: dict[str, Any]) -> dict[str, 
     finally:
         sup.stop()
         _ACTIVE.remove(sup)
+        remove_tree(workdir)
     out["commands"] = dict(sup.commands)
+    out["stop"] = dict(sup.stop_report)
     return out
 
 
@@ -300,6 +307,7 @@ def run_logs(name: str, tmp: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     finally:
         sup.stop()
         _ACTIVE.remove(sup)
+        remove_tree(workdir)
     out["commands"] = dict(sup.commands)
     return out
 
@@ -322,27 +330,69 @@ def machine() -> dict[str, Any]:
             "load_avg_at_start": os.getloadavg()}
 
 
+def commit() -> dict[str, Any]:
+    """The checkout being measured: HEAD and whether tracked files differ from it."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True,
+                                  text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"sha": git("rev-parse", "HEAD") or "unknown",
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def run_repetition(names: list[str], tmp: Path, cfg: dict[str, Any],
+                   raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every supervisor once (sessions for each N, then logs), appended to ``raw``;
+    returns the repetition's writer baseline, load average and wall time."""
+    t0, load = time.perf_counter(), os.getloadavg()
+    baseline = writer_baseline(tmp, cfg["log_lines"])
+    for name in names:
+        for n in cfg["ns"]:
+            raw[name]["sessions"][str(n)].append(run_session(name, n, tmp, cfg))
+        raw[name]["logs"].append(run_logs(name, tmp, cfg))
+    return {"load_avg_at_start": load, "log_writer_baseline_lines_per_s": baseline,
+            "wall_s": time.perf_counter() - t0}
+
+
 def run_all(names: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
     versions = install.ensure()
-    result: dict[str, Any] = {"machine": machine(), "config": cfg, "installed": versions,
-                              "argv": sys.argv, "supervisors": {}}
+    result: dict[str, Any] = {"machine": machine(), "commit": commit(), "config": cfg,
+                              "installed": versions, "argv": sys.argv, "supervisors": {}}
     t_all = time.perf_counter()
+    raw: dict[str, dict[str, Any]] = {
+        name: {"sessions": {str(n): [] for n in cfg["ns"]}, "logs": []} for name in names}
+    reps: list[dict[str, Any]] = []
     tmp = Path(tempfile.mkdtemp(prefix="tb-"))  # short: socket paths must fit 108 bytes
     try:
-        result["log_writer_baseline_lines_per_s"] = writer_baseline(tmp, cfg["log_lines"])
-        for name in names:
-            sup = load_adapter(name)
-            _ACTIVE.remove(sup)
-            entry: dict[str, Any] = {"version": sup.version, "sessions": {}}
-            for n in cfg["ns"]:
-                entry["sessions"][str(n)] = run_session(name, n, tmp, cfg)
-            entry["logs"] = run_logs(name, tmp, cfg)
-            result["supervisors"][name] = entry
+        for i in range(cfg["repeat"]):
+            print(f"repetition {i + 1} of {cfg['repeat']}", flush=True)
+            reps.append(run_repetition(names, tmp, cfg, raw))
     finally:
         _cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
+    result["machine"]["load_avg_at_end"] = os.getloadavg()
+    result["repetitions"] = reps
+    result.update(aggregate.merge_key("log_writer_baseline_lines_per_s",
+                                      [r["log_writer_baseline_lines_per_s"] for r in reps]))
+    for name in names:
+        result["supervisors"][name] = {
+            "version": load_version(name),
+            "sessions": {n: aggregate.merge_session(runs)
+                         for n, runs in raw[name]["sessions"].items()},
+            "logs": aggregate.merge_logs(raw[name]["logs"])}
+    result["ratios"], result["ratio_best_peer"] = aggregate.ratios(
+        result["supervisors"], [str(n) for n in cfg["ns"]])
     result["total_wall_s"] = time.perf_counter() - t_all
     return result
+
+
+def load_version(name: str) -> str:
+    sup = load_adapter(name)
+    _ACTIVE.remove(sup)
+    return sup.version
 
 
 def summary(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -361,17 +411,26 @@ def summary(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
             s[f"rss_mib_{n}"] = rnd(sess.get("memory", {}).get("rss_mib"), 1)
         s["log_lines_per_s"] = rnd(entry["logs"].get("lines_per_s"), 0)
         s["log_lost"] = entry["logs"].get("lost")
+        if name == "tenure":
+            for n, row in result.get("ratios", {}).items():
+                s.update({f"{k}_{n}": rnd(v) for k, v in row.items()})
         out[name] = s
     return out
 
 
-def save(result: dict[str, Any]) -> Path:
+def save(result: dict[str, Any], publish: bool) -> Path:
+    """Write bench/results/<timestamp>.json, and latest.json too when ``publish``.
+
+    Paths inside this checkout are written relative to it (the commands in the report
+    read the same on every machine).
+    """
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = RESULTS / f"{stamp}.json"
-    text = json.dumps(result, indent=1, default=str) + "\n"
+    text = json.dumps(result, indent=1, default=str).replace(str(ROOT) + "/", "") + "\n"
     path.write_text(text)
-    (RESULTS / "latest.json").write_text(text)
+    if publish:
+        (RESULTS / "latest.json").write_text(text)
     return path
 
 
@@ -381,14 +440,35 @@ def render(path: Path) -> None:
                    check=True, timeout=300)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="tenure benchmark suite (tenure and peers)")
-    ap.add_argument("--quick", action="store_true", help="N=10, fewer repeats, 100k log lines")
+    ap.add_argument("--quick", action="store_true",
+                    help="N=10, fewer repeats, 100k log lines, one repetition")
     ap.add_argument("--only", default=",".join(ADAPTERS), help="comma-separated adapters")
     ap.add_argument("--n", help="comma-separated program counts (default 50,200)")
+    ap.add_argument("--repeat", type=int, metavar="K",
+                    help="run everything K times; figures are medians (default 3, --quick 1)")
     ap.add_argument("--render", action="store_true", help="write docs/benchmarks.md + plots")
     ap.add_argument("--render-only", action="store_true", help="render latest.json, no run")
-    args = ap.parse_args()
+    ap.add_argument("--allow-errors", action="store_true",
+                    help="publish (latest.json, --render) even when a scenario failed")
+    return ap.parse_args()
+
+
+def config(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = dict(QUICK if args.quick else FULL, quick=args.quick,
+               spread_flag=aggregate.SPREAD_FLAG)
+    if args.n:
+        cfg["ns"] = [int(x) for x in args.n.split(",")]
+    if args.repeat is not None:
+        if args.repeat < 1:
+            raise SystemExit("--repeat must be at least 1")
+        cfg["repeat"] = args.repeat
+    return cfg
+
+
+def main() -> None:
+    args = parse_args()
     if args.render_only:
         render(RESULTS / "latest.json")
         print(json.dumps(summary(json.loads((RESULTS / "latest.json").read_text()))))
@@ -397,14 +477,19 @@ def main() -> None:
     unknown = [n for n in names if n not in ADAPTERS]
     if unknown:
         raise SystemExit(f"unknown adapters: {unknown}; known: {sorted(ADAPTERS)}")
-    cfg = dict(QUICK if args.quick else FULL, quick=args.quick)
-    if args.n:
-        cfg["ns"] = [int(x) for x in args.n.split(",")]
+    cfg = config(args)
     atexit.register(_cleanup)
     signal.signal(signal.SIGTERM, _on_signal)
     result = run_all(names, cfg)
-    path = save(result)
+    failed = aggregate.failures(result["supervisors"])
+    publish = not failed or args.allow_errors
+    path = save(result, publish)
     print(f"results: {path} (total {result['total_wall_s']:.1f} s)", flush=True)
+    if failed:
+        print("scenarios failed:\n  " + "\n  ".join(failed), file=sys.stderr, flush=True)
+    if not publish:
+        raise SystemExit(f"not published (latest.json, docs): {len(failed)} failures; "
+                         f"the results are in {path}; --allow-errors publishes them")
     if args.render:
         render(path)
     print(json.dumps(summary(result)))

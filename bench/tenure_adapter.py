@@ -22,7 +22,6 @@ from bench.peers.base import (
     daemon_family,
     program_names,
     run,
-    sweep,
     write_log_writer,
 )
 from protocol.client import Client
@@ -96,22 +95,17 @@ class Tenure(Supervisor):
     def start(self) -> None:
         self.run_step("start", self._cli("up", "--config", str(self.config)), 300)
 
-    def status_cli(self) -> list[str]:
-        return self.record("status", self._cli("status"))
+    def status_argv(self) -> list[str]:
+        return self._cli("status")
 
     def replace_control_plane(self) -> None:
         with Client(self.layout.guardian_sock, pin=False) as g:
             release = g.call("status")["selector"]["current"]
         self.run_step("replace", self._cli("backend", "upgrade", release), 300)
 
-    def stop(self) -> None:
-        try:
-            if self.home != Path() and self.home.exists():
-                argv = self._cli("down")
-                self.record("stop", argv)
-                run(argv, self.cli_env(), timeout=180, check=False)
-        finally:
-            sweep(self.token)
+    def stop_supervisor(self) -> None:
+        if self.home != Path() and self.home.exists():
+            self.run_step("stop", self._cli("down"), 180, check=False)
 
     # -- observation --------------------------------------------------------------------
     def _status(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import json
 import os
 import select
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, final
 
 import psutil
 
@@ -153,6 +155,25 @@ def daemon_family(daemon_pid: int | None) -> list[int]:
     return out
 
 
+def gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie waiting to be reaped counts as exited)."""
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a benchmark directory, including read-only ones (installed tenure releases
+    are 0555). A path that is already gone is fine."""
+    for root, dirs, _files in os.walk(path):
+        for d in dirs:
+            full = os.path.join(root, d)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def read_pid(path: Path) -> int | None:
     try:
         pid = int(path.read_text().strip())
@@ -203,17 +224,53 @@ def kill9(pid: int, token: str) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def checked_argv(key: str, argv: object) -> list[str]:
+    """``argv`` itself when it is a non-empty list of strings whose first is non-empty.
+
+    Raises TypeError naming the command otherwise, so an adapter that hands over None
+    (or a string, or an empty list) fails at the step that produced it.
+    """
+    if (not isinstance(argv, list) or not argv or not argv[0]
+            or not all(isinstance(a, str) for a in argv)):
+        raise TypeError(f"command {key!r}: expected a non-empty list of strings, got {argv!r}")
+    return argv
+
+
+# Supervisor methods that adapters must not override: they own the recording and running
+# of commands and the final sweep. Adapters customise them through the hooks named here.
+FINAL_METHODS = {
+    "record": "shown_env",
+    "run_step": "shown_env",
+    "status_cli": "status_argv",
+    "stop": "stop_supervisor",
+}
+
+
 class Supervisor(abc.ABC):
-    """One peer (or tenure) under test. Subclasses set ``name`` and ``version``."""
+    """One peer (or tenure) under test. Subclasses set ``name`` and ``version``.
+
+    A subclass that overrides one of :data:`FINAL_METHODS` is rejected with TypeError
+    when it is defined: every command an adapter runs goes through :meth:`record`, which
+    checks it and returns exactly what :meth:`run_step` then runs.
+    """
 
     name: str = "base"
     version: str = "unknown"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        bad = sorted(m for m in FINAL_METHODS if m in vars(cls))
+        if bad:
+            hooks = ", ".join(f"{m} -> {FINAL_METHODS[m]}" for m in bad)
+            raise TypeError(f"{cls.__name__} overrides Supervisor.{', '.join(bad)}; "
+                            f"implement the hook instead ({hooks})")
 
     def __init__(self) -> None:
         self.token = uuid.uuid4().hex
         self.workdir = Path()
         self.names: list[str] = []
         self.commands: dict[str, str] = {}
+        self.stop_report: dict[str, Any] = {}
 
     # -- configuration ------------------------------------------------------------------
     @abc.abstractmethod
@@ -230,8 +287,28 @@ class Supervisor(abc.ABC):
         """Run the documented start command; return when that command returned."""
 
     @abc.abstractmethod
+    def stop_supervisor(self) -> None:
+        """Run the documented stop command if the supervisor is up (through run_step).
+
+        May raise OSError, RuntimeError or SubprocessError; :meth:`stop` reports them.
+        """
+
+    @final
     def stop(self) -> None:
-        """Stop the supervisor and everything it started. Idempotent; safe after failure."""
+        """Stop the supervisor and everything it started. Idempotent; safe after failure.
+
+        Runs :meth:`stop_supervisor`, then kills whatever still carries this run's token.
+        ``stop_report`` keeps the stop command's error (or None) and the swept pids:
+        non-empty means the documented stop left processes behind.
+        """
+        error = None
+        try:
+            self.stop_supervisor()
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            swept = sweep(self.token)
+        self.stop_report = {"error": error, "swept": swept}
 
     @abc.abstractmethod
     def replace_control_plane(self) -> None:
@@ -247,8 +324,13 @@ class Supervisor(abc.ABC):
         return self.all_running().get(name)
 
     @abc.abstractmethod
+    def status_argv(self) -> list[str]:
+        """argv of the supervisor's CLI status command (run with :meth:`cli_env`)."""
+
+    @final
     def status_cli(self) -> list[str]:
-        """argv of the peer's CLI status command (run with :meth:`cli_env`)."""
+        """The recorded and checked status command: what the status scenario runs."""
+        return self.record("status", self.status_argv())
 
     @abc.abstractmethod
     def own_pids(self) -> list[int]:
@@ -281,19 +363,43 @@ class Supervisor(abc.ABC):
                         total += chunk.count(b"\n")
         return total
 
+    # -- commands -----------------------------------------------------------------------
     def cli_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env[TOKEN_VAR] = self.token
         return env
 
+    def shown_env(self) -> dict[str, str]:
+        """Variables of :meth:`cli_env` that the report writes before every recorded
+        command (``env K=V ... argv``) so that a reader can run it as shown. None here."""
+        return {}
+
+    @final
     def record(self, key: str, argv: list[str]) -> list[str]:
-        """Remember an exact command for the report; returns it."""
-        self.commands[key] = shlex.join(argv)
+        """Check ``argv``, remember it for the report, and return it unchanged.
+
+        Raises TypeError for anything but a non-empty list of strings, and ValueError when
+        :meth:`shown_env` disagrees with :meth:`cli_env` (the report would then show a
+        command other than the one run).
+        """
+        argv = checked_argv(key, argv)
+        shown = self.shown_env()
+        env = self.cli_env()
+        wrong = sorted(k for k, v in shown.items() if env.get(k) != v)
+        if wrong:
+            raise ValueError(f"command {key!r}: shown_env {wrong} differs from cli_env")
+        prefix = ["env", *(f"{k}={v}" for k, v in shown.items())] if shown else []
+        self.commands[key] = shlex.join([*prefix, *argv])
         return argv
 
-    def run_step(self, key: str, argv: list[str], timeout: float) -> None:
-        """Record and run one of the scenario's commands (start, replace, ...)."""
-        run(self.record(key, argv), self.cli_env(), timeout=timeout)
+    @final
+    def run_step(self, key: str, argv: list[str], timeout: float,
+                 check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Record and run one of the scenario's commands (start, replace, stop, ...).
+
+        Raises what :meth:`record` raises; with ``check`` also CalledProcessError.
+        """
+        return run(self.record(key, argv), self.cli_env(), timeout=timeout, check=check)
 
     # -- measurements shared by all adapters ---------------------------------------------
     def kill_one_and_wait_restart(self, name: str, timeout: float) -> float:

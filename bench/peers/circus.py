@@ -7,7 +7,6 @@ long-lived helper in the peers venv (bench/peers/_circus_client.py).
 from __future__ import annotations
 
 import shlex
-import subprocess
 from pathlib import Path
 
 from bench.peers import install
@@ -16,10 +15,9 @@ from bench.peers.base import (
     LineHelper,
     Supervisor,
     daemon_family,
+    gone,
     program_names,
     read_pid,
-    run,
-    sweep,
     wait_until,
     write_log_writer,
 )
@@ -83,27 +81,21 @@ loglevel = WARNING
     def start(self) -> None:
         self.run_step("start", [str(self.bin / "circusd"), "--daemon", str(self.conf)], 60)
 
-    def status_cli(self) -> list[str]:
-        return self.record("status", self._ctl("status"))
+    def status_argv(self) -> list[str]:
+        return self._ctl("status")
 
     def replace_control_plane(self) -> None:
         self.run_step("replace", self._ctl("restart"), 180)
 
-    def stop(self) -> None:
-        try:
-            if self.helper is not None:
-                self.helper.close()
-                self.helper = None
-            pidfile = self.workdir / "circusd.pid"
-            if read_pid(pidfile) is not None:
-                argv = self._ctl("quit", "--waiting")
-                self.record("stop", argv)
-                run(argv, self.cli_env(), timeout=120, check=False)
-                wait_until(lambda: read_pid(pidfile) is None, 30, 0.05, "circusd exit")
-        except (OSError, RuntimeError, subprocess.SubprocessError):
-            pass
-        finally:
-            sweep(self.token)
+    def stop_supervisor(self) -> None:
+        if self.helper is not None:
+            self.helper.close()
+            self.helper = None
+        # the daemon removes its pidfile before it exits: wait for the process itself
+        pid = read_pid(self.workdir / "circusd.pid")
+        if pid is not None:
+            self.run_step("stop", self._ctl("quit", "--waiting"), 120, check=False)
+            wait_until(lambda: gone(pid), 30, 0.01, "circusd exit")
 
     # -- observation --------------------------------------------------------------------
     def _ask(self, req: dict[str, object]) -> dict[str, object]:

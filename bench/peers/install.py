@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,24 @@ def install_npm(force: bool) -> dict[str, str]:
     if got != NPM_PINS:
         raise SystemExit(f"npm versions {got} != pins {NPM_PINS}")
     return got
+
+
+# what each benchmark adapter needs installed; tenure is the checkout itself
+PEER_PREFIXES = {"supervisord": install_py, "circus": install_py, "pm2": install_npm}
+
+
+def ensure_peer(name: str) -> None:
+    """Install what the adapter ``name`` needs, if it is not installed yet.
+
+    Raises OSError (e.g. no npm or node), SubprocessError (pip or npm failed) or
+    SystemExit (installed versions differ from the pins).
+    """
+    installer = PEER_PREFIXES.get(name)
+    if installer is None:
+        return
+    if name == "pm2" and shutil.which("node") is None:
+        raise FileNotFoundError("node is not on PATH (pm2 and its query helper need it)")
+    installer(False)
 
 
 def tool_versions() -> dict[str, str]:

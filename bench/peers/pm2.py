@@ -9,7 +9,6 @@ through pm2's own RPC socket (getMonitorData) from a long-lived node helper
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from bench.peers import install
@@ -20,8 +19,6 @@ from bench.peers.base import (
     daemon_family,
     program_names,
     read_pid,
-    run,
-    sweep,
     write_log_writer,
 )
 
@@ -74,8 +71,8 @@ class Pm2(Supervisor):
                                         error_file=str(workdir / "log.err"))])
 
     # -- commands -----------------------------------------------------------------------
-    def record(self, key: str, argv: list[str]) -> None:
-        super().record(key, ["env", f"PM2_HOME={self.home}", "PM2_NO_INTERACTION=true", *argv])
+    def shown_env(self) -> dict[str, str]:
+        return {"PM2_HOME": str(self.home), "PM2_NO_INTERACTION": "true"}
 
     def _cli(self, *args: str) -> list[str]:
         return [str(install.pm2_bin()), *args]
@@ -83,8 +80,8 @@ class Pm2(Supervisor):
     def start(self) -> None:
         self.run_step("start", self._cli("start", str(self.conf)), 120)
 
-    def status_cli(self) -> list[str]:
-        return self.record("status", self._cli("status"))
+    def status_argv(self) -> list[str]:
+        return self._cli("status")
 
     def _close_helper(self) -> None:
         if self.helper is not None:
@@ -95,17 +92,10 @@ class Pm2(Supervisor):
         self._close_helper()  # its socket belongs to the daemon being replaced
         self.run_step("replace", self._cli("update"), 180)
 
-    def stop(self) -> None:
-        try:
-            self._close_helper()
-            if read_pid(self.home / "pm2.pid") is not None:
-                argv = self._cli("kill")
-                self.record("stop", argv)
-                run(argv, self.cli_env(), timeout=120, check=False)
-        except (OSError, RuntimeError, subprocess.SubprocessError):
-            pass
-        finally:
-            sweep(self.token)
+    def stop_supervisor(self) -> None:
+        self._close_helper()
+        if read_pid(self.home / "pm2.pid") is not None:
+            self.run_step("stop", self._cli("kill"), 120, check=False)
 
     # -- observation --------------------------------------------------------------------
     def _procs(self) -> list[dict[str, object]]:

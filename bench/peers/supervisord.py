@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import shlex
 import socket
-import subprocess
 import xmlrpc.client
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,9 @@ from bench.peers.base import (
     PROGRAM_VAR,
     Supervisor,
     daemon_family,
+    gone,
     program_names,
     read_pid,
-    run,
-    sweep,
     wait_until,
     write_log_writer,
 )
@@ -112,24 +110,18 @@ serverurl=unix://{w}/supervisor.sock
     def start(self) -> None:
         self.run_step("start", [str(self.bin / "supervisord"), "-c", str(self.conf)], 60)
 
-    def status_cli(self) -> list[str]:
-        return self.record("status", self._ctl("status"))
+    def status_argv(self) -> list[str]:
+        return self._ctl("status")
 
     def replace_control_plane(self) -> None:
         self.run_step("replace", self._ctl("reload"), 120)
 
-    def stop(self) -> None:
-        pidfile = self.workdir / "supervisord.pid"
-        try:
-            if read_pid(pidfile) is not None:
-                argv = self._ctl("shutdown")
-                self.record("stop", argv)
-                run(argv, self.cli_env(), timeout=60, check=False)
-                wait_until(lambda: read_pid(pidfile) is None, 30, 0.05, "supervisord exit")
-        except (OSError, RuntimeError, subprocess.SubprocessError):
-            pass
-        finally:
-            sweep(self.token)
+    def stop_supervisor(self) -> None:
+        # the daemon removes its pidfile before it exits: wait for the process itself
+        pid = read_pid(self.workdir / "supervisord.pid")
+        if pid is not None:
+            self.run_step("stop", self._ctl("shutdown"), 60, check=False)
+            wait_until(lambda: gone(pid), 30, 0.01, "supervisord exit")
 
     # -- observation --------------------------------------------------------------------
     def _rpc(self) -> Any:

@@ -1,0 +1,274 @@
+"""The text of docs/benchmarks.md from a suite result (bench/results/*.json).
+
+No plotting here (bench/peers/render.py draws the charts and writes the file), and only
+the standard library, so that it runs in the peers venv and in the unit tests alike.
+Every number comes from the result. A figure is its median over the run's repetitions;
+its spread, (max - min) / median, follows in parentheses, and a spread wider than the
+result's ``config.spread_flag`` is flagged with FLAG.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from bench.aggregate import SPREAD_FLAG, is_number
+
+REPRO = "./dev bench    # = .venv/bin/python bench/suite.py --render, after setting up .venv"
+FLAG = "⚠"
+
+# (scenario, key, label, unit, plotted)
+METRICS = [
+    ("start", "start_cmd_s", "start: command returned", "s", False),
+    ("start", "all_running_s", "start: command to all running", "s", True),
+    ("status", "median_ms", "status CLI, median", "ms", True),
+    ("status", "p90_ms", "status CLI, p90", "ms", True),
+    ("restart", "median_ms", "kill -9 to new pid reported, median", "ms", True),
+    ("replace", "all_running_again_s", "control-plane replacement: all running again", "s",
+     True),
+    ("replace", "cmd_s", "control-plane replacement: command returned", "s", False),
+    ("replace", "pids_changed", "control-plane replacement: program pids changed", "", True),
+    ("replace", "daemon_pid_changed", "control-plane replacement: daemon pid changed", "",
+     False),
+    ("memory", "rss_mib", "supervisor RSS (own processes)", "MiB", True),
+]
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
+    return str(v)
+
+
+def value(sess: dict[str, Any], scenario: str, key: str) -> Any:
+    data = sess.get(scenario, {})
+    return data.get("error", "error") if "error" in data else data.get(key)
+
+
+def repeats(res: dict[str, Any]) -> int:
+    return int(res["config"].get("repeat", 1))
+
+
+def flag_at(res: dict[str, Any]) -> float:
+    return float(res["config"].get("spread_flag", SPREAD_FLAG))
+
+
+def spread_note(data: dict[str, Any], key: str, limit: float, always: bool) -> str:
+    """' (12%)', ' (41%) ⚠' or '' for the figure ``key`` of one merged scenario.
+
+    ``always`` False leaves out a spread of 0 (counts that every run agreed on).
+    """
+    if "error" in data or not is_number(data.get(key)) or f"{key}_spread" not in data:
+        return ""
+    spread = data[f"{key}_spread"]
+    if spread is None:  # median 0, runs differ
+        return f" ({fmt(data.get(f'{key}_min'))} to {fmt(data.get(f'{key}_max'))}) {FLAG}"
+    if not spread and not always:
+        return ""
+    return f" ({spread:.0%})" + (f" {FLAG}" if spread > limit else "")
+
+
+def cell(data: dict[str, Any], key: str, res: dict[str, Any], always: bool = True) -> str:
+    v = data.get("error", "error") if "error" in data else data.get(key)
+    note = spread_note(data, key, flag_at(res), always) if repeats(res) > 1 else ""
+    return fmt(v) + note
+
+
+def flagged(res: dict[str, Any]) -> tuple[int, int]:
+    """(figures flagged, figures with a spread) over the session and logs tables."""
+    limit, notes = flag_at(res), []
+    for entry in res["supervisors"].values():
+        for sess in entry["sessions"].values():
+            notes += [spread_note(sess.get(scenario, {}), key, limit, True)
+                      for scenario, key, _label, unit, _ in METRICS if unit]
+        notes += [spread_note(entry["logs"], key, limit, True) for key, _ in LOG_FIGURES]
+    notes = [n for n in notes if n]
+    return sum(FLAG in n for n in notes), len(notes)
+
+
+def session_table(res: dict[str, Any], n: str) -> list[str]:
+    sups = res["supervisors"]
+    peers = [s for s in sups if s != "tenure"]
+    has_tenure = "tenure" in sups and n in sups["tenure"]["sessions"]
+    cols = list(sups) + ([f"tenure/{p}" for p in peers] if has_tenure else [])
+    lines = [f"### {n} programs", "", "| metric | " + " | ".join(cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    for scenario, key, label, unit, _ in METRICS:
+        row = [cell(sups[s]["sessions"].get(n, {}).get(scenario, {}), key, res, bool(unit))
+               for s in sups]
+        if has_tenure:
+            t = value(sups["tenure"]["sessions"][n], scenario, key)
+            for p in peers:
+                v = value(sups[p]["sessions"].get(n, {}), scenario, key)
+                ok = is_number(t) and is_number(v) and v
+                row.append(f"{t / v:.2f}x" if ok else "-")
+        name = f"{label} ({unit})" if unit else label
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    return [*lines, ""]
+
+
+# logs figures shown with their spread: (key, label)
+LOG_FIGURES = [("lines_per_s", "lines/s captured"), ("writer_s", "writer ran (s)"),
+               ("all_captured_s", "all captured after start command (s)")]
+
+
+def logs_table(res: dict[str, Any]) -> list[str]:
+    sups, k = res["supervisors"], repeats(res)
+    lost = "lost" if k == 1 else f"lost (worst of {k})"
+    lines = [f"| supervisor | lines written | captured | {lost} | "
+             + " | ".join(label for _, label in LOG_FIGURES) + " |",
+             "|---|---:|---:|---:|" + "---:|" * len(LOG_FIGURES)]
+    for name, entry in sups.items():
+        lg = entry["logs"]
+        if "error" in lg:
+            lines.append(f"| {name} | error: {lg['error']} |" + " |" * (2 + len(LOG_FIGURES)))
+            continue
+        figures = " | ".join(cell(lg, key, res) for key, _ in LOG_FIGURES)
+        lines.append(f"| {name} | {_count(lg['lines'])} | {_count(lg['captured'])} | "
+                     f"{_count(lg.get('lost_max', lg['lost']))} | {figures} |")
+    base = res.get("log_writer_baseline_lines_per_s")
+    base_note = spread_note(res, "log_writer_baseline_lines_per_s", flag_at(res), True)
+    lines += ["", f"The writer alone, read straight from a pipe by the driver (best of 3 "
+              f"per repetition, same definition): {fmt(base)}{base_note if k > 1 else ''} "
+              "lines/s. Capture rates are bounded by the writer and move with machine load. "
+              "'writer ran' is the writer's own run time under the supervisor: longer than "
+              "alone means the supervisor read its pipe slower than the writer could write "
+              "(back-pressure).", ""]
+    return lines
+
+
+def _count(v: Any) -> str:
+    return f"{v:,.0f}" if is_number(v) else fmt(v)
+
+
+def commands_section(res: dict[str, Any]) -> list[str]:
+    lines = ["## Exact commands", "",
+             "`W` is the run's private temp directory (`/tmp/tb-*/<supervisor>-<N>`).", ""]
+    for name, entry in res["supervisors"].items():
+        sess: dict[str, Any] = next(iter(entry["sessions"].values()), {})
+        cmds = dict(sess.get("commands", {}))
+        lines.append(f"**{name} {entry['version']}**")
+        lines.append("")
+        for key, cmd in cmds.items():
+            lines.append(f"- {key}: `` {_shorten(cmd)} ``")
+        lines.append("")
+    return lines
+
+
+def _shorten(cmd: str) -> str:
+    return re.sub(r"/tmp/tb-[^/ ]+/[^/ ]+", "W", cmd).replace(str(Path.cwd()) + "/", "")
+
+
+def _loads(values: Any) -> str:
+    return ", ".join(f"{x:.2f}" for x in values) if values else "not recorded"
+
+
+def _commit(res: dict[str, Any]) -> str:
+    c = res.get("commit")
+    if not c:
+        return "not recorded"
+    return f"`{c['sha'][:12]}`" + (" with uncommitted changes" if c.get("dirty") else "")
+
+
+def machine_lines(res: dict[str, Any]) -> list[str]:
+    m, cfg = res["machine"], res["config"]
+    reps = res.get("repetitions", [])
+    lines = [
+        f"- {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB RAM",
+        f"- {m['os']}, kernel {m['kernel']}",
+        f"- Python {m['python']}, Node {m['node']}",
+        f"- commit {_commit(res)}",
+        f"- load average (1, 5, 15 min) before the run: {_loads(m['load_avg_at_start'])}; "
+        f"after it: {_loads(m.get('load_avg_at_end'))}",
+    ]
+    if len(reps) > 1:
+        lines.append("- load average at the start of each repetition: "
+                     + "; ".join(_loads(r["load_avg_at_start"]) for r in reps))
+    peak = max([m["load_avg_at_start"][0], *(m.get("load_avg_at_end") or [0])[:1],
+                *(r["load_avg_at_start"][0] for r in reps)])
+    if peak >= 0.5 * m["cpus"]:
+        lines.append(f"- the machine was shared during the run (1-minute load up to "
+                     f"{peak:.2f} on {m['cpus']} CPUs): other work competed for the CPUs, "
+                     "so absolute times are pessimistic and move between runs")
+    lines.append(f"- whole run: {res['total_wall_s']:.0f} s; {repeats(res)} "
+                 f"repetition{'s' if repeats(res) > 1 else ''}; program counts {cfg['ns']}, "
+                 f"{cfg['status_runs']} status runs, {cfg['restart_repeats']} kills per N, "
+                 f"{cfg['log_lines']:,} log lines")
+    return lines
+
+
+def spread_lines(res: dict[str, Any]) -> list[str]:
+    k = repeats(res)
+    if k == 1:
+        return ["Each figure comes from a single run (`--repeat 1`): no spread is known.", ""]
+    limit = flag_at(res)
+    out = [f"Each figure is the median of {k} repetitions of the whole suite (each "
+           "repetition runs every supervisor in turn). In parentheses: its spread, "
+           "(max - min) / median; min and max are in `bench/results/latest.json`. "
+           f"{FLAG} marks a spread wider than {limit:.0%}: that figure moved a lot between "
+           "repetitions, so compare it with care. Ratios are of medians.", ""]
+    marked, total = flagged(res)
+    out += [f"{FLAG} on {marked} of {total} figures.", ""]
+    return out
+
+
+def header(res: dict[str, Any]) -> list[str]:
+    vers = ", ".join(f"{k} {v['version']}" for k, v in res["supervisors"].items())
+    return [
+        "# Benchmarks: tenure and its peers", "",
+        "Generated by `bench/peers/render.py` from `bench/results/latest.json` "
+        f"(run started with `{' '.join(res['argv'])}`). Do not edit by hand.", "",
+        "Reproduce (installs the peers into `bench/.peers/`, runs, renders):", "",
+        f"```\n{REPRO}\n```", "",
+        "## Machine", "", *machine_lines(res), "",
+        f"Versions: {vers}.", "",
+    ]
+
+
+METHOD = """## What each scenario measures
+
+Programs are `sleep 100000`, one process per program, named p000…; each supervisor
+gets the same programs in its own config, its control socket in a private temp dir.
+
+- **start**: from running the start command to the supervisor reporting all N programs
+  running (supervisord `RUNNING` with `startsecs=0`, circus watcher pids, pm2 `online`),
+  polled every 5 ms through each supervisor's own API.
+- **status**: wall time of the CLI status command, run repeatedly.
+- **restart**: `kill -9` of one program's pid, then time until the supervisor reports a new
+  pid for it (polled every 2 ms through its API); median over several programs.
+- **control-plane replacement**: the documented way to restart the daemon
+  (`supervisorctl reload`, `circusctl restart`, `pm2 update`); then how many of the N
+  program pids changed and the time until all N run again (a state is accepted once it
+  has been unchanged for the settle time, which is not included).
+- **memory**: summed RSS of the supervisor's own processes (daemon and its non-program
+  children), programs excluded, after N programs started.
+- **logs**: one program writes fixed-width lines to stdout as fast as it can and exits;
+  lines/s is lines captured divided by the wall time from the writer's first line to the
+  last line reaching the supervisor's log file; lost = written - captured after the writer
+  exited and the file stopped growing (bounded wait).
+
+Peer defaults worth knowing: circus checks its watchers every `check_delay` (default 5 s),
+which bounds how soon it notices a killed process; supervisord moves a process from
+STARTING to RUNNING on its next main-loop tick; pm2 runs a Node daemon.
+"""
+
+
+def markdown(res: dict[str, Any], plots: list[str]) -> str:
+    """docs/benchmarks.md for ``res``, linking the chart files ``plots`` (docs/bench/)."""
+    lines = header(res)
+    lines += ["## Results", "", *spread_lines(res)]
+    for n in (str(n) for n in res["config"]["ns"]):
+        lines += session_table(res, n)
+    lines += ["### Logs", "", *logs_table(res)]
+    lines += ["## Plots", ""]
+    if repeats(res) > 1:
+        lines += ["Bars are medians; the whiskers span min to max over the repetitions.", ""]
+    lines += [*(f"![{p}](bench/{p})" for p in plots), ""]
+    lines += [METHOD]
+    lines += commands_section(res)
+    return "\n".join(lines).rstrip() + "\n"

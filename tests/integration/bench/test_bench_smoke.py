@@ -1,0 +1,71 @@
+"""Smoke test of the benchmark harness (bench/suite.py) with every registered adapter.
+
+Each adapter runs one session through the suite's own ``run_session`` with tiny counts:
+3 programs start, the status CLI answers, one program is killed and restarted, the
+control plane is replaced, and the documented stop leaves nothing behind. Any scenario
+error fails the test. A peer that cannot be installed on this machine is skipped with
+the reason; with ``TENURE_BENCH_PEERS=required`` (as in CI) that fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import suite
+from bench.peers import install
+from bench.peers.base import remove_tree
+
+N = 3
+TINY = {"ns": [N], "status_runs": 2, "restart_repeats": 1, "log_lines": 1000,
+        "scenario_timeout": 30.0, "settle_s": 0.3}
+SCENARIOS = [name for name, _ in suite.SESSION]
+
+
+def _why(exc: BaseException) -> str:
+    detail = getattr(exc, "stderr", None) or ""
+    tail = detail.strip().splitlines()[-1:] if isinstance(detail, str) else []
+    return f"{type(exc).__name__}: {exc}" + (f" ({tail[0]})" if tail else "")
+
+
+def _install_or_skip(name: str) -> None:
+    try:
+        install.ensure_peer(name)
+    except (OSError, subprocess.SubprocessError, SystemExit) as exc:
+        reason = f"{name} cannot be installed here: {_why(exc)}"
+        if os.environ.get("TENURE_BENCH_PEERS") == "required":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def bench_tmp() -> Iterator[Path]:
+    """A short private directory (socket paths must fit in 108 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="tb", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+
+
+@pytest.mark.parametrize("name", list(suite.ADAPTERS))
+def test_adapter_runs_every_session_scenario(name: str, bench_tmp: Path) -> None:
+    _install_or_skip(name)
+    out = suite.run_session(name, N, bench_tmp, TINY)
+
+    errors = {s: out[s]["error"] for s in SCENARIOS if "error" in out.get(s, {})}
+    assert not errors, f"{name} scenarios failed: {errors}"
+    assert [s for s in out if s in SCENARIOS] == SCENARIOS
+    assert 0 < out["start"]["start_cmd_s"] <= out["start"]["all_running_s"]
+    assert out["memory"]["processes"] >= 1 and out["memory"]["rss_mib"] > 0
+    assert out["status"]["runs"] == 2 and out["status"]["exit_codes"] == [0]
+    assert len(out["restart"]["samples_ms"]) == 1
+    # tenure replaces its backend under running programs; each peer restarts all of them
+    assert out["replace"]["pids_changed"] == (0 if name == "tenure" else N)
+    assert out["stop"] == {"error": None, "swept": []}, "the documented stop left processes"
+    assert {"start", "status", "replace", "stop", "query"} <= set(out["commands"])

@@ -1,0 +1,124 @@
+"""The benchmark adapters record and run exactly the commands they are given.
+
+No processes: ``bench.peers.base.run`` is replaced by a fake that keeps the argv.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.peers import base
+from bench.suite import ADAPTERS
+
+
+def adapter(name: str) -> base.Supervisor:
+    module, cls = ADAPTERS[name].split(":")
+    sup: base.Supervisor = getattr(importlib.import_module(module), cls)()
+    return sup
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """argv of every command run through run_step, in order; each 'succeeds'."""
+    calls: list[list[str]] = []
+
+    def fake_run(argv: Any, env: dict[str, str], timeout: float = 60,
+                 check: bool = True) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(base, "run", fake_run)
+    return calls
+
+
+def shown(sup: base.Supervisor, argv: list[str]) -> str:
+    env = sup.shown_env()
+    prefix = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+    return shlex.join([*prefix, *argv])
+
+
+@pytest.mark.parametrize("name", list(ADAPTERS))
+def test_start_runs_the_command_it_records(name: str, ran: list[list[str]]) -> None:
+    """Regression: pm2's record() override returned None, so start ran None."""
+    sup = adapter(name)
+    sup.start()
+    assert len(ran) == 1
+    argv = ran[0]
+    assert isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+    assert sup.commands["start"].endswith(shlex.join(argv))
+
+
+@pytest.mark.parametrize("name", list(ADAPTERS))
+def test_status_cli_is_a_recorded_argv(name: str) -> None:
+    sup = adapter(name)
+    argv = sup.status_cli()
+    assert isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+    assert argv == sup.status_argv()
+    assert sup.commands["status"] == shown(sup, argv)
+
+
+def test_pm2_report_shows_its_home_and_runs_the_bare_cli(ran: list[list[str]]) -> None:
+    sup = adapter("pm2")
+    sup.workdir = Path("/tmp/tb-x/pm2-3")
+    sup.run_step("replace", ["pm2", "update"], 1)
+    assert ran == [["pm2", "update"]]
+    assert sup.commands["replace"] == (
+        "env PM2_HOME=/tmp/tb-x/pm2-3/pm2home PM2_NO_INTERACTION=true pm2 update")
+    assert sup.cli_env()["PM2_HOME"] == "/tmp/tb-x/pm2-3/pm2home"
+
+
+@pytest.mark.parametrize("method", sorted(base.FINAL_METHODS))
+def test_an_adapter_cannot_override_the_final_methods(method: str) -> None:
+    def override(self: base.Supervisor, *args: object, **kwargs: object) -> None:
+        return None
+
+    with pytest.raises(TypeError, match=f"overrides Supervisor.{method}"):
+        type("Broken", (base.Supervisor,), {method: override})
+
+
+@pytest.mark.parametrize("bad", [None, "pm2 status", [], [""], ["pm2", 3], ("pm2",)])
+def test_run_step_refuses_what_is_not_an_argv(bad: Any, ran: list[list[str]]) -> None:
+    sup = adapter("supervisord")
+    with pytest.raises(TypeError, match="'start'"):
+        sup.run_step("start", bad, 1)
+    assert ran == []
+    assert "start" not in sup.commands
+
+
+def test_record_refuses_a_shown_env_that_is_not_the_run_env() -> None:
+    class Lying(base.Supervisor):
+        def shown_env(self) -> dict[str, str]:
+            return {"PM2_HOME": "/elsewhere"}
+
+    Lying.__abstractmethods__ = frozenset()  # only the command methods are exercised
+    with pytest.raises(ValueError, match="PM2_HOME"):
+        Lying().record("start", ["true"])
+
+
+def test_stop_reports_what_the_sweep_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    sup = adapter("supervisord")
+    monkeypatch.setattr(base, "sweep", lambda token: [4242])
+    monkeypatch.setattr(type(sup), "stop_supervisor", lambda self: None)
+    sup.stop()
+    assert sup.stop_report == {"error": None, "swept": [4242]}
+
+
+def test_stop_sweeps_and_reports_when_the_stop_command_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sup = adapter("supervisord")
+    swept: list[str] = []
+    monkeypatch.setattr(base, "sweep", lambda token: swept.append(token) or [])
+
+    def broken(self: base.Supervisor) -> None:
+        raise subprocess.TimeoutExpired(["supervisorctl"], 60)
+
+    monkeypatch.setattr(type(sup), "stop_supervisor", broken)
+    sup.stop()
+    assert swept == [sup.token]
+    assert sup.stop_report["error"].startswith("TimeoutExpired")

@@ -1,0 +1,96 @@
+"""docs/benchmarks.md text: medians with their spread, flags, commit and load."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import aggregate
+from bench.peers import report
+
+
+def scenario_runs(status_ms: list[float]) -> list[dict[str, Any]]:
+    return [{"start": {"start_cmd_s": 1.0, "all_running_s": 1.2},
+             "memory": {"rss_mib": 20.0, "processes": 1},
+             "status": {"median_ms": ms, "p90_ms": ms, "runs": 20, "exit_codes": [0]},
+             "restart": {"median_ms": 10.0, "samples_ms": [10.0]},
+             "replace": {"cmd_s": 1.0, "all_running_again_s": 1.1, "pids_changed": 0,
+                         "programs": 50, "daemon_pid_changed": False},
+             "commands": {"status": "/tmp/tb-abc/x-50/bin status"},
+             "stop": {"error": None, "swept": []}} for ms in status_ms]
+
+
+def logs_runs() -> list[dict[str, Any]]:
+    return [{"lines": 1000, "captured": 1000, "lost": lost, "lines_per_s": 5e5,
+             "writer_s": 1.0, "all_captured_s": 2.0} for lost in (0, 3, 0)]
+
+
+def result(tenure_status: list[float], peer_status: list[float]) -> dict[str, Any]:
+    k = len(tenure_status)
+    sups = {name: {"version": "1", "logs": aggregate.merge_logs(logs_runs()),
+                   "sessions": {"50": aggregate.merge_session(scenario_runs(ms))}}
+            for name, ms in (("tenure", tenure_status), ("supervisord", peer_status))}
+    return {
+        "machine": {"cpus": 2, "cpu_model": "cpu", "memory_gib": 8, "os": "Debian",
+                    "kernel": "6", "python": "3.11", "node": "v20",
+                    "load_avg_at_start": [1.5, 1.0, 0.5], "load_avg_at_end": [2.5, 1.5, 1.0]},
+        "commit": {"sha": "0123456789abcdef", "dirty": False},
+        "config": {"ns": [50], "status_runs": 20, "restart_repeats": 5, "log_lines": 1000,
+                   "repeat": k, "spread_flag": 0.3},
+        "repetitions": [{"load_avg_at_start": [1.0 + i, 1.0, 0.5]} for i in range(k)],
+        "argv": ["bench/suite.py", "--render"], "total_wall_s": 100.0,
+        "log_writer_baseline_lines_per_s": 6e5, "supervisors": sups,
+    }
+
+
+def row(text: str, label: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"| {label}"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_cells_show_median_and_spread_and_flag_a_wide_one() -> None:
+    text = report.markdown(result([140.0, 32.0, 35.0], [60.0, 62.0, 61.0]), [])
+    cells = row(text, "status CLI, median (ms)")
+    assert cells[1] == f"35.0 (309%) {report.FLAG}"  # (140 - 32) / 35
+    assert cells[2] == "61.0 (3%)"
+    assert cells[3] == "0.57x"  # ratio of medians
+    assert row(text, "control-plane replacement: program pids changed")[1] == "0"
+    # 8 timed figures and 3 log figures per supervisor
+    assert f"{report.FLAG} on 2 of 22 figures." in text
+
+
+def test_header_names_commit_load_before_and_after_and_shared_machine() -> None:
+    text = report.markdown(result([30.0, 31.0, 32.0], [60.0, 61.0, 62.0]), [])
+    assert "- commit `0123456789ab`\n" in text
+    assert "before the run: 1.50, 1.00, 0.50; after it: 2.50, 1.50, 1.00" in text
+    assert "start of each repetition: 1.00, 1.00, 0.50; 2.00, 1.00, 0.50; 3.00" in text
+    assert "the machine was shared during the run (1-minute load up to 3.00 on 2 CPUs)" in text
+    assert "median of 3 repetitions" in text and f"{report.FLAG} on 0 of 22 figures" in text
+
+
+def test_logs_table_reports_the_worst_loss() -> None:
+    text = report.markdown(result([30.0] * 3, [60.0] * 3), [])
+    assert row(text, "tenure")[:4] == ["tenure", "1,000", "1,000", "3"]
+    assert "| supervisor | lines written | captured | lost (worst of 3) |" in text
+
+
+def test_single_run_and_old_results_render_without_spread() -> None:
+    res = result([30.0], [60.0])
+    text = report.markdown(res, [])
+    assert row(text, "status CLI, median (ms)")[1:3] == ["30.0", "60.0"]
+    assert "single run" in text
+    del res["commit"], res["machine"]["load_avg_at_end"], res["repetitions"]
+    res["config"].pop("repeat")
+    text = report.markdown(res, [])
+    assert "- commit not recorded" in text and "after it: not recorded" in text
+
+
+def test_failed_scenario_shows_its_error_and_no_ratio() -> None:
+    res = result([30.0] * 3, [60.0] * 3)
+    res["supervisors"]["supervisord"]["sessions"]["50"]["status"] = {"error": "1 of 3 runs"}
+    cells = row(report.markdown(res, []), "status CLI, median (ms)")
+    assert cells[2:] == ["1 of 3 runs", "-"]
+
+
+def test_commands_are_shown_with_the_temp_dir_as_w() -> None:
+    text = report.markdown(result([30.0], [60.0]), [])
+    assert "- status: `` W/bin status ``" in text
