@@ -53,7 +53,7 @@ class Api:
         self.store = gen.store
         self.intents: dict[str, Any] = {}
         self.ops = OperationRunner(gen.store, gen.sup, lambda: gen.config, self._set_config,
-                                   gen.activation, self.stopped_stacks)
+                                   gen.activation, self.stopped_stacks, gen.invalidate)
         self._procs = Usage()
 
     def _set_config(self, config: Config) -> None:
@@ -325,9 +325,12 @@ class Api:
         return {"stack": stack, "intent": "running", **await self._settle(keys, UP, 300.0)}
 
     async def _set_intent(self, stack: str, intent: str) -> None:
+        """The owner's durable stack intent; the certificate stops vouching first (a
+        failure to invalidate raises and nothing is sent)."""
         current = self.intents.get(stack, {"intent": "running", "revision": 0})
         if current["intent"] == intent:
             return
+        self.gen.invalidate("stack intent")
         r = await self._owner().call("stack.set_intent", {
             "stack": stack, "intent": intent, "expected_revision": current["revision"]},
             epoch=self.gen.epoch)

@@ -37,13 +37,17 @@ STEP_TIMEOUT_SLACK = 30.0
 class OperationRunner:
     def __init__(self, store: BackendStore, sup: Supervisor, config: Callable[[], Config],
                  set_config: Callable[[Config], None], generation: str,
-                 stopped_stacks: Callable[[], set[str]]) -> None:
+                 stopped_stacks: Callable[[], set[str]],
+                 invalidate: Callable[[str], None]) -> None:
+        """``invalidate(reason)`` makes the recovery certificate stop vouching; it runs
+        before a new desired config is committed."""
         self.store = store
         self.sup = sup
         self.config = config
         self.set_config = set_config
         self.generation = generation
         self.stopped_stacks = stopped_stacks
+        self.invalidate = invalidate
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.paused = False
 
@@ -73,6 +77,7 @@ class OperationRunner:
               "stacks": stacks, "stage": RUNNING, "request_id": request_id,
               "generation": self.generation}
         new = parse_config(plan["config_text"], plan["config_source"])
+        self.invalidate("apply")
         self.store.create_operation(op, config=(plan["config_text"], plan["config_source"],
                                                 new.revision))
         self._swap_config(new)

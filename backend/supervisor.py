@@ -9,15 +9,16 @@ polling the inventory.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
-from protocol.aclient import AsyncClient
 from protocol.errors import (
     BadRequest,
+    Internal,
     LaunchFailed,
     NotFound,
     StackFenced,
@@ -35,7 +36,7 @@ from .probes import (
     readiness_probe,
 )
 
-__all__ = ["Supervisor", "instance_key"]
+__all__ = ["OwnerCalls", "Supervisor", "instance_key"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -43,6 +44,14 @@ BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
 
 
 _RPC_RESULTS = (im.Launched, im.LaunchFailed, im.Stopped)
+
+
+class OwnerCalls(Protocol):
+    """What the reconciler needs of the owner connection (protocol.aclient.AsyncClient;
+    backend.testing.FakeOwner in unit tests)."""
+
+    async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
+                   epoch: int | None = None, timeout: float | None = None) -> Any: ...
 
 
 def instance_key(stack: str, app: str, index: int) -> str:
@@ -56,8 +65,12 @@ def now() -> float:
 class Supervisor:
     """All instances of the applied config. Construct inside the running loop."""
 
-    def __init__(self, owner: AsyncClient, epoch: int,
-                 on_mutation: Callable[[], None] | None = None) -> None:
+    def __init__(self, owner: OwnerCalls, epoch: int,
+                 on_mutation: Callable[[str], None] | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """``on_mutation(method)`` runs before every owner mutation is sent and must make
+        the recovery certificate stop vouching; if it raises, the call is not sent.
+        ``sleep`` paces retries (a fake in unit tests)."""
         self.owner = owner
         self.epoch = epoch
         self.fenced = False                      # a newer epoch exists: never act again
@@ -72,7 +85,8 @@ class Supervisor:
         self._health: dict[str, HealthRunner] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._waiters: set[asyncio.Future[None]] = set()
-        self._on_mutation = on_mutation or (lambda: None)
+        self._on_mutation = on_mutation or (lambda method: None)
+        self._sleep = sleep
         self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
 
     # -- feeding events ---------------------------------------------------------------
@@ -132,9 +146,11 @@ class Supervisor:
         inst = self.instances[key]
         for a in actions:
             if isinstance(a, im.Launch):
-                self._spawn(self._mutate(key, a.launch_key, self._launch(inst, a.launch_key)))
+                self._spawn(self._mutate(key, a.launch_key,
+                                         functools.partial(self._launch, inst, a.launch_key)))
             elif isinstance(a, im.Stop):
-                self._spawn(self._mutate(key, a.launch_key, self._stop(a.launch_key)))
+                self._spawn(self._mutate(key, a.launch_key,
+                                         functools.partial(self._stop, a.launch_key)))
             elif isinstance(a, im.StartTimer):
                 self._arm(key, a.name, a.delay)
             elif isinstance(a, im.CancelTimer):
@@ -163,24 +179,34 @@ class Supervisor:
         self._timers[(key, name)] = asyncio.get_running_loop().call_later(delay, fire)
 
     async def _mutate(self, key: str, launch_key: str,
-                      op: Awaitable[im.Event | None]) -> None:
+                      op: Callable[[], Awaitable[im.Event | None]]) -> None:
         """Run one owner mutation; feed its result if the instance is still on that
-        launch. A fenced backend stops acting for good."""
+        launch. ``in_flight`` counts it until it ended, whatever it raised: a drain waits
+        for zero. A fenced backend stops acting for good."""
         if self.fenced:
             return
         self.in_flight += 1
-        self._on_mutation()
+        event: im.Event | None = None
         try:
-            event = await op
+            event = await op()
         except StaleEpoch:
             self.fenced = True
             log.warning("fenced: a newer backend generation holds the owner")
-            return
         finally:
             self.in_flight -= 1
+            self._notify()
         inst = self.instances.get(key)
         if event is not None and inst is not None and inst.launch_key == launch_key:
             self.feed(key, event)
+
+    def _invalidate(self, method: str) -> None:
+        """The certificate stops vouching before ``method`` is sent. Raises Internal when
+        that failed: the call must not be sent (the caller retries it)."""
+        try:
+            self._on_mutation(method)
+        except Exception as exc:  # whatever broke, the certificate may still vouch
+            raise Internal(f"the recovery certificate could not be invalidated before "
+                           f"{method}: {exc}", {"method": method}) from exc
 
     async def _launch(self, inst: im.Instance, launch_key: str) -> im.Event | None:
         app = inst.app
@@ -193,6 +219,7 @@ class Supervisor:
         last = "TRANSPORT_LOST"
         for _attempt in range(5):  # a launch key is idempotent: retrying is safe
             try:
+                self._invalidate("launch")
                 r = await self.owner.call("launch", params, epoch=self.epoch)
                 return im.Launched(r["pid"], r["start_ticks"])
             except StaleEpoch:
@@ -200,15 +227,16 @@ class Supervisor:
             except (LaunchFailed, StackFenced, BadRequest) as exc:
                 log.warning("%s: launch refused: %s", launch_key, exc)
                 return im.LaunchFailed(exc.code_str)
-            except TenureError as exc:  # unknown outcome, owner draining or gone: retry
+            except TenureError as exc:  # not sent, unknown outcome, owner away: retry
                 last = exc.code_str
-                log.warning("%s: launch not answered (%s); retrying", launch_key, exc)
-                await asyncio.sleep(0.5)
+                log.warning("%s: launch not done (%s); retrying", launch_key, exc)
+                await self._sleep(0.5)
         return im.LaunchFailed(last)
 
     async def _stop(self, launch_key: str) -> im.Event | None:
         while not self.fenced:
             try:
+                self._invalidate("stop")
                 await self.owner.call("stop", {"launch_key": launch_key}, epoch=self.epoch,
                                       timeout=3600)
                 return im.Stopped()
@@ -216,9 +244,9 @@ class Supervisor:
                 return im.Stopped()   # no process: already gone
             except StaleEpoch:
                 raise
-            except TenureError as exc:  # timeout, unknown outcome, owner away: try again
+            except TenureError as exc:  # not sent, unknown outcome, owner away: again
                 log.error("%s: stop not confirmed (%s); trying again", launch_key, exc)
-                await asyncio.sleep(1.0)
+                await self._sleep(1.0)
         return None
 
     def _start_readiness(self, key: str, inst: im.Instance) -> None:
