@@ -23,6 +23,7 @@ from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (
     BadRequest,
     IdentityMismatch,
+    OperationInProgress,
     StaleEpoch,
     TenureError,
 )
@@ -271,23 +272,29 @@ class Generation:
     # -- handoff control --------------------------------------------------------------
 
     async def drain(self, timeout: float) -> dict[str, Any]:
-        """Refuse new public requests, freeze decisions, wait for owner calls and the
-        current operation step in flight."""
-        assert self.sup is not None and self.server is not None
+        """Refuse new public requests; let the steps already running end while the
+        reconciler still acts (no new step begins); then freeze decisions and wait for
+        the owner calls in flight. A drain whose steps do not end in time does not
+        freeze: it reports ``drained: false`` and ``resume`` continues where it was.
+        The answer names the steps still running and those the drain waited for."""
+        assert self.sup is not None and self.server is not None and self.api is not None
+        sup, loop = self.sup, asyncio.get_running_loop()
+        start = loop.time()
         self.draining = True
         self.server.begin_drain()
-        self._thawed.clear()
-        self.sup.freeze()
-        if self.api is not None:
-            self.api.pause()
-        ok = await self.sup.wait(lambda: self.sup is not None and self.sup.in_flight == 0,
-                                 timeout)
-        if ok and self.api is not None:
-            ok = await self.api.wait_paused(timeout)
-        return {"drained": ok, "in_flight": self.sup.in_flight}
+        self.api.pause()
+        waited_for = self.api.running_steps()
+        ok = await self.api.wait_paused(timeout)
+        if ok:
+            self._thawed.clear()
+            sup.freeze()
+            left = max(0.0, start + timeout - loop.time())
+            ok = await sup.wait(lambda: sup.in_flight == 0, left)
+        return {"drained": ok, "in_flight": sup.in_flight, "steps": self.api.running_steps(),
+                "waited_for": waited_for, "seconds": round(loop.time() - start, 3)}
 
     def resume(self) -> dict[str, Any]:
-        """Abort path: serve again as if nothing happened."""
+        """Abort path: serve again as if nothing happened; paused operations go on."""
         assert self.sup is not None and self.server is not None
         self.draining = False
         self.server.end_drain()
@@ -298,8 +305,15 @@ class Generation:
         return {"resumed": True}
 
     def checkpoint(self, path: str) -> dict[str, Any]:
-        """Write the handoff checkpoint (0600, atomic). Never logged: it holds env."""
+        """Write the handoff checkpoint (0600, atomic). Never logged: it holds env.
+        Raises OperationInProgress unless drained (frozen, no step running, no owner call
+        in flight): anything still running would change the state after it was written."""
         assert self.sup is not None and self.owner_identity is not None
+        steps = self.api.running_steps() if self.api is not None else []
+        if not self.sup.frozen or steps or self.sup.in_flight:
+            raise OperationInProgress(
+                "not drained: a step or an owner call is still running; drain first",
+                {"steps": steps, "in_flight": self.sup.in_flight, "frozen": self.sup.frozen})
         self.persist()
         inventory = self.sup.inventory()
         body = {"kind": CHECKPOINT_KIND, "format": 1, "from_activation": self.activation,
@@ -322,6 +336,7 @@ class Generation:
                 "release": self.handoff.get("release"), "mode": self.handoff.get("mode"),
                 "cursor": self.cursor, "config_revision": self.config.revision,
                 "inventory": sup.inventory() if sup else [],
+                "steps": self.api.running_steps() if self.api is not None else [],
                 "certificate_writes": self.certificate_writes,
                 "adoption": self.adoption.to_wire(), "started_at": self.started_at}
 

@@ -21,6 +21,7 @@ from protocol.errors import (
     Internal,
     LaunchFailed,
     NotFound,
+    ShuttingDown,
     StackFenced,
     StaleEpoch,
     TenureError,
@@ -44,6 +45,7 @@ BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
 
 
 _RPC_RESULTS = (im.Launched, im.LaunchFailed, im.Stopped)
+_INTENTS = (im.Start, im.StopRequested)
 
 
 class OwnerCalls(Protocol):
@@ -92,15 +94,25 @@ class Supervisor:
     # -- feeding events ---------------------------------------------------------------
 
     def feed(self, key: str, event: im.Event) -> None:
+        """Apply one event. Raises ShuttingDown for a start or stop wanted while frozen:
+        nothing would re-derive it, so dropping it would lose the change (the drain
+        barrier, backend.steps, keeps every such change out of a frozen reconciler)."""
         inst = self.instances.get(key)
         if inst is None:
             return
         if self.frozen and not isinstance(event, _RPC_RESULTS):
+            if isinstance(event, _INTENTS):
+                raise ShuttingDown(f"{key}: {type(event).__name__} while frozen for a "
+                                   "handoff", {"instance": key})
             return  # re-derived after thaw or by the next generation (see freeze)
         actions = inst.handle(event, now())
         self.by_launch[inst.launch_key] = key
         self.dirty.add(key)
         self._execute(key, actions)
+        self._notify()
+
+    def wake(self) -> None:
+        """Make every ``wait`` re-check its predicate (something it reads changed)."""
         self._notify()
 
     def _notify(self) -> None:
@@ -300,7 +312,10 @@ class Supervisor:
         self._timers.clear()
 
     def thaw(self) -> None:
-        """Resume after an aborted handoff: timers and probes as after a restore."""
+        """Resume after an aborted handoff: timers and probes as after a restore. A no-op
+        when not frozen (a drain that timed out before freezing)."""
+        if not self.frozen:
+            return
         self.frozen = False
         t = now()
         for key, inst in self.instances.items():
