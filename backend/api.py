@@ -7,7 +7,14 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from protocol.errors import BadRequest, Conflict, NotFound, StackFenced, StalePlan
+from protocol.errors import (
+    BadRequest,
+    Conflict,
+    NotFound,
+    ShuttingDown,
+    StackFenced,
+    StalePlan,
+)
 from protocol.schema import Field, Schema, check_int, check_key, check_name
 from protocol.server import Call, Method
 
@@ -16,6 +23,7 @@ from .config import parse_config
 from .model import Config, canonical_digest
 from .operations import OperationRunner
 from .plan import live_revision, new_plan
+from .steps import StepGate
 from .usage import Usage
 
 if TYPE_CHECKING:
@@ -52,8 +60,10 @@ class Api:
         self.sup = gen.sup
         self.store = gen.store
         self.intents: dict[str, Any] = {}
+        self.gate = StepGate()
         self.ops = OperationRunner(gen.store, gen.sup, lambda: gen.config, self._set_config,
-                                   gen.activation, self.stopped_stacks)
+                                   gen.activation, self.stopped_stacks, self.gate,
+                                   gen.invalidate)
         self._procs = Usage()
 
     def _set_config(self, config: Config) -> None:
@@ -100,16 +110,23 @@ class Api:
         return [op["id"] for op in self.store.operations(open_only=True)]
 
     def busy(self) -> bool:
-        return self.ops.busy()
+        """An operation is open here or a step runs: no certificate now."""
+        return self.ops.busy() or bool(self.gate.running())
+
+    def running_steps(self) -> list[str]:
+        return self.gate.running()
 
     def pause(self) -> None:
-        self.ops.paused = True
+        """Drain: no step begins; requests waiting for instances to settle answer now."""
+        self.gate.pause()
+        self.sup.wake()
 
     def unpause(self) -> None:
-        self.ops.paused = False
+        self.gate.unpause()
 
     async def wait_paused(self, timeout: float) -> bool:
-        return True  # steps act only through the frozen supervisor; rows are durable
+        """Whether every step that had begun ended within ``timeout``."""
+        return await self.gate.wait_idle(timeout)
 
     async def aclose(self) -> None:
         await self.ops.aclose()
@@ -186,13 +203,30 @@ class Api:
             raise NotFound(f"no stack, app or instance {target!r}", {"target": target})
         return keys
 
-    async def _settle(self, keys: list[str], states: tuple[im.State, ...],
-                      timeout: float) -> dict[str, Any]:
-        ok = await self.sup.wait(lambda: all(self.sup.instances[k].state in states
-                                             for k in keys if k in self.sup.instances),
-                                 timeout)
-        return {"settled": ok, "instances": {k: str(self.sup.instances[k].public_state)
-                                             for k in keys if k in self.sup.instances}}
+    async def _wait_settled(self, keys: list[str], states: tuple[im.State, ...],
+                            timeout: float, *, until_drain: bool
+                            ) -> tuple[bool, dict[str, str]]:
+        """Wait until every instance is in ``states`` (or, with ``until_drain``, a drain
+        began). Returns whether they are, and their public states."""
+        def settled() -> bool:
+            return all(self.sup.instances[k].state in states
+                       for k in keys if k in self.sup.instances)
+        await self.sup.wait(lambda: settled() or (until_drain and self.gate.paused), timeout)
+        return settled(), {k: str(self.sup.instances[k].public_state)
+                           for k in keys if k in self.sup.instances}
+
+    async def _settle(self, keys: list[str], states: tuple[im.State, ...], timeout: float,
+                      what: str) -> dict[str, Any]:
+        """Wait for the instances of a change already made to settle. Raises ShuttingDown
+        when a drain begins first: the change is in the instances and whoever continues
+        (the next generation, or this one after an abort) carries it on, but this
+        request cannot see it settle."""
+        ok, public = await self._wait_settled(keys, states, timeout, until_drain=True)
+        if not ok and self.gate.paused:
+            raise ShuttingDown(f"the backend is handing over to another generation before "
+                               f"{what} settled; the change was made and goes on there "
+                               "(see `tenure status`)", {"instances": public})
+        return {"settled": ok, "instances": public}
 
     def _refuse_stopped_stacks(self, keys: list[str]) -> None:
         stacks = sorted({k.split("/")[0] for k in keys} & self.stopped_stacks())
@@ -201,31 +235,44 @@ class Api:
                               "start` first", {"stacks": stacks})
 
     async def start(self, call: Call) -> Any:
-        keys = self._targets(call.params["target"])
+        target = call.params["target"]
+        keys = self._targets(target)
         self._refuse_stopped_stacks(keys)
-        for k in keys:
-            self.sup.feed(k, im.Start())
-        return await self._settle(keys, UP, call.params["timeout"])
+        with self.gate.step(f"start {target}"):
+            for k in keys:
+                self.sup.feed(k, im.Start())
+        return await self._settle(keys, UP, call.params["timeout"], f"start {target}")
 
     async def stop(self, call: Call) -> Any:
-        keys = self._targets(call.params["target"])
-        for k in keys:
-            self.sup.feed(k, im.StopRequested())
-        return await self._settle(keys, DOWN, call.params["timeout"])
+        target = call.params["target"]
+        keys = self._targets(target)
+        with self.gate.step(f"stop {target}"):
+            for k in keys:
+                self.sup.feed(k, im.StopRequested())
+        return await self._settle(keys, DOWN, call.params["timeout"], f"stop {target}")
 
     async def restart(self, call: Call) -> Any:
-        """Rolling: one instance at a time, each back to ready before the next."""
+        """Rolling: one instance at a time, each back to ready before the next. Stopping
+        and starting one instance is one step, which a drain lets finish: no instance is
+        left stopped. Raises ShuttingDown, naming what was and was not restarted, when a
+        drain begins before the last instance is ready."""
         keys = self._targets(call.params["target"])
         self._refuse_stopped_stacks(keys)
-        out: dict[str, Any] = {}
+        timeout = call.params["timeout"]
+        out: dict[str, str] = {}
         settled = True
-        for k in keys:
-            self.sup.feed(k, im.StopRequested())
-            await self._settle([k], DOWN, call.params["timeout"])
-            self.sup.feed(k, im.Start())
-            r = await self._settle([k], UP, call.params["timeout"])
-            settled = settled and r["settled"]
-            out.update(r["instances"])
+        for i, k in enumerate(keys):
+            if self.gate.paused:
+                raise _restart_cut(keys[:i], keys[i:], out)
+            with self.gate.step(f"restart {k}"):
+                self.sup.feed(k, im.StopRequested())
+                await self._wait_settled([k], DOWN, timeout, until_drain=False)
+                self.sup.feed(k, im.Start())
+            ok, public = await self._wait_settled([k], UP, timeout, until_drain=True)
+            out.update(public)
+            if not ok and self.gate.paused:
+                raise _restart_cut(keys[:i + 1], keys[i + 1:], out)
+            settled = settled and ok
         return {"settled": settled, "instances": out}
 
     async def inspect(self, call: Call) -> Any:
@@ -308,27 +355,43 @@ class Api:
         if p["digest"] != digest:
             raise StalePlan("the stack changed since the review; run --dry-run again",
                             {"digest": digest})
-        await self._set_intent(p["stack"], "stopped")
-        keys = [k for k in self.sup.instances if k.split("/")[0] == p["stack"]]
-        for k in keys:
-            self.sup.feed(k, im.StopRequested())
+        with self.gate.step(f"stack stop {p['stack']}"):
+            await self._set_intent(p["stack"], "stopped")
+            keys = [k for k in self.sup.instances if k.split("/")[0] == p["stack"]]
+            for k in keys:
+                self.sup.feed(k, im.StopRequested())
         return {"stack": p["stack"], "intent": "stopped",
-                **await self._settle(keys, DOWN, p["timeout"])}
+                **await self._settle(keys, DOWN, p["timeout"], f"stack stop {p['stack']}")}
 
     async def stack_start(self, call: Call) -> Any:
         stack = call.params["stack"]
         if stack not in self.gen.config.stacks:
             raise NotFound(f"no stack {stack!r} in the applied config", {"stack": stack})
-        await self._set_intent(stack, "running")
-        keys = [self.sup.ensure(app, i, True) for (app, i) in
-                self.sup.keys_of(self.gen.config).values() if app.stack == stack]
-        return {"stack": stack, "intent": "running", **await self._settle(keys, UP, 300.0)}
+        with self.gate.step(f"stack start {stack}"):
+            await self._set_intent(stack, "running")
+            keys = [self.sup.ensure(app, i, True) for (app, i) in
+                    self.sup.keys_of(self.gen.config).values() if app.stack == stack]
+        return {"stack": stack, "intent": "running",
+                **await self._settle(keys, UP, 300.0, f"stack start {stack}")}
 
     async def _set_intent(self, stack: str, intent: str) -> None:
+        """The owner's durable stack intent; the certificate stops vouching first (a
+        failure to invalidate raises and nothing is sent)."""
         current = self.intents.get(stack, {"intent": "running", "revision": 0})
         if current["intent"] == intent:
             return
+        self.gen.invalidate("stack intent")
         r = await self._owner().call("stack.set_intent", {
             "stack": stack, "intent": intent, "expected_revision": current["revision"]},
             epoch=self.gen.epoch)
         self.intents[stack] = {"intent": r["intent"], "revision": r["revision"]}
+
+
+def _restart_cut(done: list[str], remaining: list[str], states: dict[str, str]
+                 ) -> ShuttingDown:
+    return ShuttingDown(
+        "the backend is handing over to another generation: restarted "
+        f"{', '.join(done) or 'none'}; not restarted {', '.join(remaining) or 'none'}. "
+        "What was restarted comes up under the next generation (see `tenure status`); "
+        "run the command again for the rest", {"restarted": done, "remaining": remaining,
+                                                "instances": states})

@@ -22,6 +22,7 @@ from protocol.digest import inventory_digest
 from protocol.errors import (
     BadRequest,
     IdentityMismatch,
+    OperationInProgress,
     StaleEpoch,
     TenureError,
 )
@@ -43,12 +44,13 @@ from .model import Config, Settings
 from .store import BackendStore, RecoveryStore
 from .supervisor import Supervisor, now
 
-__all__ = ["CONTRACTS", "Generation"]
+__all__ = ["CONTRACTS", "Generation", "same_snapshot"]
 
 log = logging.getLogger("tenure.backend")
 
 CONTRACTS = OWNER_CONTRACTS
 CERTIFICATE_PERIOD = 5.0
+CURSOR_SLACK = 5_000  # half the owner's observation ring (10,000 events)
 
 
 def empty_config() -> Config:
@@ -79,6 +81,8 @@ class Generation:
         self._thawed.set()
         self._tasks: list[asyncio.Task[Any]] = []
         self.api: Any = None  # backend.api.Api, set in start()
+        self.mutations = 0            # invalidations so far (a publish spans an await)
+        self.certificate_writes = 0   # certificates written by this generation
 
     # -- start ------------------------------------------------------------------------
 
@@ -105,7 +109,7 @@ class Generation:
         if status["epoch"] != self.epoch:
             raise StaleEpoch(f"owner epoch is {status['epoch']}, the grant says {self.epoch}",
                              {"current": status["epoch"]})
-        self.sup = Supervisor(self.owner, self.epoch, on_mutation=self._invalidate)
+        self.sup = Supervisor(self.owner, self.epoch, on_mutation=self.invalidate)
         await self._adopt()
         from .api import Api
         self.api = Api(self)
@@ -231,48 +235,70 @@ class Generation:
                 log.warning("no recovery certificate this round: %s", exc)
 
     async def publish_certificate(self) -> bool:
-        """Publish when quiet and our view equals the owner's live inventory."""
+        """Make a valid certificate vouch for the current state, when quiet and our view
+        equals the owner's live inventory. Returns whether one vouches now. A snapshot
+        equal to the stored one is not written again (see :func:`same_snapshot`)."""
         sup, owner, rec = self.sup, self.owner, self.recovery
-        if sup is None or owner is None or rec is None or self.draining or sup.fenced \
-                or not sup.quiet() or (self.api is not None and self.api.busy()):
+        if sup is None or owner is None or rec is None or not self._quiet():
             return False
+        seen = self.mutations
         live = (await owner.call("inventory"))["launches"]
+        if seen != self.mutations or not self._quiet():
+            return False  # something changed while the owner answered: next round
         if inventory_digest(live) != inventory_digest(sup.inventory()):
             return False
         self.persist()
-        rec.publish({"activation": self.activation, "epoch": self.epoch,
-                     "release": self.handoff.get("release"),
-                     "owner": self.owner_identity.to_wire() if self.owner_identity else None,
-                     "inventory_digest": inventory_digest(live), "launches": len(live),
-                     "cursor": self.cursor, "config_revision": self.config.revision,
-                     "at": time.time()})
+        body = {"activation": self.activation, "epoch": self.epoch,
+                "release": self.handoff.get("release"),
+                "owner": self.owner_identity.to_wire() if self.owner_identity else None,
+                "inventory_digest": inventory_digest(live), "launches": len(live),
+                "cursor": self.cursor, "config_revision": self.config.revision,
+                "at": time.time()}
+        if not same_snapshot(rec.read(), body):
+            rec.publish(body)
+            self.certificate_writes += 1
         return True
 
-    def _invalidate(self) -> None:
-        """Before any change of ownership bookkeeping, the certificate stops vouching."""
+    def _quiet(self) -> bool:
+        """No step, no owner call, no instance mid-transition, not draining or fenced."""
+        sup = self.sup
+        return sup is not None and not self.draining and not sup.fenced and sup.quiet() \
+            and not (self.api is not None and self.api.busy())
+
+    def invalidate(self, reason: str) -> None:
+        """Before any change of ownership bookkeeping (an owner launch or stop, a stack
+        intent, a new desired config) the certificate stops vouching. Raises what the
+        store raises: the caller must then not make the change."""
+        self.mutations += 1
         if self.recovery is not None:
-            self.recovery.invalidate("mutation")
+            self.recovery.invalidate(reason)
 
     # -- handoff control --------------------------------------------------------------
 
     async def drain(self, timeout: float) -> dict[str, Any]:
-        """Refuse new public requests, freeze decisions, wait for owner calls and the
-        current operation step in flight."""
-        assert self.sup is not None and self.server is not None
+        """Refuse new public requests; let the steps already running end while the
+        reconciler still acts (no new step begins); then freeze decisions and wait for
+        the owner calls in flight. A drain whose steps do not end in time does not
+        freeze: it reports ``drained: false`` and ``resume`` continues where it was.
+        The answer names the steps still running and those the drain waited for."""
+        assert self.sup is not None and self.server is not None and self.api is not None
+        sup, loop = self.sup, asyncio.get_running_loop()
+        start = loop.time()
         self.draining = True
         self.server.begin_drain()
-        self._thawed.clear()
-        self.sup.freeze()
-        if self.api is not None:
-            self.api.pause()
-        ok = await self.sup.wait(lambda: self.sup is not None and self.sup.in_flight == 0,
-                                 timeout)
-        if ok and self.api is not None:
-            ok = await self.api.wait_paused(timeout)
-        return {"drained": ok, "in_flight": self.sup.in_flight}
+        self.api.pause()
+        waited_for = self.api.running_steps()
+        ok = await self.api.wait_paused(timeout)
+        if ok:
+            self._thawed.clear()
+            sup.freeze()
+            left = max(0.0, start + timeout - loop.time())
+            ok = await sup.wait(lambda: sup.in_flight == 0, left)
+        return {"drained": ok, "in_flight": sup.in_flight, "steps": self.api.running_steps(),
+                "waited_for": waited_for, "seconds": round(loop.time() - start, 3)}
 
     def resume(self) -> dict[str, Any]:
-        """Abort path: serve again as if nothing happened."""
+        """Abort path: serve again as if nothing happened; paused operations go on."""
         assert self.sup is not None and self.server is not None
         self.draining = False
         self.server.end_drain()
@@ -283,8 +309,15 @@ class Generation:
         return {"resumed": True}
 
     def checkpoint(self, path: str) -> dict[str, Any]:
-        """Write the handoff checkpoint (0600, atomic). Never logged: it holds env."""
+        """Write the handoff checkpoint (0600, atomic). Never logged: it holds env.
+        Raises OperationInProgress unless drained (frozen, no step running, no owner call
+        in flight): anything still running would change the state after it was written."""
         assert self.sup is not None and self.owner_identity is not None
+        steps = self.api.running_steps() if self.api is not None else []
+        if not self.sup.frozen or steps or self.sup.in_flight:
+            raise OperationInProgress(
+                "not drained: a step or an owner call is still running; drain first",
+                {"steps": steps, "in_flight": self.sup.in_flight, "frozen": self.sup.frozen})
         self.persist()
         inventory = self.sup.inventory()
         write_checkpoint(path, pack_checkpoint(
@@ -306,6 +339,8 @@ class Generation:
                 "release": self.handoff.get("release"), "mode": self.handoff.get("mode"),
                 "cursor": self.cursor, "config_revision": self.config.revision,
                 "inventory": sup.inventory() if sup else [],
+                "steps": self.api.running_steps() if self.api is not None else [],
+                "certificate_writes": self.certificate_writes,
                 "adoption": self.adoption.to_wire(), "started_at": self.started_at}
 
     def retire(self) -> None:
@@ -333,6 +368,27 @@ class Generation:
         for s in (self.store, self.recovery):
             if s is not None:
                 s.close()
+
+
+def same_snapshot(stored: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether the stored certificate already vouches for ``body``: valid, and equal to
+    it but for the time and an observation cursor less than CURSOR_SLACK behind.
+
+    Every change invalidates first, so the stored ``at`` stays true: it is when this
+    snapshot was first certified, and nothing reads it but people (recovery compares
+    the inventory digest and the owner). Writing it again every round would cost a
+    synchronous write for nothing. The cursor alone moves while nothing changes (notify
+    messages such as WATCHDOG=1); an older certified cursor only makes a recovering
+    generation replay those messages, and the slack keeps it inside the owner's ring."""
+    old = stored.get("body")
+    if not stored.get("valid") or not isinstance(old, dict):
+        return False
+    moving = ("at", "cursor")
+    if {k: v for k, v in old.items() if k not in moving} != \
+            {k: v for k, v in body.items() if k not in moving}:
+        return False
+    cursor = old.get("cursor")
+    return isinstance(cursor, int) and 0 <= body["cursor"] - cursor < CURSOR_SLACK
 
 
 def _int(d: dict[str, Any] | None, key: str, default: int | None = None) -> int:

@@ -6,6 +6,10 @@ a step that is interrupted — by a crash or a backend handoff — is simply run
 next generation: every step is idempotent (a restart step remembers the instance
 generation it started from and does not restart twice). One operation owns a stack at a
 time.
+
+Each step runs through the drain barrier (backend.steps): a drain lets the running step
+finish, and the operation waits at its next boundary until the drain is resumed or, after
+a handoff, the next generation continues it from the row.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from . import instance as im
 from .config import parse_config
 from .model import App, Config
 from .plan import steps_for
+from .steps import StepGate
 from .store import BackendStore
 from .supervisor import Supervisor, instance_key
 
@@ -37,15 +42,19 @@ STEP_TIMEOUT_SLACK = 30.0
 class OperationRunner:
     def __init__(self, store: BackendStore, sup: Supervisor, config: Callable[[], Config],
                  set_config: Callable[[Config], None], generation: str,
-                 stopped_stacks: Callable[[], set[str]]) -> None:
+                 stopped_stacks: Callable[[], set[str]], gate: StepGate,
+                 invalidate: Callable[[str], None]) -> None:
+        """``invalidate(reason)`` makes the recovery certificate stop vouching; it runs
+        before a new desired config is committed."""
         self.store = store
         self.sup = sup
         self.config = config
         self.set_config = set_config
         self.generation = generation
         self.stopped_stacks = stopped_stacks
+        self.gate = gate
+        self.invalidate = invalidate
         self.tasks: dict[str, asyncio.Task[None]] = {}
-        self.paused = False
 
     # -- admission --------------------------------------------------------------------
 
@@ -73,6 +82,7 @@ class OperationRunner:
               "stacks": stacks, "stage": RUNNING, "request_id": request_id,
               "generation": self.generation}
         new = parse_config(plan["config_text"], plan["config_source"])
+        self.invalidate("apply")
         self.store.create_operation(op, config=(plan["config_text"], plan["config_source"],
                                                 new.revision))
         self._swap_config(new)
@@ -109,8 +119,10 @@ class OperationRunner:
         step, progress = op["step"], op["progress"] or {}
         try:
             while step < len(steps):
-                progress = await self._step(op_id, steps[step], progress)
-                self.store.advance_operation(op_id, RUNNING, RUNNING, step + 1)
+                await self.gate.wait_open()  # a step boundary: a drain holds us here
+                with self.gate.step(f"operation {op_id} step {step}"):
+                    progress = await self._step(op_id, steps[step], progress)
+                    self.store.advance_operation(op_id, RUNNING, RUNNING, step + 1)
                 step, progress = step + 1, {}
             self.store.advance_operation(op_id, RUNNING, COMPLETE, step, outcome="success")
         except asyncio.CancelledError:
@@ -220,6 +232,7 @@ class OperationRunner:
         return self.store.operation(op_id)
 
     def busy(self) -> bool:
+        """An operation runs or waits at a step boundary here."""
         return bool(self.tasks)
 
     async def aclose(self) -> None:

@@ -9,17 +9,19 @@ polling the inventory.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
-from protocol.aclient import AsyncClient
 from protocol.errors import (
     BadRequest,
+    Internal,
     LaunchFailed,
     NotFound,
+    ShuttingDown,
     StackFenced,
     StaleEpoch,
     TenureError,
@@ -35,7 +37,7 @@ from .probes import (
     readiness_probe,
 )
 
-__all__ = ["Supervisor", "instance_key"]
+__all__ = ["OwnerCalls", "Supervisor", "instance_key"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -43,6 +45,15 @@ BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
 
 
 _RPC_RESULTS = (im.Launched, im.LaunchFailed, im.Stopped)
+_INTENTS = (im.Start, im.StopRequested)
+
+
+class OwnerCalls(Protocol):
+    """What the reconciler needs of the owner connection (protocol.aclient.AsyncClient;
+    backend.testing.FakeOwner in unit tests)."""
+
+    async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
+                   epoch: int | None = None, timeout: float | None = None) -> Any: ...
 
 
 def instance_key(stack: str, app: str, index: int) -> str:
@@ -56,8 +67,12 @@ def now() -> float:
 class Supervisor:
     """All instances of the applied config. Construct inside the running loop."""
 
-    def __init__(self, owner: AsyncClient, epoch: int,
-                 on_mutation: Callable[[], None] | None = None) -> None:
+    def __init__(self, owner: OwnerCalls, epoch: int,
+                 on_mutation: Callable[[str], None] | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """``on_mutation(method)`` runs before every owner mutation is sent and must make
+        the recovery certificate stop vouching; if it raises, the call is not sent.
+        ``sleep`` paces retries (a fake in unit tests)."""
         self.owner = owner
         self.epoch = epoch
         self.fenced = False                      # a newer epoch exists: never act again
@@ -72,21 +87,32 @@ class Supervisor:
         self._health: dict[str, HealthRunner] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._waiters: set[asyncio.Future[None]] = set()
-        self._on_mutation = on_mutation or (lambda: None)
+        self._on_mutation = on_mutation or (lambda method: None)
+        self._sleep = sleep
         self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
 
     # -- feeding events ---------------------------------------------------------------
 
     def feed(self, key: str, event: im.Event) -> None:
+        """Apply one event. Raises ShuttingDown for a start or stop wanted while frozen:
+        nothing would re-derive it, so dropping it would lose the change (the drain
+        barrier, backend.steps, keeps every such change out of a frozen reconciler)."""
         inst = self.instances.get(key)
         if inst is None:
             return
         if self.frozen and not isinstance(event, _RPC_RESULTS):
+            if isinstance(event, _INTENTS):
+                raise ShuttingDown(f"{key}: {type(event).__name__} while frozen for a "
+                                   "handoff", {"instance": key})
             return  # re-derived after thaw or by the next generation (see freeze)
         actions = inst.handle(event, now())
         self.by_launch[inst.launch_key] = key
         self.dirty.add(key)
         self._execute(key, actions)
+        self._notify()
+
+    def wake(self) -> None:
+        """Make every ``wait`` re-check its predicate (something it reads changed)."""
         self._notify()
 
     def _notify(self) -> None:
@@ -132,9 +158,11 @@ class Supervisor:
         inst = self.instances[key]
         for a in actions:
             if isinstance(a, im.Launch):
-                self._spawn(self._mutate(key, a.launch_key, self._launch(inst, a.launch_key)))
+                self._spawn(self._mutate(key, a.launch_key,
+                                         functools.partial(self._launch, inst, a.launch_key)))
             elif isinstance(a, im.Stop):
-                self._spawn(self._mutate(key, a.launch_key, self._stop(a.launch_key)))
+                self._spawn(self._mutate(key, a.launch_key,
+                                         functools.partial(self._stop, a.launch_key)))
             elif isinstance(a, im.StartTimer):
                 self._arm(key, a.name, a.delay)
             elif isinstance(a, im.CancelTimer):
@@ -163,24 +191,34 @@ class Supervisor:
         self._timers[(key, name)] = asyncio.get_running_loop().call_later(delay, fire)
 
     async def _mutate(self, key: str, launch_key: str,
-                      op: Awaitable[im.Event | None]) -> None:
+                      op: Callable[[], Awaitable[im.Event | None]]) -> None:
         """Run one owner mutation; feed its result if the instance is still on that
-        launch. A fenced backend stops acting for good."""
+        launch. ``in_flight`` counts it until it ended, whatever it raised: a drain waits
+        for zero. A fenced backend stops acting for good."""
         if self.fenced:
             return
         self.in_flight += 1
-        self._on_mutation()
+        event: im.Event | None = None
         try:
-            event = await op
+            event = await op()
         except StaleEpoch:
             self.fenced = True
             log.warning("fenced: a newer backend generation holds the owner")
-            return
         finally:
             self.in_flight -= 1
+            self._notify()
         inst = self.instances.get(key)
         if event is not None and inst is not None and inst.launch_key == launch_key:
             self.feed(key, event)
+
+    def _invalidate(self, method: str) -> None:
+        """The certificate stops vouching before ``method`` is sent. Raises Internal when
+        that failed: the call must not be sent (the caller retries it)."""
+        try:
+            self._on_mutation(method)
+        except Exception as exc:  # whatever broke, the certificate may still vouch
+            raise Internal(f"the recovery certificate could not be invalidated before "
+                           f"{method}: {exc}", {"method": method}) from exc
 
     async def _launch(self, inst: im.Instance, launch_key: str) -> im.Event | None:
         app = inst.app
@@ -193,6 +231,7 @@ class Supervisor:
         last = "TRANSPORT_LOST"
         for _attempt in range(5):  # a launch key is idempotent: retrying is safe
             try:
+                self._invalidate("launch")
                 r = await self.owner.call("launch", params, epoch=self.epoch)
                 return im.Launched(r["pid"], r["start_ticks"])
             except StaleEpoch:
@@ -200,15 +239,16 @@ class Supervisor:
             except (LaunchFailed, StackFenced, BadRequest) as exc:
                 log.warning("%s: launch refused: %s", launch_key, exc)
                 return im.LaunchFailed(exc.code_str)
-            except TenureError as exc:  # unknown outcome, owner draining or gone: retry
+            except TenureError as exc:  # not sent, unknown outcome, owner away: retry
                 last = exc.code_str
-                log.warning("%s: launch not answered (%s); retrying", launch_key, exc)
-                await asyncio.sleep(0.5)
+                log.warning("%s: launch not done (%s); retrying", launch_key, exc)
+                await self._sleep(0.5)
         return im.LaunchFailed(last)
 
     async def _stop(self, launch_key: str) -> im.Event | None:
         while not self.fenced:
             try:
+                self._invalidate("stop")
                 await self.owner.call("stop", {"launch_key": launch_key}, epoch=self.epoch,
                                       timeout=3600)
                 return im.Stopped()
@@ -216,9 +256,9 @@ class Supervisor:
                 return im.Stopped()   # no process: already gone
             except StaleEpoch:
                 raise
-            except TenureError as exc:  # timeout, unknown outcome, owner away: try again
+            except TenureError as exc:  # not sent, unknown outcome, owner away: again
                 log.error("%s: stop not confirmed (%s); trying again", launch_key, exc)
-                await asyncio.sleep(1.0)
+                await self._sleep(1.0)
         return None
 
     def _start_readiness(self, key: str, inst: im.Instance) -> None:
@@ -272,7 +312,10 @@ class Supervisor:
         self._timers.clear()
 
     def thaw(self) -> None:
-        """Resume after an aborted handoff: timers and probes as after a restore."""
+        """Resume after an aborted handoff: timers and probes as after a restore. A no-op
+        when not frozen (a drain that timed out before freezing)."""
+        if not self.frozen:
+            return
         self.frozen = False
         t = now()
         for key, inst in self.instances.items():

@@ -1,31 +1,44 @@
-"""A whole tenure (owner, guardian, backend generations) in a temporary home, driven
-through the real CLI and sockets — for integration tests and benchmarks.
+"""Test helpers of the backend.
+
+A whole tenure (owner, guardian, backend generations) in a temporary home, driven
+through the real CLI and sockets — for integration tests and benchmarks::
 
     rel = seal_once(tmpdir)              # one sealed release, reused by every cluster
     c = Cluster(home, rel).up(config_text)
     c.cli("status")                      # runs `tenure --home H --json status`
     c.down()                             # stops everything; verifies nothing is left
+
+And fakes for unit tests (no process, no socket, no sleep): ``FakeOwner`` answers the
+owner methods the reconciler uses from memory and can hold any method until released;
+``no_sleep`` replaces retry pauses; ``fake_generation`` assembles a Generation (real
+backend.db and recovery.db in a directory, the fake owner, no socket) around them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from protocol.client import Client
+from protocol.errors import Conflict, NotFound, StaleEpoch
 from protocol.layout import Layout
 
-__all__ = ["CliResult", "Cluster", "seal_once"]
+if TYPE_CHECKING:
+    from .generation import Generation
+
+__all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "fake_generation",
+           "no_sleep", "seal_once"]
 
 
 def seal_once(out: Path) -> Path:
@@ -168,3 +181,129 @@ class Cluster:
             if me in text and p.pid != os.getpid():
                 left.append(p.pid)
         return left
+
+
+# -- fakes for unit tests ---------------------------------------------------------------
+
+class FakeOwner:
+    """The owner methods the backend calls, answered from memory: ``launch`` (idempotent
+    per launch key), ``stop``, ``inventory``, ``stack.intents``, ``stack.set_intent``,
+    ``observations.ack``. Mutations carrying another epoch get STALE_EPOCH.
+
+    ``hold(method)`` makes calls of that method wait until ``release(method)``;
+    ``before(method, params)``, when set, runs as each call arrives (to look at what the
+    backend had done by then). ``calls`` lists every call as (method, params, epoch)."""
+
+    def __init__(self, epoch: int = 1) -> None:
+        self.epoch = epoch
+        self.calls: list[tuple[str, dict[str, Any], int | None]] = []
+        self.live: dict[str, dict[str, Any]] = {}
+        self.intents: dict[str, dict[str, Any]] = {}
+        self.before: Callable[[str, dict[str, Any]], None] | None = None
+        self._held: dict[str, asyncio.Event] = {}
+        self._next_pid = 4000
+
+    def hold(self, method: str) -> None:
+        self._held.setdefault(method, asyncio.Event())
+
+    def release(self, method: str) -> None:
+        self._held.pop(method).set()
+
+    def sent(self, method: str) -> list[dict[str, Any]]:
+        return [p for m, p, _ in self.calls if m == method]
+
+    async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
+                   epoch: int | None = None, timeout: float | None = None) -> Any:
+        p = dict(params or {})
+        self.calls.append((method, p, epoch))
+        if self.before is not None:
+            self.before(method, p)
+        held = self._held.get(method)
+        if held is not None:
+            await held.wait()
+        if epoch is not None and epoch != self.epoch:
+            raise StaleEpoch(f"epoch {epoch} is not {self.epoch}", {"current": self.epoch})
+        return getattr(self, "_" + method.replace(".", "_"))(p)
+
+    def _launch(self, p: dict[str, Any]) -> dict[str, Any]:
+        if p["launch_key"] not in self.live:
+            self._next_pid += 1
+            self.live[p["launch_key"]] = {
+                "launch_key": p["launch_key"], "stack": p["stack"], "app": p["app"],
+                "instance": p["instance"], "generation": p["generation"],
+                "pid": self._next_pid, "start_ticks": self._next_pid * 10}
+        return dict(self.live[p["launch_key"]])
+
+    def _stop(self, p: dict[str, Any]) -> dict[str, Any]:
+        row = self.live.pop(p["launch_key"], None)
+        if row is None:
+            raise NotFound(f"no launch {p['launch_key']!r} with a process")
+        return {"launch_key": row["launch_key"], "pid": row["pid"], "outcome": "success"}
+
+    def _inventory(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"epoch": self.epoch, "launches": [dict(r) for r in self.live.values()]}
+
+    def _stack_intents(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"intents": {k: dict(v) for k, v in self.intents.items()}}
+
+    def _stack_set_intent(self, p: dict[str, Any]) -> dict[str, Any]:
+        current = self.intents.get(p["stack"], {"intent": "running", "revision": 0})
+        if current["revision"] != p["expected_revision"]:
+            raise Conflict("intent revision moved", {"revision": current["revision"]})
+        self.intents[p["stack"]] = {"intent": p["intent"], "revision": current["revision"] + 1}
+        return {"stack": p["stack"], **self.intents[p["stack"]]}
+
+    def _observations_ack(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"acked": p["cursor"]}
+
+    async def close(self) -> None:
+        self._held.clear()
+
+
+async def no_sleep(delay: float) -> None:
+    """A retry pause that only yields to the loop."""
+    await asyncio.sleep(0)
+
+
+class FakeServer:
+    """The drain switch of protocol.server.RpcServer, without a socket."""
+
+    def __init__(self) -> None:
+        self.draining = False
+
+    def begin_drain(self) -> None:
+        self.draining = True
+
+    def end_drain(self) -> None:
+        self.draining = False
+
+    async def close(self) -> None:
+        self.draining = True
+
+
+def fake_generation(home: Path, owner: FakeOwner, config_text: str = "") -> Generation:
+    """A Generation as after ``start`` — stores in ``home``, ``owner`` as its owner, an
+    Api, no socket and no background loop — with every app of ``config_text`` wanted up.
+    Construct inside the running loop; ``close()`` it at the end."""
+    from protocol.identity import new_identity
+
+    from .api import Api
+    from .config import parse_config
+    from .generation import Generation
+    from .store import BackendStore, RecoveryStore
+    from .supervisor import Supervisor
+
+    gen = Generation(home, "act-unit")
+    gen.epoch = owner.epoch
+    gen.store = BackendStore(str(home / "backend.db"))
+    gen.recovery = RecoveryStore(str(home / "recovery.db"))
+    gen.owner_identity = new_identity()
+    gen.owner = owner  # type: ignore[assignment]  # the fake speaks the same calls
+    gen.config = parse_config(config_text, "unit.toml")
+    gen.sup = Supervisor(owner, gen.epoch, on_mutation=gen.invalidate, sleep=no_sleep)
+    gen.api = Api(gen)
+    gen.server = FakeServer()  # type: ignore[assignment]
+    for app, index in gen.sup.keys_of(gen.config).values():
+        gen.sup.ensure(app, index, True)
+    gen.ready = True
+    return gen

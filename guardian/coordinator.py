@@ -433,7 +433,10 @@ class Coordinator:
             "certificate": {"valid": cert.get("valid", False),
                             "age": round(time.time() - body["at"], 1) if "at" in body
                             else None, "launches": body.get("launches"),
-                            "error": cert.get("error")},
+                            "error": cert.get("error"),
+                            "invalidated": None if cert.get("valid") else
+                            body.get("invalidated"),
+                            "changed_at": cert.get("updated_at")},
             "blocked": self.blocked,
             "unhealthy": self.unhealthy}
 

@@ -230,6 +230,7 @@ def cmd_backend(args: Any) -> int:
     with _guardian(args) as g:
         if args.action == "status":
             r = g.call("status")
+            r["recovery"] = render.recovery_state(r)
         elif args.action == "upgrade":
             if not args.release:
                 raise BadRequest("tenure backend upgrade RELEASE: give a release id (see "

@@ -9,7 +9,11 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
 __all__ = ["backend", "down", "inspect", "instances", "operation", "operations", "plan",
-           "stack", "status", "up", "why"]
+           "recovery_state", "stack", "status", "up", "why"]
+
+# activation phases after which nothing more happens (guardian/phases.py FINAL)
+_FINAL_PHASES = frozenset({"complete", "aborted", "rolled_back", "failed", "uncertain",
+                           "blocked"})
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -153,7 +157,8 @@ def backend(action: str, r: dict[str, Any]) -> str:
              f"last activation: {last.get('id', '-')} {last.get('kind', '')} "
              f"{last.get('phase', '')} {last.get('outcome') or ''}".rstrip(),
              f"certificate: {'valid' if cert.get('valid') else 'invalid'} age "
-             f"{cert.get('age', '-')}s launches {cert.get('launches', '-')}"]
+             f"{cert.get('age', '-')}s launches {cert.get('launches', '-')}",
+             _recovery_line(recovery_state(r))]
     if r.get("blocked"):
         lines.append(f"BLOCKED: {r['blocked'].get('reason')}")
     if r.get("unhealthy"):
@@ -186,3 +191,49 @@ def recover_plan(p: dict[str, Any]) -> str:
     lines.append(f"digest: {p['digest']}")
     lines.append(f"to perform exactly this: tenure backend recover --digest {p['digest']}")
     return "\n".join(lines)
+
+
+def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
+    """Whether the guardian could restart a crashed backend now, from its status answer:
+    ``{"state": "ready" | "pending" | "unavailable", "reason": str | None}``.
+
+    ready: a valid certificate vouches for the applications. pending: none does right now,
+    but the backend (or a running activation) will settle and certify. unavailable:
+    recovery is blocked, uncertain, or there is no certificate and no backend to make one.
+    """
+    cert, backend = r.get("certificate") or {}, r.get("backend") or {}
+    act = r.get("last_activation") or {}
+    if r.get("blocked"):
+        return _state("unavailable", f"recovery blocked: {r['blocked'].get('reason')}; "
+                      "run `tenure backend recover`")
+    if act.get("phase") == "uncertain":
+        return _state("unavailable", f"activation {act.get('id')} is uncertain: reconcile, "
+                      "then `tenure backend recover`")
+    if act and act.get("phase") not in _FINAL_PHASES:
+        return _state("pending", f"{act.get('kind')} {act.get('id')} is in progress "
+                      f"({act.get('phase')})")
+    if cert.get("valid"):
+        return _state("ready", None)
+    if cert.get("error"):
+        return _state("unavailable", f"the recovery certificate is {cert['error']}")
+    if backend.get("alive"):
+        if cert.get("invalidated"):
+            since = _dur(time.time() - cert["changed_at"]) if cert.get("changed_at") else "?"
+            return _state("pending", f"{cert['invalidated']} in progress for {since}; the "
+                          "backend certifies again within 5 s once nothing is changing")
+        if cert.get("age") is None:
+            return _state("pending", "no certificate yet; the backend certifies within 5 s "
+                          "once nothing is changing")
+        return _state("pending", "a change is in progress or just ended; the backend "
+                      "certifies again within 5 s once nothing is changing")
+    return _state("unavailable", "no valid certificate and no backend running: with "
+                  "applications running, recovery waits for `tenure backend recover`")
+
+
+def _state(state: str, reason: str | None) -> dict[str, Any]:
+    return {"state": state, "reason": reason}
+
+
+def _recovery_line(rec: dict[str, Any]) -> str:
+    reason = rec.get("reason")
+    return f"recovery: {rec.get('state')}" + (f" ({reason})" if reason else "")

@@ -98,11 +98,14 @@ def test_each_readiness_kind_and_a_readiness_timeout(cluster, tmp_path):
     first_ready: dict[str, float] = {}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
+        # the operation's end first, then the sample: the last sample is taken after
+        # the end, so it sees every app that the operation waited for
+        ended = cluster.call("op.show", {"id": op["id"]})["outcome"] is not None
         now = time.time()
         for key, row in cluster.apps().items():
             if row["ready"] and key not in first_ready:
                 first_ready[key] = now
-        if cluster.call("op.show", {"id": op["id"]})["outcome"] is not None:
+        if ended:
             break
         time.sleep(0.02)
     assert cluster.call("op.show", {"id": op["id"]})["outcome"] == "success"

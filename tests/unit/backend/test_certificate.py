@@ -1,0 +1,193 @@
+"""Recovery certificates are honest: an owner mutation is never sent before the
+certificate stopped vouching, and a failure to invalidate neither sends it nor leaks the
+in-flight count (which would make every later drain time out); stack intents and applies
+invalidate first too; a publish that raced with a change does not vouch; an unchanged
+snapshot is not written again. Fake owner, no sleep."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from backend.config import parse_config
+from backend.generation import CURSOR_SLACK, same_snapshot
+from backend.instance import Outcome, State
+from backend.supervisor import Supervisor
+from backend.testing import FakeOwner, fake_generation, no_sleep
+from protocol.server import Call
+
+ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
+
+
+def call(method: str, **params: object) -> Call:
+    return Call(method, dict(params), None, 1, None)  # type: ignore[arg-type]
+
+
+async def until(done: Callable[[], bool], what: str, turns: int = 500) -> None:
+    for _ in range(turns):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{what}: not reached")
+
+
+class Flaky:
+    """An invalidation that fails the next ``failures`` times (disk full), then works."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.log: list[str] = []
+
+    def __call__(self, reason: str) -> None:
+        self.log.append(reason)
+        if self.failures > 0:
+            self.failures -= 1
+            raise OSError(28, "No space left on device")
+
+
+def test_a_failed_invalidation_does_not_leak_the_in_flight_count():
+    async def main() -> None:
+        owner, flaky = FakeOwner(), Flaky(2)
+        sup = Supervisor(owner, 1, on_mutation=flaky, sleep=no_sleep)
+        try:
+            sup.ensure(parse_config(ONE, "t").apps()[0], 0, True)
+            await until(lambda: sup.instances["s/a/0"].state is State.READY, "ready")
+            assert sup.in_flight == 0
+            assert flaky.log == ["launch", "launch", "launch"]
+            assert len(owner.sent("launch")) == 1   # only once the certificate stopped vouching
+        finally:
+            await sup.aclose()
+    asyncio.run(main())
+
+
+def test_an_invalidation_that_keeps_failing_fails_the_launch_and_sends_nothing():
+    async def main() -> None:
+        owner = FakeOwner()
+        sup = Supervisor(owner, 1, on_mutation=Flaky(10**6), sleep=no_sleep)
+        try:
+            sup.ensure(parse_config(ONE, "t").apps()[0], 0, True)
+            inst = sup.instances["s/a/0"]
+            await until(lambda: inst.last_outcome is Outcome.LAUNCH_FAILED, "launch failed")
+            assert sup.in_flight == 0 and owner.sent("launch") == []
+            assert sup.quiet()
+        finally:
+            await sup.aclose()
+    asyncio.run(main())
+
+
+def test_a_stop_waits_for_the_invalidation_and_is_sent_once_it_worked():
+    async def main() -> None:
+        owner, flaky = FakeOwner(), Flaky()
+        sup = Supervisor(owner, 1, on_mutation=flaky, sleep=no_sleep)
+        try:
+            app = parse_config(ONE, "t").apps()[0]
+            sup.ensure(app, 0, True)
+            await until(lambda: sup.instances["s/a/0"].state is State.READY, "ready")
+            flaky.failures, flaky.log = 3, []
+            sup.ensure(app, 0, False)
+            await until(lambda: sup.instances["s/a/0"].state is State.STOPPED, "stopped")
+            assert flaky.log == ["stop"] * 4 and len(owner.sent("stop")) == 1
+            assert sup.in_flight == 0 and owner.live == {}
+        finally:
+            await sup.aclose()
+    asyncio.run(main())
+
+
+def test_an_unchanged_snapshot_is_not_written_again(tmp_path: Path):
+    async def main() -> None:
+        gen = fake_generation(tmp_path, FakeOwner(), ONE)
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
+            assert await gen.publish_certificate() is True
+            first = gen.recovery.read()
+            assert first["valid"] and gen.certificate_writes == 1
+            for _ in range(3):
+                assert await gen.publish_certificate() is True
+            gen.cursor += 40  # notify messages (WATCHDOG=1) only move the cursor
+            assert await gen.publish_certificate() is True
+            assert gen.certificate_writes == 1 and gen.recovery.read() == first
+
+            await gen.api.restart(call("restart", target="s/a", timeout=30.0))
+            assert await gen.publish_certificate() is True
+            second = gen.recovery.read()
+            assert gen.certificate_writes == 2 and second["valid"]
+            assert second["body"]["inventory_digest"] != first["body"]["inventory_digest"]
+        finally:
+            await gen.close()
+    asyncio.run(main())
+
+
+def test_a_change_while_the_owner_answers_keeps_the_certificate_invalid(tmp_path: Path):
+    async def main() -> None:
+        owner = FakeOwner()
+        gen = fake_generation(tmp_path, owner, ONE)
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
+            owner.before = lambda m, p: gen.invalidate("launch") if m == "inventory" else None
+            assert await gen.publish_certificate() is False
+            assert gen.recovery.read()["valid"] is False and gen.certificate_writes == 0
+        finally:
+            await gen.close()
+    asyncio.run(main())
+
+
+def test_stack_intents_invalidate_the_certificate_before_the_owner_call(tmp_path: Path):
+    async def main() -> None:
+        owner = FakeOwner()
+        gen = fake_generation(tmp_path, owner, ONE)
+        seen: list[tuple[str, bool]] = []
+        owner.before = lambda m, p: seen.append((p["intent"], gen.recovery.read()["valid"])) \
+            if m == "stack.set_intent" else None
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
+            assert await gen.publish_certificate()
+            review = await gen.api.stack_stop(call("stack.stop", stack="s", dry_run=True,
+                                                   digest=None, timeout=30.0))
+            await gen.api.stack_stop(call("stack.stop", stack="s", dry_run=False,
+                                          digest=review["digest"], timeout=30.0))
+            assert await gen.publish_certificate()
+            await gen.api.stack_start(call("stack.start", stack="s"))
+            assert seen == [("stopped", False), ("running", False)]
+        finally:
+            await gen.close()
+    asyncio.run(main())
+
+
+def test_an_apply_invalidates_the_certificate_before_committing_the_config(tmp_path: Path):
+    async def main() -> None:
+        gen = fake_generation(tmp_path, FakeOwner(), ONE)
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
+            assert await gen.publish_certificate()
+            new = ONE + 'env = { V = "2" }\n'
+            plan = await gen.api.plan(call("plan", config_text=new, source="v2.toml"))
+            await gen.api.apply(call("apply", plan=plan["id"], request_id=None))
+            cert = gen.recovery.read()
+            assert cert["valid"] is False and cert["body"]["invalidated"] == "apply"
+            assert gen.store.config()["revision"] == plan["config_revision"]
+        finally:
+            await gen.close()
+    asyncio.run(main())
+
+
+BODY = {"activation": "a1", "epoch": 3, "release": "r", "owner": {"instance": "o"},
+        "inventory_digest": "d", "launches": 2, "cursor": 100, "config_revision": "c",
+        "at": 1000.0}
+
+
+@pytest.mark.parametrize(("stored", "body", "same"), [
+    ({"valid": True, "body": BODY}, {**BODY, "at": 2000.0}, True),
+    ({"valid": True, "body": BODY}, {**BODY, "cursor": 100 + CURSOR_SLACK - 1}, True),
+    ({"valid": True, "body": BODY}, {**BODY, "cursor": 100 + CURSOR_SLACK}, False),
+    ({"valid": True, "body": BODY}, {**BODY, "cursor": 99}, False),
+    ({"valid": True, "body": BODY}, {**BODY, "inventory_digest": "e"}, False),
+    ({"valid": True, "body": BODY}, {**BODY, "epoch": 4}, False),
+    ({"valid": True, "body": BODY}, {**BODY, "config_revision": "c2"}, False),
+    ({"valid": False, "body": {**BODY, "invalidated": "stop"}}, BODY, False),
+    ({"valid": False, "body": None}, BODY, False),
+])
+def test_same_snapshot(stored, body, same):
+    assert same_snapshot(stored, body) is same

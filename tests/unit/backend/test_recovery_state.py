@@ -1,0 +1,61 @@
+"""`tenure backend status` says whether a crashed backend could be recovered now —
+ready, pending (reason) or unavailable (reason) — from the guardian's status answer as
+the guardian writes it (certificate {valid, age, launches}, backend, last activation,
+blocked)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from backend.cli import render
+
+DONE = {"id": "act-1", "kind": "upgrade", "phase": "complete", "outcome": "success",
+        "error": None}
+ALIVE = {"activation": "act-1", "pid": 42, "alive": True}
+
+
+def answer(**kw: Any) -> dict[str, Any]:
+    base = {"owner": {"instance": "o-1"}, "epoch": 3,
+            "selector": {"current": "r1", "previous": None, "revision": 1},
+            "backend": ALIVE, "last_activation": DONE,
+            "certificate": {"valid": True, "age": 12.0, "launches": 4}, "blocked": None}
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize(("r", "state", "reason"), [
+    (answer(), "ready", None),
+    (answer(backend={**ALIVE, "alive": False}), "ready", None),
+    (answer(certificate={"valid": False, "age": 3.0, "launches": 4}), "pending",
+     "a change is in progress or just ended"),
+    (answer(certificate={"valid": False, "age": None, "launches": None}), "pending",
+     "no certificate yet"),
+    (answer(last_activation={**DONE, "phase": "draining", "outcome": None}), "pending",
+     "upgrade act-1 is in progress (draining)"),
+    (answer(backend=None, certificate={"valid": False, "age": None, "launches": None}),
+     "unavailable", "no valid certificate and no backend running"),
+    (answer(blocked={"code": "RECOVERY_BLOCKED", "reason": "the owner's live inventory "
+                     "differs from the certificate"}, backend=None), "unavailable",
+     "recovery blocked: the owner's live inventory differs from the certificate"),
+    (answer(last_activation={**DONE, "phase": "uncertain", "outcome": "uncertain"}),
+     "unavailable", "activation act-1 is uncertain"),
+    (answer(last_activation=None), "ready", None),
+])
+def test_recovery_state(r: dict[str, Any], state: str, reason: str | None) -> None:
+    got = render.recovery_state(r)
+    assert got["state"] == state
+    if reason is None:
+        assert got["reason"] is None
+    else:
+        assert got["reason"].startswith(reason)
+
+
+def test_backend_status_prints_the_recovery_line() -> None:
+    lines = render.backend("status", answer()).splitlines()
+    assert "recovery: ready" in lines
+    pending = render.backend("status", answer(
+        certificate={"valid": False, "age": None, "launches": None})).splitlines()
+    assert [x for x in pending if x.startswith("recovery: ")] == [
+        "recovery: pending (no certificate yet; the backend certifies within 5 s once "
+        "nothing is changing)"]
