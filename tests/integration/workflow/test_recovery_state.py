@@ -47,7 +47,7 @@ def test_backend_status_recovery_state_and_no_rewrite_of_an_unchanged_certificat
     st = cluster.cli("backend", "status", check=True).out
     assert st["certificate"]["valid"] is False
     assert st["recovery"]["state"] == "pending", st
-    assert st["recovery"]["reason"].startswith("a change is in progress"), st
+    assert st["recovery"]["reason"].startswith("stop in progress for"), st
     stopping.join(60)
 
     cluster.wait(lambda: cluster.call("generation.certify")["published"], 30, "certified")
