@@ -261,6 +261,11 @@ def cmd_service(args: Any) -> int:
     return service_command(args, _out)
 
 
+def cmd_import(args: Any) -> int:
+    from .imports import import_command
+    return import_command(args, _out)
+
+
 def cmd_owner(args: Any) -> int:
     import subprocess
     if args.action == "reconcile":

@@ -100,6 +100,14 @@ def _parser() -> Any:
     p.add_argument("--user-account", default=None, help="system scope: service account")
     p = add("owner", "execution owner maintenance")
     p.add_argument("action", choices=["reconcile", "status"])
+    p = add("import", "convert supervisord, PM2 or Procfile setups into tenure.toml")
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    p.add_argument("-o", "--output", type=Path, help="write it here (not over an existing "
+                   "file) instead of to stdout")
+    p.add_argument("--stack", help="stack for apps without a group (default: the name of "
+                   "the first file's directory)")
+    p.add_argument("--from", dest="source_format", choices=["supervisord", "pm2",
+                   "procfile"], help="the files' format (default: told by their names)")
     return ap
 
 

@@ -1,0 +1,117 @@
+"""Draft apps from every source → one :class:`backend.model.Config`.
+
+Invariants of the result: every stack and app name matches tenure's name rule, app names
+are unique within a stack, and ``after`` only names apps of the same stack. Names that
+had to change are reported as notes. Start order (supervisord ``priority``) becomes
+``after``: when the apps of a stack have more than one priority, each app starts after
+every app of the next lower priority. Deterministic: the same drafts in the same order
+always give the same config and findings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from ..config_values import NAME_RE
+from ..model import App, Config, Stack
+from .model import Draft, Finding, FindingKind, Origin
+
+__all__ = ["Assembled", "assemble", "clean_name"]
+
+_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
+_MAX_NAME = 64
+
+
+@dataclass
+class Assembled:
+    config: Config
+    origins: dict[str, Origin] = field(default_factory=dict)  # "stack/app" → origin
+    findings: list[Finding] = field(default_factory=list)
+
+
+def clean_name(raw: str, fallback: str) -> str:
+    """``raw`` made a valid tenure name: runs of other characters become ``-``, it starts
+    with a letter or digit, and it is at most 64 characters; ``fallback`` if nothing is
+    left. Pure."""
+    name = _INVALID.sub("-", raw.strip()).lstrip("_.-")[:_MAX_NAME]
+    return name if NAME_RE.fullmatch(name) else fallback
+
+
+def assemble(drafts: list[Draft], default_stack: str) -> Assembled:
+    """Name, group and order ``drafts``; ``default_stack`` (a valid name) takes the apps
+    that came without a stack of their own."""
+    out = Assembled(Config(stacks={}))
+    stacks: dict[str, list[tuple[App, Draft]]] = {}
+    for original in drafts:
+        draft = _usable(original, out)
+        if draft is None:
+            continue
+        stack = _stack_name(draft, default_stack, out)
+        members = stacks.setdefault(stack, [])
+        name = _app_name(draft, {a.name for a, _ in members}, out)
+        members.append((replace(draft.app, name=name, stack=stack), draft))
+    result: dict[str, Stack] = {}
+    for stack, members in sorted(stacks.items()):
+        apps = _order(members)
+        result[stack] = Stack(name=stack, apps=dict(sorted(apps.items())))
+        for app, draft in members:
+            out.origins[f"{stack}/{app.name}"] = draft.origin
+    out.config = Config(stacks=result)
+    return out
+
+
+def _usable(draft: Draft, out: Assembled) -> Draft | None:
+    """``draft`` without what tenure.toml cannot hold (reported): a NUL character (no
+    program can receive one) drops the app; an unusable variable drops the variable."""
+    app = draft.app
+    if any("\0" in text for text in (*app.command, app.cwd or "")):
+        out.findings.append(Finding(FindingKind.NOT_MAPPED, draft.origin,
+                                    "has a NUL character: app not imported"))
+        return None
+    bad = sorted(k for k, v in app.env.items() if not k or "=" in k or "\0" in k + v)
+    for key in bad:
+        out.findings.append(Finding(FindingKind.NOT_MAPPED, draft.origin,
+                                    f"env {key!r}: empty name, '=' in the name or a NUL"))
+    env = {k: v for k, v in app.env.items() if k not in bad}
+    return replace(draft, app=replace(app, env=env)) if bad else draft
+
+
+def _stack_name(draft: Draft, default_stack: str, out: Assembled) -> str:
+    raw = draft.app.stack
+    if not raw:
+        return default_stack
+    name = clean_name(raw, default_stack)
+    if name != raw:
+        out.findings.append(Finding(FindingKind.NOTE, draft.origin,
+                                    f"stack {raw!r} is named {name!r} in tenure.toml"))
+    return name
+
+
+def _app_name(draft: Draft, taken: set[str], out: Assembled) -> str:
+    raw = draft.app.name
+    base = clean_name(raw, "app")
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        suffix = f"-{n}"
+        name = base[:_MAX_NAME - len(suffix)] + suffix
+    if name != raw:
+        out.findings.append(Finding(FindingKind.NOTE, draft.origin,
+                                    f"app {raw!r} is named {name!r} in tenure.toml"))
+    return name
+
+
+def _order(members: list[tuple[App, Draft]]) -> dict[str, App]:
+    """The stack's apps with ``after`` set from their drafts' priorities."""
+    levels = sorted({d.priority for _, d in members})
+    if len(levels) < 2:
+        return {a.name: a for a, _ in members}
+    names_at = {p: tuple(sorted(a.name for a, d in members if d.priority == p))
+                for p in levels}
+    apps = {}
+    for app, draft in members:
+        i = levels.index(draft.priority)
+        after = names_at[levels[i - 1]] if i > 0 else ()
+        apps[app.name] = replace(app, after=after)
+    return apps

@@ -1,0 +1,314 @@
+"""One supervisord ``[program:x]`` → draft apps.
+
+Values are expanded as supervisord expands them: ``%(here)s`` (the directory of the file
+that holds the value), ``%(program_name)s``, ``%(group_name)s``, ``%(host_node_name)s``,
+``%(ENV_X)s`` (the environment, then ``[supervisord] environment``, then, for ``command``
+and ``directory``, the program's own ``environment``), and per process
+``%(process_num)d`` and ``%(numprocs)d``. ``command`` is split into words like supervisord
+splits it (shell-like quoting, no shell).
+
+``numprocs`` processes that differ only in their name become one app with
+``instances = numprocs``; processes whose command, environment or directory uses
+``%(process_num)`` become one app each, named by ``process_name``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, StartLimit, StopSpec
+from .ini import IniDocument, IniSection
+from .model import Draft, Origin, SourceResult
+from .policy import MAX_INSTANCES, quick_failure_limit
+from .supervisord_values import (
+    AutoRestart,
+    auto_restart,
+    boolean,
+    exit_codes,
+    expand,
+    integer,
+    key_value_pairs,
+    signal_name,
+)
+
+__all__ = ["ExpansionScope", "Group", "read_program"]
+
+T = TypeVar("T")
+_REFERENCE = re.compile(r"%\(([^)]*)\)")
+_RESTART = {AutoRestart.TRUE: RestartMode.ALWAYS, AutoRestart.FALSE: RestartMode.NEVER,
+            AutoRestart.UNEXPECTED: RestartMode.ON_FAILURE}
+_PER_PROCESS = ("command", "environment", "directory", "process_name")
+_CHECKED = ("priority", "autorestart", "startsecs", "startretries", "stopsignal",
+            "stopwaitsecs", "numprocs", "numprocs_start")
+_LOG_REASON = ("tenure keeps each app's stdout and stderr in its journal "
+               "(`tenure logs`); there are no log files to configure")
+_USER_REASON = ("tenure.toml has no `user` key: apps run as the user tenure runs as "
+                "(run a separate tenure as that user)")
+
+
+@dataclass
+class ExpansionScope:
+    """The names every program can expand: the importing environment (supervisord uses
+    its own at start), the host name and ``[supervisord] environment``."""
+
+    environ: dict[str, str]
+    hostname: str
+    daemon_env: dict[str, str] = field(default_factory=dict)
+
+    def names(self, here: str) -> dict[str, str | int]:
+        names: dict[str, str | int] = {"here": here, "host_node_name": self.hostname}
+        names.update({f"ENV_{k}": v for k, v in self.environ.items()})
+        names.update({f"ENV_{k}": v for k, v in self.daemon_env.items()})
+        return names
+
+    def from_host(self, raw: str, own_env: Mapping[str, str]) -> list[str]:
+        """The names ``raw`` refers to whose value comes from the importing host."""
+        return sorted({n for n in _REFERENCE.findall(raw) if n == "host_node_name" or (
+            n.startswith("ENV_") and n[4:] not in self.daemon_env and n[4:] not in own_env)})
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class _Settings:
+    priority: int = 999
+    autorestart: AutoRestart = AutoRestart.UNEXPECTED
+    startsecs: int = 1
+    startretries: int = 3
+    stopsignal: str = "TERM"
+    stopwaitsecs: int = 10
+    numprocs: int = 1
+    numprocs_start: int = 0
+
+
+@dataclass(frozen=True)
+class _Process:
+    name: str
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    cwd: str | None
+
+    def same_definition(self, other: _Process) -> bool:
+        return (self.command, self.env, self.cwd) == (other.command, other.env, other.cwd)
+
+
+def read_program(doc: IniDocument, section: IniSection, group: Group | None,
+                 scope: ExpansionScope) -> SourceResult:
+    """Draft apps and findings for ``section`` (a ``[program:x]``). Never raises: what
+    cannot be read is reported."""
+    return _Program(doc, section, group, scope).read()
+
+
+class _Program:
+    def __init__(self, doc: IniDocument, section: IniSection, group: Group | None,
+                 scope: ExpansionScope) -> None:
+        self.doc, self.section, self.group, self.scope = doc, section, group, scope
+        self.name = section.name.split(":", 1)[1].strip()
+        self.result = SourceResult()
+
+    def read(self) -> SourceResult:
+        if not self.name or any(c in self.name for c in " :/"):
+            self.result.not_mapped(self._header(), "not a valid supervisord program name")
+            return self.result
+        settings = self._settings()
+        processes = self._processes(settings)
+        if processes:
+            self._drafts(settings, processes)
+        self._other_keys()
+        return self.result
+
+    # -- values --------------------------------------------------------------------------
+
+    def _header(self) -> Origin:
+        return Origin(self.section.file, self.section.line, f"[{self.section.name}]")
+
+    def _origin(self, key: str) -> Origin:
+        value = self.doc.get(self.section.name, key)
+        where = self.section if value is None else value
+        return Origin(where.file, where.line, f"[{self.section.name}] {key}")
+
+    def _names(self, key: str, extra: Mapping[str, str | int] | None = None,
+               env: Mapping[str, str] | None = None) -> dict[str, str | int]:
+        value = self.doc.get(self.section.name, key)
+        here = os.path.dirname(os.path.abspath(value.file if value else self.section.file))
+        names = self.scope.names(here)
+        names["program_name"] = self.name
+        names["group_name"] = self.group.name if self.group else self.name
+        names.update(extra or {})
+        names.update({f"ENV_{k}": v for k, v in (env or {}).items()})
+        return names
+
+    def _expand(self, key: str, names: Mapping[str, str | int],
+                own_env: Mapping[str, str] | None = None) -> str | None:
+        """The expanded value of ``key``, or None when absent. Raises ValueError."""
+        value = self.doc.get(self.section.name, key)
+        if value is None:
+            return None
+        for name in self.scope.from_host(value.value, own_env or {}):
+            self.result.note(self._origin(key), f"%({name})s was expanded when importing, "
+                             "from this machine (supervisord expands it when it starts)")
+        return expand(value.value, names)
+
+    def _get(self, key: str, convert: Callable[[str], T], default: T,
+             valid: Callable[[T], bool] = lambda _: True, rule: str = "") -> T:
+        """``key`` expanded and converted; the default (and a finding) when it fails."""
+        try:
+            raw = self._expand(key, self._names(key))
+            if raw is None:
+                return default
+            value = convert(raw)
+        except ValueError as e:
+            self.result.not_mapped(self._origin(key), str(e))
+            return default
+        if not valid(value):
+            self.result.not_mapped(self._origin(key), f"{rule}, not {raw!r}; the "
+                                   "default applies")
+            return default
+        return value
+
+    def _settings(self) -> _Settings:
+        d = _Settings()
+        return _Settings(
+            priority=self._get("priority", integer, d.priority),
+            autorestart=self._get("autorestart", auto_restart, d.autorestart),
+            startsecs=self._get("startsecs", integer, d.startsecs, lambda v: v >= 0,
+                                "must be >= 0"),
+            startretries=self._get("startretries", integer, d.startretries,
+                                   lambda v: v >= 0, "must be >= 0"),
+            stopsignal=self._get("stopsignal", signal_name, d.stopsignal),
+            stopwaitsecs=self._get("stopwaitsecs", integer, d.stopwaitsecs,
+                                   lambda v: v > 0, "tenure needs a stop timeout > 0"),
+            numprocs=self._get("numprocs", integer, d.numprocs, lambda v: v >= 1,
+                               "must be >= 1"),
+            numprocs_start=self._get("numprocs_start", integer, d.numprocs_start,
+                                     lambda v: v >= 0, "must be >= 0"))
+
+    # -- processes -----------------------------------------------------------------------
+
+    def _processes(self, s: _Settings) -> list[_Process]:
+        """One entry per process; [] (with the reason reported) when the command is
+        missing or cannot be expanded or split."""
+        if self.doc.get(self.section.name, "command") is None:
+            self.result.not_mapped(self._header(), "has no command: not imported")
+            return []
+        out = []
+        for num in range(s.numprocs_start, s.numprocs_start + s.numprocs):
+            process = self._process({"process_num": num, "numprocs": s.numprocs})
+            if process is None:
+                return []
+            out.append(process)
+        return out
+
+    def _process(self, per: Mapping[str, str | int]) -> _Process | None:
+        env = self._environment(per)
+        try:
+            argv = shlex.split(self._expand("command", self._names("command", per, env),
+                                            env) or "")
+        except ValueError as e:
+            self.result.not_mapped(self._origin("command"), f"{e}: program not imported")
+            return None
+        if not argv or not argv[0]:
+            self.result.not_mapped(self._origin("command"), "empty: program not imported")
+            return None
+        name = self._process_name(per)
+        return _Process(name, tuple(argv), tuple(sorted(env.items())),
+                        self._directory(per, env))
+
+    def _environment(self, per: Mapping[str, str | int]) -> dict[str, str]:
+        try:
+            return key_value_pairs(self._expand("environment",
+                                                self._names("environment", per)) or "")
+        except ValueError as e:
+            self.result.not_mapped(self._origin("environment"), str(e))
+            return {}
+
+    def _directory(self, per: Mapping[str, str | int], env: dict[str, str]) -> str | None:
+        try:
+            cwd = self._expand("directory", self._names("directory", per, env), env)
+        except ValueError as e:
+            self.result.not_mapped(self._origin("directory"), str(e))
+            return None
+        if cwd is not None and not cwd.startswith("/"):
+            self.result.not_mapped(self._origin("directory"), "tenure needs an absolute "
+                                   f"path, not {cwd!r}")
+            return None
+        return cwd
+
+    def _process_name(self, per: Mapping[str, str | int]) -> str:
+        try:
+            return self._expand("process_name", self._names("process_name", per)) \
+                or self.name
+        except ValueError as e:
+            self.result.not_mapped(self._origin("process_name"), str(e))
+            return f"{self.name}_{per['process_num']}"
+
+    # -- drafts and the remaining keys ---------------------------------------------------
+
+    def _drafts(self, s: _Settings, processes: list[_Process]) -> None:
+        first = processes[0]
+        if all(p.same_definition(first) for p in processes):
+            name = self.name if len(processes) > 1 else first.name
+            self._add(s, first, name, len(processes))
+        else:
+            for process in processes:
+                self._add(s, process, process.name, 1)
+
+    def _add(self, s: _Settings, process: _Process, name: str, instances: int) -> None:
+        if instances > MAX_INSTANCES:
+            self.result.not_mapped(self._origin("numprocs"), f"tenure runs at most "
+                                   f"{MAX_INSTANCES} instances of an app, not {instances}")
+            instances = MAX_INSTANCES
+        restart = _RESTART[s.autorestart]
+        backoff = Backoff(reset_after=float(s.startsecs))
+        limit = quick_failure_limit(s.startretries + 1, s.startsecs, backoff)
+        if restart is RestartMode.NEVER:  # backoff and start limit would never apply
+            backoff, limit = Backoff(), StartLimit()
+        app = App(
+            name=name, stack=self.group.name if self.group else "",
+            command=process.command, env={**self.scope.daemon_env, **dict(process.env)},
+            cwd=process.cwd, instances=instances, restart=restart, backoff=backoff,
+            start_limit=limit,
+            ready=(Readiness(kind=ReadyKind.DELAY, delay=float(s.startsecs))
+                   if s.startsecs > 0 else Readiness()),
+            stop=StopSpec(signal=s.stopsignal, timeout=float(s.stopwaitsecs)))
+        self.result.drafts.append(Draft(app, self._header(), s.priority))
+
+    def _other_keys(self) -> None:
+        """Report every key that was not carried over."""
+        for key in self.doc.keys(self.section.name):
+            problem = self._unmapped(key)
+            if problem:
+                self.result.not_mapped(self._origin(key), problem)
+
+    def _unmapped(self, key: str) -> str:
+        """Why ``key`` is not carried over, or "" when it is (or was reported already)."""
+        if key in _PER_PROCESS or key in _CHECKED:
+            return ""
+        if key == "autostart":
+            return "" if self._get(key, boolean, True) else \
+                "tenure starts every app of a stack; stop this one after `tenure up` " \
+                "or give it a stack of its own"
+        if key in ("stopasgroup", "killasgroup"):
+            return "" if self._get(key, boolean, True) else \
+                "tenure always signals the app's whole process group"
+        if key == "exitcodes":
+            codes = self._get(key, exit_codes, [0])
+            expected = self._get("autorestart", auto_restart, AutoRestart.UNEXPECTED)
+            return "" if set(codes) == {0} or expected is not AutoRestart.UNEXPECTED else \
+                "restart = on-failure treats only exit status 0 as expected"
+        if key == "user":
+            return _USER_REASON
+        if key == "redirect_stderr" or key.startswith(("stdout_", "stderr_")):
+            return _LOG_REASON
+        return "no tenure equivalent"
+
+

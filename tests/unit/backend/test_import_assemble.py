@@ -1,0 +1,107 @@
+"""Assembling drafts: valid and unique names (renames reported), stacks, start order
+from priorities, unusable values dropped with a report, and the shared restart-limit and
+shell rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.config import parse_config
+from backend.importers.assemble import assemble, clean_name
+from backend.importers.model import Draft, FindingKind, Origin
+from backend.importers.policy import needs_shell, quick_failure_limit
+from backend.importers.toml_writer import render_toml
+from backend.model import App, Backoff, StartLimit
+
+
+def _draft(name: str, stack: str = "", priority: int = 0, **kw: object) -> Draft:
+    fields: dict[str, object] = {"command": ("run", name), **kw}
+    app = App(name=name, stack=stack, **fields)  # type: ignore[arg-type]
+    return Draft(app, Origin("f.conf", 1, f"[program:{name}]"), priority)
+
+
+def test_names_are_cleaned_and_made_unique_with_a_note() -> None:
+    out = assemble([_draft("web"), _draft("web"), _draft("cron: nightly"), _draft("_x"),
+                    _draft("!!!")], "shop")
+    assert sorted(out.config.stacks["shop"].apps) == ["app", "cron-nightly", "web", "web-2",
+                                                       "x"]
+    notes = sorted(f.problem for f in out.findings if f.kind is FindingKind.NOTE)
+    assert "app 'web' is named 'web-2' in tenure.toml" in notes
+    assert "app 'cron: nightly' is named 'cron-nightly' in tenure.toml" in notes
+    assert len(notes) == 4
+
+
+def test_clean_name_keeps_valid_names_and_limits_length() -> None:
+    assert clean_name("api.v2_x-1", "f") == "api.v2_x-1"
+    assert clean_name("a" * 100, "f") == "a" * 64
+    assert clean_name("  ", "fallback") == "fallback"
+
+
+def test_groups_become_stacks_and_the_rest_goes_to_the_default_stack() -> None:
+    out = assemble([_draft("a", "shop"), _draft("b"), _draft("c", "my group")], "misc")
+    assert {s: sorted(st.apps) for s, st in out.config.stacks.items()} == {
+        "misc": ["b"], "my-group": ["c"], "shop": ["a"]}
+    assert any("stack 'my group' is named 'my-group'" in f.problem for f in out.findings)
+
+
+def test_priorities_become_after_levels_within_a_stack() -> None:
+    out = assemble([_draft("web", "s", 20), _draft("db", "s", 10), _draft("cache", "s", 10),
+                    _draft("worker", "s", 30), _draft("solo", "t", 5)], "d")
+    apps = out.config.stacks["s"].apps
+    assert apps["db"].after == () and apps["cache"].after == ()
+    assert apps["web"].after == ("cache", "db")
+    assert apps["worker"].after == ("web",)
+    assert out.config.stacks["t"].apps["solo"].after == ()
+    parse_config(render_toml(out.config, out.origins), "t")  # valid: no cycle, known apps
+
+
+def test_equal_priorities_need_no_order() -> None:
+    out = assemble([_draft("a", priority=999), _draft("b", priority=999)], "s")
+    assert all(a.after == () for a in out.config.stacks["s"].apps.values())
+
+
+def test_nul_characters_drop_the_app_or_the_variable() -> None:
+    out = assemble([_draft("bad", command=("x\0y",)),
+                    _draft("env", env={"OK": "1", "": "empty", "A=B": "x", "N": "a\0"})], "s")
+    assert list(out.config.stacks["s"].apps) == ["env"]
+    assert out.config.stacks["s"].apps["env"].env == {"OK": "1"}
+    problems = [f.problem for f in out.findings if f.kind is FindingKind.NOT_MAPPED]
+    assert problems[0] == "has a NUL character: app not imported"
+    assert len(problems) == 4
+
+
+@pytest.mark.parametrize(("starts", "uptime", "limit"), [
+    (4, 1.0, StartLimit(4, 8.5)),     # supervisord defaults: 4 runs + 0.5 + 1 + 2 + 1
+    (1, 0.0, StartLimit(1, 1.0)),     # one start, no waits: just the margin
+    (0, 5.0, StartLimit(1, 6.0)),     # at least one start is always allowed
+    (10, 1.0, StartLimit(10, 10 + 0.5 + 1 + 2 + 4 + 8 + 16 + 30 * 3 + 1)),  # max caps
+])
+def test_quick_failure_limit_covers_a_streak_of_quick_failures(
+        starts: int, uptime: float, limit: StartLimit) -> None:
+    assert quick_failure_limit(starts, uptime, Backoff()) == limit
+
+
+def test_quick_failure_limit_of_a_huge_streak_is_computed_at_once() -> None:
+    fixed = Backoff(initial=2.0, max=2.0, factor=1.0)
+    assert quick_failure_limit(10**9, 0.0, fixed).interval == (10**9 - 1) * 2.0 + 1
+    assert quick_failure_limit(10**9, 0.0, Backoff(initial=0.0)).interval == 1.0
+    capped = quick_failure_limit(10**9, 0.0, Backoff()).interval
+    assert capped == round(0.5 + 1 + 2 + 4 + 8 + 16 + 30 * (10**9 - 7) + 1, 3)
+
+
+@pytest.mark.parametrize(("command", "shell"), [
+    ("bundle exec puma -C config/puma.rb", False),
+    ('"/opt/my app/bin/run" --name \'a b\'', False),
+    ("puma -p $PORT", True),
+    ("yarn build 2>&1 | tee log", True),
+    ("a && b", True),
+    ("RAILS_ENV=production rails s", True),
+    ("cd web && npm start", True),
+    ("exec gunicorn app", True),
+    ("ls *.txt", True),
+    ("echo `date`", True),
+    ("python -c 'print(1)'", True),   # parentheses: conservative, sh gives the same result
+    ("node server.js --port=3000", False),
+])
+def test_needs_shell_only_for_shell_syntax(command: str, shell: bool) -> None:
+    assert needs_shell(command) is shell

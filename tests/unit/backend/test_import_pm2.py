@@ -1,0 +1,194 @@
+"""PM2 ecosystem files → drafts: the command PM2 would run, times in milliseconds,
+restart limits and backoff, and what is reported as not mapped. ``node`` is faked here;
+tests/integration/backend/test_import_node.py runs the real one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.importers.model import Context, FindingKind, SourceResult
+from backend.importers.pm2 import read_pm2
+from backend.model import App, Backoff, ReadyKind, RestartMode, StartLimit
+from protocol.errors import ConfigInvalid
+
+
+def _read(tmp_path: Path, data: Any, name: str = "ecosystem.json") -> SourceResult:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return read_pm2(str(path), Context(environ={}, hostname="h"))
+
+
+def _app(tmp_path: Path, **conf: Any) -> tuple[App, dict[str, str]]:
+    result = _read(tmp_path, {"apps": [conf]})
+    [draft] = result.drafts
+    return draft.app, {f.origin.key: f.problem for f in result.findings
+                       if f.kind is FindingKind.NOT_MAPPED}
+
+
+@pytest.mark.parametrize(("conf", "command"), [
+    ({"script": "server.js"}, ("node", "{d}/server.js")),
+    ({"script": "app.py", "args": "--x 1"}, ("python3", "{d}/app.py", "--x", "1")),
+    ({"script": "run.sh", "cwd": "/srv"}, ("bash", "/srv/run.sh")),
+    ({"script": "./bin/srv", "args": ["-p", 80]}, ("{d}/bin/srv", "-p", "80")),
+    ({"script": "npm", "args": "run start"}, ("npm", "run", "start")),
+    ({"script": "x.js", "interpreter": "none"}, ("x.js",)),  # not in cwd: from PATH
+    ({"script": "x.js", "exec_interpreter": "/opt/node/bin/node",
+      "node_args": "--inspect --max-old-space-size=64"},
+     ("/opt/node/bin/node", "--inspect", "--max-old-space-size=64", "{d}/x.js")),
+    ({"script": "x.rb", "interpreter_args": ["-W0"]}, ("ruby", "-W0", "{d}/x.rb")),
+    ({"script": "python worker.py --fast"}, ("bash", "-c", "python worker.py --fast")),
+    ({"cmd": "server.js"}, ("node", "{d}/server.js")),
+    ({"script": "t.js", "args": "--name=\"a b\" 'c d' \"e f\""},
+     ("node", "{d}/t.js", '--name="a b"', "c d", "e f")),
+])
+def test_command_is_built_as_pm2_builds_it(
+        tmp_path: Path, conf: dict[str, Any], command: tuple[str, ...]) -> None:
+    app, _ = _app(tmp_path, **conf)
+    assert app.command == tuple(c.replace("{d}", str(tmp_path)) for c in command)
+
+
+def test_a_bare_program_name_found_in_cwd_is_taken_from_there(tmp_path: Path) -> None:
+    (tmp_path / "server").write_text("#!/bin/sh\n")
+    app, _ = _app(tmp_path, script="server", args="-v")
+    assert app.command == (f"{tmp_path}/server", "-v")
+
+
+def test_name_cwd_env_and_port(tmp_path: Path) -> None:
+    app, problems = _app(tmp_path, script="workers/mail.py", cwd="svc", port=8080,
+                         env={"N": 1, "F": 1.5, "B": False, "S": "s", "NUL": None,
+                              "OBJ": {"a": 1}})
+    assert app.name == "mail"  # PM2: the script's file name without extension
+    assert app.cwd == f"{tmp_path}/svc"
+    assert app.env == {"N": "1", "F": "1.5", "B": "false", "S": "s", "NUL": "null",
+                       "PORT": "8080", "PYTHONUNBUFFERED": "1"}
+    assert list(problems) == ["apps[0].env.OBJ"]
+
+
+def test_pm2_defaults(tmp_path: Path) -> None:
+    app, problems = _app(tmp_path, script="a.js")
+    assert app.restart is RestartMode.ALWAYS          # autorestart, on any exit
+    assert app.ready.kind is ReadyKind.NONE           # PM2 calls it online at once
+    assert (app.stop.signal, app.stop.timeout) == ("INT", 1.6)
+    assert app.backoff == Backoff(reset_after=1.0)    # min_uptime 1000 ms
+    assert app.start_limit.burst == 16                # max_restarts
+    assert problems == {}
+
+
+def test_restart_limits_and_delays(tmp_path: Path) -> None:
+    app, _ = _app(tmp_path, script="a.js", max_restarts=3, min_uptime="2s",
+                  restart_delay=1500, kill_timeout=8000)
+    assert (app.ready.kind, app.ready.delay) == (ReadyKind.DELAY, 2.0)
+    assert app.backoff == Backoff(initial=1.5, max=1.5, factor=1.0, reset_after=2.0)
+    assert app.start_limit == StartLimit(burst=3, interval=3 * 2.0 + 1.5 * 2 + 1)
+    assert app.stop.timeout == 8.0
+
+
+def test_exponential_backoff_wins_over_a_fixed_delay(tmp_path: Path) -> None:
+    app, problems = _app(tmp_path, script="a.js", exp_backoff_restart_delay=100,
+                         restart_delay=5000, min_uptime=500)
+    assert app.backoff == Backoff(initial=0.1, max=15.0, factor=1.5, reset_after=30.0)
+    assert "exp_backoff_restart_delay instead" in problems["apps[0].restart_delay"]
+
+
+@pytest.mark.parametrize(("conf", "restart"), [
+    ({"autorestart": False}, RestartMode.NEVER),
+    ({"autorestart": "false"}, RestartMode.NEVER),
+    ({"max_restarts": 0}, RestartMode.NEVER),
+    ({"stop_exit_codes": [0]}, RestartMode.ON_FAILURE),
+    ({"stop_exit_codes": 0}, RestartMode.ON_FAILURE),
+])
+def test_restart_policy(tmp_path: Path, conf: dict[str, Any], restart: RestartMode) -> None:
+    app, problems = _app(tmp_path, script="a.js", **conf)
+    assert app.restart is restart and problems == {}
+    if restart is RestartMode.NEVER:
+        assert (app.backoff, app.start_limit) == (Backoff(), StartLimit())
+
+
+def test_other_exit_codes_are_reported(tmp_path: Path) -> None:
+    app, problems = _app(tmp_path, script="a.js", stop_exit_codes=[0, 3])
+    assert app.restart is RestartMode.ALWAYS
+    assert "only exit status 0" in problems["apps[0].stop_exit_codes"]
+
+
+@pytest.mark.parametrize(("instances", "expected", "reported"), [
+    (3, 3, False), ("2", 2, False), ("max", 1, True), (0, 1, True), (-1, 1, True),
+    (200, 64, True),
+])
+def test_instances(tmp_path: Path, instances: Any, expected: int, reported: bool) -> None:
+    app, problems = _app(tmp_path, script="a.py", instances=instances)
+    assert app.instances == expected
+    assert ("apps[0].instances" in problems) is reported
+
+
+def test_node_apps_with_instances_are_cluster_mode_unless_fork(tmp_path: Path) -> None:
+    _, implied = _app(tmp_path, script="a.js", instances=2)
+    _, fork = _app(tmp_path, script="a.js", instances=2, exec_mode="fork")
+    _, python = _app(tmp_path, script="a.py", instances=2)
+    assert "cluster mode" in implied["apps[0].exec_mode"]
+    assert "apps[0].exec_mode" not in fork and "apps[0].exec_mode" not in python
+
+
+def test_keys_without_equivalent_are_reported(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"apps": [{
+        "script": "a.js", "user": "www", "watch": True, "out_file": "/x", "env_staging": {},
+        "max_memory_restart": "1G", "cron_restart": "* * * * *", "wait_ready": True,
+        "treekill": False, "vizion": False}], "deploy": {}})
+    problems = {f.origin.key: f.problem for f in result.findings}
+    assert set(problems) == {"deploy", *(f"apps[0].{k}" for k in (
+        "user", "watch", "out_file", "env_staging", "max_memory_restart", "cron_restart",
+        "wait_ready", "treekill", "vizion"))}
+    assert "--env staging" in problems["apps[0].env_staging"]
+
+
+def test_unusable_values_are_reported_and_defaults_kept(tmp_path: Path) -> None:
+    app, problems = _app(tmp_path, script="a.js", min_uptime="soon", kill_timeout=0,
+                         max_restarts="many", name=5)
+    assert app.name == "a" and app.stop.timeout == 1.6 and app.start_limit.burst == 16
+    assert set(problems) == {"apps[0].min_uptime", "apps[0].kill_timeout",
+                             "apps[0].max_restarts", "apps[0].name"}
+
+
+def test_file_shapes(tmp_path: Path) -> None:
+    assert [d.app.name for d in _read(tmp_path, [{"script": "a.js"}, {"script": "b.js"}])
+            .drafts] == ["a", "b"]
+    assert [d.app.name for d in _read(tmp_path, {"script": "one.js"}).drafts] == ["one"]
+    missing = _read(tmp_path, {"apps": [{"name": "x"}, "text"]})
+    assert missing.drafts == []
+    assert {f.origin.key for f in missing.findings} == {"apps[0].script", "apps[1]"}
+    with pytest.raises(ConfigInvalid, match="must be a list of apps"):
+        _read(tmp_path, {"apps": 3})
+
+
+def test_config_js_goes_through_node_and_its_errors_are_config_invalid(
+        tmp_path: Path) -> None:
+    path = tmp_path / "ecosystem.config.js"
+    path.write_text("module.exports = {}")
+    calls: list[tuple[str, float]] = []
+
+    def fake_node(file: str, script: str, timeout: float) -> str:
+        calls.append((file, timeout))
+        return json.dumps({"apps": [{"script": "srv.js"}]})
+
+    result = read_pm2(str(path), Context(environ={}, hostname="h", run_node=fake_node,
+                                         node_timeout=3.0))
+    assert calls == [(str(path), 3.0)]
+    assert result.drafts[0].app.name == "srv"
+    with pytest.raises(ConfigInvalid, match="node printed no JSON"):
+        read_pm2(str(path), Context(run_node=lambda *_: "undefined"))
+
+
+def test_json_that_is_not_javascript_either_reports_the_json_error(tmp_path: Path) -> None:
+    path = tmp_path / "process.json"
+    path.write_text('{\n  "apps": [\n    {"script": }\n  ]\n}\n')
+
+    def failing_node(file: str, script: str, timeout: float) -> str:
+        raise ConfigInvalid("node could not read it", {})
+
+    with pytest.raises(ConfigInvalid) as e:
+        read_pm2(str(path), Context(run_node=failing_node))
+    assert (e.value.data["line"], e.value.data["file"]) == (3, str(path))
+    assert "not valid JSON" in e.value.data["problem"]

@@ -1,0 +1,59 @@
+"""Procfiles → drafts: one app per line, run in the Procfile's directory, through sh -c
+only when the command uses shell syntax."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backend.importers.model import Context, FindingKind, SourceResult
+from backend.importers.procfile import read_procfile
+from backend.model import RestartMode
+from protocol.errors import ConfigInvalid
+
+
+def _read(tmp_path: Path, text: str) -> SourceResult:
+    path = tmp_path / "Procfile"
+    path.write_text(text)
+    return read_procfile(str(path), Context(environ={}, hostname="h"))
+
+
+def test_each_line_is_an_app_restarted_always_in_the_procfile_directory(
+        tmp_path: Path) -> None:
+    result = _read(tmp_path, "# comment\n\nweb: bundle exec puma -C config/puma.rb\n"
+                             "worker:python -m worker 'a b'\n")
+    assert [(d.app.name, d.app.command, d.origin.line) for d in result.drafts] == [
+        ("web", ("bundle", "exec", "puma", "-C", "config/puma.rb"), 3),
+        ("worker", ("python", "-m", "worker", "a b"), 4)]
+    assert all(d.app.cwd == str(tmp_path) and d.app.restart is RestartMode.ALWAYS
+               for d in result.drafts)
+    assert result.findings == []
+
+
+def test_shell_syntax_runs_through_sh_and_port_is_noted(tmp_path: Path) -> None:
+    result = _read(tmp_path, "web: puma -p ${PORT:-5000} 2>&1 | tee log\n")
+    assert result.drafts[0].app.command == ("sh", "-c", "puma -p ${PORT:-5000} 2>&1 | tee log")
+    [note] = result.findings
+    assert note.kind is FindingKind.NOTE and "PORT" in note.problem
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("release: rails db:migrate\n", "once per deploy"),
+    ("web: a\nweb: b\n", "already defined on line 1"),
+    ("  web: indented\n", "not a 'name: command' line"),
+    ("web.1: x\n", "not a 'name: command' line"),
+    ("web:\n", "not a 'name: command' line"),
+    ("web: run 'unbalanced\n", "cannot split the command"),
+])
+def test_lines_that_are_not_imported_are_reported(tmp_path: Path, text: str,
+                                                  problem: str) -> None:
+    result = _read(tmp_path, text)
+    reported = [f for f in result.findings if f.kind is FindingKind.NOT_MAPPED]
+    assert len(reported) == 1 and problem in reported[0].problem
+    assert len(result.drafts) == text.count("\n") - 1
+
+
+def test_an_unreadable_procfile_is_config_invalid(tmp_path: Path) -> None:
+    with pytest.raises(ConfigInvalid, match="cannot read the file"):
+        read_procfile(str(tmp_path / "Procfile"), Context())

@@ -1,0 +1,300 @@
+"""supervisord .conf → drafts: value types, expansions, includes, numprocs, groups and
+what is reported as not mapped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backend.importers.model import Context, FindingKind, SourceResult
+from backend.importers.supervisord import read_supervisord
+from backend.importers.supervisord_values import (
+    AutoRestart,
+    auto_restart,
+    boolean,
+    exit_codes,
+    expand,
+    key_value_pairs,
+    signal_name,
+)
+from backend.model import ReadyKind, RestartMode
+from protocol.errors import ConfigInvalid
+
+CTX = Context(environ={"HOME": "/home/ops", "TIER": "prod"}, hostname="box1")
+
+
+def _read(tmp_path: Path, files: dict[str, str], ctx: Context = CTX) -> SourceResult:
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return read_supervisord(str(tmp_path / next(iter(files))), ctx)
+
+
+def _problems(result: SourceResult, kind: FindingKind = FindingKind.NOT_MAPPED) -> dict[str, str]:
+    return {f.origin.key: f.problem for f in result.findings if f.kind is kind}
+
+
+# -- values ------------------------------------------------------------------------------
+
+def test_expand_uses_printf_conversions_and_double_percent() -> None:
+    names = {"program_name": "w", "process_num": 7}
+    assert expand("%(program_name)s-%(process_num)03d 100%%", names) == "w-007 100%"
+    with pytest.raises(ValueError, match="known names: process_num, program_name"):
+        expand("%(nope)s", names)
+    with pytest.raises(ValueError, match="write '%%'"):
+        expand("date +%s", names)  # supervisord would format its whole table in here
+
+
+def test_environment_pairs_are_split_like_supervisord() -> None:
+    assert key_value_pairs('A="x, y",B=/p:q,C=http://h:1/a-b.c') == \
+        {"A": "x, y", "B": "/p:q", "C": "http://h:1/a-b.c"}
+    assert key_value_pairs("") == {}
+    for bad in ("A", "A=", "A=1,B", 'A="unterminated'):
+        with pytest.raises(ValueError):
+            key_value_pairs(bad)
+
+
+def test_scalar_types() -> None:
+    assert [boolean(v) for v in ("TRUE", "yes", "On", "1", "false", "no", "off", "0")] == \
+        [True] * 4 + [False] * 4
+    assert auto_restart("Unexpected") is AutoRestart.UNEXPECTED
+    assert auto_restart("yes") is AutoRestart.TRUE
+    assert [signal_name(v) for v in ("term", "SIGHUP", "9", "iot")] == \
+        ["TERM", "HUP", "KILL", "ABRT"]
+    assert exit_codes("0, 2") == [0, 2]
+    for reader, bad in ((boolean, "maybe"), (auto_restart, "sometimes"),
+                        (signal_name, "SIGFOO"), (exit_codes, "256")):
+        with pytest.raises(ValueError):
+            reader(bad)
+
+
+# -- programs ----------------------------------------------------------------------------
+
+def test_program_keys_map_to_tenure_keys(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": """
+[program:api]
+command = /srv/api/bin/serve --port 80%(process_num)02d
+numprocs = 1
+directory = /srv/api
+environment = MODE="fast",HOME_COPY="%(ENV_HOME)s"
+autorestart = true
+startsecs = 3
+startretries = 2
+stopsignal = 2
+stopwaitsecs = 45
+priority = 5
+"""})
+    [draft] = result.drafts
+    app = draft.app
+    assert app.name == "api" and app.stack == ""
+    assert app.command == ("/srv/api/bin/serve", "--port", "8000")
+    assert app.cwd == "/srv/api" and app.env == {"MODE": "fast", "HOME_COPY": "/home/ops"}
+    assert app.restart is RestartMode.ALWAYS
+    assert (app.ready.kind, app.ready.delay) == (ReadyKind.DELAY, 3.0)
+    assert app.backoff.reset_after == 3.0
+    assert (app.start_limit.burst, app.start_limit.interval) == (3, 3 * 3 + 0.5 + 1.0 + 1)
+    assert (app.stop.signal, app.stop.timeout) == ("INT", 45.0)
+    assert draft.priority == 5
+    assert _problems(result) == {}
+    assert list(_problems(result, FindingKind.NOTE)) == ["[program:api] environment"]
+
+
+def test_defaults_are_supervisords(tmp_path: Path) -> None:
+    [draft] = _read(tmp_path, {"s.conf": "[program:x]\ncommand=/bin/x\n"}).drafts
+    app = draft.app
+    assert app.restart is RestartMode.ON_FAILURE  # autorestart=unexpected, exitcodes=0
+    assert (app.ready.kind, app.ready.delay) == (ReadyKind.DELAY, 1.0)  # startsecs=1
+    assert app.start_limit.burst == 4  # startretries=3
+    assert (app.stop.signal, app.stop.timeout) == ("TERM", 10.0)
+    assert draft.priority == 999
+
+
+def test_identical_processes_become_instances(tmp_path: Path) -> None:
+    [draft] = _read(tmp_path, {"s.conf": """
+[program:web]
+command=/bin/web
+process_name=%(program_name)s_%(process_num)02d
+numprocs=3
+"""}).drafts
+    assert (draft.app.name, draft.app.instances) == ("web", 3)
+
+
+def test_processes_that_differ_by_number_become_one_app_each(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": """
+[program:worker]
+command=/bin/worker --id %(process_num)d
+process_name=%(program_name)s-%(process_num)d
+numprocs=2
+numprocs_start=4
+"""})
+    assert [(d.app.name, d.app.command[-1], d.app.instances) for d in result.drafts] == \
+        [("worker-4", "4", 1), ("worker-5", "5", 1)]
+
+
+def test_too_many_processes_are_capped_and_reported(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": "[program:w]\ncommand=/bin/w\nnumprocs=100\n"
+                                        "process_name=%(process_num)d\n"})
+    assert result.drafts[0].app.instances == 64
+    assert "at most 64" in _problems(result)["[program:w] numprocs"]
+
+
+def test_command_sees_program_environment_but_environment_does_not(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": """
+[supervisord]
+environment=TZ=UTC
+[program:x]
+environment=APP_DIR=/srv/x
+command=%(ENV_APP_DIR)s/bin/run --tz %(ENV_TZ)s --host %(host_node_name)s
+directory=%(ENV_APP_DIR)s
+"""})
+    app = result.drafts[0].app
+    assert app.command == ("/srv/x/bin/run", "--tz", "UTC", "--host", "box1")
+    assert app.cwd == "/srv/x"
+    assert app.env == {"TZ": "UTC", "APP_DIR": "/srv/x"}
+    notes = [f.problem for f in result.findings if f.kind is FindingKind.NOTE]
+    assert len(notes) == 1 and "%(host_node_name)s" in notes[0]
+
+
+def test_unusable_values_are_reported_and_defaults_kept(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": """
+[program:x]
+command=/bin/x
+startsecs=soon
+stopsignal=SIGFOO
+stopwaitsecs=0
+directory=relative/dir
+environment=BROKEN
+"""})
+    app = result.drafts[0].app
+    assert (app.ready.delay, app.stop.signal, app.stop.timeout, app.cwd, app.env) == \
+        (1.0, "TERM", 10.0, None, {})
+    assert set(_problems(result)) == {f"[program:x] {k}" for k in (
+        "startsecs", "stopsignal", "stopwaitsecs", "directory", "environment")}
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ("directory=/x\n", "has no command"),
+    ("command=/bin/x '\n", "No closing quotation"),
+    ("command=date +%s\n", "write '%%'"),
+    ("command=%(ENV_NOPE)s\n", "cannot be expanded"),
+])
+def test_a_program_without_a_usable_command_is_not_imported(
+        tmp_path: Path, body: str, problem: str) -> None:
+    result = _read(tmp_path, {"s.conf": "[program:x]\n" + body})
+    assert result.drafts == []
+    assert any(problem in p for p in _problems(result).values()), result.findings
+
+
+def test_settings_without_equivalent_are_reported(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": """
+[program:x]
+command=/bin/x
+user=nobody
+autostart=false
+autorestart=unexpected
+exitcodes=0,3
+stopasgroup=false
+killasgroup=true
+stdout_logfile=/var/log/x.log
+umask=022
+"""})
+    problems = _problems(result)
+    assert set(problems) == {f"[program:x] {k}" for k in (
+        "user", "autostart", "exitcodes", "stopasgroup", "stdout_logfile", "umask")}
+    assert "no `user` key" in problems["[program:x] user"]
+    assert problems["[program:x] stdout_logfile"].startswith("tenure keeps")
+
+
+def test_autorestart_false_gives_never_and_exit_codes_do_not_matter(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": "[program:x]\ncommand=/bin/x\nautorestart=false\n"
+                                        "exitcodes=0,3\n"})
+    assert result.drafts[0].app.restart is RestartMode.NEVER
+    assert _problems(result) == {}
+
+
+# -- files, groups, sections -------------------------------------------------------------
+
+def test_includes_are_relative_to_the_including_file_and_here_is_per_file(
+        tmp_path: Path) -> None:
+    result = _read(tmp_path, {
+        "etc/supervisord.conf": "[include]\nfiles = conf.d/*.conf extra/none-*.conf\n"
+                                "[program:main]\ncommand=%(here)s/bin/main\n",
+        "etc/conf.d/b.conf": "[program:b]\ncommand=%(here)s/bin/b\n",
+        "etc/conf.d/a.conf": "[program:a]\ncommand=/bin/a\n",
+    })
+    commands = {d.app.name: d.app.command[0] for d in result.drafts}
+    assert commands == {"main": f"{tmp_path}/etc/bin/main", "a": "/bin/a",
+                        "b": f"{tmp_path}/etc/conf.d/bin/b"}
+    [note] = [f for f in result.findings if f.kind is FindingKind.NOTE]
+    assert "no file matches 'extra/none-*.conf'" in note.problem
+    origin = next(d.origin for d in result.drafts if d.app.name == "b")
+    assert (origin.file, origin.line) == (f"{tmp_path}/etc/conf.d/b.conf", 1)
+
+
+def test_groups_become_stacks_and_their_priority_is_reported(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": """
+[group:shop]
+programs=web, db ,ghost
+priority=10
+[program:web]
+command=/bin/web
+[program:db]
+command=/bin/db
+[program:lone]
+command=/bin/lone
+"""})
+    assert {d.app.name: d.app.stack for d in result.drafts} == \
+        {"web": "shop", "db": "shop", "lone": ""}
+    problems = _problems(result)
+    assert problems["[group:shop] programs"] == "names no [program:ghost]"
+    assert "orders whole groups" in problems["[group:shop] priority"]
+
+
+def test_a_program_in_two_groups_is_imported_in_the_first(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": "[group:a]\nprograms=x\n[group:b]\nprograms=x\n"
+                                        "[program:x]\ncommand=/bin/x\n"})
+    assert [(d.app.name, d.app.stack) for d in result.drafts] == [("x", "a")]
+    assert _problems(result) == {"[group:b] programs": "x is already in [group:a]; it is "
+                                                       "imported there only"}
+
+
+def test_daemon_sections_are_reported_once_each(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": """
+[unix_http_server]
+file=/run/s.sock
+[supervisord]
+environment=A=1
+[supervisorctl]
+[rpcinterface:supervisor]
+supervisor.rpcinterface_factory = x
+[fcgi-program:f]
+command=/bin/f
+[something]
+a=1
+[program:x]
+command=/bin/x
+"""})
+    assert set(_problems(result)) == {"[unix_http_server]", "[supervisorctl]",
+                                      "[rpcinterface:supervisor]", "[fcgi-program:f]",
+                                      "[something]"}
+    assert result.drafts[0].app.env == {"A": "1"}  # [supervisord] had only environment
+
+
+@pytest.mark.parametrize(("files", "line", "problem"), [
+    ({"s.conf": "[program:x]\ncommand=/bin/x\nwhat is this\n"}, 3, "not a 'key = value'"),
+    ({"s.conf": "[include]\n"}, 1, "has no 'files' key"),
+    ({"s.conf": "[include]\nfiles=bad.conf\n", "bad.conf": "orphan=1\n"}, 1,
+     "outside any [section]"),
+])
+def test_unparsable_files_are_config_invalid_with_file_and_line(
+        tmp_path: Path, files: dict[str, str], line: int, problem: str) -> None:
+    with pytest.raises(ConfigInvalid) as e:
+        _read(tmp_path, files)
+    assert e.value.data["line"] == line
+    assert problem in e.value.data["problem"]
+
+
+def test_a_missing_file_is_config_invalid(tmp_path: Path) -> None:
+    with pytest.raises(ConfigInvalid, match="cannot read the file"):
+        read_supervisord(str(tmp_path / "nope.conf"), CTX)
