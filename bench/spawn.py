@@ -24,7 +24,7 @@ async def bench(n: int, mode: ExitMode | None) -> dict[str, float]:
     seen: dict[int, int] = {}
     events: dict[int, asyncio.Event] = {}
 
-    def on_exit(pid: int, status: ExitStatus) -> None:
+    def on_exit(key: str, pid: int, status: ExitStatus) -> None:
         seen[pid] = time.perf_counter_ns()
         events[pid].set()
 
@@ -32,8 +32,8 @@ async def bench(n: int, mode: ExitMode | None) -> dict[str, float]:
     launched: list[Spawned] = []
     try:
         t0 = time.perf_counter()
-        for _ in range(n):
-            sp = table.launch(SPEC)
+        for i in range(n):
+            sp = table.launch(SPEC, f"bench-{i}")
             events[sp.pid] = asyncio.Event()
             launched.append(sp)
         spawn_s = time.perf_counter() - t0
@@ -44,10 +44,10 @@ async def bench(n: int, mode: ExitMode | None) -> dict[str, float]:
             await events[sp.pid].wait()
             latencies.append((seen[sp.pid] - t) / 1000)
     finally:
-        for sp in launched:
+        for i, sp in enumerate(launched):
             os.close(sp.stdout_fd)
             os.close(sp.stderr_fd)
-            await table.stop(sp.pid, StopPolicy(signal=signal.SIGKILL))
+            await table.stop(f"bench-{i}", StopPolicy(signal=signal.SIGKILL))
         table.close()
     latencies.sort()
     return {

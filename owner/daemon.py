@@ -136,10 +136,13 @@ async def _stop_apps(launcher: Any, timeout: float) -> str:
 
 async def _confirm_gone(service: OwnerService) -> str:
     service.procs.reap_orphans()
+    service.procs.track()
     left = [k for k, r in service.launcher.live.items()
             if r.pgid is not None and group_members(r.pgid)]
-    if service.procs.pids() or left:
-        raise RuntimeError(f"processes remain: {service.procs.pids()[:5]} {left[:5]}")
+    lingering = service.procs.lingering()
+    if service.procs.pids() or left or lingering:
+        raise RuntimeError(f"processes remain: {service.procs.pids()[:5]} {left[:5]} "
+                           f"{lingering[:5]}")
     return ""
 
 

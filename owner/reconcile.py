@@ -16,11 +16,11 @@ from protocol.errors import ProcessesAlive
 from protocol.identity import boot_id, start_ticks
 from protocol.procfs import environ_matches
 
+from .descendants import LAUNCH_KEY_ENV
 from .paths import OwnerPaths
 from .procinfo import group_members
 from .receipt import needs_reconcile, read_receipt, write_ack
 from .store import LaunchRow, OwnerStore
-from .supervise import LAUNCH_KEY_ENV
 
 __all__ = ["Survivor", "reconcile"]
 

@@ -199,7 +199,7 @@ class OwnerService:
         policy = StopPolicy.from_wire(call.params["policy"]) if call.params["policy"] \
             else None
         row = self._live(call.params["launch_key"])
-        result = await self.launcher.stop(row, policy)
+        result = await self.launcher.stop(row.launch_key, policy)
         wire = {"launch_key": row.launch_key, "pid": row.pid, **result.to_wire()}
         if result.outcome is StopOutcome.TIMEOUT:
             raise StopTimeout(f"{row.launch_key}: process group still alive after the "
@@ -211,7 +211,7 @@ class OwnerService:
         sig = parse_signal(call.params["signal"])
         row = self._live(call.params["launch_key"])
         assert row.pid is not None
-        self.procs.signal(row.pid, sig, group=call.params["group"])
+        self.procs.signal(row.launch_key, sig, group=call.params["group"])
         return {"launch_key": row.launch_key, "pid": row.pid, "signal": sig}
 
     async def inventory(self, call: Call) -> Any:
@@ -226,7 +226,7 @@ class OwnerService:
         assert row.pid is not None and row.start_ticks is not None
         usage = self.inspector.inspect(row.pid, row.start_ticks)
         try:
-            cgroup = self.procs.cgroup_of(row.pid)
+            cgroup = self.procs.cgroup_of(row.launch_key)
         except NotFound:
             cgroup = None  # a launch this table no longer remembers
         if cgroup is not None and self.launcher.cgroups is not None:

@@ -16,6 +16,7 @@ from typing import Any
 from protocol.errors import LaunchFailed
 
 from .cgroups import CgroupTree
+from .descendants import LAUNCH_KEY_ENV
 from .drain import PipeDrainer
 from .journal import Journal, LogSource
 from .notify import NotifyListener, pgid_resolver
@@ -28,7 +29,10 @@ from .store import LaunchRow, OwnerStore
 __all__ = ["LAUNCH_KEY_ENV", "Launcher"]
 
 log = logging.getLogger("tenure.owner")
-LAUNCH_KEY_ENV = "TENURE_LAUNCH_KEY"
+
+TRACK_INTERVAL_S = 1.0
+"""How often the descendants of every launch are looked for (process-group mode): the
+window in which a process can fork, leave the group and lose its parent unseen."""
 
 
 class Launcher:
@@ -39,7 +43,6 @@ class Launcher:
         self.ring = ring
         self.boot_id = boot_id
         self.live: dict[str, LaunchRow] = {}
-        self._by_pid: dict[int, str] = {}
         self._by_pgid: dict[int, str] = {}
         self.drainers: list[PipeDrainer] = []
         self.procs = ProcessTable(self._on_exit, notify_socket_path=notify_path,
@@ -47,6 +50,16 @@ class Launcher:
         self.notify = NotifyListener(notify_path, pgid_resolver(self._by_pgid.get),
                                      self._on_notify)
         self.notify.open()
+        self._tracker: asyncio.TimerHandle | None = None
+        self._track()
+
+    def _track(self) -> None:
+        if self.procs.cgroups is None:
+            try:
+                self.procs.track()
+            except Exception:
+                log.exception("looking for descendants failed")
+        self._tracker = asyncio.get_running_loop().call_later(TRACK_INTERVAL_S, self._track)
 
     @property
     def cgroups(self) -> CgroupTree | None:
@@ -69,7 +82,7 @@ class Launcher:
         spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key})
         self.store.insert_launch(key, p, spec.to_wire(), epoch, self.boot_id)
         try:
-            spawned = self.procs.launch(spec, cgroup_key=key)
+            spawned = self.procs.launch(spec, key)
         except LaunchFailed as exc:
             self.store.mark_failed(key, exc.to_wire())
             self.ring.emit("launch_failed", launch_key=key, code=exc.code_str, msg=exc.msg)
@@ -80,7 +93,6 @@ class Launcher:
         row = self.store.get_launch(key)
         assert row is not None
         self.live[key] = row
-        self._by_pid[spawned.pid] = key
         self._by_pgid[spawned.pgid] = key
         src = LogSource(row.stack, row.app, row.instance, row.generation)
         loop = asyncio.get_running_loop()
@@ -95,10 +107,7 @@ class Launcher:
     def _prune_drainers(self) -> None:
         self.drainers = [d for d in self.drainers if not d.closed]
 
-    def _on_exit(self, pid: int, status: ExitStatus) -> None:
-        key = self._by_pid.pop(pid, None)
-        if key is None:
-            return
+    def _on_exit(self, key: str, pid: int, status: ExitStatus) -> None:
         row = self.live.pop(key, None)
         if row is not None and row.pgid is not None:
             self._by_pgid.pop(row.pgid, None)
@@ -111,16 +120,18 @@ class Launcher:
     def _on_notify(self, key: str, sender: int, fields: dict[str, str]) -> None:
         self.ring.emit("notify", launch_key=key, pid=sender, fields=fields)
 
-    async def stop(self, row: LaunchRow, policy: StopPolicy | None) -> StopResult:
-        assert row.pid is not None
-        return await self.procs.stop(row.pid, policy)
+    async def stop(self, key: str, policy: StopPolicy | None) -> StopResult:
+        """Confirmed stop of launch ``key``. Raises NotFound."""
+        return await self.procs.stop(key, policy)
 
     async def stop_all(self) -> list[tuple[str, StopResult | BaseException]]:
-        """Stop every live launch concurrently with its own policy."""
-        rows = list(self.live.values())
-        results = await asyncio.gather(*(self.stop(r, None) for r in rows),
+        """Stop every live launch, and every exited one whose descendants still run,
+        concurrently, each with its own policy."""
+        self.procs.track()
+        keys = [*self.live, *(k for k in self.procs.lingering() if k not in self.live)]
+        results = await asyncio.gather(*(self.stop(k, None) for k in keys),
                                        return_exceptions=True)
-        return [(r.launch_key, res) for r, res in zip(rows, results, strict=True)]
+        return list(zip(keys, results, strict=True))
 
     async def wait_drained(self, timeout: float) -> bool:
         """Wait until every pipe reached EOF (all output is in the journal)."""
@@ -133,6 +144,9 @@ class Launcher:
         return True
 
     def close(self) -> None:
+        if self._tracker is not None:
+            self._tracker.cancel()
+            self._tracker = None
         self.notify.close()
         for d in self.drainers:
             d.close()

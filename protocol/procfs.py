@@ -21,6 +21,7 @@ __all__ = [
     "ProcStat",
     "children",
     "environ_matches",
+    "environ_value",
     "group_members",
     "parse_stat",
     "read_stat",
@@ -125,8 +126,10 @@ def _pids() -> Iterator[str]:
             yield name
 
 
-def group_members(pgid: int, *, include_zombies: bool = False) -> list[int]:
-    """Pids whose process group is ``pgid``, by one scan of /proc/*/stat.
+def group_members(pgid: int, *, include_zombies: bool = False,
+                  include_session: bool = False) -> list[int]:
+    """Pids whose process group is ``pgid`` (or, with ``include_session``, whose session
+    is ``pgid``), by one scan of /proc/*/stat.
 
     Zombies are dead and hold nothing but a table slot; they are left out unless asked
     for, so "the group is empty" means "nothing in it can still run".
@@ -136,9 +139,11 @@ def group_members(pgid: int, *, include_zombies: bool = False) -> list[int]:
         data = _read(f"{PROC}/{name}/stat")
         if data is None:
             continue
-        # Only fields 3 (state) and 5 (pgrp) matter here: split no further than needed.
-        rest = data[data.rfind(b")") + 2:].split(b" ", 3)
-        if len(rest) < 4 or not rest[2].isdigit() or int(rest[2]) != pgid:
+        # Only fields 3 (state), 5 (pgrp) and 6 (session) matter: split no further.
+        rest = data[data.rfind(b")") + 2:].split(b" ", 5)
+        if len(rest) < 5 or not rest[2].isdigit() or not rest[3].isdigit():
+            continue
+        if int(rest[2]) != pgid and not (include_session and int(rest[3]) == pgid):
             continue
         if rest[0] in (b"Z", b"X") and not include_zombies:
             continue
@@ -164,6 +169,11 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def _environ(pid: int | str) -> list[bytes]:
+    data = _read(f"{PROC}/{pid}/environ", _READ_MAX)
+    return data.split(b"\0") if data else []
+
+
 def environ_matches(needles: Iterable[bytes], pids: Iterable[int | str] | None = None,
                     ) -> dict[bytes, list[int]]:
     """Which processes carry one of ``needles`` (whole ``NAME=value`` entries) in their
@@ -174,13 +184,20 @@ def environ_matches(needles: Iterable[bytes], pids: Iterable[int | str] | None =
     if not wanted:
         return found
     for pid in (_pids() if pids is None else pids):
-        data = _read(f"{PROC}/{pid}/environ", _READ_MAX)
-        if not data:
-            continue
-        for var in data.split(b"\0"):
+        for var in _environ(pid):
             if var in wanted:
                 found.setdefault(var, []).append(int(pid))
     return found
+
+
+def environ_value(pid: int, name: str) -> bytes | None:
+    """The value of ``name`` in the environment ``pid`` was started with (what
+    /proc/PID/environ shows); None if absent, unreadable or gone."""
+    prefix = name.encode() + b"="
+    for var in _environ(pid):
+        if var.startswith(prefix):
+            return var[len(prefix):]
+    return None
 
 
 def status_groups(pid: int) -> list[int] | None:

@@ -1,0 +1,171 @@
+"""What the owner reports about processes is true: a stop or signal of one launch never
+reaches another, and a stop reports ``stopped`` only when everything of the launch is gone.
+A real owner, its socket and real processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from owner.testing import GuardianKey, OwnerProcess
+from protocol.errors import NotFound
+from protocol.procfs import children, read_stat, start_ticks
+
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+STOP = {"signal": "TERM", "timeout": 5, "kill_after": 5}
+
+
+class Live:
+    """A running owner with a fenced client: ``call`` passes the current epoch."""
+
+    def __init__(self, owner: OwnerProcess) -> None:
+        self.owner = owner
+        self.c = owner.client()
+        self.epoch = GuardianKey().bootstrap(self.c, owner.instance)
+        self.n = 0
+
+    def call(self, m: str, p: dict[str, Any] | None = None) -> Any:
+        return self.c.call(m, p or {}, epoch=self.epoch)
+
+    def launch(self, argv: list[str], key: str | None = None) -> Any:
+        self.n += 1
+        p = {"launch_key": key or f"k{self.n}", "stack": "s", "app": "a",
+             "instance": self.n, "generation": 1, "argv": argv,
+             "env": {"PATH": os.environ["PATH"]}, "stop": STOP}
+        return self.call("launch", p)
+
+    def first_line(self, launch: dict[str, Any], timeout: float = 10.0) -> str:
+        """The first line launch ``launch`` wrote to its stdout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            recs = self.c.call("logs.read", {"app": "a", "instance": launch["instance"],
+                                             "stream": "stdout"})["records"]
+            if recs:
+                return recs[0]["data"].decode()  # type: ignore[no-any-return]
+            time.sleep(0.02)
+        raise AssertionError(f"{launch['launch_key']} wrote nothing")
+
+    def wait_exit(self, key: str, timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for e in self.c.call("observations.read", {"after": 0})["events"]:
+                if e["kind"] == "exit" and e["launch_key"] == key:
+                    return e  # type: ignore[no-any-return]
+            time.sleep(0.02)
+        raise AssertionError(f"no exit event for {key}")
+
+
+@pytest.fixture
+def live(short_home: Path) -> Iterator[Live]:
+    owner = OwnerProcess(short_home).start()
+    lv = Live(owner)
+    try:
+        yield lv
+    finally:
+        lv.c.close()
+        assert owner.stop() == 0
+
+
+def _can_steer_pids() -> bool:
+    return os.geteuid() == 0 and os.access(NS_LAST_PID, os.W_OK)
+
+
+def _launch_on_pid(live: Live, pid: int, argv: list[str], attempts: int = 200) -> Any:
+    """Launch ``argv`` so that it gets ``pid`` (writing ``pid - 1`` to ns_last_pid right
+    before). Other processes on the machine may take the number first: retry."""
+    for _ in range(attempts):
+        with open(NS_LAST_PID, "w") as f:
+            f.write(str(pid - 1))
+        r = live.launch(argv)
+        if r["pid"] == pid:
+            return r
+        live.call("stop", {"launch_key": r["launch_key"]})
+    pytest.fail(f"pid {pid} could not be reused in {attempts} attempts")
+
+
+@pytest.mark.skipif(not _can_steer_pids(), reason="needs root and a writable ns_last_pid")
+def test_retried_stop_of_an_exited_launch_never_hits_the_launch_that_reused_its_pid(live):
+    old = live.launch(["sh", "-c", "exit 3"], key="old")
+    assert live.wait_exit("old")["exit_code"] == 3
+    new = _launch_on_pid(live, old["pid"], ["sleep", "1000"])
+    # (Both may even have the same start ticks, when the reuse happens within one tick.)
+    assert new["pid"] == old["pid"]
+
+    again = live.call("stop", {"launch_key": "old"})  # the retry of an earlier stop
+    assert again["outcome"] == "already_exited" and again["exit"]["exit_code"] == 3
+    with pytest.raises(NotFound):
+        live.call("signal", {"launch_key": "old", "signal": "KILL"})
+    with pytest.raises(NotFound):
+        live.call("signal", {"launch_key": "old", "signal": "KILL", "group": False})
+    st = read_stat(new["pid"])
+    assert st is not None and not st.zombie
+    assert start_ticks(new["pid"]) == new["start_ticks"]
+    inv = {r["launch_key"]: r for r in live.call("inventory")["launches"]}
+    assert inv[new["launch_key"]]["pid"] == new["pid"]
+    assert live.call("stop", {"launch_key": new["launch_key"]})["outcome"] == "stopped"
+
+
+def _running(pid: int) -> bool:
+    st = read_stat(pid)
+    return st is not None and not st.zombie
+
+
+def _gone(pids: list[int], timeout: float = 5.0) -> bool:
+    """True once none of ``pids`` runs (a zombie orphan waits for the owner's reaper)."""
+    deadline = time.monotonic() + timeout
+    while any(_running(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_stop_kills_a_child_that_left_the_group_with_setsid(live):
+    r = live.launch(["sh", "-c", "setsid sleep 1000 & echo $!; exec sleep 1000"])
+    escapee = int(live.first_line(r))
+    assert escapee in children(r["pid"]) and os.getsid(escapee) == escapee
+    result = live.call("stop", {"launch_key": r["launch_key"]})
+    assert result["outcome"] == "stopped" and not result["escalated"]
+    assert not _running(escapee)
+
+
+def test_stop_after_the_leader_exited_kills_its_setsid_orphan(live):
+    r = live.launch(["sh", "-c", "setsid sleep 1000 & echo $!; exit 0"])
+    escapee = int(live.first_line(r))
+    assert live.wait_exit(r["launch_key"])["exit_code"] == 0
+    assert _running(escapee) and read_stat(escapee).ppid == live.owner.proc.pid
+    result = live.call("stop", {"launch_key": r["launch_key"]})
+    assert result["outcome"] == "stopped"
+    assert not _running(escapee)
+    assert live.call("stop", {"launch_key": r["launch_key"]})["outcome"] == "already_exited"
+
+
+def test_stop_finds_an_orphan_without_the_launch_key_by_its_group(live):
+    # The child clears its environment and its parent exits at once: nothing but its
+    # process group says where it came from, and only the last look before the reap
+    # (the zombie leader still holds the group's number) can tell.
+    r = live.launch(["sh", "-c", "env -i sleep 1000 & echo $!; exit 0"])
+    orphan = int(live.first_line(r))
+    assert live.wait_exit(r["launch_key"])["exit_code"] == 0
+    assert os.getpgid(orphan) == r["pid"]
+    assert live.call("stop", {"launch_key": r["launch_key"]})["outcome"] == "stopped"
+    assert not _running(orphan)
+
+
+def test_owner_shutdown_stops_descendants_that_outlived_their_leader(short_home):
+    owner = OwnerProcess(short_home).start()
+    lv = Live(owner)
+    try:
+        r = lv.launch(["sh", "-c", "setsid sleep 1000 & echo $!; exit 0"])
+        escapee = int(lv.first_line(r))
+        lv.wait_exit(r["launch_key"])
+        assert _running(escapee)
+    finally:
+        lv.c.close()
+        assert owner.stop() == 0
+    assert _gone([escapee])
