@@ -15,7 +15,15 @@ import signal
 import statistics
 import time
 
-from owner.procs import ExitMode, ExitStatus, LaunchSpec, ProcessTable, Spawned, StopPolicy
+from owner.procs import (
+    ExitMode,
+    ExitStatus,
+    LaunchSpec,
+    ProcessTable,
+    Spawned,
+    StopPolicy,
+    become_subreaper,
+)
 
 SPEC = LaunchSpec(argv=("sleep", "1000"), env={"PATH": "/usr/bin:/bin"})
 
@@ -28,7 +36,9 @@ async def bench(n: int, mode: ExitMode | None) -> dict[str, float]:
         seen[pid] = time.perf_counter_ns()
         events[pid].set()
 
-    table = ProcessTable(on_exit, mode=mode)
+    # As in the owner: a subreaper, whose orphans come back to it.
+    become_subreaper()
+    table = ProcessTable(on_exit, mode=mode, reap_orphans=True)
     launched: list[Spawned] = []
     try:
         t0 = time.perf_counter()
