@@ -92,7 +92,7 @@ class Owner:
         await _stage(receipt, "watchers", _close_notify, launcher)
         await _stage(receipt, "applications", _stop_apps, launcher, self.stop_timeout)
         await _stage(receipt, "processes", _confirm_gone, service)
-        await _stage(receipt, "state", _check_state, store)
+        await _stage(receipt, "state", _check_state, store, launcher)
         await _stage(receipt, "logs", _flush_logs, launcher, journal)
         await _stage(receipt, "rpc", _close_rpc, server)
         await _stage(receipt, "storage", _close_storage, launcher, store)
@@ -146,7 +146,11 @@ async def _confirm_gone(service: OwnerService) -> str:
     return ""
 
 
-async def _check_state(store: OwnerStore) -> str:
+async def _check_state(store: OwnerStore, launcher: Any) -> str:
+    unrecorded = launcher.retry_uncertain()
+    if unrecorded:
+        raise RuntimeError(f"{len(unrecorded)} launches could not be recorded: "
+                           f"{unrecorded[:5]}")
     return f"epoch {store.epoch()}"
 
 

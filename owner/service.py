@@ -172,7 +172,7 @@ class OwnerService:
     async def launch(self, call: Call) -> Any:
         self._require_epoch(call)
         p = call.params
-        first = self.store.get_launch(p["launch_key"])
+        first = self.launcher.record(p["launch_key"]) or self.store.get_launch(p["launch_key"])
         if first is None:
             intent, revision = self.store.intent(p["stack"])
             if intent is Intent.STOPPED and p["intent_revision"] != revision:
@@ -187,7 +187,7 @@ class OwnerService:
         return first.to_wire()
 
     def _live(self, key: str) -> LaunchRow:
-        row = self.launcher.live.get(key) or self.store.get_launch(key)
+        row = self.launcher.record(key) or self.store.get_launch(key)
         if row is None or row.pid is None:
             raise NotFound(f"no launch {key!r} with a process", {"launch_key": key})
         return row
@@ -218,8 +218,10 @@ class OwnerService:
         stack = call.params["stack"]
         rows = [r.to_wire() for r in self.launcher.live.values()
                 if stack is None or r.stack == stack]
+        uncertain = [r.to_wire() for r in self.launcher.uncertain.values()
+                     if stack is None or r.stack == stack]
         return {"owner": self.identity.to_wire(), "epoch": self.epoch, "launches": rows,
-                "cursor": self.ring.cursor}
+                "uncertain": uncertain, "cursor": self.ring.cursor}
 
     async def inspect(self, call: Call) -> Any:
         row = self._live(call.params["launch_key"])
@@ -286,6 +288,7 @@ class OwnerService:
                 "log_overflow_total": self.journal.overflow_total,
                 "log_last_id": await asyncio.to_thread(self.journal.last_id),
                 "notify": dict(self.launcher.notify_stats()),
+                "uncertain": sorted(self.launcher.uncertain),
                 "draining": bool(self.server and self.server.draining),
                 "home": os.fspath(self.paths.home)}
 

@@ -3,17 +3,22 @@
 Order of a launch, always: the row is written (``starting``) before the process exists,
 then the process is spawned, then the row says ``running`` with pid and start ticks. A
 crash between the steps leaves a ``starting`` row that reconcile can resolve, because the
-launch key is also in the process's environment (``TENURE_LAUNCH_KEY``).
+launch key is also in the process's environment (``TENURE_LAUNCH_KEY``). A write that
+fails once the process exists (disk full, I/O error) never orphans it: the launch is
+watched, drained and reported as usual, and kept in memory as ``uncertain`` until its
+final state can be written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+import time
 from dataclasses import replace
 from typing import Any
 
-from protocol.errors import LaunchFailed
+from protocol.errors import LaunchFailed, StorageFailed
 
 from .cgroups import CgroupTree
 from .descendants import LAUNCH_KEY_ENV
@@ -22,9 +27,10 @@ from .journal import Journal, LogSource
 from .notify import NotifyListener, pgid_resolver
 from .observations import ObservationRing
 from .procs import ProcessTable
+from .spawn import Spawned
 from .specs import ExitStatus, LaunchSpec, StopPolicy
 from .stop import StopResult
-from .store import LaunchRow, OwnerStore
+from .store import LaunchRow, LaunchState, OwnerStore
 
 __all__ = ["LAUNCH_KEY_ENV", "Launcher"]
 
@@ -43,6 +49,7 @@ class Launcher:
         self.ring = ring
         self.boot_id = boot_id
         self.live: dict[str, LaunchRow] = {}
+        self.uncertain: dict[str, LaunchRow] = {}  # rows whose last write failed
         self._by_pgid: dict[int, str] = {}
         self.drainers: list[PipeDrainer] = []
         self.procs = ProcessTable(self._on_exit, notify_socket_path=notify_path,
@@ -77,7 +84,13 @@ class Launcher:
 
     def launch(self, p: dict[str, Any], spec: LaunchSpec, epoch: int) -> LaunchRow:
         """Write the row, spawn, record the process. Returns the final row (``failed``
-        rows included: the caller reports them)."""
+        rows included: the caller reports them).
+
+        Invariant: once the process exists it is watched, drained and reported, whatever
+        the storage does. If the ``running`` write fails the launch is kept in memory as
+        ``uncertain`` (see :meth:`record`). Raises sqlite3.Error or OSError only when the
+        ``starting`` row (or a ``failed`` one) cannot be written: then nothing runs.
+        """
         key = p["launch_key"]
         spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key})
         self.store.insert_launch(key, p, spec.to_wire(), epoch, self.boot_id)
@@ -89,9 +102,30 @@ class Launcher:
             row = self.store.get_launch(key)
             assert row is not None
             return row
-        self.store.mark_running(key, spawned.pid, spawned.start_ticks, spawned.pgid)
-        row = self.store.get_launch(key)
-        assert row is not None
+        started_at = time.time()
+        row = LaunchRow(key, p["stack"], p["app"], p["instance"], p["generation"],
+                        spec.to_wire(), LaunchState.RUNNING, spawned.pid,
+                        spawned.start_ticks, spawned.pgid, started_at, None, None, None)
+        try:
+            self.store.mark_running(key, spawned.pid, spawned.start_ticks, spawned.pgid,
+                                    started_at)
+        except (sqlite3.Error, OSError) as exc:
+            row = self._uncertain(row, "running", exc)
+        self._watch(row, spawned)
+        return row
+
+    def _uncertain(self, row: LaunchRow, what: str, exc: Exception) -> LaunchRow:
+        err = StorageFailed(f"{row.launch_key}: recording {what} failed: "
+                            f"{type(exc).__name__}: {exc}", {"launch_key": row.launch_key})
+        log.error("%s; the launch is kept in memory as uncertain", err.msg)
+        row = replace(row, state=LaunchState.UNCERTAIN, error=err.to_wire())
+        self.uncertain[row.launch_key] = row
+        self.ring.emit("launch_uncertain", launch_key=row.launch_key, pid=row.pid,
+                       start_ticks=row.start_ticks, code=err.code_str, msg=err.msg)
+        return row
+
+    def _watch(self, row: LaunchRow, spawned: Spawned) -> None:
+        key = row.launch_key
         self.live[key] = row
         self._by_pgid[spawned.pgid] = key
         src = LogSource(row.stack, row.app, row.instance, row.generation)
@@ -102,7 +136,24 @@ class Launcher:
         self.ring.emit("launched", launch_key=key, stack=row.stack, app=row.app,
                        instance=row.instance, generation=row.generation, pid=spawned.pid,
                        start_ticks=spawned.start_ticks)
-        return row
+
+    def record(self, key: str) -> LaunchRow | None:
+        """What the owner knows of launch ``key`` in memory: a live launch, or one whose
+        state could not be written (``uncertain``). None: ask the store."""
+        return self.live.get(key) or self.uncertain.get(key)
+
+    def retry_uncertain(self) -> list[str]:
+        """Write what could not be written before (the exit of uncertain launches that
+        ended); returns the keys still unrecorded (live ones included). Raises nothing."""
+        for key, row in list(self.uncertain.items()):
+            if key in self.live or row.exit is None:
+                continue
+            try:
+                self.store.mark_exited(key, row.exit, started=row)
+            except (sqlite3.Error, OSError):
+                continue
+            del self.uncertain[key]
+        return sorted(self.uncertain)
 
     def _prune_drainers(self) -> None:
         self.drainers = [d for d in self.drainers if not d.closed]
@@ -115,7 +166,16 @@ class Launcher:
         # the fsync. If the owner died in between, the row still says running and
         # reconcile proves the process gone, so nothing is lost or invented.
         self.ring.emit("exit", launch_key=key, pid=pid, **status.to_wire())
-        self.store.mark_exited(key, status.to_wire())
+        started = self.uncertain.get(key)
+        try:
+            self.store.mark_exited(key, status.to_wire(), started=started)
+        except (sqlite3.Error, OSError) as exc:
+            base = started or row
+            if base is not None:
+                self._uncertain(replace(base, exit=status.to_wire(), ended_at=time.time()),
+                                "the exit", exc)
+            return
+        self.uncertain.pop(key, None)
 
     def _on_notify(self, key: str, sender: int, fields: dict[str, str]) -> None:
         self.ring.emit("notify", launch_key=key, pid=sender, fields=fields)

@@ -46,6 +46,7 @@ class Code(StrEnum):
     OPERATION_IN_PROGRESS = "OPERATION_IN_PROGRESS"
     STALE_PLAN = "STALE_PLAN"
     STATE_CORRUPT = "STATE_CORRUPT"
+    STORAGE_FAILED = "STORAGE_FAILED"
     # processes
     LAUNCH_FAILED = "LAUNCH_FAILED"
     STOP_TIMEOUT = "STOP_TIMEOUT"
@@ -137,6 +138,10 @@ CODES: dict[Code, CodeInfo] = {
     Code.STATE_CORRUPT: CodeInfo(
         "A durable record or file is unreadable or has an unknown shape or version; it was "
         "not replaced.", False),
+    Code.STORAGE_FAILED: CodeInfo(
+        "A durable write failed (disk full, I/O error). What already happened is reported "
+        "from memory and marked uncertain (a launch that started keeps running and is "
+        "watched); fix the storage, then check the state.", False),
     Code.LAUNCH_FAILED: CodeInfo(
         "The process could not be started (program missing, not executable, bad cwd).",
         False),

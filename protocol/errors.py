@@ -36,7 +36,8 @@
     │   ├── StackFenced             STACK_FENCED
     │   ├── OperationInProgress     OPERATION_IN_PROGRESS
     │   ├── StalePlan               STALE_PLAN
-    │   └── StateCorrupt            STATE_CORRUPT
+    │   ├── StateCorrupt            STATE_CORRUPT
+    │   └── StorageFailed           STORAGE_FAILED
     ├── ProcessError
     │   ├── LaunchFailed            LAUNCH_FAILED
     │   ├── StopTimeout             STOP_TIMEOUT
@@ -241,6 +242,10 @@ class StalePlan(StateError):
 
 class StateCorrupt(StateError):
     code = Code.STATE_CORRUPT
+
+
+class StorageFailed(StateError):
+    code = Code.STORAGE_FAILED
 
 
 class ProcessError(TenureError):

@@ -4,6 +4,7 @@ A real owner, its socket and real processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -169,3 +170,82 @@ def test_owner_shutdown_stops_descendants_that_outlived_their_leader(short_home)
         lv.c.close()
         assert owner.stop() == 0
     assert _gone([escapee])
+
+
+# The store fails every write of a launch's state while ``disk-full`` exists in the home
+# (as SQLite does when the disk is full), in the real owner process.
+DISK_FULL = """
+import os, sqlite3
+from owner import store
+
+def _failing(name):
+    real = getattr(store.OwnerStore, name)
+    def write(self, key, *args, **kw):
+        if os.path.exists(os.path.join(os.environ["TENURE_TEST_HOME"], "disk-full")):
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, key, *args, **kw)
+    setattr(store.OwnerStore, name, write)
+
+_failing("mark_running")
+_failing("mark_exited")
+"""
+
+
+@pytest.fixture
+def full_disk_owner(short_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+    monkeypatch.setenv("TENURE_TEST_HOME", str(short_home))
+    owner = OwnerProcess(short_home, preload=DISK_FULL).start()
+    lv = Live(owner)
+    try:
+        yield lv
+    finally:
+        lv.c.close()
+        if owner.proc is not None and owner.proc.poll() is None:
+            owner.stop()
+
+
+def test_storage_error_after_spawn_keeps_the_launch_watched_and_reports_it_uncertain(
+        full_disk_owner, short_home):
+    live = full_disk_owner
+    (short_home / "disk-full").touch()
+    r = live.launch(["sh", "-c", "echo started; exec sleep 1000"], key="full")
+    assert r["state"] == "uncertain" and r["error"]["code"] == "STORAGE_FAILED"
+    assert _running(r["pid"]) and start_ticks(r["pid"]) == r["start_ticks"]
+    assert live.launch(["true"], key="full")["pid"] == r["pid"]  # a retry starts nothing
+    assert live.first_line(r) == "started"  # its pipes are drained
+    inv = live.call("inventory")
+    assert [x["state"] for x in inv["launches"] if x["launch_key"] == "full"] == ["uncertain"]
+    assert [x["launch_key"] for x in inv["uncertain"]] == ["full"]
+    assert live.call("status")["uncertain"] == ["full"]
+    events = live.c.call("observations.read", {"after": 0})["events"]
+    assert any(e["kind"] == "launch_uncertain" and e["launch_key"] == "full" for e in events)
+
+    result = live.call("stop", {"launch_key": "full"})  # watched: stopped and reported
+    assert result["outcome"] == "stopped" and not _running(r["pid"])
+    assert live.wait_exit("full")["signal"] == 15
+    gone = live.call("inventory")
+    assert gone["launches"] == [] and gone["uncertain"][0]["exit"]["signal"] == 15
+
+    (short_home / "disk-full").unlink()  # the disk has room again: shutdown records it
+    live.c.close()
+    assert live.owner.stop() == 0
+    from owner.store import LaunchState, OwnerStore
+    st = OwnerStore(live.owner.paths.db)
+    try:
+        row = st.get_launch("full")
+    finally:
+        st.close()
+    assert row is not None and row.state is LaunchState.EXITED
+    assert (row.pid, row.start_ticks, row.exit["signal"]) == (r["pid"], r["start_ticks"], 15)
+
+
+def test_owner_shutdown_with_an_unrecorded_launch_is_not_clean(full_disk_owner, short_home):
+    live = full_disk_owner
+    (short_home / "disk-full").touch()
+    r = live.launch(["sleep", "1000"], key="full")
+    assert r["state"] == "uncertain"
+    live.c.close()
+    assert live.owner.stop() == 1  # applications stopped, but the state stage failed
+    assert not _running(r["pid"])
+    receipt = json.loads(Path(live.owner.paths.receipt).read_text())
+    assert receipt["state"] == "failed" and receipt["failed_stage"] == "state"
