@@ -8,11 +8,13 @@
     │   ├── BadRequest              BAD_REQUEST
     │   ├── UnknownMethod           UNKNOWN_METHOD
     │   ├── UnsupportedProtocol     UNSUPPORTED_PROTOCOL
-    │   └── CapabilityMissing       CAPABILITY_MISSING
+    │   ├── CapabilityMissing       CAPABILITY_MISSING
+    │   └── FrameTimeout            FRAME_TIMEOUT
     ├── Unauthorized                UNAUTHORIZED
     ├── Unavailable
     │   ├── ShuttingDown            SHUTTING_DOWN
     │   ├── AlreadyRunning          ALREADY_RUNNING
+    │   ├── TooManyConnections      TOO_MANY_CONNECTIONS
     │   ├── BackendUnavailable      BACKEND_UNAVAILABLE
     │   └── Internal                INTERNAL
     ├── TransportError
@@ -128,6 +130,10 @@ class CapabilityMissing(ProtocolError):
     code = Code.CAPABILITY_MISSING
 
 
+class FrameTimeout(ProtocolError):
+    code = Code.FRAME_TIMEOUT
+
+
 class Unauthorized(TenureError):
     code = Code.UNAUTHORIZED
 
@@ -142,6 +148,10 @@ class ShuttingDown(Unavailable):
 
 class AlreadyRunning(Unavailable):
     code = Code.ALREADY_RUNNING
+
+
+class TooManyConnections(Unavailable):
+    code = Code.TOO_MANY_CONNECTIONS
 
 
 class Internal(Unavailable):
