@@ -7,7 +7,17 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from protocol.errors import BadRequest, Conflict, NotFound, StackFenced, StalePlan
+from protocol.errors import (
+    BadRequest,
+    Conflict,
+    ConnectFailed,
+    NotFound,
+    OutcomeUnknown,
+    ShuttingDown,
+    StackFenced,
+    StalePlan,
+    UnknownMethod,
+)
 from protocol.schema import Field, Schema, check_int, check_key, check_name
 from protocol.server import Call, Method
 
@@ -143,7 +153,8 @@ class Api:
 
     async def status(self, call: Call) -> Any:
         t = time.monotonic()
-        rows = [self._row(k, i, t) for k, i in sorted(self.sup.instances.items())]
+        dropped = await self._log_dropped()
+        rows = [self._row(k, i, t, dropped) for k, i in sorted(self.sup.instances.items())]
         self._procs.forget_except({(i.pid, i.start_ticks) for i in self.sup.instances.values()
                                    if i.pid is not None and i.start_ticks is not None})
         return {"backend": {"activation": self.gen.activation, "epoch": self.gen.epoch,
@@ -154,7 +165,17 @@ class Api:
                 "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
                 else None, "intents": self.intents, "apps": rows}
 
-    def _row(self, key: str, inst: im.Instance, t: float) -> dict[str, Any]:
+    async def _log_dropped(self) -> dict[tuple[str, str], int] | None:
+        """Log lines the owner dropped per (stack, app) since it started; None when the
+        owner cannot say (it predates the count, or does not answer)."""
+        try:
+            r = await self._owner().call("logs.dropped", timeout=5.0)
+        except (UnknownMethod, OutcomeUnknown, ConnectFailed, ShuttingDown):
+            return None
+        return {(a["stack"], a["app"]): a["dropped"] for a in r["apps"]}
+
+    def _row(self, key: str, inst: im.Instance, t: float,
+             dropped: dict[tuple[str, str], int] | None) -> dict[str, Any]:
         usage = self._usage(inst.pid, inst.start_ticks)
         return {"key": key, "stack": inst.app.stack, "app": inst.app.name,
                 "instance": inst.index, "state": str(inst.public_state),
@@ -162,7 +183,9 @@ class Api:
                 "uptime": round(t - inst.launched_at, 1) if inst.launched_at and inst.pid
                 else None, "restarts": inst.restarts, "ready": inst.state is im.State.READY,
                 "generation": inst.generation,
-                "last_outcome": str(inst.last_outcome) if inst.last_outcome else None, **usage}
+                "last_outcome": str(inst.last_outcome) if inst.last_outcome else None,
+                "log_dropped": None if dropped is None
+                else dropped.get((inst.app.stack, inst.app.name), 0), **usage}
 
     def _usage(self, pid: int | None, ticks: int | None) -> dict[str, Any]:
         if pid is None or ticks is None:
@@ -231,10 +254,11 @@ class Api:
     async def inspect(self, call: Call) -> Any:
         keys = self._targets(call.params["target"], create=False)
         t = time.monotonic()
+        dropped = await self._log_dropped()
         out = []
         for k in keys:
             inst = self.sup.instances[k]
-            row = {**self._row(k, inst, t), "launch_key": inst.launch_key,
+            row = {**self._row(k, inst, t, dropped), "launch_key": inst.launch_key,
                    "command": list(inst.app.command), "restart": str(inst.app.restart),
                    "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire()}
             out.append(row)

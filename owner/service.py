@@ -111,6 +111,7 @@ class OwnerService:
             "stack.set_intent": Method(self.set_intent, S_INTENT),
             "stack.intents": Method(self.intents, role="viewer", while_draining=True),
             "logs.read": Method(self.logs_read, S_LOGS, role="viewer", while_draining=True),
+            "logs.dropped": Method(self.logs_dropped, role="viewer", while_draining=True),
             "observations.read": Method(self.obs_read, S_OBS, role="viewer",
                                         while_draining=True),
             "observations.subscribe": Method(self.obs_subscribe, S_OBS, role="viewer"),
@@ -264,6 +265,13 @@ class OwnerService:
             instance=p["instance"], stream=p["stream"])
         return {"records": [_record(r) for r in recs], "last_id": self.journal.last_id()}
 
+    async def logs_dropped(self, call: Call) -> Any:
+        """Lines dropped per app since the owner started (the journal queue was full)."""
+        dropped = self.journal.dropped_by_app()
+        return {"apps": [{"stack": st, "app": app, "dropped": n}
+                         for (st, app), n in sorted(dropped.items())],
+                "total": self.journal.overflow_total}
+
     async def obs_read(self, call: Call) -> Any:
         return self.ring.read(call.params["after"], call.params["limit"])
 
@@ -286,6 +294,8 @@ class OwnerService:
                 "isolation": "process-group" if self.launcher.cgroups is None else "cgroup",
                 "cursor": self.ring.cursor, "acked": self.ring.acked,
                 "log_overflow_total": self.journal.overflow_total,
+                "log_dropped": {f"{st}/{app}": n for (st, app), n
+                                in sorted(self.journal.dropped_by_app().items())},
                 "log_last_id": await asyncio.to_thread(self.journal.last_id),
                 "notify": dict(self.launcher.notify_stats()),
                 "uncertain": sorted(self.launcher.uncertain),

@@ -292,3 +292,53 @@ def test_extents_match_rows_after_interleaved_batches_and_pruning(tmp_path: Path
     finally:
         conn.close()
     assert real == kept
+
+
+# -- a fair queue ---------------------------------------------------------------------------
+
+
+def test_a_noisy_app_cannot_make_other_apps_lines_drop(tmp_path: Path) -> None:
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def slow_writer(rows: int) -> None:
+        entered.set()
+        gate.wait()
+
+    j = Journal(tmp_path / "journal.db", queue_bytes=64 * 1024, before_batch=slow_writer)
+    try:
+        j.append(WEB, "stdout", lines(b"first"))
+        assert entered.wait(timeout=30)  # the writer is stuck: nothing leaves the queue
+        noisy = sum(j.append(WEB, "stdout", lines(*[b"n" * 200] * 10)) for _ in range(100))
+        assert j.queued_bytes <= 64 * 1024 and noisy < 1000
+        quiet = [j.append(src, "stdout", lines(b"q%d" % i)) for i in range(20)
+                 for src in (WORKER, OTHER)]
+        assert quiet == [1] * 40  # every quiet line found room: the noisy app paid for it
+        assert j.queued_bytes <= 64 * 1024
+        dropped = j.dropped_by_app()
+        assert set(dropped) == {("shop", "web")} and dropped[("shop", "web")] > 0
+        assert sum(j.take_overflow().values()) == dropped[("shop", "web")] == j.overflow_total
+        gate.set()
+        assert j.flush(timeout=30)
+        assert len(read_all(j, app="worker")) == 20 and len(read_all(j, stack="blog")) == 20
+        web = read_all(j, stack="shop", app="web")
+        assert len(web) == 1 + 1000 - dropped[("shop", "web")]
+        assert j.dropped_by_app() == dropped  # cumulative, not reset by take_overflow
+    finally:
+        gate.set()
+        j.close()
+
+
+def test_an_app_holding_the_most_loses_its_own_lines_not_others(tmp_path: Path) -> None:
+    gate = threading.Event()
+    j = Journal(tmp_path / "journal.db", queue_bytes=8 * 1024,
+                before_batch=lambda rows: gate.wait())
+    try:
+        j.append(WORKER, "stdout", lines(b"first"))
+        j.append(WORKER, "stdout", lines(*[b"w" * 100] * 10))  # worker holds ~1.6 KiB
+        got = sum(j.append(WEB, "stdout", lines(b"n" * 100)) for _ in range(200))
+        assert 0 < got < 200
+        assert set(j.dropped_by_app()) == {("shop", "web")}
+    finally:
+        gate.set()
+        j.close()
