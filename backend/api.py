@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import (
     BadRequest,
+    CapabilityMissing,
     Conflict,
     ConnectFailed,
     NotFound,
@@ -38,6 +39,8 @@ S_TARGET = Schema(Field("target", str, check=check_key(300)),
                         check=check_int(0, 86400)))
 S_LOGS = Schema(Field("after", int, required=False, default=0, check=check_int(0, 2**62)),
                 Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)),
+                Field("max_bytes", int, required=False, check=check_int(1024, 3 << 20)),
+                Field("tail", int, required=False, check=check_int(0, 2**62)),
                 Field("stack", str, required=False), Field("app", str, required=False),
                 Field("instance", int, required=False), Field("stream", str, required=False))
 S_PLAN = Schema(Field("config_text", str), Field("source", str))
@@ -265,8 +268,17 @@ class Api:
         return {"instances": out}
 
     async def logs(self, call: Call) -> Any:
+        """One page of the owner's journal (see the owner's ``logs.read``). Raises
+        CapabilityMissing for ``tail`` or ``max_bytes`` when the owner predates pages:
+        it would ignore them and answer something else than asked."""
         p = {k: v for k, v in call.params.items() if v is not None}
-        return await self._owner().call("logs.read", p)
+        owner = self._owner()
+        if ("tail" in p or "max_bytes" in p) and \
+                (await owner.connect()).capabilities.get("logPages") != 1:
+            raise CapabilityMissing("the owner predates paged logs (logPages@1); it gets "
+                                    "them when it is next restarted with this release",
+                                    {"missing": {"logPages": 1}})
+        return await owner.call("logs.read", p)
 
     # -- plans and operations ---------------------------------------------------------
 

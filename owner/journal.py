@@ -28,12 +28,13 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain, islice
-from typing import Any, Final
+from typing import Final
 
 from protocol.errors import BadRequest, StateCorrupt, UnsafePath
 
+from .journalread import STREAMS, Filters, LogRecord, Page, read_page, tail_start
 from .logqueue import FairQueue, Queued
 
 __all__ = [
@@ -43,13 +44,13 @@ __all__ = [
     "Journal",
     "LogRecord",
     "LogSource",
+    "Page",
 ]
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION: Final = 1
 READ_LIMIT_MAX: Final = 10_000
-STREAMS: Final = frozenset({"stdout", "stderr"})
 BATCH_ROWS: Final = 4096
 EXTENT_GAP: Final = 4096
 """Start a new extent when more than this many foreign ids lie since the app's last row."""
@@ -63,7 +64,6 @@ _SCHEMA: Final = (
     " last_id INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (stack, app, first_id))"
     " WITHOUT ROWID",
 )
-_COLUMNS: Final = "id, ts, stack, app, instance, generation, stream, flags, data"
 _COLS: Final = "ts, stack, app, instance, generation, stream, data, flags"
 MULTI_ROWS: Final = 64
 """Rows per multi-row INSERT: fewer statement steps per row is ~1.5x the throughput."""
@@ -101,21 +101,6 @@ class LogSource:
         _check_name("app", self.app)
         _check_int("instance", self.instance)
         _check_int("generation", self.generation)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class LogRecord:
-    """One committed journal row."""
-
-    id: int
-    ts: float
-    stack: str
-    app: str
-    instance: int
-    generation: int
-    stream: str
-    flags: int
-    data: bytes
 
 
 @dataclasses.dataclass(slots=True)
@@ -522,42 +507,42 @@ class Journal:
     def read(self, after_id: int, limit: int, *, stack: str | None = None,
              app: str | None = None, instance: int | None = None,
              stream: str | None = None) -> list[LogRecord]:
-        """Committed records with ``id > after_id`` matching the filters, in id order.
+        """Committed records with ``id > after_id`` matching the filters, in id order
+        (:meth:`read_page` without a byte budget). Raises as :meth:`read_page`."""
+        return self.read_page(after_id, limit, stack=stack, app=app, instance=instance,
+                              stream=stream).records
 
-        ``limit`` is capped at ``READ_LIMIT_MAX``. Safe from any thread. Raises
-        ``BadRequest`` for a negative or non-int ``after_id``, a non-positive ``limit``,
-        wrongly typed filters, or a closed journal.
+    def read_page(self, after_id: int, limit: int, *, max_bytes: int | None = None,
+                  tail: int | None = None, stack: str | None = None,
+                  app: str | None = None, instance: int | None = None,
+                  stream: str | None = None) -> Page:
+        """One page of committed records matching the filters, in id order: those with
+        ``id > after_id`` (with ``tail``, only the last ``tail`` of them), at most
+        ``limit`` (capped at ``READ_LIMIT_MAX``) and ``max_bytes`` of answer (see
+        :func:`owner.journalread.read_page`). One read transaction. Safe from any
+        thread. Raises ``BadRequest`` for a negative or non-int ``after_id``, a
+        non-positive ``limit`` or ``max_bytes``, wrongly typed filters, or a closed
+        journal.
         """
         _check_int("after_id", after_id)
         limit = min(_check_int("limit", limit, 1), READ_LIMIT_MAX)
-        where, params = _filters(stack, app, instance, stream)
+        if max_bytes is not None:
+            _check_int("max_bytes", max_bytes, 1)
+        flt = Filters(None if stack is None else _check_name("stack", stack),
+                      None if app is None else _check_name("app", app),
+                      None if instance is None else _check_int("instance", instance),
+                      stream)
+        flt.sql()  # refuses a bad stream before anything is read
         with self._rlock:
             conn = self._reader()
             conn.execute("BEGIN")
             try:
-                if stack is None and app is None:
-                    rows = _select(conn, where, params, after_id + 1, None, limit)
-                else:
-                    rows = self._read_extents(conn, where, params, after_id, limit,
-                                              stack, app)
+                if tail is not None:
+                    after_id = max(after_id, tail_start(conn, _check_int("tail", tail),
+                                                        flt))
+                return read_page(conn, after_id, limit, max_bytes, flt)
             finally:
                 conn.execute("COMMIT")
-        return [LogRecord(*row) for row in rows]
-
-    def _read_extents(self, conn: sqlite3.Connection, where: str, params: list[Any],
-                      after_id: int, limit: int, stack: str | None, app: str | None,
-                      ) -> list[Any]:
-        """Scan only the id ranges the matching apps' extents cover."""
-        ewhere, eparams = _filters(stack, app, None, None)
-        ranges = conn.execute(
-            f"SELECT first_id, last_id FROM extents WHERE last_id > ?{ewhere}"
-            " ORDER BY first_id", [after_id, *eparams]).fetchall()
-        rows: list[Any] = []
-        for lo, hi in _merge(ranges):
-            rows += _select(conn, where, params, max(lo, after_id + 1), hi, limit - len(rows))
-            if len(rows) >= limit:
-                break
-        return rows
 
     @property
     def path(self) -> str:
@@ -577,45 +562,3 @@ def _insert_rest(conn: sqlite3.Connection, values: str,
     if whole < rest:
         conn.executemany(f"INSERT INTO records({_COLS}) VALUES ({values}",
                          islice(lines, whole + 1, None))
-
-
-def _filters(stack: str | None, app: str | None, instance: int | None,
-             stream: str | None) -> tuple[str, list[Any]]:
-    """SQL conditions (each prefixed with AND) for the read filters. Raises BadRequest."""
-    where = ""
-    params: list[Any] = []
-    if stack is not None:
-        where += " AND stack=?"
-        params.append(_check_name("stack", stack))
-    if app is not None:
-        where += " AND app=?"
-        params.append(_check_name("app", app))
-    if instance is not None:
-        where += " AND instance=?"
-        params.append(_check_int("instance", instance))
-    if stream is not None:
-        if stream not in STREAMS:
-            raise BadRequest("stream must be 'stdout' or 'stderr'", {"field": "stream"})
-        where += " AND stream=?"
-        params.append(stream)
-    return where, params
-
-
-def _select(conn: sqlite3.Connection, where: str, params: list[Any], lo: int,
-            hi: int | None, limit: int) -> list[Any]:
-    upper = "" if hi is None else f" AND id <= {int(hi)}"
-    return conn.execute(
-        f"SELECT {_COLUMNS} FROM records WHERE id >= ?{upper}{where} ORDER BY id LIMIT ?",
-        [lo, *params, limit]).fetchall()
-
-
-def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Union of id ranges sorted by start (extents of several apps may overlap)."""
-    out: list[tuple[int, int]] = []
-    for lo, hi in ranges:
-        if out and lo <= out[-1][1] + 1:
-            if hi > out[-1][1]:
-                out[-1] = (out[-1][0], hi)
-        else:
-            out.append((lo, hi))
-    return out

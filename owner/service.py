@@ -43,8 +43,13 @@ __all__ = ["CAPABILITIES", "OwnerService"]
 
 log = logging.getLogger("tenure.owner")
 
-CAPABILITIES = {"stackControl": 1, "logJournal": 1, "notify": 1, "observations": 1,
-                "fencing": 1}
+CAPABILITIES = {"stackControl": 1, "logJournal": 1, "logPages": 1, "notify": 1,
+                "observations": 1, "fencing": 1}
+
+LOGS_PAGE_BYTES = 1 << 20
+"""Default byte budget of one logs.read answer; at most LOGS_PAGE_BYTES_MAX, which with
+one 16 KiB line over it stays well inside the 4 MiB frame."""
+LOGS_PAGE_BYTES_MAX = 3 << 20
 
 _name = check_name(128)
 _uint = check_int(0, 2**62)
@@ -67,6 +72,9 @@ S_INTENT = Schema(Field("stack", str, check=_name), Field("intent", str),
                   Field("expected_revision", int, check=_uint))
 S_LOGS = Schema(Field("after", int, required=False, default=0, check=_uint),
                 Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)),
+                Field("max_bytes", int, required=False, default=LOGS_PAGE_BYTES,
+                      check=check_int(1024, LOGS_PAGE_BYTES_MAX)),
+                Field("tail", int, required=False, check=_uint),
                 Field("stack", str, required=False, check=_name),
                 Field("app", str, required=False, check=_name),
                 Field("instance", int, required=False, check=_uint),
@@ -257,13 +265,17 @@ class OwnerService:
     # -- logs and observations ---------------------------------------------------------
 
     async def logs_read(self, call: Call) -> Any:
+        """One page: at most ``limit`` records and ``max_bytes`` of answer; ``next`` is
+        the ``after`` of the next page and ``more`` says whether one may follow now."""
         p = call.params
         if p["stream"] not in (None, "stdout", "stderr"):
             raise BadRequest("params.stream must be stdout or stderr", {"field": "stream"})
-        recs = await asyncio.to_thread(
-            self.journal.read, p["after"], p["limit"], stack=p["stack"], app=p["app"],
-            instance=p["instance"], stream=p["stream"])
-        return {"records": [_record(r) for r in recs], "last_id": self.journal.last_id()}
+        page = await asyncio.to_thread(
+            self.journal.read_page, p["after"], p["limit"], max_bytes=p["max_bytes"],
+            tail=p["tail"], stack=p["stack"], app=p["app"], instance=p["instance"],
+            stream=p["stream"])
+        return {"records": [_record(r) for r in page.records], "last_id": page.last_id,
+                "next": page.next, "more": page.more}
 
     async def logs_dropped(self, call: Call) -> Any:
         """Lines dropped per app since the owner started (the journal queue was full)."""

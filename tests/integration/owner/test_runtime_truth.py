@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,3 +250,23 @@ def test_owner_shutdown_with_an_unrecorded_launch_is_not_clean(full_disk_owner, 
     assert not _running(r["pid"])
     receipt = json.loads(Path(live.owner.paths.receipt).read_text())
     assert receipt["state"] == "failed" and receipt["failed_stage"] == "state"
+
+
+def test_logs_of_long_lines_answer_in_pages_instead_of_internal(live):
+    code = "import sys; sys.stdout.write(('x' * 500 + '\\n') * 10000)"
+    r = live.launch([sys.executable, "-c", code])
+    live.wait_exit(r["launch_key"])
+    deadline = time.monotonic() + 30
+    while live.c.call("status")["log_last_id"] < 10_000:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    page = live.c.call("logs.read", {"limit": 10_000})  # was INTERNAL: over 4 MiB
+    assert page["more"] and 0 < len(page["records"]) < 10_000
+    got, after = len(page["records"]), page["next"]
+    while page["more"]:
+        page = live.c.call("logs.read", {"after": after, "limit": 10_000,
+                                         "max_bytes": 256 * 1024})
+        got, after = got + len(page["records"]), page["next"]
+    assert got == 10_000 and after == page["last_id"] == 10_000
+    tail = live.c.call("logs.read", {"tail": 3, "app": "a"})
+    assert [x["id"] for x in tail["records"]] == [9998, 9999, 10_000] and not tail["more"]

@@ -294,7 +294,56 @@ def test_extents_match_rows_after_interleaved_batches_and_pruning(tmp_path: Path
     assert real == kept
 
 
-# -- a fair queue ---------------------------------------------------------------------------
+# -- pages bounded in bytes, tails, fairness ---------------------------------------------
+
+
+def _wire_bytes(recs: list[LogRecord]) -> int:
+    """The size of the owner's logs.read answer carrying ``recs``."""
+    from owner.service import _record
+    from protocol.envelope import Response
+    from protocol.framing import pack
+    return len(pack(Response(1, ok={"records": [_record(r) for r in recs],
+                                    "last_id": 2**40, "next": 2**40, "more": True}
+                             ).to_wire()))
+
+
+def test_long_lines_come_in_pages_bounded_by_bytes_that_fit_a_frame(journal: Journal) -> None:
+    for _ in range(10):
+        journal.append(WEB, "stdout", [(b"x" * 500, 0)] * 1000)
+    journal.append(WEB, "stdout", [(b"big" * 7000, 0)])  # one record over a tiny budget
+    assert journal.flush(timeout=30)
+    assert _wire_bytes(journal.read(0, READ_LIMIT_MAX)) > 4 * 1024 * 1024  # the old answer
+    seen, after, pages = [], 0, 0
+    while True:
+        page = journal.read_page(after, READ_LIMIT_MAX, max_bytes=1 << 20)
+        assert page.records and _wire_bytes(page.records) <= 1 << 20
+        assert sum(r.wire_size for r in page.records) <= 1 << 20
+        seen += page.records
+        after, pages = page.next, pages + 1
+        if not page.more:
+            break
+    assert [r.id for r in seen] == list(range(1, 10_002)) and pages >= 5
+    last = journal.read_page(10_000, 10, max_bytes=1024)
+    assert [r.id for r in last.records] == [10_001] and not last.more  # never stalls
+    assert last.last_id == 10_001 and last.next == 10_001
+    empty = journal.read_page(10_001, 10, max_bytes=1024)
+    assert (empty.records, empty.next, empty.more) == ([], 10_001, False)
+
+
+def test_tail_gives_exactly_the_last_n_matching_records(journal: Journal) -> None:
+    for i in range(30):  # interleaved apps: extents span each other's ids
+        journal.append(WEB, "stdout", lines(*(b"w%d-%d" % (i, j) for j in range(50))))
+        journal.append(OTHER, "stderr", lines(*(b"o%d-%d" % (i, j) for j in range(7))))
+        journal.append(WORKER, "stdout", lines(b"k%d" % i))
+    assert journal.flush(timeout=30)
+    everything = read_all(journal)
+    for flt in ({}, {"stack": "shop", "app": "web"}, {"stack": "blog"},
+                {"stack": "shop", "stream": "stdout"}, {"app": "worker"}, {"instance": 2}):
+        matching = [r.id for r in read_all(journal, **flt)]
+        for n in (0, 1, 7, 49, 50, 51, 1000, len(matching), len(matching) + 1):
+            page = journal.read_page(0, READ_LIMIT_MAX, tail=n, **flt)
+            assert [r.id for r in page.records] == (matching[-n:] if n else []), (flt, n)
+    assert journal.read_page(0, 5, tail=3).records == everything[-3:]
 
 
 def test_a_noisy_app_cannot_make_other_apps_lines_drop(tmp_path: Path) -> None:
