@@ -1,7 +1,10 @@
 """``tenure logs``: read the owner's journal through the backend, page by page.
 
 Pages are bounded by the owner (a record count and a byte budget) and printed as they
-come, so ``-n 100000`` of long lines never holds more than a page.
+come, so ``-n 100000`` of long lines never holds more than a page. On a terminal, control
+characters in application output (escape sequences, carriage returns) are shown as
+``\\xNN`` instead of being interpreted: an app must not be able to move the cursor,
+recolour, retitle or rewrite what the operator sees.
 """
 
 from __future__ import annotations
@@ -16,11 +19,19 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["follow_logs"]
+__all__ = ["follow_logs", "neutralise"]
 
 STREAM_MARK = {"stdout": "", "stderr": " (stderr)"}
 PAGE_RECORDS = 10_000
 FOLLOW_POLL_S = 0.2
+
+# C0 controls but TAB, DEL, and C1 controls (a decoded 0x9b is CSI on many terminals).
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+
+
+def neutralise(text: str) -> str:
+    """``text`` with every terminal control character written out as ``\\xNN``."""
+    return text.translate(_CONTROLS)
 
 
 def _filters(target: str | None) -> dict[str, Any]:
@@ -40,7 +51,7 @@ def _filters(target: str | None) -> dict[str, Any]:
     return out
 
 
-def _print(args: Any, recs: list[dict[str, Any]]) -> None:
+def _print(args: Any, recs: list[dict[str, Any]], tty: bool) -> None:
     import json
     out = sys.stdout
     for r in recs:
@@ -48,6 +59,8 @@ def _print(args: Any, recs: list[dict[str, Any]]) -> None:
         if args.json:
             out.write(json.dumps({**r, "data": data}) + "\n")
         else:
+            if tty:
+                data = neutralise(data)
             out.write(f"{r['stack']}/{r['app']}/{r['instance']}"
                       f"{STREAM_MARK.get(r['stream'], '')}: {data}\n")
     out.flush()
@@ -58,15 +71,16 @@ def follow_logs(args: Any, call: Callable[..., Any]) -> int:
     ``args.follow``, every new one. Without it, stops at the journal's end as it was
     when the command started. Raises what ``call`` raises."""
     flt = {**_filters(args.target), **({"stream": args.stream} if args.stream else {})}
+    tty = not args.json and sys.stdout.isatty()
     start = {"after": args.since} if args.since is not None else {"tail": max(args.n, 0)}
     page = call(args, "logs", {**flt, **start, "limit": PAGE_RECORDS})
     end = page["last_id"]
     while True:
         recs = page["records"]
         if not args.follow and recs and recs[-1]["id"] > end:
-            _print(args, [r for r in recs if r["id"] <= end])
+            _print(args, [r for r in recs if r["id"] <= end], tty)
             return 0
-        _print(args, recs)
+        _print(args, recs, tty)
         if not page["more"]:
             if not args.follow:
                 return 0

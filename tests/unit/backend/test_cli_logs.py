@@ -1,5 +1,5 @@
-"""`tenure logs` against a real journal in a temporary directory: pages, tails and the end
-of a non-following read (no processes, no sleeps)."""
+"""`tenure logs` against a real journal in a temporary directory: pages, tails, the end
+of a non-following read, and terminal escapes (no processes, no sleeps)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli.logs import follow_logs
+from backend.cli.logs import follow_logs, neutralise
 from owner.journal import Journal, LogSource
 from owner.service import LOGS_PAGE_BYTES, _record
 
@@ -41,6 +41,11 @@ class Owner:
             self.after_first()
         return {"records": [_record(r) for r in page.records], "last_id": page.last_id,
                 "next": page.next, "more": page.more}
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
 
 
 def args(**kw: Any) -> Any:
@@ -97,3 +102,26 @@ def test_without_follow_the_read_stops_at_the_end_it_started_with(journal, monke
     assert follow_logs(args(since=0), owner) == 0
     lines = out.getvalue().splitlines()
     assert len(lines) == 20_000 and not any(line.endswith("new") for line in lines)
+
+
+def test_escape_sequences_are_neutralised_on_a_terminal_only(journal, monkeypatch):
+    evil = b"\x1b]0;owned\x07\x1b[2J\rfake\ttab \xc2\x9b31m \x7f end"
+    journal.append(WEB, "stdout", [(evil, 0)])
+    assert journal.flush(timeout=30)
+    tty = Tty()
+    run(journal, tty, monkeypatch)
+    shown = tty.getvalue()
+    assert shown == ("shop/web/0: \\x1b]0;owned\\x07\\x1b[2J\\x0dfake\ttab \\x9b31m "
+                     "\\x7f end\n")
+    assert not any(c in shown for c in "\x1b\x07\r\x9b\x7f")
+    piped = io.StringIO()
+    run(journal, piped, monkeypatch)
+    assert piped.getvalue() == "shop/web/0: " + evil.decode() + "\n"  # scripts get bytes
+    as_json = Tty()
+    run(journal, as_json, monkeypatch, json=True)
+    assert "\x1b" not in as_json.getvalue() and "\\u001b" in as_json.getvalue()
+
+
+def test_neutralise_keeps_text_and_tabs():
+    assert neutralise("héllo\twörld ✓") == "héllo\twörld ✓"
+    assert neutralise("\x00\n\x1f") == "\\x00\\x0a\\x1f"
