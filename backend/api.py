@@ -9,11 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import (
     BadRequest,
+    CapabilityMissing,
     Conflict,
+    ConnectFailed,
     NotFound,
+    OutcomeUnknown,
     ShuttingDown,
     StackFenced,
     StalePlan,
+    UnknownMethod,
 )
 from protocol.schema import Field, Schema, check_int, check_key, check_name
 from protocol.server import Call, Method
@@ -36,6 +40,8 @@ S_TARGET = Schema(Field("target", str, check=check_key(300)),
                         check=check_int(0, 86400)))
 S_LOGS = Schema(Field("after", int, required=False, default=0, check=check_int(0, 2**62)),
                 Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)),
+                Field("max_bytes", int, required=False, check=check_int(1024, 3 << 20)),
+                Field("tail", int, required=False, check=check_int(0, 2**62)),
                 Field("stack", str, required=False), Field("app", str, required=False),
                 Field("instance", int, required=False), Field("stream", str, required=False))
 S_PLAN = Schema(Field("config_text", str), Field("source", str))
@@ -160,7 +166,8 @@ class Api:
 
     async def status(self, call: Call) -> Any:
         t = time.monotonic()
-        rows = [self._row(k, i, t) for k, i in sorted(self.sup.instances.items())]
+        dropped = await self._log_dropped()
+        rows = [self._row(k, i, t, dropped) for k, i in sorted(self.sup.instances.items())]
         self._procs.forget_except({(i.pid, i.start_ticks) for i in self.sup.instances.values()
                                    if i.pid is not None and i.start_ticks is not None})
         return {"backend": {"activation": self.gen.activation, "epoch": self.gen.epoch,
@@ -171,7 +178,17 @@ class Api:
                 "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
                 else None, "intents": self.intents, "apps": rows}
 
-    def _row(self, key: str, inst: im.Instance, t: float) -> dict[str, Any]:
+    async def _log_dropped(self) -> dict[tuple[str, str], int] | None:
+        """Log lines the owner dropped per (stack, app) since it started; None when the
+        owner cannot say (it predates the count, or does not answer)."""
+        try:
+            r = await self._owner().call("logs.dropped", timeout=5.0)
+        except (UnknownMethod, OutcomeUnknown, ConnectFailed, ShuttingDown):
+            return None
+        return {(a["stack"], a["app"]): a["dropped"] for a in r["apps"]}
+
+    def _row(self, key: str, inst: im.Instance, t: float,
+             dropped: dict[tuple[str, str], int] | None) -> dict[str, Any]:
         usage = self._usage(inst.pid, inst.start_ticks)
         return {"key": key, "stack": inst.app.stack, "app": inst.app.name,
                 "instance": inst.index, "state": str(inst.public_state),
@@ -179,7 +196,9 @@ class Api:
                 "uptime": round(t - inst.launched_at, 1) if inst.launched_at and inst.pid
                 else None, "restarts": inst.restarts, "ready": inst.state is im.State.READY,
                 "generation": inst.generation,
-                "last_outcome": str(inst.last_outcome) if inst.last_outcome else None, **usage}
+                "last_outcome": str(inst.last_outcome) if inst.last_outcome else None,
+                "log_dropped": None if dropped is None
+                else dropped.get((inst.app.stack, inst.app.name), 0), **usage}
 
     def _usage(self, pid: int | None, ticks: int | None) -> dict[str, Any]:
         if pid is None or ticks is None:
@@ -278,18 +297,28 @@ class Api:
     async def inspect(self, call: Call) -> Any:
         keys = self._targets(call.params["target"], create=False)
         t = time.monotonic()
+        dropped = await self._log_dropped()
         out = []
         for k in keys:
             inst = self.sup.instances[k]
-            row = {**self._row(k, inst, t), "launch_key": inst.launch_key,
+            row = {**self._row(k, inst, t, dropped), "launch_key": inst.launch_key,
                    "command": list(inst.app.command), "restart": str(inst.app.restart),
                    "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire()}
             out.append(row)
         return {"instances": out}
 
     async def logs(self, call: Call) -> Any:
+        """One page of the owner's journal (see the owner's ``logs.read``). Raises
+        CapabilityMissing for ``tail`` or ``max_bytes`` when the owner predates pages:
+        it would ignore them and answer something else than asked."""
         p = {k: v for k, v in call.params.items() if v is not None}
-        return await self._owner().call("logs.read", p)
+        owner = self._owner()
+        if ("tail" in p or "max_bytes" in p) and \
+                (await owner.connect()).capabilities.get("logPages") != 1:
+            raise CapabilityMissing("the owner predates paged logs (logPages@1); it gets "
+                                    "them when it is next restarted with this release",
+                                    {"missing": {"logPages": 1}})
+        return await owner.call("logs.read", p)
 
     # -- plans and operations ---------------------------------------------------------
 

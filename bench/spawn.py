@@ -15,7 +15,15 @@ import signal
 import statistics
 import time
 
-from owner.procs import ExitMode, ExitStatus, LaunchSpec, ProcessTable, Spawned, StopPolicy
+from owner.procs import (
+    ExitMode,
+    ExitStatus,
+    LaunchSpec,
+    ProcessTable,
+    Spawned,
+    StopPolicy,
+    become_subreaper,
+)
 
 SPEC = LaunchSpec(argv=("sleep", "1000"), env={"PATH": "/usr/bin:/bin"})
 
@@ -24,16 +32,18 @@ async def bench(n: int, mode: ExitMode | None) -> dict[str, float]:
     seen: dict[int, int] = {}
     events: dict[int, asyncio.Event] = {}
 
-    def on_exit(pid: int, status: ExitStatus) -> None:
+    def on_exit(key: str, pid: int, status: ExitStatus) -> None:
         seen[pid] = time.perf_counter_ns()
         events[pid].set()
 
-    table = ProcessTable(on_exit, mode=mode)
+    # As in the owner: a subreaper, whose orphans come back to it.
+    become_subreaper()
+    table = ProcessTable(on_exit, mode=mode, reap_orphans=True)
     launched: list[Spawned] = []
     try:
         t0 = time.perf_counter()
-        for _ in range(n):
-            sp = table.launch(SPEC)
+        for i in range(n):
+            sp = table.launch(SPEC, f"bench-{i}")
             events[sp.pid] = asyncio.Event()
             launched.append(sp)
         spawn_s = time.perf_counter() - t0
@@ -44,10 +54,10 @@ async def bench(n: int, mode: ExitMode | None) -> dict[str, float]:
             await events[sp.pid].wait()
             latencies.append((seen[sp.pid] - t) / 1000)
     finally:
-        for sp in launched:
+        for i, sp in enumerate(launched):
             os.close(sp.stdout_fd)
             os.close(sp.stderr_fd)
-            await table.stop(sp.pid, StopPolicy(signal=signal.SIGKILL))
+            await table.stop(f"bench-{i}", StopPolicy(signal=signal.SIGKILL))
         table.close()
     latencies.sort()
     return {

@@ -92,7 +92,7 @@ class Owner:
         await _stage(receipt, "watchers", _close_notify, launcher)
         await _stage(receipt, "applications", _stop_apps, launcher, self.stop_timeout)
         await _stage(receipt, "processes", _confirm_gone, service)
-        await _stage(receipt, "state", _check_state, store)
+        await _stage(receipt, "state", _check_state, store, launcher)
         await _stage(receipt, "logs", _flush_logs, launcher, journal)
         await _stage(receipt, "rpc", _close_rpc, server)
         await _stage(receipt, "storage", _close_storage, launcher, store)
@@ -136,14 +136,21 @@ async def _stop_apps(launcher: Any, timeout: float) -> str:
 
 async def _confirm_gone(service: OwnerService) -> str:
     service.procs.reap_orphans()
+    service.procs.track()
     left = [k for k, r in service.launcher.live.items()
             if r.pgid is not None and group_members(r.pgid)]
-    if service.procs.pids() or left:
-        raise RuntimeError(f"processes remain: {service.procs.pids()[:5]} {left[:5]}")
+    lingering = service.procs.lingering()
+    if service.procs.pids() or left or lingering:
+        raise RuntimeError(f"processes remain: {service.procs.pids()[:5]} {left[:5]} "
+                           f"{lingering[:5]}")
     return ""
 
 
-async def _check_state(store: OwnerStore) -> str:
+async def _check_state(store: OwnerStore, launcher: Any) -> str:
+    unrecorded = launcher.retry_uncertain()
+    if unrecorded:
+        raise RuntimeError(f"{len(unrecorded)} launches could not be recorded: "
+                           f"{unrecorded[:5]}")
     return f"epoch {store.epoch()}"
 
 

@@ -1,9 +1,10 @@
 """The application log journal: ``journal.db`` (SQLite, WAL, synchronous=NORMAL).
 
 Producers (pipe drainers on the owner's asyncio loop) call :meth:`Journal.append`, which
-only enqueues: a bounded in-memory queue (bounded by bytes) feeds one writer thread that
-inserts batches with ``executemany``, one transaction per batch. A full queue drops lines
-and counts them per source; appending never blocks and never raises for lack of room.
+only enqueues: a bounded in-memory queue (bounded by bytes, fair between apps: see
+:mod:`owner.logqueue`) feeds one writer thread that inserts batches with
+``executemany``, one transaction per batch. A full queue drops lines and counts them per
+source and per app; appending never blocks and never raises for lack of room.
 
 Record ids increase monotonically and are never reused, even after pruning: the writer
 keeps the next id in ``meta`` inside each batch transaction and gives the first row of
@@ -18,7 +19,6 @@ extents table at open. Filtered reads use the same extents to skip foreign id ra
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -28,11 +28,14 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain, islice
-from typing import Any, Final
+from typing import Final
 
 from protocol.errors import BadRequest, StateCorrupt, UnsafePath
+
+from .journalread import STREAMS, Filters, LogRecord, Page, read_page, tail_start
+from .logqueue import FairQueue, Queued
 
 __all__ = [
     "FORMAT_VERSION",
@@ -41,15 +44,13 @@ __all__ = [
     "Journal",
     "LogRecord",
     "LogSource",
+    "Page",
 ]
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION: Final = 1
 READ_LIMIT_MAX: Final = 10_000
-STREAMS: Final = frozenset({"stdout", "stderr"})
-LINE_OVERHEAD: Final = 64
-"""Bytes charged per queued line on top of its data (Python object overhead)."""
 BATCH_ROWS: Final = 4096
 EXTENT_GAP: Final = 4096
 """Start a new extent when more than this many foreign ids lie since the app's last row."""
@@ -63,7 +64,6 @@ _SCHEMA: Final = (
     " last_id INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (stack, app, first_id))"
     " WITHOUT ROWID",
 )
-_COLUMNS: Final = "id, ts, stack, app, instance, generation, stream, flags, data"
 _COLS: Final = "ts, stack, app, instance, generation, stream, data, flags"
 MULTI_ROWS: Final = 64
 """Rows per multi-row INSERT: fewer statement steps per row is ~1.5x the throughput."""
@@ -103,21 +103,6 @@ class LogSource:
         _check_int("generation", self.generation)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class LogRecord:
-    """One committed journal row."""
-
-    id: int
-    ts: float
-    stack: str
-    app: str
-    instance: int
-    generation: int
-    stream: str
-    flags: int
-    data: bytes
-
-
 @dataclasses.dataclass(slots=True)
 class _App:
     """Writer-thread bookkeeping for one (stack, app)."""
@@ -128,8 +113,6 @@ class _App:
     bytes: int = 0
 
 
-# A queued append: (source, stream, ts, lines, data_bytes, cost).
-_Item = tuple[LogSource, str, float, Sequence[tuple[bytes, int]], int, int]
 
 
 def _quote(text: str) -> str:
@@ -219,15 +202,15 @@ class Journal:
         self._next_id = 1
         self._load_state()
         self._cond = threading.Condition(threading.Lock())
-        self._queue: collections.deque[_Item] = collections.deque()
-        self._queued_bytes = 0
-        self._enqueued = 0  # appends accepted so far
-        self._done = 0  # appends written (or counted lost) so far
+        self._queue = FairQueue(self._queue_max)
+        self._seq = 0  # sequence number of the last accepted append
+        self._writing: int | None = None  # oldest sequence number in the writer's batch
         self._writer_idle = False
         self._stopping = False
         self._closed = False
         self._overflow: dict[LogSource, int] = {}
         self._overflow_total = 0
+        self._dropped_by_app: dict[tuple[str, str], int] = {}
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
@@ -297,28 +280,35 @@ class Journal:
             raise BadRequest("stream must be 'stdout' or 'stderr'", {"stream": str(stream)})
         if not lines:
             return 0
-        data_bytes = sum([len(d) for d, _ in lines])
-        cost = data_bytes + LINE_OVERHEAD * len(lines)
         ts = self._clock()
         with self._cond:
-            room = 0 if self._closed else self._queue_max - self._queued_bytes
-            if cost > room:
-                wanted = len(lines)
-                lines, data_bytes, cost = _fit(lines, room)
-                self._count_lost_locked(source, wanted - len(lines))
-                if not lines:
-                    return 0
-            self._queue.append((source, stream, ts, lines, data_bytes, cost))
-            self._queued_bytes += cost
-            self._enqueued += 1
+            if self._closed:
+                self._count_lost_locked(source, len(lines))
+                return 0
+            accepted, lost, evicted = self._queue.offer(source, stream, ts, lines,
+                                                        self._seq + 1)
+            for src, n in lost.items():
+                self._count_lost_locked(src, n)
+            if evicted:
+                self._cond.notify_all()  # a flush may have waited for what was dropped
+            if not accepted:
+                return 0
+            self._seq += 1
             if self._writer_idle:
                 self._cond.notify()
-        return len(lines)
+        return accepted
 
     def _count_lost_locked(self, source: LogSource, n: int) -> None:
         if n:
             self._overflow[source] = self._overflow.get(source, 0) + n
             self._overflow_total += n
+            app = (source.stack, source.app)
+            self._dropped_by_app[app] = self._dropped_by_app.get(app, 0) + n
+
+    def dropped_by_app(self) -> dict[tuple[str, str], int]:
+        """Lines dropped per (stack, app) since this Journal opened (never reset)."""
+        with self._cond:
+            return dict(self._dropped_by_app)
 
     def take_overflow(self) -> dict[LogSource, int]:
         """Return and reset the per-source dropped-line counts not reported yet."""
@@ -336,7 +326,7 @@ class Journal:
     def queued_bytes(self) -> int:
         """Bytes (data plus per-line overhead) waiting for the writer."""
         with self._cond:
-            return self._queued_bytes
+            return self._queue.queued_bytes
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every append made before this call is committed (or counted lost).
@@ -344,8 +334,15 @@ class Journal:
         Returns False if ``timeout`` seconds passed first. Raises nothing.
         """
         with self._cond:
-            target = self._enqueued
-            return self._cond.wait_for(lambda: self._done >= target, timeout)
+            target = self._seq
+            return self._cond.wait_for(lambda: self._unfinished() > target, timeout)
+
+    def _unfinished(self) -> int | float:
+        """The oldest sequence number not yet written or counted lost (inf if none)."""
+        if self._writing is not None:
+            return self._writing  # a batch is always older than what is still queued
+        oldest = self._queue.oldest_seq()
+        return math.inf if oldest is None else oldest
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the writer thread and close the database. Idempotent.
@@ -374,22 +371,20 @@ class Journal:
 
     # -- writer thread -----------------------------------------------------------------
 
-    def _take_batch(self) -> list[_Item] | None:
+    def _take_batch(self) -> list[Queued] | None:
         """Block until work arrives; None once stopping with an empty queue."""
         with self._cond:
-            while not self._queue:
-                if self._stopping:
-                    return None
-                self._writer_idle = True
-                self._cond.wait()
-                self._writer_idle = False
-            batch: list[_Item] = []
-            rows = 0
-            while self._queue and rows < self._batch_rows:
-                item = self._queue.popleft()
-                batch.append(item)
-                rows += len(item[3])
-            return batch
+            while True:
+                while not self._queue:
+                    if self._stopping:
+                        return None
+                    self._writer_idle = True
+                    self._cond.wait()
+                    self._writer_idle = False
+                batch = self._queue.take(self._batch_rows)
+                if batch:
+                    self._writing = batch[0].seq
+                    return batch
 
     def _run(self) -> None:
         while True:
@@ -397,16 +392,16 @@ class Journal:
             if batch is None:
                 return
             if self._before_batch is not None:
-                self._before_batch(sum(len(item[3]) for item in batch))
+                self._before_batch(sum(len(item.lines) for item in batch))
             lost = self._write_batch(batch)
             with self._cond:
                 for item in lost:
-                    self._count_lost_locked(item[0], len(item[3]))
-                self._queued_bytes -= sum(item[5] for item in batch)
-                self._done += len(batch)
+                    self._count_lost_locked(item.source, len(item.lines))
+                self._queue.written(batch)
+                self._writing = None
                 self._cond.notify_all()
 
-    def _write_batch(self, batch: list[_Item]) -> list[_Item]:
+    def _write_batch(self, batch: list[Queued]) -> list[Queued]:
         """Write one batch in one transaction; returns the items lost to a write error."""
         conn = self._wconn
         next_id = self._next_id
@@ -432,9 +427,10 @@ class Journal:
             return batch
         return []
 
-    def _insert(self, conn: sqlite3.Connection, item: _Item) -> tuple[str, str]:
+    def _insert(self, conn: sqlite3.Connection, item: Queued) -> tuple[str, str]:
         """Insert one append's lines with ids next_id.. and account them to their app."""
-        source, stream, ts, lines, data_bytes, _ = item
+        source, stream, ts, lines, data_bytes = (item.source, item.stream, item.ts,
+                                                 item.lines, item.data_bytes)
         first = self._next_id
         ts_sql = repr(float(ts)) if math.isfinite(ts) else "0.0"
         # Constant columns are inlined as literals: binding 2 parameters per row instead
@@ -511,42 +507,42 @@ class Journal:
     def read(self, after_id: int, limit: int, *, stack: str | None = None,
              app: str | None = None, instance: int | None = None,
              stream: str | None = None) -> list[LogRecord]:
-        """Committed records with ``id > after_id`` matching the filters, in id order.
+        """Committed records with ``id > after_id`` matching the filters, in id order
+        (:meth:`read_page` without a byte budget). Raises as :meth:`read_page`."""
+        return self.read_page(after_id, limit, stack=stack, app=app, instance=instance,
+                              stream=stream).records
 
-        ``limit`` is capped at ``READ_LIMIT_MAX``. Safe from any thread. Raises
-        ``BadRequest`` for a negative or non-int ``after_id``, a non-positive ``limit``,
-        wrongly typed filters, or a closed journal.
+    def read_page(self, after_id: int, limit: int, *, max_bytes: int | None = None,
+                  tail: int | None = None, stack: str | None = None,
+                  app: str | None = None, instance: int | None = None,
+                  stream: str | None = None) -> Page:
+        """One page of committed records matching the filters, in id order: those with
+        ``id > after_id`` (with ``tail``, only the last ``tail`` of them), at most
+        ``limit`` (capped at ``READ_LIMIT_MAX``) and ``max_bytes`` of answer (see
+        :func:`owner.journalread.read_page`). One read transaction. Safe from any
+        thread. Raises ``BadRequest`` for a negative or non-int ``after_id``, a
+        non-positive ``limit`` or ``max_bytes``, wrongly typed filters, or a closed
+        journal.
         """
         _check_int("after_id", after_id)
         limit = min(_check_int("limit", limit, 1), READ_LIMIT_MAX)
-        where, params = _filters(stack, app, instance, stream)
+        if max_bytes is not None:
+            _check_int("max_bytes", max_bytes, 1)
+        flt = Filters(None if stack is None else _check_name("stack", stack),
+                      None if app is None else _check_name("app", app),
+                      None if instance is None else _check_int("instance", instance),
+                      stream)
+        flt.sql()  # refuses a bad stream before anything is read
         with self._rlock:
             conn = self._reader()
             conn.execute("BEGIN")
             try:
-                if stack is None and app is None:
-                    rows = _select(conn, where, params, after_id + 1, None, limit)
-                else:
-                    rows = self._read_extents(conn, where, params, after_id, limit,
-                                              stack, app)
+                if tail is not None:
+                    after_id = max(after_id, tail_start(conn, _check_int("tail", tail),
+                                                        flt))
+                return read_page(conn, after_id, limit, max_bytes, flt)
             finally:
                 conn.execute("COMMIT")
-        return [LogRecord(*row) for row in rows]
-
-    def _read_extents(self, conn: sqlite3.Connection, where: str, params: list[Any],
-                      after_id: int, limit: int, stack: str | None, app: str | None,
-                      ) -> list[Any]:
-        """Scan only the id ranges the matching apps' extents cover."""
-        ewhere, eparams = _filters(stack, app, None, None)
-        ranges = conn.execute(
-            f"SELECT first_id, last_id FROM extents WHERE last_id > ?{ewhere}"
-            " ORDER BY first_id", [after_id, *eparams]).fetchall()
-        rows: list[Any] = []
-        for lo, hi in _merge(ranges):
-            rows += _select(conn, where, params, max(lo, after_id + 1), hi, limit - len(rows))
-            if len(rows) >= limit:
-                break
-        return rows
 
     @property
     def path(self) -> str:
@@ -566,59 +562,3 @@ def _insert_rest(conn: sqlite3.Connection, values: str,
     if whole < rest:
         conn.executemany(f"INSERT INTO records({_COLS}) VALUES ({values}",
                          islice(lines, whole + 1, None))
-
-
-def _fit(lines: Sequence[tuple[bytes, int]], room: int
-         ) -> tuple[Sequence[tuple[bytes, int]], int, int]:
-    """The longest prefix of ``lines`` whose cost fits in ``room``, its data bytes and cost."""
-    used = data = n = 0
-    for d, _ in lines:
-        c = len(d) + LINE_OVERHEAD
-        if used + c > room:
-            break
-        used += c
-        data += len(d)
-        n += 1
-    return lines[:n], data, used
-
-
-def _filters(stack: str | None, app: str | None, instance: int | None,
-             stream: str | None) -> tuple[str, list[Any]]:
-    """SQL conditions (each prefixed with AND) for the read filters. Raises BadRequest."""
-    where = ""
-    params: list[Any] = []
-    if stack is not None:
-        where += " AND stack=?"
-        params.append(_check_name("stack", stack))
-    if app is not None:
-        where += " AND app=?"
-        params.append(_check_name("app", app))
-    if instance is not None:
-        where += " AND instance=?"
-        params.append(_check_int("instance", instance))
-    if stream is not None:
-        if stream not in STREAMS:
-            raise BadRequest("stream must be 'stdout' or 'stderr'", {"field": "stream"})
-        where += " AND stream=?"
-        params.append(stream)
-    return where, params
-
-
-def _select(conn: sqlite3.Connection, where: str, params: list[Any], lo: int,
-            hi: int | None, limit: int) -> list[Any]:
-    upper = "" if hi is None else f" AND id <= {int(hi)}"
-    return conn.execute(
-        f"SELECT {_COLUMNS} FROM records WHERE id >= ?{upper}{where} ORDER BY id LIMIT ?",
-        [lo, *params, limit]).fetchall()
-
-
-def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Union of id ranges sorted by start (extents of several apps may overlap)."""
-    out: list[tuple[int, int]] = []
-    for lo, hi in ranges:
-        if out and lo <= out[-1][1] + 1:
-            if hi > out[-1][1]:
-                out[-1] = (out[-1][0], hi)
-        else:
-            out.append((lo, hi))
-    return out

@@ -1,104 +1,34 @@
-"""Reading processes through /proc and psutil: identity (start ticks), groups, resources.
+"""Resource snapshots of launched processes (psutil), and the /proc readers the owner
+uses, re-exported from :mod:`protocol.procfs` (the one place /proc is parsed).
 
 A pid alone is not an identity: pids are reused. (pid, start_ticks) is, within one boot.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from typing import Any
 
 from protocol.errors import NotFound
-from protocol.identity import start_ticks as read_start_ticks
+from protocol.procfs import ProcStat, children, group_members, parse_stat, read_stat
+from protocol.procfs import start_ticks as read_start_ticks
 
 __all__ = [
     "Inspector",
     "ProcStat",
+    "children",
     "group_members",
     "inspect",
+    "parse_stat",
     "read_pgid",
     "read_start_ticks",
     "read_stat",
 ]
 
 
-@dataclass(frozen=True)
-class ProcStat:
-    """The few /proc/PID/stat fields the owner needs."""
-
-    pid: int
-    state: str
-    ppid: int
-    pgid: int
-    start_ticks: int
-
-
-def parse_stat(pid: int, data: bytes) -> ProcStat:
-    """Parse the bytes of /proc/PID/stat.
-
-    comm (field 2) is free text in parentheses and may itself contain spaces and ')', so
-    split after the LAST ')'. Raises ValueError or IndexError on a malformed line.
-    """
-    rest = data[data.rindex(b")") + 2:].split()
-    # rest[0] is field 3 (state); field N is rest[N - 3].
-    return ProcStat(pid=pid, state=rest[0].decode("ascii", "replace"), ppid=int(rest[1]),
-                    pgid=int(rest[2]), start_ticks=int(rest[19]))
-
-
-def _read_stat_bytes(pid: int | str) -> bytes | None:
-    # os.open/os.read instead of open(): a group scan reads every /proc/*/stat every
-    # 20 ms during a stop, and the text-file machinery made it ~3x slower.
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def read_stat(pid: int) -> ProcStat | None:
-    """The stat of ``pid``, or None if it is gone (or /proc says nothing sensible)."""
-    data = _read_stat_bytes(pid)
-    if data is None:
-        return None
-    try:
-        return parse_stat(pid, data)
-    except (ValueError, IndexError):
-        return None
-
-
 def read_pgid(pid: int) -> int | None:
     """The process group of ``pid`` via /proc (works for zombies too); None if gone."""
     st = read_stat(pid)
     return None if st is None else st.pgid
-
-
-def group_members(pgid: int, *, include_zombies: bool = False) -> list[int]:
-    """Pids whose process group is ``pgid``, by one scan of /proc/*/stat.
-
-    Zombies are dead and hold nothing but a table slot; they are left out unless asked
-    for, so "the group is empty" means "nothing in it can still run".
-    """
-    members = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        data = _read_stat_bytes(name)
-        if data is None:
-            continue
-        # Only fields 3 (state) and 5 (pgrp) matter here: split no further than needed.
-        rest = data[data.rfind(b")") + 2:].split(b" ", 3)
-        if len(rest) < 4 or not rest[2].isdigit() or int(rest[2]) != pgid:
-            continue
-        if rest[0] == b"Z" and not include_zombies:
-            continue
-        members.append(int(name))
-    return members
 
 
 class Inspector:

@@ -1,9 +1,14 @@
 """The owner's process table: launch, observe exits, signal, stop.
 
-Every launch is tracked from the moment :meth:`ProcessTable.launch` returns until its exit
-is reported, exactly once, to ``on_exit``. Exits are detected with a pidfd per process in
-the asyncio loop (``add_reader``), or — where pidfds are unavailable, or when selected
-for tests — with SIGCHLD and ``waitpid(pid, WNOHANG)`` over the tracked pids.
+Every launch is tracked under its launch key from the moment :meth:`ProcessTable.launch`
+returns until its exit is reported, exactly once, to ``on_exit``. Stops and signals name
+the launch key, never a bare pid: a pid is reused by the kernel once its process is
+reaped, and a later launch may hold it, so an old launch's key resolves to the old
+launch's record (and its exit), never to whatever runs under that number now.
+
+Exits are detected with a pidfd per process in the asyncio loop (``add_reader``), or —
+where pidfds are unavailable, or when selected for tests — with SIGCHLD and
+``waitpid(pid, WNOHANG)`` over the tracked pids.
 
 This module also re-exports the pieces split into sibling modules, so ``owner.procs`` is
 the one import for process control.
@@ -23,14 +28,24 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from protocol.errors import LaunchFailed, NotFound
+from protocol.errors import Conflict, LaunchFailed, NotFound
+from protocol.procfs import children
 
-from .cgroups import CgroupTree, members
-from .procinfo import Inspector, group_members, inspect, read_pgid, read_start_ticks
+from .cgroups import CgroupTree
+from .descendants import Descendants, attribute_orphan
+from .procinfo import (
+    Inspector,
+    group_members,
+    inspect,
+    read_pgid,
+    read_start_ticks,
+    read_stat,
+)
 from .reaper import become_subreaper, raise_nofile_limit, reap_orphans
 from .spawn import PopenSpawner, Spawned, Spawner, pidfd_supported
 from .specs import ExitStatus, LaunchSpec, StopPolicy
 from .stop import StopOutcome, StopResult, confirm_stop
+from .targets import CgroupTarget, GroupTarget
 
 __all__ = [
     "ExitMode",
@@ -55,10 +70,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-OnExit = Callable[[int, ExitStatus], None]
+OnExit = Callable[[str, int, ExitStatus], None]  # launch key, leader pid, its exit
 
 # Exited launches are remembered so a late stop/signal still finds the group; bounded so a
-# long-lived owner does not grow without limit.
+# long-lived owner does not grow without limit. One whose descendants still run is kept
+# until they are gone.
 EXITED_MEMORY = 10_000
 
 _LOST = ExitStatus(None, None)
@@ -71,91 +87,16 @@ class ExitMode(StrEnum):
 
 @dataclass
 class _Entry:
+    key: str
     spawned: Spawned
     policy: StopPolicy
+    tree: Descendants | None  # process-group mode only: a cgroup knows its members
     exit: ExitStatus | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-class _GroupTarget:
-    """A launch as seen by :func:`owner.stop.confirm_stop`."""
-
-    def __init__(self, entry: _Entry) -> None:
-        self._entry = entry
-
-    def leader_exit(self) -> ExitStatus | None:
-        return self._entry.exit
-
-    def group_gone_for_good(self) -> bool:
-        """The pgid now belongs to a stranger (so ours is certainly empty).
-
-        Linux never reuses a pid number that is still some group's id, so while the
-        leader is unreaped or any member lives, the pgid is ours. If, after the reap, a
-        process with the leader's pid but other start ticks exists, the number was
-        reused, which needs our group to have been empty: it can never refill (a group
-        that empties ceases to exist), and signalling the pgid would hit the stranger.
-        """
-        sp = self._entry.spawned
-        if self._entry.exit is None:
-            return False
-        ticks = read_start_ticks(sp.pgid)
-        return ticks is not None and ticks != sp.start_ticks
-
-    def group_alive(self) -> bool:
-        if self.group_gone_for_good():
-            return False
-        return bool(group_members(self._entry.spawned.pgid))
-
-    def send(self, sig: int) -> None:
-        if self.group_gone_for_good():
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._entry.spawned.pgid, sig)
-
-
-class _CgroupTarget:
-    """A launch in its own cgroup: membership is ``cgroup.procs``, exactly.
-
-    The leader joins the cgroup through the shim right after Popen returns, so for a
-    moment it may still be outside: until it is reaped it is counted and signalled on
-    its own (through its pidfd). Nothing of the app can run outside the cgroup, because
-    the shim execs the program only after joining.
-    """
-
-    def __init__(self, entry: _Entry, tree: CgroupTree, closed: Callable[[], bool]) -> None:
-        self._entry = entry
-        self._tree = tree
-        self._closed = closed
-        assert entry.spawned.cgroup is not None
-        self.path = Path(entry.spawned.cgroup)
-
-    def leader_exit(self) -> ExitStatus | None:
-        return self._entry.exit
-
-    def group_alive(self) -> bool:
-        return self._entry.exit is None or bool(members(self.path))
-
-    def send(self, sig: int) -> None:
-        sp = self._entry.spawned
-        pids = members(self.path)
-        if self._entry.exit is None and sp.pid not in pids:
-            # Still the shim, not yet in the cgroup: the pidfd cannot hit a stranger.
-            with contextlib.suppress(ProcessLookupError, OSError):
-                if sp.pidfd is not None and not self._closed():
-                    _signal.pidfd_send_signal(sp.pidfd, sig)
-                else:
-                    os.kill(sp.pid, sig)
-        if sig == _signal.SIGKILL and self._tree.kill(self.path):
-            return  # one write kills every member, forks in flight included
-        for pid in pids:
-            # A member read from cgroup.procs that exits and whose number is reused
-            # within this loop is the one race left (systemd's cg_kill has it too).
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-
-
 class ProcessTable:
-    """Launched processes of one owner. Construct inside the running event loop.
+    """Launched processes of one owner, by launch key. Construct inside the running loop.
 
     ``mode`` picks exit detection (default: pidfd when the kernel has it). With
     ``reap_orphans=True`` (the owner, after :func:`become_subreaper`) every SIGCHLD also
@@ -172,35 +113,44 @@ class ProcessTable:
         self._spawner = spawner or PopenSpawner(use_pidfd=self.mode is ExitMode.PIDFD)
         self._notify_path = notify_socket_path
         self._reap_orphans = reap_orphans
-        self._live: dict[int, _Entry] = {}
-        self._exited: OrderedDict[int, _Entry] = OrderedDict()
+        self._live: dict[str, _Entry] = {}
+        self._by_pid: dict[int, str] = {}  # leader pid -> key, while unreaped only
+        # leader pid -> key of the most recent launch it led, kept after the reap (see
+        # _group_owner)
+        self._by_leader: dict[int, str] = {}
+        self._exited: OrderedDict[str, _Entry] = OrderedDict()
+        self._lingering: dict[str, _Entry] = {}  # exited, descendants seen running
         self.cgroups: CgroupTree | None = None  # set once, before the first launch
         self.orphans_reaped = 0
         self._closed = False
         if self.mode is ExitMode.SIGCHLD or reap_orphans:
             self._loop.add_signal_handler(_signal.SIGCHLD, self._on_sigchld)
 
-    def launch(self, spec: LaunchSpec, cgroup_key: str | None = None) -> Spawned:
-        """Start ``spec`` and track it; the caller owns the returned pipe fds. In cgroup
-        mode (``self.cgroups``) the launch gets the cgroup named after ``cgroup_key``,
-        created before the spawn.
+    def launch(self, spec: LaunchSpec, key: str) -> Spawned:
+        """Start ``spec`` as launch ``key`` and track it; the caller owns the returned
+        pipe fds. In cgroup mode (``self.cgroups``) the launch gets the cgroup named
+        after ``key``, created before the spawn.
 
-        Raises LaunchFailed (nothing left behind, no cgroup either). Invariant: the pid
-        is tracked before this returns and before any SIGCHLD handler can run, so its
-        exit is never lost.
+        Raises Conflict for a key the table already holds, LaunchFailed (nothing left
+        behind, no cgroup either). Invariant: the pid is tracked before this returns and
+        before any SIGCHLD handler can run, so its exit is never lost.
         """
         if self._closed:
             raise RuntimeError("process table is closed")
-        if self.cgroups is not None and cgroup_key is not None:
-            spawned = self._spawn_in_cgroup(self.cgroups, spec, cgroup_key)
+        if key in self._live or key in self._exited:
+            raise Conflict(f"launch key {key!r} is already in the process table",
+                           {"launch_key": key})
+        if self.cgroups is not None:
+            spawned = self._spawn_in_cgroup(self.cgroups, spec, key)
         else:
             spawned = self._spawner.spawn(spec, self._notify_path)
         if self.mode is ExitMode.PIDFD and spawned.pidfd is None:
             # A spawner that opened no pidfd (a fake, or an older one): watch it anyway.
             spawned = dataclasses.replace(spawned, pidfd=os.pidfd_open(spawned.pid))
-        entry = _Entry(spawned, spec.stop)
-        self._exited.pop(spawned.pid, None)
-        self._live[spawned.pid] = entry
+        tree = Descendants(spawned.pid) if spawned.cgroup is None else None
+        self._live[key] = _Entry(key, spawned, spec.stop, tree)
+        self._by_pid[spawned.pid] = key
+        self._by_leader[spawned.pid] = key
         if self.mode is ExitMode.PIDFD and spawned.pidfd is not None:
             self._loop.add_reader(spawned.pidfd, self._try_reap, spawned.pid)
         return spawned
@@ -217,74 +167,141 @@ class ProcessTable:
             tree.remove(path)
             raise
 
-    def cgroup_of(self, pid: int) -> Path | None:
-        """The cgroup directory of launch ``pid`` (None in process-group mode).
+    def cgroup_of(self, key: str) -> Path | None:
+        """The cgroup directory of launch ``key`` (None in process-group mode).
         Raises NotFound."""
-        cg = self._entry(pid).spawned.cgroup
+        cg = self._entry(key).spawned.cgroup
         return None if cg is None else Path(cg)
 
-    def is_tracked(self, pid: int) -> bool:
-        """Whether ``pid`` is a launch not yet reaped."""
-        return pid in self._live
+    def is_tracked(self, key: str) -> bool:
+        """Whether launch ``key`` is not yet reaped."""
+        return key in self._live
 
-    def pids(self) -> list[int]:
-        """Pids of launches not yet reaped."""
+    def live_keys(self) -> list[str]:
+        """Keys of launches not yet reaped."""
         return list(self._live)
 
-    def get(self, pid: int) -> Spawned:
-        """The launch record for ``pid`` (live or remembered). Raises NotFound."""
-        return self._entry(pid).spawned
+    def pids(self) -> list[int]:
+        """Leader pids of launches not yet reaped."""
+        return list(self._by_pid)
 
-    def exit_status(self, pid: int) -> ExitStatus | None:
-        """The exit of ``pid`` once reaped, None while it runs. Raises NotFound."""
-        return self._entry(pid).exit
+    def get(self, key: str) -> Spawned:
+        """The launch record of ``key`` (live or remembered). Raises NotFound."""
+        return self._entry(key).spawned
 
-    def signal(self, pid: int, sig: int, group: bool = True) -> None:
-        """Send ``sig`` to the launch's process group (or only its leader).
+    def exit_status(self, key: str) -> ExitStatus | None:
+        """The exit of launch ``key`` once reaped, None while it runs. Raises NotFound."""
+        return self._entry(key).exit
 
-        Raises NotFound for an unknown pid, or when nothing is left to receive it. The
-        leader alone is signalled through its pidfd when there is one (immune to reuse).
+    def signal(self, key: str, sig: int, group: bool = True) -> None:
+        """Send ``sig`` to every process of launch ``key`` (its group or cgroup and its
+        tracked descendants, see :mod:`owner.targets`), or only to its leader.
+
+        Raises NotFound for an unknown key, or when nothing of that launch is left to
+        receive it. The leader alone is signalled only while it is unreaped (so its pid
+        cannot have been reused), through its pidfd when there is one.
         """
-        entry = self._entry(pid)
+        entry = self._entry(key)
         sp = entry.spawned
         try:
-            if group and self.cgroups is not None and sp.cgroup is not None:
-                target = _CgroupTarget(entry, self.cgroups, lambda: self._closed)
+            if group:
+                target = self._target(entry)
                 if not target.group_alive():
                     raise ProcessLookupError
                 target.send(sig)
-            elif group:
-                if _GroupTarget(entry).group_gone_for_good():
-                    raise ProcessLookupError
-                os.killpg(sp.pgid, sig)
             elif entry.exit is not None:
                 raise ProcessLookupError
             elif sp.pidfd is not None and not self._closed:
                 _signal.pidfd_send_signal(sp.pidfd, sig)
             else:
-                os.kill(pid, sig)
+                os.kill(sp.pid, sig)
         except ProcessLookupError:
-            raise NotFound(f"process {pid} has nothing left to signal", {"pid": pid}) from None
+            raise NotFound(f"launch {key!r} has nothing left to signal",
+                           {"launch_key": key, "pid": sp.pid}) from None
 
-    async def stop(self, pid: int, policy: StopPolicy | None = None) -> StopResult:
-        """Confirmed stop of the launch ``pid`` and its group (see
-        :func:`owner.stop.confirm_stop`); ``policy`` defaults to the launch's own.
+    async def stop(self, key: str, policy: StopPolicy | None = None) -> StopResult:
+        """Confirmed stop of launch ``key``: its leader, its group or cgroup and every
+        tracked descendant (see :func:`owner.stop.confirm_stop`); ``policy`` defaults to
+        the launch's own. ``stopped`` means all of them are gone.
 
-        Raises NotFound for a pid this table never launched (or forgot).
+        Raises NotFound for a key this table never launched (or forgot).
         """
-        entry = self._entry(pid)
-        if self.cgroups is None or entry.spawned.cgroup is None:
-            return await confirm_stop(_GroupTarget(entry), policy or entry.policy)
-        target = _CgroupTarget(entry, self.cgroups, lambda: self._closed)
+        entry = self._entry(key)
+        target = self._target(entry)
         result = await confirm_stop(target, policy or entry.policy)
-        if result.outcome is not StopOutcome.TIMEOUT:
+        if isinstance(target, CgroupTarget) and self.cgroups is not None and \
+                result.outcome is not StopOutcome.TIMEOUT:
             # Confirmed empty: the cgroup has served its purpose.
             self.cgroups.remove(target.path)
+        if entry.exit is not None and result.outcome is not StopOutcome.TIMEOUT:
+            self._lingering.pop(key, None)
         return result
 
-    async def wait(self, pid: int) -> ExitStatus:
-        """Wait for ``pid`` to be reaped. Raises NotFound."""
-        entry = self._entry(pid)
+    def _target(self, entry: _Entry) -> GroupTarget | CgroupTarget:
+        if entry.tree is None:
+            assert self.cgroups is not None
+            return CgroupTarget(entry, self.cgroups, lambda: self._closed)
+        return GroupTarget(entry, self.adopt_orphans)
+
+    def track(self) -> None:
+        """Refresh the descendants of every launch that may have some: the live ones and
+        exited ones whose descendants still ran at the last look. Attributes orphans
+        first. The owner runs this on a timer; stops refresh on their own."""
+        self.adopt_orphans()
+        for entry in [*self._live.values(), *self._lingering.values()]:
+            if entry.tree is not None:
+                entry.tree.refresh(entry.exit is None)
+        for key, entry in list(self._lingering.items()):
+            if entry.tree is None or not entry.tree.known:
+                del self._lingering[key]
+
+    def adopt_orphans(self) -> int:
+        """Attribute untracked children of this process (orphans re-parented to the
+        subreaper) to the launch they came from; returns how many were adopted."""
+        tracked = set(self._by_pid)
+        for entry in [*self._live.values(), *self._lingering.values()]:
+            if entry.tree is not None:
+                tracked.update(entry.tree.known)
+        adopted = 0
+        for pid in children(os.getpid()):
+            if pid in tracked:
+                continue
+            found = attribute_orphan(pid, self._group_owner)
+            owner = None if found is None else self._find(found[0])
+            if found is None or owner is None or owner.tree is None:
+                log.debug("child %d belongs to no launch we know", pid)
+                continue
+            owner.tree.adopt(pid, found[1])
+            if owner.exit is not None:
+                self._lingering[owner.key] = owner
+            adopted += 1
+        return adopted
+
+    def _group_owner(self, gid: int) -> str | None:
+        """The launch whose process group or session has id ``gid``, when certain.
+
+        While a leader is unreaped its zombie holds the number: the group and session
+        with that id are its launch's. After the reap the number is still the launch's
+        while its group or session has a member, and a tracked process of the launch
+        that is still in it proves that (the number cannot have been reused meanwhile).
+        """
+        key = self._by_pid.get(gid)
+        if key is not None:
+            return key
+        key = self._by_leader.get(gid)
+        entry = None if key is None else self._find(key)
+        if entry is not None and entry.tree is not None and entry.tree.holds(gid):
+            return entry.key
+        return None
+
+    def lingering(self) -> list[str]:
+        """Keys of exited launches whose descendants were still running at the last look
+        (a stop of such a key stops them)."""
+        return [k for k, e in self._lingering.items() if e.tree is not None and e.tree.known]
+
+    async def wait(self, key: str) -> ExitStatus:
+        """Wait for launch ``key`` to be reaped. Raises NotFound."""
+        entry = self._entry(key)
         await entry.exited.wait()
         assert entry.exit is not None
         return entry.exit
@@ -292,7 +309,7 @@ class ProcessTable:
     def reap_orphans(self) -> int:
         """Reap exited children that are not tracked launches (tracked ones go through
         the normal exit path). Returns how many orphans were reaped."""
-        n = reap_orphans(self.is_tracked, self._try_reap)
+        n = reap_orphans(self._by_pid.__contains__, self._try_reap)
         self.orphans_reaped += n
         return n
 
@@ -309,26 +326,59 @@ class ProcessTable:
         for entry in self._live.values():
             self._close_pidfd(entry.spawned)
 
-    def _entry(self, pid: int) -> _Entry:
-        entry = self._live.get(pid) or self._exited.get(pid)
+    def _find(self, key: str) -> _Entry | None:
+        return self._live.get(key) or self._lingering.get(key) or self._exited.get(key)
+
+    def _entry(self, key: str) -> _Entry:
+        entry = self._find(key)
         if entry is None:
-            raise NotFound(f"no launch with pid {pid}", {"pid": pid})
+            raise NotFound(f"no launch {key!r} in the process table", {"launch_key": key})
         return entry
 
     def _on_sigchld(self) -> None:
         if self.mode is ExitMode.SIGCHLD:
-            for pid in list(self._live):
+            for pid in list(self._by_pid):
                 self._try_reap(pid)
         if self._reap_orphans:
             self.reap_orphans()
 
     def _try_reap(self, pid: int) -> None:
-        entry = self._live.get(pid)
-        if entry is None:
+        key = self._by_pid.get(pid)
+        if key is None:
             return
+        entry = self._live[key]
+        if entry.tree is not None and self._has_exited(entry.spawned):
+            self._last_look(entry, entry.tree)
         status = self._collect(entry.spawned)
         if status is not None:
-            self._finish(pid, entry, status)
+            self._finish(entry, status)
+
+    def _last_look(self, entry: _Entry, tree: Descendants) -> None:
+        """Track what outlives the leader, while its zombie still pins its group and
+        session id (no other process can have that number until we reap it).
+
+        Its children are ours already (re-parented: the owner is a subreaper), and
+        attributed by group or session now. A table in a process that is not a
+        subreaper does not receive them, so it scans for members of the group and
+        session instead (a /proc scan per exit; only tests and tools run so)."""
+        if self._reap_orphans:
+            self.adopt_orphans()
+        else:
+            for pid in group_members(entry.spawned.pgid, include_session=True):
+                st = read_stat(pid)
+                if st is not None and pid != entry.spawned.pid:
+                    tree.adopt(pid, st.start_ticks)
+        tree.refresh(leader_unreaped=True)
+
+    def _has_exited(self, sp: Spawned) -> bool:
+        """Whether ``sp`` is a zombie, without reaping it (WNOWAIT)."""
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        try:
+            if self.mode is ExitMode.PIDFD and sp.pidfd is not None:
+                return os.waitid(os.P_PIDFD, sp.pidfd, flags) is not None
+            return os.waitid(os.P_PID, sp.pid, flags) is not None
+        except ChildProcessError:
+            return False
 
     def _collect(self, sp: Spawned) -> ExitStatus | None:
         """Reap ``sp`` if it has exited; None if it still runs. A status someone else
@@ -344,21 +394,27 @@ class ProcessTable:
             log.warning("exit status of %d was taken by someone else", sp.pid)
             return _LOST
 
-    def _finish(self, pid: int, entry: _Entry, status: ExitStatus) -> None:
-        del self._live[pid]
-        self._close_pidfd(entry.spawned)
+    def _finish(self, entry: _Entry, status: ExitStatus) -> None:
+        sp = entry.spawned
+        del self._live[entry.key]
+        del self._by_pid[sp.pid]
+        self._close_pidfd(sp)
         entry.exit = status
         entry.exited.set()
-        if self.cgroups is not None and entry.spawned.cgroup is not None:
+        if self.cgroups is not None and sp.cgroup is not None:
             # Gone only if nothing of the app outlived its leader; else stop removes it.
-            self.cgroups.remove(Path(entry.spawned.cgroup))
-        self._exited[pid] = entry
+            self.cgroups.remove(Path(sp.cgroup))
+        self._exited[entry.key] = entry
+        if entry.tree is not None and entry.tree.known:
+            self._lingering[entry.key] = entry
         while len(self._exited) > EXITED_MEMORY:
-            self._exited.popitem(last=False)
+            key, old = self._exited.popitem(last=False)  # a lingering one stays there
+            if self._by_leader.get(old.spawned.pid) == key and key not in self._lingering:
+                del self._by_leader[old.spawned.pid]
         try:
-            self._on_exit(pid, status)
+            self._on_exit(entry.key, sp.pid, status)
         except Exception:
-            log.exception("on_exit callback failed for %d", pid)
+            log.exception("on_exit callback failed for %s (pid %d)", entry.key, sp.pid)
 
     def _close_pidfd(self, sp: Spawned) -> None:
         if sp.pidfd is None:

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 from protocol.errors import ProcessesAlive
 from protocol.identity import boot_id, start_ticks
+from protocol.procfs import environ_matches
 
+from .descendants import LAUNCH_KEY_ENV
 from .paths import OwnerPaths
 from .procinfo import group_members
 from .receipt import needs_reconcile, read_receipt, write_ack
 from .store import LaunchRow, OwnerStore
-from .supervise import LAUNCH_KEY_ENV
 
 __all__ = ["Survivor", "reconcile"]
 
@@ -33,22 +34,8 @@ class Survivor:
 
 def _carriers(keys: set[str]) -> dict[str, list[int]]:
     """Processes whose environment names one of ``keys`` (readable as root or same uid)."""
-    found: dict[str, list[int]] = {}
-    if not keys:
-        return found
     needles = {f"{LAUNCH_KEY_ENV}={k}".encode(): k for k in keys}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        for var in env:
-            if var in needles:
-                found.setdefault(needles[var], []).append(int(entry))
-    return found
+    return {needles[n]: pids for n, pids in environ_matches(needles).items()}
 
 
 def survivors(rows: list[LaunchRow]) -> list[Survivor]:

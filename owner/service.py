@@ -44,8 +44,13 @@ __all__ = ["CAPABILITIES", "OwnerService"]
 
 log = logging.getLogger("tenure.owner")
 
-CAPABILITIES = {"stackControl": 1, "logJournal": 1, "notify": 1, "observations": 1,
-                "fencing": 1}
+CAPABILITIES = {"stackControl": 1, "logJournal": 1, "logPages": 1, "notify": 1,
+                "observations": 1, "fencing": 1}
+
+LOGS_PAGE_BYTES = 1 << 20
+"""Default byte budget of one logs.read answer; at most LOGS_PAGE_BYTES_MAX, which with
+one 16 KiB line over it stays well inside the 4 MiB frame."""
+LOGS_PAGE_BYTES_MAX = 3 << 20
 
 _name = check_name(128)
 _uint = check_int(0, 2**62)
@@ -68,6 +73,9 @@ S_INTENT = Schema(Field("stack", str, check=_name), Field("intent", str),
                   Field("expected_revision", int, check=_uint))
 S_LOGS = Schema(Field("after", int, required=False, default=0, check=_uint),
                 Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)),
+                Field("max_bytes", int, required=False, default=LOGS_PAGE_BYTES,
+                      check=check_int(1024, LOGS_PAGE_BYTES_MAX)),
+                Field("tail", int, required=False, check=_uint),
                 Field("stack", str, required=False, check=_name),
                 Field("app", str, required=False, check=_name),
                 Field("instance", int, required=False, check=_uint),
@@ -113,6 +121,7 @@ class OwnerService:
             "stack.set_intent": Method(self.set_intent, S_INTENT),
             "stack.intents": Method(self.intents, role="viewer", while_draining=True),
             "logs.read": Method(self.logs_read, S_LOGS, role="viewer", while_draining=True),
+            "logs.dropped": Method(self.logs_dropped, role="viewer", while_draining=True),
             "observations.read": Method(self.obs_read, S_OBS, role="viewer",
                                         while_draining=True),
             "observations.subscribe": Method(self.obs_subscribe, S_OBS, role="viewer"),
@@ -176,7 +185,7 @@ class OwnerService:
     async def launch(self, call: Call) -> Any:
         self._require_epoch(call)
         p = call.params
-        first = self.store.get_launch(p["launch_key"])
+        first = self.launcher.record(p["launch_key"]) or self.store.get_launch(p["launch_key"])
         if first is None:
             intent, revision = self.store.intent(p["stack"])
             if intent is Intent.STOPPED and p["intent_revision"] != revision:
@@ -191,7 +200,7 @@ class OwnerService:
         return first.to_wire()
 
     def _live(self, key: str) -> LaunchRow:
-        row = self.launcher.live.get(key) or self.store.get_launch(key)
+        row = self.launcher.record(key) or self.store.get_launch(key)
         if row is None or row.pid is None:
             raise NotFound(f"no launch {key!r} with a process", {"launch_key": key})
         return row
@@ -203,7 +212,7 @@ class OwnerService:
         policy = StopPolicy.from_wire(call.params["policy"]) if call.params["policy"] \
             else None
         row = self._live(call.params["launch_key"])
-        result = await self.launcher.stop(row, policy)
+        result = await self.launcher.stop(row.launch_key, policy)
         wire = {"launch_key": row.launch_key, "pid": row.pid, **result.to_wire()}
         if result.outcome is StopOutcome.TIMEOUT:
             raise StopTimeout(f"{row.launch_key}: process group still alive after the "
@@ -215,22 +224,24 @@ class OwnerService:
         sig = parse_signal(call.params["signal"])
         row = self._live(call.params["launch_key"])
         assert row.pid is not None
-        self.procs.signal(row.pid, sig, group=call.params["group"])
+        self.procs.signal(row.launch_key, sig, group=call.params["group"])
         return {"launch_key": row.launch_key, "pid": row.pid, "signal": sig}
 
     async def inventory(self, call: Call) -> Any:
         stack = call.params["stack"]
         rows = [r.to_wire() for r in self.launcher.live.values()
                 if stack is None or r.stack == stack]
+        uncertain = [r.to_wire() for r in self.launcher.uncertain.values()
+                     if stack is None or r.stack == stack]
         return {"owner": self.identity.to_wire(), "epoch": self.epoch, "launches": rows,
-                "cursor": self.ring.cursor}
+                "uncertain": uncertain, "cursor": self.ring.cursor}
 
     async def inspect(self, call: Call) -> Any:
         row = self._live(call.params["launch_key"])
         assert row.pid is not None and row.start_ticks is not None
         usage = self.inspector.inspect(row.pid, row.start_ticks)
         try:
-            cgroup = self.procs.cgroup_of(row.pid)
+            cgroup = self.procs.cgroup_of(row.launch_key)
         except NotFound:
             cgroup = None  # a launch this table no longer remembers
         if cgroup is not None and self.launcher.cgroups is not None:
@@ -258,13 +269,24 @@ class OwnerService:
     # -- logs and observations ---------------------------------------------------------
 
     async def logs_read(self, call: Call) -> Any:
+        """One page: at most ``limit`` records and ``max_bytes`` of answer; ``next`` is
+        the ``after`` of the next page and ``more`` says whether one may follow now."""
         p = call.params
         if p["stream"] not in (None, "stdout", "stderr"):
             raise BadRequest("params.stream must be stdout or stderr", {"field": "stream"})
-        recs = await asyncio.to_thread(
-            self.journal.read, p["after"], p["limit"], stack=p["stack"], app=p["app"],
-            instance=p["instance"], stream=p["stream"])
-        return {"records": [_record(r) for r in recs], "last_id": self.journal.last_id()}
+        page = await asyncio.to_thread(
+            self.journal.read_page, p["after"], p["limit"], max_bytes=p["max_bytes"],
+            tail=p["tail"], stack=p["stack"], app=p["app"], instance=p["instance"],
+            stream=p["stream"])
+        return {"records": [_record(r) for r in page.records], "last_id": page.last_id,
+                "next": page.next, "more": page.more}
+
+    async def logs_dropped(self, call: Call) -> Any:
+        """Lines dropped per app since the owner started (the journal queue was full)."""
+        dropped = self.journal.dropped_by_app()
+        return {"apps": [{"stack": st, "app": app, "dropped": n}
+                         for (st, app), n in sorted(dropped.items())],
+                "total": self.journal.overflow_total}
 
     async def obs_read(self, call: Call) -> Any:
         return self.ring.read(call.params["after"], call.params["limit"])
@@ -288,8 +310,11 @@ class OwnerService:
                 "isolation": "process-group" if self.launcher.cgroups is None else "cgroup",
                 "cursor": self.ring.cursor, "acked": self.ring.acked,
                 "log_overflow_total": self.journal.overflow_total,
+                "log_dropped": {f"{st}/{app}": n for (st, app), n
+                                in sorted(self.journal.dropped_by_app().items())},
                 "log_last_id": await asyncio.to_thread(self.journal.last_id),
                 "notify": dict(self.launcher.notify_stats()),
+                "uncertain": sorted(self.launcher.uncertain),
                 "draining": bool(self.server and self.server.draining),
                 "home": os.fspath(self.paths.home)}
 

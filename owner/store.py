@@ -57,6 +57,10 @@ class LaunchState(StrEnum):
     EXITED = "exited"
     FAILED = "failed"      # could not be started; nothing runs
     LOST = "lost"          # the owner died while it ran; proven gone by reconcile
+    # The process was started (or ended) but the row saying so could not be written: the
+    # owner's memory is the truth and reports this state until a write succeeds. Only
+    # ever in memory and on the wire: the row on disk still says what it said before.
+    UNCERTAIN = "uncertain"
 
 
 class Intent(StrEnum):
@@ -162,17 +166,29 @@ class OwnerStore:
         except sqlite3.IntegrityError:
             raise Conflict(f"launch key {key!r} already used", {"launch_key": key}) from None
 
-    def mark_running(self, key: str, pid: int, start_ticks: int, pgid: int) -> None:
+    def mark_running(self, key: str, pid: int, start_ticks: int, pgid: int,
+                     started_at: float) -> None:
+        """Raises NotFound, or sqlite3.Error/OSError when the write fails."""
         self._set(key, "state = ?, pid = ?, start_ticks = ?, pgid = ?, started_at = ?",
-                  (LaunchState.RUNNING, pid, start_ticks, pgid, time.time()))
+                  (LaunchState.RUNNING, pid, start_ticks, pgid, started_at))
 
     def mark_failed(self, key: str, error: dict[str, Any]) -> None:
         self._set(key, "state = ?, error = ?, ended_at = ?",
                   (LaunchState.FAILED, json.dumps(error), time.time()))
 
-    def mark_exited(self, key: str, exit_wire: dict[str, Any]) -> None:
-        self._set(key, "state = ?, exit = ?, ended_at = ?",
-                  (LaunchState.EXITED, json.dumps(exit_wire), time.time()))
+    def mark_exited(self, key: str, exit_wire: dict[str, Any],
+                    started: LaunchRow | None = None) -> None:
+        """Record the exit; with ``started`` (a row whose ``running`` write failed) its
+        pid, start ticks, group and start time too. Raises NotFound, or
+        sqlite3.Error/OSError when the write fails."""
+        if started is None:
+            self._set(key, "state = ?, exit = ?, ended_at = ?",
+                      (LaunchState.EXITED, json.dumps(exit_wire), time.time()))
+            return
+        self._set(key, "state = ?, exit = ?, ended_at = ?, pid = ?, start_ticks = ?, "
+                  "pgid = ?, started_at = ?",
+                  (LaunchState.EXITED, json.dumps(exit_wire), time.time(), started.pid,
+                   started.start_ticks, started.pgid, started.started_at))
 
     def mark_lost(self, keys: list[str]) -> None:
         now = time.time()

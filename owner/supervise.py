@@ -3,32 +3,42 @@
 Order of a launch, always: the row is written (``starting``) before the process exists,
 then the process is spawned, then the row says ``running`` with pid and start ticks. A
 crash between the steps leaves a ``starting`` row that reconcile can resolve, because the
-launch key is also in the process's environment (``TENURE_LAUNCH_KEY``).
+launch key is also in the process's environment (``TENURE_LAUNCH_KEY``). A write that
+fails once the process exists (disk full, I/O error) never orphans it: the launch is
+watched, drained and reported as usual, and kept in memory as ``uncertain`` until its
+final state can be written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+import time
 from dataclasses import replace
 from typing import Any
 
-from protocol.errors import LaunchFailed
+from protocol.errors import LaunchFailed, StorageFailed
 
 from .cgroups import CgroupTree
+from .descendants import LAUNCH_KEY_ENV
 from .drain import PipeDrainer
 from .journal import Journal, LogSource
 from .notify import NotifyListener, pgid_resolver
 from .observations import ObservationRing
 from .procs import ProcessTable
+from .spawn import Spawned
 from .specs import ExitStatus, LaunchSpec, StopPolicy
 from .stop import StopResult
-from .store import LaunchRow, OwnerStore
+from .store import LaunchRow, LaunchState, OwnerStore
 
 __all__ = ["LAUNCH_KEY_ENV", "Launcher"]
 
 log = logging.getLogger("tenure.owner")
-LAUNCH_KEY_ENV = "TENURE_LAUNCH_KEY"
+
+TRACK_INTERVAL_S = 1.0
+"""How often the descendants of every launch are looked for (process-group mode): the
+window in which a process can fork, leave the group and lose its parent unseen."""
 
 
 class Launcher:
@@ -39,7 +49,7 @@ class Launcher:
         self.ring = ring
         self.boot_id = boot_id
         self.live: dict[str, LaunchRow] = {}
-        self._by_pid: dict[int, str] = {}
+        self.uncertain: dict[str, LaunchRow] = {}  # rows whose last write failed
         self._by_pgid: dict[int, str] = {}
         self.drainers: list[PipeDrainer] = []
         self.procs = ProcessTable(self._on_exit, notify_socket_path=notify_path,
@@ -47,6 +57,16 @@ class Launcher:
         self.notify = NotifyListener(notify_path, pgid_resolver(self._by_pgid.get),
                                      self._on_notify)
         self.notify.open()
+        self._tracker: asyncio.TimerHandle | None = None
+        self._track()
+
+    def _track(self) -> None:
+        if self.procs.cgroups is None:
+            try:
+                self.procs.track()
+            except Exception:
+                log.exception("looking for descendants failed")
+        self._tracker = asyncio.get_running_loop().call_later(TRACK_INTERVAL_S, self._track)
 
     @property
     def cgroups(self) -> CgroupTree | None:
@@ -64,23 +84,49 @@ class Launcher:
 
     def launch(self, p: dict[str, Any], spec: LaunchSpec, epoch: int) -> LaunchRow:
         """Write the row, spawn, record the process. Returns the final row (``failed``
-        rows included: the caller reports them)."""
+        rows included: the caller reports them).
+
+        Invariant: once the process exists it is watched, drained and reported, whatever
+        the storage does. If the ``running`` write fails the launch is kept in memory as
+        ``uncertain`` (see :meth:`record`). Raises sqlite3.Error or OSError only when the
+        ``starting`` row (or a ``failed`` one) cannot be written: then nothing runs.
+        """
         key = p["launch_key"]
         spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key})
         self.store.insert_launch(key, p, spec.to_wire(), epoch, self.boot_id)
         try:
-            spawned = self.procs.launch(spec, cgroup_key=key)
+            spawned = self.procs.launch(spec, key)
         except LaunchFailed as exc:
             self.store.mark_failed(key, exc.to_wire())
             self.ring.emit("launch_failed", launch_key=key, code=exc.code_str, msg=exc.msg)
             row = self.store.get_launch(key)
             assert row is not None
             return row
-        self.store.mark_running(key, spawned.pid, spawned.start_ticks, spawned.pgid)
-        row = self.store.get_launch(key)
-        assert row is not None
+        started_at = time.time()
+        row = LaunchRow(key, p["stack"], p["app"], p["instance"], p["generation"],
+                        spec.to_wire(), LaunchState.RUNNING, spawned.pid,
+                        spawned.start_ticks, spawned.pgid, started_at, None, None, None)
+        try:
+            self.store.mark_running(key, spawned.pid, spawned.start_ticks, spawned.pgid,
+                                    started_at)
+        except (sqlite3.Error, OSError) as exc:
+            row = self._uncertain(row, "running", exc)
+        self._watch(row, spawned)
+        return row
+
+    def _uncertain(self, row: LaunchRow, what: str, exc: Exception) -> LaunchRow:
+        err = StorageFailed(f"{row.launch_key}: recording {what} failed: "
+                            f"{type(exc).__name__}: {exc}", {"launch_key": row.launch_key})
+        log.error("%s; the launch is kept in memory as uncertain", err.msg)
+        row = replace(row, state=LaunchState.UNCERTAIN, error=err.to_wire())
+        self.uncertain[row.launch_key] = row
+        self.ring.emit("launch_uncertain", launch_key=row.launch_key, pid=row.pid,
+                       start_ticks=row.start_ticks, code=err.code_str, msg=err.msg)
+        return row
+
+    def _watch(self, row: LaunchRow, spawned: Spawned) -> None:
+        key = row.launch_key
         self.live[key] = row
-        self._by_pid[spawned.pid] = key
         self._by_pgid[spawned.pgid] = key
         src = LogSource(row.stack, row.app, row.instance, row.generation)
         loop = asyncio.get_running_loop()
@@ -90,15 +136,29 @@ class Launcher:
         self.ring.emit("launched", launch_key=key, stack=row.stack, app=row.app,
                        instance=row.instance, generation=row.generation, pid=spawned.pid,
                        start_ticks=spawned.start_ticks)
-        return row
+
+    def record(self, key: str) -> LaunchRow | None:
+        """What the owner knows of launch ``key`` in memory: a live launch, or one whose
+        state could not be written (``uncertain``). None: ask the store."""
+        return self.live.get(key) or self.uncertain.get(key)
+
+    def retry_uncertain(self) -> list[str]:
+        """Write what could not be written before (the exit of uncertain launches that
+        ended); returns the keys still unrecorded (live ones included). Raises nothing."""
+        for key, row in list(self.uncertain.items()):
+            if key in self.live or row.exit is None:
+                continue
+            try:
+                self.store.mark_exited(key, row.exit, started=row)
+            except (sqlite3.Error, OSError):
+                continue
+            del self.uncertain[key]
+        return sorted(self.uncertain)
 
     def _prune_drainers(self) -> None:
         self.drainers = [d for d in self.drainers if not d.closed]
 
-    def _on_exit(self, pid: int, status: ExitStatus) -> None:
-        key = self._by_pid.pop(pid, None)
-        if key is None:
-            return
+    def _on_exit(self, key: str, pid: int, status: ExitStatus) -> None:
         row = self.live.pop(key, None)
         if row is not None and row.pgid is not None:
             self._by_pgid.pop(row.pgid, None)
@@ -106,21 +166,32 @@ class Launcher:
         # the fsync. If the owner died in between, the row still says running and
         # reconcile proves the process gone, so nothing is lost or invented.
         self.ring.emit("exit", launch_key=key, pid=pid, **status.to_wire())
-        self.store.mark_exited(key, status.to_wire())
+        started = self.uncertain.get(key)
+        try:
+            self.store.mark_exited(key, status.to_wire(), started=started)
+        except (sqlite3.Error, OSError) as exc:
+            base = started or row
+            if base is not None:
+                self._uncertain(replace(base, exit=status.to_wire(), ended_at=time.time()),
+                                "the exit", exc)
+            return
+        self.uncertain.pop(key, None)
 
     def _on_notify(self, key: str, sender: int, fields: dict[str, str]) -> None:
         self.ring.emit("notify", launch_key=key, pid=sender, fields=fields)
 
-    async def stop(self, row: LaunchRow, policy: StopPolicy | None) -> StopResult:
-        assert row.pid is not None
-        return await self.procs.stop(row.pid, policy)
+    async def stop(self, key: str, policy: StopPolicy | None) -> StopResult:
+        """Confirmed stop of launch ``key``. Raises NotFound."""
+        return await self.procs.stop(key, policy)
 
     async def stop_all(self) -> list[tuple[str, StopResult | BaseException]]:
-        """Stop every live launch concurrently with its own policy."""
-        rows = list(self.live.values())
-        results = await asyncio.gather(*(self.stop(r, None) for r in rows),
+        """Stop every live launch, and every exited one whose descendants still run,
+        concurrently, each with its own policy."""
+        self.procs.track()
+        keys = [*self.live, *(k for k in self.procs.lingering() if k not in self.live)]
+        results = await asyncio.gather(*(self.stop(k, None) for k in keys),
                                        return_exceptions=True)
-        return [(r.launch_key, res) for r, res in zip(rows, results, strict=True)]
+        return list(zip(keys, results, strict=True))
 
     async def wait_drained(self, timeout: float) -> bool:
         """Wait until every pipe reached EOF (all output is in the journal)."""
@@ -133,6 +204,9 @@ class Launcher:
         return True
 
     def close(self) -> None:
+        if self._tracker is not None:
+            self._tracker.cancel()
+            self._tracker = None
         self.notify.close()
         for d in self.drainers:
             d.close()

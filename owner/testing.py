@@ -29,10 +29,14 @@ __all__ = ["GuardianKey", "OwnerProcess"]
 
 @dataclass
 class OwnerProcess:
+    """``preload``: Python source run in the owner process before it starts serving (a
+    test's fault injection)."""
+
     home: Path
     proc: subprocess.Popen[bytes] | None = None
     instance: str = ""
     stderr_path: Path | None = None
+    preload: str | None = None
 
     @property
     def paths(self) -> OwnerPaths:
@@ -42,9 +46,13 @@ class OwnerProcess:
         """Start and wait for READY. Raises RuntimeError with the owner's stderr if it
         exits first."""
         self.stderr_path = self.home / f"owner-{time.monotonic_ns()}.log"
+        argv = [sys.executable, "-m", "owner"]
+        if self.preload is not None:
+            argv = [sys.executable, "-c", self.preload + "\nimport sys\n"
+                    "from owner.__main__ import main\nsys.exit(main(sys.argv[1:]))"]
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "owner", "--home", str(self.home)],
+                [*argv, "--home", str(self.home)],
                 stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()

@@ -21,9 +21,11 @@ class Code(StrEnum):
     UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
     CAPABILITY_MISSING = "CAPABILITY_MISSING"
     UNAUTHORIZED = "UNAUTHORIZED"
+    FRAME_TIMEOUT = "FRAME_TIMEOUT"
     # availability
     SHUTTING_DOWN = "SHUTTING_DOWN"
     ALREADY_RUNNING = "ALREADY_RUNNING"
+    TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
     INTERNAL = "INTERNAL"
     # client-side transport
     CONNECT_FAILED = "CONNECT_FAILED"
@@ -46,6 +48,7 @@ class Code(StrEnum):
     OPERATION_IN_PROGRESS = "OPERATION_IN_PROGRESS"
     STALE_PLAN = "STALE_PLAN"
     STATE_CORRUPT = "STATE_CORRUPT"
+    STORAGE_FAILED = "STORAGE_FAILED"
     # processes
     LAUNCH_FAILED = "LAUNCH_FAILED"
     STOP_TIMEOUT = "STOP_TIMEOUT"
@@ -90,11 +93,18 @@ CODES: dict[Code, CodeInfo] = {
         "it requires; refused before any method ran.", False),
     Code.UNAUTHORIZED: CodeInfo(
         "The peer's credentials do not allow this connection or this method.", False),
+    Code.FRAME_TIMEOUT: CodeInfo(
+        "A frame was begun but not completed within the server's frame timeout (10 s by "
+        "default); nothing of it was executed and the connection is closed.", True),
     Code.SHUTTING_DOWN: CodeInfo(
         "The server is draining: it finishes admitted requests and refuses new ones. Retry "
         "against the next server.", True),
     Code.ALREADY_RUNNING: CodeInfo(
         "Another live server already answers on this socket; it was left alone.", False),
+    Code.TOO_MANY_CONNECTIONS: CodeInfo(
+        "The server already holds as many connections as it admits for this role (or "
+        "connections still in their handshake); data names the role and the limit. The "
+        "connection is closed before any method ran; retry once others have closed.", True),
     Code.INTERNAL: CodeInfo(
         "The server failed in an unexpected way; the message says where. The outcome of "
         "a mutating request is unknown.", False),
@@ -139,6 +149,10 @@ CODES: dict[Code, CodeInfo] = {
     Code.STATE_CORRUPT: CodeInfo(
         "A durable record or file is unreadable or has an unknown shape or version; it was "
         "not replaced.", False),
+    Code.STORAGE_FAILED: CodeInfo(
+        "A durable write failed (disk full, I/O error). What already happened is reported "
+        "from memory and marked uncertain (a launch that started keeps running and is "
+        "watched); fix the storage, then check the state.", False),
     Code.LAUNCH_FAILED: CodeInfo(
         "The process could not be started (program missing, not executable, bad cwd).",
         False),

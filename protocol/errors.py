@@ -8,11 +8,13 @@
     │   ├── BadRequest              BAD_REQUEST
     │   ├── UnknownMethod           UNKNOWN_METHOD
     │   ├── UnsupportedProtocol     UNSUPPORTED_PROTOCOL
-    │   └── CapabilityMissing       CAPABILITY_MISSING
+    │   ├── CapabilityMissing       CAPABILITY_MISSING
+    │   └── FrameTimeout            FRAME_TIMEOUT
     ├── Unauthorized                UNAUTHORIZED
     ├── Unavailable
     │   ├── ShuttingDown            SHUTTING_DOWN
     │   ├── AlreadyRunning          ALREADY_RUNNING
+    │   ├── TooManyConnections      TOO_MANY_CONNECTIONS
     │   ├── BackendUnavailable      BACKEND_UNAVAILABLE
     │   └── Internal                INTERNAL
     ├── TransportError
@@ -36,7 +38,8 @@
     │   ├── StackFenced             STACK_FENCED
     │   ├── OperationInProgress     OPERATION_IN_PROGRESS
     │   ├── StalePlan               STALE_PLAN
-    │   └── StateCorrupt            STATE_CORRUPT
+    │   ├── StateCorrupt            STATE_CORRUPT
+    │   └── StorageFailed           STORAGE_FAILED
     ├── ProcessError
     │   ├── LaunchFailed            LAUNCH_FAILED
     │   ├── StopTimeout             STOP_TIMEOUT
@@ -129,6 +132,10 @@ class CapabilityMissing(ProtocolError):
     code = Code.CAPABILITY_MISSING
 
 
+class FrameTimeout(ProtocolError):
+    code = Code.FRAME_TIMEOUT
+
+
 class Unauthorized(TenureError):
     code = Code.UNAUTHORIZED
 
@@ -143,6 +150,10 @@ class ShuttingDown(Unavailable):
 
 class AlreadyRunning(Unavailable):
     code = Code.ALREADY_RUNNING
+
+
+class TooManyConnections(Unavailable):
+    code = Code.TOO_MANY_CONNECTIONS
 
 
 class Internal(Unavailable):
@@ -243,6 +254,10 @@ class StalePlan(StateError):
 
 class StateCorrupt(StateError):
     code = Code.STATE_CORRUPT
+
+
+class StorageFailed(StateError):
+    code = Code.STORAGE_FAILED
 
 
 class ProcessError(TenureError):

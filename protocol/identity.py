@@ -2,8 +2,7 @@
 
 A PID alone is reused by the kernel; ``(pid, start_ticks, boot_id)`` is not, and the
 ``instance`` uuid distinguishes two runs of a daemon that happen to reuse all three
-(never in practice, but cheap). Start ticks are field 22 of /proc/PID/stat; elsewhere
-psutil's create time stands in for them (scaled to centiseconds).
+(never in practice, but cheap). Start ticks come from :func:`protocol.procfs.start_ticks`.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ from __future__ import annotations
 import os
 
 from .errors import BadRequest
+from .procfs import start_ticks
 from .schema import Field, Schema
 from .values import Value
 
@@ -22,30 +22,6 @@ __all__ = ["Identity", "boot_id", "new_identity", "start_ticks"]
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _fallback_boot_id: str | None = None
-
-
-def start_ticks(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot, or None when it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return _psutil_ticks(pid)
-    # comm (field 2) is parenthesised and may itself hold spaces and ')': split after
-    # the last ')' so the remaining fields are fixed; starttime is field 22, i.e. the
-    # 20th after comm.
-    rest = stat[stat.rfind(b")") + 2:].split()
-    return int(rest[19])
-
-
-def _psutil_ticks(pid: int) -> int | None:
-    import psutil
-    try:
-        return int(psutil.Process(pid).create_time() * 100)
-    except psutil.Error:
-        return None
 
 
 def boot_id() -> str:

@@ -5,6 +5,15 @@ Per connection: peer credentials are checked on accept, the first frame must be 
 serial channel; concurrency comes from several connections). Events are pushed on any
 connection that subscribed to their stream. While draining, requests of methods not
 marked ``while_draining`` get ``SHUTTING_DOWN``; admitted ones run to completion.
+
+What peers can make the server hold is bounded per role, the role a peer's credentials
+allow deciding which budget a connection uses from its accept on (so viewers, possibly
+another uid, can never crowd out admins): at most ``max_pending`` connections in their
+handshake (each with at most a 64 KiB hello, for ``handshake_timeout``) and at most
+``max_connections[role]`` after it; ``TOO_MANY_CONNECTIONS`` beyond. A frame, once begun,
+must be complete within ``frame_timeout`` (``FRAME_TIMEOUT``). A viewer may send frames
+of at most ``viewer_max_frame`` bytes, so viewers together hold at most
+``max_connections["viewer"] * viewer_max_frame`` of requests.
 """
 
 from __future__ import annotations
@@ -23,9 +32,11 @@ from .errors import (
     BadFrame,
     BadRequest,
     CapabilityMissing,
+    FrameTimeout,
     Internal,
     ShuttingDown,
     TenureError,
+    TooManyConnections,
     Unauthorized,
     UnknownMethod,
     UnsupportedProtocol,
@@ -41,6 +52,13 @@ log = logging.getLogger("tenure.rpc")
 
 Handler = Callable[["Call"], Awaitable[Any]]
 HELLO_MAX_FRAME = 64 * 1024
+VIEWER_MAX_FRAME = 64 * 1024
+"""A viewer only reads: its requests are small, and it may be another uid."""
+DEFAULT_MAX_CONNECTIONS: Mapping[str, int] = {"admin": 64, "viewer": 32}
+DEFAULT_MAX_PENDING = 64
+DEFAULT_FRAME_TIMEOUT = 10.0
+REFUSAL_LINGER = 1.0
+"""How long a connection refused at accept is kept so the client can read why."""
 _RANK = {role: i for i, role in enumerate(ROLES)}  # admin 0 < viewer 1
 _DRAIN_ABOVE = 256 * 1024
 
@@ -104,7 +122,11 @@ class RpcServer:
     def __init__(self, path: str, identity: Identity, capabilities: Mapping[str, int],
                  methods: Mapping[str, Method], *, authorize: Authorizer = same_uid_or_root,
                  max_frame: int = DEFAULT_MAX_FRAME, handshake_timeout: float = 10.0,
-                 max_buffer: int = 8 * 1024 * 1024) -> None:
+                 max_buffer: int = 8 * 1024 * 1024,
+                 max_connections: Mapping[str, int] = DEFAULT_MAX_CONNECTIONS,
+                 max_pending: int = DEFAULT_MAX_PENDING,
+                 frame_timeout: float = DEFAULT_FRAME_TIMEOUT,
+                 viewer_max_frame: int = VIEWER_MAX_FRAME) -> None:
         self.path = path
         self.identity = identity
         self.capabilities = dict(capabilities)
@@ -115,8 +137,15 @@ class RpcServer:
         self.max_frame = max_frame
         self.handshake_timeout = handshake_timeout
         self.max_buffer = max_buffer
+        self.max_connections = {role: max_connections.get(role, 0) for role in ROLES}
+        self.max_pending = max_pending
+        self.frame_timeout = frame_timeout
+        self.viewer_max_frame = viewer_max_frame
+        self.refused = 0  # connections refused for a limit, since start
         self.draining = False
         self.connections: set[Connection] = set()
+        self._pending = dict.fromkeys(ROLES, 0)  # by the role the peer may take
+        self._by_role = dict.fromkeys(ROLES, 0)
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -179,9 +208,19 @@ class RpcServer:
         self._tasks.add(task)
         conn = Connection(peer_credentials(writer.get_extra_info("socket")), writer,
                           self.max_buffer)
-        self.connections.add(conn)
         try:
-            await self._serve(conn, reader)
+            allowed = self.authorize(conn.peer)
+            if allowed is None:
+                await self._refuse(conn, reader, Unauthorized(
+                    f"uid {conn.peer.uid} may not use this socket"))
+                return
+            if self._pending[allowed] >= self.max_pending:
+                await self._refuse(conn, reader, TooManyConnections(
+                    f"{self.max_pending} {allowed} connections are in their handshake; "
+                    "retry later", {"role": allowed, "limit": self.max_pending}))
+                return
+            self.connections.add(conn)
+            await self._serve(conn, reader, allowed)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except TenureError as exc:
@@ -189,41 +228,78 @@ class RpcServer:
                 await self._send(conn, Response(None, err=ErrorBody.from_error(exc)))
         finally:
             self.connections.discard(conn)
+            if conn.hello is not None:
+                self._by_role[conn.role] -= 1
             self._tasks.discard(task)
             writer.close()  # flushes a final error frame, then closes
 
-    async def _serve(self, conn: Connection, reader: asyncio.StreamReader) -> None:
-        # The hello is read before anything is judged, so every refusal reaches the
-        # client as an answer (closing with its hello unread would reset the connection).
+    async def _refuse(self, conn: Connection, reader: asyncio.StreamReader,
+                      exc: TenureError) -> None:
+        """Answer ``exc`` before reading anything, then read (and drop) what the client
+        sends for a moment: closing with its hello unread would reset the connection and
+        the client would never see why."""
+        if isinstance(exc, TooManyConnections):
+            self.refused += 1
+        conn.writer.write(encode_frame(Response(None, err=ErrorBody.from_error(exc))
+                                       .to_wire()))
+        with suppress(ConnectionError, TimeoutError):
+            async with asyncio.timeout(REFUSAL_LINGER):
+                got = 0
+                while got < HELLO_MAX_FRAME and (data := await reader.read(65536)):
+                    got += len(data)
+
+    async def _serve(self, conn: Connection, reader: asyncio.StreamReader,
+                     allowed: str) -> None:
+        # The hello is read before it is judged, so every refusal reaches the client as
+        # an answer (closing with its hello unread would reset the connection).
         decoder = FrameDecoder(min(self.max_frame, HELLO_MAX_FRAME))
         pending: list[dict[str, Any]] = []
+        self._pending[allowed] += 1
         try:
             first = await asyncio.wait_for(self._read(reader, decoder, pending),
                                            self.handshake_timeout)
         except TimeoutError:
             return
+        finally:
+            self._pending[allowed] -= 1
         if first is None:
             return
-        allowed = self.authorize(conn.peer)
-        if allowed is None:
-            raise Unauthorized(f"uid {conn.peer.uid} may not use this socket")
         await self._handshake(conn, first, allowed)
-        decoder.max_frame = self.max_frame
+        decoder.max_frame = self.max_frame if conn.role == "admin" else \
+            min(self.max_frame, self.viewer_max_frame)
         while True:
-            frame = await self._read(reader, decoder, pending)
+            frame = await self._read(reader, decoder, pending, self.frame_timeout)
             if frame is None:
                 return
             await self._handle(conn, frame)
 
     async def _read(self, reader: asyncio.StreamReader, decoder: FrameDecoder,
-                    pending: list[dict[str, Any]]) -> dict[str, Any] | None:
+                    pending: list[dict[str, Any]], frame_timeout: float | None = None,
+                    ) -> dict[str, Any] | None:
+        """The next frame; None at end of file. Between frames a connection may idle as
+        long as it likes; a frame begun must be complete within ``frame_timeout``.
+        Raises BadFrame, FrameTimeout."""
+        loop = asyncio.get_running_loop()
+        begun: float | None = None
         while not pending:
             decoder.check()
-            data = await reader.read(65536)
+            if frame_timeout is None or not decoder.buffered:
+                data = await reader.read(65536)
+            else:
+                begun = loop.time() if begun is None else begun
+                data = await self._read_within(reader, begun + frame_timeout - loop.time())
             if not data:
                 return None
             pending.extend(decoder.feed(data))  # BadFrame propagates: answer and close
         return pending.pop(0)
+
+    async def _read_within(self, reader: asyncio.StreamReader, left: float) -> bytes:
+        try:
+            async with asyncio.timeout(max(left, 0.0)):
+                return await reader.read(65536)
+        except TimeoutError:
+            raise FrameTimeout(f"a frame was not completed within {self.frame_timeout} s",
+                               {"timeout": self.frame_timeout}) from None
 
     async def _handshake(self, conn: Connection, frame: dict[str, Any], allowed: str) -> None:
         msg = _decode(frame)
@@ -239,7 +315,13 @@ class RpcServer:
             raise CapabilityMissing(
                 f"server lacks {', '.join(f'{k}@{v}' for k, v in sorted(missing.items()))}",
                 {"missing": missing, "offered": self.capabilities})
+        limit = self.max_connections[msg.role]
+        if self._by_role[msg.role] >= limit:
+            self.refused += 1
+            raise TooManyConnections(f"{limit} {msg.role} connections are open; retry later",
+                                     {"role": msg.role, "limit": limit})
         conn.role, conn.hello = msg.role, msg
+        self._by_role[msg.role] += 1
         welcome = Welcome(self.identity, self.capabilities, msg.role)
         conn.writer.write(encode_frame(welcome.to_wire(), self.max_frame))
         await conn.writer.drain()

@@ -223,11 +223,5 @@ def admin_or_viewer(viewer_gid: int | None) -> Authorizer:
 def _in_group(cred: PeerCred, gid: int) -> bool:
     if cred.gid == gid:
         return True
-    try:
-        with open(f"/proc/{cred.pid}/status") as f:
-            for line in f:
-                if line.startswith("Groups:"):
-                    return str(gid) in line.split()[1:]
-    except OSError:
-        return False
-    return False
+    from .procfs import status_groups
+    return gid in (status_groups(cred.pid) or ())

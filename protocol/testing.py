@@ -3,7 +3,8 @@
 It serves ``echo`` (returns its params), ``sleep`` (answers after ``seconds``),
 ``subscribe`` (joins the ``ticks`` stream) and ``emit`` (pushes ``count`` events), prints
 ``READY <instance>`` on stdout once it listens, and exits cleanly on SIGTERM or SIGINT.
-Capabilities come from ``--cap name=version`` arguments.
+Capabilities come from ``--cap name=version`` arguments; ``--max-connections
+role=N``, ``--max-pending N`` and ``--frame-timeout S`` set the server's limits.
 """
 
 from __future__ import annotations
@@ -50,10 +51,11 @@ def _methods(server_ref: list[RpcServer]) -> dict[str, Method]:
     }
 
 
-async def serve(path: str, caps: dict[str, int]) -> None:
-    """Run until SIGTERM/SIGINT; then drain admitted requests and close."""
+async def serve(path: str, caps: dict[str, int], **limits: Any) -> None:
+    """Run until SIGTERM/SIGINT; then drain admitted requests and close. ``limits`` are
+    passed to :class:`RpcServer`."""
     ref: list[RpcServer] = []
-    server = RpcServer(path, new_identity(), caps, _methods(ref))
+    server = RpcServer(path, new_identity(), caps, _methods(ref), **limits)
     ref.append(server)
     await server.start()
     stop = asyncio.Event()
@@ -71,9 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m protocol.testing")
     ap.add_argument("socket")
     ap.add_argument("--cap", action="append", default=[], help="name=version")
+    ap.add_argument("--max-connections", action="append", default=[], help="role=N")
+    ap.add_argument("--max-pending", type=int)
+    ap.add_argument("--frame-timeout", type=float)
     args = ap.parse_args(argv)
     caps = {k: int(v) for k, v in (c.split("=", 1) for c in args.cap)}
-    asyncio.run(serve(args.socket, caps))
+    limits: dict[str, Any] = {}
+    if args.max_connections:
+        limits["max_connections"] = {k: int(v) for k, v in
+                                     (c.split("=", 1) for c in args.max_connections)}
+    if args.max_pending is not None:
+        limits["max_pending"] = args.max_pending
+    if args.frame_timeout is not None:
+        limits["frame_timeout"] = args.frame_timeout
+    asyncio.run(serve(args.socket, caps, **limits))
     return 0
 
 

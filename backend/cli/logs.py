@@ -1,4 +1,11 @@
-"""``tenure logs``: read the owner's journal through the backend, optionally following."""
+"""``tenure logs``: read the owner's journal through the backend, page by page.
+
+Pages are bounded by the owner (a record count and a byte budget) and printed as they
+come, so ``-n 100000`` of long lines never holds more than a page. On a terminal, control
+characters in application output (escape sequences, carriage returns) are shown as
+``\\xNN`` instead of being interpreted: an app must not be able to move the cursor,
+recolour, retitle or rewrite what the operator sees.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +19,19 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["follow_logs"]
+__all__ = ["follow_logs", "neutralise"]
 
 STREAM_MARK = {"stdout": "", "stderr": " (stderr)"}
+PAGE_RECORDS = 10_000
+FOLLOW_POLL_S = 0.2
+
+# C0 controls but TAB, DEL, and C1 controls (a decoded 0x9b is CSI on many terminals).
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+
+
+def neutralise(text: str) -> str:
+    """``text`` with every terminal control character written out as ``\\xNN``."""
+    return text.translate(_CONTROLS)
 
 
 def _filters(target: str | None) -> dict[str, Any]:
@@ -34,7 +51,7 @@ def _filters(target: str | None) -> dict[str, Any]:
     return out
 
 
-def _print(args: Any, recs: list[dict[str, Any]]) -> None:
+def _print(args: Any, recs: list[dict[str, Any]], tty: bool) -> None:
     import json
     out = sys.stdout
     for r in recs:
@@ -42,46 +59,30 @@ def _print(args: Any, recs: list[dict[str, Any]]) -> None:
         if args.json:
             out.write(json.dumps({**r, "data": data}) + "\n")
         else:
+            if tty:
+                data = neutralise(data)
             out.write(f"{r['stack']}/{r['app']}/{r['instance']}"
                       f"{STREAM_MARK.get(r['stream'], '')}: {data}\n")
     out.flush()
 
 
-def _read_all(args: Any, call: Callable[..., Any], after: int, flt: dict[str, Any]
-              ) -> tuple[list[dict[str, Any]], int]:
-    recs: list[dict[str, Any]] = []
-    while batch := call(args, "logs", {"after": after, "limit": 10_000, **flt})["records"]:
-        recs += batch
-        after = batch[-1]["id"]
-    return recs, after
-
-
-def _last_n(args: Any, call: Callable[..., Any], flt: dict[str, Any], n: int
-            ) -> tuple[list[dict[str, Any]], int]:
-    """The last ``n`` matching records: look back over a window that grows until it
-    holds ``n`` of them or reaches the start of the journal."""
-    last = call(args, "logs", {"after": 0, "limit": 1})["last_id"]
-    window = max(n, 1) * 4
-    while True:
-        start = max(0, last - window)
-        recs, after = _read_all(args, call, start, flt)
-        if len(recs) >= n or start == 0:
-            return recs[-n:] if n else [], max(after, last)
-        window *= 8
-
-
 def follow_logs(args: Any, call: Callable[..., Any]) -> int:
+    """Print the last ``args.n`` records (or those after ``args.since``), then, with
+    ``args.follow``, every new one. Without it, stops at the journal's end as it was
+    when the command started. Raises what ``call`` raises."""
     flt = {**_filters(args.target), **({"stream": args.stream} if args.stream else {})}
-    if args.since is not None:
-        recs, after = _read_all(args, call, args.since, flt)
-    else:
-        recs, after = _last_n(args, call, flt, max(args.n, 0))
-    _print(args, recs)
-    while args.follow:
-        batch = call(args, "logs", {"after": after, "limit": 10_000, **flt})["records"]
-        if batch:
-            _print(args, batch)
-            after = batch[-1]["id"]
-        else:
-            time.sleep(0.2)
-    return 0
+    tty = not args.json and sys.stdout.isatty()
+    start = {"after": args.since} if args.since is not None else {"tail": max(args.n, 0)}
+    page = call(args, "logs", {**flt, **start, "limit": PAGE_RECORDS})
+    end = page["last_id"]
+    while True:
+        recs = page["records"]
+        if not args.follow and recs and recs[-1]["id"] > end:
+            _print(args, [r for r in recs if r["id"] <= end], tty)
+            return 0
+        _print(args, recs, tty)
+        if not page["more"]:
+            if not args.follow:
+                return 0
+            time.sleep(FOLLOW_POLL_S)
+        page = call(args, "logs", {**flt, "after": page["next"], "limit": PAGE_RECORDS})

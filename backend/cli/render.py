@@ -48,6 +48,11 @@ def status(st: dict[str, Any]) -> str:
             for r in st["apps"]]
     stopped = [s for s, v in st.get("intents", {}).items() if v.get("intent") == "stopped"]
     tail = f"\nstopped stacks: {', '.join(sorted(stopped))}" if stopped else ""
+    dropped = {f"{r['stack']}/{r['app']}": r["log_dropped"] for r in st["apps"]
+               if r.get("log_dropped")}
+    if dropped:
+        tail += "\nlog lines dropped (the owner's journal queue was full): " + \
+            ", ".join(f"{app} {n}" for app, n in sorted(dropped.items()))
     if not rows:
         return head + "\nno applications" + tail
     return head + "\n" + _table(rows, ["APP", "STATE", "PID", "UPTIME", "RESTARTS", "READY",

@@ -203,13 +203,13 @@ def _tree(scratch: Path) -> CgroupTree:
 def _run(body: Callable[[ProcessTable], Awaitable[None]], tree: CgroupTree) -> None:
     async def main() -> None:
         exits: dict[int, ExitStatus] = {}
-        table = ProcessTable(lambda pid, st: exits.__setitem__(pid, st))
+        table = ProcessTable(lambda key, pid, st: exits.__setitem__(pid, st))
         table.cgroups = tree
         try:
             await body(table)
         finally:
-            for pid in list(table.pids()):
-                await table.stop(pid, StopPolicy(signal.SIGKILL, 5, 5))
+            for key in table.live_keys():
+                await table.stop(key, StopPolicy(signal.SIGKILL, 5, 5))
             table.close()
     asyncio.run(asyncio.wait_for(main(), HANG_GUARD))
 
@@ -235,11 +235,11 @@ def test_app_runs_in_its_own_cgroup_from_its_first_instruction(scratch: Path) ->
 
     async def body(table: ProcessTable) -> None:
         sp = table.launch(LaunchSpec(argv=("cat", "/proc/self/cgroup"), env=ENV),
-                          cgroup_key="s/cat/0/1")
+                          key="s/cat/0/1")
         os.close(sp.stderr_fd)
         out = (await _read_all(sp.stdout_fd)).decode()
         assert f"0::/{scratch.name}/apps/{cgroup_name('s/cat/0/1')}\n" in out
-        await table.wait(sp.pid)
+        await table.wait("s/cat/0/1")
         # It left nothing behind, so its exit already removed the cgroup.
         assert not tree.app_dir("s/cat/0/1").exists()
 
@@ -252,11 +252,11 @@ def test_shim_passes_every_argument_through_unchanged(scratch: Path) -> None:
 
     async def body(table: ProcessTable) -> None:
         sp = table.launch(LaunchSpec(argv=("printf", "%s|", *args), env=ENV),
-                          cgroup_key="s/printf/0/1")
+                          key="s/printf/0/1")
         os.close(sp.stderr_fd)
         out = (await _read_all(sp.stdout_fd)).decode()
         assert out == "".join(f"{a}|" for a in args)
-        await table.wait(sp.pid)
+        await table.wait("s/printf/0/1")
 
     _run(body, tree)
 
@@ -267,7 +267,7 @@ def test_stop_kills_a_forked_grandchild_that_left_the_group(scratch: Path) -> No
     async def body(table: ProcessTable) -> None:
         # The grandchild starts its own session: a process-group stop would miss it.
         sp = table.launch(LaunchSpec(argv=("sh", "-c", "setsid sleep 300 & exec sleep 300"),
-                                     env=ENV), cgroup_key="s/fork/0/1")
+                                     env=ENV), key="s/fork/0/1")
         for fd in (sp.stdout_fd, sp.stderr_fd):
             os.close(fd)
         path = tree.app_dir("s/fork/0/1")
@@ -278,7 +278,7 @@ def test_stop_kills_a_forked_grandchild_that_left_the_group(scratch: Path) -> No
         assert sp.pid in pids and len(pids) == 2
         usage = tree.usage(path)
         assert usage["procs"] == 2 and "cpu_usage_usec" in usage
-        result = await table.stop(sp.pid, StopPolicy(signal.SIGTERM, 5, 5))
+        result = await table.stop("s/fork/0/1", StopPolicy(signal.SIGTERM, 5, 5))
         assert result.outcome is StopOutcome.STOPPED and not result.escalated
         assert all(not Path(f"/proc/{p}").exists() or _is_zombie(p) for p in pids)
         assert not path.exists()
@@ -293,14 +293,14 @@ def test_stop_escalates_with_cgroup_kill(scratch: Path) -> None:
     async def body(table: ProcessTable) -> None:
         sp = table.launch(LaunchSpec(
             argv=("sh", "-c", "trap '' TERM; setsid sleep 300 & sleep 300"), env=ENV),
-            cgroup_key="s/stubborn/0/1")
+            key="s/stubborn/0/1")
         for fd in (sp.stdout_fd, sp.stderr_fd):
             os.close(fd)
         path = tree.app_dir("s/stubborn/0/1")
         deadline = time.monotonic() + HANG_GUARD
         while len(members(path)) < 3 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        result = await table.stop(sp.pid, StopPolicy(signal.SIGTERM, 0.3, 5))
+        result = await table.stop("s/stubborn/0/1", StopPolicy(signal.SIGTERM, 0.3, 5))
         assert result.outcome is StopOutcome.STOPPED and result.escalated
         assert members(path) == [] and not path.exists()
 
@@ -312,20 +312,20 @@ def test_signal_reaches_every_member(scratch: Path) -> None:
 
     async def body(table: ProcessTable) -> None:
         sp = table.launch(LaunchSpec(argv=("sh", "-c", "setsid sleep 300 & exec sleep 300"),
-                                     env=ENV), cgroup_key="s/sig/0/1")
+                                     env=ENV), key="s/sig/0/1")
         for fd in (sp.stdout_fd, sp.stderr_fd):
             os.close(fd)
         path = tree.app_dir("s/sig/0/1")
         deadline = time.monotonic() + HANG_GUARD
         while len(members(path)) < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        table.signal(sp.pid, signal.SIGKILL)
-        status = await table.wait(sp.pid)
+        table.signal("s/sig/0/1", signal.SIGKILL)
+        status = await table.wait("s/sig/0/1")
         assert status.signal == signal.SIGKILL
         while members(path) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         assert members(path) == []
-        result = await table.stop(sp.pid)
+        result = await table.stop("s/sig/0/1")
         assert result.outcome is StopOutcome.ALREADY_EXITED and not path.exists()
 
     _run(body, tree)
@@ -341,10 +341,10 @@ def test_missing_program_fails_the_launch_and_leaves_no_cgroup(scratch: Path,
     async def body(table: ProcessTable) -> None:
         with pytest.raises(LaunchFailed, match="no-such-program"):
             table.launch(LaunchSpec(argv=("no-such-program",), env=ENV),
-                         cgroup_key="s/missing/0/1")
+                         key="s/missing/0/1")
         with pytest.raises(LaunchFailed):
             table.launch(LaunchSpec(argv=(os.fspath(plain),), env=ENV),
-                         cgroup_key="s/noexec/0/1")
+                         key="s/noexec/0/1")
         assert sorted(p.name for p in tree.apps.iterdir() if p.is_dir()) == []
 
     _run(body, tree)

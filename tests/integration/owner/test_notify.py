@@ -35,11 +35,11 @@ class Rig:
             lambda key, pid, fields: self.messages.put_nowait((key, pid, fields)))
         self.launched: list[Spawned] = []
 
-    def _on_exit(self, pid: int, status: ExitStatus) -> None:
+    def _on_exit(self, key: str, pid: int, status: ExitStatus) -> None:
         self.exited.setdefault(pid, asyncio.Event()).set()
 
     def launch(self, key: str, script: str) -> Spawned:
-        sp = self.table.launch(LaunchSpec(("sh", "-c", script), ENV))
+        sp = self.table.launch(LaunchSpec(("sh", "-c", script), ENV), key)
         self.keys[sp.pgid] = key
         self.launched.append(sp)
         return sp
@@ -57,7 +57,7 @@ class Rig:
         for sp in self.launched:
             os.close(sp.stdout_fd)
             os.close(sp.stderr_fd)
-            await self.table.stop(sp.pid, StopPolicy(signal=signal.SIGKILL))
+            await self.table.stop(self.keys[sp.pgid], StopPolicy(signal=signal.SIGKILL))
         self.table.close()
         self.listener.close()
 

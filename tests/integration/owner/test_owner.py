@@ -207,7 +207,10 @@ def test_binary_partial_and_huge_lines(live):
     live.wait_event(lambda e: e["kind"] == "exit" and e["launch_key"] == r["launch_key"])
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        recs = live.c.call("logs.read", {"after": 0, "limit": 10000})["records"]
+        recs, after, more = [], 0, True
+        while more:  # pages of about 1 MiB
+            page = live.c.call("logs.read", {"after": after, "limit": 10000})
+            recs, after, more = recs + page["records"], page["next"], page["more"]
         if recs and recs[-1]["data"] == b"tail-no-newline":
             break
         time.sleep(0.05)

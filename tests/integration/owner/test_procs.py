@@ -38,23 +38,31 @@ def spec(*argv: str, **kw: Any) -> LaunchSpec:
 
 
 class Harness:
-    """A table plus a record of exits; cleans up every launch by pid at the end."""
+    """A table plus a record of exits (by pid); launches get the keys k0, k1, ...; cleans
+    up every launch by key at the end."""
 
     def __init__(self, mode: ExitMode | None = None, notify: str | None = None) -> None:
         self.exits: dict[int, ExitStatus] = {}
         self.exit_events: dict[int, asyncio.Event] = {}
         self.table = ProcessTable(self._on_exit, mode=mode, notify_socket_path=notify)
-        self.launched: list[Spawned] = []
+        self.launched: list[tuple[str, Spawned]] = []
+        self._keys: dict[int, str] = {}
 
-    def _on_exit(self, pid: int, status: ExitStatus) -> None:
+    def _on_exit(self, key: str, pid: int, status: ExitStatus) -> None:
         assert pid not in self.exits, "on_exit reported twice"
+        assert self._keys[pid] == key
         self.exits[pid] = status
         self.exit_events.setdefault(pid, asyncio.Event()).set()
 
-    def launch(self, s: LaunchSpec) -> Spawned:
-        sp = self.table.launch(s)
-        self.launched.append(sp)
+    def launch(self, s: LaunchSpec, key: str | None = None) -> Spawned:
+        key = key or f"k{len(self.launched)}"
+        sp = self.table.launch(s, key)
+        self.launched.append((key, sp))
+        self._keys[sp.pid] = key
         return sp
+
+    def key(self, sp: Spawned) -> str:
+        return self._keys[sp.pid]
 
     async def exited(self, pid: int) -> ExitStatus:
         ev = self.exit_events.setdefault(pid, asyncio.Event())
@@ -62,11 +70,11 @@ class Harness:
         return self.exits[pid]
 
     async def cleanup(self) -> None:
-        for sp in self.launched:
+        for key, sp in self.launched:
             for fd in (sp.stdout_fd, sp.stderr_fd):
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            await self.table.stop(sp.pid, KILL_NOW)
+            await self.table.stop(key, KILL_NOW)
         self.table.close()
 
 
@@ -115,8 +123,8 @@ def test_kill_9_of_one_of_50_reports_exactly_that_pid() -> None:
         assert await h.exited(victim.pid) == ExitStatus(None, signal.SIGKILL)
         assert list(h.exits) == [victim.pid]
         others = [sp for sp in spawned if sp is not victim]
-        assert all(alive(sp.pid) and h.table.is_tracked(sp.pid) for sp in others)
-        assert not h.table.is_tracked(victim.pid)
+        assert all(alive(sp.pid) and h.table.is_tracked(h.key(sp)) for sp in others)
+        assert not h.table.is_tracked(h.key(victim))
 
     run(body)
 
@@ -128,7 +136,7 @@ def test_sigterm_ignoring_app_is_escalated_and_its_grandchild_dies_too() -> None
         sp = h.launch(spec("sh", "-c", script))
         grandchild = int(await read_line(sp.stdout_fd))
         assert os.getpgid(grandchild) == sp.pgid
-        result = await h.table.stop(sp.pid, StopPolicy(timeout=0.3, kill_after=10))
+        result = await h.table.stop(h.key(sp), StopPolicy(timeout=0.3, kill_after=10))
         assert result.outcome is StopOutcome.STOPPED
         assert result.escalated
         assert result.exit == ExitStatus(None, signal.SIGKILL)
@@ -141,7 +149,7 @@ def test_sigterm_ignoring_app_is_escalated_and_its_grandchild_dies_too() -> None
 def test_polite_stop_is_not_escalated() -> None:
     async def body(h: Harness) -> None:
         sp = h.launch(spec("sleep", "1000"))
-        result = await h.table.stop(sp.pid, StopPolicy(timeout=HANG_GUARD))
+        result = await h.table.stop(h.key(sp), StopPolicy(timeout=HANG_GUARD))
         assert (result.outcome, result.escalated) == (StopOutcome.STOPPED, False)
         assert result.exit == ExitStatus(None, signal.SIGTERM)
         assert h.exits[sp.pid] == result.exit
@@ -153,11 +161,11 @@ def test_stop_of_an_already_exited_process() -> None:
     async def body(h: Harness) -> None:
         sp = h.launch(spec("sh", "-c", "exit 4"))
         assert await h.exited(sp.pid) == ExitStatus(4, None)
-        result = await h.table.stop(sp.pid, StopPolicy())
+        result = await h.table.stop(h.key(sp), StopPolicy())
         assert (result.outcome, result.escalated) == (StopOutcome.ALREADY_EXITED, False)
         assert result.exit == ExitStatus(4, None)
         with pytest.raises(NotFound):
-            h.table.signal(sp.pid, signal.SIGTERM)
+            h.table.signal(h.key(sp), signal.SIGTERM)
 
     run(body)
 
@@ -170,17 +178,42 @@ def test_stop_after_the_leader_exited_still_kills_the_group() -> None:
         grandchild = int(await read_line(sp.stdout_fd))
         assert await h.exited(sp.pid) == ExitStatus(0, None)
         assert alive(grandchild)
-        result = await h.table.stop(sp.pid, StopPolicy(timeout=0.2, kill_after=10))
+        result = await h.table.stop(h.key(sp), StopPolicy(timeout=0.2, kill_after=10))
         assert (result.outcome, result.escalated) == (StopOutcome.STOPPED, True)
         assert not alive(grandchild)
 
     run(body)
 
 
-def test_stop_of_unknown_pid_is_not_found() -> None:
+def test_stop_and_signal_reach_a_grandchild_that_left_the_group_with_setsid() -> None:
+    script = "setsid sh -c 'trap \"\" TERM; echo $$; exec sleep 1000' & exec sleep 1000"
+
+    async def body(h: Harness) -> None:
+        sp = h.launch(spec("sh", "-c", script))
+        escapee = int(await read_line(sp.stdout_fd))
+        assert os.getsid(escapee) == escapee != sp.pgid
+        h.table.signal(h.key(sp), signal.SIGSTOP)
+        assert await _stopped(escapee)
+        result = await h.table.stop(h.key(sp), StopPolicy(timeout=0.3, kill_after=10))
+        assert (result.outcome, result.escalated) == (StopOutcome.STOPPED, True)
+        assert not alive(escapee)
+
+    run(body)
+
+
+async def _stopped(pid: int) -> bool:
+    for _ in range(int(HANG_GUARD / 0.01)):
+        st = read_stat(pid)
+        if st is not None and st.state == "T":
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def test_stop_of_unknown_key_is_not_found() -> None:
     async def body(h: Harness) -> None:
         with pytest.raises(NotFound):
-            await h.table.stop(os.getpid(), StopPolicy())
+            await h.table.stop("never-launched", StopPolicy())
 
     run(body)
 
@@ -251,9 +284,9 @@ def test_sigchld_fallback_detects_exits() -> None:
         slow = h.launch(spec("sleep", "1000"))
         assert quick.pidfd is None
         assert await h.exited(quick.pid) == ExitStatus(3, None)
-        h.table.signal(slow.pid, signal.SIGKILL)
+        h.table.signal(h.key(slow), signal.SIGKILL)
         assert await h.exited(slow.pid) == ExitStatus(None, signal.SIGKILL)
-        result = await h.table.stop(slow.pid, StopPolicy())
+        result = await h.table.stop(h.key(slow), StopPolicy())
         assert result.outcome is StopOutcome.ALREADY_EXITED
 
     run(body, ExitMode.SIGCHLD)
@@ -263,7 +296,7 @@ def test_sigchld_fallback_stop_escalates() -> None:
     async def body(h: Harness) -> None:
         sp = h.launch(spec("sh", "-c", "trap '' TERM; echo up; while :; do sleep 1; done"))
         await read_line(sp.stdout_fd)
-        result = await h.table.stop(sp.pid, StopPolicy(timeout=0.2, kill_after=10))
+        result = await h.table.stop(h.key(sp), StopPolicy(timeout=0.2, kill_after=10))
         assert (result.outcome, result.escalated) == (StopOutcome.STOPPED, True)
 
     run(body, ExitMode.SIGCHLD)
@@ -273,7 +306,7 @@ def test_signal_leader_only_uses_the_pidfd() -> None:
     async def body(h: Harness) -> None:
         sp = h.launch(spec("sh", "-c", "sleep 1000 & echo $!; wait"))
         grandchild = int(await read_line(sp.stdout_fd))
-        h.table.signal(sp.pid, signal.SIGKILL, group=False)
+        h.table.signal(h.key(sp), signal.SIGKILL, group=False)
         assert await h.exited(sp.pid) == ExitStatus(None, signal.SIGKILL)
         assert alive(grandchild)  # the cleanup's group stop takes it
 
@@ -302,14 +335,14 @@ _ORPHAN_HELPER = textwrap.dedent("""
     async def main():
         exits = {}
         done = asyncio.Event()
-        def on_exit(pid, st):
+        def on_exit(key, pid, st):
             exits[pid] = st
             if len(exits) == 2:
                 done.set()
         table = ProcessTable(on_exit, reap_orphans=True)
         env = {"PATH": "/usr/bin:/bin"}
-        app = table.launch(LaunchSpec(("sh", "-c", "sleep 1 & echo $!; exit 0"), env))
-        tracked = table.launch(LaunchSpec(("sh", "-c", "sleep 0.3; exit 7"), env))
+        app = table.launch(LaunchSpec(("sh", "-c", "sleep 1 & echo $!; exit 0"), env), "app")
+        tracked = table.launch(LaunchSpec(("sh", "-c", "sleep 0.3; exit 7"), env), "tracked")
         with os.fdopen(app.stdout_fd, "rb", closefd=True) as f:
             os.set_blocking(f.fileno(), True)
             orphan = int(f.readline())

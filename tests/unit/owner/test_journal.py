@@ -292,3 +292,102 @@ def test_extents_match_rows_after_interleaved_batches_and_pruning(tmp_path: Path
     finally:
         conn.close()
     assert real == kept
+
+
+# -- pages bounded in bytes, tails, fairness ---------------------------------------------
+
+
+def _wire_bytes(recs: list[LogRecord]) -> int:
+    """The size of the owner's logs.read answer carrying ``recs``."""
+    from owner.service import _record
+    from protocol.envelope import Response
+    from protocol.framing import pack
+    return len(pack(Response(1, ok={"records": [_record(r) for r in recs],
+                                    "last_id": 2**40, "next": 2**40, "more": True}
+                             ).to_wire()))
+
+
+def test_long_lines_come_in_pages_bounded_by_bytes_that_fit_a_frame(journal: Journal) -> None:
+    for _ in range(10):
+        journal.append(WEB, "stdout", [(b"x" * 500, 0)] * 1000)
+    journal.append(WEB, "stdout", [(b"big" * 7000, 0)])  # one record over a tiny budget
+    assert journal.flush(timeout=30)
+    assert _wire_bytes(journal.read(0, READ_LIMIT_MAX)) > 4 * 1024 * 1024  # the old answer
+    seen, after, pages = [], 0, 0
+    while True:
+        page = journal.read_page(after, READ_LIMIT_MAX, max_bytes=1 << 20)
+        assert page.records and _wire_bytes(page.records) <= 1 << 20
+        assert sum(r.wire_size for r in page.records) <= 1 << 20
+        seen += page.records
+        after, pages = page.next, pages + 1
+        if not page.more:
+            break
+    assert [r.id for r in seen] == list(range(1, 10_002)) and pages >= 5
+    last = journal.read_page(10_000, 10, max_bytes=1024)
+    assert [r.id for r in last.records] == [10_001] and not last.more  # never stalls
+    assert last.last_id == 10_001 and last.next == 10_001
+    empty = journal.read_page(10_001, 10, max_bytes=1024)
+    assert (empty.records, empty.next, empty.more) == ([], 10_001, False)
+
+
+def test_tail_gives_exactly_the_last_n_matching_records(journal: Journal) -> None:
+    for i in range(30):  # interleaved apps: extents span each other's ids
+        journal.append(WEB, "stdout", lines(*(b"w%d-%d" % (i, j) for j in range(50))))
+        journal.append(OTHER, "stderr", lines(*(b"o%d-%d" % (i, j) for j in range(7))))
+        journal.append(WORKER, "stdout", lines(b"k%d" % i))
+    assert journal.flush(timeout=30)
+    everything = read_all(journal)
+    for flt in ({}, {"stack": "shop", "app": "web"}, {"stack": "blog"},
+                {"stack": "shop", "stream": "stdout"}, {"app": "worker"}, {"instance": 2}):
+        matching = [r.id for r in read_all(journal, **flt)]
+        for n in (0, 1, 7, 49, 50, 51, 1000, len(matching), len(matching) + 1):
+            page = journal.read_page(0, READ_LIMIT_MAX, tail=n, **flt)
+            assert [r.id for r in page.records] == (matching[-n:] if n else []), (flt, n)
+    assert journal.read_page(0, 5, tail=3).records == everything[-3:]
+
+
+def test_a_noisy_app_cannot_make_other_apps_lines_drop(tmp_path: Path) -> None:
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def slow_writer(rows: int) -> None:
+        entered.set()
+        gate.wait()
+
+    j = Journal(tmp_path / "journal.db", queue_bytes=64 * 1024, before_batch=slow_writer)
+    try:
+        j.append(WEB, "stdout", lines(b"first"))
+        assert entered.wait(timeout=30)  # the writer is stuck: nothing leaves the queue
+        noisy = sum(j.append(WEB, "stdout", lines(*[b"n" * 200] * 10)) for _ in range(100))
+        assert j.queued_bytes <= 64 * 1024 and noisy < 1000
+        quiet = [j.append(src, "stdout", lines(b"q%d" % i)) for i in range(20)
+                 for src in (WORKER, OTHER)]
+        assert quiet == [1] * 40  # every quiet line found room: the noisy app paid for it
+        assert j.queued_bytes <= 64 * 1024
+        dropped = j.dropped_by_app()
+        assert set(dropped) == {("shop", "web")} and dropped[("shop", "web")] > 0
+        assert sum(j.take_overflow().values()) == dropped[("shop", "web")] == j.overflow_total
+        gate.set()
+        assert j.flush(timeout=30)
+        assert len(read_all(j, app="worker")) == 20 and len(read_all(j, stack="blog")) == 20
+        web = read_all(j, stack="shop", app="web")
+        assert len(web) == 1 + 1000 - dropped[("shop", "web")]
+        assert j.dropped_by_app() == dropped  # cumulative, not reset by take_overflow
+    finally:
+        gate.set()
+        j.close()
+
+
+def test_an_app_holding_the_most_loses_its_own_lines_not_others(tmp_path: Path) -> None:
+    gate = threading.Event()
+    j = Journal(tmp_path / "journal.db", queue_bytes=8 * 1024,
+                before_batch=lambda rows: gate.wait())
+    try:
+        j.append(WORKER, "stdout", lines(b"first"))
+        j.append(WORKER, "stdout", lines(*[b"w" * 100] * 10))  # worker holds ~1.6 KiB
+        got = sum(j.append(WEB, "stdout", lines(b"n" * 100)) for _ in range(200))
+        assert 0 < got < 200
+        assert set(j.dropped_by_app()) == {("shop", "web")}
+    finally:
+        gate.set()
+        j.close()

@@ -31,11 +31,6 @@ def test_missing_pid_has_no_ticks_and_a_dead_identity():
     assert not Identity(me.instance, me.pid, me.start_ticks, "other-boot").is_alive()
 
 
-def test_psutil_fallback_gives_centiseconds():
-    assert identity._psutil_ticks(os.getpid()) > 0
-    assert identity._psutil_ticks(2**22 + 7) is None
-
-
 def test_boot_id_fallback_when_proc_is_missing(monkeypatch):
     monkeypatch.setattr(identity, "_BOOT_ID_PATH", "/nonexistent/boot_id")
     monkeypatch.setattr(identity, "_fallback_boot_id", None)

@@ -1,0 +1,173 @@
+"""Every process of a launch in process-group mode: its leader's descendants, tracked.
+
+Why: a process group is not a container. A child may leave it (``setsid``, ``setpgid``),
+and a stop that signals only the group misses it while reporting ``stopped``. Without a
+delegated cgroup the owner therefore keeps, per launch, the set of processes it has seen
+descend from the leader, each as ``(pid, start ticks)``, and stops and counts those too.
+
+How a descendant is found:
+
+- children of the leader and of every tracked process, from /proc/PID/task/*/children
+  (:meth:`Descendants.refresh`, run on a timer, before every signal and at every poll of
+  a stop);
+- orphans: the owner is a child subreaper, so a process whose parent died is re-parented
+  to it; an untracked child of the owner is attributed by the launch key in its
+  environment, or by its process group or session (:func:`attribute_orphan`);
+- members of the launch's group and session while the leader is unreaped (its zombie
+  holds the number, so nobody else can have a group or session with that id) are
+  signalled through the group id and counted by a group scan during a stop
+  (:mod:`owner.targets`).
+
+What is left: a descendant that forks, leaves the group and session, and loses its
+parent between two refreshes, and that also cleared its environment, cannot be
+attributed; it stays a child of the owner, which reaps it when it exits.
+
+Signals to tracked processes go through :func:`kill_verified`: a pidfd is opened first
+and the start ticks are checked after, so the signal reaches the process we tracked or
+nobody (a pid reused within the same clock tick as the tracked start is the one case
+ticks cannot tell apart).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal as _signal
+from collections.abc import Callable
+
+from protocol.procfs import children, environ_value, read_stat
+
+__all__ = ["LAUNCH_KEY_ENV", "Descendants", "attribute_orphan", "kill_verified"]
+
+log = logging.getLogger(__name__)
+
+LAUNCH_KEY_ENV = "TENURE_LAUNCH_KEY"
+"""Set in every app's environment by the owner: names the launch its processes belong to."""
+
+# A fork bomb must not make one refresh walk without end; what is left is found next time.
+MAX_TRACKED = 65_536
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid``; None when it is gone; -1 when no pidfd can be had (an old
+    kernel, or no fd left), and the caller falls back to check-then-kill."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    except (AttributeError, OSError):
+        return -1
+
+
+def kill_verified(pid: int, ticks: int, sig: int, *, skip_pgid: int | None = None) -> bool:
+    """Send ``sig`` to ``pid`` only if it is still the process that started at ``ticks``
+    (and is not in group ``skip_pgid``, which the caller signals as a whole).
+
+    Returns True if the signal was sent. Raises nothing.
+    """
+    fd = _open_pidfd(pid)
+    if fd is None:
+        return False
+    try:
+        st = read_stat(pid)
+        # Checked after the open: if the process that holds the number now is ours, the
+        # pidfd names it or an earlier, dead one; it can never name a stranger.
+        if st is None or st.start_ticks != ticks or st.zombie or st.pgid == skip_pgid:
+            return False
+        if fd >= 0:
+            _signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+class Descendants:
+    """The processes of one launch besides its leader (``pid``, which is also its process
+    group and session id). Not thread-safe; used on the owner's loop."""
+
+    def __init__(self, leader: int) -> None:
+        self.leader = leader
+        self.known: dict[int, int] = {}  # pid -> start ticks
+
+    def adopt(self, pid: int, ticks: int) -> None:
+        """Track ``pid`` (an orphan attributed to this launch)."""
+        if pid != self.leader and len(self.known) < MAX_TRACKED:
+            self.known[pid] = ticks
+
+    def refresh(self, leader_unreaped: bool) -> None:
+        """Forget tracked processes that are gone; add the children of the leader (while
+        it is unreaped) and of every tracked process. Raises nothing."""
+        for pid, ticks in list(self.known.items()):
+            st = read_stat(pid)
+            if st is None or st.start_ticks != ticks or st.zombie:
+                del self.known[pid]
+        roots = list(self.known)
+        if leader_unreaped:
+            roots.append(self.leader)
+        self._walk(roots)
+
+    def _walk(self, roots: list[int]) -> None:
+        seen = set(roots)
+        todo = list(roots)
+        while todo and len(self.known) < MAX_TRACKED:
+            parent = todo.pop()
+            if parent != self.leader and parent not in self.known:
+                st = read_stat(parent)
+                if st is None or st.zombie:
+                    continue
+                self.known[parent] = st.start_ticks
+            for child in children(parent):
+                if child not in seen:
+                    seen.add(child)
+                    todo.append(child)
+
+    def holds(self, gid: int) -> bool:
+        """Whether a tracked process still runs in group or session ``gid``."""
+        for pid, ticks in self.known.items():
+            st = read_stat(pid)
+            if st is not None and st.start_ticks == ticks and not st.zombie and \
+                    gid in (st.pgid, st.sid):
+                return True
+        return False
+
+    def alive(self) -> list[int]:
+        """Tracked processes that still run (zombies are gone: they hold nothing)."""
+        out = []
+        for pid, ticks in self.known.items():
+            st = read_stat(pid)
+            if st is not None and st.start_ticks == ticks and not st.zombie:
+                out.append(pid)
+        return out
+
+    def send(self, sig: int, *, skip_pgid: int | None) -> int:
+        """Signal every tracked process (verified, see :func:`kill_verified`) except
+        members of ``skip_pgid``. Returns how many were signalled."""
+        return sum(kill_verified(pid, ticks, sig, skip_pgid=skip_pgid)
+                   for pid, ticks in list(self.known.items()))
+
+
+def attribute_orphan(pid: int, group_owner: Callable[[int], str | None],
+                     ) -> tuple[str, int] | None:
+    """The launch key an untracked child of the owner belongs to, with its start ticks.
+
+    By ``TENURE_LAUNCH_KEY`` in its environment first (exact, unless the app cleared its
+    environment), else by its process group or session: ``group_owner`` names the launch
+    whose group or session has that id, when that is certain. None when the process is
+    gone or cannot be attributed. Raises nothing.
+    """
+    st = read_stat(pid)
+    if st is None or st.zombie:
+        return None
+    value = environ_value(pid, LAUNCH_KEY_ENV)
+    if value is not None:
+        return value.decode("utf-8", "surrogateescape"), st.start_ticks
+    for gid in (st.pgid, st.sid):
+        key = group_owner(gid)
+        if key is not None:
+            return key, st.start_ticks
+    return None

@@ -1,0 +1,161 @@
+"""Reading the journal: pages bounded by a record count and a byte budget, and where the
+last N matching records begin. Pure functions over a read connection; the caller holds
+the read transaction (:class:`owner.journal.Journal` does).
+
+Filtered by stack or app, a read scans only the id ranges that app's extents cover (an
+extent may span other apps' rows, so the row filter still applies); otherwise it scans
+ids upward (or, for a tail, downward) from where it starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Iterable
+from typing import Any, Final
+
+from protocol.errors import BadRequest
+
+__all__ = ["RECORD_OVERHEAD", "STREAMS", "Filters", "LogRecord", "Page", "read_page",
+           "tail_start"]
+
+STREAMS: Final = frozenset({"stdout", "stderr"})
+RECORD_OVERHEAD: Final = 96
+"""Bytes a record costs on the wire besides its data and names: nine msgpack keys, the
+id, timestamp, instance, generation, stream and flags (measured: 75-85)."""
+
+_COLUMNS: Final = "id, ts, stack, app, instance, generation, stream, flags, data"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One committed journal row."""
+
+    id: int
+    ts: float
+    stack: str
+    app: str
+    instance: int
+    generation: int
+    stream: str
+    flags: int
+    data: bytes
+
+    @property
+    def wire_size(self) -> int:
+        """About the bytes this record takes in an answer (an upper bound)."""
+        return len(self.data) + len(self.stack) + len(self.app) + RECORD_OVERHEAD
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Page:
+    """``records`` in id order; ``next`` is the ``after`` that continues where this page
+    ended; ``more`` says a limit (count or bytes) cut it, so more may follow at once."""
+
+    records: list[LogRecord]
+    next: int
+    more: bool
+    last_id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Filters:
+    stack: str | None = None
+    app: str | None = None
+    instance: int | None = None
+    stream: str | None = None
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """Conditions (each prefixed with AND) for the row filters. Raises BadRequest."""
+        where = ""
+        params: list[Any] = []
+        for name, value in (("stack", self.stack), ("app", self.app),
+                            ("instance", self.instance), ("stream", self.stream)):
+            if value is not None:
+                where += f" AND {name}=?"
+                params.append(value)
+        if self.stream is not None and self.stream not in STREAMS:
+            raise BadRequest("stream must be 'stdout' or 'stderr'", {"field": "stream"})
+        return where, params
+
+    @property
+    def by_app(self) -> bool:
+        return self.stack is not None or self.app is not None
+
+
+def _last_id(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key='next_id'").fetchone()
+    return int(row[0]) - 1 if row else 0
+
+
+def _ranges(conn: sqlite3.Connection, after_id: int, flt: Filters,
+            ) -> list[tuple[int, int | None]]:
+    """Id ranges that can hold matching records above ``after_id``, ascending."""
+    if not flt.by_app:
+        return [(after_id + 1, None)]
+    app_only = Filters(stack=flt.stack, app=flt.app)
+    ewhere, eparams = app_only.sql()
+    ranges = conn.execute(
+        f"SELECT first_id, last_id FROM extents WHERE last_id > ?{ewhere}"
+        " ORDER BY first_id", [after_id, *eparams]).fetchall()
+    return [(max(lo, after_id + 1), hi) for lo, hi in _merge(ranges)]
+
+
+def read_page(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: int | None,
+              flt: Filters) -> Page:
+    """Matching records with ``id > after_id``: at most ``limit``, and no more than
+    ``max_bytes`` of :attr:`LogRecord.wire_size` in all (but always at least one record,
+    so a page never stalls). Rows are fetched one at a time: what is not returned is
+    never held. Raises BadRequest for a bad stream filter."""
+    where, params = flt.sql()
+    records: list[LogRecord] = []
+    used = 0
+    for lo, hi in _ranges(conn, after_id, flt):
+        upper = "" if hi is None else f" AND id <= {int(hi)}"
+        cur = conn.execute(f"SELECT {_COLUMNS} FROM records WHERE id >= ?{upper}{where}"
+                           " ORDER BY id LIMIT ?", [lo, *params, limit - len(records)])
+        try:
+            for row in cur:
+                rec = LogRecord(*row)
+                if max_bytes is not None and records and used + rec.wire_size > max_bytes:
+                    return Page(records, records[-1].id, True, _last_id(conn))
+                records.append(rec)
+                used += rec.wire_size
+        finally:
+            cur.close()
+        if len(records) >= limit:
+            return Page(records, records[-1].id, True, _last_id(conn))
+    return Page(records, records[-1].id if records else after_id, False, _last_id(conn))
+
+
+def tail_start(conn: sqlite3.Connection, n: int, flt: Filters) -> int:
+    """The ``after`` id from which the last ``n`` matching records follow (0 when fewer
+    than ``n`` exist). Counts, never loads, the records it skips."""
+    if n <= 0:
+        return _last_id(conn)
+    where, params = flt.sql()
+    for lo, hi in reversed(_ranges(conn, 0, flt)):
+        upper = "" if hi is None else f" AND id <= {int(hi)}"
+        if hi is not None:
+            (count,) = conn.execute(f"SELECT COUNT(*) FROM records WHERE id >= ?{upper}"
+                                    f"{where}", [lo, *params]).fetchone()
+            if count < n:
+                n -= count
+                continue
+        row = conn.execute(f"SELECT id FROM records WHERE id >= ?{upper}{where}"
+                           " ORDER BY id DESC LIMIT 1 OFFSET ?", [lo, *params, n - 1]
+                           ).fetchone()
+        return 0 if row is None else int(row[0]) - 1
+    return 0
+
+
+def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Union of id ranges sorted by start (extents of several apps may overlap)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        if out and lo <= out[-1][1] + 1:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out

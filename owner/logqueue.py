@@ -1,0 +1,156 @@
+"""The journal's queue between the pipe drainers and the writer thread: bounded in bytes,
+and fair between apps.
+
+Why fair: with one shared bound, an app that writes faster than the disk fills the
+queue and every other app's lines are then dropped with its own. Here, when the queue is
+full, room for an app is made by dropping the newest queued lines of the app that holds
+the most (longest-queue drop): an app whose share is smaller than another's never loses
+a line to it. An app loses lines only while it holds at least as much as every other
+app, or when its own lines alone do not fit.
+
+Not thread-safe: :class:`owner.journal.Journal` calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from .journal import LogSource
+
+__all__ = ["LINE_OVERHEAD", "FairQueue", "Queued"]
+
+LINE_OVERHEAD: Final = 64
+"""Bytes charged per queued line on top of its data (Python object overhead)."""
+
+AppKey = tuple[str, str]
+Lines = Sequence[tuple[bytes, int]]
+
+
+class Queued:
+    """One append waiting for the writer. ``lines`` is emptied when it is dropped."""
+
+    __slots__ = ("cost", "data_bytes", "dropped", "lines", "seq", "source", "stream", "ts")
+
+    def __init__(self, source: LogSource, stream: str, ts: float, lines: Lines,
+                 data_bytes: int, cost: int, seq: int) -> None:
+        self.source, self.stream, self.ts, self.lines = source, stream, ts, lines
+        self.data_bytes, self.cost, self.seq = data_bytes, cost, seq
+        self.dropped = False
+
+
+def fit(lines: Lines, room: int) -> tuple[Lines, int, int]:
+    """The longest prefix of ``lines`` whose cost fits in ``room``, its data bytes and cost."""
+    used = data = n = 0
+    for d, _ in lines:
+        c = len(d) + LINE_OVERHEAD
+        if used + c > room:
+            break
+        used += c
+        data += len(d)
+        n += 1
+    return lines[:n], data, used
+
+
+class FairQueue:
+    """Appends in arrival order, at most ``max_bytes`` of cost (data plus per-line
+    overhead) counting the batch being written. See the module docstring."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.queued_bytes = 0  # queued or being written
+        self._fifo: collections.deque[Queued] = collections.deque()
+        self._held: dict[AppKey, int] = {}  # bytes per app, queued or being written
+        self._waiting: dict[AppKey, collections.deque[Queued]] = {}  # evictable ones
+
+    def __bool__(self) -> bool:
+        return bool(self._fifo)
+
+    def offer(self, source: LogSource, stream: str, ts: float, lines: Lines, seq: int,
+              ) -> tuple[int, dict[LogSource, int], int]:
+        """Queue what fits of ``lines`` (a prefix) as append number ``seq`` (increasing),
+        making room by dropping the newest lines of apps that hold more than this one
+        would. Returns how many lines were accepted, the lines dropped per source (this
+        one's included) and how many queued appends were dropped whole to make room."""
+        app = (source.stack, source.app)
+        data_bytes = sum([len(d) for d, _ in lines])
+        cost = data_bytes + LINE_OVERHEAD * len(lines)
+        lost: dict[LogSource, int] = {}
+        room = self.max_bytes - self.queued_bytes
+        evicted = 0
+        if cost > room:
+            freed, evicted = self._evict(app, self._held.get(app, 0) + cost, cost - room,
+                                         lost)
+            room += freed
+        if cost > room:
+            wanted = len(lines)
+            lines, data_bytes, cost = fit(lines, room)
+            if wanted > len(lines):
+                lost[source] = lost.get(source, 0) + wanted - len(lines)
+            if not lines:
+                return 0, lost, evicted
+        item = Queued(source, stream, ts, lines, data_bytes, cost, seq)
+        self._fifo.append(item)
+        self._waiting.setdefault(app, collections.deque()).append(item)
+        self._held[app] = self._held.get(app, 0) + cost
+        self.queued_bytes += cost
+        return len(lines), lost, evicted
+
+    def _evict(self, app: AppKey, would_hold: int, need: int,
+               lost: dict[LogSource, int]) -> tuple[int, int]:
+        """Drop the newest waiting appends of the app holding the most, while it holds
+        more than ``would_hold``, until ``need`` bytes are free. Returns the bytes freed
+        and the number of appends dropped."""
+        freed = evicted = 0
+        while freed < need:
+            victim = max(self._held, key=self._held.__getitem__, default=None)
+            if victim is None or victim == app or self._held[victim] <= would_hold:
+                break
+            waiting = self._waiting.get(victim)
+            if not waiting:
+                break  # all it holds is being written: nothing to take back
+            item = waiting.pop()
+            item.dropped = True
+            lost[item.source] = lost.get(item.source, 0) + len(item.lines)
+            item.lines = ()
+            self._release(victim, item.cost)
+            freed += item.cost
+            evicted += 1
+        return freed, evicted
+
+    def oldest_seq(self) -> int | None:
+        """The sequence number of the oldest append still queued (None if none)."""
+        while self._fifo and self._fifo[0].dropped:
+            self._fifo.popleft()
+        return self._fifo[0].seq if self._fifo else None
+
+    def take(self, max_rows: int) -> list[Queued]:
+        """The oldest appends, at least one and up to ``max_rows`` lines in all, for the
+        writer; their bytes stay counted until :meth:`written`."""
+        batch: list[Queued] = []
+        rows = 0
+        while self._fifo and rows < max_rows:
+            item = self._fifo.popleft()
+            if item.dropped:
+                continue
+            self._waiting[(item.source.stack, item.source.app)].popleft()
+            batch.append(item)
+            rows += len(item.lines)
+        return batch
+
+    def written(self, batch: list[Queued]) -> None:
+        """Release the bytes of a batch the writer is done with (written or lost)."""
+        for item in batch:
+            self._release((item.source.stack, item.source.app), item.cost)
+
+    def _release(self, app: AppKey, cost: int) -> None:
+        self.queued_bytes -= cost
+        left = self._held[app] - cost
+        if left:
+            self._held[app] = left
+        else:
+            del self._held[app]
+            if not self._waiting.get(app):
+                self._waiting.pop(app, None)

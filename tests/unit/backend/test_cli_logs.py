@@ -1,0 +1,127 @@
+"""`tenure logs` against a real journal in a temporary directory: pages, tails, the end
+of a non-following read, and terminal escapes (no processes, no sleeps)."""
+
+from __future__ import annotations
+
+import io
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.cli.logs import follow_logs, neutralise
+from owner.journal import Journal, LogSource
+from owner.service import LOGS_PAGE_BYTES, _record
+
+WEB = LogSource("shop", "web", 0, 1)
+DB = LogSource("shop", "db", 0, 1)
+
+
+class Owner:
+    """Answers the CLI's `logs` calls as the backend and owner do, from a real journal."""
+
+    def __init__(self, journal: Journal, out: io.StringIO) -> None:
+        self.journal, self.out = journal, out
+        self.calls: list[dict[str, Any]] = []
+        self.printed_at_call: list[int] = []
+        self.after_first: Any = None
+
+    def __call__(self, args: Any, method: str, params: dict[str, Any]) -> Any:
+        assert method == "logs"
+        self.calls.append(dict(params))
+        self.printed_at_call.append(self.out.getvalue().count("\n"))
+        p = dict(params)
+        page = self.journal.read_page(p.pop("after", 0), p.pop("limit"),
+                                      max_bytes=LOGS_PAGE_BYTES, tail=p.pop("tail", None),
+                                      **p)
+        if self.after_first is not None and len(self.calls) == 1:
+            self.after_first()
+        return {"records": [_record(r) for r in page.records], "last_id": page.last_id,
+                "next": page.next, "more": page.more}
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def args(**kw: Any) -> Any:
+    base = {"target": None, "stream": None, "since": None, "n": 50, "follow": False,
+            "json": False}
+    return types.SimpleNamespace(**{**base, **kw})
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    j = Journal(tmp_path / "journal.db")
+    yield j
+    j.close()
+
+
+def run(journal: Journal, out: io.StringIO, monkeypatch: pytest.MonkeyPatch,
+        **kw: Any) -> Owner:
+    monkeypatch.setattr(sys, "stdout", out)
+    owner = Owner(journal, out)
+    assert follow_logs(args(**kw), owner) == 0
+    return owner
+
+
+def test_n_of_long_lines_is_printed_page_by_page(journal, monkeypatch):
+    for i in range(30):
+        journal.append(WEB, "stdout", [(b"%05d " % (i * 1000 + j) + b"x" * 300, 0)
+                                       for j in range(1000)])
+        journal.append(DB, "stdout", [(b"db", 0)])
+    assert journal.flush(timeout=30)
+    out = io.StringIO()
+    owner = run(journal, out, monkeypatch, target="shop/web", n=25_000)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 25_000
+    assert lines[0].startswith("shop/web/0: 05000 ") and lines[-1].startswith(
+        "shop/web/0: 29999 ")
+    assert owner.calls[0] == {"stack": "shop", "app": "web", "tail": 25_000, "limit": 10_000}
+    assert len(owner.calls) >= 8  # ~8 MiB of answer in pages of at most 1 MiB
+    assert all("tail" not in c and c["after"] > 0 for c in owner.calls[1:])
+    assert 0 < owner.printed_at_call[-1] < 25_000  # printed before the last page came
+
+
+def test_without_follow_the_read_stops_at_the_end_it_started_with(journal, monkeypatch):
+    journal.append(WEB, "stdout", [(b"old %d" % i, 0) for i in range(20_000)])
+    assert journal.flush(timeout=30)
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    owner = Owner(journal, out)
+
+    def more_output() -> None:
+        journal.append(WEB, "stdout", [(b"new", 0)] * 5)
+        assert journal.flush(timeout=30)
+
+    owner.after_first = more_output
+    assert follow_logs(args(since=0), owner) == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 20_000 and not any(line.endswith("new") for line in lines)
+
+
+def test_escape_sequences_are_neutralised_on_a_terminal_only(journal, monkeypatch):
+    evil = b"\x1b]0;owned\x07\x1b[2J\rfake\ttab \xc2\x9b31m \x7f end"
+    journal.append(WEB, "stdout", [(evil, 0)])
+    assert journal.flush(timeout=30)
+    tty = Tty()
+    run(journal, tty, monkeypatch)
+    shown = tty.getvalue()
+    assert shown == ("shop/web/0: \\x1b]0;owned\\x07\\x1b[2J\\x0dfake\ttab \\x9b31m "
+                     "\\x7f end\n")
+    assert not any(c in shown for c in "\x1b\x07\r\x9b\x7f")
+    piped = io.StringIO()
+    run(journal, piped, monkeypatch)
+    assert piped.getvalue() == "shop/web/0: " + evil.decode() + "\n"  # scripts get bytes
+    as_json = Tty()
+    run(journal, as_json, monkeypatch, json=True)
+    assert "\x1b" not in as_json.getvalue() and "\\u001b" in as_json.getvalue()
+
+
+def test_neutralise_keeps_text_and_tabs():
+    assert neutralise("héllo\twörld ✓") == "héllo\twörld ✓"
+    assert neutralise("\x00\n\x1f") == "\\x00\\x0a\\x1f"

@@ -1,0 +1,69 @@
+"""The one /proc reader: stat parsing, children, environment, groups, the psutil fallback."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol import procfs
+from protocol.procfs import (
+    children,
+    environ_matches,
+    parse_stat,
+    read_stat,
+    start_ticks,
+    status_groups,
+)
+
+GONE = 2**22 + 7
+
+
+def test_stat_of_this_process():
+    me = read_stat(os.getpid())
+    assert me is not None and me.pid == os.getpid() and not me.zombie
+    assert (me.ppid, me.pgid, me.sid) == (os.getppid(), os.getpgid(0), os.getsid(0))
+    assert me.start_ticks == start_ticks(os.getpid())
+
+
+def test_a_missing_process_reads_as_nothing():
+    assert read_stat(GONE) is None and start_ticks(GONE) is None
+    assert children(GONE) == [] and status_groups(GONE) is None
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters="\0\n"), max_size=20))
+def test_comm_with_parens_and_spaces_never_shifts_fields(comm):
+    fields = ["S", "1", "777", "778"] + ["0"] * 15 + ["4242", "0"]
+    line = (f"123 ({comm}) " + " ".join(fields)).encode()
+    got = parse_stat(123, line)
+    assert (got.state, got.ppid, got.pgid, got.sid, got.start_ticks) == ("S", 1, 777, 778,
+                                                                          4242)
+
+
+@pytest.mark.parametrize("junk", [b"", b"123 (x", b"123 (x) S", b"123 (x) S a b c"])
+def test_malformed_stat_raises_value_or_index_error(junk):
+    with pytest.raises((ValueError, IndexError)):
+        parse_stat(123, junk)
+
+
+def test_environ_matches_finds_only_whole_entries():
+    me = os.getpid()
+    with open(f"/proc/{me}/environ", "rb") as f:
+        entry = f.read().split(b"\0")[0]  # the exec-time block, not os.environ
+    assert environ_matches([entry], [me]) == {entry: [me]}
+    assert environ_matches([entry[:-1]], [me]) == {}
+    assert environ_matches([], [me]) == {}
+    assert me in environ_matches([entry]).get(entry, [])
+
+
+def test_own_groups_are_listed():
+    assert set(status_groups(os.getpid()) or ()) == set(os.getgroups())
+
+
+def test_psutil_fallback_gives_centiseconds(monkeypatch):
+    assert procfs._psutil_ticks(os.getpid()) > 0
+    assert procfs._psutil_ticks(GONE) is None
+    monkeypatch.setattr(procfs, "PROC", "/nonexistent")
+    assert start_ticks(os.getpid()) == procfs._psutil_ticks(os.getpid())
