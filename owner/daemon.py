@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,8 +52,14 @@ class Owner:
         self.paths.prepare()
         self.paths.take_lock()  # released by the kernel when this process ends
         identity = new_identity()
-        previous = admit_start(self.paths.receipt, self.paths.ack, identity.boot_id)
         store = OwnerStore(self.paths.db)
+        try:
+            previous = admit_start(self.paths.receipt, self.paths.ack, identity.boot_id,
+                                   store.live_launches_of_boot(identity.boot_id),
+                                   archive=self.paths.receipts)
+        except BaseException:
+            store.close()
+            raise
         _retire_old_launches(store, identity.boot_id, previous is not None)
         raise_nofile_limit()
         become_subreaper()
@@ -114,6 +121,8 @@ def _retire_old_launches(store: OwnerStore, boot_id: str, reconciled: bool) -> N
 
 async def _stage(receipt: Receipt, name: str, fn: Any, *args: Any) -> None:
     try:
+        if name == os.environ.get("TENURE_OWNER_FAULT"):   # test-only: this stage fails
+            raise RuntimeError(f"test fault in shutdown stage {name}")
         detail = await fn(*args)
         receipt.stage(name, True, detail or "")
     except Exception as exc:

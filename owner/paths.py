@@ -41,6 +41,11 @@ class OwnerPaths(Layout):
         return str(self.dir / "owner-receipt.json")
 
     @property
+    def receipts(self) -> str:
+        """Unclean receipts of previous owners, kept as evidence."""
+        return str(self.dir / "receipts")
+
+    @property
     def ack(self) -> str:
         return str(self.dir / "reconcile-ack.json")
 

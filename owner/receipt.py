@@ -13,12 +13,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import ReconcileRequired, StateCorrupt
 
-__all__ = ["STAGES", "Receipt", "ReceiptState", "admit_start", "write_ack"]
+__all__ = ["STAGES", "Receipt", "ReceiptState", "admit_start", "keep_receipt", "write_ack"]
 
 RECEIPT_KIND = "tenure-owner-receipt"
 ACK_KIND = "tenure-owner-reconcile-ack"
@@ -84,31 +85,65 @@ def needs_reconcile(rec: dict[str, Any] | None, boot_id: str) -> bool:
     return rec is not None and rec["state"] != ReceiptState.CLEAN and rec["boot_id"] == boot_id
 
 
-def admit_start(receipt_path: str, ack_path: str, boot_id: str) -> dict[str, Any] | None:
+def admit_start(receipt_path: str, ack_path: str, boot_id: str, live_this_boot: int = 0,
+                archive: str | None = None) -> dict[str, Any] | None:
     """Decide whether an owner may start. Returns the previous receipt when a reconcile
     acknowledgement was consumed for it (its launches are proven gone), else None.
+
+    The receipt alone is no proof: when owner.db still records launches of this boot as
+    live, a start needs an acknowledgement whatever the receipt says (a hand-edited or
+    deleted receipt changes nothing). An unclean previous receipt is kept in ``archive``
+    as evidence before the new owner's receipt replaces it.
 
     Raises ReconcileRequired (no valid acknowledgement), StateCorrupt, UnsafePath.
     """
     rec = read_receipt(receipt_path)
-    if not needs_reconcile(rec, boot_id):
+    if rec is not None and rec["state"] != ReceiptState.CLEAN and archive is not None:
+        keep_receipt(rec, archive)
+    if not needs_reconcile(rec, boot_id) and live_this_boot == 0:
         return None
-    assert rec is not None
     try:
         ack = read_json(ack_path, ACK_KIND)
     except FileNotFoundError:
         ack = None
-    if ack is None or ack.get("instance") != rec["instance"] or ack.get("boot_id") != boot_id:
-        raise ReconcileRequired(
-            f"the previous owner (instance {rec['instance']}, pid {rec['pid']}) ended "
-            f"{rec['state']} on this boot; run `tenure owner reconcile` (or `python -m owner "
-            "reconcile --home HOME`) "
-            "once its applications are gone", {"previous": rec["instance"]})
+    expected = rec["instance"] if rec is not None else None
+    if ack is None or ack.get("instance") != expected or ack.get("boot_id") != boot_id:
+        raise ReconcileRequired(_why(rec, live_this_boot), {"previous": expected,
+                                                           "live_launches": live_this_boot})
     os.unlink(ack_path)  # one use: a later crash needs a fresh proof
-    return rec
+    return rec if rec is not None else {"instance": None, "boot_id": boot_id,
+                                        "state": "missing"}
 
 
-def write_ack(ack_path: str, rec: dict[str, Any], proven: list[str]) -> None:
-    atomic_write_json(ack_path, {"kind": ACK_KIND, "format": 1, "instance": rec["instance"],
-                                 "boot_id": rec["boot_id"], "proven_gone": proven,
+def _why(rec: dict[str, Any] | None, live: int) -> str:
+    how = "`tenure owner reconcile` (or `python -m owner reconcile --home HOME`)"
+    if rec is not None and rec["state"] != ReceiptState.CLEAN:
+        return (f"the previous owner (instance {rec['instance']}, pid {rec['pid']}) ended "
+                f"{rec['state']} on this boot; run {how} once its applications are gone")
+    return (f"owner.db records {live} launches of this boot as live although the receipt "
+            f"says {'clean' if rec else 'nothing'}: the receipt is no proof; run {how}")
+
+
+def keep_receipt(rec: dict[str, Any], archive: str, keep: int = 20) -> str:
+    """Copy an unclean receipt into ``archive`` (0700) as evidence; the newest ``keep``
+    stay. Returns its path."""
+    from protocol.sockets import ensure_private_dir
+    directory = Path(archive)
+    ensure_private_dir(directory, root=directory.parent)
+    path = directory / f"{rec['instance']}.json"
+    if not path.exists():
+        atomic_write_json(path, rec)
+    old = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in old[keep:]:
+        stale.unlink()
+    return str(path)
+
+
+def write_ack(ack_path: str, rec: dict[str, Any] | None, boot_id: str,
+              proven: list[str]) -> None:
+    """The one-use acknowledgement for the previous owner ``rec`` (None: there was no
+    receipt, only launches of this boot recorded live)."""
+    atomic_write_json(ack_path, {"kind": ACK_KIND, "format": 1,
+                                 "instance": rec["instance"] if rec else None,
+                                 "boot_id": boot_id, "proven_gone": proven,
                                  "created_at": time.time()})

@@ -67,14 +67,14 @@ def reconcile(paths: OwnerPaths) -> list[str]:
 
 def _reconcile(paths: OwnerPaths) -> list[str]:
     rec = read_receipt(paths.receipt)
-    if not needs_reconcile(rec, boot_id()):
-        return []
-    assert rec is not None
     store = OwnerStore(paths.db)
     try:
         rows = store.live_launches()
+        live_this_boot = store.live_launches_of_boot(boot_id())
     finally:
         store.close()
+    if not needs_reconcile(rec, boot_id()) and live_this_boot == 0:
+        return []
     alive = survivors(rows)
     if alive:
         raise ProcessesAlive(
@@ -83,5 +83,5 @@ def _reconcile(paths: OwnerPaths) -> list[str]:
             {"survivors": [{"launch_key": s.launch_key, "pids": s.pids, "why": s.why}
                            for s in alive]})
     proven = [r.launch_key for r in rows]
-    write_ack(paths.ack, rec, proven)
+    write_ack(paths.ack, rec, boot_id(), proven)
     return proven

@@ -208,6 +208,12 @@ class OwnerStore:
             (LaunchState.STARTING, LaunchState.RUNNING)).fetchall()
         return [_row(r) for r in rows]
 
+    def live_launches_of_boot(self, boot_id: str) -> int:
+        """How many launches of this boot are recorded as starting or running."""
+        return int(self.db.execute(
+            "SELECT count(*) FROM launches WHERE state IN (?, ?) AND boot_id = ?",
+            (LaunchState.STARTING, LaunchState.RUNNING, boot_id)).fetchone()[0])
+
     # -- stack intents ----------------------------------------------------------------
 
     def intent(self, stack: str) -> tuple[Intent, int]:

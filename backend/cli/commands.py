@@ -138,7 +138,10 @@ def cmd_down(args: Any) -> int:
     from .daemons import stop_all
     out = stop_all(_layout(args))
     _out(args, out, render.down(out))
-    return OK if all(v for k, v in out.items() if k != "applications_stopped") else ERROR
+    receipt = out.get("owner_receipt")
+    clean = receipt is None or receipt["state"] == "clean"
+    stopped = all(out.get(k, True) for k in ("guardian", "owner"))
+    return OK if clean and stopped else ERROR
 
 
 # -- everyday -------------------------------------------------------------------------

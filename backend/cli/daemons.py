@@ -145,4 +145,23 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
         ident = o["owner"]
         out["owner"] = _terminate(ident["pid"], ident["start_ticks"], timeout)
         out["applications_stopped"] = o["live"]
+        out["owner_receipt"] = shutdown_receipt(layout, ident["instance"])
     return out
+
+
+def shutdown_receipt(layout: Layout, instance: str) -> dict[str, Any]:
+    """What the stopped owner's receipt says: ``{state, failed_stage, detail}``; state
+    ``missing`` when it wrote none for this instance, ``unreadable`` when it is bad."""
+    from owner.receipt import read_receipt
+    from protocol.errors import TenureError
+    try:
+        rec = read_receipt(str(layout.execution / "owner-receipt.json"))
+    except TenureError as exc:
+        return {"state": "unreadable", "failed_stage": None, "detail": exc.msg}
+    if rec is None or rec.get("instance") != instance:
+        return {"state": "missing", "failed_stage": None,
+                "detail": "the owner wrote no receipt for this run"}
+    stage = rec.get("failed_stage")
+    detail = next((s.get("detail", "") for s in rec.get("stages", [])
+                   if s.get("stage") == stage), "")
+    return {"state": rec["state"], "failed_stage": stage, "detail": detail}

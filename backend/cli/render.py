@@ -91,8 +91,21 @@ def up(r: dict[str, Any]) -> str:
 def down(r: dict[str, Any]) -> str:
     if not r:
         return "nothing was running"
-    return (f"guardian stopped: {r.get('guardian', '-')}; owner stopped: "
-            f"{r.get('owner', '-')} ({r.get('applications_stopped', 0)} applications)")
+    lines = []
+    for name in ("guardian", "owner"):
+        if name in r:
+            state = "stopped" if r[name] else "STILL RUNNING (not stopped in time)"
+            lines.append(f"{name}: {state}")
+    if "applications_stopped" in r:
+        lines.append(f"applications stopped: {r['applications_stopped']}")
+    rec = r.get("owner_receipt")
+    if rec is not None and rec["state"] != "clean":
+        where = f" at stage {rec['failed_stage']}" if rec.get("failed_stage") else ""
+        lines.append(f"owner shutdown NOT clean ({rec['state']}{where}): {rec['detail']}")
+        lines.append("the next start needs `tenure owner reconcile`; see docs/reconcile.md")
+    elif rec is not None:
+        lines.append("owner shutdown clean")
+    return "\n".join(lines)
 
 
 def instances(r: dict[str, Any]) -> str:
