@@ -23,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--home", type=Path, default=None,
                     help="state directory (default: TENURE_HOME or ~/.local/state/tenure)")
     ap.add_argument("--json", action="store_true", help="reconcile: print JSON")
+    ap.add_argument("--prepare", action="store_true",
+                    help="reconcile: seal the dead owner's live processes as evidence")
+    ap.add_argument("--drain", metavar="DIGEST",
+                    help="reconcile: stop exactly the sealed processes, then reconcile")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -30,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     paths = OwnerPaths((args.home or default_home()).absolute())
     if args.command == "serve":
         return run(paths)
+    if args.prepare or args.drain:
+        from .reconcile_cli import guided
+        return guided(paths, args.drain, args.json)
     return _reconcile(paths, args.json)
 
 

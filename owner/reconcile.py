@@ -22,7 +22,7 @@ from .procinfo import group_members
 from .receipt import needs_reconcile, read_receipt, write_ack
 from .store import LaunchRow, OwnerStore
 
-__all__ = ["Survivor", "reconcile"]
+__all__ = ["Survivor", "reconcile", "reconcile_locked"]
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,13 @@ def reconcile(paths: OwnerPaths) -> list[str]:
     """
     lock = paths.take_lock()  # refuses while an owner runs; held until we return
     try:
-        return _reconcile(paths)
+        return reconcile_locked(paths)
     finally:
         os.close(lock)
 
 
-def _reconcile(paths: OwnerPaths) -> list[str]:
+def reconcile_locked(paths: OwnerPaths) -> list[str]:
+    """:func:`reconcile` for a caller that holds the owner lock already."""
     rec = read_receipt(paths.receipt)
     store = OwnerStore(paths.db)
     try:

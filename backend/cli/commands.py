@@ -273,6 +273,8 @@ def cmd_owner(args: Any) -> int:
     import subprocess
     if args.action == "reconcile":
         cmd = [sys.executable, "-m", "owner", "reconcile", "--home", str(args.home)]
+        cmd += ["--prepare"] if args.prepare else []
+        cmd += ["--drain", args.drain] if args.drain else []
         return subprocess.call(cmd + (["--json"] if args.json else []))
     with Client(_layout(args).owner_sock, pin=False) as c:
         r = c.call("status")

@@ -100,6 +100,10 @@ def _parser() -> Any:
     p.add_argument("--user-account", default=None, help="system scope: service account")
     p = add("owner", "execution owner maintenance")
     p.add_argument("action", choices=["reconcile", "status"])
+    p.add_argument("--prepare", action="store_true",
+                   help="reconcile: seal the dead owner's live processes and show the plan")
+    p.add_argument("--drain", metavar="DIGEST",
+                   help="reconcile: stop exactly the sealed processes, then reconcile")
     p = add("import", "convert supervisord, PM2 or Procfile setups into tenure.toml")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE")
     p.add_argument("-o", "--output", type=Path, help="write it here (not over an existing "

@@ -1,0 +1,82 @@
+"""``python -m owner reconcile --prepare | --drain DIGEST``: the guided reconcile, with
+its output for people and for programs (``--json``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from protocol.errors import Conflict, NotFound, ProcessesAlive, TenureError
+
+from .daemon import EXIT
+from .paths import OwnerPaths
+from .reconcile import reconcile_locked
+from .reconcile_plan import drain, prepare
+
+__all__ = ["guided"]
+
+
+def guided(paths: OwnerPaths, digest: str | None, as_json: bool) -> int:
+    """Prepare (``digest`` None) or drain-then-reconcile. Holds the owner lock."""
+    try:
+        lock = paths.take_lock()  # refuses while an owner runs
+    except TenureError as exc:
+        return _error(exc, as_json, EXIT["running"])
+    try:
+        if digest is None:
+            plan = prepare(paths)
+            _print(plan, as_json, _plan_text(plan))
+            return 0
+        done = drain(paths, digest)
+        proven = reconcile_locked(paths)
+        out = {"ok": True, **done, "proven_gone": proven}
+        _print(out, as_json, _drain_text(done, proven))
+        return 0
+    except (Conflict, NotFound) as exc:
+        return _error(exc, as_json, EXIT["usage"])
+    except ProcessesAlive as exc:
+        return _error(exc, as_json, EXIT["alive"])
+    except TenureError as exc:
+        return _error(exc, as_json, EXIT["usage"])
+    finally:
+        os.close(lock)
+
+
+def _print(obj: dict[str, Any], as_json: bool, text: str) -> None:
+    print(json.dumps(obj) if as_json else text)
+
+
+def _error(exc: TenureError, as_json: bool, code: int) -> int:
+    print(json.dumps({"ok": False, **exc.to_wire()}) if as_json else f"error: {exc}")
+    return code
+
+
+def _plan_text(plan: dict[str, Any]) -> str:
+    prev = plan["previous"] or {}
+    lines = [f"previous owner: {prev.get('instance', '-')} (pid {prev.get('pid', '-')}, "
+             f"receipt {prev.get('state', 'missing')})"]
+    alive = [ln for ln in plan["launches"] if ln["processes"]]
+    gone = len(plan["launches"]) - len(alive)
+    lines.append(f"{len(plan['launches'])} launches recorded live: {len(alive)} with "
+                 f"processes, {gone} already gone")
+    for ln in alive:
+        where = f" cgroup {ln['cgroup']}" if ln.get("cgroup") else ""
+        lines.append(f"  {ln['app']}  {ln['launch_key']}{where}")
+        lines += [f"    pid {p['pid']}  ({p['why']})" for p in ln["processes"]]
+    if plan["sockets"]:
+        lines.append(f"leftover sockets (removed by the next owner): "
+                     f"{', '.join(plan['sockets'])}")
+    lines.append(f"digest: {plan['digest']}")
+    if alive:
+        lines.append(f"to stop exactly these: tenure owner reconcile --drain {plan['digest']}")
+    else:
+        lines.append("nothing to stop: run `tenure owner reconcile`")
+    return "\n".join(lines)
+
+
+def _drain_text(done: dict[str, Any], proven: list[str]) -> str:
+    killed = f", {len(done['killed'])} needed SIGKILL" if done["killed"] else ""
+    return (f"stopped {done['stopped']} sealed processes ({done['gone_already']} had "
+            f"exited already{killed})\nreconciled: {len(proven)} launches proven gone; "
+            "`tenure up` (or starting tenure-owner.service) may start the owner once")

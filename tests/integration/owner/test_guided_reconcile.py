@@ -1,0 +1,91 @@
+"""After an owner crash, reconcile is a guided, reviewable flow: --prepare seals the
+dead owner's live processes (an escaped setsid child included) with a digest, --drain
+stops exactly those and writes the acknowledgement, and tenure starts again. Nobody
+looks up or kills a pid by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+CONFIG = """
+[stacks.s.apps.sleeper]
+command = ["sleep", "infinity"]
+instances = 2
+
+[stacks.s.apps.forker]
+command = ["sh", "-c", "setsid sleep 100000 & exec sleep 100000"]
+"""
+
+
+def _kill_owner(cluster) -> int:
+    pid = int(cluster.cli("owner", "status", check=True).out["owner"]["pid"])
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return pid
+
+
+def _carrier(cluster, key: str) -> subprocess.Popen[bytes]:
+    """A process that joins a dead launch after the evidence was sealed."""
+    env = {**os.environ, "TENURE_LAUNCH_KEY": key, "TENURE_TEST_HOME": str(cluster.home)}
+    return subprocess.Popen(["sleep", "1000"], env=env, start_new_session=True)
+
+
+def test_owner_crash_is_reconciled_with_a_sealed_plan_and_a_guided_drain(cluster):
+    cluster.up(CONFIG)
+    cluster.wait_ready(3)
+    apps = cluster.pids()
+    _kill_owner(cluster)
+    refused = cluster.cli("up")
+    assert refused.code != 0
+    assert "RECONCILE_REQUIRED" in refused.stderr + json.dumps(refused.out)
+
+    plan = cluster.cli("owner", "reconcile", "--prepare")
+    assert plan.code == 0, plan.stderr
+    body = plan.out
+    sealed = {p["pid"] for ln in body["launches"] for p in ln["processes"]}
+    assert {pid for pid, _ in apps.values()} <= sealed
+    forker = next(ln for ln in body["launches"] if ln["app"] == "s/forker/0")
+    escaped = [p for p in forker["processes"] if p["pid"] != forker["pid"]]
+    assert escaped, forker            # the setsid child, found by its launch key
+    evidence = cluster.layout.execution / "reconcile-evidence.json"
+    assert evidence.stat().st_mode & 0o777 == 0o600
+
+    late = _carrier(cluster, forker["launch_key"])
+    try:
+        changed = cluster.cli("owner", "reconcile", "--drain", body["digest"])
+        assert changed.code == 2 and "not in the sealed evidence" in json.dumps(changed.out)
+        assert all(psutil.pid_exists(p) for p in sealed)   # nothing was stopped
+    finally:
+        late.kill()
+        late.wait()
+    wrong = cluster.cli("owner", "reconcile", "--drain", "0" * 64)
+    assert wrong.code == 2 and "CONFLICT" in json.dumps(wrong.out)
+
+    done = cluster.cli("owner", "reconcile", "--drain", body["digest"])
+    assert done.code == 0, done.out
+    assert done.out["stopped"] == len(sealed) and len(done.out["proven_gone"]) == 3
+    for pid in sealed:
+        assert not psutil.pid_exists(pid) or \
+            psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+    cluster.up()
+    cluster.wait_ready(3, timeout=90)
+    assert set(cluster.pids().values()).isdisjoint(apps.values())
+
+
+def test_prepare_refuses_while_an_owner_runs(cluster):
+    cluster.up(CONFIG)
+    res = subprocess.run([sys.executable, "-m", "owner", "reconcile", "--prepare",
+                          "--home", str(cluster.home)], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 5 and "ALREADY_RUNNING" in res.stdout
