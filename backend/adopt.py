@@ -23,7 +23,7 @@ from . import instance as im
 from .model import Config
 from .supervisor import Supervisor, instance_key
 
-__all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "relaunch_lost"]
+__all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "missed_exits", "relaunch_lost"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -38,6 +38,8 @@ class Adoption:
         return {"adopted": self.adopted, "missing": self.missing, "orphans": self.orphans}
 
 
+_HAS_PROCESS = frozenset({im.State.RUNNING, im.State.READY, im.State.STOPPING,
+                          im.State.RESTARTING})
 _BUSY = frozenset({im.State.RUNNING, im.State.READY, im.State.STOPPING, im.State.RESTARTING})
 
 
@@ -125,6 +127,14 @@ def _resume(sup: Supervisor, result: Adoption, now: float) -> None:
 
 _IN_FLIGHT = frozenset({im.State.STARTING, im.State.RUNNING, im.State.READY,
                         im.State.STOPPING, im.State.RESTARTING})
+
+
+def missed_exits(sup: Supervisor, live_keys: set[str]) -> list[str]:
+    """Launch keys of instances that believe their process runs (or is being stopped)
+    while the owner no longer runs it: their exit event was lost."""
+    return [i.launch_key for i in sup.instances.values()
+            if i.pid is not None and i.launch_key is not None
+            and i.launch_key not in live_keys and i.state in _HAS_PROCESS]
 
 
 def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str]) -> list[str]:

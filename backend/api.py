@@ -167,7 +167,10 @@ class Api:
     async def status(self, call: Call) -> Any:
         t = time.monotonic()
         dropped = await self._log_dropped()
+        link = self.gen.link.to_wire(time.time())
         rows = [self._row(k, i, t, dropped) for k, i in sorted(self.sup.instances.items())]
+        if not link["current"]:
+            rows = [_unknown(r, link["age"]) for r in rows]
         self._procs.forget_except({(i.pid, i.start_ticks) for i in self.sup.instances.values()
                                    if i.pid is not None and i.start_ticks is not None})
         return {"backend": {"activation": self.gen.activation, "epoch": self.gen.epoch,
@@ -176,7 +179,7 @@ class Api:
                             "config": self.gen.config.source,
                             "config_revision": self.gen.config.revision},
                 "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
-                else None, "intents": self.intents, "apps": rows}
+                else None, "owner_link": link, "intents": self.intents, "apps": rows}
 
     async def _log_dropped(self) -> dict[tuple[str, str], int] | None:
         """Log lines the owner dropped per (stack, app) since it started; None when the
@@ -424,3 +427,9 @@ def _restart_cut(done: list[str], remaining: list[str], states: dict[str, str]
         "What was restarted comes up under the next generation (see `tenure status`); "
         "run the command again for the rest", {"restarted": done, "remaining": remaining,
                                                 "instances": states})
+
+
+def _unknown(row: dict[str, Any], age: float) -> dict[str, Any]:
+    """A row the backend cannot vouch for now: what it last saw, and how long ago."""
+    return {**row, "state": "unknown", "last_state": row["state"], "last_seen_age": age,
+            "ready": None, "cpu_percent": None, "rss": None}

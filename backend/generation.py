@@ -22,7 +22,9 @@ from protocol.digest import inventory_digest
 from protocol.errors import (
     BadRequest,
     IdentityMismatch,
+    NotFound,
     OperationInProgress,
+    OwnerChanged,
     StaleEpoch,
     TenureError,
 )
@@ -35,10 +37,11 @@ from protocol.handover import (
 )
 from protocol.identity import Identity, new_identity
 from protocol.layout import Layout
+from protocol.link import Link, LinkEvent, LinkState
 from protocol.server import RpcServer
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
 
-from .adopt import Adoption, adopt_checkpoint, adopt_inventory, relaunch_lost
+from .adopt import Adoption, adopt_checkpoint, adopt_inventory, missed_exits, relaunch_lost
 from .config import parse_config
 from .model import Config, Settings
 from .store import BackendStore, RecoveryStore
@@ -51,6 +54,7 @@ log = logging.getLogger("tenure.backend")
 CONTRACTS = OWNER_CONTRACTS
 CERTIFICATE_PERIOD = 5.0
 CURSOR_SLACK = 5_000  # half the owner's observation ring (10,000 events)
+HEARTBEAT = 1.0
 
 
 def empty_config() -> Config:
@@ -73,6 +77,8 @@ class Generation:
         self.server: RpcServer | None = None
         self.cursor = 0
         self.adoption = Adoption()
+        self.link = Link(since=time.time(), seen=time.time())
+        self._repairs: set[asyncio.Task[None]] = set()
         self.ready = False
         self.draining = False
         self.started_at = time.time()
@@ -120,7 +126,8 @@ class Generation:
         await self.api.resume_operations()
         self._tasks = [asyncio.create_task(self._read_observations()),
                        asyncio.create_task(self._persist_loop()),
-                       asyncio.create_task(self._certificate_loop())]
+                       asyncio.create_task(self._certificate_loop()),
+                       asyncio.create_task(self._heartbeat_loop())]
         self.ready = True
 
     async def _adopt(self) -> None:
@@ -164,11 +171,40 @@ class Generation:
 
     def _apply_observations(self, batch: dict[str, Any]) -> None:
         assert self.sup is not None
-        if batch.get("gap"):
-            log.warning("observation gap at cursor %s: relying on the inventory", self.cursor)
+        self.link.handle(LinkEvent.SEEN, time.time())
         for e in batch["events"]:
             self.sup.on_observation(e)
         self.cursor = max(self.cursor, batch["cursor"])
+        if batch.get("gap"):
+            log.warning("observation gap after cursor %s: repairing from the inventory",
+                        self.cursor)
+            task = asyncio.create_task(self._repair_gap())
+            self._repairs.add(task)
+            task.add_done_callback(self._repairs.discard)
+
+    async def _repair_gap(self) -> None:
+        """Events were lost: every instance whose launch the owner no longer runs gets
+        the exit it would have heard, exactly as if the event had come (restart policy,
+        readiness and operations follow from it)."""
+        assert self.owner is not None and self.sup is not None
+        try:
+            live = {r["launch_key"] for r in
+                    (await self.owner.call("inventory"))["launches"]}
+            for missed in missed_exits(self.sup, live):
+                ended = await self._ended(missed)
+                self.sup.on_observation({"kind": "exit", "launch_key": missed, **ended})
+        except TenureError as exc:   # the next gap or reconnect repairs again
+            log.error("could not repair the observation gap: %s", exc)
+
+    async def _ended(self, launch_key: str) -> dict[str, Any]:
+        """How a launch ended, from the owner's record (unknown: neither code nor signal)."""
+        assert self.owner is not None
+        try:
+            row = await self.owner.call("inspect", {"launch_key": launch_key})
+        except NotFound:
+            return {"exit_code": None, "signal": None}
+        ex = row.get("exit") or {}
+        return {"exit_code": ex.get("exit_code"), "signal": ex.get("signal")}
 
     # -- background loops -------------------------------------------------------------
 
@@ -178,10 +214,12 @@ class Generation:
             await self._thawed.wait()
             ev = await self.owner.next_event(1.0)
             if not self.owner.connected and ev is None:
+                self.link.handle(LinkEvent.BROKE, time.time(), "the connection broke")
                 await self._reconnect_owner()
                 continue
             if ev is None or ev.stream != "observations":
                 continue
+            self.link.handle(LinkEvent.SEEN, time.time())
             if not self._thawed.is_set():
                 continue  # frozen meanwhile: the next one re-reads it after the cursor
             self.sup.on_observation({**ev.e, "cursor": ev.cursor})
@@ -195,9 +233,31 @@ class Generation:
             batch = await self.owner.call("observations.subscribe",
                                           {"after": self.cursor, "limit": 10_000})
             self._apply_observations(batch)
+        except OwnerChanged as exc:
+            self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
+            log.error("another owner instance answers: %s", exc)
+            await asyncio.sleep(1.0)
         except TenureError as exc:
+            self.link.handle(LinkEvent.FAILED, time.time(), exc.msg)
             log.error("owner unreachable: %s", exc)
             await asyncio.sleep(1.0)
+
+    async def _heartbeat_loop(self) -> None:
+        """A quiet owner is asked for its status once a second, so the age of our view
+        says how current it is even when nothing happens."""
+        assert self.owner is not None
+        while True:
+            await asyncio.sleep(HEARTBEAT)
+            if self.link.state is not LinkState.CONNECTED or \
+                    time.time() - self.link.seen < HEARTBEAT:
+                continue
+            try:
+                await self.owner.call("status", timeout=HEARTBEAT * 2)
+                self.link.handle(LinkEvent.SEEN, time.time())
+            except OwnerChanged as exc:
+                self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
+            except TenureError as exc:
+                self.link.handle(LinkEvent.FAILED, time.time(), exc.msg)
 
     async def _persist_loop(self) -> None:
         """Save dirty instances and acknowledge the observations processed so far."""

@@ -26,6 +26,7 @@ from protocol.errors import (
     TenureError,
     Uncertain,
 )
+from protocol.link import Link, LinkEvent
 
 from .phases import Kind, Outcome, Phase, ending
 from .recovery import digest
@@ -213,10 +214,13 @@ async def watch_owner(co: Coordinator) -> None:
             await _watch_once(co)
         except asyncio.CancelledError:
             raise
-        except OwnerChanged:
+        except OwnerChanged as exc:
+            co.owner_link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
             async with co.command_lock:
                 await follow_new_owner(co)
         except TenureError as exc:
+            co.owner_link.handle(LinkEvent.FAILED, time.time(), exc.msg)
+            co.write_diagnostics()
             log.warning("owner unreachable: %s", exc)
         except Exception:
             log.exception("owner watch: unexpected error (the watch goes on)")
@@ -224,6 +228,7 @@ async def watch_owner(co: Coordinator) -> None:
 
 async def _watch_once(co: Coordinator) -> None:
     st = await co.owner_call("status")
+    co.owner_link.handle(LinkEvent.SEEN, time.time())
     co.write_diagnostics()
     held = (st.get("grant") or {}).get("activation")
     cur = co.current
@@ -248,5 +253,6 @@ async def follow_new_owner(co: Coordinator) -> None:
     await co.stop_generations(None)
     co.owner.unpin()
     await co.connect_owner()
+    co.owner_link = Link(since=time.time(), seen=time.time())   # a new attachment
     co.blocked = None
     await recover_safely(co)

@@ -32,6 +32,7 @@ from protocol.errors import (
 from protocol.grant import Grant, public_key_text
 from protocol.handover import OWNER_CONTRACTS, pack_handoff, read_checkpoint, write_handoff
 from protocol.identity import Identity, new_identity
+from protocol.link import Link, LinkEvent
 
 from .backendproc import BackendProcess, control, preflight
 from .faults import Fault
@@ -66,6 +67,7 @@ class Coordinator:
         self.identity = new_identity()
         self.owner: AsyncClient | None = None
         self.owner_identity: Identity | None = None
+        self.owner_link = Link(since=time.time(), seen=0.0)
         self.current: BackendProcess | None = None
         self.incumbent: BackendProcess | None = None   # during a handoff (fault targets)
         self.candidate: BackendProcess | None = None
@@ -89,6 +91,7 @@ class Coordinator:
                                      name="guardian", timeout=60.0)
         welcome = await self.owner.connect()
         self.owner_identity = welcome.identity
+        self.owner_link.handle(LinkEvent.SEEN, time.time())
         await self.owner.call("guardian.pin",
                               {"public_key": public_key_text(self.key.public_key())})
         return welcome.identity
@@ -425,6 +428,7 @@ class Coordinator:
             "kind": "tenure-supervisor-state", "format": 1, "updated_at": time.time(),
             "guardian": self.identity.to_wire(),
             "owner": self.owner_identity.to_wire() if self.owner_identity else None,
+            "owner_link": self.owner_link.to_wire(time.time()),
             "epoch": self.state.last_epoch(),
             "selector": {"current": sel.current, "previous": sel.previous,
                          "revision": sel.revision},

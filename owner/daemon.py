@@ -20,6 +20,7 @@ from protocol.server import RpcServer
 
 from .cgroups import setup as setup_cgroups
 from .journal import Journal
+from .observations import test_knob
 from .paths import OwnerPaths
 from .procinfo import group_members
 from .reaper import become_subreaper, raise_nofile_limit
@@ -69,7 +70,8 @@ class Owner:
         journal = Journal(self.paths.journal)
         service = OwnerService(self.paths, identity, store, journal, self.request_shutdown)
         service.launcher.use_cgroups(cgroups)
-        server = RpcServer(self.paths.sock, identity, CAPABILITIES, service.methods())
+        server = RpcServer(self.paths.sock, identity, CAPABILITIES, service.methods(),
+                           max_buffer=test_knob("TENURE_OWNER_SUBSCRIBER_BUFFER", 8 << 20))
         service.server = server
         try:
             await server.start()

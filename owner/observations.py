@@ -7,6 +7,7 @@ instead of silently missing exits.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -16,6 +17,17 @@ from typing import Any
 __all__ = ["ObservationRing"]
 
 RING_SIZE = 10_000
+
+
+def test_knob(name: str, default: int) -> int:
+    """A size the tests may shrink (``TENURE_OWNER_RING_SIZE``,
+    ``TENURE_OWNER_SUBSCRIBER_BUFFER``) to force an observation gap; unset or invalid:
+    ``default``."""
+    try:
+        value = int(os.environ.get(name) or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
 
 
 class ObservationRing:

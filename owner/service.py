@@ -31,7 +31,7 @@ from protocol.schema import Field, Schema, check_int, check_key, check_name, che
 from protocol.server import Call, Method, RpcServer
 
 from .journal import Journal, LogSource
-from .observations import ObservationRing
+from .observations import RING_SIZE, ObservationRing, test_knob
 from .paths import OwnerPaths
 from .procinfo import Inspector
 from .procs import ProcessTable
@@ -98,7 +98,8 @@ class OwnerService:
         self.epoch = store.epoch()
         self.grant = store.grant()
         self.server: RpcServer | None = None
-        self.ring = ObservationRing(publish=self._publish)
+        self.ring = ObservationRing(test_knob("TENURE_OWNER_RING_SIZE", RING_SIZE),
+                                    publish=self._publish)
         self.inspector = Inspector()
         self.launcher = Launcher(store, journal, self.ring, identity.boot_id, paths.notify_sock)
         self._on_shutdown = on_shutdown

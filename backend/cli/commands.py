@@ -15,7 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-OK, ERROR, UNSETTLED = 0, 1, 4
+OK, ERROR, UNSETTLED, STALE = 0, 1, 4, 5
 
 
 def _layout(args: Any) -> Layout:
@@ -155,7 +155,7 @@ def cmd_status(args: Any) -> int:
              "backend: not available" + render.why(diag))
         return 3
     _out(args, st, render.status(st))
-    return OK
+    return OK if (st.get("owner_link") or {}).get("current", True) else STALE
 
 
 def _target_cmd(args: Any, method: str) -> int:
@@ -251,6 +251,8 @@ def cmd_backend(args: Any) -> int:
     act = r.get("activation") if isinstance(r, dict) else None
     if isinstance(act, dict) and act.get("outcome") not in (None, "success", "check-only"):
         return ERROR
+    if args.action == "status" and not (r.get("owner_link") or {}).get("current", True):
+        return STALE
     return OK
 
 

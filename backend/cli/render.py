@@ -42,8 +42,11 @@ def status(st: dict[str, Any]) -> str:
     b = st["backend"]
     head = (f"backend {b['activation']} epoch {b['epoch']} pid {b['pid']}"
             f"{' (draining)' if b['draining'] else ''}; config {b['config'] or '-'}")
-    rows = [[r["key"], r["state"], str(r["pid"] or "-"), _dur(r["uptime"]),
-             str(r["restarts"]), "yes" if r["ready"] else "no",
+    link = st.get("owner_link")
+    if link is not None:
+        head += "\n" + owner_link(link)
+    rows = [[r["key"], _row_state(r), str(r["pid"] or "-"), _dur(r["uptime"]),
+             str(r["restarts"]), {True: "yes", False: "no"}.get(r["ready"], "-"),
              "-" if r["cpu_percent"] is None else f"{r['cpu_percent']:.1f}%", _mem(r["rss"])]
             for r in st["apps"]]
     stopped = [s for s, v in st.get("intents", {}).items() if v.get("intent") == "stopped"]
@@ -57,6 +60,27 @@ def status(st: dict[str, Any]) -> str:
         return head + "\nno applications" + tail
     return head + "\n" + _table(rows, ["APP", "STATE", "PID", "UPTIME", "RESTARTS", "READY",
                                       "CPU", "MEM"]) + tail
+
+
+def owner_link(link: dict[str, Any]) -> str:
+    """The status header's second line: how current this view of the owner is."""
+    age = f"last word {link['age']:.1f}s ago"
+    state = link["state"]
+    if state == "connected":
+        text = f"owner: connected, {age}"
+    else:
+        since = time.strftime("%H:%M:%S", time.localtime(link["since"]))
+        why = f": {link['reason']}" if link.get("reason") else ""
+        text = f"owner: {state.upper()} since {since}{why}; {age}"
+    if not link["current"]:
+        text += " — the states below are what was last seen, not the present"
+    return text
+
+
+def _row_state(r: dict[str, Any]) -> str:
+    if r["state"] != "unknown":
+        return str(r["state"])
+    return f"unknown (last seen {r['last_state']} {_dur(r['last_seen_age'])} ago)"
 
 
 def why(diag: dict[str, Any] | None) -> str:
@@ -177,6 +201,8 @@ def backend(action: str, r: dict[str, Any]) -> str:
              f"certificate: {'valid' if cert.get('valid') else 'invalid'} age "
              f"{cert.get('age', '-')}s launches {cert.get('launches', '-')}",
              _recovery_line(recovery_state(r))]
+    if r.get("owner_link"):
+        lines.insert(1, "guardian's " + owner_link(r["owner_link"]))
     if r.get("blocked"):
         lines.append(f"BLOCKED: {r['blocked'].get('reason')}")
     if r.get("unhealthy"):

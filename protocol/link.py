@@ -1,0 +1,110 @@
+"""How current a daemon's view of the owner is: the connection's state and the age of the
+last thing the owner told it. The backend and the guardian both keep one; every answer
+about runtime state carries it, so a stale world is never shown as current.
+
+States (stable wire values)::
+
+    connected       the owner answers; ``seen`` is the last exchange
+    reconnecting    the connection broke at ``since``; trying again
+    lost            reconnecting has failed since ``since`` (``reason``); still trying
+    owner-changed   another owner instance answers: never adopted automatically (for a
+                    backend generation this is terminal: the guardian moves control)
+
+Events: ``Seen`` (any answer or event from the owner), ``Broke`` (the connection is gone),
+``Failed`` (a reconnect attempt failed), ``Changed`` (another instance answered). The
+table below is complete (checked at import); a pure machine: the caller passes ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["STALE_AFTER", "Link", "LinkEvent", "LinkState"]
+
+STALE_AFTER = 5.0   # seconds without a word from the owner: the view is stale
+
+
+class LinkState(StrEnum):
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    LOST = "lost"
+    OWNER_CHANGED = "owner-changed"
+
+
+class LinkEvent(StrEnum):
+    SEEN = "seen"
+    BROKE = "broke"
+    FAILED = "failed"
+    CHANGED = "changed"
+
+
+@dataclass
+class Link:
+    state: LinkState = LinkState.CONNECTED
+    since: float = 0.0        # wall time the current state began
+    seen: float = 0.0         # wall time of the last word from the owner
+    reason: str | None = None
+
+    def handle(self, event: LinkEvent, now: float, reason: str | None = None) -> None:
+        TRANSITIONS[(self.state, event)](self, now, reason)
+
+    def _set_state(self, new: LinkState, now: float, reason: str | None) -> None:
+        if new is not self.state:
+            self.state, self.since = new, now
+        self.reason = reason
+
+    def current(self, now: float) -> bool:
+        """Whether what the backend knows may be shown as the present."""
+        return self.state is LinkState.CONNECTED and now - self.seen <= STALE_AFTER
+
+    def to_wire(self, now: float) -> dict[str, Any]:
+        return {"state": str(self.state), "since": self.since, "reason": self.reason,
+                "last_seen": self.seen, "age": round(max(0.0, now - self.seen), 3),
+                "current": self.current(now)}
+
+
+def _seen(link: Link, now: float, reason: str | None) -> None:
+    link.seen = now
+    link._set_state(LinkState.CONNECTED, now, None)
+
+
+def _broke(link: Link, now: float, reason: str | None) -> None:
+    link._set_state(LinkState.RECONNECTING, now, reason)
+
+
+def _failed(link: Link, now: float, reason: str | None) -> None:
+    link._set_state(LinkState.LOST, now if link.state is not LinkState.LOST else link.since,
+                    reason)
+
+
+def _changed(link: Link, now: float, reason: str | None) -> None:
+    link._set_state(LinkState.OWNER_CHANGED, now, reason)
+
+
+def _stay(link: Link, now: float, reason: str | None) -> None:
+    """owner-changed is terminal: only a new Link (a new attachment) starts over."""
+
+
+Handler = Callable[[Link, float, "str | None"], None]
+TRANSITIONS: dict[tuple[LinkState, LinkEvent], Handler] = {
+    (LinkState.CONNECTED, LinkEvent.SEEN): _seen,
+    (LinkState.CONNECTED, LinkEvent.BROKE): _broke,
+    (LinkState.CONNECTED, LinkEvent.FAILED): _failed,
+    (LinkState.CONNECTED, LinkEvent.CHANGED): _changed,
+    (LinkState.RECONNECTING, LinkEvent.SEEN): _seen,
+    (LinkState.RECONNECTING, LinkEvent.BROKE): _broke,
+    (LinkState.RECONNECTING, LinkEvent.FAILED): _failed,
+    (LinkState.RECONNECTING, LinkEvent.CHANGED): _changed,
+    (LinkState.LOST, LinkEvent.SEEN): _seen,
+    (LinkState.LOST, LinkEvent.BROKE): _failed,
+    (LinkState.LOST, LinkEvent.FAILED): _failed,
+    (LinkState.LOST, LinkEvent.CHANGED): _changed,
+    (LinkState.OWNER_CHANGED, LinkEvent.SEEN): _stay,
+    (LinkState.OWNER_CHANGED, LinkEvent.BROKE): _stay,
+    (LinkState.OWNER_CHANGED, LinkEvent.FAILED): _stay,
+    (LinkState.OWNER_CHANGED, LinkEvent.CHANGED): _stay,
+}
+assert set(TRANSITIONS) == {(s, e) for s in LinkState for e in LinkEvent}

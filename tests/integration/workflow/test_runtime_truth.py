@@ -1,0 +1,94 @@
+"""Status never shows a stale world as current, and an observation gap is repaired."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import psutil
+
+CONFIG = """
+[stacks.s.apps.sleeper]
+command = ["sleep", "infinity"]
+instances = 2
+"""
+
+CHATTY = """
+import os, socket, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+for i in range(6000):
+    s.sendto(b"STATUS=%d" % i, os.environ["NOTIFY_SOCKET"])
+time.sleep(100000)
+"""
+
+
+def _drain_dead_owner(cluster) -> None:
+    """The guided reconcile stops what the dead owner left (nothing by hand)."""
+    plan = cluster.cli("owner", "reconcile", "--prepare", check=True).out
+    assert cluster.cli("owner", "reconcile", "--drain", plan["digest"]).code == 0
+
+
+def test_status_after_owner_kill_shows_unknown_and_exits_5(cluster):
+    cluster.up(CONFIG)
+    cluster.wait_ready(2)
+    ok = cluster.cli("status")
+    assert ok.code == 0 and ok.out["owner_link"]["state"] == "connected"
+    victim = next(iter(cluster.pids().values()))[0]
+    owner = int(cluster.cli("owner", "status", check=True).out["owner"]["pid"])
+    os.kill(owner, signal.SIGKILL)
+    os.kill(victim, signal.SIGKILL)             # by hand, while nobody watches
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        res = cluster.cli("status")
+        if res.code == 5:
+            break
+        time.sleep(0.2)
+    assert res.code == 5, res.out
+    link = res.out["owner_link"]
+    assert link["state"] in ("reconnecting", "lost") and link["current"] is False
+    assert {r["state"] for r in res.out["apps"]} == {"unknown"}
+    assert {r["last_state"] for r in res.out["apps"]} == {"ready"}
+    backend = cluster.cli("backend", "status")
+    assert backend.code == 5 and backend.out["owner_link"]["current"] is False
+    _guardian_stop(cluster)
+    _drain_dead_owner(cluster)
+
+
+def _guardian_stop(cluster) -> None:
+    pid = int(cluster.cli("backend", "status").out["guardian"]["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_observation_gap_is_repaired_exits_missed_are_handled(cluster):
+    cluster.env = {"TENURE_OWNER_RING_SIZE": "32", "TENURE_OWNER_SUBSCRIBER_BUFFER": "1"}
+    flag = cluster.home / "flood"
+    cluster.up(CONFIG + f'\n[stacks.s.apps.chatty]\ncommand = ["{sys.executable}", "-c", '
+               + json.dumps(CHATTY) + f', "{flag}"]\nrestart = "never"\n')
+    cluster.wait_ready(3)
+    old = {k: a["pid"] for k, a in cluster.apps().items() if "/sleeper/" in k}
+    backend = psutil.Process(cluster.backend_pid())
+    backend.suspend()                     # it cannot read: the owner drops it, events lost
+    try:
+        for pid in old.values():
+            os.kill(pid, signal.SIGKILL)
+        flag.write_text("go")             # the chatty app floods the ring meanwhile
+        time.sleep(3.0)
+    finally:
+        backend.resume()
+
+    def restarted() -> bool:
+        apps = cluster.apps()
+        return all(apps[k]["pid"] not in (None, pid) and apps[k]["ready"]
+                   for k, pid in old.items())
+    cluster.wait(restarted, 30, "the sleepers restarted after the gap")
+    log = (cluster.layout.logs / f"backend-{cluster.status()['backend']['activation']}.log")
+    assert "observation gap" in log.read_text()
+    assert all(cluster.apps()[k]["restarts"] == 1 for k in old)
