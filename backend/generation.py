@@ -53,6 +53,7 @@ log = logging.getLogger("tenure.backend")
 
 CONTRACTS = OWNER_CONTRACTS
 CERTIFICATE_PERIOD = 5.0
+FIRST_CERTIFICATE = 0.5
 CURSOR_SLACK = 5_000  # half the owner's observation ring (10,000 events)
 HEARTBEAT = 1.0
 
@@ -287,8 +288,12 @@ class Generation:
         sup.removed.clear()
 
     async def _certificate_loop(self) -> None:
+        # The first one soon after READY: until a generation certifies under its own
+        # grant, a crash of it can only be recovered from its predecessor's certificate.
+        delay = FIRST_CERTIFICATE
         while True:
-            await asyncio.sleep(CERTIFICATE_PERIOD)
+            await asyncio.sleep(delay)
+            delay = CERTIFICATE_PERIOD
             try:
                 await self.publish_certificate()
             except TenureError as exc:

@@ -52,9 +52,11 @@ def main() -> int:
     ap.add_argument("--flows", default="upgrade,rollback,restore,recover")
     ap.add_argument("--actions", default=",".join(ACTIONS))
     ap.add_argument("--limit", type=int, default=0, help="run only the first N cells")
+    ap.add_argument("--start", type=int, default=1, help="begin at the Nth cell (1-based)")
     args = ap.parse_args()
     flows, actions = set(args.flows.split(",")), set(args.actions.split(","))
     cells = [c for c in all_cells() if c.flow in flows and c.action in actions]
+    cells = cells[args.start - 1:]
     if args.limit:
         cells = cells[:args.limit]
     signal.signal(signal.SIGTERM, _interrupt)   # a stopped run still cleans its cell up

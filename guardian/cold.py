@@ -168,10 +168,28 @@ async def _uncovered(co: Coordinator, body: dict[str, Any], inv: list[dict[str, 
     if not isinstance(epoch, int) or co.state.grant_for(str(body.get("activation"))) != epoch:
         return "the certificate names a grant this guardian never issued"
     for act in co.state.activations_granted_after(epoch):
-        if act.phase is Phase.COMPLETE:
+        if act.phase is Phase.COMPLETE and not _carried(co, act, body):
             return (f"generation {act.id} completed under a later grant without "
                     "certifying; the certificate is stale")
     return None
+
+
+def _carried(co: Coordinator, act: Activation, body: dict[str, Any]) -> bool:
+    """Whether a generation that completed after the certificate took over exactly the
+    world it vouches for (so, not having invalidated it, it changed nothing): a handoff
+    whose checkpoint has the certificate's inventory digest, or a recovery admitted by
+    this very certificate."""
+    receipts = co.state.receipts(act.id)
+    if act.kind is Kind.RESTORE:
+        source = co.state.restored_by(act.id)
+        receipts = co.state.receipts(source) if source else []
+    if act.kind in (Kind.START, Kind.RECOVER):
+        created = receipts[0]["detail"] if receipts else {}
+        return bool(created.get("certified_by") == body.get("activation")
+                    and created.get("inventory_digest") == body.get("inventory_digest"))
+    return any(r["phase"] == Phase.CHECKPOINTED and
+               r["detail"].get("inventory_digest") == body.get("inventory_digest")
+               for r in receipts)
 
 
 async def recover_after_crash(co: Coordinator, force: bool = False,
@@ -185,9 +203,8 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
         return None
     while True:
         try:
-            return await start_selected(co, kind, check.cursor, expect=check.body, detail=(
-                {"forced": True, "evidence": evidence, "uncovered": check.reason}
-                if force and not check.ok else None))
+            return await start_selected(co, kind, check.cursor, expect=check.body,
+                                        detail=_admission(check, force, evidence))
         except TenureError as exc:
             if isinstance(exc, IdentityError | Uncertain | NotFound):
                 _block(co, exc.code_str, exc.msg)
@@ -200,6 +217,17 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
                 return None
             log.error("recovery attempt failed (%s); retrying in %.0f s", exc, delay)
             await co.sleep(delay)
+
+
+def _admission(check: Check, force: bool, evidence: str | None) -> dict[str, Any] | None:
+    """What admitted a recovery, for its first receipt: the certificate that covered the
+    world, or the reviewed plan of a forced one."""
+    if force and not check.ok:
+        return {"forced": True, "evidence": evidence, "uncovered": check.reason}
+    if check.body is not None:
+        return {"certified_by": check.body.get("activation"),
+                "inventory_digest": check.body.get("inventory_digest")}
+    return None
 
 
 async def watch_owner(co: Coordinator) -> None:

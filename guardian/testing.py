@@ -217,8 +217,9 @@ class World:
             from_activation=bp.activation, owner=self.identity.to_wire(), epoch=bp.epoch,
             cursor=0, config_revision="rev-1", instances=[], inventory=list(self.inventory),
             operations=[], written_at=0.0))
-        return {"path": path, "inventory_digest": "d", "launches": len(self.inventory),
-                "cursor": 0}
+        from .recovery import digest
+        return {"path": path, "inventory_digest": digest(self.inventory),
+                "launches": len(self.inventory), "cursor": 0}
 
 
 class FakeCoordinator(Coordinator):

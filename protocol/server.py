@@ -56,6 +56,7 @@ VIEWER_MAX_FRAME = 64 * 1024
 """A viewer only reads: its requests are small, and it may be another uid."""
 DEFAULT_MAX_CONNECTIONS: Mapping[str, int] = {"admin": 64, "viewer": 32}
 DEFAULT_MAX_PENDING = 64
+MAX_INFLIGHT = 64  # requests of one connection being handled at once; more wait to be read
 DEFAULT_FRAME_TIMEOUT = 10.0
 REFUSAL_LINGER = 1.0
 """How long a connection refused at accept is kept so the client can read why."""
@@ -267,11 +268,22 @@ class RpcServer:
         await self._handshake(conn, first, allowed)
         decoder.max_frame = self.max_frame if conn.role == "admin" else \
             min(self.max_frame, self.viewer_max_frame)
-        while True:
-            frame = await self._read(reader, decoder, pending, self.frame_timeout)
-            if frame is None:
-                return
-            await self._handle(conn, frame)
+        # Requests of one connection run concurrently (answers carry their id): a slow
+        # one — a stop that waits out its grace period — must not hold up the rest.
+        inflight: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                frame = await self._read(reader, decoder, pending, self.frame_timeout)
+                if frame is None:
+                    return
+                if len(inflight) >= MAX_INFLIGHT:
+                    await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+                task = asyncio.create_task(self._handle(conn, frame))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
+        finally:
+            if inflight:  # admitted requests finish, as they did one at a time
+                await asyncio.gather(*inflight, return_exceptions=True)
 
     async def _read(self, reader: asyncio.StreamReader, decoder: FrameDecoder,
                     pending: list[dict[str, Any]], frame_timeout: float | None = None,

@@ -222,15 +222,32 @@ def test_recovery_refuses_what_the_certificate_does_not_cover(
 def test_recovery_refuses_a_certificate_older_than_a_completed_generation(
         tmp_path: Path) -> None:
     async def go(co: FakeCoordinator) -> None:
-        bp = await in_control(co)
-        co.world.certificate = _certificate(co, bp)
-        act = (await upgrade(co, NEW))["activation"]
-        assert act["phase"] == "complete"
+        first = await in_control(co)
+        co.world.certificate = _certificate(co, first)
+        first.die()
+        second = await start_selected(co)     # not admitted by that certificate
+        assert second.phase is Phase.COMPLETE
         co.world.api.die()   # type: ignore[union-attr]  # crashed before certifying
-        body = co.world.certificate["body"]
-        body["release"] = NEW  # even a matching release does not make it current
         assert await recover_safely(co) is None
         assert co.blocked is not None and "stale" in co.blocked["reason"]
+    run(go, tmp_path)
+
+
+def test_a_recovery_and_a_handoff_carry_the_certificate_forward(tmp_path: Path) -> None:
+    """Regression (seen under systemd): recover, then upgrade, then a crash before the
+    new generation certified; both took over exactly the certified world."""
+    async def go(co: FakeCoordinator) -> None:
+        first = await in_control(co)
+        _crash(co, first)
+        recovered = await recover_safely(co)
+        assert recovered is not None and recovered.phase is Phase.COMPLETE
+        assert (await upgrade(co, NEW))["activation"]["phase"] == "complete"
+        co.world.certificate["body"]["release"] = NEW
+        co.world.api.die()   # type: ignore[union-attr]
+        again = await recover_safely(co)
+        assert again is not None and again.phase is Phase.COMPLETE, co.blocked
+        created = co.state.receipts(again.id)[0]["detail"]
+        assert created["certified_by"] == first.activation
     run(go, tmp_path)
 
 

@@ -9,6 +9,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -261,6 +262,23 @@ def test_async_client_concurrent_calls_and_transport_lost(start_server):
             with pytest.raises(TransportLost) as e:
                 await c.call("sleep", {"seconds": 30})
             assert e.value.request_id is not None
+
+    asyncio.run(main())
+
+
+def test_a_slow_request_does_not_hold_up_the_others_on_its_connection(start_server):
+    """Regression: requests of one connection ran one at a time, so a stop waiting out
+    its grace period delayed every other call of the backend (status showed the past)."""
+    s = start_server()
+
+    async def main() -> None:
+        async with AsyncClient(s.path, want={"demo": 1}) as c:
+            slow = asyncio.ensure_future(c.call("sleep", {"seconds": 3}))
+            await asyncio.sleep(0.1)
+            t0 = time.monotonic()
+            assert await c.call("echo", {"x": 1}) == {"x": 1}
+            assert time.monotonic() - t0 < 1.0 and not slow.done()
+            assert await slow == {"slept": 3}
 
     asyncio.run(main())
 
