@@ -15,11 +15,12 @@ restart — the start — and leave the application stopped.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from protocol.errors import ShuttingDown
+
+from .waiters import Waiters
 
 __all__ = ["StepGate"]
 
@@ -32,7 +33,7 @@ class StepGate:
         self._paused = False
         self._running: dict[int, str] = {}
         self._next = 0
-        self._waiters: set[asyncio.Future[None]] = set()
+        self._waiters = Waiters()
 
     @property
     def paused(self) -> bool:
@@ -76,24 +77,7 @@ class StepGate:
         return await self._until(lambda: not self._running, timeout)
 
     def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, set()
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        self._waiters.wake()
 
     async def _until(self, done: Callable[[], bool], timeout: float | None) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not done():
-            left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                return False
-            fut: asyncio.Future[None] = loop.create_future()
-            self._waiters.add(fut)
-            try:
-                await asyncio.wait_for(fut, left)
-            except TimeoutError:
-                return done()
-            finally:
-                self._waiters.discard(fut)
-        return True
+        return await self._waiters.until(done, timeout)

@@ -36,6 +36,7 @@ from .probes import (
     process_group_members,
     readiness_probe,
 )
+from .waiters import Waiters
 
 __all__ = ["OwnerCalls", "Supervisor", "instance_key"]
 
@@ -86,7 +87,7 @@ class Supervisor:
         self._ready: dict[str, ProbeRunner] = {}
         self._health: dict[str, HealthRunner] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._waiters: set[asyncio.Future[None]] = set()
+        self._waiters = Waiters()
         self._on_mutation = on_mutation or (lambda method: None)
         self._sleep = sleep
         self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
@@ -117,28 +118,11 @@ class Supervisor:
 
     def _notify(self) -> None:
         """Wake every waiter; each re-checks its own predicate (no task per event)."""
-        waiters, self._waiters = self._waiters, set()
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        self._waiters.wake()
 
     async def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Wait until ``predicate()`` holds (re-checked after every transition)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not predicate():
-            left = deadline - loop.time()
-            if left <= 0:
-                return False
-            fut: asyncio.Future[None] = loop.create_future()
-            self._waiters.add(fut)
-            try:
-                await asyncio.wait_for(fut, left)
-            except TimeoutError:
-                return predicate()
-            finally:
-                self._waiters.discard(fut)
-        return True
+        return await self._waiters.until(predicate, timeout)
 
     def on_observation(self, e: dict[str, Any]) -> None:
         """One owner event: exits and notify messages become machine events."""

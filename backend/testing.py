@@ -37,8 +37,8 @@ from protocol.layout import Layout
 if TYPE_CHECKING:
     from .generation import Generation
 
-__all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "fake_generation",
-           "no_sleep", "seal_once"]
+__all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "api_call", "fake_generation",
+           "no_sleep", "seal_once", "until"]
 
 
 def seal_once(out: Path) -> Path:
@@ -307,3 +307,20 @@ def fake_generation(home: Path, owner: FakeOwner, config_text: str = "") -> Gene
         gen.sup.ensure(app, index, True)
     gen.ready = True
     return gen
+
+
+def api_call(method: str, **params: object) -> Any:
+    """A ``protocol.server.Call`` for calling an Api handler directly in a unit test."""
+    from protocol.server import Call
+    return Call(method, dict(params), None, 1, None)  # type: ignore[arg-type]
+
+
+async def until(done: Callable[[], bool], what: str, turns: int = 500) -> None:
+    """Let the event loop run until ``done()`` holds (at most ``turns`` turns); never
+    sleeps. Raises AssertionError naming ``what``."""
+    import asyncio
+    for _ in range(turns):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{what}: not reached")

@@ -7,7 +7,6 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -16,15 +15,10 @@ import pytest
 from owner.testing import GuardianKey, OwnerProcess, kill_pids
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_owner
 from test_owner import Live
 
-
-@pytest.fixture
-def owner(short_home: Path) -> Iterator[OwnerProcess]:
-    o = OwnerProcess(short_home).start()
-    yield o
-    if o.proc is not None and o.proc.poll() is None:
-        assert o.stop() == 0, o.stderr_path.read_text() if o.stderr_path else ""
+owner = test_owner.owner  # the fixture: a started owner process, stopped cleanly after
 
 
 def _wait_gone(pids: list[int]) -> None:

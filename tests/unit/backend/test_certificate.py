@@ -7,7 +7,6 @@ snapshot is not written again. Fake owner, no sleep."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,22 +15,12 @@ from backend.config import parse_config
 from backend.generation import CURSOR_SLACK, same_snapshot
 from backend.instance import Outcome, State
 from backend.supervisor import Supervisor
-from backend.testing import FakeOwner, fake_generation, no_sleep
-from protocol.server import Call
+from backend.testing import FakeOwner, api_call, fake_generation, no_sleep, until
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 
 
-def call(method: str, **params: object) -> Call:
-    return Call(method, dict(params), None, 1, None)  # type: ignore[arg-type]
-
-
-async def until(done: Callable[[], bool], what: str, turns: int = 500) -> None:
-    for _ in range(turns):
-        if done():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"{what}: not reached")
+call = api_call
 
 
 class Flaky:

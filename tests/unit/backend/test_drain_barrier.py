@@ -14,24 +14,14 @@ from pathlib import Path
 import pytest
 
 from backend.instance import State
-from backend.testing import FakeOwner, fake_generation
+from backend.testing import FakeOwner, api_call, fake_generation, until
 from protocol.errors import OperationInProgress, ShuttingDown
-from protocol.server import Call
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 TWO = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\ninstances = 2\nenv = { V = "1" }\n'
 
 
-def call(method: str, **params: object) -> Call:
-    return Call(method, dict(params), None, 1, None)  # type: ignore[arg-type]
-
-
-async def until(done: Callable[[], bool], what: str, turns: int = 500) -> None:
-    for _ in range(turns):
-        if done():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"{what}: not reached")
+call = api_call
 
 
 def ready(gen, *keys: str) -> Callable[[], bool]:
