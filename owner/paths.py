@@ -28,6 +28,17 @@ class OwnerPaths(Layout):
     def notify_sock(self) -> str:
         return str(self.dir / "notify.sock")
 
+    def notify_address(self, instance: str) -> str:
+        """``NOTIFY_SOCKET`` for apps. An owner that runs as root may start apps as other
+        users, who cannot reach a socket file in the private state directory; it then
+        uses an abstract address named after its instance (random, minted at start, so
+        nobody can bind it first). Anyone may send to it, which changes nothing: a
+        message counts only for the app whose process group the kernel-stamped sender
+        pid is in (owner.notify). A non-root owner keeps the 0600 file."""
+        if os.geteuid() == 0:
+            return f"@tenure/{instance}/notify"
+        return self.notify_sock
+
     @property
     def db(self) -> str:
         return str(self.dir / "owner.db")

@@ -26,6 +26,7 @@ from pathlib import Path
 from protocol.errors import LaunchFailed, NotFound
 
 from .cgroups import CgroupTree, members
+from .limits import apply_cgroup_limits, require_cgroup_limits
 from .procinfo import Inspector, group_members, inspect, read_pgid, read_start_ticks
 from .reaper import become_subreaper, raise_nofile_limit, reap_orphans
 from .spawn import PopenSpawner, Spawned, Spawner, pidfd_supported
@@ -185,12 +186,14 @@ class ProcessTable:
         mode (``self.cgroups``) the launch gets the cgroup named after ``cgroup_key``,
         created before the spawn.
 
-        Raises LaunchFailed (nothing left behind, no cgroup either). Invariant: the pid
-        is tracked before this returns and before any SIGCHLD handler can run, so its
-        exit is never lost.
+        Raises LaunchFailed or one of its kinds (PrivilegeRequired, LimitUnenforceable);
+        nothing is left behind, no cgroup either. Invariant: the pid is tracked before
+        this returns and before any SIGCHLD handler can run, so its exit is never lost.
         """
         if self._closed:
             raise RuntimeError("process table is closed")
+        tree = self.cgroups if cgroup_key is not None else None
+        require_cgroup_limits(spec.limits, None if tree is None else tree.controllers)
         if self.cgroups is not None and cgroup_key is not None:
             spawned = self._spawn_in_cgroup(self.cgroups, spec, cgroup_key)
         else:
@@ -212,6 +215,7 @@ class ProcessTable:
             raise LaunchFailed(f"cannot create the cgroup for {key!r}: {e.strerror}",
                                {"argv0": spec.argv[0]}) from e
         try:
+            apply_cgroup_limits(spec.limits, path)  # before any process of the app runs
             return self._spawner.spawn(spec, self._notify_path, cgroup=os.fspath(path))
         except BaseException:
             tree.remove(path)

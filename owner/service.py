@@ -17,7 +17,6 @@ from protocol.durable import atomic_write, read_private
 from protocol.errors import (
     BadRequest,
     Conflict,
-    LaunchFailed,
     NoGrant,
     NotFound,
     OwnerChanged,
@@ -35,6 +34,7 @@ from .observations import ObservationRing
 from .paths import OwnerPaths
 from .procinfo import Inspector
 from .procs import ProcessTable
+from .runas import launch_error, privileges
 from .specs import LaunchSpec, StopPolicy, parse_signal
 from .stop import StopOutcome
 from .store import Intent, LaunchRow, LaunchState, OwnerStore
@@ -58,6 +58,7 @@ S_LAUNCH = Schema(
     Field("argv", list), Field("env", dict, required=False, default={}, check=check_str_map),
     Field("cwd", str, required=False), Field("stop", dict, required=False, default={}),
     Field("intent_revision", int, required=False, check=_uint),
+    Field("identity", dict, required=False), Field("limits", dict, required=False),
 )
 S_KEY = Schema(Field("launch_key", str, check=check_key(200)))
 S_STOP = Schema(Field("launch_key", str, check=check_key(200)),
@@ -92,7 +93,8 @@ class OwnerService:
         self.server: RpcServer | None = None
         self.ring = ObservationRing(publish=self._publish)
         self.inspector = Inspector()
-        self.launcher = Launcher(store, journal, self.ring, identity.boot_id, paths.notify_sock)
+        self.launcher = Launcher(store, journal, self.ring, identity.boot_id,
+                                 paths.notify_address(identity.instance))
         self._on_shutdown = on_shutdown
 
     @property
@@ -182,12 +184,15 @@ class OwnerService:
             if intent is Intent.STOPPED and p["intent_revision"] != revision:
                 raise StackFenced(f"stack {p['stack']!r} is stopped (intent revision "
                                   f"{revision})", {"stack": p["stack"], "revision": revision})
-            spec = LaunchSpec.from_wire({k: p[k] for k in ("argv", "env", "cwd", "stop")
+            spec = LaunchSpec.from_wire({k: p[k] for k in ("argv", "env", "cwd", "stop",
+                                                           "identity", "limits")
                                          if p[k] is not None})
             first = self.launcher.launch(p, spec, self.epoch)
         if first.state is LaunchState.FAILED:
-            raise LaunchFailed((first.error or {}).get("msg", "launch failed"),
-                               {"launch_key": first.launch_key, **(first.error or {})})
+            err = first.error or {}
+            raise launch_error(err.get("code"))(
+                err.get("msg", "launch failed"),
+                {"launch_key": first.launch_key, **err, **(err.get("data") or {})})
         return first.to_wire()
 
     def _live(self, key: str) -> LaunchRow:
@@ -291,6 +296,8 @@ class OwnerService:
                 "log_last_id": await asyncio.to_thread(self.journal.last_id),
                 "notify": dict(self.launcher.notify_stats()),
                 "draining": bool(self.server and self.server.draining),
+                **privileges(None if self.launcher.cgroups is None
+                             else self.launcher.cgroups.controllers),
                 "home": os.fspath(self.paths.home)}
 
     async def shutdown(self, call: Call) -> Any:
