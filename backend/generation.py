@@ -39,6 +39,7 @@ from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_gro
 
 from .adopt import Adoption, adopt_checkpoint, adopt_inventory, relaunch_lost
 from .config import parse_config
+from .enforce import app_uids
 from .model import Config, Settings
 from .store import BackendStore, RecoveryStore
 from .supervisor import Supervisor, now
@@ -151,12 +152,17 @@ class Generation:
         which needs its directories searchable and the socket group-accessible."""
         assert self.server is not None
         viewers = _group(self.config.settings)
-        self.server.authorize = admin_or_viewer(viewers)
         dirs = [str(self.layout.home), str(self.layout.backend)]
-        if viewers is not None:
-            share_with_group(dirs, self.layout.api_sock, viewers)
-        else:
+        try:
+            if viewers is not None:
+                share_with_group(dirs, self.layout.api_sock, viewers)
+            else:
+                unshare(dirs, self.layout.api_sock)
+        except OSError as exc:  # e.g. no longer a member of the group: serve the admin
+            log.error("cannot share the API with group %s (%s); admin only", viewers, exc)
             unshare(dirs, self.layout.api_sock)
+            viewers = None
+        self.server.authorize = admin_or_viewer(viewers, deny=app_uids(self.config))
 
     def _apply_observations(self, batch: dict[str, Any]) -> None:
         assert self.sup is not None

@@ -188,6 +188,10 @@ class ChildSetup:
         if creds is None and run_as.umask is None and not rlimits:
             return None
         procs = None if cgroup is None else os.path.join(cgroup, "cgroup.procs")
+        # As under systemd: another user's app without a cwd starts in /, not in the
+        # owner's working directory (which that user may not be able to enter).
+        if cwd is None and creds is not None:
+            cwd = "/"
         return cls(creds, run_as.umask, rlimits, cwd, procs)
 
     def __enter__(self) -> ChildSetup:

@@ -206,7 +206,7 @@ class RpcServer:
             return
         allowed = self.authorize(conn.peer)
         if allowed is None:
-            raise Unauthorized(f"uid {conn.peer.uid} may not use this socket")
+            raise self._refused(conn, f"uid {conn.peer.uid} may not use this socket")
         await self._handshake(conn, first, allowed)
         decoder.max_frame = self.max_frame
         while True:
@@ -233,7 +233,8 @@ class RpcServer:
             raise UnsupportedProtocol(f"server speaks protocol {PROTO}, client {msg.proto}",
                                       {"server": PROTO, "client": msg.proto})
         if ROLES.index(msg.role) < ROLES.index(allowed):
-            raise Unauthorized(f"uid {conn.peer.uid} may connect as {allowed}, not {msg.role}")
+            raise self._refused(conn, f"uid {conn.peer.uid} may connect as {allowed}, "
+                                f"not {msg.role}")
         missing = {k: v for k, v in msg.want.items() if self.capabilities.get(k) != v}
         if missing:
             raise CapabilityMissing(
@@ -262,7 +263,7 @@ class RpcServer:
         if method is None:
             raise UnknownMethod(f"no method {req.m!r}", {"method": req.m})
         if _RANK[conn.role] > _RANK[method.role]:
-            raise Unauthorized(f"{req.m} needs the {method.role} role")
+            raise self._refused(conn, f"{req.m} needs the {method.role} role")
         if self.draining and not method.while_draining:
             raise ShuttingDown("server is draining; retry against the next one")
         params = method.params.validate(req.p) if method.params else dict(req.p)
@@ -279,6 +280,13 @@ class RpcServer:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
+
+    def _refused(self, conn: Connection, why: str) -> Unauthorized:
+        """Every refusal is logged: who (uid, gid, pid) tried what on which socket."""
+        p = conn.peer
+        log.warning("refused uid=%d gid=%d pid=%d on %s: %s", p.uid, p.gid, p.pid,
+                    self.path, why)
+        return Unauthorized(why)
 
     async def _send(self, conn: Connection, response: Response) -> None:
         if conn.writer.is_closing():

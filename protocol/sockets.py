@@ -23,6 +23,7 @@ __all__ = [
     "MAX_SOCKET_PATH",
     "PeerCred",
     "admin_or_viewer",
+    "admins",
     "bind_unix",
     "check_private_dir",
     "check_socket_file",
@@ -210,11 +211,24 @@ def same_uid_or_root(cred: PeerCred) -> str | None:
     return "admin" if cred.uid in (os.geteuid(), 0) else None
 
 
-def admin_or_viewer(viewer_gid: int | None) -> Authorizer:
-    """Admin as :func:`same_uid_or_root`; members of ``viewer_gid`` get the viewer role."""
+def admins(*uids: int) -> Authorizer:
+    """:func:`same_uid_or_root`, and also ``uids`` as admins (the owner, running as root,
+    admits the service account its guardian and backends run as); nobody else."""
+    allowed = frozenset((os.geteuid(), 0, *uids))
+
+    def authorize(cred: PeerCred) -> str | None:
+        return "admin" if cred.uid in allowed else None
+    return authorize
+
+
+def admin_or_viewer(viewer_gid: int | None,
+                    deny: frozenset[int] = frozenset()) -> Authorizer:
+    """Admin as :func:`same_uid_or_root`; members of ``viewer_gid`` get the viewer role,
+    except the uids in ``deny`` (the apps' users: they are refused everywhere)."""
     def authorize(cred: PeerCred) -> str | None:
         role = same_uid_or_root(cred)
-        if role is None and viewer_gid is not None and _in_group(cred, viewer_gid):
+        if role is None and cred.uid not in deny and viewer_gid is not None \
+                and _in_group(cred, viewer_gid):
             return "viewer"
         return role
     return authorize
