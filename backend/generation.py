@@ -95,7 +95,8 @@ class Generation:
         if saved is not None:
             self.config = parse_config(saved["text"], saved["source"])
         self.owner = AsyncClient(self.layout.owner_sock, want=CONTRACTS,
-                                 expect_instance=owner.instance, name="backend")
+                                 expect_instance=owner.instance, name="backend",
+                                 allow_group=True)
         welcome = await self.owner.connect()
         if welcome.identity != owner:
             raise IdentityMismatch("the owner is not the process the guardian fenced",

@@ -98,7 +98,7 @@ class Cluster:
         return Client(self.layout.guardian_sock, pin=False, timeout=600, **kw)
 
     def owner(self, **kw: Any) -> Client:
-        return Client(self.layout.owner_sock, pin=False, **kw)
+        return Client(self.layout.owner_sock, pin=False, allow_group=True, **kw)
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         with self.api() as c:

@@ -85,8 +85,9 @@ class Coordinator:
     async def connect_owner(self) -> Identity:
         """Connect (pinning the owner instance), pin our key. Raises TenureError."""
         if self.owner is None:
+            # allow_group: in system scope owner.sock is root:<service account> 0660
             self.owner = AsyncClient(self.paths.owner_sock, want=OWNER_CONTRACTS,
-                                     name="guardian", timeout=60.0)
+                                     name="guardian", timeout=60.0, allow_group=True)
         welcome = await self.owner.connect()
         self.owner_identity = welcome.identity
         await self.owner.call("guardian.pin",

@@ -23,13 +23,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--home", type=Path, default=None,
                     help="state directory (default: TENURE_HOME or ~/.local/state/tenure)")
     ap.add_argument("--json", action="store_true", help="reconcile: print JSON")
+    ap.add_argument("--service-account", default=None, metavar="USER",
+                    help="system scope: the account the guardian and backends run as; "
+                         "it (and root) may use the owner's socket (owner runs as root)")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s owner %(levelname)s %(message)s")
     paths = OwnerPaths((args.home or default_home()).absolute())
     if args.command == "serve":
-        return run(paths)
+        return run(paths, args.service_account)
     return _reconcile(paths, args.json)
 
 

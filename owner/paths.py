@@ -8,7 +8,7 @@ from pathlib import Path
 
 from protocol.errors import AlreadyRunning
 from protocol.layout import Layout, default_home
-from protocol.sockets import check_socket_path, ensure_private_dir
+from protocol.sockets import check_private_dir, check_socket_path, ensure_private_dir
 
 __all__ = ["OwnerPaths", "default_home"]
 
@@ -75,9 +75,11 @@ class OwnerPaths(Layout):
                                  {"home": str(self.home)}) from None
         return fd
 
-    def prepare(self) -> None:
-        """Create home and execution/ (0700) and check every socket path's length.
-        Raises UnsafePath or PathTooLong."""
+    def prepare(self, owners: tuple[int, ...] | None = None) -> None:
+        """Create home and execution/ (0700) and check every socket path's length; the
+        home may be owned by any of ``owners`` (default: us or root). Raises UnsafePath
+        or PathTooLong."""
         check_socket_path(self.sock)
         check_socket_path(self.notify_sock)
-        ensure_private_dir(self.dir, root=self.home)
+        ensure_private_dir(self.dir, root=self.home, owners=owners)
+        check_private_dir(self.dir)  # execution/ itself is always the owner's own

@@ -33,6 +33,7 @@ class OwnerProcess:
     proc: subprocess.Popen[bytes] | None = None
     instance: str = ""
     stderr_path: Path | None = None
+    args: tuple[str, ...] = ()  # more arguments, e.g. ("--service-account", "tenure")
 
     @property
     def paths(self) -> OwnerPaths:
@@ -44,7 +45,7 @@ class OwnerProcess:
         self.stderr_path = self.home / f"owner-{time.monotonic_ns()}.log"
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "owner", "--home", str(self.home)],
+                [sys.executable, "-m", "owner", "--home", str(self.home), *self.args],
                 stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()

@@ -84,11 +84,13 @@ def check_private_dir(path: str | os.PathLike[str], owners: tuple[int, ...] | No
 
 
 def ensure_private_dir(path: str | os.PathLike[str],
-                       root: str | os.PathLike[str] | None = None) -> Path:
+                       root: str | os.PathLike[str] | None = None,
+                       owners: tuple[int, ...] | None = None) -> Path:
     """Create ``path`` (and missing parents below ``root``) with mode 0700, then check it.
 
     Every existing component from ``root`` (inclusive) down to ``path`` must be a private
-    directory. Raises UnsafePath; never changes an existing directory's mode or owner.
+    directory owned by one of ``owners`` (default: us or root). Raises UnsafePath; never
+    changes an existing directory's mode or owner.
     """
     target = Path(os.path.abspath(path))
     base = Path(os.path.abspath(root)) if root is not None else target
@@ -101,7 +103,7 @@ def ensure_private_dir(path: str | os.PathLike[str],
     for component in chain:
         with suppress(FileExistsError):
             os.mkdir(component, 0o700)
-        check_private_dir(component)
+        check_private_dir(component, owners)
     return target
 
 

@@ -17,8 +17,11 @@ form):
   it, but neither requires nor binds to it: restarting one never restarts the other, so a
   guardian restart cannot touch apps and an owner maintenance window does not bounce the
   guardian. ``KillMode=control-group`` is right for it: its cgroup holds only backends.
-- System scope names the service account (``User=``/``Group=``) and carries only the
-  instance path (``TENURE_HOME``) in the environment: never secrets.
+- System scope splits privileges: the owner runs as root (``User=root``: it starts each
+  app as the user its config names and manages cgroups) and admits only root and the
+  service account (``--service-account``) on its socket; the guardian and its backends
+  run as the service account (``User=``/``Group=``, default ``tenure``). Units carry only
+  the instance path (``TENURE_HOME``) in the environment: never secrets.
 """
 
 from __future__ import annotations
@@ -218,6 +221,8 @@ def services(inst: Installation) -> tuple[ServiceSpec, ServiceSpec]:
 
 
 def _owner(inst: Installation, base: ServiceSpec) -> ServiceSpec:
+    system = inst.scope is Scope.SYSTEM
+    account = ("--service-account", str(inst.user)) if system else ()
     return replace(
         base,
         name=OWNER_UNIT,
@@ -228,7 +233,12 @@ def _owner(inst: Installation, base: ServiceSpec) -> ServiceSpec:
             "systemd signals only the owner (KillMode=process) and never SIGKILLs",
             "leftovers (SendSIGKILL=no); see docs/service.md.",
         ),
-        exec_start=(str(inst.python), "-m", "owner", "--home", str(inst.home)),
+        exec_start=(str(inst.python), "-m", "owner", "--home", str(inst.home), *account),
+        # system scope: root, to start each app as its user and manage cgroups; the
+        # service account (and root) may use its socket, no app may
+        # (no Group=: root's own group; it is "wheel" on macOS)
+        user="root" if system else None,
+        group=None,
         restart="no",
         timeout_start_sec=60,
         timeout_stop_sec=90,

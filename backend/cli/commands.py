@@ -265,7 +265,7 @@ def cmd_owner(args: Any) -> int:
     if args.action == "reconcile":
         cmd = [sys.executable, "-m", "owner", "reconcile", "--home", str(args.home)]
         return subprocess.call(cmd + (["--json"] if args.json else []))
-    with Client(_layout(args).owner_sock, pin=False) as c:
+    with Client(_layout(args).owner_sock, pin=False, allow_group=True) as c:
         r = c.call("status")
     import json
     _out(args, r, json.dumps(r, indent=1, default=_bytes))

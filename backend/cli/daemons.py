@@ -26,7 +26,9 @@ def ping(sock: str, timeout: float = 2.0) -> dict[str, Any] | None:
     if not os.path.exists(sock):
         return None
     try:
-        with Client(sock, timeout=timeout, connect_timeout=timeout, pin=False) as c:
+        # allow_group: owner.sock (system scope) and api.sock (viewer group) may be 0660
+        with Client(sock, timeout=timeout, connect_timeout=timeout, pin=False,
+                    allow_group=True) as c:
             status: dict[str, Any] = c.call("status")
             return status
     except TenureError:
