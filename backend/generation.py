@@ -27,6 +27,7 @@ from protocol.errors import (
 )
 from protocol.handover import (
     OWNER_CONTRACTS,
+    handoff_grant,
     pack_checkpoint,
     read_checkpoint,
     read_handoff,
@@ -94,9 +95,11 @@ class Generation:
         saved = self.store.config()
         if saved is not None:
             self.config = parse_config(saved["text"], saved["source"])
+        # every (re)connection presents the grant: the owner admits mutations only on a
+        # connection bound to the current one (protocol.md, "Grants")
         self.owner = AsyncClient(self.layout.owner_sock, want=CONTRACTS,
                                  expect_instance=owner.instance, name="backend",
-                                 allow_group=True)
+                                 allow_group=True, grant=handoff_grant(self.handoff))
         welcome = await self.owner.connect()
         if welcome.identity != owner:
             raise IdentityMismatch("the owner is not the process the guardian fenced",

@@ -232,7 +232,8 @@ class Coordinator:
                                 "second one beside it")
         write_handoff(self.paths.handoff_file(act.id), pack_handoff(
             activation=act.id, mode=mode, epoch=epoch, release=act.release,
-            owner=self.owner_identity.to_wire(), checkpoint=checkpoint, cursor=cursor))
+            owner=self.owner_identity.to_wire(), checkpoint=checkpoint, cursor=cursor,
+            grant=self.state.signed_grant(epoch)))
         if standby is not None and standby.alive():
             self.candidate = standby
             await standby.activate(act.id, self.deadline)

@@ -67,7 +67,7 @@ class Owner:
         service.launcher.use_cgroups(cgroups)
         server = RpcServer(self.paths.sock, identity, CAPABILITIES, service.methods(),
                            authorize=same_uid_or_root if self.account is None
-                           else self.account.authorizer())
+                           else self.account.authorizer(), on_hello=service.grants.bind)
         service.server = server
         try:
             await server.start()

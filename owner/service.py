@@ -13,15 +13,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from protocol.durable import atomic_write, read_private
 from protocol.errors import (
     BadRequest,
-    Conflict,
-    NoGrant,
     NotFound,
-    OwnerChanged,
     StackFenced,
-    StaleEpoch,
     StopTimeout,
 )
 from protocol.framing import pack
@@ -29,6 +24,7 @@ from protocol.identity import Identity
 from protocol.schema import Field, Schema, check_int, check_key, check_name, check_str_map
 from protocol.server import Call, Method, RpcServer
 
+from .grants import GrantKeeper
 from .journal import Journal, LogSource
 from .observations import ObservationRing
 from .paths import OwnerPaths
@@ -44,7 +40,8 @@ __all__ = ["CAPABILITIES", "OwnerService"]
 
 log = logging.getLogger("tenure.owner")
 
-CAPABILITIES = {"stackControl": 1, "logJournal": 1, "notify": 1, "observations": 1,
+# stackControl 2: mutations need the current grant presented on the connection (hello)
+CAPABILITIES = {"stackControl": 2, "logJournal": 1, "notify": 1, "observations": 1,
                 "fencing": 1}
 
 _name = check_name(128)
@@ -90,6 +87,7 @@ class OwnerService:
         self.journal = journal
         self.epoch = store.epoch()
         self.grant = store.grant()
+        self.grants = GrantKeeper(paths.guardian_pub, identity.instance)
         self.server: RpcServer | None = None
         self.ring = ObservationRing(publish=self._publish)
         self.inspector = Inspector()
@@ -127,45 +125,21 @@ class OwnerService:
             self.server.publish("observations", cursor, event)
 
     def _require_epoch(self, call: Call) -> None:
-        if self.epoch == 0:
-            raise NoGrant("no grant has been fenced yet; the guardian issues epoch 1")
-        if call.epoch != self.epoch:
-            raise StaleEpoch(f"request carries epoch {call.epoch}; current is {self.epoch}",
-                             {"current": self.epoch})
+        """The current grant, presented on this connection (owner.grants)."""
+        self.grants.require(call, self.epoch, (self.grant or {}).get("activation"))
 
     # -- fencing ----------------------------------------------------------------------
 
     async def pin(self, call: Call) -> Any:
         """Trust-on-first-use of the guardian's key. Raises Conflict for another key."""
-        from protocol.grant import load_public_key, public_key_text  # cryptography: lazily
-        key = load_public_key(call.params["public_key"])
-        text = public_key_text(key) + "\n"
-        try:
-            current = read_private(self.paths.guardian_pub).decode()
-        except FileNotFoundError:
-            atomic_write(self.paths.guardian_pub, text.encode())
-            log.info("pinned guardian key")
-            return {"pinned": True}
-        if current != text:
-            raise Conflict("another guardian key is pinned; replace guardian.pub only with "
-                           "the owner stopped")
-        return {"pinned": False}
+        return {"pinned": self.grants.pin(call.params["public_key"])}
 
     async def fence(self, call: Call) -> Any:
         """Verify, require a newer epoch for this instance, persist, then answer."""
-        from protocol.grant import SignedGrant, load_public_key  # cryptography: lazily
-        signed = SignedGrant.from_wire(call.params["grant"])
-        try:
-            key = load_public_key(read_private(self.paths.guardian_pub).decode())
-        except FileNotFoundError:
-            raise NoGrant("no guardian key is pinned; call guardian.pin first") from None
-        grant = signed.verify(key)
-        if grant.owner_instance != self.identity.instance:
-            raise OwnerChanged(f"grant names owner {grant.owner_instance}, this is "
-                               f"{self.identity.instance}",
-                               {"expected": grant.owner_instance,
-                                "actual": self.identity.instance})
+        from protocol.grant import SignedGrant  # cryptography: lazily
+        grant = self.grants.verify(call.params["grant"])
         # the whole signed grant is kept: status reports which activation holds the epoch
+        signed = SignedGrant.from_wire(call.params["grant"])
         self.store.advance_epoch(self.epoch, grant.epoch, pack(signed.to_wire()))
         self.epoch = grant.epoch
         self.grant = {"epoch": grant.epoch, "activation": grant.activation}

@@ -79,6 +79,7 @@ class OwnerProcess:
 class GuardianKey:
     key: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
     epoch: int = 0
+    signed: dict[str, Any] | None = None  # the grant of the last fence
 
     def grant(self, epoch: int, instance: str, key: Ed25519PrivateKey | None = None
               ) -> dict[str, Any]:
@@ -91,8 +92,13 @@ class GuardianKey:
         return self.fence(client, instance)
 
     def fence(self, client: Client, instance: str) -> int:
+        """Fence the next epoch and present its grant on ``client`` from now on (its
+        next call reconnects with the grant in the hello)."""
         self.epoch = max(self.epoch, client.call("status")["epoch"]) + 1
-        client.call("fence", {"grant": self.grant(self.epoch, instance)})
+        signed = self.grant(self.epoch, instance)
+        client.call("fence", {"grant": signed})
+        self.signed = signed
+        client.use_grant(signed)
         return self.epoch
 
 

@@ -78,6 +78,7 @@ class Connection:
     role: str = "viewer"
     hello: Hello | None = None
     streams: set[str] = field(default_factory=set)
+    grant: Any = None  # what the server's hello hook bound the connection to
 
     def subscribe(self, stream: str) -> None:
         self.streams.add(stream)
@@ -104,7 +105,8 @@ class RpcServer:
     def __init__(self, path: str, identity: Identity, capabilities: Mapping[str, int],
                  methods: Mapping[str, Method], *, authorize: Authorizer = same_uid_or_root,
                  max_frame: int = DEFAULT_MAX_FRAME, handshake_timeout: float = 10.0,
-                 max_buffer: int = 8 * 1024 * 1024) -> None:
+                 max_buffer: int = 8 * 1024 * 1024,
+                 on_hello: Callable[[Connection], None] | None = None) -> None:
         self.path = path
         self.identity = identity
         self.capabilities = dict(capabilities)
@@ -115,6 +117,7 @@ class RpcServer:
         self.max_frame = max_frame
         self.handshake_timeout = handshake_timeout
         self.max_buffer = max_buffer
+        self.on_hello = on_hello  # may bind the connection or refuse it (TenureError)
         self.draining = False
         self.connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -241,6 +244,8 @@ class RpcServer:
                 f"server lacks {', '.join(f'{k}@{v}' for k, v in sorted(missing.items()))}",
                 {"missing": missing, "offered": self.capabilities})
         conn.role, conn.hello = msg.role, msg
+        if self.on_hello is not None:
+            self.on_hello(conn)
         welcome = Welcome(self.identity, self.capabilities, msg.role)
         conn.writer.write(encode_frame(welcome.to_wire(), self.max_frame))
         await conn.writer.drain()
