@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from protocol.client import Client
 from protocol.errors import BackendUnavailable, BadRequest, ConfigInvalid, ConnectFailed
@@ -26,7 +27,27 @@ def _api(args: Any, timeout: float = 300.0) -> Client:
     # allow_group: with a viewer group configured the socket is 0660 (never 0666)
     sock = _layout(args).api_sock
     return Client(sock, timeout=timeout, pin=False, name="cli", allow_group=True,
-                  role="admin" if _is_admin(sock) else "viewer")
+                  role="admin" if _is_admin(sock) else "viewer",
+                  owners=_trusted_owners(sock, args.home))
+
+
+def _trusted_owners(sock: str, home: Any) -> tuple[int, ...] | None:
+    """Who may own the API socket: us and root, and — when the socket belongs to someone
+    else — the service account that root recorded for this home at install
+    (/etc/tenure/installation.json, units.trust). None: the default (us and root)."""
+    import os
+    try:
+        owner = os.stat(sock).st_uid
+    except OSError:
+        return None  # no socket: the connection attempt reports it
+    if owner in (os.geteuid(), 0):
+        return None
+    from units.model import SYSTEM_CONFIG_DIR
+    from units.trust import service_account_uid
+    record = os.environ.get("TENURE_INSTALLATION_RECORD") or \
+        str(SYSTEM_CONFIG_DIR / "installation.json")
+    account = service_account_uid(Path(record), Path(home))
+    return None if account is None else (os.geteuid(), 0, account)
 
 
 def _is_admin(sock: str) -> bool:
