@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 from protocol.client import Client
 from protocol.errors import BackendUnavailable, BadRequest, ConfigInvalid, ConnectFailed
 from protocol.layout import Layout
 
 from . import render
+from .owners import trusted_owners
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
@@ -28,26 +28,7 @@ def _api(args: Any, timeout: float = 300.0) -> Client:
     sock = _layout(args).api_sock
     return Client(sock, timeout=timeout, pin=False, name="cli", allow_group=True,
                   role="admin" if _is_admin(sock) else "viewer",
-                  owners=_trusted_owners(sock, args.home))
-
-
-def _trusted_owners(sock: str, home: Any) -> tuple[int, ...] | None:
-    """Who may own the API socket: us and root, and — when the socket belongs to someone
-    else — the service account that root recorded for this home at install
-    (/etc/tenure/installation.json, units.trust). None: the default (us and root)."""
-    import os
-    try:
-        owner = os.stat(sock).st_uid
-    except OSError:
-        return None  # no socket: the connection attempt reports it
-    if owner in (os.geteuid(), 0):
-        return None
-    from units.model import SYSTEM_CONFIG_DIR
-    from units.trust import service_account_uid
-    record = os.environ.get("TENURE_INSTALLATION_RECORD") or \
-        str(SYSTEM_CONFIG_DIR / "installation.json")
-    account = service_account_uid(Path(record), Path(home))
-    return None if account is None else (os.geteuid(), 0, account)
+                  owners=trusted_owners(sock, args.home))
 
 
 def _is_admin(sock: str) -> bool:
@@ -60,7 +41,9 @@ def _is_admin(sock: str) -> bool:
 
 
 def _guardian(args: Any, timeout: float = 600.0) -> Client:
-    return Client(_layout(args).guardian_sock, timeout=timeout, pin=False, name="cli")
+    sock = _layout(args).guardian_sock
+    return Client(sock, timeout=timeout, pin=False, name="cli",
+                  owners=trusted_owners(sock, args.home))
 
 
 def _out(args: Any, obj: Any, text: str | None = None) -> None:
