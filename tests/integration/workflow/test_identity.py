@@ -1,6 +1,7 @@
 """An app that names its user runs as that user, with that user's HOME, USER and LOGNAME,
-its umask and limits; `tenure inspect` shows them; a plan naming a user that does not
-exist is refused with the line (a whole tenure, as root)."""
+its umask and limits, and can report readiness over NOTIFY_SOCKET; `tenure inspect` shows
+them; a plan naming a user that does not exist is refused with the line (a whole tenure,
+as root)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ limits = {{ nofile = 200, core = 0 }}
 
 [stacks.id.apps.plain]
 command = ["sleep", "infinity"]
+
+# notify readiness from another user: the root owner's notify address is abstract, since
+# nobody cannot enter the private state directory where a socket file would be
+[stacks.id.apps.notifier]
+command = ["sh", "-c", "systemd-notify --ready; exec sleep infinity"]
+user = "nobody"
+ready = {{ kind = "notify", timeout = 30 }}
 """
 
 
@@ -40,7 +48,8 @@ def first_line(cluster: Any, app: str) -> str:
 
 def test_an_app_runs_as_its_user_and_inspect_shows_it(cluster: Any) -> None:
     cluster.up(CONFIG)
-    apps = cluster.wait_ready(2)
+    apps = cluster.wait_ready(3)
+    assert apps["id/notifier/0"]["ready"]
     groups = " ".join(str(g) for g in os.getgrouplist("nobody", NOBODY.pw_gid))
     assert first_line(cluster, "who") == (
         f"{NOBODY.pw_uid} {NOBODY.pw_gid} {groups} 0027 200 {NOBODY.pw_dir} nobody nobody /")
@@ -53,7 +62,7 @@ def test_an_app_runs_as_its_user_and_inspect_shows_it(cluster: Any) -> None:
     plain = cluster.cli("inspect", "id/plain", check=True).out["instances"][0]
     assert plain["identity"]["user"] is None and plain["limits"] == {}
 
-    bad = cluster.write_config(CONFIG.replace('user = "nobody"', 'user = "tn-no-such-user"'),
+    bad = cluster.write_config(CONFIG.replace('user = "nobody"', 'user = "tn-no-such-user"', 1),
                                "bad.toml")
     res = cluster.cli("plan", "--config", str(bad))
     assert res.code == 1, res
