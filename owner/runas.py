@@ -23,8 +23,8 @@ binary. The callable only calls C-level ``os``/``resource`` functions on values 
 before the fork: it imports nothing, takes no lock another thread could hold (the
 child's GIL is fresh; glibc resets malloc's locks at fork) and logs nothing. It costs the
 vfork fast path: a plain fork copies the owner's page tables, about 4-6 ms more per launch
-on a shared 2-core machine (``bench/spawn.py --user nobody``: ~100 launches/s against
-370-620/s without an identity). Only launches that ask for an identity, a umask or
+on a shared 2-core machine (``bench/spawn.py --user nobody``: 100-180 launches/s against
+370-750/s without an identity). Only launches that ask for an identity, a umask or
 rlimits take it; the others keep Popen's vfork path unchanged.
 """
 
