@@ -24,6 +24,7 @@ from protocol.server import Call, Method
 
 from . import instance as im
 from .config import parse_config
+from .enforce import Host, check_config, identity_view
 from .model import Config, canonical_digest
 from .operations import OperationRunner
 from .plan import live_revision, new_plan
@@ -306,7 +307,8 @@ class Api:
             inst = self.sup.instances[k]
             row = {**self._row(k, inst, t, dropped), "launch_key": inst.launch_key,
                    "command": list(inst.app.command), "restart": str(inst.app.restart),
-                   "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire()}
+                   "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire(),
+                   **identity_view(inst.app)}
             out.append(row)
         return {"instances": out}
 
@@ -330,6 +332,8 @@ class Api:
 
     async def plan(self, call: Call) -> Any:
         new = parse_config(call.params["config_text"], call.params["source"])
+        check_config(new, call.params["config_text"],
+                     Host.of(await self._owner().call("status")))
         plan = new_plan(self.gen.config, new, call.params["config_text"],
                         call.params["source"], self._live())
         self.store.add_plan(plan)

@@ -23,6 +23,7 @@ from typing import Any
 
 from protocol.errors import ConfigInvalid
 
+from .config_identity import IDENTITY_KEYS, parse_limits, parse_run_as
 from .config_lines import KeyPath, find_line, format_key, syntax_error_location
 from .config_values import (
     NAME_RE,
@@ -45,9 +46,11 @@ from .model import (
     Config,
     Health,
     HealthKind,
+    Limits,
     Readiness,
     ReadyKind,
     RestartMode,
+    RunAs,
     Settings,
     Stack,
     StartLimit,
@@ -55,15 +58,15 @@ from .model import (
     canonical_digest,
 )
 
-__all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "canonical_form", "load_config", "order_apps",
-           "parse_config"]
+__all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "canonical_form", "config_error", "load_config",
+           "order_apps", "parse_config"]
 
 CONFIG_FORMAT = 1
 """Version of the canonical form; part of the revision."""
 MAX_INSTANCES = 64
 
 _APP_KEYS = ("command", "env", "cwd", "instances", "restart", "after", "backoff",
-             "start_limit", "ready", "health", "stop")
+             "start_limit", "ready", "health", "stop", *IDENTITY_KEYS)
 _PROBE_KEYS = {"tcp": ("port", "port_step", "host"), "http": ("url",), "exec": ("command",)}
 _READY_KEYS: dict[ReadyKind, tuple[str, ...]] = {
     ReadyKind.NONE: (),
@@ -130,6 +133,11 @@ def _app_form(app: App) -> dict[str, Any]:
     form = asdict(replace(app, env={}))
     form["env"] = dict(sorted(app.env.items()))
     form["after"] = sorted(app.after)
+    # identity and limits only when set: the revision of a config without them stays
+    # what it was before they existed (certificates and checkpoints carry revisions)
+    for key, default in (("run_as", RunAs()), ("limits", Limits())):
+        if getattr(app, key) == default:
+            del form[key]
     return form
 
 
@@ -154,6 +162,12 @@ def order_apps(stack: Stack) -> list[list[str]]:
     for name in sorted(level):
         layers[level[name]].append(name)
     return layers
+
+
+def config_error(text: str, source: str, path: KeyPath, problem: str) -> ConfigInvalid:
+    """CONFIG_INVALID for ``problem`` at key ``path`` of ``text`` (from ``source``), with
+    the line, for checks made after parsing (backend.enforce). Never raises."""
+    return _error(source, format_key(path), find_line(text, path), problem)
 
 
 def _error(source: str, key: str, line: int | None, problem: str) -> ConfigInvalid:
@@ -226,6 +240,7 @@ def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
         ready=ready, health=health,
         stop=_parse_stop(get_table(t, "stop", path) or {}, (*path, "stop")),
         after=_parse_after(t, path),
+        run_as=parse_run_as(t, path), limits=parse_limits(t, path),
     )
 
 

@@ -30,6 +30,7 @@ from protocol.errors import (
 )
 from protocol.handover import (
     OWNER_CONTRACTS,
+    handoff_grant,
     pack_checkpoint,
     read_checkpoint,
     read_handoff,
@@ -43,6 +44,7 @@ from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_gro
 
 from .adopt import Adoption, adopt_checkpoint, adopt_inventory, missed_exits, relaunch_lost
 from .config import parse_config
+from .enforce import app_uids
 from .model import Config, Settings
 from .store import BackendStore, RecoveryStore
 from .supervisor import Supervisor, now
@@ -104,8 +106,11 @@ class Generation:
         saved = self.store.config()
         if saved is not None:
             self.config = parse_config(saved["text"], saved["source"])
+        # every (re)connection presents the grant: the owner admits mutations only on a
+        # connection bound to the current one (protocol.md, "Grants")
         self.owner = AsyncClient(self.layout.owner_sock, want=CONTRACTS,
-                                 expect_instance=owner.instance, name="backend")
+                                 expect_instance=owner.instance, name="backend",
+                                 allow_group=True, grant=handoff_grant(self.handoff))
         welcome = await self.owner.connect()
         if welcome.identity != owner:
             raise IdentityMismatch("the owner is not the process the guardian fenced",
@@ -163,12 +168,17 @@ class Generation:
         which needs its directories searchable and the socket group-accessible."""
         assert self.server is not None
         viewers = _group(self.config.settings)
-        self.server.authorize = admin_or_viewer(viewers)
         dirs = [str(self.layout.home), str(self.layout.backend)]
-        if viewers is not None:
-            share_with_group(dirs, self.layout.api_sock, viewers)
-        else:
+        try:
+            if viewers is not None:
+                share_with_group(dirs, self.layout.api_sock, viewers)
+            else:
+                unshare(dirs, self.layout.api_sock)
+        except OSError as exc:  # e.g. no longer a member of the group: serve the admin
+            log.error("cannot share the API with group %s (%s); admin only", viewers, exc)
             unshare(dirs, self.layout.api_sock)
+            viewers = None
+        self.server.authorize = admin_or_viewer(viewers, deny=app_uids(self.config))
 
     def _apply_observations(self, batch: dict[str, Any]) -> None:
         assert self.sup is not None

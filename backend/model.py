@@ -19,9 +19,11 @@ __all__ = [
     "Config",
     "Health",
     "HealthKind",
+    "Limits",
     "Readiness",
     "ReadyKind",
     "RestartMode",
+    "RunAs",
     "Settings",
     "Stack",
     "StartLimit",
@@ -109,6 +111,45 @@ class StopSpec:
 
 
 @dataclass(frozen=True)
+class RunAs:
+    """Who the app runs as (names, resolved when planned and again when launched);
+    None/empty: as the owner."""
+
+    user: str | None = None
+    group: str | None = None
+    supplementary_groups: tuple[str, ...] = ()
+    umask: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The owner's ``identity`` launch parameter (only the keys that are set)."""
+        out: dict[str, Any] = {k: v for k, v in asdict(self).items()
+                               if v is not None and v != ()}
+        if self.supplementary_groups:
+            out["supplementary_groups"] = list(self.supplementary_groups)
+        return out
+
+
+@dataclass(frozen=True)
+class Limits:
+    """rlimits (``nofile``, ``nproc``, ``core``; -1 is "infinity") and cgroup limits
+    (``memory_max`` bytes, ``cpu_quota`` CPUs, ``pids_max``); None: not set."""
+
+    nofile: int | None = None
+    nproc: int | None = None
+    core: int | None = None
+    memory_max: int | None = None
+    cpu_quota: float | None = None
+    pids_max: int | None = None
+
+    CGROUP = ("memory_max", "cpu_quota", "pids_max")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The owner's ``limits`` launch parameter (only the keys that are set)."""
+        return {k: "infinity" if v == -1 else v for k, v in asdict(self).items()
+                if v is not None}
+
+
+@dataclass(frozen=True)
 class App:
     name: str
     stack: str
@@ -123,6 +164,8 @@ class App:
     health: Health | None = None
     stop: StopSpec = field(default_factory=StopSpec)
     after: tuple[str, ...] = ()
+    run_as: RunAs = field(default_factory=RunAs)
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def key(self) -> str:
@@ -131,9 +174,15 @@ class App:
     def definition_digest(self) -> str:
         """Digest of everything that shapes a running process; a change means restart.
         (Instance count, restart policy and health alone do not need one.)"""
-        return canonical_digest({"command": list(self.command), "env": dict(self.env),
+        shape: dict[str, Any] = {"command": list(self.command), "env": dict(self.env),
                                  "cwd": self.cwd, "stop": asdict(self.stop),
-                                 "ready": asdict(self.ready)})
+                                 "ready": asdict(self.ready)}
+        # only when set, so the digest of an app without them is what it always was
+        if self.run_as != RunAs():
+            shape["run_as"] = asdict(self.run_as)
+        if self.limits != Limits():
+            shape["limits"] = asdict(self.limits)
+        return canonical_digest(shape)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ def live_revision(applied: Config, intents: dict[str, Any], instance_keys: list[
 
 def _policy(app: App) -> dict[str, Any]:
     d = asdict(app)
-    for k in ("command", "env", "cwd", "stop", "ready", "instances"):
+    for k in ("command", "env", "cwd", "stop", "ready", "instances", "run_as", "limits"):
         d.pop(k, None)
     return d
 

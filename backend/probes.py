@@ -7,7 +7,9 @@ and never raises for an unhealthy target (refused, reset, garbage, silence all m
 - :func:`tcp_listening`: a process of the app listens on the port. Uses netlink sock_diag
   (pyroute2 ``DiagSocket``, IPv4 and IPv6 LISTEN sockets) and maps each socket inode to the
   app's processes through ``/proc/PID/fd``; falls back to a TCP connect to ``host:port``
-  when sock_diag is unavailable (the fallback cannot tell whose listener answered).
+  when sock_diag is unavailable (the fallback cannot tell whose listener answered). An app
+  running as another user (system scope) keeps its ``/proc/PID/fd`` from the backend: a
+  listener is then the app's when its socket belongs to the uid that process runs as.
 - :func:`http_ok`: raw HTTP/1.1 GET; 2xx/3xx is ok. ``http://`` only: https would need
   certificate policy that a local probe has no use for; a bad URL raises ``ValueError``.
 - :func:`exec_ok`: a command in its own session; exit 0 is ok; on timeout or
@@ -38,8 +40,8 @@ from .model import Health, HealthKind, Readiness, ReadyKind
 
 __all__ = [
     "HealthRunner", "Probe", "ProbeRunner", "TcpMethod", "exec_ok", "health_probe",
-    "http_ok", "listening_inodes", "process_group_members", "readiness_probe",
-    "socket_inodes", "tcp_connect", "tcp_listening",
+    "hidden_owners", "http_ok", "listening_inodes", "process_group_members",
+    "readiness_probe", "socket_inodes", "tcp_connect", "tcp_listening",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,25 +59,40 @@ class TcpMethod(StrEnum):
 # ---- tcp --------------------------------------------------------------------------------
 
 
-def listening_inodes(port: int) -> set[int]:
-    """Inodes of TCP LISTEN sockets on ``port`` (IPv4 and IPv6), via sock_diag.
-    Raises ImportError when pyroute2 is missing and OSError for any netlink failure
-    (pyroute2's NetlinkError is not an OSError, so it is wrapped)."""
+def listening_inodes(port: int) -> dict[int, int]:
+    """Inode → owning uid of the TCP LISTEN sockets on ``port`` (IPv4 and IPv6), via
+    sock_diag. Raises ImportError when pyroute2 is missing and OSError for any netlink
+    failure (pyroute2's NetlinkError is not an OSError, so it is wrapped)."""
     from pyroute2 import DiagSocket
 
-    inodes: set[int] = set()
+    inodes: dict[int, int] = {}
     try:
         with DiagSocket() as ds:
             ds.bind()
             for family in (socket.AF_INET, socket.AF_INET6):
                 for msg in ds.get_sock_stats(family=family, states=1 << TCP_LISTEN):
                     if msg["idiag_sport"] == port:
-                        inodes.add(int(msg["idiag_inode"]))
+                        inodes[int(msg["idiag_inode"])] = int(msg["idiag_uid"])
     except OSError:
         raise
     except Exception as exc:  # NetlinkError, or a reply pyroute2 could not parse
         raise OSError(f"sock_diag failed: {exc!r}") from exc
     return inodes
+
+
+def hidden_owners(pids: Iterable[int]) -> set[int]:
+    """The uids of those ``pids`` whose ``/proc/PID/fd`` we may not read (an app running
+    as another user). Never raises OSError."""
+    uids: set[int] = set()
+    for pid in pids:
+        try:
+            os.listdir(f"/proc/{pid}/fd")
+        except PermissionError:
+            with contextlib.suppress(OSError):
+                uids.add(os.stat(f"/proc/{pid}").st_uid)
+        except OSError:
+            continue
+    return uids
 
 
 def socket_inodes(pids: Iterable[int]) -> set[int]:
@@ -118,7 +135,12 @@ def process_group_members(pgid: int) -> set[int]:
 
 def _diag_owned(port: int, pids: set[int]) -> bool:
     listening = listening_inodes(port)
-    return bool(listening) and bool(listening & socket_inodes(pids))
+    if not listening:
+        return False
+    if set(listening) & socket_inodes(pids):
+        return True
+    # another user's app: a listener on the port owned by the uid its process runs as
+    return bool(hidden_owners(pids) & set(listening.values()))
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:

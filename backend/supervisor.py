@@ -28,6 +28,7 @@ from protocol.errors import (
 )
 
 from . import instance as im
+from .enforce import app_env, launch_fields
 from .model import App, Config, ReadyKind
 from .probes import (
     HealthRunner,
@@ -206,12 +207,12 @@ class Supervisor:
 
     async def _launch(self, inst: im.Instance, launch_key: str) -> im.Event | None:
         app = inst.app
-        env = {**self.base_env, **app.env, "TENURE_STACK": app.stack, "TENURE_APP": app.name,
-               "TENURE_INSTANCE": str(inst.index)}
+        env = {**app_env(self.base_env, app), "TENURE_STACK": app.stack,
+               "TENURE_APP": app.name, "TENURE_INSTANCE": str(inst.index)}
         params = {"launch_key": launch_key, "stack": app.stack, "app": app.name,
                   "instance": inst.index, "generation": inst.generation,
                   "argv": list(app.command), "env": env, "cwd": app.cwd,
-                  "stop": app.stop.to_wire()}
+                  "stop": app.stop.to_wire(), **launch_fields(app)}
         last = "TRANSPORT_LOST"
         for _attempt in range(5):  # a launch key is idempotent: retrying is safe
             try:

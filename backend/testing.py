@@ -111,7 +111,7 @@ class Cluster:
         return Client(self.layout.guardian_sock, pin=False, timeout=600, **kw)
 
     def owner(self, **kw: Any) -> Client:
-        return Client(self.layout.owner_sock, pin=False, **kw)
+        return Client(self.layout.owner_sock, pin=False, allow_group=True, **kw)
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         with self.api() as c:
@@ -239,6 +239,12 @@ class FakeOwner:
         if row is None:
             raise NotFound(f"no launch {p['launch_key']!r} with a process")
         return {"launch_key": row["launch_key"], "pid": row["pid"], "outcome": "success"}
+
+    def _status(self, p: dict[str, Any]) -> dict[str, Any]:
+        """What plan-time checks read: the owner's uid and cgroup controllers."""
+        import os
+        return {"epoch": self.epoch, "uid": os.geteuid(), "cgroup_controllers": None,
+                "live": len(self.live)}
 
     def _inventory(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"epoch": self.epoch, "launches": [dict(r) for r in self.live.values()]}

@@ -2,6 +2,9 @@
 durable log capture, and the owner's memory with many idle apps.
 
     python bench/owner.py [--spawn 200] [--kills 200] [--lines 1000000] [--idle 1000]
+                          [--user NAME]
+
+``--user NAME`` launches the spawn-rate apps as that user (the owner runs as root here).
 
 Prints each figure, then as its last line one JSON object.
 """
@@ -33,18 +36,21 @@ WRITER = ("import sys\nw = sys.stdout.write\nfor i in range({n}):\n    w('line %
 
 
 class Bench:
-    def __init__(self, owner: OwnerProcess) -> None:
+    def __init__(self, owner: OwnerProcess, user: str | None = None) -> None:
         self.owner = owner
+        self.identity = {} if user is None else {"identity": {"user": user}}
         self.c = owner.client()
         self.epoch = GuardianKey().bootstrap(self.c, owner.instance)
         self.n = 0
 
-    def launch(self, argv: list[str], app: str = "a") -> dict[str, Any]:
+    def launch(self, argv: list[str], app: str = "a", as_user: bool = False
+               ) -> dict[str, Any]:
         self.n += 1
+        extra = self.identity if as_user else {}
         return self.c.call("launch", {
             "launch_key": f"b{self.n}", "stack": "bench", "app": app, "instance": self.n,
             "generation": 1, "argv": argv, "env": {"PATH": os.environ["PATH"]},
-            "stop": {"signal": "KILL", "timeout": 5}}, epoch=self.epoch)
+            "stop": {"signal": "KILL", "timeout": 5}, **extra}, epoch=self.epoch)
 
     def stop_all(self) -> None:
         for r in self.c.call("inventory")["launches"]:
@@ -53,7 +59,7 @@ class Bench:
 
 def spawn_rate(b: Bench, n: int) -> tuple[float, list[dict[str, Any]]]:
     t0 = time.perf_counter()
-    rows = [b.launch(["sleep", "100000"]) for _ in range(n)]
+    rows = [b.launch(["sleep", "100000"], as_user=True) for _ in range(n)]
     return n / (time.perf_counter() - t0), rows
 
 
@@ -110,13 +116,13 @@ def measure(b: Bench, a: argparse.Namespace) -> tuple[float, list[float], float,
     return rate, lat, lps, lost
 
 
-def with_owner(fn: Any) -> Any:
+def with_owner(fn: Any, user: str | None = None) -> Any:
     """Run ``fn(bench)`` against a new owner in a new home; stop and clean up after."""
     home = Path(tempfile.mkdtemp(prefix="tbo", dir="/tmp"))
     os.chmod(home, 0o700)
     owner = OwnerProcess(home).start()
     try:
-        b = Bench(owner)
+        b = Bench(owner, user)
         out = fn(b)
         b.stop_all()
         b.c.close()
@@ -136,8 +142,9 @@ def main() -> int:
     ap.add_argument("--spawn", type=int, default=200)
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--idle", type=int, default=1000)
+    ap.add_argument("--user", default=None, help="launch the spawn-rate apps as this user")
     a = ap.parse_args()
-    rate, lat, lps, lost = with_owner(lambda b: measure(b, a))
+    rate, lat, lps, lost = with_owner(lambda b: measure(b, a), a.user)
     rss = with_owner(lambda b: idle_rss(b, a.idle))  # a fresh owner: no log-burst memory
     res = {"spawn_per_s": round(rate, 1), "exit_event_p50_us": round(percentile(lat, 0.5)),
            "exit_event_p99_us": round(percentile(lat, 0.99)), "log_lines_per_s": round(lps),

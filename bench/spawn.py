@@ -1,6 +1,8 @@
 """Spawn rate and kill -9 → on_exit latency of the owner's process table.
 
-Usage: python bench/spawn.py [--n 200] [--mode pidfd|sigchld]
+Usage: python bench/spawn.py [--n 200] [--mode pidfd|sigchld] [--user NAME]
+``--user`` starts every app as that user (as root: the identity switch between fork and
+exec, owner.runas), to compare with the plain path.
 The last line printed is one JSON object:
 {"spawn_per_s": ..., "exit_event_p50_us": ..., "exit_event_p99_us": ...}
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -24,11 +27,12 @@ from owner.procs import (
     StopPolicy,
     become_subreaper,
 )
+from owner.runas import RunAs
 
 SPEC = LaunchSpec(argv=("sleep", "1000"), env={"PATH": "/usr/bin:/bin"})
 
 
-async def bench(n: int, mode: ExitMode | None) -> dict[str, float]:
+async def bench(n: int, mode: ExitMode | None, spec: LaunchSpec = SPEC) -> dict[str, float]:
     seen: dict[int, int] = {}
     events: dict[int, asyncio.Event] = {}
 
@@ -43,7 +47,7 @@ async def bench(n: int, mode: ExitMode | None) -> dict[str, float]:
     try:
         t0 = time.perf_counter()
         for i in range(n):
-            sp = table.launch(SPEC, f"bench-{i}")
+            sp = table.launch(spec, f"bench-{i}")
             events[sp.pid] = asyncio.Event()
             launched.append(sp)
         spawn_s = time.perf_counter() - t0
@@ -72,10 +76,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--mode", choices=[m.value for m in ExitMode], default=None)
+    ap.add_argument("--user", default=None, help="start every app as this user")
     args = ap.parse_args()
     mode = ExitMode(args.mode) if args.mode else None
-    result = asyncio.run(bench(args.n, mode))
-    print(f"{args.n} apps, exit detection {mode or 'default'}")
+    spec = SPEC if args.user is None else dataclasses.replace(SPEC, run_as=RunAs(args.user))
+    result = asyncio.run(bench(args.n, mode, spec))
+    print(f"{args.n} apps, exit detection {mode or 'default'}, user {args.user or 'own'}")
     print(json.dumps(result))
 
 

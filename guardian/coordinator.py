@@ -87,8 +87,9 @@ class Coordinator:
     async def connect_owner(self) -> Identity:
         """Connect (pinning the owner instance), pin our key. Raises TenureError."""
         if self.owner is None:
+            # allow_group: in system scope owner.sock is root:<service account> 0660
             self.owner = AsyncClient(self.paths.owner_sock, want=OWNER_CONTRACTS,
-                                     name="guardian", timeout=60.0)
+                                     name="guardian", timeout=60.0, allow_group=True)
         welcome = await self.owner.connect()
         self.owner_identity = welcome.identity
         self.owner_link.handle(LinkEvent.SEEN, time.time())
@@ -234,7 +235,8 @@ class Coordinator:
                                 "second one beside it")
         write_handoff(self.paths.handoff_file(act.id), pack_handoff(
             activation=act.id, mode=mode, epoch=epoch, release=act.release,
-            owner=self.owner_identity.to_wire(), checkpoint=checkpoint, cursor=cursor))
+            owner=self.owner_identity.to_wire(), checkpoint=checkpoint, cursor=cursor,
+            grant=self.state.signed_grant(epoch)))
         if standby is not None and standby.alive():
             self.candidate = standby
             await standby.activate(act.id, self.deadline)

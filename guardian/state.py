@@ -15,7 +15,7 @@ from typing import Any
 
 from protocol.durable import open_sqlite, transaction
 from protocol.errors import Conflict, NotFound, OperationInProgress, StateCorrupt
-from protocol.grant import Grant
+from protocol.grant import Grant, SignedGrant
 from protocol.identity import Identity
 
 from .phases import FINAL, Kind, Phase, allowed
@@ -178,6 +178,16 @@ class StateStore:
         r = self.db.execute("SELECT max(epoch) FROM grants WHERE activation = ?",
                             (activation,)).fetchone()
         return None if r is None or r[0] is None else int(r[0])
+
+    def signed_grant(self, epoch: int) -> dict[str, Any] | None:
+        """The signed grant of ``epoch`` as recorded (the owner's ``fence`` form), or
+        None. A generation presents it on its owner connection."""
+        r = self.db.execute("SELECT epoch, activation, release, owner_instance, issued_at, "
+                            "sig FROM grants WHERE epoch = ?", (epoch,)).fetchone()
+        if r is None:
+            return None
+        grant = Grant(int(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4]))
+        return SignedGrant(grant, bytes(r[5])).to_wire()
 
     def record_grant(self, grant: Grant, sig: bytes) -> None:
         """Step one of every fence: the grant is durable before the owner hears of it."""

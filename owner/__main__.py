@@ -27,13 +27,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="reconcile: seal the dead owner's live processes as evidence")
     ap.add_argument("--drain", metavar="DIGEST",
                     help="reconcile: stop exactly the sealed processes, then reconcile")
+    ap.add_argument("--service-account", default=None, metavar="USER",
+                    help="system scope: the account the guardian and backends run as; "
+                         "it (and root) may use the owner's socket (owner runs as root)")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s owner %(levelname)s %(message)s")
     paths = OwnerPaths((args.home or default_home()).absolute())
     if args.command == "serve":
-        return run(paths)
+        return run(paths, args.service_account)
     if args.prepare or args.drain:
         from .reconcile_cli import guided
         return guided(paths, args.drain, args.json)

@@ -22,8 +22,10 @@ How an app gets into its cgroup before its program runs: :data:`SHIM` — the ch
 starts as ``/bin/sh``, writes its own pid into the app cgroup's ``cgroup.procs`` and only
 then execs the app (same pid, so the pid, pidfd and start ticks the owner recorded stay
 right). If the write fails the shim exits with :data:`SHIM_MOVE_FAILED` and the app never
-runs. ``preexec_fn`` would do the same inside Python but is unsafe in a process with
-threads (the owner's journal writer), and disables vfork.
+runs. ``preexec_fn`` would do the same inside Python but disables vfork and runs Python
+code in the child of a process with threads (the owner's journal writer); launches that
+switch users need a step between fork and exec anyway and join their cgroup there
+(:mod:`owner.runas`, which says why that is safe).
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ from protocol.errors import AlreadyRunning, ReconcileRequired, TenureError
 from protocol.identity import new_identity
 from protocol.notify import sd_notify
 from protocol.server import RpcServer
+from protocol.sockets import same_uid_or_root
 
+from .access import ServiceAccount
 from .cgroups import setup as setup_cgroups
 from .journal import Journal
 from .observations import test_knob
@@ -39,6 +41,7 @@ EXIT = {"clean": 0, "failed": 1, "usage": 2, "reconcile": 3, "alive": 4, "runnin
 class Owner:
     paths: OwnerPaths
     stop_timeout: float = 60.0
+    account: ServiceAccount | None = None  # system scope: who else may connect
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     def request_shutdown(self) -> None:
@@ -50,7 +53,7 @@ class Owner:
         Raises ReconcileRequired, UnsafePath, StateCorrupt, PathTooLong, AlreadyRunning
         before anything was started.
         """
-        self.paths.prepare()
+        self.paths.prepare(None if self.account is None else self.account.dir_owners)
         self.paths.take_lock()  # released by the kernel when this process ends
         identity = new_identity()
         store = OwnerStore(self.paths.db)
@@ -71,10 +74,14 @@ class Owner:
         service = OwnerService(self.paths, identity, store, journal, self.request_shutdown)
         service.launcher.use_cgroups(cgroups)
         server = RpcServer(self.paths.sock, identity, CAPABILITIES, service.methods(),
-                           max_buffer=test_knob("TENURE_OWNER_SUBSCRIBER_BUFFER", 8 << 20))
+                           max_buffer=test_knob("TENURE_OWNER_SUBSCRIBER_BUFFER", 8 << 20),
+                           authorize=same_uid_or_root if self.account is None
+                           else self.account.authorizer(), on_hello=service.grants.bind)
         service.server = server
         try:
             await server.start()
+            if self.account is not None:
+                self.account.open_socket(self.paths)
         except BaseException:
             service.launcher.close()
             journal.close()
@@ -196,10 +203,11 @@ async def _report_overflow(service: OwnerService) -> None:
                               instance=src.instance, generation=src.generation, dropped=n)
 
 
-def run(paths: OwnerPaths) -> int:
+def run(paths: OwnerPaths, service_account: str | None = None) -> int:
     """Entry point of ``python -m owner``: serve, mapping refusals to exit statuses."""
     try:
-        return asyncio.run(Owner(paths).serve(_announce))
+        account = None if service_account is None else ServiceAccount.lookup(service_account)
+        return asyncio.run(Owner(paths, account=account).serve(_announce))
     except ReconcileRequired as exc:
         log.error("%s", exc)
         return EXIT["reconcile"]

@@ -132,7 +132,8 @@ def _credentials(ancillary: list[tuple[int, int, bytes]]) -> tuple[int, int, int
 
 
 class NotifyListener(Generic[K]):
-    """One AF_UNIX datagram socket at ``path`` (0600), read in the running asyncio loop.
+    """One AF_UNIX datagram socket at ``path`` (0600; or an abstract ``@name``), read in
+    the running asyncio loop.
 
     ``stats`` counts received, delivered, unattributed, oversized, malformed, ignored
     (no known key), barrier datagrams and fds_closed; nothing is dropped without being counted.
@@ -158,18 +159,13 @@ class NotifyListener(Generic[K]):
         if len(os.fsencode(self.path)) > MAX_PATH_BYTES:
             raise PathTooLong(f"notify socket path exceeds {MAX_PATH_BYTES} bytes",
                               {"path": self.path})
-        self._remove_stale()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         try:
-            # umask is process-wide: a file another thread creates in this instant gets
-            # 0600 too, which errs on the safe side. Binding under it leaves no window in
-            # which the socket exists with wider permissions; chmod pins the result.
-            old = os.umask(0o177)
-            try:
-                sock.bind(self.path)
-            finally:
-                os.umask(old)
-            os.chmod(self.path, 0o600)
+            if self.abstract:
+                # no file, no permissions: see owner.paths.OwnerPaths.notify_address
+                sock.bind("\0" + self.path[1:])
+            else:
+                self._bind_file(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             sock.setblocking(False)
             asyncio.get_running_loop().add_reader(sock.fileno(), self._on_readable)
@@ -177,6 +173,23 @@ class NotifyListener(Generic[K]):
             sock.close()
             raise
         self._sock = sock
+
+    @property
+    def abstract(self) -> bool:
+        """``@name``: an address in the abstract namespace, as sd_notify(3) spells it."""
+        return self.path.startswith("@")
+
+    def _bind_file(self, sock: socket.socket) -> None:
+        self._remove_stale()
+        # umask is process-wide: a file another thread creates in this instant gets
+        # 0600 too, which errs on the safe side. Binding under it leaves no window in
+        # which the socket exists with wider permissions; chmod pins the result.
+        old = os.umask(0o177)
+        try:
+            sock.bind(self.path)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
 
     def close(self) -> None:
         """Stop reading, close the socket and remove its path. Idempotent."""
@@ -186,8 +199,9 @@ class NotifyListener(Generic[K]):
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
         self._sock.close()
         self._sock = None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+        if not self.abstract:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
 
     def _remove_stale(self) -> None:
         try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from protocol.errors import AlreadyRunning
 from protocol.layout import Layout, default_home
-from protocol.sockets import check_socket_path, ensure_private_dir
+from protocol.sockets import check_private_dir, check_socket_path, ensure_private_dir
 
 __all__ = ["OwnerPaths", "default_home"]
 
@@ -27,6 +27,17 @@ class OwnerPaths(Layout):
     @property
     def notify_sock(self) -> str:
         return str(self.dir / "notify.sock")
+
+    def notify_address(self, instance: str) -> str:
+        """``NOTIFY_SOCKET`` for apps. An owner that runs as root may start apps as other
+        users, who cannot reach a socket file in the private state directory; it then
+        uses an abstract address named after its instance (random, minted at start, so
+        nobody can bind it first). Anyone may send to it, which changes nothing: a
+        message counts only for the app whose process group the kernel-stamped sender
+        pid is in (owner.notify). A non-root owner keeps the 0600 file."""
+        if os.geteuid() == 0:
+            return f"@tenure/{instance}/notify"
+        return self.notify_sock
 
     @property
     def db(self) -> str:
@@ -69,9 +80,11 @@ class OwnerPaths(Layout):
                                  {"home": str(self.home)}) from None
         return fd
 
-    def prepare(self) -> None:
-        """Create home and execution/ (0700) and check every socket path's length.
-        Raises UnsafePath or PathTooLong."""
+    def prepare(self, owners: tuple[int, ...] | None = None) -> None:
+        """Create home and execution/ (0700) and check every socket path's length; the
+        home may be owned by any of ``owners`` (default: us or root). Raises UnsafePath
+        or PathTooLong."""
         check_socket_path(self.sock)
         check_socket_path(self.notify_sock)
-        ensure_private_dir(self.dir, root=self.home)
+        ensure_private_dir(self.dir, root=self.home, owners=owners)
+        check_private_dir(self.dir)  # execution/ itself is always the owner's own

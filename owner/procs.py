@@ -33,6 +33,7 @@ from protocol.procfs import children
 
 from .cgroups import CgroupTree
 from .descendants import Descendants, attribute_orphan
+from .limits import apply_cgroup_limits, require_cgroup_limits
 from .procinfo import (
     Inspector,
     group_members,
@@ -131,15 +132,18 @@ class ProcessTable:
         pipe fds. In cgroup mode (``self.cgroups``) the launch gets the cgroup named
         after ``key``, created before the spawn.
 
-        Raises Conflict for a key the table already holds, LaunchFailed (nothing left
-        behind, no cgroup either). Invariant: the pid is tracked before this returns and
-        before any SIGCHLD handler can run, so its exit is never lost.
+        Raises Conflict for a key the table already holds, LaunchFailed or one of its
+        kinds (PrivilegeRequired, LimitUnenforceable); nothing is left behind, no cgroup
+        either. Invariant: the pid is tracked before this returns and before any SIGCHLD
+        handler can run, so its exit is never lost.
         """
         if self._closed:
             raise RuntimeError("process table is closed")
         if key in self._live or key in self._exited:
             raise Conflict(f"launch key {key!r} is already in the process table",
                            {"launch_key": key})
+        require_cgroup_limits(spec.limits, None if self.cgroups is None
+                              else self.cgroups.controllers)
         if self.cgroups is not None:
             spawned = self._spawn_in_cgroup(self.cgroups, spec, key)
         else:
@@ -162,6 +166,7 @@ class ProcessTable:
             raise LaunchFailed(f"cannot create the cgroup for {key!r}: {e.strerror}",
                                {"argv0": spec.argv[0]}) from e
         try:
+            apply_cgroup_limits(spec.limits, path)  # before any process of the app runs
             return self._spawner.spawn(spec, self._notify_path, cgroup=os.fspath(path))
         except BaseException:
             tree.remove(path)

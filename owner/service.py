@@ -13,16 +13,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from protocol.durable import atomic_write, read_private
 from protocol.errors import (
     BadRequest,
-    Conflict,
-    LaunchFailed,
-    NoGrant,
     NotFound,
-    OwnerChanged,
     StackFenced,
-    StaleEpoch,
     StopTimeout,
 )
 from protocol.framing import pack
@@ -30,11 +24,13 @@ from protocol.identity import Identity
 from protocol.schema import Field, Schema, check_int, check_key, check_name, check_str_map
 from protocol.server import Call, Method, RpcServer
 
+from .grants import GrantKeeper
 from .journal import Journal, LogSource
 from .observations import RING_SIZE, ObservationRing, test_knob
 from .paths import OwnerPaths
 from .procinfo import Inspector
 from .procs import ProcessTable
+from .runas import launch_error, privileges
 from .specs import LaunchSpec, StopPolicy, parse_signal
 from .stop import StopOutcome
 from .store import Intent, LaunchRow, LaunchState, OwnerStore
@@ -44,7 +40,8 @@ __all__ = ["CAPABILITIES", "OwnerService"]
 
 log = logging.getLogger("tenure.owner")
 
-CAPABILITIES = {"stackControl": 1, "logJournal": 1, "logPages": 1, "notify": 1,
+# stackControl 2: mutations need the current grant presented on the connection (hello)
+CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "notify": 1,
                 "observations": 1, "fencing": 1}
 
 LOGS_PAGE_BYTES = 1 << 20
@@ -63,6 +60,7 @@ S_LAUNCH = Schema(
     Field("argv", list), Field("env", dict, required=False, default={}, check=check_str_map),
     Field("cwd", str, required=False), Field("stop", dict, required=False, default={}),
     Field("intent_revision", int, required=False, check=_uint),
+    Field("identity", dict, required=False), Field("limits", dict, required=False),
 )
 S_KEY = Schema(Field("launch_key", str, check=check_key(200)))
 S_STOP = Schema(Field("launch_key", str, check=check_key(200)),
@@ -97,11 +95,13 @@ class OwnerService:
         self.journal = journal
         self.epoch = store.epoch()
         self.grant = store.grant()
+        self.grants = GrantKeeper(paths.guardian_pub, identity.instance)
         self.server: RpcServer | None = None
         self.ring = ObservationRing(test_knob("TENURE_OWNER_RING_SIZE", RING_SIZE),
                                     publish=self._publish)
         self.inspector = Inspector()
-        self.launcher = Launcher(store, journal, self.ring, identity.boot_id, paths.notify_sock)
+        self.launcher = Launcher(store, journal, self.ring, identity.boot_id,
+                                 paths.notify_address(identity.instance))
         self._on_shutdown = on_shutdown
 
     @property
@@ -135,45 +135,21 @@ class OwnerService:
             self.server.publish("observations", cursor, event)
 
     def _require_epoch(self, call: Call) -> None:
-        if self.epoch == 0:
-            raise NoGrant("no grant has been fenced yet; the guardian issues epoch 1")
-        if call.epoch != self.epoch:
-            raise StaleEpoch(f"request carries epoch {call.epoch}; current is {self.epoch}",
-                             {"current": self.epoch})
+        """The current grant, presented on this connection (owner.grants)."""
+        self.grants.require(call, self.epoch, (self.grant or {}).get("activation"))
 
     # -- fencing ----------------------------------------------------------------------
 
     async def pin(self, call: Call) -> Any:
         """Trust-on-first-use of the guardian's key. Raises Conflict for another key."""
-        from protocol.grant import load_public_key, public_key_text  # cryptography: lazily
-        key = load_public_key(call.params["public_key"])
-        text = public_key_text(key) + "\n"
-        try:
-            current = read_private(self.paths.guardian_pub).decode()
-        except FileNotFoundError:
-            atomic_write(self.paths.guardian_pub, text.encode())
-            log.info("pinned guardian key")
-            return {"pinned": True}
-        if current != text:
-            raise Conflict("another guardian key is pinned; replace guardian.pub only with "
-                           "the owner stopped")
-        return {"pinned": False}
+        return {"pinned": self.grants.pin(call.params["public_key"])}
 
     async def fence(self, call: Call) -> Any:
         """Verify, require a newer epoch for this instance, persist, then answer."""
-        from protocol.grant import SignedGrant, load_public_key  # cryptography: lazily
-        signed = SignedGrant.from_wire(call.params["grant"])
-        try:
-            key = load_public_key(read_private(self.paths.guardian_pub).decode())
-        except FileNotFoundError:
-            raise NoGrant("no guardian key is pinned; call guardian.pin first") from None
-        grant = signed.verify(key)
-        if grant.owner_instance != self.identity.instance:
-            raise OwnerChanged(f"grant names owner {grant.owner_instance}, this is "
-                               f"{self.identity.instance}",
-                               {"expected": grant.owner_instance,
-                                "actual": self.identity.instance})
+        from protocol.grant import SignedGrant  # cryptography: lazily
+        grant = self.grants.verify(call.params["grant"])
         # the whole signed grant is kept: status reports which activation holds the epoch
+        signed = SignedGrant.from_wire(call.params["grant"])
         self.store.advance_epoch(self.epoch, grant.epoch, pack(signed.to_wire()))
         self.epoch = grant.epoch
         self.grant = {"epoch": grant.epoch, "activation": grant.activation}
@@ -192,12 +168,15 @@ class OwnerService:
             if intent is Intent.STOPPED and p["intent_revision"] != revision:
                 raise StackFenced(f"stack {p['stack']!r} is stopped (intent revision "
                                   f"{revision})", {"stack": p["stack"], "revision": revision})
-            spec = LaunchSpec.from_wire({k: p[k] for k in ("argv", "env", "cwd", "stop")
+            spec = LaunchSpec.from_wire({k: p[k] for k in ("argv", "env", "cwd", "stop",
+                                                           "identity", "limits")
                                          if p[k] is not None})
             first = self.launcher.launch(p, spec, self.epoch)
         if first.state is LaunchState.FAILED:
-            raise LaunchFailed((first.error or {}).get("msg", "launch failed"),
-                               {"launch_key": first.launch_key, **(first.error or {})})
+            err = first.error or {}
+            raise launch_error(err.get("code"))(
+                err.get("msg", "launch failed"),
+                {"launch_key": first.launch_key, **err, **(err.get("data") or {})})
         return first.to_wire()
 
     def _live(self, key: str) -> LaunchRow:
@@ -317,6 +296,8 @@ class OwnerService:
                 "notify": dict(self.launcher.notify_stats()),
                 "uncertain": sorted(self.launcher.uncertain),
                 "draining": bool(self.server and self.server.draining),
+                **privileges(None if self.launcher.cgroups is None
+                             else self.launcher.cgroups.controllers),
                 "home": os.fspath(self.paths.home)}
 
     async def shutdown(self, call: Call) -> Any:

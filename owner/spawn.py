@@ -20,6 +20,7 @@ from protocol.errors import LaunchFailed
 
 from .cgroups import shim_argv
 from .procinfo import read_start_ticks
+from .runas import ChildSetup
 from .specs import LaunchSpec
 
 __all__ = ["PopenSpawner", "Spawned", "Spawner", "pidfd_supported"]
@@ -98,36 +99,26 @@ class PopenSpawner(Spawner):
         With ``cgroup`` the child goes through :data:`owner.cgroups.SHIM`: it joins that
         cgroup and only then execs the program, so no process of the app ever runs
         outside it. The program is looked up first (the shim would only report a missing
-        one through its exit status).
+        one through its exit status). A launch with an identity, umask or rlimits goes
+        through :class:`owner.runas.ChildSetup` instead, which also joins the cgroup.
 
-        Raises LaunchFailed (missing program, not executable, bad cwd, fd exhaustion);
-        on failure every fd opened here is closed and no child is left.
+        Raises LaunchFailed (missing program, not executable, bad cwd, fd exhaustion, a
+        user or group that no longer exists, a step of the identity switch refused),
+        PrivilegeRequired (another user asked of a non-root owner); on failure every fd
+        opened here is closed and no child is left.
         """
         env = dict(spec.env)
         if notify_socket_path is not None:
             env["NOTIFY_SOCKET"] = notify_socket_path
-        argv = list(spec.argv)
-        opened: list[int] = []
-        try:
-            if cgroup is not None:
-                _check_program(spec, env)
-                argv = shim_argv(cgroup, argv)
-            out_r, out_w = _pipe()
-            opened += [out_r, out_w]
-            err_r, err_w = _pipe()
-            opened += [err_r, err_w]
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
-                env=env, cwd=spec.cwd, close_fds=True, start_new_session=True,
-            )
-        except (OSError, ValueError) as e:
-            _close_all(opened)
-            raise LaunchFailed(_reason(spec, e), {"argv0": spec.argv[0]}) from e
+        # An identity, umask or rlimits need steps between fork and exec (owner.runas);
+        # without them Popen's own (vfork) path runs, as it always did.
+        setup = ChildSetup.for_launch(spec.run_as, spec.limits, spec.cwd, cgroup)
+        with setup or contextlib.nullcontext():
+            proc, out_r, err_r = self._popen(spec, env, cgroup, setup)
         # The table reaps through the pidfd or SIGCHLD. Give Popen a returncode so its
         # __del__ never parks the pid in subprocess._active, whose _cleanup() (run at
         # every later Popen) would waitpid() it and steal the exit status.
         proc.returncode = 0
-        _close_all([out_w, err_w])
         try:
             pidfd = self._open_pidfd(proc.pid)
         except OSError as e:
@@ -142,6 +133,36 @@ class PopenSpawner(Spawner):
         return Spawned(pid=proc.pid, pidfd=pidfd, stdout_fd=out_r, stderr_fd=err_r,
                        start_ticks=ticks if ticks is not None else 0, pgid=proc.pid,
                        cgroup=cgroup)
+
+    def _popen(self, spec: LaunchSpec, env: dict[str, str], cgroup: str | None,
+               setup: ChildSetup | None) -> tuple[subprocess.Popen[bytes], int, int]:
+        """Popen with two fresh pipes; returns the process and the read ends (the write
+        ends are closed). Raises LaunchFailed, leaving no fd and no child behind."""
+        argv = list(spec.argv)
+        opened: list[int] = []
+        try:
+            if cgroup is not None and setup is None:
+                _check_program(spec, env)
+                argv = shim_argv(cgroup, argv)
+            out_r, out_w = _pipe()
+            opened += [out_r, out_w]
+            err_r, err_w = _pipe()
+            opened += [err_r, err_w]
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
+                env=env, cwd=spec.cwd if setup is None else None, close_fds=True,
+                start_new_session=True, preexec_fn=setup,
+            )
+        except (OSError, ValueError) as e:
+            _close_all(opened)
+            raise LaunchFailed(_reason(spec, e), {"argv0": spec.argv[0]}) from e
+        except subprocess.SubprocessError as e:  # only ChildSetup fails this way
+            _close_all(opened)
+            assert setup is not None
+            raise LaunchFailed(f"cannot start {spec.argv[0]!r}: {setup.failure()}",
+                               {"argv0": spec.argv[0]}) from e
+        _close_all([out_w, err_w])
+        return proc, out_r, err_r
 
     def _open_pidfd(self, pid: int) -> int | None:
         if not self._use_pidfd:

@@ -19,6 +19,9 @@ from typing import Any
 
 from protocol.errors import BadRequest
 
+from .limits import Limits
+from .runas import RunAs
+
 __all__ = ["ExitStatus", "LaunchSpec", "StopPolicy", "parse_signal"]
 
 log = logging.getLogger(__name__)
@@ -28,7 +31,7 @@ log = logging.getLogger(__name__)
 MAX_WAIT_S = 7 * 24 * 3600.0
 
 _STOP_KEYS = frozenset({"signal", "timeout", "kill_after"})
-_LAUNCH_KEYS = frozenset({"argv", "env", "cwd", "stop"})
+_LAUNCH_KEYS = frozenset({"argv", "env", "cwd", "stop", "identity", "limits"})
 
 
 def parse_signal(value: object) -> int:
@@ -145,19 +148,23 @@ def _parse_cwd(value: object) -> str | None:
 @dataclass(frozen=True)
 class LaunchSpec:
     """What to run. ``env`` is the WHOLE environment (nothing is inherited from the owner);
-    the owner adds ``NOTIFY_SOCKET``, overriding any value given here."""
+    the owner adds ``NOTIFY_SOCKET``, overriding any value given here. ``run_as`` and
+    ``limits`` (owner.runas, owner.limits) are the app's identity and resource limits."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cwd: str | None = None
     stop: StopPolicy = field(default_factory=StopPolicy)
+    run_as: RunAs = field(default_factory=RunAs)
+    limits: Limits = field(default_factory=Limits)
 
     @classmethod
     def from_wire(cls, d: object) -> LaunchSpec:
-        """Parse ``{"argv", "env"?, "cwd"?, "stop"?}``.
+        """Parse ``{"argv", "env"?, "cwd"?, "stop"?, "identity"?, "limits"?}``.
 
         Raises BadRequest for a missing/empty argv, non-string arguments or environment
-        entries, NUL bytes anywhere, an env key with '=', or a bad stop policy.
+        entries, NUL bytes anywhere, an env key with '=', a bad stop policy, identity or
+        limits.
         """
         if not isinstance(d, Mapping):
             raise BadRequest(f"launch spec must be a map, not {type(d).__name__}")
@@ -170,15 +177,23 @@ class LaunchSpec:
             env=_parse_env(d.get("env", {})),
             cwd=_parse_cwd(d.get("cwd")),
             stop=StopPolicy() if stop is None else StopPolicy.from_wire(stop),
+            run_as=RunAs() if d.get("identity") is None else RunAs.from_wire(d["identity"]),
+            limits=Limits() if d.get("limits") is None else Limits.from_wire(d["limits"]),
         )
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "argv": list(self.argv),
             "env": dict(self.env),
             "cwd": self.cwd,
             "stop": self.stop.to_wire(),
         }
+        # only when set: launch rows of apps without them keep their stored shape
+        if not self.run_as.empty:
+            out["identity"] = self.run_as.to_wire()
+        if self.limits != Limits():
+            out["limits"] = self.limits.to_wire()
+        return out
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ class OwnerProcess:
     instance: str = ""
     stderr_path: Path | None = None
     preload: str | None = None
+    args: tuple[str, ...] = ()  # more arguments, e.g. ("--service-account", "tenure")
 
     @property
     def paths(self) -> OwnerPaths:
@@ -52,7 +53,7 @@ class OwnerProcess:
                     "from owner.__main__ import main\nsys.exit(main(sys.argv[1:]))"]
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [*argv, "--home", str(self.home)],
+                [*argv, "--home", str(self.home), *self.args],
                 stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()
@@ -86,6 +87,7 @@ class OwnerProcess:
 class GuardianKey:
     key: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
     epoch: int = 0
+    signed: dict[str, Any] | None = None  # the grant of the last fence
 
     def grant(self, epoch: int, instance: str, key: Ed25519PrivateKey | None = None
               ) -> dict[str, Any]:
@@ -98,8 +100,13 @@ class GuardianKey:
         return self.fence(client, instance)
 
     def fence(self, client: Client, instance: str) -> int:
+        """Fence the next epoch and present its grant on ``client`` from now on (its
+        next call reconnects with the grant in the hello)."""
         self.epoch = max(self.epoch, client.call("status")["epoch"]) + 1
-        client.call("fence", {"grant": self.grant(self.epoch, instance)})
+        signed = self.grant(self.epoch, instance)
+        client.call("fence", {"grant": signed})
+        self.signed = signed
+        client.use_grant(signed)
         return self.epoch
 
 

@@ -50,9 +50,11 @@ class _Common:
                  want: Mapping[str, int] | None = None, expect_instance: str | None = None,
                  pin: bool = True, timeout: float = 30.0, connect_timeout: float = 5.0,
                  max_frame: int = DEFAULT_MAX_FRAME, owners: tuple[int, ...] | None = None,
-                 allow_group: bool = False, name: str = "") -> None:
+                 allow_group: bool = False, name: str = "",
+                 grant: Mapping[str, Any] | None = None) -> None:
         self.path = check_socket_path(path)
-        self.hello = Hello(role=role, want=dict(want or {}), client=name)
+        self.hello = Hello(role=role, want=dict(want or {}), client=name,
+                           grant=None if grant is None else dict(grant))
         self.expect_instance = expect_instance
         self.pin = pin
         self.timeout = timeout
@@ -244,6 +246,12 @@ class Client(_Common):
 
     def close(self) -> None:
         self._closed = True
+        self._drop()
+
+    def use_grant(self, grant: Mapping[str, Any]) -> None:
+        """Present the signed ``grant`` on every connection from now on (it goes in the
+        hello): the current connection is closed, the next call reconnects with it."""
+        self.hello = self.hello.replace(grant=dict(grant))
         self._drop()
 
     def _queue_event(self, ev: Event) -> None:

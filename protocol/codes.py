@@ -51,6 +51,8 @@ class Code(StrEnum):
     STORAGE_FAILED = "STORAGE_FAILED"
     # processes
     LAUNCH_FAILED = "LAUNCH_FAILED"
+    PRIVILEGE_REQUIRED = "PRIVILEGE_REQUIRED"
+    LIMIT_UNENFORCEABLE = "LIMIT_UNENFORCEABLE"
     STOP_TIMEOUT = "STOP_TIMEOUT"
     RECONCILE_REQUIRED = "RECONCILE_REQUIRED"
     PROCESSES_ALIVE = "PROCESSES_ALIVE"
@@ -156,6 +158,14 @@ CODES: dict[Code, CodeInfo] = {
     Code.LAUNCH_FAILED: CodeInfo(
         "The process could not be started (program missing, not executable, bad cwd).",
         False),
+    Code.PRIVILEGE_REQUIRED: CodeInfo(
+        "The launch names a user, group or supplementary groups other than the owner's, "
+        "and the owner does not run as root, so it cannot switch to them. Nothing was "
+        "started; run the owner as root (system scope) or drop the identity.", False),
+    Code.LIMIT_UNENFORCEABLE: CodeInfo(
+        "The launch sets a cgroup limit (memory_max, cpu_quota, pids_max) but the owner "
+        "has no delegated cgroup with that controller, or the kernel refused the value. "
+        "Nothing was started.", False),
     Code.STOP_TIMEOUT: CodeInfo(
         "A process or its group was still alive after the stop policy's last step.", True),
     Code.RECONCILE_REQUIRED: CodeInfo(

@@ -72,11 +72,13 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, mode: int = 0o600)
     atomic_write(path, (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode(), mode)
 
 
-def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE) -> bytes:
+def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE,
+                 owners: tuple[int, ...] | None = None) -> bytes:
     """Read a regular file without following symlinks.
 
-    Raises FileNotFoundError when absent, UnsafePath for a symlink, a non-regular file or
-    one writable by others, StateCorrupt when larger than ``max_size``.
+    Raises FileNotFoundError when absent, UnsafePath for a symlink, a non-regular file,
+    one writable by others, or (with ``owners``) one owned by any other uid or readable
+    by group or others; StateCorrupt when larger than ``max_size``.
     """
     p = os.fspath(path)
     try:
@@ -89,6 +91,11 @@ def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE) -> byte
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o022:
             raise UnsafePath(f"{p} is not a private regular file", {"path": p})
+        if owners is not None and (st.st_uid not in owners or st.st_mode & 0o077):
+            raise UnsafePath(f"{p} is owned by uid {st.st_uid} with mode "
+                             f"{stat.S_IMODE(st.st_mode):04o}; it must be 0600 and owned "
+                             f"by uid {' or '.join(map(str, owners))}",
+                             {"path": p, "uid": st.st_uid})
         if st.st_size > max_size:
             raise StateCorrupt(f"{p} is {st.st_size} bytes; refusing to read it", {"path": p})
         return f.read(max_size + 1)

@@ -59,23 +59,31 @@ def check_capabilities(caps: dict[str, int]) -> dict[str, int]:
 
 
 class Hello(Value):
-    """Client → server, first frame. ``want`` maps capability names to exact versions."""
+    """Client → server, first frame. ``want`` maps capability names to exact versions;
+    ``grant`` (optional) is a signed grant the connection presents (the owner binds the
+    connection to it: protocol.md, "Grants")."""
 
-    __slots__ = ("client", "proto", "role", "want")
+    __slots__ = ("client", "grant", "proto", "role", "want")
     SCHEMA = Schema(
         Field("proto", int),
         Field("role", str, check=_check_role),
         Field("want", dict, required=False, default={}, check=_check_caps),
         Field("client", str, required=False, default=""),
+        Field("grant", dict, required=False),
     )
 
     def __init__(self, role: str = "admin", want: dict[str, int] | None = None,
-                 proto: int = PROTO, client: str = "") -> None:
+                 proto: int = PROTO, client: str = "",
+                 grant: dict[str, Any] | None = None) -> None:
         self.role, self.want, self.proto, self.client = role, dict(want or {}), proto, client
+        self.grant = grant
 
     def to_wire(self) -> dict[str, Any]:
-        return {"t": "hello", "proto": self.proto, "role": self.role,
-                "want": dict(self.want), "client": self.client}
+        d = {"t": "hello", "proto": self.proto, "role": self.role,
+             "want": dict(self.want), "client": self.client}
+        if self.grant is not None:
+            d["grant"] = self.grant
+        return d
 
 
 class Welcome(Value):
@@ -178,7 +186,8 @@ Message = Hello | Welcome | Request | Response | Event
 
 def _hello(d: dict[str, Any]) -> Hello:
     v = Hello.SCHEMA.validate(d, "hello")
-    return Hello(role=v["role"], want=v["want"], proto=v["proto"], client=v["client"])
+    return Hello(role=v["role"], want=v["want"], proto=v["proto"], client=v["client"],
+                 grant=v["grant"])
 
 
 def _welcome(d: dict[str, Any]) -> Welcome:

@@ -42,6 +42,8 @@
     │   └── StorageFailed           STORAGE_FAILED
     ├── ProcessError
     │   ├── LaunchFailed            LAUNCH_FAILED
+    │   │   ├── PrivilegeRequired   PRIVILEGE_REQUIRED
+    │   │   └── LimitUnenforceable  LIMIT_UNENFORCEABLE
     │   ├── StopTimeout             STOP_TIMEOUT
     │   ├── ReconcileRequired       RECONCILE_REQUIRED
     │   └── ProcessesAlive          PROCESSES_ALIVE
@@ -266,6 +268,14 @@ class ProcessError(TenureError):
 
 class LaunchFailed(ProcessError):
     code = Code.LAUNCH_FAILED
+
+
+class PrivilegeRequired(LaunchFailed):
+    code = Code.PRIVILEGE_REQUIRED
+
+
+class LimitUnenforceable(LaunchFailed):
+    code = Code.LIMIT_UNENFORCEABLE
 
 
 class StopTimeout(ProcessError):

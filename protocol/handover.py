@@ -19,20 +19,22 @@ requires, at exactly these versions.
 
 from __future__ import annotations
 
+import base64
 import os
 from typing import Any
 
 from .durable import atomic_write_json, read_json
 from .errors import StateCorrupt
 
-__all__ = ["CHECKPOINT_KIND", "HANDOFF_KIND", "OWNER_CONTRACTS", "pack_checkpoint",
-           "pack_handoff", "read_checkpoint", "read_handoff", "unpack_checkpoint",
-           "unpack_handoff", "write_checkpoint", "write_handoff"]
+__all__ = ["CHECKPOINT_KIND", "HANDOFF_KIND", "OWNER_CONTRACTS", "handoff_grant",
+           "pack_checkpoint", "pack_handoff", "read_checkpoint", "read_handoff",
+           "unpack_checkpoint", "unpack_handoff", "write_checkpoint", "write_handoff"]
 
 HANDOFF_KIND = "tenure-handoff"
 CHECKPOINT_KIND = "tenure-checkpoint"
 FORMAT = 1
-OWNER_CONTRACTS: dict[str, int] = {"stackControl": 1, "logJournal": 1, "notify": 1,
+# stackControl 2: a generation presents its grant on its owner connection (protocol.md)
+OWNER_CONTRACTS: dict[str, int] = {"stackControl": 2, "logJournal": 1, "notify": 1,
                                    "observations": 1}
 
 _IDENTITY = {"instance": str, "pid": int, "start_ticks": int, "boot_id": str}
@@ -47,11 +49,27 @@ _INVENTORY_ROW = {"stack": str, "app": str, "instance": int, "generation": int,
 
 
 def pack_handoff(*, activation: str, mode: str, epoch: int, release: str,
-                 owner: dict[str, Any], checkpoint: str | None, cursor: int
-                 ) -> dict[str, Any]:
-    return unpack_handoff({"kind": HANDOFF_KIND, "format": FORMAT, "activation": activation,
-                           "mode": mode, "epoch": epoch, "release": release, "owner": owner,
-                           "checkpoint": checkpoint, "cursor": cursor})
+                 owner: dict[str, Any], checkpoint: str | None, cursor: int,
+                 grant: dict[str, Any] | None = None) -> dict[str, Any]:
+    body = {"kind": HANDOFF_KIND, "format": FORMAT, "activation": activation, "mode": mode,
+            "epoch": epoch, "release": release, "owner": owner, "checkpoint": checkpoint,
+            "cursor": cursor}
+    if grant is not None:  # JSON has no bytes: the signature goes as base64 text
+        body["grant"] = {"grant": grant["grant"],
+                         "sig": base64.b64encode(grant["sig"]).decode()}
+    return unpack_handoff(body)
+
+
+def handoff_grant(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The signed grant of an unpacked handoff record in its wire form (``{grant, sig}``
+    with ``sig`` as bytes), or None for a record without one. Raises StateCorrupt."""
+    held = record.get("grant")
+    if held is None:
+        return None
+    try:
+        return {"grant": held["grant"], "sig": base64.b64decode(held["sig"], validate=True)}
+    except (KeyError, TypeError, ValueError):
+        raise StateCorrupt("handoff record: grant is malformed", {"field": "grant"}) from None
 
 
 def pack_checkpoint(*, from_activation: str, owner: dict[str, Any], epoch: int, cursor: int,
@@ -69,6 +87,12 @@ def unpack_handoff(obj: Any, where: str = "handoff record") -> dict[str, Any]:
     """The validated record (unknown keys dropped). Raises StateCorrupt."""
     body = _fields(obj, HANDOFF_KIND, _HANDOFF, where)
     body["owner"] = _fields(body["owner"], None, _IDENTITY, f"{where}: owner")
+    grant = obj.get("grant")  # optional: the signed grant of ``epoch`` (protocol.md)
+    if grant is not None:
+        if not isinstance(grant, dict):
+            raise StateCorrupt(f"{where}: grant must be a map", {"where": where,
+                                                                  "field": "grant"})
+        body["grant"] = grant
     if body["epoch"] < 1 or body["cursor"] < 0:
         raise StateCorrupt(f"{where}: epoch must be >= 1 and cursor >= 0", {"where": where})
     return body

@@ -97,6 +97,7 @@ class Connection:
     role: str = "viewer"
     hello: Hello | None = None
     streams: set[str] = field(default_factory=set)
+    grant: Any = None  # what the server's hello hook bound the connection to
 
     def subscribe(self, stream: str) -> None:
         self.streams.add(stream)
@@ -127,7 +128,8 @@ class RpcServer:
                  max_connections: Mapping[str, int] = DEFAULT_MAX_CONNECTIONS,
                  max_pending: int = DEFAULT_MAX_PENDING,
                  frame_timeout: float = DEFAULT_FRAME_TIMEOUT,
-                 viewer_max_frame: int = VIEWER_MAX_FRAME) -> None:
+                 viewer_max_frame: int = VIEWER_MAX_FRAME,
+                 on_hello: Callable[[Connection], None] | None = None) -> None:
         self.path = path
         self.identity = identity
         self.capabilities = dict(capabilities)
@@ -143,6 +145,7 @@ class RpcServer:
         self.frame_timeout = frame_timeout
         self.viewer_max_frame = viewer_max_frame
         self.refused = 0  # connections refused for a limit, since start
+        self.on_hello = on_hello  # may bind the connection or refuse it (TenureError)
         self.draining = False
         self.connections: set[Connection] = set()
         self._pending = dict.fromkeys(ROLES, 0)  # by the role the peer may take
@@ -212,8 +215,8 @@ class RpcServer:
         try:
             allowed = self.authorize(conn.peer)
             if allowed is None:
-                await self._refuse(conn, reader, Unauthorized(
-                    f"uid {conn.peer.uid} may not use this socket"))
+                await self._refuse(conn, reader, self._refused(
+                    conn, f"uid {conn.peer.uid} may not use this socket"))
                 return
             if self._pending[allowed] >= self.max_pending:
                 await self._refuse(conn, reader, TooManyConnections(
@@ -321,7 +324,8 @@ class RpcServer:
             raise UnsupportedProtocol(f"server speaks protocol {PROTO}, client {msg.proto}",
                                       {"server": PROTO, "client": msg.proto})
         if ROLES.index(msg.role) < ROLES.index(allowed):
-            raise Unauthorized(f"uid {conn.peer.uid} may connect as {allowed}, not {msg.role}")
+            raise self._refused(conn, f"uid {conn.peer.uid} may connect as {allowed}, "
+                                f"not {msg.role}")
         missing = {k: v for k, v in msg.want.items() if self.capabilities.get(k) != v}
         if missing:
             raise CapabilityMissing(
@@ -334,6 +338,8 @@ class RpcServer:
                                      {"role": msg.role, "limit": limit})
         conn.role, conn.hello = msg.role, msg
         self._by_role[msg.role] += 1
+        if self.on_hello is not None:
+            self.on_hello(conn)
         welcome = Welcome(self.identity, self.capabilities, msg.role)
         conn.writer.write(encode_frame(welcome.to_wire(), self.max_frame))
         await conn.writer.drain()
@@ -356,7 +362,7 @@ class RpcServer:
         if method is None:
             raise UnknownMethod(f"no method {req.m!r}", {"method": req.m})
         if _RANK[conn.role] > _RANK[method.role]:
-            raise Unauthorized(f"{req.m} needs the {method.role} role")
+            raise self._refused(conn, f"{req.m} needs the {method.role} role")
         if self.draining and not method.while_draining:
             raise ShuttingDown("server is draining; retry against the next one")
         params = method.params.validate(req.p) if method.params else dict(req.p)
@@ -373,6 +379,13 @@ class RpcServer:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
+
+    def _refused(self, conn: Connection, why: str) -> Unauthorized:
+        """Every refusal is logged: who (uid, gid, pid) tried what on which socket."""
+        p = conn.peer
+        log.warning("refused uid=%d gid=%d pid=%d on %s: %s", p.uid, p.gid, p.pid,
+                    self.path, why)
+        return Unauthorized(why)
 
     async def _send(self, conn: Connection, response: Response) -> None:
         if conn.writer.is_closing():

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_SOCKET_PATH",
     "PeerCred",
     "admin_or_viewer",
+    "admins",
     "bind_unix",
     "check_private_dir",
     "check_socket_file",
@@ -83,11 +84,13 @@ def check_private_dir(path: str | os.PathLike[str], owners: tuple[int, ...] | No
 
 
 def ensure_private_dir(path: str | os.PathLike[str],
-                       root: str | os.PathLike[str] | None = None) -> Path:
+                       root: str | os.PathLike[str] | None = None,
+                       owners: tuple[int, ...] | None = None) -> Path:
     """Create ``path`` (and missing parents below ``root``) with mode 0700, then check it.
 
     Every existing component from ``root`` (inclusive) down to ``path`` must be a private
-    directory. Raises UnsafePath; never changes an existing directory's mode or owner.
+    directory owned by one of ``owners`` (default: us or root). Raises UnsafePath; never
+    changes an existing directory's mode or owner.
     """
     target = Path(os.path.abspath(path))
     base = Path(os.path.abspath(root)) if root is not None else target
@@ -100,7 +103,7 @@ def ensure_private_dir(path: str | os.PathLike[str],
     for component in chain:
         with suppress(FileExistsError):
             os.mkdir(component, 0o700)
-        check_private_dir(component)
+        check_private_dir(component, owners)
     return target
 
 
@@ -210,11 +213,24 @@ def same_uid_or_root(cred: PeerCred) -> str | None:
     return "admin" if cred.uid in (os.geteuid(), 0) else None
 
 
-def admin_or_viewer(viewer_gid: int | None) -> Authorizer:
-    """Admin as :func:`same_uid_or_root`; members of ``viewer_gid`` get the viewer role."""
+def admins(*uids: int) -> Authorizer:
+    """:func:`same_uid_or_root`, and also ``uids`` as admins (the owner, running as root,
+    admits the service account its guardian and backends run as); nobody else."""
+    allowed = frozenset((os.geteuid(), 0, *uids))
+
+    def authorize(cred: PeerCred) -> str | None:
+        return "admin" if cred.uid in allowed else None
+    return authorize
+
+
+def admin_or_viewer(viewer_gid: int | None,
+                    deny: frozenset[int] = frozenset()) -> Authorizer:
+    """Admin as :func:`same_uid_or_root`; members of ``viewer_gid`` get the viewer role,
+    except the uids in ``deny`` (the apps' users: they are refused everywhere)."""
     def authorize(cred: PeerCred) -> str | None:
         role = same_uid_or_root(cred)
-        if role is None and viewer_gid is not None and _in_group(cred, viewer_gid):
+        if role is None and cred.uid not in deny and viewer_gid is not None \
+                and _in_group(cred, viewer_gid):
             return "viewer"
         return role
     return authorize

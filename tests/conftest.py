@@ -14,6 +14,14 @@ import psutil
 import pytest
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``root`` are skipped, with the reason printed, unless we are root."""
+    if item.get_closest_marker("root") is not None and os.geteuid() != 0:
+        reason = "needs root (starts apps as other users, creates users and groups)"
+        print(f"SKIP {item.nodeid}: {reason}")
+        pytest.skip(reason)
+
+
 @pytest.fixture
 def short_home() -> Iterator[Path]:
     """A private 0700 directory with a short path (Unix socket paths are limited)."""

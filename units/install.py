@@ -1,13 +1,21 @@
 """Supervision plans: prepare (no OS change) → operator review → install exactly that plan.
 
-``prepare`` renders both services into ``<home>/runtime/supervision-plan/``: the unit files
+``prepare`` renders both services into the plan directory (``/etc/tenure/supervision-plan``
+in system scope, ``<home>/runtime/supervision-plan`` in user scope): the unit files
 (or plists), ``environment.json`` (the private environment record, 0600) and ``plan.json``
 (format version, scope, target paths, sha256 of every file). It writes nothing else.
 
-``install`` re-reads the plan, verifies every file's sha256 (a modified plan is refused
-with StateCorrupt), refuses with ServiceActive unless both units are inactive with no
-queued job and no unmanaged owner/guardian/backend answers on a socket under the home,
-then writes the unit files atomically, ``daemon-reload`` and ``enable``. It never starts
+``install`` trusts no path: the plan directory and every file in it must be private
+files of ours; in system scope the plan lives in a root-owned directory outside the
+service account's home (``/etc/tenure``, units.trust), every directory above it must be
+changeable by root alone, and the operator passes the plan's ``digest`` (printed by
+prepare) so a plan other than the reviewed one is refused. Every target must lie in the
+scope's unit directory. It then re-reads the plan, verifies every file's sha256 (a
+modified plan is refused with StateCorrupt), refuses with ServiceActive unless both units
+are inactive with no queued job and no unmanaged owner/guardian/backend answers on a
+socket under the home, then writes the unit files atomically, ``daemon-reload`` and
+``enable``; in system scope it records the installation (home, service account) for
+the CLI. It never starts
 and never stops anything: starting is the operator's explicit next step, and stopping a
 running owner would stop every application. launchd plans are written the same way; a
 plist in LaunchAgents/LaunchDaemons is loaded at the next login/boot, the launchd analogue
@@ -19,6 +27,7 @@ refusals are the whole protection against replacing the files under a running se
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import hashlib
 import json
@@ -36,8 +45,17 @@ from typing import Any, Protocol
 from protocol.durable import atomic_write, atomic_write_json, read_json, read_private
 from protocol.errors import BadRequest, ServiceActive, ServiceError, StateCorrupt, UnsafePath
 
-from .model import GUARDIAN_UNIT, OWNER_UNIT, Installation, Manager, Scope, services
+from .model import (
+    GUARDIAN_UNIT,
+    OWNER_UNIT,
+    Installation,
+    Manager,
+    Scope,
+    default_target_dir,
+    services,
+)
 from .render import plist_name, render_launchd, render_systemd
+from .trust import check_plan_files, check_trusted_chain, ensure_trusted_dir, write_record
 
 __all__ = ["PLAN_FORMAT", "Plan", "PlannedFile", "Systemctl", "SystemctlLike", "install",
            "live_sockets", "load_plan", "prepare", "status", "uninstall"]
@@ -126,6 +144,13 @@ class Plan:
     environment_sha256: str
     environment: tuple[tuple[str, str], ...]
 
+    @property
+    def digest(self) -> str:
+        """sha256 of the canonical plan.json, which holds every file's sha256: the one
+        value an operator reviews and hands to ``install`` (``--digest``)."""
+        canon = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return _sha256(canon.encode())
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": PLAN_KIND, "format": PLAN_FORMAT, "scope": str(self.scope),
@@ -172,7 +197,14 @@ def prepare(inst: Installation, plan_dir: Path | None = None) -> Plan:
     pdir = Path(os.path.abspath(plan_dir or inst.plan_dir))
     rendered = _rendered(inst)
     env_bytes = _environment_record(inst)
-    _make_plan_dir(inst, pdir)
+    if inst.scope is Scope.SYSTEM:
+        _make_home(inst)
+        ensure_trusted_dir(pdir.parent)  # root's, outside the service account's home
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(pdir, 0o700)
+        check_plan_files(pdir)
+    else:
+        _make_plan_dir(inst, pdir)
     files = []
     for name, data in rendered.items():
         atomic_write(pdir / name, data, 0o600)
@@ -210,6 +242,20 @@ def _make_plan_dir(inst: Installation, pdir: Path) -> None:
                          {"path": str(pdir)})
 
 
+def _make_home(inst: Installation) -> None:
+    """System scope: create a missing home and runtime/ (0700), handed to the service
+    account. Raises BadRequest (no such account), UnsafePath (not a directory)."""
+    for d in (inst.home, inst.home / "runtime"):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(d).st_mode):
+                raise UnsafePath(f"{d} is a symlink or not a directory",
+                                 {"path": str(d)}) from None
+        else:
+            _hand_over(inst, d)
+
+
 def _hand_over(inst: Installation, d: Path) -> None:
     """chown a directory prepare created to the service account (system scope, as root).
     Raises BadRequest when the account does not exist."""
@@ -231,6 +277,31 @@ def load_plan(plan_dir: Path) -> Plan:
     UnsafePath, StateCorrupt (unknown format, wrong target, modified or missing file)."""
     plan = _parse_plan(Path(plan_dir))
     _read_verified(plan)
+    return plan
+
+
+def _trusted_plan(pdir: Path, digest: str | None, target_dir: Path | None) -> Plan:
+    """The plan in ``pdir``, only if it is the one the operator reviewed and can be
+    trusted: the directory and every file in it are ours and private; in system scope
+    the directories above it are root's alone and ``digest`` is required and must equal
+    the plan's; every target lies in ``target_dir`` (default: the scope's own unit
+    directory). Raises UnsafePath, StateCorrupt, BadRequest (no digest)."""
+    check_plan_files(pdir)
+    plan = _parse_plan(pdir)
+    if plan.scope is Scope.SYSTEM:
+        check_trusted_chain(pdir.parent)
+        if digest is None:
+            raise BadRequest("a system-scope install needs the digest of the plan you "
+                             "reviewed (tenure service install --digest DIGEST)")
+    if digest is not None and digest != plan.digest:
+        raise StateCorrupt(f"{pdir} is not the plan that was reviewed (digest "
+                           f"{plan.digest[:16]}..., expected {digest[:16]}...); prepare and "
+                           "review it again", {"path": str(pdir), "digest": plan.digest})
+    pinned = Path(os.path.abspath(target_dir or default_target_dir(plan.scope, plan.manager)))
+    strays = [str(f.target) for f in plan.files if f.target.parent != pinned]
+    if strays:
+        raise StateCorrupt(f"the plan targets {strays}, outside {pinned}; prepare and "
+                           "review it again", {"path": str(pdir), "targets": strays})
     return plan
 
 
@@ -271,7 +342,7 @@ def _read_verified(plan: Plan) -> dict[str, bytes]:
     for name, digest in [*wanted, (ENV_FILE, plan.environment_sha256)]:
         path = plan.plan_dir / name
         try:
-            data = read_private(path)
+            data = read_private(path, owners=(os.geteuid(),))
         except FileNotFoundError:
             raise StateCorrupt(f"{path} is missing from the plan", {"path": str(path)}) from None
         if _sha256(data) != digest:
@@ -327,11 +398,19 @@ def _refuse_busy(home: Path, ctl: SystemctlLike | None) -> None:
             {"units": busy, "sockets": live})
 
 
-def install(plan_dir: Path, *, systemctl: SystemctlLike | None = None) -> Plan:
-    """Install exactly the plan in ``plan_dir``: verify, check idle, write, daemon-reload,
-    enable (never start). Raises StateCorrupt (modified plan), UnsafePath, ServiceActive,
-    ServiceError (systemctl failed), BadRequest (systemctl of the other scope)."""
-    plan = _parse_plan(Path(plan_dir))
+def install(plan_dir: Path, *, systemctl: SystemctlLike | None = None,
+            digest: str | None = None, target_dir: Path | None = None,
+            record: Path | None = None) -> Plan:
+    """Install exactly the plan in ``plan_dir``: verify (see :func:`_trusted_plan`), check
+    idle, write, daemon-reload, enable (never start); in system scope then write the
+    installation record to ``record`` (default: beside the plan directory).
+
+    Raises StateCorrupt (modified, retargeted or not the reviewed plan), UnsafePath
+    (a plan directory, file or parent another user could change), ServiceActive,
+    ServiceError (systemctl failed), BadRequest (systemctl of the other scope; no
+    digest in system scope)."""
+    pdir = Path(os.path.abspath(plan_dir))
+    plan = _trusted_plan(pdir, digest, target_dir)
     contents = _read_verified(plan)
     ctl = _controller(plan.scope, systemctl) if plan.manager is Manager.SYSTEMD else None
     _refuse_busy(plan.home, ctl)
@@ -341,6 +420,11 @@ def install(plan_dir: Path, *, systemctl: SystemctlLike | None = None) -> Plan:
     if ctl is not None:
         ctl.run("daemon-reload")
         ctl.run("enable", *plan.units)
+    if plan.scope is Scope.SYSTEM:
+        account = json.loads(contents[ENV_FILE])
+        write_record(record or pdir.parent / "installation.json", scope=str(plan.scope),
+                     home=plan.home, user=str(account.get("user")),
+                     group=str(account.get("group")))
     return plan
 
 

@@ -17,8 +17,11 @@ form):
   it, but neither requires nor binds to it: restarting one never restarts the other, so a
   guardian restart cannot touch apps and an owner maintenance window does not bounce the
   guardian. ``KillMode=control-group`` is right for it: its cgroup holds only backends.
-- System scope names the service account (``User=``/``Group=``) and carries only the
-  instance path (``TENURE_HOME``) in the environment: never secrets.
+- System scope splits privileges: the owner runs as root (``User=root``: it starts each
+  app as the user its config names and manages cgroups) and admits only root and the
+  service account (``--service-account``) on its socket; the guardian and its backends
+  run as the service account (``User=``/``Group=``, default ``tenure``). Units carry only
+  the instance path (``TENURE_HOME``) in the environment: never secrets.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "Manager",
     "Scope",
     "ServiceSpec",
+    "default_target_dir",
     "services",
 ]
 
@@ -50,6 +54,7 @@ OWNER_LABEL = "dev.tenure.owner"
 GUARDIAN_LABEL = "dev.tenure.guardian"
 
 _ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+SYSTEM_CONFIG_DIR = Path("/etc/tenure")
 
 
 class Scope(StrEnum):
@@ -134,6 +139,11 @@ def _default_plist_dir(scope: Scope) -> Path:
     return Path(os.path.expanduser("~/Library/LaunchAgents"))
 
 
+def default_target_dir(scope: Scope, manager: Manager) -> Path:
+    """The scope's own unit (or plist) directory: where install writes by default."""
+    return _default_plist_dir(scope) if manager is Manager.LAUNCHD else _default_unit_dir(scope)
+
+
 @dataclass(frozen=True)
 class Installation:
     """Where and as whom tenure is supervised. Build one with :meth:`for_scope`.
@@ -150,6 +160,7 @@ class Installation:
     user: str | None = None
     group: str | None = None
     manager: Manager = field(default=Manager.SYSTEMD)
+    config_dir: Path | None = None  # where plans (and the record) live; see plan_root
 
     def __post_init__(self) -> None:
         for name in ("home", "python", "unit_dir", "plist_dir"):
@@ -157,6 +168,9 @@ class Installation:
             if not Path(value).is_absolute():
                 raise BadRequest(f"installation {name} must be an absolute path: {value}",
                                  {"field": name})
+        if self.config_dir is not None and not Path(self.config_dir).is_absolute():
+            raise BadRequest(f"installation config_dir must be an absolute path: "
+                             f"{self.config_dir}", {"field": "config_dir"})
         if self.scope is Scope.USER and (self.user or self.group):
             raise BadRequest("user scope runs as the invoking user; do not name an account")
         if self.scope is Scope.SYSTEM:
@@ -171,7 +185,8 @@ class Installation:
                   python: Path | None = None, user: str | None = None,
                   group: str | None = None, unit_dir: Path | None = None,
                   plist_dir: Path | None = None,
-                  manager: Manager | str | None = None) -> Installation:
+                  manager: Manager | str | None = None,
+                  config_dir: Path | None = None) -> Installation:
         """Fill defaults: home /var/lib/tenure or $XDG_STATE_HOME/tenure, this interpreter,
         account ``tenure``:``tenure`` on system scope, launchd on macOS. Raises BadRequest."""
         try:
@@ -191,12 +206,28 @@ class Installation:
             user=(user or "tenure") if system else user,
             group=(group or user or "tenure") if system else group,
             manager=mgr,
+            config_dir=config_dir,
         )
 
     @property
+    def plan_root(self) -> Path:
+        """Where plans and the installation record live. System scope: a root-owned
+        directory outside the home (``/etc/tenure``), because the home belongs to the
+        service account, which must not be able to swap what root installs. User scope:
+        ``<home>/runtime``."""
+        if self.config_dir is not None:
+            return self.config_dir
+        return SYSTEM_CONFIG_DIR if self.scope is Scope.SYSTEM else self.home / "runtime"
+
+    @property
     def plan_dir(self) -> Path:
-        """The default place for a prepared plan: ``<home>/runtime/supervision-plan``."""
-        return self.home / "runtime" / "supervision-plan"
+        """The default place for a prepared plan: ``<plan_root>/supervision-plan``."""
+        return self.plan_root / "supervision-plan"
+
+    @property
+    def record_path(self) -> Path:
+        """The installation record install writes in system scope (units.trust)."""
+        return self.plan_root / "installation.json"
 
     @property
     def target_dir(self) -> Path:
@@ -218,6 +249,8 @@ def services(inst: Installation) -> tuple[ServiceSpec, ServiceSpec]:
 
 
 def _owner(inst: Installation, base: ServiceSpec) -> ServiceSpec:
+    system = inst.scope is Scope.SYSTEM
+    account = ("--service-account", str(inst.user)) if system else ()
     return replace(
         base,
         name=OWNER_UNIT,
@@ -228,7 +261,12 @@ def _owner(inst: Installation, base: ServiceSpec) -> ServiceSpec:
             "systemd signals only the owner (KillMode=process) and never SIGKILLs",
             "leftovers (SendSIGKILL=no); see docs/service.md.",
         ),
-        exec_start=(str(inst.python), "-m", "owner", "--home", str(inst.home)),
+        exec_start=(str(inst.python), "-m", "owner", "--home", str(inst.home), *account),
+        # system scope: root, to start each app as its user and manage cgroups; the
+        # service account (and root) may use its socket, no app may
+        # (no Group=: root's own group; it is "wheel" on macOS)
+        user="root" if system else None,
+        group=None,
         restart="no",
         timeout_start_sec=60,
         timeout_stop_sec=90,

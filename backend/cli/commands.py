@@ -10,6 +10,7 @@ from protocol.errors import BackendUnavailable, BadRequest, ConfigInvalid, Conne
 from protocol.layout import Layout
 
 from . import render
+from .owners import trusted_owners
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
@@ -26,7 +27,8 @@ def _api(args: Any, timeout: float = 300.0) -> Client:
     # allow_group: with a viewer group configured the socket is 0660 (never 0666)
     sock = _layout(args).api_sock
     return Client(sock, timeout=timeout, pin=False, name="cli", allow_group=True,
-                  role="admin" if _is_admin(sock) else "viewer")
+                  role="admin" if _is_admin(sock) else "viewer",
+                  owners=trusted_owners(sock, args.home))
 
 
 def _is_admin(sock: str) -> bool:
@@ -39,7 +41,9 @@ def _is_admin(sock: str) -> bool:
 
 
 def _guardian(args: Any, timeout: float = 600.0) -> Client:
-    return Client(_layout(args).guardian_sock, timeout=timeout, pin=False, name="cli")
+    sock = _layout(args).guardian_sock
+    return Client(sock, timeout=timeout, pin=False, name="cli",
+                  owners=trusted_owners(sock, args.home))
 
 
 def _out(args: Any, obj: Any, text: str | None = None) -> None:
@@ -278,7 +282,7 @@ def cmd_owner(args: Any) -> int:
         cmd += ["--prepare"] if args.prepare else []
         cmd += ["--drain", args.drain] if args.drain else []
         return subprocess.call(cmd + (["--json"] if args.json else []))
-    with Client(_layout(args).owner_sock, pin=False) as c:
+    with Client(_layout(args).owner_sock, pin=False, allow_group=True) as c:
         r = c.call("status")
     import json
     _out(args, r, json.dumps(r, indent=1, default=_bytes))

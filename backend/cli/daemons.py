@@ -18,15 +18,22 @@ from protocol.identity import start_ticks
 from protocol.layout import Layout
 from protocol.sockets import ensure_private_dir
 
+from .owners import trusted_owners
+
 __all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping", "stop_all"]
 
 
-def ping(sock: str, timeout: float = 2.0) -> dict[str, Any] | None:
-    """The daemon's status if one answers on ``sock``, else None."""
+def ping(sock: str, timeout: float = 2.0, home: Path | None = None
+         ) -> dict[str, Any] | None:
+    """The daemon's status if one answers on ``sock`` (a socket of ``home``), else None."""
     if not os.path.exists(sock):
         return None
+    # allow_group: owner.sock (system scope) and api.sock (viewer group) may be 0660;
+    # owners: guardian.sock and api.sock belong to the service account (system scope)
+    owners = None if home is None else trusted_owners(sock, home)
     try:
-        with Client(sock, timeout=timeout, connect_timeout=timeout, pin=False) as c:
+        with Client(sock, timeout=timeout, connect_timeout=timeout, pin=False,
+                    allow_group=True, owners=owners) as c:
             status: dict[str, Any] = c.call("status")
             return status
     except TenureError:
@@ -59,7 +66,7 @@ def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
 
 def _spawn(layout: Layout, module: str, sock: str, foreground: bool
            ) -> subprocess.Popen[bytes] | None:
-    if ping(sock) is not None:
+    if ping(sock, home=layout.home) is not None:
         return None
     ensure_private_dir(layout.logs, root=layout.home)
     log_path = layout.logs / f"{module}.log"
@@ -76,7 +83,7 @@ def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[byte
     log_path = layout.logs / f"{module}.log"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if ping(sock) is not None:
+        if ping(sock, home=layout.home) is not None:
             return
         if proc.poll() is not None:
             break
@@ -111,7 +118,7 @@ def ensure_backend(layout: Layout, timeout: float) -> dict[str, Any]:
     """Wait until a backend generation answers and is ready."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        st = ping(layout.api_sock)
+        st = ping(layout.api_sock, home=layout.home)
         if st is not None:
             return st
         time.sleep(0.02)
@@ -136,11 +143,11 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
     """Guardian first (it retires the backend, keeping the certificate), then the owner,
     which stops every application and writes its clean receipt."""
     out: dict[str, Any] = {}
-    g = ping(layout.guardian_sock)
+    g = ping(layout.guardian_sock, home=layout.home)
     if g is not None:
         ident = g["guardian"]
         out["guardian"] = _terminate(ident["pid"], ident["start_ticks"], timeout)
-    o = ping(layout.owner_sock)
+    o = ping(layout.owner_sock, home=layout.home)
     if o is not None:
         ident = o["owner"]
         out["owner"] = _terminate(ident["pid"], ident["start_ticks"], timeout)

@@ -98,6 +98,9 @@ def _parser() -> Any:
     p.add_argument("--prepare", action="store_true")
     p.add_argument("--scope", choices=["user", "system"], default=None)
     p.add_argument("--user-account", default=None, help="system scope: service account")
+    p.add_argument("--digest", default=None,
+                   help="install: the digest of the plan you reviewed (printed by "
+                        "--prepare; required in system scope)")
     p = add("owner", "execution owner maintenance")
     p.add_argument("action", choices=["reconcile", "status"])
     p.add_argument("--prepare", action="store_true",

@@ -14,22 +14,41 @@ def _installation(args: Any) -> Any:
     return Installation.for_scope(scope, home=args.home, user=args.user_account)
 
 
+def separation(inst: Any) -> dict[str, Any]:
+    """What ``service status`` says about privileges (docs/service.md, "Who can reach
+    what"): in user scope apps share the user's uid, which cannot be separated."""
+    if str(inst.scope) == "user":
+        return {"apps_share_uid": True,
+                "note": "user scope: the owner, guardian, backends and every app run as "
+                        "you, so apps can reach tenure's sockets and state as you can; "
+                        "tenure cannot separate processes of one uid. Run untrusted apps "
+                        "under a system-scope installation."}
+    return {"apps_share_uid": False, "owner": "root", "control_plane": inst.user,
+            "note": f"system scope: the owner runs as root, the guardian and backends as "
+                    f"{inst.user}; each app runs as the user its config names and is "
+                    "refused on every socket."}
+
+
 def service_command(args: Any, out: Any) -> int:
     import units
     inst = _installation(args)
     if args.action == "install" and args.prepare:
         plan = units.prepare(inst)
-        out(args, plan.to_json(), f"prepared {inst.plan_dir}: review the files there, then "
-            "run `tenure service install`")
+        out(args, {**plan.to_json(), "digest": plan.digest},
+            f"prepared {inst.plan_dir}: review the files there, then run `tenure service "
+            f"install --scope {inst.scope} --digest {plan.digest}`")
         return 0
     if args.action == "install":
-        plan = units.install(inst.plan_dir)
-        out(args, plan.to_json(), "installed and enabled; start with `systemctl "
-            f"{'--user ' if str(inst.scope) == 'user' else ''}start tenure-owner tenure`")
+        plan = units.install(inst.plan_dir, digest=args.digest, target_dir=inst.target_dir)
+        out(args, {**plan.to_json(), "digest": plan.digest}, "installed and enabled; start "
+            f"with `systemctl {'--user ' if str(inst.scope) == 'user' else ''}start "
+            "tenure-owner tenure`")
         return 0
     if args.action == "status":
-        st = units.status(inst)
-        out(args, st, "\n".join(f"{k}: {v}" for k, v in st.items()))
+        unit_props = units.status(inst)
+        privileges = separation(inst)
+        out(args, {**unit_props, "privileges": privileges},
+            "\n".join([*(f"{k}: {v}" for k, v in unit_props.items()), privileges["note"]]))
         return 0
     removed = units.uninstall(inst)
     out(args, {"removed": [str(p) for p in removed]}, f"removed {len(removed)} files")

@@ -1,9 +1,12 @@
 """tenure installed as two systemd services in a real systemd (root only).
 
 One scenario, in order, because every step builds on the previous one's state:
-install → start → stack up → guardian restart → hot upgrade → backend SIGKILL → per-app
-cgroups → owner maintenance stop → owner start and the stack back → owner SIGKILL, start
-refused until reconcile.
+accounts → install (system scope, unprivileged service account, reviewed digest) → start
+→ stack up with apps as two other users → privileges (who runs as whom, modes, an app
+that tries to reach the control plane, a viewer that can status but not stop) → per-app
+cgroups and limits → guardian restart → hot upgrade → backend SIGKILL → owner
+maintenance stop → owner start and the stack back → owner SIGKILL, start refused until
+reconcile.
 """
 
 from __future__ import annotations
@@ -26,27 +29,82 @@ ENV = {"TENURE_HOME": HOME}
 OWNER_CGROUP = "/system.slice/tenure-owner.service"
 WAIT = 60.0  # upper bound of every wait; never a timing assertion
 
-# Three apps: a plain sleeper, one that forks a grandchild (which must share its cgroup),
-# and one with tcp readiness (the container has its own loopback).
-STACK = """
+ACCOUNT = "tenure"        # the service account: guardian and backends
+APP_USERS = ("tnapp1", "tnapp2")
+VIEWER, VIEW_GROUP = "tnviewer", "tnview"
+
+# Four apps, each as one of two users: a plain sleeper (with cgroup limits), one that
+# forks a grandchild (which must share its cgroup), one with tcp readiness (the container
+# has its own loopback), and a probe that tries to reach the control plane.
+PROBE = r"""
+import errno, json, os, signal, socket
+home = "/var/lib/tenure"
+def attempt(fn):
+    try:
+        return fn()
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e))
+def connect(path):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        return "connected"
+def daemons():
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        cmd = attempt(lambda: open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0"))
+        if not isinstance(cmd, list):
+            continue
+        for mod in (b"owner", b"guardian"):
+            if b"-m" in cmd and mod in cmd:
+                found[mod.decode()] = int(pid)
+        if any(b"run_module('backend'" in a for a in cmd) and b"--activation" in cmd:
+            found["backend"] = int(pid)  # a generation runs from its sealed release
+    return found
+names = ["execution/owner.sock", "runtime/guardian.sock", "backend/api.sock"]
+files = ["execution/owner.db", "execution/journal.db", "runtime/state.db",
+         "runtime/guardian.key", "backend/backend.db", "backend/recovery.db"]
+out = {"uid": os.getuid(), "groups": os.getgroups(),
+       "socks": {n: attempt(lambda: connect(f"{home}/{n}")) for n in names},
+       "files": {n: attempt(lambda: open(f"{home}/{n}", "rb").close() or "read")
+                 for n in files},
+       "signals": {k: attempt(lambda: os.kill(v, 0) or "delivered")
+                   for k, v in daemons().items()}}
+print(json.dumps(out), flush=True)
+signal.pause()
+"""
+
+STACK = f"""
+[settings]
+viewer_group = "{VIEW_GROUP}"
+
 [stacks.sys.apps.sleeper]
 command = ["/bin/sleep", "infinity"]
+user = "tnapp1"
+limits = {{ nofile = 512 }}
 
 [stacks.sys.apps.forker]
 command = ["/bin/sh", "-c", "/bin/sleep infinity & exec /bin/sleep infinity"]
+user = "tnapp2"
 
 [stacks.sys.apps.web]
 command = ["/usr/bin/python3", "-m", "http.server", "18080", "--bind", "127.0.0.1"]
+user = "tnapp1"
 
 [stacks.sys.apps.web.ready]
 kind = "tcp"
 host = "127.0.0.1"
 port = 18080
 timeout = 20
+
+[stacks.sys.apps.probe]
+command = {json.dumps(["/usr/bin/python3", "-c", PROBE])}
+user = "tnapp2"
+umask = "0077"
 """
+N_APPS = 4
 
 PROC_TICKS = """
-import json, sys
+import json, os, sys
 out = {}
 for pid in sys.argv[1:]:
     try:
@@ -58,7 +116,8 @@ for pid in sys.argv[1:]:
     ticks = int(data[data.rindex(b")") + 2:].split()[19])
     line = [l for l in cg.splitlines() if l.startswith("0::")][0][3:]
     kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
-    out[pid] = {"ticks": ticks, "cgroup": line, "children": kids}
+    out[pid] = {"ticks": ticks, "cgroup": line, "children": kids,
+                "uid": os.stat(f"/proc/{pid}").st_uid}
 print(json.dumps(out))
 """
 
@@ -115,7 +174,7 @@ def wait_for(what: str, probe: Any, timeout: float = WAIT,
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}\n{why}")
 
 
-def ready_apps(c: SystemdContainer, n: int = 3) -> dict[str, Any] | None:
+def ready_apps(c: SystemdContainer, n: int = N_APPS) -> dict[str, Any] | None:
     res = c.run(TENURE, "--json", "status", env=ENV, timeout=30)
     if res.code != 0:
         return None
@@ -139,11 +198,113 @@ def backend_pid(c: SystemdContainer) -> int | None:
     return res.json()["backend"]["pid"] if res.code == 0 else None
 
 
-def certified(c: SystemdContainer) -> bool:
+def certified(c: SystemdContainer, since: float | None = None) -> bool:
     """The guardian recovers a backend only from a valid recovery certificate, which a
-    quiet backend publishes every 5 s (ARCHITECTURE.md, crash recovery)."""
+    quiet backend publishes every 5 s (ARCHITECTURE.md, crash recovery). With ``since``
+    (a time.time()), only one published after it counts: right after a handoff the
+    certificate on disk is the previous generation's, which the guardian rightly
+    refuses as stale."""
     res = c.run(TENURE, "--json", "backend", "status", env=ENV, timeout=30)
-    return res.code == 0 and bool(res.json().get("certificate", {}).get("valid"))
+    cert = res.json().get("certificate", {}) if res.code == 0 else {}
+    fresh = since is None or float(cert.get("age", 1e9)) < time.time() - since
+    return bool(cert.get("valid")) and fresh
+
+
+def make_accounts(c: SystemdContainer) -> None:
+    """The service account, two app users and a viewer, inside the container (its root
+    is an overlay: nothing reaches the host). The project's interpreter lives under
+    /root on these machines; /root gets search permission, in here only, so the
+    service account can run it. The share's parent likewise, for the sealed release."""
+    for argv in (["chmod", "0711", "/root"], ["chmod", "0755", str(c.workdir)],
+                 ["useradd", "--system", "--no-create-home", "--home-dir", HOME,
+                  "--shell", "/usr/sbin/nologin", ACCOUNT],
+                 ["groupadd", VIEW_GROUP], ["usermod", "-aG", VIEW_GROUP, ACCOUNT],
+                 ["useradd", "--no-create-home", "-G", VIEW_GROUP, VIEWER],
+                 *(["useradd", "--no-create-home", u] for u in APP_USERS)):
+        c.run(*argv, check=True)
+
+
+def install_system_scope(c: SystemdContainer) -> None:
+    """Prepare (root's plan directory, outside the home), review, install by digest."""
+    plan = tenure(c, "service", "install", "--prepare", "--scope", "system")
+    plan_dir = "/etc/tenure/supervision-plan"
+    for name in ("plan.json", "tenure-owner.service", "tenure.service"):
+        c.run("test", "-f", f"{plan_dir}/{name}", check=True)
+    owner_unit = c.run("cat", f"{plan_dir}/tenure-owner.service", check=True).out
+    guardian_unit = c.run("cat", f"{plan_dir}/tenure.service", check=True).out
+    assert "User=root" in owner_unit and f"--service-account {ACCOUNT}" in owner_unit
+    assert f"User={ACCOUNT}" in guardian_unit
+    refused = c.run(TENURE, "--json", "service", "install", "--scope", "system", env=ENV)
+    assert refused.code != 0 and "--digest" in refused.out, refused  # review first
+    tenure(c, "service", "install", "--scope", "system", "--digest", plan["digest"])
+    record = json.loads(c.run("cat", "/etc/tenure/installation.json", check=True).out)
+    assert (record["home"], record["user"]) == (HOME, ACCOUNT)
+
+
+def uid_of(c: SystemdContainer, user: str) -> int:
+    return int(c.run("id", "-u", user, check=True).out)
+
+
+def check_privileges(c: SystemdContainer, apps: dict[str, tuple[int, int]]) -> None:
+    """Owner root, guardian and backend the account, apps their users; modes; and an
+    app that tries every socket, private file and daemon is refused everywhere."""
+    account = uid_of(c, ACCOUNT)
+    owner, guardian = (int(c.unit(u)["MainPID"]) for u in ("tenure-owner.service",
+                                                           "tenure.service"))
+    backend = backend_pid(c)
+    assert backend is not None
+    daemons = procs(c, [owner, guardian, backend])
+    assert [daemons[str(p)]["uid"] for p in (owner, guardian, backend)] == \
+        [0, account, account]
+    info = procs(c, [pid for pid, _ in apps.values()])
+    users = {k: info[str(pid)]["uid"] for k, (pid, _) in apps.items()}
+    t1, t2 = (uid_of(c, u) for u in APP_USERS)
+    assert users == {"sys/sleeper/0": t1, "sys/web/0": t1, "sys/forker/0": t2,
+                     "sys/probe/0": t2}, users
+    modes = c.python(f"""
+import json, os
+out = {{}}
+for rel in ("", "execution", "execution/owner.sock", "execution/owner.db", "runtime",
+            "runtime/guardian.key", "backend/api.sock"):
+    st = os.stat(os.path.join({HOME!r}, rel))
+    out[rel] = [st.st_uid, oct(st.st_mode & 0o777)]
+print(json.dumps(out))""")
+    assert modes["execution"] == [0, "0o710"] and modes["execution/owner.sock"] == [0, "0o660"]
+    assert modes["execution/owner.db"] == [0, "0o600"]
+    assert modes["runtime"] == [account, "0o700"]
+    assert modes["runtime/guardian.key"] == [account, "0o600"]
+    assert modes[""][0] == account
+    probe = wait_for("the probe's report", lambda: probe_report(c), c=c)
+    assert probe["uid"] == t2
+    assert set(probe["socks"].values()) == {"EACCES"}, probe
+    assert set(probe["files"].values()) == {"EACCES"}, probe
+    assert set(probe["signals"]) == {"owner", "guardian", "backend"}, probe
+    assert set(probe["signals"].values()) == {"EPERM"}, probe
+
+
+def probe_report(c: SystemdContainer) -> dict[str, Any] | None:
+    res = c.run(TENURE, "--json", "logs", "sys/probe", env=ENV, timeout=30)
+    lines = [json.loads(x) for x in res.out.splitlines() if x.strip()] if res.code == 0 \
+        else []
+    out = [json.loads(r["data"]) for r in lines if r["stream"] == "stdout"]
+    return out[0] if out else None
+
+
+def check_viewer(c: SystemdContainer) -> None:
+    """A member of the viewer group runs the ordinary CLI: status yes, stop no (and the
+    refusal is logged by the backend)."""
+    def as_viewer(*args: str) -> Any:
+        res = c.run("runuser", "-u", VIEWER, "--", TENURE, "--json", *args, env=ENV,
+                    timeout=60)
+        return res.code, json.loads(res.out)
+    code, st = as_viewer("status")
+    assert code == 0 and len(st["apps"]) == N_APPS, st
+    code, stop = as_viewer("stop", "sys/sleeper")
+    assert code == 1 and stop["error"]["code"] == "UNAUTHORIZED", stop
+    viewer = uid_of(c, VIEWER)
+    logs = c.run("sh", "-c", f"cat {HOME}/logs/backend-*.log", check=True).out
+    assert f"refused uid={viewer}" in logs
+    assert ready_apps(c) is not None  # nothing was stopped
 
 
 def test_tenure_under_systemd(systemd_container: SystemdContainer) -> None:
@@ -154,34 +315,56 @@ def test_tenure_under_systemd(systemd_container: SystemdContainer) -> None:
     (c.share / "stack.toml").write_text(STACK)
     timings: dict[str, float] = {"boot": c.boot_seconds}
 
-    # -- install -------------------------------------------------------------------------
-    plan = tenure(c, "service", "install", "--prepare", "--scope", "system",
-                  "--user-account", "root")
-    assert plan, plan
-    plan_dir = f"{HOME}/runtime/supervision-plan"
-    for name in ("plan.json", "tenure-owner.service", "tenure.service"):
-        c.run("test", "-f", f"{plan_dir}/{name}", check=True)
-    tenure(c, "service", "install")
+    # -- accounts and install ---------------------------------------------------------------
+    make_accounts(c)
+    install_system_scope(c)
     c.run("systemctl", "start", "tenure-owner.service", "tenure.service", check=True,
           timeout=WAIT)
     assert c.unit("tenure-owner.service")["ActiveState"] == "active"
     assert c.unit("tenure.service")["ActiveState"] == "active"
 
+    # -- cgroup limits: enforced where the controllers exist, else a config error ---------
+    controllers = set(c.run("cat", "/sys/fs/cgroup/cgroup.controllers").out.split())
+    enforced = {"memory", "pids"} <= controllers
+    limits = STACK.replace("limits = { nofile = 512 }", 'limits = { nofile = 512, '
+                           'memory_max = "256M", pids_max = 64 }')
+    (c.share / "limits.toml").write_text(limits)
+    if not enforced:  # this host's cgroup2 hierarchy has no memory/pids controller
+        refused = c.run(TENURE, "--json", "up", "--release", str(release), "--config",
+                        str(c.share / "limits.toml"), "--timeout", "60", env=ENV,
+                        timeout=120)
+        err = json.loads(refused.out)["error"]
+        assert refused.code == 1 and err["code"] == "CONFIG_INVALID", refused
+        assert err["data"]["key"] == "stacks.sys.apps.sleeper.limits.memory_max", err
+
     # -- up detects the services' daemons and starts none of its own -----------------------
-    up = tenure(c, "up", "--release", str(release), "--config", str(c.share / "stack.toml"),
+    config = c.share / ("limits.toml" if enforced else "stack.toml")
+    up = tenure(c, "up", "--release", str(release), "--config", str(config),
                 "--timeout", "60")
     assert up["started"] == {"owner": False, "guardian": False}, up["started"]
     before = snapshot(c)
-    assert len(before) == 3
+    assert len(before) == N_APPS
     timings["installed_and_up"] = time.monotonic() - t0
 
-    # -- every app in its own cgroup under the owner's unit ---------------------------------
+    # -- who runs as whom, and who can reach what -------------------------------------------
+    check_privileges(c, before)
+    check_viewer(c)
+    timings["privileges"] = time.monotonic() - t0
+
+    # -- every app in its own cgroup under the owner's unit, with its limits ---------------
     owner_status = tenure(c, "owner", "status")
     assert owner_status["isolation"] == "cgroup", owner_status
     info = procs(c, [pid for pid, _ in before.values()])
     groups = {k: info[str(pid)]["cgroup"] for k, (pid, _) in before.items()}
     assert all(g.startswith(f"{OWNER_CGROUP}/apps/") for g in groups.values()), groups
-    assert len(set(groups.values())) == 3, groups
+    assert len(set(groups.values())) == N_APPS, groups
+    if enforced:
+        limited = f"/sys/fs/cgroup{groups['sys/sleeper/0']}"
+        assert c.run("cat", f"{limited}/memory.max", check=True).out.strip() == \
+            str(256 << 20)
+        assert c.run("cat", f"{limited}/pids.max", check=True).out.strip() == "64"
+    print(f"cgroup limits {'enforced' if enforced else 'refused at plan time'} "
+          f"(controllers here: {sorted(controllers)})")
     forker = before["sys/forker/0"][0]
     grandkids = info[str(forker)]["children"]
     assert grandkids, "the forker's grandchild is missing"
@@ -200,13 +383,14 @@ def test_tenure_under_systemd(systemd_container: SystemdContainer) -> None:
 
     # -- hot upgrade under systemd: apps untouched -----------------------------------------
     rid = tenure(c, "backend", "status")["selector"]["current"]
+    upgraded_at = time.time()
     upgraded = tenure(c, "backend", "upgrade", rid)
     assert upgraded["activation"]["phase"] == "complete", upgraded["activation"]
     assert snapshot(c) == before
     timings["upgrade"] = time.monotonic() - t0
 
     # -- SIGKILL of the backend: the guardian restores it, apps untouched -------------------
-    wait_for("a recovery certificate", lambda: certified(c), c=c)
+    wait_for("a recovery certificate", lambda: certified(c, upgraded_at), c=c)
     victim = backend_pid(c)
     assert victim is not None
     c.run("kill", "-9", str(victim), check=True)

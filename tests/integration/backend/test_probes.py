@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import sys
 import time
@@ -407,3 +408,60 @@ def test_health_runner_waits_for_grace_then_reports_each_result() -> None:
         assert first[0] - started >= 0.19
         only_current_task_left()
     run(main)
+
+
+def _as_uid(uid: int, fn: Callable[[], Any]) -> Any:
+    """``fn()`` in a forked child running as ``uid`` (no groups); its repr or the
+    exception's class name."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            out = repr(fn())
+        except BaseException as exc:
+            out = type(exc).__name__
+        os.write(w, out.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    return got
+
+
+@pytest.mark.root
+@needs_diag
+def test_a_listener_of_an_app_running_as_another_user_counts_by_its_uid() -> None:
+    """System scope: the backend may not read the app's /proc/PID/fd. The listener on the
+    port counts when its socket belongs to the uid the app's process runs as, and not
+    when it belongs to anyone else."""
+    nobody, backend_uid = 65534, 4321
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child: the app, listening as nobody
+        os.close(r)
+        os.setgroups([])
+        os.setresgid(nobody, nobody, nobody)
+        os.setresuid(nobody, nobody, nobody)
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        os.write(w, str(s.getsockname()[1]).encode())
+        os.close(w)
+        signal.pause()  # until the test kills it
+        os._exit(0)
+    os.close(w)
+    try:
+        with os.fdopen(r) as f:
+            port = int(f.read())
+        assert _as_uid(backend_uid, lambda: probes.socket_inodes({pid})) == "set()"
+        assert _as_uid(backend_uid, lambda: probes._diag_owned(port, {pid})) == "True"
+        with listener() as mine:  # root's listener is not the app's
+            assert _as_uid(backend_uid, lambda: probes._diag_owned(mine, {pid})) == "False"
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)

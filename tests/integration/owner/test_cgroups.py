@@ -21,8 +21,10 @@ import pytest
 
 from owner import cgroups
 from owner.cgroups import CgroupTree, cgroup_name, detect, members, setup
+from owner.limits import Limits
 from owner.procs import ExitStatus, LaunchSpec, ProcessTable, StopOutcome, StopPolicy
-from protocol.errors import LaunchFailed
+from owner.runas import RunAs
+from protocol.errors import LaunchFailed, LimitUnenforceable
 
 ENV = {"PATH": "/usr/bin:/bin"}
 HANG_GUARD = 20.0
@@ -356,3 +358,45 @@ def _is_zombie(pid: int) -> bool:
     except OSError:
         return True
     return stat[stat.rindex(b")") + 2:].startswith(b"Z")
+
+
+def test_an_app_switched_to_another_user_still_starts_in_its_own_cgroup(
+        scratch: Path) -> None:
+    tree = _tree(scratch)
+
+    async def body(table: ProcessTable) -> None:
+        spec = LaunchSpec(argv=("sh", "-c", "id -u; cat /proc/self/cgroup"), env=ENV,
+                          run_as=RunAs("nobody"))
+        sp = table.launch(spec, "s/nobody/0/1")
+        os.close(sp.stderr_fd)
+        out = (await _read_all(sp.stdout_fd)).decode()
+        # the cgroup is joined as root before the switch, so no shim is needed
+        assert out.startswith("65534\n")
+        assert f"0::/{scratch.name}/apps/{cgroup_name('s/nobody/0/1')}\n" in out
+        await table.wait("s/nobody/0/1")
+
+    _run(body, tree)
+
+
+def test_cgroup_limits_are_set_before_the_app_runs_or_refused(scratch: Path) -> None:
+    """This host's cgroup2 mount has no memory or pids controller: the launch is refused
+    and leaves nothing. Where they exist, the app's cgroup has the limits."""
+    tree = _tree(scratch)
+    limits = Limits(memory_max=64 << 20, pids_max=17)
+
+    async def body(table: ProcessTable) -> None:
+        spec = LaunchSpec(argv=("cat", "/proc/self/cgroup"), env=ENV, limits=limits)
+        if not {"memory", "pids"} <= set(tree.controllers):
+            with pytest.raises(LimitUnenforceable):
+                table.launch(spec, "s/lim/0/1")
+            assert not tree.app_dir("s/lim/0/1").exists() and table.pids() == []
+            return
+        sp = table.launch(spec, "s/lim/0/1")
+        path = tree.app_dir("s/lim/0/1")
+        assert (path / "memory.max").read_text().strip() == str(64 << 20)
+        assert (path / "pids.max").read_text().strip() == "17"
+        os.close(sp.stderr_fd)
+        await _read_all(sp.stdout_fd)
+        await table.wait("s/lim/0/1")
+
+    _run(body, tree)

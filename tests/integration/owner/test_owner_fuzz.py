@@ -51,12 +51,14 @@ def corrupted(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
 
 
 @pytest.fixture
-def fuzz_owner(short_home: Path) -> Iterator[tuple[OwnerProcess, int]]:
+def fuzz_owner(short_home: Path) -> Iterator[tuple[OwnerProcess, int, dict[str, Any]]]:
     """One owner for all examples (function scope: Hypothesis runs them in one call)."""
     owner = OwnerProcess(short_home).start()
+    gk = GuardianKey()
     with owner.client() as c:
-        epoch = GuardianKey().bootstrap(c, owner.instance)
-    yield owner, epoch
+        epoch = gk.bootstrap(c, owner.instance)
+    assert gk.signed is not None
+    yield owner, epoch, gk.signed
     assert owner.stop() == 0
 
 
@@ -70,9 +72,9 @@ def snapshot(c: Client, pid: int) -> Any:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(corrupted())
 def test_malformed_params_are_bad_request_and_change_nothing(fuzz_owner, case):
-    owner, epoch = fuzz_owner
+    owner, epoch, grant = fuzz_owner
     method, params = case
-    with owner.client() as c:
+    with owner.client(grant=grant) as c:
         before = snapshot(c, owner.proc.pid)
         with pytest.raises(BadRequest):
             c.call(method, params, epoch=epoch)

@@ -9,9 +9,13 @@ import grp
 import io
 import json
 import os
+import pwd
+import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +25,8 @@ import backend.cli.commands
 import backend.cli.logs
 import backend.cli.main
 import backend.cli.render
+import units.model
+import units.trust  # noqa: F401  (the CLI imports it to read the record)
 from protocol.client import Client
 
 NOBODY = 65534
@@ -147,3 +153,55 @@ def test_backend_handoff_keeps_working_with_a_viewer_group(viewer_group, cluster
     assert st.ok, st
     viewer = as_viewer(gid, api_call(str(cluster.layout.api_sock), "status", {}))
     assert "ok" in viewer, _summary(viewer)
+
+
+@pytest.fixture
+def etc_dir() -> Iterator[Path]:
+    """A directory like /etc/tenure: root's alone, readable by everyone."""
+    path = Path(tempfile.mkdtemp(prefix="tne", dir="/tmp"))
+    os.chmod(path, 0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def test_a_viewer_trusts_the_socket_of_the_recorded_service_account(
+        viewer_group, cluster, etc_dir):
+    """System scope: api.sock belongs to the service account, which is neither the
+    viewer nor root. The viewer's CLI accepts it only because root recorded that account
+    for this home at install (here the account is `daemon`; the backend still runs as
+    root, only the socket's owner matters to the client)."""
+    from units.trust import write_record
+    name, gid = viewer_group
+    cluster.up(config(name))
+    sock, home = str(cluster.layout.api_sock), str(cluster.home)
+    account = pwd.getpwnam("daemon")
+    record = etc_dir / "installation.json"
+
+    def cli_with_record(*args: str) -> Callable[[], Any]:
+        run = cli_call(home, *args)
+
+        def with_env() -> Any:
+            os.environ["TENURE_INSTALLATION_RECORD"] = str(record)
+            return run()
+        return with_env
+
+    os.chown(sock, account.pw_uid, -1)
+    try:
+        refused = as_viewer(gid, cli_with_record("status"))  # no record yet
+        assert json.loads(refused["out"])["error"]["code"] == "UNSAFE_PATH", refused
+        write_record(record, scope="system", home=Path("/elsewhere"), user="daemon",
+                     group="daemon")
+        other = as_viewer(gid, cli_with_record("status"))  # a record for another home
+        assert json.loads(other["out"])["error"]["code"] == "UNSAFE_PATH", other
+        write_record(record, scope="system", home=cluster.home, user="daemon",
+                     group="daemon")
+        st = as_viewer(gid, cli_with_record("status"))
+        assert st.get("code") == 0, _summary(st)
+        assert [a["key"] for a in json.loads(st["out"])["apps"]] == ["v/talker/0"]
+        sp = as_viewer(gid, cli_with_record("stop", "v/talker"))
+        assert json.loads(sp["out"])["error"]["code"] == "UNAUTHORIZED", sp
+    finally:
+        os.chown(sock, 0, -1)
+    assert cluster.apps()["v/talker/0"]["ready"]

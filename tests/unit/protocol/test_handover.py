@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from protocol.errors import StateCorrupt
 from protocol.handover import (
+    handoff_grant,
     pack_checkpoint,
     pack_handoff,
     read_checkpoint,
@@ -46,6 +47,20 @@ def test_round_trips_through_files(tmp_path: Path) -> None:
     write_checkpoint(tmp_path / "c.json", checkpoint())
     assert read_handoff(tmp_path / "h.json") == handoff()
     assert read_checkpoint(tmp_path / "c.json") == checkpoint()
+
+
+def test_the_signed_grant_round_trips_through_the_json_record(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o700)
+    wire = {"grant": {"format": 1, "epoch": 3, "activation": "act", "release": "r",
+                      "owner_instance": "o-1", "issued_at": 1.0}, "sig": b"\x00\xffsig"}
+    body = pack_handoff(activation="act", mode="start", epoch=3, release="r", owner=OWNER,
+                        checkpoint=None, cursor=0, grant=wire)
+    write_handoff(tmp_path / "h.json", body)
+    assert handoff_grant(read_handoff(tmp_path / "h.json")) == wire
+    assert handoff_grant(handoff()) is None  # a record from before grants were presented
+    for bad in ({"grant": {}}, {"grant": {}, "sig": "not base64!"}, "x"):
+        with pytest.raises(StateCorrupt):
+            handoff_grant(unpack_handoff({**handoff(), "grant": bad}))
 
 
 def test_unknown_keys_are_ignored_missing_ones_fail_closed() -> None:

@@ -120,7 +120,7 @@ def test_system_prepare_creating_home_needs_the_account(short_home: Path) -> Non
 def test_install_writes_files_then_reloads_then_enables(inst: Installation) -> None:
     plan = prepare(inst)
     ctl = FakeSystemctl()
-    install(plan.plan_dir, systemctl=ctl)
+    install(plan.plan_dir, target_dir=inst.target_dir, systemctl=ctl)
     assert ctl.calls == [("show", OWNER_UNIT), ("show", GUARDIAN_UNIT), ("daemon-reload",),
                          ("enable", OWNER_UNIT, GUARDIAN_UNIT)]
     assert sorted(os.listdir(inst.unit_dir)) == sorted([OWNER_UNIT, GUARDIAN_UNIT])
@@ -137,7 +137,7 @@ def test_install_refuses_a_unit_that_is_not_idle(inst: Installation, state: str,
     plan = prepare(inst)
     ctl = FakeSystemctl(properties={unit: {"ActiveState": state}})
     with pytest.raises(ServiceActive) as err:
-        install(plan.plan_dir, systemctl=ctl)
+        install(plan.plan_dir, target_dir=inst.target_dir, systemctl=ctl)
     assert unit in err.value.data["units"]
     assert not inst.unit_dir.exists()
     assert all(c[0] == "show" for c in ctl.calls)
@@ -147,13 +147,13 @@ def test_install_refuses_a_queued_job(inst: Installation) -> None:
     plan = prepare(inst)
     ctl = FakeSystemctl(properties={GUARDIAN_UNIT: {"ActiveState": "inactive", "Job": "42"}})
     with pytest.raises(ServiceActive):
-        install(plan.plan_dir, systemctl=ctl)
+        install(plan.plan_dir, target_dir=inst.target_dir, systemctl=ctl)
     assert not inst.unit_dir.exists()
 
 
 def test_install_over_a_failed_unit_is_allowed(inst: Installation) -> None:
     plan = prepare(inst)
-    install(plan.plan_dir, systemctl=FakeSystemctl(
+    install(plan.plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl(
         properties={OWNER_UNIT: {"ActiveState": "failed", "Job": "0"}}))
     assert (inst.unit_dir / OWNER_UNIT).exists()
 
@@ -163,7 +163,7 @@ def test_install_refuses_when_a_live_socket_answers(inst: Installation,
     plan = prepare(inst)
     ctl = FakeSystemctl()
     with pytest.raises(ServiceActive) as err:
-        install(plan.plan_dir, systemctl=ctl)
+        install(plan.plan_dir, target_dir=inst.target_dir, systemctl=ctl)
     assert err.value.data["sockets"] == [str(listening)]
     assert not inst.unit_dir.exists()
     assert ("daemon-reload",) not in ctl.calls
@@ -175,7 +175,7 @@ def test_install_ignores_a_stale_socket_file(inst: Installation) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.bind(str(sdir / "guardian.sock"))  # closed without listening: ECONNREFUSED
     plan = prepare(inst)
-    install(plan.plan_dir, systemctl=FakeSystemctl())
+    install(plan.plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
     assert (inst.unit_dir / GUARDIAN_UNIT).exists()
 
 
@@ -186,7 +186,7 @@ def test_install_refuses_a_tampered_plan(inst: Installation, victim: str) -> Non
     path.write_bytes(path.read_bytes().replace(b"tenure", b"tenurX", 1))
     ctl = FakeSystemctl()
     with pytest.raises(StateCorrupt):
-        install(plan.plan_dir, systemctl=ctl)
+        install(plan.plan_dir, target_dir=inst.target_dir, systemctl=ctl)
     with pytest.raises(StateCorrupt):
         load_plan(plan.plan_dir)
     assert ctl.calls == [] and not inst.unit_dir.exists()
@@ -196,7 +196,7 @@ def test_install_refuses_a_missing_plan_file(inst: Installation) -> None:
     plan = prepare(inst)
     (plan.plan_dir / OWNER_UNIT).unlink()
     with pytest.raises(StateCorrupt):
-        install(plan.plan_dir, systemctl=FakeSystemctl())
+        install(plan.plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
 
 
 @pytest.mark.parametrize("target", ["/etc/passwd", "relative/tenure.service"])
@@ -206,7 +206,7 @@ def test_install_refuses_a_plan_retargeted_elsewhere(inst: Installation, target:
     raw["files"][1]["target"] = target
     (plan.plan_dir / "plan.json").write_text(json.dumps(raw))
     with pytest.raises(StateCorrupt):
-        install(plan.plan_dir, systemctl=FakeSystemctl())
+        install(plan.plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
 
 
 def test_install_refuses_an_unknown_plan_format(inst: Installation) -> None:
@@ -215,19 +215,21 @@ def test_install_refuses_an_unknown_plan_format(inst: Installation) -> None:
     raw["format"] = 2
     (plan.plan_dir / "plan.json").write_text(json.dumps(raw))
     with pytest.raises(StateCorrupt):
-        install(plan.plan_dir, systemctl=FakeSystemctl())
+        install(plan.plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
 
 
 def test_install_refuses_a_systemctl_of_the_other_scope(inst: Installation) -> None:
     plan = prepare(inst)
     with pytest.raises(BadRequest):
-        install(plan.plan_dir, systemctl=FakeSystemctl(scope=Scope.SYSTEM))
+        install(plan.plan_dir, target_dir=inst.target_dir,
+                systemctl=FakeSystemctl(scope=Scope.SYSTEM))
 
 
 def test_install_reports_a_failing_systemctl(inst: Installation) -> None:
     plan = prepare(inst)
     with pytest.raises(ServiceError):
-        install(plan.plan_dir, systemctl=FakeSystemctl(fail={"enable": "no such unit"}))
+        install(plan.plan_dir, target_dir=inst.target_dir,
+                systemctl=FakeSystemctl(fail={"enable": "no such unit"}))
 
 
 def test_launchd_plan_installs_plists_without_systemctl(short_home: Path) -> None:
@@ -237,7 +239,7 @@ def test_launchd_plan_installs_plists_without_systemctl(short_home: Path) -> Non
                                   unit_dir=short_home / "u", plist_dir=short_home / "la",
                                   manager=Manager.LAUNCHD)
     plan = prepare(inst)
-    install(plan.plan_dir)
+    install(plan.plan_dir, target_dir=inst.target_dir)
     assert sorted(os.listdir(inst.plist_dir)) == ["dev.tenure.guardian.plist",
                                                   "dev.tenure.owner.plist"]
     assert uninstall(inst) == [inst.plist_dir / "dev.tenure.owner.plist",
@@ -258,7 +260,8 @@ def test_status_reads_both_units(inst: Installation) -> None:
 
 
 def test_uninstall_refuses_when_active(inst: Installation) -> None:
-    install(prepare(inst).plan_dir, systemctl=FakeSystemctl())
+    install(prepare(inst).plan_dir, target_dir=inst.target_dir,
+            systemctl=FakeSystemctl())
     ctl = FakeSystemctl(properties={OWNER_UNIT: {"ActiveState": "active"}})
     with pytest.raises(ServiceActive):
         uninstall(inst, systemctl=ctl)
@@ -267,7 +270,8 @@ def test_uninstall_refuses_when_active(inst: Installation) -> None:
 
 
 def test_uninstall_disables_removes_then_reloads(inst: Installation) -> None:
-    install(prepare(inst).plan_dir, systemctl=FakeSystemctl())
+    install(prepare(inst).plan_dir, target_dir=inst.target_dir,
+            systemctl=FakeSystemctl())
     ctl = FakeSystemctl()
     removed = uninstall(inst, systemctl=ctl)
     assert removed == [inst.unit_dir / OWNER_UNIT, inst.unit_dir / GUARDIAN_UNIT]
@@ -280,3 +284,48 @@ def test_uninstall_refuses_to_remove_a_symlink(inst: Installation, short_home: P
     os.symlink(short_home / "elsewhere", inst.unit_dir / OWNER_UNIT)
     with pytest.raises(UnsafePath):
         uninstall(inst, systemctl=FakeSystemctl())
+
+
+# -- what install trusts ---------------------------------------------------------------
+
+def test_install_refuses_a_plan_file_others_can_read(inst: Installation) -> None:
+    plan = prepare(inst)
+    os.chmod(plan.plan_dir / "environment.json", 0o640)
+    with pytest.raises(UnsafePath, match=r"environment\.json"):
+        install(plan.plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
+    os.chmod(plan.plan_dir / "environment.json", 0o600)
+    os.chmod(plan.plan_dir, 0o750)
+    with pytest.raises(UnsafePath):
+        install(plan.plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
+    assert not inst.unit_dir.exists()
+
+
+def test_install_pins_targets_to_the_unit_directory(inst: Installation,
+                                                     short_home: Path) -> None:
+    plan = prepare(inst)
+    raw = json.loads((plan.plan_dir / "plan.json").read_text())
+    raw["files"][1]["target"] = str(short_home / "other" / raw["files"][1]["name"])
+    (plan.plan_dir / "plan.json").write_text(json.dumps(raw))
+    with pytest.raises(StateCorrupt, match="outside"):
+        install(plan.plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
+    assert not (short_home / "other").exists()
+
+
+def test_a_digest_given_must_be_the_plans(inst: Installation) -> None:
+    plan = prepare(inst)
+    with pytest.raises(StateCorrupt, match="reviewed"):
+        install(plan.plan_dir, digest="f" * 64, target_dir=inst.target_dir,
+                systemctl=FakeSystemctl())
+    install(plan.plan_dir, digest=plan.digest, target_dir=inst.target_dir,
+            systemctl=FakeSystemctl())
+    assert (inst.unit_dir / OWNER_UNIT).exists()
+    assert not inst.record_path.exists()  # user scope records nothing
+
+
+def test_system_plans_live_outside_the_home() -> None:
+    inst = Installation.for_scope("system", home=Path("/var/lib/tenure"),
+                                  python=Path("/py"))
+    assert inst.plan_dir == Path("/etc/tenure/supervision-plan")
+    assert inst.record_path == Path("/etc/tenure/installation.json")
+    user = Installation.for_scope("user", home=Path("/h/t"), python=Path("/py"))
+    assert user.plan_dir == Path("/h/t/runtime/supervision-plan")

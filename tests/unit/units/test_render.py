@@ -62,9 +62,23 @@ def test_owner_policy_lets_the_owner_stop_apps_itself() -> None:
     text = render_systemd(services(_inst("system"))[0])
     for line in ("Type=notify", "NotifyAccess=main", "Restart=no", "KillMode=process",
                  "SendSIGKILL=no", "Delegate=yes", "TimeoutStopSec=90", "OOMPolicy=continue",
-                 "User=tenure", "Group=tenure", "WantedBy=multi-user.target"):
+                 "User=root", "WantedBy=multi-user.target"):
         assert line in text.splitlines(), line
     assert "KillMode=control-group" not in text and "KillMode=mixed" not in text
+    assert not any(line.startswith("Group=") for line in text.splitlines())
+
+
+def test_system_scope_splits_privileges() -> None:
+    """The owner runs as root and admits the service account; the guardian (and its
+    backends) run as the service account."""
+    owner, guardian = (render_systemd(s).splitlines() for s in services(_inst("system")))
+    exec_start = next(line for line in owner if line.startswith("ExecStart="))
+    assert exec_start.endswith(" --service-account tenure")
+    assert "User=root" in owner
+    assert "User=tenure" in guardian and "Group=tenure" in guardian
+    user_owner, user_guardian = (render_systemd(s) for s in services(_inst()))
+    assert "User=" not in user_owner + user_guardian
+    assert "--service-account" not in user_owner
 
 
 def test_guardian_wants_owner_but_never_binds_to_it() -> None:
@@ -188,15 +202,18 @@ def test_plists_parse_and_carry_the_expected_keys(scope: str) -> None:
     assert owner["KeepAlive"] is False and guardian["KeepAlive"] is True
     assert owner["AbandonProcessGroup"] is True and "AbandonProcessGroup" not in guardian
     assert owner["ExitTimeOut"] == 90 and guardian["ExitTimeOut"] == 30
+    account = ["--service-account", "tenure"] if scope == "system" else []
     for job, who in ((owner, "owner"), (guardian, "guardian")):
         assert job["ProgramArguments"] == ["/opt/t/bin/python", "-m", who, "--home",
-                                           "/srv/tenure"]
+                                           "/srv/tenure", *(account if who == "owner" else [])]
         assert job["EnvironmentVariables"] == {"TENURE_HOME": "/srv/tenure"}
         assert job["RunAtLoad"] is True and job["ProcessType"] == "Standard"
         assert job["StandardOutPath"] == f"/srv/tenure/tenure-{who}.stdout.log"
         assert job["StandardErrorPath"] == f"/srv/tenure/tenure-{who}.stderr.log"
         assert ("UserName" in job) == (scope == "system")
-        assert ("GroupName" in job) == (scope == "system")
+        assert ("GroupName" in job) == (scope == "system" and who == "guardian")
+    if scope == "system":
+        assert owner["UserName"] == "root" and guardian["UserName"] == "tenure"
 
 
 # -- determinism and exports -----------------------------------------------------------

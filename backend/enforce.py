@@ -1,0 +1,213 @@
+"""What a config asks of this host, checked when a plan is made.
+
+A config may name users, groups, a viewer group and cgroup limits that parse fine but
+cannot work here. :func:`check_config` turns each such case into ``CONFIG_INVALID`` with
+the key and line, before anything is applied:
+
+- every ``user``, ``group`` and ``supplementary_groups`` name resolves;
+- the owner can switch to the user: only an owner running as root starts apps as
+  another uid;
+- cgroup limits have what enforces them: per-app cgroups with the controller;
+- with the control plane split (owner as root, backend as the service account, system
+  scope) every app names its user — an app without one would run as root — and no app
+  runs as the service account or in its group, which can reach the owner's socket;
+- no app runs in the viewer group (apps are refused on every socket), and the service
+  account can hand the API socket to the viewer group (it is a member).
+
+The owner checks identities and limits again when it launches (names may vanish in
+between); this is the early, precise error. Reads the user and group databases.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, NoReturn
+
+from .config import config_error
+from .config_lines import KeyPath
+from .model import App, Config, Limits, Settings
+
+__all__ = ["Host", "app_env", "app_uids", "check_config", "identity_view", "launch_fields"]
+
+_CONTROLLER = {"memory_max": "memory", "cpu_quota": "cpu", "pids_max": "pids"}
+Fail = Callable[[KeyPath, str], NoReturn]
+
+
+@dataclass(frozen=True)
+class Host:
+    """The owner's and this backend's privileges."""
+
+    owner_uid: int
+    controllers: tuple[str, ...] | None  # None: no per-app cgroups
+    backend_uid: int
+    backend_gid: int
+    backend_groups: frozenset[int]
+
+    @classmethod
+    def of(cls, owner_status: Mapping[str, Any]) -> Host:
+        """From the owner's ``status`` answer and this process's ids."""
+        ctl = owner_status.get("cgroup_controllers")
+        return cls(owner_uid=int(owner_status.get("uid", os.geteuid())),
+                   controllers=None if ctl is None else tuple(ctl),
+                   backend_uid=os.geteuid(), backend_gid=os.getegid(),
+                   backend_groups=frozenset(os.getgroups()))
+
+    @property
+    def split(self) -> bool:
+        """Owner as root, backend as another uid: system scope's privilege split."""
+        return self.owner_uid == 0 and self.backend_uid != 0
+
+
+def check_config(config: Config, text: str, host: Host) -> None:
+    """Raises ConfigInvalid for the first app (stacks and apps in name order), then the
+    viewer group, that cannot work on ``host``; see the module docstring."""
+    def fail(path: KeyPath, problem: str) -> NoReturn:
+        raise config_error(text, config.source, path, problem)
+
+    viewers = _viewer_gid(config.settings, host, fail)
+    for app in config.apps():
+        _check_app(app, host, viewers, fail)
+
+
+def _gid(name: str, path: KeyPath, fail: Fail) -> int:
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        fail(path, f"unknown group {name!r} (no such group on this host)")
+
+
+def _check_app(app: App, host: Host, viewers: int | None, fail: Fail) -> None:
+    path: KeyPath = ("stacks", app.stack, "apps", app.name)
+    ra = app.run_as
+    if ra.user is None:
+        if host.split:
+            fail((*path, "user"), "is required: the owner runs as root, so this app would "
+                 "run as root; name the user it runs as (user = \"root\" if that is meant)")
+    else:
+        try:
+            pw = pwd.getpwnam(ra.user)
+        except KeyError:
+            fail((*path, "user"), f"unknown user {ra.user!r} (no such user on this host)")
+        gid = pw.pw_gid if ra.group is None else _gid(ra.group, (*path, "group"), fail)
+        extra = [_gid(g, (*path, "supplementary_groups", i), fail)
+                 for i, g in enumerate(ra.supplementary_groups)]
+        _check_user(pw, {*os.getgrouplist(pw.pw_name, gid), *extra}, host, viewers,
+                    (*path, "user"), fail)
+    _check_limits(app.limits, host, (*path, "limits"), fail)
+
+
+def _check_user(pw: pwd.struct_passwd, groups: set[int], host: Host, viewers: int | None,
+                path: KeyPath, fail: Fail) -> None:
+    if host.owner_uid != 0 and pw.pw_uid != host.owner_uid:
+        fail(path, f"the owner runs as uid {host.owner_uid}, not root, so it cannot start "
+             f"apps as {pw.pw_name!r} (uid {pw.pw_uid}); in user scope every app runs as "
+             "the user tenure runs as")
+    if host.split and pw.pw_uid == host.backend_uid:
+        fail(path, f"{pw.pw_name!r} is tenure's service account: an app running as it "
+             "could use the control plane")
+    if host.split and host.backend_gid in groups:
+        fail(path, f"{pw.pw_name!r} would be in group {host.backend_gid}, the service "
+             "account's, which reaches the owner's socket")
+    if viewers is not None and viewers in groups:
+        fail(path, f"{pw.pw_name!r} would be in the viewer group: apps are refused on "
+             "every socket, so they cannot be viewers")
+
+
+def _check_limits(limits: Limits, host: Host, path: KeyPath, fail: Fail) -> None:
+    for key, value in asdict(limits).items():
+        if value is None or key not in _CONTROLLER:
+            continue
+        if host.controllers is None:
+            fail((*path, key), "needs per-app cgroups, and the owner tracks apps by process "
+                 "group (no delegated cgroup: run it under systemd, Delegate=yes)")
+        if _CONTROLLER[key] not in host.controllers:
+            fail((*path, key), f"needs the {_CONTROLLER[key]} controller, which the owner's "
+                 f"cgroup does not have (it has: {' '.join(host.controllers) or 'none'})")
+
+
+def _viewer_gid(settings: Settings, host: Host, fail: Fail) -> int | None:
+    name = settings.viewer_group
+    if name is None:
+        return None
+    path: KeyPath = ("settings", "viewer_group")
+    gid = _gid(name, path, fail)
+    if host.backend_uid != 0 and gid not in {host.backend_gid, *host.backend_groups}:
+        who = _user_name(host.backend_uid)
+        fail(path, f"the backend runs as {who}, which is not a member of group {name!r}, "
+             f"so it cannot give the group the API socket; add it (usermod -aG {name} "
+             f"{who}) and restart tenure.service")
+    return gid
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+# -- what the owner is asked for, and what inspect shows ------------------------------
+
+
+def launch_fields(app: App) -> dict[str, Any]:
+    """The ``identity`` and ``limits`` launch parameters of ``app`` (only when set)."""
+    out: dict[str, Any] = {}
+    identity, limits = app.run_as.to_wire(), app.limits.to_wire()
+    if identity:
+        out["identity"] = identity
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def app_env(base: Mapping[str, str], app: App) -> dict[str, str]:
+    """The environment of ``app`` before tenure's own variables: ``base`` (inherited from
+    the backend), then HOME, USER and LOGNAME of the app's user when it names one, then
+    the app's own ``env`` (which wins)."""
+    env = dict(base)
+    if app.run_as.user is not None:
+        try:
+            pw = pwd.getpwnam(app.run_as.user)
+        except KeyError:
+            pass  # the owner refuses the launch with the reason
+        else:
+            env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
+    env.update(app.env)
+    return env
+
+
+def app_uids(config: Config) -> frozenset[int]:
+    """The uids the apps of ``config`` run as (names that resolve now)."""
+    uids = set()
+    for app in config.apps():
+        if app.run_as.user is not None:
+            try:
+                uids.add(pwd.getpwnam(app.run_as.user).pw_uid)
+            except KeyError:
+                continue
+    return frozenset(uids)
+
+
+def identity_view(app: App) -> dict[str, Any]:
+    """``identity`` and ``limits`` for ``tenure inspect``: what is configured, and the
+    ids the names resolve to now."""
+    ra = app.run_as
+    view: dict[str, Any] = {"user": ra.user, "group": ra.group,
+                            "supplementary_groups": list(ra.supplementary_groups),
+                            "umask": None if ra.umask is None else f"{ra.umask:04o}"}
+    if ra.user is not None:
+        try:
+            pw = pwd.getpwnam(ra.user)
+            gid = pw.pw_gid if ra.group is None else grp.getgrnam(ra.group).gr_gid
+            extra = [grp.getgrnam(g).gr_gid for g in ra.supplementary_groups]
+        except KeyError:
+            view["resolved"] = None  # a name vanished: the next launch fails
+        else:
+            groups = list(dict.fromkeys([*os.getgrouplist(pw.pw_name, gid), *extra]))
+            view["resolved"] = {"uid": pw.pw_uid, "gid": gid, "groups": groups,
+                                "home": pw.pw_dir}
+    return {"identity": view, "limits": app.limits.to_wire()}

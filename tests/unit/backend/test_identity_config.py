@@ -1,0 +1,166 @@
+"""Users, groups, umask and limits in tenure.toml: parsing, the revision, and the checks a
+plan makes against the host (users and groups exist, the owner can enforce them)."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+
+from backend.config import parse_config
+from backend.enforce import Host, app_env, check_config, identity_view, launch_fields
+from backend.model import Limits, RunAs
+from protocol.errors import ConfigInvalid
+
+ROOT = Path(__file__).resolve().parents[3]
+APP = "stacks.demo.apps.web"
+HEAD = f'[{APP}]\ncommand = ["x"]\n'  # lines 1-2
+NOBODY = pwd.getpwnam("nobody")
+NOGROUP = grp.getgrgid(NOBODY.pw_gid).gr_name
+SVC_UID = 4242  # a service account uid no app uses
+# owner as root with delegated cgroups, backend as the service account: system scope
+SPLIT = Host(owner_uid=0, controllers=("memory", "pids", "cpu"), backend_uid=SVC_UID,
+             backend_gid=SVC_UID, backend_groups=frozenset())
+USER_SCOPE = Host(owner_uid=1000, controllers=None, backend_uid=1000, backend_gid=1000,
+                  backend_groups=frozenset())
+
+
+def _app(text: str) -> tuple[RunAs, Limits]:
+    app = parse_config(HEAD + text, "t.toml").stacks["demo"].apps["web"]
+    return app.run_as, app.limits
+
+
+def test_identity_and_limits_parse() -> None:
+    run_as, limits = _app('user = "nobody"\ngroup = "g"\nsupplementary_groups = ["a", "b"]\n'
+                          'umask = "0027"\n[stacks.demo.apps.web.limits]\nnofile = 1024\n'
+                          'nproc = 64\ncore = "infinity"\nmemory_max = "512M"\n'
+                          'cpu_quota = 1.5\npids_max = 100\n')
+    assert run_as == RunAs("nobody", "g", ("a", "b"), 0o027)
+    assert limits == Limits(nofile=1024, nproc=64, core=-1, memory_max=512 << 20,
+                            cpu_quota=1.5, pids_max=100)
+    assert _app("umask = 0o077\n")[0].umask == 0o077
+    assert _app('limits = { memory_max = 4096 }\n')[1].memory_max == 4096
+    assert _app('limits = { memory_max = "2GiB" }\n')[1].memory_max == 2 << 30
+
+
+@pytest.mark.parametrize("text,key,line", [
+    ('user = ""\n', f"{APP}.user", 3),
+    ('user = "a:b"\n', f"{APP}.user", 3),
+    ('user = 1000\n', f"{APP}.user", 3),
+    ('group = "g"\n', f"{APP}.group", 3),
+    ('supplementary_groups = ["g"]\n', f"{APP}.supplementary_groups", 3),
+    ('user = "u"\nsupplementary_groups = ["g", "g"]\n', f"{APP}.supplementary_groups[1]", 4),
+    ('user = "u"\nsupplementary_groups = "g"\n', f"{APP}.supplementary_groups", 4),
+    ('umask = "999"\n', f"{APP}.umask", 3),
+    ('umask = 512\n', f"{APP}.umask", 3),
+    ('limits = { nofile = -1 }\n', f"{APP}.limits.nofile", 3),
+    ('limits = { core = "unlimited" }\n', f"{APP}.limits.core", 3),
+    ('limits = { memory_max = "lots" }\n', f"{APP}.limits.memory_max", 3),
+    ('limits = { memory_max = 0 }\n', f"{APP}.limits.memory_max", 3),
+    ('limits = { cpu_quota = 0 }\n', f"{APP}.limits.cpu_quota", 3),
+    ('limits = { pids_max = 0 }\n', f"{APP}.limits.pids_max", 3),
+    ('limits = { swap = 1 }\n', f"{APP}.limits.swap", 3),
+])
+def test_bad_identity_and_limits_name_the_key_and_line(text: str, key: str, line: int) -> None:
+    with pytest.raises(ConfigInvalid) as e:
+        parse_config(HEAD + text, "t.toml")
+    assert (e.value.data["key"], e.value.data["line"]) == (key, line)
+
+
+def test_a_config_without_identity_keeps_its_revision_and_definition() -> None:
+    """Revisions are in certificates and checkpoints: code that knows identities must
+    give a config without them the revision it always had."""
+    demo = parse_config((ROOT / "examples" / "demo.toml").read_text(), "demo.toml")
+    assert demo.revision == "03ed0049e4cb97bfafd088b1906393d9bca24c6e9d74683bc5f5b6aa808b6d15"
+    plain = parse_config(HEAD, "t.toml").stacks["demo"].apps["web"]
+    named = parse_config(HEAD + 'user = "nobody"\n', "t.toml").stacks["demo"].apps["web"]
+    assert plain.definition_digest() != named.definition_digest()  # a new user: restart
+    assert parse_config(HEAD, "t").revision != parse_config(HEAD + "umask = 7\n", "t").revision
+
+
+def _check(text: str, host: Host) -> ConfigInvalid | None:
+    config = parse_config(text, "t.toml")
+    try:
+        check_config(config, text, host)
+    except ConfigInvalid as e:
+        return e
+    return None
+
+
+def test_an_unknown_user_or_group_is_reported_with_its_line() -> None:
+    e = _check(HEAD + 'user = "tn-no-such-user"\n', SPLIT)
+    assert e is not None and (e.data["key"], e.data["line"]) == (f"{APP}.user", 3)
+    assert "unknown user 'tn-no-such-user'" in e.msg
+    e = _check(HEAD + 'user = "nobody"\nsupplementary_groups = ["tn-no-grp"]\n', SPLIT)
+    assert e is not None and e.data["key"] == f"{APP}.supplementary_groups[0]"
+    assert _check(HEAD + f'user = "nobody"\ngroup = "{NOGROUP}"\n', SPLIT) is None
+
+
+def test_split_control_plane_requires_a_named_user_other_than_the_service_account() -> None:
+    e = _check(HEAD, SPLIT)
+    assert e is not None and e.data["key"] == f"{APP}.user" and "run as root" in e.msg
+    assert _check(HEAD + 'user = "root"\n', SPLIT) is None  # explicit: the operator's call
+    svc = Host(0, None, NOBODY.pw_uid, 4242, frozenset())
+    e = _check(HEAD + 'user = "nobody"\n', svc)
+    assert e is not None and "service account" in e.msg
+    in_group = Host(0, None, 4242, NOBODY.pw_gid, frozenset())
+    e = _check(HEAD + 'user = "nobody"\n', in_group)
+    assert e is not None and "reaches the owner's socket" in e.msg
+
+
+def test_a_non_root_owner_cannot_take_another_user() -> None:
+    e = _check(HEAD + 'user = "nobody"\n', USER_SCOPE)
+    assert e is not None and "not root" in e.msg and e.data["line"] == 3
+    me = Host(NOBODY.pw_uid, None, NOBODY.pw_uid, NOBODY.pw_gid, frozenset())
+    assert _check(HEAD + 'user = "nobody"\n', me) is None
+    assert _check(HEAD, USER_SCOPE) is None  # user scope: apps run as the user
+
+
+def test_cgroup_limits_need_cgroups_with_their_controller() -> None:
+    text = HEAD + '[stacks.demo.apps.web.limits]\nnofile = 5\nmemory_max = "1G"\n'
+    e = _check(text, USER_SCOPE)
+    assert e is not None and (e.data["key"], e.data["line"]) == (f"{APP}.limits.memory_max", 5)
+    assert "process group" in e.msg
+    no_memory = Host(1000, ("pids",), 1000, 1000, frozenset())
+    e = _check(text, no_memory)
+    assert e is not None and "memory controller" in e.msg
+    assert _check(HEAD + 'limits = { nofile = 5, core = 0 }\n', USER_SCOPE) is None
+
+
+def test_the_viewer_group_must_be_usable_by_the_service_account() -> None:
+    text = f'[settings]\nviewer_group = "{NOGROUP}"\n' + HEAD.replace(
+        "command", 'user = "root"\ncommand')
+    e = _check(text, SPLIT)
+    assert e is not None and (e.data["key"], e.data["line"]) == ("settings.viewer_group", 2)
+    assert f"usermod -aG {NOGROUP}" in e.msg
+    member = Host(0, None, SVC_UID, SVC_UID, frozenset({NOBODY.pw_gid}))
+    assert _check(text, member) is None
+    e = _check('[settings]\nviewer_group = "tn-no-grp"\n' + HEAD, member)
+    assert e is not None and "unknown group" in e.msg
+
+
+def test_an_app_cannot_be_a_viewer() -> None:
+    member = Host(0, None, SVC_UID, SVC_UID, frozenset({NOBODY.pw_gid}))
+    text = f'[settings]\nviewer_group = "{NOGROUP}"\n' + HEAD + 'user = "nobody"\n'
+    e = _check(text, member)
+    assert e is not None and "viewer group" in e.msg and e.data["key"] == f"{APP}.user"
+
+
+def test_launch_fields_env_and_inspect_view() -> None:
+    app = parse_config(HEAD + 'user = "nobody"\numask = "022"\nenv = { LOGNAME = "x" }\n'
+                       'limits = { nofile = 9, core = "infinity" }\n', "t").stacks[
+        "demo"].apps["web"]
+    assert launch_fields(app) == {"identity": {"user": "nobody", "umask": 0o22},
+                                  "limits": {"nofile": 9, "core": "infinity"}}
+    env = app_env({"HOME": "/root", "USER": "root", "PATH": "/bin"}, app)
+    assert env == {"HOME": NOBODY.pw_dir, "USER": "nobody", "LOGNAME": "x", "PATH": "/bin"}
+    view = identity_view(app)
+    assert view["identity"]["umask"] == "0022"
+    assert view["identity"]["resolved"]["uid"] == NOBODY.pw_uid
+    assert set(view["identity"]["resolved"]["groups"]) == set(
+        os.getgrouplist("nobody", NOBODY.pw_gid))
+    plain = parse_config(HEAD, "t").stacks["demo"].apps["web"]
+    assert launch_fields(plain) == {} and app_env({"HOME": "/h"}, plain) == {"HOME": "/h"}
