@@ -259,11 +259,17 @@ def temp_dirs(keep: bool) -> Iterator[tuple[Path, Path]]:
         _rmtree(scratch)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser(doc: str, handoffs: int) -> argparse.ArgumentParser:
+    """The options of a handoff benchmark: ``--apps``, ``--handoffs``, ``--keep``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--apps", type=int, default=200)
-    ap.add_argument("--handoffs", type=int, default=10)
+    ap.add_argument("--handoffs", type=int, default=handoffs)
     ap.add_argument("--keep", action="store_true", help="keep the temp home (logs)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__, handoffs=10)
     args = ap.parse_args(argv)
     if args.apps < 2:
         ap.error("--apps must be at least 2 (one is the numbered-line writer)")
