@@ -9,9 +9,10 @@ client thread restarts, and `sleep` instances for the rest. Then runs ``--handof
 upgrades to the selected release, each measured by :func:`bench.handoff.handoff_once`.
 Meanwhile the client sends the API's ``restart`` for the next bouncer every
 ``RESTART_PERIOD`` seconds over one long-lived connection; refusals while a handoff runs
-(``SHUTTING_DOWN``, ``BACKEND_UNAVAILABLE``, ``CONNECT_FAILED``) are counted, and a request
-whose outcome is unknown (``TRANSPORT_LOST``, ``TIMEOUT``) is counted apart and never
-retried.
+(``SHUTTING_DOWN``, ``BACKEND_UNAVAILABLE``, ``CONNECT_FAILED``) are counted, as is a
+``SHUTTING_DOWN`` that names the bouncer as restarted (a handoff began before it was
+ready), and a request whose outcome is unknown (``TRANSPORT_LOST``, ``TIMEOUT``) is
+counted apart and never retried.
 
 After every handoff it samples the resident memory of the owner, the guardian and the
 new backend, and checks the owner's launches. At the end:
@@ -22,8 +23,9 @@ new backend, and checks the owner's launches. At the end:
 - ``restarts_missing``: restarts answered ready that did not produce a new launch —
   must be 0;
 - ``apps_not_running``: instances not ready at the end — must be empty;
-- ``apps_left_stopped``: bouncers found stopped after a restart whose outcome the client
-  does not know (``uncertain_then`` has every state found) — must be 0;
+- ``apps_left_stopped``: bouncers found stopped after a restart that a handoff cut or
+  whose outcome the client does not know (``found_after`` has every state found) — must
+  be 0;
 - ``log_lines_lost``, ``log_lines_duplicated``: gaps and repeats in the writer's journal,
   read through the API's ``logs`` — must be 0;
 - ``rss_growth_mb``: mean RSS sum over the last ``RSS_WINDOW`` handoffs minus the mean over
@@ -111,16 +113,17 @@ def instance_of(launch_key: str) -> tuple[str, int]:
 class Restarter:
     """Restarts the bouncers in turn through the public API until :meth:`finish`.
 
-    ``done[key]`` counts restarts answered with the instance ready again (exactly one new
-    launch each); ``uncertain[key]`` counts requests that may or may not have launched
-    one: outcome unknown, or answered with the instance in another state. ``outcomes``
-    counts every request by result: ``ready``, the state it was left in, or the error
-    code.
+    ``done[key]`` counts restarts that were made (exactly one new launch each): answered
+    with the instance ready, or cut by a handoff after the restart (``SHUTTING_DOWN``
+    naming the instance as restarted). ``uncertain[key]`` counts requests that may or
+    may not have launched one: outcome unknown, or answered with the instance in another
+    state. ``outcomes`` counts every request by result: ``ready``, the state it was left
+    in, ``restarted_then_SHUTTING_DOWN``, or the error code.
 
-    An uncertain instance is not restarted again until the client has looked at it
-    (``status``, a read, ``LOOK_AFTER`` seconds later, once the API answers): a later
-    restart would hide an instance the uncertain request left stopped. ``found`` counts
-    the states seen then."""
+    An instance whose restart was cut or uncertain is not restarted again until the
+    client has looked at it (``status``, a read, ``LOOK_AFTER`` seconds later, once the
+    API answers): a later restart would hide an instance the request left stopped.
+    ``found`` counts the states seen then."""
 
     sock: str
     keys: list[str]
@@ -168,7 +171,7 @@ class Restarter:
         for key in due:
             state = apps[key]["state"]
             self.found[state] += 1
-            print(f"restart {key}: after the uncertain request it is {state}", flush=True)
+            print(f"restart {key}: looked at after the restart: {state}", flush=True)
             del self.pending[key]
         return True
 
@@ -177,17 +180,24 @@ class Restarter:
         try:
             res = client.call("restart", {"target": key, "timeout": RESTART_TIMEOUT})
         except REFUSED as exc:
-            self.outcomes[str(exc.code)] += 1
+            if key in exc.data.get("restarted", ()):
+                # restarted; a handoff began before it was ready: the next generation
+                # carries it on (looked at below)
+                self.outcomes["restarted_then_SHUTTING_DOWN"] += 1
+                self.done[key] += 1
+                self.pending[key] = time.monotonic()
+            else:
+                self.outcomes[exc.code_str] += 1
             return False
         except OutcomeUnknown as exc:
             # sent, no answer: the restart may or may not have happened; never replayed
-            self.outcomes[str(exc.code)] += 1
+            self.outcomes[exc.code_str] += 1
             self.uncertain[key] += 1
             self.pending[key] = time.monotonic()
             print(f"restart {key}: outcome unknown ({exc})", flush=True)
             return False
         except TenureError as exc:
-            self.outcomes[str(exc.code)] += 1
+            self.outcomes[exc.code_str] += 1
             print(f"restart {key}: unexpected {exc.code}: {exc}", flush=True)
             return False
         state = res["instances"].get(key) if res["settled"] else "not_settled"
@@ -323,7 +333,7 @@ def run(args: argparse.Namespace, home: Path, scratch: Path) -> dict[str, Any]:
                 "restarts_missing": missing, "apps_not_running": down,
                 "restart_requests": dict(sorted(restarter.outcomes.items())),
                 "restart_transport_lost": restarter.outcomes["TRANSPORT_LOST"],
-                "uncertain_then": dict(sorted(restarter.found.items())),
+                "found_after": dict(sorted(restarter.found.items())),
                 "apps_left_stopped": restarter.found["stopped"],
                 "log_lines": len(nums), "log_lines_lost": lost, "log_lines_duplicated": dups,
                 "rss_growth_mb": round(growth["total"], 2),
