@@ -20,6 +20,7 @@ printed is one JSON object:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,45 +126,77 @@ def lost_lines(nums: list[int]) -> tuple[int, int]:
     return (max(nums) - min(nums) + 1) - len(seen), len(nums) - len(seen)
 
 
-def run(args: argparse.Namespace, home: Path, scratch: Path) -> dict[str, Any]:
-    release = seal_once(scratch)
-    c = Cluster(home, release)
+@dataclass
+class Handoff:
+    """One completed upgrade: its control-plane pause and what the guardian answered."""
+
+    pause: float
+    took: float
+    polls: int
+    activation: dict[str, Any]
+    receipts: list[dict[str, Any]]
+
+    def describe(self, n: int) -> str:
+        at = {r["phase"]: r["at"] for r in self.receipts}
+        steps = " ".join(f"{b}+{(at[b] - at[a]) * 1000:.0f}"
+                         for a, b in itertools.pairwise(PHASES))
+        return (f"handoff {n}: pause {self.pause * 1000:.1f} ms, upgrade call "
+                f"{self.took * 1000:.0f} ms, epoch {self.activation['epoch']}, "
+                f"{self.polls} polls; ms per phase: {steps}")
+
+
+def handoff_once(c: Cluster, rid: str, n: int) -> Handoff:
+    """Upgrade to ``rid`` while a :class:`Poller` runs; measure the pause.
+
+    Raises RuntimeError when the activation does not end ``complete`` or the new backend
+    does not answer within 30 s; the Poller is stopped on every path."""
+    old_pid = c.backend_pid()
+    poller = Poller(str(c.layout.api_sock))
+    poller.start()
     try:
-        t0 = time.monotonic()
-        c.up(config(args.apps), timeout=300)
-        c.wait_ready(args.apps, timeout=300)
-        print(f"up: {args.apps} apps ready in {time.monotonic() - t0:.1f} s", flush=True)
-        rid = c.cli("backend", "status", check=True).out["selector"]["current"]
-        before = c.pids()
-        assert len(before) == args.apps, f"{len(before)} launches, expected {args.apps}"
+        time.sleep(0.2)
+        t = time.monotonic()
+        with c.guardian() as g:
+            res = g.call("upgrade", {"release": rid})
+        took = time.monotonic() - t
+        act = res["activation"]
+        if act["phase"] != "complete":
+            raise RuntimeError(f"handoff {n} ended {act['phase']}: {act}")
+        new_pid = int(act["backend_pid"])
+        deadline = time.monotonic() + 30
+        while poller.pause(old_pid, new_pid) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        poller.finish()
+    pause = poller.pause(old_pid, new_pid)
+    if pause is None:
+        raise RuntimeError(f"handoff {n}: the new backend never answered")
+    return Handoff(pause, took, len(poller.samples), act, res["receipts"])
+
+
+def bring_up(c: Cluster, config_text: str, apps: int) -> tuple[str, dict[str, tuple[int, int]]]:
+    """`tenure up` with ``config_text``; wait for ``apps`` ready instances. Returns the
+    selected release id and the owner's launches (launch key → (pid, start ticks))."""
+    t0 = time.monotonic()
+    c.up(config_text, timeout=300)
+    c.wait_ready(apps, timeout=300)
+    print(f"up: {apps} apps ready in {time.monotonic() - t0:.1f} s", flush=True)
+    rid = c.cli("backend", "status", check=True).out["selector"]["current"]
+    launches = c.pids()
+    if len(launches) != apps:
+        raise RuntimeError(f"{len(launches)} launches, expected {apps}")
+    return rid, launches
+
+
+def run(args: argparse.Namespace, home: Path, scratch: Path) -> dict[str, Any]:
+    c = Cluster(home, seal_once(scratch))
+    try:
+        rid, before = bring_up(c, config(args.apps), args.apps)
         pauses: list[float] = []
-        for n in range(args.handoffs):
-            old_pid = c.backend_pid()
-            poller = Poller(str(c.layout.api_sock))
-            poller.start()
-            time.sleep(0.2)
-            t = time.monotonic()
-            with c.guardian() as g:
-                res = g.call("upgrade", {"release": rid})
-            took = time.monotonic() - t
-            act = res["activation"]
-            if act["phase"] != "complete":
-                raise RuntimeError(f"handoff {n + 1} ended {act['phase']}: {act}")
-            new_pid = int(act["backend_pid"])
-            deadline = time.monotonic() + 30
-            while poller.pause(old_pid, new_pid) is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-            poller.finish()
-            pause = poller.pause(old_pid, new_pid)
-            if pause is None:
-                raise RuntimeError(f"handoff {n + 1}: the new backend never answered")
-            pauses.append(pause)
-            at = {r["phase"]: r["at"] for r in res["receipts"]}
-            steps = " ".join(f"{b}+{(at[b] - at[a]) * 1000:.0f}"
-                             for a, b in itertools.pairwise(PHASES))
-            print(f"handoff {n + 1}: pause {pause * 1000:.1f} ms, upgrade call "
-                  f"{took * 1000:.0f} ms, epoch {act['epoch']}, {len(poller.samples)} polls; "
-                  f"ms per phase: {steps}", flush=True)
+        for n in range(1, args.handoffs + 1):
+            h = handoff_once(c, rid, n)
+            pauses.append(h.pause)
+            print(h.describe(n), flush=True)
         time.sleep(0.5)
         after = c.pids()
         restarts = sum(1 for k, v in before.items() if after.get(k) != v)
@@ -206,26 +240,41 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--apps", type=int, default=200)
-    ap.add_argument("--handoffs", type=int, default=10)
-    ap.add_argument("--keep", action="store_true", help="keep the temp home (logs)")
-    args = ap.parse_args(argv)
-    if args.apps < 2:
-        ap.error("--apps must be at least 2 (one is the numbered-line writer)")
+@contextlib.contextmanager
+def temp_dirs(keep: bool) -> Iterator[tuple[Path, Path]]:
+    """(home, scratch): a short private TENURE_HOME and a directory for the sealed
+    release. Both are removed afterwards, the home unless ``keep``; SIGTERM runs this
+    cleanup like Ctrl-C does."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
     home = Path(tempfile.mkdtemp(prefix="tnb", dir="/tmp"))   # short: socket paths
     os.chmod(home, 0o700)
     scratch = Path(tempfile.mkdtemp(prefix="tnbr", dir="/tmp"))
     try:
-        result = run(args, home, scratch)
+        yield home, scratch
     finally:
-        if args.keep:
+        if keep:
             print(f"home kept at {home}", file=sys.stderr)
         else:
             _rmtree(home)
         _rmtree(scratch)
+
+
+def parser(doc: str, handoffs: int) -> argparse.ArgumentParser:
+    """The options of a handoff benchmark: ``--apps``, ``--handoffs``, ``--keep``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--apps", type=int, default=200)
+    ap.add_argument("--handoffs", type=int, default=handoffs)
+    ap.add_argument("--keep", action="store_true", help="keep the temp home (logs)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__, handoffs=10)
+    args = ap.parse_args(argv)
+    if args.apps < 2:
+        ap.error("--apps must be at least 2 (one is the numbered-line writer)")
+    with temp_dirs(args.keep) as (home, scratch):
+        result = run(args, home, scratch)
     print(json.dumps(result), flush=True)
     return 0 if result["app_restarts"] == 0 and result["log_lines_lost"] == 0 else 1
 
