@@ -21,8 +21,10 @@ import os, socket, sys, time
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.05)
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+addr = os.environ["NOTIFY_SOCKET"]
+addr = "\\0" + addr[1:] if addr.startswith("@") else addr   # an abstract address
 for i in range(6000):
-    s.sendto(b"STATUS=%d" % i, os.environ["NOTIFY_SOCKET"])
+    s.sendto(b"STATUS=%d" % i, addr)
 time.sleep(100000)
 """
 
