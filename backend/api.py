@@ -20,6 +20,9 @@ from protocol.server import Call, Method
 
 from . import instance as im
 from .config import parse_config
+from .jobs.api import JobApi
+from .jobs.ledger import Ledger
+from .jobs.runner import JobRunner
 from .model import Config, canonical_digest
 from .operations import OperationRunner
 from .plan import live_revision, new_plan
@@ -65,6 +68,9 @@ class Api:
                                    gen.activation, self.stopped_stacks, self.gate,
                                    gen.invalidate)
         self._procs = Usage()
+        self.jobs = JobRunner(Ledger(gen.store), gen.sup.owner, gen.epoch, gen.sup, self.gate,
+                              config=lambda: gen.config, stopped_stacks=self.stopped_stacks,
+                              invalidate=gen.invalidate)
 
     def _set_config(self, config: Config) -> None:
         old = self.gen.config.settings.viewer_group
@@ -98,20 +104,25 @@ class Api:
             "op.abandon": Method(self.op_abandon, S_OP),
             "stack.stop": Method(self.stack_stop, S_STACK_STOP),
             "stack.start": Method(self.stack_start, S_STACK),
+            **JobApi(self.jobs).methods(),
         }
 
     # -- lifecycle hooks used by Generation ---------------------------------------------
 
     async def resume_operations(self) -> None:
+        from .jobs.resume import resume
         self.intents = (await self._owner().call("stack.intents"))["intents"]
         self.ops.resume_open()
+        await resume(self.jobs)
+        self.jobs.start()
 
     def open_operation_ids(self) -> list[str]:
         return [op["id"] for op in self.store.operations(open_only=True)]
 
     def busy(self) -> bool:
-        """An operation is open here or a step runs: no certificate now."""
-        return self.ops.busy() or bool(self.gate.running())
+        """An operation is open here, a step runs or a job starts or stops: no
+        certificate now."""
+        return self.ops.busy() or bool(self.gate.running()) or self.jobs.busy()
 
     def running_steps(self) -> list[str]:
         return self.gate.running()
@@ -123,12 +134,14 @@ class Api:
 
     def unpause(self) -> None:
         self.gate.unpause()
+        self.jobs.wake()
 
     async def wait_paused(self, timeout: float) -> bool:
         """Whether every step that had begun ended within ``timeout``."""
         return await self.gate.wait_idle(timeout)
 
     async def aclose(self) -> None:
+        await self.jobs.aclose()
         await self.ops.aclose()
 
     def _owner(self) -> Any:

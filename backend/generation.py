@@ -167,8 +167,14 @@ class Generation:
         if batch.get("gap"):
             log.warning("observation gap at cursor %s: relying on the inventory", self.cursor)
         for e in batch["events"]:
-            self.sup.on_observation(e)
+            self._observe(e)
         self.cursor = max(self.cursor, batch["cursor"])
+
+    def _observe(self, e: dict[str, Any]) -> None:
+        assert self.sup is not None
+        self.sup.on_observation(e)
+        if self.api is not None:
+            self.api.jobs.on_observation(e)
 
     # -- background loops -------------------------------------------------------------
 
@@ -184,7 +190,7 @@ class Generation:
                 continue
             if not self._thawed.is_set():
                 continue  # frozen meanwhile: the next one re-reads it after the cursor
-            self.sup.on_observation({**ev.e, "cursor": ev.cursor})
+            self._observe({**ev.e, "cursor": ev.cursor})
             self.cursor = max(self.cursor, ev.cursor)
 
     async def _reconnect_owner(self) -> None:
@@ -245,7 +251,7 @@ class Generation:
         live = (await owner.call("inventory"))["launches"]
         if seen != self.mutations or not self._quiet():
             return False  # something changed while the owner answered: next round
-        if inventory_digest(live) != inventory_digest(sup.inventory()):
+        if inventory_digest(live) != inventory_digest(self.inventory()):
             return False
         self.persist()
         body = {"activation": self.activation, "epoch": self.epoch,
@@ -258,6 +264,13 @@ class Generation:
             rec.publish(body)
             self.certificate_writes += 1
         return True
+
+    def inventory(self) -> list[dict[str, Any]]:
+        """Every launch this generation knows to be live: app instances and running
+        jobs (the owner's live inventory lists both)."""
+        assert self.sup is not None
+        jobs = self.api.jobs.inventory() if self.api is not None else []
+        return self.sup.inventory() + jobs
 
     def _quiet(self) -> bool:
         """No step, no owner call, no instance mid-transition, not draining or fenced."""

@@ -100,6 +100,8 @@ def _parser() -> Any:
     p.add_argument("--user-account", default=None, help="system scope: service account")
     p = add("owner", "execution owner maintenance")
     p.add_argument("action", choices=["reconcile", "status"])
+    from .jobs import add_job_parser
+    add_job_parser(add)
     p = add("import", "convert supervisord, PM2 or Procfile setups into tenure.toml")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE")
     p.add_argument("-o", "--output", type=Path, help="write it here (not over an existing "
