@@ -230,6 +230,16 @@ class Ledger:
         with self.store.tx() as db:
             self._mark(db, Admission(stack, name, {}, mark=due), now)
 
+    def forget_schedules(self, keep: set[str]) -> None:
+        """Drop the marks of templates that have no schedule any more (one added again
+        later starts counting from then)."""
+        gone = [t for (t,) in self.db.execute("SELECT template FROM job_schedules")
+                if t not in keep]
+        if gone:
+            with self.store.tx() as db:
+                db.executemany("DELETE FROM job_schedules WHERE template = ?",
+                               [(t,) for t in gone])
+
     def schedule_mark(self, template_key: str) -> float | None:
         row = self.db.execute("SELECT last_due FROM job_schedules WHERE template = ?",
                               (template_key,)).fetchone()

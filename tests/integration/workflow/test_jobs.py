@@ -152,3 +152,19 @@ def test_a_job_waits_for_its_after_apps_and_a_stopped_stack(cluster):
         raise
     cluster.cli("stack", "start", "j", check=True)
     cluster.wait(lambda: jobs_by_id(cluster)[held]["state"] == "succeeded", 30, "started")
+
+
+def test_a_schedule_admits_its_due_time_once_across_a_handoff(cluster):
+    marker = cluster.home / "runs"
+    cluster.up(f'[stacks.j.jobs.tick]\ncommand = ["/bin/sh", "-c", '
+               f'"echo $TENURE_JOB_KEY >> {marker}"]\nschedule = "* * * * *"\n')
+    release = cluster.cli("backend", "status", check=True).out["selector"]["current"]
+    up = cluster.cli("backend", "upgrade", release, timeout=300)   # the mark is handed on
+    assert up.ok, up
+    cluster.wait(lambda: any(j["state"] == "succeeded" for j in
+                             cluster.call("job.list", {})["jobs"]), 90, "a scheduled run")
+    [rec] = [j for j in cluster.call("job.list", {})["jobs"] if j["state"] == "succeeded"]
+    assert rec["source"] == "schedule" and rec["key"].startswith("schedule:j/tick:")
+    assert rec["key"].endswith(":00Z") and rec["due_at"] % 60 == 0
+    assert rec["started_at"] - rec["due_at"] < 30
+    assert marker.read_text().splitlines() == [rec["key"]]
