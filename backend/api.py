@@ -22,6 +22,7 @@ from . import instance as im
 from .config import parse_config
 from .jobs.api import JobApi
 from .jobs.ledger import Ledger
+from .jobs.retention import Pruner
 from .jobs.runner import JobRunner
 from .jobs.schedule import Scheduler
 from .model import Config, canonical_digest
@@ -72,7 +73,7 @@ class Api:
         self.jobs = JobRunner(Ledger(gen.store), gen.sup.owner, gen.epoch, gen.sup, self.gate,
                               config=lambda: gen.config, stopped_stacks=self.stopped_stacks,
                               invalidate=gen.invalidate)
-        self.jobs.on_tick.append(Scheduler(self.jobs).tick)
+        self.jobs.on_tick += [Scheduler(self.jobs).tick, Pruner(self.jobs).tick]
 
     def _set_config(self, config: Config) -> None:
         old = self.gen.config.settings.viewer_group

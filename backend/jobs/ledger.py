@@ -292,6 +292,11 @@ class Ledger:
         return [{"at": r[0], "event": r[1], "from": r[2], "to": r[3],
                  "detail": json.loads(r[4]) if r[4] else None} for r in rows]
 
+    def templates(self) -> list[tuple[str, str]]:
+        """Every (stack, template) that has records."""
+        return [(s, t) for s, t in self.db.execute(
+            "SELECT DISTINCT stack, template FROM jobs ORDER BY stack, template")]
+
     def counts(self) -> dict[str, int]:
         return {s: n for s, n in self.db.execute(
             "SELECT state, count(*) FROM jobs GROUP BY state")}
