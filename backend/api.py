@@ -71,8 +71,7 @@ class Api:
                                    gen.invalidate)
         self._procs = Usage()
         self.jobs = JobRunner(Ledger(gen.store), gen.sup.owner, gen.epoch, gen.sup, self.gate,
-                              config=lambda: gen.config, stopped_stacks=self.stopped_stacks,
-                              invalidate=gen.invalidate)
+                              config=lambda: gen.config, stopped_stacks=self.stopped_stacks)
         self.jobs.on_tick += [Scheduler(self.jobs).tick, Pruner(self.jobs).tick]
 
     def _set_config(self, config: Config) -> None:
@@ -123,9 +122,10 @@ class Api:
         return [op["id"] for op in self.store.operations(open_only=True)]
 
     def busy(self) -> bool:
-        """An operation is open here, a step runs or a job starts or stops: no
-        certificate now."""
-        return self.ops.busy() or bool(self.gate.running()) or self.jobs.busy()
+        """An operation is open here or an app step runs: no certificate now. (Job starts
+        and stops do not count: the certificate does not vouch for jobs, see
+        protocol.digest.)"""
+        return self.ops.busy() or bool(set(self.gate.running()) - self.jobs.steps())
 
     def running_steps(self) -> list[str]:
         return self.gate.running()

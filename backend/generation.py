@@ -251,7 +251,7 @@ class Generation:
         live = (await owner.call("inventory"))["launches"]
         if seen != self.mutations or not self._quiet():
             return False  # something changed while the owner answered: next round
-        if inventory_digest(live) != inventory_digest(self.inventory()):
+        if inventory_digest(live) != inventory_digest(sup.inventory()):
             return False
         self.persist()
         body = {"activation": self.activation, "epoch": self.epoch,
@@ -264,13 +264,6 @@ class Generation:
             rec.publish(body)
             self.certificate_writes += 1
         return True
-
-    def inventory(self) -> list[dict[str, Any]]:
-        """Every launch this generation knows to be live: app instances and running
-        jobs (the owner's live inventory lists both)."""
-        assert self.sup is not None
-        jobs = self.api.jobs.inventory() if self.api is not None else []
-        return self.sup.inventory() + jobs
 
     def _quiet(self) -> bool:
         """No step, no owner call, no instance mid-transition, not draining or fenced."""

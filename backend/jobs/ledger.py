@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.digest import JOB_LAUNCH_PREFIX
 from protocol.errors import BadRequest, Conflict, NotFound, StateCorrupt
 
 from ..model import canonical_digest
@@ -142,8 +143,8 @@ class Ledger:
     def launch_prefix(self) -> str:
         """Launch keys are ``job:<ledger>:<id>:<attempt>``: unique even if backend.db were
         ever recreated while the owner keeps its launch keys forever. (No '/', so never
-        the key of an app instance.)"""
-        return f"job:{self.uid}"
+        the key of an app instance; the recovery certificate's digest leaves them out.)"""
+        return f"{JOB_LAUNCH_PREFIX}{self.uid}"
 
     # -- admission --------------------------------------------------------------------
 

@@ -40,6 +40,8 @@ from . import machine as jm
 from .faults import JobFault
 from .ledger import Admission, Ledger, Record, make_spec
 
+STEP_PREFIX = "job "   # the drain barrier names job steps "job <id> start|stop"
+
 __all__ = ["LAUNCH_TRIES", "Clock", "JobRunner", "SystemClock", "journal_app"]
 
 log = logging.getLogger("tenure.jobs")
@@ -72,12 +74,11 @@ class JobRunner:
 
     def __init__(self, ledger: Ledger, owner: OwnerCalls, epoch: int, sup: Supervisor,
                  gate: StepGate, *, config: Callable[[], Config],
-                 stopped_stacks: Callable[[], set[str]],
-                 invalidate: Callable[[str], None], clock: Clock | None = None,
+                 stopped_stacks: Callable[[], set[str]], clock: Clock | None = None,
                  sleep: Callable[[float], Any] = asyncio.sleep,
                  fault: JobFault | None = None) -> None:
-        """``invalidate(reason)`` makes the recovery certificate stop vouching; it runs
-        before every owner launch and stop (a failure means the call is not sent)."""
+        """Job launches and stops leave the recovery certificate alone: it vouches for
+        the applications only (protocol.digest), the ledger accounts for jobs."""
         self.ledger = ledger
         self.owner = owner
         self.epoch = epoch
@@ -85,7 +86,6 @@ class JobRunner:
         self.gate = gate
         self.config = config
         self.stopped_stacks = stopped_stacks
-        self.invalidate = invalidate
         self.clock = clock or SystemClock()
         self.sleep = sleep
         self.fault = fault or JobFault()
@@ -224,7 +224,7 @@ class JobRunner:
 
     async def _start(self, rec: Record) -> None:
         try:
-            with self.gate.step(f"job {rec.id} start"):
+            with self.gate.step(f"{STEP_PREFIX}{rec.id} start"):
                 actions = self.apply(rec, jm.Start(self.ledger.launch_prefix))
                 if not actions:
                     return  # withdrawn (or moved on) since the tick chose it
@@ -261,7 +261,6 @@ class JobRunner:
         last: TenureError | None = None
         for _attempt in range(LAUNCH_TRIES):
             try:
-                self.invalidate("job launch")
                 row = await self.owner.call("launch", params, epoch=self.epoch)
                 return events_of_row(row)
             except StaleEpoch:
@@ -296,10 +295,9 @@ class JobRunner:
 
     async def _stop(self, rec: Record, launch_key: str) -> None:
         try:
-            with self.gate.step(f"job {rec.id} stop"):
+            with self.gate.step(f"{STEP_PREFIX}{rec.id} stop"):
                 while not self.fenced:
                     try:
-                        self.invalidate("job stop")
                         await self.owner.call("stop", {"launch_key": launch_key},
                                               epoch=self.epoch, timeout=3600)
                         return
@@ -336,8 +334,12 @@ class JobRunner:
     # -- reporting --------------------------------------------------------------------
 
     def busy(self) -> bool:
-        """A start or stop is in flight: the owner's inventory may be changing."""
+        """A start or stop is in flight."""
         return bool(self._tasks)
+
+    def steps(self) -> set[str]:
+        """The drain-barrier steps that are job starts and stops."""
+        return {s for s in self.gate.running() if s.startswith(STEP_PREFIX)}
 
     def inventory(self) -> list[dict[str, Any]]:
         """Running jobs as inventory rows (what the owner's live inventory also lists)."""
