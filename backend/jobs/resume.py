@@ -150,6 +150,9 @@ async def _settle_running(runner: JobRunner, rec: Record, ev: Evidence) -> None:
         row = await runner.owner.call("launch", runner.launch_params(rec),
                                       epoch=runner.epoch)
         events = events_of_row(row)
+        if row.get("state") == "running":  # a row of an owner that is gone: not live
+            events.append(jm.Lost({"reason": "the owner's row says running, but the key "
+                                   "is not in its live inventory", "row": row}))
     except TenureError as exc:
         events = [jm.Lost({"reason": f"gone, and the owner's row is unreadable: {exc}",
                            **ev.of(key)})]

@@ -94,6 +94,7 @@ class JobRunner:
         self.by_launch: dict[str, int] = {}
         self.on_tick: list[Callable[[float], None]] = []  # schedules, retention
         self._starting: set[int] = set()          # start tasks spawned, not yet ended
+        self._stopping: set[int] = set()          # stop tasks spawned, not yet ended
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
@@ -184,9 +185,15 @@ class JobRunner:
         mono = self.clock.mono()
         for rec in list(self.records.values()):
             job = rec.job
-            if job.state is jm.State.RUNNING and job.deadline is not None \
-                    and job.deadline <= mono and job.stop_reason is None:
+            if job.state is not jm.State.RUNNING:
+                continue
+            if job.deadline is not None and job.deadline <= mono and job.stop_reason is None:
                 self._execute(rec, self.apply(rec, jm.TimedOut()))
+            elif job.stop_reason is not None and rec.id not in self._stopping:
+                # a recorded stop whose request was not sent or not confirmed (a drain
+                # began, a generation died): send it again, stopping is idempotent
+                assert job.launch_key is not None
+                self._execute(rec, [jm.Stop(job.launch_key)])
         for hook in self.on_tick:
             hook(self.clock.wall())
         for rec in sorted(self.records.values(), key=lambda r: r.id):
@@ -290,10 +297,17 @@ class JobRunner:
 
     def _execute(self, rec: Record, actions: list[jm.Action]) -> None:
         for action in actions:
-            if isinstance(action, jm.Stop):
+            if isinstance(action, jm.Stop) and rec.id not in self._stopping:
+                self._stopping.add(rec.id)
                 self._spawn(self._stop(rec, action.launch_key))
 
     async def _stop(self, rec: Record, launch_key: str) -> None:
+        try:
+            await self._stop_once(rec, launch_key)
+        finally:
+            self._stopping.discard(rec.id)
+
+    async def _stop_once(self, rec: Record, launch_key: str) -> None:
         try:
             with self.gate.step(f"{STEP_PREFIX}{rec.id} stop"):
                 while not self.fenced:
@@ -313,8 +327,8 @@ class JobRunner:
                         log.warning("job %d: stop not confirmed (%s); again", rec.id, exc)
                         await self.sleep(1.0)
         except ShuttingDown:
-            log.warning("job %d: stop not sent, a drain began; the next generation "
-                        "stops it (its stop is recorded)", rec.id)
+            log.warning("job %d: stop not sent, a drain began; it is recorded and sent "
+                        "after the drain (here or in the next generation)", rec.id)
 
     # -- observations -----------------------------------------------------------------
 

@@ -343,3 +343,41 @@ def test_a_stale_generation_cannot_start_a_record(tmp_path):
         gen.api.jobs.tick()
         assert len(job_launches(owner)) == 1
     run(tmp_path, body)
+
+
+def test_a_recorded_stop_that_was_not_sent_is_sent_again(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        rec, _ = jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        gen.api.pause()                        # a drain begins before the stop is sent
+        jobs.stop(rec.id)
+        await until(lambda: not jobs._stopping, "stop task ended")
+        assert not owner.sent("stop") and rec.job.stop_reason is jm.StopReason.REQUESTED
+        gen.api.unpause()                      # the drain was aborted
+        jobs.tick()
+        await until(lambda: bool(owner.sent("stop")), "stop sent after the drain")
+        jobs.on_observation(owner.events[-1])
+        assert (rec.job.state, rec.job.outcome) == (jm.State.FAILED, jm.Outcome.STOPPED)
+    run(tmp_path, body)
+
+
+def test_a_running_record_whose_owner_is_gone_is_lost(tmp_path):
+    owner = FakeOwner()
+    out: dict[str, Any] = {}
+
+    async def first(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        out["id"], out["key"] = rec.id, rec.job.launch_key
+    run(tmp_path, first, owner)
+    del owner.live[out["key"]]      # a replaced owner: its row still says running
+    owner.events.clear()
+
+    async def second(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        await resume(gen.api.jobs)
+        rec = gen.api.jobs.record(out["id"])
+        assert (rec.job.state, rec.job.outcome) == (jm.State.FAILED, jm.Outcome.LOST)
+        assert rec.job.evidence["row"]["state"] == "running"  # type: ignore[index]
+        assert out["key"] not in owner.live
+    run(tmp_path, second, owner)
