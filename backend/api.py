@@ -185,7 +185,8 @@ class Api:
                             "config": self.gen.config.source,
                             "config_revision": self.gen.config.revision},
                 "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
-                else None, "intents": self.intents, "apps": rows}
+                else None, "intents": self.intents, "apps": rows,
+                "jobs": self.jobs.summary()}
 
     def _row(self, key: str, inst: im.Instance, t: float) -> dict[str, Any]:
         usage = self._usage(inst.pid, inst.start_ticks)

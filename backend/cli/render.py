@@ -48,10 +48,21 @@ def status(st: dict[str, Any]) -> str:
             for r in st["apps"]]
     stopped = [s for s, v in st.get("intents", {}).items() if v.get("intent") == "stopped"]
     tail = f"\nstopped stacks: {', '.join(sorted(stopped))}" if stopped else ""
+    tail += _jobs_line(st.get("jobs") or {})
     if not rows:
         return head + "\nno applications" + tail
     return head + "\n" + _table(rows, ["APP", "STATE", "PID", "UPTIME", "RESTARTS", "READY",
                                       "CPU", "MEM"]) + tail
+
+
+def _jobs_line(jobs: dict[str, int]) -> str:
+    """``jobs: 2 running, 1 admitted`` and, loudly, records that wait for the operator."""
+    parts = [f"{jobs[s]} {s}" for s in ("running", "starting", "admitted") if jobs.get(s)]
+    line = f"\njobs: {', '.join(parts)}" if parts else ""
+    if jobs.get("recovery_required"):
+        line += (f"\njobs: {jobs['recovery_required']} recovery_required: see `tenure job "
+                 "list --state recovery_required` and docs/jobs.md")
+    return line
 
 
 def why(diag: dict[str, Any] | None) -> str:

@@ -48,6 +48,7 @@ log = logging.getLogger("tenure.jobs")
 
 LAUNCH_TRIES = 5
 TICK = 1.0                  # the runner looks at deadlines and schedules at least this often
+CLOSE_GRACE = 5.0
 
 
 class Clock(Protocol):
@@ -355,6 +356,15 @@ class JobRunner:
         """The drain-barrier steps that are job starts and stops."""
         return {s for s in self.gate.running() if s.startswith(STEP_PREFIX)}
 
+    def summary(self) -> dict[str, int]:
+        """How many records are open, by state, and how many wait for the operator."""
+        out = dict.fromkeys((s.value for s in jm.OPEN), 0)
+        for rec in self.records.values():
+            out[rec.job.state.value] += 1
+        states = (jm.State.RECOVERY_REQUIRED.value,)
+        out["recovery_required"] = len(self.ledger.records(states=states, limit=100_000))
+        return out
+
     def inventory(self) -> list[dict[str, Any]]:
         """Running jobs as inventory rows (what the owner's live inventory also lists)."""
         return [{"stack": r.stack, "app": journal_app(r.template), "instance": r.id,
@@ -398,13 +408,21 @@ class JobRunner:
         if not task.cancelled() and task.exception() is not None:
             log.error("job task failed", exc_info=task.exception())
 
-    async def aclose(self) -> None:
-        tasks = [*self._tasks, *([self._loop] if self._loop is not None else [])]
+    async def aclose(self, grace: float = CLOSE_GRACE) -> None:
+        """Stop deciding; give starts and stops in flight ``grace`` seconds to hear the
+        owner's answer (one cut short leaves its record for the next generation to
+        settle from evidence), then cancel them."""
+        if self._loop is not None:
+            self._loop.cancel()
+            await asyncio.gather(self._loop, return_exceptions=True)
+            self._loop = None
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=grace)
+        tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
-        self._loop = None
 
 
 def events_of_row(row: dict[str, Any]) -> list[jm.Event]:

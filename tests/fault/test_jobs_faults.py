@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from backend.cli import render
 from backend.testing import Cluster
 
 
@@ -112,6 +113,9 @@ def test_killed_between_starting_and_the_launch_is_recovery_required_then_resolv
     ev = rec["evidence"]
     assert ev["launch_key"] == rec["launch_key"] and ev["live"] is None and ev["events"] == {}
     assert starts(cluster.home) == {}                # it never ran, and nothing replayed it
+    status = cluster.call("status")
+    assert status["jobs"]["recovery_required"] == 1
+    assert "jobs: 1 recovery_required" in render.status(status)
     time.sleep(1.5)                                  # a few runner ticks: still nothing
     assert starts(cluster.home) == {} and record(cluster, job_id)["state"] == \
         "recovery_required"

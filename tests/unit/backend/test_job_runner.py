@@ -381,3 +381,16 @@ def test_a_running_record_whose_owner_is_gone_is_lost(tmp_path):
         assert rec.job.evidence["row"]["state"] == "running"  # type: ignore[index]
         assert out["key"] not in owner.live
     run(tmp_path, second, owner)
+
+
+def test_closing_lets_a_start_in_flight_hear_its_answer(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        owner.hold("launch")
+        rec, _ = jobs.submit("s/migrate", None, [])
+        jobs.tick()
+        await until(lambda: rec.job.state is jm.State.STARTING, "starting")
+        asyncio.get_running_loop().call_soon(owner.release, "launch")
+        await jobs.aclose()
+        assert rec.job.state is jm.State.RUNNING       # not cut off mid-start
+    run(tmp_path, body)
