@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -185,36 +186,48 @@ class JobRunner:
             return
         mono = self.clock.mono()
         for rec in list(self.records.values()):
-            job = rec.job
-            if job.state is not jm.State.RUNNING:
-                continue
-            if job.deadline is not None and job.deadline <= mono and job.stop_reason is None:
-                self._execute(rec, self.apply(rec, jm.TimedOut()))
-            elif job.stop_reason is not None and rec.id not in self._stopping:
-                # a recorded stop whose request was not sent or not confirmed (a drain
-                # began, a generation died): send it again, stopping is idempotent
-                assert job.launch_key is not None
-                self._execute(rec, [jm.Stop(job.launch_key)])
+            try:
+                self._check_running(rec, mono)
+            except Conflict:
+                pass  # another writer holds it (logged in apply)
         for hook in self.on_tick:
             hook(self.clock.wall())
+        active = self._active()
         for rec in sorted(self.records.values(), key=lambda r: r.id):
             if rec.job.state is jm.State.ADMITTED and rec.id not in self._starting \
-                    and self.waiting_for(rec) is None:
+                    and self.waiting_for(rec, active) is None:
+                active[(rec.stack, rec.template)] += 1
                 self._starting.add(rec.id)
                 self._spawn(self._start(rec))
 
-    def waiting_for(self, rec: Record) -> str | None:
+    def _check_running(self, rec: Record, mono: float) -> None:
+        """Stop a running record that ran out of time, or whose recorded stop was not
+        sent or not confirmed (a drain began, a generation died): stop is idempotent."""
+        job = rec.job
+        if job.state is not jm.State.RUNNING:
+            return
+        if job.deadline is not None and job.deadline <= mono and job.stop_reason is None:
+            self._execute(rec, self.apply(rec, jm.TimedOut()))
+        elif job.stop_reason is not None and rec.id not in self._stopping:
+            assert job.launch_key is not None
+            self._execute(rec, [jm.Stop(job.launch_key)])
+
+    def _active(self) -> Counter[tuple[str, str]]:
+        """Records starting or running (or about to start), per (stack, template)."""
+        return Counter((r.stack, r.template) for r in self.records.values()
+                       if r.job.state in (jm.State.STARTING, jm.State.RUNNING)
+                       or r.id in self._starting)
+
+    def waiting_for(self, rec: Record, active: Counter[tuple[str, str]] | None = None
+                    ) -> str | None:
         """Why an admitted record does not start now, or None."""
         stack, name = rec.stack, rec.template
         if stack in self.stopped_stacks():
             return f"stack {stack} is stopped"
         template = self.config().job(stack, name)
         limit = template.max_concurrent if template is not None else 1
-        active = sum(1 for r in self.records.values() if r.stack == stack
-                     and r.template == name and (r.job.state in (jm.State.STARTING,
-                                                                 jm.State.RUNNING)
-                                                 or r.id in self._starting))
-        if rec.id not in self._starting and active >= limit:
+        count = (active if active is not None else self._active())[(stack, name)]
+        if rec.id not in self._starting and count >= limit:
             return f"max_concurrent {limit} reached"
         unready = [a for a in rec.spec["after"] if not self._app_ready(stack, a)]
         if unready:
