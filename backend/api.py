@@ -21,6 +21,7 @@ from protocol.server import Call, Method
 from . import instance as im
 from .config import parse_config
 from .jobs.api import JobApi
+from .jobs.config import job_changes
 from .jobs.ledger import Ledger
 from .jobs.retention import Pruner
 from .jobs.runner import JobRunner
@@ -318,8 +319,9 @@ class Api:
         plan = new_plan(self.gen.config, new, call.params["config_text"],
                         call.params["source"], self._live())
         self.store.add_plan(plan)
-        return {k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
-                                     "live_revision", "stacks")}
+        return {**{k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
+                                        "live_revision", "stacks")},
+                "jobs": job_changes(self.gen.config, new)}
 
     async def apply(self, call: Call) -> Any:
         plan = self.store.plan(call.params["plan"])

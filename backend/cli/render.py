@@ -116,11 +116,14 @@ def inspect(r: dict[str, Any]) -> str:
 
 def plan(p: dict[str, Any]) -> str:
     lines = [f"plan {p['id']} (fingerprint {p['fingerprint'][:16]})"]
-    if not p["changes"]:
+    jobs = p.get("jobs") or []
+    if not p["changes"] and not jobs:
         lines.append("no changes")
     for c in p["changes"]:
         extra = {k: v for k, v in c.items() if k not in ("action", "app")}
         lines.append(f"  {c['action']:8} {c['app']}  {extra if extra else ''}".rstrip())
+    for c in jobs:
+        lines.append(f"  {c['action']:8} job {c['job']}")
     lines.append(f"apply with: tenure apply {p['id']}")
     return "\n".join(lines)
 

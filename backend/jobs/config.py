@@ -9,7 +9,8 @@ raise :class:`Invalid` naming the key path, which backend.config turns into
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 from ..config_lines import KeyPath
 from ..config_values import (
@@ -25,7 +26,10 @@ from ..config_values import (
 )
 from .model import DEFAULT_KEEP, JobTemplate, Retention, Schedule
 
-__all__ = ["MAX_CONCURRENT", "check_cron", "check_time_zone", "parse_jobs"]
+if TYPE_CHECKING:
+    from ..model import Config
+
+__all__ = ["MAX_CONCURRENT", "check_cron", "check_time_zone", "job_changes", "parse_jobs"]
 
 MAX_CONCURRENT = 64
 MAX_KEEP = 1_000_000
@@ -156,3 +160,15 @@ def _parse_after(t: Mapping[str, Any], path: KeyPath, apps: Collection[str]
             raise Invalid((*here, i), f"unknown app {item!r} in stack {path[1]!r}")
         seen.add(item)
     return tuple(sorted(seen))
+
+
+def job_changes(old: Config, new: Config) -> list[dict[str, str]]:
+    """The job templates a config change adds, changes or removes, sorted. (Applying it
+    touches no record: admitted records keep what they were admitted with.)"""
+    before = {j.key: asdict(j) for j in old.jobs()}
+    after = {j.key: asdict(j) for j in new.jobs()}
+    out = [{"action": "add", "job": k} for k in after if k not in before]
+    out += [{"action": "change", "job": k} for k in after if k in before
+            and after[k] != before[k]]
+    out += [{"action": "remove", "job": k} for k in before if k not in after]
+    return sorted(out, key=lambda c: (c["job"], c["action"]))

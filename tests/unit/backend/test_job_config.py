@@ -121,3 +121,18 @@ def test_job_changes_move_the_revision_and_formatting_does_not() -> None:
                   'after = ["web"]\n'):
         assert parse_config(HEAD + extra, "t.toml").revision != base, extra
     assert parse_config(APP, "t.toml").revision != base
+
+
+def test_job_changes_of_a_plan() -> None:
+    from backend.jobs.config import job_changes
+    old = parse_config(HEAD + '[stacks.s.jobs.gone]\ncommand = ["g"]\n', "t.toml")
+    new = parse_config(HEAD + "timeout = 5\n" + '[stacks.s.jobs.fresh]\ncommand = ["f"]\n',
+                       "t.toml")
+    assert job_changes(old, new) == [{"action": "add", "job": "s/fresh"},
+                                     {"action": "remove", "job": "s/gone"},
+                                     {"action": "change", "job": "s/migrate"}]
+    assert job_changes(new, new) == []
+    from backend.cli import render
+    text = render.plan({"id": "plan-1", "fingerprint": "f" * 64, "changes": [],
+                        "jobs": job_changes(old, new)})
+    assert "no changes" not in text and "  add      job s/fresh" in text
