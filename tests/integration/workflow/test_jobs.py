@@ -67,6 +67,14 @@ def test_run_wait_dedup_conflict_and_logs(cluster):
     unknown = cluster.cli("job", "run", "j/nope")
     assert unknown.code == 1 and unknown.out["error"]["code"] == "NOT_FOUND"
 
+    path = cluster.write_config(BASE + job("nope", ECHO), "v2.toml")
+    plan = cluster.cli("plan", "--config", str(path), check=True).out
+    assert (plan["changes"], plan["jobs"]) == ([], [{"action": "add", "job": "j/nope"}])
+    applied = cluster.cli("apply", plan["id"], "--wait", check=True).out
+    assert applied["outcome"] == "success"
+    ran = cluster.cli("job", "run", "j/nope", "--wait")
+    assert ran.ok and ran.out["job"]["state"] == "succeeded"
+
 
 def test_twenty_clients_submitting_one_key_at_once_make_one_record(cluster):
     cluster.up(BASE)
