@@ -28,7 +28,7 @@ from . import machine as jm
 from .ledger import Record
 from .runner import JobRunner, events_of_row
 
-__all__ = ["Evidence", "resolve", "resume"]
+__all__ = ["Evidence", "audit", "resolve", "resume"]
 
 log = logging.getLogger("tenure.jobs")
 
@@ -158,6 +158,31 @@ async def _settle_running(runner: JobRunner, rec: Record, ev: Evidence) -> None:
                            **ev.of(key)})]
     for e in events:
         runner.apply(rec, e, {"proof": "the owner's launch row"})
+
+
+async def audit(runner: JobRunner) -> list[int]:
+    """Settle running records whose process the owner no longer runs but whose exit this
+    generation did not see (an observation can be lost, e.g. one that arrived as a drain
+    froze the reader and the drain was then aborted). Returns the ids settled. Raises
+    TenureError when the owner cannot be read."""
+    running = [r for r in runner.records.values() if r.job.state is jm.State.RUNNING]
+    if not running:
+        return []
+    live = {r["launch_key"] for r in (await runner.owner.call("inventory"))["launches"]}
+    if all(r.job.launch_key in live for r in running):
+        return []
+    evidence = await Evidence.gather(runner)   # the ring has every exit before the
+    settled = []                               # inventory stops listing its launch
+    for rec in running:
+        if rec.job.state is jm.State.RUNNING and rec.job.launch_key not in evidence.live:
+            try:
+                await _settle_running(runner, rec, evidence)
+            except Conflict:
+                continue
+            log.warning("job %d: its exit was not observed here; settled from the owner "
+                        "(%s)", rec.id, rec.job.state)
+            settled.append(rec.id)
+    return settled
 
 
 def _apply_exit(runner: JobRunner, rec: Record, e: dict[str, Any]) -> None:

@@ -50,6 +50,7 @@ log = logging.getLogger("tenure.jobs")
 LAUNCH_TRIES = 5
 TICK = 1.0                  # the runner looks at deadlines and schedules at least this often
 CLOSE_GRACE = 5.0
+AUDIT_EVERY = 10.0          # running records are checked against the owner this often
 
 
 class Clock(Protocol):
@@ -167,10 +168,19 @@ class JobRunner:
         self._wake.set()
 
     async def _run(self) -> None:
+        from .resume import audit
+        last_audit = self.clock.mono()
         while not self.fenced:
-            await self.gate.wait_open()  # a drain holds new starts and stops here
+            if self.gate.paused:
+                await self.gate.wait_open()  # a drain holds new starts and stops here
+                last_audit = 0.0             # and may have cost an exit observation
             try:
                 self.tick()
+                if self.clock.mono() - last_audit >= AUDIT_EVERY:
+                    last_audit = self.clock.mono()
+                    await audit(self)
+            except TenureError as exc:
+                log.warning("job runner: %s", exc)
             except Exception:  # one bad record must not stop every job
                 log.exception("job runner tick failed")
             self._wake.clear()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,6 +18,10 @@ import pytest
 
 from backend.cli import render
 from backend.testing import Cluster
+from protocol.errors import TenureError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "guardian"))
+from test_handoff_support import HandGuardian, stop_cluster_guardian
 
 
 def config(home: Path, seconds: float, code: int = 0, extra: str = "") -> str:
@@ -194,3 +199,29 @@ def test_a_handoff_while_jobs_run_and_wait_starts_each_exactly_once(cluster):
     recs = [settled(cluster, i, timeout=120) for i in ids]
     assert [r["state"] for r in recs] == ["succeeded"] * 8
     assert starts(cluster.home) == dict.fromkeys(ids, 1)
+
+
+@pytest.mark.parametrize("phase", ["draining", "checkpointed", "fenced", "started"])
+def test_guardian_killed_mid_handoff_while_jobs_run_starts_each_exactly_once(cluster, phase):
+    cluster.up(config(cluster.home, 1.5, extra="max_concurrent = 2\n"))
+    ids = [cluster.call("job.run", {"template": "s/j", "key": f"k{i}"})["job"]["id"]
+           for i in range(6)]
+    cluster.wait(lambda: record(cluster, ids[0])["state"] == "running", 20, "running")
+    release = cluster.cli("backend", "status", check=True).out["selector"]["current"]
+    stop_cluster_guardian(cluster, signal.SIGKILL)     # its backend keeps running
+    faulty = HandGuardian(cluster, fault=phase, tag=f"fault-{phase}")
+    healthy: HandGuardian | None = None
+    try:
+        faulty.wait_ready()
+        with pytest.raises(TenureError), cluster.guardian() as g:
+            g.call("upgrade", {"release": release})     # the guardian dies under the call
+        assert faulty.wait_killed() == -signal.SIGKILL
+        healthy = HandGuardian(cluster, tag=f"after-{phase}")
+        healthy.wait_ready()
+        recs = [settled(cluster, i, timeout=120) for i in ids]
+        assert [r["state"] for r in recs] == ["succeeded"] * 6, recs
+        assert starts(cluster.home) == dict.fromkeys(ids, 1)
+    finally:
+        for hg in (faulty, healthy):
+            if hg is not None:
+                hg.stop()

@@ -17,7 +17,7 @@ from backend import instance as im
 from backend.generation import Generation
 from backend.jobs import machine as jm
 from backend.jobs.ledger import Record
-from backend.jobs.resume import resolve, resume
+from backend.jobs.resume import audit, resolve, resume
 from backend.jobs.runner import LAUNCH_TRIES
 from backend.testing import FakeOwner, fake_generation, no_sleep
 from protocol.errors import Conflict, StaleEpoch, TransportLost
@@ -393,4 +393,21 @@ def test_closing_lets_a_start_in_flight_hear_its_answer(tmp_path):
         asyncio.get_running_loop().call_soon(owner.release, "launch")
         await jobs.aclose()
         assert rec.job.state is jm.State.RUNNING       # not cut off mid-start
+    run(tmp_path, body)
+
+
+def test_an_exit_that_was_not_observed_is_found_by_the_audit(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        first, _ = jobs.submit("s/pair", None, [])
+        second, _ = jobs.submit("s/pair", None, [])
+        jobs.tick()
+        await until(lambda: not jobs._starting, "started")
+        assert await audit(jobs) == []                      # both live: nothing to do
+        owner.exit(first.job.launch_key, 4)  # type: ignore[arg-type]  # never delivered
+        calls = len(owner.calls)
+        assert await audit(jobs) == [first.id]
+        assert (first.job.state, first.job.exit_code) == (jm.State.FAILED, 4)
+        assert second.job.state is jm.State.RUNNING
+        assert not [m for m, _, _ in owner.calls[calls:] if m == "launch"]
     run(tmp_path, body)
