@@ -25,6 +25,12 @@ from protocol.server import Call, Method
 from . import instance as im
 from .config import parse_config
 from .enforce import Host, check_config, identity_view
+from .jobs.api import JobApi
+from .jobs.config import job_changes
+from .jobs.ledger import Ledger
+from .jobs.retention import Pruner
+from .jobs.runner import JobRunner
+from .jobs.schedule import Scheduler
 from .model import Config, canonical_digest
 from .operations import OperationRunner
 from .plan import live_revision, new_plan
@@ -72,6 +78,9 @@ class Api:
                                    gen.activation, self.stopped_stacks, self.gate,
                                    gen.invalidate)
         self._procs = Usage()
+        self.jobs = JobRunner(Ledger(gen.store), gen.sup.owner, gen.epoch, gen.sup, self.gate,
+                              config=lambda: gen.config, stopped_stacks=self.stopped_stacks)
+        self.jobs.on_tick += [Scheduler(self.jobs).tick, Pruner(self.jobs).tick]
 
     def _set_config(self, config: Config) -> None:
         old = self.gen.config.settings.viewer_group
@@ -105,20 +114,26 @@ class Api:
             "op.abandon": Method(self.op_abandon, S_OP),
             "stack.stop": Method(self.stack_stop, S_STACK_STOP),
             "stack.start": Method(self.stack_start, S_STACK),
+            **JobApi(self.jobs).methods(),
         }
 
     # -- lifecycle hooks used by Generation ---------------------------------------------
 
     async def resume_operations(self) -> None:
+        from .jobs.resume import resume
         self.intents = (await self._owner().call("stack.intents"))["intents"]
         self.ops.resume_open()
+        await resume(self.jobs)
+        self.jobs.start()
 
     def open_operation_ids(self) -> list[str]:
         return [op["id"] for op in self.store.operations(open_only=True)]
 
     def busy(self) -> bool:
-        """An operation is open here or a step runs: no certificate now."""
-        return self.ops.busy() or bool(self.gate.running())
+        """An operation is open here or an app step runs: no certificate now. (Job starts
+        and stops do not count: the certificate does not vouch for jobs, see
+        protocol.digest.)"""
+        return self.ops.busy() or bool(set(self.gate.running()) - self.jobs.steps())
 
     def running_steps(self) -> list[str]:
         return self.gate.running()
@@ -130,12 +145,14 @@ class Api:
 
     def unpause(self) -> None:
         self.gate.unpause()
+        self.jobs.wake()
 
     async def wait_paused(self, timeout: float) -> bool:
         """Whether every step that had begun ended within ``timeout``."""
         return await self.gate.wait_idle(timeout)
 
     async def aclose(self) -> None:
+        await self.jobs.aclose()
         await self.ops.aclose()
 
     def _owner(self) -> Any:
@@ -180,7 +197,8 @@ class Api:
                             "config": self.gen.config.source,
                             "config_revision": self.gen.config.revision},
                 "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
-                else None, "owner_link": link, "intents": self.intents, "apps": rows}
+                else None, "owner_link": link, "intents": self.intents, "apps": rows,
+                "jobs": self.jobs.summary()}
 
     async def _log_dropped(self) -> dict[tuple[str, str], int] | None:
         """Log lines the owner dropped per (stack, app) since it started; None when the
@@ -337,8 +355,9 @@ class Api:
         plan = new_plan(self.gen.config, new, call.params["config_text"],
                         call.params["source"], self._live())
         self.store.add_plan(plan)
-        return {k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
-                                     "live_revision", "stacks")}
+        return {**{k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
+                                        "live_revision", "stacks")},
+                "jobs": job_changes(self.gen.config, new)}
 
     async def apply(self, call: Call) -> Any:
         plan = self.store.plan(call.params["plan"])

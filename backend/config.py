@@ -40,6 +40,8 @@ from .config_values import (
     normalise_signal,
     table,
 )
+from .jobs.config import parse_jobs
+from .jobs.model import JobTemplate
 from .model import (
     App,
     Backoff,
@@ -123,7 +125,10 @@ def canonical_form(config: Config) -> dict[str, Any]:
         "format": CONFIG_FORMAT,
         "settings": asdict(config.settings),
         "stacks": {
-            s.name: {"apps": {a.name: _app_form(a) for a in s.apps.values()}}
+            s.name: {"apps": {a.name: _app_form(a) for a in s.apps.values()},
+                     # only when there are jobs: configs without any keep their revision
+                     **({"jobs": {j.name: _job_form(j) for j in s.jobs.values()}}
+                        if s.jobs else {})}
             for s in config.stacks.values()
         },
     }
@@ -138,6 +143,13 @@ def _app_form(app: App) -> dict[str, Any]:
     for key, default in (("run_as", RunAs()), ("limits", Limits())):
         if getattr(app, key) == default:
             del form[key]
+    return form
+
+
+def _job_form(job: JobTemplate) -> dict[str, Any]:
+    form = asdict(replace(job, env={}))
+    form["env"] = dict(sorted(job.env.items()))
+    form["after"] = sorted(job.after)
     return form
 
 
@@ -206,17 +218,19 @@ def _parse_settings(t: Mapping[str, Any]) -> Settings:
 
 def _parse_stack(name: str, t: Mapping[str, Any]) -> Stack:
     path: KeyPath = ("stacks", name)
-    check_keys(t, ("apps",), path)
+    check_keys(t, ("apps", "jobs"), path)
     raw = get_table(t, "apps", path)
-    if not raw:
-        raise Invalid((*path, "apps"), "a stack needs at least one app")
+    raw_jobs = get_table(t, "jobs", path)
+    if not raw and not raw_jobs:
+        raise Invalid((*path, "apps"), "a stack needs at least one app or job")
     apps: dict[str, App] = {}
-    for app_name in raw:
+    for app_name, value in (raw or {}).items():
         here = (*path, "apps", app_name)
         _check_name(app_name, here, "app")
-        apps[app_name] = _parse_app(name, app_name, table(raw[app_name], here))
+        apps[app_name] = _parse_app(name, app_name, table(value, here))
     _check_after(name, apps)
-    return Stack(name=name, apps=dict(sorted(apps.items())))
+    return Stack(name=name, apps=dict(sorted(apps.items())),
+                 jobs=parse_jobs(name, raw_jobs, apps))
 
 
 def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:

@@ -184,7 +184,7 @@ class Generation:
         assert self.sup is not None
         self.link.handle(LinkEvent.SEEN, time.time())
         for e in batch["events"]:
-            self.sup.on_observation(e)
+            self._observe(e)
         self.cursor = max(self.cursor, batch["cursor"])
         if batch.get("gap"):
             log.warning("observation gap after cursor %s: repairing from the inventory",
@@ -217,6 +217,12 @@ class Generation:
         ex = row.get("exit") or {}
         return {"exit_code": ex.get("exit_code"), "signal": ex.get("signal")}
 
+    def _observe(self, e: dict[str, Any]) -> None:
+        assert self.sup is not None
+        self.sup.on_observation(e)
+        if self.api is not None:
+            self.api.jobs.on_observation(e)
+
     # -- background loops -------------------------------------------------------------
 
     async def _read_observations(self) -> None:
@@ -233,7 +239,7 @@ class Generation:
             self.link.handle(LinkEvent.SEEN, time.time())
             if not self._thawed.is_set():
                 continue  # frozen meanwhile: the next one re-reads it after the cursor
-            self.sup.on_observation({**ev.e, "cursor": ev.cursor})
+            self._observe({**ev.e, "cursor": ev.cursor})
             self.cursor = max(self.cursor, ev.cursor)
 
     async def _reconnect_owner(self) -> None:

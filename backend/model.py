@@ -11,7 +11,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .jobs.model import JobTemplate
 
 __all__ = [
     "App",
@@ -189,6 +192,7 @@ class App:
 class Stack:
     name: str
     apps: Mapping[str, App]
+    jobs: Mapping[str, JobTemplate] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,13 @@ class Config:
     def app(self, stack: str, name: str) -> App | None:
         s = self.stacks.get(stack)
         return s.apps.get(name) if s else None
+
+    def job(self, stack: str, name: str) -> JobTemplate | None:
+        s = self.stacks.get(stack)
+        return s.jobs.get(name) if s else None
+
+    def jobs(self) -> list[JobTemplate]:
+        return [j for s in self.stacks.values() for j in s.jobs.values()]
 
 
 def canonical_digest(obj: Any) -> str:

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from protocol.durable import open_sqlite, transaction
-from protocol.errors import Conflict, NotFound
+from protocol.errors import Conflict, NotFound, StateCorrupt
 
 __all__ = ["BackendStore", "RecoveryStore"]
 
@@ -49,6 +49,29 @@ class BackendStore:
 
     def close(self) -> None:
         self.db.close()
+
+    def ensure_part(self, name: str, version: int, schema: str) -> bool:
+        """Add the tables of a named part of backend.db once, in one transaction, and
+        record ``part:<name> = version`` in ``meta``. Returns whether they were created.
+        Raises StateCorrupt for a part recorded at another version (never modified).
+
+        Parts keep the file's own format at 1: a database written before a part existed
+        opens and gains its tables, and a release that predates the part (a rollback
+        target) still opens the file and simply never reads those tables."""
+        key = f"part:{name}"
+        with self.tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            if row is not None:
+                if row[0] != str(version):
+                    raise StateCorrupt(
+                        f"backend.db holds {name} format {row[0]}; this build reads "
+                        f"format {version}", {"part": name, "format": row[0]})
+                return False
+            for statement in (s.strip() for s in schema.split(";")):
+                if statement:
+                    db.execute(statement)
+            db.execute("INSERT INTO meta VALUES (?, ?)", (key, str(version)))
+        return True
 
     def tx(self) -> AbstractContextManager[sqlite3.Connection]:
         return transaction(self.db)

@@ -187,8 +187,9 @@ class Cluster:
 
 class FakeOwner:
     """The owner methods the backend calls, answered from memory: ``launch`` (idempotent
-    per launch key), ``stop``, ``inventory``, ``stack.intents``, ``stack.set_intent``,
-    ``observations.ack``. Mutations carrying another epoch get STALE_EPOCH.
+    per launch key, forever), ``stop``, ``inventory``, ``stack.intents``,
+    ``stack.set_intent``, ``observations.read`` and ``observations.ack``. Mutations
+    carrying another epoch get STALE_EPOCH. ``exit(key)`` ends a process.
 
     ``hold(method)`` makes calls of that method wait until ``release(method)``;
     ``before(method, params)``, when set, runs as each call arrives (to look at what the
@@ -198,6 +199,8 @@ class FakeOwner:
         self.epoch = epoch
         self.calls: list[tuple[str, dict[str, Any], int | None]] = []
         self.live: dict[str, dict[str, Any]] = {}
+        self.rows: dict[str, dict[str, Any]] = {}    # every launch ever, with its state
+        self.events: list[dict[str, Any]] = []       # the observation ring (never full)
         self.intents: dict[str, dict[str, Any]] = {}
         self.before: Callable[[str, dict[str, Any]], None] | None = None
         self._held: dict[str, asyncio.Event] = {}
@@ -226,18 +229,43 @@ class FakeOwner:
         return getattr(self, "_" + method.replace(".", "_"))(p)
 
     def _launch(self, p: dict[str, Any]) -> dict[str, Any]:
-        if p["launch_key"] not in self.live:
+        key = p["launch_key"]
+        if key in self.rows and key not in self.live:
+            return dict(self.rows[key])   # a launch key is used once: the first result
+        if key not in self.live:
             self._next_pid += 1
-            self.live[p["launch_key"]] = {
-                "launch_key": p["launch_key"], "stack": p["stack"], "app": p["app"],
+            self.live[key] = {
+                "launch_key": key, "stack": p["stack"], "app": p["app"],
                 "instance": p["instance"], "generation": p["generation"],
                 "pid": self._next_pid, "start_ticks": self._next_pid * 10}
-        return dict(self.live[p["launch_key"]])
+            self.rows[key] = {**self.live[key], "state": "running", "exit": None}
+            self._emit("launched", key, pid=self._next_pid, start_ticks=self._next_pid * 10)
+        return dict(self.live[key])
+
+    def exit(self, key: str, exit_code: int | None = 0, signal: int | None = None
+             ) -> dict[str, Any]:
+        """The process of ``key`` ended: its row says so and an ``exit`` event is added
+        (and returned, to feed it as the observation stream would)."""
+        row = self.live.pop(key)
+        exit_wire = {"exit_code": exit_code, "signal": signal, "core_dumped": False}
+        self.rows[key] = {**self.rows[key], "state": "exited", "exit": exit_wire}
+        return self._emit("exit", key, pid=row["pid"], **exit_wire)
+
+    def _emit(self, kind: str, key: str, **fields: Any) -> dict[str, Any]:
+        event = {"kind": kind, "launch_key": key, "cursor": len(self.events) + 1, **fields}
+        self.events.append(event)
+        return event
+
+    def _observations_read(self, p: dict[str, Any]) -> dict[str, Any]:
+        out = [e for e in self.events if e["cursor"] > p["after"]][:p["limit"]]
+        return {"events": out, "gap": False, "cursor": out[-1]["cursor"] if out else
+                min(p["after"], len(self.events)), "newest": len(self.events)}
 
     def _stop(self, p: dict[str, Any]) -> dict[str, Any]:
-        row = self.live.pop(p["launch_key"], None)
+        row = self.live.get(p["launch_key"])
         if row is None:
             raise NotFound(f"no launch {p['launch_key']!r} with a process")
+        self.exit(p["launch_key"], None, 15)
         return {"launch_key": row["launch_key"], "pid": row["pid"], "outcome": "success"}
 
     def _status(self, p: dict[str, Any]) -> dict[str, Any]:

@@ -270,6 +270,11 @@ def cmd_service(args: Any) -> int:
     return service_command(args, _out)
 
 
+def cmd_job(args: Any) -> int:
+    from .jobs import job_command
+    return job_command(args, _call, _out)
+
+
 def cmd_import(args: Any) -> int:
     from .imports import import_command
     return import_command(args, _out)

@@ -107,6 +107,8 @@ def _parser() -> Any:
                    help="reconcile: seal the dead owner's live processes and show the plan")
     p.add_argument("--drain", metavar="DIGEST",
                    help="reconcile: stop exactly the sealed processes, then reconcile")
+    from .jobs import add_job_parser
+    add_job_parser(add)
     p = add("import", "convert supervisord, PM2 or Procfile setups into tenure.toml")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE")
     p.add_argument("-o", "--output", type=Path, help="write it here (not over an existing "

@@ -56,6 +56,7 @@ def status(st: dict[str, Any]) -> str:
     if dropped:
         tail += "\nlog lines dropped (the owner's journal queue was full): " + \
             ", ".join(f"{app} {n}" for app, n in sorted(dropped.items()))
+    tail += _jobs_line(st.get("jobs") or {})
     if not rows:
         return head + "\nno applications" + tail
     return head + "\n" + _table(rows, ["APP", "STATE", "PID", "UPTIME", "RESTARTS", "READY",
@@ -81,6 +82,16 @@ def _row_state(r: dict[str, Any]) -> str:
     if r["state"] != "unknown":
         return str(r["state"])
     return f"unknown (last seen {r['last_state']} {_dur(r['last_seen_age'])} ago)"
+
+
+def _jobs_line(jobs: dict[str, int]) -> str:
+    """``jobs: 2 running, 1 admitted`` and, loudly, records that wait for the operator."""
+    parts = [f"{jobs[s]} {s}" for s in ("running", "starting", "admitted") if jobs.get(s)]
+    line = f"\njobs: {', '.join(parts)}" if parts else ""
+    if jobs.get("recovery_required"):
+        line += (f"\njobs: {jobs['recovery_required']} recovery_required: see `tenure job "
+                 "list --state recovery_required` and docs/jobs.md")
+    return line
 
 
 def why(diag: dict[str, Any] | None) -> str:
@@ -147,11 +158,14 @@ def inspect(r: dict[str, Any]) -> str:
 
 def plan(p: dict[str, Any]) -> str:
     lines = [f"plan {p['id']} (fingerprint {p['fingerprint'][:16]})"]
-    if not p["changes"]:
+    jobs = p.get("jobs") or []
+    if not p["changes"] and not jobs:
         lines.append("no changes")
     for c in p["changes"]:
         extra = {k: v for k, v in c.items() if k not in ("action", "app")}
         lines.append(f"  {c['action']:8} {c['app']}  {extra if extra else ''}".rstrip())
+    for c in jobs:
+        lines.append(f"  {c['action']:8} job {c['job']}")
     lines.append(f"apply with: tenure apply {p['id']}")
     return "\n".join(lines)
 

@@ -1,0 +1,243 @@
+"""``tenure job run|list|show|logs|stop|withdraw|resolve``: one-shot jobs.
+
+A submission with ``--key`` is retried with the same key while the backend is away or
+its answer is lost (a handoff, a crash): the ledger gives the same record back, so a
+retry never makes a second job. Without a key only a request that was certainly not
+sent is retried.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from protocol.errors import (
+    BackendUnavailable,
+    BadRequest,
+    ConnectFailed,
+    OutcomeUnknown,
+    ShuttingDown,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
+
+__all__ = ["add_job_parser", "job_command"]
+
+OK, ERROR, UNSETTLED = 0, 1, 4
+OPEN = ("admitted", "starting", "running")
+ACTIONS = ("run", "list", "show", "logs", "stop", "withdraw", "resolve")
+_AWAY = (BackendUnavailable, ConnectFailed, ShuttingDown)
+
+
+def add_job_parser(add: Callable[[str, str], Any]) -> None:
+    p = add("job", "one-shot jobs: run, list, show, logs, stop, withdraw, resolve")
+    p.add_argument("action", choices=ACTIONS)
+    p.add_argument("target", nargs="?", help="run: STACK/JOB; list: STACK or STACK/JOB "
+                   "(optional); the others: the job id")
+    p.add_argument("--key", help="run: the dedup key (the same key gives the same job)")
+    p.add_argument("--arg", action="append", default=[], dest="job_args", metavar="ARG",
+                   help="run: append ARG to the template's command (repeatable; "
+                   "--arg=-x for a leading dash)")
+    p.add_argument("--wait", action="store_true", help="run: wait until the job ends")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="run --wait, stop: give up waiting after this many seconds")
+    p.add_argument("--state", help="list: only these states (comma-separated)")
+    p.add_argument("--limit", type=int, default=50, help="list: at most this many")
+    p.add_argument("-f", "--follow", action="store_true", help="logs: follow until it ends")
+    p.add_argument("-n", type=int, default=None, help="logs: the last N lines only")
+    p.add_argument("--stream", choices=["stdout", "stderr"], help="logs: one stream")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--started", action="store_true", help="resolve: the start happened")
+    g.add_argument("--not-started", action="store_true",
+                   help="resolve: the start did not happen; allow a new attempt")
+    p.add_argument("--note", default="", help="resolve: what the decision rests on")
+
+
+def job_command(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
+    handler = _HANDLERS[args.action]
+    if args.action not in ("list",) and not args.target:
+        what = "STACK/JOB" if args.action == "run" else "ID"
+        raise BadRequest(f"tenure job {args.action} {what}: give the {what.lower()}")
+    return handler(args, call, out)
+
+
+def _id(args: Any) -> int:
+    if not str(args.target).isdigit():
+        raise BadRequest(f"{args.target!r} is not a job id (a number; see `tenure job list`)")
+    return int(args.target)
+
+
+def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
+    params = {"template": args.target, "args": list(args.job_args),
+              **({"key": args.key} if args.key else {})}
+    deadline = time.monotonic() + (args.timeout if args.timeout is not None else 3600.0)
+    r = _retrying(lambda: call(args, "job.run", params), deadline, lost_ok=bool(args.key))
+    job = r["job"]
+    if not args.wait:
+        out(args, r, _line(job) + (" (deduplicated: this key's record)"
+                                   if r["deduplicated"] else ""))
+        return OK
+    show = {"id": job["id"]}
+    while job["state"] in OPEN and time.monotonic() < deadline:
+        time.sleep(0.1)
+        job = _retrying(lambda: call(args, "job.show", show), deadline, True)
+    r = {**r, "job": job}
+    out(args, r, render_show(job) if "history" in job else _line(job))
+    if job["state"] in OPEN:
+        return UNSETTLED
+    return OK if job["state"] == "succeeded" else ERROR
+
+
+def _retrying(fn: Callable[[], Any], deadline: float, lost_ok: bool) -> Any:
+    """``fn()``, again while the backend is away (a request certainly not handled) or,
+    with ``lost_ok``, while its answer is lost (safe only for a keyed submission or a
+    read)."""
+    while True:
+        try:
+            return fn()
+        except _AWAY:
+            if time.monotonic() >= deadline:
+                raise
+        except OutcomeUnknown:
+            if not lost_ok or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.2)
+
+
+def _list(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
+    params: dict[str, Any] = {"limit": args.limit}
+    if args.target:
+        params["template" if "/" in args.target else "stack"] = args.target
+    if args.state:
+        params["state"] = args.state
+    r = call(args, "job.list", params)
+    rows = [[str(j["id"]), j["state"], f"{j['stack']}/{j['template']}", j["key"] or "-",
+             str(j["attempt"]), _exit(j), _dur(j["duration"]), _when(j["submitted_at"])]
+            for j in r["jobs"]]
+    out(args, r, _table(rows, ["ID", "STATE", "TEMPLATE", "KEY", "ATTEMPT", "EXIT",
+                               "DURATION", "SUBMITTED"]) if rows else "no jobs")
+    return OK
+
+
+def _show(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
+    r = call(args, "job.show", {"id": _id(args)})
+    out(args, r, render_show(r))
+    return OK
+
+
+def _stop(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
+    timeout = args.timeout if args.timeout is not None else 60.0
+    r = call(args, "job.stop", {"id": _id(args), "timeout": timeout}, timeout=timeout + 30)
+    out(args, r, _line(r))
+    return OK if r["settled"] else UNSETTLED
+
+
+def _withdraw(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
+    r = call(args, "job.withdraw", {"id": _id(args)})
+    out(args, r, _line(r))
+    return OK
+
+
+def _resolve(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
+    if not (args.started or args.not_started):
+        raise BadRequest("tenure job resolve ID --started|--not-started: say which the "
+                         "evidence shows (`tenure job show ID`)")
+    r = call(args, "job.resolve", {"id": _id(args), "started": bool(args.started),
+                                   "note": args.note})
+    out(args, r, _line(r))
+    return OK
+
+
+def _logs(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
+    job = call(args, "job.show", {"id": _id(args)})
+    flt = {**job["journal"], **({"stream": args.stream} if args.stream else {})}
+    recs, after = _read(args, call, 0, flt)
+    _print(args, recs[-args.n:] if args.n is not None else recs)
+    while args.follow and job["state"] in OPEN:
+        time.sleep(0.2)
+        recs, after = _read(args, call, after, flt)
+        _print(args, recs)
+        job = call(args, "job.show", {"id": job["id"]})
+    if args.follow:  # what it wrote just before it ended
+        _print(args, _read(args, call, after, flt)[0])
+    return OK
+
+
+def _read(args: Any, call: Callable[..., Any], after: int, flt: dict[str, Any]
+          ) -> tuple[list[dict[str, Any]], int]:
+    recs: list[dict[str, Any]] = []
+    while batch := call(args, "logs", {"after": after, "limit": 10_000, **flt})["records"]:
+        recs += batch
+        after = batch[-1]["id"]
+    return recs, after
+
+
+def _print(args: Any, recs: list[dict[str, Any]]) -> None:
+    import json
+    for r in recs:
+        data = r["data"].decode(errors="replace") if isinstance(r["data"], bytes) \
+            else str(r["data"])
+        if args.json:
+            sys.stdout.write(json.dumps({**r, "data": data}) + "\n")
+        else:
+            mark = " (stderr)" if r["stream"] == "stderr" else ""
+            sys.stdout.write(f"{data}{mark}\n" if mark else f"{data}\n")
+    sys.stdout.flush()
+
+
+_HANDLERS: dict[str, Callable[[Any, Callable[..., Any], Callable[..., None]], int]] = {
+    "run": _run, "list": _list, "show": _show, "logs": _logs, "stop": _stop,
+    "withdraw": _withdraw, "resolve": _resolve}
+
+# -- rendering ----------------------------------------------------------------------------
+
+
+def _line(j: dict[str, Any]) -> str:
+    end = f", {j['outcome']}" if j.get("outcome") else ""
+    return (f"job {j['id']} {j['stack']}/{j['template']}: {j['state']}{end}"
+            + (f" (exit {_exit(j)})" if j.get("exit_code") is not None or j.get("signal")
+               else ""))
+
+
+def _exit(j: dict[str, Any]) -> str:
+    if j.get("signal"):
+        return f"signal {j['signal']}"
+    return "-" if j.get("exit_code") is None else str(j["exit_code"])
+
+
+def _dur(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}s"
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False))
+                     .rstrip() for r in [header, *rows])
+
+
+def render_show(j: dict[str, Any]) -> str:
+    lines = [_line(j), f"  key:        {j['key'] or '-'}",
+             f"  command:    {' '.join(j['argv'])}",
+             f"  attempt:    {j['attempt']}   launch key: {j['launch_key'] or '-'}",
+             f"  pid:        {j['pid'] or '-'}   exit: {_exit(j)}",
+             f"  submitted:  {_when(j['submitted_at'])}   started: {_when(j['started_at'])}"
+             f"   ended: {_when(j['ended_at'])}   duration: {_dur(j['duration'])}"]
+    if j.get("waiting_for"):
+        lines.append(f"  waiting:    {j['waiting_for']}")
+    if j.get("evidence"):
+        import json
+        lines.append("  evidence:   " + json.dumps(j["evidence"], sort_keys=True))
+    if j.get("resolution"):
+        r = j["resolution"]
+        lines.append(f"  resolved:   {'started' if r['started'] else 'not started'} by "
+                     f"{r['by']} at {_when(r['at'])}: {r['note'] or '-'}")
+    for h in j.get("history", []):
+        lines.append(f"  {_when(h['at'])}  {h['event']:<14} {h['from'] or '-'} -> {h['to']}")
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""The ``job.*`` methods of the public API (a dispatch table merged into backend.api).
+
+=================  =======  =================================================================
+method             role     params → answer
+=================  =======  =================================================================
+``job.run``        admin    template ``s/name``, key?, args? → {job, deduplicated}
+``job.list``       viewer   stack?, template?, state?, before?, limit? → {jobs}
+``job.show``       viewer   id → the record, its history, why it waits, its journal source
+``job.withdraw``   admin    id → the record (``withdrawn``; the same answer when retried)
+``job.stop``       admin    id, timeout? → the record once it ended (or ``settled: false``)
+``job.resolve``    admin    id, started, note? → the record
+=================  =======  =================================================================
+
+Errors: ``NOT_FOUND`` (no such record or template), ``CONFLICT`` (the key holds another
+submission, or the request does not fit the record's state: the message says why and
+``data`` names the record), ``BAD_REQUEST``, and ``SHUTTING_DOWN`` during a handoff.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.errors import BadRequest
+from protocol.schema import Field, Schema, check_int, check_key
+from protocol.server import Call, Method
+
+from . import machine as jm
+from .resume import resolve
+from .runner import JobRunner, journal_app
+
+__all__ = ["JobApi"]
+
+_id = Field("id", int, check=check_int(1, 2**62))
+
+
+def _args(v: Any) -> str | None:
+    if len(v) > 256 or not all(isinstance(a, str) and "\0" not in a and len(a) <= 4096
+                               for a in v):
+        return "must be at most 256 strings without NUL"
+    return None
+
+
+def _states(v: Any) -> str | None:
+    values = {s.value for s in jm.State}
+    return None if all(s in values for s in v.split(",")) else \
+        f"must be states separated by ',': {sorted(values)}"
+
+
+S_RUN = Schema(Field("template", str, check=check_key(200)),
+               Field("key", str, required=False, check=check_key(500)),
+               Field("args", list, required=False, default=[], check=_args))
+S_LIST = Schema(Field("stack", str, required=False), Field("template", str, required=False),
+                Field("state", str, required=False, check=_states),
+                Field("before", int, required=False, check=check_int(1)),
+                Field("limit", int, required=False, default=100, check=check_int(1, 10_000)))
+S_ID = Schema(_id)
+S_STOP = Schema(_id, Field("timeout", float, required=False, default=60.0,
+                           check=check_int(0, 86400)))
+S_RESOLVE = Schema(_id, Field("started", bool),
+                   Field("note", str, required=False, default="", check=lambda v: None
+                         if len(v) <= 2000 else "must be at most 2000 characters"))
+
+
+class JobApi:
+    def __init__(self, runner: JobRunner) -> None:
+        self.runner = runner
+
+    def methods(self) -> dict[str, Method]:
+        return {
+            "job.run": Method(self.run, S_RUN),
+            "job.list": Method(self.list, S_LIST, role="viewer"),
+            "job.show": Method(self.show, S_ID, role="viewer"),
+            "job.withdraw": Method(self.withdraw, S_ID),
+            "job.stop": Method(self.stop, S_STOP),
+            "job.resolve": Method(self.resolve, S_RESOLVE),
+        }
+
+    async def run(self, call: Call) -> Any:
+        p = call.params
+        if "/" not in p["template"]:
+            raise BadRequest(f"{p['template']!r} is not STACK/JOB", {"field": "template"})
+        rec, dup = self.runner.submit(p["template"], p["key"], list(p["args"]))
+        return {"job": rec.to_wire(), "deduplicated": dup}
+
+    async def list(self, call: Call) -> Any:
+        p = call.params
+        stack, template = p["stack"], p["template"]
+        if template is not None and "/" in template:
+            stack, template = template.split("/", 1)
+        recs = self.runner.ledger.records(
+            stack=stack, template=template,
+            states=p["state"].split(",") if p["state"] else (), before=p["before"],
+            limit=p["limit"])
+        return {"jobs": [self._live(r.id) or r.to_wire() for r in recs]}
+
+    def _live(self, job_id: int) -> dict[str, Any] | None:
+        rec = self.runner.records.get(job_id)
+        return None if rec is None else rec.to_wire()
+
+    async def show(self, call: Call) -> Any:
+        rec = self.runner.record(call.params["id"])
+        waiting = self.runner.waiting_for(rec) if rec.job.state is jm.State.ADMITTED \
+            else None
+        return {**rec.to_wire(), "waiting_for": waiting,
+                "history": self.runner.ledger.history(rec.id),
+                "journal": {"stack": rec.stack, "app": journal_app(rec.template),
+                            "instance": rec.id}}
+
+    async def withdraw(self, call: Call) -> Any:
+        rec = self.runner.record(call.params["id"])
+        self.runner.apply(rec, jm.Withdraw())
+        return rec.to_wire()
+
+    async def stop(self, call: Call) -> Any:
+        rec = self.runner.stop(call.params["id"])
+        ended = await self.runner.wait(lambda: rec.job.state not in jm.OPEN,
+                                       call.params["timeout"])
+        return {**rec.to_wire(), "settled": ended}
+
+    async def resolve(self, call: Call) -> Any:
+        p = call.params
+        rec = await resolve(self.runner, p["id"], p["started"], p["note"],
+                            f"uid {call.peer.uid}")
+        return rec.to_wire()

@@ -1,0 +1,370 @@
+"""The job ledger: tables of backend.db (SQLite, synchronous=FULL) holding every record.
+
+A submission is committed before its id is returned (``admit``): one transaction looks
+the dedup key up and inserts, so the same key always gives the same record and any
+number of concurrent submissions of one key make one record. A key already used for a
+different command, env or arguments is refused with ``CONFLICT`` naming the record.
+
+Every later change of a record is a compare-and-set on its ``revision`` together with a
+history row (``save``): a generation that lost track of a record (a stale one, after a
+handoff) cannot overwrite what another wrote. Finished records are pruned by their
+template's retention (``prune``); their dedup keys are kept, so a pruned key is never
+admitted again as if new.
+
+The tables are the ``jobs`` part of backend.db (``BackendStore.ensure_part``): a
+database from before jobs existed opens and gains them.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.digest import JOB_LAUNCH_PREFIX
+from protocol.errors import BadRequest, Conflict, NotFound, StateCorrupt
+
+from ..model import canonical_digest
+from ..store import BackendStore
+from .machine import OPEN, TERMINAL, Event, Job, Missed, State
+from .model import JobTemplate, Retention
+
+__all__ = ["FORMAT", "Admission", "Ledger", "Record", "fingerprint", "make_spec"]
+
+FORMAT = 1
+SCHEMA = """
+CREATE TABLE jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT UNIQUE, stack TEXT NOT NULL,
+    template TEXT NOT NULL, fingerprint TEXT NOT NULL, spec TEXT NOT NULL,
+    source TEXT NOT NULL, due_at REAL, state TEXT NOT NULL, revision INTEGER NOT NULL,
+    wire TEXT NOT NULL, submitted_at REAL NOT NULL, ended_at REAL);
+CREATE INDEX jobs_state ON jobs (state);
+CREATE INDEX jobs_template ON jobs (stack, template, id);
+CREATE TABLE job_history (
+    job INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE, at REAL NOT NULL,
+    event TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL, detail TEXT);
+CREATE INDEX job_history_job ON job_history (job);
+CREATE TABLE job_schedules (
+    template TEXT PRIMARY KEY, last_due REAL NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE job_pruned_keys (
+    key TEXT PRIMARY KEY, job INTEGER NOT NULL, fingerprint TEXT NOT NULL,
+    outcome TEXT, pruned_at REAL NOT NULL);
+CREATE TABLE job_ledger (id INTEGER PRIMARY KEY CHECK (id = 1), uid TEXT NOT NULL)
+"""
+_COLS = ("id, key, stack, template, fingerprint, spec, source, due_at, revision, wire, "
+         "submitted_at")
+
+
+def make_spec(template: JobTemplate, args: Iterable[str] = ()) -> dict[str, Any]:
+    """What a record runs, copied from its template at admission: argv (the template's
+    command and then ``args``), env, cwd, timeout, stop policy and ``after`` apps."""
+    return {"argv": [*template.command, *args], "args": list(args), "env": dict(template.env),
+            "cwd": template.cwd, "timeout": template.timeout,
+            "stop": template.stop.to_wire(), "after": list(template.after)}
+
+
+def fingerprint(stack: str, template: str, spec: dict[str, Any]) -> str:
+    """What makes two submissions of one key the same: template, command with arguments,
+    env and cwd."""
+    return canonical_digest({"stack": stack, "template": template, "argv": spec["argv"],
+                             "env": spec["env"], "cwd": spec["cwd"]})[:32]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """One submission. ``due_at`` (wall clock) and ``mark`` belong to scheduled ones:
+    ``mark`` advances the template's schedule in the same transaction."""
+
+    stack: str
+    template: str
+    spec: dict[str, Any]
+    key: str | None = None
+    source: str = "api"
+    due_at: float | None = None
+    missed: bool = False
+    mark: float | None = None
+
+
+@dataclass
+class Record:
+    id: int
+    key: str | None
+    stack: str
+    template: str
+    fingerprint: str
+    spec: dict[str, Any]
+    source: str
+    due_at: float | None
+    revision: int
+    job: Job
+    submitted_at: float
+
+    @property
+    def template_key(self) -> str:
+        return f"{self.stack}/{self.template}"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The public view (no env: it may hold secrets)."""
+        job = self.job
+        duration = None
+        if job.started_at is not None:
+            end = job.ended_at
+            duration = None if end is None else round(max(0.0, end - job.started_at), 3)
+        return {"id": self.id, "key": self.key, "stack": self.stack,
+                "template": self.template, "state": job.state.value,
+                "outcome": None if job.outcome is None else job.outcome.value,
+                "attempt": job.attempt, "launch_key": job.launch_key, "pid": job.pid,
+                "exit_code": job.exit_code, "signal": job.signal,
+                "stop_reason": None if job.stop_reason is None else job.stop_reason.value,
+                "argv": self.spec["argv"], "cwd": self.spec["cwd"],
+                "timeout": self.spec["timeout"], "after": self.spec["after"],
+                "source": self.source, "due_at": self.due_at,
+                "submitted_at": self.submitted_at, "started_at": job.started_at,
+                "ended_at": job.ended_at, "duration": duration, "evidence": job.evidence,
+                "resolution": job.resolution, "revision": self.revision}
+
+
+class Ledger:
+    """All access to the job tables, on the backend store's connection (one thread)."""
+
+    def __init__(self, store: BackendStore) -> None:
+        """Raises StateCorrupt for job tables of another format."""
+        self.store = store
+        self.db = store.db
+        store.ensure_part("jobs", FORMAT, SCHEMA)
+        self.db.execute("INSERT OR IGNORE INTO job_ledger VALUES (1, ?)",
+                        (secrets.token_hex(4),))
+        self.uid: str = self.db.execute("SELECT uid FROM job_ledger").fetchone()[0]
+
+    @property
+    def launch_prefix(self) -> str:
+        """Launch keys are ``job:<ledger>:<id>:<attempt>``: unique even if backend.db were
+        ever recreated while the owner keeps its launch keys forever. (No '/', so never
+        the key of an app instance; the recovery certificate's digest leaves them out.)"""
+        return f"{JOB_LAUNCH_PREFIX}{self.uid}"
+
+    # -- admission --------------------------------------------------------------------
+
+    def admit(self, a: Admission, now: float) -> tuple[Record, bool]:
+        """Commit a new record, or return the one that holds ``a.key`` (deduplicated:
+        True). Raises Conflict when the key holds a different submission or names a
+        pruned record."""
+        fp = fingerprint(a.stack, a.template, a.spec)
+        with self.store.tx() as db:
+            prior = None if a.key is None else self._by_key(db, a.key)
+            if prior is not None:
+                _same_or_conflict(prior.fingerprint, fp, str(a.key), prior.id, prior.state)
+                self._mark(db, a, now)
+                job_id = prior.id
+            else:
+                job_id = self._admit_new(db, a, fp, now)
+        return self.get(job_id), prior is not None
+
+    def _admit_new(self, db: sqlite3.Connection, a: Admission, fp: str, now: float
+                   ) -> int:
+        if a.key is not None:
+            self._refuse_pruned(db, a.key, fp)
+        job_id = self._insert(db, a, fp, now)
+        job = Job(job_id, a.stack, a.template, a.spec["timeout"])
+        event = "admitted"
+        if a.missed:
+            job.handle(Missed(), now, 0.0)
+            event = "missed"
+        db.execute("UPDATE jobs SET wire = ?, state = ?, ended_at = ? WHERE id = ?",
+                   (json.dumps(job.to_wire()), job.state.value, job.ended_at, job_id))
+        self._history(db, job_id, now, event, None, job.state, a.source)
+        self._mark(db, a, now)
+        return job_id
+
+    def _insert(self, db: sqlite3.Connection, a: Admission, fp: str, now: float) -> int:
+        cur = db.execute(
+            "INSERT INTO jobs (key, stack, template, fingerprint, spec, source, due_at, "
+            "state, revision, wire, submitted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, '{}', ?)",
+            (a.key, a.stack, a.template, fp, json.dumps(a.spec, sort_keys=True), a.source,
+             a.due_at, State.ADMITTED.value, now))
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def _refuse_pruned(self, db: sqlite3.Connection, key: str, fp: str) -> None:
+        row = db.execute("SELECT job, fingerprint, outcome FROM job_pruned_keys WHERE key = ?",
+                         (key,)).fetchone()
+        if row is None:
+            return
+        _same_or_conflict(row[1], fp, key, row[0], row[2])
+        raise Conflict(f"key {key!r} was used by job {row[0]}, which ended ({row[2]}) and "
+                       "was pruned by its retention", {"job": row[0], "key": key,
+                                                        "pruned": True})
+
+    def _mark(self, db: sqlite3.Connection, a: Admission, now: float) -> None:
+        if a.mark is not None:
+            db.execute("INSERT INTO job_schedules VALUES (?, ?, ?) ON CONFLICT(template) DO "
+                       "UPDATE SET last_due = max(last_due, excluded.last_due), "
+                       "updated_at = excluded.updated_at",
+                       (f"{a.stack}/{a.template}", a.mark, now))
+
+    # -- changes ----------------------------------------------------------------------
+
+    def save(self, rec: Record, job: Job, event: Event | str, before: State, now: float,
+             detail: dict[str, Any] | None = None) -> None:
+        """Write ``job`` (already changed by the machine) if the record is still at
+        ``rec.revision``, with a history row; advances ``rec``. Raises Conflict when
+        another writer moved it (the caller must reload, not retry blindly)."""
+        name = event if isinstance(event, str) else type(event).__name__
+        with self.store.tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET wire = ?, state = ?, ended_at = ?, revision = revision + 1 "
+                "WHERE id = ? AND revision = ?",
+                (json.dumps(job.to_wire()), job.state.value, job.ended_at, rec.id,
+                 rec.revision))
+            if cur.rowcount != 1:
+                raise Conflict(f"job {rec.id} changed meanwhile (revision {rec.revision})",
+                               {"job": rec.id})
+            self._history(db, rec.id, now, name, before, job.state, detail)
+        rec.revision += 1
+        rec.job = job
+
+    def set_schedule_mark(self, template_key: str, due: float, now: float) -> None:
+        stack, name = template_key.split("/", 1)
+        with self.store.tx() as db:
+            self._mark(db, Admission(stack, name, {}, mark=due), now)
+
+    def forget_schedules(self, keep: set[str]) -> None:
+        """Drop the marks of templates that have no schedule any more (one added again
+        later starts counting from then)."""
+        gone = [t for (t,) in self.db.execute("SELECT template FROM job_schedules")
+                if t not in keep]
+        if gone:
+            with self.store.tx() as db:
+                db.executemany("DELETE FROM job_schedules WHERE template = ?",
+                               [(t,) for t in gone])
+
+    def schedule_mark(self, template_key: str) -> float | None:
+        row = self.db.execute("SELECT last_due FROM job_schedules WHERE template = ?",
+                              (template_key,)).fetchone()
+        return None if row is None else float(row[0])
+
+    def _history(self, db: sqlite3.Connection, job_id: int, at: float, event: str,
+                 before: State | None, after: State, detail: Any) -> None:
+        db.execute("INSERT INTO job_history VALUES (?, ?, ?, ?, ?, ?)",
+                   (job_id, at, event, None if before is None else before.value,
+                    after.value, None if detail is None else json.dumps(detail)))
+
+    # -- reading ----------------------------------------------------------------------
+
+    def get(self, job_id: int) -> Record:
+        """Raises NotFound, StateCorrupt (an unreadable row)."""
+        rows = self._select("WHERE id = ?", (job_id,))
+        if not rows:
+            raise NotFound(f"no job {job_id}", {"job": job_id})
+        return rows[0]
+
+    def open_records(self) -> list[Record]:
+        """Every record the runner drives (admitted, starting, running), oldest first."""
+        marks = ", ".join("?" * len(OPEN))
+        return self._select(f"WHERE state IN ({marks}) ORDER BY id",
+                            tuple(s.value for s in OPEN))
+
+    def records(self, *, stack: str | None = None, template: str | None = None,
+                states: Iterable[str] = (), before: int | None = None, limit: int = 100
+                ) -> list[Record]:
+        """Newest first, filtered; ``before`` pages (ids below it)."""
+        where: list[str] = ["1"]
+        args: list[Any] = []
+        for column, value in (("stack", stack), ("template", template)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        wanted = list(states)
+        if wanted:
+            where.append(f"state IN ({', '.join('?' * len(wanted))})")
+            args += wanted
+        if before is not None:
+            where.append("id < ?")
+            args.append(before)
+        return self._select(f"WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?",
+                            (*args, limit))
+
+    def history(self, job_id: int) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT at, event, from_state, to_state, detail FROM "
+                               "job_history WHERE job = ? ORDER BY rowid", (job_id,))
+        return [{"at": r[0], "event": r[1], "from": r[2], "to": r[3],
+                 "detail": json.loads(r[4]) if r[4] else None} for r in rows]
+
+    def templates(self) -> list[tuple[str, str]]:
+        """Every (stack, template) that has records."""
+        return [(s, t) for s, t in self.db.execute(
+            "SELECT DISTINCT stack, template FROM jobs ORDER BY stack, template")]
+
+    def counts(self) -> dict[str, int]:
+        return {s: n for s, n in self.db.execute(
+            "SELECT state, count(*) FROM jobs GROUP BY state")}
+
+    def _by_key(self, db: sqlite3.Connection, key: str) -> _Prior | None:
+        row = db.execute("SELECT id, fingerprint, state FROM jobs WHERE key = ?",
+                         (key,)).fetchone()
+        return None if row is None else _Prior(row[0], row[1], row[2])
+
+    def _select(self, where: str, args: tuple[Any, ...]) -> list[Record]:
+        rows = self.db.execute(f"SELECT {_COLS} FROM jobs {where}", args).fetchall()
+        return [_record(r) for r in rows]
+
+    # -- retention --------------------------------------------------------------------
+
+    def prune(self, stack: str, template: str, retention: Retention, now: float
+              ) -> list[int]:
+        """Delete this template's finished records beyond ``keep`` or older than
+        ``days``, with their history; keep their keys. Never touches open or
+        ``recovery_required`` records. Returns the ids pruned."""
+        done = tuple(s.value for s in TERMINAL)
+        marks = ", ".join("?" * len(done))
+        base = f"stack = ? AND template = ? AND state IN ({marks})"
+        ids: set[int] = set()
+        if retention.keep is not None:
+            ids |= {r[0] for r in self.db.execute(
+                f"SELECT id FROM jobs WHERE {base} ORDER BY id DESC LIMIT -1 OFFSET ?",
+                (stack, template, *done, retention.keep))}
+        if retention.days is not None:
+            ids |= {r[0] for r in self.db.execute(
+                f"SELECT id FROM jobs WHERE {base} AND ended_at < ?",
+                (stack, template, *done, now - retention.days * 86400))}
+        if not ids:
+            return []
+        with self.store.tx() as db:
+            for job_id in sorted(ids):
+                db.execute(
+                    "INSERT OR IGNORE INTO job_pruned_keys SELECT key, id, fingerprint, "
+                    "json_extract(wire, '$.outcome'), ? FROM jobs WHERE id = ? AND "
+                    "key IS NOT NULL", (now, job_id))
+                db.execute(f"DELETE FROM jobs WHERE id = ? AND state IN ({marks})",
+                           (job_id, *done))
+        return sorted(ids)
+
+
+@dataclass(frozen=True)
+class _Prior:
+    id: int
+    fingerprint: str
+    state: str
+
+
+def _same_or_conflict(prior_fp: str, fp: str, key: str, job_id: int, state: str | None
+                      ) -> None:
+    if prior_fp != fp:
+        raise Conflict(f"key {key!r} belongs to job {job_id} ({state}), submitted with "
+                       "another command, env or arguments", {"job": job_id, "key": key})
+
+
+def _record(r: tuple[Any, ...]) -> Record:
+    """Raises StateCorrupt for a row this build cannot read (never replaced)."""
+    try:
+        job = Job.from_wire(json.loads(r[9]))
+        spec = json.loads(r[5])
+    except (ValueError, BadRequest) as exc:
+        raise StateCorrupt(f"job {r[0]} in backend.db is unreadable: {exc}",
+                           {"job": r[0]}) from None
+    return Record(id=r[0], key=r[1], stack=r[2], template=r[3], fingerprint=r[4],
+                  spec=spec, source=r[6], due_at=r[7], revision=r[8], job=job,
+                  submitted_at=r[10])

@@ -1,0 +1,58 @@
+"""Job templates as validated from tenure.toml: pure frozen data.
+
+A template is what ``tenure job run s/name`` starts and what a schedule admits. What a
+job runs is copied from its template when it is admitted (the record is pinned: a later
+config change never alters an admitted job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..model import StopSpec
+
+__all__ = ["DEFAULT_KEEP", "JobTemplate", "Retention", "Schedule"]
+
+DEFAULT_KEEP = 100
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Finished records of a template are pruned beyond the newest ``keep`` or when they
+    ended more than ``days`` ago (either rule prunes; None disables that rule). Open and
+    ``recovery_required`` records are never pruned."""
+
+    keep: int | None = DEFAULT_KEEP
+    days: float | None = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A 5-field cron expression evaluated in ``time_zone``. ``catch_up``: a due time
+    that passed while no backend was up is admitted late (True) or recorded as
+    ``missed`` (False)."""
+
+    cron: str
+    time_zone: str = "UTC"
+    catch_up: bool = False
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    name: str
+    stack: str
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    timeout: float | None = None          # seconds; None: no limit
+    max_concurrent: int = 1
+    retention: Retention = field(default_factory=Retention)
+    schedule: Schedule | None = None
+    after: tuple[str, ...] = ()           # apps of the stack that must be ready first
+    stop: StopSpec = field(default_factory=StopSpec)
+
+    @property
+    def key(self) -> str:
+        """``stack/name``: how the CLI and the ledger name a template."""
+        return f"{self.stack}/{self.name}"

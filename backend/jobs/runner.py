@@ -1,0 +1,468 @@
+"""The job runner: admits, starts, observes and stops job records through the owner.
+
+Every change of a record goes through :meth:`JobRunner.apply`: the machine decides, the
+ledger commits (compare-and-set), and only then are the machine's actions executed. So
+``starting`` with its launch key is durable before the owner hears of the launch, and
+``running`` only after the owner answered.
+
+A start is one step of the drain barrier (backend.steps): a drain lets it finish, and no
+start begins while the gate is paused, so a handoff never leaves a start half-way. Within
+one generation an unanswered launch is retried with the same key (the owner never starts
+a second process for a key); a generation that did not send a launch itself never sends
+one for a record in ``starting`` (backend.jobs.resume decides those from evidence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from protocol.errors import (
+    BadRequest,
+    Conflict,
+    LaunchFailed,
+    NotFound,
+    ShuttingDown,
+    StackFenced,
+    StaleEpoch,
+    StopTimeout,
+    TenureError,
+)
+
+from .. import instance as im
+from ..model import Config
+from ..steps import StepGate
+from ..supervisor import OwnerCalls, Supervisor
+from . import machine as jm
+from .faults import JobFault
+from .ledger import Admission, Ledger, Record, make_spec
+
+STEP_PREFIX = "job "   # the drain barrier names job steps "job <id> start|stop"
+
+__all__ = ["LAUNCH_TRIES", "Clock", "JobRunner", "SystemClock", "journal_app"]
+
+log = logging.getLogger("tenure.jobs")
+
+LAUNCH_TRIES = 5
+TICK = 1.0                  # the runner looks at deadlines and schedules at least this often
+CLOSE_GRACE = 5.0
+AUDIT_EVERY = 10.0          # running records are checked against the owner this often
+
+
+class Clock(Protocol):
+    def wall(self) -> float: ...
+    def mono(self) -> float: ...
+
+
+class SystemClock:
+    def wall(self) -> float:
+        return time.time()
+
+    def mono(self) -> float:
+        return time.monotonic()  # CLOCK_MONOTONIC: one clock for all processes of a boot
+
+
+def journal_app(template: str) -> str:
+    """The journal's ``app`` for a template's runs (':' is never in an app name)."""
+    return f"job:{template}"
+
+
+class JobRunner:
+    """The open records of the ledger and the tasks that move them. Construct inside the
+    running loop; ``resume`` (backend.jobs.resume) then ``start``."""
+
+    def __init__(self, ledger: Ledger, owner: OwnerCalls, epoch: int, sup: Supervisor,
+                 gate: StepGate, *, config: Callable[[], Config],
+                 stopped_stacks: Callable[[], set[str]], clock: Clock | None = None,
+                 sleep: Callable[[float], Any] = asyncio.sleep,
+                 fault: JobFault | None = None) -> None:
+        """Job launches and stops leave the recovery certificate alone: it vouches for
+        the applications only (protocol.digest), the ledger accounts for jobs."""
+        self.ledger = ledger
+        self.owner = owner
+        self.epoch = epoch
+        self.sup = sup
+        self.gate = gate
+        self.config = config
+        self.stopped_stacks = stopped_stacks
+        self.clock = clock or SystemClock()
+        self.sleep = sleep
+        self.fault = fault or JobFault()
+        self.fenced = False
+        self.records: dict[int, Record] = {}      # open records: admitted/starting/running
+        self.by_launch: dict[str, int] = {}
+        self.on_tick: list[Callable[[float], None]] = []  # schedules, retention
+        self._starting: set[int] = set()          # start tasks spawned, not yet ended
+        self._stopping: set[int] = set()          # stop tasks spawned, not yet ended
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._wake = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    # -- records ----------------------------------------------------------------------
+
+    def record(self, job_id: int) -> Record:
+        """The live record (open ones from memory). Raises NotFound."""
+        return self.records.get(job_id) or self.ledger.get(job_id)
+
+    def track(self, rec: Record) -> None:
+        """Keep ``rec`` in memory while it is open; forget it once it is not."""
+        if rec.job.launch_key is not None:
+            self.by_launch[rec.job.launch_key] = rec.id
+        if rec.job.state in jm.OPEN:
+            self.records[rec.id] = rec
+        else:
+            self.records.pop(rec.id, None)
+        self._notify()
+
+    def apply(self, rec: Record, event: jm.Event, detail: dict[str, Any] | None = None
+              ) -> list[jm.Action]:
+        """Feed ``event``: the machine decides (Conflict: a refused request, nothing
+        changed), the ledger commits, then the caller executes the returned actions.
+        Raises Conflict also when another writer moved the record (it is dropped here)."""
+        job = jm.Job.from_wire(rec.job.to_wire())
+        before = job.state
+        actions = job.handle(event, self.clock.wall(), self.clock.mono())
+        if job.to_wire() != rec.job.to_wire():
+            try:
+                self.ledger.save(rec, job, event, before, self.clock.wall(), detail)
+            except Conflict:
+                self.records.pop(rec.id, None)
+                log.error("job %d was changed by another writer; leaving it alone", rec.id)
+                raise
+            if job.state is not before:
+                log.info("job %d (%s): %s -> %s", rec.id, rec.template_key, before,
+                         job.state)
+        self.track(rec)
+        return actions
+
+    def submit(self, template_key: str, key: str | None, args: list[str]
+               ) -> tuple[Record, bool]:
+        """Admit a record for ``stack/name`` (committed before this returns). Raises
+        NotFound (no such template in the applied config), Conflict (the key holds
+        another submission)."""
+        stack, _, name = template_key.partition("/")
+        template = self.config().job(stack, name)
+        if template is None:
+            raise NotFound(f"no job template {template_key!r} in the applied config",
+                           {"template": template_key})
+        rec, dup = self.ledger.admit(Admission(stack, name, make_spec(template, args),
+                                               key=key), self.clock.wall())
+        if not dup:
+            self.track(rec)
+            self.fault.at("admitted", rec.id, 0)
+            self.wake()
+        return rec, dup
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.create_task(self._run())
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        from .resume import audit
+        last_audit = self.clock.mono()
+        while not self.fenced:
+            if self.gate.paused:
+                await self.gate.wait_open()  # a drain holds new starts and stops here
+                last_audit = 0.0             # and may have cost an exit observation
+            try:
+                self.tick()
+                if self.clock.mono() - last_audit >= AUDIT_EVERY:
+                    last_audit = self.clock.mono()
+                    await audit(self)
+            except TenureError as exc:
+                log.warning("job runner: %s", exc)
+            except Exception:  # one bad record must not stop every job
+                log.exception("job runner tick failed")
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), TICK)
+            except TimeoutError:
+                pass
+
+    def tick(self) -> None:
+        """One pass: stop what ran out of time, admit what a schedule made due, start
+        what may start. Does nothing while draining or fenced."""
+        if self.fenced or self.gate.paused or self.sup.frozen:
+            return
+        mono = self.clock.mono()
+        for rec in list(self.records.values()):
+            try:
+                self._check_running(rec, mono)
+            except Conflict:
+                pass  # another writer holds it (logged in apply)
+        for hook in self.on_tick:
+            hook(self.clock.wall())
+        active = self._active()
+        for rec in sorted(self.records.values(), key=lambda r: r.id):
+            if rec.job.state is jm.State.ADMITTED and rec.id not in self._starting \
+                    and self.waiting_for(rec, active) is None:
+                active[(rec.stack, rec.template)] += 1
+                self._starting.add(rec.id)
+                self._spawn(self._start(rec))
+
+    def _check_running(self, rec: Record, mono: float) -> None:
+        """Stop a running record that ran out of time, or whose recorded stop was not
+        sent or not confirmed (a drain began, a generation died): stop is idempotent."""
+        job = rec.job
+        if job.state is not jm.State.RUNNING:
+            return
+        if job.deadline is not None and job.deadline <= mono and job.stop_reason is None:
+            self._execute(rec, self.apply(rec, jm.TimedOut()))
+        elif job.stop_reason is not None and rec.id not in self._stopping:
+            assert job.launch_key is not None
+            self._execute(rec, [jm.Stop(job.launch_key)])
+
+    def _active(self) -> Counter[tuple[str, str]]:
+        """Records starting or running (or about to start), per (stack, template)."""
+        return Counter((r.stack, r.template) for r in self.records.values()
+                       if r.job.state in (jm.State.STARTING, jm.State.RUNNING)
+                       or r.id in self._starting)
+
+    def waiting_for(self, rec: Record, active: Counter[tuple[str, str]] | None = None
+                    ) -> str | None:
+        """Why an admitted record does not start now, or None."""
+        stack, name = rec.stack, rec.template
+        if stack in self.stopped_stacks():
+            return f"stack {stack} is stopped"
+        template = self.config().job(stack, name)
+        limit = template.max_concurrent if template is not None else 1
+        count = (active if active is not None else self._active())[(stack, name)]
+        if rec.id not in self._starting and count >= limit:
+            return f"max_concurrent {limit} reached"
+        unready = [a for a in rec.spec["after"] if not self._app_ready(stack, a)]
+        if unready:
+            return f"apps not ready: {', '.join(unready)}"
+        return None
+
+    def _app_ready(self, stack: str, name: str) -> bool:
+        app = self.config().app(stack, name)
+        if app is None:
+            return False
+        insts = [self.sup.instances.get(f"{stack}/{name}/{i}") for i in range(app.instances)]
+        return all(i is not None and i.state is im.State.READY for i in insts)
+
+    # -- starting ---------------------------------------------------------------------
+
+    async def _start(self, rec: Record) -> None:
+        try:
+            with self.gate.step(f"{STEP_PREFIX}{rec.id} start"):
+                actions = self.apply(rec, jm.Start(self.ledger.launch_prefix))
+                if not actions:
+                    return  # withdrawn (or moved on) since the tick chose it
+                self.fault.at("starting", rec.id, rec.job.attempt)
+                events = await self._launch(rec)
+                self.fault.at("launched", rec.id, rec.job.attempt)
+                for ev in events:
+                    self.apply(rec, ev)
+        except ShuttingDown:
+            pass  # a drain began first: nothing was started, the record stays admitted
+        except Conflict:
+            pass  # another writer holds it (logged in apply)
+        finally:
+            self._starting.discard(rec.id)
+            self.wake()
+
+    def launch_params(self, rec: Record) -> dict[str, Any]:
+        job = rec.job
+        env = {**self.sup.base_env, **rec.spec["env"], "TENURE_STACK": rec.stack,
+               "TENURE_JOB": rec.template, "TENURE_JOB_ID": str(rec.id),
+               "TENURE_JOB_ATTEMPT": str(job.attempt)}
+        if rec.key is not None:
+            env["TENURE_JOB_KEY"] = rec.key
+        return {"launch_key": job.launch_key, "stack": rec.stack,
+                "app": journal_app(rec.template), "instance": rec.id,
+                "generation": job.attempt, "argv": rec.spec["argv"], "env": env,
+                "cwd": rec.spec["cwd"], "stop": rec.spec["stop"]}
+
+    async def _launch(self, rec: Record) -> list[jm.Event]:
+        """Ask the owner to launch ``rec``'s key, again with the same key while the answer
+        is unknown. The events that describe the answer; none when fenced (the record
+        stays ``starting`` for the next generation to decide)."""
+        params = self.launch_params(rec)
+        last: TenureError | None = None
+        for _attempt in range(LAUNCH_TRIES):
+            try:
+                row = await self.owner.call("launch", params, epoch=self.epoch)
+                return events_of_row(row)
+            except StaleEpoch:
+                self.fenced = True
+                log.warning("fenced: job %d stays starting for the next generation", rec.id)
+                return []
+            except (LaunchFailed, StackFenced, BadRequest) as exc:
+                return [jm.LaunchRefused(exc.code_str, exc.msg)]
+            except TenureError as exc:  # not sent, or sent with the outcome unknown
+                last = exc
+                log.warning("job %d: launch not answered (%s); asking again", rec.id, exc)
+                await self.sleep(0.5)
+        return [jm.Uncertain({
+            "reason": f"the owner did not answer {LAUNCH_TRIES} launch requests",
+            "launch_key": params["launch_key"], "attempt": rec.job.attempt,
+            "last_error": last.to_wire() if last is not None else None,
+            "epoch": self.epoch, "at": self.clock.wall()})]
+
+    # -- stopping ---------------------------------------------------------------------
+
+    def stop(self, job_id: int) -> Record:
+        """Ask for a running record to be stopped (its exit ends it). Raises NotFound,
+        Conflict (not running)."""
+        rec = self.record(job_id)
+        self._execute(rec, self.apply(rec, jm.StopRequested()))
+        return rec
+
+    def _execute(self, rec: Record, actions: list[jm.Action]) -> None:
+        for action in actions:
+            if isinstance(action, jm.Stop) and rec.id not in self._stopping:
+                self._stopping.add(rec.id)
+                self._spawn(self._stop(rec, action.launch_key))
+
+    async def _stop(self, rec: Record, launch_key: str) -> None:
+        try:
+            await self._stop_once(rec, launch_key)
+        finally:
+            self._stopping.discard(rec.id)
+
+    async def _stop_once(self, rec: Record, launch_key: str) -> None:
+        try:
+            with self.gate.step(f"{STEP_PREFIX}{rec.id} stop"):
+                while not self.fenced:
+                    try:
+                        await self.owner.call("stop", {"launch_key": launch_key},
+                                              epoch=self.epoch, timeout=3600)
+                        return
+                    except NotFound:
+                        return  # already gone: its exit is (or was) observed
+                    except StaleEpoch:
+                        self.fenced = True
+                    except StopTimeout as exc:
+                        log.error("job %d: still alive after its stop policy: %s", rec.id,
+                                  exc)
+                        return
+                    except TenureError as exc:
+                        log.warning("job %d: stop not confirmed (%s); again", rec.id, exc)
+                        await self.sleep(1.0)
+        except ShuttingDown:
+            log.warning("job %d: stop not sent, a drain began; it is recorded and sent "
+                        "after the drain (here or in the next generation)", rec.id)
+
+    # -- observations -----------------------------------------------------------------
+
+    def on_observation(self, e: dict[str, Any]) -> None:
+        """An owner event: the exit of a job's launch ends its record."""
+        job_id = self.by_launch.get(e.get("launch_key", ""))
+        rec = self.records.get(job_id) if job_id is not None else None
+        if rec is None or rec.job.launch_key != e.get("launch_key") or e["kind"] != "exit":
+            return
+        self.fault.at("exited", rec.id, rec.job.attempt)
+        try:
+            self.apply(rec, jm.Exited(e.get("exit_code"), e.get("signal"), e.get("pid")))
+        except Conflict:
+            pass
+        self.wake()
+
+    # -- reporting --------------------------------------------------------------------
+
+    def busy(self) -> bool:
+        """A start or stop is in flight."""
+        return bool(self._tasks)
+
+    def steps(self) -> set[str]:
+        """The drain-barrier steps that are job starts and stops."""
+        return {s for s in self.gate.running() if s.startswith(STEP_PREFIX)}
+
+    def summary(self) -> dict[str, int]:
+        """How many records are open, by state, and how many wait for the operator."""
+        out = dict.fromkeys((s.value for s in jm.OPEN), 0)
+        for rec in self.records.values():
+            out[rec.job.state.value] += 1
+        states = (jm.State.RECOVERY_REQUIRED.value,)
+        out["recovery_required"] = len(self.ledger.records(states=states, limit=100_000))
+        return out
+
+    def inventory(self) -> list[dict[str, Any]]:
+        """Running jobs as inventory rows (what the owner's live inventory also lists)."""
+        return [{"stack": r.stack, "app": journal_app(r.template), "instance": r.id,
+                 "generation": r.job.attempt, "launch_key": r.job.launch_key,
+                 "pid": r.job.pid, "start_ticks": r.job.start_ticks, "restarts": 0,
+                 "state": r.job.state.value}
+                for r in self.records.values()
+                if r.job.state is jm.State.RUNNING and r.job.pid is not None]
+
+    async def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``predicate()`` holds (re-checked after every record change)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.add(fut)
+            try:
+                await asyncio.wait_for(fut, left)
+            except TimeoutError:
+                return predicate()
+            finally:
+                self._waiters.discard(fut)
+        return True
+
+    def _notify(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("job task failed", exc_info=task.exception())
+
+    async def aclose(self, grace: float = CLOSE_GRACE) -> None:
+        """Stop deciding; give starts and stops in flight ``grace`` seconds to hear the
+        owner's answer (one cut short leaves its record for the next generation to
+        settle from evidence), then cancel them."""
+        if self._loop is not None:
+            self._loop.cancel()
+            await asyncio.gather(self._loop, return_exceptions=True)
+            self._loop = None
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=grace)
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+
+
+def events_of_row(row: dict[str, Any]) -> list[jm.Event]:
+    """The events an owner launch row proves: launched, and exited if it already ended.
+    (A row of another state names a start whose end nobody can tell: Lost.)"""
+    state = row.get("state", "running")
+    if state == "failed":
+        err = row.get("error") or {}
+        return [jm.LaunchRefused(str(err.get("code", "LAUNCH_FAILED")),
+                                 str(err.get("msg", "launch failed")))]
+    if row.get("pid") is None or row.get("start_ticks") is None:
+        return [jm.Lost({"reason": "the owner's launch row has no process", "row": row})]
+    events: list[jm.Event] = [jm.Launched(int(row["pid"]), int(row["start_ticks"]))]
+    if state == "exited":
+        ex = row.get("exit") or {}
+        events.append(jm.Exited(ex.get("exit_code"), ex.get("signal"), row["pid"]))
+    elif state != "running":
+        events.append(jm.Lost({"reason": f"the owner's launch row says {state}",
+                               "row": row}))
+    return events

@@ -1,0 +1,413 @@
+"""The job runner with a fake owner and a fake clock (nothing sleeps): a start commits
+``starting`` and invalidates the certificate before the owner hears of it; an unanswered
+launch is asked again with the same key and ends ``recovery_required`` when no answer
+ever comes; timeouts stop; a drain lets a start finish; a new generation settles
+``starting`` records from evidence only and never launches them; ``resolve``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend import instance as im
+from backend.generation import Generation
+from backend.jobs import machine as jm
+from backend.jobs.ledger import Record
+from backend.jobs.resume import audit, resolve, resume
+from backend.jobs.runner import LAUNCH_TRIES
+from backend.testing import FakeOwner, fake_generation, no_sleep
+from protocol.errors import Conflict, StaleEpoch, TransportLost
+
+PY = "/usr/bin/python3"
+CONFIG = (f'[stacks.s.apps.db]\ncommand = ["{PY}"]\n'
+          '[stacks.s.jobs.migrate]\ncommand = ["migrate"]\nenv = { A = "1" }\n'
+          'timeout = 30\n'
+          '[stacks.s.jobs.pair]\ncommand = ["pair"]\nmax_concurrent = 2\n'
+          '[stacks.s.jobs.after]\ncommand = ["after"]\nafter = ["db"]\n')
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+        self.mono_now = 500.0
+
+    def wall(self) -> float:
+        return self.now
+
+    def mono(self) -> float:
+        return self.mono_now
+
+
+async def until(done: Callable[[], bool], what: str, turns: int = 500) -> None:
+    for _ in range(turns):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{what}: not reached")
+
+
+def generation(tmp_path: Path, owner: FakeOwner) -> tuple[Generation, FakeClock]:
+    gen = fake_generation(tmp_path, owner, CONFIG)
+    clock = FakeClock()
+    gen.api.jobs.clock = clock
+    gen.api.jobs.sleep = no_sleep
+    return gen, clock
+
+
+def run(tmp_path: Path, body: Callable[[Generation, FakeOwner, FakeClock], Any],
+        owner: FakeOwner | None = None) -> None:
+    async def main() -> None:
+        o = owner or FakeOwner()
+        gen, clock = generation(tmp_path, o)
+        try:
+            await body(gen, o, clock)
+        finally:
+            await gen.close()
+    asyncio.run(main())
+
+
+def job_launches(owner: FakeOwner) -> list[dict[str, Any]]:
+    return [p for p in owner.sent("launch") if p["launch_key"].startswith("job:")]
+
+
+def state(gen: Generation, job_id: int) -> jm.State:
+    return gen.api.jobs.record(job_id).job.state
+
+
+async def started(gen: Generation, rec: Record) -> None:
+    gen.api.jobs.tick()
+    await until(lambda: rec.job.state is not jm.State.ADMITTED
+                and rec.id not in gen.api.jobs._starting, "start settled")
+
+
+def test_a_start_is_durable_before_the_owner_hears_of_it(tmp_path):
+    seen: dict[str, Any] = {}
+
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        def before(method: str, params: dict[str, Any]) -> None:
+            if method == "launch" and params["launch_key"].startswith("job:"):
+                row = gen.api.jobs.ledger.get(params["instance"])
+                seen["state"] = row.job.state
+                seen["certificate"] = gen.recovery.read()["valid"]  # type: ignore[union-attr]
+                seen["params"] = params
+        await until(lambda: gen.sup.quiet(), "the app started")
+        gen.recovery.publish({"test": 1})  # type: ignore[union-attr]
+        owner.before = before
+        rec, dup = gen.api.jobs.submit("s/migrate", "k", ["--all"])
+        assert not dup and rec.job.state is jm.State.ADMITTED
+        await started(gen, rec)
+        assert seen["state"] is jm.State.STARTING
+        # the certificate vouches for apps only: a job start leaves it valid
+        assert seen["certificate"] is True
+        p = seen["params"]
+        assert p["launch_key"] == f"{gen.api.jobs.ledger.launch_prefix}:{rec.id}:1"
+        assert (p["stack"], p["app"], p["instance"], p["generation"]) == \
+            ("s", "job:migrate", rec.id, 1)
+        assert p["argv"] == ["migrate", "--all"]
+        assert {k: p["env"][k] for k in ("A", "TENURE_JOB", "TENURE_JOB_ID", "TENURE_JOB_KEY")} \
+            == {"A": "1", "TENURE_JOB": "migrate", "TENURE_JOB_ID": str(rec.id),
+                "TENURE_JOB_KEY": "k"}
+        assert rec.job.state is jm.State.RUNNING and rec.job.deadline == clock.mono_now + 30
+        assert [r["launch_key"] for r in gen.api.jobs.inventory()] == [p["launch_key"]]
+        assert gen.api.busy() is False and await gen.publish_certificate()
+        gen.api.jobs.on_observation(owner.exit(p["launch_key"], 0))
+        assert rec.job.state is jm.State.SUCCEEDED
+        assert rec.id not in gen.api.jobs.records and gen.api.jobs.inventory() == []
+    run(tmp_path, body)
+
+
+def test_an_unanswered_launch_is_asked_again_with_the_same_key(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        lost = {"n": 2}
+
+        def before(method: str, params: dict[str, Any]) -> None:
+            if method == "launch" and params["app"].startswith("job:") and lost["n"]:
+                lost["n"] -= 1
+                if lost["n"] == 0:   # the second one reached the owner, its answer did not
+                    owner._launch(params)
+                raise TransportLost("connection broke", {"request": 1})
+        owner.before = before
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        keys = [p["launch_key"] for p in job_launches(owner)]
+        assert len(keys) == 3 and len(set(keys)) == 1
+        assert rec.job.state is jm.State.RUNNING
+        assert [k for k in owner.live if k.startswith("job:")] == keys[:1]
+    run(tmp_path, body)
+
+
+def test_a_launch_never_answered_ends_recovery_required(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        def before(method: str, params: dict[str, Any]) -> None:
+            if method == "launch" and params["app"].startswith("job:"):
+                raise TransportLost("connection broke", {"request": 1})
+        owner.before = before
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        assert len(job_launches(owner)) == LAUNCH_TRIES
+        assert rec.job.state is jm.State.RECOVERY_REQUIRED
+        assert rec.job.evidence["last_error"]["code"] == "TRANSPORT_LOST"  # type: ignore[index]
+        gen.api.jobs.tick()
+        await asyncio.sleep(0)
+        assert len(job_launches(owner)) == LAUNCH_TRIES        # never started again
+    run(tmp_path, body)
+
+
+def test_a_fenced_start_stays_starting_for_the_next_generation(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        owner.epoch = 2                                          # a newer grant exists
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        assert rec.job.state is jm.State.STARTING and gen.api.jobs.fenced
+    run(tmp_path, body)
+
+
+def test_timeout_stops_and_ends_timed_out(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        clock.mono_now += 29
+        gen.api.jobs.tick()
+        assert not owner.sent("stop")
+        clock.mono_now += 1
+        gen.api.jobs.tick()
+        await until(lambda: bool(owner.sent("stop")), "stop sent")
+        gen.api.jobs.on_observation(owner.events[-1])            # the exit the stop caused
+        assert (rec.job.state, rec.job.outcome) == (jm.State.TIMED_OUT, jm.Outcome.TIMEOUT)
+    run(tmp_path, body)
+
+
+def test_max_concurrent_after_apps_and_order(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        recs = [jobs.submit("s/pair", None, [])[0] for _ in range(3)]
+        jobs.tick()
+        await until(lambda: not jobs._starting, "starts settled")
+        assert [r.job.state for r in recs] == [jm.State.RUNNING, jm.State.RUNNING,
+                                               jm.State.ADMITTED]
+        assert jobs.waiting_for(recs[2]) == "max_concurrent 2 reached"
+        gen.api.jobs.on_observation(owner.exit(recs[0].job.launch_key, 1))  # type: ignore[arg-type]
+        jobs.tick()
+        await until(lambda: recs[2].job.state is jm.State.RUNNING, "third started")
+        assert recs[0].job.outcome is jm.Outcome.EXIT_CODE
+
+        gen.sup.feed("s/db/0", im.StopRequested())
+        after, _ = jobs.submit("s/after", None, [])
+        jobs.tick()
+        await asyncio.sleep(0)
+        assert jobs.waiting_for(after) == "apps not ready: db"
+        assert after.job.state is jm.State.ADMITTED
+    run(tmp_path, body)
+
+
+def test_a_drain_lets_a_start_finish_and_holds_new_ones(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        owner.hold("launch")
+        first, _ = jobs.submit("s/pair", None, [])
+        jobs.tick()
+        await until(lambda: first.job.state is jm.State.STARTING, "starting")
+        drain = asyncio.create_task(gen.drain(30.0))
+        await until(lambda: gen.api.gate.paused, "drain began")
+        second, _ = jobs.submit("s/pair", None, [])
+        jobs.tick()                                               # holds: no new start
+        assert not drain.done() and gen.api.running_steps() == [f"job {first.id} start"]
+        owner.release("launch")
+        drained = await drain
+        assert drained["drained"] and drained["waited_for"] == [f"job {first.id} start"]
+        assert first.job.state is jm.State.RUNNING and second.job.state is jm.State.ADMITTED
+        gen.checkpoint(str(tmp_path / "cp.json"))
+        gen.resume()
+        jobs.tick()
+        await until(lambda: second.job.state is jm.State.RUNNING, "second after resume")
+    run(tmp_path, body)
+
+
+# ---- a new generation ------------------------------------------------------------------
+
+def _leave_starting(tmp_path: Path, owner: FakeOwner, launch: bool, exit_code: int | None
+                    ) -> tuple[int, str]:
+    """A generation that committed ``starting`` and died (maybe after the owner acted)."""
+    out: dict[str, Any] = {}
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        actions = gen.api.jobs.apply(rec, jm.Start(gen.api.jobs.ledger.launch_prefix))
+        key = actions[0].launch_key
+        if launch:
+            owner._launch(gen.api.jobs.launch_params(rec))
+            if exit_code is not None:
+                owner.exit(key, exit_code)
+        out.update(id=rec.id, key=key)
+    run(tmp_path, body, owner)
+    return out["id"], out["key"]
+
+
+@pytest.mark.parametrize(("launched", "exit_code", "want"), [
+    (True, None, jm.State.RUNNING),           # live in the inventory
+    (True, 3, jm.State.FAILED),               # launched and exited: both observed
+    (False, None, jm.State.RECOVERY_REQUIRED),  # no sign at all: never launched by us
+])
+def test_a_new_generation_settles_starting_from_evidence_only(tmp_path, launched, exit_code,
+                                                               want):
+    owner = FakeOwner()
+    job_id, key = _leave_starting(tmp_path, owner, launched, exit_code)
+    launches_before = len(job_launches(owner))
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        report = await resume(gen.api.jobs)
+        rec = gen.api.jobs.record(job_id)
+        assert rec.job.state is want
+        assert len(job_launches(owner)) == launches_before   # no launch was sent
+        if want is jm.State.RECOVERY_REQUIRED:
+            assert report["recovery_required"] == [job_id]
+            ev = rec.job.evidence
+            assert ev is not None and ev["launch_key"] == key and ev["live"] is None
+            assert ev["events"] == {} and ev["observation_gap"] is False
+            gen.api.jobs.tick()
+            await asyncio.sleep(0)
+            assert len(job_launches(owner)) == launches_before  # and none later
+        if exit_code is not None:
+            assert (rec.job.exit_code, rec.job.outcome) == (3, jm.Outcome.EXIT_CODE)
+    run(tmp_path, body, owner)
+
+
+def test_a_running_record_whose_exit_left_the_ring_is_read_back_from_its_row(tmp_path):
+    owner = FakeOwner()
+    out: dict[str, Any] = {}
+
+    async def first(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        owner.exit(rec.job.launch_key, None, 9)  # type: ignore[arg-type]
+        owner.events.clear()                     # as if the ring had moved on
+        out["id"] = rec.id
+    run(tmp_path, first, owner)
+
+    async def second(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        live_before = dict(owner.live)
+        await resume(gen.api.jobs)
+        rec = gen.api.jobs.record(out["id"])
+        assert (rec.job.state, rec.job.signal) == (jm.State.FAILED, 9)
+        assert owner.live == live_before          # the read-back started nothing
+    run(tmp_path, second, owner)
+
+
+def test_resolve_not_started_is_refused_while_the_owner_shows_the_launch(tmp_path):
+    owner = FakeOwner()
+    job_id, key = _leave_starting(tmp_path, owner, False, None)
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        await resume(jobs)
+        owner.rows[key] = {"state": "running"}
+        owner.live[key] = {"launch_key": key, "pid": 9, "start_ticks": 90}
+        with pytest.raises(Conflict) as err:
+            await resolve(jobs, job_id, False, "looked", "ops")
+        assert err.value.data["evidence"]["live"]["pid"] == 9
+        del owner.live[key], owner.rows[key]
+        rec = await resolve(jobs, job_id, False, "not in ps", "ops")
+        assert rec.job.state is jm.State.ADMITTED and rec.job.resolution["launch_key"] == key  # type: ignore[index]
+        await started(gen, rec)
+        assert rec.job.attempt == 2 and rec.job.launch_key == key[:-1] + "2"
+        assert rec.job.state is jm.State.RUNNING
+        with pytest.raises(Conflict):
+            await resolve(jobs, job_id, True, "", "ops")
+    run(tmp_path, body, owner)
+
+
+def test_a_stale_writer_loses_the_compare_and_set(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        rec, _ = jobs.submit("s/migrate", None, [])
+        other = jobs.ledger.get(rec.id)            # what a second generation would hold
+        jobs.apply(rec, jm.Withdraw())
+        with pytest.raises(Conflict):
+            jobs.apply(other, jm.Start(jobs.ledger.launch_prefix))
+        assert state(gen, rec.id) is jm.State.WITHDRAWN and not job_launches(owner)
+    run(tmp_path, body)
+
+
+def test_a_stale_generation_cannot_start_a_record(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        owner.before = lambda m, p: (_ for _ in ()).throw(
+            StaleEpoch("newer", {"current": 2})) if m == "launch" and \
+            p["app"].startswith("job:") else None
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        assert rec.job.state is jm.State.STARTING and gen.api.jobs.fenced
+        gen.api.jobs.tick()
+        assert len(job_launches(owner)) == 1
+    run(tmp_path, body)
+
+
+def test_a_recorded_stop_that_was_not_sent_is_sent_again(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        rec, _ = jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        gen.api.pause()                        # a drain begins before the stop is sent
+        jobs.stop(rec.id)
+        await until(lambda: not jobs._stopping, "stop task ended")
+        assert not owner.sent("stop") and rec.job.stop_reason is jm.StopReason.REQUESTED
+        gen.api.unpause()                      # the drain was aborted
+        jobs.tick()
+        await until(lambda: bool(owner.sent("stop")), "stop sent after the drain")
+        jobs.on_observation(owner.events[-1])
+        assert (rec.job.state, rec.job.outcome) == (jm.State.FAILED, jm.Outcome.STOPPED)
+    run(tmp_path, body)
+
+
+def test_a_running_record_whose_owner_is_gone_is_lost(tmp_path):
+    owner = FakeOwner()
+    out: dict[str, Any] = {}
+
+    async def first(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        out["id"], out["key"] = rec.id, rec.job.launch_key
+    run(tmp_path, first, owner)
+    del owner.live[out["key"]]      # a replaced owner: its row still says running
+    owner.events.clear()
+
+    async def second(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        await resume(gen.api.jobs)
+        rec = gen.api.jobs.record(out["id"])
+        assert (rec.job.state, rec.job.outcome) == (jm.State.FAILED, jm.Outcome.LOST)
+        assert rec.job.evidence["row"]["state"] == "running"  # type: ignore[index]
+        assert out["key"] not in owner.live
+    run(tmp_path, second, owner)
+
+
+def test_closing_lets_a_start_in_flight_hear_its_answer(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        owner.hold("launch")
+        rec, _ = jobs.submit("s/migrate", None, [])
+        jobs.tick()
+        await until(lambda: rec.job.state is jm.State.STARTING, "starting")
+        asyncio.get_running_loop().call_soon(owner.release, "launch")
+        await jobs.aclose()
+        assert rec.job.state is jm.State.RUNNING       # not cut off mid-start
+    run(tmp_path, body)
+
+
+def test_an_exit_that_was_not_observed_is_found_by_the_audit(tmp_path):
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        first, _ = jobs.submit("s/pair", None, [])
+        second, _ = jobs.submit("s/pair", None, [])
+        jobs.tick()
+        await until(lambda: not jobs._starting, "started")
+        assert await audit(jobs) == []                      # both live: nothing to do
+        owner.exit(first.job.launch_key, 4)  # type: ignore[arg-type]  # never delivered
+        calls = len(owner.calls)
+        assert await audit(jobs) == [first.id]
+        assert (first.job.state, first.job.exit_code) == (jm.State.FAILED, 4)
+        assert second.job.state is jm.State.RUNNING
+        assert not [m for m, _, _ in owner.calls[calls:] if m == "launch"]
+    run(tmp_path, body)

@@ -1,0 +1,135 @@
+"""Scheduled jobs with a fake clock: each due time is admitted once under
+``schedule:<template>:<due>``, a due time found late is admitted or recorded ``missed``
+by ``catch_up``, the mark and the admission are one transaction, time zones follow
+daylight saving, and a template counts from when it is first seen."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from backend.config import parse_config
+from backend.generation import Generation
+from backend.jobs import machine as jm
+from backend.jobs.schedule import LATE_AFTER, MAX_PER_TICK, Scheduler, due_times
+from backend.testing import FakeOwner, fake_generation
+
+T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC).timestamp()   # a Monday, 10:00 UTC
+
+
+def config(cron: str = "*/5 * * * *", catch_up: bool = False, zone: str = "UTC") -> str:
+    return (f'[stacks.s.jobs.report]\ncommand = ["report"]\nschedule = "{cron}"\n'
+            f'time_zone = "{zone}"\ncatch_up = {str(catch_up).lower()}\n'
+            "max_concurrent = 64\n")
+
+
+def run(tmp_path: Path, text: str, body: Callable[[Generation, Scheduler], Any]) -> None:
+    async def main() -> None:
+        gen = fake_generation(tmp_path, FakeOwner(), text)
+        try:
+            body(gen, Scheduler(gen.api.jobs))
+        finally:
+            await gen.close()
+    asyncio.run(main())
+
+
+def records(gen: Generation) -> list[tuple[str | None, str, float | None]]:
+    return [(r.key, r.job.state.value, r.due_at)
+            for r in reversed(gen.api.jobs.ledger.records(limit=1000))]
+
+
+def test_each_due_time_is_admitted_once(tmp_path: Path) -> None:
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0 + 1)                      # first seen: counting starts now
+        assert records(gen) == []
+        sched.tick(T0 + 299)
+        assert records(gen) == []
+        for t in (T0 + 300, T0 + 301, T0 + 310):
+            sched.tick(t)
+        assert records(gen) == [("schedule:s/report:2026-03-02T10:05:00Z", "admitted",
+                                 T0 + 300)]
+        sched.tick(T0 + 600 + 30)
+        sched.tick(T0 + 900)
+        assert [k for k, _, _ in records(gen)] == [
+            "schedule:s/report:2026-03-02T10:05:00Z", "schedule:s/report:2026-03-02T10:10:00Z",
+            "schedule:s/report:2026-03-02T10:15:00Z"]
+        assert gen.api.jobs.ledger.schedule_mark("s/report") == T0 + 900
+        assert all(r.source == "schedule" for r in gen.api.jobs.ledger.records())
+        assert len(gen.api.jobs.records) == 3                  # tracked for starting
+    run(tmp_path, config(), body)
+
+
+def test_a_mark_left_behind_readmits_nothing_new(tmp_path: Path) -> None:
+    """A generation that died after the admission commit: the key finds the record."""
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0)
+        sched.tick(T0 + 300)
+        gen.store.db.execute("UPDATE job_schedules SET last_due = ?", (T0,))  # type: ignore[union-attr]
+        sched.tick(T0 + 305)
+        assert len(records(gen)) == 1 and gen.api.jobs.ledger.schedule_mark("s/report") \
+            == T0 + 300
+    run(tmp_path, config(), body)
+
+
+def test_late_due_times_are_missed_without_catch_up(tmp_path: Path) -> None:
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0)
+        sched.tick(T0 + 600 + LATE_AFTER + 1)      # 10:05 late, 10:10 late by 61 s
+        assert [(s, d) for _, s, d in records(gen)] == [("missed", T0 + 300),
+                                                       ("missed", T0 + 600)]
+        missed = gen.api.jobs.ledger.records()[0]
+        assert (missed.job.outcome, missed.job.attempt) == (jm.Outcome.MISSED, 0)
+        assert gen.api.jobs.records == {}
+        sched.tick(T0 + 900 + 5)                   # on time again
+        assert records(gen)[-1][1] == "admitted"
+    run(tmp_path, config(), body)
+
+
+def test_late_due_times_are_admitted_with_catch_up(tmp_path: Path) -> None:
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0)
+        sched.tick(T0 + 3600)
+        assert [s for _, s, _ in records(gen)] == ["admitted"] * 12
+    run(tmp_path, config(catch_up=True), body)
+
+
+def test_a_long_outage_catches_up_over_ticks(tmp_path: Path) -> None:
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0)
+        sched.tick(T0 + 86400)                     # 288 due times
+        assert len(records(gen)) == MAX_PER_TICK
+        sched.tick(T0 + 86400)
+        sched.tick(T0 + 86400)
+        assert len(records(gen)) == 288 and len({k for k, _, _ in records(gen)}) == 288
+    run(tmp_path, config(), body)
+
+
+def test_a_template_counts_from_when_it_is_first_seen_again(tmp_path: Path) -> None:
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0)
+        gen.config = parse_config('[stacks.s.jobs.report]\ncommand = ["report"]\n', "u")
+        sched.tick(T0 + 3600)                      # no schedule now: mark forgotten
+        assert gen.api.jobs.ledger.schedule_mark("s/report") is None
+        gen.config = parse_config(config(), "u")
+        sched.tick(T0 + 7200)
+        sched.tick(T0 + 7200 + 10)
+        assert records(gen) == []
+    run(tmp_path, config(), body)
+
+
+def test_time_zones_and_daylight_saving() -> None:
+    riga = "Europe/Riga"
+    autumn = datetime(2026, 10, 24, 12, tzinfo=UTC).timestamp()
+    got = list(due_times("30 3 * * *", riga, autumn, autumn + 3 * 86400))
+    # 03:30 local happens twice on 25 October (clocks go back at 04:00): one run
+    assert [datetime.fromtimestamp(t, UTC).strftime("%d %H:%M") for t in got] == \
+        ["25 00:30", "26 01:30", "27 01:30"]
+    spring = datetime(2026, 3, 28, 12, tzinfo=UTC).timestamp()
+    got = list(due_times("30 3 * * *", riga, spring, spring + 2 * 86400))
+    # 03:30 does not exist on 29 March (03:00 jumps to 04:00): it runs at 04:00
+    assert [datetime.fromtimestamp(t, UTC).strftime("%d %H:%M") for t in got] == \
+        ["29 01:00", "30 00:30"]
+    assert list(due_times("0 9 * * MON", "UTC", T0, T0 + 7 * 86400)) == [T0 + 7 * 86400 - 3600]
