@@ -38,6 +38,8 @@ from .config_values import (
     get_table,
     get_url,
     normalise_signal,
+    parse_cwd,
+    parse_env,
     table,
 )
 from .jobs.config import parse_jobs
@@ -246,7 +248,7 @@ def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
                                                          instances)
     return App(
         name=name, stack=stack, command=command,
-        env=_parse_env(t, path), cwd=_parse_cwd(t, path), instances=instances,
+        env=parse_env(t, path), cwd=parse_cwd(t, path), instances=instances,
         restart=get_enum(t, "restart", path, RestartMode, RestartMode.ON_FAILURE),
         backoff=_parse_backoff(get_table(t, "backoff", path) or {}, (*path, "backoff")),
         start_limit=_parse_start_limit(get_table(t, "start_limit", path) or {},
@@ -256,23 +258,6 @@ def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
         after=_parse_after(t, path),
         run_as=parse_run_as(t, path), limits=parse_limits(t, path),
     )
-
-
-def _parse_env(t: Mapping[str, Any], path: KeyPath) -> dict[str, str]:
-    env = get_table(t, "env", path) or {}
-    here = (*path, "env")
-    for key in env:
-        if not key or "=" in key or "\0" in key:
-            raise Invalid((*here, key), "invalid variable name (empty, or has '=' or NUL)")
-        get_str(env, key, here, None, nonempty=False)
-    return dict(sorted(env.items()))
-
-
-def _parse_cwd(t: Mapping[str, Any], path: KeyPath) -> str | None:
-    cwd = get_str(t, "cwd", path, None)
-    if cwd is not None and not cwd.startswith("/"):
-        raise Invalid((*path, "cwd"), f"must be an absolute path, not {cwd!r}")
-    return cwd
 
 
 def _parse_after(t: Mapping[str, Any], path: KeyPath) -> tuple[str, ...]:

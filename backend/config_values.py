@@ -32,6 +32,8 @@ __all__ = [
     "get_table",
     "get_url",
     "normalise_signal",
+    "parse_cwd",
+    "parse_env",
     "table",
 ]
 
@@ -204,3 +206,22 @@ def normalise_signal(t: Mapping[str, Any], key: str, path: KeyPath, default: str
     if member is None or full.startswith("SIG_"):
         raise Invalid((*path, key), f"unknown signal {name!r}")
     return member.name.removeprefix("SIG")
+
+
+def parse_env(t: Mapping[str, Any], path: KeyPath) -> dict[str, str]:
+    """An ``env`` table of strings (apps and jobs). Raises Invalid."""
+    env = get_table(t, "env", path) or {}
+    here = (*path, "env")
+    for key in env:
+        if not key or "=" in key or "\0" in key:
+            raise Invalid((*here, key), "invalid variable name (empty, or has '=' or NUL)")
+        get_str(env, key, here, None, nonempty=False)
+    return dict(sorted(env.items()))
+
+
+def parse_cwd(t: Mapping[str, Any], path: KeyPath) -> str | None:
+    """An absolute ``cwd`` or None (apps and jobs). Raises Invalid."""
+    cwd = get_str(t, "cwd", path, None)
+    if cwd is not None and not cwd.startswith("/"):
+        raise Invalid((*path, "cwd"), f"must be an absolute path, not {cwd!r}")
+    return cwd

@@ -22,6 +22,8 @@ from ..config_values import (
     get_int,
     get_str,
     get_table,
+    parse_cwd,
+    parse_env,
     table,
 )
 from .model import DEFAULT_KEEP, JobTemplate, Retention, Schedule
@@ -61,28 +63,11 @@ def _parse_job(stack: str, name: str, t: Mapping[str, Any], apps: Collection[str
         raise Invalid((*path, "command"), "is required: the program and its arguments")
     timeout = get_duration(t, "timeout", path, 0.0)
     return JobTemplate(
-        name=name, stack=stack, command=command, env=_parse_env(t, path),
-        cwd=_parse_cwd(t, path), timeout=timeout or None,
+        name=name, stack=stack, command=command, env=parse_env(t, path),
+        cwd=parse_cwd(t, path), timeout=timeout or None,
         max_concurrent=get_int(t, "max_concurrent", path, 1, 1, MAX_CONCURRENT),
         retention=_parse_retention(get_table(t, "retention", path), (*path, "retention")),
         schedule=_parse_schedule(t, path), after=_parse_after(t, path, apps))
-
-
-def _parse_env(t: Mapping[str, Any], path: KeyPath) -> dict[str, str]:
-    env = get_table(t, "env", path) or {}
-    here = (*path, "env")
-    for key in env:
-        if not key or "=" in key or "\0" in key:
-            raise Invalid((*here, key), "invalid variable name (empty, or has '=' or NUL)")
-        get_str(env, key, here, None, nonempty=False)
-    return dict(sorted(env.items()))
-
-
-def _parse_cwd(t: Mapping[str, Any], path: KeyPath) -> str | None:
-    cwd = get_str(t, "cwd", path, None)
-    if cwd is not None and not cwd.startswith("/"):
-        raise Invalid((*path, "cwd"), f"must be an absolute path, not {cwd!r}")
-    return cwd
 
 
 def _parse_retention(t: Mapping[str, Any] | None, path: KeyPath) -> Retention:

@@ -37,6 +37,7 @@ from .. import instance as im
 from ..model import Config
 from ..steps import StepGate
 from ..supervisor import OwnerCalls, Supervisor
+from ..waiters import Waiters
 from . import machine as jm
 from .faults import JobFault
 from .ledger import Admission, Ledger, Record, make_spec
@@ -101,7 +102,7 @@ class JobRunner:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
-        self._waiters: set[asyncio.Future[None]] = set()
+        self._waiters = Waiters()
 
     # -- records ----------------------------------------------------------------------
 
@@ -399,27 +400,10 @@ class JobRunner:
 
     async def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Wait until ``predicate()`` holds (re-checked after every record change)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not predicate():
-            left = deadline - loop.time()
-            if left <= 0:
-                return False
-            fut: asyncio.Future[None] = loop.create_future()
-            self._waiters.add(fut)
-            try:
-                await asyncio.wait_for(fut, left)
-            except TimeoutError:
-                return predicate()
-            finally:
-                self._waiters.discard(fut)
-        return True
+        return await self._waiters.until(predicate, timeout)
 
     def _notify(self) -> None:
-        waiters, self._waiters = self._waiters, set()
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        self._waiters.wake()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
