@@ -237,8 +237,10 @@ class Generation:
             if ev is None or ev.stream != "observations":
                 continue
             self.link.handle(LinkEvent.SEEN, time.time())
-            if not self._thawed.is_set():
-                continue  # frozen meanwhile: the next one re-reads it after the cursor
+            # Frozen meanwhile: hold the event until resumed. Dropping it was safe only
+            # for a handoff that completes (the next generation reads after the
+            # checkpoint's cursor); after an aborted drain nobody would read it again.
+            await self._thawed.wait()
             self._observe({**ev.e, "cursor": ev.cursor})
             self.cursor = max(self.cursor, ev.cursor)
 

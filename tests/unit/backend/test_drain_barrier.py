@@ -15,6 +15,7 @@ import pytest
 
 from backend.instance import State
 from backend.testing import FakeOwner, api_call, fake_generation, until
+from protocol.envelope import Event
 from protocol.errors import OperationInProgress, ShuttingDown
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
@@ -153,5 +154,50 @@ def test_a_start_wanted_while_frozen_is_refused_not_dropped(tmp_path: Path):
             with pytest.raises(ShuttingDown):
                 gen.sup.ensure(gen.config.apps()[0], 0, False)
         finally:
+            await gen.close()
+    asyncio.run(main())
+
+
+class _EventfulOwner(FakeOwner):
+    """The fake owner, also pushing observation events like the real subscription."""
+
+    connected = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pushed: asyncio.Queue[Event] = asyncio.Queue()
+
+    async def next_event(self, timeout: float) -> Event | None:
+        try:
+            return await asyncio.wait_for(self.pushed.get(), timeout)
+        except TimeoutError:
+            return None
+
+
+def test_an_event_that_arrives_as_a_drain_freezes_is_handled_after_resume(tmp_path: Path):
+    """Regression: the reader dropped the one event it held when a drain froze it ("the
+    next generation re-reads it"); after an aborted drain nobody did, and the app kept a
+    dead pid as running."""
+    async def main() -> None:
+        owner = _EventfulOwner()
+        gen = fake_generation(tmp_path, owner, ONE)
+        reader = asyncio.create_task(gen._read_observations())
+        try:
+            await until(ready(gen, "s/a/0"), "first start")
+            inst = gen.sup.instances["s/a/0"]
+            await until(lambda: True, "the reader waits for an event", turns=5)
+            gen._thawed.clear()                     # a drain freezes meanwhile
+            owner.pushed.put_nowait(Event("observations", 7, {
+                "kind": "exit", "launch_key": inst.launch_key, "exit_code": 1,
+                "signal": None}))
+            for _ in range(50):
+                await asyncio.sleep(0)
+            assert gen.cursor < 7 and inst.state is State.READY   # held, not handled
+            gen._thawed.set()                       # the drain was aborted: resume
+            await until(lambda: gen.cursor == 7, "the held event handled")
+            assert gen.sup.instances["s/a/0"].state is not State.READY
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
             await gen.close()
     asyncio.run(main())
