@@ -11,13 +11,10 @@ from protocol.errors import (
     BadRequest,
     CapabilityMissing,
     Conflict,
-    ConnectFailed,
     NotFound,
-    OutcomeUnknown,
     ShuttingDown,
     StackFenced,
     StalePlan,
-    UnknownMethod,
 )
 from protocol.schema import Field, Schema, check_int, check_key, check_name
 from protocol.server import Call, Method
@@ -184,7 +181,7 @@ class Api:
 
     async def status(self, call: Call) -> Any:
         t = time.monotonic()
-        dropped = await self._log_dropped()
+        dropped = self.gen.log_dropped
         link = self.gen.link.to_wire(time.time())
         rows = [self._row(k, i, t, dropped) for k, i in sorted(self.sup.instances.items())]
         if not link["current"]:
@@ -199,15 +196,6 @@ class Api:
                 "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
                 else None, "owner_link": link, "intents": self.intents, "apps": rows,
                 "jobs": self.jobs.summary()}
-
-    async def _log_dropped(self) -> dict[tuple[str, str], int] | None:
-        """Log lines the owner dropped per (stack, app) since it started; None when the
-        owner cannot say (it predates the count, or does not answer)."""
-        try:
-            r = await self._owner().call("logs.dropped", timeout=5.0)
-        except (UnknownMethod, OutcomeUnknown, ConnectFailed, ShuttingDown):
-            return None
-        return {(a["stack"], a["app"]): a["dropped"] for a in r["apps"]}
 
     def _row(self, key: str, inst: im.Instance, t: float,
              dropped: dict[tuple[str, str], int] | None) -> dict[str, Any]:
@@ -319,7 +307,7 @@ class Api:
     async def inspect(self, call: Call) -> Any:
         keys = self._targets(call.params["target"], create=False)
         t = time.monotonic()
-        dropped = await self._log_dropped()
+        dropped = self.gen.log_dropped
         out = []
         for k in keys:
             inst = self.sup.instances[k]

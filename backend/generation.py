@@ -81,6 +81,7 @@ class Generation:
         self.cursor = 0
         self.adoption = Adoption()
         self.link = Link(since=time.time(), seen=time.time())
+        self.log_dropped: dict[tuple[str, str], int] | None = None  # None: owner can't say
         self._repairs: set[asyncio.Task[None]] = set()
         self.ready = False
         self.draining = False
@@ -118,6 +119,7 @@ class Generation:
                                     "actual": welcome.identity.to_wire()})
         self.owner_identity = welcome.identity
         status = await self.owner.call("status")
+        self._owner_status(status)
         if status["epoch"] != self.epoch:
             raise StaleEpoch(f"owner epoch is {status['epoch']}, the grant says {self.epoch}",
                              {"current": status["epoch"]})
@@ -262,21 +264,26 @@ class Generation:
             await asyncio.sleep(1.0)
 
     async def _heartbeat_loop(self) -> None:
-        """A quiet owner is asked for its status once a second, so the age of our view
-        says how current it is even when nothing happens."""
+        """The owner's status once a second: the age of our view says how current it is
+        even when nothing happens, and ``log_dropped`` (lines the owner's journal queue
+        dropped per app) is kept for status and inspect without a call of their own."""
         assert self.owner is not None
         while True:
             await asyncio.sleep(HEARTBEAT)
-            if self.link.state is not LinkState.CONNECTED or \
-                    time.time() - self.link.seen < HEARTBEAT:
+            if self.link.state is not LinkState.CONNECTED:
                 continue
             try:
-                await self.owner.call("status", timeout=HEARTBEAT * 2)
+                self._owner_status(await self.owner.call("status", timeout=HEARTBEAT * 2))
                 self.link.handle(LinkEvent.SEEN, time.time())
             except OwnerChanged as exc:
                 self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
             except TenureError as exc:
                 self.link.handle(LinkEvent.FAILED, time.time(), exc.msg)
+
+    def _owner_status(self, status: dict[str, Any]) -> None:
+        dropped = status.get("log_dropped")
+        self.log_dropped = None if not isinstance(dropped, dict) else {
+            (k.partition("/")[0], k.partition("/")[2]): n for k, n in dropped.items()}
 
     async def _persist_loop(self) -> None:
         """Save dirty instances and acknowledge the observations processed so far."""
