@@ -116,3 +116,31 @@ def kill_pids(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def in_child_as(uid: int, gid: int, fn: Any, groups: tuple[int, ...] = ()) -> Any:
+    """Run ``fn()`` in a forked child as ``uid``/``gid`` with only ``groups`` besides
+    (tests of who may reach what; needs root). Returns its result through JSON, or
+    ``{"exc", "code", "msg"}`` for what it raised."""
+    import json
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.close(r)
+            os.setgroups(list(groups))
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            out = fn()
+        except BaseException as exc:
+            out = {"exc": type(exc).__name__, "code": getattr(exc, "code_str", None),
+                   "msg": str(exc)[:400]}
+        try:
+            os.write(w, json.dumps(out, default=str).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)

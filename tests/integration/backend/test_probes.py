@@ -29,6 +29,7 @@ from backend.probes import (
     readiness_probe,
     tcp_listening,
 )
+from owner.testing import in_child_as
 
 HANG_GUARD = 30.0  # reached only when broken; never a timing assert
 T = TypeVar("T")
@@ -413,24 +414,8 @@ def test_health_runner_waits_for_grace_then_reports_each_result() -> None:
 def _as_uid(uid: int, fn: Callable[[], Any]) -> Any:
     """``fn()`` in a forked child running as ``uid`` (no groups); its repr or the
     exception's class name."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            out = repr(fn())
-        except BaseException as exc:
-            out = type(exc).__name__
-        os.write(w, out.encode())
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        got = f.read()
-    os.waitpid(pid, 0)
-    return got
+    got = in_child_as(uid, uid, lambda: repr(fn()))
+    return got if isinstance(got, str) else got["exc"]
 
 
 @pytest.mark.root

@@ -3,7 +3,6 @@ its socket (``--service-account``); everybody else is refused and the refusal lo
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from owner.testing import OwnerProcess
+from owner.testing import OwnerProcess, in_child_as
 from protocol.client import Client
 
 pytestmark = pytest.mark.root
@@ -22,28 +21,8 @@ STRANGER = 4321  # any other uid (an app's user, say)
 
 
 def as_user(uid: int, gid: int, fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` in a forked child with ``uid``/``gid`` and no other group; its JSON
-    result, or {"exc", "code"} for an exception."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
-            out = fn()
-        except BaseException as exc:
-            out = {"exc": type(exc).__name__, "code": getattr(exc, "code_str", None)}
-        try:
-            os.write(w, json.dumps(out).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+    """``fn`` in a forked child with ``uid``/``gid`` and no other group."""
+    return in_child_as(uid, gid, fn)
 
 
 def status_as_admin(sock: str) -> Callable[[], Any]:

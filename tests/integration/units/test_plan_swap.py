@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from owner.testing import in_child_as
 from protocol.errors import BadRequest, StateCorrupt, UnsafePath
 from units import Installation, install, prepare, render_systemd, services
 from units.model import Scope
@@ -29,25 +30,8 @@ SVC = 1234  # the service account (apps used to run as this uid too)
 
 def as_service_account(fn: Callable[[], Any]) -> str:
     """Run ``fn`` in a child as uid/gid SVC; the name of what it raised, or "ok"."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setresgid(SVC, SVC, SVC)
-            os.setresuid(SVC, SVC, SVC)
-            fn()
-            out = "ok"
-        except BaseException as exc:
-            out = type(exc).__name__
-        os.write(w, out.encode())
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        got = f.read()
-    os.waitpid(pid, 0)
-    return got
+    got = in_child_as(SVC, SVC, lambda: (fn(), "ok")[1])
+    return got if isinstance(got, str) else str(got["exc"])
 
 
 def substitute_plan(pdir: Path, reviewed: dict[str, Any], unit_dir: Path,

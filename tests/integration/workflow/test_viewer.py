@@ -27,6 +27,7 @@ import backend.cli.main
 import backend.cli.render
 import units.model
 import units.trust  # noqa: F401  (the CLI imports it to read the record)
+from owner.testing import in_child_as
 from protocol.client import Client
 
 NOBODY = 65534
@@ -43,29 +44,9 @@ def viewer_group() -> Iterator[tuple[str, int]]:
 
 
 def as_viewer(gid: int, fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` in a forked child as uid nobody with ``gid`` as its only supplementary
-    group; return its JSON result, or {"exc": ..., "code": ...} for an exception."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        try:
-            os.close(r)
-            os.setgroups([gid])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            out = fn()
-        except BaseException as exc:
-            out = {"exc": type(exc).__name__, "code": getattr(exc, "code_str", None),
-                   "msg": str(exc)[:400]}
-        try:
-            os.write(w, json.dumps(out, default=str).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+    """``fn`` in a forked child as uid nobody with ``gid`` as its only supplementary
+    group."""
+    return in_child_as(NOBODY, NOBODY, fn, groups=(gid,))
 
 
 def api_call(sock: str, method: str, params: dict[str, Any]) -> Callable[[], Any]:
