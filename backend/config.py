@@ -38,6 +38,7 @@ from .config_values import (
     get_table,
     get_url,
     normalise_signal,
+    parse_after,
     parse_cwd,
     parse_env,
     table,
@@ -255,25 +256,9 @@ def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
                                        (*path, "start_limit")),
         ready=ready, health=health,
         stop=_parse_stop(get_table(t, "stop", path) or {}, (*path, "stop")),
-        after=_parse_after(t, path),
+        after=parse_after(t, path),
         run_as=parse_run_as(t, path), limits=parse_limits(t, path),
     )
-
-
-def _parse_after(t: Mapping[str, Any], path: KeyPath) -> tuple[str, ...]:
-    if "after" not in t:
-        return ()
-    value, here = t["after"], (*path, "after")
-    if not isinstance(value, list):
-        raise Invalid(here, "must be an array of app names")
-    seen: set[str] = set()
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not NAME_RE.fullmatch(item):
-            raise Invalid((*here, i), f"must be an app name, not {item!r}")
-        if item in seen:
-            raise Invalid((*here, i), f"{item!r} is listed twice")
-        seen.add(item)
-    return tuple(sorted(seen))
 
 
 def _check_after(stack: str, apps: Mapping[str, App]) -> None:

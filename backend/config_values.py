@@ -32,6 +32,7 @@ __all__ = [
     "get_table",
     "get_url",
     "normalise_signal",
+    "parse_after",
     "parse_cwd",
     "parse_env",
     "table",
@@ -225,3 +226,21 @@ def parse_cwd(t: Mapping[str, Any], path: KeyPath) -> str | None:
     if cwd is not None and not cwd.startswith("/"):
         raise Invalid((*path, "cwd"), f"must be an absolute path, not {cwd!r}")
     return cwd
+
+
+def parse_after(t: Mapping[str, Any], path: KeyPath) -> tuple[str, ...]:
+    """An ``after`` array of distinct app names, sorted (apps and jobs). Raises
+    Invalid."""
+    if "after" not in t:
+        return ()
+    value, here = t["after"], (*path, "after")
+    if not isinstance(value, list):
+        raise Invalid(here, "must be an array of app names")
+    seen: set[str] = set()
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not NAME_RE.fullmatch(item):
+            raise Invalid((*here, i), f"must be an app name, not {item!r}")
+        if item in seen:
+            raise Invalid((*here, i), f"{item!r} is listed twice")
+        seen.add(item)
+    return tuple(sorted(seen))

@@ -22,6 +22,7 @@ from ..config_values import (
     get_int,
     get_str,
     get_table,
+    parse_after,
     parse_cwd,
     parse_env,
     table,
@@ -130,21 +131,11 @@ def check_time_zone(zone: str) -> str | None:
 
 def _parse_after(t: Mapping[str, Any], path: KeyPath, apps: Collection[str]
                  ) -> tuple[str, ...]:
-    if "after" not in t:
-        return ()
-    value, here = t["after"], (*path, "after")
-    if not isinstance(value, list):
-        raise Invalid(here, "must be an array of app names")
-    seen: set[str] = set()
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not NAME_RE.fullmatch(item):
-            raise Invalid((*here, i), f"must be an app name, not {item!r}")
-        if item in seen:
-            raise Invalid((*here, i), f"{item!r} is listed twice")
+    after = parse_after(t, path)
+    for i, item in enumerate(t.get("after") or ()):
         if item not in apps:
-            raise Invalid((*here, i), f"unknown app {item!r} in stack {path[1]!r}")
-        seen.add(item)
-    return tuple(sorted(seen))
+            raise Invalid((*path, "after", i), f"unknown app {item!r} in stack {path[1]!r}")
+    return after
 
 
 def job_changes(old: Config, new: Config) -> list[dict[str, str]]:
