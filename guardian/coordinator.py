@@ -237,17 +237,22 @@ class Coordinator:
             activation=act.id, mode=mode, epoch=epoch, release=act.release,
             owner=self.owner_identity.to_wire(), checkpoint=checkpoint, cursor=cursor,
             grant=self.state.signed_grant(epoch)))
+        bp = await self.start_generation(act, release, standby)
+        self.watch(bp)
+        return bp
+
+    async def start_generation(self, act: Activation, release: Release,
+                               standby: BackendProcess | None) -> BackendProcess:
+        """The process part of :meth:`launch` (its handoff record is written): activate
+        the standby, or start the release; wait for READY (the seam fakes replace)."""
         if standby is not None and standby.alive():
             self.candidate = standby
             await standby.activate(act.id, self.deadline)
-            bp = standby
-        else:
-            if standby is not None:
-                await standby.stop(kill_after=2.0)
-            bp = await BackendProcess.start(release, self.paths.home, act.id, self.paths.logs,
-                                            self.deadline, on_spawn=self._set_candidate)
-        self.watch(bp)
-        return bp
+            return standby
+        if standby is not None:
+            await standby.stop(kill_after=2.0)
+        return await BackendProcess.start(release, self.paths.home, act.id, self.paths.logs,
+                                          self.deadline, on_spawn=self._set_candidate)
 
     def _set_candidate(self, bp: BackendProcess) -> None:
         self.candidate = bp

@@ -268,20 +268,11 @@ class FakeCoordinator(Coordinator):
         answer: dict[str, Any] = self.world._api_answer(bp, "generation.status", {})
         return answer
 
-    async def launch(self, act: Any, epoch: int, mode: str, checkpoint: str | None = None,
-                     cursor: int = 0, standby: Any = None) -> Any:
+    async def start_generation(self, act: Any, release: Any, standby: Any) -> Any:
         bp: Any = standby if standby is not None and standby.alive() else \
             self.world.spawn(act.release)
         self.candidate = bp
-        from protocol.handover import pack_handoff, write_handoff
-        if await self.live_backend() is not None:
-            raise HandoffFailed("a backend still answers on api.sock")
-        assert self.owner_identity is not None
-        write_handoff(self.paths.handoff_file(act.id), pack_handoff(
-            activation=act.id, mode=mode, epoch=epoch, release=act.release,
-            owner=self.owner_identity.to_wire(), checkpoint=checkpoint, cursor=cursor))
         await bp.activate(act.id)
-        self.watch(bp)
         return bp
 
     def certificate(self) -> dict[str, Any]:
