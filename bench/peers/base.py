@@ -41,6 +41,8 @@ def program_names(n: int) -> list[str]:
 
 LOG_LINE = "bench-log-line %09d abcdefghijklmnopqrstuvwxyz\n"
 LOG_LINE_BYTES = len(LOG_LINE % 0)
+# How long a documented stop's processes may take to exit after the command returned.
+STOP_SETTLE_S = 5.0
 
 
 def write_log_writer(workdir: Path, lines: int) -> list[str]:
@@ -112,14 +114,40 @@ def has_token(proc: psutil.Process, token: str) -> bool:
         return False
 
 
-def sweep(token: str, grace: float = 2.0) -> list[int]:
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _described(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())[:120]
+    except psutil.Error:
+        return "(gone)"
+
+
+def _carrying(token: str) -> list[psutil.Process]:
+    me = os.getpid()
+    return [p for p in psutil.process_iter()
+            if p.pid != me and has_token(p, token) and _alive(p)]
+
+
+def sweep(token: str, grace: float = 2.0, settle: float = 0.0) -> list[int]:
     """Kill every process whose environment carries ``token``; return their PIDs.
 
-    A PID is verified (environ read) right before it is signalled, so nothing that
-    this run did not start is ever touched.
+    With ``settle``, processes get that long to exit on their own first: a stop
+    command may return while its daemon is still on its way out, which is not a
+    process left behind. A PID is verified (environ read) right before it is
+    signalled, so nothing that this run did not start is ever touched.
     """
-    me = os.getpid()
-    ours = [p for p in psutil.process_iter() if p.pid != me and has_token(p, token)]
+    ours = _carrying(token)
+    if ours and settle > 0:
+        psutil.wait_procs(ours, timeout=settle)
+        ours = _carrying(token)
+        for proc in ours:
+            print(f"    left behind by the stop: pid {proc.pid} {_described(proc)}", flush=True)
     for proc in ours:
         if has_token(proc, token):
             try:
@@ -307,7 +335,7 @@ class Supervisor(abc.ABC):
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         finally:
-            swept = sweep(self.token)
+            swept = sweep(self.token, settle=STOP_SETTLE_S)
         self.stop_report = {"error": error, "swept": swept}
 
     @abc.abstractmethod

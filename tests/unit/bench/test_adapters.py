@@ -103,7 +103,7 @@ def test_record_refuses_a_shown_env_that_is_not_the_run_env() -> None:
 
 def test_stop_reports_what_the_sweep_found(monkeypatch: pytest.MonkeyPatch) -> None:
     sup = adapter("supervisord")
-    monkeypatch.setattr(base, "sweep", lambda token: [4242])
+    monkeypatch.setattr(base, "sweep", lambda token, **kw: [4242])
     monkeypatch.setattr(type(sup), "stop_supervisor", lambda self: None)
     sup.stop()
     assert sup.stop_report == {"error": None, "swept": [4242]}
@@ -113,7 +113,7 @@ def test_stop_sweeps_and_reports_when_the_stop_command_fails(
         monkeypatch: pytest.MonkeyPatch) -> None:
     sup = adapter("supervisord")
     swept: list[str] = []
-    monkeypatch.setattr(base, "sweep", lambda token: swept.append(token) or [])
+    monkeypatch.setattr(base, "sweep", lambda token, **kw: swept.append(token) or [])
 
     def broken(self: base.Supervisor) -> None:
         raise subprocess.TimeoutExpired(["supervisorctl"], 60)
