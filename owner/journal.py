@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from itertools import chain, islice
 from typing import Final
 
+from protocol.durable import limit_cache
 from protocol.errors import BadRequest, StateCorrupt, UnsafePath
 
 from .journalread import STREAMS, Filters, LogRecord, Page, read_page, tail_start
@@ -164,6 +165,7 @@ def _connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                            cached_statements=32)
     conn.execute("PRAGMA busy_timeout=5000")
+    limit_cache(conn)
     return conn
 
 

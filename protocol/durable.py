@@ -22,6 +22,16 @@ __all__ = ["atomic_write", "atomic_write_json", "open_sqlite", "read_json", "rea
            "transaction"]
 
 MAX_FILE = 16 * 1024 * 1024
+# Page cache per SQLite connection, in KiB. SQLite's default (2 MiB) fills as a
+# database grows, so every long-lived connection of the owner and guardian gained up
+# to 2 MiB of resident memory over hours; tenure's access is append-mostly and keyed,
+# and a smaller cache costs no measurable speed (bench/journal.py, bench/owner.py).
+CACHE_KIB = 512
+
+
+def limit_cache(conn: sqlite3.Connection) -> None:
+    """Bound ``conn``'s page cache to :data:`CACHE_KIB`."""
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
 
 
 def _fsync_dir(directory: str) -> None:
@@ -140,6 +150,7 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
         conn.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
+        limit_cache(conn)
         _check_or_create(conn, p, kind, version, schema)
     except sqlite3.DatabaseError as exc:
         raise StateCorrupt(f"{p} is not a readable database: {exc}", {"path": p}) from None

@@ -14,6 +14,7 @@ import pytest
 
 from owner.journal import READ_LIMIT_MAX, Journal, LogRecord, LogSource
 from owner.linesplit import CONTINUED, PARTIAL
+from protocol.durable import CACHE_KIB
 from protocol.errors import BadRequest, StateCorrupt, UnsafePath
 
 WEB = LogSource("shop", "web", 0, 1)
@@ -391,3 +392,9 @@ def test_an_app_holding_the_most_loses_its_own_lines_not_others(tmp_path: Path) 
     finally:
         gate.set()
         j.close()
+
+
+def test_every_journal_connection_has_a_bounded_page_cache(journal: Journal) -> None:
+    journal.last_id()  # opens the reader connection
+    for conn in (journal._wconn, journal._reader()):
+        assert conn.execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB
