@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 
 from protocol.errors import ProcessesAlive
-from protocol.identity import boot_id, start_ticks
-from protocol.procfs import environ_matches
+from protocol.identity import boot_id
+from protocol.procfs import environ_matches, running
 
 from .descendants import LAUNCH_KEY_ENV
 from .paths import OwnerPaths
@@ -42,7 +42,7 @@ def survivors(rows: list[LaunchRow]) -> list[Survivor]:
     out = []
     carriers = _carriers({r.launch_key for r in rows})
     for r in rows:
-        if r.pid is not None and start_ticks(r.pid) == r.start_ticks:
+        if r.pid is not None and r.start_ticks is not None and running(r.pid, r.start_ticks):
             out.append(Survivor(r.launch_key, [r.pid], "leader alive"))
         elif r.pgid is not None and (members := group_members(r.pgid)):
             out.append(Survivor(r.launch_key, members, "process group not empty"))

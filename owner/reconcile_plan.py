@@ -28,7 +28,7 @@ from typing import Any
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import Conflict, NotFound
 from protocol.identity import boot_id
-from protocol.procfs import environ_matches, group_members, start_ticks
+from protocol.procfs import environ_matches, group_members, running, start_ticks
 
 from .cgroups import cgroup_name
 from .descendants import LAUNCH_KEY_ENV, kill_verified
@@ -73,7 +73,7 @@ def _found(rows: list[LaunchRow]) -> dict[str, tuple[LaunchRow, dict[int, str]]]
     out: dict[str, tuple[LaunchRow, dict[int, str]]] = {}
     for r in rows:
         found: dict[int, str] = {}
-        if r.pid is not None and start_ticks(r.pid) == r.start_ticks:
+        if r.pid is not None and r.start_ticks is not None and running(r.pid, r.start_ticks):
             found[r.pid] = "leader"
         if r.pgid is not None:
             for pid in group_members(r.pgid):
@@ -142,11 +142,11 @@ def drain(paths: OwnerPaths, digest: str, grace: float = GRACE,
              for p in ln["processes"]}
     _refuse_new(paths, named)
     targets = [(p["pid"], p["start_ticks"]) for p in _processes(sealed)]
-    alive = [t for t in targets if start_ticks(t[0]) == t[1]]
+    alive = [t for t in targets if running(*t)]
     for pid, ticks in alive:
         kill_verified(pid, ticks, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(start_ticks(p) == t for p, t in alive):
+    while time.monotonic() < deadline and any(running(p, t) for p, t in alive):
         sleep(0.05)
     killed = [(p, t) for p, t in alive if kill_verified(p, t, signal.SIGKILL)]
     for ln in sealed["launches"]:

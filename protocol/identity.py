@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from .errors import BadRequest
-from .procfs import start_ticks
+from .procfs import running, start_ticks
 from .schema import Field, Schema
 from .values import Value
 
@@ -65,8 +65,9 @@ class Identity(Value):
         return cls(**d)
 
     def is_alive(self) -> bool:
-        """True when the process with this pid and start time still exists on this boot."""
-        return self.boot_id == boot_id() and start_ticks(self.pid) == self.start_ticks
+        """True when the process with this pid and start time runs on this boot (an
+        exited process that is not reaped yet does not)."""
+        return self.boot_id == boot_id() and running(self.pid, self.start_ticks)
 
 
 def new_identity(pid: int | None = None) -> Identity:

@@ -108,6 +108,28 @@ def start_ticks(pid: int) -> int | None:
     return None if st is None else st.start_ticks
 
 
+def running(pid: int, ticks: int) -> bool:
+    """True while the process ``pid`` started at ``ticks`` exists and has not exited.
+
+    A zombie has exited: waiting on it would last until its parent (often init, which
+    may reap late) collects it, so callers waiting for an exit must not count it.
+    """
+    if not os.path.isdir(PROC + "/self"):
+        return _psutil_running(pid, ticks)
+    st = read_stat(pid)
+    return st is not None and st.start_ticks == ticks and not st.zombie
+
+
+def _psutil_running(pid: int, ticks: int) -> bool:
+    import psutil
+    try:
+        proc = psutil.Process(pid)
+        return (int(proc.create_time() * 100) == ticks
+                and proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
 def _psutil_ticks(pid: int) -> int | None:
     import psutil
     try:

@@ -14,8 +14,8 @@ from typing import Any
 
 from protocol.client import Client
 from protocol.errors import BackendUnavailable, ConnectFailed, TenureError
-from protocol.identity import start_ticks
 from protocol.layout import Layout
+from protocol.procfs import running
 from protocol.sockets import ensure_private_dir
 
 from .owners import trusted_owners
@@ -128,12 +128,12 @@ def ensure_backend(layout: Layout, timeout: float) -> dict[str, Any]:
 
 def _terminate(pid: int, ticks: int | None, timeout: float) -> bool:
     """SIGTERM one daemon by pid (only if it is still the same process); wait."""
-    if ticks is None or start_ticks(pid) != ticks:
+    if ticks is None or not running(pid, ticks):
         return True
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if start_ticks(pid) != ticks:
+        if not running(pid, ticks):
             return True
         time.sleep(0.05)
     return False

@@ -33,7 +33,8 @@ def test_a_missing_process_reads_as_nothing():
     assert children(GONE) == [] and status_groups(GONE) is None
 
 
-@given(st.text(alphabet=st.characters(blacklist_characters="\0\n"), max_size=20))
+@given(st.text(alphabet=st.characters(blacklist_characters="\0\n", blacklist_categories=("Cs",)),
+               max_size=20))
 def test_comm_with_parens_and_spaces_never_shifts_fields(comm):
     fields = ["S", "1", "777", "778"] + ["0"] * 15 + ["4242", "0"]
     line = (f"123 ({comm}) " + " ".join(fields)).encode()
@@ -67,3 +68,21 @@ def test_psutil_fallback_gives_centiseconds(monkeypatch):
     assert procfs._psutil_ticks(GONE) is None
     monkeypatch.setattr(procfs, "PROC", "/nonexistent")
     assert start_ticks(os.getpid()) == procfs._psutil_ticks(os.getpid())
+
+
+@pytest.mark.parametrize("proc_root", ["/proc", "/nonexistent"], ids=["procfs", "psutil"])
+def test_an_exited_unreaped_process_is_not_running(proc_root: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(procfs, "PROC", proc_root)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        ticks = procfs.start_ticks(pid)
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # exited, left unreaped
+        assert ticks is not None and procfs.start_ticks(pid) == ticks  # still there
+        assert not procfs.running(pid, ticks)
+    finally:
+        os.waitpid(pid, 0)
+    assert procfs.running(os.getpid(), start_ticks(os.getpid()) or 0)
+    assert not procfs.running(os.getpid(), (start_ticks(os.getpid()) or 0) + 1)
