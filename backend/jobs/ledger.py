@@ -315,9 +315,14 @@ class Ledger:
 
     def prune(self, stack: str, template: str, retention: Retention, now: float
               ) -> list[int]:
-        """Delete this template's finished records beyond ``keep`` or older than
-        ``days``, with their history; keep their keys. Never touches open or
-        ``recovery_required`` records. Returns the ids pruned."""
+        """:meth:`prunable`, then :meth:`drop` them (output aside: backend.jobs.retention
+        deletes it from the owner's journal in between)."""
+        return self.drop(self.prunable(stack, template, retention, now), now)
+
+    def prunable(self, stack: str, template: str, retention: Retention, now: float
+                 ) -> list[int]:
+        """This template's finished records beyond ``keep`` or that ended more than
+        ``days`` ago, oldest first. Never an open or ``recovery_required`` one."""
         done = tuple(s.value for s in TERMINAL)
         marks = ", ".join("?" * len(done))
         base = f"stack = ? AND template = ? AND state IN ({marks})"
@@ -330,17 +335,25 @@ class Ledger:
             ids |= {r[0] for r in self.db.execute(
                 f"SELECT id FROM jobs WHERE {base} AND ended_at < ?",
                 (stack, template, *done, now - retention.days * 86400))}
-        if not ids:
-            return []
+        return sorted(ids)
+
+    def drop(self, ids: Iterable[int], now: float) -> list[int]:
+        """Delete these records with their history in one transaction, keeping their
+        keys; one that is not finished (any more) stays. Returns the ids deleted."""
+        done = tuple(s.value for s in TERMINAL)
+        marks = ", ".join("?" * len(done))
+        gone: list[int] = []
         with self.store.tx() as db:
             for job_id in sorted(ids):
                 db.execute(
                     "INSERT OR IGNORE INTO job_pruned_keys SELECT key, id, fingerprint, "
-                    "json_extract(wire, '$.outcome'), ? FROM jobs WHERE id = ? AND "
-                    "key IS NOT NULL", (now, job_id))
-                db.execute(f"DELETE FROM jobs WHERE id = ? AND state IN ({marks})",
-                           (job_id, *done))
-        return sorted(ids)
+                    f"json_extract(wire, '$.outcome'), ? FROM jobs WHERE id = ? AND "
+                    f"key IS NOT NULL AND state IN ({marks})", (now, job_id, *done))
+                cur = db.execute(f"DELETE FROM jobs WHERE id = ? AND state IN ({marks})",
+                                 (job_id, *done))
+                if cur.rowcount == 1:
+                    gone.append(job_id)
+        return gone
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from .ledger import Admission, Ledger, Record, make_spec
 
 STEP_PREFIX = "job "   # the drain barrier names job steps "job <id> start|stop"
 
-__all__ = ["LAUNCH_TRIES", "Clock", "JobRunner", "SystemClock", "journal_app"]
+__all__ = ["LAUNCH_TRIES", "STEP_PREFIX", "Clock", "JobRunner", "SystemClock", "journal_app"]
 
 log = logging.getLogger("tenure.jobs")
 
@@ -404,6 +404,11 @@ class JobRunner:
 
     def _notify(self) -> None:
         self._waiters.wake()
+
+    def spawn(self, coro: Any) -> None:
+        """Run ``coro`` as one of the runner's tasks (``aclose`` waits for it, then
+        cancels it)."""
+        self._spawn(coro)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
