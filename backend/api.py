@@ -24,6 +24,7 @@ from .config import parse_config
 from .enforce import Host, check_config, identity_view
 from .jobs.api import JobApi
 from .jobs.config import job_changes
+from .jobs.faults import JobFault
 from .jobs.ledger import Ledger
 from .jobs.retention import Pruner
 from .jobs.runner import JobRunner
@@ -76,7 +77,8 @@ class Api:
                                    gen.invalidate)
         self._procs = Usage()
         self.jobs = JobRunner(Ledger(gen.store), gen.sup.owner, gen.epoch, gen.sup, self.gate,
-                              config=lambda: gen.config, stopped_stacks=self.stopped_stacks)
+                              config=lambda: gen.config, stopped_stacks=self.stopped_stacks,
+                              fault=JobFault(guardian_sock=gen.layout.guardian_sock))
         self.jobs.on_tick += [Scheduler(self.jobs).tick, Pruner(self.jobs).tick]
 
     def _set_config(self, config: Config) -> None:

@@ -44,7 +44,7 @@ from .config_values import (
     table,
 )
 from .jobs.config import parse_jobs
-from .jobs.model import JobTemplate
+from .jobs.model import DEFAULT_MAX_PENDING, JobTemplate
 from .model import (
     App,
     Backoff,
@@ -153,6 +153,10 @@ def _job_form(job: JobTemplate) -> dict[str, Any]:
     form = asdict(replace(job, env={}))
     form["env"] = dict(sorted(job.env.items()))
     form["after"] = sorted(job.after)
+    # keys added later only when set: a config without them keeps its revision
+    for key, default in (("run_as", RunAs()), ("max_pending", DEFAULT_MAX_PENDING)):
+        if getattr(job, key) == default:
+            del form[key]
     return form
 
 

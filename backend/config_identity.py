@@ -1,5 +1,6 @@
 """The identity and limits keys of an app in tenure.toml: ``user``, ``group``,
-``supplementary_groups``, ``umask`` and the ``limits`` table (docs/config.md).
+``supplementary_groups``, ``umask`` (:data:`RUN_AS_KEYS`, which job templates take too)
+and the ``limits`` table (docs/config.md).
 
 Only their shape is checked here; whether the names exist and whether the owner can
 enforce them depends on the host and is checked when a plan is made
@@ -16,9 +17,10 @@ from .config_lines import KeyPath
 from .config_values import Invalid, check_keys, get_int, get_str, get_table
 from .model import Limits, RunAs
 
-__all__ = ["IDENTITY_KEYS", "parse_limits", "parse_run_as"]
+__all__ = ["IDENTITY_KEYS", "RUN_AS_KEYS", "parse_limits", "parse_run_as"]
 
-IDENTITY_KEYS = ("user", "group", "supplementary_groups", "umask", "limits")
+RUN_AS_KEYS = ("user", "group", "supplementary_groups", "umask")  # apps and job templates
+IDENTITY_KEYS = (*RUN_AS_KEYS, "limits")
 LIMIT_KEYS = ("nofile", "nproc", "core", "memory_max", "cpu_quota", "pids_max")
 MAX_GROUPS = 64
 MAX_CPUS = 4096.0
@@ -65,8 +67,8 @@ def _umask(t: Mapping[str, Any], path: KeyPath) -> int | None:
 
 
 def parse_run_as(t: Mapping[str, Any], path: KeyPath) -> RunAs:
-    """The app's identity keys. Raises Invalid (a bad name, a group without a user, a
-    umask out of range)."""
+    """The identity keys of the app or job template at ``path``. Raises Invalid (a bad
+    name, a group without a user, a umask out of range)."""
     user = _account(t, "user", path)
     group = _account(t, "group", path)
     groups = _groups(t, path)

@@ -1,8 +1,9 @@
 """What a config asks of this host, checked when a plan is made.
 
 A config may name users, groups, a viewer group and cgroup limits that parse fine but
-cannot work here. :func:`check_config` turns each such case into ``CONFIG_INVALID`` with
-the key and line, before anything is applied:
+cannot work here (job templates take the identity keys of apps, and the same checks).
+:func:`check_config` turns each such case into ``CONFIG_INVALID`` with the key and line,
+before anything is applied:
 
 - every ``user``, ``group`` and ``supplementary_groups`` name resolves;
 - the owner can switch to the user: only an owner running as root starts apps as
@@ -29,9 +30,10 @@ from typing import Any, NoReturn
 
 from .config import config_error
 from .config_lines import KeyPath
-from .model import App, Config, Limits, Settings
+from .model import App, Config, Limits, RunAs, Settings
 
-__all__ = ["Host", "app_env", "app_uids", "check_config", "identity_view", "launch_fields"]
+__all__ = ["Host", "app_env", "app_uids", "check_config", "identity_view", "launch_fields",
+           "user_env"]
 
 _CONTROLLER = {"memory_max": "memory", "cpu_quota": "cpu", "pids_max": "pids"}
 Fail = Callable[[KeyPath, str], NoReturn]
@@ -63,14 +65,20 @@ class Host:
 
 
 def check_config(config: Config, text: str, host: Host) -> None:
-    """Raises ConfigInvalid for the first app (stacks and apps in name order), then the
-    viewer group, that cannot work on ``host``; see the module docstring."""
+    """Raises ConfigInvalid for the viewer group, then the first app, then the first job
+    template (stacks and names in order) that cannot work on ``host``; see the module
+    docstring."""
     def fail(path: KeyPath, problem: str) -> NoReturn:
         raise config_error(text, config.source, path, problem)
 
     viewers = _viewer_gid(config.settings, host, fail)
     for app in config.apps():
-        _check_app(app, host, viewers, fail)
+        path: KeyPath = ("stacks", app.stack, "apps", app.name)
+        _check_run_as(app.run_as, "app", host, viewers, path, fail)
+        _check_limits(app.limits, host, (*path, "limits"), fail)
+    for job in config.jobs():
+        _check_run_as(job.run_as, "job", host, viewers,
+                      ("stacks", job.stack, "jobs", job.name), fail)
 
 
 def _gid(name: str, path: KeyPath, fail: Fail) -> int:
@@ -80,13 +88,14 @@ def _gid(name: str, path: KeyPath, fail: Fail) -> int:
         fail(path, f"unknown group {name!r} (no such group on this host)")
 
 
-def _check_app(app: App, host: Host, viewers: int | None, fail: Fail) -> None:
-    path: KeyPath = ("stacks", app.stack, "apps", app.name)
-    ra = app.run_as
+def _check_run_as(ra: RunAs, what: str, host: Host, viewers: int | None, path: KeyPath,
+                  fail: Fail) -> None:
+    """The identity of an app or job template (``what``) at ``path``."""
     if ra.user is None:
         if host.split:
-            fail((*path, "user"), "is required: the owner runs as root, so this app would "
-                 "run as root; name the user it runs as (user = \"root\" if that is meant)")
+            fail((*path, "user"), f"is required: the owner runs as root, so this {what} "
+                 "would run as root; name the user it runs as (user = \"root\" if that is "
+                 "meant)")
     else:
         try:
             pw = pwd.getpwnam(ra.user)
@@ -97,7 +106,6 @@ def _check_app(app: App, host: Host, viewers: int | None, fail: Fail) -> None:
                  for i, g in enumerate(ra.supplementary_groups)]
         _check_user(pw, {*os.getgrouplist(pw.pw_name, gid), *extra}, host, viewers,
                     (*path, "user"), fail)
-    _check_limits(app.limits, host, (*path, "limits"), fail)
 
 
 def _check_user(pw: pwd.struct_passwd, groups: set[int], host: Host, viewers: int | None,
@@ -168,25 +176,35 @@ def app_env(base: Mapping[str, str], app: App) -> dict[str, str]:
     """The environment of ``app`` before tenure's own variables: ``base`` (inherited from
     the backend), then HOME, USER and LOGNAME of the app's user when it names one, then
     the app's own ``env`` (which wins)."""
-    env = dict(base)
-    if app.run_as.user is not None:
+    return user_env(base, app.run_as.user, app.env)
+
+
+def user_env(base: Mapping[str, str], user: str | None, env: Mapping[str, str]
+             ) -> dict[str, str]:
+    """``base``, then HOME, USER and LOGNAME of ``user`` (when named and known), then
+    ``env`` (which wins): the environment of an app or a job before tenure's own
+    variables."""
+    out = dict(base)
+    if user is not None:
         try:
-            pw = pwd.getpwnam(app.run_as.user)
+            pw = pwd.getpwnam(user)
         except KeyError:
             pass  # the owner refuses the launch with the reason
         else:
-            env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
-    env.update(app.env)
-    return env
+            out.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
+    out.update(env)
+    return out
 
 
 def app_uids(config: Config) -> frozenset[int]:
-    """The uids the apps of ``config`` run as (names that resolve now)."""
+    """The uids the apps and job templates of ``config`` run as (names that resolve
+    now): refused on the API socket."""
     uids = set()
-    for app in config.apps():
-        if app.run_as.user is not None:
+    users = [a.run_as.user for a in config.apps()] + [j.run_as.user for j in config.jobs()]
+    for user in users:
+        if user is not None:
             try:
-                uids.add(pwd.getpwnam(app.run_as.user).pw_uid)
+                uids.add(pwd.getpwnam(user).pw_uid)
             except KeyError:
                 continue
     return frozenset(uids)

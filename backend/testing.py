@@ -188,7 +188,8 @@ class Cluster:
 class FakeOwner:
     """The owner methods the backend calls, answered from memory: ``launch`` (idempotent
     per launch key, forever), ``stop``, ``inventory``, ``stack.intents``,
-    ``stack.set_intent``, ``observations.read`` and ``observations.ack``. Mutations
+    ``stack.set_intent``, ``observations.read``, ``observations.ack`` and ``logs.forget``
+    (each source counted once, in ``forgotten``). Mutations
     carrying another epoch get STALE_EPOCH. ``exit(key)`` ends a process.
 
     ``hold(method)`` makes calls of that method wait until ``release(method)``;
@@ -202,6 +203,7 @@ class FakeOwner:
         self.rows: dict[str, dict[str, Any]] = {}    # every launch ever, with its state
         self.events: list[dict[str, Any]] = []       # the observation ring (never full)
         self.intents: dict[str, dict[str, Any]] = {}
+        self.forgotten: set[tuple[str, str, int]] = set()  # logs.forget sources
         self.before: Callable[[str, dict[str, Any]], None] | None = None
         self._held: dict[str, asyncio.Event] = {}
         self._next_pid = 4000
@@ -286,6 +288,11 @@ class FakeOwner:
             raise Conflict("intent revision moved", {"revision": current["revision"]})
         self.intents[p["stack"]] = {"intent": p["intent"], "revision": current["revision"] + 1}
         return {"stack": p["stack"], **self.intents[p["stack"]]}
+
+    def _logs_forget(self, p: dict[str, Any]) -> dict[str, Any]:
+        new = {(s["stack"], s["app"], s["instance"]) for s in p["sources"]} - self.forgotten
+        self.forgotten |= new
+        return {"sources": len(p["sources"]), "deleted": len(new)}
 
     def _observations_ack(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"acked": p["cursor"]}

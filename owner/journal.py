@@ -15,6 +15,7 @@ rows are covered by *extents* ``(first_id, last_id, bytes)``; an extent may span
 apps' rows. Pruning deletes the oldest extents of an app (an id-range delete filtered by
 app) until its byte total fits; totals live in memory and are rebuilt from the small
 extents table at open. Filtered reads use the same extents to skip foreign id ranges.
+:meth:`Journal.forget` deletes the lines of named instances (owner.journalforget).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from itertools import chain, islice
 from typing import Final
 
 from protocol.durable import limit_cache
-from protocol.errors import BadRequest, StateCorrupt, UnsafePath
+from protocol.errors import BadRequest, StateCorrupt, StorageFailed, UnsafePath
 
+from .journalforget import forget_sources
 from .journalread import STREAMS, Filters, LogRecord, Page, read_page, tail_start
 from .logqueue import FairQueue, Queued
 
@@ -106,7 +108,7 @@ class LogSource:
 
 @dataclasses.dataclass(slots=True)
 class _App:
-    """Writer-thread bookkeeping for one (stack, app)."""
+    """Writer bookkeeping for one (stack, app); touched only under ``_wlock``."""
 
     total: int = 0
     first: int = 0  # open extent; first == 0 means none
@@ -200,6 +202,7 @@ class Journal:
         self._wconn = self._open_writer()
         self._rconn: sqlite3.Connection | None = None
         self._rlock = threading.Lock()
+        self._wlock = threading.Lock()  # the writer connection: a batch, or a forget
         self._apps: dict[tuple[str, str], _App] = {}
         self._next_id = 1
         self._load_state()
@@ -363,7 +366,8 @@ class Journal:
                 self._rconn.close()
                 self._rconn = None
         if not self._thread.is_alive():
-            self._wconn.close()
+            with self._wlock:
+                self._wconn.close()
 
     def __enter__(self) -> Journal:
         return self
@@ -395,7 +399,8 @@ class Journal:
                 return
             if self._before_batch is not None:
                 self._before_batch(sum(len(item.lines) for item in batch))
-            lost = self._write_batch(batch)
+            with self._wlock:
+                lost = self._write_batch(batch)
             with self._cond:
                 for item in lost:
                     self._count_lost_locked(item.source, len(item.lines))
@@ -485,6 +490,33 @@ class Journal:
                 app.total -= nbytes
                 if first == app.first:
                     app.first = app.last = app.bytes = 0
+
+    def forget(self, sources: Sequence[tuple[str, str, int]], timeout: float = 30.0) -> int:
+        """Delete every line of each ``(stack, app, instance)`` in one transaction (see
+        :mod:`owner.journalforget`); lines still queued are written first, so they go
+        too. Returns how many lines went: 0 when none were left. Safe from any thread.
+        Raises ``BadRequest`` (a malformed source, a closed journal) and
+        ``StorageFailed`` (the transaction failed: nothing was deleted)."""
+        checked = [(_check_name("stack", st), _check_name("app", app),
+                    _check_int("instance", inst)) for st, app, inst in sources]
+        self.flush(timeout)
+        with self._wlock:
+            if self._closed:
+                raise BadRequest("journal is closed")
+            conn = self._wconn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                deleted = forget_sources(conn, checked)
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise StorageFailed(f"journal: forgetting sources failed: {exc}",
+                                    {"path": self._path}) from None
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    self._load_state()  # per-app totals from the extents as committed
+        return deleted
 
     # -- readers -------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from protocol.errors import (
     BadRequest,
+    Conflict,
     NotFound,
     StackFenced,
     StopTimeout,
@@ -26,6 +27,7 @@ from protocol.server import Call, Method, RpcServer
 
 from .grants import GrantKeeper
 from .journal import Journal, LogSource
+from .journalforget import MAX_SOURCES
 from .observations import RING_SIZE, ObservationRing, test_knob
 from .paths import OwnerPaths
 from .procinfo import Inspector
@@ -41,8 +43,8 @@ __all__ = ["CAPABILITIES", "OwnerService"]
 log = logging.getLogger("tenure.owner")
 
 # stackControl 2: mutations need the current grant presented on the connection (hello)
-CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "notify": 1,
-                "observations": 1, "fencing": 1}
+CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
+                "notify": 1, "observations": 1, "fencing": 1}
 
 LOGS_PAGE_BYTES = 1 << 20
 """Default byte budget of one logs.read answer; at most LOGS_PAGE_BYTES_MAX, which with
@@ -78,6 +80,24 @@ S_LOGS = Schema(Field("after", int, required=False, default=0, check=_uint),
                 Field("app", str, required=False, check=_name),
                 Field("instance", int, required=False, check=_uint),
                 Field("stream", str, required=False))
+
+
+def _sources(v: Any) -> str | None:
+    if not 1 <= len(v) <= MAX_SOURCES:
+        return f"must list 1 to {MAX_SOURCES} sources"
+    for item in v:
+        if not isinstance(item, dict) or set(item) != {"stack", "app", "instance"}:
+            return "each source must be {stack, app, instance}"
+        for key in ("stack", "app"):
+            if not isinstance(item[key], str) or _name(item[key]) is not None:
+                return f"each source's {key} must be a name (1-128 printable, no '/')"
+        inst = item["instance"]
+        if isinstance(inst, bool) or not isinstance(inst, int) or _uint(inst) is not None:
+            return "each source's instance must be an integer >= 0"
+    return None
+
+
+S_FORGET = Schema(Field("sources", list, check=_sources))
 S_OBS = Schema(Field("after", int, required=False, default=0, check=_uint),
                Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)))
 S_ACK = Schema(Field("cursor", int, check=_uint))
@@ -123,6 +143,7 @@ class OwnerService:
             "stack.intents": Method(self.intents, role="viewer", while_draining=True),
             "logs.read": Method(self.logs_read, S_LOGS, role="viewer", while_draining=True),
             "logs.dropped": Method(self.logs_dropped, role="viewer", while_draining=True),
+            "logs.forget": Method(self.logs_forget, S_FORGET),
             "observations.read": Method(self.obs_read, S_OBS, role="viewer",
                                         while_draining=True),
             "observations.subscribe": Method(self.obs_subscribe, S_OBS, role="viewer"),
@@ -267,6 +288,22 @@ class OwnerService:
         return {"apps": [{"stack": st, "app": app, "dropped": n}
                          for (st, app), n in sorted(dropped.items())],
                 "total": self.journal.overflow_total}
+
+    async def logs_forget(self, call: Call) -> Any:
+        """Delete every journal line of each named ``{stack, app, instance}`` (all its
+        generations) in one transaction; idempotent. Raises Conflict, deleting nothing,
+        when a source still has a process (its lines are still being written)."""
+        self._require_epoch(call)
+        sources = sorted({(s["stack"], s["app"], s["instance"])
+                          for s in call.params["sources"]})
+        rows = [*self.launcher.live.values(), *self.launcher.uncertain.values()]
+        busy = sorted({r.launch_key for r in rows if (r.stack, r.app, r.instance) in
+                       set(sources)})
+        if busy:
+            raise Conflict(f"{len(busy)} of these sources still have a process: "
+                           f"{', '.join(busy[:5])}", {"launch_keys": busy[:100]})
+        deleted = await asyncio.to_thread(self.journal.forget, sources)
+        return {"sources": len(sources), "deleted": deleted}
 
     async def obs_read(self, call: Call) -> Any:
         return self.ring.read(call.params["after"], call.params["limit"])

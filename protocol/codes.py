@@ -49,6 +49,7 @@ class Code(StrEnum):
     STALE_PLAN = "STALE_PLAN"
     STATE_CORRUPT = "STATE_CORRUPT"
     STORAGE_FAILED = "STORAGE_FAILED"
+    JOB_QUEUE_FULL = "JOB_QUEUE_FULL"
     # processes
     LAUNCH_FAILED = "LAUNCH_FAILED"
     PRIVILEGE_REQUIRED = "PRIVILEGE_REQUIRED"
@@ -155,6 +156,10 @@ CODES: dict[Code, CodeInfo] = {
         "A durable write failed (disk full, I/O error). What already happened is reported "
         "from memory and marked uncertain (a launch that started keeps running and is "
         "watched); fix the storage, then check the state.", False),
+    Code.JOB_QUEUE_FULL: CodeInfo(
+        "A job template already has its `max_pending` records open (admitted, starting "
+        "or running); the submission was refused and nothing was recorded. data holds "
+        "the template, the cap and how many are open. Room frees as records end.", True),
     Code.LAUNCH_FAILED: CodeInfo(
         "The process could not be started (program missing, not executable, bad cwd).",
         False),

@@ -39,7 +39,8 @@
     │   ├── OperationInProgress     OPERATION_IN_PROGRESS
     │   ├── StalePlan               STALE_PLAN
     │   ├── StateCorrupt            STATE_CORRUPT
-    │   └── StorageFailed           STORAGE_FAILED
+    │   ├── StorageFailed           STORAGE_FAILED
+    │   └── JobQueueFull            JOB_QUEUE_FULL
     ├── ProcessError
     │   ├── LaunchFailed            LAUNCH_FAILED
     │   │   ├── PrivilegeRequired   PRIVILEGE_REQUIRED
@@ -260,6 +261,10 @@ class StateCorrupt(StateError):
 
 class StorageFailed(StateError):
     code = Code.STORAGE_FAILED
+
+
+class JobQueueFull(StateError):
+    code = Code.JOB_QUEUE_FULL
 
 
 class ProcessError(TenureError):

@@ -208,6 +208,18 @@ def _exit(j: dict[str, Any]) -> str:
     return "-" if j.get("exit_code") is None else str(j["exit_code"])
 
 
+def _user(identity: dict[str, Any]) -> str:
+    """``user[:group] [+groups] [umask ...]``, or "-" (it runs as the owner)."""
+    if not identity.get("user"):
+        return "- (as the owner)"
+    out = str(identity["user"]) + (f":{identity['group']}" if identity.get("group") else "")
+    if identity.get("supplementary_groups"):
+        out += " +" + ",".join(identity["supplementary_groups"])
+    if identity.get("umask") is not None:
+        out += f"   umask {identity['umask']:04o}"
+    return out
+
+
 def _dur(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f}s"
 
@@ -225,6 +237,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 def render_show(j: dict[str, Any]) -> str:
     lines = [_line(j), f"  key:        {j['key'] or '-'}",
              f"  command:    {' '.join(j['argv'])}",
+             f"  user:       {_user(j.get('identity') or {})}",
              f"  attempt:    {j['attempt']}   launch key: {j['launch_key'] or '-'}",
              f"  pid:        {j['pid'] or '-'}   exit: {_exit(j)}",
              f"  submitted:  {_when(j['submitted_at'])}   started: {_when(j['started_at'])}"

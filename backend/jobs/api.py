@@ -13,7 +13,9 @@ method             role     params → answer
 
 Errors: ``NOT_FOUND`` (no such record or template), ``CONFLICT`` (the key holds another
 submission, or the request does not fit the record's state: the message says why and
-``data`` names the record), ``BAD_REQUEST``, and ``SHUTTING_DOWN`` during a handoff.
+``data`` names the record), ``JOB_QUEUE_FULL`` (``job.run``: the template has
+``max_pending`` open records; a key that has a record is answered instead),
+``BAD_REQUEST``, and ``SHUTTING_DOWN`` during a handoff.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from ..config_identity import RUN_AS_KEYS, parse_run_as
 from ..config_lines import KeyPath
 from ..config_values import (
     NAME_RE,
@@ -27,17 +28,19 @@ from ..config_values import (
     parse_env,
     table,
 )
-from .model import DEFAULT_KEEP, JobTemplate, Retention, Schedule
+from .model import DEFAULT_KEEP, DEFAULT_MAX_PENDING, JobTemplate, Retention, Schedule
 
 if TYPE_CHECKING:
     from ..model import Config
 
-__all__ = ["MAX_CONCURRENT", "check_cron", "check_time_zone", "job_changes", "parse_jobs"]
+__all__ = ["MAX_CONCURRENT", "MAX_PENDING", "check_cron", "check_time_zone", "job_changes",
+           "parse_jobs"]
 
 MAX_CONCURRENT = 64
+MAX_PENDING = 1_000_000
 MAX_KEEP = 1_000_000
-_KEYS = ("command", "env", "cwd", "timeout", "max_concurrent", "retention", "schedule",
-         "time_zone", "catch_up", "after")
+_KEYS = ("command", "env", "cwd", "timeout", "max_concurrent", "max_pending", "retention",
+         "schedule", "time_zone", "catch_up", "after", *RUN_AS_KEYS)
 _SCHEDULE_ONLY = ("time_zone", "catch_up")
 
 
@@ -67,6 +70,8 @@ def _parse_job(stack: str, name: str, t: Mapping[str, Any], apps: Collection[str
         name=name, stack=stack, command=command, env=parse_env(t, path),
         cwd=parse_cwd(t, path), timeout=timeout or None,
         max_concurrent=get_int(t, "max_concurrent", path, 1, 1, MAX_CONCURRENT),
+        max_pending=get_int(t, "max_pending", path, DEFAULT_MAX_PENDING, 1, MAX_PENDING),
+        run_as=parse_run_as(t, path),
         retention=_parse_retention(get_table(t, "retention", path), (*path, "retention")),
         schedule=_parse_schedule(t, path), after=_parse_after(t, path, apps))
 

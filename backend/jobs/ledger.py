@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.digest import JOB_LAUNCH_PREFIX
-from protocol.errors import BadRequest, Conflict, NotFound, StateCorrupt
+from protocol.errors import BadRequest, Conflict, JobQueueFull, NotFound, StateCorrupt
 
 from ..model import canonical_digest
 from ..store import BackendStore
@@ -61,22 +61,30 @@ _COLS = ("id, key, stack, template, fingerprint, spec, source, due_at, revision,
 def make_spec(template: JobTemplate, args: Iterable[str] = ()) -> dict[str, Any]:
     """What a record runs, copied from its template at admission: argv (the template's
     command and then ``args``), env, cwd, timeout, stop policy and ``after`` apps."""
+    identity = template.run_as.to_wire()
     return {"argv": [*template.command, *args], "args": list(args), "env": dict(template.env),
             "cwd": template.cwd, "timeout": template.timeout,
-            "stop": template.stop.to_wire(), "after": list(template.after)}
+            "stop": template.stop.to_wire(), "after": list(template.after),
+            **({"identity": identity} if identity else {})}
 
 
 def fingerprint(stack: str, template: str, spec: dict[str, Any]) -> str:
     """What makes two submissions of one key the same: template, command with arguments,
-    env and cwd."""
-    return canonical_digest({"stack": stack, "template": template, "argv": spec["argv"],
-                             "env": spec["env"], "cwd": spec["cwd"]})[:32]
+    env, cwd and the identity (only when set, so records from before identities keep
+    their fingerprints)."""
+    form = {"stack": stack, "template": template, "argv": spec["argv"], "env": spec["env"],
+            "cwd": spec["cwd"]}
+    if spec.get("identity"):
+        form["identity"] = spec["identity"]
+    return canonical_digest(form)[:32]
 
 
 @dataclass(frozen=True)
 class Admission:
     """One submission. ``due_at`` (wall clock) and ``mark`` belong to scheduled ones:
-    ``mark`` advances the template's schedule in the same transaction."""
+    ``mark`` advances the template's schedule in the same transaction. ``max_open``:
+    refuse a new record while the template has that many open (a ``missed`` one, never
+    open, is always recorded)."""
 
     stack: str
     template: str
@@ -86,6 +94,7 @@ class Admission:
     due_at: float | None = None
     missed: bool = False
     mark: float | None = None
+    max_open: int | None = None
 
 
 @dataclass
@@ -120,6 +129,7 @@ class Record:
                 "exit_code": job.exit_code, "signal": job.signal,
                 "stop_reason": None if job.stop_reason is None else job.stop_reason.value,
                 "argv": self.spec["argv"], "cwd": self.spec["cwd"],
+                "identity": self.spec.get("identity") or {},
                 "timeout": self.spec["timeout"], "after": self.spec["after"],
                 "source": self.source, "due_at": self.due_at,
                 "submitted_at": self.submitted_at, "started_at": job.started_at,
@@ -150,8 +160,9 @@ class Ledger:
 
     def admit(self, a: Admission, now: float) -> tuple[Record, bool]:
         """Commit a new record, or return the one that holds ``a.key`` (deduplicated:
-        True). Raises Conflict when the key holds a different submission or names a
-        pruned record."""
+        True; answered even when the template is full). Raises Conflict when the key
+        holds a different submission or names a pruned record, JobQueueFull when a new
+        record would exceed ``a.max_open``; either changes nothing."""
         fp = fingerprint(a.stack, a.template, a.spec)
         with self.store.tx() as db:
             prior = None if a.key is None else self._by_key(db, a.key)
@@ -167,6 +178,8 @@ class Ledger:
                    ) -> int:
         if a.key is not None:
             self._refuse_pruned(db, a.key, fp)
+        if a.max_open is not None and not a.missed:
+            self._refuse_full(db, a.stack, a.template, a.max_open)
         job_id = self._insert(db, a, fp, now)
         job = Job(job_id, a.stack, a.template, a.spec["timeout"])
         event = "admitted"
@@ -197,6 +210,19 @@ class Ledger:
         raise Conflict(f"key {key!r} was used by job {row[0]}, which ended ({row[2]}) and "
                        "was pruned by its retention", {"job": row[0], "key": key,
                                                         "pruned": True})
+
+    def _refuse_full(self, db: sqlite3.Connection, stack: str, template: str, cap: int
+                     ) -> None:
+        """Raises JobQueueFull when ``cap`` records of the template are open."""
+        marks = ", ".join("?" * len(OPEN))
+        (n,) = db.execute(f"SELECT count(*) FROM jobs WHERE stack = ? AND template = ? AND "
+                          f"state IN ({marks})",
+                          (stack, template, *(s.value for s in OPEN))).fetchone()
+        if n >= cap:
+            raise JobQueueFull(
+                f"job template {stack}/{template} has {n} records open (admitted, starting "
+                f"or running), its max_pending is {cap}: try again when some have ended",
+                {"template": f"{stack}/{template}", "max_pending": cap, "open": n})
 
     def _mark(self, db: sqlite3.Connection, a: Admission, now: float) -> None:
         if a.mark is not None:
@@ -315,9 +341,14 @@ class Ledger:
 
     def prune(self, stack: str, template: str, retention: Retention, now: float
               ) -> list[int]:
-        """Delete this template's finished records beyond ``keep`` or older than
-        ``days``, with their history; keep their keys. Never touches open or
-        ``recovery_required`` records. Returns the ids pruned."""
+        """:meth:`prunable`, then :meth:`drop` them (output aside: backend.jobs.retention
+        deletes it from the owner's journal in between)."""
+        return self.drop(self.prunable(stack, template, retention, now), now)
+
+    def prunable(self, stack: str, template: str, retention: Retention, now: float
+                 ) -> list[int]:
+        """This template's finished records beyond ``keep`` or that ended more than
+        ``days`` ago, oldest first. Never an open or ``recovery_required`` one."""
         done = tuple(s.value for s in TERMINAL)
         marks = ", ".join("?" * len(done))
         base = f"stack = ? AND template = ? AND state IN ({marks})"
@@ -330,17 +361,25 @@ class Ledger:
             ids |= {r[0] for r in self.db.execute(
                 f"SELECT id FROM jobs WHERE {base} AND ended_at < ?",
                 (stack, template, *done, now - retention.days * 86400))}
-        if not ids:
-            return []
+        return sorted(ids)
+
+    def drop(self, ids: Iterable[int], now: float) -> list[int]:
+        """Delete these records with their history in one transaction, keeping their
+        keys; one that is not finished (any more) stays. Returns the ids deleted."""
+        done = tuple(s.value for s in TERMINAL)
+        marks = ", ".join("?" * len(done))
+        gone: list[int] = []
         with self.store.tx() as db:
             for job_id in sorted(ids):
                 db.execute(
                     "INSERT OR IGNORE INTO job_pruned_keys SELECT key, id, fingerprint, "
-                    "json_extract(wire, '$.outcome'), ? FROM jobs WHERE id = ? AND "
-                    "key IS NOT NULL", (now, job_id))
-                db.execute(f"DELETE FROM jobs WHERE id = ? AND state IN ({marks})",
-                           (job_id, *done))
-        return sorted(ids)
+                    f"json_extract(wire, '$.outcome'), ? FROM jobs WHERE id = ? AND "
+                    f"key IS NOT NULL AND state IN ({marks})", (now, job_id, *done))
+                cur = db.execute(f"DELETE FROM jobs WHERE id = ? AND state IN ({marks})",
+                                 (job_id, *done))
+                if cur.rowcount == 1:
+                    gone.append(job_id)
+        return gone
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..model import StopSpec
+from ..model import RunAs, StopSpec
 
-__all__ = ["DEFAULT_KEEP", "JobTemplate", "Retention", "Schedule"]
+__all__ = ["DEFAULT_KEEP", "DEFAULT_MAX_PENDING", "JobTemplate", "Retention", "Schedule"]
 
 DEFAULT_KEEP = 100
+DEFAULT_MAX_PENDING = 1000
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,12 @@ class JobTemplate:
     cwd: str | None = None
     timeout: float | None = None          # seconds; None: no limit
     max_concurrent: int = 1
+    max_pending: int = DEFAULT_MAX_PENDING  # open records (admitted+starting+running) at most
     retention: Retention = field(default_factory=Retention)
     schedule: Schedule | None = None
     after: tuple[str, ...] = ()           # apps of the stack that must be ready first
     stop: StopSpec = field(default_factory=StopSpec)
+    run_as: RunAs = field(default_factory=RunAs)  # who it runs as (as apps: config_identity)
 
     @property
     def key(self) -> str:

@@ -34,6 +34,7 @@ from protocol.errors import (
 )
 
 from .. import instance as im
+from ..enforce import user_env
 from ..model import Config
 from ..steps import StepGate
 from ..supervisor import OwnerCalls, Supervisor
@@ -44,7 +45,7 @@ from .ledger import Admission, Ledger, Record, make_spec
 
 STEP_PREFIX = "job "   # the drain barrier names job steps "job <id> start|stop"
 
-__all__ = ["LAUNCH_TRIES", "Clock", "JobRunner", "SystemClock", "journal_app"]
+__all__ = ["LAUNCH_TRIES", "STEP_PREFIX", "Clock", "JobRunner", "SystemClock", "journal_app"]
 
 log = logging.getLogger("tenure.jobs")
 
@@ -145,14 +146,15 @@ class JobRunner:
                ) -> tuple[Record, bool]:
         """Admit a record for ``stack/name`` (committed before this returns). Raises
         NotFound (no such template in the applied config), Conflict (the key holds
-        another submission)."""
+        another submission), JobQueueFull (``max_pending`` records are open)."""
         stack, _, name = template_key.partition("/")
         template = self.config().job(stack, name)
         if template is None:
             raise NotFound(f"no job template {template_key!r} in the applied config",
                            {"template": template_key})
         rec, dup = self.ledger.admit(Admission(stack, name, make_spec(template, args),
-                                               key=key), self.clock.wall())
+                                               key=key, max_open=template.max_pending),
+                                     self.clock.wall())
         if not dup:
             self.track(rec)
             self.fault.at("admitted", rec.id, 0)
@@ -274,16 +276,20 @@ class JobRunner:
             self.wake()
 
     def launch_params(self, rec: Record) -> dict[str, Any]:
+        """The owner's launch parameters: what the record pinned at admission, run as
+        its identity (with that user's HOME, USER and LOGNAME, as an app)."""
         job = rec.job
-        env = {**self.sup.base_env, **rec.spec["env"], "TENURE_STACK": rec.stack,
-               "TENURE_JOB": rec.template, "TENURE_JOB_ID": str(rec.id),
-               "TENURE_JOB_ATTEMPT": str(job.attempt)}
+        identity = rec.spec.get("identity") or {}
+        env = {**user_env(self.sup.base_env, identity.get("user"), rec.spec["env"]),
+               "TENURE_STACK": rec.stack, "TENURE_JOB": rec.template,
+               "TENURE_JOB_ID": str(rec.id), "TENURE_JOB_ATTEMPT": str(job.attempt)}
         if rec.key is not None:
             env["TENURE_JOB_KEY"] = rec.key
         return {"launch_key": job.launch_key, "stack": rec.stack,
                 "app": journal_app(rec.template), "instance": rec.id,
                 "generation": job.attempt, "argv": rec.spec["argv"], "env": env,
-                "cwd": rec.spec["cwd"], "stop": rec.spec["stop"]}
+                "cwd": rec.spec["cwd"], "stop": rec.spec["stop"],
+                **({"identity": identity} if identity else {})}
 
     async def _launch(self, rec: Record) -> list[jm.Event]:
         """Ask the owner to launch ``rec``'s key, again with the same key while the answer
@@ -404,6 +410,11 @@ class JobRunner:
 
     def _notify(self) -> None:
         self._waiters.wake()
+
+    def spawn(self, coro: Any) -> None:
+        """Run ``coro`` as one of the runner's tasks (``aclose`` waits for it, then
+        cancels it)."""
+        self._spawn(coro)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

@@ -9,7 +9,9 @@ that the same record) and never skips it.
 A due time first seen more than :data:`LATE_AFTER` seconds after it passed was missed:
 no backend was up (or none could act) then. The template's ``catch_up`` decides: the
 run is admitted late, or a ``missed`` record says it did not happen. Both are records,
-so nothing is skipped silently. A template seen for the first time (or again after its
+so nothing is skipped silently. A due time that finds its template at ``max_pending``
+open records waits, with the mark, until one ends (past :data:`LATE_AFTER` it counts as
+missed like any other). A template seen for the first time (or again after its
 schedule was removed) starts counting from now; earlier due times are not runs it
 missed.
 """
@@ -20,6 +22,8 @@ import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
+
+from protocol.errors import JobQueueFull
 
 from .ledger import Admission, make_spec
 from .model import JobTemplate
@@ -56,6 +60,7 @@ class Scheduler:
 
     def __init__(self, runner: JobRunner) -> None:
         self.runner = runner
+        self.full: set[str] = set()   # templates whose last admission was refused (logged)
 
     def tick(self, now: float) -> None:
         ledger = self.runner.ledger
@@ -76,10 +81,18 @@ class Scheduler:
                 return
             late = now - due > LATE_AFTER
             missed = late and not sched.catch_up
-            rec, dup = self.runner.ledger.admit(Admission(
-                template.stack, template.name, make_spec(template), key=schedule_key(
-                    template, due), source="schedule", due_at=due, missed=missed, mark=due),
-                now)
+            try:
+                rec, dup = self.runner.ledger.admit(Admission(
+                    template.stack, template.name, make_spec(template),
+                    key=schedule_key(template, due), source="schedule", due_at=due,
+                    missed=missed, mark=due, max_open=template.max_pending), now)
+            except JobQueueFull as exc:
+                if template.key not in self.full:
+                    log.warning("job %s: %s; its due time %s waits (the mark stays)",
+                                template.key, exc, schedule_key(template, due))
+                self.full.add(template.key)
+                return
+            self.full.discard(template.key)
             if dup:
                 continue
             if missed:

@@ -1,6 +1,7 @@
 """Jobs under faults, with real processes: the backend SIGKILLed at each step of a job's
-life (TENURE_JOB_FAULT, backend/jobs/faults.py) and while a job runs, and a hot handoff
-while jobs run and wait. Every job writes one line to a file when its process starts,
+life (TENURE_JOB_FAULT, backend/jobs/faults.py) and while a job runs, the guardian
+SIGKILLed at each step, while a job runs and mid-handoff, and a hot handoff while jobs
+run and wait. Every job writes one line to a file when its process starts,
 so "started twice" is counted from what really ran: no job may start twice, none may be
 lost, and a start nobody can prove is ``recovery_required`` until resolved."""
 
@@ -225,3 +226,42 @@ def test_guardian_killed_mid_handoff_while_jobs_run_starts_each_exactly_once(clu
         for hg in (faulty, healthy):
             if hg is not None:
                 hg.stop()
+
+
+def guardian_pid(cluster: Cluster) -> int:
+    return int(cluster.cli("backend", "status", check=True).out["guardian"]["pid"])
+
+
+def test_guardian_sigkill_at_each_step_of_a_job_starts_each_once(cluster):
+    """The guardian SIGKILLed as a job is admitted, starts, is launched and exits
+    (TENURE_JOB_FAULT with target guardian: the backend kills it at that point and goes
+    on), each time with a new guardian started afterwards that adopts the living
+    backend; then the guardian and the backend both killed between ``starting`` and the
+    launch. Each job ran once, none is missing, the uncertain one waits for the
+    operator. (SIGKILL while a job runs: the test above.)"""
+    steps = {1: "admitted:1:0", 2: "starting:2:1", 3: "launched:3:1", 4: "exited:4:1"}
+    cluster.env["TENURE_JOB_FAULT"] = ",".join(
+        [f"{s}:guardian" for s in steps.values()] + ["starting:5:1:both"])
+    cluster.up(config(cluster.home, 0.3))
+    backend = cluster.backend_pid()
+    for job_id, step in steps.items():
+        guardian = guardian_pid(cluster)
+        res = cluster.call("job.run", {"template": "s/j", "key": f"g{job_id}"})
+        assert (res["job"]["id"], res["deduplicated"]) == (job_id, False), step
+        wait_dead(guardian)
+        rec = settled(cluster, job_id)
+        assert (rec["state"], rec["attempt"]) == ("succeeded", 1), (step, rec)
+        assert cluster.up().ok                          # a new guardian adopts it
+        assert cluster.backend_pid() == backend, step   # and starts no second backend
+    guardian = guardian_pid(cluster)
+    job_id = cluster.call("job.run", {"template": "s/j", "key": "g5"})["job"]["id"]
+    wait_dead(guardian)
+    wait_dead(backend)
+    assert cluster.up().ok
+    assert restored(cluster, backend) != backend
+    rec = settled(cluster, job_id)
+    assert rec["state"] == "recovery_required" and rec["evidence"]["live"] is None, rec
+    assert [j["id"] for j in cluster.call("job.list", {})["jobs"]] == [5, 4, 3, 2, 1]
+    assert starts(cluster.home) == dict.fromkeys(steps, 1)     # 5 never ran
+    keys = [record(cluster, i)["launch_key"] for i in range(1, 6)]
+    assert len(set(keys)) == 5 and all(k.endswith(":1") for k in keys)

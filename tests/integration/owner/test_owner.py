@@ -15,6 +15,7 @@ import pytest
 from owner.testing import GuardianKey, OwnerProcess, kill_pids
 from protocol.client import Client
 from protocol.errors import (
+    BadRequest,
     BadSignature,
     Conflict,
     LaunchFailed,
@@ -300,3 +301,42 @@ def test_peer_checks_are_kept_when_reconnecting_to_a_restarted_owner(owner):
     with pytest.raises(OwnerChanged):
         c.call("status")
     c.close()
+
+
+def test_logs_forget_deletes_finished_sources_only_with_the_epoch(live, owner):
+    """logs.forget: admin with the current epoch, refuses (changing nothing) a source
+    that still has a process, deletes every line of the others, and again finds none."""
+    done = live.launch(["sh", "-c", "echo one; echo two"])
+    running = live.launch(["sh", "-c", "echo up; exec sleep 30"])
+    for r in (done, running):
+        key = r["launch_key"]
+        live.wait_event(lambda e, k=key: e["kind"] == "launched" and e["launch_key"] == k)
+    live.wait_event(lambda e: e["kind"] == "exit" and e["launch_key"] == done["launch_key"])
+
+    def lines(instance: int) -> list[bytes]:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            recs = live.c.call("logs.read", {"app": "a", "instance": instance})["records"]
+            if recs:
+                return [x["data"] for x in recs]
+            time.sleep(0.05)
+        return []
+    assert lines(done["instance"]) == [b"one", b"two"]
+    assert lines(running["instance"]) == [b"up"]
+    src = {"stack": "s", "app": "a", "instance": done["instance"]}
+    live_src = {"stack": "s", "app": "a", "instance": running["instance"]}
+    with pytest.raises(StaleEpoch):
+        live.c.call("logs.forget", {"sources": [src]}, epoch=live.epoch + 1)
+    with pytest.raises(Conflict):
+        live.call("logs.forget", {"sources": [src, live_src]})
+    assert lines(done["instance"]) == [b"one", b"two"]          # nothing went
+    for bad in ([], [{"stack": "s", "app": "a"}], [{**src, "instance": -1}],
+                [{**src, "extra": 1}], [{**src, "app": "a/b"}]):
+        with pytest.raises(BadRequest):
+            live.call("logs.forget", {"sources": bad})
+    assert live.call("logs.forget", {"sources": [src, src]}) == {"sources": 1, "deleted": 2}
+    assert live.c.call("logs.read", {"app": "a", "instance": done["instance"]})[
+        "records"] == []
+    assert live.call("logs.forget", {"sources": [src]})["deleted"] == 0    # idempotent
+    assert lines(running["instance"]) == [b"up"]
+    live.call("stop", {"launch_key": running["launch_key"]})

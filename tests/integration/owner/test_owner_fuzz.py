@@ -24,6 +24,7 @@ VALID: dict[str, dict[str, Any]] = {
     "stack.set_intent": {"stack": "s", "intent": "stopped", "expected_revision": 0},
     "observations.ack": {"cursor": 0},
     "logs.read": {"after": 0, "limit": 10},
+    "logs.forget": {"sources": [{"stack": "s", "app": "a", "instance": 0}]},
     "observations.read": {"after": 0, "limit": 10},
     "inventory": {"stack": "s"},
     "inspect": {"launch_key": "f1"},

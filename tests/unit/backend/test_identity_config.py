@@ -164,3 +164,24 @@ def test_launch_fields_env_and_inspect_view() -> None:
         os.getgrouplist("nobody", NOBODY.pw_gid))
     plain = parse_config(HEAD, "t").stacks["demo"].apps["web"]
     assert launch_fields(plain) == {} and app_env({"HOME": "/h"}, plain) == {"HOME": "/h"}
+
+
+JOB = "stacks.demo.jobs.report"
+
+
+def test_a_job_template_gets_the_apps_checks_with_its_own_line() -> None:
+    text = HEAD + 'user = "nobody"\n' + f'[{JOB}]\ncommand = ["r"]\n'
+    e = _check(text + 'user = "tn-no-such-user"\n', SPLIT)
+    assert e is not None and (e.data["key"], e.data["line"]) == (f"{JOB}.user", 6)
+    assert "unknown user 'tn-no-such-user'" in e.msg
+    e = _check(text, SPLIT)                          # no user: it would run as root
+    assert e is not None and e.data["key"] == f"{JOB}.user" and "this job" in e.msg
+    e = _check(text + 'user = "nobody"\n', USER_SCOPE)
+    assert e is not None and "cannot start" in e.msg
+    assert _check(text + 'user = "nobody"\n', SPLIT) is None
+
+
+def test_a_jobs_user_is_refused_on_the_api_socket_like_an_apps() -> None:
+    from backend.enforce import app_uids
+    config = parse_config(f'[{JOB}]\ncommand = ["r"]\nuser = "nobody"\n', "t.toml")
+    assert app_uids(config) == frozenset({NOBODY.pw_uid})

@@ -136,3 +136,42 @@ def test_job_changes_of_a_plan() -> None:
     text = render.plan({"id": "plan-1", "fingerprint": "f" * 64, "changes": [],
                         "jobs": job_changes(old, new)})
     assert "no changes" not in text and "  add      job s/fresh" in text
+
+
+def test_identity_and_max_pending_parse_like_an_apps() -> None:
+    from backend.model import RunAs
+    job = parse_config(HEAD + 'user = "nobody"\ngroup = "nogroup"\n'
+                       'supplementary_groups = ["adm"]\numask = "0027"\nmax_pending = 5\n',
+                       "t.toml").job("s", "migrate")
+    assert job is not None
+    assert job.run_as == RunAs("nobody", "nogroup", ("adm",), 0o027)
+    assert job.max_pending == 5
+    default = parse_config(HEAD, "t.toml").job("s", "migrate")
+    assert default is not None and (default.run_as, default.max_pending) == (RunAs(), 1000)
+
+
+@pytest.mark.parametrize(("text", "key", "line"), [
+    ('user = "a:b"\n', f"{JOB}.user", 5),
+    ('group = "g"\n', f"{JOB}.group", 5),
+    ('user = "u"\numask = "999"\n', f"{JOB}.umask", 6),
+    ("max_pending = 0\n", f"{JOB}.max_pending", 5),
+    ("max_pending = 1_000_001\n", f"{JOB}.max_pending", 5),
+    ("limits = { nofile = 5 }\n", f"{JOB}.limits", 5),     # apps only
+])
+def test_bad_identity_and_max_pending_name_the_key_and_line(text: str, key: str, line: int
+                                                            ) -> None:
+    err = _invalid(HEAD + text)
+    assert (err.data["key"], err.data["line"]) == (key, line), err.msg
+
+
+def test_a_job_config_without_the_new_keys_keeps_its_revision() -> None:
+    """Revisions are in certificates and checkpoints: a config with jobs but without
+    user or max_pending keeps the revision it had before those keys existed."""
+    text = HEAD + "timeout = 5\nmax_concurrent = 2\n"
+    assert parse_config(text, "t.toml").revision == \
+        "e6d65eb424fadcffe351f186779f58bd60100fd09049e35bbd4f07f64d03a42f"
+    assert parse_config(text + "max_pending = 1000\n", "t.toml").revision == \
+        parse_config(text, "t.toml").revision                   # the default, spelled out
+    for extra in ('user = "nobody"\n', "max_pending = 10\n"):
+        assert parse_config(text + extra, "t.toml").revision != \
+            parse_config(text, "t.toml").revision, extra

@@ -185,3 +185,30 @@ def test_fingerprint_covers_command_arguments_env_and_cwd_only() -> None:
     for changed in ({"argv": ["migrate", "b"]}, {"env": {}}, {"cwd": "/x"}):
         assert fingerprint("s", "migrate", {**spec, **changed}) != base
     assert fingerprint("s", "other", spec) != base
+
+
+def test_admission_over_max_open_is_refused_and_changes_nothing(ledger: Ledger) -> None:
+    from protocol.errors import JobQueueFull
+    a, _ = ledger.admit(admission("a", max_open=2), 1.0)
+    b, _ = ledger.admit(admission("b", max_open=2), 1.0)
+    before = (ledger.counts(), [r.id for r in ledger.records()])
+    for key in ("c", None):
+        with pytest.raises(JobQueueFull) as err:
+            ledger.admit(admission(key, max_open=2), 2.0)
+        assert err.value.data == {"template": "s/migrate", "max_pending": 2, "open": 2}
+        assert "2 records open" in err.value.msg and "max_pending is 2" in err.value.msg
+    assert (ledger.counts(), [r.id for r in ledger.records()]) == before
+    again, dup = ledger.admit(admission("a", max_open=2), 3.0)   # a repeat is answered
+    assert (again.id, dup) == (a.id, True)
+    with pytest.raises(Conflict):                                # and checked, as ever
+        ledger.admit(admission("a", args=("x",), max_open=2), 3.0)
+    missed, _ = ledger.admit(admission("m", missed=True, max_open=2), 3.0)
+    assert missed.job.state is State.MISSED                      # never open: recorded
+    other = Admission("s", "other", make_spec(T), key="o", max_open=2)
+    assert ledger.admit(other, 3.0)[0].job.state is State.ADMITTED   # per template
+    for ev in (Start(ledger.launch_prefix), Launched(1, 1), Exited(0, None, 1)):
+        before_state = b.job.state
+        b.job.handle(ev, 4.0, 4.0)
+        ledger.save(b, b.job, ev, before_state, 4.0)
+    c, dup = ledger.admit(admission("c", max_open=2), 5.0)      # room again
+    assert not dup and c.job.state is State.ADMITTED

@@ -27,7 +27,9 @@ CONFIG = (f'[stacks.s.apps.db]\ncommand = ["{PY}"]\n'
           '[stacks.s.jobs.migrate]\ncommand = ["migrate"]\nenv = { A = "1" }\n'
           'timeout = 30\n'
           '[stacks.s.jobs.pair]\ncommand = ["pair"]\nmax_concurrent = 2\n'
-          '[stacks.s.jobs.after]\ncommand = ["after"]\nafter = ["db"]\n')
+          '[stacks.s.jobs.after]\ncommand = ["after"]\nafter = ["db"]\n'
+          '[stacks.s.jobs.asnobody]\ncommand = ["id"]\nuser = "nobody"\numask = "0027"\n'
+          'env = { USER = "mine" }\n')
 
 
 class FakeClock:
@@ -410,4 +412,30 @@ def test_an_exit_that_was_not_observed_is_found_by_the_audit(tmp_path):
         assert (first.job.state, first.job.exit_code) == (jm.State.FAILED, 4)
         assert second.job.state is jm.State.RUNNING
         assert not [m for m, _, _ in owner.calls[calls:] if m == "launch"]
+    run(tmp_path, body)
+
+
+def test_a_template_with_a_user_is_launched_as_that_user(tmp_path):
+    """The identity is pinned in the record at admission and reaches the owner's launch
+    as an app's does, with the user's HOME and LOGNAME (the template's env wins)."""
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        rec, _ = gen.api.jobs.submit("s/asnobody", "k", [])
+        assert rec.to_wire()["identity"] == {"user": "nobody", "umask": 0o027}
+        await started(gen, rec)
+        (p,) = job_launches(owner)
+        assert p["identity"] == {"user": "nobody", "umask": 0o027}
+        assert (p["env"]["HOME"], p["env"]["LOGNAME"], p["env"]["USER"]) == \
+            (nobody.pw_dir, "nobody", "mine")
+        plain, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, plain)
+        assert "identity" not in job_launches(owner)[1]
+        assert plain.to_wire()["identity"] == {}
+        # the same key once the template's user changed is another submission
+        from backend.config import parse_config
+        gen.config = parse_config(CONFIG.replace('user = "nobody"', 'user = "root"'), "u")
+        with pytest.raises(Conflict):
+            gen.api.jobs.submit("s/asnobody", "k", [])
     run(tmp_path, body)
