@@ -16,7 +16,7 @@ from protocol.errors import (
     StackFenced,
     StalePlan,
 )
-from protocol.schema import Field, Schema, check_int, check_key, check_name
+from protocol.schema import Field, Schema, check_int, check_name
 from protocol.server import Call, Method
 
 from . import instance as im
@@ -29,10 +29,21 @@ from .jobs.ledger import Ledger
 from .jobs.retention import Pruner
 from .jobs.runner import JobRunner
 from .jobs.schedule import Scheduler
+from .logsel import MAX_SOURCES, after_time, coarsen, read_sources
 from .model import Config, canonical_digest
 from .operations import OperationRunner
 from .plan import live_revision, new_plan
 from .steps import StepGate
+from .targets import (
+    Source,
+    check_target,
+    check_targets,
+    exact_source,
+    is_glob,
+    select,
+    select_all,
+    sources,
+)
 from .usage import Usage
 
 if TYPE_CHECKING:
@@ -40,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Api"]
 
-S_TARGET = Schema(Field("target", str, check=check_key(300)),
+S_TARGET = Schema(Field("target", str, check=check_target),
                   Field("timeout", float, required=False, default=120.0,
                         check=check_int(0, 86400)))
 S_LOGS = Schema(Field("after", int, required=False, default=0, check=check_int(0, 2**62)),
@@ -48,7 +59,10 @@ S_LOGS = Schema(Field("after", int, required=False, default=0, check=check_int(0
                 Field("max_bytes", int, required=False, check=check_int(1024, 3 << 20)),
                 Field("tail", int, required=False, check=check_int(0, 2**62)),
                 Field("stack", str, required=False), Field("app", str, required=False),
-                Field("instance", int, required=False), Field("stream", str, required=False))
+                Field("instance", int, required=False), Field("stream", str, required=False),
+                Field("targets", list, required=False, check=check_targets),
+                Field("since_time", float, required=False, check=check_int(0, 2**40)))
+S_STATUS = Schema(Field("targets", list, required=False, check=check_targets))
 S_PLAN = Schema(Field("config_text", str), Field("source", str))
 S_APPLY = Schema(Field("plan", str), Field("request_id", str, required=False))
 S_OP = Schema(Field("id", str))
@@ -100,7 +114,7 @@ class Api:
             "generation.checkpoint": ctl(self.gen_checkpoint, S_CHECKPOINT),
             "generation.retire": ctl(self.gen_retire),
             "generation.certify": ctl(self.gen_certify),
-            "status": Method(self.status, role="viewer"),
+            "status": Method(self.status, S_STATUS, role="viewer"),
             "start": Method(self.start, S_TARGET),
             "stop": Method(self.stop, S_TARGET),
             "restart": Method(self.restart, S_TARGET),
@@ -185,7 +199,10 @@ class Api:
         t = time.monotonic()
         dropped = self.gen.log_dropped
         link = self.gen.link.to_wire(time.time())
-        rows = [self._row(k, i, t, dropped) for k, i in sorted(self.sup.instances.items())]
+        wanted = call.params.get("targets")
+        keys = sorted(self.sup.instances) if not wanted else \
+            select_all(self.sup.instances, wanted)
+        rows = [self._row(k, self.sup.instances[k], t, dropped) for k in keys]
         if not link["current"]:
             rows = [_unknown(r, link["age"]) for r in rows]
         self._procs.forget_except({(i.pid, i.start_ticks) for i in self.sup.instances.values()
@@ -221,17 +238,16 @@ class Api:
     def _targets(self, target: str, create: bool = True) -> list[str]:
         """Instance keys for ``stack``, ``stack/app`` or ``stack/app/N``; with ``create``
         configured instances not yet known are created (stopped). NotFound if none."""
-        parts = target.split("/")
-        keys = [k for k in sorted(self.sup.instances)
-                if k.split("/")[:len(parts)] == parts]
+        keys = select(self.sup.instances, target)
         if not keys and create:
             config_keys = self.sup.keys_of(self.gen.config)
-            keys = [k for k in sorted(config_keys) if k.split("/")[:len(parts)] == parts]
+            keys = select(config_keys, target)
             for k in keys:
                 app, index = config_keys[k]
                 self.sup.ensure(app, index, False)
         if not keys:
-            raise NotFound(f"no stack, app or instance {target!r}", {"target": target})
+            raise NotFound(f"no stack, app or instance matches {target!r}",
+                           {"targets": [target]})
         return keys
 
     async def _wait_settled(self, keys: list[str], states: tuple[im.State, ...],
@@ -325,13 +341,53 @@ class Api:
         CapabilityMissing for ``tail`` or ``max_bytes`` when the owner predates pages:
         it would ignore them and answer something else than asked."""
         p = {k: v for k, v in call.params.items() if v is not None}
+        targets = p.pop("targets", None)
+        since_time = p.pop("since_time", None)
         owner = self._owner()
         if ("tail" in p or "max_bytes" in p) and \
                 (await owner.connect()).capabilities.get("logPages") != 1:
             raise CapabilityMissing("the owner predates paged logs (logPages@1); it gets "
                                     "them when it is next restarted with this release",
                                     {"missing": {"logPages": 1}})
-        return await owner.call("logs.read", p)
+        def read(q: dict[str, Any]) -> Any:
+            return owner.call("logs.read", q)
+        if since_time is not None:
+            p["after"] = max(p.get("after", 0), await after_time(read, since_time))
+        if not targets:
+            return await read(p)
+        return await read_sources(read, await self._log_sources(targets), p)
+
+    async def _log_sources(self, targets: list[str]) -> list[Source]:
+        """The journal sources ``targets`` name: instances known or configured, or, for a
+        target without globs, lines left in the journal by an app no longer configured.
+        Raises NotFound naming the targets that name nothing."""
+        keys = {*self.sup.instances, *self.sup.keys_of(self.gen.config)}
+        found: list[Source] = []
+        missing = []
+        for t in targets:
+            named = sources(keys, t)
+            if not named and not is_glob(t) and await self._journal_has(exact_source(t)):
+                named = [exact_source(t)]
+            if not named:
+                missing.append(t)
+            found += named
+        if missing:
+            names = ", ".join(repr(t) for t in missing)
+            raise NotFound(f"no stack, app or instance matches {names}, and the journal "
+                           "has no lines of it", {"targets": missing})
+        chosen = coarsen(found, keys)
+        if len(chosen) > MAX_SOURCES:
+            raise BadRequest(f"the targets name {len(chosen)} separate apps or instances "
+                             f"(at most {MAX_SOURCES} at once); name whole stacks or apps",
+                             {"sources": len(chosen)})
+        return chosen
+
+    async def _journal_has(self, source: Source) -> bool:
+        stack, app, instance = source
+        flt = {k: v for k, v in (("stack", stack), ("app", app), ("instance", instance))
+               if v is not None}
+        page = await self._owner().call("logs.read", {**flt, "tail": 1, "limit": 1})
+        return bool(page["records"])
 
     # -- plans and operations ---------------------------------------------------------
 

@@ -88,6 +88,17 @@ class Cluster:
                                  f"{proc.stdout}\n{proc.stderr}")
         return res
 
+    def cli_text(self, *args: str, timeout: float = 60.0) -> str:
+        """Run ``tenure --home H ARGS`` (human output); its stdout. Fails unless exit 0."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "backend.cli.main", "--home", str(self.home), *args],
+            capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env})
+        if proc.returncode != 0:
+            raise AssertionError(f"tenure {' '.join(args)} exited {proc.returncode}: "
+                                 f"{proc.stdout}\n{proc.stderr}")
+        return proc.stdout
+
     def write_config(self, text: str, name: str = "tenure.toml") -> Path:
         self.config_path = self.home / name
         self.config_path.write_text(text)

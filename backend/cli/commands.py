@@ -152,7 +152,8 @@ def cmd_down(args: Any) -> int:
 
 def cmd_status(args: Any) -> int:
     try:
-        st = _call(args, "status", timeout=10.0)
+        st = _call(args, "status", {"targets": args.targets} if args.targets else None,
+                   timeout=10.0)
     except BackendUnavailable as exc:
         diag = exc.data.get("diagnostics")
         _out(args, {"ok": False, "backend": None, "diagnostics": diag},

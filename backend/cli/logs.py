@@ -19,7 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["follow_logs", "neutralise"]
+__all__ = ["follow_logs", "neutralise", "since"]
 
 STREAM_MARK = {"stdout": "", "stderr": " (stderr)"}
 PAGE_RECORDS = 10_000
@@ -34,28 +34,46 @@ def neutralise(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-def _filters(target: str | None) -> dict[str, Any]:
-    """``stack``, ``stack/app`` or ``stack/app/N`` → journal filters. Raises BadRequest."""
-    if not target:
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def since(text: str | None, now: float) -> dict[str, Any]:
+    """``--since`` → the API's ``after`` (a record id) or ``since_time`` (wall clock).
+    Accepts ``42`` (an id), ``90s``/``10m``/``2h``/``1d`` (that long ago), ``14:05`` or
+    ``14:05:30`` (today, local time) and ISO dates (``2026-12-01T14:05``, local unless
+    it names a zone). Raises BadRequest."""
+    if text is None:
         return {}
-    parts = target.split("/")
-    if len(parts) > 3 or not all(parts):
-        raise BadRequest(f"{target!r} is not STACK, STACK/APP or STACK/APP/N")
-    out: dict[str, Any] = {"stack": parts[0]}
-    if len(parts) > 1:
-        out["app"] = parts[1]
-    if len(parts) > 2:
-        if not parts[2].isdigit():
-            raise BadRequest(f"instance {parts[2]!r} in {target!r} is not a number")
-        out["instance"] = int(parts[2])
-    return out
+    t = text.strip()
+    if t.isdigit():
+        return {"after": int(t)}
+    if len(t) > 1 and t[-1] in _UNITS:
+        try:
+            amount = float(t[:-1])
+        except ValueError:
+            amount = -1.0
+        if amount >= 0:
+            return {"since_time": max(now - amount * _UNITS[t[-1]], 0.0)}
+    import datetime as dt
+    try:
+        if ":" in t and "-" not in t:
+            clock = dt.time.fromisoformat(t)
+            when = dt.datetime.combine(dt.date.fromtimestamp(now), clock)
+        else:
+            when = dt.datetime.fromisoformat(t)
+    except ValueError:
+        raise BadRequest(f"--since {text!r}: give a record id (42), a duration (90s, 10m, "
+                         "2h, 1d) or a local time (14:05, 2026-12-01T14:05)") from None
+    return {"since_time": max(when.timestamp(), 0.0)}
 
 
-def _print(args: Any, recs: list[dict[str, Any]], tty: bool) -> None:
+def _print(args: Any, recs: list[dict[str, Any]], tty: bool, grep: Any) -> None:
     import json
     out = sys.stdout
     for r in recs:
         data = r["data"].decode(errors="replace")
+        if grep is not None and not grep.search(data):
+            continue
         if args.json:
             out.write(json.dumps({**r, "data": data}) + "\n")
         else:
@@ -70,19 +88,32 @@ def follow_logs(args: Any, call: Callable[..., Any]) -> int:
     """Print the last ``args.n`` records (or those after ``args.since``), then, with
     ``args.follow``, every new one. Without it, stops at the journal's end as it was
     when the command started. Raises what ``call`` raises."""
-    flt = {**_filters(args.target), **({"stream": args.stream} if args.stream else {})}
+    flt: dict[str, Any] = {"stream": args.stream} if args.stream else {}
+    if args.targets:
+        flt["targets"] = args.targets
     tty = not args.json and sys.stdout.isatty()
-    start = {"after": args.since} if args.since is not None else {"tail": max(args.n, 0)}
+    grep = _pattern(args.grep)
+    start = since(args.since, time.time()) or {"tail": max(args.n, 0)}
     page = call(args, "logs", {**flt, **start, "limit": PAGE_RECORDS})
     end = page["last_id"]
     while True:
         recs = page["records"]
         if not args.follow and recs and recs[-1]["id"] > end:
-            _print(args, [r for r in recs if r["id"] <= end], tty)
+            _print(args, [r for r in recs if r["id"] <= end], tty, grep)
             return 0
-        _print(args, recs, tty)
+        _print(args, recs, tty, grep)
         if not page["more"]:
             if not args.follow:
                 return 0
             time.sleep(FOLLOW_POLL_S)
         page = call(args, "logs", {**flt, "after": page["next"], "limit": PAGE_RECORDS})
+
+
+def _pattern(text: str | None) -> Any:
+    if text is None:
+        return None
+    import re
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise BadRequest(f"--grep {text!r} is not a regular expression: {exc}") from None

@@ -53,18 +53,25 @@ def _parser() -> Any:
     p.add_argument("--foreground", action="store_true")
     p.add_argument("--timeout", type=float, default=120.0)
     add("down", "stop applications, backend, guardian and owner")
-    add("status", "applications and their state")
+    p = add("status", "applications and their state (all, or the TARGETs)")
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="STACK, STACK/APP or STACK/APP/N; each part may be a glob ('web/*')")
     for verb in ("start", "stop", "restart"):
         p = add(verb, f"{verb} a stack, an app (stack/app) or one instance (stack/app/N)")
         p.add_argument("target")
         p.add_argument("--timeout", type=float, default=120.0)
     p = add("inspect", "details of a stack, app or instance")
     p.add_argument("target")
-    p = add("logs", "application output from the journal")
-    p.add_argument("target", nargs="?")
+    p = add("logs", "application output from the journal (all apps, or the TARGETs)")
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="STACK, STACK/APP or STACK/APP/N; each part may be a glob ('web/*')")
     p.add_argument("-n", type=int, default=50, help="last N lines (default 50)")
     p.add_argument("-f", "--follow", action="store_true")
-    p.add_argument("--since", type=int, default=None, help="records after this id")
+    p.add_argument("--since", default=None, metavar="WHEN",
+                   help="lines since WHEN: a duration ago (90s, 10m, 2h, 1d), a local time "
+                        "(14:05, 2026-12-01T14:05:00) or a record id (42)")
+    p.add_argument("--grep", default=None, metavar="REGEX",
+                   help="print only lines matching REGEX (-n counts lines before it)")
     p.add_argument("--stream", choices=["stdout", "stderr"])
     p = add("plan", "preview the changes a config would make")
     p.add_argument("--config", type=Path, required=True)
@@ -137,7 +144,7 @@ def _fast_status(argv: list[str]) -> Any:
     if "status" not in argv:
         return None
     import types
-    return types.SimpleNamespace(cmd="status", json=as_json,
+    return types.SimpleNamespace(cmd="status", json=as_json, targets=[],
                                  home=Path(home) if home is not None else None)
 
 

@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
-from backend.cli.logs import follow_logs, neutralise
+from backend.cli.logs import follow_logs, neutralise, since
+from backend.targets import exact_source
 from owner.journal import Journal, LogSource
 from owner.service import LOGS_PAGE_BYTES, _record
+from protocol.errors import BadRequest
 
 WEB = LogSource("shop", "web", 0, 1)
 DB = LogSource("shop", "db", 0, 1)
@@ -34,6 +36,8 @@ class Owner:
         self.calls.append(dict(params))
         self.printed_at_call.append(self.out.getvalue().count("\n"))
         p = dict(params)
+        for target in p.pop("targets", []):   # the backend's part: one exact target here
+            p.update(zip(("stack", "app", "instance"), exact_source(target), strict=False))
         page = self.journal.read_page(p.pop("after", 0), p.pop("limit"),
                                       max_bytes=LOGS_PAGE_BYTES, tail=p.pop("tail", None),
                                       **p)
@@ -49,8 +53,8 @@ class Tty(io.StringIO):
 
 
 def args(**kw: Any) -> Any:
-    base = {"target": None, "stream": None, "since": None, "n": 50, "follow": False,
-            "json": False}
+    base = {"targets": [], "stream": None, "since": None, "n": 50, "follow": False,
+            "json": False, "grep": None}
     return types.SimpleNamespace(**{**base, **kw})
 
 
@@ -76,12 +80,12 @@ def test_n_of_long_lines_is_printed_page_by_page(journal, monkeypatch):
         journal.append(DB, "stdout", [(b"db", 0)])
     assert journal.flush(timeout=30)
     out = io.StringIO()
-    owner = run(journal, out, monkeypatch, target="shop/web", n=25_000)
+    owner = run(journal, out, monkeypatch, targets=["shop/web"], n=25_000)
     lines = out.getvalue().splitlines()
     assert len(lines) == 25_000
     assert lines[0].startswith("shop/web/0: 05000 ") and lines[-1].startswith(
         "shop/web/0: 29999 ")
-    assert owner.calls[0] == {"stack": "shop", "app": "web", "tail": 25_000, "limit": 10_000}
+    assert owner.calls[0] == {"targets": ["shop/web"], "tail": 25_000, "limit": 10_000}
     assert len(owner.calls) >= 8  # ~8 MiB of answer in pages of at most 1 MiB
     assert all("tail" not in c and c["after"] > 0 for c in owner.calls[1:])
     assert 0 < owner.printed_at_call[-1] < 25_000  # printed before the last page came
@@ -99,7 +103,7 @@ def test_without_follow_the_read_stops_at_the_end_it_started_with(journal, monke
         assert journal.flush(timeout=30)
 
     owner.after_first = more_output
-    assert follow_logs(args(since=0), owner) == 0
+    assert follow_logs(args(since="0"), owner) == 0
     lines = out.getvalue().splitlines()
     assert len(lines) == 20_000 and not any(line.endswith("new") for line in lines)
 
@@ -125,3 +129,45 @@ def test_escape_sequences_are_neutralised_on_a_terminal_only(journal, monkeypatc
 def test_neutralise_keeps_text_and_tabs():
     assert neutralise("héllo\twörld ✓") == "héllo\twörld ✓"
     assert neutralise("\x00\n\x1f") == "\\x00\\x0a\\x1f"
+
+
+NOW = 1_800_000_000.0
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("42", {"after": 42}),
+    ("0", {"after": 0}),
+    ("90s", {"since_time": NOW - 90}),
+    ("10m", {"since_time": NOW - 600}),
+    ("1.5h", {"since_time": NOW - 5400}),
+    ("2d", {"since_time": NOW - 172800}),
+    ("2026-12-01T14:05:00+00:00", {"since_time": 1796133900.0}),
+])
+def test_since_accepts_ids_durations_and_times(text: str, want: dict[str, Any]) -> None:
+    assert since(text, NOW) == want
+
+
+def test_since_a_clock_time_is_today_local() -> None:
+    import datetime as dt
+    got = since("14:05", NOW)["since_time"]
+    when = dt.datetime.fromtimestamp(got)
+    assert (when.hour, when.minute, when.date()) == (14, 5, dt.date.fromtimestamp(NOW))
+
+
+@pytest.mark.parametrize("bad", ["yesterday", "10x", "-5m", "m", "25:00", "2026-13-01"])
+def test_since_refuses_what_it_cannot_read(bad: str) -> None:
+    with pytest.raises(BadRequest, match="--since"):
+        since(bad, NOW)
+
+
+def test_grep_prints_only_matching_lines(journal: Journal,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    journal.append(WEB, "stdout", [(b"GET /a 200", 0), (b"GET /b 500", 0),
+                                   (b"POST /c 500", 0)])
+    assert journal.flush(10)
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    assert follow_logs(args(grep=r" 5\d\d$"), Owner(journal, out)) == 0
+    assert out.getvalue().splitlines() == ["shop/web/0: GET /b 500", "shop/web/0: POST /c 500"]
+    with pytest.raises(BadRequest, match="--grep"):
+        follow_logs(args(grep="("), Owner(journal, out))

@@ -1,0 +1,108 @@
+"""Targets: which instances a command names.
+
+A target is ``STACK``, ``STACK/APP`` or ``STACK/APP/N``, and each part may be a
+shell-style glob (``*``, ``?``, ``[...]``): ``web``, ``web/api``, ``web/api/2``,
+``'web/*'``, ``'*/worker'``, ``'web/api/[01]'``. A target names every instance key
+(``stack/app/index``) whose first parts match it part by part, so ``web/a*`` names all
+instances of every app of ``web`` that begins with ``a``; a target with a glob never
+matches across a ``/``.
+
+A target that names nothing is an error (``NOT_FOUND``) on every command: a typo must
+not look like an empty stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
+
+from protocol.errors import BadRequest, NotFound
+
+__all__ = ["MAX_TARGETS", "Source", "check_target", "check_targets", "exact_source",
+           "is_glob", "select", "select_all", "sources"]
+
+MAX_TARGETS = 64
+_GLOB = frozenset("*?[")
+
+# A log source as the owner's journal filters it: (stack, app or None, instance or None)
+Source = tuple[str, str | None, int | None]
+
+
+def is_glob(target: str) -> bool:
+    return any(c in _GLOB for c in target)
+
+
+def check_target(v: str) -> str | None:
+    """Schema check: 1 to 3 non-empty parts; a part without a glob that is the instance
+    must be a number."""
+    if not v or len(v) > 300 or not v.isprintable() or any(c.isspace() for c in v):
+        return "must be 1 to 300 printable characters without spaces"
+    parts = v.split("/")
+    if not 1 <= len(parts) <= 3 or not all(parts):
+        return "must be STACK, STACK/APP or STACK/APP/N (each part may be a glob)"
+    if len(parts) == 3 and not is_glob(parts[2]) and not parts[2].isdigit():
+        return f"instance {parts[2]!r} is not a number"
+    return None
+
+
+def check_targets(v: list[object]) -> str | None:
+    if len(v) > MAX_TARGETS:
+        return f"at most {MAX_TARGETS} targets"
+    for t in v:
+        if not isinstance(t, str):
+            return "each target must be a string"
+        if (why := check_target(t)) is not None:
+            return f"{t!r}: {why}"
+    return None
+
+
+def _matches(key: str, parts: list[str]) -> bool:
+    have = key.split("/")
+    return len(have) >= len(parts) and all(
+        fnmatchcase(h, p) for h, p in zip(have, parts, strict=False))
+
+
+def select(keys: Iterable[str], target: str) -> list[str]:
+    """The keys ``target`` names, sorted (empty when none). Raises BadRequest for a
+    malformed target."""
+    if (why := check_target(target)) is not None:
+        raise BadRequest(f"target {target!r}: {why}", {"target": target})
+    parts = target.split("/")
+    return sorted(k for k in set(keys) if _matches(k, parts))
+
+
+def select_all(keys: Iterable[str], targets: list[str]) -> list[str]:
+    """The keys any of ``targets`` names, sorted. Raises NotFound naming every target
+    that names nothing, BadRequest for a malformed one."""
+    known = set(keys)
+    out: set[str] = set()
+    missing = []
+    for t in targets:
+        found = select(known, t)
+        if not found:
+            missing.append(t)
+        out.update(found)
+    if missing:
+        names = ", ".join(repr(t) for t in missing)
+        raise NotFound(f"no stack, app or instance matches {names}", {"targets": missing})
+    return sorted(out)
+
+
+def sources(keys: Iterable[str], target: str) -> list[Source]:
+    """The journal sources ``target`` names among instance ``keys``, as coarse as the
+    target: ``web`` is one source (the whole stack), ``web/a*`` one per app, and
+    ``web/api/*`` one per instance."""
+    depth = len(target.split("/"))
+    out: set[Source] = set()
+    for key in select(keys, target):
+        stack, app, index = key.split("/")
+        out.add((stack, app if depth > 1 else None, int(index) if depth > 2 else None))
+    return sorted(out, key=lambda s: (s[0], s[1] or "", -1 if s[2] is None else s[2]))
+
+
+def exact_source(target: str) -> Source:
+    """The one source a target without globs names (it may be known only to the
+    journal: an app removed from the config keeps its lines)."""
+    parts = target.split("/")
+    return (parts[0], parts[1] if len(parts) > 1 else None,
+            int(parts[2]) if len(parts) > 2 else None)

@@ -1,0 +1,82 @@
+"""Targets on every command of a real tenure: filters and globs, interleaved logs of
+several targets, --since and --grep, and NOT_FOUND (exit 1) for a target naming nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+CONFIG = """
+[stacks.web.apps.api]
+command = ["sh", "-c", "echo api $TENURE_INSTANCE up; exec sleep 1000"]
+instances = 2
+[stacks.web.apps.worker]
+command = ["sh", "-c", "echo worker up; exec sleep 1000"]
+[stacks.blog.apps.web]
+command = ["sh", "-c", "echo blog up; exec sleep 1000"]
+"""
+
+
+def keys(res: Any) -> list[str]:
+    return [a["key"] for a in res.out["apps"]]
+
+
+def not_found(res: Any) -> list[str]:
+    assert res.code == 1, res
+    assert res.out["error"]["code"] == "NOT_FOUND", res.out
+    return list(res.out["error"]["data"]["targets"])
+
+
+@pytest.fixture
+def web(cluster: Any) -> Any:
+    cluster.up(CONFIG)
+    cluster.wait_ready(4)
+    cluster.wait(lambda: len(cluster.call("logs", {"limit": 100})["records"]) >= 4, 10,
+                 "each app's first line")
+    return cluster
+
+
+def test_status_filters_every_command_refuses_nothing_and_globs_restart(web: Any) -> None:
+    assert keys(web.cli("status", "web/api")) == ["web/api/0", "web/api/1"]
+    assert keys(web.cli("status", "web/*/1", "blog")) == ["blog/web/0", "web/api/1"]
+    assert keys(web.cli("status", "*/w*")) == ["blog/web/0", "web/worker/0"]
+    assert len(keys(web.cli("status"))) == 4
+    assert not_found(web.cli("status", "web/api", "nosuch", "web/x*")) == ["nosuch", "web/x*"]
+    table = web.cli_text("status", "blog").splitlines()
+    assert [ln.split()[0] for ln in table if ln.startswith(("APP", "blog", "web"))] == \
+        ["APP", "blog/web/0"]
+
+    # every command refuses a target naming nothing, and changes nothing
+    for verb in ("start", "stop", "restart", "inspect", "logs"):
+        assert not_found(web.cli(verb, "web/nosuch")) == ["web/nosuch"], verb
+    assert len(keys(web.cli("status"))) == 4   # nothing changed
+    assert all(a["ready"] for a in web.cli("status").out["apps"])
+    # a glob restarts only what it names
+    before = {a["key"]: a["pid"] for a in web.cli("status").out["apps"]}
+    res = web.cli("restart", "web/w*")
+    assert res.code == 0, res
+    assert list(res.out["instances"]) == ["web/worker/0"]
+    after = {a["key"]: a["pid"] for a in web.cli("status").out["apps"]}
+    assert after["web/worker/0"] != before["web/worker/0"]
+    assert {k: v for k, v in after.items() if k != "web/worker/0"} == \
+        {k: v for k, v in before.items() if k != "web/worker/0"}
+    got = web.cli("inspect", "web/api/*")
+    assert [i["key"] for i in got.out["instances"]] == ["web/api/0", "web/api/1"]
+
+
+def test_logs_of_several_targets_interleave_in_order_since_and_grep(web: Any) -> None:
+    got = web.call("logs", {"targets": ["web/api", "blog"], "tail": 50, "limit": 100})
+    data = sorted(r["data"].decode().strip() for r in got["records"])
+    assert data == ["api 0 up", "api 1 up", "blog up"]
+    ids = [r["id"] for r in got["records"]]
+    assert ids == sorted(ids)
+    since = web.call("logs", {"targets": ["web"], "limit": 100, "since_time": 0})
+    assert len(since["records"]) == 3
+    # the human output, --since and --grep
+    out = web.cli_text("logs", "web/api", "blog", "--since", "1h")
+    assert sorted(out.splitlines()) == ["blog/web/0: blog up", "web/api/0: api 0 up",
+                                        "web/api/1: api 1 up"]
+    assert web.cli_text("logs", "--grep", "^api 1", "web").splitlines() == \
+        ["web/api/1: api 1 up"]
+    assert web.cli_text("logs", "web", "--since", "2099-01-01T00:00") == ""

@@ -1,0 +1,119 @@
+"""Merged reads of several journal sources: every record once, in id order, none lost,
+against a real journal written while it is read."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.logsel import after_time, coarsen, merge, read_sources
+from owner.journal import Journal, LogSource
+
+SOURCES = [LogSource("web", "api", 0, 1), LogSource("web", "api", 1, 1),
+           LogSource("web", "worker", 0, 1), LogSource("blog", "web", 0, 1)]
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    j = Journal(tmp_path / "journal.db")
+    yield j
+    j.close()
+
+
+def reader(j: Journal, calls: list[dict[str, Any]] | None = None) -> Any:
+    """The owner's logs.read over a real journal, as the backend sees it."""
+    async def read(q: dict[str, Any]) -> dict[str, Any]:
+        if calls is not None:
+            calls.append(q)
+        page = j.read_page(q.get("after", 0), q["limit"], max_bytes=q.get("max_bytes"),
+                           tail=q.get("tail"), stack=q.get("stack"), app=q.get("app"),
+                           instance=q.get("instance"), stream=q.get("stream"))
+        return {"records": [{"id": r.id, "ts": r.ts, "stack": r.stack, "app": r.app,
+                             "instance": r.instance, "data": r.data} for r in page.records],
+                "next": page.next, "more": page.more, "last_id": page.last_id}
+    return read
+
+
+def write(j: Journal, n: int, rng: random.Random) -> None:
+    for i in range(n):
+        j.append(rng.choice(SOURCES), "stdout", [(b"line %d" % i, 0)])
+    assert j.flush(10)
+
+
+def test_following_two_sources_page_by_page_sees_each_record_once(journal: Journal) -> None:
+    rng = random.Random(7)
+    write(journal, 300, rng)
+    chosen = [("web", "api", None), ("blog", None, None)]
+    got: list[int] = []
+    after = 0
+    for _ in range(200):     # pages of 25 while more lines keep arriving
+        page = asyncio.run(read_sources(reader(journal), chosen, {"after": after,
+                                                                  "limit": 25}))
+        got += [r["id"] for r in page["records"]]
+        assert page["next"] >= after
+        after = page["next"]
+        if len(got) < 400 and rng.random() < 0.5:
+            write(journal, 10, rng)
+        if not page["more"] and after >= journal.last_id():
+            break
+    everything = asyncio.run(reader(journal)({"after": 0, "limit": 10_000}))["records"]
+    want = [r["id"] for r in everything
+            if (r["stack"], r["app"]) == ("web", "api") or r["stack"] == "blog"]
+    assert got == want and len(set(got)) == len(got)
+
+
+def test_a_tail_is_the_last_n_of_the_union(journal: Journal) -> None:
+    write(journal, 200, random.Random(3))
+    page = asyncio.run(read_sources(reader(journal), [("web", "worker", None),
+                                                      ("blog", None, None)],
+                                    {"tail": 7, "limit": 10_000}))
+    everything = asyncio.run(reader(journal)({"after": 0, "limit": 10_000}))["records"]
+    want = [r["id"] for r in everything if r["app"] == "worker" or r["stack"] == "blog"]
+    assert [r["id"] for r in page["records"]] == want[-7:]
+    assert page["last_id"] == page["next"] == journal.last_id()
+
+
+def test_one_source_is_passed_through_and_overlapping_ones_are_merged_once() -> None:
+    rec = [{"id": i, "ts": 0.0} for i in (1, 2, 5)]
+    a = {"records": rec, "next": 5, "more": False, "last_id": 9}
+    b = {"records": [*rec[1:], {"id": 7, "ts": 0.0}], "next": 7, "more": True,
+         "last_id": 9}
+    out = merge([a, b], None)
+    assert [r["id"] for r in out["records"]] == [1, 2, 5, 7]
+    assert (out["next"], out["more"], out["last_id"]) == (7, True, 7)
+
+
+def test_coarsen_names_whole_apps_and_stacks_when_every_part_is_named() -> None:
+    keys = ["web/api/0", "web/api/1", "web/worker/0", "blog/web/0"]
+    assert coarsen([("web", "api", 0), ("web", "api", 1)], keys) == [("web", "api", None)]
+    assert coarsen([("web", "api", None), ("web", "worker", None)], keys) == \
+        [("web", None, None)]
+    assert coarsen([("web", "api", 0), ("web", None, None)], keys) == [("web", None, None)]
+    assert coarsen([("web", "api", 0), ("blog", "web", None)], keys) == \
+        [("blog", None, None), ("web", "api", 0)]
+
+
+def test_after_time_finds_the_first_record_at_or_after_a_time(tmp_path: Path) -> None:
+    clock = [1000.0]
+    j = Journal(tmp_path / "j.db", clock=lambda: clock[0])
+    try:
+        for t in range(40):
+            clock[0] = 1000.0 + t
+            j.append(SOURCES[t % 4], "stdout", [(b"at %d" % t, 0)])
+            assert j.flush(10)
+        calls: list[dict[str, Any]] = []
+        read = reader(j, calls)
+        after = asyncio.run(after_time(read, 1025.0))
+        assert len(calls) <= 2 + math.ceil(math.log2(40))   # a binary search, not a scan
+        first = asyncio.run(read({"after": after, "limit": 1}))["records"][0]
+        assert first["ts"] == 1025.0 and first["data"] == b"at 25"
+        assert asyncio.run(after_time(read, 0.0)) == 0
+        assert asyncio.run(after_time(read, 5000.0)) == j.last_id()
+    finally:
+        j.close()

@@ -1,0 +1,66 @@
+"""Targets name instances part by part, with globs; a target naming nothing is NOT_FOUND."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.targets import check_targets, exact_source, select, select_all, sources
+from protocol.errors import BadRequest, NotFound
+
+KEYS = ["web/api/0", "web/api/1", "web/worker/0", "web/admin/0", "blog/web/0"]
+
+
+@pytest.mark.parametrize(("target", "want"), [
+    ("web", ["web/admin/0", "web/api/0", "web/api/1", "web/worker/0"]),
+    ("web/api", ["web/api/0", "web/api/1"]),
+    ("web/api/1", ["web/api/1"]),
+    ("web/a*", ["web/admin/0", "web/api/0", "web/api/1"]),
+    ("*/web", ["blog/web/0"]),
+    ("*", KEYS),
+    ("web/api/[0]", ["web/api/0"]),
+    ("web/?orker/*", ["web/worker/0"]),
+    ("we", []),            # a prefix is not a match
+    ("web/api/2", []),
+    ("web/*/0/x", None),   # four parts
+])
+def test_select(target: str, want: list[str] | None) -> None:
+    if want is None:
+        with pytest.raises(BadRequest):
+            select(KEYS, target)
+    else:
+        assert select(KEYS, target) == sorted(want)
+
+
+def test_a_glob_never_matches_across_a_slash() -> None:
+    assert select(["a/b/0"], "a*") == ["a/b/0"]          # the stack part only
+    assert select(["a/b/0"], "*/0") == []                 # "0" is not an app
+
+
+@pytest.mark.parametrize("bad", ["", "a//b", "/a", "a/b/x", "a b", "a/\x1b", "x" * 301])
+def test_malformed_targets_are_bad_requests(bad: str) -> None:
+    with pytest.raises(BadRequest):
+        select(KEYS, bad)
+    assert check_targets([bad]) is not None
+
+
+def test_select_all_names_every_target_that_names_nothing() -> None:
+    assert select_all(KEYS, ["web/api/0", "blog"]) == ["blog/web/0", "web/api/0"]
+    with pytest.raises(NotFound) as e:
+        select_all(KEYS, ["web/api", "nosuch", "web/nope*"])
+    assert e.value.data == {"targets": ["nosuch", "web/nope*"]}
+    assert "'nosuch'" in e.value.msg and "'web/nope*'" in e.value.msg
+
+
+def test_sources_are_as_coarse_as_the_target() -> None:
+    assert sources(KEYS, "web") == [("web", None, None)]
+    assert sources(KEYS, "web/a*") == [("web", "admin", None), ("web", "api", None)]
+    assert sources(KEYS, "web/api/*") == [("web", "api", 0), ("web", "api", 1)]
+    assert sources(KEYS, "nosuch") == []
+    assert exact_source("gone/app/3") == ("gone", "app", 3)
+    assert exact_source("gone") == ("gone", None, None)
+
+
+def test_check_targets_bounds_the_list() -> None:
+    assert check_targets(["web"] * 64) is None
+    assert check_targets(["web"] * 65) is not None
+    assert check_targets([3]) is not None
