@@ -10,13 +10,15 @@ from protocol.errors import BackendUnavailable, BadRequest, ConfigInvalid, Conne
 from protocol.layout import Layout
 
 from . import render
+from .exits import Exit
 from .owners import trusted_owners
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-OK, ERROR, UNSETTLED, STALE = 0, 1, 4, 5
+OK, ERROR, UNREACHABLE, UNSETTLED, STALE = (Exit.OK, Exit.ERROR, Exit.UNREACHABLE,
+                                            Exit.UNSETTLED, Exit.STALE)
 
 
 def _layout(args: Any) -> Layout:
@@ -158,7 +160,7 @@ def cmd_status(args: Any) -> int:
         diag = exc.data.get("diagnostics")
         _out(args, {"ok": False, "backend": None, "diagnostics": diag},
              "backend: not available" + render.why(diag))
-        return 3
+        return UNREACHABLE
     _out(args, st, render.status(st))
     return OK if (st.get("owner_link") or {}).get("current", True) else STALE
 

@@ -11,6 +11,8 @@ from typing import Any
 
 from protocol.errors import BadRequest, ConfigInvalid
 
+from .exits import Exit
+
 __all__ = ["import_command"]
 
 
@@ -51,7 +53,7 @@ def import_command(args: Any, out: Callable[..., None]) -> int:
             (len(not_mapped), "setting not mapped")))
         out(args, summary, f"wrote {args.output} ({counts}); check it with: "
                            f"tenure plan --config {args.output}")
-    return 0
+    return Exit.OK
 
 
 def _write(path: Any, text: str) -> None:

@@ -20,13 +20,15 @@ from protocol.errors import (
     ShuttingDown,
 )
 
+from .exits import Exit
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
 __all__ = ["add_job_parser", "job_command"]
 
-OK, ERROR, UNSETTLED = 0, 1, 4
+OK, ERROR, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNSETTLED
 OPEN = ("admitted", "starting", "running")
 ACTIONS = ("run", "list", "show", "logs", "stop", "withdraw", "resolve")
 _AWAY = (BackendUnavailable, ConnectFailed, ShuttingDown)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 from protocol.errors import BadRequest
 
+from .exits import Exit
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
@@ -100,11 +102,11 @@ def follow_logs(args: Any, call: Callable[..., Any]) -> int:
         recs = page["records"]
         if not args.follow and recs and recs[-1]["id"] > end:
             _print(args, [r for r in recs if r["id"] <= end], tty, grep)
-            return 0
+            return Exit.OK
         _print(args, recs, tty, grep)
         if not page["more"]:
             if not args.follow:
-                return 0
+                return Exit.OK
             time.sleep(FOLLOW_POLL_S)
         page = call(args, "logs", {**flt, "after": page["next"], "limit": PAGE_RECORDS})
 

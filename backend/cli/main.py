@@ -1,8 +1,7 @@
 """The ``tenure`` command line. Fast paths import only the protocol client; everything
 else is imported by the command that needs it.
 
-Exit statuses: 0 success, 1 tenure reported an error (its code is printed), 2 usage,
-3 a daemon is not reachable, 4 the command ran but did not settle in time.
+Exit statuses: backend/cli/exits.py.
 """
 
 from __future__ import annotations
@@ -14,12 +13,12 @@ from pathlib import Path
 from protocol.errors import BackendUnavailable, BadRequest, ConnectFailed, TenureError
 
 from . import commands
+from .exits import Exit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNSETTLED = 0, 1, 2, 3, 4
 
 
 def _common(default: Any) -> Any:
@@ -158,16 +157,16 @@ def main(argv: list[str] | None = None) -> int:
         code: int = handler(args)
         return code
     except (ConnectFailed, BackendUnavailable) as exc:
-        return _fail(args, exc, EXIT_UNREACHABLE)
+        return _fail(args, exc, Exit.UNREACHABLE)
     except BadRequest as exc:
-        return _fail(args, exc, EXIT_USAGE)
+        return _fail(args, exc, Exit.USAGE)
     except TenureError as exc:
-        return _fail(args, exc, EXIT_ERROR)
+        return _fail(args, exc, Exit.ERROR)
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        return Exit.OK
 
 
 def _fail(args: Any, exc: TenureError, code: int) -> int:

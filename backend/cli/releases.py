@@ -7,6 +7,8 @@ from typing import Any
 
 from protocol.errors import BadRequest
 
+from .exits import Exit
+
 __all__ = ["release_command"]
 
 
@@ -19,7 +21,7 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
         out(args, {"release": rel.id, "path": str(rel.path)},
             f"sealed release {rel.id}\n  at {rel.path}\n"
             f"install with: tenure release install {rel.path}")
-        return 0
+        return Exit.OK
     with guardian(args) as g:
         if args.action == "install":
             if not args.arg:
@@ -39,7 +41,7 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
             r = g.call("release.select", {"release": _release_id(args.arg)})
             text = f"selected {r['selected']}"
     out(args, r, text)
-    return 0
+    return Exit.OK
 
 
 def _release_id(arg: str | None) -> str:

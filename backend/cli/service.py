@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .exits import Exit
+
 __all__ = ["service_command"]
 
 
@@ -37,19 +39,19 @@ def service_command(args: Any, out: Any) -> int:
         out(args, {**plan.to_json(), "digest": plan.digest},
             f"prepared {inst.plan_dir}: review the files there, then run `tenure service "
             f"install --scope {inst.scope} --digest {plan.digest}`")
-        return 0
+        return Exit.OK
     if args.action == "install":
         plan = units.install(inst.plan_dir, digest=args.digest, target_dir=inst.target_dir)
         out(args, {**plan.to_json(), "digest": plan.digest}, "installed and enabled; start "
             f"with `systemctl {'--user ' if str(inst.scope) == 'user' else ''}start "
             "tenure-owner tenure`")
-        return 0
+        return Exit.OK
     if args.action == "status":
         unit_props = units.status(inst)
         privileges = separation(inst)
         out(args, {**unit_props, "privileges": privileges},
             "\n".join([*(f"{k}: {v}" for k, v in unit_props.items()), privileges["note"]]))
-        return 0
+        return Exit.OK
     removed = units.uninstall(inst)
     out(args, {"removed": [str(p) for p in removed]}, f"removed {len(removed)} files")
-    return 0
+    return Exit.OK
