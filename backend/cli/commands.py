@@ -292,6 +292,5 @@ def cmd_owner(args: Any) -> int:
         return subprocess.call(cmd + (["--json"] if args.json else []))
     with Client(_layout(args).owner_sock, pin=False, allow_group=True) as c:
         r = c.call("status")
-    import json
-    _out(args, r, json.dumps(r, indent=1, default=_bytes))
+    _out(args, r, render.owner(r))
     return OK

@@ -8,6 +8,7 @@ sent is retried.
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from protocol.errors import (
 )
 
 from .exits import Exit
+from .present import dur, fields, identity, table, value, when
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
@@ -117,9 +119,9 @@ def _list(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
         params["state"] = args.state
     r = call(args, "job.list", params)
     rows = [[str(j["id"]), j["state"], f"{j['stack']}/{j['template']}", j["key"] or "-",
-             str(j["attempt"]), _exit(j), _dur(j["duration"]), _when(j["submitted_at"])]
+             str(j["attempt"]), _exit(j), dur(j["duration"]), when(j["submitted_at"])]
             for j in r["jobs"]]
-    out(args, r, _table(rows, ["ID", "STATE", "TEMPLATE", "KEY", "ATTEMPT", "EXIT",
+    out(args, r, table(rows, ["ID", "STATE", "TEMPLATE", "KEY", "ATTEMPT", "EXIT",
                                "DURATION", "SUBMITTED"]) if rows else "no jobs")
     return OK
 
@@ -210,49 +212,24 @@ def _exit(j: dict[str, Any]) -> str:
     return "-" if j.get("exit_code") is None else str(j["exit_code"])
 
 
-def _user(identity: dict[str, Any]) -> str:
-    """``user[:group] [+groups] [umask ...]``, or "-" (it runs as the owner)."""
-    if not identity.get("user"):
-        return "- (as the owner)"
-    out = str(identity["user"]) + (f":{identity['group']}" if identity.get("group") else "")
-    if identity.get("supplementary_groups"):
-        out += " +" + ",".join(identity["supplementary_groups"])
-    if identity.get("umask") is not None:
-        out += f"   umask {identity['umask']:04o}"
-    return out
-
-
-def _dur(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds:.1f}s"
-
-
-def _when(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False))
-                     .rstrip() for r in [header, *rows])
-
-
 def render_show(j: dict[str, Any]) -> str:
-    lines = [_line(j), f"  key:        {j['key'] or '-'}",
-             f"  command:    {' '.join(j['argv'])}",
-             f"  user:       {_user(j.get('identity') or {})}",
-             f"  attempt:    {j['attempt']}   launch key: {j['launch_key'] or '-'}",
-             f"  pid:        {j['pid'] or '-'}   exit: {_exit(j)}",
-             f"  submitted:  {_when(j['submitted_at'])}   started: {_when(j['started_at'])}"
-             f"   ended: {_when(j['ended_at'])}   duration: {_dur(j['duration'])}"]
+    pairs: list[tuple[str, Any]] = [
+        ("key", j["key"]), ("command", shlex.join(j["argv"])),
+        ("user", identity(j.get("identity"))),
+        ("attempt", f"{j['attempt']}   launch key: {value(j['launch_key'])}"),
+        ("pid", f"{value(j['pid'])}   exit: {_exit(j)}"),
+        ("submitted", when(j["submitted_at"])), ("started", when(j["started_at"])),
+        ("ended", f"{when(j['ended_at'])}   duration: {dur(j['duration'])}")]
     if j.get("waiting_for"):
-        lines.append(f"  waiting:    {j['waiting_for']}")
+        pairs.append(("waiting", j["waiting_for"]))
     if j.get("evidence"):
         import json
-        lines.append("  evidence:   " + json.dumps(j["evidence"], sort_keys=True))
+        pairs.append(("evidence", json.dumps(j["evidence"], sort_keys=True)))
     if j.get("resolution"):
         r = j["resolution"]
-        lines.append(f"  resolved:   {'started' if r['started'] else 'not started'} by "
-                     f"{r['by']} at {_when(r['at'])}: {r['note'] or '-'}")
+        pairs.append(("resolved", f"{'started' if r['started'] else 'not started'} by "
+                                  f"{r['by']} at {when(r['at'])}: {value(r['note'])}"))
+    lines = [_line(j), fields(pairs, indent="  ")]
     for h in j.get("history", []):
-        lines.append(f"  {_when(h['at'])}  {h['event']:<14} {h['from'] or '-'} -> {h['to']}")
+        lines.append(f"  {when(h['at'])}  {h['event']:<14} {h['from'] or '-'} -> {h['to']}")
     return "\n".join(lines)

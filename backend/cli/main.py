@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _fast_status(argv) or _parser().parse_args(argv)
     from protocol.layout import default_home
     args.home = (args.home or default_home()).absolute()
+    if not args.json:
+        from .present import use_colour
+        use_colour(sys.stdout)
     handler = getattr(commands, f"cmd_{args.cmd}")
     try:
         code: int = handler(args)

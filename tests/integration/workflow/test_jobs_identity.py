@@ -42,7 +42,7 @@ def test_a_job_runs_as_its_user_and_show_names_it(cluster: Any) -> None:
         f"{NOBODY.pw_uid} {NOBODY.pw_gid} 0027 {NOBODY.pw_dir} nobody"]
     shown = cluster.cli("job", "show", "1", check=True).out
     assert shown["identity"] == {"user": "nobody", "umask": 0o027}
-    assert "  user:       nobody   umask 0027\n" in render_show(shown)
+    assert "  user:      nobody umask 0027\n" in render_show(shown)
     plain = cluster.cli("job", "run", "id/plain", "--wait", check=True).out["job"]
     cluster.wait(lambda: bool(output(cluster, plain["id"])), 10, "its output")
     assert output(cluster, plain["id"]) == ["0"]               # as the owner (root)

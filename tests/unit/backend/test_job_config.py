@@ -135,7 +135,7 @@ def test_job_changes_of_a_plan() -> None:
     from backend.cli import render
     text = render.plan({"id": "plan-1", "fingerprint": "f" * 64, "changes": [],
                         "jobs": job_changes(old, new)})
-    assert "no changes" not in text and "  add      job s/fresh" in text
+    assert "no changes" not in text and "  add     job s/fresh" in text
 
 
 def test_identity_and_max_pending_parse_like_an_apps() -> None:

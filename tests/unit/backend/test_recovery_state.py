@@ -57,10 +57,10 @@ def test_recovery_state(r: dict[str, Any], state: str, reason: str | None) -> No
 
 
 def test_backend_status_prints_the_recovery_line() -> None:
-    lines = render.backend("status", answer()).splitlines()
+    lines = [" ".join(x.split()) for x in render.backend("status", answer()).splitlines()]
     assert "recovery: ready" in lines
-    pending = render.backend("status", answer(
-        certificate={"valid": False, "age": None, "launches": None})).splitlines()
+    pending = [" ".join(x.split()) for x in render.backend("status", answer(
+        certificate={"valid": False, "age": None, "launches": None})).splitlines()]
     assert [x for x in pending if x.startswith("recovery: ")] == [
         "recovery: pending (no certificate yet; the backend certifies within 5 s once "
         "nothing is changing)"]

@@ -1,0 +1,189 @@
+"""Human-readable output of the guardian-side commands: ``backend status``, activation
+answers, ``backend recover --dry-run``, and ``owner status``."""
+
+from __future__ import annotations
+
+import time
+
+from .present import colour_for, dur, fields, paint, value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
+
+__all__ = ["backend", "owner", "owner_link", "recover_plan", "recovery_state"]
+
+# activation phases after which nothing more happens (guardian/phases.py FINAL)
+_FINAL_PHASES = frozenset({"complete", "aborted", "rolled_back", "failed", "uncertain",
+                           "blocked"})
+
+
+def backend(action: str, r: dict[str, Any]) -> str:
+    if action != "status":
+        return _activation(r)
+    sel, b, cert = r["selector"], r.get("backend") or {}, r.get("certificate") or {}
+    last = r.get("last_activation") or {}
+    pairs: list[tuple[str, Any]] = [
+        ("owner", f"{(r.get('owner') or {}).get('instance', '-')}, epoch {r['epoch']}")]
+    if r.get("owner_link"):
+        pairs.append(("owner link", owner_link(r["owner_link"], prefix="")))
+    pairs += [
+        ("release", sel["current"]),
+        ("previous", sel["previous"]),
+        ("backend", f"pid {b['pid']}, activation {b.get('activation', '-')}, "
+                    f"{'alive' if b.get('alive') else 'NOT ALIVE'}" if b else "none running"),
+        ("last activation", f"{last.get('id')} {last.get('kind')}: {last.get('phase')}"
+                            f"{' (' + last['outcome'] + ')' if last.get('outcome') else ''}"
+         if last else "-"),
+        ("certificate", _certificate(cert)),
+        ("recovery", _recovery(recovery_state(r)))]
+    lines = [fields(pairs)]
+    if r.get("blocked"):
+        lines.append(paint(f"BLOCKED: {r['blocked'].get('reason')}", "red"))
+    if r.get("unhealthy"):
+        u = r["unhealthy"]
+        lines.append(paint(f"UNHEALTHY: guardian task {u.get('task')} failed: "
+                           f"{u.get('reason')} (see the guardian's log)", "red"))
+    return "\n".join(lines)
+
+
+def _activation(r: dict[str, Any]) -> str:
+    act = r.get("activation", r)
+    lines = [f"activation {act.get('id')} {act.get('kind')}: {act.get('phase')} "
+             f"({act.get('outcome') or '-'})"]
+    if act.get("error"):
+        lines.append(f"error {act.get('code')}: {act['error']}")
+    lines += [f"  {x['phase']}" for x in r.get("receipts", [])]
+    return "\n".join(lines)
+
+
+def _certificate(cert: dict[str, Any]) -> str:
+    """``valid, written 3s ago, 12 launches`` / ``none yet`` / ``invalid (…)``."""
+    if cert.get("valid"):
+        return (f"valid, written {dur(cert.get('age'))} ago, {value(cert.get('launches'))}"
+                " launches")
+    if cert.get("error"):
+        return f"unusable ({cert['error']})"
+    if cert.get("invalidated"):
+        return f"invalidated ({cert['invalidated']} in progress)"
+    if cert.get("age") is None:
+        return "none yet"
+    return f"invalid, written {dur(cert.get('age'))} ago"
+
+
+def owner_link(link: dict[str, Any], prefix: str = "owner: ") -> str:
+    """How current this view of the owner is (the status header's second line)."""
+    age = f"last word {link['age']:.1f}s ago"
+    state = link["state"]
+    if state == "connected":
+        text = f"{prefix}connected, {age}"
+    else:
+        since = time.strftime("%H:%M:%S", time.localtime(link["since"]))
+        why = f": {link['reason']}" if link.get("reason") else ""
+        text = paint(f"{prefix}{state.upper()} since {since}{why}", "red") + f"; {age}"
+    if not link["current"]:
+        text += " — the states below are what was last seen, not the present"
+    return text
+
+
+def owner(r: dict[str, Any]) -> str:
+    """``tenure owner status``."""
+    ident, grant = r.get("owner") or {}, r.get("grant") or {}
+    caps = r.get("capabilities") or {}
+    dropped = r.get("log_dropped") or {}
+    notify = r.get("notify") or {}
+    pairs: list[tuple[str, Any]] = [
+        ("owner", f"{ident.get('instance')}, pid {ident.get('pid')}"),
+        ("home", r.get("home")),
+        ("epoch", f"{r.get('epoch')} (granted to activation {grant.get('activation', '-')})"),
+        ("draining", r.get("draining")),
+        ("live launches", r.get("live")),
+        ("uncertain launches", r.get("uncertain") or "-"),
+        ("exit detection", r.get("exit_mode")),
+        ("isolation", r.get("isolation")),
+        ("cgroup controllers", r.get("cgroup_controllers")),
+        ("runs as uid", r.get("uid")),
+        ("switches users", r.get("switch_users")),
+        ("observations", f"cursor {r.get('cursor')}, acknowledged {r.get('acked')}"),
+        ("log journal", f"last id {r.get('log_last_id')}, lines dropped "
+                        f"{r.get('log_overflow_total', 0)}"
+                        + (f" ({value(dropped)})" if dropped else "")),
+        ("notify messages", f"{notify.get('received', 0)} received, "
+                            f"{notify.get('delivered', 0)} delivered, "
+                            f"{notify.get('ignored', 0)} ignored, "
+                            f"{notify.get('malformed', 0)} malformed"),
+        ("capabilities", ", ".join(f"{k}@{v}" for k, v in sorted(caps.items()))),
+    ]
+    return fields(pairs)
+
+
+def recover_plan(p: dict[str, Any]) -> str:
+    """`tenure backend recover --dry-run`: why recovery is blocked and what a forced
+    recovery would adopt."""
+    cert, owner, diff = p["certificate"], p["owner"], p["differences"]
+    lines = [("the certificate covers the world: `tenure backend recover` needs no force"
+              if p["covered"] else f"not covered by the certificate: {p['reason']}"),
+             f"owner: {owner['identity'].get('instance')}  epoch {owner['epoch']}  "
+             f"release: {p['release'] or '-'}",
+             f"certificate: {'valid' if cert['valid'] else 'invalid'}  written by "
+             f"{cert.get('activation') or '-'} (epoch {cert.get('epoch') or '-'}, "
+             f"{cert.get('launches') if cert.get('launches') is not None else '-'} launches)"]
+    for key in ("gone", "unexpected", "replaced"):
+        if diff.get(key):
+            lines.append(f"{key}: {', '.join(diff[key])}")
+    if "detail" in diff:
+        lines.append(f"differences: {diff['detail']} (inventory digests differ: "
+                     f"{value(diff['certificate_digest'] != diff['live_digest'])})")
+    lines.append(f"a forced recovery adopts {len(p['adopt'])} live processes as they are:")
+    lines += [f"  {a['stack']}/{a['app']}/{a['instance']}  pid {a['pid']}  "
+              f"{a['launch_key']}" for a in p["adopt"]]
+    lines.append(f"digest: {p['digest']}")
+    lines.append(f"to perform exactly this: tenure backend recover --digest {p['digest']}")
+    return "\n".join(lines)
+
+
+def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
+    """Whether the guardian could restart a crashed backend now, from its status answer:
+    ``{"state": "ready" | "pending" | "unavailable", "reason": str | None}``.
+
+    ready: a valid certificate vouches for the applications. pending: none does right now,
+    but the backend (or a running activation) will settle and certify. unavailable:
+    recovery is blocked, uncertain, or there is no certificate and no backend to make one.
+    """
+    cert, backend = r.get("certificate") or {}, r.get("backend") or {}
+    act = r.get("last_activation") or {}
+    if r.get("blocked"):
+        return _state("unavailable", f"recovery blocked: {r['blocked'].get('reason')}; "
+                      "run `tenure backend recover`")
+    if act.get("phase") == "uncertain":
+        return _state("unavailable", f"activation {act.get('id')} is uncertain: reconcile, "
+                      "then `tenure backend recover`")
+    if act and act.get("phase") not in _FINAL_PHASES:
+        return _state("pending", f"{act.get('kind')} {act.get('id')} is in progress "
+                      f"({act.get('phase')})")
+    if cert.get("valid"):
+        return _state("ready", None)
+    if cert.get("error"):
+        return _state("unavailable", f"the recovery certificate is {cert['error']}")
+    if backend.get("alive"):
+        if cert.get("invalidated"):
+            since = dur(time.time() - cert["changed_at"]) if cert.get("changed_at") else "?"
+            return _state("pending", f"{cert['invalidated']} in progress for {since}; the "
+                          "backend certifies again within 5 s once nothing is changing")
+        if cert.get("age") is None:
+            return _state("pending", "no certificate yet; the backend certifies within 5 s "
+                          "once nothing is changing")
+        return _state("pending", "a change is in progress or just ended; the backend "
+                      "certifies again within 5 s once nothing is changing")
+    return _state("unavailable", "no valid certificate and no backend running: with "
+                  "applications running, recovery waits for `tenure backend recover`")
+
+
+def _state(state: str, reason: str | None) -> dict[str, Any]:
+    return {"state": state, "reason": reason}
+
+
+def _recovery(rec: dict[str, Any]) -> str:
+    reason = rec.get("reason")
+    word = paint(str(rec.get("state")), colour_for(str(rec.get("state"))))
+    return word + (f" ({reason})" if reason else "")

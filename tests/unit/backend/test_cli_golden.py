@@ -1,0 +1,171 @@
+"""Golden human output of every command, from recorded answers (no daemons, UTC, a
+fixed clock, no colour). Rewrite the files after an intended change with
+``TENURE_UPDATE_GOLDEN=1 pytest tests/unit/backend/test_cli_golden.py`` and review the
+diff like code."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.cli import jobs, present, render
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "cli"
+NOW = 1_796_133_900.0          # 2026-12-01 14:05:00 UTC
+
+
+@pytest.fixture(autouse=True)
+def fixed_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    monkeypatch.setattr(time, "time", lambda: NOW)
+    present.use_colour(io.StringIO())
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _app(key: str, **kw: Any) -> dict[str, Any]:
+    stack, app, index = key.split("/")
+    row = {"key": key, "stack": stack, "app": app, "instance": int(index), "state": "ready",
+           "detail": "ready", "pid": 4100 + int(index), "uptime": 3725.0, "restarts": 0,
+           "ready": True, "generation": 1, "last_outcome": None, "log_dropped": 0,
+           "cpu_percent": 0.4, "rss": 22_437_888}
+    return {**row, **kw}
+
+
+BACKEND = {"activation": "20261201T140000-1fe64c37", "epoch": 3, "pid": 4001,
+           "draining": False, "config": "/srv/tenure/shop.toml", "release": "ef53" * 16}
+LINK = {"state": "connected", "since": NOW - 300, "reason": None, "age": 0.4,
+        "current": True}
+STATUS = {"backend": BACKEND, "owner_link": LINK, "intents": {"batch": {"intent": "stopped"}},
+          "apps": [_app("shop/web/0"), _app("shop/web/1", uptime=4.2, restarts=2),
+                   _app("shop/worker/0", state="failed", detail="spawn failed: /srv/w: No "
+                        "such file or directory", pid=None, uptime=None, ready=False,
+                        cpu_percent=None, rss=None, log_dropped=12)],
+          "jobs": {"running": 1, "admitted": 2, "recovery_required": 1}}
+STALE = {**STATUS, "owner_link": {**LINK, "state": "lost", "reason": "connection reset",
+                                  "age": 12.3, "current": False},
+         "apps": [_app("shop/web/0", state="unknown", last_state="ready", last_seen_age=12.3,
+                       ready=None, cpu_percent=None, rss=None)], "jobs": {}}
+INSPECT = {"instances": [{**_app("shop/web/0"), "launch_key": "shop/web/0/1",
+                          "command": ["gunicorn", "app:wsgi", "--workers", "2"],
+                          "restart": "always", "ready_kind": "tcp",
+                          "stop": {"signal": "TERM", "timeout": 10.0, "kill_after": 5.0},
+                          "identity": {"user": "shop", "group": "shop",
+                                       "supplementary_groups": ["www-data"], "umask": 0o27,
+                                       "resolved": {"uid": 998, "gid": 998, "groups": [998],
+                                                    "home": "/srv/shop"}},
+                          "limits": {"nofile": 4096}}]}
+GUARDIAN = {"owner": {"instance": "f0b83755-d0e7-4f9c-9b42-89be47ca62bd"}, "epoch": 3,
+            "owner_link": LINK, "selector": {"current": "ef53" * 16, "previous": "a1b2" * 16},
+            "backend": {"pid": 4001, "activation": BACKEND["activation"], "alive": True},
+            "last_activation": {"id": BACKEND["activation"], "kind": "upgrade",
+                                "phase": "complete", "outcome": "success"},
+            "certificate": {"valid": True, "age": 3.2, "launches": 3}}
+OWNER = {"owner": {"instance": "f0b83755-d0e7-4f9c-9b42-89be47ca62bd", "pid": 3990},
+         "home": "/var/lib/tenure", "epoch": 3,
+         "grant": {"epoch": 3, "activation": BACKEND["activation"]}, "draining": False,
+         "live": 3, "uncertain": [], "exit_mode": "pidfd", "isolation": "cgroup",
+         "cgroup_controllers": ["cpu", "memory", "pids"], "uid": 0, "switch_users": True,
+         "cursor": 57, "acked": 57, "log_last_id": 10423, "log_overflow_total": 12,
+         "log_dropped": {"shop/worker": 12},
+         "notify": {"received": 4, "delivered": 3, "ignored": 1, "malformed": 0},
+         "capabilities": {"stackControl": 2, "logJournal": 1, "fencing": 1}}
+JOB = {"id": 42, "stack": "shop", "template": "migrate", "state": "succeeded",
+       "outcome": None, "exit_code": 0, "signal": None, "key": "release-2026-12-01",
+       "argv": ["python3", "manage.py", "migrate", "--noinput"],
+       "identity": {"user": "shop", "umask": None}, "attempt": 1,
+       "launch_key": "job:shop:42:1", "pid": 5120, "submitted_at": NOW - 65,
+       "started_at": NOW - 64, "ended_at": NOW - 4, "duration": 60.0, "duration_s": 60.0,
+       "history": [{"at": NOW - 65, "event": "admit", "from": None, "to": "admitted"},
+                   {"at": NOW - 64, "event": "start", "from": "admitted", "to": "running"},
+                   {"at": NOW - 4, "event": "exit", "from": "running", "to": "succeeded"}]}
+
+CASES: dict[str, Callable[[], str]] = {
+    "status": lambda: render.status(STATUS),
+    "status_stale": lambda: render.status(STALE),
+    "status_empty": lambda: render.status({**STATUS, "apps": [], "intents": {}, "jobs": {}}),
+    "status_no_backend": lambda: "backend: not available" + render.why(
+        {"updated_at": NOW - 8, "last_activation": {"id": BACKEND["activation"],
+                                                    "kind": "upgrade", "phase": "retired",
+                                                    "error": "BACKEND_START_TIMEOUT"}}),
+    "inspect": lambda: render.inspect(INSPECT),
+    "restart": lambda: render.instances({"settled": True, "instances": {
+        "shop/web/0": "ready", "shop/web/1": "ready"}}),
+    "stop_unsettled": lambda: render.instances({"settled": False, "instances": {
+        "shop/web/0": "stopping"}}),
+    "up": lambda: render.up({"started": {"owner": True, "guardian": True},
+                             "release_sealed": "ef53" * 16,
+                             "apply": {"plan": {"changes": [{}, {}, {}]},
+                                       "operation": {"outcome": "success"}}}),
+    "down": lambda: render.down({"guardian": True, "owner": True, "applications_stopped": 3,
+                                 "owner_receipt": {"state": "clean", "failed_stage": None,
+                                                   "detail": ""}}),
+    "down_unclean": lambda: render.down({"guardian": True, "owner": False,
+                                         "applications_stopped": 3,
+                                         "owner_receipt": {"state": "failed",
+                                                           "failed_stage": "processes",
+                                                           "detail": "processes remain"}}),
+    "plan": lambda: render.plan({"id": "plan-5c1d", "fingerprint": "9f" * 32, "changes": [
+        {"action": "start", "app": "shop/cron", "instances": 1},
+        {"action": "restart", "app": "shop/web", "instances": 2,
+         "reason": "definition changed"},
+        {"action": "scale", "app": "shop/worker", "from": 1, "to": 3},
+        {"action": "update", "app": "shop/worker", "reason": "policy changed"},
+        {"action": "stop", "app": "shop/legacy", "instances": 2}],
+        "jobs": [{"action": "add", "job": "shop/migrate"}]}),
+    "operation": lambda: render.operation({"id": "op-a89be6c7d13e", "kind": "apply",
+                                           "stage": "complete", "step": 4,
+                                           "outcome": "success", "error": None}),
+    "op_list": lambda: render.operations([
+        {"id": "op-a89be6c7d13e", "kind": "apply", "stacks": ["shop"], "stage": "complete",
+         "step": 4, "outcome": "success"},
+        {"id": "op-0c3e5aa1b2d4", "kind": "apply", "stacks": ["shop", "batch"],
+         "stage": "start", "step": 1, "outcome": None}]),
+    "stack_dry_run": lambda: render.stack({"stack": "batch", "digest": "d1" * 32,
+                                           "will_stop": [{"launch_key": "batch/etl/0/4",
+                                                          "pid": 5003}]}),
+    "backend_status": lambda: render.backend("status", GUARDIAN),
+    "backend_upgrade": lambda: render.backend("upgrade", {
+        "activation": {"id": "20261201T140500-77aa01bc", "kind": "upgrade",
+                       "phase": "complete", "outcome": "success"},
+        "receipts": [{"phase": p} for p in ("checked", "admitted", "draining",
+                                             "checkpointed", "fenced", "started",
+                                             "verified", "retired", "complete")]}),
+    "owner_status": lambda: render.owner(OWNER),
+    "job_show": lambda: jobs.render_show(JOB),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_human_output_matches_its_golden_file(name: str) -> None:
+    got = CASES[name]() + "\n"
+    path = GOLDEN / f"{name}.txt"
+    if os.environ.get("TENURE_UPDATE_GOLDEN"):
+        path.write_text(got)
+    assert path.exists(), f"no golden file {path.name}: run with TENURE_UPDATE_GOLDEN=1"
+    assert got == path.read_text(), f"{name}: human output changed (see the docstring)"
+    assert "None" not in got and "True" not in got and "False" not in got, got
+    assert "{'" not in got and "['" not in got, got      # no Python reprs
+
+
+def test_every_golden_file_has_a_case() -> None:
+    assert {p.stem for p in GOLDEN.glob("*.txt")} == set(CASES)
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    assert present.use_colour(Tty(), {}) is True
+    assert "\x1b[32m" in render.instances({"instances": {"a/b/0": "ready"}})
+    assert present.use_colour(Tty(), {"NO_COLOR": "1"}) is False
+    assert present.use_colour(io.StringIO(), {}) is False
+    assert "\x1b" not in render.instances({"instances": {"a/b/0": "ready"}})
