@@ -6,12 +6,20 @@ import sys
 import time
 
 from protocol.client import Client
-from protocol.errors import BackendUnavailable, BadRequest, ConfigInvalid, ConnectFailed
+from protocol.errors import (
+    BackendUnavailable,
+    BadRequest,
+    ConfigInvalid,
+    ConnectFailed,
+    TenureError,
+)
 from protocol.layout import Layout
 
 from . import render
 from .exits import Exit
 from .owners import trusted_owners
+from .progress import live
+from .releases import resolve_release
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
@@ -93,7 +101,8 @@ def cmd_up(args: Any) -> int:
     ensure_backend(layout, args.timeout)
     result: dict[str, Any] = {"started": started, "release_sealed": release}
     if args.config is not None:
-        result["apply"] = _apply_file(args, args.config, args.timeout)
+        with live(args, "up", _settle_probe(args)):
+            result["apply"] = _apply_file(args, args.config, args.timeout)
     status = _call(args, "status")
     result["status"] = status
     _out(args, result, render.up(result) + "\n" + render.status(status))
@@ -142,7 +151,8 @@ def _wait_op(args: Any, op_id: str, timeout: float) -> dict[str, Any]:
 
 def cmd_down(args: Any) -> int:
     from .daemons import stop_all
-    out = stop_all(_layout(args))
+    with live(args, "down", _owner_probe(args)):
+        out = stop_all(_layout(args))
     _out(args, out, render.down(out))
     receipt = out.get("owner_receipt")
     clean = receipt is None or receipt["state"] == "clean"
@@ -153,6 +163,12 @@ def cmd_down(args: Any) -> int:
 # -- everyday -------------------------------------------------------------------------
 
 def cmd_status(args: Any) -> int:
+    if args.watch:
+        return _watch_status(args)
+    return _status_once(args)
+
+
+def _status_once(args: Any) -> int:
     try:
         st = _call(args, "status", {"targets": args.targets} if args.targets else None,
                    timeout=10.0)
@@ -163,6 +179,32 @@ def cmd_status(args: Any) -> int:
         return UNREACHABLE
     _out(args, st, render.status(st))
     return OK if (st.get("owner_link") or {}).get("current", True) else STALE
+
+
+def _watch_status(args: Any) -> int:
+    """``status -w``: redraw every ``--every`` seconds (like watch(1)) until Ctrl-C, which
+    ends it with the last status's exit code. Off a terminal each snapshot follows the
+    previous one after a blank line."""
+    every = max(args.every, 0.2)
+    tty = sys.stdout.isatty() and not args.json
+    code: int = OK
+    try:
+        while True:
+            if tty:
+                sys.stdout.write("\x1b[H\x1b[2J")
+                print(f"every {every:g}s: tenure status {' '.join(args.targets)}".rstrip()
+                      + f"   {time.strftime('%H:%M:%S')}\n")
+            try:
+                code = _status_once(args)
+            except TenureError as exc:   # a target gone, a handoff: show it, go on
+                print(f"tenure: {exc.code_str}: {exc.msg}")
+                code = ERROR
+            if not tty:
+                print()
+            sys.stdout.flush()
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return code
 
 
 def _target_cmd(args: Any, method: str) -> int:
@@ -226,10 +268,13 @@ def cmd_op(args: Any) -> int:
 
 def cmd_stack(args: Any) -> int:
     if args.action == "start":
-        r = _call(args, "stack.start", {"stack": args.stack})
+        with live(args, f"stack start {args.stack}", _settle_probe(args, args.stack)):
+            r = _call(args, "stack.start", {"stack": args.stack})
     else:
-        r = _call(args, "stack.stop", {"stack": args.stack, "dry_run": args.dry_run,
-                                       "digest": args.digest})
+        with live(args, f"stack stop {args.stack}",
+                  _settle_probe(args, args.stack, "stopped")):
+            r = _call(args, "stack.stop", {"stack": args.stack, "dry_run": args.dry_run,
+                                           "digest": args.digest})
     _out(args, r, render.stack(r))
     return OK
 
@@ -243,17 +288,23 @@ def cmd_backend(args: Any) -> int:
             r["recovery"] = render.recovery_state(r)
         elif args.action == "upgrade":
             if not args.release:
-                raise BadRequest("tenure backend upgrade RELEASE: give a release id (see "
-                                 "`tenure release list`)")
-            r = g.call("upgrade", {"release": args.release, "check": args.check})
+                raise BadRequest("tenure backend upgrade RELEASE: give a release id, a "
+                                 "unique prefix of one, or a sealed release directory "
+                                 "(see `tenure release list`)")
+            rid = resolve_release(g, args.release, install=True)
+            with live(args, "upgrade", _activation_probe(args)):
+                r = g.call("upgrade", {"release": rid, "check": args.check})
         elif args.action == "recover":
-            r = g.call("recover", {"force": args.force, "dry_run": args.dry_run,
-                                   **({"digest": args.digest} if args.digest else {})})
+            params = {"force": args.force, "dry_run": args.dry_run,
+                      **({"digest": args.digest} if args.digest else {})}
+            with live(args, "recover", _activation_probe(args)):
+                r = g.call("recover", params)
             if args.dry_run:
                 _out(args, r, render.recover_plan(r))
                 return OK
         else:
-            r = g.call(args.action)
+            with live(args, args.action, _activation_probe(args)):
+                r = g.call(args.action)
     _out(args, r, render.backend(args.action, r))
     act = r.get("activation") if isinstance(r, dict) else None
     if isinstance(act, dict) and act.get("outcome") not in (None, "success", "check-only"):
@@ -261,6 +312,35 @@ def cmd_backend(args: Any) -> int:
     if args.action == "status" and not (r.get("owner_link") or {}).get("current", True):
         return STALE
     return OK
+
+
+def _activation_probe(args: Any) -> Any:
+    """What the guardian is doing now: ``upgrade 20261201T…: draining``."""
+    def probe() -> str | None:
+        with _guardian(args, timeout=5.0) as g:
+            act = g.call("status").get("last_activation") or {}
+        return f"{act.get('kind')} {act.get('phase')}" if act else None
+    return probe
+
+
+def _owner_probe(args: Any) -> Any:
+    """``applications running 3`` from the owner, while it answers."""
+    def probe() -> str:
+        with Client(_layout(args).owner_sock, pin=False, allow_group=True,
+                    timeout=2.0) as c:
+            return f"applications running {c.call('status')['live']}"
+    return probe
+
+
+def _settle_probe(args: Any, stack: str | None = None, want: str = "ready") -> Any:
+    """How many instances (of ``stack``) are ``want``: ``apps ready 7/12``."""
+    def probe() -> str:
+        with _api(args, timeout=5.0) as c:
+            apps = [a for a in c.call("status")["apps"]
+                    if stack is None or a["stack"] == stack]
+        done = sum(a["state"] == want for a in apps)
+        return f"apps {want} {done}/{len(apps)}"
+    return probe
 
 
 def cmd_release(args: Any) -> int:

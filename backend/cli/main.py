@@ -55,6 +55,10 @@ def _parser() -> Any:
     p = add("status", "applications and their state (all, or the TARGETs)")
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="STACK, STACK/APP or STACK/APP/N; each part may be a glob ('web/*')")
+    p.add_argument("-w", "--watch", action="store_true",
+                   help="redraw in place (every --every seconds) until Ctrl-C")
+    p.add_argument("--every", type=float, default=2.0, metavar="SECONDS",
+                   help="with -w: seconds between redraws (default 2, at least 0.2)")
     for verb in ("start", "stop", "restart"):
         p = add(verb, f"{verb} a stack, an app (stack/app) or one instance (stack/app/N)")
         p.add_argument("target")
@@ -143,7 +147,7 @@ def _fast_status(argv: list[str]) -> Any:
     if "status" not in argv:
         return None
     import types
-    return types.SimpleNamespace(cmd="status", json=as_json, targets=[],
+    return types.SimpleNamespace(cmd="status", json=as_json, targets=[], watch=False,
                                  home=Path(home) if home is not None else None)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from protocol.errors import BadRequest
+from protocol.errors import BadRequest, NotFound
 
 from .exits import Exit
 
@@ -35,19 +35,40 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
                              f"{'  previous' if x['previous'] else ''}"
                              for x in r["releases"]) or "no releases"
         elif args.action == "verify":
-            r = g.call("release.verify", {"release": _release_id(args.arg)})
+            r = g.call("release.verify", {"release": resolve_release(g, args.arg)})
             text = f"{r['release']}: ok ({r['files']} files)"
         else:
-            r = g.call("release.select", {"release": _release_id(args.arg)})
+            r = g.call("release.select", {"release": resolve_release(g, args.arg)})
             text = f"selected {r['selected']}"
     out(args, r, text)
     return Exit.OK
 
 
-def _release_id(arg: str | None) -> str:
+def resolve_release(guardian: Any, arg: str | None, install: bool = False) -> str:
+    """The release id ``arg`` names: a full id, a unique prefix of an installed one (at
+    least 8 characters), or, with ``install``, a sealed release directory, which is
+    installed first (an already installed one answers with its id). Raises BadRequest
+    or NotFound."""
     if not arg:
         raise BadRequest("give a release id (see `tenure release list`)")
-    return arg
+    if install and ("/" in arg or arg in (".", "..")) and Path(arg).is_dir():
+        r = guardian.call("release.install", {"path": str(Path(arg).absolute())},
+                          timeout=300)
+        return str(r["release"])
+    if len(arg) == 64:
+        return arg
+    if len(arg) < 8 or any(c not in "0123456789abcdef" for c in arg):
+        raise BadRequest(f"{arg!r} is not a release id or a prefix of one (8 or more hex "
+                         "characters)" + ("; a sealed directory needs a path such as "
+                                          f"./{arg}" if install else ""))
+    found = [x["release"] for x in guardian.call("release.list")["releases"]
+             if x["release"].startswith(arg)]
+    if len(found) != 1:
+        raise (NotFound if not found else BadRequest)(
+            f"{len(found)} installed releases start with {arg!r}"
+            + (": give more characters" if found else " (see `tenure release list`)"),
+            {"prefix": arg, "matches": found})
+    return str(found[0])
 
 
 def _signing_key(path: Path | None) -> Any:

@@ -33,6 +33,13 @@ def test_up_demo_status_upgrade_down(cluster):
         "created", "checked", "admitted", "draining", "checkpointed", "fenced", "retired",
         "started", "verified", "complete"]
     assert cluster.pids() == before
+    # the sealed directory itself (installed again: the same id) and a short id prefix
+    by_path = cluster.cli("backend", "upgrade", str(cluster.release), check=True).out
+    assert by_path["activation"]["release"] == rel, by_path["activation"]
+    by_prefix = cluster.cli("backend", "upgrade", rel[:12], check=True).out
+    assert by_prefix["activation"]["release"] == rel
+    assert cluster.cli("backend", "upgrade", "nosuch").code == 2   # BAD_REQUEST
+    assert cluster.pids() == before
     assert cluster.up(DEMO).out["apply"]["plan"]["changes"] == []  # idempotent
     down = cluster.down()
     assert down.ok and down.out["owner"] and down.out["guardian"]

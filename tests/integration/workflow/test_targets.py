@@ -3,6 +3,10 @@ several targets, --since and --grep, and NOT_FOUND (exit 1) for a target naming 
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from typing import Any
 
 import pytest
@@ -80,3 +84,23 @@ def test_logs_of_several_targets_interleave_in_order_since_and_grep(web: Any) ->
     assert web.cli_text("logs", "--grep", "^api 1", "web").splitlines() == \
         ["web/api/1: api 1 up"]
     assert web.cli_text("logs", "web", "--since", "2099-01-01T00:00") == ""
+    watch_redraws_until_ctrl_c(web)     # `status -w`, on the same tenure
+
+
+def watch_redraws_until_ctrl_c(web: Any) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backend.cli.main", "--home", str(web.home), "status", "-w",
+         "--every", "0.2", "web/api"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    snapshots = [s for s in out.split("\n\n") if s.startswith("backend ")]
+    assert len(snapshots) >= 3, out
+    assert all("web/api/1" in s and "web/worker" not in s for s in snapshots)

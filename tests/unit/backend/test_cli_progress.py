@@ -1,0 +1,88 @@
+"""Live progress on a terminal only; release arguments by id, prefix or sealed directory."""
+
+from __future__ import annotations
+
+import io
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.cli import progress
+from backend.cli.releases import resolve_release
+from protocol.errors import BadRequest, NotFound
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_redraws_one_line_on_a_terminal_and_clears_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress, "EVERY", 0.02)
+    out, phases = Tty(), iter(["checked", "draining", "complete"])
+    with progress.live(types.SimpleNamespace(json=False), "upgrade",
+                       lambda: next(phases, None), out):
+        time.sleep(0.3)
+    text = out.getvalue()
+    assert "upgrade: checked" in text and "upgrade: complete" in text
+    assert text.endswith("\r\x1b[K") and "\n" not in text
+
+
+def test_a_failing_probe_keeps_the_last_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress, "EVERY", 0.02)
+    answers: list[Any] = ["apps ready 1/3"]
+
+    def probe() -> str:
+        if answers:
+            return str(answers.pop())
+        raise ConnectionError("handoff")
+    out = Tty()
+    with progress.live(types.SimpleNamespace(json=False), "up", probe, out):
+        time.sleep(0.2)
+    assert out.getvalue().count("up: apps ready 1/3") >= 2
+
+
+@pytest.mark.parametrize(("stream", "as_json"), [(io.StringIO(), False), (Tty(), True)])
+def test_no_progress_off_a_terminal_or_with_json(stream: io.StringIO, as_json: bool) -> None:
+    with progress.live(types.SimpleNamespace(json=as_json), "down", lambda: "x", stream):
+        time.sleep(0.3)
+    assert stream.getvalue() == ""
+
+
+class Guardian:
+    def __init__(self, ids: list[str]) -> None:
+        self.ids, self.calls = ids, []  # type: ignore[var-annotated]
+
+    def call(self, method: str, params: Any = None, timeout: float = 0) -> Any:
+        self.calls.append((method, params))
+        if method == "release.install":
+            return {"release": "f" * 64}
+        return {"releases": [{"release": r} for r in self.ids]}
+
+
+A, B = "ab12" * 16, "ab13" * 16
+
+
+def test_release_by_id_prefix_or_directory(tmp_path: Path) -> None:
+    g = Guardian([A, B])
+    assert resolve_release(g, A) == A and g.calls == []
+    assert resolve_release(g, "ab12ab12") == A
+    with pytest.raises(BadRequest, match="8 or more"):
+        resolve_release(g, "ab12ab1")                     # too short to be a prefix
+    twins = Guardian([A, A[:60] + "cdef"])
+    with pytest.raises(BadRequest, match=r"2 installed releases .*: give more characters"):
+        resolve_release(twins, A[:12])
+    with pytest.raises(NotFound):
+        resolve_release(g, "cdcdcdcd")
+    with pytest.raises(BadRequest, match="not a release id"):
+        resolve_release(g, "release-1")
+    sealed = tmp_path / "rel"
+    sealed.mkdir()
+    assert resolve_release(g, str(sealed), install=True) == "f" * 64
+    assert g.calls[-1] == ("release.install", {"path": str(sealed)})
+    with pytest.raises(BadRequest):       # without install a directory is not an id
+        resolve_release(g, str(sealed))
