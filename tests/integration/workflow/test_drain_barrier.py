@@ -68,8 +68,9 @@ def test_drain_waits_for_an_in_flight_restart_and_refuses_a_checkpoint_meanwhile
     drain.join(60)
     restart.join(60)
     d = drained["ok"]
+    # it waited for the step that was in flight (not for a time: on a loaded machine
+    # most of the app's stop may be over before the drain begins)
     assert (d["drained"], d["steps"], d["waited_for"]) == (True, [], ["restart d/slow/0"]), d
-    assert d["seconds"] > STOP_SECONDS / 2   # it waited for the app to stop, then start
     [row] = control(cluster, "generation.status")["inventory"]
     assert row["launch_key"] == "d/slow/0/2" and row["pid"] != before["pid"]
     assert row["state"] == "ready"
