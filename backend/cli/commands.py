@@ -374,3 +374,22 @@ def cmd_owner(args: Any) -> int:
         r = c.call("status")
     _out(args, r, render.owner(r))
     return OK
+
+
+def cmd_completion(args: Any) -> int:
+    from .completion import script
+    from .main import _parser
+    sys.stdout.write(script(_parser(), args.shell))
+    return OK
+
+
+def cmd___complete(args: Any) -> int:
+    """Live targets for the completion script: quick, silent, never an error."""
+    from .completion import targets
+    try:
+        with _api(args, timeout=1.0) as c:
+            names = targets(c.call("status"))
+    except (TenureError, OSError):
+        return OK
+    sys.stdout.write("".join(f"{n}\n" for n in names))
+    return OK

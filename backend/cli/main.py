@@ -127,6 +127,10 @@ def _parser() -> Any:
                    "the first file's directory)")
     p.add_argument("--from", dest="source_format", choices=["supervisord", "pm2",
                    "procfile"], help="the files' format (default: told by their names)")
+    p = add("completion", "print a bash or zsh completion script (docs/cli.md)")
+    p.add_argument("shell", choices=["bash", "zsh"])
+    p = sub.add_parser("__complete", parents=[common])   # hidden: used by that script
+    p.add_argument("what", choices=["targets"])
     return ap
 
 

@@ -85,6 +85,10 @@ def test_logs_of_several_targets_interleave_in_order_since_and_grep(web: Any) ->
         ["web/api/1: api 1 up"]
     assert web.cli_text("logs", "web", "--since", "2099-01-01T00:00") == ""
     watch_redraws_until_ctrl_c(web)     # `status -w`, on the same tenure
+    # shell completion's live targets
+    assert web.cli_text("__complete", "targets").split() == [
+        "blog", "blog/web", "blog/web/0", "web", "web/api", "web/api/0", "web/api/1",
+        "web/worker", "web/worker/0"]
 
 
 def watch_redraws_until_ctrl_c(web: Any) -> None:
