@@ -22,9 +22,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from protocol.client import Client
 from protocol.grant import Grant, public_key_text
 
+from .journal import READ_LIMIT_MAX, Journal, LogRecord
 from .paths import OwnerPaths
 
-__all__ = ["GuardianKey", "OwnerProcess"]
+__all__ = ["GuardianKey", "OwnerProcess", "read_all"]
 
 
 @dataclass
@@ -144,3 +145,13 @@ def in_child_as(uid: int, gid: int, fn: Any, groups: tuple[int, ...] = ()) -> An
         data = f.read()
     os.waitpid(pid, 0)
     return json.loads(data)
+
+
+def read_all(j: Journal, **filters: Any) -> list[LogRecord]:
+    """Every committed record of ``j`` matching ``filters``, page by page."""
+    out: list[LogRecord] = []
+    after = 0
+    while batch := j.read(after, READ_LIMIT_MAX, **filters):
+        out += batch
+        after = batch[-1].id
+    return out

@@ -17,8 +17,9 @@ import psutil
 import pytest
 
 from owner.drain import PipeDrainer
-from owner.journal import READ_LIMIT_MAX, Journal, LogRecord, LogSource
+from owner.journal import Journal, LogSource
 from owner.linesplit import CONTINUED, MAX_LINE, PARTIAL
+from owner.testing import read_all
 from protocol.errors import StateCorrupt, UnsafePath
 
 WEB = LogSource("shop", "web", 0, 1)
@@ -74,15 +75,6 @@ async def run_child(journal: Journal, source: LogSource, code: str, *,
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-
-
-def read_all(j: Journal, **filters: object) -> list[LogRecord]:
-    out: list[LogRecord] = []
-    after = 0
-    while batch := j.read(after, READ_LIMIT_MAX, **filters):  # type: ignore[arg-type]
-        out += batch
-        after = batch[-1].id
-    return out
 
 
 def test_200k_numbered_lines_all_present_in_order(journal: Journal) -> None:

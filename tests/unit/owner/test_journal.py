@@ -14,6 +14,7 @@ import pytest
 
 from owner.journal import READ_LIMIT_MAX, Journal, LogRecord, LogSource
 from owner.linesplit import CONTINUED, PARTIAL
+from owner.testing import read_all
 from protocol.durable import CACHE_KIB
 from protocol.errors import BadRequest, StateCorrupt, UnsafePath
 
@@ -31,15 +32,6 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
 
 def lines(*items: bytes) -> list[tuple[bytes, int]]:
     return [(d, 0) for d in items]
-
-
-def read_all(j: Journal, **filters: object) -> list[LogRecord]:
-    out: list[LogRecord] = []
-    after = 0
-    while batch := j.read(after, READ_LIMIT_MAX, **filters):  # type: ignore[arg-type]
-        out += batch
-        after = batch[-1].id
-    return out
 
 
 def test_round_trip_keeps_every_field_and_byte(journal: Journal) -> None:

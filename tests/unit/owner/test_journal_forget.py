@@ -10,22 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from owner.journal import READ_LIMIT_MAX, Journal, LogRecord, LogSource
+from owner.journal import Journal, LogSource
+from owner.testing import read_all
 from protocol.errors import BadRequest, StorageFailed
 
 JOB1 = LogSource("s", "job:migrate", 1, 1)
 JOB1_RETRY = LogSource("s", "job:migrate", 1, 2)      # attempt 2 of the same record
 JOB2 = LogSource("s", "job:migrate", 2, 1)
 WEB = LogSource("s", "web", 1, 1)                     # instance 1 of another app
-
-
-def read_all(j: Journal, **filters: object) -> list[LogRecord]:
-    out: list[LogRecord] = []
-    after = 0
-    while batch := j.read(after, READ_LIMIT_MAX, **filters):  # type: ignore[arg-type]
-        out += batch
-        after = batch[-1].id
-    return out
 
 
 def fill(j: Journal, n: int = 30) -> None:
