@@ -95,14 +95,19 @@ def _diagnostics(args: Any) -> dict[str, Any] | None:
 def cmd_up(args: Any) -> int:
     from .daemons import ensure_backend, ensure_daemons, ensure_release
     layout = _layout(args)
+    text = None
+    if args.config is not None:   # a config that cannot be read or parsed starts nothing
+        from backend.config import parse_config
+        text = _read_config(args.config)
+        parse_config(text, str(args.config.absolute()))
     started = ensure_daemons(layout, args.foreground)
     with _guardian(args) as g:
         release = ensure_release(layout, g, args.release)
     ensure_backend(layout, args.timeout)
     result: dict[str, Any] = {"started": started, "release_sealed": release}
-    if args.config is not None:
+    if text is not None:
         with live(args, "up", _settle_probe(args)):
-            result["apply"] = _apply_file(args, args.config, args.timeout)
+            result["apply"] = _apply_text(args, text, args.config, args.timeout)
     status = _call(args, "status")
     result["status"] = status
     _out(args, result, render.up(result) + "\n" + render.status(status))
@@ -131,8 +136,7 @@ def _read_config(path: Any) -> str:
     return text
 
 
-def _apply_file(args: Any, path: Any, timeout: float) -> dict[str, Any]:
-    text = _read_config(path)
+def _apply_text(args: Any, text: str, path: Any, timeout: float) -> dict[str, Any]:
     plan = _call(args, "plan", {"config_text": text, "source": str(path.absolute())})
     op = _call(args, "apply", {"plan": plan["id"]})
     if op.get("id") is not None:

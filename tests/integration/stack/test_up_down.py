@@ -53,3 +53,14 @@ def test_status_without_backend_explains_instead_of_hanging(cluster):
     assert res.code == 3 and res.out["backend"] is None
     cluster.up()
     assert cluster.cli("status").code == 0
+
+
+def test_up_with_a_config_it_cannot_read_or_parse_starts_nothing(cluster):
+    missing = cluster.cli("up", "--config", str(cluster.home / "missing.toml"))
+    assert missing.code == 1 and missing.out["error"]["code"] == "CONFIG_INVALID", missing
+    bad = cluster.write_config("[stacks.s.apps.a]\ncommand = 3\n", "bad.toml")
+    broken = cluster.cli("up", "--config", str(bad))
+    assert broken.code == 1 and broken.out["error"]["code"] == "CONFIG_INVALID", broken
+    assert "line" in broken.out["error"]["msg"] or broken.out["error"].get("data"), broken
+    assert cluster.leftovers() == []
+    assert not Path(cluster.layout.owner_sock).exists()
