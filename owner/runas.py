@@ -44,6 +44,7 @@ from protocol.codes import Code
 from protocol.errors import BadRequest, LaunchFailed, PrivilegeRequired, error_class
 
 from .limits import Limits
+from .spawnerr import Step, identity_failure, setup_failure
 
 __all__ = ["ChildSetup", "Credentials", "RunAs", "launch_error", "privileges", "resolve"]
 
@@ -120,7 +121,9 @@ def _group_id(name: str) -> int:
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
-        raise LaunchFailed(f"group {name!r} does not exist", {"group": name}) from None
+        raise LaunchFailed(f"group {name!r} does not exist",
+                           {"group": name, "spawn": identity_failure(Step.GROUP, name)}
+                           ) from None
 
 
 OwnerIds = tuple[int, int, frozenset[int]]
@@ -144,7 +147,8 @@ def resolve(run_as: RunAs, owner: OwnerIds | None = None) -> Credentials | None:
         pw = pwd.getpwnam(run_as.user)
     except KeyError:
         raise LaunchFailed(f"user {run_as.user!r} does not exist",
-                           {"user": run_as.user}) from None
+                           {"user": run_as.user,
+                            "spawn": identity_failure(Step.USER, run_as.user)}) from None
     gid = pw.pw_gid if run_as.group is None else _group_id(run_as.group)
     groups = list(os.getgrouplist(pw.pw_name, gid))
     for name in run_as.supplementary_groups:
@@ -177,6 +181,7 @@ class ChildSetup:
     cwd: str | None
     cgroup_procs: str | None = None
     _pipe: tuple[int, int] = field(default=(-1, -1), repr=False)
+    _said: tuple[str, str] | None = field(default=None, repr=False)
 
     @classmethod
     def for_launch(cls, run_as: RunAs, limits: Limits, cwd: str | None,
@@ -230,13 +235,26 @@ class ChildSetup:
             os.write(self._pipe[1], f"{step},{e.errno or 0}".encode())
             raise
 
+    def _report(self) -> tuple[str, str]:
+        """(step, errno digits) the child wrote; read once, then remembered."""
+        if self._said is None:
+            try:
+                raw = os.read(self._pipe[0], 256).decode(errors="replace")
+            except OSError:
+                raw = ""
+            step, _, num = raw.partition(",")
+            self._said = (step, num)
+        return self._said
+
+    def explain(self) -> dict[str, Any]:
+        """The ``spawn`` map (owner.spawnerr) of what the child reported."""
+        step, num = self._report()
+        return setup_failure(step, int(num) if num.isdigit() else None, self.cwd,
+                             None if self.creds is None else self.creds.user)
+
     def failure(self) -> str:
-        """What the child reported before it exited (read once, after Popen raised)."""
-        try:
-            raw = os.read(self._pipe[0], 256).decode(errors="replace")
-        except OSError:
-            raw = ""
-        step, _, num = raw.partition(",")
+        """What the child reported before it exited (read after Popen raised)."""
+        step, num = self._report()
         if not step:
             return "the child failed before exec"
         reason = os.strerror(int(num)) if num.isdigit() else "failed"

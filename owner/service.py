@@ -28,6 +28,7 @@ from protocol.server import Call, Method, RpcServer
 from .grants import GrantKeeper
 from .journal import Journal, LogSource
 from .journalforget import MAX_SOURCES
+from .notes import MAX_NOTE, write_note
 from .observations import RING_SIZE, ObservationRing, test_knob
 from .paths import OwnerPaths
 from .procinfo import Inspector
@@ -43,8 +44,11 @@ __all__ = ["CAPABILITIES", "OwnerService"]
 log = logging.getLogger("tenure.owner")
 
 # stackControl 2: mutations need the current grant presented on the connection (hello)
+# spawnErrors 1: a LAUNCH_FAILED carries data.spawn (owner.spawnerr) and writes a tenure
+# line into the app's log stream; logNotes 1: logs.note (owner.notes)
 CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
-                "notify": 1, "observations": 1, "fencing": 1}
+                "notify": 1, "observations": 1, "fencing": 1, "spawnErrors": 1,
+                "logNotes": 1}
 
 LOGS_PAGE_BYTES = 1 << 20
 """Default byte budget of one logs.read answer; at most LOGS_PAGE_BYTES_MAX, which with
@@ -82,6 +86,12 @@ S_LOGS = Schema(Field("after", int, required=False, default=0, check=_uint),
                 Field("stream", str, required=False))
 
 
+def _note_text(v: Any) -> str | None:
+    if not v or len(v) > MAX_NOTE or "\0" in v:
+        return f"must be 1 to {MAX_NOTE} characters without NUL"
+    return None
+
+
 def _sources(v: Any) -> str | None:
     if not 1 <= len(v) <= MAX_SOURCES:
         return f"must list 1 to {MAX_SOURCES} sources"
@@ -98,6 +108,9 @@ def _sources(v: Any) -> str | None:
 
 
 S_FORGET = Schema(Field("sources", list, check=_sources))
+S_NOTE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
+                Field("instance", int, check=_uint), Field("generation", int, check=_uint),
+                Field("text", str, check=_note_text))
 S_OBS = Schema(Field("after", int, required=False, default=0, check=_uint),
                Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)))
 S_ACK = Schema(Field("cursor", int, check=_uint))
@@ -144,6 +157,7 @@ class OwnerService:
             "logs.read": Method(self.logs_read, S_LOGS, role="viewer", while_draining=True),
             "logs.dropped": Method(self.logs_dropped, role="viewer", while_draining=True),
             "logs.forget": Method(self.logs_forget, S_FORGET),
+            "logs.note": Method(self.logs_note, S_NOTE),
             "observations.read": Method(self.obs_read, S_OBS, role="viewer",
                                         while_draining=True),
             "observations.subscribe": Method(self.obs_subscribe, S_OBS, role="viewer"),
@@ -304,6 +318,15 @@ class OwnerService:
                            f"{', '.join(busy[:5])}", {"launch_keys": busy[:100]})
         deleted = await asyncio.to_thread(self.journal.forget, sources)
         return {"sources": len(sources), "deleted": deleted}
+
+    async def logs_note(self, call: Call) -> Any:
+        """Write one tenure line (owner.notes) into an app's log stream: the backend's
+        word on why it gave up on the app. ``written`` is false when the journal queue
+        had no room (the line is counted as dropped, like any other)."""
+        self._require_epoch(call)
+        p = call.params
+        source = LogSource(p["stack"], p["app"], p["instance"], p["generation"])
+        return {"written": write_note(self.journal, source, p["text"])}
 
     async def obs_read(self, call: Call) -> Any:
         return self.ring.read(call.params["after"], call.params["limit"])

@@ -21,6 +21,7 @@ from protocol.errors import LaunchFailed
 from .cgroups import shim_argv
 from .procinfo import read_start_ticks
 from .runas import ChildSetup
+from .spawnerr import os_failure
 from .specs import LaunchSpec
 
 __all__ = ["PopenSpawner", "Spawned", "Spawner", "pidfd_supported"]
@@ -126,7 +127,7 @@ class PopenSpawner(Spawner):
             os.killpg(proc.pid, 9)
             os.waitpid(proc.pid, 0)
             _close_all([out_r, err_r])
-            raise LaunchFailed(_reason(spec, e), {"argv0": spec.argv[0]}) from e
+            raise LaunchFailed(_reason(spec, e), _why(spec, e, env)) from e
         # The child cannot be reaped yet (only the table reaps), so /proc still has it,
         # if only as a zombie.
         ticks = read_start_ticks(proc.pid)
@@ -155,12 +156,12 @@ class PopenSpawner(Spawner):
             )
         except (OSError, ValueError) as e:
             _close_all(opened)
-            raise LaunchFailed(_reason(spec, e), {"argv0": spec.argv[0]}) from e
+            raise LaunchFailed(_reason(spec, e), _why(spec, e, env)) from e
         except subprocess.SubprocessError as e:  # only ChildSetup fails this way
             _close_all(opened)
             assert setup is not None
             raise LaunchFailed(f"cannot start {spec.argv[0]!r}: {setup.failure()}",
-                               {"argv0": spec.argv[0]}) from e
+                               {"argv0": spec.argv[0], "spawn": setup.explain()}) from e
         _close_all([out_w, err_w])
         return proc, out_r, err_r
 
@@ -193,3 +194,10 @@ def _reason(spec: LaunchSpec, e: Exception) -> str:
         what = e.filename if e.filename is not None else spec.argv[0]
         return f"cannot start {spec.argv[0]!r}: {e.strerror} ({what})"
     return f"cannot start {spec.argv[0]!r}: {e}"
+
+
+def _why(spec: LaunchSpec, e: Exception, env: dict[str, str]) -> dict[str, object]:
+    """The error data of a failed spawn: ``argv0`` and the ``spawn`` map (owner.spawnerr)."""
+    if not isinstance(e, OSError):
+        return {"argv0": spec.argv[0]}
+    return {"argv0": spec.argv[0], "spawn": os_failure(spec.argv[0], e, spec.cwd, env)}

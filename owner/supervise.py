@@ -24,6 +24,7 @@ from .cgroups import CgroupTree
 from .descendants import LAUNCH_KEY_ENV
 from .drain import PipeDrainer
 from .journal import Journal, LogSource
+from .notes import write_note
 from .notify import NotifyListener, pgid_resolver
 from .observations import ObservationRing
 from .procs import ProcessTable
@@ -98,7 +99,12 @@ class Launcher:
             spawned = self.procs.launch(spec, key)
         except LaunchFailed as exc:
             self.store.mark_failed(key, exc.to_wire())
-            self.ring.emit("launch_failed", launch_key=key, code=exc.code_str, msg=exc.msg)
+            spawn = exc.data.get("spawn")
+            self.ring.emit("launch_failed", launch_key=key, code=exc.code_str, msg=exc.msg,
+                           **({} if spawn is None else {"spawn": spawn}))
+            write_note(self.journal, LogSource(p["stack"], p["app"], p["instance"],
+                                               p["generation"]),
+                       spawn["text"] if spawn else f"launch failed: {exc.msg}")
             row = self.store.get_launch(key)
             assert row is not None
             return row
