@@ -19,6 +19,7 @@ from protocol.errors import (
 from protocol.schema import Field, Schema, check_int, check_name
 from protocol.server import Call, Method
 
+from . import explain
 from . import instance as im
 from .config import parse_config
 from .enforce import Host, check_config, identity_view
@@ -226,6 +227,7 @@ class Api:
                 else None, "restarts": inst.restarts, "ready": inst.state is im.State.READY,
                 "generation": inst.generation,
                 "last_outcome": str(inst.last_outcome) if inst.last_outcome else None,
+                "reason": explain.reason(inst),
                 "log_dropped": None if dropped is None
                 else dropped.get((inst.app.stack, inst.app.name), 0), **usage}
 
@@ -332,7 +334,12 @@ class Api:
             row = {**self._row(k, inst, t, dropped), "launch_key": inst.launch_key,
                    "command": list(inst.app.command), "restart": str(inst.app.restart),
                    "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire(),
-                   **identity_view(inst.app)}
+                   **identity_view(inst.app),
+                   "last_error": None if inst.last_error is None
+                   else inst.last_error.to_wire(),
+                   "last_exit": None if inst.last_exit is None else inst.last_exit.view(),
+                   "last_probe": None if inst.last_probe is None
+                   else inst.last_probe.view()}
             out.append(row)
         return {"instances": out}
 

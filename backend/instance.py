@@ -44,12 +44,14 @@ from typing import Any
 from protocol.errors import BadRequest
 from protocol.schema import Field, Schema, check_int
 
+from .explain import LastError, LastExit, LastProbe, decode
 from .model import App, ReadyKind, RestartMode
 
 __all__ = [
     "PUBLIC_STATE", "TIMER_EVENTS", "TRANSITIONS", "Action", "Adopt", "BackoffElapsed",
     "CancelTimer", "Event", "Exited", "HealthFailed", "HealthOk", "Instance", "Launch",
-    "LaunchFailed", "Launched", "Outcome", "PublicState", "Ready", "ReadyTimeout", "Report",
+    "LaunchFailed", "Launched", "Outcome", "Probed", "PublicState", "Ready", "ReadyTimeout",
+    "Report",
     "Start", "StartHealth", "StartReadiness", "StartTimer", "State", "Stop", "StopHealth",
     "StopReadiness", "StopRequested", "Stopped", "Timer", "exit_outcome",
 ]
@@ -133,12 +135,22 @@ class Launched:
 @dataclass(frozen=True)
 class LaunchFailed:
     code: str
+    error: LastError | None = None  # why, for ``last_error``
 
 
 @dataclass(frozen=True)
 class Exited:
     exit_code: int | None
     signal: int | None
+    core_dumped: bool = False
+
+
+@dataclass(frozen=True)
+class Probed:
+    """A readiness or health probe of the current launch failed (what was probed and
+    what came back); the verdicts themselves are ``Ready``/``HealthFailed``."""
+
+    note: LastProbe
 
 
 @dataclass(frozen=True)
@@ -184,10 +196,10 @@ class Adopt:
 
 
 Event = (Start | StopRequested | Launched | LaunchFailed | Exited | Ready | ReadyTimeout
-         | HealthFailed | HealthOk | BackoffElapsed | Stopped | Adopt)
+         | HealthFailed | HealthOk | BackoffElapsed | Stopped | Adopt | Probed)
 EVENT_TYPES: tuple[type[Event], ...] = (
     Start, StopRequested, Launched, LaunchFailed, Exited, Ready, ReadyTimeout,
-    HealthFailed, HealthOk, BackoffElapsed, Stopped, Adopt)
+    HealthFailed, HealthOk, BackoffElapsed, Stopped, Adopt, Probed)
 
 TIMER_EVENTS: dict[Timer, Event] = {
     Timer.BACKOFF: BackoffElapsed(),
@@ -275,6 +287,10 @@ class Instance:
         self.starts: list[float] = []            # launch times inside the start-limit window
         self.health_failures = 0
         self.timers: dict[Timer, float] = {}     # absolute deadlines
+        # why it is where it is (backend.explain), each naming its generation
+        self.last_error: LastError | None = None
+        self.last_exit: LastExit | None = None
+        self.last_probe: LastProbe | None = None
         self._out: list[Action] = []
 
     # ---- public ---------------------------------------------------------------------
@@ -321,6 +337,10 @@ class Instance:
             "launched_at": self.launched_at, "starts": list(self.starts),
             "health_failures": self.health_failures,
             "timers": {name.value: deadline for name, deadline in self.timers.items()},
+            **{name: None if rec is None else rec.to_wire()
+               for name, rec in (("last_error", self.last_error),
+                                 ("last_exit", self.last_exit),
+                                 ("last_probe", self.last_probe))},
         }
 
     @classmethod
@@ -346,6 +366,10 @@ class Instance:
         inst.launched_at = d["launched_at"]
         inst.starts = [float(t) for t in d["starts"]]
         inst.timers = {Timer(k): float(v) for k, v in d["timers"].items()}
+        # optional: state written before these records existed has none
+        inst.last_error = decode("last_error", data.get("last_error"), inst.generation)
+        inst.last_exit = decode("last_exit", data.get("last_exit"), inst.generation)
+        inst.last_probe = decode("last_probe", data.get("last_probe"), inst.generation)
         _check_consistent(inst)
         return inst
 
@@ -500,12 +524,16 @@ def _launched_while_stopping(inst: Instance, ev: Event, now: float) -> None:
 
 
 def _launch_failed(inst: Instance, ev: Event, now: float) -> None:
+    assert isinstance(ev, LaunchFailed)
+    if ev.error is not None:
+        inst.last_error = ev.error
     inst._report(Outcome.LAUNCH_FAILED)
     inst._after_failure(Outcome.LAUNCH_FAILED, now, exited=False)
 
 
 def _exited(inst: Instance, ev: Event, now: float) -> None:
     assert isinstance(ev, Exited)
+    inst.last_exit = LastExit(ev.exit_code, ev.signal, ev.core_dumped, inst.generation)
     outcome = exit_outcome(ev.exit_code, ev.signal)
     inst._report(outcome)
     inst._after_failure(outcome, now, exited=True)
@@ -529,6 +557,11 @@ def _health_failed(inst: Instance, ev: Event, now: float) -> None:
     if inst.health_failures >= limit:
         inst._stop(State.RESTARTING, now)
         inst.pending_outcome = Outcome.HEALTH
+
+
+def _probed(inst: Instance, ev: Event, now: float) -> None:
+    assert isinstance(ev, Probed)
+    inst.last_probe = ev.note
 
 
 def _health_ok(inst: Instance, ev: Event, now: float) -> None:
@@ -597,6 +630,7 @@ _ROWS: dict[type[Event], tuple[Handler, ...]] = {
               _stopped_on_request, _stopped_for_restart, _I, _I, _I),
     Adopt: (_adopt, _adopt, _adopt_conflict, _adopt_conflict, _R, _R, _adopt, _adopt,
             _adopt),
+    Probed: (_I, _I, _probed, _probed, _I, _I, _I, _I, _I),
 }
 assert all(len(row) == len(State) for row in _ROWS.values())
 assert set(_ROWS) == set(EVENT_TYPES)

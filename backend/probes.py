@@ -1,8 +1,10 @@
 """Readiness and health probes, and the runners that repeat them.
 
-Every probe is a coroutine returning ``bool`` and is bounded by a timeout: it never hangs
-and never raises for an unhealthy target (refused, reset, garbage, silence all mean
-``False``). Probes only read; they never change the app.
+Every probe is a coroutine returning a :class:`Verdict` (true when the target passed,
+and in words what came back: ``connection refused``, ``status 500``, ``exit 1: db down``)
+and is bounded by a timeout: it never hangs and never raises for an unhealthy target
+(refused, reset, garbage, silence all fail). Probes only read; they never change the app.
+:func:`describe` says in words what a configured probe looks at (``tcp 127.0.0.1:8765``).
 
 - :func:`tcp_listening`: a process of the app listens on the port. Uses netlink sock_diag
   (pyroute2 ``DiagSocket``, IPv4 and IPv6 LISTEN sockets) and maps each socket inode to the
@@ -32,6 +34,7 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,15 +42,41 @@ from urllib.parse import urlsplit
 from .model import Health, HealthKind, Readiness, ReadyKind
 
 __all__ = [
-    "HealthRunner", "Probe", "ProbeRunner", "TcpMethod", "exec_ok", "health_probe",
-    "hidden_owners", "http_ok", "listening_inodes", "process_group_members",
-    "readiness_probe", "socket_inodes", "tcp_connect", "tcp_listening",
+    "HealthRunner", "Probe", "ProbeRunner", "TcpMethod", "Verdict", "describe", "exec_ok",
+    "health_probe", "hidden_owners", "http_ok", "listening_inodes",
+    "process_group_members", "readiness_probe", "socket_inodes", "tcp_connect",
+    "tcp_listening",
 ]
 
 log = logging.getLogger(__name__)
 
-Probe = Callable[[], Awaitable[bool]]
 TCP_LISTEN = 10  # TCP_LISTEN in the kernel's tcp_states.h; sock_diag takes 1 << state
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A probe's answer: ``ok``, and what came back in a few lower-case words."""
+
+    ok: bool
+    said: str
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+Probe = Callable[[], Awaitable[Verdict | bool]]
+"""A probe; a plain bool (a test's, say) is taken as passed or failed without words."""
+
+
+def _oserror(exc: OSError) -> str:
+    """``connection refused``: the OS error in lower-case words, no repr."""
+    if exc.errno is not None:
+        return os.strerror(exc.errno).lower()
+    return str(exc).lower() or type(exc).__name__.lower()
+
+
+def _secs(t: float) -> str:
+    return f"{t:g}s"
 
 
 class TcpMethod(StrEnum):
@@ -133,14 +162,16 @@ def process_group_members(pgid: int) -> set[int]:
     return members
 
 
-def _diag_owned(port: int, pids: set[int]) -> bool:
+def _diag_owned(port: int, pids: set[int]) -> Verdict:
     listening = listening_inodes(port)
     if not listening:
-        return False
+        return Verdict(False, "nothing listens on the port")
     if set(listening) & socket_inodes(pids):
-        return True
+        return Verdict(True, "listening")
     # another user's app: a listener on the port owned by the uid its process runs as
-    return bool(hidden_owners(pids) & set(listening.values()))
+    if hidden_owners(pids) & set(listening.values()):
+        return Verdict(True, "listening")
+    return Verdict(False, "another process listens on the port, not the app")
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
@@ -151,20 +182,23 @@ async def _close(writer: asyncio.StreamWriter) -> None:
             await writer.wait_closed()
 
 
-async def tcp_connect(host: str, port: int, timeout: float) -> bool:
-    """True when a TCP connection to host:port is accepted within ``timeout``."""
+async def tcp_connect(host: str, port: int, timeout: float) -> Verdict:
+    """Passes when a TCP connection to host:port is accepted within ``timeout``."""
     try:
         async with asyncio.timeout(timeout):
             _reader, writer = await asyncio.open_connection(host, port)
-    except (OSError, TimeoutError):
-        return False
+    except TimeoutError:
+        return Verdict(False, f"no answer within {_secs(timeout)}")
+    except OSError as exc:
+        return Verdict(False, _oserror(exc))
     await _close(writer)
-    return True
+    return Verdict(True, "connected")
 
 
 async def tcp_listening(port: int, pids: set[int], *, host: str = "127.0.0.1",
-                        timeout: float = 2.0, method: TcpMethod = TcpMethod.AUTO) -> bool:
-    """True when one of ``pids`` (the app's process group) has a TCP LISTEN socket on
+                        timeout: float = 2.0, method: TcpMethod = TcpMethod.AUTO
+                        ) -> Verdict:
+    """Passes when one of ``pids`` (the app's process group) has a TCP LISTEN socket on
     ``port``. With AUTO, an unavailable sock_diag falls back to :func:`tcp_connect`, which
     cannot attribute the listener to ``pids``. Bounded by ``timeout``; never raises for an
     unavailable kernel interface."""
@@ -174,10 +208,10 @@ async def tcp_listening(port: int, pids: set[int], *, host: str = "127.0.0.1",
                 # sock_diag is a few ms, but the /proc scan grows with fds: keep the loop free.
                 return await asyncio.to_thread(_diag_owned, port, set(pids))
         except TimeoutError:
-            return False
+            return Verdict(False, f"sock_diag gave no answer within {_secs(timeout)}")
         except (ImportError, OSError) as exc:
             if method is TcpMethod.DIAG:
-                return False
+                return Verdict(False, f"sock_diag unavailable: {exc}")
             log.debug("sock_diag unavailable (%s); using a connect probe", exc)
     return await tcp_connect(host, port, timeout)
 
@@ -197,10 +231,10 @@ def _split_http_url(url: str) -> tuple[str, int, str, str]:
     return parts.hostname, port, path, parts.netloc.rpartition("@")[2]
 
 
-async def http_ok(url: str, timeout: float) -> bool:
-    """GET ``url`` over HTTP/1.1; True for a 2xx or 3xx status within ``timeout``.
+async def http_ok(url: str, timeout: float) -> Verdict:
+    """GET ``url`` over HTTP/1.1; passes for a 2xx or 3xx status within ``timeout``.
     Raises ValueError for a URL that is not ``http://``; anything the server does (refuse,
-    reset, garbage, silence) is False."""
+    reset, garbage, silence) fails, saying which."""
     host, port, path, host_header = _split_http_url(url)
     request = (f"GET {path} HTTP/1.1\r\nHost: {host_header}\r\n"
                "User-Agent: tenure-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n")
@@ -211,39 +245,77 @@ async def http_ok(url: str, timeout: float) -> bool:
             writer.write(request.encode("ascii", "strict"))
             await writer.drain()
             status_line = await reader.readline()
-    except (OSError, TimeoutError, UnicodeError, ValueError):
-        return False
+    except TimeoutError:
+        return Verdict(False, f"no answer within {_secs(timeout)}")
+    except OSError as exc:
+        return Verdict(False, _oserror(exc))
+    except (UnicodeError, ValueError):
+        return Verdict(False, "the answer is not http")
     finally:
         if writer is not None:
             await _close(writer)
     parts = status_line.split(None, 2)
+    if not status_line:
+        return Verdict(False, "closed without an answer")
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-        return False
-    return 200 <= int(parts[1]) < 400
+        return Verdict(False, "the answer is not http")
+    status = int(parts[1])
+    return Verdict(200 <= status < 400, f"status {status}")
 
 
 # ---- exec -------------------------------------------------------------------------------
 
 
+FIRST_LINE_MAX = 200
+"""Characters of an exec probe's output kept for its verdict (its first line)."""
+OUTPUT_READ_MAX = 4096
+"""Bytes of output looked at for that line; the rest is read and discarded."""
+
+
+async def _first_line(stream: asyncio.StreamReader) -> str:
+    """The first non-empty line of ``stream`` (read to its end so the writer never blocks
+    on a full pipe), at most FIRST_LINE_MAX characters."""
+    head = b""
+    while chunk := await stream.read(65536):
+        if len(head) < OUTPUT_READ_MAX:
+            head += chunk[:OUTPUT_READ_MAX - len(head)]
+    lines = [ln.strip() for ln in head.decode(errors="replace").splitlines()]
+    first = next((ln for ln in lines if ln), "")
+    return "".join(c if c.isprintable() else "?" for c in first)[:FIRST_LINE_MAX]
+
+
+def _ended(code: int, line: str) -> str:
+    how = f"exit {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}" \
+        if -code in signal.valid_signals() else f"killed by signal {-code}"
+    return f"{how}: {line}" if line else how
+
+
 async def exec_ok(argv: tuple[str, ...] | list[str], timeout: float,
-                  env: Mapping[str, str] | None = None, cwd: str | None = None) -> bool:
-    """Run ``argv`` in a new session; True when it exits 0 within ``timeout``.
+                  env: Mapping[str, str] | None = None, cwd: str | None = None) -> Verdict:
+    """Run ``argv`` in a new session; passes when it exits 0 within ``timeout``, saying
+    its exit status and the first line of its output (stdout and stderr together).
     On timeout or cancellation the whole process group is SIGKILLed and the child is
     reaped before this returns (or re-raises CancelledError): no zombie is left. A command
-    that cannot be started is False."""
+    that cannot be started fails, saying why."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, env=dict(env) if env is not None else None, cwd=cwd,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         log.debug("exec probe %s could not start: %s", argv[:1], exc)
-        return False
+        return Verdict(False, f"cannot start: {_oserror(exc)}")
+    assert proc.stdout is not None
+    reader = asyncio.ensure_future(_first_line(proc.stdout))
     try:
         async with asyncio.timeout(timeout):
-            return await proc.wait() == 0
+            code = await proc.wait()
+        # A process it left behind may hold the pipe open: its first line is enough.
+        done, _ = await asyncio.wait({reader}, timeout=0.2)
+        line = reader.result() if done else ""
+        return Verdict(code == 0, _ended(code, line))
     except TimeoutError:
-        return False
+        return Verdict(False, f"no exit within {_secs(timeout)}")
     finally:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -251,6 +323,8 @@ async def exec_ok(argv: tuple[str, ...] | list[str], timeout: float,
             # Reap even if we are being cancelled: a shielded wait cannot be interrupted
             # half-way, and SIGKILL makes it short.
             await asyncio.shield(proc.wait())
+        reader.cancel()
+        await asyncio.wait({reader})  # no task outlives the probe
 
 
 # ---- config -> probe --------------------------------------------------------------------
@@ -296,19 +370,39 @@ def health_probe(health: Health, index: int, *,
     return lambda: exec_ok(health.command, health.timeout, env)
 
 
+def describe(check: Readiness | Health, index: int) -> str:
+    """What the probe of ``check`` (instance ``index``) looks at, in words:
+    ``tcp 127.0.0.1:8765``, ``GET http://127.0.0.1:8765/health``, ``exec ./check --db``.
+    Empty for readiness kinds without a probe."""
+    kind = str(check.kind)
+    if kind == "tcp":
+        port = "?" if check.port is None else str(check.port + index * check.port_step)
+        return f"tcp {check.host}:{port}"
+    if kind == "http":
+        return f"GET {check.url}"
+    if kind == "exec":
+        import shlex
+        text = shlex.join(check.command)
+        return f"exec {text if len(text) <= 120 else text[:119] + '…'}"
+    return ""
+
+
 # ---- runners ----------------------------------------------------------------------------
 
 
-async def _attempt(probe: Probe, timeout: float) -> bool:
+async def _attempt(probe: Probe, timeout: float) -> Verdict:
     """One bounded probe run; an exception from a probe is a failure, not a crash."""
     try:
         async with asyncio.timeout(max(timeout, 0.0)):
-            return await probe()
+            said = await probe()
     except TimeoutError:
-        return False
-    except Exception:
+        return Verdict(False, f"no answer within {_secs(max(timeout, 0.0))}")
+    except Exception as exc:
         log.exception("probe raised; counted as a failure")
-        return False
+        return Verdict(False, f"probe error: {type(exc).__name__}")
+    if isinstance(said, Verdict):
+        return said
+    return Verdict(bool(said), "passed" if said else "failed")
 
 
 class _OneTask:
@@ -344,13 +438,16 @@ class _OneTask:
 class ProbeRunner(_OneTask):
     """Runs ``probe`` every ``interval`` until it succeeds or ``timeout`` passes, then
     calls ``on_result(True)`` (ready) or ``on_result(False)`` (timed out) exactly once —
-    unless cancelled first, in which case it calls nothing."""
+    unless cancelled first, in which case it calls nothing. ``on_attempt`` (optional)
+    gets the verdict of every attempt, first."""
 
     def __init__(self, probe: Probe, *, interval: float, timeout: float,
-                 attempt_timeout: float = 2.0) -> None:
+                 attempt_timeout: float = 2.0,
+                 on_attempt: Callable[[Verdict], None] | None = None) -> None:
         super().__init__()
         self.probe, self.interval, self.timeout = probe, interval, timeout
         self.attempt_timeout = attempt_timeout
+        self.on_attempt = on_attempt or (lambda verdict: None)
 
     async def run(self) -> bool:
         """True once the probe passes, False when ``timeout`` passed first."""
@@ -360,7 +457,9 @@ class ProbeRunner(_OneTask):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            if await _attempt(self.probe, min(self.attempt_timeout, remaining)):
+            verdict = await _attempt(self.probe, min(self.attempt_timeout, remaining))
+            self.on_attempt(verdict)
+            if verdict:
                 return True
             await asyncio.sleep(max(0.0, min(self.interval, deadline - loop.time())))
 
@@ -373,21 +472,25 @@ class ProbeRunner(_OneTask):
 
 class HealthRunner(_OneTask):
     """After ``grace``, runs ``probe`` every ``interval`` and calls ``on_pass`` or
-    ``on_fail`` after each attempt, until cancelled. Counting consecutive failures is the
-    instance machine's job (``HealthFailed``/``HealthOk``)."""
+    ``on_fail`` after each attempt, until cancelled; ``on_attempt`` (optional) gets each
+    verdict first. Counting consecutive failures is the instance machine's job
+    (``HealthFailed``/``HealthOk``)."""
 
     def __init__(self, probe: Probe, *, interval: float, timeout: float, grace: float,
-                 on_pass: Callable[[], None], on_fail: Callable[[], None]) -> None:
+                 on_pass: Callable[[], None], on_fail: Callable[[], None],
+                 on_attempt: Callable[[Verdict], None] | None = None) -> None:
         super().__init__()
         self.probe, self.interval, self.timeout, self.grace = probe, interval, timeout, grace
         self.on_pass, self.on_fail = on_pass, on_fail
+        self.on_attempt = on_attempt or (lambda verdict: None)
 
     async def run(self) -> None:
         """Loops until cancelled; never returns on its own."""
         await asyncio.sleep(self.grace)
         while True:
-            ok = await _attempt(self.probe, self.timeout)
-            (self.on_pass if ok else self.on_fail)()
+            verdict = await _attempt(self.probe, self.timeout)
+            self.on_attempt(verdict)
+            (self.on_pass if verdict else self.on_fail)()
             await asyncio.sleep(self.interval)
 
     def start(self) -> None:

@@ -25,14 +25,18 @@ from protocol.errors import (
     StackFenced,
     StaleEpoch,
     TenureError,
+    UnknownMethod,
 )
 
+from . import explain
 from . import instance as im
 from .enforce import app_env, launch_fields
 from .model import App, Config, ReadyKind
 from .probes import (
     HealthRunner,
     ProbeRunner,
+    Verdict,
+    describe,
     health_probe,
     process_group_members,
     readiness_probe,
@@ -91,6 +95,7 @@ class Supervisor:
         self._waiters = Waiters()
         self._on_mutation = on_mutation or (lambda method: None)
         self._sleep = sleep
+        self.owner_notes = True                  # False: the owner predates logNotes 1
         self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
 
     # -- feeding events ---------------------------------------------------------------
@@ -132,7 +137,8 @@ class Supervisor:
         if inst is None or inst.launch_key != e.get("launch_key"):
             return  # not ours or an older generation's
         if e["kind"] == "exit":
-            self.feed(key, im.Exited(e.get("exit_code"), e.get("signal")))
+            self.feed(key, im.Exited(e.get("exit_code"), e.get("signal"),
+                                     e.get("core_dumped") is True))
         elif e["kind"] == "notify" and e.get("fields", {}).get("READY") == "1" \
                 and inst.app.ready.kind is ReadyKind.NOTIFY:
             self.feed(key, im.Ready())
@@ -164,6 +170,8 @@ class Supervisor:
                 self._close(self._health.pop(key, None))
             elif isinstance(a, im.Report):
                 log.info("%s: %s", key, a.outcome)
+                if a.outcome is im.Outcome.START_LIMIT_HIT:
+                    self._spawn(self._note(inst, _gave_up(inst)))
 
     def _arm(self, key: str, name: im.Timer, delay: float) -> None:
         old = self._timers.pop((key, name), None)
@@ -223,12 +231,42 @@ class Supervisor:
                 raise
             except (LaunchFailed, StackFenced, BadRequest) as exc:
                 log.warning("%s: launch refused: %s", launch_key, exc)
-                return im.LaunchFailed(exc.code_str)
+                return im.LaunchFailed(exc.code_str,
+                                       explain.launch_error(exc, params["generation"]))
             except TenureError as exc:  # not sent, unknown outcome, owner away: retry
                 last = exc.code_str
                 log.warning("%s: launch not done (%s); retrying", launch_key, exc)
                 await self._sleep(0.5)
-        return im.LaunchFailed(last)
+        return im.LaunchFailed(last, explain.unanswered(last, params["generation"]))
+
+    async def _note(self, inst: im.Instance, text: str) -> None:
+        """A tenure line in the app's own log stream (owner ``logs.note``). Best effort:
+        an owner that predates logNotes 1 is asked once, then never again."""
+        if self.fenced or not self.owner_notes:
+            return
+        app = inst.app
+        try:
+            await self.owner.call("logs.note", {
+                "stack": app.stack, "app": app.name, "instance": inst.index,
+                "generation": inst.generation, "text": text}, epoch=self.epoch)
+        except UnknownMethod:
+            self.owner_notes = False
+            log.info("the owner predates logNotes 1: no tenure lines in app logs")
+        except TenureError as exc:
+            log.warning("%s: could not write %r to its log: %s", inst.launch_key, text, exc)
+
+    def _on_probe(self, key: str, check: explain.Check, what: str,
+                  generation: int) -> Callable[[Verdict], None]:
+        """Feeds a failed attempt as ``Probed`` (when it says something new) while the
+        instance is still on ``generation``."""
+        def seen(verdict: Verdict) -> None:
+            inst = self.instances.get(key)
+            if verdict.ok or inst is None or inst.generation != generation:
+                return
+            note = explain.LastProbe(check, what, verdict.said, generation)
+            if inst.last_probe != note:
+                self.feed(key, im.Probed(note))
+        return seen
 
     async def _stop(self, launch_key: str) -> im.Event | None:
         while not self.fenced:
@@ -254,7 +292,10 @@ class Supervisor:
                                 env={**self.base_env, **inst.app.env})
         if probe is None:
             return  # notify: the owner's READY event; delay: the machine's own timer
-        runner = ProbeRunner(probe, interval=ready.interval, timeout=ready.timeout + 1.0)
+        runner = ProbeRunner(probe, interval=ready.interval, timeout=ready.timeout + 1.0,
+                             on_attempt=self._on_probe(key, explain.Check.READINESS,
+                                                       describe(ready, inst.index),
+                                                       inst.generation))
         self._close(self._ready.pop(key, None))
         self._ready[key] = runner
         runner.start(lambda ok: self.feed(key, im.Ready()) if ok else None)
@@ -266,7 +307,10 @@ class Supervisor:
         runner = HealthRunner(health_probe(h, inst.index, env={**self.base_env, **inst.app.env}),
                               interval=h.interval, timeout=h.timeout, grace=h.grace,
                               on_pass=lambda: self.feed(key, im.HealthOk()),
-                              on_fail=lambda: self.feed(key, im.HealthFailed()))
+                              on_fail=lambda: self.feed(key, im.HealthFailed()),
+                              on_attempt=self._on_probe(key, explain.Check.HEALTH,
+                                                        describe(h, inst.index),
+                                                        inst.generation))
         self._close(self._health.pop(key, None))
         self._health[key] = runner
         runner.start()
@@ -359,3 +403,11 @@ class Supervisor:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _gave_up(inst: im.Instance) -> str:
+    """The tenure line for an app whose start limit was hit."""
+    limit = inst.app.start_limit
+    why = explain.reason(inst)
+    return (f"start limit hit ({limit.burst} starts within {limit.interval:g}s), not "
+            f"restarting{': ' + why if why and why != 'start limit hit' else ''}")

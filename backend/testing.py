@@ -199,8 +199,8 @@ class Cluster:
 class FakeOwner:
     """The owner methods the backend calls, answered from memory: ``launch`` (idempotent
     per launch key, forever), ``stop``, ``inventory``, ``stack.intents``,
-    ``stack.set_intent``, ``observations.read``, ``observations.ack`` and ``logs.forget``
-    (each source counted once, in ``forgotten``). Mutations
+    ``stack.set_intent``, ``observations.read``, ``observations.ack``, ``logs.forget``
+    (each source counted once, in ``forgotten``) and ``logs.note`` (in ``notes``). Mutations
     carrying another epoch get STALE_EPOCH. ``exit(key)`` ends a process.
 
     ``hold(method)`` makes calls of that method wait until ``release(method)``;
@@ -215,6 +215,7 @@ class FakeOwner:
         self.events: list[dict[str, Any]] = []       # the observation ring (never full)
         self.intents: dict[str, dict[str, Any]] = {}
         self.forgotten: set[tuple[str, str, int]] = set()  # logs.forget sources
+        self.notes: list[dict[str, Any]] = []              # logs.note calls
         self.before: Callable[[str, dict[str, Any]], None] | None = None
         self._held: dict[str, asyncio.Event] = {}
         self._next_pid = 4000
@@ -304,6 +305,10 @@ class FakeOwner:
         new = {(s["stack"], s["app"], s["instance"]) for s in p["sources"]} - self.forgotten
         self.forgotten |= new
         return {"sources": len(p["sources"]), "deleted": len(new)}
+
+    def _logs_note(self, p: dict[str, Any]) -> dict[str, Any]:
+        self.notes.append(p)
+        return {"written": True}
 
     def _observations_ack(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"acked": p["cursor"]}

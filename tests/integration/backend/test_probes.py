@@ -245,6 +245,46 @@ def test_http_ok_refuses_urls_it_cannot_probe(url: str) -> None:
         asyncio.run(http_ok(url, 1.0))
 
 
+def test_probes_say_what_came_back() -> None:
+    """Each verdict names what the target answered, in words (no reprs)."""
+    async def main() -> None:
+        server = await asyncio.start_server(_handle, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            said = [(v.ok, v.said) for v in [
+                await http_ok(f"{base}/ok", 2.0), await http_ok(f"{base}/err", 2.0),
+                await http_ok(f"{base}/junk", 2.0), await http_ok(f"{base}/hang", 0.3)]]
+        finally:
+            server.close()
+            await server.wait_closed()
+        assert said == [(True, "status 200"), (False, "status 500"),
+                        (False, "the answer is not http"), (False, "no answer within 0.3s")]
+        refused = free_port()
+        assert (await probes.tcp_connect("127.0.0.1", refused, 2.0)).said == \
+            "connection refused"
+        assert (await http_ok(f"http://127.0.0.1:{refused}/", 2.0)).said == \
+            "connection refused"
+        env = {"PATH": "/usr/bin:/bin"}
+        script = "echo; echo '  db \033 not up '; echo more; echo err >&2; exit 3"
+        assert await exec_ok(("sh", "-c", script), 5.0, env) == \
+            probes.Verdict(False, "exit 3: db ? not up")
+        assert await exec_ok(("true",), 5.0, env) == probes.Verdict(True, "exit 0")
+        assert await exec_ok(("sh", "-c", "kill -9 $$"), 5.0, env) == \
+            probes.Verdict(False, "killed by SIGKILL")
+        assert await exec_ok(("/nonexistent/chk",), 5.0, env) == \
+            probes.Verdict(False, "cannot start: no such file or directory")
+        assert (await exec_ok(("sleep", "5"), 0.2, env)).said == "no exit within 0.2s"
+    run(main)
+    no_children_left()
+    assert probes.describe(Readiness(kind=ReadyKind.TCP, port=8000, port_step=2), 1) == \
+        "tcp 127.0.0.1:8002"
+    assert probes.describe(Health(kind=HealthKind.HTTP, url="http://h:1/x"), 0) == \
+        "GET http://h:1/x"
+    assert probes.describe(Health(kind=HealthKind.EXEC, command=("chk", "a b")), 0) == \
+        "exec chk 'a b'"
+    assert probes.describe(Readiness(kind=ReadyKind.NOTIFY), 0) == ""
+
+
 # ---- exec ---------------------------------------------------------------------------------
 
 
@@ -444,9 +484,9 @@ def test_a_listener_of_an_app_running_as_another_user_counts_by_its_uid() -> Non
         with os.fdopen(r) as f:
             port = int(f.read())
         assert _as_uid(backend_uid, lambda: probes.socket_inodes({pid})) == "set()"
-        assert _as_uid(backend_uid, lambda: probes._diag_owned(port, {pid})) == "True"
+        assert _as_uid(backend_uid, lambda: probes._diag_owned(port, {pid}).ok) == "True"
         with listener() as mine:  # root's listener is not the app's
-            assert _as_uid(backend_uid, lambda: probes._diag_owned(mine, {pid})) == "False"
+            assert _as_uid(backend_uid, lambda: probes._diag_owned(mine, {pid}).ok) == "False"
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)

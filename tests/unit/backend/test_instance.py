@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backend.explain import Check, ErrorSource, LastError, LastProbe
 from backend.instance import (
     EVENT_TYPES,
     PUBLIC_STATE,
@@ -29,6 +30,7 @@ from backend.instance import (
     Launched,
     LaunchFailed,
     Outcome,
+    Probed,
     PublicState,
     Ready,
     ReadyTimeout,
@@ -147,7 +149,7 @@ def of(actions: list[Action], kind: type[Any]) -> list[Any]:
 def test_table_has_every_state_event_pair() -> None:
     missing = [(s, e.__name__) for s in State for e in EVENT_TYPES if (s, e) not in TRANSITIONS]
     assert missing == []
-    assert len(TRANSITIONS) == len(State) * len(EVENT_TYPES) == 9 * 12
+    assert len(TRANSITIONS) == len(State) * len(EVENT_TYPES) == 9 * 13
 
 
 def test_every_detailed_state_maps_to_a_public_state() -> None:
@@ -169,7 +171,9 @@ def test_wire_values_are_stable() -> None:
 def test_every_event_in_every_state_keeps_invariants(state: State) -> None:
     samples: list[Event] = [Start(), StopRequested(), Launched(7, 70), LaunchFailed("X"),
                             Exited(1, None), Ready(), ReadyTimeout(), HealthFailed(),
-                            HealthOk(), BackoffElapsed(), Stopped(), Adopt(7, 70, True, 9)]
+                            HealthOk(), BackoffElapsed(), Stopped(), Adopt(7, 70, True, 9),
+                            Probed(LastProbe(Check.HEALTH, "tcp 127.0.0.1:8000",
+                                             "connection refused", 0))]
     assert {type(e) for e in samples} == set(EVENT_TYPES)
     for ev in samples:
         r = drive_to(state)
@@ -576,7 +580,12 @@ def test_fuzz_from_wire_non_maps(data: Any) -> None:
 EVENTS = st.sampled_from([Start(), StopRequested(), Launched(9, 90), LaunchFailed("X"),
                           Exited(1, None), Exited(0, None), Exited(None, 9), Ready(),
                           ReadyTimeout(), HealthFailed(), HealthOk(), BackoffElapsed(),
-                          Stopped(), Adopt(9, 90, False, 4)])
+                          Stopped(), Adopt(9, 90, False, 4), Exited(None, 11, True),
+                          LaunchFailed("LAUNCH_FAILED", LastError(
+                              "spawn failed: x: No such file or directory", "LAUNCH_FAILED",
+                              "ENOENT", ErrorSource.OWNER, 0)),
+                          Probed(LastProbe(Check.READINESS, "tcp 127.0.0.1:8000",
+                                           "not listening", 0))])
 
 
 @settings(max_examples=200, deadline=None)

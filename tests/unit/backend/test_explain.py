@@ -1,0 +1,213 @@
+"""Why an instance is where it is: the wording of ``reason`` and the records, and the
+strict decoding of ``last_error``/``last_exit``/``last_probe`` in the instance wire form
+(state written before they existed still loads). Pure: no processes, no clock."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.explain import (
+    Check,
+    ErrorSource,
+    LastError,
+    LastExit,
+    LastProbe,
+    launch_error,
+    reason,
+    signal_name,
+    unanswered,
+)
+from backend.instance import (
+    Exited,
+    HealthFailed,
+    HealthOk,
+    Instance,
+    LaunchFailed,
+    Outcome,
+    Probed,
+    Ready,
+    ReadyTimeout,
+    Start,
+    State,
+    Stopped,
+)
+from protocol.errors import BadRequest, StackFenced
+from protocol.errors import LaunchFailed as LaunchError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_instance import Rig, drive_to, mk_app
+
+SPAWN = {"step": "exec", "path": "/x/y", "errno": 2, "errno_name": "ENOENT",
+         "strerror": "No such file or directory", "hint": None,
+         "text": "spawn failed: /x/y: No such file or directory"}
+REFUSED = LastProbe(Check.READINESS, "tcp 127.0.0.1:8000", "connection refused", 1)
+
+
+@pytest.mark.parametrize("code,sig,core,text", [
+    (3, None, False, "exited 3"),
+    (0, None, False, "exited 0"),
+    (None, 9, False, "killed by SIGKILL"),
+    (None, 11, True, "killed by SIGSEGV (core dumped)"),
+    (None, None, False, "exited, status unknown (reaped by someone else)"),
+])
+def test_exit_wording(code: int | None, sig: int | None, core: bool, text: str) -> None:
+    ex = LastExit(code, sig, core, 4)
+    assert ex.text == text
+    assert ex.view()["signal"] == (None if sig is None else signal_name(sig))
+
+
+def test_signal_names() -> None:
+    assert (signal_name(15), signal_name(200)) == ("SIGTERM", "signal 200")
+
+
+def test_launch_error_takes_the_owners_words_or_its_message() -> None:
+    exc = LaunchError("cannot start '/x/y': No such file or directory (/x/y)",
+                      {"argv0": "/x/y", "spawn": SPAWN})
+    assert launch_error(exc, 2) == LastError(SPAWN["text"], "LAUNCH_FAILED", "ENOENT",
+                                             ErrorSource.OWNER, 2)
+    # an owner that predates spawnErrors 1 sends only its message: say so
+    old = launch_error(LaunchError("cannot start 'x': No such file or directory (x)",
+                                   {"argv0": "x"}), 2)
+    assert (old.text, old.errno, old.source) == (
+        "launch refused: cannot start 'x': No such file or directory (x)", None,
+        ErrorSource.MESSAGE)
+    fenced = launch_error(StackFenced("stack 'demo' is stopped\n(intent revision 3)"), 5)
+    assert (fenced.text, fenced.code) == (
+        "launch refused: stack 'demo' is stopped (intent revision 3)", "STACK_FENCED")
+    assert unanswered("TRANSPORT_LOST", 1).text == \
+        "launch not answered by the owner (TRANSPORT_LOST)"
+    assert unanswered("TRANSPORT_LOST", 1).source is ErrorSource.BACKEND
+
+
+def failing_launches(rig: Rig) -> None:
+    """Launch failures until the start limit gives up."""
+    while rig.inst.state is not State.FAILED:
+        if rig.inst.state is State.BACKOFF:
+            rig.fire(next(iter(rig.timers)))
+        err = LastError(SPAWN["text"], "LAUNCH_FAILED", "ENOENT", ErrorSource.OWNER,
+                        rig.inst.generation)
+        rig.feed(LaunchFailed("LAUNCH_FAILED", err), 0.1)
+
+
+def test_reason_of_a_program_that_cannot_start_survives_the_start_limit() -> None:
+    r = Rig()
+    r.feed(Start())
+    failing_launches(r)
+    assert r.inst.last_outcome is Outcome.START_LIMIT_HIT
+    assert reason(r.inst) == SPAWN["text"]
+    assert r.inst.last_error is not None and r.inst.last_exit is None
+
+
+def test_reason_follows_the_current_run_only() -> None:
+    r = drive_to(State.READY)
+    assert reason(r.inst) is None
+    r.feed(Exited(None, 11, True), 0.1)              # crashed: backoff says why
+    assert (r.inst.state, reason(r.inst)) == (State.BACKOFF, "killed by SIGSEGV (core dumped)")
+    r.fire(next(iter(r.timers)))
+    assert r.inst.state is State.STARTING and reason(r.inst) is None
+    r.launched()                                      # a new run: the old exit is history
+    assert reason(r.inst) is None and r.inst.last_exit is not None
+    note = LastProbe(Check.READINESS, "tcp 127.0.0.1:8000", "connection refused",
+                     r.inst.generation)
+    r.feed(Probed(note))
+    assert reason(r.inst) == "readiness: tcp 127.0.0.1:8000: connection refused"
+    r.feed(Ready())
+    assert reason(r.inst) is None                     # it became ready after all
+
+
+def test_reason_of_a_readiness_timeout_is_the_last_failed_probe() -> None:
+    r = drive_to(State.RUNNING)
+    assert reason(r.inst) is None
+    r.fire(next(iter(r.timers)))                      # ready-timeout: restarting
+    assert (r.inst.state, reason(r.inst)) == (State.RESTARTING, "not ready within 5s")
+    note = LastProbe(Check.READINESS, "tcp 127.0.0.1:8000", "nothing listens on the port",
+                     r.inst.generation)
+    r.feed(Probed(note))                              # ignored: no longer running
+    assert r.inst.last_probe is None
+    r2 = drive_to(State.RUNNING)
+    r2.feed(Probed(LastProbe(Check.READINESS, "tcp 127.0.0.1:8000",
+                             "nothing listens on the port", r2.inst.generation)))
+    r2.feed(ReadyTimeout(), 6.0)
+    r2.feed(Stopped())
+    assert r2.inst.state is State.BACKOFF
+    assert reason(r2.inst) == "readiness: tcp 127.0.0.1:8000: nothing listens on the port"
+
+
+def test_health_failures_show_while_ready_and_after_the_restart() -> None:
+    r = drive_to(State.READY)
+    note = LastProbe(Check.HEALTH, "GET http://127.0.0.1:8000/h", "status 500",
+                     r.inst.generation)
+    r.feed(Probed(note))
+    assert reason(r.inst) is None                     # no failure counted yet
+    r.feed(HealthFailed())
+    assert reason(r.inst) == "health: GET http://127.0.0.1:8000/h: status 500"
+    r.feed(HealthOk())
+    assert reason(r.inst) is None
+    for _ in range(3):
+        r.feed(HealthFailed())
+    r.feed(Stopped())
+    assert (r.inst.state, reason(r.inst)) == (
+        State.BACKOFF, "health: GET http://127.0.0.1:8000/h: status 500")
+
+
+def test_records_round_trip_through_the_wire_form() -> None:
+    r = drive_to(State.READY)
+    g = r.inst.generation
+    r.feed(Probed(LastProbe(Check.HEALTH, "tcp 127.0.0.1:8000", "connection refused", g)))
+    r.feed(Exited(3, None), 0.1)
+    r.inst.last_error = LastError("user alice: no such user", "LAUNCH_FAILED", None,
+                                  ErrorSource.OWNER, g)
+    wire = r.inst.to_wire()
+    back = Instance.from_wire(wire, r.inst.app)
+    assert (back.last_error, back.last_exit, back.last_probe) == \
+        (r.inst.last_error, r.inst.last_exit, r.inst.last_probe)
+    assert back.to_wire() == wire
+
+
+def test_state_written_before_the_records_existed_still_loads() -> None:
+    wire = drive_to(State.BACKOFF).inst.to_wire()
+    for key in ("last_error", "last_exit", "last_probe"):
+        del wire[key]
+    back = Instance.from_wire(wire, mk_app())
+    assert (back.last_error, back.last_exit, back.last_probe) == (None, None, None)
+
+
+GOOD: dict[str, dict[str, Any]] = {
+    "last_error": {"text": "x", "code": "LAUNCH_FAILED", "errno": None, "source": "owner",
+                   "generation": 1},
+    "last_exit": {"exit_code": 3, "signal": None, "core_dumped": False, "generation": 1},
+    "last_probe": {"check": "health", "probe": "tcp h:1", "result": "refused",
+                   "generation": 1},
+}
+
+
+@pytest.mark.parametrize("name,change", [
+    ("last_error", "text"), ("last_error", {"text": ""}), ("last_error", {"source": "me"}),
+    ("last_error", {"errno": 2}), ("last_error", {"generation": -1}),
+    ("last_error", {"generation": 99}),                 # after the instance's own
+    ("last_exit", {"exit_code": True}), ("last_exit", {"signal": 0}),
+    ("last_exit", {"exit_code": 1, "signal": 9}), ("last_exit", {"core_dumped": 1}),
+    ("last_exit", {"exit_code": 256}), ("last_exit", "generation"),
+    ("last_probe", {"check": "liveness"}), ("last_probe", {"result": "x" * 1001}),
+    ("last_probe", {"probe": None}), ("last_probe", [1]), ("last_exit", "text"),
+])
+def test_malformed_records_are_refused_naming_the_field(name: str, change: Any) -> None:
+    wire = drive_to(State.BACKOFF).inst.to_wire()
+    assert wire["generation"] == 1
+    if isinstance(change, dict):
+        wire[name] = {**GOOD[name], **change}
+    elif isinstance(change, str):
+        wire[name] = {k: v for k, v in GOOD[name].items() if k != change} \
+            if change in GOOD[name] else change
+    else:
+        wire[name] = change
+    with pytest.raises(BadRequest) as e:
+        Instance.from_wire(wire, mk_app())
+    assert e.value.data["field"] == name
+    # the same record well-formed loads, extra keys ignored
+    wire[name] = {**GOOD[name], "future": 1}
+    assert Instance.from_wire(wire, mk_app()).to_wire()[name] == GOOD[name]
