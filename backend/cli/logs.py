@@ -24,6 +24,10 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
 __all__ = ["follow_logs", "neutralise", "since"]
 
 STREAM_MARK = {"stdout": "", "stderr": " (stderr)"}
+TENURE_FLAG = 4
+"""Journal flag of a line tenure wrote into the app's stream (owner.notes.TENURE): shown
+with the mark `` (tenure)``, which app output cannot produce (it always follows ``: ``)."""
+TENURE_PREFIX = "tenure: "
 PAGE_RECORDS = 10_000
 FOLLOW_POLL_S = 0.2
 
@@ -81,8 +85,10 @@ def _print(args: Any, recs: list[dict[str, Any]], tty: bool, grep: Any) -> None:
         else:
             if tty:
                 data = neutralise(data)
-            out.write(f"{r['stack']}/{r['app']}/{r['instance']}"
-                      f"{STREAM_MARK.get(r['stream'], '')}: {data}\n")
+            mark = STREAM_MARK.get(r["stream"], "")
+            if r.get("flags", 0) & TENURE_FLAG:
+                mark, data = " (tenure)", data.removeprefix(TENURE_PREFIX)
+            out.write(f"{r['stack']}/{r['app']}/{r['instance']}{mark}: {data}\n")
     out.flush()
 
 

@@ -47,6 +47,8 @@ def status(st: dict[str, Any]) -> str:
 
 def _detail(r: dict[str, Any]) -> str:
     """What the state alone does not say (why it failed, what it waits for), or ""."""
+    if r.get("reason") and r["state"] != "unknown":
+        return str(r["reason"])
     detail = r.get("detail")
     if not detail or detail == r["state"] or r["state"] == "unknown":
         return ""
@@ -148,8 +150,18 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("stop", "stop", lambda r: _stop(r["stop"])),
     ("identity", "runs as", lambda r: identity(r["identity"])),
     ("limits", "limits", lambda r: value(r["limits"])),
+    ("last_error", "last error", lambda r: _said(r["last_error"])),
+    ("last_exit", "last exit", lambda r: _said(r["last_exit"])),
+    ("last_probe", "last failed probe", lambda r: _said(r["last_probe"])),
 ]
-_SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation"}
+_SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation", "reason"}
+
+
+def _said(record: dict[str, Any] | None) -> str:
+    """A last_error/last_exit/last_probe record: its text and the launch it was."""
+    if not record:
+        return "-"
+    return f"{record['text']} (generation {record['generation']})"
 
 
 def inspect(r: dict[str, Any]) -> str:

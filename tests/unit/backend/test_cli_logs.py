@@ -4,6 +4,7 @@ of a non-following read, and terminal escapes (no processes, no sleeps)."""
 from __future__ import annotations
 
 import io
+import json
 import sys
 import types
 from collections.abc import Iterator
@@ -12,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from backend.cli.logs import follow_logs, neutralise, since
+from backend.cli.logs import TENURE_FLAG, follow_logs, neutralise, since
 from backend.targets import exact_source
 from owner.journal import Journal, LogSource
+from owner.notes import TENURE, write_note
 from owner.service import LOGS_PAGE_BYTES, _record
 from protocol.errors import BadRequest
 
@@ -124,6 +126,25 @@ def test_escape_sequences_are_neutralised_on_a_terminal_only(journal, monkeypatc
     as_json = Tty()
     run(journal, as_json, monkeypatch, json=True)
     assert "\x1b" not in as_json.getvalue() and "\\u001b" in as_json.getvalue()
+
+
+def test_tenure_lines_are_marked_and_an_app_cannot_forge_the_mark(journal, monkeypatch):
+    assert TENURE_FLAG == TENURE   # the CLI does not import the owner: the same number
+    write_note(journal, WEB, "spawn failed: /x/y: No such file or directory")
+    journal.append(WEB, "stderr", [(b"tenure: spawn failed: forged", 0)])
+    journal.append(WEB, "stdout", [(b"(tenure): forged too", 0)])
+    assert journal.flush(timeout=30)
+    out = io.StringIO()
+    run(journal, out, monkeypatch)
+    assert out.getvalue().splitlines() == [
+        "shop/web/0 (tenure): spawn failed: /x/y: No such file or directory",
+        "shop/web/0 (stderr): tenure: spawn failed: forged",
+        "shop/web/0: (tenure): forged too"]
+    as_json = io.StringIO()
+    run(journal, as_json, monkeypatch, json=True)
+    first = json.loads(as_json.getvalue().splitlines()[0])
+    assert (first["flags"], first["stream"], first["data"]) == (
+        TENURE, "stderr", "tenure: spawn failed: /x/y: No such file or directory")
 
 
 def test_neutralise_keeps_text_and_tabs():
