@@ -4,12 +4,14 @@ strict decoding of ``last_error``/``last_exit``/``last_probe`` in the instance w
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from backend.config import parse_config
 from backend.explain import (
     Check,
     ErrorSource,
@@ -35,7 +37,9 @@ from backend.instance import (
     State,
     Stopped,
 )
-from protocol.errors import BadRequest, StackFenced
+from backend.supervisor import Supervisor
+from backend.testing import FakeOwner, no_sleep, until
+from protocol.errors import BadRequest, StackFenced, UnknownMethod
 from protocol.errors import LaunchFailed as LaunchError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -211,3 +215,56 @@ def test_malformed_records_are_refused_naming_the_field(name: str, change: Any) 
     # the same record well-formed loads, extra keys ignored
     wire[name] = {**GOOD[name], "future": 1}
     assert Instance.from_wire(wire, mk_app()).to_wire()[name] == GOOD[name]
+
+
+# ---- through the reconciler, against a fake owner -----------------------------------------
+
+GIVE_UP = ('[stacks.s.apps.a]\ncommand = ["/x/y"]\nbackoff = { initial = 0, max = 0 }\n'
+           'start_limit = { burst = 2, interval = 60 }\n')
+
+
+class RefusingOwner(FakeOwner):
+    """Refuses every launch; ``explains`` as an owner with spawnErrors 1 does, and
+    ``notes`` says whether it has logs.note (logNotes 1)."""
+
+    def __init__(self, explains: bool, notes: bool) -> None:
+        super().__init__()
+        self.explains, self.has_notes = explains, notes
+
+    def _launch(self, p: dict[str, Any]) -> dict[str, Any]:
+        data = {"argv0": "/x/y", **({"spawn": SPAWN} if self.explains else {})}
+        raise LaunchError("cannot start '/x/y': No such file or directory (/x/y)", data)
+
+    def _logs_note(self, p: dict[str, Any]) -> dict[str, Any]:
+        if not self.has_notes:
+            raise UnknownMethod("logs.note")
+        return super()._logs_note(p)
+
+
+@pytest.mark.parametrize("explains,notes", [(True, True), (False, False)])
+def test_the_reconciler_records_why_with_a_new_and_with_an_older_owner(explains: bool,
+                                                                        notes: bool) -> None:
+    async def main() -> None:
+        owner = RefusingOwner(explains, notes)
+        sup = Supervisor(owner, 1, sleep=no_sleep)
+        try:
+            sup.ensure(parse_config(GIVE_UP, "t").apps()[0], 0, True)
+            inst = sup.instances["s/a/0"]
+            await until(lambda: inst.state is State.FAILED and not sup._tasks, "given up")
+        finally:
+            await sup.aclose()
+        assert inst.last_outcome is Outcome.START_LIMIT_HIT
+        assert inst.last_error is not None and inst.last_error.generation == 2
+        if explains:
+            assert (reason(inst), inst.last_error.errno, inst.last_error.source) == (
+                SPAWN["text"], "ENOENT", ErrorSource.OWNER)
+            assert [n["text"] for n in owner.notes] == [
+                "start limit hit (2 starts within 60s), not restarting: " + SPAWN["text"]]
+            assert sup.owner_notes
+        else:   # an older owner: its message, and the field says where it came from
+            assert (reason(inst), inst.last_error.errno, inst.last_error.source) == (
+                "launch refused: cannot start '/x/y': No such file or directory (/x/y)",
+                None, ErrorSource.MESSAGE)
+            assert owner.notes == [] and not sup.owner_notes
+            assert len(owner.sent("logs.note")) == 1   # asked once, then never again
+    asyncio.run(main())
