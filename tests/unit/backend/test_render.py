@@ -26,3 +26,29 @@ def test_status_lists_apps_that_lost_log_lines_below_the_table():
 def test_status_without_drops_has_no_such_line():
     out = render.status(_status({"stack": "s", "app": "quiet", "log_dropped": 0}))
     assert "dropped" not in out
+
+
+def test_detail_says_why_and_inspect_prints_the_records_text():
+    why = "spawn failed: /x/y: No such file or directory"
+    out = render.status(_status(
+        {"stack": "s", "app": "broken", "state": "failed", "detail": "failed", "reason": why},
+        {"stack": "s", "app": "waiting", "state": "stopping", "detail": "restarting",
+         "reason": None}))
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert rows["s/broken/0"].endswith(why)
+    assert rows["s/waiting/0"].endswith("restarting")   # no reason: the internal state
+    inst = {"key": "s/broken/0", "state": "failed", "detail": "failed", "reason": why,
+            "pid": None, "generation": 2,
+            "last_error": {"text": why, "code": "LAUNCH_FAILED", "errno": "ENOENT",
+                           "source": "owner", "generation": 2},
+            "last_exit": None,
+            "last_probe": {"text": "readiness: tcp 127.0.0.1:1: connection refused",
+                           "generation": 1}}
+    shown = render.inspect({"instances": [inst]})
+    lines = [line.strip() for line in shown.splitlines()]
+    assert f"detail:            {why}" in lines, shown
+    assert f"last error:        {why} (generation 2)" in lines, shown
+    assert "last exit:         -" in lines, shown
+    assert "last failed probe: readiness: tcp 127.0.0.1:1: connection refused " \
+        "(generation 1)" in lines, shown
+    assert "{" not in shown and "None" not in shown, shown
