@@ -46,9 +46,13 @@ LINK = {"state": "connected", "since": NOW - 300, "reason": None, "age": 0.4,
         "current": True}
 STATUS = {"backend": BACKEND, "owner_link": LINK, "intents": {"batch": {"intent": "stopped"}},
           "apps": [_app("shop/web/0"), _app("shop/web/1", uptime=4.2, restarts=2),
-                   _app("shop/worker/0", state="failed", detail="spawn failed: /srv/w: No "
-                        "such file or directory", pid=None, uptime=None, ready=False,
-                        cpu_percent=None, rss=None, log_dropped=12)],
+                   _app("shop/worker/0", state="failed", detail="failed",
+                        reason="spawn failed: /srv/w: No such file or directory", pid=None,
+                        uptime=None, ready=False, cpu_percent=None, rss=None,
+                        log_dropped=12),
+                   _app("shop/worker/1", state="backoff", detail="backoff",
+                        reason="killed by SIGSEGV (core dumped)", pid=None, uptime=None,
+                        restarts=3, ready=False, cpu_percent=None, rss=None)],
           "jobs": {"running": 1, "admitted": 2, "recovery_required": 1}}
 STALE = {**STATUS, "owner_link": {**LINK, "state": "lost", "reason": "connection reset",
                                   "age": 12.3, "current": False},
