@@ -22,6 +22,7 @@ from typing import Any
 
 from protocol.errors import Conflict, OperationInProgress
 
+from . import explain
 from . import instance as im
 from .config import parse_config
 from .model import App, Config
@@ -209,11 +210,13 @@ class OperationRunner:
         def all_done() -> bool:
             return all(done(self.sup.instances[k]) for k in keys if k in self.sup.instances)
         if not await self.sup.wait(all_done, timeout):
-            raise TimeoutError(f"instances {keys} did not settle in {timeout:.0f} s")
+            raise TimeoutError(f"{', '.join(keys)} did not settle in {timeout:.0f} s")
         failed = [k for k in keys if k in self.sup.instances
                   and self.sup.instances[k].state is im.State.FAILED]
         if must_be_up and failed:
-            raise RuntimeError(f"instances failed to start: {failed}")
+            why = [f"{k} ({explain.reason(self.sup.instances[k]) or 'failed'})"
+                   for k in failed]
+            raise RuntimeError(f"failed to start: {'; '.join(why)}")
 
     # -- control ----------------------------------------------------------------------
 

@@ -72,7 +72,9 @@ def test_every_failure_says_why(cluster: Any, short_home: Path) -> None:
     # the apply fails (its apps do not come up), but only after every one has settled
     up = cluster.cli("up", "--timeout", "30", "--config", str(cluster.write_config(config)),
                      "--release", str(cluster.release), timeout=90)
-    assert not up.ok and "failed to start" in up.out["apply"]["operation"]["error"], up
+    error = up.out["apply"]["operation"]["error"]
+    assert not up.ok and "failed to start: " in error and "['" not in error, up
+    assert "No such file or directory)" in error, error    # each instance says why
     assert all(r["state"] == "failed" for r in cluster.apps().values()), cluster.apps()
     status = cluster.cli("status").out
     reasons = {r["app"]: r["reason"] for r in status["apps"]}
