@@ -57,10 +57,25 @@ def status(st: dict[str, Any]) -> str:
         tail += "\nlog lines dropped (the owner's journal queue was full): " + \
             ", ".join(f"{app} {n}" for app, n in sorted(dropped.items()))
     tail += _jobs_line(st.get("jobs") or {})
+    tail += _sockets_lines(st.get("sockets") or [], st.get("fd_store") or [])
     if not rows:
         return head + "\nno applications" + tail
     return head + "\n" + _table(rows, ["APP", "STATE", "PID", "UPTIME", "RESTARTS", "READY",
                                       "CPU", "MEM"]) + tail
+
+
+def _sockets_lines(socks: list[dict[str, Any]], stores: list[dict[str, Any]]) -> str:
+    """Held sockets (address, inode, accept queue/limit where the kernel reports it) and
+    stored fds, after the apps."""
+    lines = []
+    for s in socks:
+        queue = "" if s.get("queued") is None else f" queue {s['queued']}/{s['queue_limit']}"
+        lines.append(f"  {s['stack']}/{s['app']} {s['name']} {s['listen']} "
+                     f"inode {s['inode']}{queue}")
+    for st in stores:
+        names = ", ".join(f"{f['name']} ({f['kind']})" for f in st["fds"])
+        lines.append(f"  {st['stack']}/{st['app']}/{st['instance']} stored: {names}")
+    return "\nsockets held by the owner:\n" + "\n".join(lines) if lines else ""
 
 
 def owner_link(link: dict[str, Any]) -> str:
