@@ -168,3 +168,59 @@ def test_no_connection_refused_across_20_restarts_and_5_upgrades(cluster):
     assert len(h.pids) == 21, h.pids  # every instance served
     assert held(cluster)["web"]["inode"] == inode
     assert cluster.apps()["web/sd/0"]["restarts"] == 20
+
+
+def keeper(port: int | None, store: int) -> str:
+    text = (f'[stacks.st.apps.keeper]\ncommand = ["{sys.executable}", "{APPS}", "store"]\n'
+            f'ready = {{ kind = "notify", timeout = 20 }}\n')
+    if store:
+        text += f"fd_store_max = {store}\n"
+    if port is not None:
+        text += f'[stacks.st.apps.keeper.sockets.extra]\nlisten = "127.0.0.1:{port}"\n'
+    return text
+
+
+def log_lines(cluster: Any) -> list[str]:
+    recs = cluster.call("logs", {"stack": "st", "app": "keeper", "limit": 1000})["records"]
+    return [r["data"].decode() if isinstance(r["data"], bytes) else r["data"] for r in recs]
+
+
+def apply(cluster: Any, text: str, name: str) -> None:
+    path = cluster.write_config(text, name)
+    plan = cluster.cli("plan", "--config", str(path), check=True).out
+    res = cluster.cli("apply", plan["id"], "--wait", check=True).out
+    assert res["outcome"] == "success", res
+
+
+def test_fd_store_round_trip_and_a_removed_socket_closes_once_its_app_stopped(cluster):
+    port = free_port()
+    cluster.up(keeper(port, store=2))
+    cluster.wait_ready(1)
+    cluster.wait(lambda: any("stored token" in line for line in log_lines(cluster)), 15,
+                 "the token stored")
+    token = next(line for line in log_lines(cluster) if "stored token" in line).split()[-1]
+    with cluster.owner() as c:
+        store = c.call("sockets.list")["fd_store"]
+    assert store == [{"stack": "st", "app": "keeper", "instance": 0,
+                      "fds": [{"name": "token", "kind": "pipe", "inode": store[0]["fds"][0]
+                               ["inode"]}]}], store
+    ins = cluster.cli("inspect", "st/keeper", check=True).out["instances"][0]
+    assert [f["name"] for f in ins["stored_fds"]] == ["token"] and ins["fd_store_max"] == 2
+
+    cluster.cli("restart", "st/keeper", check=True)
+    cluster.wait(lambda: f"found token {token}" in " ".join(log_lines(cluster)), 15,
+                 "the restarted app reading the stored pipe")
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # still held: the kernel completes the handshake into the backlog
+
+    # the socket and the store leave the config: the app restarts without them, and the
+    # owner closes both once the old launch has stopped
+    apply(cluster, keeper(None, store=0), "nosocket.toml")
+    assert held(cluster) == {}
+    with cluster.owner() as c:
+        assert c.call("sockets.list")["fd_store"] == []
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        raise AssertionError("the removed socket still accepts connections")
+    except ConnectionRefusedError:
+        pass
