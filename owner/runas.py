@@ -26,6 +26,9 @@ vfork fast path: a plain fork copies the owner's page tables, about 4-6 ms more 
 on a shared 2-core machine (``bench/spawn.py --user nobody``: 100-180 launches/s against
 370-750/s without an identity). Only launches that ask for an identity, a umask or
 rlimits take it; the others keep Popen's vfork path unchanged.
+
+A launch that passes fds (owner.fdpass) takes it too, whatever else it asks for: its
+last step places them at 3.. and execs with ``LISTEN_PID``, and never returns to Popen.
 """
 
 from __future__ import annotations
