@@ -15,12 +15,14 @@ from protocol.errors import (
     ShuttingDown,
     StackFenced,
     StalePlan,
+    TenureError,
 )
 from protocol.schema import Field, Schema, check_int, check_name
 from protocol.server import Call, Method
 
 from . import explain
 from . import instance as im
+from .activation import CAPABILITY, check_sockets, needs_sockets
 from .config import parse_config
 from .enforce import Host, check_config, identity_view
 from .jobs.api import JobApi
@@ -215,7 +217,18 @@ class Api:
                             "config_revision": self.gen.config.revision},
                 "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
                 else None, "owner_link": link, "intents": self.intents, "apps": rows,
-                "jobs": self.jobs.summary()}
+                "jobs": self.jobs.summary(), **await self._held()}
+
+    async def _held(self) -> dict[str, Any]:
+        """The owner's held sockets and fd stores, ``{}`` when it cannot tell (it
+        predates them, or it is out of reach: status still answers)."""
+        if self.sup.owner_capabilities.get("sockets") != CAPABILITY["sockets"]:
+            return {}
+        try:
+            listing = await self._owner().call("sockets.list", timeout=5.0)
+        except TenureError:
+            return {}
+        return {"sockets": listing["sockets"], "fd_store": listing["fd_store"]}
 
     def _row(self, key: str, inst: im.Instance, t: float,
              dropped: dict[tuple[str, str], int] | None) -> dict[str, Any]:
@@ -326,6 +339,7 @@ class Api:
 
     async def inspect(self, call: Call) -> Any:
         keys = self._targets(call.params["target"], create=False)
+        held = await self._held()
         t = time.monotonic()
         dropped = self.gen.log_dropped
         out = []
@@ -334,7 +348,7 @@ class Api:
             row = {**self._row(k, inst, t, dropped), "launch_key": inst.launch_key,
                    "command": list(inst.app.command), "restart": str(inst.app.restart),
                    "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire(),
-                   **identity_view(inst.app),
+                   **identity_view(inst.app), **_activation_view(inst, held),
                    "last_error": None if inst.last_error is None
                    else inst.last_error.to_wire(),
                    "last_exit": None if inst.last_exit is None else inst.last_exit.view(),
@@ -403,14 +417,25 @@ class Api:
 
     async def plan(self, call: Call) -> Any:
         new = parse_config(call.params["config_text"], call.params["source"])
-        check_config(new, call.params["config_text"],
-                     Host.of(await self._owner().call("status")))
+        owner = self._owner()
+        check_config(new, call.params["config_text"], Host.of(await owner.call("status")))
+        await self._check_sockets(new, call.params["config_text"])
         plan = new_plan(self.gen.config, new, call.params["config_text"],
                         call.params["source"], self._live())
         self.store.add_plan(plan)
         return {**{k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
                                         "live_revision", "stacks")},
                 "jobs": job_changes(self.gen.config, new)}
+
+    async def _check_sockets(self, new: Config, text: str) -> None:
+        """Plan-time socket checks (backend.activation.check_sockets)."""
+        if not needs_sockets(new):
+            return
+        owner = self._owner()
+        caps = (await owner.connect()).capabilities
+        held = (await owner.call("sockets.list"))["sockets"] \
+            if caps.get("sockets") == CAPABILITY["sockets"] else []
+        check_sockets(new, text, caps, held)
 
     async def apply(self, call: Call) -> Any:
         plan = self.store.plan(call.params["plan"])
@@ -503,6 +528,22 @@ def _restart_cut(done: list[str], remaining: list[str], states: dict[str, str]
         "What was restarted comes up under the next generation (see `tenure status`); "
         "run the command again for the rest", {"restarted": done, "remaining": remaining,
                                                 "instances": states})
+
+
+def _activation_view(inst: im.Instance, held: dict[str, Any]) -> dict[str, Any]:
+    """``sockets`` (what the owner holds for the app: address, inode, accept queue) and
+    ``stored_fds`` (the instance's fd store) for inspect; null when the owner cannot
+    tell."""
+    if not held:
+        return {"sockets": None, "stored_fds": None, "fd_store_max": inst.app.fd_store_max}
+    app = inst.app
+    socks = [{k: s[k] for k in ("name", "listen", "inode", "backlog", "queued",
+                                "queue_limit", "used_by")}
+             for s in held["sockets"] if (s["stack"], s["app"]) == (app.stack, app.name)]
+    stored = [f for st in held["fd_store"]
+              if (st["stack"], st["app"], st["instance"]) == (app.stack, app.name, inst.index)
+              for f in st["fds"]]
+    return {"sockets": socks, "stored_fds": stored, "fd_store_max": app.fd_store_max}
 
 
 def _unknown(row: dict[str, Any], age: float) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from protocol.errors import ConfigInvalid
 
 from .config_identity import IDENTITY_KEYS, parse_limits, parse_run_as
 from .config_lines import KeyPath, find_line, format_key, syntax_error_location
+from .config_sockets import SOCKET_KEYS, check_addresses, parse_sockets
 from .config_values import (
     NAME_RE,
     Invalid,
@@ -71,7 +72,7 @@ CONFIG_FORMAT = 1
 MAX_INSTANCES = 64
 
 _APP_KEYS = ("command", "env", "cwd", "instances", "restart", "after", "backoff",
-             "start_limit", "ready", "health", "stop", *IDENTITY_KEYS)
+             "start_limit", "ready", "health", "stop", *IDENTITY_KEYS, *SOCKET_KEYS)
 _PROBE_KEYS = {"tcp": ("port", "port_step", "host"), "http": ("url",), "exec": ("command",)}
 _READY_KEYS: dict[ReadyKind, tuple[str, ...]] = {
     ReadyKind.NONE: (),
@@ -143,7 +144,8 @@ def _app_form(app: App) -> dict[str, Any]:
     form["after"] = sorted(app.after)
     # identity and limits only when set: the revision of a config without them stays
     # what it was before they existed (certificates and checkpoints carry revisions)
-    for key, default in (("run_as", RunAs()), ("limits", Limits())):
+    for key, default in (("run_as", RunAs()), ("limits", Limits()), ("sockets", ()),
+                         ("fd_store_max", 0)):
         if getattr(app, key) == default:
             del form[key]
     return form
@@ -205,6 +207,7 @@ def _parse_document(doc: Mapping[str, Any]) -> tuple[dict[str, Stack], Settings]
     for name in raw:
         _check_name(name, ("stacks", name), "stack")
         stacks[name] = _parse_stack(name, table(raw[name], ("stacks", name)))
+    check_addresses([a for s in stacks.values() for a in s.apps.values()])
     return dict(sorted(stacks.items())), settings
 
 
@@ -262,6 +265,7 @@ def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
         stop=_parse_stop(get_table(t, "stop", path) or {}, (*path, "stop")),
         after=parse_after(t, path),
         run_as=parse_run_as(t, path), limits=parse_limits(t, path),
+        **parse_sockets(t, path),
     )
 
 

@@ -124,6 +124,7 @@ class Generation:
             raise StaleEpoch(f"owner epoch is {status['epoch']}, the grant says {self.epoch}",
                              {"current": status["epoch"]})
         self.sup = Supervisor(self.owner, self.epoch, on_mutation=self.invalidate)
+        self.sup.owner_capabilities = dict(welcome.capabilities)
         await self._adopt()
         from .api import Api
         self.api = Api(self)
@@ -132,6 +133,8 @@ class Generation:
         await self.server.start()
         self.share_api()
         await self.api.resume_operations()
+        # a predecessor may have died between stopping an app and closing its sockets
+        await self.sup.sweep_sockets(self.config)
         self._tasks = [asyncio.create_task(self._read_observations()),
                        asyncio.create_task(self._persist_loop()),
                        asyncio.create_task(self._certificate_loop()),

@@ -28,6 +28,7 @@ __all__ = [
     "RestartMode",
     "RunAs",
     "Settings",
+    "SocketSpec",
     "Stack",
     "StartLimit",
     "StopSpec",
@@ -153,6 +154,29 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class SocketSpec:
+    """A listening socket the owner holds for an app (``[...apps.A.sockets.NAME]``).
+    ``listen`` is the canonical address (protocol.listen); ``mode``, ``owner`` and
+    ``group`` only for unix sockets."""
+
+    name: str
+    listen: str
+    backlog: int = 4096
+    mode: int | None = None
+    owner: str | None = None
+    group: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """One entry of the owner's ``sockets`` launch parameter."""
+        out: dict[str, Any] = {"name": self.name, "listen": self.listen,
+                               "backlog": self.backlog}
+        for key, wire in (("mode", "mode"), ("owner", "user"), ("group", "group")):
+            if getattr(self, key) is not None:
+                out[wire] = getattr(self, key)
+        return out
+
+
+@dataclass(frozen=True)
 class App:
     name: str
     stack: str
@@ -169,6 +193,8 @@ class App:
     after: tuple[str, ...] = ()
     run_as: RunAs = field(default_factory=RunAs)
     limits: Limits = field(default_factory=Limits)
+    sockets: tuple[SocketSpec, ...] = ()
+    fd_store_max: int = 0
 
     @property
     def key(self) -> str:
@@ -185,6 +211,10 @@ class App:
             shape["run_as"] = asdict(self.run_as)
         if self.limits != Limits():
             shape["limits"] = asdict(self.limits)
+        if self.sockets:
+            shape["sockets"] = [asdict(s) for s in self.sockets]
+        if self.fd_store_max:
+            shape["fd_store_max"] = self.fd_store_max
         return canonical_digest(shape)
 
 

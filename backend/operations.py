@@ -125,6 +125,8 @@ class OperationRunner:
                     progress = await self._step(op_id, steps[step], progress)
                     self.store.advance_operation(op_id, RUNNING, RUNNING, step + 1)
                 step, progress = step + 1, {}
+            # what the config no longer names goes once its app stopped (the steps above)
+            await self.sup.sweep_sockets(self.config())
             self.store.advance_operation(op_id, RUNNING, COMPLETE, step, outcome="success")
         except asyncio.CancelledError:
             raise

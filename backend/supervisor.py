@@ -28,7 +28,7 @@ from protocol.errors import (
     UnknownMethod,
 )
 
-from . import explain
+from . import activation, explain
 from . import instance as im
 from .enforce import app_env, launch_fields
 from .model import App, Config, ReadyKind
@@ -97,6 +97,7 @@ class Supervisor:
         self._sleep = sleep
         self.owner_notes = True                  # False: the owner predates logNotes 1
         self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
+        self.owner_capabilities: Mapping[str, int] = {}  # from the owner's welcome
 
     # -- feeding events ---------------------------------------------------------------
 
@@ -220,7 +221,13 @@ class Supervisor:
         params = {"launch_key": launch_key, "stack": app.stack, "app": app.name,
                   "instance": inst.index, "generation": inst.generation,
                   "argv": list(app.command), "env": env, "cwd": app.cwd,
-                  "stop": app.stop.to_wire(), **launch_fields(app)}
+                  "stop": app.stop.to_wire(), **launch_fields(app),
+                  **activation.launch_sockets(app)}
+        if (app.sockets or app.fd_store_max) and \
+                self.owner_capabilities.get("sockets") != activation.CAPABILITY["sockets"]:
+            # an older owner would ignore the keys and start the app without its fds
+            log.warning("%s: the owner predates socket activation", launch_key)
+            return im.LaunchFailed("CAPABILITY_MISSING")
         last = "TRANSPORT_LOST"
         for _attempt in range(5):  # a launch key is idempotent: retrying is safe
             try:
@@ -267,6 +274,23 @@ class Supervisor:
             if inst.last_probe != note:
                 self.feed(key, im.Probed(note))
         return seen
+
+    async def sweep_sockets(self, config: Config) -> None:
+        """Let the owner close the sockets and fd stores ``config`` no longer names
+        (backend.activation.sweep). Raises nothing."""
+        if self.fenced or self.owner_capabilities.get("sockets") != \
+                activation.CAPABILITY["sockets"]:
+            return
+        try:
+            done = await activation.sweep(self.owner, self.epoch, config)
+        except StaleEpoch:
+            self.fenced = True
+            return
+        except Exception:
+            log.exception("sockets: the sweep failed")
+            return
+        if any(done.values()):
+            log.info("sockets: closed %(closed)d, fd stores cleared %(cleared)d", done)
 
     async def _stop(self, launch_key: str) -> im.Event | None:
         while not self.fenced:

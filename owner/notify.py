@@ -6,6 +6,10 @@ as under systemd. The kernel stamps each datagram with the sender's (pid, uid, g
 caller-supplied ``resolve`` and hands ``(launch_key, sender_pid, fields)`` to
 ``on_message``. Unattributable datagrams are counted and dropped.
 
+Descriptors attached to a message (SCM_RIGHTS) are closed at once, except those of an
+attributed ``FDSTORE=1`` message, which go to ``on_message`` (it owns them from then on:
+the fd store, owner.fdstore). Nothing else ever keeps a descriptor an app sent.
+
 Attribution limits (measured with Debian 12's systemd 252 ``systemd-notify``):
 
 - ``systemd-notify --ready`` sends READY with the credentials of its PARENT (normally the
@@ -109,18 +113,22 @@ def pgid_resolver(launch_for_pgid: Callable[[int], K | None]) -> Callable[[int],
     return resolve
 
 
-def _close_fds(ancillary: list[tuple[int, int, bytes]]) -> int:
-    """Close every fd passed with a message (we store none); return how many."""
-    n = 0
+def _take_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The fds passed with a message (SCM_RIGHTS; received close-on-exec)."""
+    out: list[int] = []
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds = array.array("i")
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-                n += 1
-    return n
+            out.extend(fds)
+    return out
+
+
+def _close_fds(fds: list[int]) -> int:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return len(fds)
 
 
 def _credentials(ancillary: list[tuple[int, int, bytes]]) -> tuple[int, int, int] | None:
@@ -140,7 +148,9 @@ class NotifyListener(Generic[K]):
     """
 
     def __init__(self, path: str, resolve: Callable[[int], K | None],
-                 on_message: Callable[[K, int, dict[str, str]], None]) -> None:
+                 on_message: Callable[[K, int, dict[str, str], list[int]], None]) -> None:
+        """``on_message(key, sender_pid, fields, fds)`` owns ``fds`` (empty unless the
+        message says ``FDSTORE=1``) once it returns; if it raises they are closed."""
         self.path = path
         self._resolve = resolve
         self._on_message = on_message
@@ -237,32 +247,45 @@ class NotifyListener(Generic[K]):
 
     def _handle(self, data: bytes, anc: list[tuple[int, int, bytes]], flags: int) -> None:
         self.stats["received"] += 1
-        self.stats["fds_closed"] += _close_fds(anc)
+        fds = _take_fds(anc)
+        fields = self._fields(data, anc, flags)
+        creds = _credentials(anc)
+        key = None
+        if fields is not None:
+            key = None if creds is None else self._resolve_safely(creds[0])
+            if key is None:
+                self.stats["unattributed"] += 1
+                log.debug("notify: dropped message from unattributable sender %s", creds)
+        if key is None or fields is None or creds is None:
+            self.stats["fds_closed"] += _close_fds(fds)
+            return
+        keep = fds if fields.get("FDSTORE") == "1" else []
+        self.stats["fds_closed"] += _close_fds([fd for fd in fds if fd not in keep])
+        self.stats["delivered"] += 1
+        try:
+            self._on_message(key, creds[0], fields, keep)
+        except Exception:
+            log.exception("notify: on_message failed")
+            self.stats["fds_closed"] += _close_fds(keep)
+
+    def _fields(self, data: bytes, anc: list[tuple[int, int, bytes]], flags: int
+                ) -> dict[str, str] | None:
+        """The message's fields, or None (counted) when there is nothing to deliver."""
         if flags & socket.MSG_TRUNC:
             self.stats["oversized"] += 1
             log.debug("notify: dropped a datagram over %d bytes", MAX_DATAGRAM)
-            return
-        creds = _credentials(anc)
+            return None
         fields = parse_message(data)
         if fields is None:
             self.stats["malformed"] += 1
-            return
+            return None
         if set(fields) == {"BARRIER"}:
-            self.stats["barrier"] += 1  # its fd is closed above: that is the answer
-            return
+            self.stats["barrier"] += 1  # its fd is closed: that is the answer
+            return None
         if not fields:
             self.stats["ignored"] += 1  # nothing we know: a newer protocol, or noise
-            return
-        key = None if creds is None else self._resolve_safely(creds[0])
-        if key is None or creds is None:
-            self.stats["unattributed"] += 1
-            log.debug("notify: dropped message from unattributable sender %s", creds)
-            return
-        self.stats["delivered"] += 1
-        try:
-            self._on_message(key, creds[0], fields)
-        except Exception:
-            log.exception("notify: on_message failed")
+            return None
+        return fields
 
     def _resolve_safely(self, pid: int) -> K | None:
         if pid <= 0 or pid == os.getpid():

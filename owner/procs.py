@@ -33,6 +33,7 @@ from protocol.procfs import children
 
 from .cgroups import CgroupTree
 from .descendants import Descendants, attribute_orphan
+from .fdpass import PassFds
 from .limits import apply_cgroup_limits, require_cgroup_limits
 from .procinfo import (
     Inspector,
@@ -127,10 +128,11 @@ class ProcessTable:
         if self.mode is ExitMode.SIGCHLD or reap_orphans:
             self._loop.add_signal_handler(_signal.SIGCHLD, self._on_sigchld)
 
-    def launch(self, spec: LaunchSpec, key: str) -> Spawned:
-        """Start ``spec`` as launch ``key`` and track it; the caller owns the returned
-        pipe fds. In cgroup mode (``self.cgroups``) the launch gets the cgroup named
-        after ``key``, created before the spawn.
+    def launch(self, spec: LaunchSpec, key: str, passed: PassFds | None = None) -> Spawned:
+        """Start ``spec`` as launch ``key`` and track it, passing ``passed`` as its fds
+        3.. (the caller keeps its own ends); the caller owns the returned pipe fds. In
+        cgroup mode (``self.cgroups``) the launch gets the cgroup named after ``key``,
+        created before the spawn.
 
         Raises Conflict for a key the table already holds, LaunchFailed or one of its
         kinds (PrivilegeRequired, LimitUnenforceable); nothing is left behind, no cgroup
@@ -145,9 +147,9 @@ class ProcessTable:
         require_cgroup_limits(spec.limits, None if self.cgroups is None
                               else self.cgroups.controllers)
         if self.cgroups is not None:
-            spawned = self._spawn_in_cgroup(self.cgroups, spec, key)
+            spawned = self._spawn_in_cgroup(self.cgroups, spec, key, passed)
         else:
-            spawned = self._spawner.spawn(spec, self._notify_path)
+            spawned = self._spawner.spawn(spec, self._notify_path, passed=passed)
         if self.mode is ExitMode.PIDFD and spawned.pidfd is None:
             # A spawner that opened no pidfd (a fake, or an older one): watch it anyway.
             spawned = dataclasses.replace(spawned, pidfd=os.pidfd_open(spawned.pid))
@@ -159,7 +161,8 @@ class ProcessTable:
             self._loop.add_reader(spawned.pidfd, self._try_reap, spawned.pid)
         return spawned
 
-    def _spawn_in_cgroup(self, tree: CgroupTree, spec: LaunchSpec, key: str) -> Spawned:
+    def _spawn_in_cgroup(self, tree: CgroupTree, spec: LaunchSpec, key: str,
+                         passed: PassFds | None) -> Spawned:
         try:
             path = tree.create(key)
         except OSError as e:
@@ -167,7 +170,8 @@ class ProcessTable:
                                {"argv0": spec.argv[0]}) from e
         try:
             apply_cgroup_limits(spec.limits, path)  # before any process of the app runs
-            return self._spawner.spawn(spec, self._notify_path, cgroup=os.fspath(path))
+            return self._spawner.spawn(spec, self._notify_path, cgroup=os.fspath(path),
+                                       passed=passed)
         except BaseException:
             tree.remove(path)
             raise

@@ -26,6 +26,9 @@ vfork fast path: a plain fork copies the owner's page tables, about 4-6 ms more 
 on a shared 2-core machine (``bench/spawn.py --user nobody``: 100-180 launches/s against
 370-750/s without an identity). Only launches that ask for an identity, a umask or
 rlimits take it; the others keep Popen's vfork path unchanged.
+
+A launch that passes fds (owner.fdpass) takes it too, whatever else it asks for: its
+last step places them at 3.. and execs with ``LISTEN_PID``, and never returns to Popen.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import grp
 import os
 import pwd
 import resource
+import select
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +47,7 @@ from typing import Any
 from protocol.codes import Code
 from protocol.errors import BadRequest, LaunchFailed, PrivilegeRequired, error_class
 
+from .fdpass import FdHandoff
 from .limits import Limits
 from .spawnerr import Step, identity_failure, setup_failure
 
@@ -180,24 +185,27 @@ class ChildSetup:
     rlimits: tuple[tuple[int, tuple[int, int]], ...]
     cwd: str | None
     cgroup_procs: str | None = None
+    handoff: FdHandoff | None = None  # the last step: place fds 3.. and exec (fdpass)
     _pipe: tuple[int, int] = field(default=(-1, -1), repr=False)
     _said: tuple[str, str] | None = field(default=None, repr=False)
 
     @classmethod
     def for_launch(cls, run_as: RunAs, limits: Limits, cwd: str | None,
-                   cgroup: str | None) -> ChildSetup | None:
+                   cgroup: str | None, handoff: FdHandoff | None = None
+                   ) -> ChildSetup | None:
         """The setup a launch needs, or None when Popen's own path suffices (no
-        identity, no umask, no rlimits). Raises LaunchFailed, PrivilegeRequired."""
+        identity, no umask, no rlimits, no fds to pass). Raises LaunchFailed,
+        PrivilegeRequired."""
         creds = resolve(run_as)
         rlimits = limits.rlimits()
-        if creds is None and run_as.umask is None and not rlimits:
+        if creds is None and run_as.umask is None and not rlimits and handoff is None:
             return None
         procs = None if cgroup is None else os.path.join(cgroup, "cgroup.procs")
         # As under systemd: another user's app without a cwd starts in /, not in the
         # owner's working directory (which that user may not be able to enter).
         if cwd is None and creds is not None:
             cwd = "/"
-        return cls(creds, run_as.umask, rlimits, cwd, procs)
+        return cls(creds, run_as.umask, rlimits, cwd, procs, handoff)
 
     def __enter__(self) -> ChildSetup:
         self._pipe = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -234,15 +242,18 @@ class ChildSetup:
         except OSError as e:
             os.write(self._pipe[1], f"{step},{e.errno or 0}".encode())
             raise
+        if self.handoff is not None:
+            self.handoff.exec(self._pipe[1])  # never returns
 
-    def _report(self) -> tuple[str, str]:
-        """(step, errno digits) the child wrote; read once, then remembered."""
+    def _report(self, raw: bytes | None = None) -> tuple[str, str]:
+        """(step, errno digits) the child wrote; read once (or given), then remembered."""
         if self._said is None:
-            try:
-                raw = os.read(self._pipe[0], 256).decode(errors="replace")
-            except OSError:
-                raw = ""
-            step, _, num = raw.partition(",")
+            if raw is None:
+                try:
+                    raw = os.read(self._pipe[0], 256)
+                except OSError:
+                    raw = b""
+            step, _, num = raw.decode(errors="replace").partition(",")
             self._said = (step, num)
         return self._said
 
@@ -252,8 +263,26 @@ class ChildSetup:
         return setup_failure(step, int(num) if num.isdigit() else None, self.cwd,
                              None if self.creds is None else self.creds.user)
 
+    def confirm_exec(self) -> str | None:
+        """In the parent, after Popen returned, for a setup with a ``handoff``: wait
+        until the child exec'd (end of file on the report pipe) or reported a failure;
+        returns that failure (the child then exits 127 and must be reaped), else None.
+        Blocks no longer than the child takes to reach its exec, as Popen does."""
+        os.close(self._pipe[1])
+        self._pipe = (self._pipe[0], -1)
+        select.select([self._pipe[0]], [], [])
+        try:
+            raw = os.read(self._pipe[0], 256)
+        except BlockingIOError:
+            raw = b""
+        if not raw:
+            return None
+        self._report(raw)
+        return self.failure()
+
     def failure(self) -> str:
-        """What the child reported before it exited (read after Popen raised)."""
+        """What the child reported before it exited (read after Popen raised, or by
+        :meth:`confirm_exec`)."""
         step, num = self._report()
         if not step:
             return "the child failed before exec"
@@ -261,7 +290,10 @@ class ChildSetup:
         who = f" as user {self.creds.user!r}" if self.creds is not None else ""
         where = {"chdir": f"chdir to {self.cwd!r}{who}",
                  "cgroup": f"joining {self.cgroup_procs!r}",
-                 "rlimit": "setting resource limits"}.get(step, f"{step}{who}")
+                 "rlimit": "setting resource limits",
+                 "fds": "passing file descriptors",
+                 "exec": f"exec of {self.handoff.program!r}" if self.handoff else "exec",
+                 }.get(step, f"{step}{who}")
         return f"{where}: {reason}"
 
 

@@ -46,9 +46,12 @@ log = logging.getLogger("tenure.owner")
 # stackControl 2: mutations need the current grant presented on the connection (hello)
 # spawnErrors 1: a LAUNCH_FAILED carries data.spawn (owner.spawnerr) and writes a tenure
 # line into the app's log stream; logNotes 1: logs.note (owner.notes)
+# sockets 1: launch takes ``sockets`` and ``fd_store_max``; sockets.list, sockets.close,
+# fdstore.clear; FDSTORE=1 over NOTIFY_SOCKET (an older owner would ignore the launch
+# keys and start the app without its sockets, so a backend checks this first)
 CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
                 "notify": 1, "observations": 1, "fencing": 1, "spawnErrors": 1,
-                "logNotes": 1}
+                "logNotes": 1, "sockets": 1}
 
 LOGS_PAGE_BYTES = 1 << 20
 """Default byte budget of one logs.read answer; at most LOGS_PAGE_BYTES_MAX, which with
@@ -67,6 +70,7 @@ S_LAUNCH = Schema(
     Field("cwd", str, required=False), Field("stop", dict, required=False, default={}),
     Field("intent_revision", int, required=False, check=_uint),
     Field("identity", dict, required=False), Field("limits", dict, required=False),
+    Field("sockets", list, required=False), Field("fd_store_max", int, required=False),
 )
 S_KEY = Schema(Field("launch_key", str, check=check_key(200)))
 S_STOP = Schema(Field("launch_key", str, check=check_key(200)),
@@ -115,6 +119,9 @@ S_OBS = Schema(Field("after", int, required=False, default=0, check=_uint),
                Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)))
 S_ACK = Schema(Field("cursor", int, check=_uint))
 S_INVENTORY = Schema(Field("stack", str, required=False, check=_name))
+S_SOCKET = Schema(Field("key", str, check=check_key(400)))
+S_FDSTORE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
+                   Field("instance", int, required=False, check=_uint))
 
 
 class OwnerService:
@@ -152,6 +159,9 @@ class OwnerService:
             "inventory": Method(self.inventory, S_INVENTORY, role="viewer",
                                 while_draining=True),
             "inspect": Method(self.inspect, S_KEY, role="viewer"),
+            "sockets.list": Method(self.sockets_list, role="viewer", while_draining=True),
+            "sockets.close": Method(self.sockets_close, S_SOCKET),
+            "fdstore.clear": Method(self.fdstore_clear, S_FDSTORE),
             "stack.set_intent": Method(self.set_intent, S_INTENT),
             "stack.intents": Method(self.intents, role="viewer", while_draining=True),
             "logs.read": Method(self.logs_read, S_LOGS, role="viewer", while_draining=True),
@@ -204,7 +214,8 @@ class OwnerService:
                 raise StackFenced(f"stack {p['stack']!r} is stopped (intent revision "
                                   f"{revision})", {"stack": p["stack"], "revision": revision})
             spec = LaunchSpec.from_wire({k: p[k] for k in ("argv", "env", "cwd", "stop",
-                                                           "identity", "limits")
+                                                           "identity", "limits", "sockets",
+                                                           "fd_store_max")
                                          if p[k] is not None})
             first = self.launcher.launch(p, spec, self.epoch)
         if first.state is LaunchState.FAILED:
@@ -249,7 +260,8 @@ class OwnerService:
         uncertain = [r.to_wire() for r in self.launcher.uncertain.values()
                      if stack is None or r.stack == stack]
         return {"owner": self.identity.to_wire(), "epoch": self.epoch, "launches": rows,
-                "uncertain": uncertain, "cursor": self.ring.cursor}
+                "uncertain": uncertain, "cursor": self.ring.cursor,
+                **self._held(stack)}
 
     async def inspect(self, call: Call) -> Any:
         row = self._live(call.params["launch_key"])
@@ -263,6 +275,45 @@ class OwnerService:
             # Kernel figures for the whole app (every process of it), not just the leader.
             usage["cgroup"] = self.launcher.cgroups.usage(cgroup)
         return {**row.to_wire(), "usage": usage}
+
+    # -- sockets and the fd store ------------------------------------------------------
+
+    def _held(self, stack: str | None = None) -> dict[str, Any]:
+        users = self.launcher.sockets_in_use()
+        socks = [{**w, "used_by": sorted(users.get(w["key"], []))}
+                 for w in self.launcher.sockets.to_wire()
+                 if stack is None or w["stack"] == stack]
+        store = [s for s in self.launcher.fdstore.to_wire()
+                 if stack is None or s["stack"] == stack]
+        return {"sockets": socks, "fd_store": store}
+
+    async def sockets_list(self, call: Call) -> Any:
+        """Held sockets (address, inode, accept queue, launches using them) and stored
+        fds per app instance."""
+        return {**self._held(), "fd_store_stats": dict(self.launcher.fdstore.stats)}
+
+    async def sockets_close(self, call: Call) -> Any:
+        """Close the socket held under ``key``; idempotent. Raises Conflict, closing
+        nothing, while a live launch was given it."""
+        self._require_epoch(call)
+        key = call.params["key"]
+        users = sorted(self.launcher.sockets_in_use().get(key, []))
+        if users:
+            raise Conflict(f"socket {key} is in use by {', '.join(users[:5])}",
+                           {"key": key, "launch_keys": users[:100]})
+        closed = self.launcher.sockets.close(key)
+        if closed:
+            self.ring.emit("socket_closed", key=key)
+        return {"key": key, "closed": closed}
+
+    async def fdstore_clear(self, call: Call) -> Any:
+        """Close the stored fds of ``stack/app`` (one instance, or all); idempotent."""
+        self._require_epoch(call)
+        p = call.params
+        store = self.launcher.fdstore
+        keys = [k for k in store.stored_keys() if k[:2] == (p["stack"], p["app"])
+                and (p["instance"] is None or k[2] == p["instance"])]
+        return {"cleared": sum(store.clear(k) for k in keys)}
 
     # -- stacks -----------------------------------------------------------------------
 
@@ -354,6 +405,8 @@ class OwnerService:
                                 in sorted(self.journal.dropped_by_app().items())},
                 "log_last_id": await asyncio.to_thread(self.journal.last_id),
                 "notify": dict(self.launcher.notify_stats()),
+                "sockets_held": len(self.launcher.sockets.held),
+                "fd_store": dict(self.launcher.fdstore.stats),
                 "uncertain": sorted(self.launcher.uncertain),
                 "draining": bool(self.server and self.server.draining),
                 **privileges(None if self.launcher.cgroups is None

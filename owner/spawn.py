@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from protocol.errors import LaunchFailed
 
 from .cgroups import shim_argv
+from .fdpass import FdHandoff, PassFds, without_listen_vars
 from .procinfo import read_start_ticks
 from .runas import ChildSetup
 from .spawnerr import os_failure
@@ -58,9 +59,10 @@ class Spawner(abc.ABC):
 
     @abc.abstractmethod
     def spawn(self, spec: LaunchSpec, notify_socket_path: str | None,
-              cgroup: str | None = None) -> Spawned:
-        """Start ``spec`` (inside ``cgroup`` before its program runs, when given).
-        Raises LaunchFailed, leaving nothing behind."""
+              cgroup: str | None = None, passed: PassFds | None = None) -> Spawned:
+        """Start ``spec`` (inside ``cgroup`` before its program runs, when given), with
+        ``passed`` as its fds 3.. (owner.fdpass). Raises LaunchFailed, leaving nothing
+        behind; the caller keeps its own ends of ``passed``."""
 
 
 def _close_all(fds: list[int]) -> None:
@@ -94,8 +96,13 @@ class PopenSpawner(Spawner):
         self._use_pidfd = pidfd_supported() if use_pidfd is None else use_pidfd
 
     def spawn(self, spec: LaunchSpec, notify_socket_path: str | None,
-              cgroup: str | None = None) -> Spawned:
+              cgroup: str | None = None, passed: PassFds | None = None) -> Spawned:
         """Start ``spec`` in its own session with NOTIFY_SOCKET set (when given).
+
+        With ``passed`` (one fd or more) the launch goes through
+        :class:`owner.runas.ChildSetup` whatever else it asks for: the child places the
+        fds at 3.., sets ``LISTEN_FDS``/``LISTEN_PID``/``LISTEN_FDNAMES`` and execs
+        itself (owner.fdpass); nothing else of the owner's stays open in it.
 
         With ``cgroup`` the child goes through :data:`owner.cgroups.SHIM`: it joins that
         cgroup and only then execs the program, so no process of the app ever runs
@@ -108,14 +115,28 @@ class PopenSpawner(Spawner):
         PrivilegeRequired (another user asked of a non-root owner); on failure every fd
         opened here is closed and no child is left.
         """
-        env = dict(spec.env)
+        env = without_listen_vars(spec.env)
         if notify_socket_path is not None:
             env["NOTIFY_SOCKET"] = notify_socket_path
-        # An identity, umask or rlimits need steps between fork and exec (owner.runas);
-        # without them Popen's own (vfork) path runs, as it always did.
-        setup = ChildSetup.for_launch(spec.run_as, spec.limits, spec.cwd, cgroup)
+        handoff = None
+        if passed is not None and passed.fds:
+            try:
+                handoff = FdHandoff.build(spec.argv, env, spec.cwd, passed)
+            except OSError as e:
+                raise LaunchFailed(_reason(spec, e), {"argv0": spec.argv[0]}) from e
+        # An identity, umask, rlimits or fds to pass need steps between fork and exec
+        # (owner.runas); without them Popen's own (vfork) path runs, as it always did.
+        setup = ChildSetup.for_launch(spec.run_as, spec.limits, spec.cwd, cgroup, handoff)
         with setup or contextlib.nullcontext():
             proc, out_r, err_r = self._popen(spec, env, cgroup, setup)
+            failure = None if handoff is None or setup is None else setup.confirm_exec()
+        if failure is not None:
+            os.waitpid(proc.pid, 0)  # it exited: reap it here, the table never saw it
+            proc.returncode = 127
+            _close_all([out_r, err_r])
+            assert setup is not None     # a failure is only reported through a setup
+            raise LaunchFailed(f"cannot start {spec.argv[0]!r}: {failure}",
+                               {"argv0": spec.argv[0], "spawn": setup.explain()})
         # The table reaps through the pidfd or SIGCHLD. Give Popen a returncode so its
         # __del__ never parks the pid in subprocess._active, whose _cleanup() (run at
         # every later Popen) would waitpid() it and steal the exit status.

@@ -46,6 +46,7 @@ class Step(StrEnum):
 SETUP_STEPS: Mapping[str, Step] = {
     "chdir": Step.CWD, "setgroups": Step.IDENTITY, "setgid": Step.IDENTITY,
     "setuid": Step.IDENTITY, "cgroup": Step.CGROUP, "rlimit": Step.RLIMIT,
+    "exec": Step.EXEC,
 }
 
 _EXEC_HINTS: Mapping[int, str] = {
@@ -116,7 +117,8 @@ def setup_failure(step: str, num: int | None, cwd: str | None,
     if kind is Step.CWD:
         return _failure(kind, f"cwd {cwd}: {reason}{who}", path=cwd, num=num)
     what = {Step.IDENTITY: f"switching to user {user}", Step.CGROUP: "joining its cgroup",
-            Step.RLIMIT: "setting resource limits"}.get(kind, "preparing the process")
+            Step.RLIMIT: "setting resource limits", Step.EXEC: "exec"}.get(
+                kind, "passing file descriptors" if step == "fds" else "preparing the process")
     return _failure(kind, f"spawn failed: {what}: {reason}", num=num)
 
 

@@ -21,6 +21,7 @@ from protocol.errors import BadRequest
 
 from .limits import Limits
 from .runas import RunAs
+from .sockets import MAX_SOCKETS, SocketDecl
 
 __all__ = ["ExitStatus", "LaunchSpec", "StopPolicy", "parse_signal"]
 
@@ -31,7 +32,9 @@ log = logging.getLogger(__name__)
 MAX_WAIT_S = 7 * 24 * 3600.0
 
 _STOP_KEYS = frozenset({"signal", "timeout", "kill_after"})
-_LAUNCH_KEYS = frozenset({"argv", "env", "cwd", "stop", "identity", "limits"})
+_LAUNCH_KEYS = frozenset({"argv", "env", "cwd", "stop", "identity", "limits", "sockets",
+                          "fd_store_max"})
+MAX_FD_STORE = 1024
 
 
 def parse_signal(value: object) -> int:
@@ -145,11 +148,31 @@ def _parse_cwd(value: object) -> str | None:
     return _no_nul(value, "cwd")
 
 
+def _parse_sockets(value: object) -> tuple[SocketDecl, ...]:
+    if not isinstance(value, list | tuple) or len(value) > MAX_SOCKETS:
+        raise BadRequest(f"sockets must be a list of at most {MAX_SOCKETS} sockets")
+    decls = tuple(SocketDecl.from_wire(d) for d in value)
+    names = [d.name for d in decls]
+    if len(set(names)) != len(names):
+        raise BadRequest("sockets: every socket of a launch needs its own name")
+    return decls
+
+
+def _parse_store_max(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 0 <= value <= MAX_FD_STORE:
+        raise BadRequest(f"fd_store_max must be an integer between 0 and {MAX_FD_STORE}")
+    return value
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """What to run. ``env`` is the WHOLE environment (nothing is inherited from the owner);
-    the owner adds ``NOTIFY_SOCKET``, overriding any value given here. ``run_as`` and
-    ``limits`` (owner.runas, owner.limits) are the app's identity and resource limits."""
+    the owner adds ``NOTIFY_SOCKET`` and ``LISTEN_*``, overriding any value given here.
+    ``run_as`` and ``limits`` (owner.runas, owner.limits) are the app's identity and
+    resource limits; ``sockets`` the listening sockets the owner holds for it and passes
+    as fds 3.. (owner.sockets), followed by up to ``fd_store_max`` fds the app stored
+    (owner.fdstore; 0: no store)."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -157,14 +180,17 @@ class LaunchSpec:
     stop: StopPolicy = field(default_factory=StopPolicy)
     run_as: RunAs = field(default_factory=RunAs)
     limits: Limits = field(default_factory=Limits)
+    sockets: tuple[SocketDecl, ...] = ()
+    fd_store_max: int = 0
 
     @classmethod
     def from_wire(cls, d: object) -> LaunchSpec:
-        """Parse ``{"argv", "env"?, "cwd"?, "stop"?, "identity"?, "limits"?}``.
+        """Parse ``{"argv", "env"?, "cwd"?, "stop"?, "identity"?, "limits"?, "sockets"?,
+        "fd_store_max"?}``.
 
         Raises BadRequest for a missing/empty argv, non-string arguments or environment
-        entries, NUL bytes anywhere, an env key with '=', a bad stop policy, identity or
-        limits.
+        entries, NUL bytes anywhere, an env key with '=', a bad stop policy, identity,
+        limits, socket (or two with one name) or fd store size.
         """
         if not isinstance(d, Mapping):
             raise BadRequest(f"launch spec must be a map, not {type(d).__name__}")
@@ -179,6 +205,8 @@ class LaunchSpec:
             stop=StopPolicy() if stop is None else StopPolicy.from_wire(stop),
             run_as=RunAs() if d.get("identity") is None else RunAs.from_wire(d["identity"]),
             limits=Limits() if d.get("limits") is None else Limits.from_wire(d["limits"]),
+            sockets=() if d.get("sockets") is None else _parse_sockets(d["sockets"]),
+            fd_store_max=_parse_store_max(d.get("fd_store_max", 0)),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -193,6 +221,10 @@ class LaunchSpec:
             out["identity"] = self.run_as.to_wire()
         if self.limits != Limits():
             out["limits"] = self.limits.to_wire()
+        if self.sockets:
+            out["sockets"] = [d.to_wire() for d in self.sockets]
+        if self.fd_store_max:
+            out["fd_store_max"] = self.fd_store_max
         return out
 
 

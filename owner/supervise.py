@@ -23,11 +23,14 @@ from protocol.errors import LaunchFailed, StorageFailed
 from .cgroups import CgroupTree
 from .descendants import LAUNCH_KEY_ENV
 from .drain import PipeDrainer
+from .fdpass import PassFds
+from .fdstore import DEFAULT_FDNAME, FdStore, StoreKey
 from .journal import Journal, LogSource
 from .notes import write_note
 from .notify import NotifyListener, pgid_resolver
 from .observations import ObservationRing
 from .procs import ProcessTable
+from .sockets import SocketHolder, socket_key
 from .spawn import Spawned
 from .specs import ExitStatus, LaunchSpec, StopPolicy
 from .stop import StopResult
@@ -52,6 +55,9 @@ class Launcher:
         self.live: dict[str, LaunchRow] = {}
         self.uncertain: dict[str, LaunchRow] = {}  # rows whose last write failed
         self._by_pgid: dict[int, str] = {}
+        self.sockets = SocketHolder()
+        self.fdstore = FdStore()
+        self.socket_users: dict[str, tuple[str, ...]] = {}  # live launch -> socket keys
         self.drainers: list[PipeDrainer] = []
         self.procs = ProcessTable(self._on_exit, notify_socket_path=notify_path,
                                   reap_orphans=reap_orphans)
@@ -96,7 +102,8 @@ class Launcher:
         spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key})
         self.store.insert_launch(key, p, spec.to_wire(), epoch, self.boot_id)
         try:
-            spawned = self.procs.launch(spec, key)
+            passed = self._passed(p, spec)
+            spawned = self.procs.launch(spec, key, passed)
         except LaunchFailed as exc:
             self.store.mark_failed(key, exc.to_wire())
             spawn = exc.data.get("spawn")
@@ -118,7 +125,29 @@ class Launcher:
         except (sqlite3.Error, OSError) as exc:
             row = self._uncertain(row, "running", exc)
         self._watch(row, spawned)
+        if spec.sockets:
+            self.socket_users[key] = tuple(socket_key(row.stack, row.app, d)
+                                           for d in spec.sockets)
         return row
+
+    def _passed(self, p: dict[str, Any], spec: LaunchSpec) -> PassFds | None:
+        """The fds of a launch: its sockets (bound now if not held yet), then what its
+        instance stored. Raises SocketUnavailable."""
+        held = [self.sockets.ensure(p["stack"], p["app"], d) for d in spec.sockets]
+        stored = self.fdstore.for_launch((p["stack"], p["app"], p["instance"]),
+                                         spec.fd_store_max)
+        if not held and not stored:
+            return None
+        return PassFds(tuple(h.fileno() for h in held) + tuple(s.fd for s in stored),
+                       tuple(h.decl.name for h in held) + tuple(s.name for s in stored))
+
+    def sockets_in_use(self) -> dict[str, list[str]]:
+        """Socket key -> the live launches that were given it."""
+        out: dict[str, list[str]] = {}
+        for launch, keys in self.socket_users.items():
+            for k in keys:
+                out.setdefault(k, []).append(launch)
+        return out
 
     def _uncertain(self, row: LaunchRow, what: str, exc: Exception) -> LaunchRow:
         err = StorageFailed(f"{row.launch_key}: recording {what} failed: "
@@ -166,6 +195,7 @@ class Launcher:
 
     def _on_exit(self, key: str, pid: int, status: ExitStatus) -> None:
         row = self.live.pop(key, None)
+        self.socket_users.pop(key, None)
         if row is not None and row.pgid is not None:
             self._by_pgid.pop(row.pgid, None)
         # The event goes out first: a subscriber learns of the exit without waiting for
@@ -183,8 +213,23 @@ class Launcher:
             return
         self.uncertain.pop(key, None)
 
-    def _on_notify(self, key: str, sender: int, fields: dict[str, str]) -> None:
+    def _on_notify(self, key: str, sender: int, fields: dict[str, str],
+                   fds: list[int]) -> None:
+        """Owns ``fds`` (those of an ``FDSTORE=1`` message): stored or closed."""
         self.ring.emit("notify", launch_key=key, pid=sender, fields=fields)
+        row = self.live.get(key)
+        store: StoreKey | None = None if row is None else (row.stack, row.app, row.instance)
+        name = fields.get("FDNAME", DEFAULT_FDNAME)
+        if fields.get("FDSTORE") == "1":
+            limit = int((row.spec if row else {}).get("fd_store_max", 0))
+            kept = store is not None and self.fdstore.add(store, name, fds, limit)
+            if store is None:
+                self.fdstore.add(("", "", 0), name, fds, 0)  # closes them, counted
+            self.ring.emit("fd_store", launch_key=key, name=name, fds=len(fds),
+                           stored=kept, limit=limit)
+        if fields.get("FDSTOREREMOVE") == "1" and store is not None:
+            removed = self.fdstore.remove(store, name)
+            self.ring.emit("fd_store_remove", launch_key=key, name=name, removed=removed)
 
     async def stop(self, key: str, policy: StopPolicy | None) -> StopResult:
         """Confirmed stop of launch ``key``. Raises NotFound."""
@@ -218,4 +263,6 @@ class Launcher:
             d.close()
         self.drainers.clear()
         self.procs.close()
+        self.sockets.close_all()
+        self.fdstore.close_all()
 

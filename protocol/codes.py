@@ -54,6 +54,7 @@ class Code(StrEnum):
     LAUNCH_FAILED = "LAUNCH_FAILED"
     PRIVILEGE_REQUIRED = "PRIVILEGE_REQUIRED"
     LIMIT_UNENFORCEABLE = "LIMIT_UNENFORCEABLE"
+    SOCKET_UNAVAILABLE = "SOCKET_UNAVAILABLE"
     STOP_TIMEOUT = "STOP_TIMEOUT"
     RECONCILE_REQUIRED = "RECONCILE_REQUIRED"
     PROCESSES_ALIVE = "PROCESSES_ALIVE"
@@ -171,6 +172,11 @@ CODES: dict[Code, CodeInfo] = {
         "The launch sets a cgroup limit (memory_max, cpu_quota, pids_max) but the owner "
         "has no delegated cgroup with that controller, or the kernel refused the value. "
         "Nothing was started.", False),
+    Code.SOCKET_UNAVAILABLE: CodeInfo(
+        "A listening socket the launch declares could not be created: the address is in "
+        "use by another process, the port needs privileges, or the unix socket's path is "
+        "unsafe or taken. Nothing was started; data holds the socket and the reason. "
+        "Retrying helps once whatever holds the address lets go of it.", True),
     Code.STOP_TIMEOUT: CodeInfo(
         "A process or its group was still alive after the stop policy's last step.", True),
     Code.RECONCILE_REQUIRED: CodeInfo(

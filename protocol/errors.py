@@ -44,7 +44,8 @@
     ├── ProcessError
     │   ├── LaunchFailed            LAUNCH_FAILED
     │   │   ├── PrivilegeRequired   PRIVILEGE_REQUIRED
-    │   │   └── LimitUnenforceable  LIMIT_UNENFORCEABLE
+    │   │   ├── LimitUnenforceable  LIMIT_UNENFORCEABLE
+    │   │   └── SocketUnavailable   SOCKET_UNAVAILABLE
     │   ├── StopTimeout             STOP_TIMEOUT
     │   ├── ReconcileRequired       RECONCILE_REQUIRED
     │   └── ProcessesAlive          PROCESSES_ALIVE
@@ -281,6 +282,10 @@ class PrivilegeRequired(LaunchFailed):
 
 class LimitUnenforceable(LaunchFailed):
     code = Code.LIMIT_UNENFORCEABLE
+
+
+class SocketUnavailable(LaunchFailed):
+    code = Code.SOCKET_UNAVAILABLE
 
 
 class StopTimeout(ProcessError):

@@ -39,6 +39,7 @@ def status(st: dict[str, Any]) -> str:
         tail += "\nlog lines dropped (the owner's journal queue was full): " + \
             ", ".join(f"{app} {n}" for app, n in sorted(dropped.items()))
     tail += _jobs_line(st.get("jobs") or {})
+    tail += _sockets_lines(st.get("sockets") or [], st.get("fd_store") or [])
     if not rows:
         return head + "\nno applications" + tail
     return head + "\n" + table(rows, ["APP", "STATE", "PID", "UPTIME", "RESTARTS", "READY",
@@ -53,6 +54,21 @@ def _detail(r: dict[str, Any]) -> str:
     if not detail or detail == r["state"] or r["state"] == "unknown":
         return ""
     return str(detail)
+
+
+def _sockets_lines(socks: list[dict[str, Any]], stores: list[dict[str, Any]]) -> str:
+    """Held sockets (address, inode, accept queue/limit where the kernel reports it) and
+    stored fds, after the apps."""
+    rows = [[f"{s['stack']}/{s['app']}", s["name"], s["listen"], str(s["inode"]),
+             "-" if s.get("queued") is None else f"{s['queued']}/{s['queue_limit']}"]
+            for s in socks]
+    out = ("\nsockets held by the owner:\n" + "\n".join(
+        "  " + ln for ln in table(rows, ["APP", "SOCKET", "LISTEN", "INODE", "QUEUE"])
+        .splitlines())) if rows else ""
+    for st in stores:
+        names = ", ".join(f"{f['name']} ({f['kind']})" for f in st["fds"])
+        out += f"\nstored fds of {st['stack']}/{st['app']}/{st['instance']}: {names}"
+    return out
 
 
 def _row_state(r: dict[str, Any]) -> str:

@@ -32,7 +32,7 @@ class Rig:
         self.keys: dict[int, str] = {}
         self.listener: NotifyListener[str] = NotifyListener(
             self.path, pgid_resolver(self.keys.get),
-            lambda key, pid, fields: self.messages.put_nowait((key, pid, fields)))
+            lambda key, pid, fields, fds: self.messages.put_nowait((key, pid, fields)))
         self.launched: list[Spawned] = []
 
     def _on_exit(self, key: str, pid: int, status: ExitStatus) -> None:

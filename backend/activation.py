@@ -1,0 +1,182 @@
+"""Socket activation in the backend: plan-time checks, what a launch asks the owner for,
+and which held sockets and fd stores to let go of.
+
+The owner holds the sockets (owner.sockets) and the fd stores (owner.fdstore); the backend
+only declares them in each launch and closes what the applied config no longer names,
+once no live launch uses it (:func:`sweep`). Everything it needs is in the owner's
+``sockets.list``, so a new backend generation (handoff or recovery) knows it without any
+checkpoint of its own.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import stat
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+from protocol.errors import Conflict, NotFound, TenureError
+from protocol.listen import ListenAddress, parse_listen
+
+from .config import config_error
+from .config_lines import KeyPath
+from .config_sockets import claims
+from .model import App, Config
+
+__all__ = ["CAPABILITY", "check_sockets", "held_key", "launch_sockets", "needs_sockets",
+           "stale", "sweep"]
+
+log = logging.getLogger("tenure.backend")
+
+CAPABILITY = {"sockets": 1}
+Fail = Callable[[KeyPath, str], NoReturn]
+
+
+def needs_sockets(config: Config) -> bool:
+    return any(a.sockets or a.fd_store_max for a in config.apps())
+
+
+def held_key(app: App, name: str, listen: str) -> str:
+    """The key the owner holds a socket of ``app`` under (owner.sockets.socket_key)."""
+    return f"{app.stack}/{app.name}/{name}@{listen}"
+
+
+def launch_sockets(app: App) -> dict[str, Any]:
+    """The ``sockets`` and ``fd_store_max`` launch parameters (only when set)."""
+    out: dict[str, Any] = {}
+    if app.sockets:
+        out["sockets"] = [s.to_wire() for s in app.sockets]
+    if app.fd_store_max:
+        out["fd_store_max"] = app.fd_store_max
+    return out
+
+
+def check_sockets(config: Config, text: str, capabilities: Mapping[str, Any],
+                  held: list[dict[str, Any]]) -> None:
+    """Raises ConfigInvalid, with the line, for a config with sockets or an fd store that
+    the owner cannot serve (it predates them) and for a socket address that cannot be
+    bound now: in use by another process, not an address of this host, a unix socket
+    directory that does not exist. An address the owner already holds for the same app
+    and name is fine; one it holds for another is reported (it frees when that app
+    stopped and the next apply closed it)."""
+    def fail(path: KeyPath, problem: str) -> NoReturn:
+        raise config_error(text, config.source, path, problem)
+
+    if not needs_sockets(config):
+        return
+    if capabilities.get("sockets") != CAPABILITY["sockets"]:
+        app = next(a for a in config.apps() if a.sockets or a.fd_store_max)
+        key = "sockets" if app.sockets else "fd_store_max"
+        fail(("stacks", app.stack, "apps", app.name, key),
+             "the running owner predates socket activation (sockets@1); it gets it when "
+             "it is next restarted with this release")
+    by_key = {h["key"]: h for h in held}
+    held_addrs = [(parse_listen(h["listen"]), h["key"]) for h in held]
+    for app in config.apps():
+        for s in app.sockets:
+            path: KeyPath = ("stacks", app.stack, "apps", app.name, "sockets", s.name,
+                             "listen")
+            if held_key(app, s.name, s.listen) in by_key:
+                continue
+            addr = parse_listen(s.listen)
+            for other, key in held_addrs:
+                if claims(addr, other):
+                    fail(path, f"{s.listen} is held by the owner for {key}: remove it "
+                               "there first (it is closed once that app stopped)")
+            _try_bind(addr, path, fail)
+
+
+def _try_bind(addr: ListenAddress, path: KeyPath, fail: Fail) -> None:
+    if addr.is_unix:
+        _check_unix(addr, path, fail)
+        return
+    with socket.socket(addr.family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if addr.family == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            s.bind(addr.sockaddr)
+        except OSError as e:
+            if e.errno == errno.EACCES:
+                return  # a privileged port: the owner may be root, it decides at launch
+            if e.errno == errno.EADDRINUSE:
+                fail(path, f"{addr} is in use by another process on this host")
+            fail(path, f"cannot bind {addr}: {e.strerror or e}")
+
+
+def _check_unix(addr: ListenAddress, path: KeyPath, fail: Fail) -> None:
+    parent = os.path.dirname(addr.path)
+    if not os.path.isdir(parent):
+        fail(path, f"directory {parent} does not exist")
+    try:
+        st = os.lstat(addr.path)
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # a directory we cannot read: the owner decides at launch
+    if not stat.S_ISSOCK(st.st_mode):
+        fail(path, f"{addr.path} exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
+        try:
+            s.connect(addr.path)
+        except OSError:
+            return  # stale: the owner replaces it
+    fail(path, f"a live socket answers at {addr.path}")
+
+
+def stale(config: Config, held: list[dict[str, Any]], stores: list[dict[str, Any]]
+          ) -> tuple[list[str], list[tuple[str, str, int | None]]]:
+    """What the owner holds that ``config`` no longer names: socket keys, and fd stores
+    as ``(stack, app, instance)`` (instance None: every instance of an app that is gone
+    or has no store any more)."""
+    wanted = {held_key(a, s.name, s.listen) for a in config.apps() for s in a.sockets}
+    sockets = [h["key"] for h in held if h["key"] not in wanted]
+    out: list[tuple[str, str, int | None]] = []
+    for st in stores:
+        app = config.app(st["stack"], st["app"])
+        if app is None or not app.fd_store_max:
+            out.append((st["stack"], st["app"], None))
+        elif st["instance"] >= app.instances:
+            out.append((st["stack"], st["app"], st["instance"]))
+    return sockets, sorted(set(out), key=str)
+
+
+async def sweep(owner: Any, epoch: int, config: Config) -> dict[str, int]:
+    """Close the held sockets and clear the fd stores ``config`` no longer names; a
+    socket a live launch still uses stays (the next sweep closes it). Returns counts.
+    Raises nothing but StaleEpoch (a newer generation owns the owner)."""
+    from protocol.errors import StaleEpoch
+    try:
+        listing = await owner.call("sockets.list")
+    except StaleEpoch:
+        raise
+    except TenureError as exc:
+        log.warning("sockets: cannot list what the owner holds: %s", exc)
+        return {"closed": 0, "cleared": 0}
+    sockets, stores = stale(config, listing["sockets"], listing["fd_store"])
+    closed = cleared = 0
+    for key in sockets:
+        try:
+            r = await owner.call("sockets.close", {"key": key}, epoch=epoch)
+            closed += int(bool(r["closed"]))
+        except (Conflict, NotFound):
+            continue  # still in use: its app stops first
+        except StaleEpoch:
+            raise
+        except TenureError as exc:
+            log.warning("sockets: closing %s failed: %s", key, exc)
+    for stack, app, instance in stores:
+        params: dict[str, Any] = {"stack": stack, "app": app}
+        if instance is not None:
+            params["instance"] = instance
+        try:
+            cleared += int((await owner.call("fdstore.clear", params, epoch=epoch))
+                           ["cleared"])
+        except StaleEpoch:
+            raise
+        except TenureError as exc:
+            log.warning("fd store: clearing %s/%s failed: %s", stack, app, exc)
+    return {"closed": closed, "cleared": cleared}

@@ -1,0 +1,117 @@
+"""The socket-activation keys of an app in tenure.toml: ``[...apps.A.sockets.NAME]``
+tables (``listen``, ``backlog``; for unix sockets ``mode``, ``owner``, ``group``) and
+``fd_store_max`` (docs/config.md).
+
+The shape and the addresses are checked here, and so is that no two sockets of the
+config claim one address (two apps, or one app twice: ``0.0.0.0:80`` claims every IPv4
+``:80``). Whether an address is free on this host is a plan-time check
+(:func:`backend.enforce.check_sockets`), so a config saved earlier always parses again.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from protocol.listen import ListenAddress, parse_listen
+
+from .config_lines import KeyPath
+from .config_values import NAME_RE, Invalid, check_keys, get_int, get_str, table
+from .model import App, SocketSpec
+
+__all__ = ["MAX_FD_STORE", "MAX_SOCKETS", "SOCKET_KEYS", "check_addresses", "claims",
+           "parse_sockets"]
+
+SOCKET_KEYS = ("sockets", "fd_store_max")
+MAX_SOCKETS = 64      # per app, as the owner accepts
+MAX_FD_STORE = 1024   # as the owner accepts
+MAX_BACKLOG = 65535
+DEFAULT_BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
+_KEYS = ("listen", "backlog", "mode", "owner", "group")
+_MODE = re.compile(r"0?[0-7]{3}")
+_ACCOUNT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,255}")
+_WILDCARD: dict[int, str] = {socket.AF_INET: "0.0.0.0", socket.AF_INET6: "::"}
+
+
+def _mode(t: Mapping[str, Any], path: KeyPath) -> int | None:
+    if "mode" not in t:
+        return None
+    value = t["mode"]
+    if isinstance(value, str) and _MODE.fullmatch(value):
+        return int(value, 8)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0o777:
+        return value
+    raise Invalid((*path, "mode"), f"must be an octal string like \"0660\" or an integer "
+                                   f"like 0o660 (0 to 0o777), not {value!r}")
+
+
+def _account(t: Mapping[str, Any], key: str, path: KeyPath) -> str | None:
+    name = get_str(t, key, path, None)
+    if name is not None and not _ACCOUNT.fullmatch(name):
+        raise Invalid((*path, key), f"invalid {key} name {name!r}")
+    return name
+
+
+def _socket(name: str, t: Mapping[str, Any], path: KeyPath) -> SocketSpec:
+    check_keys(t, _KEYS, path)
+    if "listen" not in t:
+        raise Invalid((*path, "listen"), "is required: host:port, [v6]:port or "
+                                         "unix:/path")
+    try:
+        addr = parse_listen(t["listen"])
+    except ValueError as e:
+        raise Invalid((*path, "listen"), str(e)) from None
+    mode = _mode(t, path)
+    owner, group = _account(t, "owner", path), _account(t, "group", path)
+    if not addr.is_unix:
+        for key in ("mode", "owner", "group"):
+            if key in t:
+                raise Invalid((*path, key), "applies to unix sockets only")
+    return SocketSpec(name=name, listen=str(addr),
+                      backlog=get_int(t, "backlog", path, DEFAULT_BACKLOG, 1, MAX_BACKLOG),
+                      mode=mode, owner=owner, group=group)
+
+
+def parse_sockets(t: Mapping[str, Any], path: KeyPath) -> dict[str, Any]:
+    """``sockets`` and ``fd_store_max`` of the app at ``path`` (keyword arguments of
+    App). Raises Invalid."""
+    raw = table(t["sockets"], (*path, "sockets")) if "sockets" in t else {}
+    if len(raw) > MAX_SOCKETS:
+        raise Invalid((*path, "sockets"), f"at most {MAX_SOCKETS} sockets per app")
+    sockets = []
+    for name, value in raw.items():
+        here = (*path, "sockets", name)
+        if not NAME_RE.fullmatch(name):
+            raise Invalid(here, f"invalid socket name {name!r}: use 1-64 letters, digits, "
+                                "'_', '.' or '-', starting with a letter or digit")
+        sockets.append(_socket(name, table(value, here), here))
+    return {"sockets": tuple(sockets),
+            "fd_store_max": get_int(t, "fd_store_max", path, 0, 0, MAX_FD_STORE)}
+
+
+def claims(a: ListenAddress, b: ListenAddress) -> bool:
+    """Whether binding both would collide: the same path, or the same port and family
+    with the same host or a wildcard (``0.0.0.0``, ``::``) on either side."""
+    if a.is_unix or b.is_unix:
+        return a.is_unix and b.is_unix and a.path == b.path
+    if a.family != b.family or a.port != b.port:
+        return False
+    wild = _WILDCARD[a.family]
+    return a.host == b.host or wild in (a.host, b.host)
+
+
+def check_addresses(apps: list[App]) -> None:
+    """No two sockets of the config claim one address. Raises Invalid at the later one."""
+    seen: list[tuple[ListenAddress, str]] = []
+    for app in apps:
+        for s in app.sockets:
+            addr = parse_listen(s.listen)
+            path: KeyPath = ("stacks", app.stack, "apps", app.name, "sockets", s.name,
+                             "listen")
+            for other, who in seen:
+                if claims(addr, other):
+                    raise Invalid(path, f"{s.listen} is already claimed by {who} "
+                                        f"({other})")
+            seen.append((addr, f"{app.key} socket {s.name!r}"))

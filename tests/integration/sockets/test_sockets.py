@@ -1,0 +1,226 @@
+"""Socket activation through a whole tenure (issue 15): the owner holds each app's
+listening sockets and passes them as fds 3.. — gunicorn (no --bind) and an app using
+systemd-python find them; they keep their inode and refuse no connection across app
+restarts, backend upgrades and a backend crash; a socket removed from the config is closed
+once its app stopped; stored fds come back after a restart."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+APPS = HERE / "socket_apps.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(port: int, timeout: float = 10.0) -> str:
+    """One HTTP/1.0 request on a fresh connection; the body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(b"GET / HTTP/1.0\r\nHost: t\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.") or b" 200 " not in head.split(b"\r\n")[0]:
+        raise AssertionError(f"bad answer {data[:200]!r}")
+    return body.decode()
+
+
+@dataclass
+class Hammer:
+    """Requests without pause from one thread until stopped; counts every outcome."""
+
+    port: int
+    ok: int = 0
+    refused: int = 0
+    failed: list[str] = field(default_factory=list)
+    pids: set[str] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Hammer:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.pids.add(get(self.port).split()[0])
+                self.ok += 1
+            except ConnectionRefusedError:
+                self.refused += 1
+            except Exception as exc:
+                self.failed.append(f"{type(exc).__name__}: {exc}")
+
+
+def gunicorn_app(port: int) -> str:
+    return (f'[stacks.web.apps.gun]\ncommand = ["{sys.executable}", "-m", "gunicorn", '
+            f'"--chdir", "{HERE}", "--workers", "1", "--graceful-timeout", "5", '
+            f'"socket_apps:app"]\n'
+            # Ready once a worker answered: a gunicorn stopped while it boots ignores the
+            # SIGTERM in a worker that has not installed its own handlers yet.
+            f'ready = {{ kind = "http", url = "http://127.0.0.1:{port}/", timeout = 20 }}\n'
+            f'start_limit = {{ burst = 100, interval = 60 }}\n'
+            f'[stacks.web.apps.gun.sockets.http]\nlisten = "127.0.0.1:{port}"\n'
+            f'backlog = 512\n')
+
+
+def sd_app(port: int, path: Path) -> str:
+    return (f'[stacks.web.apps.sd]\ncommand = ["{sys.executable}", "{APPS}", "sd"]\n'
+            f'ready = {{ kind = "notify", timeout = 20 }}\n'
+            f'start_limit = {{ burst = 100, interval = 60 }}\n'
+            f'[stacks.web.apps.sd.sockets.web]\nlisten = "127.0.0.1:{port}"\n'
+            f'[stacks.web.apps.sd.sockets.local]\nlisten = "unix:{path}"\nmode = "0600"\n')
+
+
+def held(cluster: Any) -> dict[str, dict[str, Any]]:
+    with cluster.owner() as c:
+        return {s["name"]: s for s in c.call("sockets.list")["sockets"]}
+
+
+def current_release(cluster: Any) -> str:
+    return str(cluster.cli("backend", "status", check=True).out["selector"]["current"])
+
+
+def certified(cluster: Any) -> None:
+    """Until the backend published a recovery certificate (a crash is recovered from it)."""
+    cluster.wait(lambda: cluster.call("generation.certify")["published"], 30,
+                 "a published recovery certificate")
+
+
+def test_gunicorn_and_systemd_python_apps_serve_from_owner_held_sockets(cluster):
+    gport, sport = free_port(), free_port()
+    unix = cluster.home / "sd.sock"
+    cluster.up(gunicorn_app(gport) + sd_app(sport, unix))
+    cluster.wait_ready(2)
+    before = held(cluster)
+    assert set(before) == {"http", "web", "local"}, before
+    assert before["http"]["listen"] == f"127.0.0.1:{gport}"
+    assert before["http"]["backlog"] == 512 and before["http"]["queue_limit"] == 512
+    assert before["http"]["queued"] == 0 and before["local"]["queued"] is None
+    gpid = cluster.apps()["web/gun/0"]["pid"]
+    pid, names = get(sport).split()
+    assert int(pid) == cluster.apps()["web/sd/0"]["pid"]  # LISTEN_PID was its own pid
+    assert names == "web,local"  # LISTEN_FDNAMES, in config order
+    with socket.socket(socket.AF_UNIX) as u:
+        u.connect(str(unix))
+        u.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        assert b"200 OK" in u.recv(4096)
+    assert oct(unix.stat().st_mode & 0o777) == "0o600"
+    ins = cluster.cli("inspect", "web/gun", check=True).out["instances"][0]
+    assert [(s["listen"], s["inode"]) for s in ins["sockets"]] == \
+        [(f"127.0.0.1:{gport}", before["http"]["inode"])]
+    assert ins["sockets"][0]["used_by"] == [ins["launch_key"]]
+    text = cluster.cli("status").out  # --json: the sockets are in the status answer
+    assert {s["name"] for s in text["sockets"]} == {"http", "web", "local"}
+
+    with Hammer(gport) as h:  # gunicorn restarted, then the backend crashes
+        cluster.cli("restart", "web/gun", check=True)
+        certified(cluster)
+        cluster.kill_backend()
+        cluster.wait(lambda: cluster.apps()["web/gun/0"]["ready"], 60, "recovery")
+        cluster.cli("restart", "web/gun", check=True)
+        time.sleep(0.2)
+    assert h.refused == 0 and h.failed == [], (h.refused, h.failed[:5])
+    assert h.ok > 10 and len(h.pids) >= 2, (h.ok, h.pids)
+    assert cluster.apps()["web/gun/0"]["pid"] != gpid
+    after = held(cluster)
+    assert {k: v["inode"] for k, v in after.items()} == \
+        {k: v["inode"] for k, v in before.items()}
+
+
+def test_no_connection_refused_across_20_restarts_and_5_upgrades(cluster):
+    port = free_port()
+    cluster.up(sd_app(port, cluster.home / "sd.sock"))
+    cluster.wait_ready(1)
+    inode = held(cluster)["web"]["inode"]
+    release = current_release(cluster)
+    t0 = time.monotonic()
+    with Hammer(port) as h:
+        for i in range(20):
+            cluster.cli("restart", "web/sd", check=True)
+            if i % 4 == 3:
+                act = cluster.cli("backend", "upgrade", release, check=True).out["activation"]
+                assert (act["phase"], act["outcome"]) == ("complete", "success"), act
+        time.sleep(0.2)
+    spent = time.monotonic() - t0
+    print(json.dumps({"restarts": 20, "upgrades": 5, "requests": h.ok, "refused": h.refused,
+                      "failed": len(h.failed), "seconds": round(spent, 1)}))
+    assert h.refused == 0 and h.failed == [], (h.refused, h.failed[:5])
+    assert len(h.pids) == 21, h.pids  # every instance served
+    assert held(cluster)["web"]["inode"] == inode
+    assert cluster.apps()["web/sd/0"]["restarts"] == 20
+
+
+def keeper(port: int | None, store: int) -> str:
+    text = (f'[stacks.st.apps.keeper]\ncommand = ["{sys.executable}", "{APPS}", "store"]\n'
+            f'ready = {{ kind = "notify", timeout = 20 }}\n')
+    if store:
+        text += f"fd_store_max = {store}\n"
+    if port is not None:
+        text += f'[stacks.st.apps.keeper.sockets.extra]\nlisten = "127.0.0.1:{port}"\n'
+    return text
+
+
+def log_lines(cluster: Any) -> list[str]:
+    recs = cluster.call("logs", {"stack": "st", "app": "keeper", "limit": 1000})["records"]
+    return [r["data"].decode() if isinstance(r["data"], bytes) else r["data"] for r in recs]
+
+
+def apply(cluster: Any, text: str, name: str) -> None:
+    path = cluster.write_config(text, name)
+    plan = cluster.cli("plan", "--config", str(path), check=True).out
+    res = cluster.cli("apply", plan["id"], "--wait", check=True).out
+    assert res["outcome"] == "success", res
+
+
+def test_fd_store_round_trip_and_a_removed_socket_closes_once_its_app_stopped(cluster):
+    port = free_port()
+    cluster.up(keeper(port, store=2))
+    cluster.wait_ready(1)
+    cluster.wait(lambda: any("stored token" in line for line in log_lines(cluster)), 15,
+                 "the token stored")
+    token = next(line for line in log_lines(cluster) if "stored token" in line).split()[-1]
+    with cluster.owner() as c:
+        store = c.call("sockets.list")["fd_store"]
+    assert store == [{"stack": "st", "app": "keeper", "instance": 0,
+                      "fds": [{"name": "token", "kind": "pipe", "inode": store[0]["fds"][0]
+                               ["inode"]}]}], store
+    ins = cluster.cli("inspect", "st/keeper", check=True).out["instances"][0]
+    assert [f["name"] for f in ins["stored_fds"]] == ["token"] and ins["fd_store_max"] == 2
+
+    cluster.cli("restart", "st/keeper", check=True)
+    cluster.wait(lambda: f"found token {token}" in " ".join(log_lines(cluster)), 15,
+                 "the restarted app reading the stored pipe")
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # still held: the kernel completes the handshake into the backlog
+
+    # the socket and the store leave the config: the app restarts without them, and the
+    # owner closes both once the old launch has stopped
+    apply(cluster, keeper(None, store=0), "nosocket.toml")
+    assert held(cluster) == {}
+    with cluster.owner() as c:
+        assert c.call("sockets.list")["fd_store"] == []
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        raise AssertionError("the removed socket still accepts connections")
+    except ConnectionRefusedError:
+        pass

@@ -1,0 +1,86 @@
+"""Sockets and fd_store_max in tenure.toml: parsed, canonical, and refused with the line
+(bad address, unix-only keys on TCP, two sockets claiming one address); and which held
+sockets and stores a config no longer names."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.activation import held_key, launch_sockets, stale
+from backend.config import parse_config
+from protocol.errors import ConfigInvalid
+
+BASE = '[stacks.web.apps.api]\ncommand = ["api"]\n'
+
+
+def test_sockets_parse_in_order_with_defaults_and_reach_the_launch() -> None:
+    cfg = parse_config(BASE + 'fd_store_max = 3\n'
+                       '[stacks.web.apps.api.sockets.http]\nlisten = "[::1]:8080"\n'
+                       '[stacks.web.apps.api.sockets.admin]\nlisten = "unix:/run/a.sock"\n'
+                       'mode = "0660"\nowner = "www"\nbacklog = 16\n', "t.toml")
+    app = cfg.app("web", "api")
+    assert app is not None
+    assert [(s.name, s.listen, s.backlog) for s in app.sockets] == \
+        [("http", "[::1]:8080", 4096), ("admin", "unix:/run/a.sock", 16)]
+    assert launch_sockets(app) == {"fd_store_max": 3, "sockets": [
+        {"name": "http", "listen": "[::1]:8080", "backlog": 4096},
+        {"name": "admin", "listen": "unix:/run/a.sock", "backlog": 16, "mode": 0o660,
+         "user": "www"}]}
+
+
+def test_a_config_without_sockets_keeps_its_revision_and_digest() -> None:
+    plain = parse_config(BASE, "t.toml")
+    with_socket = parse_config(BASE + '[stacks.web.apps.api.sockets.http]\n'
+                               'listen = "127.0.0.1:1"\n', "t.toml")
+    assert plain.revision != with_socket.revision
+    a, b = plain.app("web", "api"), with_socket.app("web", "api")
+    assert a is not None and b is not None
+    assert a.definition_digest() != b.definition_digest()  # a socket change restarts
+
+
+@pytest.mark.parametrize(("extra", "key", "line", "words"), [
+    ('[stacks.web.apps.api.sockets.http]\nlisten = "localhost:80"\n',
+     "stacks.web.apps.api.sockets.http.listen", 4, "not an IPv4 address"),
+    ('[stacks.web.apps.api.sockets.http]\nbacklog = 5\n',
+     "stacks.web.apps.api.sockets.http.listen", 3, "is required"),
+    ('[stacks.web.apps.api.sockets.http]\nlisten = "127.0.0.1:80"\nmode = "0600"\n',
+     "stacks.web.apps.api.sockets.http.mode", 5, "unix sockets only"),
+    ('[stacks.web.apps.api.sockets.http]\nlisten = "127.0.0.1:80"\nbacklog = 0\n',
+     "stacks.web.apps.api.sockets.http.backlog", 5, "between 1 and 65535"),
+    ('[stacks.web.apps.api.sockets.a]\nlisten = "0.0.0.0:80"\n'
+     '[stacks.web.apps.other]\ncommand = ["o"]\n'
+     '[stacks.web.apps.other.sockets.b]\nlisten = "127.0.0.1:80"\n',
+     "stacks.web.apps.other.sockets.b.listen", 8, "already claimed by web/api"),
+    ('[stacks.web.apps.api.sockets.a]\nlisten = "unix:/run/x.sock"\n'
+     '[stacks.web.apps.api.sockets.b]\nlisten = "unix:/run/x.sock"\n',
+     "stacks.web.apps.api.sockets.b.listen", 6, "already claimed"),
+])
+def test_bad_sockets_are_reported_with_key_and_line(extra: str, key: str, line: int,
+                                                    words: str) -> None:
+    with pytest.raises(ConfigInvalid) as info:
+        parse_config(BASE + extra, "t.toml")
+    data = info.value.data
+    assert (data["key"], data["line"]) == (key, line), data
+    assert words in data["problem"], data
+
+
+def test_same_port_on_other_families_or_hosts_is_no_conflict() -> None:
+    parse_config(BASE + '[stacks.web.apps.api.sockets.a]\nlisten = "127.0.0.1:80"\n'
+                 '[stacks.web.apps.api.sockets.b]\nlisten = "127.0.0.2:80"\n'
+                 '[stacks.web.apps.api.sockets.c]\nlisten = "[::]:80"\n', "t.toml")
+
+
+def test_stale_names_what_the_config_dropped() -> None:
+    cfg = parse_config(BASE + 'instances = 2\nfd_store_max = 1\n'
+                       '[stacks.web.apps.api.sockets.http]\nlisten = "127.0.0.1:80"\n',
+                       "t.toml")
+    app = cfg.app("web", "api")
+    assert app is not None
+    keep = held_key(app, "http", "127.0.0.1:80")
+    held = [{"key": keep}, {"key": "web/api/http@127.0.0.1:81"}, {"key": "old/x/y@[::1]:1"}]
+    stores = [{"stack": "web", "app": "api", "instance": 1},
+              {"stack": "web", "app": "api", "instance": 2},
+              {"stack": "gone", "app": "x", "instance": 0}]
+    sockets, dropped = stale(cfg, held, stores)
+    assert sockets == ["web/api/http@127.0.0.1:81", "old/x/y@[::1]:1"]
+    assert set(dropped) == {("web", "api", 2), ("gone", "x", None)}
