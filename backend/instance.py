@@ -317,14 +317,16 @@ def _reject(inst: Instance, ev: Event, now: float) -> None:
 
 
 def _start_fresh(inst: Instance, ev: Event, now: float) -> None:
+    # An explicit start (an operator's start or restart, an apply) opens a new start-limit
+    # window and a new streak: the limit guards against crash loops, and a person who
+    # restarts an app five times in a minute is not one. After ``failed`` it is the
+    # operator's "reset-failed".
+    inst.starts = []
     inst.streak = 0
     inst._launch(now)
 
 
-def _start_after_failed(inst: Instance, ev: Event, now: float) -> None:
-    # An explicit start is the operator's "reset-failed": a new window, a new streak.
-    inst.starts = []
-    _start_fresh(inst, ev, now)
+_start_after_failed = _start_fresh
 
 
 def _stop_running(inst: Instance, ev: Event, now: float) -> None:

@@ -270,6 +270,29 @@ def test_start_limit_window_slides() -> None:
     assert r.inst.generation == 11
 
 
+def test_operator_restarts_never_hit_the_start_limit_but_a_crash_loop_after_them_does(
+        ) -> None:
+    r = Rig(mk_app(health=None, start_limit=StartLimit(burst=3, interval=60.0)))
+    r.feed(Start())
+    r.launched()
+    for _ in range(10):                       # `tenure restart` ten times in a few seconds
+        r.feed(Ready(), 0.1)
+        r.feed(StopRequested(), 0.1)
+        r.feed(Stopped(), 0.1)
+        r.feed(Start(), 0.1)
+        r.launched()
+        assert r.inst.state is State.RUNNING
+    assert r.inst.generation == 11
+    for _ in range(3):                        # then it crashes over and over: still limited
+        r.feed(Exited(1, None), 0.1)
+        if r.inst.state is State.BACKOFF:
+            r.fire(Timer.BACKOFF)
+            if r.inst.state is State.STARTING:
+                r.launched()
+    assert r.inst.state is State.FAILED
+    assert r.inst.last_outcome is Outcome.START_LIMIT_HIT
+
+
 def test_start_after_failed_resets_the_limit() -> None:
     r = drive_to(State.FAILED)
     gen = r.inst.generation
