@@ -23,7 +23,7 @@ def human_backend_status(cluster: Any) -> list[str]:
                            str(cluster.home), "backend", "status"], capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL, env=os.environ)
     assert proc.returncode == 0, proc.stderr
-    return proc.stdout.splitlines()
+    return [" ".join(line.split()) for line in proc.stdout.splitlines()]  # not alignment
 
 
 def test_backend_status_recovery_state_and_no_rewrite_of_an_unchanged_certificate(cluster):
