@@ -28,6 +28,7 @@ from .procinfo import group_members
 from .reaper import become_subreaper, raise_nofile_limit
 from .receipt import Receipt, admit_start, read_receipt
 from .service import CAPABILITIES, OwnerService
+from .signals import clear_inherited
 from .store import OwnerStore
 
 __all__ = ["EXIT", "Owner", "run"]
@@ -205,6 +206,10 @@ async def _report_overflow(service: OwnerService) -> None:
 
 def run(paths: OwnerPaths, service_account: str | None = None) -> int:
     """Entry point of ``python -m owner``: serve, mapping refusals to exit statuses."""
+    cleared = clear_inherited()
+    if cleared:
+        log.info("signals ignored or blocked by whoever started the owner, reset so "
+                 "that apps start with the defaults: %s", ", ".join(cleared))
     try:
         account = None if service_account is None else ServiceAccount.lookup(service_account)
         return asyncio.run(Owner(paths, account=account).serve(_announce))

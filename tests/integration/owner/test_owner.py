@@ -340,3 +340,40 @@ def test_logs_forget_deletes_finished_sources_only_with_the_epoch(live, owner):
     assert live.call("logs.forget", {"sources": [src]})["deleted"] == 0    # idempotent
     assert lines(running["instance"]) == [b"up"]
     live.call("stop", {"launch_key": running["launch_key"]})
+
+
+INHERITED = ("import signal\n"
+             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+             "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+             "signal.signal(signal.SIGQUIT, signal.SIG_IGN)\n"
+             "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})\n")
+
+
+def test_apps_start_with_default_signals_whatever_the_owner_inherited(short_home):
+    """nohup, a shell's background job or a supervisor may start the owner with signals
+    ignored or blocked; its apps must not inherit that (a stop by SIGINT must work)."""
+    owner = OwnerProcess(short_home, preload=INHERITED).start()
+    try:
+        live = Live(owner, GuardianKey())
+        try:
+            show = "grep -E '^Sig(Ign|Blk):' /proc/self/status; exec sleep 60"
+            r = live.launch(["sh", "-c", show], stop={"signal": "INT", "timeout": 5,
+                                                       "kill_after": 5})
+            deadline = time.monotonic() + 10
+            lines: list[bytes] = []
+            while len(lines) < 2 and time.monotonic() < deadline:
+                recs = live.c.call("logs.read", {"app": "a", "limit": 10})["records"]
+                lines = [x["data"] for x in recs]
+                time.sleep(0.05)
+            masks = dict(line.decode().split(":\t") for line in lines)
+            ign, blk = int(masks["SigIgn"], 16), int(masks["SigBlk"], 16)
+            for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+                assert not ign & (1 << (sig - 1)), f"{sig.name} ignored in the app"
+            assert blk == 0, f"signals blocked in the app: {masks['SigBlk']}"
+            stopped = live.call("stop", {"launch_key": r["launch_key"]})
+            assert not stopped["escalated"], stopped        # SIGINT stopped it, no SIGKILL
+        finally:
+            live.c.close()
+    finally:
+        assert owner.stop() == 0
+        assert "reset so that apps start with the defaults" in owner.stderr_path.read_text()
