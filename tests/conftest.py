@@ -114,9 +114,19 @@ def cluster(short_home: Path, sealed_release: Path) -> Iterator[Any]:
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
             left = c.leftovers()
+        described = [_describe(pid) for pid in left]
         for pid in left:
             try:
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
-        assert not left, f"processes of {short_home} left running: {left}"
+        assert not left, f"processes of {short_home} left running: {described}"
+
+
+def _describe(pid: int) -> str:
+    """``pid (parent ppid): command line`` of a leftover, for the failure message."""
+    try:
+        p = psutil.Process(pid)
+        return f"{pid} (parent {p.ppid()}): {' '.join(p.cmdline())[:300]}"
+    except psutil.Error:
+        return f"{pid} (gone)"
