@@ -47,7 +47,7 @@ from .targets import (
     select_all,
     sources,
 )
-from .usage import Usage
+from .usage import Usage, owner_metrics
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -205,7 +205,8 @@ class Api:
         wanted = call.params.get("targets")
         keys = sorted(self.sup.instances) if not wanted else \
             select_all(self.sup.instances, wanted)
-        rows = [self._row(k, self.sup.instances[k], t, dropped) for k in keys]
+        usage = await self._measured()
+        rows = [self._row(k, self.sup.instances[k], t, dropped, usage) for k in keys]
         if not link["current"]:
             rows = [_unknown(r, link["age"]) for r in rows]
         self._procs.forget_except({(i.pid, i.start_ticks) for i in self.sup.instances.values()
@@ -230,9 +231,16 @@ class Api:
             return {}
         return {"sockets": listing["sockets"], "fd_store": listing["fd_store"]}
 
+    async def _measured(self) -> dict[tuple[int, int], Any] | None:
+        """CPU% and memory by (pid, start ticks) from the owner; None if it predates
+        ``metrics`` 1 (then each row reads /proc) or is out of reach."""
+        answer = await owner_metrics(self._owner(), self.sup.owner_capabilities)
+        return None if answer is None else self._procs.from_owner(answer)
+
     def _row(self, key: str, inst: im.Instance, t: float,
-             dropped: dict[tuple[str, str], int] | None) -> dict[str, Any]:
-        usage = self._usage(inst.pid, inst.start_ticks)
+             dropped: dict[tuple[str, str], int] | None,
+             measured: dict[tuple[int, int], Any] | None) -> dict[str, Any]:
+        usage = self._usage(inst.pid, inst.start_ticks, measured)
         return {"key": key, "stack": inst.app.stack, "app": inst.app.name,
                 "instance": inst.index, "state": str(inst.public_state),
                 "detail": str(inst.state), "pid": inst.pid,
@@ -244,10 +252,13 @@ class Api:
                 "log_dropped": None if dropped is None
                 else dropped.get((inst.app.stack, inst.app.name), 0), **usage}
 
-    def _usage(self, pid: int | None, ticks: int | None) -> dict[str, Any]:
+    def _usage(self, pid: int | None, ticks: int | None,
+               measured: dict[tuple[int, int], Any] | None) -> dict[str, Any]:
+        """The owner's figures (``measured``), or /proc when the owner predates them."""
         if pid is None or ticks is None:
             return {"cpu_percent": None, "rss": None}
-        cpu, rss = self._procs.sample(pid, ticks)
+        cpu, rss = self._procs.sample(pid, ticks) if measured is None \
+            else measured.get((pid, ticks), (None, None))
         return {"cpu_percent": cpu, "rss": rss}
 
     def _targets(self, target: str, create: bool = True) -> list[str]:
@@ -342,10 +353,11 @@ class Api:
         held = await self._held()
         t = time.monotonic()
         dropped = self.gen.log_dropped
+        usage = await self._measured()
         out = []
         for k in keys:
             inst = self.sup.instances[k]
-            row = {**self._row(k, inst, t, dropped), "launch_key": inst.launch_key,
+            row = {**self._row(k, inst, t, dropped, usage), "launch_key": inst.launch_key,
                    "command": list(inst.app.command), "restart": str(inst.app.restart),
                    "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire(),
                    **identity_view(inst.app), **_activation_view(inst, held),
