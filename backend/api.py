@@ -99,8 +99,11 @@ class Api:
         self.jobs.on_tick += [Scheduler(self.jobs).tick, Pruner(self.jobs).tick]
 
     def _set_config(self, config: Config) -> None:
-        old = self.gen.config.settings.viewer_group
+        old, listen = self.gen.config.settings.viewer_group, self.gen.config.metrics.listen
         self.gen.config = config
+        if config.metrics.listen != listen:
+            self._metrics_task = asyncio.get_running_loop().create_task(
+                self.gen.serve_metrics())
         if config.settings.viewer_group != old and self.gen.server is not None:
             self.gen.share_api()
 
@@ -122,6 +125,7 @@ class Api:
             "stop": Method(self.stop, S_TARGET),
             "restart": Method(self.restart, S_TARGET),
             "inspect": Method(self.inspect, S_TARGET, role="viewer"),
+            "metrics": Method(self.metrics, role="viewer"),
             "logs": Method(self.logs, S_LOGS, role="viewer"),
             "plan": Method(self.plan, S_PLAN),
             "apply": Method(self.apply, S_APPLY),
@@ -219,6 +223,12 @@ class Api:
                 "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
                 else None, "owner_link": link, "intents": self.intents, "apps": rows,
                 "jobs": self.jobs.summary(), **await self._held()}
+
+    async def metrics(self, call: Call) -> Any:
+        """What the Prometheus exposition shows (backend.metrics), and the listener."""
+        from .metrics import snapshot  # prometheus_client: only when asked
+        listener = self.gen.metrics.state() if self.gen.metrics is not None else None
+        return {**await snapshot(self.gen), "listener": listener}
 
     async def _held(self) -> dict[str, Any]:
         """The owner's held sockets and fd stores, ``{}`` when it cannot tell (it

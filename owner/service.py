@@ -296,7 +296,8 @@ class OwnerService:
         at, samples = await asyncio.to_thread(self.meter.measure, batch)
         launches = [{"launch_key": r.launch_key, "stack": r.stack, "app": r.app,
                      "instance": r.instance, "generation": r.generation, "pid": r.pid,
-                     "start_ticks": r.start_ticks, **s} for r, s in zip(rows, samples, strict=True)]
+                     "start_ticks": r.start_ticks, "started_at": r.started_at, **s}
+                    for r, s in zip(rows, samples, strict=True)]
         return {"owner": self.identity.to_wire(), "epoch": self.epoch, "at": at,
                 "isolation": "process-group" if self.launcher.cgroups is None
                 else "cgroup", "launches": launches}
