@@ -94,6 +94,10 @@ def test_scrape_is_valid_matches_the_owner_and_survives_an_upgrade(cluster, tmp_
     # status shows the owner's figure for the whole app, not the leader's rss alone
     assert abs(cluster.apps()["m/pair/0"]["rss"] - mine["memory_bytes"]) < 256 * 1024
 
+    cli = cluster.cli("metrics", check=True).out
+    row = next(a for a in cli["apps"] if a["key"] == "m/pair/0")
+    assert row["pids"] == 3 and cli["listener"]["bound"] and cli["epoch"] == epoch
+
     cluster.cli("restart", "m/pair", check=True)
     assert value(scrape(port), "tenure_app_restarts_total") == 1
 
