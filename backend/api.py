@@ -47,7 +47,7 @@ from .targets import (
     select_all,
     sources,
 )
-from .usage import Usage
+from .usage import Usage, owner_metrics
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -99,8 +99,11 @@ class Api:
         self.jobs.on_tick += [Scheduler(self.jobs).tick, Pruner(self.jobs).tick]
 
     def _set_config(self, config: Config) -> None:
-        old = self.gen.config.settings.viewer_group
+        old, listen = self.gen.config.settings.viewer_group, self.gen.config.metrics.listen
         self.gen.config = config
+        if config.metrics.listen != listen:
+            self._metrics_task = asyncio.get_running_loop().create_task(
+                self.gen.serve_metrics())
         if config.settings.viewer_group != old and self.gen.server is not None:
             self.gen.share_api()
 
@@ -122,6 +125,7 @@ class Api:
             "stop": Method(self.stop, S_TARGET),
             "restart": Method(self.restart, S_TARGET),
             "inspect": Method(self.inspect, S_TARGET, role="viewer"),
+            "metrics": Method(self.metrics, role="viewer"),
             "logs": Method(self.logs, S_LOGS, role="viewer"),
             "plan": Method(self.plan, S_PLAN),
             "apply": Method(self.apply, S_APPLY),
@@ -205,7 +209,8 @@ class Api:
         wanted = call.params.get("targets")
         keys = sorted(self.sup.instances) if not wanted else \
             select_all(self.sup.instances, wanted)
-        rows = [self._row(k, self.sup.instances[k], t, dropped) for k in keys]
+        usage = await self._measured()
+        rows = [self._row(k, self.sup.instances[k], t, dropped, usage) for k in keys]
         if not link["current"]:
             rows = [_unknown(r, link["age"]) for r in rows]
         self._procs.forget_except({(i.pid, i.start_ticks) for i in self.sup.instances.values()
@@ -219,6 +224,12 @@ class Api:
                 else None, "owner_link": link, "intents": self.intents, "apps": rows,
                 "jobs": self.jobs.summary(), **await self._held()}
 
+    async def metrics(self, call: Call) -> Any:
+        """What the Prometheus exposition shows (backend.metrics), and the listener."""
+        from .metrics import snapshot  # prometheus_client: only when asked
+        listener = self.gen.metrics.state() if self.gen.metrics is not None else None
+        return {**await snapshot(self.gen), "listener": listener}
+
     async def _held(self) -> dict[str, Any]:
         """The owner's held sockets and fd stores, ``{}`` when it cannot tell (it
         predates them, or it is out of reach: status still answers)."""
@@ -230,9 +241,16 @@ class Api:
             return {}
         return {"sockets": listing["sockets"], "fd_store": listing["fd_store"]}
 
+    async def _measured(self) -> dict[tuple[int, int], Any] | None:
+        """CPU% and memory by (pid, start ticks) from the owner; None if it predates
+        ``metrics`` 1 (then each row reads /proc) or is out of reach."""
+        answer = await owner_metrics(self._owner(), self.sup.owner_capabilities)
+        return None if answer is None else self._procs.from_owner(answer)
+
     def _row(self, key: str, inst: im.Instance, t: float,
-             dropped: dict[tuple[str, str], int] | None) -> dict[str, Any]:
-        usage = self._usage(inst.pid, inst.start_ticks)
+             dropped: dict[tuple[str, str], int] | None,
+             measured: dict[tuple[int, int], Any] | None) -> dict[str, Any]:
+        usage = self._usage(inst.pid, inst.start_ticks, measured)
         return {"key": key, "stack": inst.app.stack, "app": inst.app.name,
                 "instance": inst.index, "state": str(inst.public_state),
                 "detail": str(inst.state), "pid": inst.pid,
@@ -244,10 +262,13 @@ class Api:
                 "log_dropped": None if dropped is None
                 else dropped.get((inst.app.stack, inst.app.name), 0), **usage}
 
-    def _usage(self, pid: int | None, ticks: int | None) -> dict[str, Any]:
+    def _usage(self, pid: int | None, ticks: int | None,
+               measured: dict[tuple[int, int], Any] | None) -> dict[str, Any]:
+        """The owner's figures (``measured``), or /proc when the owner predates them."""
         if pid is None or ticks is None:
             return {"cpu_percent": None, "rss": None}
-        cpu, rss = self._procs.sample(pid, ticks)
+        cpu, rss = self._procs.sample(pid, ticks) if measured is None \
+            else measured.get((pid, ticks), (None, None))
         return {"cpu_percent": cpu, "rss": rss}
 
     def _targets(self, target: str, create: bool = True) -> list[str]:
@@ -342,10 +363,11 @@ class Api:
         held = await self._held()
         t = time.monotonic()
         dropped = self.gen.log_dropped
+        usage = await self._measured()
         out = []
         for k in keys:
             inst = self.sup.instances[k]
-            row = {**self._row(k, inst, t, dropped), "launch_key": inst.launch_key,
+            row = {**self._row(k, inst, t, dropped, usage), "launch_key": inst.launch_key,
                    "command": list(inst.app.command), "restart": str(inst.app.restart),
                    "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire(),
                    **identity_view(inst.app), **_activation_view(inst, held),

@@ -25,6 +25,7 @@ from protocol.errors import ConfigInvalid
 
 from .config_identity import IDENTITY_KEYS, parse_limits, parse_run_as
 from .config_lines import KeyPath, find_line, format_key, syntax_error_location
+from .config_metrics import parse_metrics
 from .config_sockets import SOCKET_KEYS, check_addresses, parse_sockets
 from .config_values import (
     NAME_RE,
@@ -53,6 +54,7 @@ from .model import (
     Health,
     HealthKind,
     Limits,
+    MetricsSettings,
     Readiness,
     ReadyKind,
     RestartMode,
@@ -115,10 +117,10 @@ def parse_config(text: str, source: str) -> Config:
         problem, line, key = syntax_error_location(str(e), text)
         raise _error(source, key, line, problem) from None
     try:
-        stacks, settings = _parse_document(doc)
+        stacks, settings, metrics = _parse_document(doc)
     except Invalid as e:
         raise _error(source, format_key(e.path), find_line(text, e.path), e.problem) from None
-    config = Config(stacks=stacks, settings=settings, source=source)
+    config = Config(stacks=stacks, settings=settings, source=source, metrics=metrics)
     return replace(config, revision=canonical_digest(canonical_form(config)))
 
 
@@ -128,6 +130,8 @@ def canonical_form(config: Config) -> dict[str, Any]:
     return {
         "format": CONFIG_FORMAT,
         "settings": asdict(config.settings),
+        # only when set: configs without it keep their revision
+        **({"metrics": asdict(config.metrics)} if config.metrics.listen else {}),
         "stacks": {
             s.name: {"apps": {a.name: _app_form(a) for a in s.apps.values()},
                      # only when there are jobs: configs without any keep their revision
@@ -198,17 +202,19 @@ def _error(source: str, key: str, line: int | None, problem: str) -> ConfigInval
                          {"file": source, "key": key, "line": line, "problem": problem})
 
 
-def _parse_document(doc: Mapping[str, Any]) -> tuple[dict[str, Stack], Settings]:
+def _parse_document(doc: Mapping[str, Any],
+                    ) -> tuple[dict[str, Stack], Settings, MetricsSettings]:
     """Raises Invalid."""
-    check_keys(doc, ("settings", "stacks"), ())
+    check_keys(doc, ("settings", "metrics", "stacks"), ())
     settings = _parse_settings(get_table(doc, "settings", ()) or {})
+    metrics = parse_metrics(get_table(doc, "metrics", ()) or {})
     raw = get_table(doc, "stacks", ()) or {}
     stacks: dict[str, Stack] = {}
     for name in raw:
         _check_name(name, ("stacks", name), "stack")
         stacks[name] = _parse_stack(name, table(raw[name], ("stacks", name)))
     check_addresses([a for s in stacks.values() for a in s.apps.values()])
-    return dict(sorted(stacks.items())), settings
+    return dict(sorted(stacks.items())), settings, metrics
 
 
 def _check_name(name: str, path: KeyPath, what: str) -> None:

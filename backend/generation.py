@@ -93,6 +93,8 @@ class Generation:
         self.api: Any = None  # backend.api.Api, set in start()
         self.mutations = 0            # invalidations so far (a publish spans an await)
         self.certificate_writes = 0   # certificates written by this generation
+        self.certified_at: float | None = None  # when a certificate last vouched
+        self.metrics: Any = None      # backend.metrics_http.MetricsListener, once ready
 
     # -- start ------------------------------------------------------------------------
 
@@ -140,6 +142,7 @@ class Generation:
                        asyncio.create_task(self._certificate_loop()),
                        asyncio.create_task(self._heartbeat_loop())]
         self.ready = True
+        await self.serve_metrics()
 
     async def _adopt(self) -> None:
         assert self.owner is not None and self.sup is not None and self.store is not None
@@ -350,6 +353,7 @@ class Generation:
         if not same_snapshot(rec.read(), body):
             rec.publish(body)
             self.certificate_writes += 1
+        self.certified_at = time.time()
         return True
 
     def _quiet(self) -> bool:
@@ -445,7 +449,21 @@ class Generation:
             loop.add_signal_handler(sig, self._done.set)
         await self._done.wait()
 
+    async def serve_metrics(self) -> None:
+        """Serve Prometheus metrics at ``[metrics] listen`` of the current config (or
+        stop serving); called at start and when a config is applied."""
+        from .metrics import TenureCollector, fetcher
+        from .metrics_http import MetricsListener
+        if self.metrics is None:
+            if self.config.metrics.listen is None:
+                return  # opt-in: without it prometheus_client is not even imported
+            loop = asyncio.get_running_loop()
+            self.metrics = MetricsListener(TenureCollector(fetcher(self, loop)))
+        await self.metrics.apply(self.config.metrics.listen)
+
     async def close(self) -> None:
+        if self.metrics is not None:
+            await self.metrics.close()  # first: the next generation binds the port
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

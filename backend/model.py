@@ -23,6 +23,7 @@ __all__ = [
     "Health",
     "HealthKind",
     "Limits",
+    "MetricsSettings",
     "Readiness",
     "ReadyKind",
     "RestartMode",
@@ -231,11 +232,17 @@ class Settings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    listen: str | None = None        # "HOST:PORT" (backend.config_metrics); None: off
+
+
+@dataclass(frozen=True)
 class Config:
     stacks: Mapping[str, Stack]
     settings: Settings = field(default_factory=Settings)
     revision: str = ""               # sha256 of the canonical form
     source: str = ""                 # the file it came from
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     def apps(self) -> list[App]:
         return [a for s in self.stacks.values() for a in s.apps.values()]

@@ -1,28 +1,94 @@
-"""CPU and memory of application processes, read straight from /proc/PID/stat.
+"""CPU and memory of application instances for ``status``.
 
-One read per process (psutil would make several): the status of 200 apps must stay
-cheap. CPU percent is measured between two samples of the same process (by pid and
-start ticks); the first sample of a process reports 0.0.
+The owner measures (``metrics.read``, capability ``metrics`` 1): it knows every process of
+a launch, so its figures cover the whole app, not just the leader. CPU percent is the
+rate between two successive CPU-seconds samples of the same process identity (pid and
+start ticks); the first sample of one reports 0.0.
+
+Only when the owner predates that capability does the backend read /proc/PID/stat of the
+leader itself (one read per process: the status of 200 apps must stay cheap).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["Usage"]
+from protocol.errors import TenureError
+
+__all__ = ["CAPABILITY", "CpuRate", "Usage", "owner_metrics"]
+
+CAPABILITY = {"metrics": 1}
 
 _HZ = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
+Ident = tuple[int, int]  # (pid, start ticks)
+
+
+class CpuRate:
+    """CPU percent (100 = one core) between successive CPU-seconds samples per identity.
+    Pure: the caller gives the time of each sample."""
+
+    def __init__(self) -> None:
+        self._last: dict[Ident, tuple[float, float]] = {}
+
+    def rate(self, ident: Ident, t: float, cpu_seconds: float) -> float:
+        """Percent since the previous sample of ``ident``; 0.0 for the first one, for a
+        sample not later than the previous, and for a counter that went down (a
+        different measurement source) — never a negative or infinite rate."""
+        prev = self._last.get(ident)
+        self._last[ident] = (t, cpu_seconds)
+        if prev is None or t <= prev[0] or cpu_seconds < prev[1]:
+            return 0.0
+        return round(100.0 * (cpu_seconds - prev[1]) / (t - prev[0]), 1)
+
+    def forget_except(self, live: Iterable[Ident]) -> None:
+        keep = set(live)
+        for key in [k for k in self._last if k not in keep]:
+            del self._last[key]
+
+
+async def owner_metrics(owner: Any, capabilities: Mapping[str, Any]
+                        ) -> dict[str, Any] | None:
+    """The owner's ``metrics.read`` answer; None when the owner predates the capability
+    (the caller reads /proc instead). An owner out of reach gives an answer without
+    launches: status still answers, without figures, and never guesses from /proc."""
+    if capabilities.get("metrics") != CAPABILITY["metrics"]:
+        return None
+    try:
+        answer: dict[str, Any] = await owner.call("metrics.read", timeout=5.0)
+    except TenureError:
+        return {"at": time.monotonic(), "launches": []}
+    return answer
+
 
 class Usage:
+    """Per-instance ``(cpu percent, memory bytes)`` from the owner's answer, or from
+    /proc when there is none."""
+
     def __init__(self) -> None:
-        self._last: dict[tuple[int, int], tuple[float, int]] = {}
+        self.cpu = CpuRate()
+
+    def from_owner(self, answer: Mapping[str, Any]) -> dict[Ident, tuple[float | None,
+                                                                          int | None]]:
+        """Figures by (pid, start ticks) from one ``metrics.read`` answer."""
+        out: dict[Ident, tuple[float | None, int | None]] = {}
+        at = answer["at"]
+        for row in answer["launches"]:
+            if row.get("pid") is None or row.get("start_ticks") is None:
+                continue
+            ident = (row["pid"], row["start_ticks"])
+            cpu = row.get("cpu_seconds")
+            out[ident] = (None if cpu is None else self.cpu.rate(ident, at, cpu),
+                          row.get("memory_bytes"))
+        return out
 
     def sample(self, pid: int, start_ticks: int) -> tuple[float | None, int | None]:
-        """(cpu percent since the previous sample, rss bytes); (None, None) when the
-        process is gone or is another process now."""
+        """(cpu percent since the previous sample, rss bytes) of the leader alone, from
+        /proc; (None, None) when the process is gone or is another process now."""
         try:
             fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
             try:
@@ -30,19 +96,12 @@ class Usage:
             finally:
                 os.close(fd)
         except OSError:
-            self._last.pop((pid, start_ticks), None)
             return None, None
         f = raw[raw.rfind(b")") + 2:].split()
         if int(f[19]) != start_ticks:
             return None, None
-        cpu, rss = int(f[11]) + int(f[12]), int(f[21]) * _PAGE
-        now = time.monotonic()
-        prev = self._last.get((pid, start_ticks))
-        self._last[(pid, start_ticks)] = (now, cpu)
-        if prev is None or now <= prev[0]:
-            return 0.0, rss
-        return round(100.0 * (cpu - prev[1]) / _HZ / (now - prev[0]), 1), rss
+        cpu, rss = (int(f[11]) + int(f[12])) / _HZ, int(f[21]) * _PAGE
+        return self.cpu.rate((pid, start_ticks), time.monotonic(), cpu), rss
 
-    def forget_except(self, live: set[tuple[int, int]]) -> None:
-        for key in [k for k in self._last if k not in live]:
-            del self._last[key]
+    def forget_except(self, live: Iterable[Ident]) -> None:
+        self.cpu.forget_except(live)

@@ -182,6 +182,15 @@ class ProcessTable:
         cg = self._entry(key).spawned.cgroup
         return None if cg is None else Path(cg)
 
+    def membership(self, key: str) -> tuple[Path | None, tuple[tuple[int, int], ...]]:
+        """(cgroup directory, None in process-group mode; (pid, start ticks) of the
+        leader and of every tracked descendant). Raises NotFound."""
+        entry = self._entry(key)
+        sp = entry.spawned
+        known = () if entry.tree is None else tuple(entry.tree.known.items())
+        return (None if sp.cgroup is None else Path(sp.cgroup),
+                ((sp.pid, sp.start_ticks), *known))
+
     def is_tracked(self, key: str) -> bool:
         """Whether launch ``key`` is not yet reaped."""
         return key in self._live

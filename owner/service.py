@@ -28,6 +28,7 @@ from protocol.server import Call, Method, RpcServer
 from .grants import GrantKeeper
 from .journal import Journal, LogSource
 from .journalforget import MAX_SOURCES
+from .metrics import Member, Meter
 from .notes import MAX_NOTE, write_note
 from .observations import RING_SIZE, ObservationRing, test_knob
 from .paths import OwnerPaths
@@ -49,9 +50,10 @@ log = logging.getLogger("tenure.owner")
 # sockets 1: launch takes ``sockets`` and ``fd_store_max``; sockets.list, sockets.close,
 # fdstore.clear; FDSTORE=1 over NOTIFY_SOCKET (an older owner would ignore the launch
 # keys and start the app without its sockets, so a backend checks this first)
+# metrics 1: metrics.read, resource figures of every live launch (owner.metrics)
 CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
                 "notify": 1, "observations": 1, "fencing": 1, "spawnErrors": 1,
-                "logNotes": 1, "sockets": 1}
+                "logNotes": 1, "sockets": 1, "metrics": 1}
 
 LOGS_PAGE_BYTES = 1 << 20
 """Default byte budget of one logs.read answer; at most LOGS_PAGE_BYTES_MAX, which with
@@ -140,6 +142,7 @@ class OwnerService:
         self.ring = ObservationRing(test_knob("TENURE_OWNER_RING_SIZE", RING_SIZE),
                                     publish=self._publish)
         self.inspector = Inspector()
+        self.meter = Meter()
         self.launcher = Launcher(store, journal, self.ring, identity.boot_id,
                                  paths.notify_address(identity.instance))
         self._on_shutdown = on_shutdown
@@ -159,6 +162,7 @@ class OwnerService:
             "inventory": Method(self.inventory, S_INVENTORY, role="viewer",
                                 while_draining=True),
             "inspect": Method(self.inspect, S_KEY, role="viewer"),
+            "metrics.read": Method(self.metrics_read, role="viewer", while_draining=True),
             "sockets.list": Method(self.sockets_list, role="viewer", while_draining=True),
             "sockets.close": Method(self.sockets_close, S_SOCKET),
             "fdstore.clear": Method(self.fdstore_clear, S_FDSTORE),
@@ -275,6 +279,28 @@ class OwnerService:
             # Kernel figures for the whole app (every process of it), not just the leader.
             usage["cgroup"] = self.launcher.cgroups.usage(cgroup)
         return {**row.to_wire(), "usage": usage}
+
+    async def metrics_read(self, call: Call) -> Any:
+        """Resource figures of every live launch in one answer (owner.metrics); ``at`` is
+        CLOCK_MONOTONIC when measuring began, for rates between two answers."""
+        rows = list(self.launcher.live.values())
+        batch = []
+        for row in rows:
+            try:
+                cgroup, procs = self.procs.membership(row.launch_key)
+            except NotFound:
+                cgroup, procs = None, ()  # not in the table: nothing to measure
+            batch.append(Member(row.launch_key, cgroup, procs))
+        # Off the loop: 1,000 launches are a few thousand /proc or cgroup reads, and the
+        # loop drains app pipes meanwhile.
+        at, samples = await asyncio.to_thread(self.meter.measure, batch)
+        launches = [{"launch_key": r.launch_key, "stack": r.stack, "app": r.app,
+                     "instance": r.instance, "generation": r.generation, "pid": r.pid,
+                     "start_ticks": r.start_ticks, "started_at": r.started_at, **s}
+                    for r, s in zip(rows, samples, strict=True)]
+        return {"owner": self.identity.to_wire(), "epoch": self.epoch, "at": at,
+                "isolation": "process-group" if self.launcher.cgroups is None
+                else "cgroup", "launches": launches}
 
     # -- sockets and the fd store ------------------------------------------------------
 

@@ -19,12 +19,17 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
 
 __all__ = [
     "ProcStat",
+    "ProcUsage",
     "children",
     "environ_matches",
     "environ_value",
     "group_members",
+    "parse_io",
     "parse_stat",
+    "parse_usage",
+    "read_io",
     "read_stat",
+    "read_usage",
     "start_ticks",
     "status_groups",
 ]
@@ -65,6 +70,44 @@ def parse_stat(pid: int, data: bytes) -> ProcStat:
                     pgid=int(rest[2]), sid=int(rest[3]), start_ticks=int(rest[19]))
 
 
+class ProcUsage:
+    """CPU and memory of one process from /proc/PID/stat. ``cpu_*_ticks`` include the
+    time of its children it has already reaped (``cutime``/``cstime``)."""
+
+    __slots__ = ("cpu_system_ticks", "cpu_user_ticks", "rss_pages", "start_ticks", "zombie")
+
+    def __init__(self, cpu_user_ticks: int, cpu_system_ticks: int, rss_pages: int,
+                 start_ticks: int, zombie: bool) -> None:
+        self.cpu_user_ticks, self.cpu_system_ticks = cpu_user_ticks, cpu_system_ticks
+        self.rss_pages, self.start_ticks, self.zombie = rss_pages, start_ticks, zombie
+
+
+def parse_usage(data: bytes) -> ProcUsage:
+    """Parse the usage fields of /proc/PID/stat (see :func:`parse_stat` for comm).
+
+    Raises ValueError or IndexError on a malformed line."""
+    rest = data[data.rindex(b")") + 2:].split()
+    # field N is rest[N - 3]: utime 14, stime 15, cutime 16, cstime 17, starttime 22, rss 24
+    return ProcUsage(cpu_user_ticks=int(rest[11]) + int(rest[13]),
+                     cpu_system_ticks=int(rest[12]) + int(rest[14]),
+                     rss_pages=int(rest[21]), start_ticks=int(rest[19]),
+                     zombie=rest[0] in (b"Z", b"X"))
+
+
+def parse_io(data: bytes) -> tuple[int, int]:
+    """(read_bytes, write_bytes) from /proc/PID/io: bytes that reached the block layer.
+
+    Raises ValueError when either line is missing or not a number."""
+    found: dict[bytes, int] = {}
+    for line in data.split(b"\n"):
+        key, _, value = line.partition(b":")
+        if key in (b"read_bytes", b"write_bytes"):
+            found[key] = int(value)
+    if len(found) != 2:
+        raise ValueError("/proc/PID/io lacks read_bytes or write_bytes")
+    return found[b"read_bytes"], found[b"write_bytes"]
+
+
 def _read(path: str, limit: int = 4096) -> bytes | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -94,6 +137,29 @@ def read_stat(pid: int | str) -> ProcStat | None:
     try:
         return parse_stat(int(pid), data)
     except (ValueError, IndexError):
+        return None
+
+
+def read_usage(pid: int) -> ProcUsage | None:
+    """The :class:`ProcUsage` of ``pid``; None if gone or unparsable."""
+    data = _read(f"{PROC}/{pid}/stat")
+    if data is None:
+        return None
+    try:
+        return parse_usage(data)
+    except (ValueError, IndexError):
+        return None
+
+
+def read_io(pid: int) -> tuple[int, int] | None:
+    """(read_bytes, write_bytes) of ``pid``; None if gone, unreadable (another user's
+    process, without privilege) or unparsable."""
+    data = _read(f"{PROC}/{pid}/io")
+    if data is None:
+        return None
+    try:
+        return parse_io(data)
+    except ValueError:
         return None
 
 

@@ -236,6 +236,13 @@ def cmd_inspect(args: Any) -> int:
     return OK
 
 
+def cmd_metrics(args: Any) -> int:
+    from .render_metrics import metrics
+    r = _call(args, "metrics", {})
+    _out(args, r, metrics(r))
+    return OK
+
+
 def cmd_logs(args: Any) -> int:
     from .logs import follow_logs
     return follow_logs(args, _call)

@@ -65,6 +65,7 @@ def _parser() -> Any:
         p.add_argument("--timeout", type=float, default=120.0)
     p = add("inspect", "details of a stack, app or instance")
     p.add_argument("target")
+    add("metrics", "CPU, memory, restarts and control-plane health (what Prometheus sees)")
     p = add("logs", "application output from the journal (all apps, or the TARGETs)")
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="STACK, STACK/APP or STACK/APP/N; each part may be a glob ('web/*')")

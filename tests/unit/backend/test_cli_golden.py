@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import jobs, present, render
+from backend.cli import jobs, present, render, render_metrics
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "cli"
 NOW = 1_796_133_900.0          # 2026-12-01 14:05:00 UTC
@@ -145,7 +145,28 @@ CASES: dict[str, Callable[[], str]] = {
                                              "verified", "retired", "complete")]}),
     "owner_status": lambda: render.owner(OWNER),
     "job_show": lambda: jobs.render_show(JOB),
+    "metrics": lambda: render_metrics.metrics(METRICS),
 }
+
+
+def _measured(key: str, **kw: Any) -> dict[str, Any]:
+    stack, app, index = key.split("/")
+    row = {"key": key, "stack": stack, "app": app, "instance": int(index), "state": "ready",
+           "up": True, "ready": True, "restarts": 0, "pid": 4100 + int(index),
+           "start_time_seconds": NOW - 3725.0, "cpu_seconds": 93.4,
+           "memory_bytes": 22_437_888, "memory_peak_bytes": 31_457_280, "oom_kills": None,
+           "pids": 3, "io_read_bytes": 4096, "io_write_bytes": 0}
+    return {**row, **kw}
+
+
+METRICS = {"epoch": 3, "owner_connected": True, "certificate_age_seconds": 2.5,
+           "log_dropped": [{"stack": "shop", "app": "worker", "dropped": 12}],
+           "listener": {"listen": "127.0.0.1:9464", "bound": True, "error": None},
+           "apps": [_measured("shop/web/0"), _measured("shop/web/1", restarts=2, oom_kills=1),
+                    _measured("shop/worker/0", state="backoff", up=False, ready=False,
+                              restarts=3, pid=None, start_time_seconds=None,
+                              cpu_seconds=None, memory_bytes=None,
+                              memory_peak_bytes=None, pids=None)]}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -1,0 +1,43 @@
+"""Human output of ``tenure metrics``: the numbers the Prometheus exposition shows."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .present import dur, fields, size, table
+
+__all__ = ["metrics"]
+
+HEADER = ["INSTANCE", "STATE", "READY", "RESTARTS", "UPTIME", "CPU", "MEM", "PEAK", "PIDS",
+          "OOM"]
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else str(n)
+
+
+def _row(a: dict[str, Any], now: float) -> list[str]:
+    start = a["start_time_seconds"]
+    return [a["key"], a["state"], "yes" if a["ready"] else "no", str(a["restarts"]),
+            dur(None if start is None else now - start), dur(a["cpu_seconds"]),
+            size(a["memory_bytes"]), size(a["memory_peak_bytes"]), _count(a["pids"]),
+            _count(a["oom_kills"])]
+
+
+def metrics(r: dict[str, Any]) -> str:
+    """The instance table, then the control plane (``-`` where nothing is known)."""
+    now = time.time()
+    rows = [_row(a, now) for a in r["apps"]]
+    listener = r.get("listener") or {}
+    serving = listener.get("listen") or "off"
+    if listener.get("listen") and not listener.get("bound"):
+        serving += f" (not bound: {listener.get('error') or 'binding'})"
+    dropped = sum(d["dropped"] for d in r["log_dropped"])
+    control = fields([("epoch", str(r["epoch"])),
+                      ("owner", "connected" if r["owner_connected"] else "not connected"),
+                      ("certificate age", dur(r["certificate_age_seconds"])),
+                      ("log lines dropped", str(dropped)),
+                      ("prometheus", serving)])
+    body = table(rows, HEADER) if rows else "no instances"
+    return f"{body}\n\n{control}"

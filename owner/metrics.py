@@ -1,0 +1,184 @@
+"""Resource figures of every live launch, measured by the owner (``metrics.read``).
+
+The owner knows exactly which processes belong to a launch, so it is the one that
+measures. Two sources, picked per launch:
+
+- ``cgroup`` (per-app cgroups, :mod:`owner.cgroups`): the kernel's own accounting for the
+  whole app — ``cpu.stat``, ``memory.current``, ``memory.peak``, ``pids.current``,
+  ``memory.events`` (``oom_kill``) and ``io.stat``. A file the kernel does not offer
+  (a controller not enabled, an older kernel) falls back as described per field.
+- ``proc`` (process groups): the leader and the descendants the owner tracks
+  (:mod:`owner.descendants`), summed from /proc/PID/stat and /proc/PID/io.
+
+Why the counters are clamped: summed over living processes, CPU seconds and I/O bytes
+drop when a process exits unreaped by a tracked parent (an orphan the owner reaps takes
+its time with it). A counter that goes down reads as a reset to Prometheus, so each
+launch's counters are reported as the highest value measured so far. ``memory_peak_bytes``
+is the kernel's ``memory.peak`` where there is one, else the highest sum the owner saw.
+A figure nobody can tell (OOM kills without a cgroup) is None, never 0.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from protocol.procfs import read_io, read_usage
+
+from .cgroups import members
+
+__all__ = ["COUNTERS", "FIELDS", "Member", "Meter", "parse_io_stat", "parse_keyed",
+           "parse_value", "read_cgroup", "read_procs"]
+
+_HZ = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+FIELDS = ("cpu_user_seconds", "cpu_system_seconds", "memory_bytes", "memory_peak_bytes",
+          "pids", "io_read_bytes", "io_write_bytes", "oom_kills")
+COUNTERS = ("cpu_user_seconds", "cpu_system_seconds", "io_read_bytes", "io_write_bytes",
+            "oom_kills")
+
+Sample = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Member:
+    """What to measure for one live launch: its cgroup, or its processes."""
+
+    launch_key: str
+    cgroup: Path | None
+    procs: tuple[tuple[int, int], ...]  # (pid, start ticks), the leader first
+
+
+def parse_value(text: str | None) -> int | None:
+    """A single-number interface file (``memory.current``); None for absent, ``max`` or
+    anything else that is not one non-negative integer."""
+    if text is None:
+        return None
+    word = text.strip()
+    return int(word) if word.isdigit() else None
+
+
+def parse_keyed(text: str | None) -> dict[str, int]:
+    """A flat-keyed file (``cpu.stat``, ``memory.events``): ``key value`` per line. A
+    line that is not exactly that is left out, so a field it would give stays unknown."""
+    out: dict[str, int] = {}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def parse_io_stat(text: str | None) -> tuple[int, int] | None:
+    """(rbytes, wbytes) summed over every device of ``io.stat``
+    (``MAJ:MIN rbytes=N wbytes=N rios=N ...``); None when absent or malformed."""
+    if text is None:
+        return None
+    rbytes = wbytes = 0
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        values = dict(f.partition("=")[::2] for f in fields[1:])
+        r, w = values.get("rbytes", ""), values.get("wbytes", "")
+        if ":" not in fields[0] or not r.isdigit() or not w.isdigit():
+            return None
+        rbytes, wbytes = rbytes + int(r), wbytes + int(w)
+    return rbytes, wbytes
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+
+
+def _sum_io(pids: Iterable[int]) -> tuple[int, int] | None:
+    found = [io for io in map(read_io, pids) if io is not None]
+    if not found:
+        return None
+    return sum(r for r, _ in found), sum(w for _, w in found)
+
+
+def read_cgroup(path: Path) -> Sample:
+    """Figures of one app cgroup. Without ``io.stat`` the I/O of its member processes is
+    summed from /proc; without ``pids.current`` they are counted. Raises nothing."""
+    cpu = parse_keyed(_read(path / "cpu.stat"))
+    pids = members(path)
+    io = parse_io_stat(_read(path / "io.stat")) or _sum_io(pids)
+    events = parse_keyed(_read(path / "memory.events"))
+    user, system = cpu.get("user_usec"), cpu.get("system_usec")
+    pids_current = parse_value(_read(path / "pids.current"))
+    return {"cpu_user_seconds": None if user is None else user / 1e6,
+            "cpu_system_seconds": None if system is None else system / 1e6,
+            "memory_bytes": parse_value(_read(path / "memory.current")),
+            "memory_peak_bytes": parse_value(_read(path / "memory.peak")),
+            "pids": len(pids) if pids_current is None else pids_current,
+            "io_read_bytes": None if io is None else io[0],
+            "io_write_bytes": None if io is None else io[1],
+            "oom_kills": events.get("oom_kill")}
+
+
+def read_procs(procs: Iterable[tuple[int, int]]) -> Sample:
+    """Figures summed over ``procs`` (pid, start ticks) that still run as that process;
+    a pid now held by another process, and a zombie, count for nothing. Raises nothing."""
+    user = system = rss = 0
+    alive: list[int] = []
+    for pid, ticks in procs:
+        u = read_usage(pid)
+        if u is None or u.start_ticks != ticks or u.zombie:
+            continue
+        user, system, rss = user + u.cpu_user_ticks, system + u.cpu_system_ticks, \
+            rss + u.rss_pages
+        alive.append(pid)
+    io = _sum_io(alive)
+    return {"cpu_user_seconds": user / _HZ, "cpu_system_seconds": system / _HZ,
+            "memory_bytes": rss * _PAGE, "memory_peak_bytes": None, "pids": len(alive),
+            "io_read_bytes": None if io is None else io[0],
+            "io_write_bytes": None if io is None else io[1], "oom_kills": None}
+
+
+class Meter:
+    """Measures members and keeps counters monotonic per launch key (see the module
+    docstring). Thread-safe: ``metrics.read`` measures off the owner's loop."""
+
+    def __init__(self) -> None:
+        self._high: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def measure(self, batch: list[Member]) -> tuple[float, list[Sample]]:
+        """(CLOCK_MONOTONIC at the start, one sample per member in order). Forgets the
+        launches not in ``batch``. Raises nothing."""
+        with self._lock:
+            t = time.monotonic()
+            out = [self._clamp(m.launch_key, self._read(m)) for m in batch]
+            keep = {m.launch_key for m in batch}
+            for key in [k for k in self._high if k not in keep]:
+                del self._high[key]
+            return t, out
+
+    @staticmethod
+    def _read(m: Member) -> Sample:
+        sample = read_cgroup(m.cgroup) if m.cgroup is not None else read_procs(m.procs)
+        sample["source"] = "proc" if m.cgroup is None else "cgroup"
+        return sample
+
+    def _clamp(self, key: str, sample: Sample) -> Sample:
+        high = self._high.setdefault(key, {})
+        for name in (*COUNTERS, "memory_peak_bytes"):
+            value = sample[name]
+            if name == "memory_peak_bytes" and sample["memory_bytes"] is not None:
+                value = max(value or 0, sample["memory_bytes"])
+            if value is not None:
+                high[name] = max(value, high.get(name, value))
+                sample[name] = high[name]
+        user, system = sample["cpu_user_seconds"], sample["cpu_system_seconds"]
+        sample["cpu_seconds"] = None if user is None or system is None else user + system
+        return sample

@@ -1,0 +1,115 @@
+"""Prometheus metrics of a real tenure: a scrape over HTTP is valid exposition (checked
+by ``promtool check metrics``), agrees with the owner's measurements, and a counter
+survives ``tenure backend upgrade`` (a new generation re-binds the port)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guardian"))
+from test_handoff_support import derive_release, install
+
+# the leader forks a child: the owner's figures cover both, /proc of the leader would not
+CONFIG = """
+[metrics]
+listen = "127.0.0.1:{port}"
+
+[stacks.m.apps.pair]
+command = ["sh", "-c", "sleep 1000 & sleep 1000; wait"]
+"""
+LABELS = {"stack": "m", "app": "pair", "instance": "0"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int, timeout: float = 15.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return str(r.read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def samples(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def value(text: str, name: str, **extra: str) -> float:
+    return samples(text)[name][tuple(sorted({**LABELS, **extra}.items()))]
+
+
+def promtool_check(text: str) -> None:
+    tool = shutil.which("promtool")
+    if tool is None:
+        reason = "promtool (Debian package prometheus) is not installed"
+        assert os.environ.get("TENURE_BENCH_PEERS") != "required", reason
+        print(f"exposition not checked by promtool: {reason}")
+        return
+    res = subprocess.run([tool, "check", "metrics"], input=text.encode(),
+                         capture_output=True, timeout=30)
+    assert res.returncode == 0, res.stdout.decode() + res.stderr.decode()
+
+
+def test_scrape_is_valid_matches_the_owner_and_survives_an_upgrade(cluster, tmp_path):
+    port = free_port()
+    cluster.up(CONFIG.format(port=port))
+    cluster.wait_ready(1)
+    pid = cluster.apps()["m/pair/0"]["pid"]
+    cluster.wait(lambda: value(scrape(port), "tenure_app_pids") == 3, 10, "3 processes")
+    text = scrape(port)
+    promtool_check(text)
+    with cluster.owner() as o:
+        mine = next(r for r in o.call("metrics.read")["launches"] if r["pid"] == pid)
+        epoch = o.call("status")["epoch"]
+    assert value(text, "tenure_app_up") == 1 and value(text, "tenure_app_pids") == 3
+    assert value(text, "tenure_app_state", state="ready") == 1
+    assert value(text, "tenure_app_ready") == 1
+    assert value(text, "tenure_app_state", state="failed") == 0
+    assert value(text, "tenure_app_start_time_seconds") == mine["started_at"]
+    # idle sleepers: memory moves by a few pages at most between two measurements
+    assert abs(value(text, "tenure_app_memory_bytes") - mine["memory_bytes"]) < 256 * 1024
+    assert samples(text)["tenure_epoch"][()] == epoch
+    assert samples(text)["tenure_owner_connected"][()] == 1
+    # status shows the owner's figure for the whole app, not the leader's rss alone
+    assert abs(cluster.apps()["m/pair/0"]["rss"] - mine["memory_bytes"]) < 256 * 1024
+
+    cli = cluster.cli("metrics", check=True).out
+    row = next(a for a in cli["apps"] if a["key"] == "m/pair/0")
+    assert row["pids"] == 3 and cli["listener"]["bound"] and cli["epoch"] == epoch
+
+    cluster.cli("restart", "m/pair", check=True)
+    assert value(scrape(port), "tenure_app_restarts_total") == 1
+
+    candidate = tmp_path / "candidate"
+    derive_release(cluster.release, candidate,
+                   {"backend/__init__.py": lambda t: t + "\n# metrics candidate\n"})
+    new = install(cluster, candidate)
+    with cluster.guardian() as g:
+        act = g.call("upgrade", {"release": new})["activation"]
+    assert act["outcome"] == "success", act
+    after = scrape(port)
+    promtool_check(after)
+    assert samples(after)["tenure_epoch"][()] == epoch + 1
+    assert value(after, "tenure_app_restarts_total") == 1  # carried, never reset
+    assert value(after, "tenure_app_up") == 1

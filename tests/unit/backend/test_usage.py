@@ -1,0 +1,78 @@
+"""CPU% from successive CPU-seconds samples, and the owner's figures by process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from backend.usage import CpuRate, Usage, owner_metrics
+from protocol.errors import TransportLost
+from protocol.procfs import read_stat
+
+
+def test_cpu_rate_is_the_slope_between_samples_of_one_process():
+    r = CpuRate()
+    assert r.rate((10, 1), 100.0, 5.0) == 0.0  # first sample
+    assert r.rate((10, 1), 102.0, 6.0) == 50.0
+    assert r.rate((10, 1), 103.0, 9.0) == 300.0  # three cores
+    assert r.rate((10, 2), 103.0, 1.0) == 0.0  # same pid, another process
+
+
+def test_cpu_rate_never_goes_negative_or_divides_by_zero():
+    r = CpuRate()
+    r.rate((1, 1), 10.0, 5.0)
+    assert r.rate((1, 1), 10.0, 6.0) == 0.0  # same instant
+    assert r.rate((1, 1), 11.0, 2.0) == 0.0  # the counter went down
+    assert r.rate((1, 1), 12.0, 2.5) == 50.0
+
+
+def test_forgotten_processes_start_over():
+    r = CpuRate()
+    r.rate((1, 1), 1.0, 1.0)
+    r.rate((2, 2), 1.0, 1.0)
+    r.forget_except([(2, 2)])
+    assert r.rate((1, 1), 2.0, 2.0) == 0.0
+    assert r.rate((2, 2), 2.0, 1.5) == 50.0
+
+
+def _answer(at: float, cpu: float | None, mem: int | None) -> dict[str, Any]:
+    return {"at": at, "launches": [
+        {"pid": 7, "start_ticks": 70, "cpu_seconds": cpu, "memory_bytes": mem},
+        {"pid": None, "start_ticks": None, "cpu_seconds": 1.0, "memory_bytes": 1}]}
+
+
+def test_owner_figures_give_percent_and_memory_by_process_identity():
+    u = Usage()
+    assert u.from_owner(_answer(50.0, 2.0, 4096)) == {(7, 70): (0.0, 4096)}
+    assert u.from_owner(_answer(51.0, 2.25, 8192)) == {(7, 70): (25.0, 8192)}
+    assert u.from_owner(_answer(52.0, None, None)) == {(7, 70): (None, None)}
+
+
+def test_proc_fallback_reads_the_leader_and_refuses_a_pid_reuser():
+    st = read_stat(os.getpid())
+    assert st is not None
+    cpu, rss = Usage().sample(os.getpid(), st.start_ticks)
+    assert cpu == 0.0 and rss is not None and rss > 0
+    assert Usage().sample(os.getpid(), st.start_ticks + 1) == (None, None)
+
+
+class _Owner:
+    def __init__(self, fail: bool) -> None:
+        self.fail, self.calls = fail, 0
+
+    async def call(self, method: str, params: Any = None, timeout: float = 0) -> Any:
+        self.calls += 1
+        assert method == "metrics.read"
+        if self.fail:
+            raise TransportLost("gone", {"id": 1})
+        return _answer(1.0, 1.0, 1)
+
+
+def test_only_an_owner_without_the_capability_sends_status_to_proc():
+    old = _Owner(fail=False)
+    assert asyncio.run(owner_metrics(old, {"sockets": 1})) is None and old.calls == 0
+    assert asyncio.run(owner_metrics(old, {"metrics": 2})) is None  # newer: not assumed
+    assert asyncio.run(owner_metrics(old, {"metrics": 1}))["launches"][0]["pid"] == 7
+    lost = asyncio.run(owner_metrics(_Owner(fail=True), {"metrics": 1}))
+    assert lost is not None and lost["launches"] == []

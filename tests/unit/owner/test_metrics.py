@@ -1,0 +1,121 @@
+"""The owner's measurements: cgroup interface files, /proc sums, monotonic counters."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from owner import metrics
+from owner.metrics import (
+    Member,
+    Meter,
+    parse_io_stat,
+    parse_keyed,
+    parse_value,
+    read_cgroup,
+    read_procs,
+)
+from protocol.procfs import parse_io, parse_usage, read_stat
+
+CGROUPFS = Path(__file__).parent / "cgroupfs"
+STAT = (b"4242 (a) b)) S 1 4242 4242 0 -1 4194560 500 0 0 0 "
+        b"300 200 40 10 20 0 1 0 987654 10000000 25 18446744073709551615")
+
+
+def test_a_full_cgroup_gives_every_figure_from_the_kernel():
+    s = read_cgroup(CGROUPFS / "full")
+    assert s == {"cpu_user_seconds": 2.5, "cpu_system_seconds": 1.0,
+                 "memory_bytes": 52428800, "memory_peak_bytes": 73400320, "pids": 3,
+                 "io_read_bytes": 5096, "io_write_bytes": 8192, "oom_kills": 2}
+
+
+def test_missing_controller_files_are_unknown_or_counted_never_zero_guesses():
+    s = read_cgroup(CGROUPFS / "old_kernel")
+    assert s["cpu_user_seconds"] == 0.0001 and s["cpu_system_seconds"] == 0.00002
+    assert s["memory_bytes"] == 4096
+    assert s["memory_peak_bytes"] is None and s["oom_kills"] is None
+    assert s["io_read_bytes"] is None and s["io_write_bytes"] is None
+    assert s["pids"] == 0  # no pids.current: cgroup.procs is counted (empty here)
+
+
+def test_a_cgroup_that_is_gone_reports_nothing_known():
+    s = read_cgroup(CGROUPFS / "no-such-cgroup")
+    assert s["memory_bytes"] is None and s["cpu_user_seconds"] is None
+    assert s["pids"] == 0 and s["oom_kills"] is None
+
+
+@pytest.mark.parametrize("text", ["max\n", "", "-1", "12 13", "0x10", None])
+def test_a_value_file_that_is_not_one_number_is_unknown(text):
+    assert parse_value(text) is None
+
+
+def test_keyed_files_skip_malformed_lines():
+    assert parse_keyed("a 1\nb x\nc 2 3\n\nd 4\n") == {"a": 1, "d": 4}
+
+
+@pytest.mark.parametrize("text", ["8:0 rbytes=1\n", "8:0 rbytes=x wbytes=1\n",
+                                  "nodev rbytes=1 wbytes=2\n"])
+def test_malformed_io_stat_fails_closed(text):
+    assert parse_io_stat(text) is None
+
+
+def test_empty_io_stat_is_zero_bytes():
+    assert parse_io_stat("") == (0, 0)
+
+
+def test_stat_usage_includes_reaped_children_and_survives_odd_comm():
+    u = parse_usage(STAT)
+    assert (u.cpu_user_ticks, u.cpu_system_ticks) == (340, 210)
+    assert u.start_ticks == 987654 and u.rss_pages == 25 and not u.zombie
+
+
+def test_proc_io_needs_both_lines():
+    assert parse_io(b"rchar: 9\nread_bytes: 4096\nwrite_bytes: 512\n") == (4096, 512)
+    with pytest.raises(ValueError):
+        parse_io(b"rchar: 9\nread_bytes: 4096\n")
+
+
+def test_proc_sum_counts_only_the_tracked_process_not_a_pid_reuser():
+    st = read_stat(os.getpid())
+    assert st is not None
+    mine = read_procs([(os.getpid(), st.start_ticks)])
+    assert mine["pids"] == 1 and mine["memory_bytes"] > 0
+    assert mine["cpu_user_seconds"] + mine["cpu_system_seconds"] > 0
+    assert mine["oom_kills"] is None
+    twice = read_procs([(os.getpid(), st.start_ticks)] * 2)
+    assert twice["memory_bytes"] >= 2 * mine["memory_bytes"] * 0.9
+    stranger = read_procs([(os.getpid(), st.start_ticks + 1), (2**22 + 7, 1)])
+    assert stranger["pids"] == 0 and stranger["memory_bytes"] == 0
+    assert stranger["io_read_bytes"] is None
+
+
+def _fake(seq: list[dict[str, Any]]) -> Any:
+    def read(procs: Any) -> dict[str, Any]:
+        base = {"cpu_user_seconds": 0.0, "cpu_system_seconds": 0.0, "memory_bytes": 0,
+                "memory_peak_bytes": None, "pids": 1, "io_read_bytes": 0,
+                "io_write_bytes": 0, "oom_kills": None}
+        return {**base, **seq.pop(0)}
+    return read
+
+
+def test_counters_never_go_down_and_peak_is_the_highest_seen(monkeypatch):
+    monkeypatch.setattr(metrics, "read_procs", _fake([
+        {"cpu_user_seconds": 5.0, "cpu_system_seconds": 1.0, "memory_bytes": 300,
+         "io_read_bytes": 10},
+        {"cpu_user_seconds": 2.0, "cpu_system_seconds": 1.5, "memory_bytes": 100,
+         "io_read_bytes": 4},
+        {"cpu_user_seconds": 2.0, "cpu_system_seconds": 1.0, "memory_bytes": 50},
+    ]))
+    meter, m = Meter(), Member("k", None, ((1, 1),))
+    _, [a] = meter.measure([m])
+    _, [b] = meter.measure([m])
+    assert (a["cpu_seconds"], a["memory_peak_bytes"], a["source"]) == (6.0, 300, "proc")
+    assert (b["cpu_user_seconds"], b["cpu_system_seconds"]) == (5.0, 1.5)
+    assert b["cpu_seconds"] == 6.5 and b["io_read_bytes"] == 10
+    assert b["memory_bytes"] == 100 and b["memory_peak_bytes"] == 300
+    meter.measure([])  # the launch ended: forgotten
+    _, [c] = meter.measure([m])
+    assert c["cpu_seconds"] == 3.0 and c["memory_peak_bytes"] == 50
