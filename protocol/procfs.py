@@ -257,6 +257,14 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def read_cmdline(pid: int) -> list[str] | None:
+    """The argument list of ``pid`` (None when it is gone or has none: a zombie)."""
+    data = _read(f"{PROC}/{pid}/cmdline", _READ_MAX)
+    if not data:
+        return None
+    return [a.decode(errors="replace") for a in data.rstrip(b"\0").split(b"\0")]
+
+
 def _environ(pid: int | str) -> list[bytes]:
     data = _read(f"{PROC}/{pid}/environ", _READ_MAX)
     return data.split(b"\0") if data else []

@@ -15,7 +15,7 @@ from typing import Any
 from protocol.client import Client
 from protocol.errors import BackendUnavailable, ConnectFailed, TenureError
 from protocol.layout import Layout
-from protocol.procfs import running
+from protocol.procfs import read_cmdline, running, start_ticks
 from protocol.sockets import ensure_private_dir
 
 from .owners import trusted_owners
@@ -143,17 +143,39 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
     """Guardian first (it retires the backend, keeping the certificate), then the owner,
     which stops every application and writes its clean receipt."""
     out: dict[str, Any] = {}
-    g = ping(layout.guardian_sock, home=layout.home)
-    if g is not None:
-        ident = g["guardian"]
-        out["guardian"] = _terminate(ident["pid"], ident["start_ticks"], timeout)
-    o = ping(layout.owner_sock, home=layout.home)
+    g = ping(layout.guardian_sock, timeout=10.0, home=layout.home)
+    guardian = (g["guardian"]["pid"], g["guardian"]["start_ticks"]) if g is not None \
+        else listener(layout.guardian_sock, "guardian")
+    if guardian is not None:   # a busy guardian that does not answer is still stopped
+        out["guardian"] = _terminate(guardian[0], guardian[1], timeout)
+    o = ping(layout.owner_sock, timeout=10.0, home=layout.home)
     if o is not None:
         ident = o["owner"]
         out["owner"] = _terminate(ident["pid"], ident["start_ticks"], timeout)
         out["applications_stopped"] = o["live"]
         out["owner_receipt"] = shutdown_receipt(layout, ident["instance"])
     return out
+
+
+def listener(sock: str, module: str) -> tuple[int, int | None] | None:
+    """(pid, start ticks) of the process that accepts on ``sock`` when it is ``python
+    -m module`` of this uid (or root's), learnt from the kernel (SO_PEERCRED), not from
+    an answer; None when nothing listens there."""
+    import socket as _socket
+
+    from protocol.sockets import peer_credentials
+    try:
+        with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as s:
+            s.settimeout(2.0)
+            s.connect(sock)
+            cred = peer_credentials(s)
+            ticks = start_ticks(cred.pid)
+    except OSError:
+        return None
+    argv = read_cmdline(cred.pid) or []
+    if cred.uid not in (os.geteuid(), 0) or "-m" not in argv or module not in argv:
+        return None
+    return cred.pid, ticks
 
 
 def shutdown_receipt(layout: Layout, instance: str) -> dict[str, Any]:

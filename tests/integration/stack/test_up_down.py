@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 from pathlib import Path
 
@@ -64,3 +66,24 @@ def test_up_with_a_config_it_cannot_read_or_parse_starts_nothing(cluster):
     assert "line" in broken.out["error"]["msg"] or broken.out["error"].get("data"), broken
     assert cluster.leftovers() == []
     assert not Path(cluster.layout.owner_sock).exists()
+
+
+def test_down_stops_a_guardian_that_does_not_answer(cluster, monkeypatch):
+    """A busy guardian may not answer `status` in time; `down` finds it by the socket's
+    peer credentials instead of leaving it (and its backend) running."""
+    from backend.cli import daemons
+    cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\n")
+    guardian = int(cluster.cli("backend", "status", check=True).out["guardian"]["pid"])
+    os.kill(guardian, signal.SIGSTOP)
+    try:
+        found = daemons.listener(str(cluster.layout.guardian_sock), "guardian")
+        assert found is not None and found[0] == guardian
+        assert daemons.listener(str(cluster.layout.guardian_sock), "owner") is None
+    finally:
+        os.kill(guardian, signal.SIGCONT)
+    real_ping = daemons.ping
+    monkeypatch.setattr(daemons, "ping", lambda sock, **kw: None if "guardian" in str(sock)
+                        else real_ping(sock, **kw))
+    out = daemons.stop_all(cluster.layout)
+    assert out["guardian"] is True and out["owner"] is True, out
+    assert cluster.leftovers() == []
