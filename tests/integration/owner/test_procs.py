@@ -389,3 +389,27 @@ def test_many_table_launches_share_no_pipe_between_apps() -> None:
         await h.exited(b.pid)
 
     run(body)
+
+
+def test_exited_launches_are_forgotten_beyond_the_memory_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from owner import procs
+    monkeypatch.setattr(procs, "EXITED_MEMORY", 2)
+
+    async def body(h: Harness) -> None:
+        done = [h.launch(spec("true")) for _ in range(4)]
+        for sp in done:
+            await h.exited(sp.pid)
+        keys = [h.key(sp) for sp in done]
+        assert list(h.table._exited) == keys[2:]       # the oldest two are forgotten
+        for key in keys[:2]:
+            with pytest.raises(NotFound):              # the backend reads: already gone
+                await h.table.stop(key, StopPolicy())
+        result = await h.table.stop(keys[3], StopPolicy())
+        assert result.outcome is StopOutcome.ALREADY_EXITED
+        h.launched = [(k, sp) for k, sp in h.launched if k not in keys[:2]]
+        for sp in done[:2]:
+            os.close(sp.stdout_fd)
+            os.close(sp.stderr_fd)
+
+    run(body)
