@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +18,6 @@ from protocol.errors import BadSignature, OwnerChanged, StaleEpoch, Unauthorized
 from protocol.grant import Grant, public_key_text
 
 INTENT = {"stack": "s", "intent": "stopped", "expected_revision": 0}
-
-
-@pytest.fixture
-def owner(short_home: Path) -> Iterator[OwnerProcess]:
-    o = OwnerProcess(short_home).start()
-    yield o
-    if o.proc is not None and o.proc.poll() is None:
-        assert o.stop() == 0, o.stderr_path.read_text() if o.stderr_path else ""
 
 
 def signed(gk: GuardianKey, epoch: int, instance: str, activation: str | None = None,

@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from owner.testing import GuardianKey, OwnerProcess
+from owner.testing import GuardianKey
 from protocol.procfs import read_stat
 
 # A parent that forks a busy child; both stay in the launch's process group.
 BUSY = "sh -c 'while :; do :; done' & sleep 1000"
-
-
-@pytest.fixture
-def owner(short_home: Path) -> Iterator[OwnerProcess]:
-    o = OwnerProcess(short_home).start()
-    yield o
-    if o.proc is not None and o.proc.poll() is None:
-        assert o.stop() == 0, o.stderr_path.read_text() if o.stderr_path else ""
 
 
 def _launch(c: Any, epoch: int, n: int, argv: list[str]) -> Any:

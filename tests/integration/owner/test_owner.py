@@ -6,7 +6,6 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -57,14 +56,6 @@ class Live:
                     return e
             time.sleep(0.02)
         raise AssertionError("event not seen")
-
-
-@pytest.fixture
-def owner(short_home: Path) -> Iterator[OwnerProcess]:
-    o = OwnerProcess(short_home).start()
-    yield o
-    if o.proc is not None and o.proc.poll() is None:
-        assert o.stop() == 0, o.stderr_path.read_text() if o.stderr_path else ""
 
 
 @pytest.fixture
