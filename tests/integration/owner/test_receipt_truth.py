@@ -15,10 +15,7 @@ import pytest
 from owner.testing import GuardianKey, OwnerProcess, kill_pids
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_owner
-from test_owner import Live
-
-owner = test_owner.owner  # the fixture: a started owner process, stopped cleanly after
+from test_owner import Live  # the `owner` fixture is in this directory's conftest.py
 
 
 def _wait_gone(pids: list[int]) -> None:
