@@ -41,6 +41,7 @@ from .probes import (
     process_group_members,
     readiness_probe,
 )
+from .tasks import spawn
 from .waiters import Waiters
 
 __all__ = ["OwnerCalls", "Supervisor", "instance_key"]
@@ -344,14 +345,7 @@ class Supervisor:
             self._spawn(runner.aclose())
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("reconciler task failed", exc_info=task.exception())
+        spawn(self._tasks, coro, log, "reconciler")
 
     def freeze(self) -> None:
         """Stop deciding anything new (drain for a handoff). Only answers of owner calls

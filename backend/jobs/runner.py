@@ -38,6 +38,7 @@ from ..enforce import user_env
 from ..model import Config
 from ..steps import StepGate
 from ..supervisor import OwnerCalls, Supervisor
+from ..tasks import spawn
 from ..waiters import Waiters
 from . import machine as jm
 from .faults import JobFault
@@ -417,14 +418,7 @@ class JobRunner:
         self._spawn(coro)
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("job task failed", exc_info=task.exception())
+        spawn(self._tasks, coro, log, "job")
 
     async def aclose(self, grace: float = CLOSE_GRACE) -> None:
         """Stop deciding; give starts and stops in flight ``grace`` seconds to hear the
