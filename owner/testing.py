@@ -7,12 +7,14 @@ bootstrap the guardian performs on first run (pin, then epoch 1).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from protocol.grant import Grant, public_key_text
 from .journal import READ_LIMIT_MAX, Journal, LogRecord
 from .paths import OwnerPaths
 
-__all__ = ["GuardianKey", "OwnerProcess", "read_all"]
+__all__ = ["GuardianKey", "OwnerProcess", "read_all", "scratch_group"]
 
 
 @dataclass
@@ -155,3 +157,16 @@ def read_all(j: Journal, **filters: Any) -> list[LogRecord]:
         out += batch
         after = batch[-1].id
     return out
+
+
+@contextlib.contextmanager
+def scratch_group(prefix: str) -> Iterator[tuple[str, int]]:
+    """A new system group ``<prefix><random>`` (needs root): ``(name, gid)``, deleted
+    at the end."""
+    import grp
+    name = f"{prefix}{uuid.uuid4().hex[:10]}"
+    subprocess.run(["groupadd", name], check=True, capture_output=True)
+    try:
+        yield name, grp.getgrnam(name).gr_gid
+    finally:
+        subprocess.run(["groupdel", name], check=False, capture_output=True)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import grp
 import os
-import subprocess
 import sys
 import time
 import uuid  # the forked owner mints its identity with it
@@ -15,6 +13,7 @@ from typing import Any
 import pytest
 
 from owner.testing import GuardianKey, OwnerProcess
+from owner.testing import scratch_group as new_group
 from protocol.errors import LaunchFailed, PrivilegeRequired
 
 pytestmark = pytest.mark.root
@@ -64,12 +63,8 @@ def owner(short_home: Path) -> Iterator[Owner]:
 
 @pytest.fixture
 def scratch_group() -> Iterator[tuple[str, int]]:
-    name = f"tng{uuid.uuid4().hex[:10]}"
-    subprocess.run(["groupadd", name], check=True, capture_output=True)
-    try:
-        yield name, grp.getgrnam(name).gr_gid
-    finally:
-        subprocess.run(["groupdel", name], check=False, capture_output=True)
+    with new_group("tng") as group:
+        yield group
 
 
 def test_app_runs_as_nobody_with_its_own_groups_umask_and_rlimits(owner: Owner) -> None:

@@ -5,15 +5,12 @@ the API and through the `tenure` CLI — but not `stop`; the admin keeps everyth
 from __future__ import annotations
 
 import contextlib
-import grp
 import io
 import json
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +24,7 @@ import backend.cli.main
 import backend.cli.render
 import units.model
 import units.trust  # noqa: F401  (the CLI imports it to read the record)
-from owner.testing import in_child_as
+from owner.testing import in_child_as, scratch_group
 from protocol.client import Client
 
 NOBODY = 65534
@@ -35,12 +32,8 @@ NOBODY = 65534
 
 @pytest.fixture
 def viewer_group() -> Iterator[tuple[str, int]]:
-    name = f"tnv{uuid.uuid4().hex[:10]}"
-    subprocess.run(["groupadd", name], check=True, capture_output=True)
-    try:
-        yield name, grp.getgrnam(name).gr_gid
-    finally:
-        subprocess.run(["groupdel", name], check=False, capture_output=True)
+    with scratch_group("tnv") as group:
+        yield group
 
 
 def as_viewer(gid: int, fn: Callable[[], Any]) -> Any:
