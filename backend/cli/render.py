@@ -28,8 +28,7 @@ def status(st: dict[str, Any]) -> str:
     for r in st["apps"]:
         state = _row_state(r)
         rows.append([r["key"], state, value(r["pid"]), dur(r["uptime"]), str(r["restarts"]),
-                     value(r["ready"]), "-" if r["cpu_percent"] is None
-                     else f"{r['cpu_percent']:.1f}%", size(r["rss"]), _detail(r)])
+                     value(r["ready"]), _cpu(r), size(r["rss"]), _detail(r)])
         tints.append([None, colour_for(state), *[None] * 7])
     stopped = [s for s, v in st.get("intents", {}).items() if v.get("intent") == "stopped"]
     tail = f"\nstopped stacks: {', '.join(sorted(stopped))}" if stopped else ""
@@ -156,8 +155,7 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("restarts", "restarts", lambda r: str(r["restarts"])),
     ("ready", "ready", lambda r: value(r["ready"])),
     ("last_outcome", "last outcome", lambda r: value(r["last_outcome"])),
-    ("cpu_percent", "cpu", lambda r: "-" if r["cpu_percent"] is None
-     else f"{r['cpu_percent']:.1f}%"),
+    ("cpu_percent", "cpu", lambda r: _cpu(r)),
     ("rss", "memory", lambda r: size(r["rss"])),
     ("log_dropped", "log lines dropped", lambda r: value(r["log_dropped"])),
     ("command", "command", lambda r: shlex.join(r["command"])),
@@ -171,6 +169,11 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("last_probe", "last failed probe", lambda r: _said(r["last_probe"])),
 ]
 _SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation", "reason"}
+_INSPECT_KEYS = {key for key, _, _ in _INSPECT} | _SHOWN_ELSEWHERE
+
+
+def _cpu(r: dict[str, Any]) -> str:
+    return "-" if r["cpu_percent"] is None else f"{r['cpu_percent']:.1f}%"
 
 
 def _said(record: dict[str, Any] | None) -> str:
@@ -184,8 +187,8 @@ def inspect(r: dict[str, Any]) -> str:
     out = []
     for i in r["instances"]:
         pairs = [(label, fmt(i)) for key, label, fmt in _INSPECT if key in i]
-        known = {key for key, _, _ in _INSPECT} | _SHOWN_ELSEWHERE
-        pairs += [(k.replace("_", " "), value(v)) for k, v in i.items() if k not in known]
+        pairs += [(k.replace("_", " "), value(v)) for k, v in i.items()
+                  if k not in _INSPECT_KEYS]
         title = f"{i['key']}  (generation {i.get('generation', '-')})"
         out.append(title + "\n" + fields(pairs, indent="  "))
     return "\n\n".join(out) if out else "no instances"
