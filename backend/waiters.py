@@ -32,7 +32,8 @@ class Waiters:
             fut: asyncio.Future[None] = loop.create_future()
             self._futures.add(fut)
             try:
-                await asyncio.wait_for(fut, left)
+                async with asyncio.timeout(left):
+                    await fut
             except TimeoutError:
                 return done()
             finally:

@@ -97,7 +97,8 @@ class BackendProcess:
     async def _expect(self, key: str, timeout: float) -> None:
         assert self.proc is not None
         try:
-            line = await asyncio.wait_for(_first_line(self.proc), timeout)
+            async with asyncio.timeout(timeout):
+                line = await _first_line(self.proc)
         except TimeoutError:
             await self.stop(kill_after=2.0)
             raise BackendStartTimeout(
@@ -182,7 +183,8 @@ async def _spawn(release: Release, log_path: Path, *args: str,
 
 async def _wait(ev: asyncio.Event, timeout: float) -> bool:
     try:
-        await asyncio.wait_for(ev.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await ev.wait()
         return True
     except TimeoutError:
         return False
@@ -209,7 +211,8 @@ async def preflight(release: Release, deadline: float = PREFLIGHT_DEADLINE) -> d
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         start_new_session=True)
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), deadline)
+        async with asyncio.timeout(deadline):
+            out, err = await proc.communicate()
     except TimeoutError:
         os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()

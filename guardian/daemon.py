@@ -52,7 +52,8 @@ async def _connect_owner(co: Coordinator, stop: asyncio.Event) -> bool:
             if delay >= 1.0:
                 log.warning("owner not reachable yet: %s", exc)
             try:
-                await asyncio.wait_for(stop.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await stop.wait()
             except TimeoutError:
                 pass
             delay = min(1.0, delay * 1.5)

@@ -146,7 +146,8 @@ async def _close_notify(launcher: Any) -> str:
 
 
 async def _stop_apps(launcher: Any, timeout: float) -> str:
-    results = await asyncio.wait_for(launcher.stop_all(), timeout)
+    async with asyncio.timeout(timeout):
+        results = await launcher.stop_all()
     bad = [k for k, r in results if isinstance(r, BaseException) or r.outcome == "timeout"]
     if bad:
         raise RuntimeError(f"{len(bad)} launches not confirmed stopped: {bad[:5]}")
@@ -183,7 +184,8 @@ async def _flush_logs(launcher: Any, journal: Journal) -> str:
 
 async def _close_rpc(server: RpcServer) -> str:
     try:
-        await asyncio.wait_for(server.wait_idle(), 10.0)
+        async with asyncio.timeout(10.0):
+            await server.wait_idle()
     finally:
         await server.close()
     return ""

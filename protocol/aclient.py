@@ -53,14 +53,14 @@ class AsyncClient(_Common):
                 return self.welcome
             self._precheck()
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_unix_connection(self.path), self.connect_timeout)
+                async with asyncio.timeout(self.connect_timeout):
+                    reader, writer = await asyncio.open_unix_connection(self.path)
             except (OSError, TimeoutError) as exc:
                 raise ConnectFailed(f"cannot connect to {self.path}: {exc}",
                                     {"path": self.path}) from None
             try:
-                welcome = await asyncio.wait_for(self._handshake(reader, writer),
-                                                 self.connect_timeout)
+                async with asyncio.timeout(self.connect_timeout):
+                    welcome = await self._handshake(reader, writer)
             except (OSError, TimeoutError, TransportLost) as exc:
                 writer.transport.abort()
                 raise ConnectFailed(f"handshake with {self.path} failed: {exc}") from None
@@ -96,7 +96,8 @@ class AsyncClient(_Common):
         self._pending[rid] = fut
         try:
             writer.write(data)
-            msg = await asyncio.wait_for(fut, self.timeout if timeout is None else timeout)
+            async with asyncio.timeout(self.timeout if timeout is None else timeout):
+                msg = await fut
         except TimeoutError:
             self._abort(writer)
             raise RequestTimedOut(f"{method}: no answer in time", request_id=rid) from None
@@ -112,7 +113,8 @@ class AsyncClient(_Common):
     async def next_event(self, timeout: float | None = None) -> Event | None:
         """The next pushed event or None after ``timeout``."""
         try:
-            return await asyncio.wait_for(self._events.get(), timeout)
+            async with asyncio.timeout(timeout):
+                return await self._events.get()
         except TimeoutError:
             return None
 

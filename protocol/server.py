@@ -260,8 +260,8 @@ class RpcServer:
         pending: list[dict[str, Any]] = []
         self._pending[allowed] += 1
         try:
-            first = await asyncio.wait_for(self._read(reader, decoder, pending),
-                                           self.handshake_timeout)
+            async with asyncio.timeout(self.handshake_timeout):
+                first = await self._read(reader, decoder, pending)
         except TimeoutError:
             return
         finally:

@@ -189,7 +189,8 @@ class JobRunner:
                 log.exception("job runner tick failed")
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), TICK)
+                async with asyncio.timeout(TICK):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 
