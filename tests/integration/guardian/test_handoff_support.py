@@ -92,6 +92,7 @@ class Candidates:
     good: Path          # another release id, works exactly like the sealed one
     preflight_fails: Path   # `python -m backend` exits 3 at import: preflight fails
     crashes: Path       # preflight passes, Generation.start raises before READY
+    stubborn: Path      # works, but one of its tasks ignores cancellation: close hangs
 
     @staticmethod
     def ids(path: Path) -> str:
@@ -102,7 +103,7 @@ class Candidates:
 def candidates(sealed_release: Path, tmp_path_factory: pytest.TempPathFactory
                ) -> Iterator[Candidates]:
     d = tmp_path_factory.mktemp("candidates")
-    good, bad, crash = d / "good", d / "preflight", d / "crash"
+    good, bad, crash, stubborn = d / "good", d / "preflight", d / "crash", d / "stubborn"
     derive_release(sealed_release, good,
                    {"backend/__init__.py": lambda t: t + "\n# candidate B\n"})
     derive_release(sealed_release, bad, {"backend/__main__.py": lambda t: t.replace(
@@ -112,8 +113,31 @@ def candidates(sealed_release: Path, tmp_path_factory: pytest.TempPathFactory
         "\n\nasync def _crash_before_ready(self):\n"
         "    raise RuntimeError('test candidate: crash before READY')\n\n\n"
         "Generation.start = _crash_before_ready\n")})
-    yield Candidates(good, bad, crash)
+    derive_release(sealed_release, stubborn, {"backend/generation.py": lambda t: t + STUBBORN})
+    yield Candidates(good, bad, crash, stubborn)
     _rmtree(d)
+
+
+STUBBORN = """
+
+async def _stubborn_task():
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass  # the defect under test: a task that outlives its cancellation
+
+
+_start_before_stubborn = Generation.start
+
+
+async def _start_with_a_stubborn_task(self):
+    await _start_before_stubborn(self)
+    self._tasks.append(asyncio.create_task(_stubborn_task()))
+
+
+Generation.start = _start_with_a_stubborn_task
+"""
 
 
 def install(cluster: Any, path: Path) -> str:
