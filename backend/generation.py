@@ -45,6 +45,7 @@ from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_gro
 from .adopt import Adoption, adopt_checkpoint, adopt_inventory, missed_exits, relaunch_lost
 from .config import parse_config
 from .enforce import app_uids
+from .jobs.resume import audit
 from .model import Config, Settings
 from .store import BackendStore, RecoveryStore
 from .supervisor import Supervisor, now
@@ -79,6 +80,7 @@ class Generation:
         self.config = empty_config()
         self.server: RpcServer | None = None
         self.cursor = 0
+        self._subscribed_at = 0   # owner.losses when our subscription was made
         self.adoption = Adoption()
         self.link = Link(since=time.time(), seen=time.time())
         self.log_dropped: dict[tuple[str, str], int] | None = None  # None: owner can't say
@@ -148,9 +150,11 @@ class Generation:
         assert self.owner is not None and self.sup is not None and self.store is not None
         checkpoint_path = self.handoff.get("checkpoint")
         checkpoint = read_checkpoint(checkpoint_path) if checkpoint_path else None
+        losses = self.owner.losses
         backlog = await self.owner.call("observations.subscribe", {
             "after": _int(checkpoint, "cursor") if checkpoint else
             _int(self.handoff, "cursor", 0), "limit": 10_000})
+        self._subscribed_at = losses
         inv = (await self.owner.call("inventory"))["launches"]
         if checkpoint is not None:
             if checkpoint.get("owner") != self.owner_identity.to_wire():  # type: ignore[union-attr]
@@ -204,7 +208,8 @@ class Generation:
     async def _repair_gap(self) -> None:
         """Events were lost: every instance whose launch the owner no longer runs gets
         the exit it would have heard, exactly as if the event had come (restart policy,
-        readiness and operations follow from it)."""
+        readiness and operations follow from it); every running job record whose launch
+        ended is settled from the owner's record at once."""
         assert self.owner is not None and self.sup is not None
         try:
             live = {r["launch_key"] for r in
@@ -212,6 +217,8 @@ class Generation:
             for missed in missed_exits(self.sup, live):
                 ended = await self._ended(missed)
                 self.sup.on_observation({"kind": "exit", "launch_key": missed, **ended})
+            if self.api is not None:   # jobs: their records settle from the owner's rows
+                await audit(self.api.jobs, "was lost in an observation gap")
         except TenureError as exc:   # the next gap or reconnect repairs again
             log.error("could not repair the observation gap: %s", exc)
 
@@ -238,11 +245,13 @@ class Generation:
         while True:
             await self._thawed.wait()
             ev = await self.owner.next_event(1.0)
-            if not self.owner.connected and ev is None:
+            if self.owner.losses != self._subscribed_at:
+                # the connection our subscription lived on is gone, even if another
+                # call has connected again since: nothing is pushed until we subscribe
                 self.link.handle(LinkEvent.BROKE, time.time(), "the connection broke")
                 await self._reconnect_owner()
                 continue
-            if ev is None or ev.stream != "observations":
+            if ev is None or ev.stream != "observations" or ev.cursor <= self.cursor:
                 continue
             self.link.handle(LinkEvent.SEEN, time.time())
             # Frozen meanwhile: hold the event until resumed. Dropping it was safe only
@@ -256,9 +265,11 @@ class Generation:
         """The owner connection broke: resubscribe after our cursor (same instance only:
         the client refuses another owner with OWNER_CHANGED)."""
         assert self.owner is not None
+        losses = self.owner.losses
         try:
             batch = await self.owner.call("observations.subscribe",
                                           {"after": self.cursor, "limit": 10_000})
+            self._subscribed_at = losses   # lost meanwhile: the reader subscribes again
             self._apply_observations(batch)
         except OwnerChanged as exc:
             self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)

@@ -35,6 +35,7 @@ class AsyncClient(_Common):
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._lock = asyncio.Lock()
+        self.losses = 0  # connections lost so far: a subscription lives on one of them
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -131,6 +132,7 @@ class AsyncClient(_Common):
         writer.transport.abort()
         if self._writer is writer:
             self._writer = None
+            self.losses += 1
         for rid, fut in list(self._pending.items()):
             if not fut.done():
                 fut.set_exception(TransportLost("connection lost", request_id=rid))

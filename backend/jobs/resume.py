@@ -160,11 +160,12 @@ async def _settle_running(runner: JobRunner, rec: Record, ev: Evidence) -> None:
         runner.apply(rec, e, {"proof": "the owner's launch row"})
 
 
-async def audit(runner: JobRunner) -> list[int]:
+async def audit(runner: JobRunner, why: str = "was not observed here") -> list[int]:
     """Settle running records whose process the owner no longer runs but whose exit this
     generation did not see (an observation can be lost, e.g. one that arrived as a drain
-    froze the reader and the drain was then aborted). Returns the ids settled. Raises
-    TenureError when the owner cannot be read."""
+    froze the reader and the drain was then aborted, or in an observation gap). Returns
+    the ids settled; the log says ``why`` the exit was missed. Raises TenureError when
+    the owner cannot be read."""
     running = [r for r in runner.records.values() if r.job.state is jm.State.RUNNING]
     if not running:
         return []
@@ -179,8 +180,8 @@ async def audit(runner: JobRunner) -> list[int]:
                 await _settle_running(runner, rec, evidence)
             except Conflict:
                 continue
-            log.warning("job %d: its exit was not observed here; settled from the owner "
-                        "(%s)", rec.id, rec.job.state)
+            log.warning("job %d: its exit %s; settled from the owner (%s)",
+                        rec.id, why, rec.job.state)
             settled.append(rec.id)
     return settled
 

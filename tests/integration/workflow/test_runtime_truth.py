@@ -69,17 +69,32 @@ def _guardian_stop(cluster) -> None:
         time.sleep(0.05)
 
 
+JOB = """
+[stacks.s.jobs.nap]
+command = ["sleep", "infinity"]
+"""
+
+
+def _job_pid(cluster, job_id: int) -> int:
+    def started() -> bool:
+        return cluster.call("job.show", {"id": job_id})["state"] == "running"
+    cluster.wait(started, 20, "the job running")
+    return int(cluster.call("job.show", {"id": job_id})["pid"])
+
+
 def test_observation_gap_is_repaired_exits_missed_are_handled(cluster):
     cluster.env = {"TENURE_OWNER_RING_SIZE": "32", "TENURE_OWNER_SUBSCRIBER_BUFFER": "1"}
     flag = cluster.home / "flood"
-    cluster.up(CONFIG + f'\n[stacks.s.apps.chatty]\ncommand = ["{sys.executable}", "-c", '
-               + json.dumps(CHATTY) + f', "{flag}"]\nrestart = "never"\n')
+    cluster.up(CONFIG + JOB + f'\n[stacks.s.apps.chatty]\ncommand = ["{sys.executable}", '
+               '"-c", ' + json.dumps(CHATTY) + f', "{flag}"]\nrestart = "never"\n')
     cluster.wait_ready(3)
+    job_id = cluster.call("job.run", {"template": "s/nap"})["job"]["id"]
+    job_pid = _job_pid(cluster, job_id)
     old = {k: a["pid"] for k, a in cluster.apps().items() if "/sleeper/" in k}
     backend = psutil.Process(cluster.backend_pid())
     backend.suspend()                     # it cannot read: the owner drops it, events lost
     try:
-        for pid in old.values():
+        for pid in [*old.values(), job_pid]:
             os.kill(pid, signal.SIGKILL)
         flag.write_text("go")             # the chatty app floods the ring meanwhile
         time.sleep(3.0)
@@ -92,5 +107,11 @@ def test_observation_gap_is_repaired_exits_missed_are_handled(cluster):
                    for k, pid in old.items())
     cluster.wait(restarted, 30, "the sleepers restarted after the gap")
     log = (cluster.layout.logs / f"backend-{cluster.status()['backend']['activation']}.log")
-    assert "observation gap" in log.read_text()
+    text = log.read_text()
+    assert "observation gap" in text
     assert all(cluster.apps()[k]["restarts"] == 1 for k in old)
+    cluster.wait(lambda: cluster.call("job.show", {"id": job_id})["state"] != "running", 30,
+                 "the job's record settled")
+    job = cluster.call("job.show", {"id": job_id})
+    assert job["state"] == "failed", job                  # killed: not a success
+    assert f"job {job_id}: its exit was lost in an observation gap" in text
