@@ -363,11 +363,15 @@ class Api:
         held = await self._held()
         t = time.monotonic()
         dropped = self.gen.log_dropped
+        link = self.gen.link.to_wire(time.time())
         usage = await self._measured()
         out = []
         for k in keys:
             inst = self.sup.instances[k]
-            row = {**self._row(k, inst, t, dropped, usage), "launch_key": inst.launch_key,
+            row = self._row(k, inst, t, dropped, usage)
+            if not link["current"]:
+                row = _unknown(row, link["age"])
+            row = {**row, "launch_key": inst.launch_key,
                    "command": list(inst.app.command), "restart": str(inst.app.restart),
                    "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire(),
                    **identity_view(inst.app), **_activation_view(inst, held),
@@ -377,7 +381,7 @@ class Api:
                    "last_probe": None if inst.last_probe is None
                    else inst.last_probe.view()}
             out.append(row)
-        return {"instances": out}
+        return {"instances": out, "owner_link": link}
 
     async def logs(self, call: Call) -> Any:
         """One page of the owner's journal (see the owner's ``logs.read``). Raises

@@ -88,13 +88,14 @@ class Cluster:
                                  f"{proc.stdout}\n{proc.stderr}")
         return res
 
-    def cli_text(self, *args: str, timeout: float = 60.0) -> str:
-        """Run ``tenure --home H ARGS`` (human output); its stdout. Fails unless exit 0."""
+    def cli_text(self, *args: str, timeout: float = 60.0, expect: int = 0) -> str:
+        """Run ``tenure --home H ARGS`` (human output); its stdout. Fails unless it exits
+        ``expect``."""
         proc = subprocess.run(
             [sys.executable, "-m", "backend.cli.main", "--home", str(self.home), *args],
             capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
             env={**os.environ, **self.env})
-        if proc.returncode != 0:
+        if proc.returncode != expect:
             raise AssertionError(f"tenure {' '.join(args)} exited {proc.returncode}: "
                                  f"{proc.stdout}\n{proc.stderr}")
         return proc.stdout

@@ -182,7 +182,12 @@ def _status_once(args: Any) -> int:
              "backend: not available" + render.why(diag))
         return UNREACHABLE
     _out(args, st, render.status(st))
-    return OK if (st.get("owner_link") or {}).get("current", True) else STALE
+    return _current(st)
+
+
+def _current(answer: dict[str, Any]) -> int:
+    """STALE when the backend says its view of the owner is not current."""
+    return OK if (answer.get("owner_link") or {}).get("current", True) else STALE
 
 
 def _watch_status(args: Any) -> int:
@@ -233,7 +238,7 @@ def cmd_restart(args: Any) -> int:
 def cmd_inspect(args: Any) -> int:
     r = _call(args, "inspect", {"target": args.target})
     _out(args, r, render.inspect(r))
-    return OK
+    return _current(r)
 
 
 def cmd_metrics(args: Any) -> int:

@@ -14,5 +14,5 @@ class Exit(enum.IntEnum):
     USAGE = 2         # usage error, or a request rejected as malformed (BAD_REQUEST)
     UNREACHABLE = 3   # a daemon is not reachable (CONNECT_FAILED, BACKEND_UNAVAILABLE)
     UNSETTLED = 4     # the command ran but the instances did not settle in --timeout
-    STALE = 5         # status, backend status: the answer is not current
+    STALE = 5         # status, inspect, backend status: the answer is not current
     INTERRUPTED = 130  # Ctrl-C

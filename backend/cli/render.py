@@ -191,7 +191,11 @@ def inspect(r: dict[str, Any]) -> str:
                   if k not in _INSPECT_KEYS]
         title = f"{i['key']}  (generation {i.get('generation', '-')})"
         out.append(title + "\n" + fields(pairs, indent="  "))
-    return "\n\n".join(out) if out else "no instances"
+    text = "\n\n".join(out) if out else "no instances"
+    link = r.get("owner_link")
+    if link is not None and not link["current"]:
+        text = owner_link(link) + "\n\n" + text
+    return text
 
 
 def _stop(stop: dict[str, Any] | None) -> str:

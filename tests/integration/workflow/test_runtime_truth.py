@@ -57,6 +57,11 @@ def test_status_after_owner_kill_shows_unknown_and_exits_5(cluster):
     assert {r["last_state"] for r in res.out["apps"]} == {"ready"}
     backend = cluster.cli("backend", "status")
     assert backend.code == 5 and backend.out["owner_link"]["current"] is False
+    inspect = cluster.cli("inspect", "s/sleeper/0")
+    assert inspect.code == 5 and inspect.out["owner_link"]["current"] is False
+    row = inspect.out["instances"][0]
+    assert (row["state"], row["last_state"], row["ready"]) == ("unknown", "ready", None)
+    assert "not the present" in cluster.cli_text("inspect", "s/sleeper/0", expect=5)
     _guardian_stop(cluster)
     _drain_dead_owner(cluster)
 
