@@ -120,3 +120,37 @@ def test_observation_gap_is_repaired_exits_missed_are_handled(cluster):
     job = cluster.call("job.show", {"id": job_id})
     assert job["state"] == "failed", job                  # killed: not a success
     assert f"job {job_id}: its exit was lost in an observation gap" in text
+
+
+def test_the_running_backend_never_adopts_a_new_owner(cluster):
+    """A new owner instance answers on the socket while the guardian cannot act (it is
+    stopped with SIGSTOP): the backend says owner-changed, exits 5 and launches nothing
+    there. Control moves to the new owner only through the guardian, as a new
+    generation (docs/reconcile.md)."""
+    from backend.cli.daemons import ensure_daemon
+    cluster.up(CONFIG)
+    cluster.wait_ready(2)
+    old_backend = cluster.backend_pid()
+    guardian = psutil.Process(int(cluster.cli("backend", "status").out["guardian"]["pid"]))
+    owner = int(cluster.cli("owner", "status", check=True).out["owner"]["pid"])
+    guardian.suspend()
+    try:
+        os.kill(owner, signal.SIGKILL)
+        cluster.wait(lambda: cluster.cli("status").code == 5, 20, "status exiting 5")
+        _drain_dead_owner(cluster)
+        ensure_daemon(cluster.layout, "owner", cluster.layout.owner_sock, False)
+
+        def changed() -> bool:
+            return cluster.cli("status").out["owner_link"]["state"] == "owner-changed"
+        cluster.wait(changed, 20, "the backend reporting owner-changed")
+        res = cluster.cli("status")
+        assert res.code == 5 and {r["state"] for r in res.out["apps"]} == {"unknown"}
+        time.sleep(1.5)                   # the backend's reconnect rounds go on meanwhile
+        with cluster.owner() as o:
+            assert o.call("inventory")["launches"] == []      # nothing adopted or launched
+        assert cluster.backend_pid() == old_backend
+    finally:
+        guardian.resume()
+    cluster.wait(lambda: cluster.backend_pid() != old_backend, 60, "a new generation")
+    cluster.wait_ready(2, timeout=60)
+    assert cluster.cli("status").code == 0
