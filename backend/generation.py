@@ -527,5 +527,5 @@ def _group(settings: Settings) -> int | None:
     try:
         return grp.getgrnam(settings.viewer_group).gr_gid
     except KeyError:
-        log.warning("viewer group %s does not exist", settings.viewer_group)
+        log.warning("viewer group %s does not exist; admin only", settings.viewer_group)
         return None

@@ -15,7 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, StartLimit, StopSpec
+from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, RunAs, StartLimit, StopSpec
+from .identity import account
 from .model import Context, Draft, Origin, SourceResult, source_error
 from .pm2_load import load_ecosystem
 from .policy import MAX_INSTANCES, quick_failure_limit, seconds
@@ -36,10 +37,10 @@ _MAPPED = frozenset({
     "name", "script", "cmd", "command", "exec", "args", "interpreter", "exec_interpreter",
     "interpreter_args", "node_args", "cwd", "env", "instances", "exec_mode", "autorestart",
     "max_restarts", "min_uptime", "kill_timeout", "restart_delay",
-    "exp_backoff_restart_delay", "stop_exit_codes", "treekill", "port"})
+    "exp_backoff_restart_delay", "stop_exit_codes", "treekill", "port", "uid", "user", "gid"})
 _REASONS = {
-    ("uid", "user", "gid", "username"): "tenure.toml has no `user` key: apps run as the "
-        "user tenure runs as (run a separate tenure as that user)",
+    ("username",): "PM2's record of who started the app, not a setting (`uid` is who it "
+        "runs as)",
     ("out_file", "error_file", "log_file", "output", "error", "log", "merge_logs",
      "combine_logs", "log_date_format", "log_type", "time", "disable_logs", "pid_file"):
         "tenure keeps each app's stdout and stderr in its journal (`tenure logs`); "
@@ -115,7 +116,8 @@ class _App:
         app = App(name=self.get("name", _text, _default_name(script)), stack="",
                   command=command, env=self._env(python), cwd=cwd, instances=instances,
                   restart=restart, backoff=backoff, start_limit=limit, ready=ready,
-                  stop=StopSpec(signal="INT", timeout=self._kill_timeout()))
+                  stop=StopSpec(signal="INT", timeout=self._kill_timeout()),
+                  run_as=self._run_as())
         self.result.drafts.append(Draft(app, self.origin()))
         self._other_keys()
         return self.result
@@ -196,6 +198,36 @@ class _App:
                                    "instances) has no tenure equivalent: tenure starts "
                                    "independent processes; give each its own port "
                                    "(TENURE_INSTANCE) or use SO_REUSEPORT")
+
+    # -- who it runs as -------------------------------------------------------------------
+
+    def _run_as(self) -> RunAs:
+        """``uid`` (or its alias ``user``) and ``gid``, names or numbers; PM2 looks up
+        ``uid`` first and needs it for ``gid``, as tenure needs ``user`` for ``group``."""
+        key = "uid" if self.conf.get("uid") is not None else "user"
+        if key == "uid" and self.conf.get("user") is not None:
+            self.result.not_mapped(self.origin("user"), "PM2 uses uid instead")
+        user = self._account(key, "user")
+        if user is None and self.conf.get("gid") is not None:
+            self.result.not_mapped(self.origin("gid"), "needs uid: PM2 and tenure set a "
+                                   "group only for a user")
+            return RunAs()
+        return RunAs(user=user, group=None if user is None else self._account("gid", "group"))
+
+    def _account(self, key: str, kind: str) -> str | None:
+        value = self.conf.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            self.result.not_mapped(self.origin(key), f"must be a {kind} name or id, not "
+                                   f"{value!r}")
+            return None
+        found = account(value, kind)
+        if found.name is None:
+            self.result.not_mapped(self.origin(key), found.problem)
+        elif found.note:
+            self.result.note(self.origin(key), found.note)
+        return found.name
 
     # -- restarts and stopping -----------------------------------------------------------
 

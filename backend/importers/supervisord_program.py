@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, StartLimit, StopSpec
+from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, RunAs, StartLimit, StopSpec
+from .identity import account
 from .ini import IniDocument, IniSection
 from .model import Draft, Origin, SourceResult
 from .policy import MAX_INSTANCES, quick_failure_limit
@@ -33,6 +34,7 @@ from .supervisord_values import (
     expand,
     integer,
     key_value_pairs,
+    octal,
     signal_name,
 )
 
@@ -44,11 +46,11 @@ _RESTART = {AutoRestart.TRUE: RestartMode.ALWAYS, AutoRestart.FALSE: RestartMode
             AutoRestart.UNEXPECTED: RestartMode.ON_FAILURE}
 _PER_PROCESS = ("command", "environment", "directory", "process_name")
 _CHECKED = ("priority", "autorestart", "startsecs", "startretries", "stopsignal",
-            "stopwaitsecs", "numprocs", "numprocs_start")
+            "stopwaitsecs", "numprocs", "numprocs_start", "user", "umask")
 _LOG_REASON = ("tenure keeps each app's stdout and stderr in its journal "
                "(`tenure logs`); there are no log files to configure")
-_USER_REASON = ("tenure.toml has no `user` key: apps run as the user tenure runs as "
-                "(run a separate tenure as that user)")
+_HOME_NOTE = ("tenure sets HOME, USER and LOGNAME to this user's (supervisord leaves its "
+              "own); a value in `environment` still wins")
 
 
 @dataclass
@@ -88,6 +90,7 @@ class _Settings:
     stopwaitsecs: int = 10
     numprocs: int = 1
     numprocs_start: int = 0
+    run_as: RunAs = field(default_factory=RunAs)
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,23 @@ class _Program:
             numprocs=self._get("numprocs", integer, d.numprocs, lambda v: v >= 1,
                                "must be >= 1"),
             numprocs_start=self._get("numprocs_start", integer, d.numprocs_start,
-                                     lambda v: v >= 0, "must be >= 0"))
+                                     lambda v: v >= 0, "must be >= 0"),
+            run_as=RunAs(user=self._user(), umask=self._get("umask", octal, None)))
+
+    def _user(self) -> str | None:
+        """``user``, a name or a uid. supervisord, like tenure, gives the program the
+        user's primary group and the groups the user is a member of."""
+        raw = self._get("user", str.strip, "")
+        if not raw:
+            return None
+        found = account(raw, "user")
+        if found.name is None:
+            self.result.not_mapped(self._origin("user"), found.problem)
+            return None
+        for note in (found.note, _HOME_NOTE):
+            if note:
+                self.result.note(self._origin("user"), note)
+        return found.name
 
     # -- processes -----------------------------------------------------------------------
 
@@ -279,7 +298,8 @@ class _Program:
             start_limit=limit,
             ready=(Readiness(kind=ReadyKind.DELAY, delay=float(s.startsecs))
                    if s.startsecs > 0 else Readiness()),
-            stop=StopSpec(signal=s.stopsignal, timeout=float(s.stopwaitsecs)))
+            stop=StopSpec(signal=s.stopsignal, timeout=float(s.stopwaitsecs)),
+            run_as=s.run_as)
         self.result.drafts.append(Draft(app, self._header(), s.priority))
 
     def _other_keys(self) -> None:
@@ -305,8 +325,6 @@ class _Program:
             expected = self._get("autorestart", auto_restart, AutoRestart.UNEXPECTED)
             return "" if set(codes) == {0} or expected is not AutoRestart.UNEXPECTED else \
                 "restart = on-failure treats only exit status 0 as expected"
-        if key == "user":
-            return _USER_REASON
         if key == "redirect_stderr" or key.startswith(("stdout_", "stderr_")):
             return _LOG_REASON
         return "no tenure equivalent"

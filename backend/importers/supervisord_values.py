@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 
 __all__ = ["AutoRestart", "auto_restart", "boolean", "exit_codes", "expand", "integer",
-           "key_value_pairs", "list_of_strings", "signal_name"]
+           "key_value_pairs", "list_of_strings", "octal", "signal_name"]
 
 _TRUE = ("yes", "true", "on", "1")
 _FALSE = ("no", "false", "off", "0")
@@ -77,6 +77,18 @@ def integer(value: str) -> int:
         return int(value)
     except ValueError:
         raise ValueError(f"not an integer: {value!r}") from None
+
+
+def octal(value: str) -> int:
+    """A umask: octal digits (``022``, ``0o022``), as supervisord reads it, within
+    0..0o777."""
+    try:
+        number = int(value.strip(), 8)
+    except ValueError:
+        raise ValueError(f"not an octal number: {value!r}") from None
+    if not 0 <= number <= 0o777:
+        raise ValueError(f"a umask is 0 to 777 (octal), not {value!r}")
+    return number
 
 
 def auto_restart(value: str) -> AutoRestart:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any
 
-from ..model import App, Backoff, Config, Health, Readiness, StartLimit, StopSpec
+from ..model import App, Backoff, Config, Health, Readiness, RunAs, StartLimit, StopSpec
 from .model import Origin
 
 __all__ = ["render_toml", "toml_string"]
@@ -67,6 +67,7 @@ def _app_lines(app: App) -> list[str]:
         out.append(f"restart = {_value(app.restart)}")
     if app.after:
         out.append(f"after = {_value(sorted(app.after))}")
+    out.extend(_run_as_lines(app.run_as))
     tables: list[tuple[str, Any, Any]] = [
         ("ready", app.ready, Readiness()), ("backoff", app.backoff, Backoff()),
         ("start_limit", app.start_limit, StartLimit()), ("stop", app.stop, StopSpec())]
@@ -76,6 +77,18 @@ def _app_lines(app: App) -> list[str]:
         fields = _changed(value, default)
         if fields:
             out.append(f"{key} = {_inline(fields)}")
+    return out
+
+
+def _run_as_lines(ra: RunAs) -> list[str]:
+    """``user``, ``group``, ``supplementary_groups`` and ``umask`` (as ``"0022"``), those
+    that are set."""
+    out = [f"{key} = {_value(getattr(ra, key))}" for key in ("user", "group")
+           if getattr(ra, key) is not None]
+    if ra.supplementary_groups:
+        out.append(f"supplementary_groups = {_value(ra.supplementary_groups)}")
+    if ra.umask is not None:
+        out.append(f"umask = {_value(f'{ra.umask:04o}')}")
     return out
 
 

@@ -61,8 +61,10 @@ def daemons():
             found["backend"] = int(pid)  # a generation runs from its sealed release
     return found
 names = ["execution/owner.sock", "runtime/guardian.sock", "backend/api.sock"]
-files = ["execution/owner.db", "execution/journal.db", "runtime/state.db",
-         "runtime/guardian.key", "backend/backend.db", "backend/recovery.db"]
+files = ["execution/owner.db", "execution/journal.db", "execution/guardian.pub",
+         "runtime/state.db", "runtime/guardian.key",
+         "runtime/handoffs",  # the handoff records (their names are not known here)
+         "backend/backend.db", "backend/recovery.db"]
 out = {"uid": os.getuid(), "groups": os.getgroups(),
        "socks": {n: attempt(lambda: connect(f"{home}/{n}")) for n in names},
        "files": {n: attempt(lambda: open(f"{home}/{n}", "rb").close() or "read")
@@ -264,15 +266,19 @@ def check_privileges(c: SystemdContainer, apps: dict[str, tuple[int, int]]) -> N
     modes = c.python(f"""
 import json, os
 out = {{}}
-for rel in ("", "execution", "execution/owner.sock", "execution/owner.db", "runtime",
-            "runtime/guardian.key", "backend/api.sock"):
+handoffs = ["runtime/handoffs/" + n for n in os.listdir({HOME!r} + "/runtime/handoffs")]
+for rel in ("", "execution", "execution/owner.sock", "execution/owner.db",
+            "execution/guardian.pub", "runtime", "runtime/guardian.key", "backend/api.sock",
+            *handoffs):
     st = os.stat(os.path.join({HOME!r}, rel))
     out[rel] = [st.st_uid, oct(st.st_mode & 0o777)]
 print(json.dumps(out))""")
     assert modes["execution"] == [0, "0o710"] and modes["execution/owner.sock"] == [0, "0o660"]
-    assert modes["execution/owner.db"] == [0, "0o600"]
+    assert modes["execution/owner.db"] == modes["execution/guardian.pub"] == [0, "0o600"]
     assert modes["runtime"] == [account, "0o700"]
     assert modes["runtime/guardian.key"] == [account, "0o600"]
+    handoffs = [r for r in modes if r.startswith("runtime/handoffs/")]
+    assert handoffs and all(modes[r] == [account, "0o600"] for r in handoffs), modes
     assert modes[""][0] == account
     probe = wait_for("the probe's report", lambda: probe_report(c), c=c)
     assert probe["uid"] == t2

@@ -1,10 +1,12 @@
-"""A bad config (wrong type, unknown key, bad signal name, duplicate app) is refused by
-`tenure plan` and `tenure up` with CONFIG_INVALID naming the file, key and line — and
-nothing changes in the running system."""
+"""A bad config (wrong type, unknown key, bad signal name, duplicate app, a cgroup limit
+the owner cannot enforce) is refused by `tenure plan` and `tenure up` with CONFIG_INVALID
+naming the file, key and line — and nothing changes in the running system."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 GOOD = """[stacks.e.apps.a]
 command = ["sleep", "1000"]
@@ -62,3 +64,26 @@ def test_bad_configs_are_refused_exactly_and_change_nothing(cluster):
     # the problem is the file, not the system: a good file still plans to nothing
     good = cluster.write_config(GOOD, "good.toml")
     assert cluster.cli("plan", "--config", str(good), check=True).out["changes"] == []
+
+
+def test_cgroup_limits_the_owner_cannot_enforce_are_refused_and_change_nothing(cluster):
+    """This owner has no delegated cgroup (it tracks apps by process group): a cgroup
+    limit is a config error with its key and line, from plan and from up alike."""
+    cluster.up(GOOD)
+    cluster.wait_ready(3)
+    owner = cluster.cli("owner", "status", check=True).out
+    if owner["cgroup_controllers"] is not None:
+        pytest.skip(f"this owner has a delegated cgroup ({owner['cgroup_controllers']})")
+    before = snapshot(cluster)
+    for key, value in (("memory_max", '"64M"'), ("cpu_quota", "0.5"), ("pids_max", "32")):
+        path = cluster.write_config(f"{BASE}[stacks.e.apps.b.limits]\n{key} = {value}\n",
+                                    f"{key}.toml")
+        args = [("plan", "--config", str(path))]
+        if key == "memory_max":
+            args.append(("up", "--config", str(path), "--release", str(cluster.release),
+                         "--timeout", "60"))
+        for cmd in args:
+            res = cluster.cli(*cmd)
+            check_error(res, str(path), f"stacks.e.apps.b.limits.{key}", 7)
+            assert "needs per-app cgroups" in res.out["error"]["data"]["problem"], res.out
+            assert snapshot(cluster) == before, cmd

@@ -12,7 +12,7 @@ import pytest
 
 from backend.importers.model import Context, FindingKind, SourceResult
 from backend.importers.pm2 import read_pm2
-from backend.model import App, Backoff, ReadyKind, RestartMode, StartLimit
+from backend.model import App, Backoff, ReadyKind, RestartMode, RunAs, StartLimit
 from protocol.errors import ConfigInvalid
 
 
@@ -134,14 +134,48 @@ def test_node_apps_with_instances_are_cluster_mode_unless_fork(tmp_path: Path) -
 
 def test_keys_without_equivalent_are_reported(tmp_path: Path) -> None:
     result = _read(tmp_path, {"apps": [{
-        "script": "a.js", "user": "www", "watch": True, "out_file": "/x", "env_staging": {},
+        "script": "a.js", "username": "ops", "watch": True, "out_file": "/x", "env_staging": {},
         "max_memory_restart": "1G", "cron_restart": "* * * * *", "wait_ready": True,
         "treekill": False, "vizion": False}], "deploy": {}})
     problems = {f.origin.key: f.problem for f in result.findings}
     assert set(problems) == {"deploy", *(f"apps[0].{k}" for k in (
-        "user", "watch", "out_file", "env_staging", "max_memory_restart", "cron_restart",
+        "username", "watch", "out_file", "env_staging", "max_memory_restart", "cron_restart",
         "wait_ready", "treekill", "vizion"))}
     assert "--env staging" in problems["apps[0].env_staging"]
+
+
+@pytest.mark.parametrize(("conf", "run_as"), [
+    ({"uid": "www"}, RunAs(user="www")),
+    ({"user": "www", "gid": "web"}, RunAs(user="www", group="web")),  # user: uid's alias
+    ({"uid": 0, "gid": "0"}, RunAs(user="root", group="root")),  # ids: their names here
+])
+def test_uid_and_gid_become_user_and_group(tmp_path: Path, conf: dict[str, Any],
+                                           run_as: RunAs) -> None:
+    result = _read(tmp_path, {"apps": [{"script": "a.js", **conf}]})
+    assert result.drafts[0].app.run_as == run_as
+    notes = {f.origin.key: f.problem for f in result.findings}
+    if conf.get("uid") == 0:
+        assert notes == {
+            "apps[0].uid": "user id 0 is 'root' on this machine, where it was imported; "
+                           "tenure.toml names the user",
+            "apps[0].gid": "group id 0 is 'root' on this machine, where it was imported; "
+                           "tenure.toml names the group"}
+    else:
+        assert notes == {}
+
+
+@pytest.mark.parametrize(("conf", "key", "problem"), [
+    ({"gid": "web"}, "gid", "needs uid"),
+    ({"uid": True}, "uid", "must be a user name or id"),
+    ({"uid": "two words"}, "uid", "invalid user name"),
+    ({"uid": 2**40}, "uid", "has no name on this machine"),
+    ({"uid": "www", "user": "web"}, "user", "PM2 uses uid instead"),
+])
+def test_unusable_uid_and_gid_are_reported(tmp_path: Path, conf: dict[str, Any], key: str,
+                                           problem: str) -> None:
+    app, problems = _app(tmp_path, script="a.js", **conf)
+    assert problem in problems[f"apps[0].{key}"], problems
+    assert app.run_as.group is None and app.run_as.user in (None, "www")
 
 
 def test_unusable_values_are_reported_and_defaults_kept(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ what is reported as not mapped."""
 
 from __future__ import annotations
 
+import pwd
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from backend.importers.supervisord_values import (
     key_value_pairs,
     signal_name,
 )
-from backend.model import ReadyKind, RestartMode
+from backend.model import ReadyKind, RestartMode, RunAs
 from protocol.errors import ConfigInvalid
 
 CTX = Context(environ={"HOME": "/home/ops", "TIER": "prod"}, hostname="box1")
@@ -190,20 +191,67 @@ def test_settings_without_equivalent_are_reported(tmp_path: Path) -> None:
     result = _read(tmp_path, {"s.conf": """
 [program:x]
 command=/bin/x
-user=nobody
 autostart=false
 autorestart=unexpected
 exitcodes=0,3
 stopasgroup=false
 killasgroup=true
 stdout_logfile=/var/log/x.log
-umask=022
 """})
     problems = _problems(result)
     assert set(problems) == {f"[program:x] {k}" for k in (
-        "user", "autostart", "exitcodes", "stopasgroup", "stdout_logfile", "umask")}
-    assert "no `user` key" in problems["[program:x] user"]
+        "autostart", "exitcodes", "stopasgroup", "stdout_logfile")}
     assert problems["[program:x] stdout_logfile"].startswith("tenure keeps")
+
+
+def test_user_and_umask_become_user_and_umask(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": f"""
+[program:named]
+command=/bin/x
+user=%(ENV_TIER)s-web
+umask=022
+
+[program:numbered]
+command=/bin/x
+user=0
+umask=0o7
+
+[program:unusable]
+command=/bin/x
+user={unnamed_uid()}
+umask=1000
+
+[program:badname]
+command=/bin/x
+user=web server
+"""})
+    run_as = {d.app.name: d.app.run_as for d in result.drafts}
+    assert run_as["named"] == RunAs(user="prod-web", umask=0o022)
+    assert run_as["numbered"] == RunAs(user="root", umask=0o007)
+    assert run_as["unusable"] == run_as["badname"] == RunAs()
+    problems = _problems(result)
+    assert set(problems) == {"[program:unusable] user", "[program:unusable] umask",
+                             "[program:badname] user"}
+    assert "has no name on this machine" in problems["[program:unusable] user"]
+    assert "0 to 777" in problems["[program:unusable] umask"]
+    assert "invalid user name 'web server'" in problems["[program:badname] user"]
+    notes = [f for f in result.findings if f.kind is FindingKind.NOTE]
+    assert any("user id 0 is 'root' on this machine" in f.problem for f in notes), notes
+    assert {f.origin.key for f in notes if "HOME, USER and LOGNAME" in f.problem} == \
+        {"[program:named] user", "[program:numbered] user"}
+
+
+def unnamed_uid() -> int:
+    """A uid with no name in this machine's user database."""
+    return next(u for u in range(2**31 - 2, 2**31 - 100, -1) if not _named(u))
+
+
+def _named(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
 
 
 def test_autorestart_false_gives_never_and_exit_codes_do_not_matter(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from backend.model import (
     Readiness,
     ReadyKind,
     RestartMode,
+    RunAs,
     Stack,
     StartLimit,
     StopSpec,
@@ -31,6 +32,9 @@ _TEXT = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("
                 max_size=20)
 _SECONDS = st.floats(min_value=0.001, max_value=1e6, allow_nan=False, allow_infinity=False)
 _ENV_KEY = _TEXT.filter(lambda k: k != "" and "=" not in k)
+_RUN_AS = [RunAs(), RunAs(user="root", umask=0), RunAs(umask=0o777),
+           RunAs(user="www", group="web", supplementary_groups=("ssl-cert", "a.b"),
+                 umask=0o027)]
 
 
 @st.composite
@@ -53,7 +57,8 @@ def _apps(draw: st.DrawFn, stack: str, name: str) -> App:
         start_limit=StartLimit(burst=draw(st.integers(1, 100)), interval=draw(_SECONDS)),
         ready=ready, health=health,
         stop=StopSpec(signal=draw(st.sampled_from(["TERM", "INT", "QUIT", "HUP"])),
-                      timeout=draw(_SECONDS), kill_after=draw(_SECONDS)))
+                      timeout=draw(_SECONDS), kill_after=draw(_SECONDS)),
+        run_as=draw(st.sampled_from(_RUN_AS)))
 
 
 @st.composite
@@ -114,3 +119,11 @@ def test_ready_kind_is_written_with_its_fields() -> None:
               ready=Readiness(kind=ReadyKind.DELAY, delay=1.5))
     text = render_toml(Config(stacks={"s": Stack("s", {"a": app})}), {})
     assert 'ready = { kind = "delay", delay = 1.5 }' in text
+
+
+def test_who_the_app_runs_as_is_written_with_an_octal_umask() -> None:
+    app = App(name="a", stack="s", command=("x",),
+              run_as=RunAs(user="www", group="web", umask=0o22))
+    text = render_toml(Config(stacks={"s": Stack("s", {"a": app})}), {})
+    assert 'command = ["x"]\nuser = "www"\ngroup = "web"\numask = "0022"\n' in text
+    assert parse_config(text, "t").stacks["s"].apps["a"].run_as == app.run_as
