@@ -260,7 +260,8 @@ class Api:
                 "last_outcome": str(inst.last_outcome) if inst.last_outcome else None,
                 "reason": explain.reason(inst),
                 "log_dropped": None if dropped is None
-                else dropped.get((inst.app.stack, inst.app.name), 0), **usage}
+                else dropped.get((inst.app.stack, inst.app.name), 0),
+                "unrecorded": inst.launch_key in self.gen.owner_uncertain, **usage}
 
     def _usage(self, pid: int | None, ticks: int | None,
                measured: dict[tuple[int, int], Any] | None) -> dict[str, Any]:

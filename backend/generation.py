@@ -84,6 +84,7 @@ class Generation:
         self.adoption = Adoption()
         self.link = Link(since=time.time(), seen=time.time())
         self.log_dropped: dict[tuple[str, str], int] | None = None  # None: owner can't say
+        self.owner_uncertain: frozenset[str] = frozenset()   # launches it could not record
         self._repairs: set[asyncio.Task[None]] = set()
         self.ready = False
         self.draining = False
@@ -301,6 +302,9 @@ class Generation:
         dropped = status.get("log_dropped")
         self.log_dropped = None if not isinstance(dropped, dict) else {
             (k.partition("/")[0], k.partition("/")[2]): n for k, n in dropped.items()}
+        uncertain = status.get("uncertain")
+        self.owner_uncertain = frozenset(k for k in uncertain if isinstance(k, str)) \
+            if isinstance(uncertain, list) else frozenset()
 
     async def _persist_loop(self) -> None:
         """Save dirty instances and acknowledge the observations processed so far."""

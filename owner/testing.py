@@ -27,7 +27,26 @@ from protocol.grant import Grant, public_key_text
 from .journal import READ_LIMIT_MAX, Journal, LogRecord
 from .paths import OwnerPaths
 
-__all__ = ["GuardianKey", "OwnerProcess", "read_all", "scratch_group"]
+__all__ = ["DISK_FULL", "GuardianKey", "OwnerProcess", "read_all", "scratch_group"]
+
+
+# A preload for OwnerProcess: while $TENURE_TEST_HOME/disk-full exists, recording a
+# launch as running or exited fails as a full disk would.
+DISK_FULL = """
+import os, sqlite3
+from owner import store
+
+def _failing(name):
+    real = getattr(store.OwnerStore, name)
+    def write(self, key, *args, **kw):
+        if os.path.exists(os.path.join(os.environ["TENURE_TEST_HOME"], "disk-full")):
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, key, *args, **kw)
+    setattr(store.OwnerStore, name, write)
+
+_failing("mark_running")
+_failing("mark_exited")
+"""
 
 
 @dataclass

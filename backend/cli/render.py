@@ -37,6 +37,11 @@ def status(st: dict[str, Any]) -> str:
     if dropped:
         tail += "\nlog lines dropped (the owner's journal queue was full): " + \
             ", ".join(f"{app} {n}" for app, n in sorted(dropped.items()))
+    unrecorded = [r["key"] for r in st["apps"] if r.get("unrecorded")]
+    if unrecorded:
+        tail += "\n" + paint("launches the owner could not record (a storage error; they "
+                             "are watched, see `tenure owner status`): ", "red") + \
+            ", ".join(unrecorded)
     tail += _jobs_line(st.get("jobs") or {})
     tail += _sockets_lines(st.get("sockets") or [], st.get("fd_store") or [])
     if not rows:
@@ -151,6 +156,9 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("detail", "detail", lambda r: _detail(r) or "-"),
     ("pid", "pid", lambda r: value(r["pid"])),
     ("launch_key", "launch key", lambda r: value(r["launch_key"])),
+    ("unrecorded", "owner's record", lambda r: paint(
+        "NOT WRITTEN (storage error; watched all the same)", "red") if r["unrecorded"]
+     else "written"),
     ("uptime", "uptime", lambda r: dur(r["uptime"])),
     ("restarts", "restarts", lambda r: str(r["restarts"])),
     ("ready", "ready", lambda r: value(r["ready"])),

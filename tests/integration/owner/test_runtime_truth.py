@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from owner.testing import GuardianKey, OwnerProcess
+from owner.testing import DISK_FULL, GuardianKey, OwnerProcess
 from protocol.errors import NotFound
 from protocol.procfs import children, read_stat, start_ticks
 
@@ -175,21 +175,6 @@ def test_owner_shutdown_stops_descendants_that_outlived_their_leader(short_home)
 
 # The store fails every write of a launch's state while ``disk-full`` exists in the home
 # (as SQLite does when the disk is full), in the real owner process.
-DISK_FULL = """
-import os, sqlite3
-from owner import store
-
-def _failing(name):
-    real = getattr(store.OwnerStore, name)
-    def write(self, key, *args, **kw):
-        if os.path.exists(os.path.join(os.environ["TENURE_TEST_HOME"], "disk-full")):
-            raise sqlite3.OperationalError("database or disk is full")
-        return real(self, key, *args, **kw)
-    setattr(store.OwnerStore, name, write)
-
-_failing("mark_running")
-_failing("mark_exited")
-"""
 
 
 @pytest.fixture

@@ -154,3 +154,36 @@ def test_the_running_backend_never_adopts_a_new_owner(cluster):
     cluster.wait(lambda: cluster.backend_pid() != old_backend, 60, "a new generation")
     cluster.wait_ready(2, timeout=60)
     assert cluster.cli("status").code == 0
+
+
+def test_a_launch_the_owner_could_not_record_is_shown_and_still_watched(cluster):
+    """The owner's disk fills as an app is restarted: the process runs and is watched,
+    and status and inspect say the owner's record of it is not written."""
+    from owner.testing import DISK_FULL, OwnerProcess
+    os.environ["TENURE_TEST_HOME"] = str(cluster.home)     # read by the owner's preload
+    try:
+        owner = OwnerProcess(cluster.home, preload=DISK_FULL).start()
+    finally:
+        del os.environ["TENURE_TEST_HOME"]
+    try:
+        cluster.up(CONFIG)
+        cluster.wait_ready(2)
+        (cluster.home / "disk-full").touch()
+        cluster.cli("restart", "s/sleeper/0", check=True)
+
+        def flagged() -> bool:
+            return cluster.apps()["s/sleeper/0"]["unrecorded"] is True
+        cluster.wait(flagged, 10, "status flagging the unrecorded launch")
+        apps = cluster.apps()
+        assert apps["s/sleeper/0"]["ready"] and not apps["s/sleeper/1"]["unrecorded"]
+        assert "could not record" in cluster.cli_text("status") and \
+            "s/sleeper/0" in cluster.cli_text("status").split("could not record")[1]
+        assert "NOT WRITTEN" in cluster.cli_text("inspect", "s/sleeper/0")
+        (cluster.home / "disk-full").unlink()   # room again: the exit is written
+        cluster.cli("stop", "s/sleeper/0", check=True)
+        cluster.wait(lambda: not cluster.apps()["s/sleeper/0"]["unrecorded"], 10,
+                     "the flag clearing once the exit was written")
+    finally:
+        cluster.down()
+        owner.proc.wait(30)
+        owner.proc.stdout.close()
