@@ -2,8 +2,8 @@
 
 Each adapter runs one session through the suite's own ``run_session`` with tiny counts:
 3 programs start, the status CLI answers, one program is killed and restarted, the
-control plane is replaced, and the documented stop leaves nothing behind. Any scenario
-error fails the test. A peer that cannot be installed on this machine is skipped with
+control plane is replaced, and the documented stop exits 0 and leaves nothing behind.
+Any scenario error fails the test. A peer that cannot be installed on this machine is skipped with
 the reason; with ``TENURE_BENCH_PEERS=required`` (as in CI) that fails instead.
 """
 
@@ -67,5 +67,7 @@ def test_adapter_runs_every_session_scenario(name: str, bench_tmp: Path) -> None
     assert len(out["restart"]["samples_ms"]) == 1
     # tenure replaces its backend under running programs; each peer restarts all of them
     assert out["replace"]["pids_changed"] == (0 if name == "tenure" else N)
-    assert out["stop"] == {"error": None, "swept": []}, "the documented stop left processes"
+    assert out["stop"]["exit_status"] == 0, f"the documented stop failed: {out['stop']}"
+    assert out["stop"] == {"error": None, "exit_status": 0, "swept": []}, \
+        "the documented stop left processes"
     assert {"start", "status", "replace", "stop", "query"} <= set(out["commands"])

@@ -16,7 +16,7 @@ def scenario_runs(status_ms: list[float]) -> list[dict[str, Any]]:
              "replace": {"cmd_s": 1.0, "all_running_again_s": 1.1, "pids_changed": 0,
                          "programs": 50, "daemon_pid_changed": False},
              "commands": {"status": "/tmp/tb-abc/x-50/bin status"},
-             "stop": {"error": None, "swept": []}} for ms in status_ms]
+             "stop": {"error": None, "exit_status": 0, "swept": []}} for ms in status_ms]
 
 
 def logs_runs() -> list[dict[str, Any]]:
