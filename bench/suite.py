@@ -48,8 +48,10 @@ from bench.peers import install  # noqa: E402
 from bench.peers.base import (  # noqa: E402
     ScenarioTimeout,
     Supervisor,
+    gone,
     remove_tree,
     tree_rss,
+    wait_until,
     write_log_writer,
     writer_times,
 )
@@ -165,6 +167,27 @@ def sc_restart(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
             "max_ms": 1000 * max(samples), "samples_ms": [1000 * s for s in samples]}
 
 
+def sc_restart_cmd(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The documented restart of one program: seconds until its new pid is reported (the
+    old one gone), and how many of the other programs' pids changed (should be none)."""
+    _, before = poll_all(sup, n, cfg["scenario_timeout"])
+    name, old = sup.names[-1], before[sup.names[-1]]
+    t0 = time.perf_counter()
+    sup.restart_program(name, cfg["scenario_timeout"])
+    cmd_s = time.perf_counter() - t0
+
+    def replaced() -> bool:
+        new = sup.pid_of(name)
+        return new is not None and new != old and psutil.pid_exists(new) and gone(old)
+
+    wait_until(replaced, cfg["scenario_timeout"], 0.002, f"{name} restarted by command")
+    new_pid_s = time.perf_counter() - t0
+    _, after = poll_all(sup, n, cfg["scenario_timeout"])
+    changed = sum(1 for k, pid in before.items() if k != name and after.get(k) != pid)
+    return {"cmd_s": cmd_s, "new_pid_s": new_pid_s, "program": name,
+            "pid_changed": after[name] != old, "others_changed": changed}
+
+
 def sc_replace(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
     _, before = poll_all(sup, n, cfg["scenario_timeout"])
     daemon_before = sup.own_pids()[:1]
@@ -258,7 +281,7 @@ def _writer_once(workdir: Path, lines: int) -> float:
 # -- orchestration ----------------------------------------------------------------------
 SESSION: list[tuple[str, Callable[[Supervisor, int, dict[str, Any]], dict[str, Any]]]] = [
     ("start", sc_start), ("memory", sc_memory), ("status", sc_status),
-    ("restart", sc_restart), ("replace", sc_replace),
+    ("restart", sc_restart), ("restart_cmd", sc_restart_cmd), ("replace", sc_replace),
 ]
 
 
@@ -275,7 +298,8 @@ def run_scenario(fn: Callable[[], dict[str, Any]], timeout: float) -> dict[str, 
 
 
 def run_session(name: str, n: int, tmp: Path, cfg: dict[str, Any]) -> dict[str, Any]:
-    """One supervisor with n programs: start, memory, status, restart, replace."""
+    """One supervisor with n programs: start, memory, status, restart (kill -9 and by
+    command), replace."""
     sup = load_adapter(name)
     workdir = tmp / f"{name}-{n}"
     workdir.mkdir()  # removed when the session ends: the next repetition reuses the name

@@ -270,6 +270,7 @@ FINAL_METHODS = {
     "record": "shown_env",
     "run_step": "shown_env",
     "status_cli": "status_argv",
+    "restart_program": "restart_argv",
     "stop": "stop_supervisor",
 }
 
@@ -363,6 +364,15 @@ class Supervisor(abc.ABC):
     def status_cli(self) -> list[str]:
         """The recorded and checked status command: what the status scenario runs."""
         return self.record("status", self.status_argv())
+
+    @abc.abstractmethod
+    def restart_argv(self, name: str) -> list[str]:
+        """argv of the documented command that restarts the one program ``name``."""
+
+    @final
+    def restart_program(self, name: str, timeout: float) -> None:
+        """Run the recorded restart command for ``name``; return when it returned."""
+        self.run_step("restart", self.restart_argv(name), timeout)
 
     @abc.abstractmethod
     def own_pids(self) -> list[int]:

@@ -241,6 +241,10 @@ gets the same programs in its own config, its control socket in a private temp d
 - **status**: wall time of the CLI status command, run repeatedly.
 - **restart**: `kill -9` of one program's pid, then time until the supervisor reports a new
   pid for it (polled every 2 ms through its API); median over several programs.
+- **restart by command**: the documented restart of one program (`tenure restart
+  STACK/APP/N`, `supervisorctl restart`, `circusctl restart --waiting`, `pm2 restart`);
+  then the time until its new pid is reported and how many other programs' pids changed
+  (none should). Kept in the results JSON (`restart_cmd`), not tabulated.
 - **control-plane replacement**: the documented way to restart the daemon
   (`supervisorctl reload`, `circusctl restart`, `pm2 update`); then how many of the N
   program pids changed and the time until all N run again (a state is accepted once it

@@ -1,10 +1,12 @@
 """Smoke test of the benchmark harness (bench/suite.py) with every registered adapter.
 
 Each adapter runs one session through the suite's own ``run_session`` with tiny counts:
-3 programs start, the status CLI answers, one program is killed and restarted, the
+3 programs start, the status CLI answers, one program is killed and restarted, another
+is restarted by the documented command (a new pid for it, the same for the others), the
 control plane is replaced, and the documented stop exits 0 and leaves nothing behind.
-Any scenario error fails the test. A peer that cannot be installed on this machine is skipped with
-the reason; with ``TENURE_BENCH_PEERS=required`` (as in CI) that fails instead.
+Any scenario error fails the test. A peer that cannot be installed on this machine is
+skipped with the reason; with ``TENURE_BENCH_PEERS=required`` (as in CI) that fails
+instead.
 """
 
 from __future__ import annotations
@@ -65,9 +67,11 @@ def test_adapter_runs_every_session_scenario(name: str, bench_tmp: Path) -> None
     assert out["memory"]["processes"] >= 1 and out["memory"]["rss_mib"] > 0
     assert out["status"]["runs"] == 2 and out["status"]["exit_codes"] == [0]
     assert len(out["restart"]["samples_ms"]) == 1
+    by_cmd = out["restart_cmd"]
+    assert (by_cmd["pid_changed"], by_cmd["others_changed"]) == (True, 0), by_cmd
     # tenure replaces its backend under running programs; each peer restarts all of them
     assert out["replace"]["pids_changed"] == (0 if name == "tenure" else N)
     assert out["stop"]["exit_status"] == 0, f"the documented stop failed: {out['stop']}"
     assert out["stop"] == {"error": None, "exit_status": 0, "swept": []}, \
         "the documented stop left processes"
-    assert {"start", "status", "replace", "stop", "query"} <= set(out["commands"])
+    assert {"start", "status", "restart", "replace", "stop", "query"} <= set(out["commands"])

@@ -58,6 +58,16 @@ def test_start_runs_the_command_it_records(name: str, ran: list[list[str]]) -> N
     assert sup.commands["start"].endswith(shlex.join(argv))
 
 
+@pytest.mark.parametrize("name", list(ADAPTERS))
+def test_restart_program_runs_the_command_it_records(name: str, ran: list[list[str]]) -> None:
+    sup = adapter(name)
+    sup.restart_program("p002", 5)
+    assert ran == [sup.restart_argv("p002")]
+    assert "p002" in ran[0] or "bench/p002/0" in ran[0]
+    assert sup.commands["restart"] == shown(sup, ran[0])
+    assert sup.exit_statuses["restart"] == 0
+
+
 def test_run_step_keeps_the_exit_status_and_raises_with_check(ran: list[list[str]]) -> None:
     sup = adapter("supervisord")
     EXIT["status"] = 3
