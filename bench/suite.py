@@ -84,13 +84,14 @@ def load_adapter(name: str) -> Supervisor:
     return sup
 
 
-def _cleanup() -> None:
+def stop_active() -> None:
+    """Stop every adapter still loaded (after an interrupted session, say)."""
     while _ACTIVE:
         _ACTIVE.pop().stop()
 
 
 def _on_signal(signum: int, _frame: object) -> None:
-    _cleanup()
+    stop_active()
     raise SystemExit(128 + signum)
 
 
@@ -98,19 +99,37 @@ class HardTimeout(BaseException):
     """Raised by SIGALRM; a BaseException so that no polling loop swallows it."""
 
 
+class DeadlinePassed(BaseException):
+    """An enclosing deadline (a whole test, say) ran out. run_scenario does not catch it:
+    it ends the session instead of becoming one scenario's error."""
+
+
 @contextlib.contextmanager
-def bounded(seconds: float) -> Iterator[None]:
-    """Hard cap on one scenario: SIGALRM raises HardTimeout."""
+def bounded(seconds: float, what: str = "scenario",
+            exc: type[BaseException] = HardTimeout) -> Iterator[None]:
+    """Hard cap: SIGALRM raises ``exc`` after ``seconds``.
+
+    Nests: inside a bound that runs out first this one changes nothing; otherwise the
+    enclosing bound is re-armed with its remaining time on exit (at once if it is due).
+    """
+    outer = signal.getitimer(signal.ITIMER_REAL)[0]
+    if outer and outer <= seconds:
+        yield
+        return
+
     def fire(_s: int, _f: object) -> None:
-        raise HardTimeout(f"scenario exceeded {seconds:.0f} s")
+        raise exc(f"{what} exceeded {seconds:.0f} s")
 
     old = signal.signal(signal.SIGALRM, fire)
+    t0 = time.monotonic()
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3))
 
 
 def pctl(values: list[float], q: float) -> float:
@@ -395,7 +414,7 @@ def run_all(names: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
             print(f"repetition {i + 1} of {cfg['repeat']}", flush=True)
             reps.append(run_repetition(names, tmp, cfg, raw))
     finally:
-        _cleanup()
+        stop_active()
         remove_tree(tmp)
     result["machine"]["load_avg_at_end"] = os.getloadavg()
     result["repetitions"] = reps
@@ -502,7 +521,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown adapters: {unknown}; known: {sorted(ADAPTERS)}")
     cfg = config(args)
-    atexit.register(_cleanup)
+    atexit.register(stop_active)
     signal.signal(signal.SIGTERM, _on_signal)
     result = run_all(names, cfg)
     failed = aggregate.failures(result["supervisors"])

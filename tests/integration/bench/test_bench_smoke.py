@@ -7,6 +7,10 @@ control plane is replaced, and the documented stop exits 0 and leaves nothing be
 Any scenario error fails the test. A peer that cannot be installed on this machine is
 skipped with the reason; with ``TENURE_BENCH_PEERS=required`` (as in CI) that fails
 instead.
+
+Waits are sized for 3 programs (the longest, circus noticing a kill -9, takes up to its
+5 s check_delay), and each adapter's session has a hard deadline: a hang fails with a
+message instead of holding the run. The four sessions take 25 to 30 s on 2 CPUs.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +30,9 @@ from bench.peers.base import remove_tree
 
 N = 3
 TINY = {"ns": [N], "status_runs": 2, "restart_repeats": 1, "log_lines": 1000,
-        "scenario_timeout": 30.0, "settle_s": 0.3}
+        "scenario_timeout": 15.0, "settle_s": 0.3}
+# a hang guard, not a performance bound: one session takes 3 to 12 s on 2 CPUs
+DEADLINE_S = 60.0
 SCENARIOS = [name for name, _ in suite.SESSION]
 
 
@@ -55,10 +62,21 @@ def bench_tmp() -> Iterator[Path]:
         remove_tree(path)
 
 
+def _session(name: str, tmp: Path) -> dict[str, Any]:
+    """suite.run_session under DEADLINE_S; whatever the deadline interrupted is stopped."""
+    try:
+        with suite.bounded(DEADLINE_S, f"{name} session", suite.DeadlinePassed):
+            return suite.run_session(name, N, tmp, TINY)
+    except suite.DeadlinePassed as exc:
+        pytest.fail(f"{exc}, its hard deadline: it hung (it takes seconds when it works)")
+    finally:
+        suite.stop_active()
+
+
 @pytest.mark.parametrize("name", list(suite.ADAPTERS))
 def test_adapter_runs_every_session_scenario(name: str, bench_tmp: Path) -> None:
     _install_or_skip(name)
-    out = suite.run_session(name, N, bench_tmp, TINY)
+    out = _session(name, bench_tmp)
 
     errors = {s: out[s]["error"] for s in SCENARIOS if "error" in out.get(s, {})}
     assert not errors, f"{name} scenarios failed: {errors}"

@@ -1,9 +1,11 @@
-"""bench/suite.py: the restart-by-command scenario on a fake supervisor."""
+"""bench/suite.py: nested hard bounds, and the restart-by-command scenario on a fake."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +15,34 @@ from bench import suite
 from bench.peers import base
 
 CFG = {"scenario_timeout": 5.0}
+
+
+def test_a_bound_raises_once_its_time_is_up_and_leaves_no_timer() -> None:
+    with pytest.raises(suite.HardTimeout, match="scenario exceeded"), suite.bounded(0.05):
+        time.sleep(2)
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
+def test_an_inner_bound_fires_first_and_the_outer_is_rearmed() -> None:
+    t0 = time.monotonic()
+    outer = suite.bounded(0.4, "test", suite.DeadlinePassed)
+    with pytest.raises(suite.DeadlinePassed, match="test exceeded"), outer:
+        with pytest.raises(suite.HardTimeout), suite.bounded(0.05):
+            time.sleep(2)
+        time.sleep(2)
+    assert 0.35 < time.monotonic() - t0 < 1.5
+
+
+def sleeps() -> dict[str, Any]:
+    time.sleep(2)
+    return {}
+
+
+def test_an_outer_deadline_due_first_is_not_a_scenario_error() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(suite.DeadlinePassed), suite.bounded(0.1, "test", suite.DeadlinePassed):
+        suite.run_scenario(sleeps, 10)
+    assert time.monotonic() - t0 < 1.5
 
 
 class Fake(base.Supervisor):
