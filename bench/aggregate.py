@@ -103,6 +103,7 @@ def merge_session(runs: list[dict[str, Any]]) -> dict[str, Any]:
     stops = [r.get("stop", {}) for r in runs]
     errors = [str(s["error"]) for s in stops if s.get("error")]
     out["stop"] = {"error": "; ".join(errors) or None,
+                   "exit_statuses": [s.get("exit_status") for s in stops],
                    "swept": _concat([s.get("swept", []) for s in stops])}
     return out
 

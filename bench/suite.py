@@ -48,8 +48,10 @@ from bench.peers import install  # noqa: E402
 from bench.peers.base import (  # noqa: E402
     ScenarioTimeout,
     Supervisor,
+    gone,
     remove_tree,
     tree_rss,
+    wait_until,
     write_log_writer,
     writer_times,
 )
@@ -82,13 +84,14 @@ def load_adapter(name: str) -> Supervisor:
     return sup
 
 
-def _cleanup() -> None:
+def stop_active() -> None:
+    """Stop every adapter still loaded (after an interrupted session, say)."""
     while _ACTIVE:
         _ACTIVE.pop().stop()
 
 
 def _on_signal(signum: int, _frame: object) -> None:
-    _cleanup()
+    stop_active()
     raise SystemExit(128 + signum)
 
 
@@ -96,19 +99,37 @@ class HardTimeout(BaseException):
     """Raised by SIGALRM; a BaseException so that no polling loop swallows it."""
 
 
+class DeadlinePassed(BaseException):
+    """An enclosing deadline (a whole test, say) ran out. run_scenario does not catch it:
+    it ends the session instead of becoming one scenario's error."""
+
+
 @contextlib.contextmanager
-def bounded(seconds: float) -> Iterator[None]:
-    """Hard cap on one scenario: SIGALRM raises HardTimeout."""
+def bounded(seconds: float, what: str = "scenario",
+            exc: type[BaseException] = HardTimeout) -> Iterator[None]:
+    """Hard cap: SIGALRM raises ``exc`` after ``seconds``.
+
+    Nests: inside a bound that runs out first this one changes nothing; otherwise the
+    enclosing bound is re-armed with its remaining time on exit (at once if it is due).
+    """
+    outer = signal.getitimer(signal.ITIMER_REAL)[0]
+    if outer and outer <= seconds:
+        yield
+        return
+
     def fire(_s: int, _f: object) -> None:
-        raise HardTimeout(f"scenario exceeded {seconds:.0f} s")
+        raise exc(f"{what} exceeded {seconds:.0f} s")
 
     old = signal.signal(signal.SIGALRM, fire)
+    t0 = time.monotonic()
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3))
 
 
 def pctl(values: list[float], q: float) -> float:
@@ -163,6 +184,27 @@ def sc_restart(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
         samples.append(sup.kill_one_and_wait_restart(name, cfg["scenario_timeout"]))
     return {"median_ms": 1000 * statistics.median(samples),
             "max_ms": 1000 * max(samples), "samples_ms": [1000 * s for s in samples]}
+
+
+def sc_restart_cmd(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The documented restart of one program: seconds until its new pid is reported (the
+    old one gone), and how many of the other programs' pids changed (should be none)."""
+    _, before = poll_all(sup, n, cfg["scenario_timeout"])
+    name, old = sup.names[-1], before[sup.names[-1]]
+    t0 = time.perf_counter()
+    sup.restart_program(name, cfg["scenario_timeout"])
+    cmd_s = time.perf_counter() - t0
+
+    def replaced() -> bool:
+        new = sup.pid_of(name)
+        return new is not None and new != old and psutil.pid_exists(new) and gone(old)
+
+    wait_until(replaced, cfg["scenario_timeout"], 0.002, f"{name} restarted by command")
+    new_pid_s = time.perf_counter() - t0
+    _, after = poll_all(sup, n, cfg["scenario_timeout"])
+    changed = sum(1 for k, pid in before.items() if k != name and after.get(k) != pid)
+    return {"cmd_s": cmd_s, "new_pid_s": new_pid_s, "program": name,
+            "pid_changed": after[name] != old, "others_changed": changed}
 
 
 def sc_replace(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -258,7 +300,7 @@ def _writer_once(workdir: Path, lines: int) -> float:
 # -- orchestration ----------------------------------------------------------------------
 SESSION: list[tuple[str, Callable[[Supervisor, int, dict[str, Any]], dict[str, Any]]]] = [
     ("start", sc_start), ("memory", sc_memory), ("status", sc_status),
-    ("restart", sc_restart), ("replace", sc_replace),
+    ("restart", sc_restart), ("restart_cmd", sc_restart_cmd), ("replace", sc_replace),
 ]
 
 
@@ -275,7 +317,8 @@ def run_scenario(fn: Callable[[], dict[str, Any]], timeout: float) -> dict[str, 
 
 
 def run_session(name: str, n: int, tmp: Path, cfg: dict[str, Any]) -> dict[str, Any]:
-    """One supervisor with n programs: start, memory, status, restart, replace."""
+    """One supervisor with n programs: start, memory, status, restart (kill -9 and by
+    command), replace."""
     sup = load_adapter(name)
     workdir = tmp / f"{name}-{n}"
     workdir.mkdir()  # removed when the session ends: the next repetition reuses the name
@@ -371,7 +414,7 @@ def run_all(names: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
             print(f"repetition {i + 1} of {cfg['repeat']}", flush=True)
             reps.append(run_repetition(names, tmp, cfg, raw))
     finally:
-        _cleanup()
+        stop_active()
         remove_tree(tmp)
     result["machine"]["load_avg_at_end"] = os.getloadavg()
     result["repetitions"] = reps
@@ -478,7 +521,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown adapters: {unknown}; known: {sorted(ADAPTERS)}")
     cfg = config(args)
-    atexit.register(_cleanup)
+    atexit.register(stop_active)
     signal.signal(signal.SIGTERM, _on_signal)
     result = run_all(names, cfg)
     failed = aggregate.failures(result["supervisors"])

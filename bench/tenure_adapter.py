@@ -98,6 +98,9 @@ class Tenure(Supervisor):
     def status_argv(self) -> list[str]:
         return self._cli("status")
 
+    def restart_argv(self, name: str) -> list[str]:
+        return self._cli("restart", f"bench/{name}/0")
+
     def replace_control_plane(self) -> None:
         with Client(self.layout.guardian_sock, pin=False) as g:
             release = g.call("status")["selector"]["current"]

@@ -270,6 +270,7 @@ FINAL_METHODS = {
     "record": "shown_env",
     "run_step": "shown_env",
     "status_cli": "status_argv",
+    "restart_program": "restart_argv",
     "stop": "stop_supervisor",
 }
 
@@ -298,6 +299,7 @@ class Supervisor(abc.ABC):
         self.workdir = Path()
         self.names: list[str] = []
         self.commands: dict[str, str] = {}
+        self.exit_statuses: dict[str, int] = {}
         self.stop_report: dict[str, Any] = {}
 
     # -- configuration ------------------------------------------------------------------
@@ -326,17 +328,20 @@ class Supervisor(abc.ABC):
         """Stop the supervisor and everything it started. Idempotent; safe after failure.
 
         Runs :meth:`stop_supervisor`, then kills whatever still carries this run's token.
-        ``stop_report`` keeps the stop command's error (or None) and the swept pids:
-        non-empty means the documented stop left processes behind.
+        ``stop_report`` keeps the stop command's error (or None), its exit status (None
+        when it did not run or did not finish) and the swept pids: non-empty means the
+        documented stop left processes behind.
         """
         error = None
+        self.exit_statuses.pop("stop", None)
         try:
             self.stop_supervisor()
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         finally:
             swept = sweep(self.token, settle=STOP_SETTLE_S)
-        self.stop_report = {"error": error, "swept": swept}
+        self.stop_report = {"error": error, "exit_status": self.exit_statuses.get("stop"),
+                            "swept": swept}
 
     @abc.abstractmethod
     def replace_control_plane(self) -> None:
@@ -359,6 +364,15 @@ class Supervisor(abc.ABC):
     def status_cli(self) -> list[str]:
         """The recorded and checked status command: what the status scenario runs."""
         return self.record("status", self.status_argv())
+
+    @abc.abstractmethod
+    def restart_argv(self, name: str) -> list[str]:
+        """argv of the documented command that restarts the one program ``name``."""
+
+    @final
+    def restart_program(self, name: str, timeout: float) -> None:
+        """Run the recorded restart command for ``name``; return when it returned."""
+        self.run_step("restart", self.restart_argv(name), timeout)
 
     @abc.abstractmethod
     def own_pids(self) -> list[int]:
@@ -425,9 +439,15 @@ class Supervisor(abc.ABC):
                  check: bool = True) -> subprocess.CompletedProcess[str]:
         """Record and run one of the scenario's commands (start, replace, stop, ...).
 
-        Raises what :meth:`record` raises; with ``check`` also CalledProcessError.
+        Its exit status is kept in ``exit_statuses[key]``. Raises what :meth:`record`
+        raises; with ``check`` also CalledProcessError.
         """
-        return run(self.record(key, argv), self.cli_env(), timeout=timeout, check=check)
+        argv = self.record(key, argv)
+        proc = run(argv, self.cli_env(), timeout=timeout, check=False)
+        self.exit_statuses[key] = proc.returncode
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr)
+        return proc
 
     # -- measurements shared by all adapters ---------------------------------------------
     def kill_one_and_wait_restart(self, name: str, timeout: float) -> float:

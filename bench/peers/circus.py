@@ -84,6 +84,9 @@ loglevel = WARNING
     def status_argv(self) -> list[str]:
         return self._ctl("status")
 
+    def restart_argv(self, name: str) -> list[str]:
+        return self._ctl("restart", name, "--waiting")
+
     def replace_control_plane(self) -> None:
         self.run_step("replace", self._ctl("restart"), 180)
 

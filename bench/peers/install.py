@@ -3,8 +3,10 @@
 - bench/.peers/py    a venv with supervisor, circus, psutil and matplotlib (PyPI)
 - bench/.peers/node  pm2 from the npm registry (`npm install --prefix ... pm2@VERSION`)
 
-Idempotent: a prefix whose recorded versions match the pins is left alone.
-Writes bench/.peers/versions.json. Usage: python bench/peers/install.py [--force]
+Idempotent: a prefix whose recorded versions match the pins is left alone. Needs node
+and npm on PATH (`./dev peers` installs them from apt), and exits before installing
+anything without them. Writes bench/.peers/versions.json.
+Usage: python bench/peers/install.py [--force]
 """
 
 from __future__ import annotations
@@ -114,6 +116,17 @@ def install_npm(force: bool) -> dict[str, str]:
 
 # what each benchmark adapter needs installed; tenure is the checkout itself
 PEER_PREFIXES = {"supervisord": install_py, "circus": install_py, "pm2": install_npm}
+# pm2 and its query helper run on node; npm installs pm2
+NODE_TOOLS = ("node", "npm")
+
+
+def missing_tools() -> str | None:
+    """What to install for pm2 when node or npm is not on PATH, else None."""
+    missing = [t for t in NODE_TOOLS if shutil.which(t) is None]
+    if not missing:
+        return None
+    return (f"{' and '.join(missing)} not on PATH: pm2 needs Node.js and npm "
+            "(Debian: apt-get install nodejs npm; ./dev bench installs them)")
 
 
 def ensure_peer(name: str) -> None:
@@ -125,8 +138,8 @@ def ensure_peer(name: str) -> None:
     installer = PEER_PREFIXES.get(name)
     if installer is None:
         return
-    if name == "pm2" and shutil.which("node") is None:
-        raise FileNotFoundError("node is not on PATH (pm2 and its query helper need it)")
+    if name == "pm2" and (missing := missing_tools()):
+        raise FileNotFoundError(missing)
     installer(False)
 
 
@@ -138,7 +151,12 @@ def tool_versions() -> dict[str, str]:
 
 
 def ensure(force: bool = False) -> dict[str, object]:
-    """Install (if needed) and return the recorded versions."""
+    """Install (if needed) and return the recorded versions.
+
+    Exits first, installing nothing, when node or npm is missing: every peer is needed.
+    """
+    if missing := missing_tools():
+        raise SystemExit(f"cannot install the benchmark peers: {missing}")
     record: dict[str, object] = {
         "python": install_py(force),
         "npm": install_npm(force),

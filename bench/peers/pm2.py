@@ -83,6 +83,9 @@ class Pm2(Supervisor):
     def status_argv(self) -> list[str]:
         return self._cli("status")
 
+    def restart_argv(self, name: str) -> list[str]:
+        return self._cli("restart", name)
+
     def _close_helper(self) -> None:
         if self.helper is not None:
             self.helper.close()

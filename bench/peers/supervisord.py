@@ -113,6 +113,9 @@ serverurl=unix://{w}/supervisor.sock
     def status_argv(self) -> list[str]:
         return self._ctl("status")
 
+    def restart_argv(self, name: str) -> list[str]:
+        return self._ctl("restart", name)
+
     def replace_control_plane(self) -> None:
         self.run_step("replace", self._ctl("reload"), 120)
 

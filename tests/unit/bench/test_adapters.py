@@ -23,15 +23,19 @@ def adapter(name: str) -> base.Supervisor:
     return sup
 
 
+EXIT = {"status": 0}  # what every faked command exits with
+
+
 @pytest.fixture
 def ran(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """argv of every command run through run_step, in order; each 'succeeds'."""
+    """argv of every command run through run_step, in order; each exits EXIT["status"]."""
     calls: list[list[str]] = []
+    monkeypatch.setitem(EXIT, "status", 0)
 
     def fake_run(argv: Any, env: dict[str, str], timeout: float = 60,
                  check: bool = True) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
-        return subprocess.CompletedProcess(argv, 0, "", "")
+        return subprocess.CompletedProcess(argv, EXIT["status"], "", "oops")
 
     monkeypatch.setattr(base, "run", fake_run)
     return calls
@@ -52,6 +56,27 @@ def test_start_runs_the_command_it_records(name: str, ran: list[list[str]]) -> N
     argv = ran[0]
     assert isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
     assert sup.commands["start"].endswith(shlex.join(argv))
+
+
+@pytest.mark.parametrize("name", list(ADAPTERS))
+def test_restart_program_runs_the_command_it_records(name: str, ran: list[list[str]]) -> None:
+    sup = adapter(name)
+    sup.restart_program("p002", 5)
+    assert ran == [sup.restart_argv("p002")]
+    assert "p002" in ran[0] or "bench/p002/0" in ran[0]
+    assert sup.commands["restart"] == shown(sup, ran[0])
+    assert sup.exit_statuses["restart"] == 0
+
+
+def test_run_step_keeps_the_exit_status_and_raises_with_check(ran: list[list[str]]) -> None:
+    sup = adapter("supervisord")
+    EXIT["status"] = 3
+    assert sup.run_step("stop", ["supervisorctl", "shutdown"], 1, check=False).returncode == 3
+    assert sup.exit_statuses == {"stop": 3}
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        sup.run_step("start", ["supervisord"], 1)
+    assert (info.value.returncode, info.value.stderr) == (3, "oops")
+    assert sup.exit_statuses == {"stop": 3, "start": 3}
 
 
 @pytest.mark.parametrize("name", list(ADAPTERS))
@@ -106,7 +131,24 @@ def test_stop_reports_what_the_sweep_found(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(base, "sweep", lambda token, **kw: [4242])
     monkeypatch.setattr(type(sup), "stop_supervisor", lambda self: None)
     sup.stop()
-    assert sup.stop_report == {"error": None, "swept": [4242]}
+    assert sup.stop_report == {"error": None, "exit_status": None, "swept": [4242]}
+
+
+def test_stop_reports_the_exit_status_of_the_stop_command(
+        monkeypatch: pytest.MonkeyPatch, ran: list[list[str]]) -> None:
+    """A stop command that exits non-zero is seen, and the sweep still runs."""
+    sup = adapter("supervisord")
+    swept: list[str] = []
+    monkeypatch.setattr(base, "sweep", lambda token, **kw: swept.append(token) or [])
+    monkeypatch.setattr(type(sup), "stop_supervisor",
+                        lambda self: self.run_step("stop", ["shutdown"], 1, check=False))
+    EXIT["status"] = 2
+    sup.stop()
+    assert sup.stop_report == {"error": None, "exit_status": 2, "swept": []}
+    assert swept == [sup.token]
+    monkeypatch.setattr(type(sup), "stop_supervisor", lambda self: None)
+    sup.stop()  # this time no stop command ran: no status, not the previous one
+    assert sup.stop_report["exit_status"] is None
 
 
 def test_stop_sweeps_and_reports_when_the_stop_command_fails(

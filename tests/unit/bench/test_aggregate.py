@@ -56,19 +56,20 @@ def session(start: float, status: float) -> dict[str, Any]:
     return {"start": {"start_cmd_s": start, "all_running_s": start},
             "memory": {"rss_mib": 20.0}, "status": {"median_ms": status},
             "restart": {"median_ms": 10.0}, "replace": {"cmd_s": 1.0},
-            "commands": {"start": f"start {start}"}, "stop": {"error": None, "swept": []}}
+            "commands": {"start": f"start {start}"},
+            "stop": {"error": None, "exit_status": 0, "swept": []}}
 
 
 def test_merge_session_counts_scenarios_a_run_never_reached_as_failed() -> None:
     broken = {"start": {"error": "ScenarioTimeout: not running"},
               "commands": {"start": "start x", "stop": "stop x"},
-              "stop": {"error": None, "swept": [7]}}
+              "stop": {"error": None, "exit_status": 1, "swept": [7]}}
     out = aggregate.merge_session([session(1.0, 30.0), broken, session(2.0, 50.0)])
     assert out["start"]["error"].startswith("1 of 3 runs failed: ScenarioTimeout")
     assert out["status"]["error"] == "1 of 3 runs failed: " + aggregate.NOT_RUN["error"]
     assert out["status"]["median_ms"] == 40.0
     assert out["commands"] == {"start": "start 1.0", "stop": "stop x"}
-    assert out["stop"] == {"error": None, "swept": [7]}
+    assert out["stop"] == {"error": None, "exit_statuses": [0, 1, 0], "swept": [7]}
     failed = aggregate.failures({"pm2": {"sessions": {"50": out},
                                          "logs": {"lines_per_s": 1.0}}})
     assert len(failed) == 5 and failed[0].startswith("pm2 n=50 start: 1 of 3")

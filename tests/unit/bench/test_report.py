@@ -16,7 +16,7 @@ def scenario_runs(status_ms: list[float]) -> list[dict[str, Any]]:
              "replace": {"cmd_s": 1.0, "all_running_again_s": 1.1, "pids_changed": 0,
                          "programs": 50, "daemon_pid_changed": False},
              "commands": {"status": "/tmp/tb-abc/x-50/bin status"},
-             "stop": {"error": None, "swept": []}} for ms in status_ms]
+             "stop": {"error": None, "exit_status": 0, "swept": []}} for ms in status_ms]
 
 
 def logs_runs() -> list[dict[str, Any]]:
@@ -39,6 +39,8 @@ def result(tenure_status: list[float], peer_status: list[float]) -> dict[str, An
         "repetitions": [{"load_avg_at_start": [1.0 + i, 1.0, 0.5]} for i in range(k)],
         "argv": ["bench/suite.py", "--render"], "total_wall_s": 100.0,
         "log_writer_baseline_lines_per_s": 6e5, "supervisors": sups,
+        "installed": {"python": {"supervisor": "4.3.0", "circus": "0.19.0"},
+                      "npm": {"pm2": "7.0.4"}},
     }
 
 
@@ -65,6 +67,14 @@ def test_header_names_commit_load_before_and_after_and_shared_machine() -> None:
     assert "start of each repetition: 1.00, 1.00, 0.50; 2.00, 1.00, 0.50; 3.00" in text
     assert "the machine was shared during the run (1-minute load up to 3.00 on 2 CPUs)" in text
     assert "median of 3 repetitions" in text and f"{report.FLAG} on 0 of 22 figures" in text
+
+
+def test_reproduce_says_what_is_installed_and_how_long_the_run_took() -> None:
+    text = report.markdown(result([30.0, 31.0, 32.0], [60.0, 61.0, 62.0]), [])
+    para = next(ln for ln in text.splitlines() if ln.startswith("`./dev peers` installs"))
+    assert "Node.js and npm from apt" in para and "stops before any run" in para
+    assert "supervisor 4.3.0, circus 0.19.0 with pip and pm2 7.0.4 with npm" in para
+    assert "This run took 100 s (2 min) on the machine below, 3 repetitions" in para
 
 
 def test_logs_table_reports_the_worst_loss() -> None:
