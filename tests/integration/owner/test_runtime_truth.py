@@ -130,6 +130,9 @@ def _gone(pids: list[int], timeout: float = 5.0) -> bool:
 def test_stop_kills_a_child_that_left_the_group_with_setsid(live):
     r = live.launch(["sh", "-c", "setsid sleep 1000 & echo $!; exec sleep 1000"])
     escapee = int(live.first_line(r))
+    deadline = time.monotonic() + 10    # `echo $!` may run before the child's setsid()
+    while os.getsid(escapee) != escapee and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert escapee in children(r["pid"]) and os.getsid(escapee) == escapee
     result = live.call("stop", {"launch_key": r["launch_key"]})
     assert result["outcome"] == "stopped" and not result["escalated"]
