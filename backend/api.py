@@ -25,6 +25,7 @@ from . import instance as im
 from .activation import CAPABILITY, check_sockets, needs_sockets
 from .config import parse_config
 from .enforce import Host, check_config, identity_view
+from .events_api import events_methods
 from .jobs.api import JobApi
 from .jobs.config import job_changes
 from .jobs.faults import JobFault
@@ -135,6 +136,7 @@ class Api:
             "stack.stop": Method(self.stack_stop, S_STACK_STOP),
             "stack.start": Method(self.stack_start, S_STACK),
             **JobApi(self.jobs).methods(),
+            **events_methods(self.gen),
         }
 
     # -- lifecycle hooks used by Generation ---------------------------------------------

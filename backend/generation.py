@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_gro
 from .adopt import Adoption, adopt_checkpoint, adopt_inventory, missed_exits, relaunch_lost
 from .config import parse_config
 from .enforce import app_uids
+from .events import EventLog
 from .jobs.resume import audit
 from .model import Config, Settings
 from .store import BackendStore, RecoveryStore
@@ -98,6 +100,7 @@ class Generation:
         self.certificate_writes = 0   # certificates written by this generation
         self.certified_at: float | None = None  # when a certificate last vouched
         self.metrics: Any = None      # backend.metrics_http.MetricsListener, once ready
+        self.events: EventLog | None = None   # backend.events, once the store is open
 
     # -- start ------------------------------------------------------------------------
 
@@ -130,6 +133,7 @@ class Generation:
                              {"current": status["epoch"]})
         self.sup = Supervisor(self.owner, self.epoch, on_mutation=self.invalidate)
         self.sup.owner_capabilities = dict(welcome.capabilities)
+        self.events = self.sup.events = EventLog(self.store, self.activation)
         await self._adopt()
         from .api import Api
         self.api = Api(self)
@@ -145,6 +149,10 @@ class Generation:
                        asyncio.create_task(self._certificate_loop()),
                        asyncio.create_task(self._heartbeat_loop())]
         self.ready = True
+        self.events.record("handoff", phase="adopted", activation=self.activation,
+                           epoch=self.epoch, mode=self.handoff.get("mode"),
+                           adopted=len(self.adoption.adopted),
+                           missing=len(self.adoption.missing))
         await self.serve_metrics()
 
     async def _adopt(self) -> None:
@@ -325,6 +333,11 @@ class Generation:
                     log.warning("observation ack failed: %s", exc)
 
     def persist(self) -> None:
+        if self.events is not None:
+            try:
+                self.events.flush()
+            except sqlite3.Error as exc:   # kept buffered: the next round tries again
+                log.error("could not write the event log: %s", exc)
         sup, store = self.sup, self.store
         if sup is None or store is None or not (sup.dirty or sup.removed):
             return
@@ -397,6 +410,7 @@ class Generation:
         sup, loop = self.sup, asyncio.get_running_loop()
         start = loop.time()
         self.draining = True
+        self._handoff_event("draining")
         self.server.begin_drain()
         self.api.pause()
         waited_for = self.api.running_steps()
@@ -406,6 +420,7 @@ class Generation:
             sup.freeze()
             left = max(0.0, start + timeout - loop.time())
             ok = await sup.wait(lambda: sup.in_flight == 0, left)
+        self._handoff_event("drained" if ok else "not-drained")
         return {"drained": ok, "in_flight": sup.in_flight, "steps": self.api.running_steps(),
                 "waited_for": waited_for, "seconds": round(loop.time() - start, 3)}
 
@@ -418,6 +433,7 @@ class Generation:
         self._thawed.set()
         if self.api is not None:
             self.api.unpause()
+        self._handoff_event("resumed")
         return {"resumed": True}
 
     def checkpoint(self, path: str) -> dict[str, Any]:
@@ -430,6 +446,7 @@ class Generation:
             raise OperationInProgress(
                 "not drained: a step or an owner call is still running; drain first",
                 {"steps": steps, "in_flight": self.sup.in_flight, "frozen": self.sup.frozen})
+        self._handoff_event("checkpointed")
         self.persist()
         inventory = self.sup.inventory()
         write_checkpoint(path, pack_checkpoint(
@@ -456,7 +473,13 @@ class Generation:
                 "adoption": self.adoption.to_wire(), "started_at": self.started_at}
 
     def retire(self) -> None:
+        self._handoff_event("retiring")
         self._done.set()
+
+    def _handoff_event(self, phase: str) -> None:
+        if self.events is not None:
+            self.events.record("handoff", phase=phase, activation=self.activation,
+                               epoch=self.epoch)
 
     async def run_until_retired(self) -> None:
         loop = asyncio.get_running_loop()

@@ -87,8 +87,13 @@ class OperationRunner:
         self.store.create_operation(op, config=(plan["config_text"], plan["config_source"],
                                                 new.revision))
         self._swap_config(new)
+        self._event(op["id"], "admitted", plan=plan["id"], kind=plan["kind"], stacks=stacks)
         self.start(op["id"])
         return self.store.operation(op["id"])
+
+    def _event(self, op_id: str, phase: str, **data: Any) -> None:
+        if self.sup.events is not None:
+            self.sup.events.record("operation", id=op_id, phase=phase, **data)
 
     def _swap_config(self, new: Config) -> None:
         """New desired config: instances keep their process; policy-only changes apply
@@ -128,6 +133,7 @@ class OperationRunner:
             # what the config no longer names goes once its app stopped (the steps above)
             await self.sup.sweep_sockets(self.config())
             self.store.advance_operation(op_id, RUNNING, COMPLETE, step, outcome="success")
+            self._event(op_id, "complete", outcome="success")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed step ends the operation, recorded
@@ -135,6 +141,7 @@ class OperationRunner:
             try:
                 self.store.advance_operation(op_id, RUNNING, FAILED, step, outcome="failed",
                                              error=f"step {step}: {exc}")
+                self._event(op_id, "failed", outcome="failed", error=f"step {step}: {exc}")
             except Conflict:
                 pass  # abandoned meanwhile
         finally:

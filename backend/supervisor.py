@@ -31,6 +31,7 @@ from protocol.errors import (
 from . import activation, explain
 from . import instance as im
 from .enforce import app_env, launch_fields
+from .events import Before, EventLog, transition_events
 from .model import App, Config, ReadyKind
 from .probes import (
     HealthRunner,
@@ -99,6 +100,7 @@ class Supervisor:
         self.owner_notes = True                  # False: the owner predates logNotes 1
         self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
         self.owner_capabilities: Mapping[str, int] = {}  # from the owner's welcome
+        self.events: EventLog | None = None      # where transitions are recorded
 
     # -- feeding events ---------------------------------------------------------------
 
@@ -114,7 +116,10 @@ class Supervisor:
                 raise ShuttingDown(f"{key}: {type(event).__name__} while frozen for a "
                                    "handoff", {"instance": key})
             return  # re-derived after thaw or by the next generation (see freeze)
+        was = Before(inst) if self.events is not None else None
         actions = inst.handle(event, now())
+        if self.events is not None and was is not None:
+            transition_events(self.events, key, inst, event, was)
         self.by_launch[inst.launch_key] = key
         self.dirty.add(key)
         self._execute(key, actions)

@@ -253,6 +253,11 @@ def cmd_logs(args: Any) -> int:
     return follow_logs(args, _call)
 
 
+def cmd_events(args: Any) -> int:
+    from .events import follow_events
+    return follow_events(args, _call)
+
+
 # -- plans and operations -------------------------------------------------------------
 
 def cmd_plan(args: Any) -> int:

@@ -19,6 +19,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
+# backend.events.KINDS, kept here so building the parser imports nothing more
+# (tests/unit/backend/test_events.py checks they agree)
+EVENT_KINDS = ("state", "exit", "restart", "probe", "operation", "handoff")
 
 
 def _common(default: Any) -> Any:
@@ -77,6 +80,18 @@ def _parser() -> Any:
     p.add_argument("--grep", default=None, metavar="REGEX",
                    help="print only lines matching REGEX (-n counts lines before it)")
     p.add_argument("--stream", choices=["stdout", "stderr"])
+    p = add("events", "what happened, in order: state changes, exits, restarts, failed "
+                      "probes, operations, handoffs")
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="STACK, STACK/APP or STACK/APP/N; each part may be a glob ('web/*')")
+    p.add_argument("-n", type=int, default=50, help="last N events (default 50)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing new events (across handoffs) until Ctrl-C")
+    p.add_argument("--since", default=None, metavar="WHEN",
+                   help="events after the id WHEN (the last one seen), or since a duration "
+                        "ago (90s, 10m, 2h, 1d) or a local time (14:05, 2026-12-01T14:05)")
+    p.add_argument("--kind", action="append", choices=EVENT_KINDS, metavar="KIND",
+                   help=f"only this kind (repeatable): {', '.join(EVENT_KINDS)}")
     p = add("plan", "preview the changes a config would make")
     p.add_argument("--config", type=Path, required=True)
     p = add("apply", "perform a plan")

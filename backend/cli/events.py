@@ -1,0 +1,126 @@
+"""``tenure events``: what happened, in order, from the backend's event log.
+
+Without ``-f`` it prints the last ``-n`` events (or those after ``--since``) and stops
+at the end the log had when it started. With ``-f`` it goes on printing new events,
+across backend handoffs and restarts: while no backend answers it waits (up to
+``FOLLOW_OUTAGE`` seconds) and continues after the last id it printed, so nothing is
+skipped or printed twice. ``--json`` prints one JSON object per line; ``--since ID``
+resumes after the last id a reader saw.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from protocol.errors import ShuttingDown, TransportLost, Unavailable
+
+from .exits import Exit
+from .logs import neutralise, since
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["describe", "follow_events"]
+
+PAGE = 1000
+FOLLOW_POLL_S = 0.25
+FOLLOW_OUTAGE = 120.0     # seconds -f waits for a backend before giving up
+_AWAY = (Unavailable, ShuttingDown, TransportLost)
+
+
+def describe(e: dict[str, Any]) -> str:
+    """One event's words, without its id, time and target."""
+    d, kind = e["data"], e["kind"]
+    if kind == "state":
+        why = f" ({d['reason']})" if d.get("reason") else ""
+        return f"{d['from']} → {d['to']}{why}"
+    if kind == "exit":
+        how = _ended(d)
+        return f"pid {d['pid']} {how}" + (" (stopped by tenure)" if d.get("requested") else "")
+    if kind == "restart":
+        return f"restart {d['restarts']} (launch generation {d['generation']})"
+    if kind == "probe":
+        return str(d["text"])
+    if kind == "operation":
+        extra = f": {d['error']}" if d.get("error") else \
+            f" plan {d['plan']} ({', '.join(d.get('stacks') or [])})" if d.get("plan") else ""
+        return f"{d['id']} {d['phase']}{extra}"
+    if kind == "handoff":
+        return f"{d['phase']} (activation {d['activation']}, epoch {d['epoch']})"
+    return str(d)
+
+
+def _ended(d: dict[str, Any]) -> str:
+    import signal
+    if d.get("signal"):
+        try:
+            name = signal.Signals(d["signal"]).name
+        except ValueError:
+            name = f"signal {d['signal']}"
+        return f"killed by {name}" + (" (core dumped)" if d.get("core_dumped") else "")
+    if d.get("exit_code") is None:
+        return "ended (status unknown)"
+    return f"exited {d['exit_code']}"
+
+
+def _line(e: dict[str, Any], tty: bool) -> str:
+    clock = time.strftime("%H:%M:%S", time.localtime(e["at"]))
+    ms = f"{e['at'] % 1:.3f}"[1:]
+    text = describe(e)
+    if tty:
+        text = neutralise(text)   # a probe's text carries an app's output
+    return f"#{e['id']} {clock}{ms} {e['target'] or '-'} {e['kind']}: {text}"
+
+
+def _print(args: Any, events: list[dict[str, Any]], tty: bool) -> None:
+    import json
+    out = sys.stdout
+    for e in events:
+        out.write((json.dumps(e) if args.json else _line(e, tty)) + "\n")
+    out.flush()
+
+
+def follow_events(args: Any, call: Callable[..., Any]) -> int:
+    """Print events as the module says. Raises what ``call`` raises (but a backend away
+    while following, which it waits out)."""
+    flt: dict[str, Any] = {}
+    if args.targets:
+        flt["targets"] = args.targets
+    if args.kind:
+        flt["kinds"] = args.kind
+    tty = not args.json and sys.stdout.isatty()
+    start = since(args.since, time.time()) or {"tail": max(args.n, 0)}
+    page = call(args, "events.read", {**flt, **start, "limit": PAGE})
+    end = page["last_id"]
+    if page.get("gap"):
+        sys.stderr.write(f"tenure: events before #{page['first_id']} were pruned "
+                         "(the log keeps the newest 100,000)\n")
+    while True:
+        events = page["events"]
+        if not args.follow:
+            _print(args, [e for e in events if e["id"] <= end], tty)
+            if not page["more"] or page["next"] >= end:
+                return Exit.OK
+        else:
+            _print(args, events, tty)
+            if not page["more"]:
+                time.sleep(FOLLOW_POLL_S)
+        page = _next(args, call, {**flt, "after": page["next"], "limit": PAGE})
+
+
+def _next(args: Any, call: Callable[..., Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The next page; with -f a backend that is away (a handoff, a restart) is waited
+    for, then asked again from the same id."""
+    deadline = time.monotonic() + FOLLOW_OUTAGE
+    while True:
+        try:
+            page: dict[str, Any] = call(args, "events.read", params)
+            return page
+        except _AWAY:
+            if not args.follow or time.monotonic() > deadline:
+                raise
+            time.sleep(FOLLOW_POLL_S)
+

@@ -1,0 +1,191 @@
+"""The event log: what happened to each instance and to the control plane, in order,
+for ``tenure events`` (alerting scripts, log shippers, people).
+
+Events are recorded as they happen into a buffer and written to the ``events`` part of
+backend.db by the generation's persist round (every 0.5 s, one transaction): a crash
+can cost the events of that last half second, never a half-written one. Every event
+gets an id that only grows (AUTOINCREMENT: never reused after pruning), so a reader
+resumes exactly after the last id it saw, across backend handoffs and restarts (every
+generation writes the same table). The newest KEEP events are kept; a reader that asks
+for events already pruned is told so (``gap``).
+
+Kinds and their ``data`` (docs/cli.md, ``tenure events``):
+
+- ``state``: an instance's public state changed: ``from``, ``to``, ``reason``;
+- ``exit``: its process ended: ``pid``, ``exit_code``, ``signal``, ``core_dumped``,
+  ``requested`` (tenure stopped it);
+- ``restart``: tenure starts it again after an exit: ``restarts`` (the count), ``delay``;
+- ``probe``: a readiness or health check failed: ``check``, ``text``;
+- ``operation``: an applied plan's operation began or ended: ``id``, ``phase``,
+  ``outcome``, ``error``;
+- ``handoff``: this backend's part in a handoff: ``phase`` (``draining``, ``drained``,
+  ``resumed``, ``checkpointed``, ``retiring`` for an incumbent; ``adopted`` for the
+  generation that took over), ``activation``, ``epoch``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .store import BackendStore
+
+__all__ = ["KINDS", "EventLog"]
+
+PART, FORMAT = "events", 1
+SCHEMA = """
+CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL,
+    kind TEXT NOT NULL, target TEXT, activation TEXT NOT NULL, data TEXT NOT NULL);
+CREATE INDEX events_kind ON events (kind, id)
+"""
+KINDS = ("state", "exit", "restart", "probe", "operation", "handoff")
+KEEP = 100_000          # newest events kept
+PRUNE_EVERY = 1_000     # events written between two prunes
+MAX_BUFFER = 50_000     # events held between writes; beyond it the oldest are counted lost
+SCAN = 10_000           # rows one read looks at (filters may keep fewer)
+
+
+class EventLog:
+    def __init__(self, store: BackendStore, activation: str,
+                 clock: Callable[[], float] = time.time) -> None:
+        store.ensure_part(PART, FORMAT, SCHEMA)
+        self.db = store.db
+        self._tx = store.tx
+        self.activation = activation
+        self.clock = clock
+        self._buffer: list[tuple[float, str, str | None, str]] = []
+        self.lost = 0                    # events dropped because the buffer was full
+        self._since_prune = 0
+
+    def record(self, kind: str, target: str | None = None, /, **data: Any) -> None:
+        """Remember one event (written by the next :meth:`flush`). Never raises."""
+        if len(self._buffer) >= MAX_BUFFER:
+            self._buffer.pop(0)
+            self.lost += 1
+        self._buffer.append((self.clock(), kind, target, json.dumps(data, sort_keys=True)))
+
+    def flush(self) -> int:
+        """Write the buffered events in one transaction; prune now and then. Returns how
+        many were written. Raises sqlite3.Error (the events stay buffered)."""
+        if not self._buffer:
+            return 0
+        rows = [(at, kind, target, self.activation, data)
+                for at, kind, target, data in self._buffer]
+        with self._tx() as db:
+            db.executemany("INSERT INTO events (at, kind, target, activation, data) "
+                           "VALUES (?, ?, ?, ?, ?)", rows)
+            self._since_prune += len(rows)
+            if self._since_prune >= PRUNE_EVERY:
+                self._since_prune = 0
+                db.execute("DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?",
+                           (KEEP,))
+        self._buffer.clear()
+        return len(rows)
+
+    def bounds(self) -> tuple[int, int]:
+        """(oldest id kept, newest id), (0, 0) when there is none."""
+        first, last = self.db.execute("SELECT MIN(id), MAX(id) FROM events").fetchone()
+        return (first or 0, last or 0)
+
+    def read(self, *, after: int | None = None, tail: int | None = None, limit: int = 1000,
+             targets: set[str] | None = None, kinds: set[str] | None = None,
+             since_time: float | None = None) -> dict[str, Any]:
+        """Events after the id ``after`` (or at/after ``since_time``, or the last
+        ``tail`` that match), oldest first, at most ``limit``, filtered by instance key
+        and kind. ``next`` is the id to read after next time; ``more`` says whether rows
+        past it exist; ``gap`` that events after ``after`` were already pruned."""
+        first, last = self.bounds()
+        if tail is not None:
+            events = self._tail(tail, last, targets, kinds)
+            return _answer(events, last, last, first, gap=False)
+        if after is None:
+            after = self._before_time(since_time or 0.0)
+        gap = 0 < after < first - 1
+        scanned = self.db.execute(
+            "SELECT id, at, kind, target, activation, data FROM events WHERE id > ? "
+            "ORDER BY id LIMIT ?", (after, SCAN)).fetchall()
+        events, nxt = [], after
+        for row in scanned:
+            if len(events) >= limit:
+                break
+            nxt = row[0]
+            if _wanted(row, targets, kinds):
+                events.append(_event(row))
+        return _answer(events, nxt, last, first, gap=gap)
+
+    def _tail(self, n: int, last: int, targets: set[str] | None,
+              kinds: set[str] | None) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        below = last + 1
+        while len(out) < n and below > 1:
+            rows = self.db.execute(
+                "SELECT id, at, kind, target, activation, data FROM events WHERE id < ? "
+                "ORDER BY id DESC LIMIT ?", (below, SCAN)).fetchall()
+            if not rows:
+                break
+            below = rows[-1][0]
+            out.extend(_event(r) for r in rows if _wanted(r, targets, kinds))
+        return list(reversed(out[:n]))
+
+    def _before_time(self, t: float) -> int:
+        """The id just before the first event at or after ``t`` (ids follow time)."""
+        row = self.db.execute("SELECT MIN(id) FROM events WHERE at >= ?", (t,)).fetchone()
+        if row[0] is None:
+            return self.bounds()[1]
+        return int(row[0]) - 1
+
+
+def _wanted(row: tuple[Any, ...], targets: set[str] | None, kinds: set[str] | None
+            ) -> bool:
+    return (targets is None or row[3] in targets) and (kinds is None or row[2] in kinds)
+
+
+def _event(row: tuple[Any, ...]) -> dict[str, Any]:
+    ev_id, at, kind, target, activation, data = row
+    return {"id": ev_id, "at": at, "kind": kind, "target": target,
+            "activation": activation, "data": json.loads(data)}
+
+
+def _answer(events: list[dict[str, Any]], nxt: int, last: int, first: int, *, gap: bool
+            ) -> dict[str, Any]:
+    return {"events": events, "next": nxt, "more": nxt < last, "first_id": first,
+            "last_id": last, "gap": gap}
+
+
+
+class Before:
+    """What a transition is compared with: the instance as it was before one event."""
+
+    __slots__ = ("pid", "probe", "public", "restarts", "state")
+
+    def __init__(self, inst: Any) -> None:
+        self.public, self.state, self.pid = inst.public_state, inst.state, inst.pid
+        self.restarts = inst.restarts
+        self.probe = None if inst.last_probe is None else inst.last_probe.text
+
+
+def transition_events(log: EventLog, key: str, inst: Any, event: Any, was: Before) -> None:
+    """Record what one machine event did to instance ``key``: its exit, a restart, a
+    new failing probe result, a change of public state (in that order). An adopted
+    process (a handoff or recovery) is no news: the ``handoff`` event says it."""
+    from . import explain
+    from . import instance as im
+    if isinstance(event, im.Adopt):
+        return
+    if isinstance(event, im.Exited):
+        log.record("exit", key, pid=was.pid, exit_code=event.exit_code,
+                   signal=event.signal, core_dumped=event.core_dumped,
+                   requested=was.state in (im.State.STOPPING, im.State.RESTARTING))
+    if inst.restarts > was.restarts:
+        log.record("restart", key, restarts=inst.restarts, generation=inst.generation)
+    probe = inst.last_probe
+    if isinstance(event, im.Probed) and probe is not None and probe.text != was.probe:
+        log.record("probe", key, check=str(probe.check), text=probe.text)
+    if inst.public_state != was.public:
+        to = inst.public_state
+        why = explain.reason(inst) if to in (im.PublicState.FAILED,
+                                             im.PublicState.BACKOFF) else None
+        log.record("state", key, **{"from": str(was.public), "to": str(to), "reason": why})

@@ -1,0 +1,86 @@
+"""`tenure events` through a real tenure: a crashing app's exits, restarts and state
+changes in order; filters; one JSON object per line; a follower that lives through a
+backend upgrade misses nothing and repeats nothing; --since resumes after an id."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+CONFIG = """
+[stacks.s.apps.crasher]
+command = ["sh", "-c", "sleep 0.3; exit 3"]
+restart = "on-failure"
+backoff = { initial = 0.2, max = 0.2 }
+start_limit = { burst = 100, interval = 60 }
+
+[stacks.s.apps.sleeper]
+command = ["sleep", "infinity"]
+"""
+
+
+def _events(cluster: Any, *args: str) -> list[dict[str, Any]]:
+    res = cluster.cli("events", *args, check=True)
+    out = res.out
+    lines = out.splitlines() if isinstance(out, str) else [json.dumps(out)]
+    return [json.loads(ln) for ln in lines if ln.strip()]
+
+
+def test_a_crashing_app_is_told_in_order_and_filters_apply(cluster):
+    cluster.up(CONFIG)
+
+    def two_restarts() -> bool:
+        return sum(e["kind"] == "restart" for e in _events(cluster, "s/crasher")) >= 2
+    cluster.wait(two_restarts, 30, "two restarts of the crasher")
+    crasher = _events(cluster, "s/crasher", "-n", "1000")
+    assert {e["target"] for e in crasher} == {"s/crasher/0"}
+    ids = [e["id"] for e in crasher]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    exits = [e["data"] for e in crasher if e["kind"] == "exit"]
+    assert exits[0]["exit_code"] == 3 and exits[0]["requested"] is False
+    states = [(e["data"]["from"], e["data"]["to"]) for e in crasher if e["kind"] == "state"]
+    assert ("stopped", "starting") in states and ("ready", "backoff") in states
+    only_exits = _events(cluster, "--kind", "exit", "-n", "1000")
+    assert only_exits and {e["kind"] for e in only_exits} == {"exit"}
+    assert len(_events(cluster, "-n", "2")) == 2
+    human = cluster.cli_text("events", "s/crasher", "-n", "5")
+    assert "s/crasher/0 exit: pid" in human and "exited 3" in human
+    missing = cluster.cli("events", "nope")
+    assert missing.code == 1 and "NOT_FOUND" in missing.stderr + json.dumps(missing.out)
+
+
+def test_a_follower_lives_through_an_upgrade_and_since_resumes(cluster):
+    cluster.up(CONFIG)
+    cluster.wait(lambda: any(e["kind"] == "restart" for e in _events(cluster)), 30,
+                 "a restart")
+    old = cluster.status()["backend"]["activation"]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "backend.cli.main", "--home", str(cluster.home), "--json",
+         "events", "-f", "-n", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, **cluster.env})
+    try:
+        time.sleep(1.0)
+        release = cluster.cli("backend", "status", check=True).out["selector"]["current"]
+        up = cluster.cli("backend", "upgrade", release, timeout=300)
+        assert up.ok and up.out["activation"]["phase"] == "complete", up
+        new = cluster.status()["backend"]["activation"]
+        last = _events(cluster, "-n", "1")[0]["id"]
+        cluster.wait(lambda: _events(cluster, "-n", "1")[0]["id"] > last + 3, 30,
+                     "events after the upgrade")
+        time.sleep(1.0)                      # the follower polls every 0.25 s
+    finally:
+        follower.terminate()
+        out, _ = follower.communicate(timeout=30)
+    seen = [json.loads(ln) for ln in out.splitlines()]
+    ids = [e["id"] for e in seen]
+    assert ids == list(range(ids[0], ids[0] + len(ids))), "a gap or a repeat"
+    phases = [(e["activation"], e["data"]["phase"]) for e in seen if e["kind"] == "handoff"]
+    assert [p for a, p in phases if a == old] == ["draining", "drained", "checkpointed",
+                                                  "retiring"], phases
+    assert (new, "adopted") in phases
+    after = _events(cluster, "--since", str(ids[5]), "-n", "1000")
+    assert [e["id"] for e in after][:3] == ids[6:9]

@@ -1,0 +1,146 @@
+"""The event log in a real backend.db: ids only grow (also after pruning), a reader
+resumes after its last id, filters by instance and kind, reads the last N, learns when
+it asked for pruned events; and what one machine event records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backend import events as ev
+from backend.cli.events import describe
+from backend.cli.main import EVENT_KINDS
+from backend.explain import Check, LastProbe
+from backend.instance import (
+    BackoffElapsed,
+    Exited,
+    Instance,
+    Launched,
+    Probed,
+    Ready,
+    Start,
+    StopRequested,
+)
+from backend.model import App, Backoff, Readiness, ReadyKind, RestartMode, StartLimit
+from backend.store import BackendStore
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = BackendStore(str(tmp_path / "backend.db"))
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _log(store: BackendStore, activation: str = "a1") -> ev.EventLog:
+    clock = iter(range(1_000, 10**6))
+    return ev.EventLog(store, activation, clock=lambda: float(next(clock)))
+
+
+def test_the_cli_offers_exactly_the_kinds_the_log_records() -> None:
+    assert EVENT_KINDS == ev.KINDS
+
+
+def test_events_are_written_by_flush_and_read_after_an_id(store) -> None:
+    log = _log(store)
+    log.record("state", "s/a/0", **{"from": "stopped", "to": "starting", "reason": None})
+    assert log.read(after=0)["events"] == []          # buffered, not yet durable
+    assert log.flush() == 1 and log.flush() == 0
+    for i in range(4):
+        log.record("exit", f"s/a/{i % 2}", pid=i)
+    log.flush()
+    page = log.read(after=0, limit=3)
+    assert [e["id"] for e in page["events"]] == [1, 2, 3] and page["more"]
+    rest = log.read(after=page["next"])
+    assert [e["id"] for e in rest["events"]] == [4, 5] and not rest["more"]
+    assert rest["events"][0] == {"id": 4, "at": 1003.0, "kind": "exit", "target": "s/a/0",
+                                 "activation": "a1", "data": {"pid": 2}}
+
+
+def test_filters_by_target_and_kind_and_the_last_n(store) -> None:
+    log = _log(store)
+    for i in range(10):
+        log.record("exit" if i % 2 else "restart", f"s/a/{i % 3}", n=i)
+    log.flush()
+    only = log.read(after=0, targets={"s/a/0"}, kinds={"exit"})["events"]
+    assert [e["data"]["n"] for e in only] == [3, 9]
+    assert [e["data"]["n"] for e in log.read(tail=3)["events"]] == [7, 8, 9]
+    assert [e["data"]["n"] for e in log.read(tail=2, kinds={"restart"})["events"]] == [6, 8]
+    assert log.read(since_time=1_007.0)["events"][0]["data"]["n"] == 7
+
+
+def test_ids_only_grow_across_pruning_and_generations_and_a_gap_is_said(
+        store, monkeypatch) -> None:
+    monkeypatch.setattr(ev, "KEEP", 5)
+    monkeypatch.setattr(ev, "PRUNE_EVERY", 1)
+    first = _log(store, "a1")
+    for i in range(8):
+        first.record("exit", "s/a/0", n=i)
+        first.flush()
+    assert first.bounds() == (4, 8)
+    old = first.read(after=1)
+    assert old["gap"] and [e["id"] for e in old["events"]] == [4, 5, 6, 7, 8]
+    second = _log(store, "a2")          # the next generation, same table
+    second.record("handoff", phase="adopted")
+    second.flush()
+    new = second.read(after=8)["events"]
+    assert [(e["id"], e["activation"], e["target"]) for e in new] == [(9, "a2", None)]
+
+
+def test_an_overfull_buffer_keeps_the_newest_and_counts_the_rest(store, monkeypatch) -> None:
+    monkeypatch.setattr(ev, "MAX_BUFFER", 3)
+    log = _log(store)
+    for i in range(5):
+        log.record("exit", "s/a/0", n=i)
+    log.flush()
+    assert [e["data"]["n"] for e in log.read(after=0)["events"]] == [2, 3, 4]
+    assert log.lost == 2
+
+
+APP = App(name="a", stack="s", command=("srv",), restart=RestartMode.ALWAYS,
+          ready=Readiness(kind=ReadyKind.NOTIFY), backoff=Backoff(),
+          start_limit=StartLimit())
+
+
+def _feed(log: ev.EventLog, inst: Instance, event: object, t: float) -> None:
+    was = ev.Before(inst)
+    inst.handle(event, t)  # type: ignore[arg-type]
+    ev.transition_events(log, "s/a/0", inst, event, was)
+
+
+def test_a_crash_records_its_exit_the_restart_and_each_state(store) -> None:
+    log, inst = _log(store), Instance(APP, 0)
+    _feed(log, inst, Start(), 0.0)
+    _feed(log, inst, Launched(10, 1), 0.1)
+    _feed(log, inst, Ready(), 0.2)
+    _feed(log, inst, Exited(None, 9), 100.0)       # a crash after a stable run
+    _feed(log, inst, BackoffElapsed(), 100.0)      # no delay after a stable run
+    log.flush()
+    got = [(e["kind"], describe(e)) for e in log.read(after=0)["events"]]
+    assert got == [
+        ("state", "stopped → starting"),
+        ("state", "starting → running"),
+        ("state", "running → ready"),
+        ("exit", "pid 10 killed by SIGKILL"),
+        ("state", "ready → backoff (killed by SIGKILL)"),
+        ("restart", "restart 1 (launch generation 2)"),
+        ("state", "backoff → starting"),
+    ]
+
+
+def test_a_requested_stop_says_so_and_a_probe_is_recorded_once_per_result(store) -> None:
+    log, inst = _log(store), Instance(APP, 0)
+    _feed(log, inst, Start(), 0.0)
+    _feed(log, inst, Launched(10, 1), 0.1)
+    note = LastProbe(Check.READINESS, "tcp 127.0.0.1:1", "connection refused", 1)
+    for t in (0.2, 0.3, 0.4):
+        _feed(log, inst, Probed(note), t)
+    _feed(log, inst, StopRequested(), 1.0)
+    _feed(log, inst, Exited(None, 15), 1.1)
+    log.flush()
+    kinds = [(e["kind"], describe(e)) for e in log.read(after=0)["events"]]
+    assert kinds.count(("probe", "readiness: tcp 127.0.0.1:1: connection refused")) == 1
+    assert ("exit", "pid 10 killed by SIGTERM (stopped by tenure)") in kinds
