@@ -144,10 +144,10 @@ class Generation:
         await self.api.resume_operations()
         # a predecessor may have died between stopping an app and closing its sockets
         await self.sup.sweep_sockets(self.config)
-        self._tasks = [asyncio.create_task(self._read_observations()),
-                       asyncio.create_task(self._persist_loop()),
-                       asyncio.create_task(self._certificate_loop()),
-                       asyncio.create_task(self._heartbeat_loop())]
+        self._tasks = [_loop(self._read_observations(), "observation reader"),
+                       _loop(self._persist_loop(), "persist"),
+                       _loop(self._certificate_loop(), "certificate"),
+                       _loop(self._heartbeat_loop(), "owner heartbeat")]
         self.ready = True
         self.events.record("handoff", phase="adopted", activation=self.activation,
                            epoch=self.epoch, mode=self.handoff.get("mode"),
@@ -517,6 +517,18 @@ class Generation:
         for s in (self.store, self.recovery):
             if s is not None:
                 s.close()
+
+
+def _loop(coro: Any, what: str) -> asyncio.Task[Any]:
+    """A background loop of the generation: it runs until close cancels it, and an
+    exception that ends it is logged with its traceback, never lost."""
+    task = asyncio.create_task(coro)
+
+    def ended(t: asyncio.Task[Any]) -> None:
+        if not t.cancelled() and t.exception() is not None:
+            log.error("the %s loop failed and stopped", what, exc_info=t.exception())
+    task.add_done_callback(ended)
+    return task
 
 
 def same_snapshot(stored: dict[str, Any], body: dict[str, Any]) -> bool:

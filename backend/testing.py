@@ -208,6 +208,8 @@ class FakeOwner:
     ``before(method, params)``, when set, runs as each call arrives (to look at what the
     backend had done by then). ``calls`` lists every call as (method, params, epoch)."""
 
+    losses = 0   # as protocol.aclient.AsyncClient: connections lost (never, here)
+
     def __init__(self, epoch: int = 1) -> None:
         self.epoch = epoch
         self.calls: list[tuple[str, dict[str, Any], int | None]] = []

@@ -333,6 +333,14 @@ def _launched(job: Job, ev: Launched, wall: float, mono: float) -> None:
     job._set_state(State.RUNNING, wall)
 
 
+def _late_launched(job: Job, ev: Launched, wall: float, mono: float) -> None:
+    """The launch answer came after the exit it led to (a process that ended at once):
+    it says when the process started; the record stays ended."""
+    if job.started_at is None and job.pid in (None, ev.pid):
+        job.pid, job.start_ticks = ev.pid, ev.start_ticks
+        job.started_at = min(wall, job.ended_at or wall)
+
+
 def _refused(job: Job, ev: LaunchRefused, wall: float, mono: float) -> None:
     job.evidence = {"launch_refused": {"code": ev.code, "msg": ev.msg}}
     job._set_state(State.FAILED, wall, Outcome.LAUNCH_FAILED)
@@ -398,7 +406,7 @@ _RECOVERY = _rejects("its start is uncertain; run `tenure job resolve` first")
 _STARTED = _rejects("it has started; use `tenure job stop`")
 _ROWS: dict[type[Event], tuple[Handler, ...]] = {
     Start: (_start, _I, _I, _I, _I, _I, _I, _I, _I, _I),
-    Launched: (_I, _launched, _I, _I, _I, _I, _I, _I, _I, _I),
+    Launched: (_I, _launched, _I, _late_launched, _late_launched, _I, _I, _I, _I, _I),
     LaunchRefused: (_I, _refused, _I, _I, _I, _I, _I, _I, _I, _I),
     Exited: (_I, _exited, _exited, _I, _I, _I, _I, _I, _I, _I),
     Lost: (_I, _lost, _lost, _I, _I, _I, _I, _I, _I, _I),

@@ -147,8 +147,11 @@ def test_an_exit_seen_before_the_launch_answer_ends_the_record() -> None:
     job = in_state(S.STARTING)
     job.handle(Exited(1, None, pid=55), 3.0, 3.0)
     assert (job.state, job.pid, job.exit_code) == (S.FAILED, 55, 1)
-    job.handle(Launched(55, 550), 4.0, 4.0)                  # the late answer changes nothing
-    assert job.state is S.FAILED and job.ended_at == 3.0
+    job.handle(Launched(55, 550), 4.0, 4.0)      # the late answer: no new state, but it
+    assert job.state is S.FAILED and job.ended_at == 3.0     # says when it started
+    assert (job.start_ticks, job.started_at) == (550, 3.0)
+    job.handle(Launched(56, 560), 5.0, 5.0)      # another process's answer changes nothing
+    assert (job.pid, job.start_ticks, job.started_at) == (55, 550, 3.0)
 
 
 def test_a_refused_launch_fails_with_its_reason() -> None:
