@@ -304,7 +304,7 @@ class Generation:
             except OwnerChanged as exc:
                 self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
             except TenureError as exc:
-                self.link.handle(LinkEvent.FAILED, time.time(), exc.msg)
+                self.link.exchange_failed(time.time(), exc.msg)
 
     def _owner_status(self, status: dict[str, Any]) -> None:
         dropped = status.get("log_dropped")

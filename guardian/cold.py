@@ -247,7 +247,7 @@ async def watch_owner(co: Coordinator) -> None:
             async with co.command_lock:
                 await follow_new_owner(co)
         except TenureError as exc:
-            co.owner_link.handle(LinkEvent.FAILED, time.time(), exc.msg)
+            co.owner_link.exchange_failed(time.time(), exc.msg)
             co.write_diagnostics()
             log.warning("owner unreachable: %s", exc)
         except Exception:

@@ -56,6 +56,12 @@ class Link:
             self.state, self.since = new, now
         self.reason = reason
 
+    def exchange_failed(self, now: float, reason: str) -> None:
+        """A call to the owner failed: a break of a connected link (``reconnecting``),
+        else one more failed attempt (``lost``)."""
+        self.handle(LinkEvent.BROKE if self.state is LinkState.CONNECTED
+                    else LinkEvent.FAILED, now, reason)
+
     def current(self, now: float) -> bool:
         """Whether what the backend knows may be shown as the present."""
         return self.state is LinkState.CONNECTED and now - self.seen <= STALE_AFTER

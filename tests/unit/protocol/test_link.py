@@ -31,3 +31,15 @@ def test_another_owner_is_never_adopted() -> None:
     for event in LinkEvent:
         link.handle(event, 6.0)
     assert link.state is LinkState.OWNER_CHANGED and not link.current(6.0)
+
+
+def test_a_failed_exchange_is_a_break_first_then_lost() -> None:
+    link = Link(since=0.0, seen=0.0)
+    link.exchange_failed(1.0, "TRANSPORT_LOST")
+    assert (link.state, link.since) == (LinkState.RECONNECTING, 1.0)
+    link.exchange_failed(2.0, "CONNECT_FAILED")
+    assert (link.state, link.since, link.reason) == (LinkState.LOST, 2.0, "CONNECT_FAILED")
+    link.exchange_failed(3.0, "CONNECT_FAILED")
+    assert (link.state, link.since) == (LinkState.LOST, 2.0)   # lost since the first failure
+    link.handle(LinkEvent.SEEN, 4.0)
+    assert link.current(4.0)
