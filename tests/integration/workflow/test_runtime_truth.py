@@ -187,3 +187,22 @@ def test_a_launch_the_owner_could_not_record_is_shown_and_still_watched(cluster)
         cluster.down()
         owner.proc.wait(30)
         owner.proc.stdout.close()
+
+
+def test_logs_of_more_than_a_frame_come_page_by_page_through_the_cli(cluster):
+    """6 MiB of 2 KiB lines (the frame limit is 4 MiB): `tenure logs -n 100000` prints
+    every line, in order, instead of failing with INTERNAL."""
+    writer = ("import sys\nfor i in range(3000):\n"
+              "    sys.stdout.write('%05d ' % i + 'x' * 2042 + '\\n')\n"
+              "sys.stdout.flush()\nimport time\ntime.sleep(1e6)\n")
+    cluster.up(f'[stacks.s.apps.wide]\ncommand = ["{sys.executable}", "-c", '
+               + json.dumps(writer) + ']\n')
+
+    def written() -> bool:
+        out = cluster.cli_text("logs", "s/wide", "-n", "1")
+        return out.startswith("s/wide/0: 02999 ")
+    cluster.wait(written, 30, "the 3,000th line in the journal")
+    out = cluster.cli_text("logs", "s/wide", "-n", "100000", timeout=120)
+    lines = out.splitlines()
+    assert [int(ln.split()[1]) for ln in lines] == list(range(3000))
+    assert all(len(ln) == len("s/wide/0: ") + 6 + 2042 for ln in lines)
