@@ -196,7 +196,13 @@ class Coordinator:
         """Verify before every execution; a missing or modified release is an error (and
         with trusted release keys configured, an unsigned or badly signed one)."""
         return verify(self.paths.releases / release_id, release_id,
-                      trusted_keys=self.trusted_keys())
+                      trusted_keys=self.trusted_keys(), bindings=self.bindings())
+
+    def bindings(self) -> list[Any]:
+        """Interpreter updates the operator bound (guardian.interp). Raises
+        StateCorrupt for an unreadable file (never ignored)."""
+        from .interp import load_bindings
+        return load_bindings(self.paths.interpreters)
 
     def trusted_keys(self) -> list[Any] | None:
         """The configured trusted release keys, or None when signing is not required.

@@ -36,6 +36,11 @@ class GuardianPaths(Layout):
         return str(self.runtime / "trusted-release-keys")
 
     @property
+    def interpreters(self) -> str:
+        """Interpreter updates the operator reviewed and bound (guardian.interp)."""
+        return str(self.runtime / "interpreters.json")
+
+    @property
     def lock(self) -> str:
         return str(self.runtime / "guardian.lock")
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -42,6 +43,7 @@ from protocol.errors import (
     BadRequest,
     BadSignature,
     Conflict,
+    InterpreterChanged,
     NotFound,
     StateCorrupt,
     TenureError,
@@ -125,6 +127,7 @@ class ReleaseSummary:
     interpreter: str | None = None
     contracts: Mapping[str, int] | None = None
     file_count: int = 0
+    runs_under: Interpreter | None = None    # the interpreter as sealed (path, version, sha)
     reason: str | None = None
 
 
@@ -256,16 +259,11 @@ def _load(root: Path, expect_id: str | None) -> tuple[Release, bytes]:
     return Release(id=rid, path=root, runtime=runtime, signed=signed), data
 
 
-def _check_interpreter(interp: Interpreter) -> None:
-    """Raises StateCorrupt if the recorded interpreter is gone or its bytes changed."""
-    try:
-        digest = sha256_file(Path(interp.path))
-    except (TenureError, OSError) as e:
-        raise StateCorrupt(f"interpreter {interp.path} is unusable: {e}",
-                           {"file": interp.path, "problem": "interpreter"}) from e
-    if digest != interp.sha256:
-        raise StateCorrupt(f"interpreter {interp.path} changed since the release was sealed",
-                           {"file": interp.path, "problem": "interpreter"})
+def _check_interpreter(interp: Interpreter, bindings: list[dict[str, Any]] | None) -> None:
+    """Raises StateCorrupt if the recorded interpreter is gone, InterpreterChanged if its
+    bytes changed and no binding the operator made vouches for them (guardian.interp)."""
+    from .interp import check
+    check(interp, bindings or [])
 
 
 def _check_signature(root: Path, data: bytes, trusted_keys: Iterable[Ed25519PublicKey]) -> None:
@@ -298,13 +296,15 @@ def verify(
     expected_id: str | None = None,
     *,
     trusted_keys: Iterable[Ed25519PublicKey] | None = None,
+    bindings: list[dict[str, Any]] | None = None,
 ) -> Release:
     """Recompute everything about the release at ``release_dir`` and return it.
 
     The id (sha256 of RUNTIME.json) must equal ``expected_id``, or the directory name when
     ``expected_id`` is None. Every listed file is hashed; unlisted files or directories,
     missing files, symlinks and special files are refused; the interpreter must exist with
-    the recorded sha256; with ``trusted_keys`` the signature must verify.
+    the recorded sha256 or one of ``bindings`` (runtime/interpreters.json); with
+    ``trusted_keys`` the signature must verify.
 
     Raises NotFound (no such directory), UnsafePath (symlink/special file),
     StateCorrupt (``data["file"]`` names the first bad file), BadSignature, OSError (I/O,
@@ -312,7 +312,7 @@ def verify(
     """
     release_dir = Path(release_dir)
     release, data = _load(release_dir, expected_id or release_dir.name)
-    _check_interpreter(release.interpreter)
+    _check_interpreter(release.interpreter, bindings)
     if trusted_keys is not None:
         _check_signature(release_dir, data, trusted_keys)
     return release
@@ -323,6 +323,7 @@ def install(
     releases_dir: Path,
     *,
     trusted_keys: Iterable[Ed25519PublicKey] | None = None,
+    bindings: list[dict[str, Any]] | None = None,
 ) -> Release:
     """Copy the sealed release at ``src`` to ``releases_dir/<id>/`` as a read-only tree.
 
@@ -336,14 +337,14 @@ def install(
     """
     src, releases_dir = Path(src), Path(releases_dir)
     source, data = _load(src, None)
-    _check_interpreter(source.interpreter)
+    _check_interpreter(source.interpreter, bindings)
     keys = None if trusted_keys is None else list(trusted_keys)
     if keys is not None:
         _check_signature(src, data, keys)
     _ensure_dir(releases_dir)
     target = releases_dir / source.id
     if os.path.lexists(target):
-        return _existing(target, source.id, keys)
+        return _existing(target, source.id, keys, bindings)
     tmp = releases_dir / f"{source.id}.tmp-{secrets.token_hex(6)}"
     try:
         _copy_release(source, tmp)
@@ -356,7 +357,7 @@ def install(
             if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
             _remove_tree(tmp)  # another installer won the race
-            return _existing(target, source.id, keys)
+            return _existing(target, source.id, keys, bindings)
         _fsync_dir(releases_dir)
     except BaseException:
         if os.path.lexists(tmp):
@@ -366,12 +367,15 @@ def install(
 
 
 def _existing(
-    target: Path, rid: str, trusted_keys: list[Ed25519PublicKey] | None
+    target: Path, rid: str, trusted_keys: list[Ed25519PublicKey] | None,
+    bindings: list[dict[str, Any]] | None,
 ) -> Release:
     """The already installed ``target`` if it verifies as release ``rid`` (and, with
     ``trusted_keys``, carries a valid signature). Raises Conflict otherwise."""
     try:
-        release = verify(target, rid, trusted_keys=trusted_keys)
+        release = verify(target, rid, trusted_keys=trusted_keys, bindings=bindings)
+    except InterpreterChanged:
+        raise   # the same release; its interpreter is what changed
     except (StateCorrupt, UnsafePath, BadSignature, NotFound) as e:
         raise Conflict(
             f"{target} exists and is not this release: {e}",
@@ -431,7 +435,7 @@ def _summary(name: str, path: Path) -> ReleaseSummary:
     return ReleaseSummary(
         name, path, ReleaseStatus.OK, tenure_version=rt.tenure_version,
         source_commit=rt.source_commit, interpreter=rt.interpreter.path,
-        contracts=dict(rt.contracts), file_count=len(rt.files),
+        contracts=dict(rt.contracts), file_count=len(rt.files), runs_under=rt.interpreter,
     )
 
 

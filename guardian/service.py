@@ -33,6 +33,8 @@ S_ID = Schema(Field("release", str, check=_release_id))
 S_RECOVER = Schema(Field("force", bool, required=False, default=False),
                    Field("dry_run", bool, required=False, default=False),
                    Field("digest", str, required=False))
+S_REBIND = Schema(Field("digest", str, required=False, check=lambda v: None if len(v) == 64
+                         else "must be the 64-character digest of a rebind plan"))
 S_SELECT = Schema(Field("release", str, check=_release_id),
                   Field("start", bool, required=False, default=True))
 
@@ -50,6 +52,7 @@ class GuardianService:
             "release.list": Method(self.release_list, role="viewer"),
             "release.verify": Method(self.release_verify, S_ID, role="viewer"),
             "release.select": Method(self.release_select, S_SELECT),
+            "release.rebind": Method(self.release_rebind, S_REBIND),
             "upgrade": Method(self.upgrade, S_UPGRADE),
             "rollback": Method(self.rollback),
             "abort": Method(self.abort),
@@ -83,7 +86,8 @@ class GuardianService:
         if not src.is_absolute():
             raise BadRequest("give an absolute path to a sealed release")
         rel = await asyncio.to_thread(install, src, self.co.paths.releases,
-                                      trusted_keys=self.co.trusted_keys())
+                                      trusted_keys=self.co.trusted_keys(),
+                                      bindings=self.co.bindings())
         self.co.state.add_release(rel.id)
         return {"release": rel.id, "tenure_version": rel.tenure_version}
 
@@ -98,6 +102,24 @@ class GuardianService:
         rel = await asyncio.to_thread(self.co.release, call.params["release"])
         return {"release": rel.id, "ok": True, "files": len(rel.runtime.files),
                 "signed": rel.signed}
+
+    async def release_rebind(self, call: Call) -> Any:
+        """Without ``digest``: the plan (what changed, which releases it would let run).
+        With the digest of the plan the operator reviewed: record it."""
+        from .interp import rebind, rebind_plan
+        co = self.co
+
+        def work() -> dict[str, Any]:
+            bindings = co.bindings()
+            rels = [(s.name, s.runs_under) for s in list_releases(co.paths.releases)
+                    if s.runs_under is not None]
+            plan = rebind_plan(rels, bindings)
+            digest = call.params.get("digest")
+            if digest is None:
+                return {**plan, "bound": False}
+            rebind(co.paths.interpreters, plan, digest, bindings)
+            return {**plan, "bound": True}
+        return await asyncio.to_thread(work)
 
     async def release_select(self, call: Call) -> Any:
         """Select a release for the next start. With no backend running (first run) and

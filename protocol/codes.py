@@ -48,6 +48,7 @@ class Code(StrEnum):
     OPERATION_IN_PROGRESS = "OPERATION_IN_PROGRESS"
     STALE_PLAN = "STALE_PLAN"
     STATE_CORRUPT = "STATE_CORRUPT"
+    INTERPRETER_CHANGED = "INTERPRETER_CHANGED"
     STORAGE_FAILED = "STORAGE_FAILED"
     JOB_QUEUE_FULL = "JOB_QUEUE_FULL"
     # processes
@@ -153,6 +154,11 @@ CODES: dict[Code, CodeInfo] = {
     Code.STATE_CORRUPT: CodeInfo(
         "A durable record or file is unreadable or has an unknown shape or version; it was "
         "not replaced.", False),
+    Code.INTERPRETER_CHANGED: CodeInfo(
+        "The Python interpreter a release runs under is not the one it was sealed or last "
+        "bound with (an update replaced it). Nothing ran. If it is an update of the same "
+        "Python version, review and bind it with `tenure release rebind`; a new minor "
+        "version needs a release sealed under it.", False),
     Code.STORAGE_FAILED: CodeInfo(
         "A durable write failed (disk full, I/O error). What already happened is reported "
         "from memory and marked uncertain (a launch that started keeps running and is "

@@ -39,6 +39,7 @@
     │   ├── OperationInProgress     OPERATION_IN_PROGRESS
     │   ├── StalePlan               STALE_PLAN
     │   ├── StateCorrupt            STATE_CORRUPT
+    │   │   └── InterpreterChanged  INTERPRETER_CHANGED
     │   ├── StorageFailed           STORAGE_FAILED
     │   └── JobQueueFull            JOB_QUEUE_FULL
     ├── ProcessError
@@ -258,6 +259,10 @@ class StalePlan(StateError):
 
 class StateCorrupt(StateError):
     code = Code.STATE_CORRUPT
+
+
+class InterpreterChanged(StateCorrupt):
+    code = Code.INTERPRETER_CHANGED
 
 
 class StorageFailed(StateError):

@@ -115,10 +115,12 @@ def _parser() -> Any:
                    help="recover: show what a forced recovery would adopt, and its digest")
     p.add_argument("--digest", help="recover: perform exactly the reviewed plan")
     p = add("release", "sealed releases")
-    p.add_argument("action", choices=["seal", "install", "list", "verify", "select"])
+    p.add_argument("action", choices=["seal", "install", "list", "verify", "select",
+                                      "rebind"])
     p.add_argument("arg", nargs="?")
     p.add_argument("--sign-key", type=Path, help="seal: sign RUNTIME.json with this "
                    "Ed25519 private key (PEM)")
+    p.add_argument("--digest", help="rebind: record exactly the reviewed plan")
     p = add("service", "run under systemd or launchd")
     p.add_argument("action", choices=["install", "status", "uninstall"])
     p.add_argument("--prepare", action="store_true")

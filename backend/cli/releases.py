@@ -1,4 +1,4 @@
-"""``tenure release seal|install|list|verify|select``."""
+"""``tenure release seal|install|list|verify|select|rebind``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,10 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
                              f"{'  current' if x['current'] else ''}"
                              f"{'  previous' if x['previous'] else ''}"
                              for x in r["releases"]) or "no releases"
+        elif args.action == "rebind":
+            r = g.call("release.rebind", {"digest": args.digest} if args.digest else {},
+                       timeout=300)
+            text = rebind_text(r)
         elif args.action == "verify":
             r = g.call("release.verify", {"release": resolve_release(g, args.arg)})
             text = f"{r['release']}: ok ({r['files']} files)"
@@ -42,6 +46,27 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
             text = f"selected {r['selected']}"
     out(args, r, text)
     return Exit.OK
+
+
+def rebind_text(r: dict[str, Any]) -> str:
+    """The rebind plan (or what was bound) for people."""
+    if not r["interpreters"]:
+        return "every release runs under the interpreter it was sealed or bound with"
+    out = []
+    for i in r["interpreters"]:
+        now = i["now"]
+        out.append(f"interpreter {i['path']}" + ("" if now is None else
+                   f"\n  now: Python {now['version']} ({now['abi']}), sha256 "
+                   f"{now['sha256'][:16]}…, standard library {now['files']} files "
+                   f"(digest {now['stdlib'][:16]}…)"))
+        label = "runs again" if r["bound"] else "would run again"
+        out += [f"  {label}: {rid}" for rid in i["releases"]]
+        out += [f"  cannot help {x['release']}: {x['reason']}" for x in i["refused"]]
+    if r["bound"]:
+        out.append("bound (runtime/interpreters.json)")
+    elif any(i["releases"] for i in r["interpreters"]):
+        out.append(f"review the above, then: tenure release rebind --digest {r['digest']}")
+    return "\n".join(out)
 
 
 def resolve_release(guardian: Any, arg: str | None, install: bool = False) -> str:

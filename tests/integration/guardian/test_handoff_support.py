@@ -52,11 +52,13 @@ def config(sleepers: int = 3, counter: bool = False, stack: str = "load") -> str
 
 # -- derived releases ---------------------------------------------------------------------
 
-def derive_release(base: Path, out: Path, edits: dict[str, Callable[[str], str]]) -> str:
+def derive_release(base: Path, out: Path, edits: dict[str, Callable[[str], str]],
+                   interpreter: dict[str, str] | None = None) -> str:
     """Copy the sealed release ``base`` to ``out``, rewrite each ``lib/<rel>`` source with
     ``edits[rel]``, recompile its pyc exactly as seal does (UNCHECKED_HASH: the release
     runs with -B and would otherwise keep executing the old bytecode) and rewrite
-    RUNTIME.json with the new hashes. Returns the new release id."""
+    RUNTIME.json with the new hashes (and ``interpreter``, when given, as the one it was
+    sealed under). Returns the new release id."""
     shutil.copytree(base, out)
     for root, _dirs, files in os.walk(out):
         os.chmod(root, 0o755)
@@ -74,6 +76,8 @@ def derive_release(base: Path, out: Path, edits: dict[str, Callable[[str], str]]
             key = path.relative_to(out).as_posix()
             assert key in runtime["files"], key
             runtime["files"][key] = sha256_file(path, key)
+    if interpreter is not None:
+        runtime["interpreter"] = interpreter
     data = canonical_json(runtime)
     parse_runtime(data)
     (out / RUNTIME_NAME).write_bytes(data)
