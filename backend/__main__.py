@@ -31,7 +31,9 @@ def preflight() -> int:
     t0 = time.perf_counter()
     from . import api, generation, operations, supervisor  # noqa: F401
     from .generation import CONTRACTS
-    print(json.dumps({"ok": True, "contracts": CONTRACTS, "python": sys.version.split()[0],
+    from .schemas import SCHEMAS
+    print(json.dumps({"ok": True, "contracts": CONTRACTS, "schemas": SCHEMAS,
+                      "python": sys.version.split()[0],
                       "import_s": round(time.perf_counter() - t0, 3)}))
     return 0
 

@@ -18,6 +18,7 @@ from protocol.errors import Conflict, NotFound, StateCorrupt
 
 __all__ = ["BackendStore", "RecoveryStore"]
 
+FORMAT = 1   # backend.db's format_version (backend/schemas.py declares it)
 SCHEMA = """
 CREATE TABLE config (
     id INTEGER PRIMARY KEY CHECK (id = 1), text TEXT NOT NULL, source TEXT NOT NULL,
@@ -45,7 +46,8 @@ INSERT INTO certificate VALUES (1, 0, NULL, 0)
 
 class BackendStore:
     def __init__(self, path: str) -> None:
-        self.db = open_sqlite(path, "tenure-backend", 1, SCHEMA, synchronous="FULL", wal=True)
+        self.db = open_sqlite(path, "tenure-backend", FORMAT, SCHEMA, synchronous="FULL",
+                              wal=True)
 
     def close(self) -> None:
         self.db.close()

@@ -39,6 +39,7 @@ from .faults import Fault
 from .paths import GuardianPaths
 from .phases import Phase, outcome_of
 from .release import Release, verify
+from .schemas import LEGACY, declared
 from .state import Activation, StateStore
 
 __all__ = ["Coordinator"]
@@ -78,6 +79,7 @@ class Coordinator:
         self.fault = Fault()
         self.deadline = _deadline()
         self.recovery_attempts = 0
+        self.declared: dict[str, dict[str, Any]] = {}  # release id -> its schemas
         self.sleep = asyncio.sleep  # seams: fakes never sleep
         self._tasks: set[asyncio.Task[Any]] = set()
         self._spare: tuple[str, asyncio.Task[BackendProcess | None]] | None = None
@@ -222,6 +224,22 @@ class Coordinator:
     async def preflight(self, release: Release) -> dict[str, Any]:
         """The candidate's preflight. Raises PreflightFailed / PreflightTimeout."""
         return await preflight(release, self.deadline)
+
+    async def schemas_of(self, release_id: str) -> dict[str, Any]:
+        """The formats release ``release_id`` reads and writes (from its preflight, run
+        once per release). A release that cannot be verified or asked now (its
+        interpreter was updated, say) is taken to write what releases wrote before
+        declarations (LEGACY); the guardian logs that it did so."""
+        if release_id not in self.declared:
+            try:
+                report = await self.preflight(await asyncio.to_thread(self.release,
+                                                                      release_id))
+            except TenureError as exc:
+                log.warning("the formats of release %s are unknown (%s); taking format 1",
+                            release_id, exc)
+                return LEGACY
+            self.declared[release_id] = declared(report)
+        return self.declared[release_id]
 
     def read_checkpoint(self, activation: str) -> dict[str, Any]:
         """Raises FileNotFoundError, UnsafePath, StateCorrupt (never KeyError)."""

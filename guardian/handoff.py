@@ -12,6 +12,7 @@ is tried (``uncertain``) and the operator reconciles. Never a half-open activati
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -29,6 +30,8 @@ from protocol.errors import (
 from .backendproc import BackendProcess
 from .coordinator import Coordinator
 from .phases import Kind, Outcome, Phase, ending
+from .schemas import check as check_schemas
+from .schemas import declared, on_disk
 from .state import Activation
 
 __all__ = ["POINTS", "abort_requested_error", "restore_previous", "upgrade"]
@@ -107,7 +110,14 @@ class _Handoff:
                                     {"missing": missing})
         co.point("check.preflight")
         report = await co.preflight(release)
-        self.act = co.advance(self.act, Phase.CHECKED, {"preflight": report})
+        co.declared[release.id] = declared(report)
+        incumbent = co.state.selector().current
+        theirs = await co.schemas_of(incumbent) if incumbent is not None and \
+            self.incumbent is not None else None
+        disk = await asyncio.to_thread(on_disk, co.paths.backend_db)
+        check_schemas(co.declared[release.id], disk, theirs)
+        self.act = co.advance(self.act, Phase.CHECKED, {"preflight": report,
+                                                        "formats_on_disk": disk})
 
     async def before_fence(self) -> None:
         """admitted → draining → checkpointed."""

@@ -49,6 +49,7 @@ class Code(StrEnum):
     STALE_PLAN = "STALE_PLAN"
     STATE_CORRUPT = "STATE_CORRUPT"
     INTERPRETER_CHANGED = "INTERPRETER_CHANGED"
+    SCHEMA_INCOMPATIBLE = "SCHEMA_INCOMPATIBLE"
     STORAGE_FAILED = "STORAGE_FAILED"
     JOB_QUEUE_FULL = "JOB_QUEUE_FULL"
     # processes
@@ -159,6 +160,11 @@ CODES: dict[Code, CodeInfo] = {
         "bound with (an update replaced it). Nothing ran. If it is an update of the same "
         "Python version, review and bind it with `tenure release rebind`; a new minor "
         "version needs a release sealed under it.", False),
+    Code.SCHEMA_INCOMPATIBLE: CodeInfo(
+        "The candidate release cannot read the durable state on disk (backend.db, a part "
+        "of it, or the checkpoint the running generation writes), or would change a "
+        "format in place. It was refused before anything was drained; data names the "
+        "format, what is on disk and what the candidate reads.", False),
     Code.STORAGE_FAILED: CodeInfo(
         "A durable write failed (disk full, I/O error). What already happened is reported "
         "from memory and marked uncertain (a launch that started keeps running and is "

@@ -40,6 +40,7 @@
     │   ├── StalePlan               STALE_PLAN
     │   ├── StateCorrupt            STATE_CORRUPT
     │   │   └── InterpreterChanged  INTERPRETER_CHANGED
+    │   ├── SchemaIncompatible      SCHEMA_INCOMPATIBLE
     │   ├── StorageFailed           STORAGE_FAILED
     │   └── JobQueueFull            JOB_QUEUE_FULL
     ├── ProcessError
@@ -263,6 +264,10 @@ class StateCorrupt(StateError):
 
 class InterpreterChanged(StateCorrupt):
     code = Code.INTERPRETER_CHANGED
+
+
+class SchemaIncompatible(StateError):
+    code = Code.SCHEMA_INCOMPATIBLE
 
 
 class StorageFailed(StateError):
