@@ -121,6 +121,7 @@ class Api:
             "generation.checkpoint": ctl(self.gen_checkpoint, S_CHECKPOINT),
             "generation.retire": ctl(self.gen_retire),
             "generation.certify": ctl(self.gen_certify),
+            "retention.run": Method(self.retention_run),
             "status": Method(self.status, S_STATUS, role="viewer"),
             "start": Method(self.start, S_TARGET),
             "stop": Method(self.stop, S_TARGET),
@@ -198,6 +199,13 @@ class Api:
     async def gen_retire(self, call: Call) -> Any:
         asyncio.get_running_loop().call_soon(self.gen.retire)
         return {"retiring": True}
+
+    async def retention_run(self, call: Call) -> Any:
+        """One retention round now (``[retention]``): what was deleted."""
+        from .retention import prune_once
+        return {"deleted": await prune_once(self.gen), "policy": {
+            k: getattr(self.gen.config.retention, k)
+            for k in ("operations", "plans", "launches", "activations")}}
 
     async def gen_certify(self, call: Call) -> Any:
         return {"published": await self.gen.publish_certificate()}

@@ -26,6 +26,7 @@ from protocol.errors import ConfigInvalid
 from .config_identity import IDENTITY_KEYS, parse_limits, parse_run_as
 from .config_lines import KeyPath, find_line, format_key, syntax_error_location
 from .config_metrics import parse_metrics
+from .config_retention import parse_retention
 from .config_sockets import SOCKET_KEYS, check_addresses, parse_sockets
 from .config_values import (
     NAME_RE,
@@ -58,6 +59,7 @@ from .model import (
     Readiness,
     ReadyKind,
     RestartMode,
+    RetentionSettings,
     RunAs,
     Settings,
     Stack,
@@ -118,9 +120,11 @@ def parse_config(text: str, source: str) -> Config:
         raise _error(source, key, line, problem) from None
     try:
         stacks, settings, metrics = _parse_document(doc)
+        retention = parse_retention(get_table(doc, "retention", ()) or {})
     except Invalid as e:
         raise _error(source, format_key(e.path), find_line(text, e.path), e.problem) from None
-    config = Config(stacks=stacks, settings=settings, source=source, metrics=metrics)
+    config = Config(stacks=stacks, settings=settings, source=source, metrics=metrics,
+                    retention=retention)
     return replace(config, revision=canonical_digest(canonical_form(config)))
 
 
@@ -132,6 +136,8 @@ def canonical_form(config: Config) -> dict[str, Any]:
         "settings": asdict(config.settings),
         # only when set: configs without it keep their revision
         **({"metrics": asdict(config.metrics)} if config.metrics.listen else {}),
+        **({"retention": asdict(config.retention)}
+           if config.retention != RetentionSettings() else {}),
         "stacks": {
             s.name: {"apps": {a.name: _app_form(a) for a in s.apps.values()},
                      # only when there are jobs: configs without any keep their revision
@@ -205,7 +211,7 @@ def _error(source: str, key: str, line: int | None, problem: str) -> ConfigInval
 def _parse_document(doc: Mapping[str, Any],
                     ) -> tuple[dict[str, Stack], Settings, MetricsSettings]:
     """Raises Invalid."""
-    check_keys(doc, ("settings", "metrics", "stacks"), ())
+    check_keys(doc, ("settings", "metrics", "retention", "stacks"), ())
     settings = _parse_settings(get_table(doc, "settings", ()) or {})
     metrics = parse_metrics(get_table(doc, "metrics", ()) or {})
     raw = get_table(doc, "stacks", ()) or {}

@@ -49,6 +49,7 @@ from .enforce import app_uids
 from .events import EventLog
 from .jobs.resume import audit
 from .model import Config, Settings
+from .retention import retention_loop
 from .store import BackendStore, RecoveryStore
 from .supervisor import Supervisor, now
 
@@ -147,7 +148,8 @@ class Generation:
         self._tasks = [_loop(self._read_observations(), "observation reader"),
                        _loop(self._persist_loop(), "persist"),
                        _loop(self._certificate_loop(), "certificate"),
-                       _loop(self._heartbeat_loop(), "owner heartbeat")]
+                       _loop(self._heartbeat_loop(), "owner heartbeat"),
+                       _loop(retention_loop(self), "retention")]
         self.ready = True
         self.events.record("handoff", phase="adopted", activation=self.activation,
                            epoch=self.epoch, mode=self.handoff.get("mode"),

@@ -237,12 +237,23 @@ class MetricsSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """How many finished records are kept (backend.config_retention)."""
+
+    operations: int = 1_000
+    plans: int = 200
+    launches: int = 10_000
+    activations: int = 1_000
+
+
+@dataclass(frozen=True)
 class Config:
     stacks: Mapping[str, Stack]
     settings: Settings = field(default_factory=Settings)
     revision: str = ""               # sha256 of the canonical form
     source: str = ""                 # the file it came from
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     def apps(self) -> list[App]:
         return [a for s in self.stacks.values() for a in s.apps.values()]

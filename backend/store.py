@@ -173,6 +173,21 @@ class BackendStore:
         where = "WHERE outcome IS NULL" if open_only else ""
         return self._ops(f"{where} ORDER BY created_at DESC LIMIT ?", (limit,))
 
+    def prune(self, operations: int, plans: int) -> dict[str, int]:
+        """Delete finished operations but the newest ``operations``, then plans no kept
+        operation names but the newest ``plans``; an open operation and its plan are
+        never touched. One transaction. Returns how many of each were deleted."""
+        with self.tx() as db:
+            ops = db.execute(
+                "DELETE FROM operations WHERE outcome IS NOT NULL AND id NOT IN (SELECT id "
+                "FROM operations WHERE outcome IS NOT NULL ORDER BY created_at DESC, id "
+                "LIMIT ?)", (operations,)).rowcount
+            gone = db.execute(
+                "DELETE FROM plans WHERE id NOT IN (SELECT plan FROM operations WHERE plan "
+                "IS NOT NULL) AND id NOT IN (SELECT id FROM plans ORDER BY created_at DESC, "
+                "id LIMIT ?)", (plans,)).rowcount
+        return {"operations": ops, "plans": gone}
+
     def _ops(self, where: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
         rows = self.db.execute(
             "SELECT id, plan, kind, stacks, stage, step, outcome, error, request_id, "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from .faults import Fault
 from .paths import GuardianPaths
 from .phases import Phase, outcome_of
 from .release import Release, verify
+from .retention import activations_to_keep
 from .schemas import LEGACY, declared
 from .state import Activation, StateStore
 
@@ -422,8 +424,14 @@ class Coordinator:
 
     def prune(self, keep: int = KEEP_ARTIFACTS) -> int:
         """Remove all but the newest ``keep`` handoff records, checkpoints and backend
-        logs (never those of the running generation). Returns how many were removed."""
+        logs (never those of the running generation), and the finished activations
+        beyond ``[retention] activations``. Returns how many files were removed."""
         running = self.current.activation if self.current is not None else None
+        try:
+            self.state.prune(activations_to_keep(self.paths.backend_db),
+                             {running} if running else set())
+        except (TenureError, OSError, sqlite3.Error) as exc:  # the next round tries again
+            log.warning("could not prune old activations: %s", exc)
         removed = 0
         for directory, prefix in ((self.paths.handoffs, ""), (self.paths.logs, "backend-")):
             try:

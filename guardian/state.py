@@ -225,6 +225,26 @@ class StateStore:
                                "ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,))
         return [_activation(r) for r in rows]
 
+    def prune(self, keep: int, protect: set[str]) -> int:
+        """Delete finished activations (complete, aborted, rolled back, failed) but the
+        newest ``keep`` and those in ``protect``, with their receipts and grants; the
+        newest grant always stays. ``uncertain`` and ``blocked`` ones wait for the
+        operator and are never pruned. Returns how many activations were deleted."""
+        done = [str(p) for p in (Phase.COMPLETE, Phase.ABORTED, Phase.ROLLED_BACK,
+                                 Phase.FAILED)]
+        marks = ", ".join("?" * len(done))
+        with self.tx() as db:
+            old = [a for (a,) in db.execute(
+                f"SELECT id FROM activations WHERE phase IN ({marks}) AND id NOT IN "
+                "(SELECT id FROM activations ORDER BY created_at DESC, rowid DESC LIMIT ?)",
+                (*done, keep)) if a not in protect]
+            for aid in old:
+                db.execute("DELETE FROM receipts WHERE activation = ?", (aid,))
+                db.execute("DELETE FROM grants WHERE activation = ? AND epoch < "
+                           "(SELECT max(epoch) FROM grants)", (aid,))
+                db.execute("DELETE FROM activations WHERE id = ?", (aid,))
+        return len(old)
+
     def activations_granted_after(self, epoch: int) -> list[Activation]:
         """Every activation that holds a grant newer than ``epoch``."""
         rows = self.db.execute(f"SELECT {_ACT_COLS} FROM activations WHERE id IN "

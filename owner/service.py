@@ -51,9 +51,10 @@ log = logging.getLogger("tenure.owner")
 # fdstore.clear; FDSTORE=1 over NOTIFY_SOCKET (an older owner would ignore the launch
 # keys and start the app without its sockets, so a backend checks this first)
 # metrics 1: metrics.read, resource figures of every live launch (owner.metrics)
+# retention 1: launches.prune, deleting the rows of ended launches by a count
 CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
                 "notify": 1, "observations": 1, "fencing": 1, "spawnErrors": 1,
-                "logNotes": 1, "sockets": 1, "metrics": 1}
+                "logNotes": 1, "sockets": 1, "metrics": 1, "retention": 1}
 
 LOGS_PAGE_BYTES = 1 << 20
 """Default byte budget of one logs.read answer; at most LOGS_PAGE_BYTES_MAX, which with
@@ -114,6 +115,10 @@ def _sources(v: Any) -> str | None:
 
 
 S_FORGET = Schema(Field("sources", list, check=_sources))
+S_PRUNE = Schema(Field("keep", int, check=check_int(100, 10_000_000)),
+                 Field("protect", list, required=False, default=[],
+                       check=lambda v: None if len(v) <= 100_000 and all(
+                           isinstance(k, str) for k in v) else "a list of launch keys"))
 S_NOTE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
                 Field("instance", int, check=_uint), Field("generation", int, check=_uint),
                 Field("text", str, check=_note_text))
@@ -172,6 +177,7 @@ class OwnerService:
             "logs.dropped": Method(self.logs_dropped, role="viewer", while_draining=True),
             "logs.forget": Method(self.logs_forget, S_FORGET),
             "logs.note": Method(self.logs_note, S_NOTE),
+            "launches.prune": Method(self.launches_prune, S_PRUNE),
             "observations.read": Method(self.obs_read, S_OBS, role="viewer",
                                         while_draining=True),
             "observations.subscribe": Method(self.obs_subscribe, S_OBS, role="viewer"),
@@ -395,6 +401,17 @@ class OwnerService:
                            f"{', '.join(busy[:5])}", {"launch_keys": busy[:100]})
         deleted = await asyncio.to_thread(self.journal.forget, sources)
         return {"sources": len(sources), "deleted": deleted}
+
+    async def launches_prune(self, call: Call) -> Any:
+        """Delete the rows of ended launches but the newest ``keep`` and the ``protect``
+        ones (launches an open job record still needs as evidence). Rows of live or
+        uncertain launches, and of exited ones whose descendants linger (the evidence a
+        reconcile needs), stay."""
+        self._require_epoch(call)
+        protect = set(call.params["protect"]) | set(self.launcher.uncertain) | \
+            set(self.procs.lingering())
+        # on the loop: the store's connection belongs to it; one DELETE transaction
+        return {"deleted": self.store.prune_ended(call.params["keep"], protect)}
 
     async def logs_note(self, call: Call) -> Any:
         """Write one tenure line (owner.notes) into an app's log stream: the backend's

@@ -208,6 +208,20 @@ class OwnerStore:
             (LaunchState.STARTING, LaunchState.RUNNING)).fetchall()
         return [_row(r) for r in rows]
 
+    def prune_ended(self, keep: int, protect: set[str]) -> int:
+        """Delete the rows of ended launches (exited, failed, lost) but the newest
+        ``keep`` and those in ``protect``; they hold app environments. Rows of launches
+        that may still run are never touched. Returns how many were deleted."""
+        ended = (LaunchState.EXITED, LaunchState.FAILED, LaunchState.LOST)
+        with transaction(self.db) as db:
+            old = [k for (k,) in db.execute(
+                "SELECT launch_key FROM launches WHERE state IN (?, ?, ?) "
+                "ORDER BY coalesce(ended_at, started_at, 0) DESC, rowid DESC LIMIT -1 OFFSET ?",
+                (*ended, keep)) if k not in protect]
+            db.executemany("DELETE FROM launches WHERE launch_key = ? AND state IN (?, ?, ?)",
+                           [(k, *ended) for k in old])
+        return len(old)
+
     def live_launches_of_boot(self, boot_id: str) -> int:
         """How many launches of this boot are recorded as starting or running."""
         return int(self.db.execute(

@@ -303,6 +303,11 @@ def cmd_stack(args: Any) -> int:
 # -- guardian -------------------------------------------------------------------------
 
 def cmd_backend(args: Any) -> int:
+    if args.action == "prune":
+        r = _call(args, "retention.run", {})
+        _out(args, r, "pruned " + ", ".join(f"{n} {what}" for what, n in r["deleted"].items())
+             + "; keeping " + ", ".join(f"{what} {n}" for what, n in r["policy"].items()))
+        return OK
     with _guardian(args) as g:
         if args.action == "status":
             r = g.call("status")

@@ -107,7 +107,8 @@ def _parser() -> Any:
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--digest")
     p = add("backend", "backend generations")
-    p.add_argument("action", choices=["status", "upgrade", "abort", "rollback", "recover"])
+    p.add_argument("action", choices=["status", "upgrade", "abort", "rollback", "recover",
+                                      "prune"])
     p.add_argument("release", nargs="?")
     p.add_argument("--check", action="store_true")
     p.add_argument("--force", action="store_true")

@@ -1,0 +1,35 @@
+"""How many finished activations the guardian keeps: ``[retention] activations`` of the
+applied tenure.toml (read from backend.db, read only), 1,000 when unset or unreadable.
+
+The guardian is mechanism only and does not parse configs beyond this one number: the
+backend validated the config before applying it (backend/config_retention.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tomllib
+
+__all__ = ["DEFAULT_ACTIVATIONS", "activations_to_keep"]
+
+DEFAULT_ACTIVATIONS = 1_000
+MINIMUM = 10
+
+
+def activations_to_keep(backend_db: str) -> int:
+    """Never raises: a missing or unreadable config keeps the default."""
+    if not os.path.exists(backend_db):
+        return DEFAULT_ACTIVATIONS
+    try:
+        conn = sqlite3.connect(f"file:{backend_db}?mode=ro", uri=True, timeout=5.0)
+        try:
+            row = conn.execute("SELECT text FROM config WHERE id = 1").fetchone()
+        finally:
+            conn.close()
+        value = tomllib.loads(row[0]).get("retention", {}).get("activations") if row else None
+    except (sqlite3.Error, tomllib.TOMLDecodeError, AttributeError):
+        return DEFAULT_ACTIVATIONS
+    if isinstance(value, bool) or not isinstance(value, int) or value < MINIMUM:
+        return DEFAULT_ACTIVATIONS
+    return value
