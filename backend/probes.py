@@ -39,6 +39,8 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from protocol import procfs
+
 from .model import Health, HealthKind, Readiness, ReadyKind
 
 __all__ = [
@@ -125,23 +127,9 @@ def hidden_owners(pids: Iterable[int]) -> set[int]:
 
 
 def socket_inodes(pids: Iterable[int]) -> set[int]:
-    """Socket inodes held open by ``pids`` (``/proc/PID/fd/N -> socket:[INODE]``).
-    Processes that vanish or cannot be read are skipped; never raises OSError."""
-    found: set[int] = set()
-    for pid in pids:
-        base = f"/proc/{pid}/fd"
-        try:
-            names = os.listdir(base)
-        except OSError:
-            continue
-        for name in names:
-            try:
-                link = os.readlink(f"{base}/{name}")
-            except OSError:
-                continue
-            if link.startswith("socket:[") and link.endswith("]"):
-                found.add(int(link[8:-1]))
-    return found
+    """Socket inodes held open by ``pids`` that this process may read (protocol.procfs).
+    Never raises OSError."""
+    return procfs.socket_inodes(pids)
 
 
 def process_group_members(pgid: int) -> set[int]:

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.procfs import read_io, read_usage
+from protocol.procfs import read_io, read_usage, socket_inodes, start_ticks
 
 from .cgroups import members
 
-__all__ = ["COUNTERS", "FIELDS", "Member", "Meter", "parse_io_stat", "parse_keyed",
-           "parse_value", "read_cgroup", "read_procs"]
+__all__ = ["COUNTERS", "FIELDS", "Member", "Meter", "launch_inodes", "parse_io_stat",
+           "parse_keyed", "parse_value", "read_cgroup", "read_procs"]
 
 _HZ = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -143,6 +143,14 @@ def read_procs(procs: Iterable[tuple[int, int]]) -> Sample:
             "memory_bytes": rss * _PAGE, "memory_peak_bytes": None, "pids": len(alive),
             "io_read_bytes": None if io is None else io[0],
             "io_write_bytes": None if io is None else io[1], "oom_kills": None}
+
+
+def launch_inodes(cgroup: Path | None, procs: Iterable[tuple[int, int]]) -> set[int]:
+    """Socket inodes held by the members of ``cgroup``, or by those of ``procs`` (pid,
+    start ticks) that are still that process. Raises nothing."""
+    pids = members(cgroup) if cgroup is not None else [
+        pid for pid, ticks in procs if start_ticks(pid) == ticks]
+    return socket_inodes(pids)
 
 
 class Meter:
