@@ -24,7 +24,7 @@ CONFIG = """
 listen = "127.0.0.1:{port}"
 
 [stacks.m.apps.pair]
-command = ["sh", "-c", "sleep 1000 & sleep 1000; wait"]
+command = ["sh", "-c", "echo started; sleep 1000 & sleep 1000; wait"]
 """
 LABELS = {"stack": "m", "app": "pair", "instance": "0"}
 
@@ -99,7 +99,21 @@ def test_scrape_is_valid_matches_the_owner_and_survives_an_upgrade(cluster, tmp_
     assert row["pids"] == 3 and cli["listener"]["bound"] and cli["epoch"] == epoch
 
     cluster.cli("restart", "m/pair", check=True)
-    assert value(scrape(port), "tenure_app_restarts_total") == 1
+    text = scrape(port)
+    assert value(text, "tenure_app_restarts_total") == 1
+    assert value(text, "tenure_app_exits_total", reason="requested") == 1
+    assert value(text, "tenure_app_exits_total", reason="failure") == 0
+    app = (("app", "pair"), ("stack", "m"))
+    cluster.wait(lambda: samples(scrape(port))["tenure_app_log_lines_total"][app] == 2, 10,
+                 "two 'started' lines journalled")
+    text = scrape(port)
+    assert samples(text)["tenure_app_log_bytes_total"][app] == 2 * len("started")
+    assert samples(text)["tenure_journal_bytes"][()] > 0
+    rpc = samples(text)["tenure_rpc_request_duration_seconds_count"]
+    assert rpc[(("method", "status"),)] >= 1 and rpc[(("method", "restart"),)] == 1
+    owner_calls = samples(text)["tenure_owner_call_duration_seconds_count"]
+    assert owner_calls[(("method", "stop"),)] >= 1
+    assert samples(text)["tenure_handoffs_total"][(("outcome", "success"),)] == 0
 
     candidate = tmp_path / "candidate"
     derive_release(cluster.release, candidate,
@@ -112,4 +126,10 @@ def test_scrape_is_valid_matches_the_owner_and_survives_an_upgrade(cluster, tmp_
     promtool_check(after)
     assert samples(after)["tenure_epoch"][()] == epoch + 1
     assert value(after, "tenure_app_restarts_total") == 1  # carried, never reset
+    assert value(after, "tenure_app_exits_total", reason="requested") == 1
+    handoffs = samples(after)["tenure_handoffs_total"]
+    assert handoffs[(("outcome", "success"),)] == 1, handoffs
+    pause = samples(after)
+    assert pause["tenure_handoff_pause_seconds_count"][()] == 1
+    assert 0 < pause["tenure_handoff_pause_seconds_sum"][()] < 30
     assert value(after, "tenure_app_up") == 1
