@@ -61,3 +61,23 @@ def test_journal_handoffs_and_latency_when_known() -> None:
     assert rpc[(("le", "0.0005"), ("method", "status"))] == 1
     assert rpc[(("le", "0.25"), ("method", "status"))] == 2
     assert got["tenure_rpc_request_duration_seconds_count"][(("method", "status"),)] == 2
+
+
+def test_docs_list_every_family_with_its_type() -> None:
+    import re
+    from pathlib import Path
+
+    from backend.metrics import families
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
+    documented = dict(re.findall(r"^\| `(tenure_\w+)` \| (\w+)", docs, re.M))
+    guardian = {"handoffs": {"success": 1},
+                "pause": {"buckets": [[0.25, 1]], "sum": 0.2, "count": 1}}
+    snap = _snap(logs=[{"stack": "s", "app": "a", "lines": 1, "bytes": 1}],
+                 journal_bytes=1, guardian=guardian, certificate_age_seconds=1.0,
+                 owner_calls={"status": {"buckets": [[0.1, 1]], "sum": 0.01, "count": 1}})
+    snap["apps"][0]["oom_kills"] = 0
+    emitted = {}
+    for fam in families(snap):
+        suffix = "_total" if fam.type == "counter" else ""
+        emitted[fam.name + suffix] = fam.type
+    assert emitted == documented
