@@ -101,6 +101,8 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
         restarts = old.restarts if old is not None else 0
         inst = old if old is not None and old.state not in _BUSY else im.Instance(
             app, row["instance"])
+        if old is not None and inst is not old:
+            inst.exits = dict(old.exits)
         sup.instances[key] = inst
         # adopting starts nothing; _resume below re-arms probes
         inst.handle(im.Adopt(row["pid"], row["start_ticks"], False, row["generation"],
@@ -147,7 +149,7 @@ def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str]
     for key in lost:
         old = sup.instances[key]
         fresh = im.Instance(old.app, old.index)
-        fresh.generation, fresh.restarts = old.generation, old.restarts
+        fresh.carry(old)
         sup.instances[key] = fresh
         sup.dirty.add(key)
         if old.state is not im.State.STOPPING and old.app.stack not in stopped_stacks:

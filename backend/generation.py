@@ -42,6 +42,7 @@ from protocol.layout import Layout
 from protocol.link import Link, LinkEvent, LinkState
 from protocol.server import RpcServer
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
+from protocol.timing import Timings
 
 from .adopt import Adoption, adopt_checkpoint, adopt_inventory, missed_exits, relaunch_lost
 from .config import parse_config
@@ -102,6 +103,8 @@ class Generation:
         self.certified_at: float | None = None  # when a certificate last vouched
         self.metrics: Any = None      # backend.metrics_http.MetricsListener, once ready
         self.events: EventLog | None = None   # backend.events, once the store is open
+        self.rpc_timings = Timings()    # requests our API served, by method
+        self.owner_timings = Timings()  # our calls to the owner, by method
 
     # -- start ------------------------------------------------------------------------
 
@@ -121,6 +124,7 @@ class Generation:
         self.owner = AsyncClient(self.layout.owner_sock, want=CONTRACTS,
                                  expect_instance=owner.instance, name="backend",
                                  allow_group=True, grant=handoff_grant(self.handoff))
+        self.owner.timings = self.owner_timings
         welcome = await self.owner.connect()
         if welcome.identity != owner:
             raise IdentityMismatch("the owner is not the process the guardian fenced",
@@ -139,7 +143,7 @@ class Generation:
         from .api import Api
         self.api = Api(self)
         self.server = RpcServer(self.layout.api_sock, self.identity, {"tenureApi": 1},
-                                self.api.methods())
+                                self.api.methods(), timings=self.rpc_timings)
         await self.server.start()
         self.share_api()
         await self.api.resume_operations()

@@ -46,6 +46,7 @@ from protocol.schema import Field, Schema, check_int
 from .explain import LastError, LastExit, LastProbe, decode
 from .instance_types import (  # the machine's vocabulary, re-exported
     EVENT_TYPES,
+    EXIT_REASON,
     PUBLIC_STATE,
     TIMER_EVENTS,
     Action,
@@ -54,6 +55,7 @@ from .instance_types import (  # the machine's vocabulary, re-exported
     CancelTimer,
     Event,
     Exited,
+    ExitReason,
     HealthFailed,
     HealthOk,
     Launch,
@@ -107,6 +109,7 @@ class Instance:
         self._set_state(State.STOPPED, 0.0, restore=True)
         self.generation = 0
         self.restarts = 0
+        self.exits: dict[ExitReason, int] = {}    # processes ended, by reason; only grows
         self.streak = 0                          # consecutive failed runs, drives backoff
         self.last_outcome: Outcome | None = None
         self.pending_outcome: Outcome | None = None  # why we are in ``restarting``
@@ -158,6 +161,7 @@ class Instance:
             "v": WIRE_VERSION, "stack": self.app.stack, "app": self.app.name,
             "instance": self.index, "state": self.state.value,
             "generation": self.generation, "restarts": self.restarts,
+            "exits": {str(r): n for r, n in sorted(self.exits.items())},
             "streak": self.streak,
             "last_outcome": None if self.last_outcome is None else self.last_outcome.value,
             "pending_outcome": (None if self.pending_outcome is None
@@ -199,6 +203,7 @@ class Instance:
         inst.last_error = decode("last_error", data.get("last_error"), inst.generation)
         inst.last_exit = decode("last_exit", data.get("last_exit"), inst.generation)
         inst.last_probe = decode("last_probe", data.get("last_probe"), inst.generation)
+        inst.exits = _exits(data.get("exits"))
         _check_consistent(inst)
         return inst
 
@@ -251,6 +256,14 @@ class Instance:
     def _report(self, outcome: Outcome) -> None:
         self.last_outcome = outcome
         self._out.append(Report(outcome))
+
+    def count_exit(self, reason: ExitReason) -> None:
+        self.exits[reason] = self.exits.get(reason, 0) + 1
+
+    def carry(self, old: Instance) -> None:
+        """Take over ``old``'s counters (a fresh instance for the same app instance)."""
+        self.generation, self.restarts = old.generation, old.restarts
+        self.exits = dict(old.exits)
 
     def _wants_restart(self, outcome: Outcome) -> bool:
         mode = self.app.restart
@@ -366,6 +379,7 @@ def _exited(inst: Instance, ev: Event, now: float) -> None:
     assert isinstance(ev, Exited)
     inst.last_exit = LastExit(ev.exit_code, ev.signal, ev.core_dumped, inst.generation)
     outcome = exit_outcome(ev.exit_code, ev.signal)
+    inst.count_exit(EXIT_REASON[outcome])
     inst._report(outcome)
     inst._after_failure(outcome, now, exited=True)
 
@@ -406,11 +420,14 @@ def _backoff_elapsed(inst: Instance, ev: Event, now: float) -> None:
 
 
 def _stopped_on_request(inst: Instance, ev: Event, now: float) -> None:
+    if inst.pid is not None:  # a launch that failed while stopping ended no process
+        inst.count_exit(ExitReason.REQUESTED)
     inst._set_state(State.STOPPED, now)
     inst._report(Outcome.STOPPED)
 
 
 def _stopped_for_restart(inst: Instance, ev: Event, now: float) -> None:
+    inst.count_exit(ExitReason.REQUESTED)
     outcome = inst.pending_outcome or Outcome.STOPPED
     inst._report(outcome)
     inst._after_failure(outcome, now, exited=False)
@@ -520,6 +537,20 @@ _WIRE = Schema(
 
 _TIMER_STATE = {Timer.BACKOFF: State.BACKOFF, Timer.READY_TIMEOUT: State.RUNNING,
                 Timer.READY_DELAY: State.RUNNING}
+
+
+def _exits(v: Any) -> dict[ExitReason, int]:
+    """Exit counts as written by ``to_wire``; a record from before they existed reads as
+    zero. Raises BadRequest for a malformed map."""
+    if v is None:
+        return {}
+    reasons = {r.value for r in ExitReason}
+    if not isinstance(v, dict) or not all(
+            k in reasons and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+            for k, n in v.items()):
+        raise BadRequest(f"instance.exits must map {sorted(reasons)} to counts",
+                         {"field": "exits"})
+    return {ExitReason(k): n for k, n in v.items()}
 
 
 def _opt_outcome(v: str | None) -> Outcome | None:

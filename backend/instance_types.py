@@ -11,6 +11,7 @@ from .explain import LastError, LastProbe
 
 __all__ = [
     "EVENT_TYPES",
+    "EXIT_REASON",
     "PUBLIC_STATE",
     "TIMER_EVENTS",
     "Action",
@@ -18,6 +19,7 @@ __all__ = [
     "BackoffElapsed",
     "CancelTimer",
     "Event",
+    "ExitReason",
     "Exited",
     "HealthFailed",
     "HealthOk",
@@ -90,6 +92,20 @@ class Outcome(StrEnum):
     HEALTH = "health"
     STOPPED = "stopped"
     LAUNCH_FAILED = "launch-failed"
+
+
+class ExitReason(StrEnum):
+    """Why a process ended, as ``tenure_app_exits_total`` counts it: tenure stopped it
+    (``requested``), or it ended unasked with exit 0, another code, or a signal."""
+
+    REQUESTED = "requested"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    SIGNAL = "signal"
+
+
+EXIT_REASON = {Outcome.SUCCESS: ExitReason.SUCCESS, Outcome.EXIT_CODE: ExitReason.FAILURE,
+               Outcome.SIGNAL: ExitReason.SIGNAL}
 
 
 class Timer(StrEnum):

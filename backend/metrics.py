@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from . import metrics_control as mc
 from .instance_types import PublicState
 from .usage import owner_metrics
 
@@ -48,15 +49,22 @@ async def snapshot(gen: Generation) -> dict[str, Any]:
                      "instance": inst.index, "state": str(inst.public_state),
                      "up": inst.pid is not None, "ready": inst.public_state is
                      PublicState.READY, "restarts": inst.restarts, "pid": inst.pid,
+                     "exits": {str(r): n for r, n in inst.exits.items()},
                      "start_time_seconds": m.get("started_at"),
                      **{name: m.get(name) for name in MEASURED}})
     certified = gen.certified_at
+    counts = sup.owner_capabilities.get("logCounts") == mc.LOG_CAPABILITY["logCounts"] \
+        and answer is not None and "logs" in answer
     return {"epoch": gen.epoch, "owner_connected": bool(gen.link.to_wire(time.time())
                                                         ["current"]),
             "certificate_age_seconds": None if certified is None
             else max(0.0, time.time() - certified),
             "log_dropped": [{"stack": s, "app": a, "dropped": n}
                             for (s, a), n in sorted((gen.log_dropped or {}).items())],
+            "logs": answer["logs"] if counts and answer else None,
+            "journal_bytes": answer.get("journal_bytes") if counts and answer else None,
+            "guardian": await mc.guardian_counters(gen.layout),
+            "rpc": gen.rpc_timings.snapshot(), "owner_calls": gen.owner_timings.snapshot(),
             "apps": apps}
 
 
@@ -106,8 +114,9 @@ def families(snap: dict[str, Any]) -> list[Metric]:
                       ["stack", "app"])
     for d in snap["log_dropped"]:
         dropped.add_metric([d["stack"], d["app"]], float(d["dropped"]))
-    out = [up, ready, state, restarts, start, *(f for _, f in per_app), dropped,
-           *_control(snap)]
+    out = [up, ready, state, restarts, mc.exits(snap["apps"]), start,
+           *(f for _, f in per_app), dropped, *mc.journal(snap), *_control(snap),
+           *mc.control_plane(snap)]
     return out
 
 

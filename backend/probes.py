@@ -8,10 +8,14 @@ and is bounded by a timeout: it never hangs and never raises for an unhealthy ta
 
 - :func:`tcp_listening`: a process of the app listens on the port. Uses netlink sock_diag
   (pyroute2 ``DiagSocket``, IPv4 and IPv6 LISTEN sockets) and maps each socket inode to the
-  app's processes through ``/proc/PID/fd``; falls back to a TCP connect to ``host:port``
-  when sock_diag is unavailable (the fallback cannot tell whose listener answered). An app
-  running as another user (system scope) keeps its ``/proc/PID/fd`` from the backend: a
-  listener is then the app's when its socket belongs to the uid that process runs as.
+  app's processes. Those come from the owner (``launch.sockets``, capability
+  ``socketInodes`` 1: it knows every process of the launch, descendants that left the
+  group included, and may read the fds of apps running as other users); with an older
+  owner, through ``/proc/PID/fd`` of the process group, where an app running as another
+  user (system scope) keeps its fds from the backend: a listener is then the app's when
+  its socket belongs to the uid that process runs as. Falls back to a TCP connect to
+  ``host:port`` when sock_diag is unavailable (the fallback cannot tell whose listener
+  answered).
 - :func:`http_ok`: raw HTTP/1.1 GET; 2xx/3xx is ok. ``http://`` only: https would need
   certificate policy that a local probe has no use for; a bad URL raises ``ValueError``.
 - :func:`exec_ok`: a command in its own session; exit 0 is ok; on timeout or
@@ -39,12 +43,27 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from protocol import procfs
+
 from .model import Health, HealthKind, Readiness, ReadyKind
 
 __all__ = [
-    "HealthRunner", "Probe", "ProbeRunner", "TcpMethod", "Verdict", "describe", "exec_ok",
-    "health_probe", "hidden_owners", "http_ok", "listening_inodes",
-    "process_group_members", "readiness_probe", "socket_inodes", "tcp_connect",
+    "HealthRunner",
+    "Held",
+    "Probe",
+    "ProbeRunner",
+    "TcpMethod",
+    "Verdict",
+    "describe",
+    "exec_ok",
+    "health_probe",
+    "hidden_owners",
+    "http_ok",
+    "listening_inodes",
+    "process_group_members",
+    "readiness_probe",
+    "socket_inodes",
+    "tcp_connect",
     "tcp_listening",
 ]
 
@@ -125,23 +144,9 @@ def hidden_owners(pids: Iterable[int]) -> set[int]:
 
 
 def socket_inodes(pids: Iterable[int]) -> set[int]:
-    """Socket inodes held open by ``pids`` (``/proc/PID/fd/N -> socket:[INODE]``).
-    Processes that vanish or cannot be read are skipped; never raises OSError."""
-    found: set[int] = set()
-    for pid in pids:
-        base = f"/proc/{pid}/fd"
-        try:
-            names = os.listdir(base)
-        except OSError:
-            continue
-        for name in names:
-            try:
-                link = os.readlink(f"{base}/{name}")
-            except OSError:
-                continue
-            if link.startswith("socket:[") and link.endswith("]"):
-                found.add(int(link[8:-1]))
-    return found
+    """Socket inodes held open by ``pids`` that this process may read (protocol.procfs).
+    Never raises OSError."""
+    return procfs.socket_inodes(pids)
 
 
 def process_group_members(pgid: int) -> set[int]:
@@ -162,10 +167,15 @@ def process_group_members(pgid: int) -> set[int]:
     return members
 
 
-def _diag_owned(port: int, pids: set[int]) -> Verdict:
+def _diag_owned(port: int, pids: set[int], held: set[int] | None = None) -> Verdict:
+    """``held``: the socket inodes the owner says the app holds; without them the app's
+    are read from /proc/PID/fd of ``pids`` (only those this process may read)."""
     listening = listening_inodes(port)
     if not listening:
         return Verdict(False, "nothing listens on the port")
+    if held is not None:
+        return Verdict(True, "listening") if set(listening) & held else Verdict(
+            False, "another process listens on the port, not the app")
     if set(listening) & socket_inodes(pids):
         return Verdict(True, "listening")
     # another user's app: a listener on the port owned by the uid its process runs as
@@ -195,18 +205,29 @@ async def tcp_connect(host: str, port: int, timeout: float) -> Verdict:
     return Verdict(True, "connected")
 
 
-async def tcp_listening(port: int, pids: set[int], *, host: str = "127.0.0.1",
-                        timeout: float = 2.0, method: TcpMethod = TcpMethod.AUTO
+Held = Callable[[], Awaitable["set[int] | None"]]
+"""The socket inodes the owner says the app's processes hold (``launch.sockets``), or
+None when it cannot say (an older owner, the launch gone, the owner out of reach)."""
+
+
+async def tcp_listening(port: int, pids: Iterable[int] | Callable[[], set[int]], *,
+                        host: str = "127.0.0.1", timeout: float = 2.0,
+                        method: TcpMethod = TcpMethod.AUTO, held: Held | None = None
                         ) -> Verdict:
-    """Passes when one of ``pids`` (the app's process group) has a TCP LISTEN socket on
-    ``port``. With AUTO, an unavailable sock_diag falls back to :func:`tcp_connect`, which
-    cannot attribute the listener to ``pids``. Bounded by ``timeout``; never raises for an
-    unavailable kernel interface."""
+    """Passes when the app has a TCP LISTEN socket on ``port``: one whose inode the owner
+    attributes to it (``held``), else one held by ``pids`` (the app's process group, read
+    from /proc; a callable is called only when needed). With AUTO, an unavailable
+    sock_diag falls back to :func:`tcp_connect`, which cannot attribute the listener to
+    the app. Bounded by ``timeout``; never raises for an unavailable kernel interface."""
     if method is not TcpMethod.CONNECT:
         try:
             async with asyncio.timeout(timeout):
+                inodes = None if held is None else await held()
+                members: set[int] = set()
+                if inodes is None:
+                    members = set(pids() if callable(pids) else pids)
                 # sock_diag is a few ms, but the /proc scan grows with fds: keep the loop free.
-                return await asyncio.to_thread(_diag_owned, port, set(pids))
+                return await asyncio.to_thread(_diag_owned, port, members, inodes)
         except TimeoutError:
             return Verdict(False, f"sock_diag gave no answer within {_secs(timeout)}")
         except (ImportError, OSError) as exc:
@@ -338,14 +359,16 @@ def _port(base: int | None, step: int, index: int) -> int:
 
 def readiness_probe(ready: Readiness, index: int, pids: Callable[[], set[int]], *,
                     env: Mapping[str, str] | None = None, attempt_timeout: float = 2.0,
-                    method: TcpMethod = TcpMethod.AUTO) -> Probe | None:
+                    method: TcpMethod = TcpMethod.AUTO, held: Held | None = None
+                    ) -> Probe | None:
     """The probe for ``ready`` of instance ``index``, or None for none/notify/delay
     (no probe: see the module docstring). ``pids`` returns the app's current process
-    group members. Raises ValueError for a tcp readiness without a port or a bad URL."""
+    group members, ``held`` the owner's word on its sockets (:data:`Held`). Raises
+    ValueError for a tcp readiness without a port or a bad URL."""
     if ready.kind is ReadyKind.TCP:
         port = _port(ready.port, ready.port_step, index)
-        return lambda: tcp_listening(port, pids(), host=ready.host,
-                                     timeout=attempt_timeout, method=method)
+        return lambda: tcp_listening(port, pids, host=ready.host,
+                                     timeout=attempt_timeout, method=method, held=held)
     if ready.kind is ReadyKind.HTTP:
         url = ready.url or ""
         _split_http_url(url)

@@ -35,6 +35,7 @@ from .events import Before, EventLog, transition_events
 from .model import App, Config, ReadyKind
 from .probes import (
     HealthRunner,
+    Held,
     ProbeRunner,
     Verdict,
     describe,
@@ -319,7 +320,8 @@ class Supervisor:
         pid = inst.pid
         probe = readiness_probe(ready, inst.index,
                                 lambda: set(process_group_members(pid)) if pid else set(),
-                                env={**self.base_env, **inst.app.env})
+                                env={**self.base_env, **inst.app.env},
+                                held=self._held_sockets(inst.launch_key))
         if probe is None:
             return  # notify: the owner's READY event; delay: the machine's own timer
         runner = ProbeRunner(probe, interval=ready.interval, timeout=ready.timeout + 1.0,
@@ -329,6 +331,20 @@ class Supervisor:
         self._close(self._ready.pop(key, None))
         self._ready[key] = runner
         runner.start(lambda ok: self.feed(key, im.Ready()) if ok else None)
+
+    def _held_sockets(self, launch_key: str) -> Held | None:
+        """The owner's ``launch.sockets`` for a tcp probe, or None when it predates it."""
+        if self.owner_capabilities.get("socketInodes") != 1:
+            return None
+
+        async def held() -> set[int] | None:
+            try:
+                r = await self.owner.call("launch.sockets", {"launch_key": launch_key},
+                                          timeout=2.0)
+            except TenureError:
+                return None  # gone or out of reach: the probe reads /proc instead
+            return set(r["inodes"])
+        return held
 
     def _start_health(self, key: str, inst: im.Instance) -> None:
         h = inst.app.health

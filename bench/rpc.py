@@ -101,7 +101,8 @@ def main() -> int:
     try:
         run = ensure_private_dir(home / "r", root=home)
         tsock, rsock = str(run / "t.sock"), str(run / "r.sock")
-        procs.append(start([sys.executable, "-m", "protocol.testing", tsock]))
+        # with latency histograms on, as the backend's API server keeps them
+        procs.append(start([sys.executable, "-m", "protocol.testing", tsock, "--timings"]))
         procs.append(start([sys.executable, "-c", RAW_SERVER, rsock]))
         client = Client(tsock)
         client.connect()

@@ -422,9 +422,8 @@ class Coordinator:
         from .recovery import read_certificate
         return read_certificate(self.paths.recovery_db)
 
-    def prune(self, keep: int = KEEP_ARTIFACTS) -> int:
-        """Remove all but the newest ``keep`` handoff records, checkpoints and backend
-        logs (never those of the running generation), and the finished activations
+    def prune(self) -> int:
+        """After an activation: old files (prune_files) and the finished activations
         beyond ``[retention] activations``. Returns how many files were removed."""
         running = self.current.activation if self.current is not None else None
         try:
@@ -432,6 +431,12 @@ class Coordinator:
                              {running} if running else set())
         except (TenureError, OSError, sqlite3.Error) as exc:  # the next round tries again
             log.warning("could not prune old activations: %s", exc)
+        return self.prune_files()
+
+    def prune_files(self, keep: int = KEEP_ARTIFACTS) -> int:
+        """Remove all but the newest ``keep`` handoff records, checkpoints and backend
+        logs (never those of the running generation). Returns how many were removed."""
+        running = self.current.activation if self.current is not None else None
         removed = 0
         for directory, prefix in ((self.paths.handoffs, ""), (self.paths.logs, "backend-")):
             try:

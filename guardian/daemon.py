@@ -70,7 +70,8 @@ async def serve(paths: GuardianPaths) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = RpcServer(paths.sock, co.identity, {"guardian": 1},
+    # metrics 1: the ``metrics`` method (guardian.counters)
+    server = RpcServer(paths.sock, co.identity, {"guardian": 1, "metrics": 1},
                        GuardianService(co, stop.set).methods())
     await server.start()
     co.write_diagnostics()

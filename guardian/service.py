@@ -48,6 +48,7 @@ class GuardianService:
         return {
             "status": Method(self.status, role="viewer", while_draining=True),
             "receipts": Method(self.receipts, Schema(Field("activation", str)), role="viewer"),
+            "metrics": Method(self.metrics, role="viewer", while_draining=True),
             "release.install": Method(self.release_install, S_PATH),
             "release.list": Method(self.release_list, role="viewer"),
             "release.verify": Method(self.release_verify, S_ID, role="viewer"),
@@ -76,6 +77,10 @@ class GuardianService:
         st["handoff_in_progress"] = self.co.command_lock.locked()
         st["recent"] = [a.to_wire() for a in self.co.state.activations(5)]
         return st
+
+    async def metrics(self, call: Call) -> Any:
+        """Hot handoffs per outcome and their pause histogram (guardian.counters)."""
+        return self.co.state.counters()
 
     async def receipts(self, call: Call) -> Any:
         act = self.co.state.activation(call.params["activation"])

@@ -18,6 +18,7 @@ from protocol.errors import Conflict, NotFound, OperationInProgress, StateCorrup
 from protocol.grant import Grant, SignedGrant
 from protocol.identity import Identity
 
+from . import counters
 from .phases import FINAL, Kind, Phase, allowed
 
 __all__ = ["Activation", "Selector", "StateStore"]
@@ -107,6 +108,7 @@ class StateStore:
     def __init__(self, path: str) -> None:
         self.db = open_sqlite(path, "tenure-guardian", FORMAT, SCHEMA, synchronous="FULL",
                               wal=True)
+        self.db.execute(counters.EXPAND)  # expand-only: older guardians ignore it
 
     def close(self) -> None:
         self.db.close()
@@ -296,6 +298,8 @@ class StateStore:
             if select is not None:
                 self._select(db, *select)
             self._receipt(db, aid, new, {**(detail or {}), **fields})
+            if new in FINAL:
+                counters.record_end(db, aid)
         return self.activation(aid)
 
     def _receipt(self, db: sqlite3.Connection, aid: str, phase: Phase,
@@ -304,6 +308,10 @@ class StateStore:
                          (aid,)).fetchone()[0]
         db.execute("INSERT INTO receipts VALUES (?, ?, ?, ?, ?)",
                    (aid, seq, phase, time.time(), json.dumps(detail, sort_keys=True)))
+
+    def counters(self) -> dict[str, Any]:
+        """Handoff outcomes and pauses counted so far (guardian.counters)."""
+        return counters.read(self.db)
 
     def receipts(self, aid: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT seq, phase, at, detail FROM receipts WHERE activation "

@@ -216,6 +216,7 @@ class Journal:
         self._overflow: dict[LogSource, int] = {}
         self._overflow_total = 0
         self._dropped_by_app: dict[tuple[str, str], int] = {}
+        self._written_by_app: dict[tuple[str, str], tuple[int, int]] = {}
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
@@ -309,6 +310,26 @@ class Journal:
             self._overflow_total += n
             app = (source.stack, source.app)
             self._dropped_by_app[app] = self._dropped_by_app.get(app, 0) + n
+
+    def _count_written_locked(self, batch: list[Queued]) -> None:
+        for item in batch:
+            app = (item.source.stack, item.source.app)
+            lines, nbytes = self._written_by_app.get(app, (0, 0))
+            self._written_by_app[app] = (lines + len(item.lines), nbytes + item.data_bytes)
+
+    def written_by_app(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(lines, data bytes) committed per (stack, app) since this Journal opened (never
+        reset; pruning and forgetting do not take them back)."""
+        with self._cond:
+            return dict(self._written_by_app)
+
+    def size_bytes(self) -> int:
+        """Bytes the journal takes on disk: the database and its WAL. Raises nothing."""
+        total = 0
+        for path in (self._path, self._path + "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.stat(path).st_size
+        return total
 
     def dropped_by_app(self) -> dict[tuple[str, str], int]:
         """Lines dropped per (stack, app) since this Journal opened (never reset)."""
@@ -404,6 +425,8 @@ class Journal:
             with self._cond:
                 for item in lost:
                     self._count_lost_locked(item.source, len(item.lines))
+                if not lost:
+                    self._count_written_locked(batch)
                 self._queue.written(batch)
                 self._writing = None
                 self._cond.notify_all()

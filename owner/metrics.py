@@ -6,7 +6,8 @@ measures. Two sources, picked per launch:
 - ``cgroup`` (per-app cgroups, :mod:`owner.cgroups`): the kernel's own accounting for the
   whole app — ``cpu.stat``, ``memory.current``, ``memory.peak``, ``pids.current``,
   ``memory.events`` (``oom_kill``) and ``io.stat``. A file the kernel does not offer
-  (a controller not enabled, an older kernel) falls back as described per field.
+  (a controller not enabled, an older kernel) falls back to /proc of the cgroup's
+  members (memory, I/O, process count) or stays unknown (peak, OOM kills).
 - ``proc`` (process groups): the leader and the descendants the owner tracks
   (:mod:`owner.descendants`), summed from /proc/PID/stat and /proc/PID/io.
 
@@ -28,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.procfs import read_io, read_usage
+from protocol.procfs import read_io, read_usage, socket_inodes, start_ticks
 
 from .cgroups import members
 
-__all__ = ["COUNTERS", "FIELDS", "Member", "Meter", "parse_io_stat", "parse_keyed",
-           "parse_value", "read_cgroup", "read_procs"]
+__all__ = ["COUNTERS", "FIELDS", "Member", "Meter", "launch_inodes", "parse_io_stat",
+           "parse_keyed", "parse_value", "read_cgroup", "read_procs"]
 
 _HZ = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -107,18 +108,25 @@ def _sum_io(pids: Iterable[int]) -> tuple[int, int] | None:
     return sum(r for r, _ in found), sum(w for _, w in found)
 
 
+def _sum_rss(pids: Iterable[int]) -> int | None:
+    found = [u.rss_pages for u in map(read_usage, pids) if u is not None and not u.zombie]
+    return sum(found) * _PAGE if found else None
+
+
 def read_cgroup(path: Path) -> Sample:
     """Figures of one app cgroup. Without ``io.stat`` the I/O of its member processes is
-    summed from /proc; without ``pids.current`` they are counted. Raises nothing."""
+    summed from /proc, without ``memory.current`` their RSS; without ``pids.current``
+    they are counted. Raises nothing."""
     cpu = parse_keyed(_read(path / "cpu.stat"))
     pids = members(path)
     io = parse_io_stat(_read(path / "io.stat")) or _sum_io(pids)
+    memory = parse_value(_read(path / "memory.current"))
     events = parse_keyed(_read(path / "memory.events"))
     user, system = cpu.get("user_usec"), cpu.get("system_usec")
     pids_current = parse_value(_read(path / "pids.current"))
     return {"cpu_user_seconds": None if user is None else user / 1e6,
             "cpu_system_seconds": None if system is None else system / 1e6,
-            "memory_bytes": parse_value(_read(path / "memory.current")),
+            "memory_bytes": _sum_rss(pids) if memory is None else memory,
             "memory_peak_bytes": parse_value(_read(path / "memory.peak")),
             "pids": len(pids) if pids_current is None else pids_current,
             "io_read_bytes": None if io is None else io[0],
@@ -143,6 +151,14 @@ def read_procs(procs: Iterable[tuple[int, int]]) -> Sample:
             "memory_bytes": rss * _PAGE, "memory_peak_bytes": None, "pids": len(alive),
             "io_read_bytes": None if io is None else io[0],
             "io_write_bytes": None if io is None else io[1], "oom_kills": None}
+
+
+def launch_inodes(cgroup: Path | None, procs: Iterable[tuple[int, int]]) -> set[int]:
+    """Socket inodes held by the members of ``cgroup``, or by those of ``procs`` (pid,
+    start ticks) that are still that process. Raises nothing."""
+    pids = members(cgroup) if cgroup is not None else [
+        pid for pid, ticks in procs if start_ticks(pid) == ticks]
+    return socket_inodes(pids)
 
 
 class Meter:

@@ -28,7 +28,7 @@ from protocol.server import Call, Method, RpcServer
 from .grants import GrantKeeper
 from .journal import Journal, LogSource
 from .journalforget import MAX_SOURCES
-from .metrics import Member, Meter
+from .metrics import Member, Meter, launch_inodes
 from .notes import MAX_NOTE, write_note
 from .observations import RING_SIZE, ObservationRing, test_knob
 from .paths import OwnerPaths
@@ -52,9 +52,13 @@ log = logging.getLogger("tenure.owner")
 # keys and start the app without its sockets, so a backend checks this first)
 # metrics 1: metrics.read, resource figures of every live launch (owner.metrics)
 # retention 1: launches.prune, deleting the rows of ended launches by a count
+# logCounts 1: metrics.read also answers ``logs`` (lines and bytes journalled per app
+# since the owner started) and ``journal_bytes`` (the journal's size on disk)
+# socketInodes 1: launch.sockets, the socket inodes a launch's processes hold open
 CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
                 "notify": 1, "observations": 1, "fencing": 1, "spawnErrors": 1,
-                "logNotes": 1, "sockets": 1, "metrics": 1, "retention": 1}
+                "logNotes": 1, "sockets": 1, "metrics": 1, "retention": 1,
+                "logCounts": 1, "socketInodes": 1}
 
 LOGS_PAGE_BYTES = 1 << 20
 """Default byte budget of one logs.read answer; at most LOGS_PAGE_BYTES_MAX, which with
@@ -168,6 +172,8 @@ class OwnerService:
                                 while_draining=True),
             "inspect": Method(self.inspect, S_KEY, role="viewer"),
             "metrics.read": Method(self.metrics_read, role="viewer", while_draining=True),
+            "launch.sockets": Method(self.launch_sockets, S_KEY, role="viewer",
+                                     while_draining=True),
             "sockets.list": Method(self.sockets_list, role="viewer", while_draining=True),
             "sockets.close": Method(self.sockets_close, S_SOCKET),
             "fdstore.clear": Method(self.fdstore_clear, S_FDSTORE),
@@ -304,9 +310,24 @@ class OwnerService:
                      "instance": r.instance, "generation": r.generation, "pid": r.pid,
                      "start_ticks": r.start_ticks, "started_at": r.started_at, **s}
                     for r, s in zip(rows, samples, strict=True)]
+        written = self.journal.written_by_app()
         return {"owner": self.identity.to_wire(), "epoch": self.epoch, "at": at,
                 "isolation": "process-group" if self.launcher.cgroups is None
-                else "cgroup", "launches": launches}
+                else "cgroup", "launches": launches,
+                "logs": [{"stack": st, "app": app, "lines": n, "bytes": b}
+                         for (st, app), (n, b) in sorted(written.items())],
+                "journal_bytes": await asyncio.to_thread(self.journal.size_bytes)}
+
+    async def launch_sockets(self, call: Call) -> Any:
+        """The socket inodes held open by the processes of a live launch (its cgroup, or
+        its leader and tracked descendants): what a tcp readiness probe matches against
+        sock_diag, for apps whose /proc/PID/fd the backend may not read. Raises NotFound
+        for a launch that is not live."""
+        key = call.params["launch_key"]
+        self._live(key)
+        cgroup, procs = self.procs.membership(key)
+        inodes = await asyncio.to_thread(launch_inodes, cgroup, procs)
+        return {"launch_key": key, "inodes": sorted(inodes)}
 
     # -- sockets and the fd store ------------------------------------------------------
 

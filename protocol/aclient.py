@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping
+from time import perf_counter
 from typing import Any
 
 from .client import MAX_QUEUED_EVENTS, _Common
@@ -20,6 +21,7 @@ from .errors import (
 )
 from .framing import FrameDecoder, encode_frame
 from .sockets import peer_credentials
+from .timing import Timings
 
 __all__ = ["AsyncClient"]
 
@@ -36,6 +38,7 @@ class AsyncClient(_Common):
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._lock = asyncio.Lock()
         self.losses = 0  # connections lost so far: a subscription lives on one of them
+        self.timings: Timings | None = None  # per-method latency of calls, if kept
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -95,6 +98,7 @@ class AsyncClient(_Common):
         rid, data = self._request(method, params, epoch)
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
+        t0 = perf_counter()
         try:
             writer.write(data)
             async with asyncio.timeout(self.timeout if timeout is None else timeout):
@@ -107,6 +111,8 @@ class AsyncClient(_Common):
             raise TransportLost(f"{method}: connection lost ({exc})", request_id=rid) from None
         finally:
             self._pending.pop(rid, None)
+            if self.timings is not None:  # answered, failed or timed out alike
+                self.timings.observe(method, perf_counter() - t0)
         if msg.err is not None:
             raise msg.err.to_exception()
         return msg.ok

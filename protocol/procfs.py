@@ -30,6 +30,7 @@ __all__ = [
     "read_io",
     "read_stat",
     "read_usage",
+    "socket_inodes",
     "start_ticks",
     "status_groups",
 ]
@@ -172,6 +173,26 @@ def start_ticks(pid: int) -> int | None:
         return _psutil_ticks(pid)
     st = read_stat(pid)
     return None if st is None else st.start_ticks
+
+
+def socket_inodes(pids: Iterable[int]) -> set[int]:
+    """Socket inodes held open by ``pids`` (``/proc/PID/fd/N -> socket:[INODE]``).
+    Processes that vanish or cannot be read are skipped."""
+    found: set[int] = set()
+    for pid in pids:
+        base = f"{PROC}/{pid}/fd"
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                link = os.readlink(f"{base}/{name}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link.endswith("]"):
+                found.add(int(link[8:-1]))
+    return found
 
 
 def running(pid: int, ticks: int) -> bool:

@@ -24,6 +24,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
 
 from .envelope import PROTO, ROLES, ErrorBody, Event, Hello, Request, Response, Welcome
@@ -45,6 +46,7 @@ from .framing import DEFAULT_MAX_FRAME, FrameDecoder, encode_frame
 from .identity import Identity
 from .schema import Schema
 from .sockets import Authorizer, PeerCred, bind_unix, peer_credentials, same_uid_or_root
+from .timing import Timings
 
 __all__ = ["Call", "Connection", "Method", "RpcServer"]
 
@@ -129,8 +131,10 @@ class RpcServer:
                  max_pending: int = DEFAULT_MAX_PENDING,
                  frame_timeout: float = DEFAULT_FRAME_TIMEOUT,
                  viewer_max_frame: int = VIEWER_MAX_FRAME,
-                 on_hello: Callable[[Connection], None] | None = None) -> None:
+                 on_hello: Callable[[Connection], None] | None = None,
+                 timings: Timings | None = None) -> None:
         self.path = path
+        self.timings = timings  # per-method latency of the requests served, if kept
         self.identity = identity
         self.capabilities = dict(capabilities)
         self.methods: dict[str, Method] = {"ping": Method(_ping, role="viewer",
@@ -365,6 +369,7 @@ class RpcServer:
             raise self._refused(conn, f"{req.m} needs the {method.role} role")
         if self.draining and not method.while_draining:
             raise ShuttingDown("server is draining; retry against the next one")
+        t0 = perf_counter()
         params = method.params.validate(req.p) if method.params else dict(req.p)
         self._in_flight += 1
         self._idle.clear()
@@ -379,6 +384,8 @@ class RpcServer:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
+            if self.timings is not None:  # served methods only: a bounded label set
+                self.timings.observe(req.m, perf_counter() - t0)
 
     def _refused(self, conn: Connection, why: str) -> Unauthorized:
         """Every refusal is logged: who (uid, gid, pid) tried what on which socket."""

@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-connections", action="append", default=[], help="role=N")
     ap.add_argument("--max-pending", type=int)
     ap.add_argument("--frame-timeout", type=float)
+    ap.add_argument("--timings", action="store_true",
+                    help="keep per-method latency histograms, as the backend's API does")
     args = ap.parse_args(argv)
     caps = {k: int(v) for k, v in (c.split("=", 1) for c in args.cap)}
     limits: dict[str, Any] = {}
@@ -86,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         limits["max_pending"] = args.max_pending
     if args.frame_timeout is not None:
         limits["frame_timeout"] = args.frame_timeout
+    if args.timings:
+        from .timing import Timings
+        limits["timings"] = Timings()
     asyncio.run(serve(args.socket, caps, **limits))
     return 0
 

@@ -248,6 +248,12 @@ def cmd_metrics(args: Any) -> int:
     return OK
 
 
+def cmd_top(args: Any) -> int:
+    from .top import run
+    return run(args, lambda: _call(args, "status", timeout=10.0),
+               lambda snap, text: _out(args, snap, text))
+
+
 def cmd_logs(args: Any) -> int:
     from .logs import follow_logs
     return follow_logs(args, _call)

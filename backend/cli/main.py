@@ -69,6 +69,12 @@ def _parser() -> Any:
     p = add("inspect", "details of a stack, app or instance")
     p.add_argument("target")
     add("metrics", "CPU, memory, restarts and control-plane health (what Prometheus sees)")
+    p = add("top", "instances by CPU or memory, redrawn in place")
+    p.add_argument("--sort", choices=["cpu", "mem", "name"], default="cpu")
+    p.add_argument("-n", type=int, default=None, metavar="N", help="show the first N rows")
+    p.add_argument("--every", type=float, default=2.0, metavar="SECONDS",
+                   help="seconds between redraws (default 2, at least 0.2)")
+    p.add_argument("--once", action="store_true", help="print one snapshot and exit")
     p = add("logs", "application output from the journal (all apps, or the TARGETs)")
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="STACK, STACK/APP or STACK/APP/N; each part may be a glob ('web/*')")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +25,7 @@ CONFIG = """
 listen = "127.0.0.1:{port}"
 
 [stacks.m.apps.pair]
-command = ["sh", "-c", "sleep 1000 & sleep 1000; wait"]
+command = ["sh", "-c", "echo started; sleep 1000 & sleep 1000; wait"]
 """
 LABELS = {"stack": "m", "app": "pair", "instance": "0"}
 
@@ -71,6 +72,36 @@ def promtool_check(text: str) -> None:
     assert res.returncode == 0, res.stdout.decode() + res.stderr.decode()
 
 
+def top_checks(cluster) -> None:
+    """``tenure top``: one JSON snapshot, one text snapshot, and piped snapshots one
+    after the other until Ctrl-C (exit 0)."""
+    snap = cluster.cli("top", "--every", "0.2", check=True).out
+    assert [a["key"] for a in snap["apps"]] == ["m/pair/0"] and snap["apps"][0]["rss"] > 0
+    assert snap["instances"] == snap["running"] == 1
+    text = cluster.cli_text("top", "--once", "--sort", "name", "-n", "1", "--every", "0.2")
+    assert text.splitlines()[1].split() == ["INSTANCE", "STATE", "CPU", "MEM", "RESTARTS",
+                                            "UPTIME", "PID"]
+    assert text.splitlines()[2].startswith("m/pair/0")
+    proc = subprocess.Popen([sys.executable, "-m", "backend.cli.main", "--home",
+                             str(cluster.home), "top", "--every", "0.2"],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ,
+                                                                    **cluster.env})
+    try:
+        assert proc.stdout is not None
+        frames, deadline = 0, time.monotonic() + 30
+        while frames < 2:
+            assert time.monotonic() < deadline, "no second snapshot in 30 s"
+            frames += "instances," in proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
 def test_scrape_is_valid_matches_the_owner_and_survives_an_upgrade(cluster, tmp_path):
     port = free_port()
     cluster.up(CONFIG.format(port=port))
@@ -94,12 +125,27 @@ def test_scrape_is_valid_matches_the_owner_and_survives_an_upgrade(cluster, tmp_
     # status shows the owner's figure for the whole app, not the leader's rss alone
     assert abs(cluster.apps()["m/pair/0"]["rss"] - mine["memory_bytes"]) < 256 * 1024
 
+    top_checks(cluster)
     cli = cluster.cli("metrics", check=True).out
     row = next(a for a in cli["apps"] if a["key"] == "m/pair/0")
     assert row["pids"] == 3 and cli["listener"]["bound"] and cli["epoch"] == epoch
 
     cluster.cli("restart", "m/pair", check=True)
-    assert value(scrape(port), "tenure_app_restarts_total") == 1
+    text = scrape(port)
+    assert value(text, "tenure_app_restarts_total") == 1
+    assert value(text, "tenure_app_exits_total", reason="requested") == 1
+    assert value(text, "tenure_app_exits_total", reason="failure") == 0
+    app = (("app", "pair"), ("stack", "m"))
+    cluster.wait(lambda: samples(scrape(port))["tenure_app_log_lines_total"][app] == 2, 10,
+                 "two 'started' lines journalled")
+    text = scrape(port)
+    assert samples(text)["tenure_app_log_bytes_total"][app] == 2 * len("started")
+    assert samples(text)["tenure_journal_bytes"][()] > 0
+    rpc = samples(text)["tenure_rpc_request_duration_seconds_count"]
+    assert rpc[(("method", "status"),)] >= 1 and rpc[(("method", "restart"),)] == 1
+    owner_calls = samples(text)["tenure_owner_call_duration_seconds_count"]
+    assert owner_calls[(("method", "stop"),)] >= 1
+    assert samples(text)["tenure_handoffs_total"][(("outcome", "success"),)] == 0
 
     candidate = tmp_path / "candidate"
     derive_release(cluster.release, candidate,
@@ -112,4 +158,10 @@ def test_scrape_is_valid_matches_the_owner_and_survives_an_upgrade(cluster, tmp_
     promtool_check(after)
     assert samples(after)["tenure_epoch"][()] == epoch + 1
     assert value(after, "tenure_app_restarts_total") == 1  # carried, never reset
+    assert value(after, "tenure_app_exits_total", reason="requested") == 1
+    handoffs = samples(after)["tenure_handoffs_total"]
+    assert handoffs[(("outcome", "success"),)] == 1, handoffs
+    pause = samples(after)
+    assert pause["tenure_handoff_pause_seconds_count"][()] == 1
+    assert 0 < pause["tenure_handoff_pause_seconds_sum"][()] < 30
     assert value(after, "tenure_app_up") == 1

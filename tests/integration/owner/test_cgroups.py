@@ -400,3 +400,52 @@ def test_cgroup_limits_are_set_before_the_app_runs_or_refused(scratch: Path) -> 
         await table.wait("s/lim/0/1")
 
     _run(body, tree)
+
+
+def test_metrics_of_an_app_in_its_cgroup_come_from_the_cgroup(scratch: Path) -> None:
+    """What ``metrics.read`` measures for a launch in cgroup mode (membership from the
+    table, then owner.metrics.Meter): CPU from cpu.stat, the processes of cgroup.procs
+    (a child included), memory from memory.current or the members' RSS; with a memory
+    controller, an app over memory_max is OOM-killed and ``oom_kills`` counts it."""
+    from owner.metrics import Member, Meter
+    tree = _tree(scratch)
+    busy = "sh -c 'while :; do :; done' & sleep 1000"
+
+    async def body(table: ProcessTable) -> None:
+        sp = table.launch(LaunchSpec(argv=("sh", "-c", busy), env=ENV), "s/m/0/1")
+        for fd in (sp.stdout_fd, sp.stderr_fd):
+            os.close(fd)
+        meter, deadline = Meter(), time.monotonic() + 10
+        while True:
+            cgroup, procs = table.membership("s/m/0/1")
+            (sample,) = meter.measure([Member("s/m/0/1", cgroup, procs)])[1]
+            if sample["pids"] >= 3 and sample["cpu_seconds"] >= 0.2:
+                break
+            assert time.monotonic() < deadline, repr(sample)
+            await asyncio.sleep(0.1)
+        assert cgroup == tree.app_dir("s/m/0/1") and sample["source"] == "cgroup"
+        stat = dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())
+        assert abs(sample["cpu_user_seconds"] - int(stat["user_usec"]) / 1e6) < 0.5
+        assert sample["pids"] == len(members(cgroup)) == 3  # sh, its loop and sleep
+        assert sample["memory_bytes"] > 0
+        if "memory" not in tree.controllers:
+            assert sample["oom_kills"] is None
+            print("oom_kills not tested: no memory controller in this host's cgroup2")
+            return
+        assert sample["memory_bytes"] == int((cgroup / "memory.current").read_text())
+        # the child is killed, its shell lives on: the cgroup stays to be read
+        hog = LaunchSpec(argv=("sh", "-c", "python3 -c 'b = bytearray(256 << 20)'; "
+                               "exec sleep 1000"), env=ENV,
+                         limits=Limits(memory_max=32 << 20))
+        sp = table.launch(hog, "s/hog/0/1")
+        for fd in (sp.stdout_fd, sp.stderr_fd):
+            os.close(fd)
+        while True:
+            cgroup, procs = table.membership("s/hog/0/1")
+            (after,) = meter.measure([Member("s/hog/0/1", cgroup, procs)])[1]
+            if after["oom_kills"]:
+                break
+            assert time.monotonic() < deadline + 20, repr(after)
+            await asyncio.sleep(0.1)
+
+    _run(body, tree)

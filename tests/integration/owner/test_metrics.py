@@ -54,3 +54,47 @@ def test_metrics_read_sums_the_launch_and_its_children(owner):
         c.call("stop", {"launch_key": "m2"}, epoch=epoch)
     finally:
         c.close()
+
+
+LISTEN = ("import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen();"
+          " print(s.getsockname()[1], flush=True); time.sleep(1000)")
+
+
+def test_log_counts_journal_size_and_the_socket_inodes_of_a_launch(owner):
+    """``logs`` counts what the journal committed per app; ``launch.sockets`` names the
+    listening socket of a child that left the leader's session (tracked by the owner)."""
+    c = owner.client()
+    try:
+        epoch = GuardianKey().bootstrap(c, owner.instance)
+        caps = c.call("status")["capabilities"]
+        assert caps["logCounts"] == 1 and caps["socketInodes"] == 1
+        _launch(c, epoch, 1, ["sh", "-c", "printf 'one\\ntwo\\nthree\\n'; exec sleep 1000"])
+        _launch(c, epoch, 2, ["sh", "-c", f"setsid python3 -c \"{LISTEN}\" & wait"])
+        deadline = time.monotonic() + 10
+        while True:
+            got = c.call("metrics.read")
+            logs = {(r["stack"], r["app"]): r for r in got["logs"]}
+            if logs.get(("s", "a"), {}).get("lines", 0) >= 4:
+                break
+            assert time.monotonic() < deadline, repr(got["logs"])
+            time.sleep(0.05)
+        # three lines of m1 (14 bytes, newlines not counted) and the port line of m2
+        assert logs[("s", "a")]["lines"] == 4 and logs[("s", "a")]["bytes"] >= 11
+        assert got["journal_bytes"] > 0
+        port = int(c.call("logs.read", {"stack": "s", "app": "a", "instance": 2}
+                          )["records"][0]["data"])
+        listening = _listening_inode(port)
+        while listening not in c.call("launch.sockets", {"launch_key": "m2"})["inodes"]:
+            assert time.monotonic() < deadline + 10, "the owner never saw the listener"
+            time.sleep(0.1)
+        assert listening not in c.call("launch.sockets", {"launch_key": "m1"})["inodes"]
+        for key in ("m1", "m2"):
+            c.call("stop", {"launch_key": key}, epoch=epoch)
+    finally:
+        c.close()
+
+
+def _listening_inode(port: int) -> int:
+    from backend.probes import listening_inodes
+    (inode,) = listening_inodes(port)
+    return inode

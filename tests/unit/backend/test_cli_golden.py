@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import jobs, present, render, render_metrics
+from backend.cli import jobs, present, render, render_metrics, top
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "cli"
 NOW = 1_796_133_900.0          # 2026-12-01 14:05:00 UTC
@@ -146,6 +146,7 @@ CASES: dict[str, Callable[[], str]] = {
     "owner_status": lambda: render.owner(OWNER),
     "job_show": lambda: jobs.render_show(JOB),
     "metrics": lambda: render_metrics.metrics(METRICS),
+    "top": lambda: top.render(top.pick(STATUS, "mem", 3)),
 }
 
 

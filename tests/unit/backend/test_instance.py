@@ -23,6 +23,7 @@ from backend.instance import (
     CancelTimer,
     Event,
     Exited,
+    ExitReason,
     HealthFailed,
     HealthOk,
     Instance,
@@ -535,6 +536,9 @@ def test_restored_backoff_continues() -> None:
     ({"state": "ready", "pid": None, "timers": {}}, "pid"),
     ({"state": "ready"}, "timers"),             # a backoff timer in ready
     ({"pending_outcome": "health"}, "pending_outcome"),
+    ({"exits": {"requested": -1}}, "exits"),
+    ({"exits": {"bored": 1}}, "exits"),
+    ({"exits": [1]}, "exits"),
 ])
 def test_from_wire_refuses_bad_fields(change: dict[str, Any], field: str) -> None:
     r = drive_to(State.BACKOFF)
@@ -553,6 +557,33 @@ def test_from_wire_requires_every_field_and_ignores_extras() -> None:
             Instance.from_wire({k: v for k, v in wire.items() if k != key}, r.inst.app)
     back = Instance.from_wire({**wire, "future": {"x": 1}}, r.inst.app)
     assert back.to_wire() == wire
+
+
+def test_exits_are_counted_by_reason_and_carried_over_the_wire() -> None:
+    r = drive_to(State.READY, mk_app(restart=RestartMode.ALWAYS))
+    for code, sig in ((0, None), (3, None), (None, 9)):
+        r.feed(Exited(code, sig), 1.0)
+        r.fire(Timer.BACKOFF)
+        r.launched()
+        r.feed(Ready())
+    r.feed(StopRequested())
+    r.feed(Stopped())
+    assert r.inst.exits == {ExitReason.SUCCESS: 1, ExitReason.FAILURE: 1,
+                            ExitReason.SIGNAL: 1, ExitReason.REQUESTED: 1}
+    back = Instance.from_wire(json.loads(json.dumps(r.inst.to_wire())), r.inst.app)
+    assert back.exits == r.inst.exits
+    fresh = Instance(r.inst.app, 0)
+    fresh.carry(back)
+    assert fresh.exits == r.inst.exits and fresh.restarts == r.inst.restarts
+
+
+def test_a_policy_restart_is_a_requested_exit_and_an_old_record_reads_as_zero() -> None:
+    r = drive_to(State.RESTARTING)
+    r.feed(Stopped())
+    assert r.inst.exits == {ExitReason.REQUESTED: 1}
+    wire = r.inst.to_wire()
+    del wire["exits"]
+    assert Instance.from_wire(wire, r.inst.app).exits == {}
 
 
 WIRE_KEYS = list(Instance(mk_app()).to_wire())

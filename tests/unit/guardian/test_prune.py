@@ -24,7 +24,7 @@ def test_prune_keeps_the_newest_and_the_running_generation(tmp_path: Path) -> No
             os.utime(f, (1000 + i, 1000 + i))
     co = Coordinator.__new__(Coordinator)
     co.paths, co.current = paths, _Running()  # type: ignore[assignment]
-    assert co.prune(keep=3) == 12  # 7 old ones in each place, the running a00 kept
+    assert co.prune_files(keep=3) == 12  # 7 old ones in each place, the running a00 kept
     assert sorted(p.name for p in paths.handoffs.iterdir()) == [
         "a00.json", "a07.json", "a08.json", "a09.json"]
     assert sorted(p.name for p in paths.logs.iterdir()) == [

@@ -1,0 +1,93 @@
+"""``tenure top``: the instances using the most CPU or memory, redrawn in place.
+
+Built on the backend's ``status`` answer: CPU% there is the rate between two successive
+measurements of the same process by the owner, so the first frame is drawn from a second
+answer taken a moment after a first one (``PRIME`` seconds, at most ``--every``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .present import colour_for, dur, paint, size, table
+
+__all__ = ["HEADER", "PRIME", "SORTS", "pick", "render", "run"]
+
+HEADER = ["INSTANCE", "STATE", "CPU", "MEM", "RESTARTS", "UPTIME", "PID"]
+PRIME = 1.0
+SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "cpu": lambda a: (-(a.get("cpu_percent") or 0.0), -(a.get("rss") or 0), a["key"]),
+    "mem": lambda a: (-(a.get("rss") or 0), -(a.get("cpu_percent") or 0.0), a["key"]),
+    "name": lambda a: a["key"],
+}
+
+
+def pick(status: dict[str, Any], sort: str, n: int | None) -> dict[str, Any]:
+    """The snapshot ``top`` shows (and ``--json`` prints): the instances sorted by
+    ``sort`` (``cpu``, ``mem`` descending; ``name``), the first ``n``, and totals over
+    every instance. Pure."""
+    apps = status.get("apps", [])
+    rows = sorted(apps, key=SORTS[sort])[:n] if n is not None else sorted(apps,
+                                                                          key=SORTS[sort])
+    return {"sort": sort, "instances": len(apps),
+            "running": sum(1 for a in apps if a.get("pid") is not None),
+            "cpu_percent": round(sum(a.get("cpu_percent") or 0.0 for a in apps), 1),
+            "rss": sum(a.get("rss") or 0 for a in apps),
+            "owner_link": status.get("owner_link"),
+            "apps": [{k: a.get(k) for k in ("key", "state", "pid", "cpu_percent", "rss",
+                                            "restarts", "uptime")} for a in rows]}
+
+
+def _cpu(p: float | None) -> str:
+    return "-" if p is None else f"{p:.1f}%"
+
+
+def render(snap: dict[str, Any]) -> str:
+    """A summary line, then one row per instance shown."""
+    link = snap.get("owner_link") or {}
+    head = (f"{snap['instances']} instances, {snap['running']} running; "
+            f"cpu {snap['cpu_percent']:.1f}%, mem {size(snap['rss'])}; "
+            f"sorted by {snap['sort']}")
+    if not link.get("current", True):
+        head += "; " + paint(f"owner {link.get('state', 'lost')}: figures are not current",
+                             "red")
+    rows = [[a["key"], a["state"], _cpu(a["cpu_percent"]), size(a["rss"]),
+             str(a["restarts"]), dur(a["uptime"]), "-" if a["pid"] is None
+             else str(a["pid"])] for a in snap["apps"]]
+    colours = [[None, colour_for(a["state"]), None, None, None, None, None]
+               for a in snap["apps"]]
+    body = table(rows, HEADER, colours) if rows else "no instances"
+    return f"{head}\n{body}"
+
+
+def run(args: Any, status: Callable[[], dict[str, Any]],
+        out: Callable[[dict[str, Any], str], None]) -> int:
+    """Draw until Ctrl-C (``--once`` or ``--json``: one snapshot). On a terminal the
+    screen is redrawn in place; piped, each snapshot follows the last after a blank line.
+    Returns 0, or 5 when the last answer was not current. Raises the API's errors."""
+    every = max(args.every, 0.2)
+    status()  # the first measurement: CPU% needs two
+    time.sleep(min(every, PRIME))
+    once = args.once or args.json
+    tty = sys.stdout.isatty() and not once
+    code = 0
+    try:
+        while True:
+            answer = status()
+            code = 0 if (answer.get("owner_link") or {}).get("current", True) else 5
+            snap = pick(answer, args.sort, args.n)
+            if tty:
+                sys.stdout.write("\x1b[H\x1b[2J")
+                print(f"every {every:g}s: tenure top   {time.strftime('%H:%M:%S')}\n")
+            out(snap, render(snap))
+            if once:
+                return code
+            if not tty:
+                print()
+            sys.stdout.flush()
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return code
