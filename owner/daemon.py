@@ -127,6 +127,7 @@ def _retire_old_launches(store: OwnerStore, boot_id: str, reconciled: bool) -> N
         store.mark_lost([r.launch_key for r in old])
         log.warning("marked %d launches of the previous owner lost (%s)", len(old),
                     "reconciled" if reconciled else "previous boot")
+    store.clear_descendants()  # proven gone, or of another boot, or no longer running
 
 
 async def _stage(receipt: Receipt, name: str, fn: Any, *args: Any) -> None:
@@ -168,6 +169,7 @@ async def _confirm_gone(service: OwnerService) -> str:
 
 async def _check_state(store: OwnerStore, launcher: Any) -> str:
     unrecorded = launcher.retry_uncertain()
+    launcher.record_descendants()  # what still runs stays evidence; the rest is forgotten
     if unrecorded:
         raise RuntimeError(f"{len(unrecorded)} launches could not be recorded: "
                            f"{unrecorded[:5]}")
