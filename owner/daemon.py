@@ -21,6 +21,7 @@ from protocol.sockets import same_uid_or_root
 
 from .access import ServiceAccount
 from .cgroups import setup as setup_cgroups
+from .evidence import lingering
 from .journal import Journal
 from .observations import test_knob
 from .paths import OwnerPaths
@@ -61,7 +62,8 @@ class Owner:
         try:
             previous = admit_start(self.paths.receipt, self.paths.ack, identity.boot_id,
                                    store.live_launches_of_boot(identity.boot_id),
-                                   archive=self.paths.receipts)
+                                   archive=self.paths.receipts,
+                                   lingering=len(lingering(store, identity.boot_id)))
         except BaseException:
             store.close()
             raise
