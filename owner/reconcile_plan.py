@@ -2,13 +2,15 @@
 
 ``prepare`` finds every live process of the dead owner's launches (:mod:`owner.evidence`:
 leader, process group, launch key in the environment, recorded descendants — of exited
-launches too — and cgroup members) and seals them with the leftover socket files into
-``execution/reconcile-evidence.json`` with a digest. ``drain(digest)`` stops exactly the
-sealed processes (each verified by its start ticks, so a reused pid is never hit): TERM,
-a grace period, then KILL (and ``cgroup.kill`` for a launch's cgroup). It refuses with
-``CONFLICT`` when the digest is not the sealed one, or when a process of these launches
-appeared that the evidence does not name. Then the ordinary reconcile proves every
-launch gone and writes the one-use acknowledgement.
+launches too — and cgroup members) and seals them with the leftover socket files (path,
+inode and ctime) into ``execution/reconcile-evidence.json`` with a digest.
+``drain(digest)`` stops exactly the sealed processes (each verified by its start ticks,
+so a reused pid is never hit): TERM, a grace period, then KILL (and ``cgroup.kill`` for
+a launch's cgroup). It refuses with ``CONFLICT`` when the digest is not the sealed one,
+when a process of these launches appeared that the evidence does not name, or when the
+leftover sockets changed (another owner ran meanwhile: the evidence describes a past
+that is gone). Then the ordinary reconcile proves every launch gone and writes the
+one-use acknowledgement.
 
 Nothing here runs while an owner runs: the caller holds the owner lock.
 """
@@ -51,12 +53,14 @@ def prepare(paths: OwnerPaths) -> dict[str, Any]:
     """Seal the evidence as of now and return it (with ``digest``)."""
     found = _find(paths)
     rec = read_receipt(paths.receipt)
+    sockets = _sockets(paths)
     body: dict[str, Any] = {
         "boot_id": boot_id(),
         "previous": None if rec is None else {k: rec.get(k) for k in ("instance", "pid",
                                                                      "state")},
         "launches": [_launch(f) for f in found.values()],
-        "sockets": sorted(p for p in (paths.sock, paths.notify_sock) if os.path.lexists(p)),
+        "sockets": sorted(sockets),
+        "socket_ids": sockets,
     }
     body["digest"] = _digest(body)
     atomic_write_json(evidence_path(paths), {"kind": EVIDENCE_KIND, "format": 1,
@@ -82,6 +86,19 @@ def _launch(f: Found) -> dict[str, Any]:
             "processes": [p for p in procs if p["start_ticks"] is not None]}
 
 
+def _sockets(paths: OwnerPaths) -> dict[str, list[int]]:
+    """Leftover socket files of the dead owner: path -> [inode, ctime in ns]. A new owner
+    replaces them; an inode number alone may come back at once, the pair does not."""
+    out = {}
+    for path in (paths.sock, paths.notify_sock):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        out[path] = [st.st_ino, st.st_ctime_ns]
+    return out
+
+
 def _digest(body: dict[str, Any]) -> str:
     data = json.dumps({k: v for k, v in body.items() if k != "digest"}, sort_keys=True,
                       separators=(",", ":"))
@@ -93,7 +110,8 @@ def drain(paths: OwnerPaths, digest: str, grace: float = GRACE,
     """Stop exactly the sealed processes. Returns ``{stopped, gone_already, killed,
     cgroup_kill_failed}`` (the last: cgroups whose ``cgroup.kill`` the kernel refused,
     with the error; the reconcile that follows proves whether anything is left).
-    Raises NotFound (nothing sealed), Conflict (another digest, new processes)."""
+    Raises NotFound (nothing sealed), Conflict (another digest, new processes, changed
+    sockets)."""
     sealed = _read_sealed(paths, digest)
     _refuse_changed(paths, sealed)
     targets = [(p["pid"], p["start_ticks"]) for p in _processes(sealed)]
@@ -158,7 +176,8 @@ def _processes(sealed: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _refuse_changed(paths: OwnerPaths, sealed: dict[str, Any]) -> None:
-    """Raise Conflict when a process of these launches is not named by the evidence."""
+    """Raise Conflict when the world is not the one sealed: a process of these launches
+    that the evidence does not name, or leftover sockets that are not the sealed ones."""
     named = {(p["pid"], p["start_ticks"]) for p in _processes(sealed)}
     now = {(pid, start_ticks(pid)) for f in _find(paths).values() for pid in f.pids}
     new = sorted(pid for pid, ticks in now if ticks is not None and (pid, ticks) not in named)
@@ -166,3 +185,9 @@ def _refuse_changed(paths: OwnerPaths, sealed: dict[str, Any]) -> None:
         raise Conflict(f"{len(new)} processes of these launches are not in the sealed "
                        "evidence; run `tenure owner reconcile --prepare` again",
                        {"new_pids": new[:50]})
+    was = sealed.get("socket_ids") or dict.fromkeys(sealed["sockets"])
+    is_ = _sockets(paths)
+    if set(was) != set(is_) or any(ids not in (None, is_[p]) for p, ids in was.items()):
+        raise Conflict("the leftover sockets changed since the evidence was sealed (did "
+                       "another owner run?); run `tenure owner reconcile --prepare` again",
+                       {"sealed": was, "now": is_})

@@ -1,12 +1,15 @@
-"""The evidence a guided reconcile seals is complete: a child that outlived its exited
-leader, a process found only in its launch's cgroup. Real owners, SIGKILLed; real
-kills."""
+"""The evidence a guided reconcile seals is complete and still true when it drains: a
+child that outlived its exited leader, a process found only in its launch's cgroup, and
+leftover sockets that changed since the seal. Real owners, SIGKILLed; real kills.
+"""
 
 from __future__ import annotations
 
 import errno
 import json
+import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -60,6 +63,25 @@ def test_guided_reconcile_stops_a_lingering_child_of_an_exited_launch(owner):
     owner.start()
     with owner.client() as c:
         assert c.call("inventory")["launches"] == []
+
+
+def test_drain_refuses_when_the_leftover_sockets_changed(owner):
+    child, _ = _crash_leaving_a_lingering_child(owner)
+    ticks = start_ticks(child)
+    try:
+        code, plan = _guided(owner, "--prepare")
+        assert code == 0 and owner.paths.sock in plan["sockets"], plan
+        os.unlink(owner.paths.sock)         # as if another owner had bound it since
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(owner.paths.sock)
+        code, refused = _guided(owner, "--drain", plan["digest"])
+        assert code == 2 and refused["code"] == "CONFLICT", refused
+        assert "sockets changed" in refused["msg"] and running(child, ticks)
+        code, plan = _guided(owner, "--prepare")
+        code, done = _guided(owner, "--drain", plan["digest"])
+        assert code == 0 and done["stopped"] == 1, done
+    finally:
+        _kill({child: ticks})
 
 
 # The owner of a cgroup test runs in a scratch cgroup of this host's cgroup2 mount, which
