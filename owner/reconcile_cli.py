@@ -58,7 +58,7 @@ def _plan_text(plan: dict[str, Any]) -> str:
              f"receipt {prev.get('state', 'missing')})"]
     alive = [ln for ln in plan["launches"] if ln["processes"]]
     gone = len(plan["launches"]) - len(alive)
-    lines.append(f"{len(plan['launches'])} launches recorded live: {len(alive)} with "
+    lines.append(f"{len(plan['launches'])} launches of the dead owner: {len(alive)} with "
                  f"processes, {gone} already gone")
     for ln in alive:
         where = f" cgroup {ln['cgroup']}" if ln.get("cgroup") else ""
