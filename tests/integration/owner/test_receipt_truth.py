@@ -61,13 +61,22 @@ def test_hand_edited_or_deleted_receipt_is_no_proof(owner, edit):
 LINGER = ["sh", "-c", "setsid sleep 1000 & echo $!; exit 0"]
 
 
+def _first_line(lv: Live, instance: int) -> str:
+    deadline = time.monotonic() + 10     # the journal is written behind the exit event
+    while time.monotonic() < deadline:
+        recs = lv.c.call("logs.read", {"instance": instance, "stream": "stdout"})["records"]
+        if recs:
+            return str(recs[0]["data"].decode())
+        time.sleep(0.02)
+    raise AssertionError(f"instance {instance} wrote nothing")
+
+
 def _crash_leaving_a_lingering_child(owner: OwnerProcess) -> tuple[int, dict]:
     """A launch whose leader exited while its setsid child runs on; then SIGKILL."""
     lv = Live(owner, GuardianKey())
     r = lv.launch(LINGER)
     lv.wait_event(lambda e: e["kind"] == "exit" and e["launch_key"] == r["launch_key"])
-    out = lv.c.call("logs.read", {"instance": r["instance"], "stream": "stdout"})
-    child = int(out["records"][0]["data"])
+    child = int(_first_line(lv, r["instance"]))
     assert psutil.pid_exists(child) and psutil.Process(child).status() != "zombie"
     assert lv.c.call("inventory")["launches"] == []     # nothing recorded live
     lv.c.close()
