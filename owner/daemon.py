@@ -21,6 +21,7 @@ from protocol.sockets import same_uid_or_root
 
 from .access import ServiceAccount
 from .cgroups import setup as setup_cgroups
+from .evidence import lingering
 from .journal import Journal
 from .observations import test_knob
 from .paths import OwnerPaths
@@ -61,7 +62,8 @@ class Owner:
         try:
             previous = admit_start(self.paths.receipt, self.paths.ack, identity.boot_id,
                                    store.live_launches_of_boot(identity.boot_id),
-                                   archive=self.paths.receipts)
+                                   archive=self.paths.receipts,
+                                   lingering=len(lingering(store, identity.boot_id)))
         except BaseException:
             store.close()
             raise
@@ -127,6 +129,7 @@ def _retire_old_launches(store: OwnerStore, boot_id: str, reconciled: bool) -> N
         store.mark_lost([r.launch_key for r in old])
         log.warning("marked %d launches of the previous owner lost (%s)", len(old),
                     "reconciled" if reconciled else "previous boot")
+    store.clear_descendants()  # proven gone, or of another boot, or no longer running
 
 
 async def _stage(receipt: Receipt, name: str, fn: Any, *args: Any) -> None:
@@ -168,6 +171,7 @@ async def _confirm_gone(service: OwnerService) -> str:
 
 async def _check_state(store: OwnerStore, launcher: Any) -> str:
     unrecorded = launcher.retry_uncertain()
+    launcher.record_descendants()  # what still runs stays evidence; the rest is forgotten
     if unrecorded:
         raise RuntimeError(f"{len(unrecorded)} launches could not be recorded: "
                            f"{unrecorded[:5]}")

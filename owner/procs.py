@@ -315,6 +315,13 @@ class ProcessTable:
             return entry.key
         return None
 
+    def descendants(self) -> dict[tuple[int, int], str]:
+        """Every tracked descendant, (pid, start ticks) -> launch key: of live launches
+        and of exited ones whose descendants still ran at the last look."""
+        return {(pid, ticks): e.key
+                for e in [*self._live.values(), *self._lingering.values()]
+                if e.tree is not None for pid, ticks in e.tree.known.items()}
+
     def lingering(self) -> list[str]:
         """Keys of exited launches whose descendants were still running at the last look
         (a stop of such a key stops them)."""

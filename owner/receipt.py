@@ -86,21 +86,23 @@ def needs_reconcile(rec: dict[str, Any] | None, boot_id: str) -> bool:
 
 
 def admit_start(receipt_path: str, ack_path: str, boot_id: str, live_this_boot: int = 0,
-                archive: str | None = None) -> dict[str, Any] | None:
+                archive: str | None = None, lingering: int = 0) -> dict[str, Any] | None:
     """Decide whether an owner may start. Returns the previous receipt when a reconcile
     acknowledgement was consumed for it (its launches are proven gone), else None.
 
     The receipt alone is no proof: when owner.db still records launches of this boot as
-    live, a start needs an acknowledgement whatever the receipt says (a hand-edited or
-    deleted receipt changes nothing). An unclean previous receipt is kept in ``archive``
-    as evidence before the new owner's receipt replaces it.
+    live (``live_this_boot``), or processes of ended launches still run (``lingering``:
+    recorded descendants or cgroup members that outlived their leader), a start needs an
+    acknowledgement whatever the receipt says (a hand-edited or deleted receipt changes
+    nothing). An unclean previous receipt is kept in ``archive`` as evidence before the
+    new owner's receipt replaces it.
 
     Raises ReconcileRequired (no valid acknowledgement), StateCorrupt, UnsafePath.
     """
     rec = read_receipt(receipt_path)
     if rec is not None and rec["state"] != ReceiptState.CLEAN and archive is not None:
         keep_receipt(rec, archive)
-    if not needs_reconcile(rec, boot_id) and live_this_boot == 0:
+    if not needs_reconcile(rec, boot_id) and live_this_boot == 0 and lingering == 0:
         return None
     try:
         ack = read_json(ack_path, ACK_KIND)
@@ -108,20 +110,24 @@ def admit_start(receipt_path: str, ack_path: str, boot_id: str, live_this_boot: 
         ack = None
     expected = rec["instance"] if rec is not None else None
     if ack is None or ack.get("instance") != expected or ack.get("boot_id") != boot_id:
-        raise ReconcileRequired(_why(rec, live_this_boot), {"previous": expected,
-                                                           "live_launches": live_this_boot})
+        raise ReconcileRequired(_why(rec, live_this_boot, lingering),
+                                {"previous": expected, "live_launches": live_this_boot,
+                                 "lingering_processes": lingering})
     os.unlink(ack_path)  # one use: a later crash needs a fresh proof
     return rec if rec is not None else {"instance": None, "boot_id": boot_id,
                                         "state": "missing"}
 
 
-def _why(rec: dict[str, Any] | None, live: int) -> str:
+def _why(rec: dict[str, Any] | None, live: int, lingering: int) -> str:
     how = "`tenure owner reconcile` (or `python -m owner reconcile --home HOME`)"
     if rec is not None and rec["state"] != ReceiptState.CLEAN:
         return (f"the previous owner (instance {rec['instance']}, pid {rec['pid']}) ended "
                 f"{rec['state']} on this boot; run {how} once its applications are gone")
-    return (f"owner.db records {live} launches of this boot as live although the receipt "
-            f"says {'clean' if rec else 'nothing'}: the receipt is no proof; run {how}")
+    what = " and ".join(
+        ([f"{live} launches of this boot as live"] if live else []) +
+        ([f"{lingering} processes of ended launches still running"] if lingering else []))
+    return (f"owner.db records {what} although the receipt says "
+            f"{'clean' if rec else 'nothing'}: the receipt is no proof; run {how}")
 
 
 def keep_receipt(rec: dict[str, Any], archive: str, keep: int = 20) -> str:

@@ -1,10 +1,11 @@
 """``python -m owner reconcile``: prove that a dead owner's launches are gone.
 
-A launch is proven gone when its recorded process (pid with the same start ticks) no
-longer exists, its process group has no member, and (for a launch that was being started
-when the owner died) no process on the machine carries its launch key in its
-environment. Only then is a one-use acknowledgement written that lets the next owner
-start. Nothing is killed here: the operator decides what to stop.
+A launch is proven gone when no source of :mod:`owner.evidence` finds a process of it:
+its recorded process (pid with the same start ticks), its process group, a process
+carrying its launch key in its environment, a descendant the owner recorded (even of a
+launch whose leader exited), its cgroup. Only then is a one-use acknowledgement written
+that lets the next owner start. Nothing is killed here: the operator decides what to
+stop (or lets ``--drain`` stop what ``--prepare`` sealed).
 """
 
 from __future__ import annotations
@@ -14,15 +15,19 @@ from dataclasses import dataclass
 
 from protocol.errors import ProcessesAlive
 from protocol.identity import boot_id
-from protocol.procfs import environ_matches, running
 
-from .descendants import LAUNCH_KEY_ENV
+from .evidence import Found, find, lingering, suspects
 from .paths import OwnerPaths
-from .procinfo import group_members
 from .receipt import needs_reconcile, read_receipt, write_ack
-from .store import LaunchRow, OwnerStore
+from .store import OwnerStore
 
-__all__ = ["Survivor", "reconcile", "reconcile_locked"]
+__all__ = ["Survivor", "reconcile", "reconcile_locked", "survivors"]
+
+# Why a launch survives, in the words of reconcile's report, strongest source first.
+WHY = {"leader": "leader alive", "process group": "process group not empty",
+       "tracked descendant": "descendant alive",
+       "launch key in environment": "processes carry the launch key",
+       "cgroup member": "cgroup not empty"}
 
 
 @dataclass(frozen=True)
@@ -32,24 +37,11 @@ class Survivor:
     why: str
 
 
-def _carriers(keys: set[str]) -> dict[str, list[int]]:
-    """Processes whose environment names one of ``keys`` (readable as root or same uid)."""
-    needles = {f"{LAUNCH_KEY_ENV}={k}".encode(): k for k in keys}
-    return {needles[n]: pids for n, pids in environ_matches(needles).items()}
-
-
-def survivors(rows: list[LaunchRow]) -> list[Survivor]:
-    out = []
-    carriers = _carriers({r.launch_key for r in rows})
-    for r in rows:
-        if r.pid is not None and r.start_ticks is not None and running(r.pid, r.start_ticks):
-            out.append(Survivor(r.launch_key, [r.pid], "leader alive"))
-        elif r.pgid is not None and (members := group_members(r.pgid)):
-            out.append(Survivor(r.launch_key, members, "process group not empty"))
-        elif r.launch_key in carriers:
-            out.append(Survivor(r.launch_key, carriers[r.launch_key],
-                                "processes carry the launch key"))
-    return out
+def survivors(found: dict[str, Found]) -> list[Survivor]:
+    """One per launch that still has a process: every pid of it, and the strongest
+    reason it counts."""
+    return [Survivor(key, sorted(f.pids), next(WHY[w] for w in WHY if w in f.pids.values()))
+            for key, f in found.items() if f.pids]
 
 
 def reconcile(paths: OwnerPaths) -> list[str]:
@@ -70,19 +62,20 @@ def reconcile_locked(paths: OwnerPaths) -> list[str]:
     rec = read_receipt(paths.receipt)
     store = OwnerStore(paths.db)
     try:
-        rows = store.live_launches()
         live_this_boot = store.live_launches_of_boot(boot_id())
+        outlived = lingering(store, boot_id())
+        found = find(suspects(store, boot_id()))
     finally:
         store.close()
-    if not needs_reconcile(rec, boot_id()) and live_this_boot == 0:
+    if not needs_reconcile(rec, boot_id()) and live_this_boot == 0 and not outlived:
         return []
-    alive = survivors(rows)
+    alive = survivors(found)
     if alive:
         raise ProcessesAlive(
             f"{len(alive)} launches of the dead owner still have processes; stop them "
             "(by pid) and run reconcile again",
             {"survivors": [{"launch_key": s.launch_key, "pids": s.pids, "why": s.why}
                            for s in alive]})
-    proven = [r.launch_key for r in rows]
+    proven = list(found)
     write_ack(paths.ack, rec, boot_id(), proven)
     return proven

@@ -58,11 +58,12 @@ def _plan_text(plan: dict[str, Any]) -> str:
              f"receipt {prev.get('state', 'missing')})"]
     alive = [ln for ln in plan["launches"] if ln["processes"]]
     gone = len(plan["launches"]) - len(alive)
-    lines.append(f"{len(plan['launches'])} launches recorded live: {len(alive)} with "
+    lines.append(f"{len(plan['launches'])} launches of the dead owner: {len(alive)} with "
                  f"processes, {gone} already gone")
     for ln in alive:
         where = f" cgroup {ln['cgroup']}" if ln.get("cgroup") else ""
-        lines.append(f"  {ln['app']}  {ln['launch_key']}{where}")
+        exited = " (leader exited)" if ln.get("state") == "exited" else ""
+        lines.append(f"  {ln['app']}  {ln['launch_key']}{exited}{where}")
         lines += [f"    pid {p['pid']}  ({p['why']})" for p in ln["processes"]]
     if plan["sockets"]:
         lines.append(f"leftover sockets (removed by the next owner): "
@@ -77,6 +78,11 @@ def _plan_text(plan: dict[str, Any]) -> str:
 
 def _drain_text(done: dict[str, Any], proven: list[str]) -> str:
     killed = f", {len(done['killed'])} needed SIGKILL" if done["killed"] else ""
-    return (f"stopped {done['stopped']} sealed processes ({done['gone_already']} had "
-            f"exited already{killed})\nreconciled: {len(proven)} launches proven gone; "
-            "`tenure up` (or starting tenure-owner.service) may start the owner once")
+    refused = [f"cgroup.kill of {f['cgroup']} refused: {f['strerror']} (the processes "
+               "were killed one by one; the cgroup is proven empty)"
+               for f in done.get("cgroup_kill_failed", [])]
+    return "\n".join([
+        f"stopped {done['stopped']} sealed processes ({done['gone_already']} had exited "
+        f"already{killed})", *refused,
+        f"reconciled: {len(proven)} launches proven gone; `tenure up` (or starting "
+        "tenure-owner.service) may start the owner once"])

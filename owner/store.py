@@ -1,7 +1,12 @@
-"""owner.db: the current epoch and grant, every launch ever made, and stack intents.
+"""owner.db: the current epoch and grant, every launch ever made, stack intents, the
+descendants the owner tracks and the cgroup of each launch.
 
 SQLite with synchronous=FULL: every answer the owner gives about these facts is given
 after they are on disk. The epoch moves only forward, by compare-and-set.
+
+Tables added after format 1 shipped are in :data:`EXPAND`: created where missing, so an
+owner.db of an older owner reads as having none of their rows, and an older owner that
+opens a newer owner.db ignores them (expand-only: nothing is renamed or dropped).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import msgpack
 from protocol.durable import open_sqlite, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch
 
-__all__ = ["Intent", "LaunchRow", "LaunchState", "OwnerStore"]
+__all__ = ["Intent", "LaunchRow", "LaunchState", "OwnerStore", "Tracked"]
 
 FORMAT = 1
 SCHEMA = """
@@ -47,6 +52,20 @@ CREATE TABLE intents (
     intent TEXT NOT NULL,
     revision INTEGER NOT NULL,
     updated_at REAL NOT NULL
+)
+"""
+EXPAND = """
+CREATE TABLE IF NOT EXISTS descendants (
+    pid INTEGER NOT NULL,
+    start_ticks INTEGER NOT NULL,
+    launch_key TEXT NOT NULL,
+    boot_id TEXT NOT NULL DEFAULT '',
+    seen_at REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (pid, start_ticks)
+);
+CREATE TABLE IF NOT EXISTS launch_cgroups (
+    launch_key TEXT PRIMARY KEY,
+    path TEXT NOT NULL
 )
 """
 
@@ -103,6 +122,17 @@ def _row(r: tuple[Any, ...]) -> LaunchRow:
                      json.loads(r[12]) if r[12] else None, json.loads(r[13]) if r[13] else None)
 
 
+@dataclass(frozen=True)
+class Tracked:
+    """A descendant of a launch that the owner tracks: (pid, start ticks) is its identity
+    on ``boot_id``."""
+
+    pid: int
+    start_ticks: int
+    launch_key: str
+    boot_id: str = ""
+
+
 class OwnerStore:
     """All access to owner.db. Methods raise StateCorrupt/UnsafePath on open only."""
 
@@ -110,9 +140,22 @@ class OwnerStore:
         # WAL + FULL: each commit is durable with a single fsync of the log
         self.db = open_sqlite(path, "tenure-owner", FORMAT, SCHEMA, synchronous="FULL",
                               wal=True)
+        self._expand()
 
     def close(self) -> None:
         self.db.close()
+
+    def _expand(self) -> None:
+        """Create the tables of :data:`EXPAND` that are missing (an older owner.db); no
+        write at all when every one exists."""
+        statements = [s.strip() for s in EXPAND.split(";") if s.strip()]
+        have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = "
+                                              "'table'")}
+        if all(s.split()[5] in have for s in statements):
+            return
+        with transaction(self.db):
+            for statement in statements:
+                self.db.execute(statement)
 
     # -- fencing ----------------------------------------------------------------------
 
@@ -155,16 +198,40 @@ class OwnerStore:
         return _row(r) if r else None
 
     def insert_launch(self, key: str, p: dict[str, Any], spec: dict[str, Any], epoch: int,
-                      boot_id: str) -> None:
-        """Record a launch before its process exists. Raises Conflict on a used key."""
+                      boot_id: str, cgroup: str | None = None) -> None:
+        """Record a launch before its process exists, with the cgroup it will get (cgroup
+        mode), in one transaction. Raises Conflict on a used key."""
         try:
-            self.db.execute(
-                "INSERT INTO launches (launch_key, stack, app, instance, generation, spec, "
-                "state, epoch, boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, p["stack"], p["app"], p["instance"], p["generation"],
-                 json.dumps(spec, sort_keys=True), LaunchState.STARTING, epoch, boot_id))
+            with transaction(self.db):
+                self.db.execute(
+                    "INSERT INTO launches (launch_key, stack, app, instance, generation, "
+                    "spec, state, epoch, boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (key, p["stack"], p["app"], p["instance"], p["generation"],
+                     json.dumps(spec, sort_keys=True), LaunchState.STARTING, epoch, boot_id))
+                if cgroup is not None:
+                    self.db.execute("INSERT OR REPLACE INTO launch_cgroups VALUES (?, ?)",
+                                    (key, cgroup))
         except sqlite3.IntegrityError:
             raise Conflict(f"launch key {key!r} already used", {"launch_key": key}) from None
+
+    def ended_cgroups(self, boot_id: str) -> dict[str, str]:
+        """Launch key -> recorded cgroup of the launches of boot ``boot_id`` that are no
+        longer recorded live (their cgroup may still hold what outlived the leader)."""
+        rows = self.db.execute(
+            "SELECT c.launch_key, c.path FROM launch_cgroups c JOIN launches l "
+            "ON l.launch_key = c.launch_key WHERE l.boot_id = ? AND l.state NOT IN (?, ?) "
+            "ORDER BY l.rowid", (boot_id, LaunchState.STARTING, LaunchState.RUNNING))
+        return {str(k): str(p) for k, p in rows}
+
+    def cgroups(self, keys: list[str]) -> dict[str, str]:
+        """The recorded cgroup directory of each of ``keys`` that has one."""
+        out: dict[str, str] = {}
+        for key in keys:
+            r = self.db.execute("SELECT path FROM launch_cgroups WHERE launch_key = ?",
+                                (key,)).fetchone()
+            if r is not None:
+                out[key] = str(r[0])
+        return out
 
     def mark_running(self, key: str, pid: int, start_ticks: int, pgid: int,
                      started_at: float) -> None:
@@ -228,6 +295,32 @@ class OwnerStore:
             "SELECT count(*) FROM launches WHERE state IN (?, ?) AND boot_id = ?",
             (LaunchState.STARTING, LaunchState.RUNNING, boot_id)).fetchone()[0])
 
+    # -- tracked descendants --------------------------------------------------------
+
+    def record_descendants(self, added: list[Tracked], gone: list[tuple[int, int]]) -> None:
+        """Add ``added`` and forget ``gone`` ((pid, start ticks)) in one transaction.
+        Raises sqlite3.Error or OSError when the write fails (nothing changed then)."""
+        now = time.time()
+        with transaction(self.db):
+            self.db.executemany("DELETE FROM descendants WHERE pid = ? AND start_ticks = ?",
+                                gone)
+            self.db.executemany(
+                "INSERT OR REPLACE INTO descendants VALUES (?, ?, ?, ?, ?)",
+                [(t.pid, t.start_ticks, t.launch_key, t.boot_id, now) for t in added])
+
+    def descendants(self, boot_id: str) -> list[Tracked]:
+        """The descendants recorded on boot ``boot_id`` (start ticks mean nothing on
+        another boot)."""
+        rows = self.db.execute(
+            "SELECT pid, start_ticks, launch_key, boot_id FROM descendants WHERE boot_id = ? "
+            "ORDER BY launch_key, pid", (boot_id,)).fetchall()
+        return [Tracked(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
+
+    def clear_descendants(self) -> None:
+        """Forget every recorded descendant (a new owner: they are proven gone, or of
+        another boot)."""
+        self.db.execute("DELETE FROM descendants")
+
     # -- stack intents ----------------------------------------------------------------
 
     def intent(self, stack: str) -> tuple[Intent, int]:
@@ -252,3 +345,4 @@ class OwnerStore:
                 "updated_at = excluded.updated_at",
                 (stack, intent, revision + 1, time.time()))
         return revision + 1
+

@@ -34,7 +34,7 @@ from .sockets import SocketHolder, socket_key
 from .spawn import Spawned
 from .specs import ExitStatus, LaunchSpec, StopPolicy
 from .stop import StopResult
-from .store import LaunchRow, LaunchState, OwnerStore
+from .store import LaunchRow, LaunchState, OwnerStore, Tracked
 
 __all__ = ["LAUNCH_KEY_ENV", "Launcher"]
 
@@ -59,6 +59,8 @@ class Launcher:
         self.fdstore = FdStore()
         self.socket_users: dict[str, tuple[str, ...]] = {}  # live launch -> socket keys
         self.drainers: list[PipeDrainer] = []
+        # What owner.db lists as tracked descendants: written only when the set changes.
+        self._recorded: dict[tuple[int, int], str] = {}
         self.procs = ProcessTable(self._on_exit, notify_socket_path=notify_path,
                                   reap_orphans=reap_orphans)
         self.notify = NotifyListener(notify_path, pgid_resolver(self._by_pgid.get),
@@ -71,6 +73,10 @@ class Launcher:
         if self.procs.cgroups is None:
             try:
                 self.procs.track()
+                self.record_descendants()
+            except (sqlite3.Error, OSError) as exc:
+                log.error("recording descendants failed (retried in %.0f s): %s",
+                          TRACK_INTERVAL_S, exc)
             except Exception:
                 log.exception("looking for descendants failed")
         self._tracker = asyncio.get_running_loop().call_later(TRACK_INTERVAL_S, self._track)
@@ -100,7 +106,11 @@ class Launcher:
         """
         key = p["launch_key"]
         spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key})
-        self.store.insert_launch(key, p, spec.to_wire(), epoch, self.boot_id)
+        tree = self.procs.cgroups
+        # The cgroup is recorded with the row, before it exists: after a crash its
+        # cgroup.procs is evidence even of a process whose pid was never recorded.
+        self.store.insert_launch(key, p, spec.to_wire(), epoch, self.boot_id,
+                                 None if tree is None else str(tree.app_dir(key)))
         try:
             passed = self._passed(p, spec)
             spawned = self.procs.launch(spec, key, passed)
@@ -172,6 +182,19 @@ class Launcher:
                        instance=row.instance, generation=row.generation, pid=spawned.pid,
                        start_ticks=spawned.start_ticks)
 
+    def record_descendants(self) -> None:
+        """Make owner.db list exactly the descendants the process table tracks, so that
+        after an owner crash they are evidence (admission, reconcile) even when their
+        launch's row says it exited. Writes nothing when nothing changed. Raises
+        sqlite3.Error or OSError when the write fails (retried at the next call)."""
+        now = self.procs.descendants()
+        if now == self._recorded:
+            return
+        added = [Tracked(pid, ticks, key, self.boot_id) for (pid, ticks), key in now.items()
+                 if self._recorded.get((pid, ticks)) != key]
+        self.store.record_descendants(added, [t for t in self._recorded if t not in now])
+        self._recorded = now
+
     def record(self, key: str) -> LaunchRow | None:
         """What the owner knows of launch ``key`` in memory: a live launch, or one whose
         state could not be written (``uncertain``). None: ask the store."""
@@ -180,6 +203,10 @@ class Launcher:
     def retry_uncertain(self) -> list[str]:
         """Write what could not be written before (the exit of uncertain launches that
         ended); returns the keys still unrecorded (live ones included). Raises nothing."""
+        try:
+            self.record_descendants()
+        except (sqlite3.Error, OSError):
+            return sorted(self.uncertain)  # an exit is written only after its descendants
         for key, row in list(self.uncertain.items()):
             if key in self.live or row.exit is None:
                 continue
@@ -204,6 +231,9 @@ class Launcher:
         self.ring.emit("exit", launch_key=key, pid=pid, **status.to_wire())
         started = self.uncertain.get(key)
         try:
+            # Descendants first: once the row says exited, only they name what outlived
+            # the leader (found by the table's last look before the reap).
+            self.record_descendants()
             self.store.mark_exited(key, status.to_wire(), started=started)
         except (sqlite3.Error, OSError) as exc:
             base = started or row

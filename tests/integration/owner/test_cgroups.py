@@ -3,18 +3,18 @@
 The fake tree is a tmp directory laid out like a cgroup2 mount (the kernel's behaviour
 is not emulated: files are plain files). The real tests create a scratch cgroup under
 this host's cgroup2 mount at /sys/fs/cgroup/unified (membership only, no controllers,
-cgroup.kill works) and remove every cgroup they create.
+cgroup.kill works; the ``scratch`` fixture in conftest.py) and remove every cgroup they
+create.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,6 @@ from protocol.errors import LaunchFailed, LimitUnenforceable
 
 ENV = {"PATH": "/usr/bin:/bin"}
 HANG_GUARD = 20.0
-UNIFIED = Path("/sys/fs/cgroup/unified")
 
 # -- names -----------------------------------------------------------------------------
 
@@ -147,45 +146,6 @@ def test_this_host_is_not_delegated() -> None:
 
 
 # -- the real thing ----------------------------------------------------------------------
-
-
-def _real_cgroups_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create cgroups"
-    if not (UNIFIED / "cgroup.procs").exists():
-        return f"no cgroup2 mount at {UNIFIED}"
-    return None
-
-
-def _empty_and_remove(path: Path) -> None:
-    """Kill everything below ``path`` and rmdir it, deepest first (bounded)."""
-    if not path.exists():
-        return
-    subs = sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
-                  reverse=True)
-    for sub in [*subs, path]:
-        deadline = time.monotonic() + 5.0
-        while members(sub) and time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                (sub / "cgroup.kill").write_text("1")
-            time.sleep(0.02)
-        with contextlib.suppress(FileNotFoundError):
-            sub.rmdir()
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    reason = _real_cgroups_reason()
-    if reason:
-        print(f"SKIP real cgroup tests: {reason}")
-        pytest.skip(reason)
-    path = UNIFIED / f"tenure-test-{os.getpid()}-{time.monotonic_ns()}"
-    path.mkdir()
-    try:
-        yield path
-    finally:
-        _empty_and_remove(path)
-        assert not path.exists(), f"cgroup {path} left behind"
 
 
 def _tree(scratch: Path) -> CgroupTree:

@@ -58,6 +58,52 @@ def test_hand_edited_or_deleted_receipt_is_no_proof(owner, edit):
         assert c.call("inventory")["launches"] == []
 
 
+LINGER = ["sh", "-c", "setsid sleep 1000 & echo $!; exit 0"]
+
+
+def _first_line(lv: Live, instance: int) -> str:
+    deadline = time.monotonic() + 10     # the journal is written behind the exit event
+    while time.monotonic() < deadline:
+        recs = lv.c.call("logs.read", {"instance": instance, "stream": "stdout"})["records"]
+        if recs:
+            return str(recs[0]["data"].decode())
+        time.sleep(0.02)
+    raise AssertionError(f"instance {instance} wrote nothing")
+
+
+def _crash_leaving_a_lingering_child(owner: OwnerProcess) -> tuple[int, dict]:
+    """A launch whose leader exited while its setsid child runs on; then SIGKILL."""
+    lv = Live(owner, GuardianKey())
+    r = lv.launch(LINGER)
+    lv.wait_event(lambda e: e["kind"] == "exit" and e["launch_key"] == r["launch_key"])
+    child = int(_first_line(lv, r["instance"]))
+    assert psutil.pid_exists(child) and psutil.Process(child).status() != "zombie"
+    assert lv.c.call("inventory")["launches"] == []     # nothing recorded live
+    lv.c.close()
+    assert owner.stop(signal.SIGKILL) == -9
+    return child, json.loads((owner.paths.dir / "owner-receipt.json").read_text())
+
+
+def test_lingering_child_of_an_exited_launch_makes_a_clean_receipt_no_proof(owner):
+    child, receipt = _crash_leaving_a_lingering_child(owner)
+    path = owner.paths.dir / "owner-receipt.json"
+    try:
+        path.write_text(json.dumps({**receipt, "state": "clean"}))
+        refused = owner.run_exit("serve")
+        assert refused.returncode == 3, refused.stderr
+        assert "receipt is no proof" in refused.stderr
+        assert "1 processes of ended launches still running" in refused.stderr
+        alive = owner.run_exit("reconcile", "--json")
+        assert alive.returncode == 4, alive.stdout
+        assert json.loads(alive.stdout)["data"]["survivors"] == [
+            {"launch_key": "k1", "pids": [child], "why": "descendant alive"}]
+    finally:
+        kill_pids([child])
+        _wait_gone([child])
+    assert owner.run_exit("reconcile").returncode == 0
+    owner.start()
+
+
 def test_unclean_receipt_is_kept_as_evidence_after_reconcile(owner):
     pids, receipt = _crash_with_apps(owner)
     kill_pids(pids)

@@ -1,0 +1,138 @@
+"""What a dead owner left running: every live process of its launches, and why it counts.
+
+Read after an owner crash, by ``reconcile`` (to prove launches gone) and by the guided
+reconcile (to seal and drain them). The suspects are the launches owner.db records as
+live (``starting`` or ``running``), and the launches that ended but may have left
+something behind: those with recorded descendants (a leader that exited before its
+setsid child; a child of such a descendant carries the launch key in its environment)
+and those whose recorded cgroup is still there. Each
+source below is independent; a process counts if any finds it, with the first
+reason that found it:
+
+- ``leader``: the recorded pid, with the same start ticks;
+- ``process group``: a member of the recorded group (live rows only: once the leader's
+  exit was recorded its number is no longer pinned and may name a stranger's group);
+- ``tracked descendant``: a descendant the owner recorded, same pid and start ticks;
+- ``launch key in environment``: ``TENURE_LAUNCH_KEY`` (finds children that left the
+  group, and processes started just before the owner died);
+- ``cgroup member``: ``cgroup.procs`` of the launch's own cgroup, the one recorded at
+  launch, else the one a process found above is in.
+
+Reads /proc and cgroupfs only; nothing here writes or signals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.procfs import environ_matches, group_members, running
+
+from .cgroups import cgroup_name, members, read_proc_cgroup
+from .descendants import LAUNCH_KEY_ENV
+from .store import LaunchRow, LaunchState, OwnerStore, Tracked
+
+__all__ = ["CGROUP_MOUNTS", "Found", "Suspects", "find", "lingering", "suspects"]
+
+CGROUP_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+"""Where a unified (cgroup v2) hierarchy is mounted: pure v2 hosts, then hybrid ones."""
+
+LIVE = (LaunchState.STARTING, LaunchState.RUNNING)
+
+
+@dataclass(frozen=True)
+class Suspects:
+    """The dead owner's launches that may have processes, as owner.db records them."""
+
+    rows: list[LaunchRow]            # live rows first, then exited ones with descendants
+    tracked: list[Tracked]           # recorded descendants of this boot
+    cgroups: dict[str, str]          # launch key -> cgroup recorded at launch
+
+
+@dataclass(frozen=True)
+class Found:
+    row: LaunchRow
+    pids: dict[int, str]             # pid -> why it counts (first source that found it)
+    cgroup: str | None
+
+
+def suspects(store: OwnerStore, boot_id: str) -> Suspects:
+    """The launches to look at: recorded live, with recorded descendants, or ended with
+    their cgroup still there (the owner removes it once empty; one that outlived the
+    owner may hold what outlived the leader). Raises nothing beyond what the store
+    raises."""
+    rows = store.live_launches()
+    tracked = store.descendants(boot_id)
+    left = [k for k, path in store.ended_cgroups(boot_id).items()
+            if _recorded_cgroup(k, path) is not None]
+    seen = {r.launch_key for r in rows}
+    for key in dict.fromkeys([*(t.launch_key for t in tracked), *left]):
+        row = None if key in seen else store.get_launch(key)
+        if row is not None:
+            rows.append(row)
+    return Suspects(rows, tracked, store.cgroups([r.launch_key for r in rows]))
+
+
+def lingering(store: OwnerStore, boot_id: str) -> list[int]:
+    """Processes of this boot that outlived what owner.db records as live: recorded
+    descendants that still run as the process recorded (same pid and start ticks), and
+    members of the recorded cgroups of launches that ended."""
+    pids = {t.pid for t in store.descendants(boot_id) if running(t.pid, t.start_ticks)}
+    for key, path in store.ended_cgroups(boot_id).items():
+        cg = _recorded_cgroup(key, path)
+        pids.update([] if cg is None else members(Path(cg)))
+    return sorted(pids)
+
+
+def find(s: Suspects) -> dict[str, Found]:
+    """Per launch key (in the order of ``s.rows``): every live process of it."""
+    carriers = environ_matches({_needle(r.launch_key) for r in s.rows})
+    out: dict[str, Found] = {}
+    for r in s.rows:
+        pids: dict[int, str] = {}
+        if r.pid is not None and r.start_ticks is not None and running(r.pid, r.start_ticks):
+            pids[r.pid] = "leader"
+        if r.pgid is not None and r.state in LIVE:
+            for pid in group_members(r.pgid):
+                pids.setdefault(pid, "process group")
+        for t in s.tracked:
+            if t.launch_key == r.launch_key and running(t.pid, t.start_ticks):
+                pids.setdefault(t.pid, "tracked descendant")
+        for pid in carriers.get(_needle(r.launch_key), []):
+            pids.setdefault(pid, "launch key in environment")
+        cg = _recorded_cgroup(r.launch_key, s.cgroups.get(r.launch_key)) or \
+            _cgroup_of(r.launch_key, list(pids))
+        for pid in [] if cg is None else members(Path(cg)):
+            pids.setdefault(pid, "cgroup member")
+        out[r.launch_key] = Found(r, pids, cg)
+    return out
+
+
+def _needle(key: str) -> bytes:
+    return f"{LAUNCH_KEY_ENV}={key}".encode()
+
+
+def _recorded_cgroup(launch_key: str, path: str | None) -> str | None:
+    """The cgroup recorded at launch, if it is one (under a cgroup mount, named after
+    the launch, still a cgroup directory): a missing or foreign path counts for nothing.
+    """
+    if path is None or Path(path).name != cgroup_name(launch_key):
+        return None
+    if not any(path.startswith(m + "/") for m in CGROUP_MOUNTS):
+        return None
+    return path if (Path(path) / "cgroup.procs").exists() else None
+
+
+def _cgroup_of(launch_key: str, pids: list[int]) -> str | None:
+    """The launch's own cgroup, found through one of its processes (an owner.db of an
+    owner that recorded no cgroups)."""
+    name = cgroup_name(launch_key)
+    for pid in pids:
+        rel = read_proc_cgroup(pid)
+        if rel is None or not rel.rstrip().endswith("/" + name):
+            continue
+        for mount in CGROUP_MOUNTS:
+            found = _recorded_cgroup(launch_key, mount + rel.strip())
+            if found is not None:
+                return found
+    return None
