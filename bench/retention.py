@@ -30,12 +30,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.model import RetentionSettings  # noqa: E402
-from backend.store import BackendStore  # noqa: E402
-from guardian.phases import Kind, Phase  # noqa: E402
-from guardian.state import StateStore  # noqa: E402
-from owner.store import OwnerStore  # noqa: E402
-from protocol.grant import Grant  # noqa: E402
+from backend.model import RetentionSettings
+from backend.store import BackendStore
+from guardian.phases import Kind, Phase
+from guardian.state import StateStore
+from owner.store import OwnerStore
+from protocol.grant import Grant
 
 PHASES = [Phase.CHECKED, Phase.ADMITTED, Phase.DRAINING, Phase.CHECKPOINTED, Phase.FENCED,
           Phase.RETIRED, Phase.STARTED, Phase.VERIFIED, Phase.COMPLETE]

@@ -37,12 +37,17 @@ from collections.abc import Callable
 
 from protocol.procfs import children, environ_value, read_stat
 
-__all__ = ["LAUNCH_KEY_ENV", "Descendants", "attribute_orphan", "kill_verified"]
+__all__ = ["LAUNCH_KEY_ENV", "OWNER_HOME_ENV", "Descendants", "attribute_orphan",
+           "kill_verified"]
 
 log = logging.getLogger(__name__)
 
 LAUNCH_KEY_ENV = "TENURE_LAUNCH_KEY"
 """Set in every app's environment by the owner: names the launch its processes belong to."""
+OWNER_HOME_ENV = "TENURE_OWNER_HOME"
+"""Set beside it: the home of the owner that launched it. Launch keys repeat across homes
+(``stack/app/N/generation``), so a process is taken as a launch's only when both match:
+a reconcile of one home never touches another home's processes."""
 
 # A fork bomb must not make one refresh walk without end; what is left is found next time.
 MAX_TRACKED = 65_536

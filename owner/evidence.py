@@ -29,7 +29,7 @@ from pathlib import Path
 from protocol.procfs import environ_matches, group_members, running
 
 from .cgroups import cgroup_name, members, read_proc_cgroup
-from .descendants import LAUNCH_KEY_ENV
+from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from .store import LaunchRow, LaunchState, OwnerStore, Tracked
 
 __all__ = ["CGROUP_MOUNTS", "Found", "Suspects", "find", "lingering", "suspects"]
@@ -47,6 +47,7 @@ class Suspects:
     rows: list[LaunchRow]            # live rows first, then exited ones with descendants
     tracked: list[Tracked]           # recorded descendants of this boot
     cgroups: dict[str, str]          # launch key -> cgroup recorded at launch
+    home: str = ""                   # OWNER_HOME_ENV of this home's launches
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Found:
     cgroup: str | None
 
 
-def suspects(store: OwnerStore, boot_id: str) -> Suspects:
+def suspects(store: OwnerStore, boot_id: str, home: str) -> Suspects:
     """The launches to look at: recorded live, with recorded descendants, or ended with
     their cgroup still there (the owner removes it once empty; one that outlived the
     owner may hold what outlived the leader). Raises nothing beyond what the store
@@ -70,7 +71,7 @@ def suspects(store: OwnerStore, boot_id: str) -> Suspects:
         row = None if key in seen else store.get_launch(key)
         if row is not None:
             rows.append(row)
-    return Suspects(rows, tracked, store.cgroups([r.launch_key for r in rows]))
+    return Suspects(rows, tracked, store.cgroups([r.launch_key for r in rows]), home)
 
 
 def lingering(store: OwnerStore, boot_id: str) -> list[int]:
@@ -85,8 +86,11 @@ def lingering(store: OwnerStore, boot_id: str) -> list[int]:
 
 
 def find(s: Suspects) -> dict[str, Found]:
-    """Per launch key (in the order of ``s.rows``): every live process of it."""
+    """Per launch key (in the order of ``s.rows``): every live process of it. A process
+    counts by its environment only when it names both the launch key and this home."""
     carriers = environ_matches({_needle(r.launch_key) for r in s.rows})
+    ours = set(environ_matches({_home_needle(s.home)}).get(_home_needle(s.home), []))
+    carriers = {n: [p for p in pids if p in ours] for n, pids in carriers.items()}
     out: dict[str, Found] = {}
     for r in s.rows:
         pids: dict[int, str] = {}
@@ -110,6 +114,10 @@ def find(s: Suspects) -> dict[str, Found]:
 
 def _needle(key: str) -> bytes:
     return f"{LAUNCH_KEY_ENV}={key}".encode()
+
+
+def _home_needle(home: str) -> bytes:
+    return f"{OWNER_HOME_ENV}={home}".encode()
 
 
 def _recorded_cgroup(launch_key: str, path: str | None) -> str | None:

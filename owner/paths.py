@@ -21,6 +21,12 @@ class OwnerPaths(Layout):
         return self.execution
 
     @property
+    def home_marker(self) -> str:
+        """This home as every launch's OWNER_HOME_ENV names it (resolved: the daemon and
+        a reconcile may be given the home in different spellings)."""
+        return os.path.realpath(self.home)
+
+    @property
     def sock(self) -> str:
         return self.owner_sock
 

@@ -64,7 +64,7 @@ def reconcile_locked(paths: OwnerPaths) -> list[str]:
     try:
         live_this_boot = store.live_launches_of_boot(boot_id())
         outlived = lingering(store, boot_id())
-        found = find(suspects(store, boot_id()))
+        found = find(suspects(store, boot_id(), paths.home_marker))
     finally:
         store.close()
     if not needs_reconcile(rec, boot_id()) and live_this_boot == 0 and not outlived:

@@ -71,7 +71,7 @@ def prepare(paths: OwnerPaths) -> dict[str, Any]:
 def _find(paths: OwnerPaths) -> dict[str, Found]:
     store = OwnerStore(paths.db)
     try:
-        return find(suspects(store, boot_id()))
+        return find(suspects(store, boot_id(), paths.home_marker))
     finally:
         store.close()
 

@@ -153,7 +153,8 @@ class OwnerService:
         self.inspector = Inspector()
         self.meter = Meter()
         self.launcher = Launcher(store, journal, self.ring, identity.boot_id,
-                                 paths.notify_address(identity.instance))
+                                 paths.notify_address(identity.instance),
+                                 home=paths.home_marker)
         self._on_shutdown = on_shutdown
 
     @property

@@ -21,7 +21,7 @@ from typing import Any
 from protocol.errors import LaunchFailed, StorageFailed
 
 from .cgroups import CgroupTree
-from .descendants import LAUNCH_KEY_ENV
+from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from .drain import PipeDrainer
 from .fdpass import PassFds
 from .fdstore import DEFAULT_FDNAME, FdStore, StoreKey
@@ -47,8 +47,10 @@ window in which a process can fork, leave the group and lose its parent unseen."
 
 class Launcher:
     def __init__(self, store: OwnerStore, journal: Journal, ring: ObservationRing,
-                 boot_id: str, notify_path: str, *, reap_orphans: bool = True) -> None:
+                 boot_id: str, notify_path: str, *, reap_orphans: bool = True,
+                 home: str = "") -> None:
         self.store = store
+        self.home = home            # OWNER_HOME_ENV of every launch
         self.journal = journal
         self.ring = ring
         self.boot_id = boot_id
@@ -105,7 +107,7 @@ class Launcher:
         ``starting`` row (or a ``failed`` one) cannot be written: then nothing runs.
         """
         key = p["launch_key"]
-        spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key})
+        spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key, OWNER_HOME_ENV: self.home})
         tree = self.procs.cgroups
         # The cgroup is recorded with the row, before it exists: after a crash its
         # cgroup.procs is evidence even of a process whose pid was never recorded.

@@ -34,9 +34,11 @@ def _kill_owner(cluster) -> int:
     return pid
 
 
-def _carrier(cluster, key: str) -> subprocess.Popen[bytes]:
-    """A process that joins a dead launch after the evidence was sealed."""
-    env = {**os.environ, "TENURE_LAUNCH_KEY": key, "TENURE_TEST_HOME": str(cluster.home)}
+def _carrier(cluster, key: str, home: str | None = None) -> subprocess.Popen[bytes]:
+    """A process that joins a dead launch after the evidence was sealed (of ``home``'s
+    launch with that key when given: another home's)."""
+    env = {**os.environ, "TENURE_LAUNCH_KEY": key,
+           "TENURE_OWNER_HOME": home or os.path.realpath(cluster.home)}
     return subprocess.Popen(["sleep", "1000"], env=env, start_new_session=True)
 
 
@@ -71,8 +73,15 @@ def test_owner_crash_is_reconciled_with_a_sealed_plan_and_a_guided_drain(cluster
     wrong = cluster.cli("owner", "reconcile", "--drain", "0" * 64)
     assert wrong.code == 2 and "CONFLICT" in json.dumps(wrong.out)
 
-    done = cluster.cli("owner", "reconcile", "--drain", body["digest"])
-    assert done.code == 0, done.out
+    # the same launch key in another home (keys repeat across homes): not ours
+    foreign = _carrier(cluster, forker["launch_key"], home="/srv/another-tenure-home")
+    try:
+        done = cluster.cli("owner", "reconcile", "--drain", body["digest"])
+        assert done.code == 0, done.out
+        assert foreign.poll() is None                  # untouched
+    finally:
+        foreign.kill()
+        foreign.wait()
     assert done.out["stopped"] == len(sealed) and len(done.out["proven_gone"]) == 3
     for pid in sealed:
         assert not psutil.pid_exists(pid) or \
