@@ -109,6 +109,7 @@ class Instance:
         self._set_state(State.STOPPED, 0.0, restore=True)
         self.generation = 0
         self.restarts = 0
+        self.ready_count = 0     # times it became ready in this generation of the backend
         self.exits: dict[ExitReason, int] = {}    # processes ended, by reason; only grows
         self.streak = 0                          # consecutive failed runs, drives backoff
         self.last_outcome: Outcome | None = None
@@ -234,6 +235,8 @@ class Instance:
             self.pending_outcome = None
         self.state = new
         log.debug("%s: %s -> %s", self.launch_key, old, new)
+        if new is State.READY:
+            self.ready_count += 1
         if new is State.RUNNING:
             self._enter_running(now)
         elif new is State.READY and self.app.health is not None:

@@ -183,9 +183,7 @@ class OperationRunner:
         waiting = [k for k in keys if k.split("/")[0] not in stopped]
         if waiting:
             timeout = max(app.ready.timeout for app, _ in items) + STEP_TIMEOUT_SLACK
-            await self._wait(waiting,
-                             lambda i: i.state in (im.State.READY, im.State.FAILED), timeout,
-                             must_be_up=True)
+            await self._wait_up(waiting, timeout)
 
     async def _stop_keys(self, keys: list[str], forget: bool) -> None:
         for k in keys:
@@ -208,20 +206,37 @@ class OperationRunner:
         if inst.generation <= progress["from_generation"] or inst.app != app:
             await self._stop_keys([key], forget=False)
             self.sup.ensure(app, index, app.stack not in self.stopped_stacks())
-        await self._wait([key], lambda i: i.state in (im.State.READY, im.State.FAILED),
-                         app.ready.timeout + STEP_TIMEOUT_SLACK, must_be_up=True)
+        await self._wait_up([key], app.ready.timeout + STEP_TIMEOUT_SLACK)
         return progress
 
+    async def _wait_up(self, keys: list[str], timeout: float) -> None:
+        """Wait until every instance became ready (since now) or gave up; one that gave
+        up without ever becoming ready fails the step. Becoming ready counts even if the
+        waiter only looks after it crashed again: a crash loop's outcome must not depend
+        on when this coroutine ran."""
+        seen = {k: self.sup.instances[k].ready_count for k in keys if k in self.sup.instances}
+
+        def up(i: im.Instance) -> bool:
+            return i.state is im.State.READY or i.ready_count > seen.get(self._key(i), 0)
+        await self._wait(keys, lambda i: up(i) or i.state is im.State.FAILED, timeout,
+                         must_be_up=True, came_up=up)
+
+    @staticmethod
+    def _key(i: im.Instance) -> str:
+        return instance_key(i.app.stack, i.app.name, i.index)
+
     async def _wait(self, keys: list[str], done: Callable[[im.Instance], bool],
-                    timeout: float, must_be_up: bool = False) -> None:
-        """Wait until every instance is ``done``; with ``must_be_up`` a failed one fails
-        the step."""
+                    timeout: float, must_be_up: bool = False,
+                    came_up: Callable[[im.Instance], bool] = lambda i: False) -> None:
+        """Wait until every instance is ``done``; with ``must_be_up`` a failed one that
+        never ``came_up`` fails the step."""
         def all_done() -> bool:
             return all(done(self.sup.instances[k]) for k in keys if k in self.sup.instances)
         if not await self.sup.wait(all_done, timeout):
             raise TimeoutError(f"{', '.join(keys)} did not settle in {timeout:.0f} s")
         failed = [k for k in keys if k in self.sup.instances
-                  and self.sup.instances[k].state is im.State.FAILED]
+                  and self.sup.instances[k].state is im.State.FAILED
+                  and not came_up(self.sup.instances[k])]
         if must_be_up and failed:
             why = [f"{k} ({explain.reason(self.sup.instances[k]) or 'failed'})"
                    for k in failed]
