@@ -7,9 +7,10 @@ backend validated the config before applying it (backend/config_retention.py).
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import tomllib
+
+from .backenddb import query
 
 __all__ = ["DEFAULT_ACTIVATIONS", "activations_to_keep"]
 
@@ -19,15 +20,10 @@ MINIMUM = 10
 
 def activations_to_keep(backend_db: str) -> int:
     """Never raises: a missing or unreadable config keeps the default."""
-    if not os.path.exists(backend_db):
-        return DEFAULT_ACTIVATIONS
     try:
-        conn = sqlite3.connect(f"file:{backend_db}?mode=ro", uri=True, timeout=5.0)
-        try:
-            row = conn.execute("SELECT text FROM config WHERE id = 1").fetchone()
-        finally:
-            conn.close()
-        value = tomllib.loads(row[0]).get("retention", {}).get("activations") if row else None
+        rows = query(backend_db, "SELECT text FROM config WHERE id = 1")
+        value = tomllib.loads(rows[0][0]).get("retention", {}).get("activations") \
+            if rows else None
     except (sqlite3.Error, tomllib.TOMLDecodeError, AttributeError):
         return DEFAULT_ACTIVATIONS
     if isinstance(value, bool) or not isinstance(value, int) or value < MINIMUM:

@@ -14,11 +14,12 @@ obstacle; a known part at a version it does not read is.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from typing import Any
 
 from protocol.errors import SchemaIncompatible, StateCorrupt
+
+from .backenddb import query
 
 __all__ = ["LEGACY", "check", "declared", "on_disk"]
 
@@ -46,14 +47,10 @@ def declared(preflight: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def on_disk(backend_db: str) -> dict[str, int]:
     """Formats backend.db holds now ({} when there is none yet). Read only; never
     creates or changes the file. Raises StateCorrupt."""
-    if not os.path.exists(backend_db):
-        return {}
     try:
-        conn = sqlite3.connect(f"file:{backend_db}?mode=ro", uri=True, timeout=5.0)
-        try:
-            rows = conn.execute("SELECT key, value FROM meta").fetchall()
-        finally:
-            conn.close()
+        rows = query(backend_db, "SELECT key, value FROM meta")
+        if rows is None:
+            return {}
         meta = dict(rows)
         out = {"backend.db": int(meta["format_version"])}
         out.update({f"backend.db:{k[5:]}": int(v) for k, v in meta.items()

@@ -194,26 +194,16 @@ def _watch_status(args: Any) -> int:
     """``status -w``: redraw every ``--every`` seconds (like watch(1)) until Ctrl-C, which
     ends it with the last status's exit code. Off a terminal each snapshot follows the
     previous one after a blank line."""
-    every = max(args.every, 0.2)
-    tty = sys.stdout.isatty() and not args.json
-    code: int = OK
-    try:
-        while True:
-            if tty:
-                sys.stdout.write("\x1b[H\x1b[2J")
-                print(f"every {every:g}s: tenure status {' '.join(args.targets)}".rstrip()
-                      + f"   {time.strftime('%H:%M:%S')}\n")
-            try:
-                code = _status_once(args)
-            except TenureError as exc:   # a target gone, a handoff: show it, go on
-                print(f"tenure: {exc.code_str}: {exc.msg}")
-                code = ERROR
-            if not tty:
-                print()
-            sys.stdout.flush()
-            time.sleep(every)
-    except KeyboardInterrupt:
-        return code
+    from .watch import redraw
+
+    def draw() -> int:
+        try:
+            return _status_once(args)
+        except TenureError as exc:   # a target gone, a handoff: show it, go on
+            print(f"tenure: {exc.code_str}: {exc.msg}")
+            return ERROR
+    title = f"tenure status {' '.join(args.targets)}".rstrip()
+    return redraw(title, max(args.every, 0.2), sys.stdout.isatty() and not args.json, draw)
 
 
 def _target_cmd(args: Any, method: str) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .present import colour_for, dur, paint, size, table
+from .watch import redraw
 
 __all__ = ["HEADER", "PRIME", "SORTS", "pick", "render", "run"]
 
@@ -72,22 +73,10 @@ def run(args: Any, status: Callable[[], dict[str, Any]],
     status()  # the first measurement: CPU% needs two
     time.sleep(min(every, PRIME))
     once = args.once or args.json
-    tty = sys.stdout.isatty() and not once
-    code = 0
-    try:
-        while True:
-            answer = status()
-            code = 0 if (answer.get("owner_link") or {}).get("current", True) else 5
-            snap = pick(answer, args.sort, args.n)
-            if tty:
-                sys.stdout.write("\x1b[H\x1b[2J")
-                print(f"every {every:g}s: tenure top   {time.strftime('%H:%M:%S')}\n")
-            out(snap, render(snap))
-            if once:
-                return code
-            if not tty:
-                print()
-            sys.stdout.flush()
-            time.sleep(every)
-    except KeyboardInterrupt:
-        return code
+
+    def draw() -> int:
+        answer = status()
+        snap = pick(answer, args.sort, args.n)
+        out(snap, render(snap))
+        return 0 if (answer.get("owner_link") or {}).get("current", True) else 5
+    return redraw("tenure top", every, sys.stdout.isatty() and not once, draw, once)

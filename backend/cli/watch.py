@@ -1,0 +1,33 @@
+"""Redraw a view every few seconds until Ctrl-C, like watch(1): ``status -w`` and
+``tenure top``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+__all__ = ["redraw"]
+
+
+def redraw(title: str, every: float, tty: bool, draw: Callable[[], int],
+           once: bool = False) -> int:
+    """Call ``draw`` (it prints one view and returns its exit code) every ``every``
+    seconds until Ctrl-C (``once``: a single view). On a terminal the screen is cleared
+    first and a title line with the time is printed; piped, views are separated by a
+    blank line. Returns the last view's code."""
+    code = 0
+    try:
+        while True:
+            if tty:
+                sys.stdout.write("\x1b[H\x1b[2J")
+                print(f"every {every:g}s: {title}   {time.strftime('%H:%M:%S')}\n")
+            code = draw()
+            if once:
+                return code
+            if not tty:
+                print()
+            sys.stdout.flush()
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return code
