@@ -23,8 +23,12 @@ while not os.path.exists(sys.argv[1]):
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 addr = os.environ["NOTIFY_SOCKET"]
 addr = "\\0" + addr[1:] if addr.startswith("@") else addr   # an abstract address
-for i in range(6000):
+end, i = time.monotonic() + 4.0, 0      # a bounded flood: 4 s of notify messages
+while time.monotonic() < end:
     s.sendto(b"STATUS=%d" % i, addr)
+    i += 1
+    if i % 200 == 0:
+        time.sleep(0.005)
 time.sleep(100000)
 """
 
@@ -103,10 +107,11 @@ def test_observation_gap_is_repaired_exits_missed_are_handled(cluster):
     backend = psutil.Process(cluster.backend_pid())
     backend.suspend()                     # it cannot read: the owner drops it, events lost
     try:
-        for pid in [*old.values(), job_pid]:
+        flag.write_text("go")             # the flood fills its socket: dropped
+        time.sleep(1.0)
+        for pid in [*old.values(), job_pid]:  # exits after the drop ...
             os.kill(pid, signal.SIGKILL)
-        flag.write_text("go")             # the chatty app floods the ring meanwhile
-        time.sleep(3.0)
+        time.sleep(3.5)                   # ... and out of the ring before it reads again
     finally:
         backend.resume()
 
