@@ -12,6 +12,12 @@ from typing import Any
 
 import psutil
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: a timed assertion in a property test fails on a busy machine
+# (the first examples also pay for imports), and speed is the benchmarks' business.
+settings.register_profile("tenure", deadline=None)
+settings.load_profile("tenure")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
