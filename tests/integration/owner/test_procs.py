@@ -397,9 +397,10 @@ def test_exited_launches_are_forgotten_beyond_the_memory_bound(
     monkeypatch.setattr(procs, "EXITED_MEMORY", 2)
 
     async def body(h: Harness) -> None:
-        done = [h.launch(spec("true")) for _ in range(4)]
-        for sp in done:
-            await h.exited(sp.pid)
+        done = []
+        for _ in range(4):   # one after the other: the exits are reaped in this order
+            done.append(h.launch(spec("true")))
+            await h.exited(done[-1].pid)
         keys = [h.key(sp) for sp in done]
         assert list(h.table._exited) == keys[2:]       # the oldest two are forgotten
         for key in keys[:2]:
