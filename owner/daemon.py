@@ -170,8 +170,8 @@ async def _confirm_gone(service: OwnerService) -> str:
 
 
 async def _check_state(store: OwnerStore, launcher: Any) -> str:
-    unrecorded = launcher.retry_uncertain()
     launcher.record_descendants()  # what still runs stays evidence; the rest is forgotten
+    unrecorded = launcher.retry_uncertain()
     if unrecorded:
         raise RuntimeError(f"{len(unrecorded)} launches could not be recorded: "
                            f"{unrecorded[:5]}")

@@ -28,13 +28,18 @@ from pathlib import Path
 
 from protocol.procfs import environ_matches, group_members, running
 
-from .cgroups import cgroup_name, members, read_proc_cgroup
+from .cgroups import MOUNT, cgroup_name, members, read_proc_cgroup
 from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from .store import LaunchRow, LaunchState, OwnerStore, Tracked
 
-__all__ = ["CGROUP_MOUNTS", "Found", "Suspects", "find", "lingering", "suspects"]
+__all__ = ["REASONS", "Found", "Suspects", "ended_cgroups", "find", "lingering",
+           "suspects"]
 
-CGROUP_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+REASONS = ("leader", "process group", "tracked descendant", "launch key in environment",
+           "cgroup member")
+"""Why a process counts, strongest source first (the order :func:`find` asks them)."""
+
+_MOUNTS = (str(MOUNT), str(MOUNT / "unified"))
 """Where a unified (cgroup v2) hierarchy is mounted: pure v2 hosts, then hybrid ones."""
 
 LIVE = (LaunchState.STARTING, LaunchState.RUNNING)
@@ -64,8 +69,7 @@ def suspects(store: OwnerStore, boot_id: str, home: str) -> Suspects:
     raises."""
     rows = store.live_launches()
     tracked = store.descendants(boot_id)
-    left = [k for k, path in store.ended_cgroups(boot_id).items()
-            if _recorded_cgroup(k, path) is not None]
+    left = list(ended_cgroups(store, boot_id))
     seen = {r.launch_key for r in rows}
     for key in dict.fromkeys([*(t.launch_key for t in tracked), *left]):
         row = None if key in seen else store.get_launch(key)
@@ -79,17 +83,30 @@ def lingering(store: OwnerStore, boot_id: str) -> list[int]:
     descendants that still run as the process recorded (same pid and start ticks), and
     members of the recorded cgroups of launches that ended."""
     pids = {t.pid for t in store.descendants(boot_id) if running(t.pid, t.start_ticks)}
+    for cg in ended_cgroups(store, boot_id).values():
+        pids.update(members(Path(cg)))
+    return sorted(pids)
+
+
+def ended_cgroups(store: OwnerStore, boot_id: str) -> dict[str, str]:
+    """Launch key -> cgroup of the launches of this boot that ended while their
+    recorded cgroup is still there (it may hold what outlived the leader)."""
+    out = {}
     for key, path in store.ended_cgroups(boot_id).items():
         cg = _recorded_cgroup(key, path)
-        pids.update([] if cg is None else members(Path(cg)))
-    return sorted(pids)
+        if cg is not None:
+            out[key] = cg
+    return out
 
 
 def find(s: Suspects) -> dict[str, Found]:
     """Per launch key (in the order of ``s.rows``): every live process of it. A process
     counts by its environment only when it names both the launch key and this home."""
-    carriers = environ_matches({_needle(r.launch_key) for r in s.rows})
-    ours = set(environ_matches({_home_needle(s.home)}).get(_home_needle(s.home), []))
+    if not s.rows:
+        return {}
+    home = _home_needle(s.home)
+    carriers = environ_matches({home, *(_needle(r.launch_key) for r in s.rows)})  # one scan
+    ours = set(carriers.pop(home, []))
     carriers = {n: [p for p in pids if p in ours] for n, pids in carriers.items()}
     out: dict[str, Found] = {}
     for r in s.rows:
@@ -126,7 +143,7 @@ def _recorded_cgroup(launch_key: str, path: str | None) -> str | None:
     """
     if path is None or Path(path).name != cgroup_name(launch_key):
         return None
-    if not any(path.startswith(m + "/") for m in CGROUP_MOUNTS):
+    if not any(path.startswith(m + "/") for m in _MOUNTS):
         return None
     return path if (Path(path) / "cgroup.procs").exists() else None
 
@@ -139,7 +156,7 @@ def _cgroup_of(launch_key: str, pids: list[int]) -> str | None:
         rel = read_proc_cgroup(pid)
         if rel is None or not rel.rstrip().endswith("/" + name):
             continue
-        for mount in CGROUP_MOUNTS:
+        for mount in _MOUNTS:
             found = _recorded_cgroup(launch_key, mount + rel.strip())
             if found is not None:
                 return found

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from protocol.errors import ProcessesAlive
 from protocol.identity import boot_id
 
-from .evidence import Found, find, lingering, suspects
+from .evidence import REASONS, Found, find, lingering, suspects
 from .paths import OwnerPaths
 from .receipt import needs_reconcile, read_receipt, write_ack
 from .store import OwnerStore
@@ -28,6 +28,7 @@ WHY = {"leader": "leader alive", "process group": "process group not empty",
        "tracked descendant": "descendant alive",
        "launch key in environment": "processes carry the launch key",
        "cgroup member": "cgroup not empty"}
+assert tuple(WHY) == REASONS, "every reason evidence gives has its words here, in order"
 
 
 @dataclass(frozen=True)
@@ -60,15 +61,17 @@ def reconcile(paths: OwnerPaths) -> list[str]:
 def reconcile_locked(paths: OwnerPaths) -> list[str]:
     """:func:`reconcile` for a caller that holds the owner lock already."""
     rec = read_receipt(paths.receipt)
+    boot = boot_id()
     store = OwnerStore(paths.db)
     try:
-        live_this_boot = store.live_launches_of_boot(boot_id())
-        outlived = lingering(store, boot_id())
-        found = find(suspects(store, boot_id(), paths.home_marker))
+        live_this_boot = store.live_launches_of_boot(boot)
+        outlived = lingering(store, boot)
+        suspected = suspects(store, boot, paths.home_marker)
     finally:
         store.close()
-    if not needs_reconcile(rec, boot_id()) and live_this_boot == 0 and not outlived:
+    if not needs_reconcile(rec, boot) and live_this_boot == 0 and not outlived:
         return []
+    found = find(suspected)
     alive = survivors(found)
     if alive:
         raise ProcessesAlive(
@@ -77,5 +80,5 @@ def reconcile_locked(paths: OwnerPaths) -> list[str]:
             {"survivors": [{"launch_key": s.launch_key, "pids": s.pids, "why": s.why}
                            for s in alive]})
     proven = list(found)
-    write_ack(paths.ack, rec, boot_id(), proven)
+    write_ack(paths.ack, rec, boot, proven)
     return proven

@@ -204,11 +204,9 @@ class Launcher:
 
     def retry_uncertain(self) -> list[str]:
         """Write what could not be written before (the exit of uncertain launches that
-        ended); returns the keys still unrecorded (live ones included). Raises nothing."""
-        try:
-            self.record_descendants()
-        except (sqlite3.Error, OSError):
-            return sorted(self.uncertain)  # an exit is written only after its descendants
+        ended); returns the keys still unrecorded (live ones included). Raises nothing.
+        Call it after :meth:`record_descendants` succeeded: an exit is written only after
+        its descendants."""
         for key, row in list(self.uncertain.items()):
             if key in self.live or row.exit is None:
                 continue
