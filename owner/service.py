@@ -25,6 +25,7 @@ from protocol.identity import Identity
 from protocol.schema import Field, Schema, check_int, check_key, check_name, check_str_map
 from protocol.server import Call, Method, RpcServer
 
+from .evidence import ended_cgroups
 from .grants import GrantKeeper
 from .journal import Journal, LogSource
 from .journalforget import MAX_SOURCES
@@ -427,11 +428,11 @@ class OwnerService:
     async def launches_prune(self, call: Call) -> Any:
         """Delete the rows of ended launches but the newest ``keep`` and the ``protect``
         ones (launches an open job record still needs as evidence). Rows of live or
-        uncertain launches, and of exited ones whose descendants linger (the evidence a
-        reconcile needs), stay."""
+        uncertain launches, and of exited ones whose descendants linger or whose cgroup is
+        still there (the evidence a reconcile needs), stay."""
         self._require_epoch(call)
         protect = set(call.params["protect"]) | set(self.launcher.uncertain) | \
-            set(self.procs.lingering())
+            set(self.procs.lingering()) | set(ended_cgroups(self.store, self.launcher.boot_id))
         # on the loop: the store's connection belongs to it; one DELETE transaction
         return {"deleted": self.store.prune_ended(call.params["keep"], protect)}
 

@@ -277,8 +277,9 @@ class OwnerStore:
 
     def prune_ended(self, keep: int, protect: set[str]) -> int:
         """Delete the rows of ended launches (exited, failed, lost) but the newest
-        ``keep`` and those in ``protect``; they hold app environments. Rows of launches
-        that may still run are never touched. Returns how many were deleted."""
+        ``keep`` and those in ``protect``; they hold app environments. Their recorded
+        cgroups go with them. Rows of launches that may still run are never touched.
+        Returns how many were deleted."""
         ended = (LaunchState.EXITED, LaunchState.FAILED, LaunchState.LOST)
         with transaction(self.db) as db:
             old = [k for (k,) in db.execute(
@@ -287,6 +288,8 @@ class OwnerStore:
                 (*ended, keep)) if k not in protect]
             db.executemany("DELETE FROM launches WHERE launch_key = ? AND state IN (?, ?, ?)",
                            [(k, *ended) for k in old])
+            db.executemany("DELETE FROM launch_cgroups WHERE launch_key = ?",
+                           [(k,) for k in old])
         return len(old)
 
     def live_launches_of_boot(self, boot_id: str) -> int:

@@ -60,6 +60,22 @@ def test_the_owner_never_deletes_a_live_or_protected_launch(tmp_path: Path) -> N
         store.close()
 
 
+def test_a_pruned_launch_takes_its_cgroup_record_with_it(tmp_path: Path) -> None:
+    store = OwnerStore(str(tmp_path / "owner.db"))
+    try:
+        for i in range(4):
+            key = f"s/a/0/{i}"
+            store.insert_launch(key, {"stack": "s", "app": "a", "instance": 0,
+                                      "generation": i}, {}, 1, "b", cgroup=f"/cg/{i}")
+            store.mark_running(key, 1000 + i, i, 1000 + i, float(i))
+            store.mark_exited(key, {"exit_code": 0, "signal": None})
+        assert store.prune_ended(keep=1, protect={"s/a/0/0"}) == 2
+        left = dict(store.db.execute("SELECT launch_key, path FROM launch_cgroups"))
+        assert left == {"s/a/0/0": "/cg/0", "s/a/0/3": "/cg/3"}
+    finally:
+        store.close()
+
+
 def _activation(state: StateStore, epoch: int, end: Phase) -> str:
     act = state.create_activation(Kind.UPGRADE, "r", "q", epoch - 1)
     state.record_grant(Grant(epoch, act.id, "r", "owner", time.time()), b"sig")

@@ -178,3 +178,36 @@ def test_drain_reports_a_refused_cgroup_kill_and_still_proves_the_launch_gone(sh
     finally:
         owner.stop(signal.SIGKILL)
         _kill(leader)
+
+
+def test_retention_keeps_an_ended_launch_whose_cgroup_still_holds_a_process(short_home,
+                                                                            scratch):
+    """The row of an exited launch is the evidence a reconcile needs while something of
+    it runs in its cgroup: ``launches.prune`` keeps it, however old it is."""
+    owner = _cgroup_owner(short_home, scratch)
+    escaped: dict[int, int | None] = {}
+    lv = Live(owner, GuardianKey())
+    try:
+        leader = lv.launch(["sh", "-c", f"{ESCAPE} exit 0"])["pid"]
+        lv.wait_event(lambda e: e["kind"] == "exit" and e["launch_key"] == "k1")
+        escaped = {p: start_ticks(p) for p in _wait_members(scratch / "apps" /
+                                                             cgroup_name("k1"), 1)
+                   if p != leader}
+        assert escaped
+        for _ in range(100):                       # 100 newer ended launches
+            lv.launch(["true"])
+        _wait_exits(lv, {f"k{i}" for i in range(2, 102)})
+        assert lv.call("launches.prune", {"keep": 100}) == {"deleted": 0}
+    finally:
+        lv.c.close()
+        owner.stop(signal.SIGKILL)
+        _kill(escaped)
+
+
+def _wait_exits(lv: Live, keys: set[str]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if keys <= {e["launch_key"] for e in lv.events() if e["kind"] == "exit"}:
+            return
+        time.sleep(0.05)
+    raise AssertionError("not every launch exited")
