@@ -37,6 +37,7 @@ from protocol.link import Link, LinkEvent
 
 from .backendproc import BackendProcess, control, preflight
 from .faults import Fault
+from .interp import load_bindings
 from .paths import GuardianPaths
 from .phases import Phase, outcome_of
 from .release import Release, verify
@@ -205,7 +206,6 @@ class Coordinator:
     def bindings(self) -> list[Any]:
         """Interpreter updates the operator bound (guardian.interp). Raises
         StateCorrupt for an unreadable file (never ignored)."""
-        from .interp import load_bindings
         return load_bindings(self.paths.interpreters)
 
     def trusted_keys(self) -> list[Any] | None:
@@ -255,7 +255,7 @@ class Coordinator:
         """Write the handoff record and start the generation (or activate the standby
         started for it); wait for READY. Raises TenureError; the process is gone then."""
         assert self.owner_identity is not None
-        release = self.release(act.release)
+        release = await asyncio.to_thread(self.release, act.release)   # off the loop
         if await self.live_backend() is not None:
             raise HandoffFailed("a backend still answers on api.sock; refusing to start a "
                                 "second one beside it")
@@ -287,7 +287,8 @@ class Coordinator:
         """Start ``release_id``'s interpreter now, outside the pause; it holds nothing. A
         release that cannot stand by is started the plain way later."""
         try:
-            return await BackendProcess.standby(self.release(release_id), self.paths.home,
+            release = await asyncio.to_thread(self.release, release_id)
+            return await BackendProcess.standby(release, self.paths.home,
                                                 self.paths.logs, self.deadline)
         except TenureError as exc:
             log.warning("candidate cannot stand by (%s); it will start cold", exc)

@@ -101,7 +101,7 @@ class _Handoff:
 
     async def check(self) -> None:
         co = self.co
-        release = co.release(self.act.release)                    # hashes, interpreter
+        release = await asyncio.to_thread(co.release, self.act.release)  # hashes, interpreter
         co.point("check.owner")
         caps = (await co.owner_call("status"))["capabilities"]
         missing = {k: v for k, v in release.contracts.items() if caps.get(k) != v}
