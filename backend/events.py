@@ -27,8 +27,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from . import explain
+from . import instance as im
 
 if TYPE_CHECKING:
     from .store import BackendStore
@@ -56,15 +60,14 @@ class EventLog:
         self._tx = store.tx
         self.activation = activation
         self.clock = clock
-        self._buffer: list[tuple[float, str, str | None, str]] = []
+        self._buffer: deque[tuple[float, str, str | None, str]] = deque(maxlen=MAX_BUFFER)
         self.lost = 0                    # events dropped because the buffer was full
         self._since_prune = 0
 
     def record(self, kind: str, target: str | None = None, /, **data: Any) -> None:
         """Remember one event (written by the next :meth:`flush`). Never raises."""
-        if len(self._buffer) >= MAX_BUFFER:
-            self._buffer.pop(0)
-            self.lost += 1
+        if len(self._buffer) == self._buffer.maxlen:
+            self.lost += 1                                   # the append drops the oldest
         self._buffer.append((self.clock(), kind, target, json.dumps(data, sort_keys=True)))
 
     def flush(self) -> int:
@@ -171,8 +174,6 @@ def transition_events(log: EventLog, key: str, inst: Any, event: Any, was: Befor
     """Record what one machine event did to instance ``key``: its exit, a restart, a
     new failing probe result, a change of public state (in that order). An adopted
     process (a handoff or recovery) is no news: the ``handoff`` event says it."""
-    from . import explain
-    from . import instance as im
     if isinstance(event, im.Adopt):
         return
     if isinstance(event, im.Exited):

@@ -40,7 +40,8 @@ async def snapshot(gen: Generation) -> dict[str, Any]:
     process) are None. Raises nothing of its own."""
     sup = gen.sup
     assert sup is not None
-    answer = await owner_metrics(gen.owner, sup.owner_capabilities)
+    answer, guardian = await asyncio.gather(owner_metrics(gen.owner, sup.owner_capabilities),
+                                            mc.guardian_counters(gen.layout))  # at once
     measured = {(r["pid"], r["start_ticks"]): r for r in (answer or {}).get("launches", [])}
     apps = []
     for key, inst in sorted(sup.instances.items()):
@@ -63,7 +64,7 @@ async def snapshot(gen: Generation) -> dict[str, Any]:
                             for (s, a), n in sorted((gen.log_dropped or {}).items())],
             "logs": answer["logs"] if counts and answer else None,
             "journal_bytes": answer.get("journal_bytes") if counts and answer else None,
-            "guardian": await mc.guardian_counters(gen.layout),
+            "guardian": guardian,
             "rpc": gen.rpc_timings.snapshot(), "owner_calls": gen.owner_timings.snapshot(),
             "apps": apps}
 
