@@ -53,6 +53,7 @@ from .model import Config, Settings
 from .retention import retention_loop
 from .store import BackendStore, RecoveryStore
 from .supervisor import Supervisor, now
+from .tasks import spawn
 
 __all__ = ["CONTRACTS", "Generation", "same_snapshot"]
 
@@ -89,7 +90,7 @@ class Generation:
         self.link = Link(since=time.time(), seen=time.time())
         self.log_dropped: dict[tuple[str, str], int] | None = None  # None: owner can't say
         self.owner_uncertain: frozenset[str] = frozenset()   # launches it could not record
-        self._repairs: set[asyncio.Task[None]] = set()
+        self._repairs: set[asyncio.Future[Any]] = set()
         self.ready = False
         self.draining = False
         self.started_at = time.time()
@@ -216,9 +217,7 @@ class Generation:
         if batch.get("gap"):
             log.warning("observation gap after cursor %s: repairing from the inventory",
                         self.cursor)
-            task = asyncio.create_task(self._repair_gap())
-            self._repairs.add(task)
-            task.add_done_callback(self._repairs.discard)
+            spawn(self._repairs, self._repair_gap(), log, "observation gap repair")
 
     async def _repair_gap(self) -> None:
         """Events were lost: every instance whose launch the owner no longer runs gets
