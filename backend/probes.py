@@ -150,21 +150,9 @@ def socket_inodes(pids: Iterable[int]) -> set[int]:
 
 
 def process_group_members(pgid: int) -> set[int]:
-    """PIDs whose process group is ``pgid`` (field 5 of /proc/PID/stat, after the comm).
-    Never raises OSError: vanished processes are skipped."""
-    members: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            members.add(int(entry))
-    return members
+    """PIDs whose process group is ``pgid``, zombies included (one /proc scan). Never
+    raises OSError: vanished processes are skipped."""
+    return set(procfs.group_members(pgid, include_zombies=True))
 
 
 def _diag_owned(port: int, pids: set[int], held: set[int] | None = None) -> Verdict:

@@ -124,7 +124,6 @@ class ReleaseSummary:
     status: ReleaseStatus
     tenure_version: str | None = None
     source_commit: str | None = None
-    interpreter: str | None = None
     contracts: Mapping[str, int] | None = None
     file_count: int = 0
     runs_under: Interpreter | None = None    # the interpreter as sealed (path, version, sha)
@@ -434,7 +433,7 @@ def _summary(name: str, path: Path) -> ReleaseSummary:
     rt = parse_runtime(data)
     return ReleaseSummary(
         name, path, ReleaseStatus.OK, tenure_version=rt.tenure_version,
-        source_commit=rt.source_commit, interpreter=rt.interpreter.path,
+        source_commit=rt.source_commit,
         contracts=dict(rt.contracts), file_count=len(rt.files), runs_under=rt.interpreter,
     )
 
