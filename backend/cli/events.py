@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from protocol.errors import ShuttingDown, TransportLost, Unavailable
+from protocol.errors import BackendUnavailable, ShuttingDown, TooManyConnections, TransportLost
 
 from .exits import Exit
 from .logs import neutralise, since
@@ -28,7 +28,8 @@ __all__ = ["describe", "follow_events"]
 PAGE = 1000
 FOLLOW_POLL_S = 0.25
 FOLLOW_OUTAGE = 120.0     # seconds -f waits for a backend before giving up
-_AWAY = (Unavailable, ShuttingDown, TransportLost)
+# a backend between generations, not a backend that failed (INTERNAL is not waited out)
+_AWAY = (BackendUnavailable, ShuttingDown, TooManyConnections, TransportLost)
 
 
 def describe(e: dict[str, Any]) -> str:
@@ -68,7 +69,7 @@ def _ended(d: dict[str, Any]) -> str:
 
 def _line(e: dict[str, Any], tty: bool) -> str:
     clock = time.strftime("%H:%M:%S", time.localtime(e["at"]))
-    ms = f"{e['at'] % 1:.3f}"[1:]
+    ms = f".{int(e['at'] * 1000) % 1000:03d}"     # truncated, as localtime truncates
     text = describe(e)
     if tty:
         text = neutralise(text)   # a probe's text carries an app's output

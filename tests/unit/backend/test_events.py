@@ -4,12 +4,14 @@ it asked for pruned events; and what one machine event records."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from backend import events as ev
-from backend.cli.events import describe
+from backend.cli.events import _line, describe
 from backend.cli.main import EVENT_KINDS
 from backend.explain import Check, LastProbe
 from backend.instance import (
@@ -144,3 +146,32 @@ def test_a_requested_stop_says_so_and_a_probe_is_recorded_once_per_result(store)
     kinds = [(e["kind"], describe(e)) for e in log.read(after=0)["events"]]
     assert kinds.count(("probe", "readiness: tcp 127.0.0.1:1: connection refused")) == 1
     assert ("exit", "pid 10 killed by SIGTERM (stopped by tenure)") in kinds
+
+
+def test_an_event_line_never_shows_a_time_ahead_of_the_second_it_happened_in() -> None:
+    at = 1_700_000_026.9997          # rounding the fraction would print :26.000
+    line = _line({"id": 7, "at": at, "target": "web/api/0", "kind": "state",
+                  "data": {"from": "starting", "to": "ready"}}, tty=False)
+    second = time.strftime("%H:%M:%S", time.localtime(at))
+    assert line == f"#7 {second}.999 web/api/0 state: starting → ready"
+
+
+def test_following_waits_out_a_backend_between_generations_but_not_a_failing_one(
+        monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from backend.cli import events as cli_events
+    from protocol.errors import Internal, ShuttingDown
+    monkeypatch.setattr(cli_events, "FOLLOW_POLL_S", 0.0)
+    args = SimpleNamespace(follow=True)
+    answers: list[Any] = [ShuttingDown("handing over"), {"events": [], "more": False}]
+
+    def call(_args: Any, method: str, params: dict[str, Any]) -> Any:
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+    assert cli_events._next(args, call, {"after": 3}) == {"events": [], "more": False}
+    answers[:] = [Internal("a bug"), {"events": [], "more": False}]
+    with pytest.raises(Internal):
+        cli_events._next(args, call, {"after": 3})
