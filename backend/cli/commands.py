@@ -16,7 +16,7 @@ from protocol.errors import (
 from protocol.layout import Layout
 
 from . import render
-from .exits import Exit
+from .exits import Exit, current
 from .owners import trusted_owners
 from .progress import live
 from .releases import resolve_release
@@ -25,8 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-OK, ERROR, UNREACHABLE, UNSETTLED, STALE = (Exit.OK, Exit.ERROR, Exit.UNREACHABLE,
-                                            Exit.UNSETTLED, Exit.STALE)
+OK, ERROR, UNREACHABLE, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNREACHABLE, Exit.UNSETTLED
 
 
 def _layout(args: Any) -> Layout:
@@ -182,12 +181,7 @@ def _status_once(args: Any) -> int:
              "backend: not available" + render.why(diag))
         return UNREACHABLE
     _out(args, st, render.status(st))
-    return _current(st)
-
-
-def _current(answer: dict[str, Any]) -> int:
-    """STALE when the backend says its view of the owner is not current."""
-    return OK if (answer.get("owner_link") or {}).get("current", True) else STALE
+    return current(st)
 
 
 def _watch_status(args: Any) -> int:
@@ -228,7 +222,7 @@ def cmd_restart(args: Any) -> int:
 def cmd_inspect(args: Any) -> int:
     r = _call(args, "inspect", {"target": args.target})
     _out(args, r, render.inspect(r))
-    return _current(r)
+    return current(r)
 
 
 def cmd_metrics(args: Any) -> int:
@@ -331,9 +325,7 @@ def cmd_backend(args: Any) -> int:
     act = r.get("activation") if isinstance(r, dict) else None
     if isinstance(act, dict) and act.get("outcome") not in (None, "success", "check-only"):
         return ERROR
-    if args.action == "status" and not (r.get("owner_link") or {}).get("current", True):
-        return STALE
-    return OK
+    return current(r) if args.action == "status" else OK
 
 
 def _activation_probe(args: Any) -> Any:

@@ -18,8 +18,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any, TextIO
 
-__all__ = ["ago", "colour_for", "dur", "fields", "identity", "paint", "size", "table",
-           "use_colour", "value", "when"]
+__all__ = ["ago", "colour_for", "dur", "fields", "identity", "paint", "percent", "size",
+           "table", "use_colour", "value", "when"]
 
 _ANSI = {"green": "32", "red": "31", "yellow": "33", "dim": "2", "bold": "1"}
 _STATE_COLOUR = {"ready": "green", "running": "green", "succeeded": "green",
@@ -83,6 +83,10 @@ def dur(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def percent(p: float | None) -> str:
+    return "-" if p is None else f"{p:.1f}%"
 
 
 def size(n: int | None) -> str:

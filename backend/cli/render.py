@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import time
 
-from .present import colour_for, dur, fields, identity, paint, size, table, value
+from .present import colour_for, dur, fields, identity, paint, percent, size, table, value
 from .render_backend import backend, owner, owner_link, recover_plan, recovery_state
 
 TYPE_CHECKING = False
@@ -28,7 +28,7 @@ def status(st: dict[str, Any]) -> str:
     for r in st["apps"]:
         state = _row_state(r)
         rows.append([r["key"], state, value(r["pid"]), dur(r["uptime"]), str(r["restarts"]),
-                     value(r["ready"]), _cpu(r), size(r["rss"]), _detail(r)])
+                     value(r["ready"]), percent(r["cpu_percent"]), size(r["rss"]), _detail(r)])
         tints.append([None, colour_for(state), *[None] * 7])
     stopped = [s for s, v in st.get("intents", {}).items() if v.get("intent") == "stopped"]
     tail = f"\nstopped stacks: {', '.join(sorted(stopped))}" if stopped else ""
@@ -163,7 +163,7 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("restarts", "restarts", lambda r: str(r["restarts"])),
     ("ready", "ready", lambda r: value(r["ready"])),
     ("last_outcome", "last outcome", lambda r: value(r["last_outcome"])),
-    ("cpu_percent", "cpu", lambda r: _cpu(r)),
+    ("cpu_percent", "cpu", lambda r: percent(r["cpu_percent"])),
     ("rss", "memory", lambda r: size(r["rss"])),
     ("log_dropped", "log lines dropped", lambda r: value(r["log_dropped"])),
     ("command", "command", lambda r: shlex.join(r["command"])),
@@ -178,10 +178,6 @@ _INSPECT: list[tuple[str, str, Any]] = [
 ]
 _SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation", "reason"}
 _INSPECT_KEYS = {key for key, _, _ in _INSPECT} | _SHOWN_ELSEWHERE
-
-
-def _cpu(r: dict[str, Any]) -> str:
-    return "-" if r["cpu_percent"] is None else f"{r['cpu_percent']:.1f}%"
 
 
 def _said(record: dict[str, Any] | None) -> str:

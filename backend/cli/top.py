@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .present import colour_for, dur, paint, size, table
+from .exits import current
+from .present import colour_for, dur, paint, percent, size, table, value
 from .watch import redraw
 
 __all__ = ["HEADER", "PRIME", "SORTS", "pick", "render", "run"]
@@ -31,8 +32,7 @@ def pick(status: dict[str, Any], sort: str, n: int | None) -> dict[str, Any]:
     ``sort`` (``cpu``, ``mem`` descending; ``name``), the first ``n``, and totals over
     every instance. Pure."""
     apps = status.get("apps", [])
-    rows = sorted(apps, key=SORTS[sort])[:n] if n is not None else sorted(apps,
-                                                                          key=SORTS[sort])
+    rows = sorted(apps, key=SORTS[sort])[:n]
     return {"sort": sort, "instances": len(apps),
             "running": sum(1 for a in apps if a.get("pid") is not None),
             "cpu_percent": round(sum(a.get("cpu_percent") or 0.0 for a in apps), 1),
@@ -40,10 +40,6 @@ def pick(status: dict[str, Any], sort: str, n: int | None) -> dict[str, Any]:
             "owner_link": status.get("owner_link"),
             "apps": [{k: a.get(k) for k in ("key", "state", "pid", "cpu_percent", "rss",
                                             "restarts", "uptime")} for a in rows]}
-
-
-def _cpu(p: float | None) -> str:
-    return "-" if p is None else f"{p:.1f}%"
 
 
 def render(snap: dict[str, Any]) -> str:
@@ -55,9 +51,8 @@ def render(snap: dict[str, Any]) -> str:
     if not link.get("current", True):
         head += "; " + paint(f"owner {link.get('state', 'lost')}: figures are not current",
                              "red")
-    rows = [[a["key"], a["state"], _cpu(a["cpu_percent"]), size(a["rss"]),
-             str(a["restarts"]), dur(a["uptime"]), "-" if a["pid"] is None
-             else str(a["pid"])] for a in snap["apps"]]
+    rows = [[a["key"], a["state"], percent(a["cpu_percent"]), size(a["rss"]),
+             str(a["restarts"]), dur(a["uptime"]), value(a["pid"])] for a in snap["apps"]]
     colours = [[None, colour_for(a["state"]), None, None, None, None, None]
                for a in snap["apps"]]
     body = table(rows, HEADER, colours) if rows else "no instances"
@@ -78,5 +73,5 @@ def run(args: Any, status: Callable[[], dict[str, Any]],
         answer = status()
         snap = pick(answer, args.sort, args.n)
         out(snap, render(snap))
-        return 0 if (answer.get("owner_link") or {}).get("current", True) else 5
+        return current(answer)
     return redraw("tenure top", every, sys.stdout.isatty() and not once, draw, once)
