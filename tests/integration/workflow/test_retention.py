@@ -47,13 +47,15 @@ def test_every_store_stays_within_its_retention(cluster):
         assert cluster.cli("backend", "upgrade", release, timeout=300).ok
     cluster.cli("stop", "r/crasher", check=True)           # no new rows while we count
     steady = cluster.apps()["r/steady/0"]["pid"]
+    layout = cluster.layout
+    owner_db = layout.execution / "owner.db"
+    ended = "SELECT count(*) FROM launches WHERE state IN ('exited', 'failed', 'lost')"
+    before = _count(owner_db, ended)
     pruned = cluster.cli("backend", "prune", check=True).out
     assert pruned["policy"] == {"operations": 10, "plans": 10, "launches": 100,
                                 "activations": 10}
-    layout = cluster.layout
-    owner_db = layout.execution / "owner.db"
-    assert _count(owner_db, "SELECT count(*) FROM launches WHERE state IN "
-                            "('exited', 'failed', 'lost')") <= 100
+    after = _count(owner_db, ended)
+    assert after <= 100 and pruned["deleted"]["launches"] == before - after, (before, pruned)
     assert _count(owner_db, "SELECT count(*) FROM launches WHERE state = 'running'") == 2
     assert _count(layout.backend_db, "SELECT count(*) FROM operations") <= 10
     assert _count(layout.backend_db, "SELECT count(*) FROM plans") <= 20
