@@ -79,7 +79,8 @@ async def serve(paths: GuardianPaths) -> int:
     try:
         if await _connect_owner(co, stop):
             try:
-                await boot(co)
+                async with co.command_lock:   # no RPC flow or exit recovery beside it
+                    await boot(co)
             except Exception as exc:  # the guardian serves status and recover regardless
                 log.exception("boot: %s", exc)
                 co.unhealthy = {"task": "boot", "reason": str(exc), "at": time.time()}

@@ -42,6 +42,13 @@ async def in_control(co: FakeCoordinator) -> Any:
     return await co.boot_generation(OLD)
 
 
+async def recover(co: FakeCoordinator) -> Any:
+    """Recover as the guardian's callers do: holding the command lock, so the
+    recovery a generation's unexpected exit starts waits for this one."""
+    async with co.command_lock:
+        return await recover_safely(co)
+
+
 def assert_valid_end(co: FakeCoordinator, act: dict[str, Any]) -> None:
     """Exactly one generation answers holding the owner's epoch, or the ending is
     uncertain and none acts; no epoch was ever granted twice."""
@@ -184,7 +191,7 @@ def test_recovery_from_a_covering_certificate(tmp_path: Path) -> None:
     async def go(co: FakeCoordinator) -> None:
         bp = await in_control(co)
         _crash(co, bp)
-        act = await recover_safely(co)
+        act = await recover(co)
         assert act is not None and (act.kind, act.phase) == (Kind.RECOVER, Phase.COMPLETE)
         assert_valid_end(co, act.to_wire())
     run(go, tmp_path)
@@ -210,7 +217,7 @@ def test_recovery_refuses_what_the_certificate_does_not_cover(
             body["owner"] = {**body["owner"], "instance": "owner-2"}
         else:
             co.world.inventory = [*co.world.inventory, dict(co.world.inventory[0], launch_key="k2")]
-        assert await recover_safely(co) is None
+        assert await recover(co) is None
         assert co.blocked is not None and reason in co.blocked["reason"]
         last = co.state.activations(1)[0]
         assert (last.kind, last.phase, last.code) == (Kind.RECOVER, Phase.BLOCKED,
@@ -225,10 +232,11 @@ def test_recovery_refuses_a_certificate_older_than_a_completed_generation(
         first = await in_control(co)
         co.world.certificate = _certificate(co, first)
         first.die()
-        second = await start_selected(co)     # not admitted by that certificate
+        async with co.command_lock:       # as the guardian's callers hold it
+            second = await start_selected(co)     # not admitted by that certificate
         assert second.phase is Phase.COMPLETE
         co.world.api.die()   # type: ignore[union-attr]  # crashed before certifying
-        assert await recover_safely(co) is None
+        assert await recover(co) is None
         assert co.blocked is not None and "stale" in co.blocked["reason"]
     run(go, tmp_path)
 
@@ -239,12 +247,12 @@ def test_a_recovery_and_a_handoff_carry_the_certificate_forward(tmp_path: Path) 
     async def go(co: FakeCoordinator) -> None:
         first = await in_control(co)
         _crash(co, first)
-        recovered = await recover_safely(co)
+        recovered = await recover(co)
         assert recovered is not None and recovered.phase is Phase.COMPLETE
         assert (await upgrade(co, NEW))["activation"]["phase"] == "complete"
         co.world.certificate["body"]["release"] = NEW
         co.world.api.die()   # type: ignore[union-attr]
-        again = await recover_safely(co)
+        again = await recover(co)
         assert again is not None and again.phase is Phase.COMPLETE, co.blocked
         created = co.state.receipts(again.id)[0]["detail"]
         assert created["certified_by"] == first.activation
@@ -260,7 +268,7 @@ def test_recovery_retries_with_backoff_then_records_blocked(tmp_path: Path) -> N
             bp.die()
             raise BackendStartTimeout("test: hangs")
         co.world.start = always_timeout  # type: ignore[method-assign]
-        assert await recover_safely(co) is None
+        assert await recover(co) is None
         assert co.slept == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
         kinds = [(a.kind, a.phase) for a in co.state.activations(8)]
         assert kinds[0] == (Kind.RECOVER, Phase.BLOCKED)
@@ -278,7 +286,7 @@ def test_recover_safely_turns_any_exception_into_a_recorded_block(tmp_path: Path
         def broken() -> dict[str, Any]:
             raise KeyError("body")
         co.certificate = broken  # type: ignore[method-assign]
-        assert await recover_safely(co) is None
+        assert await recover(co) is None
         assert co.blocked is not None and co.blocked["code"] == "GUARDIAN_FAULT"
         last = co.state.activations(1)[0]
         assert last.phase is Phase.BLOCKED and "KeyError" in (last.error or "")
