@@ -38,7 +38,15 @@ if TYPE_CHECKING:
     from .generation import Generation
 
 __all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "api_call", "fake_generation",
-           "no_sleep", "seal_once", "until"]
+           "free_port", "no_sleep", "seal_once", "until"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def seal_once(out: Path) -> Path:

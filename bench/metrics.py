@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # backend.testing, with the release sealed from this tree
 
-from backend.testing import Cluster, seal_once  # noqa: E402
+from backend.testing import Cluster, free_port, seal_once  # noqa: E402
 from owner.testing import GuardianKey, OwnerProcess  # noqa: E402
 
 
@@ -67,12 +66,6 @@ def measure(owner: OwnerProcess, apps: int, calls: int) -> dict[str, Any]:
         c.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _config(apps: int, port: int) -> str:
     text, left, n = f'[metrics]\nlisten = "127.0.0.1:{port}"\n\n', apps, 0
     while left > 0:
@@ -91,7 +84,7 @@ def _get(url: str) -> bytes:
 def scrape(home: Path, scratch: Path, apps: int, calls: int) -> dict[str, Any]:
     """Bring up a tenure with ``apps`` instances and time ``calls`` scrapes."""
     c = Cluster(home, seal_once(scratch))
-    port = _free_port()
+    port = free_port()
     try:
         t0 = time.monotonic()
         c.up(_config(apps, port), timeout=600)

@@ -33,16 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from backend.testing import Cluster, seal_once  # noqa: E402
+from backend.testing import Cluster, free_port, seal_once  # noqa: E402
 from bench.peers.base import remove_tree  # noqa: E402
 
 APPS = ROOT / "tests" / "integration" / "sockets"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def config(app: str, port: int) -> str:

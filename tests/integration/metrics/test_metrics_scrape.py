@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guardian"))
 from test_handoff_support import derive_release, install
 
+from backend.testing import free_port
+
 # the leader forks a child: the owner's figures cover both, /proc of the leader would not
 CONFIG = """
 [metrics]
@@ -28,12 +29,6 @@ listen = "127.0.0.1:{port}"
 command = ["sh", "-c", "echo started; sleep 1000 & sleep 1000; wait"]
 """
 LABELS = {"stack": "m", "app": "pair", "instance": "0"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int, timeout: float = 15.0) -> str:

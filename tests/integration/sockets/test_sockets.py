@@ -15,14 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.testing import free_port
+
 HERE = Path(__file__).resolve().parent
 APPS = HERE / "socket_apps.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get(port: int, timeout: float = 10.0) -> str:

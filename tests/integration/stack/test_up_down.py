@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+from backend.testing import free_port
 
 # the demo's port may be taken on a busy machine: same config, a free port
 DEMO = (Path(__file__).resolve().parents[3] / "examples" / "demo.toml").read_text() \
-    .replace("8765", str(_free_port()))
+    .replace("8765", str(free_port()))
 
 
 def test_up_demo_status_upgrade_down(cluster):

@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from pathlib import Path
 from typing import Any
 
+from backend.testing import free_port
+
 DEMO = (Path(__file__).resolve().parents[3] / "examples" / "demo.toml").read_text()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def demo_on_free_port() -> str:

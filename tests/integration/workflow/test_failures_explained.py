@@ -6,10 +6,11 @@ apps that cannot start have tenure lines in `tenure logs`."""
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 from typing import Any
+
+from backend.testing import free_port
 
 HTTP_500 = """
 import http.server, sys
@@ -19,12 +20,6 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def app(name: str, command: list[str], extra: str = "", restart: str = "on-failure") -> str:

@@ -10,15 +10,10 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import socket
 import time
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from backend.testing import free_port
 
 
 def observations(cluster: Any) -> list[dict[str, Any]]:

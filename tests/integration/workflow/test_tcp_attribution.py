@@ -5,12 +5,12 @@ is one the owner's ``launch.sockets`` reports for the launch (a whole tenure, as
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import pytest
 
 from backend.probes import listening_inodes, process_group_members
+from backend.testing import free_port
 
 pytestmark = pytest.mark.root
 
@@ -25,15 +25,9 @@ ready = {{ kind = "tcp", port = {port}, timeout = 30, interval = 0.1 }}
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_listener_outside_the_process_group_is_attributed_by_the_owner(
         cluster: Any) -> None:
-    port = _free_port()
+    port = free_port()
     cluster.up(CONFIG.format(port=port, listen=LISTEN.format(port=port)))
     row = cluster.wait_ready(1)["tcp/away/0"]
     (inode,) = listening_inodes(port)
