@@ -142,6 +142,7 @@ class BackendProcess:
         finally:
             loop.remove_reader(fd)
             os.close(fd)
+        self.returncode = _reap(self.pid)
         self.exited.set()
 
     def alive(self) -> bool:
@@ -167,6 +168,16 @@ class BackendProcess:
     def to_wire(self) -> dict[str, Any]:
         return {"activation": self.activation, "pid": self.pid, "start_ticks": self.ticks,
                 "alive": self.alive(), "returncode": self.returncode}
+
+
+def _reap(pid: int) -> int | None:
+    """The exit status of an adopted backend that is our child (it was started by the
+    guardian this process was before an exec), reaped; None for one that is not."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if done else None
 
 
 async def _spawn(release: Release, log_path: Path, *args: str,
@@ -202,12 +213,15 @@ async def _first_line(proc: asyncio.subprocess.Process) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {"ready": False, "msg": "bad READY line"}
 
 
-async def preflight(release: Release, deadline: float = PREFLIGHT_DEADLINE) -> dict[str, Any]:
-    """Run the candidate's ``--preflight``. Raises PreflightFailed / PreflightTimeout with
+async def preflight(release: Release, deadline: float = PREFLIGHT_DEADLINE, *,
+                    module: str = "backend", args: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the candidate's ``python -m <module> --preflight *args`` (its backend, or with
+    ``module="guardian"`` its guardian). Raises PreflightFailed / PreflightTimeout with
     elapsed time, exit status and the end of stderr."""
     t0 = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
-        *command(release, "--preflight"), stdin=asyncio.subprocess.DEVNULL,
+        *command(release, "--preflight", *args, module=module),
+        stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         start_new_session=True)
     try:

@@ -26,7 +26,6 @@ from protocol.errors import (
     GuardianFault,
     HandoffFailed,
     OperationInProgress,
-    StateCorrupt,
     TenureError,
     Uncertain,
 )
@@ -38,6 +37,8 @@ from protocol.link import Link, LinkEvent
 from .backendproc import BackendProcess, control, preflight
 from .faults import Fault
 from .interp import load_bindings
+from .keys import trusted_release_keys
+from .own import Running
 from .paths import GuardianPaths
 from .phases import Phase, outcome_of
 from .release import Release, verify
@@ -45,12 +46,20 @@ from .retention import activations_to_keep
 from .schemas import LEGACY, declared
 from .state import Activation, StateStore
 
-__all__ = ["Coordinator"]
+__all__ = ["Coordinator", "verified_release"]
 
 log = logging.getLogger("tenure.guardian")
 
 KEEP_ARTIFACTS = 40  # handoff records, checkpoints and backend logs kept for diagnosis
 DEADLINE = 30.0      # a generation's READY, drain, preflight and control answers
+
+
+def verified_release(paths: GuardianPaths, release_id: str) -> Release:
+    """The installed release, verified now: a missing or modified release is an error
+    (and with trusted release keys configured, an unsigned or badly signed one)."""
+    return verify(paths.releases / release_id, release_id,
+                  trusted_keys=trusted_release_keys(paths.trusted_keys),
+                  bindings=load_bindings(paths.interpreters))
 
 
 def _deadline() -> float:
@@ -82,6 +91,8 @@ class Coordinator:
         self.fault = Fault()
         self.deadline = _deadline()
         self.recovery_attempts = 0
+        self.own: Running | None = None      # this guardian's own release (guardian.own)
+        self.reexec: str | None = None       # set by an upgrade of the guardian itself
         self.declared: dict[str, dict[str, Any]] = {}  # release id -> its schemas
         self.sleep = asyncio.sleep  # seams: fakes never sleep
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -198,10 +209,8 @@ class Coordinator:
         return cur.pid if cur is not None and cur is not self.incumbent else None
 
     def release(self, release_id: str) -> Release:
-        """Verify before every execution; a missing or modified release is an error (and
-        with trusted release keys configured, an unsigned or badly signed one)."""
-        return verify(self.paths.releases / release_id, release_id,
-                      trusted_keys=self.trusted_keys(), bindings=self.bindings())
+        """Verify before every execution (:func:`verified_release`)."""
+        return verified_release(self.paths, release_id)
 
     def bindings(self) -> list[Any]:
         """Interpreter updates the operator bound (guardian.interp). Raises
@@ -211,17 +220,7 @@ class Coordinator:
     def trusted_keys(self) -> list[Any] | None:
         """The configured trusted release keys, or None when signing is not required.
         Raises StateCorrupt for an unreadable key file (never ignored)."""
-        from protocol.durable import read_private
-        from protocol.grant import load_public_key
-        try:
-            text = read_private(self.paths.trusted_keys, max_size=65536).decode()
-        except FileNotFoundError:
-            return None
-        try:
-            return [load_public_key(line) for line in text.splitlines()
-                    if line.strip() and not line.startswith("#")]
-        except TenureError as exc:
-            raise StateCorrupt(f"{self.paths.trusted_keys}: {exc.msg}") from None
+        return trusted_release_keys(self.paths.trusted_keys)
 
     async def preflight(self, release: Release) -> dict[str, Any]:
         """The candidate's preflight. Raises PreflightFailed / PreflightTimeout."""
@@ -472,6 +471,7 @@ class Coordinator:
         return {
             "kind": "tenure-supervisor-state", "format": 1, "updated_at": time.time(),
             "guardian": self.identity.to_wire(),
+            "guardian_release": self.own.to_wire() if self.own is not None else None,
             "owner": self.owner_identity.to_wire() if self.owner_identity else None,
             "owner_link": self.owner_link.to_wire(time.time()),
             "epoch": self.state.last_epoch(),

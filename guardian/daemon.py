@@ -1,5 +1,6 @@
 """The guardian daemon: key, state, owner connection, admin socket, boot, and the
-orderly exit that leaves applications and the recovery certificate in place.
+orderly exit that leaves applications and the recovery certificate in place; the move
+into the guardian's own release (guardian.own), by exec, keeping pid, lock and backend.
 
 Exit statuses: 0 clean stop, 2 unsafe or unreadable state, 5 another guardian runs.
 """
@@ -11,15 +12,17 @@ import fcntl
 import logging
 import os
 import signal
+import sys
 import time
 
-from protocol.errors import AlreadyRunning, TenureError
+from protocol.errors import AlreadyRunning, GuardianUpgradeFailed, StateCorrupt, TenureError
 from protocol.server import RpcServer
 
+from . import own
 from .backendproc import control
 from .boot import boot
 from .cold import watch_owner
-from .coordinator import Coordinator
+from .coordinator import Coordinator, verified_release
 from .keys import load_or_create_key
 from .paths import GuardianPaths
 from .service import GuardianService
@@ -30,13 +33,32 @@ __all__ = ["run"]
 log = logging.getLogger("tenure.guardian")
 
 
-def _lock(paths: GuardianPaths) -> int:
+def _lock(paths: GuardianPaths, inherited: int | None = None) -> int:
+    """Hold runtime/guardian.lock: open it, or take over the descriptor the guardian
+    that exec'd into this one kept (it must be that very file)."""
+    if inherited is not None:
+        return _inherit_lock(paths, inherited)
     fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise AlreadyRunning(f"another guardian runs on {paths.home}") from None
+    return fd
+
+
+def _inherit_lock(paths: GuardianPaths, fd: int) -> int:
+    try:
+        held, there = os.fstat(fd), os.lstat(paths.lock)
+    except OSError as exc:
+        raise StateCorrupt(f"inherited lock descriptor {fd}: {exc.strerror}") from None
+    if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
+        raise StateCorrupt(f"inherited descriptor {fd} is not {paths.lock}", {"fd": fd})
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours already: the same open file
+    except BlockingIOError:
+        raise AlreadyRunning(f"another guardian runs on {paths.home}") from None
+    os.set_inheritable(fd, False)
     return fd
 
 
@@ -60,12 +82,13 @@ async def _connect_owner(co: Coordinator, stop: asyncio.Event) -> bool:
     return False
 
 
-async def serve(paths: GuardianPaths) -> int:
-    paths.prepare()
-    _lock(paths)
+async def serve(paths: GuardianPaths, mine: own.Running) -> str | None:
+    """Serve until stopped. Returns None, or the release to exec into (an upgrade of the
+    guardian: the backend is left running for it)."""
     key = load_or_create_key(paths.key)
     state = StateStore(paths.state_db)
     co = Coordinator(paths, state, key)
+    co.own = mine
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -81,6 +104,9 @@ async def serve(paths: GuardianPaths) -> int:
             try:
                 async with co.command_lock:   # no RPC flow or exit recovery beside it
                     await boot(co)
+                    if mine.record.trial:
+                        co.point("trial.boot")   # test-only: a new guardian that dies here
+                    mine.ready(paths)
             except Exception as exc:  # the guardian serves status and recover regardless
                 log.exception("boot: %s", exc)
                 co.unhealthy = {"task": "boot", "reason": str(exc), "at": time.time()}
@@ -94,12 +120,15 @@ async def serve(paths: GuardianPaths) -> int:
         server.begin_drain()
         await co.cancel_tasks()
         await co.drop_spare()
-        await _retire_backend(co)
+        if co.reexec is None:
+            await _retire_backend(co)
+        elif co.current is not None and co.current.alive():
+            await _certify(co, deadline=5.0)   # should the new guardian not come up
         await server.close()
         if co.owner is not None:
             await co.owner.close()
         state.close()
-    return 0
+    return co.reexec
 
 
 async def _retire_backend(co: Coordinator) -> None:
@@ -132,14 +161,50 @@ async def _certify(co: Coordinator, deadline: float) -> bool:
     return False
 
 
+def _exec(paths: GuardianPaths, release_id: str, lock_fd: int) -> TenureError:
+    """Replace this process with the guardian of ``release_id`` (verified now), handing
+    it the lock; returns only when that fails, with the reason."""
+    from .release import command
+    try:
+        rel = verified_release(paths, release_id)
+        argv = command(rel, "--home", str(paths.home), "--inherit-lock", str(lock_fd),
+                       "--log-level", logging.getLevelName(logging.getLogger().level),
+                       module="guardian")
+        log.info("the guardian continues from release %s (same pid %d)", release_id,
+                 os.getpid())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.set_inheritable(lock_fd, True)
+        os.execv(argv[0], argv)
+    except TenureError as exc:
+        err: TenureError = exc
+    except OSError as exc:
+        err = GuardianUpgradeFailed(f"cannot execute the guardian of release {release_id}: "
+                                    f"{exc.strerror}", {"release": release_id,
+                                                        "step": "exec"})
+    finally:
+        os.set_inheritable(lock_fd, False)
+    log.error("the guardian stays on the code it runs: %s", err)
+    return err
+
+
 def _sd_notify(msg: str) -> None:
     from protocol.notify import sd_notify
     sd_notify(msg)
 
 
-def run(paths: GuardianPaths) -> int:
+def run(paths: GuardianPaths, inherited_lock: int | None = None) -> int:
     try:
-        return asyncio.run(serve(paths))
+        paths.prepare()
+        fd = _lock(paths, inherited_lock)
+        mine = own.Running.start(paths, own.running_release(paths.releases))
+        if mine.follow is not None:
+            mine.exec_failed(paths, _exec(paths, mine.follow, fd))
+        while True:
+            target = asyncio.run(serve(paths, mine))
+            if target is None:
+                return 0
+            mine.exec_failed(paths, _exec(paths, target, fd))
     except AlreadyRunning as exc:
         log.error("%s", exc)
         return 5

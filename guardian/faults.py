@@ -5,8 +5,9 @@ does anything. Two forms:
 
 - ``<phase>``: SIGKILL the guardian right after an activation reached that phase (its row
   is committed, nothing after it ran);
-- ``<point>:<action>``: at the named await point of a flow (handoff.POINTS lists them),
-  do ``action`` once:
+- ``<point>:<action>``: at the named await point of a flow (handoff.POINTS and
+  cold.POINTS list them; ``trial.boot`` is where a guardian that has just moved to a new
+  release has booted but not confirmed it), do ``action`` once:
 
   ======================  ============================================================
   ``kill-guardian``       SIGKILL this guardian

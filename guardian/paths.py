@@ -41,6 +41,11 @@ class GuardianPaths(Layout):
         return str(self.runtime / "interpreters.json")
 
     @property
+    def guardian_release(self) -> str:
+        """The release the guardian runs from, and a trial of a new one (guardian.own)."""
+        return str(self.runtime / "guardian-release.json")
+
+    @property
     def lock(self) -> str:
         return str(self.runtime / "guardian.lock")
 

@@ -19,6 +19,7 @@ from .handoff import upgrade
 from .manifest import is_release_id
 from .phases import Kind
 from .release import install, list_releases
+from .selfupgrade import upgrade_guardian
 
 __all__ = ["GuardianService"]
 
@@ -55,6 +56,7 @@ class GuardianService:
             "release.select": Method(self.release_select, S_SELECT),
             "release.rebind": Method(self.release_rebind, S_REBIND),
             "upgrade": Method(self.upgrade, S_UPGRADE),
+            "guardian.upgrade": Method(self.guardian_upgrade, S_UPGRADE),
             "rollback": Method(self.rollback),
             "abort": Method(self.abort),
             "recover": Method(self.recover, S_RECOVER),
@@ -151,6 +153,12 @@ class GuardianService:
     async def upgrade(self, call: Call) -> Any:
         rid, check = call.params["release"], call.params["check"]
         return await self._exclusive("upgrade", lambda: upgrade(self.co, rid, check))
+
+    async def guardian_upgrade(self, call: Call) -> Any:
+        """Move this guardian to another release (guardian.selfupgrade)."""
+        rid, check = call.params["release"], call.params["check"]
+        return await self._exclusive("guardian upgrade", lambda: upgrade_guardian(
+            self.co, rid, check, self.on_shutdown))
 
     async def rollback(self, call: Call) -> Any:
         prev = self.co.state.selector().previous

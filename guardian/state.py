@@ -21,8 +21,9 @@ from protocol.identity import Identity
 from . import counters
 from .phases import FINAL, Kind, Phase, allowed
 
-__all__ = ["Activation", "Selector", "StateStore"]
+__all__ = ["KIND", "Activation", "Selector", "StateStore", "check_readable"]
 
+KIND = "tenure-guardian"
 FORMAT = 1
 SCHEMA = """
 CREATE TABLE releases (id TEXT PRIMARY KEY, installed_at REAL NOT NULL);
@@ -104,9 +105,28 @@ def _activation(r: tuple[Any, ...]) -> Activation:
     return Activation(r[0], _kind(r[1]), r[2], r[3], phase, *r[5:])
 
 
+def check_readable(path: str) -> dict[str, Any]:
+    """That this build reads the state.db at ``path``, opened read only (a new guardian's
+    preflight: nothing is created or changed). Raises StateCorrupt."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        try:
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StateCorrupt(f"{path} cannot be read: {exc}", {"path": path}) from None
+    if meta.get("kind") != KIND or meta.get("format_version") != str(FORMAT):
+        raise StateCorrupt(f"{path} holds {meta.get('kind')!r} format "
+                           f"{meta.get('format_version')!r}; this guardian reads {KIND!r} "
+                           f"format {FORMAT}", {"path": path,
+                                                "format": meta.get("format_version")})
+    return {"kind": KIND, "format": FORMAT}
+
+
 class StateStore:
     def __init__(self, path: str) -> None:
-        self.db = open_sqlite(path, "tenure-guardian", FORMAT, SCHEMA, synchronous="FULL",
+        self.db = open_sqlite(path, KIND, FORMAT, SCHEMA, synchronous="FULL",
                               wal=True)
         self.db.execute(counters.EXPAND)  # expand-only: older guardians ignore it
 

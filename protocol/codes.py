@@ -71,6 +71,7 @@ class Code(StrEnum):
     GUARDIAN_FAULT = "GUARDIAN_FAULT"
     RECOVERY_BLOCKED = "RECOVERY_BLOCKED"
     UNCERTAIN = "UNCERTAIN"
+    GUARDIAN_UPGRADE_FAILED = "GUARDIAN_UPGRADE_FAILED"
     # OS service supervision
     SERVICE_ACTIVE = "SERVICE_ACTIVE"
     SERVICE_ERROR = "SERVICE_ERROR"
@@ -225,6 +226,11 @@ CODES: dict[Code, CodeInfo] = {
     Code.UNCERTAIN: CodeInfo(
         "A handoff could not prove the owner identity or the inventory; automatic recovery "
         "stopped and the operator must reconcile. Nothing was killed.", False),
+    Code.GUARDIAN_UPGRADE_FAILED: CodeInfo(
+        "The guardian could not move to the release asked for: its guardian code failed "
+        "the preflight, could not be executed, or did not become ready (and the guardian "
+        "went back to the release it ran before). Applications were not touched; data "
+        "says which step failed.", False),
     Code.SERVICE_ACTIVE: CodeInfo(
         "A unit is active, has a queued job, or an unmanaged owner or backend runs; tenure "
         "refuses to install over it rather than stopping anything.", False),

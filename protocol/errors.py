@@ -59,7 +59,8 @@
     │   ├── HandoffFailed           HANDOFF_FAILED
     │   ├── GuardianFault           GUARDIAN_FAULT
     │   ├── RecoveryBlocked         RECOVERY_BLOCKED
-    │   └── Uncertain               UNCERTAIN
+    │   ├── Uncertain               UNCERTAIN
+    │   └── GuardianUpgradeFailed   GUARDIAN_UPGRADE_FAILED
     ├── ServiceError                SERVICE_ERROR
     │   └── ServiceActive           SERVICE_ACTIVE
     └── RemoteError                 any code this build does not know (a newer server)
@@ -358,6 +359,10 @@ class RecoveryBlocked(GuardianError):
 
 class Uncertain(GuardianError):
     code = Code.UNCERTAIN
+
+
+class GuardianUpgradeFailed(GuardianError):
+    code = Code.GUARDIAN_UPGRADE_FAILED
 
 
 class ServiceError(TenureError):

@@ -362,6 +362,11 @@ def cmd_release(args: Any) -> int:
     return release_command(args, _guardian, _out)
 
 
+def cmd_guardian(args: Any) -> int:
+    from .guardiancmd import guardian_command
+    return guardian_command(args, _guardian, _layout(args), _out)
+
+
 def cmd_service(args: Any) -> int:
     from .service import service_command
     return service_command(args, _out)

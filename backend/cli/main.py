@@ -121,6 +121,14 @@ def _parser() -> Any:
     p.add_argument("--dry-run", action="store_true",
                    help="recover: show what a forced recovery would adopt, and its digest")
     p.add_argument("--digest", help="recover: perform exactly the reviewed plan")
+    p = add("guardian", "the guardian itself: the release it runs, and moving it")
+    p.add_argument("action", choices=["status", "upgrade"])
+    p.add_argument("release", nargs="?", help="upgrade: a release id, a unique prefix of "
+                   "one, or a sealed release directory")
+    p.add_argument("--check", action="store_true",
+                   help="upgrade: run the checks and the new guardian's preflight only")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="upgrade: seconds to wait for the new guardian (default 60)")
     p = add("release", "sealed releases")
     p.add_argument("action", choices=["seal", "install", "list", "verify", "select",
                                       "rebind"])

@@ -11,7 +11,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["backend", "owner", "owner_link", "recover_plan", "recovery_state"]
+__all__ = ["backend", "owner", "owner_link", "recover_plan", "recovery_state",
+           "release_line"]
 
 # activation phases after which nothing more happens (guardian/phases.py FINAL)
 _FINAL_PHASES = frozenset({"complete", "aborted", "rolled_back", "failed", "uncertain",
@@ -27,7 +28,10 @@ def backend(action: str, r: dict[str, Any]) -> str:
         ("owner", f"{(r.get('owner') or {}).get('instance', '-')}, epoch {r['epoch']}")]
     if r.get("owner_link"):
         pairs.append(("owner link", owner_link(r["owner_link"], prefix="")))
+    g = r.get("guardian") or {}
     pairs += [
+        ("guardian", f"pid {g.get('pid', '-')}, runs "
+                     f"{release_line(r.get('guardian_release'))}"),
         ("release", sel["current"]),
         ("previous", sel["previous"]),
         ("backend", f"pid {b['pid']}, activation {b.get('activation', '-')}, "
@@ -45,6 +49,23 @@ def backend(action: str, r: dict[str, Any]) -> str:
         lines.append(paint(f"UNHEALTHY: guardian task {u.get('task')} failed: "
                            f"{u.get('reason')} (see the guardian's log)", "red"))
     return "\n".join(lines)
+
+
+def release_line(own: dict[str, Any] | None) -> str:
+    """``release 1f2e3d4c…`` or ``the installed code``, with a trial or failure noted."""
+    if not own:
+        return "unknown (this guardian does not say)"
+    running = own.get("running")
+    text = f"release {running}" if running else "the installed code"
+    if own.get("state") == "trial":
+        text += " (on trial: not confirmed yet)"
+    if own.get("error"):
+        text += (f"; could not run release {str(own.get('release'))[:12]}: "
+                 f"{own['error'].get('msg')}")
+    elif own.get("reverted"):
+        r = own["reverted"]
+        text += f"; went back from release {str(r.get('release'))[:12]}: {r.get('reason')}"
+    return text
 
 
 def _activation(r: dict[str, Any]) -> str:

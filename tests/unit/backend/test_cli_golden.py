@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import jobs, present, render, render_metrics, top
+from backend.cli import guardiancmd, jobs, present, render, render_metrics, top
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "cli"
 NOW = 1_796_133_900.0          # 2026-12-01 14:05:00 UTC
@@ -72,7 +72,17 @@ GUARDIAN = {"owner": {"instance": "f0b83755-d0e7-4f9c-9b42-89be47ca62bd"}, "epoc
             "backend": {"pid": 4001, "activation": BACKEND["activation"], "alive": True},
             "last_activation": {"id": BACKEND["activation"], "kind": "upgrade",
                                 "phase": "complete", "outcome": "success"},
-            "certificate": {"valid": True, "age": 3.2, "launches": 3}}
+            "certificate": {"valid": True, "age": 3.2, "launches": 3},
+            "guardian": {"pid": 3995, "instance": "5e0c1f7a-9a41-4c55-b0d2-3f1f5cf1e2aa",
+                         "start_ticks": 512},
+            "guardian_release": {"running": "9d1b" * 16, "release": "9d1b" * 16,
+                                 "state": "selected", "previous": None, "error": None,
+                                 "reverted": {"release": "c0de" * 16, "at": NOW - 60,
+                                              "reason": "it did not become ready"}}}
+GUARDIAN_PLAN = {"release": "c0de" * 16, "from": "9d1b" * 16, "changed": True,
+                 "restarting": False, "guardian": GUARDIAN["guardian"],
+                 "backend": GUARDIAN["backend"],
+                 "preflight": {"elapsed": 0.171, "python": "3.11.2", "import_s": 0.09}}
 OWNER = {"owner": {"instance": "f0b83755-d0e7-4f9c-9b42-89be47ca62bd", "pid": 3990},
          "home": "/var/lib/tenure", "epoch": 3,
          "grant": {"epoch": 3, "activation": BACKEND["activation"]}, "draining": False,
@@ -143,6 +153,11 @@ CASES: dict[str, Callable[[], str]] = {
         "receipts": [{"phase": p} for p in ("checked", "admitted", "draining",
                                              "checkpointed", "fenced", "started",
                                              "verified", "retired", "complete")]}),
+    "guardian_status": lambda: guardiancmd.status_text(GUARDIAN),
+    "guardian_upgrade_check": lambda: guardiancmd.plan_text(GUARDIAN_PLAN),
+    "guardian_upgrade": lambda: guardiancmd.done_text({
+        **GUARDIAN_PLAN, "restarting": True, "backend_after": GUARDIAN["backend"],
+        "guardian": {**GUARDIAN["guardian"], "instance": "77c2d0b1-1e9d-4b0f-8d8e-51d0e2a7c3f4"}}),
     "owner_status": lambda: render.owner(OWNER),
     "job_show": lambda: jobs.render_show(JOB),
     "metrics": lambda: render_metrics.metrics(METRICS),
