@@ -116,7 +116,8 @@ async def serve(paths: GuardianPaths, mine: own.Running) -> str | None:
             co.spawn(watch_owner(co), "owner watch")
             await stop.wait()
     finally:
-        _sd_notify("STOPPING=1")
+        if co.reexec is None:   # a guardian that execs into its new release does not stop
+            _sd_notify("STOPPING=1")
         server.begin_drain()
         await co.cancel_tasks()
         await co.drop_spare()

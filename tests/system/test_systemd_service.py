@@ -4,9 +4,9 @@ One scenario, in order, because every step builds on the previous one's state:
 accounts → install (system scope, unprivileged service account, reviewed digest) → start
 → stack up with apps as two other users → privileges (who runs as whom, modes, an app
 that tries to reach the control plane, a viewer that can status but not stop) → per-app
-cgroups and limits → guardian restart → hot upgrade → backend SIGKILL → owner
-maintenance stop → owner start and the stack back → owner SIGKILL, start refused until
-reconcile.
+cgroups and limits → guardian restart → hot upgrade → guardian upgrade (and a unit
+restart that follows it) → backend SIGKILL → owner maintenance stop → owner start and the
+stack back → owner SIGKILL, start refused until reconcile.
 """
 
 from __future__ import annotations
@@ -394,6 +394,21 @@ def test_tenure_under_systemd(systemd_container: SystemdContainer) -> None:
     assert upgraded["activation"]["phase"] == "complete", upgraded["activation"]
     assert snapshot(c) == before
     timings["upgrade"] = time.monotonic() - t0
+
+    # -- guardian upgrade under systemd: same main pid, backend and apps untouched ---------
+    main_pid, kept = int(c.unit("tenure.service")["MainPID"]), backend_pid(c)
+    moved = tenure(c, "guardian", "upgrade", rid)
+    assert moved["guardian_release"]["running"] == rid, moved
+    assert int(c.unit("tenure.service")["MainPID"]) == main_pid
+    assert c.unit("tenure.service")["ActiveState"] == "active"
+    assert backend_pid(c) == kept and snapshot(c) == before
+    # a restart of the unit starts the installed code, which follows the recorded release
+    c.run("systemctl", "restart", "tenure.service", check=True, timeout=WAIT)
+    wait_for("the guardian back on its release", lambda: (tenure(c, "guardian", "status")[
+        "guardian_release"] or {}).get("running") == rid and backend_pid(c) not in
+        (None, kept), c=c)
+    assert snapshot(c) == before
+    timings["guardian_upgrade"] = time.monotonic() - t0
 
     # -- SIGKILL of the backend: the guardian restores it, apps untouched -------------------
     wait_for("a recovery certificate", lambda: certified(c, upgraded_at), c=c)
