@@ -122,6 +122,7 @@ class Api:
             "generation.retire": ctl(self.gen_retire),
             "generation.certify": ctl(self.gen_certify),
             "retention.run": Method(self.retention_run),
+            "order": Method(self.order, role="viewer"),
             "status": Method(self.status, S_STATUS, role="viewer"),
             "start": Method(self.start, S_TARGET),
             "stop": Method(self.stop, S_TARGET),
@@ -206,6 +207,14 @@ class Api:
         return {"deleted": await prune_once(self.gen), "policy": {
             k: getattr(self.gen.config.retention, k)
             for k in ("operations", "plans", "launches", "activations")}}
+
+    async def order(self, call: Call) -> Any:
+        """The start order of each configured stack as levels of app names (an owner
+        maintenance window stops them in reverse), and the stacks stopped durably."""
+        from .config import order_apps
+        return {"stacks": {name: order_apps(stack)
+                           for name, stack in sorted(self.gen.config.stacks.items())},
+                "stopped_stacks": sorted(self.stopped_stacks())}
 
     async def gen_certify(self, call: Call) -> Any:
         return {"published": await self.gen.publish_certificate()}

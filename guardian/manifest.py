@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from protocol import layout
 from protocol.errors import StateCorrupt
 from protocol.handover import OWNER_CONTRACTS
 
@@ -67,9 +68,9 @@ def release_id(runtime_bytes: bytes) -> str:
     return hashlib.sha256(runtime_bytes).hexdigest()
 
 
-def is_release_id(name: str) -> bool:
+def is_release_id(name: object) -> bool:
     """True when ``name`` has the shape of a release id (64 lowercase hex digits)."""
-    return _HEX64.fullmatch(name) is not None
+    return layout.is_release_id(name)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ not be executed).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -35,6 +34,7 @@ from typing import Any
 
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import OperationInProgress, StateCorrupt, TenureError
+from protocol.layout import release_of
 
 from .manifest import is_release_id
 
@@ -144,7 +144,7 @@ def unpack(obj: dict[str, Any], where: str = KIND) -> Pointer:
     """Raises StateCorrupt for a missing or malformed field (extra keys are ignored)."""
     def rid(key: str) -> str | None:
         v = obj.get(key)
-        if v is not None and not (isinstance(v, str) and is_release_id(v)):
+        if v is not None and not is_release_id(v):
             raise StateCorrupt(f"{where}: {key} is not a release id", {"field": key})
         return v
     trial, reverted = obj.get("trial"), obj.get("reverted")
@@ -175,12 +175,7 @@ def save(path: str, p: Pointer) -> None:
 def running_release(releases: Path) -> str | None:
     """The id of the installed release this code was loaded from, or None (the
     installed code). Told by where this module lies, so it cannot be claimed."""
-    here = Path(os.path.realpath(__file__))
-    try:
-        parts = here.relative_to(os.path.realpath(releases)).parts
-    except ValueError:
-        return None
-    return parts[0] if parts and is_release_id(parts[0]) else None
+    return release_of(__file__, releases)
 
 
 @dataclass

@@ -28,6 +28,8 @@ from .paths import OwnerPaths
 from .procinfo import group_members
 from .reaper import become_subreaper, raise_nofile_limit
 from .receipt import Receipt, admit_start, read_receipt
+from .release import follow
+from .release import running as running_release
 from .service import CAPABILITIES, OwnerService
 from .signals import clear_inherited
 from .store import OwnerStore
@@ -44,6 +46,7 @@ class Owner:
     paths: OwnerPaths
     stop_timeout: float = 60.0
     account: ServiceAccount | None = None  # system scope: who else may connect
+    release_error: dict[str, Any] | None = None  # why the recorded release cannot run
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     def request_shutdown(self) -> None:
@@ -75,6 +78,7 @@ class Owner:
         cgroups = setup_cgroups()
         journal = Journal(self.paths.journal)
         service = OwnerService(self.paths, identity, store, journal, self.request_shutdown)
+        service.release = {"running": running_release(self.paths), "error": self.release_error}
         service.launcher.use_cgroups(cgroups)
         server = RpcServer(self.paths.sock, identity, CAPABILITIES, service.methods(),
                            max_buffer=test_knob("TENURE_OWNER_SUBSCRIBER_BUFFER", 8 << 20),
@@ -218,7 +222,13 @@ def run(paths: OwnerPaths, service_account: str | None = None) -> int:
                  "that apps start with the defaults: %s", ", ".join(cleared))
     try:
         account = None if service_account is None else ServiceAccount.lookup(service_account)
-        return asyncio.run(Owner(paths, account=account).serve(_announce))
+        err = follow(paths, ["serve", "--home", str(paths.home), "--log-level",
+                             logging.getLevelName(logging.getLogger().level)]
+                     + ([] if service_account is None else
+                        ["--service-account", service_account]))
+        return asyncio.run(Owner(paths, account=account,
+                                 release_error=err.to_wire() if err else None
+                                 ).serve(_announce))
     except ReconcileRequired as exc:
         log.error("%s", exc)
         return EXIT["reconcile"]

@@ -157,6 +157,7 @@ class OwnerService:
                                  paths.notify_address(identity.instance),
                                  home=paths.home_marker)
         self._on_shutdown = on_shutdown
+        self.release: dict[str, Any] = {"running": None, "error": None}  # owner.release
 
     @property
     def procs(self) -> ProcessTable:
@@ -474,6 +475,7 @@ class OwnerService:
                 "sockets_held": len(self.launcher.sockets.held),
                 "fd_store": dict(self.launcher.fdstore.stats),
                 "uncertain": sorted(self.launcher.uncertain),
+                "release": self.release,
                 "draining": bool(self.server and self.server.draining),
                 **privileges(None if self.launcher.cgroups is None
                              else self.launcher.cgroups.controllers),

@@ -60,6 +60,7 @@ class Code(StrEnum):
     STOP_TIMEOUT = "STOP_TIMEOUT"
     RECONCILE_REQUIRED = "RECONCILE_REQUIRED"
     PROCESSES_ALIVE = "PROCESSES_ALIVE"
+    MAINTENANCE_INCOMPLETE = "MAINTENANCE_INCOMPLETE"
     # configuration and workflow
     CONFIG_INVALID = "CONFIG_INVALID"
     BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
@@ -198,6 +199,10 @@ CODES: dict[Code, CodeInfo] = {
     Code.PROCESSES_ALIVE: CodeInfo(
         "Reconciliation found recorded processes still alive; they must be gone first.",
         False),
+    Code.MAINTENANCE_INCOMPLETE: CodeInfo(
+        "An owner maintenance window stopped before it was done; data names the last "
+        "step completed and the failure. execution/maintenance.json keeps the plan: fix "
+        "the cause, then `tenure owner upgrade --continue`.", False),
     Code.CONFIG_INVALID: CodeInfo(
         "The configuration file is not valid; the message names the file, the key and the "
         "line where it can. Nothing in the running system changed.", False),

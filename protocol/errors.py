@@ -50,7 +50,8 @@
     │   │   └── SocketUnavailable   SOCKET_UNAVAILABLE
     │   ├── StopTimeout             STOP_TIMEOUT
     │   ├── ReconcileRequired       RECONCILE_REQUIRED
-    │   └── ProcessesAlive          PROCESSES_ALIVE
+    │   ├── ProcessesAlive          PROCESSES_ALIVE
+    │   └── MaintenanceIncomplete   MAINTENANCE_INCOMPLETE
     ├── ConfigInvalid               CONFIG_INVALID
     ├── GuardianError
     │   ├── PreflightFailed         BACKEND_PREFLIGHT_FAILED
@@ -309,6 +310,10 @@ class ReconcileRequired(ProcessError):
 
 class ProcessesAlive(ProcessError):
     code = Code.PROCESSES_ALIVE
+
+
+class MaintenanceIncomplete(ProcessError):
+    code = Code.MAINTENANCE_INCOMPLETE
 
 
 class ConfigInvalid(TenureError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["Layout", "default_home"]
+__all__ = ["Layout", "default_home", "is_release_id", "release_of"]
 
 
 def default_home() -> Path:
@@ -18,6 +18,24 @@ def default_home() -> Path:
         return Path(env).absolute()
     xdg = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return (Path(xdg) / "tenure").absolute()
+
+
+def is_release_id(value: object) -> bool:
+    """True for a string shaped like a release id: 64 lowercase hex digits."""
+    return isinstance(value, str) and len(value) == 64 and \
+        all(c in "0123456789abcdef" for c in value)
+
+
+def release_of(module_file: str, releases: Path) -> str | None:
+    """The id of the installed release under ``releases`` that ``module_file`` (a
+    module's ``__file__``) was loaded from, or None (the installed code). Told by where
+    the code lies, so a process cannot claim a release it does not run."""
+    try:
+        parts = Path(os.path.realpath(module_file)).relative_to(
+            os.path.realpath(releases)).parts
+    except ValueError:
+        return None
+    return parts[0] if parts and is_release_id(parts[0]) else None
 
 
 class Layout:
@@ -37,6 +55,21 @@ class Layout:
     @property
     def owner_sock(self) -> str:
         return str(self.execution / "owner.sock")
+
+    @property
+    def owner_releases(self) -> Path:
+        """Releases staged for the owner (`tenure owner upgrade`), the owner's own copies."""
+        return self.execution / "releases"
+
+    @property
+    def owner_release(self) -> str:
+        """The release the owner runs from (owner.release)."""
+        return str(self.execution / "owner-release.json")
+
+    @property
+    def maintenance(self) -> str:
+        """The plan and progress of an owner maintenance window (`tenure owner upgrade`)."""
+        return str(self.execution / "maintenance.json")
 
     # runtime/ — the guardian's
     @property

@@ -384,6 +384,11 @@ def cmd_import(args: Any) -> int:
 
 def cmd_owner(args: Any) -> int:
     import subprocess
+    if args.action == "upgrade":
+        from .ownerwindow import Window, command
+        w = Window(_layout(args), lambda timeout: _api(args, timeout), args.timeout,
+                   lambda line: None if args.json else print(f"  {line}", file=sys.stderr))
+        return command(args, w, _guardian, _out)
     if args.action == "reconcile":
         cmd = [sys.executable, "-m", "owner", "reconcile", "--home", str(args.home)]
         cmd += ["--prepare"] if args.prepare else []

@@ -145,7 +145,17 @@ def _parser() -> Any:
                    help="install: the digest of the plan you reviewed (printed by "
                         "--prepare; required in system scope)")
     p = add("owner", "execution owner maintenance")
-    p.add_argument("action", choices=["reconcile", "status"])
+    p.add_argument("action", choices=["reconcile", "status", "upgrade"])
+    p.add_argument("release", nargs="?", help="upgrade: a release id, a unique prefix of "
+                   "one, or a sealed release directory (default: the code it runs)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="upgrade: print the plan of the maintenance window and its digest")
+    p.add_argument("--digest", help="upgrade: perform exactly the reviewed plan")
+    p.add_argument("--continue", dest="cont", action="store_true",
+                   help="upgrade: carry on a window that stopped")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="upgrade: seconds for each wait (an instance, the owner; "
+                        "default 120)")
     p.add_argument("--prepare", action="store_true",
                    help="reconcile: seal the dead owner's live processes and show the plan")
     p.add_argument("--drain", metavar="DIGEST",

@@ -107,6 +107,17 @@ def owner_link(link: dict[str, Any], prefix: str = "owner: ") -> str:
     return text
 
 
+def _owner_code(rel: dict[str, Any] | None) -> str:
+    """``release ID`` or ``the installed code`` (with why a recorded release is not run);
+    ``unknown`` for an owner that predates saying it."""
+    if rel is None:
+        return "unknown (this owner does not say)"
+    text = f"release {rel['running']}" if rel.get("running") else "the installed code"
+    if rel.get("error"):
+        text += f"; the recorded release cannot run: {rel['error'].get('msg')}"
+    return text
+
+
 def owner(r: dict[str, Any]) -> str:
     """``tenure owner status``."""
     ident, grant = r.get("owner") or {}, r.get("grant") or {}
@@ -115,6 +126,7 @@ def owner(r: dict[str, Any]) -> str:
     notify = r.get("notify") or {}
     pairs: list[tuple[str, Any]] = [
         ("owner", f"{ident.get('instance')}, pid {ident.get('pid')}"),
+        ("runs", _owner_code(r.get("release"))),
         ("home", r.get("home")),
         ("epoch", f"{r.get('epoch')} (granted to activation {grant.get('activation', '-')})"),
         ("draining", r.get("draining")),

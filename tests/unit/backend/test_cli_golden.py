@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from backend.cli import guardiancmd, jobs, present, render, render_metrics, top
+from backend.cli import (
+    guardiancmd,
+    jobs,
+    ownerwindow,
+    present,
+    render,
+    render_metrics,
+    top,
+)
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "cli"
 NOW = 1_796_133_900.0          # 2026-12-01 14:05:00 UTC
@@ -83,6 +91,12 @@ GUARDIAN_PLAN = {"release": "c0de" * 16, "from": "9d1b" * 16, "changed": True,
                  "restarting": False, "guardian": GUARDIAN["guardian"],
                  "backend": GUARDIAN["backend"],
                  "preflight": {"elapsed": 0.171, "python": "3.11.2", "import_s": 0.09}}
+WINDOW = {"owner": {"instance": "f0b83755-d0e7-4f9c-9b42-89be47ca62bd", "pid": 3990,
+                     "start_ticks": 400},
+          "from": None, "release": "c0de" * 16, "mode": "systemd", "instances": 3,
+          "stop": [["shop/web/0", "shop/web/1"], ["shop/db/0"]],
+          "start": [["shop/db/0"], ["shop/web/0", "shop/web/1"]],
+          "stopped_stacks": ["batch"], "digest": "5eed" * 16}
 OWNER = {"owner": {"instance": "f0b83755-d0e7-4f9c-9b42-89be47ca62bd", "pid": 3990},
          "home": "/var/lib/tenure", "epoch": 3,
          "grant": {"epoch": 3, "activation": BACKEND["activation"]}, "draining": False,
@@ -91,7 +105,8 @@ OWNER = {"owner": {"instance": "f0b83755-d0e7-4f9c-9b42-89be47ca62bd", "pid": 39
          "cursor": 57, "acked": 57, "log_last_id": 10423, "log_overflow_total": 12,
          "log_dropped": {"shop/worker": 12},
          "notify": {"received": 4, "delivered": 3, "ignored": 1, "malformed": 0},
-         "capabilities": {"stackControl": 2, "logJournal": 1, "fencing": 1}}
+         "capabilities": {"stackControl": 2, "logJournal": 1, "fencing": 1},
+         "release": {"running": "9d1b" * 16, "error": None}}
 JOB = {"id": 42, "stack": "shop", "template": "migrate", "state": "succeeded",
        "outcome": None, "exit_code": 0, "signal": None, "key": "release-2026-12-01",
        "argv": ["python3", "manage.py", "migrate", "--noinput"],
@@ -159,6 +174,11 @@ CASES: dict[str, Callable[[], str]] = {
         **GUARDIAN_PLAN, "restarting": True, "backend_after": GUARDIAN["backend"],
         "guardian": {**GUARDIAN["guardian"], "instance": "77c2d0b1-1e9d-4b0f-8d8e-51d0e2a7c3f4"}}),
     "owner_status": lambda: render.owner(OWNER),
+    "owner_upgrade_plan": lambda: ownerwindow.plan_text(WINDOW, "./release"),
+    "owner_upgrade_done": lambda: ownerwindow.done_text({
+        "plan": WINDOW, "step": "done", "progress": {
+            "owner": {"instance": "77c2d0b1-1e9d-4b0f-8d8e-51d0e2a7c3f4", "pid": 4410},
+            "owner_release": {"running": "c0de" * 16, "error": None}}}),
     "job_show": lambda: jobs.render_show(JOB),
     "metrics": lambda: render_metrics.metrics(METRICS),
     "top": lambda: top.render(top.pick(STATUS, "mem", 3)),

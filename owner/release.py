@@ -1,0 +1,89 @@
+"""The release the owner runs from: ``execution/owner-release.json`` names it, its copy
+is staged in ``execution/releases/<id>`` (the owner's own, written by `tenure owner
+upgrade`), and an owner started from the installed code verifies that copy and replaces
+itself with it (exec) before it touches anything.
+
+A release that no longer verifies (a changed interpreter, a damaged copy) is reported,
+never fatal: the owner then runs the installed code and says so in its status, because
+an owner that does not start strands every application's supervision. An unreadable
+record is fatal (exit 2): it is the owner's own state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.durable import atomic_write_json, read_json
+from protocol.errors import StateCorrupt, TenureError
+from protocol.layout import Layout, is_release_id, release_of
+
+__all__ = ["KIND", "OwnerRelease", "follow", "load", "running", "save"]
+
+log = logging.getLogger("tenure.owner")
+
+KIND = "tenure-owner-release"
+
+
+@dataclass(frozen=True)
+class OwnerRelease:
+    release: str | None = None     # None: the installed code
+    previous: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": KIND, "format": 1, "release": self.release,
+                "previous": self.previous}
+
+
+def _rid(obj: dict[str, Any], key: str, where: str) -> str | None:
+    v = obj.get(key)
+    if v is not None and not is_release_id(v):
+        raise StateCorrupt(f"{where}: {key} is not a release id", {"field": key})
+    return v
+
+
+def load(path: str) -> OwnerRelease:
+    """The record (absent: the installed code). Raises StateCorrupt, UnsafePath."""
+    try:
+        obj = read_json(path, KIND)
+    except FileNotFoundError:
+        return OwnerRelease()
+    return OwnerRelease(_rid(obj, "release", path), _rid(obj, "previous", path))
+
+
+def save(path: str, rec: OwnerRelease) -> None:
+    atomic_write_json(path, rec.to_wire())
+
+
+def running(layout: Layout) -> str | None:
+    """The staged release this owner's code was loaded from, or None."""
+    return release_of(__file__, layout.owner_releases)
+
+
+def follow(layout: Layout, args: list[str]) -> TenureError | None:
+    """Exec into the recorded release unless this code is it: ``python -m owner *args``
+    from the staged copy, verified now. Returns None when there is nothing to follow,
+    else the reason it could not (the caller runs the installed code). Raises
+    StateCorrupt for an unreadable record."""
+    rec = load(layout.owner_release)
+    if rec.release is None or rec.release == running(layout):
+        return None
+    try:
+        from guardian.release import command, verify
+        rel = verify(layout.owner_releases / rec.release, rec.release)
+        argv = command(rel, *args, module="owner")
+        log.info("the owner continues from release %s", rec.release)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(argv[0], argv)
+    except TenureError as exc:
+        err = exc
+    except OSError as exc:
+        err = StateCorrupt(f"cannot execute the owner of release {rec.release}: "
+                           f"{exc.strerror}", {"release": rec.release})
+    log.error("the owner runs the installed code: release %s cannot run: %s",
+              rec.release, err)
+    return err

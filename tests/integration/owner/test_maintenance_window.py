@@ -1,0 +1,130 @@
+"""`tenure owner upgrade`: the owner maintenance window with real processes. The plan
+lists the running instances in reverse dependency order; performing the reviewed plan
+stops them in that order, restarts the owner on the staged release, starts the same
+instances again (dependencies first) and leaves a durably stopped stack stopped; a plan
+that changed is refused without touching anything; a window that stops is carried on by
+--continue."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guardian"))
+from test_handoff_support import _rmtree, derive_release, install
+
+CONFIG = """
+[stacks.demo.apps.db]
+command = ["sleep", "infinity"]
+
+[stacks.demo.apps.web]
+command = ["sleep", "infinity"]
+instances = 2
+after = ["db"]
+
+[stacks.batch.apps.etl]
+command = ["sleep", "infinity"]
+"""
+
+# ignores SIGTERM: its stop takes the whole stop timeout, then SIGKILL
+STUBBORN = """
+[stacks.slow.apps.stubborn]
+command = ["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"]
+stop = { timeout = 4 }
+"""
+
+
+@pytest.fixture(scope="module")
+def owner_release(sealed_release: Path, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[Path]:
+    d = tmp_path_factory.mktemp("owner-release")
+    derive_release(sealed_release, d / "b", {"owner/__init__.py": lambda t: t + "\n# B\n"})
+    yield d / "b"
+    _rmtree(d)
+
+
+def _stop_stack(cluster: Any, stack: str) -> None:
+    plan = cluster.cli("stack", "stop", stack, "--dry-run", check=True).out
+    cluster.cli("stack", "stop", stack, "--digest", plan["digest"], check=True)
+
+
+def _states(cluster: Any) -> dict[str, tuple[str, int | None]]:
+    return {k: (a["state"], a["pid"]) for k, a in cluster.apps().items()}
+
+
+def _stops(cluster: Any) -> list[str]:
+    """Instances in the order their `ready -> stopping` events were recorded."""
+    res = cluster.cli("events", "--kind", "state", "-n", "1000", check=True)
+    lines = res.out.splitlines() if isinstance(res.out, str) else [json.dumps(res.out)]
+    events = [json.loads(ln) for ln in lines if ln.strip()]
+    return [e["target"] for e in events if e["data"]["to"] == "stopping"]
+
+
+def test_a_window_stops_in_reverse_dependency_order_and_restores_the_same_inventory(
+        cluster, owner_release):
+    cluster.up(CONFIG)
+    cluster.wait_ready(4)
+    _stop_stack(cluster, "batch")
+    before = _states(cluster)
+    rid = install(cluster, owner_release)
+    owner_before = cluster.cli("owner", "status", check=True).out["owner"]
+
+    plan = cluster.cli("owner", "upgrade", rid, "--dry-run", check=True).out
+    assert plan["stop"] == [["demo/web/0", "demo/web/1"], ["demo/db/0"]]
+    assert plan["start"] == [["demo/db/0"], ["demo/web/0", "demo/web/1"]]
+    assert (plan["stopped_stacks"], plan["mode"], plan["from"], plan["release"]) == \
+        (["batch"], "standalone", None, rid)
+    assert _states(cluster) == before                         # the plan changed nothing
+
+    done = cluster.cli("owner", "upgrade", rid, "--digest", plan["digest"], check=True).out
+    assert done["step"] == "done"
+    owner = cluster.cli("owner", "status", check=True).out
+    assert owner["owner"]["instance"] != owner_before["instance"]
+    assert owner["release"] == {"running": rid, "error": None}
+    after = _states(cluster)
+    assert after["batch/etl/0"] == ("stopped", None)
+    for key in ("demo/db/0", "demo/web/0", "demo/web/1"):
+        assert after[key][0] == "ready" and after[key][1] != before[key][1], after
+    assert _stops(cluster)[-3:] == ["demo/web/0", "demo/web/1", "demo/db/0"]
+    assert f"runs:               release {rid}" in cluster.cli_text("owner", "status")
+
+
+def test_a_plan_that_changed_is_refused_and_nothing_stops(cluster):
+    cluster.up(CONFIG)
+    cluster.wait_ready(4)
+    plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
+    assert plan["release"] is None and plan["instances"] == 4
+    cluster.cli("stop", "demo/web/1", check=True)
+    before = _states(cluster)
+    res = cluster.cli("owner", "upgrade", "--digest", plan["digest"])
+    assert res.code == 1 and res.out["error"]["code"] == "STALE_PLAN", res
+    assert _states(cluster) == before
+    assert not (cluster.home / "execution" / "maintenance.json").exists()
+
+
+def test_a_window_that_stopped_is_carried_on_by_continue(cluster):
+    cluster.up(CONFIG + STUBBORN)
+    cluster.wait_ready(5)
+    plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
+    assert plan["stop"][-1] == ["slow/stubborn/0"]
+    res = cluster.cli("owner", "upgrade", "--digest", plan["digest"], "--timeout", "1")
+    err = res.out["error"]
+    assert res.code == 1 and err["code"] == "MAINTENANCE_INCOMPLETE", res
+    assert err["data"]["failed"] == "drained" and "did not stop" in err["msg"]
+    assert "tenure owner upgrade --continue" in err["msg"]
+    record = json.loads((cluster.home / "execution" / "maintenance.json").read_text())
+    assert record["step"] == "staged" and record["error"]["code"] == "MAINTENANCE_INCOMPLETE"
+
+    again = cluster.cli("owner", "upgrade", "--dry-run", check=True).out  # a plan is harmless
+    refused = cluster.cli("owner", "upgrade", "--digest", again["digest"])  # a window is not
+    assert refused.out["error"]["code"] == "MAINTENANCE_INCOMPLETE", refused
+    done = cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True).out
+    assert done["step"] == "done"
+    assert all(a["state"] == "ready" for a in cluster.apps().values()
+               if a["stack"] != "batch")
+    assert cluster.cli("owner", "upgrade", "--continue").out["error"]["code"] == "NOT_FOUND"
