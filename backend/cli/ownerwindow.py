@@ -247,7 +247,7 @@ def _stage(w: Window, rec: dict[str, Any]) -> None:
     from guardian.keys import trusted_release_keys
     from guardian.release import install
     from protocol.sockets import ensure_private_dir
-    ensure_private_dir(w.layout.owner_releases, root=w.layout.home)
+    ensure_private_dir(w.layout.owner_releases, root=w.layout.execution)
     src = w.layout.runtime / "releases" / p["release"]
     if not src.is_dir():
         raise NotFound(f"release {p['release']} is not installed; `tenure release install` "

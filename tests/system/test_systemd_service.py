@@ -5,7 +5,8 @@ accounts → install (system scope, unprivileged service account, reviewed diges
 → stack up with apps as two other users → privileges (who runs as whom, modes, an app
 that tries to reach the control plane, a viewer that can status but not stop) → per-app
 cgroups and limits → guardian restart → hot upgrade → guardian upgrade (and a unit
-restart that follows it) → backend SIGKILL → owner maintenance stop → owner start and the
+restart that follows it) → owner maintenance window (`tenure owner upgrade`) → backend
+SIGKILL → owner maintenance stop → owner start and the
 stack back → owner SIGKILL, start refused until reconcile.
 """
 
@@ -409,6 +410,20 @@ def test_tenure_under_systemd(systemd_container: SystemdContainer) -> None:
         (None, kept), c=c)
     assert snapshot(c) == before
     timings["guardian_upgrade"] = time.monotonic() - t0
+
+    # -- owner maintenance window under systemd: the same apps back on the staged owner ----
+    plan = tenure(c, "owner", "upgrade", rid, "--dry-run")
+    assert (plan["mode"], plan["instances"]) == ("systemd", N_APPS), plan
+    upgraded_at = time.time()   # a certificate written after this vouches for the result
+    done = tenure(c, "owner", "upgrade", rid, "--digest", plan["digest"], timeout=300)
+    assert done["step"] == "done", done
+    assert tenure(c, "owner", "status")["release"] == {"running": rid, "error": None}
+    assert c.unit("tenure-owner.service")["ActiveState"] == "active"
+    restored = snapshot(c)
+    assert set(restored) == set(before)
+    assert all(restored[k][0] != before[k][0] for k in before)
+    before = restored    # the steps below compare with the apps the window restored
+    timings["owner_window"] = time.monotonic() - t0
 
     # -- SIGKILL of the backend: the guardian restores it, apps untouched -------------------
     wait_for("a recovery certificate", lambda: certified(c, upgraded_at), c=c)
