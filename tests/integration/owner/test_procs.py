@@ -72,6 +72,7 @@ class Harness:
     async def cleanup(self) -> None:
         for key, sp in self.launched:
             for fd in (sp.stdout_fd, sp.stderr_fd):
+                _UNREAD.pop(fd, None)       # the number is reused by the next pipe
                 with contextlib.suppress(OSError):
                     os.close(fd)
             await self.table.stop(key, KILL_NOW)
@@ -90,11 +91,16 @@ def run(body: Callable[[Harness], Awaitable[None]], mode: ExitMode | None = None
     asyncio.run(main())
 
 
+_UNREAD: dict[int, bytes] = {}   # what a read brought beyond the line asked for, per fd
+
+
 async def read_line(fd: int) -> str:
-    """One line from a non-blocking pipe, without blocking the loop."""
-    buf = b""
+    """One line from a non-blocking pipe, without blocking the loop. A read that brings
+    more than one line (the child wrote them before we looked) keeps the rest for the
+    next call."""
+    buf = _UNREAD.pop(fd, b"")
     loop = asyncio.get_running_loop()
-    while not buf.endswith(b"\n"):
+    while b"\n" not in buf:
         ready = asyncio.Event()
         loop.add_reader(fd, ready.set)
         try:
@@ -105,7 +111,10 @@ async def read_line(fd: int) -> str:
         if not chunk:
             raise EOFError(buf)
         buf += chunk
-    return buf.decode()
+    line, rest = buf.split(b"\n", 1)
+    if rest:
+        _UNREAD[fd] = rest
+    return line.decode() + "\n"
 
 
 def alive(pid: int) -> bool:
