@@ -77,10 +77,11 @@ def top_checks(cluster) -> None:
     assert text.splitlines()[1].split() == ["INSTANCE", "STATE", "CPU", "MEM", "RESTARTS",
                                             "UPTIME", "PID"]
     assert text.splitlines()[2].startswith("m/pair/0")
-    proc = subprocess.Popen([sys.executable, "-m", "backend.cli.main", "--home",
-                             str(cluster.home), "top", "--every", "0.2"],
-                            stdout=subprocess.PIPE, text=True, env={**os.environ,
-                                                                    **cluster.env})
+    # -X faulthandler: should it not end after Ctrl-C, SIGABRT makes it print where it is
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "backend.cli.main",
+                             "--home", str(cluster.home), "top", "--every", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **cluster.env})
     try:
         assert proc.stdout is not None
         frames, deadline = 0, time.monotonic() + 30
@@ -88,13 +89,20 @@ def top_checks(cluster) -> None:
             assert time.monotonic() < deadline, "no second snapshot in 30 s"
             frames += "instances," in proc.stdout.readline()
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        try:
+            assert proc.wait(10) == 0
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            _, err = proc.communicate(timeout=10)
+            raise AssertionError(f"tenure top did not end after SIGINT; where it was:\n"
+                                 f"{err[-4000:]}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def test_scrape_is_valid_matches_the_owner_and_survives_an_upgrade(cluster, tmp_path):
