@@ -1,7 +1,9 @@
-"""The release the owner runs from: ``execution/owner-release.json`` names it, its copy
-is staged in ``execution/releases/<id>`` (the owner's own, written by `tenure owner
-upgrade`), and an owner started from the installed code verifies that copy and replaces
-itself with it (exec) before it touches anything.
+"""The release the owner runs from: ``execution/owner-release.json`` names it; an owner
+started from the installed code verifies the release's tree and replaces itself with it
+(exec) before it touches anything. The tree is the guardian's installed copy
+(``runtime/releases/<id>``) when that belongs to the owner's own uid, else a copy staged
+for the owner in ``execution/releases/<id>`` by `tenure owner upgrade` (an owner running
+as root never runs code another account could change).
 
 A release that no longer verifies (a changed interpreter, a damaged copy) is reported,
 never fatal: the owner then runs the installed code and says so in its status, because
@@ -13,15 +15,17 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from protocol.durable import atomic_write_json, read_json
-from protocol.errors import StateCorrupt, TenureError
+from protocol.errors import NotFound, StateCorrupt, TenureError
 from protocol.layout import Layout, is_release_id, release_of
 
-__all__ = ["KIND", "OwnerRelease", "follow", "load", "running", "save"]
+__all__ = ["KIND", "OwnerRelease", "follow", "load", "running", "save", "tree"]
 
 log = logging.getLogger("tenure.owner")
 
@@ -59,8 +63,29 @@ def save(path: str, rec: OwnerRelease) -> None:
 
 
 def running(layout: Layout) -> str | None:
-    """The staged release this owner's code was loaded from, or None."""
-    return release_of(__file__, layout.owner_releases)
+    """The release this owner's code was loaded from, or None."""
+    return release_of(__file__, layout.owner_releases) or \
+        release_of(__file__, layout.runtime / "releases")
+
+
+def tree(layout: Layout, rid: str, uid: int | None = None) -> Path:
+    """Where the owner (running as ``uid``, default this process's) runs release ``rid``
+    from: its staged copy, or the guardian's when every directory down to it is ``uid``'s
+    own. Raises NotFound."""
+    staged = layout.owner_releases / rid
+    if staged.is_dir():
+        return staged
+    shared = layout.runtime / "releases" / rid
+    uid = os.geteuid() if uid is None else uid
+    try:
+        owned = all(stat.S_ISDIR(st.st_mode) and st.st_uid == uid
+                    for st in map(os.lstat, (layout.runtime, shared.parent, shared)))
+    except OSError:
+        owned = False
+    if not owned:
+        raise NotFound(f"release {rid} is not staged for the owner ({staged})",
+                       {"release": rid, "path": str(staged)})
+    return shared
 
 
 def follow(layout: Layout, args: list[str]) -> TenureError | None:
@@ -73,7 +98,7 @@ def follow(layout: Layout, args: list[str]) -> TenureError | None:
         return None
     try:
         from guardian.release import command, verify
-        rel = verify(layout.owner_releases / rec.release, rec.release)
+        rel = verify(tree(layout, rec.release), rec.release)
         argv = command(rel, *args, module="owner")
         log.info("the owner continues from release %s", rec.release)
         sys.stdout.flush()

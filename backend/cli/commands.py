@@ -92,16 +92,17 @@ def _diagnostics(args: Any) -> dict[str, Any] | None:
 # -- lifecycle ------------------------------------------------------------------------
 
 def cmd_up(args: Any) -> int:
-    from .daemons import ensure_backend, ensure_daemons, ensure_release
+    from .daemons import ensure_backend, ensure_daemons, ensure_release, place_first_release
     layout = _layout(args)
     text = None
     if args.config is not None:   # a config that cannot be read or parsed starts nothing
         from backend.config import parse_config
         text = _read_config(args.config)
         parse_config(text, str(args.config.absolute()))
+    first = place_first_release(layout, args.release)   # fresh home: daemons run it too
     started = ensure_daemons(layout, args.foreground)
     with _guardian(args) as g:
-        release = ensure_release(layout, g, args.release)
+        release = ensure_release(layout, g, first or args.release)
     ensure_backend(layout, args.timeout)
     result: dict[str, Any] = {"started": started, "release_sealed": release}
     if text is not None:
@@ -302,6 +303,7 @@ def cmd_backend(args: Any) -> int:
         if args.action == "status":
             r = g.call("status")
             r["recovery"] = render.recovery_state(r)
+            r["owner_release"] = _owner_release(args)
         elif args.action == "upgrade":
             if not args.release:
                 raise BadRequest("tenure backend upgrade RELEASE: give a release id, a "
@@ -326,6 +328,14 @@ def cmd_backend(args: Any) -> int:
     if isinstance(act, dict) and act.get("outcome") not in (None, "success", "check-only"):
         return ERROR
     return current(r) if args.action == "status" else OK
+
+
+def _owner_release(args: Any) -> dict[str, Any] | None:
+    """What the owner says it runs (``{running, error}``), or None when it does not
+    answer or predates saying it."""
+    from .daemons import ping
+    st = ping(_layout(args).owner_sock, home=args.home)
+    return None if st is None else st.get("release")
 
 
 def _activation_probe(args: Any) -> Any:

@@ -20,7 +20,8 @@ from protocol.sockets import ensure_private_dir
 
 from .owners import trusted_owners
 
-__all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping", "stop_all"]
+__all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping", "place_first_release",
+           "runs_module", "stop_all"]
 
 
 def ping(sock: str, timeout: float = 2.0, home: Path | None = None
@@ -91,6 +92,41 @@ def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[byte
     tail = log_path.read_bytes()[-2000:].decode(errors="replace")
     raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}); end of "
                         f"{log_path}:\n{tail}", {"log": str(log_path)})
+
+
+def place_first_release(layout: Layout, sealed: Path | None) -> Path | None:
+    """On a fresh home (no guardian state, no daemon answering): install the first
+    release (``sealed``, or one sealed from the installed tenure) into runtime/releases
+    and record it as the code the owner and the guardian run, before they start, so
+    that both start from it. Returns the installed release's path, or None when the
+    home is not fresh. Raises what sealing and installing raise."""
+    if (layout.runtime / "state.db").exists() or ping(layout.owner_sock, home=layout.home) \
+            or ping(layout.guardian_sock, home=layout.home):
+        return None
+    from guardian.interp import load_bindings
+    from guardian.keys import trusted_release_keys
+    from guardian.own import Pointer
+    from guardian.own import save as save_guardian_release
+    from guardian.release import install
+    from owner.release import OwnerRelease
+    from owner.release import save as save_owner_release
+    for d in (layout.execution, layout.runtime / "releases"):
+        ensure_private_dir(d, root=layout.home)
+
+    def put(src: Path) -> Path:
+        return install(src, layout.runtime / "releases",
+                       trusted_keys=trusted_release_keys(
+                           str(layout.runtime / "trusted-release-keys")),
+                       bindings=load_bindings(str(layout.runtime / "interpreters.json"))).path
+    if sealed is not None:
+        path = put(sealed.absolute())
+    else:
+        from guardian.seal import seal
+        with tempfile.TemporaryDirectory(dir=layout.runtime, prefix="seal-") as tmp:
+            path = put(seal(Path(tmp) / "release").path)
+    save_guardian_release(str(layout.runtime / "guardian-release.json"), Pointer(path.name))
+    save_owner_release(layout.owner_release, OwnerRelease(path.name))
+    return path
 
 
 def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None
@@ -173,9 +209,16 @@ def listener(sock: str, module: str) -> tuple[int, int | None] | None:
     except OSError:
         return None
     argv = read_cmdline(cred.pid) or []
-    if cred.uid not in (os.geteuid(), 0) or "-m" not in argv or module not in argv:
+    if cred.uid not in (os.geteuid(), 0) or not runs_module(argv, module):
         return None
     return cred.pid, ticks
+
+
+def runs_module(argv: list[str], module: str) -> bool:
+    """Whether ``argv`` is ``python -m module …``, or the same module run from a release
+    (guardian.release.command: ``python -I -S -B -c '…run_module('module'…' …``)."""
+    return ("-m" in argv and module in argv) or \
+        ("-c" in argv and any(f"runpy.run_module({module!r}" in a for a in argv))
 
 
 def shutdown_receipt(layout: Layout, instance: str) -> dict[str, Any]:

@@ -132,6 +132,7 @@ def plan(w: Window, release: str | None) -> dict[str, Any]:
     ident = owner["owner"]
     body = {"owner": {k: ident[k] for k in ("instance", "pid", "start_ticks")},
             "from": current, "release": release or current, "mode": _mode(ident["pid"]),
+            "owner_uid": owner.get("uid", os.geteuid()),
             "stop": stop, "start": stop[::-1], "instances": sum(map(len, stop)),
             "stopped_stacks": order["stopped_stacks"]}
     return {**body, "digest": _digest(body)}
@@ -240,9 +241,17 @@ def carry_on(w: Window, rec: dict[str, Any]) -> dict[str, Any]:
 # -- the steps -------------------------------------------------------------------------------
 
 def _stage(w: Window, rec: dict[str, Any]) -> None:
+    """Copy the release for the owner unless it may run the guardian's copy (owner.release
+    .tree: the same uid owns it)."""
     p = rec["plan"]
     if p["release"] is None or p["release"] == p["from"]:
         return
+    from owner.release import tree
+    try:
+        tree(w.layout, p["release"], uid=p["owner_uid"])
+        return
+    except NotFound:
+        pass
     from guardian.interp import load_bindings
     from guardian.keys import trusted_release_keys
     from guardian.release import install

@@ -30,6 +30,7 @@ def backend(action: str, r: dict[str, Any]) -> str:
         pairs.append(("owner link", owner_link(r["owner_link"], prefix="")))
     g = r.get("guardian") or {}
     pairs += [
+        ("owner runs", _owner_code(r.get("owner_release"))),
         ("guardian", f"pid {g.get('pid', '-')}, runs "
                      f"{release_line(r.get('guardian_release'))}"),
         ("release", sel["current"]),

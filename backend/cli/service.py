@@ -31,6 +31,29 @@ def separation(inst: Any) -> dict[str, Any]:
                     "refused on every socket."}
 
 
+def running_code(home: Any) -> dict[str, Any]:
+    """Which code each daemon of ``home`` runs: a release id, ``installed`` (the code it
+    was started with) or None when it does not answer (or does not say)."""
+    from protocol.layout import Layout
+
+    from .daemons import ping
+    layout = Layout(home)
+    owner = ping(layout.owner_sock, home=layout.home) or {}
+    guardian = ping(layout.guardian_sock, home=layout.home) or {}
+    backend = guardian.get("backend") or {}
+
+    def of(release: dict[str, Any] | None) -> str | None:
+        return None if release is None else (release.get("running") or "installed")
+    return {"owner": of(owner.get("release")), "guardian": of(guardian.get("guardian_release")),
+            "backend": (guardian.get("selector") or {}).get("current")
+            if backend.get("alive") else None}
+
+
+def _code_text(v: str | None) -> str:
+    return {None: "unknown (not answering)", "installed": "the installed code"}.get(
+        v, f"release {v}")
+
+
 def service_command(args: Any, out: Any) -> int:
     import units
     inst = _installation(args)
@@ -49,8 +72,11 @@ def service_command(args: Any, out: Any) -> int:
     if args.action == "status":
         unit_props = units.status(inst)
         privileges = separation(inst)
-        out(args, {**unit_props, "privileges": privileges},
-            "\n".join([*(f"{k}: {v}" for k, v in unit_props.items()), privileges["note"]]))
+        code = running_code(inst.home)
+        out(args, {**unit_props, "privileges": privileges, "releases": code},
+            "\n".join([*(f"{k}: {v}" for k, v in unit_props.items()),
+                       *(f"{k} runs: {_code_text(v)}" for k, v in code.items()),
+                       privileges["note"]]))
         return Exit.OK
     removed = units.uninstall(inst)
     out(args, {"removed": [str(p) for p in removed]}, f"removed {len(removed)} files")

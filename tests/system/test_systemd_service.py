@@ -423,6 +423,8 @@ def test_tenure_under_systemd(systemd_container: SystemdContainer) -> None:
     assert set(restored) == set(before)
     assert all(restored[k][0] != before[k][0] for k in before)
     before = restored    # the steps below compare with the apps the window restored
+    code = tenure(c, "service", "status")["releases"]
+    assert code == {"owner": rid, "guardian": rid, "backend": rid}, code
     timings["owner_window"] = time.monotonic() - t0
 
     # -- SIGKILL of the backend: the guardian restores it, apps untouched -------------------

@@ -58,11 +58,13 @@ def test_the_guardian_moves_to_a_release_keeping_its_pid_the_backend_and_the_app
         cluster, releases):
     pids, backend = _up(cluster)
     before = _guardian(cluster)
-    assert before["guardian_release"]["state"] == "installed"
+    first = before["selector"]["current"]       # a fresh home: the guardian runs it too
+    assert (before["guardian_release"]["state"], before["guardian_release"]["running"]) == \
+        ("selected", first)
     rid = install(cluster, releases.newer)
 
     plan = cluster.cli("guardian", "upgrade", rid, "--check", check=True).out
-    assert (plan["changed"], plan["restarting"], plan["from"]) == (True, False, None)
+    assert (plan["changed"], plan["restarting"], plan["from"]) == (True, False, first)
     assert _guardian(cluster)["guardian"] == before["guardian"]     # --check moved nothing
 
     done = cluster.cli("guardian", "upgrade", rid, check=True).out
@@ -70,7 +72,7 @@ def test_the_guardian_moves_to_a_release_keeping_its_pid_the_backend_and_the_app
     assert after["guardian"]["pid"] == before["guardian"]["pid"]
     assert after["guardian"]["instance"] != before["guardian"]["instance"]
     assert after["guardian_release"] == {
-        "running": rid, "release": rid, "state": "selected", "previous": None,
+        "running": rid, "release": rid, "state": "selected", "previous": first,
         "reverted": None, "error": None}
     assert done["guardian"]["instance"] == after["guardian"]["instance"]
     assert cluster.backend_pid() == backend and cluster.pids() == pids
@@ -105,6 +107,7 @@ def test_a_new_guardian_that_dies_before_it_confirmed_is_undone_at_the_next_star
         cluster, releases):
     cluster.env["TENURE_GUARDIAN_FAULT"] = "trial.boot:kill-guardian"
     pids, backend = _up(cluster)
+    first = _guardian(cluster)["guardian_release"]["running"]
     rid = install(cluster, releases.newer)
     res = cluster.cli("guardian", "upgrade", rid)
     assert res.code == 1 and res.out["error"]["code"] == "GUARDIAN_UPGRADE_FAILED", res
@@ -113,7 +116,7 @@ def test_a_new_guardian_that_dies_before_it_confirmed_is_undone_at_the_next_star
 
     cluster.up()
     st = _guardian(cluster)["guardian_release"]
-    assert (st["running"], st["state"], st["release"]) == (None, "installed", None)
+    assert (st["running"], st["state"], st["release"]) == (first, "selected", first)
     assert st["reverted"]["release"] == rid
     assert "did not become ready" in st["reverted"]["reason"]
     assert cluster.backend_pid() == backend            # the orphaned backend was adopted
@@ -134,7 +137,7 @@ def test_a_release_whose_guardian_cannot_read_the_state_is_refused_before_moving
         assert err["data"]["step"] == "preflight"
         assert "this guardian reads 'tenure-guardian' format 2" in err["data"]["stderr"]
     st = _guardian(cluster)
-    assert st["guardian"] == before and st["guardian_release"]["state"] == "installed"
+    assert st["guardian"] == before and st["guardian_release"]["running"] != rid
     assert cluster.backend_pid() == backend and cluster.pids() == pids
 
 
