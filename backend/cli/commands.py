@@ -19,7 +19,7 @@ from . import render
 from .exits import Exit, current
 from .owners import trusted_owners
 from .progress import live
-from .releases import resolve_release
+from .releases import cli_against, resolve_release
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
@@ -304,6 +304,7 @@ def cmd_backend(args: Any) -> int:
             r = g.call("status")
             r["recovery"] = render.recovery_state(r)
             r["owner_release"] = _owner_release(args)
+            r["cli"] = cli_against(_layout(args), (r.get("selector") or {}).get("current"))
         elif args.action == "upgrade":
             if not args.release:
                 raise BadRequest("tenure backend upgrade RELEASE: give a release id, a "

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 from typing import Any
 
-from protocol.errors import BadRequest, NotFound
+from protocol.errors import BadRequest, NotFound, TenureError
 
 from .exits import Exit
 
-__all__ = ["release_command"]
+__all__ = ["cli_against", "release_command", "resolve_release"]
 
 
 def release_command(args: Any, guardian: Any, out: Any) -> int:
@@ -109,3 +111,38 @@ def _signing_key(path: Path | None) -> Any:
     if not isinstance(key, Ed25519PrivateKey):
         raise BadRequest(f"{path}: not an Ed25519 key")
     return key
+
+
+def cli_against(layout: Any, release: str | None) -> dict[str, Any]:
+    """This CLI's tenure version beside the one of ``release`` (the backend's), and
+    whether this CLI is older: ``{version, backend_version, older}``. Reads the release's
+    RUNTIME.json (never runs it); an unreadable one gives ``backend_version`` None."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        mine: str | None = version("tenure")
+    except PackageNotFoundError:
+        mine = None
+    theirs = None
+    if release is not None:
+        from protocol.durable import read_private
+        try:
+            raw = read_private(layout.runtime / "releases" / release / "RUNTIME.json")
+            theirs = json.loads(raw).get("tenure_version")
+        except (OSError, ValueError, TenureError):
+            theirs = None
+    older = mine is not None and isinstance(theirs, str) and \
+        _version_key(mine) < _version_key(theirs)
+    return {"version": mine, "backend_version": theirs, "older": older}
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    """The leading numeric release segments of a version (``0.2.0rc1`` → (0, 2, 0))."""
+    out = []
+    for part in v.split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        out.append(int(digits))
+        if digits != part:
+            break
+    return tuple(out)

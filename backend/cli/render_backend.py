@@ -43,6 +43,12 @@ def backend(action: str, r: dict[str, Any]) -> str:
         ("certificate", _certificate(cert)),
         ("recovery", _recovery(recovery_state(r)))]
     lines = [fields(pairs)]
+    cli = r.get("cli") or {}
+    if cli.get("older"):
+        lines.append(paint(f"note: this tenure command line is {cli['version']}, older than "
+                           f"the release the backend runs ({cli['backend_version']}); use "
+                           "the command line of that release, or update the installed "
+                           "tenure", "yellow"))
     if r.get("blocked"):
         lines.append(paint(f"BLOCKED: {r['blocked'].get('reason')}", "red"))
     if r.get("unhealthy"):

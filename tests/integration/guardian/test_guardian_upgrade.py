@@ -28,17 +28,20 @@ from protocol.procfs import running
 class Releases:
     newer: Path          # works like the sealed release, another id
     unreadable: Path     # its guardian reads state.db format 2 only: preflight fails
+    version_99: Path     # works like the sealed release, says it is tenure 99.0.0
 
 
 @pytest.fixture(scope="module")
 def releases(sealed_release: Path, tmp_path_factory: pytest.TempPathFactory
              ) -> Iterator[Releases]:
     d = tmp_path_factory.mktemp("guardian-releases")
-    out = Releases(d / "newer", d / "unreadable")
+    out = Releases(d / "newer", d / "unreadable", d / "v99")
     derive_release(sealed_release, out.newer,
                    {"guardian/__init__.py": lambda t: t + "\n# guardian B\n"})
     derive_release(sealed_release, out.unreadable, {"guardian/state.py": lambda t: t.replace(
         "\nFORMAT = 1\n", "\nFORMAT = 2\n", 1)})
+    derive_release(sealed_release, out.version_99,
+                   {"backend/__init__.py": lambda t: t + "\n# 99\n"}, tenure_version="99.0.0")
     yield out
     _rmtree(d)
 
@@ -161,3 +164,15 @@ def _stop_guardian(ident: dict) -> None:
     while running(ident["pid"], ident["start_ticks"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not running(ident["pid"], ident["start_ticks"])
+
+
+def test_status_says_when_this_command_line_is_older_than_the_backend(cluster, releases):
+    _up(cluster)
+    assert cluster.cli("backend", "status", check=True).out["cli"]["older"] is False
+    rid = install(cluster, releases.version_99)
+    done = cluster.cli("backend", "upgrade", rid, check=True).out
+    assert done["activation"]["phase"] == "complete"
+    cli = cluster.cli("backend", "status", check=True).out["cli"]
+    assert (cli["backend_version"], cli["older"]) == ("99.0.0", True)
+    text = cluster.cli_text("backend", "status")
+    assert "older than the release the backend runs (99.0.0)" in text

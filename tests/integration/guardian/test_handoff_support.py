@@ -53,12 +53,14 @@ def config(sleepers: int = 3, counter: bool = False, stack: str = "load") -> str
 # -- derived releases ---------------------------------------------------------------------
 
 def derive_release(base: Path, out: Path, edits: dict[str, Callable[[str], str]],
-                   interpreter: dict[str, str] | None = None) -> str:
+                   interpreter: dict[str, str] | None = None,
+                   tenure_version: str | None = None) -> str:
     """Copy the sealed release ``base`` to ``out``, rewrite each ``lib/<rel>`` source with
     ``edits[rel]``, recompile its pyc exactly as seal does (UNCHECKED_HASH: the release
     runs with -B and would otherwise keep executing the old bytecode) and rewrite
     RUNTIME.json with the new hashes (and ``interpreter``, when given, as the one it was
-    sealed under). Returns the new release id."""
+    sealed under; ``tenure_version``, when given, as its version). Returns the new
+    release id."""
     shutil.copytree(base, out)
     for root, _dirs, files in os.walk(out):
         os.chmod(root, 0o755)
@@ -78,6 +80,8 @@ def derive_release(base: Path, out: Path, edits: dict[str, Callable[[str], str]]
             runtime["files"][key] = sha256_file(path, key)
     if interpreter is not None:
         runtime["interpreter"] = interpreter
+    if tenure_version is not None:
+        runtime["tenure_version"] = tenure_version
     data = canonical_json(runtime)
     parse_runtime(data)
     (out / RUNTIME_NAME).write_bytes(data)

@@ -87,7 +87,8 @@ GUARDIAN = {"owner": {"instance": "f0b83755-d0e7-4f9c-9b42-89be47ca62bd"}, "epoc
                                  "state": "selected", "previous": None, "error": None,
                                  "reverted": {"release": "c0de" * 16, "at": NOW - 60,
                                               "reason": "it did not become ready"}},
-            "owner_release": {"running": "9d1b" * 16, "error": None}}
+            "owner_release": {"running": "9d1b" * 16, "error": None},
+            "cli": {"version": "0.1.0", "backend_version": "0.2.0", "older": True}}
 GUARDIAN_PLAN = {"release": "c0de" * 16, "from": "9d1b" * 16, "changed": True,
                  "restarting": False, "guardian": GUARDIAN["guardian"],
                  "backend": GUARDIAN["backend"],
