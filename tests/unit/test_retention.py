@@ -45,12 +45,7 @@ def test_the_owner_never_deletes_a_live_or_protected_launch(tmp_path: Path) -> N
     store = OwnerStore(str(tmp_path / "owner.db"))
     try:
         for i in range(10):
-            key = f"s/a/0/{i}"
-            store.insert_launch(key, {"stack": "s", "app": "a", "instance": 0,
-                                      "generation": i}, {"env": {"SECRET": "x"}}, 1, "b")
-            store.mark_running(key, 1000 + i, i, 1000 + i, float(i))
-            if i < 8:
-                store.mark_exited(key, {"exit_code": 0, "signal": None})
+            _launch(store, i, {"env": {"SECRET": "x"}}, exited=i < 8)
         assert store.prune_ended(keep=2, protect={"s/a/0/0"}) == 5
         left = {r[0]: r[1] for r in store.db.execute("SELECT launch_key, state FROM launches")}
         assert left == {"s/a/0/0": LaunchState.EXITED, "s/a/0/6": LaunchState.EXITED,
@@ -64,16 +59,22 @@ def test_a_pruned_launch_takes_its_cgroup_record_with_it(tmp_path: Path) -> None
     store = OwnerStore(str(tmp_path / "owner.db"))
     try:
         for i in range(4):
-            key = f"s/a/0/{i}"
-            store.insert_launch(key, {"stack": "s", "app": "a", "instance": 0,
-                                      "generation": i}, {}, 1, "b", cgroup=f"/cg/{i}")
-            store.mark_running(key, 1000 + i, i, 1000 + i, float(i))
-            store.mark_exited(key, {"exit_code": 0, "signal": None})
+            _launch(store, i, {}, exited=True, cgroup=f"/cg/{i}")
         assert store.prune_ended(keep=1, protect={"s/a/0/0"}) == 2
         left = dict(store.db.execute("SELECT launch_key, path FROM launch_cgroups"))
         assert left == {"s/a/0/0": "/cg/0", "s/a/0/3": "/cg/3"}
     finally:
         store.close()
+
+
+def _launch(store: OwnerStore, i: int, spec: dict, exited: bool, **kw: str) -> None:
+    """Launch ``s/a/0/<i>`` (generation i), running with pid 1000 + i; exited if asked."""
+    key = f"s/a/0/{i}"
+    store.insert_launch(key, {"stack": "s", "app": "a", "instance": 0, "generation": i},
+                        spec, 1, "b", **kw)
+    store.mark_running(key, 1000 + i, i, 1000 + i, float(i))
+    if exited:
+        store.mark_exited(key, {"exit_code": 0, "signal": None})
 
 
 def _activation(state: StateStore, epoch: int, end: Phase) -> str:
