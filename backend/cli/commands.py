@@ -105,6 +105,12 @@ def cmd_up(args: Any) -> int:
         release = ensure_release(layout, g, first or args.release)
     ensure_backend(layout, args.timeout)
     result: dict[str, Any] = {"started": started, "release_sealed": release}
+    if release is not None and first is None:   # daemons that ran before the release
+        from .firstrun import move_to_first_release
+        result["moved"] = move_to_first_release(
+            layout, release, lambda: _guardian(args),
+            lambda timeout: _api(args, timeout), args.timeout)
+        ensure_backend(layout, args.timeout)
     if text is not None:
         with live(args, "up", _settle_probe(args)):
             result["apply"] = _apply_text(args, text, args.config, args.timeout)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["guardian_command"]
+__all__ = ["guardian_command", "wait_moved"]
 
 
 def guardian_command(args: Any, guardian: Callable[..., Any], layout: Any,
@@ -39,14 +39,14 @@ def guardian_command(args: Any, guardian: Callable[..., Any], layout: Any,
         out(args, plan, plan_text(plan))
         return Exit.OK
     with live(args, "guardian upgrade", lambda: "restarting"):
-        st = _wait_moved(layout, plan, args.timeout)
+        st = wait_moved(layout, plan, args.timeout)
     done = {**plan, "guardian_release": st["guardian_release"],
             "guardian": st["guardian"], "backend_after": st.get("backend")}
     out(args, done, done_text(done))
     return Exit.OK
 
 
-def _wait_moved(layout: Any, plan: dict[str, Any], timeout: float) -> dict[str, Any]:
+def wait_moved(layout: Any, plan: dict[str, Any], timeout: float) -> dict[str, Any]:
     """The guardian's status once a new instance answers and has confirmed the release.
     Raises GuardianUpgradeFailed when it came back on other code, or never came back."""
     deadline = time.monotonic() + timeout

@@ -13,6 +13,7 @@ stack back → owner SIGKILL, start refused until reconcile.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from typing import Any
 import pytest
 
 from tests.system.harness import CommandFailed, SystemdContainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "guardian"))
+from test_handoff_support import derive_release
 
 pytestmark = pytest.mark.root
 
@@ -55,8 +59,9 @@ def daemons():
         cmd = attempt(lambda: open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0"))
         if not isinstance(cmd, list):
             continue
-        for mod in (b"owner", b"guardian"):
-            if b"-m" in cmd and mod in cmd:
+        for mod in (b"owner", b"guardian"):   # installed code, or run from a release
+            if (b"-m" in cmd and mod in cmd) or \
+                    any(b"run_module('" + mod + b"'" in a for a in cmd):
                 found[mod.decode()] = int(pid)
         if any(b"run_module('backend'" in a for a in cmd) and b"--activation" in cmd:
             found["backend"] = int(pid)  # a generation runs from its sealed release
@@ -349,6 +354,11 @@ def test_tenure_under_systemd(systemd_container: SystemdContainer) -> None:
     up = tenure(c, "up", "--release", str(release), "--config", str(config),
                 "--timeout", "60")
     assert up["started"] == {"owner": False, "guardian": False}, up["started"]
+    # the services ran the installed code: the up that selected the first release (this
+    # one, or the refused one above) moved both onto it
+    first = tenure(c, "backend", "status")["selector"]["current"]
+    code = tenure(c, "service", "status")["releases"]
+    assert code == {"owner": first, "guardian": first, "backend": first}, code
     before = snapshot(c)
     assert len(before) == N_APPS
     timings["installed_and_up"] = time.monotonic() - t0
@@ -397,34 +407,36 @@ def test_tenure_under_systemd(systemd_container: SystemdContainer) -> None:
     timings["upgrade"] = time.monotonic() - t0
 
     # -- guardian upgrade under systemd: same main pid, backend and apps untouched ---------
+    derive_release(release, c.share / "second", {"guardian/__init__.py": lambda t: t + "#\n"})
+    second = tenure(c, "release", "install", str(c.share / "second"))["release"]
     main_pid, kept = int(c.unit("tenure.service")["MainPID"]), backend_pid(c)
-    moved = tenure(c, "guardian", "upgrade", rid)
-    assert moved["guardian_release"]["running"] == rid, moved
+    moved = tenure(c, "guardian", "upgrade", second)
+    assert moved["guardian_release"]["running"] == second, moved
     assert int(c.unit("tenure.service")["MainPID"]) == main_pid
     assert c.unit("tenure.service")["ActiveState"] == "active"
     assert backend_pid(c) == kept and snapshot(c) == before
     # a restart of the unit starts the installed code, which follows the recorded release
     c.run("systemctl", "restart", "tenure.service", check=True, timeout=WAIT)
     wait_for("the guardian back on its release", lambda: (tenure(c, "guardian", "status")[
-        "guardian_release"] or {}).get("running") == rid and backend_pid(c) not in
+        "guardian_release"] or {}).get("running") == second and backend_pid(c) not in
         (None, kept), c=c)
     assert snapshot(c) == before
     timings["guardian_upgrade"] = time.monotonic() - t0
 
     # -- owner maintenance window under systemd: the same apps back on the staged owner ----
-    plan = tenure(c, "owner", "upgrade", rid, "--dry-run")
+    plan = tenure(c, "owner", "upgrade", second, "--dry-run")
     assert (plan["mode"], plan["instances"]) == ("systemd", N_APPS), plan
     upgraded_at = time.time()   # a certificate written after this vouches for the result
-    done = tenure(c, "owner", "upgrade", rid, "--digest", plan["digest"], timeout=300)
+    done = tenure(c, "owner", "upgrade", second, "--digest", plan["digest"], timeout=300)
     assert done["step"] == "done", done
-    assert tenure(c, "owner", "status")["release"] == {"running": rid, "error": None}
+    assert tenure(c, "owner", "status")["release"] == {"running": second, "error": None}
     assert c.unit("tenure-owner.service")["ActiveState"] == "active"
     restored = snapshot(c)
     assert set(restored) == set(before)
     assert all(restored[k][0] != before[k][0] for k in before)
     before = restored    # the steps below compare with the apps the window restored
     code = tenure(c, "service", "status")["releases"]
-    assert code == {"owner": rid, "guardian": rid, "backend": rid}, code
+    assert code == {"owner": second, "guardian": second, "backend": rid}, code
     timings["owner_window"] = time.monotonic() - t0
 
     # -- SIGKILL of the backend: the guardian restores it, apps untouched -------------------
