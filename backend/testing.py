@@ -37,8 +37,16 @@ from protocol.layout import Layout
 if TYPE_CHECKING:
     from .generation import Generation
 
-__all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "api_call", "fake_generation",
-           "free_port", "no_sleep", "seal_once", "until"]
+__all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "api_call", "default_sigint",
+           "fake_generation", "free_port", "no_sleep", "seal_once", "until"]
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn`` for a child that must stop on Ctrl-C: a test run started in the
+    background (``nohup``, ``cmd &``) ignores SIGINT, and an ignored signal is inherited
+    across exec."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def free_port() -> int:

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guardian"))
 from test_handoff_support import derive_release, install
 
-from backend.testing import free_port
+from backend.testing import default_sigint, free_port
 
 # the leader forks a child: the owner's figures cover both, /proc of the leader would not
 CONFIG = """
@@ -81,7 +81,7 @@ def top_checks(cluster) -> None:
     proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "backend.cli.main",
                              "--home", str(cluster.home), "top", "--every", "0.2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **cluster.env})
+                            env={**os.environ, **cluster.env}, preexec_fn=default_sigint)
     try:
         assert proc.stdout is not None
         frames, deadline = 0, time.monotonic() + 30

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from backend.testing import default_sigint
+
 CONFIG = """
 [stacks.web.apps.api]
 command = ["sh", "-c", "echo api $TENURE_INSTANCE up; exec sleep 1000"]
@@ -90,16 +92,11 @@ def test_logs_of_several_targets_interleave_in_order_since_and_grep(web: Any) ->
         "web/worker", "web/worker/0"]
 
 
-def _default_sigint() -> None:
-    # a test runner's worker may ignore SIGINT, and an ignored signal is inherited
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def watch_redraws_until_ctrl_c(web: Any) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "backend.cli.main", "--home", str(web.home), "status", "-w",
          "--every", "0.2", "web/api"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, preexec_fn=_default_sigint)
+        text=True, preexec_fn=default_sigint)
     seen: list[str] = []
     try:
         assert proc.stdout is not None
