@@ -3,8 +3,10 @@
 first release): move both onto it, so that what runs is that release everywhere.
 
 The guardian moves in place (`guardian.upgrade`: exec, the backend kept). The owner moves
-through a maintenance window with nothing to stop: it is done only while no application
-runs, which on a first run is the case; otherwise it is left for `tenure owner upgrade`.
+through a maintenance window with nothing to stop, only while no application runs (the
+case on a first run) and only when systemd runs it: an owner somebody started by hand
+may carry an environment a restart by tenure would not give it. Otherwise it is left
+for `tenure owner upgrade`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def move_to_first_release(layout: Layout, rid: str, guardian: Callable[[], Clien
     MaintenanceIncomplete and what they raise."""
     from .daemons import ping
     from .guardiancmd import wait_moved
-    from .ownerwindow import Window, begin, carry_on, plan
+    from .ownerwindow import Window, begin, carry_on, mode_of, plan
     moved = {"guardian": False, "owner": False}
     with guardian() as g:
         runs = (g.call("status").get("guardian_release") or {}).get("running")
@@ -36,7 +38,9 @@ def move_to_first_release(layout: Layout, rid: str, guardian: Callable[[], Clien
         wait_moved(layout, step, timeout)
         moved["guardian"] = True
     owner = ping(layout.owner_sock, home=layout.home) or {}
-    if (owner.get("release") or {}).get("running") != rid and owner.get("live") == 0:
+    managed = owner and mode_of(owner["owner"]["pid"]) != "standalone"
+    if managed and (owner.get("release") or {}).get("running") != rid and \
+            owner.get("live") == 0:
         w = Window(layout, api, timeout, lambda line: None)
         p = plan(w, rid)
         carry_on(w, begin(w, p, p["digest"]))

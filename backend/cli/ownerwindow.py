@@ -53,7 +53,8 @@ from protocol.errors import (
 from protocol.layout import Layout
 from protocol.procfs import running
 
-__all__ = ["APPS_DOWN", "KIND", "STEPS", "Step", "Window", "command", "plan", "plan_text"]
+__all__ = ["APPS_DOWN", "KIND", "STEPS", "Step", "Window", "command", "mode_of", "plan",
+           "plan_text"]
 
 KIND = "tenure-maintenance"
 UNIT = "tenure-owner.service"
@@ -131,7 +132,7 @@ def plan(w: Window, release: str | None) -> dict[str, Any]:
     current = (owner.get("release") or {}).get("running")
     ident = owner["owner"]
     body = {"owner": {k: ident[k] for k in ("instance", "pid", "start_ticks")},
-            "from": current, "release": release or current, "mode": _mode(ident["pid"]),
+            "from": current, "release": release or current, "mode": mode_of(ident["pid"]),
             "owner_uid": owner.get("uid", os.geteuid()),
             "stop": stop, "start": stop[::-1], "instances": sum(map(len, stop)),
             "stopped_stacks": order["stopped_stacks"]}
@@ -142,7 +143,7 @@ def _digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _mode(pid: int) -> str:
+def mode_of(pid: int) -> str:
     """``systemd``, ``systemd-user`` (the owner runs in tenure-owner.service) or
     ``standalone``."""
     try:
