@@ -47,6 +47,7 @@ class BackendProcess:
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     returncode: int | None = None
     expected_exit: bool = False       # set before a deliberate retire or stop
+    release: str = ""                 # a standby's release id (verified when it started)
     _watch: asyncio.Task[None] | None = None
 
     @classmethod
@@ -75,7 +76,7 @@ class BackendProcess:
         log_path = log_dir / f"backend-standby-{time.time_ns()}.log"
         proc = await _spawn(release, log_path, "--home", str(home), "--standby",
                             stdin=asyncio.subprocess.PIPE)
-        bp = cls("", proc.pid, start_ticks(proc.pid), log_path, proc)
+        bp = cls("", proc.pid, start_ticks(proc.pid), log_path, proc, release=release.id)
         bp._watch = asyncio.create_task(bp._wait_proc())
         await bp._expect("standby", timeout)
         return bp

@@ -254,7 +254,10 @@ class Coordinator:
         """Write the handoff record and start the generation (or activate the standby
         started for it); wait for READY. Raises TenureError; the process is gone then."""
         assert self.owner_identity is not None
-        release = await asyncio.to_thread(self.release, act.release)   # off the loop
+        # a standby of this release was verified when it started and its code runs
+        # already: verifying the release again here would only lengthen the pause
+        warm = standby is not None and standby.alive() and standby.release == act.release
+        release = None if warm else await asyncio.to_thread(self.release, act.release)
         if await self.live_backend() is not None:
             raise HandoffFailed("a backend still answers on api.sock; refusing to start a "
                                 "second one beside it")
@@ -266,16 +269,19 @@ class Coordinator:
         self.watch(bp)
         return bp
 
-    async def start_generation(self, act: Activation, release: Release,
+    async def start_generation(self, act: Activation, release: Release | None,
                                standby: BackendProcess | None) -> BackendProcess:
         """The process part of :meth:`launch` (its handoff record is written): activate
-        the standby, or start the release; wait for READY (the seam fakes replace)."""
+        the standby, or start the release (verified now when ``release`` is None: the
+        standby it was counting on died); wait for READY (the seam fakes replace)."""
         if standby is not None and standby.alive():
             self.candidate = standby
             await standby.activate(act.id, self.deadline)
             return standby
         if standby is not None:
             await standby.stop(kill_after=2.0)
+        if release is None:
+            release = await asyncio.to_thread(self.release, act.release)
         return await BackendProcess.start(release, self.paths.home, act.id, self.paths.logs,
                                           self.deadline, on_spawn=self._set_candidate)
 

@@ -77,6 +77,30 @@ def test_candidate_that_hangs_before_ready_is_rolled_back(tmp_path: Path) -> Non
     assert phases[-3:] == ["fenced", "retired", "rolled_back"]
 
 
+@pytest.mark.parametrize("standby", [True, False])
+def test_the_pause_verifies_the_release_only_without_a_warm_standby(
+        tmp_path: Path, standby: bool) -> None:
+    """A standby was verified when it started and runs already; a cold start verifies
+    the release again right before it starts it (in the pause)."""
+    async def go(co: FakeCoordinator) -> list[str]:
+        await in_control(co)
+        verified: list[str] = []
+        real_release, real_standby = co.release, co.standby
+
+        def release(rid: str) -> Any:   # runs in a thread: only note it
+            verified.append(rid)
+            return real_release(rid)
+
+        async def no_standby(rid: str) -> Any:
+            return None
+        co.release = release  # type: ignore[method-assign]
+        co.standby = real_standby if standby else no_standby  # type: ignore[method-assign]
+        assert (await upgrade(co, NEW))["activation"]["phase"] == "complete"
+        return [rid for rid in verified if rid == NEW]   # (the check reads OLD's too)
+    # once in the check; a cold start once more, in launch
+    assert run(go, tmp_path) == [NEW] * (1 if standby else 2)
+
+
 def test_hung_candidate_restores_previous_release_under_fresh_epoch(tmp_path: Path) -> None:
     async def go(co: FakeCoordinator) -> Any:
         await in_control(co)
