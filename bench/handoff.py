@@ -14,7 +14,10 @@ Afterwards: app restarts (launches whose pid or start ticks changed, or that van
 must be 0) and log lines lost (numbers missing from the writer's journal — must be 0).
 Everything started here is stopped again, also on failure or Ctrl-C. The last line
 printed is one JSON object:
-{"apps", "handoffs", "pause_p50_ms", "pause_max_ms", "app_restarts", "log_lines_lost"}.
+{"apps", "handoffs", "pause_p50_ms", "pause_max_ms", "upgrade_call_p50_ms", "app_restarts",
+ "log_lines_lost"}; ``upgrade_call_p50_ms`` is the median wall time of the guardian's
+``upgrade`` call (what `tenure backend upgrade` waits for: check, preflight, standby,
+drain, the pause, verification).
 """
 
 from __future__ import annotations
@@ -193,9 +196,11 @@ def run(args: argparse.Namespace, home: Path, scratch: Path) -> dict[str, Any]:
     try:
         rid, before = bring_up(c, config(args.apps), args.apps)
         pauses: list[float] = []
+        calls: list[float] = []
         for n in range(1, args.handoffs + 1):
             h = handoff_once(c, rid, n)
             pauses.append(h.pause)
+            calls.append(h.took)
             print(h.describe(n), flush=True)
         time.sleep(0.5)
         after = c.pids()
@@ -206,6 +211,7 @@ def run(args: argparse.Namespace, home: Path, scratch: Path) -> dict[str, Any]:
         return {"apps": args.apps, "handoffs": args.handoffs,
                 "pause_p50_ms": round(statistics.median(pauses) * 1000, 1),
                 "pause_max_ms": round(max(pauses) * 1000, 1),
+                "upgrade_call_p50_ms": round(statistics.median(calls) * 1000, 1),
                 "app_restarts": restarts, "log_lines_lost": lost}
     finally:
         cleanup(c)
