@@ -26,15 +26,19 @@ EXIT_CLOSE_STUCK = 3
 log = logging.getLogger("tenure.backend")
 
 
-def preflight() -> int:
-    """Import everything a generation needs and report what this release offers."""
+def report() -> dict[str, Any]:
+    """Import everything a generation needs; what this release offers."""
     t0 = time.perf_counter()
     from . import api, generation, operations, supervisor  # noqa: F401
     from .generation import CONTRACTS
     from .schemas import SCHEMAS
-    print(json.dumps({"ok": True, "contracts": CONTRACTS, "schemas": SCHEMAS,
-                      "python": sys.version.split()[0],
-                      "import_s": round(time.perf_counter() - t0, 3)}))
+    return {"ok": True, "contracts": CONTRACTS, "schemas": SCHEMAS,
+            "python": sys.version.split()[0],
+            "import_s": round(time.perf_counter() - t0, 3)}
+
+
+def preflight() -> int:
+    print(json.dumps(report()))
     return 0
 
 
@@ -125,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def standby() -> str | None:
     """Be ready to run before being asked: imports done, nothing held, nothing changed."""
-    from . import api, generation  # noqa: F401
-    print(json.dumps({"standby": True}), flush=True)
+    # the preflight's report: a standby has imported what a preflight imports, so a
+    # handoff that started one needs no preflight process of its own
+    print(json.dumps({"standby": True, "report": report()}), flush=True)
     line = sys.stdin.readline()
     try:
         activation = json.loads(line)["activation"]

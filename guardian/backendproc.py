@@ -48,6 +48,8 @@ class BackendProcess:
     returncode: int | None = None
     expected_exit: bool = False       # set before a deliberate retire or stop
     release: str = ""                 # a standby's release id (verified when it started)
+    report: dict[str, Any] | None = None  # a standby's preflight report, if it gave one
+    started_s: float = 0.0            # a standby's time to be ready
     _watch: asyncio.Task[None] | None = None
 
     @classmethod
@@ -76,9 +78,13 @@ class BackendProcess:
         log_path = log_dir / f"backend-standby-{time.time_ns()}.log"
         proc = await _spawn(release, log_path, "--home", str(home), "--standby",
                             stdin=asyncio.subprocess.PIPE)
+        t0 = time.monotonic()
         bp = cls("", proc.pid, start_ticks(proc.pid), log_path, proc, release=release.id)
         bp._watch = asyncio.create_task(bp._wait_proc())
-        await bp._expect("standby", timeout)
+        line = await bp._expect("standby", timeout)
+        bp.started_s = round(time.monotonic() - t0, 3)
+        report = line.get("report")
+        bp.report = report if isinstance(report, dict) else None   # older releases: none
         return bp
 
     async def activate(self, activation: str, timeout: float = 30.0) -> None:
@@ -95,7 +101,9 @@ class BackendProcess:
             os.replace(self.log_path, named)
             self.log_path = named
 
-    async def _expect(self, key: str, timeout: float) -> None:
+    async def _expect(self, key: str, timeout: float) -> dict[str, Any]:
+        """The process's first line, which must say ``key``. Raises as documented at
+        :meth:`start` (the process is gone then)."""
         assert self.proc is not None
         try:
             async with asyncio.timeout(timeout):
@@ -114,6 +122,7 @@ class BackendProcess:
             raise error_from_wire(str(line.get("code", "HANDOFF_FAILED")),
                                   str(line.get("msg", f"backend failed ({key})")),
                                   line.get("data") or {})
+        return line
 
     @classmethod
     def attach(cls, activation: str, pid: int, ticks: int) -> BackendProcess:

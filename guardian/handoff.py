@@ -30,6 +30,7 @@ from protocol.errors import (
 from .backendproc import BackendProcess
 from .coordinator import Coordinator
 from .phases import Kind, Outcome, Phase, ending
+from .release import Release
 from .schemas import check as check_schemas
 from .schemas import declared, on_disk
 from .state import Activation
@@ -76,6 +77,7 @@ class _Handoff:
         self.incumbent = incumbent
         self.revision = revision
         self.standby: BackendProcess | None = None
+        self.early: asyncio.Task[BackendProcess | None] | None = None  # the standby starting
         self.checkpoint: dict[str, Any] | None = None
         co.incumbent = incumbent
 
@@ -84,7 +86,14 @@ class _Handoff:
         return self.co.paths.checkpoint_file(self.act.id)
 
     async def run(self, check_only: bool) -> None:
-        await self.check()
+        if not check_only and self.incumbent is not None and self.incumbent.alive():
+            # the candidate's interpreter starts beside the check: it holds nothing, and
+            # its start-up imports what a preflight imports, so its report serves as one
+            self.early = asyncio.create_task(self.co.standby(self.act.release))
+        try:
+            await self.check()
+        finally:
+            await self.take_early()   # kept even when the check fails: upgrade() drops it
         if check_only:
             self.act = self.co.advance(self.act, Phase.COMPLETE, outcome=Outcome.CHECK_ONLY)
             return
@@ -92,7 +101,6 @@ class _Handoff:
             raise BackendUnavailable("no backend generation is running to hand over from; "
                                      "use `tenure backend recover`")
         self.co.point("standby")
-        self.standby = await self.co.standby(self.act.release)
         self.co.candidate = self.standby
         await self.before_fence()
         await self.fence()
@@ -109,7 +117,7 @@ class _Handoff:
             raise CapabilityMissing(f"the owner lacks {missing} that the candidate requires",
                                     {"missing": missing})
         co.point("check.preflight")
-        report = await co.preflight(release)
+        report = await self.preflight(release)
         co.declared[release.id] = declared(report)
         incumbent = co.state.selector().current
         theirs = await co.schemas_of(incumbent) if incumbent is not None and \
@@ -118,6 +126,20 @@ class _Handoff:
         check_schemas(co.declared[release.id], disk, theirs)
         self.act = co.advance(self.act, Phase.CHECKED, {"preflight": report,
                                                         "formats_on_disk": disk})
+
+    async def take_early(self) -> None:
+        if self.early is not None:
+            early, self.early = self.early, None
+            self.standby = await early
+
+    async def preflight(self, release: Release) -> dict[str, Any]:
+        """The early standby's report when it gave one (older releases do not), else a
+        preflight process of its own. Raises PreflightFailed / PreflightTimeout."""
+        await self.take_early()
+        report = getattr(self.standby, "report", None)
+        if self.standby is not None and self.standby.alive() and report is not None:
+            return {"elapsed": self.standby.started_s, "via": "standby", "report": report}
+        return await self.co.preflight(release)
 
     async def before_fence(self) -> None:
         """admitted → draining → checkpointed."""
