@@ -27,7 +27,7 @@ def move_to_first_release(layout: Layout, rid: str, guardian: Callable[[], Clien
     MaintenanceIncomplete and what they raise."""
     from .daemons import ping
     from .guardiancmd import wait_moved
-    from .ownerwindow import Window, begin, carry_on, mode_of, plan
+    from .ownerwindow import Window, begin, carry_on, held, mode_of, plan
     moved = {"guardian": False, "owner": False}
     with guardian() as g:
         runs = (g.call("status").get("guardian_release") or {}).get("running")
@@ -42,7 +42,8 @@ def move_to_first_release(layout: Layout, rid: str, guardian: Callable[[], Clien
     if managed and (owner.get("release") or {}).get("running") != rid and \
             owner.get("live") == 0:
         w = Window(layout, api, timeout, lambda line: None)
-        p = plan(w, rid)
-        carry_on(w, begin(w, p, p["digest"]))
+        with held(layout):
+            p = plan(w, rid)
+            carry_on(w, begin(w, p, p["digest"]))
         moved["owner"] = True
     return moved

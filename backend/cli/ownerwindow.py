@@ -28,13 +28,15 @@ intents live in owner.db, which the new owner reads.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -45,6 +47,7 @@ from protocol.errors import (
     BadRequest,
     MaintenanceIncomplete,
     NotFound,
+    OperationInProgress,
     ReconcileRequired,
     ServiceError,
     StalePlan,
@@ -53,8 +56,8 @@ from protocol.errors import (
 from protocol.layout import Layout
 from protocol.procfs import running
 
-__all__ = ["APPS_DOWN", "KIND", "STEPS", "Step", "Window", "command", "mode_of", "plan",
-           "plan_text"]
+__all__ = ["APPS_DOWN", "KIND", "STEPS", "Step", "Window", "command", "held", "mode_of",
+           "plan", "plan_text"]
 
 KIND = "tenure-maintenance"
 UNIT = "tenure-owner.service"
@@ -377,24 +380,42 @@ def command(args: Any, w: Window, guardian: Callable[..., Any],
     if modes != 1:
         raise BadRequest("tenure owner upgrade [RELEASE|PATH] takes exactly one of "
                          "--dry-run, --digest D (the plan you reviewed) or --continue")
-    if args.cont:
-        rec = load(w.layout)
-        if rec is None or rec["step"] == Step.DONE:
-            raise NotFound("no maintenance window is unfinished")
-    else:
-        release = None
-        if args.release:
-            from .releases import resolve_release
-            with guardian(args) as g:
-                release = resolve_release(g, args.release, install=True)
+    release = None
+    if args.release and not args.cont:
+        from .releases import resolve_release
+        with guardian(args) as g:
+            release = resolve_release(g, args.release, install=True)
+    if args.dry_run:
         p = plan(w, release)
-        if args.dry_run:
-            out(args, p, plan_text(p, args.release))
-            return Exit.OK
-        rec = begin(w, p, args.digest)
-    rec = carry_on(w, rec)
+        out(args, p, plan_text(p, args.release))
+        return Exit.OK
+    with held(w.layout):
+        if args.cont:
+            rec = load(w.layout)
+            if rec is None or rec["step"] == Step.DONE:
+                raise NotFound("no maintenance window is unfinished")
+        else:
+            rec = begin(w, plan(w, release), args.digest)
+        rec = carry_on(w, rec)
     out(args, rec, done_text(rec))
     return Exit.OK
+
+
+@contextmanager
+def held(layout: Layout) -> Iterator[None]:
+    """One window at a time on a home: execution/maintenance.lock, held while it runs.
+    Raises OperationInProgress when another `tenure owner upgrade` holds it."""
+    fd = os.open(str(layout.execution / "maintenance.lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OperationInProgress("another `tenure owner upgrade` runs on this home; "
+                                      "wait for it (or for it to stop)") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def done_text(rec: dict[str, Any]) -> str:

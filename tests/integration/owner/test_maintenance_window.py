@@ -7,7 +7,9 @@ that changed is refused without touching anything; a window that stops is carrie
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,3 +132,21 @@ def test_a_window_that_stopped_is_carried_on_by_continue(cluster):
     assert all(a["state"] == "ready" for a in cluster.apps().values()
                if a["stack"] != "batch")
     assert cluster.cli("owner", "upgrade", "--continue").out["error"]["code"] == "NOT_FOUND"
+
+
+def test_one_window_at_a_time(cluster):
+    cluster.up(CONFIG)
+    cluster.wait_ready(4)
+    plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
+    before = _states(cluster)
+    fd = os.open(cluster.home / "execution" / "maintenance.lock", os.O_RDWR | os.O_CREAT,
+                 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)      # as a window running beside this one holds it
+        res = cluster.cli("owner", "upgrade", "--digest", plan["digest"])
+        assert res.code == 1 and res.out["error"]["code"] == "OPERATION_IN_PROGRESS", res
+        assert cluster.cli("owner", "upgrade", "--dry-run").code == 0   # plans still work
+    finally:
+        os.close(fd)
+    assert _states(cluster) == before
+    assert not (cluster.home / "execution" / "maintenance.json").exists()
