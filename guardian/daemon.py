@@ -12,7 +12,6 @@ import fcntl
 import logging
 import os
 import signal
-import sys
 import time
 
 from protocol.errors import AlreadyRunning, GuardianUpgradeFailed, StateCorrupt, TenureError
@@ -165,24 +164,21 @@ async def _certify(co: Coordinator, deadline: float) -> bool:
 def _exec(paths: GuardianPaths, release_id: str, lock_fd: int) -> TenureError:
     """Replace this process with the guardian of ``release_id`` (verified now), handing
     it the lock; returns only when that fails, with the reason."""
-    from .release import command
+    from .release import exec_release
     try:
         rel = verified_release(paths, release_id)
-        argv = command(rel, "--home", str(paths.home), "--inherit-lock", str(lock_fd),
-                       "--log-level", logging.getLevelName(logging.getLogger().level),
-                       module="guardian")
         log.info("the guardian continues from release %s (same pid %d)", release_id,
                  os.getpid())
-        sys.stdout.flush()
-        sys.stderr.flush()
         os.set_inheritable(lock_fd, True)
-        os.execv(argv[0], argv)
+        failed = exec_release(rel, "--home", str(paths.home), "--inherit-lock", str(lock_fd),
+                              "--log-level",
+                              logging.getLevelName(logging.getLogger().level),
+                              module="guardian")
+        err: TenureError = GuardianUpgradeFailed(
+            f"cannot execute the guardian of release {release_id}: {failed.strerror}",
+            {"release": release_id, "step": "exec"})
     except TenureError as exc:
-        err: TenureError = exc
-    except OSError as exc:
-        err = GuardianUpgradeFailed(f"cannot execute the guardian of release {release_id}: "
-                                    f"{exc.strerror}", {"release": release_id,
-                                                        "step": "exec"})
+        err = exc
     finally:
         os.set_inheritable(lock_fd, False)
     log.error("the guardian stays on the code it runs: %s", err)

@@ -65,6 +65,7 @@ __all__ = [
     "ReleaseStatus",
     "ReleaseSummary",
     "command",
+    "exec_release",
     "install",
     "list_releases",
     "sha256_file",
@@ -398,6 +399,19 @@ def command(release: Release, *args: str, module: str = "backend") -> list[str]:
         f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
     )
     return [release.interpreter.path, "-I", "-S", "-B", "-c", boot, *args]
+
+
+def exec_release(release: Release, *args: str, module: str) -> OSError:
+    """Replace this process with ``python -m <module> *args`` run from ``release``
+    (:func:`command`; verify first), stdout and stderr flushed first. Returns only when
+    the exec fails, with the error."""
+    argv = command(release, *args, module=module)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(argv[0], argv)
+    except OSError as exc:
+        return exc
 
 
 def list_releases(releases_dir: Path) -> list[ReleaseSummary]:

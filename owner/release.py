@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,18 +96,15 @@ def follow(layout: Layout, args: list[str]) -> TenureError | None:
     if rec.release is None or rec.release == running(layout):
         return None
     try:
-        from guardian.release import command, verify
+        from guardian.release import exec_release, verify
         rel = verify(tree(layout, rec.release), rec.release)
-        argv = command(rel, *args, module="owner")
         log.info("the owner continues from release %s", rec.release)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.execv(argv[0], argv)
+        failed = exec_release(rel, *args, module="owner")
+        err: TenureError = StateCorrupt(f"cannot execute the owner of release "
+                                        f"{rec.release}: {failed.strerror}",
+                                        {"release": rec.release})
     except TenureError as exc:
         err = exc
-    except OSError as exc:
-        err = StateCorrupt(f"cannot execute the owner of release {rec.release}: "
-                           f"{exc.strerror}", {"release": rec.release})
     log.error("the owner runs the installed code: release %s cannot run: %s",
               rec.release, err)
     return err
