@@ -37,29 +37,21 @@ from protocol.link import Link, LinkEvent
 from .backendproc import BackendProcess, control, preflight
 from .faults import Fault
 from .interp import load_bindings
-from .keys import trusted_release_keys
 from .own import Running
 from .paths import GuardianPaths
 from .phases import Phase, outcome_of
-from .release import Release, verify
+from .release import Release
 from .retention import activations_to_keep
 from .schemas import LEGACY, declared
 from .state import Activation, StateStore
+from .trust import verified_release
 
-__all__ = ["Coordinator", "verified_release"]
+__all__ = ["Coordinator"]
 
 log = logging.getLogger("tenure.guardian")
 
 KEEP_ARTIFACTS = 40  # handoff records, checkpoints and backend logs kept for diagnosis
 DEADLINE = 30.0      # a generation's READY, drain, preflight and control answers
-
-
-def verified_release(paths: GuardianPaths, release_id: str) -> Release:
-    """The installed release, verified now: a missing or modified release is an error
-    (and with trusted release keys configured, an unsigned or badly signed one)."""
-    return verify(paths.releases / release_id, release_id,
-                  trusted_keys=trusted_release_keys(paths.trusted_keys),
-                  bindings=load_bindings(paths.interpreters))
 
 
 def _deadline() -> float:
@@ -216,11 +208,6 @@ class Coordinator:
         """Interpreter updates the operator bound (guardian.interp). Raises
         StateCorrupt for an unreadable file (never ignored)."""
         return load_bindings(self.paths.interpreters)
-
-    def trusted_keys(self) -> list[Any] | None:
-        """The configured trusted release keys, or None when signing is not required.
-        Raises StateCorrupt for an unreadable key file (never ignored)."""
-        return trusted_release_keys(self.paths.trusted_keys)
 
     async def preflight(self, release: Release) -> dict[str, Any]:
         """The candidate's preflight. Raises PreflightFailed / PreflightTimeout."""

@@ -21,11 +21,12 @@ from . import own
 from .backendproc import control
 from .boot import boot
 from .cold import watch_owner
-from .coordinator import Coordinator, verified_release
+from .coordinator import Coordinator
 from .keys import load_or_create_key
 from .paths import GuardianPaths
 from .service import GuardianService
 from .state import StateStore
+from .trust import verified_release
 
 __all__ = ["run"]
 

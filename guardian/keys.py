@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
@@ -14,9 +13,9 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from protocol.durable import atomic_write, read_private
-from protocol.errors import StateCorrupt, TenureError
+from protocol.errors import StateCorrupt
 
-__all__ = ["load_or_create_key", "trusted_release_keys"]
+__all__ = ["load_or_create_key"]
 
 
 def load_or_create_key(path: str) -> Ed25519PrivateKey:
@@ -43,18 +42,3 @@ def load_or_create_key(path: str) -> Ed25519PrivateKey:
         raise StateCorrupt(f"{path} is not an Ed25519 key", {"path": path})
     return loaded
 
-
-def trusted_release_keys(path: str) -> list[Any] | None:
-    """The public keys in ``path`` (one ``ed25519:<base64>`` per line), or None when the
-    file is absent (signing not required). Raises StateCorrupt for an unreadable file
-    (never ignored), UnsafePath."""
-    from protocol.grant import load_public_key
-    try:
-        text = read_private(path, max_size=65536).decode()
-    except FileNotFoundError:
-        return None
-    try:
-        return [load_public_key(line) for line in text.splitlines()
-                if line.strip() and not line.startswith("#")]
-    except TenureError as exc:
-        raise StateCorrupt(f"{path}: {exc.msg}") from None

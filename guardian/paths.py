@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from protocol.layout import Layout
 from protocol.sockets import check_socket_path, ensure_private_dir
 
@@ -24,10 +22,6 @@ class GuardianPaths(Layout):
     @property
     def state_db(self) -> str:
         return str(self.runtime / "state.db")
-
-    @property
-    def releases(self) -> Path:
-        return self.runtime / "releases"
 
     @property
     def trusted_keys(self) -> str:

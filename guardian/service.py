@@ -18,8 +18,9 @@ from .forceplan import checked_plan, force_plan, write_evidence
 from .handoff import upgrade
 from .manifest import is_release_id
 from .phases import Kind
-from .release import install, list_releases
+from .release import list_releases
 from .selfupgrade import upgrade_guardian
+from .trust import install_trusted
 
 __all__ = ["GuardianService"]
 
@@ -92,9 +93,7 @@ class GuardianService:
         src = Path(call.params["path"])
         if not src.is_absolute():
             raise BadRequest("give an absolute path to a sealed release")
-        rel = await asyncio.to_thread(install, src, self.co.paths.releases,
-                                      trusted_keys=self.co.trusted_keys(),
-                                      bindings=self.co.bindings())
+        rel = await asyncio.to_thread(install_trusted, self.co.paths, src)
         self.co.state.add_release(rel.id)
         return {"release": rel.id, "tenure_version": rel.tenure_version}
 

@@ -64,7 +64,7 @@ def save(path: str, rec: OwnerRelease) -> None:
 def running(layout: Layout) -> str | None:
     """The release this owner's code was loaded from, or None."""
     return release_of(__file__, layout.owner_releases) or \
-        release_of(__file__, layout.runtime / "releases")
+        release_of(__file__, layout.releases)
 
 
 def tree(layout: Layout, rid: str, uid: int | None = None) -> Path:
@@ -74,7 +74,7 @@ def tree(layout: Layout, rid: str, uid: int | None = None) -> Path:
     staged = layout.owner_releases / rid
     if staged.is_dir():
         return staged
-    shared = layout.runtime / "releases" / rid
+    shared = layout.releases / rid
     uid = os.geteuid() if uid is None else uid
     try:
         owned = all(stat.S_ISDIR(st.st_mode) and st.st_uid == uid

@@ -81,6 +81,11 @@ class Layout:
         return str(self.runtime / "guardian.sock")
 
     @property
+    def releases(self) -> Path:
+        """Installed releases (the guardian's; the owner runs them too when it may)."""
+        return self.runtime / "releases"
+
+    @property
     def handoffs(self) -> Path:
         return self.runtime / "handoffs"
 

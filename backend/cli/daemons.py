@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -103,30 +105,33 @@ def place_first_release(layout: Layout, sealed: Path | None) -> Path | None:
     if (layout.runtime / "state.db").exists() or ping(layout.owner_sock, home=layout.home) \
             or ping(layout.guardian_sock, home=layout.home):
         return None
-    from guardian.interp import load_bindings
-    from guardian.keys import trusted_release_keys
     from guardian.own import Pointer
     from guardian.own import save as save_guardian_release
-    from guardian.release import install
+    from guardian.paths import GuardianPaths
+    from guardian.trust import install_trusted
     from owner.release import OwnerRelease
     from owner.release import save as save_owner_release
-    for d in (layout.execution, layout.runtime / "releases"):
+    paths = GuardianPaths(layout.home)
+    for d in (layout.execution, layout.releases):
         ensure_private_dir(d, root=layout.home)
-
-    def put(src: Path) -> Path:
-        return install(src, layout.runtime / "releases",
-                       trusted_keys=trusted_release_keys(
-                           str(layout.runtime / "trusted-release-keys")),
-                       bindings=load_bindings(str(layout.runtime / "interpreters.json"))).path
     if sealed is not None:
-        path = put(sealed.absolute())
+        path = install_trusted(paths, sealed.absolute()).path
     else:
-        from guardian.seal import seal
-        with tempfile.TemporaryDirectory(dir=layout.runtime, prefix="seal-") as tmp:
-            path = put(seal(Path(tmp) / "release").path)
-    save_guardian_release(str(layout.runtime / "guardian-release.json"), Pointer(path.name))
+        with sealed_here(layout) as src:
+            path = install_trusted(paths, src).path
+    save_guardian_release(paths.guardian_release, Pointer(path.name))
     save_owner_release(layout.owner_release, OwnerRelease(path.name))
     return path
+
+
+@contextmanager
+def sealed_here(layout: Layout) -> Iterator[Path]:
+    """A release sealed from the installed tenure, in a temporary directory under
+    runtime/ (removed afterwards)."""
+    from guardian.seal import seal
+    ensure_private_dir(layout.runtime, root=layout.home)
+    with tempfile.TemporaryDirectory(dir=layout.runtime, prefix="seal-") as tmp:
+        yield seal(Path(tmp) / "release").path
 
 
 def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None
@@ -140,12 +145,8 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None
         rid = guardian.call("release.install", {"path": str(sealed.absolute())},
                             timeout=300)["release"]
     else:
-        from guardian.seal import seal
-        ensure_private_dir(layout.runtime, root=layout.home)
-        with tempfile.TemporaryDirectory(dir=layout.runtime, prefix="seal-") as tmp:
-            rid = seal(Path(tmp) / "release").id
-            guardian.call("release.install", {"path": str(Path(tmp) / "release")},
-                          timeout=300)
+        with sealed_here(layout) as src:
+            rid = guardian.call("release.install", {"path": str(src)}, timeout=300)["release"]
     guardian.call("release.select", {"release": rid, "start": True}, timeout=120)
     return str(rid)
 

@@ -256,18 +256,15 @@ def _stage(w: Window, rec: dict[str, Any]) -> None:
         return
     except NotFound:
         pass
-    from guardian.interp import load_bindings
-    from guardian.keys import trusted_release_keys
-    from guardian.release import install
+    from guardian.paths import GuardianPaths
+    from guardian.trust import install_trusted
     from protocol.sockets import ensure_private_dir
     ensure_private_dir(w.layout.owner_releases, root=w.layout.execution)
-    src = w.layout.runtime / "releases" / p["release"]
+    src = w.layout.releases / p["release"]
     if not src.is_dir():
         raise NotFound(f"release {p['release']} is not installed; `tenure release install` "
                        "it first", {"release": p["release"]})
-    install(src, w.layout.owner_releases,
-            trusted_keys=trusted_release_keys(str(w.layout.runtime / "trusted-release-keys")),
-            bindings=load_bindings(str(w.layout.runtime / "interpreters.json")))
+    install_trusted(GuardianPaths(w.layout.home), src, into=w.layout.owner_releases)
 
 
 def _drain(w: Window, rec: dict[str, Any]) -> None:
@@ -290,9 +287,8 @@ def _stop_owner(w: Window, rec: dict[str, Any]) -> None:
         else:
             _systemctl(p["mode"], "stop")
         w.wait("the owner's exit", lambda: not running(owner["pid"], owner["start_ticks"]))
-    from owner.receipt import read_receipt
-    receipt = read_receipt(str(w.layout.execution / "owner-receipt.json"))
-    state = None if receipt is None else receipt.get("state")
+    from .daemons import shutdown_receipt
+    state = shutdown_receipt(w.layout, owner["instance"])["state"]
     if state != "clean":
         raise ReconcileRequired(f"the owner's shutdown receipt is {state!r}, not clean; "
                                 "`tenure owner reconcile` proves what is left",

@@ -126,7 +126,7 @@ def cli_against(layout: Any, release: str | None) -> dict[str, Any]:
     if release is not None:
         from protocol.durable import read_private
         try:
-            raw = read_private(layout.runtime / "releases" / release / "RUNTIME.json")
+            raw = read_private(layout.releases / release / "RUNTIME.json")
             theirs = json.loads(raw).get("tenure_version")
         except (OSError, ValueError, TenureError):
             theirs = None
