@@ -30,7 +30,7 @@ def backend(action: str, r: dict[str, Any]) -> str:
         pairs.append(("owner link", owner_link(r["owner_link"], prefix="")))
     g = r.get("guardian") or {}
     pairs += [
-        ("owner runs", _owner_code(r.get("owner_release"))),
+        ("owner runs", release_line(r.get("owner_release"), "owner")),
         ("guardian", f"pid {g.get('pid', '-')}, runs "
                      f"{release_line(r.get('guardian_release'))}"),
         ("release", sel["current"]),
@@ -58,17 +58,19 @@ def backend(action: str, r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def release_line(own: dict[str, Any] | None) -> str:
-    """``release 1f2e3d4c…`` or ``the installed code``, with a trial or failure noted."""
+def release_line(own: dict[str, Any] | None, who: str = "guardian") -> str:
+    """``release 1f2e3d4c…`` or ``the installed code`` that a daemon (``who``) runs, with
+    a trial, a recorded release it cannot run, or a move it went back from noted."""
     if not own:
-        return "unknown (this guardian does not say)"
+        return f"unknown (this {who} does not say)"
     running = own.get("running")
     text = f"release {running}" if running else "the installed code"
     if own.get("state") == "trial":
         text += " (on trial: not confirmed yet)"
     if own.get("error"):
-        text += (f"; could not run release {str(own.get('release'))[:12]}: "
-                 f"{own['error'].get('msg')}")
+        what = (f"could not run release {str(own['release'])[:12]}" if "release" in own
+                else "the recorded release cannot run")
+        text += f"; {what}: {own['error'].get('msg')}"
     elif own.get("reverted"):
         r = own["reverted"]
         text += f"; went back from release {str(r.get('release'))[:12]}: {r.get('reason')}"
@@ -114,17 +116,6 @@ def owner_link(link: dict[str, Any], prefix: str = "owner: ") -> str:
     return text
 
 
-def _owner_code(rel: dict[str, Any] | None) -> str:
-    """``release ID`` or ``the installed code`` (with why a recorded release is not run);
-    ``unknown`` for an owner that predates saying it."""
-    if rel is None:
-        return "unknown (this owner does not say)"
-    text = f"release {rel['running']}" if rel.get("running") else "the installed code"
-    if rel.get("error"):
-        text += f"; the recorded release cannot run: {rel['error'].get('msg')}"
-    return text
-
-
 def owner(r: dict[str, Any]) -> str:
     """``tenure owner status``."""
     ident, grant = r.get("owner") or {}, r.get("grant") or {}
@@ -133,7 +124,7 @@ def owner(r: dict[str, Any]) -> str:
     notify = r.get("notify") or {}
     pairs: list[tuple[str, Any]] = [
         ("owner", f"{ident.get('instance')}, pid {ident.get('pid')}"),
-        ("runs", _owner_code(r.get("release"))),
+        ("runs", release_line(r.get("release"), "owner")),
         ("home", r.get("home")),
         ("epoch", f"{r.get('epoch')} (granted to activation {grant.get('activation', '-')})"),
         ("draining", r.get("draining")),
