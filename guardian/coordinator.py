@@ -275,11 +275,14 @@ class Coordinator:
     def _set_candidate(self, bp: BackendProcess) -> None:
         self.candidate = bp
 
-    async def standby(self, release_id: str) -> BackendProcess | None:
-        """Start ``release_id``'s interpreter now, outside the pause; it holds nothing. A
+    async def standby(self, release_id: str, verified: Release | None = None
+                      ) -> BackendProcess | None:
+        """Start ``release_id``'s interpreter now, outside the pause; it holds nothing.
+        ``verified``: the release as verified a moment ago (else it is verified now). A
         release that cannot stand by is started the plain way later."""
         try:
-            release = await asyncio.to_thread(self.release, release_id)
+            release = verified if verified is not None else \
+                await asyncio.to_thread(self.release, release_id)
             return await BackendProcess.standby(release, self.paths.home,
                                                 self.paths.logs, self.deadline)
         except TenureError as exc:

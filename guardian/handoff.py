@@ -86,12 +86,9 @@ class _Handoff:
         return self.co.paths.checkpoint_file(self.act.id)
 
     async def run(self, check_only: bool) -> None:
-        if not check_only and self.incumbent is not None and self.incumbent.alive():
-            # the candidate's interpreter starts beside the check: it holds nothing, and
-            # its start-up imports what a preflight imports, so its report serves as one
-            self.early = asyncio.create_task(self.co.standby(self.act.release))
         try:
-            await self.check()
+            await self.check(stand_by=not check_only and self.incumbent is not None
+                             and self.incumbent.alive())
         finally:
             await self.take_early()   # kept even when the check fails: upgrade() drops it
         if check_only:
@@ -107,9 +104,14 @@ class _Handoff:
         await self.retire()
         await self.start_candidate()
 
-    async def check(self) -> None:
+    async def check(self, stand_by: bool) -> None:
+        """``stand_by``: start the candidate's standby beside the rest of the check, from
+        the release verified here: it holds nothing, and its start-up imports what a
+        preflight imports, so its report serves as one (:meth:`preflight`)."""
         co = self.co
         release = await asyncio.to_thread(co.release, self.act.release)  # hashes, interpreter
+        if stand_by:
+            self.early = asyncio.create_task(co.standby(release.id, release))
         co.point("check.owner")
         caps = (await co.owner_call("status"))["capabilities"]
         missing = {k: v for k, v in release.contracts.items() if caps.get(k) != v}

@@ -258,7 +258,7 @@ class FakeCoordinator(Coordinator):
     async def preflight(self, release: Release) -> dict[str, Any]:
         return {"elapsed": 0.0, "exit_status": 0}
 
-    async def standby(self, release_id: str) -> Any:
+    async def standby(self, release_id: str, verified: Any = None) -> Any:
         return self.world.spawn(release_id)
 
     async def live_backend(self) -> dict[str, Any] | None:
