@@ -44,8 +44,9 @@ async def upgrade_guardian(co: Coordinator, release_id: str, check: bool,
     report = await _preflight(co, rel, release_id)
     plan = {"release": release_id, "from": mine.release, "guardian": co.identity.to_wire(),
             "backend": co.current.to_wire() if co.current is not None else None,
-            "preflight": {k: report.get(k) for k in ("elapsed",)} |
-            {k: report["report"].get(k) for k in ("python", "import_s")},
+            "preflight": {"elapsed": report.get("elapsed"),
+                          "python": report["report"].get("python"),
+                          "import_s": report["report"].get("import_s")},
             "changed": release_id != mine.release, "restarting": False}
     if check or not plan["changed"]:
         return plan

@@ -31,10 +31,9 @@ def move_to_first_release(layout: Layout, rid: str, guardian: Callable[[], Clien
     moved = {"guardian": False, "owner": False}
     with guardian() as g:
         runs = (g.call("status").get("guardian_release") or {}).get("running")
-        if runs != rid:
-            step = g.call("guardian.upgrade", {"release": rid, "check": False},
-                          timeout=timeout + 60)
-    if runs != rid and step["restarting"]:
+        step = None if runs == rid else g.call(
+            "guardian.upgrade", {"release": rid, "check": False}, timeout=timeout + 60)
+    if step is not None and step["restarting"]:
         wait_moved(layout, step, timeout)
         moved["guardian"] = True
     owner = ping(layout.owner_sock, home=layout.home) or {}

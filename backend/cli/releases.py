@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +115,8 @@ def _signing_key(path: Path | None) -> Any:
 def cli_against(layout: Any, release: str | None) -> dict[str, Any]:
     """This CLI's tenure version beside the one of ``release`` (the backend's), and
     whether this CLI is older: ``{version, backend_version, older}``. Reads the release's
-    RUNTIME.json (never runs it); an unreadable one gives ``backend_version`` None."""
+    RUNTIME.json through the strict reader (never runs the release); a missing or
+    unreadable one gives ``backend_version`` None."""
     from importlib.metadata import PackageNotFoundError, version
     try:
         mine: str | None = version("tenure")
@@ -124,11 +124,12 @@ def cli_against(layout: Any, release: str | None) -> dict[str, Any]:
         mine = None
     theirs = None
     if release is not None:
+        from guardian.manifest import RUNTIME_NAME, parse_runtime
         from protocol.durable import read_private
         try:
-            raw = read_private(layout.releases / release / "RUNTIME.json")
-            theirs = json.loads(raw).get("tenure_version")
-        except (OSError, ValueError, TenureError):
+            theirs = parse_runtime(read_private(layout.releases / release / RUNTIME_NAME)
+                                   ).tenure_version
+        except (OSError, TenureError):
             theirs = None
     older = mine is not None and isinstance(theirs, str) and \
         _version_key(mine) < _version_key(theirs)

@@ -4,13 +4,13 @@ RUNTIME.json."""
 
 from __future__ import annotations
 
-import json
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from backend.cli.releases import _version_key, cli_against
+from guardian.manifest import RUNTIME_NAME, Interpreter, Runtime
 from protocol.layout import Layout
 
 RID = "e" * 64
@@ -26,8 +26,11 @@ def test_version_keys(v: str, key: tuple[int, ...]) -> None:
 def _release(home: Path, tenure_version: str) -> Layout:
     d = home / "runtime" / "releases" / RID
     d.mkdir(parents=True)
-    (d / "RUNTIME.json").write_text(json.dumps({"tenure_version": tenure_version}))
-    (d / "RUNTIME.json").chmod(0o444)
+    runtime = Runtime(tenure_version, None, Interpreter("/usr/bin/python3", "3.11.2",
+                                                        "0" * 64),
+                      {"lib/tenure.py": "1" * 64}, {})
+    (d / RUNTIME_NAME).write_bytes(runtime.encode())
+    (d / RUNTIME_NAME).chmod(0o444)
     return Layout(home)
 
 
