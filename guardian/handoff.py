@@ -138,9 +138,9 @@ class _Handoff:
         """The early standby's report when it gave one (older releases do not), else a
         preflight process of its own. Raises PreflightFailed / PreflightTimeout."""
         await self.take_early()
-        report = getattr(self.standby, "report", None)
-        if self.standby is not None and self.standby.alive() and report is not None:
-            return {"elapsed": self.standby.started_s, "via": "standby", "report": report}
+        bp = self.standby
+        if bp is not None and bp.alive() and bp.report is not None:
+            return {"elapsed": bp.started_s, "via": "standby", "report": bp.report}
         return await self.co.preflight(release)
 
     async def before_fence(self) -> None:

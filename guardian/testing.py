@@ -59,6 +59,8 @@ class FakeBackend:
     draining: bool = False
     expected_exit: bool = False
     returncode: int | None = None
+    report: dict[str, Any] | None = None   # no preflight report: a preflight runs
+    started_s: float = 0.0
     exited: asyncio.Event = field(default_factory=asyncio.Event)
 
     def alive(self) -> bool:
