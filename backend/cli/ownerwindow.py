@@ -51,6 +51,7 @@ from protocol.errors import (
     ReconcileRequired,
     ServiceError,
     StalePlan,
+    StateCorrupt,
     TenureError,
 )
 from protocol.layout import Layout
@@ -190,7 +191,6 @@ def load(layout: Layout) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     if rec.get("step") not in {s.value for s in Step} or not isinstance(rec.get("plan"), dict):
-        from protocol.errors import StateCorrupt
         raise StateCorrupt(f"{layout.maintenance} has no known step or no plan",
                            {"path": layout.maintenance})
     return rec
