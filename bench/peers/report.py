@@ -4,16 +4,19 @@ No plotting here (bench/peers/render.py draws the charts and writes the file), a
 the standard library, so that it runs in the peers venv and in the unit tests alike.
 Every number comes from the result. A figure is its median over the run's repetitions;
 its spread, (max - min) / median, follows in parentheses, and a spread wider than the
-result's ``config.spread_flag`` is flagged with FLAG.
+result's ``config.spread_flag`` is flagged with FLAG. The Targets section judges tenure's
+ratios to the best peer against the table in bench/peers/targets.py.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.aggregate import SPREAD_FLAG, is_number
+from bench.aggregate import RATIOS, SPREAD_FLAG, is_number
+from bench.peers.targets import BEHIND, TARGETS, Target
 
 REPRO = "./dev bench    # = ./dev peers, then .venv/bin/python bench/suite.py --render"
 FLAG = "⚠"
@@ -140,6 +143,91 @@ def logs_table(res: dict[str, Any]) -> list[str]:
               "alone means the supervisor read its pipe slower than the writer could write "
               "(back-pressure).", ""]
     return lines
+
+
+def targets_intro() -> str:
+    absolute = [t for t in TARGETS if t.at_most is None and t.at_least is None]
+    return " ".join([
+        "A ratio is tenure's median divided by the best peer's median in the same run at the "
+        "same program count N; the best peer is the one with the lowest median (for log "
+        "lines/s, the highest).",
+        *(f"'{t.label}' is judged on tenure's own figures alone; its ratio is shown for "
+          "information." for t in absolute),
+        "Counts that must be 0 are judged on their worst repetition. Log capture runs one "
+        "program whatever N, so it has one row. The targets, and the reasons listed under "
+        "the table for those behind, are in `bench/peers/targets.py`.",
+    ])
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One row of the Targets table: a target at one program count."""
+    target: Target
+    n: str  # shown in the table: a program count, or "any" for logs
+    cells: list[str]
+    verdict: str
+
+
+def _figure(res: dict[str, Any], sup: str | None, n: str, scenario: str, key: str,
+            worst: bool = False) -> float | None:
+    """``sup``'s figure ``key`` (its worst run's with ``worst``); None if missing or failed."""
+    entry = res["supervisors"].get(sup) if sup else None
+    if entry is None:
+        return None
+    data = entry["logs"] if scenario == "logs" else entry["sessions"].get(n, {}).get(scenario)
+    if not isinstance(data, dict) or "error" in data:
+        return None
+    return _number(data.get(f"{key}_max", data.get(key)) if worst else data.get(key))
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if is_number(v) else None
+
+
+def judge(res: dict[str, Any], t: Target, n: str) -> Judged:
+    """Target ``t`` at program count ``n``, every figure read from the result."""
+    scenario, key, _ = RATIOS[t.key]
+    ratio = _number(res.get("ratios", {}).get(n, {}).get(t.key))
+    peer = res.get("ratio_best_peer", {}).get(n, {}).get(t.key)
+    mine = _figure(res, "tenure", n, scenario, key)
+    zeros = [_figure(res, "tenure", n, scenario, f, worst=True) for f, _ in t.zero]
+    verdict = t.verdict(ratio, mine, zeros)
+    shown_n = "any" if scenario == "logs" else n
+    counts = [f"{fmt(v)} {words}" for v, (_, words) in zip(zeros, t.zero, strict=True)]
+    cells = [f"{t.label} ({t.unit})", shown_n, "; ".join([fmt(mine), *counts]), peer or "-",
+             fmt(_figure(res, peer, n, scenario, key)),
+             "-" if ratio is None else f"{ratio:.2f}x", t.text(), verdict]
+    return Judged(t, shown_n, cells, verdict)
+
+
+def target_ns(res: dict[str, Any], t: Target) -> list[str]:
+    """The program counts ``t`` is judged at; logs once, at the run's first count."""
+    ns = [str(n) for n in t.ns or res["config"]["ns"]]
+    return ns[:1] if RATIOS[t.key][0] == "logs" else ns
+
+
+def behind_lines(rows: list[Judged]) -> list[str]:
+    """'- <label>: <reason>' for each target behind, naming the counts it is behind at."""
+    behind: dict[Target, list[str]] = {}
+    for r in rows:
+        if r.verdict == BEHIND:
+            behind.setdefault(r.target, []).append(r.n)
+    lines = []
+    for t, ns in behind.items():
+        where = "" if ns == ["any"] else f" (N = {', '.join(ns)})"
+        lines.append(f"- {t.label}{where}: {t.reason or 'behind; no measured reason recorded'}")
+    return lines
+
+
+def targets_section(res: dict[str, Any]) -> list[str]:
+    rows = [judge(res, t, n) for t in TARGETS for n in target_ns(res, t)]
+    lines = ["## Targets", "", targets_intro(), "",
+             "| metric | N | tenure | best peer | best peer's figure | tenure / best peer "
+             "| target | verdict |",
+             "|---|---:|---:|---|---:|---:|---|---|"]
+    lines += ["| " + " | ".join(r.cells) + " |" for r in rows]
+    behind = behind_lines(rows)
+    return [*lines, "", *([*behind, ""] if behind else [])]
 
 
 def _count(v: Any) -> str:
@@ -288,6 +376,7 @@ def markdown(res: dict[str, Any], plots: list[str]) -> str:
     for n in (str(n) for n in res["config"]["ns"]):
         lines += session_table(res, n)
     lines += ["### Logs", "", *logs_table(res)]
+    lines += targets_section(res)
     lines += ["## Plots", ""]
     if repeats(res) > 1:
         lines += ["Bars are medians; the whiskers span min to max over the repetitions.", ""]

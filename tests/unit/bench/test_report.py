@@ -104,3 +104,18 @@ def test_failed_scenario_shows_its_error_and_no_ratio() -> None:
 def test_commands_are_shown_with_the_temp_dir_as_w() -> None:
     text = report.markdown(result([30.0], [60.0]), [])
     assert "- status: `` W/bin status ``" in text
+
+
+def test_targets_follow_the_logs_table_and_say_how_a_ratio_is_computed() -> None:
+    res = result([30.0] * 3, [60.0] * 3)
+    res["ratios"], res["ratio_best_peer"] = aggregate.ratios(res["supervisors"], ["50"])
+    text = report.markdown(res, [])
+    assert text.index("### Logs") < text.index("## Targets") < text.index("## Plots")
+    assert ("A ratio is tenure's median divided by the best peer's median in the same run "
+            "at the same program count N") in text
+    targets = text[text.index("## Targets"):text.index("## Plots")]
+    assert row(targets, "status CLI, median (ms)") == [
+        "status CLI, median (ms)", "50", "30.0", "supervisord", "60.0", "0.50x", "≤ 0.35x",
+        "behind"]
+    assert row(targets, "control-plane replacement")[-1] == "not measured"  # no N = 200
+    assert "- status CLI, median (N = 50): behind; no measured reason recorded" in targets
