@@ -6,18 +6,25 @@ See docs/state.md. Directories are 0700; no component may be a symlink.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the status command needs only str paths: pathlib (with re) costs ~10 ms
+    from pathlib import Path
 
 __all__ = ["Layout", "default_home", "is_release_id", "release_of"]
 
 
 def default_home() -> Path:
     """TENURE_HOME, else $XDG_STATE_HOME/tenure, else ~/.local/state/tenure."""
+    from pathlib import Path
+    return Path(default_home_str())
+
+
+def default_home_str() -> str:
+    """:func:`default_home` as an absolute str, without importing pathlib."""
     env = os.environ.get("TENURE_HOME")
-    if env:
-        return Path(env).absolute()
     xdg = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return (Path(xdg) / "tenure").absolute()
+    return os.path.join(os.getcwd(), env or os.path.join(xdg, "tenure"))
 
 
 def is_release_id(value: object) -> bool:
@@ -30,6 +37,7 @@ def release_of(module_file: str, releases: Path) -> str | None:
     """The id of the installed release under ``releases`` that ``module_file`` (a
     module's ``__file__``) was loaded from, or None (the installed code). Told by where
     the code lies, so a process cannot claim a release it does not run."""
+    from pathlib import Path
     try:
         parts = Path(os.path.realpath(module_file)).relative_to(
             os.path.realpath(releases)).parts
@@ -41,11 +49,19 @@ def release_of(module_file: str, releases: Path) -> str | None:
 class Layout:
     """Paths under one home. Plain class: subclasses add the paths of their own daemon."""
 
-    def __init__(self, home: Path) -> None:
-        self.home = home
+    def __init__(self, home: str | os.PathLike[str]) -> None:
+        self.root = os.fspath(home)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.home)!r})"
+        return f"{type(self).__name__}({self.root!r})"
+
+    @property
+    def home(self) -> Path:
+        from pathlib import Path  # made on demand: see TYPE_CHECKING above
+        return Path(self.root)
+
+    def _at(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
 
     # execution/ — the owner's
     @property
@@ -97,7 +113,7 @@ class Layout:
 
     @property
     def diagnostics(self) -> str:
-        return str(self.runtime / "supervisor-state.json")
+        return self._at("runtime", "supervisor-state.json")
 
     # backend/ — the backend generations'
     @property
@@ -106,7 +122,7 @@ class Layout:
 
     @property
     def api_sock(self) -> str:
-        return str(self.backend / "api.sock")
+        return self._at("backend", "api.sock")
 
     @property
     def backend_db(self) -> str:

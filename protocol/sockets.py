@@ -14,10 +14,13 @@ import stat
 import struct
 from collections.abc import Callable
 from contextlib import suppress
-from pathlib import Path
 
 from .errors import AlreadyRunning, PathTooLong, UnsafePath
 from .values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # clients import this module: pathlib (with re) costs them ~10 ms
+    from pathlib import Path
 
 __all__ = [
     "MAX_SOCKET_PATH",
@@ -92,6 +95,7 @@ def ensure_private_dir(path: str | os.PathLike[str],
     directory owned by one of ``owners`` (default: us or root). Raises UnsafePath; never
     changes an existing directory's mode or owner.
     """
+    from pathlib import Path
     target = Path(os.path.abspath(path))
     base = Path(os.path.abspath(root)) if root is not None else target
     if base != target and base not in target.parents:

@@ -6,18 +6,15 @@ import sys
 import time
 
 from protocol.client import Client
-from protocol.errors import (
-    BackendUnavailable,
-    BadRequest,
-    ConfigInvalid,
-    ConnectFailed,
-    TenureError,
-)
-from protocol.layout import Layout
+from protocol.errors import BadRequest, ConfigInvalid, TenureError
 
 from . import render
+from .everyday import api as _api
+from .everyday import call as _call
+from .everyday import guardian as _guardian
+from .everyday import layout as _layout
+from .everyday import out as _out
 from .exits import Exit, current
-from .owners import trusted_owners
 from .progress import live
 from .releases import cli_against, resolve_release
 
@@ -26,67 +23,6 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
 OK, ERROR, UNREACHABLE, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNREACHABLE, Exit.UNSETTLED
-
-
-def _layout(args: Any) -> Layout:
-    return Layout(args.home)
-
-
-def _api(args: Any, timeout: float = 300.0) -> Client:
-    # allow_group: with a viewer group configured the socket is 0660 (never 0666)
-    sock = _layout(args).api_sock
-    return Client(sock, timeout=timeout, pin=False, name="cli", allow_group=True,
-                  role="admin" if _is_admin(sock) else "viewer",
-                  owners=trusted_owners(sock, args.home))
-
-
-def _is_admin(sock: str) -> bool:
-    """Root and the daemon's own user are admins; anyone else asks for the viewer role."""
-    import os
-    try:
-        return os.geteuid() in (0, os.stat(sock).st_uid)
-    except OSError:
-        return True  # no socket: the connection attempt reports it
-
-
-def _guardian(args: Any, timeout: float = 600.0) -> Client:
-    sock = _layout(args).guardian_sock
-    return Client(sock, timeout=timeout, pin=False, name="cli",
-                  owners=trusted_owners(sock, args.home))
-
-
-def _out(args: Any, obj: Any, text: str | None = None) -> None:
-    if args.json:
-        import json
-        print(json.dumps(obj, default=_bytes, sort_keys=True))
-    elif text is not None:
-        print(text)
-
-
-def _bytes(v: Any) -> Any:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
-
-
-def _call(args: Any, method: str, params: dict[str, Any] | None = None,
-          timeout: float = 300.0) -> Any:
-    """Call the backend; when none answers, say why using the guardian's diagnostics."""
-    try:
-        with _api(args, timeout) as c:
-            return c.call(method, params or {})
-    except ConnectFailed:
-        diag = _diagnostics(args)
-        raise BackendUnavailable("no backend generation answers" + render.why(diag),
-                                 {"diagnostics": diag}) from None
-
-
-def _diagnostics(args: Any) -> dict[str, Any] | None:
-    from protocol.durable import read_json
-    try:
-        return read_json(_layout(args).diagnostics, "tenure-supervisor-state")
-    except FileNotFoundError:
-        return None
-    except Exception as exc:  # unreadable diagnostics are reported, not hidden
-        return {"unreadable": str(exc)}
 
 
 # -- lifecycle ------------------------------------------------------------------------
@@ -171,41 +107,6 @@ def cmd_down(args: Any) -> int:
 
 
 # -- everyday -------------------------------------------------------------------------
-
-def cmd_status(args: Any) -> int:
-    if args.watch:
-        return _watch_status(args)
-    return _status_once(args)
-
-
-def _status_once(args: Any) -> int:
-    try:
-        st = _call(args, "status", {"targets": args.targets} if args.targets else None,
-                   timeout=10.0)
-    except BackendUnavailable as exc:
-        diag = exc.data.get("diagnostics")
-        _out(args, {"ok": False, "backend": None, "diagnostics": diag},
-             "backend: not available" + render.why(diag))
-        return UNREACHABLE
-    _out(args, st, render.status(st))
-    return current(st)
-
-
-def _watch_status(args: Any) -> int:
-    """``status -w``: redraw every ``--every`` seconds (like watch(1)) until Ctrl-C, which
-    ends it with the last status's exit code. Off a terminal each snapshot follows the
-    previous one after a blank line."""
-    from .watch import redraw
-
-    def draw() -> int:
-        try:
-            return _status_once(args)
-        except TenureError as exc:   # a target gone, a handoff: show it, go on
-            print(f"tenure: {exc.code_str}: {exc.msg}")
-            return ERROR
-    title = f"tenure status {' '.join(args.targets)}".rstrip()
-    return redraw(title, max(args.every, 0.2), sys.stdout.isatty() and not args.json, draw)
-
 
 def _target_cmd(args: Any, method: str) -> int:
     r = _call(args, method, {"target": args.target, "timeout": args.timeout},

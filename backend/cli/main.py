@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from protocol.errors import BackendUnavailable, BadRequest, ConnectFailed, TenureError
 
-from . import commands
 from .exits import Exit
 
 TYPE_CHECKING = False
@@ -28,6 +26,7 @@ def _common(default: Any) -> Any:
     """--home and --json, accepted before and after the command (the command's copy
     must not overwrite a value given before it, hence SUPPRESS there)."""
     import argparse
+    from pathlib import Path
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--home", type=Path, default=default, help="TENURE_HOME "
                         "(default: $TENURE_HOME or ~/.local/state/tenure)")
@@ -39,6 +38,7 @@ def _common(default: Any) -> Any:
 
 def _parser() -> Any:
     import argparse
+    from pathlib import Path
     common = _common(argparse.SUPPRESS)
     ap = argparse.ArgumentParser(prog="tenure", parents=[_common(None)],
                                  description="process supervisor with a replaceable "
@@ -193,20 +193,26 @@ def _fast_status(argv: list[str]) -> Any:
             return None
     if "status" not in argv:
         return None
-    import types
-    return types.SimpleNamespace(cmd="status", json=as_json, targets=[], watch=False,
-                                 home=Path(home) if home is not None else None)
+    from types import SimpleNamespace
+
+    from protocol.layout import default_home_str
+    # home as a str: pathlib is one of the larger imports of the whole command
+    return SimpleNamespace(cmd="status", json=as_json, targets=[], watch=False,
+                           home=os.path.join(os.getcwd(), home) if home is not None
+                           else default_home_str())
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = _fast_status(argv) or _parser().parse_args(argv)
-    from protocol.layout import default_home
-    args.home = (args.home or default_home()).absolute()
+    args = _fast_status(argv)
+    if args is None:
+        from protocol.layout import default_home
+        args = _parser().parse_args(argv)
+        args.home = (args.home or default_home()).absolute()
     if not args.json:
         from .present import use_colour
         use_colour(sys.stdout)
-    handler = getattr(commands, f"cmd_{args.cmd}")
+    handler = _handler(args.cmd)
     try:
         code: int = handler(args)
         return code
@@ -221,6 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return Exit.OK
+
+
+def _handler(cmd: str) -> Any:
+    if cmd == "status":
+        from .everyday import cmd_status
+        return cmd_status
+    from . import commands
+    return getattr(commands, f"cmd_{cmd}")
 
 
 def _fail(args: Any, exc: TenureError, code: int) -> int:

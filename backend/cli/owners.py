@@ -10,7 +10,6 @@ root's, in a directory only root can change). Nothing else widens the check.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 __all__ = ["trusted_owners"]
 
@@ -27,6 +26,8 @@ def trusted_owners(sock: str, home: str | os.PathLike[str]) -> tuple[int, ...] |
         return None  # no socket: the connection attempt reports it
     if owner in (os.geteuid(), 0):
         return None
+    from pathlib import Path  # only here: status of one's own home needs no pathlib
+
     from units.model import SYSTEM_CONFIG_DIR
     from units.trust import service_account_uid
     record = os.environ.get(RECORD_ENV) or str(SYSTEM_CONFIG_DIR / "installation.json")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import time
 
 from .present import colour_for, dur, fields, identity, paint, percent, size, table, value
@@ -166,7 +165,7 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("cpu_percent", "cpu", lambda r: percent(r["cpu_percent"])),
     ("rss", "memory", lambda r: size(r["rss"])),
     ("log_dropped", "log lines dropped", lambda r: value(r["log_dropped"])),
-    ("command", "command", lambda r: shlex.join(r["command"])),
+    ("command", "command", lambda r: _shell_words(r["command"])),
     ("restart", "restart policy", lambda r: value(r["restart"])),
     ("ready_kind", "readiness", lambda r: value(r["ready_kind"])),
     ("stop", "stop", lambda r: _stop(r["stop"])),
@@ -185,6 +184,11 @@ def _said(record: dict[str, Any] | None) -> str:
     if not record:
         return "-"
     return f"{record['text']} (generation {record['generation']})"
+
+
+def _shell_words(argv: list[str]) -> str:
+    import shlex  # only inspect shows a command line; status loads nothing it does not use
+    return shlex.join(argv)
 
 
 def inspect(r: dict[str, Any]) -> str:

@@ -1,0 +1,121 @@
+"""What every command shares (connecting to the daemons, printing an answer), and
+``tenure status``, the most frequent command, which needs nothing more.
+
+Kept lean on purpose: this module and what it imports are all that ``tenure status``
+loads (no pathlib, argparse or typing), since interpreter start-up and imports are most
+of that command's time. tests/unit/backend/test_cli_imports.py holds it to that.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from protocol.client import Client
+from protocol.errors import BackendUnavailable, ConnectFailed, TenureError
+from protocol.layout import Layout
+
+from . import render
+from .exits import Exit, current
+from .owners import trusted_owners
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["api", "call", "cmd_status", "guardian", "layout", "out"]
+
+
+def layout(args: Any) -> Layout:
+    return Layout(args.home)
+
+
+def api(args: Any, timeout: float = 300.0) -> Client:
+    # allow_group: with a viewer group configured the socket is 0660 (never 0666)
+    sock = layout(args).api_sock
+    return Client(sock, timeout=timeout, pin=False, name="cli", allow_group=True,
+                  role="admin" if _is_admin(sock) else "viewer",
+                  owners=trusted_owners(sock, args.home))
+
+
+def _is_admin(sock: str) -> bool:
+    """Root and the daemon's own user are admins; anyone else asks for the viewer role."""
+    import os
+    try:
+        return os.geteuid() in (0, os.stat(sock).st_uid)
+    except OSError:
+        return True  # no socket: the connection attempt reports it
+
+
+def guardian(args: Any, timeout: float = 600.0) -> Client:
+    sock = layout(args).guardian_sock
+    return Client(sock, timeout=timeout, pin=False, name="cli",
+                  owners=trusted_owners(sock, args.home))
+
+
+def out(args: Any, obj: Any, text: str | None = None) -> None:
+    if args.json:
+        import json
+        print(json.dumps(obj, default=_bytes, sort_keys=True))
+    elif text is not None:
+        print(text)
+
+
+def _bytes(v: Any) -> Any:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def call(args: Any, method: str, params: dict[str, Any] | None = None,
+         timeout: float = 300.0) -> Any:
+    """Call the backend; when none answers, say why using the guardian's diagnostics."""
+    try:
+        with api(args, timeout) as c:
+            return c.call(method, params or {})
+    except ConnectFailed:
+        diag = _diagnostics(args)
+        raise BackendUnavailable("no backend generation answers" + render.why(diag),
+                                 {"diagnostics": diag}) from None
+
+
+def _diagnostics(args: Any) -> dict[str, Any] | None:
+    from protocol.durable import read_json
+    try:
+        return read_json(layout(args).diagnostics, "tenure-supervisor-state")
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # unreadable diagnostics are reported, not hidden
+        return {"unreadable": str(exc)}
+
+
+def cmd_status(args: Any) -> int:
+    if args.watch:
+        return _watch_status(args)
+    return _status_once(args)
+
+
+def _status_once(args: Any) -> int:
+    try:
+        st = call(args, "status", {"targets": args.targets} if args.targets else None,
+                  timeout=10.0)
+    except BackendUnavailable as exc:
+        diag = exc.data.get("diagnostics")
+        out(args, {"ok": False, "backend": None, "diagnostics": diag},
+            "backend: not available" + render.why(diag))
+        return Exit.UNREACHABLE
+    out(args, st, render.status(st))
+    return current(st)
+
+
+def _watch_status(args: Any) -> int:
+    """``status -w``: redraw every ``--every`` seconds (like watch(1)) until Ctrl-C, which
+    ends it with the last status's exit code. Off a terminal each snapshot follows the
+    previous one after a blank line."""
+    from .watch import redraw
+
+    def draw() -> int:
+        try:
+            return _status_once(args)
+        except TenureError as exc:   # a target gone, a handoff: show it, go on
+            print(f"tenure: {exc.code_str}: {exc.msg}")
+            return Exit.ERROR
+    title = f"tenure status {' '.join(args.targets)}".rstrip()
+    return redraw(title, max(args.every, 0.2), sys.stdout.isatty() and not args.json, draw)
