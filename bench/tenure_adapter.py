@@ -39,6 +39,16 @@ def _sealed(root: Path) -> Path:
     return _SEALED
 
 
+def _tenure_command() -> list[str]:
+    """The `tenure` script installed beside this interpreter, as operators run it (no
+    runpy start-up); ``python -m backend.cli.main`` where there is none."""
+    script = Path(sys.executable).parent / "tenure"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "backend.cli.main"]
+
+
+_TENURE = _tenure_command()
+
+
 def _toml_list(argv: list[str]) -> str:
     return "[" + ", ".join(json.dumps(a) for a in argv) + "]"
 
@@ -58,7 +68,7 @@ class Tenure(Supervisor):
         return Layout(self.home)
 
     def _cli(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "backend.cli.main", "--home", str(self.home), *args]
+        return [*_TENURE, "--home", str(self.home), *args]
 
     def _prepare_home(self, workdir: Path) -> None:
         """A short home (socket paths) with the release installed and selected."""
