@@ -17,8 +17,8 @@ from pathlib import Path
 from protocol.errors import TenureError
 from protocol.layout import default_home
 
-from .daemon import run
 from .paths import GuardianPaths
+from .start import run
 
 
 def preflight(paths: GuardianPaths) -> int:

@@ -1,20 +1,17 @@
 """The guardian daemon: key, state, owner connection, admin socket, boot, and the
-orderly exit that leaves applications and the recovery certificate in place; the move
-into the guardian's own release (guardian.own), by exec, keeping pid, lock and backend.
-
-Exit statuses: 0 clean stop, 2 unsafe or unreadable state, 5 another guardian runs.
+orderly exit that leaves applications and the recovery certificate in place. Its start
+(lock, and the exec into its own release that keeps pid, lock and backend) is
+guardian.start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
-import os
 import signal
 import time
 
-from protocol.errors import AlreadyRunning, GuardianUpgradeFailed, StateCorrupt, TenureError
+from protocol.errors import TenureError
 from protocol.server import RpcServer
 
 from . import own
@@ -26,40 +23,10 @@ from .keys import load_or_create_key
 from .paths import GuardianPaths
 from .service import GuardianService
 from .state import StateStore
-from .trust import verified_release
 
-__all__ = ["run"]
+__all__ = ["serve"]
 
 log = logging.getLogger("tenure.guardian")
-
-
-def _lock(paths: GuardianPaths, inherited: int | None = None) -> int:
-    """Hold runtime/guardian.lock: open it, or take over the descriptor the guardian
-    that exec'd into this one kept (it must be that very file)."""
-    if inherited is not None:
-        return _inherit_lock(paths, inherited)
-    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise AlreadyRunning(f"another guardian runs on {paths.home}") from None
-    return fd
-
-
-def _inherit_lock(paths: GuardianPaths, fd: int) -> int:
-    try:
-        held, there = os.fstat(fd), os.lstat(paths.lock)
-    except OSError as exc:
-        raise StateCorrupt(f"inherited lock descriptor {fd}: {exc.strerror}") from None
-    if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
-        raise StateCorrupt(f"inherited descriptor {fd} is not {paths.lock}", {"fd": fd})
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours already: the same open file
-    except BlockingIOError:
-        raise AlreadyRunning(f"another guardian runs on {paths.home}") from None
-    os.set_inheritable(fd, False)
-    return fd
 
 
 async def _connect_owner(co: Coordinator, stop: asyncio.Event) -> bool:
@@ -162,50 +129,8 @@ async def _certify(co: Coordinator, deadline: float) -> bool:
     return False
 
 
-def _exec(paths: GuardianPaths, release_id: str, lock_fd: int) -> TenureError:
-    """Replace this process with the guardian of ``release_id`` (verified now), handing
-    it the lock; returns only when that fails, with the reason."""
-    from .release import exec_release
-    try:
-        rel = verified_release(paths, release_id)
-        log.info("the guardian continues from release %s (same pid %d)", release_id,
-                 os.getpid())
-        os.set_inheritable(lock_fd, True)
-        failed = exec_release(rel, "--home", str(paths.home), "--inherit-lock", str(lock_fd),
-                              "--log-level",
-                              logging.getLevelName(logging.getLogger().level),
-                              module="guardian")
-        err: TenureError = GuardianUpgradeFailed(
-            f"cannot execute the guardian of release {release_id}: {failed.strerror}",
-            {"release": release_id, "step": "exec"})
-    except TenureError as exc:
-        err = exc
-    finally:
-        os.set_inheritable(lock_fd, False)
-    log.error("the guardian stays on the code it runs: %s", err)
-    return err
-
-
 def _sd_notify(msg: str) -> None:
     from protocol.notify import sd_notify
     sd_notify(msg)
 
 
-def run(paths: GuardianPaths, inherited_lock: int | None = None) -> int:
-    try:
-        paths.prepare()
-        fd = _lock(paths, inherited_lock)
-        mine = own.Running.start(paths, own.running_release(paths.releases))
-        if mine.follow is not None:
-            mine.exec_failed(paths, _exec(paths, mine.follow, fd))
-        while True:
-            target = asyncio.run(serve(paths, mine))
-            if target is None:
-                return 0
-            mine.exec_failed(paths, _exec(paths, target, fd))
-    except AlreadyRunning as exc:
-        log.error("%s", exc)
-        return 5
-    except TenureError as exc:
-        log.error("%s", exc)
-        return 2

@@ -27,17 +27,13 @@ import hashlib
 import os
 import re
 import secrets
-import shutil
 import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from typing import TYPE_CHECKING, Any
 
 from protocol.errors import (
     BadRequest,
@@ -49,6 +45,9 @@ from protocol.errors import (
     TenureError,
     UnsafePath,
 )
+
+if TYPE_CHECKING:  # cryptography only for a signed release: every daemon start verifies
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .manifest import (
     RUNTIME_NAME,
@@ -279,6 +278,7 @@ def _check_signature(root: Path, data: bytes, trusted_keys: Iterable[Ed25519Publ
         sig = base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError) as e:
         raise BadSignature(f"{SIGNATURE_NAME} is not base64", {"file": SIGNATURE_NAME}) from e
+    from cryptography.exceptions import InvalidSignature
     for key in trusted_keys:
         try:
             key.verify(sig, data)
@@ -468,6 +468,7 @@ def _copy_release(source: Release, dst: Path) -> None:
     Each file is created exclusively and made 0444; :func:`_make_durable` flushes them.
     Raises UnsafePath, NotFound, OSError.
     """
+    from shutil import copyfileobj  # only installing copies: verifying needs no shutil
     dst.mkdir(mode=0o700)
     names = [RUNTIME_NAME, *([SIGNATURE_NAME] if source.signed else []), *source.runtime.files]
     for d in sorted(_parents(source.runtime.files)):
@@ -477,7 +478,7 @@ def _copy_release(source: Release, dst: Path) -> None:
             fd = os.open(dst / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "wb") as fout:
-                shutil.copyfileobj(fin, fout, 1 << 20)
+                copyfileobj(fin, fout, 1 << 20)
                 os.fchmod(fd, _RO_FILE)
 
 
@@ -545,4 +546,5 @@ def _remove_tree(root: Path) -> None:
             p = os.path.join(here, name)
             if not os.path.islink(p):
                 os.chmod(p, 0o700)
-    shutil.rmtree(root)
+    from shutil import rmtree
+    rmtree(root)

@@ -5,7 +5,7 @@ The checks come first and change nothing: no activation may be unfinished (its
 guardian must finish it), the release must verify, and its guardian must pass its
 preflight (it imports, reads state.db and the record, and names the owner contracts it
 needs, which the owner must offer). Then the record becomes a trial of the release and
-the guardian stops serving and execs into it (guardian.daemon): same pid, same lock, the
+the guardian stops serving and execs into it (guardian.start): same pid, same lock, the
 backend stays its child and is adopted by the new guardian's boot.
 """
 

@@ -11,9 +11,7 @@ from pathlib import Path
 
 from protocol.errors import AlreadyRunning, ProcessesAlive, TenureError
 
-from .daemon import EXIT, run
 from .paths import OwnerPaths, default_home
-from .reconcile import reconcile
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,14 +34,33 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s owner %(levelname)s %(message)s")
     paths = OwnerPaths((args.home or default_home()).absolute())
     if args.command == "serve":
-        return run(paths, args.service_account)
+        return _serve(paths, args.service_account)
     if args.prepare or args.drain:
         from .reconcile_cli import guided
         return guided(paths, args.drain, args.json)
     return _reconcile(paths, args.json)
 
 
+def _serve(paths: OwnerPaths, service_account: str | None) -> int:
+    """Exec into the recorded release first, then import the daemon: its imports are
+    most of a start, and a process that execs would pay them twice."""
+    from .release import follow
+    args = ["serve", "--home", str(paths.home), "--log-level",
+            logging.getLevelName(logging.getLogger().level)]
+    try:
+        err = follow(paths, args + ([] if service_account is None else
+                                    ["--service-account", service_account]))
+    except TenureError as exc:   # an unreadable record: refuse, as every start does
+        from .daemon import EXIT
+        logging.getLogger("owner").error("%s", exc)
+        return EXIT["usage"]
+    from .daemon import run
+    return run(paths, service_account, err)
+
+
 def _reconcile(paths: OwnerPaths, as_json: bool) -> int:
+    from .daemon import EXIT
+    from .reconcile import reconcile
     try:
         proven = reconcile(paths)
     except ProcessesAlive as exc:

@@ -28,7 +28,6 @@ from .paths import OwnerPaths
 from .procinfo import group_members
 from .reaper import become_subreaper, raise_nofile_limit
 from .receipt import Receipt, admit_start, read_receipt
-from .release import follow
 from .release import running as running_release
 from .service import CAPABILITIES, OwnerService
 from .signals import clear_inherited
@@ -214,18 +213,16 @@ async def _report_overflow(service: OwnerService) -> None:
                               instance=src.instance, generation=src.generation, dropped=n)
 
 
-def run(paths: OwnerPaths, service_account: str | None = None) -> int:
-    """Entry point of ``python -m owner``: serve, mapping refusals to exit statuses."""
+def run(paths: OwnerPaths, service_account: str | None = None,
+        err: TenureError | None = None) -> int:
+    """Entry point of ``python -m owner``: serve, mapping refusals to exit statuses.
+    ``err`` says why the recorded release could not run (owner.release.follow)."""
     cleared = clear_inherited()
     if cleared:
         log.info("signals ignored or blocked by whoever started the owner, reset so "
                  "that apps start with the defaults: %s", ", ".join(cleared))
     try:
         account = None if service_account is None else ServiceAccount.lookup(service_account)
-        err = follow(paths, ["serve", "--home", str(paths.home), "--log-level",
-                             logging.getLevelName(logging.getLogger().level)]
-                     + ([] if service_account is None else
-                        ["--service-account", service_account]))
         return asyncio.run(Owner(paths, account=account,
                                  release_error=err.to_wire() if err else None
                                  ).serve(_announce))

@@ -1,0 +1,101 @@
+"""Starting the guardian: its lock, the release it runs, and the serve loop.
+
+Kept apart from guardian.daemon on purpose: a guardian whose recorded release is not the
+code it runs execs into that release before it imports the serving machinery (asyncio,
+the coordinator, cryptography's keys), which is most of a start's time and would
+otherwise be paid twice. A self-upgrade returns here from ``serve`` and execs the same way.
+
+Exit statuses: 0 clean stop, 2 unsafe or unreadable state, 5 another guardian runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+
+from protocol.errors import AlreadyRunning, GuardianUpgradeFailed, StateCorrupt, TenureError
+
+from . import own
+from .paths import GuardianPaths
+
+__all__ = ["run"]
+
+log = logging.getLogger("tenure.guardian")
+
+
+def _lock(paths: GuardianPaths, inherited: int | None = None) -> int:
+    """Hold runtime/guardian.lock: open it, or take over the descriptor the guardian
+    that exec'd into this one kept (it must be that very file)."""
+    if inherited is not None:
+        return _inherit_lock(paths, inherited)
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AlreadyRunning(f"another guardian runs on {paths.home}") from None
+    return fd
+
+
+def _inherit_lock(paths: GuardianPaths, fd: int) -> int:
+    try:
+        held, there = os.fstat(fd), os.lstat(paths.lock)
+    except OSError as exc:
+        raise StateCorrupt(f"inherited lock descriptor {fd}: {exc.strerror}") from None
+    if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
+        raise StateCorrupt(f"inherited descriptor {fd} is not {paths.lock}", {"fd": fd})
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours already: the same open file
+    except BlockingIOError:
+        raise AlreadyRunning(f"another guardian runs on {paths.home}") from None
+    os.set_inheritable(fd, False)
+    return fd
+
+
+def _exec(paths: GuardianPaths, release_id: str, lock_fd: int) -> TenureError:
+    """Replace this process with the guardian of ``release_id`` (verified now), handing
+    it the lock; returns only when that fails, with the reason."""
+    from .release import exec_release
+    try:
+        from .trust import verified_release
+        rel = verified_release(paths, release_id)
+        log.info("the guardian continues from release %s (same pid %d)", release_id,
+                 os.getpid())
+        os.set_inheritable(lock_fd, True)
+        failed = exec_release(rel, "--home", str(paths.home), "--inherit-lock", str(lock_fd),
+                              "--log-level",
+                              logging.getLevelName(logging.getLogger().level),
+                              module="guardian")
+        err: TenureError = GuardianUpgradeFailed(
+            f"cannot execute the guardian of release {release_id}: {failed.strerror}",
+            {"release": release_id, "step": "exec"})
+    except TenureError as exc:
+        err = exc
+    finally:
+        os.set_inheritable(lock_fd, False)
+    log.error("the guardian stays on the code it runs: %s", err)
+    return err
+
+
+def run(paths: GuardianPaths, inherited_lock: int | None = None) -> int:
+    try:
+        paths.prepare()
+        fd = _lock(paths, inherited_lock)
+        mine = own.Running.start(paths, own.running_release(paths.releases))
+        if mine.follow is not None:
+            mine.exec_failed(paths, _exec(paths, mine.follow, fd))
+        import asyncio
+
+        from .daemon import serve
+        while True:
+            target = asyncio.run(serve(paths, mine))
+            if target is None:
+                return 0
+            mine.exec_failed(paths, _exec(paths, target, fd))
+    except AlreadyRunning as exc:
+        log.error("%s", exc)
+        return 5
+    except TenureError as exc:
+        log.error("%s", exc)
+        return 2
