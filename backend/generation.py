@@ -495,11 +495,11 @@ class Generation:
     async def serve_metrics(self) -> None:
         """Serve Prometheus metrics at ``[metrics] listen`` of the current config (or
         stop serving); called at start and when a config is applied."""
-        from .metrics import TenureCollector, fetcher
-        from .metrics_http import MetricsListener
         if self.metrics is None:
             if self.config.metrics.listen is None:
                 return  # opt-in: without it prometheus_client is not even imported
+            from .metrics import TenureCollector, fetcher
+            from .metrics_http import MetricsListener
             loop = asyncio.get_running_loop()
             self.metrics = MetricsListener(TenureCollector(fetcher(self, loop)))
         await self.metrics.apply(self.config.metrics.listen)
