@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ from .model import (
     StartLimit,
     StopSpec,
     canonical_digest,
+    plain,
 )
 
 __all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "canonical_form", "config_error", "load_config",
@@ -133,10 +134,10 @@ def canonical_form(config: Config) -> dict[str, Any]:
     defaults filled in, names sorted; the source path is left out. Never raises."""
     return {
         "format": CONFIG_FORMAT,
-        "settings": asdict(config.settings),
+        "settings": plain(config.settings),
         # only when set: configs without it keep their revision
-        **({"metrics": asdict(config.metrics)} if config.metrics.listen else {}),
-        **({"retention": asdict(config.retention)}
+        **({"metrics": plain(config.metrics)} if config.metrics.listen else {}),
+        **({"retention": plain(config.retention)}
            if config.retention != RetentionSettings() else {}),
         "stacks": {
             s.name: {"apps": {a.name: _app_form(a) for a in s.apps.values()},
@@ -149,7 +150,7 @@ def canonical_form(config: Config) -> dict[str, Any]:
 
 
 def _app_form(app: App) -> dict[str, Any]:
-    form = asdict(replace(app, env={}))
+    form: dict[str, Any] = plain(replace(app, env={}))
     form["env"] = dict(sorted(app.env.items()))
     form["after"] = sorted(app.after)
     # identity and limits only when set: the revision of a config without them stays
@@ -162,7 +163,7 @@ def _app_form(app: App) -> dict[str, Any]:
 
 
 def _job_form(job: JobTemplate) -> dict[str, Any]:
-    form = asdict(replace(job, env={}))
+    form: dict[str, Any] = plain(replace(job, env={}))
     form["env"] = dict(sorted(job.env.items()))
     form["after"] = sorted(job.after)
     # keys added later only when set: a config without them keeps its revision

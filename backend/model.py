@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "StartLimit",
     "StopSpec",
     "canonical_digest",
+    "plain",
 ]
 
 
@@ -56,6 +57,39 @@ class HealthKind(StrEnum):
     HTTP = "http"
     TCP = "tcp"
     EXEC = "exec"
+
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_LEAVES: set[type] = {str, int, float, bool, bytes, type(None)}
+
+
+def plain(obj: Any) -> Any:
+    """What ``dataclasses.asdict`` gives for this model's data, without its deep copy of
+    every value (the model is frozen and its leaves immutable): dataclasses become dicts,
+    recursively through tuples, lists and dicts, whose types are kept. asdict was most of
+    the time of parsing a config, which every plan, apply and operation does."""
+    cls = type(obj)
+    if cls in _LEAVES:
+        return obj
+    names = _FIELD_NAMES.get(cls)
+    if names is not None:
+        return {n: plain(getattr(obj, n)) for n in names}
+    if cls is tuple or cls is list:
+        return cls(plain(v) for v in obj)
+    if cls is dict:
+        return {plain(k): plain(v) for k, v in obj.items()}
+    if is_dataclass(obj) and not isinstance(obj, type):
+        _FIELD_NAMES[cls] = tuple(f.name for f in fields(obj))
+        return plain(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):   # a named tuple
+        return cls(*[plain(v) for v in obj])
+    if isinstance(obj, (list, tuple)):
+        return cls(plain(v) for v in obj)
+    if isinstance(obj, dict):
+        return cls((plain(k), plain(v)) for k, v in obj.items())
+    _LEAVES.add(cls)   # an enum member or another immutable value: as it is
+    return obj
 
 
 @dataclass(frozen=True)
@@ -127,7 +161,7 @@ class RunAs:
 
     def to_wire(self) -> dict[str, Any]:
         """The owner's ``identity`` launch parameter (only the keys that are set)."""
-        out: dict[str, Any] = {k: v for k, v in asdict(self).items()
+        out: dict[str, Any] = {k: v for k, v in plain(self).items()
                                if v is not None and v != ()}
         if self.supplementary_groups:
             out["supplementary_groups"] = list(self.supplementary_groups)
@@ -150,7 +184,7 @@ class Limits:
 
     def to_wire(self) -> dict[str, Any]:
         """The owner's ``limits`` launch parameter (only the keys that are set)."""
-        return {k: "infinity" if v == -1 else v for k, v in asdict(self).items()
+        return {k: "infinity" if v == -1 else v for k, v in plain(self).items()
                 if v is not None}
 
 
@@ -205,15 +239,15 @@ class App:
         """Digest of everything that shapes a running process; a change means restart.
         (Instance count, restart policy and health alone do not need one.)"""
         shape: dict[str, Any] = {"command": list(self.command), "env": dict(self.env),
-                                 "cwd": self.cwd, "stop": asdict(self.stop),
-                                 "ready": asdict(self.ready)}
+                                 "cwd": self.cwd, "stop": plain(self.stop),
+                                 "ready": plain(self.ready)}
         # only when set, so the digest of an app without them is what it always was
         if self.run_as != RunAs():
-            shape["run_as"] = asdict(self.run_as)
+            shape["run_as"] = plain(self.run_as)
         if self.limits != Limits():
-            shape["limits"] = asdict(self.limits)
+            shape["limits"] = plain(self.limits)
         if self.sockets:
-            shape["sockets"] = [asdict(s) for s in self.sockets]
+            shape["sockets"] = [plain(s) for s in self.sockets]
         if self.fd_store_max:
             shape["fd_store_max"] = self.fd_store_max
         return canonical_digest(shape)

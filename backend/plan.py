@@ -9,11 +9,10 @@ stack intents, the set of instances) and the parameters; apply refuses with
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict
 from typing import Any
 
 from .config import order_apps
-from .model import App, Config, canonical_digest
+from .model import App, Config, canonical_digest, plain
 
 __all__ = ["compute_changes", "live_revision", "new_plan", "steps_for"]
 
@@ -25,7 +24,7 @@ def live_revision(applied: Config, intents: dict[str, Any], instance_keys: list[
 
 
 def _policy(app: App) -> dict[str, Any]:
-    d = asdict(app)
+    d: dict[str, Any] = plain(app)
     for k in ("command", "env", "cwd", "stop", "ready", "instances", "run_as", "limits"):
         d.pop(k, None)
     return d

@@ -9,7 +9,6 @@ raise :class:`Invalid` naming the key path, which backend.config turns into
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from ..config_identity import RUN_AS_KEYS, parse_run_as
@@ -28,6 +27,7 @@ from ..config_values import (
     parse_env,
     table,
 )
+from ..model import plain
 from .model import DEFAULT_KEEP, DEFAULT_MAX_PENDING, JobTemplate, Retention, Schedule
 
 if TYPE_CHECKING:
@@ -146,8 +146,8 @@ def _parse_after(t: Mapping[str, Any], path: KeyPath, apps: Collection[str]
 def job_changes(old: Config, new: Config) -> list[dict[str, str]]:
     """The job templates a config change adds, changes or removes, sorted. (Applying it
     touches no record: admitted records keep what they were admitted with.)"""
-    before = {j.key: asdict(j) for j in old.jobs()}
-    after = {j.key: asdict(j) for j in new.jobs()}
+    before = {j.key: plain(j) for j in old.jobs()}
+    after = {j.key: plain(j) for j in new.jobs()}
     out = [{"action": "add", "job": k} for k in after if k not in before]
     out += [{"action": "change", "job": k} for k in after if k in before
             and after[k] != before[k]]
