@@ -228,7 +228,7 @@ class Api:
         wanted = call.params.get("targets")
         keys = sorted(self.sup.instances) if not wanted else \
             select_all(self.sup.instances, wanted)
-        usage = await self._measured()
+        usage = await self._measured(keys if wanted else None)
         rows = [self._row(k, self.sup.instances[k], t, dropped, usage) for k in keys]
         if not link["current"]:
             rows = [_unknown(r, link["age"]) for r in rows]
@@ -260,10 +260,14 @@ class Api:
             return {}
         return {"sockets": listing["sockets"], "fd_store": listing["fd_store"]}
 
-    async def _measured(self) -> dict[tuple[int, int], Any] | None:
-        """CPU% and memory by (pid, start ticks) from the owner; None if it predates
-        ``metrics`` 1 (then each row reads /proc) or is out of reach."""
-        answer = await owner_metrics(self._owner(), self.sup.owner_capabilities)
+    async def _measured(self, keys: list[str] | None = None
+                        ) -> dict[tuple[int, int], Any] | None:
+        """CPU% and memory by (pid, start ticks) from the owner, of the instances
+        ``keys`` only when given (the owner reads /proc of just those); None if it
+        predates ``metrics`` 1 (then each row reads /proc) or is out of reach."""
+        launches = None if keys is None else \
+            [self.sup.instances[k].launch_key for k in keys]
+        answer = await owner_metrics(self._owner(), self.sup.owner_capabilities, launches)
         return None if answer is None else self._procs.from_owner(answer)
 
     def _row(self, key: str, inst: im.Instance, t: float,
@@ -384,7 +388,7 @@ class Api:
         t = time.monotonic()
         dropped = self.gen.log_dropped
         link = self.gen.link.to_wire(time.time())
-        usage = await self._measured()
+        usage = await self._measured(keys)
         out = []
         for k in keys:
             inst = self.sup.instances[k]

@@ -51,15 +51,18 @@ class CpuRate:
             del self._last[key]
 
 
-async def owner_metrics(owner: Any, capabilities: Mapping[str, Any]
-                        ) -> dict[str, Any] | None:
-    """The owner's ``metrics.read`` answer; None when the owner predates the capability
-    (the caller reads /proc instead). An owner out of reach gives an answer without
-    launches: status still answers, without figures, and never guesses from /proc."""
+async def owner_metrics(owner: Any, capabilities: Mapping[str, Any],
+                        launch_keys: list[str] | None = None) -> dict[str, Any] | None:
+    """The owner's ``metrics.read`` answer, for ``launch_keys`` only when given (an
+    older owner measures every launch: the caller picks its own); None when the owner
+    predates the capability (the caller reads /proc instead). An owner out of reach
+    gives an answer without launches: status still answers, without figures, and never
+    guesses from /proc."""
     if capabilities.get("metrics") != CAPABILITY["metrics"]:
         return None
+    params = None if launch_keys is None else {"launch_keys": launch_keys}
     try:
-        answer: dict[str, Any] = await owner.call("metrics.read", timeout=5.0)
+        answer: dict[str, Any] = await owner.call("metrics.read", params, timeout=5.0)
     except TenureError:
         return {"at": time.monotonic(), "launches": []}
     return answer

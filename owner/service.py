@@ -51,7 +51,9 @@ log = logging.getLogger("tenure.owner")
 # sockets 1: launch takes ``sockets`` and ``fd_store_max``; sockets.list, sockets.close,
 # fdstore.clear; FDSTORE=1 over NOTIFY_SOCKET (an older owner would ignore the launch
 # keys and start the app without its sockets, so a backend checks this first)
-# metrics 1: metrics.read, resource figures of every live launch (owner.metrics)
+# metrics 1: metrics.read, resource figures of every live launch (owner.metrics); with
+# ``launch_keys`` only those (an owner without the parameter measures all: same answer,
+# slower, so a backend needs no capability for it)
 # retention 1: launches.prune, deleting the rows of ended launches by a count
 # logCounts 1: metrics.read also answers ``logs`` (lines and bytes journalled per app
 # since the owner started) and ``journal_bytes`` (the journal's size on disk)
@@ -131,6 +133,9 @@ S_OBS = Schema(Field("after", int, required=False, default=0, check=_uint),
                Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)))
 S_ACK = Schema(Field("cursor", int, check=_uint))
 S_INVENTORY = Schema(Field("stack", str, required=False, check=_name))
+S_METRICS = Schema(Field("launch_keys", list, required=False,
+                         check=lambda v: None if all(isinstance(k, str) for k in v)
+                         else "must be a list of launch keys"))
 S_SOCKET = Schema(Field("key", str, check=check_key(400)))
 S_FDSTORE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
                    Field("instance", int, required=False, check=_uint))
@@ -174,7 +179,8 @@ class OwnerService:
             "inventory": Method(self.inventory, S_INVENTORY, role="viewer",
                                 while_draining=True),
             "inspect": Method(self.inspect, S_KEY, role="viewer"),
-            "metrics.read": Method(self.metrics_read, role="viewer", while_draining=True),
+            "metrics.read": Method(self.metrics_read, S_METRICS, role="viewer",
+                                   while_draining=True),
             "launch.sockets": Method(self.launch_sockets, S_KEY, role="viewer",
                                      while_draining=True),
             "sockets.list": Method(self.sockets_list, role="viewer", while_draining=True),
@@ -296,9 +302,13 @@ class OwnerService:
         return {**row.to_wire(), "usage": usage}
 
     async def metrics_read(self, call: Call) -> Any:
-        """Resource figures of every live launch in one answer (owner.metrics); ``at`` is
-        CLOCK_MONOTONIC when measuring began, for rates between two answers."""
-        rows = list(self.launcher.live.values())
+        """Resource figures of every live launch in one answer (owner.metrics), or of
+        those of ``launch_keys`` that live; ``at`` is CLOCK_MONOTONIC when measuring
+        began, for rates between two answers."""
+        wanted = call.params["launch_keys"]
+        live = self.launcher.live
+        rows = list(live.values()) if wanted is None else \
+            [live[k] for k in dict.fromkeys(wanted) if k in live]
         batch = []
         for row in rows:
             try:

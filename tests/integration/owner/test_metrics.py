@@ -6,7 +6,10 @@ import os
 import time
 from typing import Any
 
+import pytest
+
 from owner.testing import GuardianKey
+from protocol.errors import BadRequest
 from protocol.procfs import read_stat
 
 # A parent that forks a busy child; both stay in the launch's process group.
@@ -47,6 +50,12 @@ def test_metrics_read_sums_the_launch_and_its_children(owner):
         m1b = {r["launch_key"]: r for r in second["launches"]}["m1"]
         rate = (m1b["cpu_seconds"] - m1["cpu_seconds"]) / (second["at"] - first["at"])
         assert 0.3 < rate <= 1.2  # one busy child: about one core
+        # only the launches asked for (one named twice, one unknown): inspect of one app
+        only = c.call("metrics.read", {"launch_keys": ["m2", "m2", "nosuch"]})["launches"]
+        assert [r["launch_key"] for r in only] == ["m2"] and only[0]["pid"] == idle["pid"]
+        assert c.call("metrics.read", {"launch_keys": []})["launches"] == []
+        with pytest.raises(BadRequest):
+            c.call("metrics.read", {"launch_keys": [1]})
         c.call("stop", {"launch_key": "m1"}, epoch=epoch)
         left = [r["launch_key"] for r in c.call("metrics.read")["launches"]]
         assert left == ["m2"]

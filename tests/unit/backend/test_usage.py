@@ -59,10 +59,11 @@ def test_proc_fallback_reads_the_leader_and_refuses_a_pid_reuser():
 
 class _Owner:
     def __init__(self, fail: bool) -> None:
-        self.fail, self.calls = fail, 0
+        self.fail, self.calls, self.params = fail, 0, []
 
     async def call(self, method: str, params: Any = None, timeout: float = 0) -> Any:
         self.calls += 1
+        self.params.append(params)
         assert method == "metrics.read"
         if self.fail:
             raise TransportLost("gone", {"id": 1})
@@ -76,3 +77,10 @@ def test_only_an_owner_without_the_capability_sends_status_to_proc():
     assert asyncio.run(owner_metrics(old, {"metrics": 1}))["launches"][0]["pid"] == 7
     lost = asyncio.run(owner_metrics(_Owner(fail=True), {"metrics": 1}))
     assert lost is not None and lost["launches"] == []
+
+
+def test_inspect_of_a_few_instances_asks_the_owner_for_just_those():
+    owner = _Owner(fail=False)
+    asyncio.run(owner_metrics(owner, {"metrics": 1}, ["s/a/0/3"]))
+    asyncio.run(owner_metrics(owner, {"metrics": 1}))
+    assert owner.params == [{"launch_keys": ["s/a/0/3"]}, None]
