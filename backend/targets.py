@@ -67,6 +67,9 @@ def select(keys: Iterable[str], target: str) -> list[str]:
     malformed target."""
     if (why := check_target(target)) is not None:
         raise BadRequest(f"target {target!r}: {why}", {"target": target})
+    if not is_glob(target):   # the frequent case, without a pattern match per key
+        under = target + "/"
+        return sorted(k for k in set(keys) if k == target or k.startswith(under))
     parts = target.split("/")
     return sorted(k for k in set(keys) if _matches(k, parts))
 

@@ -64,3 +64,13 @@ def test_check_targets_bounds_the_list() -> None:
     assert check_targets(["web"] * 64) is None
     assert check_targets(["web"] * 65) is not None
     assert check_targets([3]) is not None
+
+
+def test_a_target_without_a_glob_names_whole_parts_only() -> None:
+    keys = ["web/api/1", "web/api/10", "web/apiv2/1", "webx/api/1"]
+    assert select(keys, "web/api/1") == ["web/api/1"]
+    assert select(keys, "web/api") == ["web/api/1", "web/api/10"]
+    assert select(keys, "web/ap") == [] and select(keys, "web") == keys[:3]
+    for target in ("web/api/1", "web/api", "web", "webx"):   # as the part-by-part match
+        glob = target.replace("w", "[w]", 1)
+        assert select(keys, target) == select(keys, glob), target
