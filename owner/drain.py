@@ -3,7 +3,7 @@
 The owner must read every pipe whether or not anyone reads the journal, so that an app
 never blocks on a full pipe. A :class:`PipeDrainer` reads on the owner's asyncio loop
 (``loop.add_reader``), never blocks it, and hands complete lines to
-:meth:`owner.journal.Journal.append`, which only enqueues.
+:meth:`owner.journal.Journal.append_split`, which only enqueues.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ PARTIAL_DELAY: Final = 0.1
 class PipeDrainer:
     """Owns ``fd`` (the read end of a pipe) from construction until EOF or :meth:`close`.
 
-    Invariant: every byte read reaches the journal's ``append`` (which may count it as
-    dropped on overflow) in order; a partial line waits at most ``partial_delay`` seconds
-    after the last completed line before it is recorded with the ``PARTIAL`` flag.
+    Invariant: every byte read reaches the journal (``append_split``; ``append`` for a
+    partial line), which may count it as dropped on overflow, in order; a partial line
+    waits at most ``partial_delay`` seconds after the last completed line before it is
+    recorded with the ``PARTIAL`` flag.
     """
 
     def __init__(
@@ -72,7 +73,8 @@ class PipeDrainer:
         return self._closed
 
     def _on_readable(self) -> None:
-        lines: list[tuple[bytes, int]] = []
+        lines: list[bytes | bytearray] = []
+        flags: list[int] | None = None  # None while every flag is 0
         eof = False
         for _ in range(READS_PER_WAKEUP):
             try:
@@ -87,11 +89,16 @@ class PipeDrainer:
                 eof = True
                 break
             self.bytes_read += len(data)
-            lines += self._splitter.feed(data)
+            got, got_flags = self._splitter.split(data)
+            if got_flags is not None or flags is not None:
+                if flags is None:
+                    flags = [0] * len(lines)
+                flags += [0] * len(got) if got_flags is None else got_flags
+            lines += got
             if len(data) < READ_SIZE:
                 break
         if lines:
-            self._journal.append(self._source, self._stream, lines)
+            self._journal.append_split(self._source, self._stream, lines, flags)
         if eof:
             self._finish(notify=True)
         else:

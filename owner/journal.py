@@ -30,7 +30,6 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
-from itertools import chain, islice
 from typing import Final
 
 from protocol.durable import limit_cache
@@ -114,13 +113,6 @@ class _App:
     first: int = 0  # open extent; first == 0 means none
     last: int = 0
     bytes: int = 0
-
-
-
-
-def _quote(text: str) -> str:
-    """An SQL string literal (SQLite has no backslash escapes; names carry no NUL)."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _open_private(path: str) -> None:
@@ -280,6 +272,17 @@ class Journal:
         (or because the journal is closed) and counted in :meth:`take_overflow`.
         Raises ``BadRequest`` for a wrong source type or unknown stream.
         """
+        flags = [f for _, f in lines]
+        return self.append_split(source, stream, [d for d, _ in lines],
+                                 flags if any(flags) else None)
+
+    def append_split(self, source: LogSource, stream: str,
+                     lines: list[bytes | bytearray], flags: list[int] | None = None) -> int:
+        """:meth:`append` with the lines as two parallel lists: their data and their
+        flags (``None``: all 0), as :meth:`owner.linesplit.LineSplitter.split` gives them.
+
+        The journal keeps the lists (the caller must not change them afterwards).
+        """
         if not isinstance(source, LogSource):
             raise BadRequest("source must be a LogSource")
         if stream not in STREAMS:
@@ -292,7 +295,7 @@ class Journal:
                 self._count_lost_locked(source, len(lines))
                 return 0
             accepted, lost, evicted = self._queue.offer(source, stream, ts, lines,
-                                                        self._seq + 1)
+                                                        self._seq + 1, flags)
             for src, n in lost.items():
                 self._count_lost_locked(src, n)
             if evicted:
@@ -459,16 +462,14 @@ class Journal:
 
     def _insert(self, conn: sqlite3.Connection, item: Queued) -> tuple[str, str]:
         """Insert one append's lines with ids next_id.. and account them to their app."""
-        source, stream, ts, lines, data_bytes = (item.source, item.stream, item.ts,
-                                                 item.lines, item.data_bytes)
+        source, lines, flags, data_bytes = item.source, item.lines, item.flags, item.data_bytes
         first = self._next_id
-        ts_sql = repr(float(ts)) if math.isfinite(ts) else "0.0"
-        # Constant columns are inlined as literals: binding 2 parameters per row instead
-        # of 8 is most of the writer's throughput. Names are validated (no NUL, UTF-8).
-        values = (f"{ts_sql},{_quote(source.stack)},{_quote(source.app)},"
-                  f"{source.instance},{source.generation},'{stream}',?,?)")
-        conn.execute(f"INSERT INTO records(id, {_COLS}) VALUES ({first},{values}", lines[0])
-        _insert_rest(conn, values, lines)
+        ts = float(item.ts)
+        # The columns that are the same on every row are bound once per statement (?1-?6)
+        # and reused by every row of a multi-row INSERT.
+        head = [first, ts if math.isfinite(ts) else 0.0, source.stack, source.app,
+                source.instance, source.generation, item.stream]
+        _insert_rows(conn, head, lines, flags)
         last = first + len(lines) - 1
         self._next_id = last + 1
         key = (source.stack, source.app)
@@ -606,16 +607,51 @@ class Journal:
         return self._path
 
 
-def _insert_rest(conn: sqlite3.Connection, values: str,
-                 lines: Sequence[tuple[bytes, int]]) -> None:
-    """Insert ``lines[1:]`` with automatic (consecutive) ids after the explicit first."""
-    rest = len(lines) - 1
-    whole = rest - rest % MULTI_ROWS
-    if whole:
-        flat = list(chain.from_iterable(islice(lines, 1, whole + 1)))
-        step = 2 * MULTI_ROWS
-        sql = f"INSERT INTO records({_COLS}) VALUES " + ",".join([f"({values}"] * MULTI_ROWS)
-        conn.executemany(sql, [flat[i:i + step] for i in range(0, len(flat), step)])
-    if whole < rest:
-        conn.executemany(f"INSERT INTO records({_COLS}) VALUES ({values}",
-                         islice(lines, whole + 1, None))
+def _values(flagged: bool) -> Callable[[int], str]:
+    """Row ``i`` of a multi-row INSERT: ?1-?6 are the columns every row shares, then
+    the row's data (and flags if ``flagged``; else 0)."""
+    if flagged:
+        return lambda i: f"(?1,?2,?3,?4,?5,?6,?{7 + 2 * i},?{8 + 2 * i})"
+    return lambda i: f"(?1,?2,?3,?4,?5,?6,?{7 + i},0)"
+
+
+_ROWS: Final = (MULTI_ROWS, 32, 4, 1)
+"""Rows per statement, largest first: what is left after the MULTI_ROWS statements
+takes at most a few more steps (1-row statements alone would be one step per row)."""
+_INSERT_ROWS: Final = {
+    (rows, flagged): f"INSERT INTO records({_COLS}) VALUES "
+    + ",".join(map(_values(flagged), range(rows)))
+    for rows in _ROWS for flagged in (False, True)
+}
+"""Constant text: SQLite prepares each statement once (the connection caches them)."""
+_INSERT_FIRST: Final = {
+    flagged: f"INSERT INTO records(id, {_COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,"
+    + ("?9)" if flagged else "0)")
+    for flagged in (False, True)
+}
+
+
+def _insert_rows(conn: sqlite3.Connection, head: list[object],
+                 lines: list[bytes | bytearray], flags: list[int] | None) -> None:
+    """Insert ``lines`` (``flags``: theirs, or None for all 0) as rows sharing ``head``
+    (first id, ts, stack, app, instance, generation, stream): the first row with its id
+    explicit, the others with automatic (consecutive) ids after it."""
+    flagged = flags is not None
+    values: list[object]
+    if flags is None:
+        conn.execute(_INSERT_FIRST[False], [*head, lines[0]])
+        values, per_row = lines, 1  # type: ignore[assignment]
+    else:
+        conn.execute(_INSERT_FIRST[True], [*head, lines[0], flags[0]])
+        values, per_row = [None] * (2 * len(lines)), 2
+        values[::2] = lines
+        values[1::2] = flags
+    shared = head[1:]
+    start, end = per_row, len(values)
+    for rows in _ROWS:
+        step = rows * per_row
+        stop = end - (end - start) % step
+        if stop > start:
+            conn.executemany(_INSERT_ROWS[rows, flagged],
+                             [shared + values[i:i + step] for i in range(start, stop, step)])
+            start = stop

@@ -1,6 +1,7 @@
 """Split a byte stream into log records: lines, over-long line chunks and flushed partials.
 
-Pure and allocation-light: the hot path is one ``bytes.split`` per fed chunk. Every byte
+Pure and allocation-light: the hot path is one ``split`` per fed chunk and, through
+:meth:`LineSplitter.split`, no object per record besides its data. Every byte
 fed comes out again, in order and byte-exact (binary, invalid UTF-8 and NUL included),
 except the ``\\n`` separators, which are removed.
 
@@ -13,7 +14,7 @@ Flags (stored with each journal record, never renumbered):
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 
 __all__ = ["CONTINUED", "MAX_LINE", "PARTIAL", "LineSplitter"]
 
@@ -37,7 +38,7 @@ class LineSplitter:
         if isinstance(max_line, bool) or not isinstance(max_line, int) or max_line <= 0:
             raise ValueError("max_line must be a positive int")
         self._max = max_line
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | bytearray] = []
         self._plen = 0
 
     @property
@@ -45,40 +46,65 @@ class LineSplitter:
         """Length of the partial line waiting for a newline (0 if none)."""
         return self._plen
 
-    def feed(self, data: bytes) -> list[tuple[bytes, int]]:
-        """Add ``data``; return the records it completes, in order. Raises nothing."""
+    def feed(self, data: bytes | bytearray) -> list[tuple[bytes, int]]:
+        """Add ``data``; return the records it completes, in order, as ``(bytes, flags)``
+        pairs. Raises nothing."""
         if not data:
             return []
-        if type(data) is not bytes:
-            data = bytes(data)
+        records, flags = self._split(bytes(data))
+        lines = cast("list[bytes]", records)  # bytes in, bytes out
+        if flags is None:
+            return [(line, 0) for line in lines]
+        return list(zip(lines, flags, strict=True))
+
+    def split(self, data: bytes | bytearray) -> tuple[list[bytes | bytearray], list[int] | None]:
+        """Add ``data``; return the records it completes as two parallel lists: their
+        data and their flags, or ``None`` for the flags when all are 0 (no over-long line
+        among them). The records are those :meth:`feed` returns, but no per-record
+        object is made besides the data. Raises nothing."""
+        if not data:
+            return [], None
+        return self._split(bytes(data))
+
+    def _split(self, data: bytes | bytearray,
+               ) -> tuple[list[bytes | bytearray], list[int] | None]:
+        """Records of ``data`` (of the type of ``data`` when no partial line was pending)."""
         if data.find(b"\n") < 0:
             # Keep pieces in a list: re-joining on every newline-less chunk would be
             # quadratic for an app that writes a long line a few bytes at a time.
             self._parts.append(data)
             self._plen += len(data)
-            return self._spill() if self._plen > self._max else []
+            return self._flagged(self._spill()) if self._plen > self._max else ([], None)
         if self._parts:
             self._parts.append(data)
-            data = b"".join(self._parts)
+            data = type(data)(b"".join(self._parts))
             self._parts = []
-        lines = data.split(b"\n")
+        lines: list[bytes | bytearray] = data.split(b"\n")  # type: ignore[assignment]
         tail = lines.pop()
         limit = self._max
-        if len(data) <= limit or max(map(len, lines)) <= limit:
-            out = [(line, 0) for line in lines]
-        else:
-            out = []
-            for line in lines:
-                if len(line) <= limit:
-                    out.append((line, 0))
-                else:
-                    out.extend(self._chunks(line))
         self._plen = len(tail)
+        if len(data) <= limit or max(map(len, lines)) <= limit:
+            if tail:
+                self._parts.append(tail)
+                if self._plen > limit:
+                    spilled, flags = self._flagged(self._spill())
+                    return lines + spilled, [0] * len(lines) + flags
+            return lines, None
+        out: list[tuple[bytes, int]] = []
+        for line in lines:
+            if len(line) <= limit:
+                out.append((line, 0))  # type: ignore[arg-type]
+            else:
+                out.extend(self._chunks(line))  # type: ignore[arg-type]
         if tail:
             self._parts.append(tail)
             if self._plen > limit:
                 out.extend(self._spill())
-        return out
+        return self._flagged(out)
+
+    @staticmethod
+    def _flagged(records: list[tuple[bytes, int]]) -> tuple[list[bytes | bytearray], list[int]]:
+        return [d for d, _ in records], [f for _, f in records]
 
     def take_partial(self) -> tuple[bytes, int] | None:
         """Flush the pending partial line as one ``PARTIAL`` record, or ``None``.

@@ -8,13 +8,16 @@ the most (longest-queue drop): an app whose share is smaller than another's neve
 a line to it. An app loses lines only while it holds at least as much as every other
 app, or when its own lines alone do not fit.
 
+An append's lines are held as two parallel lists rather than one ``(data, flags)`` pair
+per line: the data of each line, and their flags, or ``None`` when every flag is 0 (the
+common case; see :meth:`owner.linesplit.LineSplitter.split`).
+
 Not thread-safe: :class:`owner.journal.Journal` calls it under its lock.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -26,32 +29,38 @@ LINE_OVERHEAD: Final = 64
 """Bytes charged per queued line on top of its data (Python object overhead)."""
 
 AppKey = tuple[str, str]
-Lines = Sequence[tuple[bytes, int]]
+Data = list[bytes | bytearray]
+"""The data of each line of an append, in order."""
+Flags = list[int] | None
+"""The flags of each line (parallel to its data), or None when they are all 0."""
 
 
 class Queued:
-    """One append waiting for the writer. ``lines`` is emptied when it is dropped."""
+    """One append waiting for the writer: ``lines[i]`` is the data of its line i and
+    ``flags[i]`` its flags (``flags`` is None when all are 0). ``lines`` is emptied when
+    it is dropped."""
 
-    __slots__ = ("cost", "data_bytes", "dropped", "lines", "seq", "source", "stream", "ts")
+    __slots__ = ("cost", "data_bytes", "dropped", "flags", "lines", "seq", "source",
+                 "stream", "ts")
 
-    def __init__(self, source: LogSource, stream: str, ts: float, lines: Lines,
-                 data_bytes: int, cost: int, seq: int) -> None:
+    def __init__(self, source: LogSource, stream: str, ts: float, lines: Data,
+                 flags: Flags, data_bytes: int, cost: int, seq: int) -> None:
         self.source, self.stream, self.ts, self.lines = source, stream, ts, lines
-        self.data_bytes, self.cost, self.seq = data_bytes, cost, seq
+        self.flags, self.data_bytes, self.cost, self.seq = flags, data_bytes, cost, seq
         self.dropped = False
 
 
-def fit(lines: Lines, room: int) -> tuple[Lines, int, int]:
-    """The longest prefix of ``lines`` whose cost fits in ``room``, its data bytes and cost."""
+def fit(lines: Data, room: int) -> tuple[int, int, int]:
+    """How many leading ``lines`` fit in ``room``, their data bytes and cost."""
     used = data = n = 0
-    for d, _ in lines:
+    for d in lines:
         c = len(d) + LINE_OVERHEAD
         if used + c > room:
             break
         used += c
         data += len(d)
         n += 1
-    return lines[:n], data, used
+    return n, data, used
 
 
 class FairQueue:
@@ -68,14 +77,15 @@ class FairQueue:
     def __bool__(self) -> bool:
         return bool(self._fifo)
 
-    def offer(self, source: LogSource, stream: str, ts: float, lines: Lines, seq: int,
-              ) -> tuple[int, dict[LogSource, int], int]:
-        """Queue what fits of ``lines`` (a prefix) as append number ``seq`` (increasing),
-        making room by dropping the newest lines of apps that hold more than this one
-        would. Returns how many lines were accepted, the lines dropped per source (this
-        one's included) and how many queued appends were dropped whole to make room."""
+    def offer(self, source: LogSource, stream: str, ts: float, lines: Data, seq: int,
+              flags: Flags = None) -> tuple[int, dict[LogSource, int], int]:
+        """Queue what fits of ``lines`` (a prefix; ``flags`` as in :class:`Queued`) as
+        append number ``seq`` (increasing), making room by dropping the newest lines of
+        apps that hold more than this one would. Returns how many lines were accepted,
+        the lines dropped per source (this one's included) and how many queued appends
+        were dropped whole to make room. The lists are kept, not copied."""
         app = (source.stack, source.app)
-        data_bytes = sum([len(d) for d, _ in lines])
+        data_bytes = sum(map(len, lines))
         cost = data_bytes + LINE_OVERHEAD * len(lines)
         lost: dict[LogSource, int] = {}
         room = self.max_bytes - self.queued_bytes
@@ -85,13 +95,14 @@ class FairQueue:
                                          lost)
             room += freed
         if cost > room:
-            wanted = len(lines)
-            lines, data_bytes, cost = fit(lines, room)
-            if wanted > len(lines):
-                lost[source] = lost.get(source, 0) + wanted - len(lines)
-            if not lines:
+            n, data_bytes, cost = fit(lines, room)
+            if n < len(lines):
+                lost[source] = lost.get(source, 0) + len(lines) - n
+            if not n:
                 return 0, lost, evicted
-        item = Queued(source, stream, ts, lines, data_bytes, cost, seq)
+            lines = lines[:n]
+            flags = None if flags is None else flags[:n]
+        item = Queued(source, stream, ts, lines, flags, data_bytes, cost, seq)
         self._fifo.append(item)
         self._waiting.setdefault(app, collections.deque()).append(item)
         self._held[app] = self._held.get(app, 0) + cost
@@ -114,7 +125,7 @@ class FairQueue:
             item = waiting.pop()
             item.dropped = True
             lost[item.source] = lost.get(item.source, 0) + len(item.lines)
-            item.lines = ()
+            item.lines, item.flags = [], None
             self._release(victim, item.cost)
             freed += item.cost
             evicted += 1

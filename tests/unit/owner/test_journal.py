@@ -52,6 +52,27 @@ def test_round_trip_keeps_every_field_and_byte(journal: Journal) -> None:
     assert [x.id for x in journal.read(1, 2)] == [2, 3]
 
 
+@pytest.mark.parametrize("count", [1, 2, 3, 31, 33, 255, 256, 257, 300, 513, 1000])
+def test_append_split_round_trips_at_every_statement_size(journal: Journal,
+                                                          count: int) -> None:
+    data: list[bytes | bytearray] = [b"line %d" % i for i in range(count)]
+    data[::2] = [bytearray(d) for d in data[::2]]
+    flags = [(CONTINUED if i % 3 else PARTIAL) if i % 5 else 0 for i in range(count)]
+    assert journal.append_split(WEB, "stdout", data) == count
+    assert journal.append_split(WORKER, "stderr", list(data), flags) == count
+    assert journal.append(OTHER, "stdout", list(zip(data, flags, strict=True))) == count
+    assert journal.flush(timeout=30)
+    recs = read_all(journal)
+    assert [r.id for r in recs] == list(range(1, 3 * count + 1))
+    assert [(r.app, r.stack, r.stream, r.flags, r.data) for r in recs] == [
+        *[("web", "shop", "stdout", 0, bytes(d)) for d in data],
+        *[("worker", "shop", "stderr", f, bytes(d)) for d, f in zip(data, flags, strict=True)],
+        *[("web", "blog", "stdout", f, bytes(d)) for d, f in zip(data, flags, strict=True)]]
+    assert all(type(r.data) is bytes for r in recs)
+    assert {(r.instance, r.generation) for r in recs[count:2 * count]} == {(2, 3)}
+    assert len({r.ts for r in recs[:count]}) == 1
+
+
 def test_names_with_quotes_are_data_not_sql(journal: Journal) -> None:
     odd = LogSource("it's", "a'); DROP TABLE records; --", 0, 0)
     journal.append(odd, "stdout", lines(b"x"))

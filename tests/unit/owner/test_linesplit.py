@@ -119,3 +119,38 @@ def test_big_lines_chunked_at_16k_in_any_split(sizes: list[int], cuts: list[int]
     assert reassemble(records) == data
     assert all(f == CONTINUED for d, f in records if f) and all(
         len(d) == MAX_LINE for d, f in records if f == CONTINUED)
+
+
+def split_all_lists(chunks: list[bytes], max_line: int = MAX_LINE) -> list[tuple[bytes, int]]:
+    """Like split_all, through LineSplitter.split (parallel data and flags lists)."""
+    sp = LineSplitter(max_line)
+    out: list[tuple[bytes, int]] = []
+    for chunk in chunks:
+        data, flags = sp.split(chunk)
+        if flags is None:
+            out += [(bytes(d), 0) for d in data]
+        else:
+            assert len(flags) == len(data) and any(flags)
+            out += [(bytes(d), f) for d, f in zip(data, flags, strict=True)]
+    tail = sp.take_partial()
+    if tail is not None:
+        out.append(tail)
+    return out
+
+
+@settings(max_examples=300)
+@given(data=stream_bytes, cuts=st.lists(st.integers(min_value=0), max_size=12),
+       max_line=st.sampled_from([1, 3, 7, 64, MAX_LINE]))
+def test_split_gives_the_records_feed_gives(data: bytes, cuts: list[int],
+                                            max_line: int) -> None:
+    assert split_all_lists(cut(data, cuts), max_line) == split_all([data], max_line)
+
+
+def test_split_gives_flags_only_when_set() -> None:
+    sp = LineSplitter(max_line=4)
+    data, flags = sp.split(b"ab\ncd")
+    assert data == [b"ab"] and flags is None
+    assert sp.split(b"efgh\nij\n") == ([b"cdef", b"gh", b"ij"], [CONTINUED, 0, 0])
+    assert sp.split(b"") == ([], None)
+    assert sp.split(b"klmnopq") == ([b"klmn"], [CONTINUED])
+    assert sp.take_partial() == (b"opq", PARTIAL)

@@ -31,7 +31,7 @@ def test_bounded_fair_and_every_line_accounted_for(script):
             src = APPS[who]
             held_before = dict(q._held)
             seq += 1
-            got, dropped, _ = q.offer(src, "stdout", 0.0, [(b"x" * size, 0)] * n, seq)
+            got, dropped, _ = q.offer(src, "stdout", 0.0, [b"x" * size] * n, seq)
             offered += n
             accepted += got
             lost += sum(dropped.values())
