@@ -281,7 +281,8 @@ class Journal:
         """:meth:`append` with the lines as two parallel lists: their data and their
         flags (``None``: all 0), as :meth:`owner.linesplit.LineSplitter.split` gives them.
 
-        The journal keeps the lists (the caller must not change them afterwards).
+        The journal keeps the lists (the caller must not change them afterwards); a
+        ``bytearray`` is stored as the same BLOB as ``bytes``, only cheaper to bind.
         """
         if not isinstance(source, LogSource):
             raise BadRequest("source must be a LogSource")

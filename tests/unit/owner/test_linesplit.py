@@ -146,10 +146,11 @@ def test_split_gives_the_records_feed_gives(data: bytes, cuts: list[int],
     assert split_all_lists(cut(data, cuts), max_line) == split_all([data], max_line)
 
 
-def test_split_gives_flags_only_when_set() -> None:
+def test_split_gives_complete_lines_as_bytearrays_and_flags_only_when_set() -> None:
     sp = LineSplitter(max_line=4)
     data, flags = sp.split(b"ab\ncd")
     assert data == [b"ab"] and flags is None
+    assert all(type(d) is bytearray for d in data)
     assert sp.split(b"efgh\nij\n") == ([b"cdef", b"gh", b"ij"], [CONTINUED, 0, 0])
     assert sp.split(b"") == ([], None)
     assert sp.split(b"klmnopq") == ([b"klmn"], [CONTINUED])
