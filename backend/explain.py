@@ -35,7 +35,8 @@ class ErrorSource(StrEnum):
     OWNER = "owner"      # the owner's own explanation (spawnErrors 1): step and errno
     MESSAGE = "message"  # the owner's error message: a refusal, or an owner that predates
                          # spawnErrors 1 and does not explain spawn failures
-    BACKEND = "backend"  # the launch was never answered (owner away, transport lost)
+    BACKEND = "backend"  # the launch was never answered (owner away, transport lost),
+                         # or its key had been used before (see spent_key)
 
 
 class Check(StrEnum):
@@ -132,6 +133,14 @@ def unanswered(code: str, generation: int) -> LastError:
     """The record of a launch the owner never answered."""
     return LastError(f"launch not answered by the owner ({code})", code, None,
                      ErrorSource.BACKEND, generation)
+
+
+def spent_key(launch_key: str, state: str, generation: int) -> LastError:
+    """The record of a launch key the owner had already used for a launch that ended:
+    this backend's generations are behind the owner's (its state is older)."""
+    return LastError(f"launch key {launch_key} was used before (that launch is {state}); "
+                     "starting a new generation", "CONFLICT", None, ErrorSource.BACKEND,
+                     generation)
 
 
 def _line(text: str) -> str:

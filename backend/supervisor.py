@@ -55,6 +55,7 @@ BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
 
 _RPC_RESULTS = (im.Launched, im.LaunchFailed, im.Stopped)
 _INTENTS = (im.Start, im.StopRequested)
+_ENDED = ("exited", "lost")   # owner launch states of a key that cannot run again
 
 
 class OwnerCalls(Protocol):
@@ -240,6 +241,11 @@ class Supervisor:
             try:
                 self._invalidate("launch")
                 r = await self.owner.call("launch", params, epoch=self.epoch)
+                if r.get("state") in _ENDED:   # the owner's answer for a key used before
+                    log.warning("%s: launch key used before (%s); not running it as that",
+                                launch_key, r["state"])
+                    return im.LaunchFailed("CONFLICT", explain.spent_key(
+                        launch_key, r["state"], params["generation"]))
                 return im.Launched(r["pid"], r["start_ticks"])
             except StaleEpoch:
                 raise
