@@ -50,6 +50,7 @@ from bench.peers.base import (  # noqa: E402
     Supervisor,
     gone,
     remove_tree,
+    timed_run,
     tree_rss,
     wait_until,
     write_log_writer,
@@ -166,12 +167,9 @@ def sc_memory(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
 def sc_status(sup: Supervisor, n: int, cfg: dict[str, Any]) -> dict[str, Any]:
     argv, env, times, codes = sup.status_cli(), sup.cli_env(), [], set()
     for _ in range(cfg["status_runs"]):
-        t0 = time.perf_counter()
-        proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                              timeout=60, check=False)
-        times.append(time.perf_counter() - t0)
-        codes.add(proc.returncode)
+        elapsed, code = timed_run(argv, env)
+        times.append(elapsed)
+        codes.add(code)
     return {"median_ms": 1000 * statistics.median(times), "p90_ms": 1000 * pctl(times, 0.9),
             "runs": len(times), "exit_codes": sorted(codes)}
 

@@ -164,3 +164,13 @@ def test_stop_sweeps_and_reports_when_the_stop_command_fails(
     sup.stop()
     assert swept == [sup.token]
     assert sup.stop_report["error"].startswith("TimeoutExpired")
+
+
+def test_timed_run_gives_the_exit_status_and_kills_on_timeout() -> None:
+    import os
+    env = dict(os.environ)
+    elapsed, code = base.timed_run(["sh", "-c", "exit 3"], env)
+    assert code == 3 and elapsed > 0
+    assert base.timed_run(["true"], env)[1] == 0
+    with pytest.raises(subprocess.TimeoutExpired):
+        base.timed_run(["sleep", "30"], env, timeout=0.05)
