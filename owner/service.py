@@ -232,23 +232,33 @@ class OwnerService:
     async def launch(self, call: Call) -> Any:
         self._require_epoch(call)
         p = call.params
-        first = self.launcher.record(p["launch_key"]) or self.store.get_launch(p["launch_key"])
+        key = p["launch_key"]
+        # a key being launched waits for that launch's answer (given once it is on disk)
+        first = None if self.launcher.launching(key) else \
+            self.launcher.record(key) or self.store.get_launch(key)
         if first is None:
-            intent, revision = self.store.intent(p["stack"])
-            if intent is Intent.STOPPED and p["intent_revision"] != revision:
-                raise StackFenced(f"stack {p['stack']!r} is stopped (intent revision "
-                                  f"{revision})", {"stack": p["stack"], "revision": revision})
+            def admit() -> None:   # before the row, and again right before the spawn
+                self._require_epoch(call)
+                self._require_running(p)
+            admit()
             spec = LaunchSpec.from_wire({k: p[k] for k in ("argv", "env", "cwd", "stop",
                                                            "identity", "limits", "sockets",
                                                            "fd_store_max")
                                          if p[k] is not None})
-            first = self.launcher.launch(p, spec, self.epoch)
+            first = await self.launcher.launch(p, spec, self.epoch, admit)
         if first.state is LaunchState.FAILED:
             err = first.error or {}
             raise launch_error(err.get("code"))(
                 err.get("msg", "launch failed"),
                 {"launch_key": first.launch_key, **err, **(err.get("data") or {})})
         return first.to_wire()
+
+    def _require_running(self, p: dict[str, Any]) -> None:
+        """A stopped stack starts nothing, except for the intent revision it names."""
+        intent, revision = self.store.intent(p["stack"])
+        if intent is Intent.STOPPED and p["intent_revision"] != revision:
+            raise StackFenced(f"stack {p['stack']!r} is stopped (intent revision "
+                              f"{revision})", {"stack": p["stack"], "revision": revision})
 
     def _live(self, key: str) -> LaunchRow:
         row = self.launcher.record(key) or self.store.get_launch(key)

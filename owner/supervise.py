@@ -6,7 +6,9 @@ crash between the steps leaves a ``starting`` row that reconcile can resolve, be
 launch key is also in the process's environment (``TENURE_LAUNCH_KEY``). A write that
 fails once the process exists (disk full, I/O error) never orphans it: the launch is
 watched, drained and reported as usual, and kept in memory as ``uncertain`` until its
-final state can be written.
+final state can be written. The writes of launches go through a group commit
+(owner.groupcommit): concurrent launches share their commits, and an exit that comes
+before its launch has answered is taken up right after that answer.
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from protocol.errors import LaunchFailed, StorageFailed
+from protocol.errors import LaunchFailed, StorageFailed, TenureError
 
 from .cgroups import CgroupTree
 from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from .drain import PipeDrainer
 from .fdpass import PassFds
 from .fdstore import DEFAULT_FDNAME, FdStore, StoreKey
+from .groupcommit import GroupCommit
 from .journal import Journal, LogSource
 from .notes import write_note
 from .notify import NotifyListener, pgid_resolver
@@ -50,6 +54,10 @@ class Launcher:
                  boot_id: str, notify_path: str, *, reap_orphans: bool = True,
                  home: str = "") -> None:
         self.store = store
+        self.writes = GroupCommit(store.db)   # the writes of launches (owner.groupcommit)
+        self._launching: dict[str, asyncio.Future[LaunchRow]] = {}
+        self._unwritten: set[str] = set()   # running, the row not yet saying so
+        self._early_exits: dict[str, tuple[int, ExitStatus]] = {}  # of those, ended
         self.home = home            # OWNER_HOME_ENV of every launch
         self.journal = journal
         self.ring = ring
@@ -97,9 +105,14 @@ class Launcher:
     def notify_stats(self) -> dict[str, int]:
         return dict(self.notify.stats)
 
-    def launch(self, p: dict[str, Any], spec: LaunchSpec, epoch: int) -> LaunchRow:
+    async def launch(self, p: dict[str, Any], spec: LaunchSpec, epoch: int,
+                     admit: Callable[[], None] = lambda: None) -> LaunchRow:
         """Write the row, spawn, record the process. Returns the final row (``failed``
-        rows included: the caller reports them).
+        rows included: the caller reports them). The writes go through the group commit
+        (owner.groupcommit); ``admit`` runs right before the spawn and raises to refuse
+        it (the epoch or the stack's intent may have moved while the row was written):
+        the row then says ``failed`` and the exception propagates. A second request for
+        a key being launched waits for the first and gets its result.
 
         Invariant: once the process exists it is watched, drained and reported, whatever
         the storage does. If the ``running`` write fails the launch is kept in memory as
@@ -107,39 +120,81 @@ class Launcher:
         ``starting`` row (or a ``failed`` one) cannot be written: then nothing runs.
         """
         key = p["launch_key"]
+        if key in self._launching:
+            return await asyncio.shield(self._launching[key])
+        task = asyncio.ensure_future(self._launch(p, spec, epoch, admit))
+        self._launching[key] = task
+        try:
+            return await asyncio.shield(task)
+        finally:   # in the caller's task: an early exit waits until its answer is sent
+            if task.done():
+                self._settled(key)
+            else:   # our caller went away: the launch goes on, and then is settled
+                task.add_done_callback(lambda _t: self._settled(key))
+
+    def _settled(self, key: str) -> None:
+        """Launch ``key`` answered: an exit that came before is taken up now."""
+        self._launching.pop(key, None)
+        self._unwritten.discard(key)
+        early = self._early_exits.pop(key, None)
+        if early is not None:
+            asyncio.get_running_loop().call_soon(self._on_exit, key, *early)
+
+    def launching(self, key: str) -> bool:
+        """Whether launch ``key`` is under way (its answer not given yet)."""
+        return key in self._launching
+
+    async def _launch(self, p: dict[str, Any], spec: LaunchSpec, epoch: int,
+                      admit: Callable[[], None]) -> LaunchRow:
+        key = p["launch_key"]
         spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key, OWNER_HOME_ENV: self.home})
         tree = self.procs.cgroups
         # The cgroup is recorded with the row, before it exists: after a crash its
         # cgroup.procs is evidence even of a process whose pid was never recorded.
-        self.store.insert_launch(key, p, spec.to_wire(), epoch, self.boot_id,
-                                 None if tree is None else str(tree.app_dir(key)))
+        cgroup = None if tree is None else str(tree.app_dir(key))
+        await self.writes.write(lambda: self.store.insert_launch(
+            key, p, spec.to_wire(), epoch, self.boot_id, cgroup))
+        try:
+            admit()
+        except TenureError as exc:
+            refused = exc.to_wire()
+            await self.writes.write(lambda: self.store.mark_failed(key, refused))
+            raise
         try:
             passed = self._passed(p, spec)
             spawned = self.procs.launch(spec, key, passed)
         except LaunchFailed as exc:
-            self.store.mark_failed(key, exc.to_wire())
-            spawn = exc.data.get("spawn")
-            self.ring.emit("launch_failed", launch_key=key, code=exc.code_str, msg=exc.msg,
-                           **({} if spawn is None else {"spawn": spawn}))
-            write_note(self.journal, LogSource(p["stack"], p["app"], p["instance"],
-                                               p["generation"]),
-                       spawn["text"] if spawn else f"launch failed: {exc.msg}")
-            row = self.store.get_launch(key)
-            assert row is not None
-            return row
+            return await self._failed(p, key, exc)
         started_at = time.time()
         row = LaunchRow(key, p["stack"], p["app"], p["instance"], p["generation"],
                         spec.to_wire(), LaunchState.RUNNING, spawned.pid,
                         spawned.start_ticks, spawned.pgid, started_at, None, None, None)
+        # Watched before the write, which may wait for its group: the process runs and
+        # may even end meanwhile; its exit is then taken up once this launch answered.
+        self._watch(row, spawned)
+        self._unwritten.add(key)
         try:
-            self.store.mark_running(key, spawned.pid, spawned.start_ticks, spawned.pgid,
-                                    started_at)
+            await self.writes.write(lambda: self.store.mark_running(
+                key, spawned.pid, spawned.start_ticks, spawned.pgid, started_at))
         except (sqlite3.Error, OSError) as exc:
             row = self._uncertain(row, "running", exc)
-        self._watch(row, spawned)
+            if key in self.live:
+                self.live[key] = row
         if spec.sockets:
             self.socket_users[key] = tuple(socket_key(row.stack, row.app, d)
                                            for d in spec.sockets)
+        return row
+
+    async def _failed(self, p: dict[str, Any], key: str, exc: LaunchFailed) -> LaunchRow:
+        await self.writes.write(lambda: self.store.mark_failed(key, exc.to_wire()))
+        spawn = exc.data.get("spawn")
+        self.ring.emit("launch_failed", launch_key=key, code=exc.code_str, msg=exc.msg,
+                       **({} if spawn is None else {"spawn": spawn}))
+        write_note(self.journal, LogSource(p["stack"], p["app"], p["instance"],
+                                           p["generation"]),
+                   spawn["text"] if spawn else f"launch failed: {exc.msg}")
+        row = self.store.get_launch(key)
+        assert row is not None
         return row
 
     def _passed(self, p: dict[str, Any], spec: LaunchSpec) -> PassFds | None:
@@ -221,6 +276,9 @@ class Launcher:
         self.drainers = [d for d in self.drainers if not d.closed]
 
     def _on_exit(self, key: str, pid: int, status: ExitStatus) -> None:
+        if key in self._unwritten:   # its launch has not answered: the exit follows it
+            self._early_exits[key] = (pid, status)
+            return
         row = self.live.pop(key, None)
         self.socket_users.pop(key, None)
         if row is not None and row.pgid is not None:

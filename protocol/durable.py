@@ -13,7 +13,7 @@ import os
 import sqlite3
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from .errors import StateCorrupt, UnsafePath
@@ -189,11 +189,28 @@ def _split(schema: str) -> list[str]:
 @contextmanager
 def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One write transaction (BEGIN IMMEDIATE … COMMIT, ROLLBACK on any exception) on a
-    connection opened by :func:`open_sqlite` (autocommit mode)."""
+    connection opened by :func:`open_sqlite` (autocommit mode). Inside one already open
+    it is a savepoint: an exception undoes its own writes only, and nothing is durable
+    before the outer transaction commits. A COMMIT that fails is rolled back."""
+    if db.in_transaction:
+        db.execute("SAVEPOINT nested")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK TO nested")
+            db.execute("RELEASE nested")
+            raise
+        db.execute("RELEASE nested")
+        return
     db.execute("BEGIN IMMEDIATE")
     try:
         yield db
     except BaseException:
         db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
+    try:
+        db.execute("COMMIT")
+    except BaseException:
+        with suppress(sqlite3.Error):   # none left open if SQLite ended it
+            db.execute("ROLLBACK")
+        raise
