@@ -3,8 +3,10 @@
 Producers (pipe drainers on the owner's asyncio loop) call :meth:`Journal.append`, which
 only enqueues: a bounded in-memory queue (bounded by bytes, fair between apps: see
 :mod:`owner.logqueue`) feeds one writer thread that inserts batches with
-``executemany``, one transaction per batch. A full queue drops lines and counts them per
-source and per app; appending never blocks and never raises for lack of room.
+``executemany``, one transaction per batch; a checkpointer thread keeps the WAL short off
+the writer's commit path (see :mod:`owner.journalckpt`). A full queue drops lines and
+counts them per source and per app; appending never blocks and never raises for lack of
+room.
 
 Record ids increase monotonically and are never reused, even after pruning: the writer
 keeps the next id in ``meta`` inside each batch transaction and gives the first row of
@@ -35,6 +37,7 @@ from typing import Final
 from protocol.durable import limit_cache
 from protocol.errors import BadRequest, StateCorrupt, StorageFailed, UnsafePath
 
+from .journalckpt import Checkpointer, checkpoint, frames_for
 from .journalforget import forget_sources
 from .journalread import STREAMS, Filters, LogRecord, Page, read_page, tail_start
 from .logqueue import FairQueue, Queued
@@ -210,6 +213,7 @@ class Journal:
         self._overflow_total = 0
         self._dropped_by_app: dict[tuple[str, str], int] = {}
         self._written_by_app: dict[tuple[str, str], tuple[int, int]] = {}
+        self._ckpt = Checkpointer(lambda: _connect(self._path))
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
@@ -225,6 +229,7 @@ class Journal:
             fresh = _check_schema(conn, self._path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's job
             if fresh:
                 self._create(conn)
         except sqlite3.Error as exc:
@@ -354,6 +359,11 @@ class Journal:
             return self._overflow_total
 
     @property
+    def checkpoint_failures(self) -> int:
+        """1 if the checkpointer thread failed (logged; the writer checkpoints itself)."""
+        return self._ckpt.failures
+
+    @property
     def queued_bytes(self) -> int:
         """Bytes (data plus per-line overhead) waiting for the writer."""
         with self._cond:
@@ -387,6 +397,7 @@ class Journal:
             self._stopping = True
             self._cond.notify_all()
         self._thread.join(timeout)
+        self._ckpt.stop(timeout)
         with self._rlock:
             if self._rconn is not None:
                 self._rconn.close()
@@ -435,6 +446,22 @@ class Journal:
                 self._queue.written(batch)
                 self._writing = None
                 self._cond.notify_all()
+            if not lost:
+                self._after_commit(batch)
+
+    def _after_commit(self, batch: list[Queued]) -> None:
+        """Tell the checkpointer what a batch wrote; checkpoint here if it says so."""
+        frames = frames_for(sum(item.data_bytes for item in batch),
+                            sum(len(item.lines) for item in batch))
+        if not self._ckpt.committed(frames):
+            return
+        with self._wlock:
+            try:
+                result = checkpoint(self._wconn)
+            except sqlite3.Error as exc:
+                log.warning("journal checkpoint failed: %s", exc)
+                return
+        self._ckpt.checkpointed(*result)
 
     def _write_batch(self, batch: list[Queued]) -> list[Queued]:
         """Write one batch in one transaction; returns the items lost to a write error."""
@@ -534,6 +561,7 @@ class Journal:
                 conn.execute("BEGIN IMMEDIATE")
                 deleted = forget_sources(conn, checked)
                 conn.execute("COMMIT")
+                self._ckpt.ask()  # a delete may rewrite many pages
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")

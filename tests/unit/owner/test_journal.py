@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from owner import journalckpt
 from owner.journal import READ_LIMIT_MAX, Journal, LogRecord, LogSource
 from owner.linesplit import CONTINUED, PARTIAL
 from owner.testing import read_all
@@ -411,3 +413,103 @@ def test_every_journal_connection_has_a_bounded_page_cache(journal: Journal) -> 
     journal.last_id()  # opens the reader connection
     for conn in (journal._wconn, journal._reader()):
         assert conn.execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB
+
+
+FRAME = 4096 + 24  # a WAL frame: a page and its header
+
+
+def small_wal_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journalckpt, "CKPT_FRAMES", 50)
+    monkeypatch.setattr(journalckpt, "RESTART_FRAMES", 100)
+    monkeypatch.setattr(journalckpt, "CHASE_FRAMES", 200)
+    monkeypatch.setattr(journalckpt, "CAP_FRAMES", 400)
+
+
+def write_batches(j: Journal, batches: int, first: int = 0) -> None:
+    """``batches`` commits of 200 lines of 100 bytes (about 8 WAL frames each)."""
+    for b in range(first, first + batches):
+        assert j.append_split(WEB, "stdout", [b"%099d" % (b * 200 + i) for i in range(200)]) \
+            == 200
+        assert j.flush(timeout=30)
+
+
+def wal_high_water(path: Path) -> int:
+    """The WAL file only grows: its size is the most frames it ever held."""
+    return (path.parent / (path.name + "-wal")).stat().st_size
+
+
+def test_checkpointer_copies_the_wal_and_keeps_it_short(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    small_wal_limits(monkeypatch)
+    path = tmp_path / "journal.db"
+    with Journal(path, retention_bytes_per_app=1 << 30) as j:
+        assert j._wconn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        empty = path.stat().st_size
+        write_batches(j, 500)  # about 4000 frames
+        assert j._ckpt.wait_idle(timeout=30)
+        assert path.stat().st_size > empty + 1000 * 4096  # copied into the database
+        assert wal_high_water(path) < 2 * journalckpt.CAP_FRAMES * FRAME
+        assert j.checkpoint_failures == 0
+        assert len(read_all(j)) == 500 * 200
+
+
+def test_writer_checkpoints_itself_once_the_checkpointer_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    small_wal_limits(monkeypatch)
+    real = journalckpt.checkpoint
+
+    def broken(conn: sqlite3.Connection) -> tuple[int, int, int]:
+        if threading.current_thread().name == "journal-checkpointer":
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(conn)
+
+    monkeypatch.setattr(journalckpt, "checkpoint", broken)
+    path = tmp_path / "journal.db"
+    with Journal(path, retention_bytes_per_app=1 << 30) as j:
+        write_batches(j, 10)  # enough to ask for a pass
+        assert j._ckpt.wait_idle(timeout=30)
+        assert j.checkpoint_failures == 1
+        assert "journal checkpointer failed" in caplog.text
+        write_batches(j, 500, first=10)
+        assert wal_high_water(path) < 4 * journalckpt.CKPT_FRAMES * FRAME
+        assert len(read_all(j)) == 510 * 200
+        assert j._ckpt._thread.is_alive() is False
+
+
+def test_writer_checkpoints_itself_at_the_cap_when_no_pass_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small_wal_limits(monkeypatch)
+    monkeypatch.setattr(journalckpt, "CKPT_FRAMES", 1 << 30)  # the checkpointer is never asked
+    path = tmp_path / "journal.db"
+    with Journal(path, retention_bytes_per_app=1 << 30) as j:
+        write_batches(j, 500)
+        assert wal_high_water(path) < 2 * journalckpt.CAP_FRAMES * FRAME
+        assert j.checkpoint_failures == 0
+
+
+def journal_fds(path: Path) -> list[str]:
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(path)):
+                fds.append(fd)
+    return fds
+
+
+def test_close_stops_the_checkpointer_closes_its_connection_and_removes_the_wal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small_wal_limits(monkeypatch)
+    path = tmp_path / "journal.db"
+    j = Journal(path, retention_bytes_per_app=1 << 30)
+    write_batches(j, 50)
+    assert j._ckpt.wait_idle(timeout=30)
+    assert j.forget([("shop", "web", 0)]) == 50 * 200
+    thread = j._ckpt._thread
+    j.close()
+    assert not thread.is_alive()
+    assert not any(t.name.startswith("journal-") for t in threading.enumerate())
+    assert journal_fds(tmp_path) == []
+    assert not (tmp_path / "journal.db-wal").exists()
+    with Journal(path) as again:
+        assert read_all(again) == []
+        assert again.last_id() == 50 * 200

@@ -1,0 +1,175 @@
+"""WAL checkpoints of the journal, off the writer's commit path.
+
+SQLite checkpoints a WAL database inside the COMMIT that makes the WAL pass
+``wal_autocheckpoint`` pages: copying the WAL into the database and syncing both took about
+a fifth of the journal writer's time. The writer therefore turns automatic checkpoints off
+and a :class:`Checkpointer` thread, on a connection of its own, runs PASSIVE checkpoints
+(which never wait for, nor block, the writer or readers) each time the writer has written
+about ``CKPT_FRAMES`` more WAL frames. SQLite starts the WAL over from its beginning only
+when a write transaction begins with every frame copied, which a checkpoint running beside
+a busy writer never achieves; so once the WAL is ``RESTART_FRAMES`` long the checkpointer
+runs passes back to back until one finds at most ``TAIL_FRAMES`` new frames (or the WAL is
+``CHASE_FRAMES`` long), and then the writer checkpoints those few itself (cheap), and its
+next transaction restarts the WAL. The writer also checkpoints itself, as SQLite would,
+when the WAL has grown by ``CAP_FRAMES`` since it last did (the checkpointer cannot keep
+up, or a reader pins the WAL), waiting for a running pass to end first, and every
+``CKPT_FRAMES`` once the checkpointer has failed: a failure is logged and counted, and ends
+its thread. Frame counts the writer adds are estimates from the bytes and rows it wrote;
+checkpoints report the true ones. A checkpoint never loses committed rows, and the last
+connection to close (the writer's) checkpoints and removes the WAL, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+CKPT_FRAMES: Final = 1000
+"""WAL frames between two checkpoint passes (SQLite's default ``wal_autocheckpoint``)."""
+RESTART_FRAMES: Final = 1000
+"""A WAL this long is chased by the checkpointer and restarted by the writer."""
+TAIL_FRAMES: Final = 64
+"""The writer restarts the WAL when a pass found at most this many new frames..."""
+CHASE_FRAMES: Final = 4000
+"""...or when the WAL has grown this long all the same (a slow disk)."""
+CAP_FRAMES: Final = 16384
+"""The writer checkpoints itself when the WAL grew this much (64 MiB at 4 KiB pages)."""
+PAGE_BYTES: Final = 4096
+ROW_BYTES: Final = 64
+"""Estimated bytes a record takes besides its data (overestimates rather than under)."""
+COMMIT_FRAMES: Final = 3
+"""Frames every commit writes at least (the meta and extents pages, the last leaf)."""
+
+
+def frames_for(data_bytes: int, rows: int) -> int:
+    """Estimated WAL frames one commit of ``rows`` lines of ``data_bytes`` writes."""
+    return COMMIT_FRAMES + (data_bytes + ROW_BYTES * rows) // PAGE_BYTES
+
+
+def checkpoint(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """One PASSIVE checkpoint: (busy, frames in the WAL, frames copied). Raises
+    ``sqlite3.Error``."""
+    busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return busy, frames, copied
+
+
+class Checkpointer:
+    """A thread that checkpoints the WAL when asked, and the writer's checkpoint policy.
+
+    :meth:`committed` and :meth:`checkpointed` are called by the writer thread only.
+    """
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+        self._cond = threading.Condition(threading.Lock())
+        self._asked = False  # a pass is wanted
+        self._running = False  # a pass is running
+        self._stopping = False
+        self._broken = False
+        self._frames = self._copied = 0  # as the checkpointer's last pass saw them
+        self._since_asked = 0  # estimated frames since the last pass was asked for
+        self._since_restart = 0  # estimated frames since the writer last caught up
+        self.failures = 0
+        self._thread = threading.Thread(target=self._run, name="journal-checkpointer",
+                                        daemon=True)
+        self._thread.start()
+
+    def committed(self, frames: int) -> bool:
+        """The writer committed about ``frames`` WAL frames: True if it should checkpoint
+        itself now (then report with :meth:`checkpointed`); else asks for a pass if due."""
+        with self._cond:
+            self._since_asked += frames
+            self._since_restart += frames
+            if self._broken:
+                return self._since_restart >= CKPT_FRAMES
+            if max(self._since_restart, self._frames) >= CAP_FRAMES:
+                self._asked = False  # no new pass, and the one running ends soon:
+                self._cond.wait_for(lambda: not self._running)  # PASSIVE never waits
+                return True
+            if self._asked or self._running:
+                return False
+            if self._frames >= RESTART_FRAMES and self._copied == self._frames:
+                return True
+            if self._since_asked >= CKPT_FRAMES:
+                self._ask_locked()
+        return False
+
+    def checkpointed(self, busy: int, frames: int, copied: int) -> None:
+        """The writer's own checkpoint gave ``(busy, frames, copied)``."""
+        with self._cond:
+            if busy or copied != frames:  # a reader or another checkpoint was in the way
+                self._frames, self._copied = frames, copied
+                return
+            self._since_restart = 0
+            self._frames = self._copied = 0  # the next transaction restarts the WAL
+
+    def ask(self) -> None:
+        """Ask for a pass now (after a large delete, say). Raises nothing."""
+        with self._cond:
+            self._ask_locked()
+
+    def _ask_locked(self) -> None:
+        self._since_asked = 0
+        self._asked = True
+        self._cond.notify()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the thread (a running pass completes) and wait for it; its connection is
+        closed. Idempotent. Raises nothing."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no pass is asked for or running. For tests."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: not (self._asked or self._running) or self._broken, timeout)
+
+    def _run(self) -> None:
+        try:
+            conn = self._connect()
+        except Exception:
+            self._fail()
+            return
+        try:
+            while self._next():
+                _, frames, copied = checkpoint(conn)
+                with self._cond:
+                    # A WAL due for a restart is chased until one pass copies only a
+                    # few frames (then so will the writer's own checkpoint), or is long.
+                    grown = frames - self._frames if frames >= self._frames else frames
+                    self._frames, self._copied = frames, copied
+                    self._running = False
+                    self._asked = self._asked or (RESTART_FRAMES <= frames < CHASE_FRAMES
+                                                  and copied == frames
+                                                  and grown > TAIL_FRAMES)
+                    self._cond.notify_all()
+        except Exception:
+            self._fail()
+        finally:
+            conn.close()
+            with self._cond:  # whatever ended the thread, no pass runs any more
+                self._broken = self._broken or not self._stopping
+                self._running = False
+                self._cond.notify_all()
+
+    def _next(self) -> bool:
+        with self._cond:
+            self._cond.wait_for(lambda: self._asked or self._stopping)
+            self._asked = False
+            self._running = not self._stopping
+            return self._running
+
+    def _fail(self) -> None:
+        log.exception("journal checkpointer failed; the writer checkpoints the WAL itself")
+        with self._cond:
+            self.failures += 1
+            self._broken = True
+            self._cond.notify_all()
