@@ -147,6 +147,7 @@ def test_missing_or_failed_figures_are_not_measured() -> None:
 def test_reason_is_listed_only_for_a_target_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(targets.REASONS, "ratio_rss", "measured: the owner holds 30 MiB")
     monkeypatch.setitem(targets.REASONS, "ratio_status", "measured: never shown")
+    monkeypatch.setitem(targets.REASONS, "ratio_restart", "")   # behind, none recorded
     res = result()
     tenure(res, "50", "memory")["rss_mib"] = 50.0
     tenure(res, "200", "memory")["rss_mib"] = 50.0
