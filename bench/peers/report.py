@@ -347,7 +347,7 @@ gets the same programs in its own config, its control socket in a private temp d
   polled every 5 ms through each supervisor's own API.
 - **status**: wall time of the CLI status command, run repeatedly.
 - **restart**: `kill -9` of one program's pid, then time until the supervisor reports a new
-  pid for it (polled every 2 ms through its API); median over several programs.
+  pid for it (polled every 0.5 ms through its API); median over several programs.
 - **restart by command**: the documented restart of one program (`tenure restart
   STACK/APP/N`, `supervisorctl restart`, `circusctl restart --waiting`, `pm2 restart`);
   then the time until its new pid is reported and how many other programs' pids changed
