@@ -33,6 +33,19 @@ __all__ = ["BackendProcess", "preflight"]
 
 log = logging.getLogger("tenure.guardian")
 
+PREWARM = (
+    "import asyncio, dataclasses, enum, hashlib, json, logging, sqlite3, sys, tomllib, typing\n"
+    "line = sys.stdin.readline()\n"   # the verified release's lib/, or EOF: stop
+    "lib = json.loads(line).get('lib') if line.strip() else None\n"
+    "if not isinstance(lib, str):\n"
+    "    raise SystemExit(0)\n"
+    "sys.path.insert(0, lib)\n"
+    "import runpy\n"
+    "runpy.run_module('backend', run_name='__main__', alter_sys=True)\n"
+)
+"""What a prewarmed standby runs: the standard library only, until it is told where the
+verified release is (then as :func:`guardian.release.command` would)."""
+
 PREFLIGHT_DEADLINE = 30.0
 STDERR_TAIL = 4096
 
@@ -50,6 +63,7 @@ class BackendProcess:
     release: str = ""                 # a standby's release id (verified when it started)
     report: dict[str, Any] | None = None  # a standby's preflight report, if it gave one
     started_s: float = 0.0            # a standby's time to be ready
+    interpreter: str = ""             # a prewarmed process's interpreter
     _watch: asyncio.Task[None] | None = None
 
     @classmethod
@@ -71,20 +85,52 @@ class BackendProcess:
 
     @classmethod
     async def standby(cls, release: Release, home: Path, log_dir: Path,
-                      timeout: float = 30.0) -> BackendProcess:
+                      timeout: float = 30.0, warm: BackendProcess | None = None
+                      ) -> BackendProcess:
         """Start a generation that imports everything and then waits, holding nothing,
         for :meth:`activate`: the interpreter's start-up stays out of a handoff's pause.
-        Raises BackendStartTimeout or what the backend said (the process is gone then)."""
-        log_path = log_dir / f"backend-standby-{time.time_ns()}.log"
-        proc = await _spawn(release, log_path, "--home", str(home), "--standby",
-                            stdin=asyncio.subprocess.PIPE)
+        ``warm``: a :meth:`prewarm` process to run it in (stopped instead when it cannot
+        serve: gone, or another interpreter than the release's). Raises
+        BackendStartTimeout or what the backend said (the process is gone then)."""
         t0 = time.monotonic()
-        bp = cls("", proc.pid, start_ticks(proc.pid), log_path, proc, release=release.id)
-        bp._watch = asyncio.create_task(bp._wait_proc())
+        if warm is not None and warm.alive() and \
+                os.path.realpath(warm.interpreter) == os.path.realpath(release.interpreter.path):
+            bp = warm
+            assert bp.proc is not None and bp.proc.stdin is not None
+            bp.proc.stdin.write(json.dumps({"lib": str(release.lib)}).encode() + b"\n")
+            await bp.proc.stdin.drain()
+        else:
+            if warm is not None:
+                await warm.stop(kill_after=2.0)
+            log_path = log_dir / f"backend-standby-{time.time_ns()}.log"
+            proc = await _spawn(release, log_path, "--home", str(home), "--standby",
+                                stdin=asyncio.subprocess.PIPE)
+            bp = cls("", proc.pid, start_ticks(proc.pid), log_path, proc)
+            bp._watch = asyncio.create_task(bp._wait_proc())
+        bp.release = release.id
         line = await bp._expect("standby", timeout)
         bp.started_s = round(time.monotonic() - t0, 3)
         report = line.get("report")
         bp.report = report if isinstance(report, dict) else None   # older releases: none
+        return bp
+
+    @classmethod
+    async def prewarm(cls, interpreter: str, home: Path, log_dir: Path) -> BackendProcess:
+        """An interpreter for a standby, started before its release is verified: it
+        imports the standard library a generation needs (:data:`PREWARM`, the guardian's
+        own code) and waits for :meth:`standby` to name the verified release's lib/; no
+        code of the release runs before. Its start-up then overlaps the verification."""
+        log_path = log_dir / f"backend-standby-{time.time_ns()}.log"
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                interpreter, "-I", "-S", "-B", "-c", PREWARM, "--home", str(home),
+                "--standby", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=fd, start_new_session=True)
+        finally:
+            os.close(fd)
+        bp = cls("", proc.pid, start_ticks(proc.pid), log_path, proc, interpreter=interpreter)
+        bp._watch = asyncio.create_task(bp._wait_proc())
         return bp
 
     async def activate(self, activation: str, timeout: float = 30.0) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -275,19 +276,36 @@ class Coordinator:
     def _set_candidate(self, bp: BackendProcess) -> None:
         self.candidate = bp
 
-    async def standby(self, release_id: str, verified: Release | None = None
+    async def standby(self, release_id: str, verified: Release | None = None,
+                      warm: asyncio.Task[BackendProcess] | None = None
                       ) -> BackendProcess | None:
         """Start ``release_id``'s interpreter now, outside the pause; it holds nothing.
-        ``verified``: the release as verified a moment ago (else it is verified now). A
-        release that cannot stand by is started the plain way later."""
+        ``verified``: the release as verified a moment ago (else it is verified now, while
+        an interpreter is prewarmed beside it). ``warm``: a :meth:`prewarm` to run it in.
+        A release that cannot stand by is started the plain way later."""
+        if warm is None and verified is None:
+            warm = self.prewarm()
         try:
             release = verified if verified is not None else \
                 await asyncio.to_thread(self.release, release_id)
-            return await BackendProcess.standby(release, self.paths.home,
-                                                self.paths.logs, self.deadline)
+            return await BackendProcess.standby(release, self.paths.home, self.paths.logs,
+                                                self.deadline, await _warmed(warm))
         except TenureError as exc:
+            await self.discard(warm)
             log.warning("candidate cannot stand by (%s); it will start cold", exc)
             return None
+
+    def prewarm(self) -> asyncio.Task[BackendProcess]:
+        """An interpreter for the next standby, started now: it runs nothing of a release
+        until one is verified (BackendProcess.prewarm)."""
+        return asyncio.create_task(BackendProcess.prewarm(sys.executable, self.paths.home,
+                                                          self.paths.logs))
+
+    async def discard(self, warm: asyncio.Task[BackendProcess] | None) -> None:
+        """Stop a prewarmed interpreter that will not be used (the process is gone then)."""
+        bp = await _warmed(warm)
+        if bp is not None and (bp.proc is None or bp.proc.returncode is None):
+            await bp.stop(kill_after=2.0)
 
     async def live_backend(self) -> dict[str, Any] | None:
         """The status of whatever generation answers on api.sock, or None."""
@@ -500,3 +518,14 @@ class Coordinator:
 
 def _essential(r: dict[str, Any]) -> tuple[Any, ...]:
     return (r["launch_key"], r["pid"], r["start_ticks"], r["restarts"])
+
+
+async def _warmed(warm: asyncio.Task[BackendProcess] | None) -> BackendProcess | None:
+    """The prewarmed process, or None when there is none or it could not start."""
+    if warm is None:
+        return None
+    try:
+        return await warm
+    except (OSError, TenureError) as exc:
+        log.warning("no prewarmed interpreter (%s); the standby starts its own", exc)
+        return None

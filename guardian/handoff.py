@@ -107,11 +107,18 @@ class _Handoff:
     async def check(self, stand_by: bool) -> None:
         """``stand_by``: start the candidate's standby beside the rest of the check, from
         the release verified here: it holds nothing, and its start-up imports what a
-        preflight imports, so its report serves as one (:meth:`preflight`)."""
+        preflight imports, so its report serves as one (:meth:`preflight`). Its
+        interpreter is prewarmed while the release is verified (it runs nothing of the
+        release before that)."""
         co = self.co
-        release = await asyncio.to_thread(co.release, self.act.release)  # hashes, interpreter
+        warm = co.prewarm() if stand_by else None
+        try:
+            release = await asyncio.to_thread(co.release, self.act.release)  # hashes
+        except BaseException:
+            await co.discard(warm)
+            raise
         if stand_by:
-            self.early = asyncio.create_task(co.standby(release.id, release))
+            self.early = asyncio.create_task(co.standby(release.id, release, warm))
         co.point("check.owner")
         caps = (await co.owner_call("status"))["capabilities"]
         missing = {k: v for k, v in release.contracts.items() if caps.get(k) != v}

@@ -260,8 +260,14 @@ class FakeCoordinator(Coordinator):
     async def preflight(self, release: Release) -> dict[str, Any]:
         return {"elapsed": 0.0, "exit_status": 0}
 
-    async def standby(self, release_id: str, verified: Any = None) -> Any:
+    async def standby(self, release_id: str, verified: Any = None, warm: Any = None) -> Any:
         return self.world.spawn(release_id)
+
+    def prewarm(self) -> Any:
+        return None   # no interpreter in a fake world
+
+    async def discard(self, warm: Any) -> None:
+        return None
 
     async def live_backend(self) -> dict[str, Any] | None:
         bp = self.world.api

@@ -91,7 +91,7 @@ def test_the_pause_verifies_the_release_only_without_a_warm_standby(
             verified.append(rid)
             return real_release(rid)
 
-        async def no_standby(rid: str, verified: Any = None) -> Any:
+        async def no_standby(rid: str, verified: Any = None, warm: Any = None) -> Any:
             return None
         co.release = release  # type: ignore[method-assign]
         co.standby = real_standby if standby else no_standby  # type: ignore[method-assign]
