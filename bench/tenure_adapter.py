@@ -62,6 +62,7 @@ class Tenure(Supervisor):
         self.version = version("tenure")
         self.home = Path()
         self.config = Path()
+        self._api: Client | None = None
 
     @property
     def layout(self) -> Layout:
@@ -117,13 +118,27 @@ class Tenure(Supervisor):
         self.run_step("replace", self._cli("backend", "upgrade", release), 300)
 
     def stop_supervisor(self) -> None:
+        self._close_api()
         if self.home != Path() and self.home.exists():
             self.run_step("stop", self._cli("down"), 180, check=False)
 
     # -- observation --------------------------------------------------------------------
+    def _query(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """One backend API call on a connection kept open between queries, as a
+        monitoring client keeps one (a handshake per poll loaded the backend while it
+        restarted the program being timed); it reconnects by itself after a handoff."""
+        if self._api is None or self._api.path != self.layout.api_sock:
+            self._close_api()
+            self._api = Client(self.layout.api_sock, pin=False, timeout=30)
+        return self._api.call(method, params or {})
+
+    def _close_api(self) -> None:
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+
     def _status(self) -> dict[str, Any]:
-        with Client(self.layout.api_sock, pin=False, timeout=30) as c:
-            st: dict[str, Any] = c.call("status")
+        st: dict[str, Any] = self._query("status")
         return st
 
     def all_running(self) -> dict[str, int]:
@@ -133,8 +148,7 @@ class Tenure(Supervisor):
 
     def pid_of(self, name: str) -> int | None:
         """One instance, as `tenure inspect bench/NAME` asks for it."""
-        with Client(self.layout.api_sock, pin=False, timeout=30) as c:
-            inst = c.call("inspect", {"target": f"bench/{name}"})["instances"][0]
+        inst = self._query("inspect", {"target": f"bench/{name}"})["instances"][0]
         return int(inst["pid"]) if inst["pid"] and inst["state"] in ("running", "ready") \
             else None
 
