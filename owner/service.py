@@ -292,6 +292,10 @@ class OwnerService:
         return {"launch_key": row.launch_key, "pid": row.pid, "signal": sig}
 
     async def inventory(self, call: Call) -> Any:
+        """Every launch requested before this call is in it (or has failed): a backend
+        that asked for launches and then for the inventory must not find them missing
+        and start them again."""
+        await self.launcher.settle()
         stack = call.params["stack"]
         rows = [r.to_wire() for r in self.launcher.live.values()
                 if stack is None or r.stack == stack]

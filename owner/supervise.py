@@ -121,16 +121,44 @@ class Launcher:
         """
         key = p["launch_key"]
         if key in self._launching:
-            return await asyncio.shield(self._launching[key])
-        task = asyncio.ensure_future(self._launch(p, spec, epoch, admit))
-        self._launching[key] = task
+            return await self._second(key)
+        answer: asyncio.Future[LaunchRow] = asyncio.get_running_loop().create_future()
+        self._launching[key] = answer
         try:
-            return await asyncio.shield(task)
-        finally:   # in the caller's task: an early exit waits until its answer is sent
-            if task.done():
-                self._settled(key)
-            else:   # our caller went away: the launch goes on, and then is settled
-                task.add_done_callback(lambda _t: self._settled(key))
+            row = await self._launch(p, spec, epoch, admit)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                answer.cancel()
+            else:
+                answer.set_exception(exc)
+                answer.exception()   # retrieved: nobody else may be waiting
+            raise
+        else:
+            answer.set_result(row)
+            return row
+        finally:   # an early exit waits until this answer is sent (same task)
+            self._settled(key)
+
+    async def _second(self, key: str) -> LaunchRow:
+        """The answer of the launch of ``key`` under way (a retry of it)."""
+        try:
+            return await asyncio.shield(self._launching[key])
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise   # this request is the one going away
+            raise LaunchFailed("the launch request this one repeats was withdrawn before "
+                               "its process was started", {"launch_key": key}) from None
+
+    def _withdrawn(self, key: str) -> None:
+        """The request went away (its connection, a shutdown) before the process was
+        started: nothing is started, and the row, written or still queued, says so
+        after it (a later request for the key gets that answer, not a half launch)."""
+        gone = LaunchFailed("the launch request was withdrawn before its process was "
+                            "started", {"launch_key": key}).to_wire()
+        task = asyncio.ensure_future(self.writes.write(lambda: self.store.mark_failed(
+            key, gone)))
+        task.add_done_callback(_log_failure)
 
     def _settled(self, key: str) -> None:
         """Launch ``key`` answered: an exit that came before is taken up now."""
@@ -139,6 +167,11 @@ class Launcher:
         early = self._early_exits.pop(key, None)
         if early is not None:
             asyncio.get_running_loop().call_soon(self._on_exit, key, *early)
+
+    async def settle(self) -> None:
+        """Return once every launch under way now has its answer (whatever it is)."""
+        if self._launching:   # asyncio.wait never cancels what it waits for
+            await asyncio.wait(list(self._launching.values()))
 
     def launching(self, key: str) -> bool:
         """Whether launch ``key`` is under way (its answer not given yet)."""
@@ -152,8 +185,12 @@ class Launcher:
         # The cgroup is recorded with the row, before it exists: after a crash its
         # cgroup.procs is evidence even of a process whose pid was never recorded.
         cgroup = None if tree is None else str(tree.app_dir(key))
-        await self.writes.write(lambda: self.store.insert_launch(
-            key, p, spec.to_wire(), epoch, self.boot_id, cgroup))
+        try:
+            await self.writes.write(lambda: self.store.insert_launch(
+                key, p, spec.to_wire(), epoch, self.boot_id, cgroup))
+        except asyncio.CancelledError:
+            self._withdrawn(key)
+            raise
         try:
             admit()
         except TenureError as exc:
@@ -354,3 +391,8 @@ class Launcher:
         self.sockets.close_all()
         self.fdstore.close_all()
 
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    """A background write never fails silently."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("recording a withdrawn launch failed: %s", task.exception())

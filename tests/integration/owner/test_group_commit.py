@@ -1,8 +1,8 @@
 """Concurrent launches through the real owner share their owner.db commits (group
 commit, owner.groupcommit) and keep every promise one commit per write kept: each
 answer is given once its row is on disk, a key launched twice at once starts one
-process, and a fence that lands while rows are being written lets no launch of the
-old epoch start a process."""
+process, an inventory asked for after launches lists them, and a fence that lands
+while rows are being written lets no launch of the old epoch start a process."""
 
 from __future__ import annotations
 
@@ -25,12 +25,14 @@ def params(n: int) -> dict[str, Any]:
 
 async def burst(sock: str, grant: dict[str, Any], epoch: int, keys: list[int]
                 ) -> list[Any]:
-    """Every launch of ``keys`` in flight at once on one connection."""
+    """Every launch of ``keys`` in flight at once on one connection, then (sent behind
+    them, answered last) the inventory."""
     ac = AsyncClient(sock, pin=False)
     ac.hello = ac.hello.replace(grant=dict(grant))
     try:
         return await asyncio.gather(*(ac.call("launch", params(n), epoch=epoch)
-                                      for n in keys), return_exceptions=True)
+                                      for n in keys), ac.call("inventory"),
+                                    return_exceptions=True)
     finally:
         await ac.close()
 
@@ -46,8 +48,11 @@ def test_a_burst_of_launches_all_run_and_a_repeated_key_starts_once(owner):
     try:
         epoch = gk.bootstrap(c, owner.instance)
         keys = [*range(N), 3, 3, 7]          # three repeats inside the same burst
-        answers = asyncio.run(burst(str(owner.paths.sock), gk.signed, epoch, keys))
+        *answers, inventory = asyncio.run(burst(str(owner.paths.sock), gk.signed, epoch,
+                                                keys))
         assert not [a for a in answers if isinstance(a, BaseException)], answers
+        listed = {r["launch_key"] for r in inventory["launches"]}
+        assert listed == {a["launch_key"] for a in answers}   # none missing
         by_key: dict[str, set[int]] = {}
         for a in answers:
             by_key.setdefault(a["launch_key"], set()).add(a["pid"])
