@@ -241,11 +241,8 @@ class Supervisor:
             try:
                 self._invalidate("launch")
                 r = await self.owner.call("launch", params, epoch=self.epoch)
-                if r.get("state") in _ENDED:   # the owner's answer for a key used before
-                    log.warning("%s: launch key used before (%s); not running it as that",
-                                launch_key, r["state"])
-                    return im.LaunchFailed("CONFLICT", explain.spent_key(
-                        launch_key, r["state"], params["generation"]))
+                if r.get("state") in _ENDED:
+                    return self._spent(launch_key, r, params["generation"])
                 return im.Launched(r["pid"], r["start_ticks"])
             except StaleEpoch:
                 raise
@@ -258,6 +255,23 @@ class Supervisor:
                 log.warning("%s: launch not done (%s); retrying", launch_key, exc)
                 await self._sleep(0.5)
         return im.LaunchFailed(last, explain.unanswered(last, params["generation"]))
+
+    def _spent(self, launch_key: str, row: dict[str, Any], generation: int) -> im.Event:
+        """The owner's answer for a launch key it had used before (this backend's state
+        is older than the owner's: backend.db lost, or an older checkpoint), whose launch
+        has ended: it is reported as it was, started and ended, never as running; the
+        exit follows the start as its observation would (an observation of it that
+        comes first makes this one stale, ignored)."""
+        log.warning("%s: launch key used before; that launch is %s", launch_key,
+                    row["state"])
+        if not isinstance(row.get("pid"), int) or not isinstance(row.get("start_ticks"), int):
+            return im.LaunchFailed("CONFLICT", explain.spent_key(launch_key, row["state"],
+                                                                 generation))
+        ended = row.get("exit") or {}
+        asyncio.get_running_loop().call_soon(self.on_observation, {
+            "kind": "exit", "launch_key": launch_key, "exit_code": ended.get("exit_code"),
+            "signal": ended.get("signal"), "core_dumped": ended.get("core_dumped")})
+        return im.Launched(row["pid"], row["start_ticks"])
 
     async def _note(self, inst: im.Instance, text: str) -> None:
         """A tenure line in the app's own log stream (owner ``logs.note``). Best effort:
