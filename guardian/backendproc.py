@@ -75,7 +75,8 @@ class BackendProcess:
         Raises TenureError: what the backend said, or BackendStartTimeout; the process is
         gone then."""
         log_path = log_dir / f"backend-{activation}.log"
-        proc = await _spawn(release, log_path, "--home", str(home), "--activation", activation)
+        proc = await _spawn(command(release, "--home", str(home), "--activation", activation),
+                            log_path)
         bp = cls(activation, proc.pid, start_ticks(proc.pid), log_path, proc)
         bp._watch = asyncio.create_task(bp._wait_proc())
         if on_spawn is not None:
@@ -103,8 +104,8 @@ class BackendProcess:
             if warm is not None:
                 await warm.stop(kill_after=2.0)
             log_path = log_dir / f"backend-standby-{time.time_ns()}.log"
-            proc = await _spawn(release, log_path, "--home", str(home), "--standby",
-                                stdin=asyncio.subprocess.PIPE)
+            proc = await _spawn(command(release, "--home", str(home), "--standby"),
+                                log_path, stdin=asyncio.subprocess.PIPE)
             bp = cls("", proc.pid, start_ticks(proc.pid), log_path, proc)
             bp._watch = asyncio.create_task(bp._wait_proc())
         bp.release = release.id
@@ -121,14 +122,8 @@ class BackendProcess:
         own code) and waits for :meth:`standby` to name the verified release's lib/; no
         code of the release runs before. Its start-up then overlaps the verification."""
         log_path = log_dir / f"backend-standby-{time.time_ns()}.log"
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                interpreter, "-I", "-S", "-B", "-c", PREWARM, "--home", str(home),
-                "--standby", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=fd, start_new_session=True)
-        finally:
-            os.close(fd)
+        proc = await _spawn([interpreter, "-I", "-S", "-B", "-c", PREWARM, "--home",
+                             str(home), "--standby"], log_path, stdin=asyncio.subprocess.PIPE)
         bp = cls("", proc.pid, start_ticks(proc.pid), log_path, proc, interpreter=interpreter)
         bp._watch = asyncio.create_task(bp._wait_proc())
         return bp
@@ -236,13 +231,14 @@ def _reap(pid: int) -> int | None:
     return os.waitstatus_to_exitcode(status) if done else None
 
 
-async def _spawn(release: Release, log_path: Path, *args: str,
+async def _spawn(argv: list[str], log_path: Path,
                  stdin: int = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
-    """Start the release's backend in its own session, stderr appended to ``log_path``."""
+    """Start ``argv`` (a backend: :func:`guardian.release.command`, or a prewarm) in its
+    own session, stdout a pipe, stderr appended to ``log_path``."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         return await asyncio.create_subprocess_exec(
-            *command(release, *args), stdin=stdin, stdout=asyncio.subprocess.PIPE,
+            *argv, stdin=stdin, stdout=asyncio.subprocess.PIPE,
             stderr=fd, start_new_session=True)
     finally:
         os.close(fd)

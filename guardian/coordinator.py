@@ -283,17 +283,27 @@ class Coordinator:
         ``verified``: the release as verified a moment ago (else it is verified now, while
         an interpreter is prewarmed beside it). ``warm``: a :meth:`prewarm` to run it in.
         A release that cannot stand by is started the plain way later."""
-        if warm is None and verified is None:
-            warm = self.prewarm()
         try:
-            release = verified if verified is not None else \
-                await asyncio.to_thread(self.release, release_id)
-            return await BackendProcess.standby(release, self.paths.home, self.paths.logs,
+            if verified is None:
+                verified, warm = await self.verify_warming(release_id)
+            return await BackendProcess.standby(verified, self.paths.home, self.paths.logs,
                                                 self.deadline, await _warmed(warm))
         except TenureError as exc:
             await self.discard(warm)
             log.warning("candidate cannot stand by (%s); it will start cold", exc)
             return None
+
+    async def verify_warming(self, release_id: str, warm: bool = True
+                             ) -> tuple[Release, asyncio.Task[BackendProcess] | None]:
+        """The release verified now (off the loop) and, with ``warm``, an interpreter
+        for its standby prewarmed meanwhile; a prewarm whose release does not verify is
+        stopped. Raises what verification raises."""
+        task = self.prewarm() if warm else None
+        try:
+            return await asyncio.to_thread(self.release, release_id), task
+        except BaseException:
+            await self.discard(task)
+            raise
 
     def prewarm(self) -> asyncio.Task[BackendProcess]:
         """An interpreter for the next standby, started now: it runs nothing of a release

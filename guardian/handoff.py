@@ -111,12 +111,7 @@ class _Handoff:
         interpreter is prewarmed while the release is verified (it runs nothing of the
         release before that)."""
         co = self.co
-        warm = co.prewarm() if stand_by else None
-        try:
-            release = await asyncio.to_thread(co.release, self.act.release)  # hashes
-        except BaseException:
-            await co.discard(warm)
-            raise
+        release, warm = await co.verify_warming(self.act.release, warm=stand_by)
         if stand_by:
             self.early = asyncio.create_task(co.standby(release.id, release, warm))
         co.point("check.owner")
