@@ -240,10 +240,11 @@ class OwnerService:
         first = None if self.launcher.launching(key) else \
             self.launcher.record(key) or self.store.get_launch(key)
         if first is None:
-            def admit() -> None:   # before the row, and again right before the spawn
+            self._require_running(p)
+
+            def admit() -> None:   # again right before the spawn: the row took a while
                 self._require_epoch(call)
                 self._require_running(p)
-            admit()
             spec = LaunchSpec.from_wire({k: p[k] for k in ("argv", "env", "cwd", "stop",
                                                            "identity", "limits", "sockets",
                                                            "fd_store_max")

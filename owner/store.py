@@ -235,16 +235,9 @@ class OwnerStore:
 
     def mark_running(self, key: str, pid: int, start_ticks: int, pgid: int,
                      started_at: float) -> None:
-        """A ``starting`` row becomes ``running``; a row that already ended (its exit
-        was written first, with the pid) stays as it is. Raises NotFound, or
-        sqlite3.Error/OSError when the write fails."""
-        cur = self.db.execute(
-            "UPDATE launches SET state = ?, pid = ?, start_ticks = ?, pgid = ?, "
-            "started_at = ? WHERE launch_key = ? AND state = ?",
-            (LaunchState.RUNNING, pid, start_ticks, pgid, started_at, key,
-             LaunchState.STARTING))
-        if cur.rowcount != 1 and self.get_launch(key) is None:
-            raise NotFound(f"no launch {key!r}", {"launch_key": key})
+        """Raises NotFound, or sqlite3.Error/OSError when the write fails."""
+        self._set(key, "state = ?, pid = ?, start_ticks = ?, pgid = ?, started_at = ?",
+                  (LaunchState.RUNNING, pid, start_ticks, pgid, started_at))
 
     def mark_failed(self, key: str, error: dict[str, Any]) -> None:
         self._set(key, "state = ?, error = ?, ended_at = ?",
