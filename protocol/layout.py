@@ -20,11 +20,13 @@ def default_home() -> Path:
     return Path(default_home_str())
 
 
-def default_home_str() -> str:
-    """:func:`default_home` as an absolute str, without importing pathlib."""
-    env = os.environ.get("TENURE_HOME")
-    xdg = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return os.path.join(os.getcwd(), env or os.path.join(xdg, "tenure"))
+def default_home_str(given: str | None = None) -> str:
+    """``given`` (relative to the working directory), else :func:`default_home`, as an
+    absolute str, without importing pathlib."""
+    if given is None:
+        xdg = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+        given = os.environ.get("TENURE_HOME") or os.path.join(xdg, "tenure")
+    return os.path.join(os.getcwd(), given)
 
 
 def is_release_id(value: object) -> bool:

@@ -198,8 +198,7 @@ def _fast_status(argv: list[str]) -> Any:
     from protocol.layout import default_home_str
     # home as a str: pathlib is one of the larger imports of the whole command
     return SimpleNamespace(cmd="status", json=as_json, targets=[], watch=False,
-                           home=os.path.join(os.getcwd(), home) if home is not None
-                           else default_home_str())
+                           home=default_home_str(home))
 
 
 def main(argv: list[str] | None = None) -> int:
