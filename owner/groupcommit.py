@@ -1,10 +1,11 @@
 """Group commit: the owner.db writes of concurrent requests in one transaction.
 
-A launch writes its ``starting`` row before the process exists and its ``running`` row
-before it answers, each durably (synchronous=FULL: one fsync per commit). When the
-backend starts 200 apps at once, 200 launch requests are in flight, and their writes
-can share commits instead of paying one each: the writes queued while the loop ran the
-other requests are applied together at the next turn, in one transaction.
+A launch commits its ``starting`` row before the process exists and its ``running`` row
+before it answers (each a write of the WAL; owner.store says which commits are also
+fsynced). When the backend starts 200 apps at once, 200 launch requests are in flight,
+and their writes can share commits instead of paying one each: the writes queued while
+the loop ran the other requests are applied together at the next turn, in one
+transaction.
 
 The promise is the same as one commit per write: a caller resumes only once the
 transaction holding its write has committed. A write that raises is undone alone (a

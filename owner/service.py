@@ -236,7 +236,7 @@ class OwnerService:
         self._require_epoch(call)
         p = call.params
         key = p["launch_key"]
-        # a key being launched waits for that launch's answer (given once it is on disk)
+        # a key being launched waits for that launch's answer (given once it is committed)
         first = None if self.launcher.launching(key) else \
             self.launcher.record(key) or self.store.get_launch(key)
         if first is None:

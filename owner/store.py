@@ -1,8 +1,19 @@
 """owner.db: the current epoch and grant, every launch ever made, stack intents, the
 descendants the owner tracks and the cgroup of each launch.
 
-SQLite with synchronous=FULL: every answer the owner gives about these facts is given
-after they are on disk. The epoch moves only forward, by compare-and-set.
+Every answer the owner gives about these facts is given after they are committed. Two
+kinds of commit, by what a fact must survive:
+
+- the epoch and grant and the stack intents must outlive the machine's boot: their
+  commits are fsynced (:func:`protocol.durable.synced_transaction`);
+- everything else describes processes of this boot (launch rows, exits, descendants) and
+  must survive a crash of the owner, which a commit to the WAL gives without an fsync
+  (synchronous=NORMAL: the data is in the kernel's page cache, which outlives the
+  process). A crash of the machine ends every process these rows describe; it may lose
+  the newest of these rows, and the next owner treats launches of an earlier boot as
+  ended anyway. Any later fsynced commit makes every earlier one durable too.
+
+The epoch moves only forward, by compare-and-set.
 
 Tables added after format 1 shipped are in :data:`EXPAND`: created where missing, so an
 owner.db of an older owner reads as having none of their rows, and an older owner that
@@ -20,7 +31,7 @@ from typing import Any
 
 import msgpack
 
-from protocol.durable import open_sqlite, transaction
+from protocol.durable import open_sqlite, synced_transaction, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch
 
 __all__ = ["Intent", "LaunchRow", "LaunchState", "OwnerStore", "Tracked"]
@@ -137,8 +148,9 @@ class OwnerStore:
     """All access to owner.db. Methods raise StateCorrupt/UnsafePath on open only."""
 
     def __init__(self, path: str) -> None:
-        # WAL + FULL: each commit is durable with a single fsync of the log
-        self.db = open_sqlite(path, "tenure-owner", FORMAT, SCHEMA, synchronous="FULL",
+        # WAL + NORMAL: a commit survives the owner's crash; synced_transaction adds
+        # the fsync for what must outlive the boot (see the module's docstring)
+        self.db = open_sqlite(path, "tenure-owner", FORMAT, SCHEMA, synchronous="NORMAL",
                               wal=True)
         self._expand()
 
@@ -183,9 +195,10 @@ class OwnerStore:
         """Compare-and-set the epoch. Raises StaleEpoch naming the current epoch."""
         if new <= expected:
             raise StaleEpoch(f"epoch {new} is not newer than {expected}", {"current": expected})
-        cur = self.db.execute(
-            "UPDATE fence SET epoch = ?, grant_wire = ?, updated_at = ? "
-            "WHERE id = 1 AND epoch = ?", (new, grant_wire, time.time(), expected))
+        with synced_transaction(self.db):
+            cur = self.db.execute(
+                "UPDATE fence SET epoch = ?, grant_wire = ?, updated_at = ? "
+                "WHERE id = 1 AND epoch = ?", (new, grant_wire, time.time(), expected))
         if cur.rowcount != 1:
             current = self.epoch()
             raise StaleEpoch(f"epoch moved to {current} meanwhile", {"current": current})
@@ -337,7 +350,7 @@ class OwnerStore:
 
     def set_intent(self, stack: str, intent: Intent, expected_revision: int) -> int:
         """Compare-and-set a stack's intent. Returns the new revision; raises Conflict."""
-        with transaction(self.db):
+        with synced_transaction(self.db):
             _, revision = self.intent(stack)
             if revision != expected_revision:
                 raise Conflict(f"stack {stack!r} intent is at revision {revision}, not "

@@ -321,7 +321,7 @@ class Launcher:
         if row is not None and row.pgid is not None:
             self._by_pgid.pop(row.pgid, None)
         # The event goes out first: a subscriber learns of the exit without waiting for
-        # the fsync. If the owner died in between, the row still says running and
+        # the write. If the owner died in between, the row still says running and
         # reconcile proves the process gone, so nothing is lost or invented.
         self.ring.emit("exit", launch_key=key, pid=pid, **status.to_wire())
         started = self.uncertain.get(key)

@@ -19,7 +19,7 @@ from typing import Any
 from .errors import StateCorrupt, UnsafePath
 
 __all__ = ["atomic_write", "atomic_write_json", "open_sqlite", "read_json", "read_private",
-           "transaction"]
+           "synced_transaction", "transaction"]
 
 MAX_FILE = 16 * 1024 * 1024
 # Page cache per SQLite connection, in KiB. SQLite's default (2 MiB) fills as a
@@ -214,3 +214,18 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         with suppress(sqlite3.Error):   # none left open if SQLite ended it
             db.execute("ROLLBACK")
         raise
+
+@contextmanager
+def synced_transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """:func:`transaction` whose COMMIT is fsynced, on a WAL connection opened with
+    ``synchronous=NORMAL`` (whose other commits survive a crash of the process but not
+    of the machine). The fsync makes every earlier commit durable too: the WAL is one
+    append-only file. Refuses to nest: the outer transaction's commit would decide."""
+    if db.in_transaction:
+        raise RuntimeError("a synced transaction cannot run inside another transaction")
+    db.execute("PRAGMA synchronous=FULL")
+    try:
+        with transaction(db):
+            yield db
+    finally:
+        db.execute("PRAGMA synchronous=NORMAL")
