@@ -1,8 +1,9 @@
 """backend.db: the applied configuration, instance snapshots (restart counters, backoff),
 plans and operations; and recovery.db: recovery certificates.
 
-Both SQLite, synchronous=FULL, shared by every backend generation of a home (one at a
-time). Operations advance their stage by compare-and-set.
+Both SQLite (backend.db synchronous=FULL, recovery.db NORMAL: see RecoveryStore), shared
+by every backend generation of a home (one at a time). Operations advance their stage by
+compare-and-set.
 """
 
 from __future__ import annotations
@@ -200,11 +201,18 @@ class BackendStore:
 
 
 class RecoveryStore:
-    """recovery.db: at most one certificate, valid or invalidated."""
+    """recovery.db: at most one certificate, valid or invalidated.
+
+    synchronous=NORMAL: a commit survives a crash of the backend (the WAL write is in the
+    kernel's page cache), which is what the certificate serves. A certificate vouches
+    for processes of this boot under one owner instance; after a crash of the machine
+    none of them runs and the guardian refuses a certificate that names another owner
+    instance, so an fsync per invalidation (the first launch or stop after each
+    certificate waited for one) would protect nothing."""
 
     def __init__(self, path: str) -> None:
         self.db = open_sqlite(path, "tenure-recovery", 1, RECOVERY_SCHEMA,
-                              synchronous="FULL", wal=True)
+                              synchronous="NORMAL", wal=True)
 
     def close(self) -> None:
         self.db.close()
