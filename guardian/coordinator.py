@@ -478,9 +478,11 @@ class Coordinator:
 
     def write_diagnostics(self) -> None:
         """supervisor-state.json: what `tenure status` shows when no backend answers.
-        Never raises: a diagnostics file that cannot be written is logged, not fatal."""
+        Rewritten every second by the owner watch, so without fsyncs (it reports on
+        running daemons; the durable facts are in guardian.db). Never raises: a
+        diagnostics file that cannot be written is logged, not fatal."""
         try:
-            atomic_write_json(self.paths.diagnostics, self._diagnostics())
+            atomic_write_json(self.paths.diagnostics, self._diagnostics(), sync=False)
         except Exception:
             log.exception("could not write %s", self.paths.diagnostics)
 

@@ -51,9 +51,13 @@ def _refuse_link(path: str) -> None:
         raise UnsafePath(f"{path} is a symlink or not a regular file", {"path": path})
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o600) -> None:
+def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, *,
+                 sync: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically (temp + fsync + rename + fsync dir).
 
+    ``sync=False`` leaves out both fsyncs, for a file that only reports on running
+    daemons and is rewritten every second: a reader still sees the old or the new
+    content after a crash of the writer; a crash of the machine may leave the old one.
     Raises UnsafePath when the target is a symlink or not a regular file.
     """
     p = os.fspath(path)
@@ -67,19 +71,23 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o600) -
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
         raise
     os.close(fd)
     os.replace(tmp, p)
-    _fsync_dir(directory)
+    if sync:
+        _fsync_dir(directory)
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any, mode: int = 0o600) -> None:
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, mode: int = 0o600, *,
+                      sync: bool = True) -> None:
     """Write ``obj`` as JSON (sorted keys, trailing newline) atomically."""
-    atomic_write(path, (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode(), mode)
+    atomic_write(path, (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode(), mode,
+                 sync=sync)
 
 
 def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE,
@@ -214,6 +222,7 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         with suppress(sqlite3.Error):   # none left open if SQLite ended it
             db.execute("ROLLBACK")
         raise
+
 
 @contextmanager
 def synced_transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
