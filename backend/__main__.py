@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from protocol.errors import TenureError
 
@@ -121,10 +121,22 @@ def main(argv: list[str] | None = None) -> int:
         activation = standby()
         if activation is None:
             return 1
-        return asyncio.run(serve(args.home.absolute(), activation))
+        exit_served(asyncio.run(serve(args.home.absolute(), activation)))
     if args.home is None or not args.activation:
         ap.error("--home and --activation are required (the guardian passes them)")
-    return asyncio.run(serve(args.home.absolute(), args.activation))
+    exit_served(asyncio.run(serve(args.home.absolute(), args.activation)))
+
+
+def exit_served(code: int) -> NoReturn:
+    """End a generation that has served and closed: its state is on disk, its databases
+    and sockets are closed, its event loop is gone. What is left is the interpreter's
+    finalization, which frees every module and object one by one: ~18 ms for a backend,
+    inside the handoff pause (the guardian waits for the incumbent's exit before the
+    candidate serves). So flush what is buffered and exit at once."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def standby() -> str | None:
