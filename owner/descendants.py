@@ -12,7 +12,8 @@ How a descendant is found:
   a stop);
 - orphans: the owner is a child subreaper, so a process whose parent died is re-parented
   to it; an untracked child of the owner is attributed by the launch key in its
-  environment, or by its process group or session (:func:`attribute_orphan`);
+  environment, or by its process group or session (:func:`attribute_orphan`; one in
+  the middle of an exec is asked again: :data:`MID_EXEC`);
 - members of the launch's group and session while the leader is unreaped (its zombie
   holds the number, so nobody else can have a group or session with that id) are
   signalled through the group id and counted by a group scan during a stop
@@ -35,10 +36,10 @@ import os
 import signal as _signal
 from collections.abc import Callable
 
-from protocol.procfs import children, environ_value, read_stat
+from protocol.procfs import children, environ, read_stat
 
-__all__ = ["LAUNCH_KEY_ENV", "OWNER_HOME_ENV", "Descendants", "attribute_orphan",
-           "kill_verified"]
+__all__ = ["LAUNCH_KEY_ENV", "MID_EXEC", "OWNER_HOME_ENV", "Descendants", "MidExec",
+           "attribute_orphan", "kill_verified"]
 
 log = logging.getLogger(__name__)
 
@@ -156,23 +157,35 @@ class Descendants:
                    for pid, ticks in list(self.known.items()))
 
 
+class MidExec:
+    """:func:`attribute_orphan`'s answer for a child in the middle of an exec: its
+    environment reads empty and its group and session name no launch. Ask again in a
+    moment (a ``sh -c 'setsid prog &'`` child is so right after its shell exits)."""
+
+
+MID_EXEC = MidExec()
+
+
 def attribute_orphan(pid: int, group_owner: Callable[[int], str | None],
-                     ) -> tuple[str, int] | None:
+                     ) -> tuple[str, int] | MidExec | None:
     """The launch key an untracked child of the owner belongs to, with its start ticks.
 
     By ``TENURE_LAUNCH_KEY`` in its environment first (exact, unless the app cleared its
     environment), else by its process group or session: ``group_owner`` names the launch
-    whose group or session has that id, when that is certain. None when the process is
+    whose group or session has that id, when that is certain. :data:`MID_EXEC` when it
+    cannot be attributed while its environment reads empty; None when the process is
     gone or cannot be attributed. Raises nothing.
     """
     st = read_stat(pid)
     if st is None or st.zombie:
         return None
-    value = environ_value(pid, LAUNCH_KEY_ENV)
-    if value is not None:
-        return value.decode("utf-8", "surrogateescape"), st.start_ticks
+    env = environ(pid)
+    prefix = LAUNCH_KEY_ENV.encode() + b"="
+    for var in env or ():
+        if var.startswith(prefix):
+            return var[len(prefix):].decode("utf-8", "surrogateescape"), st.start_ticks
     for gid in (st.pgid, st.sid):
         key = group_owner(gid)
         if key is not None:
             return key, st.start_ticks
-    return None
+    return MID_EXEC if env == [] else None

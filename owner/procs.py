@@ -32,7 +32,7 @@ from protocol.errors import Conflict, LaunchFailed, NotFound
 from protocol.procfs import children
 
 from .cgroups import CgroupTree
-from .descendants import Descendants, attribute_orphan
+from .descendants import Descendants, MidExec, attribute_orphan
 from .fdpass import PassFds
 from .limits import apply_cgroup_limits, require_cgroup_limits
 from .procinfo import (
@@ -84,6 +84,13 @@ EXITED_MEMORY = 1_000
 
 _LOST = ExitStatus(None, None)
 
+# A leader's exit is taken up only once what it left is attributed (the last look). A
+# child seen in the middle of an exec, its environment not yet readable and its group
+# already its own (setsid), cannot be: the reap waits for it, looking again every
+# LOOK_AGAIN_S, at most LAST_LOOKS times (~50 ms), then goes on without it.
+LOOK_AGAIN_S = 0.001
+LAST_LOOKS = 50
+
 
 class ExitMode(StrEnum):
     PIDFD = "pidfd"
@@ -98,6 +105,7 @@ class _Entry:
     tree: Descendants | None  # process-group mode only: a cgroup knows its members
     exit: ExitStatus | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)
+    looks: int = 0  # last looks taken while a child was mid-exec
 
 
 class ProcessTable:
@@ -127,6 +135,11 @@ class ProcessTable:
         self._lingering: dict[str, _Entry] = {}  # exited, descendants seen running
         self.cgroups: CgroupTree | None = None  # set once, before the first launch
         self.orphans_reaped = 0
+        # children of the owner attributed to no launch while their environment read
+        # empty (mid-exec) at the last look; those still so after LAST_LOOKS, by (pid,
+        # start ticks), are not waited for again
+        self._unsettled: list[int] = []
+        self._never_settled: set[tuple[int, int]] = set()
         self._closed = False
         if self.mode is ExitMode.SIGCHLD or reap_orphans:
             self._loop.add_signal_handler(_signal.SIGCHLD, self._on_sigchld)
@@ -284,10 +297,17 @@ class ProcessTable:
             if entry.tree is not None:
                 tracked.update(entry.tree.known)
         adopted = 0
-        for pid in children(os.getpid()):
+        self._unsettled = []
+        kids = children(os.getpid())
+        self._never_settled = {t for t in self._never_settled if t[0] in kids}
+        for pid in kids:
             if pid in tracked:
                 continue
             found = attribute_orphan(pid, self._group_owner)
+            if isinstance(found, MidExec):
+                if (pid, read_start_ticks(pid)) not in self._never_settled:
+                    self._unsettled.append(pid)
+                continue
             owner = None if found is None else self._find(found[0])
             if found is None or owner is None or owner.tree is None:
                 log.debug("child %d belongs to no launch we know", pid)
@@ -377,6 +397,8 @@ class ProcessTable:
         entry = self._live[key]
         if entry.tree is not None and self._has_exited(entry.spawned):
             self._last_look(entry, entry.tree)
+            if self._unsettled and self._look_again(entry):
+                return
         status = self._collect(entry.spawned)
         if status is not None:
             self._finish(entry, status)
@@ -397,6 +419,29 @@ class ProcessTable:
                 if st is not None and pid != entry.spawned.pid:
                     tree.adopt(pid, st.start_ticks)
         tree.refresh(leader_unreaped=True)
+
+    def _look_again(self, entry: _Entry) -> bool:
+        """Leave ``entry``'s leader unreaped (its zombie pins its group and session) and
+        take the last look again in a moment, while a child is mid-exec; False once
+        LAST_LOOKS were taken (those children are then not waited for again)."""
+        if entry.looks >= LAST_LOOKS:
+            for pid in self._unsettled:
+                ticks = read_start_ticks(pid)
+                if ticks is not None:
+                    self._never_settled.add((pid, ticks))
+            log.warning("children %s of the owner could not be attributed when %s exited",
+                        self._unsettled, entry.key)
+            return False
+        entry.looks += 1
+        sp = entry.spawned
+        if self.mode is ExitMode.PIDFD and sp.pidfd is not None:
+            self._loop.remove_reader(sp.pidfd)   # readable until reaped: no busy loop
+        self._loop.call_later(LOOK_AGAIN_S, self._reap_later, sp.pid)
+        return True
+
+    def _reap_later(self, pid: int) -> None:
+        if not self._closed:
+            self._try_reap(pid)
 
     def _has_exited(self, sp: Spawned) -> bool:
         """Whether ``sp`` is a zombie, without reaping it (WNOWAIT)."""

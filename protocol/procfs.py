@@ -21,8 +21,8 @@ __all__ = [
     "ProcStat",
     "ProcUsage",
     "children",
+    "environ",
     "environ_matches",
-    "environ_value",
     "group_members",
     "parse_io",
     "parse_stat",
@@ -309,14 +309,12 @@ def environ_matches(needles: Iterable[bytes], pids: Iterable[int | str] | None =
     return found
 
 
-def environ_value(pid: int, name: str) -> bytes | None:
-    """The value of ``name`` in the environment ``pid`` was started with (what
-    /proc/PID/environ shows); None if absent, unreadable or gone."""
-    prefix = name.encode() + b"="
-    for var in _environ(pid):
-        if var.startswith(prefix):
-            return var[len(prefix):]
-    return None
+def environ(pid: int) -> list[bytes] | None:
+    """The ``NAME=value`` entries of ``pid``'s environment; None when it is gone or
+    unreadable. Empty while an exec of it has switched to the new image and not yet set
+    up its stack (or for a process started with no environment at all)."""
+    data = _read(f"{PROC}/{pid}/environ", _READ_MAX)
+    return None if data is None else [v for v in data.split(b"\0") if v]
 
 
 def status_groups(pid: int) -> list[int] | None:
