@@ -36,6 +36,24 @@ def _common(default: Any) -> Any:
     return common
 
 
+def _intermixed(argparse: Any) -> Any:
+    """A command's parser that takes its positionals wherever they stand: argparse alone
+    gives an optional positional (``RELEASE`` of ``owner upgrade``) nothing once an
+    option comes first (``tenure owner upgrade --json PATH`` was refused)."""
+    class Intermixed(argparse.ArgumentParser):  # type: ignore[misc]
+        _inside = False
+
+        def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+            if self._inside:  # parse_known_intermixed_args calls back here, twice
+                return super().parse_known_args(args, namespace)
+            self._inside = True
+            try:
+                return self.parse_known_intermixed_args(args, namespace)
+            finally:
+                self._inside = False
+    return Intermixed
+
+
 def _parser() -> Any:
     import argparse
     from pathlib import Path
@@ -43,7 +61,8 @@ def _parser() -> Any:
     ap = argparse.ArgumentParser(prog="tenure", parents=[_common(None)],
                                  description="process supervisor with a replaceable "
                                              "control plane")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
+                            parser_class=_intermixed(argparse))
 
     def add(name: str, help: str) -> Any:
         return sub.add_parser(name, help=help, parents=[common])

@@ -81,6 +81,9 @@ def resolve_release(guardian: Any, arg: str | None, install: bool = False) -> st
         r = guardian.call("release.install", {"path": str(Path(arg).absolute())},
                           timeout=300)
         return str(r["release"])
+    if install and "/" in arg:
+        raise NotFound(f"{arg} is not a directory (a sealed release directory was meant, "
+                       "or a release id: see `tenure release list`)", {"path": arg})
     if len(arg) == 64:
         return arg
     if len(arg) < 8 or any(c not in "0123456789abcdef" for c in arg):

@@ -86,3 +86,16 @@ def test_release_by_id_prefix_or_directory(tmp_path: Path) -> None:
     assert g.calls[-1] == ("release.install", {"path": str(sealed)})
     with pytest.raises(BadRequest):       # without install a directory is not an id
         resolve_release(g, str(sealed))
+    with pytest.raises(NotFound, match="is not a directory"):   # a path, not an id
+        resolve_release(g, str(tmp_path / "missing"), install=True)
+
+
+@pytest.mark.parametrize("argv", [
+    ["owner", "upgrade", "--json", "/srv/rel"], ["--json", "owner", "upgrade", "/srv/rel"],
+    ["owner", "upgrade", "/srv/rel", "--json"], ["backend", "upgrade", "--json", "/srv/rel"],
+    ["guardian", "upgrade", "--check", "/srv/rel"]])
+def test_an_optional_positional_after_an_option_still_counts(argv: list[str]) -> None:
+    from backend.cli.main import _parser
+    args = _parser().parse_args(argv)
+    assert args.release == "/srv/rel"
+    assert args.json or "--check" in argv
