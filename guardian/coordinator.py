@@ -87,6 +87,9 @@ class Coordinator:
         self.own: Running | None = None      # this guardian's own release (guardian.own)
         self.reexec: str | None = None       # set by an upgrade of the guardian itself
         self.declared: dict[str, dict[str, Any]] = {}  # release id -> its schemas
+        # release root -> identity of its files when this guardian last hashed them all
+        # (guardian.release.verify); memory only: a restarted guardian hashes again
+        self.hashed: dict[str, bytes] = {}
         self.sleep = asyncio.sleep  # seams: fakes never sleep
         self._tasks: set[asyncio.Task[Any]] = set()
         self._spare: tuple[str, asyncio.Task[BackendProcess | None]] | None = None
@@ -202,8 +205,9 @@ class Coordinator:
         return cur.pid if cur is not None and cur is not self.incumbent else None
 
     def release(self, release_id: str) -> Release:
-        """Verify before every execution (:func:`verified_release`)."""
-        return verified_release(self.paths, release_id)
+        """Verify before every execution (:func:`verified_release`); a release whose
+        files are the very files this guardian hashed before is not hashed again."""
+        return verified_release(self.paths, release_id, self.hashed)
 
     def bindings(self) -> list[Any]:
         """Interpreter updates the operator bound (guardian.interp). Raises

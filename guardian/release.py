@@ -211,8 +211,25 @@ def _parents(files: Iterable[str]) -> set[str]:
     return out
 
 
-def _check_tree(root: Path, runtime: Runtime) -> None:
-    """Every listed file present and equal, nothing unlisted.
+def _identity(root: Path, listed: Iterable[str]) -> bytes | None:
+    """A digest of what identifies each listed file on disk (device, inode, size, mode,
+    mtime, ctime), or None when one is missing. Any write, chmod, utime, rename or
+    replacement of a file moves its ctime, which only the kernel sets."""
+    base, h = str(root), hashlib.sha256()
+    for rel in sorted(listed):
+        try:
+            st = os.lstat(os.path.join(base, rel))
+        except FileNotFoundError:
+            return None
+        h.update(f"{rel}\0{st.st_dev} {st.st_ino} {st.st_size} {st.st_mode} "
+                 f"{st.st_mtime_ns} {st.st_ctime_ns}\n".encode())
+    return h.digest()
+
+
+def _check_tree(root: Path, runtime: Runtime, seen: dict[str, bytes] | None = None) -> None:
+    """Every listed file present and equal, nothing unlisted. ``seen``: identities of
+    trees hashed in full before (:func:`_identity`, by root); a tree whose files are the
+    very files hashed then is not hashed again, and one hashed now is added.
 
     Raises StateCorrupt naming the first (sorted) extra, missing or mismatching file or
     directory; UnsafePath for symlinks and special files.
@@ -225,6 +242,9 @@ def _check_tree(root: Path, runtime: Runtime) -> None:
         if names:
             rel = min(names)
             raise StateCorrupt(f"{what} {rel}", {"file": rel, "problem": what})
+    before = None if seen is None else _identity(root, listed)
+    if before is not None and seen is not None and seen.get(str(root)) == before:
+        return
     base = str(root)
     for rel in sorted(listed):
         try:
@@ -234,6 +254,8 @@ def _check_tree(root: Path, runtime: Runtime) -> None:
         if digest != runtime.files[rel]:
             raise StateCorrupt(f"content of {rel} does not match RUNTIME.json",
                                {"file": rel, "problem": "hash mismatch"})
+    if seen is not None and before is not None and _identity(root, listed) == before:
+        seen[str(root)] = before   # unchanged while it was hashed
 
 
 def _check_root(root: Path) -> None:
@@ -246,8 +268,10 @@ def _check_root(root: Path) -> None:
         raise UnsafePath(f"{root}: not a real directory", {"path": str(root)})
 
 
-def _load(root: Path, expect_id: str | None) -> tuple[Release, bytes]:
-    """Read, parse and fully hash the release at ``root``; return it and its RUNTIME.json.
+def _load(root: Path, expect_id: str | None, seen: dict[str, bytes] | None = None
+          ) -> tuple[Release, bytes]:
+    """Read, parse and fully hash the release at ``root`` (``seen``: see _check_tree);
+    return it and its RUNTIME.json.
 
     Raises NotFound (no such directory), UnsafePath, StateCorrupt (also when the id is not
     ``expect_id``).
@@ -262,7 +286,7 @@ def _load(root: Path, expect_id: str | None) -> tuple[Release, bytes]:
         raise StateCorrupt(f"{RUNTIME_NAME} hashes to {rid}, expected {expect_id}",
                            {"file": RUNTIME_NAME, "expected": expect_id, "actual": rid})
     runtime = parse_runtime(data)
-    _check_tree(root, runtime)
+    _check_tree(root, runtime, seen)
     signed = os.path.lexists(root / SIGNATURE_NAME)
     return Release(id=rid, path=root, runtime=runtime, signed=signed), data
 
@@ -306,6 +330,7 @@ def verify(
     *,
     trusted_keys: Iterable[Ed25519PublicKey] | None = None,
     bindings: list[dict[str, Any]] | None = None,
+    seen: dict[str, bytes] | None = None,
 ) -> Release:
     """Recompute everything about the release at ``release_dir`` and return it.
 
@@ -313,14 +338,16 @@ def verify(
     ``expected_id`` is None. Every listed file is hashed; unlisted files or directories,
     missing files, symlinks and special files are refused; the interpreter must exist with
     the recorded sha256 or one of ``bindings`` (runtime/interpreters.json); with
-    ``trusted_keys`` the signature must verify.
+    ``trusted_keys`` the signature must verify. ``seen``: a long-lived caller's memo of
+    the trees it hashed in full; files that are still the very files hashed then (same
+    device, inode, size, mode, mtime and ctime) are not hashed again.
 
     Raises NotFound (no such directory), UnsafePath (symlink/special file),
     StateCorrupt (``data["file"]`` names the first bad file), BadSignature, OSError (I/O,
     e.g. an unreadable directory).
     """
     release_dir = Path(release_dir)
-    release, data = _load(release_dir, expected_id or release_dir.name)
+    release, data = _load(release_dir, expected_id or release_dir.name, seen)
     _check_interpreter(release.interpreter, bindings)
     if trusted_keys is not None:
         _check_signature(release_dir, data, trusted_keys)

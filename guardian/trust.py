@@ -35,12 +35,14 @@ def trusted_release_keys(path: str) -> list[Any] | None:
         raise StateCorrupt(f"{path}: {exc.msg}") from None
 
 
-def verified_release(paths: GuardianPaths, release_id: str) -> Release:
+def verified_release(paths: GuardianPaths, release_id: str,
+                     seen: dict[str, bytes] | None = None) -> Release:
     """The installed release, verified now: a missing or modified release is an error
-    (and with trusted release keys configured, an unsigned or badly signed one)."""
+    (and with trusted release keys configured, an unsigned or badly signed one).
+    ``seen``: see :func:`guardian.release.verify`."""
     return verify(paths.releases / release_id, release_id,
                   trusted_keys=trusted_release_keys(paths.trusted_keys),
-                  bindings=load_bindings(paths.interpreters))
+                  bindings=load_bindings(paths.interpreters), seen=seen)
 
 
 def install_trusted(paths: GuardianPaths, src: Path, into: Path | None = None) -> Release:

@@ -187,6 +187,46 @@ def test_same_id_with_other_content_is_a_conflict(sealed: Sealed, scratch: Path)
     assert os.listdir(releases) == [sealed.release.id]
 
 
+def test_a_tree_hashed_before_is_not_hashed_again_until_a_file_changes(
+        sealed: Sealed, scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _writable_copy(sealed.installed, scratch)
+    target = d / "lib" / "protocol" / "errors.py"
+    original = target.read_bytes()
+    _replace(target, original)          # a file of its own (not a link) to write into
+    hashed: list[str] = []
+    real = release_mod.sha256_file
+
+    def counting(path: Path | str, rel: str | None = None) -> str:
+        if rel in sealed.installed.runtime.files:   # not the interpreter's hash
+            hashed.append(rel)
+        return real(path, rel)
+
+    monkeypatch.setattr(release_mod, "sha256_file", counting)
+    seen: dict[str, bytes] = {}
+    verify(d, sealed.installed.id, seen=seen)
+    assert len(hashed) == len(sealed.installed.runtime.files) and str(d) in seen
+    hashed.clear()
+    assert verify(d, sealed.installed.id, seen=seen).id == sealed.installed.id
+    assert hashed == []                 # the very files hashed before
+    # the same size, the old mtime put back: only the ctime tells, and it does
+    st = os.stat(target)
+    target.write_bytes(bytes([original[0] ^ 1]) + original[1:])
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(StateCorrupt) as ei:
+        verify(d, sealed.installed.id, seen=seen)
+    assert ei.value.data["file"] == "lib/protocol/errors.py"
+    target.write_bytes(original)        # put right: hashed in full once more, then not
+    hashed.clear()
+    verify(d, sealed.installed.id, seen=seen)
+    assert len(hashed) == len(sealed.installed.runtime.files)
+    hashed.clear()
+    _replace(d / "lib" / "protocol" / "codes.py", (d / "lib" / "protocol" / "codes.py"
+                                                     ).read_bytes() + b"# more\n")
+    with pytest.raises(StateCorrupt):   # a new file under the old name: another inode
+        verify(d, sealed.installed.id, seen=seen)
+    assert hashed                        # it was hashed, not taken from the memo
+
+
 # --- tampering -----------------------------------------------------------------------------
 
 
