@@ -99,3 +99,21 @@ def test_an_optional_positional_after_an_option_still_counts(argv: list[str]) ->
     args = _parser().parse_args(argv)
     assert args.release == "/srv/rel"
     assert args.json or "--check" in argv
+
+
+@pytest.mark.parametrize("argv", [
+    ["up", "--config", "t.toml"], ["--home", "/h", "restart", "s/a/0"],
+    ["--home=/h", "--json", "logs", "-n", "5", "s/a"], ["backend", "upgrade", "abcd1234"],
+    ["job", "run", "s/j", "--arg", "x", "--wait"], ["owner", "upgrade", "--dry-run"],
+    ["-h"], ["--json"], ["nosuch"], ["status", "--home", "/h"]])
+def test_the_parser_built_for_one_command_parses_it_as_the_whole_one(argv: list[str]
+                                                                        ) -> None:
+    from backend.cli.main import _parser
+
+    def parsed(parser: object) -> object:
+        try:
+            return vars(parser.parse_args(argv))  # type: ignore[attr-defined]
+        except SystemExit as exc:   # -h, a missing or unknown command: the same ending
+            return ("exit", exc.code)
+
+    assert parsed(_parser(argv)) == parsed(_parser())
