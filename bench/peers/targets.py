@@ -50,10 +50,12 @@ REASONS: dict[str, str] = {
     "ratio_logs": "",
     "ratio_replace_returned": (
         "a backend upgrade checks the candidate before the incumbent is touched: its "
-        "release is verified (~50 ms) while its interpreter starts, then it imports the "
-        "backend (~77 ms, ~30 ms of it creating dataclasses), so `checked` takes "
-        "~0.2 s; the pause (drain, checkpoint, fence, retire, activate) ~0.05 s with 200 "
-        "apps (bench/handoff.py); the command itself ~0.04 s. Meeting 0.3 s needs a "
+        "release is verified (~17 ms when the guardian hashed it before, else ~50 ms) "
+        "while its interpreter starts and imports the standard library (~50 ms), then it "
+        "imports the backend (~77 ms, ~30 ms of it creating dataclasses), so `checked` "
+        "takes ~0.17-0.2 s; the pause (drain, checkpoint, fence, retire, activate) "
+        "~0.05 s with 200 apps (bench/handoff.py); the command itself ~0.05 s. Meeting "
+        "0.3 s needs a "
         "candidate running before the command, a standing spare of ~30 MiB that the RSS "
         "target cannot afford."),
 }
