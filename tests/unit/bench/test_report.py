@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench import aggregate
 from bench.peers import report
+from bench.peers import targets as targets_mod
 
 
 def scenario_runs(status_ms: list[float]) -> list[dict[str, Any]]:
@@ -106,7 +109,9 @@ def test_commands_are_shown_with_the_temp_dir_as_w() -> None:
     assert "- status: `` W/bin status ``" in text
 
 
-def test_targets_follow_the_logs_table_and_say_how_a_ratio_is_computed() -> None:
+def test_targets_follow_the_logs_table_and_say_how_a_ratio_is_computed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(targets_mod.REASONS, "ratio_status", "")   # none recorded
     res = result([30.0] * 3, [60.0] * 3)
     res["ratios"], res["ratio_best_peer"] = aggregate.ratios(res["supervisors"], ["50"])
     text = report.markdown(res, [])
