@@ -288,11 +288,6 @@ def read_cmdline(pid: int) -> list[str] | None:
     return [a.decode(errors="replace") for a in data.rstrip(b"\0").split(b"\0")]
 
 
-def _environ(pid: int | str) -> list[bytes]:
-    data = _read(f"{PROC}/{pid}/environ", _READ_MAX)
-    return data.split(b"\0") if data else []
-
-
 def environ_matches(needles: Iterable[bytes], pids: Iterable[int | str] | None = None,
                     ) -> dict[bytes, list[int]]:
     """Which processes carry one of ``needles`` (whole ``NAME=value`` entries) in their
@@ -303,13 +298,13 @@ def environ_matches(needles: Iterable[bytes], pids: Iterable[int | str] | None =
     if not wanted:
         return found
     for pid in (_pids() if pids is None else pids):
-        for var in _environ(pid):
+        for var in environ(pid) or ():
             if var in wanted:
                 found.setdefault(var, []).append(int(pid))
     return found
 
 
-def environ(pid: int) -> list[bytes] | None:
+def environ(pid: int | str) -> list[bytes] | None:
     """The ``NAME=value`` entries of ``pid``'s environment; None when it is gone or
     unreadable. Empty while an exec of it has switched to the new image and not yet set
     up its stack (or for a process started with no environment at all)."""
