@@ -13,7 +13,7 @@ How a descendant is found:
 - orphans: the owner is a child subreaper, so a process whose parent died is re-parented
   to it; an untracked child of the owner is attributed by the launch key in its
   environment, or by its process group or session (:func:`attribute_orphan`; one in
-  the middle of an exec is asked again: :data:`MID_EXEC`);
+  the middle of an exec is asked again: :class:`MidExec`);
 - members of the launch's group and session while the leader is unreaped (its zombie
   holds the number, so nobody else can have a group or session with that id) are
   signalled through the group id and counted by a group scan during a stop
@@ -35,10 +35,11 @@ import logging
 import os
 import signal as _signal
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from protocol.procfs import children, environ, read_stat
 
-__all__ = ["LAUNCH_KEY_ENV", "MID_EXEC", "OWNER_HOME_ENV", "Descendants", "MidExec",
+__all__ = ["LAUNCH_KEY_ENV", "OWNER_HOME_ENV", "Descendants", "MidExec",
            "attribute_orphan", "kill_verified"]
 
 log = logging.getLogger(__name__)
@@ -157,13 +158,13 @@ class Descendants:
                    for pid, ticks in list(self.known.items()))
 
 
+@dataclass(frozen=True)
 class MidExec:
     """:func:`attribute_orphan`'s answer for a child in the middle of an exec: its
     environment reads empty and its group and session name no launch. Ask again in a
     moment (a ``sh -c 'setsid prog &'`` child is so right after its shell exits)."""
 
-
-MID_EXEC = MidExec()
+    start_ticks: int
 
 
 def attribute_orphan(pid: int, group_owner: Callable[[int], str | None],
@@ -172,7 +173,7 @@ def attribute_orphan(pid: int, group_owner: Callable[[int], str | None],
 
     By ``TENURE_LAUNCH_KEY`` in its environment first (exact, unless the app cleared its
     environment), else by its process group or session: ``group_owner`` names the launch
-    whose group or session has that id, when that is certain. :data:`MID_EXEC` when it
+    whose group or session has that id, when that is certain. :class:`MidExec` when it
     cannot be attributed while its environment reads empty; None when the process is
     gone or cannot be attributed. Raises nothing.
     """
@@ -188,4 +189,4 @@ def attribute_orphan(pid: int, group_owner: Callable[[int], str | None],
         key = group_owner(gid)
         if key is not None:
             return key, st.start_ticks
-    return MID_EXEC if env == [] else None
+    return MidExec(st.start_ticks) if env == [] else None

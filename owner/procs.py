@@ -135,10 +135,8 @@ class ProcessTable:
         self._lingering: dict[str, _Entry] = {}  # exited, descendants seen running
         self.cgroups: CgroupTree | None = None  # set once, before the first launch
         self.orphans_reaped = 0
-        # children of the owner attributed to no launch while their environment read
-        # empty (mid-exec) at the last look; those still so after LAST_LOOKS, by (pid,
-        # start ticks), are not waited for again
-        self._unsettled: list[int] = []
+        # children of the owner (pid, start ticks) still mid-exec after LAST_LOOKS: a
+        # last look does not wait for them again
         self._never_settled: set[tuple[int, int]] = set()
         self._closed = False
         if self.mode is ExitMode.SIGCHLD or reap_orphans:
@@ -289,15 +287,15 @@ class ProcessTable:
             if entry.tree is None or not entry.tree.known:
                 del self._lingering[key]
 
-    def adopt_orphans(self) -> int:
+    def adopt_orphans(self) -> list[tuple[int, int]]:
         """Attribute untracked children of this process (orphans re-parented to the
-        subreaper) to the launch they came from; returns how many were adopted."""
+        subreaper) to the launch they came from; returns those (pid, start ticks) that
+        could not be attributed because they were mid-exec (:class:`MidExec`)."""
         tracked = set(self._by_pid)
         for entry in [*self._live.values(), *self._lingering.values()]:
             if entry.tree is not None:
                 tracked.update(entry.tree.known)
-        adopted = 0
-        self._unsettled = []
+        unsettled = []
         kids = children(os.getpid())
         self._never_settled = {t for t in self._never_settled if t[0] in kids}
         for pid in kids:
@@ -305,8 +303,8 @@ class ProcessTable:
                 continue
             found = attribute_orphan(pid, self._group_owner)
             if isinstance(found, MidExec):
-                if (pid, read_start_ticks(pid)) not in self._never_settled:
-                    self._unsettled.append(pid)
+                if (pid, found.start_ticks) not in self._never_settled:
+                    unsettled.append((pid, found.start_ticks))
                 continue
             owner = None if found is None else self._find(found[0])
             if found is None or owner is None or owner.tree is None:
@@ -315,8 +313,7 @@ class ProcessTable:
             owner.tree.adopt(pid, found[1])
             if owner.exit is not None:
                 self._lingering[owner.key] = owner
-            adopted += 1
-        return adopted
+        return unsettled
 
     def _group_owner(self, gid: int) -> str | None:
         """The launch whose process group or session has id ``gid``, when certain.
@@ -396,41 +393,42 @@ class ProcessTable:
             return
         entry = self._live[key]
         if entry.tree is not None and self._has_exited(entry.spawned):
-            self._last_look(entry, entry.tree)
-            if self._unsettled and self._look_again(entry):
+            unsettled = self._last_look(entry, entry.tree)
+            if unsettled and self._look_again(entry, unsettled):
                 return
         status = self._collect(entry.spawned)
         if status is not None:
             self._finish(entry, status)
 
-    def _last_look(self, entry: _Entry, tree: Descendants) -> None:
+    def _last_look(self, entry: _Entry, tree: Descendants) -> list[tuple[int, int]]:
         """Track what outlives the leader, while its zombie still pins its group and
-        session id (no other process can have that number until we reap it).
+        session id (no other process can have that number until we reap it). Returns
+        the owner's children that were mid-exec (see :meth:`adopt_orphans`).
 
         Its children are ours already (re-parented: the owner is a subreaper), and
         attributed by group or session now. A table in a process that is not a
         subreaper does not receive them, so it scans for members of the group and
         session instead (a /proc scan per exit; only tests and tools run so)."""
+        unsettled = []
         if self._reap_orphans:
-            self.adopt_orphans()
+            unsettled = self.adopt_orphans()
         else:
             for pid in group_members(entry.spawned.pgid, include_session=True):
                 st = read_stat(pid)
                 if st is not None and pid != entry.spawned.pid:
                     tree.adopt(pid, st.start_ticks)
         tree.refresh(leader_unreaped=True)
+        return unsettled
 
-    def _look_again(self, entry: _Entry) -> bool:
+    def _look_again(self, entry: _Entry, unsettled: list[tuple[int, int]]) -> bool:
         """Leave ``entry``'s leader unreaped (its zombie pins its group and session) and
-        take the last look again in a moment, while a child is mid-exec; False once
-        LAST_LOOKS were taken (those children are then not waited for again)."""
+        take the last look again in a moment, while ``unsettled`` children are mid-exec;
+        False once LAST_LOOKS were taken (those children are then not waited for
+        again)."""
         if entry.looks >= LAST_LOOKS:
-            for pid in self._unsettled:
-                ticks = read_start_ticks(pid)
-                if ticks is not None:
-                    self._never_settled.add((pid, ticks))
+            self._never_settled.update(unsettled)
             log.warning("children %s of the owner could not be attributed when %s exited",
-                        self._unsettled, entry.key)
+                        [pid for pid, _ in unsettled], entry.key)
             return False
         entry.looks += 1
         sp = entry.spawned
