@@ -229,7 +229,7 @@ def _identity(root: Path, listed: Iterable[str]) -> bytes | None:
 def _check_tree(root: Path, runtime: Runtime, seen: dict[str, bytes] | None = None) -> None:
     """Every listed file present and equal, nothing unlisted. ``seen``: identities of
     trees hashed in full before (:func:`_identity`, by root); a tree whose files are the
-    very files hashed then is not hashed again, and one hashed now is added.
+    very files hashed then is not hashed again, and one hashed now is recorded.
 
     Raises StateCorrupt naming the first (sorted) extra, missing or mismatching file or
     directory; UnsafePath for symlinks and special files.
@@ -242,6 +242,8 @@ def _check_tree(root: Path, runtime: Runtime, seen: dict[str, bytes] | None = No
         if names:
             rel = min(names)
             raise StateCorrupt(f"{what} {rel}", {"file": rel, "problem": what})
+    # taken before the hashing: a file changed after this has another ctime, so the
+    # identity stored below does not match it at the next check
     before = None if seen is None else _identity(root, listed)
     if before is not None and seen is not None and seen.get(str(root)) == before:
         return
@@ -254,8 +256,8 @@ def _check_tree(root: Path, runtime: Runtime, seen: dict[str, bytes] | None = No
         if digest != runtime.files[rel]:
             raise StateCorrupt(f"content of {rel} does not match RUNTIME.json",
                                {"file": rel, "problem": "hash mismatch"})
-    if seen is not None and before is not None and _identity(root, listed) == before:
-        seen[str(root)] = before   # unchanged while it was hashed
+    if seen is not None and before is not None:
+        seen[str(root)] = before
 
 
 def _check_root(root: Path) -> None:
