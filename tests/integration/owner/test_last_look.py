@@ -11,13 +11,13 @@ from __future__ import annotations
 import signal
 import sqlite3
 import sys
-import time
 from pathlib import Path
 
 from owner.testing import GuardianKey, kill_pids
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_owner import Live
+from test_receipt_truth import _first_line
 
 LINGER = ["sh", "-c", "setsid sleep 1000 & echo $!; exit 0"]
 # a child with no environment at all in a session of its own (settled there before its
@@ -27,13 +27,7 @@ ROUNDS = 30   # before the fix, about one exit in four was taken up without its 
 
 
 def _child(lv: Live, instance: int) -> int:
-    deadline = time.monotonic() + 10     # the journal is written behind the exit event
-    while time.monotonic() < deadline:
-        recs = lv.c.call("logs.read", {"instance": instance, "stream": "stdout"})["records"]
-        if recs:
-            return int(recs[0]["data"].decode())
-        time.sleep(0.01)
-    raise AssertionError(f"instance {instance} wrote nothing")
+    return int(_first_line(lv, instance))   # the pid the shell printed
 
 
 def _recorded(db_path: Path, key: str) -> list[int]:
