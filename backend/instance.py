@@ -387,6 +387,16 @@ def _exited(inst: Instance, ev: Event, now: float) -> None:
     inst._after_failure(outcome, now, exited=True)
 
 
+def _exited_before_launched(inst: Instance, ev: Event, now: float) -> None:
+    # The exit event can overtake the launch's answer: they come on two connections from
+    # the owner. The process did run, and with no readiness check it was ready the moment
+    # it was launched, so it counts as having come up, as it does when the answer is first
+    # (whether an apply reports a crash loop as started must not depend on that order).
+    if inst.app.ready.kind is ReadyKind.NONE:
+        inst.ready_count += 1
+    _exited(inst, ev, now)
+
+
 def _ready(inst: Instance, ev: Event, now: float) -> None:
     inst.timers.pop(Timer.READY_DELAY, None)  # it fired: nothing to cancel
     inst._set_state(State.READY, now)
@@ -471,7 +481,7 @@ _ROWS: dict[type[Event], tuple[Handler, ...]] = {
                     _settle_stopped),
     Launched: (_I, _launched, _I, _I, _launched_while_stopping, _I, _I, _I, _I),
     LaunchFailed: (_I, _launch_failed, _I, _I, _stopped_on_request, _I, _I, _I, _I),
-    Exited: (_I, _exited, _exited, _exited, _I, _I, _I, _I, _I),
+    Exited: (_I, _exited_before_launched, _exited, _exited, _I, _I, _I, _I, _I),
     Ready: (_I, _I, _ready, _I, _I, _I, _I, _I, _I),
     ReadyTimeout: (_I, _I, _ready_timeout, _I, _I, _I, _I, _I, _I),
     HealthFailed: (_I, _I, _I, _health_failed, _I, _I, _I, _I, _I),

@@ -329,6 +329,19 @@ def test_exit_while_starting_counts_as_a_failed_run() -> None:
     r = drive_to(State.STARTING)
     r.feed(Exited(127, None))
     assert r.inst.state is State.BACKOFF
+    assert r.inst.ready_count == 0  # a readiness check never passed
+
+
+@pytest.mark.parametrize("exit_first", [False, True])
+def test_a_crash_counts_as_up_whichever_of_exit_and_launch_answer_comes_first(
+        exit_first: bool) -> None:
+    """The exit event and the launch's answer come on two connections: with no readiness
+    check, a process that ran counts as having come up in either order."""
+    r = drive_to(State.STARTING, mk_app(ready=Readiness(), health=None))
+    events: list[Event] = [Launched(101, 1101), Exited(3, None)]
+    for ev in reversed(events) if exit_first else events:
+        r.feed(ev, 0.01)
+    assert r.inst.state is State.BACKOFF and r.inst.ready_count == 1
 
 
 # ---- readiness and health ---------------------------------------------------------------
