@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from protocol.aclient import AsyncClient
 from protocol.durable import atomic_write_json, read_json
+from protocol.ed25519 import PrivateKey
 from protocol.errors import (
     GuardianFault,
     HandoffFailed,
@@ -65,7 +64,7 @@ def _deadline() -> float:
 
 
 class Coordinator:
-    def __init__(self, paths: GuardianPaths, state: StateStore, key: Ed25519PrivateKey
+    def __init__(self, paths: GuardianPaths, state: StateStore, key: PrivateKey
                  ) -> None:
         self.paths = paths
         self.state = state

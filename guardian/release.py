@@ -46,8 +46,8 @@ from protocol.errors import (
     UnsafePath,
 )
 
-if TYPE_CHECKING:  # cryptography only for a signed release: every daemon start verifies
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+if TYPE_CHECKING:
+    from protocol.ed25519 import PublicKey
 
 from .manifest import (
     RUNTIME_NAME,
@@ -300,7 +300,7 @@ def _check_interpreter(interp: Interpreter, bindings: list[dict[str, Any]] | Non
     check(interp, bindings or [])
 
 
-def _check_signature(root: Path, data: bytes, trusted_keys: Iterable[Ed25519PublicKey]) -> None:
+def _check_signature(root: Path, data: bytes, trusted_keys: Iterable[PublicKey]) -> None:
     """RUNTIME.json.sig (base64 of a raw 64-byte Ed25519 signature over RUNTIME.json) must
     verify under one of ``trusted_keys``. Raises BadSignature otherwise, UnsafePath for a
     symlinked signature file.
@@ -313,13 +313,8 @@ def _check_signature(root: Path, data: bytes, trusted_keys: Iterable[Ed25519Publ
         sig = base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError) as e:
         raise BadSignature(f"{SIGNATURE_NAME} is not base64", {"file": SIGNATURE_NAME}) from e
-    from cryptography.exceptions import InvalidSignature
-    for key in trusted_keys:
-        try:
-            key.verify(sig, data)
-            return
-        except InvalidSignature:
-            continue
+    if any(key.verify(sig, data) for key in trusted_keys):
+        return
     raise BadSignature(f"{SIGNATURE_NAME}: no trusted key verifies it", {"file": SIGNATURE_NAME})
 
 
@@ -330,7 +325,7 @@ def verify(
     release_dir: Path,
     expected_id: str | None = None,
     *,
-    trusted_keys: Iterable[Ed25519PublicKey] | None = None,
+    trusted_keys: Iterable[PublicKey] | None = None,
     bindings: list[dict[str, Any]] | None = None,
     seen: dict[str, bytes] | None = None,
 ) -> Release:
@@ -360,7 +355,7 @@ def install(
     src: Path,
     releases_dir: Path,
     *,
-    trusted_keys: Iterable[Ed25519PublicKey] | None = None,
+    trusted_keys: Iterable[PublicKey] | None = None,
     bindings: list[dict[str, Any]] | None = None,
 ) -> Release:
     """Copy the sealed release at ``src`` to ``releases_dir/<id>/`` as a read-only tree.
@@ -405,7 +400,7 @@ def install(
 
 
 def _existing(
-    target: Path, rid: str, trusted_keys: list[Ed25519PublicKey] | None,
+    target: Path, rid: str, trusted_keys: list[PublicKey] | None,
     bindings: list[dict[str, Any]] | None,
 ) -> Release:
     """The already installed ``target`` if it verifies as release ``rid`` (and, with

@@ -29,8 +29,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
+from protocol.ed25519 import PrivateKey
 from protocol.errors import BadRequest, Conflict, NotFound, StateCorrupt, UnsafePath
 
 from .manifest import (
@@ -60,7 +59,7 @@ def seal(
     packages: Iterable[str] = DEFAULT_PACKAGES,
     distribution: str = "tenure",
     contracts: Mapping[str, int] | None = None,
-    signing_key: Ed25519PrivateKey | None = None,
+    signing_key: PrivateKey | None = None,
 ) -> Release:
     """Build the sealed release ``out_dir`` from the running tree and return it.
 
@@ -104,7 +103,7 @@ def seal(
     return Release(id=rid, path=out_dir, runtime=runtime, signed=signing_key is not None)
 
 
-def _write_runtime(root: Path, runtime: Runtime, key: Ed25519PrivateKey | None) -> bytes:
+def _write_runtime(root: Path, runtime: Runtime, key: PrivateKey | None) -> bytes:
     """Write RUNTIME.json (and its signature with ``key``); return the RUNTIME.json bytes.
 
     The signature file is the base64 of the raw 64-byte Ed25519 signature and a newline.

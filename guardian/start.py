@@ -2,7 +2,7 @@
 
 Kept apart from guardian.daemon on purpose: a guardian whose recorded release is not the
 code it runs execs into that release before it imports the serving machinery (asyncio,
-the coordinator, cryptography's keys), which is most of a start's time and would
+the coordinator, the signing key), which is most of a start's time and would
 otherwise be paid twice. A self-upgrade returns here from ``serve`` and execs the same way.
 
 Exit statuses: 0 clean stop, 2 unsafe or unreadable state, 5 another guardian runs.

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
+from protocol.ed25519 import PrivateKey
 from protocol.errors import (
     BackendStartTimeout,
     HandoffFailed,
@@ -230,7 +229,7 @@ class FakeCoordinator(Coordinator):
     def __init__(self, home: Path) -> None:
         paths = GuardianPaths(home)
         paths.prepare()
-        super().__init__(paths, StateStore(paths.state_db), Ed25519PrivateKey.generate())
+        super().__init__(paths, StateStore(paths.state_db), PrivateKey.generate())
         self.world = World(home)
         self.slept: list[float] = []
         self.fault.spec = None

@@ -21,6 +21,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from protocol.durable import atomic_write, read_private
+from protocol.ed25519 import PublicKey
 from protocol.errors import (
     Conflict,
     NoGrant,
@@ -28,11 +29,9 @@ from protocol.errors import (
     StaleEpoch,
     Unauthorized,
 )
+from protocol.grant import Grant, SignedGrant, load_public_key, public_key_text
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    from protocol.grant import Grant
     from protocol.server import Call, Connection
 
 __all__ = ["GrantKeeper"]
@@ -46,12 +45,11 @@ class GrantKeeper:
     def __init__(self, pub_path: str, instance: str) -> None:
         self.pub_path = pub_path
         self.instance = instance
-        self.key: Ed25519PublicKey | None = self._load()
+        self.key: PublicKey | None = self._load()
 
-    def _load(self) -> Ed25519PublicKey | None:
+    def _load(self) -> PublicKey | None:
         """The key pinned by an earlier owner of this home. Raises UnsafePath when the
         file is not a private regular file of ours, BadRequest when it is not a key."""
-        from protocol.grant import load_public_key  # cryptography: lazily
         try:
             text = read_private(self.pub_path, owners=(os.geteuid(),)).decode()
         except FileNotFoundError:
@@ -61,7 +59,6 @@ class GrantKeeper:
     def pin(self, text: str) -> bool:
         """Trust ``text`` on first use; True when it was pinned now, False when the same
         key was pinned already. Raises BadRequest (not a key), Conflict (another key)."""
-        from protocol.grant import load_public_key, public_key_text
         key = load_public_key(text)
         if self.key is None:
             atomic_write(self.pub_path, (public_key_text(key) + "\n").encode())
@@ -77,7 +74,6 @@ class GrantKeeper:
         """The grant in ``wire`` (a signed grant), when it verifies against the pinned key
         and names this owner. Raises BadRequest, NoGrant (no key pinned yet),
         BadSignature, OwnerChanged."""
-        from protocol.grant import SignedGrant
         signed = SignedGrant.from_wire(wire)
         if self.key is None:
             raise NoGrant("no guardian key is pinned; call guardian.pin first")

@@ -21,6 +21,7 @@ from protocol.errors import (
     StopTimeout,
 )
 from protocol.framing import pack
+from protocol.grant import SignedGrant
 from protocol.identity import Identity
 from protocol.schema import Field, Schema, check_int, check_key, check_name, check_str_map
 from protocol.server import Call, Method, RpcServer
@@ -219,7 +220,6 @@ class OwnerService:
 
     async def fence(self, call: Call) -> Any:
         """Verify, require a newer epoch for this instance, persist, then answer."""
-        from protocol.grant import SignedGrant  # cryptography: lazily
         grant = self.grants.verify(call.params["grant"])
         # the whole signed grant is kept: status reports which activation holds the epoch
         signed = SignedGrant.from_wire(call.params["grant"])

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from protocol.client import Client
+from protocol.ed25519 import PrivateKey
 from protocol.grant import Grant, public_key_text
 
 from .journal import READ_LIMIT_MAX, Journal, LogRecord
@@ -107,11 +106,11 @@ class OwnerProcess:
 
 @dataclass
 class GuardianKey:
-    key: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
+    key: PrivateKey = field(default_factory=PrivateKey.generate)
     epoch: int = 0
     signed: dict[str, Any] | None = None  # the grant of the last fence
 
-    def grant(self, epoch: int, instance: str, key: Ed25519PrivateKey | None = None
+    def grant(self, epoch: int, instance: str, key: PrivateKey | None = None
               ) -> dict[str, Any]:
         g = Grant(epoch, str(uuid.uuid4()), "test-release", instance, time.time())
         return g.sign(key or self.key).to_wire()

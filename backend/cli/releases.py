@@ -104,15 +104,13 @@ def _signing_key(path: Path | None) -> Any:
     """The Ed25519 private key in ``path`` (PEM), or None. Raises BadRequest."""
     if path is None:
         return None
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from protocol.ed25519 import PrivateKey
     try:
-        key = load_pem_private_key(path.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
-        raise BadRequest(f"{path}: not a readable PEM private key ({exc})") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise BadRequest(f"{path}: not an Ed25519 key")
-    return key
+        return PrivateKey.from_pem(path.read_bytes())
+    except OSError as exc:
+        raise BadRequest(f"{path}: not readable ({exc.strerror})") from None
+    except ValueError as exc:
+        raise BadRequest(f"{path}: {exc}") from None
 
 
 def cli_against(layout: Any, release: str | None) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import guardian.release as release_mod
 from guardian.manifest import RUNTIME_NAME, SIGNATURE_NAME, Runtime, canonical_json, release_id
@@ -26,19 +25,19 @@ from guardian.release import (
     verify,
 )
 from guardian.seal import DEFAULT_PACKAGES, seal
+from protocol.ed25519 import PrivateKey
 from protocol.errors import BadSignature, Conflict, StateCorrupt, UnsafePath
 
 # A module sealed into the release beside tenure's packages; it reports where everything
 # it imported came from, so the test can prove the release runs from its own lib/.
 CHECK_MODULE = '''
 import json, sys
-import msgpack, psutil, pyroute2, protocol, protocol.errors
-import cryptography
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-key = Ed25519PrivateKey.generate()
-key.public_key().verify(key.sign(b"m"), b"m")
-mods = [msgpack, psutil, pyroute2, protocol, cryptography, sys.modules["_cffi_backend"]]
+import msgpack, psutil, pyroute2, protocol, protocol.errors, protocol.ed25519
+key = protocol.ed25519.PrivateKey.generate()
+mods = [msgpack, psutil, pyroute2, protocol, protocol.ed25519]
 print(json.dumps({
+    "signed": key.public_key().verify(key.sign(b"m"), b"m"),
+    "cryptography": "cryptography" in sys.modules,
     "files": {m.__name__: m.__file__ for m in mods},
     "packed": list(msgpack.unpackb(msgpack.packb([1, "x"]))),
     "pid_ok": psutil.Process().pid > 0,
@@ -52,7 +51,7 @@ print(json.dumps({
 class Sealed:
     release: Release  # sealed (signed) at OUT
     installed: Release  # installed copy under releases/
-    key: Ed25519PrivateKey
+    key: PrivateKey
     root: Path
 
 
@@ -74,7 +73,7 @@ def sealed() -> Iterator[Sealed]:
         src = root / "src"
         src.mkdir()
         (src / "relcheck.py").write_text(CHECK_MODULE)
-        key = Ed25519PrivateKey.generate()
+        key = PrivateKey.generate()
         with pytest.MonkeyPatch.context() as mp:
             mp.syspath_prepend(str(src))
             rel = seal(root / "out", packages=(*DEFAULT_PACKAGES, "relcheck"), signing_key=key)
@@ -126,8 +125,9 @@ def test_seal_install_verify_round_trip(sealed: Sealed) -> None:
     assert not os.path.islink(rt.interpreter.path)
     assert set(rt.contracts) == {"stackControl", "logJournal", "notify", "observations"}
     names = {f.split("/")[1] for f in rt.files}
-    assert {"protocol", "guardian", "msgpack", "psutil", "cryptography", "cffi", "pycparser",
-            "pyroute2", "relcheck.py"} <= names
+    assert {"protocol", "guardian", "msgpack", "psutil", "pyroute2", "relcheck.py"} <= names
+    # Ed25519 comes from the interpreter's libcrypto: cryptography is a test dependency only
+    assert not names & {"cryptography", "cffi", "pycparser"}
     assert "lib/protocol/__pycache__/errors.cpython-311.pyc" in rt.files
     assert not any(f.startswith("lib/tests/") or "/../" in f for f in rt.files)
 
@@ -336,13 +336,13 @@ def test_signed_release_installs_with_the_trusted_key(sealed: Sealed) -> None:
     good = sealed.key.public_key()
     assert sealed.installed.signed
     verify(sealed.installed.path, trusted_keys=[good])
-    wrong = Ed25519PrivateKey.generate().public_key()
+    wrong = PrivateKey.generate().public_key()
     again = install(sealed.release.path, sealed.root / "releases", trusted_keys=[wrong, good])
     assert again == sealed.installed
 
 
 def test_wrong_key_or_missing_signature_is_refused(sealed: Sealed, scratch: Path) -> None:
-    wrong = Ed25519PrivateKey.generate().public_key()
+    wrong = PrivateKey.generate().public_key()
     with pytest.raises(BadSignature):
         install(sealed.release.path, scratch / "r", trusted_keys=[wrong])
     with pytest.raises(BadSignature):
@@ -398,6 +398,7 @@ def test_release_runs_isolated_from_its_own_lib(sealed: Sealed, scratch: Path) -
     for name, file in out["files"].items():
         assert file.startswith(str(rel.lib) + "/"), (name, file)
     assert out["packed"] == [1, "x"] and out["pid_ok"]
+    assert out["signed"] and not out["cryptography"]
     assert out["isolated"] == 1 and out["no_site"] == 1
     assert out["argv"] == ["--flag", "x y"]
     assert out["path0"] == str(rel.lib)

@@ -14,17 +14,25 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
 )
 
+from protocol.ed25519 import PublicKey
 from protocol.grant import public_key_text
 
 
+def _pinned(key: Ed25519PrivateKey) -> str:
+    """The trusted-keys line of a key made by another Ed25519 implementation."""
+    return public_key_text(PublicKey(key.public_key().public_bytes_raw()))
+
+
 def test_only_signed_releases_install_once_keys_are_trusted(cluster, sealed_release):
+    # the key and its PEM come from the cryptography package: what tenure signs with the
+    # key it reads must verify under the public key another implementation derived
     cluster.up()
     key = Ed25519PrivateKey.generate()
     pem = cluster.home / "release-key.pem"
     pem.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
     os.chmod(pem, 0o600)
     keys = cluster.layout.runtime / "trusted-release-keys"
-    keys.write_text("# release signers\n" + public_key_text(key.public_key()) + "\n")
+    keys.write_text("# release signers\n" + _pinned(key) + "\n")
     os.chmod(keys, 0o600)
 
     unsigned = cluster.cli("release", "install", str(sealed_release))
@@ -38,6 +46,6 @@ def test_only_signed_releases_install_once_keys_are_trusted(cluster, sealed_rele
     assert cluster.cli("release", "verify", installed["release"], check=True).out["ok"]
 
     other = Ed25519PrivateKey.generate()
-    keys.write_text(public_key_text(other.public_key()) + "\n")
+    keys.write_text(_pinned(other) + "\n")
     refused = cluster.cli("release", "verify", installed["release"])
     assert refused.code == 1 and refused.out["error"]["code"] == "BAD_SIGNATURE"

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from owner.testing import GuardianKey, OwnerProcess
 from protocol.client import Client
+from protocol.ed25519 import PrivateKey
 from protocol.errors import BadSignature, OwnerChanged, StaleEpoch, Unauthorized
 from protocol.grant import Grant, public_key_text
 
@@ -21,7 +21,7 @@ INTENT = {"stack": "s", "intent": "stopped", "expected_revision": 0}
 
 
 def signed(gk: GuardianKey, epoch: int, instance: str, activation: str | None = None,
-           key: Ed25519PrivateKey | None = None) -> dict[str, Any]:
+           key: PrivateKey | None = None) -> dict[str, Any]:
     grant = Grant(epoch, activation or str(uuid.uuid4()), "r", instance, time.time())
     return grant.sign(key or gk.key).to_wire()
 
@@ -67,7 +67,7 @@ def test_forged_or_foreign_grants_are_refused_at_the_hello(owner: OwnerProcess) 
     gk = GuardianKey()
     with owner.client() as guardian:
         epoch = gk.bootstrap(guardian, owner.instance)
-    forged = signed(gk, epoch, owner.instance, key=Ed25519PrivateKey.generate())
+    forged = signed(gk, epoch, owner.instance, key=PrivateKey.generate())
     with owner.client(grant=forged) as c, pytest.raises(BadSignature):
         c.call("status")
     foreign = signed(gk, epoch, "another-owner-instance")
