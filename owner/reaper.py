@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import resource
@@ -18,8 +17,9 @@ PR_GET_CHILD_SUBREAPER = 37
 
 
 def _prctl() -> Callable[..., int]:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    fn: Callable[..., int] = libc.prctl
+    # The process's own symbols (libc is loaded): ctypes.util.find_library would run
+    # `ldconfig -p` in a subprocess on every owner start.
+    fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
     return fn
 
 

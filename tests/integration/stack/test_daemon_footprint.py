@@ -1,0 +1,32 @@
+"""What the running daemons keep mapped: no tenure process loads the cryptography package
+(Ed25519 is the libcrypto hashlib already maps: protocol.ed25519), and the owner and the
+guardian load no TLS. Each cost megabytes resident in every process (bench/suite.py's
+RSS row) and milliseconds of each start."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _mapped(pid: int) -> set[str]:
+    return {os.path.basename(line.split(maxsplit=5)[5].strip())
+            for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+            if len(line.split(maxsplit=5)) == 6}
+
+
+def test_owner_and_guardian_map_no_tls_and_no_cryptography(cluster):
+    cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"100000\"]\n")
+    cluster.wait_ready(1)
+    with cluster.owner() as o:
+        owner = o.call("status")["owner"]["pid"]
+    with cluster.guardian() as g:
+        guardian = g.call("status")["guardian"]["pid"]
+    backend = cluster.status()["backend"]["pid"]
+    for name, pid in (("owner", owner), ("guardian", guardian), ("backend", backend)):
+        libs = _mapped(pid)
+        assert any(lib.startswith("libcrypto.so") for lib in libs), (name, libs)
+        crypto = [lib for lib in libs if "cffi" in lib or lib.startswith("_rust")]
+        assert not crypto, (name, crypto)
+        if name != "backend":   # the backend's metrics exporter may need ssl
+            assert not [lib for lib in libs if lib.startswith(("libssl", "_ssl"))], (name, libs)
