@@ -267,7 +267,8 @@ class Api:
         predates ``metrics`` 1 (then each row reads /proc) or is out of reach."""
         launches = None if keys is None else \
             [self.sup.instances[k].launch_key for k in keys]
-        answer = await owner_metrics(self._owner(), self.sup.owner_capabilities, launches)
+        answer = await owner_metrics(self._owner(), self.sup.owner_capabilities, launches,
+                                     usage_only=True)   # a status line's CPU and memory
         return None if answer is None else self._procs.from_owner(answer)
 
     def _row(self, key: str, inst: im.Instance, t: float,

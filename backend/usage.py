@@ -52,15 +52,19 @@ class CpuRate:
 
 
 async def owner_metrics(owner: Any, capabilities: Mapping[str, Any],
-                        launch_keys: list[str] | None = None) -> dict[str, Any] | None:
+                        launch_keys: list[str] | None = None, usage_only: bool = False
+                        ) -> dict[str, Any] | None:
     """The owner's ``metrics.read`` answer, for ``launch_keys`` only when given (an
-    older owner measures every launch: the caller picks its own); None when the owner
+    older owner measures every launch: the caller picks its own), of CPU and memory
+    only with ``usage_only`` (an older owner measures everything); None when the owner
     predates the capability (the caller reads /proc instead). An owner out of reach
     gives an answer without launches: status still answers, without figures, and never
     guesses from /proc."""
     if capabilities.get("metrics") != CAPABILITY["metrics"]:
         return None
-    params = None if launch_keys is None else {"launch_keys": launch_keys}
+    params: dict[str, Any] = {} if launch_keys is None else {"launch_keys": launch_keys}
+    if usage_only:
+        params["usage_only"] = True
     try:
         answer: dict[str, Any] = await owner.call("metrics.read", params, timeout=5.0)
     except TenureError:

@@ -33,7 +33,7 @@ from protocol.procfs import read_io, read_usage, socket_inodes, start_ticks
 
 from .cgroups import members
 
-__all__ = ["COUNTERS", "FIELDS", "Member", "Meter", "launch_inodes", "parse_io_stat",
+__all__ = ["COUNTERS", "FIELDS", "USAGE", "Member", "Meter", "launch_inodes", "parse_io_stat",
            "parse_keyed", "parse_value", "read_cgroup", "read_procs"]
 
 _HZ = os.sysconf("SC_CLK_TCK")
@@ -43,6 +43,9 @@ FIELDS = ("cpu_user_seconds", "cpu_system_seconds", "memory_bytes", "memory_peak
           "pids", "io_read_bytes", "io_write_bytes", "oom_kills")
 COUNTERS = ("cpu_user_seconds", "cpu_system_seconds", "io_read_bytes", "io_write_bytes",
             "oom_kills")
+USAGE = ("cpu_user_seconds", "cpu_system_seconds", "memory_bytes")
+"""What a ``usage_only`` measurement reads: the CPU and memory a status line shows."""
+_UNKNOWN = dict.fromkeys(FIELDS)
 
 Sample = dict[str, Any]
 
@@ -113,30 +116,35 @@ def _sum_rss(pids: Iterable[int]) -> int | None:
     return sum(found) * _PAGE if found else None
 
 
-def read_cgroup(path: Path) -> Sample:
+def read_cgroup(path: Path, usage_only: bool = False) -> Sample:
     """Figures of one app cgroup. Without ``io.stat`` the I/O of its member processes is
     summed from /proc, without ``memory.current`` their RSS; without ``pids.current``
-    they are counted. Raises nothing."""
+    they are counted. ``usage_only``: CPU and memory alone (:data:`USAGE`), the rest
+    None. Raises nothing."""
     cpu = parse_keyed(_read(path / "cpu.stat"))
-    pids = members(path)
-    io = parse_io_stat(_read(path / "io.stat")) or _sum_io(pids)
     memory = parse_value(_read(path / "memory.current"))
-    events = parse_keyed(_read(path / "memory.events"))
+    pids = members(path) if memory is None or not usage_only else []
     user, system = cpu.get("user_usec"), cpu.get("system_usec")
+    usage = {"cpu_user_seconds": None if user is None else user / 1e6,
+             "cpu_system_seconds": None if system is None else system / 1e6,
+             "memory_bytes": _sum_rss(pids) if memory is None else memory}
+    if usage_only:
+        return {**_UNKNOWN, **usage}
+    io = parse_io_stat(_read(path / "io.stat")) or _sum_io(pids)
+    events = parse_keyed(_read(path / "memory.events"))
     pids_current = parse_value(_read(path / "pids.current"))
-    return {"cpu_user_seconds": None if user is None else user / 1e6,
-            "cpu_system_seconds": None if system is None else system / 1e6,
-            "memory_bytes": _sum_rss(pids) if memory is None else memory,
-            "memory_peak_bytes": parse_value(_read(path / "memory.peak")),
+    return {**usage, "memory_peak_bytes": parse_value(_read(path / "memory.peak")),
             "pids": len(pids) if pids_current is None else pids_current,
             "io_read_bytes": None if io is None else io[0],
             "io_write_bytes": None if io is None else io[1],
             "oom_kills": events.get("oom_kill")}
 
 
-def read_procs(procs: Iterable[tuple[int, int]]) -> Sample:
+def read_procs(procs: Iterable[tuple[int, int]], usage_only: bool = False) -> Sample:
     """Figures summed over ``procs`` (pid, start ticks) that still run as that process;
-    a pid now held by another process, and a zombie, count for nothing. Raises nothing."""
+    a pid now held by another process, and a zombie, count for nothing. ``usage_only``:
+    CPU and memory alone (:data:`USAGE`; no /proc/PID/io read), the rest None. Raises
+    nothing."""
     user = system = rss = 0
     alive: list[int] = []
     for pid, ticks in procs:
@@ -146,9 +154,12 @@ def read_procs(procs: Iterable[tuple[int, int]]) -> Sample:
         user, system, rss = user + u.cpu_user_ticks, system + u.cpu_system_ticks, \
             rss + u.rss_pages
         alive.append(pid)
+    usage = {"cpu_user_seconds": user / _HZ, "cpu_system_seconds": system / _HZ,
+             "memory_bytes": rss * _PAGE}
+    if usage_only:
+        return {**_UNKNOWN, **usage}
     io = _sum_io(alive)
-    return {"cpu_user_seconds": user / _HZ, "cpu_system_seconds": system / _HZ,
-            "memory_bytes": rss * _PAGE, "memory_peak_bytes": None, "pids": len(alive),
+    return {**usage, "memory_peak_bytes": None, "pids": len(alive),
             "io_read_bytes": None if io is None else io[0],
             "io_write_bytes": None if io is None else io[1], "oom_kills": None}
 
@@ -169,20 +180,22 @@ class Meter:
         self._high: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
-    def measure(self, batch: list[Member]) -> tuple[float, list[Sample]]:
+    def measure(self, batch: list[Member], usage_only: bool = False
+                ) -> tuple[float, list[Sample]]:
         """(CLOCK_MONOTONIC at the start, one sample per member in order). Forgets the
-        launches not in ``batch``. Raises nothing."""
+        launches not in ``batch``. ``usage_only``: see :data:`USAGE`. Raises nothing."""
         with self._lock:
             t = time.monotonic()
-            out = [self._clamp(m.launch_key, self._read(m)) for m in batch]
+            out = [self._clamp(m.launch_key, self._read(m, usage_only)) for m in batch]
             keep = {m.launch_key for m in batch}
             for key in [k for k in self._high if k not in keep]:
                 del self._high[key]
             return t, out
 
     @staticmethod
-    def _read(m: Member) -> Sample:
-        sample = read_cgroup(m.cgroup) if m.cgroup is not None else read_procs(m.procs)
+    def _read(m: Member, usage_only: bool) -> Sample:
+        sample = read_cgroup(m.cgroup, usage_only) if m.cgroup is not None \
+            else read_procs(m.procs, usage_only)
         sample["source"] = "proc" if m.cgroup is None else "cgroup"
         return sample
 

@@ -54,7 +54,8 @@ log = logging.getLogger("tenure.owner")
 # keys and start the app without its sockets, so a backend checks this first)
 # metrics 1: metrics.read, resource figures of every live launch (owner.metrics); with
 # ``launch_keys`` only those (an owner without the parameter measures all: same answer,
-# slower, so a backend needs no capability for it)
+# slower, so a backend needs no capability for it); ``usage_only`` likewise (an owner
+# without it measures every figure)
 # retention 1: launches.prune, deleting the rows of ended launches by a count
 # logCounts 1: metrics.read also answers ``logs`` (lines and bytes journalled per app
 # since the owner started) and ``journal_bytes`` (the journal's size on disk)
@@ -139,7 +140,8 @@ S_ACK = Schema(Field("cursor", int, check=_uint))
 S_INVENTORY = Schema(Field("stack", str, required=False, check=_name))
 S_METRICS = Schema(Field("launch_keys", list, required=False,
                          check=lambda v: None if all(isinstance(k, str) for k in v)
-                         else "must be a list of launch keys"))
+                         else "must be a list of launch keys"),
+                   Field("usage_only", bool, required=False, default=False))
 S_SOCKET = Schema(Field("key", str, check=check_key(400)))
 S_FDSTORE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
                    Field("instance", int, required=False, check=_uint))
@@ -321,8 +323,9 @@ class OwnerService:
 
     async def metrics_read(self, call: Call) -> Any:
         """Resource figures of every live launch in one answer (owner.metrics), or of
-        those of ``launch_keys`` that live; ``at`` is CLOCK_MONOTONIC when measuring
-        began, for rates between two answers."""
+        those of ``launch_keys`` that live; ``usage_only``: CPU and memory alone (the
+        other figures None). ``at`` is CLOCK_MONOTONIC when measuring began, for rates
+        between two answers."""
         wanted = call.params["launch_keys"]
         live = self.launcher.live
         rows = list(live.values()) if wanted is None else \
@@ -336,8 +339,9 @@ class OwnerService:
             batch.append(Member(row.launch_key, cgroup, procs))
         # Off the loop: 1,000 launches are a few thousand /proc or cgroup reads, and the
         # loop drains app pipes meanwhile. A few (inspect) cost less than the thread hop.
-        at, samples = self.meter.measure(batch) if len(batch) <= MEASURE_ON_LOOP else \
-            await asyncio.to_thread(self.meter.measure, batch)
+        usage = call.params["usage_only"]
+        at, samples = self.meter.measure(batch, usage) if len(batch) <= MEASURE_ON_LOOP \
+            else await asyncio.to_thread(self.meter.measure, batch, usage)
         launches = [{"launch_key": r.launch_key, "stack": r.stack, "app": r.app,
                      "instance": r.instance, "generation": r.generation, "pid": r.pid,
                      "start_ticks": r.start_ticks, "started_at": r.started_at, **s}

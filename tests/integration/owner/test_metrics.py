@@ -54,6 +54,11 @@ def test_metrics_read_sums_the_launch_and_its_children(owner):
         only = c.call("metrics.read", {"launch_keys": ["m2", "m2", "nosuch"]})["launches"]
         assert [r["launch_key"] for r in only] == ["m2"] and only[0]["pid"] == idle["pid"]
         assert c.call("metrics.read", {"launch_keys": []})["launches"] == []
+        # a status line's CPU and memory alone: the same figures, nothing else read
+        usage = {r["launch_key"]: r for r in c.call(
+            "metrics.read", {"usage_only": True})["launches"]}["m1"]
+        assert usage["cpu_seconds"] >= m1b["cpu_seconds"] and usage["memory_bytes"] > 0
+        assert usage["io_read_bytes"] is None and usage["pids"] is None
         with pytest.raises(BadRequest):
             c.call("metrics.read", {"launch_keys": [1]})
         c.call("stop", {"launch_key": "m1"}, epoch=epoch)

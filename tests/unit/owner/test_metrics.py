@@ -10,6 +10,7 @@ import pytest
 
 from owner import metrics
 from owner.metrics import (
+    USAGE,
     Member,
     Meter,
     parse_io_stat,
@@ -92,8 +93,21 @@ def test_proc_sum_counts_only_the_tracked_process_not_a_pid_reuser():
     assert stranger["io_read_bytes"] is None
 
 
+def test_usage_only_reads_cpu_and_memory_alone():
+    full, usage = read_cgroup(CGROUPFS / "full"), read_cgroup(CGROUPFS / "full", True)
+    assert usage == {**dict.fromkeys(full), **{k: full[k] for k in USAGE}}
+    assert usage["memory_bytes"] == 52428800 and usage["cpu_user_seconds"] == 2.5
+    gone = read_cgroup(CGROUPFS / "old_kernel", usage_only=True)
+    assert gone["memory_bytes"] == 4096 and gone["pids"] is None
+    st = read_stat(os.getpid())
+    assert st is not None
+    mine = read_procs([(os.getpid(), st.start_ticks)], usage_only=True)
+    assert mine["memory_bytes"] > 0 and mine["cpu_user_seconds"] > 0
+    assert mine["io_read_bytes"] is None and mine["pids"] is None
+
+
 def _fake(seq: list[dict[str, Any]]) -> Any:
-    def read(procs: Any) -> dict[str, Any]:
+    def read(procs: Any, usage_only: bool = False) -> dict[str, Any]:
         base = {"cpu_user_seconds": 0.0, "cpu_system_seconds": 0.0, "memory_bytes": 0,
                 "memory_peak_bytes": None, "pids": 1, "io_read_bytes": 0,
                 "io_write_bytes": 0, "oom_kills": None}
