@@ -62,9 +62,8 @@ async def owner_metrics(owner: Any, capabilities: Mapping[str, Any],
     guesses from /proc."""
     if capabilities.get("metrics") != CAPABILITY["metrics"]:
         return None
-    params: dict[str, Any] = {} if launch_keys is None else {"launch_keys": launch_keys}
-    if usage_only:
-        params["usage_only"] = True
+    params = {**({} if launch_keys is None else {"launch_keys": launch_keys}),
+              **({"usage_only": True} if usage_only else {})} or None
     try:
         answer: dict[str, Any] = await owner.call("metrics.read", params, timeout=5.0)
     except TenureError:

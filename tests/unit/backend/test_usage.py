@@ -83,4 +83,5 @@ def test_inspect_of_a_few_instances_asks_the_owner_for_just_those():
     owner = _Owner(fail=False)
     asyncio.run(owner_metrics(owner, {"metrics": 1}, ["s/a/0/3"]))
     asyncio.run(owner_metrics(owner, {"metrics": 1}))
-    assert owner.params == [{"launch_keys": ["s/a/0/3"]}, None]
+    asyncio.run(owner_metrics(owner, {"metrics": 1}, usage_only=True))
+    assert owner.params == [{"launch_keys": ["s/a/0/3"]}, None, {"usage_only": True}]
