@@ -8,7 +8,6 @@ Exit statuses: 0 retired cleanly (or preflight passed), 1 failed before READY, 2
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -16,9 +15,13 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from protocol.errors import TenureError
+from protocol.startup import import_asyncio_without_tls
+
+if TYPE_CHECKING:
+    import asyncio
 
 CLOSE_LIMIT = 5.0       # the guardian asks for SIGTERM 10 s after its retire request
 EXIT_CLOSE_STUCK = 3
@@ -68,6 +71,7 @@ async def close_bounded(closing: Any, limit: float = CLOSE_LIMIT) -> None:
     outlived its cancellation); it must not cost the guardian's SIGTERM and SIGKILL
     waits. So the tasks still running are named in the log, and the process exits at
     once with EXIT_CLOSE_STUCK. A SIGTERM or SIGINT while closing does the same."""
+    import asyncio
     loop = asyncio.get_running_loop()
     signalled = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -105,6 +109,8 @@ def _where(task: asyncio.Task[Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import_asyncio_without_tls()   # first: before anything imports asyncio with ssl
+    import asyncio
     ap = argparse.ArgumentParser(prog="python -m backend")
     ap.add_argument("--home", type=Path)
     ap.add_argument("--activation")

@@ -34,7 +34,11 @@ __all__ = ["BackendProcess", "preflight"]
 log = logging.getLogger("tenure.guardian")
 
 PREWARM = (
-    "import asyncio, dataclasses, enum, hashlib, json, logging, sqlite3, sys, tomllib, typing\n"
+    "import sys\n"   # asyncio without ssl, as protocol.startup does (no release code yet)
+    "sys.modules['ssl'] = None\n"
+    "import asyncio\n"
+    "del sys.modules['ssl']\n"
+    "import dataclasses, enum, hashlib, json, logging, sqlite3, tomllib, typing\n"
     "line = sys.stdin.readline()\n"   # the verified release's lib/, or EOF: stop
     "lib = json.loads(line).get('lib') if line.strip() else None\n"
     "if not isinstance(lib, str):\n"

@@ -15,6 +15,7 @@ import logging
 import os
 
 from protocol.errors import AlreadyRunning, GuardianUpgradeFailed, StateCorrupt, TenureError
+from protocol.startup import import_asyncio_without_tls
 
 from . import own
 from .paths import GuardianPaths
@@ -85,6 +86,7 @@ def run(paths: GuardianPaths, inherited_lock: int | None = None) -> int:
         mine = own.Running.start(paths, own.running_release(paths.releases))
         if mine.follow is not None:
             mine.exec_failed(paths, _exec(paths, mine.follow, fd))
+        import_asyncio_without_tls()
         import asyncio
 
         from .daemon import serve

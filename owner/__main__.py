@@ -59,6 +59,8 @@ def _serve(paths: OwnerPaths, service_account: str | None) -> int:
         from .daemon import EXIT
         logging.getLogger("owner").error("%s", exc)
         return EXIT["usage"]
+    from protocol.startup import import_asyncio_without_tls
+    import_asyncio_without_tls()
     from .daemon import run
     return run(paths, service_account, err)
 

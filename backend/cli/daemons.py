@@ -25,6 +25,11 @@ from .owners import trusted_owners
 __all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping", "place_first_release",
            "runs_module", "stop_all"]
 
+UP_POLL_S = 0.005
+"""How often a starting daemon's socket is looked at. Until the daemon binds it a look is
+one stat(2), so a short interval costs nothing and each wait ends within 5 ms of the
+daemon being ready (at 20 ms, `tenure up` waited ~10 ms more at each of its waits)."""
+
 
 def ping(sock: str, timeout: float = 2.0, home: Path | None = None
          ) -> dict[str, Any] | None:
@@ -90,7 +95,7 @@ def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[byte
             return
         if proc.poll() is not None:
             break
-        time.sleep(0.02)
+        time.sleep(UP_POLL_S)
     tail = log_path.read_bytes()[-2000:].decode(errors="replace")
     raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}); end of "
                         f"{log_path}:\n{tail}", {"log": str(log_path)})
@@ -158,7 +163,7 @@ def ensure_backend(layout: Layout, timeout: float) -> dict[str, Any]:
         st = ping(layout.api_sock, home=layout.home)
         if st is not None:
             return st
-        time.sleep(0.02)
+        time.sleep(UP_POLL_S)
     raise BackendUnavailable(f"no backend answered on {layout.api_sock} within "
                              f"{timeout:.0f} s; see `tenure backend status`")
 
