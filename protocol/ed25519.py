@@ -39,12 +39,14 @@ _lib: Any = None
 
 def _library_path() -> str:
     """The libcrypto this interpreter's hashlib mapped (one copy in the process), else
-    the soname OpenSSL 3 installs."""
+    the soname OpenSSL 3 installs (also when the mapped file was replaced on disk since,
+    by a package upgrade: the loader then finds the mapped copy by that soname)."""
     import _hashlib  # noqa: F401  (maps libcrypto)
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
         for line in maps:
             path = line.rstrip("\n").partition("/")[2]
-            if path and os.path.basename(path).startswith("libcrypto.so"):
+            if path and os.path.basename(path).startswith("libcrypto.so") and \
+                    not path.endswith(" (deleted)"):
                 return "/" + path
     return "libcrypto.so.3"
 

@@ -4,8 +4,10 @@ implementation (the cryptography package, a test dependency only)."""
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cryptography.exceptions import InvalidSignature
@@ -143,3 +145,16 @@ def test_the_daemons_never_import_cryptography() -> None:
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, timeout=60).stdout
     assert out.strip() == "[]"
+
+
+def test_libcrypto_is_the_one_hashlib_mapped(monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
+    from protocol import ed25519
+    assert os.path.basename(ed25519._library_path()).startswith("libcrypto.so")
+    # a mapping whose file a package upgrade replaced: found again by its soname
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f10 r-xp 00000000 fd:01 42  /usr/lib/libcrypto.so.3 (deleted)\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(
+        maps if p == "/proc/self/maps" else p, *a, **k))
+    assert ed25519._library_path() == "libcrypto.so.3"
