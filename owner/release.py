@@ -24,7 +24,8 @@ from protocol.durable import atomic_write_json, read_json
 from protocol.errors import NotFound, StateCorrupt, TenureError
 from protocol.layout import Layout, is_release_id, release_of
 
-__all__ = ["KIND", "OwnerRelease", "follow", "load", "running", "save", "tree"]
+__all__ = ["KIND", "OwnerRelease", "direct_command", "follow", "load", "running", "save",
+           "tree"]
 
 log = logging.getLogger("tenure.owner")
 
@@ -85,6 +86,22 @@ def tree(layout: Layout, rid: str, uid: int | None = None) -> Path:
         raise NotFound(f"release {rid} is not staged for the owner ({staged})",
                        {"release": rid, "path": str(staged)})
     return shared
+
+
+def direct_command(layout: Layout, args: list[str],
+                   seen: dict[str, bytes] | None = None) -> list[str] | None:
+    """``python -m owner *args`` run straight from the recorded release, verified now as
+    :func:`follow` verifies it: for a caller that would otherwise start the installed
+    code only for it to exec into that release (`tenure up`). None when the installed
+    code is what runs. Raises what the verification raises (the caller then starts the
+    installed code, which verifies again and reports why). ``seen``: see
+    :func:`guardian.release.verify`."""
+    rec = load(layout.owner_release)
+    if rec.release is None:
+        return None
+    from guardian.release import command, verify
+    return command(verify(tree(layout, rec.release), rec.release, seen=seen), *args,
+                   module="owner")
 
 
 def follow(layout: Layout, args: list[str]) -> TenureError | None:

@@ -97,7 +97,7 @@ def test_a_restarted_guardian_follows_the_release_it_moved_to(cluster, releases)
     cluster.cli("guardian", "upgrade", rid, check=True)
     first = _guardian(cluster)["guardian"]
     _stop_guardian(first)
-    cluster.up()     # starts the guardian from the installed code; it execs into rid
+    cluster.up()     # starts the guardian of rid, the release its record selects
     st = _guardian(cluster)
     assert st["guardian_release"]["running"] == rid
     assert st["guardian_release"]["state"] == "selected"
