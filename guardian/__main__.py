@@ -20,11 +20,6 @@ from protocol.layout import default_home
 from .paths import GuardianPaths
 from .start import run
 
-# The guardian speaks msgpack over Unix sockets only. Without this, asyncio (imported later)
-# imports ssl, which maps libssl and builds ssl's enums: ~1.3 MiB resident and ~7 ms of
-# every start. The standard library's optional TLS users take a missing ssl as "no TLS".
-sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
-
 
 def preflight(paths: GuardianPaths) -> int:
     """Import the whole guardian, read its state the way it would: exit 0 and one JSON

@@ -13,11 +13,6 @@ from protocol.errors import AlreadyRunning, ProcessesAlive, TenureError
 
 from .paths import OwnerPaths, default_home
 
-# The owner speaks msgpack over Unix sockets only. Without this, asyncio (imported later)
-# imports ssl, which maps libssl and builds ssl's enums: ~1.3 MiB resident and ~7 ms of
-# every start. The standard library's optional TLS users take a missing ssl as "no TLS".
-sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m owner",
