@@ -20,49 +20,54 @@ MET, BEHIND, NOT_MEASURED = "met", "behind", "not measured"
 REASONS: dict[str, str] = {
     "ratio_rss": (
         "three Python processes against supervisord's one. Measured on this machine: an "
-        "interpreter with asyncio, sqlite3, msgpack and hashlib loaded is already ~21 MiB, "
-        "and the owner and the guardian each map cryptography's Rust extension (~8.5 MiB "
-        "resident) for the Ed25519 grants that fence backends, so the floor of this design "
-        "is about 80 MiB (~3.6x); today: owner 41, guardian 42, backend 30 MiB."),
+        "interpreter that has imported asyncio (without ssl), sqlite3, hashlib, logging, "
+        "json and msgpack is 20.2 MiB resident before any tenure code, libpython's pages "
+        "counted again in each process, so three of them are ~60 MiB, ~3x supervisord, "
+        "before tenure's own modules and state (~7.5 MiB per daemon). Today with 50 "
+        "apps: owner 27.7, guardian 28.2, backend 27.7 MiB (Ed25519 now comes from the "
+        "libcrypto hashlib maps, no longer from the cryptography package's ~8.5 MiB "
+        "extension in the owner and the guardian; was 41, 42, 30 MiB)."),
     "ratio_start_all_running": (
-        "a cold `tenure up` starts three interpreters, two of them in turn: owner and "
-        "guardian side by side (each verifies its sealed release, ~50 ms for ~1,250 "
-        "files, and imports ~130 ms), then the backend generation (its release verified "
-        "while its interpreter starts, ~150 ms of imports, ~40 ms of it creating the "
-        "model's dataclasses), and only then the config is applied. Measured phases with "
-        "50 apps: daemons up 0.33 s, backend up 0.15 s, apply and all running 0.09 s, "
-        "the CLI itself 0.09 s."),
+        "a cold `tenure up` starts three interpreters, the backend after the other two. "
+        "With 50 apps: the command spends ~0.13 s before it starts a daemon (its imports "
+        "and parsing the config, which must be valid before anything starts, ~0.1 s; "
+        "verifying the release the daemons run, ~0.03 s); owner and guardian listen "
+        "~0.28 s after the command started (~0.13 s of imports each, side by side); the "
+        "backend generation listens at ~0.46 s (~0.12 s of imports, ~30 ms of it "
+        "creating the model's dataclasses, then it restores its state and fences in); "
+        "the config is applied and all 50 run at ~0.57 s."),
     "ratio_start_returned": (
         "`tenure up` returns once the config is applied and reports the apply's outcome "
         "and the status table, so it waits for the daemons and the apply above; "
         "supervisord and circus return as soon as their daemon has forked, before any "
         "program runs."),
     "ratio_status": (
-        "at the margin, by noise: tenure status took 41.5 ms with 50 programs and 54.3 ms "
-        "with 200 in this run (the 150 more rows are the backend's answer with the "
-        "owner's measurements of each, and the table); in runs of the same day the "
-        "figure at 200 was 48-54 ms, for the previous tree as well, and circus's "
-        "148-152 ms, so the ratio moves between 0.31x and 0.37x around the target."),
+        "at the margin, by noise: tenure status took 39-41 ms with 50 programs and "
+        "46-54 ms with 200 in runs of this day, circus's 145-152 ms at 200: the "
+        "interpreter's start (~13 ms), the client's imports (~20 ms) and, at 200, the "
+        "backend's answer (~9 ms, of it the owner's CPU and memory readings of 200 "
+        "processes, ~6 ms)."),
     "ratio_restart": (
         "the restart crosses two processes and five socket hops on two CPUs: the owner "
         "sees the exit (pidfd, the pipes' end, a last look for descendants) and tells "
         "the backend, which asks the owner to launch; the owner commits the row, spawns, "
         "commits the running row and answers; the backend reports the new pid. No fsync "
         "is left on that path (launch and exit rows are WAL commits that survive the "
-        "owner's crash). Watched from an observation subscriber with 8 programs: the exit "
-        "event arrives after 0.7-2.2 ms, the new launch after ~3.1 ms, the API reports "
-        "the new pid after ~4.2 ms."),
+        "owner's crash). Watched from an observation subscriber with 50 programs: the "
+        "exit event arrives after ~1.0 ms, the new launch after ~3.3 ms, the API reports "
+        "the new pid after ~4.3 ms (200 programs: 1.2, 3.7, 4.7 ms); each step is a few "
+        "hundred microseconds of Python, none stands out in a profile."),
     "ratio_logs": "",
     "ratio_replace_returned": (
         "a backend upgrade checks the candidate before the incumbent is touched: its "
-        "release is verified (~17 ms when the guardian hashed it before, else ~50 ms) "
-        "while its interpreter starts and imports the standard library (~50 ms), then it "
-        "imports the backend (~77 ms, ~30 ms of it creating dataclasses), so `checked` "
-        "takes ~0.17-0.2 s; the pause (drain, checkpoint, fence, retire, activate) "
-        "~0.05 s with 200 apps (bench/handoff.py); the command itself ~0.05 s. Meeting "
-        "0.3 s needs a "
-        "candidate running before the command, a standing spare of ~30 MiB that the RSS "
-        "target cannot afford."),
+        "standby starts (interpreter and standard library ~50 ms, overlapping the "
+        "release's verification, ~13 ms when the guardian hashed it before), imports the "
+        "backend (~77 ms, ~30 ms of it creating dataclasses) and reports: `checked` "
+        "takes ~0.16 s; the pause (drain, checkpoint, fence, retire, activate) ~0.05 s "
+        "with 200 apps (bench/handoff.py); the command's own start ~0.05 s. At 200 apps "
+        "the command returned in 0.30-0.32 s in runs of this day, 0.26 s at 50. "
+        "Meeting 0.3 s with room needs a candidate running before the command, a "
+        "standing spare of ~25 MiB that the RSS target cannot afford."),
 }
 
 
