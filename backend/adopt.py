@@ -14,6 +14,7 @@ fed its exit so its restart policy applies.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,8 @@ from . import instance as im
 from .model import Config
 from .supervisor import Supervisor, instance_key
 
-__all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "missed_exits", "relaunch_lost"]
+__all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "missed_exits", "owner_replaced",
+           "relaunch_lost"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -137,6 +139,15 @@ def missed_exits(sup: Supervisor, live_keys: set[str]) -> list[str]:
     return [i.launch_key for i in sup.instances.values()
             if i.pid is not None and i.launch_key is not None
             and i.launch_key not in live_keys and i.state in _HAS_PROCESS]
+
+
+def owner_replaced(certificate: Mapping[str, Any] | None, instance: str) -> bool:
+    """Whether the last certificate (its body, valid or not) vouched under another owner
+    instance than ``instance``: the owner the instances ran under has stopped since (it
+    stopped them itself, or they ended with the machine), which explains why its
+    launches are gone. False when no certificate tells."""
+    before = ((certificate or {}).get("owner") or {}).get("instance")
+    return before is not None and before != instance
 
 
 def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str]) -> list[str]:

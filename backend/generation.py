@@ -44,7 +44,14 @@ from protocol.server import RpcServer
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
 from protocol.timing import Timings
 
-from .adopt import Adoption, adopt_checkpoint, adopt_inventory, missed_exits, relaunch_lost
+from .adopt import (
+    Adoption,
+    adopt_checkpoint,
+    adopt_inventory,
+    missed_exits,
+    owner_replaced,
+    relaunch_lost,
+)
 from .config import parse_config
 from .enforce import app_uids
 from .events import EventLog
@@ -185,11 +192,24 @@ class Generation:
         live = {r["launch_key"] for r in (await self.owner.call("inventory"))["launches"]}
         lost = relaunch_lost(self.sup, live, stopped)
         if lost:
-            log.warning("%d instances lost their process while no backend watched; "
-                        "starting them again: %s", len(lost), lost[:10])
+            self._log_lost(lost)
         for key, (app, index) in self.sup.keys_of(self.config).items():
             if key not in self.sup.instances:  # restored instances keep their own state
                 self.sup.ensure(app, index, app.stack not in stopped)
+
+    def _log_lost(self, lost: list[str]) -> None:
+        """Say why instances are started again: the owner they ran under stopped (the
+        last certificate names another owner instance: `tenure down`, an owner restart,
+        a reboot; it stopped them itself, or they ended with the machine), or they ended
+        while no backend watched (a crash, a kill: worth a warning)."""
+        assert self.recovery is not None and self.owner_identity is not None
+        if owner_replaced(self.recovery.read()["body"], self.owner_identity.instance):
+            log.info("%d instances ran under the owner that stopped before this one "
+                     "(tenure down, an owner restart or a reboot); starting them again: %s",
+                     len(lost), lost[:10])
+        else:
+            log.warning("%d instances lost their process while no backend watched; "
+                        "starting them again: %s", len(lost), lost[:10])
 
     def share_api(self) -> None:
         """Who may use the API: the admin always; the configured viewer group read-only,
