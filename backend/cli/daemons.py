@@ -103,7 +103,7 @@ def _direct(layout: Layout, module: str, seen: dict[str, bytes]) -> list[str] | 
             from guardian.paths import GuardianPaths
             from guardian.start import direct_command as guardian_command
             return guardian_command(GuardianPaths(layout.home), level, seen)
-    except TenureError:
+    except (TenureError, OSError):   # whatever it is, the installed code says it properly
         pass
     return None
 
