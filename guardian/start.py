@@ -79,21 +79,21 @@ def _exec(paths: GuardianPaths, release_id: str, lock_fd: int) -> TenureError:
     return err
 
 
-def direct_command(paths: GuardianPaths, args: list[str],
+def direct_command(paths: GuardianPaths, log_level: str,
                    seen: dict[str, bytes] | None = None) -> list[str] | None:
-    """``python -m guardian --home H *args`` run straight from the release the record
-    selects, verified now as :func:`_exec` verifies it: for a caller that would otherwise
-    start the installed code only for it to exec into that release (`tenure up`). None
-    when the start has something to decide (nothing selected, or a trial to go back
-    from): the installed guardian then starts and decides under its lock. Raises what
-    the verification raises. ``seen``: see :func:`guardian.release.verify`."""
+    """``python -m guardian`` run straight from the release the record selects, verified
+    now as :func:`_exec` verifies it: for a caller that would otherwise start the
+    installed code only for it to exec into that release (`tenure up`). None when the
+    start has something to decide (nothing selected, or a trial to go back from): the
+    installed guardian then starts and decides under its lock. Raises what the
+    verification raises. ``seen``: see :func:`guardian.release.verify`."""
     record = own.load(paths.guardian_release)
     if record.state is not own.State.SELECTED or record.release is None:
         return None
     from .release import command
     from .trust import verified_release
     return command(verified_release(paths, record.release, seen), "--home",
-                   str(paths.home), *args, module="guardian")
+                   str(paths.home), "--log-level", log_level, module="guardian")
 
 
 def run(paths: GuardianPaths, inherited_lock: int | None = None) -> int:

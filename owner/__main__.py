@@ -44,12 +44,11 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(paths: OwnerPaths, service_account: str | None) -> int:
     """Exec into the recorded release first, then import the daemon: its imports are
     most of a start, and a process that execs would pay them twice."""
-    from .release import follow
-    args = ["serve", "--home", str(paths.home), "--log-level",
-            logging.getLevelName(logging.getLogger().level)]
+    from .release import follow, serve_args
     try:
-        err = follow(paths, args + ([] if service_account is None else
-                                    ["--service-account", service_account]))
+        err = follow(paths, serve_args(str(paths.home),
+                                       logging.getLevelName(logging.getLogger().level),
+                                       service_account))
     except TenureError as exc:   # an unreadable record: refuse, as every start does
         from .daemon import EXIT
         logging.getLogger("owner").error("%s", exc)

@@ -18,14 +18,17 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import NotFound, StateCorrupt, TenureError
 from protocol.layout import Layout, is_release_id, release_of
 
+if TYPE_CHECKING:
+    from guardian.release import Release
+
 __all__ = ["KIND", "OwnerRelease", "direct_command", "follow", "load", "running", "save",
-           "tree"]
+           "serve_args", "tree"]
 
 log = logging.getLogger("tenure.owner")
 
@@ -88,9 +91,23 @@ def tree(layout: Layout, rid: str, uid: int | None = None) -> Path:
     return shared
 
 
-def direct_command(layout: Layout, args: list[str],
+def serve_args(home: str, log_level: str, service_account: str | None = None) -> list[str]:
+    """What ``python -m owner`` is given to serve ``home``: by the installed code when it
+    execs into the release (:func:`follow`) and by `tenure up` (:func:`direct_command`)."""
+    return ["serve", "--home", home, "--log-level", log_level,
+            *([] if service_account is None else ["--service-account", service_account])]
+
+
+def _verified(layout: Layout, rid: str, seen: dict[str, bytes] | None = None) -> Release:
+    """Release ``rid`` from the owner's tree for it (:func:`tree`), verified now. Raises
+    what :func:`guardian.release.verify` raises, NotFound."""
+    from guardian.release import verify
+    return verify(tree(layout, rid), rid, seen=seen)
+
+
+def direct_command(layout: Layout, log_level: str,
                    seen: dict[str, bytes] | None = None) -> list[str] | None:
-    """``python -m owner *args`` run straight from the recorded release, verified now as
+    """``python -m owner serve`` run straight from the recorded release, verified now as
     :func:`follow` verifies it: for a caller that would otherwise start the installed
     code only for it to exec into that release (`tenure up`). None when the installed
     code is what runs. Raises what the verification raises (the caller then starts the
@@ -99,9 +116,9 @@ def direct_command(layout: Layout, args: list[str],
     rec = load(layout.owner_release)
     if rec.release is None:
         return None
-    from guardian.release import command, verify
-    return command(verify(tree(layout, rec.release), rec.release, seen=seen), *args,
-                   module="owner")
+    from guardian.release import command
+    return command(_verified(layout, rec.release, seen),
+                   *serve_args(str(layout.home), log_level), module="owner")
 
 
 def follow(layout: Layout, args: list[str]) -> TenureError | None:
@@ -113,8 +130,8 @@ def follow(layout: Layout, args: list[str]) -> TenureError | None:
     if rec.release is None or rec.release == running(layout):
         return None
     try:
-        from guardian.release import exec_release, verify
-        rel = verify(tree(layout, rec.release), rec.release)
+        from guardian.release import exec_release
+        rel = _verified(layout, rec.release)
         log.info("the owner continues from release %s", rec.release)
         failed = exec_release(rel, *args, module="owner")
         err: TenureError = StateCorrupt(f"cannot execute the owner of release "

@@ -94,15 +94,14 @@ def _direct(layout: Layout, module: str, seen: dict[str, bytes]) -> list[str] | 
     None when the record names none, when the daemon has something to decide (a
     guardian's trial to go back from) or when the release does not verify: the installed
     code then starts, decides, verifies again and reports why, as it always did."""
-    level = ["--log-level", "INFO"]
     try:
         if module == "owner":
             from owner.release import direct_command as owner_command
-            return owner_command(layout, ["serve", "--home", str(layout.home), *level], seen)
+            return owner_command(layout, "INFO", seen)
         if module == "guardian":
             from guardian.paths import GuardianPaths
             from guardian.start import direct_command as guardian_command
-            return guardian_command(GuardianPaths(layout.home), level, seen)
+            return guardian_command(GuardianPaths(layout.home), "INFO", seen)
     except (TenureError, OSError):   # whatever it is, the installed code says it properly
         pass
     return None
