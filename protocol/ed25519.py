@@ -119,6 +119,16 @@ def _with_ctx(private: bool, raw: bytes, use: Any) -> Any:
         lib.EVP_PKEY_free(pkey)
 
 
+def _filled(lib: Any, size: int, what: str, fill: Any) -> bytes:
+    """The ``size`` bytes ``fill(buffer, byref(length))`` writes; it must answer 1 and
+    set the length to exactly ``size``. Raises Internal otherwise."""
+    out, length = ctypes.create_string_buffer(size), ctypes.c_size_t(size)
+    if fill(out, ctypes.byref(length)) != 1 or length.value != size:
+        lib.ERR_clear_error()
+        raise Internal(f"libcrypto failed to {what}")
+    return out.raw
+
+
 def _check_size(raw: bytes, what: str) -> bytes:
     if not isinstance(raw, bytes) or len(raw) != KEY_SIZE:
         raise ValueError(f"an Ed25519 {what} key is {KEY_SIZE} bytes")
@@ -176,28 +186,18 @@ class PrivateKey:
 
     def sign(self, data: bytes) -> bytes:
         """The 64-byte signature of ``data`` (deterministic, RFC 8032)."""
-        def one_shot(lib: Any, ctx: int) -> bytes:
-            out = ctypes.create_string_buffer(SIGNATURE_SIZE)
-            size = ctypes.c_size_t(SIGNATURE_SIZE)
-            if lib.EVP_DigestSign(ctx, out, ctypes.byref(size), data, len(data)) != 1 \
-                    or size.value != SIGNATURE_SIZE:
-                lib.ERR_clear_error()
-                raise Internal("libcrypto failed to sign")
-            return out.raw
-        sig: bytes = _with_ctx(True, self._seed, one_shot)
+        sig: bytes = _with_ctx(True, self._seed, lambda lib, ctx: _filled(
+            lib, SIGNATURE_SIZE, "sign",
+            lambda out, size: lib.EVP_DigestSign(ctx, out, size, data, len(data))))
         return sig
 
     def public_key(self) -> PublicKey:
         lib = _crypto()
         pkey = _pkey(True, self._seed)
         try:
-            out = ctypes.create_string_buffer(KEY_SIZE)
-            size = ctypes.c_size_t(KEY_SIZE)
-            if lib.EVP_PKEY_get_raw_public_key(pkey, out, ctypes.byref(size)) != 1 \
-                    or size.value != KEY_SIZE:
-                lib.ERR_clear_error()
-                raise Internal("libcrypto failed to derive the public key")
-            return PublicKey(out.raw)
+            return PublicKey(_filled(lib, KEY_SIZE, "derive the public key",
+                                     lambda out, size: lib.EVP_PKEY_get_raw_public_key(
+                                         pkey, out, size)))
         finally:
             lib.EVP_PKEY_free(pkey)
 
