@@ -22,6 +22,7 @@ import os
 from typing import Any
 
 from .errors import Internal
+from .procfs import mapped_files
 
 __all__ = ["KEY_SIZE", "SIGNATURE_SIZE", "PrivateKey", "PublicKey"]
 
@@ -42,12 +43,10 @@ def _library_path() -> str:
     the soname OpenSSL 3 installs (also when the mapped file was replaced on disk since,
     by a package upgrade: the loader then finds the mapped copy by that soname)."""
     import _hashlib  # noqa: F401  (maps libcrypto)
-    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-        for line in maps:
-            path = line.rstrip("\n").partition("/")[2]
-            if path and os.path.basename(path).startswith("libcrypto.so") and \
-                    not path.endswith(" (deleted)"):
-                return "/" + path
+    for path in mapped_files() or ():
+        if os.path.basename(path).startswith("libcrypto.so") and \
+                not path.endswith(" (deleted)"):
+            return path
     return "libcrypto.so.3"
 
 

@@ -1,4 +1,5 @@
-"""The one reader of /proc: process stat, start ticks, groups, children, environment.
+"""The one reader of /proc: process stat, start ticks, groups, children, environment,
+mapped files.
 
 A pid alone is not an identity: pids are reused. (pid, start_ticks) is, within one boot.
 Every reader here returns None (or an empty result) for a process that is gone or that
@@ -24,6 +25,7 @@ __all__ = [
     "environ",
     "environ_matches",
     "group_members",
+    "mapped_files",
     "parse_io",
     "parse_stat",
     "parse_usage",
@@ -310,6 +312,21 @@ def environ(pid: int | str) -> list[bytes] | None:
     up its stack (or for a process started with no environment at all)."""
     data = _read(f"{PROC}/{pid}/environ", _READ_MAX)
     return None if data is None else [v for v in data.split(b"\0") if v]
+
+
+def mapped_files(pid: int | str = "self") -> list[str] | None:
+    """The paths of the files ``pid`` has mapped, in the order of /proc/PID/maps (a file
+    mapped in several pieces appears several times; one replaced on disk since reads
+    ``PATH (deleted)``); None when it is gone or unreadable."""
+    data = _read(f"{PROC}/{pid}/maps", 1 << 24)
+    if data is None:
+        return None
+    out = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            out.append(fields[5])
+    return out
 
 
 def status_groups(pid: int) -> list[int] | None:

@@ -7,13 +7,12 @@ milliseconds of each start."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+from protocol.procfs import mapped_files
 
 
 def _mapped(pid: int) -> set[str]:
-    return {os.path.basename(line.split(maxsplit=5)[5].strip())
-            for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
-            if len(line.split(maxsplit=5)) == 6}
+    return {os.path.basename(path) for path in mapped_files(pid) or ()}
 
 
 def test_the_daemons_map_no_tls_and_no_cryptography(cluster):

@@ -152,9 +152,8 @@ def test_libcrypto_is_the_one_hashlib_mapped(monkeypatch: pytest.MonkeyPatch,
     from protocol import ed25519
     assert os.path.basename(ed25519._library_path()).startswith("libcrypto.so")
     # a mapping whose file a package upgrade replaced: found again by its soname
-    maps = tmp_path / "maps"
-    maps.write_text("7f00-7f10 r-xp 00000000 fd:01 42  /usr/lib/libcrypto.so.3 (deleted)\n")
-    real_open = open
-    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(
-        maps if p == "/proc/self/maps" else p, *a, **k))
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "maps").write_text(
+        "7f00-7f10 r-xp 00000000 fd:01 42  /usr/lib/libcrypto.so.3 (deleted)\n")
+    monkeypatch.setattr("protocol.procfs.PROC", str(tmp_path))
     assert ed25519._library_path() == "libcrypto.so.3"

@@ -86,3 +86,17 @@ def test_an_exited_unreaped_process_is_not_running(proc_root: str,
         os.waitpid(pid, 0)
     assert procfs.running(os.getpid(), start_ticks(os.getpid()) or 0)
     assert not procfs.running(os.getpid(), (start_ticks(os.getpid()) or 0) + 1)
+
+
+def test_mapped_files_lists_paths_only(tmp_path, monkeypatch):
+    import sys
+    assert os.path.realpath(sys.executable) in map(os.path.realpath, procfs.mapped_files())
+    (tmp_path / "9").mkdir()
+    (tmp_path / "9" / "maps").write_text(
+        "55d0-55d1 r--p 00000000 fd:01 7 /usr/bin/x y\n"        # a space in the path
+        "7f00-7f10 rw-p 00000000 00:00 0 \n"                    # anonymous
+        "7f10-7f20 r-xp 00000000 fd:01 42  /lib/libz.so (deleted)\n"
+        "7ffd-7ffe rw-p 00000000 00:00 0  [stack]\n")
+    monkeypatch.setattr(procfs, "PROC", str(tmp_path))
+    assert procfs.mapped_files(9) == ["/usr/bin/x y", "/lib/libz.so (deleted)"]
+    assert procfs.mapped_files(10) is None
