@@ -179,6 +179,15 @@ class Cluster:
     def backend_pid(self) -> int:
         return int(self.status()["backend"]["pid"])
 
+    def log(self, name: str) -> str:
+        """The text of ``logs/NAME.log``: ``owner``, ``guardian`` or, for a backend
+        generation, ``backend-ACTIVATION`` (:meth:`backend_log`)."""
+        return (self.layout.logs / f"{name}.log").read_text()
+
+    def backend_log(self, activation: str | None = None) -> str:
+        """The log of backend generation ``activation``, default the one serving."""
+        return self.log(f"backend-{activation or self.status()['backend']['activation']}")
+
     def kill_backend(self) -> int:
         pid = self.backend_pid()
         os.kill(pid, signal.SIGKILL)

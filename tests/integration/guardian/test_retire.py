@@ -43,8 +43,7 @@ def test_a_retired_backend_whose_close_hangs_exits_by_itself(cluster, candidates
     retired = next(r for r in out["receipts"] if r["phase"] == "retired")["detail"]
     # not -15 or -9: it ended itself, before the guardian's SIGTERM
     assert retired["returncode"] == EXIT_CLOSE_STUCK, retired
-    log = cluster.home / "logs" / f"backend-{into['activation']['id']}.log"
-    text = log.read_text()
+    text = cluster.backend_log(into["activation"]["id"])
     assert "closing did not finish" in text and "_stubborn_task" in text, text[-2000:]
     assert cluster.pids() == pids
     assert len(backend_procs(cluster.home)) == 1

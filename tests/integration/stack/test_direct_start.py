@@ -13,8 +13,7 @@ FIRST_STAGE = {"owner": "the owner continues from release",
 
 
 def _logs(cluster) -> dict[str, str]:
-    return {name: (cluster.home / "logs" / f"{name}.log").read_text()
-            for name in FIRST_STAGE}
+    return {name: cluster.log(name) for name in FIRST_STAGE}
 
 
 def test_up_starts_both_daemons_from_their_release_directly(cluster):

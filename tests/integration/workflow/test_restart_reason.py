@@ -8,11 +8,6 @@ from __future__ import annotations
 CONFIG = '[stacks.s.apps.a]\ncommand = ["sleep", "100000"]\n'
 
 
-def _backend_log(cluster) -> str:
-    activation = cluster.status()["backend"]["activation"]
-    return (cluster.home / "logs" / f"backend-{activation}.log").read_text()
-
-
 def test_after_down_and_up_the_restart_is_explained_not_warned(cluster):
     cluster.up(CONFIG)
     cluster.wait_ready(1)
@@ -20,6 +15,6 @@ def test_after_down_and_up_the_restart_is_explained_not_warned(cluster):
     cluster.down()
     cluster.up(CONFIG)
     cluster.wait_ready(1)
-    text = _backend_log(cluster)
+    text = cluster.backend_log()
     assert "ran under the owner that stopped before this one" in text, text
     assert "lost their process" not in text, text

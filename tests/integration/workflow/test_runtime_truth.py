@@ -120,8 +120,7 @@ def test_observation_gap_is_repaired_exits_missed_are_handled(cluster):
         return all(apps[k]["pid"] not in (None, pid) and apps[k]["ready"]
                    for k, pid in old.items())
     cluster.wait(restarted, 30, "the sleepers restarted after the gap")
-    log = (cluster.layout.logs / f"backend-{cluster.status()['backend']['activation']}.log")
-    text = log.read_text()
+    text = cluster.backend_log()
     assert "observation gap" in text
     assert all(cluster.apps()[k]["restarts"] == 1 for k in old)
     cluster.wait(lambda: cluster.call("job.show", {"id": job_id})["state"] != "running", 30,
