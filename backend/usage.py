@@ -62,10 +62,14 @@ async def owner_metrics(owner: Any, capabilities: Mapping[str, Any],
     guesses from /proc."""
     if capabilities.get("metrics") != CAPABILITY["metrics"]:
         return None
-    params = {**({} if launch_keys is None else {"launch_keys": launch_keys}),
-              **({"usage_only": True} if usage_only else {})} or None
+    params: dict[str, Any] = {}
+    if launch_keys is not None:
+        params["launch_keys"] = launch_keys
+    if usage_only:
+        params["usage_only"] = True
     try:
-        answer: dict[str, Any] = await owner.call("metrics.read", params, timeout=5.0)
+        answer: dict[str, Any] = await owner.call("metrics.read", params or None,
+                                                  timeout=5.0)
     except TenureError:
         return {"at": time.monotonic(), "launches": []}
     return answer
