@@ -3,7 +3,10 @@ only releases signed by one of them (through the real CLI and guardian)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -49,3 +52,18 @@ def test_only_signed_releases_install_once_keys_are_trusted(cluster, sealed_rele
     keys.write_text(_pinned(other) + "\n")
     refused = cluster.cli("release", "verify", installed["release"])
     assert refused.code == 1 and refused.out["error"]["code"] == "BAD_SIGNATURE"
+
+
+def test_a_sign_key_that_is_no_ed25519_key_is_refused_and_seals_nothing(short_home):
+    bad = short_home / "key.pem"
+    bad.write_text("-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n")
+    out = short_home / "sealed"
+    for key, says in ((bad, "not base64"), (short_home / "missing.pem", "not readable")):
+        r = subprocess.run([sys.executable, "-m", "backend.cli.main", "--home",
+                            str(short_home), "--json", "release", "seal", str(out),
+                            "--sign-key", str(key)], capture_output=True, text=True,
+                           timeout=120)
+        err = json.loads(r.stdout)["error"]
+        assert r.returncode == 2 and err["code"] == "BAD_REQUEST", r
+        assert says in err["msg"] and str(key) in err["msg"]
+        assert not out.exists()

@@ -160,3 +160,15 @@ def test_libcrypto_is_the_one_hashlib_mapped(monkeypatch: pytest.MonkeyPatch,
         "7f00-7f10 r-xp 00000000 fd:01 42  /usr/lib/libcrypto.so.3 (deleted)\n")
     monkeypatch.setattr("protocol.procfs.PROC", str(tmp_path))
     assert ed25519._library_path() == "libcrypto.so.3"
+
+
+def test_no_usable_libcrypto_is_a_coded_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from protocol import ed25519
+    from protocol.errors import Internal
+    monkeypatch.setattr(ed25519, "_lib", None)
+    monkeypatch.setattr(ed25519, "_library_path", lambda: "/nonexistent/libcrypto.so.3")
+    with pytest.raises(Internal, match="libcrypto 1.1.1 or later") as e:
+        PrivateKey.generate().sign(b"grant")
+    assert e.value.code_str == "INTERNAL"
+    with pytest.raises(Internal):
+        PrivateKey.generate().public_key()
