@@ -167,7 +167,7 @@ def test_no_usable_libcrypto_is_a_coded_error(monkeypatch: pytest.MonkeyPatch) -
     from protocol.errors import Internal
     monkeypatch.setattr(ed25519, "_lib", None)
     monkeypatch.setattr(ed25519, "_library_path", lambda: "/nonexistent/libcrypto.so.3")
-    with pytest.raises(Internal, match="libcrypto 1.1.1 or later") as e:
+    with pytest.raises(Internal, match=r"libcrypto 1\.1\.1 or later") as e:
         PrivateKey.generate().sign(b"grant")
     assert e.value.code_str == "INTERNAL"
     with pytest.raises(Internal):
