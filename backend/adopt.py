@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from protocol.errors import BadRequest, IdentityMismatch
 
@@ -30,8 +31,7 @@ __all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "missed_exits", "o
 log = logging.getLogger("tenure.backend")
 
 
-@dataclass
-class Adoption:
+class Adoption(Struct):
     adopted: list[dict[str, Any]] = field(default_factory=list)  # inventory as adopted
     missing: list[str] = field(default_factory=list)   # launch keys gone during the handoff
     orphans: list[str] = field(default_factory=list)   # live launches no instance claims

@@ -25,8 +25,9 @@ import grp
 import os
 import pwd
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
+
+from msgspec import Struct, structs
 
 from .config import config_error
 from .config_lines import KeyPath
@@ -39,8 +40,7 @@ _CONTROLLER = {"memory_max": "memory", "cpu_quota": "cpu", "pids_max": "pids"}
 Fail = Callable[[KeyPath, str], NoReturn]
 
 
-@dataclass(frozen=True)
-class Host:
+class Host(Struct, frozen=True):
     """The owner's and this backend's privileges."""
 
     owner_uid: int
@@ -126,7 +126,7 @@ def _check_user(pw: pwd.struct_passwd, groups: set[int], host: Host, viewers: in
 
 
 def _check_limits(limits: Limits, host: Host, path: KeyPath, fail: Fail) -> None:
-    for key, value in asdict(limits).items():
+    for key, value in structs.asdict(limits).items():
         if value is None or key not in _CONTROLLER:
             continue
         if host.controllers is None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import signal as _signal
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from protocol.errors import BadRequest, TenureError
 
@@ -52,8 +53,7 @@ def signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-@dataclass(frozen=True)
-class LastError:
+class LastError(Struct, frozen=True):
     """A launch that did not start a process."""
 
     text: str                 # "spawn failed: /x/y: No such file or directory"
@@ -67,8 +67,7 @@ class LastError:
                 "source": str(self.source), "generation": self.generation}
 
 
-@dataclass(frozen=True)
-class LastExit:
+class LastExit(Struct, frozen=True):
     """How a run ended by itself (stops tenure asked for are not recorded here)."""
 
     exit_code: int | None
@@ -95,8 +94,7 @@ class LastExit:
                 "signal": None if not self.signal else signal_name(self.signal)}
 
 
-@dataclass(frozen=True)
-class LastProbe:
+class LastProbe(Struct, frozen=True):
     """A readiness or health probe that failed: what was probed, what came back."""
 
     check: Check

@@ -4,8 +4,9 @@ no behaviour."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+
+from msgspec import Struct
 
 from .explain import LastError, LastProbe
 
@@ -117,75 +118,62 @@ class Timer(StrEnum):
 # ---- events -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Start:
+class Start(Struct, frozen=True):
     """The instance is wanted up."""
 
 
-@dataclass(frozen=True)
-class StopRequested:
+class StopRequested(Struct, frozen=True):
     """The instance is wanted down."""
 
 
-@dataclass(frozen=True)
-class Launched:
+class Launched(Struct, frozen=True):
     pid: int
     start_ticks: int
 
 
-@dataclass(frozen=True)
-class LaunchFailed:
+class LaunchFailed(Struct, frozen=True):
     code: str
     error: LastError | None = None  # why, for ``last_error``
 
 
-@dataclass(frozen=True)
-class Exited:
+class Exited(Struct, frozen=True):
     exit_code: int | None
     signal: int | None
     core_dumped: bool = False
 
 
-@dataclass(frozen=True)
-class Probed:
+class Probed(Struct, frozen=True):
     """A readiness or health probe of the current launch failed (what was probed and
     what came back); the verdicts themselves are ``Ready``/``HealthFailed``."""
 
     note: LastProbe
 
 
-@dataclass(frozen=True)
-class Ready:
+class Ready(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class ReadyTimeout:
+class ReadyTimeout(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class HealthFailed:
+class HealthFailed(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class HealthOk:
+class HealthOk(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class BackoffElapsed:
+class BackoffElapsed(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class Stopped:
+class Stopped(Struct, frozen=True):
     """The owner confirmed that the process and its group are gone."""
 
 
-@dataclass(frozen=True)
-class Adopt:
+class Adopt(Struct, frozen=True):
     """A running process found in a checkpoint or the owner's inventory; never relaunched.
     ``generation`` is required so the next launch key is fresh."""
 
@@ -211,51 +199,42 @@ TIMER_EVENTS: dict[Timer, Event] = {
 # ---- actions ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(Struct, frozen=True):
     generation: int
     launch_key: str
 
 
-@dataclass(frozen=True)
-class Stop:
+class Stop(Struct, frozen=True):
     generation: int
     launch_key: str
 
 
-@dataclass(frozen=True)
-class StartTimer:
+class StartTimer(Struct, frozen=True):
     name: Timer
     delay: float
 
 
-@dataclass(frozen=True)
-class CancelTimer:
+class CancelTimer(Struct, frozen=True):
     name: Timer
 
 
-@dataclass(frozen=True)
-class StartReadiness:
+class StartReadiness(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class StopReadiness:
+class StopReadiness(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class StartHealth:
+class StartHealth(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class StopHealth:
+class StopHealth(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class Report:
+class Report(Struct, frozen=True):
     outcome: Outcome
 
 

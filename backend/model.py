@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 if TYPE_CHECKING:
     from .jobs.model import JobTemplate
@@ -65,10 +66,10 @@ _LEAVES: set[type] = {str, int, float, bool, bytes, type(None)}
 
 
 def plain(obj: Any) -> Any:
-    """What ``dataclasses.asdict`` gives for this model's data, without its deep copy of
-    every value (the model is frozen and its leaves immutable): dataclasses become dicts,
-    recursively through tuples, lists and dicts, whose types are kept. asdict was most of
-    the time of parsing a config, which every plan, apply and operation does."""
+    """This model's data as plain values, without copying what is immutable already
+    (the model is frozen and its leaves immutable): structs become dicts of their fields,
+    recursively through tuples, lists and dicts, whose types are kept. A deep copy was
+    most of the time of parsing a config, which every plan, apply and operation does."""
     cls = type(obj)
     if cls in _LEAVES:
         return obj
@@ -79,8 +80,8 @@ def plain(obj: Any) -> Any:
         return cls(plain(v) for v in obj)
     if cls is dict:
         return {plain(k): plain(v) for k, v in obj.items()}
-    if is_dataclass(obj) and not isinstance(obj, type):
-        _FIELD_NAMES[cls] = tuple(f.name for f in fields(obj))
+    if isinstance(obj, Struct):
+        _FIELD_NAMES[cls] = obj.__struct_fields__
         return plain(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):   # a named tuple
         return cls(*[plain(v) for v in obj])
@@ -92,8 +93,7 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-@dataclass(frozen=True)
-class Backoff:
+class Backoff(Struct, frozen=True):
     """The first restart after a stable run is immediate; restart n >= 2 of a streak of
     consecutive failures waits min(initial * factor**(n-2), max). The streak resets after
     the app stayed up ``reset_after`` seconds."""
@@ -104,16 +104,14 @@ class Backoff:
     reset_after: float = 30.0
 
 
-@dataclass(frozen=True)
-class StartLimit:
+class StartLimit(Struct, frozen=True):
     """More than ``burst`` starts within ``interval`` seconds: give up (start-limit-hit)."""
 
     burst: int = 5
     interval: float = 60.0
 
 
-@dataclass(frozen=True)
-class Readiness:
+class Readiness(Struct, frozen=True):
     kind: ReadyKind = ReadyKind.NONE
     port: int | None = None          # tcp: port of instance 0
     port_step: int = 0               # tcp: instance i listens on port + i * port_step
@@ -125,8 +123,7 @@ class Readiness:
     interval: float = 0.1            # probe period for tcp/http/exec
 
 
-@dataclass(frozen=True)
-class Health:
+class Health(Struct, frozen=True):
     kind: HealthKind
     port: int | None = None
     port_step: int = 0
@@ -139,8 +136,7 @@ class Health:
     grace: float = 0.0               # no checks during the first seconds after ready
 
 
-@dataclass(frozen=True)
-class StopSpec:
+class StopSpec(Struct, frozen=True):
     signal: str = "TERM"
     timeout: float = 10.0
     kill_after: float = 5.0
@@ -149,8 +145,7 @@ class StopSpec:
         return {"signal": self.signal, "timeout": self.timeout, "kill_after": self.kill_after}
 
 
-@dataclass(frozen=True)
-class RunAs:
+class RunAs(Struct, frozen=True):
     """Who the app runs as (names, resolved when planned and again when launched);
     None/empty: as the owner."""
 
@@ -168,8 +163,7 @@ class RunAs:
         return out
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(Struct, frozen=True):
     """rlimits (``nofile``, ``nproc``, ``core``; -1 is "infinity") and cgroup limits
     (``memory_max`` bytes, ``cpu_quota`` CPUs, ``pids_max``); None: not set."""
 
@@ -188,8 +182,7 @@ class Limits:
                 if v is not None}
 
 
-@dataclass(frozen=True)
-class SocketSpec:
+class SocketSpec(Struct, frozen=True):
     """A listening socket the owner holds for an app (``[...apps.A.sockets.NAME]``).
     ``listen`` is the canonical address (protocol.listen); ``mode``, ``owner`` and
     ``group`` only for unix sockets."""
@@ -211,8 +204,7 @@ class SocketSpec:
         return out
 
 
-@dataclass(frozen=True)
-class App:
+class App(Struct, frozen=True):
     name: str
     stack: str
     command: tuple[str, ...]
@@ -253,25 +245,21 @@ class App:
         return canonical_digest(shape)
 
 
-@dataclass(frozen=True)
-class Stack:
+class Stack(Struct, frozen=True):
     name: str
     apps: Mapping[str, App]
     jobs: Mapping[str, JobTemplate] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(Struct, frozen=True):
     viewer_group: str | None = None
 
 
-@dataclass(frozen=True)
-class MetricsSettings:
+class MetricsSettings(Struct, frozen=True):
     listen: str | None = None        # "HOST:PORT" (backend.config_metrics); None: off
 
 
-@dataclass(frozen=True)
-class RetentionSettings:
+class RetentionSettings(Struct, frozen=True):
     """How many finished records are kept (backend.config_retention)."""
 
     operations: int = 1_000
@@ -280,8 +268,7 @@ class RetentionSettings:
     activations: int = 1_000
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Struct, frozen=True):
     stacks: Mapping[str, Stack]
     settings: Settings = field(default_factory=Settings)
     revision: str = ""               # sha256 of the canonical form

@@ -38,10 +38,11 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
+
+from msgspec import Struct
 
 from protocol import procfs
 
@@ -72,8 +73,7 @@ log = logging.getLogger(__name__)
 TCP_LISTEN = 10  # TCP_LISTEN in the kernel's tcp_states.h; sock_diag takes 1 << state
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Struct, frozen=True):
     """A probe's answer: ``ok``, and what came back in a few lower-case words."""
 
     ok: bool

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
+
+from msgspec import Struct
 
 from protocol.errors import BadRequest, ConfigInvalid, Internal
 
@@ -52,8 +53,7 @@ _READERS: dict[SourceFormat, Callable[[str, Context], SourceResult]] = {
 _PM2_SUFFIXES = (".config.js", ".config.cjs", ".config.mjs", ".json")
 
 
-@dataclass(frozen=True)
-class ImportResult:
+class ImportResult(Struct, frozen=True):
     config: Config
     text: str
     findings: tuple[Finding, ...]

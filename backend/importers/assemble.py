@@ -11,7 +11,9 @@ always give the same config and findings.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from ..config_values import NAME_RE
 from ..model import App, Config, Stack
@@ -23,8 +25,7 @@ _INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
 _MAX_NAME = 64
 
 
-@dataclass
-class Assembled:
+class Assembled(Struct):
     config: Config
     origins: dict[str, Origin] = field(default_factory=dict)  # "stack/app" → origin
     findings: list[Finding] = field(default_factory=list)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import grp
 import pwd
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from ..config_identity import parse_run_as
 from ..config_values import Invalid
@@ -19,8 +20,7 @@ from ..config_values import Invalid
 __all__ = ["Account", "account"]
 
 
-@dataclass(frozen=True)
-class Account:
+class Account(Struct, frozen=True):
     """An account name, or why there is none, and a note when a number was resolved."""
 
     name: str | None

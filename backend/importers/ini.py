@@ -21,7 +21,8 @@ There is no interpolation here: supervisord expands ``%(name)s`` itself, later.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 __all__ = ["IniDocument", "IniError", "IniSection", "IniValue"]
 
@@ -40,23 +41,20 @@ class IniError(Exception):
         self.problem = problem
 
 
-@dataclass(frozen=True)
-class IniValue:
+class IniValue(Struct, frozen=True):
     value: str
     file: str
     line: int
 
 
-@dataclass
-class IniSection:
+class IniSection(Struct):
     name: str
     file: str
     line: int
     options: dict[str, IniValue] = field(default_factory=dict)
 
 
-@dataclass
-class _Pending:
+class _Pending(Struct):
     """The option whose value is still being read (it may continue on later lines)."""
 
     section: IniSection

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from msgspec import Struct, field
 
 from protocol.errors import ConfigInvalid
 
@@ -32,8 +33,7 @@ class FindingKind(StrEnum):
     NOTE = "note"              # carried over, but check it (a value fixed at import time)
 
 
-@dataclass(frozen=True)
-class Origin:
+class Origin(Struct, frozen=True):
     """Where a setting was read: ``key`` names it in the source's own terms
     (``[program:web] user``, ``apps[0].watch``, ``web``); ``line`` is 1-based or None."""
 
@@ -42,8 +42,7 @@ class Origin:
     key: str
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(Struct, frozen=True):
     kind: FindingKind
     origin: Origin
     problem: str
@@ -62,8 +61,7 @@ class Finding:
         return f"{where}: {o.key}: {self.problem}" if o.key else f"{where}: {self.problem}"
 
 
-@dataclass(frozen=True)
-class Draft:
+class Draft(Struct, frozen=True):
     """One app as read from a source. ``app.name`` is the source's own name (maybe not a
     valid tenure name yet); ``app.stack`` is the source's group, or "" for the stack given
     with ``--stack``. Apps of one stack start in ``priority`` order, lowest first."""
@@ -73,8 +71,7 @@ class Draft:
     priority: int = 0
 
 
-@dataclass
-class SourceResult:
+class SourceResult(Struct):
     drafts: list[Draft] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
@@ -89,8 +86,7 @@ class SourceResult:
         self.findings.extend(other.findings)
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(Struct, frozen=True):
     """What an import may depend on besides the files, injected so tests are exact:
     the environment and host name supervisord would expand (``%(ENV_X)s``,
     ``%(host_node_name)s``), and how a PM2 ``.config.js`` is evaluated."""

@@ -18,8 +18,9 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TypeVar
+
+from msgspec import Struct, field
 
 from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, RunAs, StartLimit, StopSpec
 from .identity import account
@@ -53,8 +54,7 @@ _HOME_NOTE = ("tenure sets HOME, USER and LOGNAME to this user's (supervisord le
               "own); a value in `environment` still wins")
 
 
-@dataclass
-class ExpansionScope:
+class ExpansionScope(Struct):
     """The names every program can expand: the importing environment (supervisord uses
     its own at start), the host name and ``[supervisord] environment``."""
 
@@ -74,14 +74,12 @@ class ExpansionScope:
             n.startswith("ENV_") and n[4:] not in self.daemon_env and n[4:] not in own_env)})
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(Struct, frozen=True):
     name: str
     origin: Origin
 
 
-@dataclass(frozen=True)
-class _Settings:
+class _Settings(Struct, frozen=True):
     priority: int = 999
     autorestart: AutoRestart = AutoRestart.UNEXPECTED
     startsecs: int = 1
@@ -93,8 +91,7 @@ class _Settings:
     run_as: RunAs = field(default_factory=RunAs)
 
 
-@dataclass(frozen=True)
-class _Process:
+class _Process(Struct, frozen=True):
     name: str
     command: tuple[str, ...]
     env: tuple[tuple[str, str], ...]

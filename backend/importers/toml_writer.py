@@ -10,7 +10,6 @@ escaped, so the text always parses back to the same model
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from enum import Enum
@@ -93,10 +92,10 @@ def _run_as_lines(ra: RunAs) -> list[str]:
 
 
 def _changed(value: Any, default: Any) -> dict[str, Any]:
-    """The fields of the dataclass ``value`` that differ from ``default``; a ``kind``
+    """The fields of the struct ``value`` that differ from ``default``; a ``kind``
     field is always kept when anything is written, so the table names its kind."""
-    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
-              if getattr(value, f.name) != getattr(default, f.name)}
+    fields = {n: getattr(value, n) for n in value.__struct_fields__
+              if getattr(value, n) != getattr(default, n)}
     if fields and hasattr(value, "kind"):
         fields = {"kind": value.kind, **fields}
     return fields

@@ -26,7 +26,8 @@ import logging
 import os
 import signal
 import socket
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from protocol.procfs import read_stat
 from protocol.sockets import peer_credentials
@@ -49,8 +50,7 @@ def _specs() -> dict[str, str]:
     return out
 
 
-@dataclass
-class JobFault:
+class JobFault(Struct):
     specs: dict[str, str] = field(default_factory=_specs)
     guardian_sock: str | None = None
 

@@ -21,8 +21,9 @@ import json
 import secrets
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from protocol.digest import JOB_LAUNCH_PREFIX
 from protocol.errors import BadRequest, Conflict, JobQueueFull, NotFound, StateCorrupt
@@ -79,8 +80,7 @@ def fingerprint(stack: str, template: str, spec: dict[str, Any]) -> str:
     return canonical_digest(form)[:32]
 
 
-@dataclass(frozen=True)
-class Admission:
+class Admission(Struct, frozen=True):
     """One submission. ``due_at`` (wall clock) and ``mark`` belong to scheduled ones:
     ``mark`` advances the template's schedule in the same transaction. ``max_open``:
     refuse a new record while the template has that many open (a ``missed`` one, never
@@ -97,8 +97,7 @@ class Admission:
     max_open: int | None = None
 
 
-@dataclass
-class Record:
+class Record(Struct):
     id: int
     key: str | None
     stack: str
@@ -382,8 +381,7 @@ class Ledger:
         return gone
 
 
-@dataclass(frozen=True)
-class _Prior:
+class _Prior(Struct, frozen=True):
     id: int
     fingerprint: str
     state: str

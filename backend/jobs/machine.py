@@ -32,9 +32,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from msgspec import Struct
 
 from protocol.errors import BadRequest, Conflict
 from protocol.schema import Field, Schema, check_int
@@ -91,72 +92,61 @@ class StopReason(StrEnum):
 # ---- events -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Start:
+class Start(Struct, frozen=True):
     """The runner's turn for this record. ``prefix`` makes the launch key unique to this
     ledger: ``<prefix>:<id>:<attempt>``."""
 
     prefix: str
 
 
-@dataclass(frozen=True)
-class Launched:
+class Launched(Struct, frozen=True):
     pid: int
     start_ticks: int
 
 
-@dataclass(frozen=True)
-class LaunchRefused:
+class LaunchRefused(Struct, frozen=True):
     """The owner answered that nothing was started (program missing, stack fenced...)."""
 
     code: str
     msg: str
 
 
-@dataclass(frozen=True)
-class Exited:
+class Exited(Struct, frozen=True):
     exit_code: int | None
     signal: int | None
     pid: int | None = None
 
 
-@dataclass(frozen=True)
-class Lost:
+class Lost(Struct, frozen=True):
     """It was started, and it is gone with an exit nobody can tell."""
 
     evidence: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Uncertain:
+class Uncertain(Struct, frozen=True):
     """Whether the start happened cannot be proven."""
 
     evidence: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Withdraw:
+class Withdraw(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class Missed:
+class Missed(Struct, frozen=True):
     """A scheduled due time passed while no backend was up and its template does not
     catch up: the record is kept to say so, and never starts."""
 
 
-@dataclass(frozen=True)
-class StopRequested:
+class StopRequested(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class TimedOut:
+class TimedOut(Struct, frozen=True):
     pass
 
 
-@dataclass(frozen=True)
-class Resolve:
+class Resolve(Struct, frozen=True):
     """The operator's decision about a ``recovery_required`` start."""
 
     started: bool
@@ -173,13 +163,11 @@ EVENT_TYPES: tuple[type[Event], ...] = (Start, Launched, LaunchRefused, Exited, 
 # ---- actions ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(Struct, frozen=True):
     launch_key: str
 
 
-@dataclass(frozen=True)
-class Stop:
+class Stop(Struct, frozen=True):
     launch_key: str
 
 

@@ -8,7 +8,8 @@ config change never alters an admitted job).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from ..model import RunAs, StopSpec
 
@@ -18,8 +19,7 @@ DEFAULT_KEEP = 100
 DEFAULT_MAX_PENDING = 1000
 
 
-@dataclass(frozen=True)
-class Retention:
+class Retention(Struct, frozen=True):
     """Finished records of a template are pruned beyond the newest ``keep`` or when they
     ended more than ``days`` ago (either rule prunes; None disables that rule). Open and
     ``recovery_required`` records are never pruned."""
@@ -28,8 +28,7 @@ class Retention:
     days: float | None = None
 
 
-@dataclass(frozen=True)
-class Schedule:
+class Schedule(Struct, frozen=True):
     """A 5-field cron expression evaluated in ``time_zone``. ``catch_up``: a due time
     that passed while no backend was up is admitted late (True) or recorded as
     ``missed`` (False)."""
@@ -39,8 +38,7 @@ class Schedule:
     catch_up: bool = False
 
 
-@dataclass(frozen=True)
-class JobTemplate:
+class JobTemplate(Struct, frozen=True):
     name: str
     stack: str
     command: tuple[str, ...]

@@ -3,11 +3,11 @@ the same config (fuzzed), defaults are left out, and the text is stable."""
 
 from __future__ import annotations
 
-import dataclasses
 import tomllib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec import structs
 
 from backend.config import canonical_form, parse_config
 from backend.importers.model import Origin
@@ -69,7 +69,7 @@ def _configs(draw: st.DrawFn) -> Config:
         apps = {n: draw(_apps(stack, n)) for n in names}
         if len(names) > 1:  # the last app starts after the others
             last = names[-1]
-            apps[last] = dataclasses.replace(apps[last], after=tuple(names[:-1]))
+            apps[last] = structs.replace(apps[last], after=tuple(names[:-1]))
         stacks[stack] = Stack(name=stack, apps=apps)
     return Config(stacks=stacks)
 

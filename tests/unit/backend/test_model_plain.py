@@ -1,14 +1,17 @@
-"""backend.model.plain is dataclasses.asdict without the deep copies: the config revision
-and every definition digest are computed from it, so it must give exactly what asdict
-gives, for every kind of value a config holds (tuples, dicts, enums, nested dataclasses,
-jobs, sockets, identities, limits, metrics and retention settings)."""
+"""backend.model.plain turns the config model into plain values without copying what is
+immutable: the config revision and every definition digest are computed from it, so it
+must give exactly what a full recursive conversion gives, for every kind of value a
+config holds (tuples, dicts, enums, nested structs, jobs, sockets, identities, limits,
+metrics and retention settings), and revisions recorded by earlier releases must still
+match."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from backend.config import parse_config
 from backend.model import plain
@@ -47,12 +50,12 @@ after = ["db"]
 
 
 def walk(obj: Any) -> list[Any]:
-    """Every dataclass instance reachable from ``obj``."""
+    """Every struct instance reachable from ``obj``."""
     found = []
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if isinstance(obj, Struct):
         found.append(obj)
-        for f in dataclasses.fields(obj):
-            found += walk(getattr(obj, f.name))
+        for name in obj.__struct_fields__:
+            found += walk(getattr(obj, name))
     elif isinstance(obj, (list, tuple)):
         for v in obj:
             found += walk(v)
@@ -62,26 +65,50 @@ def walk(obj: Any) -> list[Any]:
     return found
 
 
-def test_plain_is_asdict_for_every_value_of_a_config() -> None:
+def converted(obj: Any) -> Any:
+    """The reference: a struct becomes a dict of its fields, recursively, and every list,
+    tuple and dict is copied with its type kept (what dataclasses.asdict gave when the
+    model was made of dataclasses)."""
+    if isinstance(obj, Struct):
+        return {name: converted(getattr(obj, name)) for name in obj.__struct_fields__}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(converted(v) for v in obj)
+    if isinstance(obj, dict):
+        return type(obj)((converted(k), converted(v)) for k, v in obj.items())
+    return obj
+
+
+def test_plain_is_the_full_conversion_for_every_value_of_a_config() -> None:
     for text in (DEMO, RICH):
         config = parse_config(text, "t.toml")
         values = walk(config)
         assert len(values) > 10
         for value in values:
-            expected = dataclasses.asdict(value)
+            expected = converted(value)
             got = plain(value)
             assert got == expected, type(value)
             assert json.dumps(got, sort_keys=True, default=str) == \
                 json.dumps(expected, sort_keys=True, default=str), type(value)
 
 
+def test_revision_and_definition_digests_are_what_earlier_releases_computed() -> None:
+    # computed when the model was made of dataclasses: a hot upgrade's candidate must
+    # compute what the incumbent recorded, or every app would look changed to it
+    config = parse_config(RICH, "t.toml")
+    assert config.revision == \
+        "e87589213de44520e2cfd9ff37e712bc8dda5aa08463f19ccafb5dd7acda6aad"
+    apps = config.stacks["web"].apps
+    assert apps["api"].definition_digest() == \
+        "074afd5292f49dc6e0cd130be46e258d050f0351a448feeb7f3cc01bfcead291"
+    assert apps["db"].definition_digest() == \
+        "671306e44cc3257fd64bb9b087e6550526fadae176d6407f30fdfa4c018b7851"
+
+
 def test_plain_keeps_container_types_and_leaves_other_values_alone() -> None:
-    @dataclasses.dataclass(frozen=True)
-    class Inner:
+    class Inner(Struct, frozen=True):
         t: tuple[int, ...] = (1, 2)
 
-    @dataclasses.dataclass(frozen=True)
-    class Outer:
+    class Outer(Struct, frozen=True):
         items: list[Inner]
         by: dict[str, Inner]
         n: int = 3
