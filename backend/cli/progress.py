@@ -11,7 +11,6 @@ command itself reports what went wrong.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ def live(args: Any, label: str, probe: Callable[[], str | None],
     if getattr(args, "json", False) or not out.isatty():
         yield
         return
+    import threading  # only for a terminal: a few ms of every scripted command
     done = threading.Event()
     t0 = time.monotonic()
 

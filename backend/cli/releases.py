@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
 
 from protocol.errors import BadRequest, NotFound, TenureError
 
 from .exits import Exit
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from typing import Any
 
 __all__ = ["cli_against", "release_command", "resolve_release"]
 
