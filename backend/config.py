@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
 from msgspec.structs import replace
 
 from protocol.errors import ConfigInvalid
@@ -70,8 +71,8 @@ from .model import (
     plain,
 )
 
-__all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "canonical_form", "config_error", "load_config",
-           "order_apps", "parse_config"]
+__all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "Parsed", "canonical_form", "config_error",
+           "load_config", "order_apps", "parse_config", "parse_saved"]
 
 CONFIG_FORMAT = 1
 """Version of the canonical form; part of the revision."""
@@ -128,6 +129,25 @@ def parse_config(text: str, source: str) -> Config:
     config = Config(stacks=stacks, settings=settings, source=source, metrics=metrics,
                     retention=retention)
     return replace(config, revision=canonical_digest(canonical_form(config)))
+
+
+class Parsed(Struct, frozen=True):
+    """``config`` as :func:`parse_config` made it from ``text`` and ``source``."""
+
+    text: str
+    source: str
+    config: Config
+
+
+def parse_saved(text: str, source: str, prepared: Parsed | None = None) -> Config:
+    """``parse_config(text, source)``, or the config of ``prepared`` when it was parsed
+    from this very text and source: parsing depends on nothing else. A standby parses
+    the applied config while it waits (~15 ms for 200 apps, otherwise spent inside the
+    handoff pause); the config may have changed before it was activated, so only an
+    exact match is used. Raises ConfigInvalid."""
+    if prepared is not None and prepared.text == text and prepared.source == source:
+        return prepared.config
+    return parse_config(text, source)
 
 
 def canonical_form(config: Config) -> dict[str, Any]:

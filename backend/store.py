@@ -14,10 +14,10 @@ import time
 from contextlib import AbstractContextManager
 from typing import Any
 
-from protocol.durable import open_sqlite, transaction
+from protocol.durable import open_sqlite, read_rows, transaction
 from protocol.errors import Conflict, NotFound, StateCorrupt
 
-__all__ = ["BackendStore", "RecoveryStore"]
+__all__ = ["BackendStore", "RecoveryStore", "saved_config"]
 
 FORMAT = 1   # backend.db's format_version (backend/schemas.py declares it)
 SCHEMA = """
@@ -43,6 +43,15 @@ CREATE TABLE certificate (
     updated_at REAL NOT NULL);
 INSERT INTO certificate VALUES (1, 0, NULL, 0)
 """
+
+
+def saved_config(path: str) -> tuple[str, str] | None:
+    """The applied config's text and source as backend.db at ``path`` holds them now,
+    read without opening the store: nothing is created or changed (a standby reads it
+    before it may write anything). None when there is no backend.db or no config.
+    Raises UnsafePath, sqlite3.Error."""
+    rows = read_rows(path, "SELECT text, source FROM config WHERE id = 1")
+    return (rows[0][0], rows[0][1]) if rows else None
 
 
 class BackendStore:

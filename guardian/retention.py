@@ -10,7 +10,8 @@ from __future__ import annotations
 import sqlite3
 import tomllib
 
-from .backenddb import query
+from protocol.durable import read_rows
+from protocol.errors import UnsafePath
 
 __all__ = ["DEFAULT_ACTIVATIONS", "activations_to_keep"]
 
@@ -21,10 +22,10 @@ MINIMUM = 10
 def activations_to_keep(backend_db: str) -> int:
     """Never raises: a missing or unreadable config keeps the default."""
     try:
-        rows = query(backend_db, "SELECT text FROM config WHERE id = 1")
+        rows = read_rows(backend_db, "SELECT text FROM config WHERE id = 1")
         value = tomllib.loads(rows[0][0]).get("retention", {}).get("activations") \
             if rows else None
-    except (sqlite3.Error, tomllib.TOMLDecodeError, AttributeError):
+    except (sqlite3.Error, UnsafePath, tomllib.TOMLDecodeError, AttributeError):
         return DEFAULT_ACTIVATIONS
     if isinstance(value, bool) or not isinstance(value, int) or value < MINIMUM:
         return DEFAULT_ACTIVATIONS

@@ -17,9 +17,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from protocol.durable import read_rows
 from protocol.errors import SchemaIncompatible, StateCorrupt
-
-from .backenddb import query
 
 __all__ = ["LEGACY", "check", "declared", "on_disk"]
 
@@ -46,9 +45,9 @@ def declared(preflight: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def on_disk(backend_db: str) -> dict[str, int]:
     """Formats backend.db holds now ({} when there is none yet). Read only; never
-    creates or changes the file. Raises StateCorrupt."""
+    creates or changes the file. Raises StateCorrupt, UnsafePath (a symlink)."""
     try:
-        rows = query(backend_db, "SELECT key, value FROM meta")
+        rows = read_rows(backend_db, "SELECT key, value FROM meta")
         if rows is None:
             return {}
         meta = dict(rows)

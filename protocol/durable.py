@@ -15,11 +15,12 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
+from urllib.parse import quote
 
 from .errors import StateCorrupt, UnsafePath
 
 __all__ = ["atomic_write", "atomic_write_json", "open_sqlite", "read_json", "read_private",
-           "synced_transaction", "transaction"]
+           "read_rows", "synced_transaction", "transaction"]
 
 MAX_FILE = 16 * 1024 * 1024
 # Page cache per SQLite connection, in KiB. SQLite's default (2 MiB) fills as a
@@ -163,6 +164,22 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
     except sqlite3.DatabaseError as exc:
         raise StateCorrupt(f"{p} is not a readable database: {exc}", {"path": p}) from None
     return conn
+
+
+def read_rows(path: str, sql: str) -> list[tuple[Any, ...]] | None:
+    """The rows of ``sql`` on the SQLite database at ``path``, read only: the database is
+    never created or changed (of a WAL database SQLite may create the -wal and -shm
+    index files, as for any reader). None when there is no such file. Raises UnsafePath
+    (a symlink or not a regular file), sqlite3.Error (a database it cannot read)."""
+    _refuse_link(path)
+    if not os.path.exists(path):
+        return None
+    conn = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
+                           timeout=5.0)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
 
 
 def _check_or_create(conn: sqlite3.Connection, p: str, kind: str, version: int,

@@ -122,3 +122,16 @@ def test_the_guardian_reads_its_count_from_the_applied_config(tmp_path: Path) ->
         assert activations_to_keep(path) == DEFAULT_ACTIVATIONS
     finally:
         store.close()
+
+
+def test_a_symlinked_backend_db_is_not_read_for_the_count(tmp_path: Path) -> None:
+    store = BackendStore(str(tmp_path / "real.db"))
+    try:
+        text = "[retention]\nactivations = 25\n"
+        with store.tx() as db:
+            store.set_config(db, text, "t.toml", "r")
+    finally:
+        store.close()
+    (tmp_path / "backend.db").symlink_to(tmp_path / "real.db")
+    assert activations_to_keep(str(tmp_path / "real.db")) == 25
+    assert activations_to_keep(str(tmp_path / "backend.db")) == DEFAULT_ACTIVATIONS

@@ -10,7 +10,7 @@ from backend.events import EventLog
 from backend.schemas import SCHEMAS
 from backend.store import BackendStore
 from guardian import schemas as gate
-from protocol.errors import SchemaIncompatible, StateCorrupt
+from protocol.errors import SchemaIncompatible, StateCorrupt, UnsafePath
 
 OURS = SCHEMAS  # what this release declares
 
@@ -65,3 +65,11 @@ def test_malformed_declarations_and_meta_are_state_corrupt(tmp_path: Path):
     bad.write_bytes(b"not sqlite at all" * 100)
     with pytest.raises(StateCorrupt):
         gate.on_disk(str(bad))
+
+
+def test_a_symlinked_backend_db_is_refused_not_followed(tmp_path: Path):
+    store = BackendStore(str(tmp_path / "real.db"))
+    store.close()
+    (tmp_path / "backend.db").symlink_to(tmp_path / "real.db")
+    with pytest.raises(UnsafePath):
+        gate.on_disk(str(tmp_path / "backend.db"))
