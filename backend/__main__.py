@@ -23,8 +23,6 @@ from protocol.startup import import_asyncio_without_tls
 if TYPE_CHECKING:
     import asyncio
 
-    from .config import Parsed
-
 CLOSE_LIMIT = 5.0       # the guardian asks for SIGTERM 10 s after its retire request
 EXIT_CLOSE_STUCK = 3
 
@@ -47,9 +45,9 @@ def preflight() -> int:
     return 0
 
 
-async def serve(home: Path, activation: str, prepared: Parsed | None = None) -> int:
+async def serve(home: Path, activation: str) -> int:
     from .generation import Generation
-    gen = Generation(home, activation, prepared)
+    gen = Generation(home, activation)
     try:
         await gen.start()
     except TenureError as exc:
@@ -127,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         return preflight()
     if args.home is not None and args.standby:
         home = args.home.absolute()
-        woken = standby(home)
-        if woken is None:
+        activation = standby(home)
+        if activation is None:
             return 1
-        exit_served(asyncio.run(serve(home, *woken)))
+        exit_served(asyncio.run(serve(home, activation)))
     if args.home is None or not args.activation:
         ap.error("--home and --activation are required (the guardian passes them)")
     exit_served(asyncio.run(serve(args.home.absolute(), args.activation)))
@@ -148,43 +146,42 @@ def exit_served(code: int) -> NoReturn:
     os._exit(code)
 
 
-def standby(home: Path) -> tuple[str, Parsed | None] | None:
+def standby(home: Path) -> str | None:
     """Be ready to run before being asked: imports done, the applied config parsed,
-    nothing held, nothing changed. Returns the activation id and the parsed config;
-    None when the guardian went away or changed its mind."""
+    nothing held, nothing changed. Returns the activation id; None when the guardian
+    went away or changed its mind."""
     # the preflight's report: a standby has imported what a preflight imports, so a
     # handoff that started one needs no preflight process of its own
     print(json.dumps({"standby": True, "report": report()}), flush=True)
-    prepared = prepare(home)   # while the guardian drains and fences the incumbent
+    prepare(home)   # while the guardian drains and fences the incumbent
     line = sys.stdin.readline()
     try:
         activation = json.loads(line)["activation"]
     except (ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(activation, str) or not activation:
-        return None
-    return activation, prepared
+        return None  # the guardian went away or changed its mind
+    return activation if isinstance(activation, str) and activation else None
 
 
-def prepare(home: Path) -> Parsed | None:
-    """The config backend.db holds now, parsed (read only: see store.saved_config);
-    the generation uses it if it is still the applied one when it starts. Never raises:
-    a standby that cannot prepare it parses it at start, as a cold start does."""
+def prepare(home: Path) -> bool:
+    """Parse the config backend.db holds now (read only: see store.saved_config) into
+    config.parse_recent, where the generation finds it if it is still the applied one
+    when it starts. Returns whether it did. Never raises: a standby that cannot parse
+    it ahead parses it at start, as a cold start does."""
     from protocol.layout import Layout
 
-    from .config import Parsed, parse_config
+    from .config import parse_recent
     from .store import saved_config
     try:
         saved = saved_config(Layout(home).backend_db)
         if saved is None:
-            return None
-        parsed = Parsed(saved[0], saved[1], parse_config(*saved))
+            return False
+        config = parse_recent(*saved)
     except Exception as exc:  # the boundary: anything here only costs the start its parse
         log.info("standby: the config was not parsed ahead (%s); it is parsed at start",
                  getattr(exc, "code_str", type(exc).__name__))
-        return None
-    log.info("standby: config %s parsed ahead", parsed.config.revision[:12])
-    return parsed
+        return False
+    log.info("standby: config %s parsed ahead", config.revision[:12])
+    return True
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from protocol.server import Call, Method
 from . import explain
 from . import instance as im
 from .activation import CAPABILITY, check_sockets, needs_sockets
-from .config import parse_config
+from .config import parse_recent
 from .enforce import Host, check_config, identity_view
 from .events_api import events_methods
 from .jobs.api import JobApi
@@ -467,7 +467,7 @@ class Api:
         return live_revision(self.gen.config, self.intents, list(self.sup.instances))
 
     async def plan(self, call: Call) -> Any:
-        new = parse_config(call.params["config_text"], call.params["source"])
+        new = parse_recent(call.params["config_text"], call.params["source"])
         owner = self._owner()
         check_config(new, call.params["config_text"], Host.of(await owner.call("status")))
         await self._check_sockets(new, call.params["config_text"])

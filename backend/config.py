@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from msgspec import Struct
 from msgspec.structs import replace
 
 from protocol.errors import ConfigInvalid
@@ -71,8 +70,8 @@ from .model import (
     plain,
 )
 
-__all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "Parsed", "canonical_form", "config_error",
-           "load_config", "order_apps", "parse_config", "parse_saved"]
+__all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "canonical_form", "config_error", "load_config",
+           "order_apps", "parse_config", "parse_recent", "parsed_before"]
 
 CONFIG_FORMAT = 1
 """Version of the canonical form; part of the revision."""
@@ -131,23 +130,31 @@ def parse_config(text: str, source: str) -> Config:
     return replace(config, revision=canonical_digest(canonical_form(config)))
 
 
-class Parsed(Struct, frozen=True):
-    """``config`` as :func:`parse_config` made it from ``text`` and ``source``."""
-
-    text: str
-    source: str
-    config: Config
+RECENT = 2   # parses a backend keeps (parse_recent)
+_recent: dict[tuple[str, str], Config] = {}
 
 
-def parse_saved(text: str, source: str, prepared: Parsed | None = None) -> Config:
-    """``parse_config(text, source)``, or the config of ``prepared`` when it was parsed
-    from this very text and source: parsing depends on nothing else. A standby parses
-    the applied config while it waits (~15 ms for 200 apps, otherwise spent inside the
-    handoff pause); the config may have changed before it was activated, so only an
-    exact match is used. Raises ConfigInvalid."""
-    if prepared is not None and prepared.text == text and prepared.source == source:
-        return prepared.config
-    return parse_config(text, source)
+def parse_recent(text: str, source: str) -> Config:
+    """``parse_config(text, source)``, answered from the newest parses of this process
+    when it parsed this very text from this source before: parsing depends on nothing
+    else, and the config is frozen. A plan, its apply and the apply's operation each
+    parse the same text (~13 ms for 200 apps), and a hot upgrade's standby parses the
+    applied config while the incumbent is drained so that its generation does not
+    parse it inside the pause (a config applied meanwhile is another text: parsed
+    again). Raises ConfigInvalid (nothing is kept then)."""
+    key = (text, source)
+    config = _recent.pop(key, None)
+    if config is None:
+        config = parse_config(text, source)
+    _recent[key] = config            # the newest last
+    while len(_recent) > RECENT:
+        del _recent[next(iter(_recent))]
+    return config
+
+
+def parsed_before(text: str, source: str) -> bool:
+    """Whether :func:`parse_recent` holds the config of this text and source."""
+    return (text, source) in _recent
 
 
 def canonical_form(config: Config) -> dict[str, Any]:

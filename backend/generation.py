@@ -52,7 +52,7 @@ from .adopt import (
     owner_replaced,
     relaunch_lost,
 )
-from .config import Parsed, parse_saved
+from .config import parse_recent, parsed_before
 from .enforce import app_uids
 from .events import EventLog
 from .jobs.resume import audit
@@ -78,10 +78,9 @@ def empty_config() -> Config:
 
 
 class Generation:
-    def __init__(self, home: Path, activation: str, prepared: Parsed | None = None) -> None:
+    def __init__(self, home: Path, activation: str) -> None:
         self.layout = Layout(home)
         self.activation = activation
-        self.prepared = prepared   # the config a standby parsed ahead (config.parse_saved)
         self.identity = new_identity()
         self.handoff: dict[str, Any] = {}
         self.epoch = 0
@@ -127,10 +126,10 @@ class Generation:
         self.recovery = RecoveryStore(self.layout.recovery_db)
         saved = self.store.config()
         if saved is not None:
-            self.config = parse_saved(saved["text"], saved["source"], self.prepared)
-            if self.prepared is not None and self.config is self.prepared.config:
+            ahead = parsed_before(saved["text"], saved["source"])
+            self.config = parse_recent(saved["text"], saved["source"])
+            if ahead:
                 log.info("config %s: as parsed while standing by", self.config.revision[:12])
-        self.prepared = None
         # every (re)connection presents the grant: the owner admits mutations only on a
         # connection bound to the current one (protocol.md, "Grants")
         self.owner = AsyncClient(self.layout.owner_sock, want=CONTRACTS,

@@ -24,7 +24,7 @@ from protocol.errors import Conflict, OperationInProgress
 
 from . import explain
 from . import instance as im
-from .config import parse_config
+from .config import parse_recent
 from .model import App, Config
 from .plan import steps_for
 from .steps import StepGate
@@ -82,7 +82,7 @@ class OperationRunner:
         op = {"id": f"op-{uuid.uuid4().hex[:12]}", "plan": plan["id"], "kind": plan["kind"],
               "stacks": stacks, "stage": RUNNING, "request_id": request_id,
               "generation": self.generation}
-        new = parse_config(plan["config_text"], plan["config_source"])
+        new = parse_recent(plan["config_text"], plan["config_source"])
         self.invalidate("apply")
         self.store.create_operation(op, config=(plan["config_text"], plan["config_source"],
                                                 new.revision))
@@ -120,7 +120,7 @@ class OperationRunner:
     async def _run(self, op_id: str) -> None:
         op = self.store.operation(op_id)
         plan = self.store.plan(op["plan"])
-        steps = steps_for(parse_config(plan["config_text"], plan["config_source"]),
+        steps = steps_for(parse_recent(plan["config_text"], plan["config_source"]),
                           plan["changes"])
         step, progress = op["step"], op["progress"] or {}
         try:

@@ -1,6 +1,8 @@
-"""A standby parses the applied config while it waits for its activation, and its
-generation uses that parse only when the config it finds at start is the very same
-text from the same source (backend.config.parse_saved). Reading it changes nothing."""
+"""A backend keeps its newest config parses (backend.config.parse_recent): a plan, its
+apply and the apply's operation parse one text once, and a standby parses the applied
+config while it waits for its activation, which its generation then finds, but only
+when the config at start is the very same text from the same source. Reading
+backend.db for it changes nothing."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+import backend.config
 from backend.__main__ import prepare
-from backend.config import Parsed, parse_config, parse_saved
+from backend.config import RECENT, parse_config, parse_recent, parsed_before
 from backend.store import BackendStore, saved_config
-from protocol.errors import UnsafePath
+from protocol.errors import ConfigInvalid, UnsafePath
 from protocol.layout import Layout
 
 A = '[stacks.s.apps.a]\ncommand = ["sleep", "1"]\n'
@@ -34,14 +37,36 @@ def _applied(home: Path, text: str, source: str = "/etc/tenure.toml",
     return path
 
 
-def test_the_prepared_config_is_used_only_for_the_same_text_and_source() -> None:
-    prepared = Parsed(A, "/etc/tenure.toml", parse_config(A, "/etc/tenure.toml"))
-    assert parse_saved(A, "/etc/tenure.toml", prepared) is prepared.config
-    changed = parse_saved(B, "/etc/tenure.toml", prepared)
+@pytest.fixture(autouse=True)
+def _no_recent_parses():
+    backend.config._recent.clear()
+    yield
+    backend.config._recent.clear()
+
+
+def test_a_recent_parse_is_used_only_for_the_same_text_and_source() -> None:
+    first = parse_recent(A, "/etc/tenure.toml")
+    assert parsed_before(A, "/etc/tenure.toml")
+    assert parse_recent(A, "/etc/tenure.toml") is first
+    assert first == parse_config(A, "/etc/tenure.toml")
+    changed = parse_recent(B, "/etc/tenure.toml")
     assert changed.revision == parse_config(B, "/etc/tenure.toml").revision
-    moved = parse_saved(A, "/srv/tenure.toml", prepared)
-    assert moved is not prepared.config and moved.source == "/srv/tenure.toml"
-    assert parse_saved(A, "/etc/tenure.toml", None) == prepared.config
+    moved = parse_recent(A, "/srv/tenure.toml")
+    assert moved is not first and moved.source == "/srv/tenure.toml"
+
+
+def test_only_the_newest_parses_are_kept_and_a_bad_config_is_not() -> None:
+    texts = [A.replace('"1"', f'"{n + 10}"') for n in range(RECENT + 1)]
+    for t in texts:
+        parse_recent(t, "t.toml")
+    assert not parsed_before(texts[0], "t.toml")
+    assert all(parsed_before(t, "t.toml") for t in texts[1:])
+    parse_recent(texts[1], "t.toml")            # used again: now the newest
+    parse_recent(A, "t.toml")
+    assert parsed_before(texts[1], "t.toml") and not parsed_before(texts[2], "t.toml")
+    with pytest.raises(ConfigInvalid):
+        parse_recent("[stacks", "t.toml")
+    assert not parsed_before("[stacks", "t.toml")
 
 
 def test_saved_config_reads_backend_db_without_changing_it(tmp_path: Path) -> None:
@@ -67,19 +92,18 @@ def test_prepare_parses_what_is_applied_and_never_raises(tmp_path: Path,
                                                           caplog: pytest.LogCaptureFixture
                                                           ) -> None:
     caplog.set_level(logging.INFO, "tenure.backend")
-    assert prepare(tmp_path / "fresh") is None          # no backend.db: nothing to parse
+    assert prepare(tmp_path / "fresh") is False         # no backend.db: nothing to parse
     home = tmp_path / "home"
     _applied(home, A)
-    got = prepare(home)
-    assert got is not None and got.text == A
-    assert got.config.revision == parse_config(A, "/etc/tenure.toml").revision
+    assert prepare(home) is True
+    assert parsed_before(A, "/etc/tenure.toml")
     bad = tmp_path / "bad"
     Path(Layout(bad).backend_db).parent.mkdir(parents=True)
     Path(Layout(bad).backend_db).write_bytes(b"not a database" * 100)
-    assert prepare(bad) is None
+    assert prepare(bad) is False
     assert "not parsed ahead (DatabaseError)" in caplog.text
     secret = tmp_path / "secret"
     _applied(secret, A.replace('"1"]', '"1"]\nenv = { TOKEN = "s3cr3t" }\nbogus = 1'),
              revision="r")
-    assert prepare(secret) is None                       # an invalid config: CONFIG_INVALID
+    assert prepare(secret) is False                      # an invalid config: CONFIG_INVALID
     assert "CONFIG_INVALID" in caplog.text and "s3cr3t" not in caplog.text
