@@ -70,6 +70,10 @@ S_STATUS = Schema(Field("targets", list, required=False, check=check_targets))
 S_PLAN = Schema(Field("config_text", str), Field("source", str))
 S_APPLY = Schema(Field("plan", str), Field("request_id", str, required=False))
 S_OP = Schema(Field("id", str))
+OP_WAIT_MAX = 30   # seconds
+S_OP_SHOW = Schema(Field("id", str),
+                   Field("wait", float, required=False, default=0.0,
+                         check=check_int(0, OP_WAIT_MAX)))
 S_OPS = Schema(Field("open", bool, required=False, default=False))
 S_STACK_STOP = Schema(Field("stack", str, check=check_name(64)),
                       Field("dry_run", bool, required=False, default=False),
@@ -133,7 +137,7 @@ class Api:
             "plan": Method(self.plan, S_PLAN),
             "apply": Method(self.apply, S_APPLY),
             "op.list": Method(self.op_list, S_OPS, role="viewer"),
-            "op.show": Method(self.op_show, S_OP, role="viewer"),
+            "op.show": Method(self.op_show, S_OP_SHOW, role="viewer"),
             "op.abandon": Method(self.op_abandon, S_OP),
             "stack.stop": Method(self.stack_stop, S_STACK_STOP),
             "stack.start": Method(self.stack_start, S_STACK),
@@ -507,6 +511,12 @@ class Api:
         return {"operations": self.store.operations(open_only=call.params["open"])}
 
     async def op_show(self, call: Call) -> Any:
+        """The operation's row; with ``wait`` (seconds) once it ended, or ``wait`` passed,
+        or a drain began, whichever comes first (``tenure up`` and ``apply`` wait so,
+        instead of asking again and again; an older backend ignores ``wait``)."""
+        task = self.ops.tasks.get(call.params["id"])
+        if call.params["wait"] > 0 and task is not None:
+            await self.sup.wait(lambda: task.done() or self.gate.paused, call.params["wait"])
         op = self.store.operation(call.params["id"])
         plan = self.store.plan(op["plan"]) if op["plan"] else None
         return {**op, "changes": plan["changes"] if plan else [],

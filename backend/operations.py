@@ -108,7 +108,8 @@ class OperationRunner:
 
     def start(self, op_id: str) -> None:
         if op_id not in self.tasks:
-            self.tasks[op_id] = asyncio.create_task(self._run(op_id))
+            self.tasks[op_id] = task = asyncio.create_task(self._run(op_id))
+            task.add_done_callback(lambda _t: self.sup.wake())   # op.show's waiters
 
     def resume_open(self) -> list[str]:
         """Continue every open operation (after a handoff or a crash)."""

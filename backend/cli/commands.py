@@ -86,13 +86,21 @@ def _apply_text(args: Any, text: str, path: Any, timeout: float) -> dict[str, An
     return {"plan": plan, "operation": op}
 
 
+OP_WAIT = 10.0   # seconds one op.show waits in the backend for the operation to end
+
+
 def _wait_op(args: Any, op_id: str, timeout: float) -> dict[str, Any]:
+    """The operation once it ended (or ``timeout`` passed): the backend answers when it
+    ends; an older backend answers at once, and is asked again every 20 ms."""
     deadline = time.monotonic() + timeout
     while True:
-        op: dict[str, Any] = _call(args, "op.show", {"id": op_id})
+        asked = time.monotonic()
+        wait = round(max(0.0, min(OP_WAIT, deadline - asked)), 3)
+        op: dict[str, Any] = _call(args, "op.show", {"id": op_id, "wait": wait})
         if op["outcome"] is not None or time.monotonic() > deadline:
             return op
-        time.sleep(0.02)
+        if time.monotonic() - asked < 0.02:
+            time.sleep(0.02)
 
 
 def cmd_down(args: Any) -> int:
