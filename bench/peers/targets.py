@@ -24,18 +24,18 @@ REASONS: dict[str, str] = {
         "json and msgpack is 20.2 MiB resident before any tenure code, libpython's pages "
         "counted again in each process, so three of them are ~60 MiB, ~3x supervisord, "
         "before tenure's own modules and state (~7.5 MiB per daemon). Today with 50 "
-        "apps: owner 27.7, guardian 28.2, backend 27.7 MiB (Ed25519 now comes from the "
-        "libcrypto hashlib maps, no longer from the cryptography package's ~8.5 MiB "
-        "extension in the owner and the guardian; was 41, 42, 30 MiB)."),
+        "apps: owner 27.2, guardian 28.7, backend 28.0 MiB (the backend's msgspec, which "
+        "made its start ~35 ms shorter, costs it ~0.4 MiB)."),
     "ratio_start_all_running": (
         "a cold `tenure up` starts three interpreters, the backend after the other two. "
-        "With 50 apps: the command spends ~0.13 s before it starts a daemon (its imports "
-        "and parsing the config, which must be valid before anything starts, ~0.1 s; "
-        "verifying the release the daemons run, ~0.03 s); owner and guardian listen "
-        "~0.28 s after the command started (~0.13 s of imports each, side by side); the "
-        "backend generation listens at ~0.46 s (~0.12 s of imports, ~30 ms of it "
-        "creating the model's dataclasses, then it restores its state and fences in); "
-        "the config is applied and all 50 run at ~0.57 s."),
+        "With 50 apps, timed inside the command: it starts the owner and the guardian at "
+        "~55 ms (its imports, the config parse that must pass before anything starts, "
+        "the release's verification); they listen at ~0.25 s (~0.1 s of imports each, "
+        "25 ms and 13 ms of it creating their dataclasses, on two CPUs shared with the "
+        "backend's interpreter, which the guardian starts at once); the backend "
+        "generation listens at ~0.39 s (the standard library ~70 ms, the backend's own "
+        "modules ~37 ms); the plan and the apply take ~15 ms and the 50 launches ~50 "
+        "ms; the command returns at ~0.45 s (+ its interpreter's own start)."),
     "ratio_start_returned": (
         "`tenure up` returns once the config is applied and reports the apply's outcome "
         "and the status table, so it waits for the daemons and the apply above; "
@@ -48,26 +48,25 @@ REASONS: dict[str, str] = {
         "backend's answer (~9 ms, of it the owner's CPU and memory readings of 200 "
         "processes, ~6 ms)."),
     "ratio_restart": (
-        "the restart crosses two processes and five socket hops on two CPUs: the owner "
-        "sees the exit (pidfd, the pipes' end, a last look for descendants) and tells "
-        "the backend, which asks the owner to launch; the owner commits the row, spawns, "
-        "commits the running row and answers; the backend reports the new pid. No fsync "
-        "is left on that path (launch and exit rows are WAL commits that survive the "
-        "owner's crash). Watched from an observation subscriber with 50 programs: the "
-        "exit event arrives after ~1.0 ms, the new launch after ~3.3 ms, the API reports "
-        "the new pid after ~4.3 ms (200 programs: 1.2, 3.7, 4.7 ms); each step is a few "
-        "hundred microseconds of Python, none stands out in a profile."),
+        "the restart crosses two processes and five socket hops on two CPUs, while the "
+        "benchmark asks the API for the pid every 0.5 ms (each answer is two more hops "
+        "to the owner): the owner sees the exit (pidfd, a last look for descendants, "
+        "~0.35 ms with 50 programs, ~0.6 ms with 200) and tells the backend (~0.35 ms), "
+        "which restarts at once and asks the owner to launch (~0.5 ms, most of it "
+        "waiting for a CPU); the owner commits the row, spawns (vfork and exec of the "
+        "program, 0.5-1.3 ms under this load), reads the start time, commits the running "
+        "row and answers (~0.5 ms). No fsync is on that path. A/B on the same machine, "
+        "40 kills: 3.6-3.9 ms with 50 programs and 4.2-4.5 ms with 200, from 4.2 and "
+        "4.9 ms before this round; runs of one day move by a third with the machine's "
+        "load."),
     "ratio_logs": "",
     "ratio_replace_returned": (
         "a backend upgrade checks the candidate before the incumbent is touched: its "
-        "standby starts (interpreter and standard library ~50 ms, overlapping the "
-        "release's verification, ~13 ms when the guardian hashed it before), imports the "
-        "backend (~77 ms, ~30 ms of it creating dataclasses) and reports: `checked` "
-        "takes ~0.16 s; the pause (drain, checkpoint, fence, retire, activate) ~0.05 s "
-        "with 200 apps (bench/handoff.py); the command's own start ~0.05 s. At 200 apps "
-        "the command returned in 0.30-0.32 s in runs of this day, 0.26 s at 50. "
-        "Meeting 0.3 s with room needs a candidate running before the command, a "
-        "standing spare of ~25 MiB that the RSS target cannot afford."),
+        "standby starts (interpreter and standard library ~70 ms, overlapping the "
+        "release's verification), imports the backend (~37 ms) and reports: `checked` "
+        "takes ~0.11 s with 200 apps; then the pause (drain, checkpoint, fence, retire, "
+        "activate; the standby parsed the config meanwhile) ~0.05 s; the command's own "
+        "start ~0.05 s. 0.26 s at 200 apps in the run below."),
 }
 
 
