@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from protocol.errors import TenureError
-from protocol.startup import import_asyncio_without_tls
+from protocol.startup import import_asyncio_without_tls, use_builtin_hashes
 
 if TYPE_CHECKING:
     import asyncio
@@ -109,7 +109,8 @@ def _where(task: asyncio.Task[Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import_asyncio_without_tls()   # first: before anything imports asyncio with ssl
+    use_builtin_hashes()           # first: before anything imports hashlib with OpenSSL
+    import_asyncio_without_tls()   # and asyncio with ssl
     import asyncio
     ap = argparse.ArgumentParser(prog="python -m backend")
     ap.add_argument("--home", type=Path)

@@ -38,7 +38,8 @@ PREWARM = (
     "sys.modules['ssl'] = None\n"
     "import asyncio\n"
     "del sys.modules['ssl']\n"
-    "import dataclasses, enum, hashlib, json, logging, sqlite3, tomllib, typing\n"
+    # not hashlib: the backend decides where its hashes come from (protocol.startup)
+    "import dataclasses, enum, json, logging, sqlite3, tomllib, typing\n"
     "line = sys.stdin.readline()\n"   # the verified release's lib/, or EOF: stop
     "lib = json.loads(line).get('lib') if line.strip() else None\n"
     "if not isinstance(lib, str):\n"

@@ -1,4 +1,5 @@
-"""What the daemons do first: import asyncio without TLS.
+"""What the daemons do first: import asyncio without TLS; the backend also hashes without
+OpenSSL.
 
 asyncio imports ssl when it is imported, to offer TLS transports; ssl maps libssl and
 builds its enums, ~1.3 MiB resident and ~7 ms of every start of every daemon, and no
@@ -9,13 +10,20 @@ backend's metrics are enabled) loads it as usual.
 
 The guardian's prewarm of a standby (guardian.backendproc.PREWARM) does the same inline:
 it runs no code of a release before that release is verified.
+
+hashlib takes its functions from OpenSSL when it can (_hashlib), which maps libcrypto:
+~3.3 MiB resident in each process. The owner and the guardian need libcrypto anyway
+(Ed25519: protocol.ed25519); the backend only hashes a few kilobytes at a time (config
+revisions, inventory digests), which CPython's own sha256 does as well, so it marks
+_hashlib absent before anything imports hashlib and never maps libcrypto (unless its
+metrics exporter loads ssl).
 """
 
 from __future__ import annotations
 
 import sys
 
-__all__ = ["import_asyncio_without_tls"]
+__all__ = ["import_asyncio_without_tls", "use_builtin_hashes"]
 
 
 def import_asyncio_without_tls() -> None:
@@ -28,3 +36,11 @@ def import_asyncio_without_tls() -> None:
     finally:
         if sys.modules.get("ssl", "") is None:
             del sys.modules["ssl"]
+
+
+def use_builtin_hashes() -> None:
+    """Make hashlib use CPython's own hash functions, not OpenSSL's (a no-op once hashlib
+    or _hashlib is loaded: what is loaded stays as it is)."""
+    if "hashlib" in sys.modules or "_hashlib" in sys.modules:
+        return
+    sys.modules["_hashlib"] = None  # type: ignore[assignment]

@@ -1,4 +1,5 @@
-"""protocol.startup: asyncio imported without ssl, and ssl still importable afterwards."""
+"""protocol.startup: asyncio imported without ssl, and ssl still importable afterwards;
+hashlib without OpenSSL (no libcrypto mapped), the same digests."""
 
 from __future__ import annotations
 
@@ -39,3 +40,34 @@ def test_asyncio_loads_without_ssl_and_ssl_loads_later():
 
 def test_a_second_call_or_a_late_one_changes_nothing():
     assert _run(ALREADY) == "ok"
+
+
+BUILTIN = """
+import sys
+from protocol.startup import use_builtin_hashes
+use_builtin_hashes()
+import hashlib, hmac
+assert hashlib.sha256(b"abc").hexdigest() == (
+    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+assert hmac.compare_digest(b"a", b"a") and "openssl" not in repr(hashlib.sha256)
+maps = open("/proc/self/maps").read()
+assert "libcrypto" not in maps, [l for l in maps.splitlines() if "libcrypto" in l]
+print("ok")
+"""
+
+LATE = """
+import hashlib
+from protocol.startup import use_builtin_hashes
+use_builtin_hashes()  # hashlib has OpenSSL's functions already: they stay
+import sys
+assert sys.modules["_hashlib"] is not None and "openssl" in repr(hashlib.sha256)
+print("ok")
+"""
+
+
+def test_hashes_without_openssl_map_no_libcrypto():
+    assert _run(BUILTIN) == "ok"
+
+
+def test_a_late_call_keeps_what_hashlib_has():
+    assert _run(LATE) == "ok"
