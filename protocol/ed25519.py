@@ -41,8 +41,12 @@ _lib: Any = None
 def _library_path() -> str:
     """The libcrypto this interpreter's hashlib mapped (one copy in the process), else
     the soname OpenSSL 3 installs (also when the mapped file was replaced on disk since,
-    by a package upgrade: the loader then finds the mapped copy by that soname)."""
-    import _hashlib  # noqa: F401  (maps libcrypto)
+    by a package upgrade: the loader then finds the mapped copy by that soname, and in a
+    process whose hashlib does without OpenSSL)."""
+    try:
+        import _hashlib  # noqa: F401  (maps libcrypto)
+    except ImportError:  # a process that hashes without OpenSSL (protocol.startup)
+        return "libcrypto.so.3"
     for path in mapped_files() or ():
         if os.path.basename(path).startswith("libcrypto.so") and \
                 not path.endswith(" (deleted)"):

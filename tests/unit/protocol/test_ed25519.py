@@ -162,6 +162,18 @@ def test_libcrypto_is_the_one_hashlib_mapped(monkeypatch: pytest.MonkeyPatch,
     assert ed25519._library_path() == "libcrypto.so.3"
 
 
+def test_a_process_hashing_without_openssl_still_signs() -> None:
+    """The backend marks _hashlib absent (protocol.startup): Ed25519 then loads libcrypto
+    by its soname."""
+    code = ("from protocol.startup import use_builtin_hashes\nuse_builtin_hashes()\n"
+            "from protocol.ed25519 import PrivateKey\n"
+            "k = PrivateKey.generate(); assert k.public_key().verify(k.sign(b'm'), b'm')\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True, timeout=60).stdout
+    assert out.strip() == "ok"
+
+
 def test_no_usable_libcrypto_is_a_coded_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from protocol import ed25519
     from protocol.errors import Internal
