@@ -20,12 +20,13 @@ MET, BEHIND, NOT_MEASURED = "met", "behind", "not measured"
 REASONS: dict[str, str] = {
     "ratio_rss": (
         "three Python processes against supervisord's one. Measured on this machine: an "
-        "interpreter that has imported asyncio (without ssl), sqlite3, hashlib, logging, "
-        "json and msgpack is 20.2 MiB resident before any tenure code, libpython's pages "
-        "counted again in each process, so three of them are ~60 MiB, ~3x supervisord, "
-        "before tenure's own modules and state (~7.5 MiB per daemon). Today with 50 "
-        "apps: owner 27.2, guardian 28.7, backend 28.0 MiB (the backend's msgspec, which "
-        "made its start ~35 ms shorter, costs it ~0.4 MiB)."),
+        "interpreter that has imported asyncio (without ssl), sqlite3, logging, json and "
+        "msgpack is ~17 MiB resident before any tenure code, libpython's pages counted "
+        "again in each process, so three of them are ~51 MiB, ~2.6x supervisord, before "
+        "tenure's own modules and state. Today with 50 apps: owner 27.3, guardian 27.4, "
+        "backend 24.7 MiB. The owner and the guardian map libcrypto for Ed25519 (3.4 MiB "
+        "each); the backend hashes with CPython's own functions and maps none (was 28.0 "
+        "MiB); the guardian hashes releases in 64 KiB reads (was 28.7 MiB)."),
     "ratio_start_all_running": (
         "a cold `tenure up` starts three interpreters, the backend after the other two. "
         "With 50 apps, timed inside the command: it starts the owner and the guardian at "
