@@ -35,7 +35,7 @@ REASONS: dict[str, str] = {
         "25 ms and 13 ms of it creating their dataclasses, on two CPUs shared with the "
         "backend's interpreter, which the guardian starts at once); the backend "
         "generation listens at ~0.39 s (the standard library ~70 ms, the backend's own "
-        "modules ~37 ms); the plan and the apply take ~15 ms and the 50 launches ~50 "
+        "modules ~40 ms); the plan and the apply take ~15 ms and the 50 launches ~50 "
         "ms; the command returns at ~0.45 s (+ its interpreter's own start)."),
     "ratio_start_returned": (
         "`tenure up` returns once the config is applied and reports the apply's outcome "
@@ -64,7 +64,7 @@ REASONS: dict[str, str] = {
     "ratio_replace_returned": (
         "a backend upgrade checks the candidate before the incumbent is touched: its "
         "standby starts (interpreter and standard library ~70 ms, overlapping the "
-        "release's verification), imports the backend (~37 ms) and reports: `checked` "
+        "release's verification), imports the backend (~40 ms) and reports: `checked` "
         "takes ~0.11 s with 200 apps; then the pause (drain, checkpoint, fence, retire, "
         "activate; the standby parsed the config meanwhile) ~0.05 s; the command's own "
         "start ~0.05 s. 0.26 s at 200 apps in the run below."),
