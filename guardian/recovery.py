@@ -8,6 +8,7 @@ import sqlite3
 from typing import Any
 
 from protocol.digest import inventory_digest
+from protocol.durable import connect_read_only
 from protocol.errors import StateCorrupt
 
 __all__ = ["digest", "read_certificate"]
@@ -21,7 +22,7 @@ def read_certificate(path: str) -> dict[str, Any]:
     if not os.path.exists(path) or os.path.islink(path):
         return {"valid": False, "body": None, "updated_at": None}
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = connect_read_only(path)
         try:
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
             if meta.get("kind") != "tenure-recovery" or meta.get("format_version") != "1":

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.durable import open_sqlite, transaction
+from protocol.durable import connect_read_only, open_sqlite, transaction
 from protocol.errors import Conflict, NotFound, OperationInProgress, StateCorrupt
 from protocol.grant import Grant, SignedGrant
 from protocol.identity import Identity
@@ -109,7 +109,7 @@ def check_readable(path: str) -> dict[str, Any]:
     """That this build reads the state.db at ``path``, opened read only (a new guardian's
     preflight: nothing is created or changed). Raises StateCorrupt."""
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        conn = connect_read_only(path)
         try:
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         finally:

@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 from .errors import StateCorrupt, UnsafePath
 
-__all__ = ["atomic_write", "atomic_write_json", "open_sqlite", "read_json", "read_private",
-           "read_rows", "synced_transaction", "transaction"]
+__all__ = ["atomic_write", "atomic_write_json", "connect_read_only", "open_sqlite", "read_json",
+           "read_private", "read_rows", "synced_transaction", "transaction"]
 
 MAX_FILE = 16 * 1024 * 1024
 # Page cache per SQLite connection, in KiB. SQLite's default (2 MiB) fills as a
@@ -174,12 +174,20 @@ def read_rows(path: str, sql: str) -> list[tuple[Any, ...]] | None:
     _refuse_link(path)
     if not os.path.exists(path):
         return None
-    conn = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
-                           timeout=5.0)
+    conn = connect_read_only(path)
     try:
         return conn.execute(sql).fetchall()
     finally:
         conn.close()
+
+
+def connect_read_only(path: str) -> sqlite3.Connection:
+    """A read-only connection to the SQLite database at ``path`` (never creating it).
+    The URI is built from the quoted absolute path: a '?' or '#' in it would otherwise
+    end the file name and start the URI's parameters (another file, not read only).
+    Raises sqlite3.Error."""
+    return sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
+                           timeout=5.0)
 
 
 def _check_or_create(conn: sqlite3.Connection, p: str, kind: str, version: int,

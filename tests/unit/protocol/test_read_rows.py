@@ -54,3 +54,17 @@ def test_a_path_with_uri_characters_is_the_file_it_names(tmp_path: Path) -> None
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
         read_rows(str(odd / "x.db"), "INSERT INTO t VALUES ('b')")
     assert read_rows(str(tmp_path / "a"), "SELECT 1") is None   # not a prefix of it
+
+
+def test_the_guardians_read_only_opens_take_any_path_too(tmp_path: Path) -> None:
+    """state.db's preflight check and the certificate reader open through
+    protocol.durable.connect_read_only as well."""
+    from backend.store import RecoveryStore
+    from guardian.recovery import read_certificate
+    from guardian.state import StateStore, check_readable
+    odd = tmp_path / "h?mode=rw#x"
+    odd.mkdir()
+    StateStore(str(odd / "state.db")).close()
+    assert check_readable(str(odd / "state.db"))["format"] >= 1
+    RecoveryStore(str(odd / "recovery.db")).close()
+    assert read_certificate(str(odd / "recovery.db"))["valid"] is False
