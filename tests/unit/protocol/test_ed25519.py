@@ -136,6 +136,12 @@ def test_a_private_key_never_prints() -> None:
     assert not hasattr(key, "__dict__")
 
 
+def _python(code: str) -> str:
+    """What ``code`` prints, run in a fresh interpreter (what it imported stays there)."""
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True, timeout=60).stdout.strip()
+
+
 def test_the_daemons_never_import_cryptography() -> None:
     """The grant paths of the owner and the guardian and the release check load no
     cryptography (its Rust extension was ~8.5 MiB resident in each of them)."""
@@ -145,9 +151,7 @@ def test_the_daemons_never_import_cryptography() -> None:
             "k = PrivateKey.generate(); assert k.public_key().verify(k.sign(b'm'), b'm')\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('cryptography', 'cffi', '_cffi_backend')))")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True, timeout=60).stdout
-    assert out.strip() == "[]"
+    assert _python(code) == "[]"
 
 
 def test_libcrypto_is_the_one_hashlib_mapped(monkeypatch: pytest.MonkeyPatch,
@@ -169,9 +173,7 @@ def test_a_process_hashing_without_openssl_still_signs() -> None:
             "from protocol.ed25519 import PrivateKey\n"
             "k = PrivateKey.generate(); assert k.public_key().verify(k.sign(b'm'), b'm')\n"
             "print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True, timeout=60).stdout
-    assert out.strip() == "ok"
+    assert _python(code) == "ok"
 
 
 def test_no_usable_libcrypto_is_a_coded_error(monkeypatch: pytest.MonkeyPatch) -> None:
