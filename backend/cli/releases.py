@@ -87,9 +87,10 @@ def resolve_release(guardian: Any, arg: str | None, install: bool = False) -> st
     if install and "/" in arg:
         raise NotFound(f"{arg} is not a directory (a sealed release directory was meant, "
                        "or a release id: see `tenure release list`)", {"path": arg})
-    if len(arg) == 64:
+    hexdigits = all(c in "0123456789abcdef" for c in arg)
+    if len(arg) == 64 and hexdigits:
         return arg
-    if len(arg) < 8 or any(c not in "0123456789abcdef" for c in arg):
+    if len(arg) < 8 or len(arg) > 64 or not hexdigits:
         raise BadRequest(f"{arg!r} is not a release id or a prefix of one (8 or more hex "
                          "characters)" + ("; a sealed directory needs a path such as "
                                           f"./{arg}" if install else ""))

@@ -80,6 +80,9 @@ def test_release_by_id_prefix_or_directory(tmp_path: Path) -> None:
         resolve_release(g, "cdcdcdcd")
     with pytest.raises(BadRequest, match="not a release id"):
         resolve_release(g, "release-1")
+    for not_hex in ("/" + "r" * 63, "g" * 64, A + "0"):   # 64 characters is not enough
+        with pytest.raises(BadRequest, match="not a release id"):
+            resolve_release(g, not_hex)
     sealed = tmp_path / "rel"
     sealed.mkdir()
     assert resolve_release(g, str(sealed), install=True) == "f" * 64
