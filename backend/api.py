@@ -471,12 +471,16 @@ class Api:
         return live_revision(self.gen.config, self.intents, list(self.sup.instances))
 
     async def plan(self, call: Call) -> Any:
-        new = parse_recent(call.params["config_text"], call.params["source"])
+        return await self.plan_text(call.params["config_text"], call.params["source"])
+
+    async def plan_text(self, text: str, source: str) -> dict[str, Any]:
+        """Plan ``text`` against what runs; the plan is stored. Raises ConfigInvalid and
+        the config checks' errors."""
+        new = parse_recent(text, source)
         owner = self._owner()
-        check_config(new, call.params["config_text"], Host.of(await owner.call("status")))
-        await self._check_sockets(new, call.params["config_text"])
-        plan = new_plan(self.gen.config, new, call.params["config_text"],
-                        call.params["source"], self._live())
+        check_config(new, text, Host.of(await owner.call("status")))
+        await self._check_sockets(new, text)
+        plan = new_plan(self.gen.config, new, text, source, self._live())
         self.store.add_plan(plan)
         return {**{k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
                                         "live_revision", "stacks")},
@@ -493,8 +497,22 @@ class Api:
         check_sockets(new, text, caps, held)
 
     async def apply(self, call: Call) -> Any:
-        plan = self.store.plan(call.params["plan"])
-        rid = call.params["request_id"]
+        return self.admit(call.params["plan"], call.params["request_id"])
+
+    async def apply_text(self, text: str, source: str, request_id: str) -> dict[str, Any]:
+        """Plan and apply ``text`` at once (a queued config, backend.spool); the
+        operation admitted for ``request_id`` before, when there is one (a queue taken
+        again after a generation died)."""
+        if (prior := self.store.operation_by_request(request_id)) is not None:
+            return prior
+        plan = await self.plan_text(text, source)
+        return self.admit(plan["id"], request_id)
+
+    def admit(self, plan_id: str, rid: str | None) -> dict[str, Any]:
+        """The operation applying plan ``plan_id`` (``{"id": None, ...}`` when there is
+        nothing to change); with request id ``rid``, the one admitted for it before.
+        Raises NotFound, Conflict, StalePlan, OperationInProgress."""
+        plan = self.store.plan(plan_id)
         if rid and (prior := self.store.operation_by_request(rid)) is not None:
             if prior["plan"] != plan["id"]:
                 raise Conflict(f"request id {rid} was used for plan {prior['plan']}",

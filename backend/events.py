@@ -20,7 +20,10 @@ Kinds and their ``data`` (docs/cli.md, ``tenure events``):
   ``outcome``, ``error``;
 - ``handoff``: this backend's part in a handoff: ``phase`` (``draining``, ``drained``,
   ``resumed``, ``checkpointed``, ``retiring`` for an incumbent; ``adopted`` for the
-  generation that took over), ``activation``, ``epoch``.
+  generation that took over), ``activation``, ``epoch``;
+- ``queued-config``: a config `tenure up --no-wait` queued was taken (backend.spool):
+  ``outcome`` (``admitted``, ``no-change``, ``rejected``), ``request_id``, ``source``,
+  ``operation``, or ``code`` and ``file`` when rejected.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL,
     kind TEXT NOT NULL, target TEXT, activation TEXT NOT NULL, data TEXT NOT NULL);
 CREATE INDEX events_kind ON events (kind, id)
 """
-KINDS = ("state", "exit", "restart", "probe", "operation", "handoff")
+KINDS = ("state", "exit", "restart", "probe", "operation", "handoff", "queued-config")
 KEEP = 100_000          # newest events kept
 PRUNE_EVERY = 1_000     # events written between two prunes
 MAX_BUFFER = 50_000     # events held between writes; beyond it the oldest are counted lost

@@ -164,7 +164,8 @@ class Generation:
                        _loop(self._persist_loop(), "persist"),
                        _loop(self._certificate_loop(), "certificate"),
                        _loop(self._heartbeat_loop(), "owner heartbeat"),
-                       _loop(retention_loop(self), "retention")]
+                       _loop(retention_loop(self), "retention"),
+                       _loop(self._spool_loop(), "queued config")]
         self.ready = True
         self.events.record("handoff", phase="adopted", activation=self.activation,
                            epoch=self.epoch, mode=self.handoff.get("mode"),
@@ -316,6 +317,15 @@ class Generation:
             self.link.handle(LinkEvent.FAILED, time.time(), exc.msg)
             log.error("owner unreachable: %s", exc)
             await asyncio.sleep(1.0)
+
+    async def _spool_loop(self) -> None:
+        """Apply what `tenure up --no-wait` queued (backend.spool), while in control."""
+        from . import spool
+        assert self.api is not None and self.events is not None
+        taker = spool.Spool(self.layout.queued_config, self.api.apply_text,
+                            self.events.record)
+        await spool.run(taker, lambda: self.ready and not self.draining
+                        and not (self.sup is not None and self.sup.fenced), asyncio.sleep)
 
     async def _heartbeat_loop(self) -> None:
         """The owner's status once a second: the age of our view says how current it is

@@ -134,6 +134,11 @@ class Layout:
     def recovery_db(self) -> str:
         return str(self.backend / "recovery.db")
 
+    @property
+    def queued_config(self) -> str:
+        """A config `tenure up --no-wait` left for the backend to apply (backend.spool)."""
+        return str(self.backend / "queued-config.json")
+
     # logs/ — the daemons' own stderr in unmanaged mode
     @property
     def logs(self) -> Path:

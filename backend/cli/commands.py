@@ -35,6 +35,15 @@ def cmd_up(args: Any) -> int:
         from backend.config import parse_config
         text = _read_config(args.config)
         parse_config(text, str(args.config.absolute()))
+    if args.no_wait:
+        if args.foreground:
+            raise BadRequest("--no-wait and --foreground do not go together")
+        from .daemons import start_queued
+        queued = start_queued(layout, text, None if text is None else
+                              str(args.config.absolute()))
+        if queued is not None:
+            _out(args, queued, render.up_queued(queued))
+            return OK
     first = place_first_release(layout, args.release)   # fresh home: daemons run it too
     started = ensure_daemons(layout, args.foreground)
     with _guardian(args) as g:
@@ -49,13 +58,17 @@ def cmd_up(args: Any) -> int:
         ensure_backend(layout, args.timeout)
     if text is not None:
         with live(args, "up", _settle_probe(args)):
-            result["apply"] = _apply_text(args, text, args.config, args.timeout)
+            result["apply"] = _apply_text(args, text, args.config, args.timeout,
+                                          wait=not args.no_wait)
     status = _call(args, "status")
     result["status"] = status
     _out(args, result, render.up(result) + "\n" + render.status(status))
     if args.foreground:
         return _foreground(args)
-    outcome = result.get("apply", {}).get("operation", {}).get("outcome", "success")
+    op = result.get("apply", {}).get("operation", {})
+    outcome = op.get("outcome", "success")
+    if outcome is None and args.no_wait and op.get("id"):
+        return OK   # admitted and left running, as asked
     return OK if outcome in ("success", "no-change") else ERROR
 
 
@@ -78,10 +91,11 @@ def _read_config(path: Any) -> str:
     return text
 
 
-def _apply_text(args: Any, text: str, path: Any, timeout: float) -> dict[str, Any]:
+def _apply_text(args: Any, text: str, path: Any, timeout: float,
+                wait: bool = True) -> dict[str, Any]:
     plan = _call(args, "plan", {"config_text": text, "source": str(path.absolute())})
     op = _call(args, "apply", {"plan": plan["id"]})
-    if op.get("id") is not None:
+    if op.get("id") is not None and wait:
         op = _wait_op(args, op["id"], timeout)
     return {"plan": plan, "operation": op}
 

@@ -48,18 +48,38 @@ def ping(sock: str, timeout: float = 2.0, home: Path | None = None
         return None
 
 
-def ensure_daemons(layout: Layout, foreground: bool) -> dict[str, bool]:
+def ensure_daemons(layout: Layout, foreground: bool, wait: bool = True) -> dict[str, bool]:
     """Owner and guardian, started side by side when they do not answer (the guardian
-    waits for the owner by itself). Returns which ones were started."""
+    waits for the owner by itself); with ``wait``, until each answers. Returns which
+    ones were started."""
     seen: dict[str, bytes] = {}   # both usually run one release: hash it once
     spawned = {name: _spawn(layout, name, sock, foreground, seen)
                for name, sock in (("owner", layout.owner_sock),
                                   ("guardian", layout.guardian_sock))}
     for name, sock in (("owner", layout.owner_sock), ("guardian", layout.guardian_sock)):
         proc = spawned[name]
-        if proc is not None:
+        if proc is not None and wait:
             _wait_up(layout, name, sock, proc)
     return {name: proc is not None for name, proc in spawned.items()}
+
+
+def start_queued(layout: Layout, text: str | None, source: str | None
+                 ) -> dict[str, Any] | None:
+    """`tenure up --no-wait` on a home whose daemons all are down and whose guardian has
+    a release selected: queue ``text`` for the backend (backend.spool), start the owner
+    and the guardian and return without waiting for them. None when something answers
+    or the home has no release selected yet: `up` then does what it always does, and
+    only leaves the apply running."""
+    if not _selected(layout) or any(
+            ping(sock, home=layout.home) is not None
+            for sock in (layout.owner_sock, layout.guardian_sock, layout.api_sock)):
+        return None
+    queued = None
+    if text is not None and source is not None:
+        from backend.spool import queue
+        ensure_private_dir(layout.backend, root=layout.home)
+        queued = queue(layout.queued_config, text, source)
+    return {"started": ensure_daemons(layout, False, wait=False), "queued": queued}
 
 
 def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
@@ -120,6 +140,19 @@ def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[byte
     tail = log_path.read_bytes()[-2000:].decode(errors="replace")
     raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}); end of "
                         f"{log_path}:\n{tail}", {"log": str(log_path)})
+
+
+def _selected(layout: Layout) -> bool:
+    """Whether the guardian's state names a selected release (read only; False when it
+    cannot be read: the waiting path then says why)."""
+    import sqlite3
+
+    from protocol.durable import read_rows
+    try:
+        rows = read_rows(str(layout.runtime / "state.db"), "SELECT current FROM selector")
+    except (sqlite3.Error, TenureError):
+        return False
+    return bool(rows and rows[0][0])
 
 
 def place_first_release(layout: Layout, sealed: Path | None) -> Path | None:

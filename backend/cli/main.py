@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
 
 # backend.events.KINDS, kept here so building the parser imports nothing more
 # (tests/unit/backend/test_events.py checks they agree)
-EVENT_KINDS = ("state", "exit", "restart", "probe", "operation", "handoff")
+EVENT_KINDS = ("state", "exit", "restart", "probe", "operation", "handoff",
+               "queued-config")
 
 
 def _common(default: Any) -> Any:
@@ -94,6 +95,9 @@ def _parser(argv: list[str] | None = None) -> Any:
     p.add_argument("--release", type=Path, help="install this sealed release instead of "
                    "sealing the installed code (first run only)")
     p.add_argument("--foreground", action="store_true")
+    p.add_argument("--no-wait", action="store_true",
+                   help="return once the daemons are started and the config is handed "
+                   "over (queued for the backend, or admitted), without waiting for them")
     p.add_argument("--timeout", type=float, default=120.0)
     add("down", "stop applications, backend, guardian and owner")
     p = add("status", "applications and their state (all, or the TARGETs)")

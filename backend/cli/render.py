@@ -113,9 +113,23 @@ def up(r: dict[str, Any]) -> str:
         lines.append(f"sealed and selected release {r['release_sealed'][:12]}")
     ap = r.get("apply")
     if ap:
-        op = ap["operation"]
-        lines.append(f"applied {len(ap['plan']['changes'])} changes: "
-                     f"{op.get('outcome') or 'running'}")
+        op, n = ap["operation"], len(ap["plan"]["changes"])
+        if op.get("outcome") is None and op.get("id"):
+            lines.append(f"applying {n} changes as {op['id']} (not waited for; "
+                         f"`tenure op show {op['id']} --wait`)")
+        else:
+            lines.append(f"applied {n} changes: {op.get('outcome')}")
+    return "\n".join(lines)
+
+
+def up_queued(r: dict[str, Any]) -> str:
+    started = [k for k, v in r["started"].items() if v]
+    lines = [f"starting: {', '.join(started)} (not waited for)"]
+    q = r.get("queued")
+    if q:
+        lines.append(f"config {q['source']} queued as request {q['request_id']}: the "
+                     "backend applies it once it is up")
+    lines.append("follow with `tenure status` and `tenure op list`")
     return "\n".join(lines)
 
 

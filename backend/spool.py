@@ -1,0 +1,147 @@
+"""Queued configs: how `tenure up --no-wait` hands its config to a backend that is not
+running yet.
+
+The command starts the owner and the guardian and returns without waiting for a backend
+generation to plan and apply. Before it starts them it writes the config, already parsed
+once, to ``backend/queued-config.json`` (atomic, 0600; a ``queued-config`` record of
+format 1: ``text``, ``source``, ``request_id``, ``queued_at``). Every backend generation
+takes that file when it is ready and then every 0.5 s, so a queue that a running
+generation did not see at its start is taken all the same.
+
+Taking is one state machine over two files (``queued`` and ``taken``, beside it):
+
+    state    event                                   action                  next
+    queued   a generation takes it                   rename to taken         taken
+    taken    plan admitted (or nothing to change)    remove taken            (none)
+    taken    busy: OPERATION_IN_PROGRESS, STALE_PLAN,
+             the owner out of reach                  keep taken              taken
+    taken    refused (CONFIG_INVALID and the rest)   rename to rejected      rejected
+
+The rename first means a newer `up --no-wait` that queues meanwhile is never lost: it
+lands in a fresh ``queued`` file, taken on a later tick, and applied after this one (last
+queued wins, as with two `tenure apply`). A ``taken`` file left by a generation that died
+is taken again first; the request id makes a second admission of the same plan return
+the first operation instead of a new one. A ``rejected`` file stays for the operator
+(the newest only) and the ``queued-config`` event names its code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from protocol.durable import atomic_write_json, read_json
+from protocol.errors import (
+    OperationInProgress,
+    StalePlan,
+    StateCorrupt,
+    TenureError,
+    TransportError,
+    Unavailable,
+)
+
+__all__ = ["KIND", "Spool", "queue", "read_queued"]
+
+log = logging.getLogger("tenure.backend")
+
+KIND = "queued-config"
+TICK_S = 0.5
+
+BUSY = (OperationInProgress, StalePlan, TransportError, Unavailable)
+"""Errors after which the taken config is tried again on the next tick."""
+
+Admit = Callable[[str, str, str], Awaitable[dict[str, Any]]]
+"""(text, source, request_id) -> the operation admitted ({"id": None, ...}: no change)."""
+
+
+def queue(path: str, text: str, source: str) -> dict[str, Any]:
+    """Queue ``text`` (read from ``source``) for the backend. Returns the record without
+    the text. Raises OSError, UnsafePath (the path is a symlink)."""
+    record = {"kind": KIND, "format": 1, "text": text, "source": source,
+              "request_id": f"up-{secrets.token_hex(8)}", "queued_at": time.time()}
+    atomic_write_json(path, record)
+    return {k: v for k, v in record.items() if k != "text"}
+
+
+def read_queued(path: str) -> dict[str, Any]:
+    """The queued record at ``path``, validated. Raises FileNotFoundError, UnsafePath,
+    StateCorrupt (not a queued config, or a field of the wrong type)."""
+    rec = read_json(path, KIND)
+    for key in ("text", "source", "request_id"):
+        if not isinstance(rec.get(key), str) or (not rec[key] and key != "text"):
+            raise StateCorrupt(f"{path}: {key} is not a non-empty string", {"path": path})
+    if not isinstance(rec.get("queued_at"), (int, float)):
+        raise StateCorrupt(f"{path}: queued_at is not a number", {"path": path})
+    return rec
+
+
+class Spool:
+    """Takes the queued config of one home for one generation (see the module doc)."""
+
+    def __init__(self, path: str, admit: Admit,
+                 record: Callable[..., None] = lambda *a, **k: None) -> None:
+        self.queued = path
+        self.taken = path.replace(".json", ".taken.json")
+        self.rejected = path.replace(".json", ".rejected.json")
+        self._admit = admit
+        self._record = record
+        self._busy: str | None = None       # the code last logged for a busy attempt
+
+    async def take(self) -> str | None:
+        """One tick: the outcome (``admitted``, ``no-change``, ``busy``, ``rejected``),
+        None when nothing waits. Never raises: this runs in a background loop."""
+        try:
+            if not os.path.lexists(self.taken):
+                if not os.path.lexists(self.queued):
+                    return None
+                os.rename(self.queued, self.taken)
+            return await self._apply()
+        except Exception as exc:   # boundary: the unexpected ends as a coded rejection
+            log.exception("queued config: unexpected failure")
+            return self._reject(exc)
+
+    async def _apply(self) -> str:
+        try:
+            rec = read_queued(self.taken)
+            op = await self._admit(rec["text"], rec["source"], rec["request_id"])
+        except BUSY as exc:
+            if self._busy != exc.code_str:
+                log.warning("queued config waits: %s", exc)
+                self._busy = exc.code_str
+            return "busy"
+        except TenureError as exc:
+            return self._reject(exc)
+        os.unlink(self.taken)
+        outcome = "no-change" if op.get("id") is None else "admitted"
+        log.info("queued config %s from %s: %s %s", rec["request_id"], rec["source"],
+                 outcome, op.get("id") or "")
+        self._record(KIND, outcome=outcome, request_id=rec["request_id"],
+                     source=rec["source"], operation=op.get("id"))
+        self._busy = None
+        return outcome
+
+    def _reject(self, exc: Exception) -> str:
+        code = exc.code_str if isinstance(exc, TenureError) else "INTERNAL"
+        log.error("queued config rejected (%s): %s; kept as %s", code, exc, self.rejected)
+        try:
+            os.replace(self.taken, self.rejected)
+        except FileNotFoundError:
+            pass
+        except OSError as err:   # it stays taken: tried again next tick, logged again
+            log.error("queued config: cannot set %s aside: %s", self.taken, err)
+        self._record(KIND, outcome="rejected", code=code, file=self.rejected)
+        self._busy = None
+        return "rejected"
+
+
+async def run(spool: Spool, ready: Callable[[], bool],
+              sleep: Callable[[float], Awaitable[Any]]) -> None:
+    """Take the queue whenever ``ready()`` (not draining, not fenced), every TICK_S."""
+    while True:
+        if ready():
+            await spool.take()
+        await sleep(TICK_S)

@@ -1,0 +1,83 @@
+"""`tenure up --no-wait`: on a home whose daemons are down it queues the config and
+returns without waiting; the backend generation the guardian starts applies it. With a
+backend running it admits the apply and leaves it running."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from backend import spool
+
+APP = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\ninstances = {n}\n'
+
+
+def _stopped_home(cluster: Any) -> None:
+    cluster.up()                    # first run: the release is selected
+    assert cluster.down().ok
+
+
+def _queued_events(cluster: Any) -> list[dict[str, Any]]:
+    return cluster.call("events.read", {"kinds": ["queued-config"]})["events"]
+
+
+def test_no_wait_queues_the_config_and_the_backend_applies_it(cluster):
+    _stopped_home(cluster)
+    res = cluster.cli("up", "--no-wait", "--config",
+                      str(cluster.write_config(APP.format(n=2))), check=True)
+    assert res.out["started"] == {"owner": True, "guardian": True}
+    rid = res.out["queued"]["request_id"]
+    assert "text" not in res.out["queued"]
+    apps = cluster.wait_ready(2)
+    assert set(apps) == {"s/a/0", "s/a/1"}
+    ops = cluster.call("op.list", {"open": False})["operations"]
+    assert [op["request_id"] for op in ops] == [rid]
+    cluster.wait(lambda: not os.listdir(cluster.layout.backend) or not any(
+        n.startswith("queued-config") for n in os.listdir(cluster.layout.backend)),
+        what="queue taken")
+    cluster.wait(lambda: _queued_events(cluster), what="queued-config event")
+    ev = _queued_events(cluster)[0]["data"]
+    assert ev["outcome"] == "admitted" and ev["request_id"] == rid, ev
+    text = cluster.cli_text("events", "--kind", "queued-config")
+    assert f"{rid} from {cluster.config_path}: admitted as {ops[0]['id']}" in text, text
+    # the same file again, everything running: admitted at once, not waited for
+    again = cluster.cli("up", "--no-wait", "--config", str(cluster.config_path), check=True)
+    assert again.out["apply"]["operation"]["outcome"] == "no-change", again.out
+    more = cluster.cli("up", "--no-wait", "--config",
+                       str(cluster.write_config(APP.format(n=3))), check=True)
+    op = more.out["apply"]["operation"]
+    assert op["id"] is not None, op
+    cluster.wait_ready(3)
+    assert cluster.down().ok and cluster.leftovers() == []
+
+
+def test_a_queue_the_backend_cannot_apply_is_set_aside_and_reported(cluster):
+    _stopped_home(cluster)
+    queued = cluster.layout.queued_config
+    spool.queue(queued, "[stacks.s.apps.a]\ncommand = 3\n", "/broken.toml")
+    cluster.up()                    # starts the daemons, then waits for the backend
+    rejected = Path(queued.replace(".json", ".rejected.json"))
+    cluster.wait(rejected.exists, what="rejected queue")
+    assert not Path(queued).exists()
+    cluster.wait(lambda: _queued_events(cluster), what="queued-config event")
+    ev = _queued_events(cluster)[0]["data"]
+    assert ev["outcome"] == "rejected" and ev["code"] == "CONFIG_INVALID", ev
+    assert cluster.status()["apps"] == []   # nothing applied, the backend runs on
+    assert cluster.call("op.list", {"open": False})["operations"] == []
+    assert cluster.down().ok
+
+
+def test_no_wait_on_a_fresh_home_selects_the_release_first(cluster):
+    res = cluster.cli("up", "--no-wait", "--release", str(cluster.release), "--config",
+                      str(cluster.write_config(APP.format(n=1))), check=True)
+    assert res.out["release_sealed"] is not None, res.out
+    assert res.out["apply"]["operation"]["id"] is not None
+    cluster.wait_ready(1)
+    assert cluster.down().ok
+
+
+def test_no_wait_and_foreground_do_not_go_together(cluster):
+    res = cluster.cli("up", "--no-wait", "--foreground")
+    assert res.code == 2 and res.out["error"]["code"] == "BAD_REQUEST", res
+    assert not Path(cluster.layout.owner_sock).exists()

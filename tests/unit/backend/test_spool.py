@@ -1,0 +1,191 @@
+"""The queued-config spool (backend.spool): each row of its table, with a fake admit
+and real files; the backend's real path is in tests/integration/stack/test_up_no_wait.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend import spool
+from protocol.errors import ConfigInvalid, OperationInProgress, TransportLost
+
+
+class FakeAdmit:
+    """Answers admit calls in turn: a dict is the operation, an exception is raised.
+    ``during`` runs inside the call (a newer `up` queueing meanwhile, say)."""
+
+    def __init__(self, *answers: Any, during: Any = None) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[str, str, str]] = []
+        self.during = during
+
+    async def __call__(self, text: str, source: str, request_id: str) -> dict[str, Any]:
+        self.calls.append((text, source, request_id))
+        if self.during is not None:
+            self.during()
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return dict(answer)
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> str:
+    return str(tmp_path / "queued-config.json")
+
+
+def take(s: spool.Spool) -> str | None:
+    return asyncio.run(s.take())
+
+
+def make(path: str, admit: FakeAdmit) -> tuple[spool.Spool, list[tuple[str, dict[str, Any]]]]:
+    events: list[tuple[str, dict[str, Any]]] = []
+    return spool.Spool(path, admit, lambda kind, **d: events.append((kind, d))), events
+
+
+def files(path: str) -> list[str]:
+    return sorted(os.listdir(os.path.dirname(path)))
+
+
+def test_queue_writes_a_private_record_and_answers_without_the_text(path: str) -> None:
+    rec = spool.queue(path, "[stacks]\n", "/etc/t.toml")
+    assert "text" not in rec and rec["source"] == "/etc/t.toml"
+    assert rec["request_id"].startswith("up-") and len(rec["request_id"]) == 19
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert spool.read_queued(path)["text"] == "[stacks]\n"
+    assert spool.queue(path, "", "/x")["request_id"] != rec["request_id"]
+
+
+def test_nothing_queued_is_nothing_to_do(path: str) -> None:
+    s, events = make(path, FakeAdmit())
+    assert take(s) is None
+    assert files(path) == [] and events == []
+
+
+def test_an_admitted_queue_is_removed_and_recorded(path: str) -> None:
+    rec = spool.queue(path, "text", "/src.toml")
+    admit = FakeAdmit({"id": "op-1", "stage": "running"})
+    s, events = make(path, admit)
+    assert take(s) == "admitted"
+    assert admit.calls == [("text", "/src.toml", rec["request_id"])]
+    assert files(path) == []
+    assert events == [("queued-config", {"outcome": "admitted", "operation": "op-1",
+                                         "request_id": rec["request_id"],
+                                         "source": "/src.toml"})]
+    assert take(s) is None
+
+
+def test_nothing_to_change_is_removed_too(path: str) -> None:
+    spool.queue(path, "text", "/src.toml")
+    s, events = make(path, FakeAdmit({"id": None, "outcome": "no-change"}))
+    assert take(s) == "no-change"
+    assert files(path) == [] and events[0][1]["outcome"] == "no-change"
+
+
+@pytest.mark.parametrize("busy", [OperationInProgress("op-9 owns s"),
+                                  TransportLost("owner away")])
+def test_busy_keeps_the_taken_config_for_the_next_tick(path: str, busy: Exception) -> None:
+    rec = spool.queue(path, "text", "/src.toml")
+    admit = FakeAdmit(busy, busy, {"id": "op-2"})
+    s, events = make(path, admit)
+    assert take(s) == "busy"
+    assert files(path) == ["queued-config.taken.json"] and events == []
+    assert take(s) == "busy"
+    assert take(s) == "admitted"
+    assert [c[2] for c in admit.calls] == [rec["request_id"]] * 3
+    assert files(path) == []
+
+
+def test_a_refused_config_is_set_aside_with_its_code(path: str) -> None:
+    spool.queue(path, "command = 3", "/src.toml")
+    s, events = make(path, FakeAdmit(ConfigInvalid("line 1: bad")))
+    assert take(s) == "rejected"
+    assert files(path) == ["queued-config.rejected.json"]
+    assert events == [("queued-config", {"outcome": "rejected", "code": "CONFIG_INVALID",
+                                         "file": s.rejected})]
+    assert take(s) is None   # not tried again
+
+
+def test_a_corrupt_queue_is_rejected_and_admits_nothing(path: str) -> None:
+    Path(path).write_text("{not json")
+    os.chmod(path, 0o600)
+    admit = FakeAdmit()
+    s, events = make(path, admit)
+    assert take(s) == "rejected"
+    assert admit.calls == [] and events[0][1]["code"] == "STATE_CORRUPT"
+    Path(path).write_text(json.dumps({"kind": "queued-config", "format": 1, "text": 3,
+                                      "source": "/s", "request_id": "r", "queued_at": 1}))
+    assert take(s) == "rejected" and admit.calls == []
+
+
+def test_a_symlink_is_never_followed(path: str, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.json"
+    spool.queue(str(target), "text", "/src.toml")
+    os.symlink(target, path)
+    admit = FakeAdmit()
+    s, events = make(path, admit)
+    assert take(s) == "rejected"
+    assert admit.calls == [] and events[0][1]["code"] == "UNSAFE_PATH"
+    assert os.path.islink(s.rejected) and target.exists()
+
+
+def test_a_newer_queue_during_the_apply_is_not_lost(path: str) -> None:
+    first = spool.queue(path, "first", "/a.toml")
+    second: dict[str, Any] = {}
+    admit = FakeAdmit({"id": "op-1"}, {"id": "op-2"},
+                      during=lambda: second or second.update(spool.queue(path, "second",
+                                                                         "/b.toml")))
+    s, _ = make(path, admit)
+    assert take(s) == "admitted"
+    assert files(path) == ["queued-config.json"]
+    assert take(s) == "admitted"
+    assert [(c[0], c[2]) for c in admit.calls] == [("first", first["request_id"]),
+                                                   ("second", second["request_id"])]
+
+
+def test_a_taken_config_left_by_a_dead_generation_goes_first(path: str) -> None:
+    old = spool.queue(path, "old", "/a.toml")
+    os.rename(path, path.replace(".json", ".taken.json"))
+    spool.queue(path, "new", "/b.toml")
+    admit = FakeAdmit({"id": "op-1"}, {"id": "op-2"})
+    s, _ = make(path, admit)
+    assert take(s) == "admitted" and admit.calls[0][2] == old["request_id"]
+    assert take(s) == "admitted" and admit.calls[1][0] == "new"
+
+
+def test_the_unexpected_ends_as_a_coded_rejection(path: str) -> None:
+    spool.queue(path, "text", "/src.toml")
+    s, events = make(path, FakeAdmit(KeyError("boom")))
+    assert take(s) == "rejected"
+    assert events[0][1]["code"] == "INTERNAL"
+    assert files(path) == ["queued-config.rejected.json"]
+
+
+def test_run_takes_only_while_in_control() -> None:
+    ticks: list[str] = []
+    sleeps: list[float] = []
+
+    class Stop(Exception):
+        pass
+
+    class Counting(spool.Spool):
+        async def take(self) -> str | None:
+            ticks.append("take")
+            return None
+
+    async def sleep(s: float) -> None:
+        sleeps.append(s)
+        if len(sleeps) == 3:
+            raise Stop
+
+    control = iter([False, True, False])
+    with pytest.raises(Stop):
+        asyncio.run(spool.run(Counting("/nonexistent/q.json", FakeAdmit()),
+                              lambda: next(control), sleep))
+    assert ticks == ["take"] and sleeps == [spool.TICK_S] * 3
