@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -62,7 +61,7 @@ def queue(path: str, text: str, source: str) -> dict[str, Any]:
     """Queue ``text`` (read from ``source``) for the backend. Returns the record without
     the text. Raises OSError, UnsafePath (the path is a symlink)."""
     record = {"kind": KIND, "format": 1, "text": text, "source": source,
-              "request_id": f"up-{secrets.token_hex(8)}", "queued_at": time.time()}
+              "request_id": f"up-{os.urandom(8).hex()}", "queued_at": time.time()}
     atomic_write_json(path, record)
     return {k: v for k, v in record.items() if k != "text"}
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol.client import Client
 from protocol.errors import BackendUnavailable, ConnectFailed, TenureError
@@ -21,6 +19,9 @@ from protocol.procfs import read_cmdline, running, start_ticks
 from protocol.sockets import ensure_private_dir
 
 from .owners import trusted_owners
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping", "place_first_release",
            "runs_module", "stop_all"]
@@ -79,7 +80,41 @@ def start_queued(layout: Layout, text: str | None, source: str | None
         from backend.spool import queue
         ensure_private_dir(layout.backend, root=layout.home)
         queued = queue(layout.queued_config, text, source)
-    return {"started": ensure_daemons(layout, False, wait=False), "queued": queued}
+    in_background(layout, lambda: ensure_daemons(layout, False, wait=False))
+    return {"starting": ["owner", "guardian"], "queued": queued}
+
+
+def in_background(layout: Layout, work: Any) -> int:
+    """Run ``work()`` in a child of this process and return its pid at once, as a
+    daemon's start returns once it has forked: the release is verified and the daemons
+    spawned there (~0.07 s), after the command has answered. The child has its own
+    session, reads nothing and writes to ``logs/up.log`` (0600), where an error of its
+    own is left with its traceback (a daemon's own start writes to its log as always);
+    it exits 0 once ``work`` returned, 1 otherwise."""
+    import traceback
+    ensure_private_dir(layout.logs, root=layout.home)
+    log_fd = os.open(layout.logs / "up.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT |
+                     os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        os.close(log_fd)
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        work()
+        code = 0
+    except BaseException:
+        os.write(log_fd, (f"{time.strftime('%Y-%m-%dT%H:%M:%S')} tenure up --no-wait: "
+                          "starting the daemons failed\n" + traceback.format_exc()).encode())
+    finally:
+        os._exit(code)
 
 
 def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
@@ -101,6 +136,8 @@ def _spawn(layout: Layout, module: str, sock: str, foreground: bool,
     log_path = layout.logs / f"{module}.log"
     argv = _direct(layout, module, {} if seen is None else seen) or \
         [sys.executable, "-m", module, "--home", str(layout.home)]
+    import subprocess   # `up --no-wait` returns before it needs it
+
     with open(log_path, "ab") as log:
         os.chmod(log_path, 0o600)
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -189,6 +226,7 @@ def sealed_here(layout: Layout) -> Iterator[Path]:
     runtime/ (removed afterwards)."""
     from guardian.seal import seal
     ensure_private_dir(layout.runtime, root=layout.home)
+    import tempfile
     with tempfile.TemporaryDirectory(dir=layout.runtime, prefix="seal-") as tmp:
         yield seal(Path(tmp) / "release").path
 

@@ -123,8 +123,7 @@ def up(r: dict[str, Any]) -> str:
 
 
 def up_queued(r: dict[str, Any]) -> str:
-    started = [k for k, v in r["started"].items() if v]
-    lines = [f"starting: {', '.join(started)} (not waited for)"]
+    lines = [f"starting: {', '.join(r['starting'])} (in the background, not waited for)"]
     q = r.get("queued")
     if q:
         lines.append(f"config {q['source']} queued as request {q['request_id']}: the "

@@ -26,7 +26,7 @@ def test_no_wait_queues_the_config_and_the_backend_applies_it(cluster):
     _stopped_home(cluster)
     res = cluster.cli("up", "--no-wait", "--config",
                       str(cluster.write_config(APP.format(n=2))), check=True)
-    assert res.out["started"] == {"owner": True, "guardian": True}
+    assert res.out["starting"] == ["owner", "guardian"]
     rid = res.out["queued"]["request_id"]
     assert "text" not in res.out["queued"]
     apps = cluster.wait_ready(2)
