@@ -136,7 +136,7 @@ def _spawn(layout: Layout, module: str, sock: str, foreground: bool,
     log_path = layout.logs / f"{module}.log"
     argv = _direct(layout, module, {} if seen is None else seen) or \
         [sys.executable, "-m", module, "--home", str(layout.home)]
-    import subprocess   # `up --no-wait` returns before it needs it
+    import subprocess  # `up --no-wait` returns before it needs it
 
     with open(log_path, "ab") as log:
         os.chmod(log_path, 0o600)
