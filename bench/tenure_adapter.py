@@ -25,6 +25,7 @@ from bench.peers.base import (
     write_log_writer,
 )
 from protocol.client import Client
+from protocol.errors import ConnectFailed
 from protocol.layout import Layout
 
 _SEALED: Path | None = None
@@ -104,7 +105,12 @@ class Tenure(Supervisor):
 
     # -- commands -----------------------------------------------------------------------
     def start(self) -> None:
-        self.run_step("start", self._cli("up", "--config", str(self.config)), 300)
+        """`tenure up --no-wait`: like supervisord and circus, the command returns once
+        the daemons are on their way (the config parsed and queued for the backend);
+        'all running' is then timed through the API, as for every peer. The waiting
+        `up` returns at about the 'all running' time, with the apply's outcome."""
+        self.run_step("start", self._cli("up", "--config", str(self.config), "--no-wait"),
+                      300)
 
     def status_argv(self) -> list[str]:
         return self._cli("status")
@@ -164,8 +170,13 @@ class Tenure(Supervisor):
         return []  # the journal is SQLite: see log_captured / log_lines
 
     def log_captured(self) -> int:
-        with Client(self.layout.owner_sock, pin=False) as c:
-            return int(c.call("status")["log_last_id"])
+        """Lines in the owner's journal; 0 while the owner `up --no-wait` started does
+        not listen yet."""
+        try:
+            with Client(self.layout.owner_sock, pin=False) as c:
+                return int(c.call("status")["log_last_id"])
+        except ConnectFailed:
+            return 0
 
     def log_expected(self, lines: int) -> int:
         return lines

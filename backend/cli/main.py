@@ -290,5 +290,20 @@ def _fail(args: Any, exc: TenureError, code: int) -> int:
     return code
 
 
+def run() -> None:
+    """The ``tenure`` command: :func:`main`, then exit without the interpreter's teardown
+    (~20 ms of freeing modules and objects on every command, measured here). Nothing is
+    left half done by then: output is flushed below, files are written atomically and
+    closed, the progress thread is joined, temporary directories are removed and the
+    daemons a command starts run in their own sessions."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):   # the reader went away; a closed stream
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

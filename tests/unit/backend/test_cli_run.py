@@ -1,0 +1,29 @@
+"""The `tenure` entry point (backend.cli.main.run): it exits with main()'s status,
+without the interpreter's teardown, and only after everything printed was flushed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CLI = [sys.executable, "-m", "backend.cli.main"]
+
+
+def test_the_exit_status_and_all_output_survive_the_fast_exit(monkeypatch) -> None:
+    from backend.cli.main import _parser
+    monkeypatch.setenv("COLUMNS", "100")    # the same width in both processes
+    done = subprocess.run([*CLI, "--help"], capture_output=True, text=True, timeout=60,
+                          env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done
+    assert done.stdout == _parser(None).format_help(), done.stdout   # every byte of it
+    bad = subprocess.run([*CLI, "--home", "/nonexistent-tenure-home", "--json", "op",
+                          "show"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and '"BAD_REQUEST"' in bad.stdout, bad
+
+
+def test_a_reader_that_went_away_is_not_an_error() -> None:
+    cli = subprocess.Popen([*CLI, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert cli.stdout is not None and cli.stderr is not None
+    cli.stdout.close()                      # as `tenure ... | head -0` does
+    err = cli.stderr.read().decode()
+    assert cli.wait(timeout=60) in (0, 120) and "Traceback" not in err, err
