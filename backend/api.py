@@ -37,6 +37,7 @@ from .logsel import MAX_SOURCES, after_time, coarsen, read_sources
 from .model import Config, canonical_digest
 from .operations import OperationRunner
 from .plan import live_revision, new_plan
+from .spool import state as queue_state
 from .steps import StepGate
 from .targets import (
     Source,
@@ -245,6 +246,7 @@ class Api:
                             "config_revision": self.gen.config.revision},
                 "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
                 else None, "owner_link": link, "intents": self.intents, "apps": rows,
+                "queued_config": queue_state(self.gen.layout.queued_config),
                 "jobs": self.jobs.summary(), **await self._held()}
 
     async def metrics(self, call: Call) -> Any:

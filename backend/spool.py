@@ -43,7 +43,7 @@ from protocol.errors import (
     Unavailable,
 )
 
-__all__ = ["KIND", "Spool", "queue", "read_queued"]
+__all__ = ["KIND", "Spool", "queue", "read_queued", "state"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -135,6 +135,14 @@ class Spool:
         self._record(KIND, outcome="rejected", code=code, file=self.rejected)
         self._busy = None
         return "rejected"
+
+
+def state(path: str) -> str | None:
+    """What `tenure status` says of the queue at ``path``: ``waiting`` (queued or being
+    applied), ``rejected`` (set aside), None (nothing). Looks at names only."""
+    if os.path.lexists(path) or os.path.lexists(path.replace(".json", ".taken.json")):
+        return "waiting"
+    return "rejected" if os.path.lexists(path.replace(".json", ".rejected.json")) else None
 
 
 async def run(spool: Spool, ready: Callable[[], bool],

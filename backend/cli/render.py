@@ -42,11 +42,20 @@ def status(st: dict[str, Any]) -> str:
                              "are watched, see `tenure owner status`): ", "red") + \
             ", ".join(unrecorded)
     tail += _jobs_line(st.get("jobs") or {})
+    tail += _QUEUED.get(st.get("queued_config") or "", "")
     tail += _sockets_lines(st.get("sockets") or [], st.get("fd_store") or [])
     if not rows:
         return head + "\nno applications" + tail
     return head + "\n" + table(rows, ["APP", "STATE", "PID", "UPTIME", "RESTARTS", "READY",
                                      "CPU", "MEM", "DETAIL"], tints) + tail
+
+
+_QUEUED = {
+    "waiting": "\nconfig queued by `tenure up --no-wait`: not applied yet (this backend "
+               "takes it every 0.5 s)",
+    "rejected": "\nconfig queued by `tenure up --no-wait` was rejected: `tenure events "
+                "--kind queued-config` says why (kept as backend/queued-config.rejected.json)",
+}
 
 
 def _detail(r: dict[str, Any]) -> str:

@@ -39,6 +39,7 @@ def test_no_wait_queues_the_config_and_the_backend_applies_it(cluster):
     cluster.wait(lambda: _queued_events(cluster), what="queued-config event")
     ev = _queued_events(cluster)[0]["data"]
     assert ev["outcome"] == "admitted" and ev["request_id"] == rid, ev
+    assert cluster.status()["queued_config"] is None
     text = cluster.cli_text("events", "--kind", "queued-config")
     assert f"{rid} from {cluster.config_path}: admitted as {ops[0]['id']}" in text, text
     # the same file again, everything running: admitted at once, not waited for
@@ -63,7 +64,9 @@ def test_a_queue_the_backend_cannot_apply_is_set_aside_and_reported(cluster):
     cluster.wait(lambda: _queued_events(cluster), what="queued-config event")
     ev = _queued_events(cluster)[0]["data"]
     assert ev["outcome"] == "rejected" and ev["code"] == "CONFIG_INVALID", ev
-    assert cluster.status()["apps"] == []   # nothing applied, the backend runs on
+    st = cluster.status()
+    assert st["apps"] == [] and st["queued_config"] == "rejected"   # the backend runs on
+    assert "was rejected: `tenure events --kind queued-config`" in cluster.cli_text("status")
     assert cluster.call("op.list", {"open": False})["operations"] == []
     assert cluster.down().ok
 

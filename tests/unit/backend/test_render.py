@@ -23,6 +23,15 @@ def test_status_lists_apps_that_lost_log_lines_below_the_table():
                                     "full): s/noisy 1834")
 
 
+def test_status_says_a_queued_config_waits_or_was_rejected():
+    plain = render.status(_status({"stack": "s", "app": "a"}))
+    assert "queued" not in plain
+    for state, words in (("waiting", "not applied yet"), ("rejected", "was rejected")):
+        out = render.status({**_status({"stack": "s", "app": "a"}), "queued_config": state})
+        assert out.splitlines()[-1].startswith("config queued by `tenure up --no-wait`")
+        assert words in out.splitlines()[-1]
+
+
 def test_status_without_drops_has_no_such_line():
     out = render.status(_status({"stack": "s", "app": "quiet", "log_dropped": 0}))
     assert "dropped" not in out

@@ -189,3 +189,15 @@ def test_run_takes_only_while_in_control() -> None:
         asyncio.run(spool.run(Counting("/nonexistent/q.json", FakeAdmit()),
                               lambda: next(control), sleep))
     assert ticks == ["take"] and sleeps == [spool.TICK_S] * 3
+
+
+def test_state_names_what_status_shows(path: str) -> None:
+    assert spool.state(path) is None
+    spool.queue(path, "text", "/src.toml")
+    assert spool.state(path) == "waiting"
+    os.rename(path, path.replace(".json", ".taken.json"))
+    assert spool.state(path) == "waiting"
+    os.rename(path.replace(".json", ".taken.json"), path.replace(".json", ".rejected.json"))
+    assert spool.state(path) == "rejected"
+    spool.queue(path, "again", "/src.toml")            # a newer queue waits: it says so
+    assert spool.state(path) == "waiting"
