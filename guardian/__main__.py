@@ -18,7 +18,7 @@ from protocol.errors import TenureError
 from protocol.layout import default_home
 
 from .paths import GuardianPaths
-from .start import run
+from .start import hashed_memo, run
 
 
 def preflight(paths: GuardianPaths) -> int:
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = GuardianPaths((args.home or default_home()).absolute())
     if args.preflight:
         return preflight(paths)
-    return run(paths, args.inherit_lock)
+    return run(paths, args.inherit_lock, hashed_memo(paths))
 
 
 if __name__ == "__main__":

@@ -96,7 +96,39 @@ def direct_command(paths: GuardianPaths, log_level: str,
                    str(paths.home), "--log-level", log_level, module="guardian")
 
 
-def run(paths: GuardianPaths, inherited_lock: int | None = None) -> int:
+HASHED_ENV = "TENURE_GUARDIAN_HASHED"
+
+
+def hashed_env(paths: GuardianPaths, seen: dict[str, bytes]) -> dict[str, str]:
+    """For the environment of a guardian :func:`direct_command` starts: the identity of
+    its release's tree as the verification hashed it (see :func:`hashed_memo`); an
+    environment variable, which a guardian of an older release ignores."""
+    record = own.load(paths.guardian_release)
+    identity = None if record.release is None else \
+        seen.get(str(paths.releases / record.release))
+    return {} if identity is None else {HASHED_ENV: identity.hex()}
+
+
+def hashed_memo(paths: GuardianPaths) -> dict[str, bytes]:
+    """The first entry of the guardian's memo of hashed trees (guardian.release.verify's
+    ``seen``), taken out of the environment (no child inherits it): the identity of the
+    release it runs from, as the `tenure up` that verified that release before starting
+    the guardian from it hashed it (:func:`hashed_env`). Its first standby, of the same
+    release, is then not hashed a second time a moment later unless a file changed
+    meanwhile: its identity then differs, and it is hashed in full. Empty when absent,
+    not 32 bytes of hex, or this is the installed code."""
+    given = os.environ.pop(HASHED_ENV, None)
+    running = own.running_release(paths.releases)
+    if given is None or running is None or len(given) != 64:
+        return {}
+    try:
+        return {str(paths.releases / running): bytes.fromhex(given)}
+    except ValueError:
+        return {}
+
+
+def run(paths: GuardianPaths, inherited_lock: int | None = None,
+        hashed: dict[str, bytes] | None = None) -> int:
     try:
         paths.prepare()
         fd = _lock(paths, inherited_lock)
@@ -108,7 +140,7 @@ def run(paths: GuardianPaths, inherited_lock: int | None = None) -> int:
 
         from .daemon import serve
         while True:
-            target = asyncio.run(serve(paths, mine))
+            target = asyncio.run(serve(paths, mine, hashed or {}))
             if target is None:
                 return 0
             mine.exec_failed(paths, _exec(paths, target, fd))

@@ -134,31 +134,39 @@ def _spawn(layout: Layout, module: str, sock: str, foreground: bool,
         return None
     ensure_private_dir(layout.logs, root=layout.home)
     log_path = layout.logs / f"{module}.log"
-    argv = _direct(layout, module, {} if seen is None else seen) or \
-        [sys.executable, "-m", module, "--home", str(layout.home)]
+    direct = _direct(layout, module, {} if seen is None else seen)
+    argv, env = direct or ([sys.executable, "-m", module, "--home", str(layout.home)], {})
     import subprocess  # `up --no-wait` returns before it needs it
 
     with open(log_path, "ab") as log:
         os.chmod(log_path, 0o600)
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=not foreground, close_fds=True)
+                                start_new_session=not foreground, close_fds=True,
+                                env={**os.environ, **env} if env else None)
 
 
-def _direct(layout: Layout, module: str, seen: dict[str, bytes]) -> list[str] | None:
+def _direct(layout: Layout, module: str, seen: dict[str, bytes]
+            ) -> tuple[list[str], dict[str, str]] | None:
     """The daemon started straight from the release its record names, verified here as
     its own start would verify it before exec'ing into it: without that first
-    interpreter (~0.1 s of imports and hashing per daemon, both at once on a cold `up`).
-    None when the record names none, when the daemon has something to decide (a
-    guardian's trial to go back from) or when the release does not verify: the installed
-    code then starts, decides, verifies again and reports why, as it always did."""
+    interpreter (~0.1 s of imports and hashing per daemon, both at once on a cold `up`);
+    with what to add to its environment (the guardian: the tree's identity as hashed
+    here, guardian.start.hashed_env). None when the record names none, when the daemon
+    has something to decide (a guardian's trial to go back from) or when the release
+    does not verify: the installed code then starts, decides, verifies again and
+    reports why, as it always did."""
     try:
         if module == "owner":
             from owner.release import direct_command as owner_command
-            return owner_command(layout, "INFO", seen)
+            argv = owner_command(layout, "INFO", seen)
+            return None if argv is None else (argv, {})
         if module == "guardian":
             from guardian.paths import GuardianPaths
             from guardian.start import direct_command as guardian_command
-            return guardian_command(GuardianPaths(layout.home), "INFO", seen)
+            from guardian.start import hashed_env
+            paths = GuardianPaths(layout.home)
+            argv = guardian_command(paths, "INFO", seen)
+            return None if argv is None else (argv, hashed_env(paths, seen))
     except (TenureError, OSError):   # whatever it is, the installed code says it properly
         pass
     return None

@@ -6,6 +6,9 @@ code, which decides, verifies and reports as it always did."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from guardian.start import HASHED_ENV
 from owner.release import OwnerRelease, save
 
 FIRST_STAGE = {"owner": "the owner continues from release",
@@ -26,6 +29,9 @@ def test_up_starts_both_daemons_from_their_release_directly(cluster):
         assert o.call("status")["release"] == {"running": release, "error": None}
     for name, text in _logs(cluster).items():
         assert FIRST_STAGE[name] not in text, (name, text)
+    # the tree's identity handed to the guardian (guardian.start.hashed_env) stayed there
+    backend_env = Path(f"/proc/{cluster.backend_pid()}/environ").read_bytes()
+    assert HASHED_ENV.encode() not in backend_env
 
 
 def test_a_record_the_direct_start_cannot_follow_goes_through_the_installed_code(cluster):
