@@ -28,24 +28,28 @@ REASONS: dict[str, str] = {
         "each); the backend hashes with CPython's own functions and maps none (was 28.0 "
         "MiB); the guardian hashes releases in 64 KiB reads (was 28.7 MiB)."),
     "ratio_start_all_running": (
-        "a cold start runs three interpreters, the backend after the other two. With 50 "
-        "apps, `tenure up --no-wait`, 7 runs, medians from the command's start: it "
-        "returns at ~0.1 s (the config parsed and queued); its forked child verifies the "
-        "release (~0.04 s) and starts the owner and the guardian, which listen at ~0.28 s "
-        "(~0.15 s each: interpreter and imports ~0.1 s, 25 ms and 13 ms of it creating "
-        "their dataclasses, on two CPUs shared with the backend's standby interpreter, "
-        "which the guardian starts at once); the backend generation listens at ~0.41 s "
-        "(its own modules ~40 ms once the guardian hands over, the owner's connection, "
-        "the adoption); it takes the queued config at once, plans and applies it, and "
-        "the 50 launches end at ~0.51 s."),
+        "a cold start runs three interpreters, the backend after the other two, on two "
+        "CPUs that stay busy throughout: CPU time spent by each, from /proc (50 apps): "
+        "the command ~0.08 s, its forked child ~0.05 s (the release's verification), "
+        "the owner ~0.15 s, the guardian ~0.12 s (0.15 s before it took the tree's "
+        "identity from the command instead of hashing the release again), the backend "
+        "~0.12 s: ~0.5 s of CPU, so ~0.25 s on two CPUs at best. Timeline with 50 apps, "
+        "`tenure up --no-wait`, medians of 7 runs from the command's start: it returns at "
+        "~0.1 s; the owner and the guardian listen at ~0.28 s (interpreter and imports "
+        "~0.1 s each, 25 ms and 13 ms of it creating their dataclasses); the guardian, "
+        "which now asks for the owner every 10 ms instead of after 50-170 ms pauses, "
+        "fences it and hands over to the standby it started at once; the backend "
+        "listens at ~0.41 s, takes the queued config at once, plans and applies it, and "
+        "the 50 launches end at ~0.5 s."),
     "ratio_start_returned": (
         "`tenure up --no-wait` returns once the config is parsed (a bad one starts "
         "nothing) and queued, then verifies the release and starts the daemons in a "
         "forked child, as supervisord returns once it has forked. With 50 apps, 7 runs: "
         "108 ms median, of it the interpreter's start and the CLI's imports (~85 ms; "
-        "msgspec's alone ~20 ms, ~12 ms of that typing_extensions, which only mypy "
-        "brings into the benchmark's venv), the config parse (~8 ms) and the queue's "
-        "atomic write (~3 ms). The waiting `tenure up` returns at about the 'all "
+        "msgspec's alone ~20 ms), the config parse (~8 ms) and the queue's atomic write "
+        "(~3 ms). At the margin where behind: the peers' own figure moves by a third "
+        "between runs (circus at 200: 0.161 s in one run, 0.107 s in the next, against "
+        "tenure's 0.091 and 0.110 s). The waiting `tenure up` returns at about the 'all "
         "running' time, with the apply's outcome and the status table."),
     "ratio_status": (
         "at the margin, by noise: tenure status took 39-41 ms with 50 programs and "
@@ -57,14 +61,17 @@ REASONS: dict[str, str] = {
         "the restart crosses two processes and five socket hops on two CPUs, while the "
         "benchmark asks the API for the pid every 0.5 ms (each answer is two more hops "
         "to the owner): the owner sees the exit (pidfd, a last look for descendants, "
-        "~0.35 ms with 50 programs, ~0.6 ms with 200) and tells the backend (~0.35 ms), "
+        "~0.25 ms with 50 programs, ~0.4 ms with 200) and tells the backend (~0.35 ms), "
         "which restarts at once and asks the owner to launch (~0.5 ms, most of it "
         "waiting for a CPU); the owner commits the row, spawns (vfork and exec of the "
         "program, 0.5-1.3 ms under this load), reads the start time, commits the running "
-        "row and answers (~0.5 ms). No fsync is on that path. A/B on the same machine, "
-        "40 kills: 3.6-3.9 ms with 50 programs and 4.2-4.5 ms with 200, from 4.2 and "
-        "4.9 ms before this round; runs of one day move by a third with the machine's "
-        "load."),
+        "row and answers (~0.5 ms). No fsync is on that path. Watched from /proc without "
+        "the API's polling, the new process exists ~3.4-3.9 ms after the kill at both "
+        "sizes, of it ~0.85 ms before the owner's event loop sees the pidfd readable "
+        "(0.33 ms for one process waiting on a pidfd alone). Sampled with py-spy during "
+        "150 kills, the backend spends more time in socket writes than anywhere else: "
+        "each write wakes the owner or the poller, which takes its CPU. Runs of one day "
+        "move by a third with the machine's load (4.04 and 4.32 ms at 50 in two runs)."),
     "ratio_logs": "",
     "ratio_replace_returned": (
         "a backend upgrade checks the candidate before the incumbent is touched: its "
