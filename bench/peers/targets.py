@@ -71,7 +71,9 @@ REASONS: dict[str, str] = {
         "(0.33 ms for one process waiting on a pidfd alone). Sampled with py-spy during "
         "150 kills, the backend spends more time in socket writes than anywhere else: "
         "each write wakes the owner or the poller, which takes its CPU. Runs of one day "
-        "move by a third with the machine's load (4.04 and 4.32 ms at 50 in two runs)."),
+        "move by a third with the machine's load (4.04, 4.32 and 4.82 ms at 50 in three "
+        "full runs of this day); this round's code against the round before, 40 kills "
+        "each, two alternating rounds: 5.27 and 4.79 ms against 5.35 and 5.64 ms."),
     "ratio_logs": "",
     "ratio_replace_returned": (
         "a backend upgrade checks the candidate before the incumbent is touched: its "
