@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from protocol.client import Client
-from protocol.errors import BackendUnavailable, ConnectFailed, TenureError
+from protocol.errors import BackendUnavailable, ConnectFailed, StorageFailed, TenureError
 from protocol.layout import Layout
 from protocol.procfs import read_cmdline, running, start_ticks
 from protocol.sockets import ensure_private_dir
@@ -79,8 +79,20 @@ def start_queued(layout: Layout, text: str | None, source: str | None
     if text is not None and source is not None:
         from backend.spool import queue
         ensure_private_dir(layout.backend, root=layout.home)
-        queued = queue(layout.queued_config, text, source)
-    in_background(layout, lambda: ensure_daemons(layout, False, wait=False))
+        try:
+            queued = queue(layout.queued_config, text, source)
+        except OSError as exc:
+            raise StorageFailed(f"cannot queue the config in {layout.queued_config}: "
+                                f"{exc.strerror or exc}; nothing was started",
+                                {"path": layout.queued_config}) from None
+    try:
+        in_background(layout, lambda: ensure_daemons(layout, False, wait=False))
+    except OSError as exc:
+        raise StorageFailed(f"cannot start the daemons in the background: "
+                            f"{exc.strerror or exc}; run `tenure up` (the config stays "
+                            "queued for the backend)" if queued else
+                            f"cannot start the daemons in the background: "
+                            f"{exc.strerror or exc}", {"queued": queued}) from None
     return {"starting": ["owner", "guardian"], "queued": queued}
 
 

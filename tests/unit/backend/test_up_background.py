@@ -4,11 +4,17 @@ ends in logs/up.log with its traceback and exit status 1, never silently."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
+import pytest
+
+from backend import spool
+from backend.cli import daemons
 from backend.cli.daemons import in_background
+from protocol.errors import StorageFailed
 from protocol.layout import Layout
 
 
@@ -40,3 +46,36 @@ def test_an_error_in_the_child_is_logged_with_its_traceback(tmp_path: Path) -> N
     text = (layout.logs / "up.log").read_text()
     assert "tenure up --no-wait: starting the daemons failed" in text
     assert "RuntimeError: the release would not verify" in text and "Traceback" in text
+
+
+def _stopped_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Layout:
+    """A home whose guardian has a release selected and where nothing answers."""
+    monkeypatch.setattr(daemons, "_selected", lambda layout: True)
+    monkeypatch.setattr(daemons, "ping", lambda sock, **kw: None)
+    return Layout(tmp_path)
+
+
+def test_a_config_that_cannot_be_queued_starts_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = _stopped_home(tmp_path, monkeypatch)
+    started: list[str] = []
+    monkeypatch.setattr(daemons, "in_background", lambda *a: started.append("bg"))
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(spool, "atomic_write_json", full)
+    with pytest.raises(StorageFailed, match="No space left on device; nothing was started"):
+        daemons.start_queued(layout, "[stacks]\n", "/etc/tenure.toml")
+    assert started == [] and not Path(layout.queued_config).exists()
+
+
+def test_a_background_start_that_cannot_fork_says_the_config_stays_queued(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = _stopped_home(tmp_path, monkeypatch)
+
+    def no_fork() -> int:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+    monkeypatch.setattr(os, "fork", no_fork)
+    with pytest.raises(StorageFailed, match="config stays queued"):
+        daemons.start_queued(layout, "[stacks]\n", "/etc/tenure.toml")
+    assert Path(layout.queued_config).exists()
