@@ -100,16 +100,17 @@ def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE,
     by group or others; StateCorrupt when larger than ``max_size``.
     """
     p = os.fspath(path)
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:   # O_NONBLOCK: a FIFO put there is refused below instead of waited on forever
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         if isinstance(exc, FileNotFoundError):
             raise
         raise UnsafePath(f"cannot open {p} safely: {exc.strerror}", {"path": p}) from None
+    st = os.fstat(fd)   # before a file object: one of a directory cannot even be made
+    if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o022:
+        os.close(fd)
+        raise UnsafePath(f"{p} is not a private regular file", {"path": p})
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o022:
-            raise UnsafePath(f"{p} is not a private regular file", {"path": p})
         if owners is not None and (st.st_uid not in owners or st.st_mode & 0o077):
             raise UnsafePath(f"{p} is owned by uid {st.st_uid} with mode "
                              f"{stat.S_IMODE(st.st_mode):04o}; it must be 0600 and owned "
