@@ -16,6 +16,8 @@ Taking is one state machine over two files (``queued`` and ``taken``, beside it)
     taken    busy: OPERATION_IN_PROGRESS, STALE_PLAN,
              the owner out of reach                  keep taken              taken
     taken    refused (CONFIG_INVALID and the rest)   rename to rejected      rejected
+    taken    admitted or refused, but the file cannot
+             be removed or moved (an I/O error)      log once, leave it      (none)
 
 The rename first means a newer `up --no-wait` that queues meanwhile is never lost: it
 lands in a fresh ``queued`` file, taken on a later tick, and applied after this one (last
@@ -89,6 +91,7 @@ class Spool:
         self._admit = admit
         self._record = record
         self._busy: str | None = None       # the code last logged for a busy attempt
+        self._stuck: tuple[int, int, int] | None = None   # a taken file left as it is
 
     async def take(self) -> str | None:
         """One tick: the outcome (``admitted``, ``no-change``, ``busy``, ``rejected``),
@@ -97,24 +100,37 @@ class Spool:
             if not os.path.lexists(self.taken):
                 if not os.path.lexists(self.queued):
                     return None
-                os.rename(self.queued, self.taken)
+                try:
+                    os.rename(self.queued, self.taken)
+                except OSError as exc:
+                    return self._wait("RENAME_FAILED", f"cannot take {self.queued}: {exc}")
+            elif self._stuck is not None and self._stuck == _file_id(self.taken):
+                return None   # applied or refused, but it could not be moved: logged once
             return await self._apply()
         except Exception as exc:   # boundary: the unexpected ends as a coded rejection
             log.exception("queued config: unexpected failure")
             return self._reject(exc)
+
+    def _wait(self, key: str, why: str) -> str:
+        """Busy: tried again next tick; logged once per kind of reason."""
+        if self._busy != key:
+            log.warning("queued config waits: %s", why)
+            self._busy = key
+        return "busy"
 
     async def _apply(self) -> str:
         try:
             rec = read_queued(self.taken)
             op = await self._admit(rec["text"], rec["source"], rec["request_id"])
         except BUSY as exc:
-            if self._busy != exc.code_str:
-                log.warning("queued config waits: %s", exc)
-                self._busy = exc.code_str
-            return "busy"
+            return self._wait(exc.code_str, str(exc))
         except TenureError as exc:
             return self._reject(exc)
-        os.unlink(self.taken)
+        try:
+            os.unlink(self.taken)
+        except OSError as err:   # admitted all the same: never taken again
+            log.error("queued config: cannot remove %s: %s", self.taken, err)
+            self._stuck = _file_id(self.taken)
         outcome = "no-change" if op.get("id") is None else "admitted"
         log.info("queued config %s from %s: %s %s", rec["request_id"], rec["source"],
                  outcome, op.get("id") or "")
@@ -130,11 +146,21 @@ class Spool:
             os.replace(self.taken, self.rejected)
         except FileNotFoundError:
             pass
-        except OSError as err:   # it stays taken: tried again next tick, logged again
+        except OSError as err:   # it stays taken, and is not tried again
             log.error("queued config: cannot set %s aside: %s", self.taken, err)
+            self._stuck = _file_id(self.taken)
         self._record(KIND, outcome="rejected", code=code, file=self.rejected)
         self._busy = None
         return "rejected"
+
+
+def _file_id(path: str) -> tuple[int, int, int] | None:
+    """What tells one file at ``path`` from another put there later."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 def state(path: str) -> str | None:

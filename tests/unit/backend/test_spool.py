@@ -201,3 +201,44 @@ def test_state_names_what_status_shows(path: str) -> None:
     assert spool.state(path) == "rejected"
     spool.queue(path, "again", "/src.toml")            # a newer queue waits: it says so
     assert spool.state(path) == "waiting"
+
+
+def test_an_admitted_queue_that_cannot_be_removed_is_not_taken_again(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    spool.queue(path, "text", "/src.toml")
+    admit = FakeAdmit({"id": "op-1"})
+    s, events = make(path, admit)
+    real = os.unlink
+
+    def failing(p: str, *a: Any, **k: Any) -> None:
+        if p == s.taken:
+            raise OSError(5, "Input/output error")
+        real(p, *a, **k)
+    monkeypatch.setattr(spool.os, "unlink", failing)
+    assert take(s) == "admitted"
+    assert [e[1]["outcome"] for e in events] == ["admitted"]      # never "rejected"
+    assert take(s) is None and take(s) is None and len(admit.calls) == 1
+
+
+def test_a_queue_that_cannot_be_set_aside_is_reported_once(path: str) -> None:
+    os.mkdir(path)                                   # not a file: refused
+    Path(path.replace(".json", ".rejected.json")).write_text("an older one\n")
+    s, events = make(path, FakeAdmit())
+    assert take(s) == "rejected"                     # a directory cannot replace a file
+    assert take(s) is None and take(s) is None
+    assert [e[1]["code"] for e in events] == ["UNSAFE_PATH"]
+
+
+def test_a_queue_that_cannot_be_taken_waits(path: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    spool.queue(path, "text", "/src.toml")
+
+    def failing(a: str, b: str) -> None:
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr(spool.os, "rename", failing)
+    s, events = make(path, FakeAdmit())
+    assert take(s) == "busy" and take(s) == "busy" and events == []
+    monkeypatch.undo()
+    admit = FakeAdmit({"id": "op-1"})
+    s._admit = admit
+    assert take(s) == "admitted"
