@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -87,7 +88,9 @@ def test_systemd_notify_ready_from_a_child_shell_is_attributed_to_the_app(
         assert mode == 0o600
         key, pid, fields = await rig.next_message()
         assert (key, fields) == ("app", {"READY": "1"})
-        assert os.getpgid(pid) == app.pgid and pid != app.pid  # a grandchild's shell
+        assert pid != app.pid   # a grandchild's shell: in the app's group while it lives
+        with contextlib.suppress(ProcessLookupError):   # it exits right after `echo done`
+            assert os.getpgid(pid) == app.pgid
         key, pid, fields = await rig.next_message()
         assert (key, pid, fields) == ("app", app.pid, {"STATUS": "serving 3 clients"})
         assert rig.listener.stats["unattributed"] == 0
