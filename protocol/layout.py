@@ -95,6 +95,11 @@ class Layout:
         return self.home / "runtime"
 
     @property
+    def up_lock(self) -> str:
+        """Held while `tenure up --no-wait` starts the daemons in the background."""
+        return self._at("runtime", "up.lock")
+
+    @property
     def guardian_sock(self) -> str:
         return str(self.runtime / "guardian.sock")
 

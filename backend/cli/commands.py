@@ -28,7 +28,13 @@ OK, ERROR, UNREACHABLE, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNREACHABLE, Exit.
 # -- lifecycle ------------------------------------------------------------------------
 
 def cmd_up(args: Any) -> int:
-    from .daemons import ensure_backend, ensure_daemons, ensure_release, place_first_release
+    from .daemons import (
+        ensure_backend,
+        ensure_daemons,
+        ensure_release,
+        place_first_release,
+        wait_background_start,
+    )
     layout = _layout(args)
     text = None
     if args.config is not None:   # a config that cannot be read or parsed starts nothing
@@ -44,6 +50,7 @@ def cmd_up(args: Any) -> int:
         if queued is not None:
             _out(args, queued, render.up_queued(queued))
             return OK
+    wait_background_start(layout)   # an `up --no-wait` still starting them
     first = place_first_release(layout, args.release)   # fresh home: daemons run it too
     started = ensure_daemons(layout, args.foreground)
     with _guardian(args) as g:
@@ -118,8 +125,9 @@ def _wait_op(args: Any, op_id: str, timeout: float) -> dict[str, Any]:
 
 
 def cmd_down(args: Any) -> int:
-    from .daemons import stop_all
+    from .daemons import stop_all, wait_background_start
     with live(args, "down", _owner_probe(args)):
+        wait_background_start(_layout(args))
         out = stop_all(_layout(args))
     _out(args, out, render.down(out))
     receipt = out.get("owner_receipt")

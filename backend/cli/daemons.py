@@ -71,6 +71,7 @@ def start_queued(layout: Layout, text: str | None, source: str | None
     and the guardian and return without waiting for them. None when something answers
     or the home has no release selected yet: `up` then does what it always does, and
     only leaves the apply running."""
+    wait_background_start(layout)
     if not _selected(layout) or any(
             ping(sock, home=layout.home) is not None
             for sock in (layout.owner_sock, layout.guardian_sock, layout.api_sock)):
@@ -85,8 +86,8 @@ def start_queued(layout: Layout, text: str | None, source: str | None
             raise StorageFailed(f"cannot queue the config in {layout.queued_config}: "
                                 f"{exc.strerror or exc}; nothing was started",
                                 {"path": layout.queued_config}) from None
-    try:
-        in_background(layout, lambda: ensure_daemons(layout, False, wait=False))
+    try:   # the child waits for them to answer (or reports why not in logs/up.log)
+        in_background(layout, lambda: ensure_daemons(layout, False))
     except OSError as exc:
         raise StorageFailed(f"cannot start the daemons in the background: "
                             f"{exc.strerror or exc}; run `tenure up` (the config stays "
@@ -98,20 +99,29 @@ def start_queued(layout: Layout, text: str | None, source: str | None
 
 def in_background(layout: Layout, work: Any) -> int:
     """Run ``work()`` in a child of this process and return its pid at once, as a
-    daemon's start returns once it has forked: the release is verified and the daemons
-    spawned there (~0.07 s), after the command has answered. The child has its own
-    session, reads nothing and writes to ``logs/up.log`` (0600), where an error of its
-    own is left with its traceback (a daemon's own start writes to its log as always);
-    it exits 0 once ``work`` returned, 1 otherwise."""
+    daemon's start returns once it has forked: the release is verified, the daemons
+    spawned and waited for there, after the command has answered. The child has its
+    own session, reads nothing, writes to ``logs/up.log`` (0600), where an error is
+    left with its traceback (a daemon that did not come up: the end of its log), and
+    holds ``runtime/up.lock`` until ``work`` ends; it exits 0 once ``work`` returned,
+    1 otherwise."""
+    import fcntl
     import traceback
     ensure_private_dir(layout.logs, root=layout.home)
+    ensure_private_dir(layout.runtime, root=layout.home)
     log_fd = os.open(layout.logs / "up.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT |
                      os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    # taken here, held by the child (the same open file) until it has started them:
+    # a `tenure down` or `up` meanwhile waits for it (wait_background_start)
+    lock_fd = os.open(layout.up_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW |
+                      os.O_CLOEXEC, 0o600)
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid:
         os.close(log_fd)
+        os.close(lock_fd)
         return pid
     code = 1
     try:
@@ -197,6 +207,33 @@ def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[byte
     tail = log_path.read_bytes()[-2000:].decode(errors="replace")
     raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}); end of "
                         f"{log_path}:\n{tail}", {"log": str(log_path)})
+
+
+BACKGROUND_WAIT_S = 30.0
+
+
+def wait_background_start(layout: Layout, timeout: float = BACKGROUND_WAIT_S) -> bool:
+    """Wait until no `tenure up --no-wait` is starting the daemons in the background
+    (it holds ``runtime/up.lock`` until they answer, ~0.3 s): so that a `down` right
+    after it stops them instead of finding nothing yet, and an `up` does not start a
+    second pair. Returns False when one still held it after ``timeout``."""
+    import fcntl
+    try:
+        fd = os.open(layout.up_lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return True   # none ever ran here (or not a file we would wait on)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(UP_POLL_S)
+    finally:
+        os.close(fd)
 
 
 def _selected(layout: Layout) -> bool:

@@ -84,3 +84,12 @@ def test_no_wait_and_foreground_do_not_go_together(cluster):
     res = cluster.cli("up", "--no-wait", "--foreground")
     assert res.code == 2 and res.out["error"]["code"] == "BAD_REQUEST", res
     assert not Path(cluster.layout.owner_sock).exists()
+
+
+def test_down_right_after_no_wait_stops_what_it_started(cluster):
+    _stopped_home(cluster)
+    cluster.cli("up", "--no-wait", "--config", str(cluster.write_config(APP.format(n=1))),
+                check=True)
+    down = cluster.down()            # at once: the background start may not be done
+    assert down.ok and down.out["owner"] and down.out["guardian"], down.out
+    assert cluster.leftovers() == []

@@ -79,3 +79,21 @@ def test_a_background_start_that_cannot_fork_says_the_config_stays_queued(
     with pytest.raises(StorageFailed, match="config stays queued"):
         daemons.start_queued(layout, "[stacks]\n", "/etc/tenure.toml")
     assert Path(layout.queued_config).exists()
+
+
+def test_down_and_up_wait_while_the_child_starts_the_daemons(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    assert daemons.wait_background_start(layout, timeout=0)   # none ever ran
+    go_r, go_w = os.pipe()
+
+    def work() -> None:
+        os.read(go_r, 1)            # "spawning": until the test lets it finish
+    pid = in_background(layout, work)
+    try:
+        assert not daemons.wait_background_start(layout, timeout=0.05)
+    finally:
+        os.write(go_w, b"x")
+        os.close(go_w)
+        os.close(go_r)
+    assert daemons.wait_background_start(layout, timeout=30)
+    assert _wait(pid) == 0
