@@ -71,9 +71,11 @@ REASONS: dict[str, str] = {
         "(0.33 ms for one process waiting on a pidfd alone). Sampled with py-spy during "
         "150 kills, the backend spends more time in socket writes than anywhere else: "
         "each write wakes the owner or the poller, which takes its CPU. Runs of one day "
-        "move by a third with the machine's load (4.04, 4.32 and 4.82 ms at 50 in three "
-        "full runs of this day); this round's code against the round before, 40 kills "
-        "each, two alternating rounds: 5.27 and 4.79 ms against 5.35 and 5.64 ms."),
+        "move by a third and more with the machine's load (at 50: 4.04, 4.32, 4.82 and "
+        "4.52 ms in four full runs of this day; at 200: 4.27 to 7.43 ms); this round's "
+        "code against the round before, 40 kills a round, alternating: at 50, 5.27 and "
+        "4.79 ms against 5.35 and 5.64; at 200, 6.27, 4.04, 5.17 and 3.90 ms against "
+        "4.83, 4.17, 4.59 and 5.27."),
     "ratio_logs": "",
     "ratio_replace_returned": (
         "a backend upgrade checks the candidate before the incumbent is touched: its "
