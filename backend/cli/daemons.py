@@ -131,12 +131,40 @@ def in_background(layout: Layout, work: Any) -> int:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         work()
+        os.write(log_fd, f"{time.strftime(_STAMP)} {_BACKGROUND}: {_DONE}\n".encode())
         code = 0
     except BaseException:
-        os.write(log_fd, (f"{time.strftime('%Y-%m-%dT%H:%M:%S')} tenure up --no-wait: "
-                          "starting the daemons failed\n" + traceback.format_exc()).encode())
+        os.write(log_fd, (f"{time.strftime(_STAMP)} {_BACKGROUND}: {_FAILED}\n" +
+                          traceback.format_exc()).encode())
     finally:
         os._exit(code)
+
+
+_STAMP = "%Y-%m-%dT%H:%M:%S"
+_BACKGROUND = "tenure up --no-wait"
+_DONE = "the daemons answer"
+_FAILED = "starting the daemons failed"
+
+
+def last_background_start(layout: Layout) -> dict[str, Any] | None:
+    """How the last background start of `tenure up --no-wait` ended, from the end of
+    ``logs/up.log``: ``{"at", "ok"}``, with ``error`` (the log's last line: the daemon's
+    own last words when it did not come up) when it failed. None when there is none or
+    the log cannot be read safely (for `tenure status` with no backend to ask)."""
+    from protocol.durable import read_private
+    try:
+        data = read_private(layout.logs / "up.log", max_size=1 << 30)[-16384:]
+    except (OSError, TenureError):
+        return None
+    lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+    marks = [i for i, line in enumerate(lines) if f" {_BACKGROUND}: " in line]
+    if not marks:
+        return None
+    head = lines[marks[-1]]
+    at, _, what = head.partition(f" {_BACKGROUND}: ")
+    if what == _DONE:
+        return {"at": at, "ok": True}
+    return {"at": at, "ok": False, "error": lines[-1].strip()}
 
 
 def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,

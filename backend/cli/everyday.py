@@ -97,9 +97,15 @@ def _status_once(args: Any) -> int:
         st = call(args, "status", {"targets": args.targets} if args.targets else None,
                   timeout=10.0)
     except BackendUnavailable as exc:
+        from .daemons import last_background_start
         diag = exc.data.get("diagnostics")
-        out(args, {"ok": False, "backend": None, "diagnostics": diag},
-            "backend: not available" + render.why(diag))
+        last = last_background_start(layout(args))
+        failed = "" if last is None or last["ok"] else \
+            (f"\nthe background start of `tenure up --no-wait` at {last['at']} failed: "
+             f"{last['error']} (logs/up.log)")
+        out(args, {"ok": False, "backend": None, "diagnostics": diag,
+                   "background_start": last},
+            "backend: not available" + render.why(diag) + failed)
         return Exit.UNREACHABLE
     out(args, st, render.status(st))
     return current(st)

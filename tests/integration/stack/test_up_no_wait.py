@@ -93,3 +93,21 @@ def test_down_right_after_no_wait_stops_what_it_started(cluster):
     down = cluster.down()            # at once: the background start may not be done
     assert down.ok and down.out["owner"] and down.out["guardian"], down.out
     assert cluster.leftovers() == []
+
+
+def test_status_says_why_the_background_start_failed(cluster):
+    from backend.cli.daemons import last_background_start
+    _stopped_home(cluster)
+    record = Path(cluster.layout.runtime) / "guardian-release.json"
+    good = record.read_bytes()
+    record.write_bytes(b'{"broken')            # the guardian refuses to start (exit 2)
+    cluster.cli("up", "--no-wait", check=True)
+    cluster.wait(lambda: (last_background_start(cluster.layout) or {}).get("ok") is False,
+                 what="the background start's failure in logs/up.log")
+    st = cluster.cli("status")
+    assert st.code == 3 and st.out["background_start"]["ok"] is False, st.out
+    assert "STATE_CORRUPT" in st.out["background_start"]["error"]
+    text = cluster.cli_text("status", expect=3)
+    assert "the background start of `tenure up --no-wait` at" in text, text
+    record.write_bytes(good)
+    assert cluster.down().ok and cluster.leftovers() == []   # the owner it did start

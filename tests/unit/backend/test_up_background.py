@@ -34,7 +34,10 @@ def test_the_work_runs_in_a_child_of_its_own_session(tmp_path: Path) -> None:
     child, session = map(int, marker.read_text().split())
     assert child == pid and session == pid
     log = layout.logs / "up.log"
-    assert log.read_text() == "" and stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert log.read_text().endswith(" tenure up --no-wait: the daemons answer\n")
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    last = daemons.last_background_start(layout)
+    assert last is not None and last["ok"] and last["at"] in log.read_text()
 
 
 def test_an_error_in_the_child_is_logged_with_its_traceback(tmp_path: Path) -> None:
@@ -46,6 +49,26 @@ def test_an_error_in_the_child_is_logged_with_its_traceback(tmp_path: Path) -> N
     text = (layout.logs / "up.log").read_text()
     assert "tenure up --no-wait: starting the daemons failed" in text
     assert "RuntimeError: the release would not verify" in text and "Traceback" in text
+    last = daemons.last_background_start(layout)
+    assert last is not None and not last["ok"]
+    assert last["error"] == "RuntimeError: the release would not verify"
+
+
+def test_the_last_record_of_up_log_is_the_one_reported(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    assert daemons.last_background_start(layout) is None          # no log
+    layout.logs.mkdir(mode=0o700)
+    log = layout.logs / "up.log"
+    log.write_text("noise without a record\n")
+    os.chmod(log, 0o600)
+    assert daemons.last_background_start(layout) is None
+    log.write_text("2026-01-01T10:00:00 tenure up --no-wait: starting the daemons failed\n"
+                   "Traceback ...\nConnectFailed: owner did not come up\n"
+                   "2026-01-01T10:05:00 tenure up --no-wait: the daemons answer\n")
+    assert daemons.last_background_start(layout) == {"at": "2026-01-01T10:05:00",
+                                                     "ok": True}
+    os.chmod(log, 0o666)                                          # not ours alone: unread
+    assert daemons.last_background_start(layout) is None
 
 
 def _stopped_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Layout:
