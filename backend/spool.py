@@ -45,7 +45,7 @@ from protocol.errors import (
     Unavailable,
 )
 
-__all__ = ["KIND", "Spool", "queue", "read_queued", "state"]
+__all__ = ["KIND", "Spool", "files", "queue", "read_queued", "state"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -85,9 +85,7 @@ class Spool:
 
     def __init__(self, path: str, admit: Admit,
                  record: Callable[..., None] = lambda *a, **k: None) -> None:
-        self.queued = path
-        self.taken = path.replace(".json", ".taken.json")
-        self.rejected = path.replace(".json", ".rejected.json")
+        self.queued, self.taken, self.rejected = files(path)
         self._admit = admit
         self._record = record
         self._busy: str | None = None       # the code last logged for a busy attempt
@@ -163,12 +161,19 @@ def _file_id(path: str) -> tuple[int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
+def files(path: str) -> tuple[str, str, str]:
+    """The queue at ``path``: its queued, taken and rejected files."""
+    stem = path.removesuffix(".json")
+    return path, f"{stem}.taken.json", f"{stem}.rejected.json"
+
+
 def state(path: str) -> str | None:
     """What `tenure status` says of the queue at ``path``: ``waiting`` (queued or being
     applied), ``rejected`` (set aside), None (nothing). Looks at names only."""
-    if os.path.lexists(path) or os.path.lexists(path.replace(".json", ".taken.json")):
+    queued, taken, rejected = files(path)
+    if os.path.lexists(queued) or os.path.lexists(taken):
         return "waiting"
-    return "rejected" if os.path.lexists(path.replace(".json", ".rejected.json")) else None
+    return "rejected" if os.path.lexists(rejected) else None
 
 
 async def run(spool: Spool, ready: Callable[[], bool],

@@ -68,14 +68,14 @@ async def _connect_owner(co: Coordinator, stop: asyncio.Event) -> bool:
 
 
 async def serve(paths: GuardianPaths, mine: own.Running,
-                hashed: dict[str, bytes] | None = None) -> str | None:
+                hashed: dict[str, bytes]) -> str | None:
     """Serve until stopped. Returns None, or the release to exec into (an upgrade of the
     guardian: the backend is left running for it). ``hashed``: the first entries of the
     memo of hashed trees (guardian.start.hashed_memo)."""
     key = load_or_create_key(paths.key)
     state = StateStore(paths.state_db)
     co = Coordinator(paths, state, key)
-    co.hashed.update(hashed or {})
+    co.hashed.update(hashed)
     co.own = mine
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

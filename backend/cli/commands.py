@@ -41,16 +41,16 @@ def cmd_up(args: Any) -> int:
         from backend.config import parse_config
         text = _read_config(args.config)
         parse_config(text, str(args.config.absolute()))
+    if args.no_wait and args.foreground:
+        raise BadRequest("--no-wait and --foreground do not go together")
+    wait_background_start(layout)   # an `up --no-wait` still starting them
     if args.no_wait:
-        if args.foreground:
-            raise BadRequest("--no-wait and --foreground do not go together")
         from .daemons import start_queued
         queued = start_queued(layout, text, None if text is None else
                               str(args.config.absolute()))
         if queued is not None:
             _out(args, queued, render.up_queued(queued))
             return OK
-    wait_background_start(layout)   # an `up --no-wait` still starting them
     first = place_first_release(layout, args.release)   # fresh home: daemons run it too
     started = ensure_daemons(layout, args.foreground)
     with _guardian(args) as g:

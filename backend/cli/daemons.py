@@ -49,17 +49,16 @@ def ping(sock: str, timeout: float = 2.0, home: Path | None = None
         return None
 
 
-def ensure_daemons(layout: Layout, foreground: bool, wait: bool = True) -> dict[str, bool]:
+def ensure_daemons(layout: Layout, foreground: bool) -> dict[str, bool]:
     """Owner and guardian, started side by side when they do not answer (the guardian
-    waits for the owner by itself); with ``wait``, until each answers. Returns which
-    ones were started."""
+    waits for the owner by itself). Returns which ones were started."""
     seen: dict[str, bytes] = {}   # both usually run one release: hash it once
     spawned = {name: _spawn(layout, name, sock, foreground, seen)
                for name, sock in (("owner", layout.owner_sock),
                                   ("guardian", layout.guardian_sock))}
     for name, sock in (("owner", layout.owner_sock), ("guardian", layout.guardian_sock)):
         proc = spawned[name]
-        if proc is not None and wait:
+        if proc is not None:
             _wait_up(layout, name, sock, proc)
     return {name: proc is not None for name, proc in spawned.items()}
 
@@ -71,7 +70,6 @@ def start_queued(layout: Layout, text: str | None, source: str | None
     and the guardian and return without waiting for them. None when something answers
     or the home has no release selected yet: `up` then does what it always does, and
     only leaves the apply running."""
-    wait_background_start(layout)
     if not _selected(layout) or any(
             ping(sock, home=layout.home) is not None
             for sock in (layout.owner_sock, layout.guardian_sock, layout.api_sock)):
@@ -89,11 +87,10 @@ def start_queued(layout: Layout, text: str | None, source: str | None
     try:   # the child waits for them to answer (or reports why not in logs/up.log)
         in_background(layout, lambda: ensure_daemons(layout, False))
     except OSError as exc:
+        then = "; run `tenure up` (the config stays queued for the backend)" if queued \
+            else ""
         raise StorageFailed(f"cannot start the daemons in the background: "
-                            f"{exc.strerror or exc}; run `tenure up` (the config stays "
-                            "queued for the backend)" if queued else
-                            f"cannot start the daemons in the background: "
-                            f"{exc.strerror or exc}", {"queued": queued}) from None
+                            f"{exc.strerror or exc}{then}", {"queued": queued}) from None
     return {"starting": ["owner", "guardian"], "queued": queued}
 
 
@@ -153,7 +150,7 @@ def last_background_start(layout: Layout) -> dict[str, Any] | None:
     the log cannot be read safely (for `tenure status` with no backend to ask)."""
     from protocol.durable import read_private
     try:
-        data = read_private(layout.logs / "up.log", max_size=1 << 30)[-16384:]
+        data = read_private(layout.logs / "up.log", tail=16384)
     except (OSError, TenureError):
         return None
     lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
