@@ -92,12 +92,13 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, mode: int = 0o600,
 
 
 def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE,
-                 owners: tuple[int, ...] | None = None) -> bytes:
-    """Read a regular file without following symlinks.
+                 owners: tuple[int, ...] | None = None, tail: int | None = None) -> bytes:
+    """Read a regular file without following symlinks; with ``tail``, only its last
+    ``tail`` bytes, whatever its size (a log that only grows).
 
     Raises FileNotFoundError when absent, UnsafePath for a symlink, a non-regular file,
     one writable by others, or (with ``owners``) one owned by any other uid or readable
-    by group or others; StateCorrupt when larger than ``max_size``.
+    by group or others; StateCorrupt when larger than ``max_size`` (without ``tail``).
     """
     p = os.fspath(path)
     try:   # O_NONBLOCK: a FIFO put there is refused below instead of waited on forever
@@ -116,6 +117,9 @@ def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE,
                              f"{stat.S_IMODE(st.st_mode):04o}; it must be 0600 and owned "
                              f"by uid {' or '.join(map(str, owners))}",
                              {"path": p, "uid": st.st_uid})
+        if tail is not None:
+            f.seek(max(0, st.st_size - tail))
+            return f.read(tail)
         if st.st_size > max_size:
             raise StateCorrupt(f"{p} is {st.st_size} bytes; refusing to read it", {"path": p})
         return f.read(max_size + 1)

@@ -100,12 +100,8 @@ def _status_once(args: Any) -> int:
         from .daemons import last_background_start
         diag = exc.data.get("diagnostics")
         last = last_background_start(layout(args))
-        failed = "" if last is None or last["ok"] else \
-            (f"\nthe background start of `tenure up --no-wait` at {last['at']} failed: "
-             f"{last['error']} (logs/up.log)")
         out(args, {"ok": False, "backend": None, "diagnostics": diag,
-                   "background_start": last},
-            "backend: not available" + render.why(diag) + failed)
+                   "background_start": last}, render.no_backend(diag, last))
         return Exit.UNREACHABLE
     out(args, st, render.status(st))
     return current(st)

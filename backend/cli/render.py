@@ -99,6 +99,16 @@ def _jobs_line(jobs: dict[str, int]) -> str:
     return line
 
 
+def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None) -> str:
+    """`status` when no backend answers: the guardian's diagnostics and, when the last
+    background start of `tenure up --no-wait` failed, its error."""
+    text = "backend: not available" + why(diag)
+    if start is not None and not start["ok"]:
+        text += (f"\nthe background start of `tenure up --no-wait` at {start['at']} "
+                 f"failed: {start['error']} (logs/up.log)")
+    return text
+
+
 def why(diag: dict[str, Any] | None) -> str:
     if diag is None:
         return "; the guardian has written no diagnostics (is it running? `tenure up`)"

@@ -123,10 +123,18 @@ CASES: dict[str, Callable[[], str]] = {
     "status": lambda: render.status(STATUS),
     "status_stale": lambda: render.status(STALE),
     "status_empty": lambda: render.status({**STATUS, "apps": [], "intents": {}, "jobs": {}}),
-    "status_no_backend": lambda: "backend: not available" + render.why(
+    "status_no_backend": lambda: render.no_backend(
         {"updated_at": NOW - 8, "last_activation": {"id": BACKEND["activation"],
                                                     "kind": "upgrade", "phase": "retired",
-                                                    "error": "BACKEND_START_TIMEOUT"}}),
+                                                    "error": "BACKEND_START_TIMEOUT"}},
+        {"at": "2026-12-01T14:04:00", "ok": True}),
+    "status_no_backend_start_failed": lambda: render.no_backend(
+        {"updated_at": NOW - 8, "last_activation": {"id": BACKEND["activation"],
+                                                    "kind": "start", "phase": "complete"}},
+        {"at": "2026-12-01T14:04:52", "ok": False,
+         "error": "2026-12-01 14:04:52,848 guardian ERROR STATE_CORRUPT: "
+                  "/srv/tenure/runtime/guardian-release.json is not valid JSON"}),
+    "status_queued_rejected": lambda: render.status({**STATUS, "queued_config": "rejected"}),
     "inspect": lambda: render.inspect(INSPECT),
     "restart": lambda: render.instances({"settled": True, "instances": {
         "shop/web/0": "ready", "shop/web/1": "ready"}}),
@@ -136,6 +144,14 @@ CASES: dict[str, Callable[[], str]] = {
                              "release_sealed": "ef53" * 16,
                              "apply": {"plan": {"changes": [{}, {}, {}]},
                                        "operation": {"outcome": "success"}}}),
+    "up_no_wait_admitted": lambda: render.up({
+        "started": {"owner": False, "guardian": False}, "release_sealed": None,
+        "apply": {"plan": {"changes": [{}, {}]},
+                  "operation": {"id": "op-3217f3ed0b8b", "outcome": None}}}),
+    "up_no_wait_queued": lambda: render.up_queued({
+        "starting": ["owner", "guardian"],
+        "queued": {"kind": "queued-config", "format": 1, "source": "/srv/tenure/shop.toml",
+                   "request_id": "up-5f0c2a9e81d4b7c3", "queued_at": NOW}}),
     "down": lambda: render.down({"guardian": True, "owner": True, "applications_stopped": 3,
                                  "owner_receipt": {"state": "clean", "failed_stage": None,
                                                    "detail": ""}}),

@@ -20,6 +20,14 @@ def test_a_private_file_is_read(tmp_path: Path) -> None:
     assert read_private(f) == b"data"
 
 
+def test_tail_reads_the_end_of_a_file_of_any_size(tmp_path: Path) -> None:
+    f = tmp_path / "log"
+    f.write_bytes(b"x" * 5000 + b"the end\n")
+    os.chmod(f, 0o600)
+    assert read_private(f, max_size=100, tail=8) == b"the end\n"
+    assert read_private(f, tail=1 << 20) == f.read_bytes()
+
+
 @pytest.mark.parametrize("kind", ["directory", "fifo", "symlink", "world-writable"])
 def test_anything_else_is_unsafe(tmp_path: Path, kind: str) -> None:
     p = tmp_path / "x"
