@@ -36,21 +36,28 @@ def cmd_up(args: Any) -> int:
         wait_background_start,
     )
     layout = _layout(args)
-    text = None
-    if args.config is not None:   # a config that cannot be read or parsed starts nothing
-        from backend.config import parse_config
-        text = _read_config(args.config)
-        parse_config(text, str(args.config.absolute()))
     if args.no_wait and args.foreground:
         raise BadRequest("--no-wait and --foreground do not go together")
     wait_background_start(layout)   # an `up --no-wait` still starting them
-    if args.no_wait:
-        from .daemons import start_queued
-        queued = start_queued(layout, text, None if text is None else
-                              str(args.config.absolute()))
-        if queued is not None:
+    early = None
+    if args.no_wait:   # verifies the release while the config is read and parsed here
+        from .daemons import prestart
+        early = prestart(layout)
+    try:
+        text = None
+        if args.config is not None:   # a config that cannot be read or parsed starts nothing
+            from backend.config import parse_config
+            text = _read_config(args.config)
+            parse_config(text, str(args.config.absolute()))
+        if early is not None:
+            from .daemons import start_queued
+            queued = start_queued(layout, early, text, None if text is None else
+                                  str(args.config.absolute()))
             _out(args, queued, render.up_queued(queued))
             return OK
+    finally:
+        if early is not None:
+            early.cancel()   # nothing is started unless start_queued said go
     first = place_first_release(layout, args.release)   # fresh home: daemons run it too
     started = ensure_daemons(layout, args.foreground)
     with _guardian(args) as g:

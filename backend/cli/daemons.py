@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,11 @@ from .owners import trusted_owners
 
 if TYPE_CHECKING:
     import subprocess
+    from typing import TypeAlias
+
+    Direct: TypeAlias = "tuple[list[str], dict[str, str]] | None"
+    """A daemon's command straight from its verified release, and what to add to its
+    environment; None: start the installed code (:func:`_direct`)."""
 
 __all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping", "place_first_release",
            "runs_module", "stop_all"]
@@ -49,11 +54,16 @@ def ping(sock: str, timeout: float = 2.0, home: Path | None = None
         return None
 
 
-def ensure_daemons(layout: Layout, foreground: bool) -> dict[str, bool]:
+def ensure_daemons(layout: Layout, foreground: bool,
+                   direct: dict[str, Direct] | None = None) -> dict[str, bool]:
     """Owner and guardian, started side by side when they do not answer (the guardian
-    waits for the owner by itself). Returns which ones were started."""
+    waits for the owner by itself). Returns which ones were started. ``direct``: their
+    commands as :func:`direct_commands` verified them a moment ago."""
     seen: dict[str, bytes] = {}   # both usually run one release: hash it once
-    spawned = {name: _spawn(layout, name, sock, foreground, seen)
+
+    def command(module: str) -> Direct:   # verified only for a daemon to be started
+        return _direct(layout, module, seen) if direct is None else direct[module]
+    spawned = {name: _spawn(layout, name, sock, foreground, command)
                for name, sock in (("owner", layout.owner_sock),
                                   ("guardian", layout.guardian_sock))}
     for name, sock in (("owner", layout.owner_sock), ("guardian", layout.guardian_sock)):
@@ -63,29 +73,92 @@ def ensure_daemons(layout: Layout, foreground: bool) -> dict[str, bool]:
     return {name: proc is not None for name, proc in spawned.items()}
 
 
-def start_queued(layout: Layout, text: str | None, source: str | None
-                 ) -> dict[str, Any] | None:
+class Prestart:
+    """The child of an `up --no-wait` that verifies the release while the command reads
+    and parses the config, then waits for the command's word (:func:`prestart`)."""
+
+    def __init__(self, pid: int, word: int) -> None:
+        self.pid, self._word = pid, word
+
+    def go(self) -> None:
+        """Let it start the daemons. Raises OSError when it is gone (its own failure is
+        in logs/up.log)."""
+        try:
+            os.write(self._word, b"g")
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """It starts nothing and exits (what a config that does not parse, a queue that
+        cannot be written, or a command that dies does): its pipe closes."""
+        if self._word >= 0:
+            os.close(self._word)
+            self._word = -1
+
+
+def prestart(layout: Layout) -> Prestart | None:
     """`tenure up --no-wait` on a home whose daemons all are down and whose guardian has
-    a release selected: queue ``text`` for the backend (backend.spool), start the owner
-    and the guardian and return without waiting for them. None when something answers
-    or the home has no release selected yet: `up` then does what it always does, and
-    only leaves the apply running."""
+    a release selected: fork the child that will start them (:func:`in_background`); it
+    verifies the release now, beside the command's own work, and starts the owner and
+    the guardian once :meth:`Prestart.go` says so. None when something answers or the
+    home has no release selected yet: `up` then does what it always does, and only
+    leaves the apply running. Raises StorageFailed when it cannot fork (nothing was
+    started)."""
     if not _selected(layout) or any(
             ping(sock, home=layout.home) is not None
             for sock in (layout.owner_sock, layout.guardian_sock, layout.api_sock)):
         return None
+    told, word = os.pipe()
+    try:   # the child waits for them to answer (or reports why not in logs/up.log)
+        pid = in_background(layout, lambda: _start_when_told(layout, told, word))
+    except OSError as exc:
+        os.close(word)
+        raise StorageFailed(f"cannot start the daemons in the background: "
+                            f"{exc.strerror or exc}; nothing was started", {}) from None
+    finally:
+        os.close(told)
+    return Prestart(pid, word)
+
+
+WORD_WAIT_S = 60.0
+"""How long the child of `up --no-wait` waits for its command's word before it gives
+up, starting nothing (the command reads and parses the config meanwhile)."""
+
+
+def _start_when_told(layout: Layout, told: int, word: int) -> bool:
+    """In the child: the daemons' commands verified first, then the command's word;
+    False (nothing started) when the command closed its end without it or said
+    nothing within :data:`WORD_WAIT_S`."""
+    import select
+    os.close(word)   # else its own copy would keep the pipe from ever closing
+    direct = direct_commands(layout)
+    if not select.select([told], [], [], WORD_WAIT_S)[0]:
+        os.write(1, f"{time.strftime(_STAMP)} no word from the command in "
+                    f"{WORD_WAIT_S:.0f} s: nothing started\n".encode())   # up.log
+        return False
+    if os.read(told, 1) != b"g":
+        return False
+    ensure_daemons(layout, False, direct)
+    return True
+
+
+def start_queued(layout: Layout, early: Prestart, text: str | None, source: str | None
+                 ) -> dict[str, Any]:
+    """Queue ``text`` for the backend (backend.spool), then let ``early`` start the
+    owner and the guardian; returns without waiting for them."""
     queued = None
     if text is not None and source is not None:
         from backend.spool import queue
-        ensure_private_dir(layout.backend, root=layout.home)
         try:
+            ensure_private_dir(layout.backend, root=layout.home)
             queued = queue(layout.queued_config, text, source)
         except OSError as exc:
+            early.cancel()
             raise StorageFailed(f"cannot queue the config in {layout.queued_config}: "
                                 f"{exc.strerror or exc}; nothing was started",
                                 {"path": layout.queued_config}) from None
-    try:   # the child waits for them to answer (or reports why not in logs/up.log)
-        in_background(layout, lambda: ensure_daemons(layout, False))
+    try:
+        early.go()
     except OSError as exc:
         then = "; run `tenure up` (the config stays queued for the backend)" if queued \
             else ""
@@ -101,7 +174,7 @@ def in_background(layout: Layout, work: Any) -> int:
     own session, reads nothing, writes to ``logs/up.log`` (0600), where an error is
     left with its traceback (a daemon that did not come up: the end of its log), and
     holds ``runtime/up.lock`` until ``work`` ends; it exits 0 once ``work`` returned,
-    1 otherwise."""
+    1 otherwise. A ``work`` that returns False started nothing: no record is written."""
     import fcntl
     import traceback
     ensure_private_dir(layout.logs, root=layout.home)
@@ -115,10 +188,13 @@ def in_background(layout: Layout, work: Any) -> int:
     fcntl.flock(lock_fd, fcntl.LOCK_EX)
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:   # no child: the lock is let go at once
+        _close_all(log_fd, lock_fd)
+        raise
     if pid:
-        os.close(log_fd)
-        os.close(lock_fd)
+        _close_all(log_fd, lock_fd)   # the child holds them now
         return pid
     code = 1
     try:
@@ -127,14 +203,19 @@ def in_background(layout: Layout, work: Any) -> int:
         os.dup2(null, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        work()
-        os.write(log_fd, f"{time.strftime(_STAMP)} {_BACKGROUND}: {_DONE}\n".encode())
+        if work() is not False:
+            os.write(log_fd, f"{time.strftime(_STAMP)} {_BACKGROUND}: {_DONE}\n".encode())
         code = 0
     except BaseException:
         os.write(log_fd, (f"{time.strftime(_STAMP)} {_BACKGROUND}: {_FAILED}\n" +
                           traceback.format_exc()).encode())
     finally:
         os._exit(code)
+
+
+def _close_all(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 _STAMP = "%Y-%m-%dT%H:%M:%S"
@@ -168,7 +249,7 @@ def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
                   timeout: float = 30.0) -> tuple[bool, int | None]:
     """Start ``python -m module --home H`` unless something answers on ``sock``.
     Returns (started, pid). Raises ConnectFailed when it does not come up (with the log)."""
-    proc = _spawn(layout, module, sock, foreground)
+    proc = _spawn(layout, module, sock, foreground, lambda m: _direct(layout, m, {}))
     if proc is None:
         return False, None
     _wait_up(layout, module, sock, proc, timeout)
@@ -176,13 +257,12 @@ def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
 
 
 def _spawn(layout: Layout, module: str, sock: str, foreground: bool,
-           seen: dict[str, bytes] | None = None) -> subprocess.Popen[bytes] | None:
+           command: Callable[[str], Direct]) -> subprocess.Popen[bytes] | None:
     if ping(sock, home=layout.home) is not None:
         return None
     ensure_private_dir(layout.logs, root=layout.home)
     log_path = layout.logs / f"{module}.log"
-    direct = _direct(layout, module, {} if seen is None else seen)
-    argv, env = direct or ([sys.executable, "-m", module, "--home", str(layout.home)], {})
+    argv, env = command(module) or ([sys.executable, "-m", module, "--home", str(layout.home)], {})
     import subprocess  # `up --no-wait` returns before it needs it
 
     with open(log_path, "ab") as log:
@@ -192,8 +272,14 @@ def _spawn(layout: Layout, module: str, sock: str, foreground: bool,
                                 env={**os.environ, **env} if env else None)
 
 
-def _direct(layout: Layout, module: str, seen: dict[str, bytes]
-            ) -> tuple[list[str], dict[str, str]] | None:
+def direct_commands(layout: Layout) -> dict[str, Direct]:
+    """The owner's and the guardian's commands by :func:`_direct` (their release hashed
+    once when they run the same one)."""
+    seen: dict[str, bytes] = {}
+    return {module: _direct(layout, module, seen) for module in ("owner", "guardian")}
+
+
+def _direct(layout: Layout, module: str, seen: dict[str, bytes]) -> Direct:
     """The daemon started straight from the release its record names, verified here as
     its own start would verify it before exec'ing into it: without that first
     interpreter (~0.1 s of imports and hashing per daemon, both at once on a cold `up`);

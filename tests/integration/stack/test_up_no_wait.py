@@ -111,3 +111,20 @@ def test_status_says_why_the_background_start_failed(cluster):
     assert "the background start of `tenure up --no-wait` at" in text, text
     record.write_bytes(good)
     assert cluster.down().ok and cluster.leftovers() == []   # the owner it did start
+
+
+def test_a_config_that_does_not_parse_starts_nothing(cluster):
+    """The release is verified beside the config's parse; a config that does not parse
+    leaves the background start nothing to do: no daemon, no record, no process."""
+    from backend.cli.daemons import last_background_start, wait_background_start
+    _stopped_home(cluster)
+    bad = cluster.write_config("[stacks.s.apps.a]\ncommand = 3\n")
+    res = cluster.cli("up", "--no-wait", "--config", str(bad))
+    assert res.code != 0 and res.out["error"]["code"] == "CONFIG_INVALID", res
+    assert (cluster.layout.logs / "up.log").exists()         # its child was forked
+    assert wait_background_start(cluster.layout, timeout=30)   # and has gone
+    assert last_background_start(cluster.layout) is None        # without a record
+    assert not Path(cluster.layout.owner_sock).exists()
+    assert not Path(cluster.layout.guardian_sock).exists()
+    assert not Path(cluster.layout.queued_config).exists()
+    assert cluster.leftovers() == []

@@ -78,29 +78,105 @@ def _stopped_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Layout:
     return Layout(tmp_path)
 
 
+def _fake_daemons(layout: Layout, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """In the forked child: verification and the daemons' start leave marks instead."""
+    marks = layout.home / "marks"
+
+    def mark(what: str) -> None:
+        with open(marks, "a") as f:
+            f.write(what + "\n")
+
+    def verified(layout: Layout) -> dict[str, None]:
+        mark("verified")
+        return {"owner": None, "guardian": None}
+    monkeypatch.setattr(daemons, "direct_commands", verified)
+    monkeypatch.setattr(daemons, "ensure_daemons",
+                        lambda layout, fg, direct: mark(f"started {sorted(direct)}"))
+    return marks
+
+
+def test_the_child_verifies_first_and_starts_the_daemons_when_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = _stopped_home(tmp_path, monkeypatch)
+    marks = _fake_daemons(layout, monkeypatch)
+    early = daemons.prestart(layout)
+    assert early is not None
+    queued = daemons.start_queued(layout, early, "[stacks]\n", "/etc/tenure.toml")
+    assert _wait(early.pid) == 0
+    assert marks.read_text() == "verified\nstarted ['guardian', 'owner']\n"
+    assert queued["starting"] == ["owner", "guardian"]
+    assert spool.read_queued(Path(layout.queued_config))["source"] == "/etc/tenure.toml"
+    assert daemons.last_background_start(layout)["ok"]
+
+
+def test_a_command_that_gives_up_before_its_word_starts_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = _stopped_home(tmp_path, monkeypatch)
+    marks = _fake_daemons(layout, monkeypatch)
+    early = daemons.prestart(layout)
+    assert early is not None
+    early.cancel()                 # a config that does not parse, or the command died
+    early.cancel()                 # twice is harmless (cmd_up's finally after a refusal)
+    assert _wait(early.pid) == 0
+    assert marks.read_text() == "verified\n"
+    assert daemons.last_background_start(layout) is None     # no record: nothing started
+
+
+def test_a_command_that_never_says_a_word_is_not_waited_for_forever(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = _stopped_home(tmp_path, monkeypatch)
+    marks = _fake_daemons(layout, monkeypatch)
+    monkeypatch.setattr(daemons, "WORD_WAIT_S", 0.05)
+    early = daemons.prestart(layout)
+    assert early is not None
+    try:
+        assert _wait(early.pid) == 0       # while its pipe is still open
+    finally:
+        early.cancel()
+    assert marks.read_text() == "verified\n"
+    assert "no word from the command in 0 s: nothing started" in \
+        (layout.logs / "up.log").read_text()
+    assert daemons.last_background_start(layout) is None
+
+
 def test_a_config_that_cannot_be_queued_starts_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     layout = _stopped_home(tmp_path, monkeypatch)
-    started: list[str] = []
-    monkeypatch.setattr(daemons, "in_background", lambda *a: started.append("bg"))
+    told, word = os.pipe()
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(spool, "atomic_write_json", full)
     with pytest.raises(StorageFailed, match="No space left on device; nothing was started"):
-        daemons.start_queued(layout, "[stacks]\n", "/etc/tenure.toml")
-    assert started == [] and not Path(layout.queued_config).exists()
+        daemons.start_queued(layout, daemons.Prestart(0, word), "[stacks]\n",
+                             "/etc/tenure.toml")
+    assert os.read(told, 1) == b""          # closed without the word
+    os.close(told)
+    assert not Path(layout.queued_config).exists()
 
 
-def test_a_background_start_that_cannot_fork_says_the_config_stays_queued(
+def test_a_background_start_that_cannot_fork_starts_and_queues_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     layout = _stopped_home(tmp_path, monkeypatch)
+    before = set(os.listdir("/proc/self/fd"))
 
     def no_fork() -> int:
         raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
     monkeypatch.setattr(os, "fork", no_fork)
+    with pytest.raises(StorageFailed, match="temporarily unavailable; nothing was started"):
+        daemons.prestart(layout)
+    assert set(os.listdir("/proc/self/fd")) == before        # no pipe end left open
+    assert not Path(layout.queued_config).exists()
+
+
+def test_a_child_gone_before_its_word_leaves_the_config_queued(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = _stopped_home(tmp_path, monkeypatch)
+    told, word = os.pipe()
+    os.close(told)                          # the child died (its error is in up.log)
     with pytest.raises(StorageFailed, match="config stays queued"):
-        daemons.start_queued(layout, "[stacks]\n", "/etc/tenure.toml")
+        daemons.start_queued(layout, daemons.Prestart(0, word), "[stacks]\n",
+                             "/etc/tenure.toml")
     assert Path(layout.queued_config).exists()
 
 
