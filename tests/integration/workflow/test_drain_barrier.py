@@ -20,10 +20,14 @@ STOP_SECONDS = 2.0
 
 
 def slow_app(stack: str, name: str, instances: int = 1, stop_seconds: float = STOP_SECONDS,
-             env: str = "1") -> str:
-    """An app that needs ``stop_seconds`` to stop after SIGTERM."""
+             env: str = "1", gate: Any = None) -> str:
+    """An app that needs ``stop_seconds`` to stop after SIGTERM; with ``gate`` (a path)
+    until that file exists instead (at most 30 s), so that a test decides when."""
+    wait = f"time.sleep({stop_seconds})" if gate is None else \
+        (f"[time.sleep(0.02) for _ in range(1500) "
+         f'if not __import__("os").path.exists("{gate}")]')
     code = (f"import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
-            f"(time.sleep({stop_seconds}), sys.exit(0))); time.sleep(1e9)")
+            f"({wait}, sys.exit(0))); time.sleep(1e9)")
     return (f'\n[stacks.{stack}.apps.{name}]\ncommand = ["{sys.executable}", "-c", '
             f"'{code}']\ninstances = {instances}\nenv = {{ V = \"{env}\" }}\n"
             "stop = { timeout = 30 }\n")
@@ -52,7 +56,8 @@ def state(cluster: Any, key: str) -> str:
 
 
 def test_drain_waits_for_an_in_flight_restart_and_refuses_a_checkpoint_meanwhile(cluster):
-    cluster.up(slow_app("d", "slow"))
+    gate = cluster.home / "stop-now"   # the app stops once the refusal was seen
+    cluster.up(slow_app("d", "slow", gate=gate))
     before = cluster.wait_ready(1)["d/slow/0"]
     restart, answer = in_thread(lambda: cluster.call("restart", {"target": "d/slow",
                                                                  "timeout": 60.0}))
@@ -64,6 +69,7 @@ def test_drain_waits_for_an_in_flight_restart_and_refuses_a_checkpoint_meanwhile
         control(cluster, "generation.checkpoint", {"path": str(cluster.home / "early.json")})
     assert refused.value.data["steps"] == ["restart d/slow/0"]
     assert not (cluster.home / "early.json").exists()
+    gate.touch()
 
     drain.join(60)
     restart.join(60)
