@@ -271,11 +271,15 @@ class LineHelper:
                 pass
 
 
-def kill9(pid: int, token: str) -> None:
-    """SIGKILL ``pid`` after checking it is one of ours."""
+def kill9(pid: int, token: str) -> float:
+    """SIGKILL ``pid`` after checking it is one of ours; returns ``time.perf_counter()``
+    as of right before the signal, so that what is timed from it starts at the kill and
+    not at the check (reading /proc/PID/environ, ~0.3 ms)."""
     if not has_token(psutil.Process(pid), token):
         raise RuntimeError(f"pid {pid} is not a benchmark process; refusing to kill it")
+    t0 = time.perf_counter()
     os.kill(pid, signal.SIGKILL)
+    return t0
 
 
 def checked_argv(key: str, argv: object) -> list[str]:
@@ -481,8 +485,7 @@ class Supervisor(abc.ABC):
         old = self.pid_of(name)
         if old is None:
             raise RuntimeError(f"{self.name}: {name} is not running")
-        t0 = time.perf_counter()
-        kill9(old, self.token)
+        t0 = kill9(old, self.token)
 
         def restarted() -> bool:
             new = self.pid_of(name)
