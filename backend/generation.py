@@ -40,7 +40,7 @@ from protocol.handover import (
 from protocol.identity import Identity, new_identity
 from protocol.layout import Layout
 from protocol.link import Link, LinkEvent, LinkState
-from protocol.server import RpcServer
+from protocol.server import MAX_INFLIGHT, RpcServer
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
 from protocol.timing import Timings
 
@@ -71,6 +71,9 @@ CERTIFICATE_PERIOD = 5.0
 FIRST_CERTIFICATE = 0.5
 CURSOR_SLACK = 5_000  # half the owner's observation ring (10,000 events)
 HEARTBEAT = 1.0
+OWNER_MUTATIONS = MAX_INFLIGHT["admin"] - MAX_INFLIGHT["viewer"]
+"""Launches and stops outstanding at the owner at once: the rest of what it handles of
+one connection is left to the heartbeat, acks and queries."""
 
 
 def empty_config() -> Config:
@@ -136,6 +139,9 @@ class Generation:
                                  expect_instance=owner.instance, name="backend",
                                  allow_group=True, grant=handoff_grant(self.handoff))
         self.owner.timings = self.owner_timings
+        # launches and stops (a stop lasts as long as the app takes to end) leave the
+        # owner room for this connection's heartbeat, acks and queries
+        self.owner.limit(("launch", "stop"), OWNER_MUTATIONS)
         welcome = await self.owner.connect()
         if welcome.identity != owner:
             raise IdentityMismatch("the owner is not the process the guardian fenced",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from time import perf_counter
 from typing import Any
 
@@ -39,6 +39,18 @@ class AsyncClient(_Common):
         self._lock = asyncio.Lock()
         self.losses = 0  # connections lost so far: a subscription lives on one of them
         self.timings: Timings | None = None  # per-method latency of calls, if kept
+        self._turns: dict[str, asyncio.Semaphore] = {}
+
+    def limit(self, methods: Iterable[str], at_most: int) -> None:
+        """At most ``at_most`` calls of ``methods`` (together) outstanding at once; more
+        wait for their turn before they are sent, and the wait is not part of their
+        timeout. A server handles a bounded number of one connection's requests at once
+        (protocol.server.MAX_INFLIGHT) and reads no further meanwhile: without a bound,
+        a burst of calls that take long (a stop waits for the process to end) would hold
+        every place, and a short call sent after them (a heartbeat) would time out."""
+        turns = asyncio.Semaphore(at_most)
+        for m in methods:
+            self._turns[m] = turns
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -91,7 +103,15 @@ class AsyncClient(_Common):
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
                    epoch: int | None = None, timeout: float | None = None) -> Any:
-        """As :meth:`Client.call`."""
+        """As :meth:`Client.call` (after its turn, for a method under :meth:`limit`)."""
+        turns = self._turns.get(method)
+        if turns is None:
+            return await self._call(method, params, epoch, timeout)
+        async with turns:
+            return await self._call(method, params, epoch, timeout)
+
+    async def _call(self, method: str, params: Mapping[str, Any] | None,
+                    epoch: int | None, timeout: float | None) -> Any:
         await self.connect()
         writer = self._writer
         assert writer is not None

@@ -58,7 +58,12 @@ VIEWER_MAX_FRAME = 64 * 1024
 """A viewer only reads: its requests are small, and it may be another uid."""
 DEFAULT_MAX_CONNECTIONS: Mapping[str, int] = {"admin": 64, "viewer": 32}
 DEFAULT_MAX_PENDING = 64
-MAX_INFLIGHT = 64  # requests of one connection being handled at once; more wait to be read
+MAX_INFLIGHT: Mapping[str, int] = {"admin": 1024, "viewer": 64}
+"""Requests of one connection being handled at once, by its role; more wait to be read.
+An admin's may each last long (at the owner, the backend has a stop in flight for every
+app it stops at once, each until its process has ended: at 64, a stack of 80 slow
+stoppers held every place, and the heartbeat sent after them timed out); a viewer only
+reads."""
 DEFAULT_FRAME_TIMEOUT = 10.0
 REFUSAL_LINGER = 1.0
 """How long a connection refused at accept is kept so the client can read why."""
@@ -283,7 +288,7 @@ class RpcServer:
                 frame = await self._read(reader, decoder, pending, self.frame_timeout)
                 if frame is None:
                     return
-                if len(inflight) >= MAX_INFLIGHT:
+                if len(inflight) >= MAX_INFLIGHT[conn.role]:
                     await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
                 task = asyncio.create_task(self._handle(conn, frame))
                 inflight.add(task)

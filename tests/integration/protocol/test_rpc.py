@@ -318,3 +318,37 @@ def test_client_as_another_uid_is_refused(served):
 def test_oversized_frame_from_the_client_is_refused_locally(served):
     with Client(served.path, max_frame=1024) as c, pytest.raises(BadFrame):
         c.call("echo", {"x": b"a" * 4096})
+
+
+def test_an_admin_has_a_long_call_in_flight_for_each_of_many(start_server):
+    """Regression: a server handled 64 requests of one connection at once; the backend
+    stopping 80 slow apps held every place, and its heartbeat timed out behind them
+    (the connection was dropped and every stop sent again)."""
+    s = start_server()
+
+    async def main() -> None:
+        async with AsyncClient(s.path, want={"demo": 1}) as c:
+            slow = [asyncio.ensure_future(c.call("sleep", {"seconds": 3}))
+                    for _ in range(200)]
+            await asyncio.sleep(0.2)
+            assert await c.call("echo", {"x": 1}, timeout=2.0) == {"x": 1}
+            assert not any(t.done() for t in slow)
+            assert await asyncio.gather(*slow) == [{"slept": 3}] * 200
+
+    asyncio.run(main())
+
+
+def test_a_limited_method_waits_for_its_turn_outside_its_timeout(start_server):
+    s = start_server()
+
+    async def main() -> None:
+        async with AsyncClient(s.path, want={"demo": 1}) as c:
+            c.limit(["sleep"], 1)
+            t0 = time.monotonic()
+            got = await asyncio.gather(*(c.call("sleep", {"seconds": 0.5}, timeout=0.9)
+                                         for _ in range(3)))
+            assert got == [{"slept": 0.5}] * 3          # none timed out waiting its turn
+            assert time.monotonic() - t0 >= 1.5         # one after the other
+            assert await c.call("echo", {"x": 2}) == {"x": 2}   # not limited
+
+    asyncio.run(main())
