@@ -7,6 +7,7 @@ them (drain, checkpoint, resume) and through a real upgrade."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -20,17 +21,33 @@ STOP_SECONDS = 2.0
 
 
 def slow_app(stack: str, name: str, instances: int = 1, stop_seconds: float = STOP_SECONDS,
-             env: str = "1", gate: Any = None) -> str:
+             env: str = "1", gate: Any = None, armed: Any = None) -> str:
     """An app that needs ``stop_seconds`` to stop after SIGTERM; with ``gate`` (a path)
-    until that file exists instead (at most 30 s), so that a test decides when."""
+    until that file exists instead (at most 30 s), so that a test decides when. With
+    ``armed`` (a directory) each process creates a file there named by its pid once its
+    handler is in place: a SIGTERM before that would end it at once (:func:`wait_armed`)."""
     wait = f"time.sleep({stop_seconds})" if gate is None else \
         (f"[time.sleep(0.02) for _ in range(1500) "
          f'if not __import__("os").path.exists("{gate}")]')
+    arm = "" if armed is None else \
+        f'open("{armed}/%d" % __import__("os").getpid(), "w").close(); '
     code = (f"import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
-            f"({wait}, sys.exit(0))); time.sleep(1e9)")
+            f"({wait}, sys.exit(0))); {arm}time.sleep(1e9)")
     return (f'\n[stacks.{stack}.apps.{name}]\ncommand = ["{sys.executable}", "-c", '
             f"'{code}']\ninstances = {instances}\nenv = {{ V = \"{env}\" }}\n"
             "stop = { timeout = 30 }\n")
+
+
+def _armed(cluster: Any) -> Any:
+    armed = cluster.home / "armed"
+    armed.mkdir()
+    return armed
+
+
+def wait_armed(cluster: Any, armed: Any, apps: dict[str, dict[str, Any]]) -> None:
+    """Until every process of ``apps`` (wait_ready's answer) has its SIGTERM handler."""
+    pids = {str(a["pid"]) for a in apps.values()}
+    cluster.wait(lambda: pids <= set(os.listdir(armed)), 30, "handlers in place")
 
 
 def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
@@ -57,8 +74,11 @@ def state(cluster: Any, key: str) -> str:
 
 def test_drain_waits_for_an_in_flight_restart_and_refuses_a_checkpoint_meanwhile(cluster):
     gate = cluster.home / "stop-now"   # the app stops once the refusal was seen
-    cluster.up(slow_app("d", "slow", gate=gate))
-    before = cluster.wait_ready(1)["d/slow/0"]
+    armed = _armed(cluster)
+    cluster.up(slow_app("d", "slow", gate=gate, armed=armed))
+    apps = cluster.wait_ready(1)
+    wait_armed(cluster, armed, apps)
+    before = apps["d/slow/0"]
     restart, answer = in_thread(lambda: cluster.call("restart", {"target": "d/slow",
                                                                  "timeout": 60.0}))
     cluster.wait(lambda: state(cluster, "d/slow/0") == "stopping", 10, "restart stopping")
@@ -93,8 +113,10 @@ def test_drain_waits_for_an_in_flight_restart_and_refuses_a_checkpoint_meanwhile
 
 
 def test_an_operation_drained_mid_step_continues_after_resume(cluster):
-    cluster.up(slow_app("o", "web", instances=2))
+    armed = _armed(cluster)
+    cluster.up(slow_app("o", "web", instances=2, armed=armed))
     before = cluster.wait_ready(2)
+    wait_armed(cluster, armed, before)
     path = cluster.write_config(slow_app("o", "web", instances=2, env="2"), "v2.toml")
     plan = cluster.cli("plan", "--config", str(path), check=True).out
     op = cluster.call("apply", {"plan": plan["id"]})
@@ -120,8 +142,10 @@ def test_an_operation_drained_mid_step_continues_after_resume(cluster):
 
 
 def test_a_restart_in_flight_during_an_upgrade_ends_with_every_app_running(cluster):
-    cluster.up(slow_app("u", "slow", instances=2, stop_seconds=3.0))
+    armed = _armed(cluster)
+    cluster.up(slow_app("u", "slow", instances=2, stop_seconds=3.0, armed=armed))
     before = cluster.wait_ready(2)
+    wait_armed(cluster, armed, before)
     release = cluster.cli("backend", "status", check=True).out["selector"]["current"]
     restart, answer = in_thread(lambda: cluster.cli("restart", "u/slow", timeout=180))
     cluster.wait(lambda: state(cluster, "u/slow/0") == "stopping", 10, "restart stopping")
