@@ -28,7 +28,7 @@ __all__ = ["AsyncClient"]
 
 class AsyncClient(_Common):
     """asyncio client; several calls may be outstanding on one connection (the server
-    answers them in order)."""
+    handles them concurrently and answers each when it has ended, by its id)."""
 
     def __init__(self, path: str | os.PathLike[str], **kw: Any) -> None:
         super().__init__(path, **kw)
