@@ -99,6 +99,7 @@ def test_the_child_verifies_first_and_starts_the_daemons_when_told(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     layout = _stopped_home(tmp_path, monkeypatch)
     marks = _fake_daemons(layout, monkeypatch)
+    monkeypatch.setattr(daemons, "FRESH_S", 60.0)   # however slow the machine
     early = daemons.prestart(layout)
     assert early is not None
     queued = daemons.start_queued(layout, early, "[stacks]\n", "/etc/tenure.toml")
@@ -107,6 +108,18 @@ def test_the_child_verifies_first_and_starts_the_daemons_when_told(
     assert queued["starting"] == ["owner", "guardian"]
     assert spool.read_queued(Path(layout.queued_config))["source"] == "/etc/tenure.toml"
     assert daemons.last_background_start(layout)["ok"]
+
+
+def test_a_word_that_comes_late_has_the_release_verified_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = _stopped_home(tmp_path, monkeypatch)
+    marks = _fake_daemons(layout, monkeypatch)
+    monkeypatch.setattr(daemons, "FRESH_S", 0.0)
+    early = daemons.prestart(layout)
+    assert early is not None
+    daemons.start_queued(layout, early, None, None)
+    assert _wait(early.pid) == 0
+    assert marks.read_text() == "verified\nverified\nstarted ['guardian', 'owner']\n"
 
 
 def test_a_command_that_gives_up_before_its_word_starts_nothing(
