@@ -6,6 +6,7 @@ Kept apart from the blocking client so a command-line call never imports asyncio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from time import perf_counter
@@ -104,10 +105,7 @@ class AsyncClient(_Common):
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
                    epoch: int | None = None, timeout: float | None = None) -> Any:
         """As :meth:`Client.call` (after its turn, for a method under :meth:`limit`)."""
-        turns = self._turns.get(method)
-        if turns is None:
-            return await self._call(method, params, epoch, timeout)
-        async with turns:
+        async with self._turns.get(method) or contextlib.nullcontext():
             return await self._call(method, params, epoch, timeout)
 
     async def _call(self, method: str, params: Mapping[str, Any] | None,

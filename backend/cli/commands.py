@@ -133,9 +133,10 @@ def _wait_op(args: Any, op_id: str, timeout: float) -> dict[str, Any]:
 
 def cmd_down(args: Any) -> int:
     from .daemons import stop_all, wait_background_start
+    layout = _layout(args)
     with live(args, "down", _owner_probe(args)):
-        wait_background_start(_layout(args))
-        out = stop_all(_layout(args))
+        wait_background_start(layout)
+        out = stop_all(layout)
     _out(args, out, render.down(out))
     receipt = out.get("owner_receipt")
     clean = receipt is None or receipt["state"] == "clean"

@@ -95,13 +95,23 @@ def _fake_daemons(layout: Layout, monkeypatch: pytest.MonkeyPatch) -> Path:
     return marks
 
 
-def test_the_child_verifies_first_and_starts_the_daemons_when_told(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _prestarted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **knobs: float
+                ) -> tuple[Layout, Path, daemons.Prestart]:
+    """A stopped home, the fake daemons' marks and the background start forked for it
+    (``knobs``: daemons' constants for this test, e.g. FRESH_S)."""
     layout = _stopped_home(tmp_path, monkeypatch)
     marks = _fake_daemons(layout, monkeypatch)
-    monkeypatch.setattr(daemons, "FRESH_S", 60.0)   # however slow the machine
+    for name, value in knobs.items():
+        monkeypatch.setattr(daemons, name, value)
     early = daemons.prestart(layout)
     assert early is not None
+    return layout, marks, early
+
+
+def test_the_child_verifies_first_and_starts_the_daemons_when_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout, marks, early = _prestarted(tmp_path, monkeypatch,
+                                       FRESH_S=60.0)   # however slow the machine
     queued = daemons.start_queued(layout, early, "[stacks]\n", "/etc/tenure.toml")
     assert _wait(early.pid) == 0
     assert marks.read_text() == "verified\nstarted ['guardian', 'owner']\n"
@@ -112,11 +122,7 @@ def test_the_child_verifies_first_and_starts_the_daemons_when_told(
 
 def test_a_word_that_comes_late_has_the_release_verified_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    layout = _stopped_home(tmp_path, monkeypatch)
-    marks = _fake_daemons(layout, monkeypatch)
-    monkeypatch.setattr(daemons, "FRESH_S", 0.0)
-    early = daemons.prestart(layout)
-    assert early is not None
+    layout, marks, early = _prestarted(tmp_path, monkeypatch, FRESH_S=0.0)
     daemons.start_queued(layout, early, None, None)
     assert _wait(early.pid) == 0
     assert marks.read_text() == "verified\nverified\nstarted ['guardian', 'owner']\n"
@@ -124,10 +130,7 @@ def test_a_word_that_comes_late_has_the_release_verified_again(
 
 def test_a_command_that_gives_up_before_its_word_starts_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    layout = _stopped_home(tmp_path, monkeypatch)
-    marks = _fake_daemons(layout, monkeypatch)
-    early = daemons.prestart(layout)
-    assert early is not None
+    layout, marks, early = _prestarted(tmp_path, monkeypatch)
     early.cancel()                 # a config that does not parse, or the command died
     early.cancel()                 # twice is harmless (cmd_up's finally after a refusal)
     assert _wait(early.pid) == 0
@@ -137,11 +140,7 @@ def test_a_command_that_gives_up_before_its_word_starts_nothing(
 
 def test_a_command_that_never_says_a_word_is_not_waited_for_forever(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    layout = _stopped_home(tmp_path, monkeypatch)
-    marks = _fake_daemons(layout, monkeypatch)
-    monkeypatch.setattr(daemons, "WORD_WAIT_S", 0.05)
-    early = daemons.prestart(layout)
-    assert early is not None
+    layout, marks, early = _prestarted(tmp_path, monkeypatch, WORD_WAIT_S=0.05)
     try:
         assert _wait(early.pid) == 0       # while its pipe is still open
     finally:
