@@ -7,7 +7,6 @@ Exit statuses: 0 retired cleanly (or preflight passed), 1 failed before READY, 2
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from protocol.errors import TenureError
-from protocol.startup import import_asyncio_without_tls, use_builtin_hashes
+from protocol.startup import daemon_arguments, import_asyncio_without_tls, use_builtin_hashes
 
 if TYPE_CHECKING:
     import asyncio
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     use_builtin_hashes()           # first: before anything imports hashlib with OpenSSL
     import_asyncio_without_tls()   # and asyncio with ssl
     import asyncio
-    ap = argparse.ArgumentParser(prog="python -m backend")
+    ap = daemon_arguments("python -m backend")
     ap.add_argument("--home", type=Path)
     ap.add_argument("--activation")
     ap.add_argument("--preflight", action="store_true")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from protocol.errors import TenureError
 from protocol.layout import default_home
+from protocol.startup import daemon_arguments
 
 from .paths import GuardianPaths
 from .start import hashed_memo, run
@@ -44,7 +45,7 @@ def preflight(paths: GuardianPaths) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m guardian", description="tenure guardian")
+    ap = daemon_arguments("python -m guardian", "tenure guardian")
     ap.add_argument("--home", type=Path, default=None)
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("--preflight", action="store_true", help=argparse.SUPPRESS)

@@ -26,7 +26,6 @@ import errno
 import hashlib
 import os
 import re
-import secrets
 import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -385,7 +384,7 @@ def install(
     target = releases_dir / source.id
     if os.path.lexists(target):
         return _existing(target, source.id, keys, bindings)
-    tmp = releases_dir / f"{source.id}.tmp-{secrets.token_hex(6)}"
+    tmp = releases_dir / f"{source.id}.tmp-{os.urandom(6).hex()}"
     try:
         _copy_release(source, tmp)
         copied, _ = _load(tmp, source.id)

@@ -8,7 +8,6 @@ backend validated the config before applying it (backend/config_retention.py).
 from __future__ import annotations
 
 import sqlite3
-import tomllib
 
 from protocol.durable import read_rows
 from protocol.errors import UnsafePath
@@ -21,6 +20,7 @@ MINIMUM = 10
 
 def activations_to_keep(backend_db: str) -> int:
     """Never raises: a missing or unreadable config keeps the default."""
+    import tomllib  # here: the guardian parses no other TOML, and not at its start
     try:
         rows = read_rows(backend_db, "SELECT text FROM config WHERE id = 1")
         value = tomllib.loads(rows[0][0]).get("retention", {}).get("activations") \

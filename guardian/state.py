@@ -6,9 +6,9 @@ and writes a receipt row in the same transaction.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
-import uuid
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -225,7 +225,7 @@ class StateStore:
     def create_activation(self, kind: Kind, release: str, from_release: str | None,
                           from_epoch: int | None, detail: dict[str, Any] | None = None
                           ) -> Activation:
-        aid = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        aid = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.urandom(4).hex()}"
         now = time.time()
         with self.tx() as db:
             db.execute(f"INSERT INTO activations ({_ACT_COLS}) VALUES "

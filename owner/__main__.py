@@ -3,20 +3,19 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 from pathlib import Path
 
 from protocol.errors import AlreadyRunning, ProcessesAlive, TenureError
+from protocol.startup import daemon_arguments, import_asyncio_without_tls
 
 from .paths import OwnerPaths, default_home
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m owner",
-                                 description="tenure execution owner")
+    ap = daemon_arguments("python -m owner", "tenure execution owner")
     ap.add_argument("command", nargs="?", choices=["serve", "reconcile"], default="serve")
     ap.add_argument("--home", type=Path, default=None,
                     help="state directory (default: TENURE_HOME or ~/.local/state/tenure)")
@@ -53,7 +52,6 @@ def _serve(paths: OwnerPaths, service_account: str | None) -> int:
         from .daemon import EXIT
         logging.getLogger("owner").error("%s", exc)
         return EXIT["usage"]
-    from protocol.startup import import_asyncio_without_tls
     import_asyncio_without_tls()
     from .daemon import run
     return run(paths, service_account, err)

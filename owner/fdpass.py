@@ -26,10 +26,11 @@ from __future__ import annotations
 import fcntl
 import os
 import resource
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NoReturn
+
+from .spawnerr import search_path
 
 __all__ = [
     "EXIT_HANDOFF_FAILED",
@@ -81,7 +82,7 @@ def resolve_program(argv0: str, env: Mapping[str, str], cwd: str | None) -> str:
         if os.path.isdir(full) or not os.access(full, os.X_OK):
             raise PermissionError(13, "Permission denied", argv0)
         return full
-    found = shutil.which(argv0, path=os.pathsep.join(os.get_exec_path(dict(env))))
+    found = search_path(argv0, env)
     if found is None:
         raise FileNotFoundError(2, "No such file or directory", argv0)
     return found

@@ -12,7 +12,6 @@ import abc
 import contextlib
 import fcntl
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 
@@ -22,7 +21,7 @@ from .cgroups import shim_argv
 from .fdpass import FdHandoff, PassFds, without_listen_vars
 from .procinfo import read_start_ticks
 from .runas import ChildSetup
-from .spawnerr import os_failure
+from .spawnerr import os_failure, search_path
 from .specs import LaunchSpec
 
 __all__ = ["PopenSpawner", "Spawned", "Spawner", "pidfd_supported"]
@@ -205,8 +204,7 @@ def _check_program(spec: LaunchSpec, env: dict[str, str]) -> None:
         if os.path.isdir(full) or not os.access(full, os.X_OK):
             raise PermissionError(13, "Permission denied", prog)
         return
-    path = os.pathsep.join(os.get_exec_path(env))
-    if shutil.which(prog, path=path) is None:
+    if search_path(prog, env) is None:
         raise FileNotFoundError(2, "No such file or directory", prog)
 
 

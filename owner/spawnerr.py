@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-import shutil
 import stat
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Step", "exec_hint", "identity_failure", "os_failure", "setup_failure"]
+__all__ = ["Step", "exec_hint", "identity_failure", "os_failure", "search_path", "setup_failure"]
 
 
 class Step(StrEnum):
@@ -63,13 +62,22 @@ def _failure(step: Step, text: str, *, path: str | None = None, num: int | None 
             "text": text + (f" ({hint})" if hint else "")}
 
 
+def search_path(argv0: str, env: Mapping[str, str]) -> str | None:
+    """The file exec would run for ``argv0`` (a name without a slash) with ``env``'s PATH,
+    or None when there is none. shutil is imported here, not by the owner's start: it
+    imports bz2 and lzma and maps their libraries (~0.5 MiB resident), and a launch
+    looks a program up only for a cgroup, passed fds, or a failure to explain."""
+    import shutil
+    return shutil.which(argv0, path=os.pathsep.join(os.get_exec_path(dict(env))))
+
+
 def exec_hint(argv0: str, num: int, cwd: str | None, env: Mapping[str, str]) -> str | None:
     """A few words on why exec refused ``argv0`` with errno ``num``, or None.
     Never raises OSError."""
     if num in _EXEC_HINTS:
         return _EXEC_HINTS[num]
     if "/" not in argv0:
-        found = shutil.which(argv0, path=os.pathsep.join(os.get_exec_path(dict(env))))
+        found = search_path(argv0, env)
         if num == _errno.ENOENT and found is None:
             return "not found in PATH"
         full = found

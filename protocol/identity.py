@@ -1,8 +1,9 @@
 """Process identity: which exact process is behind a socket or a recorded PID.
 
 A PID alone is reused by the kernel; ``(pid, start_ticks, boot_id)`` is not, and the
-``instance`` uuid distinguishes two runs of a daemon that happen to reuse all three
-(never in practice, but cheap). Start ticks come from :func:`protocol.procfs.start_ticks`.
+random ``instance`` id (128 bits, hex) distinguishes two runs of a daemon that happen to
+reuse all three (never in practice, but cheap). Start ticks come from
+:func:`protocol.procfs.start_ticks`.
 """
 
 from __future__ import annotations
@@ -71,10 +72,10 @@ class Identity(Value):
 
 
 def new_identity(pid: int | None = None) -> Identity:
-    """A fresh identity for the calling process (a new instance uuid every call)."""
+    """A fresh identity for the calling process (a new random instance id every call)."""
     pid = os.getpid() if pid is None else pid
     ticks = start_ticks(pid)
     if ticks is None:
         raise ProcessLookupError(pid)
-    import uuid  # daemons only; a command line never mints an identity
-    return Identity(instance=str(uuid.uuid4()), pid=pid, start_ticks=ticks, boot_id=boot_id())
+    return Identity(instance=os.urandom(16).hex(), pid=pid, start_ticks=ticks,
+                    boot_id=boot_id())

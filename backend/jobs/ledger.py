@@ -18,7 +18,7 @@ database from before jobs existed opens and gains them.
 from __future__ import annotations
 
 import json
-import secrets
+import os
 import sqlite3
 from collections.abc import Iterable
 from typing import Any
@@ -145,7 +145,7 @@ class Ledger:
         self.db = store.db
         store.ensure_part("jobs", FORMAT, SCHEMA)
         self.db.execute("INSERT OR IGNORE INTO job_ledger VALUES (1, ?)",
-                        (secrets.token_hex(4),))
+                        (os.urandom(4).hex(),))
         self.uid: str = self.db.execute("SELECT uid FROM job_ledger").fetchone()[0]
 
     @property

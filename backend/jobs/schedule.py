@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo
 
 from protocol.errors import JobQueueFull
 
@@ -41,6 +40,8 @@ MAX_PER_TICK = 100     # due times handled per template per tick (a long outage 
 def due_times(cron: str, zone: str, after: float, until: float) -> Iterator[float]:
     """Due times (epoch seconds) of ``cron`` in ``zone`` with ``after < d <= until``,
     oldest first. Never raises for a validated expression and zone."""
+    from zoneinfo import ZoneInfo  # here: a backend without schedules never loads it
+
     from cronsim import CronSim
     tz = ZoneInfo(zone)
     for dt in CronSim(cron, datetime.fromtimestamp(after, tz)):

@@ -71,3 +71,44 @@ def test_hashes_without_openssl_map_no_libcrypto():
 
 def test_a_late_call_keeps_what_hashlib_has():
     assert _run(LATE) == "ok"
+
+
+# What each daemon imports to serve (as its preflight imports it), and the standard
+# modules that its start must not load: each costs resident memory and start time in
+# a process that needs it only on a rare path (tests fail when a module-level import
+# brings one back).
+SERVING = {
+    "owner": ("import owner.daemon, owner.service, owner.supervise",
+              ("shutil", "uuid", "secrets", "zoneinfo")),
+    "guardian": ("from guardian import boot, cold, daemon, handoff, service",
+                 ("shutil", "uuid", "secrets", "tomllib", "zoneinfo")),
+    "backend": ("import backend.activation, backend.api, backend.generation",
+                ("shutil", "secrets", "zoneinfo")),   # uuid: msgspec imports it
+}
+
+ARGS = """
+import sys
+from protocol.startup import daemon_arguments, import_asyncio_without_tls
+import_asyncio_without_tls()
+{imports}
+ap = daemon_arguments("python -m {name}", "tenure {name}")
+ap.add_argument("--home", help="state directory " * 12)
+assert ap.parse_args(["--home", "h"]).home == "h"
+loaded = sorted(m for m in {absent!r} if m in sys.modules)
+assert not loaded, loaded
+assert max(len(line) for line in ap.format_help().splitlines()) <= 78
+print("ok")
+"""
+
+
+def test_each_daemon_serves_without_the_modules_of_rare_paths():
+    for name, (imports, absent) in SERVING.items():
+        assert _run(ARGS.format(name=name, imports=imports, absent=absent)) == "ok", name
+
+
+def test_a_daemons_help_still_prints():
+    for name in ("owner", "guardian", "backend"):
+        out = subprocess.run([sys.executable, "-m", name, "--help"], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.startswith(f"usage: python -m {name}"), \
+            (name, out.stderr)
