@@ -268,14 +268,23 @@ class Api:
 
     async def _measured(self, keys: list[str] | None = None
                         ) -> dict[tuple[int, int], Any] | None:
-        """CPU% and memory by (pid, start ticks) from the owner, of the instances
-        ``keys`` only when given (the owner reads /proc of just those); None if it
-        predates ``metrics`` 1 (then each row reads /proc) or is out of reach."""
-        launches = None if keys is None else \
-            [self.sup.instances[k].launch_key for k in keys]
-        answer = await owner_metrics(self._owner(), self.sup.owner_capabilities, launches,
-                                     usage_only=True)   # a status line's CPU and memory
-        return None if answer is None else self._procs.from_owner(answer)
+        """CPU% and memory by (pid, start ticks) of the instances ``keys`` (all when
+        None), as the owner measured them at most FRESH_S ago (backend.usage): it is
+        asked for the processes without such figures only. None if it predates
+        ``metrics`` 1 (then each row reads /proc); a process it could not measure (out
+        of reach) has no figures."""
+        insts = self.sup.instances.values() if keys is None else \
+            [self.sup.instances[k] for k in keys]
+        launches = {(i.pid, i.start_ticks): i.launch_key for i in insts
+                    if i.pid is not None and i.start_ticks is not None}
+        stale = self._procs.stale(launches)
+        if stale:
+            answer = await owner_metrics(self._owner(), self.sup.owner_capabilities, stale,
+                                         usage_only=True)   # a status line's CPU and memory
+            if answer is None:
+                return None
+            self._procs.from_owner(answer)
+        return self._procs.recent(launches)
 
     def _row(self, key: str, inst: im.Instance, t: float,
              dropped: dict[tuple[str, str], int] | None,

@@ -7,25 +7,35 @@ start ticks); the first sample of one reports 0.0.
 
 Only when the owner predates that capability does the backend read /proc/PID/stat of the
 leader itself (one read per process: the status of 200 apps must stay cheap).
+
+A process's figures stand for FRESH_S: a ``status`` or ``inspect`` within that time of
+the last measurement of a process shows that measurement, and asks the owner only for
+the processes it has no figures that recent for (a new process always has none). The
+owner reads /proc for each process it measures, and the backend decodes the answer: for
+50 apps that was 60% of a ``status`` (2.4 against 1.0 ms), paid again by every poll of
+a tool that asks many times a second, and a CPU percent over a few milliseconds says
+little anyway. ``tenure top --every 0.2`` sees new figures every 0.4 to 0.6 s.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from protocol.errors import TenureError
 
-__all__ = ["CAPABILITY", "CpuRate", "Usage", "owner_metrics"]
+__all__ = ["CAPABILITY", "FRESH_S", "CpuRate", "Usage", "owner_metrics"]
 
 CAPABILITY = {"metrics": 1}
+FRESH_S = 0.5
 
 _HZ = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 Ident = tuple[int, int]  # (pid, start ticks)
+Figures = tuple[float | None, int | None]  # (cpu percent, memory bytes)
 
 
 class CpuRate:
@@ -76,17 +86,29 @@ async def owner_metrics(owner: Any, capabilities: Mapping[str, Any],
 
 
 class Usage:
-    """Per-instance ``(cpu percent, memory bytes)`` from the owner's answer, or from
-    /proc when there is none."""
+    """Per-instance ``(cpu percent, memory bytes)`` from the owner's answers (each kept
+    FRESH_S), or from /proc when there are none."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.cpu = CpuRate()
+        self._clock = clock
+        self._taken: dict[Ident, tuple[float, Figures]] = {}   # when we got them, and them
 
-    def from_owner(self, answer: Mapping[str, Any]) -> dict[Ident, tuple[float | None,
-                                                                          int | None]]:
-        """Figures by (pid, start ticks) from one ``metrics.read`` answer."""
-        out: dict[Ident, tuple[float | None, int | None]] = {}
-        at = answer["at"]
+    def stale(self, launches: Mapping[Ident, str]) -> list[str]:
+        """The launch keys among ``launches`` (by process identity) whose process has no
+        figures from the last FRESH_S: the ones to measure again."""
+        now = self._clock()
+        return [key for ident, key in launches.items()
+                if (got := self._taken.get(ident)) is None or now - got[0] >= FRESH_S]
+
+    def recent(self, idents: Iterable[Ident]) -> dict[Ident, Figures]:
+        """The figures held for ``idents`` (those without any are left out)."""
+        return {i: self._taken[i][1] for i in idents if i in self._taken}
+
+    def from_owner(self, answer: Mapping[str, Any]) -> dict[Ident, Figures]:
+        """Figures by (pid, start ticks) from one ``metrics.read`` answer, kept."""
+        out: dict[Ident, Figures] = {}
+        at, now = answer["at"], self._clock()
         for row in answer["launches"]:
             if row.get("pid") is None or row.get("start_ticks") is None:
                 continue
@@ -94,6 +116,7 @@ class Usage:
             cpu = row.get("cpu_seconds")
             out[ident] = (None if cpu is None else self.cpu.rate(ident, at, cpu),
                           row.get("memory_bytes"))
+            self._taken[ident] = (now, out[ident])
         return out
 
     def sample(self, pid: int, start_ticks: int) -> tuple[float | None, int | None]:
@@ -114,4 +137,7 @@ class Usage:
         return self.cpu.rate((pid, start_ticks), time.monotonic(), cpu), rss
 
     def forget_except(self, live: Iterable[Ident]) -> None:
-        self.cpu.forget_except(live)
+        keep = set(live)
+        self.cpu.forget_except(keep)
+        for key in [k for k in self._taken if k not in keep]:
+            del self._taken[key]

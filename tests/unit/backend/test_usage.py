@@ -6,7 +6,7 @@ import asyncio
 import os
 from typing import Any
 
-from backend.usage import CpuRate, Usage, owner_metrics
+from backend.usage import FRESH_S, CpuRate, Usage, owner_metrics
 from protocol.errors import TransportLost
 from protocol.procfs import read_stat
 
@@ -85,3 +85,35 @@ def test_inspect_of_a_few_instances_asks_the_owner_for_just_those():
     asyncio.run(owner_metrics(owner, {"metrics": 1}))
     asyncio.run(owner_metrics(owner, {"metrics": 1}, usage_only=True))
     assert owner.params == [{"launch_keys": ["s/a/0/3"]}, None, {"usage_only": True}]
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_figures_stand_for_fresh_s_then_the_process_is_measured_again():
+    clock = _Clock()
+    u = Usage(clock)
+    launches = {(7, 70): "s/a/0/1", (8, 80): "s/a/1/1"}
+    assert u.stale(launches) == ["s/a/0/1", "s/a/1/1"]   # nothing measured yet
+    u.from_owner(_answer(50.0, 2.0, 4096))              # measures (7, 70) only
+    assert u.stale(launches) == ["s/a/1/1"] and u.recent(launches) == {(7, 70): (0.0, 4096)}
+    clock.t += FRESH_S - 0.01
+    assert u.stale(launches) == ["s/a/1/1"]
+    clock.t += 0.01
+    assert u.stale(launches) == ["s/a/0/1", "s/a/1/1"]
+    u.from_owner(_answer(51.0, 2.5, 8192))
+    assert u.recent([(7, 70)]) == {(7, 70): (50.0, 8192)}   # the rate between the two
+    u.forget_except([(8, 80)])
+    assert u.recent(launches) == {} and u.stale({(7, 70): "k"}) == ["k"]
+
+
+def test_an_owner_out_of_reach_leaves_what_was_measured_and_adds_nothing():
+    u = Usage(_Clock())
+    u.from_owner(_answer(50.0, 2.0, 4096))
+    u.from_owner({"at": 51.0, "launches": []})   # owner_metrics' answer when it is away
+    assert u.recent([(7, 70), (9, 90)]) == {(7, 70): (0.0, 4096)}
