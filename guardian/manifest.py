@@ -12,11 +12,12 @@ line (they are still covered by the id).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,11 @@ class Runtime:
     contracts: Mapping[str, int]
     format: int = FORMAT
 
+    @functools.cached_property
+    def dirs(self) -> frozenset[str]:
+        """Every directory the listed files are in, below the release root."""
+        return directories(self.files)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": self.format,
@@ -139,7 +145,7 @@ def parse_runtime(data: bytes) -> Runtime:
         raise _corrupt("not in canonical form", "")
     for key in sorted(obj.keys() - _KNOWN_KEYS):
         log.debug("%s: ignoring unknown key %r", RUNTIME_NAME, key)
-    return Runtime(
+    runtime = Runtime(
         format=fmt,
         tenure_version=_nonempty_str(obj, "tenure_version"),
         source_commit=_source_commit(obj),
@@ -147,6 +153,8 @@ def parse_runtime(data: bytes) -> Runtime:
         files=_files(obj.get("files")),
         contracts=_contracts(obj.get("contracts")),
     )
+    _check_no_file_dir_clash(runtime)
+    return runtime
 
 
 def _reject_constant(name: str) -> Any:
@@ -203,17 +211,23 @@ def _files(value: Any) -> dict[str, str]:
         if not isinstance(digest, str) or _HEX64.fullmatch(digest) is None:
             raise _corrupt(f"files: {rel!r} has no sha256 hex digest", "files")
         out[rel] = digest
-    _check_no_file_dir_clash(out)
     return out
 
 
-def _check_no_file_dir_clash(files: Mapping[str, str]) -> None:
-    dirs = {rel.rsplit("/", 1)[0] for rel in files}
-    parents: set[str] = set()
-    for d in dirs:
-        parts = d.split("/")
-        parents.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
-    clash = sorted(parents & files.keys())
+def directories(files: Iterable[str]) -> frozenset[str]:
+    """Every directory above the relative paths ``files`` (``a/b/c`` gives ``a`` and
+    ``a/b``); each is walked up only until a directory already found."""
+    out: set[str] = set()
+    for rel in files:
+        d = rel.rpartition("/")[0]
+        while d and d not in out:
+            out.add(d)
+            d = d.rpartition("/")[0]
+    return frozenset(out)
+
+
+def _check_no_file_dir_clash(runtime: Runtime) -> None:
+    clash = sorted(runtime.dirs & runtime.files.keys())
     if clash:
         raise _corrupt(f"files: {clash[0]!r} is both a file and a directory", "files")
 

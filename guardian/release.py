@@ -137,6 +137,11 @@ def _open_regular(path: Path | str, rel: str) -> int:
 
     Raises UnsafePath for a symlink or a non-regular file, NotFound if it is missing.
     """
+    return _open_stat(path, rel)[0]
+
+
+def _open_stat(path: Path | str, rel: str) -> tuple[int, os.stat_result]:
+    """:func:`_open_regular`, with the file's status as opened."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError as e:
@@ -145,10 +150,11 @@ def _open_regular(path: Path | str, rel: str) -> int:
         if e.errno == errno.ELOOP:
             raise UnsafePath(f"{rel}: is a symlink", {"file": rel}) from e
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise UnsafePath(f"{rel}: not a regular file", {"file": rel})
-    return fd
+    return fd, st
 
 
 _CHUNK = 1 << 16
@@ -165,12 +171,17 @@ def sha256_file(path: Path | str, rel: str | None = None) -> str:
     every daemon start, and the buffered-file path was twice the time of the hashing.
     Raises UnsafePath (symlink, special file), NotFound (missing), OSError (I/O).
     """
-    fd = _open_regular(path, rel or str(path))
+    return _sha256_stat(path, rel or str(path))[0]
+
+
+def _sha256_stat(path: Path | str, rel: str) -> tuple[str, os.stat_result]:
+    """:func:`sha256_file`, with the file's status taken before its content was read."""
+    fd, st = _open_stat(path, rel)
     try:
         digest = hashlib.sha256()
         while chunk := os.read(fd, _CHUNK):
             digest.update(chunk)
-        return digest.hexdigest()
+        return digest.hexdigest(), st
     finally:
         os.close(fd)
 
@@ -209,27 +220,26 @@ def _scan(root: Path) -> tuple[set[str], set[str]]:
     return files, dirs
 
 
-def _parents(files: Iterable[str]) -> set[str]:
-    out: set[str] = set()
-    for rel in files:
-        parts = rel.split("/")[:-1]
-        out.update("/".join(parts[: i + 1]) for i in range(len(parts)))
-    return out
-
-
 def _identity(root: Path, listed: Iterable[str]) -> bytes | None:
     """A digest of what identifies each listed file on disk (device, inode, size, mode,
     mtime, ctime), or None when one is missing. Any write, chmod, utime, rename or
     replacement of a file moves its ctime, which only the kernel sets."""
-    base, h = str(root), hashlib.sha256()
+    base, lines = str(root) + "/", []
     for rel in sorted(listed):
         try:
-            st = os.lstat(os.path.join(base, rel))
+            lines.append(_identity_line(rel, os.lstat(base + rel)))
         except FileNotFoundError:
             return None
-        h.update(f"{rel}\0{st.st_dev} {st.st_ino} {st.st_size} {st.st_mode} "
-                 f"{st.st_mtime_ns} {st.st_ctime_ns}\n".encode())
-    return h.digest()
+    return _identity_digest(lines)
+
+
+def _identity_line(rel: str, st: os.stat_result) -> str:
+    return (f"{rel}\0{st.st_dev} {st.st_ino} {st.st_size} {st.st_mode} "
+            f"{st.st_mtime_ns} {st.st_ctime_ns}\n")
+
+
+def _identity_digest(lines: list[str]) -> bytes:
+    return hashlib.sha256("".join(lines).encode()).digest()
 
 
 def _check_tree(root: Path, runtime: Runtime, seen: dict[str, bytes] | None = None) -> None:
@@ -242,28 +252,30 @@ def _check_tree(root: Path, runtime: Runtime, seen: dict[str, bytes] | None = No
     """
     found, dirs = _scan(root)
     found -= {RUNTIME_NAME, SIGNATURE_NAME}
-    listed = set(runtime.files)
+    listed = runtime.files.keys()
     for what, names in (("unexpected file", found - listed), ("missing file", listed - found),
-                        ("unexpected directory", dirs - _parents(listed))):
+                        ("unexpected directory", dirs - runtime.dirs)):
         if names:
             rel = min(names)
             raise StateCorrupt(f"{what} {rel}", {"file": rel, "problem": what})
-    # taken before the hashing: a file changed after this has another ctime, so the
-    # identity stored below does not match it at the next check
-    before = None if seen is None else _identity(root, listed)
-    if before is not None and seen is not None and seen.get(str(root)) == before:
+    known = None if seen is None else seen.get(str(root))
+    if known is not None and _identity(root, listed) == known:
         return
-    base = str(root)
+    # each file's identity is its status taken before its content is read: a file
+    # changed after that has another ctime, so the identity stored below does not match
+    # it at the next check
+    base, lines = str(root) + "/", []
     for rel in sorted(listed):
         try:
-            digest = sha256_file(os.path.join(base, rel), rel)
+            digest, st = _sha256_stat(base + rel, rel)
         except NotFound as e:  # vanished while we looked
             raise StateCorrupt(f"missing file {rel}", {"file": rel}) from e
         if digest != runtime.files[rel]:
             raise StateCorrupt(f"content of {rel} does not match RUNTIME.json",
                                {"file": rel, "problem": "hash mismatch"})
-    if seen is not None and before is not None:
-        seen[str(root)] = before
+        lines.append(_identity_line(rel, st))
+    if seen is not None:
+        seen[str(root)] = _identity_digest(lines)
 
 
 def _check_root(root: Path) -> None:
@@ -510,7 +522,7 @@ def _copy_release(source: Release, dst: Path) -> None:
     from shutil import copyfileobj  # only installing copies: verifying needs no shutil
     dst.mkdir(mode=0o700)
     names = [RUNTIME_NAME, *([SIGNATURE_NAME] if source.signed else []), *source.runtime.files]
-    for d in sorted(_parents(source.runtime.files)):
+    for d in sorted(source.runtime.dirs):
         (dst / d).mkdir(mode=0o700)
     for rel in names:
         with os.fdopen(_open_regular(source.path / rel, rel), "rb") as fin:

@@ -194,14 +194,14 @@ def test_a_tree_hashed_before_is_not_hashed_again_until_a_file_changes(
     original = target.read_bytes()
     _replace(target, original)          # a file of its own (not a link) to write into
     hashed: list[str] = []
-    real = release_mod.sha256_file
+    real = release_mod._sha256_stat
 
-    def counting(path: Path | str, rel: str | None = None) -> str:
+    def counting(path: Path | str, rel: str) -> tuple[str, os.stat_result]:
         if rel in sealed.installed.runtime.files:   # not the interpreter's hash
             hashed.append(rel)
         return real(path, rel)
 
-    monkeypatch.setattr(release_mod, "sha256_file", counting)
+    monkeypatch.setattr(release_mod, "_sha256_stat", counting)
     seen: dict[str, bytes] = {}
     verify(d, sealed.installed.id, seen=seen)
     assert len(hashed) == len(sealed.installed.runtime.files) and str(d) in seen

@@ -17,6 +17,7 @@ from guardian.manifest import (
     Interpreter,
     Runtime,
     canonical_json,
+    directories,
     is_safe_relpath,
     parse_runtime,
     release_id,
@@ -138,6 +139,19 @@ def test_unsafe_or_misplaced_file_paths_are_refused(rel: str) -> None:
 def test_non_canonical_or_non_json_bytes_are_refused(mangle: Any) -> None:
     with pytest.raises(StateCorrupt):
         parse_runtime(mangle(canonical_json(valid())))
+
+
+def test_directories_are_every_parent_once() -> None:
+    files = ["lib/a/b/c.py", "lib/a/b/d.py", "lib/a/e.py", "lib/f.py", "top"]
+    assert directories(files) == {"lib", "lib/a", "lib/a/b"}
+    assert directories([]) == frozenset()
+
+
+def test_a_path_both_file_and_directory_is_refused() -> None:
+    doc = valid()
+    doc["files"] = {"lib/a": H, "lib/a/b.py": H}
+    with pytest.raises(StateCorrupt, match="both a file and a directory"):
+        parse_runtime(canonical_json(doc))
 
 
 def test_safe_relpath() -> None:
