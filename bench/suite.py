@@ -71,7 +71,7 @@ ADAPTERS: dict[str, str] = {
 }
 
 FULL = {"ns": [50, 200], "status_runs": 20, "restart_repeats": 5, "log_lines": 1_000_000,
-        "scenario_timeout": 120.0, "settle_s": 2.0, "repeat": 3}
+        "scenario_timeout": 120.0, "settle_s": 2.0, "repeat": 5}
 QUICK = {"ns": [10], "status_runs": 10, "restart_repeats": 3, "log_lines": 100_000,
          "scenario_timeout": 60.0, "settle_s": 1.0, "repeat": 1}
 
@@ -488,7 +488,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--only", default=",".join(ADAPTERS), help="comma-separated adapters")
     ap.add_argument("--n", help="comma-separated program counts (default 50,200)")
     ap.add_argument("--repeat", type=int, metavar="K",
-                    help="run everything K times; figures are medians (default 3, --quick 1)")
+                    help="run everything K times; figures are medians (default 5, --quick 1)")
     ap.add_argument("--render", action="store_true", help="write docs/benchmarks.md + plots")
     ap.add_argument("--render-only", action="store_true", help="render latest.json, no run")
     ap.add_argument("--allow-errors", action="store_true",

@@ -23,10 +23,15 @@ REASONS: dict[str, str] = {
         "interpreter that has imported asyncio (without ssl), sqlite3, logging, json and "
         "msgpack is ~17 MiB resident before any tenure code, libpython's pages counted "
         "again in each process, so three of them are ~51 MiB, ~2.6x supervisord, before "
-        "tenure's own modules and state. Today with 50 apps: owner 27.3, guardian 27.4, "
-        "backend 24.7 MiB. The owner and the guardian map libcrypto for Ed25519 (3.4 MiB "
-        "each); the backend hashes with CPython's own functions and maps none (was 28.0 "
-        "MiB); the guardian hashes releases in 64 KiB reads (was 28.7 MiB)."),
+        "tenure's own modules and state. Today with 50 apps: owner 26.4, guardian 25.8, "
+        "backend 23.7 MiB; in each, mapped files ~9-12 MiB (libpython 5.1, libc 1.4, "
+        "libsqlite3 1.3, and in the owner and the guardian libcrypto 3.4 for Ed25519: "
+        "the backend hashes with CPython's own functions and maps none), the rest "
+        "Python's objects: ~10 MiB of modules, ~2.5 MiB of interpreter, ~2.5 MiB of "
+        "state. Not loading the modules only rare paths use (shutil through argparse's "
+        "help width, uuid, secrets, zoneinfo, tomllib at start) took 2.7 MiB off the "
+        "three (78.7 to 75.9); glibc's malloc_trim after start would free 0.1-0.3 MiB "
+        "per process, so it is not called."),
     "ratio_start_all_running": (
         "a cold start runs three interpreters, the backend after the other two, on two "
         "CPUs busy most of the time: CPU time spent by each, from /proc (50 apps): the "
@@ -44,7 +49,14 @@ REASONS: dict[str, str] = {
         "0.15 to 0.3 s both CPUs are busy; from 0.3 s on about one is (the backend and "
         "the owner answer each other). Starting the standby interpreter before the "
         "guardian's own imports (~40 ms earlier) gained nothing in 16 alternating runs "
-        "(569 against 551 ms): in that phase the CPUs, not the order, are the limit."),
+        "(569 against 551 ms): in that phase the CPUs, not the order, are the limit. "
+        "The 50 launches are 50 spawns one after the other in the owner: each Popen "
+        "waits (vfork) until its child has exec'd, 0.26-0.38 ms when the child gets a "
+        "CPU at once, but two or three of them per start wait 5-24 ms for one (probes "
+        "in the owner). The same stall outside tenure: 50 Popens of `sleep` take 0.62 "
+        "ms each (median) on an idle machine and 3.6 ms with one busy process beside "
+        "them (p90 9 ms), while one CPU is free. Making `status` cheap (the poll asks "
+        "every 5 ms) left this figure as it was in 16 alternating runs."),
     "ratio_start_returned": (
         "`tenure up --no-wait` returns once the config is parsed (a bad one starts "
         "nothing) and queued, then verifies the release and starts the daemons in a "
@@ -58,9 +70,9 @@ REASONS: dict[str, str] = {
     "ratio_status": (
         "at the margin, by noise: tenure status took 39-41 ms with 50 programs and "
         "46-54 ms with 200 in runs of this day, circus's 145-152 ms at 200: the "
-        "interpreter's start (~13 ms), the client's imports (~20 ms) and, at 200, the "
-        "backend's answer (~9 ms, of it the owner's CPU and memory readings of 200 "
-        "processes, ~6 ms)."),
+        "interpreter's start (~13 ms), the client's imports (~20 ms) and the backend's "
+        "answer (at 200: ~9 ms until CPU and memory figures were reused for 0.5 s, "
+        "now 1.5-2 ms)."),
     "ratio_restart": (
         "the restart crosses two processes and four socket hops on two CPUs, and the "
         "benchmark sees it through the API, asked every 0.5 ms. Medians of 45 kills with "
@@ -70,11 +82,11 @@ REASONS: dict[str, str] = {
         "the starting row at 2.89 ms, spawned (vfork and exec, 0.64 ms) at 3.58 ms, "
         "read the start time at 3.83 ms, watches its pipes at 4.22 ms and answers after "
         "committing the running row at 4.65 ms; the backend has the pid at 4.84 ms and "
-        "the poller sees it at 6.66 ms: one `inspect` takes ~0.7 ms, ~0.66 ms of it the "
-        "two owner calls for CPU and memory and held sockets (0.77 against 0.11 ms "
-        "without them), but an `inspect` without them made no difference to this "
-        "figure in 6 alternating rounds of 45 kills (5.67 against 5.94 ms): the poller "
-        "then asks more often and takes the CPUs the restart needs. No fsync is on the "
+        "the poller sees it at 6.66 ms. `inspect` now reuses CPU and memory figures "
+        "younger than 0.5 s (it asked the owner for them at every call); the figure "
+        "moved from 5.01 to 4.33 ms in 10 alternating rounds of 15 kills at 50 apps, "
+        "from 3.30 to 3.97 in 6 others, and from 5.51 to 5.19 ms in 4 at 200: the "
+        "machine's load moves it more than that. No fsync is on the "
         "path; the owner decides nothing on its own (docs/owner.md), so the "
         "backend's decision is two hops away. Figures move by a third between runs with "
         "the machine's load (full runs of one day at 50: 4.04 to 4.82 ms). Until this "
