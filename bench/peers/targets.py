@@ -34,11 +34,11 @@ REASONS: dict[str, str] = {
         "per process, so it is not called."),
     "ratio_start_all_running": (
         "a cold start runs three interpreters, the backend after the other two, on two "
-        "CPUs busy most of the time: CPU time spent by each, from /proc (50 apps): the "
-        "command ~0.08 s, its forked child ~0.07 s (the release's verification: ~40 ms "
-        "of hashing 1,019 files, 15 MB, and the imports it needs), the owner ~0.15 s, "
-        "the guardian ~0.12 s, the backend ~0.12 s: ~0.55 s of CPU, so ~0.28 s on two "
-        "CPUs at best. Timeline with 50 apps, `tenure up --no-wait`, medians of 7 runs "
+        "CPUs busy most of the time: CPU time spent by each, from /proc (50 apps, "
+        "medians of 12 starts): the command ~0.085 s, its forked child ~0.06 s (two "
+        "verifications of the release, 1,017 files: 20 and 9 ms on a quiet machine, "
+        "and the imports they need), the owner ~0.125 s, the guardian ~0.105 s, the "
+        "backend ~0.09 s: ~0.47 s of CPU, so ~0.23 s on two CPUs at best. Timeline with 50 apps, `tenure up --no-wait`, medians of 7 runs "
         "from the command's start, with timing probes: the child is forked at ~0.07 s "
         "and verifies the release while the command parses the config (it returns at "
         "~0.1 s); the owner and the guardian are started at ~0.15 s (~0.2 s before "
