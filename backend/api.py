@@ -237,8 +237,7 @@ class Api:
         rows = [self._row(k, self.sup.instances[k], t, dropped, usage) for k in keys]
         if not link["current"]:
             rows = [_unknown(r, link["age"]) for r in rows]
-        self._procs.forget_except({(i.pid, i.start_ticks) for i in self.sup.instances.values()
-                                   if i.pid is not None and i.start_ticks is not None})
+        self._procs.forget_except(self._live_idents())
         return {"backend": {"activation": self.gen.activation, "epoch": self.gen.epoch,
                             "release": self.gen.handoff.get("release"),
                             "pid": self.gen.identity.pid, "draining": self.gen.draining,
@@ -284,7 +283,13 @@ class Api:
             if answer is None:
                 return None
             self._procs.from_owner(answer)
+            if len(self._procs) > 2 * len(self.sup.instances) + 64:   # inspect alone
+                self._procs.forget_except(self._live_idents())       # across restarts
         return self._procs.recent(launches)
+
+    def _live_idents(self) -> set[tuple[int, int]]:
+        return {(i.pid, i.start_ticks) for i in self.sup.instances.values()
+                if i.pid is not None and i.start_ticks is not None}
 
     def _row(self, key: str, inst: im.Instance, t: float,
              dropped: dict[tuple[str, str], int] | None,

@@ -94,6 +94,10 @@ class Usage:
         self._clock = clock
         self._taken: dict[Ident, tuple[float, Figures]] = {}   # when we got them, and them
 
+    def __len__(self) -> int:
+        """How many processes' figures are held."""
+        return len(self._taken)
+
     def stale(self, launches: Mapping[Ident, str]) -> list[str]:
         """The launch keys among ``launches`` (by process identity) whose process has no
         figures from the last FRESH_S: the ones to measure again."""

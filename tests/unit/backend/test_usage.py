@@ -108,8 +108,9 @@ def test_figures_stand_for_fresh_s_then_the_process_is_measured_again():
     assert u.stale(launches) == ["s/a/0/1", "s/a/1/1"]
     u.from_owner(_answer(51.0, 2.5, 8192))
     assert u.recent([(7, 70)]) == {(7, 70): (50.0, 8192)}   # the rate between the two
+    assert len(u) == 1
     u.forget_except([(8, 80)])
-    assert u.recent(launches) == {} and u.stale({(7, 70): "k"}) == ["k"]
+    assert u.recent(launches) == {} and u.stale({(7, 70): "k"}) == ["k"] and len(u) == 0
 
 
 def test_an_owner_out_of_reach_leaves_what_was_measured_and_adds_nothing():
