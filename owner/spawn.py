@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from protocol.errors import LaunchFailed
 
 from .cgroups import shim_argv
-from .fdpass import FdHandoff, PassFds, without_listen_vars
+from .fdpass import FdHandoff, PassFds, resolve_program, without_listen_vars
 from .procinfo import read_start_ticks
 from .runas import ChildSetup
-from .spawnerr import os_failure, search_path
+from .spawnerr import os_failure
 from .specs import LaunchSpec
 
 __all__ = ["PopenSpawner", "Spawned", "Spawner", "pidfd_supported"]
@@ -196,16 +196,7 @@ def _check_program(spec: LaunchSpec, env: dict[str, str]) -> None:
     """What Popen's exec would refuse, checked up front (the shim's exec happens later,
     in the child). Raises FileNotFoundError or PermissionError like exec would; a
     program removed between this check and the exec makes the shim exit 127."""
-    prog = spec.argv[0]
-    if "/" in prog:
-        full = prog if os.path.isabs(prog) else os.path.join(spec.cwd or os.getcwd(), prog)
-        if not os.path.exists(full):
-            raise FileNotFoundError(2, "No such file or directory", prog)
-        if os.path.isdir(full) or not os.access(full, os.X_OK):
-            raise PermissionError(13, "Permission denied", prog)
-        return
-    if search_path(prog, env) is None:
-        raise FileNotFoundError(2, "No such file or directory", prog)
+    resolve_program(spec.argv[0], env, spec.cwd)
 
 
 def _reason(spec: LaunchSpec, e: Exception) -> str:
