@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from .generation import Generation
 
 __all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "api_call", "default_sigint",
-           "fake_generation", "free_port", "no_sleep", "seal_once", "until"]
+           "fake_generation", "force_rmtree", "free_port", "no_sleep", "seal_once", "until"]
 
 
 def default_sigint() -> None:
@@ -55,6 +56,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def force_rmtree(path: str | os.PathLike[str]) -> None:
+    """rmtree that also removes read-only trees (installed releases are 0555); symlinks
+    are removed, never followed. Nothing at ``path``: nothing to do."""
+    if not os.path.lexists(path):
+        return
+    if not os.path.islink(path):
+        os.chmod(path, 0o700)
+    for here, dirs, _files in os.walk(path):
+        for d in dirs:
+            if not os.path.islink(os.path.join(here, d)):
+                os.chmod(os.path.join(here, d), 0o700)
+    shutil.rmtree(path)
 
 
 def seal_once(out: Path) -> Path:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,17 +35,8 @@ def short_home() -> Iterator[Path]:
     try:
         yield path
     finally:
-        _force_rmtree(path)
-
-
-def _force_rmtree(path: Path) -> None:
-    """rmtree that also removes read-only trees (installed releases are 0555)."""
-    for root, dirs, _files in os.walk(path):
-        for d in dirs:
-            full = os.path.join(root, d)
-            if not os.path.islink(full):
-                os.chmod(full, 0o700)
-    shutil.rmtree(path, ignore_errors=False)
+        from backend.testing import force_rmtree
+        force_rmtree(path)
 
 
 def _open_fds() -> set[str]:
@@ -102,7 +92,8 @@ def sealed_release() -> Iterator[Path]:
     try:
         yield seal_once(d)
     finally:
-        _force_rmtree(d)
+        from backend.testing import force_rmtree
+        force_rmtree(d)
 
 
 @pytest.fixture

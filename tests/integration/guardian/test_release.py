@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import guardian.release as release_mod
+from backend.testing import force_rmtree
 from guardian.manifest import RUNTIME_NAME, SIGNATURE_NAME, Runtime, canonical_json, release_id
 from guardian.release import (
     Release,
@@ -55,17 +56,6 @@ class Sealed:
     root: Path
 
 
-def _force_rmtree(path: Path) -> None:
-    if not os.path.lexists(path):
-        return
-    os.chmod(path, 0o700)
-    for here, dirs, _ in os.walk(path):
-        for d in dirs:
-            if not os.path.islink(os.path.join(here, d)):
-                os.chmod(os.path.join(here, d), 0o700)
-    shutil.rmtree(path)
-
-
 @pytest.fixture(scope="module")
 def sealed() -> Iterator[Sealed]:
     root = Path(tempfile.mkdtemp(prefix="tnrel"))
@@ -80,7 +70,7 @@ def sealed() -> Iterator[Sealed]:
         installed = install(rel.path, root / "releases", trusted_keys=[key.public_key()])
         yield Sealed(rel, installed, key, root)
     finally:
-        _force_rmtree(root)
+        force_rmtree(root)
 
 
 @pytest.fixture
@@ -89,7 +79,7 @@ def scratch() -> Iterator[Path]:
     try:
         yield path
     finally:
-        _force_rmtree(path)
+        force_rmtree(path)
 
 
 def _writable_copy(release: Release, parent: Path, name: str | None = None) -> Path:
