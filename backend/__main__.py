@@ -2,7 +2,8 @@
 by the guardian); ``python -m backend --preflight`` checks that this release can run here.
 
 Exit statuses: 0 retired cleanly (or preflight passed), 1 failed before READY, 2 usage,
-3 closing did not finish (it took longer than CLOSE_LIMIT, or a signal came meanwhile).
+3 closing did not finish (it took longer than CLOSE_LIMIT, or a signal came meanwhile),
+6 the home was deleted or replaced while it served (protocol.homewatch).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 CLOSE_LIMIT = 5.0       # the guardian asks for SIGTERM 10 s after its retire request
 EXIT_CLOSE_STUCK = 3
+EXIT_HOME_LOST = 6
 
 log = logging.getLogger("tenure.backend")
 
@@ -45,7 +47,12 @@ def preflight() -> int:
 
 
 async def serve(home: Path, activation: str) -> int:
+    import asyncio
+
+    from protocol.homewatch import HomeMark, watch
+
     from .generation import Generation
+    mark = HomeMark.take(home)
     gen = Generation(home, activation)
     try:
         await gen.start()
@@ -55,11 +62,23 @@ async def serve(home: Path, activation: str) -> int:
         await close_bounded(gen.close())
         return 1
     print(json.dumps({"ready": True, "pid": gen.identity.pid, "epoch": gen.epoch}), flush=True)
+    watcher = asyncio.create_task(watch(mark, _home_lost))
     try:
         await gen.run_until_retired()
     finally:
+        watcher.cancel()
         await close_bounded(gen.close())
     return 0
+
+
+def _home_lost(loss: TenureError) -> NoReturn:
+    """Our home was deleted or replaced (logged by the watch): exit now. Closing would
+    write the checkpoint by path, into a directory that now belongs to someone else; a
+    generation holds no application, and its guardian (if it still runs) ends too."""
+    del loss
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(EXIT_HOME_LOST)
 
 
 async def close_bounded(closing: Any, limit: float = CLOSE_LIMIT) -> None:

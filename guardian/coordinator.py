@@ -16,6 +16,7 @@ import os
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,14 @@ from protocol.ed25519 import PrivateKey
 from protocol.errors import (
     GuardianFault,
     HandoffFailed,
+    HomeLost,
     OperationInProgress,
     TenureError,
     Uncertain,
 )
 from protocol.grant import Grant, public_key_text
 from protocol.handover import OWNER_CONTRACTS, pack_handoff, read_checkpoint, write_handoff
+from protocol.homewatch import HomeMark
 from protocol.identity import Identity, new_identity
 from protocol.link import Link, LinkEvent
 
@@ -90,6 +93,10 @@ class Coordinator:
         # (guardian.release.verify); memory only: a restarted guardian hashes again
         self.hashed: dict[str, bytes] = {}
         self.sleep = asyncio.sleep  # seams: fakes never sleep
+        # the home this guardian started in, and how it ends when that is lost
+        # (guardian.daemon sets both)
+        self.home_mark: HomeMark | None = None
+        self.end_home_lost: Callable[[HomeLost], None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._spare: tuple[str, asyncio.Task[BackendProcess | None]] | None = None
 
@@ -396,6 +403,19 @@ class Coordinator:
                           "at": time.time()}
         self.write_diagnostics()
 
+    def check_home(self) -> None:
+        """End the guardian (end_home_lost) if its home was lost, before anything is
+        recovered or written by path."""
+        if self.home_mark is None or self.end_home_lost is None:
+            return
+        try:
+            loss = self.home_mark.lost()
+        except OSError:
+            return   # cannot look: the watch says so and goes on
+        if loss is not None:
+            log.error("%s", loss)
+            self.end_home_lost(loss)
+
     async def cancel_tasks(self) -> None:
         for t in list(self._tasks):
             t.cancel()
@@ -407,6 +427,7 @@ class Coordinator:
             return
         log.error("backend generation %s (pid %d) exited unexpectedly (status %s)",
                   bp.activation, bp.pid, bp.returncode)
+        self.check_home()   # a generation that saw its home lost first exits by itself
         self.current = None
         self.write_diagnostics()
         from .cold import recover_safely

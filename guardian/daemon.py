@@ -7,12 +7,17 @@ guardian.start.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Iterator
+from typing import NoReturn
 
-from protocol.errors import TenureError
+from protocol.errors import HomeLost, TenureError
+from protocol.homewatch import HomeMark, watch
+from protocol.procfs import children
 from protocol.server import RpcServer
 
 from . import own
@@ -25,12 +30,13 @@ from .paths import GuardianPaths
 from .service import GuardianService
 from .state import StateStore
 
-__all__ = ["serve"]
+__all__ = ["EXIT_HOME_LOST", "serve"]
 
 log = logging.getLogger("tenure.guardian")
 
 
 FAST_CONNECT_S = 1.0
+EXIT_HOME_LOST = 6   # guardian.start's other statuses: 0, 2, 5
 
 
 def connect_delays() -> Iterator[float]:
@@ -72,11 +78,13 @@ async def serve(paths: GuardianPaths, mine: own.Running,
     """Serve until stopped. Returns None, or the release to exec into (an upgrade of the
     guardian: the backend is left running for it). ``hashed``: the first entries of the
     memo of hashed trees (guardian.start.hashed_memo)."""
+    mark = HomeMark.take(paths.home)
     key = load_or_create_key(paths.key)
     state = StateStore(paths.state_db)
     co = Coordinator(paths, state, key)
     co.hashed.update(hashed)
     co.own = mine
+    co.home_mark, co.end_home_lost = mark, _home_lost
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -85,6 +93,7 @@ async def serve(paths: GuardianPaths, mine: own.Running,
     server = RpcServer(paths.sock, co.identity, {"guardian": 1, "metrics": 1},
                        GuardianService(co, stop.set).methods())
     await server.start()
+    co.spawn(watch(mark, _home_lost), "home watch")
     co.write_diagnostics()
     co.prepare_spare()  # the first generation's interpreter starts while we connect
     try:
@@ -118,6 +127,20 @@ async def serve(paths: GuardianPaths, mine: own.Running,
             await co.owner.close()
         state.close()
     return co.reexec
+
+
+def _home_lost(loss: HomeLost) -> NoReturn:
+    """Our home was deleted or replaced (logged by the watch): end now. The orderly exit
+    writes and calls by path (the certificate, the backend's API socket), and what is at
+    those paths now belongs to whoever made the new directory; so the children (backend
+    generations and standbys, which hold no application) are killed by pid, unreaped
+    children whose pids cannot be reused, and the process exits at once."""
+    del loss
+    for pid in children(os.getpid()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    logging.shutdown()
+    os._exit(EXIT_HOME_LOST)
 
 
 async def _retire_backend(co: Coordinator) -> None:

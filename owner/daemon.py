@@ -1,7 +1,8 @@
 """The owner daemon: start-up admission, the serving loop, and the staged shutdown.
 
 Exit statuses: 0 clean shutdown, 1 shutdown with a failed stage, 2 bad usage or unsafe
-state paths, 3 reconcile required, 4 reconcile found processes alive, 5 already running.
+state paths, 3 reconcile required, 4 reconcile found processes alive, 5 already running,
+6 the home was lost while it ran (its applications were stopped; protocol.homewatch).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.errors import AlreadyRunning, ReconcileRequired, TenureError
+from protocol.errors import AlreadyRunning, HomeLost, ReconcileRequired, TenureError
+from protocol.homewatch import HomeMark, claim, watch
 from protocol.identity import new_identity
 from protocol.notify import sd_notify
 from protocol.server import RpcServer
@@ -37,7 +39,8 @@ __all__ = ["EXIT", "Owner", "run"]
 
 log = logging.getLogger("tenure.owner")
 
-EXIT = {"clean": 0, "failed": 1, "usage": 2, "reconcile": 3, "alive": 4, "running": 5}
+EXIT = {"clean": 0, "failed": 1, "usage": 2, "reconcile": 3, "alive": 4, "running": 5,
+        "home_lost": 6}
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Owner:
     stop_timeout: float = 60.0
     account: ServiceAccount | None = None  # system scope: who else may connect
     release_error: dict[str, Any] | None = None  # why the recorded release cannot run
+    lost: HomeLost | None = None  # set when the home was lost while serving
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     def request_shutdown(self) -> None:
@@ -59,6 +63,16 @@ class Owner:
         """
         self.paths.prepare(None if self.account is None else self.account.dir_owners)
         self.paths.take_lock()  # released by the kernel when this process ends
+        mark = HomeMark.take(self.paths.home)
+        # the lock file goes with a deleted home; this name stays while we live
+        claimed = claim("owner", self.paths.home)
+        try:
+            return await self._serve(mark, ready)
+        finally:
+            if claimed is not None:
+                claimed.close()
+
+    async def _serve(self, mark: HomeMark, ready: Any) -> int:
         identity = new_identity()
         store = OwnerStore(self.paths.db)
         try:
@@ -99,12 +113,29 @@ class Owner:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown)
         overflow = asyncio.create_task(_report_overflow(service))
+        watcher = asyncio.create_task(watch(
+            mark, lambda loss: self._home_lost(loss, service, server, receipt)))
         log.info("owner %s ready on %s", identity.instance, self.paths.sock)
         if ready is not None:
             ready(identity)
         await self._stop.wait()
         overflow.cancel()
-        return await self._shutdown(service, server, journal, store, receipt)
+        watcher.cancel()
+        code = await self._shutdown(service, server, journal, store, receipt)
+        return EXIT["home_lost"] if self.lost is not None else code
+
+    def _home_lost(self, loss: HomeLost, service: OwnerService, server: RpcServer,
+                   receipt: Receipt) -> None:
+        """Nobody can reach us, our records are gone with the directory, and a new owner
+        on the path would launch everything again: stop the applications and end, as on
+        SIGTERM, but write and remove nothing by path (the receipt, the sockets), since
+        whatever is at those paths now belongs to whoever made the new directory."""
+        self.lost = loss
+        receipt.detached = True
+        server.disown()
+        service.launcher.notify.disown()
+        log.error("stopping every application and exiting (%s)", loss.code.value)
+        self.request_shutdown()
 
     async def _shutdown(self, service: OwnerService, server: RpcServer, journal: Journal,
                         store: OwnerStore, receipt: Receipt) -> int:

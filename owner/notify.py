@@ -155,6 +155,7 @@ class NotifyListener(Generic[K]):
         self._resolve = resolve
         self._on_message = on_message
         self._sock: socket.socket | None = None
+        self._owns_path = True
         self.stats = dict.fromkeys(("received", "delivered", "unattributed", "oversized",
                                     "malformed", "ignored", "barrier", "fds_closed"),
                                    0)
@@ -201,15 +202,20 @@ class NotifyListener(Generic[K]):
             os.umask(old)
         os.chmod(self.path, 0o600)
 
+    def disown(self) -> None:
+        """The path is no longer ours (the home was lost): close leaves it alone."""
+        self._owns_path = False
+
     def close(self) -> None:
-        """Stop reading, close the socket and remove its path. Idempotent."""
+        """Stop reading, close the socket and remove its path (unless disowned).
+        Idempotent."""
         if self._sock is None:
             return
         with contextlib.suppress(RuntimeError):
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
         self._sock.close()
         self._sock = None
-        if not self.abstract:
+        if not self.abstract and self._owns_path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
 

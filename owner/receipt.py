@@ -45,6 +45,8 @@ class Receipt:
     started_at: float = field(default_factory=time.time)
     stages: list[dict[str, Any]] = field(default_factory=list)
     failed_stage: str | None = None
+    # the home was lost (protocol.homewatch): the path now belongs to another owner
+    detached: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": RECEIPT_KIND, "format": 1, "state": str(self.state),
@@ -53,7 +55,8 @@ class Receipt:
                 "failed_stage": self.failed_stage, "updated_at": time.time()}
 
     def write(self) -> None:
-        atomic_write_json(self.path, self.to_json())
+        if not self.detached:
+            atomic_write_json(self.path, self.to_json())
 
     def stage(self, name: str, ok: bool, detail: str = "") -> None:
         """Record one shutdown stage; the first failure decides the final state."""

@@ -38,6 +38,7 @@ class Code(StrEnum):
     # paths and sockets
     UNSAFE_PATH = "UNSAFE_PATH"
     PATH_TOO_LONG = "PATH_TOO_LONG"
+    HOME_LOST = "HOME_LOST"
     # state and fencing
     NOT_FOUND = "NOT_FOUND"
     CONFLICT = "CONFLICT"
@@ -136,6 +137,11 @@ CODES: dict[Code, CodeInfo] = {
         "use it.", False),
     Code.PATH_TOO_LONG: CodeInfo(
         "A Unix socket path exceeds 100 bytes; choose a shorter TENURE_HOME.", False),
+    Code.HOME_LOST: CodeInfo(
+        "The daemon's home directory was deleted, moved away or replaced while it ran: "
+        "its state and sockets are gone and nobody can reach it. It ends without writing "
+        "anything by path (the owner stops its applications first); see the recover "
+        "runbook.", False),
     Code.NOT_FOUND: CodeInfo("The named object does not exist.", False),
     Code.CONFLICT: CodeInfo(
         "A compare-and-set precondition failed: the object changed since it was read.", False),

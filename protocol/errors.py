@@ -28,7 +28,8 @@
     │   └── IdentityMismatch        IDENTITY_MISMATCH
     ├── PathError
     │   ├── UnsafePath              UNSAFE_PATH
-    │   └── PathTooLong             PATH_TOO_LONG
+    │   ├── PathTooLong             PATH_TOO_LONG
+    │   └── HomeLost                HOME_LOST
     ├── StateError
     │   ├── NotFound                NOT_FOUND
     │   ├── Conflict                CONFLICT
@@ -222,6 +223,10 @@ class UnsafePath(PathError):
 
 class PathTooLong(PathError):
     code = Code.PATH_TOO_LONG
+
+
+class HomeLost(PathError):
+    code = Code.HOME_LOST
 
 
 class StateError(TenureError):

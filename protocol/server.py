@@ -175,6 +175,11 @@ class RpcServer:
     def begin_drain(self) -> None:
         self.draining = True
 
+    def disown(self) -> None:
+        """The socket's path is no longer ours (our home was lost): close leaves
+        whatever is there now alone."""
+        self._inode = None
+
     def end_drain(self) -> None:
         self.draining = False
 

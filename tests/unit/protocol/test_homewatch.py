@@ -1,0 +1,159 @@
+"""protocol.homewatch: a home deleted, moved or replaced is seen; a second claim on the
+same home path is refused while the first is held."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from protocol.errors import AlreadyRunning, HomeLost
+from protocol.homewatch import HomeMark, claim, claim_name, watch
+
+
+def test_an_untouched_home_is_not_lost(tmp_path: Path) -> None:
+    mark = HomeMark.take(tmp_path)
+    (tmp_path / "file").write_text("x")   # what is inside does not matter
+    assert mark.lost() is None
+
+
+def test_a_deleted_home_is_lost(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    mark = HomeMark.take(home)
+    home.rmdir()
+    loss = mark.lost()
+    assert isinstance(loss, HomeLost) and loss.code.value == "HOME_LOST"
+    assert loss.data == {"home": str(home), "now": "missing"}
+
+
+def test_a_moved_home_is_lost(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    mark = HomeMark.take(home)
+    home.rename(tmp_path / "moved")
+    assert mark.lost() is not None and mark.lost().data["now"] == "missing"
+
+
+def test_a_home_made_again_at_the_same_path_is_lost(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    mark = HomeMark.take(home)
+    keep = tmp_path / "old"
+    home.rename(keep)        # kept, so the new directory cannot reuse its inode
+    home.mkdir()
+    loss = mark.lost()
+    assert loss is not None and loss.data["now"] == "replaced"
+    assert "another directory" in loss.msg
+
+
+def test_a_home_replaced_by_a_file_or_a_symlink_is_lost(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    mark = HomeMark.take(home)
+    home.rename(tmp_path / "old")
+    home.symlink_to(tmp_path / "old")   # even to the same directory: never followed
+    assert mark.lost() is not None and "another file" in mark.lost().msg
+    home.unlink()
+    home.write_text("")
+    assert mark.lost() is not None
+
+
+def test_a_mark_needs_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    with pytest.raises(NotADirectoryError):
+        HomeMark.take(tmp_path / "f")
+    with pytest.raises(FileNotFoundError):
+        HomeMark.take(tmp_path / "none")
+
+
+class Sleeps:
+    """A fake sleep that runs ``then`` at its ``at``-th call."""
+
+    def __init__(self, at: int, then: object) -> None:
+        self.calls: list[float] = []
+        self.at, self.then = at, then
+
+    async def __call__(self, delay: float) -> None:
+        self.calls.append(delay)
+        if len(self.calls) == self.at:
+            self.then()  # type: ignore[operator]
+
+
+def test_the_watch_looks_until_the_home_is_lost_then_reports_it_once(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    seen: list[HomeLost] = []
+    sleeps = Sleeps(3, home.rmdir)
+    loss = asyncio.run(watch(HomeMark.take(home), seen.append, interval=0.25, sleep=sleeps))
+    assert sleeps.calls == [0.25, 0.25, 0.25]   # two looks found it, the third did not
+    assert seen == [loss] and loss.data["now"] == "missing"
+
+
+class Unreadable(HomeMark):
+    """A mark whose first looks fail with EACCES, then find the home lost."""
+
+    fails = 3
+
+    def lost(self) -> HomeLost | None:
+        if Unreadable.fails:
+            Unreadable.fails -= 1
+            raise PermissionError(13, "Permission denied", self.path)
+        return HomeLost("gone", {})
+
+
+def test_a_look_that_fails_is_logged_once_and_the_watch_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mark = Unreadable(str(tmp_path), 0, 0)
+    seen: list[HomeLost] = []
+    with caplog.at_level(logging.WARNING, "tenure.home"):
+        asyncio.run(watch(mark, seen.append, sleep=Sleeps(0, None)))
+    assert len(seen) == 1
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "still watching" in warnings[0].getMessage()
+    assert any("HOME_LOST" in r.getMessage() for r in caplog.records)
+
+
+def test_a_second_claim_on_the_same_path_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    first = claim("owner", tmp_path)
+    assert first is not None
+    try:
+        assert not first.get_inheritable()   # applications never inherit it
+        with pytest.raises(AlreadyRunning) as err:
+            claim("owner", tmp_path)
+        assert err.value.data == {"home": str(tmp_path), "pid": os.getpid(),
+                                  "home_lost": True}
+        assert f"(pid {os.getpid()})" in err.value.msg
+        other = claim("owner", tmp_path / "sub")   # another path: its own name
+        assert other is not None
+        other.close()
+        guardian = claim("guardian", tmp_path)   # another kind: its own name
+        assert guardian is not None
+        guardian.close()
+    finally:
+        first.close()
+    again = claim("owner", tmp_path)   # released with the socket
+    assert again is not None
+    again.close()
+
+
+def test_a_name_bound_by_something_else_does_not_block_a_start(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    squatter.bind(claim_name("owner", tmp_path))   # bound, never listening
+    try:
+        with caplog.at_level(logging.WARNING, "tenure.home"):
+            assert claim("owner", tmp_path) is None
+        assert "not by tenure" in caplog.text
+    finally:
+        squatter.close()
+
+
+def test_claim_names_are_abstract_and_fit_an_address() -> None:
+    name = claim_name("owner", "/" + "x" * 4000)
+    assert name.startswith(b"\0tenure-owner-") and len(name) < 108
+    assert claim_name("owner", "/a/../a") != claim_name("owner", "/b")
