@@ -246,6 +246,7 @@ class Api:
                 "owner": self.gen.owner_identity.to_wire() if self.gen.owner_identity
                 else None, "owner_link": link, "intents": self.intents, "apps": rows,
                 "queued_config": queue_state(self.gen.layout.queued_config),
+                "log_write_error": self.gen.log_write_error,
                 "jobs": self.jobs.summary(), **await self._held()}
 
     async def metrics(self, call: Call) -> Any:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
-from protocol.errors import BadRequest, TenureError
+from protocol.errors import BadRequest, TenureError, TransportError
 
 if TYPE_CHECKING:
     from .instance import Instance
@@ -131,6 +131,17 @@ def unanswered(code: str, generation: int) -> LastError:
     """The record of a launch the owner never answered."""
     return LastError(f"launch not answered by the owner ({code})", code, None,
                      ErrorSource.BACKEND, generation)
+
+
+def not_done(exc: TenureError, generation: int) -> LastError:
+    """The record of a launch still not done after its retries: never answered (the
+    owner away, the outcome unknown: ``exc`` is a TransportError) or answered with an
+    error the retries did not cure (e.g. STORAGE_FAILED: the owner could not record it
+    and started nothing), in the owner's words."""
+    if isinstance(exc, TransportError):
+        return unanswered(exc.code_str, generation)
+    return LastError(_line(f"launch failed in the owner: {exc.msg or exc.code_str}"),
+                     exc.code_str, None, ErrorSource.MESSAGE, generation)
 
 
 def spent_key(launch_key: str, state: str, generation: int) -> LastError:

@@ -100,6 +100,7 @@ class Generation:
         self.link = Link(since=time.time(), seen=time.time())
         self.log_dropped: dict[tuple[str, str], int] | None = None  # None: owner can't say
         self.owner_uncertain: frozenset[str] = frozenset()   # launches it could not record
+        self.log_write_error: dict[str, Any] | None = None   # its journal's, while failing
         self._repairs: set[asyncio.Future[Any]] = set()
         self.ready = False
         self.draining = False
@@ -335,8 +336,9 @@ class Generation:
 
     async def _heartbeat_loop(self) -> None:
         """The owner's status once a second: the age of our view says how current it is
-        even when nothing happens, and ``log_dropped`` (lines the owner's journal queue
-        dropped per app) is kept for status and inspect without a call of their own."""
+        even when nothing happens, and ``log_dropped`` (lines the owner's journal dropped
+        per app: its queue was full, or a write failed) and ``log_write_error`` (while its
+        writes fail) are kept for status and inspect without a call of their own."""
         assert self.owner is not None
         while True:
             await asyncio.sleep(HEARTBEAT)
@@ -354,6 +356,8 @@ class Generation:
         dropped = status.get("log_dropped")
         self.log_dropped = None if not isinstance(dropped, dict) else {
             (k.partition("/")[0], k.partition("/")[2]): n for k, n in dropped.items()}
+        failing = status.get("log_write_error")
+        self.log_write_error = failing if isinstance(failing, dict) else None
         uncertain = status.get("uncertain")
         self.owner_uncertain = frozenset(k for k in uncertain if isinstance(k, str)) \
             if isinstance(uncertain, list) else frozenset()

@@ -25,6 +25,7 @@ from protocol.errors import (
     StackFenced,
     StaleEpoch,
     TenureError,
+    TransportLost,
     UnknownMethod,
 )
 
@@ -236,7 +237,7 @@ class Supervisor:
             # an older owner would ignore the keys and start the app without its fds
             log.warning("%s: the owner predates socket activation", launch_key)
             return im.LaunchFailed("CAPABILITY_MISSING")
-        last = "TRANSPORT_LOST"
+        last: TenureError = TransportLost("no attempt was made")
         for _attempt in range(5):  # a launch key is idempotent: retrying is safe
             try:
                 self._invalidate("launch")
@@ -251,10 +252,10 @@ class Supervisor:
                 return im.LaunchFailed(exc.code_str,
                                        explain.launch_error(exc, params["generation"]))
             except TenureError as exc:  # not sent, unknown outcome, owner away: retry
-                last = exc.code_str
+                last = exc
                 log.warning("%s: launch not done (%s); retrying", launch_key, exc)
                 await self._sleep(0.5)
-        return im.LaunchFailed(last, explain.unanswered(last, params["generation"]))
+        return im.LaunchFailed(last.code_str, explain.not_done(last, params["generation"]))
 
     def _spent(self, launch_key: str, row: dict[str, Any], generation: int) -> im.Event:
         """The owner's answer for a launch key it had used before (this backend's state

@@ -39,6 +39,7 @@ from protocol.errors import BadRequest, StateCorrupt, StorageFailed, UnsafePath
 
 from .journalckpt import Checkpointer, checkpoint, frames_for
 from .journalforget import forget_sources
+from .journalhealth import WriteHealth
 from .journalread import STREAMS, Filters, LogRecord, Page, read_page, tail_start
 from .logqueue import FairQueue, Queued
 
@@ -213,6 +214,7 @@ class Journal:
         self._overflow_total = 0
         self._dropped_by_app: dict[tuple[str, str], int] = {}
         self._written_by_app: dict[tuple[str, str], tuple[int, int]] = {}
+        self.health = WriteHealth()   # whether writes work (owner.journalhealth)
         self._ckpt = Checkpointer(lambda: _connect(self._path))
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
@@ -438,6 +440,8 @@ class Journal:
                 self._before_batch(sum(len(item.lines) for item in batch))
             with self._wlock:
                 lost = self._write_batch(batch)
+            if not lost:   # before a flush waiting for this batch returns
+                self.health.succeeded()
             with self._cond:
                 for item in lost:
                     self._count_lost_locked(item.source, len(item.lines))
@@ -480,7 +484,7 @@ class Journal:
             conn.execute("UPDATE meta SET value=? WHERE key='next_id'", (self._next_id,))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            log.warning("journal batch of %d appends lost: %s", len(batch), exc)
+            self.health.failed(exc, sum(len(item.lines) for item in batch))
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             self._next_id = next_id

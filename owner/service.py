@@ -501,6 +501,7 @@ class OwnerService:
                 "isolation": "process-group" if self.launcher.cgroups is None else "cgroup",
                 "cursor": self.ring.cursor, "acked": self.ring.acked,
                 "log_overflow_total": self.journal.overflow_total,
+                "log_write_error": self.journal.health.to_wire(),
                 "log_dropped": {f"{st}/{app}": n for (st, app), n
                                 in sorted(self.journal.dropped_by_app().items())},
                 "log_last_id": await asyncio.to_thread(self.journal.last_id),

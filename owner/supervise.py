@@ -116,8 +116,9 @@ class Launcher:
 
         Invariant: once the process exists it is watched, drained and reported, whatever
         the storage does. If the ``running`` write fails the launch is kept in memory as
-        ``uncertain`` (see :meth:`record`). Raises sqlite3.Error or OSError only when the
-        ``starting`` row (or a ``failed`` one) cannot be written: then nothing runs.
+        ``uncertain`` (see :meth:`record`). Raises StorageFailed when the ``starting``
+        row cannot be written (sqlite3.Error or OSError when a ``failed`` one cannot):
+        then nothing runs.
         """
         key = p["launch_key"]
         if key in self._launching:
@@ -191,6 +192,10 @@ class Launcher:
         except asyncio.CancelledError:
             self._withdrawn(key)
             raise
+        except (sqlite3.Error, OSError) as exc:   # nothing written, nothing started
+            raise StorageFailed(f"{key}: the launch could not be recorded "
+                                f"({type(exc).__name__}: {exc}); nothing was started",
+                                {"launch_key": key}) from exc
         try:
             admit()
         except TenureError as exc:

@@ -30,21 +30,34 @@ __all__ = ["DISK_FULL", "GuardianKey", "OwnerProcess", "read_all", "scratch_grou
 
 
 # A preload for OwnerProcess: while $TENURE_TEST_HOME/disk-full exists, recording a
-# launch as running or exited fails as a full disk would.
+# launch as running or exited fails as a full disk would; while .../disk-full-at-start
+# exists, so does recording a new launch (its ``starting`` row); while
+# .../journal-full exists, so does every write of log lines.
 DISK_FULL = """
 import os, sqlite3
-from owner import store
+from owner import journal, store
 
-def _failing(name):
+def _marked(marker):
+    return os.path.exists(os.path.join(os.environ["TENURE_TEST_HOME"], marker))
+
+_insert = journal.Journal._insert
+def _journal_insert(self, conn, item):
+    if _marked("journal-full"):
+        raise sqlite3.OperationalError("database or disk is full")
+    return _insert(self, conn, item)
+journal.Journal._insert = _journal_insert
+
+def _failing(name, marker="disk-full"):
     real = getattr(store.OwnerStore, name)
     def write(self, key, *args, **kw):
-        if os.path.exists(os.path.join(os.environ["TENURE_TEST_HOME"], "disk-full")):
+        if _marked(marker):
             raise sqlite3.OperationalError("database or disk is full")
         return real(self, key, *args, **kw)
     setattr(store.OwnerStore, name, write)
 
 _failing("mark_running")
 _failing("mark_exited")
+_failing("insert_launch", "disk-full-at-start")
 """
 
 

@@ -33,9 +33,14 @@ def status(st: dict[str, Any]) -> str:
     tail = f"\nstopped stacks: {', '.join(sorted(stopped))}" if stopped else ""
     dropped = {f"{r['stack']}/{r['app']}": r["log_dropped"] for r in st["apps"]
                if r.get("log_dropped")}
+    failing = st.get("log_write_error")
+    if failing:
+        tail += "\n" + paint(f"the owner's journal cannot write since "
+                             f"{time.strftime('%H:%M:%S', time.localtime(failing['since']))} "
+                             f"({failing['error']}): log lines are dropped", "red")
     if dropped:
-        tail += "\nlog lines dropped (the owner's journal queue was full): " + \
-            ", ".join(f"{app} {n}" for app, n in sorted(dropped.items()))
+        tail += "\nlog lines dropped (the journal's queue was full, or it could not "\
+            "write): " + ", ".join(f"{app} {n}" for app, n in sorted(dropped.items()))
     unrecorded = [r["key"] for r in st["apps"] if r.get("unrecorded")]
     if unrecorded:
         tail += "\n" + paint("launches the owner could not record (a storage error; they "

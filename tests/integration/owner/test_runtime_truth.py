@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from owner.testing import DISK_FULL, GuardianKey, OwnerProcess
-from protocol.errors import NotFound
+from protocol.errors import NotFound, StorageFailed
 from protocol.procfs import children, read_stat, start_ticks
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
@@ -226,6 +226,46 @@ def test_storage_error_after_spawn_keeps_the_launch_watched_and_reports_it_uncer
         st.close()
     assert row is not None and row.state is LaunchState.EXITED
     assert (row.pid, row.start_ticks, row.exit["signal"]) == (r["pid"], r["start_ticks"], 15)
+
+
+def test_a_launch_that_cannot_be_recorded_is_storage_failed_and_starts_nothing(
+        full_disk_owner, short_home):
+    """Was INTERNAL, which the backend reported as 'launch not answered by the owner'."""
+    live = full_disk_owner
+    (short_home / "disk-full-at-start").touch()
+    with pytest.raises(StorageFailed) as err:
+        live.launch(["sleep", "1000"], key="early")
+    assert "the launch could not be recorded" in err.value.msg
+    assert "nothing was started" in err.value.msg
+    assert err.value.data["launch_key"] == "early"
+    assert children(live.owner.proc.pid) == []
+    assert live.call("inventory")["launches"] == []
+    (short_home / "disk-full-at-start").unlink()   # room again: the same key launches
+    r = live.launch(["sleep", "1000"], key="early")
+    assert r["state"] == "running" and _running(r["pid"])
+    live.call("stop", {"launch_key": "early"})
+
+
+def test_status_says_while_log_lines_cannot_be_written(full_disk_owner, short_home):
+    live = full_disk_owner
+    assert live.call("status")["log_write_error"] is None
+    (short_home / "journal-full").touch()
+    r = live.launch(["sh", "-c", "while :; do echo x; sleep 0.01; done"], key="talker")
+    deadline = time.monotonic() + 10
+    while (failing := live.call("status")["log_write_error"]) is None:
+        assert time.monotonic() < deadline, "no log_write_error"
+        time.sleep(0.02)
+    assert failing["error"] == "OperationalError: database or disk is full"
+    assert failing["batches"] >= 1 and failing["lines"] >= 1
+    assert abs(failing["since"] - time.time()) < 30
+    assert live.call("status")["log_dropped"]["s/a"] >= failing["lines"]
+    (short_home / "journal-full").unlink()   # room again: the next batch ends it
+    deadline = time.monotonic() + 10
+    while live.call("status")["log_write_error"] is not None:
+        assert time.monotonic() < deadline, "log_write_error stayed"
+        time.sleep(0.02)
+    assert live.first_line(r) == "x"
+    live.call("stop", {"launch_key": "talker"})
 
 
 def test_owner_shutdown_with_an_unrecorded_launch_is_not_clean(full_disk_owner, short_home):

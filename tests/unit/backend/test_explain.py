@@ -19,6 +19,7 @@ from backend.explain import (
     LastExit,
     LastProbe,
     launch_error,
+    not_done,
     reason,
     signal_name,
     unanswered,
@@ -39,7 +40,7 @@ from backend.instance import (
 )
 from backend.supervisor import Supervisor
 from backend.testing import FakeOwner, no_sleep, until
-from protocol.errors import BadRequest, StackFenced, UnknownMethod
+from protocol.errors import BadRequest, StackFenced, StorageFailed, TransportLost, UnknownMethod
 from protocol.errors import LaunchFailed as LaunchError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -85,6 +86,18 @@ def test_launch_error_takes_the_owners_words_or_its_message() -> None:
     assert unanswered("TRANSPORT_LOST", 1).text == \
         "launch not answered by the owner (TRANSPORT_LOST)"
     assert unanswered("TRANSPORT_LOST", 1).source is ErrorSource.BACKEND
+    # after its retries: unanswered, or the owner's error in its words
+    lost = not_done(TransportLost("connection reset"), 3)
+    assert (lost.text, lost.code, lost.source) == (
+        "launch not answered by the owner (TRANSPORT_LOST)", "TRANSPORT_LOST",
+        ErrorSource.BACKEND)
+    full = not_done(StorageFailed("s/a/0: the launch could not be recorded "
+                                  "(OperationalError: database or disk is full); nothing "
+                                  "was started"), 3)
+    assert (full.text, full.code, full.source) == (
+        "launch failed in the owner: s/a/0: the launch could not be recorded "
+        "(OperationalError: database or disk is full); nothing was started",
+        "STORAGE_FAILED", ErrorSource.MESSAGE)
 
 
 def failing_launches(rig: Rig) -> None:
@@ -267,4 +280,34 @@ def test_the_reconciler_records_why_with_a_new_and_with_an_older_owner(explains:
                 None, ErrorSource.MESSAGE)
             assert owner.notes == [] and not sup.owner_notes
             assert len(owner.sent("logs.note")) == 1   # asked once, then never again
+    asyncio.run(main())
+
+
+class FullOwner(FakeOwner):
+    """An owner that cannot record any launch (its disk is full): STORAGE_FAILED."""
+
+    def _launch(self, p: dict[str, Any]) -> dict[str, Any]:
+        raise StorageFailed(f"{p['launch_key']}: the launch could not be recorded "
+                            "(OperationalError: database or disk is full); nothing was "
+                            "started", {"launch_key": p["launch_key"]})
+
+
+def test_a_launch_the_owner_cannot_record_is_retried_then_explained_in_its_words() -> None:
+    """Was 'launch not answered by the owner (INTERNAL)': it was answered."""
+    async def main() -> None:
+        owner = FullOwner()
+        sup = Supervisor(owner, 1, sleep=no_sleep)
+        try:
+            sup.ensure(parse_config(GIVE_UP, "t").apps()[0], 0, True)
+            inst = sup.instances["s/a/0"]
+            await until(lambda: inst.state is State.FAILED and not sup._tasks, "given up")
+        finally:
+            await sup.aclose()
+        keys = [p["launch_key"] for p in owner.sent("launch")]
+        assert len(keys) == 10 and len(set(keys)) == 2   # 5 tries of each of 2 starts
+        assert inst.last_error is not None
+        assert (inst.last_error.code, inst.last_error.source) == ("STORAGE_FAILED",
+                                                                  ErrorSource.MESSAGE)
+        assert reason(inst).startswith("launch failed in the owner: s/a/0")
+        assert "database or disk is full" in reason(inst)
     asyncio.run(main())

@@ -19,8 +19,22 @@ def test_status_lists_apps_that_lost_log_lines_below_the_table():
     out = render.status(_status({"stack": "s", "app": "noisy", "log_dropped": 1834},
                                 {"stack": "s", "app": "quiet", "log_dropped": 0},
                                 {"stack": "t", "app": "old", "log_dropped": None}))
-    assert out.splitlines()[-1] == ("log lines dropped (the owner's journal queue was "
-                                    "full): s/noisy 1834")
+    assert out.splitlines()[-1] == ("log lines dropped (the journal's queue was full, or it "
+                                    "could not write): s/noisy 1834")
+    assert "cannot write" not in out
+
+
+def test_status_says_while_the_journal_cannot_write():
+    import time
+    since = time.mktime((2026, 12, 3, 6, 41, 2, 0, 0, -1))
+    st = {**_status({"stack": "s", "app": "noisy", "log_dropped": 40}),
+          "log_write_error": {"error": "OperationalError: database or disk is full",
+                              "since": since, "batches": 4, "lines": 40}}
+    lines = render.status(st).splitlines()
+    assert lines[-2] == ("the owner's journal cannot write since 06:41:02 "
+                         "(OperationalError: database or disk is full): log lines are "
+                         "dropped"), lines
+    assert lines[-1].endswith("s/noisy 40")
 
 
 def test_status_says_a_queued_config_waits_or_was_rejected():
