@@ -95,6 +95,9 @@ class Generation:
         self.config = empty_config()
         self.server: RpcServer | None = None
         self.cursor = 0
+        self.acked = 0            # the cursor the owner was last told we processed
+        self.save_failing = False     # the last persist_round could not save
+        self.events_failing = False   # the last event flush failed
         self._subscribed_at = 0   # owner.losses when our subscription was made
         self.adoption = Adoption()
         self.link = Link(since=time.time(), seen=time.time())
@@ -363,29 +366,56 @@ class Generation:
             if isinstance(uncertain, list) else frozenset()
 
     async def _persist_loop(self) -> None:
-        """Save dirty instances and acknowledge the observations processed so far."""
-        acked = 0
         while True:
             await asyncio.sleep(0.5)
+            await self.persist_round()
+
+    async def persist_round(self) -> None:
+        """Save dirty instances, then acknowledge the observations processed so far.
+
+        A save that fails (a full disk) keeps them dirty for the next round, and nothing
+        is acknowledged meanwhile: the owner keeps every observation the saved state does
+        not reflect yet. A run of failures is logged when it begins and when it ends."""
+        try:
             self.persist()
-            sup, owner = self.sup, self.owner
-            if owner is not None and sup is not None and not sup.fenced \
-                    and not self.draining and self.cursor > acked:
-                try:
-                    await owner.call("observations.ack", {"cursor": self.cursor},
-                                     epoch=self.epoch)
-                    acked = self.cursor
-                except StaleEpoch:
-                    sup.fenced = True
-                except TenureError as exc:
-                    log.warning("observation ack failed: %s", exc)
+        except sqlite3.Error as exc:
+            if not self.save_failing:
+                log.error("could not save the apps' state (%s); it stays in memory, is "
+                          "saved again every 0.5 s, and observations are not acknowledged "
+                          "to the owner until a save works", exc)
+            self.save_failing = True
+            return
+        if self.save_failing:
+            log.warning("the apps' state is saved again")
+            self.save_failing = False
+        sup, owner = self.sup, self.owner
+        if owner is not None and sup is not None and not sup.fenced \
+                and not self.draining and self.cursor > self.acked:
+            try:
+                await owner.call("observations.ack", {"cursor": self.cursor},
+                                 epoch=self.epoch)
+                self.acked = self.cursor
+            except StaleEpoch:
+                sup.fenced = True
+            except TenureError as exc:
+                log.warning("observation ack failed: %s", exc)
 
     def persist(self) -> None:
+        """Write buffered events and dirty instances. Raises sqlite3.Error when the
+        instances cannot be saved (they stay dirty); events that cannot be written stay
+        buffered (logged when that begins and ends)."""
         if self.events is not None:
             try:
                 self.events.flush()
             except sqlite3.Error as exc:   # kept buffered: the next round tries again
-                log.error("could not write the event log: %s", exc)
+                if not self.events_failing:
+                    log.error("could not write the event log (%s); events stay buffered "
+                              "until a write works", exc)
+                self.events_failing = True
+            else:
+                if self.events_failing:
+                    log.warning("the event log is written again")
+                self.events_failing = False
         sup, store = self.sup, self.store
         if sup is None or store is None or not (sup.dirty or sup.removed):
             return
