@@ -42,6 +42,7 @@ from protocol.layout import Layout
 from protocol.link import Link, LinkEvent, LinkState
 from protocol.server import MAX_INFLIGHT, RpcServer
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
+from protocol.stray import ignore_stray_signals
 from protocol.timing import Timings
 
 from .adopt import (
@@ -563,6 +564,7 @@ class Generation:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._done.set)
+        ignore_stray_signals(loop, "backend")
         await self._done.wait()
 
     async def serve_metrics(self) -> None:

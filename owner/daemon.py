@@ -20,6 +20,7 @@ from protocol.identity import new_identity
 from protocol.notify import sd_notify
 from protocol.server import RpcServer
 from protocol.sockets import same_uid_or_root
+from protocol.stray import ignore_stray_signals
 
 from .access import ServiceAccount
 from .cgroups import setup as setup_cgroups
@@ -112,6 +113,7 @@ class Owner:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown)
+        ignore_stray_signals(loop, "owner")
         overflow = asyncio.create_task(_report_overflow(service))
         watcher = asyncio.create_task(watch(
             mark, lambda loss: self._home_lost(loss, service, server, receipt)))
