@@ -69,6 +69,11 @@ class BackendProcess:
     report: dict[str, Any] | None = None  # a standby's preflight report, if it gave one
     started_s: float = 0.0            # a standby's time to be ready
     interpreter: str = ""             # a prewarmed process's interpreter
+    # guardian.backendwatch: None until probed; then whether its API answered, and
+    # since when (wall time) and why not while it does not
+    answering: bool | None = None
+    unanswered_since: float | None = None
+    unanswered_why: str | None = None
     _watch: asyncio.Task[None] | None = None
 
     @classmethod
@@ -223,7 +228,9 @@ class BackendProcess:
 
     def to_wire(self) -> dict[str, Any]:
         return {"activation": self.activation, "pid": self.pid, "start_ticks": self.ticks,
-                "alive": self.alive(), "returncode": self.returncode}
+                "alive": self.alive(), "returncode": self.returncode,
+                "answering": self.answering, "unanswered_since": self.unanswered_since,
+                "unanswered_why": self.unanswered_why}
 
 
 def _reap(pid: int) -> int | None:

@@ -23,6 +23,7 @@ from protocol.stray import ignore_stray_signals
 
 from . import own
 from .backendproc import control
+from .backendwatch import watch_backend
 from .boot import boot
 from .cold import watch_owner
 from .coordinator import Coordinator
@@ -113,6 +114,7 @@ async def serve(paths: GuardianPaths, mine: own.Running,
             print(f"READY {co.identity.instance}", flush=True)
             _sd_notify("READY=1")
             co.spawn(watch_owner(co), "owner watch")
+            co.spawn(watch_backend(co), "backend watch")
             await stop.wait()
     finally:
         if co.reexec is None:   # a guardian that execs into its new release does not stop

@@ -80,7 +80,9 @@ class AsyncClient(_Common):
                     welcome = await self._handshake(reader, writer)
             except (OSError, TimeoutError, TransportLost) as exc:
                 writer.transport.abort()
-                raise ConnectFailed(f"handshake with {self.path} failed: {exc}") from None
+                why = f"no answer within {self.connect_timeout:g} s" \
+                    if isinstance(exc, TimeoutError) else str(exc)
+                raise ConnectFailed(f"handshake with {self.path} failed: {why}") from None
             except BaseException:
                 writer.transport.abort()
                 raise

@@ -5,7 +5,14 @@ from __future__ import annotations
 import time
 
 from .present import colour_for, dur, fields, identity, paint, percent, size, table, value
-from .render_backend import backend, owner, owner_link, recover_plan, recovery_state
+from .render_backend import (
+    backend,
+    not_answering,
+    owner,
+    owner_link,
+    recover_plan,
+    recovery_state,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
@@ -122,6 +129,10 @@ def why(diag: dict[str, Any] | None) -> str:
     if diag.get("blocked"):
         parts.append(f"recovery blocked: {diag['blocked'].get('reason')} "
                      "(`tenure backend recover`)")
+    silent = not_answering(diag.get("backend"))
+    if silent is not None:
+        parts.append(f"backend pid {diag['backend']['pid']} is alive but {silent}; it may "
+                     "be hung (docs/recover.md)")
     if act:
         parts.append(f"last activation {act.get('id')} {act.get('kind')} is "
                      f"{act.get('phase')}{' (' + act['error'] + ')' if act.get('error') else ''}")

@@ -11,12 +11,31 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["backend", "owner", "owner_link", "recover_plan", "recovery_state",
-           "release_line"]
+__all__ = ["backend", "not_answering", "owner", "owner_link", "recover_plan",
+           "recovery_state", "release_line"]
 
 # activation phases after which nothing more happens (guardian/phases.py FINAL)
 _FINAL_PHASES = frozenset({"complete", "aborted", "rolled_back", "failed", "uncertain",
                            "blocked"})
+
+
+def not_answering(b: dict[str, Any] | None) -> str | None:
+    """'NOT ANSWERING for 12s (why)' when the guardian's last probe of the living
+    generation ``b`` (diagnostics' ``backend``) got no answer; else None."""
+    if not b or not b.get("alive") or b.get("answering") is not False:
+        return None
+    since = b.get("unanswered_since")
+    return (f"NOT ANSWERING for {dur(time.time() - since) if since else '?'} "
+            f"({b.get('unanswered_why') or 'no answer'})")
+
+
+def _liveness(b: dict[str, Any]) -> str:
+    if not b.get("alive"):
+        return "NOT ALIVE"
+    silent = not_answering(b)
+    if silent is None:
+        return "alive"
+    return paint(f"alive, {silent}: hung or overloaded, see docs/recover.md", "red")
 
 
 def backend(action: str, r: dict[str, Any]) -> str:
@@ -36,7 +55,7 @@ def backend(action: str, r: dict[str, Any]) -> str:
         ("release", sel["current"]),
         ("previous", sel["previous"]),
         ("backend", f"pid {b['pid']}, activation {b.get('activation', '-')}, "
-                    f"{'alive' if b.get('alive') else 'NOT ALIVE'}" if b else "none running"),
+                    f"{_liveness(b)}" if b else "none running"),
         ("last activation", f"{last.get('id')} {last.get('kind')}: {last.get('phase')}"
                             f"{' (' + last['outcome'] + ')' if last.get('outcome') else ''}"
          if last else "-"),

@@ -75,3 +75,22 @@ def test_detail_says_why_and_inspect_prints_the_records_text():
     assert "last failed probe: readiness: tcp 127.0.0.1:1: connection refused " \
         "(generation 1)" in lines, shown
     assert "{" not in shown and "None" not in shown, shown
+
+
+def test_a_living_backend_that_does_not_answer_is_said_so():
+    import time
+    now = time.time()
+    quiet = {"pid": 42, "alive": True, "answering": False, "unanswered_since": now - 12,
+             "unanswered_why": "handshake with /h/backend/api.sock failed: no answer "
+                               "within 2 s"}
+    assert render.not_answering(quiet) == (
+        "NOT ANSWERING for 12s (handshake with /h/backend/api.sock failed: no answer "
+        "within 2 s)")
+    for fine in ({**quiet, "answering": True}, {**quiet, "answering": None},
+                 {**quiet, "alive": False}, None):
+        assert render.not_answering(fine) is None
+    why = render.why({"backend": quiet, "updated_at": now})
+    assert why.startswith("; backend pid 42 is alive but NOT ANSWERING for 12s (")
+    assert "it may be hung (docs/recover.md)" in why
+    assert "NOT ANSWERING" not in render.why({"backend": {**quiet, "answering": True},
+                                              "updated_at": now})

@@ -1,0 +1,90 @@
+"""The guardian tells a living backend that does not answer from one that does: a real
+server probed over its socket, and a real generation stopped with SIGSTOP. Before,
+`tenure backend status` said "alive" while every command failed after its timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guardian.backendwatch import probe
+from protocol.sockets import ensure_private_dir
+
+
+@pytest.fixture
+def server(short_home: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    path = str(ensure_private_dir(short_home / "run", root=short_home) / "api.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "protocol.testing", path],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().startswith("READY ")
+    try:
+        yield path, proc
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+
+
+def test_probe_answers_only_for_the_process_that_serves(server) -> None:
+    path, proc = server
+    assert asyncio.run(probe(path, proc.pid, 2.0)) is None
+    other = asyncio.run(probe(path, os.getpid(), 2.0))
+    assert other == f"another process (pid {proc.pid}) answers on {path}"
+
+
+def test_probe_of_a_stopped_server_says_it_got_no_answer(server) -> None:
+    path, proc = server
+    proc.send_signal(signal.SIGSTOP)
+    why = asyncio.run(probe(path, proc.pid, 0.3))
+    assert why == f"handshake with {path} failed: no answer within 0.3 s"
+    proc.send_signal(signal.SIGCONT)
+    assert asyncio.run(probe(path, proc.pid, 2.0)) is None
+
+
+def test_probe_of_a_gone_server_says_it_cannot_connect(server) -> None:
+    path, proc = server
+    proc.kill()
+    proc.wait(10)
+    why = asyncio.run(probe(path, proc.pid, 1.0))
+    assert why is not None and why.startswith(f"cannot connect to {path}")
+
+
+ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "100000"]\n'
+
+
+def test_a_stopped_generation_is_reported_alive_but_not_answering(cluster) -> None:
+    cluster.up(ONE)
+    cluster.wait_ready(1)
+    pid = cluster.backend_pid()
+
+    def backend() -> dict:
+        with cluster.guardian() as g:
+            return g.call("status")["backend"]   # type: ignore[no-any-return]
+
+    cluster.wait(lambda: backend()["answering"] is True, 10, "a first probe")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        cluster.wait(lambda: backend()["answering"] is False, 15, "not answering")
+        b = backend()
+        assert b["alive"] and b["pid"] == pid and b["unanswered_since"] is not None
+        assert "no answer within" in b["unanswered_why"]
+        text = cluster.cli_text("backend", "status")
+        assert "alive, NOT ANSWERING for" in text, text
+        res = cluster.cli("status", timeout=60)
+        assert res.code == 3 and res.out["diagnostics"]["backend"]["answering"] is False
+        text = cluster.cli_text("status", expect=3)
+        assert f"backend pid {pid} is alive but NOT ANSWERING for" in text, text
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    cluster.wait(lambda: backend()["answering"] is True, 15, "answering again")
+    assert backend()["unanswered_since"] is None
+    assert "answers again" in cluster.log("guardian")
+    assert cluster.cli("status").code == 0
