@@ -21,6 +21,7 @@ from typing import Any
 from protocol.aclient import AsyncClient
 from protocol.errors import (
     BackendStartTimeout,
+    IdentityMismatch,
     PreflightFailed,
     PreflightTimeout,
     error_from_wire,
@@ -308,12 +309,22 @@ async def preflight(release: Release, deadline: float = PREFLIGHT_DEADLINE, *,
 
 
 async def control(api_sock: str, method: str, params: dict[str, Any] | None = None,
-                  timeout: float = 30.0, expect: str | None = None) -> Any:
-    """One call to a generation's control API on a fresh connection."""
+                  timeout: float = 30.0, expect: str | None = None,
+                  pid: int | None = None) -> Any:
+    """One call to a generation's control API on a fresh connection. With ``pid``, only
+    to that process: another one answering on the socket (a generation this guardian
+    does not know) gets nothing, and IdentityMismatch is raised."""
     # allow_group: with a viewer group configured the API socket is 0660 (never wider)
     c = AsyncClient(api_sock, timeout=timeout, expect_instance=expect, pin=False,
                     name="guardian", allow_group=True)
     try:
+        if pid is not None:
+            welcome = await c.connect()
+            if welcome.identity.pid != pid:
+                raise IdentityMismatch(
+                    f"pid {welcome.identity.pid} answers on {api_sock}, not generation "
+                    f"pid {pid}: {method} was not sent", {"pid": welcome.identity.pid,
+                                                          "expected_pid": pid})
         return await c.call(method, params or {})
     finally:
         await c.close()

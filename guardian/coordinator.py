@@ -123,9 +123,11 @@ class Coordinator:
 
     async def control(self, method: str, params: dict[str, Any] | None = None,
                       timeout: float | None = None) -> Any:
-        """One call to the generation answering on api.sock."""
+        """One call to the generation answering on api.sock: the one in control, when
+        there is one (IdentityMismatch when another process answers)."""
         answer = await control(self.paths.api_sock, method, params,
-                               timeout=self.deadline if timeout is None else timeout)
+                               timeout=self.deadline if timeout is None else timeout,
+                               pid=None if self.current is None else self.current.pid)
         self.fault.after_reply(method)
         return answer
 

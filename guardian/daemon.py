@@ -156,7 +156,7 @@ async def _retire_backend(co: Coordinator) -> None:
     bp.expected_exit = True
     try:
         await _certify(co, deadline=5.0)
-        await control(co.paths.api_sock, "generation.retire", timeout=5.0)
+        await control(co.paths.api_sock, "generation.retire", timeout=5.0, pid=bp.pid)
     except TenureError as exc:
         log.warning("backend did not retire cleanly: %s", exc)
     await bp.stop(term_after=5.0)
@@ -169,7 +169,8 @@ async def _certify(co: Coordinator, deadline: float) -> bool:
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline
     while loop.time() < end:
-        r = await control(co.paths.api_sock, "generation.certify", timeout=5.0)
+        r = await control(co.paths.api_sock, "generation.certify", timeout=5.0,
+                          pid=None if co.current is None else co.current.pid)
         if r.get("published"):
             return True
         await asyncio.sleep(0.2)

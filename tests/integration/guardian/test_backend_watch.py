@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from guardian.backendproc import control
 from guardian.backendwatch import probe
+from protocol.errors import IdentityMismatch
 from protocol.sockets import ensure_private_dir
 
 
@@ -38,6 +40,15 @@ def test_probe_answers_only_for_the_process_that_serves(server) -> None:
     assert asyncio.run(probe(path, proc.pid, 2.0)) is None
     other = asyncio.run(probe(path, os.getpid(), 2.0))
     assert other == f"another process (pid {proc.pid}) answers on {path}"
+
+
+def test_a_control_call_pinned_to_a_pid_reaches_only_that_process(server) -> None:
+    path, proc = server
+    assert asyncio.run(control(path, "echo", {"x": 1}, pid=proc.pid)) == {"x": 1}
+    with pytest.raises(IdentityMismatch) as err:
+        asyncio.run(control(path, "echo", {"x": 1}, pid=os.getpid()))
+    assert err.value.data == {"pid": proc.pid, "expected_pid": os.getpid()}
+    assert "echo was not sent" in err.value.msg
 
 
 def test_probe_of_a_stopped_server_says_it_got_no_answer(server) -> None:
