@@ -154,11 +154,18 @@ async def _retire_backend(co: Coordinator) -> None:
     if bp is None or not bp.alive():
         return
     bp.expected_exit = True
+    if bp.answering is False:   # guardian.backendwatch: asking would only time out
+        log.warning("backend generation %s (pid %d) does not answer (%s): stopping it "
+                    "without a last certificate", bp.activation, bp.pid, bp.unanswered_why)
+        await bp.stop(kill_after=2.0)
+        return
     try:
         await _certify(co, deadline=5.0)
         await control(co.paths.api_sock, "generation.retire", timeout=5.0, pid=bp.pid)
     except TenureError as exc:
         log.warning("backend did not retire cleanly: %s", exc)
+        await bp.stop(kill_after=5.0)   # it was not told to exit: no grace to wait out
+        return
     await bp.stop(term_after=5.0)
 
 

@@ -99,3 +99,24 @@ def test_a_stopped_generation_is_reported_alive_but_not_answering(cluster) -> No
     assert backend()["unanswered_since"] is None
     assert "answers again" in cluster.log("guardian")
     assert cluster.cli("status").code == 0
+
+
+def test_down_stops_a_generation_that_does_not_answer_without_asking_it(cluster) -> None:
+    cluster.up(ONE)
+    cluster.wait_ready(1)
+    pid = cluster.backend_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        def silent() -> bool:
+            with cluster.guardian() as g:
+                return g.call("status")["backend"]["answering"] is False  # type: ignore[no-any-return]
+        cluster.wait(silent, 15, "not answering")
+        down = cluster.down()
+    finally:
+        if os.path.exists(f"/proc/{pid}"):
+            os.kill(pid, signal.SIGCONT)
+    assert down.ok and down.out["guardian"] and down.out["owner"], down
+    log = cluster.log("guardian")
+    assert f"(pid {pid}) does not answer" in log and "without a last certificate" in log
+    assert "did not retire cleanly" not in log
+    assert cluster.leftovers() == []
