@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from protocol.client import Client
 from protocol.errors import BackendUnavailable, ConnectFailed, StorageFailed, TenureError
 from protocol.layout import Layout
-from protocol.procfs import read_cmdline, running, start_ticks
+from protocol.procfs import read_cmdline, read_stat, running, start_ticks
 from protocol.sockets import ensure_private_dir
 
 from .owners import trusted_owners
@@ -434,34 +434,56 @@ def ensure_backend(layout: Layout, timeout: float) -> dict[str, Any]:
                              f"{timeout:.0f} s; see `tenure backend status`")
 
 
-def _terminate(pid: int, ticks: int | None, timeout: float) -> bool:
-    """SIGTERM one daemon by pid (only if it is still the same process); wait."""
+def _terminate(pid: int, ticks: int | None, timeout: float) -> str | None:
+    """SIGTERM one daemon by pid (only if it is still the same process) and wait until
+    it is gone: None then, else why it still runs. A stopped process (SIGSTOP, a
+    debugger) is not waited for: the signal stays pending until it is continued."""
     if ticks is None or not running(pid, ticks):
-        return True
+        return None
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not running(pid, ticks):
-            return True
+            return None
+        st = read_stat(pid)
+        if st is not None and st.state in ("T", "t"):
+            return (f"pid {pid} is stopped (SIGSTOP or a debugger); SIGTERM waits until "
+                    f"it is continued (kill -CONT {pid})")
         time.sleep(0.05)
-    return False
+    return f"pid {pid} still runs {timeout:g} s after SIGTERM"
+
+
+def _stop(out: dict[str, Any], name: str, pid: int, ticks: int | None, timeout: float,
+          silent: bool = False) -> None:
+    """``out[name]``: whether daemon ``name`` is gone; ``out[name + "_problem"]``: why
+    not (``silent``: it did not answer the ping either)."""
+    why = _terminate(pid, ticks, timeout)
+    out[name] = why is None
+    if why is not None:
+        out[f"{name}_problem"] = f"it does not answer; {why}" if silent else why
 
 
 def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
     """Guardian first (it retires the backend, keeping the certificate), then the owner,
-    which stops every application and writes its clean receipt."""
+    which stops every application and writes its clean receipt. A daemon that does not
+    answer is found by the socket's peer credentials and signalled all the same: `down`
+    never reports success while one still runs."""
     out: dict[str, Any] = {}
     g = ping(layout.guardian_sock, timeout=10.0, home=layout.home)
     guardian = (g["guardian"]["pid"], g["guardian"]["start_ticks"]) if g is not None \
         else listener(layout.guardian_sock, "guardian")
-    if guardian is not None:   # a busy guardian that does not answer is still stopped
-        out["guardian"] = _terminate(guardian[0], guardian[1], timeout)
+    if guardian is not None:
+        _stop(out, "guardian", guardian[0], guardian[1], timeout, silent=g is None)
     o = ping(layout.owner_sock, timeout=10.0, home=layout.home)
     if o is not None:
         ident = o["owner"]
-        out["owner"] = _terminate(ident["pid"], ident["start_ticks"], timeout)
+        _stop(out, "owner", ident["pid"], ident["start_ticks"], timeout)
         out["applications_stopped"] = o["live"]
         out["owner_receipt"] = shutdown_receipt(layout, ident["instance"])
+    elif (owner := listener(layout.owner_sock, "owner")) is not None:
+        _stop(out, "owner", owner[0], owner[1], timeout, silent=True)
+        if out["owner"]:
+            out["owner_receipt"] = shutdown_receipt(layout, None, owner[0])
     return out
 
 
@@ -493,16 +515,20 @@ def runs_module(argv: list[str], module: str) -> bool:
         ("-c" in argv and any(f"runpy.run_module({module!r}" in a for a in argv))
 
 
-def shutdown_receipt(layout: Layout, instance: str) -> dict[str, Any]:
+def shutdown_receipt(layout: Layout, instance: str | None,
+                     pid: int | None = None) -> dict[str, Any]:
     """What the stopped owner's receipt says: ``{state, failed_stage, detail}``; state
-    ``missing`` when it wrote none for this instance, ``unreadable`` when it is bad."""
+    ``missing`` when it wrote none for this instance (or, without one, this pid),
+    ``unreadable`` when it is bad."""
     from owner.receipt import read_receipt
     from protocol.errors import TenureError
     try:
         rec = read_receipt(str(layout.execution / "owner-receipt.json"))
     except TenureError as exc:
         return {"state": "unreadable", "failed_stage": None, "detail": exc.msg}
-    if rec is None or rec.get("instance") != instance:
+    mine = rec is not None and (rec.get("instance") == instance if instance is not None
+                                else rec.get("pid") == pid)
+    if rec is None or not mine:
         return {"state": "missing", "failed_stage": None,
                 "detail": "the owner wrote no receipt for this run"}
     stage = rec.get("failed_stage")

@@ -173,7 +173,10 @@ def down(r: dict[str, Any]) -> str:
     lines = []
     for name in ("guardian", "owner"):
         if name in r:
-            state = "stopped" if r[name] else "STILL RUNNING (not stopped in time)"
+            state = "stopped" if r[name] else \
+                f"STILL RUNNING: {r.get(name + '_problem') or 'not stopped in time'}"
+            if name == "owner" and not r[name]:
+                state += "; its applications still run"
             lines.append(f"{name}: {state}")
     if "applications_stopped" in r:
         lines.append(f"applications stopped: {r['applications_stopped']}")

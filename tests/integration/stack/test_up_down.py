@@ -81,3 +81,27 @@ def test_down_stops_a_guardian_that_does_not_answer(cluster, monkeypatch):
     out = daemons.stop_all(cluster.layout)
     assert out["guardian"] is True and out["owner"] is True, out
     assert cluster.leftovers() == []
+
+
+def test_down_with_a_stopped_owner_says_it_still_runs_instead_of_succeeding(cluster):
+    """Was: `guardian: stopped`, exit 0, with the owner and every app still running."""
+    from protocol.procfs import running, start_ticks
+    cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\n")
+    owner = cluster.daemon_pids()[0]
+    ticks = start_ticks(owner)
+    [(app, app_ticks)] = cluster.pids().values()
+    os.kill(owner, signal.SIGSTOP)
+    try:
+        down = cluster.down()
+        assert down.code == 1 and down.out["guardian"] is True, down
+        assert down.out["owner"] is False, down
+        assert down.out["owner_problem"] == (
+            f"it does not answer; pid {owner} is stopped (SIGSTOP or a debugger); SIGTERM "
+            f"waits until it is continued (kill -CONT {owner})"), down.out
+        assert running(owner, ticks) and running(app, app_ticks)
+    finally:
+        os.kill(owner, signal.SIGCONT)   # the pending SIGTERM: a clean shutdown
+    cluster.wait(lambda: not running(owner, ticks), 30, "the owner's shutdown")
+    assert not running(app, app_ticks)
+    receipt = (cluster.layout.execution / "owner-receipt.json").read_text()
+    assert '"state": "clean"' in receipt

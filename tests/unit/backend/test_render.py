@@ -94,3 +94,14 @@ def test_a_living_backend_that_does_not_answer_is_said_so():
     assert "it may be hung (docs/recover.md)" in why
     assert "NOT ANSWERING" not in render.why({"backend": {**quiet, "answering": True},
                                               "updated_at": now})
+
+
+def test_down_says_which_daemon_still_runs_and_why():
+    out = render.down({"guardian": True, "owner": False,
+                       "owner_problem": "it does not answer; pid 7 is stopped"})
+    assert out.splitlines() == [
+        "guardian: stopped",
+        "owner: STILL RUNNING: it does not answer; pid 7 is stopped; its applications "
+        "still run"]
+    assert render.down({"guardian": False}) == \
+        "guardian: STILL RUNNING: not stopped in time"
