@@ -101,7 +101,7 @@ class Layout:
 
     @property
     def guardian_sock(self) -> str:
-        return str(self.runtime / "guardian.sock")
+        return self._at("runtime", "guardian.sock")
 
     @property
     def releases(self) -> Path:

@@ -103,8 +103,24 @@ def _status_once(args: Any) -> int:
         out(args, {"ok": False, "backend": None, "diagnostics": diag,
                    "background_start": last}, render.no_backend(diag, last))
         return Exit.UNREACHABLE
+    st["guardian_running"] = listens(layout(args).guardian_sock)
     out(args, st, render.status(st))
     return current(st)
+
+
+def listens(sock: str) -> bool:
+    """Whether a process accepts connections on ``sock``: one connect, nothing sent
+    (a daemon that is busy or stopped still accepts; one that is gone refuses)."""
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(1.0)
+        s.connect(sock)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 def _watch_status(args: Any) -> int:

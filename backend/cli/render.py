@@ -30,6 +30,10 @@ def status(st: dict[str, Any]) -> str:
     link = st.get("owner_link")
     if link is not None:
         head += "\n" + owner_link(link)
+    if st.get("guardian_running") is False:
+        head += "\n" + paint("guardian: NOT RUNNING: a backend crash would not be "
+                             "recovered; `tenure up` starts it (applications keep "
+                             "running)", "red")
     rows, tints = [], []
     for r in st["apps"]:
         state = _row_state(r)

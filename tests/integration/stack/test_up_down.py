@@ -105,3 +105,18 @@ def test_down_with_a_stopped_owner_says_it_still_runs_instead_of_succeeding(clus
     assert not running(app, app_ticks)
     receipt = (cluster.layout.execution / "owner-receipt.json").read_text()
     assert '"state": "clean"' in receipt
+
+
+def test_status_says_when_the_guardian_is_not_running(cluster):
+    """Was silent: the apps looked fine while a backend crash would go unrecovered."""
+    cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\n")
+    assert cluster.cli("status", check=True).out["guardian_running"] is True
+    guardian = cluster.daemon_pids()[1]
+    os.kill(guardian, signal.SIGKILL)
+    cluster.wait(lambda: cluster.cli("status").out["guardian_running"] is False, 10,
+                 "the guardian's socket refusing")
+    text = cluster.cli_text("status")
+    assert "guardian: NOT RUNNING: a backend crash would not be recovered" in text, text
+    cluster.up()   # a new guardian adopts the running backend
+    assert cluster.cli("status", check=True).out["guardian_running"] is True
+    assert "NOT RUNNING" not in cluster.cli_text("status")

@@ -105,3 +105,12 @@ def test_down_says_which_daemon_still_runs_and_why():
         "still run"]
     assert render.down({"guardian": False}) == \
         "guardian: STILL RUNNING: not stopped in time"
+
+
+def test_status_warns_only_when_the_guardian_is_known_not_to_run():
+    assert "guardian" not in render.status(_status({"stack": "s", "app": "a"}))
+    up = {**_status({"stack": "s", "app": "a"}), "guardian_running": True}
+    assert "guardian" not in render.status(up)
+    down = render.status({**up, "guardian_running": False}).splitlines()
+    assert down[1] == ("guardian: NOT RUNNING: a backend crash would not be recovered; "
+                       "`tenure up` starts it (applications keep running)")
