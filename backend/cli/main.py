@@ -281,12 +281,29 @@ def _handler(cmd: str) -> Any:
     return getattr(commands, f"cmd_{cmd}")
 
 
+_NOT_RUNNING = {
+    "guardian.sock": "the guardian is not running; `tenure up` starts it, and the backend "
+                     "and the applications keep running meanwhile",
+    "owner.sock": "the owner is not running; `tenure up` starts it, and asks for `tenure "
+                  "owner reconcile` first if it died (docs/reconcile.md)"}
+
+
+def _hint(exc: TenureError) -> str:
+    """What to do when a daemon's socket refuses or is missing: it is not running."""
+    path = exc.data.get("path") if isinstance(exc, ConnectFailed) else None
+    hint = _NOT_RUNNING.get(os.path.basename(str(path))) if path else None
+    if hint is None or not ("refused" in exc.msg or exc.msg.startswith("no socket at")):
+        return ""
+    return f": {hint}"
+
+
 def _fail(args: Any, exc: TenureError, code: int) -> int:
+    msg = exc.msg + _hint(exc)
     if args.json:
         import json
-        print(json.dumps({"ok": False, "error": exc.to_wire()}, default=str))
+        print(json.dumps({"ok": False, "error": {**exc.to_wire(), "msg": msg}}, default=str))
     else:
-        print(f"tenure: {exc.code_str}: {exc.msg}", file=sys.stderr)
+        print(f"tenure: {exc.code_str}: {msg}", file=sys.stderr)
     return code
 
 

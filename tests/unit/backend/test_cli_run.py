@@ -27,3 +27,22 @@ def test_a_reader_that_went_away_is_not_an_error() -> None:
     cli.stdout.close()                      # as `tenure ... | head -0` does
     err = cli.stderr.read().decode()
     assert cli.wait(timeout=60) in (0, 120) and "Traceback" not in err, err
+
+
+def test_a_daemon_that_is_not_running_is_named_with_what_to_do(tmp_path, capsys) -> None:
+    """Was only 'no socket at …/guardian.sock'."""
+    import json
+
+    from backend.cli.main import main
+    home = str(tmp_path)
+    assert main(["--home", home, "backend", "status"]) == 3
+    err = capsys.readouterr().err
+    assert err == (f"tenure: CONNECT_FAILED: no socket at {home}/runtime/guardian.sock: the "
+                   "guardian is not running; `tenure up` starts it, and the backend and "
+                   "the applications keep running meanwhile\n")
+    assert main(["--home", home, "--json", "owner", "status"]) == 3
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "CONNECT_FAILED"
+    assert error["msg"].endswith(": the owner is not running; `tenure up` starts it, and "
+                                 "asks for `tenure owner reconcile` first if it died "
+                                 "(docs/reconcile.md)")
