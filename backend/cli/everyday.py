@@ -66,14 +66,17 @@ def _bytes(v: Any) -> Any:
 
 def call(args: Any, method: str, params: dict[str, Any] | None = None,
          timeout: float = 300.0) -> Any:
-    """Call the backend; when none answers, say why using the guardian's diagnostics."""
-    try:
-        with api(args, timeout) as c:
-            return c.call(method, params or {})
-    except ConnectFailed:
-        diag = _diagnostics(args)
-        raise BackendUnavailable("no backend generation answers" + render.why(diag),
-                                 {"diagnostics": diag}) from None
+    """Call the backend; when none answers, say why using the guardian's diagnostics.
+    An error the backend answers with (CONNECT_FAILED included: its own owner may be
+    out of reach) is raised as it is."""
+    with api(args, timeout) as c:
+        try:
+            c.connect()
+        except ConnectFailed:
+            diag = _diagnostics(args)
+            raise BackendUnavailable("no backend generation answers" + render.why(diag),
+                                     {"diagnostics": diag}) from None
+        return c.call(method, params or {})
 
 
 def _diagnostics(args: Any) -> dict[str, Any] | None:

@@ -120,3 +120,19 @@ def test_status_says_when_the_guardian_is_not_running(cluster):
     cluster.up()   # a new guardian adopts the running backend
     assert cluster.cli("status", check=True).out["guardian_running"] is True
     assert "NOT RUNNING" not in cluster.cli_text("status")
+
+
+def test_an_error_the_backend_answers_is_not_taken_for_a_missing_backend(cluster):
+    """With the owner stopped, `tenure logs` said 'BACKEND_UNAVAILABLE: no backend
+    generation answers' although the backend had answered: it could not reach the
+    owner."""
+    from protocol.procfs import running, start_ticks
+    cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\n")
+    owner = cluster.daemon_pids()[0]
+    ticks = start_ticks(owner)
+    os.kill(owner, signal.SIGTERM)
+    cluster.wait(lambda: not running(owner, ticks), 30, "the owner's shutdown")
+    res = cluster.cli("logs", "s/a")
+    assert res.code == 3 and res.out["error"]["code"] == "CONNECT_FAILED", res
+    assert res.out["error"]["msg"].startswith(
+        f"no socket at {cluster.layout.owner_sock}: the owner is not running"), res.out
