@@ -144,4 +144,4 @@ def test_down_renders_an_unclean_receipt_for_people():
     assert "owner shutdown NOT clean (failed at stage processes): processes remain" in text
     assert "tenure owner reconcile" in text
     assert render.down({"guardian": True, "owner": False}).splitlines()[1] == \
-        "owner: STILL RUNNING (not stopped in time)"
+        "owner: STILL RUNNING: not stopped in time; its applications still run"
