@@ -47,9 +47,8 @@ def preflight() -> int:
 
 
 async def serve(home: Path, activation: str) -> int:
-    import asyncio
-
     from protocol.homewatch import HomeMark, watch
+    from protocol.tasks import background
 
     from .generation import Generation
     mark = HomeMark.take(home)
@@ -62,7 +61,7 @@ async def serve(home: Path, activation: str) -> int:
         await close_bounded(gen.close())
         return 1
     print(json.dumps({"ready": True, "pid": gen.identity.pid, "epoch": gen.epoch}), flush=True)
-    watcher = asyncio.create_task(watch(mark, _home_lost))
+    watcher = background(watch(mark, _home_lost), "home watch", log)
     try:
         await gen.run_until_retired()
     finally:

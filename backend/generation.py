@@ -43,6 +43,7 @@ from protocol.link import Link, LinkEvent, LinkState
 from protocol.server import MAX_INFLIGHT, RpcServer
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
 from protocol.stray import ignore_stray_signals
+from protocol.tasks import background
 from protocol.timing import Timings
 
 from .adopt import (
@@ -171,12 +172,12 @@ class Generation:
         await self.api.resume_operations()
         # a predecessor may have died between stopping an app and closing its sockets
         await self.sup.sweep_sockets(self.config)
-        self._tasks = [_loop(self._read_observations(), "observation reader"),
-                       _loop(self._persist_loop(), "persist"),
-                       _loop(self._certificate_loop(), "certificate"),
-                       _loop(self._heartbeat_loop(), "owner heartbeat"),
-                       _loop(retention_loop(self), "retention"),
-                       _loop(self._spool_loop(), "queued config")]
+        self._tasks = [background(self._read_observations(), "observation reader", log),
+                       background(self._persist_loop(), "persist", log),
+                       background(self._certificate_loop(), "certificate", log),
+                       background(self._heartbeat_loop(), "owner heartbeat", log),
+                       background(retention_loop(self), "retention", log),
+                       background(self._spool_loop(), "queued config", log)]
         self.ready = True
         self.events.record("handoff", phase="adopted", activation=self.activation,
                            epoch=self.epoch, mode=self.handoff.get("mode"),
@@ -597,18 +598,6 @@ class Generation:
         for s in (self.store, self.recovery):
             if s is not None:
                 s.close()
-
-
-def _loop(coro: Any, what: str) -> asyncio.Task[Any]:
-    """A background loop of the generation: it runs until close cancels it, and an
-    exception that ends it is logged with its traceback, never lost."""
-    task = asyncio.create_task(coro)
-
-    def ended(t: asyncio.Task[Any]) -> None:
-        if not t.cancelled() and t.exception() is not None:
-            log.error("the %s loop failed and stopped", what, exc_info=t.exception())
-    task.add_done_callback(ended)
-    return task
 
 
 def same_snapshot(stored: dict[str, Any], body: dict[str, Any]) -> bool:

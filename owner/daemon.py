@@ -21,6 +21,7 @@ from protocol.notify import sd_notify
 from protocol.server import RpcServer
 from protocol.sockets import same_uid_or_root
 from protocol.stray import ignore_stray_signals
+from protocol.tasks import background
 
 from .access import ServiceAccount
 from .cgroups import setup as setup_cgroups
@@ -114,9 +115,10 @@ class Owner:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown)
         ignore_stray_signals(loop, "owner")
-        overflow = asyncio.create_task(_report_overflow(service))
-        watcher = asyncio.create_task(watch(
-            mark, lambda loss: self._home_lost(loss, service, server, receipt)))
+        overflow = background(_report_overflow(service), "log overflow report", log)
+        watcher = background(watch(
+            mark, lambda loss: self._home_lost(loss, service, server, receipt)),
+            "home watch", log)
         log.info("owner %s ready on %s", identity.instance, self.paths.sock)
         if ready is not None:
             ready(identity)

@@ -1,0 +1,24 @@
+"""Background tasks of a daemon that never end silently."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+__all__ = ["background"]
+
+
+def background(coro: Coroutine[Any, Any, Any], what: str,
+               log: logging.Logger) -> asyncio.Task[Any]:
+    """Run ``coro`` as a task until it ends or is cancelled; an exception that ends it
+    is logged on ``log`` with its traceback (``the WHAT loop failed and stopped``),
+    never lost."""
+    task = asyncio.create_task(coro, name=what)
+
+    def ended(t: asyncio.Task[Any]) -> None:
+        if not t.cancelled() and t.exception() is not None:
+            log.error("the %s loop failed and stopped", what, exc_info=t.exception())
+    task.add_done_callback(ended)
+    return task
