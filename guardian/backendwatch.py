@@ -50,8 +50,9 @@ async def probe(api_sock: str, pid: int, timeout: float) -> str | None:
     return None
 
 
-def note(bp: BackendProcess, why_not: str | None, now: float) -> bool:
-    """Record one probe's outcome on ``bp``; True when it changed whether it answers."""
+def note(bp: BackendProcess, why_not: str | None, now: float) -> bool | None:
+    """Record one probe's outcome on ``bp``; returns what ``bp.answering`` was before
+    (None: not probed yet)."""
     was = bp.answering
     bp.answering = why_not is None
     bp.unanswered_why = why_not
@@ -59,7 +60,7 @@ def note(bp: BackendProcess, why_not: str | None, now: float) -> bool:
         bp.unanswered_since = None
     elif bp.unanswered_since is None:
         bp.unanswered_since = now
-    return was is not bp.answering
+    return was
 
 
 async def watch_backend(co: Coordinator, interval: float = PROBE_S,
@@ -73,11 +74,14 @@ async def watch_backend(co: Coordinator, interval: float = PROBE_S,
         if bp is None or not bp.alive() or co.command_lock.locked():
             continue
         why_not = await probe(co.paths.api_sock, bp.pid, interval)
-        if bp is not co.current or not note(bp, why_not, time.time()):
+        if bp is not co.current:
             continue
-        if why_not is None:
+        was = note(bp, why_not, time.time())
+        if why_not is None and was is False:
             log.info("backend generation %s (pid %d) answers again", bp.activation, bp.pid)
-        else:
+        elif why_not is not None and was is not False:
             log.warning("backend generation %s (pid %d) is alive but does not answer: %s",
                         bp.activation, bp.pid, why_not)
+        else:
+            continue
         co.write_diagnostics()
