@@ -46,6 +46,7 @@ from .framing import DEFAULT_MAX_FRAME, FrameDecoder, encode_frame
 from .identity import Identity
 from .schema import Schema
 from .sockets import Authorizer, PeerCred, bind_unix, peer_credentials, same_uid_or_root
+from .storage import storage_failure
 from .timing import Timings
 
 __all__ = ["Call", "Connection", "Method", "RpcServer"]
@@ -388,6 +389,10 @@ class RpcServer:
         except TenureError:
             raise
         except Exception as exc:
+            stored = storage_failure(exc, req.m)
+            if stored is not None:   # a full or failing disk, not a defect
+                log.error("method %s: %s", req.m, stored.msg)
+                raise stored from None
             log.exception("method %s failed", req.m)
             raise Internal(f"{req.m} failed: {type(exc).__name__}") from None
         finally:

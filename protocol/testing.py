@@ -1,7 +1,8 @@
 """A small real RPC server for tests and benchmarks: ``python -m protocol.testing SOCKET``.
 
 It serves ``echo`` (returns its params), ``sleep`` (answers after ``seconds``),
-``subscribe`` (joins the ``ticks`` stream) and ``emit`` (pushes ``count`` events), prints
+``subscribe`` (joins the ``ticks`` stream), ``emit`` (pushes ``count`` events) and
+``fail`` (raises a real failure of ``kind``: ``disk-full``, ``no-space`` or ``bug``), prints
 ``READY <instance>`` on stdout once it listens, and exits cleanly on SIGTERM or SIGINT.
 Capabilities come from ``--cap name=version`` arguments; ``--max-connections
 role=N``, ``--max-pending N`` and ``--frame-timeout S`` set the server's limits.
@@ -31,6 +32,23 @@ async def _sleep(call: Call) -> Any:
     return {"slept": call.params["seconds"]}
 
 
+async def _fail(call: Call) -> Any:
+    kind = call.params["kind"]
+    if kind == "disk-full":   # SQLite's own SQLITE_FULL, from a database capped at 2 pages
+        import sqlite3
+        db = sqlite3.connect(":memory:")
+        try:
+            db.execute("PRAGMA max_page_count = 2")
+            db.execute("CREATE TABLE t (x BLOB)")
+            db.execute("INSERT INTO t VALUES (zeroblob(100000))")
+        finally:
+            db.close()
+    if kind == "no-space":
+        import errno
+        raise OSError(errno.ENOSPC, "No space left on device")
+    raise ValueError("a defect")
+
+
 async def _subscribe(call: Call) -> Any:
     call.conn.subscribe("ticks")
     return {}
@@ -48,6 +66,7 @@ def _methods(server_ref: list[RpcServer]) -> dict[str, Method]:
         "sleep": Method(_sleep, Schema(Field("seconds", float, check=check_int(0, 3600)))),
         "subscribe": Method(_subscribe, role="viewer"),
         "emit": Method(emit, Schema(Field("count", int, check=check_int(0, 1_000_000)))),
+        "fail": Method(_fail, Schema(Field("kind", str))),
     }
 
 

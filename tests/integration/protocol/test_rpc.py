@@ -352,3 +352,21 @@ def test_a_limited_method_waits_for_its_turn_outside_its_timeout(start_server):
             assert await c.call("echo", {"x": 2}) == {"x": 2}   # not limited
 
     asyncio.run(main())
+
+
+def test_a_full_disk_is_storage_failed_and_a_defect_stays_internal(served: Served) -> None:
+    """A handler's full disk was answered 'INTERNAL: fail failed: OperationalError'."""
+    from protocol.errors import Internal, StorageFailed
+    with Client(served.path, pin=False) as c:
+        with pytest.raises(StorageFailed) as full:
+            c.call("fail", {"kind": "disk-full"})
+        assert full.value.msg == ("fail failed: the storage failed (OperationalError: "
+                                  "database or disk is full); the call stopped there")
+        assert full.value.data == {"exception": "OperationalError"}
+        with pytest.raises(StorageFailed) as nospace:
+            c.call("fail", {"kind": "no-space"})
+        assert "(OSError: No space left on device)" in nospace.value.msg
+        with pytest.raises(Internal) as bug:
+            c.call("fail", {"kind": "bug"})
+        assert bug.value.msg == "fail failed: ValueError"   # a defect's words stay inside
+        assert c.call("echo", {"x": 1}) == {"x": 1}   # the connection serves on
