@@ -31,7 +31,7 @@ def storage_failure(exc: BaseException, what: str) -> StorageFailed | None:
             return None
         words = str(exc)
     elif isinstance(exc, OSError) and exc.errno in _ERRNOS:
-        words = exc.strerror or str(exc)
+        words = (exc.strerror or str(exc)) + (f": {exc.filename}" if exc.filename else "")
     else:
         return None
     return StorageFailed(f"{what} failed: the storage failed ({type(exc).__name__}: "

@@ -6,6 +6,7 @@ Exit statuses: backend/cli/exits.py.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -271,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return Exit.OK
+    except OSError as exc:   # the machine, not tenure: a read-only or full disk, a mode
+        return _fail(args, _os_error(exc, args.cmd), Exit.ERROR)
 
 
 def _handler(cmd: str) -> Any:
@@ -279,6 +282,21 @@ def _handler(cmd: str) -> Any:
         return cmd_status
     from . import commands
     return getattr(commands, f"cmd_{cmd}")
+
+
+def _os_error(exc: OSError, cmd: str) -> TenureError:
+    """An OSError that reached the command line as a coded error: STORAGE_FAILED for a
+    failing disk, UNSAFE_PATH for a path we may not use, else INTERNAL with its words."""
+    from protocol.errors import Internal, UnsafePath
+    from protocol.storage import storage_failure
+    stored = storage_failure(exc, f"tenure {cmd}")
+    if stored is not None:
+        return stored
+    where = f": {exc.filename}" if exc.filename else ""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return UnsafePath(f"tenure {cmd}: permission denied{where}",
+                          {"path": str(exc.filename)})
+    return Internal(f"tenure {cmd} failed: {exc.strerror or exc}{where}")
 
 
 _NOT_RUNNING = {

@@ -46,3 +46,19 @@ def test_a_daemon_that_is_not_running_is_named_with_what_to_do(tmp_path, capsys)
     assert error["msg"].endswith(": the owner is not running; `tenure up` starts it, and "
                                  "asks for `tenure owner reconcile` first if it died "
                                  "(docs/reconcile.md)")
+
+
+def test_os_errors_reach_the_operator_as_coded_errors() -> None:
+    import errno
+
+    from backend.cli.main import _os_error
+    ro = _os_error(OSError(errno.EROFS, "Read-only file system", "/h/execution"), "up")
+    assert (ro.code_str, ro.msg) == (
+        "STORAGE_FAILED", "tenure up failed: the storage failed (OSError: Read-only file "
+        "system: /h/execution); the call stopped there")
+    denied = _os_error(PermissionError(errno.EACCES, "Permission denied", "/h/x"), "up")
+    assert (denied.code_str, denied.msg) == ("UNSAFE_PATH",
+                                             "tenure up: permission denied: /h/x")
+    other = _os_error(NotADirectoryError(errno.ENOTDIR, "Not a directory", "/f/h"), "up")
+    assert (other.code_str, other.msg) == ("INTERNAL",
+                                           "tenure up failed: Not a directory: /f/h")
