@@ -22,6 +22,13 @@ _SQLITE = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_CANTOPEN")
 _ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 
 
+def _paths(exc: OSError) -> str:
+    """': PATH', or ': SOURCE -> TARGET' for a copy (the target is the one that failed)."""
+    if not exc.filename:
+        return ""
+    return f": {exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "")
+
+
 def storage_failure(exc: BaseException, what: str) -> StorageFailed | None:
     """STORAGE_FAILED for ``exc`` when the storage itself failed (``what`` failed: the
     exception's type and words), else None."""
@@ -31,7 +38,7 @@ def storage_failure(exc: BaseException, what: str) -> StorageFailed | None:
             return None
         words = str(exc)
     elif isinstance(exc, OSError) and exc.errno in _ERRNOS:
-        words = (exc.strerror or str(exc)) + (f": {exc.filename}" if exc.filename else "")
+        words = (exc.strerror or str(exc)) + _paths(exc)
     else:
         return None
     return StorageFailed(f"{what} failed: the storage failed ({type(exc).__name__}: "

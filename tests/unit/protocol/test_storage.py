@@ -35,3 +35,10 @@ def test_defects_are_not_storage_failures() -> None:
     assert storage_failure(sqlite3.ProgrammingError("closed"), "m") is None
     assert storage_failure(OSError(errno.ENOENT, "gone"), "m") is None
     assert storage_failure(ValueError("x"), "m") is None
+
+
+def test_a_failed_copy_names_both_paths() -> None:
+    exc = OSError(errno.ENOSPC, "No space left on device", "/src/a.py", None, "/home/x/a.py")
+    failed = storage_failure(exc, "tenure up")
+    assert failed is not None
+    assert "(OSError: No space left on device: /src/a.py -> /home/x/a.py)" in failed.msg
