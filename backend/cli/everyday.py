@@ -111,15 +111,18 @@ def _status_once(args: Any) -> int:
     return current(st)
 
 
-def listens(sock: str) -> bool:
+def listens(sock: str) -> bool | None:
     """Whether a process accepts connections on ``sock``: one connect, nothing sent
-    (a daemon that is busy or stopped still accepts; one that is gone refuses)."""
+    (a daemon that is busy or stopped still accepts; one that is gone refuses). None
+    when we may not tell: the socket is not ours to reach (a viewer)."""
     import socket
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.settimeout(1.0)
         s.connect(sock)
         return True
+    except PermissionError:
+        return None
     except OSError:
         return False
     finally:

@@ -62,3 +62,25 @@ def test_os_errors_reach_the_operator_as_coded_errors() -> None:
     other = _os_error(NotADirectoryError(errno.ENOTDIR, "Not a directory", "/f/h"), "up")
     assert (other.code_str, other.msg) == ("INTERNAL",
                                            "tenure up failed: Not a directory: /f/h")
+
+
+def test_listens_tells_a_listener_from_none_and_from_a_socket_it_may_not_reach(
+        tmp_path, monkeypatch) -> None:
+    import socket
+
+    from backend.cli.everyday import listens
+    path = str(tmp_path / "g.sock")
+    assert listens(path) is False                       # nothing there
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(path)
+        assert listens(path) is False                   # bound, not listening: refused
+        server.listen(1)
+        assert listens(path) is True
+    finally:
+        server.close()
+
+    def denied(self, address):   # a viewer and the service account's 0700 directory
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(socket.socket, "connect", denied)
+    assert listens(path) is None
