@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from .errors import AlreadyRunning, HomeLost
-from .sockets import peer_credentials
+from .sockets import peer_of
 
 __all__ = ["WATCH_INTERVAL_S", "HomeMark", "claim", "claim_name", "watch"]
 
@@ -116,9 +116,12 @@ def claim(kind: str, home: str | os.PathLike[str]) -> socket.socket | None:
         if exc.errno != errno.EADDRINUSE:
             raise
     try:
-        pid, uid = _holder(name)
+        cred = peer_of(name, 1.0)
+        pid, uid = cred.pid, cred.uid
     except ConnectionRefusedError:   # bound, not listening: not a claim of ours
         pid, uid = None, -1
+    except OSError:                  # no answer in time: held, by whom we cannot tell
+        pid, uid = None, None
     if uid is not None and uid not in (os.geteuid(), 0):
         log.warning("the %s name of home %s is held by another user's process (uid %d, "
                     "pid %s), not by tenure; going on without it", kind, home, uid, pid)
@@ -130,19 +133,3 @@ def claim(kind: str, home: str | os.PathLike[str]) -> socket.socket | None:
         "itself, start again once it is gone",
         {"home": os.path.abspath(home), "pid": pid, "home_lost": True})
 
-
-def _holder(name: bytes) -> tuple[int | None, int | None]:
-    """(pid, uid) of the listener on ``name``; (None, None) when it does not answer in
-    time. Raises ConnectionRefusedError when nobody listens there."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(1.0)
-        probe.connect(name)
-        cred = peer_credentials(probe)
-        return cred.pid, cred.uid
-    except ConnectionRefusedError:
-        raise
-    except OSError:
-        return None, None
-    finally:
-        probe.close()

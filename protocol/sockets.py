@@ -33,6 +33,7 @@ __all__ = [
     "check_socket_path",
     "ensure_private_dir",
     "peer_credentials",
+    "peer_of",
     "same_uid_or_root",
     "share_with_group",
     "unshare",
@@ -200,6 +201,18 @@ def unshare(paths: list[str], sock: str) -> None:
         os.chmod(d, 0o700, follow_symlinks=False)
     if os.path.exists(sock):
         os.chmod(sock, 0o600, follow_symlinks=False)
+
+
+def peer_of(address: str | bytes, timeout: float) -> PeerCred:
+    """Who accepts connections at ``address`` (a path, or an abstract name starting with
+    NUL): one connect, nothing sent; the kernel's SO_PEERCRED of the listener (a busy or
+    stopped process still accepts). Raises ConnectionRefusedError (bound, nobody
+    listening), FileNotFoundError, PermissionError or another OSError (TimeoutError
+    when its backlog is full)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(address)
+        return peer_credentials(s)
 
 
 def peer_credentials(sock: socket.socket) -> PeerCred:

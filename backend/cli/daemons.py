@@ -491,17 +491,12 @@ def listener(sock: str, module: str) -> tuple[int, int | None] | None:
     """(pid, start ticks) of the process that accepts on ``sock`` when it is ``python
     -m module`` of this uid (or root's), learnt from the kernel (SO_PEERCRED), not from
     an answer; None when nothing listens there."""
-    import socket as _socket
-
-    from protocol.sockets import peer_credentials
+    from protocol.sockets import peer_of
     try:
-        with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as s:
-            s.settimeout(2.0)
-            s.connect(sock)
-            cred = peer_credentials(s)
-            ticks = start_ticks(cred.pid)
+        cred = peer_of(sock, 2.0)
     except OSError:
         return None
+    ticks = start_ticks(cred.pid)
     argv = read_cmdline(cred.pid) or []
     if cred.uid not in (os.geteuid(), 0) or not runs_module(argv, module):
         return None

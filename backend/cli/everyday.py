@@ -115,18 +115,14 @@ def listens(sock: str) -> bool | None:
     """Whether a process accepts connections on ``sock``: one connect, nothing sent
     (a daemon that is busy or stopped still accepts; one that is gone refuses). None
     when we may not tell: the socket is not ours to reach (a viewer)."""
-    import socket
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    from protocol.sockets import peer_of
     try:
-        s.settimeout(1.0)
-        s.connect(sock)
+        peer_of(sock, 1.0)
         return True
     except PermissionError:
         return None
     except OSError:
         return False
-    finally:
-        s.close()
 
 
 def _watch_status(args: Any) -> int:
