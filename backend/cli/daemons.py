@@ -453,8 +453,8 @@ def _terminate(pid: int, ticks: int | None, timeout: float) -> str | None:
     return f"pid {pid} still runs {timeout:g} s after SIGTERM"
 
 
-def _stop(out: dict[str, Any], name: str, pid: int, ticks: int | None, timeout: float,
-          silent: bool = False) -> None:
+def _stop(out: dict[str, Any], name: str, pid: int, ticks: int | None, silent: bool,
+          timeout: float) -> None:
     """``out[name]``: whether daemon ``name`` is gone; ``out[name + "_problem"]``: why
     not (``silent``: it did not answer the ping either)."""
     why = _terminate(pid, ticks, timeout)
@@ -469,22 +469,31 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
     answer is found by the socket's peer credentials and signalled all the same: `down`
     never reports success while one still runs."""
     out: dict[str, Any] = {}
-    g = ping(layout.guardian_sock, timeout=10.0, home=layout.home)
-    guardian = (g["guardian"]["pid"], g["guardian"]["start_ticks"]) if g is not None \
-        else listener(layout.guardian_sock, "guardian")
+    _, guardian = _locate(layout, layout.guardian_sock, "guardian")
     if guardian is not None:
-        _stop(out, "guardian", guardian[0], guardian[1], timeout, silent=g is None)
-    o = ping(layout.owner_sock, timeout=10.0, home=layout.home)
-    if o is not None:
-        ident = o["owner"]
-        _stop(out, "owner", ident["pid"], ident["start_ticks"], timeout)
-        out["applications_stopped"] = o["live"]
-        out["owner_receipt"] = shutdown_receipt(layout, ident["instance"])
-    elif (owner := listener(layout.owner_sock, "owner")) is not None:
-        _stop(out, "owner", owner[0], owner[1], timeout, silent=True)
-        if out["owner"]:
-            out["owner_receipt"] = shutdown_receipt(layout, None, owner[0])
+        _stop(out, "guardian", *guardian, timeout)
+    o, owner = _locate(layout, layout.owner_sock, "owner")
+    if owner is not None:
+        _stop(out, "owner", *owner, timeout)
+        if o is not None:
+            out["applications_stopped"] = o["live"]
+        if o is not None or out["owner"]:   # a silent owner's receipt: by its pid
+            out["owner_receipt"] = shutdown_receipt(
+                layout, o["owner"]["instance"] if o is not None else None, owner[0])
     return out
+
+
+def _locate(layout: Layout, sock: str, module: str
+            ) -> tuple[dict[str, Any] | None, tuple[int, int | None, bool] | None]:
+    """Daemon ``module``'s status answer (None when it does not answer in 10 s) and its
+    (pid, start ticks, silent), from the answer or else from the socket's listener
+    (None when nothing of ours listens there)."""
+    answer = ping(sock, timeout=10.0, home=layout.home)
+    if answer is not None:
+        ident = answer[module]
+        return answer, (ident["pid"], ident["start_ticks"], False)
+    found = listener(sock, module)
+    return None, None if found is None else (*found, True)
 
 
 def listener(sock: str, module: str) -> tuple[int, int | None] | None:
