@@ -11,6 +11,7 @@ recovery, a replaced owner). Nothing here decides about applications: the backen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
@@ -33,7 +34,7 @@ from protocol.errors import (
 )
 from protocol.grant import Grant, public_key_text
 from protocol.handover import OWNER_CONTRACTS, pack_handoff, read_checkpoint, write_handoff
-from protocol.homewatch import HomeMark
+from protocol.homewatch import HomeMark, end_if_lost
 from protocol.identity import Identity, new_identity
 from protocol.link import Link, LinkEvent
 
@@ -410,13 +411,8 @@ class Coordinator:
         recovered or written by path."""
         if self.home_mark is None or self.end_home_lost is None:
             return
-        try:
-            loss = self.home_mark.lost()
-        except OSError:
-            return   # cannot look: the watch says so and goes on
-        if loss is not None:
-            log.error("%s", loss)
-            self.end_home_lost(loss)
+        with contextlib.suppress(OSError):   # cannot look: the watch says so, goes on
+            end_if_lost(self.home_mark, self.end_home_lost)
 
     async def cancel_tasks(self) -> None:
         for t in list(self._tasks):

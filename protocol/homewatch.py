@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from .errors import AlreadyRunning, HomeLost
 from .sockets import peer_of
 
-__all__ = ["WATCH_INTERVAL_S", "HomeMark", "claim", "claim_name", "watch"]
+__all__ = ["WATCH_INTERVAL_S", "HomeMark", "claim", "claim_name", "end_if_lost", "watch"]
 
 log = logging.getLogger("tenure.home")
 
@@ -68,6 +68,16 @@ class HomeMark:
                         "daemon ran", {"home": self.path, "now": "replaced"})
 
 
+def end_if_lost(mark: HomeMark, on_lost: Callable[[HomeLost], None]) -> HomeLost | None:
+    """One look: when ``mark``'s home is lost, log it (code HOME_LOST), call ``on_lost``
+    and return the loss; else None. Raises OSError when the look itself fails."""
+    loss = mark.lost()
+    if loss is not None:
+        log.error("%s", loss)
+        on_lost(loss)
+    return loss
+
+
 async def watch(mark: HomeMark, on_lost: Callable[[HomeLost], None], *,
                 interval: float = WATCH_INTERVAL_S,
                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> HomeLost:
@@ -78,7 +88,7 @@ async def watch(mark: HomeMark, on_lost: Callable[[HomeLost], None], *,
     while True:
         await sleep(interval)
         try:
-            loss = mark.lost()
+            loss = end_if_lost(mark, on_lost)
         except OSError as exc:
             if (exc.errno or 0) not in failed:
                 failed.add(exc.errno or 0)
@@ -86,8 +96,6 @@ async def watch(mark: HomeMark, on_lost: Callable[[HomeLost], None], *,
                             exc.strerror)
             continue
         if loss is not None:
-            log.error("%s", loss)
-            on_lost(loss)
             return loss
 
 
