@@ -33,6 +33,13 @@ stop = { timeout = 6 }
 """
 
 
+def _started(cluster, config: str, ready: int) -> tuple[dict[str, tuple[int, int]], str]:
+    """Up with ``config`` until ``ready`` apps are: its processes and the activation."""
+    cluster.up(config)
+    cluster.wait_ready(ready)
+    return _processes(cluster), cluster.status()["backend"]["activation"]
+
+
 def _processes(cluster) -> dict[str, tuple[int, int]]:
     """name -> (pid, start ticks) of the daemons and the applications."""
     out = {f"app {k}": v for k, v in cluster.pids().items()}
@@ -80,11 +87,8 @@ def _make_again(home: Path) -> None:
 
 
 def test_a_deleted_home_ends_every_daemon_and_stops_its_applications(cluster):
-    cluster.up(SLEEPERS)
-    cluster.wait_ready(2)
-    procs = _processes(cluster)
+    procs, activation = _started(cluster, SLEEPERS, 2)
     assert len(procs) == 5, procs
-    activation = cluster.status()["backend"]["activation"]
     with _kept_logs(cluster, "owner", "guardian", f"backend-{activation}") as logs:
         _make_again(cluster.home)
         _wait_gone(procs, timeout=15)
@@ -98,10 +102,7 @@ def test_a_deleted_home_ends_every_daemon_and_stops_its_applications(cluster):
 
 
 def test_a_backend_without_its_guardian_ends_by_itself_when_the_home_is_lost(cluster):
-    cluster.up(SLEEPERS)
-    cluster.wait_ready(2)
-    procs = _processes(cluster)
-    activation = cluster.status()["backend"]["activation"]
+    procs, activation = _started(cluster, SLEEPERS, 2)
     guardian = procs["guardian"][0]
     with _kept_logs(cluster, f"backend-{activation}", "guardian") as logs:
         os.kill(guardian, signal.SIGSTOP)   # it cannot end its backend
@@ -117,9 +118,7 @@ def test_a_backend_without_its_guardian_ends_by_itself_when_the_home_is_lost(clu
 
 
 def test_a_new_owner_is_refused_while_the_old_one_still_stops_its_applications(cluster):
-    cluster.up(STUBBORN)
-    cluster.wait_ready(1)
-    procs = _processes(cluster)
+    procs, _ = _started(cluster, STUBBORN, 1)
     old_owner = procs["owner"][0]
     [app] = [v for k, v in procs.items() if k.startswith("app ")]
     with _kept_logs(cluster, "owner") as logs:

@@ -236,6 +236,18 @@ GIVE_UP = ('[stacks.s.apps.a]\ncommand = ["/x/y"]\nbackoff = { initial = 0, max 
            'start_limit = { burst = 2, interval = 60 }\n')
 
 
+async def until_given_up(owner: FakeOwner) -> tuple[Instance, Supervisor]:
+    """GIVE_UP's app against ``owner``, run until its start limit gave up (closed)."""
+    sup = Supervisor(owner, 1, sleep=no_sleep)
+    try:
+        sup.ensure(parse_config(GIVE_UP, "t").apps()[0], 0, True)
+        inst = sup.instances["s/a/0"]
+        await until(lambda: inst.state is State.FAILED and not sup._tasks, "given up")
+    finally:
+        await sup.aclose()
+    return inst, sup
+
+
 class RefusingOwner(FakeOwner):
     """Refuses every launch; ``explains`` as an owner with spawnErrors 1 does, and
     ``notes`` says whether it has logs.note (logNotes 1)."""
@@ -259,13 +271,7 @@ def test_the_reconciler_records_why_with_a_new_and_with_an_older_owner(explains:
                                                                         notes: bool) -> None:
     async def main() -> None:
         owner = RefusingOwner(explains, notes)
-        sup = Supervisor(owner, 1, sleep=no_sleep)
-        try:
-            sup.ensure(parse_config(GIVE_UP, "t").apps()[0], 0, True)
-            inst = sup.instances["s/a/0"]
-            await until(lambda: inst.state is State.FAILED and not sup._tasks, "given up")
-        finally:
-            await sup.aclose()
+        inst, sup = await until_given_up(owner)
         assert inst.last_outcome is Outcome.START_LIMIT_HIT
         assert inst.last_error is not None and inst.last_error.generation == 2
         if explains:
@@ -296,13 +302,7 @@ def test_a_launch_the_owner_cannot_record_is_retried_then_explained_in_its_words
     """Was 'launch not answered by the owner (INTERNAL)': it was answered."""
     async def main() -> None:
         owner = FullOwner()
-        sup = Supervisor(owner, 1, sleep=no_sleep)
-        try:
-            sup.ensure(parse_config(GIVE_UP, "t").apps()[0], 0, True)
-            inst = sup.instances["s/a/0"]
-            await until(lambda: inst.state is State.FAILED and not sup._tasks, "given up")
-        finally:
-            await sup.aclose()
+        inst, _sup = await until_given_up(owner)
         keys = [p["launch_key"] for p in owner.sent("launch")]
         assert len(keys) == 10 and len(set(keys)) == 2   # 5 tries of each of 2 starts
         assert inst.last_error is not None
