@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from time import perf_counter
 from typing import Any
 
-from .client import MAX_QUEUED_EVENTS, _Common
+from .client import MAX_QUEUED_EVENTS, _Common, connect_data
 from .envelope import Event, Response, Welcome, decode_message
 from .errors import (
     ConnectFailed,
@@ -74,7 +74,7 @@ class AsyncClient(_Common):
                     reader, writer = await asyncio.open_unix_connection(self.path)
             except (OSError, TimeoutError) as exc:
                 raise ConnectFailed(f"cannot connect to {self.path}: {exc}",
-                                    {"path": self.path}) from None
+                                    connect_data(self.path, exc)) from None
             try:
                 async with asyncio.timeout(self.connect_timeout):
                     welcome = await self._handshake(reader, writer)

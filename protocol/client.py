@@ -43,6 +43,14 @@ __all__ = ["Client"]
 MAX_QUEUED_EVENTS = 100_000
 
 
+def connect_data(path: str, exc: BaseException) -> dict[str, object]:
+    """CONNECT_FAILED's data: the path, and ``listening: False`` when nothing listens
+    there (no socket file, or the connect was refused), so that a caller can say the
+    daemon is not running without reading the message."""
+    gone = isinstance(exc, (FileNotFoundError, ConnectionRefusedError))
+    return {"path": path, **({"listening": False} if gone else {})}
+
+
 class _Common:
     """Settings and handshake checks shared by both clients."""
 
@@ -77,7 +85,8 @@ class _Common:
         try:
             check_socket_file(self.path, self.owners, self.allow_group)
         except FileNotFoundError:
-            raise ConnectFailed(f"no socket at {self.path}", {"path": self.path}) from None
+            raise ConnectFailed(f"no socket at {self.path}",
+                                {"path": self.path, "listening": False}) from None
 
     def _accept_welcome(self, frame: dict[str, Any], peer_pid: int) -> Welcome:
         """Validate the server's first answer. Raises the server's error, IdentityMismatch,
@@ -155,7 +164,7 @@ class Client(_Common):
             self._drop()
             sock.close()
             raise ConnectFailed(f"cannot connect to {self.path}: {exc}",
-                                {"path": self.path}) from None
+                                connect_data(self.path, exc)) from None
         except BaseException:
             self._drop()
             sock.close()

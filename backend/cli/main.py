@@ -307,12 +307,11 @@ _NOT_RUNNING = {
 
 
 def _hint(exc: TenureError) -> str:
-    """What to do when a daemon's socket refuses or is missing: it is not running."""
-    path = exc.data.get("path") if isinstance(exc, ConnectFailed) else None
-    hint = _NOT_RUNNING.get(os.path.basename(str(path))) if path else None
-    if hint is None or not ("refused" in exc.msg or exc.msg.startswith("no socket at")):
+    """What to do when nothing listens on a daemon's socket: it is not running."""
+    if not isinstance(exc, ConnectFailed) or exc.data.get("listening") is not False:
         return ""
-    return f": {hint}"
+    hint = _NOT_RUNNING.get(os.path.basename(str(exc.data.get("path"))))
+    return f": {hint}" if hint else ""
 
 
 def _fail(args: Any, exc: TenureError, code: int) -> int:
