@@ -119,6 +119,11 @@ JOB = {"id": 42, "stack": "shop", "template": "migrate", "state": "succeeded",
                    {"at": NOW - 64, "event": "start", "from": "admitted", "to": "running"},
                    {"at": NOW - 4, "event": "exit", "from": "running", "to": "succeeded"}]}
 
+SILENT_BACKEND = {"pid": 4001, "activation": BACKEND["activation"], "alive": True,
+                  "answering": False, "unanswered_since": NOW - 12,
+                  "unanswered_why": "handshake with /srv/tenure/backend/api.sock failed: "
+                                    "no answer within 2 s"}
+
 CASES: dict[str, Callable[[], str]] = {
     "status": lambda: render.status(STATUS),
     "status_stale": lambda: render.status(STALE),
@@ -135,6 +140,14 @@ CASES: dict[str, Callable[[], str]] = {
          "error": "2026-12-01 14:04:52,848 guardian ERROR STATE_CORRUPT: "
                   "/srv/tenure/runtime/guardian-release.json is not valid JSON"}),
     "status_queued_rejected": lambda: render.status({**STATUS, "queued_config": "rejected"}),
+    "status_degraded": lambda: render.status({
+        **STATUS, "guardian_running": False,
+        "log_write_error": {"error": "OperationalError: database or disk is full",
+                            "since": NOW - 40, "batches": 12, "lines": 12}}),
+    "status_no_backend_silent": lambda: render.no_backend(
+        {"updated_at": NOW - 1, "backend": SILENT_BACKEND,
+         "last_activation": {"id": BACKEND["activation"], "kind": "start",
+                             "phase": "complete"}}, None),
     "inspect": lambda: render.inspect(INSPECT),
     "restart": lambda: render.instances({"settled": True, "instances": {
         "shop/web/0": "ready", "shop/web/1": "ready"}}),
@@ -155,6 +168,10 @@ CASES: dict[str, Callable[[], str]] = {
     "down": lambda: render.down({"guardian": True, "owner": True, "applications_stopped": 3,
                                  "owner_receipt": {"state": "clean", "failed_stage": None,
                                                    "detail": ""}}),
+    "down_owner_stopped": lambda: render.down({
+        "guardian": True, "owner": False,
+        "owner_problem": "it does not answer; pid 4000 is stopped (SIGSTOP or a debugger); "
+                         "SIGTERM waits until it is continued (kill -CONT 4000)"}),
     "down_unclean": lambda: render.down({"guardian": True, "owner": False,
                                          "applications_stopped": 3,
                                          "owner_receipt": {"state": "failed",
@@ -180,6 +197,8 @@ CASES: dict[str, Callable[[], str]] = {
                                            "will_stop": [{"launch_key": "batch/etl/0/4",
                                                           "pid": 5003}]}),
     "backend_status": lambda: render.backend("status", GUARDIAN),
+    "backend_status_silent": lambda: render.backend(
+        "status", {**GUARDIAN, "backend": SILENT_BACKEND}),
     "backend_upgrade": lambda: render.backend("upgrade", {
         "activation": {"id": "20261201T140500-77aa01bc", "kind": "upgrade",
                        "phase": "complete", "outcome": "success"},
