@@ -1,0 +1,74 @@
+"""`status` and `inspect` ask the owner two things (the sockets it holds, and the
+figures of processes not measured lately): both questions are in flight at once, so an
+answer costs one round trip to the owner, not two. A fake owner holds each question
+until the other has arrived. Nothing sleeps (the loop only yields)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.instance import State
+from backend.testing import FakeOwner, api_call, fake_generation, until
+
+ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
+QUESTIONS = ("sockets.list", "metrics.read")
+
+
+class MeasuringOwner(FakeOwner):
+    """Answers ``sockets.list`` (nothing held) and ``metrics.read`` (every live launch
+    at 1 MiB); records how many of those two were in flight when each arrived."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = 0
+        self.seen_together = 0
+
+    async def call(self, method: str, params: Any = None, *, epoch: int | None = None,
+                   timeout: float | None = None) -> Any:
+        if method not in QUESTIONS:
+            return await super().call(method, params, epoch=epoch, timeout=timeout)
+        self.in_flight += 1
+        self.seen_together = max(self.seen_together, self.in_flight)
+        try:
+            return await super().call(method, params, epoch=epoch, timeout=timeout)
+        finally:
+            self.in_flight -= 1
+
+    def _sockets_list(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"sockets": [], "fd_store": []}
+
+    def _metrics_read(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"at": 0.0, "launches": [
+            {"launch_key": k, "pid": r["pid"], "start_ticks": r["start_ticks"],
+             "cpu_seconds": 0.0, "memory_bytes": 2**20} for k, r in self.live.items()]}
+
+
+@pytest.mark.parametrize("method, params", [("inspect", {"target": "s/a"}),
+                                            ("status", {})])
+def test_the_owner_is_asked_both_questions_at_once(tmp_path: Path, method: str,
+                                                   params: dict[str, Any]):
+    async def main() -> None:
+        owner = MeasuringOwner()
+        gen = fake_generation(tmp_path, owner, ONE)
+        gen.sup.owner_capabilities = {"sockets": 1, "metrics": 1}
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "start")
+            for q in QUESTIONS:
+                owner.hold(q)
+            answer = asyncio.create_task(getattr(gen.api, method)(api_call(method,
+                                                                           **params)))
+            await until(lambda: owner.in_flight == 2, "both questions in flight")
+            for q in QUESTIONS:
+                owner.release(q)
+            got = await answer
+            row = got["instances" if method == "inspect" else "apps"][0]
+            assert row["rss"] == 2**20
+            assert owner.seen_together == 2
+        finally:
+            await gen.close()
+
+    asyncio.run(main())
