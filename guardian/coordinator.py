@@ -29,6 +29,7 @@ from protocol.errors import (
     HandoffFailed,
     HomeLost,
     OperationInProgress,
+    RequestTimedOut,
     TenureError,
     Uncertain,
 )
@@ -37,6 +38,7 @@ from protocol.handover import OWNER_CONTRACTS, pack_handoff, read_checkpoint, wr
 from protocol.homewatch import HomeMark, end_if_lost
 from protocol.identity import Identity, new_identity
 from protocol.link import Link, LinkEvent
+from protocol.procfs import silence
 
 from .backendproc import BackendProcess, control, preflight
 from .faults import Fault
@@ -56,6 +58,7 @@ log = logging.getLogger("tenure.guardian")
 
 KEEP_ARTIFACTS = 40  # handoff records, checkpoints and backend logs kept for diagnosis
 DEADLINE = 30.0      # a generation's READY, drain, preflight and control answers
+OWNER_CHECK_S = 5.0  # the owner's first answer in an activation, before anything changes
 
 
 def _deadline() -> float:
@@ -116,11 +119,28 @@ class Coordinator:
                               {"public_key": public_key_text(self.key.public_key())})
         return welcome.identity
 
-    async def owner_call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def owner_call(self, method: str, params: dict[str, Any] | None = None,
+                         timeout: float | None = None) -> Any:
         assert self.owner is not None
-        answer = await self.owner.call(method, params or {})
+        answer = await self.owner.call(method, params or {}, timeout=timeout)
         self.fault.after_reply(method)
         return answer
+
+    async def owner_status(self) -> dict[str, Any]:
+        """The owner's ``status``, asked before an activation changes anything. An owner
+        that does not answer within OWNER_CHECK_S (stopped, stuck on storage) ends the
+        activation there, rather than at the owner connection's 60 s: RequestTimedOut
+        saying what /proc shows of its process."""
+        wait = min(OWNER_CHECK_S, self.deadline)
+        try:
+            status: dict[str, Any] = await self.owner_call("status", timeout=wait)
+        except RequestTimedOut as exc:
+            pid = self.owner_identity.pid if self.owner_identity is not None else None
+            why = silence(pid) if pid is not None else "its pid is unknown"
+            raise RequestTimedOut(f"the owner did not answer within {wait:g} s: {why}. "
+                                  "Nothing was changed", {"owner_pid": pid},
+                                  exc.request_id) from exc
+        return status
 
     async def control(self, method: str, params: dict[str, Any] | None = None,
                       timeout: float | None = None) -> Any:

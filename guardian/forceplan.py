@@ -35,7 +35,7 @@ _CERT_KEYS = ("activation", "epoch", "release", "launches", "inventory_digest",
 async def force_plan(co: Coordinator) -> dict[str, Any]:
     """The plan of a forced recovery as of now, with its ``digest``."""
     check = await recovery_check(co)
-    owner = await co.owner_call("status")
+    owner = await co.owner_status()
     live = (await co.owner_call("inventory"))["launches"]
     cert = co.certificate()
     body = cert.get("body") or {}

@@ -115,7 +115,7 @@ class _Handoff:
         if stand_by:
             self.early = asyncio.create_task(co.standby(release.id, release, warm))
         co.point("check.owner")
-        caps = (await co.owner_call("status"))["capabilities"]
+        caps = (await co.owner_status())["capabilities"]
         missing = {k: v for k, v in release.contracts.items() if caps.get(k) != v}
         if missing:
             raise CapabilityMissing(f"the owner lacks {missing} that the candidate requires",

@@ -75,7 +75,7 @@ async def _preflight(co: Coordinator, rel: Any, release_id: str) -> dict[str, An
             f"the guardian of release {release_id} failed its preflight: {exc.msg}",
             {**exc.data, "release": release_id, "step": "preflight"}) from None
     wanted = report["report"].get("owner_contracts") or {}
-    caps = (await co.owner_call("status"))["capabilities"]
+    caps = (await co.owner_status())["capabilities"]
     missing = {k: v for k, v in wanted.items() if caps.get(k) != v}
     if missing:
         raise CapabilityMissing(f"the owner lacks {missing} that the guardian of release "

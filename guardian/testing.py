@@ -232,6 +232,7 @@ class FakeCoordinator(Coordinator):
         super().__init__(paths, StateStore(paths.state_db), PrivateKey.generate())
         self.world = World(home)
         self.slept: list[float] = []
+        self.owner_timeouts: list[tuple[str, float | None]] = []  # (method, timeout)
         self.fault.spec = None
 
         async def no_sleep(delay: float) -> None:
@@ -242,7 +243,9 @@ class FakeCoordinator(Coordinator):
         self.owner_identity = self.world.identity
         return self.world.identity
 
-    async def owner_call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def owner_call(self, method: str, params: dict[str, Any] | None = None,
+                         timeout: float | None = None) -> Any:
+        self.owner_timeouts.append((method, timeout))
         answer = self.world.owner_call(method, params or {})
         self.fault.after_reply(method)
         return answer

@@ -34,6 +34,7 @@ __all__ = [
     "read_stat",
     "read_usage",
     "running",
+    "silence",
     "socket_inodes",
     "start_ticks",
     "status_groups",
@@ -143,6 +144,22 @@ def read_stat(pid: int | str) -> ProcStat | None:
         return parse_stat(int(pid), data)
     except (ValueError, IndexError):
         return None
+
+
+def silence(pid: int) -> str:
+    """What /proc says of a daemon ``pid`` that did not answer, for an error message:
+    stopped (with the command that continues it), in uninterruptible sleep, exited, or
+    running all the same."""
+    st = read_stat(pid)
+    if st is None:
+        return f"pid {pid} is gone"
+    if st.state in ("T", "t"):
+        return f"pid {pid} is stopped (SIGSTOP or a debugger); kill -CONT {pid} continues it"
+    if st.state == "D":
+        return f"pid {pid} is in uninterruptible sleep (state D), usually waiting for storage"
+    if st.zombie:
+        return f"pid {pid} has exited"
+    return f"pid {pid} runs (state {st.state}) but did not answer"
 
 
 def read_usage(pid: int) -> ProcUsage | None:

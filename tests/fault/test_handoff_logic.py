@@ -7,6 +7,7 @@ records and checkpoints; only processes and sockets are fake."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ from guardian.faults import InjectedFault
 from guardian.handoff import POINTS, upgrade
 from guardian.phases import FINAL, Kind, Phase, ending
 from guardian.testing import FakeCoordinator
-from protocol.errors import BackendStartTimeout, Conflict, StateCorrupt, TransportLost
+from protocol.errors import (
+    BackendStartTimeout,
+    Conflict,
+    RequestTimedOut,
+    StateCorrupt,
+    TransportLost,
+)
+from protocol.identity import new_identity
 
 OLD, NEW = "a" * 64, "b" * 64
 
@@ -158,6 +166,28 @@ def test_lost_fence_call_never_reuses_the_incumbents_epoch(tmp_path: Path) -> No
         co.world.fail["status"] = [None, TransportLost("reset")]  # check ok, fence's status
         act = (await upgrade(co, NEW))["activation"]
         assert act["phase"] == "aborted" and act["epoch"] is None, act
+        assert co.world.epoch == epoch and co.world.alive() == [incumbent]
+        assert not incumbent.draining
+    run(go, tmp_path)
+
+
+def test_an_owner_that_does_not_answer_ends_the_upgrade_before_anything_changes(
+        tmp_path: Path) -> None:
+    """Regression: with a stopped owner an upgrade waited for the owner connection's
+    60 s, then said only "status: no answer in time". The check asks with a 5 s limit,
+    and the error says what /proc shows of the owner's pid (here: the test's own)."""
+    async def go(co: FakeCoordinator) -> None:
+        incumbent = await in_control(co)
+        epoch = co.world.epoch
+        co.world.fail["status"] = [RequestTimedOut("status: no answer in time",
+                                                   request_id=7)]
+        pid = os.getpid()
+        co.owner_identity = new_identity(pid)
+        act = (await upgrade(co, NEW))["activation"]
+        assert (act["phase"], act["code"]) == ("aborted", "TIMEOUT"), act
+        assert act["error"] == (f"the owner did not answer within 5 s: pid {pid} runs "
+                                f"(state R) but did not answer. Nothing was changed")
+        assert ("status", 5.0) in co.owner_timeouts
         assert co.world.epoch == epoch and co.world.alive() == [incumbent]
         assert not incumbent.draining
     run(go, tmp_path)

@@ -100,3 +100,35 @@ def test_mapped_files_lists_paths_only(tmp_path, monkeypatch):
     monkeypatch.setattr(procfs, "PROC", str(tmp_path))
     assert procfs.mapped_files(9) == ["/usr/bin/x y", "/lib/libz.so (deleted)"]
     assert procfs.mapped_files(10) is None
+
+
+def test_silence_says_what_a_silent_process_is_doing():
+    """A daemon that did not answer is named with its /proc state: stopped (and how to
+    continue it), sleeping, exited and unreaped, or gone."""
+    import signal
+    import subprocess
+    import time
+
+    def reach(pid: int, states: str) -> None:
+        for _ in range(500):
+            if (st := read_stat(pid)) is not None and st.state in states:
+                return
+            time.sleep(0.01)
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        reach(child.pid, "S")
+        assert procfs.silence(child.pid) == \
+            f"pid {child.pid} runs (state S) but did not answer"
+        os.kill(child.pid, signal.SIGSTOP)
+        reach(child.pid, "Tt")
+        assert procfs.silence(child.pid) == (
+            f"pid {child.pid} is stopped (SIGSTOP or a debugger); "
+            f"kill -CONT {child.pid} continues it")
+        child.kill()
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+        assert procfs.silence(child.pid) == f"pid {child.pid} has exited"
+    finally:
+        child.kill()
+        child.wait()
+    assert procfs.silence(GONE) == f"pid {GONE} is gone"
