@@ -23,6 +23,7 @@ from protocol.server import Call, Method
 from . import explain
 from . import instance as im
 from .activation import CAPABILITY, check_sockets, needs_sockets
+from .certify import publish_certificate
 from .config import parse_recent
 from .enforce import Host, check_config, identity_view
 from .events_api import events_methods
@@ -222,7 +223,7 @@ class Api:
                 "stopped_stacks": sorted(self.stopped_stacks())}
 
     async def gen_certify(self, call: Call) -> Any:
-        return {"published": await self.gen.publish_certificate()}
+        return {"published": await publish_certificate(self.gen)}
 
     # -- everyday ---------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ from .adopt import (
     owner_replaced,
     relaunch_lost,
 )
+from .certify import certificate_loop, persist, persist_loop
 from .config import parse_recent, parsed_before
 from .enforce import app_uids
 from .events import EventLog
@@ -64,14 +64,11 @@ from .store import BackendStore, RecoveryStore
 from .supervisor import Supervisor, now
 from .tasks import spawn
 
-__all__ = ["CONTRACTS", "Generation", "same_snapshot"]
+__all__ = ["CONTRACTS", "Generation"]
 
 log = logging.getLogger("tenure.backend")
 
 CONTRACTS = OWNER_CONTRACTS
-CERTIFICATE_PERIOD = 5.0
-FIRST_CERTIFICATE = 0.5
-CURSOR_SLACK = 5_000  # half the owner's observation ring (10,000 events)
 HEARTBEAT = 1.0
 OWNER_MUTATIONS = MAX_INFLIGHT["admin"] - MAX_INFLIGHT["viewer"]
 """Launches and stops outstanding at the owner at once: the rest of what it handles of
@@ -173,8 +170,8 @@ class Generation:
         # a predecessor may have died between stopping an app and closing its sockets
         await self.sup.sweep_sockets(self.config)
         self._tasks = [background(self._read_observations(), "observation reader", log),
-                       background(self._persist_loop(), "persist", log),
-                       background(self._certificate_loop(), "certificate", log),
+                       background(persist_loop(self), "persist", log),
+                       background(certificate_loop(self), "certificate", log),
                        background(self._heartbeat_loop(), "owner heartbeat", log),
                        background(retention_loop(self), "retention", log),
                        background(self._spool_loop(), "queued config", log)]
@@ -367,109 +364,6 @@ class Generation:
         self.owner_uncertain = frozenset(k for k in uncertain if isinstance(k, str)) \
             if isinstance(uncertain, list) else frozenset()
 
-    async def _persist_loop(self) -> None:
-        while True:
-            await asyncio.sleep(0.5)
-            await self.persist_round()
-
-    async def persist_round(self) -> None:
-        """Save dirty instances, then acknowledge the observations processed so far.
-
-        A save that fails (a full disk) keeps them dirty for the next round, and nothing
-        is acknowledged meanwhile: the owner keeps every observation the saved state does
-        not reflect yet. A run of failures is logged when it begins and when it ends."""
-        try:
-            self.persist()
-        except sqlite3.Error as exc:
-            if not self.save_failing:
-                log.error("could not save the apps' state (%s); it stays in memory, is "
-                          "saved again every 0.5 s, and observations are not acknowledged "
-                          "to the owner until a save works", exc)
-            self.save_failing = True
-            return
-        if self.save_failing:
-            log.warning("the apps' state is saved again")
-            self.save_failing = False
-        sup, owner = self.sup, self.owner
-        if owner is not None and sup is not None and not sup.fenced \
-                and not self.draining and self.cursor > self.acked:
-            try:
-                await owner.call("observations.ack", {"cursor": self.cursor},
-                                 epoch=self.epoch)
-                self.acked = self.cursor
-            except StaleEpoch:
-                sup.fenced = True
-            except TenureError as exc:
-                log.warning("observation ack failed: %s", exc)
-
-    def persist(self) -> None:
-        """Write buffered events and dirty instances. Raises sqlite3.Error when the
-        instances cannot be saved (they stay dirty); events that cannot be written stay
-        buffered (logged when that begins and ends)."""
-        if self.events is not None:
-            try:
-                self.events.flush()
-            except sqlite3.Error as exc:   # kept buffered: the next round tries again
-                if not self.events_failing:
-                    log.error("could not write the event log (%s); events stay buffered "
-                              "until a write works", exc)
-                self.events_failing = True
-            else:
-                if self.events_failing:
-                    log.warning("the event log is written again")
-                self.events_failing = False
-        sup, store = self.sup, self.store
-        if sup is None or store is None or not (sup.dirty or sup.removed):
-            return
-        wires = {k: sup.instances[k].to_wire() for k in sup.dirty if k in sup.instances}
-        store.save_instances(wires, sup.removed)
-        sup.dirty.clear()
-        sup.removed.clear()
-
-    async def _certificate_loop(self) -> None:
-        # The first one soon after READY: until a generation certifies under its own
-        # grant, a crash of it can only be recovered from its predecessor's certificate.
-        delay = FIRST_CERTIFICATE
-        while True:
-            await asyncio.sleep(delay)
-            delay = CERTIFICATE_PERIOD
-            try:
-                await self.publish_certificate()
-            except TenureError as exc:
-                log.warning("no recovery certificate this round: %s", exc)
-
-    async def publish_certificate(self) -> bool:
-        """Make a valid certificate vouch for the current state, when quiet and our view
-        equals the owner's live inventory. Returns whether one vouches now. A snapshot
-        equal to the stored one is not written again (see :func:`same_snapshot`)."""
-        sup, owner, rec = self.sup, self.owner, self.recovery
-        if sup is None or owner is None or rec is None or not self._quiet():
-            return False
-        seen = self.mutations
-        live = (await owner.call("inventory"))["launches"]
-        if seen != self.mutations or not self._quiet():
-            return False  # something changed while the owner answered: next round
-        if inventory_digest(live) != inventory_digest(sup.inventory()):
-            return False
-        self.persist()
-        body = {"activation": self.activation, "epoch": self.epoch,
-                "release": self.handoff.get("release"),
-                "owner": self.owner_identity.to_wire() if self.owner_identity else None,
-                "inventory_digest": inventory_digest(live), "launches": len(live),
-                "cursor": self.cursor, "config_revision": self.config.revision,
-                "at": time.time()}
-        if not same_snapshot(rec.read(), body):
-            rec.publish(body)
-            self.certificate_writes += 1
-        self.certified_at = time.time()
-        return True
-
-    def _quiet(self) -> bool:
-        """No step, no owner call, no instance mid-transition, not draining or fenced."""
-        sup = self.sup
-        return sup is not None and not self.draining and not sup.fenced and sup.quiet() \
-            and not (self.api is not None and self.api.busy())
-
     def invalidate(self, reason: str) -> None:
         """Before any change of ownership bookkeeping (an owner launch or stop, a stack
         intent, a new desired config) the certificate stops vouching. Raises what the
@@ -527,7 +421,7 @@ class Generation:
                 "not drained: a step or an owner call is still running; drain first",
                 {"steps": steps, "in_flight": self.sup.in_flight, "frozen": self.sup.frozen})
         self._handoff_event("checkpointed")
-        self.persist()
+        persist(self)
         inventory = self.sup.inventory()
         write_checkpoint(path, pack_checkpoint(
             from_activation=self.activation, owner=self.owner_identity.to_wire(),
@@ -591,34 +485,13 @@ class Generation:
         if self.server is not None:
             await self.server.close()
         if self.sup is not None:
-            self.persist()
+            persist(self)
             await self.sup.aclose()
         if self.owner is not None:
             await self.owner.close()
         for s in (self.store, self.recovery):
             if s is not None:
                 s.close()
-
-
-def same_snapshot(stored: dict[str, Any], body: dict[str, Any]) -> bool:
-    """Whether the stored certificate already vouches for ``body``: valid, and equal to
-    it but for the time and an observation cursor less than CURSOR_SLACK behind.
-
-    Every change invalidates first, so the stored ``at`` stays true: it is when this
-    snapshot was first certified, and nothing reads it but people (recovery compares
-    the inventory digest and the owner). Writing it again every round would cost a
-    synchronous write for nothing. The cursor alone moves while nothing changes (notify
-    messages such as WATCHDOG=1); an older certified cursor only makes a recovering
-    generation replay those messages, and the slack keeps it inside the owner's ring."""
-    old = stored.get("body")
-    if not stored.get("valid") or not isinstance(old, dict):
-        return False
-    moving = ("at", "cursor")
-    if {k: v for k, v in old.items() if k not in moving} != \
-            {k: v for k, v in body.items() if k not in moving}:
-        return False
-    cursor = old.get("cursor")
-    return isinstance(cursor, int) and 0 <= body["cursor"] - cursor < CURSOR_SLACK
 
 
 def _int(d: dict[str, Any] | None, key: str, default: int | None = None) -> int:

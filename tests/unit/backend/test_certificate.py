@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from backend.certify import CURSOR_SLACK, publish_certificate, same_snapshot
 from backend.config import parse_config
-from backend.generation import CURSOR_SLACK, same_snapshot
 from backend.instance import Outcome, State
 from backend.supervisor import Supervisor
 from backend.testing import FakeOwner, api_call, fake_generation, no_sleep, until
@@ -90,17 +90,17 @@ def test_an_unchanged_snapshot_is_not_written_again(tmp_path: Path):
         gen = fake_generation(tmp_path, FakeOwner(), ONE)
         try:
             await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
-            assert await gen.publish_certificate() is True
+            assert await publish_certificate(gen) is True
             first = gen.recovery.read()
             assert first["valid"] and gen.certificate_writes == 1
             for _ in range(3):
-                assert await gen.publish_certificate() is True
+                assert await publish_certificate(gen) is True
             gen.cursor += 40  # notify messages (WATCHDOG=1) only move the cursor
-            assert await gen.publish_certificate() is True
+            assert await publish_certificate(gen) is True
             assert gen.certificate_writes == 1 and gen.recovery.read() == first
 
             await gen.api.restart(call("restart", target="s/a", timeout=30.0))
-            assert await gen.publish_certificate() is True
+            assert await publish_certificate(gen) is True
             second = gen.recovery.read()
             assert gen.certificate_writes == 2 and second["valid"]
             assert second["body"]["inventory_digest"] != first["body"]["inventory_digest"]
@@ -116,7 +116,7 @@ def test_a_change_while_the_owner_answers_keeps_the_certificate_invalid(tmp_path
         try:
             await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
             owner.before = lambda m, p: gen.invalidate("launch") if m == "inventory" else None
-            assert await gen.publish_certificate() is False
+            assert await publish_certificate(gen) is False
             assert gen.recovery.read()["valid"] is False and gen.certificate_writes == 0
         finally:
             await gen.close()
@@ -132,12 +132,12 @@ def test_stack_intents_invalidate_the_certificate_before_the_owner_call(tmp_path
             if m == "stack.set_intent" else None
         try:
             await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
-            assert await gen.publish_certificate()
+            assert await publish_certificate(gen)
             review = await gen.api.stack_stop(call("stack.stop", stack="s", dry_run=True,
                                                    digest=None, timeout=30.0))
             await gen.api.stack_stop(call("stack.stop", stack="s", dry_run=False,
                                           digest=review["digest"], timeout=30.0))
-            assert await gen.publish_certificate()
+            assert await publish_certificate(gen)
             await gen.api.stack_start(call("stack.start", stack="s"))
             assert seen == [("stopped", False), ("running", False)]
         finally:
@@ -150,7 +150,7 @@ def test_an_apply_invalidates_the_certificate_before_committing_the_config(tmp_p
         gen = fake_generation(tmp_path, FakeOwner(), ONE)
         try:
             await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
-            assert await gen.publish_certificate()
+            assert await publish_certificate(gen)
             new = ONE + 'env = { V = "2" }\n'
             plan = await gen.api.plan(call("plan", config_text=new, source="v2.toml"))
             await gen.api.apply(call("apply", plan=plan["id"], request_id=None))

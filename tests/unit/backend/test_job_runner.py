@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from backend import instance as im
+from backend.certify import publish_certificate
 from backend.generation import Generation
 from backend.jobs import machine as jm
 from backend.jobs.ledger import Record
@@ -115,7 +116,7 @@ def test_a_start_is_durable_before_the_owner_hears_of_it(tmp_path):
                 "TENURE_JOB_KEY": "k"}
         assert rec.job.state is jm.State.RUNNING and rec.job.deadline == clock.mono_now + 30
         assert [r["launch_key"] for r in gen.api.jobs.inventory()] == [p["launch_key"]]
-        assert gen.api.busy() is False and await gen.publish_certificate()
+        assert gen.api.busy() is False and await publish_certificate(gen)
         gen.api.jobs.on_observation(owner.exit(p["launch_key"], 0))
         assert rec.job.state is jm.State.SUCCEEDED
         assert rec.id not in gen.api.jobs.records and gen.api.jobs.inventory() == []

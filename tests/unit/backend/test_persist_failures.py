@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.certify import persist_round
 from backend.instance import State
 from backend.testing import FakeOwner, fake_generation, until
 
@@ -39,14 +40,14 @@ def test_a_failing_save_is_retried_and_holds_back_the_acknowledgement(
             gen.cursor = 7   # observations processed
             with caplog.at_level(logging.WARNING, "tenure.backend"):
                 for _ in range(3):
-                    await gen.persist_round()
+                    await persist_round(gen)
                 assert gen.save_failing and gen.sup.dirty   # kept for the next round
                 assert owner.sent("observations.ack") == []
                 errors = [r.getMessage() for r in caplog.records
                           if r.levelno == logging.ERROR]
                 assert len(errors) == 1 and "could not save the apps' state" in errors[0]
                 full["on"] = False
-                await gen.persist_round()
+                await persist_round(gen)
             assert not gen.save_failing and not gen.sup.dirty
             assert "saved again" in caplog.records[-1].getMessage()
             assert [p["cursor"] for p in owner.sent("observations.ack")] == [7]

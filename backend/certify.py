@@ -1,0 +1,158 @@
+"""What a backend generation writes while it runs: the apps' state every round, then
+an acknowledgement of the observations it reflects (``persist_round``), and the
+recovery certificate, written when the generation is quiet and its view equals the
+owner's live inventory (``publish_certificate``). backend.generation starts the loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from typing import TYPE_CHECKING, Any
+
+from protocol.digest import inventory_digest
+from protocol.errors import StaleEpoch, TenureError
+
+if TYPE_CHECKING:
+    from .generation import Generation
+
+__all__ = ["CURSOR_SLACK", "certificate_loop", "persist", "persist_loop", "persist_round",
+           "publish_certificate", "same_snapshot"]
+
+log = logging.getLogger("tenure.backend")
+
+CERTIFICATE_PERIOD = 5.0
+FIRST_CERTIFICATE = 0.5
+CURSOR_SLACK = 5_000  # half the owner's observation ring (10,000 events)
+
+
+async def persist_loop(gen: Generation) -> None:
+    while True:
+        await asyncio.sleep(0.5)
+        await persist_round(gen)
+
+
+async def persist_round(gen: Generation) -> None:
+    """Save dirty instances, then acknowledge the observations processed so far.
+
+    A save that fails (a full disk) keeps them dirty for the next round, and nothing
+    is acknowledged meanwhile: the owner keeps every observation the saved state does
+    not reflect yet. A run of failures is logged when it begins and when it ends."""
+    try:
+        persist(gen)
+    except sqlite3.Error as exc:
+        if not gen.save_failing:
+            log.error("could not save the apps' state (%s); it stays in memory, is "
+                      "saved again every 0.5 s, and observations are not acknowledged "
+                      "to the owner until a save works", exc)
+        gen.save_failing = True
+        return
+    if gen.save_failing:
+        log.warning("the apps' state is saved again")
+        gen.save_failing = False
+    sup, owner = gen.sup, gen.owner
+    if owner is not None and sup is not None and not sup.fenced \
+            and not gen.draining and gen.cursor > gen.acked:
+        try:
+            await owner.call("observations.ack", {"cursor": gen.cursor},
+                             epoch=gen.epoch)
+            gen.acked = gen.cursor
+        except StaleEpoch:
+            sup.fenced = True
+        except TenureError as exc:
+            log.warning("observation ack failed: %s", exc)
+
+
+def persist(gen: Generation) -> None:
+    """Write buffered events and dirty instances. Raises sqlite3.Error when the
+    instances cannot be saved (they stay dirty); events that cannot be written stay
+    buffered (logged when that begins and ends)."""
+    if gen.events is not None:
+        try:
+            gen.events.flush()
+        except sqlite3.Error as exc:   # kept buffered: the next round tries again
+            if not gen.events_failing:
+                log.error("could not write the event log (%s); events stay buffered "
+                          "until a write works", exc)
+            gen.events_failing = True
+        else:
+            if gen.events_failing:
+                log.warning("the event log is written again")
+            gen.events_failing = False
+    sup, store = gen.sup, gen.store
+    if sup is None or store is None or not (sup.dirty or sup.removed):
+        return
+    wires = {k: sup.instances[k].to_wire() for k in sup.dirty if k in sup.instances}
+    store.save_instances(wires, sup.removed)
+    sup.dirty.clear()
+    sup.removed.clear()
+
+
+async def certificate_loop(gen: Generation) -> None:
+    # The first one soon after READY: until a generation certifies under its own
+    # grant, a crash of it can only be recovered from its predecessor's certificate.
+    delay = FIRST_CERTIFICATE
+    while True:
+        await asyncio.sleep(delay)
+        delay = CERTIFICATE_PERIOD
+        try:
+            await publish_certificate(gen)
+        except TenureError as exc:
+            log.warning("no recovery certificate this round: %s", exc)
+
+
+async def publish_certificate(gen: Generation) -> bool:
+    """Make a valid certificate vouch for the current state, when quiet and our view
+    equals the owner's live inventory. Returns whether one vouches now. A snapshot
+    equal to the stored one is not written again (see :func:`same_snapshot`)."""
+    sup, owner, rec = gen.sup, gen.owner, gen.recovery
+    if sup is None or owner is None or rec is None or not _quiet(gen):
+        return False
+    seen = gen.mutations
+    live = (await owner.call("inventory"))["launches"]
+    if seen != gen.mutations or not _quiet(gen):
+        return False  # something changed while the owner answered: next round
+    if inventory_digest(live) != inventory_digest(sup.inventory()):
+        return False
+    persist(gen)
+    body = {"activation": gen.activation, "epoch": gen.epoch,
+            "release": gen.handoff.get("release"),
+            "owner": gen.owner_identity.to_wire() if gen.owner_identity else None,
+            "inventory_digest": inventory_digest(live), "launches": len(live),
+            "cursor": gen.cursor, "config_revision": gen.config.revision,
+            "at": time.time()}
+    if not same_snapshot(rec.read(), body):
+        rec.publish(body)
+        gen.certificate_writes += 1
+    gen.certified_at = time.time()
+    return True
+
+
+def _quiet(gen: Generation) -> bool:
+    """No step, no owner call, no instance mid-transition, not draining or fenced."""
+    sup = gen.sup
+    return sup is not None and not gen.draining and not sup.fenced and sup.quiet() \
+        and not (gen.api is not None and gen.api.busy())
+
+
+def same_snapshot(stored: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether the stored certificate already vouches for ``body``: valid, and equal to
+    it but for the time and an observation cursor less than CURSOR_SLACK behind.
+
+    Every change invalidates first, so the stored ``at`` stays true: it is when this
+    snapshot was first certified, and nothing reads it but people (recovery compares
+    the inventory digest and the owner). Writing it again every round would cost a
+    synchronous write for nothing. The cursor alone moves while nothing changes (notify
+    messages such as WATCHDOG=1); an older certified cursor only makes a recovering
+    generation replay those messages, and the slack keeps it inside the owner's ring."""
+    old = stored.get("body")
+    if not stored.get("valid") or not isinstance(old, dict):
+        return False
+    moving = ("at", "cursor")
+    if {k: v for k, v in old.items() if k not in moving} != \
+            {k: v for k, v in body.items() if k not in moving}:
+        return False
+    cursor = old.get("cursor")
+    return isinstance(cursor, int) and 0 <= body["cursor"] - cursor < CURSOR_SLACK
