@@ -6,6 +6,7 @@ until the other has arrived. Nothing sleeps (the loop only yields)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from backend.instance import State
 from backend.testing import FakeOwner, api_call, fake_generation, until
+from protocol.link import STALE_AFTER
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 QUESTIONS = ("sockets.list", "metrics.read")
@@ -68,6 +70,39 @@ def test_the_owner_is_asked_both_questions_at_once(tmp_path: Path, method: str,
             row = got["instances" if method == "inspect" else "apps"][0]
             assert row["rss"] == 2**20
             assert owner.seen_together == 2
+        finally:
+            await gen.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("method, params", [("inspect", {"target": "s/a"}),
+                                            ("status", {})])
+def test_an_owner_silent_for_longer_than_the_stale_limit_is_not_asked(
+        tmp_path: Path, method: str, params: dict[str, Any]):
+    """Regression: with the owner stopped, `tenure status` waited for both questions
+    and ended in TIMEOUT. Once the view is stale, the answer comes at once: the last
+    state seen, marked unknown, without figures."""
+    async def main() -> None:
+        owner = MeasuringOwner()
+        gen = fake_generation(tmp_path, owner, ONE)
+        gen.sup.owner_capabilities = {"sockets": 1, "metrics": 1}
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "start")
+            for q in QUESTIONS:
+                owner.hold(q)   # never released: asking would never answer
+            gen.link.seen = time.time() - STALE_AFTER - 1
+            answer = asyncio.create_task(getattr(gen.api, method)(api_call(method,
+                                                                           **params)))
+            await until(answer.done, "answered")
+            got = answer.result()
+            row = got["instances" if method == "inspect" else "apps"][0]
+            assert (row["state"], row["last_state"], row["rss"]) == ("unknown", "ready",
+                                                                     None)
+            assert gen.owner_identity is not None   # the test's own process stands in
+            assert got["owner_link"]["process"] == \
+                f"pid {gen.owner_identity.pid} runs (state R) but did not answer"
+            assert not [m for m, _, _ in owner.calls if m in QUESTIONS]
         finally:
             await gen.close()
 
