@@ -12,6 +12,7 @@ from protocol.errors import (
     CapabilityMissing,
     Conflict,
     NotFound,
+    OwnerUnavailable,
     ShuttingDown,
     StackFenced,
     StalePlan,
@@ -266,6 +267,19 @@ class Api:
             link["process"] = silence(ident.pid)
         return link
 
+    def _require_owner(self, what: str) -> None:
+        """Refuse ``what`` (OwnerUnavailable, nothing done) while our view of the owner is
+        not current: a start, stop or restart would wait its whole --timeout for an owner
+        that does not answer (a stopped one: 150 s, then TIMEOUT), and then still be
+        pending, to happen whenever it answered again."""
+        link = self._link()
+        if not link["current"]:
+            raise OwnerUnavailable(
+                f"the owner has not answered for {link['age']:.0f} s"
+                + (f" ({link['process']})" if link.get("process") else "")
+                + f"; {what} was not done. Run it again once `tenure status` shows the "
+                "owner connected", {"owner_link": link})
+
     async def _ask_owner(self, keys: list[str] | None, link: dict[str, Any]
                          ) -> tuple[dict[str, Any], dict[tuple[int, int], Any] | None]:
         """:meth:`_held` and :meth:`_measured` (of ``keys``) asked of the owner at once:
@@ -393,6 +407,7 @@ class Api:
         target = call.params["target"]
         keys = self._targets(target)
         self._refuse_stopped_stacks(keys)
+        self._require_owner(f"start {target}")
         with self.gate.step(f"start {target}"):
             for k in keys:
                 self.sup.feed(k, im.Start())
@@ -401,6 +416,7 @@ class Api:
     async def stop(self, call: Call) -> Any:
         target = call.params["target"]
         keys = self._targets(target)
+        self._require_owner(f"stop {target}")
         with self.gate.step(f"stop {target}"):
             for k in keys:
                 self.sup.feed(k, im.StopRequested())
@@ -413,6 +429,7 @@ class Api:
         drain begins before the last instance is ready."""
         keys = self._targets(call.params["target"])
         self._refuse_stopped_stacks(keys)
+        self._require_owner(f"restart {call.params['target']}")
         timeout = call.params["timeout"]
         out: dict[str, str] = {}
         settled = True

@@ -65,6 +65,7 @@ class Code(StrEnum):
     # configuration and workflow
     CONFIG_INVALID = "CONFIG_INVALID"
     BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
+    OWNER_UNAVAILABLE = "OWNER_UNAVAILABLE"
     # guardian and handoff
     BACKEND_PREFLIGHT_FAILED = "BACKEND_PREFLIGHT_FAILED"
     BACKEND_PREFLIGHT_TIMEOUT = "BACKEND_PREFLIGHT_TIMEOUT"
@@ -215,6 +216,11 @@ CODES: dict[Code, CodeInfo] = {
     Code.BACKEND_UNAVAILABLE: CodeInfo(
         "No backend generation answers right now (starting, handing over, or down); the "
         "guardian's diagnostics say why.", True),
+    Code.OWNER_UNAVAILABLE: CodeInfo(
+        "The backend has had no word from the owner for 5 s or more (stopped, hung or "
+        "gone), so a start, stop or restart, which the owner would carry out, was refused "
+        "and nothing was done; the message says what /proc shows of the owner's pid. "
+        "`tenure status` still answers, with the last state seen.", True),
     Code.BACKEND_PREFLIGHT_FAILED: CodeInfo(
         "The candidate release's preflight exited non-zero; data holds its exit status, "
         "elapsed time and the end of its stderr. The incumbent keeps serving.", False),

@@ -16,6 +16,7 @@
     │   ├── AlreadyRunning          ALREADY_RUNNING
     │   ├── TooManyConnections      TOO_MANY_CONNECTIONS
     │   ├── BackendUnavailable      BACKEND_UNAVAILABLE
+    │   ├── OwnerUnavailable        OWNER_UNAVAILABLE
     │   └── Internal                INTERNAL
     ├── TransportError
     │   ├── ConnectFailed           CONNECT_FAILED     it broke before anything was sent
@@ -327,6 +328,10 @@ class ConfigInvalid(TenureError):
 
 class BackendUnavailable(Unavailable):
     code = Code.BACKEND_UNAVAILABLE
+
+
+class OwnerUnavailable(Unavailable):
+    code = Code.OWNER_UNAVAILABLE
 
 
 class GuardianError(TenureError):

@@ -16,7 +16,8 @@ class Exit(enum.IntEnum):
     OK = 0            # success
     ERROR = 1         # tenure reported an error; its code is printed
     USAGE = 2         # usage error, or a request rejected as malformed (BAD_REQUEST)
-    UNREACHABLE = 3   # a daemon is not reachable (CONNECT_FAILED, BACKEND_UNAVAILABLE)
+    UNREACHABLE = 3   # a daemon is not reachable (CONNECT_FAILED, BACKEND_UNAVAILABLE,
+    #                   OWNER_UNAVAILABLE)
     UNSETTLED = 4     # the command ran but the instances did not settle in --timeout
     STALE = 5         # status, inspect, backend status, top: the answer is not current
     INTERRUPTED = 130  # Ctrl-C

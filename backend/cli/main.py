@@ -10,7 +10,13 @@ import errno
 import os
 import sys
 
-from protocol.errors import BackendUnavailable, BadRequest, ConnectFailed, TenureError
+from protocol.errors import (
+    BackendUnavailable,
+    BadRequest,
+    ConnectFailed,
+    OwnerUnavailable,
+    TenureError,
+)
 
 from .exits import Exit
 
@@ -261,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = handler(args)
         return code
-    except (ConnectFailed, BackendUnavailable) as exc:
+    except (ConnectFailed, BackendUnavailable, OwnerUnavailable) as exc:
         return _fail(args, exc, Exit.UNREACHABLE)
     except BadRequest as exc:
         return _fail(args, exc, Exit.USAGE)

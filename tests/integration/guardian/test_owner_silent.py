@@ -55,3 +55,27 @@ def test_status_with_a_stopped_owner_answers_at_once_and_names_it(cluster) -> No
     assert "unknown (last seen ready" in text, text
     cluster.wait(lambda: cluster.status()["owner_link"]["current"] is True, 30,
                  "the owner answers again")
+
+
+def test_restart_with_a_stopped_owner_is_refused_at_once(cluster) -> None:
+    cluster.up(ONE)
+    cluster.wait_ready(1)
+    owner = cluster.status()["owner"]["pid"]
+    before = cluster.pids()
+    os.kill(owner, signal.SIGSTOP)
+    try:
+        cluster.wait(lambda: cluster.status()["owner_link"]["current"] is False, 30,
+                     "the backend's view of the owner gone stale")
+        res = cluster.cli("restart", "s/a", timeout=60)
+    finally:
+        os.kill(owner, signal.SIGCONT)
+    assert res.code == 3, res
+    err = res.out["error"]
+    assert err["code"] == "OWNER_UNAVAILABLE", err
+    assert f"(pid {owner} is stopped (SIGSTOP or a debugger); kill -CONT {owner} " \
+        "continues it); restart s/a was not done" in err["msg"], err
+    cluster.wait(lambda: cluster.status()["owner_link"]["current"] is True, 30,
+                 "the owner answers again")
+    assert cluster.pids() == before   # nothing was done, and nothing pending
+    assert cluster.cli("restart", "s/a").code == 0
+    assert cluster.pids() != before

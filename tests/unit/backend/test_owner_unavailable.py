@@ -1,0 +1,49 @@
+"""start, stop and restart are refused, with nothing done, while the backend has had no
+word from the owner for STALE_AFTER: before, each waited its whole --timeout for an owner
+that did not answer (stopped: 150 s, then TIMEOUT) and stayed pending after. A fake
+owner; nothing sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from backend.instance import State
+from backend.testing import FakeOwner, api_call, fake_generation, until
+from protocol.errors import OwnerUnavailable
+from protocol.link import STALE_AFTER
+
+ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
+
+
+@pytest.mark.parametrize("verb", ["start", "stop", "restart"])
+def test_a_command_acting_through_a_silent_owner_is_refused_untouched(tmp_path: Path,
+                                                                      verb: str):
+    async def main() -> None:
+        owner = FakeOwner()
+        gen = fake_generation(tmp_path, owner, ONE)
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "start")
+            sent = list(owner.calls)
+            gen.link.seen = time.time() - STALE_AFTER - 1
+            with pytest.raises(OwnerUnavailable) as refused:
+                await getattr(gen.api, verb)(api_call(verb, target="s/a", timeout=30.0))
+            assert refused.value.msg.startswith("the owner has not answered for ")
+            assert f"(pid {os.getpid()} runs (state R) but did not answer); {verb} s/a " \
+                "was not done" in refused.value.msg
+            assert refused.value.data["owner_link"]["current"] is False
+            assert gen.sup.instances["s/a/0"].state is State.READY
+            assert owner.calls == sent and not gen.api.busy()
+
+            gen.link.seen = time.time()   # the owner answers again: so does the command
+            done = await gen.api.restart(api_call("restart", target="s/a", timeout=30.0))
+            assert done["settled"] is True
+            assert [p["launch_key"] for p in owner.sent("launch")][-1] == "s/a/0/2"
+        finally:
+            await gen.close()
+
+    asyncio.run(main())
