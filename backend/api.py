@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -52,12 +53,15 @@ from .targets import (
     select_all,
     sources,
 )
+from .tasks import spawn
 from .usage import Usage, owner_metrics
 
 if TYPE_CHECKING:
     from .generation import Generation
 
 __all__ = ["Api"]
+
+log = logging.getLogger("tenure.backend")
 
 S_TARGET = Schema(Field("target", str, check=check_target),
                   Field("timeout", float, required=False, default=120.0,
@@ -102,6 +106,7 @@ class Api:
                                    gen.activation, self.stopped_stacks, self.gate,
                                    gen.invalidate)
         self._procs = Usage()
+        self._cycles: set[asyncio.Future[Any]] = set()   # restarts' stop-then-start steps
         self.jobs = JobRunner(Ledger(gen.store), gen.sup.owner, gen.epoch, gen.sup, self.gate,
                               config=lambda: gen.config, stopped_stacks=self.stopped_stacks,
                               fault=JobFault(guardian_sock=gen.layout.guardian_sock))
@@ -186,6 +191,9 @@ class Api:
     async def aclose(self) -> None:
         await self.jobs.aclose()
         await self.ops.aclose()
+        for cycle in list(self._cycles):   # a restart's start after a stop still going
+            cycle.cancel()
+        await asyncio.gather(*self._cycles, return_exceptions=True)
 
     def _owner(self) -> Any:
         assert self.gen.owner is not None
@@ -373,7 +381,7 @@ class Api:
         return keys
 
     async def _wait_settled(self, keys: list[str], states: tuple[im.State, ...],
-                            timeout: float, *, until_drain: bool
+                            timeout: float | None, *, until_drain: bool
                             ) -> tuple[bool, dict[str, str]]:
         """Wait until every instance is in ``states`` (or, with ``until_drain``, a drain
         began). Returns whether they are, and their public states."""
@@ -436,16 +444,28 @@ class Api:
         for i, k in enumerate(keys):
             if self.gate.paused:
                 raise _restart_cut(keys[:i], keys[i:], out)
-            with self.gate.step(f"restart {k}"):
-                self.sup.feed(k, im.StopRequested())
-                await self._wait_settled([k], DOWN, timeout, until_drain=False)
-                self.sup.feed(k, im.Start())
+            cycle = spawn(self._cycles, self._stop_then_start(k), log, f"restart {k}")
+            try:
+                await asyncio.wait_for(asyncio.shield(cycle), timeout)
+            except TimeoutError:   # its stop outlasts --timeout: it starts once stopped
+                _, public = await self._wait_settled([k], UP, 0, until_drain=False)
+                out.update(public)
+                return {"settled": False, "instances": out, "not_restarted": keys[i + 1:]}
             ok, public = await self._wait_settled([k], UP, timeout, until_drain=True)
             out.update(public)
             if not ok and self.gate.paused:
                 raise _restart_cut(keys[:i + 1], keys[i + 1:], out)
             settled = settled and ok
         return {"settled": settled, "instances": out}
+
+    async def _stop_then_start(self, key: str) -> None:
+        """One instance's restart, one step that a drain lets finish: stop it, and start
+        it once it is down, however long its stop policy takes. Not bounded by the
+        request's --timeout: a start given up after it would leave the app stopped."""
+        with self.gate.step(f"restart {key}"):
+            self.sup.feed(key, im.StopRequested())
+            await self._wait_settled([key], DOWN, None, until_drain=False)
+            self.sup.feed(key, im.Start())
 
     async def inspect(self, call: Call) -> Any:
         keys = self._targets(call.params["target"], create=False)

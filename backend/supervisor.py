@@ -136,8 +136,9 @@ class Supervisor:
         """Wake every waiter; each re-checks its own predicate (no task per event)."""
         self._waiters.wake()
 
-    async def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Wait until ``predicate()`` holds (re-checked after every transition)."""
+    async def wait(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait until ``predicate()`` holds (re-checked after every transition); None:
+        no time limit."""
         return await self._waiters.until(predicate, timeout)
 
     def on_observation(self, e: dict[str, Any]) -> None:

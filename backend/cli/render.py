@@ -197,6 +197,9 @@ def down(r: dict[str, Any]) -> str:
 def instances(r: dict[str, Any]) -> str:
     inst = r.get("instances", {})
     settled = "" if r.get("settled", True) else "\n(not settled in time)"
+    if r.get("not_restarted"):
+        settled += (f"\nnot restarted: {', '.join(r['not_restarted'])} (an instance still "
+                    "stopping is started once stopped; run the restart again for these)")
     if not inst:
         return "no instances" + settled
     rows = [[k, v] for k, v in sorted(inst.items())]

@@ -1,0 +1,38 @@
+"""A restart whose stop outlasts its --timeout still starts the instance once it has
+stopped. Before, the start was given up with the wait: the app was left stopped. A
+fake owner whose stop is held; nothing sleeps but the request's own short timeout."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from backend.instance import State
+from backend.testing import FakeOwner, api_call, fake_generation, until
+
+TWO = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\ninstances = 2\n'
+
+
+def test_a_stop_longer_than_the_timeout_still_ends_restarted(tmp_path: Path):
+    async def main() -> None:
+        owner = FakeOwner()
+        gen = fake_generation(tmp_path, owner, TWO)
+        try:
+            insts = gen.sup.instances
+            await until(lambda: all(insts[k].state is State.READY
+                                    for k in ("s/a/0", "s/a/1")), "start")
+            owner.hold("stop")   # the app takes longer to stop than the request waits
+            answer = await gen.api.restart(api_call("restart", target="s/a",
+                                                    timeout=0.05))
+            assert answer == {"settled": False, "instances": {"s/a/0": "stopping"},
+                              "not_restarted": ["s/a/1"]}
+            assert gen.api.running_steps() == ["restart s/a/0"]   # a drain waits for it
+            owner.release("stop")
+            await until(lambda: insts["s/a/0"].state is State.READY, "restarted")
+            assert insts["s/a/0"].generation == 2
+            assert (insts["s/a/1"].state, insts["s/a/1"].generation) == (State.READY, 1)
+            await until(lambda: not gen.api.running_steps(), "the step ended")
+        finally:
+            await gen.close()
+
+    asyncio.run(main())
