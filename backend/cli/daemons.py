@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from protocol.client import Client
 from protocol.errors import BackendUnavailable, ConnectFailed, StorageFailed, TenureError
 from protocol.layout import Layout
-from protocol.procfs import read_cmdline, read_stat, running, start_ticks
+from protocol.procfs import read_cmdline, read_stat, running, silence, start_ticks
 from protocol.sockets import ensure_private_dir
 
 from .owners import trusted_owners
@@ -63,9 +63,10 @@ def ensure_daemons(layout: Layout, foreground: bool,
 
     def command(module: str) -> Direct:   # verified only for a daemon to be started
         return _direct(layout, module, seen) if direct is None else direct[module]
-    spawned = {name: _spawn(layout, name, sock, foreground, command)
-               for name, sock in (("owner", layout.owner_sock),
-                                  ("guardian", layout.guardian_sock))}
+    socks = {"owner": layout.owner_sock, "guardian": layout.guardian_sock}
+    wanted = {name: _needs_start(layout, name, sock) for name, sock in socks.items()}
+    spawned = {name: _spawn(layout, name, foreground, command) if wanted[name] else None
+               for name in socks}
     for name, sock in (("owner", layout.owner_sock), ("guardian", layout.guardian_sock)):
         proc = spawned[name]
         if proc is not None:
@@ -255,17 +256,30 @@ def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
                   timeout: float = 30.0) -> tuple[bool, int | None]:
     """Start ``python -m module --home H`` unless something answers on ``sock``.
     Returns (started, pid). Raises ConnectFailed when it does not come up (with the log)."""
-    proc = _spawn(layout, module, sock, foreground, lambda m: _direct(layout, m, {}))
-    if proc is None:
+    if not _needs_start(layout, module, sock):
         return False, None
+    proc = _spawn(layout, module, foreground, lambda m: _direct(layout, m, {}))
     _wait_up(layout, module, sock, proc, timeout)
     return True, proc.pid
 
 
-def _spawn(layout: Layout, module: str, sock: str, foreground: bool,
-           command: Callable[[str], Direct]) -> subprocess.Popen[bytes] | None:
+def _needs_start(layout: Layout, module: str, sock: str) -> bool:
+    """Whether daemon ``module`` must be started: nothing answers on ``sock``. Raises
+    ConnectFailed when one of ours accepts there but does not answer (stopped, stuck):
+    a second one would be refused (it finds the first), and the error would name it."""
     if ping(sock, home=layout.home) is not None:
-        return None
+        return False
+    found = listener(sock, module)
+    if found is not None:
+        pid = found[0]
+        raise ConnectFailed(f"the {module} (pid {pid}) accepts on {sock} but does not "
+                            f"answer: {silence(pid)}. Nothing was started",
+                            {"pid": pid, "listening": True})
+    return True
+
+
+def _spawn(layout: Layout, module: str, foreground: bool,
+           command: Callable[[str], Direct]) -> subprocess.Popen[bytes]:
     ensure_private_dir(layout.logs, root=layout.home)
     log_path = layout.logs / f"{module}.log"
     argv, env = command(module) or ([sys.executable, "-m", module, "--home", str(layout.home)], {})

@@ -79,3 +79,29 @@ def test_restart_with_a_stopped_owner_is_refused_at_once(cluster) -> None:
     assert cluster.pids() == before   # nothing was done, and nothing pending
     assert cluster.cli("restart", "s/a").code == 0
     assert cluster.pids() != before
+
+
+def test_up_with_a_stopped_owner_starts_nothing_and_names_it(cluster) -> None:
+    """Regression: `up` started a second owner, which found the first and exited, and
+    the error ("owner did not come up (exit 5)") showed the first owner's old log."""
+    cluster.up(ONE)
+    cluster.wait_ready(1)
+    owner = cluster.status()["owner"]["pid"]
+    os.kill(owner, signal.SIGSTOP)
+    try:
+        res = cluster.cli("up", timeout=60)
+        log = cluster.log("owner")
+    finally:
+        os.kill(owner, signal.SIGCONT)
+    assert res.code == 3, res
+    err = res.out["error"]
+    assert (err["code"], err["data"]["pid"], err["data"]["listening"]) == \
+        ("CONNECT_FAILED", owner, True), err
+    assert err["msg"] == (
+        f"the owner (pid {owner}) accepts on {cluster.layout.owner_sock} but does not "
+        f"answer: pid {owner} is stopped (SIGSTOP or a debugger); kill -CONT {owner} "
+        "continues it. Nothing was started"), err
+    assert log.count(" ready on ") == 1, log   # no second owner was started
+    cluster.wait(lambda: cluster.status()["owner_link"]["current"] is True, 30,
+                 "the owner answers again")
+    assert cluster.cli("up").code == 0
