@@ -6,7 +6,13 @@ import sys
 import time
 
 from protocol.client import Client
-from protocol.errors import BadRequest, ConfigInvalid, TenureError
+from protocol.errors import (
+    BadRequest,
+    ConfigInvalid,
+    ConnectFailed,
+    RequestTimedOut,
+    TenureError,
+)
 
 from . import render
 from .everyday import api as _api
@@ -350,8 +356,13 @@ def cmd_owner(args: Any) -> int:
         cmd += ["--prepare"] if args.prepare else []
         cmd += ["--drain", args.drain] if args.drain else []
         return subprocess.call(cmd + (["--json"] if args.json else []))
-    with Client(_layout(args).owner_sock, pin=False, allow_group=True) as c:
-        r = c.call("status")
+    sock = _layout(args).owner_sock
+    try:
+        with Client(sock, pin=False, allow_group=True) as c:
+            r = c.call("status")
+    except (ConnectFailed, RequestTimedOut) as exc:
+        from .daemons import silent_listener
+        raise silent_listener(sock, "owner") or exc from None
     _out(args, r, render.owner(r))
     return OK
 

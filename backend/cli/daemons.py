@@ -269,13 +269,22 @@ def _needs_start(layout: Layout, module: str, sock: str) -> bool:
     a second one would be refused (it finds the first), and the error would name it."""
     if ping(sock, home=layout.home) is not None:
         return False
-    found = listener(sock, module)
-    if found is not None:
-        pid = found[0]
-        raise ConnectFailed(f"the {module} (pid {pid}) accepts on {sock} but does not "
-                            f"answer: {silence(pid)}. Nothing was started",
-                            {"pid": pid, "listening": True})
+    silent = silent_listener(sock, module, "Nothing was started")
+    if silent is not None:
+        raise silent
     return True
+
+
+def silent_listener(sock: str, module: str, then: str = "") -> ConnectFailed | None:
+    """When daemon ``module`` of ours accepts on ``sock`` (it is running) but did not
+    answer: the error that names its pid, what /proc shows of it, and ``then``."""
+    found = listener(sock, module)
+    if found is None:
+        return None
+    pid = found[0]
+    return ConnectFailed(f"the {module} (pid {pid}) accepts on {sock} but does not "
+                         f"answer: {silence(pid)}" + (f". {then}" if then else ""),
+                         {"pid": pid, "listening": True})
 
 
 def _spawn(layout: Layout, module: str, foreground: bool,

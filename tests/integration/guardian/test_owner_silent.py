@@ -83,7 +83,8 @@ def test_restart_with_a_stopped_owner_is_refused_at_once(cluster) -> None:
 
 def test_up_with_a_stopped_owner_starts_nothing_and_names_it(cluster) -> None:
     """Regression: `up` started a second owner, which found the first and exited, and
-    the error ("owner did not come up (exit 5)") showed the first owner's old log."""
+    the error ("owner did not come up (exit 5)") showed the first owner's old log;
+    `owner status` said "cannot connect ...: timed out"."""
     cluster.up(ONE)
     cluster.wait_ready(1)
     owner = cluster.status()["owner"]["pid"]
@@ -91,8 +92,13 @@ def test_up_with_a_stopped_owner_starts_nothing_and_names_it(cluster) -> None:
     try:
         res = cluster.cli("up", timeout=60)
         log = cluster.log("owner")
+        asked = cluster.cli("owner", "status", timeout=60)
     finally:
         os.kill(owner, signal.SIGCONT)
+    assert asked.code == 3 and asked.out["error"]["msg"] == (
+        f"the owner (pid {owner}) accepts on {cluster.layout.owner_sock} but does not "
+        f"answer: pid {owner} is stopped (SIGSTOP or a debugger); kill -CONT {owner} "
+        "continues it"), asked
     assert res.code == 3, res
     err = res.out["error"]
     assert (err["code"], err["data"]["pid"], err["data"]["listening"]) == \
