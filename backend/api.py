@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -418,7 +419,10 @@ class Api:
         self._require_owner(f"start {target}")
         with self.gate.step(f"start {target}"):
             for k in keys:
-                self.sup.feed(k, im.Start())
+                if self.sup.instances[k].state is im.State.STOPPING:
+                    self._start_when_down(k, f"start {k}", stop=False)   # after the stop
+                else:
+                    self.sup.feed(k, im.Start())
         return await self._settle(keys, UP, call.params["timeout"], f"start {target}")
 
     async def stop(self, call: Call) -> Any:
@@ -444,7 +448,7 @@ class Api:
         for i, k in enumerate(keys):
             if self.gate.paused:
                 raise _restart_cut(keys[:i], keys[i:], out)
-            cycle = spawn(self._cycles, self._stop_then_start(k), log, f"restart {k}")
+            cycle = self._start_when_down(k, f"restart {k}", stop=True)
             try:
                 await asyncio.wait_for(asyncio.shield(cycle), timeout)
             except TimeoutError:   # its stop outlasts --timeout: it starts once stopped
@@ -458,14 +462,22 @@ class Api:
             settled = settled and ok
         return {"settled": settled, "instances": out}
 
-    async def _stop_then_start(self, key: str) -> None:
-        """One instance's restart, one step that a drain lets finish: stop it, and start
-        it once it is down, however long its stop policy takes. Not bounded by the
-        request's --timeout: a start given up after it would leave the app stopped."""
-        with self.gate.step(f"restart {key}"):
-            self.sup.feed(key, im.StopRequested())
-            await self._wait_settled([key], DOWN, None, until_drain=False)
-            self.sup.feed(key, im.Start())
+    def _start_when_down(self, key: str, what: str, *, stop: bool) -> asyncio.Future[Any]:
+        """Start ``key`` once it is down (after stopping it first, with ``stop``), as one
+        step ``what`` that a drain lets finish, in the background: however long its stop
+        policy takes, and not bounded by the request's --timeout (a start given up then,
+        or asked while it still stopped, which the instance ignores, would leave the app
+        stopped). The step begins here: ShuttingDown, nothing done, when draining."""
+        step = contextlib.ExitStack()
+        step.enter_context(self.gate.step(what))
+
+        async def run() -> None:
+            with step:
+                if stop:
+                    self.sup.feed(key, im.StopRequested())
+                await self._wait_settled([key], DOWN, None, until_drain=False)
+                self.sup.feed(key, im.Start())
+        return spawn(self._cycles, run(), log, what)
 
     async def inspect(self, call: Call) -> Any:
         keys = self._targets(call.params["target"], create=False)

@@ -36,3 +36,28 @@ def test_a_stop_longer_than_the_timeout_still_ends_restarted(tmp_path: Path):
             await gen.close()
 
     asyncio.run(main())
+
+
+def test_a_start_asked_while_the_stop_still_runs_happens_after_it(tmp_path: Path):
+    """Regression: `tenure stop` returned before a long stop ended (--timeout), and a
+    `tenure start` then was ignored by the stopping instance: it ended stopped."""
+    async def main() -> None:
+        owner = FakeOwner()
+        gen = fake_generation(tmp_path, owner, TWO)
+        try:
+            insts = gen.sup.instances
+            await until(lambda: insts["s/a/0"].state is State.READY, "start")
+            owner.hold("stop")
+            stopped = await gen.api.stop(api_call("stop", target="s/a/0", timeout=0.05))
+            assert stopped == {"settled": False, "instances": {"s/a/0": "stopping"}}
+            started = await gen.api.start(api_call("start", target="s/a/0", timeout=0.05))
+            assert started == {"settled": False, "instances": {"s/a/0": "stopping"}}
+            assert gen.api.running_steps() == ["start s/a/0"]
+            owner.release("stop")
+            await until(lambda: insts["s/a/0"].state is State.READY, "started after")
+            assert insts["s/a/0"].generation == 2
+            await until(lambda: not gen.api.running_steps(), "the step ended")
+        finally:
+            await gen.close()
+
+    asyncio.run(main())
