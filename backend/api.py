@@ -450,7 +450,8 @@ class Api:
                 raise _restart_cut(keys[:i], keys[i:], out)
             cycle = self._start_when_down(k, f"restart {k}", stop=True)
             try:
-                await asyncio.wait_for(asyncio.shield(cycle), timeout)
+                async with asyncio.timeout(timeout):
+                    await asyncio.shield(cycle)
             except TimeoutError:   # its stop outlasts --timeout: it starts once stopped
                 _, public = await self._wait_settled([k], UP, 0, until_drain=False)
                 out.update(public)
