@@ -280,7 +280,7 @@ class Api:
         """Refuse ``what`` (OwnerUnavailable, nothing done) while our view of the owner is
         not current: a start, stop or restart would wait its whole --timeout for an owner
         that does not answer (a stopped one: 150 s, then TIMEOUT), and then still be
-        pending, to happen whenever it answered again."""
+        pending, to happen whenever it answered again; a log read failed after 11 s."""
         link = self._link()
         if not link["current"]:
             raise OwnerUnavailable(
@@ -507,7 +507,9 @@ class Api:
     async def logs(self, call: Call) -> Any:
         """One page of the owner's journal (see the owner's ``logs.read``). Raises
         CapabilityMissing for ``tail`` or ``max_bytes`` when the owner predates pages:
-        it would ignore them and answer something else than asked."""
+        it would ignore them and answer something else than asked; OwnerUnavailable
+        while the owner is silent (its journal is read through it)."""
+        self._require_owner("reading the logs")
         p = {k: v for k, v in call.params.items() if v is not None}
         targets = p.pop("targets", None)
         since_time = p.pop("since_time", None)

@@ -37,11 +37,14 @@ async def snapshot(gen: Generation) -> dict[str, Any]:
     """Every instance with its state, restarts and the owner's figures for its process
     (matched by pid and start ticks), and the control plane's health. Figures the owner
     cannot give (it predates ``metrics`` 1, is out of reach, or the instance has no
-    process) are None. Raises nothing of its own."""
+    process) are None; while our view of the owner is not current (``owner_connected``
+    false: it has not answered for 5 s) it is not asked. Raises nothing of its own."""
     sup = gen.sup
     assert sup is not None
-    answer, guardian = await asyncio.gather(owner_metrics(gen.owner, sup.owner_capabilities),
-                                            mc.guardian_counters(gen.layout))  # at once
+    connected = gen.link.current(time.time())
+    answer, guardian = await asyncio.gather(  # at once; a silent owner is not waited for
+        owner_metrics(gen.owner, sup.owner_capabilities) if connected else _none(),
+        mc.guardian_counters(gen.layout))
     measured = {(r["pid"], r["start_ticks"]): r for r in (answer or {}).get("launches", [])}
     apps = []
     for key, inst in sorted(sup.instances.items()):
@@ -56,8 +59,7 @@ async def snapshot(gen: Generation) -> dict[str, Any]:
     certified = gen.certified_at
     counts = sup.owner_capabilities.get("logCounts") == mc.LOG_CAPABILITY["logCounts"] \
         and answer is not None and "logs" in answer
-    return {"epoch": gen.epoch, "owner_connected": bool(gen.link.to_wire(time.time())
-                                                        ["current"]),
+    return {"epoch": gen.epoch, "owner_connected": connected,
             "certificate_age_seconds": None if certified is None
             else max(0.0, time.time() - certified),
             "log_dropped": [{"stack": s, "app": a, "dropped": n}
@@ -67,6 +69,10 @@ async def snapshot(gen: Generation) -> dict[str, Any]:
             "guardian": guardian,
             "rpc": gen.rpc_timings.snapshot(), "owner_calls": gen.owner_timings.snapshot(),
             "apps": apps}
+
+
+async def _none() -> None:
+    return None
 
 
 def _family(kind: type, name: str, doc: str, labels: list[str], unit: str = "") -> Any:

@@ -218,9 +218,9 @@ CODES: dict[Code, CodeInfo] = {
         "guardian's diagnostics say why.", True),
     Code.OWNER_UNAVAILABLE: CodeInfo(
         "The backend has had no word from the owner for 5 s or more (stopped, hung or "
-        "gone), so a start, stop or restart, which the owner would carry out, was refused "
-        "and nothing was done; the message says what /proc shows of the owner's pid. "
-        "`tenure status` still answers, with the last state seen.", True),
+        "gone), so a command that needs the owner now (start, stop, restart, logs) was "
+        "refused and nothing was done; the message says what /proc shows of the owner's "
+        "pid. `tenure status` still answers, with the last state seen.", True),
     Code.BACKEND_PREFLIGHT_FAILED: CodeInfo(
         "The candidate release's preflight exited non-zero; data holds its exit status, "
         "elapsed time and the end of its stderr. The incumbent keeps serving.", False),

@@ -107,3 +107,27 @@ def test_an_owner_silent_for_longer_than_the_stale_limit_is_not_asked(
             await gen.close()
 
     asyncio.run(main())
+
+
+def test_metrics_does_not_wait_for_an_owner_silent_past_the_stale_limit(tmp_path: Path):
+    """Regression: `tenure metrics` took 19 s with the owner stopped."""
+    from backend.metrics import snapshot
+
+    async def main() -> None:
+        owner = MeasuringOwner()
+        gen = fake_generation(tmp_path, owner, ONE)
+        gen.sup.owner_capabilities = {"sockets": 1, "metrics": 1}
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "start")
+            owner.hold("metrics.read")   # never released: asking would never answer
+            gen.link.seen = time.time() - STALE_AFTER - 1
+            snap = asyncio.create_task(snapshot(gen))
+            await until(snap.done, "answered", turns=5000)
+            got = snap.result()
+            assert got["owner_connected"] is False
+            assert got["apps"][0]["memory_bytes"] is None
+            assert not [m for m, _, _ in owner.calls if m in QUESTIONS]
+        finally:
+            await gen.close()
+
+    asyncio.run(main())

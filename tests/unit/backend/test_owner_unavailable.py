@@ -47,3 +47,23 @@ def test_a_command_acting_through_a_silent_owner_is_refused_untouched(tmp_path: 
             await gen.close()
 
     asyncio.run(main())
+
+
+def test_a_log_read_through_a_silent_owner_is_refused_at_once(tmp_path: Path):
+    """Regression: `tenure logs` with the owner stopped failed after 11 s with the
+    backend's reconnect error (CONNECT_FAILED: handshake ... no answer within 5 s)."""
+    async def main() -> None:
+        owner = FakeOwner()
+        gen = fake_generation(tmp_path, owner, ONE)
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "start")
+            sent = list(owner.calls)
+            gen.link.seen = time.time() - STALE_AFTER - 1
+            with pytest.raises(OwnerUnavailable) as refused:
+                await gen.api.logs(api_call("logs", targets=["s/a"]))
+            assert "; reading the logs was not done" in refused.value.msg
+            assert owner.calls == sent
+        finally:
+            await gen.close()
+
+    asyncio.run(main())
