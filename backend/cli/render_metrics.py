@@ -17,9 +17,13 @@ def _count(n: int | None) -> str:
     return "-" if n is None else str(n)
 
 
-def _row(a: dict[str, Any], now: float) -> list[str]:
+def _row(a: dict[str, Any], now: float, current: bool) -> list[str]:
+    """``current``: whether the backend's view of the owner is; if not, the state is
+    what was last seen, shown as ``unknown (last seen S)`` as `tenure status` does."""
     start = a["start_time_seconds"]
-    return [a["key"], a["state"], "yes" if a["ready"] else "no", str(a["restarts"]),
+    state = a["state"] if current else f"unknown (last seen {a['state']})"
+    ready = ("yes" if a["ready"] else "no") if current else "-"
+    return [a["key"], state, ready, str(a["restarts"]),
             dur(None if start is None else now - start), dur(a["cpu_seconds"]),
             size(a["memory_bytes"]), size(a["memory_peak_bytes"]), _count(a["pids"]),
             _count(a["oom_kills"])]
@@ -28,7 +32,7 @@ def _row(a: dict[str, Any], now: float) -> list[str]:
 def metrics(r: dict[str, Any]) -> str:
     """The instance table, then the control plane (``-`` where nothing is known)."""
     now = time.time()
-    rows = [_row(a, now) for a in r["apps"]]
+    rows = [_row(a, now, bool(r["owner_connected"])) for a in r["apps"]]
     listener = r.get("listener") or {}
     serving = listener.get("listen") or "off"
     if listener.get("listen") and not listener.get("bound"):

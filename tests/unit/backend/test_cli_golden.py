@@ -127,6 +127,10 @@ SILENT_BACKEND = {"pid": 4001, "activation": BACKEND["activation"], "alive": Tru
 CASES: dict[str, Callable[[], str]] = {
     "status": lambda: render.status(STATUS),
     "status_stale": lambda: render.status(STALE),
+    "status_owner_stopped": lambda: render.status({**STALE, "owner_link": {
+        **STALE["owner_link"], "state": "reconnecting", "reason": "the connection broke",
+        "process": "pid 4000 is stopped (SIGSTOP or a debugger); kill -CONT 4000 "
+                   "continues it"}}),
     "status_empty": lambda: render.status({**STATUS, "apps": [], "intents": {}, "jobs": {}}),
     "status_no_backend": lambda: render.no_backend(
         {"updated_at": NOW - 8, "last_activation": {"id": BACKEND["activation"],
@@ -218,6 +222,10 @@ CASES: dict[str, Callable[[], str]] = {
             "owner_release": {"running": "c0de" * 16, "error": None}}}),
     "job_show": lambda: jobs.render_show(JOB),
     "metrics": lambda: render_metrics.metrics(METRICS),
+    "metrics_owner_lost": lambda: render_metrics.metrics({
+        **METRICS, "owner_connected": False,
+        "apps": [_measured("shop/web/0", cpu_seconds=None, memory_bytes=None,
+                           memory_peak_bytes=None, pids=None, start_time_seconds=None)]}),
     "top": lambda: top.render(top.pick(STATUS, "mem", 3)),
 }
 
