@@ -107,7 +107,7 @@ class Api:
                                    gen.activation, self.stopped_stacks, self.gate,
                                    gen.invalidate)
         self._procs = Usage()
-        self._cycles: set[asyncio.Future[Any]] = set()   # restarts' stop-then-start steps
+        self._cycles: set[asyncio.Future[Any]] = set()   # _start_when_down steps
         self.jobs = JobRunner(Ledger(gen.store), gen.sup.owner, gen.epoch, gen.sup, self.gate,
                               config=lambda: gen.config, stopped_stacks=self.stopped_stacks,
                               fault=JobFault(guardian_sock=gen.layout.guardian_sock))
@@ -467,7 +467,7 @@ class Api:
         """Start ``key`` once it is down (after stopping it first, with ``stop``), as one
         step ``what`` that a drain lets finish, in the background: however long its stop
         policy takes, and not bounded by the request's --timeout (a start given up then,
-        or asked while it still stopped, which the instance ignores, would leave the app
+        or fed while it is still stopping, which the instance ignores, would leave the app
         stopped). The step begins here: ShuttingDown, nothing done, when draining."""
         step = contextlib.ExitStack()
         step.enter_context(self.gate.step(what))

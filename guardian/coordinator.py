@@ -25,6 +25,7 @@ from protocol.aclient import AsyncClient
 from protocol.durable import atomic_write_json, read_json
 from protocol.ed25519 import PrivateKey
 from protocol.errors import (
+    ConnectFailed,
     GuardianFault,
     HandoffFailed,
     HomeLost,
@@ -130,16 +131,16 @@ class Coordinator:
         """The owner's ``status``, asked before an activation changes anything. An owner
         that does not answer within OWNER_CHECK_S (stopped, stuck on storage) ends the
         activation there, rather than at the owner connection's 60 s: RequestTimedOut
-        saying what /proc shows of its process."""
+        (or ConnectFailed, when the connection had to be made again and the handshake got
+        no answer) saying what /proc shows of its process."""
         wait = min(OWNER_CHECK_S, self.deadline)
         try:
             status: dict[str, Any] = await self.owner_call("status", timeout=wait)
-        except RequestTimedOut as exc:
+        except (RequestTimedOut, ConnectFailed) as exc:
             pid = self.owner_identity.pid if self.owner_identity is not None else None
             why = silence(pid) if pid is not None else "its pid is unknown"
-            raise RequestTimedOut(f"the owner did not answer within {wait:g} s: {why}. "
-                                  "Nothing was changed", {"owner_pid": pid},
-                                  exc.request_id) from exc
+            raise type(exc)(f"the owner did not answer within {wait:g} s: {why}. Nothing "
+                            "was changed", {**exc.data, "owner_pid": pid}) from exc
         return status
 
     async def control(self, method: str, params: dict[str, Any] | None = None,
