@@ -17,6 +17,7 @@ backend.db and recovery.db in a directory, the fake owner, no socket) around the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,8 @@ if TYPE_CHECKING:
     from .generation import Generation
 
 __all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "api_call", "default_sigint",
-           "fake_generation", "force_rmtree", "free_port", "no_sleep", "seal_once", "until"]
+           "fake_generation", "force_rmtree", "free_port", "go_stale", "no_sleep",
+           "ready_generation", "seal_once", "until"]
 
 
 def default_sigint() -> None:
@@ -407,6 +409,33 @@ def fake_generation(home: Path, owner: FakeOwner, config_text: str = "") -> Gene
         gen.sup.ensure(app, index, True)
     gen.ready = True
     return gen
+
+
+@contextlib.asynccontextmanager
+async def ready_generation(home: Path, owner: FakeOwner, config_text: str,
+                           capabilities: Mapping[str, Any] | None = None
+                           ) -> AsyncIterator[Generation]:
+    """:func:`fake_generation` with the owner ``capabilities`` given, once every instance
+    of ``config_text`` is ready; closed when the block ends."""
+    from .instance import State
+    gen = fake_generation(home, owner, config_text)
+    assert gen.sup is not None
+    sup = gen.sup
+    if capabilities is not None:
+        sup.owner_capabilities = dict(capabilities)
+    try:
+        await until(lambda: bool(sup.instances) and all(
+            i.state is State.READY for i in sup.instances.values()), "all ready")
+        yield gen
+    finally:
+        await gen.close()
+
+
+def go_stale(gen: Generation) -> None:
+    """Make ``gen``'s view of the owner stale: no word from it for longer than
+    protocol.link.STALE_AFTER."""
+    from protocol.link import STALE_AFTER
+    gen.link.seen = time.time() - STALE_AFTER - 1
 
 
 def api_call(method: str, **params: object) -> Any:

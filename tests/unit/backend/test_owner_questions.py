@@ -6,18 +6,16 @@ until the other has arrived. Nothing sleeps (the loop only yields)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from backend.instance import State
-from backend.testing import FakeOwner, api_call, fake_generation, until
-from protocol.link import STALE_AFTER
+from backend.testing import FakeOwner, api_call, go_stale, ready_generation, until
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 QUESTIONS = ("sockets.list", "metrics.read")
+CAPS = {"sockets": 1, "metrics": 1}   # an owner that answers both
 
 
 class MeasuringOwner(FakeOwner):
@@ -55,10 +53,7 @@ def test_the_owner_is_asked_both_questions_at_once(tmp_path: Path, method: str,
                                                    params: dict[str, Any]):
     async def main() -> None:
         owner = MeasuringOwner()
-        gen = fake_generation(tmp_path, owner, ONE)
-        gen.sup.owner_capabilities = {"sockets": 1, "metrics": 1}
-        try:
-            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "start")
+        async with ready_generation(tmp_path, owner, ONE, CAPS) as gen:
             for q in QUESTIONS:
                 owner.hold(q)
             answer = asyncio.create_task(getattr(gen.api, method)(api_call(method,
@@ -70,8 +65,6 @@ def test_the_owner_is_asked_both_questions_at_once(tmp_path: Path, method: str,
             row = got["instances" if method == "inspect" else "apps"][0]
             assert row["rss"] == 2**20
             assert owner.seen_together == 2
-        finally:
-            await gen.close()
 
     asyncio.run(main())
 
@@ -85,13 +78,10 @@ def test_an_owner_silent_for_longer_than_the_stale_limit_is_not_asked(
     state seen, marked unknown, without figures."""
     async def main() -> None:
         owner = MeasuringOwner()
-        gen = fake_generation(tmp_path, owner, ONE)
-        gen.sup.owner_capabilities = {"sockets": 1, "metrics": 1}
-        try:
-            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "start")
+        async with ready_generation(tmp_path, owner, ONE, CAPS) as gen:
             for q in QUESTIONS:
                 owner.hold(q)   # never released: asking would never answer
-            gen.link.seen = time.time() - STALE_AFTER - 1
+            go_stale(gen)
             answer = asyncio.create_task(getattr(gen.api, method)(api_call(method,
                                                                            **params)))
             await until(answer.done, "answered")
@@ -103,8 +93,6 @@ def test_an_owner_silent_for_longer_than_the_stale_limit_is_not_asked(
             assert got["owner_link"]["process"] == \
                 f"pid {gen.owner_identity.pid} runs (state R) but did not answer"
             assert not [m for m, _, _ in owner.calls if m in QUESTIONS]
-        finally:
-            await gen.close()
 
     asyncio.run(main())
 
@@ -115,19 +103,14 @@ def test_metrics_does_not_wait_for_an_owner_silent_past_the_stale_limit(tmp_path
 
     async def main() -> None:
         owner = MeasuringOwner()
-        gen = fake_generation(tmp_path, owner, ONE)
-        gen.sup.owner_capabilities = {"sockets": 1, "metrics": 1}
-        try:
-            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "start")
+        async with ready_generation(tmp_path, owner, ONE, CAPS) as gen:
             owner.hold("metrics.read")   # never released: asking would never answer
-            gen.link.seen = time.time() - STALE_AFTER - 1
+            go_stale(gen)
             snap = asyncio.create_task(snapshot(gen))
             await until(snap.done, "answered", turns=5000)
             got = snap.result()
             assert got["owner_connected"] is False
             assert got["apps"][0]["memory_bytes"] is None
             assert not [m for m, _, _ in owner.calls if m in QUESTIONS]
-        finally:
-            await gen.close()
 
     asyncio.run(main())

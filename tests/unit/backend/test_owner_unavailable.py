@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from backend.instance import State
-from backend.testing import FakeOwner, api_call, fake_generation, until
+from backend.testing import FakeOwner, api_call, go_stale, ready_generation
 from protocol.errors import OwnerUnavailable
-from protocol.link import STALE_AFTER
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 
@@ -25,11 +24,9 @@ def test_a_command_acting_through_a_silent_owner_is_refused_untouched(tmp_path: 
                                                                       verb: str):
     async def main() -> None:
         owner = FakeOwner()
-        gen = fake_generation(tmp_path, owner, ONE)
-        try:
-            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "start")
+        async with ready_generation(tmp_path, owner, ONE) as gen:
             sent = list(owner.calls)
-            gen.link.seen = time.time() - STALE_AFTER - 1
+            go_stale(gen)
             with pytest.raises(OwnerUnavailable) as refused:
                 await getattr(gen.api, verb)(api_call(verb, target="s/a", timeout=30.0))
             assert refused.value.msg.startswith("the owner has not answered for ")
@@ -43,8 +40,6 @@ def test_a_command_acting_through_a_silent_owner_is_refused_untouched(tmp_path: 
             done = await gen.api.restart(api_call("restart", target="s/a", timeout=30.0))
             assert done["settled"] is True
             assert [p["launch_key"] for p in owner.sent("launch")][-1] == "s/a/0/2"
-        finally:
-            await gen.close()
 
     asyncio.run(main())
 
@@ -54,16 +49,12 @@ def test_a_log_read_through_a_silent_owner_is_refused_at_once(tmp_path: Path):
     backend's reconnect error (CONNECT_FAILED: handshake ... no answer within 5 s)."""
     async def main() -> None:
         owner = FakeOwner()
-        gen = fake_generation(tmp_path, owner, ONE)
-        try:
-            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "start")
+        async with ready_generation(tmp_path, owner, ONE) as gen:
             sent = list(owner.calls)
-            gen.link.seen = time.time() - STALE_AFTER - 1
+            go_stale(gen)
             with pytest.raises(OwnerUnavailable) as refused:
                 await gen.api.logs(api_call("logs", targets=["s/a"]))
             assert "; reading the logs was not done" in refused.value.msg
             assert owner.calls == sent
-        finally:
-            await gen.close()
 
     asyncio.run(main())

@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 from backend.instance import State
-from backend.testing import FakeOwner, api_call, fake_generation, until
+from backend.testing import FakeOwner, api_call, ready_generation, until
 
 TWO = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\ninstances = 2\n'
 
@@ -16,11 +16,8 @@ TWO = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\ninstances = 2\n'
 def test_a_stop_longer_than_the_timeout_still_ends_restarted(tmp_path: Path):
     async def main() -> None:
         owner = FakeOwner()
-        gen = fake_generation(tmp_path, owner, TWO)
-        try:
+        async with ready_generation(tmp_path, owner, TWO) as gen:
             insts = gen.sup.instances
-            await until(lambda: all(insts[k].state is State.READY
-                                    for k in ("s/a/0", "s/a/1")), "start")
             owner.hold("stop")   # the app takes longer to stop than the request waits
             answer = await gen.api.restart(api_call("restart", target="s/a",
                                                     timeout=0.05))
@@ -32,8 +29,6 @@ def test_a_stop_longer_than_the_timeout_still_ends_restarted(tmp_path: Path):
             assert insts["s/a/0"].generation == 2
             assert (insts["s/a/1"].state, insts["s/a/1"].generation) == (State.READY, 1)
             await until(lambda: not gen.api.running_steps(), "the step ended")
-        finally:
-            await gen.close()
 
     asyncio.run(main())
 
@@ -43,10 +38,8 @@ def test_a_start_asked_while_the_stop_still_runs_happens_after_it(tmp_path: Path
     `tenure start` then was ignored by the stopping instance: it ended stopped."""
     async def main() -> None:
         owner = FakeOwner()
-        gen = fake_generation(tmp_path, owner, TWO)
-        try:
+        async with ready_generation(tmp_path, owner, TWO) as gen:
             insts = gen.sup.instances
-            await until(lambda: insts["s/a/0"].state is State.READY, "start")
             owner.hold("stop")
             stopped = await gen.api.stop(api_call("stop", target="s/a/0", timeout=0.05))
             assert stopped == {"settled": False, "instances": {"s/a/0": "stopping"}}
@@ -57,7 +50,5 @@ def test_a_start_asked_while_the_stop_still_runs_happens_after_it(tmp_path: Path
             await until(lambda: insts["s/a/0"].state is State.READY, "started after")
             assert insts["s/a/0"].generation == 2
             await until(lambda: not gen.api.running_steps(), "the step ended")
-        finally:
-            await gen.close()
 
     asyncio.run(main())
