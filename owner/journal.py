@@ -439,18 +439,20 @@ class Journal:
             if self._before_batch is not None:
                 self._before_batch(sum(len(item.lines) for item in batch))
             with self._wlock:
-                lost = self._write_batch(batch)
-            if not lost:   # before a flush waiting for this batch returns
+                error = self._write_batch(batch)
+            if error is None:   # before a flush waiting for this batch returns
                 self.health.succeeded()
             with self._cond:
-                for item in lost:
-                    self._count_lost_locked(item.source, len(item.lines))
-                if not lost:
+                if error is None:
                     self._count_written_locked(batch)
+                else:   # counted before the failure shows: a reader never sees it uncounted
+                    for item in batch:
+                        self._count_lost_locked(item.source, len(item.lines))
+                    self.health.failed(error, sum(len(item.lines) for item in batch))
                 self._queue.written(batch)
                 self._writing = None
                 self._cond.notify_all()
-            if not lost:
+            if error is None:
                 self._after_commit(batch)
 
     def _after_commit(self, batch: list[Queued]) -> None:
@@ -467,8 +469,8 @@ class Journal:
                 return
         self._ckpt.checkpointed(*result)
 
-    def _write_batch(self, batch: list[Queued]) -> list[Queued]:
-        """Write one batch in one transaction; returns the items lost to a write error."""
+    def _write_batch(self, batch: list[Queued]) -> sqlite3.Error | None:
+        """Write one batch in one transaction; returns the error that lost it, if any."""
         conn = self._wconn
         next_id = self._next_id
         try:
@@ -484,14 +486,13 @@ class Journal:
             conn.execute("UPDATE meta SET value=? WHERE key='next_id'", (self._next_id,))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            self.health.failed(exc, sum(len(item.lines) for item in batch))
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             self._next_id = next_id
             with contextlib.suppress(sqlite3.Error):
                 self._load_state()
-            return batch
-        return []
+            return exc
+        return None
 
     def _insert(self, conn: sqlite3.Connection, item: Queued) -> tuple[str, str]:
         """Insert one append's lines with ids next_id.. and account them to their app."""

@@ -88,3 +88,28 @@ def test_the_journal_reports_failed_writes_through_its_health(
         assert j.flush(timeout=10)
         assert j.health.to_wire() is None
         assert "work again after" in warnings(caplog)[-1]
+
+
+def test_a_failed_batch_is_counted_dropped_before_the_failure_shows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The owner's status reads the failure, then the dropped counts: a reader must
+    never find a failure whose lines are not counted yet (seen as a missing key)."""
+    def insert(self: Journal, conn: sqlite3.Connection, item: object) -> tuple[str, str]:
+        raise FULL
+
+    monkeypatch.setattr(Journal, "_insert", insert)
+    src = LogSource("s", "a", 0, 1)
+    seen: list[tuple[int, int]] = []
+    with Journal(tmp_path / "journal.db") as j:
+        real = j.health.failed
+
+        def failed(exc: BaseException, lines: int) -> None:
+            counted = sum(j._dropped_by_app.values())   # the lock is the writer's here
+            seen.append((counted, (j.health.to_wire() or {"lines": 0})["lines"] + lines))
+            real(exc, lines)
+
+        monkeypatch.setattr(j.health, "failed", failed)
+        for i in range(3):
+            j.append(src, "stdout", [(b"line %d" % i, 0), (b"more", 0)])
+            assert j.flush(timeout=10)
+    assert seen == [(2, 2), (4, 4), (6, 6)]
