@@ -29,7 +29,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from protocol.errors import Conflict, LaunchFailed, NotFound
-from protocol.procfs import children
+from protocol.procfs import main_thread_children
 
 from .cgroups import CgroupTree
 from .descendants import Descendants, MidExec, attribute_orphan
@@ -291,15 +291,17 @@ class ProcessTable:
         """Attribute untracked children of this process (orphans re-parented to the
         subreaper) to the launch they came from; returns those (pid, start ticks) that
         could not be attributed because they were mid-exec (:class:`MidExec`)."""
-        tracked = set(self._by_pid)
-        for entry in [*self._live.values(), *self._lingering.values()]:
-            if entry.tree is not None:
-                tracked.update(entry.tree.known)
+        kids = main_thread_children(os.getpid())   # where orphans go
+        untracked = set(kids).difference(self._by_pid)   # at each exit: mostly empty
+        if self._never_settled:
+            self._never_settled = {t for t in self._never_settled if t[0] in untracked}
+        if untracked:
+            for entry in [*self._live.values(), *self._lingering.values()]:
+                if entry.tree is not None:
+                    untracked.difference_update(entry.tree.known)
         unsettled = []
-        kids = children(os.getpid())
-        self._never_settled = {t for t in self._never_settled if t[0] in kids}
         for pid in kids:
-            if pid in tracked:
+            if pid not in untracked:
                 continue
             found = attribute_orphan(pid, self._group_owner)
             if isinstance(found, MidExec):

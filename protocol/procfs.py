@@ -299,6 +299,14 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def main_thread_children(pid: int) -> list[int]:
+    """The children listed by ``pid``'s main thread: those it forked, and every orphan
+    re-parented to the process while it runs (the kernel hands an orphan to the first
+    live thread of its reaper, the main one). One read instead of one per thread."""
+    data = _read(f"{PROC}/{pid}/task/{pid}/children", 1 << 16)
+    return [int(w) for w in data.split() if w.isdigit()] if data else []
+
+
 def read_cmdline(pid: int) -> list[str] | None:
     """The argument list of ``pid`` (None when it is gone or has none: a zombie)."""
     data = _read(f"{PROC}/{pid}/cmdline", _READ_MAX)

@@ -132,3 +132,49 @@ def test_silence_says_what_a_silent_process_is_doing():
         child.kill()
         child.wait()
     assert procfs.silence(GONE) == f"pid {GONE} is gone"
+
+
+_ORPHAN_SCRIPT = r"""
+import json, os, subprocess, sys, threading, time
+from owner.reaper import become_subreaper
+from protocol.procfs import children, main_thread_children
+become_subreaper()
+out, spawned, done = {}, threading.Event(), threading.Event()
+def worker():   # alive while the lists are read: its children stay its own
+    out["direct"] = subprocess.Popen(["sleep", "30"])
+    sh = subprocess.run(["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"],
+                        capture_output=True, text=True)
+    out["orphan"] = int(sh.stdout)   # its shell is gone: re-parented to this process
+    spawned.set()
+    done.wait()
+t = threading.Thread(target=worker)
+t.start()
+spawned.wait()
+try:
+    deadline = time.monotonic() + 5
+    while out["orphan"] not in main_thread_children(os.getpid()):
+        assert time.monotonic() < deadline, "the orphan never reached the main thread"
+        time.sleep(0.01)
+    print(json.dumps({"main": main_thread_children(os.getpid()),
+                      "all": children(os.getpid()),
+                      "direct": out["direct"].pid, "orphan": out["orphan"]}))
+finally:
+    done.set(); t.join()
+    out["direct"].kill(); out["direct"].wait()
+    os.kill(out["orphan"], 9); os.waitpid(out["orphan"], 0)
+"""
+
+
+def test_orphans_are_listed_by_the_main_thread_even_when_another_thread_forked():
+    """The owner finds orphans with one read (main_thread_children): the kernel gives an
+    orphan to its reaper's first live thread, whatever thread forked its ancestor."""
+    import json
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _ORPHAN_SCRIPT], capture_output=True,
+                       text=True, timeout=30, cwd=os.path.dirname(os.path.dirname(
+                           os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["orphan"] in got["main"] and got["orphan"] in got["all"]
+    assert got["direct"] not in got["main"] and got["direct"] in got["all"]
