@@ -13,7 +13,9 @@ from protocol.errors import (
     BadRequest,
     CapabilityMissing,
     Conflict,
+    ConnectFailed,
     NotFound,
+    OutcomeUnknown,
     OwnerUnavailable,
     ShuttingDown,
     StackFenced,
@@ -267,12 +269,13 @@ class Api:
         listener = self.gen.metrics.state() if self.gen.metrics is not None else None
         return {**await snapshot(self.gen), "listener": listener}
 
-    def _link(self) -> dict[str, Any]:
-        """How current our view of the owner is (protocol.link); while it is not, also
-        ``process``: what /proc shows of the owner's pid (stopped, gone, ...)."""
+    def _link(self, failed: bool = False) -> dict[str, Any]:
+        """How current our view of the owner is (protocol.link); while it is not, or
+        when a call to it has just ``failed``, also ``process``: what /proc shows of the
+        owner's pid (stopped, gone, ...)."""
         link = self.gen.link.to_wire(time.time())
         ident = self.gen.owner_identity
-        if not link["current"] and ident is not None:
+        if (failed or not link["current"]) and ident is not None:
             link["process"] = silence(ident.pid)
         return link
 
@@ -283,11 +286,13 @@ class Api:
         pending, to happen whenever it answered again; a log read failed after 11 s."""
         link = self._link()
         if not link["current"]:
-            raise OwnerUnavailable(
-                f"the owner has not answered for {link['age']:.0f} s"
-                + (f" ({link['process']})" if link.get("process") else "")
-                + f"; {what} was not done. Run it again once `tenure status` shows the "
-                "owner connected", {"owner_link": link})
+            raise self._unavailable(f"has not answered for {link['age']:.0f} s", what, link)
+
+    def _unavailable(self, why: str, what: str, link: dict[str, Any]) -> OwnerUnavailable:
+        return OwnerUnavailable(
+            f"the owner {why}" + (f" ({link['process']})" if link.get("process") else "")
+            + f"; {what} was not done. Run it again once `tenure status` shows the owner "
+            "connected", {"owner_link": link})
 
     async def _ask_owner(self, keys: list[str] | None, link: dict[str, Any]
                          ) -> tuple[dict[str, Any], dict[tuple[int, int], Any] | None]:
@@ -508,8 +513,18 @@ class Api:
         """One page of the owner's journal (see the owner's ``logs.read``). Raises
         CapabilityMissing for ``tail`` or ``max_bytes`` when the owner predates pages:
         it would ignore them and answer something else than asked; OwnerUnavailable
-        while the owner is silent (its journal is read through it)."""
+        while the owner is silent (its journal is read through it) or when the read
+        failed on the way to it (a read changes nothing, so its outcome is not unknown:
+        `tenure logs -f` waits and asks again)."""
         self._require_owner("reading the logs")
+        try:
+            return await self._read_logs(call)
+        except (ConnectFailed, OutcomeUnknown) as exc:   # nothing changes by a read
+            # e.g. the owner stopped during it: the connection's heartbeat gave up on it
+            raise self._unavailable(f"did not answer ({exc.msg})", "reading the logs",
+                                    self._link(failed=True)) from exc
+
+    async def _read_logs(self, call: Call) -> Any:
         p = {k: v for k, v in call.params.items() if v is not None}
         targets = p.pop("targets", None)
         since_time = p.pop("since_time", None)

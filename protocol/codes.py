@@ -218,9 +218,10 @@ CODES: dict[Code, CodeInfo] = {
         "guardian's diagnostics say why.", True),
     Code.OWNER_UNAVAILABLE: CodeInfo(
         "The backend has had no word from the owner for 5 s or more (stopped, hung or "
-        "gone), so a command that needs the owner now (start, stop, restart, logs) was "
-        "refused and nothing was done; the message says what /proc shows of the owner's "
-        "pid. `tenure status` still answers, with the last state seen.", True),
+        "gone), or a log read failed on the way to it, so a command that needs the owner "
+        "now (start, stop, restart, logs) was refused and nothing was done; the message "
+        "says what /proc shows of the owner's pid. `tenure status` still answers, with "
+        "the last state seen; `tenure logs -f` waits for the owner and goes on.", True),
     Code.BACKEND_PREFLIGHT_FAILED: CodeInfo(
         "The candidate release's preflight exited non-zero; data holds its exit status, "
         "elapsed time and the end of its stderr. The incumbent keeps serving.", False),

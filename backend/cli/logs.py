@@ -5,6 +5,10 @@ come, so ``-n 100000`` of long lines never holds more than a page. On a terminal
 characters in application output (escape sequences, carriage returns) are shown as
 ``\\xNN`` instead of being interpreted: an app must not be able to move the cursor,
 recolour, retitle or rewrite what the operator sees.
+
+A follower outlives a silent owner (stopped, busy, being restarted): it says once on
+stderr that it waits and why, asks again every OWNER_WAIT_S, and says when the owner
+answers again; the lines captured meanwhile then follow, none skipped.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from protocol.errors import BadRequest
+from protocol.errors import BadRequest, OwnerUnavailable
 
 from .exits import Exit
 
@@ -30,6 +34,7 @@ with the mark `` (tenure)``, which app output cannot produce (it always follows 
 TENURE_PREFIX = "tenure: "
 PAGE_RECORDS = 10_000
 FOLLOW_POLL_S = 0.2
+OWNER_WAIT_S = 1.0   # a follower asks again this often while the owner is silent
 
 # C0 controls but TAB, DEL, and C1 controls (a decoded 0x9b is CSI on many terminals).
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
@@ -102,7 +107,7 @@ def follow_logs(args: Any, call: Callable[..., Any]) -> int:
     tty = not args.json and sys.stdout.isatty()
     grep = _pattern(args.grep)
     start = since(args.since, time.time()) or {"tail": max(args.n, 0)}
-    page = call(args, "logs", {**flt, **start, "limit": PAGE_RECORDS})
+    page = _read(args, call, {**flt, **start, "limit": PAGE_RECORDS})
     end = page["last_id"]
     while True:
         recs = page["records"]
@@ -114,7 +119,38 @@ def follow_logs(args: Any, call: Callable[..., Any]) -> int:
             if not args.follow:
                 return Exit.OK
             time.sleep(FOLLOW_POLL_S)
-        page = call(args, "logs", {**flt, "after": page["next"], "limit": PAGE_RECORDS})
+        page = _read(args, call, {**flt, "after": page["next"], "limit": PAGE_RECORDS})
+
+
+def _read(args: Any, call: Callable[..., Any], params: dict[str, Any]) -> Any:
+    """One page. While following, an owner that does not answer is waited for rather
+    than ending the follow: said once on stderr, and again when it answers."""
+    silent = False
+    while True:
+        try:
+            page = call(args, "logs", params)
+        except OwnerUnavailable as exc:
+            if not args.follow:
+                raise
+            if not silent:
+                sys.stderr.write(f"tenure: logs: {_silence(exc)}; following on once it "
+                                 "answers (Ctrl-C ends)\n")
+                silent = True
+            time.sleep(OWNER_WAIT_S)
+            continue
+        if silent:
+            sys.stderr.write("tenure: logs: the owner answers again; following\n")
+        return page
+
+
+def _silence(exc: OwnerUnavailable) -> str:
+    """What the backend says of the owner's silence, e.g. 'the owner has not answered
+    for 7 s (pid 12 is stopped ...)'."""
+    link = exc.data.get("owner_link") or {}
+    age = link.get("age")
+    text = "the owner does not answer" if not isinstance(age, int | float) else \
+        f"the owner has not answered for {age:.0f} s"
+    return text + (f" ({link['process']})" if link.get("process") else "")
 
 
 def _pattern(text: str | None) -> Any:

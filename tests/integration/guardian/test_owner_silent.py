@@ -5,8 +5,11 @@ once with the last state seen and the owner's pid named (before: TIMEOUT after 1
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "100000"]\n'
@@ -111,3 +114,46 @@ def test_up_with_a_stopped_owner_starts_nothing_and_names_it(cluster) -> None:
     cluster.wait(lambda: cluster.status()["owner_link"]["current"] is True, 30,
                  "the owner answers again")
     assert cluster.cli("up").code == 0
+
+
+COUNTER = ('[stacks.s.apps.a]\ncommand = ["sh", "-c", '
+           '"i=0; while :; do i=$((i+1)); echo $i; sleep 0.05; done"]\n')
+
+
+def test_a_follow_waits_out_a_stopped_owner_and_misses_no_line(cluster) -> None:
+    """Was: `tenure logs -f` ended with OWNER_UNAVAILABLE (exit 3) 5 s after the owner
+    stopped answering."""
+    cluster.up(COUNTER)
+    cluster.wait_ready(1)
+    owner = cluster.status()["owner"]["pid"]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "backend.cli.main", "--home", str(cluster.home), "--json",
+         "logs", "-f", "-n", "0", "s/a"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, **cluster.env})
+    try:
+        time.sleep(1.0)
+        os.kill(owner, signal.SIGSTOP)
+        try:
+            cluster.wait(lambda: cluster.status()["owner_link"]["current"] is False, 30,
+                         "the backend's view of the owner gone stale")
+            time.sleep(2.5)   # the follower asks (and is told) at least twice
+            assert follower.poll() is None, follower.communicate(timeout=30)
+        finally:
+            os.kill(owner, signal.SIGCONT)
+        cluster.wait(lambda: cluster.status()["owner_link"]["current"] is True, 30,
+                     "the owner answers again")
+        time.sleep(2.0)   # lines of the silence, and after, reach the follower
+    finally:
+        follower.terminate()
+        out, err = follower.communicate(timeout=30)
+    assert follower.returncode == -signal.SIGTERM, (follower.returncode, err)
+    counts = [int(json.loads(line)["data"]) for line in out.splitlines()]
+    assert counts == list(range(counts[0], counts[0] + len(counts))), "a gap or a repeat"
+    assert len(counts) > 150, len(counts)   # ~10 s of one line every 0.05 s
+    notes = err.splitlines()
+    assert len(notes) == 2, err
+    assert notes[0].startswith("tenure: logs: the owner has not answered for ") and \
+        notes[0].endswith(f" (pid {owner} is stopped (SIGSTOP or a debugger); kill -CONT "
+                          f"{owner} continues it); following on once it answers (Ctrl-C "
+                          "ends)"), err
+    assert notes[1] == "tenure: logs: the owner answers again; following", err

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from backend.cli.logs import TENURE_FLAG, follow_logs, neutralise, since
+from backend.cli.logs import OWNER_WAIT_S, TENURE_FLAG, follow_logs, neutralise, since
 from backend.targets import exact_source
 from owner.journal import Journal, LogSource
 from owner.notes import TENURE, write_note
 from owner.service import LOGS_PAGE_BYTES, _record
-from protocol.errors import BadRequest
+from protocol.errors import BadRequest, OwnerUnavailable
 
 WEB = LogSource("shop", "web", 0, 1)
 DB = LogSource("shop", "db", 0, 1)
@@ -192,3 +192,55 @@ def test_grep_prints_only_matching_lines(journal: Journal,
     assert out.getvalue().splitlines() == ["shop/web/0: GET /b 500", "shop/web/0: POST /c 500"]
     with pytest.raises(BadRequest, match="--grep"):
         follow_logs(args(grep="("), Owner(journal, out))
+
+
+class Ended(Exception):
+    """Ends a follow in a test (Ctrl-C does for a user)."""
+
+
+def test_a_follow_waits_for_a_silent_owner_and_goes_on_where_it_was(journal, monkeypatch):
+    """Was: the follow ended with OWNER_UNAVAILABLE (exit 3) once the owner had been
+    silent for 5 s, e.g. stopped for a moment or busy."""
+    journal.append(WEB, "stdout", [(b"before", 0)])
+    assert journal.flush(timeout=30)
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    sleeps: list[float] = []
+    monkeypatch.setattr("backend.cli.logs.time.sleep", sleeps.append)
+    owner = Owner(journal, out)
+    link = {"current": False, "age": 7.4, "process": "pid 12 is stopped (SIGSTOP or a "
+            "debugger); kill -CONT 12 continues it"}
+    silent = OwnerUnavailable("the owner has not answered for 7 s", {"owner_link": link})
+    script = ["page", silent, silent, silent, "more output", "page", Ended()]
+
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        step = script.pop(0)
+        if isinstance(step, Exception):
+            owner.calls.append(dict(params))
+            raise step
+        if step == "more output":
+            journal.append(WEB, "stdout", [(b"while silent", 0)])
+            assert journal.flush(timeout=30)
+        return owner(a, method, params)
+
+    with pytest.raises(Ended):
+        follow_logs(args(follow=True), call)
+    assert out.getvalue().splitlines() == ["shop/web/0: before", "shop/web/0: while silent"]
+    assert err.getvalue().splitlines() == [
+        "tenure: logs: the owner has not answered for 7 s (pid 12 is stopped (SIGSTOP or "
+        "a debugger); kill -CONT 12 continues it); following on once it answers (Ctrl-C "
+        "ends)",
+        "tenure: logs: the owner answers again; following"]
+    asked = [c.get("after") for c in owner.calls[1:]]
+    assert asked == [1, 1, 1, 1, 2, 2], asked   # the same page asked again, none skipped
+    assert sleeps.count(OWNER_WAIT_S) == 3
+
+
+def test_without_follow_a_silent_owner_ends_the_read_at_once(journal, monkeypatch):
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        raise OwnerUnavailable("the owner has not answered for 7 s", {})
+
+    monkeypatch.setattr("backend.cli.logs.time.sleep", pytest.fail)
+    with pytest.raises(OwnerUnavailable):
+        follow_logs(args(), call)

@@ -14,7 +14,7 @@ import pytest
 
 from backend.instance import State
 from backend.testing import FakeOwner, api_call, go_stale, ready_generation
-from protocol.errors import OwnerUnavailable
+from protocol.errors import OwnerUnavailable, TransportLost
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 
@@ -56,5 +56,27 @@ def test_a_log_read_through_a_silent_owner_is_refused_at_once(tmp_path: Path):
                 await gen.api.logs(api_call("logs", targets=["s/a"]))
             assert "; reading the logs was not done" in refused.value.msg
             assert owner.calls == sent
+
+    asyncio.run(main())
+
+
+def test_a_log_read_the_owner_fails_mid_way_is_owner_unavailable(tmp_path: Path):
+    """Regression: the owner stopped during a read; the connection's heartbeat gave up
+    on it, and the read failed with TRANSPORT_LOST (outcome unknown, which a read is
+    not), so `tenure logs -f` ended instead of waiting for the owner."""
+    async def main() -> None:
+        owner = FakeOwner()
+        async with ready_generation(tmp_path, owner, ONE) as gen:
+            def lost(method: str, params: dict[str, object]) -> None:
+                if method == "logs.read":
+                    raise TransportLost("logs.read: connection lost (connection lost)")
+            owner.before = lost
+            with pytest.raises(OwnerUnavailable) as refused:
+                await gen.api.logs(api_call("logs", targets=["s/a"]))
+            assert refused.value.msg.startswith(
+                "the owner did not answer (logs.read: connection lost (connection lost)) "
+                f"(pid {os.getpid()} runs (state R) but did not answer); reading the "
+                "logs was not done"), refused.value.msg
+            assert refused.value.data["owner_link"]["current"] is True
 
     asyncio.run(main())
