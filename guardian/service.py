@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol.errors import BadRequest, NotFound, TenureError
+from protocol.procfs import silence
 from protocol.schema import Field, Schema
 from protocol.server import Call, Method
 
@@ -76,6 +77,9 @@ class GuardianService:
     async def status(self, call: Call) -> Any:
         self.co.write_diagnostics()  # the certificate's state and age as of now
         st = self.co.status()
+        link, owner = st.get("owner_link") or {}, st.get("owner") or {}
+        if link.get("current") is False and isinstance(owner.get("pid"), int):
+            link["process"] = silence(owner["pid"])   # stopped, gone, ... (as status says)
         st["lease"] = self.co.state.lease()
         st["handoff_in_progress"] = self.co.command_lock.locked()
         st["recent"] = [a.to_wire() for a in self.co.state.activations(5)]

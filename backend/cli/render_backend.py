@@ -48,8 +48,10 @@ def backend(action: str, r: dict[str, Any]) -> str:
     if r.get("owner_link"):
         pairs.append(("owner link", owner_link(r["owner_link"], prefix="")))
     g = r.get("guardian") or {}
+    silent = not r.get("owner_release") and (r.get("owner_link") or {}).get("current") is False
     pairs += [
-        ("owner runs", release_line(r.get("owner_release"), "owner")),
+        ("owner runs", "unknown: the owner does not answer" if silent
+         else release_line(r.get("owner_release"), "owner")),
         ("guardian", f"pid {g.get('pid', '-')}, runs "
                      f"{release_line(r.get('guardian_release'))}"),
         ("release", sel["current"]),
@@ -126,6 +128,8 @@ def owner_link(link: dict[str, Any], prefix: str = "owner: ") -> str:
     state = link["state"]
     if state == "connected":
         text = f"{prefix}connected, {age}"
+        if link.get("process"):   # connected, and silent all the same
+            text += f"; {link['process']}"
     else:
         since = time.strftime("%H:%M:%S", time.localtime(link["since"]))
         why = f": {link['reason']}" if link.get("reason") else ""

@@ -203,6 +203,11 @@ CASES: dict[str, Callable[[], str]] = {
     "backend_status": lambda: render.backend("status", GUARDIAN),
     "backend_status_silent": lambda: render.backend(
         "status", {**GUARDIAN, "backend": SILENT_BACKEND}),
+    "backend_status_owner_stopped": lambda: render.backend("status", {
+        **GUARDIAN, "owner_release": None, "owner_link": {
+            **LINK, "age": 38.2, "current": False,
+            "process": "pid 4000 is stopped (SIGSTOP or a debugger); kill -CONT 4000 "
+                       "continues it"}}),
     "backend_upgrade": lambda: render.backend("upgrade", {
         "activation": {"id": "20261201T140500-77aa01bc", "kind": "upgrade",
                        "phase": "complete", "outcome": "success"},
