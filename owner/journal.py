@@ -37,6 +37,7 @@ from typing import Final
 from protocol.durable import limit_cache
 from protocol.errors import BadRequest, StateCorrupt, StorageFailed, UnsafePath
 
+from . import memtrim
 from .journalckpt import Checkpointer, checkpoint, frames_for
 from .journalforget import forget_sources
 from .journalhealth import WriteHealth
@@ -180,13 +181,16 @@ class Journal:
         batch_rows: int = BATCH_ROWS,
         clock: Callable[[], float] = time.time,
         before_batch: BatchHook | None = None,
+        after_backlog: Callable[[int], None] = memtrim.trim,
     ) -> None:
         """Open (or create) the journal and start its writer thread.
 
         ``before_batch`` is a test seam called on the writer thread with the row count of
-        each batch before it is written. Raises ``UnsafePath`` (symlink, not a regular
-        file, cannot open), ``StateCorrupt`` (not a journal, unknown format version; the
-        file is left untouched) and ``BadRequest`` (bad limits).
+        each batch before it is written; ``after_backlog(peak)`` runs there once a
+        backlog of at least memtrim.TRIM_AFTER bytes has drained (owner.memtrim).
+        Raises ``UnsafePath`` (symlink, not a regular file, cannot open),
+        ``StateCorrupt`` (not a journal, unknown format version; the file is left
+        untouched) and ``BadRequest`` (bad limits).
         """
         self._path = os.fspath(path)
         self._queue_max = _check_int("queue_bytes", queue_bytes, 1)
@@ -195,6 +199,7 @@ class Journal:
         self._extent_bytes = max(self._retention // 32, 1)
         self._clock = clock
         self._before_batch = before_batch
+        self._after_backlog = after_backlog
         _open_private(self._path)
         self._wconn = self._open_writer()
         self._rconn: sqlite3.Connection | None = None
@@ -436,24 +441,33 @@ class Journal:
             batch = self._take_batch()
             if batch is None:
                 return
-            if self._before_batch is not None:
-                self._before_batch(sum(len(item.lines) for item in batch))
-            with self._wlock:
-                error = self._write_batch(batch)
-            if error is None:   # before a flush waiting for this batch returns
-                self.health.succeeded()
-            with self._cond:
-                if error is None:
-                    self._count_written_locked(batch)
-                else:   # counted before the failure shows: a reader never sees it uncounted
-                    for item in batch:
-                        self._count_lost_locked(item.source, len(item.lines))
-                    self.health.failed(error, sum(len(item.lines) for item in batch))
-                self._queue.written(batch)
-                self._writing = None
-                self._cond.notify_all()
+            drained = self._write(batch)
+            del batch   # an idle writer holds no lines (a batch: up to 4096 x 16 KiB)
+            if drained >= memtrim.TRIM_AFTER:
+                self._after_backlog(drained)
+
+    def _write(self, batch: list[Queued]) -> int:
+        """Write ``batch`` (or count it lost) and release its room in the queue; returns
+        the backlog's peak when this emptied the queue (FairQueue.written), else 0."""
+        if self._before_batch is not None:
+            self._before_batch(sum(len(item.lines) for item in batch))
+        with self._wlock:
+            error = self._write_batch(batch)
+        if error is None:   # before a flush waiting for this batch returns
+            self.health.succeeded()
+        with self._cond:
             if error is None:
-                self._after_commit(batch)
+                self._count_written_locked(batch)
+            else:   # counted before the failure shows: a reader never sees it uncounted
+                for item in batch:
+                    self._count_lost_locked(item.source, len(item.lines))
+                self.health.failed(error, sum(len(item.lines) for item in batch))
+            drained = self._queue.written(batch)
+            self._writing = None
+            self._cond.notify_all()
+        if error is None:
+            self._after_commit(batch)
+        return drained
 
     def _after_commit(self, batch: list[Queued]) -> None:
         """Tell the checkpointer what a batch wrote; checkpoint here if it says so."""

@@ -70,6 +70,7 @@ class FairQueue:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.queued_bytes = 0  # queued or being written
+        self._peak = 0         # the most queued since the queue was last empty
         self._fifo: collections.deque[Queued] = collections.deque()
         self._held: dict[AppKey, int] = {}  # bytes per app, queued or being written
         self._waiting: dict[AppKey, collections.deque[Queued]] = {}  # evictable ones
@@ -107,6 +108,8 @@ class FairQueue:
         self._waiting.setdefault(app, collections.deque()).append(item)
         self._held[app] = self._held.get(app, 0) + cost
         self.queued_bytes += cost
+        if self.queued_bytes > self._peak:
+            self._peak = self.queued_bytes
         return len(lines), lost, evicted
 
     def _evict(self, app: AppKey, would_hold: int, need: int,
@@ -151,10 +154,16 @@ class FairQueue:
             rows += len(item.lines)
         return batch
 
-    def written(self, batch: list[Queued]) -> None:
-        """Release the bytes of a batch the writer is done with (written or lost)."""
+    def written(self, batch: list[Queued]) -> int:
+        """Release the bytes of a batch the writer is done with (written or lost).
+        Returns the largest backlog since the queue was last empty when this emptied
+        it, else 0."""
         for item in batch:
             self._release((item.source.stack, item.source.app), item.cost)
+        if self.queued_bytes:
+            return 0
+        peak, self._peak = self._peak, 0
+        return peak
 
     def _release(self, app: AppKey, cost: int) -> None:
         self.queued_bytes -= cost
