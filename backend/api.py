@@ -22,7 +22,7 @@ from protocol.errors import (
     StalePlan,
     TenureError,
 )
-from protocol.procfs import silence
+from protocol.procfs import running, silence
 from protocol.schema import Field, Schema, check_int, check_name
 from protocol.server import Call, Method
 
@@ -289,10 +289,14 @@ class Api:
             raise self._unavailable(f"has not answered for {link['age']:.0f} s", what, link)
 
     def _unavailable(self, why: str, what: str, link: dict[str, Any]) -> OwnerUnavailable:
+        ident = self.gen.owner_identity
+        then = "`tenure status` shows the owner connected"
+        if ident is not None and not running(ident.pid, ident.start_ticks):
+            then = ("the owner runs again: `tenure up` starts it (after `tenure owner "
+                    "reconcile` if it died, docs/reconcile.md)")
         return OwnerUnavailable(
             f"the owner {why}" + (f" ({link['process']})" if link.get("process") else "")
-            + f"; {what} was not done. Run it again once `tenure status` shows the owner "
-            "connected", {"owner_link": link})
+            + f"; {what} was not done. Run it again once {then}", {"owner_link": link})
 
     async def _ask_owner(self, keys: list[str] | None, link: dict[str, Any]
                          ) -> tuple[dict[str, Any], dict[tuple[int, int], Any] | None]:

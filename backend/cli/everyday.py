@@ -73,10 +73,31 @@ def call(args: Any, method: str, params: dict[str, Any] | None = None,
         try:
             c.connect()
         except ConnectFailed:
-            diag = _diagnostics(args)
-            raise BackendUnavailable("no backend generation answers" + render.why(diag),
-                                     {"diagnostics": diag}) from None
+            diag, down = _diagnostics(args), stopped(layout(args))
+            raise BackendUnavailable("no backend generation answers" + render.why(diag, down),
+                                     {"diagnostics": diag, "stopped": down}) from None
         return c.call(method, params or {})
+
+
+def stopped(lay: Layout) -> dict[str, Any] | None:
+    """When neither the guardian nor the owner runs (nothing accepts on their sockets):
+    how the last owner ended, from its shutdown receipt (``owner``: ``state`` clean,
+    failed or running, i.e. it ended without a shutdown; ``at``; ``failed_stage``;
+    ``applications``: what its shutdown did with them), None when there is none. None
+    while either daemon runs, or when we may not tell (a viewer)."""
+    if listens(lay.guardian_sock) is not False or listens(lay.owner_sock) is not False:
+        return None
+    from protocol.durable import read_json
+    try:
+        rec = read_json(str(lay.execution / "owner-receipt.json"), "tenure-owner-receipt")
+    except FileNotFoundError:
+        return {"owner": None}
+    except Exception as exc:  # an unreadable receipt is reported, not hidden
+        return {"owner": {"state": "unreadable", "error": str(exc)}}
+    stages = {s.get("stage"): s for s in rec.get("stages") or [] if isinstance(s, dict)}
+    return {"owner": {"state": rec.get("state"), "at": rec.get("updated_at"),
+                      "failed_stage": rec.get("failed_stage"),
+                      "applications": (stages.get("applications") or {}).get("detail")}}
 
 
 def _diagnostics(args: Any) -> dict[str, Any] | None:
@@ -101,10 +122,10 @@ def _status_once(args: Any) -> int:
                   timeout=10.0)
     except BackendUnavailable as exc:
         from .daemons import last_background_start
-        diag = exc.data.get("diagnostics")
+        diag, down = exc.data.get("diagnostics"), exc.data.get("stopped")
         last = last_background_start(layout(args))
-        out(args, {"ok": False, "backend": None, "diagnostics": diag,
-                   "background_start": last}, render.no_backend(diag, last))
+        out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
+                   "background_start": last}, render.no_backend(diag, last, down))
         return Exit.UNREACHABLE
     st["guardian_running"] = listens(layout(args).guardian_sock)
     out(args, st, render.status(st))

@@ -115,17 +115,23 @@ def _jobs_line(jobs: dict[str, int]) -> str:
     return line
 
 
-def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None) -> str:
-    """`status` when no backend answers: the guardian's diagnostics and, when the last
-    background start of `tenure up --no-wait` failed, its error."""
-    text = "backend: not available" + why(diag)
+def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
+               down: dict[str, Any] | None = None) -> str:
+    """`status` when no backend answers: why (:func:`why`) and, when the last background
+    start of `tenure up --no-wait` failed, its error."""
+    text = "backend: not available" + why(diag, down)
     if start is not None and not start["ok"]:
         text += (f"\nthe background start of `tenure up --no-wait` at {start['at']} "
                  f"failed: {start['error']} (logs/up.log)")
     return text
 
 
-def why(diag: dict[str, Any] | None) -> str:
+def why(diag: dict[str, Any] | None, down: dict[str, Any] | None = None) -> str:
+    """Why no backend answers: tenure is not running (``down``: everyday.stopped), or
+    else what the guardian's diagnostics say."""
+    if down is not None:
+        return "; tenure is not running (neither the guardian nor the owner is)" + \
+            _last_owner(down.get("owner"))
     if diag is None:
         return "; the guardian has written no diagnostics (is it running? `tenure up`)"
     parts = []
@@ -143,6 +149,28 @@ def why(diag: dict[str, Any] | None) -> str:
     age = time.time() - diag.get("updated_at", time.time())
     parts.append(f"guardian diagnostics {age:.0f}s old")
     return "; " + "; ".join(parts)
+
+
+def _last_owner(rec: dict[str, Any] | None) -> str:
+    """How the last owner ended, from its shutdown receipt, and what to do."""
+    start = ". `tenure up` starts it"
+    if rec is None:
+        return start
+    state = rec.get("state")
+    at = rec.get("at")
+    when = time.strftime(" at %Y-%m-%d %H:%M:%S", time.localtime(at)) \
+        if isinstance(at, int | float) else ""
+    if state == "clean":
+        apps = f" (applications: {rec['applications']})" if rec.get("applications") else ""
+        return f": the owner shut down cleanly{when}{apps}{start}"
+    if state == "failed":
+        return (f": the owner's shutdown{when} failed at its {rec.get('failed_stage')} stage "
+                f"(execution/owner-receipt.json){start}")
+    if state == "running":
+        return (": the owner ended without a shutdown (killed or crashed), so its "
+                "applications may still run; `tenure up` asks for `tenure owner reconcile` "
+                "first if they might (docs/reconcile.md)")
+    return f": the owner's shutdown receipt is unreadable ({rec.get('error')}){start}"
 
 
 def up(r: dict[str, Any]) -> str:

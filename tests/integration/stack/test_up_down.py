@@ -42,11 +42,20 @@ def test_up_demo_status_upgrade_down(cluster):
     assert cluster.leftovers() == []
     receipt = (cluster.layout.execution / "owner-receipt.json").read_text()
     assert '"state": "clean"' in receipt
+    # was: "backend: not available; last activation … upgrade is complete; guardian
+    # diagnostics 0s old", as if something had failed
+    st = cluster.cli("status")
+    assert st.code == 3 and st.out["stopped"]["owner"]["state"] == "clean", st.out
+    text = cluster.cli_text("status", expect=3)
+    assert text.startswith("backend: not available; tenure is not running (neither the "
+                           "guardian nor the owner is): the owner shut down cleanly at ")
+    assert text.rstrip().endswith("(applications: 3 stopped). `tenure up` starts it"), text
 
 
 def test_status_without_backend_explains_instead_of_hanging(cluster):
     res = cluster.cli("status")
     assert res.code == 3 and res.out["backend"] is None
+    assert res.out["stopped"] == {"owner": None}, res.out   # never started here
     cluster.up()
     assert cluster.cli("status").code == 0
 
@@ -133,6 +142,10 @@ def test_an_error_the_backend_answers_is_not_taken_for_a_missing_backend(cluster
     os.kill(owner, signal.SIGTERM)
     cluster.wait(lambda: not running(owner, ticks), 30, "the owner's shutdown")
     res = cluster.cli("logs", "s/a")
-    assert res.code == 3 and res.out["error"]["code"] == "CONNECT_FAILED", res
-    assert res.out["error"]["msg"].startswith(
-        f"no socket at {cluster.layout.owner_sock}: the owner is not running"), res.out
+    # the backend answers that its owner is out of reach (a follower waits for it)
+    assert res.code == 3 and res.out["error"]["code"] == "OWNER_UNAVAILABLE", res
+    msg = res.out["error"]["msg"]
+    assert f"(pid {owner} is gone)" in msg or f"(pid {owner} has exited)" in msg, msg
+    assert res.out["error"]["msg"].endswith(
+        "reading the logs was not done. Run it again once the owner runs again: `tenure up` "
+        "starts it (after `tenure owner reconcile` if it died, docs/reconcile.md)"), res.out

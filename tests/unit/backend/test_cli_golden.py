@@ -152,6 +152,14 @@ CASES: dict[str, Callable[[], str]] = {
         {"updated_at": NOW - 1, "backend": SILENT_BACKEND,
          "last_activation": {"id": BACKEND["activation"], "kind": "start",
                              "phase": "complete"}}, None),
+    "status_not_running": lambda: render.no_backend(
+        {"updated_at": NOW - 600}, None,
+        {"owner": {"state": "clean", "at": NOW - 600, "applications": "3 stopped"}}),
+    "status_not_running_owner_killed": lambda: render.no_backend(
+        {"updated_at": NOW - 600}, None, {"owner": {"state": "running", "at": NOW - 900}}),
+    "status_not_running_shutdown_failed": lambda: render.no_backend(
+        {"updated_at": NOW - 600}, None,
+        {"owner": {"state": "failed", "at": NOW - 600, "failed_stage": "state"}}),
     "inspect": lambda: render.inspect(INSPECT),
     "restart": lambda: render.instances({"settled": True, "instances": {
         "shop/web/0": "ready", "shop/web/1": "ready"}}),
