@@ -31,7 +31,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from protocol.durable import limit_cache
@@ -42,6 +42,13 @@ from .journalckpt import Checkpointer, checkpoint, frames_for
 from .journalforget import forget_sources
 from .journalhealth import WriteHealth
 from .journalread import STREAMS, Filters, LogRecord, Page, read_page, tail_start
+from .journalretention import (
+    MAX_RETENTION,
+    MIN_RETENTION,
+    cut_extent,
+    load_budgets,
+    save_budgets,
+)
 from .logqueue import FairQueue, Queued
 
 __all__ = [
@@ -196,7 +203,7 @@ class Journal:
         self._queue_max = _check_int("queue_bytes", queue_bytes, 1)
         self._retention = _check_int("retention_bytes_per_app", retention_bytes_per_app, 1)
         self._batch_rows = _check_int("batch_rows", batch_rows, 1)
-        self._extent_bytes = max(self._retention // 32, 1)
+        self._budgets: dict[tuple[str, str], int] = {}   # set per app (journalretention)
         self._clock = clock
         self._before_batch = before_batch
         self._after_backlog = after_backlog
@@ -269,6 +276,7 @@ class Journal:
         stored = row[0] if row and isinstance(row[0], int) else 1
         (top,) = conn.execute("SELECT COALESCE(MAX(id), 0) FROM records").fetchone()
         self._next_id = max(stored, top + 1, 1)
+        self._budgets = load_budgets(conn)
         self._apps = {
             (stack, app): _App(total=total)
             for stack, app, total in conn.execute(
@@ -495,7 +503,7 @@ class Journal:
             for key in touched:
                 self._save_extent(conn, key)
             for key in touched:
-                if self._apps[key].total > self._retention:
+                if self._apps[key].total > self._limit(key):
                     self._prune(conn, key)
             conn.execute("UPDATE meta SET value=? WHERE key='next_id'", (self._next_id,))
             conn.execute("COMMIT")
@@ -525,7 +533,8 @@ class Journal:
         if app is None:
             app = self._apps[key] = _App()
         app.total += data_bytes
-        if app.first and first - app.last <= EXTENT_GAP and app.bytes < self._extent_bytes:
+        if app.first and first - app.last <= EXTENT_GAP and \
+                app.bytes < max(self._limit(key) // 32, 1):   # 32 extents to a budget
             app.last = last
             app.bytes += data_bytes
         else:
@@ -544,8 +553,8 @@ class Journal:
 
     def _prune(self, conn: sqlite3.Connection, key: tuple[str, str]) -> None:
         """Delete the app's oldest extents until its total fits the retention limit."""
-        app = self._apps[key]
-        while app.total > self._retention:
+        app, limit = self._apps[key], self._limit(key)
+        while app.total > limit:
             oldest = conn.execute(
                 "SELECT first_id, last_id, bytes FROM extents WHERE stack=? AND app=?"
                 " ORDER BY first_id LIMIT 64", key).fetchall()
@@ -553,7 +562,15 @@ class Journal:
                 app.total = 0
                 break
             for first, last, nbytes in oldest:
-                if app.total <= self._retention:
+                if app.total <= limit:
+                    break
+                if app.total - nbytes < limit and nbytes > 2 * max(limit // 32, 1):
+                    # an extent of a larger budget: cut its head, not all of it
+                    gone, starts = cut_extent(conn, key, first, last, app.total - limit)
+                    app.total -= gone
+                    if first == app.first:   # the open extent now starts there (0: gone)
+                        app.first, app.bytes = starts, app.bytes - gone
+                        app.last = app.last if starts else 0
                     break
                 conn.execute("DELETE FROM records WHERE id BETWEEN ? AND ? AND stack=?"
                              " AND app=?", (first, last, *key))
@@ -562,6 +579,47 @@ class Journal:
                 app.total -= nbytes
                 if first == app.first:
                     app.first = app.last = app.bytes = 0
+
+    def _limit(self, key: tuple[str, str]) -> int:
+        """The bytes app ``key`` keeps: its own budget, or the journal's default."""
+        return self._budgets.get(key, self._retention)
+
+    def retention(self) -> tuple[int, dict[tuple[str, str], int]]:
+        """The default budget, and the apps' own (journalretention)."""
+        with self._wlock:
+            return self._retention, dict(self._budgets)
+
+    def set_retention(self, budgets: Mapping[tuple[str, str], int]) -> None:
+        """Give exactly these apps their own budget (others keep the default), stored
+        durably, and prune at once what a smaller budget no longer keeps, in one
+        transaction. Safe from any thread. Raises ``BadRequest`` (a malformed name, a
+        budget out of [MIN_RETENTION, MAX_RETENTION], a closed journal) and
+        ``StorageFailed`` (the transaction failed: nothing changed)."""
+        checked = {(_check_name("stack", st), _check_name("app", app)):
+                   _check_int("budget", n, MIN_RETENTION) for (st, app), n in budgets.items()}
+        if any(n > MAX_RETENTION for n in checked.values()):
+            raise BadRequest(f"a log budget is at most {MAX_RETENTION} bytes")
+        if any("/" in st + app for st, app in checked):
+            raise BadRequest("a stack or app name with a budget has no '/'")
+        with self._wlock:
+            if self._closed:
+                raise BadRequest("journal is closed")
+            conn = self._wconn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                save_budgets(conn, checked)
+                self._budgets = checked
+                for key in [k for k, a in self._apps.items() if a.total > self._limit(k)]:
+                    self._prune(conn, key)
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise StorageFailed(f"journal: setting log budgets failed: {exc}",
+                                    {"path": self._path}) from None
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    self._load_state()   # budgets and totals as committed
 
     def forget(self, sources: Sequence[tuple[str, str, int]], timeout: float = 30.0) -> int:
         """Delete every line of each ``(stack, app, instance)`` in one transaction (see

@@ -30,6 +30,7 @@ from .evidence import ended_cgroups
 from .grants import GrantKeeper
 from .journal import Journal, LogSource
 from .journalforget import MAX_SOURCES
+from .journalretention import MAX_RETENTION, MIN_RETENTION
 from .metrics import Member, Meter, launch_inodes
 from .notes import MAX_NOTE, write_note
 from .observations import RING_SIZE, ObservationRing, test_knob
@@ -60,10 +61,13 @@ log = logging.getLogger("tenure.owner")
 # logCounts 1: metrics.read also answers ``logs`` (lines and bytes journalled per app
 # since the owner started) and ``journal_bytes`` (the journal's size on disk)
 # socketInodes 1: launch.sockets, the socket inodes a launch's processes hold open
+# logRetention 1: logs.retention, an app's own journal budget (owner.journalretention)
 CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
                 "notify": 1, "observations": 1, "fencing": 1, "spawnErrors": 1,
                 "logNotes": 1, "sockets": 1, "metrics": 1, "retention": 1,
-                "logCounts": 1, "socketInodes": 1}
+                "logCounts": 1, "socketInodes": 1, "logRetention": 1}
+
+MAX_BUDGETS = 10_000   # apps named in one logs.retention call
 
 MEASURE_ON_LOOP = 8
 """metrics.read measures up to this many launches on the loop, more in a thread."""
@@ -126,7 +130,24 @@ def _sources(v: Any) -> str | None:
     return None
 
 
+def _budgets(v: Any) -> str | None:
+    if len(v) > MAX_BUDGETS:
+        return f"must name at most {MAX_BUDGETS} apps"
+    for item in v:
+        if not isinstance(item, dict) or set(item) != {"stack", "app", "bytes"}:
+            return "each budget must be {stack, app, bytes}"
+        for key in ("stack", "app"):
+            if not isinstance(item[key], str) or _name(item[key]) is not None:
+                return f"each budget's {key} must be a name (1-128 printable, no '/')"
+        n = item["bytes"]
+        if isinstance(n, bool) or not isinstance(n, int) or \
+                not MIN_RETENTION <= n <= MAX_RETENTION:
+            return f"each budget's bytes must be {MIN_RETENTION} to {MAX_RETENTION}"
+    return None
+
+
 S_FORGET = Schema(Field("sources", list, check=_sources))
+S_RETENTION = Schema(Field("budgets", list, check=_budgets))
 S_PRUNE = Schema(Field("keep", int, check=check_int(100, 10_000_000)),
                  Field("protect", list, required=False, default=[],
                        check=lambda v: None if len(v) <= 100_000 and all(
@@ -197,6 +218,7 @@ class OwnerService:
             "logs.read": Method(self.logs_read, S_LOGS, role="viewer", while_draining=True),
             "logs.dropped": Method(self.logs_dropped, role="viewer", while_draining=True),
             "logs.forget": Method(self.logs_forget, S_FORGET),
+            "logs.retention": Method(self.logs_retention, S_RETENTION),
             "logs.note": Method(self.logs_note, S_NOTE),
             "launches.prune": Method(self.launches_prune, S_PRUNE),
             "observations.read": Method(self.obs_read, S_OBS, role="viewer",
@@ -458,6 +480,20 @@ class OwnerService:
                            f"{', '.join(busy[:5])}", {"launch_keys": busy[:100]})
         deleted = await asyncio.to_thread(self.journal.forget, sources)
         return {"sources": len(sources), "deleted": deleted}
+
+    async def logs_retention(self, call: Call) -> Any:
+        """Give exactly the named apps their own journal budget (the bytes of output kept,
+        the oldest pruned); every other app keeps the default. Stored durably; a smaller
+        budget prunes at once. Idempotent. Answers the budgets now in force."""
+        self._require_epoch(call)
+        budgets = {(b["stack"], b["app"]): b["bytes"] for b in call.params["budgets"]}
+
+        def apply() -> tuple[int, dict[tuple[str, str], int]]:
+            self.journal.set_retention(budgets)
+            return self.journal.retention()
+        default, now = await asyncio.to_thread(apply)
+        return {"default": default, "budgets": [{"stack": st, "app": app, "bytes": n}
+                                                for (st, app), n in sorted(now.items())]}
 
     async def launches_prune(self, call: Call) -> Any:
         """Delete the rows of ended launches but the newest ``keep`` and the ``protect``
