@@ -261,6 +261,7 @@ class Api:
                 else None, "owner_link": link, "intents": self.intents, "apps": rows,
                 "queued_config": queue_state(self.gen.layout.queued_config),
                 "log_write_error": self.gen.log_write_error,
+                "log_retention_unsupported": self.gen.log_budgets.unsupported,
                 "jobs": self.jobs.summary(), **held}
 
     async def metrics(self, call: Call) -> Any:

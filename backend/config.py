@@ -38,6 +38,7 @@ from .config_values import (
     get_enum,
     get_host,
     get_int,
+    get_size,
     get_str,
     get_table,
     get_url,
@@ -76,9 +77,12 @@ __all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "canonical_form", "config_error", "
 CONFIG_FORMAT = 1
 """Version of the canonical form; part of the revision."""
 MAX_INSTANCES = 64
+# an app's log_retention: the owner's bounds (owner.journalretention)
+LOG_RETENTION_MIN, LOG_RETENTION_MAX = 1 << 20, 1 << 40
 
 _APP_KEYS = ("command", "env", "cwd", "instances", "restart", "after", "backoff",
-             "start_limit", "ready", "health", "stop", *IDENTITY_KEYS, *SOCKET_KEYS)
+             "start_limit", "ready", "health", "stop", "log_retention", *IDENTITY_KEYS,
+             *SOCKET_KEYS)
 _PROBE_KEYS = {"tcp": ("port", "port_step", "host"), "http": ("url",), "exec": ("command",)}
 _READY_KEYS: dict[ReadyKind, tuple[str, ...]] = {
     ReadyKind.NONE: (),
@@ -184,7 +188,7 @@ def _app_form(app: App) -> dict[str, Any]:
     # identity and limits only when set: the revision of a config without them stays
     # what it was before they existed (certificates and checkpoints carry revisions)
     for key, default in (("run_as", RunAs()), ("limits", Limits()), ("sockets", ()),
-                         ("fd_store_max", 0)):
+                         ("fd_store_max", 0), ("log_retention", None)):
         if getattr(app, key) == default:
             del form[key]
     return form
@@ -307,6 +311,8 @@ def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
         after=parse_after(t, path),
         run_as=parse_run_as(t, path), limits=parse_limits(t, path),
         **parse_sockets(t, path),
+        log_retention=get_size(t, "log_retention", path, LOG_RETENTION_MIN,
+                               LOG_RETENTION_MAX),
     )
 
 

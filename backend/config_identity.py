@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .config_lines import KeyPath
-from .config_values import Invalid, check_keys, get_int, get_str, get_table
+from .config_values import Invalid, check_keys, get_int, get_size, get_str, get_table
 from .model import Limits, RunAs
 
 __all__ = ["IDENTITY_KEYS", "RUN_AS_KEYS", "parse_limits", "parse_run_as"]
@@ -26,8 +26,6 @@ MAX_GROUPS = 64
 MAX_CPUS = 4096.0
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,255}")  # no ':', '/', space, leading '-'
 _UMASK = re.compile(r"0?[0-7]{3}")
-_SIZE = re.compile(r"([0-9]+)\s*([KMGT]?)")
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _MAX_INT = 2**62
 
 
@@ -88,22 +86,6 @@ def _rlimit(t: Mapping[str, Any], key: str, path: KeyPath) -> int | None:
     return get_int(t, key, path, 0, 0, _MAX_INT)
 
 
-def _bytes(t: Mapping[str, Any], key: str, path: KeyPath) -> int | None:
-    if key not in t:
-        return None
-    value = t[key]
-    if isinstance(value, str):
-        m = _SIZE.fullmatch(value.strip().upper().removesuffix("B").removesuffix("I"))
-        if m is None:
-            raise Invalid((*path, key), f"must be bytes (an integer) or a size like "
-                                        f"\"512M\" or \"2G\", not {value!r}")
-        value = int(m.group(1)) * _UNITS[m.group(2)]
-        if not 1 <= value <= _MAX_INT:
-            raise Invalid((*path, key), "must be at least 1 byte")
-        return int(value)
-    return get_int(t, key, path, 0, 1, _MAX_INT)
-
-
 def _cpus(t: Mapping[str, Any], path: KeyPath) -> float | None:
     if "cpu_quota" not in t:
         return None
@@ -123,6 +105,7 @@ def parse_limits(t: Mapping[str, Any], path: KeyPath) -> Limits:
     here = (*path, "limits")
     check_keys(lt, LIMIT_KEYS, here)
     return Limits(nofile=_rlimit(lt, "nofile", here), nproc=_rlimit(lt, "nproc", here),
-                  core=_rlimit(lt, "core", here), memory_max=_bytes(lt, "memory_max", here),
+                  core=_rlimit(lt, "core", here),
+                  memory_max=get_size(lt, "memory_max", here, 1, _MAX_INT),
                   cpu_quota=_cpus(lt, here), pids_max=get_int(lt, "pids_max", here, 0, 1,
                                                               _MAX_INT) or None)

@@ -94,6 +94,36 @@ def get_int(t: Mapping[str, Any], key: str, path: KeyPath, default: int,
     return value
 
 
+_SIZE = re.compile(r"([0-9]+)\s*([KMGT]?)")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def get_size(t: Mapping[str, Any], key: str, path: KeyPath, lo: int, hi: int) -> int | None:
+    """Bytes in ``lo..hi``: an integer, or a size like "512M", "64MiB" or "2G" (powers of
+    1024); None when absent. Raises Invalid."""
+    if key not in t:
+        return None
+    value = t[key]
+    if not isinstance(value, str):
+        return get_int(t, key, path, 0, lo, hi)
+    m = _SIZE.fullmatch(value.strip().upper().removesuffix("B").removesuffix("I"))
+    if m is None:
+        raise Invalid((*path, key), f"must be bytes (an integer) or a size like "
+                                    f"\"512M\" or \"2G\", not {value!r}")
+    n = int(m.group(1)) * _UNITS[m.group(2)]
+    if not lo <= n <= hi:
+        raise Invalid((*path, key), f"must be {_size_text(lo)} to {_size_text(hi)}, "
+                                    f"not {value!r}" if lo > 1 else "must be at least 1 byte")
+    return n
+
+
+def _size_text(n: int) -> str:
+    for unit in ("T", "G", "M", "K"):
+        if n >= _UNITS[unit] and n % _UNITS[unit] == 0:
+            return f"{n // _UNITS[unit]}{unit}iB"
+    return f"{n} bytes"
+
+
 def get_duration(t: Mapping[str, Any], key: str, path: KeyPath, default: float,
                  positive: bool = False, minimum: float = 0.0) -> float:
     """Seconds as a finite float >= ``minimum`` (> 0 if ``positive``); integers are fine.

@@ -58,6 +58,7 @@ from .config import parse_recent, parsed_before
 from .enforce import app_uids
 from .events import EventLog
 from .jobs.resume import audit
+from .logbudgets import LogBudgets
 from .model import Config, Settings
 from .retention import retention_loop
 from .store import BackendStore, RecoveryStore
@@ -103,6 +104,7 @@ class Generation:
         self.log_dropped: dict[tuple[str, str], int] | None = None  # None: owner can't say
         self.owner_uncertain: frozenset[str] = frozenset()   # launches it could not record
         self.log_write_error: dict[str, Any] | None = None   # its journal's, while failing
+        self.log_budgets = LogBudgets()   # the apps' log_retention, told to the owner
         self._repairs: set[asyncio.Future[Any]] = set()
         self.ready = False
         self.draining = False
@@ -160,6 +162,7 @@ class Generation:
         self.sup.owner_capabilities = dict(welcome.capabilities)
         self.events = self.sup.events = EventLog(self.store, self.activation)
         await self._adopt()
+        await self._sync_log_budgets()
         from .api import Api
         self.api = Api(self)
         self.server = RpcServer(self.layout.api_sock, self.identity, {"tenureApi": 1},
@@ -340,7 +343,8 @@ class Generation:
         """The owner's status once a second: the age of our view says how current it is
         even when nothing happens, and ``log_dropped`` (lines the owner's journal dropped
         per app: its queue was full, or a write failed) and ``log_write_error`` (while its
-        writes fail) are kept for status and inspect without a call of their own."""
+        writes fail) are kept for status and inspect without a call of their own. Then
+        the apps' log budgets when the config changed them (backend.logbudgets)."""
         assert self.owner is not None
         while True:
             await asyncio.sleep(HEARTBEAT)
@@ -353,6 +357,14 @@ class Generation:
                 self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
             except TenureError as exc:
                 self.link.exchange_failed(time.time(), exc.msg)
+            else:
+                if self.log_budgets.due(self.config):   # a new config, or a failed call
+                    await self._sync_log_budgets()
+
+    async def _sync_log_budgets(self) -> None:
+        assert self.owner is not None and self.sup is not None
+        await self.log_budgets.sync(self.owner, self.epoch, self.sup.owner_capabilities,
+                                    self.config)
 
     def _owner_status(self, status: dict[str, Any]) -> None:
         dropped = status.get("log_dropped")

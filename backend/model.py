@@ -222,6 +222,7 @@ class App(Struct, frozen=True):
     limits: Limits = field(default_factory=Limits)
     sockets: tuple[SocketSpec, ...] = ()
     fd_store_max: int = 0
+    log_retention: int | None = None   # bytes of output the journal keeps; None: default
 
     @property
     def key(self) -> str:

@@ -49,6 +49,10 @@ def status(st: dict[str, Any]) -> str:
         tail += "\n" + paint(f"the owner's journal cannot write since "
                              f"{time.strftime('%H:%M:%S', time.localtime(failing['since']))} "
                              f"({failing['error']}): log lines are dropped", "red")
+    if st.get("log_retention_unsupported"):
+        tail += "\n" + paint("the owner predates log_retention: every app keeps the default "
+                             "64 MiB of output until the owner runs this release (`tenure "
+                             "owner upgrade`)", "yellow")
     if dropped:
         tail += "\nlog lines dropped (the journal's queue was full, or it could not "\
             "write): " + ", ".join(f"{app} {n}" for app, n in sorted(dropped.items()))

@@ -168,6 +168,10 @@ BAD: list[tuple[str, str, str, int]] = [
     ("syntax-unterminated-array", HEAD + 'after = ["a",\n', "", 3),
     ("syntax-missing-value", HEAD + 'cwd =\n', "", 3),
     ("syntax-bad-header", '[stacks.demo\n', "", 1),
+    ("log-retention-small", HEAD + 'log_retention = "512K"\n', f"{APP}.log_retention", 3),
+    ("log-retention-large", HEAD + 'log_retention = "2T"\n', f"{APP}.log_retention", 3),
+    ("log-retention-word", HEAD + 'log_retention = "lots"\n', f"{APP}.log_retention", 3),
+    ("log-retention-float", HEAD + 'log_retention = 1.5\n', f"{APP}.log_retention", 3),
 ]
 
 
@@ -366,6 +370,7 @@ SEMANTIC = [
     (f"{D}/health", {"kind": "exec", "command": ["check"]}),
     ("stacks/other/apps/x", {"command": ["x"]}),
     (f"{D}/ready", {"kind": "notify"}),
+    (f"{W}/log_retention", "256MiB"),
 ]
 
 
@@ -590,3 +595,15 @@ def test_every_example_in_the_docs_parses() -> None:
         defines_web = block.startswith(f"[{APP}]") or "\nweb = " in block
         context = '[stacks.demo.apps.db]\ncommand = ["db"]\n' + ("" if defines_web else HEAD)
         parse_config(context + block, "docs/config.md")
+
+
+def test_log_retention_is_a_size_and_restarts_nothing() -> None:
+    base = parse_config(HEAD, "t.toml").stacks["demo"].apps["web"]
+    assert base.log_retention is None
+    for written, size in (('"256MiB"', 256 << 20), ('"1G"', 1 << 30), ("1048576", 1 << 20)):
+        app = parse_config(HEAD + f"log_retention = {written}\n", "t.toml").stacks[
+            "demo"].apps["web"]
+        assert app.log_retention == size
+        assert app.definition_digest() == base.definition_digest()   # no restart for it
+    err = _invalid(HEAD + 'log_retention = "512K"\n')
+    assert err.data["problem"] == "must be 1MiB to 1TiB, not '512K'", err.data

@@ -1,0 +1,64 @@
+"""Each app's ``log_retention`` (tenure.toml) brought to the owner's journal.
+
+The owner keeps budgets durably (``logs.retention``, capability ``logRetention@1``);
+the backend tells it the whole set whenever it differs from what the owner was last
+told: at a generation's start (a new generation cannot know what an older one said)
+and after every config change. A failed call is tried again at the next heartbeat. An
+owner without the capability keeps the default for every app; that is said once in the
+backend's log and in ``status`` (``log_retention_unsupported``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from protocol.errors import TenureError
+
+from .model import Config
+
+__all__ = ["CAPABILITY", "LogBudgets", "budgets_of"]
+
+log = logging.getLogger(__name__)
+
+CAPABILITY = ("logRetention", 1)
+
+Budgets = dict[tuple[str, str], int]
+
+
+def budgets_of(config: Config) -> Budgets:
+    """The apps of ``config`` with a ``log_retention`` of their own."""
+    return {(s.name, a.name): a.log_retention for s in config.stacks.values()
+            for a in s.apps.values() if a.log_retention is not None}
+
+
+class LogBudgets:
+    def __init__(self) -> None:
+        self.told: Budgets | None = None   # what the owner was last told (None: not yet)
+        self.unsupported = False           # budgets wanted of an owner without the call
+
+    def due(self, config: Config) -> bool:
+        return budgets_of(config) != self.told
+
+    async def sync(self, owner: Any, epoch: int, capabilities: Mapping[str, int],
+                   config: Config) -> None:
+        """Tell the owner ``config``'s budgets unless it was told them already. Raises
+        nothing: a failure is logged and the next call tries again."""
+        want = budgets_of(config)
+        if want == self.told:
+            return
+        if capabilities.get(CAPABILITY[0]) != CAPABILITY[1]:
+            if want and not self.unsupported:
+                log.warning("the owner predates log_retention (logRetention@1): every app "
+                            "keeps the default until it is restarted on this release")
+            self.unsupported, self.told = bool(want), want
+            return
+        try:
+            await owner.call("logs.retention", {"budgets": [
+                {"stack": st, "app": app, "bytes": n} for (st, app), n in sorted(want.items())]},
+                epoch=epoch)
+        except TenureError as exc:
+            log.warning("log budgets not set yet (%s); trying again", exc.msg)
+            return
+        self.told, self.unsupported = want, False
