@@ -32,7 +32,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 from protocol.durable import limit_cache
 from protocol.errors import BadRequest, StateCorrupt, StorageFailed, UnsafePath
@@ -62,6 +62,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 FORMAT_VERSION: Final = 1
 READ_LIMIT_MAX: Final = 10_000
@@ -601,25 +603,13 @@ class Journal:
             raise BadRequest(f"a log budget is at most {MAX_RETENTION} bytes")
         if any("/" in st + app for st, app in checked):
             raise BadRequest("a stack or app name with a budget has no '/'")
-        with self._wlock:
-            if self._closed:
-                raise BadRequest("journal is closed")
-            conn = self._wconn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                save_budgets(conn, checked)
-                self._budgets = checked
-                for key in [k for k, a in self._apps.items() if a.total > self._limit(k)]:
-                    self._prune(conn, key)
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise StorageFailed(f"journal: setting log budgets failed: {exc}",
-                                    {"path": self._path}) from None
-            finally:
-                with contextlib.suppress(sqlite3.Error):
-                    self._load_state()   # budgets and totals as committed
+
+        def work(conn: sqlite3.Connection) -> None:
+            save_budgets(conn, checked)
+            self._budgets = checked
+            for key in [k for k, a in self._apps.items() if a.total > self._limit(k)]:
+                self._prune(conn, key)
+        self._maintain("setting log budgets", work)
 
     def forget(self, sources: Sequence[tuple[str, str, int]], timeout: float = 30.0) -> int:
         """Delete every line of each ``(stack, app, instance)`` in one transaction (see
@@ -630,24 +620,32 @@ class Journal:
         checked = [(_check_name("stack", st), _check_name("app", app),
                     _check_int("instance", inst)) for st, app, inst in sources]
         self.flush(timeout)
+        deleted = self._maintain("forgetting sources", lambda c: forget_sources(c, checked))
+        self._ckpt.ask()  # a delete may rewrite many pages
+        return deleted
+
+    def _maintain(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``work(conn)`` in one transaction of the writer's connection, between two
+        batches: committed whole, or on an error not at all (StorageFailed naming
+        ``what``); the per-app state is reloaded as committed either way. Raises
+        BadRequest on a closed journal."""
         with self._wlock:
             if self._closed:
                 raise BadRequest("journal is closed")
             conn = self._wconn
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                deleted = forget_sources(conn, checked)
+                result = work(conn)
                 conn.execute("COMMIT")
-                self._ckpt.ask()  # a delete may rewrite many pages
+                return result
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-                raise StorageFailed(f"journal: forgetting sources failed: {exc}",
+                raise StorageFailed(f"journal: {what} failed: {exc}",
                                     {"path": self._path}) from None
             finally:
                 with contextlib.suppress(sqlite3.Error):
-                    self._load_state()  # per-app totals from the extents as committed
-        return deleted
+                    self._load_state()   # budgets and per-app totals as committed
 
     # -- readers -------------------------------------------------------------------------
 

@@ -115,35 +115,34 @@ def _note_text(v: Any) -> str | None:
     return None
 
 
+def _per_app(what: str, third: str, v: Any, check: Callable[[Any], bool],
+             rule: str) -> str | None:
+    """A list of ``{stack, app, <third>}`` with names and ``check(<third>)``: None, or
+    what is wrong with the first item that is not."""
+    for item in v:
+        if not isinstance(item, dict) or set(item) != {"stack", "app", third}:
+            return f"each {what} must be {{stack, app, {third}}}"
+        for key in ("stack", "app"):
+            if not isinstance(item[key], str) or _name(item[key]) is not None:
+                return f"each {what}'s {key} must be a name (1-128 printable, no '/')"
+        n = item[third]
+        if isinstance(n, bool) or not isinstance(n, int) or not check(n):
+            return f"each {what}'s {third} must be {rule}"
+    return None
+
+
 def _sources(v: Any) -> str | None:
     if not 1 <= len(v) <= MAX_SOURCES:
         return f"must list 1 to {MAX_SOURCES} sources"
-    for item in v:
-        if not isinstance(item, dict) or set(item) != {"stack", "app", "instance"}:
-            return "each source must be {stack, app, instance}"
-        for key in ("stack", "app"):
-            if not isinstance(item[key], str) or _name(item[key]) is not None:
-                return f"each source's {key} must be a name (1-128 printable, no '/')"
-        inst = item["instance"]
-        if isinstance(inst, bool) or not isinstance(inst, int) or _uint(inst) is not None:
-            return "each source's instance must be an integer >= 0"
-    return None
+    return _per_app("source", "instance", v, lambda n: _uint(n) is None,
+                    "an integer >= 0")
 
 
 def _budgets(v: Any) -> str | None:
     if len(v) > MAX_BUDGETS:
         return f"must name at most {MAX_BUDGETS} apps"
-    for item in v:
-        if not isinstance(item, dict) or set(item) != {"stack", "app", "bytes"}:
-            return "each budget must be {stack, app, bytes}"
-        for key in ("stack", "app"):
-            if not isinstance(item[key], str) or _name(item[key]) is not None:
-                return f"each budget's {key} must be a name (1-128 printable, no '/')"
-        n = item["bytes"]
-        if isinstance(n, bool) or not isinstance(n, int) or \
-                not MIN_RETENTION <= n <= MAX_RETENTION:
-            return f"each budget's bytes must be {MIN_RETENTION} to {MAX_RETENTION}"
-    return None
+    return _per_app("budget", "bytes", v, lambda n: MIN_RETENTION <= n <= MAX_RETENTION,
+                    f"{MIN_RETENTION} to {MAX_RETENTION}")
 
 
 S_FORGET = Schema(Field("sources", list, check=_sources))
