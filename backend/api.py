@@ -505,6 +505,7 @@ class Api:
             row = {**row, "launch_key": inst.launch_key,
                    "command": list(inst.app.command), "restart": str(inst.app.restart),
                    "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire(),
+                   "log_retention": inst.app.log_retention,
                    **identity_view(inst.app), **_activation_view(inst, held),
                    "last_error": None if inst.last_error is None
                    else inst.last_error.to_wire(),

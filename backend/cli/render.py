@@ -255,6 +255,8 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("cpu_percent", "cpu", lambda r: percent(r["cpu_percent"])),
     ("rss", "memory", lambda r: size(r["rss"])),
     ("log_dropped", "log lines dropped", lambda r: value(r["log_dropped"])),
+    ("log_retention", "log retention", lambda r: size(r["log_retention"])
+     if r["log_retention"] else "64 MiB (the default)"),
     ("command", "command", lambda r: _shell_words(r["command"])),
     ("restart", "restart policy", lambda r: value(r["restart"])),
     ("ready_kind", "readiness", lambda r: value(r["ready_kind"])),

@@ -31,6 +31,7 @@ def test_an_app_keeps_its_log_retention_and_follows_the_config(cluster) -> None:
     assert _kept(cluster)[0] >= MIB // 2
     text = cluster.cli_text("status")
     assert "predates log_retention" not in text, text
+    assert "log retention:     1.0 MiB" in cluster.cli_text("inspect", "s/w")
     # a larger budget keeps what is there; nothing restarts for it
     cluster.up(f'[stacks.s.apps.w]\n{WRITER}log_retention = "2MiB"\n')
     assert cluster.pids() == pid

@@ -68,7 +68,7 @@ STALE = {**STATUS, "owner_link": {**LINK, "state": "lost", "reason": "connection
                        ready=None, cpu_percent=None, rss=None)], "jobs": {}}
 INSPECT = {"instances": [{**_app("shop/web/0"), "launch_key": "shop/web/0/1",
                           "command": ["gunicorn", "app:wsgi", "--workers", "2"],
-                          "restart": "always", "ready_kind": "tcp",
+                          "restart": "always", "ready_kind": "tcp", "log_retention": 512 << 20,
                           "stop": {"signal": "TERM", "timeout": 10.0, "kill_after": 5.0},
                           "identity": {"user": "shop", "group": "shop",
                                        "supplementary_groups": ["www-data"], "umask": 0o27,
