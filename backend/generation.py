@@ -162,7 +162,6 @@ class Generation:
         self.sup.owner_capabilities = dict(welcome.capabilities)
         self.events = self.sup.events = EventLog(self.store, self.activation)
         await self._adopt()
-        await self._sync_log_budgets()
         from .api import Api
         self.api = Api(self)
         self.server = RpcServer(self.layout.api_sock, self.identity, {"tenureApi": 1},
@@ -176,6 +175,7 @@ class Generation:
                        background(persist_loop(self), "persist", log),
                        background(certificate_loop(self), "certificate", log),
                        background(self._heartbeat_loop(), "owner heartbeat", log),
+                       background(self._log_budget_loop(), "log budgets", log),
                        background(retention_loop(self), "retention", log),
                        background(self._spool_loop(), "queued config", log)]
         self.ready = True
@@ -343,8 +343,7 @@ class Generation:
         """The owner's status once a second: the age of our view says how current it is
         even when nothing happens, and ``log_dropped`` (lines the owner's journal dropped
         per app: its queue was full, or a write failed) and ``log_write_error`` (while its
-        writes fail) are kept for status and inspect without a call of their own. Then
-        the apps' log budgets when the config changed them (backend.logbudgets)."""
+        writes fail) are kept for status and inspect without a call of their own."""
         assert self.owner is not None
         while True:
             await asyncio.sleep(HEARTBEAT)
@@ -357,14 +356,18 @@ class Generation:
                 self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
             except TenureError as exc:
                 self.link.exchange_failed(time.time(), exc.msg)
-            else:
-                if self.log_budgets.due(self.config):   # a new config, or a failed call
-                    await self._sync_log_budgets()
 
-    async def _sync_log_budgets(self) -> None:
+    async def _log_budget_loop(self) -> None:
+        """The apps' log budgets told to the owner a second after the start (what an
+        older generation told it may be another config's) and after every config
+        change or failed call (backend.logbudgets); apart from the heartbeat, which a
+        large prune must not hold up."""
         assert self.owner is not None and self.sup is not None
-        await self.log_budgets.sync(self.owner, self.epoch, self.sup.owner_capabilities,
-                                    self.config)
+        while True:
+            await asyncio.sleep(HEARTBEAT)
+            if self.link.state is LinkState.CONNECTED and self.log_budgets.due(self.config):
+                await self.log_budgets.sync(self.owner, self.epoch,
+                                            self.sup.owner_capabilities, self.config)
 
     def _owner_status(self, status: dict[str, Any]) -> None:
         dropped = status.get("log_dropped")

@@ -2,8 +2,9 @@
 
 The owner keeps budgets durably (``logs.retention``, capability ``logRetention@1``);
 the backend tells it the whole set whenever it differs from what the owner was last
-told: at a generation's start (a new generation cannot know what an older one said)
-and after every config change. A failed call is tried again at the next heartbeat. An
+told: a second after a generation's start (a new generation cannot know what an older
+one said) and after every config change, from a loop of its own (a large prune must
+not hold up the heartbeat). A failed call is tried again a second later. An
 owner without the capability keeps the default for every app; that is said once in the
 backend's log and in ``status`` (``log_retention_unsupported``).
 """
@@ -23,6 +24,8 @@ __all__ = ["CAPABILITY", "LogBudgets", "budgets_of"]
 log = logging.getLogger(__name__)
 
 CAPABILITY = ("logRetention", 1)
+CALL_TIMEOUT = 600.0   # a smaller budget prunes at once: gigabytes may take a while, and
+                       # a call that times out costs the whole owner connection
 
 Budgets = dict[tuple[str, str], int]
 
@@ -57,7 +60,7 @@ class LogBudgets:
         try:
             await owner.call("logs.retention", {"budgets": [
                 {"stack": st, "app": app, "bytes": n} for (st, app), n in sorted(want.items())]},
-                epoch=epoch)
+                epoch=epoch, timeout=CALL_TIMEOUT)
         except TenureError as exc:
             log.warning("log budgets not set yet (%s); trying again", exc.msg)
             return

@@ -29,7 +29,8 @@ class Owner:
         self.calls: list[tuple[str, Any, int | None]] = []
         self.fail = False
 
-    async def call(self, method: str, params: Any, *, epoch: int | None = None) -> Any:
+    async def call(self, method: str, params: Any, *, epoch: int | None = None,
+                   timeout: float | None = None) -> Any:
         self.calls.append((method, params, epoch))
         if self.fail:
             raise TransportLost("logs.retention: connection lost")
