@@ -97,7 +97,16 @@ REASONS: dict[str, str] = {
         "loop turn changed nothing clear. No fsync is on "
         "the path; the owner decides nothing on its own, so the backend's decision is two "
         "hops away. Figures move by a third between runs with the machine's load (runs "
-        "of one session: 2.9 to 5.9 ms at 50, the same code)."),
+        "of one session: 2.9 to 5.9 ms at 50, the same code). With 200 apps (probes, 29 "
+        "kills): the work runs on one CPU at a time while the other idles: the backend "
+        "had the exit and sent the launch before the owner ran its next statement after "
+        "sending it (0.5 ms later), each wake-up placing the woken process on the "
+        "waker's CPU; the poller's `inspect` asks the owner for its sockets, answered "
+        "before the launch that came after it; the owner's Popen takes 0.6-0.9 ms there "
+        "against 0.25 ms in a small process with as many fds; its last look 0.37-0.45 ms, "
+        "~0.1 ms of it the kernel listing its 200 children. Reading only the main "
+        "thread's children (orphans land there) took the last look from 75 to 31 us "
+        "with 50 apps, little with 200."),
     "ratio_logs": "",
     "ratio_replace_returned": (
         "a backend upgrade checks the candidate before the incumbent is touched: its "
