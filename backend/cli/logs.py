@@ -148,8 +148,8 @@ def _silence(exc: OwnerUnavailable) -> str:
     for 7 s (pid 12 is stopped ...)'."""
     link = exc.data.get("owner_link") or {}
     age = link.get("age")
-    text = "the owner does not answer" if not isinstance(age, int | float) else \
-        f"the owner has not answered for {age:.0f} s"
+    text = "the owner does not answer" if not isinstance(age, int | float) or age < 1 \
+        else f"the owner has not answered for {age:.0f} s"
     return text + (f" ({link['process']})" if link.get("process") else "")
 
 

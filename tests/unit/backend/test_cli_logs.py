@@ -244,3 +244,27 @@ def test_without_follow_a_silent_owner_ends_the_read_at_once(journal, monkeypatc
     monkeypatch.setattr("backend.cli.logs.time.sleep", pytest.fail)
     with pytest.raises(OwnerUnavailable):
         follow_logs(args(), call)
+
+
+def test_a_follow_through_an_owner_restart_says_it_does_not_answer(journal, monkeypatch):
+    """An owner that has just exited (a maintenance window) was 'not answered for 0 s'."""
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr("backend.cli.logs.time.sleep", lambda s: None)
+    gone = OwnerUnavailable("the owner did not answer", {"owner_link": {
+        "current": True, "age": 0.3, "process": "pid 12 has exited"}})
+    owner = Owner(journal, io.StringIO())
+    script = ["page", gone, "page", Ended()]
+
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        step = script.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return owner(a, method, params)
+
+    with pytest.raises(Ended):
+        follow_logs(args(follow=True), call)
+    assert err.getvalue().splitlines()[0] == (
+        "tenure: logs: the owner does not answer (pid 12 has exited); following on once "
+        "it answers (Ctrl-C ends)")
