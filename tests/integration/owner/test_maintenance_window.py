@@ -150,3 +150,36 @@ def test_one_window_at_a_time(cluster):
         os.close(fd)
     assert _states(cluster) == before
     assert not (cluster.home / "execution" / "maintenance.json").exists()
+
+
+def test_a_log_follower_lives_through_a_window(cluster):
+    """`tenure logs -f` waits while the owner restarts (it ended with exit 3 before)
+    and goes on with the restarted app's lines."""
+    import signal
+    import subprocess
+    import time
+    cluster.up('[stacks.s.apps.c]\ncommand = ["sh", "-c", '
+               '"i=0; while :; do i=$((i+1)); echo $i; sleep 0.05; done"]\n')
+    cluster.wait_ready(1)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "backend.cli.main", "--home", str(cluster.home), "logs",
+         "-f", "-n", "0", "s/c"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, **cluster.env})
+    try:
+        time.sleep(1.0)
+        plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
+        cluster.cli("owner", "upgrade", "--digest", plan["digest"], check=True)
+        cluster.wait_ready(1)
+        time.sleep(1.5)
+        assert follower.poll() is None, follower.communicate(timeout=30)
+    finally:
+        follower.terminate()
+        out, err = follower.communicate(timeout=30)
+    assert follower.returncode == -signal.SIGTERM, err
+    counts = [int(line.rpartition(": ")[2]) for line in out.splitlines()]
+    restarted = [i for i in range(1, len(counts)) if counts[i] < counts[i - 1]]
+    assert len(restarted) == 1 and counts[restarted[0]] <= 5, counts   # lines from both
+    notes = err.splitlines()
+    assert len(notes) == 2 and notes[0].startswith("tenure: logs: the owner ") and \
+        notes[0].endswith("following on once it answers (Ctrl-C ends)"), err
+    assert notes[1] == "tenure: logs: the owner answers again; following", err
