@@ -192,7 +192,8 @@ def cmd_top(args: Any) -> int:
 
 def cmd_logs(args: Any) -> int:
     from .logs import follow_logs
-    return follow_logs(args, _call)
+    from .offline_logs import Fallback
+    return follow_logs(args, Fallback(_call, _layout(args)))
 
 
 def cmd_events(args: Any) -> int:

@@ -50,6 +50,9 @@ def test_up_demo_status_upgrade_down(cluster):
     assert text.startswith("backend: not available; tenure is not running (neither the "
                            "guardian nor the owner is): the owner shut down cleanly at ")
     assert text.rstrip().endswith("(applications: 3 stopped). `tenure up` starts it"), text
+    # the journal stays readable with tenure down (it ended with BACKEND_UNAVAILABLE)
+    logs = cluster.cli_text("logs", "demo/worker", "-n", "1")
+    assert logs.startswith("demo/worker/0: worker line "), logs
 
 
 def test_status_without_backend_explains_instead_of_hanging(cluster):

@@ -1,0 +1,139 @@
+"""``tenure logs`` while tenure is not running: the owner's journal read from disk.
+
+After ``tenure down``, or when the owner and the guardian died, no backend answers, but
+execution/journal.db still holds what the apps wrote until then; that is when an
+operator most needs it. When the first read finds neither daemon running
+(everyday.stopped), this reads the file itself, read-only, with the owner's own page
+reader (owner.journalread), and says so on stderr. Targets are matched against the
+apps the journal has lines of (globs in the stack and app parts; an instance by its
+number). ``-f`` prints what there is and ends: nothing is written while tenure is down.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from protocol.errors import BackendUnavailable, BadRequest, NotFound, StateCorrupt
+from protocol.layout import Layout
+
+__all__ = ["Fallback"]
+
+
+class Fallback:
+    """A ``call`` for logs.follow_logs: the backend's ``logs``, or, once the first call
+    found tenure not running, the journal file."""
+
+    def __init__(self, call: Callable[..., Any], lay: Layout) -> None:
+        self._call, self._lay = call, lay
+        self._conn: sqlite3.Connection | None = None
+        self._first = True
+
+    def __call__(self, args: Any, method: str, params: dict[str, Any]) -> Any:
+        if self._conn is None:
+            first, self._first = self._first, False
+            try:
+                return self._call(args, method, params)
+            except BackendUnavailable as exc:
+                if not first or exc.data.get("stopped") is None:
+                    raise
+                self._conn = self._open()
+                sys.stderr.write(f"tenure: logs: tenure is not running: reading {self._path}"
+                                 " directly (what the apps wrote until the owner stopped)"
+                                 + ("; -f ends there" if args.follow else "") + "\n")
+                args.follow = False
+        return self._read(params)
+
+    @property
+    def _path(self) -> str:
+        return str(self._lay.execution / "journal.db")
+
+    def _open(self) -> sqlite3.Connection:
+        import os
+        if not os.path.exists(self._path):
+            raise NotFound(f"tenure is not running and there is no journal at {self._path}:"
+                           " no app has run on this home", {"path": self._path})
+        try:
+            conn = sqlite3.connect(f"file:{self._path}?mode=ro", uri=True,
+                                   isolation_level=None)
+            (version,) = conn.execute(
+                "SELECT value FROM meta WHERE key='format_version'").fetchone()
+        except (sqlite3.Error, TypeError) as exc:
+            raise StateCorrupt(f"cannot read {self._path}: {exc}",
+                               {"path": self._path}) from None
+        if version != 1:
+            conn.close()
+            raise StateCorrupt(f"{self._path} has an unknown format version {version!r}",
+                               {"path": self._path})
+        return conn
+
+    def _read(self, params: dict[str, Any]) -> Any:
+        """What the backend's ``logs`` answers, from the file: one page, merged across
+        the targets' sources (backend.logsel)."""
+        import asyncio
+
+        from backend.logsel import after_time, read_sources
+        p = {k: v for k, v in params.items() if v is not None}
+        targets, since_time = p.pop("targets", None), p.pop("since_time", None)
+
+        async def read(q: dict[str, Any]) -> dict[str, Any]:
+            return self._page(q)
+
+        async def answer() -> Any:
+            if since_time is not None:
+                p["after"] = max(p.get("after", 0), await after_time(read, since_time))
+            if not targets:
+                return await read(p)
+            return await read_sources(read, self._sources(targets), p)
+        return asyncio.run(answer())
+
+    def _page(self, q: dict[str, Any]) -> dict[str, Any]:
+        from owner.journal import READ_LIMIT_MAX
+        from owner.journalread import Filters, read_page, tail_start
+        assert self._conn is not None
+        flt = Filters(q.get("stack"), q.get("app"), q.get("instance"), q.get("stream"))
+        flt.sql()
+        after = q.get("after", 0)
+        self._conn.execute("BEGIN")
+        try:
+            if q.get("tail") is not None:
+                after = max(after, tail_start(self._conn, q["tail"], flt))
+            page = read_page(self._conn, after, min(q.get("limit", 1000), READ_LIMIT_MAX),
+                             q.get("max_bytes", 1 << 20), flt)
+        finally:
+            self._conn.execute("COMMIT")
+        return {"records": [{"id": r.id, "ts": r.ts, "stack": r.stack, "app": r.app,
+                             "instance": r.instance, "generation": r.generation,
+                             "stream": r.stream, "flags": r.flags, "data": r.data}
+                            for r in page.records],
+                "last_id": page.last_id, "next": page.next, "more": page.more}
+
+    def _sources(self, targets: list[str]) -> list[tuple[str, str | None, int | None]]:
+        """The sources ``targets`` name among the apps the journal has lines of."""
+        from backend.logsel import MAX_SOURCES
+        from backend.targets import is_glob, sources
+        assert self._conn is not None
+        apps = self._conn.execute("SELECT DISTINCT stack, app FROM extents").fetchall()
+        keys = [f"{stack}/{app}/0" for stack, app in apps]   # instances: by number only
+        found: set[tuple[str, str | None, int | None]] = set()
+        missing = []
+        for t in targets:
+            parts = t.split("/")
+            if len(parts) == 3 and is_glob(parts[2]):
+                raise BadRequest(f"{t!r}: while tenure is not running, name instances by "
+                                 "number (the journal alone does not list them)")
+            named = sources(keys, "/".join(parts[:2]))
+            if len(parts) == 3:
+                named = [(st, app, int(parts[2])) for st, app, _ in named]
+            if not named:
+                missing.append(t)
+            found.update(named)
+        if missing:
+            raise NotFound(f"the journal has no lines of {', '.join(map(repr, missing))}",
+                           {"targets": missing})
+        if len(found) > MAX_SOURCES:
+            raise BadRequest(f"the targets name {len(found)} separate apps or instances (at "
+                             f"most {MAX_SOURCES} at once); name whole stacks or apps")
+        return sorted(found, key=lambda s: (s[0], s[1] or "", -1 if s[2] is None else s[2]))

@@ -1,0 +1,110 @@
+"""`tenure logs` while tenure is not running: the journal file read directly, read-only,
+page by page, with targets matched against the apps it has lines of. A real journal
+written by the owner's Journal; the backend's `call` is a fake that finds tenure
+stopped (or not)."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.cli.logs import follow_logs
+from backend.cli.offline_logs import Fallback
+from owner.journal import Journal, LogSource
+from protocol.errors import BackendUnavailable, BadRequest, NotFound
+from protocol.layout import Layout
+
+STOPPED = BackendUnavailable("no backend generation answers; tenure is not running",
+                             {"stopped": {"owner": {"state": "clean"}}})
+
+
+def args(**kw: Any) -> Any:
+    base = {"targets": [], "stream": None, "since": None, "n": 50, "follow": False,
+            "json": False, "grep": None}
+    return types.SimpleNamespace(**{**base, **kw})
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Layout:
+    lay = Layout(tmp_path)
+    os.makedirs(lay.execution, mode=0o700)
+    with Journal(lay.execution / "journal.db") as j:
+        for i in range(3):
+            j.append(LogSource("shop", "web", i, 1), "stdout", [(b"web %d" % i, 0)])
+        j.append(LogSource("shop", "db", 0, 1), "stderr", [(b"db says", 0)])
+        for n in range(25_000):   # more than a page
+            j.append(LogSource("batch", "etl", 0, 1), "stdout", [(b"etl %d" % n, 0)])
+        assert j.flush(timeout=60)
+    return lay
+
+
+def run(lay: Layout, monkeypatch: pytest.MonkeyPatch, raised: Exception = STOPPED,
+        **kw: Any) -> tuple[list[str], str]:
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        raise raised
+
+    assert follow_logs(args(**kw), Fallback(call, lay)) == 0
+    return out.getvalue().splitlines(), err.getvalue()
+
+
+def test_the_journal_is_read_when_tenure_is_not_running(home, monkeypatch):
+    lines, err = run(home, monkeypatch, targets=["shop"], n=10)
+    assert lines == ["shop/web/0: web 0", "shop/web/1: web 1", "shop/web/2: web 2",
+                     "shop/db/0 (stderr): db says"]
+    assert err == (f"tenure: logs: tenure is not running: reading {home.execution}/"
+                   "journal.db directly (what the apps wrote until the owner stopped)\n")
+    lines, _ = run(home, monkeypatch, targets=["shop/w*/1", "batch/etl"], n=2)
+    assert lines == ["batch/etl/0: etl 24998", "batch/etl/0: etl 24999"]
+    lines, _ = run(home, monkeypatch, targets=["shop/web/1", "shop/db"], stream="stdout")
+    assert lines == ["shop/web/1: web 1"]
+    lines, _ = run(home, monkeypatch, since="0", n=0)   # every line, page by page
+    assert len(lines) == 25_004
+
+
+def test_a_follow_prints_what_there_is_and_ends(home, monkeypatch):
+    lines, err = run(home, monkeypatch, targets=["shop/db"], follow=True)
+    assert lines == ["shop/db/0 (stderr): db says"] and err.endswith("; -f ends there\n")
+
+
+def test_targets_the_journal_has_no_lines_of_are_named(home, monkeypatch):
+    with pytest.raises(NotFound, match="'shop/cache', 'x'"):
+        run(home, monkeypatch, targets=["shop/cache", "x", "shop"])
+    with pytest.raises(BadRequest, match="name instances by number"):
+        run(home, monkeypatch, targets=["shop/web/*"])
+
+
+def test_only_a_first_read_that_finds_tenure_stopped_turns_to_the_file(home, monkeypatch):
+    unrelated = BackendUnavailable("no backend generation answers; recovery blocked",
+                                   {"stopped": None})
+    with pytest.raises(BackendUnavailable):   # the guardian runs: its diagnostics stand
+        run(home, monkeypatch, raised=unrelated)
+    calls: list[int] = []
+
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            return {"records": [], "last_id": 0, "next": 0, "more": False}
+        raise STOPPED   # `tenure down` while following: the follow ends with it
+    monkeypatch.setattr("backend.cli.logs.time.sleep", lambda s: None)
+    with pytest.raises(BackendUnavailable):
+        follow_logs(args(follow=True), Fallback(call, home))
+
+
+def test_a_missing_or_unreadable_journal_is_named(tmp_path, monkeypatch):
+    from protocol.errors import StateCorrupt
+    with pytest.raises(NotFound, match="no app has run on this home"):
+        run(Layout(tmp_path), monkeypatch)
+    (tmp_path / "execution").mkdir()
+    (tmp_path / "execution" / "journal.db").write_bytes(b"not a database" * 100)
+    with pytest.raises(StateCorrupt, match="cannot read"):
+        run(Layout(tmp_path), monkeypatch)
