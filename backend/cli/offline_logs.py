@@ -11,13 +11,16 @@ number). ``-f`` prints what there is and ends: nothing is written while tenure i
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from protocol.errors import BackendUnavailable, BadRequest, NotFound, StateCorrupt
 from protocol.layout import Layout
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:   # typing and sqlite3 cost every `tenure logs` a few ms to import
+    import sqlite3
+    from typing import Any
 
 __all__ = ["Fallback"]
 
@@ -52,6 +55,7 @@ class Fallback:
 
     def _open(self) -> sqlite3.Connection:
         import os
+        import sqlite3
         if not os.path.exists(self._path):
             raise NotFound(f"tenure is not running and there is no journal at {self._path}:"
                            " no app has run on this home", {"path": self._path})
