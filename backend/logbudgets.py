@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from protocol.errors import TenureError
+from protocol.errors import StaleEpoch, TenureError
 
 from .model import Config
 
@@ -40,6 +40,7 @@ class LogBudgets:
     def __init__(self) -> None:
         self.told: Budgets | None = None   # what the owner was last told (None: not yet)
         self.unsupported = False           # budgets wanted of an owner without the call
+        self._failing = False              # the last call failed (said once per run)
 
     def due(self, config: Config) -> bool:
         return budgets_of(config) != self.told
@@ -61,7 +62,15 @@ class LogBudgets:
             await owner.call("logs.retention", {"budgets": [
                 {"stack": st, "app": app, "bytes": n} for (st, app), n in sorted(want.items())]},
                 epoch=epoch, timeout=CALL_TIMEOUT)
-        except TenureError as exc:
-            log.warning("log budgets not set yet (%s); trying again", exc.msg)
+        except StaleEpoch:   # a newer generation holds the owner and tells its own
+            self.told = want
             return
-        self.told, self.unsupported = want, False
+        except TenureError as exc:
+            if not self._failing:
+                log.warning("log budgets not set yet (%s); trying again every second",
+                            exc.msg)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("log budgets set")
+        self.told, self.unsupported, self._failing = want, False, False
