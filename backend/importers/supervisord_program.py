@@ -31,6 +31,7 @@ from .supervisord_values import (
     AutoRestart,
     auto_restart,
     boolean,
+    byte_size,
     exit_codes,
     expand,
     integer,
@@ -50,6 +51,10 @@ _CHECKED = ("priority", "autorestart", "startsecs", "startretries", "stopsignal"
             "stopwaitsecs", "numprocs", "numprocs_start", "user", "umask")
 _LOG_REASON = ("tenure keeps each app's stdout and stderr in its journal "
                "(`tenure logs`); there are no log files to configure")
+# what supervisord keeps of a stream: maxbytes x (backups + 1), by default 50 MB x 11
+_LOG_SIZES = tuple(f"{s}_logfile_{k}" for s in ("stdout", "stderr")
+                   for k in ("maxbytes", "backups"))
+_LOG_RETENTION = (1 << 20, 1 << 40)   # log_retention's bounds (backend.config)
 _HOME_NOTE = ("tenure sets HOME, USER and LOGNAME to this user's (supervisord leaves its "
               "own); a value in `environment` still wins")
 
@@ -89,6 +94,7 @@ class _Settings(Struct, frozen=True):
     numprocs: int = 1
     numprocs_start: int = 0
     run_as: RunAs = field(default_factory=RunAs)
+    log_retention: int | None = None
 
 
 class _Process(Struct, frozen=True):
@@ -191,7 +197,36 @@ class _Program:
                                "must be >= 1"),
             numprocs_start=self._get("numprocs_start", integer, d.numprocs_start,
                                      lambda v: v >= 0, "must be >= 0"),
-            run_as=RunAs(user=self._user(), umask=self._get("umask", octal, None)))
+            run_as=RunAs(user=self._user(), umask=self._get("umask", octal, None)),
+            log_retention=self._log_retention())
+
+    def _log_retention(self) -> int | None:
+        """``log_retention`` when the program sizes its log files: what supervisord
+        would keep on disk, each kept stream's maxbytes x (backups + 1). None (tenure's
+        default) when it sets none of those, or makes a stream unlimited."""
+        if not any(self._get(key, str.strip, "") for key in _LOG_SIZES):
+            return None
+        streams = ["stdout"] if self._get("redirect_stderr", boolean, False) \
+            else ["stdout", "stderr"]
+        total = 0
+        for s in streams:
+            if self._get(f"{s}_logfile", str.strip, "AUTO").upper() == "NONE":
+                continue   # supervisord keeps nothing of it
+            size = self._get(f"{s}_logfile_maxbytes", byte_size, 50 << 20, lambda v: v >= 0,
+                             "must be >= 0")
+            backups = self._get(f"{s}_logfile_backups", integer, 10, lambda v: v >= 0,
+                                "must be >= 0")
+            if size == 0:
+                self.result.not_mapped(self._origin(f"{s}_logfile_maxbytes"),
+                                       "0 (no limit) has no tenure equivalent: the app keeps "
+                                       "the journal's default (64 MiB); set log_retention")
+                return None
+            total += size * (backups + 1)
+        low, high = _LOG_RETENTION
+        if total and not low <= total <= high:
+            self.result.not_mapped(self._origin(_LOG_SIZES[0]), f"the log files hold "
+                                   f"{total} bytes; log_retention is 1 MiB to 1 TiB")
+        return min(max(total, low), high) if total else None
 
     def _user(self) -> str | None:
         """``user``, a name or a uid. supervisord, like tenure, gives the program the
@@ -296,7 +331,7 @@ class _Program:
             ready=(Readiness(kind=ReadyKind.DELAY, delay=float(s.startsecs))
                    if s.startsecs > 0 else Readiness()),
             stop=StopSpec(signal=s.stopsignal, timeout=float(s.stopwaitsecs)),
-            run_as=s.run_as)
+            run_as=s.run_as, log_retention=s.log_retention)
         self.result.drafts.append(Draft(app, self._header(), s.priority))
 
     def _other_keys(self) -> None:
@@ -322,6 +357,8 @@ class _Program:
             expected = self._get("autorestart", auto_restart, AutoRestart.UNEXPECTED)
             return "" if set(codes) == {0} or expected is not AutoRestart.UNEXPECTED else \
                 "restart = on-failure treats only exit status 0 as expected"
+        if key in _LOG_SIZES:
+            return ""   # log_retention
         if key == "redirect_stderr" or key.startswith(("stdout_", "stderr_")):
             return _LOG_REASON
         return "no tenure equivalent"

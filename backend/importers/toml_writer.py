@@ -67,6 +67,10 @@ def _app_lines(app: App) -> list[str]:
     if app.after:
         out.append(f"after = {_value(sorted(app.after))}")
     out.extend(_run_as_lines(app.run_as))
+    if app.log_retention is not None:
+        n = app.log_retention
+        out.append("log_retention = " + (_value(f"{n >> 20}MiB") if n % (1 << 20) == 0
+                                         else _value(n)))
     tables: list[tuple[str, Any, Any]] = [
         ("ready", app.ready, Readiness()), ("backoff", app.backoff, Backoff()),
         ("start_limit", app.start_limit, StartLimit()), ("stop", app.stop, StopSpec())]

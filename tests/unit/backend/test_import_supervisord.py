@@ -346,3 +346,39 @@ def test_unparsable_files_are_config_invalid_with_file_and_line(
 def test_a_missing_file_is_config_invalid(tmp_path: Path) -> None:
     with pytest.raises(ConfigInvalid, match="cannot read the file"):
         read_supervisord(str(tmp_path / "nope.conf"), CTX)
+
+
+X = "[program:x]"
+
+
+def _retention(tmp_path: Path, keys: str) -> tuple[int | None, dict[str, str]]:
+    result = _read(tmp_path, {"s.conf": f"[program:x]\ncommand=/bin/x\n{keys}"})
+    return result.drafts[0].app.log_retention, _problems(result)
+
+
+@pytest.mark.parametrize(("keys", "kept"), [
+    ("", None),                                                # tenure's default
+    ("stdout_logfile=/var/log/x.log\n", None),                 # sizes not set: default
+    ("stdout_logfile_maxbytes=50MB\n", 2 * 550 << 20),         # both streams, 11 files
+    ("stdout_logfile_maxbytes=10MB\nredirect_stderr=true\n", 110 << 20),
+    ("stdout_logfile_backups=0\nstderr_logfile=NONE\n", 50 << 20),
+    ("stderr_logfile_maxbytes=512kb\nstderr_logfile_backups=3\nstdout_logfile=none\n",
+     2 << 20),
+    ("stdout_logfile_maxbytes=100\nstdout_logfile_backups=0\nredirect_stderr=true\n",
+     1 << 20),                                                 # at least 1 MiB
+])
+def test_log_file_sizes_become_log_retention(tmp_path: Path, keys: str,
+                                             kept: int | None) -> None:
+    """What supervisord keeps on disk: each kept stream's maxbytes x (backups + 1)."""
+    got, problems = _retention(tmp_path, keys)
+    assert got == kept
+    assert not any(k.endswith(("_maxbytes", "_backups")) for k in problems) or \
+        kept == 1 << 20, problems
+
+
+def test_an_unlimited_log_file_keeps_the_default_and_says_so(tmp_path: Path) -> None:
+    got, problems = _retention(tmp_path, "stdout_logfile_maxbytes=0\n")
+    assert got is None
+    assert "0 (no limit) has no tenure equivalent" in problems[f"{X} stdout_logfile_maxbytes"]
+    got, problems = _retention(tmp_path, "stdout_logfile_maxbytes=lots\n")
+    assert got == 2 * 550 << 20 and "lots" in problems[f"{X} stdout_logfile_maxbytes"]
