@@ -133,6 +133,14 @@ class Cluster:
                                  f"{proc.stdout}\n{proc.stderr}")
         return proc.stdout
 
+    def follow(self, *args: str) -> subprocess.Popen[str]:
+        """Start ``tenure --home H ARGS`` (a follower: ``logs -f``, ``events -f``) with
+        its stdout and stderr piped; the caller ends it (terminate, communicate)."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "backend.cli.main", "--home", str(self.home), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            text=True, env={**os.environ, **self.env})
+
     def write_config(self, text: str, name: str = "tenure.toml") -> Path:
         self.config_path = self.home / name
         self.config_path.write_text(text)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "100000"]\n'
@@ -134,10 +132,7 @@ def test_a_follow_waits_out_a_stopped_owner_and_misses_no_line(cluster) -> None:
     cluster.up(COUNTER)
     cluster.wait_ready(1)
     owner = cluster.status()["owner"]["pid"]
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "backend.cli.main", "--home", str(cluster.home), "--json",
-         "logs", "-f", "-n", "0", "s/a"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env={**os.environ, **cluster.env})
+    follower = cluster.follow("--json", "logs", "-f", "-n", "0", "s/a")
     try:
         time.sleep(1.0)
         os.kill(owner, signal.SIGSTOP)

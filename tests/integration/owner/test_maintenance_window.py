@@ -156,15 +156,11 @@ def test_a_log_follower_lives_through_a_window(cluster):
     """`tenure logs -f` waits while the owner restarts (it ended with exit 3 before)
     and goes on with the restarted app's lines."""
     import signal
-    import subprocess
     import time
     cluster.up('[stacks.s.apps.c]\ncommand = ["sh", "-c", '
                '"i=0; while :; do i=$((i+1)); echo $i; sleep 0.05; done"]\n')
     cluster.wait_ready(1)
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "backend.cli.main", "--home", str(cluster.home), "logs",
-         "-f", "-n", "0", "s/c"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env={**os.environ, **cluster.env})
+    follower = cluster.follow("logs", "-f", "-n", "0", "s/c")
     try:
         time.sleep(1.0)
         plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out

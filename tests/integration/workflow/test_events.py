@@ -5,9 +5,6 @@ backend upgrade misses nothing and repeats nothing; --since resumes after an id.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -58,10 +55,7 @@ def test_a_follower_lives_through_an_upgrade_and_since_resumes(cluster):
     cluster.wait(lambda: any(e["kind"] == "restart" for e in _events(cluster)), 30,
                  "a restart")
     old = cluster.status()["backend"]["activation"]
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "backend.cli.main", "--home", str(cluster.home), "--json",
-         "events", "-f", "-n", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env={**os.environ, **cluster.env})
+    follower = cluster.follow("--json", "events", "-f", "-n", "0")
     try:
         time.sleep(1.0)
         release = cluster.cli("backend", "status", check=True).out["selector"]["current"]
