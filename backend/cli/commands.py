@@ -192,8 +192,11 @@ def cmd_top(args: Any) -> int:
 
 def cmd_logs(args: Any) -> int:
     from .logs import follow_logs
-    from .offline_logs import Fallback
-    return follow_logs(args, Fallback(_call, _layout(args)))
+    from .offline_logs import Fallback, FollowEnded
+    try:
+        return follow_logs(args, Fallback(_call, _layout(args)))
+    except FollowEnded:   # tenure is not running: the file was read to its end
+        return OK
 
 
 def cmd_events(args: Any) -> int:

@@ -2,11 +2,13 @@
 
 After ``tenure down``, or when the owner and the guardian died, no backend answers, but
 execution/journal.db still holds what the apps wrote until then; that is when an
-operator most needs it. When the first read finds neither daemon running
+operator most needs it. When a read finds neither daemon running
 (everyday.stopped), this reads the file itself, read-only, with the owner's own page
 reader (owner.journalread), and says so on stderr. Targets are matched against the
 apps the journal has lines of (globs in the stack and app parts; an instance by its
 number). ``-f`` prints what there is and ends: nothing is written while tenure is down.
+A follower whose tenure is stopped (``tenure down``) reads the rest from the file the
+same way, from where it was, and ends.
 """
 
 from __future__ import annotations
@@ -22,17 +24,24 @@ if TYPE_CHECKING:   # typing and sqlite3 cost every `tenure logs` a few ms to im
     import sqlite3
     from typing import Any
 
-__all__ = ["Fallback"]
+__all__ = ["Fallback", "FollowEnded"]
+
+STOPPING_S = 5.0   # how long a follower waits for the daemons of a `tenure down` to end
+
+
+class FollowEnded(Exception):
+    """Raised to a follow once the file was read to its end: nothing more will come."""
 
 
 class Fallback:
-    """A ``call`` for logs.follow_logs: the backend's ``logs``, or, once the first call
-    found tenure not running, the journal file."""
+    """A ``call`` for logs.follow_logs: the backend's ``logs``, or, once a call found
+    tenure not running (a follower: stopping), the journal file from where it was."""
 
     def __init__(self, call: Callable[..., Any], lay: Layout) -> None:
         self._call, self._lay = call, lay
         self._conn: sqlite3.Connection | None = None
         self._first = True
+        self._read_to_end = False
 
     def __call__(self, args: Any, method: str, params: dict[str, Any]) -> Any:
         if self._conn is None:
@@ -40,14 +49,32 @@ class Fallback:
             try:
                 return self._call(args, method, params)
             except BackendUnavailable as exc:
-                if not first or exc.data.get("stopped") is None:
+                down = exc.data.get("stopped")
+                if down is None and args.follow:   # `tenure down` while following: its
+                    down = self._stopping()       # daemons may still be ending
+                if down is None:
                     raise
                 self._conn = self._open()
-                sys.stderr.write(f"tenure: logs: tenure is not running: reading {self._path}"
-                                 " directly (what the apps wrote until the owner stopped)"
+                what = "tenure is not running" if first else "tenure stopped"
+                sys.stderr.write(f"tenure: logs: {what}: reading {self._path} directly "
+                                 "(what the apps wrote until the owner stopped)"
                                  + ("; -f ends there" if args.follow else "") + "\n")
-                args.follow = False
-        return self._read(params)
+        if self._read_to_end:   # only a follow asks again: nothing is written now
+            raise FollowEnded
+        page = self._read(params)
+        self._read_to_end = not page["more"]
+        return page
+
+    def _stopping(self) -> dict[str, Any] | None:
+        """everyday.stopped once the daemons that stopped answering have ended (a
+        shutdown takes a moment); None when they still run after STOPPING_S."""
+        import time
+
+        from .everyday import stopped
+        deadline = time.monotonic() + STOPPING_S
+        while (down := stopped(self._lay)) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return down
 
     @property
     def _path(self) -> str:

@@ -37,7 +37,15 @@ def test_up_demo_status_upgrade_down(cluster):
     assert cluster.cli("backend", "upgrade", "nosuch").code == 2   # BAD_REQUEST
     assert cluster.pids() == before
     assert cluster.up(DEMO).out["apply"]["plan"]["changes"] == []  # idempotent
+    follower = cluster.follow("logs", "-f", "-n", "1", "demo/worker")
+    assert follower.stdout is not None
+    first = follower.stdout.readline()   # it follows
     down = cluster.down()
+    # the follower reads the rest from the journal file and ends (was: exit 3)
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0 and err.startswith("tenure: logs: tenure stopped: "
+                                                       "reading "), err
+    assert (first + out).splitlines()[-1] == logs_after_down(cluster), out
     assert down.ok and down.out["owner"] and down.out["guardian"]
     assert cluster.leftovers() == []
     receipt = (cluster.layout.execution / "owner-receipt.json").read_text()
@@ -51,8 +59,12 @@ def test_up_demo_status_upgrade_down(cluster):
                            "guardian nor the owner is): the owner shut down cleanly at ")
     assert text.rstrip().endswith("(applications: 3 stopped). `tenure up` starts it"), text
     # the journal stays readable with tenure down (it ended with BACKEND_UNAVAILABLE)
-    logs = cluster.cli_text("logs", "demo/worker", "-n", "1")
-    assert logs.startswith("demo/worker/0: worker line "), logs
+    assert logs_after_down(cluster).startswith("demo/worker/0: worker line ")
+
+
+def logs_after_down(cluster) -> str:
+    """The worker's last line, read from the journal file with tenure down."""
+    return cluster.cli_text("logs", "demo/worker", "-n", "1").strip()
 
 
 def test_status_without_backend_explains_instead_of_hanging(cluster):

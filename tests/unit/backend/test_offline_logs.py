@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from backend.cli.logs import follow_logs
-from backend.cli.offline_logs import Fallback
+from backend.cli.offline_logs import Fallback, FollowEnded
 from owner.journal import Journal, LogSource
 from protocol.errors import BackendUnavailable, BadRequest, NotFound
 from protocol.layout import Layout
@@ -44,6 +44,14 @@ def home(tmp_path: Path) -> Layout:
     return lay
 
 
+def logs(a: Any, fallback: Fallback) -> int:
+    """What cmd_logs does: a follow of the file ends with FollowEnded, exit 0."""
+    try:
+        return follow_logs(a, fallback)
+    except FollowEnded:
+        return 0
+
+
 def run(lay: Layout, monkeypatch: pytest.MonkeyPatch, raised: Exception = STOPPED,
         **kw: Any) -> tuple[list[str], str]:
     out, err = io.StringIO(), io.StringIO()
@@ -53,7 +61,7 @@ def run(lay: Layout, monkeypatch: pytest.MonkeyPatch, raised: Exception = STOPPE
     def call(a: Any, method: str, params: dict[str, Any]) -> Any:
         raise raised
 
-    assert follow_logs(args(**kw), Fallback(call, lay)) == 0
+    assert logs(args(**kw), Fallback(call, lay)) == 0
     return out.getvalue().splitlines(), err.getvalue()
 
 
@@ -83,19 +91,41 @@ def test_targets_the_journal_has_no_lines_of_are_named(home, monkeypatch):
         run(home, monkeypatch, targets=["shop/web/*"])
 
 
-def test_only_a_first_read_that_finds_tenure_stopped_turns_to_the_file(home, monkeypatch):
+def test_a_backend_gone_while_tenure_runs_stays_an_error(home, monkeypatch):
     unrelated = BackendUnavailable("no backend generation answers; recovery blocked",
                                    {"stopped": None})
     with pytest.raises(BackendUnavailable):   # the guardian runs: its diagnostics stand
         run(home, monkeypatch, raised=unrelated)
-    calls: list[int] = []
 
+
+
+def test_a_follower_whose_tenure_stops_reads_the_rest_from_the_file(home, monkeypatch):
+    """`tenure down` while following: the backend is gone while the guardian and owner
+    still end; once they have, the rest comes from the file, from where it was."""
     def call(a: Any, method: str, params: dict[str, Any]) -> Any:
-        calls.append(1)
-        if len(calls) == 1:
-            return {"records": [], "last_id": 0, "next": 0, "more": False}
-        raise STOPPED   # `tenure down` while following: the follow ends with it
+        if "after" not in params:   # the first page: up to shop/db's line
+            return {"records": [], "last_id": 4, "next": 4, "more": False}
+        raise BackendUnavailable("no backend generation answers", {"stopped": None})
+
+    polls: list[int] = []
+
+    def stopped(lay: Layout) -> Any:
+        polls.append(1)
+        return None if len(polls) < 3 else {"owner": {"state": "clean"}}
+    monkeypatch.setattr("backend.cli.everyday.stopped", stopped)
     monkeypatch.setattr("backend.cli.logs.time.sleep", lambda s: None)
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    assert logs(args(follow=True, targets=["batch/etl"]), Fallback(call, home)) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "batch/etl/0: etl 0" and len(lines) == 25_000   # none before id 5
+    assert err.getvalue().startswith("tenure: logs: tenure stopped: reading ")
+    assert err.getvalue().endswith("; -f ends there\n") and len(polls) == 3
+
+    polls.clear()
+    monkeypatch.setattr("backend.cli.everyday.stopped", lambda lay: None)  # still running
+    monkeypatch.setattr("backend.cli.offline_logs.STOPPING_S", 0.05)
     with pytest.raises(BackendUnavailable):
         follow_logs(args(follow=True), Fallback(call, home))
 
