@@ -16,7 +16,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from protocol.errors import BackendUnavailable, BadRequest, NotFound, StateCorrupt
+from protocol.errors import (
+    BackendUnavailable,
+    BadRequest,
+    NotFound,
+    StateCorrupt,
+    Unauthorized,
+)
 from protocol.layout import Layout
 
 TYPE_CHECKING = False
@@ -86,6 +92,11 @@ class Fallback:
         if not os.path.exists(self._path):
             raise NotFound(f"tenure is not running and there is no journal at {self._path}:"
                            " no app has run on this home", {"path": self._path})
+        if not os.access(self._path, os.R_OK):   # a viewer of a system-scope home
+            uid = os.stat(self._path).st_uid
+            raise Unauthorized(f"tenure is not running, and its journal {self._path} is "
+                               f"readable only by uid {uid}: run `tenure logs` as that user",
+                               {"path": self._path, "uid": uid})
         try:
             conn = sqlite3.connect(f"file:{self._path}?mode=ro", uri=True,
                                    isolation_level=None)

@@ -131,10 +131,15 @@ def test_a_follower_whose_tenure_stops_reads_the_rest_from_the_file(home, monkey
 
 
 def test_a_missing_or_unreadable_journal_is_named(tmp_path, monkeypatch):
-    from protocol.errors import StateCorrupt
+    from protocol.errors import StateCorrupt, Unauthorized
     with pytest.raises(NotFound, match="no app has run on this home"):
         run(Layout(tmp_path), monkeypatch)
     (tmp_path / "execution").mkdir()
+    (tmp_path / "execution" / "journal.db").write_bytes(b"")
+    with monkeypatch.context() as m:   # a viewer (this test may run as root)
+        m.setattr("os.access", lambda path, mode: False)
+        with pytest.raises(Unauthorized, match=f"readable only by uid {os.getuid()}: run"):
+            run(Layout(tmp_path), monkeypatch)
     (tmp_path / "execution" / "journal.db").write_bytes(b"not a database" * 100)
     with pytest.raises(StateCorrupt, match="cannot read"):
         run(Layout(tmp_path), monkeypatch)
