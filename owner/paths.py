@@ -50,12 +50,8 @@ class OwnerPaths(Layout):
         return str(self.dir / "owner.db")
 
     @property
-    def journal(self) -> str:
-        return str(self.dir / "journal.db")
-
-    @property
     def receipt(self) -> str:
-        return str(self.dir / "owner-receipt.json")
+        return self.owner_receipt
 
     @property
     def receipts(self) -> str:

@@ -85,6 +85,16 @@ class Layout:
         return str(self.execution / "owner-release.json")
 
     @property
+    def journal(self) -> str:
+        """The apps' output (owner.journal); the CLI reads it while tenure is down."""
+        return str(self.execution / "journal.db")
+
+    @property
+    def owner_receipt(self) -> str:
+        """How the last owner ended (owner.receipt); `status` says it while tenure is down."""
+        return str(self.execution / "owner-receipt.json")
+
+    @property
     def maintenance(self) -> str:
         """The plan and progress of an owner maintenance window (`tenure owner upgrade`)."""
         return str(self.execution / "maintenance.json")

@@ -87,13 +87,13 @@ def stopped(lay: Layout) -> dict[str, Any] | None:
     while either daemon runs, or when we may not tell (a viewer)."""
     if listens(lay.guardian_sock) is not False or listens(lay.owner_sock) is not False:
         return None
-    from protocol.durable import read_json
+    from owner.receipt import read_receipt
     try:
-        rec = read_json(str(lay.execution / "owner-receipt.json"), "tenure-owner-receipt")
-    except FileNotFoundError:
-        return {"owner": None}
+        rec = read_receipt(lay.owner_receipt)
     except Exception as exc:  # an unreadable receipt is reported, not hidden
         return {"owner": {"state": "unreadable", "error": str(exc)}}
+    if rec is None:
+        return {"owner": None}
     stages = {s.get("stage"): s for s in rec.get("stages") or [] if isinstance(s, dict)}
     return {"owner": {"state": rec.get("state"), "at": rec.get("updated_at"),
                       "failed_stage": rec.get("failed_stage"),

@@ -84,7 +84,7 @@ class Fallback:
 
     @property
     def _path(self) -> str:
-        return str(self._lay.execution / "journal.db")
+        return self._lay.journal
 
     def _open(self) -> sqlite3.Connection:
         import os
