@@ -41,7 +41,7 @@ from . import memtrim
 from .journalckpt import Checkpointer, checkpoint, frames_for
 from .journalforget import forget_sources
 from .journalhealth import WriteHealth
-from .journalread import STREAMS, Filters, LogRecord, Page, read_page, tail_start
+from .journalread import STREAMS, Filters, LogRecord, Page, read_at
 from .journalretention import (
     MAX_RETENTION,
     MIN_RETENTION,
@@ -59,6 +59,7 @@ __all__ = [
     "LogRecord",
     "LogSource",
     "Page",
+    "check_schema",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,8 +154,9 @@ def _open_private(path: str) -> None:
         os.close(fd)
 
 
-def _check_schema(conn: sqlite3.Connection, path: str) -> bool:
-    """True if the database is empty (needs creating). Raises ``StateCorrupt``."""
+def check_schema(conn: sqlite3.Connection, path: str) -> bool:
+    """True if the database is empty (needs creating); False for a journal of this
+    format. Raises ``StateCorrupt`` (not a journal, another format), sqlite3.Error."""
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if not tables:
         return True
@@ -242,7 +244,7 @@ class Journal:
         except sqlite3.Error as exc:
             raise StateCorrupt(f"cannot open journal: {exc}", {"path": self._path}) from None
         try:
-            fresh = _check_schema(conn, self._path)
+            fresh = check_schema(conn, self._path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's job
@@ -259,7 +261,7 @@ class Journal:
     def _create(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if not _check_schema(conn, self._path):  # created meanwhile by another opener
+            if not check_schema(conn, self._path):  # created meanwhile by another opener
                 conn.execute("ROLLBACK")
                 return
             for ddl in _SCHEMA:
@@ -696,16 +698,10 @@ class Journal:
                       None if instance is None else _check_int("instance", instance),
                       stream)
         flt.sql()  # refuses a bad stream before anything is read
+        if tail is not None:
+            _check_int("tail", tail)
         with self._rlock:
-            conn = self._reader()
-            conn.execute("BEGIN")
-            try:
-                if tail is not None:
-                    after_id = max(after_id, tail_start(conn, _check_int("tail", tail),
-                                                        flt))
-                return read_page(conn, after_id, limit, max_bytes, flt)
-            finally:
-                conn.execute("COMMIT")
+            return read_at(self._reader(), after_id, limit, max_bytes, flt, tail)
 
     @property
     def path(self) -> str:

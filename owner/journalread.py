@@ -16,8 +16,8 @@ from typing import Any, Final
 
 from protocol.errors import BadRequest
 
-__all__ = ["RECORD_OVERHEAD", "STREAMS", "Filters", "LogRecord", "Page", "read_page",
-           "tail_start"]
+__all__ = ["RECORD_OVERHEAD", "STREAMS", "Filters", "LogRecord", "Page", "read_at",
+           "read_page", "tail_start"]
 
 STREAMS: Final = frozenset({"stdout", "stderr"})
 RECORD_OVERHEAD: Final = 96
@@ -46,6 +46,11 @@ class LogRecord:
         """About the bytes this record takes in an answer (an upper bound)."""
         return len(self.data) + len(self.stack) + len(self.app) + RECORD_OVERHEAD
 
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "ts": self.ts, "stack": self.stack, "app": self.app,
+                "instance": self.instance, "generation": self.generation,
+                "stream": self.stream, "flags": self.flags, "data": self.data}
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Page:
@@ -56,6 +61,11 @@ class Page:
     next: int
     more: bool
     last_id: int
+
+    def to_wire(self) -> dict[str, Any]:
+        """The answer of the owner's ``logs.read``."""
+        return {"records": [r.to_wire() for r in self.records], "last_id": self.last_id,
+                "next": self.next, "more": self.more}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -126,6 +136,20 @@ def read_page(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: in
         if len(records) >= limit:
             return Page(records, records[-1].id, True, _last_id(conn))
     return Page(records, records[-1].id if records else after_id, False, _last_id(conn))
+
+
+def read_at(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: int | None,
+            flt: Filters, tail: int | None = None) -> Page:
+    """:func:`read_page` in one read transaction, after :func:`tail_start` with
+    ``tail``: the owner's ``logs.read``, and the CLI's read of the file while tenure is
+    not running. The caller serialises the use of ``conn``."""
+    conn.execute("BEGIN")
+    try:
+        if tail is not None:
+            after_id = max(after_id, tail_start(conn, tail, flt))
+        return read_page(conn, after_id, limit, max_bytes, flt)
+    finally:
+        conn.execute("COMMIT")
 
 
 def tail_start(conn: sqlite3.Connection, n: int, flt: Filters) -> int:

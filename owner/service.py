@@ -454,8 +454,7 @@ class OwnerService:
             self.journal.read_page, p["after"], p["limit"], max_bytes=p["max_bytes"],
             tail=p["tail"], stack=p["stack"], app=p["app"], instance=p["instance"],
             stream=p["stream"])
-        return {"records": [_record(r) for r in page.records], "last_id": page.last_id,
-                "next": page.next, "more": page.more}
+        return page.to_wire()
 
     async def logs_dropped(self, call: Call) -> Any:
         """Lines dropped per app since the owner started (the journal queue was full)."""
@@ -555,11 +554,6 @@ class OwnerService:
         self._require_epoch(call)
         asyncio.get_running_loop().call_soon(self._on_shutdown)
         return {"shutting_down": True}
-
-
-def _record(r: Any) -> dict[str, Any]:
-    return {"id": r.id, "ts": r.ts, "stack": r.stack, "app": r.app, "instance": r.instance,
-            "generation": r.generation, "stream": r.stream, "flags": r.flags, "data": r.data}
 
 
 def source_of(row: LaunchRow) -> LogSource:

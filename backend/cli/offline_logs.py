@@ -97,18 +97,15 @@ class Fallback:
             raise Unauthorized(f"tenure is not running, and its journal {self._path} is "
                                f"readable only by uid {uid}: run `tenure logs` as that user",
                                {"path": self._path, "uid": uid})
+        from owner.journal import check_schema
         try:
             conn = sqlite3.connect(f"file:{self._path}?mode=ro", uri=True,
                                    isolation_level=None)
-            (version,) = conn.execute(
-                "SELECT value FROM meta WHERE key='format_version'").fetchone()
-        except (sqlite3.Error, TypeError) as exc:
+            if check_schema(conn, self._path):
+                raise sqlite3.DatabaseError("it holds no journal")
+        except sqlite3.Error as exc:
             raise StateCorrupt(f"cannot read {self._path}: {exc}",
                                {"path": self._path}) from None
-        if version != 1:
-            conn.close()
-            raise StateCorrupt(f"{self._path} has an unknown format version {version!r}",
-                               {"path": self._path})
         return conn
 
     def _read(self, params: dict[str, Any]) -> Any:
@@ -132,25 +129,15 @@ class Fallback:
         return asyncio.run(answer())
 
     def _page(self, q: dict[str, Any]) -> dict[str, Any]:
+        """What the owner's ``logs.read`` answers, read from the file."""
         from owner.journal import READ_LIMIT_MAX
-        from owner.journalread import Filters, read_page, tail_start
+        from owner.journalread import Filters, read_at
         assert self._conn is not None
         flt = Filters(q.get("stack"), q.get("app"), q.get("instance"), q.get("stream"))
         flt.sql()
-        after = q.get("after", 0)
-        self._conn.execute("BEGIN")
-        try:
-            if q.get("tail") is not None:
-                after = max(after, tail_start(self._conn, q["tail"], flt))
-            page = read_page(self._conn, after, min(q.get("limit", 1000), READ_LIMIT_MAX),
-                             q.get("max_bytes", 1 << 20), flt)
-        finally:
-            self._conn.execute("COMMIT")
-        return {"records": [{"id": r.id, "ts": r.ts, "stack": r.stack, "app": r.app,
-                             "instance": r.instance, "generation": r.generation,
-                             "stream": r.stream, "flags": r.flags, "data": r.data}
-                            for r in page.records],
-                "last_id": page.last_id, "next": page.next, "more": page.more}
+        return read_at(self._conn, q.get("after", 0), min(q.get("limit", 1000),
+                       READ_LIMIT_MAX), q.get("max_bytes", 1 << 20), flt,
+                       q.get("tail")).to_wire()
 
     def _sources(self, targets: list[str]) -> list[tuple[str, str | None, int | None]]:
         """The sources ``targets`` name among the apps the journal has lines of."""

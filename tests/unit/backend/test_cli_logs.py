@@ -17,7 +17,7 @@ from backend.cli.logs import OWNER_WAIT_S, TENURE_FLAG, follow_logs, neutralise,
 from backend.targets import exact_source
 from owner.journal import Journal, LogSource
 from owner.notes import TENURE, write_note
-from owner.service import LOGS_PAGE_BYTES, _record
+from owner.service import LOGS_PAGE_BYTES
 from protocol.errors import BadRequest, OwnerUnavailable
 
 WEB = LogSource("shop", "web", 0, 1)
@@ -45,8 +45,7 @@ class Owner:
                                       **p)
         if self.after_first is not None and len(self.calls) == 1:
             self.after_first()
-        return {"records": [_record(r) for r in page.records], "last_id": page.last_id,
-                "next": page.next, "more": page.more}
+        return page.to_wire()
 
 
 class Tty(io.StringIO):

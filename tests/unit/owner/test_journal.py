@@ -315,10 +315,9 @@ def test_extents_match_rows_after_interleaved_batches_and_pruning(tmp_path: Path
 
 def _wire_bytes(recs: list[LogRecord]) -> int:
     """The size of the owner's logs.read answer carrying ``recs``."""
-    from owner.service import _record
     from protocol.envelope import Response
     from protocol.framing import pack
-    return len(pack(Response(1, ok={"records": [_record(r) for r in recs],
+    return len(pack(Response(1, ok={"records": [r.to_wire() for r in recs],
                                     "last_id": 2**40, "next": 2**40, "more": True}
                              ).to_wire()))
 
