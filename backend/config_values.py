@@ -106,15 +106,26 @@ def get_size(t: Mapping[str, Any], key: str, path: KeyPath, lo: int, hi: int) ->
     value = t[key]
     if not isinstance(value, str):
         return get_int(t, key, path, 0, lo, hi)
-    m = _SIZE.fullmatch(value.strip().upper().removesuffix("B").removesuffix("I"))
-    if m is None:
+    try:
+        n = parse_size(value)
+    except ValueError:
         raise Invalid((*path, key), f"must be bytes (an integer) or a size like "
-                                    f"\"512M\" or \"2G\", not {value!r}")
-    n = int(m.group(1)) * _UNITS[m.group(2)]
+                                    f"\"512M\" or \"2G\", not {value!r}") from None
     if not lo <= n <= hi:
         raise Invalid((*path, key), f"must be {_size_text(lo)} to {_size_text(hi)}, "
                                     f"not {value!r}" if lo > 1 else "must be at least 1 byte")
     return n
+
+
+def parse_size(text: str) -> int:
+    """Bytes of ``text``: digits with an optional K, M, G or T (KB, MiB, ...: powers of
+    1024, any case), as tenure.toml and supervisord's sizes write them. Raises
+    ValueError."""
+    m = _SIZE.fullmatch(text.strip().upper().removesuffix("B").removesuffix("I"))
+    if m is None:
+        raise ValueError(f"not a size (bytes, or like \"512M\", \"50MB\" or \"2G\"): "
+                         f"{text!r}")
+    return int(m.group(1)) * _UNITS[m.group(2)]
 
 
 def _size_text(n: int) -> str:

@@ -23,6 +23,9 @@ __all__ = ["backend", "down", "inspect", "instances", "operation", "operations",
            "why"]
 
 
+DEFAULT_LOG_RETENTION = "64 MiB"   # what the owner's journal keeps of an app (owner.journal)
+
+
 def status(st: dict[str, Any]) -> str:
     b = st["backend"]
     head = (f"backend {b['activation']} epoch {b['epoch']} pid {b['pid']}"
@@ -50,9 +53,9 @@ def status(st: dict[str, Any]) -> str:
                              f"{time.strftime('%H:%M:%S', time.localtime(failing['since']))} "
                              f"({failing['error']}): log lines are dropped", "red")
     if st.get("log_retention_unsupported"):
-        tail += "\n" + paint("the owner predates log_retention: every app keeps the default "
-                             "64 MiB of output until the owner runs this release (`tenure "
-                             "owner upgrade`)", "yellow")
+        tail += "\n" + paint(f"the owner predates log_retention: every app keeps the default "
+                             f"{DEFAULT_LOG_RETENTION} of output until the owner runs this "
+                             "release (`tenure owner upgrade`)", "yellow")
     if dropped:
         tail += "\nlog lines dropped (the journal's queue was full, or it could not "\
             "write): " + ", ".join(f"{app} {n}" for app, n in sorted(dropped.items()))
@@ -256,7 +259,7 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("rss", "memory", lambda r: size(r["rss"])),
     ("log_dropped", "log lines dropped", lambda r: value(r["log_dropped"])),
     ("log_retention", "log retention", lambda r: size(r["log_retention"])
-     if r["log_retention"] else "64 MiB (the default)"),
+     if r["log_retention"] else f"{DEFAULT_LOG_RETENTION} (the default)"),
     ("command", "command", lambda r: _shell_words(r["command"])),
     ("restart", "restart policy", lambda r: value(r["restart"])),
     ("ready_kind", "readiness", lambda r: value(r["ready_kind"])),

@@ -22,6 +22,8 @@ from typing import TypeVar
 
 from msgspec import Struct, field
 
+from ..config import LOG_RETENTION_MAX, LOG_RETENTION_MIN
+from ..config_values import parse_size
 from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, RunAs, StartLimit, StopSpec
 from .identity import account
 from .ini import IniDocument, IniSection
@@ -31,7 +33,6 @@ from .supervisord_values import (
     AutoRestart,
     auto_restart,
     boolean,
-    byte_size,
     exit_codes,
     expand,
     integer,
@@ -54,7 +55,6 @@ _LOG_REASON = ("tenure keeps each app's stdout and stderr in its journal "
 # what supervisord keeps of a stream: maxbytes x (backups + 1), by default 50 MB x 11
 _LOG_SIZES = tuple(f"{s}_logfile_{k}" for s in ("stdout", "stderr")
                    for k in ("maxbytes", "backups"))
-_LOG_RETENTION = (1 << 20, 1 << 40)   # log_retention's bounds (backend.config)
 _HOME_NOTE = ("tenure sets HOME, USER and LOGNAME to this user's (supervisord leaves its "
               "own); a value in `environment` still wins")
 
@@ -212,7 +212,7 @@ class _Program:
         for s in streams:
             if self._get(f"{s}_logfile", str.strip, "AUTO").upper() == "NONE":
                 continue   # supervisord keeps nothing of it
-            size = self._get(f"{s}_logfile_maxbytes", byte_size, 50 << 20, lambda v: v >= 0,
+            size = self._get(f"{s}_logfile_maxbytes", parse_size, 50 << 20, lambda v: v >= 0,
                              "must be >= 0")
             backups = self._get(f"{s}_logfile_backups", integer, 10, lambda v: v >= 0,
                                 "must be >= 0")
@@ -222,7 +222,7 @@ class _Program:
                                        "the journal's default (64 MiB); set log_retention")
                 return None
             total += size * (backups + 1)
-        low, high = _LOG_RETENTION
+        low, high = LOG_RETENTION_MIN, LOG_RETENTION_MAX
         if total and not low <= total <= high:
             self.result.not_mapped(self._origin(_LOG_SIZES[0]), f"the log files hold "
                                    f"{total} bytes; log_retention is 1 MiB to 1 TiB")

@@ -79,19 +79,6 @@ def integer(value: str) -> int:
         raise ValueError(f"not an integer: {value!r}") from None
 
 
-def byte_size(value: str) -> int:
-    """A size as supervisord reads it: an integer, with an optional ``KB``, ``MB`` or
-    ``GB`` suffix (powers of 1024, any case)."""
-    text, unit = value.strip().upper(), 1
-    for suffix, size in (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30)):
-        if text.endswith(suffix):
-            text, unit = text[:-2].strip(), size
-    try:
-        return int(text) * unit
-    except ValueError:
-        raise ValueError(f"not a size (bytes, or with KB, MB or GB): {value!r}") from None
-
-
 def octal(value: str) -> int:
     """A umask: octal digits (``022``, ``0o022``), as supervisord reads it, within
     0..0o777."""
