@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,22 +21,32 @@ from protocol.errors import OwnerUnavailable, TransportLost
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 
 
+async def refused_while_silent(gen: Any, owner: FakeOwner,
+                               ask: Callable[[], Awaitable[Any]]) -> OwnerUnavailable:
+    """``ask()`` once ``gen``'s view of the owner is stale: its OwnerUnavailable, with
+    nothing sent to the owner."""
+    sent = list(owner.calls)
+    go_stale(gen)
+    with pytest.raises(OwnerUnavailable) as refused:
+        await ask()
+    assert owner.calls == sent
+    return refused.value
+
+
 @pytest.mark.parametrize("verb", ["start", "stop", "restart"])
 def test_a_command_acting_through_a_silent_owner_is_refused_untouched(tmp_path: Path,
                                                                       verb: str):
     async def main() -> None:
         owner = FakeOwner()
         async with ready_generation(tmp_path, owner, ONE) as gen:
-            sent = list(owner.calls)
-            go_stale(gen)
-            with pytest.raises(OwnerUnavailable) as refused:
-                await getattr(gen.api, verb)(api_call(verb, target="s/a", timeout=30.0))
-            assert refused.value.msg.startswith("the owner has not answered for ")
+            refused = await refused_while_silent(gen, owner, lambda: getattr(gen.api, verb)(
+                api_call(verb, target="s/a", timeout=30.0)))
+            assert refused.msg.startswith("the owner has not answered for ")
             assert f"(pid {os.getpid()} runs (state R) but did not answer); {verb} s/a " \
-                "was not done" in refused.value.msg
-            assert refused.value.data["owner_link"]["current"] is False
+                "was not done" in refused.msg
+            assert refused.data["owner_link"]["current"] is False
             assert gen.sup.instances["s/a/0"].state is State.READY
-            assert owner.calls == sent and not gen.api.busy()
+            assert not gen.api.busy()
 
             gen.link.seen = time.time()   # the owner answers again: so does the command
             done = await gen.api.restart(api_call("restart", target="s/a", timeout=30.0))
@@ -50,12 +62,9 @@ def test_a_log_read_through_a_silent_owner_is_refused_at_once(tmp_path: Path):
     async def main() -> None:
         owner = FakeOwner()
         async with ready_generation(tmp_path, owner, ONE) as gen:
-            sent = list(owner.calls)
-            go_stale(gen)
-            with pytest.raises(OwnerUnavailable) as refused:
-                await gen.api.logs(api_call("logs", targets=["s/a"]))
-            assert "; reading the logs was not done" in refused.value.msg
-            assert owner.calls == sent
+            refused = await refused_while_silent(
+                gen, owner, lambda: gen.api.logs(api_call("logs", targets=["s/a"])))
+            assert "; reading the logs was not done" in refused.msg
 
     asyncio.run(main())
 
