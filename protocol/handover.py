@@ -76,11 +76,12 @@ def pack_checkpoint(*, from_activation: str, owner: dict[str, Any], epoch: int, 
                     config_revision: str, instances: list[dict[str, Any]],
                     inventory: list[dict[str, Any]], operations: list[str],
                     written_at: float) -> dict[str, Any]:
-    return unpack_checkpoint({
+    """A checkpoint's body, as :func:`write_checkpoint` validates and writes it."""
+    return {
         "kind": CHECKPOINT_KIND, "format": FORMAT, "from_activation": from_activation,
         "owner": owner, "epoch": epoch, "cursor": cursor, "config_revision": config_revision,
         "instances": instances, "inventory": inventory, "operations": operations,
-        "written_at": written_at})
+        "written_at": written_at}
 
 
 def unpack_handoff(obj: Any, where: str = "handoff record") -> dict[str, Any]:
@@ -118,7 +119,9 @@ def write_handoff(path: str | os.PathLike[str], body: dict[str, Any]) -> None:
 
 
 def write_checkpoint(path: str | os.PathLike[str], body: dict[str, Any]) -> None:
-    atomic_write_json(path, unpack_checkpoint(body))
+    """Validate ``body`` and write it, compact: it is written inside a handoff's pause
+    and read by programs only (it holds env: never shown)."""
+    atomic_write_json(path, unpack_checkpoint(body), compact=True)
 
 
 def read_handoff(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -150,6 +153,8 @@ def _fields(obj: Any, kind: str | None, spec: dict[str, Any], where: str) -> dic
 
 
 def _accepts(value: Any, types: Any) -> bool:
+    if type(value) is types:   # the common case, at once: a checkpoint has ~9 per launch
+        return True
     allowed = types if isinstance(types, tuple) else (types,)
     if isinstance(value, bool):
         return bool in allowed

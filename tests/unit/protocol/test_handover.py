@@ -96,6 +96,17 @@ def test_malformed_checkpoints_fail_closed(mutate: Any) -> None:
         unpack_checkpoint(body)
 
 
+def test_a_checkpoint_is_checked_when_written_and_written_on_one_line(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o700)
+    bad = json.loads(json.dumps(checkpoint()))
+    bad["inventory"][0]["pid"] = "11"
+    with pytest.raises(StateCorrupt):
+        write_checkpoint(tmp_path / "bad.json", bad)
+    assert not list(tmp_path.iterdir())   # nothing written, not even a temp file
+    write_checkpoint(tmp_path / "c.json", checkpoint())
+    assert (tmp_path / "c.json").read_text().count("\n") == 1   # compact: the C encoder
+
+
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
                      lambda inner: st.lists(inner, max_size=4)
                      | st.dictionaries(st.text(max_size=12), inner, max_size=6),
