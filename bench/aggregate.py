@@ -125,8 +125,17 @@ def _first_commands(runs: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def failures(supervisors: dict[str, Any]) -> list[str]:
-    """'<supervisor> <N> <scenario>: <error>' for every scenario that failed in any run."""
+def merge_components(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each component benchmark over the repetitions, merged like a scenario: a failed
+    run (its ``error``) is left out of the medians and named in the merged ``error``."""
+    return {name: merge_scenario(rs) for name, rs in runs.items()}
+
+
+def failures(supervisors: dict[str, Any],
+             components: dict[str, Any] | None = None) -> list[str]:
+    """'<supervisor> <N> <scenario>: <error>' for every scenario that failed in any run,
+    and 'tenure component <name>: <error>' for every component benchmark that did, so
+    that a result missing either is not published as if complete."""
     out = []
     for name, entry in supervisors.items():
         for n, sess in entry["sessions"].items():
@@ -134,6 +143,8 @@ def failures(supervisors: dict[str, Any]) -> list[str]:
                     if isinstance(data, dict) and sc != "stop" and "error" in data]
         if "error" in entry["logs"]:
             out.append(f"{name} logs: {entry['logs']['error']}")
+    out += [f"tenure component {name}: {data['error']}"
+            for name, data in (components or {}).items() if "error" in data]
     return out
 
 

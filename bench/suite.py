@@ -5,10 +5,13 @@ Usage: python bench/suite.py [--quick] [--only supervisord,circus,pm2] [--n 50,2
 Installs the peers (bench/peers/install.py), runs every scenario for every registered
 adapter K times (the repetitions interleave the supervisors, so that a change in machine
 load hits all of them), and keeps the median of each figure with its min, max and spread
-(bench/aggregate.py). Writes bench/results/<timestamp>.json and bench/results/latest.json,
-and with --render docs/benchmarks.md and docs/bench/*.png. When a scenario failed, only
-the timestamped file is written and the exit status is 1, unless --allow-errors. The
-last line printed is one JSON object with the key figures per supervisor.
+(bench/aggregate.py). When tenure is among them, each repetition also runs tenure's
+component benchmarks (bench/owner.py, bench/handoff.py) once, after the supervisors.
+Writes bench/results/<timestamp>.json and bench/results/latest.json, and with --render
+docs/benchmarks.md and docs/bench/*.png. When a scenario or a component benchmark
+failed, only the timestamped file is written and the exit status is 1, unless
+--allow-errors. The last line printed is one JSON object with the key figures per
+supervisor.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ except ImportError:  # run from a Python without psutil: use the peers venv
     os.execv(str(_install.peer_python()), [str(_install.peer_python()), *sys.argv])
 
 from bench import aggregate  # noqa: E402
+from bench.components import component_summary, run_components  # noqa: E402
 from bench.peers import install  # noqa: E402
 from bench.peers.base import (  # noqa: E402
     ScenarioTimeout,
@@ -70,10 +74,24 @@ ADAPTERS: dict[str, str] = {
     "pm2": "bench.peers.pm2:Pm2",
 }
 
+# "components": tenure's component benchmarks, name -> script (relative to the checkout)
+# and its arguments; each runs once per repetition under "component_timeout".
 FULL = {"ns": [50, 200], "status_runs": 20, "restart_repeats": 5, "log_lines": 1_000_000,
-        "scenario_timeout": 120.0, "settle_s": 2.0, "repeat": 5}
+        "scenario_timeout": 120.0, "settle_s": 2.0, "repeat": 5,
+        "components": {
+            "owner": {"script": "bench/owner.py",
+                      "args": ["--spawn", "200", "--lines", "1000000", "--idle", "1000"]},
+            "handoff": {"script": "bench/handoff.py",
+                        "args": ["--apps", "200", "--handoffs", "10"]}},
+        "component_timeout": 600.0}
 QUICK = {"ns": [10], "status_runs": 10, "restart_repeats": 3, "log_lines": 100_000,
-         "scenario_timeout": 60.0, "settle_s": 1.0, "repeat": 1}
+         "scenario_timeout": 60.0, "settle_s": 1.0, "repeat": 1,
+         "components": {
+             "owner": {"script": "bench/owner.py",
+                       "args": ["--spawn", "50", "--lines", "100000", "--idle", "100"]},
+             "handoff": {"script": "bench/handoff.py",
+                         "args": ["--apps", "20", "--handoffs", "3"]}},
+         "component_timeout": 600.0}
 
 _ACTIVE: list[Supervisor] = []
 
@@ -386,14 +404,17 @@ def commit() -> dict[str, Any]:
 
 def run_repetition(names: list[str], tmp: Path, cfg: dict[str, Any],
                    raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Every supervisor once (sessions for each N, then logs), appended to ``raw``;
-    returns the repetition's writer baseline, load average and wall time."""
+    """Every supervisor once (sessions for each N, then logs), then with tenure its
+    component benchmarks, appended to ``raw``; returns the repetition's writer baseline,
+    load average and wall time."""
     t0, load = time.perf_counter(), os.getloadavg()
     baseline = writer_baseline(tmp, cfg["log_lines"])
     for name in names:
         for n in cfg["ns"]:
             raw[name]["sessions"][str(n)].append(run_session(name, n, tmp, cfg))
         raw[name]["logs"].append(run_logs(name, tmp, cfg))
+    if "tenure" in names:
+        run_components(cfg, raw["tenure"].setdefault("components", {}))
     return {"load_avg_at_start": load, "log_writer_baseline_lines_per_s": baseline,
             "wall_s": time.perf_counter() - t0}
 
@@ -424,6 +445,8 @@ def run_all(names: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
             "sessions": {n: aggregate.merge_session(runs)
                          for n, runs in raw[name]["sessions"].items()},
             "logs": aggregate.merge_logs(raw[name]["logs"])}
+    if "tenure" in names:
+        result["components"] = aggregate.merge_components(raw["tenure"].get("components", {}))
     result["ratios"], result["ratio_best_peer"] = aggregate.ratios(
         result["supervisors"], [str(n) for n in cfg["ns"]])
     result["total_wall_s"] = time.perf_counter() - t_all
@@ -455,6 +478,7 @@ def summary(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if name == "tenure":
             for n, row in result.get("ratios", {}).items():
                 s.update({f"{k}_{n}": rnd(v) for k, v in row.items()})
+            s.update(component_summary(result.get("components", {})))
         out[name] = s
     return out
 
@@ -522,7 +546,7 @@ def main() -> None:
     atexit.register(stop_active)
     signal.signal(signal.SIGTERM, _on_signal)
     result = run_all(names, cfg)
-    failed = aggregate.failures(result["supervisors"])
+    failed = aggregate.failures(result["supervisors"], result.get("components"))
     publish = not failed or args.allow_errors
     path = save(result, publish)
     print(f"results: {path} (total {result['total_wall_s']:.1f} s)", flush=True)

@@ -140,7 +140,8 @@ def has_token(proc: psutil.Process, token: str) -> bool:
         return False
 
 
-def _alive(proc: psutil.Process) -> bool:
+def running(proc: psutil.Process) -> bool:
+    """Whether ``proc`` runs (a zombie nobody reaped has exited)."""
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -157,7 +158,7 @@ def _described(proc: psutil.Process) -> str:
 def _carrying(token: str) -> list[psutil.Process]:
     me = os.getpid()
     return [p for p in psutil.process_iter()
-            if p.pid != me and has_token(p, token) and _alive(p)]
+            if p.pid != me and has_token(p, token) and running(p)]
 
 
 def sweep(token: str, grace: float = 2.0, settle: float = 0.0) -> list[int]:

@@ -5,7 +5,10 @@ the standard library, so that it runs in the peers venv and in the unit tests al
 Every number comes from the result. A figure is its median over the run's repetitions;
 its spread, (max - min) / median, follows in parentheses, and a spread wider than the
 result's ``config.spread_flag`` is flagged with FLAG. The Targets section judges tenure's
-ratios to the best peer against the table in bench/peers/targets.py.
+ratios to the best peer, and the figures of its component benchmarks (bench/owner.py,
+bench/handoff.py; the result's ``components``), against the tables in
+bench/peers/targets.py. A result without ``components`` (older runs) says they were not
+run.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.aggregate import RATIOS, SPREAD_FLAG, is_number
-from bench.peers.targets import BEHIND, TARGETS, Target
+from bench.peers.targets import BEHIND, COMPONENT_TARGETS, TARGETS, Target
 
 REPRO = "./dev bench    # = ./dev peers, then .venv/bin/python bench/suite.py --render"
 FLAG = "⚠"
@@ -83,13 +86,17 @@ def cell(data: dict[str, Any], key: str, res: dict[str, Any], always: bool = Tru
 
 
 def flagged(res: dict[str, Any]) -> tuple[int, int]:
-    """(figures flagged, figures with a spread) over the session and logs tables."""
+    """(figures flagged, figures with a spread) over the session, logs and component
+    tables."""
     limit, notes = flag_at(res), []
     for entry in res["supervisors"].values():
         for sess in entry["sessions"].values():
             notes += [spread_note(sess.get(scenario, {}), key, limit, True)
                       for scenario, key, _label, unit, _ in METRICS if unit]
         notes += [spread_note(entry["logs"], key, limit, True) for key, _ in LOG_FIGURES]
+    components = res.get("components", {})
+    notes += [spread_note(components.get(bench, {}), key, limit, True)
+              for bench, key, _label, _unit, worst in COMPONENT_FIGURES if not worst]
     notes = [n for n in notes if n]
     return sum(FLAG in n for n in notes), len(notes)
 
@@ -143,6 +150,72 @@ def logs_table(res: dict[str, Any]) -> list[str]:
               "alone means the supervisor read its pipe slower than the writer could write "
               "(back-pressure).", ""]
     return lines
+
+
+# tenure's component benchmarks: (benchmark, key of its JSON, label, unit, worst), where
+# ``worst`` shows a count that must be 0 at its worst repetition (like lines lost)
+COMPONENT_FIGURES = [
+    ("owner", "spawn_per_s", "launches per second, one launch call after another",
+     "launches/s", False),
+    ("owner", "exit_event_p50_us", "kill -9 to exit event at a subscriber, p50", "us", False),
+    ("owner", "exit_event_p99_us", "kill -9 to exit event at a subscriber, p99", "us", False),
+    ("owner", "log_lines_per_s", "log lines committed per second", "lines/s", False),
+    ("owner", "log_lines_lost", "log lines lost", "lines", True),
+    ("owner", "owner_rss_mb_1000", "owner RSS with the idle apps", "MiB", False),
+    ("owner", "wall_s", "benchmark wall time", "s", False),
+    ("handoff", "pause_p50_ms", "control-plane pause, median", "ms", False),
+    ("handoff", "pause_max_ms", "control-plane pause, max", "ms", False),
+    ("handoff", "upgrade_call_p50_ms", "upgrade call, median", "ms", False),
+    ("handoff", "app_restarts", "apps restarted", "apps", True),
+    ("handoff", "log_lines_lost", "numbered log lines lost", "lines", True),
+    ("handoff", "wall_s", "benchmark wall time", "s", False),
+]
+
+
+def components_section(res: dict[str, Any]) -> list[str]:
+    """'### Component benchmarks': one table per benchmark, tenure only."""
+    lines = ["### Component benchmarks", ""]
+    components = res.get("components")
+    if not components:
+        return [*lines, "Not run in this result: the suite runs them when tenure is among "
+                "the supervisors, and results older than them do not have them.", ""]
+    lines += ["Tenure's own parts, each benchmark run once per repetition after the "
+              "supervisors; no peer has these parts, so there are no ratios. Their targets "
+              "are judged under Targets.", ""]
+    specs = res["config"].get("components", {})
+    for bench, data in components.items():
+        lines += component_table(res, bench, data, specs.get(bench, {}))
+    return lines
+
+
+def component_table(res: dict[str, Any], bench: str, data: dict[str, Any],
+                    spec: dict[str, Any]) -> list[str]:
+    """One component benchmark: its command line, then its figures, or its error."""
+    command = " ".join([spec.get("script", f"bench/{bench}.py"), *spec.get("args", [])])
+    lines = [f"**{bench}** (`{command}`)", ""]
+    if "error" in data:
+        return [*lines, f"error: {data['error']}", ""]
+    k = repeats(res)
+    lines += ["| figure | unit | tenure |", "|---|---|---:|"]
+    for b, key, label, unit, worst in COMPONENT_FIGURES:
+        if b != bench:
+            continue
+        if worst:
+            shown = _count(data.get(f"{key}_max", data.get(key)))
+            label += f" (worst of {k})" if k > 1 else ""
+        else:
+            shown = _component_cell(data, key, res)
+        lines.append(f"| {label} | {unit} | {shown} |")
+    return [*lines, ""]
+
+
+def _component_cell(data: dict[str, Any], key: str, res: dict[str, Any]) -> str:
+    """``cell``, with thousands separators for whole numbers (the benchmarks round
+    lines/s and microseconds to integers)."""
+    v = data.get(key)
+    if not is_number(v) or not isinstance(v, int):
+        return cell(data, key, res)
+    return _count(v) + (spread_note(data, key, flag_at(res), True) if repeats(res) > 1 else "")
 
 
 def targets_intro() -> str:
@@ -225,6 +298,51 @@ def targets_section(res: dict[str, Any]) -> list[str]:
              "| metric | N | tenure | best peer | best peer's figure | tenure / best peer "
              "| target | verdict |",
              "|---|---:|---:|---|---:|---:|---|---|"]
+    lines += ["| " + " | ".join(r.cells) + " |" for r in rows]
+    behind = behind_lines(rows)
+    return [*lines, "", *([*behind, ""] if behind else []), *component_targets(res)]
+
+
+def _component_figure(res: dict[str, Any], bench: str, key: str,
+                      worst: bool = False) -> float | None:
+    """Figure ``key`` of component benchmark ``bench`` (its worst run's with ``worst``);
+    None if not run or failed."""
+    data = res.get("components", {}).get(bench)
+    if not isinstance(data, dict) or "error" in data:
+        return None
+    return _number(data.get(f"{key}_max", data.get(key)) if worst else data.get(key))
+
+
+def judge_component(res: dict[str, Any], t: Target) -> Judged:
+    """Component target ``t``: tenure's median against its bounds, counts at their worst."""
+    mine = _component_figure(res, t.component, t.key)
+    zeros = [_component_figure(res, t.component, f, worst=True) for f, _ in t.zero]
+    verdict = t.verdict(None, mine, zeros)
+    counts = [f"{fmt(v)} {words}" for v, (_, words) in zip(zeros, t.zero, strict=True)]
+    shown = _unmeasured(res, t.component) or "; ".join([fmt(mine), *counts])
+    cells = [f"{t.label} ({t.unit})", shown, t.text(), verdict]
+    return Judged(t, "any", cells, verdict)
+
+
+def _unmeasured(res: dict[str, Any], bench: str) -> str:
+    """'not run' or 'failed' when component ``bench`` has no figures to show, else ''."""
+    data = res.get("components", {}).get(bench)
+    if not isinstance(data, dict):
+        return "not run"
+    return "failed" if "error" in data else ""
+
+
+def component_targets(res: dict[str, Any]) -> list[str]:
+    """'### Component targets': tenure's component figures against absolute targets."""
+    rows = [judge_component(res, t) for t in COMPONENT_TARGETS]
+    lines = ["### Component targets", "",
+             "Tenure's own figures from the component benchmarks (see Results), each "
+             "against an absolute target: no peer runs them. The targets are set for the "
+             "full suite's arguments; a `--quick` run uses smaller ones (shown under "
+             "Component benchmarks) and is judged against the same targets. Counts that "
+             "must be 0 are judged on their worst repetition. A benchmark that failed or "
+             "was not run is 'not measured'.", "",
+             "| metric | tenure | target | verdict |", "|---|---:|---|---|"]
     lines += ["| " + " | ".join(r.cells) + " |" for r in rows]
     behind = behind_lines(rows)
     return [*lines, "", *([*behind, ""] if behind else [])]
@@ -363,6 +481,24 @@ gets the same programs in its own config, its control socket in a private temp d
   last line reaching the supervisor's log file; lost = written - captured after the writer
   exited and the file stopped growing (bounded wait).
 
+Tenure's component benchmarks (tenure only: no peer has these parts):
+
+- **owner** (`bench/owner.py`): tenure's execution owner alone, in a private home,
+  driven through its real RPC socket. Launches per second: `sleep` programs launched by
+  one launch call after another, each answered before the next is sent. Exit event:
+  `kill -9` of each of them, then the time until a subscriber to the owner's observations
+  receives its exit. Log capture: one program writes numbered lines as fast as it can;
+  lines/s up to the last line committed to the owner's journal; lost are the lines
+  written but not read back from it. RSS: a fresh owner's resident memory with the idle
+  `sleep` apps running.
+- **handoff** (`bench/handoff.py`): a whole tenure (owner, guardian, backend) with the
+  given number of apps, one of them printing a numbered line every 10 ms, and the backend
+  upgraded in place again and again while a thread asks the API for `status` as fast as
+  it answers. Pause: from the first refused request to the first answered by the new
+  backend generation. Upgrade call: wall time of the guardian's upgrade call, which
+  `tenure backend upgrade` waits for. Afterwards: apps whose process changed (restarts)
+  and numbered lines missing from the journal (lost); both must be 0.
+
 Peer defaults worth knowing: circus checks its watchers every `check_delay` (default 5 s),
 which bounds how soon it notices a killed process; supervisord moves a process from
 STARTING to RUNNING on its next main-loop tick; pm2 runs a Node daemon.
@@ -376,6 +512,7 @@ def markdown(res: dict[str, Any], plots: list[str]) -> str:
     for n in (str(n) for n in res["config"]["ns"]):
         lines += session_table(res, n)
     lines += ["### Logs", "", *logs_table(res)]
+    lines += components_section(res)
     lines += targets_section(res)
     lines += ["## Plots", ""]
     if repeats(res) > 1:

@@ -1,8 +1,9 @@
-"""Tenure's targets against its peers: the table behind the Targets section of
-docs/benchmarks.md.
+"""Tenure's targets: the tables behind the Targets section of docs/benchmarks.md.
 
-A target bounds one ratio of bench/aggregate.RATIOS (tenure's median divided by the best
-peer's median, same run, same program count) and may bound tenure's own figures too.
+A target of TARGETS bounds one ratio of bench/aggregate.RATIOS (tenure's median divided
+by the best peer's median, same run, same program count) and may bound tenure's own
+figures too. A target of COMPONENT_TARGETS bounds one figure of a component benchmark
+(bench/owner.py, bench/handoff.py), which only tenure runs, so it has no ratio.
 bench/peers/report.py judges each target against a suite result and, under its table,
 prints the reason from REASONS for every target that is behind. Only the standard
 library, like report.py.
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 MET, BEHIND, NOT_MEASURED = "met", "behind", "not measured"
 
-# Why tenure is behind a target: ratio key -> a short explanation with the measurement
+# Why tenure is behind a target: its key -> a short explanation with the measurement
 # that shows it. Printed under the Targets table only while that target is behind; an
 # empty reason prints "behind; no measured reason recorded".
 REASONS: dict[str, str] = {
@@ -115,21 +116,33 @@ REASONS: dict[str, str] = {
         "takes ~0.11 s with 200 apps; then the pause (drain, checkpoint, fence, retire, "
         "activate; the standby parsed the config meanwhile) ~0.05 s; the command's own "
         "start ~0.05 s. 0.26 s at 200 apps in the run below."),
+    # component benchmarks (COMPONENT_TARGETS)
+    "spawn_per_s": "",
+    "log_lines_per_s": "",
+    "owner_rss_mb_1000": "",
+    "pause_p50_ms": "",
+    "upgrade_call_p50_ms": "",
 }
 
 
 @dataclass(frozen=True)
 class Target:
-    key: str  # a ratio key of bench/aggregate.RATIOS
+    # a ratio key of bench/aggregate.RATIOS, or with ``component`` a figure of that
+    # component benchmark's JSON
+    key: str
     label: str
     unit: str  # of the figure behind the ratio
     at_most: float | None = None  # the ratio's maximum
     at_least: float | None = None  # the ratio's minimum (where higher is better)
     figure_at_most: float | None = None  # the maximum of tenure's own median
+    figure_at_least: float | None = None  # the minimum of tenure's own median
     # (figure, words): tenure's figures of the same scenario that must be 0 in every
     # repetition (judged on their worst run)
     zero: tuple[tuple[str, str], ...] = ()
     ns: tuple[int, ...] = ()  # the program counts judged; () judges every count run
+    # the component benchmark ("owner", "handoff") whose figure ``key`` is; "" for a
+    # ratio target
+    component: str = ""
 
     @property
     def reason(self) -> str:
@@ -143,7 +156,9 @@ class Target:
         if self.at_least is not None:
             parts.append(f"≥ {self.at_least:.2f}x")
         if self.figure_at_most is not None:
-            parts.append(f"≤ {self.figure_at_most:g} {self.unit}")
+            parts.append(f"≤ {self.figure_at_most:,g} {self.unit}")
+        if self.figure_at_least is not None:
+            parts.append(f"≥ {self.figure_at_least:,g} {self.unit}")
         parts += [f"0 {words}" for _, words in self.zero]
         return "; ".join(parts)
 
@@ -157,6 +172,8 @@ class Target:
             out.append(None if ratio is None else ratio >= self.at_least)
         if self.figure_at_most is not None:
             out.append(_at_most(figure, self.figure_at_most))
+        if self.figure_at_least is not None:
+            out.append(None if figure is None else figure >= self.figure_at_least)
         return out + [_at_most(v, 0) for v in zeros]
 
     def verdict(self, ratio: float | None, figure: float | None,
@@ -183,4 +200,23 @@ TARGETS = [
     # absolute: the ratio is shown for information only
     Target("ratio_replace_returned", "control-plane replacement: command returned", "s",
            figure_at_most=0.3, zero=(("pids_changed", "program pids changed"),), ns=(200,)),
+]
+
+# Tenure's own figures from its component benchmarks, run by bench/suite.py with the
+# arguments in its config; no peer has these parts, so no ratio. The bounds are the
+# project's performance targets, set for the full run's arguments.
+COMPONENT_TARGETS = [
+    Target("spawn_per_s", "owner: launches per second", "launches/s",
+           figure_at_least=1000, component="owner"),
+    Target("log_lines_per_s", "owner: log lines committed per second", "lines/s",
+           figure_at_least=200_000, zero=(("log_lines_lost", "lines lost"),),
+           component="owner"),
+    Target("owner_rss_mb_1000", "owner: RSS with the idle apps", "MiB",
+           figure_at_most=60, component="owner"),
+    Target("pause_p50_ms", "handoff: control-plane pause, median", "ms",
+           figure_at_most=50, zero=(("app_restarts", "app restarts"),
+                                    ("log_lines_lost", "lines lost")),
+           component="handoff"),
+    Target("upgrade_call_p50_ms", "handoff: upgrade call, median", "ms",
+           figure_at_most=300, component="handoff"),
 ]

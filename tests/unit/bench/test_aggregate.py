@@ -82,6 +82,19 @@ def test_failures_names_each_failed_scenario() -> None:
     assert aggregate.failures(sups) == ["pm2 logs: 1 of 1 runs failed: x"]
 
 
+def test_failures_name_a_component_benchmark_that_failed_in_any_run() -> None:
+    ok = aggregate.merge_session([session(1.0, 30.0)])
+    sups = {"tenure": {"sessions": {"50": ok}, "logs": {"lines_per_s": 2.0}}}
+    components = aggregate.merge_components({
+        "owner": [{"spawn_per_s": 900.0}, {"spawn_per_s": 1100.0}],
+        "handoff": [{"pause_p50_ms": 30.0}, {"error": "exit status 1, no output"}]})
+    assert components["owner"]["spawn_per_s"] == 1000.0
+    assert components["handoff"]["pause_p50_ms"] == 30.0
+    assert aggregate.failures(sups, components) == [
+        "tenure component handoff: 1 of 2 runs failed: exit status 1, no output"]
+    assert aggregate.failures(sups) == []
+
+
 def entry(start: float, status: float, logs: float) -> dict[str, Any]:
     sess = aggregate.merge_session([session(start, status)])
     return {"sessions": {"50": sess}, "logs": {"lines_per_s": logs}}

@@ -124,3 +124,81 @@ def test_targets_follow_the_logs_table_and_say_how_a_ratio_is_computed(
         "behind"]
     assert row(targets, "control-plane replacement")[-1] == "not measured"  # no N = 200
     assert "- status CLI, median (N = 50): behind; no measured reason recorded" in targets
+
+
+def owner_run(spawn: float, lost: int = 0) -> dict[str, Any]:
+    return {"spawn_per_s": spawn, "exit_event_p50_us": 900, "exit_event_p99_us": 2500,
+            "log_lines_per_s": 250_000, "log_lines_lost": lost, "owner_rss_mb_1000": 48.0,
+            "exit_status": 0, "wall_s": 30.0}
+
+
+def handoff_run(pause: float) -> dict[str, Any]:
+    return {"apps": 200, "handoffs": 10, "pause_p50_ms": pause, "pause_max_ms": 45.0,
+            "upgrade_call_p50_ms": 250.0, "app_restarts": 0, "log_lines_lost": 0,
+            "exit_status": 0, "wall_s": 60.0}
+
+
+def with_components(res: dict[str, Any], owner: list[dict[str, Any]],
+                    handoff: list[dict[str, Any]]) -> dict[str, Any]:
+    res["config"]["components"] = {
+        "owner": {"script": "bench/owner.py", "args": ["--spawn", "200", "--idle", "1000"]},
+        "handoff": {"script": "bench/handoff.py", "args": ["--apps", "200"]}}
+    res["components"] = aggregate.merge_components({"owner": owner, "handoff": handoff})
+    return res
+
+
+def section(text: str, start: str, end: str) -> str:
+    return text[text.index(start):text.index(end)]
+
+
+def test_component_tables_show_tenure_medians_worst_counts_and_arguments() -> None:
+    res = with_components(result([30.0] * 3, [60.0] * 3),
+                          [owner_run(1000.0), owner_run(1500.0, lost=2), owner_run(1200.0)],
+                          [handoff_run(p) for p in (30.0, 31.0, 32.0)])
+    text = report.markdown(res, [])
+    assert text.index("### Logs") < text.index("### Component benchmarks") < text.index(
+        "## Targets")
+    comp = section(text, "### Component benchmarks", "## Targets")
+    assert "**owner** (`bench/owner.py --spawn 200 --idle 1000`)" in comp
+    assert "**handoff** (`bench/handoff.py --apps 200`)" in comp
+    assert row(comp, "launches per second") == [
+        "launches per second, one launch call after another", "launches/s", "1,200 (42%) ⚠"]
+    assert row(comp, "log lines lost (worst of 3)") == [
+        "log lines lost (worst of 3)", "lines", "2"]
+    assert row(comp, "control-plane pause, median") == [
+        "control-plane pause, median", "ms", "31.0 (6%)"]
+    assert row(comp, "log lines committed per second")[2] == "250,000 (0%)"
+    # the component figures count among those with a spread: 22 + 6 owner + 4 handoff
+    assert f"{report.FLAG} on 1 of 32 figures." in text
+    targets = section(text, "### Component targets", "## Plots")
+    assert row(targets, "owner: launches per second")[1:] == [
+        "1,200", "≥ 1,000 launches/s", "met"]
+    assert row(targets, "owner: log lines committed per second")[1:] == [
+        "250,000; 2 lines lost", "≥ 200,000 lines/s; 0 lines lost", "behind"]
+
+
+def test_a_failed_component_shows_its_error_instead_of_figures() -> None:
+    res = with_components(result([30.0], [60.0]), [owner_run(1500.0)],
+                          [{"error": "timed out after 600 s, killed", "wall_s": 600.0}])
+    comp = section(report.markdown(res, []), "**handoff**", "## Targets")
+    assert "error: 1 of 1 runs failed: timed out after 600 s, killed" in comp
+    assert "| control-plane pause" not in comp
+
+
+def test_a_result_without_components_says_they_were_not_run() -> None:
+    res = result([30.0] * 3, [60.0] * 3)
+    text = report.markdown(res, [])
+    comp = section(text, "### Component benchmarks", "## Targets")
+    assert "Not run in this result" in comp and "|" not in comp
+    targets = section(text, "### Component targets", "## Plots")
+    assert row(targets, "handoff: upgrade call, median")[1:] == [
+        "not run", "≤ 300 ms", "not measured"]
+    assert f"{report.FLAG} on 0 of 22 figures." in text
+
+
+def test_the_method_says_what_each_component_benchmark_measures() -> None:
+    text = report.markdown(result([30.0], [60.0]), [])
+    method = section(text, "## What each scenario measures", "## Exact commands")
+    assert "- **owner** (`bench/owner.py`)" in method
+    assert "- **handoff** (`bench/handoff.py`)" in method
+    assert "first refused request to the first answered by the new" in method

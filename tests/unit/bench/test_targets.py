@@ -9,7 +9,14 @@ import pytest
 
 from bench import aggregate
 from bench.peers import report, targets
-from bench.peers.targets import BEHIND, MET, NOT_MEASURED, TARGETS, Target
+from bench.peers.targets import (
+    BEHIND,
+    COMPONENT_TARGETS,
+    MET,
+    NOT_MEASURED,
+    TARGETS,
+    Target,
+)
 
 # One supervisor's session at one program count: a trimmed bench/results/latest.json.
 PEER_SESSION: dict[str, Any] = {
@@ -57,8 +64,9 @@ def tenure(res: dict[str, Any], n: str, scenario: str) -> dict[str, Any]:
 
 
 def rows(res: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
-    """(metric, N) -> the row's cells."""
+    """(metric, N) -> the row's cells of the targets against the peers."""
     section = report.targets_section(res)
+    section = section[:section.index("### Component targets")]
     cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in section
              if ln.startswith("| ") and not ln.startswith("| metric")]
     return {(c[0], c[1]): c for c in cells}
@@ -74,7 +82,29 @@ REPLACE = "control-plane replacement: command returned (s)"
 
 def test_every_target_names_a_ratio_of_the_result_and_has_a_reason_slot() -> None:
     assert [t.key for t in TARGETS] == list(aggregate.RATIOS)
-    assert set(targets.REASONS) == set(aggregate.RATIOS)
+    assert not [t for t in TARGETS if t.component]
+    components = {t.key for t in COMPONENT_TARGETS}
+    assert set(targets.REASONS) == set(aggregate.RATIOS) | components
+    assert len(components) == len(COMPONENT_TARGETS)  # REASONS is keyed by key alone
+
+
+def test_component_targets_bound_tenure_own_figures_only() -> None:
+    assert {t.component for t in COMPONENT_TARGETS} == {"owner", "handoff"}
+    for t in COMPONENT_TARGETS:
+        assert t.at_most is None and t.at_least is None  # no peer, no ratio
+        assert (t.figure_at_most is None) != (t.figure_at_least is None)
+
+
+def test_figure_at_least_is_shown_and_judged_on_tenure_own_median() -> None:
+    t = Target("spawn_per_s", "owner: launches", "launches/s", figure_at_least=1000,
+               zero=(("log_lines_lost", "lines lost"),), component="owner")
+    assert t.text() == "≥ 1,000 launches/s; 0 lines lost"
+    assert t.outcomes(None, 1000.0, [0.0]) == [True, True]
+    assert t.verdict(None, 1000.0, [0.0]) == MET
+    assert t.verdict(None, 999.0, [0.0]) == BEHIND
+    assert t.verdict(None, 5000.0, [1.0]) == BEHIND
+    assert t.verdict(None, None, [0.0]) == NOT_MEASURED
+    assert t.verdict(None, 10.0, [None]) == BEHIND  # a known miss outweighs
 
 
 def test_verdict_both_directions_and_unknown_figures() -> None:
@@ -157,3 +187,76 @@ def test_reason_is_listed_only_for_a_target_behind(monkeypatch: pytest.MonkeyPat
         "- supervisor RSS (N = 50, 200): measured: the owner holds 30 MiB",
         "- kill -9 to new pid reported, median (N = 200): behind; no measured reason recorded",
     ]
+
+
+# One run of each component benchmark that meets every component target.
+OWNER_RUN: dict[str, Any] = {"spawn_per_s": 1500.0, "exit_event_p50_us": 900,
+                             "exit_event_p99_us": 2500, "log_lines_per_s": 250_000,
+                             "log_lines_lost": 0, "owner_rss_mb_1000": 48.0,
+                             "exit_status": 0, "wall_s": 30.0}
+HANDOFF_RUN: dict[str, Any] = {"apps": 200, "handoffs": 10, "pause_p50_ms": 30.0,
+                               "pause_max_ms": 45.0, "upgrade_call_p50_ms": 250.0,
+                               "app_restarts": 0, "log_lines_lost": 0, "exit_status": 0,
+                               "wall_s": 60.0}
+
+
+def with_components(owner: list[dict[str, Any]],
+                    handoff: list[dict[str, Any]]) -> dict[str, Any]:
+    res = with_ratios(result())
+    res["components"] = aggregate.merge_components({"owner": owner, "handoff": handoff})
+    return res
+
+
+def component_rows(res: dict[str, Any]) -> dict[str, list[str]]:
+    """metric -> the cells of its row in the Component targets table."""
+    section = report.targets_section(res)
+    table = section[section.index("### Component targets"):]
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in table
+             if ln.startswith("| ") and not ln.startswith("| metric")]
+    return {c[0]: c for c in cells}
+
+
+SPAWN = "owner: launches per second (launches/s)"
+PAUSE = "handoff: control-plane pause, median (ms)"
+
+
+def test_component_targets_met_show_tenure_figure_and_the_target() -> None:
+    res = with_components([OWNER_RUN] * 3, [HANDOFF_RUN] * 3)
+    got = component_rows(res)
+    assert set(got) == {f"{t.label} ({t.unit})" for t in COMPONENT_TARGETS}
+    assert got[SPAWN] == [SPAWN, "1,500", "≥ 1,000 launches/s", MET]
+    assert got[PAUSE] == [PAUSE, "30.0; 0 app restarts; 0 lines lost",
+                          "≤ 50 ms; 0 app restarts; 0 lines lost", MET]
+    assert {c[-1] for c in got.values()} == {MET}
+    section = report.targets_section(res)
+    assert not [ln for ln in section[section.index("### Component targets"):]
+                if ln.startswith("- ")]
+
+
+def test_component_targets_behind_judge_counts_on_their_worst_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(targets.REASONS, "spawn_per_s", "measured: each launch commits twice")
+    monkeypatch.setitem(targets.REASONS, "pause_p50_ms", "")
+    slow = {**OWNER_RUN, "spawn_per_s": 800.0}
+    restarted = {**HANDOFF_RUN, "app_restarts": 2}
+    res = with_components([slow, slow, OWNER_RUN], [HANDOFF_RUN, restarted, HANDOFF_RUN])
+    got = component_rows(res)
+    assert got[SPAWN][1:] == ["800.0", "≥ 1,000 launches/s", BEHIND]
+    assert got[PAUSE][1:3] == ["30.0; 2 app restarts; 0 lines lost",  # median 0, worst 2
+                               "≤ 50 ms; 0 app restarts; 0 lines lost"]
+    assert got[PAUSE][-1] == BEHIND
+    notes = [ln for ln in report.targets_section(res) if ln.startswith("- ")]
+    assert notes == ["- owner: launches per second: measured: each launch commits twice",
+                     "- handoff: control-plane pause, median: behind; no measured reason "
+                     "recorded"]
+
+
+def test_a_failed_or_missing_component_is_not_measured() -> None:
+    res = with_components([OWNER_RUN, {"error": "timed out after 600 s, killed"}],
+                          [HANDOFF_RUN])
+    got = component_rows(res)
+    assert got[SPAWN][1:] == ["failed", "≥ 1,000 launches/s", NOT_MEASURED]
+    assert got[PAUSE][-1] == MET
+    del res["components"]
+    assert {c[1] for c in component_rows(res).values()} == {"not run"}
+    assert {c[-1] for c in component_rows(res).values()} == {NOT_MEASURED}
