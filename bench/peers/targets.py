@@ -108,7 +108,16 @@ REASONS: dict[str, str] = {
         "~0.1 ms of it the kernel listing its 200 children. Reading only the main "
         "thread's children (orphans land there) took the last look from 75 to 31 us "
         "with 50 apps, little with 200."),
-    "ratio_logs": "",
+    "ratio_logs": (
+        "by the machine's load, at the margin: tenure drains the writer's pipe faster "
+        "than supervisord does (the writer ran 0.68-0.94 s under tenure, 0.97-1.50 s "
+        "under supervisord, 0.73-1.01 s alone, in the five repetitions of the run "
+        "below) and commits the lines to its SQLite journal behind it, the last ~0.2-0.5 "
+        "s after the writer ended; supervisord appends to a file as it reads. So the "
+        "figure is the journal's commit rate: 1.14, 1.09, 0.87, 0.88 and 0.77 M lines/s "
+        "in the five repetitions, falling as the load rose (0.35 to 1.30), none lost. "
+        "The previous full run, with the same journal code, measured 1.33 M lines/s, "
+        "1.11x supervisord."),
     "ratio_replace_returned": (
         "a backend upgrade checks the candidate before the incumbent is touched: its "
         "standby starts (interpreter and standard library ~70 ms, overlapping the "
@@ -119,7 +128,8 @@ REASONS: dict[str, str] = {
     # component benchmarks (COMPONENT_TARGETS)
     "spawn_per_s": (
         "one launch call after another, each answered before the next is sent, so the "
-        "figure is a round trip: ~1.1-1.4 ms on this machine. Sampled in the owner "
+        "figure is a round trip: 1.1-1.5 ms on this machine (720-940/s in runs of the "
+        "same day on a quieter machine). Sampled in the owner "
         "(py-spy, 900 launches): Popen about two thirds of the owner's share (vfork: the "
         "owner waits until the child has exec'd), writing the answer ~0.1 ms (the "
         "write wakes the client on the other CPU), the rest the launch's bookkeeping and "
