@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from protocol.aclient import AsyncClient
+from protocol.durable import last_words
 from protocol.errors import (
     BackendStartTimeout,
+    HandoffFailed,
     IdentityMismatch,
     PreflightFailed,
     PreflightTimeout,
@@ -171,10 +173,24 @@ class BackendProcess:
             raise
         if not line.get(key):
             await self.stop(kill_after=2.0)
+            if line.get("exited"):
+                raise HandoffFailed(*self.last_words())
             raise error_from_wire(str(line.get("code", "HANDOFF_FAILED")),
                                   str(line.get("msg", f"backend failed ({key})")),
                                   line.get("data") or {})
         return line
+
+    def last_words(self) -> tuple[str, dict[str, Any]]:
+        """Why a backend that ended before its first line did: its exit status and the
+        last line of its log (a traceback's names the error), and where that log is."""
+        said = last_words(self.log_path) if self.log_path is not None else ""
+        last = next((ln.strip() for ln in reversed(said.splitlines()) if ln.strip()), "")
+        status = "" if self.returncode is None else f" (exit status {self.returncode})"
+        msg = f"{EXITED}{status}" + (f": {last[:300]}" if last else "")
+        if self.log_path is not None:
+            msg += f"; its log: {self.log_path}"
+        return msg, {"pid": self.pid, "exit_status": self.returncode,
+                     "log": None if self.log_path is None else str(self.log_path)}
 
     @classmethod
     def attach(cls, activation: str, pid: int, ticks: int) -> BackendProcess:
@@ -257,6 +273,9 @@ async def _spawn(argv: list[str], log_path: Path,
         os.close(fd)
 
 
+EXITED = "backend exited before it was ready"
+
+
 async def _wait(ev: asyncio.Event, timeout: float) -> bool:
     try:
         async with asyncio.timeout(timeout):
@@ -270,7 +289,7 @@ async def _first_line(proc: asyncio.subprocess.Process) -> dict[str, Any]:
     assert proc.stdout is not None
     raw = await proc.stdout.readline()
     if not raw:
-        return {"ready": False, "msg": "backend exited before it was ready"}
+        return {"ready": False, "exited": True, "msg": EXITED}
     try:
         obj = json.loads(raw)
     except ValueError:

@@ -35,6 +35,7 @@ from protocol.handover import (
 )
 from protocol.identity import Identity
 
+from .backendproc import EXITED
 from .coordinator import Coordinator
 from .paths import GuardianPaths
 from .release import Release
@@ -168,7 +169,7 @@ class World:
             raise BackendStartTimeout("test: the generation hung before READY")
         if fault == "crash":
             bp.die(1)
-            raise HandoffFailed("backend exited before it was ready")
+            raise HandoffFailed(EXITED)
         record = read_handoff(GuardianPaths(self.home).handoff_file(bp.activation))
         if record["epoch"] != self.epoch:
             bp.die(1)

@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 from .errors import StateCorrupt, UnsafePath
 
-__all__ = ["atomic_write", "atomic_write_json", "connect_read_only", "open_sqlite", "read_json",
-           "read_private", "read_rows", "synced_transaction", "transaction"]
+__all__ = ["atomic_write", "atomic_write_json", "connect_read_only", "last_words", "open_sqlite",
+           "read_json", "read_private", "read_rows", "synced_transaction", "transaction"]
 
 MAX_FILE = 16 * 1024 * 1024
 # Page cache per SQLite connection, in KiB. SQLite's default (2 MiB) fills as a
@@ -126,6 +126,15 @@ def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE,
         if st.st_size > max_size:
             raise StateCorrupt(f"{p} is {st.st_size} bytes; refusing to read it", {"path": p})
         return f.read(max_size + 1)
+
+
+def last_words(path: str | os.PathLike[str], size: int = 2000) -> str:
+    """The last ``size`` bytes of a daemon's log as text (what it said before it ended),
+    read as :func:`read_private` reads (no symlink followed); "" when there is none."""
+    try:
+        return read_private(path, tail=size).decode(errors="replace")
+    except (OSError, UnsafePath):
+        return ""
 
 
 def read_json(path: str | os.PathLike[str], kind: str, formats: tuple[int, ...] = (1,),

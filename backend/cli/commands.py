@@ -66,9 +66,10 @@ def cmd_up(args: Any) -> int:
             early.cancel()   # nothing is started unless start_queued said go
     first = place_first_release(layout, args.release)   # fresh home: daemons run it too
     started = ensure_daemons(layout, args.foreground)
+    deadline = time.monotonic() + args.timeout   # for the first backend, however it goes
     with _guardian(args) as g:
-        release = ensure_release(layout, g, first or args.release)
-    ensure_backend(layout, args.timeout)
+        release = ensure_release(layout, g, first or args.release, args.timeout)
+    ensure_backend(layout, max(0.0, deadline - time.monotonic()), args.timeout)
     result: dict[str, Any] = {"started": started, "release_sealed": release}
     if release is not None and first is None:   # daemons that ran before the release
         from .firstrun import move_to_first_release

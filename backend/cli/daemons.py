@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from protocol.client import Client
-from protocol.errors import BackendUnavailable, ConnectFailed, StorageFailed, TenureError
+from protocol.errors import (
+    BackendUnavailable,
+    ConnectFailed,
+    RecoveryBlocked,
+    RequestTimedOut,
+    StorageFailed,
+    TenureError,
+)
 from protocol.layout import Layout
 from protocol.procfs import read_cmdline, read_stat, running, silence, start_ticks
 from protocol.sockets import ensure_private_dir
@@ -344,7 +351,8 @@ def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[byte
         if proc.poll() is not None:
             break
         time.sleep(UP_POLL_S)
-    tail = log_path.read_bytes()[-2000:].decode(errors="replace")
+    from protocol.durable import last_words
+    tail = last_words(log_path)
     raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}); end of "
                         f"{log_path}:\n{tail}", {"log": str(log_path)})
 
@@ -428,10 +436,12 @@ def sealed_here(layout: Layout) -> Iterator[Path]:
         yield seal(Path(tmp) / "release").path
 
 
-def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None
-                   ) -> str | None:
+def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
+                   timeout: float = 120.0) -> str | None:
     """When no release is selected (first run): install ``sealed``, or seal the installed
-    tenure, and select it (which starts the first backend generation)."""
+    tenure, and select it, which starts the first backend generation: waited for up to
+    ``timeout`` (the guardian retries a start that fails, with backoff; a start still
+    under way is then :func:`ensure_backend`'s to wait for, or to explain)."""
     st = guardian.call("status")
     if st["selector"]["current"] is not None:
         return None
@@ -441,20 +451,62 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None
     else:
         with sealed_here(layout) as src:
             rid = guardian.call("release.install", {"path": str(src)}, timeout=300)["release"]
-    guardian.call("release.select", {"release": rid, "start": True}, timeout=120)
+    try:
+        guardian.call("release.select", {"release": rid, "start": True},
+                      timeout=max(timeout, 0.001))
+    except RequestTimedOut:
+        pass   # selected; the start goes on in the guardian
     return str(rid)
 
 
-def ensure_backend(layout: Layout, timeout: float) -> dict[str, Any]:
-    """Wait until a backend generation answers and is ready."""
+def ensure_backend(layout: Layout, timeout: float, waited: float | None = None
+                   ) -> dict[str, Any]:
+    """Wait until a backend generation answers and is ready. Raises RecoveryBlocked as
+    soon as the guardian has given up starting one (why, and what to do), else
+    BackendUnavailable after ``timeout`` with why its last start failed (``waited``: the
+    whole wait to name there, when part of it was spent before)."""
     deadline = time.monotonic() + timeout
+    look = 0.0
     while time.monotonic() < deadline:
         st = ping(layout.api_sock, home=layout.home)
         if st is not None:
             return st
+        if time.monotonic() >= look:
+            _refuse_if_blocked(guardian_view(layout))
+            look = time.monotonic() + GUARDIAN_LOOK_S
         time.sleep(UP_POLL_S)
+    view = guardian_view(layout)
+    _refuse_if_blocked(view)
     raise BackendUnavailable(f"no backend answered on {layout.api_sock} within "
-                             f"{timeout:.0f} s; see `tenure backend status`")
+                             f"{timeout if waited is None else waited:g} s"
+                             f"{_last_failure(view)}; see "
+                             "`tenure backend status`")
+
+
+GUARDIAN_LOOK_S = 0.5   # how often a wait for the backend asks the guardian how it goes
+
+
+def guardian_view(layout: Layout) -> dict[str, Any] | None:
+    """The guardian's status, or None when it does not answer."""
+    return ping(layout.guardian_sock, home=layout.home)
+
+
+def _refuse_if_blocked(view: dict[str, Any] | None) -> None:
+    blocked = (view or {}).get("blocked")
+    if isinstance(blocked, dict):
+        raise RecoveryBlocked(f"the guardian gave up starting a backend: "
+                              f"{blocked.get('reason')}; once that is fixed, run "
+                              "`tenure backend recover`", {"cause": blocked.get("code")})
+
+
+def _last_failure(view: dict[str, Any] | None) -> str:
+    """'; its last start failed: WHY (the guardian tries again)', or '' when the most
+    recent activation did not fail or the guardian does not say."""
+    recent = (view or {}).get("recent") or []
+    last = recent[0] if recent and isinstance(recent[0], dict) else {}
+    if last.get("outcome") in (None, "success") or not last.get("error"):
+        return ""
+    return f"; its last start failed: {last['error']} (the guardian tries again)"
 
 
 def _terminate(pid: int, ticks: int | None, timeout: float) -> str | None:

@@ -1,0 +1,65 @@
+"""`tenure up` waiting for its first backend: it stops as soon as the guardian has given
+up (RECOVERY_BLOCKED, with why and what to do), and at its timeout it says why the last
+start failed; the guardian's view is asked at most every GUARDIAN_LOOK_S."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.cli import daemons
+from protocol.errors import BackendUnavailable, RecoveryBlocked
+from protocol.layout import Layout
+
+FAILED = {"outcome": "failed", "error": "backend exited before it was ready (exit status 1): "
+                                        "SyntaxError: invalid syntax"}
+
+
+def waiting(monkeypatch: pytest.MonkeyPatch, views: list[dict[str, Any] | None]) -> list[int]:
+    """No backend answers; the guardian says ``views`` one after the other (the last one
+    from then on). Returns the count of looks, as it grows."""
+    looks = [0]
+
+    def view(_layout: Layout) -> dict[str, Any] | None:
+        looks[0] += 1
+        return views[min(looks[0], len(views)) - 1]
+    monkeypatch.setattr(daemons, "ping", lambda *a, **k: None)
+    monkeypatch.setattr(daemons, "guardian_view", view)
+    monkeypatch.setattr(daemons, "GUARDIAN_LOOK_S", 0.05)
+    return looks
+
+
+def test_it_stops_once_the_guardian_gave_up(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    blocked = {"blocked": {"code": "HANDOFF_FAILED", "reason": "SyntaxError (after 6 "
+                                                                 "attempts)"}}
+    looks = waiting(monkeypatch, [{"blocked": None, "recent": [FAILED]}, blocked])
+    with pytest.raises(RecoveryBlocked) as caught:
+        daemons.ensure_backend(Layout(tmp_path), timeout=30)
+    assert looks[0] == 2   # the second look, 0.05 s in: not the whole timeout
+    assert caught.value.msg == ("the guardian gave up starting a backend: SyntaxError "
+                                "(after 6 attempts); once that is fixed, run `tenure "
+                                "backend recover`")
+    assert caught.value.data == {"cause": "HANDOFF_FAILED"}
+
+
+def test_at_its_timeout_it_says_why_the_last_start_failed(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    waiting(monkeypatch, [{"blocked": None, "recent": [FAILED, {"outcome": "success"}]}])
+    with pytest.raises(BackendUnavailable) as caught:
+        daemons.ensure_backend(Layout(tmp_path), timeout=0.2, waited=20)
+    assert " within 20 s; its last start failed: backend exited before it was ready " \
+           "(exit status 1): SyntaxError: invalid syntax (the guardian tries again); " \
+           "see `tenure backend status`" in caught.value.msg
+
+
+@pytest.mark.parametrize("view", [None, {"blocked": None, "recent": []},
+                                  {"blocked": None, "recent": [{"outcome": "success"}]}])
+def test_without_a_failure_to_name_it_says_only_that_none_answered(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, view: dict[str, Any] | None) -> None:
+    waiting(monkeypatch, [view])
+    with pytest.raises(BackendUnavailable) as caught:
+        daemons.ensure_backend(Layout(tmp_path), timeout=0.1)
+    assert caught.value.msg.endswith(" within 0.1 s; see `tenure backend status`")
