@@ -74,24 +74,24 @@ ADAPTERS: dict[str, str] = {
     "pm2": "bench.peers.pm2:Pm2",
 }
 
-# "components": tenure's component benchmarks, name -> script (relative to the checkout)
-# and its arguments; each runs once per repetition under "component_timeout".
+
+
+def _components(spawn: int, lines: int, idle: int, apps: int, handoffs: int
+                ) -> dict[str, dict[str, Any]]:
+    """tenure's component benchmarks: name -> script (relative to the checkout) and its
+    arguments; each runs once per repetition under the config's "component_timeout"."""
+    return {"owner": {"script": "bench/owner.py", "args": [
+                "--spawn", str(spawn), "--lines", str(lines), "--idle", str(idle)]},
+            "handoff": {"script": "bench/handoff.py", "args": [
+                "--apps", str(apps), "--handoffs", str(handoffs)]}}
+
+
 FULL = {"ns": [50, 200], "status_runs": 20, "restart_repeats": 5, "log_lines": 1_000_000,
         "scenario_timeout": 120.0, "settle_s": 2.0, "repeat": 5,
-        "components": {
-            "owner": {"script": "bench/owner.py",
-                      "args": ["--spawn", "200", "--lines", "1000000", "--idle", "1000"]},
-            "handoff": {"script": "bench/handoff.py",
-                        "args": ["--apps", "200", "--handoffs", "10"]}},
-        "component_timeout": 600.0}
+        "components": _components(200, 1_000_000, 1000, 200, 10), "component_timeout": 600.0}
 QUICK = {"ns": [10], "status_runs": 10, "restart_repeats": 3, "log_lines": 100_000,
          "scenario_timeout": 60.0, "settle_s": 1.0, "repeat": 1,
-         "components": {
-             "owner": {"script": "bench/owner.py",
-                       "args": ["--spawn", "50", "--lines", "100000", "--idle", "100"]},
-             "handoff": {"script": "bench/handoff.py",
-                         "args": ["--apps", "20", "--handoffs", "3"]}},
-         "component_timeout": 600.0}
+         "components": _components(50, 100_000, 100, 20, 3), "component_timeout": 600.0}
 
 _ACTIVE: list[Supervisor] = []
 
