@@ -174,13 +174,13 @@ class BackendProcess:
         if not line.get(key):
             await self.stop(kill_after=2.0)
             if line.get("exited"):
-                raise HandoffFailed(*self.last_words())
+                raise HandoffFailed(*self.ended_why())
             raise error_from_wire(str(line.get("code", "HANDOFF_FAILED")),
                                   str(line.get("msg", f"backend failed ({key})")),
                                   line.get("data") or {})
         return line
 
-    def last_words(self) -> tuple[str, dict[str, Any]]:
+    def ended_why(self) -> tuple[str, dict[str, Any]]:
         """Why a backend that ended before its first line did: its exit status and the
         last line of its log (a traceback's names the error), and where that log is."""
         said = last_words(self.log_path) if self.log_path is not None else ""
