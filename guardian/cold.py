@@ -40,6 +40,8 @@ __all__ = ["POINTS", "Check", "recover_safely", "recovery_check", "start_selecte
 log = logging.getLogger("tenure.guardian")
 
 RECOVERY_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+WATCH_EVERY_S = 1.0     # the owner watch's rounds
+WATCH_TIMEOUT_S = 5.0   # the owner watch's wait for one answer
 NOTHING_RUNS = "no applications run"
 POINTS = ("recover.check", "start.fence", "start.launch", "start.verify")
 
@@ -235,11 +237,18 @@ async def watch_owner(co: Coordinator) -> None:
     grant of the generation in control? A new owner (after a maintenance restart) gets a
     fresh epoch and a new generation; a grant of another activation (a fence that landed
     after its handoff gave up) means the running generation is fenced off: it is
-    replaced by a recovery. One bad round is logged, never the end of the watch."""
+    replaced by a recovery. A round waits WATCH_TIMEOUT_S for the owner's answer (a
+    stopped owner no longer holds the watch for the connection's 60 s); a run of rounds
+    the owner does not answer is logged when it begins and when it ends. Nothing ends
+    the watch."""
+    failing = False
     while True:
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(WATCH_EVERY_S)
         try:
             await _watch_once(co)
+            if failing:
+                log.info("the owner answers again")
+            failing = False
         except asyncio.CancelledError:
             raise
         except OwnerChanged as exc:
@@ -249,13 +258,15 @@ async def watch_owner(co: Coordinator) -> None:
         except TenureError as exc:
             co.owner_link.exchange_failed(time.time(), exc.msg)
             co.write_diagnostics()
-            log.warning("owner unreachable: %s", exc)
+            if not failing:
+                log.warning("owner unreachable: %s (asked again every second)", exc)
+            failing = True
         except Exception:
             log.exception("owner watch: unexpected error (the watch goes on)")
 
 
 async def _watch_once(co: Coordinator) -> None:
-    st = await co.owner_call("status")
+    st = await co.owner_call("status", timeout=WATCH_TIMEOUT_S)
     co.owner_link.handle(LinkEvent.SEEN, time.time())
     co.write_diagnostics()
     held = (st.get("grant") or {}).get("activation")
@@ -264,7 +275,7 @@ async def _watch_once(co: Coordinator) -> None:
         return
     async with co.command_lock:
         cur = co.current
-        st = await co.owner_call("status")
+        st = await co.owner_call("status", timeout=WATCH_TIMEOUT_S)
         held = (st.get("grant") or {}).get("activation")
         if cur is None or held is None or held == cur.activation:
             return

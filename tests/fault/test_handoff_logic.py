@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from guardian import cold
 from guardian.cold import recover_safely, start_selected, watch_owner
 from guardian.faults import InjectedFault
 from guardian.handoff import POINTS, upgrade
@@ -412,3 +413,27 @@ def test_operator_abort_before_the_fence_resumes_the_incumbent(tmp_path: Path) -
         assert act["phase"] == "aborted" and "operator" in act["error"]
         assert co.world.alive() == [incumbent] and not incumbent.draining
     run(go, tmp_path)
+
+
+def test_the_owner_watch_waits_a_bounded_time_and_says_once_that_it_gets_no_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(cold, "WATCH_EVERY_S", 0.01)
+
+    async def go(co: FakeCoordinator) -> None:
+        await in_control(co)
+        co.owner_timeouts.clear()
+        co.world.fail["status"] = [RequestTimedOut("test: no answer")] * 3
+        task = asyncio.create_task(watch_owner(co))
+        for _ in range(400):
+            await asyncio.sleep(0.005)
+            if len(co.owner_timeouts) >= 5:
+                break
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert set(co.owner_timeouts) == {("status", cold.WATCH_TIMEOUT_S)}
+    with caplog.at_level("INFO", logger="tenure.guardian"):
+        run(go, tmp_path)
+    said = [r.getMessage() for r in caplog.records if "owner" in r.getMessage()]
+    assert said == ["owner unreachable: TIMEOUT: test: no answer (asked again every second)",
+                    "the owner answers again"], said
