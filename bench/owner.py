@@ -137,7 +137,14 @@ def percentile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    """SIGTERM (bench/suite.py's time cap) ends the run like Ctrl-C: the owner it
+    started is stopped, with its apps, and its home removed (with_owner's cleanup)."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _terminated)
     ap = argparse.ArgumentParser()
     ap.add_argument("--spawn", type=int, default=200)
     ap.add_argument("--lines", type=int, default=1_000_000)
@@ -154,7 +161,7 @@ def main() -> int:
           f"p99 {res['exit_event_p99_us']} us")
     print(f"log capture: {res['log_lines_per_s']} lines/s durable, {lost} lost "
           f"(target >= 200000/s, 0 lost)")
-    print(f"owner RSS with {a.idle} idle apps: {res['owner_rss_mb_1000']} MB (target <= 60)")
+    print(f"owner RSS with {a.idle} idle apps: {res['owner_rss_mb_1000']} MiB (target <= 60)")
     print(json.dumps(res))
     return 0
 
