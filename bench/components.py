@@ -65,16 +65,14 @@ def run_component(argv: list[str], timeout: float,
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float, grace: float) -> bool:
     """Whether the child outlived ``timeout``. Then its group gets SIGTERM and ``grace``
-    seconds to clean up before SIGKILL."""
+    seconds to clean up (the caller's SIGKILL follows)."""
     try:
         proc.wait(timeout)
         return False
     except subprocess.TimeoutExpired:
         _signal_group(proc, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        _signal_group(proc, signal.SIGKILL)
     return True
 
 
@@ -177,7 +175,6 @@ def _brief(out: dict[str, Any]) -> str:
         return f"error: {out['error']}"
     return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
                      for k, v in out.items())
-
 
 
 # per-run entries of a component's result that are bookkeeping, not figures

@@ -75,7 +75,6 @@ ADAPTERS: dict[str, str] = {
 }
 
 
-
 def _components(spawn: int, lines: int, idle: int, apps: int, handoffs: int
                 ) -> dict[str, dict[str, Any]]:
     """tenure's component benchmarks: name -> script (relative to the checkout) and its

@@ -248,6 +248,12 @@ def _figure(res: dict[str, Any], sup: str | None, n: str, scenario: str, key: st
     if entry is None:
         return None
     data = entry["logs"] if scenario == "logs" else entry["sessions"].get(n, {}).get(scenario)
+    return _read(data, key, worst)
+
+
+def _read(data: Any, key: str, worst: bool) -> float | None:
+    """Figure ``key`` of one merged scenario or component (its worst run's with
+    ``worst``); None when it is missing or that scenario failed."""
     if not isinstance(data, dict) or "error" in data:
         return None
     return _number(data.get(f"{key}_max", data.get(key)) if worst else data.get(key))
@@ -307,10 +313,7 @@ def _component_figure(res: dict[str, Any], bench: str, key: str,
                       worst: bool = False) -> float | None:
     """Figure ``key`` of component benchmark ``bench`` (its worst run's with ``worst``);
     None if not run or failed."""
-    data = res.get("components", {}).get(bench)
-    if not isinstance(data, dict) or "error" in data:
-        return None
-    return _number(data.get(f"{key}_max", data.get(key)) if worst else data.get(key))
+    return _read(res.get("components", {}).get(bench), key, worst)
 
 
 def judge_component(res: dict[str, Any], t: Target) -> Judged:
