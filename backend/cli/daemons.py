@@ -464,9 +464,10 @@ def ensure_backend(layout: Layout, timeout: float, waited: float | None = None
     """Wait until a backend generation answers and is ready. Raises RecoveryBlocked as
     soon as the guardian has given up starting one (why, and what to do), else
     BackendUnavailable after ``timeout`` with why its last start failed (``waited``: the
-    whole wait to name there, when part of it was spent before)."""
+    whole wait to name there, when part of it was spent before). The guardian is first
+    asked GUARDIAN_LOOK_S in: a backend that comes up sooner costs it nothing."""
     deadline = time.monotonic() + timeout
-    look = 0.0
+    look = time.monotonic() + GUARDIAN_LOOK_S
     while time.monotonic() < deadline:
         st = ping(layout.api_sock, home=layout.home)
         if st is not None:
