@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass
 
 from protocol.errors import LaunchFailed
+from protocol.procfs import boottime_ns, ticks_between
 
 from .cgroups import shim_argv
 from .fdpass import FdHandoff, PassFds, resolve_program, without_listen_vars
@@ -127,7 +128,9 @@ class PopenSpawner(Spawner):
         # (owner.runas); without them Popen's own (vfork) path runs, as it always did.
         setup = ChildSetup.for_launch(spec.run_as, spec.limits, spec.cwd, cgroup, handoff)
         with setup or contextlib.nullcontext():
+            before = boottime_ns()
             proc, out_r, err_r = self._popen(spec, env, cgroup, setup)
+            forked = ticks_between(before, boottime_ns())
             failure = None if handoff is None or setup is None else setup.confirm_exec()
         if failure is not None:
             os.waitpid(proc.pid, 0)  # it exited: reap it here, the table never saw it
@@ -148,9 +151,10 @@ class PopenSpawner(Spawner):
             os.waitpid(proc.pid, 0)
             _close_all([out_r, err_r])
             raise LaunchFailed(_reason(spec, e), _why(spec, e, env)) from e
-        # The child cannot be reaped yet (only the table reaps), so /proc still has it,
-        # if only as a zombie.
-        ticks = read_start_ticks(proc.pid)
+        # Forked between two readings of the clock it is stamped with: its start ticks
+        # without a read of /proc, unless the readings straddle a tick. The child cannot
+        # be reaped yet (only the table reaps), so /proc still has it, if only as a zombie.
+        ticks = forked if forked is not None else read_start_ticks(proc.pid)
         return Spawned(pid=proc.pid, pidfd=pidfd, stdout_fd=out_r, stderr_fd=err_r,
                        start_ticks=ticks if ticks is not None else 0, pgid=proc.pid,
                        cgroup=cgroup)

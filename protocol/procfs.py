@@ -12,6 +12,7 @@ Files are read with ``os.open``/``os.read`` instead of ``open()``: a group scan 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Iterator
 
 TYPE_CHECKING = False
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
 __all__ = [
     "ProcStat",
     "ProcUsage",
+    "boottime_ns",
     "children",
     "environ",
     "environ_matches",
@@ -38,6 +40,7 @@ __all__ = [
     "socket_inodes",
     "start_ticks",
     "status_groups",
+    "ticks_between",
 ]
 
 PROC: Final = "/proc"
@@ -194,6 +197,39 @@ def start_ticks(pid: int) -> int | None:
         return _psutil_ticks(pid)
     st = read_stat(pid)
     return None if st is None else st.start_ticks
+
+
+def _tick_ns() -> int | None:
+    """Nanoseconds per clock tick of /proc's start times, None when a tick is not a whole
+    number of them (then only /proc can say)."""
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+    return 10**9 // hz if hz > 0 and 10**9 % hz == 0 else None
+
+
+_TICK_NS: Final = _tick_ns()
+
+
+def boottime_ns() -> int:
+    """CLOCK_BOOTTIME now: the clock the kernel stamps a new process with at fork."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+def ticks_between(before_ns: int, after_ns: int) -> int | None:
+    """The start ticks of a process forked between two :func:`boottime_ns` readings,
+    without reading /proc, when both readings fall within one clock tick; None when they
+    straddle a tick boundary (or no tick length is known): then ask :func:`start_ticks`.
+
+    Exact, not an estimate: the kernel stamps a process at fork with CLOCK_BOOTTIME and
+    /proc/PID/stat shows that stamp divided by the tick length, rounded down. A process
+    forked between the two readings has a stamp between them, so within that tick. Worth
+    it because /proc/PID/stat of a child still inside its exec can take ~1 ms to read."""
+    if _TICK_NS is None or before_ns > after_ns:
+        return None
+    tick = before_ns // _TICK_NS
+    return tick if after_ns // _TICK_NS == tick else None
 
 
 def socket_inodes(pids: Iterable[int]) -> set[int]:

@@ -178,3 +178,26 @@ def test_orphans_are_listed_by_the_main_thread_even_when_another_thread_forked()
     got = json.loads(r.stdout)
     assert got["orphan"] in got["main"] and got["orphan"] in got["all"]
     assert got["direct"] not in got["main"] and got["direct"] in got["all"]
+
+
+def test_ticks_between_gives_the_tick_both_readings_fall_in(monkeypatch):
+    monkeypatch.setattr(procfs, "_TICK_NS", 10_000_000)
+    assert procfs.ticks_between(1_230_000_001, 1_239_999_999) == 123
+    assert procfs.ticks_between(1_230_000_000, 1_230_000_000) == 123
+    # straddling a tick boundary, readings out of order, or no known tick: ask /proc
+    assert procfs.ticks_between(1_239_999_999, 1_240_000_000) is None
+    assert procfs.ticks_between(1_235_000_000, 1_234_000_000) is None
+    monkeypatch.setattr(procfs, "_TICK_NS", None)
+    assert procfs.ticks_between(1_230_000_001, 1_230_000_002) is None
+
+
+def test_a_tick_that_is_not_whole_nanoseconds_is_not_used(monkeypatch):
+    monkeypatch.setattr(procfs.os, "sysconf", lambda name: 3)
+    assert procfs._tick_ns() is None
+    monkeypatch.setattr(procfs.os, "sysconf", lambda name: 100)
+    assert procfs._tick_ns() == 10_000_000
+
+
+def test_this_process_started_at_the_tick_proc_shows():
+    # the clock the kernel stamps processes with is the one boottime_ns reads
+    assert procfs.start_ticks(os.getpid()) <= procfs.boottime_ns() // procfs._TICK_NS
