@@ -87,6 +87,7 @@ class Coordinator:
         self.command_lock = asyncio.Lock()
         self.blocked: dict[str, Any] | None = None
         self.unhealthy: dict[str, Any] | None = None
+        self._diagnostics_due = False
         self.abort_requested = False
         self.fault = Fault()
         self.deadline = _deadline()
@@ -198,7 +199,7 @@ class Coordinator:
     def advance(self, act: Activation, new: Phase, detail: dict[str, Any] | None = None,
                 **fields: Any) -> Activation:
         act = self.state.advance(act.id, act.phase, new, detail, **fields)
-        self.write_diagnostics()
+        self.diagnostics_soon()
         self.fault.check(new)
         return act
 
@@ -528,6 +529,26 @@ class Coordinator:
             atomic_write_json(self.paths.diagnostics, self._diagnostics(), sync=False)
         except Exception:
             log.exception("could not write %s", self.paths.diagnostics)
+
+    def diagnostics_soon(self) -> None:
+        """:meth:`write_diagnostics` at the loop's next turn, once for all the calls
+        before it (at once outside a running loop). A handoff's steps follow one another
+        inside its pause; the file takes ~0.9 ms to build and write with 200 apps, and
+        written this way it overlaps the wait for the next process instead of coming
+        before the request to it."""
+        if self._diagnostics_due:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.write_diagnostics()
+            return
+        self._diagnostics_due = True
+        loop.call_soon(self._write_due_diagnostics)
+
+    def _write_due_diagnostics(self) -> None:
+        self._diagnostics_due = False
+        self.write_diagnostics()
 
     def _diagnostics(self) -> dict[str, Any]:
         sel = self.state.selector()

@@ -199,13 +199,15 @@ class _Handoff:
         co = self.co
         epoch = self.act.epoch
         assert epoch is not None
-        self.checkpoint = read_json(self.path, "tenure-checkpoint")
         co.point("launch")
         standby, self.standby = self.standby, None
         bp = await co.launch(self.act, epoch, str(self.act.kind), checkpoint=self.path,
                              standby=standby)
         self.act = co.advance(self.act, Phase.STARTED, backend_pid=bp.pid)
         co.point("verify")
+        # read here, not before the launch: only the verification needs it, and the
+        # candidate's start is where the API pause ends (~1.2 ms with 200 apps)
+        self.checkpoint = read_json(self.path, "tenure-checkpoint")
         detail = await co.verify_generation(epoch, self.checkpoint)
         self.act = co.advance(self.act, Phase.VERIFIED, detail)
         co.point("complete")

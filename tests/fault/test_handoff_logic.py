@@ -437,3 +437,55 @@ def test_the_owner_watch_waits_a_bounded_time_and_says_once_that_it_gets_no_answ
     said = [r.getMessage() for r in caplog.records if "owner" in r.getMessage()]
     assert said == ["owner unreachable: TIMEOUT: test: no answer (asked again every second)",
                     "the owner answers again"], said
+
+
+def test_a_checkpoint_unreadable_at_verification_ends_the_handoff_validly(
+        tmp_path: Path) -> None:
+    """The guardian reads the checkpoint for the verification only (after the candidate
+    started, outside the pause): unreadable there, the handoff fails closed."""
+    async def go(co: FakeCoordinator) -> Any:
+        await in_control(co)
+        real_point = co.point
+
+        def point(name: str) -> None:
+            if name == "verify":
+                act = co.state.activations(1)[0]
+                Path(co.paths.checkpoint_file(act.id)).write_text("{not json")
+            real_point(name)
+        co.point = point  # type: ignore[method-assign]
+        res = await upgrade(co, NEW)
+        assert_valid_end(co, res["activation"])   # uncertain: no generation acts
+        return res
+    result = run(go, tmp_path)
+    act = result["activation"]
+    assert (act["phase"], act["code"]) == ("uncertain", "STATE_CORRUPT"), act
+    assert [r["phase"] for r in result["receipts"]][-3:] == ["retired", "started",
+                                                             "uncertain"]
+
+
+def test_a_handoffs_steps_rewrite_the_diagnostics_once_at_the_next_turn(
+        tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        written: list[str | None] = []
+        real = co.write_diagnostics
+
+        def counted() -> None:
+            real()
+            written.append((co.status()["last_activation"] or {}).get("phase"))
+        co.write_diagnostics = counted  # type: ignore[method-assign]
+        act = co.state.create_activation(Kind.UPGRADE, OLD, None, None)
+        for phase in (Phase.CHECKED, Phase.ADMITTED):
+            act = co.advance(act, phase)
+        assert written == []                    # not inside the steps
+        await asyncio.sleep(0)
+        assert written == ["admitted"]          # once, as of the last step
+    run(go, tmp_path)
+
+
+def test_diagnostics_outside_a_loop_are_written_at_once(tmp_path: Path) -> None:
+    co = FakeCoordinator(tmp_path)
+    try:
+        co.diagnostics_soon()
+        assert co.status()["kind"] == "tenure-supervisor-state"
+    finally:
+        co.state.close()
