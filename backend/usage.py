@@ -43,17 +43,23 @@ class CpuRate:
     Pure: the caller gives the time of each sample."""
 
     def __init__(self) -> None:
-        self._last: dict[Ident, tuple[float, float]] = {}
+        self._last: dict[Ident, tuple[float, float, float]] = {}  # t, cpu seconds, rate
 
     def rate(self, ident: Ident, t: float, cpu_seconds: float) -> float:
         """Percent since the previous sample of ``ident``; 0.0 for the first one, for a
-        sample not later than the previous, and for a counter that went down (a
-        different measurement source) — never a negative or infinite rate."""
+        sample earlier than the previous, and for a counter that went down (a different
+        measurement source) — never a negative or infinite rate. The previous sample
+        again (the owner may answer a new connection with a measurement it made for
+        another, owner.metrics.UsageMemo) gives the rate it gave."""
         prev = self._last.get(ident)
-        self._last[ident] = (t, cpu_seconds)
+        if prev is not None and (t, cpu_seconds) == prev[:2]:
+            return prev[2]
         if prev is None or t <= prev[0] or cpu_seconds < prev[1]:
-            return 0.0
-        return round(100.0 * (cpu_seconds - prev[1]) / (t - prev[0]), 1)
+            percent = 0.0
+        else:
+            percent = round(100.0 * (cpu_seconds - prev[1]) / (t - prev[0]), 1)
+        self._last[ident] = (t, cpu_seconds, percent)
+        return percent
 
     def forget_except(self, live: Iterable[Ident]) -> None:
         keep = set(live)

@@ -31,7 +31,7 @@ from .grants import GrantKeeper
 from .journal import Journal, LogSource
 from .journalforget import MAX_SOURCES
 from .journalretention import MAX_RETENTION, MIN_RETENTION
-from .metrics import Member, Meter, launch_inodes
+from .metrics import Member, Meter, UsageMemo, launch_inodes
 from .notes import MAX_NOTE, write_note
 from .observations import RING_SIZE, ObservationRing, test_knob
 from .paths import OwnerPaths
@@ -184,6 +184,7 @@ class OwnerService:
                                     publish=self._publish)
         self.inspector = Inspector()
         self.meter = Meter()
+        self.usage_memo = UsageMemo()
         self.launcher = Launcher(store, journal, self.ring, identity.boot_id,
                                  paths.notify_address(identity.instance),
                                  home=paths.home_marker)
@@ -342,15 +343,8 @@ class OwnerService:
             usage["cgroup"] = self.launcher.cgroups.usage(cgroup)
         return {**row.to_wire(), "usage": usage}
 
-    async def metrics_read(self, call: Call) -> Any:
-        """Resource figures of every live launch in one answer (owner.metrics), or of
-        those of ``launch_keys`` that live; ``usage_only``: CPU and memory alone (the
-        other figures None). ``at`` is CLOCK_MONOTONIC when measuring began, for rates
-        between two answers."""
-        wanted = call.params["launch_keys"]
-        live = self.launcher.live
-        rows = list(live.values()) if wanted is None else \
-            [live[k] for k in dict.fromkeys(wanted) if k in live]
+    async def _measure(self, rows: list[LaunchRow], usage_only: bool
+                       ) -> tuple[float, list[dict[str, Any]]]:
         batch = []
         for row in rows:
             try:
@@ -360,9 +354,29 @@ class OwnerService:
             batch.append(Member(row.launch_key, cgroup, procs))
         # Off the loop: 1,000 launches are a few thousand /proc or cgroup reads, and the
         # loop drains app pipes meanwhile. A few (inspect) cost less than the thread hop.
+        if len(batch) <= MEASURE_ON_LOOP:
+            return self.meter.measure(batch, usage_only)
+        return await asyncio.to_thread(self.meter.measure, batch, usage_only)
+
+    async def metrics_read(self, call: Call) -> Any:
+        """Resource figures of every live launch in one answer (owner.metrics), or of
+        those of ``launch_keys`` that live; ``usage_only``: CPU and memory alone (the
+        other figures None). ``at`` is CLOCK_MONOTONIC when measuring began, for rates
+        between two answers."""
+        wanted = call.params["launch_keys"]
+        live = self.launcher.live
+        rows = list(live.values()) if wanted is None else \
+            [live[k] for k in dict.fromkeys(wanted) if k in live]
         usage = call.params["usage_only"]
-        at, samples = self.meter.measure(batch, usage) if len(batch) <= MEASURE_ON_LOOP \
-            else await asyncio.to_thread(self.meter.measure, batch, usage)
+        idents = [(r.launch_key, r.pid, r.start_ticks) for r in rows]
+        client = id(call.conn)
+        reused = self.usage_memo.reuse(client, idents) if usage else None
+        if reused is not None:   # owner.metrics.UsageMemo: who profits, and why it is safe
+            at, samples = reused
+        else:
+            at, samples = await self._measure(rows, usage)
+            if usage:
+                self.usage_memo.keep(client, at, idents, samples)
         launches = [{"launch_key": r.launch_key, "stack": r.stack, "app": r.app,
                      "instance": r.instance, "generation": r.generation, "pid": r.pid,
                      "start_ticks": r.start_ticks, "started_at": r.started_at, **s}

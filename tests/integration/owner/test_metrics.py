@@ -112,3 +112,28 @@ def _listening_inode(port: int) -> int:
     from backend.probes import listening_inodes
     (inode,) = listening_inodes(port)
     return inode
+
+
+def test_a_usage_measurement_is_reused_once_per_other_client(owner):
+    """owner.metrics.UsageMemo through the real owner: a second connection within
+    USAGE_REUSE_S gets the measurement the first one got; a client asking again, a full
+    read or a launch the measurement did not cover is measured anew."""
+    a, b, c = owner.client(), owner.client(), owner.client()
+    try:
+        epoch = GuardianKey().bootstrap(a, owner.instance)
+        _launch(a, epoch, 1, ["sleep", "1000"])
+        usage = {"usage_only": True}
+        first = a.call("metrics.read", usage)
+        again = b.call("metrics.read", usage)
+        assert again["at"] == first["at"] and again["launches"] == first["launches"]
+        assert b.call("metrics.read", usage)["at"] > first["at"]   # b has had that one
+        assert a.call("metrics.read")["at"] > first["at"]          # full: always measured
+        _launch(a, epoch, 2, ["sleep", "1000"])
+        both = c.call("metrics.read", usage)                         # m2 was not measured
+        assert sorted(r["launch_key"] for r in both["launches"]) == ["m1", "m2"]
+        assert all(r["memory_bytes"] > 0 for r in both["launches"])
+        for key in ("m1", "m2"):
+            a.call("stop", {"launch_key": key}, epoch=epoch)
+    finally:
+        for cl in (a, b, c):
+            cl.close()

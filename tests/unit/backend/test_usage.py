@@ -27,6 +27,14 @@ def test_cpu_rate_never_goes_negative_or_divides_by_zero():
     assert r.rate((1, 1), 12.0, 2.5) == 50.0
 
 
+def test_the_same_sample_again_gives_the_rate_it_gave():
+    r = CpuRate()
+    r.rate((1, 1), 10.0, 5.0)
+    assert r.rate((1, 1), 12.0, 6.0) == 50.0
+    assert r.rate((1, 1), 12.0, 6.0) == 50.0   # a measurement answered twice
+    assert r.rate((1, 1), 14.0, 10.0) == 200.0
+
+
 def test_forgotten_processes_start_over():
     r = CpuRate()
     r.rate((1, 1), 1.0, 1.0)
