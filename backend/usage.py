@@ -46,18 +46,17 @@ class CpuRate:
         self._last: dict[Ident, tuple[float, float, float]] = {}  # t, cpu seconds, rate
 
     def rate(self, ident: Ident, t: float, cpu_seconds: float) -> float:
-        """Percent since the previous sample of ``ident``; 0.0 for the first one, for a
-        sample earlier than the previous, and for a counter that went down (a different
-        measurement source) — never a negative or infinite rate. The previous sample
-        again (the owner may answer a new connection with a measurement it made for
-        another, owner.metrics.UsageMemo) gives the rate it gave."""
+        """Percent since the previous sample of ``ident``; 0.0 for the first one and for
+        a counter that went down (a different measurement source) — never a negative or
+        infinite rate. A sample not later than the previous one (the owner may answer
+        with a measurement it made for another connection, owner.metrics.UsageMemo:
+        the one already seen, or one older than an ``inspect``'s) gives the previous
+        rate and is not kept."""
         prev = self._last.get(ident)
-        if prev is not None and (t, cpu_seconds) == prev[:2]:
+        if prev is not None and t <= prev[0]:
             return prev[2]
-        if prev is None or t <= prev[0] or cpu_seconds < prev[1]:
-            percent = 0.0
-        else:
-            percent = round(100.0 * (cpu_seconds - prev[1]) / (t - prev[0]), 1)
+        percent = 0.0 if prev is None or cpu_seconds < prev[1] else \
+            round(100.0 * (cpu_seconds - prev[1]) / (t - prev[0]), 1)
         self._last[ident] = (t, cpu_seconds, percent)
         return percent
 

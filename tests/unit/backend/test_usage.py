@@ -27,12 +27,13 @@ def test_cpu_rate_never_goes_negative_or_divides_by_zero():
     assert r.rate((1, 1), 12.0, 2.5) == 50.0
 
 
-def test_the_same_sample_again_gives_the_rate_it_gave():
+def test_a_sample_seen_already_or_older_gives_the_last_rate_and_is_not_kept():
     r = CpuRate()
     r.rate((1, 1), 10.0, 5.0)
     assert r.rate((1, 1), 12.0, 6.0) == 50.0
     assert r.rate((1, 1), 12.0, 6.0) == 50.0   # a measurement answered twice
-    assert r.rate((1, 1), 14.0, 10.0) == 200.0
+    assert r.rate((1, 1), 11.0, 5.5) == 50.0   # an older one (made for another client)
+    assert r.rate((1, 1), 14.0, 10.0) == 200.0  # from the 12 s sample, not the 11 s one
 
 
 def test_forgotten_processes_start_over():
