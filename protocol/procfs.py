@@ -209,12 +209,14 @@ def _tick_ns() -> int | None:
     return 10**9 // hz if hz > 0 and 10**9 % hz == 0 else None
 
 
-_TICK_NS: Final = _tick_ns()
+_BOOTTIME: Final = getattr(time, "CLOCK_BOOTTIME", None)   # Linux only
+_TICK_NS: Final = _tick_ns() if _BOOTTIME is not None else None
 
 
 def boottime_ns() -> int:
-    """CLOCK_BOOTTIME now: the clock the kernel stamps a new process with at fork."""
-    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+    """CLOCK_BOOTTIME now: the clock the kernel stamps a new process with at fork (0
+    where there is none: :func:`ticks_between` then never answers)."""
+    return 0 if _BOOTTIME is None else time.clock_gettime_ns(_BOOTTIME)
 
 
 def ticks_between(before_ns: int, after_ns: int) -> int | None:
