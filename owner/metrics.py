@@ -181,14 +181,16 @@ class Meter:
         self._high: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
-    def measure(self, batch: list[Member], usage_only: bool = False
-                ) -> tuple[float, list[Sample]]:
+    def measure(self, batch: list[Member], usage_only: bool = False,
+                live: Iterable[str] | None = None) -> tuple[float, list[Sample]]:
         """(CLOCK_MONOTONIC at the start, one sample per member in order). Forgets the
-        launches not in ``batch``. ``usage_only``: see :data:`USAGE`. Raises nothing."""
+        launches not in ``live`` (the launch keys that still run; default: those of
+        ``batch``): a measurement of some launches (an ``inspect``) keeps the others'
+        highest counters. ``usage_only``: see :data:`USAGE`. Raises nothing."""
         with self._lock:
             t = time.monotonic()
             out = [self._clamp(m.launch_key, self._read(m, usage_only)) for m in batch]
-            keep = {m.launch_key for m in batch}
+            keep = {m.launch_key for m in batch} if live is None else set(live)
             for key in [k for k in self._high if k not in keep]:
                 del self._high[key]
             return t, out

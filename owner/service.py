@@ -354,9 +354,10 @@ class OwnerService:
             batch.append(Member(row.launch_key, cgroup, procs))
         # Off the loop: 1,000 launches are a few thousand /proc or cgroup reads, and the
         # loop drains app pipes meanwhile. A few (inspect) cost less than the thread hop.
+        live = list(self.launcher.live)
         if len(batch) <= MEASURE_ON_LOOP:
-            return self.meter.measure(batch, usage_only)
-        return await asyncio.to_thread(self.meter.measure, batch, usage_only)
+            return self.meter.measure(batch, usage_only, live)
+        return await asyncio.to_thread(self.meter.measure, batch, usage_only, live)
 
     async def metrics_read(self, call: Call) -> Any:
         """Resource figures of every live launch in one answer (owner.metrics), or of

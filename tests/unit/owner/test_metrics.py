@@ -133,3 +133,25 @@ def test_counters_never_go_down_and_peak_is_the_highest_seen(monkeypatch):
     meter.measure([])  # the launch ended: forgotten
     _, [c] = meter.measure([m])
     assert c["cpu_seconds"] == 3.0 and c["memory_peak_bytes"] == 50
+
+
+def test_measuring_some_launches_keeps_the_others_highest_counters(monkeypatch):
+    """An inspect of one app measures that launch alone: another launch's counters
+    must not go down at the next status for it (a child of it ended meanwhile)."""
+    monkeypatch.setattr(metrics, "read_procs", _fake([
+        {"cpu_user_seconds": 5.0, "io_read_bytes": 10},   # a, then b
+        {"cpu_user_seconds": 7.0, "io_read_bytes": 20},
+        {"cpu_user_seconds": 6.0},                        # a alone
+        {"cpu_user_seconds": 6.0},                        # a, then b: its child ended
+        {"cpu_user_seconds": 1.0, "io_read_bytes": 2},
+        {"cpu_user_seconds": 6.0},                        # a alone, b gone
+        {"cpu_user_seconds": 1.0},                        # b under a new start
+    ]))
+    meter = Meter()
+    a, b = Member("a", None, ((1, 1),)), Member("b", None, ((2, 2),))
+    meter.measure([a, b])
+    meter.measure([a], live=["a", "b"])
+    _, [_, b2] = meter.measure([a, b])
+    assert b2["cpu_user_seconds"] == 7.0 and b2["io_read_bytes"] == 20
+    meter.measure([a], live=["a"])                       # b ended: forgotten
+    assert meter.measure([b])[1][0]["cpu_user_seconds"] == 1.0
