@@ -210,6 +210,23 @@ def daemon_family(daemon_pid: int | None) -> list[int]:
     return out
 
 
+def forked_not_execd(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that still run their parent's command line: forked to become a
+    program and not yet exec'd (a supervisor that reports a program running once it has
+    forked it). Counted then, such a copy of the supervisor's interpreter would add its
+    whole resident set to the supervisor's own memory."""
+    out = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            parent = proc.parent()
+            if parent is not None and proc.cmdline() == parent.cmdline():
+                out.append(pid)
+        except psutil.Error:
+            pass
+    return out
+
+
 def gone(pid: int) -> bool:
     """True once ``pid`` has exited (a zombie waiting to be reaped counts as exited)."""
     try:

@@ -6,8 +6,12 @@ No processes: ``bench.peers.base.run`` is replaced by a fake that keeps the argv
 from __future__ import annotations
 
 import importlib
+import os
 import shlex
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +178,29 @@ def test_timed_run_gives_the_exit_status_and_kills_on_timeout() -> None:
     assert base.timed_run(["true"], env)[1] == 0
     with pytest.raises(subprocess.TimeoutExpired):
         base.timed_run(["sleep", "30"], env, timeout=0.05)
+
+
+def test_a_forked_copy_not_yet_execd_is_told_from_a_program():
+    """bench.peers.base.forked_not_execd, with real processes: a child that forked and
+    did not exec runs its parent's command line; one that exec'd does not."""
+    script = ("import os, sys, time\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    time.sleep(60); os._exit(0)\n"
+              "kid = os.fork()\n"
+              "if kid == 0:\n"
+              "    os.execvp('sleep', ['sleep', '60'])\n"
+              "print(pid, kid, flush=True)\n"
+              "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        assert parent.stdout is not None
+        copy, program = (int(x) for x in parent.stdout.readline().split())
+        deadline = time.monotonic() + 10
+        while base.forked_not_execd([copy, program]) != [copy]:
+            assert time.monotonic() < deadline, base.forked_not_execd([copy, program])
+            time.sleep(0.01)
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
