@@ -478,7 +478,8 @@ gets the same programs in its own config, its control socket in a private temp d
   program pids changed and the time until all N run again (a state is accepted once it
   has been unchanged for the settle time, which is not included).
 - **memory**: summed RSS of the supervisor's own processes (daemon and its non-program
-  children), programs excluded, after N programs started.
+  children), programs excluded, after N programs started and once no child is a forked
+  copy of its parent still to exec a program (waited for up to 2 s).
 - **logs**: one program writes fixed-width lines to stdout as fast as it can and exits;
   lines/s is lines captured divided by the wall time from the writer's first line to the
   last line reaching the supervisor's log file; lost = written - captured after the writer
