@@ -59,8 +59,8 @@ REASONS: dict[str, str] = {
         "ms each (median) on an idle machine and 3.6 ms with one busy process beside "
         "them (p90 9 ms), while one CPU is free. Making `status` cheap (the poll asks "
         "every 5 ms) left this figure as it was in 16 alternating runs. In the run "
-        "below supervisord took 0.321 s (0.392 s in the previous run), tenure 0.471 s "
-        "(0.488 s). Probes of one start on a quieter machine (0.441 s): the command "
+        "below supervisord took 0.361 s (0.321 s in the previous run), tenure 0.528 s "
+        "(0.471 s). Probes of one start on a quieter machine (0.441 s): the command "
         "forks its child at 56 ms and returns at 93 ms; the child's verification ends "
         "at 123 ms and it starts the owner and the guardian; the owner's interpreter "
         "and imports run to 244 ms (its daemon's imports alone ~67 ms, asyncio "
@@ -74,8 +74,9 @@ REASONS: dict[str, str] = {
         "msgspec's alone ~20 ms), the config parse (~8 ms) and the queue's atomic write "
         "(~3 ms). At the margin where behind: the peers' own figure moves by a third "
         "between runs (circus at 200: 0.161 s in one run, 0.107 s in the next, against "
-        "tenure's 0.091 and 0.110 s); in the run below 1.03x and 1.02x, with spreads "
-        "between repetitions of 48-49% for tenure and 40-48% for the best peer. The "
+        "tenure's 0.091 and 0.110 s); in the run below 0.91x at 50 and 1.02x at 200 "
+        "(the previous run: 1.03x and 1.02x); at 200 tenure's five repetitions took "
+        "0.091-0.161 s, circus's 0.100-0.158 s. The "
         "waiting `tenure up` returns at about the 'all running' time, with the apply's "
         "outcome and the status table."),
     "ratio_status": (
@@ -86,10 +87,10 @@ REASONS: dict[str, str] = {
         "now 1.5-2 ms)."),
     "ratio_restart": (
         "the restart crosses two processes and four socket hops on two CPUs, and the "
-        "benchmark sees it through the API, asked every 0.5 ms. tenure's figure fell in "
-        "this run (3.57 to 3.44 ms at 50, 5.26 to 4.12 ms at 200 against the previous "
-        "run) while supervisord's did too (6.55 to 5.44, 9.18 to 8.08 ms). What fell: "
-        "the owner read a new process's start ticks from /proc/PID/stat while the child "
+        "benchmark sees it through the API, asked every 0.5 ms. In the run below "
+        "tenure took 4.03 ms at 50 and 3.99 ms at 200, supervisord 6.03 and 8.76 ms "
+        "(the previous run: 3.44 and 4.12 against 5.44 and 8.08 ms). What fell "
+        "earlier: the owner read a new process's start ticks from /proc/PID/stat while the child "
         "was still inside its exec, ~0.9 ms in the median on an otherwise idle machine; "
         "they now come from the boot clock read around the fork (exact; /proc only when "
         "the two readings straddle a tick). Medians of 45 kills with 50 apps and timing "
@@ -139,7 +140,8 @@ REASONS: dict[str, str] = {
         "figure is a round trip: ~1.0-1.4 ms on this machine. Taking the new process's "
         "start ticks from the boot clock instead of /proc (see kill -9 above) raised it "
         "from 726-765 to 801-981/s in 3 runs each on a quiet machine, 661 to 698/s in "
-        "the published runs. Probes in the owner, 300 launches at ~980/s, medians per "
+        "the published runs; 786/s in the run below, whose five repetitions gave "
+        "438-849/s as the machine's load moved. Probes in the owner, 300 launches at ~980/s, medians per "
         "launch: the request decoded and checked, to the starting row's commit 77 us; "
         "that commit 65 us; Popen ~0.41 ms (vfork: the owner waits until the child has "
         "exec'd; 0.3-0.4 ms in a bare process on this machine too); the launch's "
@@ -167,7 +169,9 @@ REASONS: dict[str, str] = {
         "handshake, the checkpoint, the inventory twice, 200 instances restored). The "
         "order is the handoff's safety: the candidate acts only once the incumbent is "
         "fenced, has exited and closed its stores, so two generations never act at "
-        "once. The whole pause moves by a third between runs of the same code."),
+        "once. The whole pause moves by a third between runs of the same code: the five "
+        "repetitions of the run below gave 40.1, 39.0, 67.9, 59.2 and 56.2 ms, the "
+        "median 56.2 ms (48.2 ms in the previous run)."),
     "upgrade_call_p50_ms": "",
 }
 
