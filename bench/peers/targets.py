@@ -141,17 +141,17 @@ REASONS: dict[str, str] = {
         "start ticks from the boot clock instead of /proc (see kill -9 above) raised it "
         "from 726-765 to 801-981/s in 3 runs each on a quiet machine, 661 to 698/s in "
         "the published runs; 786/s in the run below, whose five repetitions gave "
-        "438-849/s as the machine's load moved. Probes in the owner, 300 launches at ~980/s, medians per "
-        "launch: the request decoded and checked, to the starting row's commit 77 us; "
-        "that commit 65 us; Popen ~0.41 ms (vfork: the owner waits until the child has "
-        "exec'd; 0.3-0.4 ms in a bare process on this machine too); the launch's "
-        "bookkeeping 60 us; the running row's commit 65 us; writing the answer 73 us "
-        "(the write wakes the client on the other CPU); the client's next request comes "
-        "51 us later. os.posix_spawn changed the rate by no more than the noise (4 "
-        "alternating runs of 5 x 150 launches: medians 750-964 against 693-900/s), and "
-        "in Python 3.11 it cannot set a working directory or close inherited fds, which "
-        "a launch needs: not kept. Launches that come together share their commits "
-        "(the start of 200 apps above)."),
+        "438-849/s as the machine's load moved. Probes in the owner, 300 launches at "
+        "~980/s, medians per launch: the request decoded and checked, to the starting "
+        "row's commit 77 us; that commit 65 us; Popen ~0.41 ms (vfork: the owner waits "
+        "until the child has exec'd; 0.3-0.4 ms in a bare process on this machine too); "
+        "the launch's bookkeeping 60 us; the running row's commit 65 us; writing the "
+        "answer 73 us (the write wakes the client on the other CPU); the client's next "
+        "request comes 51 us later. os.posix_spawn changed the rate by no more than the "
+        "noise (4 alternating runs of 5 x 150 launches: medians 750-964 against "
+        "693-900/s), and in Python 3.11 it cannot set a working directory or close "
+        "inherited fds, which a launch needs: not kept. Launches that come together "
+        "share their commits (the start of 200 apps above)."),
     "log_lines_per_s": "",
     "owner_rss_mb_1000": "",
     "pause_p50_ms": (
