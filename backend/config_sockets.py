@@ -15,11 +15,13 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from protocol.listen import ListenAddress, parse_listen
-
 from .config_lines import KeyPath
 from .config_values import NAME_RE, Invalid, check_keys, get_int, get_str, table
 from .model import App, SocketSpec
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from protocol.listen import ListenAddress
 
 __all__ = ["MAX_FD_STORE", "MAX_SOCKETS", "SOCKET_KEYS", "check_addresses", "claims",
            "parse_sockets"]
@@ -59,6 +61,7 @@ def _socket(name: str, t: Mapping[str, Any], path: KeyPath) -> SocketSpec:
     if "listen" not in t:
         raise Invalid((*path, "listen"), "is required: host:port, [v6]:port or "
                                          "unix:/path")
+    from protocol.listen import parse_listen  # and dataclasses: where there are sockets
     try:
         addr = parse_listen(t["listen"])
     except ValueError as e:
@@ -104,14 +107,15 @@ def claims(a: ListenAddress, b: ListenAddress) -> bool:
 
 def check_addresses(apps: list[App]) -> None:
     """No two sockets of the config claim one address. Raises Invalid at the later one."""
+    declared = [(app, s) for app in apps for s in app.sockets]
+    if not declared:
+        return
+    from protocol.listen import parse_listen
     seen: list[tuple[ListenAddress, str]] = []
-    for app in apps:
-        for s in app.sockets:
-            addr = parse_listen(s.listen)
-            path: KeyPath = ("stacks", app.stack, "apps", app.name, "sockets", s.name,
-                             "listen")
-            for other, who in seen:
-                if claims(addr, other):
-                    raise Invalid(path, f"{s.listen} is already claimed by {who} "
-                                        f"({other})")
-            seen.append((addr, f"{app.key} socket {s.name!r}"))
+    for app, s in declared:
+        addr = parse_listen(s.listen)
+        path: KeyPath = ("stacks", app.stack, "apps", app.name, "sockets", s.name, "listen")
+        for other, who in seen:
+            if claims(addr, other):
+                raise Invalid(path, f"{s.listen} is already claimed by {who} ({other})")
+        seen.append((addr, f"{app.key} socket {s.name!r}"))

@@ -17,6 +17,11 @@ hashlib takes its functions from OpenSSL when it can (_hashlib), which maps libc
 revisions, inventory digests), which CPython's own sha256 does as well, so it marks
 _hashlib absent before anything imports hashlib and never maps libcrypto (unless its
 metrics exporter loads ssl).
+
+msgspec imports typing_extensions where it is installed (here a development tool's
+dependency; not one of tenure's, so never in a sealed release: the daemons run without
+it) and with it inspect, dis and tokenize, ~7 ms; the `tenure` command imports msgspec
+without it to parse a config, as the backend that will parse it again does.
 """
 
 from __future__ import annotations
@@ -27,21 +32,34 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["daemon_arguments", "import_asyncio_without_tls", "use_builtin_hashes"]
+__all__ = ["daemon_arguments", "import_asyncio_without_tls", "import_msgspec_as_released",
+           "use_builtin_hashes"]
 
 HELP_WIDTH = 78
 
 
 def import_asyncio_without_tls() -> None:
     """Import asyncio with ssl marked absent (a no-op once asyncio or ssl is loaded)."""
-    if "asyncio" in sys.modules or "ssl" in sys.modules:
+    _import_without("asyncio", "ssl")
+
+
+def import_msgspec_as_released() -> None:
+    """Import msgspec without typing_extensions, as a release's interpreter does (a no-op
+    once either is loaded)."""
+    _import_without("msgspec", "typing_extensions")
+
+
+def _import_without(name: str, absent: str) -> None:
+    """Import ``name`` with ``absent`` marked absent meanwhile, then unmarked: a later
+    import of ``absent`` loads it as usual."""
+    if name in sys.modules or absent in sys.modules:
         return
-    sys.modules["ssl"] = None  # type: ignore[assignment]
+    sys.modules[absent] = None  # type: ignore[assignment]
     try:
-        import asyncio  # noqa: F401
+        __import__(name)
     finally:
-        if sys.modules.get("ssl", "") is None:
-            del sys.modules["ssl"]
+        if sys.modules.get(absent, "") is None:
+            del sys.modules[absent]
 
 
 def use_builtin_hashes() -> None:

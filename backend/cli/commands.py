@@ -13,6 +13,7 @@ from protocol.errors import (
     RequestTimedOut,
     TenureError,
 )
+from protocol.startup import import_msgspec_as_released, use_builtin_hashes
 
 from . import render
 from .everyday import api as _api
@@ -49,9 +50,12 @@ def cmd_up(args: Any) -> int:
     if args.no_wait:   # verifies the release while the config is read and parsed here
         from .daemons import prestart
         early = prestart(layout)
+    if early is not None:   # its child verifies the release; here only a config is hashed
+        use_builtin_hashes()
     try:
         text = None
         if args.config is not None:   # a config that cannot be read or parsed starts nothing
+            import_msgspec_as_released()   # as the backend that parses it again does
             from backend.config import parse_config
             text = _read_config(args.config)
             parse_config(text, str(args.config.absolute()))

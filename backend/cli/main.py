@@ -30,12 +30,12 @@ EVENT_KINDS = ("state", "exit", "restart", "probe", "operation", "handoff",
                "queued-config")
 
 
-def _common(default: Any) -> Any:
+def _common(default: Any, formatter: Any) -> Any:
     """--home and --json, accepted before and after the command (the command's copy
     must not overwrite a value given before it, hence SUPPRESS there)."""
     import argparse
     from pathlib import Path
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
     common.add_argument("--home", type=Path, default=default, help="TENURE_HOME "
                         "(default: $TENURE_HOME or ~/.local/state/tenure)")
     common.add_argument("--json", action="store_true",
@@ -62,6 +62,34 @@ def _intermixed(argparse: Any) -> Any:
     return Intermixed
 
 
+def _formatter(argparse: Any) -> Any:
+    """argparse's help formatter at the terminal's width, found as shutil finds it but
+    without importing shutil (and with it bz2 and lzma, ~2 ms), as argparse does for
+    each formatter it makes: one per option added."""
+    import functools
+    return functools.partial(argparse.HelpFormatter, width=_columns() - 2)
+
+
+HELP_COLUMNS = 80   # where neither $COLUMNS nor a terminal says
+
+
+def _columns() -> int:
+    """$COLUMNS if a positive number, else the width of stdout's terminal, else
+    HELP_COLUMNS."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    stdout = sys.__stdout__
+    try:
+        columns = os.get_terminal_size(stdout.fileno()).columns if stdout else 0
+    except (ValueError, OSError):   # closed, or not a terminal
+        columns = 0
+    return columns or HELP_COLUMNS
+
+
 class _Unused:
     """Stands in for the parser of a command that is not the one being run: its options
     are not built (argparse's add_argument, with its gettext lookups, was most of the
@@ -85,8 +113,10 @@ def _parser(argv: list[str] | None = None) -> Any:
     (every command is still listed, and an unknown one is still refused)."""
     import argparse
     from pathlib import Path
-    common = _common(argparse.SUPPRESS)
-    ap = argparse.ArgumentParser(prog="tenure", parents=[_common(None)],
+    formatter = _formatter(argparse)
+    common = _common(argparse.SUPPRESS, formatter)
+    ap = argparse.ArgumentParser(prog="tenure", parents=[_common(None, formatter)],
+                                 formatter_class=formatter,
                                  description="process supervisor with a replaceable "
                                              "control plane")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
@@ -94,7 +124,7 @@ def _parser(argv: list[str] | None = None) -> Any:
     wanted = None if argv is None else _command(argv)
 
     def add(name: str, help: str) -> Any:
-        p = sub.add_parser(name, help=help, parents=[common])
+        p = sub.add_parser(name, help=help, parents=[common], formatter_class=formatter)
         return p if wanted in (None, name) else _Unused()
 
     p = add("up", "start owner, guardian and backend; apply a config")
@@ -224,7 +254,8 @@ def _parser(argv: list[str] | None = None) -> Any:
                    "procfile"], help="the files' format (default: told by their names)")
     p = add("completion", "print a bash or zsh completion script (docs/cli.md)")
     p.add_argument("shell", choices=["bash", "zsh"])
-    p = sub.add_parser("__complete", parents=[common])   # hidden: used by that script
+    # hidden: used by that script
+    p = sub.add_parser("__complete", parents=[common], formatter_class=formatter)
     p.add_argument("what", choices=["targets"])
     return ap
 

@@ -84,3 +84,43 @@ def test_listens_tells_a_listener_from_none_and_from_a_socket_it_may_not_reach(
         raise PermissionError(13, "Permission denied")
     monkeypatch.setattr(socket.socket, "connect", denied)
     assert listens(path) is None
+
+
+UP_PARSE = """
+import sys
+from backend.cli.main import _parser
+argv = ["--home", "/nonexistent-tenure-home", "up", "--config", "t.toml", "--no-wait"]
+args = _parser(argv).parse_args(argv)
+from protocol.startup import import_msgspec_as_released
+import_msgspec_as_released()   # as cmd_up does before it parses the config
+from backend.config import parse_config
+config = parse_config('[stacks.s.apps.a]\\ncommand = ["sleep", "9"]\\n', "/t.toml")
+assert config.apps()[0].key == "s/a", config
+print(sorted({"shutil", "typing_extensions", "inspect", "dataclasses",
+              "protocol.listen"} & set(sys.modules)))
+"""
+
+
+def test_up_parses_its_command_line_and_a_config_without_rare_modules() -> None:
+    """What `tenure up --no-wait` loads before it returns: not shutil (argparse's help
+    width), typing_extensions (msgspec's, where installed), nor the socket address
+    parser and dataclasses for a config without sockets."""
+    done = subprocess.run([sys.executable, "-c", UP_PARSE], capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_help_is_as_wide_as_columns_says_or_80() -> None:
+    code = ("import os\nfrom backend.cli.main import _columns, _parser\n"
+            "print(_columns(), max(map(len, _parser(None).format_help().splitlines())))")
+    widths = {}
+    for columns in ("60", "140", "wide", "0", None):
+        env = {"PATH": "/usr/bin:/bin", **({"COLUMNS": columns} if columns else {})}
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60, env=env)   # stdout a pipe: no terminal's width
+        assert done.returncode == 0, done.stderr
+        widths[columns] = tuple(map(int, done.stdout.split()))
+    assert widths["60"][0] == 60 and widths["60"][1] <= 58, widths
+    assert widths["140"][0] == 140 and 80 < widths["140"][1] <= 138, widths
+    assert widths["wide"] == widths["0"] == widths[None] and widths[None][0] == 80, widths

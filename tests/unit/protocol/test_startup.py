@@ -73,6 +73,26 @@ def test_a_late_call_keeps_what_hashlib_has():
     assert _run(LATE) == "ok"
 
 
+MSGSPEC = """
+import sys
+from protocol.startup import import_msgspec_as_released
+import_msgspec_as_released()
+assert "msgspec" in sys.modules, sorted(sys.modules)
+assert "typing_extensions" not in sys.modules and "inspect" not in sys.modules
+import msgspec
+class S(msgspec.Struct):
+    a: "int"
+assert msgspec.convert({"a": 1}, S) == S(1)   # type hints resolved by typing's own
+import typing_extensions   # unmarked: installed here (a development dependency), it loads
+assert typing_extensions.get_type_hints
+print("ok")
+"""
+
+
+def test_msgspec_loads_without_typing_extensions_and_it_loads_later():
+    assert _run(MSGSPEC) == "ok"
+
+
 # What each daemon imports to serve (as its preflight imports it), and the standard
 # modules that its start must not load: each costs resident memory and start time in
 # a process that needs it only on a rare path (tests fail when a module-level import
