@@ -59,8 +59,8 @@ REASONS: dict[str, str] = {
         "ms each (median) on an idle machine and 3.6 ms with one busy process beside "
         "them (p90 9 ms), while one CPU is free. Making `status` cheap (the poll asks "
         "every 5 ms) left this figure as it was in 16 alternating runs. In the run "
-        "below supervisord took 0.361 s (0.321 s in the previous run), tenure 0.528 s "
-        "(0.471 s). Probes of one start on a quieter machine (0.441 s): the command "
+        "below supervisord took 0.312 s (0.361 s in the previous run), tenure 0.379 s "
+        "(0.528 s). Probes of one start on a quieter machine (0.441 s): the command "
         "forks its child at 56 ms and returns at 93 ms; the child's verification ends "
         "at 123 ms and it starts the owner and the guardian; the owner's interpreter "
         "and imports run to 244 ms (its daemon's imports alone ~67 ms, asyncio "
@@ -72,13 +72,15 @@ REASONS: dict[str, str] = {
         "forked child, as supervisord returns once it has forked. With 50 apps, 7 runs: "
         "108 ms median, of it the interpreter's start and the CLI's imports (~85 ms; "
         "msgspec's alone ~20 ms), the config parse (~8 ms) and the queue's atomic write "
-        "(~3 ms). At the margin where behind: the peers' own figure moves by a third "
-        "between runs (circus at 200: 0.161 s in one run, 0.107 s in the next, against "
-        "tenure's 0.091 and 0.110 s); in the run below 0.91x at 50 and 1.02x at 200 "
-        "(the previous run: 1.03x and 1.02x); at 200 tenure's five repetitions took "
-        "0.091-0.161 s, circus's 0.100-0.158 s. The "
-        "waiting `tenure up` returns at about the 'all running' time, with the apply's "
-        "outcome and the status table."),
+        "(~3 ms). The command no longer loads typing_extensions with msgspec, OpenSSL's "
+        "hashes, shutil for argparse's help width, or the socket address parser for a "
+        "config without sockets: alternating runs, 125.5 -> 108.9 ms with 200 apps, "
+        "113.6 -> 93.4 ms with 50. At the margin where behind: the peers' own figure "
+        "moves by a third between runs (circus at 200: 0.161 s in one run, 0.107 s in "
+        "the next, against tenure's 0.091 and 0.110 s); in the run before the change "
+        "0.91x at 50 and 1.02x at 200, in the run below 0.70x and 0.81x. The waiting "
+        "`tenure up` returns at about the 'all running' time, with the apply's outcome "
+        "and the status table."),
     "ratio_status": (
         "at the margin, by noise: tenure status took 39-41 ms with 50 programs and "
         "46-54 ms with 200 in runs of this day, circus's 145-152 ms at 200: the "
@@ -88,8 +90,8 @@ REASONS: dict[str, str] = {
     "ratio_restart": (
         "the restart crosses two processes and four socket hops on two CPUs, and the "
         "benchmark sees it through the API, asked every 0.5 ms. In the run below "
-        "tenure took 4.03 ms at 50 and 3.99 ms at 200, supervisord 6.03 and 8.76 ms "
-        "(the previous run: 3.44 and 4.12 against 5.44 and 8.08 ms). What fell "
+        "tenure took 2.99 ms at 50 and 4.23 ms at 200, supervisord 5.47 and 6.78 ms "
+        "(the previous run: 4.03 and 3.99 against 6.03 and 8.76 ms). What fell "
         "earlier: the owner read a new process's start ticks from /proc/PID/stat while the child "
         "was still inside its exec, ~0.9 ms in the median on an otherwise idle machine; "
         "they now come from the boot clock read around the fork (exact; /proc only when "
@@ -140,18 +142,18 @@ REASONS: dict[str, str] = {
         "figure is a round trip: ~1.0-1.4 ms on this machine. Taking the new process's "
         "start ticks from the boot clock instead of /proc (see kill -9 above) raised it "
         "from 726-765 to 801-981/s in 3 runs each on a quiet machine, 661 to 698/s in "
-        "the published runs; 786/s in the run below, whose five repetitions gave "
-        "438-849/s as the machine's load moved. Probes in the owner, 300 launches at "
-        "~980/s, medians per launch: the request decoded and checked, to the starting "
-        "row's commit 77 us; that commit 65 us; Popen ~0.41 ms (vfork: the owner waits "
-        "until the child has exec'd; 0.3-0.4 ms in a bare process on this machine too); "
-        "the launch's bookkeeping 60 us; the running row's commit 65 us; writing the "
-        "answer 73 us (the write wakes the client on the other CPU); the client's next "
-        "request comes 51 us later. os.posix_spawn changed the rate by no more than the "
-        "noise (4 alternating runs of 5 x 150 launches: medians 750-964 against "
-        "693-900/s), and in Python 3.11 it cannot set a working directory or close "
-        "inherited fds, which a launch needs: not kept. Launches that come together "
-        "share their commits (the start of 200 apps above)."),
+        "the published runs; 749/s in the run below (its five repetitions: 675-805/s; "
+        "438-849/s in the previous run, 786/s its median). Probes in the owner, 300 "
+        "launches at ~980/s, medians per launch: the request decoded and checked, to "
+        "the starting row's commit 77 us; that commit 65 us; Popen ~0.41 ms (vfork: the "
+        "owner waits until the child has exec'd; 0.3-0.4 ms in a bare process on this "
+        "machine too); the launch's bookkeeping 60 us; the running row's commit 65 us; "
+        "writing the answer 73 us (the write wakes the client on the other CPU); the "
+        "client's next request comes 51 us later. os.posix_spawn changed the rate by no "
+        "more than the noise (4 alternating runs of 5 x 150 launches: medians 750-964 "
+        "against 693-900/s), and in Python 3.11 it cannot set a working directory or "
+        "close inherited fds, which a launch needs: not kept. Launches that come "
+        "together share their commits (the start of 200 apps above)."),
     "log_lines_per_s": "",
     "owner_rss_mb_1000": "",
     "pause_p50_ms": (
@@ -170,8 +172,8 @@ REASONS: dict[str, str] = {
         "order is the handoff's safety: the candidate acts only once the incumbent is "
         "fenced, has exited and closed its stores, so two generations never act at "
         "once. The whole pause moves by a third between runs of the same code: the five "
-        "repetitions of the run below gave 40.1, 39.0, 67.9, 59.2 and 56.2 ms, the "
-        "median 56.2 ms (48.2 ms in the previous run)."),
+        "repetitions of the run below gave 44.3, 48.1, 37.2, 35.6 and 43.9 ms, those of "
+        "the previous run 40.1, 39.0, 67.9, 59.2 and 56.2 ms (median 56.2 ms)."),
     "upgrade_call_p50_ms": "",
 }
 
