@@ -204,3 +204,27 @@ def test_a_forked_copy_not_yet_execd_is_told_from_a_program():
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
+
+
+def test_the_installed_code_is_compiled_where_its_bytecode_is_stale(tmp_path, monkeypatch):
+    """bench.tenure_adapter.byte_compile: a module edited after it was compiled gets its
+    bytecode again, so no `tenure` command of the run compiles it (its time would count
+    as tenure's wherever PYTHONDONTWRITEBYTECODE is set)."""
+    from importlib.util import cache_from_source
+
+    from bench.tenure_adapter import byte_compile
+    pkg = tmp_path / "tbpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    mod = pkg / "m.py"
+    mod.write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    byte_compile(("tbpkg",))
+    pyc = Path(cache_from_source(str(mod)))
+    assert pyc.is_file()
+    first = pyc.read_bytes()
+    mod.write_text("X = 2  # edited\n")
+    os.utime(mod, ns=(time.time_ns() + 2_000_000_000,) * 2)   # newer than the bytecode
+    byte_compile(("tbpkg",))
+    assert pyc.read_bytes() != first
+    monkeypatch.delitem(sys.modules, "tbpkg", raising=False)
