@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +43,20 @@ def _sealed(root: Path) -> Path:
     return _SEALED
 
 
-PACKAGES = ("protocol", "owner", "guardian", "backend", "units")
-
-
-def byte_compile(packages: tuple[str, ...] = PACKAGES) -> None:
-    """Compile the modules of ``packages`` whose bytecode is missing or older than their
+def byte_compile(packages: Iterable[str] | None = None) -> None:
+    """Compile the modules of ``packages`` (default: those a release seals,
+    guardian.seal.DEFAULT_PACKAGES) whose bytecode is missing or older than their
     source, as pip compiles what it installs. The `tenure` command runs the installed
     code (the daemons run the sealed release, compiled when sealed): a module edited
     since it was compiled would otherwise be compiled again by every command wherever
     PYTHONDONTWRITEBYTECODE is set, and its time counted as tenure's."""
     import compileall
     from importlib.util import find_spec
-    for name in packages:
+
+    from guardian.seal import DEFAULT_PACKAGES
+    for name in DEFAULT_PACKAGES if packages is None else packages:
         spec = find_spec(name)
-        for where in (spec.submodule_search_locations or []) if spec else []:
+        for where in spec.submodule_search_locations or [] if spec else []:
             if not compileall.compile_dir(where, quiet=1):
                 raise RuntimeError(f"cannot compile {where}")
 
