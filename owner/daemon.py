@@ -100,6 +100,8 @@ class Owner:
                            authorize=same_uid_or_root if self.account is None
                            else self.account.authorizer(), on_hello=service.grants.bind)
         service.server = server
+        # a launch's row is committed at once when no other request could share it
+        service.launcher.writes.alone = lambda: server.open_requests <= 1
         try:
             await server.start()
             if self.account is not None:

@@ -162,6 +162,7 @@ class RpcServer:
         self._by_role = dict.fromkeys(ROLES, 0)
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight = 0
+        self._open = 0   # requests read and not answered yet, whether begun or not
         self._idle = asyncio.Event()
         self._idle.set()
         self._server: asyncio.Server | None = None
@@ -187,6 +188,15 @@ class RpcServer:
     @property
     def in_flight(self) -> int:
         return self._in_flight
+
+    @property
+    def open_requests(self) -> int:
+        """Requests read and not yet answered, on every connection: those whose handler
+        has not begun yet too (a burst read at once)."""
+        return self._open
+
+    def _closed_request(self, _task: asyncio.Task[None]) -> None:
+        self._open -= 1
 
     async def wait_idle(self) -> None:
         """Wait until no admitted request is running."""
@@ -299,6 +309,8 @@ class RpcServer:
                 task = asyncio.create_task(self._handle(conn, frame))
                 inflight.add(task)
                 task.add_done_callback(inflight.discard)
+                self._open += 1
+                task.add_done_callback(self._closed_request)
         finally:
             if inflight:  # admitted requests finish, as they did one at a time
                 await asyncio.gather(*inflight, return_exceptions=True)

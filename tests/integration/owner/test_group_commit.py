@@ -2,19 +2,42 @@
 commit, owner.groupcommit) and keep every promise one commit per write kept: each
 answer is given once its row is on disk, a key launched twice at once starts one
 process, an inventory asked for after launches lists them, and a fence that lands
-while rows are being written lets no launch of the old epoch start a process."""
+while rows are being written lets no launch of the old epoch start a process. A launch
+that no other request can join commits its rows at once instead."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Any
 
-from owner.testing import GuardianKey
+import pytest
+
+from owner.testing import GuardianKey, OwnerProcess
 from protocol.aclient import AsyncClient
 from protocol.errors import NotFound, TenureError
 
 N = 30
+
+# Records how each owner.db transaction of a launch was made: "now" (at once, alone) or
+# "group N" (N writes after waiting a turn).
+RECORD_COMMITS = """
+import os
+from owner import groupcommit
+_now, _flush = groupcommit.GroupCommit._commit_now, groupcommit.GroupCommit._flush
+def _record(line):
+    with open(os.path.join(os.environ["TENURE_TEST_HOME"], "commits"), "a") as f:
+        f.write(line + "\\n")
+def _commit_now(self, fn):
+    _record("now")
+    return _now(self, fn)
+def _group(self):
+    _record(f"group {len(self._queued)}")
+    return _flush(self)
+groupcommit.GroupCommit._commit_now = _commit_now
+groupcommit.GroupCommit._flush = _group
+"""
 
 
 def params(n: int) -> dict[str, Any]:
@@ -105,3 +128,33 @@ def test_a_fence_during_a_burst_starts_nothing_for_the_old_epoch(owner):
         stop_all(c, new)
     finally:
         c.close()
+
+
+def test_a_launch_alone_commits_at_once_and_a_burst_still_shares(short_home: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    """One launch at a time (a restart after a kill): both of its rows are committed at
+    once, with the answer after them; a burst read at once still shares commits."""
+    monkeypatch.setenv("TENURE_TEST_HOME", str(short_home))
+    owner = OwnerProcess(short_home, preload=RECORD_COMMITS).start()
+    record = short_home / "commits"
+    try:
+        c = owner.client()
+        gk = GuardianKey()
+        try:
+            epoch = gk.bootstrap(c, owner.instance)
+            answer = c.call("launch", params(0), epoch=epoch)
+            row = c.call("inspect", {"launch_key": "g0"})
+            assert (row["state"], row["pid"]) == ("running", answer["pid"])
+            assert record.read_text().split("\n")[:-1] == ["now", "now"]
+            record.unlink()
+            *answers, _inventory = asyncio.run(burst(str(owner.paths.sock), gk.signed,
+                                                     epoch, list(range(1, N + 1))))
+            assert not [a for a in answers if isinstance(a, BaseException)], answers
+            groups = [int(ln.split()[1]) for ln in record.read_text().split("\n")
+                      if ln.startswith("group")]
+            assert max(groups) > 1, record.read_text()   # shared, not one commit each
+            stop_all(c, epoch)
+        finally:
+            c.close()
+    finally:
+        assert owner.stop() == 0

@@ -78,3 +78,47 @@ def test_a_nested_transaction_is_a_savepoint(tmp_path):
     with pytest.raises(sqlite3.IntegrityError), transaction(conn):
         insert(conn, "z", parent=5)          # fails at COMMIT: rolled back, not left open
     assert rows(conn) == ["a"] and not conn.in_transaction
+
+
+def test_a_write_nothing_can_join_is_committed_before_write_returns(tmp_path):
+    """With ``alone()`` true the write commits at once: no loop turn passes between the
+    call and its result (a callback scheduled before it has not run yet), the row is on
+    disk, and a failing write raises with nothing left of it."""
+    conn = db(tmp_path)
+    group = GroupCommit(conn, alone=lambda: True)
+
+    async def main() -> tuple[str, list[str], bool]:
+        turns: list[str] = []
+        asyncio.get_running_loop().call_soon(turns.append, "turn")
+        value = await group.write(lambda: insert(conn, "a"))
+        other = sqlite3.connect(tmp_path / "t.db")
+        try:
+            seen = [r[0] for r in other.execute("SELECT k FROM t")]
+        finally:
+            other.close()
+        with pytest.raises(sqlite3.IntegrityError):
+            await group.write(lambda: insert(conn, "a"))
+        return value, turns + seen, conn.in_transaction
+
+    assert asyncio.run(main()) == ("a", ["a"], False)
+    assert rows(conn) == ["a"] and (group.commits, group.writes) == (1, 1)
+
+
+def test_writes_still_share_a_commit_while_others_could_join(tmp_path):
+    """``alone()`` false (other requests open): the writes wait a turn and share one
+    transaction, as without it."""
+    conn = db(tmp_path)
+    asked: list[bool] = []
+
+    def alone() -> bool:
+        asked.append(False)
+        return False
+
+    group = GroupCommit(conn, alone=alone)
+
+    async def main() -> list[str]:
+        return await asyncio.gather(*(group.write(lambda k=k: insert(conn, k))
+                                      for k in "abc"))
+
+    assert asyncio.run(main()) == ["a", "b", "c"]
+    assert (group.commits, group.writes) == (1, 3) and asked == [False]
