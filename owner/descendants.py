@@ -97,14 +97,22 @@ class Descendants:
     """The processes of one launch besides its leader (``pid``, which is also its process
     group and session id). Not thread-safe; used on the owner's loop."""
 
-    def __init__(self, leader: int) -> None:
+    def __init__(self, leader: int, on_change: Callable[[], None] | None = None) -> None:
         self.leader = leader
         self.known: dict[int, int] = {}  # pid -> start ticks
+        # called whenever ``known`` changed (the table's revision of what it tracks)
+        self._on_change = on_change
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
 
     def adopt(self, pid: int, ticks: int) -> None:
         """Track ``pid`` (an orphan attributed to this launch)."""
-        if pid != self.leader and len(self.known) < MAX_TRACKED:
+        if pid != self.leader and len(self.known) < MAX_TRACKED and \
+                self.known.get(pid) != ticks:
             self.known[pid] = ticks
+            self._changed()
 
     def refresh(self, leader_unreaped: bool) -> None:
         """Forget tracked processes that are gone; add the children of the leader (while
@@ -113,6 +121,7 @@ class Descendants:
             st = read_stat(pid)
             if st is None or st.start_ticks != ticks or st.zombie:
                 del self.known[pid]
+                self._changed()
         roots = list(self.known)
         if leader_unreaped:
             roots.append(self.leader)
@@ -128,6 +137,7 @@ class Descendants:
                 if st is None or st.zombie:
                     continue
                 self.known[parent] = st.start_ticks
+                self._changed()
             for child in children(parent):
                 if child not in seen:
                     seen.add(child)

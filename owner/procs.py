@@ -135,6 +135,9 @@ class ProcessTable:
         self._lingering: dict[str, _Entry] = {}  # exited, descendants seen running
         self.cgroups: CgroupTree | None = None  # set once, before the first launch
         self.orphans_reaped = 0
+        # moves whenever what descendants() returns may have changed: a caller that
+        # compares it need not rebuild the map (O(launches)) at every exit
+        self.tracked_revision = 0
         # children of the owner (pid, start ticks) still mid-exec after LAST_LOOKS: a
         # last look does not wait for them again
         self._never_settled: set[tuple[int, int]] = set()
@@ -167,7 +170,8 @@ class ProcessTable:
         if self.mode is ExitMode.PIDFD and spawned.pidfd is None:
             # A spawner that opened no pidfd (a fake, or an older one): watch it anyway.
             spawned = dataclasses.replace(spawned, pidfd=os.pidfd_open(spawned.pid))
-        tree = Descendants(spawned.pid) if spawned.cgroup is None else None
+        tree = Descendants(spawned.pid, self._tracked_changed) if spawned.cgroup is None \
+            else None
         self._live[key] = _Entry(key, spawned, spec.stop, tree)
         self._by_pid[spawned.pid] = key
         self._by_leader[spawned.pid] = key
@@ -265,8 +269,9 @@ class ProcessTable:
                 result.outcome is not StopOutcome.TIMEOUT:
             # Confirmed empty: the cgroup has served its purpose.
             self.cgroups.remove(target.path)
-        if entry.exit is not None and result.outcome is not StopOutcome.TIMEOUT:
-            self._lingering.pop(key, None)
+        if entry.exit is not None and result.outcome is not StopOutcome.TIMEOUT \
+                and self._lingering.pop(key, None) is not None:
+            self._tracked_changed()
         return result
 
     def _target(self, entry: _Entry) -> GroupTarget | CgroupTarget:
@@ -333,6 +338,9 @@ class ProcessTable:
         if entry is not None and entry.tree is not None and entry.tree.holds(gid):
             return entry.key
         return None
+
+    def _tracked_changed(self) -> None:
+        self.tracked_revision += 1
 
     def descendants(self) -> dict[tuple[int, int], str]:
         """Every tracked descendant, (pid, start ticks) -> launch key: of live launches

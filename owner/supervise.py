@@ -14,6 +14,7 @@ before its launch has answered is taken up right after that answer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sqlite3
 import time
@@ -68,9 +69,10 @@ class Launcher:
         self.sockets = SocketHolder()
         self.fdstore = FdStore()
         self.socket_users: dict[str, tuple[str, ...]] = {}  # live launch -> socket keys
-        self.drainers: list[PipeDrainer] = []
+        self.drainers: dict[tuple[str, str], PipeDrainer] = {}   # (launch key, stream)
         # What owner.db lists as tracked descendants: written only when the set changes.
         self._recorded: dict[tuple[int, int], str] = {}
+        self._recorded_revision = 0   # the process table's tracked_revision it reflects
         self.procs = ProcessTable(self._on_exit, notify_socket_path=notify_path,
                                   reap_orphans=reap_orphans)
         self.notify = NotifyListener(notify_path, pgid_resolver(self._by_pgid.get),
@@ -275,24 +277,34 @@ class Launcher:
         src = LogSource(row.stack, row.app, row.instance, row.generation)
         loop = asyncio.get_running_loop()
         for fd, stream in ((spawned.stdout_fd, "stdout"), (spawned.stderr_fd, "stderr")):
-            self.drainers.append(PipeDrainer(loop, fd, self.journal, src, stream,
-                                             on_eof=self._prune_drainers))
+            self.drainers[(key, stream)] = PipeDrainer(
+                loop, fd, self.journal, src, stream,
+                on_eof=functools.partial(self._drained, (key, stream)))
         self.ring.emit("launched", launch_key=key, stack=row.stack, app=row.app,
                        instance=row.instance, generation=row.generation, pid=spawned.pid,
                        start_ticks=spawned.start_ticks)
+
+    def _drained(self, which: tuple[str, str]) -> None:
+        """A pipe reached EOF: its drainer is done (O(1): an exit at 1,000 apps used to
+        rebuild the list of all of them)."""
+        self.drainers.pop(which, None)
 
     def record_descendants(self) -> None:
         """Make owner.db list exactly the descendants the process table tracks, so that
         after an owner crash they are evidence (admission, reconcile) even when their
         launch's row says it exited. Writes nothing when nothing changed. Raises
         sqlite3.Error or OSError when the write fails (retried at the next call)."""
+        revision = self.procs.tracked_revision
+        if revision == self._recorded_revision:
+            return   # nothing tracked changed since the map was last written
         now = self.procs.descendants()
         if now == self._recorded:
+            self._recorded_revision = revision
             return
         added = [Tracked(pid, ticks, key, self.boot_id) for (pid, ticks), key in now.items()
                  if self._recorded.get((pid, ticks)) != key]
         self.store.record_descendants(added, [t for t in self._recorded if t not in now])
-        self._recorded = now
+        self._recorded, self._recorded_revision = now, revision
 
     def record(self, key: str) -> LaunchRow | None:
         """What the owner knows of launch ``key`` in memory: a live launch, or one whose
@@ -313,9 +325,6 @@ class Launcher:
                 continue
             del self.uncertain[key]
         return sorted(self.uncertain)
-
-    def _prune_drainers(self) -> None:
-        self.drainers = [d for d in self.drainers if not d.closed]
 
     def _on_exit(self, key: str, pid: int, status: ExitStatus) -> None:
         if key in self._unwritten:   # its launch has not answered: the exit follows it
@@ -378,7 +387,7 @@ class Launcher:
         """Wait until every pipe reached EOF (all output is in the journal)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while any(not d.closed for d in self.drainers):
+        while any(not d.closed for d in self.drainers.values()):
             if loop.time() >= deadline:
                 return False
             await asyncio.sleep(0.02)
@@ -389,7 +398,7 @@ class Launcher:
             self._tracker.cancel()
             self._tracker = None
         self.notify.close()
-        for d in self.drainers:
+        for d in self.drainers.values():
             d.close()
         self.drainers.clear()
         self.procs.close()
