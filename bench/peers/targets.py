@@ -115,17 +115,21 @@ REASONS: dict[str, str] = {
         "halt-polling), so every hop to a process on the other CPU pays its wake-up: a "
         "ping-pong between two processes with 0.5 ms between rounds took 100 us a "
         "round across CPUs, 19 us on one. Asking the owner `inspect`'s two questions at "
-        "once took 0.4-0.7 ms off earlier; in 2 x 45 kills alternated this day, "
-        "leaving out the sockets question (3.74, 3.24 against 3.84, 4.02 ms) or the CPU "
-        "and memory question (3.66, 3.84 against 3.98, 4.11 ms) changed nothing clear. "
+        "once took 0.4-0.7 ms off earlier. Leaving out the sockets question makes "
+        "`inspect` 0.42 -> 0.15 ms a call, but two tenures side by side with their "
+        "kills alternated (60 each) took longer with it in 49 and 44 of 60 kills: the "
+        "poller asks more often and the owner idles between questions; not taken. "
         "Reporting the exit before the last look took 0.3-0.45 ms off but was not "
         "kept: the exit would be known before what outlived the app is attributed "
         "(docs/owner.md, process-group mode). No fsync is on the path; the owner decides "
         "nothing on its own, so the backend's decision is two hops away. Figures move "
-        "by a third between runs with the machine's load. With 200 apps the owner's "
-        "Popen takes 0.6-0.9 ms against 0.25 ms in a small process with as many fds, "
-        "and its last look 0.37-0.45 ms, ~0.1 ms of it the kernel listing its 200 "
-        "children."),
+        "by a third between runs with the machine's load. With 200 apps two steps of "
+        "each exit walked every launch (the list of pipe drainers, rebuilt twice, and "
+        "the map of tracked descendants, rebuilt to find it unchanged); both are now "
+        "kept by key and by a revision: 3.83 -> 3.44 and 4.16 -> 3.74 ms, faster in 43 "
+        "of 60 kills both times (side by side, alternated). What still grows with the "
+        "apps is the last look's list of the owner's children, which the kernel "
+        "builds: 31, 81 and 316 us with 50, 200 and 1,000 children."),
     "ratio_logs": (
         "by the machine's load, at the margin: tenure drains the writer's pipe faster "
         "than supervisord does (the writer ran 0.68-0.94 s under tenure, 0.97-1.50 s "
@@ -160,7 +164,13 @@ REASONS: dict[str, str] = {
         "more than the noise (4 alternating runs of 5 x 150 launches: medians 750-964 "
         "against 693-900/s), and in Python 3.11 it cannot set a working directory or "
         "close inherited fds, which a launch needs: not kept. Launches that come "
-        "together share their commits (the start of 200 apps above)."),
+        "together share their commits (the start of 200 apps above); a launch that "
+        "nothing can join commits its rows at once instead of waiting two turns of "
+        "the loop (alternating runs of 300 launches: ~900 -> ~970/s, 8 of 10 pairs "
+        "faster). Popen lets go of the GIL while it waits for the exec, so a spawn "
+        "thread could overlap it with the loop's work: a prototype changed nothing "
+        "for a burst of 200 launches (~170 ms either way, 3 x 3 runs) and would add "
+        "two thread hops to every lone launch; not kept."),
     "log_lines_per_s": "",
     "owner_rss_mb_1000": "",
     "pause_p50_ms": (
