@@ -31,9 +31,10 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    import functools
 
-__all__ = ["daemon_arguments", "import_asyncio_without_tls", "import_msgspec_as_released",
-           "use_builtin_hashes"]
+__all__ = ["daemon_arguments", "help_formatter", "import_asyncio_without_tls",
+           "import_msgspec_as_released", "use_builtin_hashes"]
 
 HELP_WIDTH = 78
 
@@ -76,7 +77,13 @@ def daemon_arguments(prog: str, description: str | None = None) -> argparse.Argu
     bz2 and lzma and maps their libraries: ~0.55 MiB resident and ~2 ms in every daemon,
     which prints help only when a person asks for it."""
     import argparse
-    import functools
     return argparse.ArgumentParser(prog=prog, description=description,
-                                   formatter_class=functools.partial(argparse.HelpFormatter,
-                                                                     width=HELP_WIDTH))
+                                   formatter_class=help_formatter(HELP_WIDTH))
+
+
+def help_formatter(width: int) -> functools.partial[argparse.HelpFormatter]:
+    """argparse's HelpFormatter at ``width`` columns: given as ``formatter_class``, it
+    keeps argparse from asking the terminal (and importing shutil) for every parser."""
+    import argparse
+    import functools
+    return functools.partial(argparse.HelpFormatter, width=width)

@@ -17,6 +17,7 @@ from protocol.errors import (
     OwnerUnavailable,
     TenureError,
 )
+from protocol.startup import help_formatter
 
 from .exits import Exit
 
@@ -62,12 +63,6 @@ def _intermixed(argparse: Any) -> Any:
     return Intermixed
 
 
-def _formatter(argparse: Any) -> Any:
-    """argparse's help formatter at the terminal's width, found as shutil finds it but
-    without importing shutil (and with it bz2 and lzma, ~2 ms), as argparse does for
-    each formatter it makes: one per option added."""
-    import functools
-    return functools.partial(argparse.HelpFormatter, width=_columns() - 2)
 
 
 HELP_COLUMNS = 80   # where neither $COLUMNS nor a terminal says
@@ -113,7 +108,9 @@ def _parser(argv: list[str] | None = None) -> Any:
     (every command is still listed, and an unknown one is still refused)."""
     import argparse
     from pathlib import Path
-    formatter = _formatter(argparse)
+    # at the terminal's width, found as shutil finds it but without importing shutil
+    # (and with it bz2 and lzma, ~2 ms), as argparse does for each formatter it makes
+    formatter = help_formatter(_columns() - 2)
     common = _common(argparse.SUPPRESS, formatter)
     ap = argparse.ArgumentParser(prog="tenure", parents=[_common(None, formatter)],
                                  formatter_class=formatter,
