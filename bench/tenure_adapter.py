@@ -56,7 +56,9 @@ def byte_compile(packages: Iterable[str] | None = None) -> None:
     from guardian.seal import DEFAULT_PACKAGES
     for name in DEFAULT_PACKAGES if packages is None else packages:
         spec = find_spec(name)
-        for where in spec.submodule_search_locations or [] if spec else []:
+        if spec is None or not spec.submodule_search_locations:
+            continue   # not installed as a package: sealing says so
+        for where in spec.submodule_search_locations:
             if not compileall.compile_dir(where, quiet=1):
                 raise RuntimeError(f"cannot compile {where}")
 

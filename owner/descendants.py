@@ -93,6 +93,10 @@ def kill_verified(pid: int, ticks: int, sig: int, *, skip_pgid: int | None = Non
             os.close(fd)
 
 
+def _nothing() -> None:
+    pass
+
+
 class Descendants:
     """The processes of one launch besides its leader (``pid``, which is also its process
     group and session id). Not thread-safe; used on the owner's loop."""
@@ -101,11 +105,7 @@ class Descendants:
         self.leader = leader
         self.known: dict[int, int] = {}  # pid -> start ticks
         # called whenever ``known`` changed (the table's revision of what it tracks)
-        self._on_change = on_change
-
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            self._on_change()
+        self._changed = on_change or _nothing
 
     def adopt(self, pid: int, ticks: int) -> None:
         """Track ``pid`` (an orphan attributed to this launch)."""
