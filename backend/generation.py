@@ -194,7 +194,12 @@ class Generation:
             "after": _int(checkpoint, "cursor") if checkpoint else
             _int(self.handoff, "cursor", 0), "limit": 10_000})
         self._subscribed_at = losses
-        inv = (await self.owner.call("inventory"))["launches"]
+        # after the fence nothing but this generation launches, so the inventory can only
+        # lose launches from here on (their exits come as observations): it serves the
+        # relaunch below as well, and the intents are asked for beside it
+        answers = await asyncio.gather(self.owner.call("inventory"),
+                                       self.owner.call("stack.intents"))
+        inv, intents = answers[0]["launches"], answers[1]["intents"]
         if checkpoint is not None:
             if checkpoint.get("owner") != self.owner_identity.to_wire():  # type: ignore[union-attr]
                 raise IdentityMismatch("the checkpoint names another owner")
@@ -203,10 +208,8 @@ class Generation:
             self.adoption = adopt_inventory(self.sup, self.config, self.store.instances(), inv,
                                             now())
         self._apply_observations(backlog)
-        intents = (await self.owner.call("stack.intents"))["intents"]
         stopped = {s for s, v in intents.items() if v.get("intent") == "stopped"}
-        live = {r["launch_key"] for r in (await self.owner.call("inventory"))["launches"]}
-        lost = relaunch_lost(self.sup, live, stopped)
+        lost = relaunch_lost(self.sup, {r["launch_key"] for r in inv}, stopped)
         if lost:
             self._log_lost(lost)
         for key, (app, index) in self.sup.keys_of(self.config).items():
