@@ -154,23 +154,28 @@ class Coordinator:
         self.fault.after_reply(method)
         return answer
 
-    async def fence(self, act: Activation) -> int:
-        """Grant row first, then the owner; returns the new epoch."""
+    async def fence(self, act: Activation, owner_epoch: int | None = None) -> int:
+        """Grant row first, then the owner; returns the new epoch. ``owner_epoch``: the
+        owner's epoch as its ``status`` said since the activation began (else asked now).
+        Only this guardian fences, so it cannot have moved; if it had, the owner refuses
+        an epoch that is not newer than its own and the fence fails."""
         ident = self.owner_identity
         assert ident is not None
-        epoch = max(self.state.last_epoch(), int((await self.owner_call("status"))["epoch"])) + 1
+        if owner_epoch is None:
+            owner_epoch = int((await self.owner_call("status"))["epoch"])
+        epoch = max(self.state.last_epoch(), owner_epoch) + 1
         grant = Grant(epoch, act.id, act.release, ident.instance, time.time())
         signed = grant.sign(self.key)
         self.state.record_grant(grant, signed.sig)
         await self.owner_call("fence", {"grant": signed.to_wire()})
         return epoch
 
-    async def fence_proven(self, act: Activation) -> int:
+    async def fence_proven(self, act: Activation, owner_epoch: int | None = None) -> int:
         """:meth:`fence`; when it fails (the answer may be lost after the owner accepted)
         the activation counts as fenced only if the owner provably holds the grant
         recorded for *this* activation. Raises what the fence raised otherwise."""
         try:
-            return await self.fence(act)
+            return await self.fence(act, owner_epoch)
         except Exception:
             epoch = await self.proven_grant(act.id)
             if epoch is None:

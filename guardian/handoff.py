@@ -79,6 +79,7 @@ class _Handoff:
         self.standby: BackendProcess | None = None
         self.early: asyncio.Task[BackendProcess | None] | None = None  # the standby starting
         self.checkpoint: dict[str, Any] | None = None
+        self.owner_epoch: int | None = None   # the owner's, asked beside the checkpoint
         co.incumbent = incumbent
 
     @property
@@ -160,7 +161,11 @@ class _Handoff:
         self.act = co.advance(self.act, Phase.DRAINING, drained)
         self.abort_point()
         co.point("checkpoint")
-        cp = await co.control("generation.checkpoint", {"path": self.path})
+        # the owner's epoch, which the fence needs, is asked for while the checkpoint is
+        # written (its own round trip was ~1.3 ms of the pause with 200 apps)
+        cp, owner = await asyncio.gather(
+            co.control("generation.checkpoint", {"path": self.path}), co.owner_status())
+        self.owner_epoch = int(owner["epoch"])
         self.act = co.advance(self.act, Phase.CHECKPOINTED,
                               {"inventory_digest": cp["inventory_digest"],
                                "launches": cp["launches"]})
@@ -168,7 +173,7 @@ class _Handoff:
 
     async def fence(self) -> None:
         self.co.point("fence")
-        epoch = await self.co.fence_proven(self.act)
+        epoch = await self.co.fence_proven(self.act, self.owner_epoch)
         self.act = self.co.advance(self.act, Phase.FENCED, epoch=epoch)
 
     def abort_point(self) -> None:
