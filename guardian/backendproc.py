@@ -333,17 +333,40 @@ async def control(api_sock: str, method: str, params: dict[str, Any] | None = No
     """One call to a generation's control API on a fresh connection. With ``pid``, only
     to that process: another one answering on the socket (a generation this guardian
     does not know) gets nothing, and IdentityMismatch is raised."""
-    # allow_group: with a viewer group configured the API socket is 0660 (never wider)
-    c = AsyncClient(api_sock, timeout=timeout, expect_instance=expect, pin=False,
-                    name="guardian", allow_group=True)
+    link = ControlLink(api_sock, pid, timeout, expect)
     try:
-        if pid is not None:
-            welcome = await c.connect()
-            if welcome.identity.pid != pid:
-                raise IdentityMismatch(
-                    f"pid {welcome.identity.pid} answers on {api_sock}, not generation "
-                    f"pid {pid}: {method} was not sent", {"pid": welcome.identity.pid,
-                                                          "expected_pid": pid})
-        return await c.call(method, params or {})
+        return await link.call(method, params)
     finally:
-        await c.close()
+        await link.close()
+
+
+class ControlLink:
+    """Calls to a generation's control API on one connection, made at the first call.
+    With ``pid``, only to that process: each connection checks the pid that answers
+    (IdentityMismatch, nothing sent) and the first pins its instance, so a connection
+    made again after a loss reaches the same process or fails (OwnerChanged). A
+    handoff's calls to its incumbent follow each other within milliseconds; one
+    connection spares each of them a connect and a handshake inside the pause."""
+
+    def __init__(self, api_sock: str, pid: int | None, timeout: float = 30.0,
+                 expect: str | None = None) -> None:
+        self.pid = pid
+        # allow_group: with a viewer group configured the API socket is 0660 (never wider)
+        self.client = AsyncClient(api_sock, timeout=timeout, expect_instance=expect,
+                                  pin=pid is not None, name="guardian", allow_group=True)
+
+    async def call(self, method: str, params: dict[str, Any] | None = None,
+                   timeout: float | None = None) -> Any:
+        c = self.client
+        if self.pid is not None and not c.connected:
+            welcome = await c.connect()
+            if welcome.identity.pid != self.pid:
+                await c.close()
+                raise IdentityMismatch(
+                    f"pid {welcome.identity.pid} answers on {c.path}, not generation "
+                    f"pid {self.pid}: {method} was not sent", {"pid": welcome.identity.pid,
+                                                               "expected_pid": self.pid})
+        return await c.call(method, params or {}, timeout=timeout)
+
+    async def close(self) -> None:
+        await self.client.close()

@@ -17,7 +17,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from protocol.identity import Identity, new_identity
 from protocol.link import Link, LinkEvent
 from protocol.procfs import silence
 
-from .backendproc import BackendProcess, control, preflight
+from .backendproc import BackendProcess, ControlLink, control, preflight
 from .faults import Fault
 from .interp import load_bindings
 from .own import Running
@@ -105,6 +105,7 @@ class Coordinator:
         self.end_home_lost: Callable[[HomeLost], None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._spare: tuple[str, asyncio.Task[BackendProcess | None]] | None = None
+        self._link: ControlLink | None = None   # to the generation in control, while held
 
     # -- the owner --------------------------------------------------------------------
 
@@ -147,12 +148,38 @@ class Coordinator:
     async def control(self, method: str, params: dict[str, Any] | None = None,
                       timeout: float | None = None) -> Any:
         """One call to the generation answering on api.sock: the one in control, when
-        there is one (IdentityMismatch when another process answers)."""
-        answer = await control(self.paths.api_sock, method, params,
-                               timeout=self.deadline if timeout is None else timeout,
-                               pid=None if self.current is None else self.current.pid)
+        there is one (IdentityMismatch when another process answers). Inside
+        :meth:`holding_link`, on its connection while that generation is in control."""
+        wait = self.deadline if timeout is None else timeout
+        pid = None if self.current is None else self.current.pid
+        link = self._link
+        if link is None or pid is None or link.pid != pid:
+            answer = await control(self.paths.api_sock, method, params, timeout=wait, pid=pid)
+        else:
+            try:
+                answer = await link.call(method, params, timeout=wait)
+            except TenureError:   # the calls after it connect each on their own
+                await self.drop_link()
+                raise
         self.fault.after_reply(method)
         return answer
+
+    @contextlib.asynccontextmanager
+    async def holding_link(self) -> AsyncIterator[None]:
+        """:meth:`control` calls to the generation in control share one connection
+        until the block ends (a handoff's admission, drain, checkpoint and retire)."""
+        pid = None if self.current is None else self.current.pid
+        self._link = ControlLink(self.paths.api_sock, pid) if pid is not None else None
+        try:
+            yield
+        finally:
+            await self.drop_link()
+
+    async def drop_link(self) -> None:
+        """Close the link :meth:`holding_link` holds, if any, before its block ends."""
+        link, self._link = self._link, None
+        if link is not None:
+            await link.close()
 
     async def fence(self, act: Activation, owner_epoch: int | None = None) -> int:
         """Grant row first, then the owner; returns the new epoch. ``owner_epoch``: the

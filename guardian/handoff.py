@@ -100,9 +100,10 @@ class _Handoff:
                                      "use `tenure backend recover`")
         self.co.point("standby")
         self.co.candidate = self.standby
-        await self.before_fence()
-        await self.fence()
-        await self.retire()
+        async with self.co.holding_link():
+            await self.before_fence()
+            await self.fence()
+            await self.retire()
         await self.start_candidate()
 
     async def check(self, stand_by: bool) -> None:
@@ -193,6 +194,9 @@ class _Handoff:
         except TenureError as exc:
             log.warning("the incumbent did not take the retire request (%s); stopping it", exc)
         co.point("retire.stop")
+        # closed while the incumbent exits: closing yields to the loop, which may run
+        # other work (the diagnostics file) after the exit, before the candidate starts
+        await co.drop_link()
         await incumbent.stop(term_after=min(10.0, co.deadline))
         if co.current is incumbent:
             co.current = None

@@ -1,6 +1,8 @@
 """The guardian tells a living backend that does not answer from one that does: a real
 server probed over its socket, and a real generation stopped with SIGSTOP. Before,
-`tenure backend status` said "alive" while every command failed after its timeout."""
+`tenure backend status` said "alive" while every command failed after its timeout.
+Control calls, one at a time or on a link held through a handoff, reach only the
+process they are meant for."""
 
 from __future__ import annotations
 
@@ -11,28 +13,43 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from guardian.backendproc import control
+from guardian.backendproc import ControlLink, control
 from guardian.backendwatch import probe
-from protocol.errors import IdentityMismatch
+from guardian.coordinator import Coordinator
+from guardian.paths import GuardianPaths
+from guardian.state import StateStore
+from protocol.ed25519 import PrivateKey
+from protocol.errors import IdentityMismatch, OwnerChanged, TenureError
 from protocol.sockets import ensure_private_dir
+
+
+def _serve(path: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-m", "protocol.testing", path],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().startswith("READY ")
+    return proc
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGCONT)
+    proc.kill()
+    proc.wait(10)
+    assert proc.stdout is not None
+    proc.stdout.close()
 
 
 @pytest.fixture
 def server(short_home: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     path = str(ensure_private_dir(short_home / "run", root=short_home) / "api.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "protocol.testing", path],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().startswith("READY ")
+    proc = _serve(path)
     try:
         yield path, proc
     finally:
-        proc.send_signal(signal.SIGCONT)
-        proc.kill()
-        proc.wait(10)
-        proc.stdout.close()
+        _end(proc)
 
 
 def test_probe_answers_only_for_the_process_that_serves(server) -> None:
@@ -49,6 +66,104 @@ def test_a_control_call_pinned_to_a_pid_reaches_only_that_process(server) -> Non
         asyncio.run(control(path, "echo", {"x": 1}, pid=os.getpid()))
     assert err.value.data == {"pid": proc.pid, "expected_pid": os.getpid()}
     assert "echo was not sent" in err.value.msg
+
+
+def _handshakes(link: ControlLink) -> list[int]:
+    """Count the handshakes (one per connection) ``link`` makes."""
+    count, real = [0], link.client._handshake
+
+    async def counted(reader: Any, writer: Any) -> Any:
+        count[0] += 1
+        return await real(reader, writer)
+    link.client._handshake = counted
+    return count
+
+
+def test_a_link_makes_one_connection_for_its_calls(server) -> None:
+    path, proc = server
+
+    async def go() -> tuple[list[Any], int]:
+        link = ControlLink(path, proc.pid)
+        made = _handshakes(link)
+        try:
+            return [await link.call("echo", {"i": i}) for i in range(3)], made[0]
+        finally:
+            await link.close()
+    assert asyncio.run(go()) == ([{"i": 0}, {"i": 1}, {"i": 2}], 1)
+
+
+def test_a_link_to_another_pid_sends_nothing(server) -> None:
+    path, proc = server
+
+    async def go() -> None:
+        link = ControlLink(path, os.getpid())
+        try:
+            await link.call("echo")
+        finally:
+            await link.close()
+    with pytest.raises(IdentityMismatch) as err:
+        asyncio.run(go())
+    assert err.value.data == {"pid": proc.pid, "expected_pid": os.getpid()}
+
+
+def test_a_lost_link_connects_again_only_to_its_process(short_home: Path) -> None:
+    """The process behind the socket was replaced: the link's next connection finds
+    another process there and sends nothing to it."""
+    path = str(ensure_private_dir(short_home / "run", root=short_home) / "api.sock")
+    first = _serve(path)
+    second = None
+    try:
+        async def go() -> None:
+            nonlocal second
+            link = ControlLink(path, first.pid)
+            try:
+                assert await link.call("echo", {"n": 1}) == {"n": 1}
+                _end(first)
+                os.unlink(path)
+                second = _serve(path)
+                for _ in range(2):   # the lost connection, then the other process
+                    with pytest.raises(TenureError) as err:
+                        await link.call("echo", {"n": 2})
+                assert isinstance(err.value, IdentityMismatch | OwnerChanged), err.value
+            finally:
+                await link.close()
+        asyncio.run(go())
+    finally:
+        _end(first)
+        if second is not None:
+            _end(second)
+
+
+def test_a_coordinator_holds_one_link_to_the_generation_in_control(short_home: Path) -> None:
+    """Inside holding_link the control calls share a connection; a call that fails
+    drops it, and the calls after it connect each on their own. It is closed at the
+    block's end."""
+    paths = GuardianPaths(short_home)
+    paths.prepare()
+    proc = _serve(paths.api_sock)
+    state = StateStore(paths.state_db)
+    try:
+        async def go() -> list[int]:
+            co = Coordinator(paths, state, PrivateKey.generate())
+            co.current = type("Current", (), {"pid": proc.pid})()
+            made: list[int] = []
+            async with co.holding_link():
+                link = co._link
+                assert link is not None
+                count = _handshakes(link)
+                await co.control("echo", {"a": 1})
+                await co.control("echo", {"a": 2})
+                made.append(count[0])
+                with pytest.raises(TenureError):
+                    await co.control("fail", {"kind": "defect"})
+                assert co._link is None
+                await co.control("echo", {"a": 3})   # a fresh connection of its own
+            assert co._link is None and link.client._closed
+            return made
+        assert asyncio.run(go()) == [1]
+    finally:
+        state.close()
+        _end(proc)
 
 
 def test_probe_of_a_stopped_server_says_it_got_no_answer(server) -> None:
