@@ -6,7 +6,9 @@ each exit)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 from pathlib import Path
 
 from owner.journal import Journal
@@ -35,9 +37,11 @@ def test_a_drainer_is_dropped_at_its_eof_and_the_others_stay(short_home: Path) -
                             home=str(short_home))
         try:
             await launcher.launch(params("stays", 0), spec(["sleep", "30"]), 1)
-            await launcher.launch(params("ends", 1), spec(["sh", "-c", "echo hi"]), 1)
+            ends = await launcher.launch(params("ends", 1), spec(["sleep", "30"]), 1)
             assert set(launcher.drainers) == {("stays", "stdout"), ("stays", "stderr"),
                                               ("ends", "stdout"), ("ends", "stderr")}
+            assert ends.pid is not None
+            os.kill(ends.pid, signal.SIGKILL)   # its pipes reach EOF now, not before
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 10
             while ("ends", "stdout") in launcher.drainers or \
@@ -49,6 +53,9 @@ def test_a_drainer_is_dropped_at_its_eof_and_the_others_stay(short_home: Path) -
             await launcher.stop("stays", None)
             assert await launcher.wait_drained(10) and launcher.drainers == {}
         finally:
+            for key in ("stays", "ends"):   # whatever failed above, end what runs
+                with contextlib.suppress(Exception):
+                    await launcher.stop(key, None)
             launcher.close()
 
     try:
