@@ -360,8 +360,10 @@ def run_session(name: str, n: int, tmp: Path, cfg: dict[str, Any]) -> dict[str, 
             if "error" in out[scenario] and scenario == "start":
                 break
     finally:
-        sup.stop()
-        _ACTIVE.remove(sup)
+        if sup in _ACTIVE:   # else a signal's handler (_on_signal) has stopped it
+            sup.stop()
+        with contextlib.suppress(ValueError):
+            _ACTIVE.remove(sup)
         remove_tree(workdir)
     out["commands"] = dict(sup.commands)
     out["stop"] = dict(sup.stop_report)
@@ -376,8 +378,10 @@ def run_logs(name: str, tmp: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     try:
         out = run_scenario(lambda: sc_logs(sup, workdir, cfg), cfg["scenario_timeout"])
     finally:
-        sup.stop()
-        _ACTIVE.remove(sup)
+        if sup in _ACTIVE:   # else a signal's handler (_on_signal) has stopped it
+            sup.stop()
+        with contextlib.suppress(ValueError):
+            _ACTIVE.remove(sup)
         remove_tree(workdir)
     out["commands"] = dict(sup.commands)
     return out

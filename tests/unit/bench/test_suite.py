@@ -1,4 +1,5 @@
-"""bench/suite.py: nested hard bounds, and the restart-by-command scenario on a fake."""
+"""bench/suite.py: nested hard bounds, the restart-by-command scenario on a fake, and a
+session interrupted by a signal."""
 
 from __future__ import annotations
 
@@ -119,3 +120,36 @@ def test_a_restart_command_that_restarts_nothing_times_out(
 def test_the_session_restarts_by_command_between_kill_and_replace() -> None:
     order = [name for name, _ in suite.SESSION]
     assert order.index("restart") < order.index("restart_cmd") < order.index("replace")
+
+
+class Quiet(base.Supervisor):
+    """An adapter that runs nothing and counts its stops."""
+    stops = 0
+
+    def setup(self, workdir: Any, n: int, argv: list[str]) -> None:
+        pass
+
+    def stop_supervisor(self) -> None:
+        Quiet.stops += 1
+
+
+Quiet.__abstractmethods__ = frozenset()
+
+
+def test_a_session_interrupted_by_a_signal_ends_with_its_exit_and_its_files_gone(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the signal's handler stopped the adapter and took it off the active
+    list; the session's cleanup then failed with ValueError, hiding the exit status and
+    leaving the session's directory behind."""
+    def interrupted(sup: Any, n: int, cfg: Any) -> dict[str, Any]:
+        suite._on_signal(signal.SIGTERM, None)   # as SIGTERM would, mid-scenario
+        raise AssertionError("not reached")
+
+    monkeypatch.setitem(suite.ADAPTERS, "quiet", f"{__name__}:Quiet")
+    monkeypatch.setattr(suite, "SESSION", [("start", interrupted)])
+    Quiet.stops = 0
+    with pytest.raises(SystemExit) as ended:
+        suite.run_session("quiet", 1, tmp_path, CFG)
+    assert ended.value.code == 128 + signal.SIGTERM
+    assert Quiet.stops == 1 and suite._ACTIVE == []
+    assert list(tmp_path.iterdir()) == []
