@@ -184,8 +184,9 @@ class Coordinator:
     async def fence(self, act: Activation, owner_epoch: int | None = None) -> int:
         """Grant row first, then the owner; returns the new epoch. ``owner_epoch``: the
         owner's epoch as its ``status`` said since the activation began (else asked now).
-        Only this guardian fences, so it cannot have moved; if it had, the owner refuses
-        an epoch that is not newer than its own and the fence fails."""
+        Only this guardian fences, one flow at a time, so it cannot have moved; if it
+        had, the owner refuses an epoch that is not newer than its own and the fence
+        fails."""
         ident = self.owner_identity
         assert ident is not None
         if owner_epoch is None:

@@ -161,38 +161,31 @@ def test_a_failing_restore_ends_uncertain_with_no_generation_acting(
     run(go, tmp_path)
 
 
-def test_the_owner_epoch_is_asked_while_the_checkpoint_is_written(tmp_path: Path) -> None:
-    """The fence needs the owner's epoch: it is asked beside the checkpoint, inside the
-    pause but not after it, and the fence does not ask again."""
+def test_the_fence_takes_the_owner_epoch_the_check_asked_for(tmp_path: Path) -> None:
+    """The fence needs the owner's epoch: the check's status gives it, so nothing is
+    asked of the owner between the drain and the fence."""
     async def go(co: FakeCoordinator) -> None:
         await in_control(co)
-        epoch, real = co.world.epoch, co.control
-
-        async def control(method: str, params: dict[str, Any] | None = None,
-                          timeout: float | None = None) -> Any:
-            if method == "generation.checkpoint":   # answered once the owner was asked
-                n = len(co.world.calls)
-                async with asyncio.timeout(2):
-                    while "owner.status" not in co.world.calls[n:]:
-                        await asyncio.sleep(0)
-            return await real(method, params, timeout)
-        co.control = control  # type: ignore[method-assign]
+        epoch = co.world.epoch
         co.world.calls.clear()
         act = (await upgrade(co, NEW))["activation"]
         assert (act["phase"], act["epoch"]) == ("complete", epoch + 1), act
+        assert co.world.calls[:1] == ["owner.status"]   # the check
         drained = co.world.calls.index("generation.drain")
-        assert co.world.calls[drained:drained + 4] == [
-            "generation.drain", "owner.status", "generation.checkpoint", "owner.fence"]
-        assert co.world.calls.count("owner.status") == 2   # the check's, and this one
+        assert co.world.calls[drained:drained + 3] == [
+            "generation.drain", "generation.checkpoint", "owner.fence"]
+        assert co.world.calls.count("owner.status") == 1
     run(go, tmp_path)
 
 
 def test_lost_fence_call_never_reuses_the_incumbents_epoch(tmp_path: Path) -> None:
-    """Regression: a failed fence let the activation reach `fenced` with last_epoch()."""
+    """Regression: a failed fence let the activation reach `fenced` with last_epoch().
+    (It failed at its question for the owner's epoch then; a handoff's fence takes that
+    from the check now, so here the fence call itself fails, before it took effect.)"""
     async def go(co: FakeCoordinator) -> None:
         incumbent = await in_control(co)
         epoch = co.world.epoch
-        co.world.fail["status"] = [None, TransportLost("reset")]  # check ok, fence's status
+        co.world.fail["fence"] = [TransportLost("reset")]
         act = (await upgrade(co, NEW))["activation"]
         assert act["phase"] == "aborted" and act["epoch"] is None, act
         assert co.world.epoch == epoch and co.world.alive() == [incumbent]
