@@ -511,3 +511,49 @@ def test_diagnostics_outside_a_loop_are_written_at_once(tmp_path: Path) -> None:
         assert co.status()["kind"] == "tenure-supervisor-state"
     finally:
         co.state.close()
+
+
+def test_an_activation_prunes_once_after_it_not_inside_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pruning (backend.db's retention, state.db, two directory scans) would take CPU
+    from the generation just started: an upgrade returns before it, and the prune comes
+    PRUNE_DELAY_S later, once for every activation until then."""
+    monkeypatch.setattr(coordinator, "PRUNE_DELAY_S", 0.05)
+
+    async def go(co: FakeCoordinator) -> None:
+        await in_control(co)
+        pruned: list[str | None] = []
+        real = co.prune
+
+        def counted() -> int:
+            pruned.append(co.current.activation if co.current is not None else None)
+            return real()
+        co.prune = counted  # type: ignore[method-assign]
+        first = (await upgrade(co, NEW))["activation"]
+        assert first["phase"] == "complete" and pruned == []
+        second = (await upgrade(co, OLD))["activation"]
+        assert second["phase"] == "complete" and pruned == []
+        await asyncio.sleep(0.2)
+        assert pruned == [second["id"]]       # once, with the last one running
+    run(go, tmp_path)
+
+
+def test_a_prune_that_fails_is_logged_and_the_next_one_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(coordinator, "PRUNE_DELAY_S", 0.01)
+
+    async def go(co: FakeCoordinator) -> None:
+        calls: list[int] = []
+
+        def broken() -> int:
+            calls.append(1)
+            raise OSError("test: the directory went away")
+        co.prune = broken  # type: ignore[method-assign]
+        co.prune_soon()
+        await asyncio.sleep(0.05)
+        co.prune_soon()
+        await asyncio.sleep(0.05)
+        assert calls == [1, 1]
+    run(go, tmp_path)
+    assert "could not prune old activations and files" in caplog.text
