@@ -194,8 +194,8 @@ class _Handoff:
         except TenureError as exc:
             log.warning("the incumbent did not take the retire request (%s); stopping it", exc)
         co.point("retire.stop")
-        # closed while the incumbent exits: closing yields to the loop, which may run
-        # other work (the diagnostics file) after the exit, before the candidate starts
+        # closed while the incumbent exits: closing yields to the loop, and between the
+        # exit and the candidate's start nothing else should get a turn
         await co.drop_link()
         await incumbent.stop(term_after=min(10.0, co.deadline))
         if co.current is incumbent:
