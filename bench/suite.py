@@ -109,6 +109,14 @@ def stop_active() -> None:
         _ACTIVE.pop().stop()
 
 
+def unload_adapter(sup: Supervisor) -> None:
+    """Stop ``sup`` and forget it, unless a signal's handler (_on_signal) has already."""
+    if sup in _ACTIVE:
+        sup.stop()
+    with contextlib.suppress(ValueError):   # the handler may have taken it meanwhile
+        _ACTIVE.remove(sup)
+
+
 def _on_signal(signum: int, _frame: object) -> None:
     stop_active()
     raise SystemExit(128 + signum)
@@ -360,10 +368,7 @@ def run_session(name: str, n: int, tmp: Path, cfg: dict[str, Any]) -> dict[str, 
             if "error" in out[scenario] and scenario == "start":
                 break
     finally:
-        if sup in _ACTIVE:   # else a signal's handler (_on_signal) has stopped it
-            sup.stop()
-        with contextlib.suppress(ValueError):
-            _ACTIVE.remove(sup)
+        unload_adapter(sup)
         remove_tree(workdir)
     out["commands"] = dict(sup.commands)
     out["stop"] = dict(sup.stop_report)
@@ -378,10 +383,7 @@ def run_logs(name: str, tmp: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     try:
         out = run_scenario(lambda: sc_logs(sup, workdir, cfg), cfg["scenario_timeout"])
     finally:
-        if sup in _ACTIVE:   # else a signal's handler (_on_signal) has stopped it
-            sup.stop()
-        with contextlib.suppress(ValueError):
-            _ACTIVE.remove(sup)
+        unload_adapter(sup)
         remove_tree(workdir)
     out["commands"] = dict(sup.commands)
     return out
