@@ -63,8 +63,6 @@ def _intermixed(argparse: Any) -> Any:
     return Intermixed
 
 
-
-
 HELP_COLUMNS = 80   # where neither $COLUMNS nor a terminal says
 
 
