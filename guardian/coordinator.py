@@ -73,29 +73,6 @@ def _deadline() -> float:
         return DEADLINE
 
 
-class _Later:
-    """Calls ``fn`` ``delay()`` seconds after the first call since it last ran, once for
-    all the calls until then; at once outside a running loop. ``delay()`` is asked each
-    time it schedules."""
-
-    def __init__(self, fn: Callable[[], Any], delay: Callable[[], float]) -> None:
-        self.fn, self.delay, self.due = fn, delay, False
-
-    def __call__(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.fn()
-            return
-        if not self.due:
-            self.due = True
-            loop.call_later(self.delay(), self._run)
-
-    def _run(self) -> None:
-        self.due = False
-        self.fn()
-
-
 class Coordinator:
     def __init__(self, paths: GuardianPaths, state: StateStore, key: PrivateKey
                  ) -> None:
@@ -112,10 +89,7 @@ class Coordinator:
         self.command_lock = asyncio.Lock()
         self.blocked: dict[str, Any] | None = None
         self.unhealthy: dict[str, Any] | None = None
-        # each once, a moment after the first call since it last ran (see _Later)
-        self._diagnostics_later = _Later(lambda: self.write_diagnostics(),
-                                         lambda: DIAGNOSTICS_DELAY_S)
-        self._prune_later = _Later(self._prune_logged, lambda: PRUNE_DELAY_S)
+        self._diagnostics_due = False
         self.abort_requested = False
         self.fault = Fault()
         self.deadline = _deadline()
@@ -134,6 +108,7 @@ class Coordinator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._spare: tuple[str, asyncio.Task[BackendProcess | None]] | None = None
         self._link: ControlLink | None = None   # to the generation in control, while held
+        self._prune_due = False
 
     # -- the owner --------------------------------------------------------------------
 
@@ -568,9 +543,17 @@ class Coordinator:
         the apps or answers its first requests; pruning (backend.db's retention read,
         a state.db write, two directory scans) would take CPU from them. Never raises:
         a failure is logged, and the next activation prunes again."""
-        self._prune_later()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._prune_now()
+            return
+        if not self._prune_due:
+            self._prune_due = True
+            loop.call_later(PRUNE_DELAY_S, self._prune_now)
 
-    def _prune_logged(self) -> None:
+    def _prune_now(self) -> None:
+        self._prune_due = False
         try:
             self.prune()
         except Exception:  # a callback: nothing above it would say what broke
@@ -613,7 +596,19 @@ class Coordinator:
         processes the pause waits for. The file lags at most that long behind: it
         reports on running daemons, the owner watch rewrites it every second, and a
         failed activation's ending is written at once (:meth:`end`)."""
-        self._diagnostics_later()
+        if self._diagnostics_due:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.write_diagnostics()
+            return
+        self._diagnostics_due = True
+        loop.call_later(DIAGNOSTICS_DELAY_S, self._write_due_diagnostics)
+
+    def _write_due_diagnostics(self) -> None:
+        self._diagnostics_due = False
+        self.write_diagnostics()
 
     def _diagnostics(self) -> dict[str, Any]:
         sel = self.state.selector()
