@@ -84,7 +84,7 @@ async def start_selected(co: Coordinator, kind: Kind = Kind.START, cursor: int =
         co.candidate = None
     co.blocked = None
     co.recovery_attempts = 0
-    co.prune_soon()
+    co.prune()
     co.diagnostics_soon()   # written with the last phase's, after the start
     return act
 

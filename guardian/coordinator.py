@@ -61,7 +61,6 @@ KEEP_ARTIFACTS = 40  # handoff records, checkpoints and backend logs kept for di
 DEADLINE = 30.0      # a generation's READY, drain, preflight and control answers
 OWNER_CHECK_S = 5.0  # the owner's first answer in an activation, before anything changes
 DIAGNOSTICS_DELAY_S = 0.1  # phase changes within it share one write of the diagnostics
-PRUNE_DELAY_S = 1.0  # an activation's old files are pruned this long after it ended
 
 
 def _deadline() -> float:
@@ -108,7 +107,6 @@ class Coordinator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._spare: tuple[str, asyncio.Task[BackendProcess | None]] | None = None
         self._link: ControlLink | None = None   # to the generation in control, while held
-        self._prune_due = False
 
     # -- the owner --------------------------------------------------------------------
 
@@ -536,28 +534,6 @@ class Coordinator:
         except (TenureError, OSError, sqlite3.Error) as exc:  # the next round tries again
             log.warning("could not prune old activations: %s", exc)
         return self.prune_files()
-
-    def prune_soon(self) -> None:
-        """:meth:`prune` PRUNE_DELAY_S from now, once for all the calls until then (at
-        once outside a running loop). Right after an activation its generation starts
-        the apps or answers its first requests; pruning (backend.db's retention read,
-        a state.db write, two directory scans) would take CPU from them. Never raises:
-        a failure is logged, and the next activation prunes again."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self._prune_now()
-            return
-        if not self._prune_due:
-            self._prune_due = True
-            loop.call_later(PRUNE_DELAY_S, self._prune_now)
-
-    def _prune_now(self) -> None:
-        self._prune_due = False
-        try:
-            self.prune()
-        except Exception:  # a callback: nothing above it would say what broke
-            log.exception("could not prune old activations and files")
 
     def prune_files(self, keep: int = KEEP_ARTIFACTS) -> int:
         """Remove all but the newest ``keep`` handoff records, checkpoints and backend

@@ -65,7 +65,7 @@ async def upgrade(co: Coordinator, release_id: str, check_only: bool = False,
         co.abort_requested = False
         await h.drop_standby()
         co.candidate = None
-    co.prune_soon()
+    co.prune()
     return _result(co, co.state.activation(act.id))
 
 
