@@ -30,7 +30,7 @@ from .journal import Journal
 from .observations import test_knob
 from .paths import OwnerPaths
 from .procinfo import group_members
-from .reaper import become_subreaper, raise_nofile_limit
+from .reaper import become_subreaper, raise_nofile_limit, reserve_fd_table
 from .receipt import Receipt, admit_start, read_receipt
 from .release import running as running_release
 from .service import CAPABILITIES, OwnerService
@@ -86,7 +86,7 @@ class Owner:
             store.close()
             raise
         _retire_old_launches(store, identity.boot_id, previous is not None)
-        raise_nofile_limit()
+        reserve_fd_table(raise_nofile_limit())   # before the journal's threads start
         become_subreaper()
         # Before any thread starts: the leaf move takes the whole process along anyway,
         # but nothing may be launched until the mode is chosen.
