@@ -133,7 +133,15 @@ REASONS: dict[str, str] = {
         "kept by key and by a revision: 3.83 -> 3.44 and 4.16 -> 3.74 ms, faster in 43 "
         "of 60 kills both times (side by side, alternated). What still grows with the "
         "apps is the last look's list of the owner's children, which the kernel "
-        "builds: 31, 81 and 316 us with 50, 200 and 1,000 children."),
+        "builds: 31, 81 and 316 us with 50, 200 and 1,000 children. Probes of 40 kills "
+        "at each size (medians): the whole took ~0.6 ms longer with 200 apps than with "
+        "50, in three steps of the owner: the last look +0.16 ms, the spawn +0.25 ms "
+        "(the child gets a copy of the owner's descriptor table, three per app, and "
+        "closes it before its exec) and the running row +0.18 ms. Asking the owner "
+        "nothing for an app without sockets made `inspect` 0.5 -> 0.17 ms but the kills "
+        "slower, as before (4 alternating runs of 40 kills at each size: 3.8-4.9 -> "
+        "5.0-6.1 ms): between fewer questions the owner's CPU halts, and waking it "
+        "costs more than the questions did; not taken."),
     "ratio_logs": (
         "by the machine's load, at the margin: tenure drains the writer's pipe faster "
         "than supervisord does (the writer ran 0.68-0.94 s under tenure, 0.97-1.50 s "
@@ -153,6 +161,12 @@ REASONS: dict[str, str] = {
         "start ~0.05 s. 0.20 s at 200 apps in the run below."),
     # component benchmarks (COMPONENT_TARGETS)
     "spawn_per_s": (
+        "two launches of every 200 in a fresh owner stalled for 12-35 ms each, until "
+        "the owner sized its descriptor table at start: the kernel grew the table "
+        "(256 -> 512 -> 1,024 slots) under launches 77 and 162, and in a process with "
+        "threads (the journal's) each growth waits for an RCU grace period. 6 "
+        "alternating runs of 200 launches: 739-860/s (median ~813) -> 942-1213/s "
+        "(~978). What remains is "
         "one launch call after another, each answered before the next is sent, so the "
         "figure is a round trip: ~1.0-1.4 ms on this machine. Taking the new process's "
         "start ticks from the boot clock instead of /proc (see kill -9 above) raised it "
