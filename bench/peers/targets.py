@@ -59,8 +59,10 @@ REASONS: dict[str, str] = {
         "ms each (median) on an idle machine and 3.6 ms with one busy process beside "
         "them (p90 9 ms), while one CPU is free. Making `status` cheap (the poll asks "
         "every 5 ms) left this figure as it was in 16 alternating runs. In the run "
-        "below supervisord took 0.339 s (0.362 s in the previous published run), "
-        "tenure 0.479 s (0.442 s); their five repetitions: 0.30-0.41 and 0.43-0.72 s. "
+        "below supervisord took 0.333 s (0.339 s in the previous published run), "
+        "tenure 0.377 s (0.479 s); their five repetitions: 0.29-0.38 and 0.33-0.51 s. "
+        "The owner's descriptor table sized at start (see the owner's launches below) "
+        "took ~20 ms off in 8 alternating starts (medians 0.468 -> 0.450 s). "
         "Probes of one start on a quieter machine (0.441 s): the command "
         "forks its child at 56 ms and returns at 93 ms; the child's verification ends "
         "at 123 ms and it starts the owner and the guardian; the owner's interpreter "
@@ -98,11 +100,11 @@ REASONS: dict[str, str] = {
     "ratio_restart": (
         "the restart crosses two processes and four socket hops on two CPUs, and the "
         "benchmark sees it through the API, asked every 0.5 ms. In the run below "
-        "tenure took 3.03 ms at 50 and 4.34 ms at 200, supervisord 4.83 and 7.15 ms: "
-        "0.63x and 0.61x, where the previous published run gave 0.43x and 0.53x (3.05 "
-        "and 3.79 against 7.08 and 7.22 ms) and the one before it 0.62x and 0.43x. "
-        "The five repetitions at 200: tenure 3.21-5.71 ms, "
-        "supervisord 6.49-9.06 ms. What fell "
+        "tenure took 3.45 ms at 50 and 3.69 ms at 200, supervisord 5.50 and 8.47 ms: "
+        "0.63x and 0.44x, where the previous published runs gave 0.63x and 0.61x "
+        "(3.03 and 4.34 against 4.83 and 7.15 ms), 0.43x and 0.53x, 0.62x and 0.43x. "
+        "The five repetitions at 50: tenure 2.84-3.51 ms, "
+        "supervisord 4.52-5.92 ms. What fell "
         "earlier: the owner read a new process's start ticks from /proc/PID/stat while the child "
         "was still inside its exec, ~0.9 ms in the median on an otherwise idle machine; "
         "they now come from the boot clock read around the fork (exact; /proc only when "
@@ -158,7 +160,7 @@ REASONS: dict[str, str] = {
         "release's verification), imports the backend (~40 ms) and reports: `checked` "
         "takes ~0.11 s with 200 apps; then the pause (drain, checkpoint, fence, retire, "
         "activate; the standby parsed the config meanwhile) ~0.05 s; the command's own "
-        "start ~0.05 s. 0.20 s at 200 apps in the run below."),
+        "start ~0.05 s. 0.19 s at 200 apps in the run below."),
     # component benchmarks (COMPONENT_TARGETS)
     "spawn_per_s": (
         "two launches of every 200 in a fresh owner stalled for 12-35 ms each, until "
@@ -171,8 +173,9 @@ REASONS: dict[str, str] = {
         "figure is a round trip: ~1.0-1.4 ms on this machine. Taking the new process's "
         "start ticks from the boot clock instead of /proc (see kill -9 above) raised it "
         "from 726-765 to 801-981/s in 3 runs each on a quiet machine, 661 to 698/s in "
-        "the published runs; 763/s in the run below (its five repetitions: 700-833/s; "
-        "728-973/s in the previous published run, 807/s its median). Probes in the owner, 300 "
+        "the published runs; 1,029/s in the run below (its five repetitions: "
+        "941-1,150/s; 700-833/s in the previous published run, 763/s its median). "
+        "Probes in the owner, 300 "
         "launches at ~980/s, medians per launch: the request decoded and checked, to "
         "the starting row's commit 77 us; that commit 65 us; Popen ~0.41 ms (vfork: the "
         "owner waits until the child has exec'd; 0.3-0.4 ms in a bare process on this "
@@ -218,10 +221,10 @@ REASONS: dict[str, str] = {
         "its API listens 12.4 (the checkpoint read and checked 1.9; the inventory, "
         "the intents and 200 instances restored 4.7; the owner's handshake 1.2; its "
         "stores 1.3), its first answer ~2.8 ms later. The pause moves with the "
-        "machine's load: the five repetitions of the run below gave 51.1, 32.4, 47.2, "
-        "31.0 and 32.2 ms, those of the previous published run 36.8, 34.3, 38.5, 32.2 "
-        "and 34.9 ms, and before this round's changes 43.4, 64.0, 70.0, 67.7 and 42.0 "
-        "ms."),
+        "machine's load: the five repetitions of the run below gave 36.6, 33.6, 39.9, "
+        "33.1 and 35.8 ms, those of the previous published run 51.1, 32.4, 47.2, 31.0 "
+        "and 32.2 ms, and before the changes of the round that took it under 50 ms "
+        "43.4, 64.0, 70.0, 67.7 and 42.0 ms."),
     "upgrade_call_p50_ms": "",
 }
 
