@@ -160,6 +160,7 @@ class Generation:
                              {"current": status["epoch"]})
         self.sup = Supervisor(self.owner, self.epoch, on_mutation=self.invalidate)
         self.sup.owner_capabilities = dict(welcome.capabilities)
+        self.sup.retired = self.store.retired()
         self.events = self.sup.events = EventLog(self.store, self.activation)
         await self._adopt()
         from .api import Api

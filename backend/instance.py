@@ -102,12 +102,15 @@ class Instance:
     ``timers`` belongs to the current state (leaving a state cancels them); ``pid`` is set
     in ``running`` and ``ready``; ``restarts`` only grows."""
 
-    def __init__(self, app: App, index: int = 0) -> None:
+    def __init__(self, app: App, index: int = 0, generation: int = 0) -> None:
+        """``generation``: the last one a removed instance of the same key launched (its
+        launch keys are spent); this one's first launch is the next."""
         self.app = app
         self.index = index
         self.state: State
         self._set_state(State.STOPPED, 0.0, restore=True)
-        self.generation = 0
+        self.generation = generation
+        self.base_generation = generation        # launches up to it were a predecessor's
         self.restarts = 0
         self.ready_count = 0     # times it became ready in this generation of the backend
         self.exits: dict[ExitReason, int] = {}    # processes ended, by reason; only grows
@@ -161,7 +164,8 @@ class Instance:
         return {
             "v": WIRE_VERSION, "stack": self.app.stack, "app": self.app.name,
             "instance": self.index, "state": self.state.value,
-            "generation": self.generation, "restarts": self.restarts,
+            "generation": self.generation, "base_generation": self.base_generation,
+            "restarts": self.restarts,
             "exits": {str(r): n for r, n in sorted(self.exits.items())},
             "streak": self.streak,
             "last_outcome": None if self.last_outcome is None else self.last_outcome.value,
@@ -193,6 +197,10 @@ class Instance:
         inst = cls(app, d["instance"])
         inst._set_state(State(d["state"]), 0.0, restore=True)
         inst.generation, inst.restarts = d["generation"], d["restarts"]
+        if d["base_generation"] > inst.generation:
+            raise BadRequest("instance.base_generation is beyond its generation",
+                             {"field": "base_generation"})
+        inst.base_generation = d["base_generation"]
         inst.streak, inst.health_failures = d["streak"], d["health_failures"]
         inst.last_outcome = _opt_outcome(d["last_outcome"])
         inst.pending_outcome = _opt_outcome(d["pending_outcome"])
@@ -266,6 +274,7 @@ class Instance:
     def carry(self, old: Instance) -> None:
         """Take over ``old``'s counters (a fresh instance for the same app instance)."""
         self.generation, self.restarts = old.generation, old.restarts
+        self.base_generation = old.base_generation
         self.exits = dict(old.exits)
 
     def _wants_restart(self, outcome: Outcome) -> bool:
@@ -283,7 +292,7 @@ class Instance:
             self._report(Outcome.START_LIMIT_HIT)
             return
         self.starts.append(now)
-        if self.generation > 0:
+        if self.generation > self.base_generation:   # not this instance's first launch
             self.restarts += 1
         self.generation += 1
         self._set_state(State.STARTING, now)
@@ -536,6 +545,8 @@ _WIRE = Schema(
     Field("instance", int, check=check_int(0)),
     Field("state", str, check=_check_enum(State)),
     Field("generation", int, check=check_int(0)),
+    # optional: a record from before it existed has none (its first launch was its own)
+    Field("base_generation", int, required=False, default=0, check=check_int(0)),
     Field("restarts", int, check=check_int(0)),
     Field("streak", int, check=check_int(0)),
     Field("last_outcome", str, required=False, check=_check_enum(Outcome)),

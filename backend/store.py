@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -37,6 +38,11 @@ CREATE TABLE operations (
 CREATE TABLE requests (id TEXT PRIMARY KEY, result TEXT NOT NULL, at REAL NOT NULL)
 """
 
+# A part of backend.db (BackendStore.ensure_part): the last generation of each removed
+# instance, so that one added back under its key never reuses a spent launch key.
+RETIRED_PART, RETIRED_FORMAT = "retired", 1
+RETIRED_SCHEMA = "CREATE TABLE retired (key TEXT PRIMARY KEY, generation INTEGER NOT NULL)"
+
 RECOVERY_SCHEMA = """
 CREATE TABLE certificate (
     id INTEGER PRIMARY KEY CHECK (id = 1), valid INTEGER NOT NULL, body TEXT,
@@ -58,6 +64,7 @@ class BackendStore:
     def __init__(self, path: str) -> None:
         self.db = open_sqlite(path, "tenure-backend", FORMAT, SCHEMA, synchronous="FULL",
                               wal=True)
+        self.ensure_part(RETIRED_PART, RETIRED_FORMAT, RETIRED_SCHEMA)
 
     def close(self) -> None:
         self.db.close()
@@ -104,12 +111,22 @@ class BackendStore:
 
     # -- instances --------------------------------------------------------------------
 
-    def save_instances(self, wires: dict[str, dict[str, Any]], removed: set[str]) -> None:
+    def save_instances(self, wires: dict[str, dict[str, Any]],
+                       removed: Mapping[str, int]) -> None:
+        """Save ``wires`` (key -> Instance.to_wire()) and forget the ``removed`` instances,
+        keeping each one's last generation (key -> generation) in ``retired``."""
         with self.tx() as db:
             db.executemany("INSERT INTO instances VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
                            "SET wire = excluded.wire",
                            [(k, json.dumps(w, sort_keys=True)) for k, w in wires.items()])
             db.executemany("DELETE FROM instances WHERE key = ?", [(k,) for k in removed])
+            db.executemany("INSERT INTO retired VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                           "SET generation = max(generation, excluded.generation)",
+                           list(removed.items()))
+
+    def retired(self) -> dict[str, int]:
+        """Instance key -> the last generation a removed instance of that key launched."""
+        return dict(self.db.execute("SELECT key, generation FROM retired"))
 
     def instances(self) -> dict[str, dict[str, Any]]:
         return {k: json.loads(w) for k, w in self.db.execute("SELECT key, wire FROM instances")}

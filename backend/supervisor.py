@@ -91,7 +91,12 @@ class Supervisor:
         self.instances: dict[str, im.Instance] = {}
         self.by_launch: dict[str, str] = {}      # current launch key -> instance key
         self.dirty: set[str] = set()
-        self.removed: set[str] = set()
+        # Instance key -> the last generation an instance of that key launched before it
+        # was removed (scaled away, its app taken out): its launch keys are spent, so an
+        # instance added back under the key starts after it. Loaded from backend.db;
+        # ``removed`` holds the ones not saved yet.
+        self.retired: dict[str, int] = {}
+        self.removed: dict[str, int] = {}
         self.in_flight = 0
         self._timers: dict[tuple[str, im.Timer], asyncio.TimerHandle] = {}
         self._ready: dict[str, ProbeRunner] = {}
@@ -419,8 +424,8 @@ class Supervisor:
         key = instance_key(app.stack, app.name, index)
         inst = self.instances.get(key)
         if inst is None:
-            inst = self.instances[key] = im.Instance(app, index)
-            self.removed.discard(key)
+            inst = self.instances[key] = im.Instance(app, index, self.retired.get(key, 0))
+            self.removed.pop(key, None)
         else:
             inst.app = app
         self.feed(key, im.Start() if want_up else im.StopRequested())
@@ -429,7 +434,7 @@ class Supervisor:
     def forget(self, key: str) -> None:
         inst = self.instances.pop(key, None)
         if inst is not None:
-            self.removed.add(key)
+            self.removed[key] = self.retired[key] = inst.generation
             self.dirty.discard(key)
 
     def keys_of(self, config: Config) -> dict[str, tuple[App, int]]:

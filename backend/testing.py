@@ -411,6 +411,7 @@ def fake_generation(home: Path, owner: FakeOwner, config_text: str = "") -> Gene
     gen.owner = owner  # type: ignore[assignment]  # the fake speaks the same calls
     gen.config = parse_config(config_text, "unit.toml")
     gen.sup = Supervisor(owner, gen.epoch, on_mutation=gen.invalidate, sleep=no_sleep)
+    gen.sup.retired = gen.store.retired()
     gen.api = Api(gen)
     gen.server = FakeServer()  # type: ignore[assignment]
     for app, index in gen.sup.keys_of(gen.config).values():

@@ -552,6 +552,8 @@ def test_restored_backoff_continues() -> None:
     ({"exits": {"requested": -1}}, "exits"),
     ({"exits": {"bored": 1}}, "exits"),
     ({"exits": [1]}, "exits"),
+    ({"base_generation": -1}, "base_generation"),
+    ({"base_generation": 99}, "base_generation"),   # beyond its generation
 ])
 def test_from_wire_refuses_bad_fields(change: dict[str, Any], field: str) -> None:
     r = drive_to(State.BACKOFF)
@@ -570,6 +572,23 @@ def test_from_wire_requires_every_field_and_ignores_extras() -> None:
             Instance.from_wire({k: v for k, v in wire.items() if k != key}, r.inst.app)
     back = Instance.from_wire({**wire, "future": {"x": 1}}, r.inst.app)
     assert back.to_wire() == wire
+
+
+def test_an_instance_after_a_removed_one_launches_after_it_and_counts_its_own() -> None:
+    """A removed instance's launches (generations 1-3 of the key) are not this one's: it
+    starts at 4, with no restart counted, and its next launch is its first restart."""
+    r = Rig(mk_app(restart=RestartMode.ALWAYS, ready=Readiness(), health=None))
+    r.inst = Instance(r.inst.app, 0, generation=3)
+    assert r.feed(Start()) == [Launch(4, "shop/web/0/4")]
+    r.launched()
+    assert r.inst.state is State.READY and r.inst.restarts == 0
+    r.feed(Exited(None, 9), 5.0)
+    r.fire(Timer.BACKOFF)
+    assert (r.inst.generation, r.inst.restarts) == (5, 1)
+    back = Instance.from_wire(r.inst.to_wire(), r.inst.app)
+    assert (back.base_generation, back.generation, back.restarts) == (3, 5, 1)
+    old = {k: v for k, v in r.inst.to_wire().items() if k != "base_generation"}
+    assert Instance.from_wire(old, r.inst.app).base_generation == 0   # written before it
 
 
 def test_exits_are_counted_by_reason_and_carried_over_the_wire() -> None:
