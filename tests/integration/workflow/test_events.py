@@ -23,6 +23,8 @@ command = ["sleep", "infinity"]
 def _events(cluster: Any, *args: str) -> list[dict[str, Any]]:
     res = cluster.cli("events", *args, check=True)
     out = res.out
+    if out is None:   # nothing to show: no output
+        return []
     lines = out.splitlines() if isinstance(out, str) else [json.dumps(out)]
     return [json.loads(ln) for ln in lines if ln.strip()]
 
@@ -48,6 +50,17 @@ def test_a_crashing_app_is_told_in_order_and_filters_apply(cluster):
     assert "s/crasher/0 exit: pid" in human and "exited 3" in human
     missing = cluster.cli("events", "nope")
     assert missing.code == 1 and "NOT_FOUND" in missing.stderr + json.dumps(missing.out)
+
+
+def test_what_a_command_did_is_in_the_events_as_soon_as_it_returned(cluster):
+    """Events are written every 0.5 s; a read writes what is pending first."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(1)
+    for n in range(1, 4):
+        cluster.cli("restart", "s/sleeper", check=True)
+        restarts = [e["data"]["restarts"] for e in _events(cluster, "s/sleeper", "-n", "5")
+                    if e["kind"] == "restart"]
+        assert restarts and restarts[-1] == n, restarts
 
 
 def test_a_follower_lives_through_an_upgrade_and_since_resumes(cluster):
