@@ -241,13 +241,13 @@ class Api:
     # -- everyday ---------------------------------------------------------------------
 
     async def status(self, call: Call) -> Any:
-        t = time.monotonic()
         dropped = self.gen.log_dropped
         link = self._link()
         wanted = call.params.get("targets")
         keys = sorted(self.sup.instances) if not wanted else \
             select_all(self.sup.instances, wanted)
         held, usage = await self._ask_owner(keys if wanted else None, link)
+        t = time.monotonic()   # after the owner's answer: a launch may have ended meanwhile
         rows = [self._row(k, self.sup.instances[k], t, dropped, usage) for k in keys]
         if not link["current"]:
             rows = [_unknown(r, link["age"]) for r in rows]
@@ -358,8 +358,9 @@ class Api:
         return {"key": key, "stack": inst.app.stack, "app": inst.app.name,
                 "instance": inst.index, "state": str(inst.public_state),
                 "detail": str(inst.state), "pid": inst.pid,
-                "uptime": round(t - inst.launched_at, 1) if inst.launched_at and inst.pid
-                else None, "restarts": inst.restarts, "ready": inst.state is im.State.READY,
+                "uptime": max(0.0, round(t - inst.launched_at, 1))
+                if inst.launched_at and inst.pid else None,
+                "restarts": inst.restarts, "ready": inst.state is im.State.READY,
                 "generation": inst.generation,
                 "last_outcome": str(inst.last_outcome) if inst.last_outcome else None,
                 "reason": explain.reason(inst),

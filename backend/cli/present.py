@@ -74,7 +74,7 @@ def dur(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     if seconds < 10:
-        return f"{max(seconds, 0.0):.1f}s"
+        return f"{seconds if seconds > 0 else 0.0:.1f}s"   # never "-0.0s"
     s = int(seconds)
     if s < 60:
         return f"{s}s"
