@@ -76,8 +76,15 @@ def check_keys(t: Mapping[str, Any], allowed: Collection[str], path: KeyPath,
     """Raises Invalid naming the first key of ``t`` (document order) not in ``allowed``."""
     for key in t:
         if key not in allowed:
-            hint = why or "unknown key; allowed: " + ", ".join(sorted(allowed))
-            raise Invalid((*path, key), hint)
+            raise Invalid((*path, key), why or _unknown(key, allowed))
+
+
+def _unknown(key: str, allowed: Collection[str]) -> str:
+    """"unknown key", the likeliest key meant (a typo's) and every key allowed there."""
+    import difflib
+    near = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.75)
+    meant = f" (did you mean {near[0]}?)" if near else ""
+    return f"unknown key{meant}; allowed: " + ", ".join(sorted(allowed))
 
 
 def get_int(t: Mapping[str, Any], key: str, path: KeyPath, default: int,

@@ -196,6 +196,15 @@ def test_unknown_key_lists_the_allowed_ones() -> None:
     assert "command" in _invalid(f'[{APP}]\ncomand = ["x"]\n').data["problem"]
 
 
+def test_a_typo_names_the_key_it_likely_meant_and_a_stranger_key_does_not() -> None:
+    problem = _invalid(f'[{APP}]\ncomand = ["x"]\n').data["problem"]
+    assert problem.startswith("unknown key (did you mean command?); allowed: after, ")
+    problem = _invalid(f'[{APP}]\ncommand = ["x"]\nrestarts = "always"\n').data["problem"]
+    assert problem.startswith("unknown key (did you mean restart?); allowed: ")
+    problem = _invalid(f'[{APP}]\ncommand = ["x"]\nzzz = 1\n').data["problem"]
+    assert problem.startswith("unknown key; allowed: ")
+
+
 def test_load_config_missing_file_and_bad_utf8(tmp_path: Path) -> None:
     with pytest.raises(ConfigInvalid) as info:
         load_config(tmp_path / "nope.toml")
