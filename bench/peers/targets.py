@@ -59,8 +59,8 @@ REASONS: dict[str, str] = {
         "ms each (median) on an idle machine and 3.6 ms with one busy process beside "
         "them (p90 9 ms), while one CPU is free. Making `status` cheap (the poll asks "
         "every 5 ms) left this figure as it was in 16 alternating runs. In the run "
-        "below supervisord took 0.333 s (0.339 s in the previous published run), "
-        "tenure 0.377 s (0.479 s); their five repetitions: 0.29-0.38 and 0.33-0.51 s. "
+        "below supervisord took 0.316 s (0.333 s in the previous published run), "
+        "tenure 0.422 s (0.377 s); their five repetitions: 0.28-0.39 and 0.38-0.49 s. "
         "The owner's descriptor table sized at start (see the owner's launches below) "
         "took ~20 ms off in 8 alternating starts (medians 0.468 -> 0.450 s). "
         "Probes of one start on a quieter machine (0.441 s): the command "
@@ -88,7 +88,9 @@ REASONS: dict[str, str] = {
         "113.6 -> 93.4 ms with 50. At the margin where behind: the peers' own figure "
         "moves by a third between runs (circus at 200: 0.161 s in one run, 0.107 s in "
         "the next, against tenure's 0.091 and 0.110 s); in the run before the change "
-        "0.91x at 50 and 1.02x at 200, in the run below 0.70x and 0.81x. The waiting "
+        "0.91x at 50 and 1.02x at 200, since then 0.70x and 0.81x, 0.72x and 0.78x, and "
+        "in the run below 0.85x and 1.04x (tenure 0.093 and 0.109 s; supervisord 0.109 "
+        "s at 50, circus 0.105 s at 200, 0.121 s in the previous published run). The waiting "
         "`tenure up` returns at about the 'all running' time, with the apply's outcome "
         "and the status table."),
     "ratio_status": (
@@ -100,11 +102,11 @@ REASONS: dict[str, str] = {
     "ratio_restart": (
         "the restart crosses two processes and four socket hops on two CPUs, and the "
         "benchmark sees it through the API, asked every 0.5 ms. In the run below "
-        "tenure took 3.45 ms at 50 and 3.69 ms at 200, supervisord 5.50 and 8.47 ms: "
-        "0.63x and 0.44x, where the previous published runs gave 0.63x and 0.61x "
-        "(3.03 and 4.34 against 4.83 and 7.15 ms), 0.43x and 0.53x, 0.62x and 0.43x. "
-        "The five repetitions at 50: tenure 2.84-3.51 ms, "
-        "supervisord 4.52-5.92 ms. What fell "
+        "tenure took 3.84 ms at 50 and 3.73 ms at 200, supervisord 4.82 and 7.94 ms: "
+        "0.80x and 0.47x, where the previous published runs gave 0.63x and 0.44x "
+        "(3.45 and 3.69 against 5.50 and 8.47 ms), 0.63x and 0.61x, 0.43x and 0.53x, "
+        "0.62x and 0.43x. The five repetitions at 50: tenure 2.86-5.85 ms, "
+        "supervisord 4.53-7.12 ms. What fell "
         "earlier: the owner read a new process's start ticks from /proc/PID/stat while the child "
         "was still inside its exec, ~0.9 ms in the median on an otherwise idle machine; "
         "they now come from the boot clock read around the fork (exact; /proc only when "
@@ -160,7 +162,7 @@ REASONS: dict[str, str] = {
         "release's verification), imports the backend (~40 ms) and reports: `checked` "
         "takes ~0.11 s with 200 apps; then the pause (drain, checkpoint, fence, retire, "
         "activate; the standby parsed the config meanwhile) ~0.05 s; the command's own "
-        "start ~0.05 s. 0.19 s at 200 apps in the run below."),
+        "start ~0.05 s. 0.21 s at 200 apps in the run below."),
     # component benchmarks (COMPONENT_TARGETS)
     "spawn_per_s": (
         "two launches of every 200 in a fresh owner stalled for 12-35 ms each, until "
@@ -173,8 +175,9 @@ REASONS: dict[str, str] = {
         "figure is a round trip: ~1.0-1.4 ms on this machine. Taking the new process's "
         "start ticks from the boot clock instead of /proc (see kill -9 above) raised it "
         "from 726-765 to 801-981/s in 3 runs each on a quiet machine, 661 to 698/s in "
-        "the published runs; 1,029/s in the run below (its five repetitions: "
-        "941-1,150/s; 700-833/s in the previous published run, 763/s its median). "
+        "the published runs; 1,114/s in the run below (its five repetitions: "
+        "1,020-1,161/s; 941-1,150/s in the previous published run, 1,029/s its median, "
+        "and 700-833/s before the descriptor table was sized). "
         "Probes in the owner, 300 "
         "launches at ~980/s, medians per launch: the request decoded and checked, to "
         "the starting row's commit 77 us; that commit 65 us; Popen ~0.41 ms (vfork: the "
@@ -221,9 +224,9 @@ REASONS: dict[str, str] = {
         "its API listens 12.4 (the checkpoint read and checked 1.9; the inventory, "
         "the intents and 200 instances restored 4.7; the owner's handshake 1.2; its "
         "stores 1.3), its first answer ~2.8 ms later. The pause moves with the "
-        "machine's load: the five repetitions of the run below gave 36.6, 33.6, 39.9, "
-        "33.1 and 35.8 ms, those of the previous published run 51.1, 32.4, 47.2, 31.0 "
-        "and 32.2 ms, and before the changes of the round that took it under 50 ms "
+        "machine's load: the five repetitions of the run below gave 36.0, 42.2, 50.3, "
+        "34.3 and 33.0 ms, those of the previous published run 36.6, 33.6, 39.9, 33.1 "
+        "and 35.8 ms, and before the changes of the round that took it under 50 ms "
         "43.4, 64.0, 70.0, 67.7 and 42.0 ms."),
     "upgrade_call_p50_ms": "",
 }
