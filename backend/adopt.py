@@ -83,9 +83,11 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
     """Build instances from backend.db snapshots and the owner's live launches."""
     live = _live(owner_inventory)
     result = Adoption()
+    running = {instance_key(r["stack"], r["app"], r["instance"]) for r in live.values()}
     for key, wire in saved.items():
         app = config.app(wire.get("stack", ""), wire.get("app", ""))
-        if app is None:
+        if app is None or not _configured(wire, app.instances):
+            _retire(sup, key, wire, running)
             continue
         try:
             inst = im.Instance.from_wire(wire, app)
@@ -118,6 +120,26 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
             result.missing.append(inst.launch_key)
     _resume(sup, result, now)
     return result
+
+
+def _configured(wire: dict[str, Any], instances: int) -> bool:
+    """Whether the saved instance is one the config still has (its index is in range)."""
+    index = wire.get("instance")
+    return not isinstance(index, int) or index < instances   # from_wire judges the rest
+
+
+def _retire(sup: Supervisor, key: str, wire: dict[str, Any], running: set[str]) -> None:
+    """A saved instance the applied config no longer has: its removal was cut short (a
+    crash before its record was written). Its last generation becomes the key's floor,
+    so that an instance added back never reuses a spent launch key; its record is
+    dropped at the next save, unless a launch of it still runs (the operation that
+    removes it resumes, stops it and forgets it)."""
+    generation = wire.get("generation")
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        return
+    sup.retired[key] = max(sup.retired.get(key, 0), generation)
+    if key not in running:
+        sup.removed[key] = sup.retired[key]
 
 
 def _resume(sup: Supervisor, result: Adoption, now: float) -> None:

@@ -434,7 +434,8 @@ class Supervisor:
     def forget(self, key: str) -> None:
         inst = self.instances.pop(key, None)
         if inst is not None:
-            self.removed[key] = self.retired[key] = inst.generation
+            self.removed[key] = self.retired[key] = max(self.retired.get(key, 0),
+                                                        inst.generation)
             self.dirty.discard(key)
 
     def keys_of(self, config: Config) -> dict[str, tuple[App, int]]:

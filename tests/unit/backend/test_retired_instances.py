@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from backend.adopt import adopt_inventory
 from backend.certify import persist
-from backend.instance import State, StopRequested
+from backend.config import parse_config
+from backend.instance import Instance, State, StopRequested
 from backend.store import BackendStore
+from backend.supervisor import Supervisor
 from backend.testing import FakeOwner, fake_generation, until
 
 TWO = ('[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\nrestart = "always"\n'
@@ -69,3 +72,45 @@ def test_an_instance_added_back_launches_after_its_predecessor(tmp_path: Path) -
         finally:
             await gen2.close()
     asyncio.run(main())
+
+
+def _wire(config_text: str, stack: str, app: str, index: int, generation: int
+          ) -> dict[str, object]:
+    found = parse_config(config_text, "t.toml").app(stack, app)
+    assert found is not None
+    inst = Instance(found, index)
+    inst.generation = generation
+    return inst.to_wire()
+
+
+def test_a_removal_cut_short_by_a_crash_leaves_its_generation_behind() -> None:
+    """Saved instances the applied config no longer has (an app taken out, an instance
+    scaled away, the backend killed before their removal was written) are not restored:
+    their generation becomes their key's floor, and their records go at the next save,
+    unless a launch of one still runs (its operation resumes and stops it)."""
+    before = TWO + '[stacks.s.apps.gone]\ncommand = ["sleep", "1000"]\n'
+    saved = {"s/a/0": _wire(before, "s", "a", 0, 2), "s/a/1": _wire(before, "s", "a", 1, 5),
+             "s/gone/0": _wire(before, "s", "gone", 0, 3)}
+    after = parse_config(TWO.replace("instances = 2", "instances = 1"), "t.toml")
+    sup = Supervisor(FakeOwner(), 1)
+    sup.retired = {"s/gone/0": 7}     # recorded earlier, higher: kept
+    adopt_inventory(sup, after, saved, [], 0.0)
+    assert set(sup.instances) == {"s/a/0"}
+    assert sup.retired == sup.removed == {"s/a/1": 5, "s/gone/0": 7}
+
+    live = [{"launch_key": "s/a/1/5", "stack": "s", "app": "a", "instance": 1,
+             "generation": 5, "pid": 4242, "start_ticks": 1, "state": "running"}]
+    sup = Supervisor(FakeOwner(), 1)
+    adopt_inventory(sup, after, saved, live, 0.0)
+    assert sup.instances["s/a/1"].pid == 4242 and "s/a/1" not in sup.removed
+    assert sup.retired == {"s/a/1": 5, "s/gone/0": 3}
+
+
+def test_a_lower_generation_never_lowers_a_floor() -> None:
+    sup = Supervisor(FakeOwner(), 1)
+    sup.retired = {"s/a/0": 9}
+    app = parse_config(TWO, "t.toml").app("s", "a")
+    assert app is not None
+    sup.instances["s/a/0"] = Instance(app, 0)      # an older release's, at generation 0
+    sup.forget("s/a/0")
+    assert sup.retired == sup.removed == {"s/a/0": 9}
