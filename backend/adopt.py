@@ -135,11 +135,8 @@ def _retire(sup: Supervisor, key: str, wire: dict[str, Any], running: set[str]) 
     dropped at the next save, unless a launch of it still runs (the operation that
     removes it resumes, stops it and forgets it)."""
     generation = wire.get("generation")
-    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
-        return
-    sup.retired[key] = max(sup.retired.get(key, 0), generation)
-    if key not in running:
-        sup.removed[key] = sup.retired[key]
+    if isinstance(generation, int) and not isinstance(generation, bool) and generation >= 0:
+        sup.retire(key, generation, save=key not in running)
 
 
 def _resume(sup: Supervisor, result: Adoption, now: float) -> None:

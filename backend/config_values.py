@@ -81,10 +81,11 @@ def check_keys(t: Mapping[str, Any], allowed: Collection[str], path: KeyPath,
 
 def _unknown(key: str, allowed: Collection[str]) -> str:
     """"unknown key", the likeliest key meant (a typo's) and every key allowed there."""
-    import difflib
-    near = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.75)
+    import difflib  # only a bad config pays for it
+    names = sorted(allowed)
+    near = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
     meant = f" (did you mean {near[0]}?)" if near else ""
-    return f"unknown key{meant}; allowed: " + ", ".join(sorted(allowed))
+    return f"unknown key{meant}; allowed: " + ", ".join(names)
 
 
 def get_int(t: Mapping[str, Any], key: str, path: KeyPath, default: int,

@@ -434,9 +434,17 @@ class Supervisor:
     def forget(self, key: str) -> None:
         inst = self.instances.pop(key, None)
         if inst is not None:
-            self.removed[key] = self.retired[key] = max(self.retired.get(key, 0),
-                                                        inst.generation)
+            self.retire(key, inst.generation)
             self.dirty.discard(key)
+
+    def retire(self, key: str, generation: int, *, save: bool = True) -> None:
+        """Record that instance ``key`` launched up to ``generation`` and is gone: an
+        instance added back under the key starts after it. A floor never goes down (an
+        older release's instance may have counted from 0 again). ``save``: write it with
+        the next save, which also drops the key's saved instance."""
+        self.retired[key] = max(self.retired.get(key, 0), generation)
+        if save:
+            self.removed[key] = self.retired[key]
 
     def keys_of(self, config: Config) -> dict[str, tuple[App, int]]:
         return {instance_key(a.stack, a.name, i): (a, i) for a in config.apps()
