@@ -132,6 +132,9 @@ CASES: dict[str, Callable[[], str]] = {
         "process": "pid 4000 is stopped (SIGSTOP or a debugger); kill -CONT 4000 "
                    "continues it"}}),
     "status_empty": lambda: render.status({**STATUS, "apps": [], "intents": {}, "jobs": {}}),
+    # right after a start: an uptime an older backend answered as -0.0 prints as 0.0s
+    "status_just_started": lambda: render.status({**STATUS, "intents": {}, "jobs": {},
+        "apps": [_app("shop/web/0", uptime=-0.0), _app("shop/web/1", uptime=0.0)]}),
     "status_no_backend": lambda: render.no_backend(
         {"updated_at": NOW - 8, "last_activation": {"id": BACKEND["activation"],
                                                     "kind": "upgrade", "phase": "retired",
