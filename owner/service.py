@@ -511,11 +511,13 @@ class OwnerService:
     async def launches_prune(self, call: Call) -> Any:
         """Delete the rows of ended launches but the newest ``keep`` and the ``protect``
         ones (launches an open job record still needs as evidence). Rows of live or
-        uncertain launches, and of exited ones whose descendants linger or whose cgroup is
-        still there (the evidence a reconcile needs), stay."""
+        uncertain launches, of exited ones whose descendants linger or whose cgroup is
+        still there (the evidence a reconcile needs), and of those whose output pipes are
+        still open, stay."""
         self._require_epoch(call)
         protect = set(call.params["protect"]) | set(self.launcher.uncertain) | \
-            set(self.procs.lingering()) | set(ended_cgroups(self.store, self.launcher.boot_id))
+            set(self.procs.lingering()) | self.launcher.draining() | \
+            set(ended_cgroups(self.store, self.launcher.boot_id))
         # on the loop: the store's connection belongs to it; one DELETE transaction
         return {"deleted": self.store.prune_ended(call.params["keep"], protect)}
 

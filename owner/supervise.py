@@ -284,6 +284,12 @@ class Launcher:
                        instance=row.instance, generation=row.generation, pid=spawned.pid,
                        start_ticks=spawned.start_ticks)
 
+    def draining(self) -> set[str]:
+        """The launch keys whose output pipes are still open (a process the owner does
+        not track may hold one after the launch ended): their rows stay (launches.prune),
+        so a key is never launched again while its drainers still read."""
+        return {key for key, _stream in self.drainers}
+
     def _drained(self, which: tuple[str, str]) -> None:
         """A pipe reached EOF: its drainer is done (O(1): an exit at 1,000 apps used to
         rebuild the list of all of them)."""
