@@ -233,6 +233,12 @@ def cmd_op(args: Any) -> int:
         return OK
     if not args.id:
         raise BadRequest(f"tenure op {args.action} ID: give an operation id")
+    if args.action == "show" and args.wait:
+        r = _wait_op(args, args.id, args.timeout)
+        _out(args, r, render.operation(r))
+        if r.get("outcome") is None:
+            return UNSETTLED
+        return OK if r["outcome"] in ("success", "no-change") else ERROR
     r = _call(args, "op.show" if args.action == "show" else "op.abandon", {"id": args.id})
     _out(args, r, render.operation(r))
     return OK

@@ -184,6 +184,10 @@ def _parser(argv: list[str] | None = None) -> Any:
     p = add("op", "operations")
     p.add_argument("action", choices=["list", "show", "abandon"])
     p.add_argument("id", nargs="?")
+    p.add_argument("--wait", action="store_true",
+                   help="show: wait until the operation ended (at most --timeout)")
+    p.add_argument("--timeout", type=float, default=3600.0,
+                   help="show --wait: seconds to wait (default 3600)")
     p = add("stack", "stop or start a whole stack (durable)")
     p.add_argument("action", choices=["stop", "start"])
     p.add_argument("stack")
@@ -291,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         use_colour(sys.stdout)
     handler = _handler(args.cmd)
     try:
+        _check_timeout(args)
         code: int = handler(args)
         return code
     except (ConnectFailed, BackendUnavailable, OwnerUnavailable) as exc:
@@ -306,6 +311,20 @@ def main(argv: list[str] | None = None) -> int:
         return Exit.OK
     except OSError as exc:   # the machine, not tenure: a read-only or full disk, a mode
         return _fail(args, _os_error(exc, args.cmd), Exit.ERROR)
+
+
+MAX_TIMEOUT_S = 86400.0   # the longest --timeout any command waits
+
+
+def _check_timeout(args: Any) -> None:
+    """Refuse a --timeout that is not a number of seconds above 0 and at most a day
+    (nan, inf, 0 or negative): BAD_REQUEST, before anything is asked of a daemon."""
+    t = getattr(args, "timeout", None)
+    if t is None or 0 < t <= MAX_TIMEOUT_S:   # nan fails every comparison
+        return
+    from protocol.errors import BadRequest
+    raise BadRequest(f"--timeout {t:g}: give a number of seconds above 0 and at most "
+                     f"{MAX_TIMEOUT_S:g}", {"field": "timeout"})
 
 
 def _handler(cmd: str) -> Any:

@@ -189,8 +189,8 @@ def up(r: dict[str, Any]) -> str:
     if ap:
         op, n = ap["operation"], len(ap["plan"]["changes"])
         if op.get("outcome") is None and op.get("id"):
-            lines.append(f"applying {n} changes as {op['id']} (not waited for; "
-                         f"`tenure op show {op['id']} --wait`)")
+            lines.append(f"applying {n} changes as {op['id']} (still running; "
+                         f"`tenure op show {op['id']} --wait` waits for its end)")
         else:
             lines.append(f"applied {n} changes: {op.get('outcome')}")
     return "\n".join(lines)

@@ -32,3 +32,17 @@ def test_op_show_answers_when_the_operation_ends(cluster):
         assert time.monotonic() - t0 < 1.0  # ended already: at once
         with pytest.raises(BadRequest, match="wait"):
             c.call("op.show", {"id": op["id"], "wait": 31})
+
+
+def test_op_show_wait_on_the_command_line(cluster):
+    """`tenure op show ID --wait`, which `tenure up` names for an operation it leaves
+    running: exit 4 while it runs at --timeout, then 0 with the row once it ended."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(1)
+    with cluster.api() as c:
+        plan = c.call("plan", {"config_text": SLOW, "source": "t.toml"})
+        op = c.call("apply", {"plan": plan["id"]})
+    running = cluster.cli("op", "show", op["id"], "--wait", "--timeout", "0.2")
+    assert running.code == 4 and running.out["outcome"] is None, running
+    ended = cluster.cli("op", "show", op["id"], "--wait", "--timeout", "30")
+    assert ended.code == 0 and ended.out["outcome"] == "success", ended

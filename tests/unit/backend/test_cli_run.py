@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 CLI = [sys.executable, "-m", "backend.cli.main"]
 
 
@@ -124,3 +126,26 @@ def test_help_is_as_wide_as_columns_says_or_80() -> None:
     assert widths["60"][0] == 60 and widths["60"][1] <= 58, widths
     assert widths["140"][0] == 140 and 80 < widths["140"][1] <= 138, widths
     assert widths["wide"] == widths["0"] == widths[None] and widths[None][0] == 80, widths
+
+
+@pytest.mark.parametrize("argv", [
+    ["up", "--timeout", "nan"], ["up", "--timeout", "0"], ["up", "--timeout", "-1"],
+    ["start", "s/a", "--timeout", "nan"], ["stop", "s/a", "--timeout", "1e9"],
+    ["restart", "s/a", "--timeout", "inf"], ["op", "show", "op-1", "--wait",
+                                             "--timeout", "-5"],
+    ["guardian", "upgrade", "r", "--timeout", "0"],
+])
+def test_a_timeout_out_of_range_is_refused_before_anything_is_asked(tmp_path, capsys,
+                                                                    argv) -> None:
+    """nan made start/stop raise a ValueError and inf an OverflowError (tracebacks);
+    up took 0 or -1 as a wait and said no backend answered."""
+    import json
+
+    from backend.cli.main import main
+    home = tmp_path / "h"
+    assert main(["--home", str(home), "--json", *argv]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert (err["code"], err["data"]) == ("BAD_REQUEST", {"field": "timeout"}), err
+    assert not home.exists()                     # nothing was done
+    assert main(["--home", str(home), *argv]) == 2
+    assert "--timeout" in capsys.readouterr().err
