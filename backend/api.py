@@ -43,7 +43,7 @@ from .jobs.schedule import Scheduler
 from .logsel import MAX_SOURCES, after_time, coarsen, read_sources
 from .model import Config, canonical_digest
 from .operations import OperationRunner
-from .plan import live_revision, new_plan
+from .plan import live_revision, new_plan, running_definitions
 from .spool import state as queue_state
 from .steps import StepGate
 from .targets import (
@@ -596,7 +596,8 @@ class Api:
         owner = self._owner()
         check_config(new, text, Host.of(await owner.call("status")))
         await self._check_sockets(new, text)
-        plan = new_plan(self.gen.config, new, text, source, self._live())
+        plan = new_plan(self.gen.config, new, text, source, self._live(),
+                        running=running_definitions(self.sup.instances.values()))
         self.store.add_plan(plan)
         return {**{k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
                                         "live_revision", "stacks")},

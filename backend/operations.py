@@ -204,10 +204,12 @@ class OperationRunner:
         if "from_generation" not in progress:
             progress = {"from_generation": inst.generation}
             self.store.set_progress(op_id, progress)  # durable before the restart begins
+        stopped = app.stack in self.stopped_stacks()
         if inst.generation <= progress["from_generation"] or inst.app != app:
             await self._stop_keys([key], forget=False)
-            self.sup.ensure(app, index, app.stack not in self.stopped_stacks())
-        await self._wait_up([key], app.ready.timeout + STEP_TIMEOUT_SLACK)
+            self.sup.ensure(app, index, not stopped)
+        if not stopped:   # a stopped stack's instance takes the definition, stays down
+            await self._wait_up([key], app.ready.timeout + STEP_TIMEOUT_SLACK)
         return progress
 
     async def _wait_up(self, keys: list[str], timeout: float) -> None:

@@ -1,6 +1,8 @@
 """Plans: the exact changes an operation will make, bound to a fingerprint.
 
-A plan compares a candidate config with the applied one. Its fingerprint covers the
+A plan compares a candidate config with the applied one, and with what the instances
+run (an operation that failed or was abandoned leaves the applied config ahead of
+them). Its fingerprint covers the
 candidate's revision, the live-state revision it was computed against (applied config,
 stack intents, the set of instances) and the parameters; apply refuses with
 ``STALE_PLAN`` when either revision moved since.
@@ -9,12 +11,14 @@ stack intents, the set of instances) and the parameters; apply refuses with
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .config import order_apps
 from .model import App, Config, canonical_digest, plain
 
-__all__ = ["compute_changes", "live_revision", "new_plan", "steps_for"]
+__all__ = ["compute_changes", "live_revision", "new_plan", "running_definitions",
+           "steps_for"]
 
 
 def live_revision(applied: Config, intents: dict[str, Any], instance_keys: list[str]) -> str:
@@ -30,27 +34,61 @@ def _policy(app: App) -> dict[str, Any]:
     return d
 
 
-def compute_changes(old: Config, new: Config) -> list[dict[str, Any]]:
-    """Every difference per app, in a stable order: start, restart, scale, update, stop."""
+Running = Mapping[str, Mapping[int, str]]
+"""What runs: app key -> {instance index: the digest of the definition it runs}."""
+
+STALE = "running an older definition"
+
+
+def running_definitions(instances: Iterable[Any]) -> dict[str, dict[int, str]]:
+    """:data:`Running` of the backend's instances (each with ``app`` and ``index``)."""
+    out: dict[str, dict[int, str]] = {}
+    for inst in instances:
+        out.setdefault(inst.app.key, {})[inst.index] = inst.app.definition_digest()
+    return out
+
+
+def compute_changes(old: Config, new: Config, running: Running | None = None
+                    ) -> list[dict[str, Any]]:
+    """Every difference per app, in a stable order: start, restart, scale, update, stop.
+    With ``running``, also what an operation that failed or was abandoned left undone:
+    the applied config names it, the instances do not run it (a definition not rolled
+    out, an app not started or not stopped, a scale not made)."""
     changes: list[dict[str, Any]] = []
     old_apps = {a.key: a for a in old.apps()}
     new_apps = {a.key: a for a in new.apps()}
     for key in sorted(new_apps):
         n, o = new_apps[key], old_apps.get(key)
-        if o is None:
+        r = None if running is None else running.get(key, {})
+        if o is None or (r == {} and n.instances):
             changes.append({"action": "start", "app": key, "instances": n.instances})
             continue
         if n.definition_digest() != o.definition_digest():
             changes.append({"action": "restart", "app": key, "instances": n.instances,
                             "reason": "definition changed"})
+        elif r is not None:
+            changes += _stale(n, r)
         if n.instances != o.instances:
             changes.append({"action": "scale", "app": key, "from": o.instances,
                             "to": n.instances})
+        elif r is not None and set(r) != set(range(n.instances)):
+            changes.append({"action": "scale", "app": key, "from": len(r),
+                            "to": n.instances})
         if _policy(n) != _policy(o):
             changes.append({"action": "update", "app": key, "reason": "policy changed"})
-    for key in sorted(set(old_apps) - set(new_apps)):
-        changes.append({"action": "stop", "app": key, "instances": old_apps[key].instances})
+    gone = set(old_apps) | set(running or {})
+    for key in sorted(gone - set(new_apps)):
+        count = len(running[key]) if running and key in running else old_apps[key].instances
+        changes.append({"action": "stop", "app": key, "instances": count})
     return changes
+
+
+def _stale(app: App, running: Mapping[int, str]) -> list[dict[str, Any]]:
+    """A restart of the instances of ``app`` that run another definition than it."""
+    digest = app.definition_digest()
+    only = sorted(i for i, d in running.items() if i < app.instances and d != digest)
+    return [{"action": "restart", "app": app.key, "instances": app.instances,
+             "only": only, "reason": STALE}] if only else []
 
 
 def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -72,13 +110,13 @@ def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]
     for c in changes:
         if c["action"] == "restart":
             steps += [{"do": "restart_instance", "app": c["app"], "instance": i}
-                      for i in range(c["instances"])]
+                      for i in c.get("only", range(c["instances"]))]
     return steps
 
 
 def new_plan(old: Config, new: Config, text: str, source: str, live: str,
-             kind: str = "apply") -> dict[str, Any]:
-    changes = compute_changes(old, new)
+             kind: str = "apply", running: Running | None = None) -> dict[str, Any]:
+    changes = compute_changes(old, new, running)
     fingerprint = canonical_digest({"config": new.revision, "live": live, "kind": kind})
     return {"id": f"plan-{uuid.uuid4().hex[:12]}", "config_text": text, "config_source": source,
             "config_revision": new.revision, "live_revision": live,

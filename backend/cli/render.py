@@ -329,12 +329,15 @@ def _change(c: dict[str, Any]) -> str:
     parts = []
     if "from" in c and "to" in c:
         parts.append(f"{c['from']} → {c['to']} instances")
+    elif c.get("only"):
+        parts.append(f"instance{'s' if len(c['only']) != 1 else ''} "
+                     f"{', '.join(map(str, c['only']))} of {c['instances']}")
     elif "instances" in c:
         parts.append(f"{c['instances']} instance{'s' if c['instances'] != 1 else ''}")
     if c.get("reason"):
         parts.append(f"({c['reason']})")
     rest = {k: v for k, v in c.items()
-            if k not in ("action", "app", "from", "to", "instances", "reason")}
+            if k not in ("action", "app", "from", "to", "instances", "only", "reason")}
     parts += [f"{k}: {value(v)}" for k, v in rest.items()]
     return " ".join(parts)
 
