@@ -111,6 +111,9 @@ def _check_unix(addr: ListenAddress, path: KeyPath, fail: Fail) -> None:
     parent = os.path.dirname(addr.path)
     if not os.path.isdir(parent):
         fail(path, f"directory {parent} does not exist")
+    if os.path.realpath(parent) != parent:   # the owner binds none through a symlink
+        fail(path, f"directory {parent} is reached through a symlink (it resolves to "
+                   f"{os.path.realpath(parent)}): name the directory itself")
     try:
         st = os.lstat(addr.path)
     except FileNotFoundError:

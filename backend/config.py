@@ -51,6 +51,7 @@ from .config_values import (
 from .jobs.config import parse_jobs
 from .jobs.model import DEFAULT_MAX_PENDING, JobTemplate
 from .model import (
+    MAX_STOP_WAIT_S,
     App,
     Backoff,
     Config,
@@ -373,9 +374,10 @@ def _parse_stop(t: Mapping[str, Any], path: KeyPath) -> StopSpec:
     check_keys(t, ("signal", "timeout", "kill_after"), path)
     d = StopSpec()
     return StopSpec(signal=normalise_signal(t, "signal", path, d.signal),
-                    timeout=get_duration(t, "timeout", path, d.timeout, positive=True),
+                    timeout=get_duration(t, "timeout", path, d.timeout, positive=True,
+                                         maximum=MAX_STOP_WAIT_S),
                     kill_after=get_duration(t, "kill_after", path, d.kill_after,
-                                            positive=True))
+                                            positive=True, maximum=MAX_STOP_WAIT_S))
 
 
 def _parse_ready(t: Mapping[str, Any] | None, path: KeyPath, instances: int) -> Readiness:

@@ -144,9 +144,10 @@ def _size_text(n: int) -> str:
 
 
 def get_duration(t: Mapping[str, Any], key: str, path: KeyPath, default: float,
-                 positive: bool = False, minimum: float = 0.0) -> float:
-    """Seconds as a finite float >= ``minimum`` (> 0 if ``positive``); integers are fine.
-    Raises Invalid."""
+                 positive: bool = False, minimum: float = 0.0,
+                 maximum: float | None = None) -> float:
+    """Seconds as a finite float >= ``minimum`` (> 0 if ``positive``) and at most
+    ``maximum`` if given; integers are fine. Raises Invalid."""
     if key not in t:
         return default
     value = t[key]
@@ -159,6 +160,8 @@ def get_duration(t: Mapping[str, Any], key: str, path: KeyPath, default: float,
         raise Invalid((*path, key), f"must be > 0, not {value}")
     if number < minimum:
         raise Invalid((*path, key), f"must be >= {minimum:g}, not {value}")
+    if maximum is not None and number > maximum:
+        raise Invalid((*path, key), f"must be at most {maximum:g} s, not {value}")
     return number
 
 

@@ -125,7 +125,24 @@ def _check_user(pw: pwd.struct_passwd, groups: set[int], host: Host, viewers: in
              "every socket, so they cannot be viewers")
 
 
+NR_OPEN = "/proc/sys/fs/nr_open"
+
+
+def _nr_open() -> int | None:
+    """The most descriptors the kernel lets a process have (fs.nr_open), or None."""
+    try:
+        with open(NR_OPEN, "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 def _check_limits(limits: Limits, host: Host, path: KeyPath, fail: Fail) -> None:
+    if limits.nofile is not None:
+        most = _nr_open()
+        if most is not None and not 0 <= limits.nofile <= most:
+            fail((*path, "nofile"), f"must be at most {most} on this host (fs.nr_open: "
+                 f"the kernel refuses more open files, \"infinity\" included)")
     for key, value in structs.asdict(limits).items():
         if value is None or key not in _CONTROLLER:
             continue

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .jobs.model import JobTemplate
 
 __all__ = [
+    "MAX_STOP_WAIT_S",
     "App",
     "Backoff",
     "Config",
@@ -134,6 +135,11 @@ class Health(Struct, frozen=True):
     timeout: float = 5.0
     failures: int = 3                # consecutive failures before a restart
     grace: float = 0.0               # no checks during the first seconds after ready
+
+
+MAX_STOP_WAIT_S = 7 * 24 * 3600.0
+"""The longest stop timeout or kill_after a config may set: the owner refuses a launch
+with more (a unit mistake, ms for s, far more often than a real need)."""
 
 
 class StopSpec(Struct, frozen=True):
