@@ -153,6 +153,8 @@ class Supervisor:
         if inst is None or inst.launch_key != e.get("launch_key"):
             return  # not ours or an older generation's
         if e["kind"] == "exit":
+            if e.get("descendants"):
+                self._stop_left_behind(key, e["launch_key"], e["descendants"])
             self.feed(key, im.Exited(e.get("exit_code"), e.get("signal"),
                                      e.get("core_dumped") is True))
         elif e["kind"] == "notify" and e.get("fields", {}).get("READY") == "1" \
@@ -325,6 +327,29 @@ class Supervisor:
             return
         if any(done.values()):
             log.info("sockets: closed %(closed)d, fd stores cleared %(cleared)d", done)
+
+    def _stop_left_behind(self, key: str, launch_key: str, count: int) -> None:
+        """Stop what outlived an exited launch's leader (its process group and tracked
+        descendants) with the app's stop policy, as a service manager stops what is left
+        of a service whose main process ended: a restart must not run beside it, and
+        nothing of an instance shown exited may run unseen. One attempt: what survives
+        it stays known to the owner (its shutdown and a stop of the key end it)."""
+        log.info("%s: %d process(es) outlived the leader of %s; stopping them", key, count,
+                 launch_key)
+
+        async def stop() -> None:
+            try:
+                self._invalidate("stop")
+                await self.owner.call("stop", {"launch_key": launch_key}, epoch=self.epoch,
+                                      timeout=3600)
+            except NotFound:
+                pass   # nothing of it is left
+            except StaleEpoch:
+                raise   # _mutate: fenced
+            except TenureError as exc:
+                log.warning("%s: what outlived %s was not stopped: %s", key, launch_key,
+                            exc)
+        self._spawn(self._mutate(key, launch_key, stop))
 
     async def _stop(self, launch_key: str) -> im.Event | None:
         while not self.fenced:

@@ -349,6 +349,12 @@ class ProcessTable:
                 for e in [*self._live.values(), *self._lingering.values()]
                 if e.tree is not None for pid, ticks in e.tree.known.items()}
 
+    def left_behind(self, key: str) -> int:
+        """How many tracked descendants of exited launch ``key`` were running at the last
+        look (0 for a live or unknown launch)."""
+        entry = self._lingering.get(key)
+        return 0 if entry is None or entry.tree is None else len(entry.tree.known)
+
     def lingering(self) -> list[str]:
         """Keys of exited launches whose descendants were still running at the last look
         (a stop of such a key stops them)."""

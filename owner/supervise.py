@@ -343,7 +343,9 @@ class Launcher:
         # The event goes out first: a subscriber learns of the exit without waiting for
         # the write. If the owner died in between, the row still says running and
         # reconcile proves the process gone, so nothing is lost or invented.
-        self.ring.emit("exit", launch_key=key, pid=pid, **status.to_wire())
+        left = self.procs.left_behind(key)   # named only when some are (the backend stops them)
+        self.ring.emit("exit", launch_key=key, pid=pid, **status.to_wire(),
+                       **({"descendants": left} if left else {}))
         started = self.uncertain.get(key)
         try:
             # Descendants first: once the row says exited, only they name what outlived
