@@ -24,7 +24,7 @@ lands in a fresh ``queued`` file, taken on a later tick, and applied after this 
 queued wins, as with two `tenure apply`). A ``taken`` file left by a generation that died
 is taken again first; the request id makes a second admission of the same plan return
 the first operation instead of a new one. A ``rejected`` file stays for the operator
-(the newest only) and the ``queued-config`` event names its code.
+(the newest only) and the ``queued-config`` event names its code and message.
 """
 
 from __future__ import annotations
@@ -147,9 +147,20 @@ class Spool:
         except OSError as err:   # it stays taken, and is not tried again
             log.error("queued config: cannot set %s aside: %s", self.taken, err)
             self._stuck = _file_id(self.taken)
-        self._record(KIND, outcome="rejected", code=code, file=self.rejected)
+        self._record(KIND, outcome="rejected", code=code, msg=_why(exc), file=self.rejected)
         self._busy = None
         return "rejected"
+
+
+MAX_WHY = 500   # characters of the refusal kept in the event
+
+
+def _why(exc: Exception) -> str:
+    """The refusal's message for the event: what `tenure up` would have printed (the
+    file, line, key and problem of a CONFIG_INVALID), one line, bounded."""
+    text = exc.msg if isinstance(exc, TenureError) else f"{type(exc).__name__}: {exc}"
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_WHY else line[:MAX_WHY - 1] + "…"
 
 
 def _file_id(path: str) -> tuple[int, int, int] | None:

@@ -53,7 +53,8 @@ def describe(e: dict[str, Any]) -> str:
         return f"{d['phase']} (activation {d['activation']}, epoch {d['epoch']})"
     if kind == "queued-config":
         if d.get("outcome") == "rejected":
-            return f"rejected ({d.get('code')}); kept as {d.get('file')}"
+            why = f": {d['msg']}" if d.get("msg") else ""
+            return f"rejected ({d.get('code')}{why}); kept as {d.get('file')}"
         return f"{d.get('request_id')} from {d.get('source')}: {d.get('outcome')}" + \
             (f" as {d['operation']}" if d.get("operation") else "")
     return str(d)

@@ -64,6 +64,9 @@ def test_a_queue_the_backend_cannot_apply_is_set_aside_and_reported(cluster):
     cluster.wait(lambda: _queued_events(cluster), what="queued-config event")
     ev = _queued_events(cluster)[0]["data"]
     assert ev["outcome"] == "rejected" and ev["code"] == "CONFIG_INVALID", ev
+    assert "/broken.toml:2: stacks.s.apps.a.command" in ev["msg"], ev   # why, not only the code
+    said = cluster.cli_text("events", "--kind", "queued-config")
+    assert "rejected (CONFIG_INVALID: /broken.toml:2: stacks.s.apps.a.command" in said, said
     st = cluster.status()
     assert st["apps"] == [] and st["queued_config"] == "rejected"   # the backend runs on
     assert "was rejected: `tenure events --kind queued-config`" in cluster.cli_text("status")

@@ -108,7 +108,7 @@ def test_a_refused_config_is_set_aside_with_its_code(path: str) -> None:
     assert take(s) == "rejected"
     assert files(path) == ["queued-config.rejected.json"]
     assert events == [("queued-config", {"outcome": "rejected", "code": "CONFIG_INVALID",
-                                         "file": s.rejected})]
+                                         "msg": "line 1: bad", "file": s.rejected})]
     assert take(s) is None   # not tried again
 
 
