@@ -33,20 +33,30 @@ def pick(status: dict[str, Any], sort: str, n: int | None) -> dict[str, Any]:
     every instance. Pure."""
     apps = status.get("apps", [])
     rows = sorted(apps, key=SORTS[sort])[:n]
+    cpu = _total(apps, "cpu_percent")
     return {"sort": sort, "instances": len(apps),
             "running": sum(1 for a in apps if a.get("pid") is not None),
-            "cpu_percent": round(sum(a.get("cpu_percent") or 0.0 for a in apps), 1),
-            "rss": sum(a.get("rss") or 0 for a in apps),
+            "cpu_percent": None if cpu is None else round(cpu, 1),
+            "rss": _total(apps, "rss"),
             "owner_link": status.get("owner_link"),
             "apps": [{k: a.get(k) for k in ("key", "state", "pid", "cpu_percent", "rss",
                                             "restarts", "uptime")} for a in rows]}
+
+
+def _total(apps: list[dict[str, Any]], key: str) -> Any:
+    """The sum of ``key`` over the instances that have it; None (unknown, not 0) when
+    instances run and none has it (the owner is out of reach, its figures not read)."""
+    known = [a[key] for a in apps if a.get(key) is not None]
+    if not known and any(a.get("pid") is not None for a in apps):
+        return None
+    return sum(known)
 
 
 def render(snap: dict[str, Any]) -> str:
     """A summary line, then one row per instance shown."""
     link = snap.get("owner_link") or {}
     head = (f"{snap['instances']} instances, {snap['running']} running; "
-            f"cpu {snap['cpu_percent']:.1f}%, mem {size(snap['rss'])}; "
+            f"cpu {percent(snap['cpu_percent'])}, mem {size(snap['rss'])}; "
             f"sorted by {snap['sort']}")
     if not link.get("current", True):
         head += "; " + paint(f"owner {link.get('state', 'lost')}: figures are not current",
@@ -55,7 +65,8 @@ def render(snap: dict[str, Any]) -> str:
              str(a["restarts"]), dur(a["uptime"]), value(a["pid"])] for a in snap["apps"]]
     colours = [[None, colour_for(a["state"]), None, None, None, None, None]
                for a in snap["apps"]]
-    body = table(rows, HEADER, colours) if rows else "no instances"
+    body = table(rows, HEADER, colours) if rows else \
+        "no instances" if not snap["instances"] else "(-n 0: none shown)"
     return f"{head}\n{body}"
 
 
@@ -64,6 +75,10 @@ def run(args: Any, status: Callable[[], dict[str, Any]],
     """Draw until Ctrl-C (``--once`` or ``--json``: one snapshot). On a terminal the
     screen is redrawn in place; piped, each snapshot follows the last after a blank line.
     Returns 0, or 5 when the last answer was not current. Raises the API's errors."""
+    if args.n is not None and args.n < 0:
+        from protocol.errors import BadRequest
+        raise BadRequest(f"-n {args.n}: give how many instances to show (0 or more)",
+                         {"field": "n"})
     every = max(args.every, 0.2)
     status()  # the first measurement: CPU% needs two
     time.sleep(min(every, PRIME))
