@@ -2,9 +2,11 @@
 applications and the running backend generation alone.
 
 The checks come first and change nothing: no activation may be unfinished (its
-guardian must finish it), the release must verify, and its guardian must pass its
-preflight (it imports, reads state.db and the record, and names the owner contracts it
-needs, which the owner must offer). Then the record becomes a trial of the release and
+guardian must finish it), the backend generation in control must answer (the new
+guardian takes it over by asking it: one that is stopped or hung would leave no guardian
+at all), the release must verify, and its guardian must pass its preflight (it imports,
+reads state.db and the record, and names the owner contracts it needs, which the owner
+must offer). Then the record becomes a trial of the release and
 the guardian stops serving and execs into it (guardian.start): same pid, same lock, the
 backend stays its child and is adopted by the new guardian's boot.
 """
@@ -21,7 +23,9 @@ from protocol.errors import (
     OperationInProgress,
     PreflightFailed,
     PreflightTimeout,
+    TenureError,
 )
+from protocol.procfs import silence
 
 from . import own
 from .backendproc import preflight
@@ -40,6 +44,7 @@ async def upgrade_guardian(co: Coordinator, release_id: str, check: bool,
     assert mine is not None
     own.step(mine.record, own.Event.UPGRADE, release_id)   # refuses during a trial (pure)
     _refuse_unfinished(co)
+    await _backend_answers(co)
     rel = await asyncio.to_thread(co.release, release_id)
     report = await _preflight(co, rel, release_id)
     plan = {"release": release_id, "from": mine.release, "guardian": co.identity.to_wire(),
@@ -64,6 +69,24 @@ def _refuse_unfinished(co: Coordinator) -> None:
             f"activation {act.id} ({act.kind}, phase {act.phase}) is unfinished; the "
             "guardian that runs it must finish it first (see `tenure backend status`)",
             {"activation": act.id, "kind": str(act.kind), "phase": str(act.phase)})
+
+
+BACKEND_CHECK_S = 5.0   # as long as the new guardian's boot waits for its answer
+
+
+async def _backend_answers(co: Coordinator) -> None:
+    """Raises GuardianUpgradeFailed (``step: backend``) when a generation is in control
+    and does not answer within BACKEND_CHECK_S, saying what /proc shows of it."""
+    if co.current is None:
+        return
+    try:
+        await co.control("generation.status", timeout=min(BACKEND_CHECK_S, co.deadline))
+    except TenureError as exc:
+        pid = co.current.pid
+        raise GuardianUpgradeFailed(
+            f"the backend generation (pid {pid}) does not answer ({exc.code_str}): a new "
+            f"guardian could not take it over. {silence(pid)}. Nothing was changed",
+            {"step": "backend", "backend_pid": pid}) from None
 
 
 async def _preflight(co: Coordinator, rel: Any, release_id: str) -> dict[str, Any]:

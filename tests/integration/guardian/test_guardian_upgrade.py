@@ -176,3 +176,24 @@ def test_status_says_when_this_command_line_is_older_than_the_backend(cluster, r
     assert (cli["backend_version"], cli["older"]) == ("99.0.0", True)
     text = cluster.cli_text("backend", "status")
     assert "older than the release the backend runs (99.0.0)" in text
+
+
+def test_a_backend_that_does_not_answer_refuses_the_move_and_leaves_the_guardian(
+        cluster, releases):
+    """The new guardian takes the backend over by asking it: with the backend stopped
+    the move went ahead and the new guardian exited at its boot, leaving none."""
+    pids, backend = _up(cluster)
+    before = _guardian(cluster)
+    rid = install(cluster, releases.newer)
+    os.kill(backend, signal.SIGSTOP)
+    try:
+        res = cluster.cli("guardian", "upgrade", rid)
+    finally:
+        os.kill(backend, signal.SIGCONT)
+    err = res.out["error"]
+    assert res.code == 1 and err["code"] == "GUARDIAN_UPGRADE_FAILED", res
+    assert err["data"]["step"] == "backend" and f"kill -CONT {backend}" in err["msg"], err
+    after = _guardian(cluster)
+    assert after["guardian"] == before["guardian"] and \
+        after["guardian_release"]["running"] == before["guardian_release"]["running"]
+    assert cluster.backend_pid() == backend and cluster.pids() == pids
