@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         code: int = handler(args)
         return code
     except (ConnectFailed, BackendUnavailable, OwnerUnavailable) as exc:
-        return _fail(args, exc, Exit.UNREACHABLE)
+        return _fail(args, _silent_daemon(exc), Exit.UNREACHABLE)
     except BadRequest as exc:
         return _fail(args, exc, Exit.USAGE)
     except TenureError as exc:
@@ -363,6 +363,23 @@ def _hint(exc: TenureError) -> str:
         return ""
     hint = _NOT_RUNNING.get(os.path.basename(str(exc.data.get("path"))))
     return f": {hint}" if hint else ""
+
+
+_DAEMONS = {"guardian.sock": "guardian", "owner.sock": "owner"}
+
+
+def _silent_daemon(exc: TenureError) -> TenureError:
+    """A guardian or owner that accepted on its socket but did not answer (stopped,
+    stuck): the error that names its pid and what /proc shows of it (for a stopped one,
+    the kill -CONT that continues it), instead of 'timed out'."""
+    if not isinstance(exc, ConnectFailed) or exc.data.get("listening") is not None:
+        return exc
+    path = str(exc.data.get("path") or "")
+    module = _DAEMONS.get(os.path.basename(path))
+    if module is None:
+        return exc
+    from .daemons import silent_listener
+    return silent_listener(path, module) or exc
 
 
 def _fail(args: Any, exc: TenureError, code: int) -> int:
