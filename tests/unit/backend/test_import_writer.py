@@ -13,6 +13,7 @@ from backend.config import canonical_form, parse_config
 from backend.importers.model import Origin
 from backend.importers.toml_writer import render_toml, toml_string
 from backend.model import (
+    MAX_STOP_WAIT_S,
     App,
     Backoff,
     Config,
@@ -31,6 +32,8 @@ _NAMES = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True)
 _TEXT = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)),
                 max_size=20)
 _SECONDS = st.floats(min_value=0.001, max_value=1e6, allow_nan=False, allow_infinity=False)
+_STOP_SECONDS = st.floats(min_value=0.001, max_value=MAX_STOP_WAIT_S, allow_nan=False,
+                          allow_infinity=False)   # what the owner accepts
 _ENV_KEY = _TEXT.filter(lambda k: k != "" and "=" not in k)
 _RUN_AS = [RunAs(), RunAs(user="root", umask=0), RunAs(umask=0o777),
            RunAs(user="www", group="web", supplementary_groups=("ssl-cert", "a.b"),
@@ -57,7 +60,7 @@ def _apps(draw: st.DrawFn, stack: str, name: str) -> App:
         start_limit=StartLimit(burst=draw(st.integers(1, 100)), interval=draw(_SECONDS)),
         ready=ready, health=health,
         stop=StopSpec(signal=draw(st.sampled_from(["TERM", "INT", "QUIT", "HUP"])),
-                      timeout=draw(_SECONDS), kill_after=draw(_SECONDS)),
+                      timeout=draw(_STOP_SECONDS), kill_after=draw(_STOP_SECONDS)),
         run_as=draw(st.sampled_from(_RUN_AS)))
 
 
