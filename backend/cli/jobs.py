@@ -12,6 +12,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 from protocol.errors import (
     BackendUnavailable,
@@ -22,6 +23,7 @@ from protocol.errors import (
 )
 
 from .exits import Exit
+from .logs import FOLLOW_POLL_S, PAGE_RECORDS, line_count, neutralise, read_page, through_handoffs
 from .present import dur, fields, identity, table, value, when
 
 TYPE_CHECKING = False
@@ -156,30 +158,40 @@ def _resolve(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> i
 
 
 def _logs(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
+    """The job's output, every attempt, a page at a time; ``-n N`` only the last N lines
+    (the journal's tail, as ``tenure logs`` asks it); ``-f`` on until the job ended,
+    through backend handoffs and a silent owner (logs.read_page). Raises BadRequest
+    for a negative ``-n``, and what ``call`` raises."""
+    tail = {} if args.n is None else {"tail": line_count(args.n)}
     job = call(args, "job.show", {"id": _id(args)})
     flt = {**job["journal"], **({"stream": args.stream} if args.stream else {})}
-    recs, after = _read(args, call, 0, flt)
-    _print(args, recs[-args.n:] if args.n is not None else recs)
+    tty = not args.json and sys.stdout.isatty()
+    after = _print_pages(args, call, {**flt, **tail}, tty)
     while args.follow and job["state"] in OPEN:
-        time.sleep(0.2)
-        recs, after = _read(args, call, after, flt)
-        _print(args, recs)
-        job = call(args, "job.show", {"id": job["id"]})
+        time.sleep(FOLLOW_POLL_S)
+        after = _print_pages(args, call, {**flt, "after": after}, tty)
+        job = through_handoffs(True, partial(call, args, "job.show", {"id": job["id"]}))
     if args.follow:  # what it wrote just before it ended
-        _print(args, _read(args, call, after, flt)[0])
+        _print_pages(args, call, {**flt, "after": after}, tty)
     return OK
 
 
-def _read(args: Any, call: Callable[..., Any], after: int, flt: dict[str, Any]
-          ) -> tuple[list[dict[str, Any]], int]:
-    recs: list[dict[str, Any]] = []
-    while batch := call(args, "logs", {"after": after, "limit": 10_000, **flt})["records"]:
-        recs += batch
-        after = batch[-1]["id"]
-    return recs, after
+def _print_pages(args: Any, call: Callable[..., Any], params: dict[str, Any], tty: bool
+                 ) -> int:
+    """Print the records ``params`` select up to the journal's end, a page at a time;
+    returns the ``after`` that continues from there."""
+    while True:
+        page = read_page(args, call, {**params, "limit": PAGE_RECORDS})
+        _print(args, page["records"], tty)
+        params = {**{k: v for k, v in params.items() if k != "tail"}, "after": page["next"]}
+        if not page["more"]:
+            return int(page["next"])
 
 
-def _print(args: Any, recs: list[dict[str, Any]]) -> None:
+def _print(args: Any, recs: list[dict[str, Any]], tty: bool) -> None:
+    """One line per record: its text, `` (stderr)`` after it for stderr; on a terminal
+    with control characters neutralised (logs.neutralise: a job's output must not
+    drive the operator's terminal either)."""
     import json
     for r in recs:
         data = r["data"].decode(errors="replace") if isinstance(r["data"], bytes) \
@@ -188,7 +200,7 @@ def _print(args: Any, recs: list[dict[str, Any]]) -> None:
             sys.stdout.write(json.dumps({**r, "data": data}) + "\n")
         else:
             mark = " (stderr)" if r["stream"] == "stderr" else ""
-            sys.stdout.write(f"{data}{mark}\n" if mark else f"{data}\n")
+            sys.stdout.write(f"{neutralise(data) if tty else data}{mark}\n")
     sys.stdout.flush()
 
 

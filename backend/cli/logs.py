@@ -8,7 +8,9 @@ recolour, retitle or rewrite what the operator sees.
 
 A follower outlives a silent owner (stopped, busy, being restarted): it says once on
 stderr that it waits and why, asks again every OWNER_WAIT_S, and says when the owner
-answers again; the lines captured meanwhile then follow, none skipped.
+answers again; the lines captured meanwhile then follow, none skipped. It outlives a
+backend handoff (``tenure backend upgrade``) and a backend restart the same way, without
+a word: :func:`through_handoffs`, which every follower of the backend shares.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ import sys
 import time
 from collections.abc import Callable
 
-from protocol.errors import BadRequest, OwnerUnavailable
+from protocol.errors import (
+    BackendUnavailable,
+    BadRequest,
+    OwnerUnavailable,
+    ShuttingDown,
+    TooManyConnections,
+    TransportLost,
+)
 
 from .exits import Exit
 
@@ -25,7 +34,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["follow_logs", "neutralise", "since"]
+__all__ = ["AWAY", "FOLLOW_OUTAGE", "follow_logs", "neutralise", "read_page", "since",
+           "through_handoffs"]
 
 STREAM_MARK = {"stdout": "", "stderr": " (stderr)"}
 TENURE_FLAG = 4
@@ -35,6 +45,11 @@ TENURE_PREFIX = "tenure: "
 PAGE_RECORDS = 10_000
 FOLLOW_POLL_S = 0.2
 OWNER_WAIT_S = 1.0   # a follower asks again this often while the owner is silent
+FOLLOW_OUTAGE = 120.0   # seconds a follower waits for a backend before giving up
+AWAY = (BackendUnavailable, ShuttingDown, TooManyConnections, TransportLost)
+"""A backend between generations (a handoff, a restart), not one that failed: what a
+follower waits out (INTERNAL is not). Followers only read, and a read asked again
+changes nothing, so one whose connection broke (TRANSPORT_LOST) is asked again too."""
 
 # C0 controls but TAB, DEL, and C1 controls (a decoded 0x9b is CSI on many terminals).
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
@@ -101,13 +116,14 @@ def follow_logs(args: Any, call: Callable[..., Any]) -> int:
     """Print the last ``args.n`` records (or those after ``args.since``), then, with
     ``args.follow``, every new one. Without it, stops at the journal's end as it was
     when the command started. Raises what ``call`` raises."""
+    tail = line_count(args.n)
     flt: dict[str, Any] = {"stream": args.stream} if args.stream else {}
     if args.targets:
         flt["targets"] = args.targets
     tty = not args.json and sys.stdout.isatty()
     grep = _pattern(args.grep)
-    start = since(args.since, time.time()) or {"tail": max(args.n, 0)}
-    page = _read(args, call, {**flt, **start, "limit": PAGE_RECORDS})
+    start = since(args.since, time.time()) or {"tail": tail}
+    page = read_page(args, call, {**flt, **start, "limit": PAGE_RECORDS})
     end = page["last_id"]
     while True:
         recs = page["records"]
@@ -119,16 +135,39 @@ def follow_logs(args: Any, call: Callable[..., Any]) -> int:
             if not args.follow:
                 return Exit.OK
             time.sleep(FOLLOW_POLL_S)
-        page = _read(args, call, {**flt, "after": page["next"], "limit": PAGE_RECORDS})
+        page = read_page(args, call, {**flt, "after": page["next"], "limit": PAGE_RECORDS})
 
 
-def _read(args: Any, call: Callable[..., Any], params: dict[str, Any]) -> Any:
-    """One page. While following, an owner that does not answer is waited for rather
-    than ending the follow: said once on stderr, and again when it answers."""
+def line_count(n: int) -> int:
+    """``-n N`` checked: a count of lines, 0 or more. Raises BadRequest."""
+    if n < 0:
+        raise BadRequest(f"-n {n}: give a number of lines, 0 or more", {"field": "n"})
+    return n
+
+
+def through_handoffs(follow: bool, ask: Callable[[], Any]) -> Any:
+    """``ask()``, a read; with ``follow`` asked again every FOLLOW_POLL_S while the
+    backend is away (AWAY), for at most FOLLOW_OUTAGE seconds. Raises what ``ask``
+    raises: an AWAY error at once without ``follow``, after FOLLOW_OUTAGE with it."""
+    deadline = time.monotonic() + FOLLOW_OUTAGE
+    while True:
+        try:
+            return ask()
+        except AWAY:
+            if not follow or time.monotonic() > deadline:
+                raise
+            time.sleep(FOLLOW_POLL_S)
+
+
+def read_page(args: Any, call: Callable[..., Any], params: dict[str, Any]) -> Any:
+    """One page of the backend's ``logs``. While following (``args.follow``), an owner
+    that does not answer is waited for rather than ending the follow: said once on
+    stderr, and again when it answers; a backend away is waited out (through_handoffs).
+    Raises what ``call`` raises."""
     silent = False
     while True:
         try:
-            page = call(args, "logs", params)
+            page = through_handoffs(args.follow, lambda: call(args, "logs", params))
         except OwnerUnavailable as exc:
             if not args.follow:
                 raise

@@ -13,12 +13,25 @@ from typing import Any
 
 import pytest
 
-from backend.cli.logs import OWNER_WAIT_S, TENURE_FLAG, follow_logs, neutralise, since
+from backend.cli.logs import (
+    FOLLOW_OUTAGE,
+    OWNER_WAIT_S,
+    TENURE_FLAG,
+    follow_logs,
+    neutralise,
+    since,
+)
 from backend.targets import exact_source
 from owner.journal import Journal, LogSource
 from owner.notes import TENURE, write_note
 from owner.service import LOGS_PAGE_BYTES
-from protocol.errors import BadRequest, OwnerUnavailable
+from protocol.errors import (
+    BackendUnavailable,
+    BadRequest,
+    OwnerUnavailable,
+    ShuttingDown,
+    TransportLost,
+)
 
 WEB = LogSource("shop", "web", 0, 1)
 DB = LogSource("shop", "db", 0, 1)
@@ -267,3 +280,61 @@ def test_a_follow_through_an_owner_restart_says_it_does_not_answer(journal, monk
     assert err.getvalue().splitlines()[0] == (
         "tenure: logs: the owner does not answer (pid 12 has exited); following on once "
         "it answers (Ctrl-C ends)")
+
+
+def test_a_follow_waits_out_a_backend_handoff_and_goes_on_where_it_was(journal, monkeypatch):
+    """Was: `tenure logs -f` ended with SHUTTING_DOWN (exit 1) or BACKEND_UNAVAILABLE
+    (exit 3) during `tenure backend upgrade`, while `tenure events -f` lived on."""
+    journal.append(WEB, "stdout", [(b"before", 0)])
+    assert journal.flush(timeout=30)
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr("backend.cli.logs.time.sleep", lambda s: None)
+    owner = Owner(journal, out)
+    script = ["page", ShuttingDown("server is draining; retry against the next one"),
+              BackendUnavailable("no backend generation answers"),
+              TransportLost("logs: connection lost"), "more output", "page", Ended()]
+
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        step = script.pop(0)
+        if isinstance(step, Exception):
+            owner.calls.append(dict(params))
+            raise step
+        if step == "more output":
+            journal.append(WEB, "stdout", [(b"after the handoff", 0)])
+            assert journal.flush(timeout=30)
+        return owner(a, method, params)
+
+    with pytest.raises(Ended):
+        follow_logs(args(follow=True), call)
+    assert out.getvalue().splitlines() == ["shop/web/0: before",
+                                           "shop/web/0: after the handoff"]
+    assert err.getvalue() == ""    # a routine handoff, nothing to say
+    asked = [c.get("after") for c in owner.calls[1:]]
+    assert asked == [1, 1, 1, 1, 2, 2], asked   # the same page asked again, none skipped
+
+
+def test_a_follow_gives_up_on_a_backend_away_longer_than_the_outage(monkeypatch):
+    clock = iter(range(0, 10_000, 50))
+    monkeypatch.setattr("backend.cli.logs.time.monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr("backend.cli.logs.time.sleep", lambda s: None)
+    asked: list[int] = []
+
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        asked.append(1)
+        raise BackendUnavailable("no backend generation answers")
+
+    with pytest.raises(BackendUnavailable):
+        follow_logs(args(follow=True), call)
+    assert FOLLOW_OUTAGE == 120 and len(asked) == 3   # at 0, 50 and 100 s, not at 150 s
+    asked.clear()
+    with pytest.raises(BackendUnavailable):   # without -f: at once
+        follow_logs(args(), call)
+    assert asked == [1]
+
+
+@pytest.mark.parametrize("n", [-1, -5])
+def test_a_negative_n_is_a_usage_error(journal, n):
+    with pytest.raises(BadRequest, match=f"-n {n}"):
+        follow_logs(args(n=n), Owner(journal, io.StringIO()))

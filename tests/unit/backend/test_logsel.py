@@ -79,6 +79,58 @@ def test_a_tail_is_the_last_n_of_the_union(journal: Journal) -> None:
     assert page["last_id"] == page["next"] == journal.last_id()
 
 
+def read_to_end(read: Any, chosen: list[Any], first: dict[str, Any]) -> list[int]:
+    """The ids `tenure logs` prints without -f: ``first``'s page, then the next ones up to
+    the end ``first`` says the journal had."""
+    end, page, got = first["last_id"], first, []
+    while True:
+        got += [r["id"] for r in page["records"] if r["id"] <= end]
+        if not page["more"] or page["next"] >= end:
+            return got
+        page = asyncio.run(read_sources(read, chosen, {"after": page["next"],
+                                                       "limit": 25}))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 24, 25, 26, 180, 399, 400, 401, 10_000])
+def test_a_tail_longer_than_a_page_is_the_last_n_of_all_the_sources(journal: Journal,
+                                                                    n: int) -> None:
+    """Was: the tail was cut from the first merged page only, and that page said the
+    journal ended where it was cut: `tenure logs a b -n 20000` printed 9,534 lines,
+    not the newest."""
+    rng = random.Random(n)
+    for _ in range(400):     # api has most of the lines, blog few
+        journal.append(rng.choices(SOURCES, [1, 6, 2, 1])[0], "stdout", [(b"x", 0)])
+    assert journal.flush(10)
+    read = reader(journal)
+    everything = asyncio.run(read({"after": 0, "limit": 10_000}))["records"]
+    for chosen in ([("web", "api", None), ("blog", None, None)],
+                   [("web", "worker", None), ("web", "api", 1), ("blog", "web", 0)],
+                   [("web", None, None), ("web", "api", 0), ("blog", None, None)]):
+        want = [r["id"] for r in everything
+                if any(_holds(s, r) for s in chosen)]
+        first = asyncio.run(read_sources(read, chosen, {"tail": n, "limit": 25}))
+        assert read_to_end(read, chosen, first) == (want[-n:] if n else []), (chosen, n)
+
+
+def _holds(source: Any, r: dict[str, Any]) -> bool:
+    stack, app, instance = source
+    return r["stack"] == stack and app in (None, r["app"]) and \
+        instance in (None, r["instance"])
+
+
+def test_a_merged_page_ends_the_journal_where_it_ended_not_where_a_page_was_cut(
+        journal: Journal) -> None:
+    """Was: its last_id was the cut, so a read without -f stopped after one page."""
+    write(journal, 300, random.Random(5))
+    chosen = [("web", "api", None), ("blog", None, None)]
+    read = reader(journal)
+    first = asyncio.run(read_sources(read, chosen, {"after": 0, "limit": 25}))
+    assert first["more"] and first["next"] < first["last_id"] == journal.last_id()
+    everything = asyncio.run(read({"after": 0, "limit": 10_000}))["records"]
+    assert read_to_end(read, chosen, first) == [r["id"] for r in everything
+                                                if any(_holds(s, r) for s in chosen)]
+
+
 def test_one_source_is_passed_through_and_overlapping_ones_are_merged_once() -> None:
     rec = [{"id": i, "ts": 0.0} for i in (1, 2, 5)]
     a = {"records": rec, "next": 5, "more": False, "last_id": 9}
@@ -86,7 +138,7 @@ def test_one_source_is_passed_through_and_overlapping_ones_are_merged_once() -> 
          "last_id": 9}
     out = merge([a, b], None)
     assert [r["id"] for r in out["records"]] == [1, 2, 5, 7]
-    assert (out["next"], out["more"], out["last_id"]) == (7, True, 7)
+    assert (out["next"], out["more"], out["last_id"]) == (7, True, 9)
 
 
 def test_coarsen_names_whole_apps_and_stacks_when_every_part_is_named() -> None:

@@ -126,6 +126,7 @@ def test_a_follower_whose_tenure_stops_reads_the_rest_from_the_file(home, monkey
     polls.clear()
     monkeypatch.setattr("backend.cli.everyday.stopped", lambda lay: None)  # still running
     monkeypatch.setattr("backend.cli.offline_logs.STOPPING_S", 0.05)
+    monkeypatch.setattr("backend.cli.logs.FOLLOW_OUTAGE", 0.0)   # a handoff that never ends
     with pytest.raises(BackendUnavailable):
         follow_logs(args(follow=True), Fallback(call, home))
 
