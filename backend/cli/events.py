@@ -3,9 +3,11 @@
 Without ``-f`` it prints the last ``-n`` events (or those after ``--since``) and stops
 at the end the log had when it started. With ``-f`` it goes on printing new events,
 across backend handoffs and restarts: while no backend answers it waits (up to
-``FOLLOW_OUTAGE`` seconds) and continues after the last id it printed, so nothing is
-skipped or printed twice. ``--json`` prints one JSON object per line; ``--since ID``
-resumes after the last id a reader saw.
+``FOLLOW_OUTAGE`` seconds, backend.cli.logs.through_handoffs) and continues after the
+last id it printed, so nothing is skipped or printed twice; once tenure is stopped
+(`tenure down`: neither the guardian nor the owner runs) it ends there, exit 0.
+``--json`` prints one JSON object per line; ``--since ID`` resumes after the last id a
+reader saw.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import sys
 import time
 from collections.abc import Callable
 
-from protocol.errors import BackendUnavailable, ShuttingDown, TooManyConnections, TransportLost
+from protocol.errors import BackendUnavailable
 
 from .exits import Exit
-from .logs import neutralise, since
+from .logs import AWAY, line_count, neutralise, since, through_handoffs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,9 +29,10 @@ __all__ = ["describe", "follow_events"]
 
 PAGE = 1000
 FOLLOW_POLL_S = 0.25
-FOLLOW_OUTAGE = 120.0     # seconds -f waits for a backend before giving up
-# a backend between generations, not a backend that failed (INTERNAL is not waited out)
-_AWAY = (BackendUnavailable, ShuttingDown, TooManyConnections, TransportLost)
+
+
+class _Stopped(Exception):
+    """tenure was stopped while -f followed: nothing more will be written."""
 
 
 def describe(e: dict[str, Any]) -> str:
@@ -99,7 +102,7 @@ def follow_events(args: Any, call: Callable[..., Any]) -> int:
     if args.kind:
         flt["kinds"] = args.kind
     tty = not args.json and sys.stdout.isatty()
-    start = since(args.since, time.time()) or {"tail": max(args.n, 0)}
+    start = since(args.since, time.time()) or {"tail": line_count(args.n)}
     page = call(args, "events.read", {**flt, **start, "limit": PAGE})
     end = page["last_id"]
     if page.get("gap"):
@@ -115,19 +118,32 @@ def follow_events(args: Any, call: Callable[..., Any]) -> int:
             _print(args, events, tty)
             if not page["more"]:
                 time.sleep(FOLLOW_POLL_S)
-        page = _next(args, call, {**flt, "after": page["next"], "limit": PAGE})
+        try:
+            page = _next(args, call, {**flt, "after": page["next"], "limit": PAGE})
+        except _Stopped:
+            sys.stderr.write("tenure: events: tenure stopped; -f ends here\n")
+            return Exit.OK
 
 
 def _next(args: Any, call: Callable[..., Any], params: dict[str, Any]) -> dict[str, Any]:
     """The next page; with -f a backend that is away (a handoff, a restart) is waited
-    for, then asked again from the same id."""
-    deadline = time.monotonic() + FOLLOW_OUTAGE
-    while True:
+    for, then asked again from the same id. Raises _Stopped once tenure is stopped."""
+    def ask() -> dict[str, Any]:
         try:
             page: dict[str, Any] = call(args, "events.read", params)
             return page
-        except _AWAY:
-            if not args.follow or time.monotonic() > deadline:
-                raise
-            time.sleep(FOLLOW_POLL_S)
+        except AWAY as exc:
+            if args.follow and _tenure_stopped(args, exc):
+                raise _Stopped from None
+            raise
+    answer: dict[str, Any] = through_handoffs(args.follow, ask)
+    return answer
+
+
+def _tenure_stopped(args: Any, exc: Exception) -> bool:
+    """Whether tenure is stopped (no guardian nor owner runs), not between generations."""
+    if isinstance(exc, BackendUnavailable) and exc.data.get("stopped") is not None:
+        return True
+    from .everyday import layout, stopped
+    return stopped(layout(args)) is not None
 

@@ -91,3 +91,19 @@ def test_a_follower_lives_through_an_upgrade_and_since_resumes(cluster):
     assert (new, "adopted") in phases
     after = _events(cluster, "--since", str(ids[5]), "-n", "1000")
     assert [e["id"] for e in after][:3] == ids[6:9]
+
+
+def test_a_follower_ends_when_tenure_is_stopped(cluster):
+    """It waited 120 s for a backend that `tenure down` had ended, saying nothing."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(1)
+    follower = cluster.follow("events", "-f", "-n", "0")
+    try:
+        time.sleep(1.0)
+        assert cluster.down().ok
+        code = follower.wait(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+        _, err = follower.communicate(timeout=30)
+    assert code == 0 and "tenure: events: tenure stopped; -f ends here" in err, err

@@ -162,7 +162,8 @@ def test_following_waits_out_a_backend_between_generations_but_not_a_failing_one
 
     from backend.cli import events as cli_events
     from protocol.errors import Internal, ShuttingDown
-    monkeypatch.setattr(cli_events, "FOLLOW_POLL_S", 0.0)
+    monkeypatch.setattr("backend.cli.logs.FOLLOW_POLL_S", 0.0)
+    monkeypatch.setattr(cli_events, "_tenure_stopped", lambda args, exc: False)
     args = SimpleNamespace(follow=True)
     answers: list[Any] = [ShuttingDown("handing over"), {"events": [], "more": False}]
 
@@ -174,4 +175,8 @@ def test_following_waits_out_a_backend_between_generations_but_not_a_failing_one
     assert cli_events._next(args, call, {"after": 3}) == {"events": [], "more": False}
     answers[:] = [Internal("a bug"), {"events": [], "more": False}]
     with pytest.raises(Internal):
+        cli_events._next(args, call, {"after": 3})
+    monkeypatch.setattr(cli_events, "_tenure_stopped", lambda args, exc: True)
+    answers[:] = [ShuttingDown("handing over"), {"events": [], "more": False}]
+    with pytest.raises(cli_events._Stopped):        # tenure down: nothing comes back
         cli_events._next(args, call, {"after": 3})
