@@ -567,7 +567,7 @@ class Api:
             names = ", ".join(repr(t) for t in missing)
             raise NotFound(f"no stack, app or instance matches {names}, and the journal "
                            "has no lines of it", {"targets": missing})
-        chosen = coarsen(found, keys)
+        chosen = coarsen(found)
         if len(chosen) > MAX_SOURCES:
             raise BadRequest(f"the targets name {len(chosen)} separate apps or instances "
                              f"(at most {MAX_SOURCES} at once); name whole stacks or apps",

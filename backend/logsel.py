@@ -34,20 +34,13 @@ MAX_SOURCES = 64
 Read = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-def coarsen(sources: Iterable[Source], keys: Iterable[str]) -> list[Source]:
-    """The same records from fewer sources: the instances of an app that are all named
-    become the app, the apps of a stack that are all named become the stack."""
-    split = [k.split("/") for k in keys]
+def coarsen(sources: Iterable[Source]) -> list[Source]:
+    """The same records, each source once: one another chosen source holds (an
+    instance of a chosen app, an app of a chosen stack) is dropped. Sources are never
+    widened: the apps of a stack that are all named are not the stack, whose journal
+    also holds its jobs' output and the lines of apps since removed (``web/*`` names the
+    stack, backend.targets.sources)."""
     chosen = set(sources)
-    for s in {(st, app) for st, app, i in chosen if app is not None and i is not None}:
-        every = {int(k[2]) for k in split if (k[0], k[1]) == s}
-        if every and every <= {i for st, app, i in chosen if (st, app) == s}:
-            chosen = {c for c in chosen if (c[0], c[1]) != s} | {(s[0], s[1], None)}
-    for stack in {st for st, app, i in chosen if app is not None and i is None}:
-        every_app = {k[1] for k in split if k[0] == stack}
-        named = {app for st, app, i in chosen if st == stack and i is None}
-        if every_app and every_app <= named:
-            chosen = {c for c in chosen if c[0] != stack} | {(stack, None, None)}
     chosen = {c for c in chosen if not _subsumed(c, chosen)}
     return sorted(chosen, key=lambda s: (s[0], s[1] or "", -1 if s[2] is None else s[2]))
 

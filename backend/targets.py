@@ -94,7 +94,12 @@ def select_all(keys: Iterable[str], targets: list[str]) -> list[str]:
 def sources(keys: Iterable[str], target: str) -> list[Source]:
     """The journal sources ``target`` names among instance ``keys``, as coarse as the
     target: ``web`` is one source (the whole stack), ``web/a*`` one per app, and
-    ``web/api/*`` one per instance."""
+    ``web/api/0`` one instance. A last part that is ``*`` alone names all of its
+    parent: ``web/*`` is the stack and ``web/api/*`` the app, as the journal has them
+    (a job's output and the lines of removed apps or instances included)."""
+    parts = target.split("/")
+    if len(parts) > 1 and parts[-1] == "*":
+        target = "/".join(parts[:-1])
     depth = len(target.split("/"))
     out: set[Source] = set()
     for key in select(keys, target):

@@ -141,14 +141,25 @@ def test_one_source_is_passed_through_and_overlapping_ones_are_merged_once() -> 
     assert (out["next"], out["more"], out["last_id"]) == (7, True, 9)
 
 
-def test_coarsen_names_whole_apps_and_stacks_when_every_part_is_named() -> None:
-    keys = ["web/api/0", "web/api/1", "web/worker/0", "blog/web/0"]
-    assert coarsen([("web", "api", 0), ("web", "api", 1)], keys) == [("web", "api", None)]
-    assert coarsen([("web", "api", None), ("web", "worker", None)], keys) == \
-        [("web", None, None)]
-    assert coarsen([("web", "api", 0), ("web", None, None)], keys) == [("web", None, None)]
-    assert coarsen([("web", "api", 0), ("blog", "web", None)], keys) == \
-        [("blog", None, None), ("web", "api", 0)]
+def test_coarsen_drops_what_another_source_holds_and_never_widens() -> None:
+    """Every app of a stack named is not the stack: that read its jobs' output too."""
+    assert coarsen([("web", "api", 0), ("web", "api", 1)]) == \
+        [("web", "api", 0), ("web", "api", 1)]
+    assert coarsen([("web", "api", None), ("web", "worker", None)]) == \
+        [("web", "api", None), ("web", "worker", None)]
+    assert coarsen([("web", "api", 0), ("web", None, None)]) == [("web", None, None)]
+    assert coarsen([("web", "api", 0), ("web", "api", None), ("blog", "web", None)]) == \
+        [("blog", "web", None), ("web", "api", None)]
+
+
+def test_a_last_star_names_the_whole_parent() -> None:
+    from backend.targets import sources
+    keys = ["web/api/0", "web/api/1", "web/worker/0"]
+    assert sources(keys, "web/*") == [("web", None, None)]
+    assert sources(keys, "web/api/*") == [("web", "api", None)]
+    assert sources(keys, "web/a*") == [("web", "api", None)]
+    assert sources(keys, "*/*") == [("web", None, None)]
+    assert sources(keys, "web/api/0") == [("web", "api", 0)]
 
 
 def test_after_time_finds_the_first_record_at_or_after_a_time(tmp_path: Path) -> None:

@@ -54,7 +54,8 @@ def test_select_all_names_every_target_that_names_nothing() -> None:
 def test_sources_are_as_coarse_as_the_target() -> None:
     assert sources(KEYS, "web") == [("web", None, None)]
     assert sources(KEYS, "web/a*") == [("web", "admin", None), ("web", "api", None)]
-    assert sources(KEYS, "web/api/*") == [("web", "api", 0), ("web", "api", 1)]
+    assert sources(KEYS, "web/api/*") == [("web", "api", None)]   # all of the app
+    assert sources(KEYS, "web/api/[01]") == [("web", "api", 0), ("web", "api", 1)]
     assert sources(KEYS, "nosuch") == []
     assert exact_source("gone/app/3") == ("gone", "app", 3)
     assert exact_source("gone") == ("gone", None, None)

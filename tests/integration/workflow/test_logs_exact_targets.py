@@ -1,0 +1,23 @@
+"""`tenure logs` reads what its targets name, no more: with ticker the only app of its
+stack, `tenure logs s/ticker` also printed the output of the stack's jobs (the named
+apps, all of the stack's, were read as the whole stack). `s/*` is the whole stack."""
+
+from __future__ import annotations
+
+CONFIG = """
+[stacks.s.apps.ticker]
+command = ["sh", "-c", "echo tick; exec sleep 100000"]
+
+[stacks.s.jobs.count]
+command = ["sh", "-c", "echo job line"]
+"""
+
+
+def test_an_app_target_reads_that_app_and_a_star_the_whole_stack(cluster):
+    cluster.up(CONFIG)
+    cluster.wait_ready(1)
+    cluster.cli("job", "run", "s/count", "--wait", check=True)
+    app = cluster.cli_text("logs", "s/ticker", "--since", "0")
+    assert "s/ticker/0: tick" in app and "job line" not in app, app
+    stack = cluster.cli_text("logs", "s/*", "--since", "0")
+    assert "s/ticker/0: tick" in stack and "job line" in stack, stack
