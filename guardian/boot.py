@@ -38,8 +38,10 @@ async def boot(co: Coordinator) -> None:
     owner = await co.owner_call("status")
     owner_epoch = int(owner["epoch"])
     live = await co.live_backend()
-    if live is not None and live["epoch"] != owner_epoch:
-        await _retire_fenced(co, live)   # a fenced incumbent outlived its guardian
+    retired = None
+    unfit = None if live is None else _unfit(co, live, owner_epoch)
+    if live is not None and unfit is not None:
+        retired = await _retire_fenced(co, live, unfit)   # it outlived its guardian
         live = None
     if live is not None:
         co.watch(BackendProcess.attach(live["activation"], live["identity"]["pid"],
@@ -55,20 +57,46 @@ async def boot(co: Coordinator) -> None:
             log.exception("could not finish activation %s", act.id)
             co.end(co.state.activation(act.id), Phase.UNCERTAIN, GuardianFault.wrap(exc))
     if co.current is None and co.blocked is None and co.state.selector().current is not None:
-        await recover_safely(co)
+        await recover_safely(co, before=retired)
     co.write_diagnostics()
 
 
-async def _retire_fenced(co: Coordinator, live: dict[str, Any]) -> None:
-    log.warning("retiring generation %s: it holds a stale epoch", live["activation"])
-    bp = BackendProcess.attach(live["activation"], live["identity"]["pid"],
-                               live["identity"]["start_ticks"])
+def _unfit(co: Coordinator, live: dict[str, Any], owner_epoch: int) -> str | None:
+    """Why the generation answering on api.sock must not be adopted, or None. It must
+    hold the owner's current epoch and be attached to this very owner process: one
+    fenced for an owner instance that is gone (its grant names that instance) can never
+    act again, since the owner refuses its grant and it refuses another owner
+    (OWNER_CHANGED); adopted, it would hold control with no applications, forever."""
+    assert co.owner_identity is not None
+    if live["epoch"] != owner_epoch:
+        return f"it holds epoch {live['epoch']}, the owner is at epoch {owner_epoch}"
+    theirs = live.get("owner") or {}
+    if theirs != co.owner_identity.to_wire():
+        return (f"it is attached to owner instance {theirs.get('instance')} (pid "
+                f"{theirs.get('pid')}), not to the owner running now (instance "
+                f"{co.owner_identity.instance}, pid {co.owner_identity.pid})")
+    return None
+
+
+async def _retire_fenced(co: Coordinator, live: dict[str, Any], why: str
+                         ) -> dict[str, Any]:
+    """Retire a generation that outlived its guardian and may not be adopted (``why``):
+    asked to retire, then stopped by the pid and start time it answered with (the
+    client checked both against the socket's peer); a process that is no longer that
+    one is never signalled. Returns what the fresh generation's first receipt records
+    about it."""
+    pid, ticks = live["identity"]["pid"], live["identity"]["start_ticks"]
+    log.warning("retiring generation %s (pid %d): %s; a fresh generation takes over",
+                live["activation"], pid, why)
+    bp = BackendProcess.attach(live["activation"], pid, ticks)
     bp.expected_exit = True
     try:
         await co.control("generation.retire", timeout=min(10.0, co.deadline))
     except TenureError:
         pass
     await bp.stop(term_after=min(10.0, co.deadline))
+    return {"retired_at_start": {"activation": live["activation"], "pid": pid,
+                                 "epoch": live["epoch"], "reason": why}}
 
 
 def _holds(co: Coordinator, act: Activation, owner_epoch: int,

@@ -100,13 +100,15 @@ def _check_config(expect: dict[str, Any] | None, detail: dict[str, Any]) -> None
 
 
 async def recover_safely(co: Coordinator, force: bool = False,
-                         evidence: str | None = None) -> Activation | None:
+                         evidence: str | None = None,
+                         before: dict[str, Any] | None = None) -> Activation | None:
     """:func:`recover_after_crash` that never leaves the guardian stuck: anything that
     goes wrong is recorded as a ``blocked`` recovery with its reason. ``force`` (with the
     path of the reviewed plan as ``evidence``) adopts what the certificate does not
-    cover."""
+    cover. ``before``: what happened first (a generation retired at the guardian's
+    start, and why), for the first receipt of the generation that starts."""
     try:
-        return await recover_after_crash(co, force, evidence)
+        return await recover_after_crash(co, force, evidence, before)
     except Exception as exc:
         err = GuardianFault.wrap(exc)
         if not isinstance(exc, TenureError):
@@ -195,9 +197,11 @@ def _carried(co: Coordinator, act: Activation, body: dict[str, Any]) -> bool:
 
 
 async def recover_after_crash(co: Coordinator, force: bool = False,
-                              evidence: str | None = None) -> Activation | None:
+                              evidence: str | None = None,
+                              before: dict[str, Any] | None = None) -> Activation | None:
     """Restart the selected release under a fresh epoch when the certificate covers the
-    world (or ``force``), else block. With no application running this is a first start."""
+    world (or ``force``), else block. With no application running this is a first start.
+    ``before`` is added to its first receipt (:func:`recover_safely`)."""
     check = await recovery_check(co)
     kind = Kind.START if check.nothing_runs else Kind.RECOVER
     if not check.ok and not force:
@@ -205,8 +209,9 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
         return None
     while True:
         try:
+            detail = {**(_admission(check, force, evidence) or {}), **(before or {})}
             return await start_selected(co, kind, check.cursor, expect=check.body,
-                                        detail=_admission(check, force, evidence))
+                                        detail=detail or None)
         except TenureError as exc:
             if isinstance(exc, IdentityError | Uncertain | NotFound):
                 _block(co, exc.code_str, exc.msg)

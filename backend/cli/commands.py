@@ -73,7 +73,8 @@ def cmd_up(args: Any) -> int:
     deadline = time.monotonic() + args.timeout   # for the first backend, however it goes
     with _guardian(args) as g:
         release = ensure_release(layout, g, first or args.release, args.timeout)
-    ensure_backend(layout, max(0.0, deadline - time.monotonic()), args.timeout)
+    ensure_backend(layout, max(0.0, deadline - time.monotonic()), args.timeout,
+                   kept=started["guardian"])
     result: dict[str, Any] = {"started": started, "release_sealed": release}
     if release is not None and first is None:   # daemons that ran before the release
         from .firstrun import move_to_first_release
@@ -151,7 +152,7 @@ def cmd_down(args: Any) -> int:
     _out(args, out, render.down(out))
     receipt = out.get("owner_receipt")
     clean = receipt is None or receipt["state"] == "clean"
-    stopped = all(out.get(k, True) for k in ("guardian", "owner"))
+    stopped = all(out.get(k, True) for k in ("guardian", "backend", "owner"))
     return OK if clean and stopped else ERROR
 
 

@@ -459,32 +459,47 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
     return str(rid)
 
 
-def ensure_backend(layout: Layout, timeout: float, waited: float | None = None
-                   ) -> dict[str, Any]:
+def ensure_backend(layout: Layout, timeout: float, waited: float | None = None,
+                   kept: bool = False) -> dict[str, Any]:
     """Wait until a backend generation answers and is ready. Raises RecoveryBlocked as
     soon as the guardian has given up starting one (why, and what to do), else
     BackendUnavailable after ``timeout`` with why its last start failed (``waited``: the
     whole wait to name there, when part of it was spent before). The guardian is first
-    asked GUARDIAN_LOOK_S in: a backend that comes up sooner costs it nothing."""
+    asked GUARDIAN_LOOK_S in: a backend that comes up sooner costs it nothing.
+    ``kept`` (a guardian this command just started): only a backend that guardian holds
+    in control counts; one that outlived its guardian may be about to be retired
+    (guardian.boot: attached to an owner instance that is gone)."""
     deadline = time.monotonic() + timeout
     look = time.monotonic() + GUARDIAN_LOOK_S
+    st = None
     while time.monotonic() < deadline:
         st = ping(layout.api_sock, home=layout.home)
-        if st is not None:
+        if st is not None and (not kept or _held(layout, st)):
             return st
         if time.monotonic() >= look:
             _refuse_if_blocked(guardian_view(layout))
             look = time.monotonic() + GUARDIAN_LOOK_S
-        time.sleep(UP_POLL_S)
+        time.sleep(UP_POLL_S if st is None else HELD_POLL_S)
     view = guardian_view(layout)
     _refuse_if_blocked(view)
-    raise BackendUnavailable(f"no backend answered on {layout.api_sock} within "
+    what = "no backend answered" if st is None else \
+        (f"the backend that answers (pid {(st.get('backend') or {}).get('pid')}) is not "
+         "held by the guardian")
+    raise BackendUnavailable(f"{what} on {layout.api_sock} within "
                              f"{timeout if waited is None else waited:g} s"
                              f"{_last_failure(view)}; see "
                              "`tenure backend status`")
 
 
 GUARDIAN_LOOK_S = 0.5   # how often a wait for the backend asks the guardian how it goes
+HELD_POLL_S = 0.02      # and, once one answers, whether the guardian holds it (``kept``)
+
+
+def _held(layout: Layout, st: dict[str, Any]) -> bool:
+    """Whether the guardian holds the backend that answered ``st`` in control (it has
+    adopted it or started it); False while it does not answer."""
+    held = (guardian_view(layout) or {}).get("backend") or {}
+    return held.get("pid") is not None and held.get("pid") == (st.get("backend") or {}).get("pid")
 
 
 def guardian_view(layout: Layout) -> dict[str, Any] | None:
@@ -540,16 +555,24 @@ def _stop(out: dict[str, Any], name: str, pid: int, ticks: int | None, silent: b
 
 
 def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
-    """Guardian first (it retires the backend, keeping the certificate), then the owner,
-    which stops every application and writes its clean receipt. A daemon that does not
+    """Guardian first (it retires the backend, keeping the certificate), then a backend
+    still running without a guardian (its guardian was killed), then the owner, which
+    stops every application and writes its clean receipt. A daemon that does not
     answer is found by the socket's peer credentials and signalled all the same: `down`
-    never reports success while one still runs."""
+    never reports success while one still runs. Raises ReconcileRequired (after
+    stopping the rest) when no owner runs but the last one died without a clean stop:
+    its applications may still run (backend.cli.unclean)."""
     out: dict[str, Any] = {}
     _, guardian = _locate(layout, layout.guardian_sock, "guardian")
     if guardian is not None:
         _stop(out, "guardian", *guardian, timeout)
+    if out.get("guardian", True):   # a guardian that still runs holds its backend
+        _stop_guardianless_backend(layout, out, timeout)
     o, owner = _locate(layout, layout.owner_sock, "owner")
-    if owner is not None:
+    if owner is None:
+        from .unclean import refuse_unclean_end
+        refuse_unclean_end(layout, out)
+    else:
         _stop(out, "owner", *owner, timeout)
         if o is not None:
             out["applications_stopped"] = o["live"]
@@ -557,6 +580,18 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
             out["owner_receipt"] = shutdown_receipt(
                 layout, o["owner"]["instance"] if o is not None else None, owner[0])
     return out
+
+
+def _stop_guardianless_backend(layout: Layout, out: dict[str, Any], timeout: float
+                               ) -> None:
+    """A backend generation that outlived its guardian (SIGKILL, crash) is found by
+    api.sock's listener and stopped (SIGTERM retires it; verified by start time) before
+    the owner: left running it would try to relaunch applications against the stopped
+    owner, and a later guardian would find it attached to an owner instance that is
+    gone. ``out["backend"]``: whether it is gone."""
+    found = listener(layout.api_sock, "backend")
+    if found is not None:
+        _stop(out, "backend", *found, False, timeout)
 
 
 def _locate(layout: Layout, sock: str, module: str

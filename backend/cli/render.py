@@ -210,12 +210,14 @@ def down(r: dict[str, Any]) -> str:
     if not r:
         return "nothing was running"
     lines = []
-    for name in ("guardian", "owner"):
+    for name in ("guardian", "backend", "owner"):
         if name in r:
             state = "stopped" if r[name] else \
                 f"STILL RUNNING: {r.get(name + '_problem') or 'not stopped in time'}"
             if name == "owner" and not r[name]:
                 state += "; its applications still run"
+            if name == "backend":   # only one whose guardian was gone is stopped by down
+                state += " (it ran without a guardian)"
             lines.append(f"{name}: {state}")
     if "applications_stopped" in r:
         lines.append(f"applications stopped: {r['applications_stopped']}")
