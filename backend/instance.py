@@ -352,6 +352,9 @@ def _start_fresh(inst: Instance, ev: Event, now: float) -> None:
 
 
 _start_after_failed = _start_fresh
+# In backoff too: the operator's start launches now (leaving backoff cancels its timer)
+# in a new window, rather than wait out the delay for a launch the limit may refuse.
+_start_from_backoff = _start_fresh
 
 
 def _stop_running(inst: Instance, ev: Event, now: float) -> None:
@@ -484,7 +487,8 @@ def _adopt_conflict(inst: Instance, ev: Event, now: float) -> None:
 S = State
 _I, _R = _ignore, _reject
 _ROWS: dict[type[Event], tuple[Handler, ...]] = {
-    Start: (_start_fresh, _I, _I, _I, _R, _I, _I, _start_after_failed, _start_fresh),
+    Start: (_start_fresh, _I, _I, _I, _R, _I, _start_from_backoff, _start_after_failed,
+            _start_fresh),
     StopRequested: (_I, _stop_running, _stop_running, _stop_running, _I,
                     _escalate_to_stopping, _settle_stopped, _settle_stopped,
                     _settle_stopped),

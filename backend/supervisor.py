@@ -31,6 +31,7 @@ from protocol.errors import (
 
 from . import activation, explain
 from . import instance as im
+from .after_stop import DOWN, StartsAfterStop
 from .enforce import app_env, launch_fields
 from .events import Before, EventLog, transition_events
 from .model import App, Config, ReadyKind
@@ -109,6 +110,7 @@ class Supervisor:
         self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
         self.owner_capabilities: Mapping[str, int] = {}  # from the owner's welcome
         self.events: EventLog | None = None      # where transitions are recorded
+        self._after_stop = StartsAfterStop()     # starts wanted once an instance is down
 
     # -- feeding events ---------------------------------------------------------------
 
@@ -124,6 +126,8 @@ class Supervisor:
                 raise ShuttingDown(f"{key}: {type(event).__name__} while frozen for a "
                                    "handoff", {"instance": key})
             return  # re-derived after thaw or by the next generation (see freeze)
+        if isinstance(event, im.StopRequested):   # the latest intent wins
+            self._after_stop.withdraw(key, "a stop was asked after it")
         was = Before(inst) if self.events is not None else None
         actions = inst.handle(event, now())
         if self.events is not None and was is not None:
@@ -132,6 +136,39 @@ class Supervisor:
         self.dirty.add(key)
         self._execute(key, actions)
         self._notify()
+        self._start_if_down(key)
+
+    def start_when_down(self, key: str, within: float) -> asyncio.Future[bool]:
+        """Feed ``Start`` to ``key`` once it is down (soon if it is). The future says True
+        once it was started, False when withdrawn: by a ``StopRequested`` fed after this
+        (a later stop wins), when the instance is forgotten, or when it is not down within
+        ``within`` seconds. One per instance: asked again while one is pending, the same
+        future (backend.after_stop). Raises nothing."""
+        started = self._after_stop.arm(key, within)
+        self._start_if_down(key)
+        return started
+
+    def pending_start(self, key: str) -> asyncio.Future[bool] | None:
+        """The start of ``key`` wanted once it is down, while one is pending."""
+        return self._after_stop.get(key)
+
+    def _start_if_down(self, key: str) -> None:
+        inst = self.instances.get(key)
+        if key in self._after_stop and inst is not None and inst.state in DOWN:
+            # One turn later: every waiter woken by this change sees the instance down
+            # first (a `tenure stop` waiting for it answers `stopped`).
+            asyncio.get_running_loop().call_soon(self._start_now, key)
+
+    def _start_now(self, key: str) -> None:
+        inst = self.instances.get(key)
+        if key not in self._after_stop or inst is None:
+            return   # withdrawn meanwhile, or taken by an earlier turn
+        if inst.state not in DOWN:   # up again meanwhile: another start took it up
+            self._after_stop.take(key, lambda: None)
+        elif self.frozen:   # never while a step runs (the drain barrier); if ever, say so
+            self._after_stop.withdraw(key, "frozen for a handoff", logging.WARNING)
+        else:
+            self._after_stop.take(key, lambda: self.feed(key, im.Start()))
 
     def wake(self) -> None:
         """Make every ``wait`` re-check its predicate (something it reads changed)."""
@@ -457,6 +494,7 @@ class Supervisor:
         return key
 
     def forget(self, key: str) -> None:
+        self._after_stop.withdraw(key, "the instance is removed")
         inst = self.instances.pop(key, None)
         if inst is not None:
             self.retire(key, inst.generation)
@@ -492,6 +530,7 @@ class Supervisor:
                       key=lambda r: r["launch_key"])
 
     async def aclose(self) -> None:
+        self._after_stop.clear()
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()

@@ -1,0 +1,107 @@
+"""Starts wanted once an instance is down: the second half of a ``tenure restart``, and a
+``tenure start`` asked while a stop still runs (the machine refuses a Start while
+stopping: fed then, it would be lost).
+
+Invariants, kept for every instance key:
+
+- at most one pending start; asking again while one is pending gets the same one (two
+  concurrent restarts of an instance restart it once);
+- the latest operator intent wins: a stop wanted after it withdraws it
+  (:meth:`Supervisor.feed` withdraws on every ``StopRequested``);
+- bounded: not down within its deadline, it is withdrawn, so nothing armed survives to
+  start the app at some later, surprising moment;
+- the Start is fed one loop turn after the instance went down (Supervisor._start_if_down),
+  so whoever waits for it to be down sees it so.
+
+Each pending start is a future: True once the instance was started, False when
+withdrawn.
+Construct inside the running loop; no clock of its own (deadlines use the loop's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from . import instance as im
+from .model import StopSpec
+
+__all__ = ["DOWN", "STOP_SLACK", "StartsAfterStop", "after_stop_bound"]
+
+log = logging.getLogger("tenure.backend")
+
+DOWN = (im.State.STOPPED, im.State.EXITED, im.State.FAILED)
+STOP_SLACK = 10.0   # seconds past its stop policy for the owner to confirm a stop
+
+
+def after_stop_bound(stop: StopSpec, timeout: float) -> float:
+    """How long a start waits for its instance to be down: the whole stop policy
+    (signal, ``timeout``, SIGKILL, ``kill_after``) and STOP_SLACK, however short the
+    request's ``timeout`` (a restart still starts an app that is slow to stop), or that
+    ``timeout`` when longer. A stop that outlasts it is stuck (the owner could not end
+    the process group, or cannot be reached): the start is withdrawn, not left to fire
+    whenever the stop ends."""
+    return max(timeout, stop.timeout + stop.kill_after + STOP_SLACK)
+
+
+class StartsAfterStop:
+    """The pending starts, by instance key, each with the timer of its deadline."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, tuple[asyncio.Future[bool], asyncio.TimerHandle]] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._pending
+
+    def get(self, key: str) -> asyncio.Future[bool] | None:
+        held = self._pending.get(key)
+        return None if held is None else held[0]
+
+    def arm(self, key: str, within: float) -> asyncio.Future[bool]:
+        """The pending start of ``key``: the one already armed, or a new one withdrawn
+        unless taken within ``within`` seconds."""
+        held = self._pending.get(key)
+        if held is not None:
+            return held[0]
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        expiry = loop.call_later(within, lambda: self.withdraw(
+            key, f"not down within {within:g} s", logging.WARNING))
+        self._pending[key] = (fut, expiry)
+        return fut
+
+    def take(self, key: str, start: Callable[[], None]) -> None:
+        """Run ``start`` (what takes the instance up: nothing when another start did
+        already) for the pending start of ``key``, then resolve it True; nothing pending:
+        nothing done. Whatever ``start`` raises resolves it False and propagates."""
+        held = self._pending.pop(key, None)
+        if held is None:
+            return
+        fut, expiry = held
+        expiry.cancel()
+        try:
+            start()
+        except BaseException:
+            _resolve(fut, False)
+            raise
+        _resolve(fut, True)
+
+    def withdraw(self, key: str, why: str, level: int = logging.INFO) -> None:
+        """Withdraw the pending start of ``key`` (none: nothing done)."""
+        held = self._pending.pop(key, None)
+        if held is None:
+            return
+        fut, expiry = held
+        expiry.cancel()
+        log.log(level, "%s: the start wanted once it is down is withdrawn: %s", key, why)
+        _resolve(fut, False)
+
+    def clear(self) -> None:
+        for key in list(self._pending):
+            self.withdraw(key, "the backend is closing")
+
+
+def _resolve(fut: asyncio.Future[bool], started: bool) -> None:
+    if not fut.done():   # a waiter's cancellation may have cancelled it
+        fut.set_result(started)
