@@ -44,7 +44,7 @@ from .jobs.schedule import Scheduler
 from .logsel import MAX_SOURCES, after_time, coarsen, read_sources
 from .model import Config, canonical_digest
 from .operations import OperationRunner
-from .plan import live_revision, new_plan, running_definitions
+from .plan import live_revision, new_plan, running_definitions, setting_changes
 from .spool import state as queue_state
 from .steps import StepGate
 from .targets import (
@@ -632,9 +632,13 @@ class Api:
         plan = new_plan(self.gen.config, new, text, source, self._live(),
                         running=running_definitions(self.sup.instances.values()))
         self.store.add_plan(plan)
+        stopped = [s for s in plan["stacks"]   # what the plan changes there stays down
+                   if self.intents.get(s, {}).get("intent") == "stopped"]
         return {**{k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
                                         "live_revision", "stacks")},
-                "jobs": job_changes(self.gen.config, new)}
+                "jobs": job_changes(self.gen.config, new),
+                "settings": setting_changes(self.gen.config, new),
+                "stopped_stacks": stopped}
 
     async def _check_sockets(self, new: Config, text: str) -> None:
         """Plan-time socket checks (backend.activation.check_sockets)."""
@@ -727,7 +731,8 @@ class Api:
 
     async def stack_start(self, call: Call) -> Any:
         stack = call.params["stack"]
-        if stack not in self.gen.config.stacks:
+        stopped = self.intents.get(stack, {}).get("intent") == "stopped"
+        if stack not in self.gen.config.stacks and not stopped:   # stopped: clear it
             raise NotFound(f"no stack {stack!r} in the applied config", {"stack": stack})
         with self.gate.step(f"stack start {stack}"):
             await self._set_intent(stack, "running")

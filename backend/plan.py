@@ -18,7 +18,7 @@ from .config import order_apps
 from .model import App, Config, canonical_digest, plain
 
 __all__ = ["compute_changes", "live_revision", "new_plan", "running_definitions",
-           "steps_for"]
+           "setting_changes", "steps_for"]
 
 
 def live_revision(applied: Config, intents: dict[str, Any], instance_keys: list[str]) -> str:
@@ -81,6 +81,22 @@ def compute_changes(old: Config, new: Config, running: Running | None = None
         count = len(running[key]) if running and key in running else old_apps[key].instances
         changes.append({"action": "stop", "app": key, "instances": count})
     return changes
+
+
+SETTINGS = ("settings", "metrics", "retention")
+"""The config's tables besides its stacks: what they set applies at once with the plan."""
+
+
+def setting_changes(old: Config, new: Config) -> list[dict[str, Any]]:
+    """The settings a plan changes besides apps and jobs (the metrics listener, the
+    viewer group, retention counts), as ``{setting, from, to}``, sorted."""
+    out = []
+    for table in SETTINGS:
+        before, after = plain(getattr(old, table)), plain(getattr(new, table))
+        out += [{"setting": f"{table}.{k}" if table != "settings" else k,
+                 "from": before.get(k), "to": after.get(k)}
+                for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
+    return out
 
 
 def _stale(app: App, running: Mapping[int, str]) -> list[dict[str, Any]]:

@@ -180,6 +180,11 @@ def _last_owner(rec: dict[str, Any] | None) -> str:
     return f": the owner's shutdown receipt is unreadable ({rec.get('error')}){start}"
 
 
+def changed(plan: dict[str, Any]) -> int:
+    """How many changes a plan makes: apps, job templates and settings."""
+    return sum(len(plan.get(k) or []) for k in ("changes", "jobs", "settings"))
+
+
 def up(r: dict[str, Any]) -> str:
     started = [k for k, v in r["started"].items() if v]
     lines = [f"started: {', '.join(started)}" if started else "owner and guardian were running"]
@@ -187,12 +192,13 @@ def up(r: dict[str, Any]) -> str:
         lines.append(f"sealed and selected release {r['release_sealed'][:12]}")
     ap = r.get("apply")
     if ap:
-        op, n = ap["operation"], len(ap["plan"]["changes"])
+        op, n = ap["operation"], changed(ap["plan"])
+        what = f"{n} change{'' if n == 1 else 's'}"
         if op.get("outcome") is None and op.get("id"):
-            lines.append(f"applying {n} changes as {op['id']} (still running; "
+            lines.append(f"applying {what} as {op['id']} (still running; "
                          f"`tenure op show {op['id']} --wait` waits for its end)")
         else:
-            lines.append(f"applied {n} changes: {op.get('outcome')}")
+            lines.append(f"applied {what}: {op.get('outcome')}")
     return "\n".join(lines)
 
 
@@ -315,13 +321,18 @@ def _stop(stop: dict[str, Any] | None) -> str:
 
 def plan(p: dict[str, Any]) -> str:
     lines = [f"plan {p['id']} (fingerprint {p['fingerprint'][:16]})"]
-    jobs = p.get("jobs") or []
-    if not p["changes"] and not jobs:
+    jobs, settings = p.get("jobs") or [], p.get("settings") or []
+    if not p["changes"] and not jobs and not settings:
         lines.append("no changes")
     rows = [[c["action"], c["app"], _change(c)] for c in p["changes"]]
     rows += [[c["action"], f"job {c['job']}", ""] for c in jobs]
+    rows += [["update", c["setting"], f"{value(c['from'])} → {value(c['to'])}"]
+             for c in settings]
     if rows:
         lines += ["  " + ln for ln in table(rows, ["ACTION", "WHAT", ""]).splitlines()[1:]]
+    for stack in p.get("stopped_stacks") or ():
+        lines.append(f"stack {stack} is stopped: its apps are recorded, not started "
+                     f"(until `tenure stack start {stack}`)")
     lines.append(f"apply with: tenure apply {p['id']}")
     return "\n".join(lines)
 
