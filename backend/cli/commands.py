@@ -162,6 +162,8 @@ def _target_cmd(args: Any, method: str) -> int:
     r = _call(args, method, {"target": args.target, "timeout": args.timeout},
               timeout=args.timeout + 30)
     _out(args, r, render.instances(r))
+    if method != "stop" and render.failed_instances(r):
+        return ERROR   # it gave up: a script's `tenure start x && next` must not go on
     return OK if r.get("settled", True) else UNSETTLED
 
 

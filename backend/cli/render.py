@@ -237,12 +237,21 @@ def down(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def failed_instances(r: dict[str, Any]) -> list[str]:
+    """The instances a start, stop or restart answer shows ``failed``, sorted."""
+    return sorted(k for k, v in (r.get("instances") or {}).items() if v == "failed")
+
+
 def instances(r: dict[str, Any]) -> str:
     inst = r.get("instances", {})
     settled = "" if r.get("settled", True) else "\n(not settled in time)"
     if r.get("not_restarted"):
-        settled += (f"\nnot restarted: {', '.join(r['not_restarted'])} (an instance still "
-                    "stopping is started once stopped; run the restart again for these)")
+        settled += (f"\nnot restarted: {', '.join(r['not_restarted'])} (the roll stopped "
+                    "at the instance before them; run the restart again once it is up)")
+    failed = failed_instances(r)
+    if failed:
+        settled += (f"\nfailed: {', '.join(failed)} (`tenure inspect {failed[0]}` says "
+                    "why; `tenure start` tries again)")
     if not inst:
         return "no instances" + settled
     rows = [[k, v] for k, v in sorted(inst.items())]

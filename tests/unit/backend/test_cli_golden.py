@@ -170,6 +170,8 @@ CASES: dict[str, Callable[[], str]] = {
         "shop/web/0": "ready", "shop/web/1": "ready"}}),
     "stop_unsettled": lambda: render.instances({"settled": False, "instances": {
         "shop/web/0": "stopping"}}),
+    "start_failed": lambda: render.instances({"settled": True, "instances": {
+        "shop/web/0": "ready", "shop/worker/0": "failed"}}),
     "up": lambda: render.up({"started": {"owner": True, "guardian": True},
                              "release_sealed": "ef53" * 16,
                              "apply": {"plan": {"changes": [{}, {}, {}]},
