@@ -210,6 +210,21 @@ class Ended(Exception):
     """Ends a follow in a test (Ctrl-C does for a user)."""
 
 
+def scripted(journal: Any, owner: Any, line: bytes, script: list[Any]) -> Any:
+    """A ``call`` that plays ``script``: an exception is raised (the call recorded), 'more
+    output' writes ``line`` to the journal first, anything else asks ``owner``."""
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        step = script.pop(0)
+        if isinstance(step, Exception):
+            owner.calls.append(dict(params))
+            raise step
+        if step == "more output":
+            journal.append(WEB, "stdout", [(line, 0)])
+            assert journal.flush(timeout=30)
+        return owner(a, method, params)
+    return call
+
+
 def test_a_follow_waits_for_a_silent_owner_and_goes_on_where_it_was(journal, monkeypatch):
     """Was: the follow ended with OWNER_UNAVAILABLE (exit 3) once the owner had been
     silent for 5 s, e.g. stopped for a moment or busy."""
@@ -224,18 +239,8 @@ def test_a_follow_waits_for_a_silent_owner_and_goes_on_where_it_was(journal, mon
     link = {"current": False, "age": 7.4, "process": "pid 12 is stopped (SIGSTOP or a "
             "debugger); kill -CONT 12 continues it"}
     silent = OwnerUnavailable("the owner has not answered for 7 s", {"owner_link": link})
-    script = ["page", silent, silent, silent, "more output", "page", Ended()]
-
-    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
-        step = script.pop(0)
-        if isinstance(step, Exception):
-            owner.calls.append(dict(params))
-            raise step
-        if step == "more output":
-            journal.append(WEB, "stdout", [(b"while silent", 0)])
-            assert journal.flush(timeout=30)
-        return owner(a, method, params)
-
+    call = scripted(journal, owner, b"while silent",
+                    ["page", silent, silent, silent, "more output", "page", Ended()])
     with pytest.raises(Ended):
         follow_logs(args(follow=True), call)
     assert out.getvalue().splitlines() == ["shop/web/0: before", "shop/web/0: while silent"]
@@ -292,20 +297,10 @@ def test_a_follow_waits_out_a_backend_handoff_and_goes_on_where_it_was(journal, 
     monkeypatch.setattr(sys, "stderr", err)
     monkeypatch.setattr("backend.cli.logs.time.sleep", lambda s: None)
     owner = Owner(journal, out)
-    script = ["page", ShuttingDown("server is draining; retry against the next one"),
-              BackendUnavailable("no backend generation answers"),
-              TransportLost("logs: connection lost"), "more output", "page", Ended()]
-
-    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
-        step = script.pop(0)
-        if isinstance(step, Exception):
-            owner.calls.append(dict(params))
-            raise step
-        if step == "more output":
-            journal.append(WEB, "stdout", [(b"after the handoff", 0)])
-            assert journal.flush(timeout=30)
-        return owner(a, method, params)
-
+    call = scripted(journal, owner, b"after the handoff", [
+        "page", ShuttingDown("server is draining; retry against the next one"),
+        BackendUnavailable("no backend generation answers"),
+        TransportLost("logs: connection lost"), "more output", "page", Ended()])
     with pytest.raises(Ended):
         follow_logs(args(follow=True), call)
     assert out.getvalue().splitlines() == ["shop/web/0: before",
