@@ -66,12 +66,24 @@ class EventLog:
         self._buffer: deque[tuple[float, str, str | None, str]] = deque(maxlen=MAX_BUFFER)
         self.lost = 0                    # events dropped because the buffer was full
         self._since_prune = 0
+        self._targets: set[str] | None = None   # every instance key with events, once asked
 
     def record(self, kind: str, target: str | None = None, /, **data: Any) -> None:
         """Remember one event (written by the next :meth:`flush`). Never raises."""
         if len(self._buffer) == self._buffer.maxlen:
             self.lost += 1                                   # the append drops the oldest
         self._buffer.append((self.clock(), kind, target, json.dumps(data, sort_keys=True)))
+        if target is not None and self._targets is not None:
+            self._targets.add(target)
+
+    def targets(self) -> set[str]:
+        """Every instance key the log has events of (removed instances included): read
+        once, at the first ask, then kept as events are recorded. Raises sqlite3.Error."""
+        if self._targets is None:
+            self._targets = {t for (t,) in self.db.execute(
+                "SELECT DISTINCT target FROM events WHERE target IS NOT NULL")}
+            self._targets.update(t for _, _, t, _ in self._buffer if t is not None)
+        return self._targets
 
     def flush(self) -> int:
         """Write the buffered events in one transaction; prune now and then. Returns how

@@ -39,7 +39,10 @@ def events_methods(gen: Generation) -> dict[str, Method]:
             raise Unavailable("the event log is not open yet")
         p = call.params
         targets = p.get("targets")
-        keys = set(select_all(gen.sup.instances, targets)) if targets else None
+        # instances removed since (scaled away, their app gone) keep their events: a
+        # follower of one goes on, and `tenure events s/gone/1` still answers
+        keys = set(select_all({*gen.sup.instances, *gen.events.targets()}, targets)) \
+            if targets else None
         kinds = set(p["kinds"]) if p.get("kinds") else None
         # What happened before this request is in the answer: events are written every
         # 0.5 s, and a `tenure restart` followed at once by `tenure events` found none

@@ -107,3 +107,29 @@ def test_a_follower_ends_when_tenure_is_stopped(cluster):
             follower.kill()
         _, err = follower.communicate(timeout=30)
     assert code == 0 and "tenure: events: tenure stopped; -f ends here" in err, err
+
+
+def test_events_of_removed_instances_are_still_read_and_followed(cluster):
+    """A follower of an app ended with NOT_FOUND when the app was removed, before it
+    printed the app's last events; and the events of an instance scaled away could not
+    be read any more."""
+    two = '[stacks.s.apps.tick]\ncommand = ["sleep", "100000"]\ninstances = 2\n'
+    other = '[stacks.s.apps.other]\ncommand = ["sleep", "100000"]\n'
+    cluster.up(two + other)
+    cluster.wait_ready(3)
+    follower = cluster.follow("--json", "events", "-f", "-n", "0", "s/tick")
+    try:
+        time.sleep(1.0)
+        cluster.cli("up", "--config", str(cluster.write_config(other, "t2.toml")),
+                    check=True)
+        cluster.wait(lambda: "s/tick/0" not in cluster.apps(), 30, "tick removed")
+        time.sleep(1.0)                      # the follower polls every 0.25 s
+        assert follower.poll() is None, follower.communicate(timeout=30)
+    finally:
+        follower.terminate()
+        out, err = follower.communicate(timeout=30)
+    seen = [json.loads(ln) for ln in out.splitlines()]
+    assert {e["target"] for e in seen} == {"s/tick/0", "s/tick/1"}, (seen, err)
+    assert any(e["kind"] == "exit" for e in seen), seen
+    gone = _events(cluster, "s/tick/1")
+    assert gone and all(e["target"] == "s/tick/1" for e in gone), gone
