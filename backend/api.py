@@ -598,8 +598,12 @@ class Api:
             found += named
         if missing:
             names = ", ".join(repr(t) for t in missing)
-            raise NotFound(f"no stack, app or instance matches {names}, and the journal "
-                           "has no lines of it", {"targets": missing})
+            globs = [t for t in missing if is_glob(t)]
+            why = (" (a glob matches the instances tenure knows; name an app removed "
+                   "since without one: its lines stay in the journal)") if globs else \
+                ", and the journal has no lines of it"
+            raise NotFound(f"no stack, app or instance matches {names}{why}",
+                           {"targets": missing})
         chosen = coarsen(found)
         if len(chosen) > MAX_SOURCES:
             raise BadRequest(f"the targets name {len(chosen)} separate apps or instances "

@@ -21,3 +21,15 @@ def test_an_app_target_reads_that_app_and_a_star_the_whole_stack(cluster):
     assert "s/ticker/0: tick" in app and "job line" not in app, app
     stack = cluster.cli_text("logs", "s/*", "--since", "0")
     assert "s/ticker/0: tick" in stack and "job line" in stack, stack
+
+
+def test_a_glob_that_names_nothing_says_how_to_name_a_removed_app(cluster):
+    """It said 'the journal has no lines of it' of a glob, which the journal is never
+    asked about."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(1)
+    res = cluster.cli("logs", "s/gone*")
+    assert res.code == 1 and res.out["error"]["code"] == "NOT_FOUND", res
+    assert "a glob matches the instances tenure knows" in res.out["error"]["msg"], res
+    exact = cluster.cli("logs", "s/gone")
+    assert "the journal has no lines of it" in exact.out["error"]["msg"], exact
