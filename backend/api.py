@@ -4,21 +4,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import (
     BadRequest,
-    CapabilityMissing,
     Conflict,
-    ConnectFailed,
     NotFound,
-    OutcomeUnknown,
     OwnerUnavailable,
-    ShuttingDown,
-    StackFenced,
     StalePlan,
     TenureError,
 )
@@ -29,7 +23,9 @@ from protocol.server import Call, Method
 from . import explain
 from . import instance as im
 from .activation import CAPABILITY, check_sockets, needs_sockets
-from .after_stop import DOWN, after_stop_bound
+from .after_stop import DOWN
+from .api_instances import UP, InstanceCommands
+from .api_logs import LogsReading
 from .certify import publish_certificate
 from .config import parse_recent
 from .enforce import Host, check_config, identity_view
@@ -41,23 +37,16 @@ from .jobs.ledger import Ledger
 from .jobs.retention import Pruner
 from .jobs.runner import JobRunner
 from .jobs.schedule import Scheduler
-from .logsel import MAX_SOURCES, after_time, coarsen, read_sources
 from .model import Config, canonical_digest
 from .operations import OperationRunner
 from .plan import live_revision, new_plan, running_definitions, setting_changes
 from .spool import state as queue_state
 from .steps import StepGate
 from .targets import (
-    Source,
     check_target,
     check_targets,
-    exact_source,
-    is_glob,
-    select,
     select_all,
-    sources,
 )
-from .tasks import spawn
 from .usage import Usage, owner_metrics
 
 if TYPE_CHECKING:
@@ -94,10 +83,9 @@ S_STACK_STOP = Schema(Field("stack", str, check=check_name(64)),
 S_STACK = Schema(Field("stack", str, check=check_name(64)))
 S_DRAIN = Schema(Field("timeout", float, required=False, default=30.0))
 S_CHECKPOINT = Schema(Field("path", str))
-UP = (im.State.READY, im.State.FAILED, im.State.EXITED)
 
 
-class Api:
+class Api(InstanceCommands, LogsReading):
     def __init__(self, gen: Generation) -> None:
         self.gen = gen
         assert gen.sup is not None and gen.store is not None
@@ -377,153 +365,6 @@ class Api:
             else measured.get((pid, ticks), (None, None))
         return {"cpu_percent": cpu, "rss": rss}
 
-    def _targets(self, target: str, create: bool = True) -> list[str]:
-        """Instance keys for ``stack``, ``stack/app`` or ``stack/app/N``; with ``create``
-        configured instances not yet known are created (stopped). NotFound if none."""
-        keys = select(self.sup.instances, target)
-        if not keys and create:
-            config_keys = self.sup.keys_of(self.gen.config)
-            keys = select(config_keys, target)
-            for k in keys:
-                app, index = config_keys[k]
-                self.sup.ensure(app, index, False)
-        if not keys:
-            raise NotFound(f"no stack, app or instance matches {target!r}",
-                           {"targets": [target]})
-        return keys
-
-    async def _wait_settled(self, keys: list[str], states: tuple[im.State, ...],
-                            timeout: float | None, *, until_drain: bool,
-                            moved: dict[str, int] | None = None
-                            ) -> tuple[bool, dict[str, str]]:
-        """Wait until every instance is in ``states`` (or, with ``until_drain``, a drain
-        began). Returns whether they are, and their public states. With ``moved`` (key:
-        its generation when asked) an instance launched again since also counts: it was
-        down in between, and a later start took it up again at once."""
-        def done(k: str) -> bool:
-            inst = self.sup.instances[k]
-            return inst.state in states or (moved is not None
-                                            and inst.generation != moved[k])
-
-        def settled() -> bool:
-            return all(done(k) for k in keys if k in self.sup.instances)
-        await self.sup.wait(lambda: settled() or (until_drain and self.gate.paused), timeout)
-        return settled(), {k: str(self.sup.instances[k].public_state)
-                           for k in keys if k in self.sup.instances}
-
-    async def _settle(self, keys: list[str], states: tuple[im.State, ...], timeout: float,
-                      what: str, moved: dict[str, int] | None = None) -> dict[str, Any]:
-        """Wait for the instances of a change already made to settle. Raises ShuttingDown
-        when a drain begins first: the change is in the instances and whoever continues
-        (the next generation, or this one after an abort) carries it on, but this
-        request cannot see it settle."""
-        ok, public = await self._wait_settled(keys, states, timeout, until_drain=True,
-                                              moved=moved)
-        if not ok and self.gate.paused:
-            raise ShuttingDown(f"the backend is handing over to another generation before "
-                               f"{what} settled; the change was made and goes on there "
-                               "(see `tenure status`)", {"instances": public})
-        return {"settled": ok, "instances": public}
-
-    def _refuse_stopped_stacks(self, keys: list[str]) -> None:
-        stacks = sorted({k.split("/")[0] for k in keys} & self.stopped_stacks())
-        if stacks:
-            raise StackFenced(f"stack {', '.join(stacks)} is stopped; use `tenure stack "
-                              "start` first", {"stacks": stacks})
-
-    async def start(self, call: Call) -> Any:
-        target, timeout = call.params["target"], call.params["timeout"]
-        keys = self._targets(target)
-        self._refuse_stopped_stacks(keys)
-        self._require_owner(f"start {target}")
-        with self.gate.step(f"start {target}"):
-            for k in keys:
-                if self.sup.instances[k].state is im.State.STOPPING:   # after the stop
-                    self._start_when_down(k, f"start {k}", stop=False, timeout=timeout)
-                else:
-                    self.sup.feed(k, im.Start())
-        return await self._settle(keys, UP, timeout, f"start {target}")
-
-    async def stop(self, call: Call) -> Any:
-        """Settled once each instance was down, even if a start asked after this one
-        (or pending before it, backend.after_stop) took it up again at once."""
-        target = call.params["target"]
-        keys = self._targets(target)
-        self._require_owner(f"stop {target}")
-        with self.gate.step(f"stop {target}"):
-            asked = {k: self.sup.instances[k].generation for k in keys}
-            for k in keys:
-                self.sup.feed(k, im.StopRequested())   # withdraws a pending start
-        return await self._settle(keys, DOWN, call.params["timeout"], f"stop {target}",
-                                  moved=asked)
-
-    async def restart(self, call: Call) -> Any:
-        """Rolling: one instance at a time, each back to ready before the next. Stopping
-        and starting one instance is one step, which a drain lets finish: no instance is
-        left stopped. The roll stops at an instance that is not ready within the timeout
-        (or not started again: its stop outlasts the timeout, a later stop withdrew its
-        start) or that ends failed or exited: ``not_restarted`` lists the rest. Raises
-        ShuttingDown, naming what was and was not restarted, when a drain begins before
-        the last instance is ready."""
-        keys = self._targets(call.params["target"])
-        self._refuse_stopped_stacks(keys)
-        self._require_owner(f"restart {call.params['target']}")
-        timeout = call.params["timeout"]
-        out: dict[str, str] = {}
-        settled = True
-        for i, k in enumerate(keys):
-            if self.gate.paused:
-                raise _restart_cut(keys[:i], keys[i:], out)
-            if not await self._started_again(k, timeout):
-                out.update((await self._wait_settled([k], UP, 0, until_drain=False))[1])
-                return {"settled": False, "instances": out, "not_restarted": keys[i + 1:]}
-            ok, public = await self._wait_settled([k], UP, timeout, until_drain=True)
-            out.update(public)
-            if not ok and self.gate.paused:
-                raise _restart_cut(keys[:i + 1], keys[i + 1:], out)
-            settled = settled and ok
-            ready = self.sup.instances[k].state is im.State.READY
-            if not ok or (not ready and i + 1 < len(keys)):   # the roll stops here
-                return {"settled": False, "instances": out, "not_restarted": keys[i + 1:]}
-        return {"settled": settled, "instances": out}
-
-    async def _started_again(self, key: str, timeout: float) -> bool:
-        """Stop ``key`` and start it again, or join a start of it already pending (a
-        concurrent restart: it is restarted once). Whether it was started within
-        ``timeout``; if not, its stop outlasts it (it is still started once stopped) or
-        a stop asked later withdrew the start."""
-        cycle = self._start_when_down(key, f"restart {key}", stop=True, timeout=timeout)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                return await asyncio.shield(cycle)
-        return False
-
-    def _start_when_down(self, key: str, what: str, *, stop: bool, timeout: float
-                         ) -> asyncio.Future[bool]:
-        """Start ``key`` once it is down (after stopping it first, with ``stop``); the
-        future says whether it was started. While a start of it is pending already (a
-        concurrent restart or start) that one, and nothing else is done. Otherwise one
-        step ``what`` that a drain lets finish, in the background: not bounded by the
-        request's --timeout but by the stop policy (backend.after_stop: a start given
-        up at --timeout, or fed while it is still stopping, which the instance ignores,
-        would leave the app stopped), and withdrawn by any stop asked after it. The
-        step begins here: ShuttingDown, nothing done, when draining."""
-        pending = self.sup.pending_start(key)
-        if pending is not None:
-            return pending
-        with contextlib.ExitStack() as guard:
-            guard.enter_context(self.gate.step(what))
-            if stop:
-                self.sup.feed(key, im.StopRequested())
-            bound = after_stop_bound(self.sup.instances[key].app.stop, timeout)
-            started = self.sup.start_when_down(key, bound)
-            step = guard.pop_all()
-
-        async def hold() -> bool:
-            with step:
-                return await asyncio.shield(started)
-        return spawn(self._cycles, hold(), log, what)
-
     async def inspect(self, call: Call) -> Any:
         keys = self._targets(call.params["target"], create=False)
         link = self._link()
@@ -548,77 +389,6 @@ class Api:
                    else inst.last_probe.view()}
             out.append(row)
         return {"instances": out, "owner_link": link}
-
-    async def logs(self, call: Call) -> Any:
-        """One page of the owner's journal (see the owner's ``logs.read``). Raises
-        CapabilityMissing for ``tail`` or ``max_bytes`` when the owner predates pages:
-        it would ignore them and answer something else than asked; OwnerUnavailable
-        while the owner is silent (its journal is read through it) or when the read
-        failed on the way to it (a read changes nothing, so its outcome is not unknown:
-        `tenure logs -f` waits and asks again)."""
-        self._require_owner("reading the logs")
-        try:
-            return await self._read_logs(call)
-        except (ConnectFailed, OutcomeUnknown) as exc:   # nothing changes by a read
-            # e.g. the owner stopped during it: the connection's heartbeat gave up on it
-            raise self._unavailable(f"did not answer ({exc.msg})", "reading the logs",
-                                    self._link(failed=True)) from exc
-
-    async def _read_logs(self, call: Call) -> Any:
-        p = {k: v for k, v in call.params.items() if v is not None}
-        targets = p.pop("targets", None)
-        since_time = p.pop("since_time", None)
-        owner = self._owner()
-        if ("tail" in p or "max_bytes" in p) and \
-                (await owner.connect()).capabilities.get("logPages") != 1:
-            raise CapabilityMissing("the owner predates paged logs (logPages@1); it gets "
-                                    "them when it is next restarted with this release",
-                                    {"missing": {"logPages": 1}})
-        def read(q: dict[str, Any]) -> Any:
-            return owner.call("logs.read", q)
-        if since_time is not None:
-            p["after"] = max(p.get("after", 0), await after_time(read, since_time))
-        if not targets:
-            return await read(p)
-        return await read_sources(read, await self._log_sources(targets), p)
-
-    async def _log_sources(self, targets: list[str]) -> list[Source]:
-        """The journal sources ``targets`` name: instances known or configured, or, for a
-        target without globs, lines left in the journal by an app no longer configured.
-        Raises NotFound naming the targets that name nothing."""
-        keys = {*self.sup.instances, *self.sup.keys_of(self.gen.config)}
-        found: list[Source] = []
-        missing = []
-        for t in targets:
-            named = sources(keys, t)
-            if not named and not is_glob(t) and await self._journal_has(exact_source(t)):
-                named = [exact_source(t)]
-            if not named:
-                missing.append(t)
-            found += named
-        if missing:
-            names = ", ".join(repr(t) for t in missing)
-            globs = [t for t in missing if is_glob(t)]
-            why = (" (a glob matches the instances tenure knows; name an app removed "
-                   "since without one: its lines stay in the journal)") if globs else \
-                ", and the journal has no lines of it"
-            raise NotFound(f"no stack, app or instance matches {names}{why}",
-                           {"targets": missing})
-        chosen = coarsen(found)
-        if len(chosen) > MAX_SOURCES:
-            raise BadRequest(f"the targets name {len(chosen)} separate apps or instances "
-                             f"(at most {MAX_SOURCES} at once); name whole stacks or apps",
-                             {"sources": len(chosen)})
-        return chosen
-
-    async def _journal_has(self, source: Source) -> bool:
-        stack, app, instance = source
-        flt = {k: v for k, v in (("stack", stack), ("app", app), ("instance", instance))
-               if v is not None}
-        page = await self._owner().call("logs.read", {**flt, "tail": 1, "limit": 1})
-        return bool(page["records"])
-
-    # -- plans and operations ---------------------------------------------------------
 
     def _live(self) -> str:
         return live_revision(self.gen.config, self.intents, list(self.sup.instances))
@@ -756,16 +526,6 @@ class Api:
             "stack": stack, "intent": intent, "expected_revision": current["revision"]},
             epoch=self.gen.epoch)
         self.intents[stack] = {"intent": r["intent"], "revision": r["revision"]}
-
-
-def _restart_cut(done: list[str], remaining: list[str], states: dict[str, str]
-                 ) -> ShuttingDown:
-    return ShuttingDown(
-        "the backend is handing over to another generation: restarted "
-        f"{', '.join(done) or 'none'}; not restarted {', '.join(remaining) or 'none'}. "
-        "What was restarted comes up under the next generation (see `tenure status`); "
-        "run the command again for the rest", {"restarted": done, "remaining": remaining,
-                                                "instances": states})
 
 
 def _activation_view(inst: im.Instance, held: dict[str, Any]) -> dict[str, Any]:
