@@ -127,7 +127,8 @@ class Api(InstanceCommands, LogsReading):
             "generation.certify": ctl(self.gen_certify),
             "retention.run": Method(self.retention_run),
             "order": Method(self.order, role="viewer"),
-            "status": Method(self.status, S_STATUS, role="viewer"),
+            # read-only, and what tells an operator that a handoff holds the backend
+            "status": Method(self.status, S_STATUS, role="viewer", while_draining=True),
             "start": Method(self.start, S_TARGET),
             "stop": Method(self.stop, S_TARGET),
             "restart": Method(self.restart, S_TARGET),

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from protocol.digest import inventory_digest
@@ -90,13 +91,14 @@ def persist(gen: Generation) -> None:
     sup.removed.clear()
 
 
-async def certificate_loop(gen: Generation) -> None:
-    # The first one soon after READY: until a generation certifies under its own
-    # grant, a crash of it can only be recovered from its predecessor's certificate.
-    delay = FIRST_CERTIFICATE
+async def certificate_loop(gen: Generation,
+                           sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    """Certify every CERTIFICATE_PERIOD; every FIRST_CERTIFICATE until this generation has
+    certified once. Until then the certificate on disk is a predecessor's, under
+    another grant (and after an upgrade of another release), which recovery refuses:
+    a crash of a new generation would be blocked for as long as it waits."""
     while True:
-        await asyncio.sleep(delay)
-        delay = CERTIFICATE_PERIOD
+        await sleep(FIRST_CERTIFICATE if gen.certified_at is None else CERTIFICATE_PERIOD)
         try:
             await publish_certificate(gen)
         except TenureError as exc:
@@ -111,7 +113,14 @@ async def publish_certificate(gen: Generation) -> bool:
     if sup is None or owner is None or rec is None or not _quiet(gen):
         return False
     seen = gen.mutations
-    live = (await owner.call("inventory"))["launches"]
+    answer = await owner.call("inventory")
+    epoch = answer.get("epoch")
+    if isinstance(epoch, int) and epoch > gen.epoch:
+        # a newer generation holds the owner: this one must not overwrite its
+        # certificate with a world it no longer controls
+        sup.fenced = True
+        return False
+    live = answer["launches"]
     if seen != gen.mutations or not _quiet(gen):
         return False  # something changed while the owner answered: next round
     if inventory_digest(live) != inventory_digest(sup.inventory()):

@@ -39,7 +39,7 @@ from protocol.handover import (
 from protocol.identity import Identity, new_identity
 from protocol.layout import Layout
 from protocol.link import Link, LinkEvent, LinkState
-from protocol.server import MAX_INFLIGHT, RpcServer
+from protocol.server import MAX_INFLIGHT, Method, RpcServer
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
 from protocol.stray import ignore_stray_signals
 from protocol.tasks import background
@@ -55,6 +55,9 @@ from .adopt import (
 )
 from .certify import certificate_loop, persist, persist_loop
 from .config import parse_recent, parsed_before
+from .drainstate import PUBLIC, Action, DrainState, Stage
+from .drainstate import Event as Handoff
+from .drainwatch import Caller, DrainWatch, held_api
 from .enforce import app_uids
 from .events import EventLog
 from .jobs.resume import audit
@@ -107,7 +110,10 @@ class Generation:
         self.log_budgets = LogBudgets()   # the apps' log_retention, told to the owner
         self._repairs: set[asyncio.Future[Any]] = set()
         self.ready = False
-        self.draining = False
+        self.drain_state = DrainState(time.monotonic())   # backend.drainstate
+        self.checkpoint_path: str | None = None   # the last checkpoint written
+        self._drain_caller: Caller | None = None  # who asks for the drain being begun
+        self._drain_watch: asyncio.Task[None] | None = None
         self.started_at = time.time()
         self._done = asyncio.Event()
         self._thawed = asyncio.Event()
@@ -166,7 +172,7 @@ class Generation:
         from .api import Api
         self.api = Api(self)
         self.server = RpcServer(self.layout.api_sock, self.identity, {"tenureApi": 1},
-                                self.api.methods(), timings=self.rpc_timings)
+                                self._methods(), timings=self.rpc_timings)
         await self.server.start()
         self.share_api()
         await self.api.resume_operations()
@@ -230,6 +236,15 @@ class Generation:
         else:
             log.warning("%d instances lost their process while no backend watched; "
                         "starting them again: %s", len(lost), lost[:10])
+
+    def _methods(self) -> dict[str, Method]:
+        """The API's table as a held generation serves it (backend.drainwatch.held_api):
+        noting who asks for a drain."""
+        assert self.api is not None
+        return held_api(self.api.methods(), self._note_drain_caller)
+
+    def _note_drain_caller(self, caller: Caller) -> None:
+        self._drain_caller = caller
 
     def share_api(self) -> None:
         """Who may use the API: the admin always; the configured viewer group read-only,
@@ -393,41 +408,104 @@ class Generation:
 
     # -- handoff control --------------------------------------------------------------
 
+    @property
+    def draining(self) -> bool:
+        """Whether a handoff holds the generation (changes are refused)."""
+        return PUBLIC[self.drain_state.stage]
+
     async def drain(self, timeout: float) -> dict[str, Any]:
         """Refuse new public requests; let the steps already running end while the
         reconciler still acts (no new step begins); then freeze decisions and wait for
         the owner calls in flight. A drain whose steps do not end in time does not
         freeze: it reports ``drained: false`` and ``resume`` continues where it was.
-        The answer names the steps still running and those the drain waited for."""
+        The answer names the steps still running and those the drain waited for.
+        Raises OperationInProgress when a handoff holds the generation already. Until
+        the guardian resumes or retires it, backend.drainwatch watches the guardian: a
+        drain it leaves is ended here (then this one answers ``drained: false``)."""
         assert self.sup is not None and self.server is not None and self.api is not None
         sup, loop = self.sup, asyncio.get_running_loop()
+        caller, self._drain_caller = self._drain_caller or Caller(), None
         start = loop.time()
-        self.draining = True
+        self._feed(Handoff.DRAIN)
         self._handoff_event("draining")
         self.server.begin_drain()
         self.api.pause()
+        self._drain_watch = background(DrainWatch(self, caller, timeout).run(),
+                                       "drain watch", log)
         waited_for = self.api.running_steps()
         ok = await self.api.wait_paused(timeout)
-        if ok:
+        if ok and self.drain_state.stage is Stage.DRAINING:
             self._thawed.clear()
             sup.freeze()
             left = max(0.0, start + timeout - loop.time())
             ok = await sup.wait(lambda: sup.in_flight == 0, left)
+        ok = ok and self.drain_state.stage is Stage.DRAINING   # not ended meanwhile
+        self._feed(Handoff.ANSWERED)
         self._handoff_event("drained" if ok else "not-drained")
         return {"drained": ok, "in_flight": sup.in_flight, "steps": self.api.running_steps(),
                 "waited_for": waited_for, "seconds": round(loop.time() - start, 3)}
 
     def resume(self) -> dict[str, Any]:
-        """Abort path: serve again as if nothing happened; paused operations go on."""
+        """Abort path: serve again as if nothing happened; paused operations go on.
+        ``resumed: false`` from a generation that retires or stood down."""
+        return {"resumed": self._feed(Handoff.RESUME) is Action.RESUME}
+
+    def end_held(self, event: Handoff, why: str) -> None:
+        """backend.drainwatch: the guardian left the handoff (``LEFT``, ``EXPIRED``:
+        serve again) or a newer epoch holds the owner (``FENCED``: stand down)."""
+        self._feed(event, why)
+
+    def _feed(self, event: Handoff, why: str | None = None) -> Action:
+        """One event of the handoff machine, and what it asks for. Raises
+        OperationInProgress for a request it refuses."""
+        stage = self.drain_state.stage
+        action = self.drain_state.feed(event, time.monotonic())
+        if action is Action.REFUSE:
+            raise OperationInProgress(f"cannot {event}: this generation is {stage} (a "
+                                      "handoff holds it, or ended it)", {"stage": str(stage)})
+        if action is Action.RESUME:
+            self._serve_again(why)
+        elif action is Action.STAND_DOWN:
+            self._stand_down(why)
+        elif action is Action.RETIRE:
+            self._retire()
+        return action
+
+    def _serve_again(self, why: str | None) -> None:
         assert self.sup is not None and self.server is not None
-        self.draining = False
+        self._stop_watch()
         self.server.end_drain()
         self.sup.thaw()
         self._thawed.set()
         if self.api is not None:
             self.api.unpause()
-        self._handoff_event("resumed")
-        return {"resumed": True}
+        if why is None:
+            self._handoff_event("resumed")
+        else:
+            log.warning("resuming as the incumbent: %s", why)
+            self._handoff_event("resumed", by="itself", why=why)
+
+    def _stand_down(self, why: str | None) -> None:
+        """A candidate holds the owner: this generation acts never again. The API keeps
+        draining (changes get SHUTTING_DOWN; status and the control methods answer) and
+        decisions stay frozen until the guardian retires it."""
+        assert self.sup is not None
+        self._stop_watch()
+        self.sup.fenced = True
+        log.error("standing down for good: %s", why)
+        self._handoff_event("stood-down", why=why)
+
+    def _retire(self) -> None:
+        self._stop_watch()
+        if self.server is not None:
+            self.server.begin_drain()
+        self._handoff_event("retiring")
+        self._done.set()
+
+    def _stop_watch(self) -> None:
+        watch, self._drain_watch = self._drain_watch, None
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()
 
     def checkpoint(self, path: str) -> dict[str, Any]:
         """Write the handoff checkpoint (0600, atomic). Never logged: it holds env.
@@ -439,6 +517,8 @@ class Generation:
             raise OperationInProgress(
                 "not drained: a step or an owner call is still running; drain first",
                 {"steps": steps, "in_flight": self.sup.in_flight, "frozen": self.sup.frozen})
+        self._feed(Handoff.CHECKPOINT)
+        self.checkpoint_path = path
         self._handoff_event("checkpointed")
         persist(self)
         inventory = self.sup.inventory()
@@ -456,6 +536,7 @@ class Generation:
         sup = self.sup
         return {"activation": self.activation, "epoch": self.epoch, "ready": self.ready,
                 "draining": self.draining, "fenced": bool(sup and sup.fenced),
+                "handoff": str(self.drain_state.stage),
                 "identity": self.identity.to_wire(),
                 "owner": self.owner_identity.to_wire() if self.owner_identity else None,
                 "release": self.handoff.get("release"), "mode": self.handoff.get("mode"),
@@ -466,13 +547,12 @@ class Generation:
                 "adoption": self.adoption.to_wire(), "started_at": self.started_at}
 
     def retire(self) -> None:
-        self._handoff_event("retiring")
-        self._done.set()
+        self._feed(Handoff.RETIRE)
 
-    def _handoff_event(self, phase: str) -> None:
+    def _handoff_event(self, phase: str, **detail: Any) -> None:
         if self.events is not None:
             self.events.record("handoff", phase=phase, activation=self.activation,
-                               epoch=self.epoch)
+                               epoch=self.epoch, **detail)
 
     async def run_until_retired(self) -> None:
         loop = asyncio.get_running_loop()
@@ -494,6 +574,7 @@ class Generation:
         await self.metrics.apply(self.config.metrics.listen)
 
     async def close(self) -> None:
+        self._stop_watch()
         if self.metrics is not None:
             await self.metrics.close()  # first: the next generation binds the port
         for t in self._tasks:

@@ -524,6 +524,18 @@ class Coordinator:
         from .recovery import read_certificate
         return read_certificate(self.paths.recovery_db)
 
+    def certificate_refusal(self, cert: dict[str, Any]) -> str | None:
+        """Why recovery would refuse ``cert`` although it is marked valid (right after
+        an upgrade it is the previous release's until the new generation certifies);
+        None when it would not, or when it is not valid anyway."""
+        body = cert.get("body")
+        if not cert.get("valid") or not isinstance(body, dict):
+            return None
+        from .recovery import refusal
+        owner = self.owner_identity.to_wire() if self.owner_identity else None
+        return refusal(body, self.state.selector().current, owner,
+                       self.state.grant_for(str(body.get("activation"))))
+
     def prune(self) -> int:
         """After an activation: old files (prune_files) and the finished activations
         beyond ``[retention] activations``. Returns how many files were removed."""
@@ -591,8 +603,10 @@ class Coordinator:
         last = self.state.activations(1)
         try:
             cert = self.certificate()
+            refused = self.certificate_refusal(cert)
         except Exception as exc:
             cert = {"valid": False, "error": f"unreadable: {GuardianFault.wrap(exc).msg}"}
+            refused = None
         body = cert.get("body") or {}
         return {
             "kind": "tenure-supervisor-state", "format": 1, "updated_at": time.time(),
@@ -605,7 +619,9 @@ class Coordinator:
                          "revision": sel.revision},
             "backend": self.current.to_wire() if self.current else None,
             "last_activation": last[0].to_wire() if last else None,
-            "certificate": {"valid": cert.get("valid", False),
+            # valid: it would be accepted; refused: why one marked valid would not be
+            "certificate": {"valid": bool(cert.get("valid")) and refused is None,
+                            "refused": refused,
                             "age": round(time.time() - body["at"], 1) if "at" in body
                             else None, "launches": body.get("launches"),
                             "error": cert.get("error"),

@@ -35,9 +35,13 @@ from .schemas import check as check_schemas
 from .schemas import declared, on_disk
 from .state import Activation
 
-__all__ = ["POINTS", "abort_requested_error", "restore_previous", "upgrade"]
+__all__ = ["CERTIFY_TRIES", "POINTS", "abort_requested_error", "certify_new", "restore_previous",
+           "upgrade"]
 
 log = logging.getLogger("tenure.guardian")
+
+CERTIFY_TRIES = 10   # how often a verified generation is asked for its first certificate,
+CERTIFY_EVERY = 0.1  # and how many seconds apart
 
 # every await point of a handoff where the fault harness may inject (guardian.faults)
 POINTS = ("check.owner", "check.preflight", "standby", "admit", "drain", "checkpoint",
@@ -219,9 +223,10 @@ class _Handoff:
         self.checkpoint = read_json(self.path, "tenure-checkpoint")
         detail = await co.verify_generation(epoch, self.checkpoint)
         self.act = co.advance(self.act, Phase.VERIFIED, detail)
+        certified = await certify_new(co, bp)
         co.point("complete")
-        self.act = co.advance(self.act, Phase.COMPLETE, outcome=Outcome.SUCCESS,
-                              select=(self.act.release, self.revision))
+        self.act = co.advance(self.act, Phase.COMPLETE, {"certified": certified},
+                              outcome=Outcome.SUCCESS, select=(self.act.release, self.revision))
 
     async def fail(self, exc: Exception) -> None:
         """End the activation as its phase requires. Never raises."""
@@ -283,7 +288,8 @@ async def restore_previous(co: Coordinator, act: Activation, cause: TenureError,
         co.point("restore.verify")
         detail = await co.verify_generation(epoch, checkpoint)
         previous = co.advance(previous, Phase.VERIFIED, detail)
-        co.advance(previous, Phase.COMPLETE, outcome=Outcome.SUCCESS)
+        co.advance(previous, Phase.COMPLETE, {"certified": await certify_new(co, bp)},
+                   outcome=Outcome.SUCCESS)
     except Exception as exc:
         err = GuardianFault.wrap(exc)
         log.error("restoring the previous release failed: %s", err)
@@ -291,6 +297,34 @@ async def restore_previous(co: Coordinator, act: Activation, cause: TenureError,
         co.end(co.state.activation(previous.id), Phase.UNCERTAIN, err)
         return co.end(co.state.activation(act.id), Phase.UNCERTAIN, err)
     return co.end(co.state.activation(act.id), Phase.ROLLED_BACK, cause)
+
+
+async def certify_new(co: Coordinator, bp: BackendProcess) -> bool:
+    """Ask the generation just verified for its first recovery certificate, before its
+    activation completes. Until it has one, the certificate on disk is its
+    predecessor's — another grant and, after an upgrade, another release than the
+    selected one — and recovery refuses it: a crash right after the handoff, the
+    likeliest moment for a new release to crash, would be blocked. A generation
+    certifies only when quiet, so it is asked again (CERTIFY_TRIES times, CERTIFY_EVERY
+    apart); when it still cannot, it keeps trying on its own (every 0.5 s until its
+    first certificate). Returns whether a certificate of it vouches now. Raises what
+    the call raised when the generation is gone (the activation then fails where it
+    is)."""
+    for attempt in range(CERTIFY_TRIES):
+        if attempt:
+            await co.sleep(CERTIFY_EVERY)
+        try:
+            if (await co.control("generation.certify"))["published"]:
+                return True
+        except TenureError as exc:
+            if not bp.alive():
+                raise
+            log.warning("generation %s could not certify now (%s); it certifies on its "
+                        "own once it can", bp.activation, exc)
+            return False
+    log.warning("generation %s is not quiet enough to certify yet; until it is, recovery "
+                "from a crash of it would be blocked", bp.activation)
+    return False
 
 
 def _result(co: Coordinator, act: Activation) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from protocol.digest import inventory_digest
 from protocol.durable import connect_read_only
 from protocol.errors import StateCorrupt
 
-__all__ = ["digest", "read_certificate"]
+__all__ = ["digest", "read_certificate", "refusal"]
 
 digest = inventory_digest
 
@@ -37,3 +37,21 @@ def read_certificate(path: str) -> dict[str, Any]:
         return {"valid": False, "body": None, "updated_at": None}
     return {"valid": bool(row[0]), "body": json.loads(row[1]) if row[1] else None,
             "updated_at": row[2]}
+
+
+def refusal(body: dict[str, Any], selected: str | None, owner: dict[str, Any] | None,
+            granted: int | None) -> str | None:
+    """Why recovery would refuse a certificate marked valid, whatever the owner runs
+    now (guardian.cold compares the inventory as well): it names another owner
+    instance, another release than ``selected``, or a grant this guardian never issued
+    (``granted``: the epoch of the grant recorded for its activation). None when none
+    of these holds. ``owner`` None: not known, not compared. With no application
+    running, recovery starts all the same."""
+    if owner is not None and body.get("owner") != owner:
+        return "the certificate names another owner instance"
+    if body.get("release") != selected:
+        return "the certificate was written by another release than the selected one"
+    epoch = body.get("epoch")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or granted != epoch:
+        return "the certificate names a grant this guardian never issued"
+    return None
