@@ -115,6 +115,8 @@ def _certificate(cert: dict[str, Any]) -> str:
                 " launches")
     if cert.get("error"):
         return f"unusable ({cert['error']})"
+    if cert.get("refused"):
+        return f"refused ({cert['refused']})"
     if cert.get("invalidated"):
         return f"invalidated ({cert['invalidated']} in progress)"
     if cert.get("age") is None:
@@ -221,7 +223,13 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
         return _state("ready", None)
     if cert.get("error"):
         return _state("unavailable", f"the recovery certificate is {cert['error']}")
+    if cert.get("refused") and not backend.get("alive"):
+        return _state("unavailable", f"recovery would refuse the certificate: "
+                      f"{cert['refused']}")
     if backend.get("alive"):
+        if cert.get("refused"):
+            return _state("pending", f"the certificate is refused ({cert['refused']}); "
+                          "the backend writes its own within seconds")
         if cert.get("invalidated"):
             since = dur(time.time() - cert["changed_at"]) if cert.get("changed_at") else "?"
             return _state("pending", f"{cert['invalidated']} in progress for {since}; the "

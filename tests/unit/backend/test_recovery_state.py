@@ -46,6 +46,12 @@ def answer(**kw: Any) -> dict[str, Any]:
     (answer(last_activation={**DONE, "phase": "uncertain", "outcome": "uncertain"}),
      "unavailable", "activation act-1 is uncertain"),
     (answer(last_activation=None), "ready", None),
+    (answer(certificate={"valid": False, "age": 1.0, "launches": 4,
+                         "refused": "written by another release than the selected one"}),
+     "pending", "the certificate is refused (written by another release"),
+    (answer(backend=None, certificate={"valid": False, "age": 1.0, "launches": 4,
+                                       "refused": "for another owner instance"}),
+     "unavailable", "recovery would refuse the certificate: for another owner instance"),
 ])
 def test_recovery_state(r: dict[str, Any], state: str, reason: str | None) -> None:
     got = render.recovery_state(r)
