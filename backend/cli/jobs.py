@@ -100,12 +100,14 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
 def _retrying(fn: Callable[[], Any], deadline: float, lost_ok: bool) -> Any:
     """``fn()``, again while the backend is away (a request certainly not handled) or,
     with ``lost_ok``, while its answer is lost (safe only for a keyed submission or a
-    read)."""
+    read). Not while tenure is stopped (neither the guardian nor the owner runs): no
+    backend is coming, and the wait was silent for up to an hour."""
     while True:
         try:
             return fn()
-        except _AWAY:
-            if time.monotonic() >= deadline:
+        except _AWAY as exc:
+            down = isinstance(exc, BackendUnavailable) and exc.data.get("stopped") is not None
+            if down or time.monotonic() >= deadline:
                 raise
         except OutcomeUnknown:
             if not lost_ok or time.monotonic() >= deadline:

@@ -149,3 +149,12 @@ def test_a_timeout_out_of_range_is_refused_before_anything_is_asked(tmp_path, ca
     assert not home.exists()                     # nothing was done
     assert main(["--home", str(home), *argv]) == 2
     assert "--timeout" in capsys.readouterr().err
+
+
+def test_job_run_where_tenure_is_not_running_says_so_at_once(tmp_path) -> None:
+    """A keyed run retries while the backend is between generations; with nothing
+    running at all it waited silently for up to an hour."""
+    done = subprocess.run([*CLI, "--home", str(tmp_path / "h"), "job", "run", "s/j",
+                           "--key", "k"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done
+    assert "BACKEND_UNAVAILABLE" in done.stderr and "tenure is not running" in done.stderr
