@@ -59,9 +59,9 @@ REASONS: dict[str, str] = {
         "ms each (median) on an idle machine and 3.6 ms with one busy process beside "
         "them (p90 9 ms), while one CPU is free. Making `status` cheap (the poll asks "
         "every 5 ms) left this figure as it was in 16 alternating runs. In the run "
-        "below supervisord took 0.297 s (0.340 s in the previous published run), "
-        "tenure 0.412 s (0.373 s); the five repetitions: supervisord 0.29-0.33 and "
-        "tenure 0.38-0.47 s. "
+        "below supervisord took 0.305 s (0.297 s in the previous published run), "
+        "tenure 0.376 s (0.412 s); the five repetitions: supervisord 0.27-0.33 and "
+        "tenure 0.36-0.43 s. "
         "The owner's descriptor table sized at start (see the owner's launches below) "
         "took ~20 ms off in 8 alternating starts (medians 0.468 -> 0.450 s). "
         "Probes of one start on a quieter machine (0.441 s): the command "
@@ -91,8 +91,9 @@ REASONS: dict[str, str] = {
         "the next, against tenure's 0.091 and 0.110 s); in the run before the change "
         "0.91x at 50 and 1.02x at 200, since then 0.70x and 0.81x, 0.72x and 0.78x, "
         "0.85x and 1.04x (tenure 0.093 and 0.109 s; supervisord 0.109 s at 50, circus "
-        "0.105 s at 200), 0.66x and 0.72x, and in the run below 0.95x and 0.80x "
-        "(tenure 0.098 and 0.085 s; supervisord 0.102 s, circus 0.106 s). The waiting "
+        "0.105 s at 200), 0.66x and 0.72x, 0.95x and 0.80x, and in the run below 0.73x "
+        "and 0.81x (tenure 0.076 and 0.087 s; supervisord 0.104 s, circus 0.107 s). "
+        "The waiting "
         "`tenure up` returns at about the 'all running' time, with the apply's outcome "
         "and the status table."),
     "ratio_status": (
@@ -104,11 +105,13 @@ REASONS: dict[str, str] = {
     "ratio_restart": (
         "the restart crosses two processes and four socket hops on two CPUs, and the "
         "benchmark sees it through the API, asked every 0.5 ms. In the run below "
-        "tenure took 2.98 ms at 50 and 3.47 ms at 200, supervisord 5.12 and 7.49 ms: "
-        "0.58x and 0.46x, where the previous published runs gave 0.63x and 0.65x "
-        "(3.01 and 4.02 against 4.75 and 6.20 ms), 0.80x and 0.47x, 0.63x and 0.44x, "
+        "tenure took 3.10 ms at 50 and 3.74 ms at 200, supervisord 4.68 and 6.17 ms: "
+        "0.66x and 0.61x, where the previous published runs gave 0.58x and 0.46x "
+        "(2.98 and 3.47 against 5.12 and 7.49 ms), 0.63x and 0.65x, 0.80x and 0.47x, "
+        "0.63x and 0.44x, "
         "0.63x and 0.61x, 0.43x and 0.53x, 0.62x and 0.43x. The five repetitions at "
-        "50: tenure 2.72-3.89 ms, supervisord 4.50-6.54 ms. What fell "
+        "50: tenure 2.52-3.46 ms, supervisord 4.08-4.81 ms; at 200: tenure 3.33-4.33, "
+        "supervisord 5.55-7.75 ms. What fell "
         "earlier: the owner read a new process's start ticks from /proc/PID/stat while the child "
         "was still inside its exec, ~0.9 ms in the median on an otherwise idle machine; "
         "they now come from the boot clock read around the fork (exact; /proc only when "
@@ -164,7 +167,7 @@ REASONS: dict[str, str] = {
         "release's verification), imports the backend (~40 ms) and reports: `checked` "
         "takes ~0.11 s with 200 apps; then the pause (drain, checkpoint, fence, retire, "
         "activate; the standby parsed the config meanwhile) ~0.05 s; the command's own "
-        "start ~0.05 s. 0.20 s at 200 apps in the run below."),
+        "start ~0.05 s. 0.19 s at 200 apps in the run below."),
     # component benchmarks (COMPONENT_TARGETS)
     "spawn_per_s": (
         "two launches of every 200 in a fresh owner stalled for 12-35 ms each, until "
@@ -177,9 +180,9 @@ REASONS: dict[str, str] = {
         "figure is a round trip: ~1.0-1.4 ms on this machine. Taking the new process's "
         "start ticks from the boot clock instead of /proc (see kill -9 above) raised it "
         "from 726-765 to 801-981/s in 3 runs each on a quiet machine, 661 to 698/s in "
-        "the published runs; 1,231/s in the run below (its five repetitions: "
-        "987-1,340/s; medians 1,029, 1,114 and 1,186/s in the three published runs "
-        "before, and 763/s, 700-833/s, before the descriptor table was sized). "
+        "the published runs; 1,210/s in the run below (its five repetitions: "
+        "1,189-1,352/s; medians 1,029, 1,114, 1,186 and 1,231/s in the four published "
+        "runs before, and 763/s, 700-833/s, before the descriptor table was sized). "
         "Probes in the owner, 300 "
         "launches at ~980/s, medians per launch: the request decoded and checked, to "
         "the starting row's commit 77 us; that commit 65 us; Popen ~0.41 ms (vfork: the "
@@ -226,9 +229,9 @@ REASONS: dict[str, str] = {
         "its API listens 12.4 (the checkpoint read and checked 1.9; the inventory, "
         "the intents and 200 instances restored 4.7; the owner's handshake 1.2; its "
         "stores 1.3), its first answer ~2.8 ms later. The pause moves with the "
-        "machine's load: the five repetitions of the run below gave 32.2, 35.6, 33.2, "
-        "33.4 and 39.3 ms, those of the previous published run 35.1, 34.9, 42.3, 41.3 "
-        "and 34.7 ms, and before the changes of the round that took it under 50 ms "
+        "machine's load: the five repetitions of the run below gave 27.6, 28.1, 27.4, "
+        "30.7 and 27.5 ms, those of the previous published run 32.2, 35.6, 33.2, 33.4 "
+        "and 39.3 ms, and before the changes of the round that took it under 50 ms "
         "43.4, 64.0, 70.0, 67.7 and 42.0 ms."),
     "upgrade_call_p50_ms": "",
 }
