@@ -40,8 +40,26 @@ if TYPE_CHECKING:
     from .generation import Generation
 
 __all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "api_call", "default_sigint",
-           "fake_generation", "force_rmtree", "free_port", "go_stale", "no_sleep",
-           "ready_generation", "seal_once", "until"]
+           "fake_generation", "force_rmtree", "free_port", "go_stale", "in_thread",
+           "no_sleep", "ready_generation", "seal_once", "until"]
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+    """Run ``fn`` (a blocking call, e.g. an upgrade) in a daemon thread: the thread, and
+    a dict that gets ``ok`` (its answer) or ``err`` (the TenureError it raised)."""
+    import threading
+
+    from protocol.errors import TenureError
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["ok"] = fn()
+        except TenureError as exc:
+            out["err"] = exc
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
 
 
 def default_sigint() -> None:

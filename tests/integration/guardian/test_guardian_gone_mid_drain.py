@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from backend.testing import in_thread
 from protocol.errors import ShuttingDown, TenureError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,24 +45,11 @@ CONFIG = ('[stacks.s.apps.sl]\ncommand = ["sleep", "100000"]\nrestart = "always"
           f'restart = "always"\nstop = {{ timeout = {STOP_S} }}\n')
 
 
-def _in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["ok"] = fn()
-        except TenureError as exc:
-            out["err"] = exc
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out
-
-
 def _upgrade(cluster: Any, release: str) -> tuple[threading.Thread, dict[str, Any]]:
     def go() -> Any:
         with cluster.guardian() as g:
             return g.call("upgrade", {"release": release})
-    return _in_thread(go)
+    return in_thread(go)
 
 
 def _generation(cluster: Any) -> dict[str, Any]:
@@ -72,7 +60,7 @@ def _generation(cluster: Any) -> dict[str, Any]:
 def _slow_restart_draining(cluster: Any, new: str) -> tuple[Any, Any]:
     """Restart the app that takes STOP_S to stop, start an upgrade: its drain waits for
     that step. Returns once the incumbent drains (threads of the restart, the upgrade)."""
-    restart = _in_thread(lambda: cluster.cli("restart", "s/slow"))
+    restart = in_thread(lambda: cluster.cli("restart", "s/slow"))
     cluster.wait(lambda: cluster.apps()["s/slow/0"]["state"] == "stopping", 20, "stopping")
     upgrade = _upgrade(cluster, new)
     cluster.wait(lambda: _generation(cluster)["draining"], 60, "the incumbent draining")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 from typing import Any
 
 import pytest
 
-from protocol.errors import OperationInProgress, ShuttingDown, TenureError
+from backend.testing import in_thread
+from protocol.errors import OperationInProgress, ShuttingDown
 
 STOP_SECONDS = 2.0
 
@@ -48,19 +48,6 @@ def wait_armed(cluster: Any, armed: Any, apps: dict[str, dict[str, Any]]) -> Non
     """Until every process of ``apps`` (wait_ready's answer) has its SIGTERM handler."""
     pids = {str(a["pid"]) for a in apps.values()}
     cluster.wait(lambda: pids <= set(os.listdir(armed)), 30, "handlers in place")
-
-
-def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["ok"] = fn()
-        except TenureError as exc:
-            out["err"] = exc
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out
 
 
 def control(cluster: Any, method: str, params: dict[str, Any] | None = None) -> Any:
