@@ -57,31 +57,43 @@ class InstanceCommands:
 
     async def _wait_settled(self, keys: list[str], states: tuple[im.State, ...],
                             timeout: float | None, *, until_drain: bool,
-                            moved: dict[str, int] | None = None
+                            moved: dict[str, int] | None = None,
+                            deferred: dict[str, asyncio.Future[bool]] | None = None
                             ) -> tuple[bool, dict[str, str]]:
         """Wait until every instance is in ``states`` (or, with ``until_drain``, a drain
         began). Returns whether they are, and their public states. With ``moved`` (key:
         its generation when asked) an instance launched again since also counts: it was
-        down in between, and a later start took it up again at once."""
+        down in between, and a later start took it up again at once. With ``deferred``
+        (key: its start wanted once it is down) an instance whose start was withdrawn
+        ends the wait for it, unsettled: it stays stopped."""
         def done(k: str) -> bool:
             inst = self.sup.instances[k]
             return inst.state in states or (moved is not None
                                             and inst.generation != moved[k])
 
+        def withdrawn(k: str) -> bool:
+            f = (deferred or {}).get(k)
+            return f is not None and f.done() and (f.cancelled() or not f.result())
+
         def settled() -> bool:
             return all(done(k) for k in keys if k in self.sup.instances)
-        await self.sup.wait(lambda: settled() or (until_drain and self.gate.paused), timeout)
+
+        def ended() -> bool:
+            return all(done(k) or withdrawn(k) for k in keys if k in self.sup.instances)
+        await self.sup.wait(lambda: ended() or (until_drain and self.gate.paused), timeout)
         return settled(), {k: str(self.sup.instances[k].public_state)
                            for k in keys if k in self.sup.instances}
 
     async def _settle(self, keys: list[str], states: tuple[im.State, ...], timeout: float,
-                      what: str, moved: dict[str, int] | None = None) -> dict[str, Any]:
+                      what: str, moved: dict[str, int] | None = None,
+                      deferred: dict[str, asyncio.Future[bool]] | None = None
+                      ) -> dict[str, Any]:
         """Wait for the instances of a change already made to settle. Raises ShuttingDown
         when a drain begins first: the change is in the instances and whoever continues
         (the next generation, or this one after an abort) carries it on, but this
         request cannot see it settle."""
         ok, public = await self._wait_settled(keys, states, timeout, until_drain=True,
-                                              moved=moved)
+                                              moved=moved, deferred=deferred)
         if not ok and self.gate.paused:
             raise ShuttingDown(f"the backend is handing over to another generation before "
                                f"{what} settled; the change was made and goes on there "
@@ -99,13 +111,17 @@ class InstanceCommands:
         keys = self._targets(target)
         self._refuse_stopped_stacks(keys)
         self._require_owner(f"start {target}")
+        deferred: dict[str, asyncio.Future[bool]] = {}
         with self.gate.step(f"start {target}"):
             for k in keys:
                 if self.sup.instances[k].state is im.State.STOPPING:   # after the stop
-                    self._start_when_down(k, f"start {k}", stop=False, timeout=timeout)
+                    step = self._start_when_down(k, f"start {k}", stop=False,
+                                                 timeout=timeout)
+                    # the start itself: resolved in the turn that withdraws it
+                    deferred[k] = self.sup.pending_start(k) or step
                 else:
                     self.sup.feed(k, im.Start())
-        return await self._settle(keys, UP, timeout, f"start {target}")
+        return await self._settle(keys, UP, timeout, f"start {target}", deferred=deferred)
 
     async def stop(self, call: Call) -> Any:
         """Settled once each instance was down, even if a start asked after this one

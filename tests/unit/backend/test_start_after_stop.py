@@ -193,3 +193,30 @@ def test_a_stop_of_several_instances_counts_one_a_later_start_took_up_again(
             assert (await asyncio.wait_for(start, 5))["instances"] == {"s/a/0": "ready"}
 
     asyncio.run(main())
+
+
+def test_a_start_whose_deferred_start_a_later_stop_withdraws_answers_at_once(
+        tmp_path: Path):
+    """A start asked while the instance still stopped waits to start it once it is
+    down; a stop asked after it withdraws that start. The start then waited out its
+    whole --timeout for an instance that would stay stopped."""
+    async def main() -> None:
+        owner = FakeOwner()
+        async with ready_generation(tmp_path, owner, ONE) as gen:
+            owner.hold("stop")
+            first_stop = asyncio.create_task(gen.api.stop(api_call(
+                "stop", target="s/a/0", timeout=30.0)))
+            await until(lambda: bool(owner.sent("stop")), "stopping")
+            start = asyncio.create_task(gen.api.start(api_call(
+                "start", target="s/a/0", timeout=30.0)))
+            await until(lambda: gen.sup.pending_start("s/a/0") is not None, "deferred")
+            second_stop = asyncio.create_task(gen.api.stop(api_call(
+                "stop", target="s/a/0", timeout=30.0)))
+            answer = await asyncio.wait_for(start, 5.0)        # not its 30 s
+            assert answer == {"settled": False, "instances": {"s/a/0": "stopping"}}, answer
+            owner.release("stop")
+            await first_stop
+            await second_stop
+            assert gen.sup.instances["s/a/0"].state is State.STOPPED
+
+    asyncio.run(main())
