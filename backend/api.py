@@ -28,6 +28,7 @@ from .api_instances import UP, InstanceCommands
 from .api_logs import LogsReading
 from .certify import publish_certificate
 from .config import parse_recent
+from .drainwatch import Caller
 from .enforce import Host, check_config, identity_view
 from .events_api import events_methods
 from .jobs.api import JobApi
@@ -197,7 +198,8 @@ class Api(InstanceCommands, LogsReading):
         return self.gen.status()
 
     async def gen_drain(self, call: Call) -> Any:
-        return await self.gen.drain(call.params["timeout"])
+        # who asks (the guardian): a drain whose asker is gone is ended (drainwatch)
+        return await self.gen.drain(call.params["timeout"], Caller.of(call.peer.pid))
 
     async def gen_resume(self, call: Call) -> Any:
         return self.gen.resume()
@@ -407,8 +409,7 @@ class Api(InstanceCommands, LogsReading):
         plan = new_plan(self.gen.config, new, text, source, self._live(),
                         running=running_definitions(self.sup.instances.values()))
         self.store.add_plan(plan)
-        stopped = [s for s in plan["stacks"]   # what the plan changes there stays down
-                   if self.intents.get(s, {}).get("intent") == "stopped"]
+        stopped = sorted(set(plan["stacks"]) & self.stopped_stacks())   # stays down
         return {**{k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
                                         "live_revision", "stacks")},
                 "jobs": job_changes(self.gen.config, new),
@@ -506,8 +507,8 @@ class Api(InstanceCommands, LogsReading):
 
     async def stack_start(self, call: Call) -> Any:
         stack = call.params["stack"]
-        stopped = self.intents.get(stack, {}).get("intent") == "stopped"
-        if stack not in self.gen.config.stacks and not stopped:   # stopped: clear it
+        # a stack removed from the config while stopped may be started: that clears it
+        if stack not in self.gen.config.stacks and stack not in self.stopped_stacks():
             raise NotFound(f"no stack {stack!r} in the applied config", {"stack": stack})
         with self.gate.step(f"stack start {stack}"):
             await self._set_intent(stack, "running")

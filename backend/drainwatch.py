@@ -23,20 +23,18 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from protocol.errors import TenureError
 from protocol.procfs import running, start_ticks
-from protocol.server import Call, Method
 
 from .drainstate import Event, Stage
 
 if TYPE_CHECKING:
     from .generation import Generation
 
-__all__ = ["FENCE_GRACE_S", "WATCH_S", "WITHDRAWN", "Caller", "DrainWatch", "deadline",
-           "held_api"]
+__all__ = ["FENCE_GRACE_S", "WATCH_S", "WITHDRAWN", "Caller", "DrainWatch", "deadline"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -69,19 +67,6 @@ class Caller:
         if self.pid is None:
             return False
         return self.ticks is None or not alive(self.pid, self.ticks)
-
-
-def held_api(methods: dict[str, Method], note: Callable[[Caller], None]
-             ) -> dict[str, Method]:
-    """The API's table (backend.api) with what a held generation needs: ``note`` hears
-    who asks for each drain (the process whose end lets the generation end that drain
-    itself)."""
-    drain = methods["generation.drain"]
-
-    async def drain_noting_caller(call: Call) -> Any:
-        note(Caller.of(call.peer.pid))
-        return await drain.handler(call)
-    return {**methods, "generation.drain": replace(drain, handler=drain_noting_caller)}
 
 
 def deadline(stage: Stage, since: float, began: float, timeout: float) -> float | None:

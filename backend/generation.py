@@ -39,7 +39,7 @@ from protocol.handover import (
 from protocol.identity import Identity, new_identity
 from protocol.layout import Layout
 from protocol.link import Link, LinkEvent, LinkState
-from protocol.server import MAX_INFLIGHT, Method, RpcServer
+from protocol.server import MAX_INFLIGHT, RpcServer
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
 from protocol.stray import ignore_stray_signals
 from protocol.tasks import background
@@ -57,7 +57,7 @@ from .certify import certificate_loop, persist, persist_loop
 from .config import parse_recent, parsed_before
 from .drainstate import PUBLIC, Action, DrainState, Stage
 from .drainstate import Event as Handoff
-from .drainwatch import Caller, DrainWatch, held_api
+from .drainwatch import Caller, DrainWatch
 from .enforce import app_uids
 from .events import EventLog
 from .jobs.resume import audit
@@ -112,7 +112,6 @@ class Generation:
         self.ready = False
         self.drain_state = DrainState(time.monotonic())   # backend.drainstate
         self.checkpoint_path: str | None = None   # the last checkpoint written
-        self._drain_caller: Caller | None = None  # who asks for the drain being begun
         self._drain_watch: asyncio.Task[None] | None = None
         self.started_at = time.time()
         self._done = asyncio.Event()
@@ -172,7 +171,7 @@ class Generation:
         from .api import Api
         self.api = Api(self)
         self.server = RpcServer(self.layout.api_sock, self.identity, {"tenureApi": 1},
-                                self._methods(), timings=self.rpc_timings)
+                                self.api.methods(), timings=self.rpc_timings)
         await self.server.start()
         self.share_api()
         await self.api.resume_operations()
@@ -236,15 +235,6 @@ class Generation:
         else:
             log.warning("%d instances lost their process while no backend watched; "
                         "starting them again: %s", len(lost), lost[:10])
-
-    def _methods(self) -> dict[str, Method]:
-        """The API's table as a held generation serves it (backend.drainwatch.held_api):
-        noting who asks for a drain."""
-        assert self.api is not None
-        return held_api(self.api.methods(), self._note_drain_caller)
-
-    def _note_drain_caller(self, caller: Caller) -> None:
-        self._drain_caller = caller
 
     def share_api(self) -> None:
         """Who may use the API: the admin always; the configured viewer group read-only,
@@ -413,7 +403,7 @@ class Generation:
         """Whether a handoff holds the generation (changes are refused)."""
         return PUBLIC[self.drain_state.stage]
 
-    async def drain(self, timeout: float) -> dict[str, Any]:
+    async def drain(self, timeout: float, caller: Caller | None = None) -> dict[str, Any]:
         """Refuse new public requests; let the steps already running end while the
         reconciler still acts (no new step begins); then freeze decisions and wait for
         the owner calls in flight. A drain whose steps do not end in time does not
@@ -424,13 +414,12 @@ class Generation:
         drain it leaves is ended here (then this one answers ``drained: false``)."""
         assert self.sup is not None and self.server is not None and self.api is not None
         sup, loop = self.sup, asyncio.get_running_loop()
-        caller, self._drain_caller = self._drain_caller or Caller(), None
         start = loop.time()
         self._feed(Handoff.DRAIN)
         self._handoff_event("draining")
         self.server.begin_drain()
         self.api.pause()
-        self._drain_watch = background(DrainWatch(self, caller, timeout).run(),
+        self._drain_watch = background(DrainWatch(self, caller or Caller(), timeout).run(),
                                        "drain watch", log)
         waited_for = self.api.running_steps()
         ok = await self.api.wait_paused(timeout)

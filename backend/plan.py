@@ -41,10 +41,14 @@ STALE = "running an older definition"
 
 
 def running_definitions(instances: Iterable[Any]) -> dict[str, dict[int, str]]:
-    """:data:`Running` of the backend's instances (each with ``app`` and ``index``)."""
+    """:data:`Running` of the backend's instances (each with ``app`` and ``index``); an
+    App shared by instances is digested once."""
     out: dict[str, dict[int, str]] = {}
+    digests: dict[int, str] = {}
     for inst in instances:
-        out.setdefault(inst.app.key, {})[inst.index] = inst.app.definition_digest()
+        app = inst.app
+        digest = digests.get(id(app)) or digests.setdefault(id(app), app.definition_digest())
+        out.setdefault(app.key, {})[inst.index] = digest
     return out
 
 
