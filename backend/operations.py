@@ -24,6 +24,7 @@ from protocol.errors import Conflict, OperationInProgress
 
 from . import explain
 from . import instance as im
+from .after_stop import DOWN
 from .config import parse_recent
 from .model import App, Config
 from .plan import steps_for
@@ -36,7 +37,6 @@ __all__ = ["OperationRunner"]
 log = logging.getLogger("tenure.backend")
 
 RUNNING, COMPLETE, FAILED, ABANDONED = "running", "complete", "failed", "abandoned"
-DOWN = frozenset({im.State.STOPPED, im.State.EXITED, im.State.FAILED})
 STEP_TIMEOUT_SLACK = 30.0
 
 
