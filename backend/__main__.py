@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 CLOSE_LIMIT = 5.0       # the guardian asks for SIGTERM 10 s after its retire request
 EXIT_CLOSE_STUCK = 3
 EXIT_HOME_LOST = 6
+EXIT_FENCED = 7   # fenced off while serving: a newer generation holds the owner
 
 log = logging.getLogger("tenure.backend")
 
@@ -71,7 +72,7 @@ async def serve(home: Path, activation: str) -> int:
     finally:
         watcher.cancel()
         await close_bounded(gen.close())
-    return 0
+    return EXIT_FENCED if gen.stood_down else 0
 
 
 def _home_lost(loss: TenureError) -> NoReturn:

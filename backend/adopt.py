@@ -22,11 +22,13 @@ from msgspec import Struct, field
 from protocol.errors import BadRequest, IdentityMismatch
 
 from . import instance as im
+from .after_stop import DOWN, after_stop_bound
 from .model import Config
+from .store import BackendStore
 from .supervisor import Supervisor, instance_key
 
 __all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "missed_exits", "owner_replaced",
-           "relaunch_lost"]
+           "relaunch_lost", "resume_wanted_starts"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -185,3 +187,25 @@ def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str]
         if old.state is not im.State.STOPPING and old.app.stack not in stopped_stacks:
             sup.feed(key, im.Start())
     return lost
+
+
+def resume_wanted_starts(sup: Supervisor, store: BackendStore, stopped_stacks: set[str]
+                         ) -> list[str]:
+    """Take over the starts a previous generation recorded as wanted once their instance
+    is down (the second half of a restart, or a start asked while a stop ran) and did
+    not live to take: each instance is stopped (the owner may be stopping it still: a
+    stop is idempotent, and its exit is then the stop's, not a crash) and started once
+    down, as that generation would have. Ones whose instance is gone, or whose stack is
+    stopped, are forgotten. Returns the keys taken over."""
+    taken = []
+    for key in store.wanted_starts():
+        inst = sup.instances.get(key)
+        if inst is None or inst.app.stack in stopped_stacks:
+            store.drop_start(key, None)
+            continue
+        log.info("%s: a restart or start asked of the previous generation wanted it "
+                 "started once down; starting it as that generation would have", key)
+        sup.start_when_down(key, after_stop_bound(inst.app.stop, 0.0),
+                            stop=inst.state not in DOWN)
+        taken.append(key)
+    return taken

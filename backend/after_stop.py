@@ -14,7 +14,12 @@ Invariants, kept for every instance key:
   so whoever waits for it to be down sees it so.
 
 Each pending start is a future: True once the instance was started, False when
-withdrawn.
+withdrawn. With a journal (backend.db's ``starts_after_stop``) each one is also
+recorded before the stop it follows is sent (:meth:`StartsAfterStop.record`) and
+forgotten when taken or withdrawn: a generation that dies or closes meanwhile leaves it
+to the next one, which starts the instance once it is down (backend.adopt). Each record
+names the generation that made it; a generation forgets only its own, so one fenced off
+(which forgets all of its own) never erases a newer generation's.
 Construct inside the running loop; no clock of its own (deadlines use the loop's).
 """
 
@@ -23,11 +28,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from . import instance as im
 from .model import StopSpec
 
-__all__ = ["DOWN", "STOP_SLACK", "StartsAfterStop", "after_stop_bound"]
+__all__ = ["DOWN", "STOP_SLACK", "Journal", "StartsAfterStop", "after_stop_bound"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -45,11 +51,36 @@ def after_stop_bound(stop: StopSpec, timeout: float) -> float:
     return max(timeout, stop.timeout + stop.kill_after + STOP_SLACK)
 
 
+class Journal(Protocol):
+    """Where pending starts are kept across generations (backend.store.BackendStore)."""
+
+    def want_start(self, key: str, activation: str) -> None: ...
+
+    def drop_start(self, key: str, activation: str | None) -> None: ...
+
+
 class StartsAfterStop:
     """The pending starts, by instance key, each with the timer of its deadline."""
 
     def __init__(self) -> None:
         self._pending: dict[str, tuple[asyncio.Future[bool], asyncio.TimerHandle]] = {}
+        self.journal: Journal | None = None
+        self.activation = ""   # the generation whose records these are
+
+    def record(self, key: str) -> None:
+        """Make the start of ``key`` durable before the stop it follows is sent. Raises
+        what the journal raises: then nothing may be done."""
+        if self.journal is not None:
+            self.journal.want_start(key, self.activation)
+
+    def _forget(self, key: str) -> None:
+        if self.journal is None:
+            return
+        try:
+            self.journal.drop_start(key, self.activation)
+        except Exception as exc:  # the next generation would start it again: say so
+            log.error("%s: the ended start could not be forgotten in backend.db (%s); "
+                      "a generation that takes over may start it", key, exc)
 
     def __contains__(self, key: str) -> bool:
         return key in self._pending
@@ -83,23 +114,31 @@ class StartsAfterStop:
         try:
             start()
         except BaseException:
-            _resolve(fut, False)
+            _resolve(fut, False)   # still recorded: not done, whoever continues may
             raise
+        self._forget(key)
         _resolve(fut, True)
 
-    def withdraw(self, key: str, why: str, level: int = logging.INFO) -> None:
-        """Withdraw the pending start of ``key`` (none: nothing done)."""
+    def withdraw(self, key: str, why: str, level: int = logging.INFO, *,
+                 durable: bool = True) -> None:
+        """Withdraw the pending start of ``key`` (none: nothing done); ``durable``: in
+        the journal too (not when only this generation stops acting on it)."""
         held = self._pending.pop(key, None)
         if held is None:
             return
         fut, expiry = held
         expiry.cancel()
         log.log(level, "%s: the start wanted once it is down is withdrawn: %s", key, why)
+        if durable:
+            self._forget(key)
         _resolve(fut, False)
 
-    def clear(self) -> None:
+    def clear(self, why: str, *, durable: bool) -> None:
+        """Withdraw every pending start; ``durable``: their records too (fenced off:
+        what this generation recorded was never done by the owner, and a newer one
+        holds it), else they stay for the next generation (closing)."""
         for key in list(self._pending):
-            self.withdraw(key, "the backend is closing")
+            self.withdraw(key, why, durable=durable)
 
 
 def _resolve(fut: asyncio.Future[bool], started: bool) -> None:

@@ -154,6 +154,8 @@ class InstanceCommands:
             if self.gate.paused:
                 raise _restart_cut(keys[:i], keys[i:], out)
             if not await self._started_again(k, timeout):
+                if self.gate.paused:   # a handoff, or this generation was fenced off
+                    raise _restart_cut(keys[:i], keys[i:], out)
                 out.update((await self._wait_settled([k], UP, 0, until_drain=False))[1])
                 return {"settled": False, "instances": out, "not_restarted": keys[i + 1:]}
             ok, public = await self._wait_settled([k], UP, timeout, until_drain=True)
@@ -192,10 +194,8 @@ class InstanceCommands:
             return pending
         with contextlib.ExitStack() as guard:
             guard.enter_context(self.gate.step(what))
-            if stop:
-                self.sup.feed(key, im.StopRequested())
             bound = after_stop_bound(self.sup.instances[key].app.stop, timeout)
-            started = self.sup.start_when_down(key, bound)
+            started = self.sup.start_when_down(key, bound, stop=stop)
             step = guard.pop_all()
 
         async def hold() -> bool:

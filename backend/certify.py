@@ -60,8 +60,8 @@ async def persist_round(gen: Generation) -> None:
             await owner.call("observations.ack", {"cursor": gen.cursor},
                              epoch=gen.epoch)
             gen.acked = gen.cursor
-        except StaleEpoch:
-            sup.fenced = True
+        except StaleEpoch as exc:
+            sup.fence(f"the owner refused an acknowledgement: {exc.msg}")
         except TenureError as exc:
             log.warning("observation ack failed: %s", exc)
 
@@ -69,7 +69,9 @@ async def persist_round(gen: Generation) -> None:
 def persist(gen: Generation) -> None:
     """Write buffered events and dirty instances. Raises sqlite3.Error when the
     instances cannot be saved (they stay dirty); events that cannot be written stay
-    buffered (logged when that begins and ends)."""
+    buffered (logged when that begins and ends). A fenced generation saves no instance:
+    backend.db's instances are the newer generation's now (its events, tagged with its
+    activation, are still appended)."""
     if gen.events is not None:
         try:
             gen.events.flush()
@@ -83,7 +85,7 @@ def persist(gen: Generation) -> None:
                 log.warning("the event log is written again")
             gen.events_failing = False
     sup, store = gen.sup, gen.store
-    if sup is None or store is None or not (sup.dirty or sup.removed):
+    if sup is None or store is None or sup.fenced or not (sup.dirty or sup.removed):
         return
     wires = {k: sup.instances[k].to_wire() for k in sup.dirty if k in sup.instances}
     store.save_instances(wires, sup.removed)
@@ -118,7 +120,7 @@ async def publish_certificate(gen: Generation) -> bool:
     if isinstance(epoch, int) and epoch > gen.epoch:
         # a newer generation holds the owner: this one must not overwrite its
         # certificate with a world it no longer controls
-        sup.fenced = True
+        sup.fence(f"the owner holds epoch {epoch}, this generation {gen.epoch}")
         return False
     live = answer["launches"]
     if seen != gen.mutations or not _quiet(gen):

@@ -9,6 +9,7 @@ state machine, no clock of its own and no I/O.
                           │ fenced (the owner holds a newer epoch)
                           ▼
                       stood-down              any stage ──retire──▶ retiring
+       serving ──fenced──▶ stood-down, and the process exits (no guardian holds it)
 
 The guardian drives it with ``generation.drain``, ``checkpoint``, ``resume`` and
 ``retire``. A handoff the guardian does not finish is ended here: when the guardian
@@ -17,6 +18,12 @@ from it (``expired``), the generation resumes serving as the incumbent — unles
 owner already holds a newer epoch (``fenced``): then a candidate took over and the
 generation stands down for good. backend.drainwatch notices both and asks the owner;
 backend.generation performs each :class:`Action`.
+
+A generation can also be fenced off while it serves, without any drain: a guardian that
+could not reach it (stopped, say) started the next generation, and the owner now holds
+that one's epoch. Whoever learns of it (an owner call refused with STALE_EPOCH, the
+heartbeat's epoch, the certificate's inventory) feeds ``fenced``: nothing holds the
+generation then, so it stands down and exits, leaving its API socket to the next one.
 
 Every (stage, event) pair has a cell in :data:`TRANSITIONS`, rejections included; the
 table is checked at import and in a test.
@@ -56,6 +63,7 @@ class Action(StrEnum):
     WATCH = "watch"            # begin draining; watch the guardian and the deadline
     RESUME = "resume"          # serve again: end the drain, thaw, unpause
     STAND_DOWN = "stand-down"  # serve reads only; act never again
+    LEAVE = "leave"            # stand down and exit: nothing holds this generation
     RETIRE = "retire"          # exit
 
 
@@ -93,8 +101,12 @@ def _table() -> dict[tuple[Stage, Event], Step]:
     t[s.SERVING, e.ANSWERED] = Step(s.SERVING, a.NONE)
     t[s.SERVING, e.CHECKPOINT] = Step(s.SERVING, a.REFUSE)
     t[s.SERVING, e.RESUME] = Step(s.SERVING, a.RESUME)   # harmless: nothing is held
-    for late in (e.LEFT, e.EXPIRED, e.FENCED):   # a watch's word after the handoff ended
+    # fenced while serving: a newer generation holds the owner, and no guardian will
+    # retire this one (a watch's late word says the same: epochs only grow)
+    t[s.SERVING, e.FENCED] = Step(s.STOOD_DOWN, a.LEAVE)
+    for late in (e.LEFT, e.EXPIRED):   # a watch's word after the handoff ended
         t[s.SERVING, late] = Step(s.SERVING, a.NONE)
+    for late in (e.LEFT, e.EXPIRED, e.FENCED):
         t[s.RETIRING, late] = Step(s.RETIRING, a.NONE)
         t[s.STOOD_DOWN, late] = Step(s.STOOD_DOWN, a.NONE)
     for ended in (s.RETIRING, s.STOOD_DOWN):

@@ -52,6 +52,7 @@ from .adopt import (
     missed_exits,
     owner_replaced,
     relaunch_lost,
+    resume_wanted_starts,
 )
 from .certify import certificate_loop, persist, persist_loop
 from .config import parse_recent, parsed_before
@@ -164,6 +165,8 @@ class Generation:
             raise StaleEpoch(f"owner epoch is {status['epoch']}, the grant says {self.epoch}",
                              {"current": status["epoch"]})
         self.sup = Supervisor(self.owner, self.epoch, on_mutation=self.invalidate)
+        self.sup.on_fenced = self.fenced_off
+        self.sup.keep_starts_in(self.store, self.activation)
         self.sup.owner_capabilities = dict(welcome.capabilities)
         self.sup.retired = self.store.retired()
         self.events = self.sup.events = EventLog(self.store, self.activation)
@@ -221,6 +224,7 @@ class Generation:
         for key, (app, index) in self.sup.keys_of(self.config).items():
             if key not in self.sup.instances:  # restored instances keep their own state
                 self.sup.ensure(app, index, app.stack not in stopped)
+        resume_wanted_starts(self.sup, self.store, stopped)
 
     def _log_lost(self, lost: list[str]) -> None:
         """Say why instances are started again: the owner they ran under stopped (the
@@ -379,6 +383,9 @@ class Generation:
                                             self.sup.owner_capabilities, self.config)
 
     def _owner_status(self, status: dict[str, Any]) -> None:
+        epoch = status.get("epoch")
+        if self.sup is not None and isinstance(epoch, int) and epoch > self.epoch:
+            self.sup.fence(f"the owner holds epoch {epoch}, this generation {self.epoch}")
         dropped = status.get("log_dropped")
         self.log_dropped = None if not isinstance(dropped, dict) else {
             (k.partition("/")[0], k.partition("/")[2]): n for k, n in dropped.items()}
@@ -444,6 +451,10 @@ class Generation:
         serve again) or a newer epoch holds the owner (``FENCED``: stand down)."""
         self._feed(event, why)
 
+    def fenced_off(self, why: str) -> None:
+        """The supervisor learnt that a newer epoch holds the owner."""
+        self._feed(Handoff.FENCED, why)
+
     def _feed(self, event: Handoff, why: str | None = None) -> Action:
         """One event of the handoff machine, and what it asks for. Raises
         OperationInProgress for a request it refuses."""
@@ -456,6 +467,9 @@ class Generation:
             self._serve_again(why)
         elif action is Action.STAND_DOWN:
             self._stand_down(why)
+        elif action is Action.LEAVE:
+            self._stand_down(why)
+            self._leave()
         elif action is Action.RETIRE:
             self._retire()
         return action
@@ -480,9 +494,19 @@ class Generation:
         decisions stay frozen until the guardian retires it."""
         assert self.sup is not None
         self._stop_watch()
-        self.sup.fenced = True
         log.error("standing down for good: %s", why)
+        self.sup.fence(why or "a newer generation holds the owner")
         self._handoff_event("stood-down", why=why)
+
+    def _leave(self) -> None:
+        """Fenced while serving: no guardian holds this generation to retire it, and the
+        next one needs the API socket. Changes are refused from now on; the process
+        exits (saving nothing of the instances: they are the next generation's)."""
+        if self.server is not None:
+            self.server.begin_drain()
+        if self.api is not None:
+            self.api.pause()   # requests waiting on a step end (SHUTTING_DOWN)
+        self._done.set()
 
     def _retire(self) -> None:
         self._stop_watch()
@@ -537,6 +561,11 @@ class Generation:
 
     def retire(self) -> None:
         self._feed(Handoff.RETIRE)
+
+    @property
+    def stood_down(self) -> bool:
+        """Whether it ended fenced off, not retired by its guardian."""
+        return self.drain_state.stage is Stage.STOOD_DOWN
 
     def _handoff_event(self, phase: str, **detail: Any) -> None:
         if self.events is not None:

@@ -43,6 +43,13 @@ CREATE TABLE requests (id TEXT PRIMARY KEY, result TEXT NOT NULL, at REAL NOT NU
 RETIRED_PART, RETIRED_FORMAT = "retired", 1
 RETIRED_SCHEMA = "CREATE TABLE retired (key TEXT PRIMARY KEY, generation INTEGER NOT NULL)"
 
+# A part of backend.db: the starts wanted once an instance is down (backend.after_stop),
+# written before the stop they follow is sent, so that a restart cut by a crash of its
+# generation still ends with the app started by the next one.
+STARTS_PART, STARTS_FORMAT = "starts", 1
+STARTS_SCHEMA = ("CREATE TABLE starts_after_stop (key TEXT PRIMARY KEY, activation TEXT NOT "
+                 "NULL, at REAL NOT NULL)")
+
 RECOVERY_SCHEMA = """
 CREATE TABLE certificate (
     id INTEGER PRIMARY KEY CHECK (id = 1), valid INTEGER NOT NULL, body TEXT,
@@ -65,6 +72,7 @@ class BackendStore:
         self.db = open_sqlite(path, "tenure-backend", FORMAT, SCHEMA, synchronous="FULL",
                               wal=True)
         self.ensure_part(RETIRED_PART, RETIRED_FORMAT, RETIRED_SCHEMA)
+        self.ensure_part(STARTS_PART, STARTS_FORMAT, STARTS_SCHEMA)
 
     def close(self) -> None:
         self.db.close()
@@ -130,6 +138,25 @@ class BackendStore:
 
     def instances(self) -> dict[str, dict[str, Any]]:
         return {k: json.loads(w) for k, w in self.db.execute("SELECT key, wire FROM instances")}
+
+    # -- starts wanted once down ------------------------------------------------------
+
+    def want_start(self, key: str, activation: str) -> None:
+        """Record the start of ``key`` as wanted by generation ``activation`` (taking it
+        over from an older one)."""
+        self.db.execute("INSERT INTO starts_after_stop VALUES (?, ?, ?) ON CONFLICT(key) "
+                        "DO UPDATE SET activation = excluded.activation, at = excluded.at",
+                        (key, activation, time.time()))
+
+    def drop_start(self, key: str, activation: str | None) -> None:
+        """Forget the start of ``key``: only if ``activation`` recorded it (a generation
+        fenced off never forgets a newer one's), or whoever did with None."""
+        self.db.execute("DELETE FROM starts_after_stop WHERE key = ? AND (? IS NULL OR "
+                        "activation = ?)", (key, activation, activation))
+
+    def wanted_starts(self) -> list[str]:
+        """Instance keys whose start, wanted once down, no generation took or withdrew."""
+        return [k for (k,) in self.db.execute("SELECT key FROM starts_after_stop ORDER BY key")]
 
     # -- plans ------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from protocol.errors import (
 
 from . import activation, explain
 from . import instance as im
-from .after_stop import DOWN, StartsAfterStop
+from .after_stop import DOWN, Journal, StartsAfterStop
 from .enforce import app_env, launch_fields
 from .events import Before, EventLog, transition_events
 from .model import App, Config, ReadyKind
@@ -66,6 +66,11 @@ class OwnerCalls(Protocol):
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
                    epoch: int | None = None, timeout: float | None = None) -> Any: ...
+
+
+def _fenced_off(key: str) -> ShuttingDown:
+    return ShuttingDown(f"{key}: this backend generation is fenced off (a newer one holds "
+                        "the owner)", {"instance": key})
 
 
 def instance_key(stack: str, app: str, index: int) -> str:
@@ -111,6 +116,20 @@ class Supervisor:
         self.owner_capabilities: Mapping[str, int] = {}  # from the owner's welcome
         self.events: EventLog | None = None      # where transitions are recorded
         self._after_stop = StartsAfterStop()     # starts wanted once an instance is down
+        # told once when this generation learns it is fenced (backend.generation)
+        self.on_fenced: Callable[[str], None] = lambda why: None
+
+    def fence(self, why: str) -> None:
+        """A newer generation holds the owner: never act again, and say so once. Every
+        place that learns it (an owner call refused with STALE_EPOCH, an epoch read
+        from the owner) calls this."""
+        if self.fenced:
+            return
+        self.fenced = True
+        log.warning("fenced: %s", why)
+        self._cancel_timers()
+        self._after_stop.clear("this generation is fenced off", durable=True)
+        self.on_fenced(why)
 
     # -- feeding events ---------------------------------------------------------------
 
@@ -120,6 +139,10 @@ class Supervisor:
         barrier, backend.steps, keeps every such change out of a frozen reconciler)."""
         inst = self.instances.get(key)
         if inst is None:
+            return
+        if self.fenced:   # what it decided now would be another generation's to decide
+            if isinstance(event, _INTENTS):
+                raise _fenced_off(key)
             return
         if self.frozen and not isinstance(event, _RPC_RESULTS):
             if isinstance(event, _INTENTS):
@@ -138,15 +161,32 @@ class Supervisor:
         self._notify()
         self._start_if_down(key)
 
-    def start_when_down(self, key: str, within: float) -> asyncio.Future[bool]:
-        """Feed ``Start`` to ``key`` once it is down (soon if it is). The future says True
-        once it was started, False when withdrawn: by a ``StopRequested`` fed after this
-        (a later stop wins), when the instance is forgotten, or when it is not down within
-        ``within`` seconds. One per instance: asked again while one is pending, the same
-        future (backend.after_stop). Raises nothing."""
+    def start_when_down(self, key: str, within: float, *, stop: bool = False
+                        ) -> asyncio.Future[bool]:
+        """Feed ``Start`` to ``key`` once it is down (soon if it is), after feeding it
+        ``StopRequested`` first with ``stop``. The future says True once it was started,
+        False when withdrawn: by a ``StopRequested`` fed after this (a later stop wins),
+        when the instance is forgotten, or when it is not down within ``within``
+        seconds. One per instance: asked again while one is pending, the same future
+        (backend.after_stop). The start is recorded in backend.db before the stop is
+        fed; raises what that write raises, and then nothing was done."""
+        pending = self._after_stop.get(key)
+        if pending is not None:
+            return pending
+        if self.fenced:
+            raise _fenced_off(key)
+        self._after_stop.record(key)
+        if stop:
+            self.feed(key, im.StopRequested())
         started = self._after_stop.arm(key, within)
         self._start_if_down(key)
         return started
+
+    def keep_starts_in(self, journal: Journal, activation: str) -> None:
+        """Record every start wanted once down in ``journal`` (backend.db) from now on,
+        as generation ``activation``'s."""
+        self._after_stop.journal = journal
+        self._after_stop.activation = activation
 
     def pending_start(self, key: str) -> asyncio.Future[bool] | None:
         """The start of ``key`` wanted once it is down, while one is pending."""
@@ -249,9 +289,8 @@ class Supervisor:
         event: im.Event | None = None
         try:
             event = await op()
-        except StaleEpoch:
-            self.fenced = True
-            log.warning("fenced: a newer backend generation holds the owner")
+        except StaleEpoch as exc:
+            self.fence(f"the owner refused a call: {exc.msg}")
         finally:
             self.in_flight -= 1
             self._notify()
@@ -356,8 +395,8 @@ class Supervisor:
             return
         try:
             done = await activation.sweep(self.owner, self.epoch, config)
-        except StaleEpoch:
-            self.fenced = True
+        except StaleEpoch as exc:
+            self.fence(f"the owner refused the socket sweep: {exc.msg}")
             return
         except Exception:
             log.exception("sockets: the sweep failed")
@@ -464,6 +503,9 @@ class Supervisor:
         after the last processed cursor; probes are re-run: so whoever continues (this
         generation after an abort, or the next one) loses nothing."""
         self.frozen = True
+        self._cancel_timers()
+
+    def _cancel_timers(self) -> None:
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -530,10 +572,8 @@ class Supervisor:
                       key=lambda r: r["launch_key"])
 
     async def aclose(self) -> None:
-        self._after_stop.clear()
-        for handle in self._timers.values():
-            handle.cancel()
-        self._timers.clear()
+        self._after_stop.clear("the backend is closing", durable=False)
+        self._cancel_timers()
         runners: list[ProbeRunner | HealthRunner] = [*self._ready.values(),
                                                      *self._health.values()]
         self._ready.clear()

@@ -429,6 +429,8 @@ def fake_generation(home: Path, owner: FakeOwner, config_text: str = "") -> Gene
     gen.owner = owner  # type: ignore[assignment]  # the fake speaks the same calls
     gen.config = parse_config(config_text, "unit.toml")
     gen.sup = Supervisor(owner, gen.epoch, on_mutation=gen.invalidate, sleep=no_sleep)
+    gen.sup.on_fenced = gen.fenced_off
+    gen.sup.keep_starts_in(gen.store, gen.activation)
     gen.sup.retired = gen.store.retired()
     gen.api = Api(gen)
     gen.server = FakeServer()  # type: ignore[assignment]

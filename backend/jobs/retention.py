@@ -110,8 +110,8 @@ class Pruner:
             log.warning("the owner predates logs.forget: pruned job records leave their "
                         "output to the journal's byte budget")
             return True
-        except StaleEpoch:
-            self.runner.fenced = True
+        except StaleEpoch as exc:
+            self.runner.sup.fence(f"the owner refused logs.forget: {exc.msg}")
             return False
         except TenureError as exc:
             self.failures += 1

@@ -95,7 +95,6 @@ class JobRunner:
         self.clock = clock or SystemClock()
         self.sleep = sleep
         self.fault = fault or JobFault()
-        self.fenced = False
         self.records: dict[int, Record] = {}      # open records: admitted/starting/running
         self.by_launch: dict[str, int] = {}
         self.on_tick: list[Callable[[float], None]] = []  # schedules, retention
@@ -105,6 +104,11 @@ class JobRunner:
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._waiters = Waiters()
+
+    @property
+    def fenced(self) -> bool:
+        """A newer generation holds the owner (Supervisor.fence): never act again."""
+        return self.sup.fenced
 
     # -- records ----------------------------------------------------------------------
 
@@ -303,8 +307,8 @@ class JobRunner:
             try:
                 row = await self.owner.call("launch", params, epoch=self.epoch)
                 return events_of_row(row)
-            except StaleEpoch:
-                self.fenced = True
+            except StaleEpoch as exc:
+                self.sup.fence(f"the owner refused a job's launch: {exc.msg}")
                 log.warning("fenced: job %d stays starting for the next generation", rec.id)
                 return []
             except (LaunchFailed, StackFenced, BadRequest) as exc:
@@ -350,8 +354,8 @@ class JobRunner:
                         return
                     except NotFound:
                         return  # already gone: its exit is (or was) observed
-                    except StaleEpoch:
-                        self.fenced = True
+                    except StaleEpoch as exc:
+                        self.sup.fence(f"the owner refused a job's stop: {exc.msg}")
                     except StopTimeout as exc:
                         log.error("job %d: still alive after its stop policy: %s", rec.id,
                                   exc)

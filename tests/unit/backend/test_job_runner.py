@@ -162,7 +162,10 @@ def test_a_launch_never_answered_ends_recovery_required(tmp_path):
 
 def test_a_fenced_start_stays_starting_for_the_next_generation(tmp_path):
     async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
-        owner.epoch = 2                                          # a newer grant exists
+        def fence(method: str, params: dict[str, Any]) -> None:   # a newer grant exists
+            if method == "launch" and params["launch_key"].startswith("job:"):
+                owner.epoch = 2
+        owner.before = fence
         rec, _ = gen.api.jobs.submit("s/migrate", None, [])
         await started(gen, rec)
         assert rec.job.state is jm.State.STARTING and gen.api.jobs.fenced

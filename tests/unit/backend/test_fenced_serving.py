@@ -1,0 +1,66 @@
+"""A generation fenced off while it serves (no drain: a guardian that could not reach
+it started the next generation): whichever way it learns of the newer epoch (an owner
+call refused, the heartbeat's status, the certificate's inventory), it stands down and
+leaves, deciding and saving nothing more. Fake owner and server; real SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.certify import persist, publish_certificate
+from backend.drainstate import TRANSITIONS, Action, Event, Stage
+from backend.instance import State, StopRequested
+from backend.testing import FakeOwner, api_call, ready_generation, until
+from protocol.errors import ShuttingDown
+
+ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
+
+
+def test_fenced_while_serving_stands_down_and_leaves() -> None:
+    assert TRANSITIONS[Stage.SERVING, Event.FENCED] == (Stage.STOOD_DOWN, Action.LEAVE)
+
+
+def _run(tmp_path: Path, body: Any) -> None:
+    async def main() -> None:
+        owner = FakeOwner()
+        async with ready_generation(tmp_path, owner, ONE) as gen:
+            persist(gen)                   # saved as ready
+            owner.epoch += 1               # the next generation's fence landed
+            await body(gen, owner)
+            assert gen.stood_down and gen.sup.fenced and gen.draining
+            assert gen._done.is_set() and gen.server.draining
+            # a fenced supervisor decides nothing more
+            with pytest.raises(ShuttingDown):
+                gen.sup.feed("s/a/0", StopRequested())
+            persist(gen)
+            saved = gen.store.instances()["s/a/0"]
+            assert saved["state"] == "ready", saved
+    asyncio.run(main())
+
+
+def test_a_restart_the_owner_refuses_is_not_saved(tmp_path: Path) -> None:
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        task = asyncio.ensure_future(gen.api.restart(api_call("restart", target="s/a",
+                                                              timeout=30.0)))
+        await until(lambda: gen.sup.fenced, "fenced by the refused stop")
+        with pytest.raises(ShuttingDown):   # at once, not after its timeout
+            await asyncio.wait_for(task, 5)
+        # its state moved to stopping in memory; backend.db keeps what it was
+        assert gen.sup.instances["s/a/0"].state is State.STOPPING
+    _run(tmp_path, body)
+
+
+def test_the_heartbeat_epoch_fences(tmp_path: Path) -> None:
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        gen._owner_status({"epoch": owner.epoch})
+    _run(tmp_path, body)
+
+
+def test_the_certificate_inventory_epoch_fences(tmp_path: Path) -> None:
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        assert await publish_certificate(gen) is False
+    _run(tmp_path, body)
