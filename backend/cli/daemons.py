@@ -557,7 +557,8 @@ def _stop(out: dict[str, Any], name: str, pid: int, ticks: int | None, silent: b
 def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
     """Guardian first (it retires the backend, keeping the certificate), then a backend
     still running without a guardian (its guardian was killed), then the owner, which
-    stops every application and writes its clean receipt. A daemon that does not
+    stops every application and writes its clean receipt. A guardian that still runs
+    after its SIGTERM (stopped, or slow) leaves the owner and its applications running. A daemon that does not
     answer is found by the socket's peer credentials and signalled all the same: `down`
     never reports success while one still runs. Raises ReconcileRequired (after
     stopping the rest) when no owner runs but the last one died without a clean stop:
@@ -566,8 +567,16 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
     _, guardian = _locate(layout, layout.guardian_sock, "guardian")
     if guardian is not None:
         _stop(out, "guardian", *guardian, timeout)
-    if out.get("guardian", True):   # a guardian that still runs holds its backend
-        _stop_guardianless_backend(layout, out, timeout)
+    if not out.get("guardian", True):
+        # it still runs (stopped, say) and holds its backend, which would count the
+        # owner's shutdown kills as crashes and relaunch against it: nothing below it
+        # is stopped until the guardian is
+        out["owner"] = False
+        out["owner_problem"] = (f"not stopped: the guardian (pid {guardian[0]}) still "
+                                "runs with its backend; once it is gone, run `tenure "
+                                "down` again")
+        return out
+    _stop_guardianless_backend(layout, out, timeout)
     o, owner = _locate(layout, layout.owner_sock, "owner")
     if owner is None:
         from .unclean import refuse_unclean_end

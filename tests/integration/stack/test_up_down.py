@@ -131,6 +131,32 @@ def test_down_with_a_stopped_owner_says_it_still_runs_instead_of_succeeding(clus
     assert '"state": "clean"' in receipt
 
 
+def test_down_with_a_stopped_guardian_leaves_the_owner_and_its_apps_alone(cluster):
+    """Was: the owner was stopped under the live backend, which counted the shutdown's
+    kills as crashes (restart counts 0 -> 3) and relaunched against a stopping owner."""
+    from protocol.procfs import running, start_ticks
+    cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\nrestart = \"always\"\n")
+    owner, guardian = cluster.daemon_pids()
+    ticks = start_ticks(owner)
+    [(app, app_ticks)] = cluster.pids().values()
+    os.kill(guardian, signal.SIGSTOP)
+    try:
+        down = cluster.down()
+        assert down.code == 1 and down.out["guardian"] is False, down
+        assert down.out["owner"] is False and "backend" not in down.out, down
+        assert down.out["owner_problem"] == (
+            f"not stopped: the guardian (pid {guardian}) still runs with its backend; once "
+            "it is gone, run `tenure down` again"), down.out
+        assert running(owner, ticks) and running(app, app_ticks)
+        assert cluster.apps()["s/a/0"]["restarts"] == 0
+    finally:
+        os.kill(guardian, signal.SIGCONT)   # the pending SIGTERM: it retires its backend
+    cluster.wait(lambda: len(cluster.daemon_pids()) == 1, 30, "the guardian's exit")
+    again = cluster.down()
+    assert again.code == 0 and again.out["owner"] is True, again
+    assert not running(app, app_ticks)
+
+
 def test_status_says_when_the_guardian_is_not_running(cluster):
     """Was silent: the apps looked fine while a backend crash would go unrecovered."""
     cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\n")

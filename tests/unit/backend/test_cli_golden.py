@@ -191,6 +191,13 @@ CASES: dict[str, Callable[[], str]] = {
         "guardian": True, "owner": False,
         "owner_problem": "it does not answer; pid 4000 is stopped (SIGSTOP or a debugger); "
                          "SIGTERM waits until it is continued (kill -CONT 4000)"}),
+    "down_guardian_stopped": lambda: render.down({
+        "guardian": False,
+        "guardian_problem": "it does not answer; pid 4001 is stopped (SIGSTOP or a "
+                            "debugger); SIGTERM waits until it is continued (kill -CONT 4001)",
+        "owner": False,
+        "owner_problem": "not stopped: the guardian (pid 4001) still runs with its "
+                         "backend; once it is gone, run `tenure down` again"}),
     "down_unclean": lambda: render.down({"guardian": True, "owner": False,
                                          "applications_stopped": 3,
                                          "owner_receipt": {"state": "failed",
