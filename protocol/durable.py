@@ -52,6 +52,21 @@ def _refuse_link(path: str) -> None:
         raise UnsafePath(f"{path} is a symlink or not a regular file", {"path": path})
 
 
+def _refuse_exposed(path: str) -> None:
+    """A private database is created 0600 by its daemon's user. One owned by another
+    user, or readable or writable by others, holds what others may have read (app
+    environments) or written (the state the daemon acts on): refused, changing nothing,
+    until someone who knows why it changed puts it right."""
+    st = os.stat(path, follow_symlinks=False)
+    if st.st_uid != os.geteuid():
+        raise UnsafePath(f"{path} is owned by uid {st.st_uid}, not {os.geteuid()}",
+                         {"path": path, "uid": st.st_uid})
+    if st.st_mode & 0o077:
+        mode = stat.S_IMODE(st.st_mode)
+        raise UnsafePath(f"{path} is open to other users (mode {mode:04o}); find out who "
+                         f"changed it, then chmod 600 it", {"path": path, "mode": f"{mode:04o}"})
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, *,
                  sync: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically (temp + fsync + rename + fsync dir).
@@ -166,13 +181,15 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
     """Open (creating with mode 0600) a private SQLite database of ``kind`` at ``version``.
 
     A new database gets ``schema`` and a ``meta`` row naming kind and version; an existing
-    one must carry exactly that kind and version. Raises UnsafePath (symlink, foreign
-    file) or StateCorrupt (unreadable, other kind, unknown version).
+    one must carry exactly that kind and version. Raises UnsafePath (symlink, not a
+    regular file, owned by another user or open to others: see :func:`_refuse_exposed`)
+    or StateCorrupt (unreadable, other kind, unknown version).
     """
     p = os.fspath(path)
     _refuse_link(p)
     if not os.path.exists(p):
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    _refuse_exposed(p)
     try:
         conn = sqlite3.connect(p, isolation_level=None, check_same_thread=check_same_thread)
         conn.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")
