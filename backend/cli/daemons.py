@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,9 +76,38 @@ def ensure_daemons(layout: Layout, foreground: bool,
                for name in socks}
     for name, sock in (("owner", layout.owner_sock), ("guardian", layout.guardian_sock)):
         proc = spawned[name]
-        if proc is not None:
+        if proc is None:
+            continue
+        try:
             _wait_up(layout, name, sock, proc)
+        except ConnectFailed as exc:
+            # what this call started beside it is stopped again: a failed `up` leaves
+            # no guardian (and standby backend) waiting for an owner that is not there
+            stopped = _stop_spawned(p for n, p in spawned.items() if n != name)
+            if not stopped:
+                raise
+            raise ConnectFailed(f"{exc.msg}\n(stopped again what this command had "
+                                f"started: {stopped})", exc.data) from None
     return {name: proc is not None for name, proc in spawned.items()}
+
+
+def _stop_spawned(procs: Iterable[subprocess.Popen[bytes] | None],
+                  timeout: float = 30.0) -> str:
+    """SIGTERM each daemon this command started that still runs and reap it (SIGKILL
+    after ``timeout``): the pids, for the error that says so."""
+    import subprocess
+    said = []
+    for proc in procs:
+        if proc is None or proc.poll() is not None:
+            continue
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        said.append(f"pid {proc.pid}")
+    return ", ".join(said)
 
 
 class Prestart:

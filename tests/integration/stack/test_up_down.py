@@ -86,6 +86,25 @@ def test_up_with_a_config_it_cannot_read_or_parse_starts_nothing(cluster):
     assert not Path(cluster.layout.owner_sock).exists()
 
 
+def test_an_up_whose_owner_cannot_start_leaves_nothing_running(cluster):
+    """Was: the guardian started beside the owner stayed, with a standby backend,
+    waiting for an owner that had exited (`tenure up` failed all the same)."""
+    from owner.paths import OwnerPaths
+    cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\n")
+    assert cluster.down().code == 0
+    db = OwnerPaths(cluster.home).db
+    os.chmod(db, 0o644)                     # the owner refuses its state: UNSAFE_PATH
+    up = cluster.cli("up", "--timeout", "60")
+    assert up.code != 0, up
+    text = up.stderr + str(up.out)
+    assert "owner did not come up" in text and "mode 0644" in text, text
+    assert "stopped again what this command had started: pid" in text, text
+    assert cluster.leftovers() == []
+    os.chmod(db, 0o600)
+    cluster.up()
+    assert cluster.wait_ready(1)
+
+
 def test_down_stops_a_guardian_that_does_not_answer(cluster, monkeypatch):
     """A busy guardian may not answer `status` in time; `down` finds it by the socket's
     peer credentials instead of leaving it (and its backend) running."""
