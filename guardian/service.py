@@ -180,12 +180,12 @@ class GuardianService:
         """Retry the certificate check and start (plain), show the plan of a forced
         recovery (``dry_run``), or perform exactly the reviewed plan (``digest``)."""
         p = call.params
-        if p["dry_run"]:
+        if p["dry_run"]:   # a plan of nothing to recover is one --digest would refuse
+            self._refuse_while_serving()
             return await force_plan(self.co)
 
         async def go() -> Any:
-            if self.co.current is not None and self.co.current.alive():
-                raise BadRequest("a backend generation is running; nothing to recover")
+            self._refuse_while_serving()
             evidence = None
             if p["force"] or p.get("digest"):
                 evidence = write_evidence(self.co, await checked_plan(self.co,
@@ -197,6 +197,10 @@ class GuardianService:
                 raise _blocked(self.co.blocked)
             return act.to_wire()
         return await self._exclusive("recover", go)
+
+    def _refuse_while_serving(self) -> None:
+        if self.co.current is not None and self.co.current.alive():
+            raise BadRequest("a backend generation is running; nothing to recover")
 
     async def shutdown(self, call: Call) -> Any:
         asyncio.get_running_loop().call_soon(self.on_shutdown)

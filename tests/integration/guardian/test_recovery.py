@@ -68,6 +68,17 @@ def test_backend_status_shows_a_certificate_published_after_the_last_guardian_ev
     assert cert["valid"] is True and cert["age"] is not None and cert["age"] < 30
 
 
+def test_recover_with_a_backend_serving_refuses_its_dry_run_too(cluster):
+    """Was: --dry-run printed a plan (digest and all) that --digest then refused."""
+    cluster.up(config(sleepers=1))
+    cluster.wait_ready(1)
+    for args in (("--dry-run",), ()):
+        res = cluster.cli("backend", "recover", *args)
+        assert res.code != 0 and res.out["error"]["code"] == "BAD_REQUEST", res
+        assert "a backend generation is running; nothing to recover" in \
+            res.out["error"]["msg"]
+
+
 def test_app_changed_while_no_backend_ran_blocks_recovery_until_forced(cluster):
     cluster.up(config(sleepers=3))
     cluster.wait_ready(3)
