@@ -224,9 +224,18 @@ def cmd_plan(args: Any) -> int:
 def cmd_apply(args: Any) -> int:
     op = _call(args, "apply", {"plan": args.plan, "request_id": args.request_id})
     if args.wait and op.get("id"):
-        op = _wait_op(args, op["id"], 3600)
+        op = _wait_op(args, op["id"], args.timeout)
+        _out(args, op, render.operation(op))
+        return _op_exit(op)
     _out(args, op, render.operation(op))
     return OK if op.get("outcome") in (None, "success", "no-change") else ERROR
+
+
+def _op_exit(op: dict[str, Any]) -> int:
+    """An operation waited for: still running (the wait timed out), ended well, or not."""
+    if op.get("outcome") is None:
+        return UNSETTLED
+    return OK if op["outcome"] in ("success", "no-change") else ERROR
 
 
 def cmd_op(args: Any) -> int:
@@ -239,9 +248,7 @@ def cmd_op(args: Any) -> int:
     if args.action == "show" and args.wait:
         r = _wait_op(args, args.id, args.timeout)
         _out(args, r, render.operation(r))
-        if r.get("outcome") is None:
-            return UNSETTLED
-        return OK if r["outcome"] in ("success", "no-change") else ERROR
+        return _op_exit(r)
     r = _call(args, "op.show" if args.action == "show" else "op.abandon", {"id": args.id})
     _out(args, r, render.operation(r))
     return OK

@@ -180,7 +180,10 @@ def _parser(argv: list[str] | None = None) -> Any:
     p = add("apply", "perform a plan")
     p.add_argument("plan")
     p.add_argument("--request-id")
-    p.add_argument("--wait", action="store_true", help="wait for the operation to end")
+    p.add_argument("--wait", action="store_true",
+                   help="wait until the operation ended (at most --timeout)")
+    p.add_argument("--timeout", type=float, default=3600.0,
+                   help="--wait: seconds to wait (default 3600)")
     p = add("op", "operations")
     p.add_argument("action", choices=["list", "show", "abandon"])
     p.add_argument("id", nargs="?")

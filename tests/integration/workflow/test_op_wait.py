@@ -46,3 +46,19 @@ def test_op_show_wait_on_the_command_line(cluster):
     assert running.code == 4 and running.out["outcome"] is None, running
     ended = cluster.cli("op", "show", op["id"], "--wait", "--timeout", "30")
     assert ended.code == 0 and ended.out["outcome"] == "success", ended
+
+
+def test_apply_wait_takes_a_timeout(cluster):
+    """Was: `apply --wait` waited up to an hour, whatever the caller's budget."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(1)
+    plan = cluster.cli("plan", "--config", str(cluster.write_config(SLOW, "slow.toml")),
+                       check=True).out
+    t0 = time.monotonic()
+    running = cluster.cli("apply", plan["id"], "--wait", "--timeout", "0.2")
+    assert running.code == 4 and running.out["outcome"] is None, running
+    assert time.monotonic() - t0 < 5
+    ended = cluster.cli("op", "show", running.out["id"], "--wait", "--timeout", "30")
+    assert ended.code == 0 and ended.out["outcome"] == "success", ended
+    bad = cluster.cli("apply", plan["id"], "--wait", "--timeout", "0")
+    assert bad.code != 0 and bad.out["error"]["code"] == "BAD_REQUEST", bad
