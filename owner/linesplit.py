@@ -121,20 +121,41 @@ class LineSplitter:
         return (data, PARTIAL)
 
     def _spill(self) -> list[tuple[bytes, int]]:
-        """Emit whole ``max_line`` chunks of an over-long pending line; keep the rest."""
+        """Emit the chunks of an over-long pending line while more than ``max_line``
+        bytes are pending; keep the rest."""
         data = b"".join(self._parts)
-        limit = self._max
-        keep = len(data) % limit or limit
-        cut = len(data) - keep
-        out = [(data[i:i + limit], CONTINUED) for i in range(0, cut, limit)]
-        rest = data[cut:]
+        out, start = [], 0
+        while len(data) - start > self._max:
+            end = chunk_end(data, start, self._max)
+            out.append((data[start:end], CONTINUED))
+            start = end
+        rest = data[start:]
         self._parts = [rest]
         self._plen = len(rest)
         return out
 
     def _chunks(self, line: bytes) -> list[tuple[bytes, int]]:
         """Split one complete over-long line; the last chunk carries no flag."""
-        limit = self._max
-        out = [(line[i:i + limit], CONTINUED) for i in range(0, len(line), limit)]
+        out, start = [], 0
+        while start < len(line):
+            end = chunk_end(line, start, self._max)
+            out.append((line[start:end], CONTINUED))
+            start = end
         out[-1] = (out[-1][0], 0)
         return out
+
+
+def chunk_end(data: bytes, start: int, limit: int) -> int:
+    """Where the chunk of an over-long line that begins at ``start`` ends: ``limit`` bytes
+    on, or before a UTF-8 character the cut would split (one whose lead byte is at most
+    three bytes back), so that each record decodes on its own (a reader that decodes
+    records one by one would show U+FFFD on both sides). Bytes that are not UTF-8 are
+    cut at ``limit``. Depends only on the bytes up to the cut: the same line gives the
+    same chunks however it was fed."""
+    end = start + limit
+    if end >= len(data):
+        return len(data)
+    back = end
+    while back > start + 1 and end - back < 3 and data[back] & 0xC0 == 0x80:
+        back -= 1
+    return back if back < end and data[back] & 0xC0 == 0xC0 else end

@@ -212,6 +212,21 @@ def test_binary_partial_and_huge_lines(live):
     assert recs[-1]["flags"] & 2  # partial: no newline
 
 
+def test_a_long_utf8_line_is_stored_in_records_of_whole_characters(live):
+    """Was: cut every 16,384 bytes, inside a 3-byte character: each record decoded with
+    U+FFFD at the cut."""
+    prog = "import sys; sys.stdout.write('\u20ac' * 20000 + '\\n')"
+    r = live.launch([os.environ.get("PYTHON", "python3"), "-c", prog])
+    live.wait_event(lambda e: e["kind"] == "exit" and e["launch_key"] == r["launch_key"])
+    deadline = time.monotonic() + 10
+    recs: list[dict] = []
+    while time.monotonic() < deadline and sum(len(x["data"]) for x in recs) < 60000:
+        recs = live.c.call("logs.read", {"after": 0, "limit": 100})["records"]
+        time.sleep(0.05)
+    assert [len(x["data"]) for x in recs] == [16383, 16383, 16383, 10851]
+    assert "".join(x["data"].decode() for x in recs) == "\u20ac" * 20000
+
+
 def test_systemd_notify_from_a_child_shell_is_attributed(live):
     r = live.launch(["sh", "-c", "systemd-notify --ready --status=warming; sleep 1000"])
     ev = live.wait_event(lambda e: e["kind"] == "notify" and "READY" in e["fields"])

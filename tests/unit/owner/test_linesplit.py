@@ -155,3 +155,27 @@ def test_split_gives_complete_lines_as_bytearrays_and_flags_only_when_set() -> N
     assert sp.split(b"") == ([], None)
     assert sp.split(b"klmnopq") == ([b"klmn"], [CONTINUED])
     assert sp.take_partial() == (b"opq", PARTIAL)
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(min_size=1, max_size=300), cuts=st.lists(st.integers(min_value=0),
+                                                              max_size=8),
+       max_line=st.sampled_from([4, 5, 7, 64]))
+def test_utf8_lines_are_cut_between_characters(text: str, cuts: list[int],
+                                              max_line: int) -> None:
+    """Was: a line over max_line was cut at max_line bytes, inside a character when
+    one straddled the cut: each record then decoded with U+FFFD on both sides."""
+    data = text.replace("\n", " ").encode() + b"\n"
+    records = split_all(cut(data, cuts), max_line)
+    assert records == split_all([data], max_line)
+    assert reassemble(records) == data
+    assert all(0 < len(d) <= max_line for d, _ in records if d or len(data) > 1)
+    for d, _ in records:
+        d.decode("utf-8")   # every record is whole characters
+
+
+def test_a_16k_line_of_3_byte_characters_keeps_each_record_whole() -> None:
+    line = "€" * 20000     # 60,000 bytes: 16,384 is not a multiple of 3
+    records = split_all([line.encode() + b"\n"])
+    assert [len(d) for d, _ in records] == [16383, 16383, 16383, 10851]
+    assert "".join(d.decode() for d, _ in records) == line
