@@ -587,16 +587,16 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
     """Guardian first (it retires the backend, keeping the certificate), then a backend
     still running without a guardian (its guardian was killed), then the owner, which
     stops every application and writes its clean receipt. A guardian that still runs
-    after its SIGTERM (stopped, or slow) leaves the owner and its applications running. A daemon that does not
-    answer is found by the socket's peer credentials and signalled all the same: `down`
-    never reports success while one still runs. Raises ReconcileRequired (after
-    stopping the rest) when no owner runs but the last one died without a clean stop:
-    its applications may still run (backend.cli.unclean)."""
+    after its SIGTERM (stopped, or slow) leaves the owner and its applications running.
+    A daemon that does not answer is found by the socket's peer credentials and
+    signalled all the same: `down` never reports success while one still runs. Raises
+    ReconcileRequired (after stopping the rest) when no owner runs but the last one died
+    without a clean stop: its applications may still run (backend.cli.unclean)."""
     out: dict[str, Any] = {}
     _, guardian = _locate(layout, layout.guardian_sock, "guardian")
     if guardian is not None:
         _stop(out, "guardian", *guardian, timeout)
-    if not out.get("guardian", True):
+    if guardian is not None and not out["guardian"]:
         # it still runs (stopped, say) and holds its backend, which would count the
         # owner's shutdown kills as crashes and relaunch against it: nothing below it
         # is stopped until the guardian is
