@@ -34,8 +34,10 @@ __all__ = [
     "ensure_private_dir",
     "peer_credentials",
     "peer_of",
+    "refuse_symlinked_home",
     "same_uid_or_root",
     "share_with_group",
+    "symlink_refused",
     "unshare",
 ]
 
@@ -65,6 +67,20 @@ def _allowed_owners() -> tuple[int, ...]:
     return (os.geteuid(), 0)
 
 
+def symlink_refused(path: str) -> UnsafePath:
+    return UnsafePath(f"{path} is a symlink; tenure never follows symlinks in state paths "
+                      f"(give the directory it points to: {os.path.realpath(path)})",
+                      {"path": path})
+
+
+def refuse_symlinked_home(home: str | os.PathLike[str]) -> None:
+    """Every command refuses a home that is a symlink, not only `up` (which would create
+    nothing through it): a command that followed one would read or stop the daemons of
+    another home. Raises UnsafePath."""
+    if os.path.islink(home):
+        raise symlink_refused(os.fspath(home))
+
+
 def check_private_dir(path: str | os.PathLike[str], owners: tuple[int, ...] | None = None) -> None:
     """Raises UnsafePath unless ``path`` is a real directory, mode 0700 (0710 allowed),
     owned by us (or root)."""
@@ -74,8 +90,7 @@ def check_private_dir(path: str | os.PathLike[str], owners: tuple[int, ...] | No
     except FileNotFoundError:
         raise UnsafePath(f"{p} does not exist", {"path": p}) from None
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafePath(f"{p} is a symlink; tenure never follows symlinks in state paths",
-                         {"path": p})
+        raise symlink_refused(p)
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePath(f"{p} is not a directory", {"path": p})
     if st.st_uid not in (owners or _allowed_owners()):
