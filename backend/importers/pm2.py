@@ -3,7 +3,8 @@
 Every entry of ``apps`` (or the file's single app) becomes an app of the ``--stack``
 stack. The command is built as PM2 builds it: ``script`` with a space runs through
 ``bash -c``; otherwise ``interpreter`` (or the one PM2 picks from the script's extension)
-with ``interpreter_args``, then the script (resolved against ``cwd``) and ``args``.
+with ``node_args`` (or an alias of it), then the script (resolved against ``cwd``) and
+``args``. An app without ``name`` is named as PM2 names it, after its script.
 ``cwd`` is resolved against the ecosystem file's directory, where ``pm2 start`` is
 usually run. Times in milliseconds become seconds.
 """
@@ -19,7 +20,7 @@ from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, RunAs, Star
 from .identity import account
 from .model import Context, Draft, Origin, SourceResult, source_error
 from .pm2_load import load_ecosystem
-from .policy import MAX_INSTANCES, quick_failure_limit, seconds
+from .policy import MAX_INSTANCES, MAX_STOP_WAIT_S, quick_failure_limit, seconds
 
 __all__ = ["read_pm2"]
 
@@ -33,9 +34,12 @@ _INTERPRETERS = {".sh": "bash", ".py": "python3", ".rb": "ruby", ".php": "php",
 _WORD = re.compile(r"""[^\s"'=]+="[^"]*"|[^\s"'=]+='[^']*'|"([^"]*)"|'([^']*)'|\S+""")
 _STIME = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")
 _STIME_FACTOR = {"h": 3_600_000, "m": 60_000, "s": 1_000, "": 1}
+# the interpreter's flags: PM2's node_args and its aliases, in the order PM2 reads them
+# (lib/API/schema.json; lib/tools/Config.js adds the camelCase form of the key)
+_FLAG_KEYS = ("node_args", "interpreter_args", "interpreterArgs", "nodeArgs")
 _MAPPED = frozenset({
     "name", "script", "cmd", "command", "exec", "args", "interpreter", "exec_interpreter",
-    "interpreter_args", "node_args", "cwd", "env", "instances", "exec_mode", "autorestart",
+    *_FLAG_KEYS, "cwd", "env", "instances", "exec_mode", "autorestart",
     "max_restarts", "min_uptime", "kill_timeout", "restart_delay",
     "exp_backoff_restart_delay", "stop_exit_codes", "treekill", "port", "uid", "user", "gid"})
 _REASONS = {
@@ -113,7 +117,7 @@ class _App:
         # min_uptime written down is taken as a readiness delay
         ready = Readiness(kind=ReadyKind.DELAY, delay=uptime) \
             if self.conf.get("min_uptime") is not None and uptime > 0 else Readiness()
-        app = App(name=self.get("name", _text, _default_name(script)), stack="",
+        app = App(name=self.get("name", _text, "") or _default_name(script), stack="",
                   command=command, env=self._env(python), cwd=cwd, instances=instances,
                   restart=restart, backoff=backoff, start_limit=limit, ready=ready,
                   stop=StopSpec(signal="INT", timeout=self._kill_timeout()),
@@ -133,17 +137,36 @@ class _App:
             if "args" in self.conf:
                 self.result.not_mapped(self.origin("args"), "PM2 ignores args when "
                                        "script is a whole command line")
+            self._unused_flags("script is a whole command line: put the flags into it")
             return ("bash", "-c", script), False
         interpreter = self.get("interpreter", _text, "") or \
             self.get("exec_interpreter", _text, "") or \
             _INTERPRETERS.get(os.path.splitext(script)[1], "none")
         args: list[str] = self.get("args", _words, [])
         if interpreter == "none":
+            self._unused_flags("the script runs without an interpreter: set interpreter "
+                               "to the program the flags are for")
             return (self._program(script, cwd), *args), False
-        flags_key = "interpreter_args" if "interpreter_args" in self.conf else "node_args"
-        flags: list[str] = self.get(flags_key, _words, [])
         path = os.path.normpath(os.path.join(cwd, script))
-        return (interpreter, *flags, path, *args), "python" in interpreter
+        return (interpreter, *self._flags(), path, *args), "python" in interpreter
+
+    def _flag_keys(self) -> list[str]:
+        """The keys of ``_FLAG_KEYS`` that PM2 takes as set: it reads the first with a
+        JavaScript-truthy value, so null, false, 0 and "" count as unset."""
+        return [k for k in _FLAG_KEYS if self.conf.get(k) not in (None, "", 0)]
+
+    def _flags(self) -> list[str]:
+        """The interpreter's flags, from the key PM2 reads; another one set beside it
+        would be lost without a word, so it is reported."""
+        keys = self._flag_keys()
+        for key in keys[1:]:
+            self.result.not_mapped(self.origin(key), f"PM2 uses {keys[0]} instead")
+        return self.get(keys[0], _words, []) if keys else []
+
+    def _unused_flags(self, why: str) -> None:
+        """Report interpreter flags where PM2 starts no interpreter to pass them to."""
+        for key in self._flag_keys():
+            self.result.not_mapped(self.origin(key), f"PM2 ignores it when {why}")
 
     def _program(self, script: str, cwd: str) -> str:
         """A script run directly: a path is resolved against cwd; a bare name is looked
@@ -232,11 +255,18 @@ class _App:
     # -- restarts and stopping -----------------------------------------------------------
 
     def _kill_timeout(self) -> float:
+        """``kill_timeout`` in seconds; beyond the longest stop timeout tenure accepts (a
+        week) it is capped there, the nearest tenure comes to it."""
         timeout = seconds(self.get("kill_timeout", _milliseconds, 1600.0))
         if timeout <= 0:
             self.result.not_mapped(self.origin("kill_timeout"), "tenure needs a stop "
                                    "timeout > 0; using 1.6 s, PM2's default")
             return 1.6
+        if timeout > MAX_STOP_WAIT_S:
+            self.result.not_mapped(self.origin("kill_timeout"), f"tenure waits at most "
+                                   f"{MAX_STOP_WAIT_S:g} s (a week) for an app to stop, "
+                                   f"not {timeout:g} s")
+            return MAX_STOP_WAIT_S
         return timeout
 
     def _restarts(self, uptime: float) -> tuple[RestartMode, Backoff, StartLimit]:
@@ -286,10 +316,10 @@ class _App:
 
 
 def _default_name(script: str) -> str:
-    """PM2's name for an app without one: the script's file name without extension, or
-    the whole command line."""
-    if " " in script.strip():
-        return script.strip()
+    """PM2's name for an app without one: the script's file name without extension.
+    PM2 names the app before it turns a command line into ``bash -c``, so
+    ``node bin/report.js --nightly`` is named ``report`` too (assemble makes the name
+    valid and unique, with a note)."""
     name = os.path.basename(script)
     dot = name.rfind(".")
     return name[:dot] if dot > 0 else name

@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 
 from ..config import MAX_INSTANCES
-from ..model import Backoff, StartLimit
+from ..model import MAX_STOP_WAIT_S, Backoff, StartLimit
 
-__all__ = ["MAX_INSTANCES", "needs_shell", "quick_failure_limit", "seconds"]
+__all__ = ["MAX_INSTANCES", "MAX_STOP_WAIT_S", "needs_shell", "quick_failure_limit",
+           "seconds"]
 
 # characters and words with a meaning to sh beyond splitting words and quoting them
 _SHELL_CHARS = re.compile(r"[|&;<>()$`*?\[\]{}~#\n]")

@@ -28,7 +28,7 @@ from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, RunAs, Star
 from .identity import account
 from .ini import IniDocument, IniSection
 from .model import Draft, Origin, SourceResult
-from .policy import MAX_INSTANCES, quick_failure_limit
+from .policy import MAX_INSTANCES, MAX_STOP_WAIT_S, quick_failure_limit
 from .supervisord_values import (
     AutoRestart,
     auto_restart,
@@ -191,14 +191,27 @@ class _Program:
             startretries=self._get("startretries", integer, d.startretries,
                                    lambda v: v >= 0, "must be >= 0"),
             stopsignal=self._get("stopsignal", signal_name, d.stopsignal),
-            stopwaitsecs=self._get("stopwaitsecs", integer, d.stopwaitsecs,
-                                   lambda v: v > 0, "tenure needs a stop timeout > 0"),
+            stopwaitsecs=self._stop_wait(d.stopwaitsecs),
             numprocs=self._get("numprocs", integer, d.numprocs, lambda v: v >= 1,
                                "must be >= 1"),
             numprocs_start=self._get("numprocs_start", integer, d.numprocs_start,
                                      lambda v: v >= 0, "must be >= 0"),
             run_as=RunAs(user=self._user(), umask=self._get("umask", octal, None)),
             log_retention=self._log_retention())
+
+    def _stop_wait(self, default: int) -> int:
+        """``stopwaitsecs``, capped at the longest stop timeout tenure accepts (a week),
+        like ``numprocs`` at the most instances: the cap is the nearest tenure comes to a
+        program that is given that long to stop, where the default (10 s) would kill it
+        far sooner than supervisord did."""
+        wait = self._get("stopwaitsecs", integer, default, lambda v: v > 0,
+                         "tenure needs a stop timeout > 0")
+        if wait > MAX_STOP_WAIT_S:
+            self.result.not_mapped(self._origin("stopwaitsecs"), f"tenure waits at most "
+                                   f"{MAX_STOP_WAIT_S:g} s (a week) for an app to stop, "
+                                   f"not {wait}")
+            return int(MAX_STOP_WAIT_S)
+        return wait
 
     def _log_retention(self) -> int | None:
         """``log_retention`` when the program sizes its log files: what supervisord

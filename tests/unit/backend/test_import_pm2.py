@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from backend.importers import import_files
 from backend.importers.model import Context, FindingKind, SourceResult
 from backend.importers.pm2 import read_pm2
 from backend.model import App, Backoff, ReadyKind, RestartMode, RunAs, StartLimit
@@ -51,6 +52,35 @@ def test_command_is_built_as_pm2_builds_it(
     assert app.command == tuple(c.replace("{d}", str(tmp_path)) for c in command)
 
 
+@pytest.mark.parametrize(("conf", "flags", "problems"), [
+    ({"interpreter_args": "--b", "node_args": "--a"}, ["--a"],
+     {"interpreter_args": "PM2 uses node_args instead"}),
+    ({"interpreterArgs": ["--b"]}, ["--b"], {}),
+    ({"nodeArgs": "--c", "interpreterArgs": "--b"}, ["--b"],
+     {"nodeArgs": "PM2 uses interpreterArgs instead"}),
+    ({"node_args": "", "interpreter_args": "--b"}, ["--b"], {}),  # "" is unset in PM2
+])
+def test_node_args_and_its_aliases_are_read_in_pm2s_order(
+        tmp_path: Path, conf: dict[str, Any], flags: list[str],
+        problems: dict[str, str]) -> None:
+    app, found = _app(tmp_path, script="x.js", **conf)
+    assert app.command == ("node", *flags, f"{tmp_path}/x.js")
+    assert found == {f"apps[0].{k}": v for k, v in problems.items()}
+
+
+@pytest.mark.parametrize(("conf", "command", "why"), [
+    ({"script": "bin/srv"}, ("{d}/bin/srv",), "without an interpreter"),
+    ({"script": "x.js", "interpreter": "none"}, ("x.js",), "without an interpreter"),
+    ({"script": "node x.js"}, ("bash", "-c", "node x.js"), "a whole command line"),
+])
+def test_node_args_without_an_interpreter_are_reported(
+        tmp_path: Path, conf: dict[str, Any], command: tuple[str, ...], why: str) -> None:
+    app, problems = _app(tmp_path, node_args="--inspect", **conf)
+    assert app.command == tuple(c.replace("{d}", str(tmp_path)) for c in command)
+    assert list(problems) == ["apps[0].node_args"]
+    assert why in problems["apps[0].node_args"]
+
+
 def test_a_bare_program_name_found_in_cwd_is_taken_from_there(tmp_path: Path) -> None:
     (tmp_path / "server").write_text("#!/bin/sh\n")
     app, _ = _app(tmp_path, script="server", args="-v")
@@ -66,6 +96,33 @@ def test_name_cwd_env_and_port(tmp_path: Path) -> None:
     assert app.env == {"N": "1", "F": "1.5", "B": "false", "S": "s", "NUL": "null",
                        "PORT": "8080", "PYTHONUNBUFFERED": "1"}
     assert list(problems) == ["apps[0].env.OBJ"]
+
+
+@pytest.mark.parametrize(("conf", "name"), [
+    ({"script": "srv/web-api.js"}, "web-api"),
+    ({"script": "srv/web-api.js", "name": ""}, "web-api"),  # PM2: an empty name is none
+    ({"script": ".env.js"}, ".env"),                        # a leading dot is no extension
+    ({"script": "bin/worker"}, "worker"),
+    # PM2 names the app before it turns a command line into bash -c
+    ({"script": "node scripts/report.js --nightly"}, "report"),
+    ({"script": "npm run start"}, "npm run start"),
+])
+def test_an_unnamed_app_is_named_as_pm2_names_it(
+        tmp_path: Path, conf: dict[str, Any], name: str) -> None:
+    app, problems = _app(tmp_path, **conf)
+    assert app.name == name and problems == {}
+
+
+def test_unnamed_apps_get_valid_unique_names_with_a_note(tmp_path: Path) -> None:
+    path = tmp_path / "ecosystem.json"
+    path.write_text(json.dumps({"apps": [
+        {"script": "api/server.js"}, {"script": "admin/server.py"},
+        {"script": "tools/img@resize.py"}]}))
+    result = import_files([str(path)], "s")
+    assert sorted(result.config.stacks["s"].apps) == ["img-resize", "server", "server-2"]
+    assert [str(f) for f in result.findings if f.kind is FindingKind.NOTE] == [
+        f"{path}: apps[1]: app 'server' is named 'server-2' in tenure.toml",
+        f"{path}: apps[2]: app 'img@resize' is named 'img-resize' in tenure.toml"]
 
 
 def test_pm2_defaults(tmp_path: Path) -> None:
@@ -85,6 +142,16 @@ def test_restart_limits_and_delays(tmp_path: Path) -> None:
     assert app.backoff == Backoff(initial=1.5, max=1.5, factor=1.0, reset_after=2.0)
     assert app.start_limit == StartLimit(burst=3, interval=3 * 2.0 + 1.5 * 2 + 1)
     assert app.stop.timeout == 8.0
+
+
+def test_kill_timeout_beyond_a_week_is_capped_and_reported(tmp_path: Path) -> None:
+    path = tmp_path / "ecosystem.json"
+    path.write_text(json.dumps({"apps": [{"script": "a.js", "kill_timeout": "192h"}]}))
+    result = import_files([str(path)], "s")
+    assert result.config.stacks["s"].apps["a"].stop.timeout == 604800.0
+    assert [(f.origin.key, f.problem) for f in result.findings] == [(
+        "apps[0].kill_timeout",
+        "tenure waits at most 604800 s (a week) for an app to stop, not 691200 s")]
 
 
 def test_exponential_backoff_wins_over_a_fixed_delay(tmp_path: Path) -> None:

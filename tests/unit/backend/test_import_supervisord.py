@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.importers import import_files
 from backend.importers.model import Context, FindingKind, SourceResult
 from backend.importers.supervisord import read_supervisord
 from backend.importers.supervisord_values import (
@@ -138,6 +139,24 @@ def test_too_many_processes_are_capped_and_reported(tmp_path: Path) -> None:
                                         "process_name=%(process_num)d\n"})
     assert result.drafts[0].app.instances == 64
     assert "at most 64" in _problems(result)["[program:w] numprocs"]
+
+
+@pytest.mark.parametrize(("value", "timeout", "problem"), [
+    ("604800", 604800.0, None),
+    ("700000", 604800.0, "tenure waits at most 604800 s (a week) for an app to stop, "
+                         "not 700000"),
+    ("-5", 10.0, "tenure needs a stop timeout > 0, not '-5'; the default applies"),
+    ("soon", 10.0, "not an integer: 'soon'"),
+])
+def test_stop_wait_beyond_a_week_is_capped_and_reported(
+        tmp_path: Path, value: str, timeout: float, problem: str | None) -> None:
+    conf = tmp_path / "s.conf"
+    conf.write_text(f"[program:w]\ncommand=/bin/w\nstopwaitsecs={value}\n")
+    result = read_supervisord(str(conf), CTX)
+    assert result.drafts[0].app.stop.timeout == timeout
+    assert _problems(result).get("[program:w] stopwaitsecs") == problem
+    stop = import_files([str(conf)], "s").config.stacks["s"].apps["w"].stop
+    assert stop.timeout == timeout  # and what it wrote passed tenure plan's parser
 
 
 def test_command_sees_program_environment_but_environment_does_not(tmp_path: Path) -> None:
