@@ -144,7 +144,8 @@ def _wait_op(args: Any, op_id: str, timeout: float) -> dict[str, Any]:
 
 
 def cmd_down(args: Any) -> int:
-    from .daemons import stop_all, wait_background_start
+    from .daemons import wait_background_start
+    from .down import stop_all
     layout = _layout(args)
     with live(args, "down", _owner_probe(args)):
         wait_background_start(layout)

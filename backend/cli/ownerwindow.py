@@ -287,7 +287,7 @@ def _stop_owner(w: Window, rec: dict[str, Any]) -> None:
         else:
             _systemctl(p["mode"], "stop")
         w.wait("the owner's exit", lambda: not running(owner["pid"], owner["start_ticks"]))
-    from .daemons import shutdown_receipt
+    from .down import shutdown_receipt
     state = shutdown_receipt(w.layout, owner["instance"])["state"]
     if state != "clean":
         raise ReconcileRequired(f"the owner's shutdown receipt is {state!r}, not clean; "

@@ -118,10 +118,11 @@ def test_down_stops_a_guardian_that_does_not_answer(cluster, monkeypatch):
         assert daemons.listener(str(cluster.layout.guardian_sock), "owner") is None
     finally:
         os.kill(guardian, signal.SIGCONT)
+    from backend.cli import down
     real_ping = daemons.ping
-    monkeypatch.setattr(daemons, "ping", lambda sock, **kw: None if "guardian" in str(sock)
+    monkeypatch.setattr(down, "ping", lambda sock, **kw: None if "guardian" in str(sock)
                         else real_ping(sock, **kw))
-    out = daemons.stop_all(cluster.layout)
+    out = down.stop_all(cluster.layout)
     assert out["guardian"] is True and out["owner"] is True, out
     assert cluster.leftovers() == []
 
