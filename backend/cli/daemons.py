@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,23 +78,17 @@ def ensure_daemons(layout: Layout, foreground: bool,
         proc = spawned[name]
         if proc is None:
             continue
-        try:
-            _wait_up(layout, name, sock, proc)
-        except ConnectFailed as exc:
-            # what this call started beside it is stopped again: a failed `up` leaves
-            # no guardian (and standby backend) waiting for an owner that is not there
-            stopped = _stop_spawned(p for n, p in spawned.items() if n != name)
-            if not stopped:
-                raise
-            raise ConnectFailed(f"{exc.msg}\n(stopped again what this command had "
-                                f"started: {stopped})", exc.data) from None
+        # what this call started beside it is stopped again: a failed `up` leaves no
+        # guardian (and standby backend) waiting for an owner that is not there
+        others = [p for n, p in spawned.items() if n != name]
+        _wait_up(layout, name, sock, proc, on_failure=partial(_stop_spawned, others))
     return {name: proc is not None for name, proc in spawned.items()}
 
 
 def _stop_spawned(procs: Iterable[subprocess.Popen[bytes] | None],
                   timeout: float = 30.0) -> str:
     """SIGTERM each daemon this command started that still runs and reap it (SIGKILL
-    after ``timeout``): the pids, for the error that says so."""
+    after ``timeout``): what the error then says of it ("" when none ran)."""
     import subprocess
     said = []
     for proc in procs:
@@ -106,7 +101,8 @@ def _stop_spawned(procs: Iterable[subprocess.Popen[bytes] | None],
             proc.kill()
             proc.wait()
         said.append(f"pid {proc.pid}")
-    return ", ".join(said)
+    return f"; stopped again what this command had started: {', '.join(said)}" if said \
+        else ""
 
 
 class Prestart:
@@ -370,7 +366,10 @@ def _direct(layout: Layout, module: str, seen: dict[str, bytes]) -> Direct:
 
 
 def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[bytes],
-             timeout: float = 30.0) -> None:
+             timeout: float = 30.0, on_failure: Callable[[], str] = lambda: "") -> None:
+    """Return once ``module`` answers on ``sock``. Raises ConnectFailed when it exits or
+    does not answer in ``timeout``, after ``on_failure`` (what it did is said before the
+    log's tail: the daemon's last words stay the message's last line)."""
     log_path = layout.logs / f"{module}.log"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -381,8 +380,8 @@ def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[byte
         time.sleep(UP_POLL_S)
     from protocol.durable import last_words
     tail = last_words(log_path)
-    raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}); end of "
-                        f"{log_path}:\n{tail}", {"log": str(log_path)})
+    raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}){on_failure()}; "
+                        f"end of {log_path}:\n{tail}", {"log": str(log_path)})
 
 
 BACKGROUND_WAIT_S = 30.0
