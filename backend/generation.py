@@ -378,8 +378,12 @@ class Generation(HandingOver):
                                             self.sup.owner_capabilities, self.config)
 
     def _owner_status(self, status: dict[str, Any]) -> None:
+        """Keep what the owner's status says. A newer epoch fences this generation,
+        unless a handoff holds it: then the guardian fenced for its candidate and
+        retires it next (backend.drainwatch ends a handoff the guardian left)."""
         epoch = status.get("epoch")
-        if self.sup is not None and isinstance(epoch, int) and epoch > self.epoch:
+        if self.sup is not None and isinstance(epoch, int) and epoch > self.epoch and \
+                not self.drain_state.held:
             self.sup.fence(f"the owner holds epoch {epoch}, this generation {self.epoch}")
         dropped = status.get("log_dropped")
         self.log_dropped = None if not isinstance(dropped, dict) else {

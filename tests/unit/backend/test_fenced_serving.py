@@ -64,3 +64,19 @@ def test_the_certificate_inventory_epoch_fences(tmp_path: Path) -> None:
     async def body(gen: Any, owner: FakeOwner) -> None:
         assert await publish_certificate(gen) is False
     _run(tmp_path, body)
+
+
+def test_a_generation_held_for_a_handoff_is_not_stood_down_by_its_heartbeat(tmp_path: Path):
+    """The guardian fences the owner for its candidate between the checkpoint and the
+    incumbent's retirement: a heartbeat in that window is the handoff going well."""
+    async def main() -> None:
+        owner = FakeOwner()
+        async with ready_generation(tmp_path, owner, ONE) as gen:
+            assert (await gen.drain(30.0))["drained"] is True
+            gen.checkpoint(str(tmp_path / "act.checkpoint.json"))
+            owner.epoch += 1
+            gen._owner_status({"epoch": owner.epoch})
+            assert gen.drain_state.stage is Stage.CHECKPOINTED and not gen._done.is_set()
+            gen.retire()
+            assert gen.drain_state.stage is Stage.RETIRING
+    asyncio.run(main())
