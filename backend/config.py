@@ -253,7 +253,7 @@ def _parse_document(doc: Mapping[str, Any],
     for name in raw:
         _check_name(name, ("stacks", name), "stack")
         stacks[name] = _parse_stack(name, table(raw[name], ("stacks", name)))
-    check_addresses([a for s in stacks.values() for a in s.apps.values()])
+    check_addresses([a for s in stacks.values() for a in s.apps.values()], metrics.listen)
     return dict(sorted(stacks.items())), settings, metrics
 
 

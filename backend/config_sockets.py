@@ -105,8 +105,9 @@ def claims(a: ListenAddress, b: ListenAddress) -> bool:
     return a.host == b.host or wild in (a.host, b.host)
 
 
-def check_addresses(apps: list[App]) -> None:
-    """No two sockets of the config claim one address. Raises Invalid at the later one."""
+def check_addresses(apps: list[App], metrics: str | None = None) -> None:
+    """No two sockets of the config, nor a socket and the metrics listener (``[metrics]
+    listen``, already checked), claim one address. Raises Invalid at the later one."""
     declared = [(app, s) for app in apps for s in app.sockets]
     if not declared:
         return
@@ -119,3 +120,24 @@ def check_addresses(apps: list[App]) -> None:
             if claims(addr, other):
                 raise Invalid(path, f"{s.listen} is already claimed by {who} ({other})")
         seen.append((addr, f"{app.key} socket {s.name!r}"))
+    for addr in _metrics_addresses(metrics):
+        for other, who in seen:
+            if claims(addr, other):
+                raise Invalid(("metrics", "listen"), f"{metrics} is already claimed by "
+                                                     f"{who} ({other})")
+
+
+def _metrics_addresses(listen: str | None) -> list[ListenAddress]:
+    """What the metrics listener binds: ``localhost`` may be either loopback."""
+    from .config_metrics import parse_listen as parse_metrics_listen
+    parsed = parse_metrics_listen(listen) if listen is not None else None
+    if parsed is None:
+        return []
+    import ipaddress
+
+    from protocol.listen import ListenAddress as Address
+    host, port = parsed
+    ips = [ipaddress.ip_address(h) for h in
+           (["127.0.0.1", "::1"] if host == "localhost" else [host])]
+    return [Address(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, str(ip), port)
+            for ip in ips]

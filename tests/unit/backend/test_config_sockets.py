@@ -84,3 +84,25 @@ def test_stale_names_what_the_config_dropped() -> None:
     sockets, dropped = stale(cfg, held, stores)
     assert sockets == ["web/api/http@127.0.0.1:81", "old/x/y@[::1]:1"]
     assert set(dropped) == {("web", "api", 2), ("gone", "x", None)}
+
+
+@pytest.mark.parametrize(("socket_listen", "metrics_listen"), [
+    ("127.0.0.1:9100", "127.0.0.1:9100"), ("0.0.0.0:9100", "localhost:9100"),
+    ("[::1]:9100", "localhost:9100"), ("[::]:9100", "[0:0::1]:9100")])
+def test_the_metrics_listener_and_a_socket_cannot_claim_one_address(
+        socket_listen: str, metrics_listen: str) -> None:
+    """Was: both accepted; the socket took the port and metrics never served."""
+    text = (BASE + f'[stacks.web.apps.api.sockets.http]\nlisten = "{socket_listen}"\n'
+            f'[metrics]\nlisten = "{metrics_listen}"\n')
+    with pytest.raises(ConfigInvalid) as info:
+        parse_config(text, "t.toml")
+    data = info.value.data
+    assert (data["key"], data["line"]) == ("metrics.listen", 6), data
+    assert "already claimed by web/api socket 'http'" in data["problem"], data
+
+
+def test_the_metrics_listener_beside_sockets_on_other_ports_or_hosts() -> None:
+    parse_config(BASE + '[stacks.web.apps.api.sockets.http]\nlisten = "127.0.0.1:9100"\n'
+                 '[metrics]\nlisten = "127.0.0.2:9100"\n', "t.toml")
+    parse_config(BASE + '[stacks.web.apps.api.sockets.http]\nlisten = "127.0.0.1:9101"\n'
+                 '[metrics]\nlisten = "localhost:9100"\n', "t.toml")
