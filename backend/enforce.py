@@ -5,7 +5,8 @@ cannot work here (job templates take the identity keys of apps, and the same che
 :func:`check_config` turns each such case into ``CONFIG_INVALID`` with the key and line,
 before anything is applied:
 
-- every ``user``, ``group`` and ``supplementary_groups`` name resolves;
+- every ``user``, ``group`` and ``supplementary_groups`` name resolves, and so does a unix
+  socket's ``owner`` and ``group``, which the owner must be allowed to give it to;
 - the owner can switch to the user: only an owner running as root starts apps as
   another uid;
 - cgroup limits have what enforces them: per-app cgroups with the controller;
@@ -31,7 +32,7 @@ from msgspec import Struct, structs
 
 from .config import config_error
 from .config_lines import KeyPath
-from .model import App, Config, Limits, RunAs, Settings
+from .model import App, Config, Limits, RunAs, Settings, SocketSpec
 
 __all__ = ["Host", "app_env", "app_uids", "check_config", "identity_view", "launch_fields",
            "user_env"]
@@ -76,9 +77,30 @@ def check_config(config: Config, text: str, host: Host) -> None:
         path: KeyPath = ("stacks", app.stack, "apps", app.name)
         _check_run_as(app.run_as, "app", host, viewers, path, fail)
         _check_limits(app.limits, host, (*path, "limits"), fail)
+        for sock in app.sockets:
+            _check_socket_accounts(sock, host, (*path, "sockets", sock.name), fail)
     for job in config.jobs():
         _check_run_as(job.run_as, "job", host, viewers,
                       ("stacks", job.stack, "jobs", job.name), fail)
+
+
+def _check_socket_accounts(sock: SocketSpec, host: Host, path: KeyPath, fail: Fail) -> None:
+    """A unix socket's ``owner`` and ``group`` name accounts of this host that the owner
+    can give the socket file to: another user only when it runs as root, a group it is
+    in otherwise (what chown(2) allows)."""
+    if sock.owner is not None:
+        try:
+            uid = pwd.getpwnam(sock.owner).pw_uid
+        except KeyError:
+            fail((*path, "owner"), f"unknown user {sock.owner!r} (no such user on this host)")
+        if host.owner_uid != 0 and uid != host.owner_uid:
+            fail((*path, "owner"), f"the owner runs as uid {host.owner_uid}, not root, so it "
+                 f"cannot give the socket to {sock.owner!r} (uid {uid})")
+    if sock.group is not None:
+        gid = _gid(sock.group, (*path, "group"), fail)
+        if host.owner_uid != 0 and gid not in {host.backend_gid, *host.backend_groups}:
+            fail((*path, "group"), f"the owner runs as uid {host.owner_uid}, not root, and "
+                 f"is not in group {sock.group!r}, so it cannot give the socket to it")
 
 
 def _gid(name: str, path: KeyPath, fail: Fail) -> int:

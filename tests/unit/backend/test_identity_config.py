@@ -185,3 +185,28 @@ def test_a_jobs_user_is_refused_on_the_api_socket_like_an_apps() -> None:
     from backend.enforce import app_uids
     config = parse_config(f'[{JOB}]\ncommand = ["r"]\nuser = "nobody"\n', "t.toml")
     assert app_uids(config) == frozenset({NOBODY.pw_uid})
+
+
+SOCK = HEAD + f'user = "nobody"\n[{APP}.sockets.s]\nlisten = "unix:/run/t/s.sock"\n'  # 1-5
+
+
+@pytest.mark.parametrize("text,key,words", [
+    ('owner = "no-such-user-xx"\n', f"{APP}.sockets.s.owner", "unknown user"),
+    ('group = "no-such-group-xx"\n', f"{APP}.sockets.s.group", "unknown group"),
+])
+def test_a_socket_owner_or_group_that_does_not_exist_is_refused_at_plan(
+        text: str, key: str, words: str) -> None:
+    """Was: accepted; the launch then failed (`unknown user or group`), the app failed."""
+    err = _check(SOCK + text, SPLIT)
+    assert err is not None and err.data["key"] == key and err.data["line"] == 6, err
+    assert words in err.data["problem"]
+
+
+def test_a_socket_can_go_only_to_accounts_a_user_scope_owner_may_give_it_to() -> None:
+    user_sock = HEAD + f'[{APP}.sockets.s]\nlisten = "unix:/run/t/s.sock"\n'
+    err = _check(user_sock + 'owner = "nobody"\n', USER_SCOPE)
+    assert err is not None and err.data["key"] == f"{APP}.sockets.s.owner", err
+    assert "cannot give the socket" in err.data["problem"]
+    err = _check(user_sock + f'group = "{NOGROUP}"\n', USER_SCOPE)
+    assert err is not None and err.data["key"] == f"{APP}.sockets.s.group", err
+    assert _check(SOCK + f'owner = "nobody"\ngroup = "{NOGROUP}"\n', SPLIT) is None
