@@ -68,8 +68,12 @@ def compute_changes(old: Config, new: Config, running: Running | None = None
             changes.append({"action": "start", "app": key, "instances": n.instances})
             continue
         if n.definition_digest() != o.definition_digest():
-            changes.append({"action": "restart", "app": key, "instances": n.instances,
-                            "reason": "definition changed"})
+            # only the instances that ran the old one: one that scaling adds starts on
+            # the new definition (and one it removes is not restarted first)
+            kept = min(n.instances, o.instances)
+            if kept:
+                changes.append({"action": "restart", "app": key, "instances": kept,
+                                "reason": "definition changed"})
         elif r is not None:
             changes += _stale(n, r)
         if n.instances != o.instances:

@@ -92,6 +92,27 @@ def test_plan_lists_exactly_the_differences_apply_and_stale_plan(cluster):
     assert cluster.status()["backend"]["config_revision"] == rev
 
 
+def test_a_definition_change_with_a_scale_restarts_only_the_instances_it_had(cluster):
+    """Was: the restart covered the new instance count, so the instance the scale had
+    just started on the new definition was stopped and started again (its counters:
+    one restart, one requested exit)."""
+    cluster.up(app("s", "v", extra='env = { X = "3" }'))
+    before = cluster.wait_ready(1)["s/v/0"]["pid"]
+    changed = app("s", "v", extra='env = { X = "4" }\ninstances = 3')
+    plan = plan_file(cluster, changed, "v2.toml")
+    assert [(c["action"], c.get("instances")) for c in plan["changes"]] == \
+        [("restart", 1), ("scale", None)], plan["changes"]
+    res = cluster.cli("apply", plan["id"], "--wait", check=True).out
+    assert res["outcome"] == "success", res
+    apps = cluster.wait_ready(3)
+    assert apps["s/v/0"]["pid"] != before and apps["s/v/0"]["restarts"] == 1
+    assert apps["s/v/1"]["restarts"] == 0 and apps["s/v/2"]["restarts"] == 0, apps
+    smaller = plan_file(cluster, app("s", "v", extra='env = { X = "5" }\ninstances = 1'),
+                        "v3.toml")
+    assert [(c["action"], c.get("instances")) for c in smaller["changes"]] == \
+        [("restart", 1), ("scale", None)], smaller["changes"]
+
+
 def test_second_apply_on_a_busy_stack_is_operation_in_progress(cluster):
     cluster.up(app("c", "a"))
     cluster.wait_ready(1)
