@@ -149,6 +149,19 @@ def test_an_app_cannot_be_a_viewer() -> None:
     assert e is not None and "viewer group" in e.msg and e.data["key"] == f"{APP}.user"
 
 
+def test_in_user_scope_an_app_as_the_admin_may_be_in_the_viewer_group() -> None:
+    """Was: `user = "root"` refused, the same app without a user (running as root all
+    the same) accepted. Running as the admin, an app gains nothing by the group."""
+    root = Host(owner_uid=0, controllers=None, backend_uid=0, backend_gid=0,
+                backend_groups=frozenset())
+    text = '[settings]\nviewer_group = "root"\n' + HEAD
+    assert _check(text, root) is None
+    assert _check(text + 'user = "root"\n', root) is None
+    e = _check(f'[settings]\nviewer_group = "{NOGROUP}"\n' + HEAD + 'user = "nobody"\n',
+               root)
+    assert e is not None and "viewer group" in e.msg, e
+
+
 def test_launch_fields_env_and_inspect_view() -> None:
     app = parse_config(HEAD + 'user = "nobody"\numask = "022"\nenv = { LOGNAME = "x" }\n'
                        'limits = { nofile = 9, core = "infinity" }\n', "t").stacks[
