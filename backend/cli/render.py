@@ -286,7 +286,22 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("last_error", "last error", lambda r: _said(r["last_error"])),
     ("last_exit", "last exit", lambda r: _said(r["last_exit"])),
     ("last_probe", "last failed probe", lambda r: _said(r["last_probe"])),
+    ("sockets", "sockets", lambda r: _held_sockets(r["sockets"])),
+    ("stored_fds", "stored fds", lambda r: ", ".join(
+        f"{f['name']} ({f['kind']})" for f in r["stored_fds"]) or "-"),
 ]
+
+
+def _held_sockets(socks: list[dict[str, Any]]) -> str:
+    """``http 127.0.0.1:8080 (queue 0/4096, inode 123, used by s/a/0/3); ...``."""
+    out = []
+    for s in socks:
+        said = [] if s.get("queued") is None else [f"queue {s['queued']}/{s['queue_limit']}"]
+        said.append(f"inode {s['inode']}")
+        if s.get("used_by"):
+            said.append(f"used by {', '.join(s['used_by'])}")
+        out.append(f"{s['name']} {s['listen']} ({', '.join(said)})")
+    return "; ".join(out) or "-"
 _SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation", "reason"}
 _INSPECT_KEYS = {key for key, _, _ in _INSPECT} | _SHOWN_ELSEWHERE
 

@@ -74,7 +74,16 @@ INSPECT = {"instances": [{**_app("shop/web/0"), "launch_key": "shop/web/0/1",
                                        "supplementary_groups": ["www-data"], "umask": 0o27,
                                        "resolved": {"uid": 998, "gid": 998, "groups": [998],
                                                     "home": "/srv/shop"}},
-                          "limits": {"nofile": 4096}}]}
+                          "limits": {"nofile": 4096},
+                          "sockets": [
+                              {"name": "http", "listen": "127.0.0.1:8080", "inode": 41221,
+                               "backlog": 4096, "queued": 0, "queue_limit": 4096,
+                               "used_by": ["shop/web/0/1"]},
+                              {"name": "admin", "listen": "unix:/run/shop/admin.sock",
+                               "inode": 41223, "backlog": 16, "queued": None,
+                               "queue_limit": None, "used_by": ["shop/web/0/1"]}],
+                          "stored_fds": [{"name": "cache", "kind": "memfd", "inode": 5120}],
+                          "fd_store_max": 4}]}
 GUARDIAN = {"owner": {"instance": "f0b83755-d0e7-4f9c-9b42-89be47ca62bd"}, "epoch": 3,
             "owner_link": LINK, "selector": {"current": "ef53" * 16, "previous": "a1b2" * 16},
             "backend": {"pid": 4001, "activation": BACKEND["activation"], "alive": True},
