@@ -287,13 +287,16 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("last_exit", "last exit", lambda r: _said(r["last_exit"])),
     ("last_probe", "last failed probe", lambda r: _said(r["last_probe"])),
     ("sockets", "sockets", lambda r: _held_sockets(r["sockets"])),
-    ("stored_fds", "stored fds", lambda r: ", ".join(
-        f"{f['name']} ({f['kind']})" for f in r["stored_fds"]) or "-"),
+    ("stored_fds", "stored fds", lambda r: "unknown" if r["stored_fds"] is None else
+     ", ".join(f"{f['name']} ({f['kind']})" for f in r["stored_fds"]) or "-"),
 ]
 
 
-def _held_sockets(socks: list[dict[str, Any]]) -> str:
-    """``http 127.0.0.1:8080 (queue 0/4096, inode 123, used by s/a/0/3); ...``."""
+def _held_sockets(socks: list[dict[str, Any]] | None) -> str:
+    """``http 127.0.0.1:8080 (queue 0/4096, inode 123, used by s/a/0/3); ...``;
+    ``unknown`` when the owner could not be asked."""
+    if socks is None:
+        return "unknown"
     out = []
     for s in socks:
         said = [] if s.get("queued") is None else [f"queue {s['queued']}/{s['queue_limit']}"]

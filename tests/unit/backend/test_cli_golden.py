@@ -175,6 +175,8 @@ CASES: dict[str, Callable[[], str]] = {
         {"updated_at": NOW - 600}, None,
         {"owner": {"state": "failed", "at": NOW - 600, "failed_stage": "state"}}),
     "inspect": lambda: render.inspect(INSPECT),
+    "inspect_owner_unknown": lambda: render.inspect({"instances": [
+        {**INSPECT["instances"][0], "sockets": None, "stored_fds": None}]}),
     "restart": lambda: render.instances({"settled": True, "instances": {
         "shop/web/0": "ready", "shop/web/1": "ready"}}),
     "stop_unsettled": lambda: render.instances({"settled": False, "instances": {
