@@ -78,7 +78,7 @@ def _id(args: Any) -> int:
 
 def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     params = {"template": args.target, "args": list(args.job_args),
-              **({"key": args.key} if args.key else {})}
+              **({"key": args.key} if args.key is not None else {})}   # "": refused
     deadline = time.monotonic() + (args.timeout if args.timeout is not None else 3600.0)
     r = _retrying(lambda: call(args, "job.run", params), deadline, lost_ok=bool(args.key))
     job = r["job"]
@@ -100,19 +100,29 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
 def _retrying(fn: Callable[[], Any], deadline: float, lost_ok: bool) -> Any:
     """``fn()``, again while the backend is away (a request certainly not handled) or,
     with ``lost_ok``, while its answer is lost (safe only for a keyed submission or a
-    read). Not while tenure is stopped (neither the guardian nor the owner runs): no
-    backend is coming, and the wait was silent for up to an hour."""
+    read). Not when no backend is coming (:func:`_none_coming`): the wait was silent
+    for up to an hour."""
     while True:
         try:
             return fn()
         except _AWAY as exc:
-            down = isinstance(exc, BackendUnavailable) and exc.data.get("stopped") is not None
-            if down or time.monotonic() >= deadline:
+            if _none_coming(exc) or time.monotonic() >= deadline:
                 raise
         except OutcomeUnknown:
             if not lost_ok or time.monotonic() >= deadline:
                 raise
         time.sleep(0.2)
+
+
+def _none_coming(exc: Exception) -> bool:
+    """Whether no backend comes back by itself: tenure is stopped (neither the guardian
+    nor the owner runs), or the guardian gave up recovering one (blocked until the
+    operator runs `tenure backend recover`)."""
+    if not isinstance(exc, BackendUnavailable):
+        return False
+    diagnostics = exc.data.get("diagnostics")
+    blocked = isinstance(diagnostics, dict) and diagnostics.get("blocked")
+    return exc.data.get("stopped") is not None or bool(blocked)
 
 
 def _list(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:

@@ -158,3 +158,42 @@ def test_job_run_where_tenure_is_not_running_says_so_at_once(tmp_path) -> None:
                            "--key", "k"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done
     assert "BACKEND_UNAVAILABLE" in done.stderr and "tenure is not running" in done.stderr
+
+
+def test_job_run_with_recovery_blocked_says_so_at_once(monkeypatch) -> None:
+    """Was: a silent wait of up to an hour, though no backend comes back until the
+    operator runs `tenure backend recover`."""
+    from backend.cli import jobs
+    from protocol.errors import BackendUnavailable
+    blocked = BackendUnavailable("no backend generation answers; recovery blocked", {
+        "stopped": None, "diagnostics": {"blocked": {"code": "RECOVERY_BLOCKED"}}})
+    between = BackendUnavailable("no backend generation answers", {
+        "stopped": None, "diagnostics": {"blocked": None}})
+    calls = []
+
+    def fail(exc: Exception) -> None:
+        calls.append(exc)
+        raise exc
+    monkeypatch.setattr(jobs.time, "sleep", lambda s: None)
+    with pytest.raises(BackendUnavailable):
+        jobs._retrying(lambda: fail(blocked), jobs.time.monotonic() + 1, True)
+    assert calls == [blocked]
+    answers = iter([between, between])
+    assert jobs._retrying(lambda: fail(next(answers)) if len(calls) < 3 else "ok",
+                          jobs.time.monotonic() + 3600, False) == "ok"
+
+
+def test_job_run_with_an_empty_key_is_refused_not_run_without_one(tmp_path) -> None:
+    """Was: `--key ""` sent no key at all, so every retry ran the job again."""
+    from backend.cli import jobs
+    from protocol.errors import BadRequest
+    sent: list[dict] = []
+
+    def call(args, method, params):
+        sent.append(params)
+        raise BadRequest("params.key must be 1 to 500 characters")
+    from types import SimpleNamespace
+    args = SimpleNamespace(target="s/j", job_args=[], key="", timeout=None, wait=False)
+    with pytest.raises(BadRequest):
+        jobs._run(args, call, lambda *a: None)
+    assert sent == [{"template": "s/j", "args": [], "key": ""}]
