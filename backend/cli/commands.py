@@ -257,6 +257,10 @@ def cmd_op(args: Any) -> int:
 
 def cmd_stack(args: Any) -> int:
     if args.action == "start":
+        if args.dry_run or args.digest:   # accepted by the parser for stop: never ignored
+            raise BadRequest("tenure stack start takes no --dry-run or --digest (they "
+                             "review a stop); `tenure status` shows what would start",
+                             {"field": "dry_run" if args.dry_run else "digest"})
         with live(args, f"stack start {args.stack}", _settle_probe(args, args.stack)):
             r = _call(args, "stack.start", {"stack": args.stack})
     else:

@@ -197,3 +197,16 @@ def test_job_run_with_an_empty_key_is_refused_not_run_without_one(tmp_path) -> N
     with pytest.raises(BadRequest):
         jobs._run(args, call, lambda *a: None)
     assert sent == [{"template": "s/j", "args": [], "key": ""}]
+
+
+@pytest.mark.parametrize("extra", [["--dry-run"], ["--digest", "ab" * 32]])
+def test_stack_start_refuses_the_options_of_a_stop(tmp_path, capsys, extra) -> None:
+    """Was: `stack start S --dry-run` ignored --dry-run and started the stack."""
+    import json
+
+    from backend.cli.main import main
+    home = tmp_path / "h"
+    assert main(["--home", str(home), "--json", "stack", "start", "s", *extra]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err["code"] == "BAD_REQUEST" and "takes no --dry-run or --digest" in err["msg"]
+    assert not home.exists()                     # nothing was asked of anyone
