@@ -248,6 +248,11 @@ class JobRunner:
         count = (active if active is not None else self._active())[(stack, name)]
         if rec.id not in self._starting and count >= limit:
             return f"max_concurrent {limit} reached"
+        config = self.config()
+        gone = [a for a in rec.spec["after"] if config.app(stack, a) is None]
+        if gone:   # it waits for good: say so, with the way out
+            return (f"apps not in the config: {', '.join(gone)} (waits until they are "
+                    f"added back; `tenure job withdraw {rec.id}` ends it)")
         unready = [a for a in rec.spec["after"] if not self._app_ready(stack, a)]
         if unready:
             return f"apps not ready: {', '.join(unready)}"

@@ -15,6 +15,7 @@ import pytest
 
 from backend import instance as im
 from backend.certify import publish_certificate
+from backend.config import parse_config
 from backend.generation import Generation
 from backend.jobs import machine as jm
 from backend.jobs.ledger import Record
@@ -207,6 +208,11 @@ def test_max_concurrent_after_apps_and_order(tmp_path):
         await asyncio.sleep(0)
         assert jobs.waiting_for(after) == "apps not ready: db"
         assert after.job.state is jm.State.ADMITTED
+        # db and the template taken out of the config: it waits for good, and says so
+        gen.config = parse_config('[stacks.s.apps.other]\ncommand = ["x"]\n', "t.toml")
+        assert jobs.waiting_for(after) == (
+            f"apps not in the config: db (waits until they are added back; `tenure job "
+            f"withdraw {after.id}` ends it)")
     run(tmp_path, body)
 
 
@@ -438,7 +444,6 @@ def test_a_template_with_a_user_is_launched_as_that_user(tmp_path):
         assert "identity" not in job_launches(owner)[1]
         assert plain.to_wire()["identity"] == {}
         # the same key once the template's user changed is another submission
-        from backend.config import parse_config
         gen.config = parse_config(CONFIG.replace('user = "nobody"', 'user = "root"'), "u")
         with pytest.raises(Conflict):
             gen.api.jobs.submit("s/asnobody", "k", [])
