@@ -127,13 +127,20 @@ def test_down_stops_a_guardian_that_does_not_answer(cluster, monkeypatch):
     assert cluster.leftovers() == []
 
 
+def _up_one_app(cluster, extra: str = "") -> tuple[int, int, int | None, int, int]:
+    """Up with one app: the owner's and the guardian's pids, the owner's start ticks,
+    the app's pid and start ticks."""
+    from protocol.procfs import start_ticks
+    cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\n" + extra)
+    owner, guardian = cluster.daemon_pids()
+    [(app, app_ticks)] = cluster.pids().values()
+    return owner, guardian, start_ticks(owner), app, app_ticks
+
+
 def test_down_with_a_stopped_owner_says_it_still_runs_instead_of_succeeding(cluster):
     """Was: `guardian: stopped`, exit 0, with the owner and every app still running."""
-    from protocol.procfs import running, start_ticks
-    cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\n")
-    owner = cluster.daemon_pids()[0]
-    ticks = start_ticks(owner)
-    [(app, app_ticks)] = cluster.pids().values()
+    from protocol.procfs import running
+    owner, _, ticks, app, app_ticks = _up_one_app(cluster)
     os.kill(owner, signal.SIGSTOP)
     try:
         down = cluster.down()
@@ -154,11 +161,8 @@ def test_down_with_a_stopped_owner_says_it_still_runs_instead_of_succeeding(clus
 def test_down_with_a_stopped_guardian_leaves_the_owner_and_its_apps_alone(cluster):
     """Was: the owner was stopped under the live backend, which counted the shutdown's
     kills as crashes (restart counts 0 -> 3) and relaunched against a stopping owner."""
-    from protocol.procfs import running, start_ticks
-    cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\nrestart = \"always\"\n")
-    owner, guardian = cluster.daemon_pids()
-    ticks = start_ticks(owner)
-    [(app, app_ticks)] = cluster.pids().values()
+    from protocol.procfs import running
+    owner, guardian, ticks, app, app_ticks = _up_one_app(cluster, 'restart = "always"\n')
     os.kill(guardian, signal.SIGSTOP)
     try:
         down = cluster.down()
