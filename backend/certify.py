@@ -88,7 +88,11 @@ def persist(gen: Generation) -> None:
     if sup is None or store is None or sup.fenced or not (sup.dirty or sup.removed):
         return
     wires = {k: sup.instances[k].to_wire() for k in sup.dirty if k in sup.instances}
-    store.save_instances(wires, sup.removed)
+    try:
+        store.save_instances(wires, sup.removed)
+    except StaleEpoch as exc:   # a newer generation claimed the state: it is theirs
+        sup.fence(exc.msg)
+        return
     sup.dirty.clear()
     sup.removed.clear()
 

@@ -159,6 +159,9 @@ class Generation(HandingOver):
         if status["epoch"] != self.epoch:
             raise StaleEpoch(f"owner epoch is {status['epoch']}, the grant says {self.epoch}",
                              {"current": status["epoch"]})
+        # the apps' state is this generation's to write from here on (a stale one that
+        # still runs finds out at its next save: backend.store.hold)
+        self.store.hold(owner.instance, self.epoch, self.activation)
         self.sup = Supervisor(self.owner, self.epoch, on_mutation=self.invalidate)
         self.sup.on_fenced = self.fenced_off
         self.sup.keep_starts_in(self.store, self.activation)

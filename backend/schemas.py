@@ -17,15 +17,24 @@ from .events import FORMAT as EVENTS_FORMAT
 from .events import PART as EVENTS_PART
 from .jobs.ledger import FORMAT as JOBS_FORMAT
 from .store import FORMAT as BACKEND_DB_FORMAT
-from .store import RETIRED_FORMAT, RETIRED_PART, STARTS_FORMAT, STARTS_PART
+from .store import (
+    HOLDER_FORMAT,
+    HOLDER_PART,
+    RETIRED_FORMAT,
+    RETIRED_PART,
+    STARTS_FORMAT,
+    STARTS_PART,
+)
 
 __all__ = ["SCHEMAS"]
 
 SCHEMAS: dict[str, dict[str, object]] = {
     "reads": {"backend.db": [BACKEND_DB_FORMAT], f"backend.db:{EVENTS_PART}": [EVENTS_FORMAT],
               "backend.db:jobs": [JOBS_FORMAT], f"backend.db:{RETIRED_PART}": [RETIRED_FORMAT],
-              f"backend.db:{STARTS_PART}": [STARTS_FORMAT], "checkpoint": [HANDOVER_FORMAT]},
+              f"backend.db:{STARTS_PART}": [STARTS_FORMAT],
+              f"backend.db:{HOLDER_PART}": [HOLDER_FORMAT], "checkpoint": [HANDOVER_FORMAT]},
     "writes": {"backend.db": BACKEND_DB_FORMAT, f"backend.db:{EVENTS_PART}": EVENTS_FORMAT,
                "backend.db:jobs": JOBS_FORMAT, f"backend.db:{RETIRED_PART}": RETIRED_FORMAT,
-               f"backend.db:{STARTS_PART}": STARTS_FORMAT, "checkpoint": HANDOVER_FORMAT},
+               f"backend.db:{STARTS_PART}": STARTS_FORMAT,
+               f"backend.db:{HOLDER_PART}": HOLDER_FORMAT, "checkpoint": HANDOVER_FORMAT},
 }

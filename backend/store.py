@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from protocol.durable import open_sqlite, read_rows, transaction
-from protocol.errors import Conflict, NotFound, StateCorrupt
+from protocol.errors import Conflict, NotFound, StaleEpoch, StateCorrupt
 
 __all__ = ["BackendStore", "RecoveryStore", "saved_config"]
 
@@ -50,6 +50,13 @@ STARTS_PART, STARTS_FORMAT = "starts", 1
 STARTS_SCHEMA = ("CREATE TABLE starts_after_stop (key TEXT PRIMARY KEY, activation TEXT NOT "
                  "NULL, at REAL NOT NULL)")
 
+# A part of backend.db: which generation may write the apps' state (BackendStore.hold).
+# A generation fenced off while it could not tell (stopped, say) must not overwrite what
+# the generation holding the owner saves; the row is the fencing token on disk.
+HOLDER_PART, HOLDER_FORMAT = "holder", 1
+HOLDER_SCHEMA = ("CREATE TABLE holder (id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT "
+                 "NOT NULL, epoch INTEGER NOT NULL, activation TEXT NOT NULL)")
+
 RECOVERY_SCHEMA = """
 CREATE TABLE certificate (
     id INTEGER PRIMARY KEY CHECK (id = 1), valid INTEGER NOT NULL, body TEXT,
@@ -73,6 +80,8 @@ class BackendStore:
                               wal=True)
         self.ensure_part(RETIRED_PART, RETIRED_FORMAT, RETIRED_SCHEMA)
         self.ensure_part(STARTS_PART, STARTS_FORMAT, STARTS_SCHEMA)
+        self.ensure_part(HOLDER_PART, HOLDER_FORMAT, HOLDER_SCHEMA)
+        self._held: tuple[str, int, str] | None = None   # (owner, epoch, activation)
 
     def close(self) -> None:
         self.db.close()
@@ -117,13 +126,42 @@ class BackendStore:
                    "revision = excluded.revision, applied_at = excluded.applied_at",
                    (text, source, revision, time.time()))
 
+    # -- who may write the apps' state -------------------------------------------------
+
+    def hold(self, owner: str, epoch: int, activation: str) -> None:
+        """Claim the apps' state for generation ``activation``, which holds ``epoch`` of
+        owner instance ``owner`` (the owner confirmed it). Raises StaleEpoch when a
+        generation of a newer epoch of that owner holds it already."""
+        with self.tx() as db:
+            row = db.execute("SELECT owner, epoch, activation FROM holder").fetchone()
+            if row is not None and row[0] == owner and row[1] > epoch:
+                raise StaleEpoch(f"backend.db is held by generation {row[2]} at epoch "
+                                 f"{row[1]}, newer than {epoch}", {"current": row[1]})
+            db.execute("INSERT INTO holder VALUES (1, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                       "owner = excluded.owner, epoch = excluded.epoch, "
+                       "activation = excluded.activation", (owner, epoch, activation))
+        self._held = (owner, epoch, activation)
+
+    def _check_held(self, db: sqlite3.Connection) -> None:
+        """Inside a write transaction: raises StaleEpoch when another generation claimed
+        the apps' state since this one did (nothing is checked before a claim)."""
+        if self._held is None:
+            return
+        row = db.execute("SELECT owner, epoch, activation FROM holder").fetchone()
+        if row is None or tuple(row) != self._held:
+            held = "nobody" if row is None else f"generation {row[2]} at epoch {row[1]}"
+            raise StaleEpoch(f"backend.db's apps' state is held by {held}",
+                             {"current": None if row is None else row[1]})
+
     # -- instances --------------------------------------------------------------------
 
     def save_instances(self, wires: dict[str, dict[str, Any]],
                        removed: Mapping[str, int]) -> None:
         """Save ``wires`` (key -> Instance.to_wire()) and forget the ``removed`` instances,
-        keeping each one's last generation (key -> generation) in ``retired``."""
+        keeping each one's last generation (key -> generation) in ``retired``. Raises
+        StaleEpoch, saving nothing, when another generation claimed the state since."""
         with self.tx() as db:
+            self._check_held(db)
             db.executemany("INSERT INTO instances VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
                            "SET wire = excluded.wire",
                            [(k, json.dumps(w, sort_keys=True)) for k, w in wires.items()])

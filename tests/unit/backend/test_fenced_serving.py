@@ -15,7 +15,7 @@ from backend.certify import persist, publish_certificate
 from backend.drainstate import TRANSITIONS, Action, Event, Stage
 from backend.instance import State, StopRequested
 from backend.testing import FakeOwner, api_call, ready_generation, until
-from protocol.errors import ShuttingDown
+from protocol.errors import ShuttingDown, StaleEpoch
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 
@@ -80,3 +80,44 @@ def test_a_generation_held_for_a_handoff_is_not_stood_down_by_its_heartbeat(tmp_
             gen.retire()
             assert gen.drain_state.stage is Stage.RETIRING
     asyncio.run(main())
+
+
+def test_backend_db_refuses_a_save_from_a_generation_another_one_replaced(tmp_path: Path):
+    """The gap before a fenced generation learns of the fence (a stopped one's timers
+    fire first when it is continued, and its save may come before the owner's refusal):
+    backend.db's holder row, claimed by each generation at its start, refuses the save;
+    the generation then stands down."""
+    from backend.store import BackendStore
+
+    async def main() -> None:
+        owner = FakeOwner()
+        async with ready_generation(tmp_path, owner, ONE) as gen:
+            gen.store.hold("owner-1", owner.epoch, gen.activation)
+            persist(gen)
+            newer = BackendStore(str(tmp_path / "backend.db"))
+            try:
+                newer.hold("owner-1", owner.epoch + 1, "act-newer")
+                newer.save_instances({"s/a/0": {**newer.instances()["s/a/0"],
+                                                "restarts": 7}}, {})
+                gen.sup.feed("s/a/0", StopRequested())       # not told of the fence yet
+                persist(gen)
+                assert gen.stood_down and gen.sup.fenced
+                assert newer.instances()["s/a/0"]["restarts"] == 7   # theirs, untouched
+                with pytest.raises(StaleEpoch, match="act-newer at epoch 2"):
+                    gen.store.hold("owner-1", owner.epoch, gen.activation)
+            finally:
+                newer.close()
+    asyncio.run(main())
+
+
+def test_a_new_owner_instance_takes_the_state_whatever_its_epoch(tmp_path: Path):
+    from backend.store import BackendStore
+    store = BackendStore(str(tmp_path / "backend.db"))
+    try:
+        store.hold("owner-1", 9, "act-a")
+        store.hold("owner-2", 1, "act-b")     # `tenure down` and `up`: epochs start over
+        with pytest.raises(StaleEpoch):
+            store.hold("owner-2", 0, "act-c")
+        store.hold("owner-2", 1, "act-d")     # the same epoch: a retried start
+    finally:
+        store.close()
