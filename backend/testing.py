@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from .generation import Generation
 
 __all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "api_call", "default_sigint",
-           "fake_generation", "force_rmtree", "free_port", "go_stale", "in_thread",
-           "no_sleep", "ready_generation", "seal_once", "until"]
+           "fake_generation", "force_rmtree", "free_port", "go_stale", "in_thread", "no_sleep",
+           "ready_generation", "run_generation", "seal_once", "until"]
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
@@ -458,6 +458,28 @@ async def ready_generation(home: Path, owner: FakeOwner, config_text: str,
         yield gen
     finally:
         await gen.close()
+
+
+def run_generation(home: Path, config_text: str,
+                   body: Callable[[Generation, FakeOwner], Awaitable[None]], *,
+                   ready: bool = True, owner: FakeOwner | None = None) -> None:
+    """Run ``body(gen, owner)`` in a fresh event loop on a :func:`fake_generation` of
+    ``config_text`` (with ``ready``, once every instance is ready, as
+    :func:`ready_generation`), closed afterwards whatever ``body`` raised."""
+    import asyncio
+
+    async def main() -> None:
+        fake = owner if owner is not None else FakeOwner()
+        if ready:
+            async with ready_generation(home, fake, config_text) as gen:
+                await body(gen, fake)
+            return
+        gen = fake_generation(home, fake, config_text)
+        try:
+            await body(gen, fake)
+        finally:
+            await gen.close()
+    asyncio.run(main())
 
 
 def go_stale(gen: Generation) -> None:

@@ -15,8 +15,7 @@ import pytest
 from backend.certify import publish_certificate
 from backend.drainstate import HELD, TRANSITIONS, Action, DrainState, Event, Stage
 from backend.drainwatch import FENCE_GRACE_S, WITHDRAWN, Caller, DrainWatch, deadline
-from backend.instance import State
-from backend.testing import FakeOwner, api_call, fake_generation, until
+from backend.testing import FakeOwner, api_call, run_generation, until
 from protocol.errors import OperationInProgress, TransportLost
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
@@ -78,16 +77,10 @@ def _watch(gen: Any, *, gone: bool = False, clock: Clock | None = None,
 
 
 def _run(tmp_path: Path, body: Any) -> None:
-    async def main() -> None:
-        owner = FakeOwner()
-        gen = fake_generation(tmp_path, owner, ONE)
-        try:
-            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
-            assert (await gen.drain(30.0))["drained"] is True
-            await body(gen, owner)
-        finally:
-            await gen.close()
-    asyncio.run(main())
+    async def drained(gen: Any, owner: FakeOwner) -> None:
+        assert (await gen.drain(30.0))["drained"] is True
+        await body(gen, owner)
+    run_generation(tmp_path, ONE, drained)
 
 
 def test_the_guardian_gone_after_the_drain_the_generation_serves_again(tmp_path: Path):

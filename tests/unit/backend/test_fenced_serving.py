@@ -13,8 +13,9 @@ import pytest
 
 from backend.certify import persist, publish_certificate
 from backend.drainstate import TRANSITIONS, Action, Event, Stage
+from backend.generation import Generation
 from backend.instance import State, StopRequested
-from backend.testing import FakeOwner, api_call, ready_generation, until
+from backend.testing import FakeOwner, api_call, run_generation, until
 from protocol.errors import ShuttingDown, StaleEpoch
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
@@ -24,22 +25,21 @@ def test_fenced_while_serving_stands_down_and_leaves() -> None:
     assert TRANSITIONS[Stage.SERVING, Event.FENCED] == (Stage.STOOD_DOWN, Action.LEAVE)
 
 
-def _run(tmp_path: Path, body: Any) -> None:
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            persist(gen)                   # saved as ready
-            owner.epoch += 1               # the next generation's fence landed
-            await body(gen, owner)
-            assert gen.stood_down and gen.sup.fenced and gen.draining
-            assert gen._done.is_set() and gen.server.draining
-            # a fenced supervisor decides nothing more
-            with pytest.raises(ShuttingDown):
-                gen.sup.feed("s/a/0", StopRequested())
-            persist(gen)
-            saved = gen.store.instances()["s/a/0"]
-            assert saved["state"] == "ready", saved
-    asyncio.run(main())
+def _run(tmp_path: Path, learn: Any) -> None:
+    """``learn(gen, owner)``: how the generation hears of the fence that just landed."""
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        persist(gen)                   # saved as ready
+        owner.epoch += 1               # the next generation's fence landed
+        await learn(gen, owner)
+        assert gen.stood_down and gen.sup.fenced and gen.draining
+        assert gen._done.is_set() and gen.server.draining
+        # a fenced supervisor decides nothing more
+        with pytest.raises(ShuttingDown):
+            gen.sup.feed("s/a/0", StopRequested())
+        persist(gen)
+        saved = gen.store.instances()["s/a/0"]
+        assert saved["state"] == "ready", saved
+    run_generation(tmp_path, ONE, body)
 
 
 def test_a_restart_the_owner_refuses_is_not_saved(tmp_path: Path) -> None:
@@ -69,17 +69,15 @@ def test_the_certificate_inventory_epoch_fences(tmp_path: Path) -> None:
 def test_a_generation_held_for_a_handoff_is_not_stood_down_by_its_heartbeat(tmp_path: Path):
     """The guardian fences the owner for its candidate between the checkpoint and the
     incumbent's retirement: a heartbeat in that window is the handoff going well."""
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            assert (await gen.drain(30.0))["drained"] is True
-            gen.checkpoint(str(tmp_path / "act.checkpoint.json"))
-            owner.epoch += 1
-            gen._owner_status({"epoch": owner.epoch})
-            assert gen.drain_state.stage is Stage.CHECKPOINTED and not gen._done.is_set()
-            gen.retire()
-            assert gen.drain_state.stage is Stage.RETIRING
-    asyncio.run(main())
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        assert (await gen.drain(30.0))["drained"] is True
+        gen.checkpoint(str(tmp_path / "act.checkpoint.json"))
+        owner.epoch += 1
+        gen._owner_status({"epoch": owner.epoch})
+        assert gen.drain_state.stage is Stage.CHECKPOINTED and not gen._done.is_set()
+        gen.retire()
+        assert gen.drain_state.stage is Stage.RETIRING
+    run_generation(tmp_path, ONE, body)
 
 
 def test_backend_db_refuses_a_save_from_a_generation_another_one_replaced(tmp_path: Path):
@@ -89,25 +87,23 @@ def test_backend_db_refuses_a_save_from_a_generation_another_one_replaced(tmp_pa
     the generation then stands down."""
     from backend.store import BackendStore
 
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            gen.store.hold("owner-1", owner.epoch, gen.activation)
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        gen.store.hold("owner-1", owner.epoch, gen.activation)
+        persist(gen)
+        newer = BackendStore(str(tmp_path / "backend.db"))
+        try:
+            newer.hold("owner-1", owner.epoch + 1, "act-newer")
+            newer.save_instances({"s/a/0": {**newer.instances()["s/a/0"],
+                                            "restarts": 7}}, {})
+            gen.sup.feed("s/a/0", StopRequested())       # not told of the fence yet
             persist(gen)
-            newer = BackendStore(str(tmp_path / "backend.db"))
-            try:
-                newer.hold("owner-1", owner.epoch + 1, "act-newer")
-                newer.save_instances({"s/a/0": {**newer.instances()["s/a/0"],
-                                                "restarts": 7}}, {})
-                gen.sup.feed("s/a/0", StopRequested())       # not told of the fence yet
-                persist(gen)
-                assert gen.stood_down and gen.sup.fenced
-                assert newer.instances()["s/a/0"]["restarts"] == 7   # theirs, untouched
-                with pytest.raises(StaleEpoch, match="act-newer at epoch 2"):
-                    gen.store.hold("owner-1", owner.epoch, gen.activation)
-            finally:
-                newer.close()
-    asyncio.run(main())
+            assert gen.stood_down and gen.sup.fenced
+            assert newer.instances()["s/a/0"]["restarts"] == 7   # theirs, untouched
+            with pytest.raises(StaleEpoch, match="act-newer at epoch 2"):
+                gen.store.hold("owner-1", owner.epoch, gen.activation)
+        finally:
+            newer.close()
+    run_generation(tmp_path, ONE, body)
 
 
 def test_a_new_owner_instance_takes_the_state_whatever_its_epoch(tmp_path: Path):

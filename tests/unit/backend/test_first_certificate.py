@@ -15,8 +15,9 @@ from backend.certify import (
     certificate_loop,
     publish_certificate,
 )
+from backend.generation import Generation
 from backend.instance import State
-from backend.testing import FakeOwner, fake_generation, until
+from backend.testing import FakeOwner, fake_generation, run_generation, until
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 
@@ -45,15 +46,10 @@ def test_the_first_certificate_is_retried_soon_until_one_is_written(tmp_path: Pa
 
 
 def test_a_generation_behind_the_owners_epoch_never_certifies(tmp_path: Path):
-    async def main() -> None:
-        owner = FakeOwner()
-        gen = fake_generation(tmp_path, owner, ONE)
-        try:
-            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
-            owner.epoch += 1              # a newer generation's grant
-            assert await publish_certificate(gen) is False
-            assert gen.sup.fenced and gen.certificate_writes == 0
-            assert not gen.recovery.read()["valid"]
-        finally:
-            await gen.close()
-    asyncio.run(main())
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
+        owner.epoch += 1              # a newer generation's grant
+        assert await publish_certificate(gen) is False
+        assert gen.sup.fenced and gen.certificate_writes == 0
+        assert not gen.recovery.read()["valid"]
+    run_generation(tmp_path, ONE, body, ready=False)

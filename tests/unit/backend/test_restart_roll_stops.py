@@ -10,8 +10,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from backend.generation import Generation
 from backend.instance import Ready, State
-from backend.testing import FakeOwner, api_call, fake_generation, until
+from backend.testing import FakeOwner, api_call, run_generation, until
 from protocol.errors import LaunchFailed
 
 THREE = ('[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\ninstances = 3\n'
@@ -28,58 +29,43 @@ async def all_ready(gen: Any) -> None:
 
 
 def test_a_restart_stops_at_an_instance_not_ready_within_its_timeout(tmp_path: Path):
-    async def main() -> None:
-        owner = FakeOwner()
-        gen = fake_generation(tmp_path, owner, THREE)
-        try:
-            await all_ready(gen)
-            answer = await gen.api.restart(api_call("restart", target="s/a", timeout=0.05))
-            assert answer == {"settled": False, "instances": {"s/a/0": "running"},
-                              "not_restarted": ["s/a/1", "s/a/2"]}
-            assert [p["launch_key"] for p in owner.sent("stop")] == ["s/a/0/1"]
-            insts = gen.sup.instances
-            assert [(insts[k].state, insts[k].generation) for k in KEYS] == [
-                (State.RUNNING, 2), (State.READY, 1), (State.READY, 1)]
-        finally:
-            await gen.close()
-    asyncio.run(main())
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        await all_ready(gen)
+        answer = await gen.api.restart(api_call("restart", target="s/a", timeout=0.05))
+        assert answer == {"settled": False, "instances": {"s/a/0": "running"},
+                          "not_restarted": ["s/a/1", "s/a/2"]}
+        assert [p["launch_key"] for p in owner.sent("stop")] == ["s/a/0/1"]
+        insts = gen.sup.instances
+        assert [(insts[k].state, insts[k].generation) for k in KEYS] == [
+            (State.RUNNING, 2), (State.READY, 1), (State.READY, 1)]
+    run_generation(tmp_path, THREE, body, ready=False)
 
 
 def test_a_restart_stops_at_an_instance_that_failed_to_start(tmp_path: Path):
-    async def main() -> None:
-        owner = FakeOwner()
-        gen = fake_generation(tmp_path, owner, THREE)
-        try:
-            await all_ready(gen)
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        await all_ready(gen)
 
-            def refuse(method: str, p: dict[str, Any]) -> None:
-                if method == "launch" and p["launch_key"] == "s/a/0/2":
-                    raise LaunchFailed("no such file", {"launch_key": p["launch_key"]})
-            owner.before = refuse
-            answer = await gen.api.restart(api_call("restart", target="s/a", timeout=5.0))
-            assert answer == {"settled": False, "instances": {"s/a/0": "failed"},
-                              "not_restarted": ["s/a/1", "s/a/2"]}
-            assert [p["launch_key"] for p in owner.sent("stop")] == ["s/a/0/1"]
-        finally:
-            await gen.close()
-    asyncio.run(main())
+        def refuse(method: str, p: dict[str, Any]) -> None:
+            if method == "launch" and p["launch_key"] == "s/a/0/2":
+                raise LaunchFailed("no such file", {"launch_key": p["launch_key"]})
+        owner.before = refuse
+        answer = await gen.api.restart(api_call("restart", target="s/a", timeout=5.0))
+        assert answer == {"settled": False, "instances": {"s/a/0": "failed"},
+                          "not_restarted": ["s/a/1", "s/a/2"]}
+        assert [p["launch_key"] for p in owner.sent("stop")] == ["s/a/0/1"]
+    run_generation(tmp_path, THREE, body, ready=False)
 
 
 def test_a_restart_of_ready_instances_still_rolls_through_all(tmp_path: Path):
-    async def main() -> None:
-        owner = FakeOwner()
-        gen = fake_generation(tmp_path, owner, THREE)
-        try:
-            await all_ready(gen)
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        await all_ready(gen)
 
-            def notify_ready(method: str, p: dict[str, Any]) -> None:
-                if method == "launch":   # READY=1 right after this launch is answered
-                    key = p["launch_key"].rsplit("/", 1)[0]
-                    asyncio.get_running_loop().call_soon(gen.sup.feed, key, Ready())
-            owner.before = notify_ready
-            answer = await gen.api.restart(api_call("restart", target="s/a", timeout=5.0))
-            assert answer == {"settled": True, "instances": dict.fromkeys(KEYS, "ready")}
-            assert [gen.sup.instances[k].generation for k in KEYS] == [2, 2, 2]
-        finally:
-            await gen.close()
-    asyncio.run(main())
+        def notify_ready(method: str, p: dict[str, Any]) -> None:
+            if method == "launch":   # READY=1 right after this launch is answered
+                key = p["launch_key"].rsplit("/", 1)[0]
+                asyncio.get_running_loop().call_soon(gen.sup.feed, key, Ready())
+        owner.before = notify_ready
+        answer = await gen.api.restart(api_call("restart", target="s/a", timeout=5.0))
+        assert answer == {"settled": True, "instances": dict.fromkeys(KEYS, "ready")}
+        assert [gen.sup.instances[k].generation for k in KEYS] == [2, 2, 2]
+    run_generation(tmp_path, THREE, body, ready=False)

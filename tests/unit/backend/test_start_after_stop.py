@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from backend.generation import Generation
 from backend.instance import State, Stopped
-from backend.testing import FakeOwner, api_call, ready_generation, until
+from backend.testing import FakeOwner, api_call, ready_generation, run_generation, until
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 
@@ -25,48 +26,42 @@ async def settle_turns(n: int = 50) -> None:
 
 
 def test_two_concurrent_restarts_restart_once_and_a_later_stop_wins(tmp_path: Path):
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            inst = gen.sup.instances["s/a/0"]
-            owner.hold("stop")
-            first, second = (asyncio.create_task(gen.api.restart(
-                api_call("restart", target="s/a/0", timeout=0.5))) for _ in range(2))
-            await until(lambda: bool(owner.sent("stop")), "stopping")
-            owner.release("stop")
-            want = {"settled": True, "instances": {"s/a/0": "ready"}}
-            assert await first == want
-            assert await second == want
-            assert [p["launch_key"] for p in owner.sent("launch")] == ["s/a/0/1", "s/a/0/2"]
-            assert gen.api.running_steps() == []
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        inst = gen.sup.instances["s/a/0"]
+        owner.hold("stop")
+        first, second = (asyncio.create_task(gen.api.restart(
+            api_call("restart", target="s/a/0", timeout=0.5))) for _ in range(2))
+        await until(lambda: bool(owner.sent("stop")), "stopping")
+        owner.release("stop")
+        want = {"settled": True, "instances": {"s/a/0": "ready"}}
+        assert await first == want
+        assert await second == want
+        assert [p["launch_key"] for p in owner.sent("launch")] == ["s/a/0/1", "s/a/0/2"]
+        assert gen.api.running_steps() == []
 
-            stopped = await gen.api.stop(api_call("stop", target="s/a/0", timeout=0.5))
-            assert stopped == {"settled": True, "instances": {"s/a/0": "stopped"}}
-            await settle_turns()
-            assert (inst.state, inst.generation) == (State.STOPPED, 2)   # nothing restarted
-            assert len(owner.sent("launch")) == 2
-
-    asyncio.run(main())
+        stopped = await gen.api.stop(api_call("stop", target="s/a/0", timeout=0.5))
+        assert stopped == {"settled": True, "instances": {"s/a/0": "stopped"}}
+        await settle_turns()
+        assert (inst.state, inst.generation) == (State.STOPPED, 2)   # nothing restarted
+        assert len(owner.sent("launch")) == 2
+    run_generation(tmp_path, ONE, body)
 
 
 def test_three_concurrent_restarts_all_answer_and_leave_nothing_armed(tmp_path: Path):
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            owner.hold("stop")
-            tasks = [asyncio.create_task(gen.api.restart(
-                api_call("restart", target="s/a/0", timeout=0.5))) for _ in range(3)]
-            await until(lambda: bool(owner.sent("stop")), "stopping")
-            owner.release("stop")
-            for t in tasks:
-                assert (await t)["settled"] is True
-            assert gen.sup.instances["s/a/0"].generation == 2
-            assert gen.api.running_steps() == []
-            await gen.api.stop(api_call("stop", target="s/a/0", timeout=0.5))
-            await settle_turns()
-            assert gen.sup.instances["s/a/0"].state is State.STOPPED
-
-    asyncio.run(main())
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        owner.hold("stop")
+        tasks = [asyncio.create_task(gen.api.restart(
+            api_call("restart", target="s/a/0", timeout=0.5))) for _ in range(3)]
+        await until(lambda: bool(owner.sent("stop")), "stopping")
+        owner.release("stop")
+        for t in tasks:
+            assert (await t)["settled"] is True
+        assert gen.sup.instances["s/a/0"].generation == 2
+        assert gen.api.running_steps() == []
+        await gen.api.stop(api_call("stop", target="s/a/0", timeout=0.5))
+        await settle_turns()
+        assert gen.sup.instances["s/a/0"].state is State.STOPPED
+    run_generation(tmp_path, ONE, body)
 
 
 def test_a_stop_after_a_restart_whose_stop_outlasted_its_timeout_is_not_undone(
@@ -74,71 +69,62 @@ def test_a_stop_after_a_restart_whose_stop_outlasted_its_timeout_is_not_undone(
     """The `g/slowstop` report: the restart returned at its --timeout while the app
     still stopped; the operator's `tenure stop` then printed `stopped`, and the app was
     started again by the restart's leftover start."""
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            inst = gen.sup.instances["s/a/0"]
-            owner.hold("stop")
-            restarted = await gen.api.restart(api_call("restart", target="s/a/0",
-                                                       timeout=0.05))
-            assert restarted == {"settled": False, "instances": {"s/a/0": "stopping"},
-                                 "not_restarted": []}
-            stop = asyncio.create_task(gen.api.stop(api_call("stop", target="s/a/0",
-                                                             timeout=0.5)))
-            await until(lambda: not gen.api.running_steps(), "the restart's start withdrawn")
-            owner.release("stop")
-            assert await stop == {"settled": True, "instances": {"s/a/0": "stopped"}}
-            await settle_turns()
-            assert (inst.state, inst.generation) == (State.STOPPED, 1)
-            assert len(owner.sent("launch")) == 1
-
-    asyncio.run(main())
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        inst = gen.sup.instances["s/a/0"]
+        owner.hold("stop")
+        restarted = await gen.api.restart(api_call("restart", target="s/a/0",
+                                                   timeout=0.05))
+        assert restarted == {"settled": False, "instances": {"s/a/0": "stopping"},
+                             "not_restarted": []}
+        stop = asyncio.create_task(gen.api.stop(api_call("stop", target="s/a/0",
+                                                         timeout=0.5)))
+        await until(lambda: not gen.api.running_steps(), "the restart's start withdrawn")
+        owner.release("stop")
+        assert await stop == {"settled": True, "instances": {"s/a/0": "stopped"}}
+        await settle_turns()
+        assert (inst.state, inst.generation) == (State.STOPPED, 1)
+        assert len(owner.sent("launch")) == 1
+    run_generation(tmp_path, ONE, body)
 
 
 def test_a_stop_during_a_restart_ends_the_restart_at_once_and_wins(tmp_path: Path):
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            owner.hold("stop")
-            restart = asyncio.create_task(gen.api.restart(
-                api_call("restart", target="s/a/0", timeout=30.0)))
-            await until(lambda: bool(owner.sent("stop")), "stopping")
-            stop = asyncio.create_task(gen.api.stop(api_call("stop", target="s/a/0",
-                                                             timeout=30.0)))
-            answer = await asyncio.wait_for(restart, 5)   # not its 30 s
-            assert answer == {"settled": False, "instances": {"s/a/0": "stopping"},
-                              "not_restarted": []}
-            owner.release("stop")
-            assert (await stop)["instances"] == {"s/a/0": "stopped"}
-            await settle_turns()
-            assert gen.sup.instances["s/a/0"].state is State.STOPPED
-
-    asyncio.run(main())
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        owner.hold("stop")
+        restart = asyncio.create_task(gen.api.restart(
+            api_call("restart", target="s/a/0", timeout=30.0)))
+        await until(lambda: bool(owner.sent("stop")), "stopping")
+        stop = asyncio.create_task(gen.api.stop(api_call("stop", target="s/a/0",
+                                                         timeout=30.0)))
+        answer = await asyncio.wait_for(restart, 5)   # not its 30 s
+        assert answer == {"settled": False, "instances": {"s/a/0": "stopping"},
+                          "not_restarted": []}
+        owner.release("stop")
+        assert (await stop)["instances"] == {"s/a/0": "stopped"}
+        await settle_turns()
+        assert gen.sup.instances["s/a/0"].state is State.STOPPED
+    run_generation(tmp_path, ONE, body)
 
 
 def test_a_stop_then_a_start_at_once_both_answer_and_the_start_wins(tmp_path: Path):
     """The stop answers once the instance went down, and then the later start takes it
     up again; the stop does not wait its whole --timeout for a `stopped` it can no
     longer see."""
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            owner.hold("stop")
-            stop = asyncio.create_task(gen.api.stop(api_call("stop", target="s/a/0",
-                                                             timeout=30.0)))
-            await until(lambda: bool(owner.sent("stop")), "stopping")
-            start = asyncio.create_task(gen.api.start(api_call("start", target="s/a/0",
-                                                               timeout=30.0)))
-            await until(lambda: gen.api.running_steps() == ["start s/a/0"], "armed")
-            owner.release("stop")
-            assert await asyncio.wait_for(stop, 5) == {
-                "settled": True, "instances": {"s/a/0": "stopped"}}   # seen down
-            assert await asyncio.wait_for(start, 5) == {
-                "settled": True, "instances": {"s/a/0": "ready"}}
-            assert gen.sup.instances["s/a/0"].generation == 2
-            assert gen.api.running_steps() == []
-
-    asyncio.run(main())
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        owner.hold("stop")
+        stop = asyncio.create_task(gen.api.stop(api_call("stop", target="s/a/0",
+                                                         timeout=30.0)))
+        await until(lambda: bool(owner.sent("stop")), "stopping")
+        start = asyncio.create_task(gen.api.start(api_call("start", target="s/a/0",
+                                                           timeout=30.0)))
+        await until(lambda: gen.api.running_steps() == ["start s/a/0"], "armed")
+        owner.release("stop")
+        assert await asyncio.wait_for(stop, 5) == {
+            "settled": True, "instances": {"s/a/0": "stopped"}}   # seen down
+        assert await asyncio.wait_for(start, 5) == {
+            "settled": True, "instances": {"s/a/0": "ready"}}
+        assert gen.sup.instances["s/a/0"].generation == 2
+        assert gen.api.running_steps() == []
+    run_generation(tmp_path, ONE, body)
 
 
 def test_a_restart_whose_stop_never_ends_does_not_start_the_app_much_later(
@@ -149,25 +135,22 @@ def test_a_restart_whose_stop_never_ends_does_not_start_the_app_much_later(
     monkeypatch.setattr(backend.api_instances, "after_stop_bound",
                         lambda stop, timeout: 0.05)   # the stop policy and slack, short
 
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            inst = gen.sup.instances["s/a/0"]
-            owner.hold("stop")
-            restarted = await gen.api.restart(api_call("restart", target="s/a/0",
-                                                       timeout=0.01))
-            assert restarted["settled"] is False
-            for _ in range(100):   # the bound passes
-                if not gen.api.running_steps():
-                    break
-                await asyncio.sleep(0.01)
-            assert gen.api.running_steps() == []
-            owner.release("stop")
-            await until(lambda: inst.state is State.STOPPED, "stopped")
-            await settle_turns()
-            assert (inst.state, inst.generation) == (State.STOPPED, 1)
-
-    asyncio.run(main())
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        inst = gen.sup.instances["s/a/0"]
+        owner.hold("stop")
+        restarted = await gen.api.restart(api_call("restart", target="s/a/0",
+                                                   timeout=0.01))
+        assert restarted["settled"] is False
+        for _ in range(100):   # the bound passes
+            if not gen.api.running_steps():
+                break
+            await asyncio.sleep(0.01)
+        assert gen.api.running_steps() == []
+        owner.release("stop")
+        await until(lambda: inst.state is State.STOPPED, "stopped")
+        await settle_turns()
+        assert (inst.state, inst.generation) == (State.STOPPED, 1)
+    run_generation(tmp_path, ONE, body)
 
 
 def test_a_stop_of_several_instances_counts_one_a_later_start_took_up_again(
@@ -200,23 +183,20 @@ def test_a_start_whose_deferred_start_a_later_stop_withdraws_answers_at_once(
     """A start asked while the instance still stopped waits to start it once it is
     down; a stop asked after it withdraws that start. The start then waited out its
     whole --timeout for an instance that would stay stopped."""
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            owner.hold("stop")
-            first_stop = asyncio.create_task(gen.api.stop(api_call(
-                "stop", target="s/a/0", timeout=30.0)))
-            await until(lambda: bool(owner.sent("stop")), "stopping")
-            start = asyncio.create_task(gen.api.start(api_call(
-                "start", target="s/a/0", timeout=30.0)))
-            await until(lambda: gen.sup.pending_start("s/a/0") is not None, "deferred")
-            second_stop = asyncio.create_task(gen.api.stop(api_call(
-                "stop", target="s/a/0", timeout=30.0)))
-            answer = await asyncio.wait_for(start, 5.0)        # not its 30 s
-            assert answer == {"settled": False, "instances": {"s/a/0": "stopping"}}, answer
-            owner.release("stop")
-            await first_stop
-            await second_stop
-            assert gen.sup.instances["s/a/0"].state is State.STOPPED
-
-    asyncio.run(main())
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        owner.hold("stop")
+        first_stop = asyncio.create_task(gen.api.stop(api_call(
+            "stop", target="s/a/0", timeout=30.0)))
+        await until(lambda: bool(owner.sent("stop")), "stopping")
+        start = asyncio.create_task(gen.api.start(api_call(
+            "start", target="s/a/0", timeout=30.0)))
+        await until(lambda: gen.sup.pending_start("s/a/0") is not None, "deferred")
+        second_stop = asyncio.create_task(gen.api.stop(api_call(
+            "stop", target="s/a/0", timeout=30.0)))
+        answer = await asyncio.wait_for(start, 5.0)        # not its 30 s
+        assert answer == {"settled": False, "instances": {"s/a/0": "stopping"}}, answer
+        owner.release("stop")
+        await first_stop
+        await second_stop
+        assert gen.sup.instances["s/a/0"].state is State.STOPPED
+    run_generation(tmp_path, ONE, body)

@@ -15,7 +15,7 @@ import pytest
 from backend.adopt import resume_wanted_starts
 from backend.generation import Generation
 from backend.instance import State, StopRequested
-from backend.testing import FakeOwner, ready_generation, until
+from backend.testing import FakeOwner, run_generation, until
 from protocol.errors import ShuttingDown
 
 TWO = ('[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n\n'
@@ -27,17 +27,15 @@ Body = Callable[[Generation, FakeOwner], Awaitable[None]]
 def _run(tmp_path: Path, body: Body, *, restarting: bool = False) -> None:
     """``body`` on a ready generation of TWO; ``restarting``: both instances restarted,
     their stops held by the owner (released at the end)."""
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, TWO) as gen:
-            if restarting:
-                owner.hold("stop")
-                for key in ("s/a/0", "t/b/0"):
-                    gen.sup.start_when_down(key, 60.0, stop=True)
-            await body(gen, owner)
-            if restarting:
-                owner.release("stop")
-    asyncio.run(main())
+    async def scenario(gen: Generation, owner: FakeOwner) -> None:
+        if restarting:
+            owner.hold("stop")
+            for key in ("s/a/0", "t/b/0"):
+                gen.sup.start_when_down(key, 60.0, stop=True)
+        await body(gen, owner)
+        if restarting:
+            owner.release("stop")
+    run_generation(tmp_path, TWO, scenario)
 
 
 def test_recorded_before_the_stop_is_sent_and_forgotten_once_started(tmp_path: Path):

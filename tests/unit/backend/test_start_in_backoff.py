@@ -6,9 +6,9 @@ owner; nothing sleeps."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
+from backend.generation import Generation
 from backend.instance import (
     TRANSITIONS,
     BackoffElapsed,
@@ -23,7 +23,7 @@ from backend.instance import (
     Timer,
 )
 from backend.model import App, Backoff, Readiness, ReadyKind, StartLimit
-from backend.testing import FakeOwner, api_call, ready_generation, until
+from backend.testing import FakeOwner, api_call, run_generation, until
 
 BACKOFF = Backoff(initial=6.0, max=6.0)
 LIMIT = StartLimit(burst=2, interval=100.0)
@@ -63,20 +63,17 @@ def test_tenure_start_in_backoff_launches_at_once(tmp_path: Path):
               'backoff = { initial = 6, max = 6 }\n'
               'start_limit = { burst = 2, interval = 100 }\n')
 
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, config) as gen:
-            inst = gen.sup.instances["d/bo/0"]
-            for _ in range(2):   # two runs end with exit 2: the second waits 6 s
-                await until(lambda: inst.state is State.READY, "up")
-                gen.sup.on_observation(owner.exit(inst.launch_key, 2))
-            assert inst.state is State.BACKOFF
-            answer = await gen.api.start(api_call("start", target="d/bo", timeout=0.5))
-            assert answer == {"settled": True, "instances": {"d/bo/0": "ready"}}
-            assert [p["launch_key"] for p in owner.sent("launch")] == [
-                "d/bo/0/1", "d/bo/0/2", "d/bo/0/3"]
-
-    asyncio.run(main())
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        inst = gen.sup.instances["d/bo/0"]
+        for _ in range(2):   # two runs end with exit 2: the second waits 6 s
+            await until(lambda: inst.state is State.READY, "up")
+            gen.sup.on_observation(owner.exit(inst.launch_key, 2))
+        assert inst.state is State.BACKOFF
+        answer = await gen.api.start(api_call("start", target="d/bo", timeout=0.5))
+        assert answer == {"settled": True, "instances": {"d/bo/0": "ready"}}
+        assert [p["launch_key"] for p in owner.sent("launch")] == [
+            "d/bo/0/1", "d/bo/0/2", "d/bo/0/3"]
+    run_generation(tmp_path, config, body)
 
 
 def test_ready_after_a_start_in_backoff_counts_a_fresh_streak():
