@@ -128,16 +128,14 @@ def check_addresses(apps: list[App], metrics: str | None = None) -> None:
 
 
 def _metrics_addresses(listen: str | None) -> list[ListenAddress]:
-    """What the metrics listener binds: ``localhost`` may be either loopback."""
-    from .config_metrics import parse_listen as parse_metrics_listen
-    parsed = parse_metrics_listen(listen) if listen is not None else None
-    if parsed is None:
+    """What the metrics listener (``HOST:PORT``, checked already) binds: ``localhost``
+    may be either loopback."""
+    if listen is None:
         return []
-    import ipaddress
-
-    from protocol.listen import ListenAddress as Address
-    host, port = parsed
-    ips = [ipaddress.ip_address(h) for h in
-           (["127.0.0.1", "::1"] if host == "localhost" else [host])]
-    return [Address(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, str(ip), port)
-            for ip in ips]
+    from protocol.listen import parse_listen
+    host, _, port = listen.rpartition(":")
+    hosts = ("127.0.0.1", "[::1]") if host == "localhost" else (host,)
+    try:
+        return [parse_listen(f"{h}:{port}") for h in hosts]
+    except ValueError:   # an address no socket can be given (a scoped IPv6 one)
+        return []

@@ -89,10 +89,7 @@ def _check_socket_accounts(sock: SocketSpec, host: Host, path: KeyPath, fail: Fa
     can give the socket file to: another user only when it runs as root, a group it is
     in otherwise (what chown(2) allows)."""
     if sock.owner is not None:
-        try:
-            uid = pwd.getpwnam(sock.owner).pw_uid
-        except KeyError:
-            fail((*path, "owner"), f"unknown user {sock.owner!r} (no such user on this host)")
+        uid = _passwd(sock.owner, (*path, "owner"), fail).pw_uid
         if host.owner_uid != 0 and uid != host.owner_uid:
             fail((*path, "owner"), f"the owner runs as uid {host.owner_uid}, not root, so it "
                  f"cannot give the socket to {sock.owner!r} (uid {uid})")
@@ -101,6 +98,13 @@ def _check_socket_accounts(sock: SocketSpec, host: Host, path: KeyPath, fail: Fa
         if host.owner_uid != 0 and gid not in {host.backend_gid, *host.backend_groups}:
             fail((*path, "group"), f"the owner runs as uid {host.owner_uid}, not root, and "
                  f"is not in group {sock.group!r}, so it cannot give the socket to it")
+
+
+def _passwd(name: str, path: KeyPath, fail: Fail) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        fail(path, f"unknown user {name!r} (no such user on this host)")
 
 
 def _gid(name: str, path: KeyPath, fail: Fail) -> int:
@@ -119,10 +123,7 @@ def _check_run_as(ra: RunAs, what: str, host: Host, viewers: int | None, path: K
                  "would run as root; name the user it runs as (user = \"root\" if that is "
                  "meant)")
     else:
-        try:
-            pw = pwd.getpwnam(ra.user)
-        except KeyError:
-            fail((*path, "user"), f"unknown user {ra.user!r} (no such user on this host)")
+        pw = _passwd(ra.user, (*path, "user"), fail)
         gid = pw.pw_gid if ra.group is None else _gid(ra.group, (*path, "group"), fail)
         extra = [_gid(g, (*path, "supplementary_groups", i), fail)
                  for i, g in enumerate(ra.supplementary_groups)]

@@ -101,8 +101,8 @@ def _sockets_lines(socks: list[dict[str, Any]], stores: list[dict[str, Any]]) ->
         "  " + ln for ln in table(rows, ["APP", "SOCKET", "LISTEN", "INODE", "QUEUE"])
         .splitlines())) if rows else ""
     for st in stores:
-        names = ", ".join(f"{f['name']} ({f['kind']})" for f in st["fds"])
-        out += f"\nstored fds of {st['stack']}/{st['app']}/{st['instance']}: {names}"
+        out += (f"\nstored fds of {st['stack']}/{st['app']}/{st['instance']}: "
+                f"{_stored_fds(st['fds'])}")
     return out
 
 
@@ -288,8 +288,13 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("last_probe", "last failed probe", lambda r: _said(r["last_probe"])),
     ("sockets", "sockets", lambda r: _held_sockets(r["sockets"])),
     ("stored_fds", "stored fds", lambda r: "unknown" if r["stored_fds"] is None else
-     ", ".join(f"{f['name']} ({f['kind']})" for f in r["stored_fds"]) or "-"),
+     _stored_fds(r["stored_fds"]) or "-"),
 ]
+
+
+def _stored_fds(fds: list[dict[str, Any]]) -> str:
+    """``cache (memfd), conn (socket)``."""
+    return ", ".join(f"{f['name']} ({f['kind']})" for f in fds)
 
 
 def _held_sockets(socks: list[dict[str, Any]] | None) -> str:
