@@ -524,16 +524,17 @@ class Coordinator:
         from .recovery import read_certificate
         return read_certificate(self.paths.recovery_db)
 
-    def certificate_refusal(self, cert: dict[str, Any]) -> str | None:
+    def certificate_refusal(self, cert: dict[str, Any], selected: str | None) -> str | None:
         """Why recovery would refuse ``cert`` although it is marked valid (right after
-        an upgrade it is the previous release's until the new generation certifies);
-        None when it would not, or when it is not valid anyway."""
+        an upgrade it is the previous release's until the new generation certifies),
+        with ``selected`` the selected release; None when it would not, or when it is
+        not valid anyway."""
         body = cert.get("body")
         if not cert.get("valid") or not isinstance(body, dict):
             return None
         from .recovery import refusal
         owner = self.owner_identity.to_wire() if self.owner_identity else None
-        return refusal(body, self.state.selector().current, owner,
+        return refusal(body, selected, owner,
                        self.state.grant_for(str(body.get("activation"))))
 
     def prune(self) -> int:
@@ -603,7 +604,7 @@ class Coordinator:
         last = self.state.activations(1)
         try:
             cert = self.certificate()
-            refused = self.certificate_refusal(cert)
+            refused = self.certificate_refusal(cert, sel.current)
         except Exception as exc:
             cert = {"valid": False, "error": f"unreadable: {GuardianFault.wrap(exc).msg}"}
             refused = None
