@@ -47,3 +47,15 @@ def test_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     os.chown(db, 65534, 65534)
     with pytest.raises(UnsafePath, match="owned by uid 65534"):
         _open(db)
+
+
+@pytest.mark.parametrize("target", ["real.db", "nowhere.db"])
+def test_a_symlink_is_refused_and_its_target_left_alone(tmp_path: Path, target: str) -> None:
+    real = tmp_path / "real.db"
+    _open(real)
+    before = real.read_bytes()
+    link = tmp_path / "state.db"
+    link.symlink_to(tmp_path / target)
+    with pytest.raises(UnsafePath, match="symlink"):
+        _open(link)
+    assert real.read_bytes() == before and not (tmp_path / "nowhere.db").exists()
