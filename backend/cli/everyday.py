@@ -68,15 +68,18 @@ def call(args: Any, method: str, params: dict[str, Any] | None = None,
          timeout: float = 300.0) -> Any:
     """Call the backend; when none answers, say why using the guardian's diagnostics.
     An error the backend answers with (CONNECT_FAILED included: its own owner may be
-    out of reach) is raised as it is."""
+    out of reach) is raised as it is. Ours is told by the connection it leaves: a
+    failed connect leaves none, also one made again inside the call (a backend that
+    went away just before it, as at `tenure down` or a handoff)."""
     with api(args, timeout) as c:
         try:
-            c.connect()
+            return c.call(method, params or {})
         except ConnectFailed:
+            if c.connected:
+                raise   # the backend's own answer
             diag, down = _diagnostics(args), stopped(layout(args))
             raise BackendUnavailable("no backend generation answers" + render.why(diag, down),
                                      {"diagnostics": diag, "stopped": down}) from None
-        return c.call(method, params or {})
 
 
 def stopped(lay: Layout) -> dict[str, Any] | None:
