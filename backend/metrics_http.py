@@ -1,4 +1,7 @@
-"""The Prometheus listener of ``[metrics] listen``: prometheus_client's own HTTP server.
+"""The Prometheus listener of ``[metrics] listen``: prometheus_client's exposition,
+served at ``/metrics`` only (GET and HEAD) by the standard library's WSGI server, one
+thread per scrape. Any other path is 404, so a mistyped scrape path or a probe of ``/``
+is told so instead of getting the metrics.
 
 Handoff: the listener belongs to the backend generation and is upgraded with it. The
 incumbent closes it first thing when it retires; the candidate binds it once its API is
@@ -16,10 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from .config_metrics import parse_listen
 from .metrics import TenureCollector
@@ -64,8 +71,7 @@ class MetricsListener:
         delay = RETRY
         while True:
             try:
-                self._server, self._thread = start_http_server(
-                    addr[1], addr=addr[0], registry=self.registry)
+                self._server, self._thread = serve(addr[0], addr[1], self.registry)
             except OSError as e:
                 if self.error != e.strerror:
                     log.warning("metrics listener %s: %s; retrying", listen, e.strerror)
@@ -92,3 +98,53 @@ class MetricsListener:
             await asyncio.to_thread(self._thread.join, 5.0)
             self._thread = None
         self.listen = None
+
+
+PATH = "/metrics"
+_NOT_HERE = f"tenure serves its metrics at {PATH}\n".encode()
+
+Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def routed(metrics: Wsgi) -> Wsgi:
+    """``metrics`` at :data:`PATH` for GET and HEAD (the same headers, no body; what
+    else it does with a method it answers itself: OPTIONS, 405), 404 elsewhere."""
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != PATH:
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [_NOT_HERE]
+        if environ["REQUEST_METHOD"] == "HEAD":
+            return _head(metrics, environ, start_response)
+        return metrics(environ, start_response)
+    return app
+
+
+def _head(metrics: Wsgi, environ: dict[str, Any], start_response: Callable[..., Any]
+          ) -> list[bytes]:
+    """GET's status and headers with the length of the body it would send, no body."""
+    answered: list[tuple[str, list[tuple[str, str]]]] = []
+    body = b"".join(metrics({**environ, "REQUEST_METHOD": "GET"},
+                            lambda status, headers, *_: answered.append((status, headers))))
+    status, headers = answered[0]
+    start_response(status, [*headers, ("Content-Length", str(len(body)))])
+    return []
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        """Scrapes are not logged: one line each, every few seconds."""
+
+
+def serve(host: str, port: int, registry: CollectorRegistry
+          ) -> tuple[WSGIServer, threading.Thread]:
+    """Bind ``host:port`` (an IP literal or localhost) and serve on a daemon thread.
+    Raises OSError (the port is taken, the address is not this machine's)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                flags=socket.AI_PASSIVE)[0][0]
+    server_class = type("MetricsServer", (ThreadingMixIn, WSGIServer),
+                        {"address_family": family, "daemon_threads": True})
+    httpd = make_server(host, port, routed(make_wsgi_app(registry)), server_class,
+                        handler_class=_Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return httpd, thread
