@@ -23,6 +23,8 @@ _BARE = re.compile(r"[A-Za-z0-9_-]+")
 _SYNTAX_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 _SYNTAX_END = re.compile(r"\s*\(at end of document\)\s*$")
 _DECLARED = re.compile(r"Cannot declare (\(.*\)) twice")
+_OVERWRITE = "Cannot overwrite a value"
+_INLINE_TWICE = re.compile(r"Duplicate inline table key ('.*')$")
 
 
 def format_key(path: KeyPath) -> str:
@@ -58,6 +60,13 @@ def syntax_error_location(message: str, text: str) -> tuple[str, int, str]:
         if e:
             message = message[: e.start()]
     key = ""
+    twice = _INLINE_TWICE.match(message)
+    if message.startswith(_OVERWRITE) or twice:
+        at = _key_at(text, line)
+        if at is not None:
+            return (f"its key {twice.group(1)} is given twice" if twice else
+                    "is given twice (a key can be given only once in its table)"), at[1], \
+                format_key(at[0])
     d = _DECLARED.search(message)
     if d:
         try:
@@ -106,6 +115,26 @@ def find_line(text: str, path: KeyPath) -> int | None:
         if covered > best_len:
             best_line, best_len = lineno, covered
     return best_line
+
+
+def _key_at(text: str, line: int) -> tuple[tuple[str, ...], int] | None:
+    """The full key (its table's header, then its own dotted key) of the value that
+    line ``line`` is part of, and the line the key is on: the last key set at or before
+    it in its table. None when the line is a table header or the table sets no key
+    before it."""
+    found: tuple[tuple[str, ...], int] | None = None
+    prefix: tuple[str, ...] = ()
+    for lineno, written in _logical_lines(text):
+        if lineno > line:
+            break
+        stripped = written.lstrip()
+        if stripped.startswith("["):
+            prefix, found = _parse_header(stripped) or prefix, None
+            continue
+        parsed = _parse_key(stripped, 0)
+        if parsed is not None and stripped[parsed[1]:].lstrip().startswith("="):
+            found = prefix + parsed[0], lineno
+    return found
 
 
 def _strip_indexes(path: KeyPath) -> tuple[str, ...]:
