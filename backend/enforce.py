@@ -261,15 +261,30 @@ def identity_view(app: App) -> dict[str, Any]:
     view: dict[str, Any] = {"user": ra.user, "group": ra.group,
                             "supplementary_groups": list(ra.supplementary_groups),
                             "umask": None if ra.umask is None else f"{ra.umask:04o}"}
-    if ra.user is not None:
-        try:
-            pw = pwd.getpwnam(ra.user)
-            gid = pw.pw_gid if ra.group is None else grp.getgrnam(ra.group).gr_gid
-            extra = [grp.getgrnam(g).gr_gid for g in ra.supplementary_groups]
-        except KeyError:
-            view["resolved"] = None  # a name vanished: the next launch fails
-        else:
-            groups = list(dict.fromkeys([*os.getgrouplist(pw.pw_name, gid), *extra]))
-            view["resolved"] = {"uid": pw.pw_uid, "gid": gid, "groups": groups,
-                                "home": pw.pw_dir}
+    if ra.user is None:
+        view["resolved"] = _own_ids()
+        return {"identity": view, "limits": app.limits.to_wire()}
+    try:
+        pw = pwd.getpwnam(ra.user)
+        gid = pw.pw_gid if ra.group is None else grp.getgrnam(ra.group).gr_gid
+        extra = [grp.getgrnam(g).gr_gid for g in ra.supplementary_groups]
+    except KeyError:
+        view["resolved"] = None  # a name vanished: the next launch fails
+    else:
+        groups = list(dict.fromkeys([*os.getgrouplist(pw.pw_name, gid), *extra]))
+        view["resolved"] = {"uid": pw.pw_uid, "gid": gid, "groups": groups,
+                            "home": pw.pw_dir}
     return {"identity": view, "limits": app.limits.to_wire()}
+
+
+def _own_ids() -> dict[str, Any]:
+    """The ids an app without a ``user`` runs with: the owner's, which are this
+    process's (every tenure daemon of a home runs as the same user); ``home`` None when
+    the uid has no passwd entry."""
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        home: str | None = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        home = None
+    return {"uid": uid, "gid": gid, "groups": list(dict.fromkeys([gid, *os.getgroups()])),
+            "home": home}

@@ -131,7 +131,7 @@ def _head(metrics: Wsgi, environ: dict[str, Any], start_response: Callable[..., 
 
 
 class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+    def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not logged: one line each, every few seconds."""
 
 

@@ -142,9 +142,8 @@ def fields(pairs: list[tuple[str, Any]], indent: str = "") -> str:
 def identity(ident: dict[str, Any] | None) -> str:
     """``alice:staff (+audio, video) umask 0027``, or ``the owner's user``."""
     ident = ident or {}
-    if not ident.get("user"):
-        return "the owner's user"
-    out = str(ident["user"]) + (f":{ident['group']}" if ident.get("group") else "")
+    out = str(ident["user"]) if ident.get("user") else "the owner's user"
+    out += f":{ident['group']}" if ident.get("group") else ""
     if ident.get("supplementary_groups"):
         out += f" (+{', '.join(ident['supplementary_groups'])})"
     if ident.get("umask") is not None:

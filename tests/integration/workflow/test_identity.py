@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pwd
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,6 +47,13 @@ def first_line(cluster: Any, app: str) -> str:
     raise AssertionError(f"{app} printed nothing")
 
 
+def _proc_ids(pid: int) -> dict[str, list[int]]:
+    """Uid, Gid (real, effective, saved, fs) and Groups of a live process."""
+    fields = dict(line.split(":", 1) for line in
+                  Path(f"/proc/{pid}/status").read_text().splitlines())
+    return {k: [int(v) for v in fields[k].split()] for k in ("Uid", "Gid", "Groups")}
+
+
 def test_an_app_runs_as_its_user_and_inspect_shows_it(cluster: Any) -> None:
     cluster.up(CONFIG)
     apps = cluster.wait_ready(3)
@@ -61,6 +69,10 @@ def test_an_app_runs_as_its_user_and_inspect_shows_it(cluster: Any) -> None:
     assert row["limits"] == {"nofile": 200, "core": 0}
     plain = cluster.cli("inspect", "id/plain", check=True).out["instances"][0]
     assert plain["identity"]["user"] is None and plain["limits"] == {}
+    resolved = plain["identity"]["resolved"]    # the ids the process really has
+    status = _proc_ids(apps["id/plain/0"]["pid"])
+    assert (resolved["uid"], resolved["gid"]) == (status["Uid"][1], status["Gid"][1])
+    assert set(resolved["groups"]) == {status["Gid"][1], *status["Groups"]}
 
     bad = cluster.write_config(CONFIG.replace('user = "nobody"', 'user = "tn-no-such-user"', 1),
                                "bad.toml")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.cli.present import identity
 from backend.config import parse_config
 from backend.enforce import Host, app_env, check_config, identity_view, launch_fields
 from backend.model import Limits, RunAs
@@ -177,6 +178,11 @@ def test_launch_fields_env_and_inspect_view() -> None:
         os.getgrouplist("nobody", NOBODY.pw_gid))
     plain = parse_config(HEAD, "t").stacks["demo"].apps["web"]
     assert launch_fields(plain) == {} and app_env({"HOME": "/h"}, plain) == {"HOME": "/h"}
+    own = identity_view(plain)["identity"]      # it runs as the owner: this process's ids
+    assert (own["user"], own["resolved"]["uid"]) == (None, os.geteuid())
+    assert set(own["resolved"]["groups"]) == {os.getegid(), *os.getgroups()}
+    assert identity(own) == (f"the owner's user (uid {os.geteuid()}, gid {os.getegid()}, "
+                             f"home {pwd.getpwuid(os.geteuid()).pw_dir})")
 
 
 JOB = "stacks.demo.jobs.report"
