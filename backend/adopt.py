@@ -13,8 +13,9 @@ fed its exit so its restart policy applies.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from msgspec import Struct, field
@@ -23,12 +24,13 @@ from protocol.errors import BadRequest, IdentityMismatch
 
 from . import instance as im
 from .after_stop import DOWN, after_stop_bound
+from .instance_types import EXIT_REASON, ExitReason
 from .model import Config
 from .store import BackendStore
 from .supervisor import Supervisor, instance_key
 
 __all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "missed_exits", "owner_replaced",
-           "relaunch_lost", "resume_wanted_starts"]
+           "record_lost_exits", "relaunch_lost", "resume_wanted_starts"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -169,6 +171,42 @@ def owner_replaced(certificate: Mapping[str, Any] | None, instance: str) -> bool
     launches are gone. False when no certificate tells."""
     before = ((certificate or {}).get("owner") or {}).get("instance")
     return before is not None and before != instance
+
+
+async def record_lost_exits(sup: Supervisor, live_keys: set[str],
+                            launch_row: Callable[[str], Awaitable[dict[str, Any] | None]]
+                            ) -> list[str]:
+    """Record the exit of every instance whose process ended while no backend watched
+    (``tenure down`` stopped it with the owner, it crashed between two generations, the
+    machine restarted): an ``exit`` event at the time the owner recorded, from the
+    owner's row of its launch (``launch_row``: None when the owner has none), and its
+    count in the instance's exits. ``requested`` when the owner stopped it or the
+    instance was being stopped. Returns the keys recorded. Call before
+    :func:`relaunch_lost`, which starts them again."""
+    ended = [(k, i) for k, i in sup.instances.items()
+             if i.state in _HAS_PROCESS and i.pid is not None
+             and i.launch_key is not None and i.launch_key not in live_keys]
+    rows = await asyncio.gather(*(launch_row(str(i.launch_key)) for _, i in ended))
+    recorded = []
+    for (key, inst), row in zip(ended, rows, strict=True):
+        if row is None or row.get("pid") != inst.pid:
+            continue                       # not the process this instance knew
+        ex = row.get("exit")
+        ex = ex if isinstance(ex, dict) else {}
+        code, sig = ex.get("exit_code"), ex.get("signal")
+        requested = ex.get("stopped") is True or inst.state in (im.State.STOPPING,
+                                                                 im.State.RESTARTING)
+        inst.count_exit(ExitReason.REQUESTED if requested else
+                        EXIT_REASON[im.exit_outcome(code, sig)])
+        sup.dirty.add(key)
+        if sup.events is not None:
+            at = row.get("ended_at")
+            sup.events.record_at(at if isinstance(at, float) else sup.events.clock(), "exit",
+                                 key, pid=inst.pid, exit_code=code, signal=sig,
+                                 core_dumped=ex.get("core_dumped") is True,
+                                 requested=requested)
+        recorded.append(key)
+    return recorded
 
 
 def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str]) -> list[str]:

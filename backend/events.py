@@ -70,9 +70,15 @@ class EventLog:
 
     def record(self, kind: str, target: str | None = None, /, **data: Any) -> None:
         """Remember one event (written by the next :meth:`flush`). Never raises."""
+        self.record_at(self.clock(), kind, target, **data)
+
+    def record_at(self, at: float, kind: str, target: str | None = None, /, **data: Any
+                  ) -> None:
+        """:meth:`record` for an event that happened at ``at``, before this generation
+        heard of it (an exit while no backend watched)."""
         if len(self._buffer) == self._buffer.maxlen:
             self.lost += 1                                   # the append drops the oldest
-        self._buffer.append((self.clock(), kind, target, json.dumps(data, sort_keys=True)))
+        self._buffer.append((at, kind, target, json.dumps(data, sort_keys=True)))
         if target is not None and self._targets is not None:
             self._targets.add(target)
 

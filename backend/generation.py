@@ -47,6 +47,7 @@ from .adopt import (
     adopt_inventory,
     missed_exits,
     owner_replaced,
+    record_lost_exits,
     relaunch_lost,
     resume_wanted_starts,
 )
@@ -216,7 +217,9 @@ class Generation(HandingOver):
                                             now())
         self._apply_observations(backlog)
         stopped = {s for s, v in intents.items() if v.get("intent") == "stopped"}
-        lost = relaunch_lost(self.sup, {r["launch_key"] for r in inv}, stopped)
+        live = {r["launch_key"] for r in inv}
+        await record_lost_exits(self.sup, live, self._launch_row)
+        lost = relaunch_lost(self.sup, live, stopped)
         if lost:
             self._log_lost(lost)
         for key, (app, index) in self.sup.keys_of(self.config).items():
@@ -285,13 +288,16 @@ class Generation(HandingOver):
 
     async def _ended(self, launch_key: str) -> dict[str, Any]:
         """How a launch ended, from the owner's record (unknown: neither code nor signal)."""
+        ex = ((await self._launch_row(launch_key)) or {}).get("exit") or {}
+        return {"exit_code": ex.get("exit_code"), "signal": ex.get("signal")}
+
+    async def _launch_row(self, launch_key: str) -> dict[str, Any] | None:
+        """The owner's record of a launch that had a process; None when it has none."""
         assert self.owner is not None
         try:
-            row = await self.owner.call("inspect", {"launch_key": launch_key})
+            return dict(await self.owner.call("inspect", {"launch_key": launch_key}))
         except NotFound:
-            return {"exit_code": None, "signal": None}
-        ex = row.get("exit") or {}
-        return {"exit_code": ex.get("exit_code"), "signal": ex.get("signal")}
+            return None
 
     def _observe(self, e: dict[str, Any]) -> None:
         assert self.sup is not None

@@ -143,8 +143,8 @@ def serve(host: str, port: int, registry: CollectorRegistry
                                 flags=socket.AI_PASSIVE)[0][0]
     server_class = type("MetricsServer", (ThreadingMixIn, WSGIServer),
                         {"address_family": family, "daemon_threads": True})
-    httpd = make_server(host, port, routed(make_wsgi_app(registry)), server_class,
-                        handler_class=_Quiet)
+    httpd: WSGIServer = make_server(host, port, routed(make_wsgi_app(registry)),
+                                    server_class, handler_class=_Quiet)
     thread = threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True)
     thread.start()
     return httpd, thread

@@ -106,6 +106,7 @@ class _Entry:
     exit: ExitStatus | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     looks: int = 0  # last looks taken while a child was mid-exec
+    stop_asked: bool = False  # a stop of it began while its leader ran
 
 
 class ProcessTable:
@@ -263,6 +264,7 @@ class ProcessTable:
         Raises NotFound for a key this table never launched (or forgot).
         """
         entry = self._entry(key)
+        entry.stop_asked = entry.stop_asked or entry.exit is None
         target = self._target(entry)
         result = await confirm_stop(target, policy or entry.policy)
         if isinstance(target, CgroupTarget) and self.cgroups is not None and \
@@ -273,6 +275,11 @@ class ProcessTable:
                 and self._lingering.pop(key, None) is not None:
             self._tracked_changed()
         return result
+
+    def stop_asked(self, key: str) -> bool:
+        """Whether a stop of launch ``key`` began while its leader still ran."""
+        entry = self._live.get(key) or self._exited.get(key)
+        return entry is not None and entry.stop_asked
 
     def _target(self, entry: _Entry) -> GroupTarget | CgroupTarget:
         if entry.tree is None:

@@ -331,7 +331,11 @@ class OwnerService:
                 **self._held(stack)}
 
     async def inspect(self, call: Call) -> Any:
+        """A launch that had a process: its row, with what its process uses now (null
+        once it ended: the row then says how)."""
         row = self._live(call.params["launch_key"])
+        if row.state is not LaunchState.RUNNING:
+            return {**row.to_wire(), "usage": None}
         assert row.pid is not None and row.start_ticks is not None
         usage = self.inspector.inspect(row.pid, row.start_ticks)
         try:

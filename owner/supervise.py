@@ -344,18 +344,19 @@ class Launcher:
         # the write. If the owner died in between, the row still says running and
         # reconcile proves the process gone, so nothing is lost or invented.
         left = self.procs.left_behind(key)   # named only when some are (the backend stops them)
-        self.ring.emit("exit", launch_key=key, pid=pid, **status.to_wire(),
+        ended = {**status.to_wire(), "stopped": self.procs.stop_asked(key)}
+        self.ring.emit("exit", launch_key=key, pid=pid, **ended,
                        **({"descendants": left} if left else {}))
         started = self.uncertain.get(key)
         try:
             # Descendants first: once the row says exited, only they name what outlived
             # the leader (found by the table's last look before the reap).
             self.record_descendants()
-            self.store.mark_exited(key, status.to_wire(), started=started)
+            self.store.mark_exited(key, ended, started=started)
         except (sqlite3.Error, OSError) as exc:
             base = started or row
             if base is not None:
-                self._uncertain(replace(base, exit=status.to_wire(), ended_at=time.time()),
+                self._uncertain(replace(base, exit=ended, ended_at=time.time()),
                                 "the exit", exc)
             return
         self.uncertain.pop(key, None)

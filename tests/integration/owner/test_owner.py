@@ -102,6 +102,20 @@ def test_fifty_launches_kill_one_gives_exit_event_and_inventory(live):
     assert len(inv) == 49 and pids[7] not in {r["pid"] for r in inv}
 
 
+def test_an_exit_says_whether_a_stop_caused_it_and_inspect_keeps_the_ended_row(live):
+    killed, stopped = live.launch(["sleep", "1000"]), live.launch(["sleep", "1000"])
+    os.kill(killed["pid"], signal.SIGKILL)
+    live.call("stop", {"launch_key": stopped["launch_key"]})
+    for r, sig, asked in ((killed, 9, False), (stopped, 15, True)):
+        ev = live.wait_event(lambda e, r=r: e["kind"] == "exit" and e["pid"] == r["pid"])
+        assert (ev["signal"], ev["stopped"]) == (sig, asked), ev
+        row = live.c.call("inspect", {"launch_key": r["launch_key"]})
+        assert (row["state"], row["pid"], row["usage"]) == ("exited", r["pid"], None), row
+        assert row["exit"] == {"exit_code": None, "signal": sig, "core_dumped": False,
+                               "stopped": asked}
+        assert row["ended_at"] >= row["started_at"]
+
+
 def test_repeated_launch_key_starts_nothing_new(live):
     first = live.launch(["sleep", "1000"])
     p = {"launch_key": first["launch_key"], "stack": "s", "app": "a", "instance": 1,

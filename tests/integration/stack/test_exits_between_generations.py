@@ -1,0 +1,78 @@
+"""Exits no backend saw are recorded by the next generation: the apps `tenure down`
+stopped (through the owner) and an app killed while no backend ran (found by the
+reviewed recovery) each get an `exit` event, at the time the owner recorded, and their
+count in `tenure_app_exits_total`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guardian"))
+from test_handoff_support import stop_cluster_guardian, wait_gone
+
+CONFIG = """
+[stacks.s.apps.calm]
+command = ["sleep", "infinity"]
+
+[stacks.s.apps.victim]
+command = ["sleep", "infinity"]
+"""
+
+
+def _exits(cluster: Any) -> dict[str, list[dict[str, Any]]]:
+    out = cluster.cli("events", "--kind", "exit", "-n", "100", check=True).out
+    lines = [] if out is None else out.splitlines() if isinstance(out, str) else \
+        [json.dumps(out)]
+    by: dict[str, list[dict[str, Any]]] = {}
+    for e in (json.loads(ln) for ln in lines if ln.strip()):
+        by.setdefault(e["target"], []).append(e)
+    return by
+
+
+def _exit_counts(cluster: Any, key: str) -> dict[str, int]:
+    m = cluster.cli("metrics", check=True).out
+    return next(a["exits"] for a in m["apps"] if a["key"] == key)
+
+
+def test_the_next_generation_records_what_down_stopped(cluster: Any) -> None:
+    cluster.up(CONFIG)
+    before = cluster.wait_ready(2)
+    cluster.down()
+    stopped_at = time.time()
+    cluster.up()
+    cluster.wait_ready(2)
+    exits = _exits(cluster)
+    for key in ("s/calm/0", "s/victim/0"):
+        (e,) = exits[key]
+        assert e["data"] == {"pid": before[key]["pid"], "exit_code": None,
+                             "signal": signal.SIGTERM, "core_dumped": False,
+                             "requested": True}, e
+        assert e["at"] <= stopped_at, (e, stopped_at)   # when it ended, not when heard
+        assert _exit_counts(cluster, key)["requested"] == 1
+
+
+def test_an_app_killed_while_no_backend_ran_is_an_unrequested_exit(cluster: Any) -> None:
+    cluster.up(CONFIG)
+    before = cluster.wait_ready(2)
+    cluster.wait(lambda: cluster.call("generation.certify")["published"], 30,
+                 "a published recovery certificate")   # the next up recovers from it
+    stop_cluster_guardian(cluster, signal.SIGKILL)   # first, or it starts a backend again
+    wait_gone(cluster.kill_backend())
+    os.kill(before["s/victim/0"]["pid"], signal.SIGKILL)
+    blocked = cluster.cli("up")      # the app changed while no backend ran: reviewed
+    assert blocked.out["error"]["code"] == "RECOVERY_BLOCKED", blocked
+    plan = cluster.cli("backend", "recover", "--dry-run", check=True).out
+    cluster.cli("backend", "recover", "--digest", plan["digest"], check=True)
+    cluster.wait_ready(2)
+    exits = _exits(cluster)
+    assert "s/calm/0" not in exits                      # adopted: it never ended
+    (e,) = exits["s/victim/0"]
+    assert (e["data"]["signal"], e["data"]["requested"]) == (signal.SIGKILL, False), e
+    counts = _exit_counts(cluster, "s/victim/0")
+    assert (counts.get("signal"), counts.get("requested", 0)) == (1, 0), counts
