@@ -82,7 +82,7 @@ async def start_selected(co: Coordinator, kind: Kind = Kind.START, cursor: int =
         raise err from None
     finally:
         co.candidate = None
-    co.blocked = None
+    co.blocked = co.recovery_failing = None
     co.recovery_attempts = 0
     co.prune()
     co.diagnostics_soon()   # written with the last phase's, after the start
@@ -126,6 +126,7 @@ def _block(co: Coordinator, code: str, reason: str) -> None:
     except Exception:  # state.db itself failed: the diagnostics still say blocked
         log.exception("could not record the blocked recovery")
     co.blocked = {"code": code, "reason": reason, "at": time.time()}
+    co.recovery_failing = None
     co.write_diagnostics()
 
 
@@ -219,10 +220,15 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
             delay = RECOVERY_BACKOFF[min(co.recovery_attempts, len(RECOVERY_BACKOFF) - 1)]
             co.recovery_attempts += 1
             if co.recovery_attempts > len(RECOVERY_BACKOFF):
-                _block(co, exc.code_str, f"{exc.msg} (after {co.recovery_attempts - 1} "
+                _block(co, exc.code_str, f"{exc.msg} (after {co.recovery_attempts} "
                        "attempts)")
                 return None
             log.error("recovery attempt failed (%s); retrying in %.0f s", exc, delay)
+            co.recovery_failing = {"attempt": co.recovery_attempts,
+                                   "attempts": len(RECOVERY_BACKOFF) + 1,
+                                   "error": f"{exc.code_str}: {exc.msg}",
+                                   "retry_at": time.time() + delay}
+            co.write_diagnostics()
             await co.sleep(delay)
 
 

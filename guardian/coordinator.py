@@ -93,6 +93,9 @@ class Coordinator:
         self.fault = Fault()
         self.deadline = _deadline()
         self.recovery_attempts = 0
+        # while a failed recovery waits for its next attempt: which one failed, how, when
+        # the next is due (guardian.cold); None otherwise
+        self.recovery_failing: dict[str, Any] | None = None
         self.own: Running | None = None      # this guardian's own release (guardian.own)
         self.reexec: str | None = None       # set by an upgrade of the guardian itself
         self.declared: dict[str, dict[str, Any]] = {}  # release id -> its schemas
@@ -630,6 +633,7 @@ class Coordinator:
                             body.get("invalidated"),
                             "changed_at": cert.get("updated_at")},
             "blocked": self.blocked,
+            "recovery_failing": self.recovery_failing,
             "unhealthy": self.unhealthy}
 
     def status(self) -> dict[str, Any]:

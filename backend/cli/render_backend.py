@@ -39,6 +39,9 @@ def _liveness(b: dict[str, Any]) -> str:
 
 
 def backend(action: str, r: dict[str, Any]) -> str:
+    if action == "abort":
+        return ("abort requested: the running handoff stops at its next abort point; "
+                "`tenure backend status` shows how it ended")
     if action != "status":
         return _activation(r)
     sel, b, cert = r["selector"], r.get("backend") or {}, r.get("certificate") or {}
@@ -216,6 +219,13 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
     if act.get("phase") == "uncertain":
         return _state("unavailable", f"activation {act.get('id')} is uncertain: reconcile, "
                       "then `tenure backend recover`")
+    failing = r.get("recovery_failing")
+    if failing and not backend.get("alive"):
+        due = float(failing.get("retry_at") or 0) - time.time()
+        return _state("unavailable", f"recovery is failing: attempt {failing.get('attempt')} "
+                      f"of {failing.get('attempts')} ended {failing.get('error')}; the "
+                      f"guardian tries again {'in ' + dur(due) if due >= 1 else 'now'} "
+                      "and blocks after the last")
     if act and act.get("phase") not in _FINAL_PHASES:
         return _state("pending", f"{act.get('kind')} {act.get('id')} is in progress "
                       f"({act.get('phase')})")

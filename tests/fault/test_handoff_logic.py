@@ -346,8 +346,18 @@ def test_recovery_retries_with_backoff_then_records_blocked(tmp_path: Path) -> N
             bp.die()
             raise BackendStartTimeout("test: hangs")
         co.world.start = always_timeout  # type: ignore[method-assign]
+        told, sleep = [], co.sleep
+
+        async def watched_sleep(delay: float) -> None:   # what status says meanwhile
+            told.append(co.status()["recovery_failing"])
+            await sleep(delay)
+        co.sleep = watched_sleep  # type: ignore[method-assign]
         assert await recover(co) is None
         assert co.slept == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+        assert [(f["attempt"], f["attempts"]) for f in told] == [(n, 7) for n in range(1, 7)]
+        assert all(f["error"] == "BACKEND_START_TIMEOUT: test: hangs" for f in told)
+        assert co.recovery_failing is None and co.status()["recovery_failing"] is None
+        assert co.blocked is not None and co.blocked["reason"].endswith("(after 7 attempts)")
         kinds = [(a.kind, a.phase) for a in co.state.activations(8)]
         assert kinds[0] == (Kind.RECOVER, Phase.BLOCKED)
         assert kinds[1:7] == [(Kind.RECOVER, Phase.FAILED)] * 6

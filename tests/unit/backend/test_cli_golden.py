@@ -246,6 +246,7 @@ CASES: dict[str, Callable[[], str]] = {
             **LINK, "age": 38.2, "current": False,
             "process": "pid 4000 is stopped (SIGSTOP or a debugger); kill -CONT 4000 "
                        "continues it"}}),
+    "backend_abort": lambda: render.backend("abort", {"abort_requested": True}),
     "backend_upgrade": lambda: render.backend("upgrade", {
         "activation": {"id": "20261201T140500-77aa01bc", "kind": "upgrade",
                        "phase": "complete", "outcome": "success"},

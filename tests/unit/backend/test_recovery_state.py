@@ -46,6 +46,15 @@ def answer(**kw: Any) -> dict[str, Any]:
     (answer(last_activation={**DONE, "phase": "uncertain", "outcome": "uncertain"}),
      "unavailable", "activation act-1 is uncertain"),
     (answer(last_activation=None), "ready", None),
+    # was "ready" (a valid certificate) while every recovery attempt failed
+    (answer(backend=None, last_activation={**DONE, "kind": "recover", "phase": "failed",
+                                           "outcome": "failed"},
+            recovery_failing={"attempt": 2, "attempts": 7, "retry_at": 0.0,
+                              "error": "BACKEND_PREFLIGHT_FAILED: preflight exited 1"}),
+     "unavailable", "recovery is failing: attempt 2 of 7 ended BACKEND_PREFLIGHT_FAILED: "
+     "preflight exited 1; the guardian tries again now and blocks after the last"),
+    (answer(recovery_failing={"attempt": 1, "attempts": 7, "retry_at": 0.0, "error": "X"}),
+     "ready", None),                             # a backend runs again: it recovered
     (answer(certificate={"valid": False, "age": 1.0, "launches": 4,
                          "refused": "written by another release than the selected one"}),
      "pending", "the certificate is refused (written by another release"),
