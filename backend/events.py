@@ -67,6 +67,7 @@ class EventLog:
         self.lost = 0                    # events dropped because the buffer was full
         self._since_prune = 0
         self._targets: set[str] | None = None   # every instance key with events, once asked
+        self.exits_told: dict[str, int] = {}    # instance key -> pid of its last exit event
 
     def record(self, kind: str, target: str | None = None, /, **data: Any) -> None:
         """Remember one event (written by the next :meth:`flush`). Never raises."""
@@ -180,6 +181,15 @@ def _answer(events: list[dict[str, Any]], nxt: int, last: int, first: int, *, ga
 
 
 
+def _exit(log: EventLog, key: str, pid: int, code: int | None, sig: int | None,
+          core: bool, *, requested: bool) -> None:
+    """The ``exit`` event of process ``pid`` of instance ``key``, told once: an exit
+    that reaches an instance with no process (its stop already settled it) is not one."""
+    log.exits_told[key] = pid
+    log.record("exit", key, pid=pid, exit_code=code, signal=sig, core_dumped=core,
+               requested=requested)
+
+
 class Before:
     """What a transition is compared with: the instance as it was before one event."""
 
@@ -197,10 +207,15 @@ def transition_events(log: EventLog, key: str, inst: Any, event: Any, was: Befor
     process (a handoff or recovery) is no news: the ``handoff`` event says it."""
     if isinstance(event, im.Adopt):
         return
-    if isinstance(event, im.Exited):
-        log.record("exit", key, pid=was.pid, exit_code=event.exit_code,
-                   signal=event.signal, core_dumped=event.core_dumped,
-                   requested=was.state in (im.State.STOPPING, im.State.RESTARTING))
+    if isinstance(event, im.Exited) and was.pid is not None:
+        _exit(log, key, was.pid, event.exit_code, event.signal, event.core_dumped,
+              requested=was.state in (im.State.STOPPING, im.State.RESTARTING))
+    elif isinstance(event, im.Stopped) and event.exit is not None and was.pid is not None \
+            and log.exits_told.get(key) != was.pid:
+        # the stop's answer came before the exit's observation (a drain held it back)
+        ex = event.exit
+        _exit(log, key, was.pid, ex.get("exit_code"), ex.get("signal"),
+              ex.get("core_dumped") is True, requested=True)
     if inst.restarts > was.restarts:
         log.record("restart", key, restarts=inst.restarts, generation=inst.generation)
     probe = inst.last_probe

@@ -5,6 +5,7 @@ no behaviour."""
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from msgspec import Struct
 
@@ -170,7 +171,11 @@ class BackoffElapsed(Struct, frozen=True):
 
 
 class Stopped(Struct, frozen=True):
-    """The owner confirmed that the process and its group are gone."""
+    """The owner confirmed that the process and its group are gone; ``exit``: how the
+    process ended when the stop saw it end (the owner's ``{exit_code, signal,
+    core_dumped}``), else None."""
+
+    exit: dict[str, Any] | None = None
 
 
 class Adopt(Struct, frozen=True):

@@ -431,9 +431,10 @@ class Supervisor:
         while not self.fenced:
             try:
                 self._invalidate("stop")
-                await self.owner.call("stop", {"launch_key": launch_key}, epoch=self.epoch,
-                                      timeout=3600)
-                return im.Stopped()
+                done = await self.owner.call("stop", {"launch_key": launch_key},
+                                             epoch=self.epoch, timeout=3600)
+                ended = done.get("exit") if isinstance(done, dict) else None
+                return im.Stopped(ended if isinstance(ended, dict) else None)
             except NotFound:
                 return im.Stopped()   # no process: already gone
             except StaleEpoch:

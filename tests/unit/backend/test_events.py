@@ -22,6 +22,7 @@ from backend.instance import (
     Probed,
     Ready,
     Start,
+    Stopped,
     StopRequested,
 )
 from backend.model import App, Backoff, Readiness, ReadyKind, RestartMode, StartLimit
@@ -180,3 +181,29 @@ def test_following_waits_out_a_backend_between_generations_but_not_a_failing_one
     answers[:] = [ShuttingDown("handing over"), {"events": [], "more": False}]
     with pytest.raises(cli_events._Stopped):        # tenure down: nothing comes back
         cli_events._next(args, call, {"after": 3})
+
+
+def _stopped_then(store: Any, *late: object) -> list[tuple[str, str]]:
+    log, inst = _log(store), Instance(APP, 0)
+    before = log.bounds()[1]                # the store is shared by the calls of a test
+    _feed(log, inst, Start(), 0.0)
+    _feed(log, inst, Launched(10, 1), 0.1)
+    _feed(log, inst, StopRequested(), 1.0)
+    for event in late:
+        _feed(log, inst, event, 1.2)
+    log.flush()
+    return [(e["kind"], describe(e)) for e in log.read(after=before)["events"]
+            if e["kind"] == "exit"]
+
+
+def test_an_exit_told_by_the_stops_answer_is_recorded_once_whatever_comes_first(store
+                                                                                ) -> None:
+    by_stop = Stopped({"exit_code": None, "signal": 9, "core_dumped": False})
+    once = [("exit", "pid 10 killed by SIGKILL (stopped by tenure)")]
+    # the usual order: the exit's observation, then the stop's answer
+    assert _stopped_then(store, Exited(None, 9), by_stop) == once
+    # a drain held the observation back: the answer told it, the observation is stale
+    # (was: a second exit, "pid None killed by SIGKILL", not requested)
+    assert _stopped_then(store, by_stop, Exited(None, 9)) == once
+    # a stop that found the process already gone tells no exit; a late one is no news
+    assert _stopped_then(store, Stopped(), Exited(None, 9)) == []
