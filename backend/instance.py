@@ -159,6 +159,16 @@ class Instance:
             out.append(StartHealth())
         return out
 
+    def take_app(self, app: App) -> list[Action]:
+        """Run on ``app`` from now on (its definition is this process's; a policy may
+        differ): a ready instance's health check follows at once, stopped, replaced or
+        started as ``app.health`` says."""
+        before, self.app = self.app.health, app
+        if self.state is not State.READY or app.health == before:
+            return []
+        self.health_failures = 0
+        return [StopHealth(), *([StartHealth()] if app.health is not None else [])]
+
     def to_wire(self) -> dict[str, Any]:
         """A plain msgpack/JSON-able map; timers as absolute deadlines."""
         return {
@@ -235,8 +245,7 @@ class Instance:
             self._out.append(StopReadiness())
         if old is State.READY:
             self.health_failures = 0
-            if self.app.health is not None:
-                self._out.append(StopHealth())
+            self._out.append(StopHealth())   # whatever the app says now: none may outlive it
         if new not in _UP and new not in (State.STOPPING, State.RESTARTING):
             self.pid = self.start_ticks = self.launched_at = None
         if new is not State.RESTARTING:
@@ -422,9 +431,10 @@ def _ready_timeout(inst: Instance, ev: Event, now: float) -> None:
 
 
 def _health_failed(inst: Instance, ev: Event, now: float) -> None:
+    if inst.app.health is None:
+        return  # the verdict of a check the config has since removed
     inst.health_failures += 1
-    limit = inst.app.health.failures if inst.app.health is not None else 1
-    if inst.health_failures >= limit:
+    if inst.health_failures >= inst.app.health.failures:
         inst._stop(State.RESTARTING, now)
         inst.pending_outcome = Outcome.HEALTH
 

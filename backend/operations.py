@@ -99,10 +99,10 @@ class OperationRunner:
         """New desired config: instances keep their process; policy-only changes apply
         at once, definition changes wait for their restart step."""
         self.set_config(new)
-        for inst in self.sup.instances.values():
+        for key, inst in list(self.sup.instances.items()):
             app = new.app(inst.app.stack, inst.app.name)
             if app is not None and app.definition_digest() == inst.app.definition_digest():
-                inst.app = app
+                self.sup.take_app(key, app)
 
     # -- running ----------------------------------------------------------------------
 

@@ -479,10 +479,14 @@ class Supervisor:
         h = inst.app.health
         if h is None:
             return
+        def verdict(event: im.Event) -> Callable[[], None]:
+            def feed() -> None:
+                if self._health.get(key) is runner:   # not a replaced check's last word
+                    self.feed(key, event)
+            return feed
         runner = HealthRunner(health_probe(h, inst.index, env={**self.base_env, **inst.app.env}),
                               interval=h.interval, timeout=h.timeout, grace=h.grace,
-                              on_pass=lambda: self.feed(key, im.HealthOk()),
-                              on_fail=lambda: self.feed(key, im.HealthFailed()),
+                              on_pass=verdict(im.HealthOk()), on_fail=verdict(im.HealthFailed()),
                               on_attempt=self._on_probe(key, explain.Check.HEALTH,
                                                         describe(h, inst.index),
                                                         inst.generation))
@@ -532,9 +536,14 @@ class Supervisor:
             inst = self.instances[key] = im.Instance(app, index, self.retired.get(key, 0))
             self.removed.pop(key, None)
         else:
-            inst.app = app
+            self.take_app(key, app)
         self.feed(key, im.Start() if want_up else im.StopRequested())
         return key
+
+    def take_app(self, key: str, app: App) -> None:
+        """Instance ``key`` runs on ``app`` from now on (a policy change: its process
+        keeps running); its health check follows at once."""
+        self._execute(key, self.instances[key].take_app(app))
 
     def forget(self, key: str) -> None:
         self._after_stop.withdraw(key, "the instance is removed")

@@ -684,3 +684,23 @@ def test_fuzz_event_sequences_keep_invariants(steps: list[tuple[Event, float]]) 
             assert launch.generation == r.inst.generation
         wire = r.inst.to_wire()
         assert Instance.from_wire(wire, r.inst.app).to_wire() == wire
+
+
+def test_a_policy_change_moves_the_health_check_of_a_ready_instance_at_once() -> None:
+    r = drive_to(State.READY)
+    other = Health(kind=HealthKind.TCP, port=8001, failures=1)
+    assert r.inst.take_app(mk_app(health=HEALTH)) == []                # the same check
+    assert r.inst.take_app(mk_app(health=other)) == [StopHealth(), StartHealth()]
+    assert r.inst.take_app(mk_app(health=None)) == [StopHealth()]       # removed
+    assert r.inst.app.health is None and r.inst.state is State.READY
+    assert r.feed(HealthFailed()) == [] and r.inst.state is State.READY  # a late verdict
+    assert r.inst.take_app(mk_app(health=HEALTH)) == [StopHealth(), StartHealth()]  # back
+    starting = drive_to(State.RUNNING)          # not ready: it starts when ready
+    assert starting.inst.take_app(mk_app(health=None)) == []
+    assert starting.inst.app.health is None
+
+
+def test_leaving_ready_stops_a_check_whatever_the_app_says_now() -> None:
+    r = drive_to(State.READY)
+    r.inst.app = mk_app(health=None)            # swapped without take_app
+    assert StopHealth() in r.feed(StopRequested())
