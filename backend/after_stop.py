@@ -89,18 +89,23 @@ class StartsAfterStop:
         held = self._pending.get(key)
         return None if held is None else held[0]
 
-    def arm(self, key: str, within: float) -> asyncio.Future[bool]:
-        """The pending start of ``key``: the one already armed, or a new one withdrawn
-        unless taken within ``within`` seconds."""
+    def arm(self, key: str, within: float, expire: Callable[[], None] | None = None
+            ) -> asyncio.Future[bool]:
+        """The pending start of ``key``: the one already armed, or a new one that
+        ``expire`` ends unless taken within ``within`` seconds (default: withdrawn)."""
         held = self._pending.get(key)
         if held is not None:
             return held[0]
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
-        expiry = loop.call_later(within, lambda: self.withdraw(
-            key, f"not down within {within:g} s", logging.WARNING))
+        expiry = loop.call_later(within, expire or (lambda: self.withdraw(
+            key, f"not down within {within:g} s", logging.WARNING)))
         self._pending[key] = (fut, expiry)
         return fut
+
+    def waiting(self) -> list[str]:
+        """The instance keys with a pending start."""
+        return list(self._pending)
 
     def take(self, key: str, start: Callable[[], None]) -> None:
         """Run ``start`` (what takes the instance up: nothing when another start did

@@ -65,13 +65,19 @@ class InstanceCommands:
         its generation when asked) an instance launched again since also counts: it was
         down in between, and a later start took it up again at once. With ``deferred``
         (key: its start wanted once it is down) an instance whose start was withdrawn
-        ends the wait for it, unsettled: it stays stopped."""
+        ends the wait for it, unsettled: it stays stopped. Waiting for an instance to be
+        up, a stop asked meanwhile ends the wait for it too: the latest intent wins."""
+        stops = {k: self.sup.stops_asked.get(k, 0) for k in keys}
+        up_only = im.State.STOPPED not in states
+
         def done(k: str) -> bool:
             inst = self.sup.instances[k]
             return inst.state in states or (moved is not None
                                             and inst.generation != moved[k])
 
         def withdrawn(k: str) -> bool:
+            if up_only and self.sup.stops_asked.get(k, 0) != stops[k]:
+                return True
             f = (deferred or {}).get(k)
             return f is not None and f.done() and (f.cancelled() or not f.result())
 
@@ -121,6 +127,9 @@ class InstanceCommands:
                     deferred[k] = self.sup.pending_start(k) or step
                 else:
                     self.sup.feed(k, im.Start())
+                    waiting = self.sup.pending_start(k)   # for its `after` apps
+                    if waiting is not None:
+                        deferred[k] = waiting
         return await self._settle(keys, UP, timeout, f"start {target}", deferred=deferred)
 
     async def stop(self, call: Call) -> Any:

@@ -45,6 +45,7 @@ from .probes import (
     process_group_members,
     readiness_probe,
 )
+from .start_order import ORDER_WAIT, waits_for
 from .tasks import spawn
 from .waiters import Waiters
 
@@ -116,6 +117,7 @@ class Supervisor:
         self.owner_capabilities: Mapping[str, int] = {}  # from the owner's welcome
         self.events: EventLog | None = None      # where transitions are recorded
         self._after_stop = StartsAfterStop()     # starts wanted once an instance is down
+        self.stops_asked: dict[str, int] = {}    # instance key -> stops fed, for waiters
         # told once when this generation learns it is fenced (backend.generation)
         self.on_fenced: Callable[[str], None] = lambda why: None
 
@@ -149,8 +151,14 @@ class Supervisor:
                 raise ShuttingDown(f"{key}: {type(event).__name__} while frozen for a "
                                    "handoff", {"instance": key})
             return  # re-derived after thaw or by the next generation (see freeze)
+        if isinstance(event, im.Start) and self._held_for_order(key, inst):
+            return
+        self._apply(key, inst, event)
+
+    def _apply(self, key: str, inst: im.Instance, event: im.Event) -> None:
         if isinstance(event, im.StopRequested):   # the latest intent wins
             self._after_stop.withdraw(key, "a stop was asked after it")
+            self.stops_asked[key] = self.stops_asked.get(key, 0) + 1
         was = Before(inst) if self.events is not None else None
         actions = inst.handle(event, now())
         if self.events is not None and was is not None:
@@ -160,6 +168,47 @@ class Supervisor:
         self._execute(key, actions)
         self._notify()
         self._start_if_down(key)
+        self._recheck_order(inst)
+
+    def _held_for_order(self, key: str, inst: im.Instance) -> bool:
+        """Whether the start of ``key`` waits (backend.start_order): each start of an
+        instance with ``after`` apps is looked at one loop turn later, once every start
+        fed in this turn (its dependencies' too) has been. A start that cannot be
+        recorded in backend.db is not held: it goes now, unordered, rather than lost."""
+        if inst.state not in DOWN or not inst.app.after:
+            return False
+        if key not in self._after_stop:
+            try:
+                self._after_stop.record(key)
+            except Exception as exc:
+                log.error("%s: its start could not be recorded to wait for %s (%s); "
+                          "starting it now", key, ", ".join(inst.app.after), exc)
+                return False
+            self._after_stop.arm(key, ORDER_WAIT, lambda: self._expire(key, ORDER_WAIT))
+        asyncio.get_running_loop().call_soon(self._start_now, key)
+        return True
+
+    def _recheck_order(self, changed: im.Instance) -> None:
+        """Look again at the waiting starts of instances that start after ``changed``'s
+        app."""
+        app = changed.app
+        for key in self._after_stop.waiting():
+            waiting = self.instances.get(key)
+            if waiting is not None and waiting.app.stack == app.stack \
+                    and app.name in waiting.app.after:
+                asyncio.get_running_loop().call_soon(self._start_now, key)
+
+    def _expire(self, key: str, within: float) -> None:
+        """A pending start's time is up: an instance still not down is left as it is
+        (withdrawn); one that is down but whose ``after`` apps are still coming up
+        starts all the same (ordering, not a requirement)."""
+        inst = self.instances.get(key)
+        if inst is None or inst.state not in DOWN or self.frozen or self.fenced:
+            self._after_stop.withdraw(key, f"not down within {within:g} s", logging.WARNING)
+            return
+        log.warning("%s: %s not ready after %g s; starting it all the same", key,
+                    ", ".join(waits_for(self.instances, self._after_stop.waiting(), key)), within)
+        self._after_stop.take(key, lambda: self._apply(key, inst, im.Start()))
 
     def start_when_down(self, key: str, within: float, *, stop: bool = False
                         ) -> asyncio.Future[bool]:
@@ -178,7 +227,7 @@ class Supervisor:
         self._after_stop.record(key)
         if stop:
             self.feed(key, im.StopRequested())
-        started = self._after_stop.arm(key, within)
+        started = self._after_stop.arm(key, within, lambda: self._expire(key, within))
         self._start_if_down(key)
         return started
 
@@ -201,14 +250,14 @@ class Supervisor:
 
     def _start_now(self, key: str) -> None:
         inst = self.instances.get(key)
-        if key not in self._after_stop or inst is None:
+        if key not in self._after_stop or inst is None or self.fenced:
             return   # withdrawn meanwhile, or taken by an earlier turn
         if inst.state not in DOWN:   # up again meanwhile: another start took it up
             self._after_stop.take(key, lambda: None)
-        elif self.frozen:   # never while a step runs (the drain barrier); if ever, say so
-            self._after_stop.withdraw(key, "frozen for a handoff", logging.WARNING)
+        elif self.frozen or waits_for(self.instances, self._after_stop.waiting(), key):
+            return   # kept: looked at again when a dependency changes (or after a thaw)
         else:
-            self._after_stop.take(key, lambda: self.feed(key, im.Start()))
+            self._after_stop.take(key, lambda: self._apply(key, inst, im.Start()))
 
     def wake(self) -> None:
         """Make every ``wait`` re-check its predicate (something it reads changed)."""
