@@ -187,10 +187,6 @@ class Generation(HandingOver):
                        background(retention_loop(self), "retention", log),
                        background(self._spool_loop(), "queued config", log)]
         self.ready = True
-        self.events.record("handoff", phase="adopted", activation=self.activation,
-                           epoch=self.epoch, mode=self.handoff.get("mode"),
-                           adopted=len(self.adoption.adopted),
-                           missing=len(self.adoption.missing))
         await self.serve_metrics()
 
     async def _adopt(self) -> None:
@@ -215,6 +211,12 @@ class Generation(HandingOver):
         else:
             self.adoption = adopt_inventory(self.sup, self.config, self.store.instances(), inv,
                                             now())
+        # before anything this generation does (or hears of) with what it adopted
+        assert self.events is not None
+        self.events.record("handoff", phase="adopted", activation=self.activation,
+                           epoch=self.epoch, mode=self.handoff.get("mode"),
+                           adopted=len(self.adoption.adopted),
+                           missing=len(self.adoption.missing))
         self._apply_observations(backlog)
         stopped = {s for s, v in intents.items() if v.get("intent") == "stopped"}
         live = {r["launch_key"] for r in inv}

@@ -55,6 +55,12 @@ def test_the_next_generation_records_what_down_stopped(cluster: Any) -> None:
                              "requested": True}, e
         assert e["at"] <= stopped_at, (e, stopped_at)   # when it ended, not when heard
         assert _exit_counts(cluster, key)["requested"] == 1
+    # the new generation says it took over before it tells what it found and did
+    out = cluster.cli("events", "-n", "100", check=True).out
+    mine = [json.loads(ln) for ln in out.splitlines() if ln.strip()]
+    last = mine[-1]["activation"]
+    theirs = [(e["kind"], e["data"].get("phase")) for e in mine if e["activation"] == last]
+    assert theirs[0] == ("handoff", "adopted") and len(theirs) > 1, theirs
 
 
 def test_an_app_killed_while_no_backend_ran_is_an_unrequested_exit(cluster: Any) -> None:
