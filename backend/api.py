@@ -354,7 +354,7 @@ class Api(InstanceCommands, LogsReading):
                 "restarts": inst.restarts, "ready": inst.state is im.State.READY,
                 "generation": inst.generation,
                 "last_outcome": str(inst.last_outcome) if inst.last_outcome else None,
-                "reason": explain.reason(inst),
+                "reason": explain.reason(inst) or self.sup.why_stopped(key),
                 "log_dropped": None if dropped is None
                 else dropped.get((inst.app.stack, inst.app.name), 0),
                 "unrecorded": inst.launch_key in self.gen.owner_uncertain, **usage}

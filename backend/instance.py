@@ -159,6 +159,11 @@ class Instance:
             out.append(StartHealth())
         return out
 
+    @property
+    def started(self) -> bool:
+        """Whether this instance was ever launched (or adopted running)."""
+        return self.generation > self.base_generation or self.state is not State.STOPPED
+
     def take_app(self, app: App) -> list[Action]:
         """Run on ``app`` from now on (its definition is this process's; a policy may
         differ): a ready instance's health check follows at once, stopped, replaced or

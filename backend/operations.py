@@ -97,12 +97,17 @@ class OperationRunner:
 
     def _swap_config(self, new: Config) -> None:
         """New desired config: instances keep their process; policy-only changes apply
-        at once, definition changes wait for their restart step."""
+        at once, definition changes wait for their restart step. Instances the config
+        adds exist from now on, stopped until their step starts them: an operation that
+        fails before it leaves them shown (`never started`), not missing."""
         self.set_config(new)
         for key, inst in list(self.sup.instances.items()):
             app = new.app(inst.app.stack, inst.app.name)
             if app is not None and app.definition_digest() == inst.app.definition_digest():
                 self.sup.take_app(key, app)
+        for key, (app, index) in self.sup.keys_of(new).items():
+            if key not in self.sup.instances:
+                self.sup.ensure(app, index, False)
 
     # -- running ----------------------------------------------------------------------
 

@@ -41,11 +41,14 @@ STALE = "running an older definition"
 
 
 def running_definitions(instances: Iterable[Any]) -> dict[str, dict[int, str]]:
-    """:data:`Running` of the backend's instances (each with ``app`` and ``index``); an
-    App shared by instances is digested once."""
+    """:data:`Running` of the backend's instances (each with ``app``, ``index`` and
+    ``started``: whether it was ever launched; one never started is not counted, so the
+    plan still starts it); an App shared by instances is digested once."""
     out: dict[str, dict[int, str]] = {}
     digests: dict[int, str] = {}
     for inst in instances:
+        if not inst.started:
+            continue
         app = inst.app
         digest = digests.get(id(app)) or digests.setdefault(id(app), app.definition_digest())
         out.setdefault(app.key, {})[inst.index] = digest

@@ -188,6 +188,19 @@ class Supervisor:
         asyncio.get_running_loop().call_soon(self._start_now, key)
         return True
 
+    def why_stopped(self, key: str) -> str | None:
+        """Why stopped instance ``key`` is not started: its start waits for its
+        ``after`` apps, or it was never started (an apply that added it failed before
+        its step, say); None otherwise."""
+        inst = self.instances[key]
+        if inst.state is not im.State.STOPPED:
+            return None
+        if key in self._after_stop:
+            deps = waits_for(self.instances, self._after_stop.waiting(), key)
+            return f"starts once {', '.join(deps)} {'is' if len(deps) == 1 else 'are'} " \
+                   "ready" if deps else None
+        return None if inst.started else "never started"
+
     def _recheck_order(self, changed: im.Instance) -> None:
         """Look again at the waiting starts of instances that start after ``changed``'s
         app."""
