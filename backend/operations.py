@@ -237,11 +237,22 @@ class OperationRunner:
                     timeout: float, must_be_up: bool = False,
                     came_up: Callable[[im.Instance], bool] = lambda i: False) -> None:
         """Wait until every instance is ``done``; with ``must_be_up`` a failed one that
-        never ``came_up`` fails the step."""
+        never ``came_up`` fails the step, and so does one a stop asked meanwhile took
+        down (`tenure stop`, `stack stop`: the latest intent wins, it stays down)."""
+        stops = {k: self.sup.stops_asked.get(k, 0) for k in keys}
+
+        def stopped_since() -> list[str]:
+            return [k for k in keys if must_be_up and self.sup.stops_asked.get(k, 0) != stops[k]]
+
         def all_done() -> bool:
-            return all(done(self.sup.instances[k]) for k in keys if k in self.sup.instances)
+            return bool(stopped_since()) or all(done(self.sup.instances[k]) for k in keys
+                                                if k in self.sup.instances)
         if not await self.sup.wait(all_done, timeout):
             raise TimeoutError(f"{', '.join(keys)} did not settle in {timeout:.0f} s")
+        if stopped_since():
+            raise RuntimeError(f"{', '.join(stopped_since())} stopped by a stop asked while "
+                               "this step waited for it to be up; the rest of the plan is "
+                               "not applied (`tenure plan` shows it)")
         failed = [k for k in keys if k in self.sup.instances
                   and self.sup.instances[k].state is im.State.FAILED
                   and not came_up(self.sup.instances[k])]

@@ -90,3 +90,21 @@ def test_a_stop_ends_a_start_or_restart_waiting_for_readiness(cluster: Any) -> N
             waiting.communicate()
         assert waiting.returncode == 4 and '"settled": false' in out, (command, out)
         assert cluster.apps()["o/db/0"]["state"] == "stopped"
+
+
+def test_a_stop_during_a_rolling_restart_fails_its_step_at_once_saying_so(cluster: Any
+                                                                          ) -> None:
+    cluster.up(ORDERED)
+    cluster.wait_ready(2)
+    slow = ORDERED.replace('command = ["sleep", "1000"]\nready = { kind = "delay", '
+                           'delay = 0.8 }', 'command = ["sleep", "1001"]\nready = '
+                           '{ kind = "delay", delay = 20 }')
+    assert slow != ORDERED
+    with cluster.api() as c:                       # a new definition of db: a restart
+        plan = c.call("plan", {"config_text": slow, "source": "t.toml"})
+        op = c.call("apply", {"plan": plan["id"]})
+    cluster.wait(lambda: cluster.apps()["o/db/0"]["state"] == "running", 20, "db relaunched")
+    cluster.cli("stop", "o/db", check=True)
+    ended = cluster.cli("op", "show", op["id"], "--wait", "--timeout", "15")
+    assert ended.code == 1 and ended.out["outcome"] == "failed", ended  # was: 60 s, then
+    assert "o/db/0 stopped by a stop asked while this step waited" in ended.out["error"]
