@@ -70,7 +70,18 @@ S_LOGS = Schema(Field("after", int, required=False, default=0, check=check_int(0
                 Field("since_time", float, required=False, check=check_int(0, 2**40)))
 S_STATUS = Schema(Field("targets", list, required=False, check=check_targets))
 S_PLAN = Schema(Field("config_text", str), Field("source", str))
-S_APPLY = Schema(Field("plan", str), Field("request_id", str, required=False))
+MAX_REQUEST_ID = 200
+
+
+def check_request_id(v: str) -> str | None:
+    """Schema check of an apply's idempotency key (kept with its operation)."""
+    if not v or len(v) > MAX_REQUEST_ID or not v.isprintable():
+        return f"must be 1 to {MAX_REQUEST_ID} printable characters"
+    return None
+
+
+S_APPLY = Schema(Field("plan", str), Field("request_id", str, required=False,
+                                           check=check_request_id))
 S_OP = Schema(Field("id", str))
 OP_WAIT_MAX = 30   # seconds
 S_OP_SHOW = Schema(Field("id", str),

@@ -222,10 +222,22 @@ def cmd_plan(args: Any) -> int:
     return OK
 
 
+OP_TIMEOUT = 3600.0   # --wait's default for apply and op show
+
+
+def _wait_timeout(args: Any, what: str) -> float:
+    """The --timeout of a command that waits only with --wait: refused without it (it
+    would mean nothing)."""
+    if args.timeout is not None and not args.wait:
+        raise BadRequest(f"{what}: --timeout goes with --wait", {"field": "timeout"})
+    return OP_TIMEOUT if args.timeout is None else float(args.timeout)
+
+
 def cmd_apply(args: Any) -> int:
+    timeout = _wait_timeout(args, "tenure apply")
     op = _call(args, "apply", {"plan": args.plan, "request_id": args.request_id})
     if args.wait and op.get("id"):
-        op = _wait_op(args, op["id"], args.timeout)
+        op = _wait_op(args, op["id"], timeout)
         _out(args, op, render.operation(op))
         return _op_exit(op)
     _out(args, op, render.operation(op))
@@ -240,14 +252,21 @@ def _op_exit(op: dict[str, Any]) -> int:
 
 
 def cmd_op(args: Any) -> int:
+    if args.action != "show" and args.wait:
+        raise BadRequest(f"tenure op {args.action} takes no --wait (op show does)",
+                         {"field": "wait"})
+    timeout = _wait_timeout(args, f"tenure op {args.action}")
     if args.action == "list":
+        if args.id:
+            raise BadRequest(f"tenure op list takes no id (got {args.id!r}); `tenure op "
+                             "show ID` shows one", {"field": "id"})
         r = _call(args, "op.list", {})
         _out(args, r, render.operations(r["operations"]))
         return OK
     if not args.id:
         raise BadRequest(f"tenure op {args.action} ID: give an operation id")
     if args.action == "show" and args.wait:
-        r = _wait_op(args, args.id, args.timeout)
+        r = _wait_op(args, args.id, timeout)
         _out(args, r, render.operation(r))
         return _op_exit(r)
     r = _call(args, "op.show" if args.action == "show" else "op.abandon", {"id": args.id})

@@ -182,14 +182,14 @@ def _parser(argv: list[str] | None = None) -> Any:
     p.add_argument("--request-id")
     p.add_argument("--wait", action="store_true",
                    help="wait until the operation ended (at most --timeout)")
-    p.add_argument("--timeout", type=float, default=3600.0,
+    p.add_argument("--timeout", type=float,
                    help="--wait: seconds to wait (default 3600)")
     p = add("op", "operations")
     p.add_argument("action", choices=["list", "show", "abandon"])
     p.add_argument("id", nargs="?")
     p.add_argument("--wait", action="store_true",
                    help="show: wait until the operation ended (at most --timeout)")
-    p.add_argument("--timeout", type=float, default=3600.0,
+    p.add_argument("--timeout", type=float,
                    help="show --wait: seconds to wait (default 3600)")
     p = add("stack", "stop or start a whole stack (durable)")
     p.add_argument("action", choices=["stop", "start"])

@@ -210,3 +210,31 @@ def test_stack_start_refuses_the_options_of_a_stop(tmp_path, capsys, extra) -> N
     err = json.loads(capsys.readouterr().out)["error"]
     assert err["code"] == "BAD_REQUEST" and "takes no --dry-run or --digest" in err["msg"]
     assert not home.exists()                     # nothing was asked of anyone
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["apply", "plan-1", "--timeout", "5"], "--timeout goes with --wait"),
+    (["op", "show", "op-1", "--timeout", "5"], "--timeout goes with --wait"),
+    (["op", "list", "extra"], "tenure op list takes no id (got 'extra')"),
+    (["op", "list", "--wait"], "tenure op list takes no --wait"),
+    (["op", "abandon", "op-1", "--wait"], "tenure op abandon takes no --wait"),
+])
+def test_options_that_would_be_ignored_are_refused(tmp_path, capsys, argv, says) -> None:
+    """Was: accepted and ignored (a stray id, a --timeout without --wait)."""
+    import json
+
+    from backend.cli.main import main
+    home = tmp_path / "h"
+    assert main(["--home", str(home), "--json", *argv]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err["code"] == "BAD_REQUEST" and says in err["msg"], err
+    assert not home.exists()                     # nothing was asked of anyone
+
+
+def test_a_request_id_is_bounded() -> None:
+    from backend.api import MAX_REQUEST_ID, S_APPLY
+    from protocol.errors import BadRequest
+    assert S_APPLY.validate({"plan": "p", "request_id": "deploy-42"})["request_id"]
+    for bad in ("", "x" * (MAX_REQUEST_ID + 1), "a\nb"):
+        with pytest.raises(BadRequest, match="request_id"):
+            S_APPLY.validate({"plan": "p", "request_id": bad})
