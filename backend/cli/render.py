@@ -355,7 +355,7 @@ def plan(p: dict[str, Any]) -> str:
     lines = [f"plan {p['id']} (fingerprint {p['fingerprint'][:16]})"]
     jobs, settings = p.get("jobs") or [], p.get("settings") or []
     if not p["changes"] and not jobs and not settings:
-        lines.append("no changes")
+        return "\n".join([*lines, "no changes: nothing to apply"])
     rows = [[c["action"], c["app"], _change(c)] for c in p["changes"]]
     rows += [[c["action"], f"job {c['job']}", ""] for c in jobs]
     rows += [["update", c["setting"], f"{value(c['from'])} → {value(c['to'])}"]

@@ -214,6 +214,8 @@ CASES: dict[str, Callable[[], str]] = {
                                          "owner_receipt": {"state": "failed",
                                                            "failed_stage": "processes",
                                                            "detail": "processes remain"}}),
+    "plan_no_changes": lambda: render.plan({"id": "plan-77aa", "fingerprint": "3e" * 32,
+                                            "changes": [], "jobs": [], "settings": []}),
     "plan": lambda: render.plan({"id": "plan-5c1d", "fingerprint": "9f" * 32, "changes": [
         {"action": "start", "app": "shop/cron", "instances": 1},
         {"action": "restart", "app": "shop/web", "instances": 2,
