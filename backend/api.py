@@ -41,6 +41,7 @@ from .jobs.schedule import Scheduler
 from .model import Config, canonical_digest
 from .operations import OperationRunner
 from .plan import live_revision, new_plan, running_definitions, setting_changes
+from .probes import checks_view
 from .spool import state as queue_state
 from .steps import StepGate
 from .targets import (
@@ -393,7 +394,8 @@ class Api(InstanceCommands, LogsReading):
                 row = _unknown(row, link["age"])
             row = {**row, "launch_key": inst.launch_key,
                    "command": list(inst.app.command), "restart": str(inst.app.restart),
-                   "ready_kind": str(inst.app.ready.kind), "stop": inst.app.stop.to_wire(),
+                   "cwd": inst.app.cwd, "ready_kind": str(inst.app.ready.kind),
+                   **checks_view(inst.app, inst.index), "stop": inst.app.stop.to_wire(),
                    "log_retention": inst.app.log_retention,
                    **identity_view(inst.app), **_activation_view(inst, held),
                    "last_error": None if inst.last_error is None

@@ -46,7 +46,7 @@ from msgspec import Struct
 
 from protocol import procfs
 
-from .model import Health, HealthKind, Readiness, ReadyKind
+from .model import App, Health, HealthKind, Readiness, ReadyKind
 
 __all__ = [
     "HealthRunner",
@@ -55,6 +55,7 @@ __all__ = [
     "ProbeRunner",
     "TcpMethod",
     "Verdict",
+    "checks_view",
     "describe",
     "exec_ok",
     "health_probe",
@@ -396,6 +397,16 @@ def describe(check: Readiness | Health, index: int) -> str:
         text = shlex.join(check.command)
         return f"exec {text if len(text) <= 120 else text[:119] + '…'}"
     return ""
+
+
+def checks_view(app: App, index: int) -> dict[str, Any]:
+    """``readiness`` (what its probe looks at, "" without one) and ``health`` (null, or
+    the check with its timing) of an app's instance ``index``, for ``tenure inspect``."""
+    h = app.health
+    return {"readiness": describe(app.ready, index),
+            "health": None if h is None else {
+                "check": describe(h, index), "interval": h.interval, "timeout": h.timeout,
+                "failures": h.failures, "grace": h.grace}}
 
 
 # ---- runners ----------------------------------------------------------------------------

@@ -279,7 +279,9 @@ _INSPECT: list[tuple[str, str, Any]] = [
      if r["log_retention"] else f"{DEFAULT_LOG_RETENTION} (the default)"),
     ("command", "command", lambda r: _shell_words(r["command"])),
     ("restart", "restart policy", lambda r: value(r["restart"])),
-    ("ready_kind", "readiness", lambda r: value(r["ready_kind"])),
+    ("cwd", "working directory", lambda r: r["cwd"] or "the owner's"),
+    ("ready_kind", "readiness", lambda r: r.get("readiness") or value(r["ready_kind"])),
+    ("health", "health check", lambda r: _health(r["health"])),
     ("stop", "stop", lambda r: _stop(r["stop"])),
     ("identity", "runs as", lambda r: identity(r["identity"])),
     ("limits", "limits", lambda r: value(r["limits"])),
@@ -290,6 +292,17 @@ _INSPECT: list[tuple[str, str, Any]] = [
     ("stored_fds", "stored fds", lambda r: "unknown" if r["stored_fds"] is None else
      _stored_fds(r["stored_fds"]) or "-"),
 ]
+
+
+def _health(h: dict[str, Any] | None) -> str:
+    """``GET http://127.0.0.1:8080/health every 10s (timeout 5s), restart after 3
+    failures``, or ``none``."""
+    if not h:
+        return "none"
+    grace = f", none in the first {dur(h['grace'])}" if h.get("grace") else ""
+    return (f"{h['check']} every {dur(h['interval'])} (timeout {dur(h['timeout'])}), "
+            f"restart after {h['failures']} failure{'s' if h['failures'] != 1 else ''}"
+            f"{grace}")
 
 
 def _stored_fds(fds: list[dict[str, Any]]) -> str:
@@ -310,7 +323,7 @@ def _held_sockets(socks: list[dict[str, Any]] | None) -> str:
             said.append(f"used by {', '.join(s['used_by'])}")
         out.append(f"{s['name']} {s['listen']} ({', '.join(said)})")
     return "; ".join(out) or "-"
-_SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation", "reason"}
+_SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation", "reason", "readiness"}
 _INSPECT_KEYS = {key for key, _, _ in _INSPECT} | _SHOWN_ELSEWHERE
 
 

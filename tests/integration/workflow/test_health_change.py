@@ -41,12 +41,17 @@ def test_a_removed_check_judges_no_more_and_a_changed_one_judges_at_once(
     cluster.up(_config(old))
     pid = cluster.wait_ready(1)["h/web/0"]["pid"]
     cluster.up(_config(None))                       # the check removed: an update
+    shown = cluster.cli("inspect", "h/web", check=True).out["instances"][0]
+    assert (shown["health"], shown["cwd"], shown["readiness"]) == (None, None, "")
     old.touch()                                     # what the old check would fail on
     assert _steady(cluster, 1.5)["pid"] == pid      # was: restarted until failed
     old.unlink()
 
     cluster.up(_config(old))                        # a check again
     cluster.up(_config(new))                        # changed: judged by the new one
+    health = cluster.cli("inspect", "h/web", check=True).out["instances"][0]["health"]
+    assert health == {"check": f"exec test '!' -e {new}", "interval": 0.1, "timeout": 2.0,
+                      "failures": 2, "grace": 0.0}, health
     old.touch()
     assert _steady(cluster, 1.5)["pid"] == pid      # was: restarted on the old check
     new.touch()
