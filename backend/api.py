@@ -367,6 +367,7 @@ class Api(InstanceCommands, LogsReading):
                 "generation": inst.generation,
                 "last_outcome": str(inst.last_outcome) if inst.last_outcome else None,
                 "reason": explain.reason(inst) or self.sup.why_stopped(key),
+                "next_start_in": _next_start_in(inst, t),
                 "log_dropped": None if dropped is None
                 else dropped.get((inst.app.stack, inst.app.name), 0),
                 "unrecorded": inst.launch_key in self.gen.owner_uncertain, **usage}
@@ -541,6 +542,13 @@ class Api(InstanceCommands, LogsReading):
             "stack": stack, "intent": intent, "expected_revision": current["revision"]},
             epoch=self.gen.epoch)
         self.intents[stack] = {"intent": r["intent"], "revision": r["revision"]}
+
+
+def _next_start_in(inst: im.Instance, t: float) -> float | None:
+    """Seconds until a backing-off instance is launched again (``t``: now, monotonic);
+    None in any other state."""
+    due = inst.timers.get(im.Timer.BACKOFF) if inst.state is im.State.BACKOFF else None
+    return None if due is None else round(max(0.0, due - t), 1)
 
 
 def _activation_view(inst: im.Instance, held: dict[str, Any]) -> dict[str, Any]:

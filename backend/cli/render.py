@@ -82,7 +82,11 @@ _QUEUED = {
 
 
 def _detail(r: dict[str, Any]) -> str:
-    """What the state alone does not say (why it failed, what it waits for), or ""."""
+    """What the state alone does not say (why it failed, what it waits for, when a
+    backing-off instance starts again), or ""."""
+    if r.get("next_start_in") is not None and r["state"] != "unknown":
+        due = f"next start in {dur(r['next_start_in'])}"
+        return f"{r['reason']}; {due}" if r.get("reason") else due
     if r.get("reason") and r["state"] != "unknown":
         return str(r["reason"])
     detail = r.get("detail")
@@ -323,7 +327,8 @@ def _held_sockets(socks: list[dict[str, Any]] | None) -> str:
             said.append(f"used by {', '.join(s['used_by'])}")
         out.append(f"{s['name']} {s['listen']} ({', '.join(said)})")
     return "; ".join(out) or "-"
-_SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation", "reason", "readiness"}
+_SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation", "reason", "readiness",
+                    "next_start_in"}
 _INSPECT_KEYS = {key for key, _, _ in _INSPECT} | _SHOWN_ELSEWHERE
 
 

@@ -36,3 +36,12 @@ def test_apps_an_apply_never_reached_are_shown_stopped_and_still_planned(cluster
     assert {"action": "start", "app": "b/other", "instances": 1} in plan["changes"], plan
     human = cluster.cli_text("status")
     assert "never started" in human, human
+
+
+def test_a_backing_off_instance_says_when_it_starts_again(cluster: Any) -> None:
+    cluster.up('[stacks.c.apps.crash]\ncommand = ["sh", "-c", "exit 7"]\n'
+               'restart = "on-failure"\nbackoff = { initial = 300, max = 300 }\n')
+    cluster.wait(lambda: cluster.apps()["c/crash/0"]["state"] == "backoff", 20, "backoff")
+    row = cluster.apps()["c/crash/0"]
+    assert row["reason"] == "exited 7" and 240 < row["next_start_in"] <= 300, row
+    assert "exited 7; next start in 4m" in cluster.cli_text("status", "c")

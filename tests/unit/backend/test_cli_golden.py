@@ -60,7 +60,8 @@ STATUS = {"backend": BACKEND, "owner_link": LINK, "intents": {"batch": {"intent"
                         log_dropped=12),
                    _app("shop/worker/1", state="backoff", detail="backoff",
                         reason="killed by SIGSEGV (core dumped)", pid=None, uptime=None,
-                        restarts=3, ready=False, cpu_percent=None, rss=None)],
+                        restarts=3, ready=False, cpu_percent=None, rss=None,
+                        next_start_in=4.2)],
           "jobs": {"running": 1, "admitted": 2, "recovery_required": 1}}
 STALE = {**STATUS, "owner_link": {**LINK, "state": "lost", "reason": "connection reset",
                                   "age": 12.3, "current": False},
