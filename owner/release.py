@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from guardian.release import Release
 
 __all__ = ["KIND", "OwnerRelease", "direct_command", "follow", "load", "running", "save",
-           "serve_args", "tree"]
+           "serve_args", "tree", "verified"]
 
 log = logging.getLogger("tenure.owner")
 
@@ -98,11 +98,13 @@ def serve_args(home: str, log_level: str, service_account: str | None = None) ->
             *([] if service_account is None else ["--service-account", service_account])]
 
 
-def _verified(layout: Layout, rid: str, seen: dict[str, bytes] | None = None) -> Release:
-    """Release ``rid`` from the owner's tree for it (:func:`tree`), verified now. Raises
-    what :func:`guardian.release.verify` raises, NotFound."""
+def verified(layout: Layout, rid: str, seen: dict[str, bytes] | None = None,
+             uid: int | None = None) -> Release:
+    """Release ``rid`` from the owner's tree for it (:func:`tree`; the owner runs as
+    ``uid``, default this process's), verified now: every file against its RUNTIME.json.
+    Raises what :func:`guardian.release.verify` raises, NotFound."""
     from guardian.release import verify
-    return verify(tree(layout, rid), rid, seen=seen)
+    return verify(tree(layout, rid, uid), rid, seen=seen)
 
 
 def direct_command(layout: Layout, log_level: str,
@@ -117,7 +119,7 @@ def direct_command(layout: Layout, log_level: str,
     if rec.release is None:
         return None
     from guardian.release import command
-    return command(_verified(layout, rec.release, seen),
+    return command(verified(layout, rec.release, seen),
                    *serve_args(str(layout.home), log_level), module="owner")
 
 
@@ -131,7 +133,7 @@ def follow(layout: Layout, args: list[str]) -> TenureError | None:
         return None
     try:
         from guardian.release import exec_release
-        rel = _verified(layout, rec.release)
+        rel = verified(layout, rec.release)
         log.info("the owner continues from release %s", rec.release)
         failed = exec_release(rel, *args, module="owner")
         err: TenureError = StateCorrupt(f"cannot execute the owner of release "

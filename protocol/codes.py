@@ -62,6 +62,7 @@ class Code(StrEnum):
     RECONCILE_REQUIRED = "RECONCILE_REQUIRED"
     PROCESSES_ALIVE = "PROCESSES_ALIVE"
     MAINTENANCE_INCOMPLETE = "MAINTENANCE_INCOMPLETE"
+    OWNER_UPGRADE_REVERTED = "OWNER_UPGRADE_REVERTED"
     # configuration and workflow
     CONFIG_INVALID = "CONFIG_INVALID"
     BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
@@ -210,6 +211,11 @@ CODES: dict[Code, CodeInfo] = {
         "An owner maintenance window stopped before it was done; data names the last "
         "step completed and the failure. execution/maintenance.json keeps the plan: fix "
         "the cause, then `tenure owner upgrade --continue`.", False),
+    Code.OWNER_UPGRADE_REVERTED: CodeInfo(
+        "The owner of the release an owner maintenance window installed could not start: "
+        "the window went back to the release the owner ran before, started it and the "
+        "same instances again and verified them. data.log is where the failed owner's "
+        "own output is; fix the release, then plan a new window.", False),
     Code.CONFIG_INVALID: CodeInfo(
         "The configuration file is not valid; the message names the file, the key and the "
         "line where it can. Nothing in the running system changed.", False),

@@ -148,13 +148,19 @@ def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE,
         return f.read(max_size + 1)
 
 
-def last_words(path: str | os.PathLike[str], size: int = 2000) -> str:
-    """The last ``size`` bytes of a daemon's log as text (what it said before it ended),
-    read as :func:`read_private` reads (no symlink followed); "" when there is none."""
+def last_words(path: str | os.PathLike[str], size: int = 2000, since: int = 0) -> str:
+    """The last whole lines (at most ``size`` bytes) a daemon wrote to its log after byte
+    offset ``since`` (where the log ended when it was started: what this run said before
+    it ended, never an earlier run's lines), read as :func:`read_private` reads (no
+    symlink followed); "" when there are none."""
     try:
-        return read_private(path, tail=size).decode(errors="replace")
+        written = os.stat(path, follow_symlinks=False).st_size - since
+        data = read_private(path, tail=min(size, max(written, 0)))
     except (OSError, UnsafePath):
         return ""
+    if written > size:   # begun inside a line: a line is quoted whole or not at all
+        data = data.partition(b"\n")[2]
+    return data.decode(errors="replace")
 
 
 def read_json(path: str | os.PathLike[str], kind: str, formats: tuple[int, ...] = (1,),

@@ -53,7 +53,8 @@
     │   ├── StopTimeout             STOP_TIMEOUT
     │   ├── ReconcileRequired       RECONCILE_REQUIRED
     │   ├── ProcessesAlive          PROCESSES_ALIVE
-    │   └── MaintenanceIncomplete   MAINTENANCE_INCOMPLETE
+    │   ├── MaintenanceIncomplete   MAINTENANCE_INCOMPLETE
+    │   └── OwnerUpgradeReverted    OWNER_UPGRADE_REVERTED
     ├── ConfigInvalid               CONFIG_INVALID
     ├── GuardianError
     │   ├── PreflightFailed         BACKEND_PREFLIGHT_FAILED
@@ -320,6 +321,10 @@ class ProcessesAlive(ProcessError):
 
 class MaintenanceIncomplete(ProcessError):
     code = Code.MAINTENANCE_INCOMPLETE
+
+
+class OwnerUpgradeReverted(ProcessError):
+    code = Code.OWNER_UPGRADE_REVERTED
 
 
 class ConfigInvalid(TenureError):

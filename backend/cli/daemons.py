@@ -72,6 +72,7 @@ def ensure_daemons(layout: Layout, foreground: bool,
         return _direct(layout, module, seen) if direct is None else direct[module]
     socks = {"owner": layout.owner_sock, "guardian": layout.guardian_sock}
     wanted = {name: _needs_start(layout, name, sock) for name, sock in socks.items()}
+    since = {name: _log_end(layout, name) for name in socks}
     spawned = {name: _spawn(layout, name, foreground, command) if wanted[name] else None
                for name in socks}
     for name, sock in (("owner", layout.owner_sock), ("guardian", layout.guardian_sock)):
@@ -81,7 +82,8 @@ def ensure_daemons(layout: Layout, foreground: bool,
         # what this call started beside it is stopped again: a failed `up` leaves no
         # guardian (and standby backend) waiting for an owner that is not there
         others = [p for n, p in spawned.items() if n != name]
-        _wait_up(layout, name, sock, proc, on_failure=partial(_stop_spawned, others))
+        _wait_up(layout, name, sock, proc, on_failure=partial(_stop_spawned, others),
+                 since=since[name])
     return {name: proc is not None for name, proc in spawned.items()}
 
 
@@ -286,12 +288,24 @@ def last_background_start(layout: Layout) -> dict[str, Any] | None:
 def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
                   timeout: float = 30.0) -> tuple[bool, int | None]:
     """Start ``python -m module --home H`` unless something answers on ``sock``.
-    Returns (started, pid). Raises ConnectFailed when it does not come up (with the log)."""
+    Returns (started, pid). Raises ConnectFailed when it does not come up (with its own
+    last lines), once the process started is gone (one that did not answer in
+    ``timeout`` is stopped): a caller may then start another in its place."""
     if not _needs_start(layout, module, sock):
         return False, None
+    since = _log_end(layout, module)
     proc = _spawn(layout, module, foreground, lambda m: _direct(layout, m, {}))
-    _wait_up(layout, module, sock, proc, timeout)
+    _wait_up(layout, module, sock, proc, timeout, partial(_stop_spawned, [proc]), since)
     return True, proc.pid
+
+
+def _log_end(layout: Layout, module: str) -> int:
+    """Where ``module``'s log ends now: a daemon started next writes after it."""
+    try:
+        size = os.stat(layout.logs / f"{module}.log", follow_symlinks=False).st_size
+    except OSError:
+        size = 0   # none yet: the daemon's lines begin the log
+    return size
 
 
 def _needs_start(layout: Layout, module: str, sock: str) -> bool:
@@ -366,10 +380,13 @@ def _direct(layout: Layout, module: str, seen: dict[str, bytes]) -> Direct:
 
 
 def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[bytes],
-             timeout: float = 30.0, on_failure: Callable[[], str] = lambda: "") -> None:
+             timeout: float = 30.0, on_failure: Callable[[], str] = lambda: "",
+             since: int = 0) -> None:
     """Return once ``module`` answers on ``sock``. Raises ConnectFailed when it exits or
     does not answer in ``timeout``, after ``on_failure`` (what it did is said before the
-    log's tail: the daemon's last words stay the message's last line)."""
+    log's tail: the daemon's last words stay the message's last line). The tail is the
+    whole lines it wrote after byte ``since`` of its log (where the log ended when it
+    was started), also given as ``data.last_lines``."""
     log_path = layout.logs / f"{module}.log"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -379,9 +396,11 @@ def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[byte
             break
         time.sleep(UP_POLL_S)
     from protocol.durable import last_words
-    tail = last_words(log_path)
-    raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}){on_failure()}; "
-                        f"end of {log_path}:\n{tail}", {"log": str(log_path)})
+    said = on_failure()   # first: a process it stops may still write its last lines
+    tail = last_words(log_path, since=since)
+    raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}){said}; "
+                        f"end of {log_path}:\n{tail}",
+                        {"log": str(log_path), "last_lines": tail})
 
 
 BACKGROUND_WAIT_S = 30.0

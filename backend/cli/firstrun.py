@@ -24,10 +24,11 @@ def move_to_first_release(layout: Layout, rid: str, guardian: Callable[[], Clien
                           api: Callable[..., Client], timeout: float) -> dict[str, Any]:
     """Move the guardian, then the owner (when idle), onto release ``rid``. Returns what
     moved: ``{guardian: bool, owner: bool}``. Raises GuardianUpgradeFailed,
-    MaintenanceIncomplete and what they raise."""
+    MaintenanceIncomplete, OwnerUpgradeReverted (the owner of ``rid`` could not start:
+    it runs the release before) and what they raise."""
     from .daemons import ping
     from .guardiancmd import wait_moved
-    from .ownerwindow import Window, begin, carry_on, held, mode_of, plan
+    from .ownerwindow import Window, begin, carry_on, check_not_reverted, held, mode_of, plan
     moved = {"guardian": False, "owner": False}
     with guardian() as g:
         runs = (g.call("status").get("guardian_release") or {}).get("running")
@@ -43,6 +44,6 @@ def move_to_first_release(layout: Layout, rid: str, guardian: Callable[[], Clien
         w = Window(layout, api, timeout, lambda line: None)
         with held(layout):
             p = plan(w, rid)
-            carry_on(w, begin(w, p, p["digest"]))
+            check_not_reverted(carry_on(w, begin(w, p, p["digest"])))
         moved["owner"] = True
     return moved

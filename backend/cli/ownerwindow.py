@@ -6,19 +6,32 @@ that a reviewed, resumable procedure. The plan lists every instance that runs, i
 order it is stopped (reverse dependency order, stack by stack) and started again; its
 digest is what the operator approves. Performing it walks :data:`STEPS`, recording the
 plan and the last step done in ``execution/maintenance.json`` after every step, so a
-failure stops with that state and ``--continue`` carries on from it:
+failure stops with that state and ``--continue`` carries on from it. The steps are one
+machine: :data:`WORK` is what leads on from each step done, :data:`TRANSITIONS` the step
+done once that work ended with an :class:`Event` (every pair listed; a failure raised
+instead stops the window):
 
-==========  ==============================================================  ==========
-step done   what the next step does                                         next
-==========  ==============================================================  ==========
-planned     copy the release into execution/releases for the owner          staged
-staged      stop every planned instance through the backend, in order       drained
-drained     stop the owner (systemctl, or SIGTERM); its receipt must be     stopped
-            clean; record the owner's new release
-stopped     start the owner (systemctl, or as `tenure up` does)             started
-started     wait for the backend on the new owner; start the instances      restored
-restored    verify: every planned instance up, the same stacks stopped      done
-==========  ==============================================================  ==========
+============  ==========================================================  ============
+step done     the work that leads on (ok; owner-down)                     next
+============  ==========================================================  ============
+planned       copy the release for the owner if it needs a copy; verify   staged
+              every file of the owner's tree against RUNTIME.json
+staged        stop every planned instance through the backend, in order   drained
+drained       stop the owner (systemctl, or SIGTERM); its receipt must    stopped
+              be clean; record the owner's new release
+stopped       start the owner (systemctl, or as `tenure up` does)         started;
+                                                                          start_failed
+start_failed  the new owner did not come up: record the release it ran    reverted
+              before again and start that owner
+started       wait for the backend on the new owner; start the instances  restored
+reverted      the same, on the owner of the release it ran before         restored
+restored      verify: every planned instance up, the same stacks          done
+              stopped, the owner on the planned release (reverted: the
+              previous one)
+============  ==========================================================  ============
+
+A window that went back ends ``done`` with outcome ``reverted``: the command then fails
+with OWNER_UPGRADE_REVERTED, naming the failed owner's log and quoting its last lines.
 
 Stopping through the backend uses each app's own stop policy; the instances are marked
 stopped there, so the backend that follows the new owner does not start them by itself
@@ -29,8 +42,6 @@ intents live in owner.db, which the new owner reads.
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -45,9 +56,12 @@ from protocol.client import Client
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (
     BadRequest,
+    ConnectFailed,
+    Internal,
     MaintenanceIncomplete,
     NotFound,
     OperationInProgress,
+    OwnerUpgradeReverted,
     ReconcileRequired,
     ServiceError,
     StalePlan,
@@ -57,11 +71,12 @@ from protocol.errors import (
 from protocol.layout import Layout
 from protocol.procfs import running
 
-__all__ = ["APPS_DOWN", "KIND", "STEPS", "Step", "Window", "command", "held", "mode_of",
-           "plan", "plan_text"]
+from .ownerplan import UNIT, check_release, mode_of, owner_tree, plan
+
+__all__ = ["APPS_DOWN", "KIND", "TRANSITIONS", "WORK", "Event", "Outcome", "Step", "Window",
+           "check_not_reverted", "check_release", "command", "held", "mode_of", "plan", "plan_text"]
 
 KIND = "tenure-maintenance"
-UNIT = "tenure-owner.service"
 
 
 class Step(StrEnum):
@@ -72,15 +87,26 @@ class Step(StrEnum):
     STARTED = "started"
     RESTORED = "restored"
     DONE = "done"
+    START_FAILED = "start_failed"   # the new owner did not come up: going back
+    REVERTED = "reverted"           # the owner of the release it ran before runs again
 
 
-# the public states of instances the operator wants running (a window stops and starts
-# them again); stopped and failed ones are left as they are
-WANTED_UP = frozenset({"starting", "running", "ready", "backoff"})
+class Event(StrEnum):
+    """How the work leading on from a step ended (a failure raises instead)."""
+    OK = "ok"
+    OWNER_DOWN = "owner-down"   # the new owner did not come up; there is one to go back to
+
+
+class Outcome(StrEnum):
+    """How a window that reached ``done`` ended (``maintenance.json``: ``outcome``)."""
+    COMPLETED = "completed"     # the owner runs the planned release
+    REVERTED = "reverted"       # it could not start: the owner runs the release before
+
 
 # after these steps some planned instances may be down (a drain may have begun): no new
 # window may begin before this one is carried on
-APPS_DOWN = frozenset({Step.STAGED, Step.DRAINED, Step.STOPPED, Step.STARTED})
+APPS_DOWN = frozenset({Step.STAGED, Step.DRAINED, Step.STOPPED, Step.STARTED,
+                       Step.START_FAILED, Step.REVERTED})
 
 
 @dataclass
@@ -118,48 +144,6 @@ class Window:
 
 # -- the plan ------------------------------------------------------------------------------
 
-def plan(w: Window, release: str | None) -> dict[str, Any]:
-    """What the window would do now (changes nothing). ``release`` None: restart the owner
-    on the code it runs. Raises ConnectFailed/BackendUnavailable, NotFound."""
-    owner = w.owner_status()
-    if owner is None:
-        raise NotFound("no owner answers on this home; `tenure up` starts one (a window "
-                       "needs a running owner)")
-    st, order = w.call("status"), w.call("order")
-    up = {a["key"]: a for a in st["apps"] if a["state"] in WANTED_UP}
-    stop: list[list[str]] = []
-    for stack, layers in order["stacks"].items():
-        for layer in reversed(layers):
-            keys = sorted(k for k, a in up.items() if a["stack"] == stack and a["app"] in layer)
-            if keys:
-                stop.append(keys)
-    current = (owner.get("release") or {}).get("running")
-    ident = owner["owner"]
-    body = {"owner": {k: ident[k] for k in ("instance", "pid", "start_ticks")},
-            "from": current, "release": release or current, "mode": mode_of(ident["pid"]),
-            "owner_uid": owner.get("uid", os.geteuid()),
-            "stop": stop, "start": stop[::-1], "instances": sum(map(len, stop)),
-            "stopped_stacks": order["stopped_stacks"]}
-    return {**body, "digest": _digest(body)}
-
-
-def _digest(body: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-def mode_of(pid: int) -> str:
-    """``systemd``, ``systemd-user`` (the owner runs in tenure-owner.service) or
-    ``standalone``."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            cgroup = f.read()
-    except OSError:
-        return "standalone"
-    if f"/{UNIT}" not in cgroup:
-        return "standalone"
-    return "systemd-user" if "/user@" in cgroup else "systemd"
-
-
 def plan_text(p: dict[str, Any], release_arg: str | None) -> str:
     owner = p["owner"]
     src = f"release {p['from'][:12]}" if p["from"] else "the installed code"
@@ -174,6 +158,12 @@ def plan_text(p: dict[str, Any], release_arg: str | None) -> str:
                      "stopped first.")
     else:
         lines.append("no instance runs: only the owner restarts")
+    unfinished = p.get("unfinished")
+    if unfinished:
+        lines.insert(1, f"a maintenance window is unfinished (stopped after step "
+                        f"{unfinished['step']}): tenure owner upgrade --continue finishes it"
+                     + ("; a new window is refused until then"
+                        if unfinished["step"] in APPS_DOWN else ""))
     if p["stopped_stacks"]:
         lines.append(f"stays stopped: {', '.join(p['stopped_stacks'])} (stack stopped)")
     lines.append(f"digest: {p['digest']}")
@@ -221,53 +211,77 @@ def begin(w: Window, p: dict[str, Any], digest: str) -> dict[str, Any]:
 
 
 def carry_on(w: Window, rec: dict[str, Any]) -> dict[str, Any]:
-    """Perform the steps after ``rec['step']`` until ``done``. Raises
-    MaintenanceIncomplete naming the last step done and why the next one failed."""
+    """Perform the work after ``rec['step']`` until ``done`` (:data:`WORK`,
+    :data:`TRANSITIONS`). Raises MaintenanceIncomplete naming the last step done and why
+    the work after it failed."""
     while rec["step"] != Step.DONE:
         done = Step(rec["step"])
-        nxt, fn = STEPS[done]
         try:
-            fn(w, rec)
+            nxt = _transition(done, WORK[done](w, rec))
         except (TenureError, OSError, subprocess.SubprocessError) as exc:
             err = exc.to_wire() if isinstance(exc, TenureError) else \
                 {"code": "INTERNAL", "msg": str(exc)}
             _save(w.layout, {**rec, "error": err})
             raise MaintenanceIncomplete(
-                f"the maintenance window stopped after step {done}: {err['msg']}; fix "
-                "that, then: tenure owner upgrade --continue",
-                {"step": str(done), "failed": str(nxt), "error": err}) from None
+                f"the maintenance window stopped after step {done}: "
+                f"{err['msg'].rstrip()}; fix that, then: tenure owner upgrade --continue",
+                {"step": str(done), "failed": str(TRANSITIONS[done, Event.OK]),
+                 "error": err}) from None
         rec = {**rec, "step": str(nxt), "error": None}
+        if nxt == Step.DONE:
+            rec["outcome"] = str(Outcome.REVERTED if _reverted(rec) else Outcome.COMPLETED)
         _save(w.layout, rec)
         w.say(f"{nxt}")
     return rec
 
 
+def _transition(done: Step, event: Event) -> Step:
+    nxt = TRANSITIONS[done, event]
+    if nxt is None:
+        raise Internal(f"the work after step {done} cannot end with {event}",
+                       {"step": str(done), "event": str(event)})
+    return nxt
+
+
+def _reverted(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """The new owner's failure to start when the window went back (else None)."""
+    failure: dict[str, Any] | None = rec["progress"].get("start_failure")
+    return failure
+
+
+def _target(rec: dict[str, Any]) -> str | None:
+    """The release the owner is to run: the planned one, or the one before after a
+    revert."""
+    p = rec["plan"]
+    target: str | None = p["from"] if _reverted(rec) else p["release"]
+    return target
+
+
+def _name(release: str | None) -> str:
+    return f"release {release[:12]}" if release else "the installed code"
+
+
 # -- the steps -------------------------------------------------------------------------------
 
-def _stage(w: Window, rec: dict[str, Any]) -> None:
-    """Copy the release for the owner unless it may run the guardian's copy (owner.release
-    .tree: the same uid owns it)."""
+def _stage(w: Window, rec: dict[str, Any]) -> Event:
+    """Copy the release for the owner unless it may run the guardian's copy, then verify
+    the tree it will run, before anything is stopped."""
     p = rec["plan"]
-    if p["release"] is None or p["release"] == p["from"]:
-        return
-    from owner.release import tree
-    try:
-        tree(w.layout, p["release"], uid=p["owner_uid"])
-        return
-    except NotFound:
-        pass
-    from guardian.paths import GuardianPaths
-    from guardian.trust import install_trusted
-    from protocol.sockets import ensure_private_dir
-    ensure_private_dir(w.layout.owner_releases, root=w.layout.execution)
-    src = w.layout.releases / p["release"]
-    if not src.is_dir():
-        raise NotFound(f"release {p['release']} is not installed; `tenure release install` "
-                       "it first", {"release": p["release"]})
-    install_trusted(GuardianPaths(w.layout.home), src, into=w.layout.owner_releases)
+    if p["release"] is None:
+        return Event.OK
+    if not owner_tree(w.layout, p["release"], p["owner_uid"]) and \
+            (w.layout.releases / p["release"]).is_dir():
+        from guardian.paths import GuardianPaths
+        from guardian.trust import install_trusted
+        from protocol.sockets import ensure_private_dir
+        ensure_private_dir(w.layout.owner_releases, root=w.layout.execution)
+        install_trusted(GuardianPaths(w.layout.home), w.layout.releases / p["release"],
+                        into=w.layout.owner_releases)
+    check_release(w.layout, p["release"], p["owner_uid"])
+    return Event.OK
 
 
-def _drain(w: Window, rec: dict[str, Any]) -> None:
+def _drain(w: Window, rec: dict[str, Any]) -> Event:
     for level in rec["plan"]["stop"]:
         for key in level:
             w.say(f"stopping {key}")
@@ -275,9 +289,10 @@ def _drain(w: Window, rec: dict[str, Any]) -> None:
             if not r.get("settled"):
                 raise MaintenanceIncomplete(f"{key} did not stop within {w.timeout:.0f} s",
                                             {"instance": key, "state": r.get("instances")})
+    return Event.OK
 
 
-def _stop_owner(w: Window, rec: dict[str, Any]) -> None:
+def _stop_owner(w: Window, rec: dict[str, Any]) -> Event:
     p = rec["plan"]
     owner = p["owner"]
     if running(owner["pid"], owner["start_ticks"]):
@@ -296,9 +311,57 @@ def _stop_owner(w: Window, rec: dict[str, Any]) -> None:
     if p["release"] != p["from"]:
         from owner.release import OwnerRelease, save
         save(w.layout.owner_release, OwnerRelease(p["release"], p["from"]))
+    return Event.OK
 
 
-def _start_owner(w: Window, rec: dict[str, Any]) -> None:
+def _start_owner(w: Window, rec: dict[str, Any]) -> Event:
+    """Start the new owner. OWNER_DOWN when it did not come up and the owner ran another
+    release before (what it said and where its log is are recorded for the revert)."""
+    p = rec["plan"]
+    try:
+        _bring_up_owner(w, rec)
+    except (ConnectFailed, ServiceError) as exc:
+        if p["release"] == p["from"]:
+            raise   # the same code as before: there is nothing to go back to
+        rec["progress"]["start_failure"] = {   # the log's lines once, not in the error
+            "release": p["release"],
+            "error": {"code": exc.code_str, "msg": exc.msg.partition("\n")[0]},
+            "log": exc.data.get("log") or _journal(p["mode"]),
+            "last_lines": exc.data.get("last_lines", "")}
+        w.say(f"the owner of {_name(p['release'])} did not come up")
+        return Event.OWNER_DOWN
+    return Event.OK
+
+
+def _revert(w: Window, rec: dict[str, Any]) -> Event:
+    """Record the release the owner ran before the window again and start its owner (a
+    failed unit is stopped first). Raises MaintenanceIncomplete saying what to do when
+    that owner does not come up either."""
+    p = rec["plan"]
+    if p["mode"] != "standalone":
+        _systemctl(p["mode"], "stop")
+    from owner.release import OwnerRelease, save
+    save(w.layout.owner_release, OwnerRelease(p["from"], p["release"]))
+    w.say(f"going back to {_name(p['from'])}")
+    try:
+        _bring_up_owner(w, rec)
+    except (ConnectFailed, ServiceError, MaintenanceIncomplete) as exc:
+        raise MaintenanceIncomplete(_revert_failed(rec, exc.msg), exc.data) from None
+    return Event.OK
+
+
+def _revert_failed(rec: dict[str, Any], why: str) -> str:
+    p, failure = rec["plan"], rec["progress"]["start_failure"]
+    return (f"the owner of {_name(p['release'])} could not start, and going back to "
+            f"{_name(p['from'])} failed too, so no owner runs and {p['instances']} planned "
+            f"instances are down. Both owners' output: {failure['log']} (a "
+            "RECONCILE_REQUIRED there needs `tenure owner reconcile` first); "
+            f"--continue starts the owner of {_name(p['from'])} and the instances again. "
+            f"Going back failed with: {why.rstrip()}")
+
+
+def _bring_up_owner(w: Window, rec: dict[str, Any]) -> None:
+    """Start the owner unless one answers, wait for a new instance and record it."""
     p = rec["plan"]
     if w.owner_status() is None:
         w.say("starting the owner")
@@ -313,7 +376,7 @@ def _start_owner(w: Window, rec: dict[str, Any]) -> None:
     rec["progress"]["owner_release"] = st.get("release")
 
 
-def _restore(w: Window, rec: dict[str, Any]) -> None:
+def _restore(w: Window, rec: dict[str, Any]) -> Event:
     new = rec["progress"]["owner"]["instance"]
     w.wait("the backend on the new owner", lambda: (w.call("status").get("owner") or {}
                                                     ).get("instance") == new)
@@ -325,9 +388,10 @@ def _restore(w: Window, rec: dict[str, Any]) -> None:
                 raise MaintenanceIncomplete(f"{key} did not come up within "
                                             f"{w.timeout:.0f} s", {"instance": key,
                                                                    "state": r.get("instances")})
+    return Event.OK
 
 
-def _verify(w: Window, rec: dict[str, Any]) -> None:
+def _verify(w: Window, rec: dict[str, Any]) -> Event:
     p = rec["plan"]
     st, order = w.call("status"), w.call("order")
     apps = {a["key"]: a for a in st["apps"]}
@@ -338,13 +402,14 @@ def _verify(w: Window, rec: dict[str, Any]) -> None:
         problems.append(f"stopped stacks are {order['stopped_stacks']}, were "
                         f"{p['stopped_stacks']}")
     runs = (rec["progress"].get("owner_release") or {})
-    if runs.get("running") != p["release"]:
+    if runs.get("running") != _target(rec):
         why = (runs.get("error") or {}).get("msg", "see the owner's log")
         problems.append(f"the owner runs {runs.get('running') or 'the installed code'}, "
-                        f"not {p['release']}: {why}")
+                        f"not {_target(rec)}: {why}")
     if problems:
         raise MaintenanceIncomplete("; ".join(problems), {"problems": problems})
     rec["progress"]["pids"] = {k: apps[k].get("pid") for level in p["start"] for k in level}
+    return Event.OK
 
 
 def _systemctl(mode: str, verb: str) -> None:
@@ -355,15 +420,49 @@ def _systemctl(mode: str, verb: str) -> None:
                            f"{proc.stderr.strip()[-500:]}", {"argv": argv})
 
 
-STEPS: dict[Step, tuple[Step, Callable[[Window, dict[str, Any]], None]]] = {
-    Step.PLANNED: (Step.STAGED, _stage),
-    Step.STAGED: (Step.DRAINED, _drain),
-    Step.DRAINED: (Step.STOPPED, _stop_owner),
-    Step.STOPPED: (Step.STARTED, _start_owner),
-    Step.STARTED: (Step.RESTORED, _restore),
-    Step.RESTORED: (Step.DONE, _verify),
+def _journal(mode: str) -> str:
+    """Where the owner's output is under systemd."""
+    return f"journalctl {'--user ' if mode == 'systemd-user' else ''}-u {UNIT}"
+
+
+Work = Callable[[Window, dict[str, Any]], Event]
+
+# the work that leads on from each step done (``done`` has none)
+WORK: dict[Step, Work] = {
+    Step.PLANNED: _stage,
+    Step.STAGED: _drain,
+    Step.DRAINED: _stop_owner,
+    Step.STOPPED: _start_owner,
+    Step.START_FAILED: _revert,
+    Step.STARTED: _restore,
+    Step.REVERTED: _restore,
+    Step.RESTORED: _verify,
 }
-assert set(STEPS) == set(Step) - {Step.DONE}
+
+# (step done, how the work after it ended) -> the step done now; None: that work cannot
+# end so (only the new owner's start can find it down; ``done`` has no work)
+TRANSITIONS: dict[tuple[Step, Event], Step | None] = {
+    (Step.PLANNED, Event.OK): Step.STAGED,
+    (Step.PLANNED, Event.OWNER_DOWN): None,
+    (Step.STAGED, Event.OK): Step.DRAINED,
+    (Step.STAGED, Event.OWNER_DOWN): None,
+    (Step.DRAINED, Event.OK): Step.STOPPED,
+    (Step.DRAINED, Event.OWNER_DOWN): None,
+    (Step.STOPPED, Event.OK): Step.STARTED,
+    (Step.STOPPED, Event.OWNER_DOWN): Step.START_FAILED,
+    (Step.START_FAILED, Event.OK): Step.REVERTED,
+    (Step.START_FAILED, Event.OWNER_DOWN): None,
+    (Step.STARTED, Event.OK): Step.RESTORED,
+    (Step.STARTED, Event.OWNER_DOWN): None,
+    (Step.REVERTED, Event.OK): Step.RESTORED,
+    (Step.REVERTED, Event.OWNER_DOWN): None,
+    (Step.RESTORED, Event.OK): Step.DONE,
+    (Step.RESTORED, Event.OWNER_DOWN): None,
+    (Step.DONE, Event.OK): None,
+    (Step.DONE, Event.OWNER_DOWN): None,
+}
+assert set(TRANSITIONS) == {(s, e) for s in Step for e in Event}, "incomplete TRANSITIONS"
+assert set(WORK) == set(Step) - {Step.DONE}, "a step without work"
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -382,7 +481,7 @@ def command(args: Any, w: Window, guardian: Callable[..., Any],
         with guardian(args) as g:
             release = resolve_release(g, args.release, install=True)
     if args.dry_run:
-        p = plan(w, release)
+        p = dry_run(w, release)
         out(args, p, plan_text(p, args.release))
         return Exit.OK
     with held(w.layout):
@@ -393,8 +492,22 @@ def command(args: Any, w: Window, guardian: Callable[..., Any],
         else:
             rec = begin(w, plan(w, release), args.digest)
         rec = carry_on(w, rec)
+    check_not_reverted(rec)
     out(args, rec, done_text(rec))
     return Exit.OK
+
+
+def dry_run(w: Window, release: str | None) -> dict[str, Any]:
+    """The plan, its release verified as the window would verify it before it stops
+    anything, and ``unfinished`` (``{step, failed}`` of a window not done, or None).
+    Raises what :func:`plan` and :func:`check_release` raise."""
+    p = plan(w, release)
+    if p["release"] is not None:
+        check_release(w.layout, p["release"], p["owner_uid"])
+    rec = load(w.layout)
+    unfinished = None if rec is None or rec["step"] == Step.DONE else \
+        {"step": rec["step"], "failed": str(TRANSITIONS[Step(rec["step"]), Event.OK])}
+    return {**p, "unfinished": unfinished}
 
 
 @contextmanager
@@ -423,3 +536,29 @@ def done_text(rec: dict[str, Any]) -> str:
             f"{p['instances']} instances stopped and started again"
             + (f"; still stopped: {', '.join(p['stopped_stacks'])}"
                if p["stopped_stacks"] else ""))
+
+
+def check_not_reverted(rec: dict[str, Any]) -> None:
+    """Raises OwnerUpgradeReverted when the window ``rec`` ended by going back (its new
+    owner could not start)."""
+    if _reverted(rec):
+        raise OwnerUpgradeReverted(reverted_text(rec), _reverted_data(rec))
+
+
+def reverted_text(rec: dict[str, Any]) -> str:
+    p, prog = rec["plan"], rec["progress"]
+    failure = prog["start_failure"]
+    said = failure["last_lines"].rstrip("\n") or failure["error"]["msg"]
+    return (f"the owner of {_name(p['release'])} could not start, so the maintenance "
+            f"window went back to {_name(p['from'])}: owner {prog['owner']['instance']} "
+            f"(pid {prog['owner']['pid']}) runs it and {p['instances']} instances were "
+            "started again and verified. Fix that release, then plan a new window. The "
+            f"failed owner's own last lines, from {failure['log']}:\n{said}")
+
+
+def _reverted_data(rec: dict[str, Any]) -> dict[str, Any]:
+    p, prog = rec["plan"], rec["progress"]
+    failure = prog["start_failure"]
+    return {"step": rec["step"], "outcome": rec["outcome"], "release": p["release"],
+            "reverted_to": p["from"], "log": failure["log"], "error": failure["error"],
+            "owner": prog["owner"], "pids": prog.get("pids", {})}

@@ -1,0 +1,48 @@
+"""The owner maintenance window's steps are one machine: every (step, event) pair has a
+cell, every step but done has its work, only the new owner's start may find it down, and
+a window that went back ends done like any other."""
+
+from __future__ import annotations
+
+from backend.cli import ownerwindow
+from backend.cli.ownerwindow import APPS_DOWN, TRANSITIONS, WORK, Event, Step
+
+
+def test_every_step_and_event_has_a_cell():
+    assert set(TRANSITIONS) == {(s, e) for s in Step for e in Event}
+    assert set(WORK) == set(Step) - {Step.DONE}
+
+
+def test_only_the_new_owners_start_can_end_with_the_owner_down():
+    down = {s: n for (s, e), n in TRANSITIONS.items() if e is Event.OWNER_DOWN and n}
+    assert down == {Step.STOPPED: Step.START_FAILED}
+
+
+def test_every_path_reaches_done_and_a_revert_rejoins_the_restore():
+    def path(step: Step, first: Event) -> list[Step]:
+        seen = [step]
+        event = first
+        while step is not Step.DONE:
+            nxt = TRANSITIONS[step, event]
+            assert nxt is not None, (step, event)
+            step, event = nxt, Event.OK
+            seen.append(step)
+        return seen
+    assert path(Step.PLANNED, Event.OK)[-3:] == [Step.STARTED, Step.RESTORED, Step.DONE]
+    assert path(Step.STOPPED, Event.OWNER_DOWN) == [
+        Step.STOPPED, Step.START_FAILED, Step.REVERTED, Step.RESTORED, Step.DONE]
+    assert {Step.START_FAILED, Step.REVERTED} <= APPS_DOWN
+
+
+PLAN = {"owner": {"instance": "8571c7df", "pid": 24967}, "from": None, "release": None,
+        "mode": "standalone", "stop": [], "start": [], "instances": 0,
+        "stopped_stacks": [], "digest": "3f5f40d3"}
+
+
+def test_a_plan_made_while_a_window_is_unfinished_says_so():
+    text = ownerwindow.plan_text({**PLAN, "unfinished": {"step": "staged",
+                                                         "failed": "drained"}}, None)
+    assert text.splitlines()[1] == (
+        "a maintenance window is unfinished (stopped after step staged): tenure owner "
+        "upgrade --continue finishes it; a new window is refused until then")
+    assert "unfinished" not in ownerwindow.plan_text({**PLAN, "unfinished": None}, None)
