@@ -26,6 +26,7 @@ from protocol.errors import (
     IdentityMismatch,
     PreflightFailed,
     PreflightTimeout,
+    TenureError,
     error_from_wire,
 )
 from protocol.identity import start_ticks
@@ -143,17 +144,19 @@ class BackendProcess:
 
     async def activate(self, activation: str, timeout: float = 30.0) -> None:
         """Hand the standby its activation (its handoff record must exist) and wait for
-        READY. Raises the error the backend reported, or BackendStartTimeout."""
+        READY. Its log is renamed ``backend-<activation>.log`` first, so that whatever
+        happens next (an error names the log) it is found by the activation. Raises the
+        error the backend reported, or BackendStartTimeout."""
         assert self.proc is not None and self.proc.stdin is not None
         self.activation = activation
+        if self.log_path is not None:
+            named = self.log_path.with_name(f"backend-{activation}.log")
+            os.replace(self.log_path, named)   # it writes on through the same open file
+            self.log_path = named
         self.proc.stdin.write(json.dumps({"activation": activation}).encode() + b"\n")
         await self.proc.stdin.drain()
         self.proc.stdin.close()
         await self._expect("ready", timeout)
-        if self.log_path is not None:
-            named = self.log_path.with_name(f"backend-{activation}.log")
-            os.replace(self.log_path, named)
-            self.log_path = named
 
     async def _expect(self, key: str, timeout: float) -> dict[str, Any]:
         """The process's first line, which must say ``key``. Raises as documented at
@@ -180,17 +183,31 @@ class BackendProcess:
                                   line.get("data") or {})
         return line
 
-    def ended_why(self) -> tuple[str, dict[str, Any]]:
-        """Why a backend that ended before its first line did: its exit status and the
-        last line of its log (a traceback's names the error), and where that log is."""
+    def ended_why(self, what: str = "") -> tuple[str, dict[str, Any]]:
+        """Why a backend that ended before its first line did (or, with ``what``, the
+        sentence to start with instead): its exit status or signal and the last line of
+        its log (a traceback's names the error), and where that log is."""
         said = last_words(self.log_path) if self.log_path is not None else ""
-        last = next((ln.strip() for ln in reversed(said.splitlines()) if ln.strip()), "")
-        status = "" if self.returncode is None else f" (exit status {self.returncode})"
-        msg = f"{EXITED}{status}" + (f": {last[:300]}" if last else "")
+        last = last_line(said)
+        status = "" if self.returncode is None else f" ({exit_text(self.returncode)})"
+        msg = f"{what or EXITED}{status}" + (f": {last}" if last else "")
         if self.log_path is not None:
             msg += f"; its log: {self.log_path}"
         return msg, {"pid": self.pid, "exit_status": self.returncode,
                      "log": None if self.log_path is None else str(self.log_path)}
+
+    async def gone_error(self, exc: TenureError, grace: float = 1.0) -> TenureError:
+        """What to report for ``exc``, an error talking to this generation after its
+        READY: when the process has exited (waited for up to ``grace``: a refused
+        connect comes before the exit is reaped), HANDOFF_FAILED saying so, with its
+        exit status or signal and its log (:meth:`ended_why`); else ``exc`` itself."""
+        if not self.exited.is_set():   # a zombie, or reaped with its status on the way
+            await _wait(self.exited, grace)
+        if self.alive():
+            return exc
+        return HandoffFailed(*self.ended_why(
+            f"backend generation {self.activation} (pid {self.pid}) exited after it "
+            "reported ready"))
 
     @classmethod
     def attach(cls, activation: str, pid: int, ticks: int) -> BackendProcess:
@@ -274,6 +291,24 @@ async def _spawn(argv: list[str], log_path: Path,
 
 
 EXITED = "backend exited before it was ready"
+LAST_LINE_MAX = 300   # characters of a process's last words in an error message
+
+
+def exit_text(returncode: int) -> str:
+    """``exit status 3``, or ``killed by SIGKILL`` for a negative (signal) status."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text`` (a traceback's names the error), at most
+    LAST_LINE_MAX characters."""
+    last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")
+    return last if len(last) <= LAST_LINE_MAX else last[:LAST_LINE_MAX - 1] + "…"
 
 
 async def _wait(ev: asyncio.Event, timeout: float) -> bool:
@@ -316,10 +351,12 @@ async def preflight(release: Release, deadline: float = PREFLIGHT_DEADLINE, *,
         await proc.wait()
         raise PreflightTimeout(f"preflight did not finish in {deadline:.0f} s",
                                {"elapsed": round(time.monotonic() - t0, 3)}) from None
-    data = {"elapsed": round(time.monotonic() - t0, 3), "exit_status": proc.returncode,
-            "stderr": err[-STDERR_TAIL:].decode(errors="replace")}
-    if proc.returncode != 0:
-        raise PreflightFailed(f"preflight exited {proc.returncode}", data)
+    rc, stderr = proc.returncode, err[-STDERR_TAIL:].decode(errors="replace")
+    data = {"elapsed": round(time.monotonic() - t0, 3), "exit_status": rc, "stderr": stderr}
+    if rc != 0:
+        said = last_line(stderr)   # the candidate's own words: the error's name
+        how = f"was {exit_text(rc)}" if rc is not None and rc < 0 else f"exited {rc}"
+        raise PreflightFailed(f"preflight {how}" + (f": {said}" if said else ""), data)
     try:
         report = json.loads(out)
     except ValueError:

@@ -65,7 +65,7 @@ async def start_selected(co: Coordinator, kind: Kind = Kind.START, cursor: int =
                              standby=await co.take_spare(sel.current))
         act = co.advance(act, Phase.STARTED, backend_pid=bp.pid)
         co.point("start.verify")
-        detail = await co.verify_generation(epoch, None)
+        detail = await co.verify_generation(epoch, None, bp)
         _check_config(expect, detail)
         act = co.advance(act, Phase.VERIFIED, detail)
         act = co.advance(act, Phase.COMPLETE, outcome=Outcome.SUCCESS)
@@ -101,14 +101,17 @@ def _check_config(expect: dict[str, Any] | None, detail: dict[str, Any]) -> None
 
 async def recover_safely(co: Coordinator, force: bool = False,
                          evidence: str | None = None,
-                         before: dict[str, Any] | None = None) -> Activation | None:
+                         before: dict[str, Any] | None = None,
+                         checked: str | None = None) -> Activation | None:
     """:func:`recover_after_crash` that never leaves the guardian stuck: anything that
     goes wrong is recorded as a ``blocked`` recovery with its reason. ``force`` (with the
     path of the reviewed plan as ``evidence``) adopts what the certificate does not
     cover. ``before``: what happened first (a generation retired at the guardian's
-    start, and why), for the first receipt of the generation that starts."""
+    start, and why), for the first receipt of the generation that starts. ``checked``:
+    a release that passed the checks of a release change just now (guardian.selection);
+    a certificate of another release then covers it."""
     try:
-        return await recover_after_crash(co, force, evidence, before)
+        return await recover_after_crash(co, force, evidence, before, checked)
     except Exception as exc:
         err = GuardianFault.wrap(exc)
         if not isinstance(exc, TenureError):
@@ -142,8 +145,9 @@ class Check:
     body: dict[str, Any] | None = None
 
 
-async def recovery_check(co: Coordinator) -> Check:
-    """Whether the certificate covers the world as it is now."""
+async def recovery_check(co: Coordinator, checked: str | None = None) -> Check:
+    """Whether the certificate covers the world as it is now (``checked``: see
+    :func:`recover_safely`)."""
     co.point("recover.check")
     inv = (await co.owner_call("inventory"))["launches"]
     if not inv:
@@ -152,23 +156,29 @@ async def recovery_check(co: Coordinator) -> Check:
     body = cert.get("body") or {}
     if not cert.get("valid"):
         return Check(False, "no valid recovery certificate (the backend was busy)")
-    reason = await _uncovered(co, body, inv)
+    reason = await _uncovered(co, body, inv, checked)
     if reason is not None:
         return Check(False, reason)
     return Check(True, "inventory matches the certificate", cursor=int(body.get("cursor", 0)),
                  body=body)
 
 
-async def _uncovered(co: Coordinator, body: dict[str, Any], inv: list[dict[str, Any]]
-                     ) -> str | None:
-    """What of the world the certificate does not vouch for, or None."""
+async def _uncovered(co: Coordinator, body: dict[str, Any], inv: list[dict[str, Any]],
+                     checked: str | None = None) -> str | None:
+    """What of the world the certificate does not vouch for, or None. A certificate
+    of another release than the selected one covers it only when the selected release
+    is ``checked`` (guardian.selection says why)."""
     assert co.owner_identity is not None
     if body.get("owner") != co.owner_identity.to_wire():
         return "the certificate names another owner instance"
     if body.get("inventory_digest") != digest(inv):
         return "the owner's live inventory differs from the certificate"
-    if body.get("release") != co.state.selector().current:
-        return "the certificate was written by another release than the selected one"
+    selected = co.state.selector().current
+    if body.get("release") != selected and checked != selected:
+        return ("the certificate was written by another release than the selected one "
+                f"(release {str(body.get('release'))[:12]} wrote it); `tenure release "
+                f"select {selected}` checks the selected release against this state "
+                "and starts it")
     epoch = body.get("epoch")
     if not isinstance(epoch, int) or co.state.grant_for(str(body.get("activation"))) != epoch:
         return "the certificate names a grant this guardian never issued"
@@ -199,11 +209,13 @@ def _carried(co: Coordinator, act: Activation, body: dict[str, Any]) -> bool:
 
 async def recover_after_crash(co: Coordinator, force: bool = False,
                               evidence: str | None = None,
-                              before: dict[str, Any] | None = None) -> Activation | None:
+                              before: dict[str, Any] | None = None,
+                              checked: str | None = None) -> Activation | None:
     """Restart the selected release under a fresh epoch when the certificate covers the
     world (or ``force``), else block. With no application running this is a first start.
-    ``before`` is added to its first receipt (:func:`recover_safely`)."""
-    check = await recovery_check(co)
+    ``before`` is added to its first receipt, ``checked`` as :func:`recover_safely`
+    says."""
+    check = await recovery_check(co, checked)
     kind = Kind.START if check.nothing_runs else Kind.RECOVER
     if not check.ok and not force:
         _block(co, "RECOVERY_BLOCKED", check.reason)
@@ -239,7 +251,8 @@ def _admission(check: Check, force: bool, evidence: str | None) -> dict[str, Any
         return {"forced": True, "evidence": evidence, "uncovered": check.reason}
     if check.body is not None:
         return {"certified_by": check.body.get("activation"),
-                "inventory_digest": check.body.get("inventory_digest")}
+                "inventory_digest": check.body.get("inventory_digest"),
+                "certified_release": check.body.get("release")}
     return None
 
 

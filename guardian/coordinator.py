@@ -282,9 +282,11 @@ class Coordinator:
         StateCorrupt for an unreadable file (never ignored)."""
         return load_bindings(self.paths.interpreters)
 
-    async def preflight(self, release: Release) -> dict[str, Any]:
-        """The candidate's preflight. Raises PreflightFailed / PreflightTimeout."""
-        return await preflight(release, self.deadline)
+    async def preflight(self, release: Release, deadline: float | None = None
+                        ) -> dict[str, Any]:
+        """The candidate's preflight, within ``deadline`` (default: the whole
+        preflight deadline). Raises PreflightFailed / PreflightTimeout."""
+        return await preflight(release, self.deadline if deadline is None else deadline)
 
     async def schemas_of(self, release_id: str) -> dict[str, Any]:
         """The formats release ``release_id`` reads and writes (from its preflight, run
@@ -400,11 +402,19 @@ class Coordinator:
         except TenureError:
             return None
 
-    async def verify_generation(self, epoch: int, checkpoint: dict[str, Any] | None
-                                ) -> dict[str, Any]:
+    async def verify_generation(self, epoch: int, checkpoint: dict[str, Any] | None,
+                                bp: BackendProcess | None = None) -> dict[str, Any]:
         """Owner identity, epoch and (with a checkpoint) inventory — pids, start ticks and
-        restart counts — must equal what was handed over. Raises Uncertain."""
-        st = await self.control("generation.status")
+        restart counts — must equal what was handed over. Raises Uncertain; when the
+        generation ``bp`` cannot be asked because it exited after its READY,
+        HandoffFailed saying so (BackendProcess.gone_error), not the refused connect."""
+        try:
+            st = await self.control("generation.status")
+        except TenureError as exc:
+            err = exc if bp is None else await bp.gone_error(exc)
+            if err is exc:
+                raise
+            raise err from exc
         assert self.owner_identity is not None
         if st["owner"] != self.owner_identity.to_wire():
             raise Uncertain("the new generation is attached to another owner")

@@ -7,7 +7,8 @@ does anything. Two forms:
   is committed, nothing after it ran);
 - ``<point>:<action>``: at the named await point of a flow (handoff.POINTS and
   cold.POINTS list them; ``trial.boot`` is where a guardian that has just moved to a new
-  release has booted but not confirmed it), do ``action`` once:
+  release has booted but not confirmed it; ``start.locked`` is where a starting guardian
+  holds its lock, before its own release and its socket), do ``action`` once:
 
   ======================  ============================================================
   ``kill-guardian``       SIGKILL this guardian
@@ -16,6 +17,9 @@ does anything. Two forms:
   ``kill-owner``          SIGKILL the execution owner
   ``hang-incumbent``      SIGSTOP the incumbent (it hangs until killed)
   ``hang-candidate``      SIGSTOP the candidate
+  ``hang-guardian``       this guardian blocks right there for good (``start.locked``:
+                          it holds guardian.lock but never listens, as a guardian
+                          whose release hangs at boot); SIGTERM still ends it
   ``raise``               raise an unexpected exception (RuntimeError) right there
   ``lose-reply``          the next RPC this guardian makes is performed, but its answer
                           is dropped (TransportLost), as if the connection broke
@@ -30,8 +34,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from protocol.errors import TransportLost
 
@@ -40,7 +46,7 @@ __all__ = ["ACTIONS", "Fault", "InjectedFault"]
 log = logging.getLogger("tenure.guardian")
 
 ACTIONS = ("kill-guardian", "kill-incumbent", "kill-candidate", "kill-owner",
-           "hang-incumbent", "hang-candidate", "raise", "lose-reply")
+           "hang-incumbent", "hang-candidate", "hang-guardian", "raise", "lose-reply")
 
 
 class InjectedFault(RuntimeError):
@@ -78,6 +84,8 @@ class Fault:
         log.warning("test fault: %s at %s", action, point)
         if action == "kill-guardian":
             os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "hang-guardian":
+            _hang()
         elif action == "raise":
             raise InjectedFault(f"injected fault at {point}")
         elif action == "lose-reply":
@@ -103,3 +111,10 @@ class Fault:
             self.lose_next_reply = False
             log.warning("test fault: dropping the answer to %s", method)
             raise TransportLost(f"test fault: the answer to {method} was lost")
+
+
+def _hang() -> NoReturn:
+    """Block this thread for good (the ``hang-guardian`` action); signals keep their
+    dispositions, so SIGTERM before the serve loop ends the process."""
+    while True:
+        time.sleep(3600)

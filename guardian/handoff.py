@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from protocol.durable import read_json
@@ -23,16 +24,18 @@ from protocol.errors import (
     GuardianFault,
     HandoffFailed,
     IdentityError,
+    PreflightTimeout,
     TenureError,
     Uncertain,
 )
 
 from .backendproc import BackendProcess
 from .coordinator import Coordinator
-from .phases import Kind, Outcome, Phase, ending
+from .phases import Kind, Outcome, Phase, ending, reaching
 from .release import Release
 from .schemas import check as check_schemas
 from .schemas import declared, on_disk
+from .selection import missing_contracts
 from .state import Activation
 
 __all__ = ["CERTIFY_TRIES", "POINTS", "abort_requested_error", "certify_new", "restore_previous",
@@ -42,6 +45,7 @@ log = logging.getLogger("tenure.guardian")
 
 CERTIFY_TRIES = 10   # how often a verified generation is asked for its first certificate,
 CERTIFY_EVERY = 0.1  # and how many seconds apart
+MIN_PREFLIGHT_S = 1.0  # less left of the preflight deadline than this: it timed out
 
 # every await point of a handoff where the fault harness may inject (guardian.faults)
 POINTS = ("check.owner", "check.preflight", "standby", "admit", "drain", "checkpoint",
@@ -84,6 +88,7 @@ class _Handoff:
         self.early: asyncio.Task[BackendProcess | None] | None = None  # the standby starting
         self.checkpoint: dict[str, Any] | None = None
         self.owner_epoch: int | None = None   # the owner's, as the check found it
+        self.preflight_began = time.monotonic()  # the one preflight deadline runs from here
         co.incumbent = incumbent
 
     @property
@@ -118,6 +123,7 @@ class _Handoff:
         release before that)."""
         co = self.co
         release, warm = await co.verify_warming(self.act.release, warm=stand_by)
+        self.preflight_began = time.monotonic()
         if stand_by:
             self.early = asyncio.create_task(co.standby(release.id, release, warm))
         co.point("check.owner")
@@ -125,8 +131,7 @@ class _Handoff:
         # for the fence: only this guardian moves the epoch, and its flows run one at a
         # time (the command lock), so no round trip for it is needed inside the pause
         self.owner_epoch = int(owner["epoch"])
-        caps = owner["capabilities"]
-        missing = {k: v for k, v in release.contracts.items() if caps.get(k) != v}
+        missing = missing_contracts(release, owner["capabilities"])
         if missing:
             raise CapabilityMissing(f"the owner lacks {missing} that the candidate requires",
                                     {"missing": missing})
@@ -148,12 +153,21 @@ class _Handoff:
 
     async def preflight(self, release: Release) -> dict[str, Any]:
         """The early standby's report when it gave one (older releases do not), else a
-        preflight process of its own. Raises PreflightFailed / PreflightTimeout."""
+        preflight process of its own, within what is left of the one preflight deadline
+        (co.deadline from when the standby started): a standby that hung until its
+        deadline is the preflight that timed out, not a reason to wait as long again.
+        Raises PreflightFailed / PreflightTimeout."""
         await self.take_early()
         bp = self.standby
         if bp is not None and bp.alive() and bp.report is not None:
             return {"elapsed": bp.started_s, "via": "standby", "report": bp.report}
-        return await self.co.preflight(release)
+        spent = time.monotonic() - self.preflight_began
+        left = self.co.deadline - spent
+        if left < MIN_PREFLIGHT_S:
+            raise PreflightTimeout(
+                f"preflight did not finish in {self.co.deadline:.0f} s (the candidate's "
+                "standby gave no report in that time)", {"elapsed": round(spent, 3)})
+        return await self.co.preflight(release, left)
 
     async def before_fence(self) -> None:
         """admitted → draining → checkpointed."""
@@ -221,7 +235,7 @@ class _Handoff:
         # read here, not before the launch: only the verification needs it, and the
         # candidate's start is where the API pause ends (~1.2 ms with 200 apps)
         self.checkpoint = read_json(self.path, "tenure-checkpoint")
-        detail = await co.verify_generation(epoch, self.checkpoint)
+        detail = await co.verify_generation(epoch, self.checkpoint, bp)
         self.act = co.advance(self.act, Phase.VERIFIED, detail)
         certified = await certify_new(co, bp)
         co.point("complete")
@@ -232,10 +246,11 @@ class _Handoff:
         """End the activation as its phase requires. Never raises."""
         err = GuardianFault.wrap(exc)
         act = self.co.state.activation(self.act.id)
+        where = reaching(act.kind, act.phase)   # the phase the docs name for it
         if isinstance(exc, TenureError):
-            log.error("handoff %s failed in phase %s: %s", act.id, act.phase, err)
+            log.error("handoff %s failed in phase %s: %s", act.id, where, err)
         else:
-            log.exception("handoff %s: unexpected error in phase %s", act.id, act.phase)
+            log.exception("handoff %s: unexpected error in phase %s", act.id, where)
         if act.final:
             return
         end = ending(act.kind, act.phase)
@@ -286,7 +301,7 @@ async def restore_previous(co: Coordinator, act: Activation, cause: TenureError,
                              checkpoint=co.paths.checkpoint_file(act.id))
         previous = co.advance(previous, Phase.STARTED, backend_pid=bp.pid)
         co.point("restore.verify")
-        detail = await co.verify_generation(epoch, checkpoint)
+        detail = await co.verify_generation(epoch, checkpoint, bp)
         previous = co.advance(previous, Phase.VERIFIED, detail)
         co.advance(previous, Phase.COMPLETE, {"certified": await certify_new(co, bp)},
                    outcome=Outcome.SUCCESS)
@@ -307,9 +322,9 @@ async def certify_new(co: Coordinator, bp: BackendProcess) -> bool:
     likeliest moment for a new release to crash, would be blocked. A generation
     certifies only when quiet, so it is asked again (CERTIFY_TRIES times, CERTIFY_EVERY
     apart); when it still cannot, it keeps trying on its own (every 0.5 s until its
-    first certificate). Returns whether a certificate of it vouches now. Raises what
-    the call raised when the generation is gone (the activation then fails where it
-    is)."""
+    first certificate). Returns whether a certificate of it vouches now. Raises, when
+    the generation is gone, HandoffFailed saying it exited (BackendProcess.gone_error;
+    the activation then fails where it is)."""
     for attempt in range(CERTIFY_TRIES):
         if attempt:
             await co.sleep(CERTIFY_EVERY)
@@ -318,7 +333,7 @@ async def certify_new(co: Coordinator, bp: BackendProcess) -> bool:
                 return True
         except TenureError as exc:
             if not bp.alive():
-                raise
+                raise await bp.gone_error(exc) from exc
             log.warning("generation %s could not certify now (%s); it certifies on its "
                         "own once it can", bp.activation, exc)
             return False

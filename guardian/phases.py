@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 __all__ = ["FINAL", "FLOWS", "Flow", "Kind", "Outcome", "Phase", "allowed", "ending",
-           "outcome_of"]
+           "outcome_of", "reaching"]
 
 
 class Kind(StrEnum):
@@ -91,6 +91,7 @@ class Flow:
 
     next: dict[Phase, frozenset[Phase]]
     on_failure: dict[Phase, Phase]
+    line: tuple[Phase, ...] = ()   # the main line, created → complete
 
 
 def _chain(steps: list[Phase], extra: dict[Phase, set[Phase]],
@@ -104,7 +105,7 @@ def _chain(steps: list[Phase], extra: dict[Phase, set[Phase]],
         nxt[phase] = frozenset(allowed_here)
     for end in FINAL:
         nxt[end] = frozenset()
-    return Flow(nxt, on_failure)
+    return Flow(nxt, on_failure, tuple(steps))
 
 
 _HOT_LINE = [Phase.CREATED, Phase.CHECKED, Phase.ADMITTED, Phase.DRAINING, Phase.CHECKPOINTED,
@@ -166,6 +167,17 @@ def ending(kind: Kind, phase: Phase) -> Phase:
     if phase in FINAL:
         return phase
     return FLOWS[kind].on_failure[phase]
+
+
+def reaching(kind: Kind, phase: Phase) -> Phase:
+    """The phase an activation that last reached ``phase`` was working towards: the one
+    a failure there is said to fail in (docs/upgrade.md names each check by the phase it
+    guards: a preflight failure is one in ``checked``, though only ``created`` was
+    recorded). A final phase, or one off the main line, is itself."""
+    line = FLOWS[kind].line
+    if phase not in line or phase is line[-1]:
+        return phase
+    return line[line.index(phase) + 1]
 
 
 def outcome_of(end: Phase) -> Outcome:

@@ -20,6 +20,7 @@ from .handoff import upgrade
 from .manifest import is_release_id
 from .phases import Kind
 from .release import list_releases
+from .selection import check_release
 from .selfupgrade import upgrade_guardian
 from .trust import install_trusted
 
@@ -132,10 +133,15 @@ class GuardianService:
         return await asyncio.to_thread(work)
 
     async def release_select(self, call: Call) -> Any:
-        """Select a release for the next start. With no backend running (first run) and
-        ``start``, start it at once; a running backend is changed only by `upgrade`."""
+        """Select a release and, with ``start``, start it at once when no backend runs
+        (the first run, or after a blocked recovery: the operator's choice clears the
+        block, as `recover` does). Another release than the one selected is checked
+        first as a handoff's ``checked`` phase checks a candidate (guardian.selection),
+        so that its start may use the certificate the previous release wrote. A running
+        backend is changed only by `upgrade`. Answers ``{selected, started, checked,
+        blocked}``."""
         rid = call.params["release"]
-        await asyncio.to_thread(self.co.release, rid)
+        release = await asyncio.to_thread(self.co.release, rid)
         self.co.state.add_release(rid)
 
         async def go() -> Any:
@@ -144,13 +150,18 @@ class GuardianService:
                 if sel.current != rid:
                     raise BadRequest("a backend runs; use `tenure backend upgrade` to change "
                                      "release")
-                return {"selected": rid, "started": False}
-            sel = self.co.state.select(rid, self.co.state.selector().revision)
+                return {"selected": rid, "started": False, "checked": None, "blocked": None}
+            sel = self.co.state.selector()
+            checked = await check_release(self.co, release) \
+                if _changes_release(self.co, sel.current, rid) else None
+            sel = self.co.state.select(rid, sel.revision)
             started = None
             if call.params["start"]:
-                act = await recover_safely(self.co) if self.co.blocked is None else None
+                self.co.blocked = None
+                act = await recover_safely(self.co, checked=rid if checked else None)
                 started = act.to_wire() if act else None
-            return {"selected": sel.current, "started": started}
+            return {"selected": sel.current, "started": started, "checked": checked,
+                    "blocked": self.co.blocked}
         return await self._exclusive("select", go)
 
     async def upgrade(self, call: Call) -> Any:
@@ -205,6 +216,18 @@ class GuardianService:
     async def shutdown(self, call: Call) -> Any:
         asyncio.get_running_loop().call_soon(self.on_shutdown)
         return {"shutting_down": True}
+
+
+def _changes_release(co: Coordinator, current: str | None, rid: str) -> bool:
+    """Whether selecting ``rid`` puts another release in control than the one the state
+    and the certificate come from: another than the selected one, or the selected one
+    while the certificate is another release's. Not on a first run (nothing selected):
+    there is no state of another release to check it against. Raises StateCorrupt for
+    an unreadable certificate."""
+    if current is None:
+        return False
+    body = co.certificate().get("body") or {}
+    return current != rid or body.get("release") not in (None, rid)
 
 
 def _blocked(info: dict[str, Any] | None) -> TenureError:

@@ -127,6 +127,14 @@ def hashed_memo(paths: GuardianPaths) -> dict[str, bytes]:
         return {}
 
 
+def _fault_point(point: str) -> None:
+    """Test-only (guardian.faults): a fault named for ``point`` fires here; nothing is
+    imported unless TENURE_GUARDIAN_FAULT is set."""
+    if os.environ.get("TENURE_GUARDIAN_FAULT"):
+        from .faults import Fault
+        Fault().at(point, lambda role: None)
+
+
 def run(paths: GuardianPaths, inherited_lock: int | None = None,
         hashed: dict[str, bytes] | None = None) -> int:
     try:
@@ -135,6 +143,7 @@ def run(paths: GuardianPaths, inherited_lock: int | None = None,
         mine = own.Running.start(paths, own.running_release(paths.releases))
         if mine.follow is not None:
             mine.exec_failed(paths, _exec(paths, mine.follow, fd))
+        _fault_point("start.locked")
         import_asyncio_without_tls()
         import asyncio
 

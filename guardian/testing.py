@@ -260,7 +260,8 @@ class FakeCoordinator(Coordinator):
     def release(self, release_id: str) -> Release:
         return _FakeRelease(release_id)  # type: ignore[return-value]
 
-    async def preflight(self, release: Release) -> dict[str, Any]:
+    async def preflight(self, release: Release, deadline: float | None = None
+                        ) -> dict[str, Any]:
         return {"elapsed": 0.0, "exit_status": 0}
 
     async def standby(self, release_id: str, verified: Any = None, warm: Any = None) -> Any:

@@ -26,9 +26,11 @@ __all__ = [
     "children",
     "environ",
     "environ_matches",
+    "flock_holder",
     "group_members",
     "mapped_files",
     "parse_io",
+    "parse_locks",
     "parse_stat",
     "parse_usage",
     "read_cmdline",
@@ -252,6 +254,41 @@ def socket_inodes(pids: Iterable[int]) -> set[int]:
             if link.startswith("socket:[") and link.endswith("]"):
                 found.add(int(link[8:-1]))
     return found
+
+
+def parse_locks(data: bytes, dev: int, ino: int) -> list[int]:
+    """Pids that hold an flock(2) on the file (``dev``, ``ino``), from the bytes of
+    /proc/locks (``1: FLOCK  ADVISORY  WRITE 4711 08:01:1234 0 EOF``; the device's
+    major and minor in hex). Waiters (``->``) and malformed lines are skipped."""
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    pids = []
+    for line in data.decode("ascii", "replace").splitlines():
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5] != want:
+            continue
+        try:
+            pids.append(int(fields[4]))
+        except ValueError:
+            continue
+    return pids
+
+
+def flock_holder(path: str) -> int | None:
+    """The pid of a living process that holds an flock on ``path`` (a daemon's lock
+    file), or None: none holds it, the file is gone or /proc cannot say. The kernel
+    records the pid that took the lock; an exec keeps it."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    data = _read(f"{PROC}/locks", _READ_MAX)
+    if data is None:
+        return None
+    for pid in parse_locks(data, st.st_dev, st.st_ino):
+        stat = read_stat(pid)
+        if stat is not None and not stat.zombie:
+            return pid
+    return None
 
 
 def running(pid: int, ticks: int) -> bool:

@@ -22,7 +22,7 @@ from protocol.errors import (
     TenureError,
 )
 from protocol.layout import Layout
-from protocol.procfs import read_cmdline, silence, start_ticks
+from protocol.procfs import flock_holder, read_cmdline, silence, start_ticks
 from protocol.sockets import ensure_private_dir
 
 from .owners import trusted_owners
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     """A daemon's command straight from its verified release, and what to add to its
     environment; None: start the installed code (:func:`_direct`)."""
 
-__all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "listener", "ping",
-           "place_first_release", "runs_module"]
+__all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "listener", "lock_holder",
+           "ping", "place_first_release", "runs_module", "silent_holder"]
 
 UP_POLL_S = 0.005
 """How often a starting daemon's socket is looked at. Until the daemon binds it a look is
@@ -314,7 +314,8 @@ def _needs_start(layout: Layout, module: str, sock: str) -> bool:
     a second one would be refused (it finds the first), and the error would name it."""
     if ping(sock, home=layout.home) is not None:
         return False
-    silent = silent_listener(sock, module, "Nothing was started")
+    silent = silent_listener(sock, module, "Nothing was started") or \
+        silent_holder(sock, module, "Nothing was started")
     if silent is not None:
         raise silent
     return True
@@ -330,6 +331,21 @@ def silent_listener(sock: str, module: str, then: str = "") -> ConnectFailed | N
     return ConnectFailed(f"the {module} (pid {pid}) accepts on {sock} but does not "
                          f"answer: {silence(pid)}" + (f". {then}" if then else ""),
                          {"pid": pid, "listening": True})
+
+
+def silent_holder(sock: str, module: str, then: str = "") -> ConnectFailed | None:
+    """When daemon ``module`` of ours holds its lock (``module``.lock beside ``sock``)
+    but nothing listens on ``sock`` (it hangs before it listens, say): the error that
+    names its pid, what /proc shows of it, and ``then``."""
+    lock = os.path.join(os.path.dirname(sock), f"{module}.lock")
+    found = lock_holder(lock, module)
+    if found is None:
+        return None
+    pid = found[0]
+    return ConnectFailed(f"the {module} (pid {pid}) holds {lock} but does not answer "
+                         f"(nothing listens on {sock}): {silence(pid)}" +
+                         (f". {then}" if then else ""),
+                         {"pid": pid, "path": sock, "listening": False, "lock": lock})
 
 
 def _spawn(layout: Layout, module: str, foreground: bool,
@@ -580,11 +596,38 @@ def listener(sock: str, module: str) -> tuple[int, int | None] | None:
         cred = peer_of(sock, 2.0)
     except OSError:
         return None
-    ticks = start_ticks(cred.pid)
-    argv = read_cmdline(cred.pid) or []
-    if cred.uid not in (os.geteuid(), 0) or not runs_module(argv, module):
+    return _ours(cred.pid, cred.uid, module)
+
+
+def lock_holder(lock: str, module: str) -> tuple[int, int | None] | None:
+    """(pid, start ticks) of the process that holds the flock on ``lock`` when it is
+    ``python -m module`` of this uid (or root's), learnt from the kernel (/proc/locks):
+    a daemon that takes its lock first and hangs before it listens is found so. None
+    when nothing of ours holds it."""
+    pid = flock_holder(lock)
+    if pid is None:
         return None
-    return cred.pid, ticks
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+    argv = read_cmdline(pid) or []
+    # strictly the daemon: `tenure owner reconcile` holds the owner's lock too, and its
+    # command line names the module as an argument
+    if "-m" in argv and argv.index("-m") + 1 < len(argv) and \
+            argv[argv.index("-m") + 1] != module:
+        return None
+    return _ours(pid, uid, module)
+
+
+def _ours(pid: int, uid: int, module: str) -> tuple[int, int | None] | None:
+    """(pid, start ticks) when ``pid`` (of ``uid``) is daemon ``module`` of this uid or
+    root's, else None."""
+    ticks = start_ticks(pid)
+    argv = read_cmdline(pid) or []
+    if uid not in (os.geteuid(), 0) or not runs_module(argv, module):
+        return None
+    return pid, ticks
 
 
 def runs_module(argv: list[str], module: str) -> bool:

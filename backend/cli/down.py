@@ -12,7 +12,7 @@ from typing import Any
 from protocol.layout import Layout
 from protocol.procfs import read_stat, running
 
-from .daemons import listener, ping
+from .daemons import listener, lock_holder, ping
 
 __all__ = ["shutdown_receipt", "stop_all"]
 
@@ -98,13 +98,15 @@ def _stop_guardianless_backend(layout: Layout, out: dict[str, Any], timeout: flo
 def _locate(layout: Layout, sock: str, module: str
             ) -> tuple[dict[str, Any] | None, tuple[int, int | None, bool] | None]:
     """Daemon ``module``'s status answer (None when it does not answer in 10 s) and its
-    (pid, start ticks, silent), from the answer or else from the socket's listener
-    (None when nothing of ours listens there)."""
+    (pid, start ticks, silent), from the answer, else from the socket's listener, else
+    from the holder of its lock (``module``.lock beside ``sock``: a daemon that hangs
+    before it listens); None when nothing of ours listens there or holds it."""
     answer = ping(sock, timeout=10.0, home=layout.home)
     if answer is not None:
         ident = answer[module]
         return answer, (ident["pid"], ident["start_ticks"], False)
-    found = listener(sock, module)
+    found = listener(sock, module) or \
+        lock_holder(os.path.join(os.path.dirname(sock), f"{module}.lock"), module)
     return None, None if found is None else (*found, True)
 
 

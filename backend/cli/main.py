@@ -364,7 +364,8 @@ _NOT_RUNNING = {
 
 def _hint(exc: TenureError) -> str:
     """What to do when nothing listens on a daemon's socket: it is not running."""
-    if not isinstance(exc, ConnectFailed) or exc.data.get("listening") is not False:
+    if not isinstance(exc, ConnectFailed) or exc.data.get("listening") is not False or \
+            exc.data.get("pid") is not None:   # found by its lock: it runs
         return ""
     hint = _NOT_RUNNING.get(os.path.basename(str(exc.data.get("path"))))
     return f": {hint}" if hint else ""
@@ -375,16 +376,19 @@ _DAEMONS = {"guardian.sock": "guardian", "owner.sock": "owner"}
 
 def _silent_daemon(exc: TenureError) -> TenureError:
     """A guardian or owner that accepted on its socket but did not answer (stopped,
-    stuck): the error that names its pid and what /proc shows of it (for a stopped one,
-    the kill -CONT that continues it), instead of 'timed out'."""
-    if not isinstance(exc, ConnectFailed) or exc.data.get("listening") is not None:
+    stuck), or that holds its lock while nothing listens on its socket (it hangs before
+    it listens): the error that names its pid and what /proc shows of it (for a stopped
+    one, the kill -CONT that continues it), instead of 'timed out' or 'not running'."""
+    if not isinstance(exc, ConnectFailed) or exc.data.get("pid") is not None:
         return exc
     path = str(exc.data.get("path") or "")
     module = _DAEMONS.get(os.path.basename(path))
     if module is None:
         return exc
-    from .daemons import silent_listener
-    return silent_listener(path, module) or exc
+    from .daemons import silent_holder, silent_listener
+    if exc.data.get("listening") is None:
+        return silent_listener(path, module) or exc
+    return silent_holder(path, module) or exc
 
 
 def _fail(args: Any, exc: TenureError, code: int) -> int:

@@ -47,9 +47,30 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
             text = f"{r['release']}: ok ({r['files']} files)"
         else:
             r = g.call("release.select", {"release": resolve_release(g, args.arg)})
-            text = f"selected {r['selected']}"
+            text = select_text(r)
     out(args, r, text)
-    return Exit.OK
+    return Exit.ERROR if r.get("blocked") else Exit.OK
+
+
+def select_text(r: dict[str, Any]) -> str:
+    """What `release select` did: selected, checked (when it changes the release),
+    started, or why not and what to run next."""
+    lines = [f"selected {r['selected']}"]
+    if r.get("checked"):
+        pre = r["checked"].get("preflight") or {}
+        lines.append(f"  checked: contracts, preflight ({pre.get('elapsed')} s), formats on "
+                     "disk")
+    started, blocked = r.get("started"), r.get("blocked")
+    if started is False:
+        lines.append("  its backend runs already")
+    elif started:
+        lines.append(f"  started: activation {started['id']} {started['kind']}: "
+                     f"{started['phase']} ({started['outcome']})")
+    elif blocked:
+        lines.append(f"  not started: recovery blocked: {blocked.get('reason')}; "
+                     "`tenure backend recover --dry-run` shows what a forced recovery "
+                     "would adopt")
+    return "\n".join(lines)
 
 
 def rebind_text(r: dict[str, Any]) -> str:

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.phases import FINAL, FLOWS, Kind, Outcome, Phase, allowed, ending, outcome_of
+from guardian.phases import (
+    FINAL,
+    FLOWS,
+    Kind,
+    Outcome,
+    Phase,
+    allowed,
+    ending,
+    outcome_of,
+    reaching,
+)
 
 HOT_BEFORE_FENCE = [Phase.CREATED, Phase.CHECKED, Phase.ADMITTED, Phase.DRAINING,
                     Phase.CHECKPOINTED]
@@ -47,3 +57,13 @@ def test_stored_values_never_change() -> None:
         "rolled_back"
     assert {outcome_of(p).value for p in FINAL - {Phase.COMPLETE}} == {
         "aborted", "rolled-back", "failed", "uncertain", "blocked"}
+
+
+def test_a_failure_is_said_to_be_in_the_phase_whose_work_failed() -> None:
+    """Regression: a failed preflight was logged "failed in phase created" where
+    docs/upgrade.md puts it in ``checked``: the phase being worked towards."""
+    assert reaching(Kind.UPGRADE, Phase.CREATED) is Phase.CHECKED
+    assert reaching(Kind.UPGRADE, Phase.RETIRED) is Phase.STARTED
+    assert reaching(Kind.RECOVER, Phase.CREATED) is Phase.FENCED
+    assert reaching(Kind.UPGRADE, Phase.COMPLETE) is Phase.COMPLETE
+    assert reaching(Kind.UPGRADE, Phase.ABORTED) is Phase.ABORTED

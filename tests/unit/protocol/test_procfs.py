@@ -201,3 +201,30 @@ def test_a_tick_that_is_not_whole_nanoseconds_is_not_used(monkeypatch):
 def test_this_process_started_at_the_tick_proc_shows():
     # the clock the kernel stamps processes with is the one boottime_ns reads
     assert procfs.start_ticks(os.getpid()) <= procfs.boottime_ns() // procfs._TICK_NS
+
+
+LOCKS = (b"1: POSIX  ADVISORY  WRITE 900 fe:00:77 0 EOF\n"
+         b"2: FLOCK  ADVISORY  WRITE 4711 fe:00:77 0 EOF\n"
+         b"2: -> FLOCK  ADVISORY  WRITE 4712 fe:00:77 0 EOF\n"
+         b"3: FLOCK  ADVISORY  WRITE 4713 08:01:77 0 EOF\n"
+         b"4: FLOCK  ADVISORY  WRITE x fe:00:77 0 EOF\ngarbage\n")
+
+
+def test_parse_locks_finds_the_flock_holder_of_one_file_only() -> None:
+    """A guardian that hangs before it listens is found by its lock (/proc/locks)."""
+    assert procfs.parse_locks(LOCKS, os.makedev(0xfe, 0), 77) == [4711]
+    assert procfs.parse_locks(LOCKS, os.makedev(8, 1), 77) == [4713]
+    assert procfs.parse_locks(LOCKS, os.makedev(0xfe, 0), 78) == []
+
+
+def test_flock_holder_names_this_process_for_a_lock_it_holds(tmp_path) -> None:
+    import fcntl
+    path = str(tmp_path / "x.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        assert procfs.flock_holder(path) is None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert procfs.flock_holder(path) == os.getpid()
+    finally:
+        os.close(fd)
+    assert procfs.flock_holder(str(tmp_path / "missing")) is None
