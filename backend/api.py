@@ -68,6 +68,7 @@ S_LOGS = Schema(Field("after", int, required=False, default=0, check=check_int(0
                 Field("stack", str, required=False), Field("app", str, required=False),
                 Field("instance", int, required=False), Field("stream", str, required=False),
                 Field("targets", list, required=False, check=check_targets),
+                Field("resolved", bool, required=False, default=False),
                 Field("since_time", float, required=False, check=check_int(0, 2**40)))
 S_STATUS = Schema(Field("targets", list, required=False, check=check_targets))
 S_PLAN = Schema(Field("config_text", str), Field("source", str))

@@ -18,7 +18,7 @@ from protocol.errors import (
 from protocol.server import Call
 
 from .logsel import MAX_SOURCES, after_time, coarsen, read_sources
-from .targets import Source, exact_source, is_glob, sources
+from .targets import Source, exact_source, is_glob, source_target, sources
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -54,7 +54,7 @@ class LogsReading:
 
     async def _read_logs(self, call: Call) -> Any:
         p = {k: v for k, v in call.params.items() if v is not None}
-        targets = p.pop("targets", None)
+        targets, resolved = p.pop("targets", None), p.pop("resolved", False)
         since_time = p.pop("since_time", None)
         owner = self._owner()
         if ("tail" in p or "max_bytes" in p) and \
@@ -68,12 +68,17 @@ class LogsReading:
             p["after"] = max(p.get("after", 0), await after_time(read, since_time))
         if not targets:
             return await read(p)
-        return await read_sources(read, await self._log_sources(targets), p)
+        chosen = [exact_source(t) for t in targets] if resolved else \
+            await self._log_sources(targets)
+        page = await read_sources(read, chosen, p)
+        return {**page, "resolved": [source_target(s) for s in chosen]}
 
     async def _log_sources(self, targets: list[str]) -> list[Source]:
         """The journal sources ``targets`` name: instances known or configured, or, for a
         target without globs, lines left in the journal by an app no longer configured.
-        Raises NotFound naming the targets that name nothing."""
+        Raises NotFound naming the targets that name nothing. A reader that goes on
+        (``tenure logs -f``) sends the answer's ``resolved`` back with ``resolved``
+        true: those sources stay read when their apps are removed from the config."""
         keys = {*self.sup.instances, *self.sup.keys_of(self.gen.config)}
         found: list[Source] = []
         missing = []

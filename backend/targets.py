@@ -18,8 +18,8 @@ from fnmatch import fnmatchcase
 
 from protocol.errors import BadRequest, NotFound
 
-__all__ = ["MAX_TARGETS", "Source", "check_target", "check_targets", "exact_source",
-           "is_glob", "select", "select_all", "sources"]
+__all__ = ["MAX_TARGETS", "Source", "check_cli_targets", "check_target", "check_targets",
+           "exact_source", "is_glob", "select", "select_all", "source_target", "sources"]
 
 MAX_TARGETS = 64
 _GLOB = frozenset("*?[")
@@ -54,6 +54,17 @@ def check_targets(v: list[object]) -> str | None:
         if (why := check_target(t)) is not None:
             return f"{t!r}: {why}"
     return None
+
+
+def check_cli_targets(targets: list[str]) -> None:
+    """The command line's check of its targets, in the operator's terms (``target
+    'web/api/x': instance 'x' is not a number``, not the wire's parameter name), before
+    any daemon is asked; the same rules as the backend's schema. Raises BadRequest."""
+    if len(targets) > MAX_TARGETS:
+        raise BadRequest(f"at most {MAX_TARGETS} targets at once", {"field": "targets"})
+    for t in targets:
+        if (why := check_target(t)) is not None:
+            raise BadRequest(f"target {t!r}: {why}", {"field": "targets", "target": t})
 
 
 def _matches(key: str, parts: list[str]) -> bool:
@@ -106,6 +117,11 @@ def sources(keys: Iterable[str], target: str) -> list[Source]:
         stack, app, index = key.split("/")
         out.add((stack, app if depth > 1 else None, int(index) if depth > 2 else None))
     return sorted(out, key=lambda s: (s[0], s[1] or "", -1 if s[2] is None else s[2]))
+
+
+def source_target(source: Source) -> str:
+    """The target without globs that names exactly ``source`` (exact_source's inverse)."""
+    return "/".join(str(part) for part in source if part is not None)
 
 
 def exact_source(target: str) -> Source:

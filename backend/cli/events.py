@@ -2,8 +2,9 @@
 
 Without ``-f`` it prints the last ``-n`` events (or those after ``--since``) and stops
 at the end the log had when it started. With ``-f`` it goes on printing new events,
-across backend handoffs and restarts: while no backend answers it waits (up to
-``FOLLOW_OUTAGE`` seconds, backend.cli.logs.through_handoffs) and continues after the
+across backend handoffs and restarts: while no backend answers, from its first read on,
+it waits (up to ``FOLLOW_OUTAGE`` seconds, backend.cli.logs.through_handoffs, which
+says at once when a blocked recovery keeps the backend away) and continues after the
 last id it printed, so nothing is skipped or printed twice; once tenure is stopped
 (`tenure down`: neither the guardian nor the owner runs) it ends there, exit 0.
 ``--json`` prints one JSON object per line; ``--since ID`` resumes after the last id a
@@ -103,7 +104,8 @@ def follow_events(args: Any, call: Callable[..., Any]) -> int:
         flt["kinds"] = args.kind
     tty = not args.json and sys.stdout.isatty()
     start = since(args.since, time.time()) or {"tail": line_count(args.n)}
-    page = call(args, "events.read", {**flt, **start, "limit": PAGE})
+    page = through_handoffs(args.follow, lambda: call(args, "events.read", {
+        **flt, **start, "limit": PAGE}), "events")
     end = page["last_id"]
     if page.get("gap"):
         sys.stderr.write(f"tenure: events before #{page['first_id']} were pruned "
@@ -136,7 +138,7 @@ def _next(args: Any, call: Callable[..., Any], params: dict[str, Any]) -> dict[s
             if args.follow and _tenure_stopped(args, exc):
                 raise _Stopped from None
             raise
-    answer: dict[str, Any] = through_handoffs(args.follow, ask)
+    answer: dict[str, Any] = through_handoffs(args.follow, ask, "events")
     return answer
 
 

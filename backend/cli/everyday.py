@@ -77,7 +77,10 @@ def call(args: Any, method: str, params: dict[str, Any] | None = None,
         except ConnectFailed:
             if c.connected:
                 raise   # the backend's own answer
-            diag, down = _diagnostics(args), stopped(layout(args))
+            down = stopped(layout(args))
+            # the guardian's file outlives it: once tenure is not running, what it says
+            # of the backend and the owner link is of daemons that are gone
+            diag = _diagnostics(args) if down is None else None
             raise BackendUnavailable("no backend generation answers" + render.why(diag, down),
                                      {"diagnostics": diag, "stopped": down}) from None
 
@@ -153,13 +156,12 @@ def _watch_status(args: Any) -> int:
     """``status -w``: redraw every ``--every`` seconds (like watch(1)) until Ctrl-C, which
     ends it with the last status's exit code. Off a terminal each snapshot follows the
     previous one after a blank line."""
-    from .watch import redraw
+    from .watch import error_frame, redraw
 
     def draw() -> int:
         try:
             return _status_once(args)
         except TenureError as exc:   # a target gone, a handoff: show it, go on
-            print(f"tenure: {exc.code_str}: {exc.msg}")
-            return Exit.ERROR
+            return error_frame(exc)
     title = f"tenure status {' '.join(args.targets)}".rstrip()
     return redraw(title, max(args.every, 0.2), sys.stdout.isatty() and not args.json, draw)

@@ -1,10 +1,9 @@
 """``tenure logs``: read the owner's journal through the backend, page by page.
 
 Pages are bounded by the owner (a record count and a byte budget) and printed as they
-come, so ``-n 100000`` of long lines never holds more than a page. On a terminal, control
-characters in application output (escape sequences, carriage returns) are shown as
-``\\xNN`` instead of being interpreted: an app must not be able to move the cursor,
-recolour, retitle or rewrite what the operator sees.
+come (backend.cli.logprint: a line cut into several records printed once, terminal
+controls neutralised on a terminal, the app's bytes unchanged when piped), so ``-n
+100000`` of long lines never holds more than a page.
 
 A follower outlives a silent owner (stopped, busy, being restarted): it says once on
 stderr that it waits and why, asks again every OWNER_WAIT_S, and says when the owner
@@ -29,19 +28,15 @@ from protocol.errors import (
 )
 
 from .exits import Exit
+from .logprint import TENURE_FLAG, Printer, neutralise
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["AWAY", "FOLLOW_OUTAGE", "follow_logs", "neutralise", "read_page", "since",
-           "through_handoffs"]
+__all__ = ["AWAY", "FOLLOW_OUTAGE", "TENURE_FLAG", "follow_logs", "neutralise", "read_page",
+           "since", "through_handoffs"]
 
-STREAM_MARK = {"stdout": "", "stderr": " (stderr)"}
-TENURE_FLAG = 4
-"""Journal flag of a line tenure wrote into the app's stream (owner.notes.TENURE): shown
-with the mark `` (tenure)``, which app output cannot produce (it always follows ``: ``)."""
-TENURE_PREFIX = "tenure: "
 PAGE_RECORDS = 10_000
 FOLLOW_POLL_S = 0.2
 OWNER_WAIT_S = 1.0   # a follower asks again this often while the owner is silent
@@ -50,15 +45,6 @@ AWAY = (BackendUnavailable, ShuttingDown, TooManyConnections, TransportLost)
 """A backend between generations (a handoff, a restart), not one that failed: what a
 follower waits out (INTERNAL is not). Followers only read, and a read asked again
 changes nothing, so one whose connection broke (TRANSPORT_LOST) is asked again too."""
-
-# C0 controls but TAB, DEL, and C1 controls (a decoded 0x9b is CSI on many terminals).
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
-
-
-def neutralise(text: str) -> str:
-    """``text`` with every terminal control character written out as ``\\xNN``."""
-    return text.translate(_CONTROLS)
-
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -93,49 +79,37 @@ def since(text: str | None, now: float) -> dict[str, Any]:
     return {"since_time": max(when.timestamp(), 0.0)}
 
 
-def _print(args: Any, recs: list[dict[str, Any]], tty: bool, grep: Any) -> None:
-    import json
-    out = sys.stdout
-    for r in recs:
-        data = r["data"].decode(errors="replace")
-        if grep is not None and not grep.search(data):
-            continue
-        if args.json:
-            out.write(json.dumps({**r, "data": data}) + "\n")
-        else:
-            if tty:
-                data = neutralise(data)
-            mark = STREAM_MARK.get(r["stream"], "")
-            if r.get("flags", 0) & TENURE_FLAG:
-                mark, data = " (tenure)", data.removeprefix(TENURE_PREFIX)
-            out.write(f"{r['stack']}/{r['app']}/{r['instance']}{mark}: {data}\n")
-    out.flush()
-
-
 def follow_logs(args: Any, call: Callable[..., Any]) -> int:
     """Print the last ``args.n`` records (or those after ``args.since``), then, with
     ``args.follow``, every new one. Without it, stops at the journal's end as it was
-    when the command started. Raises what ``call`` raises."""
+    when the command started. The targets are resolved once, by the first read: later
+    pages read the sources it found (an app a glob matched is read on after it is
+    removed from the config). Raises what ``call`` raises."""
     tail = line_count(args.n)
     flt: dict[str, Any] = {"stream": args.stream} if args.stream else {}
     if args.targets:
         flt["targets"] = args.targets
-    tty = not args.json and sys.stdout.isatty()
-    grep = _pattern(args.grep)
+    printer = Printer(args.json, _pattern(args.grep))
     start = since(args.since, time.time()) or {"tail": tail}
     page = read_page(args, call, {**flt, **start, "limit": PAGE_RECORDS})
+    if page.get("resolved") is not None and args.targets:
+        flt.update(targets=page["resolved"], resolved=True)
     end = page["last_id"]
-    while True:
-        recs = page["records"]
-        if not args.follow and recs and recs[-1]["id"] > end:
-            _print(args, [r for r in recs if r["id"] <= end], tty, grep)
-            return Exit.OK
-        _print(args, recs, tty, grep)
-        if not page["more"]:
-            if not args.follow:
+    try:
+        while True:
+            recs = page["records"]
+            if not args.follow and recs and recs[-1]["id"] > end:
+                printer.page([r for r in recs if r["id"] <= end])
                 return Exit.OK
-            time.sleep(FOLLOW_POLL_S)
-        page = read_page(args, call, {**flt, "after": page["next"], "limit": PAGE_RECORDS})
+            printer.page(recs)
+            if not page["more"]:
+                if not args.follow:
+                    return Exit.OK
+                time.sleep(FOLLOW_POLL_S)
+            page = read_page(args, call, {**flt, "after": page["next"],
+                                          "limit": PAGE_RECORDS})
+    finally:   # a line cut at the end of what was read is printed as far as it goes
+        printer.end()
 
 
 def line_count(n: int) -> int:
@@ -145,18 +119,44 @@ def line_count(n: int) -> int:
     return n
 
 
-def through_handoffs(follow: bool, ask: Callable[[], Any]) -> Any:
+def through_handoffs(follow: bool, ask: Callable[[], Any], what: str = "logs") -> Any:
     """``ask()``, a read; with ``follow`` asked again every FOLLOW_POLL_S while the
-    backend is away (AWAY), for at most FOLLOW_OUTAGE seconds. Raises what ``ask``
-    raises: an AWAY error at once without ``follow``, after FOLLOW_OUTAGE with it."""
+    backend is away (AWAY), for at most FOLLOW_OUTAGE seconds. A handoff or a restart
+    is waited out without a word, but a recovery the guardian's diagnostics say is
+    blocked needs the operator: that is said at once, once, on stderr as ``tenure:
+    WHAT: ...``. Raises what ``ask`` raises: an AWAY error at once without ``follow`` or
+    when tenure is not running (nothing comes back by itself), after FOLLOW_OUTAGE
+    otherwise."""
     deadline = time.monotonic() + FOLLOW_OUTAGE
+    told = False
     while True:
         try:
             return ask()
-        except AWAY:
-            if not follow or time.monotonic() > deadline:
+        except AWAY as exc:
+            if not follow or _not_running(exc) or time.monotonic() > deadline:
                 raise
+            told = told or _tell_blocked(what, exc)
             time.sleep(FOLLOW_POLL_S)
+
+
+def _not_running(exc: Exception) -> bool:
+    """No backend answers because tenure is not running (everyday.stopped said so)."""
+    return isinstance(exc, BackendUnavailable) and exc.data.get("stopped") is not None
+
+
+def _tell_blocked(what: str, exc: Exception) -> bool:
+    """Say on stderr that the backend waited for is kept away by a blocked recovery
+    (render.blocked, as ``status`` explains it); whether it was said."""
+    if not isinstance(exc, BackendUnavailable):
+        return False
+    from .render import blocked
+    stuck = blocked(exc.data.get("diagnostics"))
+    if stuck is None:
+        return False
+    sys.stderr.write(f"tenure: {what}: no backend answers: {stuck}; waiting for one for up "
+                     f"to {FOLLOW_OUTAGE:g} s (Ctrl-C ends)\n")
+    sys.stderr.flush()
+    return True
 
 
 def read_page(args: Any, call: Callable[..., Any], params: dict[str, Any]) -> Any:

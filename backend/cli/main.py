@@ -155,13 +155,14 @@ def _parser(argv: list[str] | None = None) -> Any:
     p = add("logs", "application output from the journal (all apps, or the TARGETs)")
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="STACK, STACK/APP or STACK/APP/N; each part may be a glob ('web/*')")
-    p.add_argument("-n", type=int, default=50, help="last N lines (default 50)")
+    p.add_argument("-n", type=int, default=50, help="last N records (default 50): a line, "
+                   "or a 16 KiB part of a longer one")
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument("--since", default=None, metavar="WHEN",
                    help="lines since WHEN: a duration ago (90s, 10m, 2h, 1d), a local time "
                         "(14:05, 2026-12-01T14:05:00) or a record id (42)")
     p.add_argument("--grep", default=None, metavar="REGEX",
-                   help="print only lines matching REGEX (-n counts lines before it)")
+                   help="print only lines matching REGEX (-n counts records before it)")
     p.add_argument("--stream", choices=["stdout", "stderr"])
     p = add("events", "what happened, in order: state changes, exits, restarts, failed "
                       "probes, operations, handoffs")
@@ -298,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         use_colour(sys.stdout)
     handler = _handler(args.cmd)
     try:
-        _check_timeout(args)
+        _check_args(args)
         from protocol.sockets import refuse_symlinked_home
         refuse_symlinked_home(args.home)
         code: int = handler(args)
@@ -318,18 +319,35 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(args, _os_error(exc, args.cmd), Exit.ERROR)
 
 
-MAX_TIMEOUT_S = 86400.0   # the longest --timeout any command waits
+TARGET_COMMANDS = frozenset({"status", "logs", "events", "start", "stop", "restart",
+                             "inspect"})   # the commands of docs/cli.md's Targets
+MAX_TIMEOUT_S = 86400.0   # the longest --timeout any command waits, and --every at most
 
 
-def _check_timeout(args: Any) -> None:
-    """Refuse a --timeout that is not a number of seconds above 0 and at most a day
-    (nan, inf, 0 or negative): BAD_REQUEST, before anything is asked of a daemon."""
-    t = getattr(args, "timeout", None)
+def _check_args(args: Any) -> None:
+    """Refuse, before anything is asked of a daemon, what no command can use: a
+    duration (--timeout, --every) that is not a number of seconds above 0 and at most a
+    day (nan, inf, 0 or negative), and a malformed target. Raises BadRequest."""
+    for option in ("timeout", "every"):
+        _check_seconds(option, getattr(args, option, None))
+    if args.cmd not in TARGET_COMMANDS:
+        return
+    targets = getattr(args, "targets", None) or []
+    target = getattr(args, "target", None)
+    if isinstance(target, str):
+        targets = [*targets, target]
+    if targets:
+        from backend.targets import check_cli_targets
+        check_cli_targets(targets)
+
+
+def _check_seconds(option: str, t: float | None) -> None:
+    """``--OPTION t``: a number of seconds above 0 and at most MAX_TIMEOUT_S, or None
+    (not given, not an option of this command). Raises BadRequest."""
     if t is None or 0 < t <= MAX_TIMEOUT_S:   # nan fails every comparison
         return
-    from protocol.errors import BadRequest
-    raise BadRequest(f"--timeout {t:g}: give a number of seconds above 0 and at most "
-                     f"{MAX_TIMEOUT_S:g}", {"field": "timeout"})
+    raise BadRequest(f"--{option} {t:g}: give a number of seconds above 0 and at most "
+                     f"{MAX_TIMEOUT_S:g}", {"field": option})
 
 
 def _handler(cmd: str) -> Any:

@@ -5,10 +5,10 @@ execution/journal.db still holds what the apps wrote until then; that is when an
 operator most needs it. When a read finds neither daemon running
 (everyday.stopped), this reads the file itself, read-only, with the owner's own page
 reader (owner.journalread), and says so on stderr. Targets are matched against the
-apps the journal has lines of (globs in the stack and app parts; an instance by its
-number). ``-f`` prints what there is and ends: nothing is written while tenure is down.
-A follower whose tenure is stopped (``tenure down``) reads the rest from the file the
-same way, from where it was, and ends.
+apps the journal has lines of, by the backend's rules (backend.targets), but an
+instance by its number only (no glob). ``-f`` prints what there is and ends: nothing
+is written while tenure is down. A follower whose tenure is stopped (``tenure down``)
+reads the rest from the file the same way, from where it was, and ends.
 """
 
 from __future__ import annotations
@@ -35,6 +35,12 @@ __all__ = ["Fallback", "FollowEnded"]
 STOPPING_S = 5.0   # how long a follower waits for the daemons of a `tenure down` to end
 
 
+def _blocked(exc: BackendUnavailable) -> bool:
+    """The guardian's diagnostics say its recovery of a backend is blocked."""
+    from .render import blocked
+    return blocked(exc.data.get("diagnostics")) is not None
+
+
 class FollowEnded(Exception):
     """Raised to a follow once the file was read to its end: nothing more will come."""
 
@@ -56,8 +62,9 @@ class Fallback:
                 return self._call(args, method, params)
             except BackendUnavailable as exc:
                 down = exc.data.get("stopped")
-                if down is None and args.follow:   # `tenure down` while following: its
-                    down = self._stopping()       # daemons may still be ending
+                if down is None and args.follow and not _blocked(exc):
+                    down = self._stopping()   # `tenure down` while following: its
+                    # daemons may still be ending (a blocked recovery is not that)
                 if down is None:
                     raise
                 self._conn = self._open()
@@ -116,6 +123,7 @@ class Fallback:
         from backend.logsel import after_time, read_sources
         p = {k: v for k, v in params.items() if v is not None}
         targets, since_time = p.pop("targets", None), p.pop("since_time", None)
+        resolved = p.pop("resolved", False)
 
         async def read(q: dict[str, Any]) -> dict[str, Any]:
             return self._page(q)
@@ -125,7 +133,7 @@ class Fallback:
                 p["after"] = max(p.get("after", 0), await after_time(read, since_time))
             if not targets:
                 return await read(p)
-            return await read_sources(read, self._sources(targets), p)
+            return await read_sources(read, self._sources(targets, resolved), p)
         return asyncio.run(answer())
 
     def _page(self, q: dict[str, Any]) -> dict[str, Any]:
@@ -139,30 +147,54 @@ class Fallback:
                        READ_LIMIT_MAX), q.get("max_bytes", 1 << 20), flt,
                        q.get("tail")).to_wire()
 
-    def _sources(self, targets: list[str]) -> list[tuple[str, str | None, int | None]]:
-        """The sources ``targets`` name among the apps the journal has lines of."""
-        from backend.logsel import MAX_SOURCES
-        from backend.targets import is_glob, sources
+    def _sources(self, targets: list[str], resolved: bool = False,
+                 ) -> list[tuple[str, str | None, int | None]]:
+        """The sources ``targets`` name among the apps the journal has lines of, by the
+        rules of the backend's (backend.targets: the same words for a malformed target,
+        BadRequest; NotFound for one that names nothing), but an instance by its number
+        only. ``resolved``: targets a first read resolved (the answer's ``resolved``),
+        each exactly one source."""
+        from backend.logsel import MAX_SOURCES, coarsen
+        from backend.targets import check_cli_targets, exact_source
+        if resolved:
+            return [exact_source(t) for t in targets]
+        check_cli_targets(targets)
         assert self._conn is not None
         apps = self._conn.execute("SELECT DISTINCT stack, app FROM extents").fetchall()
-        keys = [f"{stack}/{app}/0" for stack, app in apps]   # instances: by number only
-        found: set[tuple[str, str | None, int | None]] = set()
+        keys = [f"{stack}/{app}/0" for stack, app in apps]   # to match stacks and apps
+        found: list[tuple[str, str | None, int | None]] = []
         missing = []
         for t in targets:
-            parts = t.split("/")
-            if len(parts) == 3 and is_glob(parts[2]):
-                raise BadRequest(f"{t!r}: while tenure is not running, name instances by "
-                                 "number (the journal alone does not list them)")
-            named = sources(keys, "/".join(parts[:2]))
-            if len(parts) == 3:
-                named = [(st, app, int(parts[2])) for st, app, _ in named]
+            named = self._named(keys, t)
             if not named:
                 missing.append(t)
-            found.update(named)
+            found += named
         if missing:
             raise NotFound(f"the journal has no lines of {', '.join(map(repr, missing))}",
                            {"targets": missing})
-        if len(found) > MAX_SOURCES:
-            raise BadRequest(f"the targets name {len(found)} separate apps or instances (at "
-                             f"most {MAX_SOURCES} at once); name whole stacks or apps")
-        return sorted(found, key=lambda s: (s[0], s[1] or "", -1 if s[2] is None else s[2]))
+        chosen = coarsen(found)
+        if len(chosen) > MAX_SOURCES:
+            raise BadRequest(f"the targets name {len(chosen)} separate apps or instances "
+                             f"(at most {MAX_SOURCES} at once); name whole stacks or apps",
+                             {"sources": len(chosen)})
+        return chosen
+
+    def _named(self, keys: list[str], target: str,
+               ) -> list[tuple[str, str | None, int | None]]:
+        """The sources one well-formed ``target`` names: its stack and app parts matched
+        against ``keys`` (backend.targets.sources), its instance number kept where the
+        journal has lines of that instance. Raises BadRequest for a glob in the
+        instance part (the journal alone does not list instances)."""
+        from backend.targets import is_glob, sources
+        parts = target.split("/")
+        if len(parts) < 3 or parts[2] == "*":   # `STACK/APP/*` is the app, as online
+            return sources(keys, target)
+        if is_glob(parts[2]):
+            raise BadRequest(f"{target!r}: while tenure is not running, name instances by "
+                             "number (the journal alone does not list them)",
+                             {"target": target})
+        n = int(parts[2])
+        return [(stack, app, n) for stack, app, _ in sources(keys, "/".join(parts[:2]))
+                if app is not None and self._page({"stack": stack, "app": app,
+                                                   "instance": n, "tail": 1,
+                                                   "limit": 1})["records"]]

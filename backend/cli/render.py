@@ -18,9 +18,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["backend", "down", "inspect", "instances", "operation", "operations", "owner",
-           "owner_link", "plan", "recover_plan", "recovery_state", "stack", "status", "up",
-           "why"]
+__all__ = ["backend", "blocked", "down", "inspect", "instances", "operation", "operations",
+           "owner", "owner_link", "plan", "recover_plan", "recovery_state", "stack", "status",
+           "up", "why"]
 
 
 DEFAULT_LOG_RETENTION = "64 MiB"   # what the owner's journal keeps of an app (owner.journal)
@@ -147,9 +147,8 @@ def why(diag: dict[str, Any] | None, down: dict[str, Any] | None = None) -> str:
         return "; the guardian has written no diagnostics (is it running? `tenure up`)"
     parts = []
     act = diag.get("last_activation") or {}
-    if diag.get("blocked"):
-        parts.append(f"recovery blocked: {diag['blocked'].get('reason')} "
-                     "(`tenure backend recover`)")
+    if (stuck := blocked(diag)) is not None:
+        parts.append(stuck)
     silent = not_answering(diag.get("backend"))
     if silent is not None:
         parts.append(f"backend pid {diag['backend']['pid']} is alive but {silent}; it may "
@@ -160,6 +159,15 @@ def why(diag: dict[str, Any] | None, down: dict[str, Any] | None = None) -> str:
     age = time.time() - diag.get("updated_at", time.time())
     parts.append(f"guardian diagnostics {age:.0f}s old")
     return "; " + "; ".join(parts)
+
+
+def blocked(diag: dict[str, Any] | None) -> str | None:
+    """What the guardian's diagnostics say of a recovery that waits for the operator
+    (no backend comes back by itself), and what to run; None when it is not blocked."""
+    stuck = (diag or {}).get("blocked")
+    if not stuck:
+        return None
+    return f"recovery blocked: {stuck.get('reason')} (`tenure backend recover`)"
 
 
 def _last_owner(rec: dict[str, Any] | None) -> str:

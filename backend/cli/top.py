@@ -12,9 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from protocol.errors import TenureError
+
 from .exits import current
 from .present import colour_for, dur, paint, percent, size, table, value
-from .watch import redraw
+from .watch import error_frame, redraw
 
 __all__ = ["HEADER", "PRIME", "SORTS", "pick", "render", "run"]
 
@@ -74,19 +76,37 @@ def run(args: Any, status: Callable[[], dict[str, Any]],
         out: Callable[[dict[str, Any], str], None]) -> int:
     """Draw until Ctrl-C (``--once`` or ``--json``: one snapshot). On a terminal the
     screen is redrawn in place; piped, each snapshot follows the last after a blank line.
-    Returns 0, or 5 when the last answer was not current. Raises the API's errors."""
+    A frame whose answer failed (no backend for a moment, a handoff) says why, and the
+    next frame is drawn as usual. Returns 0, 5 when the last answer was not current, or
+    the code of the last frame's error (watch.error_frame). Raises BadRequest for a
+    negative ``-n``, and with one snapshot the API's errors."""
     if args.n is not None and args.n < 0:
         from protocol.errors import BadRequest
         raise BadRequest(f"-n {args.n}: give how many instances to show (0 or more)",
                          {"field": "n"})
     every = max(args.every, 0.2)
-    status()  # the first measurement: CPU% needs two
-    time.sleep(min(every, PRIME))
     once = args.once or args.json
+    _prime(status, once)
+    time.sleep(min(every, PRIME))
 
     def draw() -> int:
-        answer = status()
+        try:
+            answer = status()
+        except TenureError as exc:   # a backend away a moment: say so, go on (as status -w)
+            if once:
+                raise
+            return error_frame(exc)
         snap = pick(answer, args.sort, args.n)
         out(snap, render(snap))
         return current(answer)
     return redraw("tenure top", every, sys.stdout.isatty() and not once, draw, once)
+
+
+def _prime(status: Callable[[], dict[str, Any]], once: bool) -> None:
+    """The first measurement (CPU% needs two). Raises the API's errors with ``once``;
+    redrawing, an error is left to the first frame to show."""
+    try:
+        status()
+    except TenureError:
+        if once:
+            raise

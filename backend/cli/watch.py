@@ -7,7 +7,11 @@ import sys
 import time
 from collections.abc import Callable
 
-__all__ = ["redraw"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from protocol.errors import TenureError
+
+__all__ = ["error_frame", "redraw"]
 
 
 def redraw(title: str, every: float, tty: bool, draw: Callable[[], int],
@@ -31,3 +35,18 @@ def redraw(title: str, every: float, tty: bool, draw: Callable[[], int],
             time.sleep(every)
     except KeyboardInterrupt:
         return code
+
+
+def error_frame(exc: TenureError) -> int:
+    """Print, as the view, why it could not be drawn this time (no backend answers: why,
+    as ``status`` says it; a handoff, a timeout: the error), and return that frame's exit
+    code: a redrawing view goes on, and shows the next answer once there is one."""
+    from protocol.errors import BackendUnavailable
+
+    from . import render
+    from .exits import Exit
+    if isinstance(exc, BackendUnavailable):
+        print(render.no_backend(exc.data.get("diagnostics"), None, exc.data.get("stopped")))
+        return Exit.UNREACHABLE
+    print(f"tenure: {exc.code_str}: {exc.msg}")
+    return Exit.ERROR

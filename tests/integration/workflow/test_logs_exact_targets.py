@@ -33,3 +33,26 @@ def test_a_glob_that_names_nothing_says_how_to_name_a_removed_app(cluster):
     assert "a glob matches the instances tenure knows" in res.out["error"]["msg"], res
     exact = cluster.cli("logs", "s/gone")
     assert "the journal has no lines of it" in exact.out["error"]["msg"], exact
+
+
+def test_a_follower_of_a_glob_goes_on_when_the_app_it_matched_is_removed(cluster):
+    """`logs -f 's/sl*'` ended with NOT_FOUND (exit 1) once slow was taken out of the
+    config: its targets were resolved again for every page. `events -f` went on."""
+    import time
+    slow = ('[stacks.s.apps.slow]\ncommand = ["sh", "-c", "while :; do echo slow; '
+            'sleep 0.2; done"]\n')
+    other = '[stacks.s.apps.other]\ncommand = ["sleep", "100000"]\n'
+    cluster.up(slow + other)
+    cluster.wait_ready(2)
+    follower = cluster.follow("logs", "-f", "-n", "1", "s/sl*")
+    try:
+        time.sleep(1.0)
+        cluster.cli("up", "--config", str(cluster.write_config(other, "t2.toml")),
+                    check=True)
+        cluster.wait(lambda: "s/slow/0" not in cluster.apps(), 30, "slow removed")
+        time.sleep(1.5)                      # several polls after the removal
+        assert follower.poll() is None, follower.communicate(timeout=30)
+    finally:
+        follower.terminate()
+        out, err = follower.communicate(timeout=30)
+    assert "s/slow/0: slow" in out and "NOT_FOUND" not in err, (out, err)

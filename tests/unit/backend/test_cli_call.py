@@ -50,3 +50,30 @@ def test_the_backends_own_connect_failed_is_raised_as_it_is(monkeypatch, args) -
     with pytest.raises(ConnectFailed) as info:
         everyday.call(args, "status")
     assert info.value is answered
+
+
+def test_diagnostics_of_daemons_that_are_gone_are_not_shown_as_current(
+        monkeypatch, tmp_path) -> None:
+    """After `tenure down`, BACKEND_UNAVAILABLE 'tenure is not running' still carried
+    the guardian's last file: backend alive and answering, owner link connected."""
+    import os
+
+    from protocol.durable import atomic_write_json
+    from protocol.layout import Layout
+    diag = {"kind": "tenure-supervisor-state", "format": 1, "updated_at": 1.0,
+            "backend": {"pid": 1, "alive": True, "answering": True},
+            "owner_link": {"state": "connected"}, "blocked": None}
+    path = Layout(tmp_path).diagnostics
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    atomic_write_json(path, diag)
+    lost = ConnectFailed("no socket at api.sock", {"path": "api.sock"})
+    monkeypatch.setattr(everyday, "api", lambda a, t: FakeClient(lost, connected=False))
+    args = SimpleNamespace(home=tmp_path)
+    monkeypatch.setattr(everyday, "stopped", lambda lay: {"owner": None})
+    with pytest.raises(BackendUnavailable) as info:
+        everyday.call(args, "events.read")
+    assert info.value.data == {"diagnostics": None, "stopped": {"owner": None}}
+    monkeypatch.setattr(everyday, "stopped", lambda lay: None)   # the guardian runs
+    with pytest.raises(BackendUnavailable) as info:
+        everyday.call(args, "events.read")
+    assert info.value.data["diagnostics"]["backend"]["answering"] is True

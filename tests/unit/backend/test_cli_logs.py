@@ -333,3 +333,81 @@ def test_a_follow_gives_up_on_a_backend_away_longer_than_the_outage(monkeypatch)
 def test_a_negative_n_is_a_usage_error(journal, n):
     with pytest.raises(BadRequest, match=f"-n {n}"):
         follow_logs(args(n=n), Owner(journal, io.StringIO()))
+
+
+class Piped(io.TextIOWrapper):
+    """stdout as a pipe: text over a byte stream, not a terminal."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), encoding="utf-8")
+
+    def getvalue(self) -> str:   # what Owner counts
+        return self.written().decode(errors="replace")
+
+    def written(self) -> bytes:
+        self.flush()
+        raw = self.buffer
+        assert isinstance(raw, io.BytesIO)
+        return raw.getvalue()
+
+
+def test_piped_output_is_the_apps_bytes_and_json_carries_them(journal, monkeypatch):
+    """Was: bytes that are not UTF-8 became U+FFFD piped and in --json, although piped
+    output was documented as not changed."""
+    raw = b"caf\xe9 \xff\xfe end \x1b[1m"
+    journal.append(WEB, "stdout", [(raw, 0), ("ok ✓".encode(), 0)])
+    assert journal.flush(timeout=30)
+    piped = Piped()
+    run(journal, piped, monkeypatch)
+    assert piped.written() == b"shop/web/0: " + raw + "\nshop/web/0: ok ✓\n".encode()
+    as_json = Piped()
+    run(journal, as_json, monkeypatch, json=True)
+    first, second = map(json.loads, as_json.written().splitlines())
+    import base64
+    assert base64.b64decode(first["data_base64"]) == raw
+    assert first["data"] == raw.decode(errors="replace")
+    assert second["data"] == "ok ✓" and "data_base64" not in second
+    tty = Tty()
+    run(journal, tty, monkeypatch)
+    assert tty.getvalue().splitlines()[0] == "shop/web/0: caf\ufffd \ufffd\ufffd end \\x1b[1m"
+
+
+def cut_line(journal: Journal) -> bytes:
+    """A line of 40,000 bytes, cut by the owner into three records, with a line of
+    another instance between its records."""
+    line = b"".join(b"%05d " % i for i in range(6667))[:40_000]
+    journal.append(WEB, "stdout", [(line[:16384], 1)])
+    journal.append(DB, "stdout", [(b"db between", 0)])
+    journal.append(WEB, "stdout", [(line[16384:32768], 1), (line[32768:], 0)])
+    journal.append(WEB, "stdout", [(b"short", 0)])
+    assert journal.flush(timeout=30)
+    return line
+
+
+def test_a_line_cut_into_records_is_printed_once_and_grep_sees_it_whole(journal,
+                                                                         monkeypatch):
+    """Was: a line longer than 16 KiB was printed as three prefixed lines, and --grep
+    matched each piece apart."""
+    line = cut_line(journal)
+    monkeypatch.setattr("backend.cli.logs.PAGE_RECORDS", 2)   # its records in two pages
+    piped = Piped()
+    run(journal, piped, monkeypatch)
+    assert piped.written().splitlines() == [b"shop/db/0: db between",
+                                            b"shop/web/0: " + line, b"shop/web/0: short"]
+    across = Piped()   # a pattern that spans the first cut
+    run(journal, across, monkeypatch, grep=line[16380:16390].decode())
+    assert across.written().splitlines() == [b"shop/web/0: " + line]
+    as_json = Piped()
+    run(journal, as_json, monkeypatch, json=True)
+    recs = [json.loads(r) for r in as_json.written().splitlines()]
+    assert [r["flags"] for r in recs] == [1, 0, 1, 0, 0]   # --json: the records
+
+
+def test_n_counts_records_and_a_tail_that_begins_inside_a_cut_line_prints_its_end(
+        journal, monkeypatch):
+    """What docs/cli.md says of -n with lines longer than 16 KiB."""
+    line = cut_line(journal)
+    piped = Piped()
+    run(journal, piped, monkeypatch, n=3)   # the last two records of the line, and short
+    assert piped.written().splitlines() == [b"shop/web/0: " + line[16384:],
+                                            b"shop/web/0: short"]

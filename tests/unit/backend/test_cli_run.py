@@ -238,3 +238,47 @@ def test_a_request_id_is_bounded() -> None:
     for bad in ("", "x" * (MAX_REQUEST_ID + 1), "a\nb"):
         with pytest.raises(BadRequest, match="request_id"):
             S_APPLY.validate({"plan": "p", "request_id": bad})
+
+
+@pytest.mark.parametrize("argv", [
+    ["status", "-w", "--every", "nan"], ["status", "-w", "--every", "inf"],
+    ["top", "--every", "1e300"], ["top", "--once", "--every", "nan"],
+    ["top", "--every=-inf"], ["status", "-w", "--every", "0"],
+])
+def test_an_every_that_is_not_a_duration_is_a_usage_error_not_a_traceback(
+        tmp_path, capsys, monkeypatch, argv) -> None:
+    """nan and inf reached time.sleep: a ValueError or OverflowError traceback."""
+    import json
+    import time
+
+    from backend.cli.main import main
+
+    def slept(seconds: float) -> None:
+        raise AssertionError(f"slept {seconds}: the option was taken")
+    monkeypatch.setattr(time, "sleep", slept)
+    home = tmp_path / "h"
+    assert main(["--home", str(home), "--json", *argv]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert (err["code"], err["data"]) == ("BAD_REQUEST", {"field": "every"}), err
+    assert not home.exists()                     # nothing was done
+    assert main(["--home", str(home), *argv]) == 2
+    assert "--every" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "target", "why"), [
+    (["logs", "s/ticker/x"], "s/ticker/x", "instance 'x' is not a number"),
+    (["inspect", "s/ticker/x"], "s/ticker/x", "instance 'x' is not a number"),
+    (["status", "ok", "s/a/1/2"], "s/a/1/2", "must be STACK, STACK/APP or STACK/APP/N"),
+    (["events", "s//a"], "s//a", "must be STACK, STACK/APP or STACK/APP/N"),
+    (["restart", "s/a/b c"], "s/a/b c", "must be 1 to 300 printable characters"),
+])
+def test_a_malformed_target_is_told_in_the_operators_terms(tmp_path, capsys, argv,
+                                                            target, why) -> None:
+    """It said "params.targets 's/ticker/x': …" (the wire's parameter name), after
+    asking the backend."""
+    from backend.cli.main import main
+    home = tmp_path / "h"
+    assert main(["--home", str(home), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tenure: BAD_REQUEST: target {target!r}: {why}"), err
+    assert "params" not in err and not home.exists()

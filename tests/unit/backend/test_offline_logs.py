@@ -88,7 +88,23 @@ def test_targets_the_journal_has_no_lines_of_are_named(home, monkeypatch):
     with pytest.raises(NotFound, match="'shop/cache', 'x'"):
         run(home, monkeypatch, targets=["shop/cache", "x", "shop"])
     with pytest.raises(BadRequest, match="name instances by number"):
-        run(home, monkeypatch, targets=["shop/web/*"])
+        run(home, monkeypatch, targets=["shop/web/[01]"])
+
+
+def test_targets_follow_the_same_rules_and_codes_as_online(home, monkeypatch):
+    """Was: `shop/web/1/2` printed instance 1's lines (online: BAD_REQUEST) and
+    `shop/web/5` printed nothing, exit 0 (online: NOT_FOUND); `shop/web/*`, the whole
+    app online, was refused."""
+    with pytest.raises(BadRequest, match="target 'shop/web/1/2': must be STACK, "
+                                         "STACK/APP or STACK/APP/N"):
+        run(home, monkeypatch, targets=["shop/web/1/2"], n=1)
+    with pytest.raises(BadRequest, match="target 'shop/web/x': instance 'x' is not a "
+                                         "number"):
+        run(home, monkeypatch, targets=["shop/web/x"], n=1)
+    with pytest.raises(NotFound, match="'shop/web/5'"):
+        run(home, monkeypatch, targets=["shop/web/5"], n=1)
+    lines, _ = run(home, monkeypatch, targets=["shop/web/*"])
+    assert lines == ["shop/web/0: web 0", "shop/web/1: web 1", "shop/web/2: web 2"]
 
 
 def test_a_backend_gone_while_tenure_runs_stays_an_error(home, monkeypatch):
@@ -144,3 +160,28 @@ def test_a_missing_or_unreadable_journal_is_named(tmp_path, monkeypatch):
     (tmp_path / "execution" / "journal.db").write_bytes(b"not a database" * 100)
     with pytest.raises(StateCorrupt, match="cannot read"):
         run(Layout(tmp_path), monkeypatch)
+
+
+def test_a_follower_kept_waiting_by_a_blocked_recovery_says_so_at_once(home, monkeypatch):
+    """Was: each read first waited 5 s for daemons that might be stopping, and nothing
+    was said for 120 s, although the guardian's diagnostics said recovery was blocked."""
+    blocked = BackendUnavailable("no backend generation answers", {
+        "stopped": None, "diagnostics": {"blocked": {"reason": "no valid certificate"}}})
+    script: list[Any] = [blocked, {"records": [], "last_id": 4, "next": 4, "more": False},
+                         KeyboardInterrupt()]
+
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        step = script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+    monkeypatch.setattr("backend.cli.everyday.stopped", pytest.fail)   # not a shutdown
+    monkeypatch.setattr("backend.cli.logs.time.sleep", lambda s: None)
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    monkeypatch.setattr(sys, "stderr", err)
+    with pytest.raises(KeyboardInterrupt):
+        follow_logs(args(follow=True), Fallback(call, home))
+    assert err.getvalue() == ("tenure: logs: no backend answers: recovery blocked: no "
+                              "valid certificate (`tenure backend recover`); waiting for "
+                              "one for up to 120 s (Ctrl-C ends)\n")
