@@ -91,7 +91,8 @@ def stopped(lay: Layout) -> dict[str, Any] | None:
     failed or running, i.e. it ended without a shutdown; ``at``; ``failed_stage``;
     ``applications``: what its shutdown did with them), None when there is none. None
     while either daemon runs, or when we may not tell (a viewer)."""
-    if listens(lay.guardian_sock) is not False or listens(lay.owner_sock) is not False:
+    if _runs(lay.guardian_sock, "guardian") is not False or \
+            _runs(lay.owner_sock, "owner") is not False:
         return None
     from owner.receipt import read_receipt
     try:
@@ -130,12 +131,33 @@ def _status_once(args: Any) -> int:
         from .daemons import last_background_start
         diag, down = exc.data.get("diagnostics"), exc.data.get("stopped")
         last = last_background_start(layout(args))
+        hung = _hung_guardian(args) if down is None else None
         out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
-                   "background_start": last}, render.no_backend(diag, last, down))
+                   "background_start": last, "guardian_hung": hung},
+            render.no_backend(diag, last, down, hung))
         return Exit.UNREACHABLE
     st["guardian_running"] = listens(layout(args).guardian_sock)
+    st["guardian_hung"] = _hung_guardian(args) if st["guardian_running"] is False else None
     out(args, st, render.status(st))
     return current(st)
+
+
+def _hung_guardian(args: Any) -> dict[str, Any] | None:
+    """``{pid, msg}`` of a guardian that holds its lock but does not listen (hung before
+    it listens), else None."""
+    from .daemons import silent_holder
+    hung = silent_holder(layout(args).guardian_sock, "guardian")
+    return None if hung is None else {"pid": hung.data["pid"], "msg": hung.msg}
+
+
+def _runs(sock: str, module: str) -> bool | None:
+    """Whether daemon ``module`` runs: it accepts on ``sock``, or (hung before it
+    listens) holds its lock; None when we may not tell (a viewer)."""
+    said = listens(sock)
+    if said is not False:
+        return said
+    from .daemons import silent_holder
+    return silent_holder(sock, module) is not None
 
 
 def listens(sock: str) -> bool | None:

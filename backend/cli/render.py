@@ -33,7 +33,10 @@ def status(st: dict[str, Any]) -> str:
     link = st.get("owner_link")
     if link is not None:
         head += "\n" + owner_link(link)
-    if st.get("guardian_running") is False:
+    hung = st.get("guardian_hung")
+    if hung:
+        head += "\n" + paint(f"guardian: NOT ANSWERING: {_hung_line(hung)}", "red")
+    elif st.get("guardian_running") is False:
         head += "\n" + paint("guardian: NOT RUNNING: a backend crash would not be "
                              "recovered; `tenure up` starts it (applications keep "
                              "running)", "red")
@@ -126,11 +129,19 @@ def _jobs_line(jobs: dict[str, int]) -> str:
     return line
 
 
+def _hung_line(hung: dict[str, Any]) -> str:
+    return (f"{hung['msg']}; a backend crash would not be recovered; `tenure down` stops "
+            "it, then `tenure up`")
+
+
 def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
-               down: dict[str, Any] | None = None) -> str:
-    """`status` when no backend answers: why (:func:`why`) and, when the last background
-    start of `tenure up --no-wait` failed, its error."""
-    text = "backend: not available" + why(diag, down)
+               down: dict[str, Any] | None = None,
+               hung: dict[str, Any] | None = None) -> str:
+    """`status` when no backend answers: why (:func:`why`; ``hung``: a guardian that
+    holds its lock but does not listen, which says more than its diagnostics) and, when
+    the last background start of `tenure up --no-wait` failed, its error."""
+    text = "backend: not available" + (
+        f"; {_hung_line(hung)}" if hung else why(diag, down))
     if start is not None and not start["ok"]:
         text += (f"\nthe background start of `tenure up --no-wait` at {start['at']} "
                  f"failed: {start['error']} (logs/up.log)")

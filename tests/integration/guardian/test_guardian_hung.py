@@ -45,6 +45,11 @@ def test_a_guardian_hung_at_boot_is_named_by_its_pid_and_stopped_by_down(cluster
             assert f"the guardian (pid {pid}) holds" in err["msg"], (args, err)
             assert "does not answer" in err["msg"] and "not running" not in err["msg"], err
             assert f"pid {pid} runs (state" in err["msg"], err     # what /proc says
+        st = cluster.cli("status")            # its backend retired with the old guardian
+        assert st.code == 3 and st.out["guardian_hung"]["pid"] == pid, st
+        text = cluster.cli_text("status", expect=3)   # was: its stale diagnostics
+        assert text.startswith(f"backend: not available; the guardian (pid {pid}) holds "
+                               ), text
         up = cluster.cli("up", "--timeout", "20", timeout=120)
         assert up.code != 0 and f"pid {pid}" in up.out["error"]["msg"], up
         ticks = start_ticks(pid)

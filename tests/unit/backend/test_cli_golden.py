@@ -141,6 +141,11 @@ SILENT_BACKEND = {"pid": 4001, "activation": BACKEND["activation"], "alive": Tru
 CASES: dict[str, Callable[[], str]] = {
     "status": lambda: render.status(STATUS),
     "status_stale": lambda: render.status(STALE),
+    "status_guardian_hung": lambda: render.status({
+        **STATUS, "guardian_running": False, "guardian_hung": {
+            "pid": 3995, "msg": "the guardian (pid 3995) holds /h/runtime/guardian.lock but "
+            "does not answer (nothing listens on /h/runtime/guardian.sock): pid 3995 runs "
+            "(state S, sleeping)"}}),
     "status_owner_stopped": lambda: render.status({**STALE, "owner_link": {
         **STALE["owner_link"], "state": "reconnecting", "reason": "the connection broke",
         "process": "pid 4000 is stopped (SIGSTOP or a debugger); kill -CONT 4000 "
