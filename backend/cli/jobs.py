@@ -9,7 +9,6 @@ sent is retried.
 from __future__ import annotations
 
 import shlex
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -23,7 +22,7 @@ from protocol.errors import (
 )
 
 from .exits import Exit
-from .logs import FOLLOW_POLL_S, PAGE_RECORDS, line_count, neutralise, read_page, through_handoffs
+from .logs import FOLLOW_POLL_S, PAGE_RECORDS, line_count, read_page, through_handoffs
 from .present import dur, fields, identity, table, value, when
 
 TYPE_CHECKING = False
@@ -170,50 +169,37 @@ def _resolve(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> i
 
 
 def _logs(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
-    """The job's output, every attempt, a page at a time; ``-n N`` only the last N lines
-    (the journal's tail, as ``tenure logs`` asks it); ``-f`` on until the job ended,
-    through backend handoffs and a silent owner (logs.read_page). Raises BadRequest
-    for a negative ``-n``, and what ``call`` raises."""
+    """The job's output, every attempt, a page at a time; ``-n N`` only the last N
+    records (the journal's tail, as ``tenure logs`` asks it); ``-f`` on until the job
+    ended, through backend handoffs and a silent owner (logs.read_page). Printed as
+    ``tenure logs`` prints (logprint: a cut line whole, bytes unchanged when piped).
+    Raises BadRequest for a negative ``-n``, and what ``call`` raises."""
+    from .logprint import Printer, job_label
     tail = {} if args.n is None else {"tail": line_count(args.n)}
     job = call(args, "job.show", {"id": _id(args)})
     flt = {**job["journal"], **({"stream": args.stream} if args.stream else {})}
-    tty = not args.json and sys.stdout.isatty()
-    after = _print_pages(args, call, {**flt, **tail}, tty)
+    printer = Printer(args.json, None, job_label)
+    after = _print_pages(args, call, {**flt, **tail}, printer)
     while args.follow and job["state"] in OPEN:
         time.sleep(FOLLOW_POLL_S)
-        after = _print_pages(args, call, {**flt, "after": after}, tty)
+        after = _print_pages(args, call, {**flt, "after": after}, printer)
         job = through_handoffs(True, partial(call, args, "job.show", {"id": job["id"]}))
     if args.follow:  # what it wrote just before it ended
-        _print_pages(args, call, {**flt, "after": after}, tty)
+        _print_pages(args, call, {**flt, "after": after}, printer)
+    printer.end()
     return OK
 
 
-def _print_pages(args: Any, call: Callable[..., Any], params: dict[str, Any], tty: bool
-                 ) -> int:
+def _print_pages(args: Any, call: Callable[..., Any], params: dict[str, Any],
+                 printer: Any) -> int:
     """Print the records ``params`` select up to the journal's end, a page at a time;
     returns the ``after`` that continues from there."""
     while True:
         page = read_page(args, call, {**params, "limit": PAGE_RECORDS})
-        _print(args, page["records"], tty)
+        printer.page(page["records"])
         params = {**{k: v for k, v in params.items() if k != "tail"}, "after": page["next"]}
         if not page["more"]:
             return int(page["next"])
-
-
-def _print(args: Any, recs: list[dict[str, Any]], tty: bool) -> None:
-    """One line per record: its text, `` (stderr)`` after it for stderr; on a terminal
-    with control characters neutralised (logs.neutralise: a job's output must not
-    drive the operator's terminal either)."""
-    import json
-    for r in recs:
-        data = r["data"].decode(errors="replace") if isinstance(r["data"], bytes) \
-            else str(r["data"])
-        if args.json:
-            sys.stdout.write(json.dumps({**r, "data": data}) + "\n")
-        else:
-            mark = " (stderr)" if r["stream"] == "stderr" else ""
-            sys.stdout.write(f"{neutralise(data) if tty else data}{mark}\n")
-    sys.stdout.flush()
 
 
 _HANDLERS: dict[str, Callable[[Any, Callable[..., Any], Callable[..., None]], int]] = {

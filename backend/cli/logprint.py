@@ -21,7 +21,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["CONTINUED_FLAG", "JOIN_MAX", "TENURE_FLAG", "Printer", "neutralise"]
+__all__ = ["CONTINUED_FLAG", "JOIN_MAX", "TENURE_FLAG", "Printer", "instance_label",
+           "job_label", "neutralise"]
 
 CONTINUED_FLAG = 1
 """Journal flag of a record followed by more of the same line (owner.linesplit.CONTINUED)."""
@@ -43,13 +44,25 @@ def neutralise(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-class Printer:
-    """Prints the records of one ``tenure logs`` as they come, page by page (see the
-    module docstring). ``grep`` (a compiled pattern, or None) selects lines: a cut
-    line is matched whole in human output, each record with ``--json``."""
+def instance_label(first: dict[str, Any], mark: str) -> tuple[str, str]:
+    """``tenure logs``: each line after its instance, ``s/web/0 (stderr): ``."""
+    return f"{first['stack']}/{first['app']}/{first['instance']}{mark}: ", ""
 
-    def __init__(self, as_json: bool, grep: Any) -> None:
-        self._json, self._grep = as_json, grep
+
+def job_label(first: dict[str, Any], mark: str) -> tuple[str, str]:
+    """``tenure job logs`` (one job's output): the line alone, the mark after it."""
+    return "", mark
+
+
+class Printer:
+    """Prints the records of one ``tenure logs`` (or ``job logs``) as they come, page by
+    page (see the module docstring). ``grep`` (a compiled pattern, or None) selects
+    lines: a cut line is matched whole in human output, each record with ``--json``.
+    ``label`` gives a line's prefix and suffix from its first record and its stream's
+    mark."""
+
+    def __init__(self, as_json: bool, grep: Any, label: Any = instance_label) -> None:
+        self._json, self._grep, self._label = as_json, grep, label
         self._tty = not as_json and sys.stdout.isatty()
         self._cut: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
 
@@ -88,11 +101,11 @@ class Printer:
         text = data.decode(errors="replace")
         if self._grep is not None and not self._grep.search(text):
             return
-        prefix = f"{first['stack']}/{first['app']}/{first['instance']}{mark}: "
+        prefix, suffix = self._label(first, mark)
         if self._tty:
-            sys.stdout.write(f"{prefix}{neutralise(text)}\n")
+            sys.stdout.write(f"{prefix}{neutralise(text)}{suffix}\n")
         else:
-            _write_bytes(prefix.encode() + data + b"\n")
+            _write_bytes(prefix.encode() + data + suffix.encode() + b"\n")
 
     def _record(self, r: dict[str, Any]) -> None:
         import json

@@ -75,3 +75,26 @@ def test_job_logs_n_asks_the_journal_for_its_last_lines_only(journal, monkeypatc
 def test_a_negative_n_is_a_usage_error(journal, monkeypatch):
     with pytest.raises(BadRequest, match="-n -5"):
         job_logs(journal, monkeypatch, -5)
+
+
+def test_job_logs_print_a_cut_line_whole_and_the_apps_bytes_unchanged(tmp_path, monkeypatch):
+    """Was: each record of a cut line on a line of its own, and bytes that are not
+    UTF-8 replaced with U+FFFD, as `tenure logs` did."""
+    from backend.cli.logprint import CONTINUED_FLAG
+    j = Journal(tmp_path / "journal.db")
+    try:
+        j.append(JOB, "stdout", [(b"a" * 10, CONTINUED_FLAG), (b"b" * 5, 0),
+                                 (b"\xff\xfe not utf-8", 0)])
+        j.append(JOB, "stderr", [(b"oops", 0)])
+        assert j.flush(timeout=30)
+        raw = io.BytesIO()
+        out = io.TextIOWrapper(raw, encoding="utf-8")
+        monkeypatch.setattr(sys, "stdout", out)
+        args = types.SimpleNamespace(action="logs", target="1", n=None, follow=False,
+                                     stream=None, json=False)
+        assert job_command(args, Backend(j), lambda *a: None) == 0
+        out.flush()
+        assert raw.getvalue() == (b"a" * 10 + b"b" * 5 + b"\n\xff\xfe not utf-8\n"
+                                  b"oops (stderr)\n")
+    finally:
+        j.close()
