@@ -83,7 +83,7 @@ def seal(
         tmp.mkdir(mode=0o755)
         _copy_plan(plan, tmp)
         _write_metadata(tmp, distribution)
-        _compile(tmp / "lib")
+        _compile(tmp / "lib", own=frozenset(packages))
         runtime = Runtime(
             tenure_version=md.version(distribution),
             source_commit=_source_commit(roots),
@@ -259,23 +259,35 @@ def _write_metadata(root: Path, distribution: str) -> None:
     )
 
 
-def _compile(lib: Path) -> None:
+def _compile(lib: Path, own: frozenset[str] = frozenset()) -> None:
     """Compile every .py under ``lib`` to __pycache__ with UNCHECKED_HASH pycs.
 
     The recorded source name is the path relative to ``lib`` so the bytes do not depend on
-    where the build ran. A file that does not compile gets no pyc (logged), as pip does.
+    where the build ran. A dependency's file that does not compile gets no pyc (logged),
+    as pip does; one of tenure's own packages (``own``) refuses the seal: a release with
+    it would fail wherever it is imported, at the latest in a handoff. Raises
+    BadRequest.
     """
     sources = sorted(p for p in lib.rglob("*.py") if "__pycache__" not in p.parts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for src in sources:
+            rel = src.relative_to(lib)
             try:
                 py_compile.compile(
-                    str(src), dfile=src.relative_to(lib).as_posix(), doraise=True,
+                    str(src), dfile=rel.as_posix(), doraise=True,
                     invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
                 )
             except py_compile.PyCompileError as e:
-                log.warning("not compiled: %s: %s", src.relative_to(lib), e.msg)
+                if rel.parts[0] in own:
+                    why = e.exc_value
+                    at = f":{why.lineno}" if isinstance(why, SyntaxError) and why.lineno \
+                        else ""
+                    said = why.msg if isinstance(why, SyntaxError) else str(why)
+                    raise BadRequest(f"{rel}{at} does not compile ({e.exc_type_name}: "
+                                     f"{said}); nothing was sealed",
+                                     {"file": rel.as_posix()}) from None
+                log.warning("not compiled: %s: %s", rel, e.msg)
 
 
 def _hash_files(root: Path) -> dict[str, str]:
