@@ -216,7 +216,9 @@ class Supervisor:
         (withdrawn); one that is down but whose ``after`` apps are still coming up
         starts all the same (ordering, not a requirement)."""
         inst = self.instances.get(key)
-        if inst is None or inst.state not in DOWN or self.frozen or self.fenced:
+        if self.frozen:   # kept for after the thaw, or for the next generation (journal)
+            return
+        if inst is None or inst.state not in DOWN or self.fenced:
             self._after_stop.withdraw(key, f"not down within {within:g} s", logging.WARNING)
             return
         log.warning("%s: %s not ready after %g s; starting it all the same", key,
