@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import (
-    BadRequest,
     CapabilityMissing,
     ConnectFailed,
     NotFound,
@@ -17,7 +16,7 @@ from protocol.errors import (
 )
 from protocol.server import Call
 
-from .logsel import MAX_SOURCES, after_time, coarsen, read_sources
+from .logsel import after_time, bounded, read_sources
 from .targets import Source, exact_source, is_glob, source_target, sources
 
 if TYPE_CHECKING:
@@ -97,12 +96,7 @@ class LogsReading:
                 ", and the journal has no lines of it"
             raise NotFound(f"no stack, app or instance matches {names}{why}",
                            {"targets": missing})
-        chosen = coarsen(found)
-        if len(chosen) > MAX_SOURCES:
-            raise BadRequest(f"the targets name {len(chosen)} separate apps or instances "
-                             f"(at most {MAX_SOURCES} at once); name whole stacks or apps",
-                             {"sources": len(chosen)})
-        return chosen
+        return bounded(found)
 
     async def _journal_has(self, source: Source) -> bool:
         stack, app, instance = source

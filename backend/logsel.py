@@ -24,9 +24,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
+from protocol.errors import BadRequest
+
 from .targets import Source
 
-__all__ = ["MAX_SOURCES", "after_time", "coarsen", "merge", "read_sources"]
+__all__ = ["MAX_SOURCES", "after_time", "bounded", "coarsen", "merge", "read_sources"]
 
 MAX_SOURCES = 64
 """Sources per merged read (each costs the owner one query per page)."""
@@ -43,6 +45,16 @@ def coarsen(sources: Iterable[Source]) -> list[Source]:
     chosen = set(sources)
     chosen = {c for c in chosen if not _subsumed(c, chosen)}
     return sorted(chosen, key=lambda s: (s[0], s[1] or "", -1 if s[2] is None else s[2]))
+
+
+def bounded(sources: Iterable[Source]) -> list[Source]:
+    """:func:`coarsen`, refused when more than MAX_SOURCES remain. Raises BadRequest."""
+    chosen = coarsen(sources)
+    if len(chosen) > MAX_SOURCES:
+        raise BadRequest(f"the targets name {len(chosen)} separate apps or instances "
+                         f"(at most {MAX_SOURCES} at once); name whole stacks or apps",
+                         {"sources": len(chosen)})
+    return chosen
 
 
 def _subsumed(s: Source, chosen: set[Source]) -> bool:

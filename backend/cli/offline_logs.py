@@ -154,7 +154,7 @@ class Fallback:
         BadRequest; NotFound for one that names nothing), but an instance by its number
         only. ``resolved``: targets a first read resolved (the answer's ``resolved``),
         each exactly one source."""
-        from backend.logsel import MAX_SOURCES, coarsen
+        from backend.logsel import bounded
         from backend.targets import check_cli_targets, exact_source
         if resolved:
             return [exact_source(t) for t in targets]
@@ -172,12 +172,7 @@ class Fallback:
         if missing:
             raise NotFound(f"the journal has no lines of {', '.join(map(repr, missing))}",
                            {"targets": missing})
-        chosen = coarsen(found)
-        if len(chosen) > MAX_SOURCES:
-            raise BadRequest(f"the targets name {len(chosen)} separate apps or instances "
-                             f"(at most {MAX_SOURCES} at once); name whole stacks or apps",
-                             {"sources": len(chosen)})
-        return chosen
+        return bounded(found)
 
     def _named(self, keys: list[str], target: str,
                ) -> list[tuple[str, str | None, int | None]]:
