@@ -131,20 +131,23 @@ def _status_once(args: Any) -> int:
         from .daemons import last_background_start
         diag, down = exc.data.get("diagnostics"), exc.data.get("stopped")
         last = last_background_start(layout(args))
-        hung = _hung_guardian(args) if down is None else None
+        hung = None if down is not None else \
+            _hung_guardian(args, listens(layout(args).guardian_sock))
         out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
                    "background_start": last, "guardian_hung": hung},
             render.no_backend(diag, last, down, hung))
         return Exit.UNREACHABLE
     st["guardian_running"] = listens(layout(args).guardian_sock)
-    st["guardian_hung"] = _hung_guardian(args) if st["guardian_running"] is False else None
+    st["guardian_hung"] = _hung_guardian(args, st["guardian_running"])
     out(args, st, render.status(st))
     return current(st)
 
 
-def _hung_guardian(args: Any) -> dict[str, Any] | None:
+def _hung_guardian(args: Any, listening: bool | None) -> dict[str, Any] | None:
     """``{pid, msg}`` of a guardian that holds its lock but does not listen (hung before
-    it listens), else None."""
+    it listens; ``listening``: :func:`listens` of its socket), else None."""
+    if listening is not False:
+        return None   # it listens (a busy or stopped one is said otherwise), or may not tell
     from .daemons import silent_holder
     hung = silent_holder(layout(args).guardian_sock, "guardian")
     return None if hung is None else {"pid": hung.data["pid"], "msg": hung.msg}
