@@ -5,8 +5,9 @@ accounts → install (system scope, unprivileged service account, reviewed diges
 → stack up with apps as two other users → privileges (who runs as whom, modes, an app
 that tries to reach the control plane, a viewer that can status but not stop) → per-app
 cgroups and limits → guardian restart → hot upgrade → guardian upgrade (and a unit
-restart that follows it) → owner maintenance window (`tenure owner upgrade`) → backend
-SIGKILL → owner maintenance stop → owner start and the
+restart that follows it) → owner maintenance window (`tenure owner upgrade`) → a window
+to an owner that cannot start, reverted → backend SIGKILL → owner maintenance stop →
+owner start and the
 stack back → owner SIGKILL, start refused until reconcile.
 """
 
@@ -438,6 +439,24 @@ def test_tenure_under_systemd(systemd_container: SystemdContainer) -> None:
     code = tenure(c, "service", "status")["releases"]
     assert code == {"owner": second, "guardian": second, "backend": rid}, code
     timings["owner_window"] = time.monotonic() - t0
+
+    # -- a window to an owner that cannot start: back on the release before, same apps -----
+    derive_release(release, c.share / "broken", {"owner/__main__.py": lambda t: t.replace(
+        "    from .release import follow, serve_args\n",
+        "    raise RuntimeError('a broken owner release')\n", 1)})
+    broken = tenure(c, "release", "install", str(c.share / "broken"))["release"]
+    plan = tenure(c, "owner", "upgrade", broken, "--dry-run")
+    res = c.run(TENURE, "--json", "owner", "upgrade", broken, "--digest", plan["digest"],
+                env=ENV, timeout=300)
+    err = res.json()["error"]
+    assert res.code == 1 and err["code"] == "OWNER_UPGRADE_REVERTED", (res.out, res.err)
+    assert err["data"]["log"] == "journalctl -u tenure-owner.service", err
+    assert tenure(c, "owner", "status")["release"] == {"running": second, "error": None}
+    assert c.unit("tenure-owner.service")["ActiveState"] == "active"
+    reverted = snapshot(c)
+    assert set(reverted) == set(before)
+    before = reverted
+    timings["owner_window_reverted"] = time.monotonic() - t0
 
     # -- SIGKILL of the backend: the guardian restores it, apps untouched -------------------
     wait_for("a recovery certificate", lambda: certified(c, upgraded_at), c=c)
