@@ -120,15 +120,17 @@ def with_owner(fn: Any, user: str | None = None) -> Any:
     """Run ``fn(bench)`` against a new owner in a new home; stop and clean up after."""
     home = Path(tempfile.mkdtemp(prefix="tbo", dir="/tmp"))
     os.chmod(home, 0o700)
-    owner = OwnerProcess(home).start()
+    owner = OwnerProcess(home)
     try:
+        owner.start()   # inside: a SIGTERM while it starts cleans up too
         b = Bench(owner, user)
         out = fn(b)
         b.stop_all()
         b.c.close()
         return out
     finally:
-        owner.stop(signal.SIGTERM, timeout=120)
+        if owner.proc is not None:
+            owner.stop(signal.SIGTERM, timeout=120)
         shutil.rmtree(home, ignore_errors=True)
 
 
