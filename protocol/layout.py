@@ -114,11 +114,6 @@ class Layout:
         return self._at("runtime", "guardian.sock")
 
     @property
-    def guardian_lock(self) -> str:
-        """Held (flock) by the running guardian from its start, before it listens."""
-        return self._at("runtime", "guardian.lock")
-
-    @property
     def releases(self) -> Path:
         """Installed releases (the guardian's; the owner runs them too when it may)."""
         return self.runtime / "releases"

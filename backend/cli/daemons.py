@@ -337,11 +337,10 @@ def silent_holder(sock: str, module: str, then: str = "") -> ConnectFailed | Non
     """When daemon ``module`` of ours holds its lock (``module``.lock beside ``sock``)
     but nothing listens on ``sock`` (it hangs before it listens, say): the error that
     names its pid, what /proc shows of it, and ``then``."""
-    lock = os.path.join(os.path.dirname(sock), f"{module}.lock")
-    found = lock_holder(lock, module)
+    found = lock_holder(sock, module)
     if found is None:
         return None
-    pid = found[0]
+    pid, lock = found[0], _lock_beside(sock, module)
     return ConnectFailed(f"the {module} (pid {pid}) holds {lock} but does not answer "
                          f"(nothing listens on {sock}): {silence(pid)}" +
                          (f". {then}" if then else ""),
@@ -599,25 +598,25 @@ def listener(sock: str, module: str) -> tuple[int, int | None] | None:
     return _ours(cred.pid, cred.uid, module)
 
 
-def lock_holder(lock: str, module: str) -> tuple[int, int | None] | None:
-    """(pid, start ticks) of the process that holds the flock on ``lock`` when it is
-    ``python -m module`` of this uid (or root's), learnt from the kernel (/proc/locks):
-    a daemon that takes its lock first and hangs before it listens is found so. None
-    when nothing of ours holds it."""
-    pid = flock_holder(lock)
+def lock_holder(sock: str, module: str) -> tuple[int, int | None] | None:
+    """(pid, start ticks) of the process that holds the flock on daemon ``module``'s
+    lock (``module``.lock beside its socket ``sock``) when it is that daemon, of this
+    uid or root's, learnt from the kernel (/proc/locks): a daemon that takes its lock
+    first and hangs before it listens is found so. None when nothing of ours holds it."""
+    pid = flock_holder(_lock_beside(sock, module))
     if pid is None:
         return None
     try:
         uid = os.stat(f"/proc/{pid}").st_uid
     except OSError:
         return None
-    argv = read_cmdline(pid) or []
-    # strictly the daemon: `tenure owner reconcile` holds the owner's lock too, and its
-    # command line names the module as an argument
-    if "-m" in argv and argv.index("-m") + 1 < len(argv) and \
-            argv[argv.index("-m") + 1] != module:
-        return None
     return _ours(pid, uid, module)
+
+
+def _lock_beside(sock: str, module: str) -> str:
+    """Daemon ``module``'s lock file: beside its socket (runtime/guardian.lock,
+    execution/owner.lock)."""
+    return os.path.join(os.path.dirname(sock), f"{module}.lock")
 
 
 def _ours(pid: int, uid: int, module: str) -> tuple[int, int | None] | None:
@@ -632,6 +631,10 @@ def _ours(pid: int, uid: int, module: str) -> tuple[int, int | None] | None:
 
 def runs_module(argv: list[str], module: str) -> bool:
     """Whether ``argv`` is ``python -m module …``, or the same module run from a release
-    (guardian.release.command: ``python -I -S -B -c '…run_module('module'…' …``)."""
-    return ("-m" in argv and module in argv) or \
+    (guardian.release.command: ``python -I -S -B -c '…run_module('module'…' …``). Not
+    a command that only names the module among its arguments (``tenure owner
+    reconcile``: ``python -m backend.cli.main … owner reconcile``, which holds the
+    owner's lock too)."""
+    at = argv.index("-m") + 1 if "-m" in argv else len(argv)
+    return (at < len(argv) and argv[at] == module) or \
         ("-c" in argv and any(f"runpy.run_module({module!r}" in a for a in argv))

@@ -105,8 +105,7 @@ def _locate(layout: Layout, sock: str, module: str
     if answer is not None:
         ident = answer[module]
         return answer, (ident["pid"], ident["start_ticks"], False)
-    found = listener(sock, module) or \
-        lock_holder(os.path.join(os.path.dirname(sock), f"{module}.lock"), module)
+    found = listener(sock, module) or lock_holder(sock, module)
     return None, None if found is None else (*found, True)
 
 
