@@ -67,8 +67,8 @@ class InstanceCommands:
         (key: its start wanted once it is down) an instance whose start was withdrawn
         ends the wait for it, unsettled: it stays stopped. Waiting for an instance to be
         up, a stop asked meanwhile ends the wait for it too: the latest intent wins."""
-        stops = {k: self.sup.stops_asked.get(k, 0) for k in keys}
-        up_only = im.State.STOPPED not in states
+        # waiting for them to be up, a stop asked meanwhile ends it (list: no check)
+        stopped = self.sup.stopped_since(keys) if im.State.STOPPED not in states else list
 
         def done(k: str) -> bool:
             inst = self.sup.instances[k]
@@ -76,8 +76,6 @@ class InstanceCommands:
                                             and inst.generation != moved[k])
 
         def withdrawn(k: str) -> bool:
-            if up_only and self.sup.stops_asked.get(k, 0) != stops[k]:
-                return True
             f = (deferred or {}).get(k)
             return f is not None and f.done() and (f.cancelled() or not f.result())
 
@@ -85,7 +83,9 @@ class InstanceCommands:
             return all(done(k) for k in keys if k in self.sup.instances)
 
         def ended() -> bool:
-            return all(done(k) or withdrawn(k) for k in keys if k in self.sup.instances)
+            gone = set(stopped())
+            return all(done(k) or k in gone or withdrawn(k) for k in keys
+                       if k in self.sup.instances)
         await self.sup.wait(lambda: ended() or (until_drain and self.gate.paused), timeout)
         return settled(), {k: str(self.sup.instances[k].public_state)
                            for k in keys if k in self.sup.instances}

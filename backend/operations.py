@@ -239,10 +239,7 @@ class OperationRunner:
         """Wait until every instance is ``done``; with ``must_be_up`` a failed one that
         never ``came_up`` fails the step, and so does one a stop asked meanwhile took
         down (`tenure stop`, `stack stop`: the latest intent wins, it stays down)."""
-        stops = {k: self.sup.stops_asked.get(k, 0) for k in keys}
-
-        def stopped_since() -> list[str]:
-            return [k for k in keys if must_be_up and self.sup.stops_asked.get(k, 0) != stops[k]]
+        stopped_since = self.sup.stopped_since(keys) if must_be_up else list
 
         def all_done() -> bool:
             return bool(stopped_since()) or all(done(self.sup.instances[k]) for k in keys

@@ -117,7 +117,7 @@ class Supervisor:
         self.owner_capabilities: Mapping[str, int] = {}  # from the owner's welcome
         self.events: EventLog | None = None      # where transitions are recorded
         self._after_stop = StartsAfterStop()     # starts wanted once an instance is down
-        self.stops_asked: dict[str, int] = {}    # instance key -> stops fed, for waiters
+        self._stops_fed: dict[str, int] = {}     # instance key -> stops fed (stopped_since)
         # told once when this generation learns it is fenced (backend.generation)
         self.on_fenced: Callable[[str], None] = lambda why: None
 
@@ -158,7 +158,7 @@ class Supervisor:
     def _apply(self, key: str, inst: im.Instance, event: im.Event) -> None:
         if isinstance(event, im.StopRequested):   # the latest intent wins
             self._after_stop.withdraw(key, "a stop was asked after it")
-            self.stops_asked[key] = self.stops_asked.get(key, 0) + 1
+            self._stops_fed[key] = self._stops_fed.get(key, 0) + 1
         was = Before(inst) if self.events is not None else None
         actions = inst.handle(event, now())
         if self.events is not None and was is not None:
@@ -187,6 +187,12 @@ class Supervisor:
             self._after_stop.arm(key, ORDER_WAIT, lambda: self._expire(key, ORDER_WAIT))
         asyncio.get_running_loop().call_soon(self._start_now, key)
         return True
+
+    def stopped_since(self, keys: list[str]) -> Callable[[], list[str]]:
+        """A check, for a waiter that wants ``keys`` up: which of them a stop was asked
+        of since this call (the latest intent wins: the wait for them is over)."""
+        fed = {k: self._stops_fed.get(k, 0) for k in keys}
+        return lambda: [k for k in keys if self._stops_fed.get(k, 0) != fed[k]]
 
     def why_stopped(self, key: str) -> str | None:
         """Why stopped instance ``key`` is not started: its start waits for its
