@@ -19,6 +19,7 @@ from backend.cli import (
     jobs,
     ownerwindow,
     present,
+    releases,
     render,
     render_metrics,
     top,
@@ -259,6 +260,14 @@ CASES: dict[str, Callable[[], str]] = {
             "process": "pid 4000 is stopped (SIGSTOP or a debugger); kill -CONT 4000 "
                        "continues it"}}),
     "backend_abort": lambda: render.backend("abort", {"abort_requested": True}),
+    "release_select_started": lambda: releases.select_text({
+        "selected": "a1b2" * 16, "checked": {"preflight": {"elapsed": 0.41}},
+        "started": {"id": "20261201T140000-1fe64c37", "kind": "recover",
+                    "phase": "complete", "outcome": "success"}, "blocked": None}),
+    "release_select_blocked": lambda: releases.select_text({
+        "selected": "a1b2" * 16, "checked": {"preflight": {"elapsed": 0.41}},
+        "started": None, "blocked": {"code": "RECOVERY_BLOCKED", "reason": "the owner's "
+                                     "live inventory differs from the certificate"}}),
     "backend_upgrade": lambda: render.backend("upgrade", {
         "activation": {"id": "20261201T140500-77aa01bc", "kind": "upgrade",
                        "phase": "complete", "outcome": "success"},
