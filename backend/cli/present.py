@@ -85,6 +85,16 @@ def dur(seconds: float | None) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def span(seconds: float | None) -> str:
+    """A configured duration as the operator wrote it: ``5s``, ``0.25s``, ``1m30s``.
+    Unlike ``dur`` (a measured time), a whole number never gains a ``.0``."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{value(float(seconds))}s"
+    return dur(seconds)
+
+
 def percent(p: float | None) -> str:
     return "-" if p is None else f"{p:.1f}%"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .present import colour_for, dur, fields, identity, paint, percent, size, table, value
+from .present import colour_for, dur, fields, identity, paint, percent, size, span, table, value
 from .render_backend import (
     backend,
     not_answering,
@@ -322,8 +322,8 @@ def _health(h: dict[str, Any] | None) -> str:
     failures``, or ``none``."""
     if not h:
         return "none"
-    grace = f", none in the first {dur(h['grace'])}" if h.get("grace") else ""
-    return (f"{h['check']} every {dur(h['interval'])} (timeout {dur(h['timeout'])}), "
+    grace = f", none in the first {span(h['grace'])}" if h.get("grace") else ""
+    return (f"{h['check']} every {span(h['interval'])} (timeout {span(h['timeout'])}), "
             f"restart after {h['failures']} failure{'s' if h['failures'] != 1 else ''}"
             f"{grace}")
 
@@ -384,7 +384,7 @@ def _stop(stop: dict[str, Any] | None) -> str:
         return "-"
     sig = str(stop.get("signal", "TERM"))
     sig = sig if sig.startswith("SIG") else f"SIG{sig}"
-    out = f"{sig}, then SIGKILL after {dur(stop.get('timeout'))}"
+    out = f"{sig}, then SIGKILL after {span(stop.get('timeout'))}"
     return out
 
 

@@ -8,7 +8,7 @@ import math
 import time
 from pathlib import Path
 
-from backend.cli.present import dur
+from backend.cli.present import dur, span
 from backend.testing import FakeOwner, api_call, ready_generation, until
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
@@ -39,3 +39,11 @@ def test_a_launch_that_ends_while_status_waits_for_the_owner_is_not_negative(
 def test_a_negative_duration_prints_as_zero() -> None:
     assert dur(-0.0) == dur(-0.04) == dur(0.0) == "0.0s"
     assert dur(0.25) == "0.2s" and dur(None) == "-"
+
+
+def test_a_configured_duration_prints_as_written():
+    """A health check's ``interval = 10`` and ``timeout = 5`` print alike (``10s``,
+    ``5s``); a measured uptime keeps its tenth of a second."""
+    assert [span(x) for x in (5, 5.0, 0.25, 2.5, 10, 90, None)] == [
+        "5s", "5s", "0.25s", "2.5s", "10s", "1m30s", "-"]
+    assert dur(5.0) == "5.0s"
