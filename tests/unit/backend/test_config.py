@@ -624,3 +624,24 @@ def test_log_retention_is_a_size_and_restarts_nothing() -> None:
         assert app.definition_digest() == base.definition_digest()   # no restart for it
     err = _invalid(HEAD + 'log_retention = "512K"\n')
     assert err.data["problem"] == "must be 1MiB to 1TiB, not '512K'", err.data
+
+
+def test_the_reference_names_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/config.md names every key the parser accepts: each table's allowed keys are
+    collected while the reference's own examples parse."""
+    import importlib
+    allowed: set[str] = set()
+    for name in ("config", "config_identity", "config_metrics", "config_retention",
+                 "config_sockets", "jobs.config"):
+        module = importlib.import_module(f"backend.{name}")
+        real = module.check_keys
+
+        def collect(t: Any, keys: Any, path: Any, why: str = "", real: Any = real) -> None:
+            allowed.update(keys)
+            real(t, keys, path, why)
+        monkeypatch.setattr(module, "check_keys", collect)
+    test_every_example_in_the_docs_parses()
+    doc = (ROOT / "docs" / "config.md").read_text()
+    assert len(allowed) > 40
+    assert not sorted(k for k in allowed
+                      if not any(f in doc for f in (f"`{k}`", f"{k} =", f"[{k}")))
