@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def test_up_demo_status_upgrade_down(cluster):
     assert cluster.cli("backend", "upgrade", "nosuch").code == 2   # BAD_REQUEST
     assert cluster.pids() == before
     assert cluster.up(DEMO).out["apply"]["plan"]["changes"] == []  # idempotent
+    assert undocumented_paths(cluster.home) == []
     follower = cluster.follow("logs", "-f", "-n", "1", "demo/worker")
     assert follower.stdout is not None
     first = follower.stdout.readline()   # it follows
@@ -48,6 +50,7 @@ def test_up_demo_status_upgrade_down(cluster):
     assert (first + out).splitlines()[-1] == logs_after_down(cluster), out
     assert down.ok and down.out["owner"] and down.out["guardian"]
     assert cluster.leftovers() == []
+    assert undocumented_paths(cluster.home) == []
     receipt = (cluster.layout.execution / "owner-receipt.json").read_text()
     assert '"state": "clean"' in receipt
     # was: "backend: not available; last activation … upgrade is complete; guardian
@@ -60,6 +63,41 @@ def test_up_demo_status_upgrade_down(cluster):
     assert text.rstrip().endswith("(applications: 3 stopped). `tenure up` starts it"), text
     # the journal stays readable with tenure down (it ended with BACKEND_UNAVAILABLE)
     assert logs_after_down(cluster).startswith("demo/worker/0: worker line ")
+
+
+def undocumented_paths(home: Path) -> list[str]:
+    """Files under ``home`` that docs/state.md's map does not name. A directory the map
+    lists nothing in (a release's tree) is named as a whole; ``NAME.db-wal`` and
+    ``-shm`` go with their database; the test's config files (``*.toml`` at the top)
+    are not tenure's."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "state.md").read_text()
+    tree = doc[doc.index("## Map"):doc.index("## Who writes")].split("```")[1]
+    entries: list[tuple[int, str]] = []
+    stack: list[str] = []
+    for line in tree.splitlines()[2:]:
+        m = re.match(r"([│ ]*)[├└]── (.+?)(?:\s{2,}|$)", line)
+        if m is not None:
+            depth = len(m.group(1)) // 4
+            for name in m.group(2).split(", "):
+                stack[depth:] = [name]
+                entries.append((depth, "".join(stack)))
+    named = []
+    for i, (depth, path) in enumerate(entries):
+        has_children = i + 1 < len(entries) and entries[i + 1][0] > depth
+        if has_children:
+            continue
+        parts = re.split(r"(<[a-z]+>|XXXX|\*)", path)   # the map's wildcards
+        pattern = "".join("[^/]+" if i % 2 else re.escape(part)
+                          for i, part in enumerate(parts))
+        named.append(re.compile(pattern + (".+" if path.endswith("/") else "")))
+    found = []
+    for path in sorted(p for p in home.rglob("*") if not p.is_dir()):
+        rel = re.sub(r"\.db-(wal|shm)$", ".db", path.relative_to(home).as_posix())
+        if path.parent == home and path.suffix == ".toml":
+            continue
+        if not any(p.fullmatch(rel) for p in named):
+            found.append(rel)
+    return found
 
 
 def logs_after_down(cluster) -> str:
