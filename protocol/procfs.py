@@ -256,15 +256,17 @@ def socket_inodes(pids: Iterable[int]) -> set[int]:
     return found
 
 
-def parse_locks(data: bytes, dev: int, ino: int) -> list[int]:
-    """Pids that hold an flock(2) on the file (``dev``, ``ino``), from the bytes of
-    /proc/locks (``1: FLOCK  ADVISORY  WRITE 4711 08:01:1234 0 EOF``; the device's
-    major and minor in hex). Waiters (``->``) and malformed lines are skipped."""
-    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+def parse_locks(data: bytes, ino: int) -> list[int]:
+    """Pids that hold an flock(2) on a file with inode number ``ino``, from the bytes of
+    /proc/locks (``1: FLOCK  ADVISORY  WRITE 4711 08:01:1234 0 EOF``). The device
+    there is the superblock's, which on btrfs subvolumes and overlay mounts is not the
+    st_dev stat gives, so it is not compared: see ``flock_holder``. Waiters (``->``)
+    and malformed lines are skipped."""
     pids = []
     for line in data.decode("ascii", "replace").splitlines():
         fields = line.split()
-        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5] != want:
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5].rpartition(":")[2] != \
+                str(ino):
             continue
         try:
             pids.append(int(fields[4]))
@@ -273,10 +275,28 @@ def parse_locks(data: bytes, dev: int, ino: int) -> list[int]:
     return pids
 
 
+def _has_open(pid: int, dev: int, ino: int) -> bool:
+    """True when process ``pid`` has the file (``dev``, ``ino``) open."""
+    fds = f"{PROC}/{pid}/fd"
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            st = os.stat(f"{fds}/{name}")
+        except OSError:
+            continue
+        if st.st_ino == ino and st.st_dev == dev:
+            return True
+    return False
+
+
 def flock_holder(path: str) -> int | None:
     """The pid of a living process that holds an flock on ``path`` (a daemon's lock
     file), or None: none holds it, the file is gone or /proc cannot say. The kernel
-    records the pid that took the lock; an exec keeps it."""
+    records the pid that took the lock (an exec keeps it); /proc/locks names the file
+    by inode number, and a holder counts only when it has that very file open."""
     try:
         st = os.stat(path, follow_symlinks=False)
     except OSError:
@@ -284,9 +304,9 @@ def flock_holder(path: str) -> int | None:
     data = _read(f"{PROC}/locks", _READ_MAX)
     if data is None:
         return None
-    for pid in parse_locks(data, st.st_dev, st.st_ino):
+    for pid in parse_locks(data, st.st_ino):
         stat = read_stat(pid)
-        if stat is not None and not stat.zombie:
+        if stat is not None and not stat.zombie and _has_open(pid, st.st_dev, st.st_ino):
             return pid
     return None
 

@@ -212,9 +212,8 @@ LOCKS = (b"1: POSIX  ADVISORY  WRITE 900 fe:00:77 0 EOF\n"
 
 def test_parse_locks_finds_the_flock_holder_of_one_file_only() -> None:
     """A guardian that hangs before it listens is found by its lock (/proc/locks)."""
-    assert procfs.parse_locks(LOCKS, os.makedev(0xfe, 0), 77) == [4711]
-    assert procfs.parse_locks(LOCKS, os.makedev(8, 1), 77) == [4713]
-    assert procfs.parse_locks(LOCKS, os.makedev(0xfe, 0), 78) == []
+    assert procfs.parse_locks(LOCKS, 77) == [4711, 4713]
+    assert procfs.parse_locks(LOCKS, 78) == []
 
 
 def test_flock_holder_names_this_process_for_a_lock_it_holds(tmp_path) -> None:
@@ -228,3 +227,27 @@ def test_flock_holder_names_this_process_for_a_lock_it_holds(tmp_path) -> None:
     finally:
         os.close(fd)
     assert procfs.flock_holder(str(tmp_path / "missing")) is None
+
+
+def test_flock_holder_does_not_trust_the_device_proc_locks_names(tmp_path, monkeypatch):
+    """On a btrfs subvolume /proc/locks gives the superblock's device, not the one stat
+    gives: the holder is found by the inode and confirmed by the file it has open. A
+    pid that holds a lock on another file with the same inode number is not it."""
+    import fcntl
+    import subprocess
+    path = str(tmp_path / "x.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        ino = os.stat(path).st_ino
+        fake = (f"1: FLOCK  ADVISORY  WRITE {other.pid} 00:99:{ino} 0 EOF\n"
+                f"2: FLOCK  ADVISORY  WRITE {os.getpid()} 00:2a:{ino} 0 EOF\n").encode()
+        real = procfs._read
+        monkeypatch.setattr(procfs, "_read", lambda p, limit=4096: fake if
+                            p.endswith("/locks") else real(p, limit))
+        assert procfs.flock_holder(path) == os.getpid()
+    finally:
+        other.kill()
+        other.wait()
+        os.close(fd)
