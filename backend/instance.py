@@ -320,7 +320,10 @@ class Instance:
             return
         if self.launched_at is not None and now - self.launched_at >= \
                 self.app.backoff.reset_after:
+            # A stable run ends the crash loop: a new backoff streak and a new start-limit
+            # window, so an app that crashes now and then is never given up on.
             self.streak = 0
+            self.starts = []
         self.streak += 1
         b = self.app.backoff
         # The first failure after a stable run restarts at once (most crashes are one-off);

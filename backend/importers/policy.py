@@ -3,10 +3,12 @@
 supervisord (``startretries`` with ``startsecs``) and PM2 (``max_restarts`` with
 ``min_uptime``) both give up after a number of *quick* failures in a row: runs shorter than
 an uptime threshold. tenure's ``start_limit`` instead gives up after more than ``burst``
-starts within ``interval`` seconds. :func:`quick_failure_limit` picks the interval that
-such a streak of quick failures takes at most under the app's tenure backoff, so tenure
-gives up at the same start as the source tool would, while an app that crashes after
-running for a while is restarted as before.
+starts within ``interval`` seconds, counted from the last run that stayed up
+``backoff.reset_after`` seconds, which the importers set to that threshold.
+:func:`quick_failure_limit` picks the interval that such a streak of quick failures takes
+at most under the app's tenure backoff, so tenure gives up at the same start as the
+source tool would, while an app whose runs outlive the threshold is restarted as often as
+it crashes.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ tenure.toml that the real `tenure plan` accepts and `tenure apply` starts, in or
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 SUPERVISORD = """\
@@ -48,3 +49,25 @@ def test_imported_files_plan_and_start(cluster: Any) -> None:
     assert "hello from supervisord" in str(logs)
     # planning the same file again finds nothing to change
     assert cluster.cli("plan", "--config", str(out), check=True).out["changes"] == []
+
+
+def test_an_imported_program_that_outlives_startsecs_is_restarted_as_often_as_it_crashes(
+        cluster: Any) -> None:
+    """supervisord counts against ``startretries`` only runs shorter than ``startsecs``;
+    a program that crashes after each 1.3 s run is restarted for ever. Under the imported
+    config it was `failed` (start limit hit) after its third run."""
+    cluster.up()
+    conf = cluster.home / "supervisord.conf"
+    conf.write_text('[program:crashy]\ncommand=/bin/sh -c "sleep 1.3; exit 1"\n'
+                    "startsecs=1\nstartretries=1\nautorestart=true\n")
+    out = cluster.home / "tenure.toml"
+    cluster.cli("import", str(conf), "--stack", "cr", "-o", str(out), check=True)
+    cluster.cli("up", "--config", str(out), check=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        (inst,) = cluster.cli("status", check=True).out["apps"]
+        assert inst["state"] != "failed", inst
+        if inst["restarts"] >= 5:
+            break
+        time.sleep(0.2)
+    assert inst["restarts"] >= 5, inst

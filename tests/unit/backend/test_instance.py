@@ -411,6 +411,25 @@ def test_backoff_resets_after_stable_uptime(uptime: float, delay: float) -> None
     assert of(acts, StartTimer) == [StartTimer(Timer.BACKOFF, delay)]
 
 
+def test_a_stable_run_begins_a_new_start_limit_window() -> None:
+    """The start limit gives up on a crash loop, not on an app that stays up
+    ``reset_after`` seconds each run (supervisord's ``startsecs``): its restarts are at
+    once and as many as it needs. Runs shorter than that still hit the limit."""
+    app = mk_app(health=None, backoff=Backoff(initial=0.5, reset_after=1.0),
+                 start_limit=StartLimit(burst=2, interval=100.0))
+    for run, gives_up in ((1.5, False), (0.5, True)):
+        r = Rig(app)
+        r.feed(Start())
+        for _ in range(10):
+            r.launched(0.0)
+            r.feed(Exited(1, None), run)
+            if r.inst.state is State.FAILED:
+                break
+            r.fire(Timer.BACKOFF)
+        assert (r.inst.state is State.FAILED) is gives_up, (run, r.inst.state)
+        assert r.inst.generation == (2 if gives_up else 11)
+
+
 # ---- adoption ---------------------------------------------------------------------------
 
 
