@@ -261,7 +261,10 @@ def _owner(inst: Installation, base: ServiceSpec) -> ServiceSpec:
             "systemd signals only the owner (KillMode=process) and never SIGKILLs",
             "leftovers (SendSIGKILL=no); see docs/service.md.",
         ),
-        exec_start=(str(inst.python), "-m", "owner", "--home", str(inst.home), *account),
+        # -I: the working directory (the home, which in system scope the service account
+        # owns) is not on sys.path and PYTHON* variables are ignored, so nothing the account
+        # can write decides what runs as root
+        exec_start=(str(inst.python), "-I", "-m", "owner", "--home", str(inst.home), *account),
         # system scope: root, to start each app as its user and manage cgroups; the
         # service account (and root) may use its socket, no app may
         # (no Group=: root's own group; it is "wheel" on macOS)
@@ -293,7 +296,7 @@ def _guardian(inst: Installation, base: ServiceSpec) -> ServiceSpec:
             "Restarting this unit restarts the backend, never applications: they live",
             "in tenure-owner.service. Wants=/After= the owner, never Requires=/BindsTo=.",
         ),
-        exec_start=(str(inst.python), "-m", "guardian", "--home", str(inst.home)),
+        exec_start=(str(inst.python), "-I", "-m", "guardian", "--home", str(inst.home)),
         restart="always",
         restart_sec=1,
         start_limit_interval_sec=0,

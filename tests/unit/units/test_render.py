@@ -81,6 +81,27 @@ def test_system_scope_splits_privileges() -> None:
     assert "--service-account" not in user_owner
 
 
+@pytest.mark.parametrize("scope", ["system", "user"])
+def test_what_the_home_holds_never_decides_what_a_unit_runs(scope: str,
+                                                           tmp_path: Path) -> None:
+    """Each unit starts in the home, which in system scope the service account owns. The
+    home may hold an ``owner.py`` or a ``guardian/`` package (the account's, or anyone's
+    file by that name): the unit's command, run there, still runs tenure's own module
+    (was: ``python -m owner`` ran the home's ``owner.py`` as root)."""
+    import subprocess
+    import sys
+    (tmp_path / "owner.py").write_text("raise SystemExit('the home ran owner.py')\n")
+    (tmp_path / "guardian").mkdir()
+    (tmp_path / "guardian" / "__main__.py").write_text("raise SystemExit('ran guardian/')\n")
+    for spec in services(_inst(scope, home=str(tmp_path))):
+        argv = [sys.executable, *spec.exec_start[1:spec.exec_start.index("--home")],
+                "--help"]
+        done = subprocess.run(argv, cwd=spec.working_directory, capture_output=True,
+                              text=True, timeout=60, env={"PYTHONPATH": str(tmp_path)})
+        assert done.returncode == 0 and done.stdout.startswith("usage: python -m "), \
+            (argv, done.stderr[-300:])
+
+
 def test_guardian_wants_owner_but_never_binds_to_it() -> None:
     text = render_systemd(services(_inst())[1])
     lines = text.splitlines()
@@ -147,7 +168,7 @@ def test_home_with_space_percent_quote_and_backslash_renders_exact_lines() -> No
     text = render_systemd(services(inst)[0])
     esc = '/srv/my tenure/50%%/\\"q\\"/b\\\\s'
     assert _lines(text, "ExecStart") == [
-        f'ExecStart="/opt/my venv/py" -m owner --home "{esc}"']
+        f'ExecStart="/opt/my venv/py" -I -m owner --home "{esc}"']
     assert _lines(text, "Environment") == [f'Environment="TENURE_HOME={esc}"']
     assert _lines(text, "WorkingDirectory") == [
         'WorkingDirectory=/srv/my tenure/50%%/"q"/b\\s']
@@ -204,7 +225,7 @@ def test_plists_parse_and_carry_the_expected_keys(scope: str) -> None:
     assert owner["ExitTimeOut"] == 90 and guardian["ExitTimeOut"] == 30
     account = ["--service-account", "tenure"] if scope == "system" else []
     for job, who in ((owner, "owner"), (guardian, "guardian")):
-        assert job["ProgramArguments"] == ["/opt/t/bin/python", "-m", who, "--home",
+        assert job["ProgramArguments"] == ["/opt/t/bin/python", "-I", "-m", who, "--home",
                                            "/srv/tenure", *(account if who == "owner" else [])]
         assert job["EnvironmentVariables"] == {"TENURE_HOME": "/srv/tenure"}
         assert job["RunAtLoad"] is True and job["ProcessType"] == "Standard"
