@@ -6,7 +6,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from protocol.errors import AlreadyRunning
+from protocol.errors import AlreadyRunning, NotFound
 from protocol.layout import Layout, default_home
 from protocol.sockets import check_private_dir, check_socket_path, ensure_private_dir
 
@@ -81,6 +81,16 @@ class OwnerPaths(Layout):
             raise AlreadyRunning(f"another owner is running on {self.home}",
                                  {"home": str(self.home)}) from None
         return fd
+
+    def take_existing_lock(self) -> int:
+        """:meth:`take_lock` for a command about the state an owner left (reconcile),
+        which must not create it: raises NotFound when this home holds none, UnsafePath
+        when execution/ is not a private directory of ours, AlreadyRunning."""
+        if not os.path.lexists(self.dir):
+            raise NotFound(f"{self.home} holds no owner state ({self.dir} does not exist): "
+                           "is the home right?", {"path": str(self.dir)})
+        check_private_dir(self.dir)
+        return self.take_lock()
 
     def prepare(self, owners: tuple[int, ...] | None = None) -> None:
         """Create home and execution/ (0700) and check every socket path's length; the

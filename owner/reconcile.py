@@ -48,10 +48,11 @@ def survivors(found: dict[str, Found]) -> list[Survivor]:
 def reconcile(paths: OwnerPaths) -> list[str]:
     """Write the acknowledgement and return the keys proven gone.
 
-    Raises ProcessesAlive naming survivors (nothing written), StateCorrupt, UnsafePath.
+    Raises ProcessesAlive naming survivors (nothing written), StateCorrupt, UnsafePath,
+    NotFound (no owner state), AlreadyRunning.
     Returns an empty list when no reconciliation is needed.
     """
-    lock = paths.take_lock()  # refuses while an owner runs; held until we return
+    lock = paths.take_existing_lock()  # refuses while an owner runs; held until we return
     try:
         return reconcile_locked(paths)
     finally:

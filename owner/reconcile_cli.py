@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from protocol.errors import Conflict, NotFound, ProcessesAlive, TenureError
+from protocol.errors import AlreadyRunning, Conflict, NotFound, ProcessesAlive, TenureError
 
 from .daemon import EXIT
 from .paths import OwnerPaths
@@ -20,9 +20,11 @@ __all__ = ["guided"]
 def guided(paths: OwnerPaths, digest: str | None, as_json: bool) -> int:
     """Prepare (``digest`` None) or drain-then-reconcile. Holds the owner lock."""
     try:
-        lock = paths.take_lock()  # refuses while an owner runs
-    except TenureError as exc:
+        lock = paths.take_existing_lock()  # refuses while an owner runs
+    except AlreadyRunning as exc:
         return _error(exc, as_json, EXIT["running"])
+    except TenureError as exc:
+        return _error(exc, as_json, EXIT["usage"])
     try:
         if digest is None:
             plan = prepare(paths)

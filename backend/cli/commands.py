@@ -401,7 +401,7 @@ def cmd_owner(args: Any) -> int:
                    lambda line: None if args.json else print(f"  {line}", file=sys.stderr))
         return command(args, w, _guardian, _out)
     if args.action == "reconcile":
-        cmd = [sys.executable, "-m", "owner", "reconcile", "--home", str(args.home)]
+        cmd = [sys.executable, "-I", "-m", "owner", "reconcile", "--home", str(args.home)]
         cmd += ["--prepare"] if args.prepare else []
         cmd += ["--drain", args.drain] if args.drain else []
         return subprocess.call(cmd + (["--json"] if args.json else []))

@@ -98,3 +98,18 @@ def test_prepare_refuses_while_an_owner_runs(cluster):
                           "--home", str(cluster.home)], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 5 and "ALREADY_RUNNING" in res.stdout
+
+
+def test_reconcile_of_a_home_without_owner_state_says_so(cluster, tmp_path):
+    """A mistyped home was a FileNotFoundError traceback. Run from a directory holding an
+    ``owner.py`` of its own, which the CLI's ``python -m owner`` must not run."""
+    (tmp_path / "owner.py").write_text("raise SystemExit('the working directory ran')\n")
+    missing = str(cluster.home / "nosuch")
+    for extra in ([], ["--prepare"], ["--drain", "0" * 64]):
+        res = subprocess.run([sys.executable, "-m", "backend.cli.main", "--home", missing,
+                              "--json", "owner", "reconcile", *extra], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, (extra, res.stdout, res.stderr[-500:])
+        out = json.loads(res.stdout)
+        assert out["code"] == "NOT_FOUND" and out["data"] == {"path": f"{missing}/execution"}
+    assert not os.path.exists(missing)                  # and nothing was created
