@@ -27,6 +27,7 @@ CLOSE_LIMIT = 5.0       # the guardian asks for SIGTERM 10 s after its retire re
 EXIT_CLOSE_STUCK = 3
 EXIT_HOME_LOST = 6
 EXIT_FENCED = 7   # fenced off while serving: a newer generation holds the owner
+EXIT_LOOP_FAILED = 8   # a loop of the generation failed (Generation.failed): recover anew
 
 log = logging.getLogger("tenure.backend")
 
@@ -72,7 +73,9 @@ async def serve(home: Path, activation: str) -> int:
     finally:
         watcher.cancel()
         await close_bounded(gen.close())
-    return EXIT_FENCED if gen.stood_down else 0
+    if gen.stood_down:
+        return EXIT_FENCED
+    return EXIT_LOOP_FAILED if gen.failed else 0
 
 
 def _home_lost(loss: TenureError) -> NoReturn:

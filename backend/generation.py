@@ -112,6 +112,7 @@ class Generation(HandingOver):
         self._drain_watch: asyncio.Task[None] | None = None
         self.started_at = time.time()
         self._done = asyncio.Event()
+        self.failed: str | None = None   # why a loop of ours ended this generation
         self._thawed = asyncio.Event()
         self._thawed.set()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -179,15 +180,32 @@ class Generation(HandingOver):
         await self.api.resume_operations()
         # a predecessor may have died between stopping an app and closing its sockets
         await self.sup.sweep_sockets(self.config)
-        self._tasks = [background(self._read_observations(), "observation reader", log),
-                       background(persist_loop(self), "persist", log),
-                       background(certificate_loop(self), "certificate", log),
-                       background(self._heartbeat_loop(), "owner heartbeat", log),
-                       background(self._log_budget_loop(), "log budgets", log),
-                       background(retention_loop(self), "retention", log),
-                       background(self._spool_loop(), "queued config", log)]
+        self._tasks = [self._loop(self._read_observations(), "observation reader"),
+                       self._loop(persist_loop(self), "persist"),
+                       self._loop(certificate_loop(self), "certificate"),
+                       self._loop(self._heartbeat_loop(), "owner heartbeat"),
+                       self._loop(self._log_budget_loop(), "log budgets"),
+                       self._loop(retention_loop(self), "retention"),
+                       self._loop(self._spool_loop(), "queued config")]
         self.ready = True
         await self.serve_metrics()
+
+    def _loop(self, coro: Any, what: str) -> asyncio.Task[Any]:
+        """One of the generation's loops. Each is part of what it promises (a status
+        that follows the owner, state on disk, a certificate, bounded logs): one that
+        fails ends the generation (``failed``), and the guardian recovers a new one from
+        the owner's truth, rather than this one serving a view that no longer moves."""
+        task = background(coro, what, log)
+
+        def ended(t: asyncio.Task[Any]) -> None:
+            if t.cancelled() or t.exception() is None or self._done.is_set():
+                return
+            self.failed = f"the {what} loop failed: {type(t.exception()).__name__}"
+            log.error("%s; this generation ends, for the guardian to recover a new one",
+                      self.failed)
+            self._done.set()
+        task.add_done_callback(ended)
+        return task
 
     async def _adopt(self) -> None:
         assert self.owner is not None and self.sup is not None and self.store is not None

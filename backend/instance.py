@@ -325,13 +325,10 @@ class Instance:
             self.streak = 0
             self.starts = []
         self.streak += 1
-        b = self.app.backoff
         # The first failure after a stable run restarts at once (most crashes are one-off);
         # consecutive failures then wait initial, initial*factor, ... up to max.
-        delay = 0.0 if self.streak == 1 else min(b.initial * b.factor ** (self.streak - 2),
-                                                 b.max)
         self._set_state(State.BACKOFF, now)
-        self._start_timer(Timer.BACKOFF, delay, now)
+        self._start_timer(Timer.BACKOFF, self.app.backoff.delay(self.streak), now)
 
     def _stop(self, state: State, now: float) -> None:
         self._set_state(state, now)

@@ -104,6 +104,16 @@ class Backoff(Struct, frozen=True):
     factor: float = 2.0
     reset_after: float = 30.0
 
+    def delay(self, n: int) -> float:
+        """The wait before restart ``n`` (>= 1) of a streak. Never overflows: a streak
+        can be as long as the app keeps failing (0.5 * 2.0**1024 is past a float)."""
+        if n <= 1 or self.initial == 0.0:
+            return 0.0
+        try:
+            return min(self.initial * self.factor ** (n - 2), self.max)
+        except OverflowError:
+            return self.max
+
 
 class StartLimit(Struct, frozen=True):
     """More than ``burst`` starts within ``interval`` seconds: give up (start-limit-hit)."""

@@ -38,7 +38,7 @@ def quick_failure_limit(starts: int, uptime: float, backoff: Backoff) -> StartLi
     burst = max(1, starts)
     waits, n = 0.0, 2
     while n <= burst:
-        wait = min(backoff.initial * backoff.factor ** (n - 2), backoff.max)
+        wait = backoff.delay(n)
         if wait in (0.0, backoff.max) or backoff.factor == 1.0:
             waits += wait * (burst - n + 1)  # every later wait is the same: no loop
             break

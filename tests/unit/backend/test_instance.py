@@ -258,6 +258,27 @@ def test_backoff_delay_is_capped_at_max() -> None:
     assert crash_loop_delays(Rig(app)) == [0.0, 1.0, 3.0, 9.0, 10.0, 10.0]
 
 
+def test_a_long_crash_loop_or_a_huge_factor_waits_max_and_never_overflows() -> None:
+    """0.5 * 2.0**1024 is past a float: with the defaults, an app that fails at once for
+    8.5 hours reached it, and a ``factor = 1e300`` at the fourth failure. The
+    OverflowError killed the backend's observation loop."""
+    assert Backoff().delay(2000) == 30.0 and Backoff().delay(1) == 0.0
+    assert Backoff(initial=0.0).delay(2000) == 0.0
+    app = mk_app(health=None, backoff=Backoff(initial=0.1, max=1.0, factor=1e300),
+                 start_limit=StartLimit(burst=1000, interval=1.0))
+    assert crash_loop_delays_for(Rig(app), 8) == [0.0, 0.1, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def crash_loop_delays_for(r: Rig, runs: int) -> list[float]:
+    delays = []
+    r.feed(Start())
+    for _ in range(runs):
+        r.launched()
+        delays += [a.delay for a in of(r.feed(Exited(1, None), 0.1), StartTimer)]
+        r.fire(Timer.BACKOFF)
+    return delays
+
+
 def test_start_limit_window_slides() -> None:
     # 5 starts per 60 s, but 10 s backoffs: the window never holds more than 5.
     app = mk_app(health=None, backoff=Backoff(initial=20.0, factor=1.0, max=20.0))
