@@ -8,12 +8,16 @@ The rules, as ``configparser`` applies them:
   or ``#`` starts a comment only at the start of the line or after whitespace
   (``url=http://x/#frag`` keeps its ``#``);
 - ``[name]`` starts a section (everything up to the last ``]``); ``[DEFAULT]`` holds
-  values every section inherits;
+  values every section inherits; any other line that starts with ``[`` is an error (a
+  malformed header, which configparser would misread as a key or as a key outside any
+  section);
 - ``key = value`` or ``key: value`` (the first ``=`` or ``:``); keys are lower-cased and
   stripped, values stripped;
 - a line indented deeper than its option's first line continues the value (joined with
   newlines); blank lines inside a continued value are kept, trailing ones dropped;
 - a section or option given twice is merged, the later value wins (also across files).
+
+A leading UTF-8 byte order mark, which some Windows editors write, is skipped.
 
 There is no interpolation here: supervisord expands ``%(name)s`` itself, later.
 """
@@ -87,6 +91,7 @@ class IniDocument:
         current: IniSection | None = None
         pending: _Pending | None = None
         indent = 0
+        text = text.removeprefix("\ufeff")
         lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         for lineno, raw in enumerate(lines, start=1):
             content, had_comment = _strip_comment(raw)
@@ -104,6 +109,9 @@ class IniDocument:
             if header:
                 current = self._section(header.group("header"), file, lineno)
                 continue
+            if content.startswith("["):
+                raise IniError(lineno, f"a malformed section header: {content!r} (a "
+                               "header is '[name]')")
             if current is None:
                 raise IniError(lineno, "a key outside any [section]")
             pending = _option(current, content, file, lineno)

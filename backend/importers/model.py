@@ -25,7 +25,8 @@ __all__ = ["Context", "Draft", "Finding", "FindingKind", "Origin", "SourceResult
            "source_error"]
 
 NodeRunner = Callable[[str, str, float], str]
-"""Runs ``node -e SCRIPT FILE`` (file, script, timeout in seconds) and returns its output."""
+"""Runs ``node -e SCRIPT FILE FD`` (file, script, timeout in seconds) and returns what the
+script wrote to FD (the JSON; stdout is the file's own)."""
 
 
 class FindingKind(StrEnum):

@@ -1,9 +1,10 @@
 """Procfiles → draft apps (see docs/config.md, "Coming from a Procfile").
 
 A Procfile is one ``name: command`` per line (names of letters, digits, ``_`` and ``-``;
-blank lines and ``#`` comments are skipped), as Heroku, foreman and honcho read it. Every
-line becomes an app of the ``--stack`` stack, run in the Procfile's directory and
-restarted whenever it exits, as on Heroku. Heroku, foreman and honcho run the command
+blank lines and ``#`` comments are skipped), as Heroku, foreman and honcho read it; a
+leading UTF-8 byte order mark, as some Windows editors write, is skipped. Every line
+becomes an app of the ``--stack`` stack, run in the Procfile's directory and restarted
+whenever it exits, as on Heroku. Heroku, foreman and honcho run the command
 through a shell; tenure runs it through ``sh -c`` only when it uses shell syntax (pipes,
 redirections, variables, globs, ``&&``, ...), and otherwise splits it into words itself,
 so that the app's own process receives tenure's signals.
@@ -30,7 +31,7 @@ def read_procfile(path: str, ctx: Context) -> SourceResult:
     ``ctx`` is unused: a Procfile depends on nothing but itself."""
     del ctx
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise source_error(path, None, "", f"cannot read the file: {e}") from None

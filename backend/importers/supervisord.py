@@ -15,8 +15,8 @@ import os
 
 from .ini import IniDocument, IniError, IniSection
 from .model import Context, Origin, SourceResult, source_error
-from .supervisord_program import ExpansionScope, Group, read_program
-from .supervisord_values import expand, integer, key_value_pairs, list_of_strings
+from .supervisord_program import ExpansionScope, Group, read_environment, read_program
+from .supervisord_values import expand, integer, list_of_strings
 
 __all__ = ["read_supervisord"]
 
@@ -113,12 +113,9 @@ def _daemon_environment(doc: IniDocument, scope: ExpansionScope,
     value = doc.get("supervisord", "environment")
     if value is None:
         return {}
-    try:
-        return key_value_pairs(expand(value.value, scope.names(_here(value.file))))
-    except ValueError as e:
-        result.not_mapped(Origin(value.file, value.line, "[supervisord] environment"),
-                          str(e))
-        return {}
+    return read_environment(value.value, scope.names(_here(value.file)),
+                            Origin(value.file, value.line, "[supervisord] environment"),
+                            result) or {}
 
 
 def _groups(doc: IniDocument, scope: ExpansionScope,

@@ -35,13 +35,13 @@ from .supervisord_values import (
     boolean,
     exit_codes,
     expand,
+    expand_pairs,
     integer,
-    key_value_pairs,
     octal,
     signal_name,
 )
 
-__all__ = ["ExpansionScope", "Group", "read_program"]
+__all__ = ["ExpansionScope", "Group", "read_environment", "read_program"]
 
 T = TypeVar("T")
 _REFERENCE = re.compile(r"%\(([^)]*)\)")
@@ -107,6 +107,21 @@ class _Process(Struct, frozen=True):
         return (self.command, self.env, self.cwd) == (other.command, other.env, other.cwd)
 
 
+def read_environment(raw: str, names: Mapping[str, str | int], origin: Origin,
+                     result: SourceResult) -> dict[str, str] | None:
+    """The variables of an ``environment`` value. A variable whose value uses a name that
+    cannot be expanded is left out and reported, the others are kept; when the value as a
+    whole cannot be expanded or split, none is (None), and the report says so."""
+    try:
+        pairs, left_out = expand_pairs(raw, names)
+    except ValueError as e:
+        result.not_mapped(origin, f"{e}; none of its variables is imported")
+        return None
+    for key, problem in left_out.items():
+        result.not_mapped(origin, f"{key} is not imported: {problem}")
+    return pairs
+
+
 def read_program(doc: IniDocument, section: IniSection, group: Group | None,
                  scope: ExpansionScope) -> SourceResult:
     """Draft apps and findings for ``section`` (a ``[program:x]``). Never raises: what
@@ -159,10 +174,19 @@ class _Program:
         value = self.doc.get(self.section.name, key)
         if value is None:
             return None
-        for name in self.scope.from_host(value.value, own_env or {}):
-            self.result.note(self._origin(key), f"%({name})s was expanded when importing, "
-                             "from this machine (supervisord expands it when it starts)")
-        return expand(value.value, names)
+        expanded = expand(value.value, names)
+        self._note_from_host(key, value.value, names, own_env or {})
+        return expanded
+
+    def _note_from_host(self, key: str, raw: str, names: Mapping[str, str | int],
+                        own_env: Mapping[str, str]) -> None:
+        """A note for each name in ``raw`` whose value came from the importing machine.
+        Only once expanded: a name that could not be expanded was not (it is reported)."""
+        for name in self.scope.from_host(raw, own_env):
+            if name in names:
+                self.result.note(self._origin(key), f"%({name})s was expanded when "
+                                 "importing, from this machine (supervisord expands it "
+                                 "when it starts)")
 
     def _get(self, key: str, convert: Callable[[str], T], default: T,
              valid: Callable[[T], bool] = lambda _: True, rule: str = "") -> T:
@@ -173,7 +197,7 @@ class _Program:
                 return default
             value = convert(raw)
         except ValueError as e:
-            self.result.not_mapped(self._origin(key), str(e))
+            self.result.not_mapped(self._origin(key), f"{e}; the default applies")
             return default
         if not valid(value):
             self.result.not_mapped(self._origin(key), f"{rule}, not {raw!r}; the "
@@ -288,18 +312,22 @@ class _Program:
                         self._directory(per, env))
 
     def _environment(self, per: Mapping[str, str | int]) -> dict[str, str]:
-        try:
-            return key_value_pairs(self._expand("environment",
-                                                self._names("environment", per)) or "")
-        except ValueError as e:
-            self.result.not_mapped(self._origin("environment"), str(e))
+        value = self.doc.get(self.section.name, "environment")
+        if value is None:
             return {}
+        names = self._names("environment", per)
+        env = read_environment(value.value, names, self._origin("environment"),
+                               self.result)
+        if env is None:
+            return {}
+        self._note_from_host("environment", value.value, names, {})
+        return env
 
     def _directory(self, per: Mapping[str, str | int], env: dict[str, str]) -> str | None:
         try:
             cwd = self._expand("directory", self._names("directory", per, env), env)
         except ValueError as e:
-            self.result.not_mapped(self._origin("directory"), str(e))
+            self.result.not_mapped(self._origin("directory"), f"{e}; not imported")
             return None
         if cwd is not None and not cwd.startswith("/"):
             self.result.not_mapped(self._origin("directory"), "tenure needs an absolute "

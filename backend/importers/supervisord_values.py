@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 import shlex
 import signal
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 
-__all__ = ["AutoRestart", "auto_restart", "boolean", "exit_codes", "expand", "integer",
-           "key_value_pairs", "list_of_strings", "octal", "signal_name"]
+__all__ = ["AutoRestart", "auto_restart", "boolean", "exit_codes", "expand", "expand_pairs",
+           "integer", "key_value_pairs", "list_of_strings", "octal", "signal_name"]
 
 _TRUE = ("yes", "true", "on", "1")
 _FALSE = ("no", "false", "off", "0")
@@ -31,10 +32,12 @@ class AutoRestart(StrEnum):
     UNEXPECTED = "unexpected"
 
 
-def expand(value: str, names: Mapping[str, str | int]) -> str:
+def expand(value: str, names: Mapping[str, str | int],
+           missing: Callable[[str, str], str] | None = None) -> str:
     """Replace every ``%(name)s`` (any printf conversion: ``%(process_num)02d``) and
     ``%%``. Raises ValueError for an unknown name or a ``%`` that starts neither, where
-    supervisord would fail or format its whole table of names into the value."""
+    supervisord would fail or format its whole table of names into the value. With
+    ``missing``, an unknown name is replaced by ``missing(reference, problem)`` instead."""
     out: list[str] = []
     pos = 0
     for m in _EXPANSION.finditer(value):
@@ -46,8 +49,11 @@ def expand(value: str, names: Mapping[str, str | int]) -> str:
             continue
         name = m.group("name")
         if name not in names:
-            raise ValueError(f"%({name}) cannot be expanded; known names: "
-                             + ", ".join(sorted(names)))
+            problem = _unknown(m.group(0), name, names)
+            if missing is None:
+                raise ValueError(problem)
+            out.append(missing(m.group(0), problem))
+            continue
         try:
             out.append(("%" + m.group("spec")) % (names[name],))
         except (TypeError, ValueError) as e:
@@ -55,6 +61,51 @@ def expand(value: str, names: Mapping[str, str | int]) -> str:
     _check_plain(value[pos:])
     out.append(value[pos:])
     return "".join(out)
+
+
+def _unknown(reference: str, name: str, names: Mapping[str, str | int]) -> str:
+    """Why ``reference`` cannot be expanded. The ``ENV_`` names are not listed: they are
+    the importing machine's whole environment, too many to read, and not for a report
+    that may be shared."""
+    if name.startswith("ENV_"):
+        return (f"{reference} cannot be expanded: {name[4:]} is set neither in the "
+                "environment `tenure import` runs in nor by `environment`")
+    known = ", ".join(sorted(n for n in names if not n.startswith("ENV_")))
+    return f"{reference} cannot be expanded; known names: {known} and ENV_ names"
+
+
+def expand_pairs(value: str, names: Mapping[str, str | int]) -> tuple[dict[str, str],
+                                                                      dict[str, str]]:
+    """An ``environment`` value expanded, then split into pairs, as supervisord does it;
+    and, apart, why each pair that uses a name that cannot be expanded was left out, so
+    that the other pairs are kept. Raises ValueError when the value as a whole cannot be
+    expanded or split. An unknown name is expanded to a unique placeholder word, so the
+    value splits as supervisord would split it with any word there; a pair holding a
+    placeholder is one to leave out."""
+    holes: dict[str, tuple[str, str]] = {}  # placeholder -> (reference, problem)
+
+    def hole(reference: str, problem: str) -> str:
+        # letters and digits only: one word to the splitter, as a value would be
+        placeholder = f"UNEXPANDED{uuid.uuid4().hex}"
+        holes[placeholder] = (reference, problem)
+        return placeholder
+
+    def restore(text: str) -> str:
+        for placeholder, (reference, _) in holes.items():
+            text = text.replace(placeholder, reference)
+        return text
+
+    try:
+        pairs = key_value_pairs(expand(value, names, hole))
+    except ValueError as e:
+        raise ValueError(restore(str(e))) from None
+    left_out: dict[str, str] = {}
+    for key, val in list(pairs.items()):
+        problems = [p for h, (_, p) in holes.items() if h in key or h in val]
+        if problems:
+            del pairs[key]
+            left_out[restore(key)] = "; ".join(problems)
+    return pairs, left_out
 
 
 def _check_plain(text: str) -> None:

@@ -36,6 +36,17 @@ def test_es_module_default_export_is_read(tmp_path: Path) -> None:
 
 
 @needs_node
+def test_config_js_that_prints_while_it_loads_is_read(tmp_path: Path) -> None:
+    """pm2 accepts a file that logs; what it prints is not taken for the export."""
+    path = tmp_path / "log.config.js"
+    path.write_text('console.log("noise");\nprocess.stdout.write("{}");\n'
+                    'console.error("to stderr");\n'
+                    'module.exports = { apps: [{ name: "n", script: "/bin/true" }] };\n')
+    assert load_ecosystem(str(path), Context()) == {"apps": [{"name": "n",
+                                                              "script": "/bin/true"}]}
+
+
+@needs_node
 def test_json_that_pm2_accepts_as_javascript_is_read(tmp_path: Path) -> None:
     path = tmp_path / "process.json"
     path.write_text("{\n  // PM2 evaluates this file\n  apps: [{ script: 'a.js' }],\n}\n")

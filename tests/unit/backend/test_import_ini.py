@@ -96,6 +96,26 @@ def test_unparsable_lines_are_reported_with_their_line(text: str, line: int) -> 
     assert e.value.line == line
 
 
+@pytest.mark.parametrize(("text", "line"), [
+    ("[program:x\ncommand=sleep 1\n", 1),
+    # configparser would read this one as a key '[program' = 'b' of [program:a]
+    ("[program:a]\ncommand=/bin/a\n[program:b\ncommand=/bin/b\n", 3),
+    ("[]\n", 1),
+])
+def test_a_malformed_section_header_is_reported_as_one(text: str, line: int) -> None:
+    with pytest.raises(IniError) as e:
+        IniDocument().read(text, "f")
+    assert e.value.line == line
+    assert e.value.problem.startswith("a malformed section header: ")
+
+
+def test_a_leading_byte_order_mark_is_skipped() -> None:
+    doc = IniDocument()
+    doc.read("\ufeff[program:a]\ncommand=sleep 1\n", "f")
+    assert list(doc.sections) == ["program:a"]
+    assert doc.get("program:a", "command") == _value("sleep 1", "f", 2)
+
+
 def _value(value: str, file: str, line: int) -> object:
     from backend.importers.ini import IniValue
     return IniValue(value, file, line)

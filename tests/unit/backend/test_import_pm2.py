@@ -278,8 +278,19 @@ def test_config_js_goes_through_node_and_its_errors_are_config_invalid(
                                          node_timeout=3.0))
     assert calls == [(str(path), 3.0)]
     assert result.drafts[0].app.name == "srv"
-    with pytest.raises(ConfigInvalid, match="node printed no JSON"):
+    with pytest.raises(ConfigInvalid, match="node returned no JSON"):
         read_pm2(str(path), Context(run_node=lambda *_: "undefined"))
+
+
+def test_json_with_a_byte_order_mark_is_read_without_node(tmp_path: Path) -> None:
+    path = tmp_path / "process.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"apps": [{"script": "a.js"}]}).encode())
+
+    def no_node(file: str, script: str, timeout: float) -> str:
+        raise ConfigInvalid("reading it needs `node` on PATH", {})
+
+    result = read_pm2(str(path), Context(environ={}, hostname="h", run_node=no_node))
+    assert [d.app.name for d in result.drafts] == ["a"]
 
 
 def test_json_that_is_not_javascript_either_reports_the_json_error(tmp_path: Path) -> None:

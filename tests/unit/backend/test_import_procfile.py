@@ -54,6 +54,15 @@ def test_lines_that_are_not_imported_are_reported(tmp_path: Path, text: str,
     assert len(result.drafts) == text.count("\n") - 1
 
 
+def test_a_leading_byte_order_mark_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "Procfile"
+    path.write_bytes(b"\xef\xbb\xbfweb: sleep 1\nworker: sleep 10\n")
+    result = read_procfile(str(path), Context(environ={}, hostname="h"))
+    assert [(d.app.name, d.app.command) for d in result.drafts] == [
+        ("web", ("sleep", "1")), ("worker", ("sleep", "10"))]
+    assert result.findings == []
+
+
 def test_an_unreadable_procfile_is_config_invalid(tmp_path: Path) -> None:
     with pytest.raises(ConfigInvalid, match="cannot read the file"):
         read_procfile(str(tmp_path / "Procfile"), Context())

@@ -48,6 +48,18 @@ def test_expand_uses_printf_conversions_and_double_percent() -> None:
         expand("date +%s", names)  # supervisord would format its whole table in here
 
 
+def test_an_unknown_name_is_named_without_listing_the_environment() -> None:
+    names = {"program_name": "w", "ENV_SECRET_NAME": "x"}
+    with pytest.raises(ValueError) as e:
+        expand("%(ENV_NOPE)s", names)
+    assert str(e.value).startswith("%(ENV_NOPE)s cannot be expanded: NOPE is set neither "
+                                   "in the environment")
+    with pytest.raises(ValueError) as e:
+        expand("%(nope)s", names)
+    assert str(e.value).endswith("known names: program_name and ENV_ names")
+    assert "SECRET" not in str(e.value)
+
+
 def test_environment_pairs_are_split_like_supervisord() -> None:
     assert key_value_pairs('A="x, y",B=/p:q,C=http://h:1/a-b.c') == \
         {"A": "x, y", "B": "/p:q", "C": "http://h:1/a-b.c"}
@@ -146,7 +158,7 @@ def test_too_many_processes_are_capped_and_reported(tmp_path: Path) -> None:
     ("700000", 604800.0, "tenure waits at most 604800 s (a week) for an app to stop, "
                          "not 700000"),
     ("-5", 10.0, "tenure needs a stop timeout > 0, not '-5'; the default applies"),
-    ("soon", 10.0, "not an integer: 'soon'"),
+    ("soon", 10.0, "not an integer: 'soon'; the default applies"),
 ])
 def test_stop_wait_beyond_a_week_is_capped_and_reported(
         tmp_path: Path, value: str, timeout: float, problem: str | None) -> None:
@@ -174,6 +186,43 @@ directory=%(ENV_APP_DIR)s
     assert app.env == {"TZ": "UTC", "APP_DIR": "/srv/x"}
     notes = [f.problem for f in result.findings if f.kind is FindingKind.NOTE]
     assert len(notes) == 1 and "%(host_node_name)s" in notes[0]
+
+
+def test_a_variable_that_cannot_be_expanded_is_left_out_alone(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": """
+[supervisord]
+environment=D=%(ENV_NOPE_D)s,E=1
+[program:c]
+command=sleep 3
+environment=P="100%%",Q=%(ENV_NOPE_UNSET)s,H=%(ENV_HOME)s
+startsecs=%(ENV_NOPE_S)s
+"""})
+    assert result.drafts[0].app.env == {"E": "1", "P": "100%", "H": "/home/ops"}
+    problems = sorted((f.origin.key, f.problem) for f in result.findings
+                      if f.kind is FindingKind.NOT_MAPPED)
+    assert problems == [
+        ("[program:c] environment", "Q is not imported: %(ENV_NOPE_UNSET)s cannot be "
+         "expanded: NOPE_UNSET is set neither in the environment `tenure import` runs in "
+         "nor by `environment`"),
+        ("[program:c] startsecs", "%(ENV_NOPE_S)s cannot be expanded: NOPE_S is set "
+         "neither in the environment `tenure import` runs in nor by `environment`; the "
+         "default applies"),
+        ("[supervisord] environment", "D is not imported: %(ENV_NOPE_D)s cannot be "
+         "expanded: NOPE_D is set neither in the environment `tenure import` runs in nor "
+         "by `environment`")]
+    notes = [f.problem for f in result.findings if f.kind is FindingKind.NOTE]
+    assert len(notes) == 1 and notes[0].startswith("%(ENV_HOME)s was expanded")
+
+
+def test_an_environment_that_cannot_be_split_is_left_out_and_says_so(
+        tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": "[program:c]\ncommand=sleep 3\n"
+                                        "environment=A=%(ENV_HOME)s,B\n"})
+    assert result.drafts[0].app.env == {}
+    assert _problems(result)["[program:c] environment"] == (
+        "not KEY=value pairs separated by commas: 'A=/home/ops,B'; none of its variables "
+        "is imported")
+    assert _problems(result, FindingKind.NOTE) == {}
 
 
 def test_unusable_values_are_reported_and_defaults_kept(tmp_path: Path) -> None:
@@ -353,6 +402,7 @@ command=/bin/x
     ({"s.conf": "[include]\n"}, 1, "has no 'files' key"),
     ({"s.conf": "[include]\nfiles=bad.conf\n", "bad.conf": "orphan=1\n"}, 1,
      "outside any [section]"),
+    ({"s.conf": "[program:x\ncommand=sleep 1\n"}, 1, "a malformed section header"),
 ])
 def test_unparsable_files_are_config_invalid_with_file_and_line(
         tmp_path: Path, files: dict[str, str], line: int, problem: str) -> None:
@@ -360,6 +410,12 @@ def test_unparsable_files_are_config_invalid_with_file_and_line(
         _read(tmp_path, files)
     assert e.value.data["line"] == line
     assert problem in e.value.data["problem"]
+
+
+def test_a_leading_byte_order_mark_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "bom.conf").write_bytes(b"\xef\xbb\xbf[program:a]\ncommand=sleep 1\n")
+    result = read_supervisord(str(tmp_path / "bom.conf"), CTX)
+    assert [d.app.command for d in result.drafts] == [("sleep", "1")]
 
 
 def test_a_missing_file_is_config_invalid(tmp_path: Path) -> None:
