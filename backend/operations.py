@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from protocol.errors import Conflict, OperationInProgress
@@ -164,9 +164,7 @@ class OperationRunner:
             await self._stop_keys(self._keys_of(s["app"]), forget=True)
         elif s["do"] == "scale_app":
             assert app is not None
-            extra = [k for k in self._keys_of(s["app"]) if int(k.rsplit("/", 1)[1]) >= s["to"]]
-            await self._stop_keys(extra, forget=True)
-            await self._ensure_up(app, range(s["to"]))
+            return await self._scale(op_id, app, s["to"], progress)
         elif s["do"] == "restart_instance":
             assert app is not None
             return await self._restart(op_id, app, s["instance"], progress)
@@ -179,10 +177,10 @@ class OperationRunner:
     def _keys_of(self, app_key: str) -> list[str]:
         return [k for k in self.sup.instances if k.rsplit("/", 1)[0] == app_key]
 
-    async def _ensure_up(self, app: App, indexes: range) -> None:
+    async def _ensure_up(self, app: App, indexes: Sequence[int]) -> None:
         await self._ensure_up_many([(app, indexes)])
 
-    async def _ensure_up_many(self, items: list[tuple[App, range]]) -> None:
+    async def _ensure_up_many(self, items: list[tuple[App, Sequence[int]]]) -> None:
         stopped = self.stopped_stacks()
         keys = [self.sup.ensure(app, i, app.stack not in stopped)
                 for app, indexes in items for i in indexes]
@@ -198,6 +196,23 @@ class OperationRunner:
         if forget:
             for k in keys:
                 self.sup.forget(k)
+
+    async def _scale(self, op_id: str, app: App, to: int, progress: dict[str, Any]
+                     ) -> dict[str, Any]:
+        """Remove the instances from ``to`` on; start those the scale adds (never
+        started yet) and only those: one the operator stopped, or that gave up
+        (``failed``), stays as it is. Which ones it adds is kept in the step's progress
+        before any starts, so a resumed step waits for the same ones."""
+        extra = [k for k in self._keys_of(app.key) if int(k.rsplit("/", 1)[1]) >= to]
+        await self._stop_keys(extra, forget=True)
+        def never_started(index: int) -> bool:
+            inst = self.sup.instances.get(instance_key(app.stack, app.name, index))
+            return inst is None or not inst.started
+        if "added" not in progress:
+            progress = {"added": [i for i in range(to) if never_started(i)]}
+            self.store.set_progress(op_id, progress)
+        await self._ensure_up(app, progress["added"])
+        return progress
 
     async def _restart(self, op_id: str, app: App, index: int, progress: dict[str, Any]
                        ) -> dict[str, Any]:

@@ -113,6 +113,23 @@ def test_a_definition_change_with_a_scale_restarts_only_the_instances_it_had(clu
         [("restart", 1), ("scale", None)], smaller["changes"]
 
 
+def test_a_scale_starts_only_the_instances_it_adds(cluster):
+    """Was: scaling 3 -> 4 started every instance below 4, so the one the operator had
+    stopped came back (and a plan that said only `scale` did more than it said)."""
+    cluster.up(app("s", "v", extra="instances = 3"))
+    cluster.wait_ready(3)
+    cluster.cli("stop", "s/v/1", check=True)
+    for count, name in ((4, "v4.toml"), (2, "v2.toml")):
+        plan = plan_file(cluster, app("s", "v", extra=f"instances = {count}"), name)
+        assert [c["action"] for c in plan["changes"]] == ["scale"], plan["changes"]
+        res = cluster.cli("apply", plan["id"], "--wait", check=True).out
+        assert res["outcome"] == "success", res
+        apps = cluster.apps()
+        assert sorted(apps) == [f"s/v/{i}" for i in range(count)]
+        assert apps["s/v/1"]["state"] == "stopped", apps["s/v/1"]
+        assert all(a["state"] == "ready" for k, a in apps.items() if k != "s/v/1"), apps
+
+
 def test_second_apply_on_a_busy_stack_is_operation_in_progress(cluster):
     cluster.up(app("c", "a"))
     cluster.wait_ready(1)
