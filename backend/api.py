@@ -47,6 +47,7 @@ from .steps import StepGate
 from .targets import (
     check_target,
     check_targets,
+    in_order,
     select_all,
 )
 from .usage import Usage, owner_metrics
@@ -248,7 +249,7 @@ class Api(InstanceCommands, LogsReading):
         dropped = self.gen.log_dropped
         link = self._link()
         wanted = call.params.get("targets")
-        keys = sorted(self.sup.instances) if not wanted else \
+        keys = in_order(self.sup.instances) if not wanted else \
             select_all(self.sup.instances, wanted)
         held, usage = await self._ask_owner(keys if wanted else None, link)
         t = time.monotonic()   # after the owner's answer: a launch may have ended meanwhile

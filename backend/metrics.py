@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from . import metrics_control as mc
 from .instance_types import PublicState
+from .targets import in_order
 from .usage import owner_metrics
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ async def snapshot(gen: Generation) -> dict[str, Any]:
         mc.guardian_counters(gen.layout))
     measured = {(r["pid"], r["start_ticks"]): r for r in (answer or {}).get("launches", [])}
     apps = []
-    for key, inst in sorted(sup.instances.items()):
+    for key in in_order(sup.instances):
+        inst = sup.instances[key]
         m = measured.get((inst.pid, inst.start_ticks), {}) if inst.pid is not None else {}
         apps.append({"key": key, "stack": inst.app.stack, "app": inst.app.name,
                      "instance": inst.index, "state": str(inst.public_state),

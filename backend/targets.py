@@ -19,7 +19,8 @@ from fnmatch import fnmatchcase
 from protocol.errors import BadRequest, NotFound
 
 __all__ = ["MAX_TARGETS", "Source", "check_cli_targets", "check_target", "check_targets",
-           "exact_source", "is_glob", "select", "select_all", "source_target", "sources"]
+           "exact_source", "in_order", "is_glob", "select", "select_all", "source_target",
+           "sources"]
 
 MAX_TARGETS = 64
 _GLOB = frozenset("*?[")
@@ -73,20 +74,32 @@ def _matches(key: str, parts: list[str]) -> bool:
         fnmatchcase(h, p) for h, p in zip(have, parts, strict=False))
 
 
+def _order(key: str) -> tuple[str, str, int, str]:
+    stack, _, rest = key.partition("/")
+    app, _, index = rest.partition("/")
+    return stack, app, int(index) if index.isdigit() else -1, index
+
+
+def in_order(keys: Iterable[str]) -> list[str]:
+    """Instance keys as an operator reads them: by stack, app, then instance number
+    (``web/api/2`` before ``web/api/10``, which plain string order puts first)."""
+    return sorted(keys, key=_order)
+
+
 def select(keys: Iterable[str], target: str) -> list[str]:
-    """The keys ``target`` names, sorted (empty when none). Raises BadRequest for a
+    """The keys ``target`` names, in order (empty when none). Raises BadRequest for a
     malformed target."""
     if (why := check_target(target)) is not None:
         raise BadRequest(f"target {target!r}: {why}", {"target": target})
     if not is_glob(target):   # the frequent case, without a pattern match per key
         under = target + "/"
-        return sorted(k for k in set(keys) if k == target or k.startswith(under))
+        return in_order(k for k in set(keys) if k == target or k.startswith(under))
     parts = target.split("/")
-    return sorted(k for k in set(keys) if _matches(k, parts))
+    return in_order(k for k in set(keys) if _matches(k, parts))
 
 
 def select_all(keys: Iterable[str], targets: list[str]) -> list[str]:
-    """The keys any of ``targets`` names, sorted. Raises NotFound naming every target
+    """The keys any of ``targets`` names, in order. Raises NotFound naming every target
     that names nothing, BadRequest for a malformed one."""
     known = set(keys)
     out: set[str] = set()
@@ -99,7 +112,7 @@ def select_all(keys: Iterable[str], targets: list[str]) -> list[str]:
     if missing:
         names = ", ".join(repr(t) for t in missing)
         raise NotFound(f"no stack, app or instance matches {names}", {"targets": missing})
-    return sorted(out)
+    return in_order(out)
 
 
 def sources(keys: Iterable[str], target: str) -> list[Source]:

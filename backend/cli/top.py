@@ -23,10 +23,16 @@ __all__ = ["HEADER", "PRIME", "SORTS", "pick", "render", "run"]
 HEADER = ["INSTANCE", "STATE", "CPU", "MEM", "RESTARTS", "UPTIME", "PID"]
 PRIME = 1.0
 SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "cpu": lambda a: (-(a.get("cpu_percent") or 0.0), -(a.get("rss") or 0), a["key"]),
-    "mem": lambda a: (-(a.get("rss") or 0), -(a.get("cpu_percent") or 0.0), a["key"]),
-    "name": lambda a: a["key"],
+    "cpu": lambda a: (-(a.get("cpu_percent") or 0.0), -(a.get("rss") or 0), _name(a)),
+    "mem": lambda a: (-(a.get("rss") or 0), -(a.get("cpu_percent") or 0.0), _name(a)),
+    "name": lambda a: _name(a),
 }
+
+
+def _name(a: dict[str, Any]) -> tuple[str, str, int]:
+    """By stack, app and instance number (``web/api/2`` before ``web/api/10``)."""
+    stack, app, index = a["key"].split("/")
+    return stack, app, int(index)
 
 
 def pick(status: dict[str, Any], sort: str, n: int | None) -> dict[str, Any]:

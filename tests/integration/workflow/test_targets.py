@@ -118,3 +118,19 @@ def watch_redraws_until_ctrl_c(web: Any) -> None:
     snapshots = [s for s in out.split("\n\n") if s.startswith("backend ")][:-1]
     assert len(snapshots) >= 2, out
     assert all("web/api/1" in s and "web/worker" not in s for s in snapshots), snapshots
+
+
+def test_instances_are_listed_by_number(cluster: Any) -> None:
+    """Was: 0, 1, 10, 11, 2, ... (string order) in status, inspect, top and the order a
+    rolling restart of a glob took."""
+    cluster.up('[stacks.s.apps.many]\ncommand = ["sleep", "1000"]\ninstances = 12\n')
+    cluster.wait_ready(12)
+    numbered = [f"s/many/{i}" for i in range(12)]
+    assert keys(cluster.cli("status")) == numbered
+    assert keys(cluster.cli("status", "s/many/*")) == numbered
+    got = cluster.cli("inspect", "s/many")
+    assert [i["key"] for i in got.out["instances"]] == numbered
+    table = cluster.cli_text("top", "--once", "--sort", "name", "-n", "12").splitlines()
+    assert [ln.split()[0] for ln in table if ln.startswith("s/")] == numbered
+    res = cluster.cli("restart", "s/many/1*")
+    assert list(res.out["instances"]) == ["s/many/1", "s/many/10", "s/many/11"], res.out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.targets import check_targets, exact_source, select, select_all, sources
+from backend.targets import check_targets, exact_source, in_order, select, select_all, sources
 from protocol.errors import BadRequest, NotFound
 
 KEYS = ["web/api/0", "web/api/1", "web/worker/0", "web/admin/0", "blog/web/0"]
@@ -75,3 +75,12 @@ def test_a_target_without_a_glob_names_whole_parts_only() -> None:
     for target in ("web/api/1", "web/api", "web", "webx"):   # as the part-by-part match
         glob = target.replace("w", "[w]", 1)
         assert select(keys, target) == select(keys, glob), target
+
+
+def test_keys_are_in_instance_number_order() -> None:
+    keys = [f"web/api/{i}" for i in (10, 2, 0, 1)] + ["blog/web/0", "web/a/3"]
+    assert in_order(keys) == ["blog/web/0", "web/a/3", "web/api/0", "web/api/1",
+                              "web/api/2", "web/api/10"]
+    assert select(keys, "web/api") == ["web/api/0", "web/api/1", "web/api/2", "web/api/10"]
+    assert select_all(keys, ["web/api/1*", "blog"]) == ["blog/web/0", "web/api/1",
+                                                          "web/api/10"]
