@@ -17,7 +17,7 @@ from protocol.errors import (
 from protocol.server import Call
 
 from .logsel import after_time, bounded, read_sources
-from .targets import Source, exact_source, is_glob, source_target, sources
+from .targets import Source, exact_source, journal_target, source_target, sources
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -74,7 +74,8 @@ class LogsReading:
 
     async def _log_sources(self, targets: list[str]) -> list[Source]:
         """The journal sources ``targets`` name: instances known or configured, or, for a
-        target without globs, lines left in the journal by an app no longer configured.
+        target without globs (or with a last part ``*`` alone: ``web/*`` is the stack),
+        lines left in the journal by an app no longer configured.
         Raises NotFound naming the targets that name nothing. A reader that goes on
         (``tenure logs -f``) sends the answer's ``resolved`` back with ``resolved``
         true: those sources stay read when their apps are removed from the config."""
@@ -83,14 +84,16 @@ class LogsReading:
         missing = []
         for t in targets:
             named = sources(keys, t)
-            if not named and not is_glob(t) and await self._journal_has(exact_source(t)):
-                named = [exact_source(t)]
+            plain = journal_target(t)
+            if not named and plain is not None and \
+                    await self._journal_has(exact_source(plain)):
+                named = [exact_source(plain)]
             if not named:
                 missing.append(t)
             found += named
         if missing:
             names = ", ".join(repr(t) for t in missing)
-            globs = [t for t in missing if is_glob(t)]
+            globs = [t for t in missing if journal_target(t) is None]
             why = (" (a glob matches the instances tenure knows; name an app removed "
                    "since without one: its lines stay in the journal)") if globs else \
                 ", and the journal has no lines of it"

@@ -19,8 +19,8 @@ from fnmatch import fnmatchcase
 from protocol.errors import BadRequest, NotFound
 
 __all__ = ["MAX_TARGETS", "Source", "check_cli_targets", "check_target", "check_targets",
-           "exact_source", "in_order", "is_glob", "select", "select_all", "source_target",
-           "sources"]
+           "exact_source", "in_order", "is_glob", "journal_target", "select", "select_all",
+           "source_target", "sources"]
 
 MAX_TARGETS = 64
 _GLOB = frozenset("*?[")
@@ -135,6 +135,17 @@ def sources(keys: Iterable[str], target: str) -> list[Source]:
 def source_target(source: Source) -> str:
     """The target without globs that names exactly ``source`` (exact_source's inverse)."""
     return "/".join(str(part) for part in source if part is not None)
+
+
+def journal_target(target: str) -> str | None:
+    """The target without globs whose lines the journal may hold although no instance
+    is known: ``target`` itself, or its parent for a last part that is ``*`` alone
+    (``web/*`` reads the whole stack, as :func:`sources` has it); None for any other
+    glob, which matches only the instances tenure knows."""
+    parts = target.split("/")
+    if len(parts) > 1 and parts[-1] == "*":
+        target = "/".join(parts[:-1])
+    return None if is_glob(target) else target
 
 
 def exact_source(target: str) -> Source:

@@ -35,6 +35,22 @@ def test_a_glob_that_names_nothing_says_how_to_name_a_removed_app(cluster):
     assert "the journal has no lines of it" in exact.out["error"]["msg"], exact
 
 
+def test_a_star_reads_what_the_journal_holds_of_a_removed_stack_or_app(cluster):
+    """docs/cli.md: a last part that is `*` alone reads everything the journal holds of
+    its parent, removed apps included. `logs 'gone/*'` was NOT_FOUND once the stack was
+    taken out of the config, while `logs gone` printed its lines."""
+    cluster.up(CONFIG + '\n[stacks.gone.apps.web]\ncommand = ["sh", "-c", '
+                        '"echo gone line; exec sleep 100000"]\n')
+    cluster.wait_ready(2)
+    cluster.wait(lambda: "gone line" in cluster.cli_text("logs", "gone"), 10, "its line")
+    cluster.up(CONFIG)
+    for target in ("gone", "gone/*", "gone/web/*", "gone/web"):
+        text = cluster.cli_text("logs", target, "--since", "0")
+        assert "gone/web/0: gone line" in text, (target, text)
+    res = cluster.cli("logs", "nosuch/*")
+    assert "the journal has no lines of it" in res.out["error"]["msg"], res
+
+
 def test_a_follower_of_a_glob_goes_on_when_the_app_it_matched_is_removed(cluster):
     """`logs -f 's/sl*'` ended with NOT_FOUND (exit 1) once slow was taken out of the
     config: its targets were resolved again for every page. `events -f` went on."""
