@@ -220,8 +220,10 @@ def up(r: dict[str, Any]) -> str:
         if op.get("outcome") is None and op.get("id"):
             lines.append(f"applying {what} as {op['id']} (still running; "
                          f"`tenure op show {op['id']} --wait` waits for its end)")
-        else:
+        elif op.get("outcome") == "success" or op.get("id") is None:
             lines.append(f"applied {what}: {op.get('outcome')}")
+        else:   # what failed, and the id to look it up by
+            lines.append(f"applying {what} did not succeed: {operation(op)}")
     return "\n".join(lines)
 
 

@@ -198,6 +198,14 @@ CASES: dict[str, Callable[[], str]] = {
                              "release_sealed": "ef53" * 16,
                              "apply": {"plan": {"changes": [{}, {}, {}]},
                                        "operation": {"outcome": "success"}}}),
+    # was "applied 1 change: failed", with neither the operation nor what failed
+    "up_apply_failed": lambda: render.up({
+        "started": {"owner": True, "guardian": True}, "release_sealed": None,
+        "apply": {"plan": {"changes": [{}]},
+                  "operation": {"id": "op-9c1d07aa31f2", "kind": "apply", "stage": "failed",
+                                "step": 0, "outcome": "failed",
+                                "error": "step 0: failed to start: shop/bad/0 (spawn failed: "
+                                         "/nonexistent: No such file or directory)"}}}),
     "up_no_wait_admitted": lambda: render.up({
         "started": {"owner": False, "guardian": False}, "release_sealed": None,
         "apply": {"plan": {"changes": [{}, {}]},
