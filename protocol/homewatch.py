@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from .errors import AlreadyRunning, HomeLost
+from .procfs import abstract_holder
 from .sockets import peer_of
 
 __all__ = ["WATCH_INTERVAL_S", "HomeMark", "claim", "claim_name", "end_if_lost", "watch"]
@@ -123,21 +124,26 @@ def claim(kind: str, home: str | os.PathLike[str]) -> socket.socket | None:
         sock.close()
         if exc.errno != errno.EADDRINUSE:
             raise
+    pid: int | None
+    uid: int | None
     try:
         cred = peer_of(name, 1.0)
         pid, uid = cred.pid, cred.uid
     except ConnectionRefusedError:   # bound, not listening: not a claim of ours
         pid, uid = None, -1
-    except OSError:                  # no answer in time: held, by whom we cannot tell
-        pid, uid = None, None
+    except OSError:   # no answer in time: its queue is full (anyone may fill it)
+        pid, uid = abstract_holder(name) or (None, None)
     if uid is not None and uid not in (os.geteuid(), 0):
         log.warning("the %s name of home %s is held by another user's process (uid %d, "
                     "pid %s), not by tenure; going on without it", kind, home, uid, pid)
         return None
-    held = "" if pid is None else f" (pid {pid})"
-    raise AlreadyRunning(
-        f"another {kind} started on {os.path.abspath(home)} still runs{held}, though its "
-        "home directory was deleted or replaced; it stops its applications and exits by "
-        "itself, start again once it is gone",
-        {"home": os.path.abspath(home), "pid": pid, "home_lost": True})
+    where = os.path.abspath(home)
+    said = (f"another {kind} started on {where} still runs (pid {pid}), though its home "
+            "directory was deleted or replaced; it stops its applications" if pid is not None
+            else f"the {kind} name of {where} is held by a process tenure cannot identify "
+                 "(nothing answers on it, /proc does not show it); it may be an earlier "
+                 f"{kind} whose home directory was deleted or replaced, which stops its "
+                 "applications")
+    raise AlreadyRunning(f"{said} and exits by itself: start again once it is gone",
+                         {"home": where, "pid": pid, "home_lost": True})
 

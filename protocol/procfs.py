@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
 __all__ = [
     "ProcStat",
     "ProcUsage",
+    "abstract_holder",
     "boottime_ns",
     "children",
     "environ",
@@ -32,6 +33,7 @@ __all__ = [
     "parse_io",
     "parse_locks",
     "parse_stat",
+    "parse_unix_listeners",
     "parse_usage",
     "read_cmdline",
     "read_io",
@@ -42,6 +44,7 @@ __all__ = [
     "socket_inodes",
     "start_ticks",
     "status_groups",
+    "status_uid",
     "ticks_between",
 ]
 
@@ -254,6 +257,51 @@ def socket_inodes(pids: Iterable[int]) -> set[int]:
             if link.startswith("socket:[") and link.endswith("]"):
                 found.add(int(link[8:-1]))
     return found
+
+
+def parse_unix_listeners(data: bytes, name: bytes) -> list[int]:
+    """Inodes of the listening sockets bound to the abstract ``name`` (it starts with
+    NUL), from the bytes of /proc/net/unix (``Num RefCount Protocol Flags Type St Inode
+    Path``; an abstract path shows as ``@…``; flag 0x10000 is a listener)."""
+    want = "@" + name[1:].decode("ascii", "replace")
+    out = []
+    for line in data.decode("ascii", "replace").splitlines()[1:]:
+        fields = line.split()
+        if len(fields) == 8 and fields[7] == want:
+            try:
+                if int(fields[3], 16) & 0x10000:
+                    out.append(int(fields[6]))
+            except ValueError:
+                continue
+    return out
+
+
+def abstract_holder(name: bytes) -> tuple[int, int] | None:
+    """``(pid, uid)`` of a process that holds the listening socket bound to the abstract
+    ``name``, found without connecting to it (a listener whose queue is full does not
+    answer): /proc/net/unix gives the socket's inode, each process's fds the holder.
+    None when none is found or /proc cannot say. Reads every process's fd table: only
+    for a rare path."""
+    data = _read(f"{PROC}/net/unix", 1 << 24)
+    inodes = set(parse_unix_listeners(data, name)) if data else set()
+    if not inodes:
+        return None
+    for pid in _pids():
+        if socket_inodes([int(pid)]) & inodes:
+            uid = status_uid(int(pid))
+            if uid is not None:
+                return int(pid), uid
+    return None
+
+
+def status_uid(pid: int) -> int | None:
+    """The effective uid of ``pid`` (/proc/PID/status), or None."""
+    data = _read(f"{PROC}/{pid}/status", 8192)
+    for line in (data or b"").splitlines():
+        if line.startswith(b"Uid:"):
+            fields = line.split()
+            return int(fields[2]) if len(fields) > 2 else None
+    return None
 
 
 def parse_locks(data: bytes, ino: int) -> list[int]:

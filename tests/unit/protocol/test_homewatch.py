@@ -13,6 +13,7 @@ import pytest
 
 from protocol.errors import AlreadyRunning, HomeLost
 from protocol.homewatch import HomeMark, claim, claim_name, watch
+from protocol.procfs import parse_unix_listeners
 
 
 def test_an_untouched_home_is_not_lost(tmp_path: Path) -> None:
@@ -151,6 +152,85 @@ def test_a_name_bound_by_something_else_does_not_block_a_start(
         assert "not by tenure" in caplog.text
     finally:
         squatter.close()
+
+
+def _fill(name: bytes, as_uid: int | None) -> tuple[int, int]:
+    """A child (as ``as_uid``, when given) that binds ``name``, listens with a queue of
+    one and fills it, so that a connect to it gets no answer. Returns (pid, pipe fd to
+    end it by closing)."""
+    ready_r, ready_w = os.pipe()
+    stop_r, stop_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # pragma: no cover - the child
+        try:
+            os.close(ready_r)
+            os.close(stop_w)
+            if as_uid is not None:
+                os.setgroups([])
+                os.setgid(as_uid)
+                os.setuid(as_uid)
+            held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            held.bind(name)
+            held.listen(0)
+            fillers = []
+            for _ in range(3):
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.setblocking(False)
+                try:
+                    c.connect(name)
+                except BlockingIOError:
+                    pass
+                fillers.append(c)
+            os.write(ready_w, b"x")
+            os.read(stop_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(stop_r)
+    assert os.read(ready_r, 1) == b"x"
+    os.close(ready_r)
+    return pid, stop_w
+
+
+def _end(child: tuple[int, int]) -> None:
+    os.close(child[1])
+    os.waitpid(child[0], 0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hold the name as another uid")
+def test_another_user_who_fills_the_names_queue_does_not_block_a_start(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Anyone may bind an abstract name: a user who bound the owner's name and filled its
+    queue made the owner refuse to start (ALREADY_RUNNING, 'another owner … still
+    runs'), since a connect that got no answer was taken for one of ours."""
+    child = _fill(claim_name("owner", tmp_path), as_uid=65534)
+    try:
+        with caplog.at_level(logging.WARNING, "tenure.home"):
+            assert claim("owner", tmp_path) is None
+        assert f"uid 65534, pid {child[0]}" in caplog.text, caplog.text
+    finally:
+        _end(child)
+
+
+def test_a_daemon_of_ours_whose_queue_is_full_is_still_named(tmp_path: Path) -> None:
+    """Our own claim never accepts, so refused starts fill its queue: it is then found
+    through /proc, by its pid."""
+    child = _fill(claim_name("owner", tmp_path), as_uid=None)
+    try:
+        with pytest.raises(AlreadyRunning) as err:
+            claim("owner", tmp_path)
+        assert err.value.data["pid"] == child[0], err.value.data
+    finally:
+        _end(child)
+
+
+def test_unix_listeners_are_read_by_their_abstract_name() -> None:
+    data = (b"Num       RefCount Protocol Flags    Type St Inode Path\n"
+            b"0000: 00000002 00000000 00010000 0001 01 77 @tenure-owner-ab\n"
+            b"0000: 00000002 00000000 00000000 0001 03 78 @tenure-owner-ab\n"
+            b"0000: 00000002 00000000 00010000 0001 01 79 @tenure-owner-abc\n"
+            b"0000: 00000002 00000000 00010000 0001 01 80 /run/x.sock\n")
+    assert parse_unix_listeners(data, b"\0tenure-owner-ab") == [77]
 
 
 def test_claim_names_are_abstract_and_fit_an_address() -> None:
