@@ -28,6 +28,7 @@ __all__ = [
     "admin_or_viewer",
     "admins",
     "bind_unix",
+    "check_ancestors",
     "check_private_dir",
     "check_socket_file",
     "check_socket_path",
@@ -102,14 +103,50 @@ def check_private_dir(path: str | os.PathLike[str], owners: tuple[int, ...] | No
                          {"path": p, "mode": stat.S_IMODE(st.st_mode)})
 
 
+def check_ancestors(path: str | os.PathLike[str], owners: tuple[int, ...] | None = None
+                    ) -> None:
+    """Raises UnsafePath when a directory above ``path``, as written or as its symlinks
+    resolve, could be changed by a user other than one of ``owners`` (default: us or
+    root): owned by another user, or writable by its group or others without the sticky
+    bit (/tmp has it). Such a user could move ``path`` away and put another directory in
+    its place: an owner that sees its home replaced stops every application."""
+    allowed = owners or _allowed_owners()
+    written = os.path.abspath(path)
+    seen: set[str] = set()
+    for top in (written, os.path.realpath(written)):
+        d = os.path.dirname(top)
+        while d not in seen:
+            seen.add(d)
+            st = os.lstat(d)
+            if not stat.S_ISLNK(st.st_mode):   # a link's own place is its parent's
+                _check_ancestor(d, st, allowed, path)
+            if d == os.path.dirname(d):
+                break
+            d = os.path.dirname(d)
+
+
+def _check_ancestor(d: str, st: os.stat_result, allowed: tuple[int, ...],
+                    below: str | os.PathLike[str]) -> None:
+    if st.st_uid not in allowed:
+        why = f"is owned by uid {st.st_uid}"
+    elif st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        why = f"has mode {stat.S_IMODE(st.st_mode):04o} (writable by others, not sticky)"
+    else:
+        return
+    raise UnsafePath(f"{d} {why}: whoever can change it could replace {os.fspath(below)}; "
+                     "put the home under directories only you or root can change",
+                     {"path": d})
+
+
 def ensure_private_dir(path: str | os.PathLike[str],
                        root: str | os.PathLike[str] | None = None,
                        owners: tuple[int, ...] | None = None) -> Path:
     """Create ``path`` (and missing parents below ``root``) with mode 0700, then check it.
 
     Every existing component from ``root`` (inclusive) down to ``path`` must be a private
-    directory owned by one of ``owners`` (default: us or root). Raises UnsafePath; never
-    changes an existing directory's mode or owner.
+    directory owned by one of ``owners`` (default: us or root), and no directory above
+    ``root`` changeable by anyone else (:func:`check_ancestors`). Raises UnsafePath;
+    never changes an existing directory's mode or owner.
     """
     from pathlib import Path
     target = Path(os.path.abspath(path))
@@ -117,6 +154,7 @@ def ensure_private_dir(path: str | os.PathLike[str],
     if base != target and base not in target.parents:
         raise ValueError(f"{target} is not under {base}")
     os.makedirs(base.parent, exist_ok=True)  # ordinary parents (e.g. ~/.local/state)
+    check_ancestors(base, owners)
     chain = [base, *reversed([p for p in target.parents if base in p.parents])]
     if base != target:
         chain.append(target)
