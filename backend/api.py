@@ -28,6 +28,7 @@ from .api_instances import UP, InstanceCommands
 from .api_logs import LogsReading
 from .certify import publish_certificate
 from .config import parse_recent
+from .configfile import check_size
 from .drainwatch import Caller
 from .enforce import Host, check_config, identity_view
 from .events_api import events_methods
@@ -418,6 +419,7 @@ class Api(InstanceCommands, LogsReading):
     async def plan_text(self, text: str, source: str) -> dict[str, Any]:
         """Plan ``text`` against what runs; the plan is stored. Raises ConfigInvalid and
         the config checks' errors."""
+        check_size(source, text)
         new = parse_recent(text, source)
         owner = self._owner()
         check_config(new, text, Host.of(await owner.call("status")))

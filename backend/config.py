@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from msgspec.structs import replace
@@ -48,6 +47,7 @@ from .config_values import (
     parse_env,
     table,
 )
+from .configfile import file_error, read_config_text
 from .jobs.config import parse_jobs
 from .jobs.model import DEFAULT_MAX_PENDING, JobTemplate
 from .model import (
@@ -99,20 +99,10 @@ _HEALTH_COMMON = ("interval", "timeout", "failures", "grace")
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and parse the tenure.toml at ``path``; ``Config.source`` is the path.
 
-    Raises ConfigInvalid when the file cannot be read, is not UTF-8 or is not a valid
-    configuration.
+    Raises ConfigInvalid when the file cannot be read, is too large, is not UTF-8 or is
+    not a valid configuration.
     """
-    source = os.fspath(path)
-    try:
-        raw = Path(source).read_bytes()
-    except OSError as e:
-        raise _error(source, "", None, f"cannot read the file: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise _error(source, "", line, "the file is not valid UTF-8") from None
-    return parse_config(text, source)
+    return parse_config(read_config_text(path), os.fspath(path))
 
 
 def parse_config(text: str, source: str) -> Config:
@@ -124,12 +114,12 @@ def parse_config(text: str, source: str) -> Config:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         problem, line, key = syntax_error_location(str(e), text)
-        raise _error(source, key, line, problem) from None
+        raise file_error(source, key, line, problem) from None
     try:
         stacks, settings, metrics = _parse_document(doc)
         retention = parse_retention(get_table(doc, "retention", ()) or {})
     except Invalid as e:
-        raise _error(source, format_key(e.path), find_line(text, e.path), e.problem) from None
+        raise file_error(source, format_key(e.path), find_line(text, e.path), e.problem) from None
     config = Config(stacks=stacks, settings=settings, source=source, metrics=metrics,
                     retention=retention)
     return replace(config, revision=canonical_digest(canonical_form(config)))
@@ -216,7 +206,7 @@ def order_apps(stack: Stack) -> list[list[str]]:
     if unknown or cycle:
         problem = (f"unknown app {unknown[0]!r} in 'after'" if unknown
                    else "dependency cycle: " + " -> ".join(cycle))
-        raise _error("", format_key(("stacks", stack.name)), None, problem)
+        raise file_error("", format_key(("stacks", stack.name)), None, problem)
     level: dict[str, int] = {}
     pending = sorted(stack.apps)
     while pending:
@@ -232,14 +222,7 @@ def order_apps(stack: Stack) -> list[list[str]]:
 def config_error(text: str, source: str, path: KeyPath, problem: str) -> ConfigInvalid:
     """CONFIG_INVALID for ``problem`` at key ``path`` of ``text`` (from ``source``), with
     the line, for checks made after parsing (backend.enforce). Never raises."""
-    return _error(source, format_key(path), find_line(text, path), problem)
-
-
-def _error(source: str, key: str, line: int | None, problem: str) -> ConfigInvalid:
-    where = f"{source}:{line}" if line is not None else source
-    what = f"{key}: {problem}" if key else problem
-    return ConfigInvalid(f"{where}: {what}",
-                         {"file": source, "key": key, "line": line, "problem": problem})
+    return file_error(source, format_key(path), find_line(text, path), problem)
 
 
 def _parse_document(doc: Mapping[str, Any],

@@ -8,7 +8,6 @@ import time
 from protocol.client import Client
 from protocol.errors import (
     BadRequest,
-    ConfigInvalid,
     ConnectFailed,
     RequestTimedOut,
     TenureError,
@@ -109,12 +108,10 @@ def _foreground(args: Any) -> int:
 
 
 def _read_config(path: Any) -> str:
-    """The config file's text. Raises ConfigInvalid for a missing or unreadable file."""
-    try:
-        text: str = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigInvalid(f"{path}: cannot read: {exc}", {"file": str(path)}) from None
-    return text
+    """The config file's text. Raises ConfigInvalid for a missing, unreadable, too large
+    or not UTF-8 file."""
+    from backend.configfile import read_config_text
+    return read_config_text(path)
 
 
 def _apply_text(args: Any, text: str, path: Any, timeout: float,

@@ -87,3 +87,26 @@ def test_cgroup_limits_the_owner_cannot_enforce_are_refused_and_change_nothing(c
             check_error(res, str(path), f"stacks.e.apps.b.limits.{key}", 7)
             assert "needs per-app cgroups" in res.out["error"]["data"]["problem"], res.out
             assert snapshot(cluster) == before, cmd
+
+
+def test_a_file_that_is_not_a_config_is_refused_with_its_file_and_problem(cluster):
+    """A 2 MiB file was BAD_FRAME (its text did not fit a request), /dev/zero was read
+    until memory ran out, and an unreadable file's error had only its file."""
+    cluster.up(GOOD)
+    cluster.wait_ready(3)
+    before = snapshot(cluster)
+    big = cluster.write_config(BASE + "# " + "x" * (2 << 20) + "\n", "big.toml")
+    missing = str(cluster.home / "missing.toml")
+    for path, problem in ((str(big), "larger than 1 MiB, the most a config may be"),
+                          ("/dev/zero", "larger than 1 MiB, the most a config may be"),
+                          (missing, "cannot read the file: No such file or directory")):
+        for verb in (("plan",), ("up", "--timeout", "60")):
+            res = cluster.cli(*verb, "--config", path, timeout=60)
+            assert res.code == 1 and res.out["error"]["code"] == "CONFIG_INVALID", res
+            assert res.out["error"]["data"] == {"file": path, "key": "", "line": None,
+                                                "problem": problem}, res.out
+    assert snapshot(cluster) == before
+    # a client other than the CLI gets the same bound
+    with pytest.raises(Exception, match="larger than 1 MiB") as err:
+        cluster.call("plan", {"config_text": BASE + "#" * (1 << 20), "source": "api"})
+    assert getattr(err.value, "code", None) == "CONFIG_INVALID"
