@@ -356,7 +356,11 @@ def _parse_start_limit(t: Mapping[str, Any], path: KeyPath) -> StartLimit:
 def _parse_stop(t: Mapping[str, Any], path: KeyPath) -> StopSpec:
     check_keys(t, ("signal", "timeout", "kill_after"), path)
     d = StopSpec()
-    return StopSpec(signal=normalise_signal(t, "signal", path, d.signal),
+    sig = normalise_signal(t, "signal", path, d.signal)
+    if sig in ("STOP", "CONT"):   # one cannot be caught, the other only resumes
+        raise Invalid((*path, "signal"), f"SIG{sig} never ends a process: every stop would "
+                      "wait out its timeout, then SIGKILL")
+    return StopSpec(signal=sig,
                     timeout=get_duration(t, "timeout", path, d.timeout, positive=True,
                                          maximum=MAX_STOP_WAIT_S),
                     kill_after=get_duration(t, "kill_after", path, d.kill_after,

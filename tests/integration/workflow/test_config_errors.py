@@ -28,6 +28,7 @@ BAD = [
     ("wrong-type", 'instances = "two"\n', "stacks.e.apps.b.instances", 6),
     ("unknown-key", 'comand = ["sleep", "1"]\n', "stacks.e.apps.b.comand", 6),
     ("bad-signal", 'stop = { signal = "SIGFOO" }\n', "stacks.e.apps.b.stop.signal", 6),
+    ("stop-signal", 'stop = { signal = "stop" }\n', "stacks.e.apps.b.stop.signal", 6),
     ("duplicate-app", '[stacks.e.apps.a]\ncommand = ["true"]\n', "stacks.e.apps.a", 6),
 ]
 

@@ -645,3 +645,11 @@ def test_the_reference_names_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(allowed) > 40
     assert not sorted(k for k in allowed
                       if not any(f in doc for f in (f"`{k}`", f"{k} =", f"[{k}")))
+
+
+@pytest.mark.parametrize("name", ["STOP", "sigcont", "SIGSTOP"])
+def test_a_stop_signal_that_never_ends_a_process_is_refused(name: str) -> None:
+    """SIGSTOP froze the app at every stop, which then waited out its timeout."""
+    err = _invalid(HEAD + f'stop = {{ signal = "{name}" }}\n')
+    assert err.data["key"] == "stacks.demo.apps.web.stop.signal", err.data
+    assert "never ends a process" in err.data["problem"]
