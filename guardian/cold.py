@@ -4,9 +4,10 @@ created → fenced → started → verified → complete.
 
 A cold start that fails after its fence stops its generation (``failed``, or ``uncertain``
 when identity or inventory cannot be proven); recovery retries with backoff and then
-records ``blocked`` with the reason. Recovery refuses what the certificate does not cover:
-another owner instance, another live inventory, another release, or a grant the owner
-accepted since for a generation that completed; automatic recovery never guesses.
+records ``blocked`` with the reason, at once for what no retry mends (:func:`retryable`).
+Recovery refuses what the certificate does not cover: another owner instance, another
+live inventory, another release, or a grant the owner accepted since for a generation
+that completed; automatic recovery never guesses.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from protocol.errors import (
     RecoveryBlocked,
     TenureError,
     Uncertain,
+    UnsafePath,
 )
 from protocol.link import Link, LinkEvent
 
@@ -35,7 +37,8 @@ from .state import Activation
 if TYPE_CHECKING:
     from .coordinator import Coordinator
 
-__all__ = ["POINTS", "Check", "recover_safely", "recovery_check", "start_selected", "watch_owner"]
+__all__ = ["POINTS", "Check", "recover_safely", "recovery_check", "retryable", "start_selected",
+           "watch_owner"]
 
 log = logging.getLogger("tenure.guardian")
 
@@ -226,7 +229,7 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
             return await start_selected(co, kind, check.cursor, expect=check.body,
                                         detail=detail or None)
         except TenureError as exc:
-            if isinstance(exc, IdentityError | Uncertain | NotFound):
+            if not retryable(exc):
                 _block(co, exc.code_str, exc.msg)
                 return None
             delay = RECOVERY_BACKOFF[min(co.recovery_attempts, len(RECOVERY_BACKOFF) - 1)]
@@ -242,6 +245,15 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
                                    "retry_at": time.time() + delay}
             co.write_diagnostics()
             await co.sleep(delay)
+
+
+def retryable(exc: TenureError) -> bool:
+    """Whether another attempt of a failed start may succeed without anyone doing
+    anything. Not when identity or inventory cannot be proven, nothing is selected, or
+    a state file is unsafe (UNSAFE_PATH: a symlink, another user's, open to others):
+    that stays so until the operator looks, so the recovery blocks at once with that
+    error instead of retrying for a minute, and `tenure up` says so as soon."""
+    return not isinstance(exc, IdentityError | Uncertain | NotFound | UnsafePath)
 
 
 def _admission(check: Check, force: bool, evidence: str | None) -> dict[str, Any] | None:

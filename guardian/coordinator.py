@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol.aclient import AsyncClient
-from protocol.durable import atomic_write_json, read_json
+from protocol.durable import atomic_write_json, read_json, refuse_unprivate
 from protocol.ed25519 import PrivateKey
 from protocol.errors import (
     ConnectFailed,
@@ -53,7 +53,7 @@ from .schemas import LEGACY, declared
 from .state import Activation, StateStore
 from .trust import verified_release
 
-__all__ = ["Coordinator"]
+__all__ = ["Coordinator", "check_diagnostics"]
 
 log = logging.getLogger("tenure.guardian")
 
@@ -70,6 +70,17 @@ def _deadline() -> float:
         return max(1.0, float(os.environ.get("TENURE_GUARDIAN_DEADLINE") or DEADLINE))
     except ValueError:
         return DEADLINE
+
+
+def check_diagnostics(path: str) -> None:
+    """Refuse to start on a supervisor-state.json that is not ours to replace: a symlink
+    (its target would be what `tenure status` shows), not a regular file, another
+    user's, or one open to others. The guardian rewrites it every second and could
+    not write it (nor answer `status`, which reads it) for as long as it ran: it stops
+    before changing anything, as for state.db and guardian.key. Absent: fine (the first
+    start writes it). Raises UnsafePath naming the path."""
+    if os.path.lexists(path):
+        refuse_unprivate(path)
 
 
 class Coordinator:
@@ -89,6 +100,8 @@ class Coordinator:
         self.blocked: dict[str, Any] | None = None
         self.unhealthy: dict[str, Any] | None = None
         self._diagnostics_due = False
+        # why the last write of the diagnostics failed (logged once), None after a success
+        self._diagnostics_failing: str | None = None
         self.abort_requested = False
         self.fault = Fault()
         self.deadline = _deadline()
@@ -584,11 +597,31 @@ class Coordinator:
         """supervisor-state.json: what `tenure status` shows when no backend answers.
         Rewritten every second by the owner watch, so without fsyncs (it reports on
         running daemons; the durable facts are in guardian.db). Never raises: a
-        diagnostics file that cannot be written is logged, not fatal."""
+        diagnostics file that cannot be written is logged, not fatal; once for a run of
+        the same failure (the owner watch would log it every second, a traceback each
+        time, megabytes of log in minutes) and once more when a write succeeds again. An
+        expected failure (a path we may not use, a full disk) is logged without a
+        traceback."""
+        path = self.paths.diagnostics
         try:
-            atomic_write_json(self.paths.diagnostics, self._diagnostics(), sync=False)
-        except Exception:
-            log.exception("could not write %s", self.paths.diagnostics)
+            atomic_write_json(path, self._diagnostics(), sync=False)
+        except (TenureError, OSError) as exc:
+            if self._diagnostics_new_failure(str(exc)):
+                log.error("could not write %s: %s (said once while it keeps failing)",
+                          path, exc)
+        except Exception as exc:
+            if self._diagnostics_new_failure(f"{type(exc).__name__}: {exc}"):
+                log.exception("could not write %s (said once while it keeps failing)", path)
+        else:
+            if self._diagnostics_failing is not None:
+                log.info("wrote %s again", path)
+            self._diagnostics_failing = None
+
+    def _diagnostics_new_failure(self, why: str) -> bool:
+        """Record ``why`` the diagnostics could not be written; True when it is not what
+        failed the last time (so it is to be logged)."""
+        new, self._diagnostics_failing = why != self._diagnostics_failing, why
+        return new
 
     def diagnostics_soon(self) -> None:
         """:meth:`write_diagnostics` DIAGNOSTICS_DELAY_S from now, once for all the calls

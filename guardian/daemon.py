@@ -26,7 +26,7 @@ from .backendproc import control
 from .backendwatch import watch_backend
 from .boot import boot
 from .cold import watch_owner
-from .coordinator import Coordinator
+from .coordinator import Coordinator, check_diagnostics
 from .keys import load_or_create_key
 from .paths import GuardianPaths
 from .service import GuardianService
@@ -80,6 +80,7 @@ async def serve(paths: GuardianPaths, mine: own.Running,
     """Serve until stopped. Returns None, or the release to exec into (an upgrade of the
     guardian: the backend is left running for it). ``hashed``: the first entries of the
     memo of hashed trees (guardian.start.hashed_memo)."""
+    check_diagnostics(paths.diagnostics)   # before anything is created or changed
     mark = HomeMark.take(paths.home)
     key = load_or_create_key(paths.key)
     state = StateStore(paths.state_db)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
-from protocol.durable import limit_cache
+from protocol.durable import limit_cache, refuse_unprivate
 from protocol.errors import BadRequest, StateCorrupt, StorageFailed, UnsafePath
 
 from . import memtrim
@@ -132,24 +132,24 @@ class _App:
 
 
 def _open_private(path: str) -> None:
-    """Create ``path`` 0600 if missing; refuse symlinks and non-regular files.
+    """Create ``path`` 0600 if missing; refuse symlinks (its sidecars' too), non-regular
+    files, and a journal of another user or open to others: it holds what apps wrote
+    (their secrets among it, often). Refused as owner.db is (protocol.durable), changing
+    nothing: whoever changed it may have read it, and only the operator knows why.
 
-    Raises ``UnsafePath``.
+    Raises ``UnsafePath`` naming the path.
     """
     for side in (path, path + "-wal", path + "-shm", path + "-journal"):
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISLNK(os.lstat(side).st_mode):
-                raise UnsafePath("journal path is a symlink", {"path": side})
+                raise UnsafePath(f"journal path {side} is a symlink", {"path": side})
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise UnsafePath(f"cannot open journal: {exc.strerror}", {"path": path}) from None
+        raise UnsafePath(f"cannot open journal {path}: {exc.strerror}",
+                         {"path": path}) from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafePath("journal path is not a regular file", {"path": path})
-        if st.st_mode & 0o077:
-            os.fchmod(fd, 0o600)
+        refuse_unprivate(path, os.fstat(fd))
     finally:
         os.close(fd)
 

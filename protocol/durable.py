@@ -20,7 +20,8 @@ from urllib.parse import quote
 from .errors import StateCorrupt, UnsafePath
 
 __all__ = ["atomic_write", "atomic_write_json", "connect_read_only", "last_words", "open_sqlite",
-           "read_json", "read_private", "read_rows", "synced_transaction", "transaction"]
+           "read_json", "read_private", "read_rows", "refuse_unprivate", "synced_transaction",
+           "transaction"]
 
 MAX_FILE = 16 * 1024 * 1024
 # Page cache per SQLite connection, in KiB. SQLite's default (2 MiB) fills as a
@@ -52,15 +53,19 @@ def _refuse_link(path: str) -> None:
         raise UnsafePath(f"{path} is a symlink or not a regular file", {"path": path})
 
 
-def _refuse_unprivate(path: str) -> None:
-    """What :func:`_refuse_link` refuses, in the same lstat(2), and more: a private
-    database is created 0600 by its daemon's user. One owned by another user, or
-    readable or writable by others, holds what others may have read (app environments)
-    or written (the state the daemon acts on): refused, changing nothing, until someone
-    who knows why it changed puts it right."""
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-        raise UnsafePath(f"{path} is a symlink or not a regular file", {"path": path})
+def refuse_unprivate(path: str, st: os.stat_result | None = None) -> None:
+    """What :func:`_refuse_link` refuses, in the same lstat(2) (or ``st``, the fstat of
+    a descriptor opened with O_NOFOLLOW), and more: a private file (a database, the
+    journal, a daemon's log, the guardian's diagnostics) is created 0600 by its daemon's
+    user. One owned by another user, or readable or writable by others, holds what
+    others may have read (app environments, what apps wrote) or written (the state the
+    daemon acts on): refused, changing nothing, until someone who knows why it changed
+    puts it right. Raises UnsafePath naming the path."""
+    st = os.lstat(path) if st is None else st
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(f"{path} is a symlink", {"path": path})
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePath(f"{path} is not a regular file", {"path": path})
     if st.st_uid != os.geteuid():
         raise UnsafePath(f"{path} is owned by uid {st.st_uid}, not {os.geteuid()}",
                          {"path": path, "uid": st.st_uid})
@@ -191,13 +196,13 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
 
     A new database gets ``schema`` and a ``meta`` row naming kind and version; an existing
     one must carry exactly that kind and version. Raises UnsafePath (symlink, not a
-    regular file, owned by another user or open to others: see :func:`_refuse_unprivate`)
+    regular file, owned by another user or open to others: see :func:`refuse_unprivate`)
     or StateCorrupt (unreadable, other kind, unknown version).
     """
     p = os.fspath(path)
     with suppress(FileExistsError):   # a symlink exists too: refused below, not followed
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-    _refuse_unprivate(p)
+    refuse_unprivate(p)
     try:
         conn = sqlite3.connect(p, isolation_level=None, check_same_thread=check_same_thread)
         conn.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")

@@ -3,6 +3,7 @@ with --foreground); backend.cli.down stops everything again in the right order."
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -20,6 +21,7 @@ from protocol.errors import (
     RequestTimedOut,
     StorageFailed,
     TenureError,
+    UnsafePath,
 )
 from protocol.layout import Layout
 from protocol.procfs import flock_holder, read_cmdline, silence, start_ticks
@@ -73,16 +75,19 @@ def ensure_daemons(layout: Layout, foreground: bool,
     socks = {"owner": layout.owner_sock, "guardian": layout.guardian_sock}
     wanted = {name: _needs_start(layout, name, sock) for name, sock in socks.items()}
     since = {name: _log_end(layout, name) for name in socks}
-    spawned = {name: _spawn(layout, name, foreground, command) if wanted[name] else None
-               for name in socks}
+    with _daemon_logs(layout, [name for name in socks if wanted[name]]) as logs:
+        spawned = {name: _spawn(layout, name, foreground, command, logs[name])
+                   if wanted[name] else None for name in socks}
     for name, sock in (("owner", layout.owner_sock), ("guardian", layout.guardian_sock)):
         proc = spawned[name]
         if proc is None:
             continue
-        # what this call started beside it is stopped again: a failed `up` leaves no
-        # guardian (and standby backend) waiting for an owner that is not there
-        others = [p for n, p in spawned.items() if n != name]
-        _wait_up(layout, name, sock, proc, on_failure=partial(_stop_spawned, others),
+        # what this call started is stopped again, this one first (one still running
+        # that did not answer in time: a guardian that cannot serve its status, say)
+        # and the other beside it: a failed `up` leaves no guardian (and standby
+        # backend) waiting for an owner that is not there
+        ours = [proc, *(p for n, p in spawned.items() if n != name)]
+        _wait_up(layout, name, sock, proc, on_failure=partial(_stop_spawned, ours),
                  since=since[name])
     return {name: proc is not None for name, proc in spawned.items()}
 
@@ -219,8 +224,7 @@ def in_background(layout: Layout, work: Any) -> int:
     import traceback
     ensure_private_dir(layout.logs, root=layout.home)
     ensure_private_dir(layout.runtime, root=layout.home)
-    log_fd = os.open(layout.logs / "up.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT |
-                     os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    log_fd = open_log(layout.logs / "up.log")
     # taken here, held by the child (the same open file) until it has started them:
     # a `tenure down` or `up` meanwhile waits for it (wait_background_start)
     lock_fd = os.open(layout.up_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW |
@@ -294,7 +298,9 @@ def ensure_daemon(layout: Layout, module: str, sock: str, foreground: bool,
     if not _needs_start(layout, module, sock):
         return False, None
     since = _log_end(layout, module)
-    proc = _spawn(layout, module, foreground, lambda m: _direct(layout, m, {}))
+    with _daemon_logs(layout, [module]) as logs:
+        proc = _spawn(layout, module, foreground, lambda m: _direct(layout, m, {}),
+                      logs[module])
     _wait_up(layout, module, sock, proc, timeout, partial(_stop_spawned, [proc]), since)
     return True, proc.pid
 
@@ -348,17 +354,55 @@ def silent_holder(sock: str, module: str, then: str = "") -> ConnectFailed | Non
 
 
 def _spawn(layout: Layout, module: str, foreground: bool,
-           command: Callable[[str], Direct]) -> subprocess.Popen[bytes]:
-    ensure_private_dir(layout.logs, root=layout.home)
-    log_path = layout.logs / f"{module}.log"
+           command: Callable[[str], Direct], log: int) -> subprocess.Popen[bytes]:
+    """Start daemon ``module`` with its stdout and stderr appended to ``log`` (its log,
+    opened by :func:`open_log`)."""
     argv, env = command(module) or ([sys.executable, "-m", module, "--home", str(layout.home)], {})
     import subprocess  # `up --no-wait` returns before it needs it
 
-    with open(log_path, "ab") as log:
-        os.chmod(log_path, 0o600)
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=not foreground, close_fds=True,
-                                env={**os.environ, **env} if env else None)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            start_new_session=not foreground, close_fds=True,
+                            env={**os.environ, **env} if env else None)
+
+
+@contextmanager
+def _daemon_logs(layout: Layout, modules: list[str]) -> Iterator[dict[str, int]]:
+    """The logs of daemons ``modules`` (logs/MODULE.log), all opened by :func:`open_log`
+    before any of them is started: one that may not be used starts neither. Closed on
+    leaving (each daemon holds its own copy)."""
+    ensure_private_dir(layout.logs, root=layout.home)
+    fds: dict[str, int] = {}
+    try:
+        for module in modules:
+            fds[module] = open_log(layout.logs / f"{module}.log")
+        yield fds
+    finally:
+        _close_all(*fds.values())
+
+
+def open_log(path: Path) -> int:
+    """A descriptor appending to the log at ``path``, created 0600 when absent. Never
+    followed through a symlink, nor changed: a symlink, a file that is not a regular
+    one, another user's or one open to others is refused (the daemon's lines, with what
+    they say of apps, would go where someone else chose, or be read by others) and
+    left as it is, for the operator to look at. Raises UnsafePath naming the path."""
+    p = str(path)
+    try:   # O_NONBLOCK: a FIFO put there is refused below instead of waited on
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW |
+                     os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        what = "is a symlink" if exc.errno == errno.ELOOP else \
+            f"cannot be opened safely: {exc.strerror}"
+        raise UnsafePath(f"{p} {what}; find out who put it there, then move it away "
+                         "(nothing was started)", {"path": p}) from None
+    from protocol.durable import refuse_unprivate  # `status` imports this module, not it
+    try:
+        refuse_unprivate(p, os.fstat(fd))
+    except UnsafePath:
+        os.close(fd)
+        raise
+    os.set_blocking(fd, True)
+    return fd
 
 
 def direct_commands(layout: Layout) -> dict[str, Direct]:
@@ -411,9 +455,12 @@ def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[byte
             break
         time.sleep(UP_POLL_S)
     from protocol.durable import last_words
+    code = proc.poll()
     said = on_failure()   # first: a process it stops may still write its last lines
     tail = last_words(log_path, since=since)
-    raise ConnectFailed(f"{module} did not come up (exit {proc.poll()}){said}; "
+    how = f"exit {code}" if code is not None else \
+        f"it did not answer on {sock} within {timeout:g} s"
+    raise ConnectFailed(f"{module} did not come up ({how}){said}; "
                         f"end of {log_path}:\n{tail}",
                         {"log": str(log_path), "last_lines": tail})
 
@@ -571,9 +618,12 @@ def guardian_view(layout: Layout) -> dict[str, Any] | None:
 def _refuse_if_blocked(view: dict[str, Any] | None) -> None:
     blocked = (view or {}).get("blocked")
     if isinstance(blocked, dict):
-        raise RecoveryBlocked(f"the guardian gave up starting a backend: "
-                              f"{blocked.get('reason')}; once that is fixed, run "
-                              "`tenure backend recover`", {"cause": blocked.get("code")})
+        code = blocked.get("code")
+        why = blocked.get("reason") if code in (None, "RECOVERY_BLOCKED") else \
+            f"{code}: {blocked.get('reason')}"   # the cause's own code, said: UNSAFE_PATH
+        raise RecoveryBlocked(f"the guardian gave up starting a backend: {why}; once "
+                              "that is fixed, run `tenure backend recover`",
+                              {"cause": code})
 
 
 def _last_failure(view: dict[str, Any] | None) -> str:

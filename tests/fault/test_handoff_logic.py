@@ -28,6 +28,7 @@ from protocol.errors import (
     StateCorrupt,
     TenureError,
     TransportLost,
+    UnsafePath,
 )
 from protocol.identity import new_identity
 
@@ -362,6 +363,29 @@ def test_recovery_retries_with_backoff_then_records_blocked(tmp_path: Path) -> N
         assert kinds[0] == (Kind.RECOVER, Phase.BLOCKED)
         assert kinds[1:7] == [(Kind.RECOVER, Phase.FAILED)] * 6
         assert co.blocked is not None and co.blocked["code"] == "BACKEND_START_TIMEOUT"
+        assert co.world.alive() == []
+    run(go, tmp_path)
+
+
+def test_an_unsafe_path_blocks_recovery_at_once(tmp_path: Path) -> None:
+    """Was: retried 7 times over ~60 s (`tenure up` waited as long); a state file that
+    is a symlink or open to others stays so until the operator looks."""
+    db = str(tmp_path / "backend" / "backend.db")
+
+    async def go(co: FakeCoordinator) -> None:
+        bp = await in_control(co)
+        _crash(co, bp)
+
+        async def refused(bp: Any) -> None:
+            bp.die()
+            raise UnsafePath(f"{db} is open to other users (mode 0644)", {"path": db})
+        co.world.start = refused  # type: ignore[method-assign]
+        assert await recover(co) is None
+        assert co.slept == [] and co.recovery_failing is None
+        assert co.blocked is not None and co.blocked["code"] == "UNSAFE_PATH", co.blocked
+        assert co.blocked["reason"] == f"{db} is open to other users (mode 0644)"
+        kinds = [(a.kind, a.phase) for a in co.state.activations(3)]
+        assert kinds[:2] == [(Kind.RECOVER, Phase.BLOCKED), (Kind.RECOVER, Phase.FAILED)]
         assert co.world.alive() == []
     run(go, tmp_path)
 

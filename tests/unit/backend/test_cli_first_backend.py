@@ -39,10 +39,27 @@ def test_it_stops_once_the_guardian_gave_up(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(RecoveryBlocked) as caught:
         daemons.ensure_backend(Layout(tmp_path), timeout=30)
     assert looks[0] == 2   # the second look, 0.05 s in: not the whole timeout
-    assert caught.value.msg == ("the guardian gave up starting a backend: SyntaxError "
-                                "(after 6 attempts); once that is fixed, run `tenure "
-                                "backend recover`")
+    assert caught.value.msg == ("the guardian gave up starting a backend: HANDOFF_FAILED: "
+                                "SyntaxError (after 6 attempts); once that is fixed, run "
+                                "`tenure backend recover`")
     assert caught.value.data == {"cause": "HANDOFF_FAILED"}
+
+
+@pytest.mark.parametrize(("code", "said"), [
+    ("UNSAFE_PATH", "UNSAFE_PATH: /h/backend/backend.db is open to other users"),
+    ("RECOVERY_BLOCKED", "/h/backend/backend.db is open to other users"),   # said once
+    (None, "/h/backend/backend.db is open to other users")])
+def test_the_message_names_the_cause_and_its_code(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path, code: str | None,
+                                                  said: str) -> None:
+    """`tenure up` on a home whose backend.db others may read: the path and UNSAFE_PATH
+    (was: the path only; the code was in data.cause alone)."""
+    blocked = {"code": code, "reason": "/h/backend/backend.db is open to other users"}
+    waiting(monkeypatch, [{"blocked": blocked}])
+    with pytest.raises(RecoveryBlocked) as caught:
+        daemons.ensure_backend(Layout(tmp_path), timeout=30)
+    assert caught.value.msg == (f"the guardian gave up starting a backend: {said}; once "
+                                "that is fixed, run `tenure backend recover`")
 
 
 def test_at_its_timeout_it_says_why_the_last_start_failed(monkeypatch: pytest.MonkeyPatch,

@@ -245,10 +245,12 @@ def test_foreign_database_and_garbage_refused(tmp_path: Path) -> None:
     with sqlite3.connect(foreign) as conn:
         conn.execute("CREATE TABLE t (x)")
     conn.close()
+    os.chmod(foreign, 0o600)   # private, as the owner's files are: not UNSAFE_PATH
     with pytest.raises(StateCorrupt):
         Journal(foreign)
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"not a database at all" * 100)
+    os.chmod(garbage, 0o600)
     with pytest.raises(StateCorrupt):
         Journal(garbage)
     assert garbage.read_bytes() == b"not a database at all" * 100
@@ -270,6 +272,45 @@ def test_symlinks_refused(tmp_path: Path) -> None:
     wal.symlink_to(tmp_path / "elsewhere")
     with pytest.raises(UnsafePath):
         Journal(tmp_path / "other.db")
+
+
+def test_symlink_error_names_the_path(tmp_path: Path) -> None:
+    link = tmp_path / "journal.db"
+    link.symlink_to(tmp_path / "elsewhere.db")
+    with pytest.raises(UnsafePath) as caught:
+        Journal(link)
+    assert str(link) in caught.value.msg and "symlink" in caught.value.msg
+    wal = tmp_path / "journal.db-wal"
+    link.unlink()
+    wal.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UnsafePath) as caught:
+        Journal(link)
+    assert str(wal) in caught.value.msg
+
+
+def test_journal_open_to_others_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    """Was: chmod'ed back to 0600 without a word; owner.db is refused (state.md)."""
+    path = tmp_path / "journal.db"
+    with Journal(path) as j:
+        j.append(WEB, "stdout", lines(b"a"))
+    os.chmod(path, 0o644)
+    before = path.read_bytes()
+    with pytest.raises(UnsafePath) as caught:
+        Journal(path)
+    assert caught.value.msg.startswith(f"{path} is open to other users (mode 0644)")
+    assert caught.value.data == {"path": str(path), "mode": "0644"}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 and path.read_bytes() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the file away")
+def test_journal_of_another_user_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    Journal(path).close()
+    os.chown(path, 65534, -1)
+    with pytest.raises(UnsafePath) as caught:
+        Journal(path)
+    assert f"{path} is owned by uid 65534" in caught.value.msg
+    assert path.stat().st_uid == 65534
 
 
 def test_directory_path_refused(tmp_path: Path) -> None:

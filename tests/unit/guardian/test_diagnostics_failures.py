@@ -1,0 +1,77 @@
+"""supervisor-state.json that cannot be written: the guardian says so once for a run of
+the same failure, without a traceback for an expected error, and once more when a write
+succeeds again (was: a traceback every write, ~10 MB of guardian.log in minutes); and a
+guardian refuses to start on one that is not its own to replace (check_diagnostics).
+The real coordinator over a fake world (guardian.testing)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from guardian.coordinator import check_diagnostics
+from guardian.testing import FakeCoordinator
+from protocol.errors import UnsafePath
+
+
+def test_a_failing_write_is_logged_once_and_its_recovery_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        co = FakeCoordinator(tmp_path)
+        try:
+            path = Path(co.paths.diagnostics)
+            co.write_diagnostics()
+            elsewhere = tmp_path / "elsewhere.json"
+            path.rename(elsewhere)
+            path.symlink_to(elsewhere)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="tenure.guardian"):
+                for _ in range(50):
+                    co.write_diagnostics()
+                failed = list(caplog.records)
+                assert len(failed) == 1, [r.getMessage() for r in failed]
+                assert failed[0].levelno == logging.ERROR and failed[0].exc_info is None
+                assert f"could not write {path}: UNSAFE_PATH: {path} is a symlink" in \
+                    failed[0].getMessage()
+                caplog.clear()
+                path.unlink()
+                for _ in range(3):
+                    co.write_diagnostics()
+                assert [r.getMessage() for r in caplog.records] == [f"wrote {path} again"]
+                assert co.status()["kind"] == "tenure-supervisor-state"
+                caplog.clear()
+                path.unlink()
+                path.symlink_to(elsewhere)
+                co.write_diagnostics()   # failing anew after a success: said again
+                assert len(caplog.records) == 1
+        finally:
+            await co.cancel_tasks()
+            co.state.close()
+    asyncio.run(main())
+
+
+def test_check_diagnostics_refuses_what_is_not_ours_to_replace(tmp_path: Path) -> None:
+    path = tmp_path / "supervisor-state.json"
+    check_diagnostics(str(path))            # absent: the first start writes it
+    path.write_text("{}\n")
+    os.chmod(path, 0o600)
+    check_diagnostics(str(path))
+    os.chmod(path, 0o620)
+    with pytest.raises(UnsafePath, match="is open to other users"):
+        check_diagnostics(str(path))
+    path.unlink()
+    target = tmp_path / "target.json"
+    target.write_text("{}\n")
+    path.symlink_to(target)
+    with pytest.raises(UnsafePath) as caught:
+        check_diagnostics(str(path))
+    assert caught.value.msg.startswith(f"{path} is a symlink")
+    assert caught.value.data == {"path": str(path)}
+    path.unlink()
+    os.mkdir(path)
+    with pytest.raises(UnsafePath, match="is not a regular file"):
+        check_diagnostics(str(path))
