@@ -48,7 +48,9 @@ def _common(default: Any, formatter: Any) -> Any:
 def _intermixed(argparse: Any) -> Any:
     """A command's parser that takes its positionals wherever they stand: argparse alone
     gives an optional positional (``RELEASE`` of ``owner upgrade``) nothing once an
-    option comes first (``tenure owner upgrade --json PATH`` was refused)."""
+    option comes first (``tenure owner upgrade --json PATH`` was refused). It refuses a
+    word it has no place for itself, with its own usage (``usage: tenure start …``):
+    argparse hands such words back to ``tenure``, whose usage names no command's."""
     class Intermixed(argparse.ArgumentParser):  # type: ignore[misc]
         _inside = False
 
@@ -57,9 +59,12 @@ def _intermixed(argparse: Any) -> Any:
                 return super().parse_known_args(args, namespace)
             self._inside = True
             try:
-                return self.parse_known_intermixed_args(args, namespace)
+                parsed, extra = self.parse_known_intermixed_args(args, namespace)
             finally:
                 self._inside = False
+            if extra:   # exits 2, as every usage error
+                self.error(f"unrecognized arguments: {' '.join(extra)}")
+            return parsed, extra
     return Intermixed
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 import ast
 import re
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from backend.cli.exits import Exit
 
@@ -31,7 +34,8 @@ def test_the_documented_exit_table_is_the_enum() -> None:
     assert documented == {int(e) for e in Exit}
 
 
-def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+              ) -> Iterator[tuple[tuple[str, ...], set[str]]]:
     """Every leaf command: its words and its long options."""
     subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     if not subs:
@@ -53,3 +57,40 @@ def test_the_reference_names_every_command_and_long_option() -> None:
     missing += [f"tenure {' '.join(words)} {o}" for words, opts in _commands(_parser())
                 for o in sorted(opts) if o not in text]
     assert not missing, f"docs/cli.md does not name: {missing}"
+
+
+def _filled(parser: argparse.ArgumentParser) -> tuple[list[str], bool]:
+    """Words that a command accepts (a value for each positional and required option),
+    and whether a positional takes any number of words (then none is one too many)."""
+    words, repeats = [], False
+    for a in parser._actions:
+        if a.option_strings:
+            words += [a.option_strings[0], "x"] if a.required else []
+        else:
+            words.append(str(sorted(a.choices)[0]) if a.choices else "s/a")
+            repeats = repeats or a.nargs in ("*", "+")
+    return words, repeats
+
+
+def _leaves() -> dict[str, argparse.ArgumentParser]:
+    from backend.cli.main import _parser
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {k: v for k, v in sub.choices.items() if not k.startswith("__")}
+
+
+@pytest.mark.parametrize("name", sorted(_leaves()))
+def test_a_word_too_many_is_refused_with_the_usage_of_its_command(
+        name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`tenure start a b` names `tenure start`'s usage (not `tenure COMMAND …`, which
+    argparse gives for words a command hands back), exit 2 as every usage error, with or
+    without --json; so does an option the command does not have."""
+    from backend.cli.main import main
+    words, repeats = _filled(_leaves()[name])
+    extra = [["--no-such-option"]] + ([] if repeats else [["extra"]])
+    for argv in ([*a, name, *words, *x] for x in extra for a in ([], ["--json"])):
+        with pytest.raises(SystemExit) as exc:
+            main(["--home", str(tmp_path), *argv])
+        out, err = capsys.readouterr()
+        assert exc.value.code == Exit.USAGE and out == "", argv
+        assert err.startswith(f"usage: tenure {name} "), (argv, err)
+        assert f"tenure {name}: error: unrecognized arguments: {argv[-1]}\n" in err, argv
