@@ -64,13 +64,23 @@ async def snapshot(gen: Generation) -> dict[str, Any]:
     return {"epoch": gen.epoch, "owner_connected": connected,
             "certificate_age_seconds": None if certified is None
             else max(0.0, time.time() - certified),
-            "log_dropped": [{"stack": s, "app": a, "dropped": n}
-                            for (s, a), n in sorted((gen.log_dropped or {}).items())],
+            "log_dropped": _log_dropped(gen.log_dropped, apps) if connected else None,
             "logs": answer["logs"] if counts and answer else None,
             "journal_bytes": answer.get("journal_bytes") if counts and answer else None,
             "guardian": guardian,
             "rpc": gen.rpc_timings.snapshot(), "owner_calls": gen.owner_timings.snapshot(),
             "apps": apps}
+
+
+def _log_dropped(dropped: dict[tuple[str, str], int] | None, apps: list[dict[str, Any]]
+                 ) -> list[dict[str, Any]] | None:
+    """Lines the owner dropped, per app: every app of ``apps`` (0 when the owner named
+    it not: nothing dropped is a known 0) and any other it names (a job's output); None
+    when the owner cannot say."""
+    if dropped is None:
+        return None
+    counts = {(a["stack"], a["app"]): 0 for a in apps} | dropped
+    return [{"stack": s, "app": a, "dropped": n} for (s, a), n in sorted(counts.items())]
 
 
 async def _none() -> None:
@@ -121,7 +131,7 @@ def families(snap: dict[str, Any]) -> list[Metric]:
     dropped = _family(c, "tenure_app_log_lines_dropped",
                       "log lines the owner dropped (journal queue full) since it started",
                       ["stack", "app"])
-    for d in snap["log_dropped"]:
+    for d in snap["log_dropped"] or []:
         dropped.add_metric([d["stack"], d["app"]], float(d["dropped"]))
     out = [up, ready, state, restarts, mc.exits(snap["apps"]), start,
            *(f for _, f in per_app), dropped, *mc.journal(snap), *_control(snap),

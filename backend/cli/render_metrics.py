@@ -37,11 +37,12 @@ def metrics(r: dict[str, Any]) -> str:
     serving = listener.get("listen") or "off"
     if listener.get("listen") and not listener.get("bound"):
         serving += f" (not bound: {listener.get('error') or 'binding'})"
-    dropped = sum(d["dropped"] for d in r["log_dropped"])
+    dropped = "unknown" if r["log_dropped"] is None else \
+        str(sum(d["dropped"] for d in r["log_dropped"]))
     control = fields([("epoch", str(r["epoch"])),
                       ("owner", "connected" if r["owner_connected"] else "not connected"),
                       ("certificate age", dur(r["certificate_age_seconds"])),
-                      ("log lines dropped", str(dropped)),
+                      ("log lines dropped", dropped),
                       ("prometheus", serving)])
     body = table(rows, HEADER) if rows else "no instances"
     return f"{body}\n\n{control}"

@@ -143,6 +143,9 @@ def test_scrape_is_valid_matches_the_owner_and_survives_an_upgrade(cluster, tmp_
                  "two 'started' lines journalled")
     text = scrape(port)
     assert samples(text)["tenure_app_log_bytes_total"][app] == 2 * len("started")
+    # nothing dropped is a known 0 (the family had no sample at all)
+    assert samples(text)["tenure_app_log_lines_dropped_total"][app] == 0
+    assert "\nlog lines dropped: 0\n" in cluster.cli_text("metrics")
     assert samples(text)["tenure_journal_bytes"][()] > 0
     rpc = samples(text)["tenure_rpc_request_duration_seconds_count"]
     assert rpc[(("method", "status"),)] >= 1 and rpc[(("method", "restart"),)] == 1

@@ -81,3 +81,18 @@ def test_docs_list_every_family_with_its_type() -> None:
         suffix = "_total" if fam.type == "counter" else ""
         emitted[fam.name + suffix] = fam.type
     assert emitted == documented
+
+
+def test_lines_dropped_are_zero_when_none_were_and_absent_when_unknown() -> None:
+    from backend.cli.render_metrics import metrics
+    from backend.metrics import _log_dropped
+    apps = _snap()["apps"]
+    known = _log_dropped({("s", "job:nightly"): 3}, apps)
+    assert known == [{"stack": "s", "app": "a", "dropped": 0},
+                     {"stack": "s", "app": "job:nightly", "dropped": 3}]
+    got = _scrape(_snap(log_dropped=known))["tenure_app_log_lines_dropped_total"]
+    assert got[(("app", "a"), ("stack", "s"))] == 0
+    assert _log_dropped(None, apps) is None
+    assert "tenure_app_log_lines_dropped_total" not in _scrape(_snap(log_dropped=None))
+    text = metrics({**_snap(log_dropped=None, owner_connected=False), "listener": None})
+    assert "\nlog lines dropped: unknown\n" in text
