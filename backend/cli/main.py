@@ -365,16 +365,19 @@ def _handler(cmd: str) -> Any:
 
 def _os_error(exc: OSError, cmd: str) -> TenureError:
     """An OSError that reached the command line as a coded error: STORAGE_FAILED for a
-    failing disk, UNSAFE_PATH for a path we may not use, else INTERNAL with its words."""
-    from protocol.errors import Internal, UnsafePath
+    failing disk, UNAUTHORIZED for a path this user may not use (the path is not at
+    fault: UNSAFE_PATH says that), else INTERNAL with its words."""
+    from protocol.errors import Internal, Unauthorized
     from protocol.storage import storage_failure
     stored = storage_failure(exc, f"tenure {cmd}")
     if stored is not None:
         return stored
     where = f": {exc.filename}" if exc.filename else ""
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return UnsafePath(f"tenure {cmd}: permission denied{where}",
-                          {"path": str(exc.filename)})
+        return Unauthorized(f"tenure {cmd}: permission denied{where}: uid {os.geteuid()} "
+                            "may not use this home (run tenure as the user that runs its "
+                            "daemons, or, to look, as a member of its viewer_group)",
+                            {"path": str(exc.filename), "uid": os.geteuid()})
     return Internal(f"tenure {cmd} failed: {exc.strerror or exc}{where}")
 
 

@@ -3,6 +3,7 @@ without the interpreter's teardown, and only after everything printed was flushe
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -59,8 +60,10 @@ def test_os_errors_reach_the_operator_as_coded_errors() -> None:
         "STORAGE_FAILED", "tenure up failed: the storage failed (OSError: Read-only file "
         "system: /h/execution); the call stopped there")
     denied = _os_error(PermissionError(errno.EACCES, "Permission denied", "/h/x"), "up")
-    assert (denied.code_str, denied.msg) == ("UNSAFE_PATH",
-                                             "tenure up: permission denied: /h/x")
+    assert (denied.code_str, denied.msg) == (   # the path is not at fault: the user is
+        "UNAUTHORIZED", f"tenure up: permission denied: /h/x: uid {os.geteuid()} may not "
+        "use this home (run tenure as the user that runs its daemons, or, to look, as a "
+        "member of its viewer_group)")
     other = _os_error(NotADirectoryError(errno.ENOTDIR, "Not a directory", "/f/h"), "up")
     assert (other.code_str, other.msg) == ("INTERNAL",
                                            "tenure up failed: Not a directory: /f/h")
