@@ -194,6 +194,8 @@ def get_argv(t: Mapping[str, Any], key: str, path: KeyPath) -> tuple[str, ...] |
     if not value:
         raise Invalid(here, "must not be empty (the program to run comes first)")
     argv = tuple(_string(v, (*here, i), nonempty=False) for i, v in enumerate(value))
+    for i, arg in enumerate(argv):
+        _fits_exec((*here, i), arg)
     if not argv[0]:
         raise Invalid((*here, 0), "the program name must not be empty")
     return argv
@@ -268,8 +270,23 @@ def parse_env(t: Mapping[str, Any], path: KeyPath) -> dict[str, str]:
     for key in env:
         if not key or "=" in key or "\0" in key:
             raise Invalid((*here, key), "invalid variable name (empty, or has '=' or NUL)")
-        get_str(env, key, here, None, nonempty=False)
+        _fits_exec((*here, key), f"{key}={get_str(env, key, here, None, nonempty=False)}")
     return dict(sorted(env.items()))
+
+
+# Linux refuses an exec whose argument or environment string is longer than this
+# (MAX_ARG_STRLEN, 32 pages, with its NUL): every start would fail "Argument list too long"
+MAX_EXEC_STRING = 131072
+
+
+def _fits_exec(path: KeyPath, text: str) -> None:
+    """Raises Invalid when ``text`` (an argument, or an environment entry ``KEY=value``)
+    is too long for any exec to take."""
+    size = len(text.encode()) + 1
+    if size > MAX_EXEC_STRING:
+        raise Invalid(path, f"is {size} bytes; Linux execs no argument or environment "
+                      f"entry over {MAX_EXEC_STRING} bytes (with its NUL), so no start of it "
+                      "could succeed")
 
 
 def parse_cwd(t: Mapping[str, Any], path: KeyPath) -> str | None:

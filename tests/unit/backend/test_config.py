@@ -653,3 +653,16 @@ def test_a_stop_signal_that_never_ends_a_process_is_refused(name: str) -> None:
     err = _invalid(HEAD + f'stop = {{ signal = "{name}" }}\n')
     assert err.data["key"] == "stacks.demo.apps.web.stop.signal", err.data
     assert "never ends a process" in err.data["problem"]
+
+
+def test_an_argument_or_env_entry_no_exec_could_take_is_refused() -> None:
+    """A 200,000-byte env value passed plan; every start then failed with 'Argument list
+    too long' (the kernel's limit for one string is 131072 bytes with its NUL)."""
+    big = "x" * 131072
+    err = _invalid(HEAD + f'env = {{ BIG = "{big}" }}\n')
+    assert (err.data["key"], err.data["line"]) == ("stacks.demo.apps.web.env.BIG", 3)
+    assert "Linux execs no argument or environment entry over 131072 bytes" in \
+        err.data["problem"]
+    err = _invalid(f'[{APP}]\ncommand = ["x", "{big}"]\n')
+    assert err.data["key"] == "stacks.demo.apps.web.command[1]", err.data
+    parse_config(HEAD + f'env = {{ OK = "{"x" * (131072 - 4)}" }}\n', "t.toml")  # fits
