@@ -228,8 +228,11 @@ def _parser(argv: list[str] | None = None) -> Any:
     p.add_argument("--digest", help="rebind: record exactly the reviewed plan")
     p = add("service", "run under systemd or launchd")
     p.add_argument("action", choices=["install", "status", "uninstall"])
-    p.add_argument("--prepare", action="store_true")
-    p.add_argument("--scope", choices=["user", "system"], default=None)
+    p.add_argument("--prepare", action="store_true",
+                   help="install: write the plan for review and print its digest; installs "
+                        "nothing (system scope: in /etc/tenure/supervision-plan)")
+    p.add_argument("--scope", choices=["user", "system"], default=None,
+                   help="system units (as root the default) or your user's (otherwise)")
     p.add_argument("--user-account", default=None, help="system scope: service account")
     p.add_argument("--digest", default=None,
                    help="install: the digest of the plan you reviewed (printed by "
