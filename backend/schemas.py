@@ -16,6 +16,7 @@ from protocol.handover import FORMAT as HANDOVER_FORMAT
 from .events import FORMAT as EVENTS_FORMAT
 from .events import PART as EVENTS_PART
 from .jobs.ledger import FORMAT as JOBS_FORMAT
+from .jobs.ledger import FORMS_FORMAT, FORMS_PART
 from .store import FORMAT as BACKEND_DB_FORMAT
 from .store import (
     HOLDER_FORMAT,
@@ -32,9 +33,11 @@ SCHEMAS: dict[str, dict[str, object]] = {
     "reads": {"backend.db": [BACKEND_DB_FORMAT], f"backend.db:{EVENTS_PART}": [EVENTS_FORMAT],
               "backend.db:jobs": [JOBS_FORMAT], f"backend.db:{RETIRED_PART}": [RETIRED_FORMAT],
               f"backend.db:{STARTS_PART}": [STARTS_FORMAT],
-              f"backend.db:{HOLDER_PART}": [HOLDER_FORMAT], "checkpoint": [HANDOVER_FORMAT]},
+              f"backend.db:{HOLDER_PART}": [HOLDER_FORMAT],
+              f"backend.db:{FORMS_PART}": [FORMS_FORMAT], "checkpoint": [HANDOVER_FORMAT]},
     "writes": {"backend.db": BACKEND_DB_FORMAT, f"backend.db:{EVENTS_PART}": EVENTS_FORMAT,
                "backend.db:jobs": JOBS_FORMAT, f"backend.db:{RETIRED_PART}": RETIRED_FORMAT,
                f"backend.db:{STARTS_PART}": STARTS_FORMAT,
-               f"backend.db:{HOLDER_PART}": HOLDER_FORMAT, "checkpoint": HANDOVER_FORMAT},
+               f"backend.db:{HOLDER_PART}": HOLDER_FORMAT,
+               f"backend.db:{FORMS_PART}": FORMS_FORMAT, "checkpoint": HANDOVER_FORMAT},
 }

@@ -15,7 +15,8 @@ Errors: ``NOT_FOUND`` (no such record or template), ``CONFLICT`` (the key holds 
 submission, or the request does not fit the record's state: the message says why and
 ``data`` names the record), ``JOB_QUEUE_FULL`` (``job.run``: the template has
 ``max_pending`` open records; a key that has a record is answered instead),
-``BAD_REQUEST``, and ``SHUTTING_DOWN`` during a handoff.
+``BAD_REQUEST`` (also ``job.run`` with a key starting ``schedule:``, reserved for scheduled
+runs), and ``SHUTTING_DOWN`` during a handoff.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from protocol.server import Call, Method
 from . import machine as jm
 from .resume import resolve
 from .runner import JobRunner, journal_app
+from .schedule import SCHEDULE_KEY_PREFIX
 
 __all__ = ["JobApi"]
 
@@ -63,6 +65,16 @@ S_RESOLVE = Schema(_id, Field("started", bool),
                          if len(v) <= 2000 else "must be at most 2000 characters"))
 
 
+def _refuse_reserved(key: str | None) -> None:
+    """Raises BadRequest for a key in the schedule's own form: a client record holding
+    a future due time's key would take that due time from the schedule (with other
+    arguments, the schedule could not admit it at all)."""
+    if key is not None and key.startswith(SCHEDULE_KEY_PREFIX):
+        raise BadRequest(f"key {key!r}: keys starting with {SCHEDULE_KEY_PREFIX!r} are "
+                         "reserved for scheduled runs; choose another key",
+                         {"field": "key"})
+
+
 class JobApi:
     def __init__(self, runner: JobRunner) -> None:
         self.runner = runner
@@ -81,6 +93,7 @@ class JobApi:
         p = call.params
         if "/" not in p["template"]:
             raise BadRequest(f"{p['template']!r} is not STACK/JOB", {"field": "template"})
+        _refuse_reserved(p["key"])
         rec, dup = self.runner.submit(p["template"], p["key"], list(p["args"]))
         return {"job": rec.to_wire(), "deduplicated": dup}
 

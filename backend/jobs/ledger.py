@@ -55,6 +55,10 @@ CREATE TABLE job_pruned_keys (
     outcome TEXT, pruned_at REAL NOT NULL);
 CREATE TABLE job_ledger (id INTEGER PRIMARY KEY CHECK (id = 1), uid TEXT NOT NULL)
 """
+# A part of its own (BackendStore.ensure_part adds it to a ledger of any age): the cron
+# expression and time zone each mark counts in. A release that predates it never reads it.
+FORMS_PART, FORMS_FORMAT = "job_schedule_forms", 1
+FORMS_SCHEMA = "CREATE TABLE job_schedule_forms (template TEXT PRIMARY KEY, form TEXT NOT NULL)"
 _COLS = ("id, key, stack, template, fingerprint, spec, source, due_at, revision, wire, "
          "submitted_at")
 
@@ -84,7 +88,8 @@ class Admission(Struct, frozen=True):
     """One submission. ``due_at`` (wall clock) and ``mark`` belong to scheduled ones:
     ``mark`` advances the template's schedule in the same transaction. ``max_open``:
     refuse a new record while the template has that many open (a ``missed`` one, never
-    open, is always recorded)."""
+    open, is always recorded). ``evidence``: why a ``missed`` one did not run, when it is
+    not the usual (no backend was up)."""
 
     stack: str
     template: str
@@ -95,6 +100,7 @@ class Admission(Struct, frozen=True):
     missed: bool = False
     mark: float | None = None
     max_open: int | None = None
+    evidence: dict[str, Any] | None = None
 
 
 class Record(Struct):
@@ -144,6 +150,7 @@ class Ledger:
         self.store = store
         self.db = store.db
         store.ensure_part("jobs", FORMAT, SCHEMA)
+        store.ensure_part(FORMS_PART, FORMS_FORMAT, FORMS_SCHEMA)
         self.db.execute("INSERT OR IGNORE INTO job_ledger VALUES (1, ?)",
                         (os.urandom(4).hex(),))
         self.uid: str = self.db.execute("SELECT uid FROM job_ledger").fetchone()[0]
@@ -183,7 +190,7 @@ class Ledger:
         job = Job(job_id, a.stack, a.template, a.spec["timeout"])
         event = "admitted"
         if a.missed:
-            job.handle(Missed(), now, 0.0)
+            job.handle(Missed(a.evidence), now, 0.0)
             event = "missed"
         db.execute("UPDATE jobs SET wire = ?, state = ?, ended_at = ? WHERE id = ?",
                    (json.dumps(job.to_wire()), job.state.value, job.ended_at, job_id))
@@ -201,14 +208,16 @@ class Ledger:
         return cur.lastrowid
 
     def _refuse_pruned(self, db: sqlite3.Connection, key: str, fp: str) -> None:
+        """Raises Conflict (``pruned``: True) when ``key`` was a pruned record's, whatever
+        it was submitted with: that record no longer exists to be named as the key's."""
         row = db.execute("SELECT job, fingerprint, outcome FROM job_pruned_keys WHERE key = ?",
                          (key,)).fetchone()
         if row is None:
             return
-        _same_or_conflict(row[1], fp, key, row[0], row[2])
-        raise Conflict(f"key {key!r} was used by job {row[0]}, which ended ({row[2]}) and "
-                       "was pruned by its retention", {"job": row[0], "key": key,
-                                                        "pruned": True})
+        other = "" if row[1] == fp else " (with another command, env or arguments)"
+        raise Conflict(f"key {key!r} was used by job {row[0]}{other}, which ended "
+                       f"({row[2]}) and was pruned by its retention; a used key is never "
+                       "admitted again", {"job": row[0], "key": key, "pruned": True})
 
     def _refuse_full(self, db: sqlite3.Connection, stack: str, template: str, cap: int
                      ) -> None:
@@ -256,15 +265,43 @@ class Ledger:
         with self.store.tx() as db:
             self._mark(db, Admission(stack, name, {}, mark=due), now)
 
+    def restart_schedule(self, template_key: str, form: str, since: float, now: float
+                         ) -> None:
+        """Count the template's due times from ``since`` in ``form`` (its cron expression
+        and time zone), in one transaction: it is seen for the first time, or its form
+        changed. Unlike an admission's mark this may move the mark back or forth: the due
+        times of the form before are none of this one's runs."""
+        with self.store.tx() as db:
+            db.execute("INSERT INTO job_schedules VALUES (?, ?, ?) ON CONFLICT(template) DO "
+                       "UPDATE SET last_due = excluded.last_due, "
+                       "updated_at = excluded.updated_at", (template_key, since, now))
+            self._set_form(db, template_key, form)
+
+    def set_schedule_form(self, template_key: str, form: str) -> None:
+        """Record the form a mark counts in (a mark from before forms were recorded)."""
+        with self.store.tx() as db:
+            self._set_form(db, template_key, form)
+
+    def _set_form(self, db: sqlite3.Connection, template_key: str, form: str) -> None:
+        db.execute("INSERT INTO job_schedule_forms VALUES (?, ?) ON CONFLICT(template) DO "
+                   "UPDATE SET form = excluded.form", (template_key, form))
+
+    def schedule_form(self, template_key: str) -> str | None:
+        row = self.db.execute("SELECT form FROM job_schedule_forms WHERE template = ?",
+                              (template_key,)).fetchone()
+        return None if row is None else str(row[0])
+
     def forget_schedules(self, keep: set[str]) -> None:
-        """Drop the marks of templates that have no schedule any more (one added again
-        later starts counting from then)."""
-        gone = [t for (t,) in self.db.execute("SELECT template FROM job_schedules")
+        """Drop the marks (and forms) of templates that have no schedule any more (one
+        added again later starts counting from then)."""
+        gone = [t for (t,) in self.db.execute("SELECT template FROM job_schedules UNION "
+                                              "SELECT template FROM job_schedule_forms")
                 if t not in keep]
         if gone:
             with self.store.tx() as db:
-                db.executemany("DELETE FROM job_schedules WHERE template = ?",
-                               [(t,) for t in gone])
+                for table in ("job_schedules", "job_schedule_forms"):
+                    db.executemany(f"DELETE FROM {table} WHERE template = ?",
+                                   [(t,) for t in gone])
 
     def schedule_mark(self, template_key: str) -> float | None:
         row = self.db.execute("SELECT last_due FROM job_schedules WHERE template = ?",

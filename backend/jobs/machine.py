@@ -100,8 +100,12 @@ class Start(Struct, frozen=True):
 
 
 class Launched(Struct, frozen=True):
+    """``at``: when the owner started it (wall clock, the owner's row or observation),
+    when known; else the record takes the time it is told."""
+
     pid: int
     start_ticks: int
+    at: float | None = None
 
 
 class LaunchRefused(Struct, frozen=True):
@@ -112,9 +116,14 @@ class LaunchRefused(Struct, frozen=True):
 
 
 class Exited(Struct, frozen=True):
+    """``at``: when the process exited (the owner's ``exit`` observation or row), when
+    known: a backend that hears of it later (a crash, a blocked recovery) still records
+    the exit's own time, not its own."""
+
     exit_code: int | None
     signal: int | None
     pid: int | None = None
+    at: float | None = None
 
 
 class Lost(Struct, frozen=True):
@@ -135,7 +144,10 @@ class Withdraw(Struct, frozen=True):
 
 class Missed(Struct, frozen=True):
     """A scheduled due time passed while no backend was up and its template does not
-    catch up: the record is kept to say so, and never starts."""
+    catch up (or it could not be admitted at all: ``evidence`` says why): the record is
+    kept to say so, and never starts."""
+
+    evidence: dict[str, Any] | None = None
 
 
 class StopRequested(Struct, frozen=True):
@@ -316,9 +328,18 @@ def _start(job: Job, ev: Start, wall: float, mono: float) -> None:
 
 
 def _launched(job: Job, ev: Launched, wall: float, mono: float) -> None:
-    job.pid, job.start_ticks, job.started_at = ev.pid, ev.start_ticks, wall
-    job.deadline = None if job.timeout is None else mono + job.timeout
+    """The deadline counts from the start itself: a start heard of late (a generation
+    that settled it from evidence) has already used part of its timeout."""
+    started = _when(ev.at, wall)
+    job.pid, job.start_ticks, job.started_at = ev.pid, ev.start_ticks, started
+    job.deadline = None if job.timeout is None else mono - (wall - started) + job.timeout
     job._set_state(State.RUNNING, wall)
+
+
+def _when(at: float | None, wall: float) -> float:
+    """When something the owner observed happened: its own time, never later than now
+    (``wall``) when it is told; now when it is unknown."""
+    return wall if at is None or not math.isfinite(at) else min(at, wall)
 
 
 def _late_launched(job: Job, ev: Launched, wall: float, mono: float) -> None:
@@ -326,7 +347,7 @@ def _late_launched(job: Job, ev: Launched, wall: float, mono: float) -> None:
     it says when the process started; the record stays ended."""
     if job.started_at is None and job.pid in (None, ev.pid):
         job.pid, job.start_ticks = ev.pid, ev.start_ticks
-        job.started_at = min(wall, job.ended_at or wall)
+        job.started_at = min(_when(ev.at, wall), job.ended_at or wall)
 
 
 def _refused(job: Job, ev: LaunchRefused, wall: float, mono: float) -> None:
@@ -339,7 +360,10 @@ def _exited(job: Job, ev: Exited, wall: float, mono: float) -> None:
         job.pid = ev.pid  # the exit was seen before the launch answer
     job.exit_code, job.signal = ev.exit_code, ev.signal
     state, outcome = exit_outcome(ev.exit_code, ev.signal, job.stop_reason)
-    job._set_state(state, wall, outcome)
+    ended = _when(ev.at, wall)
+    if job.started_at is not None:
+        ended = max(ended, job.started_at)   # two clocks' readings: never before its start
+    job._set_state(state, ended, outcome)
 
 
 def _lost(job: Job, ev: Lost, wall: float, mono: float) -> None:
@@ -357,6 +381,8 @@ def _withdraw(job: Job, ev: Withdraw, wall: float, mono: float) -> None:
 
 
 def _missed(job: Job, ev: Missed, wall: float, mono: float) -> None:
+    if ev.evidence is not None:
+        job.evidence = ev.evidence
     job._set_state(State.MISSED, wall, Outcome.MISSED)
 
 
@@ -384,6 +410,16 @@ def _resolve(job: Job, ev: Resolve, wall: float, mono: float) -> None:
         job._set_state(State.ADMITTED, wall)
 
 
+def _resolve_again(job: Job, ev: Resolve, wall: float, mono: float) -> None:
+    """A record that is not ``recovery_required``: the same decision as the one it
+    carries is a retry (its answer was lost) and changes nothing; any other is refused."""
+    if job.resolution is not None and job.resolution.get("started") == ev.started:
+        log.debug("%s: resolve (started=%s) again: already so", job.name, ev.started)
+        return
+    raise Conflict(f"{job.name} is {job.state}: only a recovery_required record can be "
+                   "resolved", {"job": job.id, "state": job.state.value})
+
+
 # ---- the table --------------------------------------------------------------------------
 # One row per event, one cell per state, in State order:
 #   admitted, starting, running, succeeded, failed, timed_out, withdrawn, missed,
@@ -406,8 +442,7 @@ _ROWS: dict[type[Event], tuple[Handler, ...]] = {
                     _rejects("its start is in progress; try again in a moment"), _stop,
                     _ENDED, _ENDED, _ENDED, _ENDED, _ENDED, _RECOVERY, _ENDED),
     TimedOut: (_I, _I, _timed_out, _I, _I, _I, _I, _I, _I, _I),
-    Resolve: (*[_rejects("only a recovery_required record can be resolved")] * 8,
-              _resolve, _rejects("only a recovery_required record can be resolved")),
+    Resolve: (*[_resolve_again] * 8, _resolve, _resolve_again),
 }
 assert all(len(row) == len(State) for row in _ROWS.values())
 assert set(_ROWS) == set(EVENT_TYPES)

@@ -26,7 +26,7 @@ from protocol.errors import Conflict, TenureError
 
 from . import machine as jm
 from .ledger import Record
-from .runner import JobRunner, events_of_row
+from .runner import JobRunner, events_of_row, exit_event, owner_time
 
 __all__ = ["Evidence", "audit", "resolve", "resume"]
 
@@ -109,19 +109,23 @@ def _settle_start(runner: JobRunner, rec: Record, ev: Evidence) -> None:
     seen = ev.seen.get(key, {})
     proof = {"proof": ev.of(key)}
     if "exit" in seen:
-        launched = seen.get("launched", seen["exit"])
-        runner.apply(rec, jm.Launched(int(launched["pid"]),
-                                      int(launched.get("start_ticks", 0))), proof)
+        launched = seen.get("launched")   # without it, when it started is unknown
+        first = launched or seen["exit"]
+        at = None if launched is None else owner_time(launched.get("at"))
+        runner.apply(rec, jm.Launched(int(first["pid"]), int(first.get("start_ticks", 0)),
+                                      at), proof)
         _apply_exit(runner, rec, seen["exit"])
     elif key in ev.live:
         row = ev.live[key]
-        runner.apply(rec, jm.Launched(int(row["pid"]), int(row["start_ticks"])), proof)
+        runner.apply(rec, jm.Launched(int(row["pid"]), int(row["start_ticks"]),
+                                      owner_time(row.get("started_at"))), proof)
     elif "launch_failed" in seen:
         e = seen["launch_failed"]
         runner.apply(rec, jm.LaunchRefused(str(e.get("code")), str(e.get("msg"))), proof)
     elif "launched" in seen:
         e = seen["launched"]
-        runner.apply(rec, jm.Launched(int(e["pid"]), int(e["start_ticks"])), proof)
+        runner.apply(rec, jm.Launched(int(e["pid"]), int(e["start_ticks"]),
+                                      owner_time(e.get("at"))), proof)
         runner.apply(rec, jm.Lost({"reason": "launched, then gone; its exit is not in "
                                    "the owner's observations", **ev.of(key)}))
     else:
@@ -187,8 +191,8 @@ async def audit(runner: JobRunner, why: str = "was not observed here") -> list[i
 
 
 def _apply_exit(runner: JobRunner, rec: Record, e: dict[str, Any]) -> None:
-    runner.apply(rec, jm.Exited(e.get("exit_code"), e.get("signal"), e.get("pid")),
-                 {"proof": "exit observed by the owner"})
+    """End ``rec`` by its observed exit, at the time the owner saw it (not now)."""
+    runner.apply(rec, exit_event(e), {"proof": "exit observed by the owner"})
 
 
 async def resolve(runner: JobRunner, job_id: int, started: bool, note: str, by: str

@@ -46,7 +46,8 @@ from .ledger import Admission, Ledger, Record, make_spec
 
 STEP_PREFIX = "job "   # the drain barrier names job steps "job <id> start|stop"
 
-__all__ = ["LAUNCH_TRIES", "STEP_PREFIX", "Clock", "JobRunner", "SystemClock", "journal_app"]
+__all__ = ["LAUNCH_TRIES", "STEP_PREFIX", "Clock", "JobRunner", "SystemClock", "events_of_row",
+           "exit_event", "journal_app", "owner_time"]
 
 log = logging.getLogger("tenure.jobs")
 
@@ -98,6 +99,7 @@ class JobRunner:
         self.records: dict[int, Record] = {}      # open records: admitted/starting/running
         self.by_launch: dict[str, int] = {}
         self.on_tick: list[Callable[[float], None]] = []  # schedules, retention
+        self._hook_errors: dict[str, str] = {}    # the last error logged, per hook
         self._starting: set[int] = set()          # start tasks spawned, not yet ended
         self._stopping: set[int] = set()          # stop tasks spawned, not yet ended
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -210,7 +212,7 @@ class JobRunner:
             except Conflict:
                 pass  # another writer holds it (logged in apply)
         for hook in self.on_tick:
-            hook(self.clock.wall())
+            self._run_hook(hook)
         active = self._active()
         for rec in sorted(self.records.values(), key=lambda r: r.id):
             if rec.job.state is jm.State.ADMITTED and rec.id not in self._starting \
@@ -218,6 +220,24 @@ class JobRunner:
                 active[(rec.stack, rec.template)] += 1
                 self._starting.add(rec.id)
                 self._spawn(self._start(rec))
+
+    def _run_hook(self, hook: Callable[[float], None]) -> None:
+        """Run one tick hook (a schedule, retention). Its error is logged, once until it
+        changes or the hook succeeds again, and never stops the tick: a hook that kept
+        failing would otherwise keep every admitted record from starting."""
+        name = getattr(hook, "__qualname__", repr(hook))
+        try:
+            hook(self.clock.wall())
+        except Exception as exc:  # logged: the start loop must run
+            said = f"{type(exc).__name__}: {exc}"
+            if self._hook_errors.get(name) != said:
+                self._hook_errors[name] = said
+                if isinstance(exc, TenureError):
+                    log.error("job runner: %s failed: %s", name, exc)
+                else:
+                    log.exception("job runner: %s failed", name)
+        else:
+            self._hook_errors.pop(name, None)
 
     def _check_running(self, rec: Record, mono: float) -> None:
         """Stop a running record that ran out of time, or whose recorded stop was not
@@ -382,7 +402,7 @@ class JobRunner:
             return
         self.fault.at("exited", rec.id, rec.job.attempt)
         try:
-            self.apply(rec, jm.Exited(e.get("exit_code"), e.get("signal"), e.get("pid")))
+            self.apply(rec, exit_event(e))
         except Conflict:
             pass
         self.wake()
@@ -457,11 +477,26 @@ def events_of_row(row: dict[str, Any]) -> list[jm.Event]:
                                  str(err.get("msg", "launch failed")))]
     if row.get("pid") is None or row.get("start_ticks") is None:
         return [jm.Lost({"reason": "the owner's launch row has no process", "row": row})]
-    events: list[jm.Event] = [jm.Launched(int(row["pid"]), int(row["start_ticks"]))]
+    events: list[jm.Event] = [jm.Launched(int(row["pid"]), int(row["start_ticks"]),
+                                          owner_time(row.get("started_at")))]
     if state == "exited":
         ex = row.get("exit") or {}
-        events.append(jm.Exited(ex.get("exit_code"), ex.get("signal"), row["pid"]))
+        events.append(jm.Exited(ex.get("exit_code"), ex.get("signal"), row["pid"],
+                                owner_time(row.get("ended_at"))))
     elif state != "running":
         events.append(jm.Lost({"reason": f"the owner's launch row says {state}",
                                "row": row}))
     return events
+
+
+def exit_event(e: dict[str, Any]) -> jm.Exited:
+    """The Exited event of an owner ``exit`` observation, at the time the owner saw the
+    exit (its ``at``): the record's end is the exit's, however late a backend hears of
+    it."""
+    return jm.Exited(e.get("exit_code"), e.get("signal"), e.get("pid"),
+                     owner_time(e.get("at")))
+
+
+def owner_time(v: Any) -> float | None:
+    """A wall-clock time from the owner, or None when it is missing or not a number."""
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None

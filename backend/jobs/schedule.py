@@ -12,27 +12,35 @@ run is admitted late, or a ``missed`` record says it did not happen. Both are re
 so nothing is skipped silently. A due time that finds its template at ``max_pending``
 open records waits, with the mark, until one ends (past :data:`LATE_AFTER` it counts as
 missed like any other). A template seen for the first time (or again after its
-schedule was removed) starts counting from now; earlier due times are not runs it
-missed.
+schedule was removed), or whose cron expression or time zone changed, starts counting
+from when that config was applied; earlier due times are not runs it missed.
+
+A due time whose key is already held by a record of another submission (a client took
+it before such keys were reserved, see backend.jobs.api) cannot be admitted: it is
+recorded ``missed``, without a key, with that reason as its evidence, and the schedule
+moves on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from protocol.errors import JobQueueFull
+from protocol.errors import Conflict, JobQueueFull
 
 from .ledger import Admission, make_spec
 from .model import JobTemplate
 from .runner import JobRunner
 
-__all__ = ["LATE_AFTER", "MAX_PER_TICK", "Scheduler", "due_times", "schedule_key"]
+__all__ = ["LATE_AFTER", "MAX_PER_TICK", "SCHEDULE_KEY_PREFIX", "Scheduler", "due_times",
+           "schedule_form", "schedule_key"]
 
 log = logging.getLogger("tenure.jobs")
 
 LATE_AFTER = 60.0
+SCHEDULE_KEY_PREFIX = "schedule:"   # the keys of scheduled runs; refused from clients
 MAX_PER_TICK = 100     # due times handled per template per tick (a long outage catches up
                        # over several ticks instead of stalling the loop)
 
@@ -53,7 +61,14 @@ def due_times(cron: str, zone: str, after: float, until: float) -> Iterator[floa
 
 def schedule_key(template: JobTemplate, due: float) -> str:
     stamp = datetime.fromtimestamp(due, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"schedule:{template.key}:{stamp}"
+    return f"{SCHEDULE_KEY_PREFIX}{template.key}:{stamp}"
+
+
+def schedule_form(template: JobTemplate) -> str:
+    """What decides the template's due times: its cron expression and time zone."""
+    sched = template.schedule
+    assert sched is not None
+    return json.dumps([sched.cron, sched.time_zone])
 
 
 class Scheduler:
@@ -68,11 +83,26 @@ class Scheduler:
         scheduled = {t.key: t for t in self.runner.config().jobs() if t.schedule is not None}
         ledger.forget_schedules(keep=set(scheduled))
         for key, template in sorted(scheduled.items()):
-            mark = ledger.schedule_mark(key)
-            if mark is None:
-                ledger.set_schedule_mark(key, now, now)
-                continue
+            mark, form = ledger.schedule_mark(key), ledger.schedule_form(key)
+            current = schedule_form(template)
+            if mark is None or form not in (None, current):
+                if mark is not None:
+                    log.info("job %s: its schedule changed (%s, was %s); its due times "
+                             "count from when that was applied", key, current, form)
+                mark = self._since(now)
+                ledger.restart_schedule(key, current, mark, now)
+            elif form is None:     # a mark from before forms were recorded: its form
+                ledger.set_schedule_form(key, current)
             self._admit_due(template, mark, now)
+
+    def _since(self, now: float) -> float:
+        """When the applied config took effect: its apply time when that was moments
+        ago (a due time between the apply and this tick is the new schedule's), else
+        ``now``."""
+        applied = (self.runner.ledger.store.config() or {}).get("applied_at")
+        if isinstance(applied, float | int) and 0 <= now - applied <= LATE_AFTER:
+            return float(applied)
+        return now
 
     def _admit_due(self, template: JobTemplate, mark: float, now: float) -> None:
         sched = template.schedule
@@ -93,6 +123,9 @@ class Scheduler:
                                 template.key, exc, schedule_key(template, due))
                 self.full.add(template.key)
                 return
+            except Conflict as exc:  # its key holds another submission: never admitted
+                self._key_taken(template, due, exc, now)
+                continue
             self.full.discard(template.key)
             if dup:
                 continue
@@ -103,3 +136,17 @@ class Scheduler:
                 self.runner.track(rec)
                 self.runner.wake()
 
+
+    def _key_taken(self, template: JobTemplate, due: float, exc: Conflict, now: float
+                   ) -> None:
+        """Record a due time whose key another submission holds as ``missed`` (no key,
+        the reason in its evidence) and move the mark past it, in one transaction: the
+        schedule goes on, and says once why this run did not happen."""
+        key = schedule_key(template, due)
+        rec, _ = self.runner.ledger.admit(Admission(
+            template.stack, template.name, make_spec(template), source="schedule",
+            due_at=due, missed=True, mark=due, evidence={
+                "reason": f"its key is held by another submission: {exc.msg}",
+                "key": key, "conflict": exc.data}), now)
+        log.error("job %s: due at %s was not run, its key is held by another submission "
+                  "(%s); recorded as job %d (missed)", template.key, key, exc.msg, rec.id)

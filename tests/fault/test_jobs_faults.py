@@ -172,6 +172,25 @@ def test_backend_sigkill_while_a_job_runs_leaves_it_running_once(cluster):
     assert starts(cluster.home) == {job_id: 1}
 
 
+def test_a_job_that_exited_while_no_backend_ran_ends_at_its_exit(cluster):
+    """The backend SIGKILLed with the guardian gone, while a 2 s job (timeout 5) runs;
+    it exits meanwhile; a backend comes back seconds later. The record's end and
+    duration are the exit's, not the takeover's, and it ran within its timeout."""
+    cluster.up(config(cluster.home, 2.0, extra="timeout = 5\n"))
+    job_id = cluster.call("job.run", {"template": "s/j"})["job"]["id"]
+    cluster.wait(lambda: record(cluster, job_id)["state"] == "running", 20, "running")
+    stop_cluster_guardian(cluster, signal.SIGKILL)
+    dead = cluster.kill_backend()
+    wait_dead(dead)
+    time.sleep(8)                                   # the job ends 2 s in, unwatched
+    cluster.up()
+    rec = settled(cluster, job_id)
+    assert (rec["state"], rec["outcome"]) == ("succeeded", "success"), rec
+    assert 1.5 <= rec["duration"] < 4, rec
+    assert rec["history"][-1]["at"] - rec["ended_at"] > 5   # recorded well after the exit
+    assert starts(cluster.home) == {job_id: 1}
+
+
 def test_guardian_sigkill_while_a_job_runs_changes_nothing(cluster):
     cluster.up(config(cluster.home, 2.0))
     job_id = cluster.call("job.run", {"template": "s/j"})["job"]["id"]

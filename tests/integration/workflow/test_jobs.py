@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from typing import Any
 
 from protocol.errors import Conflict, TenureError
@@ -176,3 +177,46 @@ def test_a_schedule_admits_its_due_time_once_across_a_handoff(cluster):
     assert rec["key"].endswith(":00Z") and rec["due_at"] % 60 == 0
     assert rec["started_at"] - rec["due_at"] < 30
     assert marker.read_text().splitlines() == [rec["key"]]
+
+
+SCHEDULED = ('[stacks.r.jobs.j]\ncommand = ["sh", "-c", "echo run $1; sleep 1; echo end", "x"]\n'
+             '[stacks.r.jobs.nightly]\ncommand = ["sh", "-c", "echo report"]\n'
+             'schedule = "* * * * *"\n')
+
+
+def test_a_schedule_key_is_reserved_and_a_taken_due_time_stops_nothing(cluster):
+    """A client key in the schedule's form is BAD_REQUEST. A ledger that already holds
+    one with other arguments (written before keys were reserved): its due time is
+    recorded missed once, saying why, and jobs keep starting."""
+    from backend.jobs.ledger import Admission, Ledger, make_spec
+    from backend.jobs.model import JobTemplate
+    from backend.store import BackendStore
+
+    cluster.up(SCHEDULED)
+    soon = time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(time.time() + 60))
+    refused = cluster.cli("job", "run", "r/nightly", "--key", f"schedule:r/nightly:{soon}",
+                          "--arg", "manual")
+    assert refused.code == 2 and refused.out["error"]["code"] == "BAD_REQUEST", refused
+    assert "reserved" in refused.out["error"]["msg"]
+
+    assert cluster.down().ok
+    due = (int(time.time()) // 60 + 2) * 60         # a minute boundary well after the up
+    taken = f"schedule:r/nightly:{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(due))}"
+    store = BackendStore(cluster.layout.backend_db)
+    try:
+        nightly = JobTemplate(name="nightly", stack="r", command=("sh", "-c", "echo report"))
+        Ledger(store).admit(Admission("r", "nightly", make_spec(nightly, ["manual"]),
+                                      key=taken), time.time())
+    finally:
+        store.close()
+    cluster.up()
+    cluster.wait(lambda: any(j["due_at"] == due for j in cluster.call(
+        "job.list", {"limit": 100})["jobs"]), due - time.time() + 30, "the due time handled")
+    [missed] = [j for j in cluster.call("job.list", {"limit": 100})["jobs"]
+                if j["due_at"] == due]
+    assert (missed["state"], missed["key"], missed["source"]) == ("missed", None, "schedule")
+    assert missed["evidence"]["key"] == taken
+    assert "held by another submission" in missed["evidence"]["reason"]
+    ran = cluster.cli("job", "run", "r/j", "--arg", "after", "--wait", timeout=60)
+    assert ran.ok and ran.out["job"]["state"] == "succeeded", ran
+    assert cluster.backend_log().count(taken) <= 2  # said once, not every tick

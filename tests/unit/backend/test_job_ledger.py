@@ -52,7 +52,8 @@ def test_an_existing_backend_db_opens_and_gains_the_job_tables(tmp_path: Path) -
         assert Ledger(store).uid == uid and Ledger(store).get(1).key == "k1"
         meta = dict(store.db.execute("SELECT key, value FROM meta"))
         assert meta == {"kind": "tenure-backend", "format_version": "1", "part:jobs": "1",
-                        "part:retired": "1", "part:starts": "1", "part:holder": "1"}
+                        "part:retired": "1", "part:starts": "1", "part:holder": "1",
+                        "part:job_schedule_forms": "1"}
     finally:
         store.close()
     # a release from before jobs (a rollback target) still opens the file
@@ -176,7 +177,20 @@ def test_retention_prunes_finished_records_only_and_keeps_their_keys(ledger: Led
     assert err.value.data == {"job": old[0], "key": "k0", "pruned": True}
     with pytest.raises(Conflict) as err:
         ledger.admit(admission("k0", ("other",)), 200.0)
-    assert "pruned" not in err.value.data
+    assert err.value.data == {"job": old[0], "key": "k0", "pruned": True}
+
+
+def test_a_pruned_key_reused_with_other_arguments_says_it_was_pruned(ledger: Ledger) -> None:
+    """docs/cli.md: ``data.pruned`` when the key's record was pruned, whatever the new
+    submission carries; the answer never names the record as if it still existed."""
+    job_id = _finish(ledger, "k", at=1.0)
+    assert ledger.prune("s", "migrate", Retention(keep=0), now=2.0) == [job_id]
+    with pytest.raises(Conflict) as err:
+        ledger.admit(admission("k", ("other",)), 3.0)
+    assert err.value.data == {"job": job_id, "key": "k", "pruned": True}
+    assert "pruned" in err.value.msg and "belongs to" not in err.value.msg
+    assert "another command, env or arguments" in err.value.msg
+    assert ledger.records() == []                              # nothing was admitted
 
 
 def test_fingerprint_covers_command_arguments_env_and_cwd_only() -> None:

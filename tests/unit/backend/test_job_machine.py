@@ -190,6 +190,57 @@ def test_withdrawal_is_idempotent_and_refused_once_started() -> None:
         in_state(S.RUNNING).handle(Withdraw(), 1.0, 1.0)
 
 
+def test_an_exit_heard_late_ends_the_record_at_the_exit_not_when_it_was_heard() -> None:
+    """A backend that hears of an exit late (a crash, a blocked recovery) records the
+    owner's time of the exit, and the start's when the owner said when it started."""
+    job = Job(3, "s", "migrate", timeout=5.0)
+    job.handle(Start(PREFIX), 100.0, 5.0)
+    job.handle(Launched(42, 4200, at=99.5), 101.0, 6.0)
+    assert (job.started_at, job.deadline) == (99.5, 6.0 - 1.5 + 5.0)  # from the start itself
+    job.handle(Exited(0, None, at=101.5), 121.0, 26.0)                # heard 20 s later
+    assert (job.state, job.ended_at) == (S.SUCCEEDED, 101.5)
+    unknown = in_state(S.RUNNING)
+    unknown.handle(Exited(0, None), 1234.0, 60.0)                     # no time: now
+    assert unknown.ended_at == 1234.0
+    skewed = in_state(S.RUNNING)                                      # started at 1000.0
+    skewed.handle(Exited(0, None, at=999.0), 1001.0, 60.0)
+    assert skewed.ended_at == 1000.0                                  # never before its start
+    future = in_state(S.RUNNING)
+    future.handle(Exited(0, None, at=5000.0), 1001.0, 60.0)
+    assert future.ended_at == 1001.0                                  # nor after now
+
+
+def test_a_start_heard_late_has_used_its_timeout_already() -> None:
+    job = Job(3, "s", "migrate", timeout=5.0)
+    job.handle(Start(PREFIX), 100.0, 5.0)
+    job.handle(Launched(42, 4200, at=70.0), 133.0, 40.0)   # started 63 s ago
+    assert job.started_at == 70.0 and job.deadline is not None and job.deadline < 40.0
+
+
+def test_a_missed_record_keeps_the_reason_it_gives() -> None:
+    job = Job(3, "s", "report")
+    job.handle(Missed({"reason": "its key is held by another submission"}), 5.0, 5.0)
+    assert (job.state, job.evidence) == (S.MISSED, {"reason": "its key is held by another "
+                                                              "submission"})
+    Job.from_wire(job.to_wire())
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_the_same_resolution_again_is_answered_and_another_is_refused(started: bool) -> None:
+    """A retried resolve (its answer was lost) changes nothing; the other decision is
+    a CONFLICT, as it was."""
+    job = in_state(S.RECOVERY_REQUIRED)
+    job.handle(Resolve(started, "checked", "ops"), 6.0, 6.0)
+    if not started:
+        job.handle(Start(PREFIX), 7.0, 7.0)          # it moved on: attempt 2 is starting
+    before = job.to_wire()
+    assert job.handle(Resolve(started, "checked", "ops"), 8.0, 8.0) == []
+    assert job.to_wire() == before
+    with pytest.raises(Conflict, match="only a recovery_required record can be resolved"):
+        job.handle(Resolve(not started, "", "ops"), 9.0, 9.0)
+    assert job.to_wire() == before
+
+
 # ---- wire ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("state", list(State))

@@ -448,3 +448,143 @@ def test_a_template_with_a_user_is_launched_as_that_user(tmp_path):
         with pytest.raises(Conflict):
             gen.api.jobs.submit("s/asnobody", "k", [])
     run(tmp_path, body)
+
+
+# ---- a failing tick hook, a reserved key -----------------------------------------------
+
+def test_a_failing_hook_never_stops_the_start_loop(tmp_path, caplog):
+    """A schedule (or retention) hook that raises every tick: logged once, and every
+    admitted record still starts and later hooks still run."""
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        ran: list[float] = []
+
+        def broken(now: float) -> None:
+            raise Conflict("key 'schedule:s/x:2026-01-01T00:00:00Z' belongs to job 1")
+        jobs.on_tick[:] = [broken, ran.append]
+        rec, _ = jobs.submit("s/migrate", None, [])
+        with caplog.at_level("ERROR", logger="tenure.jobs"):
+            await started(gen, rec)
+            jobs.tick()
+        assert rec.job.state is jm.State.RUNNING
+        assert len(ran) == 2
+        said = [r for r in caplog.records if "broken" in r.getMessage()]
+        assert len(said) == 1 and "belongs to job 1" in said[0].getMessage()
+    run(tmp_path, body)
+
+
+def test_a_client_key_in_the_schedules_form_is_refused(tmp_path):
+    from backend.jobs.api import S_RUN, JobApi
+    from protocol.errors import BadRequest
+    from protocol.server import Call
+
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        api = JobApi(gen.api.jobs)
+        params = S_RUN.validate({"template": "s/migrate", "args": ["manual"],
+                                 "key": "schedule:s/migrate:2026-03-02T10:05:00Z"})
+        with pytest.raises(BadRequest) as err:
+            await api.run(Call("job.run", params, None, 1, None))  # type: ignore[arg-type]
+        assert err.value.data == {"field": "key"} and "reserved" in err.value.msg
+        assert gen.api.jobs.ledger.records() == []
+        ok = S_RUN.validate({"template": "s/migrate", "key": "nightly-schedule:1"})
+        assert (await api.run(Call("job.run", ok, None, 2, None)))["job"]["id"] == 1  # type: ignore[arg-type]
+    run(tmp_path, body)
+
+
+# ---- times of exits heard late -----------------------------------------------------------
+
+def test_an_exit_heard_by_a_later_generation_ends_the_record_at_the_exit(tmp_path):
+    """The backend died while the job ran; it exited 2 s after its start; the next
+    generation came 20 s later: ended and duration are the exit's, not the takeover's."""
+    owner = FakeOwner()
+    out: dict[str, Any] = {}
+
+    async def first(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        ev = owner.exit(rec.job.launch_key, 0)  # type: ignore[arg-type]  # not delivered
+        ev["at"] = clock.now + 2
+        out.update(id=rec.id, started=rec.job.started_at)
+    run(tmp_path, first, owner)
+
+    async def second(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        clock.now += 20
+        await resume(gen.api.jobs)
+        wire = gen.api.jobs.record(out["id"]).to_wire()
+        assert (wire["state"], wire["started_at"]) == ("succeeded", out["started"])
+        assert (wire["ended_at"], wire["duration"]) == (out["started"] + 2, 2.0)
+    run(tmp_path, second, owner)
+
+
+def test_a_start_and_exit_settled_from_evidence_keep_the_owners_times(tmp_path):
+    owner = FakeOwner()
+    job_id, key = _leave_starting(tmp_path, owner, True, 0)
+    launched, ended = (e for e in owner.events if e["launch_key"] == key)
+    launched["at"], ended["at"] = 999_000.0, 999_003.5
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        await resume(gen.api.jobs)
+        wire = gen.api.jobs.record(job_id).to_wire()
+        assert (wire["state"], wire["started_at"], wire["ended_at"], wire["duration"]) == \
+            ("succeeded", 999_000.0, 999_003.5, 3.5)
+    run(tmp_path, body, owner)
+
+
+def test_an_exit_read_back_from_the_owners_row_keeps_its_time(tmp_path):
+    owner = FakeOwner()
+    out: dict[str, Any] = {}
+
+    async def first(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        owner.exit(rec.job.launch_key, None, 9)  # type: ignore[arg-type]
+        owner.events.clear()                     # the ring moved on: the row says it
+        owner.rows[rec.job.launch_key]["ended_at"] = clock.now + 4  # type: ignore[index]
+        out.update(id=rec.id, started=rec.job.started_at)
+    run(tmp_path, first, owner)
+
+    async def second(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        clock.now += 60
+        await resume(gen.api.jobs)
+        rec = gen.api.jobs.record(out["id"])
+        assert (rec.job.state, rec.job.ended_at) == (jm.State.FAILED, out["started"] + 4)
+    run(tmp_path, second, owner)
+
+
+def test_a_start_found_late_is_stopped_by_its_timeout_counted_from_the_start(tmp_path):
+    """A job whose launch the dead generation never heard of, still running when the
+    next one settles it 40 s later: its 30 s timeout has passed, so it is stopped."""
+    owner = FakeOwner()
+    job_id, key = _leave_starting(tmp_path, owner, True, None)
+    owner.live[key]["started_at"] = 1_000_000.0
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        clock.now += 40
+        await resume(gen.api.jobs)
+        rec = gen.api.jobs.record(job_id)
+        assert (rec.job.state, rec.job.started_at) == (jm.State.RUNNING, 1_000_000.0)
+        gen.api.jobs.tick()
+        await until(lambda: bool(owner.sent("stop")), "stopped by its timeout")
+        gen.api.jobs.on_observation(owner.events[-1])
+        assert (rec.job.state, rec.job.outcome) == (jm.State.TIMED_OUT, jm.Outcome.TIMEOUT)
+    run(tmp_path, body, owner)
+
+
+# ---- resolve, again ----------------------------------------------------------------------
+
+def test_the_same_resolve_again_answers_as_the_first_did(tmp_path):
+    """A retry after a lost answer: the same decision on the same record is answered
+    with the record and changes nothing; the other decision stays a CONFLICT."""
+    owner = FakeOwner()
+    job_id, _ = _leave_starting(tmp_path, owner, False, None)
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        await resume(jobs)
+        first = (await resolve(jobs, job_id, False, "not in ps", "ops")).to_wire()
+        again = (await resolve(jobs, job_id, False, "not in ps", "ops")).to_wire()
+        assert again == first and again["state"] == "admitted"
+        assert [h["event"] for h in jobs.ledger.history(job_id)].count("Resolve") == 1
+        with pytest.raises(Conflict, match="only a recovery_required record"):
+            await resolve(jobs, job_id, True, "", "ops")
+    run(tmp_path, body, owner)

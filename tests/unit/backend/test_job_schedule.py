@@ -1,7 +1,8 @@
 """Scheduled jobs with a fake clock: each due time is admitted once under
 ``schedule:<template>:<due>``, a due time found late is admitted or recorded ``missed``
 by ``catch_up``, the mark and the admission are one transaction, time zones follow
-daylight saving, and a template counts from when it is first seen."""
+daylight saving, a template counts from when it is first seen or its expression
+changed, and a due time whose key another submission holds is recorded missed."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from backend.config import parse_config
 from backend.generation import Generation
 from backend.jobs import machine as jm
+from backend.jobs.ledger import Admission, make_spec
 from backend.jobs.schedule import LATE_AFTER, MAX_PER_TICK, Scheduler, due_times
 from backend.testing import FakeOwner, fake_generation
 
@@ -133,3 +135,85 @@ def test_time_zones_and_daylight_saving() -> None:
     assert [datetime.fromtimestamp(t, UTC).strftime("%d %H:%M") for t in got] == \
         ["29 01:00", "30 00:30"]
     assert list(due_times("0 9 * * MON", "UTC", T0, T0 + 7 * 86400)) == [T0 + 7 * 86400 - 3600]
+
+
+def test_a_due_time_whose_key_another_submission_holds_is_missed_and_the_schedule_goes_on(
+        tmp_path: Path) -> None:
+    """A ledger holding a client record under a future due time's key with other
+    arguments (possible before such keys were reserved): that due time is recorded
+    ``missed`` once, with the reason, and the next one runs; the tick never raises."""
+    def body(gen: Generation, sched: Scheduler) -> None:
+        ledger = gen.api.jobs.ledger
+        sched.tick(T0)
+        template = gen.config.job("s", "report")
+        assert template is not None
+        taken = "schedule:s/report:2026-03-02T10:05:00Z"
+        manual, _ = ledger.admit(Admission("s", "report", make_spec(template, ["manual"]),
+                                           key=taken), T0 + 1)
+        sched.tick(T0 + 301)
+        sched.tick(T0 + 302)                      # once: the mark moved past it
+        assert ledger.schedule_mark("s/report") == T0 + 300
+        got = records(gen)
+        assert got == [(taken, "admitted", None), (None, "missed", T0 + 300)]
+        missed = ledger.records()[0]
+        assert missed.source == "schedule" and missed.job.evidence is not None
+        assert missed.job.evidence["key"] == taken
+        assert missed.job.evidence["conflict"]["job"] == manual.id
+        assert "held by another submission" in missed.job.evidence["reason"]
+        sched.tick(T0 + 601)
+        assert records(gen)[-1] == ("schedule:s/report:2026-03-02T10:10:00Z", "admitted",
+                                    T0 + 600)
+    run(tmp_path, config(), body)
+
+
+def test_a_changed_expression_counts_from_when_it_was_applied(tmp_path: Path) -> None:
+    """A schedule whose expression changes replays none of the new expression's due
+    times from before the change (catch_up or not: they were never scheduled)."""
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0)
+        sched.tick(T0 + 120)
+        gen.config = parse_config(config("* * * * *", catch_up=True), "u")
+        sched.tick(T0 + 180.5)
+        assert records(gen) == []
+        assert gen.api.jobs.ledger.schedule_mark("s/report") == T0 + 180.5
+        sched.tick(T0 + 240)
+        assert records(gen) == [("schedule:s/report:2026-03-02T10:04:00Z", "admitted",
+                                 T0 + 240)]
+    run(tmp_path, config("0 0 1 1 *", catch_up=True), body)
+
+
+def test_a_changed_time_zone_counts_from_when_it_was_applied(tmp_path: Path) -> None:
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0 - 3 * 3600)                 # 07:00 UTC; due 12:00 UTC
+        gen.config = parse_config(config("0 12 * * *", zone="Asia/Dubai"), "u")
+        sched.tick(T0 + 3600)                     # 11:00 UTC: 12:00 Dubai was 08:00 UTC
+        assert records(gen) == []
+        sched.tick(T0 + 22 * 3600)                # 08:00 UTC the next day
+        assert records(gen) == [("schedule:s/report:2026-03-03T08:00:00Z", "admitted",
+                                 T0 + 22 * 3600)]
+    run(tmp_path, config("0 12 * * *"), body)
+
+
+def test_a_due_time_between_the_apply_and_the_next_tick_is_the_new_schedules(
+        tmp_path: Path) -> None:
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0)
+        gen.config = parse_config(config("* * * * *"), "u")
+        with gen.store.tx() as db:                # type: ignore[union-attr]
+            gen.store.set_config(db, "text", "u", "rev-2")  # type: ignore[union-attr]
+            db.execute("UPDATE config SET applied_at = ?", (T0 + 179.6,))
+        sched.tick(T0 + 180.4)                    # 10:03:00 came 0.4 s after the apply
+        assert records(gen) == [("schedule:s/report:2026-03-02T10:03:00Z", "admitted",
+                                 T0 + 180)]
+    run(tmp_path, config("0 0 1 1 *"), body)
+
+
+def test_a_mark_from_before_forms_were_recorded_keeps_counting(tmp_path: Path) -> None:
+    """An upgrade from a release that kept no forms loses no due time."""
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0)
+        gen.store.db.execute("DELETE FROM job_schedule_forms")  # type: ignore[union-attr]
+        sched.tick(T0 + 300)
+        assert [k for k, _, _ in records(gen)] == ["schedule:s/report:2026-03-02T10:05:00Z"]
+        assert gen.api.jobs.ledger.schedule_form("s/report") == '["*/5 * * * *", "UTC"]'
+    run(tmp_path, config(), body)
