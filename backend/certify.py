@@ -103,12 +103,22 @@ async def certificate_loop(gen: Generation,
     certified once. Until then the certificate on disk is a predecessor's, under
     another grant (and after an upgrade of another release), which recovery refuses:
     a crash of a new generation would be blocked for as long as it waits."""
+    failing = False   # the disk refused the last round's write (full, read-only)
     while True:
         await sleep(FIRST_CERTIFICATE if gen.certified_at is None else CERTIFICATE_PERIOD)
         try:
             await publish_certificate(gen)
         except TenureError as exc:
             log.warning("no recovery certificate this round: %s", exc)
+        except (sqlite3.Error, OSError) as exc:   # storage: the next round tries again
+            if not failing:
+                log.error("could not write the recovery certificate (%s); tried again "
+                          "every round, the last one written stays on disk", exc)
+            failing = True
+            continue
+        if failing:
+            log.warning("the recovery certificate is written again")
+            failing = False
 
 
 async def publish_certificate(gen: Generation) -> bool:

@@ -1,0 +1,83 @@
+"""A full disk under a running tenure (a real tmpfs; root only). docs/faults.md: the
+backend keeps its state in memory and tries again; nothing needs restarting. Its
+certificate loop raised the disk's error and (a failed loop ends its generation) the
+backend exited, and recovery then blocked for want of a certificate."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.root
+
+CONFIG = """[stacks.s.apps.bounce]
+command = ["sh", "-c", "sleep 1; exit 3"]
+restart = "always"
+backoff = { initial = 0.2, max = 0.2 }
+start_limit = { burst = 1000, interval = 10 }
+
+[stacks.s.apps.calm]
+command = ["sleep", "100000"]
+"""
+
+
+def _cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "backend.cli.main", "--home", str(home),
+                           *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def tmpfs() -> Iterator[Path]:
+    mnt = tempfile.mkdtemp(prefix="tfd", dir="/tmp")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", mnt],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        os.rmdir(mnt)
+        reason = f"cannot mount a tmpfs here: {mounted.stderr.strip()}"
+        print(f"SKIP {__name__}: {reason}")
+        pytest.skip(reason)
+    try:
+        yield Path(mnt)
+    finally:
+        subprocess.run(["umount", "-l", mnt], check=True)
+        os.rmdir(mnt)
+
+
+def _backend(home: Path) -> dict:
+    return json.loads(_cli(home, "--json", "status").stdout)["backend"]
+
+
+def test_a_full_disk_leaves_the_backend_running(tmpfs: Path) -> None:
+    home = tmpfs / "h"
+    (tmpfs / "t.toml").write_text(CONFIG)
+    try:
+        up = _cli(home, "up", "--config", str(tmpfs / "t.toml"))
+        assert up.returncode == 0, up.stderr
+        before = _backend(home)
+        with open(tmpfs / "filler", "wb") as f:   # the disk is full from here on
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+        time.sleep(8)   # several certificate rounds, a restart each second
+        # (what it logs meanwhile is lost: its log is on the full disk too)
+        assert _backend(home)["pid"] == before["pid"]
+        (tmpfs / "filler").unlink()
+        time.sleep(6)
+        assert _backend(home)["pid"] == before["pid"]
+        log = (home / "logs" / f"backend-{before['activation']}.log").read_text()
+        assert "loop failed" not in log, log[-2000:]
+    finally:
+        (tmpfs / "filler").unlink(missing_ok=True)
+        down = _cli(home, "down")
+        assert down.returncode == 0, down.stdout + down.stderr
