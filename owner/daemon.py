@@ -157,8 +157,10 @@ class Owner:
         await _stage(receipt, "storage", _close_storage, launcher, store)
         receipt.stage("complete", receipt.failed_stage is None,
                       f"failed at {receipt.failed_stage}" if receipt.failed_stage else "")
-        log.info("owner shutdown %s", receipt.state)
-        return EXIT["clean"] if receipt.failed_stage is None else EXIT["failed"]
+        log.info("owner shutdown %s%s", receipt.state, "" if receipt.unwritten is None
+                 else f" (its receipt could not be written: {receipt.unwritten})")
+        clean = receipt.failed_stage is None and receipt.unwritten is None
+        return EXIT["clean"] if clean else EXIT["failed"]
 
 
 def _retire_old_launches(store: OwnerStore, boot_id: str, reconciled: bool) -> None:

@@ -9,6 +9,7 @@ proven every recorded launch gone and written a one-use acknowledgement.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -17,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from protocol.durable import atomic_write_json, read_json
-from protocol.errors import ReconcileRequired, StateCorrupt
+from protocol.errors import ReconcileRequired, StateCorrupt, TenureError
 
 __all__ = ["STAGES", "Receipt", "ReceiptState", "admit_start", "keep_receipt", "write_ack"]
+
+log = logging.getLogger("tenure.owner")
 
 RECEIPT_KIND = "tenure-owner-receipt"
 ACK_KIND = "tenure-owner-reconcile-ack"
@@ -47,6 +50,8 @@ class Receipt:
     failed_stage: str | None = None
     # the home was lost (protocol.homewatch): the path now belongs to another owner
     detached: bool = False
+    # a write failed (a full disk): the receipt on disk says less than this one
+    unwritten: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": RECEIPT_KIND, "format": 1, "state": str(self.state),
@@ -68,7 +73,14 @@ class Receipt:
         if name == "complete":
             self.state = ReceiptState.CLEAN if self.failed_stage is None else \
                 ReceiptState.FAILED
-        self.write()
+        try:
+            self.write()
+        except (OSError, TenureError) as exc:   # the shutdown goes on: apps are stopped
+            if self.unwritten is None:
+                log.error("could not write the shutdown receipt (%s); the shutdown goes "
+                          "on, its stages are in this log, and the next start asks for "
+                          "a reconcile", exc)
+            self.unwritten = str(exc)
 
 
 def read_receipt(path: str) -> dict[str, Any] | None:

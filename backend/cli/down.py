@@ -75,11 +75,11 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
         refuse_unclean_end(layout, out)
     else:
         _stop(out, "owner", *owner, timeout)
-        if o is not None:
-            out["applications_stopped"] = o["live"]
         if o is not None or out["owner"]:   # a silent owner's receipt: by its pid
             out["owner_receipt"] = shutdown_receipt(
                 layout, o["owner"]["instance"] if o is not None else None, owner[0])
+        if o is not None and out.get("owner_receipt", {}).get("state") == "clean":
+            out["applications_stopped"] = o["live"]   # what ran, now confirmed stopped
     return out
 
 
@@ -128,4 +128,7 @@ def shutdown_receipt(layout: Layout, instance: str | None,
     stage = rec.get("failed_stage")
     detail = next((s.get("detail", "") for s in rec.get("stages", [])
                    if s.get("stage") == stage), "")
+    if rec["state"] == "running":   # it ended without recording its shutdown
+        detail = ("the owner ended without recording its shutdown (it could not write "
+                  "its receipt: a full disk?); its log says which stages it went through")
     return {"state": rec["state"], "failed_stage": stage, "detail": detail}

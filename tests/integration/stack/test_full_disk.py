@@ -52,6 +52,15 @@ def tmpfs() -> Iterator[Path]:
         os.rmdir(mnt)
 
 
+def _fill(tmpfs: Path) -> None:
+    with open(tmpfs / "filler", "wb") as f:   # the disk is full from here on
+        try:
+            while True:
+                f.write(b"\0" * (1 << 20))
+        except OSError:
+            pass
+
+
 def _backend(home: Path) -> dict:
     return json.loads(_cli(home, "--json", "status").stdout)["backend"]
 
@@ -63,12 +72,7 @@ def test_a_full_disk_leaves_the_backend_running(tmpfs: Path) -> None:
         up = _cli(home, "up", "--config", str(tmpfs / "t.toml"))
         assert up.returncode == 0, up.stderr
         before = _backend(home)
-        with open(tmpfs / "filler", "wb") as f:   # the disk is full from here on
-            try:
-                while True:
-                    f.write(b"\0" * (1 << 20))
-            except OSError:
-                pass
+        _fill(tmpfs)
         time.sleep(8)   # several certificate rounds, a restart each second
         # (what it logs meanwhile is lost: its log is on the full disk too)
         assert _backend(home)["pid"] == before["pid"]
@@ -81,3 +85,23 @@ def test_a_full_disk_leaves_the_backend_running(tmpfs: Path) -> None:
         (tmpfs / "filler").unlink(missing_ok=True)
         down = _cli(home, "down")
         assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_down_on_a_full_disk_stops_every_app_and_says_what_it_knows(tmpfs: Path) -> None:
+    """The owner's receipt could not be written at its first shutdown stage; the error
+    ended the shutdown before the applications stage, so an app kept running under
+    init, and `down` printed 'applications stopped: 2' (the count that ran before)."""
+    home = tmpfs / "h"
+    (tmpfs / "t.toml").write_text(CONFIG)
+    try:
+        assert _cli(home, "up", "--config", str(tmpfs / "t.toml")).returncode == 0
+        apps = json.loads(_cli(home, "--json", "status").stdout)["apps"]
+        calm = next(a["pid"] for a in apps if a["app"] == "calm")
+        _fill(tmpfs)
+        down = _cli(home, "down")
+        assert "applications stopped" not in down.stdout, down.stdout
+        assert "owner shutdown NOT clean" in down.stdout, down.stdout
+        assert not Path(f"/proc/{calm}").exists(), "an app outlived the owner's shutdown"
+    finally:
+        (tmpfs / "filler").unlink(missing_ok=True)
+        _cli(home, "down")
