@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.procfs import environ_matches, group_members, running
+from protocol.procfs import environ, environ_matches, group_members, running
 
 from .cgroups import MOUNT, cgroup_name, members, read_proc_cgroup
 from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
@@ -126,6 +126,23 @@ def find(s: Suspects) -> dict[str, Found]:
         for pid in [] if cg is None else members(Path(cg)):
             pids.setdefault(pid, "cgroup member")
         out[r.launch_key] = Found(r, pids, cg)
+    return out
+
+
+def unrecorded(home: str, found: dict[str, Found]) -> dict[str, list[int]]:
+    """Processes carrying this home (``OWNER_HOME_ENV``) in their environment that no
+    recorded launch accounts for, by the launch key they carry (``?`` when none): what
+    an owner.db that lost its records (deleted, emptied) no longer lists. One scan of
+    every process's environment; only those we may read are seen."""
+    known = {pid for f in found.values() for pid in f.pids}
+    out: dict[str, list[int]] = {}
+    for pid in environ_matches({_home_needle(home)}).get(_home_needle(home), []):
+        if pid in known:
+            continue
+        prefix = f"{LAUNCH_KEY_ENV}=".encode()
+        key = next((v[len(prefix):].decode(errors="replace") for v in environ(pid) or ()
+                    if v.startswith(prefix)), "?")
+        out.setdefault(key, []).append(pid)
     return out
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from protocol.errors import ProcessesAlive
 from protocol.identity import boot_id
 
-from .evidence import REASONS, Found, find, lingering, suspects
+from .evidence import REASONS, Found, Suspects, find, lingering, suspects, unrecorded
 from .paths import OwnerPaths
 from .receipt import needs_reconcile, read_receipt, write_ack
 from .store import OwnerStore
@@ -29,6 +29,7 @@ WHY = {"leader": "leader alive", "process group": "process group not empty",
        "launch key in environment": "processes carry the launch key",
        "cgroup member": "cgroup not empty"}
 assert tuple(WHY) == REASONS, "every reason evidence gives has its words here, in order"
+UNRECORDED = "this home in its environment, no launch of it recorded"
 
 
 @dataclass(frozen=True)
@@ -60,20 +61,26 @@ def reconcile(paths: OwnerPaths) -> list[str]:
 
 
 def reconcile_locked(paths: OwnerPaths) -> list[str]:
-    """:func:`reconcile` for a caller that holds the owner lock already."""
+    """:func:`reconcile` for a caller that holds the owner lock already. Besides the
+    launches owner.db records, any process carrying this home in its environment counts
+    (``unrecorded``): owner.db may have lost its records. A missing owner.db is not
+    created here."""
     rec = read_receipt(paths.receipt)
     boot = boot_id()
-    store = OwnerStore(paths.db)
-    try:
-        live_this_boot = store.live_launches_of_boot(boot)
-        outlived = lingering(store, boot)
-        suspected = suspects(store, boot, paths.home_marker)
-    finally:
-        store.close()
+    suspected, live_this_boot, outlived = Suspects([], [], {}, paths.home_marker), 0, []
+    if os.path.lexists(paths.db):
+        store = OwnerStore(paths.db)
+        try:
+            live_this_boot = store.live_launches_of_boot(boot)
+            outlived = lingering(store, boot)
+            suspected = suspects(store, boot, paths.home_marker)
+        finally:
+            store.close()
     if not needs_reconcile(rec, boot) and live_this_boot == 0 and not outlived:
         return []
     found = find(suspected)
-    alive = survivors(found)
+    alive = survivors(found) + [Survivor(key, sorted(pids), UNRECORDED) for key, pids in
+                                unrecorded(paths.home_marker, found).items()]
     if alive:
         raise ProcessesAlive(
             f"{len(alive)} launches of the dead owner still have processes; stop them "

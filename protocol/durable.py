@@ -200,9 +200,16 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
     or StateCorrupt (unreadable, other kind, unknown version).
     """
     p = os.fspath(path)
+    created = False
     with suppress(FileExistsError):   # a symlink exists too: refused below, not followed
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        created = True
     refuse_unprivate(p)
+    if not created and os.path.getsize(p) == 0:
+        # ours are never empty: the schema is written in the call that creates the file
+        raise StateCorrupt(f"{p} is empty (truncated?); tenure does not create it again "
+                           "over what it held: put the real file back, or move this one "
+                           f"away if this {kind} is to start empty", {"path": p})
     try:
         conn = sqlite3.connect(p, isolation_level=None, check_same_thread=check_same_thread)
         conn.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")

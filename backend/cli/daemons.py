@@ -568,7 +568,7 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
 
 
 def ensure_backend(layout: Layout, timeout: float, waited: float | None = None,
-                   kept: bool = False) -> dict[str, Any]:
+                   kept: bool = False, granted: bool = False) -> dict[str, Any]:
     """Wait until a backend generation answers and is ready. Raises RecoveryBlocked as
     soon as the guardian has given up starting one (why, and what to do), else
     BackendUnavailable after ``timeout`` with why its last start failed (``waited``: the
@@ -576,13 +576,17 @@ def ensure_backend(layout: Layout, timeout: float, waited: float | None = None,
     asked GUARDIAN_LOOK_S in: a backend that comes up sooner costs it nothing.
     ``kept`` (a guardian this command just started): only a backend that guardian holds
     in control counts; one that outlived its guardian may be about to be retired
-    (guardian.boot: attached to an owner instance that is gone)."""
+    (guardian.boot: attached to an owner instance that is gone). ``granted`` (an owner
+    this command just started beside a running guardian): only the backend the owner's
+    grant names counts; the one that answered before is attached to the owner that died,
+    until the guardian moves control (about a second)."""
     deadline = time.monotonic() + timeout
     look = time.monotonic() + GUARDIAN_LOOK_S
     st = None
     while time.monotonic() < deadline:
         st = ping(layout.api_sock, home=layout.home)
-        if st is not None and (not kept or _held(layout, st)):
+        if st is not None and (not kept or _held(layout, st)) and \
+                (not granted or _granted(layout, st)):
             return st
         if time.monotonic() >= look:
             _refuse_if_blocked(guardian_view(layout))
@@ -608,6 +612,13 @@ def _held(layout: Layout, st: dict[str, Any]) -> bool:
     adopted it or started it); False while it does not answer."""
     held = (guardian_view(layout) or {}).get("backend") or {}
     return held.get("pid") is not None and held.get("pid") == (st.get("backend") or {}).get("pid")
+
+
+def _granted(layout: Layout, st: dict[str, Any]) -> bool:
+    """Whether the owner's grant names the backend generation that answered ``st``."""
+    grant = (ping(layout.owner_sock, home=layout.home) or {}).get("grant") or {}
+    return grant.get("activation") is not None and \
+        grant.get("activation") == (st.get("backend") or {}).get("activation")
 
 
 def guardian_view(layout: Layout) -> dict[str, Any] | None:

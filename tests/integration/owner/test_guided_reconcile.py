@@ -113,3 +113,39 @@ def test_reconcile_of_a_home_without_owner_state_says_so(cluster, tmp_path):
         out = json.loads(res.stdout)
         assert out["code"] == "NOT_FOUND" and out["data"] == {"path": f"{missing}/execution"}
     assert not os.path.exists(missing)                  # and nothing was created
+
+
+def test_an_owner_db_that_lost_its_records_leaves_no_duplicates(cluster):
+    """After an owner crash, an emptied owner.db was taken for a new one and a missing
+    one created again: reconcile said 'nothing to reconcile' and `up` started every app a
+    second time beside the first. An empty database is refused now, and reconcile counts
+    every process that carries this home in its environment."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(3)
+    apps = {pid for pid, _ in cluster.pids().values()}
+    _kill_owner(cluster)
+    db = cluster.layout.execution / "owner.db"
+    for side in ("-wal", "-shm"):
+        (cluster.layout.execution / f"owner.db{side}").unlink(missing_ok=True)
+    db.write_bytes(b"")
+    emptied = cluster.cli("owner", "reconcile")
+    assert emptied.code == 2 and emptied.out["code"] == "STATE_CORRUPT", emptied.out
+    assert emptied.out["data"] == {"path": str(db)} and db.stat().st_size == 0
+    db.unlink()                                      # as the message says: move it away
+    listed = cluster.cli("owner", "reconcile")
+    assert listed.code == 4 and listed.out["code"] == "PROCESSES_ALIVE", listed.out
+    seen = {pid for s in listed.out["data"]["survivors"] for pid in s["pids"]}
+    assert apps <= seen, (apps, listed.out)
+    assert {s["why"] for s in listed.out["data"]["survivors"]} == {
+        "this home in its environment, no launch of it recorded"}
+    assert not db.exists()                           # reconcile creates nothing
+    for pid in seen:
+        os.kill(pid, signal.SIGKILL)
+    cluster.wait(lambda: all(not psutil.pid_exists(p) or psutil.Process(p).status() ==
+                             psutil.STATUS_ZOMBIE for p in seen), 10, "the survivors gone")
+    assert cluster.cli("owner", "reconcile").code == 0
+    # (up waited for the backend that answered, still attached to the dead owner while
+    # the guardian moved control, and failed OWNER_CHANGED)
+    cluster.up(CONFIG)
+    cluster.wait_ready(3)
+    assert set(cluster.pids()) and not {p for p, _ in cluster.pids().values()} & seen
