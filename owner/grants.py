@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 from protocol.durable import atomic_write, read_private
 from protocol.ed25519 import PublicKey
 from protocol.errors import (
+    BadRequest,
     Conflict,
     NoGrant,
     OwnerChanged,
     StaleEpoch,
+    StateCorrupt,
     Unauthorized,
 )
 from protocol.grant import Grant, SignedGrant, load_public_key, public_key_text
@@ -49,12 +51,20 @@ class GrantKeeper:
 
     def _load(self) -> PublicKey | None:
         """The key pinned by an earlier owner of this home. Raises UnsafePath when the
-        file is not a private regular file of ours, BadRequest when it is not a key."""
+        file is not a private regular file of ours, StateCorrupt (naming it) when it does
+        not hold a key."""
         try:
-            text = read_private(self.pub_path, owners=(os.geteuid(),)).decode()
+            data = read_private(self.pub_path, owners=(os.geteuid(),))
         except FileNotFoundError:
             return None
-        return load_public_key(text)
+        try:
+            return load_public_key(data.decode())
+        except (UnicodeDecodeError, BadRequest) as exc:
+            why = "it is not text" if isinstance(exc, UnicodeDecodeError) else exc.msg
+            raise StateCorrupt(f"{self.pub_path} does not hold the guardian's public key "
+                               f"({why}); put the real one back, or, with the guardian "
+                               "stopped, move it away for the next guardian to pin its own",
+                               {"path": self.pub_path}) from None
 
     def pin(self, text: str) -> bool:
         """Trust ``text`` on first use; True when it was pinned now, False when the same

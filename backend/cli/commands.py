@@ -73,7 +73,7 @@ def cmd_up(args: Any) -> int:
     with _guardian(args) as g:
         release = ensure_release(layout, g, first or args.release, args.timeout)
     ensure_backend(layout, max(0.0, deadline - time.monotonic()), args.timeout,
-                   kept=started["guardian"])
+                   kept=started["guardian"], granted=started["owner"])
     result: dict[str, Any] = {"started": started, "release_sealed": release}
     if release is not None and first is None:   # daemons that ran before the release
         from .firstrun import move_to_first_release
@@ -390,8 +390,29 @@ def cmd_import(args: Any) -> int:
     return import_command(args, _out)
 
 
+# what each `owner` action takes: any other option given is refused, not ignored (a
+# `reconcile --drain D --dry-run` stopped the processes it was meant to only show)
+_OWNER_OPTIONS = {"upgrade": {"release", "dry_run", "digest", "cont"},
+                  "reconcile": {"prepare", "drain"}, "status": set()}
+_OWNER_FLAGS = {"release": "RELEASE", "dry_run": "--dry-run", "digest": "--digest",
+                "cont": "--continue", "prepare": "--prepare", "drain": "--drain"}
+
+
+def _check_owner_options(args: Any) -> None:
+    """Raises BadRequest (nothing done) for an option ``args.action`` does not take."""
+    given = [name for name in _OWNER_FLAGS if getattr(args, name, None) not in (None, False)]
+    wrong = [_OWNER_FLAGS[n] for n in given if n not in _OWNER_OPTIONS[args.action]]
+    if wrong:
+        raise BadRequest(f"{', '.join(wrong)}: not an option of `tenure owner "
+                         f"{args.action}`; nothing was done", {"options": wrong})
+    if args.prepare and args.drain:
+        raise BadRequest("--prepare and --drain: one or the other; nothing was done",
+                         {"options": ["--prepare", "--drain"]})
+
+
 def cmd_owner(args: Any) -> int:
     import subprocess
+    _check_owner_options(args)
     if args.action == "upgrade":
         from .ownerwindow import Window, command
         w = Window(_layout(args), lambda timeout: _api(args, timeout), args.timeout,

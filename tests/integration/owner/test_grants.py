@@ -91,6 +91,16 @@ def test_the_pinned_key_is_held_not_re_read(owner: OwnerProcess, short_home: Pat
     res = owner.run_exit("serve")
     assert res.returncode == 2 and "guardian.pub" in res.stderr, res.stderr
     os.chmod(pub, 0o600)
+    # a file that holds no key: STATE_CORRUPT naming it, exit 2 (was a UnicodeDecodeError
+    # traceback, exit 1, and for text that is no key BAD_REQUEST without the path)
+    kept = Path(pub).read_bytes()
+    for junk in (b"\xff\xfe not text\n", b"not a key\n"):
+        Path(pub).write_bytes(junk)
+        res = owner.run_exit("serve")
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert f"STATE_CORRUPT: {pub} does not hold the guardian's public key" in \
+            res.stderr, res.stderr
+    Path(pub).write_bytes(kept)
     again = OwnerProcess(short_home).start()
     try:
         with again.client() as c:

@@ -3,6 +3,7 @@ without the interpreter's teardown, and only after everything printed was flushe
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -285,3 +286,21 @@ def test_a_malformed_target_is_told_in_the_operators_terms(tmp_path, capsys, arg
     err = capsys.readouterr().err
     assert err.startswith(f"tenure: BAD_REQUEST: target {target!r}: {why}"), err
     assert "params" not in err and not home.exists()
+
+
+@pytest.mark.parametrize(("argv", "wrong"), [
+    (["owner", "reconcile", "--drain", "d" * 64, "--dry-run"], "--dry-run"),
+    (["owner", "status", "--prepare"], "--prepare"),
+    (["owner", "upgrade", "--drain", "x"], "--drain"),
+    (["owner", "reconcile", "--continue"], "--continue"),
+    (["owner", "reconcile", "somerelease"], "RELEASE"),
+])
+def test_an_owner_option_of_another_action_is_refused_before_anything_runs(
+        argv: list[str], wrong: str, tmp_path, capsys) -> None:
+    """`owner reconcile --drain D --dry-run` took --dry-run (an upgrade option), ignored
+    it, and stopped the processes it was meant only to show."""
+    from backend.cli.main import main
+    assert main(["--home", str(tmp_path / "h"), "--json", *argv]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err["code"] == "BAD_REQUEST" and err["data"] == {"options": [wrong]}, err
+    assert not (tmp_path / "h").exists()
