@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from protocol.errors import (
     StalePlan,
     TenureError,
 )
-from protocol.procfs import running, silence
+from protocol.procfs import read_stat, running, silence
 from protocol.schema import Field, Schema, check_int, check_name
 from protocol.server import Call, Method
 
@@ -268,7 +269,19 @@ class Api(InstanceCommands, LogsReading):
                 "queued_config": queue_state(self.gen.layout.queued_config),
                 "log_write_error": self.gen.log_write_error,
                 "log_retention_unsupported": self.gen.log_budgets.unsupported,
-                "jobs": self.jobs.summary(), **held}
+                "jobs": self.jobs.summary(), "guardian": self._guardian_trouble(), **held}
+
+    def _guardian_trouble(self) -> dict[str, Any] | None:
+        """``{pid, gone, problem}`` when our guardian (the parent that started us) is
+        stopped or gone: a crash of ours would then not be recovered, though everything
+        answers. None while it runs. One small read of /proc."""
+        pid = self.gen.guardian_pid
+        if os.getppid() != pid:   # it died: we were handed to another parent
+            return {"pid": pid, "gone": True, "problem": f"pid {pid} is gone"}
+        st = read_stat(pid)
+        if st is not None and st.state not in ("T", "t"):
+            return None
+        return {"pid": pid, "gone": st is None, "problem": silence(pid)}
 
     async def metrics(self, call: Call) -> Any:
         """What the Prometheus exposition shows (backend.metrics), and the listener."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 from pathlib import Path
@@ -111,6 +112,7 @@ class Generation(HandingOver):
         self.checkpoint_path: str | None = None   # the last checkpoint written
         self._drain_watch: asyncio.Task[None] | None = None
         self.started_at = time.time()
+        self.guardian_pid = os.getppid()   # the guardian starts every generation
         self._done = asyncio.Event()
         self.failed: str | None = None   # why a loop of ours ended this generation
         self._thawed = asyncio.Event()

@@ -131,11 +131,12 @@ def _status_once(args: Any) -> int:
         from .daemons import last_background_start
         diag, down = exc.data.get("diagnostics"), exc.data.get("stopped")
         last = last_background_start(layout(args))
-        hung = None if down is not None else \
-            _hung_guardian(args, listens(layout(args).guardian_sock))
+        running = None if down is not None else listens(layout(args).guardian_sock)
+        hung = None if down is not None else _hung_guardian(args, running)
         out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
-                   "background_start": last, "guardian_hung": hung},
-            render.no_backend(diag, last, down, hung))
+                   "background_start": last, "guardian_hung": hung,
+                   "guardian_running": running},
+            render.no_backend(diag, last, down, hung, running))
         return Exit.UNREACHABLE
     st["guardian_running"] = listens(layout(args).guardian_sock)
     st["guardian_hung"] = _hung_guardian(args, st["guardian_running"])

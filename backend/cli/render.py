@@ -33,7 +33,7 @@ def status(st: dict[str, Any]) -> str:
     link = st.get("owner_link")
     if link is not None:
         head += "\n" + owner_link(link)
-    hung = st.get("guardian_hung")
+    hung = st.get("guardian_hung") or _trouble(st.get("guardian"))
     if hung:
         head += "\n" + paint(f"guardian: NOT ANSWERING: {_hung_line(hung)}", "red")
     elif st.get("guardian_running") is False:
@@ -129,6 +129,14 @@ def _jobs_line(jobs: dict[str, int]) -> str:
     return line
 
 
+def _trouble(guardian: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The backend's word on a guardian that is stopped, as a hung guardian's (one that
+    is gone is said by the line for a guardian that is not running)."""
+    if not guardian or guardian.get("gone"):
+        return None
+    return {"pid": guardian["pid"], "msg": guardian["problem"]}
+
+
 def _hung_line(hung: dict[str, Any]) -> str:
     return (f"{hung['msg']}; a backend crash would not be recovered; `tenure down` stops "
             "it, then `tenure up`")
@@ -136,12 +144,20 @@ def _hung_line(hung: dict[str, Any]) -> str:
 
 def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
                down: dict[str, Any] | None = None,
-               hung: dict[str, Any] | None = None) -> str:
+               hung: dict[str, Any] | None = None, guardian_running: bool | None = None
+               ) -> str:
     """`status` when no backend answers: why (:func:`why`; ``hung``: a guardian that
-    holds its lock but does not listen, which says more than its diagnostics) and, when
-    the last background start of `tenure up --no-wait` failed, its error."""
-    text = "backend: not available" + (
-        f"; {_hung_line(hung)}" if hung else why(diag, down))
+    holds its lock but does not listen, which says more than its diagnostics; a guardian
+    that is not running while the owner is: the reason no backend comes) and, when the
+    last background start of `tenure up --no-wait` failed, its error."""
+    if hung:
+        said = f"; {_hung_line(hung)}"
+    elif down is None and guardian_running is False:
+        said = ("; the guardian is not running, so none is started: `tenure up` starts "
+                "it (applications keep running)" + why(diag, down))
+    else:
+        said = why(diag, down)
+    text = "backend: not available" + said
     if start is not None and not start["ok"]:
         text += (f"\nthe background start of `tenure up --no-wait` at {start['at']} "
                  f"failed: {start['error']} (logs/up.log)")

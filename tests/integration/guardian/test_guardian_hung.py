@@ -76,3 +76,33 @@ def test_down_never_reports_success_while_a_stopped_hung_guardian_runs(cluster) 
         os.kill(hung.pid, signal.SIGCONT)
         hung.wait_killed(30)      # the pending SIGTERM takes effect
         hung.stop()
+
+
+def test_status_says_when_the_guardian_is_stopped_or_not_running(cluster) -> None:
+    """With the guardian stopped, status looked normal though a backend crash would not
+    be recovered; with the guardian gone (SIGTERM alone, which retires its backend) it
+    said only 'last activation … is complete'."""
+    import os
+    import signal
+    cluster.up('[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n')
+    cluster.wait_ready(1)
+    with cluster.guardian() as g:
+        pid = int(g.call("status")["guardian"]["pid"])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        st = cluster.cli("status")
+        assert st.out["guardian"]["pid"] == pid and not st.out["guardian"]["gone"], st.out
+        text = cluster.cli_text("status")
+        assert f"guardian: NOT ANSWERING: pid {pid} is stopped (SIGSTOP or a debugger); " \
+               f"kill -CONT {pid} continues it; a backend crash would not be recovered" \
+               in text, text
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert cluster.cli("status").out["guardian"] is None
+    os.kill(pid, signal.SIGTERM)
+    cluster.wait(lambda: not running(pid, start_ticks(pid) or 0), 30, "the guardian gone")
+    cluster.wait(lambda: cluster.cli("status").code == 3, 30, "its backend retired")
+    text = cluster.cli_text("status", expect=3)
+    assert text.startswith("backend: not available; the guardian is not running, so none "
+                           "is started: `tenure up` starts it (applications keep running)"), text
+    cluster.up()
