@@ -34,10 +34,28 @@ def main(argv: list[str] | None = None) -> int:
     paths = OwnerPaths((args.home or default_home()).absolute())
     if args.command == "serve":
         return _serve(paths, args.service_account)
-    if args.prepare or args.drain:
-        from .reconcile_cli import guided
-        return guided(paths, args.drain, args.json)
-    return _reconcile(paths, args.json)
+    try:
+        if args.prepare or args.drain:
+            from .reconcile_cli import guided
+            return guided(paths, args.drain, args.json)
+        return _reconcile(paths, args.json)
+    except Exception as exc:   # boundary: a failing disk (or the unexpected) ends coded
+        return _failed(exc, args.json)
+
+
+def _failed(exc: Exception, as_json: bool) -> int:
+    """A reconcile that raised what it does not expect: STORAGE_FAILED for a failing disk
+    (ENOSPC, EROFS, EIO, SQLite's), else INTERNAL with its words; exit status 2."""
+    from protocol.errors import Internal
+    from protocol.storage import storage_failure
+
+    from .daemon import EXIT
+    err = storage_failure(exc, "owner reconcile") or \
+        Internal(f"owner reconcile failed: {type(exc).__name__}: {exc}")
+    if isinstance(err, Internal):   # a defect: its traceback, on stderr, for the report
+        logging.getLogger("owner").error("reconcile failed", exc_info=exc)
+    print(json.dumps({"ok": False, **err.to_wire()}) if as_json else f"error: {err}")
+    return EXIT["usage"]
 
 
 def _serve(paths: OwnerPaths, service_account: str | None) -> int:

@@ -105,3 +105,23 @@ def test_down_on_a_full_disk_stops_every_app_and_says_what_it_knows(tmpfs: Path)
     finally:
         (tmpfs / "filler").unlink(missing_ok=True)
         _cli(home, "down")
+
+
+def test_owner_reconcile_on_a_full_disk_is_storage_failed(tmpfs: Path) -> None:
+    """`owner reconcile --prepare` ended in an OSError traceback (exit 1, not one of its
+    documented statuses) when it could not write its sealed evidence."""
+    home = tmpfs / "h"
+    (tmpfs / "t.toml").write_text(CONFIG)
+    try:
+        assert _cli(home, "up", "--config", str(tmpfs / "t.toml")).returncode == 0
+        owner = json.loads(_cli(home, "--json", "owner", "status").stdout)["owner"]["pid"]
+        os.kill(owner, 9)
+        _fill(tmpfs)
+        res = _cli(home, "--json", "owner", "reconcile", "--prepare")
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert json.loads(res.stdout)["code"] == "STORAGE_FAILED", res.stdout
+    finally:
+        (tmpfs / "filler").unlink(missing_ok=True)
+        prep = json.loads(_cli(home, "--json", "owner", "reconcile", "--prepare").stdout)
+        _cli(home, "owner", "reconcile", "--drain", prep["digest"])
+        _cli(home, "down")
