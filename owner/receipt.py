@@ -150,7 +150,7 @@ def keep_receipt(rec: dict[str, Any], archive: str, keep: int = 20) -> str:
     stay. Returns its path."""
     from protocol.sockets import ensure_private_dir
     directory = Path(archive)
-    ensure_private_dir(directory, root=directory.parent)
+    ensure_private_dir(directory, root=directory.parent, above=False)   # execution/
     path = directory / f"{rec['instance']}.json"
     if not path.exists():
         atomic_write_json(path, rec)

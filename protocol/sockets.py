@@ -140,13 +140,16 @@ def _check_ancestor(d: str, st: os.stat_result, allowed: tuple[int, ...],
 
 def ensure_private_dir(path: str | os.PathLike[str],
                        root: str | os.PathLike[str] | None = None,
-                       owners: tuple[int, ...] | None = None) -> Path:
+                       owners: tuple[int, ...] | None = None, *,
+                       above: bool = True) -> Path:
     """Create ``path`` (and missing parents below ``root``) with mode 0700, then check it.
 
     Every existing component from ``root`` (inclusive) down to ``path`` must be a private
     directory owned by one of ``owners`` (default: us or root), and no directory above
-    ``root`` changeable by anyone else (:func:`check_ancestors`). Raises UnsafePath;
-    never changes an existing directory's mode or owner.
+    ``root`` changeable by anyone else (:func:`check_ancestors`; ``above`` False: ``root``
+    is a directory inside the home, whose own owners this caller does not know, and the
+    home's daemon checked above it). Raises UnsafePath; never changes an existing
+    directory's mode or owner.
     """
     from pathlib import Path
     target = Path(os.path.abspath(path))
@@ -154,7 +157,8 @@ def ensure_private_dir(path: str | os.PathLike[str],
     if base != target and base not in target.parents:
         raise ValueError(f"{target} is not under {base}")
     os.makedirs(base.parent, exist_ok=True)  # ordinary parents (e.g. ~/.local/state)
-    check_ancestors(base, owners)
+    if above:
+        check_ancestors(base, owners)
     chain = [base, *reversed([p for p in target.parents if base in p.parents])]
     if base != target:
         chain.append(target)

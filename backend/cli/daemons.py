@@ -369,9 +369,13 @@ def _spawn(layout: Layout, module: str, foreground: bool,
 def _daemon_logs(layout: Layout, modules: list[str]) -> Iterator[dict[str, int]]:
     """The logs of daemons ``modules`` (logs/MODULE.log), all opened by :func:`open_log`
     before any of them is started: one that may not be used starts neither. Closed on
-    leaving (each daemon holds its own copy)."""
-    ensure_private_dir(layout.logs, root=layout.home)
+    leaving (each daemon holds its own copy). None to start: nothing is touched (the
+    daemons may run under systemd, in a home of the service account's)."""
     fds: dict[str, int] = {}
+    if not modules:
+        yield fds
+        return
+    ensure_private_dir(layout.logs, root=layout.home)
     try:
         for module in modules:
             fds[module] = open_log(layout.logs / f"{module}.log")

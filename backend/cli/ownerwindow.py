@@ -274,7 +274,7 @@ def _stage(w: Window, rec: dict[str, Any]) -> Event:
         from guardian.paths import GuardianPaths
         from guardian.trust import install_trusted
         from protocol.sockets import ensure_private_dir
-        ensure_private_dir(w.layout.owner_releases, root=w.layout.execution)
+        ensure_private_dir(w.layout.owner_releases, root=w.layout.execution, above=False)
         install_trusted(GuardianPaths(w.layout.home), w.layout.releases / p["release"],
                         into=w.layout.owner_releases)
     check_release(w.layout, p["release"], p["owner_uid"])
