@@ -83,8 +83,11 @@ def _drain_text(done: dict[str, Any], proven: list[str]) -> str:
     refused = [f"cgroup.kill of {f['cgroup']} refused: {f['strerror']} (the processes "
                "were killed one by one; the cgroup is proven empty)"
                for f in done.get("cgroup_kill_failed", [])]
+    joined = [f"and {len(done['joined'])} processes their still running leaders forked "
+              f"since the seal (in the leader's process group): pids "
+              f"{', '.join(map(str, done['joined']))}"] if done.get("joined") else []
     return "\n".join([
         f"stopped {done['stopped']} sealed processes ({done['gone_already']} had exited "
-        f"already{killed})", *refused,
+        f"already{killed})", *joined, *refused,
         f"reconciled: {len(proven)} launches proven gone; `tenure up` (or starting "
         "tenure-owner.service) may start the owner once"])

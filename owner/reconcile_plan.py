@@ -12,11 +12,22 @@ leftover sockets changed (another owner ran meanwhile: the evidence describes a 
 that is gone). Then the ordinary reconcile proves every launch gone and writes the
 one-use acknowledgement.
 
+One kind of new process is no change: a member of the process group of a sealed
+launch whose sealed leader still runs as sealed (same pid and start ticks), claimed by
+no other launch. An app that forks short-lived children (``while :; do sleep 1; done``)
+always has such a child the seal did not name; refusing it made the drain impossible.
+It is provably the launch's: the leader made the group (and its session) at launch,
+only a process of that session can join the group, and while the leader runs nobody
+else can own that group id. Such a group is signalled as a whole (``killpg``) while its
+leader is verified alive, so a child forked during the stop gets the signal too, and
+the drain waits until the group is empty before the reconcile looks.
+
 Nothing here runs while an owner runs: the caller holds the owner lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -30,7 +41,7 @@ from typing import Any
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import Conflict, NotFound
 from protocol.identity import boot_id
-from protocol.procfs import running, start_ticks
+from protocol.procfs import group_members, read_stat, running, start_ticks
 
 from .descendants import kill_verified
 from .evidence import Found, find, suspects
@@ -107,25 +118,67 @@ def _digest(body: dict[str, Any]) -> str:
 
 def drain(paths: OwnerPaths, digest: str, grace: float = GRACE,
           sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-    """Stop exactly the sealed processes. Returns ``{stopped, gone_already, killed,
-    cgroup_kill_failed}`` (the last: cgroups whose ``cgroup.kill`` the kernel refused,
-    with the error; the reconcile that follows proves whether anything is left).
-    Raises NotFound (nothing sealed), Conflict (another digest, new processes, changed
-    sockets)."""
+    """Stop exactly the sealed processes, and the children their still running leaders
+    forked since the seal (see the module). Returns ``{stopped, gone_already, joined,
+    killed, cgroup_kill_failed}``: ``joined``, the pids that joined a sealed group since
+    the seal; ``cgroup_kill_failed``, cgroups whose ``cgroup.kill`` the kernel refused,
+    with the error (the reconcile that follows proves whether anything is left).
+    Raises NotFound (nothing sealed), Conflict (another digest, new processes that are
+    not a sealed leader's, changed sockets)."""
     sealed = _read_sealed(paths, digest)
-    _refuse_changed(paths, sealed)
+    joined = _refuse_changed(paths, sealed)
     targets = [(p["pid"], p["start_ticks"]) for p in _processes(sealed)]
     alive = [t for t in targets if running(*t)]
-    for pid, ticks in alive:
-        kill_verified(pid, ticks, signal.SIGTERM)
-    _wait_gone(alive, grace, sleep)
-    stubborn = [t for t in alive if running(*t)]
+    stopping = alive + [t for t in joined.items() if running(*t)]
+    groups = _signal_groups(sealed, signal.SIGTERM)
+    _signal_each(stopping, groups, signal.SIGTERM)
+    _wait_gone(stopping, groups, grace, sleep)
+    stubborn = [t for t in stopping if running(*t)]
     failed = _kill_cgroups(sealed)
-    for pid, ticks in stubborn:
-        kill_verified(pid, ticks, signal.SIGKILL)
-    _wait_gone(stubborn, KILL_WAIT, sleep)
+    groups = _signal_groups(sealed, signal.SIGKILL)
+    _signal_each(stubborn, groups, signal.SIGKILL)
+    _wait_gone(stubborn, groups, KILL_WAIT, sleep)
     return {"stopped": len(alive), "gone_already": len(targets) - len(alive),
-            "killed": [p for p, _ in stubborn], "cgroup_kill_failed": failed}
+            "joined": sorted(joined), "killed": [p for p, _ in stubborn],
+            "cgroup_kill_failed": failed}
+
+
+def _leader_groups(sealed: dict[str, Any]) -> dict[int, str]:
+    """Process group id -> launch key, of the sealed launches whose group is provably
+    theirs right now: the leader made it at launch (pid = pgid) and still runs as sealed
+    (same start ticks), so no other process can own that id. Read it after what it
+    vouches for: a leader that runs now ran all the time since the seal."""
+    out = {}
+    for ln in sealed["launches"]:
+        pgid = ln.get("pgid")
+        lead = next((p for p in ln["processes"] if p["why"] == "leader"
+                     and p["pid"] == pgid == ln.get("pid")), None)
+        if lead is not None and running(lead["pid"], lead["start_ticks"]):
+            out[lead["pid"]] = ln["launch_key"]
+    return out
+
+
+def _signal_groups(sealed: dict[str, Any], sig: int) -> set[int]:
+    """Send ``sig`` to the process group of every sealed launch whose leader still runs
+    as sealed, checked just before: one signal takes every member, forks in flight
+    included. Returns the groups signalled. A group that vanished meanwhile is no
+    error."""
+    done = set()
+    for pgid in _leader_groups(sealed):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        done.add(pgid)
+    return done
+
+
+def _signal_each(procs: list[tuple[int, int]], groups: set[int], sig: int) -> None:
+    """Send ``sig`` to each of ``procs`` still running as recorded, except members of
+    ``groups`` (signalled as a whole already: a second SIGTERM may mean "hurry" to an
+    app)."""
+    for pid, ticks in procs:
+        st = read_stat(pid)
+        kill_verified(pid, ticks, sig,
+                      skip_pgid=st.pgid if st is not None and st.pgid in groups else None)
 
 
 def _read_sealed(paths: OwnerPaths, digest: str) -> dict[str, Any]:
@@ -139,10 +192,14 @@ def _read_sealed(paths: OwnerPaths, digest: str) -> dict[str, Any]:
     return sealed
 
 
-def _wait_gone(procs: list[tuple[int, int]], timeout: float,
+def _wait_gone(procs: list[tuple[int, int]], groups: set[int], timeout: float,
                sleep: Callable[[float], None]) -> None:
+    """Until ``procs`` have exited and ``groups`` are empty (zombies hold nothing), or
+    ``timeout``: the reconcile that follows must not find a child that got the signal and
+    is still on its way out."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(running(p, t) for p, t in procs):
+    while time.monotonic() < deadline and (any(running(p, t) for p, t in procs) or
+                                           any(group_members(g) for g in groups)):
         sleep(0.05)
 
 
@@ -175,19 +232,40 @@ def _processes(sealed: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for ln in sealed["launches"] for p in ln["processes"]]
 
 
-def _refuse_changed(paths: OwnerPaths, sealed: dict[str, Any]) -> None:
+def _refuse_changed(paths: OwnerPaths, sealed: dict[str, Any]) -> dict[int, int]:
     """Raise Conflict when the world is not the one sealed: a process of these launches
-    that the evidence does not name, or leftover sockets that are not the sealed ones."""
-    named = {(p["pid"], p["start_ticks"]) for p in _processes(sealed)}
-    now = {(pid, start_ticks(pid)) for f in _find(paths).values() for pid in f.pids}
-    new = sorted(pid for pid, ticks in now if ticks is not None and (pid, ticks) not in named)
-    if new:
-        raise Conflict(f"{len(new)} processes of these launches are not in the sealed "
-                       "evidence; run `tenure owner reconcile --prepare` again",
-                       {"new_pids": new[:50]})
+    that the evidence does not name and that did not join a sealed leader's group, or
+    leftover sockets that are not the sealed ones. Returns those that joined (pid ->
+    start ticks)."""
+    joined = _refuse_new(paths, sealed)
     was = sealed.get("socket_ids") or dict.fromkeys(sealed["sockets"])
     is_ = _sockets(paths)
     if set(was) != set(is_) or any(ids not in (None, is_[p]) for p, ids in was.items()):
         raise Conflict("the leftover sockets changed since the evidence was sealed (did "
                        "another owner run?); run `tenure owner reconcile --prepare` again",
                        {"sealed": was, "now": is_})
+    return joined
+
+
+def _refuse_new(paths: OwnerPaths, sealed: dict[str, Any]) -> dict[int, int]:
+    """The processes of these launches found now that the evidence does not name: those
+    in the group of a sealed leader that still runs as sealed, claimed by that launch
+    alone, are returned (pid -> start ticks); any other raises Conflict. The groups are
+    read after the processes (see :func:`_leader_groups`)."""
+    named = {(p["pid"], p["start_ticks"]) for p in _processes(sealed)}
+    claims: dict[int, set[str]] = {}
+    for key, f in _find(paths).items():
+        for pid in f.pids:
+            claims.setdefault(pid, set()).add(key)
+    new = {pid: st for pid in claims if (st := read_stat(pid)) is not None
+           and not st.zombie and (pid, st.start_ticks) not in named}
+    groups = _leader_groups(sealed)
+    joined = {pid: st.start_ticks for pid, st in new.items()
+              if st.pgid in groups and claims[pid] == {groups[st.pgid]}}
+    stranger = sorted(set(new) - set(joined))
+    if stranger:
+        raise Conflict(f"{len(stranger)} processes of these launches are not in the sealed "
+                       "evidence (nor in the process group of a sealed leader that still "
+                       "runs); run `tenure owner reconcile --prepare` again",
+                       {"new_pids": stranger[:50]})
+    return joined

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 from owner.cgroups import cgroup_name, members
 from owner.descendants import kill_verified
 from owner.testing import GuardianKey, OwnerProcess
-from protocol.procfs import running, start_ticks
+from protocol.procfs import group_members, running, start_ticks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_owner import Live
@@ -82,6 +83,69 @@ def test_drain_refuses_when_the_leftover_sockets_changed(owner):
         assert code == 0 and done["stopped"] == 1, done
     finally:
         _kill({child: ticks})
+
+
+LOOP = ["sh", "-c", "while :; do sleep 0.3; done"]
+"""A launch that forks short-lived children, as the demo worker does: by the time of a
+drain the child the seal named is gone and another runs."""
+
+
+def _outsider(owner: OwnerProcess, key: str) -> subprocess.Popen[bytes]:
+    """A process that joins a launch from outside after the seal: its launch key and this
+    home in its environment, but its own session and group, and no sealed parent."""
+    env = {**os.environ, "TENURE_LAUNCH_KEY": key, "TENURE_OWNER_HOME": owner.paths.home_marker}
+    return subprocess.Popen(["sleep", "1000"], env=env, start_new_session=True)
+
+
+def _forked_since(leader: int, sealed: set[int]) -> set[int]:
+    """Members of ``leader``'s group the seal did not name (the loop may be between two
+    children for a moment)."""
+    deadline = time.monotonic() + 5
+    while not (newer := set(group_members(leader)) - sealed) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert newer, "the loop forked no child since the seal"
+    return newer
+
+
+def test_drain_stops_what_a_sealed_leader_forked_since_the_seal(owner):
+    """The guided reconcile of a launch that forks short-lived children: after a review
+    of a few seconds the drain finds children the seal did not name. Those in the process
+    group of the sealed leader, still running as sealed, are the launch's and are stopped
+    with it; the drain's reconcile then proves the launch gone. A process that joins from
+    outside the launch is still refused, and nothing is stopped then."""
+    lv = Live(owner, GuardianKey())
+    leader = lv.launch(LOOP)["pid"]
+    seen: dict[int, int | None] = {leader: start_ticks(leader)}
+    try:
+        _crash(owner, lv)
+        code, plan = _guided(owner, "--prepare")
+        assert code == 0, plan
+        (launch,) = plan["launches"]
+        sealed = {p["pid"]: p["start_ticks"] for p in launch["processes"]}
+        assert sealed[leader] == seen[leader] and launch["pgid"] == leader, plan
+        time.sleep(2.5)                                   # the operator reviews the plan
+        newer = _forked_since(leader, set(sealed))
+        seen |= {p: start_ticks(p) for p in {*sealed, *newer}}
+
+        outsider = _outsider(owner, launch["launch_key"])
+        try:
+            code, refused = _guided(owner, "--drain", plan["digest"])
+            assert code == 2 and refused["code"] == "CONFLICT", refused
+            assert refused["data"]["new_pids"] == [outsider.pid], refused
+            assert running(leader, sealed[leader])        # nothing was stopped
+        finally:
+            outsider.kill()
+            outsider.wait()
+
+        time.sleep(1.0)                                   # and the loop forks again
+        code, done = _guided(owner, "--drain", plan["digest"])
+        assert code == 0, done
+        assert done["proven_gone"] == [launch["launch_key"]], done
+        assert not group_members(leader, include_session=True)
+        assert all(_gone(p, t) for p, t in seen.items())
+    finally:
+        owner.stop(signal.SIGKILL)
+        _kill({**seen, **{p: start_ticks(p) for p in group_members(leader)}})
 
 
 # The owner of a cgroup test runs in a scratch cgroup of this host's cgroup2 mount, which
