@@ -75,11 +75,27 @@ def _id(args: Any) -> int:
     return int(args.target)
 
 
+def _target(text: str, what: str, stack_alone: bool = False) -> str:
+    """``text`` checked as STACK/JOB (or, with ``stack_alone``, a STACK), names as the
+    config spells them (config_values.NAME_RE): a malformed one is refused before any
+    daemon is asked, as a malformed target is. Raises BadRequest."""
+    from backend.config_values import NAME_RE
+    parts = text.split("/")
+    if len(parts) > 2 or (len(parts) == 1 and not stack_alone) or \
+            not all(NAME_RE.fullmatch(part) for part in parts):
+        form = "STACK or STACK/JOB" if stack_alone else "STACK/JOB"
+        raise BadRequest(f"tenure job {what} {text!r}: give the job template as {form} "
+                         "(names of 1-64 letters, digits, '_', '.' or '-'; `tenure job "
+                         "list` shows them)", {"field": "template", "target": text})
+    return text
+
+
 def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
-    params = {"template": args.target, "args": list(args.job_args),
+    params = {"template": _target(args.target, "run"), "args": list(args.job_args),
               **({"key": args.key} if args.key is not None else {})}   # "": refused
     deadline = time.monotonic() + (args.timeout if args.timeout is not None else 3600.0)
-    r = _retrying(lambda: call(args, "job.run", params), deadline, lost_ok=bool(args.key))
+    r = _retrying(args, lambda: call(args, "job.run", params), deadline,
+                  lost_ok=bool(args.key))
     job = r["job"]
     if not args.wait:
         out(args, r, _line(job) + (" (deduplicated: this key's record)"
@@ -88,7 +104,7 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     show = {"id": job["id"]}
     while job["state"] in OPEN and time.monotonic() < deadline:
         time.sleep(0.1)
-        job = _retrying(lambda: call(args, "job.show", show), deadline, True)
+        job = _retrying(args, lambda: call(args, "job.show", show), deadline, True)
     r = {**r, "job": job}
     out(args, r, render_show(job) if "history" in job else _line(job))
     if job["state"] in OPEN:
@@ -96,7 +112,7 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     return OK if job["state"] == "succeeded" else ERROR
 
 
-def _retrying(fn: Callable[[], Any], deadline: float, lost_ok: bool) -> Any:
+def _retrying(args: Any, fn: Callable[[], Any], deadline: float, lost_ok: bool) -> Any:
     """``fn()``, again while the backend is away (a request certainly not handled) or,
     with ``lost_ok``, while its answer is lost (safe only for a keyed submission or a
     read). Not when no backend is coming (:func:`_none_coming`): the wait was silent
@@ -105,30 +121,68 @@ def _retrying(fn: Callable[[], Any], deadline: float, lost_ok: bool) -> Any:
         try:
             return fn()
         except _AWAY as exc:
-            if _none_coming(exc) or time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 raise
+            final = _none_coming(args, exc)
+            if final is exc:
+                raise
+            if final is not None:
+                raise final from None
         except OutcomeUnknown:
             if not lost_ok or time.monotonic() >= deadline:
                 raise
         time.sleep(0.2)
 
 
-def _none_coming(exc: Exception) -> bool:
-    """Whether no backend comes back by itself: tenure is stopped (neither the guardian
-    nor the owner runs), or the guardian gave up recovering one (blocked until the
-    operator runs `tenure backend recover`)."""
+def _none_coming(args: Any, exc: Exception) -> BackendUnavailable | None:
+    """The error to end the wait with when no backend comes back by itself, else None:
+    tenure is stopped (neither the guardian nor the owner runs) or the guardian gave up
+    recovering one (blocked until the operator runs `tenure backend recover`): ``exc``
+    itself, which says so; or the guardian is not running (:func:`_guardian_gone`)
+    while the owner runs outside a service manager, which would restart the guardian:
+    in unmanaged mode nothing does, so an error that says so and what to run."""
     if not isinstance(exc, BackendUnavailable):
-        return False
+        return None
     diagnostics = exc.data.get("diagnostics")
     blocked = isinstance(diagnostics, dict) and diagnostics.get("blocked")
-    return exc.data.get("stopped") is not None or bool(blocked)
+    if exc.data.get("stopped") is not None or blocked:
+        return exc
+    from .everyday import layout
+    lay = layout(args)
+    if not _guardian_gone(lay.guardian_sock) or _service_managed(lay.owner_sock):
+        return None
+    return BackendUnavailable(
+        "no backend generation answers, and none is coming: the guardian is not running "
+        f"(nothing listens on {lay.guardian_sock} and no process holds its lock), and in "
+        "unmanaged mode nothing restarts it: `tenure up` starts it again, and with it a "
+        "backend (the owner and the applications keep running meanwhile)",
+        {**exc.data, "guardian_running": False})
+
+
+def _guardian_gone(sock: str) -> bool:
+    """Whether the guardian is not running: nothing accepts on its socket and no guardian
+    of ours holds its lock (one that does is hung before it listens, not gone: as
+    daemons.silent_holder tells them apart). False when we may not tell (a viewer)."""
+    from .daemons import lock_holder
+    from .everyday import listens
+    return listens(sock) is False and lock_holder(sock, "guardian") is None
+
+
+def _service_managed(owner_sock: str) -> bool:
+    """Whether the owner runs in its service unit (``tenure service``): there the service
+    manager restarts a guardian that died (``Restart=always``), so a backend comes."""
+    from .daemons import listener, lock_holder
+    from .ownerplan import mode_of
+    found = listener(owner_sock, "owner") or lock_holder(owner_sock, "owner")
+    return found is not None and mode_of(found[0]) != "standalone"
 
 
 def _list(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     params: dict[str, Any] = {"limit": args.limit}
-    if args.target:
-        params["template" if "/" in args.target else "stack"] = args.target
-    if args.state:
+    if args.target is not None:
+        target = _target(args.target, "list", stack_alone=True)
+        params["template" if "/" in target else "stack"] = target
+    if args.state is not None:   # "" too: the backend names the states
         params["state"] = args.state
     r = call(args, "job.list", params)
     rows = [[str(j["id"]), j["state"], f"{j['stack']}/{j['template']}", j["key"] or "-",
@@ -148,8 +202,17 @@ def _show(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
 def _stop(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     timeout = args.timeout if args.timeout is not None else 60.0
     r = call(args, "job.stop", {"id": _id(args), "timeout": timeout}, timeout=timeout + 30)
-    out(args, r, _line(r))
+    out(args, r, _line(r) if r["settled"] else _unsettled_stop(r, timeout))
     return OK if r["settled"] else UNSETTLED
+
+
+def _unsettled_stop(j: dict[str, Any], timeout: float) -> str:
+    """A stop asked that the job has not ended by within ``timeout``: what goes on, and
+    what the exit status 4 means."""
+    return (f"{_line(j)}\n  the stop was asked and is still under way: the owner stops it "
+            "by its stop policy (TERM, then SIGKILL after 10 s); it had not ended within "
+            f"--timeout {timeout:g} s, so the exit status is 4 (not settled). `tenure job "
+            f"show {j['id']}` shows when it ends")
 
 
 def _withdraw(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
@@ -173,21 +236,53 @@ def _logs(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     records (the journal's tail, as ``tenure logs`` asks it); ``-f`` on until the job
     ended, through backend handoffs and a silent owner (logs.read_page). Printed as
     ``tenure logs`` prints (logprint: a cut line whole, bytes unchanged when piped).
+    While tenure is not running, or once it stopped under a follower, the journal
+    file is read as ``tenure logs`` reads it (offline_logs.Fallback), and said so.
     Raises BadRequest for a negative ``-n``, and what ``call`` raises."""
     from .logprint import Printer, job_label
+    from .offline_logs import FollowEnded
     tail = {} if args.n is None else {"tail": line_count(args.n)}
-    job = call(args, "job.show", {"id": _id(args)})
+    job_id = _id(args)
+    read = _journal(args, call)
+    try:
+        job = call(args, "job.show", {"id": job_id})
+    except BackendUnavailable as exc:
+        if not _not_running(exc):
+            raise
+        job = {"id": job_id, "state": None, "journal": read.job_source(args, job_id)}
     flt = {**job["journal"], **({"stream": args.stream} if args.stream else {})}
     printer = Printer(args.json, None, job_label)
-    after = _print_pages(args, call, {**flt, **tail}, printer)
-    while args.follow and job["state"] in OPEN:
-        time.sleep(FOLLOW_POLL_S)
-        after = _print_pages(args, call, {**flt, "after": after}, printer)
-        job = through_handoffs(True, partial(call, args, "job.show", {"id": job["id"]}))
-    if args.follow:  # what it wrote just before it ended
-        _print_pages(args, call, {**flt, "after": after}, printer)
-    printer.end()
+    try:
+        after = _print_pages(args, read, {**flt, **tail}, printer)
+        while args.follow and job["state"] in OPEN:
+            time.sleep(FOLLOW_POLL_S)
+            after = _print_pages(args, read, {**flt, "after": after}, printer)
+            try:
+                job = through_handoffs(True, partial(call, args, "job.show", {"id": job_id}))
+            except BackendUnavailable as exc:
+                if not _not_running(exc):
+                    raise
+                break   # tenure stopped: the rest is read from the file, below
+        if args.follow and job["state"] is not None:   # what it wrote just before it ended
+            _print_pages(args, read, {**flt, "after": after}, printer)
+    except FollowEnded:   # tenure stopped under the follower: the file was read to its end
+        pass
+    finally:
+        printer.end()
     return OK
+
+
+def _journal(args: Any, call: Callable[..., Any]) -> Any:
+    """The reader of the journal for ``job logs``: the backend's ``logs``, or the file
+    once tenure is not running (offline_logs.Fallback)."""
+    from .everyday import layout
+    from .offline_logs import Fallback
+    return Fallback(call, layout(args), "job logs", "the job")
+
+
+def _not_running(exc: BackendUnavailable) -> bool:
+    """No backend answers because tenure is not running (everyday.stopped said so)."""
+    return exc.data.get("stopped") is not None
 
 
 def _print_pages(args: Any, call: Callable[..., Any], params: dict[str, Any],
@@ -228,6 +323,7 @@ def render_show(j: dict[str, Any]) -> str:
         ("user", identity(j.get("identity"))),
         ("attempt", f"{j['attempt']}   launch key: {value(j['launch_key'])}"),
         ("pid", f"{value(j['pid'])}   exit: {_exit(j)}"),
+        *([("due", when(j["due_at"]))] if j.get("due_at") is not None else []),
         ("submitted", when(j["submitted_at"])), ("started", when(j["started_at"])),
         ("ended", f"{when(j['ended_at'])}   duration: {dur(j['duration'])}")]
     if j.get("waiting_for"):

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from protocol.errors import (
     BackendUnavailable,
     BadRequest,
+    Conflict,
     NotFound,
     StateCorrupt,
     Unauthorized,
@@ -46,11 +47,14 @@ class FollowEnded(Exception):
 
 
 class Fallback:
-    """A ``call`` for logs.follow_logs: the backend's ``logs``, or, once a call found
-    tenure not running (a follower: stopping), the journal file from where it was."""
+    """A ``call`` for logs.follow_logs (and ``tenure job logs``): the backend's ``logs``,
+    or, once a call found tenure not running (a follower: stopping), the journal file
+    from where it was. ``command`` and ``whose`` word the note on stderr."""
 
-    def __init__(self, call: Callable[..., Any], lay: Layout) -> None:
+    def __init__(self, call: Callable[..., Any], lay: Layout, command: str = "logs",
+                 whose: str = "the apps") -> None:
         self._call, self._lay = call, lay
+        self._command, self._whose = command, whose
         self._conn: sqlite3.Connection | None = None
         self._first = True
         self._read_to_end = False
@@ -67,16 +71,49 @@ class Fallback:
                     # daemons may still be ending (a blocked recovery is not that)
                 if down is None:
                     raise
-                self._conn = self._open()
-                what = "tenure is not running" if first else "tenure stopped"
-                sys.stderr.write(f"tenure: logs: {what}: reading {self._path} directly "
-                                 "(what the apps wrote until the owner stopped)"
-                                 + ("; -f ends there" if args.follow else "") + "\n")
+                self._read_file(args, "tenure is not running" if first else "tenure stopped")
         if self._read_to_end:   # only a follow asks again: nothing is written now
             raise FollowEnded
         page = self._read(params)
         self._read_to_end = not page["more"]
         return page
+
+    def _read_file(self, args: Any, why: str) -> None:
+        """From now on read the journal file (``why``: tenure is not running, or
+        stopped), and say so on stderr."""
+        self._conn = self._open()
+        sys.stderr.write(f"tenure: {self._command}: {why}: reading {self._path} directly "
+                         f"(what {self._whose} wrote until the owner stopped)"
+                         + ("; -f ends there" if args.follow else "") + "\n")
+
+    def job_source(self, args: Any, job_id: int) -> dict[str, Any]:
+        """``tenure job logs`` once tenure was found not running (the backend, which
+        knows the job's template, does not answer): reads the journal file from now on,
+        says so, and returns the ``{stack, app, instance}`` that keeps job ``job_id``'s
+        output there. The journal keys it by the job's id: app ``job:NAME``
+        (backend.jobs.runner.journal_app), instance the id, unique in a ledger. Raises
+        NotFound when the journal has no lines of that job, Conflict when several
+        templates have lines of that id (the journal outlived a job ledger)."""
+        self._first = False
+        self._read_file(args, "tenure is not running")
+        assert self._conn is not None
+        apps = self._conn.execute("SELECT DISTINCT stack, app FROM extents").fetchall()
+        found = [(stack, app) for stack, app in apps if app.startswith("job:") and
+                 self._page({"stack": stack, "app": app, "instance": job_id, "tail": 1,
+                             "limit": 1})["records"]]
+        if not found:
+            raise NotFound(f"the journal has no lines of job {job_id}: no such job, it wrote "
+                           "nothing, or its lines were pruned (with tenure down its ledger "
+                           "is not asked; `tenure up`, then `tenure job show "
+                           f"{job_id}`)", {"id": job_id, "path": self._path})
+        if len(found) > 1:
+            names = ", ".join(f"{stack}/{app}/{job_id}" for stack, app in found)
+            raise Conflict(f"the journal has lines of job {job_id} under several templates "
+                           f"({names}): it outlived a job ledger; read one with `tenure "
+                           "logs STACK/job:NAME/ID`",
+                           {"id": job_id, "sources": [f"{s}/{a}" for s, a in found]})
+        (stack, app), = found
+        return {"stack": stack, "app": app, "instance": job_id}
 
     def _stopping(self) -> dict[str, Any] | None:
         """everyday.stopped once the daemons that stopped answering have ended (a

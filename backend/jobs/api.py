@@ -11,9 +11,10 @@ method             role     params → answer
 ``job.resolve``    admin    id, started, note? → the record
 =================  =======  =================================================================
 
-Errors: ``NOT_FOUND`` (no such record or template), ``CONFLICT`` (the key holds another
-submission, or the request does not fit the record's state: the message says why and
-``data`` names the record), ``JOB_QUEUE_FULL`` (``job.run``: the template has
+Errors: ``NOT_FOUND`` (no such record or template; ``job.list`` filtered by a stack or
+template that neither the applied config nor any record has), ``CONFLICT`` (the key
+holds another submission, or the request does not fit the record's state: the message
+says why and ``data`` names the record), ``JOB_QUEUE_FULL`` (``job.run``: the template has
 ``max_pending`` open records; a key that has a record is answered instead),
 ``BAD_REQUEST`` (also ``job.run`` with a key starting ``schedule:``, reserved for scheduled
 runs), and ``SHUTTING_DOWN`` during a handoff.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import BadRequest
+from protocol.errors import BadRequest, NotFound
 from protocol.schema import Field, Schema, check_int, check_key
 from protocol.server import Call, Method
 
@@ -37,17 +38,32 @@ __all__ = ["JobApi"]
 _id = Field("id", int, check=check_int(1, 2**62))
 
 
+ARGS_MAX = 256        # arguments a submission may append to its template's command
+ARG_CHARS_MAX = 4096  # characters in each of them
+
+
 def _args(v: Any) -> str | None:
-    if len(v) > 256 or not all(isinstance(a, str) and "\0" not in a and len(a) <= 4096
-                               for a in v):
-        return "must be at most 256 strings without NUL"
+    """What is wrong with a submission's ``args``, naming the limits and the first
+    argument over them (counted from 1), or None."""
+    limits = (f"must be at most {ARGS_MAX} arguments of at most {ARG_CHARS_MAX} characters "
+              "each, without NUL")
+    if len(v) > ARGS_MAX:
+        return f"{limits}: {len(v)} given"
+    for n, a in enumerate(v, 1):
+        if not isinstance(a, str):
+            return f"{limits}: argument {n} is not a string"
+        if len(a) > ARG_CHARS_MAX:
+            return f"{limits}: argument {n} has {len(a)} characters"
+        if "\0" in a:
+            return f"{limits}: argument {n} contains NUL"
     return None
 
 
 def _states(v: Any) -> str | None:
-    values = {s.value for s in jm.State}
-    return None if all(s in values for s in v.split(",")) else \
-        f"must be states separated by ',': {sorted(values)}"
+    values = [s.value for s in jm.State]
+    bad = [s for s in v.split(",") if s not in values]
+    return None if not bad else (f"must be one or more states separated by ',' "
+                                 f"({', '.join(values)}): {bad[0]!r} is not one")
 
 
 S_RUN = Schema(Field("template", str, check=check_key(200)),
@@ -91,7 +107,7 @@ class JobApi:
 
     async def run(self, call: Call) -> Any:
         p = call.params
-        if "/" not in p["template"]:
+        if p["template"].count("/") != 1:
             raise BadRequest(f"{p['template']!r} is not STACK/JOB", {"field": "template"})
         _refuse_reserved(p["key"])
         rec, dup = self.runner.submit(p["template"], p["key"], list(p["args"]))
@@ -104,9 +120,31 @@ class JobApi:
             stack, template = template.split("/", 1)
         recs = self.runner.ledger.records(
             stack=stack, template=template,
-            states=p["state"].split(",") if p["state"] else (), before=p["before"],
-            limit=p["limit"])
+            states=p["state"].split(",") if p["state"] is not None else (),
+            before=p["before"], limit=p["limit"])
+        if not recs:
+            self._check_named(stack, template)
         return {"jobs": [self._live(r.id) or r.to_wire() for r in recs]}
+
+    def _check_named(self, stack: str | None, template: str | None) -> None:
+        """Raises NotFound when the filter names no stack or template of the applied
+        config and no record (a typo would otherwise read as "no jobs"), as a target
+        that names nothing is refused by every command."""
+        if stack is None and template is None:
+            return
+        config = self.runner.config()
+        had = self.runner.ledger.templates()
+        if template is None:
+            known = stack in config.stacks or any(s == stack for s, _ in had)
+        else:
+            known = any((stack is None or s == stack) and t == template for s, t in had) \
+                or any((stack is None or j.stack == stack) and j.name == template
+                       for j in config.jobs())
+        if not known:
+            what = stack if template is None else f"{stack or '*'}/{template}"
+            raise NotFound(f"{what!r} names no {'stack' if template is None else 'job template'}"
+                           " of the applied config and no job record",
+                           {"target": what})
 
     def _live(self, job_id: int) -> dict[str, Any] | None:
         rec = self.runner.records.get(job_id)

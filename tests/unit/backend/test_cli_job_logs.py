@@ -57,7 +57,7 @@ def job_logs(journal: Journal, monkeypatch: pytest.MonkeyPatch, n: int | None
     monkeypatch.setattr(sys, "stdout", out)
     backend = Backend(journal)
     args = types.SimpleNamespace(action="logs", target="1", n=n, follow=False, stream=None,
-                                 json=False)
+                                 json=False, home="/nonexistent")
     assert job_command(args, backend, lambda *a: None) == 0
     return out.getvalue(), backend.sent
 
@@ -91,7 +91,7 @@ def test_job_logs_print_a_cut_line_whole_and_the_apps_bytes_unchanged(tmp_path, 
         out = io.TextIOWrapper(raw, encoding="utf-8")
         monkeypatch.setattr(sys, "stdout", out)
         args = types.SimpleNamespace(action="logs", target="1", n=None, follow=False,
-                                     stream=None, json=False)
+                                     stream=None, json=False, home=str(tmp_path))
         assert job_command(args, Backend(j), lambda *a: None) == 0
         out.flush()
         assert raw.getvalue() == (b"a" * 10 + b"b" * 5 + b"\n\xff\xfe not utf-8\n"

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -179,11 +180,13 @@ def test_job_run_with_recovery_blocked_says_so_at_once(monkeypatch) -> None:
         calls.append(exc)
         raise exc
     monkeypatch.setattr(jobs.time, "sleep", lambda s: None)
+    monkeypatch.setattr(jobs, "_guardian_gone", lambda sock: False)   # it runs
+    args = types.SimpleNamespace(home="/nonexistent")
     with pytest.raises(BackendUnavailable):
-        jobs._retrying(lambda: fail(blocked), jobs.time.monotonic() + 1, True)
+        jobs._retrying(args, lambda: fail(blocked), jobs.time.monotonic() + 1, True)
     assert calls == [blocked]
     answers = iter([between, between])
-    assert jobs._retrying(lambda: fail(next(answers)) if len(calls) < 3 else "ok",
+    assert jobs._retrying(args, lambda: fail(next(answers)) if len(calls) < 3 else "ok",
                           jobs.time.monotonic() + 3600, False) == "ok"
 
 

@@ -491,6 +491,55 @@ def test_a_client_key_in_the_schedules_form_is_refused(tmp_path):
     run(tmp_path, body)
 
 
+def test_args_over_the_limits_are_refused_naming_the_limits_and_the_argument():
+    """Was: `must be at most 256 strings without NUL` for one argument too long."""
+    from backend.jobs.api import ARG_CHARS_MAX, ARGS_MAX, S_RUN
+    from protocol.errors import BadRequest
+    limits = (f"at most {ARGS_MAX} arguments of at most {ARG_CHARS_MAX} characters each, "
+              "without NUL")
+    for given, why in ((["ok", "x" * (ARG_CHARS_MAX + 1)], "argument 2 has 4097 characters"),
+                       (["a"] * (ARGS_MAX + 1), "257 given"),
+                       (["a\0b"], "argument 1 contains NUL")):
+        with pytest.raises(BadRequest) as err:
+            S_RUN.validate({"template": "s/migrate", "args": given})
+        assert err.value.msg == f"params.args must be {limits}: {why}"
+    S_RUN.validate({"template": "s/migrate", "args": ["x" * ARG_CHARS_MAX] * ARGS_MAX})
+
+
+def test_a_state_filter_that_is_empty_or_unknown_is_refused_naming_the_states():
+    from backend.jobs.api import S_LIST
+    from protocol.errors import BadRequest
+    for state, bad in (("", "''"), ("running,nosuch", "'nosuch'")):
+        with pytest.raises(BadRequest, match=f"admitted, starting, running.*: {bad} is not"):
+            S_LIST.validate({"state": state})
+    assert S_LIST.validate({"state": "running,failed"})["state"] == "running,failed"
+
+
+def test_a_list_filter_naming_nothing_is_not_found(tmp_path):
+    """Was: `job list nosuch` printed `no jobs` and exited 0."""
+    from backend.jobs.api import S_LIST, JobApi
+    from protocol.errors import NotFound
+    from protocol.server import Call
+
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        api = JobApi(gen.api.jobs)
+
+        async def listed(**params: Any) -> list[int]:
+            call = Call("job.list", S_LIST.validate(params), None, 1, None)
+            return [j["id"] for j in (await api.list(call))["jobs"]]  # type: ignore[arg-type]
+        for params in ({"stack": "nosuch"}, {"template": "s/nosuch"},
+                       {"template": "nosuch/migrate"}):
+            with pytest.raises(NotFound, match="names no"):
+                await listed(**params)
+        assert await listed(stack="s") == await listed(template="s/migrate") == []
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        assert await listed(template="s/migrate", state="failed") == []
+        gen.config = parse_config(CONFIG.replace("[stacks.s.jobs.migrate]",
+                                                 "[stacks.s.jobs.other]"), "u")
+        assert await listed(template="s/migrate") == [rec.id]   # its records name it
+    run(tmp_path, body)
+
+
 # ---- times of exits heard late -----------------------------------------------------------
 
 def test_an_exit_heard_by_a_later_generation_ends_the_record_at_the_exit(tmp_path):

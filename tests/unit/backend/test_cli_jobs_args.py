@@ -1,0 +1,115 @@
+"""`tenure job` argument handling and wording, with the backend answered from memory (no
+processes): a malformed job target is BAD_REQUEST before anything is asked, an empty
+`--state` reaches the backend (which names the states), a stop that has not settled says
+what goes on and what exit status 4 means, and `show` prints a scheduled run's due time.
+A dead guardian (no listener, no lock holder) ends a keyed wait at once unless the
+owner runs under a service manager, which restarts the guardian."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+
+from backend.cli import jobs
+from backend.cli.jobs import job_command, render_show
+from protocol.errors import BackendUnavailable, BadRequest
+
+NOW = 1_796_000_000.0
+RECORD = {"id": 97, "stack": "s", "template": "trapper", "state": "running", "outcome": None,
+          "exit_code": None, "signal": None, "key": None, "argv": ["sh"], "identity": {},
+          "attempt": 1, "launch_key": "job:x:97:1", "pid": 4100, "submitted_at": NOW,
+          "started_at": NOW, "ended_at": None, "duration": None, "due_at": None}
+
+
+def args(action: str, target: str | None = None, **kw: Any) -> Any:
+    base = {"action": action, "target": target, "key": None, "job_args": [], "wait": False,
+            "timeout": None, "state": None, "limit": 50, "follow": False, "n": None,
+            "stream": None, "json": False, "home": "/nonexistent"}
+    return types.SimpleNamespace(**{**base, **kw})
+
+
+class Backend:
+    """Records what was asked; answers ``answer``."""
+
+    def __init__(self, answer: Any = None) -> None:
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+        self.answer = answer
+
+    def __call__(self, a: Any, method: str, params: dict[str, Any], **kw: Any) -> Any:
+        self.asked.append((method, params))
+        return self.answer
+
+
+@pytest.mark.parametrize(("action", "target"), [
+    ("run", "s/echo/1"), ("run", "echo"), ("run", "s/"), ("run", "/echo"),
+    ("run", "s/e cho"), ("list", "s/echo/1"), ("list", "s//x"), ("list", "")])
+def test_a_malformed_job_target_is_refused_before_anything_is_asked(action: str,
+                                                                      target: str) -> None:
+    """Was: `job run s/echo/1` asked the backend and got NOT_FOUND (exit 1)."""
+    backend = Backend()
+    with pytest.raises(BadRequest, match="STACK/JOB") as err:
+        job_command(args(action, target), backend, lambda *a: None)
+    assert err.value.data["target"] == target and backend.asked == []
+
+
+def test_list_passes_an_empty_state_on_for_the_backend_to_refuse() -> None:
+    """Was: `--state ""` was taken as no filter and listed every record."""
+    backend = Backend({"jobs": []})
+    job_command(args("list", "s/echo", state=""), backend, lambda *a: None)
+    assert backend.asked == [("job.list", {"limit": 50, "template": "s/echo", "state": ""})]
+
+
+def test_a_stop_not_settled_says_it_is_under_way_and_what_exit_4_means() -> None:
+    """Was: only `job 97 s/trapper: running`, exit 4."""
+    printed: list[str] = []
+    backend = Backend({**RECORD, "settled": False})
+    code = job_command(args("stop", "97", timeout=1.0), backend,
+                       lambda a, obj, text: printed.append(text))
+    assert code == 4
+    text, = printed
+    assert text.startswith("job 97 s/trapper: running\n")
+    assert "stop was asked and is still under way" in text and "SIGKILL" in text
+    assert "--timeout 1 s" in text and "exit status is 4 (not settled)" in text
+
+
+def test_show_prints_the_due_time_of_a_scheduled_run() -> None:
+    assert "due:" not in render_show(RECORD)
+    shown = render_show({**RECORD, "source": "schedule", "due_at": NOW + 60})
+    assert "  due:       2026-" in shown
+
+
+def unavailable(**data: Any) -> BackendUnavailable:
+    return BackendUnavailable("no backend generation answers",
+                              {"diagnostics": None, "stopped": None, **data})
+
+
+def test_a_dead_guardian_means_no_backend_is_coming_unless_a_service_restarts_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: a keyed `run --wait` waited its whole --timeout for it."""
+    from backend.cli import daemons, everyday, ownerplan
+    monkeypatch.setattr(everyday, "listens", lambda sock: False)
+    monkeypatch.setattr(daemons, "lock_holder", lambda sock, module: None
+                        if module == "guardian" else (4242, 1))
+    monkeypatch.setattr(daemons, "listener", lambda sock, module: None)
+    monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "standalone")
+    exc = unavailable()
+    final = jobs._none_coming(args("run", "s/echo"), exc)
+    assert isinstance(final, BackendUnavailable) and final is not exc
+    assert "the guardian is not running" in final.msg and "`tenure up`" in final.msg
+    assert final.data["guardian_running"] is False
+
+    monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "systemd")
+    assert jobs._none_coming(args("run", "s/echo"), exc) is None   # systemd restarts it
+    monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "standalone")
+    monkeypatch.setattr(daemons, "lock_holder", lambda sock, module: (4241, 1))
+    assert jobs._none_coming(args("run", "s/echo"), exc) is None   # hung, not gone
+    monkeypatch.setattr(everyday, "listens", lambda sock: True)
+    assert jobs._none_coming(args("run", "s/echo"), exc) is None   # it runs
+
+
+def test_tenure_stopped_or_a_blocked_recovery_ends_the_wait_with_its_own_error() -> None:
+    for exc in (unavailable(stopped={"owner": None}),
+                unavailable(diagnostics={"blocked": {"reason": "x"}})):
+        assert jobs._none_coming(args("run", "s/echo"), exc) is exc
