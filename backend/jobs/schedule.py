@@ -77,10 +77,12 @@ class Scheduler:
     def __init__(self, runner: JobRunner) -> None:
         self.runner = runner
         self.full: set[str] = set()   # templates whose last admission was refused (logged)
+        self.stopped: set[str] = set()   # templates whose stack is stopped (logged)
 
     def tick(self, now: float) -> None:
         ledger = self.runner.ledger
         scheduled = {t.key: t for t in self.runner.config().jobs() if t.schedule is not None}
+        stopped = self.runner.stopped_stacks()
         ledger.forget_schedules(keep=set(scheduled))
         for key, template in sorted(scheduled.items()):
             mark, form = ledger.schedule_mark(key), ledger.schedule_form(key)
@@ -93,7 +95,26 @@ class Scheduler:
                 ledger.restart_schedule(key, current, mark, now)
             elif form is None:     # a mark from before forms were recorded: its form
                 ledger.set_schedule_form(key, current)
+            if template.stack in stopped:
+                self._pass_stopped(template, mark, now)
+                continue
+            self.stopped.discard(key)
             self._admit_due(template, mark, now)
+
+    def _pass_stopped(self, template: JobTemplate, mark: float, now: float) -> None:
+        """A stopped stack runs none of its schedules: the mark moves past each due time
+        without a record (the operator stopped it; a backlog must not run at `stack
+        start`, nor a record a minute pile up). Said once per stop."""
+        sched = template.schedule
+        assert sched is not None
+        last = max(due_times(sched.cron, sched.time_zone, mark, now), default=None)
+        if last is not None:
+            self.runner.ledger.set_schedule_mark(template.key, last, now)
+        if template.key not in self.stopped:
+            log.info("job %s: its stack %s is stopped: its due times pass unrun until "
+                     "`tenure stack start %s`", template.key, template.stack,
+                     template.stack)
+            self.stopped.add(template.key)
 
     def _since(self, now: float) -> float:
         """When the applied config took effect: its apply time when that was moments

@@ -217,3 +217,23 @@ def test_a_mark_from_before_forms_were_recorded_keeps_counting(tmp_path: Path) -
         assert [k for k, _, _ in records(gen)] == ["schedule:s/report:2026-03-02T10:05:00Z"]
         assert gen.api.jobs.ledger.schedule_form("s/report") == '["*/5 * * * *", "UTC"]'
     run(tmp_path, config(), body)
+
+
+def test_a_stopped_stack_runs_no_due_time_and_starts_no_backlog(tmp_path: Path) -> None:
+    """Its due times were admitted every time and all ran at once at `stack start` (a
+    week's stop: seven nightly reports; up to max_pending records)."""
+    def body(gen: Generation, sched: Scheduler) -> None:
+        runner = gen.api.jobs
+        sched.tick(T0)
+        runner.stopped_stacks = lambda: {"s"}
+        for t in range(300, 3000, 300):            # nine due times while stopped
+            sched.tick(T0 + t + 1)
+        assert records(gen) == []
+        assert gen.api.jobs.ledger.schedule_mark("s/report") == T0 + 2700
+        runner.stopped_stacks = lambda: set()
+        sched.tick(T0 + 2701)
+        assert records(gen) == []                  # no backlog at the start
+        sched.tick(T0 + 3000)
+        assert records(gen) == [("schedule:s/report:2026-03-02T10:50:00Z", "admitted",
+                                 T0 + 3000)]
+    run(tmp_path, config(catch_up=True), body)
