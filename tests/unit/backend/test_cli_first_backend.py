@@ -72,6 +72,21 @@ def test_at_its_timeout_it_says_why_the_last_start_failed(monkeypatch: pytest.Mo
            "see `tenure backend status`" in caught.value.msg
 
 
+def test_at_its_timeout_it_says_the_backend_alive_but_not_answering(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`up --timeout 10` against a hung backend said only 'no backend answered', though
+    the guardian (and `tenure status`) knew it alive but not answering."""
+    import time
+    silent = {"pid": 4242, "alive": True, "answering": False,
+              "unanswered_since": time.time() - 12, "unanswered_why": "TIMEOUT"}
+    waiting(monkeypatch, [{"blocked": None, "backend": silent, "recent": [FAILED]}])
+    with pytest.raises(BackendUnavailable) as caught:
+        daemons.ensure_backend(Layout(tmp_path), timeout=0.2, waited=10)
+    assert " within 10 s; the backend (pid 4242) is alive but NOT ANSWERING for 12" \
+        in caught.value.msg, caught.value.msg
+    assert "(TIMEOUT): it may be hung (docs/recover.md)" in caught.value.msg
+
+
 @pytest.mark.parametrize("view", [None, {"blocked": None, "recent": []},
                                   {"blocked": None, "recent": [{"outcome": "success"}]}])
 def test_without_a_failure_to_name_it_says_only_that_none_answered(
