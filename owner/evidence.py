@@ -99,14 +99,20 @@ def ended_cgroups(store: OwnerStore, boot_id: str) -> dict[str, str]:
     return out
 
 
-def find(s: Suspects) -> dict[str, Found]:
+def environ_scan(s: Suspects) -> dict[bytes, list[int]]:
+    """One scan of every process's environment for this home and the suspects' launch
+    keys: what :func:`find` and :func:`unrecorded` both read."""
+    return environ_matches({_home_needle(s.home), *(_needle(r.launch_key) for r in s.rows)})
+
+
+def find(s: Suspects, scan: dict[bytes, list[int]] | None = None) -> dict[str, Found]:
     """Per launch key (in the order of ``s.rows``): every live process of it. A process
-    counts by its environment only when it names both the launch key and this home."""
+    counts by its environment only when it names both the launch key and this home
+    (``scan``: :func:`environ_scan` of ``s``, made here when not given)."""
     if not s.rows:
         return {}
-    home = _home_needle(s.home)
-    carriers = environ_matches({home, *(_needle(r.launch_key) for r in s.rows)})  # one scan
-    ours = set(carriers.pop(home, []))
+    carriers = dict(environ_scan(s) if scan is None else scan)
+    ours = set(carriers.pop(_home_needle(s.home), []))
     carriers = {n: [p for p in pids if p in ours] for n, pids in carriers.items()}
     out: dict[str, Found] = {}
     for r in s.rows:
@@ -129,14 +135,15 @@ def find(s: Suspects) -> dict[str, Found]:
     return out
 
 
-def unrecorded(home: str, found: dict[str, Found]) -> dict[str, list[int]]:
-    """Processes carrying this home (``OWNER_HOME_ENV``) in their environment that no
-    recorded launch accounts for, by the launch key they carry (``?`` when none): what
-    an owner.db that lost its records (deleted, emptied) no longer lists. One scan of
-    every process's environment; only those we may read are seen."""
+def unrecorded(home: str, found: dict[str, Found], scan: dict[bytes, list[int]]
+               ) -> dict[str, list[int]]:
+    """Processes carrying this home (``OWNER_HOME_ENV``) in their environment (``scan``:
+    :func:`environ_scan`) that no recorded launch accounts for, by the launch key they
+    carry (``?`` when none): what an owner.db that lost its records (deleted, emptied)
+    no longer lists. Only processes we may read are seen."""
     known = {pid for f in found.values() for pid in f.pids}
     out: dict[str, list[int]] = {}
-    for pid in environ_matches({_home_needle(home)}).get(_home_needle(home), []):
+    for pid in scan.get(_home_needle(home), []):
         if pid in known:
             continue
         prefix = f"{LAUNCH_KEY_ENV}=".encode()

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from protocol.errors import ProcessesAlive
 from protocol.identity import boot_id
 
-from .evidence import REASONS, Found, Suspects, find, lingering, suspects, unrecorded
+from .evidence import (
+    REASONS,
+    Found,
+    Suspects,
+    environ_scan,
+    find,
+    lingering,
+    suspects,
+    unrecorded,
+)
 from .paths import OwnerPaths
 from .receipt import needs_reconcile, read_receipt, write_ack
 from .store import OwnerStore
@@ -78,9 +87,10 @@ def reconcile_locked(paths: OwnerPaths) -> list[str]:
             store.close()
     if not needs_reconcile(rec, boot) and live_this_boot == 0 and not outlived:
         return []
-    found = find(suspected)
+    scan = environ_scan(suspected)
+    found = find(suspected, scan)
     alive = survivors(found) + [Survivor(key, sorted(pids), UNRECORDED) for key, pids in
-                                unrecorded(paths.home_marker, found).items()]
+                                unrecorded(paths.home_marker, found, scan).items()]
     if alive:
         raise ProcessesAlive(
             f"{len(alive)} launches of the dead owner still have processes; stop them "
