@@ -19,8 +19,8 @@ from fnmatch import fnmatchcase
 from protocol.errors import BadRequest, NotFound
 
 __all__ = ["MAX_TARGETS", "Source", "check_cli_targets", "check_target", "check_targets",
-           "exact_source", "in_order", "is_glob", "journal_target", "select", "select_all",
-           "source_target", "sources"]
+           "exact_source", "in_order", "is_glob", "journal_target", "order_key", "select",
+           "select_all", "source_target", "sources"]
 
 MAX_TARGETS = 64
 _GLOB = frozenset("*?[")
@@ -74,7 +74,8 @@ def _matches(key: str, parts: list[str]) -> bool:
         fnmatchcase(h, p) for h, p in zip(have, parts, strict=False))
 
 
-def _order(key: str) -> tuple[str, str, int, str]:
+def order_key(key: str) -> tuple[str, str, int, str]:
+    """The sort key of :func:`in_order`."""
     stack, _, rest = key.partition("/")
     app, _, index = rest.partition("/")
     return stack, app, int(index) if index.isdigit() else -1, index
@@ -83,7 +84,7 @@ def _order(key: str) -> tuple[str, str, int, str]:
 def in_order(keys: Iterable[str]) -> list[str]:
     """Instance keys as an operator reads them: by stack, app, then instance number
     (``web/api/2`` before ``web/api/10``, which plain string order puts first)."""
-    return sorted(keys, key=_order)
+    return sorted(keys, key=order_key)
 
 
 def select(keys: Iterable[str], target: str) -> list[str]:

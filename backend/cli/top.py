@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from backend.targets import order_key
 from protocol.errors import TenureError
 
 from .exits import current
@@ -23,16 +24,12 @@ __all__ = ["HEADER", "PRIME", "SORTS", "pick", "render", "run"]
 HEADER = ["INSTANCE", "STATE", "CPU", "MEM", "RESTARTS", "UPTIME", "PID"]
 PRIME = 1.0
 SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "cpu": lambda a: (-(a.get("cpu_percent") or 0.0), -(a.get("rss") or 0), _name(a)),
-    "mem": lambda a: (-(a.get("rss") or 0), -(a.get("cpu_percent") or 0.0), _name(a)),
-    "name": lambda a: _name(a),
+    "cpu": lambda a: (-(a.get("cpu_percent") or 0.0), -(a.get("rss") or 0),
+                      order_key(a["key"])),
+    "mem": lambda a: (-(a.get("rss") or 0), -(a.get("cpu_percent") or 0.0),
+                      order_key(a["key"])),
+    "name": lambda a: order_key(a["key"]),
 }
-
-
-def _name(a: dict[str, Any]) -> tuple[str, str, int]:
-    """By stack, app and instance number (``web/api/2`` before ``web/api/10``)."""
-    stack, app, index = a["key"].split("/")
-    return stack, app, int(index)
 
 
 def pick(status: dict[str, Any], sort: str, n: int | None) -> dict[str, Any]:
