@@ -23,6 +23,7 @@ Reads /proc and cgroupfs only; nothing here writes or signals.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,29 @@ class Found:
     row: LaunchRow
     pids: dict[int, str]             # pid -> why it counts (first source that found it)
     cgroup: str | None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What owner.db records of a dead owner's launches (see :func:`recorded`)."""
+
+    suspects: Suspects
+    live_this_boot: int
+    outlived: list[int]
+
+
+def recorded(db: str, boot_id: str, home: str) -> Recorded:
+    """The suspects, the launches recorded live on this boot and the processes that
+    outlived what owner.db records (:func:`lingering`), read without creating owner.db:
+    a missing one records nothing, and a reconcile goes by the environment alone."""
+    if not os.path.lexists(db):
+        return Recorded(Suspects([], [], {}, home), 0, [])
+    store = OwnerStore(db)
+    try:
+        return Recorded(suspects(store, boot_id, home), store.live_launches_of_boot(boot_id),
+                        lingering(store, boot_id))
+    finally:
+        store.close()
 
 
 def suspects(store: OwnerStore, boot_id: str, home: str) -> Suspects:

@@ -19,16 +19,13 @@ from protocol.identity import boot_id
 from .evidence import (
     REASONS,
     Found,
-    Suspects,
     environ_scan,
     find,
-    lingering,
-    suspects,
+    recorded,
     unrecorded,
 )
 from .paths import OwnerPaths
 from .receipt import needs_reconcile, read_receipt, write_ack
-from .store import OwnerStore
 
 __all__ = ["Survivor", "reconcile", "reconcile_locked", "survivors"]
 
@@ -76,19 +73,11 @@ def reconcile_locked(paths: OwnerPaths) -> list[str]:
     created here."""
     rec = read_receipt(paths.receipt)
     boot = boot_id()
-    suspected, live_this_boot, outlived = Suspects([], [], {}, paths.home_marker), 0, []
-    if os.path.lexists(paths.db):
-        store = OwnerStore(paths.db)
-        try:
-            live_this_boot = store.live_launches_of_boot(boot)
-            outlived = lingering(store, boot)
-            suspected = suspects(store, boot, paths.home_marker)
-        finally:
-            store.close()
-    if not needs_reconcile(rec, boot) and live_this_boot == 0 and not outlived:
+    seen = recorded(paths.db, boot, paths.home_marker)
+    if not needs_reconcile(rec, boot) and seen.live_this_boot == 0 and not seen.outlived:
         return []
-    scan = environ_scan(suspected)
-    found = find(suspected, scan)
+    scan = environ_scan(seen.suspects)
+    found = find(seen.suspects, scan)
     alive = survivors(found) + [Survivor(key, sorted(pids), UNRECORDED) for key, pids in
                                 unrecorded(paths.home_marker, found, scan).items()]
     if alive:

@@ -44,10 +44,9 @@ from protocol.identity import boot_id
 from protocol.procfs import group_members, read_stat, running, start_ticks
 
 from .descendants import kill_verified
-from .evidence import Found, find, suspects
+from .evidence import Found, find, recorded
 from .paths import OwnerPaths
 from .receipt import read_receipt
-from .store import OwnerStore
 
 __all__ = ["EVIDENCE_KIND", "drain", "evidence_path", "prepare"]
 
@@ -80,11 +79,7 @@ def prepare(paths: OwnerPaths) -> dict[str, Any]:
 
 
 def _find(paths: OwnerPaths) -> dict[str, Found]:
-    store = OwnerStore(paths.db)
-    try:
-        return find(suspects(store, boot_id(), paths.home_marker))
-    finally:
-        store.close()
+    return find(recorded(paths.db, boot_id(), paths.home_marker).suspects)
 
 
 def _launch(f: Found) -> dict[str, Any]:
