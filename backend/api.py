@@ -17,7 +17,7 @@ from protocol.errors import (
     StalePlan,
     TenureError,
 )
-from protocol.procfs import read_stat, running, silence
+from protocol.procfs import described, read_stat, running, silence
 from protocol.schema import Field, Schema, check_int, check_name
 from protocol.server import Call, Method
 
@@ -281,7 +281,7 @@ class Api(InstanceCommands, LogsReading):
         st = read_stat(pid)
         if st is not None and st.state not in ("T", "t"):
             return None
-        return {"pid": pid, "gone": st is None, "problem": silence(pid)}
+        return {"pid": pid, "gone": st is None, "problem": described(pid, st)}
 
     async def metrics(self, call: Call) -> Any:
         """What the Prometheus exposition shows (backend.metrics), and the listener."""

@@ -25,6 +25,7 @@ __all__ = [
     "abstract_holder",
     "boottime_ns",
     "children",
+    "described",
     "environ",
     "environ_matches",
     "flock_holder",
@@ -158,7 +159,11 @@ def silence(pid: int) -> str:
     """What /proc says of a daemon ``pid`` that did not answer, for an error message:
     stopped (with the command that continues it), in uninterruptible sleep, exited, or
     running all the same."""
-    st = read_stat(pid)
+    return described(pid, read_stat(pid))
+
+
+def described(pid: int, st: ProcStat | None) -> str:
+    """:func:`silence` of ``pid`` from its stat already read (None: it is gone)."""
     if st is None:
         return f"pid {pid} is gone"
     if st.state in ("T", "t"):
