@@ -197,17 +197,14 @@ class Generation(HandingOver):
         that follows the owner, state on disk, a certificate, bounded logs): one that
         fails ends the generation (``failed``), and the guardian recovers a new one from
         the owner's truth, rather than this one serving a view that no longer moves."""
-        task = background(coro, what, log)
-
-        def ended(t: asyncio.Task[Any]) -> None:
-            if t.cancelled() or t.exception() is None or self._done.is_set():
+        def failed(exc: BaseException) -> None:
+            if self._done.is_set():
                 return
-            self.failed = f"the {what} loop failed: {type(t.exception()).__name__}"
+            self.failed = f"the {what} loop failed: {type(exc).__name__}"
             log.error("%s; this generation ends, for the guardian to recover a new one",
                       self.failed)
             self._done.set()
-        task.add_done_callback(ended)
-        return task
+        return background(coro, what, log, on_failure=failed)
 
     async def _adopt(self) -> None:
         assert self.owner is not None and self.sup is not None and self.store is not None
