@@ -8,7 +8,7 @@ import os
 
 from protocol.errors import ConfigInvalid
 
-__all__ = ["MAX_CONFIG_BYTES", "check_size", "file_error", "read_config_text"]
+__all__ = ["check_size", "file_error", "read_config_text"]
 
 # far above any real config (a supervisord setup of hundreds of programs is tens of KiB),
 # well below a request frame, and a bound on what a path like /dev/zero makes us read
@@ -25,8 +25,6 @@ def file_error(source: str, key: str, line: int | None, problem: str) -> ConfigI
 
 def check_size(source: str, data: str | bytes) -> None:
     """Raises ConfigInvalid when ``data`` is over MAX_CONFIG_BYTES (as UTF-8)."""
-    if len(data) * (4 if isinstance(data, str) else 1) <= MAX_CONFIG_BYTES:
-        return   # a character is at most 4 bytes: no need to encode it
     if len(data.encode() if isinstance(data, str) else data) > MAX_CONFIG_BYTES:
         raise file_error(source, "", None, f"larger than {MAX_CONFIG_BYTES >> 20} MiB, "
                          "the most a config may be")

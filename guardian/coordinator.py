@@ -605,13 +605,12 @@ class Coordinator:
         path = self.paths.diagnostics
         try:
             atomic_write_json(path, self._diagnostics(), sync=False)
-        except (TenureError, OSError) as exc:
-            if self._diagnostics_new_failure(str(exc)):
-                log.error("could not write %s: %s (said once while it keeps failing)",
-                          path, exc)
         except Exception as exc:
-            if self._diagnostics_new_failure(f"{type(exc).__name__}: {exc}"):
-                log.exception("could not write %s (said once while it keeps failing)", path)
+            expected = isinstance(exc, TenureError | OSError)
+            if self._diagnostics_new_failure(str(exc) if expected else
+                                             f"{type(exc).__name__}: {exc}"):
+                log.error("could not write %s: %s (said once while it keeps failing)",
+                          path, exc, exc_info=None if expected else exc)
         else:
             if self._diagnostics_failing is not None:
                 log.info("wrote %s again", path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+from backend.configfile import read_config_text
 from protocol.client import Client
 from protocol.errors import (
     BadRequest,
@@ -56,7 +57,7 @@ def cmd_up(args: Any) -> int:
         if args.config is not None:   # a config that cannot be read or parsed starts nothing
             import_msgspec_as_released()   # as the backend that parses it again does
             from backend.config import parse_config
-            text = _read_config(args.config)
+            text = read_config_text(args.config)
             parse_config(text, str(args.config.absolute()))
         if early is not None:
             from .daemons import start_queued
@@ -105,13 +106,6 @@ def _foreground(args: Any) -> int:
     except KeyboardInterrupt:
         pass
     return cmd_down(args)
-
-
-def _read_config(path: Any) -> str:
-    """The config file's text. Raises ConfigInvalid for a missing, unreadable, too large
-    or not UTF-8 file."""
-    from backend.configfile import read_config_text
-    return read_config_text(path)
 
 
 def _apply_text(args: Any, text: str, path: Any, timeout: float,
@@ -213,7 +207,7 @@ def cmd_events(args: Any) -> int:
 # -- plans and operations -------------------------------------------------------------
 
 def cmd_plan(args: Any) -> int:
-    text = _read_config(args.config)
+    text = read_config_text(args.config)
     plan = _call(args, "plan", {"config_text": text, "source": str(args.config.absolute())})
     _out(args, plan, render.plan(plan))
     return OK

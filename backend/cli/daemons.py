@@ -24,7 +24,7 @@ from protocol.errors import (
     UnsafePath,
 )
 from protocol.layout import Layout
-from protocol.procfs import flock_holder, read_cmdline, silence, start_ticks
+from protocol.procfs import flock_holder, read_cmdline, silence, start_ticks, status_uid
 from protocol.sockets import ensure_private_dir
 
 from .owners import trusted_owners
@@ -677,13 +677,8 @@ def lock_holder(sock: str, module: str) -> tuple[int, int | None] | None:
     uid or root's, learnt from the kernel (/proc/locks): a daemon that takes its lock
     first and hangs before it listens is found so. None when nothing of ours holds it."""
     pid = flock_holder(_lock_beside(sock, module))
-    if pid is None:
-        return None
-    try:
-        uid = os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-    return _ours(pid, uid, module)
+    uid = None if pid is None else status_uid(pid)
+    return None if pid is None or uid is None else _ours(pid, uid, module)
 
 
 def _lock_beside(sock: str, module: str) -> str:

@@ -22,7 +22,14 @@ from protocol.errors import (
 )
 
 from .exits import Exit
-from .logs import FOLLOW_POLL_S, PAGE_RECORDS, line_count, read_page, through_handoffs
+from .logs import (
+    FOLLOW_POLL_S,
+    PAGE_RECORDS,
+    line_count,
+    not_running,
+    read_page,
+    through_handoffs,
+)
 from .present import dur, fields, identity, table, value, when
 
 TYPE_CHECKING = False
@@ -247,7 +254,7 @@ def _logs(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     try:
         job = call(args, "job.show", {"id": job_id})
     except BackendUnavailable as exc:
-        if not _not_running(exc):
+        if not not_running(exc):
             raise
         job = {"id": job_id, "state": None, "journal": read.job_source(args, job_id)}
     flt = {**job["journal"], **({"stream": args.stream} if args.stream else {})}
@@ -260,7 +267,7 @@ def _logs(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
             try:
                 job = through_handoffs(True, partial(call, args, "job.show", {"id": job_id}))
             except BackendUnavailable as exc:
-                if not _not_running(exc):
+                if not not_running(exc):
                     raise
                 break   # tenure stopped: the rest is read from the file, below
         if args.follow and job["state"] is not None:   # what it wrote just before it ended
@@ -278,11 +285,6 @@ def _journal(args: Any, call: Callable[..., Any]) -> Any:
     from .everyday import layout
     from .offline_logs import Fallback
     return Fallback(call, layout(args), "job logs", "the job")
-
-
-def _not_running(exc: BackendUnavailable) -> bool:
-    """No backend answers because tenure is not running (everyday.stopped said so)."""
-    return exc.data.get("stopped") is not None
 
 
 def _print_pages(args: Any, call: Callable[..., Any], params: dict[str, Any],

@@ -34,8 +34,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["AWAY", "FOLLOW_OUTAGE", "TENURE_FLAG", "follow_logs", "neutralise", "read_page",
-           "since", "through_handoffs"]
+__all__ = ["AWAY", "FOLLOW_OUTAGE", "TENURE_FLAG", "follow_logs", "neutralise", "not_running",
+           "read_page", "since", "through_handoffs"]
 
 PAGE_RECORDS = 10_000
 FOLLOW_POLL_S = 0.2
@@ -133,13 +133,13 @@ def through_handoffs(follow: bool, ask: Callable[[], Any], what: str = "logs") -
         try:
             return ask()
         except AWAY as exc:
-            if not follow or _not_running(exc) or time.monotonic() > deadline:
+            if not follow or not_running(exc) or time.monotonic() > deadline:
                 raise
             told = told or _tell_blocked(what, exc)
             time.sleep(FOLLOW_POLL_S)
 
 
-def _not_running(exc: Exception) -> bool:
+def not_running(exc: Exception) -> bool:
     """No backend answers because tenure is not running (everyday.stopped said so)."""
     return isinstance(exc, BackendUnavailable) and exc.data.get("stopped") is not None
 
