@@ -207,9 +207,10 @@ def transition_events(log: EventLog, key: str, inst: Any, event: Any, was: Befor
     process (a handoff or recovery) is no news: the ``handoff`` event says it."""
     if isinstance(event, im.Adopt):
         return
-    if isinstance(event, im.Exited) and was.pid is not None:
+    if isinstance(event, im.Exited | im.OwnerStopped) and was.pid is not None:
         _exit(log, key, was.pid, event.exit_code, event.signal, event.core_dumped,
-              requested=was.state in (im.State.STOPPING, im.State.RESTARTING))
+              requested=isinstance(event, im.OwnerStopped)
+              or was.state in (im.State.STOPPING, im.State.RESTARTING))
     elif isinstance(event, im.Stopped) and event.exit is not None and was.pid is not None \
             and log.exits_told.get(key) != was.pid:
         # the stop's answer came before the exit's observation (a drain held it back)

@@ -168,6 +168,7 @@ class Generation(HandingOver):
         self.store.hold(owner.instance, self.epoch, self.activation)
         self.sup = Supervisor(self.owner, self.epoch, on_mutation=self.invalidate)
         self.sup.on_fenced = self.fenced_off
+        self.sup.owner_answers = lambda: self.link.state is LinkState.CONNECTED
         self.sup.keep_starts_in(self.store, self.activation)
         self.sup.owner_capabilities = dict(welcome.capabilities)
         self.sup.retired = self.store.retired()

@@ -25,6 +25,8 @@ Contract with the reconciler (which owns all I/O):
 - ``Stop`` is always answered with ``Stopped`` once the owner confirms the process (and its
   group) is gone, including "it was already gone". ``Exited`` during a stop is recorded but
   the machine waits for ``Stopped``.
+- An exit the owner reports as its own stop (``stopped``) is fed as ``OwnerStopped``: the
+  machine ignores it where this backend asked for the stop, as it ignores ``Exited``.
 - Timers are named (:class:`Timer`); when one fires, feed ``TIMER_EVENTS[name]``.
 - ``StartReadiness`` for ``notify`` means "wait for READY=1 from the owner's notify stream
   and feed ``Ready``"; for tcp/http/exec it means "run a ``probes.ProbeRunner``". The
@@ -62,6 +64,7 @@ from .instance_types import (  # the machine's vocabulary, re-exported
     Launched,
     LaunchFailed,
     Outcome,
+    OwnerStopped,
     Probed,
     PublicState,
     Ready,
@@ -84,8 +87,8 @@ from .model import App, ReadyKind, RestartMode
 __all__ = [
     "PUBLIC_STATE", "TIMER_EVENTS", "TRANSITIONS", "Action", "Adopt", "BackoffElapsed",
     "CancelTimer", "Event", "Exited", "HealthFailed", "HealthOk", "Instance", "Launch",
-    "LaunchFailed", "Launched", "Outcome", "Probed", "PublicState", "Ready", "ReadyTimeout",
-    "Report",
+    "LaunchFailed", "Launched", "Outcome", "OwnerStopped", "Probed", "PublicState", "Ready",
+    "ReadyTimeout", "Report",
     "Start", "StartHealth", "StartReadiness", "StartTimer", "State", "Stop", "StopHealth",
     "StopReadiness", "StopRequested", "Stopped", "Timer", "exit_outcome",
 ]
@@ -297,17 +300,20 @@ class Instance:
             return True
         return mode is RestartMode.ON_FAILURE and outcome is not Outcome.SUCCESS
 
-    def _launch(self, now: float) -> None:
-        """Launch a new generation unless the start limit forbids it (-> failed)."""
-        limit = self.app.start_limit
-        self.starts = [t for t in self.starts if t > now - limit.interval]
-        if len(self.starts) >= limit.burst:
-            self._set_state(State.FAILED, now)
-            self._report(Outcome.START_LIMIT_HIT)
-            return
-        self.starts.append(now)
-        if self.generation > self.base_generation:   # not this instance's first launch
-            self.restarts += 1
+    def _launch(self, now: float, *, counted: bool = True) -> None:
+        """Launch a new generation unless the start limit forbids it (-> failed).
+        ``counted=False``: a launch the app's behaviour did not cause (after the owner
+        stopped it on its own), which is no restart and takes no start-limit slot."""
+        if counted:
+            limit = self.app.start_limit
+            self.starts = [t for t in self.starts if t > now - limit.interval]
+            if len(self.starts) >= limit.burst:
+                self._set_state(State.FAILED, now)
+                self._report(Outcome.START_LIMIT_HIT)
+                return
+            self.starts.append(now)
+            if self.generation > self.base_generation:   # not this instance's first launch
+                self.restarts += 1
         self.generation += 1
         self._set_state(State.STARTING, now)
         self._out.append(Launch(self.generation, self.launch_key))
@@ -413,6 +419,19 @@ def _exited(inst: Instance, ev: Event, now: float) -> None:
     inst._after_failure(outcome, now, exited=True)
 
 
+def _owner_stopped(inst: Instance, ev: Event, now: float) -> None:
+    # The owner stopped it on its own as it shuts down: nothing failed and nobody asked
+    # it down, so it is launched again, which waits for an owner (the next owner comes
+    # with the next generation, which starts it as one lost between generations). The
+    # app caused nothing here: no crash, no restart and no start-limit slot are counted.
+    assert isinstance(ev, OwnerStopped)
+    inst.last_exit = LastExit(ev.exit_code, ev.signal, ev.core_dumped, inst.generation)
+    inst.count_exit(ExitReason.REQUESTED)
+    inst._report(Outcome.STOPPED)
+    inst._set_state(State.STOPPED, now)
+    inst._launch(now, counted=False)
+
+
 def _exited_before_launched(inst: Instance, ev: Event, now: float) -> None:
     # The exit event can overtake the launch's answer: they come on two connections from
     # the owner. The process did run, and with no readiness check it was ready the moment
@@ -510,6 +529,7 @@ _ROWS: dict[type[Event], tuple[Handler, ...]] = {
     Launched: (_I, _launched, _I, _I, _launched_while_stopping, _I, _I, _I, _I),
     LaunchFailed: (_I, _launch_failed, _I, _I, _stopped_on_request, _I, _I, _I, _I),
     Exited: (_I, _exited_before_launched, _exited, _exited, _I, _I, _I, _I, _I),
+    OwnerStopped: (_I, _owner_stopped, _owner_stopped, _owner_stopped, _I, _I, _I, _I, _I),
     Ready: (_I, _I, _ready, _I, _I, _I, _I, _I, _I),
     ReadyTimeout: (_I, _I, _ready_timeout, _I, _I, _I, _I, _I, _I),
     HealthFailed: (_I, _I, _I, _health_failed, _I, _I, _I, _I, _I),

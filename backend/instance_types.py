@@ -29,6 +29,7 @@ __all__ = [
     "LaunchFailed",
     "Launched",
     "Outcome",
+    "OwnerStopped",
     "Probed",
     "PublicState",
     "Ready",
@@ -143,6 +144,16 @@ class Exited(Struct, frozen=True):
     core_dumped: bool = False
 
 
+class OwnerStopped(Struct, frozen=True):
+    """The process ended by a stop the owner made on its own, not at this backend's
+    request: the owner is shutting down (SIGTERM, ``systemctl stop``, its home lost).
+    Nothing failed, and the instance is still wanted up."""
+
+    exit_code: int | None
+    signal: int | None
+    core_dumped: bool = False
+
+
 class Probed(Struct, frozen=True):
     """A readiness or health probe of the current launch failed (what was probed and
     what came back); the verdicts themselves are ``Ready``/``HealthFailed``."""
@@ -189,11 +200,11 @@ class Adopt(Struct, frozen=True):
     restarts: int = 0
 
 
-Event = (Start | StopRequested | Launched | LaunchFailed | Exited | Ready | ReadyTimeout
-         | HealthFailed | HealthOk | BackoffElapsed | Stopped | Adopt | Probed)
+Event = (Start | StopRequested | Launched | LaunchFailed | Exited | OwnerStopped | Ready
+         | ReadyTimeout | HealthFailed | HealthOk | BackoffElapsed | Stopped | Adopt | Probed)
 EVENT_TYPES: tuple[type[Event], ...] = (
-    Start, StopRequested, Launched, LaunchFailed, Exited, Ready, ReadyTimeout,
-    HealthFailed, HealthOk, BackoffElapsed, Stopped, Adopt, Probed)
+    Start, StopRequested, Launched, LaunchFailed, Exited, OwnerStopped, Ready,
+    ReadyTimeout, HealthFailed, HealthOk, BackoffElapsed, Stopped, Adopt, Probed)
 
 TIMER_EVENTS: dict[Timer, Event] = {
     Timer.BACKOFF: BackoffElapsed(),

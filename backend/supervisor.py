@@ -18,9 +18,11 @@ from typing import Any, Protocol
 
 from protocol.errors import (
     BadRequest,
+    ConnectFailed,
     Internal,
     LaunchFailed,
     NotFound,
+    OwnerChanged,
     ShuttingDown,
     StackFenced,
     StaleEpoch,
@@ -59,6 +61,8 @@ BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
 _RPC_RESULTS = (im.Launched, im.LaunchFailed, im.Stopped)
 _INTENTS = (im.Start, im.StopRequested)
 _ENDED = ("exited", "lost")   # owner launch states of a key that cannot run again
+LAUNCH_TRIES = 5              # a launch the owner answers with an error is given up after
+OWNER_AWAY_POLL_S = 1.0       # and one that no owner can take asked again this often
 
 
 class OwnerCalls(Protocol):
@@ -120,6 +124,8 @@ class Supervisor:
         self._stops_fed: dict[str, int] = {}     # instance key -> stops fed (stopped_since)
         # told once when this generation learns it is fenced (backend.generation)
         self.on_fenced: Callable[[str], None] = lambda why: None
+        # whether the owner answers this generation (backend.generation: its owner link)
+        self.owner_answers: Callable[[], bool] = lambda: True
 
     def fence(self, why: str) -> None:
         """A newer generation holds the owner: never act again, and say so once. Every
@@ -302,8 +308,9 @@ class Supervisor:
         if e["kind"] == "exit":
             if e.get("descendants"):
                 self._stop_left_behind(key, e["launch_key"], e["descendants"])
-            self.feed(key, im.Exited(e.get("exit_code"), e.get("signal"),
-                                     e.get("core_dumped") is True))
+            ended = im.OwnerStopped if e.get("stopped") is True else im.Exited
+            self.feed(key, ended(e.get("exit_code"), e.get("signal"),
+                                 e.get("core_dumped") is True))
         elif e["kind"] == "notify" and e.get("fields", {}).get("READY") == "1" \
                 and inst.app.ready.kind is ReadyKind.NOTIFY:
             self.feed(key, im.Ready())
@@ -392,8 +399,9 @@ class Supervisor:
             log.warning("%s: the owner predates socket activation", launch_key)
             return im.LaunchFailed("CAPABILITY_MISSING")
         last: TenureError = TransportLost("no attempt was made")
-        for _attempt in range(5):  # a launch key is idempotent: retrying is safe
-            try:
+        tries, waiting = 0, False
+        while tries < LAUNCH_TRIES and not self.fenced:  # a launch key is idempotent:
+            try:                                          # retrying is safe
                 self._invalidate("launch")
                 r = await self.owner.call("launch", params, epoch=self.epoch)
                 if r.get("state") in _ENDED:
@@ -407,9 +415,28 @@ class Supervisor:
                                        explain.launch_error(exc, params["generation"]))
             except TenureError as exc:  # not sent, unknown outcome, owner away: retry
                 last = exc
+                if self._owner_away(exc):
+                    # Not the app's failure: no attempt is spent while no owner can
+                    # take the launch (it ends if this generation is fenced)
+                    if not waiting:
+                        log.warning("%s: the owner is away (%s); the launch waits for "
+                                    "it", launch_key, exc)
+                    waiting = True
+                    await self._sleep(OWNER_AWAY_POLL_S)
+                    continue
+                tries += 1
                 log.warning("%s: launch not done (%s); retrying", launch_key, exc)
                 await self._sleep(0.5)
+        if self.fenced:
+            return None
         return im.LaunchFailed(last.code_str, explain.not_done(last, params["generation"]))
+
+    def _owner_away(self, exc: TenureError) -> bool:
+        """Whether a launch that failed with ``exc`` found no owner to take it: none
+        listens, it is shutting down, another instance answers (this generation is then
+        replaced), or the owner link is not connected (a hung or restarting owner)."""
+        return isinstance(exc, ConnectFailed | ShuttingDown | OwnerChanged) or \
+            not self.owner_answers()
 
     def _spent(self, launch_key: str, row: dict[str, Any], generation: int) -> im.Event:
         """The owner's answer for a launch key it had used before (this backend's state

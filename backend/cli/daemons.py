@@ -619,10 +619,15 @@ def _held(layout: Layout, st: dict[str, Any]) -> bool:
 
 
 def _granted(layout: Layout, st: dict[str, Any]) -> bool:
-    """Whether the owner's grant names the backend generation that answered ``st``."""
-    grant = (ping(layout.owner_sock, home=layout.home) or {}).get("grant") or {}
-    return grant.get("activation") is not None and \
-        grant.get("activation") == (st.get("backend") or {}).get("activation")
+    """Whether the backend generation that answered ``st`` is attached to the owner
+    that answers now and named by its grant. A new owner starts with the grant its
+    records hold, which names the generation attached to the owner before it."""
+    owner = ping(layout.owner_sock, home=layout.home) or {}
+    grant = owner.get("grant") or {}
+    mine = (owner.get("owner") or {}).get("instance")
+    return grant.get("activation") is not None and mine is not None and \
+        grant.get("activation") == (st.get("backend") or {}).get("activation") and \
+        (st.get("owner") or {}).get("instance") == mine
 
 
 def guardian_view(layout: Layout) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from backend.instance import (
     Launched,
     LaunchFailed,
     Outcome,
+    OwnerStopped,
     Probed,
     PublicState,
     Ready,
@@ -150,7 +151,7 @@ def of(actions: list[Action], kind: type[Any]) -> list[Any]:
 def test_table_has_every_state_event_pair() -> None:
     missing = [(s, e.__name__) for s in State for e in EVENT_TYPES if (s, e) not in TRANSITIONS]
     assert missing == []
-    assert len(TRANSITIONS) == len(State) * len(EVENT_TYPES) == 9 * 13
+    assert len(TRANSITIONS) == len(State) * len(EVENT_TYPES) == 9 * 14
 
 
 def test_every_detailed_state_maps_to_a_public_state() -> None:
@@ -171,7 +172,8 @@ def test_wire_values_are_stable() -> None:
 @pytest.mark.parametrize("state", list(State))
 def test_every_event_in_every_state_keeps_invariants(state: State) -> None:
     samples: list[Event] = [Start(), StopRequested(), Launched(7, 70), LaunchFailed("X"),
-                            Exited(1, None), Ready(), ReadyTimeout(), HealthFailed(),
+                            Exited(1, None), OwnerStopped(None, 15), Ready(),
+                            ReadyTimeout(), HealthFailed(),
                             HealthOk(), BackoffElapsed(), Stopped(), Adopt(7, 70, True, 9),
                             Probed(LastProbe(Check.HEALTH, "tcp 127.0.0.1:8000",
                                              "connection refused", 0))]
@@ -363,6 +365,34 @@ def test_a_crash_counts_as_up_whichever_of_exit_and_launch_answer_comes_first(
     for ev in reversed(events) if exit_first else events:
         r.feed(ev, 0.01)
     assert r.inst.state is State.BACKOFF and r.inst.ready_count == 1
+
+
+@pytest.mark.parametrize("state", [State.STARTING, State.RUNNING, State.READY])
+def test_a_stop_the_owner_made_on_its_own_is_no_crash_and_launches_again_uncounted(
+        state: State) -> None:
+    """The owner stops every app as it shuts down (SIGTERM alone): was fed as a crash,
+    counted `signal`, and relaunched through backoff as a restart spending the start
+    limit, against an owner that was going away."""
+    r = drive_to(state, mk_app(restart=RestartMode.ON_FAILURE,
+                               start_limit=StartLimit(burst=1, interval=60.0)))
+    gen, restarts, starts = r.inst.generation, r.inst.restarts, list(r.inst.starts)
+    acts = r.feed(OwnerStopped(None, 15), 0.1)
+    assert r.inst.state is State.STARTING and r.inst.pid is None
+    assert [a.generation for a in of(acts, Launch)] == [gen + 1]
+    assert r.inst.restarts == restarts and r.inst.starts == starts
+    assert r.inst.exits == {ExitReason.REQUESTED: 1}
+    assert r.inst.last_exit is not None and r.inst.last_exit.signal == 15
+    assert [a.outcome for a in of(acts, Report)] == [Outcome.STOPPED]
+
+
+@pytest.mark.parametrize("state", [State.STOPPING, State.RESTARTING, State.BACKOFF,
+                                   State.STOPPED, State.FAILED, State.EXITED])
+def test_a_stop_the_owner_made_where_no_process_runs_unasked_changes_nothing(
+        state: State) -> None:
+    r = drive_to(state)
+    was = (r.inst.state, r.inst.generation, r.inst.restarts, dict(r.inst.exits))
+    assert r.feed(OwnerStopped(None, 15), 0.1) == []
+    assert (r.inst.state, r.inst.generation, r.inst.restarts, r.inst.exits) == was
 
 
 # ---- readiness and health ---------------------------------------------------------------
