@@ -209,7 +209,8 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
 
     ready: a valid certificate vouches for the applications. pending: none does right now,
     but the backend (or a running activation) will settle and certify. unavailable:
-    recovery is blocked, uncertain, or there is no certificate and no backend to make one.
+    recovery is blocked, uncertain, the owner is lost to the guardian, or there is no
+    certificate and no backend to make one.
     """
     cert, backend = r.get("certificate") or {}, r.get("backend") or {}
     act = r.get("last_activation") or {}
@@ -226,6 +227,15 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
                       f"of {failing.get('attempts')} ended {failing.get('error')}; the "
                       f"guardian tries again {'in ' + dur(due) if due >= 1 else 'now'} "
                       "and blocks after the last")
+    link = r.get("owner_link") or {}
+    if link.get("state") in ("lost", "owner-changed"):
+        # a certificate vouches under the owner it names: without it nothing can adopt
+        # what it lists, and a backend cannot certify
+        what = "another owner instance answers the guardian" \
+            if link["state"] == "owner-changed" else "the guardian has lost the owner" + \
+            (f": {link['reason']}" if link.get("reason") else "")
+        return _state("unavailable", f"{what}; a recovery needs the owner the certificate "
+                      "names")
     if act and act.get("phase") not in _FINAL_PHASES:
         return _state("pending", f"{act.get('kind')} {act.get('id')} is in progress "
                       f"({act.get('phase')})")

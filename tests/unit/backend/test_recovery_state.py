@@ -61,6 +61,17 @@ def answer(**kw: Any) -> dict[str, Any]:
     (answer(backend=None, certificate={"valid": False, "age": 1.0, "launches": 4,
                                        "refused": "for another owner instance"}),
      "unavailable", "recovery would refuse the certificate: for another owner instance"),
+    # was "ready" (a valid certificate) or "pending ... certifies again within 5 s"
+    # while the owner was gone: nothing could certify or be recovered
+    (answer(owner_link={"state": "lost", "reason": "no socket at h/execution/owner.sock"}),
+     "unavailable", "the guardian has lost the owner: no socket at "
+     "h/execution/owner.sock; a recovery needs the owner the certificate names"),
+    (answer(owner_link={"state": "owner-changed", "reason": None},
+            certificate={"valid": False, "age": 3.0, "launches": 4,
+                         "invalidated": "launch", "changed_at": 0.0}),
+     "unavailable", "another owner instance answers the guardian; a recovery needs"),
+    (answer(owner_link={"state": "reconnecting", "reason": "connection lost"}), "ready",
+     None),                                      # a moment's break is not a verdict
 ])
 def test_recovery_state(r: dict[str, Any], state: str, reason: str | None) -> None:
     got = render.recovery_state(r)
