@@ -9,7 +9,8 @@ A follower outlives a silent owner (stopped, busy, being restarted): it says onc
 stderr that it waits and why, asks again every OWNER_WAIT_S, and says when the owner
 answers again; the lines captured meanwhile then follow, none skipped. It outlives a
 backend handoff (``tenure backend upgrade``) and a backend restart the same way, without
-a word: :func:`through_handoffs`, which every follower of the backend shares.
+a word (a longer wait is said): :func:`through_handoffs`, which every follower of the
+backend shares.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ PAGE_RECORDS = 10_000
 FOLLOW_POLL_S = 0.2
 OWNER_WAIT_S = 1.0   # a follower asks again this often while the owner is silent
 FOLLOW_OUTAGE = 120.0   # seconds a follower waits for a backend before giving up
+SAY_AFTER_S = 5.0       # and after how long of it the wait is said on stderr
 AWAY = (BackendUnavailable, ShuttingDown, TooManyConnections, TransportLost)
 """A backend between generations (a handoff, a restart), not one that failed: what a
 follower waits out (INTERNAL is not). Followers only read, and a read asked again
@@ -124,24 +126,43 @@ def through_handoffs(follow: bool, ask: Callable[[], Any], what: str = "logs") -
     backend is away (AWAY), for at most FOLLOW_OUTAGE seconds. A handoff or a restart
     is waited out without a word, but a recovery the guardian's diagnostics say is
     blocked needs the operator: that is said at once, once, on stderr as ``tenure:
-    WHAT: ...``. Raises what ``ask`` raises: an AWAY error at once without ``follow`` or
-    when tenure is not running (nothing comes back by itself), after FOLLOW_OUTAGE
-    otherwise."""
-    deadline = time.monotonic() + FOLLOW_OUTAGE
+    WHAT: ...``; any other wait is said once after SAY_AFTER_S (a backend hung or
+    stopped), and an answer after either is said too. Raises what ``ask`` raises: an
+    AWAY error at once without ``follow`` or when tenure is not running (nothing comes
+    back by itself), after FOLLOW_OUTAGE otherwise."""
+    began = time.monotonic()
     told = False
     while True:
         try:
-            return ask()
+            answer = ask()
         except AWAY as exc:
-            if not follow or not_running(exc) or time.monotonic() > deadline:
+            waited = time.monotonic() - began
+            if not follow or not_running(exc) or waited > FOLLOW_OUTAGE:
                 raise
-            told = told or _tell_blocked(what, exc)
+            told = told or _tell_blocked(what, exc) or _tell_silent(what, exc, waited)
             time.sleep(FOLLOW_POLL_S)
+            continue
+        if told:
+            sys.stderr.write(f"tenure: {what}: a backend answers again; following\n")
+        return answer
 
 
 def not_running(exc: Exception) -> bool:
     """No backend answers because tenure is not running (everyday.stopped said so)."""
     return isinstance(exc, BackendUnavailable) and exc.data.get("stopped") is not None
+
+
+def _tell_silent(what: str, exc: Exception, waited: float) -> bool:
+    """Once no backend has answered for SAY_AFTER_S (longer than a handoff or a
+    restart takes: hung, stopped, or not coming back), say so on stderr with the
+    answer's words (which name a backend alive but not answering); whether it was said."""
+    if waited < SAY_AFTER_S:
+        return False
+    msg = getattr(exc, "msg", str(exc))
+    sys.stderr.write(f"tenure: {what}: no backend has answered for {waited:.0f} s ({msg}); "
+                     f"waiting for one for up to {FOLLOW_OUTAGE:g} s (Ctrl-C ends)\n")
+    sys.stderr.flush()
+    return True
 
 
 def _tell_blocked(what: str, exc: Exception) -> bool:

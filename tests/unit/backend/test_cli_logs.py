@@ -20,6 +20,7 @@ from backend.cli.logs import (
     follow_logs,
     neutralise,
     since,
+    through_handoffs,
 )
 from backend.targets import exact_source
 from owner.journal import Journal, LogSource
@@ -327,6 +328,28 @@ def test_a_follow_gives_up_on_a_backend_away_longer_than_the_outage(monkeypatch)
     with pytest.raises(BackendUnavailable):   # without -f: at once
         follow_logs(args(), call)
     assert asked == [1]
+
+
+def test_a_follow_says_once_that_no_backend_has_answered_and_when_one_does(monkeypatch):
+    """Was: a follower of a hung (or SIGSTOPped) backend waited its 120 s in silence."""
+    clock = iter(range(0, 10_000, 2))
+    monkeypatch.setattr("backend.cli.logs.time.monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr("backend.cli.logs.time.sleep", lambda s: None)
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    silent = iter([BackendUnavailable("backend pid 7 is alive but NOT ANSWERING")] * 5)
+
+    def ask() -> str:
+        exc = next(silent, None)
+        if exc is not None:
+            raise exc
+        return "page"
+
+    assert through_handoffs(True, ask) == "page"
+    assert err.getvalue().splitlines() == [
+        "tenure: logs: no backend has answered for 6 s (backend pid 7 is alive but NOT "
+        "ANSWERING); waiting for one for up to 120 s (Ctrl-C ends)",
+        "tenure: logs: a backend answers again; following"]
 
 
 @pytest.mark.parametrize("n", [-1, -5])

@@ -184,4 +184,5 @@ def test_a_follower_kept_waiting_by_a_blocked_recovery_says_so_at_once(home, mon
         follow_logs(args(follow=True), Fallback(call, home))
     assert err.getvalue() == ("tenure: logs: no backend answers: recovery blocked: no "
                               "valid certificate (`tenure backend recover`); waiting for "
-                              "one for up to 120 s (Ctrl-C ends)\n")
+                              "one for up to 120 s (Ctrl-C ends)\n"
+                              "tenure: logs: a backend answers again; following\n")
