@@ -79,7 +79,8 @@ def test_a_follower_says_at_once_that_recovery_is_blocked(sleeps, capsys):
     err = capsys.readouterr().err
     assert err == ("tenure: events: no backend answers: recovery blocked: no valid "
                    "recovery certificate (`tenure backend recover`); waiting for one for "
-                   "up to 120 s (Ctrl-C ends)\n"), err
+                   "up to 120 s (Ctrl-C ends)\n"
+                   "tenure: events: a backend answers again; following\n"), err
     with pytest.raises(Ended):
         follow_logs(args(n=0), scripted([BLOCKED, BLOCKED, EMPTY_LOGS, Ended()]))
     assert capsys.readouterr().err.startswith("tenure: logs: no backend answers: recovery "
