@@ -267,7 +267,8 @@ class Cluster:
 
 class FakeOwner:
     """The owner methods the backend calls, answered from memory: ``launch`` (idempotent
-    per launch key, forever), ``stop``, ``inventory``, ``stack.intents``,
+    per launch key, forever), ``stop``, ``inventory``, ``inspect`` (a launch row that has
+    a process), ``stack.intents``,
     ``stack.set_intent``, ``observations.read``, ``observations.ack``, ``logs.forget``
     (each source counted once, in ``forgotten``) and ``logs.note`` (in ``notes``). Mutations
     carrying another epoch get STALE_EPOCH. ``exit(key)`` ends a process.
@@ -352,6 +353,12 @@ class FakeOwner:
             raise NotFound(f"no launch {p['launch_key']!r} with a process")
         self.exit(p["launch_key"], None, 15)
         return {"launch_key": row["launch_key"], "pid": row["pid"], "outcome": "success"}
+
+    def _inspect(self, p: dict[str, Any]) -> dict[str, Any]:
+        row = self.rows.get(p["launch_key"])
+        if row is None or row.get("pid") is None:
+            raise NotFound(f"no launch {p['launch_key']!r} with a process")
+        return {**row, "usage": None}
 
     def _status(self, p: dict[str, Any]) -> dict[str, Any]:
         """What plan-time checks read: the owner's uid and cgroup controllers."""

@@ -234,7 +234,7 @@ def _resolve(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> i
                          "evidence shows (`tenure job show ID`)")
     r = call(args, "job.resolve", {"id": _id(args), "started": bool(args.started),
                                    "note": args.note})
-    out(args, r, _line(r))
+    out(args, r, render_resolved(r))
     return OK
 
 
@@ -319,6 +319,27 @@ def _exit(j: dict[str, Any]) -> str:
     return "-" if j.get("exit_code") is None else str(j["exit_code"])
 
 
+def render_resolved(j: dict[str, Any]) -> str:
+    """The answer of ``job resolve``: the record's line; for one the owner's evidence
+    settled (its resolution has ``proof``) rather than the decision, what it shows."""
+    proof = (j.get("resolution") or {}).get("proof")
+    if not isinstance(proof, dict):
+        return _line(j)
+    return (f"{_line(j)}\n  settled from the owner's evidence ({proof.get('shows')}), "
+            f"not from the decision: pid {value(j['pid'])}   exit: {_exit(j)}")
+
+
+def _resolution(r: dict[str, Any]) -> str:
+    """How an uncertain start was resolved: the operator's decision, or the owner's
+    evidence that settled it (``proof``; records from before it have none)."""
+    said = "started" if r["started"] else "not started"
+    proof = r.get("proof")
+    if isinstance(proof, dict):
+        said += f", settled from the owner's evidence ({proof.get('shows')}),"
+    note = f": {r['note']}" if r.get("note") else ""
+    return f"{said} by {r['by']} at {when(r['at'])}{note}"
+
+
 def render_show(j: dict[str, Any]) -> str:
     pairs: list[tuple[str, Any]] = [
         ("key", j["key"]), ("command", shlex.join(j["argv"])),
@@ -334,9 +355,7 @@ def render_show(j: dict[str, Any]) -> str:
         import json
         pairs.append(("evidence", json.dumps(j["evidence"], sort_keys=True)))
     if j.get("resolution"):
-        r = j["resolution"]
-        pairs.append(("resolved", f"{'started' if r['started'] else 'not started'} by "
-                                  f"{r['by']} at {when(r['at'])}: {value(r['note'])}"))
+        pairs.append(("resolved", _resolution(j["resolution"])))
     lines = [_line(j), fields(pairs, indent="  ")]
     for h in j.get("history", []):
         lines.append(f"  {when(h['at'])}  {h['event']:<14} {h['from'] or '-'} -> {h['to']}")

@@ -18,6 +18,10 @@ says why and ``data`` names the record), ``JOB_QUEUE_FULL`` (``job.run``: the te
 ``max_pending`` open records; a key that has a record is answered instead),
 ``BAD_REQUEST`` (also ``job.run`` with a key starting ``schedule:``, reserved for scheduled
 runs), and ``SHUTTING_DOWN`` during a handoff.
+
+``job.resolve`` with ``started`` answers the record settled from the owner's evidence
+when the owner proves how the start went (its pid and exit; ``resolution.proof`` says
+what the owner showed) rather than from the decision (backend.jobs.resume.resolve).
 """
 
 from __future__ import annotations

@@ -17,14 +17,19 @@ States (stable wire/SQLite values)::
     withdrawn          withdrawn before any start; never starts
     missed             a scheduled due time that passed while no backend was up
     recovery_required  a start whose outcome cannot be proven; waits for the operator
+                       (or for the owner's proof of how it went)
     resolved           the operator recorded that the uncertain start did happen
 
 Start authority is one-shot. ``Start`` is the only way into ``starting`` and only from
 ``admitted``; the launch key (derived from the record id and the attempt) is what the
-owner makes unique forever, so a retried launch never starts a second process. No event
-leaves ``recovery_required`` except the operator's ``Resolve``: ``started`` ends the
-record, ``not started`` returns it to ``admitted`` so the next attempt (a new key) may
-start. An answer or observation that arrives after the record moved on is ignored.
+owner makes unique forever, so a retried launch never starts a second process. Two
+events leave ``recovery_required``: the operator's ``Resolve`` (``started`` ends the
+record, ``not started`` returns it to ``admitted`` so the next attempt, with a new key,
+may start) and ``Proven``, the owner's later proof of how that start went (its launch
+makes the record ``running``, its refusal ``failed``; the backend then records the exit
+it shows, if any). ``Proven`` only records what the owner did: it starts nothing, so the
+start authority stays one-shot. An answer or observation that arrives after the record
+moved on is ignored.
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ from protocol.schema import Field, Schema, check_int
 
 __all__ = [
     "OPEN", "TERMINAL", "TRANSITIONS", "Action", "Event", "Exited", "Job", "Launch",
-    "LaunchRefused", "Launched", "Lost", "Missed", "Outcome", "Resolve", "Start", "State", "Stop",
-    "StopReason", "StopRequested", "TimedOut", "Uncertain", "Withdraw", "exit_outcome",
+    "LaunchRefused", "Launched", "Lost", "Missed", "Outcome", "Proven", "Resolve", "Start",
+    "State", "Stop", "StopReason", "StopRequested", "TimedOut", "Uncertain", "Withdraw",
+    "exit_outcome",
 ]
 
 log = logging.getLogger("tenure.jobs")
@@ -166,11 +172,24 @@ class Resolve(Struct, frozen=True):
     by: str = ""
 
 
+class Proven(Struct, frozen=True):
+    """The owner shows how the start of a ``recovery_required`` record went: ``start`` is
+    what it shows for ``launch_key`` (the launch, or its refusal), ``proof`` that evidence
+    (kept in the record's resolution). ``by`` and ``note`` say who settled it: the backend
+    that found the proof, or the operator whose resolve found it."""
+
+    launch_key: str
+    start: Launched | LaunchRefused
+    proof: dict[str, Any]
+    by: str
+    note: str = ""
+
+
 Event = (Start | Launched | LaunchRefused | Exited | Lost | Uncertain | Withdraw | Missed
-         | StopRequested | TimedOut | Resolve)
+         | StopRequested | TimedOut | Resolve | Proven)
 EVENT_TYPES: tuple[type[Event], ...] = (Start, Launched, LaunchRefused, Exited, Lost,
                                        Uncertain, Withdraw, Missed, StopRequested, TimedOut,
-                                       Resolve)
+                                       Resolve, Proven)
 
 # ---- actions ------------------------------------------------------------------------
 
@@ -191,7 +210,8 @@ class Job:
     """One record. Invariants: only ``_set_state`` assigns ``state``; ``launch_key`` is
     set from ``starting`` on (and kept as evidence); ``pid`` is set while ``running``;
     ``outcome`` and ``ended_at`` are set exactly in the terminal states; ``attempt``
-    only grows."""
+    only grows; ``resolution`` is set only as a record leaves ``recovery_required``, and
+    has ``proof`` exactly when the owner's evidence settled it (``Proven``)."""
 
     def __init__(self, job_id: int, stack: str, template: str,
                  timeout: float | None = None) -> None:
@@ -411,13 +431,55 @@ def _resolve(job: Job, ev: Resolve, wall: float, mono: float) -> None:
 
 
 def _resolve_again(job: Job, ev: Resolve, wall: float, mono: float) -> None:
-    """A record that is not ``recovery_required``: the same decision as the one it
-    carries is a retry (its answer was lost) and changes nothing; any other is refused."""
+    """A record that is not ``recovery_required``: one settled from the owner's evidence
+    is refused, saying so and how it stands (no decision is left to make); otherwise the
+    same decision as the one it carries is a retry (its answer was lost) and changes
+    nothing, and any other is refused. Raises Conflict."""
+    if job.resolution is not None and "proof" in job.resolution:
+        raise Conflict(f"{job.name} was settled from the owner's evidence: {_settled(job)}; "
+                       "there is nothing left to resolve",
+                       {"job": job.id, "state": job.state.value,
+                        "outcome": None if job.outcome is None else job.outcome.value})
     if job.resolution is not None and job.resolution.get("started") == ev.started:
         log.debug("%s: resolve (started=%s) again: already so", job.name, ev.started)
         return
     raise Conflict(f"{job.name} is {job.state}: only a recovery_required record can be "
                    "resolved", {"job": job.id, "state": job.state.value})
+
+
+def _proven(job: Job, ev: Proven, wall: float, mono: float) -> None:
+    """The owner proves how the uncertain start went: the record goes on from that proof
+    exactly as a ``starting`` one would (``running`` with the pid, start ticks and time,
+    or ``failed`` with the refusal, keeping the evidence of the uncertainty), and its
+    resolution says it was settled from the owner's evidence, not decided. A proof about
+    another attempt's launch key says nothing about this one and is ignored."""
+    if ev.launch_key != job.launch_key:
+        _ignore(job, ev, wall, mono)
+        return
+    job.resolution = {"started": isinstance(ev.start, Launched), "note": ev.note,
+                      "by": ev.by, "at": wall, "launch_key": job.launch_key,
+                      "attempt": job.attempt, "proof": ev.proof}
+    if isinstance(ev.start, Launched):
+        _launched(job, ev.start, wall, mono)
+        return
+    refused = {"code": ev.start.code, "msg": ev.start.msg}
+    job.evidence = {**(job.evidence or {}), "launch_refused": refused}
+    job._set_state(State.FAILED, wall, Outcome.LAUNCH_FAILED)
+
+
+def _settled(job: Job) -> str:
+    """How a record settled from the owner's evidence stands, in an operator's words."""
+    if job.outcome is Outcome.LAUNCH_FAILED:
+        refused = (job.evidence or {}).get("launch_refused") or {}
+        return (f"its launch was refused ({refused.get('code')}: {refused.get('msg')}), "
+                f"it ended {job.state}, {job.outcome}")
+    if job.state is State.RUNNING:
+        return f"it started (pid {job.pid}) and is running"
+    if job.signal:
+        end = f"signal {job.signal}"
+    else:
+        end = "exit unknown" if job.exit_code is None else f"exit {job.exit_code}"
+    return f"it started (pid {job.pid}) and ended {job.state}, {job.outcome} ({end})"
 
 
 # ---- the table --------------------------------------------------------------------------
@@ -443,6 +505,7 @@ _ROWS: dict[type[Event], tuple[Handler, ...]] = {
                     _ENDED, _ENDED, _ENDED, _ENDED, _ENDED, _RECOVERY, _ENDED),
     TimedOut: (_I, _I, _timed_out, _I, _I, _I, _I, _I, _I, _I),
     Resolve: (*[_resolve_again] * 8, _resolve, _resolve_again),
+    Proven: (_I, _I, _I, _I, _I, _I, _I, _I, _proven, _I),
 }
 assert all(len(row) == len(State) for row in _ROWS.values())
 assert set(_ROWS) == set(EVENT_TYPES)

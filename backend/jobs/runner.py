@@ -54,7 +54,8 @@ log = logging.getLogger("tenure.jobs")
 LAUNCH_TRIES = 5
 TICK = 1.0                  # the runner looks at deadlines and schedules at least this often
 CLOSE_GRACE = 5.0
-AUDIT_EVERY = 10.0          # running records are checked against the owner this often
+AUDIT_EVERY = 10.0          # running and recovery_required records are checked against
+                            # the owner this often (backend.jobs.resume.audit)
 
 
 class Clock(Protocol):

@@ -134,6 +134,26 @@ JOB = {"id": 42, "stack": "shop", "template": "migrate", "state": "succeeded",
                    {"at": NOW - 64, "event": "start", "from": "admitted", "to": "running"},
                    {"at": NOW - 4, "event": "exit", "from": "running", "to": "succeeded"}]}
 
+# a start the owner did not answer, settled later from the owner's evidence (not resolved
+# by the operator): the resolve answer and the record say so, with the real pid and exit
+PROVEN = {**JOB, "id": 43, "key": None, "state": "failed", "outcome": "exit-code",
+          "exit_code": 3, "pid": 5188, "launch_key": "job:shop:43:1",
+          "started_at": NOW - 50, "ended_at": NOW - 40, "duration": 10.0,
+          "evidence": {"reason": "the owner did not answer 5 launch requests",
+                       "launch_key": "job:shop:43:1"},
+          "resolution": {"started": True, "note": "", "by": "the backend (epoch 3)",
+                         "at": NOW - 30, "launch_key": "job:shop:43:1", "attempt": 1,
+                         "proof": {"shows": "its exit was observed", "live": None}},
+          "history": [{"at": NOW - 65, "event": "admitted", "from": None, "to": "admitted"},
+                      {"at": NOW - 64, "event": "Start", "from": "admitted",
+                       "to": "starting"},
+                      {"at": NOW - 60, "event": "Uncertain", "from": "starting",
+                       "to": "recovery_required"},
+                      {"at": NOW - 30, "event": "Proven", "from": "recovery_required",
+                       "to": "running"},
+                      {"at": NOW - 30, "event": "Exited", "from": "running",
+                       "to": "failed"}]}
+
 SILENT_BACKEND = {"pid": 4001, "activation": BACKEND["activation"], "alive": True,
                   "answering": False, "unanswered_since": NOW - 12,
                   "unanswered_why": "handshake with /srv/tenure/backend/api.sock failed: "
@@ -294,6 +314,10 @@ CASES: dict[str, Callable[[], str]] = {
             "owner": {"instance": "77c2d0b1-1e9d-4b0f-8d8e-51d0e2a7c3f4", "pid": 4410},
             "owner_release": {"running": "c0de" * 16, "error": None}}}),
     "job_show": lambda: jobs.render_show(JOB),
+    "job_show_proven": lambda: jobs.render_show(PROVEN),
+    "job_resolve_proven": lambda: jobs.render_resolved(
+        {**PROVEN, "resolution": {**PROVEN["resolution"], "by": "uid 0",
+                                  "note": "the migration ran"}}),
     "metrics": lambda: render_metrics.metrics(METRICS),
     "metrics_owner_lost": lambda: render_metrics.metrics({
         **METRICS, "owner_connected": False,

@@ -22,6 +22,7 @@ from backend.jobs.machine import (
     Lost,
     Missed,
     Outcome,
+    Proven,
     Resolve,
     Start,
     State,
@@ -65,6 +66,7 @@ EVENTS: dict[type[jm.Event], jm.Event] = {
     Lost: Lost({"why": "gone"}), Uncertain: Uncertain({"why": "unknown"}),
     Withdraw: Withdraw(), Missed: Missed(), StopRequested: StopRequested(),
     TimedOut: TimedOut(), Resolve: Resolve(False, "checked"),
+    Proven: Proven("job:abcd:7:1", Launched(100, 1000), {"shows": "test"}, "the backend"),
 }
 
 # What each event does in each state, in State order (admitted, starting, running,
@@ -84,6 +86,7 @@ EXPECTED: dict[type[jm.Event], tuple[str, ...]] = {
     StopRequested: (X, X, _, X, X, X, X, X, X, X),
     TimedOut: (_, _, _, _, _, _, _, _, _, _),
     Resolve: (X, X, X, X, X, X, X, X, "admitted", X),
+    Proven: (_, _, _, _, _, _, _, _, "running", _),
 }
 
 
@@ -238,6 +241,56 @@ def test_the_same_resolution_again_is_answered_and_another_is_refused(started: b
     assert job.to_wire() == before
     with pytest.raises(Conflict, match="only a recovery_required record can be resolved"):
         job.handle(Resolve(not started, "", "ops"), 9.0, 9.0)
+    assert job.to_wire() == before
+
+
+def test_the_owners_proof_settles_a_recovery_required_start_as_a_starting_one() -> None:
+    """Was: nothing but the operator's Resolve left recovery_required, even once the
+    owner showed the launch. The proof makes it running with the owner's pid, start ticks
+    and time (its timeout counted from that start), its exit then ends it, and a resolve
+    of it is refused naming the proof and how it ended."""
+    job = in_state(S.RECOVERY_REQUIRED)
+    proof = {"shows": "it is live in the owner's inventory"}
+    assert job.handle(Proven("job:abcd:7:1", Launched(100, 1000, at=1990.0), proof,
+                             "the backend (epoch 2)"), 2000.0, 60.0) == []
+    assert (job.state, job.pid, job.start_ticks, job.started_at, job.deadline) == \
+        (S.RUNNING, 100, 1000, 1990.0, 60.0 - 10.0 + 30.0)
+    assert job.evidence == {"why": "test"}       # why it was uncertain stays
+    assert job.resolution == {"started": True, "note": "", "by": "the backend (epoch 2)",
+                              "at": 2000.0, "launch_key": "job:abcd:7:1", "attempt": 1,
+                              "proof": proof}
+    with pytest.raises(Conflict, match=r"job 7 \(s/migrate\) was settled from the owner's "
+                       r"evidence: it started \(pid 100\) and is running"):
+        job.handle(Resolve(True, "", "ops"), 2001.0, 61.0)
+    job.handle(Exited(0, None, at=1995.0), 2002.0, 62.0)
+    assert (job.state, job.outcome, job.ended_at) == (S.SUCCEEDED, Outcome.SUCCESS, 1995.0)
+    before = job.to_wire()
+    for started in (True, False):
+        with pytest.raises(Conflict, match=r"evidence: it started \(pid 100\) and ended "
+                           r"succeeded, success \(exit 0\); there is nothing left") as err:
+            job.handle(Resolve(started, "", "ops"), 2003.0, 63.0)
+        assert err.value.data == {"job": 7, "state": "succeeded", "outcome": "success"}
+    assert job.to_wire() == before
+    assert Job.from_wire(job.to_wire()).to_wire() == before
+
+
+def test_the_owners_proof_of_a_refused_launch_fails_the_record() -> None:
+    job = in_state(S.RECOVERY_REQUIRED)
+    job.handle(Proven("job:abcd:7:1", LaunchRefused("LAUNCH_FAILED", "no such file"),
+                      {"shows": "its launch was refused"}, "the backend"), 2000.0, 60.0)
+    assert (job.state, job.outcome, job.pid) == (S.FAILED, Outcome.LAUNCH_FAILED, None)
+    assert job.evidence == {"why": "test", "launch_refused": {"code": "LAUNCH_FAILED",
+                                                              "msg": "no such file"}}
+    assert job.resolution["started"] is False  # type: ignore[index]
+    with pytest.raises(Conflict, match=r"its launch was refused \(LAUNCH_FAILED: no such "
+                       r"file\), it ended failed, launch-failed"):
+        job.handle(Resolve(False, "", "ops"), 2001.0, 61.0)
+
+
+def test_a_proof_about_another_attempts_key_changes_nothing() -> None:
+    job = in_state(S.RECOVERY_REQUIRED)
+    before = job.to_wire()
+    assert job.handle(Proven("job:abcd:7:2", Launched(100, 1000), {}, "b"), 2.0, 2.0) == []
     assert job.to_wire() == before
 
 
