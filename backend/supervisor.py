@@ -415,7 +415,7 @@ class Supervisor:
                                        explain.launch_error(exc, params["generation"]))
             except TenureError as exc:  # not sent, unknown outcome, owner away: retry
                 last = exc
-                if self._owner_away(exc):
+                if self.owner_away(exc):
                     # Not the app's failure: no attempt is spent while no owner can
                     # take the launch (it ends if this generation is fenced)
                     if not waiting:
@@ -431,7 +431,7 @@ class Supervisor:
             return None
         return im.LaunchFailed(last.code_str, explain.not_done(last, params["generation"]))
 
-    def _owner_away(self, exc: TenureError) -> bool:
+    def owner_away(self, exc: TenureError) -> bool:
         """Whether a launch that failed with ``exc`` found no owner to take it: none
         listens, it is shutting down, another instance answers (this generation is then
         replaced), or the owner link is not connected (a hung or restarting owner)."""

@@ -37,7 +37,7 @@ from .. import instance as im
 from ..enforce import user_env
 from ..model import Config
 from ..steps import StepGate
-from ..supervisor import OwnerCalls, Supervisor
+from ..supervisor import OWNER_AWAY_POLL_S, OwnerCalls, Supervisor
 from ..tasks import spawn
 from ..waiters import Waiters
 from . import machine as jm
@@ -325,11 +325,13 @@ class JobRunner:
 
     async def _launch(self, rec: Record) -> list[jm.Event]:
         """Ask the owner to launch ``rec``'s key, again with the same key while the answer
-        is unknown. The events that describe the answer; none when fenced (the record
-        stays ``starting`` for the next generation to decide)."""
+        is unknown, and for as long as no owner can take it (Supervisor.owner_away). The
+        events that describe the answer; none when fenced (the record stays ``starting``
+        for the next generation to decide)."""
         params = self.launch_params(rec)
         last: TenureError | None = None
-        for _attempt in range(LAUNCH_TRIES):
+        tries = 0
+        while tries < LAUNCH_TRIES:
             try:
                 row = await self.owner.call("launch", params, epoch=self.epoch)
                 return events_of_row(row)
@@ -341,6 +343,12 @@ class JobRunner:
                 return [jm.LaunchRefused(exc.code_str, exc.msg)]
             except TenureError as exc:  # not sent, or sent with the outcome unknown
                 last = exc
+                if self.sup.owner_away(exc):   # no owner to take it: no attempt spent
+                    if self.sup.fenced:
+                        return []   # the record stays starting for the next generation
+                    await self.sleep(OWNER_AWAY_POLL_S)
+                    continue
+                tries += 1
                 log.warning("job %d: launch not answered (%s); asking again", rec.id, exc)
                 await self.sleep(0.5)
         return [jm.Uncertain({

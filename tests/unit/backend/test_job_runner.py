@@ -22,7 +22,7 @@ from backend.jobs.ledger import Record
 from backend.jobs.resume import audit, resolve, resume
 from backend.jobs.runner import LAUNCH_TRIES
 from backend.testing import FakeOwner, fake_generation, no_sleep
-from protocol.errors import Conflict, StaleEpoch, TransportLost
+from protocol.errors import Conflict, ConnectFailed, StaleEpoch, TransportLost
 
 PY = "/usr/bin/python3"
 CONFIG = (f'[stacks.s.apps.db]\ncommand = ["{PY}"]\n'
@@ -158,6 +158,25 @@ def test_a_launch_never_answered_ends_recovery_required(tmp_path):
         gen.api.jobs.tick()
         await asyncio.sleep(0)
         assert len(job_launches(owner)) == LAUNCH_TRIES        # never started again
+    run(tmp_path, body)
+
+
+def test_a_launch_waits_for_an_owner_that_is_away_and_spends_no_attempt(tmp_path):
+    """Was: five refused connections (an owner restarting) made the job
+    recovery_required, though no request had reached any owner."""
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        away = {"n": 3 * LAUNCH_TRIES}
+
+        def before(method: str, params: dict[str, Any]) -> None:
+            if method == "launch" and params["app"].startswith("job:") and away["n"]:
+                away["n"] -= 1
+                raise ConnectFailed("no socket at owner.sock")
+        owner.before = before
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        keys = [p["launch_key"] for p in job_launches(owner)]
+        assert len(keys) == 3 * LAUNCH_TRIES + 1 and len(set(keys)) == 1
+        assert rec.job.state is jm.State.RUNNING
     run(tmp_path, body)
 
 
