@@ -27,7 +27,7 @@ from .config_identity import IDENTITY_KEYS, parse_limits, parse_run_as
 from .config_lines import KeyPath, find_line, format_key, syntax_error_location
 from .config_metrics import parse_metrics
 from .config_retention import parse_retention
-from .config_sockets import SOCKET_KEYS, check_addresses, parse_sockets
+from .config_sockets import SOCKET_KEYS, check_addresses, check_probes, parse_sockets
 from .config_values import (
     NAME_RE,
     Invalid,
@@ -283,7 +283,7 @@ def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
     health_t = get_table(t, "health", path)
     health = None if health_t is None else _parse_health(health_t, (*path, "health"),
                                                          instances)
-    return App(
+    app = App(
         name=name, stack=stack, command=command,
         env=parse_env(t, path), cwd=parse_cwd(t, path), instances=instances,
         restart=get_enum(t, "restart", path, RestartMode, RestartMode.ON_FAILURE),
@@ -298,6 +298,8 @@ def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
         log_retention=get_size(t, "log_retention", path, LOG_RETENTION_MIN,
                                LOG_RETENTION_MAX),
     )
+    check_probes(app, path)
+    return app
 
 
 def _check_after(stack: str, apps: Mapping[str, App]) -> None:

@@ -23,8 +23,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from protocol.listen import ListenAddress
 
-__all__ = ["MAX_FD_STORE", "MAX_SOCKETS", "SOCKET_KEYS", "check_addresses", "claims",
-           "parse_sockets"]
+__all__ = ["MAX_FD_STORE", "MAX_SOCKETS", "SOCKET_KEYS", "check_addresses",
+           "check_probes", "claims", "parse_sockets"]
 
 SOCKET_KEYS = ("sockets", "fd_store_max")
 MAX_SOCKETS = 64      # per app, as the owner accepts
@@ -125,6 +125,67 @@ def check_addresses(apps: list[App], metrics: str | None = None) -> None:
             if claims(addr, other):
                 raise Invalid(("metrics", "listen"), f"{metrics} is already claimed by "
                                                      f"{who} ({other})")
+
+
+def check_probes(app: App, path: KeyPath) -> None:
+    """No readiness or health check of ``app`` connects to a TCP socket the owner holds
+    for it where the answer says nothing of the process checked: a tcp check (the held
+    socket listens before the app runs and after it hangs: it always passes), or an http
+    check of a socket its instances share (any of them may answer). An http check of an
+    app with one instance is answered by that instance alone. Raises Invalid."""
+    if not app.sockets:
+        return   # (and protocol.listen is not imported: `up` parses without it)
+    held = _held_tcp(app)
+    for key, probe in (("ready", app.ready), ("health", app.health)):
+        if probe is None or probe.kind.value not in ("tcp", "http"):
+            continue
+        for host, port in _probed(probe, app.instances):
+            hit = next(((s.name, s.listen) for s, a in held if _reaches(host, port, a)), None)
+            if hit is None:
+                continue
+            name, listen = hit
+            if probe.kind.value == "tcp":
+                raise Invalid((*path, key, "port"), f"{port} is the port of the app's "
+                              f"socket {name!r} ({listen}), which the owner holds: it "
+                              "listens before the app runs, so a tcp check of it passes "
+                              "whatever the app does; use `kind = \"notify\"`, `exec`, "
+                              "or a port the app opens itself")
+            if app.instances > 1:
+                raise Invalid((*path, key, "url"), f"{probe.url} reaches the app's "
+                              f"socket {name!r} ({listen}), which its {app.instances} "
+                              "instances share: any of them may answer, so it says "
+                              "nothing of one instance; use `kind = \"notify\"`, `exec`, "
+                              "or a port each instance opens itself")
+
+
+def _held_tcp(app: App) -> list[tuple[SocketSpec, ListenAddress]]:
+    from protocol.listen import parse_listen
+    held = [(s, parse_listen(s.listen)) for s in app.sockets]
+    return [(s, a) for s, a in held if not a.is_unix]
+
+
+def _probed(probe: Any, instances: int) -> list[tuple[str, int]]:
+    """The (host, port) pairs a tcp or http check of each instance connects to."""
+    if probe.url is not None:
+        from urllib.parse import urlsplit
+        u = urlsplit(probe.url)
+        return [(u.hostname or "", u.port or (443 if u.scheme == "https" else 80))]
+    return [(probe.host, probe.port + i * probe.port_step) for i in range(instances)]
+
+
+def _reaches(host: str, port: int, addr: ListenAddress) -> bool:
+    """Whether connecting to ``host:port`` may reach the socket bound to ``addr``: the
+    same port, and the same address, a wildcard one, or a host name (not resolved)."""
+    if port != addr.port:
+        return False
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        packed = socket.inet_pton(family, host)
+    except OSError:
+        return True    # a name such as localhost: it may resolve to the address
+    if family != addr.family:
+        return False
+    return addr.host == _WILDCARD[family] or packed == socket.inet_pton(family, addr.host)
 
 
 def _metrics_addresses(listen: str | None) -> list[ListenAddress]:

@@ -106,3 +106,39 @@ def test_the_metrics_listener_beside_sockets_on_other_ports_or_hosts() -> None:
                  '[metrics]\nlisten = "127.0.0.2:9100"\n', "t.toml")
     parse_config(BASE + '[stacks.web.apps.api.sockets.http]\nlisten = "127.0.0.1:9101"\n'
                  '[metrics]\nlisten = "localhost:9100"\n', "t.toml")
+
+
+SOCK = '[stacks.web.apps.api.sockets.http]\nlisten = "0.0.0.0:8080"\n'
+
+
+@pytest.mark.parametrize(("app", "key", "words"), [
+    # the held socket listens before the app runs: readiness passed at once, and a
+    # rolling restart to a broken build marked every instance ready
+    ('ready = { kind = "tcp", port = 8080 }\n', "stacks.web.apps.api.ready.port",
+     "8080 is the port of the app's socket 'http' (0.0.0.0:8080), which the owner holds"),
+    ('instances = 2\nready = { kind = "tcp", port = 8079, port_step = 1 }\n',
+     "stacks.web.apps.api.ready.port", "8080 is the port of the app's socket 'http'"),
+    ('health = { kind = "tcp", port = 8080, host = "localhost" }\n',
+     "stacks.web.apps.api.health.port", "passes whatever the app does"),
+    # shared by instances: an old sibling answered for the new process
+    ('instances = 4\nready = { kind = "http", url = "http://127.0.0.1:8080/" }\n',
+     "stacks.web.apps.api.ready.url", "which its 4 instances share"),
+    ('instances = 2\nhealth = { kind = "http", url = "http://localhost:8080/h" }\n',
+     "stacks.web.apps.api.health.url", "any of them may answer"),
+])
+def test_a_check_of_a_socket_the_owner_holds_is_refused(app: str, key: str,
+                                                        words: str) -> None:
+    with pytest.raises(ConfigInvalid) as info:
+        parse_config(BASE + app + SOCK, "t.toml")
+    assert info.value.data["key"] == key, info.value.data
+    assert words in info.value.data["problem"], info.value.data
+
+
+@pytest.mark.parametrize("app", [
+    'ready = { kind = "http", url = "http://127.0.0.1:8080/" }\n',   # one instance answers
+    'instances = 2\nready = { kind = "tcp", port = 9000, port_step = 1 }\n',
+    'ready = { kind = "tcp", port = 8080, host = "::1" }\n',         # another family
+    'ready = { kind = "notify" }\nhealth = { kind = "exec", command = ["true"] }\n',
+])
+def test_checks_of_what_the_app_opens_itself_are_accepted(app: str) -> None:
+    parse_config(BASE + app + SOCK, "t.toml")
