@@ -150,6 +150,10 @@ class OperationRunner:
                 self._event(op_id, "failed", outcome="failed", error=f"step {step}: {exc}")
             except Conflict:
                 pass  # abandoned meanwhile
+            # the failed apply made its config the current one all the same: what it
+            # no longer names is closed as well, once unused (a held socket nobody
+            # serves would queue connections instead of refusing them)
+            await self.sup.sweep_sockets(self.config())
         finally:
             self.tasks.pop(op_id, None)
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from backend.testing import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -222,3 +224,25 @@ def test_fd_store_round_trip_and_a_removed_socket_closes_once_its_app_stopped(cl
         raise AssertionError("the removed socket still accepts connections")
     except ConnectionRefusedError:
         pass
+
+
+def test_a_socket_move_that_fails_still_closes_the_address_the_config_left(cluster):
+    """Was: the new address taken between plan and apply, the apply failed after it had
+    stopped the app, and the old socket stayed held with no user, its queue filling,
+    until a later successful apply or a backend upgrade."""
+    old, new = free_port(), free_port()
+    moved = '[stacks.s.apps.a]\ncommand = ["sleep", "100000"]\n' \
+            '[stacks.s.apps.a.sockets.web]\nlisten = "127.0.0.1:{}"\n'
+    cluster.up(moved.format(old))
+    cluster.wait_ready(1)
+    plan = cluster.cli("plan", "--config", str(cluster.write_config(moved.format(new),
+                                                                   "moved.toml")),
+                       check=True).out
+    with socket.socket() as taker:      # another process takes the new address meanwhile
+        taker.bind(("127.0.0.1", new))
+        taker.listen()
+        res = cluster.cli("apply", plan["id"], "--wait")
+        assert res.code != 0 and "Address already in use" in str(res.out), res
+        assert [s["listen"] for s in held(cluster).values()] == [], held(cluster)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", old), timeout=5).close()
