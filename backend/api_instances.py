@@ -152,7 +152,8 @@ class InstanceCommands:
         (or not started again: its stop outlasts the timeout, a later stop withdrew its
         start) or that ends failed or exited: ``not_restarted`` lists the rest. Raises
         ShuttingDown, naming what was and was not restarted, when a drain begins before
-        the last instance is ready."""
+        the last instance was started again; once it was, a drain is said in the answer
+        (``handed_over``: every instance restarted, the last not seen ready here)."""
         keys = self._targets(call.params["target"])
         self._refuse_stopped_stacks(keys)
         self._require_owner(f"restart {call.params['target']}")
@@ -170,6 +171,8 @@ class InstanceCommands:
             ok, public = await self._wait_settled([k], UP, timeout, until_drain=True)
             out.update(public)
             if not ok and self.gate.paused:
+                if i + 1 == len(keys):   # all restarted: only the last one's ready is left
+                    return {"settled": False, "instances": out, "handed_over": True}
                 raise _restart_cut(keys[:i + 1], keys[i + 1:], out)
             settled = settled and ok
             ready = self.sup.instances[k].state is im.State.READY
