@@ -74,13 +74,18 @@ def check_release(layout: Layout, rid: str, uid: int) -> None:
     NotFound (not installed), StateCorrupt (InterpreterChanged), UnsafePath or
     BadSignature, the message saying that the release does not verify."""
     from guardian.paths import GuardianPaths
-    from guardian.trust import verified_release
-    from owner.release import verified
+    from guardian.release import verify
+    from guardian.trust import trusted_release_keys, verified_release
+    from owner.release import tree
+    paths = GuardianPaths(layout.home)
     try:
         if owner_tree(layout, rid, uid):
-            verified(layout, rid, uid=uid)
+            # the guardian's trust holds for the owner's copy too: with trusted release
+            # keys configured, an unsigned or badly signed release does not verify
+            verify(tree(layout, rid, uid), rid,
+                   trusted_keys=trusted_release_keys(paths.trusted_keys))
         elif (layout.releases / rid).is_dir():
-            verified_release(GuardianPaths(layout.home), rid)
+            verified_release(paths, rid)
         else:
             raise NotFound(f"release {rid} is not installed; `tenure release install` it "
                            "first", {"release": rid})

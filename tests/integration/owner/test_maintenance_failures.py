@@ -7,6 +7,7 @@ says so."""
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
@@ -189,3 +190,26 @@ def test_a_plan_made_while_a_window_is_unfinished_says_so(cluster):
     assert "tenure owner upgrade --continue finishes it" in text, text
     cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True)
     assert "unfinished" not in cluster.cli_text("owner", "upgrade", "--dry-run")
+
+
+def test_an_unsigned_release_is_refused_once_release_keys_are_trusted(cluster, releases):
+    """Was: with trusted release keys configured, the window verified the owner's copy
+    by its hashes alone and moved the owner onto an unsigned release (`release verify`
+    of it said BAD_SIGNATURE)."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(2)
+    rid = install(cluster, releases["good"])           # unsigned, installed before keys
+    reviewed = cluster.cli("owner", "upgrade", rid, "--dry-run", check=True).out
+    keys = cluster.home / "runtime" / "trusted-release-keys"
+    fd = os.open(keys, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("ed25519:" + base64.b64encode(bytes(range(32))).decode() + "\n")
+    before, owner = _pids(cluster), _owner(cluster)
+
+    res = cluster.cli("owner", "upgrade", rid, "--dry-run")
+    assert res.code == 1 and res.out["error"]["code"] == "BAD_SIGNATURE", res
+    assert "not signed" in res.out["error"]["msg"], res
+    res = cluster.cli("owner", "upgrade", rid, "--digest", reviewed["digest"])
+    err = res.out["error"]
+    assert res.code == 1 and err["data"]["error"]["code"] == "BAD_SIGNATURE", res
+    assert _pids(cluster) == before and _owner(cluster)["owner"] == owner["owner"]
