@@ -170,7 +170,7 @@ class InstanceCommands:
                 return {"settled": False, "instances": out, "not_restarted": keys[i + 1:]}
             ok, public = await self._wait_settled([k], UP, timeout, until_drain=True)
             out.update(public)
-            if not ok and self.gate.paused:
+            if not ok and self._handing_over():
                 if i + 1 == len(keys):   # all restarted: only the last one's ready is left
                     return {"settled": False, "instances": out, "handed_over": True}
                 raise _restart_cut(keys[:i + 1], keys[i + 1:], out)
@@ -179,6 +179,10 @@ class InstanceCommands:
             if not ok or (not ready and i + 1 < len(keys)):   # the roll stops here
                 return {"settled": False, "instances": out, "not_restarted": keys[i + 1:]}
         return {"settled": settled, "instances": out}
+
+    def _handing_over(self) -> bool:
+        """Whether a drain has begun (read afresh: the roll awaited since it last looked)."""
+        return self.gate.paused
 
     async def _started_again(self, key: str, timeout: float) -> bool:
         """Stop ``key`` and start it again, or join a start of it already pending (a
