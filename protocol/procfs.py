@@ -345,11 +345,14 @@ def _has_open(pid: int, dev: int, ino: int) -> bool:
     return False
 
 
-def flock_holder(path: str) -> int | None:
+def flock_holder(path: str, *, opened: bool = True) -> int | None:
     """The pid of a living process that holds an flock on ``path`` (a daemon's lock
     file), or None: none holds it, the file is gone or /proc cannot say. The kernel
     records the pid that took the lock (an exec keeps it); /proc/locks names the file
-    by inode number, and a holder counts only when it has that very file open."""
+    by inode number, and a holder counts only when it has that very file open.
+    ``opened=False``: any living holder of a lock on that inode counts, for a caller
+    that may not read another user's descriptors and must not take a lock it cannot
+    see into for none."""
     try:
         st = os.stat(path, follow_symlinks=False)
     except OSError:
@@ -359,7 +362,8 @@ def flock_holder(path: str) -> int | None:
         return None
     for pid in parse_locks(data, st.st_ino):
         stat = read_stat(pid)
-        if stat is not None and not stat.zombie and _has_open(pid, st.st_dev, st.st_ino):
+        if stat is not None and not stat.zombie and \
+                (not opened or _has_open(pid, st.st_dev, st.st_ino)):
             return pid
     return None
 

@@ -152,6 +152,30 @@ def test_one_window_at_a_time(cluster):
     assert not (cluster.home / "execution" / "maintenance.json").exists()
 
 
+def test_no_backend_handoff_while_a_window_runs(cluster):
+    """Was: `tenure backend upgrade` during a window was accepted; the handoff cut the
+    window's stops through the backend short and the window ended MAINTENANCE_INCOMPLETE
+    with every app it had stopped left stopped."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(4)
+    release = str(cluster.cli("backend", "status", check=True).out["selector"]["current"])
+    backend = cluster.backend_pid()
+    fd = os.open(cluster.home / "execution" / "maintenance.lock", os.O_RDWR | os.O_CREAT,
+                 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)      # as a running window holds it
+        for cmd in (["backend", "upgrade", release], ["release", "select", release]):
+            res = cluster.cli(*cmd)
+            err = res.out["error"]
+            assert res.code == 1 and err["code"] == "OPERATION_IN_PROGRESS", res
+            assert f"pid {os.getpid()}" in err["msg"], err
+        assert cluster.backend_pid() == backend
+    finally:
+        os.close(fd)
+    res = cluster.cli("backend", "upgrade", release, check=True).out   # once it ended
+    assert cluster.backend_pid() != backend, res
+
+
 def test_a_log_follower_lives_through_a_window(cluster):
     """`tenure logs -f` waits while the owner restarts (it ended with exit 3 before)
     and goes on with the restarted app's lines."""
