@@ -3,6 +3,14 @@ served at ``/metrics`` only (GET and HEAD) by the standard library's WSGI server
 thread per scrape. Any other path is 404, so a mistyped scrape path or a probe of ``/``
 is told so instead of getting the metrics.
 
+Limits: the port may be reachable by more than scrapers, and the backend is the control
+plane, so a connection costs a thread and an fd for a bounded time only. It has
+REQUEST_TIMEOUT to deliver its whole request (idle and slow clients alike are closed),
+at most MAX_CONNECTIONS are served at once, and one beyond that is answered 503 and
+closed at once without a thread (counted, and logged at most once per
+REFUSALS_LOG_EVERY). Nothing is reserved for scrapes: while idle connections fill the
+bound a scrape is refused too, until the timeout closes them.
+
 Handoff: the listener belongs to the backend generation and is upgraded with it. The
 incumbent closes it first thing when it retires; the candidate binds it once its API is
 open. The guardian starts the candidate only after the incumbent retired, so the port is
@@ -18,25 +26,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from .config_metrics import parse_listen
 from .metrics import TenureCollector
 
-__all__ = ["RETRY", "MetricsListener"]
+__all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "RETRY", "MetricsListener", "MetricsServer"]
 
 log = logging.getLogger(__name__)
 
 RETRY = 0.05
 RETRY_MAX = 2.0
+
+# Seconds a connection has to deliver its whole request, and each write of the answer may
+# wait for the client to read: an idle or slow client is closed, not kept.
+REQUEST_TIMEOUT = 10.0
+# Connections served at once, each on a thread of its own; one more gets 503 and is
+# closed, so a scanner or a stuck scraper cannot grow the backend's threads and fds.
+MAX_CONNECTIONS = 16
+# Connections the kernel queues for accept(): the standard library's 5 stalls a burst.
+BACKLOG = 64
+# A refusal is logged with those since the last such line, at most once this often.
+REFUSALS_LOG_EVERY = 60.0
 
 
 class MetricsListener:
@@ -102,6 +123,11 @@ class MetricsListener:
 
 PATH = "/metrics"
 _NOT_HERE = f"tenure serves its metrics at {PATH}\n".encode()
+_BUSY_BODY = b"tenure's metrics listener is serving all the connections it takes; retry\n"
+_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\n"
+         b"Content-Type: text/plain; charset=utf-8\r\n"
+         b"Content-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n"
+         b"Connection: close\r\n\r\n" + _BUSY_BODY)
 
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -130,21 +156,164 @@ def _head(metrics: Wsgi, environ: dict[str, Any], start_response: Callable[..., 
     return []
 
 
-class _Quiet(WSGIRequestHandler):
+class _RequestReader(io.RawIOBase):
+    """The connection's bytes as long as ``deadline`` (``time.monotonic``) has not passed:
+    the whole request must arrive by then, so a client that trickles it in a byte at a
+    time is cut like one that sends nothing (a timeout per read would let it stay)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        """Raises TimeoutError once the deadline passed, or what ``recv_into`` raises."""
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
+class _AnswerWriter(io.BufferedIOBase):
+    """Writes straight to the connection, each write waiting at most ``timeout`` for a
+    client that does not read its answer."""
+
+    def __init__(self, sock: socket.socket, timeout: float) -> None:
+        self._sock = sock
+        self._timeout = timeout
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        """Raises TimeoutError (the client stopped reading) or what ``sendall`` raises."""
+        self._sock.settimeout(self._timeout)
+        self._sock.sendall(data)
+        with memoryview(data) as view:
+            return view.nbytes
+
+
+class _Handler(WSGIRequestHandler):
+    """One connection, one request (HTTP/1.0), within the server's time limits."""
+
+    def setup(self) -> None:
+        """The connection's files: reads end at the request deadline, each write waits
+        the request timeout at most. Raises nothing."""
+        server = self.server
+        assert isinstance(server, MetricsServer), server
+        self.connection = self.request
+        limit = server.request_timeout
+        self.rfile = io.BufferedReader(_RequestReader(self.connection,
+                                                      time.monotonic() + limit))
+        self.wfile = _AnswerWriter(self.connection, limit)
+
+    def handle(self) -> None:
+        """Serve the request; raises nothing for a client that was too slow or went away
+        (there is no one left to answer, and a traceback per port scan is noise)."""
+        with contextlib.suppress(OSError):
+            super().handle()
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not logged: one line each, every few seconds."""
 
 
-def serve(host: str, port: int, registry: CollectorRegistry
-          ) -> tuple[WSGIServer, threading.Thread]:
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """The WSGI server with a thread per connection, at most ``max_connections`` of them.
+    A connection beyond the bound gets :data:`_BUSY` and is closed at once, unread and
+    without a thread; closing the server cuts the connections it is serving."""
+
+    request_queue_size = BACKLOG
+    daemon_threads = True
+    block_on_close = False  # nothing to join: server_close cuts every connection
+
+    def __init__(self, addr: tuple[str, int], family: socket.AddressFamily,
+                 request_timeout: float, max_connections: int) -> None:
+        """Bind and listen. Raises OSError (the port is taken, the address is not this
+        machine's)."""
+        self.address_family = family
+        self.request_timeout = request_timeout
+        self.max_connections = max_connections
+        self.refused = 0
+        self._unreported = 0
+        self._reported_at: float | None = None
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()  # served now; guarded by _lock
+        self._closing = False
+        super().__init__(addr, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve ``request`` on a daemon thread, or refuse it when ``max_connections``
+        are open. Keeps: every live handler thread holds one connection in ``_open``,
+        and ``_open`` never exceeds the bound. Raises what ``Thread.start`` raises (the
+        caller then closes the connection)."""
+        with self._lock:
+            closing, admitted = self._closing, len(self._open) < self.max_connections
+            if admitted and not closing:
+                self._open.add(request)
+        if closing:
+            super().shutdown_request(request)
+        elif not admitted:
+            self._refuse(request)
+        else:
+            threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                             name="metrics-connection", daemon=True).start()
+
+    def shutdown_request(self, request: Any) -> None:
+        """Close a connection that was served. Raises nothing."""
+        # out of _open before it is closed, so server_close never touches a closed socket
+        with self._lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        """Free the port and cut every connection being served, so each handler thread
+        ends now (its client reads EOF) instead of at its timeout. Idempotent; raises
+        nothing."""
+        super().server_close()
+        with self._lock:
+            self._closing = True
+            for conn in self._open:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+
+    def _refuse(self, request: socket.socket) -> None:
+        """Answer 503 and close, on the serving thread without blocking. Raises nothing."""
+        self._note_refused()  # first: whoever reads the 503 finds it counted
+        request.setblocking(False)
+        with contextlib.suppress(OSError):
+            request.send(_BUSY)
+        with contextlib.suppress(OSError):
+            # what the client already sent: closing over unread bytes resets the
+            # connection, and the client might lose the 503 it has not read yet
+            request.recv(65536)
+        super().shutdown_request(request)
+
+    def _note_refused(self) -> None:
+        """Count a refusal and log the count at most once per REFUSALS_LOG_EVERY, so a
+        flood of connections cannot flood the log. Serving thread only."""
+        self.refused += 1
+        self._unreported += 1
+        now = time.monotonic()
+        if self._reported_at is not None and now - self._reported_at < REFUSALS_LOG_EVERY:
+            return
+        log.warning("metrics listener: refused %d connection(s) beyond the %d it serves "
+                    "at once (reported at most every %g s)", self._unreported,
+                    self.max_connections, REFUSALS_LOG_EVERY)
+        self._unreported, self._reported_at = 0, now
+
+
+def serve(host: str, port: int, registry: CollectorRegistry, *,
+          request_timeout: float = REQUEST_TIMEOUT, max_connections: int = MAX_CONNECTIONS
+          ) -> tuple[MetricsServer, threading.Thread]:
     """Bind ``host:port`` (an IP literal or localhost) and serve on a daemon thread.
     Raises OSError (the port is taken, the address is not this machine's)."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                 flags=socket.AI_PASSIVE)[0][0]
-    server_class = type("MetricsServer", (ThreadingMixIn, WSGIServer),
-                        {"address_family": family, "daemon_threads": True})
-    httpd: WSGIServer = make_server(host, port, routed(make_wsgi_app(registry)),
-                                    server_class, handler_class=_Quiet)
+    httpd = MetricsServer((host, port), family, request_timeout, max_connections)
+    httpd.set_app(routed(make_wsgi_app(registry)))
     thread = threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True)
     thread.start()
     return httpd, thread
