@@ -124,7 +124,8 @@ class GuardianService:
         sel = self.co.state.selector()
         return {"releases": [{"release": s.name, "status": str(s.status),
                               "current": s.name == sel.current,
-                              "previous": s.name == sel.previous}
+                              "previous": s.name == sel.previous,
+                              **({"reason": s.reason} if s.reason else {})}
                              for s in list_releases(self.co.paths.releases)]}
 
     async def release_verify(self, call: Call) -> Any:

@@ -34,22 +34,37 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
             text = f"installed {r['release']}"
         elif args.action == "list":
             r = g.call("release.list")
-            text = "\n".join(f"{x['release']}  {x['status']}"
-                             f"{'  current' if x['current'] else ''}"
-                             f"{'  previous' if x['previous'] else ''}"
-                             for x in r["releases"]) or "no releases"
+            text = list_text(r)
         elif args.action == "rebind":
             r = g.call("release.rebind", {"digest": args.digest} if args.digest else {},
                        timeout=300)
             text = rebind_text(r)
         elif args.action == "verify":
             r = g.call("release.verify", {"release": resolve_release(g, args.arg)})
-            text = f"{r['release']}: ok ({r['files']} files)"
+            text = verify_text(r)
         else:
             r = g.call("release.select", {"release": resolve_release(g, args.arg)})
             text = select_text(r)
     out(args, r, text)
     return Exit.ERROR if r.get("blocked") else Exit.OK
+
+
+def list_text(r: dict[str, Any]) -> str:
+    """One line per entry of runtime/releases: id, status, current/previous marks and,
+    for an entry that is not a usable release, why (absent from older guardians)."""
+    return "\n".join(f"{x['release']}  {x['status']}"
+                     f"{'  current' if x['current'] else ''}"
+                     f"{'  previous' if x['previous'] else ''}"
+                     f"{'  (' + x['reason'] + ')' if x.get('reason') else ''}"
+                     for x in r["releases"]) or "no releases"
+
+
+def verify_text(r: dict[str, Any]) -> str:
+    """A verified release, its file count and whether it carries a signature (left out
+    when the guardian does not say)."""
+    signed = r.get("signed")
+    sig = "" if signed is None else ", signed" if signed else ", unsigned"
+    return f"{r['release']}: ok ({r['files']} files{sig})"
 
 
 def select_text(r: dict[str, Any]) -> str:
@@ -95,10 +110,11 @@ def rebind_text(r: dict[str, Any]) -> str:
 
 
 def resolve_release(guardian: Any, arg: str | None, install: bool = False) -> str:
-    """The release id ``arg`` names: a full id, a unique prefix of an installed one (at
-    least 8 characters), or, with ``install``, a sealed release directory, which is
-    installed first (an already installed one answers with its id). Raises BadRequest
-    or NotFound."""
+    """The release id ``arg`` names: a full id (whatever its status, so that verifying a
+    corrupt one says why), a unique prefix of an installed one (at least 8 characters;
+    the temporary directory of an install and an entry not named by a release id never
+    match), or, with ``install``, a sealed release directory, which is installed first
+    (an already installed one answers with its id). Raises BadRequest or NotFound."""
     if not arg:
         raise BadRequest("give a release id (see `tenure release list`)")
     if install and ("/" in arg or arg in (".", "..")) and Path(arg).is_dir():
@@ -115,14 +131,22 @@ def resolve_release(guardian: Any, arg: str | None, install: bool = False) -> st
         raise BadRequest(f"{arg!r} is not a release id or a prefix of one (8 or more hex "
                          "characters)" + ("; a sealed directory needs a path such as "
                                           f"./{arg}" if install else ""))
+    # only releases: not the <id>.tmp-* directory of an install in progress or
+    # interrupted, nor an entry whose name is no release id (it cannot be verified)
     found = [x["release"] for x in guardian.call("release.list")["releases"]
-             if x["release"].startswith(arg)]
+             if x["release"].startswith(arg) and _is_release_id(x["release"])
+             and x.get("status") != "incomplete"]
     if len(found) != 1:
         raise (NotFound if not found else BadRequest)(
             f"{len(found)} installed releases start with {arg!r}"
             + (": give more characters" if found else " (see `tenure release list`)"),
             {"prefix": arg, "matches": found})
     return str(found[0])
+
+
+def _is_release_id(name: str) -> bool:
+    """Whether ``name`` has the form of a release id (64 lowercase hex digits)."""
+    return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
 
 
 def _signing_key(path: Path | None) -> Any:

@@ -288,6 +288,16 @@ CASES: dict[str, Callable[[], str]] = {
             "process": "pid 4000 is stopped (SIGSTOP or a debugger); kill -CONT 4000 "
                        "continues it"}}),
     "backend_abort": lambda: render.backend("abort", {"abort_requested": True}),
+    "release_list": lambda: releases.list_text({"releases": [
+        {"release": "a1b2" * 16, "status": "ok", "current": True, "previous": False},
+        {"release": "a1b2" * 16 + ".tmp-3c9e01f2", "status": "incomplete",
+         "current": False, "previous": False},
+        {"release": "c0de" * 16, "status": "corrupt", "current": False, "previous": True,
+         "reason": "STATE_CORRUPT: RUNTIME.json does not hash to the directory name"}]}),
+    "release_verify_signed": lambda: releases.verify_text({
+        "release": "a1b2" * 16, "ok": True, "files": 1064, "signed": True}),
+    "release_verify_unsigned": lambda: releases.verify_text({
+        "release": "a1b2" * 16, "ok": True, "files": 1064, "signed": False}),
     "release_select_started": lambda: releases.select_text({
         "selected": "a1b2" * 16, "checked": {"preflight": {"elapsed": 0.41}},
         "started": {"id": "20261201T140000-1fe64c37", "kind": "recover",

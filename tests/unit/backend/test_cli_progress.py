@@ -54,14 +54,17 @@ def test_no_progress_off_a_terminal_or_with_json(stream: io.StringIO, as_json: b
 
 
 class Guardian:
-    def __init__(self, ids: list[str]) -> None:
+    """Answers release.list with ``ids``: names, or entries with a status."""
+
+    def __init__(self, ids: list[Any]) -> None:
         self.ids, self.calls = ids, []  # type: ignore[var-annotated]
 
     def call(self, method: str, params: Any = None, timeout: float = 0) -> Any:
         self.calls.append((method, params))
         if method == "release.install":
             return {"release": "f" * 64}
-        return {"releases": [{"release": r} for r in self.ids]}
+        return {"releases": [r if isinstance(r, dict) else {"release": r}
+                             for r in self.ids]}
 
 
 A, B = "ab12" * 16, "ab13" * 16
@@ -91,6 +94,25 @@ def test_release_by_id_prefix_or_directory(tmp_path: Path) -> None:
         resolve_release(g, str(sealed))
     with pytest.raises(NotFound, match="is not a directory"):   # a path, not an id
         resolve_release(g, str(tmp_path / "missing"), install=True)
+
+
+def test_a_prefix_names_a_release_never_an_interrupted_install() -> None:
+    corrupt = "5b0d" * 16
+    g = Guardian([{"release": A, "status": "ok"},
+                  {"release": A + ".tmp-abc", "status": "incomplete"},
+                  {"release": A[:12] + "-old", "status": "corrupt",
+                   "reason": f"STATE_CORRUPT: {A[:12]}-old: not a release id"},
+                  {"release": corrupt, "status": "corrupt",
+                   "reason": "STATE_CORRUPT: RUNTIME.json does not hash to the directory "
+                             "name"},
+                  {"release": corrupt + ".tmp-0f1e2d", "status": "incomplete"}])
+    assert resolve_release(g, A[:8]) == A
+    assert resolve_release(g, corrupt[:8]) == corrupt    # corrupt, but a release: verify
+    with pytest.raises(NotFound, match="0 installed releases"):   # says why
+        resolve_release(Guardian([{"release": A + ".tmp-abc", "status": "incomplete"}]),
+                        A[:8])
+    calls = len(g.calls)
+    assert resolve_release(g, corrupt) == corrupt and len(g.calls) == calls   # full id
 
 
 @pytest.mark.parametrize("argv", [
