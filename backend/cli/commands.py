@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -46,6 +47,9 @@ def cmd_up(args: Any) -> int:
     if args.no_wait and args.foreground:
         raise BadRequest("--no-wait and --foreground do not go together")
     wait_background_start(layout)   # an `up --no-wait` still starting them
+    if os.path.lexists(layout.maintenance):   # a home that had an owner window
+        from .ownerwindow import refuse_owner_start
+        refuse_owner_start(layout)  # one between two owners starts the next itself
     early = None
     if args.no_wait:   # verifies the release while the config is read and parsed here
         from .daemons import prestart

@@ -74,7 +74,8 @@ from protocol.procfs import running
 from .ownerplan import UNIT, check_release, mode_of, owner_tree, plan
 
 __all__ = ["APPS_DOWN", "KIND", "TRANSITIONS", "WORK", "Event", "Outcome", "Step", "Window",
-           "check_not_reverted", "check_release", "command", "held", "mode_of", "plan", "plan_text"]
+           "check_not_reverted", "check_release", "command", "held", "mode_of", "plan",
+           "plan_text", "refuse_owner_start"]
 
 KIND = "tenure-maintenance"
 
@@ -184,6 +185,29 @@ def load(layout: Layout) -> dict[str, Any] | None:
         raise StateCorrupt(f"{layout.maintenance} has no known step or no plan",
                            {"path": layout.maintenance})
     return rec
+
+
+_OWNER_REPLACED = frozenset({Step.DRAINED, Step.STOPPED, Step.START_FAILED})
+"""Steps after which the window stops the owner and starts the next one itself."""
+
+
+def refuse_owner_start(layout: Layout) -> None:
+    """Raises MaintenanceIncomplete when an unfinished window is between stopping the
+    owner and starting the next one: an owner started outside it (`tenure up`) would run
+    the release it leaves, with the apps it stopped left stopped, and the window could
+    no longer tell how the planned owner ended. Nothing of a window, or one elsewhere:
+    returns. Raises StateCorrupt, UnsafePath (maintenance.json unreadable)."""
+    try:
+        rec = load(layout)
+    except PermissionError:
+        return   # not ours to read (a viewer): the owner's own start decides
+    if rec is None or rec["step"] not in _OWNER_REPLACED:
+        return
+    raise MaintenanceIncomplete(
+        f"an owner maintenance window is unfinished (stopped after step {rec['step']}, "
+        f"{rec['plan'].get('instances', 0)} instances stopped): `tenure owner upgrade "
+        "--continue` starts the owner it plans and the apps again",
+        {"step": rec["step"]})
 
 
 def _save(layout: Layout, rec: dict[str, Any]) -> None:
@@ -304,6 +328,8 @@ def _stop_owner(w: Window, rec: dict[str, Any]) -> Event:
         w.wait("the owner's exit", lambda: not running(owner["pid"], owner["start_ticks"]))
     from .down import shutdown_receipt
     state = shutdown_receipt(w.layout, owner["instance"])["state"]
+    if state == "missing" and _successor_ended_clean(w.layout, owner):
+        state = "clean"
     if state != "clean":
         raise ReconcileRequired(f"the owner's shutdown receipt is {state!r}, not clean; "
                                 "`tenure owner reconcile` proves what is left",
@@ -312,6 +338,19 @@ def _stop_owner(w: Window, rec: dict[str, Any]) -> Event:
         from owner.release import OwnerRelease, save
         save(w.layout.owner_release, OwnerRelease(p["release"], p["from"]))
     return Event.OK
+
+
+def _successor_ended_clean(layout: Layout, owner: dict[str, Any]) -> bool:
+    """Whether an owner started after the planned one (outside the window: a `tenure up`
+    before `--continue`) has ended with a clean receipt: it could only start once the
+    planned owner had ended clean or been reconciled, and it left nothing running."""
+    from owner.receipt import read_receipt
+    try:
+        rec = read_receipt(layout.owner_receipt)
+    except Exception:   # unreadable: the caller's 'missing' stands
+        return False
+    return rec is not None and rec.get("instance") != owner["instance"] and \
+        rec.get("state") == "clean"
 
 
 def _start_owner(w: Window, rec: dict[str, Any]) -> Event:
@@ -378,6 +417,10 @@ def _bring_up_owner(w: Window, rec: dict[str, Any]) -> None:
 
 def _restore(w: Window, rec: dict[str, Any]) -> Event:
     new = rec["progress"]["owner"]["instance"]
+    if rec["plan"]["mode"] == "standalone":   # a `tenure down` since an interruption
+        from .daemons import ensure_daemon
+        if ensure_daemon(w.layout, "guardian", w.layout.guardian_sock, foreground=False)[0]:
+            w.say("started the guardian")
     w.wait("the backend on the new owner", lambda: (w.call("status").get("owner") or {}
                                                     ).get("instance") == new)
     for level in rec["plan"]["start"]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,6 +175,73 @@ def test_no_backend_handoff_while_a_window_runs(cluster):
         os.close(fd)
     res = cluster.cli("backend", "upgrade", release, check=True).out   # once it ended
     assert cluster.backend_pid() != backend, res
+
+
+# the window run as `tenure owner upgrade`, with the operator's Ctrl-C arriving while it
+# waits for the owner's exit (once the owner is gone, before the step is recorded)
+CTRL_C_AT_OWNER_EXIT = """
+import sys
+from backend.cli import ownerwindow
+real = ownerwindow.Window.wait
+def wait(self, what, probe):
+    got = real(self, what, probe)
+    if what == "the owner's exit":
+        raise KeyboardInterrupt
+    return got
+ownerwindow.Window.wait = wait
+from backend.cli.main import main
+sys.exit(main())
+"""
+
+
+def _interrupted_as_the_owner_stops(cluster: Any) -> None:
+    """A window run to the owner's stop, where the operator presses Ctrl-C; the window
+    recorded step drained and the owner it stopped is gone."""
+    plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
+    window = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AT_OWNER_EXIT, "--home", str(cluster.home), "owner",
+         "upgrade", "--digest", plan["digest"]], stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=120)
+    assert window.returncode == 130, window
+    record = json.loads((cluster.home / "execution" / "maintenance.json").read_text())
+    assert record["step"] == "drained", record
+
+
+def test_up_between_two_owners_of_a_window_is_refused_and_continue_ends_it(cluster):
+    """Was: Ctrl-C as the window stopped the owner, then `tenure up`: up started the old
+    release's owner and said OK with every app stopped, and `--continue` could never
+    finish (the receipt named another owner: 'missing', reconcile ALREADY_RUNNING)."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(4)
+    _interrupted_as_the_owner_stops(cluster)
+    res = cluster.cli("up")
+    err = res.out["error"]
+    assert res.code == 1 and err["code"] == "MAINTENANCE_INCOMPLETE", res
+    assert "tenure owner upgrade --continue" in err["msg"], err
+    done = cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True).out
+    assert done["step"] == "done"
+    cluster.wait_ready(4)
+
+
+def test_continue_finishes_after_an_owner_started_outside_the_window_stopped_clean(
+        cluster):
+    """A home left by the old behaviour (up, then down, between the window's owners):
+    the planned owner's receipt was overwritten by its successor's clean one, and
+    `--continue` said 'missing, not clean' forever."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(4)
+    _interrupted_as_the_owner_stops(cluster)
+    record = cluster.home / "execution" / "maintenance.json"
+    kept = record.read_bytes()
+    record.unlink()                      # as before up refused: an owner outside it
+    cluster.up()
+    cluster.down()
+    fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(kept)
+    done = cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True).out
+    assert done["step"] == "done"
+    cluster.wait_ready(4)
 
 
 def test_a_log_follower_lives_through_a_window(cluster):
