@@ -15,16 +15,19 @@ and is bounded by a timeout: it never hangs and never raises for an unhealthy ta
   user (system scope) keeps its fds from the backend: a listener is then the app's when
   its socket belongs to the uid that process runs as. Falls back to a TCP connect to
   ``host:port`` when sock_diag is unavailable (the fallback cannot tell whose listener
-  answered).
+  answered). :func:`tcp_serving`, the tcp health check, is the same test (same words)
+  followed by a connect: the app's listener must also accept.
 - :func:`http_ok`: raw HTTP/1.1 GET; 2xx/3xx is ok. ``http://`` only: https would need
   certificate policy that a local probe has no use for; a bad URL raises ``ValueError``.
-- :func:`exec_ok`: a command in its own session; exit 0 is ok; on timeout or
-  cancellation its whole process group is killed and the child reaped.
+- :func:`exec_ok`: a command in its own session; its own exit 0 is ok, as soon as it
+  exits (a background child holding its output does not delay the verdict). Then,
+  whatever the verdict, what is left of its process group is killed and it is reaped.
 - ``notify`` readiness has no probe: the owner turns READY=1 into an observation event
   and the reconciler feeds ``instance.Ready`` for the matching launch. ``delay`` is a
   timer of the instance machine, ``none`` is ready at launch.
 
-:class:`ProbeRunner` repeats a probe until it succeeds or the readiness timeout passes;
+:class:`ProbeRunner` repeats a probe until it succeeds or the readiness timeout passes
+(one attempt may take what is left of it);
 :class:`HealthRunner` runs a check every interval after a grace period and reports each
 result. Both own exactly one task and ``aclose()`` cancels and awaits it.
 """
@@ -47,6 +50,7 @@ from msgspec import Struct
 from protocol import procfs
 
 from .model import App, Health, HealthKind, Readiness, ReadyKind
+from .probe_exec import run_check
 
 __all__ = [
     "HealthRunner",
@@ -58,6 +62,7 @@ __all__ = [
     "checks_view",
     "describe",
     "exec_ok",
+    "group_of",
     "health_probe",
     "hidden_owners",
     "http_ok",
@@ -67,6 +72,7 @@ __all__ = [
     "socket_inodes",
     "tcp_connect",
     "tcp_listening",
+    "tcp_serving",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,7 +102,11 @@ def _oserror(exc: OSError) -> str:
 
 
 def _secs(t: float) -> str:
-    return f"{t:g}s"
+    """``2s``, ``0.25s``, ``16s``: at most three significant digits and no exponent, so a
+    bound computed from a deadline (15.99871 s left) reads as the ``16s`` it is."""
+    if t >= 100:
+        return f"{t:.0f}s"
+    return f"{float(f'{t:.3g}'):g}s"
 
 
 class TcpMethod(StrEnum):
@@ -156,6 +166,13 @@ def process_group_members(pgid: int) -> set[int]:
     return set(procfs.group_members(pgid, include_zombies=True))
 
 
+def group_of(pid: int | None) -> Callable[[], set[int]]:
+    """The ``pids`` of a tcp probe for an app whose process ``pid`` leads its group:
+    :func:`process_group_members`, read each time a probe needs them (none without a
+    process). Never raises OSError."""
+    return lambda: process_group_members(pid) if pid else set()
+
+
 def _diag_owned(port: int, pids: set[int], held: set[int] | None = None) -> Verdict:
     """``held``: the socket inodes the owner says the app holds; without them the app's
     are read from /proc/PID/fd of ``pids`` (only those this process may read)."""
@@ -199,31 +216,66 @@ Held = Callable[[], Awaitable["set[int] | None"]]
 None when it cannot say (an older owner, the launch gone, the owner out of reach)."""
 
 
-async def tcp_listening(port: int, pids: Iterable[int] | Callable[[], set[int]], *,
-                        host: str = "127.0.0.1", timeout: float = 2.0,
-                        method: TcpMethod = TcpMethod.AUTO, held: Held | None = None
-                        ) -> Verdict:
+Pids = Iterable[int] | Callable[[], set[int]]
+"""The app's process group members, or a callable returning them (called only when the
+owner cannot say which sockets the app holds)."""
+
+
+async def _owned_listener(port: int, pids: Pids, timeout: float, method: TcpMethod,
+                          held: Held | None) -> Verdict | None:
+    """Whether the app has a TCP LISTEN socket on ``port`` (sock_diag, see
+    :func:`tcp_listening`), or None when sock_diag is unavailable and ``method`` is AUTO
+    (the caller may connect instead). Bounded by ``timeout``; never raises for an
+    unavailable kernel interface."""
+    try:
+        async with asyncio.timeout(timeout):
+            inodes = None if held is None else await held()
+            members: set[int] = set()
+            if inodes is None:
+                members = set(pids() if callable(pids) else pids)
+            # sock_diag is a few ms, but the /proc scan grows with fds: keep the loop free.
+            return await asyncio.to_thread(_diag_owned, port, members, inodes)
+    except TimeoutError:
+        return Verdict(False, f"sock_diag gave no answer within {_secs(timeout)}")
+    except (ImportError, OSError) as exc:
+        if method is TcpMethod.DIAG:
+            return Verdict(False, f"sock_diag unavailable: {exc}")
+        log.debug("sock_diag unavailable (%s); using a connect probe", exc)
+        return None
+
+
+async def tcp_listening(port: int, pids: Pids, *, host: str = "127.0.0.1",
+                        timeout: float = 2.0, method: TcpMethod = TcpMethod.AUTO,
+                        held: Held | None = None) -> Verdict:
     """Passes when the app has a TCP LISTEN socket on ``port``: one whose inode the owner
     attributes to it (``held``), else one held by ``pids`` (the app's process group, read
     from /proc; a callable is called only when needed). With AUTO, an unavailable
     sock_diag falls back to :func:`tcp_connect`, which cannot attribute the listener to
     the app. Bounded by ``timeout``; never raises for an unavailable kernel interface."""
     if method is not TcpMethod.CONNECT:
-        try:
-            async with asyncio.timeout(timeout):
-                inodes = None if held is None else await held()
-                members: set[int] = set()
-                if inodes is None:
-                    members = set(pids() if callable(pids) else pids)
-                # sock_diag is a few ms, but the /proc scan grows with fds: keep the loop free.
-                return await asyncio.to_thread(_diag_owned, port, members, inodes)
-        except TimeoutError:
-            return Verdict(False, f"sock_diag gave no answer within {_secs(timeout)}")
-        except (ImportError, OSError) as exc:
-            if method is TcpMethod.DIAG:
-                return Verdict(False, f"sock_diag unavailable: {exc}")
-            log.debug("sock_diag unavailable (%s); using a connect probe", exc)
+        owned = await _owned_listener(port, pids, timeout, method, held)
+        if owned is not None:
+            return owned
     return await tcp_connect(host, port, timeout)
+
+
+async def tcp_serving(port: int, pids: Pids, *, host: str = "127.0.0.1",
+                      timeout: float = 2.0, method: TcpMethod = TcpMethod.AUTO,
+                      held: Held | None = None) -> Verdict:
+    """The tcp health check: the listener on ``port`` is the app's (the very test of
+    :func:`tcp_listening`, failing with its words) and accepts a connection to
+    ``host:port`` (a listener whose queue is full is unhealthy too). Without sock_diag
+    under AUTO only the connect is left. Both steps together are bounded by ``timeout``;
+    never raises for an unhealthy target or an unavailable kernel interface."""
+    try:
+        async with asyncio.timeout(timeout):
+            if method is not TcpMethod.CONNECT:
+                owned = await _owned_listener(port, pids, timeout, method, held)
+                if owned is not None and not owned:
+                    return owned
+            return await tcp_connect(host, port, timeout)
+    except TimeoutError:
+        return Verdict(False, f"no answer within {_secs(timeout)}")
 
 
 # ---- http -------------------------------------------------------------------------------
@@ -276,24 +328,6 @@ async def http_ok(url: str, timeout: float) -> Verdict:
 # ---- exec -------------------------------------------------------------------------------
 
 
-FIRST_LINE_MAX = 200
-"""Characters of an exec probe's output kept for its verdict (its first line)."""
-OUTPUT_READ_MAX = 4096
-"""Bytes of output looked at for that line; the rest is read and discarded."""
-
-
-async def _first_line(stream: asyncio.StreamReader) -> str:
-    """The first non-empty line of ``stream`` (read to its end so the writer never blocks
-    on a full pipe), at most FIRST_LINE_MAX characters."""
-    head = b""
-    while chunk := await stream.read(65536):
-        if len(head) < OUTPUT_READ_MAX:
-            head += chunk[:OUTPUT_READ_MAX - len(head)]
-    lines = [ln.strip() for ln in head.decode(errors="replace").splitlines()]
-    first = next((ln for ln in lines if ln), "")
-    return "".join(c if c.isprintable() else "?" for c in first)[:FIRST_LINE_MAX]
-
-
 def _ended(code: int, line: str) -> str:
     how = f"exit {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}" \
         if -code in signal.valid_signals() else f"killed by signal {-code}"
@@ -302,39 +336,20 @@ def _ended(code: int, line: str) -> str:
 
 async def exec_ok(argv: tuple[str, ...] | list[str], timeout: float,
                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> Verdict:
-    """Run ``argv`` in a new session; passes when it exits 0 within ``timeout``, saying
-    its exit status and the first line of its output (stdout and stderr together).
-    On timeout or cancellation the whole process group is SIGKILLed and the child is
-    reaped before this returns (or re-raises CancelledError): no zombie is left. A command
-    that cannot be started fails, saying why."""
+    """Run ``argv`` in a new session (:func:`backend.probe_exec.run_check`); passes when
+    the command itself exits 0 within ``timeout``, saying its exit status and the first
+    line of its output (stdout and stderr together), as soon as it exits. Whatever the
+    verdict, on timeout or cancellation too, what is left of its process group is
+    SIGKILLed and the command reaped before this returns (or re-raises CancelledError).
+    A command that cannot be started fails, saying why."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, env=dict(env) if env is not None else None, cwd=cwd,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        code, line = await run_check(argv, timeout, env=env, cwd=cwd)
+    except TimeoutError:
+        return Verdict(False, f"no exit within {_secs(timeout)}")
     except OSError as exc:
         log.debug("exec probe %s could not start: %s", argv[:1], exc)
         return Verdict(False, f"cannot start: {_oserror(exc)}")
-    assert proc.stdout is not None
-    reader = asyncio.ensure_future(_first_line(proc.stdout))
-    try:
-        async with asyncio.timeout(timeout):
-            code = await proc.wait()
-        # A process it left behind may hold the pipe open: its first line is enough.
-        done, _ = await asyncio.wait({reader}, timeout=0.2)
-        line = reader.result() if done else ""
-        return Verdict(code == 0, _ended(code, line))
-    except TimeoutError:
-        return Verdict(False, f"no exit within {_secs(timeout)}")
-    finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            # Reap even if we are being cancelled: a shielded wait cannot be interrupted
-            # half-way, and SIGKILL makes it short.
-            await asyncio.shield(proc.wait())
-        reader.cancel()
-        await asyncio.wait({reader})  # no task outlives the probe
+    return Verdict(code == 0, _ended(code, line))
 
 
 # ---- config -> probe --------------------------------------------------------------------
@@ -347,34 +362,41 @@ def _port(base: int | None, step: int, index: int) -> int:
 
 
 def readiness_probe(ready: Readiness, index: int, pids: Callable[[], set[int]], *,
-                    env: Mapping[str, str] | None = None, attempt_timeout: float = 2.0,
+                    env: Mapping[str, str] | None = None,
                     method: TcpMethod = TcpMethod.AUTO, held: Held | None = None
                     ) -> Probe | None:
     """The probe for ``ready`` of instance ``index``, or None for none/notify/delay
     (no probe: see the module docstring). ``pids`` returns the app's current process
-    group members, ``held`` the owner's word on its sockets (:data:`Held`). Raises
-    ValueError for a tcp readiness without a port or a bad URL."""
+    group members, ``held`` the owner's word on its sockets (:data:`Held`). One attempt
+    is bounded only by ``ready.timeout``, the whole readiness deadline: the
+    :class:`ProbeRunner` cuts it at what is left of that deadline, so a slow check passes
+    as long as it answers in time. Raises ValueError for a tcp readiness without a port
+    or a bad URL."""
     if ready.kind is ReadyKind.TCP:
         port = _port(ready.port, ready.port_step, index)
         return lambda: tcp_listening(port, pids, host=ready.host,
-                                     timeout=attempt_timeout, method=method, held=held)
+                                     timeout=ready.timeout, method=method, held=held)
     if ready.kind is ReadyKind.HTTP:
         url = ready.url or ""
         _split_http_url(url)
-        return lambda: http_ok(url, attempt_timeout)
+        return lambda: http_ok(url, ready.timeout)
     if ready.kind is ReadyKind.EXEC:
-        return lambda: exec_ok(ready.command, attempt_timeout, env)
+        return lambda: exec_ok(ready.command, ready.timeout, env)
     return None
 
 
-def health_probe(health: Health, index: int, *,
-                 env: Mapping[str, str] | None = None) -> Probe:
+def health_probe(health: Health, index: int, pids: Callable[[], set[int]], *,
+                 env: Mapping[str, str] | None = None,
+                 method: TcpMethod = TcpMethod.AUTO, held: Held | None = None) -> Probe:
     """The check for ``health`` of instance ``index``, bounded by ``health.timeout``.
-    A tcp health check connects (a listener that no longer accepts is unhealthy).
-    Raises ValueError for a tcp check without a port or a bad URL."""
+    ``pids`` and ``held`` as for :func:`readiness_probe`: a tcp health check passes only
+    for the app's own listener, as readiness does, and only while it accepts a
+    connection (:func:`tcp_serving`). Raises ValueError for a tcp check without a port
+    or a bad URL."""
     if health.kind is HealthKind.TCP:
         port = _port(health.port, health.port_step, index)
-        return lambda: tcp_connect(health.host, port, health.timeout)
+        return lambda: tcp_serving(port, pids, host=health.host, timeout=health.timeout,
+                                   method=method, held=held)
     if health.kind is HealthKind.HTTP:
         url = health.url or ""
         _split_http_url(url)
@@ -461,10 +483,12 @@ class ProbeRunner(_OneTask):
     """Runs ``probe`` every ``interval`` until it succeeds or ``timeout`` passes, then
     calls ``on_result(True)`` (ready) or ``on_result(False)`` (timed out) exactly once —
     unless cancelled first, in which case it calls nothing. ``on_attempt`` (optional)
-    gets the verdict of every attempt, first."""
+    gets the verdict of every attempt, first. An attempt may take what is left of
+    ``timeout`` (a slow check still passes in time), or at most ``attempt_timeout`` when
+    that is given; an attempt that fails at once is repeated after ``interval``."""
 
     def __init__(self, probe: Probe, *, interval: float, timeout: float,
-                 attempt_timeout: float = 2.0,
+                 attempt_timeout: float | None = None,
                  on_attempt: Callable[[Verdict], None] | None = None) -> None:
         super().__init__()
         self.probe, self.interval, self.timeout = probe, interval, timeout
@@ -479,7 +503,9 @@ class ProbeRunner(_OneTask):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            verdict = await _attempt(self.probe, min(self.attempt_timeout, remaining))
+            bound = remaining if self.attempt_timeout is None else \
+                min(self.attempt_timeout, remaining)
+            verdict = await _attempt(self.probe, bound)
             self.on_attempt(verdict)
             if verdict:
                 return True

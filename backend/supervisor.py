@@ -43,8 +43,8 @@ from .probes import (
     ProbeRunner,
     Verdict,
     describe,
+    group_of,
     health_probe,
-    process_group_members,
     readiness_probe,
 )
 from .start_order import ORDER_WAIT, waits_for
@@ -543,13 +543,13 @@ class Supervisor:
 
     def _start_readiness(self, key: str, inst: im.Instance) -> None:
         ready = inst.app.ready
-        pid = inst.pid
-        probe = readiness_probe(ready, inst.index,
-                                lambda: set(process_group_members(pid)) if pid else set(),
+        probe = readiness_probe(ready, inst.index, group_of(inst.pid),
                                 env={**self.base_env, **inst.app.env},
                                 held=self._held_sockets(inst.launch_key))
         if probe is None:
             return  # notify: the owner's READY event; delay: the machine's own timer
+        # The machine's ready-timeout timer ends readiness and cancels this runner; the
+        # runner's own deadline is a second later, so no attempt is cut before that timer.
         runner = ProbeRunner(probe, interval=ready.interval, timeout=ready.timeout + 1.0,
                              on_attempt=self._on_probe(key, explain.Check.READINESS,
                                                        describe(ready, inst.index),
@@ -581,8 +581,10 @@ class Supervisor:
                 if self._health.get(key) is runner:   # not a replaced check's last word
                     self.feed(key, event)
             return feed
-        runner = HealthRunner(health_probe(h, inst.index, env={**self.base_env, **inst.app.env}),
-                              interval=h.interval, timeout=h.timeout, grace=h.grace,
+        check = health_probe(h, inst.index, group_of(inst.pid),
+                             env={**self.base_env, **inst.app.env},
+                             held=self._held_sockets(inst.launch_key))
+        runner = HealthRunner(check, interval=h.interval, timeout=h.timeout, grace=h.grace,
                               on_pass=verdict(im.HealthOk()), on_fail=verdict(im.HealthFailed()),
                               on_attempt=self._on_probe(key, explain.Check.HEALTH,
                                                         describe(h, inst.index),

@@ -189,7 +189,8 @@ def test_readiness_probe_from_config_uses_instance_port(
             ready = Readiness(kind=ReadyKind.TCP, port=port - 2, port_step=1)
             probe = readiness_probe(ready, 2, lambda: {os.getpid()}, method=TcpMethod.CONNECT)
             assert probe is not None and await probe()
-            health = health_probe(Health(kind=HealthKind.TCP, port=port), 0)
+            health = health_probe(Health(kind=HealthKind.TCP, port=port), 0,
+                                  lambda: {os.getpid()}, method=TcpMethod.CONNECT)
             assert await health()
     run(main)
     assert readiness_probe(Readiness(kind=ReadyKind.NOTIFY), 0, set) is None

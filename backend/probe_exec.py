@@ -1,0 +1,118 @@
+"""The command of an exec probe: run in a session of its own, judged by its own exit.
+
+:func:`run_check` starts the command with stdin from /dev/null and stdout and stderr on
+one pipe of ours, and answers its exit status and the first line of its output as soon
+as the command itself exits. A process it leaves in the background (``sleep 60 &``) may
+hold the pipe open for as long as it lives: that neither delays the answer nor survives
+it, since the whole process group is SIGKILLed once the command is done, every time.
+:mod:`backend.probes` turns the answer into a verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Mapping, Sequence
+
+__all__ = ["FIRST_LINE_MAX", "OUTPUT_READ_MAX", "run_check"]
+
+FIRST_LINE_MAX = 200
+"""Characters of an exec probe's output kept for its verdict (its first line)."""
+OUTPUT_READ_MAX = 4096
+"""Bytes of output looked at for that line; the rest is read and discarded."""
+
+
+class _Output:
+    """The head of what a command writes to the read end ``fd`` of its pipe (non-blocking).
+    Invariant: at most OUTPUT_READ_MAX bytes are kept; the pipe is drained whenever it is
+    readable, so the command never blocks on a full pipe. Never waits for EOF: a process
+    the command left behind may hold the pipe open for as long as it lives."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.head = fd, bytearray()
+
+    def _read(self) -> bytes | None:
+        """One read: what came (b"" at EOF), or None when nothing is there now."""
+        try:
+            chunk = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return None
+        except OSError:  # a broken read end will never give more: as good as EOF
+            return b""
+        self.head += chunk[:OUTPUT_READ_MAX - len(self.head)]
+        return chunk
+
+    def on_readable(self) -> None:
+        """The loop's reader callback. At EOF the fd stays readable: stop watching it."""
+        if self._read() == b"":
+            asyncio.get_running_loop().remove_reader(self.fd)
+
+    def take_written(self) -> None:
+        """Read what the pipe holds now, up to the head's size, without blocking. Called
+        once the command exited: all it wrote itself is in the pipe by then."""
+        while len(self.head) < OUTPUT_READ_MAX and self._read():
+            pass
+
+    def first_line(self) -> str:
+        """The first non-empty line of the head, at most FIRST_LINE_MAX characters."""
+        lines = [ln.strip() for ln in self.head.decode(errors="replace").splitlines()]
+        first = next((ln for ln in lines if ln), "")
+        return "".join(c if c.isprintable() else "?" for c in first)[:FIRST_LINE_MAX]
+
+
+async def _end_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL everything left in the command's process group (it leads a session of its
+    own, so the group id is its pid, and that id stays taken while any member lives) and
+    reap the command. Raises only CancelledError, and only once the kill was sent."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # group already empty
+        os.killpg(proc.pid, signal.SIGKILL)
+    # Reap even if we are being cancelled: SIGKILL makes the wait short, and the shielded
+    # wait goes on (and reaps) even if our await of it is cancelled.
+    await asyncio.shield(proc.wait())
+
+
+async def _at_exit(proc: asyncio.subprocess.Process, r: int, timeout: float
+                   ) -> tuple[int, str]:
+    """Wait up to ``timeout`` for ``proc`` to exit, draining the read end ``r`` of its
+    output pipe meanwhile: its exit status (negative: the signal that killed it) and
+    first line. Then, whatever happened, its process group is ended
+    (:func:`_end_group`). Raises TimeoutError when it did not exit in time."""
+    loop = asyncio.get_running_loop()
+    out = _Output(r)
+    loop.add_reader(r, out.on_readable)
+    try:
+        async with asyncio.timeout(timeout):
+            code = await proc.wait()
+        out.take_written()
+        return code, out.first_line()
+    finally:
+        loop.remove_reader(r)
+        await _end_group(proc)
+
+
+async def run_check(argv: Sequence[str], timeout: float, *,
+                    env: Mapping[str, str] | None = None, cwd: str | None = None
+                    ) -> tuple[int, str]:
+    """Run ``argv`` in a new session: its exit status (negative: killed by that signal)
+    and the first line of its output (stdout and stderr together), as soon as it exits,
+    whatever a process it left behind does with the pipe. Raises OSError when it cannot
+    be started, TimeoutError when it did not exit within ``timeout``. Invariant: however
+    this ends (answer, timeout, cancellation), everything left in its process group has
+    been sent SIGKILL, the command is reaped and both pipe ends are closed."""
+    r, w = os.pipe()
+    try:
+        try:
+            os.set_blocking(r, False)
+            # Our own pipe, not asyncio's PIPE: Process.wait() then returns once the
+            # command exits, not once every holder of the pipe has closed it.
+            proc = await asyncio.create_subprocess_exec(
+                *argv, env=dict(env) if env is not None else None, cwd=cwd,
+                stdin=asyncio.subprocess.DEVNULL, stdout=w,
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        finally:
+            os.close(w)  # the command has its copy; ours would keep the pipe from ending
+        return await _at_exit(proc, r, timeout)
+    finally:
+        os.close(r)
