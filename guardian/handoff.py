@@ -13,6 +13,7 @@ is tried (``uncertain``) and the operator reconciles. Never a half-open activati
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from typing import Any
@@ -20,11 +21,11 @@ from typing import Any
 from protocol.durable import read_json
 from protocol.errors import (
     BackendUnavailable,
-    CapabilityMissing,
     GuardianFault,
     HandoffFailed,
     IdentityError,
     PreflightTimeout,
+    StateCorrupt,
     TenureError,
     Uncertain,
 )
@@ -35,11 +36,11 @@ from .phases import Kind, Outcome, Phase, ending, reaching
 from .release import Release
 from .schemas import check as check_schemas
 from .schemas import declared, on_disk
-from .selection import missing_contracts
+from .selection import check_contracts
 from .state import Activation
 
-__all__ = ["CERTIFY_TRIES", "POINTS", "abort_requested_error", "certify_new", "restore_previous",
-           "upgrade"]
+__all__ = ["CERTIFY_TRIES", "POINTS", "abort_requested_error", "after", "certify_new",
+           "restore_previous", "upgrade"]
 
 log = logging.getLogger("tenure.guardian")
 
@@ -120,7 +121,11 @@ class _Handoff:
         the release verified here: it holds nothing, and its start-up imports what a
         preflight imports, so its report serves as one (:meth:`preflight`). Its
         interpreter is prewarmed while the release is verified (it runs nothing of the
-        release before that)."""
+        release before that). Touches nothing (no drain, no grant) until every check
+        passed: the candidate verifies, the release to roll back to verifies, the owner
+        offers the contracts both the candidate's RUNTIME.json and its preflight report
+        name, the schema gate passes. Raises what each check raises (CapabilityMissing,
+        NotFound, StateCorrupt, PreflightFailed, SchemaIncompatible, ...)."""
         co = self.co
         release, warm = await co.verify_warming(self.act.release, warm=stand_by)
         self.preflight_began = time.monotonic()
@@ -131,12 +136,12 @@ class _Handoff:
         # for the fence: only this guardian moves the epoch, and its flows run one at a
         # time (the command lock), so no round trip for it is needed inside the pause
         self.owner_epoch = int(owner["epoch"])
-        missing = missing_contracts(release, owner["capabilities"])
-        if missing:
-            raise CapabilityMissing(f"the owner lacks {missing} that the candidate requires",
-                                    {"missing": missing})
+        check_contracts(release, owner["capabilities"], who="the candidate")
+        await self.check_rollback_target()
         co.point("check.preflight")
         report = await self.preflight(release)
+        # what the candidate's code asks of the owner, which its manifest may not say
+        check_contracts(release, owner["capabilities"], report, who="the candidate")
         co.declared[release.id] = declared(report)
         incumbent = co.state.selector().current
         theirs = await co.schemas_of(incumbent) if incumbent is not None and \
@@ -145,6 +150,27 @@ class _Handoff:
         check_schemas(co.declared[release.id], disk, theirs)
         self.act = co.advance(self.act, Phase.CHECKED, {"preflight": report,
                                                         "formats_on_disk": disk})
+
+    async def check_rollback_target(self) -> None:
+        """The release a failure after the fence restores (the selected one the
+        incumbent runs) must be installed and verify as it would for that restore: a
+        handoff that could not go back is refused while nothing is touched, instead of
+        ending ``uncertain`` with no generation. Raises what verification raises
+        (NotFound, StateCorrupt, UnsafePath, BadSignature, InterpreterChanged: the same
+        class, its message naming the rollback target and what to do), StateCorrupt for
+        an I/O error."""
+        target = self.act.from_release
+        if target is None or target == self.act.release:
+            return   # nothing to go back to, or the candidate verified a moment ago
+        try:
+            await asyncio.to_thread(self.co.release, target)
+        except (TenureError, OSError) as exc:
+            err = exc if isinstance(exc, TenureError) else StateCorrupt(str(exc))
+            raise type(err)(
+                f"release {target}, the one to roll back to if the handoff fails after "
+                f"the fence, cannot be restored: {err.msg}. `tenure release install` it "
+                "again (or, while no backend runs, `tenure release select` another); "
+                "nothing was changed", {**err.data, "rollback_target": target}) from exc
 
     async def take_early(self) -> None:
         if self.early is not None:
@@ -266,7 +292,7 @@ class _Handoff:
         except Exception as second:  # the ending itself broke: say so, act no further
             log.exception("handoff %s: could not finish its ending %s", act.id, end)
             self.co.end(self.co.state.activation(act.id), Phase.UNCERTAIN,
-                        GuardianFault.wrap(second))
+                        after(err, GuardianFault.wrap(second), f"ending it {end}"))
 
     async def drop_standby(self) -> None:
         bp, self.standby = self.standby, None
@@ -289,7 +315,8 @@ async def restore_previous(co: Coordinator, act: Activation, cause: TenureError,
         checkpoint = co.read_checkpoint(act.id)
     except (OSError, TenureError) as exc:
         log.error("no usable checkpoint to restore from: %s", exc)
-        return co.end(act, Phase.UNCERTAIN, GuardianFault.wrap(exc))
+        return co.end(act, Phase.UNCERTAIN, after(cause, GuardianFault.wrap(exc),
+                                                  "reading the checkpoint to restore from"))
     previous = co.state.create_activation(Kind.RESTORE, act.from_release, act.release, None,
                                           {"restores": act.id})
     try:
@@ -310,8 +337,22 @@ async def restore_previous(co: Coordinator, act: Activation, cause: TenureError,
         log.error("restoring the previous release failed: %s", err)
         await co.stop_generations(None)
         co.end(co.state.activation(previous.id), Phase.UNCERTAIN, err)
-        return co.end(co.state.activation(act.id), Phase.UNCERTAIN, err)
+        return co.end(co.state.activation(act.id), Phase.UNCERTAIN,
+                      after(cause, err, f"restoring release {act.from_release}"))
     return co.end(co.state.activation(act.id), Phase.ROLLED_BACK, cause)
+
+
+def after(cause: TenureError, failed: TenureError, what: str) -> TenureError:
+    """The error an activation ends with when ``what`` (its restore, its ending) failed
+    after ``cause`` had failed it: ``failed``'s class and code (what left no generation
+    acting, so what a recovery needs fixed first), a message naming both, and
+    ``data.cause`` keeping the original error, so that the activation and its receipts
+    say why the handoff failed at all, not only the log. Never raises."""
+    err = copy.copy(failed)   # its class and fields (a remote code, a request id)
+    err.msg = f"the handoff failed: {cause}; then {what} failed: {failed}"
+    err.args = (err.msg,)
+    err.data = {**failed.data, "cause": cause.to_wire()}
+    return err
 
 
 async def certify_new(co: Coordinator, bp: BackendProcess) -> bool:

@@ -67,6 +67,7 @@ __all__ = [
     "install",
     "list_releases",
     "sha256_file",
+    "summarize",
     "verify",
 ]
 
@@ -112,6 +113,7 @@ class ReleaseStatus(StrEnum):
     OK = "ok"  # RUNTIME.json parses and hashes to the directory name; files not hashed
     CORRUPT = "corrupt"  # unreadable, malformed, misnamed or not a directory
     INCOMPLETE = "incomplete"  # temp directory left by an interrupted install
+    MISSING = "missing"  # no such entry: a release the selector names was deleted
 
 
 @dataclass(frozen=True)
@@ -474,17 +476,22 @@ def list_releases(releases_dir: Path) -> list[ReleaseSummary]:
     """
     releases_dir = Path(releases_dir)
     _check_root(releases_dir)
-    out = []
-    for name in sorted(os.listdir(releases_dir)):
-        path = releases_dir / name
-        if ".tmp-" in name:
-            out.append(ReleaseSummary(name, path, ReleaseStatus.INCOMPLETE))
-            continue
-        try:
-            out.append(_summary(name, path))
-        except (TenureError, OSError) as e:
-            out.append(ReleaseSummary(name, path, ReleaseStatus.CORRUPT, reason=str(e)))
-    return out
+    return [summarize(releases_dir, name) for name in sorted(os.listdir(releases_dir))]
+
+
+def summarize(releases_dir: Path, name: str) -> ReleaseSummary:
+    """The cheap status of ``releases_dir/name`` (see :func:`list_releases`): ``missing``
+    when there is no such entry, ``ok`` when its RUNTIME.json reads and hashes to its
+    name. Never raises: what cannot be read is ``corrupt``, with the reason."""
+    path = Path(releases_dir) / name
+    if ".tmp-" in name:
+        return ReleaseSummary(name, path, ReleaseStatus.INCOMPLETE)
+    if not os.path.lexists(path):
+        return ReleaseSummary(name, path, ReleaseStatus.MISSING, reason="not installed")
+    try:
+        return _summary(name, path)
+    except (TenureError, OSError) as e:
+        return ReleaseSummary(name, path, ReleaseStatus.CORRUPT, reason=str(e))
 
 
 def _summary(name: str, path: Path) -> ReleaseSummary:

@@ -19,7 +19,7 @@ from .forceplan import checked_plan, force_plan, write_evidence
 from .handoff import upgrade
 from .manifest import is_release_id
 from .phases import Kind
-from .release import list_releases
+from .release import ReleaseStatus, ReleaseSummary, list_releases, summarize
 from .selection import check_release
 from .selfupgrade import upgrade_guardian
 from .trust import install_trusted
@@ -99,6 +99,8 @@ class GuardianService:
         link, owner = st.get("owner_link") or {}, st.get("owner") or {}
         if link.get("current") is False and isinstance(owner.get("pid"), int):
             link["process"] = silence(owner["pid"])   # stopped, gone, ... (as status says)
+        st["selector"] = {**st["selector"],
+                          **await asyncio.to_thread(_installed, self.co, st["selector"])}
         st["lease"] = self.co.state.lease()
         st["handoff_in_progress"] = self.co.command_lock.locked()
         st["recent"] = [a.to_wire() for a in self.co.state.activations(5)]
@@ -121,12 +123,23 @@ class GuardianService:
         return {"release": rel.id, "tenure_version": rel.tenure_version}
 
     async def release_list(self, call: Call) -> Any:
+        """Every entry of releases/ with its cheap status, and the selected and previous
+        releases although their directory is gone (status ``missing``): a list without
+        them hides that recovery and a rollback have nothing to start."""
         sel = self.co.state.selector()
+        releases = self.co.paths.releases
+
+        def work() -> list[ReleaseSummary]:
+            listed = list_releases(releases)
+            names = {s.name for s in listed}
+            gone = [summarize(releases, r) for r in dict.fromkeys((sel.current, sel.previous))
+                    if r is not None and r not in names]
+            return sorted(listed + gone, key=lambda s: s.name)
         return {"releases": [{"release": s.name, "status": str(s.status),
                               "current": s.name == sel.current,
                               "previous": s.name == sel.previous,
                               **({"reason": s.reason} if s.reason else {})}
-                             for s in list_releases(self.co.paths.releases)]}
+                             for s in await asyncio.to_thread(work)]}
 
     async def release_verify(self, call: Call) -> Any:
         rel = await asyncio.to_thread(self.co.release, call.params["release"])
@@ -247,6 +260,18 @@ def _changes_release(co: Coordinator, current: str | None, rid: str) -> bool:
         return False
     body = co.certificate().get("body") or {}
     return current != rid or body.get("release") not in (None, rid)
+
+
+def _installed(co: Coordinator, sel: dict[str, Any]) -> dict[str, bool | None]:
+    """``current_installed`` and ``previous_installed`` of the selector ``sel``: whether
+    that release's directory exists and its RUNTIME.json reads and hashes to its name (a
+    cheap check, no file hashed: a status is asked often); None when there is no such
+    release. A deleted selected release makes recovery impossible, and status says so
+    before a crash finds out. Never raises."""
+    releases = co.paths.releases
+    return {f"{k}_installed": None if sel.get(k) is None else
+            summarize(releases, str(sel[k])).status is ReleaseStatus.OK
+            for k in ("current", "previous")}
 
 
 def _blocked(info: dict[str, Any] | None) -> TenureError:

@@ -135,7 +135,7 @@ def resolve_release(guardian: Any, arg: str | None, install: bool = False) -> st
     # interrupted, nor an entry whose name is no release id (it cannot be verified)
     found = [x["release"] for x in guardian.call("release.list")["releases"]
              if x["release"].startswith(arg) and _is_release_id(x["release"])
-             and x.get("status") != "incomplete"]
+             and x.get("status") not in ("incomplete", "missing")]
     if len(found) != 1:
         raise (NotFound if not found else BadRequest)(
             f"{len(found)} installed releases start with {arg!r}"

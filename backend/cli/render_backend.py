@@ -57,8 +57,8 @@ def backend(action: str, r: dict[str, Any]) -> str:
          else release_line(r.get("owner_release"), "owner")),
         ("guardian", f"pid {g.get('pid', '-')}, runs "
                      f"{release_line(r.get('guardian_release'))}"),
-        ("release", sel["current"]),
-        ("previous", sel["previous"]),
+        ("release", _selected(sel, "current")),
+        ("previous", _selected(sel, "previous")),
         ("backend", f"pid {b['pid']}, activation {b.get('activation', '-')}, "
                     f"{_liveness(b)}" if b else "none running"),
         ("last activation", f"{last.get('id')} {last.get('kind')}: {last.get('phase')}"
@@ -80,6 +80,16 @@ def backend(action: str, r: dict[str, Any]) -> str:
         lines.append(paint(f"UNHEALTHY: guardian task {u.get('task')} failed: "
                            f"{u.get('reason')} (see the guardian's log)", "red"))
     return "\n".join(lines)
+
+
+def _selected(sel: dict[str, Any], which: str) -> Any:
+    """The selector's ``current`` or ``previous`` release, marked when the guardian says
+    it is not installed (``<which>_installed`` false; a guardian that does not say is
+    not contradicted)."""
+    rid = sel.get(which)
+    if rid is None or sel.get(f"{which}_installed") is not False:
+        return rid
+    return f"{rid} " + paint("(NOT INSTALLED)", "red")
 
 
 def release_line(own: dict[str, Any] | None, who: str = "guardian") -> str:
@@ -209,11 +219,15 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
 
     ready: a valid certificate vouches for the applications. pending: none does right now,
     but the backend (or a running activation) will settle and certify. unavailable:
-    recovery is blocked, uncertain, the owner is lost to the guardian, or there is no
-    certificate and no backend to make one.
+    recovery is blocked, uncertain, the owner is lost to the guardian, the selected
+    release is not installed (nothing to start), or there is no certificate and no
+    backend to make one.
     """
     cert, backend = r.get("certificate") or {}, r.get("backend") or {}
     act = r.get("last_activation") or {}
+    missing = _not_installed(r.get("selector") or {})
+    if missing is not None:
+        return missing
     if r.get("blocked"):
         return _state("unavailable", f"recovery blocked: {r['blocked'].get('reason')}; "
                       "run `tenure backend recover`")
@@ -261,6 +275,17 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
                       "certifies again within 5 s once nothing is changing")
     return _state("unavailable", "no valid certificate and no backend running: with "
                   "applications running, recovery waits for `tenure backend recover`")
+
+
+def _not_installed(sel: dict[str, Any]) -> dict[str, Any] | None:
+    """``unavailable`` when the guardian says the selected release is not installed
+    (``current_installed`` false): whatever else holds, a recovery would have nothing
+    to start. None otherwise (also when the guardian does not say)."""
+    if sel.get("current") is None or sel.get("current_installed") is not False:
+        return None
+    return _state("unavailable", f"the selected release {sel['current']} is not "
+                  "installed: `tenure release install` it or `tenure release select` "
+                  "another")
 
 
 def _state(state: str, reason: str | None) -> dict[str, Any]:

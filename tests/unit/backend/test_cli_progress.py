@@ -54,17 +54,19 @@ def test_no_progress_off_a_terminal_or_with_json(stream: io.StringIO, as_json: b
 
 
 class Guardian:
-    """Answers release.list with ``ids``: names, or entries with a status."""
+    """Answers release.list with ``ids`` (names, or entries with a status) and the
+    ``missing`` selected releases."""
 
-    def __init__(self, ids: list[Any]) -> None:
-        self.ids, self.calls = ids, []  # type: ignore[var-annotated]
+    def __init__(self, ids: list[Any], missing: tuple[str, ...] = ()) -> None:
+        self.ids, self.missing, self.calls = ids, missing, []  # type: ignore[var-annotated]
 
     def call(self, method: str, params: Any = None, timeout: float = 0) -> Any:
         self.calls.append((method, params))
         if method == "release.install":
             return {"release": "f" * 64}
-        return {"releases": [r if isinstance(r, dict) else {"release": r}
-                             for r in self.ids]}
+        return {"releases": [r if isinstance(r, dict) else {"release": r, "status": "ok"}
+                             for r in self.ids]
+                + [{"release": r, "status": "missing"} for r in self.missing]}
 
 
 A, B = "ab12" * 16, "ab13" * 16
@@ -142,3 +144,12 @@ def test_the_parser_built_for_one_command_parses_it_as_the_whole_one(argv: list[
             return ("exit", exc.code)
 
     assert parsed(_parser(argv)) == parsed(_parser())
+
+
+def test_a_prefix_does_not_name_a_release_that_is_listed_as_missing() -> None:
+    """`release list` shows a deleted selected release (``missing``): not installed, so
+    a prefix neither resolves to it nor is made ambiguous by it."""
+    g = Guardian([A], missing=(A[:60] + "cdef", B))
+    assert resolve_release(g, A[:12]) == A
+    with pytest.raises(NotFound, match="0 installed releases"):
+        resolve_release(g, B[:12])

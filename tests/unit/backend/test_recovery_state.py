@@ -72,6 +72,11 @@ def answer(**kw: Any) -> dict[str, Any]:
      "unavailable", "another owner instance answers the guardian; a recovery needs"),
     (answer(owner_link={"state": "reconnecting", "reason": "connection lost"}), "ready",
      None),                                      # a moment's break is not a verdict
+    # was "ready" with the selected release deleted: a crash was then BLOCKED at once
+    (answer(selector={"current": "r1", "previous": None, "revision": 1,
+                      "current_installed": False}), "unavailable",
+     "the selected release r1 is not installed: `tenure release install` it or "
+     "`tenure release select` another"),
 ])
 def test_recovery_state(r: dict[str, Any], state: str, reason: str | None) -> None:
     got = render.recovery_state(r)
@@ -90,3 +95,16 @@ def test_backend_status_prints_the_recovery_line() -> None:
     assert [x for x in pending if x.startswith("recovery: ")] == [
         "recovery: pending (no certificate yet; the backend certifies within 5 s once "
         "nothing is changing)"]
+
+
+def test_backend_status_marks_a_release_that_is_not_installed() -> None:
+    sel = {"current": "r1", "previous": "r0", "revision": 2}
+    for flags, release, previous in (
+            ({}, "r1", "r0"),        # a guardian that does not say is not contradicted
+            ({"current_installed": False, "previous_installed": True},
+             "r1 (NOT INSTALLED)", "r0"),
+            ({"current_installed": True, "previous_installed": False},
+             "r1", "r0 (NOT INSTALLED)")):
+        lines = [" ".join(x.split()) for x in render.backend(
+            "status", answer(selector={**sel, **flags})).splitlines()]
+        assert f"release: {release}" in lines and f"previous: {previous}" in lines
