@@ -70,7 +70,8 @@ def _differences(body: dict[str, Any], live: list[dict[str, Any]]) -> dict[str, 
     rows = body.get("inventory")
     if not isinstance(rows, list):
         return {"certificate_digest": body.get("inventory_digest"),
-                "live_digest": digest(live), "detail": "the certificate lists no launches"}
+                "live_digest": digest(live),
+                "detail": "the certificate keeps its launches as a digest, not one by one"}
     want = {str(r.get("launch_key")): (r.get("pid"), r.get("start_ticks"))
             for r in rows if isinstance(r, dict)}
     have = {str(r["launch_key"]): (r.get("pid"), r.get("start_ticks")) for r in live}
