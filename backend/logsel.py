@@ -9,7 +9,9 @@ continuing ``after`` it neither skips nor repeats a record, although the sources
 read one after the other. Its ``last_id`` is the journal's newest id when the first
 source was read (every record up to it was there by then): a reader that stops at the
 end the journal had when it started stops there, not where a page was cut. A record two
-targets name (``web`` and ``web/api``) is returned once.
+targets name (``web`` and ``web/api``) is returned once. Each source's ``pruned`` (the
+sources retention removed records of before they were read, owner.journalpruned) is
+passed on, in one list.
 
 A tail (``tail`` N) is the last N records of all the sources together, as of the
 journal's newest id when it was asked: the merged page answered for it begins after
@@ -108,8 +110,12 @@ def merge(pages: list[dict[str, Any]], end: int | None = None) -> dict[str, Any]
             if r["id"] <= upto:
                 seen[r["id"]] = r
     last = min(p["last_id"] for p in pages) if end is None else end
-    return {"records": [seen[i] for i in sorted(seen)], "next": upto,
-            "more": any(p["more"] for p in pages), "last_id": last}
+    merged = {"records": [seen[i] for i in sorted(seen)], "next": upto,
+              "more": any(p["more"] for p in pages), "last_id": last}
+    told = [p["pruned"] for p in pages if p.get("pruned") is not None]
+    if told:   # an owner that predates it says nothing of what retention removed
+        merged["pruned"] = [g for gaps in told for g in gaps]
+    return merged
 
 
 async def _tail_start(read: Read, sources: list[Source], params: dict[str, Any], n: int

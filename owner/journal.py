@@ -41,6 +41,7 @@ from . import memtrim
 from .journalckpt import Checkpointer, checkpoint, frames_for
 from .journalforget import forget_sources
 from .journalhealth import WriteHealth
+from .journalpruned import Pruned
 from .journalread import STREAMS, Filters, LogRecord, Page, read_at
 from .journalretention import (
     MAX_RETENTION,
@@ -217,6 +218,7 @@ class Journal:
         self._rlock = threading.Lock()
         self._wlock = threading.Lock()  # the writer connection: a batch, or a forget
         self._apps: dict[tuple[str, str], _App] = {}
+        self._pruned = Pruned()   # what retention deleted, for readers behind it
         self._next_id = 1
         self._load_state()
         self._cond = threading.Condition(threading.Lock())
@@ -510,10 +512,11 @@ class Journal:
                 if self._apps[key].total > self._limit(key):
                     self._prune(conn, key)
             conn.execute("UPDATE meta SET value=? WHERE key='next_id'", (self._next_id,))
-            conn.execute("COMMIT")
+            self._pruned.commit(conn)
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
+            self._pruned.discard()
             self._next_id = next_id
             with contextlib.suppress(sqlite3.Error):
                 self._load_state()
@@ -545,6 +548,7 @@ class Journal:
             if app.first:
                 self._save_extent(conn, key)  # closing it: the batch end saves only open ones
             app.first, app.last, app.bytes = first, last, data_bytes
+        self._pruned.wrote(key, app.first, (source.instance, item.stream), last)
         return key
 
     def _save_extent(self, conn: sqlite3.Connection, key: tuple[str, str]) -> None:
@@ -570,12 +574,15 @@ class Journal:
                     break
                 if app.total - nbytes < limit and nbytes > 2 * max(limit // 32, 1):
                     # an extent of a larger budget: cut its head, not all of it
-                    gone, starts = cut_extent(conn, key, first, last, app.total - limit)
+                    gone, starts = cut_extent(conn, key, first, last, app.total - limit,
+                                              self._pruned.note_range)
+                    self._pruned.moved(key, first, starts)
                     app.total -= gone
                     if first == app.first:   # the open extent now starts there (0: gone)
                         app.first, app.bytes = starts, app.bytes - gone
                         app.last = app.last if starts else 0
                     break
+                self._pruned.note_extent(conn, key, first, last)
                 conn.execute("DELETE FROM records WHERE id BETWEEN ? AND ? AND stack=?"
                              " AND app=?", (first, last, *key))
                 conn.execute("DELETE FROM extents WHERE stack=? AND app=? AND first_id=?",
@@ -622,7 +629,11 @@ class Journal:
         checked = [(_check_name("stack", st), _check_name("app", app),
                     _check_int("instance", inst)) for st, app, inst in sources]
         self.flush(timeout)
-        deleted = self._maintain("forgetting sources", lambda c: forget_sources(c, checked))
+
+        def work(conn: sqlite3.Connection) -> int:
+            self._pruned.forgot((st, app) for st, app, _ in checked)
+            return forget_sources(conn, checked)
+        deleted = self._maintain("forgetting sources", work)
         self._ckpt.ask()  # a delete may rewrite many pages
         return deleted
 
@@ -638,11 +649,12 @@ class Journal:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 result = work(conn)
-                conn.execute("COMMIT")
+                self._pruned.commit(conn)
                 return result
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
+                self._pruned.discard()
                 raise StorageFailed(f"journal: {what} failed: {exc}",
                                     {"path": self._path}) from None
             finally:
@@ -701,7 +713,8 @@ class Journal:
         if tail is not None:
             _check_int("tail", tail)
         with self._rlock:
-            return read_at(self._reader(), after_id, limit, max_bytes, flt, tail)
+            return read_at(self._reader(), after_id, limit, max_bytes, flt, tail,
+                           self._pruned)
 
     @property
     def path(self) -> str:

@@ -16,6 +16,8 @@ from typing import Any, Final
 
 from protocol.errors import BadRequest
 
+from .journalpruned import Pruned, gaps
+
 __all__ = ["RECORD_OVERHEAD", "STREAMS", "Filters", "LogRecord", "Page", "read_at",
            "read_page", "tail_start"]
 
@@ -55,17 +57,24 @@ class LogRecord:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Page:
     """``records`` in id order; ``next`` is the ``after`` that continues where this page
-    ended; ``more`` says a limit (count or bytes) cut it, so more may follow at once."""
+    ended; ``more`` says a limit (count or bytes) cut it, so more may follow at once.
+    ``pruned``: the sources log retention removed records of after the id the page was
+    read from (owner.journalpruned.gaps); None when that is not known (the file read
+    without the owner), and then absent from the answer."""
 
     records: list[LogRecord]
     next: int
     more: bool
     last_id: int
+    pruned: list[dict[str, Any]] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """The answer of the owner's ``logs.read``."""
-        return {"records": [r.to_wire() for r in self.records], "last_id": self.last_id,
+        wire = {"records": [r.to_wire() for r in self.records], "last_id": self.last_id,
                 "next": self.next, "more": self.more}
+        if self.pruned is not None:
+            wire["pruned"] = self.pruned
+        return wire
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -139,15 +148,21 @@ def read_page(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: in
 
 
 def read_at(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: int | None,
-            flt: Filters, tail: int | None = None) -> Page:
+            flt: Filters, tail: int | None = None, pruned: Pruned | None = None) -> Page:
     """:func:`read_page` in one read transaction, after :func:`tail_start` with
     ``tail``: the owner's ``logs.read``, and the CLI's read of the file while tenure is
-    not running. The caller serialises the use of ``conn``."""
+    not running. With ``pruned`` (the owner's), the page's ``pruned`` names the sources
+    retention removed records of after the id it was read from, as of the same snapshot.
+    The caller serialises the use of ``conn``. Raises BadRequest and sqlite3.Error."""
     conn.execute("BEGIN")
     try:
+        # a tail only raises after_id: marks at or below it are never named
+        marks = None if pruned is None else pruned.as_of(conn, flt, after_id)
         if tail is not None:
             after_id = max(after_id, tail_start(conn, tail, flt))
-        return read_page(conn, after_id, limit, max_bytes, flt)
+        page = read_page(conn, after_id, limit, max_bytes, flt)
+        return page if marks is None else dataclasses.replace(page,
+                                                              pruned=gaps(marks, after_id))
     finally:
         conn.execute("COMMIT")
 

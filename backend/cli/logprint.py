@@ -10,7 +10,9 @@ On a terminal, control characters in application output are shown as ``\\xNN`` i
 of being interpreted: an app must not be able to move the cursor, recolour, retitle or
 rewrite what the operator sees. Piped, a line is written as the bytes the app wrote
 (non-UTF-8 included). ``--json`` carries them losslessly: ``data`` is the record as
-text, and when its bytes are not valid UTF-8, ``data_base64`` holds them exactly.
+text, and when its bytes are not valid UTF-8, ``data_base64`` holds them exactly. A
+record after some of its source's that log retention removed unread has
+``retention_gap`` (backend.cli.loggaps).
 """
 
 from __future__ import annotations
@@ -65,6 +67,15 @@ class Printer:
         self._json, self._grep, self._label = as_json, grep, label
         self._tty = not as_json and sys.stdout.isatty()
         self._cut: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        self._gaps: dict[tuple[Any, ...], dict[str, int]] = {}
+
+    def gaps(self, new: dict[tuple[Any, ...], dict[str, int]]) -> None:
+        """With ``--json``, mark the next record printed of each source ``(stack, app,
+        instance, stream)`` of ``new`` with its ``retention_gap`` (loggaps): records of
+        it before that one were removed by log retention unread. Human output says it
+        on stderr only."""
+        if self._json:
+            self._gaps.update(new)
 
     def page(self, recs: list[dict[str, Any]]) -> None:
         """Print ``recs`` (in id order); the records of a line not yet ended are held."""
@@ -114,6 +125,9 @@ class Printer:
         if self._grep is not None and not self._grep.search(text):
             return
         obj = {**r, "data": text}
+        gap = self._gaps.pop((r["stack"], r["app"], r["instance"], r["stream"]), None)
+        if gap is not None:
+            obj["retention_gap"] = gap
         if text.encode() != data:   # not valid UTF-8: the bytes as they are, too
             import base64
             obj["data_base64"] = base64.b64encode(data).decode()

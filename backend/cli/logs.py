@@ -10,7 +10,8 @@ stderr that it waits and why, asks again every OWNER_WAIT_S, and says when the o
 answers again; the lines captured meanwhile then follow, none skipped. It outlives a
 backend handoff (``tenure backend upgrade``) and a backend restart the same way, without
 a word (a longer wait is said): :func:`through_handoffs`, which every follower of the
-backend shares.
+backend shares. Records log retention removed before they were read (a follower behind
+a fast app, a ``--since`` older than what is kept) are said on stderr (loggaps).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from protocol.errors import (
 )
 
 from .exits import Exit
+from .loggaps import RetentionGaps
 from .logprint import TENURE_FLAG, Printer, neutralise
 
 TYPE_CHECKING = False
@@ -86,12 +88,14 @@ def follow_logs(args: Any, call: Callable[..., Any]) -> int:
     ``args.follow``, every new one. Without it, stops at the journal's end as it was
     when the command started. The targets are resolved once, by the first read: later
     pages read the sources it found (an app a glob matched is read on after it is
-    removed from the config). Raises what ``call`` raises."""
+    removed from the config). Records log retention removed before they were read are
+    said on stderr, once each (loggaps). Raises what ``call`` raises."""
     tail = line_count(args.n)
     flt: dict[str, Any] = {"stream": args.stream} if args.stream else {}
     if args.targets:
         flt["targets"] = args.targets
     printer = Printer(args.json, _pattern(args.grep))
+    gaps = RetentionGaps(args.follow)
     start = since(args.since, time.time()) or {"tail": tail}
     page = read_page(args, call, {**flt, **start, "limit": PAGE_RECORDS})
     if page.get("resolved") is not None and args.targets:
@@ -99,6 +103,7 @@ def follow_logs(args: Any, call: Callable[..., Any]) -> int:
     end = page["last_id"]
     try:
         while True:
+            printer.gaps(gaps.take(page))   # said before the records that follow them
             recs = page["records"]
             if not args.follow and recs and recs[-1]["id"] > end:
                 printer.page([r for r in recs if r["id"] <= end])

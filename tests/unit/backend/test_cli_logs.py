@@ -434,3 +434,115 @@ def test_n_counts_records_and_a_tail_that_begins_inside_a_cut_line_prints_its_en
     run(journal, piped, monkeypatch, n=3)   # the last two records of the line, and short
     assert piped.written().splitlines() == [b"shop/web/0: " + line[16384:],
                                             b"shop/web/0: short"]
+
+
+KEPT = 64 << 10   # bytes an app keeps in these journals: about 65 lines of 1000 bytes
+
+
+def lines(tag: bytes, n: int) -> list[tuple[bytes, int]]:
+    return [(b"%s %04d " % (tag, i) + b"x" * 990, 0) for i in range(n)]
+
+
+def written(journal: Journal, src: LogSource, data: list[tuple[bytes, int]],
+            stream: str = "stdout") -> list[int]:
+    """Append ``data`` and return the ids it was given (one append, flushed, takes the
+    next ids)."""
+    before = journal.last_id()
+    journal.append(src, stream, data)
+    assert journal.flush(timeout=30)
+    return list(range(before + 1, journal.last_id() + 1))
+
+
+def pruned_above(journal: Journal, ids: list[int], after: int, **flt: Any) -> int:
+    """The highest of ``ids`` above ``after`` that the journal no longer has."""
+    kept = {r.id for r in journal.read(0, 10_000, **flt)}
+    lost = [i for i in ids if i > after and i not in kept]
+    assert lost, "the test meant retention to prune above the read"
+    return max(lost)
+
+
+def test_a_follower_behind_retention_says_the_gap_once_and_follows_on(tmp_path,
+                                                                      monkeypatch):
+    """Was: `tenure logs -f` went from one app's record 35076 to 61464 without a word:
+    retention had pruned those between before the follower read them."""
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=KEPT) as j:
+        j.set_retention({("shop", "db"): 1 << 20})   # db keeps all it writes here
+        web = written(j, WEB, lines(b"web", 20))
+        written(j, DB, lines(b"db", 20))
+        after = j.last_id()
+        out, err = io.StringIO(), io.StringIO()
+        monkeypatch.setattr(sys, "stdout", out)
+        monkeypatch.setattr(sys, "stderr", err)
+        # small pages: several are cut among db's records below web's gap, and the
+        # owner names the gap in each of them
+        monkeypatch.setattr("backend.cli.logs.PAGE_RECORDS", 7)
+        polls: list[float] = []
+
+        def poll(seconds: float) -> None:
+            polls.append(seconds)
+            if len(polls) == 1:
+                for _ in range(60):   # web outruns its budget; db's ids come between
+                    web.extend(written(j, WEB, lines(b"web", 3)))
+                    written(j, DB, lines(b"db", 4))
+            elif len(polls) == 3:
+                raise Ended
+        monkeypatch.setattr("backend.cli.logs.time.sleep", poll)
+        owner = Owner(j, out)
+        answers: list[dict[str, Any]] = []
+
+        def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+            answers.append(owner(a, method, params))
+            return answers[-1]
+        with pytest.raises(Ended):
+            follow_logs(args(follow=True, n=1000), call)
+        last = pruned_above(j, web, after, app="web")
+        assert err.getvalue().splitlines() == [
+            f"tenure: logs: records of shop/web/0 were removed by log retention before "
+            f"they were read (among ids {after + 1}-{last}); following on"]
+        assert sum(1 for a in answers if a.get("pruned")) > 1   # said once, named often
+        kept = j.read(after, 10_000)
+        assert len(out.getvalue().splitlines()) == 40 + len(kept)
+
+
+def test_other_apps_ids_and_other_sources_pruned_say_nothing(tmp_path, monkeypatch):
+    """A follower of one instance: another app's records between its ids, that app's
+    pruning, its own pruning below what it read and another instance's pruning above it
+    are none of its gaps. ``--since`` an id of that other instance says where it goes
+    on from; with ``--json`` the record after the gap carries it too."""
+    web1, ids1 = LogSource("shop", "web", 1, 1), []
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=KEPT) as j:
+        written(j, WEB, lines(b"web0", 20))
+        after = j.last_id()
+        err = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", err)
+        polls: list[float] = []
+
+        def poll(seconds: float) -> None:
+            polls.append(seconds)
+            if len(polls) == 1:
+                for _ in range(60):
+                    ids1.extend(written(j, web1, lines(b"web1", 3), "stderr"))
+                    written(j, DB, lines(b"db", 4))
+                written(j, WEB, lines(b"web0 new", 5))
+            elif len(polls) == 3:
+                raise Ended
+        monkeypatch.setattr("backend.cli.logs.time.sleep", poll)
+        out = io.StringIO()
+        monkeypatch.setattr(sys, "stdout", out)
+        with pytest.raises(Ended):
+            follow_logs(args(targets=["shop/web/0"], follow=True, n=1000), Owner(j, out))
+        assert len(out.getvalue().splitlines()) == 25 and err.getvalue() == ""
+        last = pruned_above(j, ids1, after, app="web", instance=1)
+        first = j.read(after, 1, app="web", instance=1)[0].id
+        assert run(j, Piped(), monkeypatch, targets=["shop/web/1"], stream="stdout",
+                   since=str(after)) and err.getvalue() == ""   # it wrote no stdout
+        as_json = Piped()
+        run(j, as_json, monkeypatch, targets=["shop/web/1"], since=str(after), json=True)
+        said = (f"tenure: logs: records of shop/web/1 were removed by log retention before "
+                f"they were read (among ids {after + 1}-{last}); printing those kept after "
+                "them")
+        assert err.getvalue().splitlines() == [said]
+        recs = [json.loads(r) for r in as_json.written().splitlines()]
+        assert recs[0]["id"] == first
+        assert recs[0]["retention_gap"] == {"after": after, "last_id": last}
+        assert not any("retention_gap" in r for r in recs[1:])

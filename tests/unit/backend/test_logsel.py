@@ -141,6 +141,36 @@ def test_one_source_is_passed_through_and_overlapping_ones_are_merged_once() -> 
     assert (out["next"], out["more"], out["last_id"]) == (7, True, 9)
 
 
+def test_a_merged_page_passes_on_what_retention_removed_of_each_source(
+        tmp_path: Path) -> None:
+    """Each source's page names what retention pruned of it above the read; the merged
+    page names them all. An owner that predates ``pruned`` answers without it, and so
+    does the merged page (a reader then says nothing)."""
+    api, worker = SOURCES[0], SOURCES[2]
+    ids: dict[str, list[int]] = {"api": [], "worker": []}
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=64 << 10) as j:
+        for _ in range(100):   # each app outruns its budget
+            for src, stream in ((api, "stdout"), (worker, "stderr")):
+                j.append(src, stream, [(b"x" * 1000, 0)])
+                assert j.flush(10)
+                ids[src.app].append(j.last_id())
+
+        async def read(q: dict[str, Any]) -> dict[str, Any]:
+            return j.read_page(q.get("after", 0), q["limit"], stack=q.get("stack"),
+                               app=q.get("app"), instance=q.get("instance")).to_wire()
+        chosen = [("web", "api", 0), ("web", "worker", None)]
+        page = asyncio.run(read_sources(read, chosen, {"after": 0, "limit": 1000}))
+    kept = {r["id"] for r in page["records"]}
+    lost = {app: max(i for i in got if i not in kept) for app, got in ids.items()}
+    assert page["pruned"] == [
+        {"stack": "web", "app": "api", "instance": 0, "stream": "stdout", "after": 0,
+         "last_id": lost["api"]},
+        {"stack": "web", "app": "worker", "instance": 0, "stream": "stderr", "after": 0,
+         "last_id": lost["worker"]}]
+    old = {"records": [], "next": 3, "more": False, "last_id": 3}
+    assert "pruned" not in merge([old, old])
+
+
 def test_coarsen_drops_what_another_source_holds_and_never_widens() -> None:
     """Every app of a stack named is not the stack: that read its jobs' output too."""
     assert coarsen([("web", "api", 0), ("web", "api", 1)]) == \
