@@ -138,8 +138,10 @@ def _trouble(guardian: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _hung_line(hung: dict[str, Any]) -> str:
-    return (f"{hung['msg']}; a backend crash would not be recovered; `tenure down` stops "
-            "it, then `tenure up`")
+    # `tenure down` would stop the owner and every application with it
+    return (f"{hung['msg']}; a backend crash would not be recovered; `kill {hung['pid']}` "
+            f"(`kill -9 {hung['pid']}` if it does not end), then `tenure up`: the "
+            "applications keep running")
 
 
 def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
