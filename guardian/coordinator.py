@@ -32,6 +32,7 @@ from protocol.errors import (
     OperationInProgress,
     RequestTimedOut,
     TenureError,
+    TransportLost,
     Uncertain,
 )
 from protocol.grant import Grant, public_key_text
@@ -154,8 +155,12 @@ class Coordinator:
         no answer) saying what /proc shows of its process."""
         wait = min(OWNER_CHECK_S, self.deadline)
         try:
-            status: dict[str, Any] = await self.owner_call("status", timeout=wait)
-        except (RequestTimedOut, ConnectFailed) as exc:
+            try:
+                status: dict[str, Any] = await self.owner_call("status", timeout=wait)
+            except TransportLost:   # a connection that broke meanwhile (the owner watch
+                # gave up on a silent owner): asked once more, on a new one
+                status = await self.owner_call("status", timeout=wait)
+        except (RequestTimedOut, ConnectFailed, TransportLost) as exc:
             pid = self.owner_identity.pid if self.owner_identity is not None else None
             why = silence(pid) if pid is not None else "its pid is unknown"
             raise type(exc)(f"the owner did not answer within {wait:g} s: {why}. Nothing "

@@ -37,6 +37,27 @@ def test_an_upgrade_with_a_stopped_owner_aborts_at_once_and_names_it(cluster) ->
     assert "s/a/0" in text and "ready" in text, text
 
 
+def test_an_upgrade_while_the_guardian_waits_on_a_stopped_owner_names_it(cluster
+                                                                         ) -> None:
+    """Was a bare 'TRANSPORT_LOST: status: connection lost' when the owner had been
+    stopped a second or more: the guardian's watch, waiting on the same connection,
+    broke it when its own call timed out."""
+    cluster.up(ONE)
+    cluster.wait_ready(1)
+    release = cluster.cli("backend", "status", check=True).out["selector"]["current"]
+    owner = cluster.status()["owner"]["pid"]
+    os.kill(owner, signal.SIGSTOP)
+    try:
+        time.sleep(1.0)   # the guardian's watch of the owner is waiting for an answer
+        res = cluster.cli("backend", "upgrade", release, timeout=120)
+    finally:
+        os.kill(owner, signal.SIGCONT)
+    act = res.out["activation"]
+    assert res.code != 0 and act["phase"] == "aborted", res
+    assert act["error"].startswith("the owner did not answer within 5 s: pid "
+                                   f"{owner} is stopped (SIGSTOP or a debugger)"), act
+
+
 def test_status_with_a_stopped_owner_answers_at_once_and_names_it(cluster) -> None:
     cluster.up(ONE)
     cluster.wait_ready(1)
