@@ -119,19 +119,37 @@ async def recover_safely(co: Coordinator, force: bool = False,
         err = GuardianFault.wrap(exc)
         if not isinstance(exc, TenureError):
             log.exception("recovery: unexpected error")
-        _block(co, err.code_str, err.msg)
+        _block(co, err.code_str, err.msg, next_step(err))
         return None
 
 
-def _block(co: Coordinator, code: str, reason: str) -> None:
-    log.error("recovery blocked: %s; run `tenure backend recover`", reason)
+def next_step(err: TenureError) -> str:
+    """What the operator runs once a recovery blocked on ``err``: a release that does
+    not verify is replaced (a recovery of it would block again), else the recovery is
+    run by hand (``--dry-run`` first when the certificate does not cover the world)."""
+    release = err.data.get("release")
+    if err.code_str == "INTERPRETER_CHANGED":
+        return ("`tenure release rebind` (the Python the releases run under changed), or "
+                "`tenure release select` a release sealed for it")
+    if isinstance(release, str):
+        return (f"`tenure release install` release {release[:12]} again, or `tenure "
+                "release select` another installed one (it starts it)")
+    if err.code_str == "RECOVERY_BLOCKED":
+        return ("`tenure backend recover --dry-run` shows what a forced recovery would "
+                "adopt")
+    return "once that is fixed, `tenure backend recover`"
+
+
+def _block(co: Coordinator, code: str, reason: str, then: str | None = None) -> None:
+    then = then or "`tenure backend recover`"
+    log.error("recovery blocked: %s; %s", reason, then)
     try:
         act = co.state.create_activation(Kind.RECOVER, co.state.selector().current or "",
                                          None, None)
         co.end(act, Phase.BLOCKED, RecoveryBlocked(reason, {"cause": code}))
     except Exception:  # state.db itself failed: the diagnostics still say blocked
         log.exception("could not record the blocked recovery")
-    co.blocked = {"code": code, "reason": reason, "at": time.time()}
+    co.blocked = {"code": code, "reason": reason, "at": time.time(), "next": then}
     co.recovery_failing = None
     co.write_diagnostics()
 
@@ -221,7 +239,8 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
     check = await recovery_check(co, checked)
     kind = Kind.START if check.nothing_runs else Kind.RECOVER
     if not check.ok and not force:
-        _block(co, "RECOVERY_BLOCKED", check.reason)
+        _block(co, "RECOVERY_BLOCKED", check.reason,
+               next_step(RecoveryBlocked(check.reason)))
         return None
     while True:
         try:
@@ -230,13 +249,13 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
                                         detail=detail or None)
         except TenureError as exc:
             if not retryable(exc):
-                _block(co, exc.code_str, exc.msg)
+                _block(co, exc.code_str, exc.msg, next_step(exc))
                 return None
             delay = RECOVERY_BACKOFF[min(co.recovery_attempts, len(RECOVERY_BACKOFF) - 1)]
             co.recovery_attempts += 1
             if co.recovery_attempts > len(RECOVERY_BACKOFF):
                 _block(co, exc.code_str, f"{exc.msg} (after {co.recovery_attempts} "
-                       "attempts)")
+                       "attempts)", next_step(exc))
                 return None
             log.error("recovery attempt failed (%s); retrying in %.0f s", exc, delay)
             co.recovery_failing = {"attempt": co.recovery_attempts,

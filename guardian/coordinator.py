@@ -292,8 +292,14 @@ class Coordinator:
 
     def release(self, release_id: str) -> Release:
         """Verify before every execution (:func:`verified_release`); a release whose
-        files are the very files this guardian hashed before is not hashed again."""
-        return verified_release(self.paths, release_id, self.hashed)
+        files are the very files this guardian hashed before is not hashed again. Raises
+        what verification raises, with ``data.release`` naming the release (what a
+        blocked recovery then tells the operator to fix: guardian.cold.next_step)."""
+        try:
+            return verified_release(self.paths, release_id, self.hashed)
+        except TenureError as exc:
+            exc.data = {**exc.data, "release": release_id}
+            raise
 
     def bindings(self) -> list[Any]:
         """Interpreter updates the operator bound (guardian.interp). Raises

@@ -277,5 +277,6 @@ def _installed(co: Coordinator, sel: dict[str, Any]) -> dict[str, bool | None]:
 def _blocked(info: dict[str, Any] | None) -> TenureError:
     from protocol.errors import RecoveryBlocked
     reason = (info or {}).get("reason", "recovery failed")
-    return RecoveryBlocked(f"{reason}; `tenure backend recover --dry-run` shows what a "
-                           "forced recovery would adopt", info or {})
+    then = (info or {}).get("next") or ("`tenure backend recover --dry-run` shows what a "
+                                        "forced recovery would adopt")
+    return RecoveryBlocked(f"{reason}; {then}", info or {})

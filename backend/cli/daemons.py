@@ -641,8 +641,8 @@ def _refuse_if_blocked(view: dict[str, Any] | None) -> None:
         code = blocked.get("code")
         why = blocked.get("reason") if code in (None, "RECOVERY_BLOCKED") else \
             f"{code}: {blocked.get('reason')}"   # the cause's own code, said: UNSAFE_PATH
-        raise RecoveryBlocked(f"the guardian gave up starting a backend: {why}; once "
-                              "that is fixed, run `tenure backend recover`",
+        then = blocked.get("next") or "once that is fixed, run `tenure backend recover`"
+        raise RecoveryBlocked(f"the guardian gave up starting a backend: {why}; {then}",
                               {"cause": code})
 
 

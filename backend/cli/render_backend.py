@@ -229,8 +229,9 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
     if missing is not None:
         return missing
     if r.get("blocked"):
+        then = r["blocked"].get("next") or "run `tenure backend recover`"
         return _state("unavailable", f"recovery blocked: {r['blocked'].get('reason')}; "
-                      "run `tenure backend recover`")
+                      f"{then}")
     if act.get("phase") == "uncertain":
         return _state("unavailable", f"activation {act.get('id')} is uncertain: reconcile, "
                       "then `tenure backend recover`")

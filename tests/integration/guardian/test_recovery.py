@@ -144,3 +144,23 @@ def test_app_changed_while_no_backend_ran_blocks_recovery_until_forced(cluster):
         assert all(a["pid"] for a in apps_after.values())
     finally:
         hg.stop()
+
+
+def test_a_recovery_blocked_on_a_deleted_release_says_to_replace_the_release(cluster):
+    """Was: 'recovery blocked ... run `tenure backend recover`' and, from that command,
+    '`tenure backend recover --dry-run` shows what a forced recovery would adopt': neither
+    helps while the selected release is gone; installing or selecting one does."""
+    from test_handoff_support import _rmtree
+    cluster.up(config(sleepers=1))
+    cluster.wait_ready(1)
+    _certify(cluster)
+    rid = cluster.cli("backend", "status", check=True).out["selector"]["current"]
+    _rmtree(cluster.home / "runtime" / "releases" / rid)
+    os.kill(cluster.backend_pid(), signal.SIGKILL)
+    cluster.wait(lambda: bool(cluster.cli("backend", "status").out.get("blocked")), 60,
+                 "the recovery blocked")
+    want = f"`tenure release install` release {rid[:12]} again, or `tenure release select`"
+    assert want in cluster.cli("backend", "status").out["blocked"]["next"]
+    res = cluster.cli("backend", "recover")
+    assert res.code != 0 and want in res.out["error"]["msg"], res
+    assert "--dry-run" not in res.out["error"]["msg"], res

@@ -1,0 +1,27 @@
+"""What a blocked recovery tells the operator to run next (guardian.cold.next_step):
+the fix for the cause it blocked on, not always `tenure backend recover`."""
+
+from __future__ import annotations
+
+from guardian.cold import next_step
+from protocol.errors import InterpreterChanged, NotFound, RecoveryBlocked, StateCorrupt
+
+
+def test_a_release_that_does_not_verify_is_replaced() -> None:
+    err = NotFound("releases/ab: no such release", {"path": "x", "release": "ab" * 32})
+    assert next_step(err) == ("`tenure release install` release abababababab again, or "
+                              "`tenure release select` another installed one (it starts it)")
+
+
+def test_a_changed_interpreter_is_rebound() -> None:
+    err = InterpreterChanged("the interpreter changed", {"release": "ab" * 32})
+    assert next_step(err).startswith("`tenure release rebind`")
+
+
+def test_an_uncovered_world_is_recovered_after_a_dry_run() -> None:
+    assert "--dry-run" in next_step(RecoveryBlocked("the inventory differs"))
+
+
+def test_anything_else_is_recovered_by_hand_once_fixed() -> None:
+    assert next_step(StateCorrupt("backend.db is malformed")) == \
+        "once that is fixed, `tenure backend recover`"
