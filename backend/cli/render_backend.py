@@ -62,6 +62,7 @@ def backend(action: str, r: dict[str, Any]) -> str:
         ("backend", f"pid {b['pid']}, activation {b.get('activation', '-')}, "
                     f"{_liveness(b)}" if b else "none running"),
         ("last activation", f"{last.get('id')} {last.get('kind')}: {last.get('phase')}"
+                            f"{_doing(last)}"
                             f"{' (' + last['outcome'] + ')' if last.get('outcome') else ''}"
          if last else "-"),
         ("certificate", _certificate(cert)),
@@ -90,6 +91,22 @@ def _selected(sel: dict[str, Any], which: str) -> Any:
     if rid is None or sel.get(f"{which}_installed") is not False:
         return rid
     return f"{rid} " + paint("(NOT INSTALLED)", "red")
+
+
+# What an open activation does after the phase it recorded last (a phase is recorded
+# once done: an upgrade waiting for its incumbent to drain still says admitted).
+_NEXT = {"created": "checking", "checked": "admitting", "admitted": "draining",
+         "draining": "checkpointing", "checkpointed": "fencing", "fenced": "retiring or "
+         "starting", "retired": "starting the new generation", "started": "verifying",
+         "verified": "completing"}
+
+
+def _doing(act: dict[str, Any]) -> str:
+    """`` (now: draining)`` for an activation still in progress, else ''."""
+    phase = act.get("phase")
+    if phase in _FINAL_PHASES or phase not in _NEXT or act.get("outcome"):
+        return ""
+    return f" (now: {_NEXT[phase]})"
 
 
 def release_line(own: dict[str, Any] | None, who: str = "guardian") -> str:

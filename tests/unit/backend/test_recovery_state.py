@@ -108,3 +108,13 @@ def test_backend_status_marks_a_release_that_is_not_installed() -> None:
         lines = [" ".join(x.split()) for x in render.backend(
             "status", answer(selector={**sel, **flags})).splitlines()]
         assert f"release: {release}" in lines and f"previous: {previous}" in lines
+
+
+def test_an_activation_in_progress_says_what_it_does_now() -> None:
+    """Was 'upgrade: admitted' for the whole of a 30 s drain (a phase is recorded once
+    done), while `tenure status` already said the backend was draining."""
+    lines = [" ".join(x.split()) for x in render.backend("status", answer(
+        last_activation={**DONE, "phase": "admitted", "outcome": None})).splitlines()]
+    assert "last activation: act-1 upgrade: admitted (now: draining)" in lines
+    done = [" ".join(x.split()) for x in render.backend("status", answer()).splitlines()]
+    assert "last activation: act-1 upgrade: complete (success)" in done
