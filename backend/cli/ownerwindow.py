@@ -302,7 +302,24 @@ def _stage(w: Window, rec: dict[str, Any]) -> Event:
         install_trusted(GuardianPaths(w.layout.home), w.layout.releases / p["release"],
                         into=w.layout.owner_releases)
     check_release(w.layout, p["release"], p["owner_uid"])
+    check_way_back(w.layout, p)
     return Event.OK
+
+
+def check_way_back(layout: Layout, p: dict[str, Any]) -> None:
+    """The release the owner runs now, which the window goes back to when the new owner
+    cannot start, must verify for the owner as well: else the way back would end on the
+    installed code. Raises what :func:`check_release` raises, saying so."""
+    back = p["from"]
+    if back is None or back == p["release"]:
+        return
+    try:
+        check_release(layout, back, p["owner_uid"])
+    except TenureError as exc:
+        raise type(exc)(f"the owner's current release {back[:12]}, which the window goes "
+                        "back to if the new owner cannot start, is not usable: "
+                        f"{exc.msg}; `tenure release install` it again first",
+                        {**exc.data, "way_back": back}) from None
 
 
 def _drain(w: Window, rec: dict[str, Any]) -> Event:
@@ -547,6 +564,7 @@ def dry_run(w: Window, release: str | None) -> dict[str, Any]:
     p = plan(w, release)
     if p["release"] is not None:
         check_release(w.layout, p["release"], p["owner_uid"])
+    check_way_back(w.layout, p)
     rec = load(w.layout)
     unfinished = None if rec is None or rec["step"] == Step.DONE else \
         {"step": rec["step"], "failed": str(TRANSITIONS[Step(rec["step"]), Event.OK])}

@@ -213,3 +213,24 @@ def test_an_unsigned_release_is_refused_once_release_keys_are_trusted(cluster, r
     err = res.out["error"]
     assert res.code == 1 and err["data"]["error"]["code"] == "BAD_SIGNATURE", res
     assert _pids(cluster) == before and _owner(cluster)["owner"] == owner["owner"]
+
+
+def test_a_window_whose_way_back_does_not_verify_is_refused(cluster, releases):
+    """Was: the plan said nothing of the release the owner runs now; a window whose new
+    owner could not start went back to it, found it unusable and ended on the installed
+    code ('the owner runs the installed code, not A')."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(2)
+    sealed = cluster.cli("backend", "status", check=True).out["selector"]["current"]
+    good = install(cluster, releases["good"])
+    reviewed = cluster.cli("owner", "upgrade", good, "--dry-run", check=True).out
+    cluster.cli("owner", "upgrade", good, "--digest", reviewed["digest"], check=True)
+    _tamper(cluster.home / "runtime" / "releases" / good / "lib" / "backend" / "api.py")
+    before = _pids(cluster)
+
+    res = cluster.cli("owner", "upgrade", sealed, "--dry-run")
+    err = res.out["error"]
+    assert res.code == 1 and err["code"] == "STATE_CORRUPT", res
+    assert f"the owner's current release {good[:12]}, which the window goes back to" \
+        in err["msg"] and "api.py" in err["msg"], err
+    assert _pids(cluster) == before
