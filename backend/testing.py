@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CliResult", "Cluster", "FakeOwner", "FakeServer", "api_call", "default_sigint",
            "fake_generation", "force_rmtree", "free_port", "go_stale", "in_thread", "no_sleep",
-           "ready_generation", "run_generation", "seal_once", "until"]
+           "ready_generation", "run_bounded", "run_generation", "seal_once", "until"]
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
@@ -393,6 +393,14 @@ class FakeOwner:
 
     async def close(self) -> None:
         self._held.clear()
+
+
+def run_bounded(coro_fn: Callable[[], Awaitable[Any]], guard: float = 30.0) -> Any:
+    """``asyncio.run`` of ``coro_fn()``, ended by TimeoutError after ``guard`` seconds:
+    a bound reached only by broken code (a hang), never a timing assertion."""
+    async def main() -> Any:
+        return await asyncio.wait_for(coro_fn(), guard)
+    return asyncio.run(main())
 
 
 async def no_sleep(delay: float) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from .paths import GuardianPaths
 from .release import Release
 from .state import StateStore
 
-__all__ = ["FakeBackend", "FakeCoordinator", "World"]
+__all__ = ["FakeBackend", "FakeCoordinator", "World", "run_on"]
 
 _pids = itertools.count(40_000)
 
@@ -304,3 +305,16 @@ class FakeCoordinator(Coordinator):
 class _FakeRelease:
     id: str
     contracts: dict[str, int] = field(default_factory=lambda: dict(OWNER_CONTRACTS))
+
+
+def run_on(home: Path, fn: Callable[[FakeCoordinator], Awaitable[Any]]) -> Any:
+    """``fn`` run to its end against a fresh :class:`FakeCoordinator` of ``home`` (its
+    state.db), which is then closed and its tasks cancelled, whatever ``fn`` did."""
+    async def main() -> Any:
+        co = FakeCoordinator(home)
+        try:
+            return await fn(co)
+        finally:
+            await co.cancel_tasks()
+            co.state.close()
+    return asyncio.run(main())

@@ -19,7 +19,7 @@ from guardian.cold import recover_safely, start_selected, watch_owner
 from guardian.faults import InjectedFault
 from guardian.handoff import POINTS, upgrade
 from guardian.phases import FINAL, Kind, Phase, ending
-from guardian.testing import FakeCoordinator
+from guardian.testing import FakeCoordinator, run_on
 from protocol.errors import (
     BackendStartTimeout,
     Conflict,
@@ -36,14 +36,7 @@ OLD, NEW = "a" * 64, "b" * 64
 
 
 def run(fn: Callable[[FakeCoordinator], Awaitable[Any]], home: Path) -> Any:
-    async def main() -> Any:
-        co = FakeCoordinator(home)
-        try:
-            return await fn(co)
-        finally:
-            await co.cancel_tasks()
-            co.state.close()
-    return asyncio.run(main())
+    return run_on(home, fn)
 
 
 async def in_control(co: FakeCoordinator) -> Any:

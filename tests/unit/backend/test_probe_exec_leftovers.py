@@ -8,7 +8,6 @@ killed: each attempt left an orphaned ``sleep`` behind. Real ``sh`` and ``sleep`
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import signal
@@ -22,6 +21,7 @@ import pytest
 
 from backend.model import Health, HealthKind, Readiness, ReadyKind
 from backend.probes import Probe, ProbeRunner, Verdict, exec_ok, health_probe, readiness_probe
+from backend.testing import run_bounded
 
 HANG_GUARD = 30.0  # reached only when broken; never a timing assert
 QUICK = 5.0        # an answer at the command's exit comes in far less than this
@@ -30,9 +30,7 @@ T = TypeVar("T")
 
 
 def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        return await asyncio.wait_for(coro_fn(), HANG_GUARD)
-    return asyncio.run(main())
+    return run_bounded(coro_fn, HANG_GUARD)  # type: ignore[no-any-return]
 
 
 def _sleeps(arg: str) -> list[psutil.Process]:

@@ -20,7 +20,7 @@ from backend.instance import State
 from backend.model import Readiness, ReadyKind
 from backend.probes import ProbeRunner, Verdict, readiness_probe
 from backend.supervisor import Supervisor
-from backend.testing import FakeOwner, no_sleep
+from backend.testing import FakeOwner, no_sleep, run_bounded
 
 SLOW = 2.4        # seconds a check takes: longer than the old 2 s cap
 HANG_GUARD = 30.0  # reached only when broken; never a timing assert
@@ -29,9 +29,7 @@ T = TypeVar("T")
 
 
 def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        return await asyncio.wait_for(coro_fn(), HANG_GUARD)
-    return asyncio.run(main())
+    return run_bounded(coro_fn, HANG_GUARD)  # type: ignore[no-any-return]
 
 
 def no_children_left() -> None:

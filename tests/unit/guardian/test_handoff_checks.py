@@ -12,7 +12,6 @@ activation whose restore fails must still say. Fake owner and generations
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 from guardian.handoff import upgrade
 from guardian.selection import check_release, missing_contracts, reported_contracts
 from guardian.service import GuardianService
-from guardian.testing import FakeCoordinator
+from guardian.testing import FakeCoordinator, run_on
 from guardian.trust import verified_release
 from protocol.errors import CapabilityMissing, NotFound, StateCorrupt
 from protocol.handover import OWNER_CONTRACTS
@@ -34,14 +33,7 @@ NEEDS_9 = {**OWNER_CONTRACTS, "stackControl": 9}   # in code only, not in RUNTIM
 
 
 def run(fn: Callable[[FakeCoordinator], Awaitable[Any]], home: Path) -> Any:
-    async def main() -> Any:
-        co = FakeCoordinator(home)
-        try:
-            return await fn(co)
-        finally:
-            await co.cancel_tasks()
-            co.state.close()
-    return asyncio.run(main())
+    return run_on(home, fn)
 
 
 async def in_control(co: FakeCoordinator) -> Any:

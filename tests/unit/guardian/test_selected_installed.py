@@ -6,7 +6,6 @@ generations (guardian.testing); the release directories are real."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shutil
@@ -19,7 +18,7 @@ from guardian.handoff import upgrade
 from guardian.manifest import RUNTIME_NAME, Interpreter, Runtime, release_id
 from guardian.release import ReleaseStatus, summarize
 from guardian.service import GuardianService
-from guardian.testing import FakeCoordinator
+from guardian.testing import FakeCoordinator, run_on
 
 NOBODY: Any = SimpleNamespace(params={})
 
@@ -62,14 +61,7 @@ def status_after_deleting(tmp_path: Path, which: str) -> tuple[dict[str, Any],
         return (await service.status(NOBODY), await service.release_list(NOBODY), old,
                 new)
 
-    async def main() -> Any:
-        co = FakeCoordinator(tmp_path)
-        try:
-            return await go(co)
-        finally:
-            await co.cancel_tasks()
-            co.state.close()
-    return asyncio.run(main())  # type: ignore[no-any-return]
+    return run_on(tmp_path, go)  # type: ignore[no-any-return]
 
 
 def plain(text: str) -> list[str]:
