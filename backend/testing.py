@@ -399,7 +399,8 @@ def run_bounded(coro_fn: Callable[[], Awaitable[Any]], guard: float = 30.0) -> A
     """``asyncio.run`` of ``coro_fn()``, ended by TimeoutError after ``guard`` seconds:
     a bound reached only by broken code (a hang), never a timing assertion."""
     async def main() -> Any:
-        return await asyncio.wait_for(coro_fn(), guard)
+        async with asyncio.timeout(guard):
+            return await coro_fn()
     return asyncio.run(main())
 
 
