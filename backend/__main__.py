@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -28,6 +29,8 @@ EXIT_CLOSE_STUCK = 3
 EXIT_HOME_LOST = 6
 EXIT_FENCED = 7   # fenced off while serving: a newer generation holds the owner
 EXIT_LOOP_FAILED = 8   # a loop of the generation failed (Generation.failed): recover anew
+EXIT_ORPHANED = 9   # the guardian that started it was gone before it was ready
+ORPHAN_POLL_S = 0.5
 
 log = logging.getLogger("tenure.backend")
 
@@ -59,14 +62,17 @@ async def serve(home: Path, activation: str) -> int:
     from .generation import Generation
     mark = HomeMark.take(home)
     gen = Generation(home, activation)
+    answered = _orphan_watch()
     try:
         await gen.start()
     except TenureError as exc:
         log.error("generation %s cannot start: %s", activation, exc)
         print(json.dumps({"ready": False, **exc.to_wire()}), flush=True)
+        answered.set()
         await close_bounded(gen.close())
         return 1
     print(json.dumps({"ready": True, "pid": gen.identity.pid, "epoch": gen.epoch}), flush=True)
+    answered.set()   # from now on it outlives its guardian, which the next one adopts
     watcher = background(watch(mark, _home_lost), "home watch", log)
     try:
         await gen.run_until_retired()
@@ -131,6 +137,26 @@ def _where(task: asyncio.Task[Any]) -> str:
         return name
     f = frames[-1]
     return f"{name} at {os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+
+
+def _orphan_watch() -> threading.Event:
+    """Until the returned event is set (the generation answered ready or not), end the
+    process when its parent, the guardian that started it and waits for that answer, is
+    gone: nobody hears the answer, and the next guardian finishes the activation with a
+    generation of its own, while one that hangs before ready would run on forever. A
+    thread: a start hung in a blocking call still ends."""
+    parent = os.getppid()
+    answered = threading.Event()
+
+    def watch() -> None:
+        while not answered.wait(ORPHAN_POLL_S):
+            if os.getppid() != parent:
+                log.error("the guardian that started this generation (pid %d) is gone "
+                          "before it was ready; exiting", parent)
+                logging.shutdown()
+                os._exit(EXIT_ORPHANED)
+    threading.Thread(target=watch, name="orphan watch", daemon=True).start()
+    return answered
 
 
 def main(argv: list[str] | None = None) -> int:
