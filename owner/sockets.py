@@ -119,7 +119,8 @@ class HeldSocket:
     app: str
     decl: SocketDecl
     sock: socket.socket
-    inode: int
+    inode: int                      # the socket's own (sockfs), as /proc shows it
+    path_inode: int | None = None   # a unix socket's file, removed with it if unchanged
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -152,6 +153,17 @@ def _tcp_queue(sock: socket.socket) -> tuple[int | None, int | None]:
     return fields[12], fields[13]
 
 
+def _file_inode(decl: SocketDecl) -> int | None:
+    """The inode of the file a unix socket was just bound to (not the socket's own);
+    None for TCP, or when it cannot be read (the file is then never removed)."""
+    if not decl.listen.is_unix:
+        return None
+    try:
+        return os.lstat(decl.listen.path).st_ino
+    except OSError:
+        return None
+
+
 class SocketHolder:
     """The sockets the owner holds, by key. Not thread-safe: the owner's loop only."""
 
@@ -169,7 +181,8 @@ class SocketHolder:
         held = self.held.get(key)
         if held is None:
             sock = _create(decl)
-            held = HeldSocket(key, stack, app, decl, sock, os.fstat(sock.fileno()).st_ino)
+            held = HeldSocket(key, stack, app, decl, sock, os.fstat(sock.fileno()).st_ino,
+                              _file_inode(decl))
             self.held[key] = held
             log.info("holding socket %s (inode %d)", key, held.inode)
             return held
@@ -192,7 +205,7 @@ class SocketHolder:
         if held.decl.listen.is_unix:
             with contextlib.suppress(OSError):
                 st = os.lstat(held.decl.listen.path)
-                if stat.S_ISSOCK(st.st_mode) and st.st_ino == held.inode:
+                if stat.S_ISSOCK(st.st_mode) and st.st_ino == held.path_inode:
                     os.unlink(held.decl.listen.path)
         held.sock.close()
         log.info("closed socket %s", key)
