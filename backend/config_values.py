@@ -227,12 +227,17 @@ def get_url(t: Mapping[str, Any], key: str, path: KeyPath) -> str | None:
         return None
     try:
         parts = urlsplit(url)
-        port_ok = parts.port is None or parts.port > 0
     except ValueError:
-        port_ok, parts = False, None
-    if parts is None or parts.scheme != "http" or not parts.hostname or not port_ok \
+        parts = None
+    if parts is None or parts.scheme != "http" or not parts.hostname \
             or any(c.isspace() for c in url):
         raise Invalid((*path, key), f"must be an http:// URL with a host, not {url!r}")
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:   # out of range, or not a number
+        port_ok = False
+    if not port_ok:
+        raise Invalid((*path, key), f"the port of {url!r} must be a number 1..65535")
     return url
 
 

@@ -666,3 +666,16 @@ def test_an_argument_or_env_entry_no_exec_could_take_is_refused() -> None:
     err = _invalid(f'[{APP}]\ncommand = ["x", "{big}"]\n')
     assert err.data["key"] == "stacks.demo.apps.web.command[1]", err.data
     parse_config(HEAD + f'env = {{ OK = "{"x" * (131072 - 4)}" }}\n', "t.toml")  # fits
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("http://127.0.0.1:99999/", "the port of 'http://127.0.0.1:99999/' must be a number "
+     "1..65535"),   # was: "must be an http:// URL with a host"
+    ("http://127.0.0.1:0/", "must be a number 1..65535"),
+    ("https://127.0.0.1/", "must be an http:// URL with a host"),
+])
+def test_a_bad_probe_url_says_what_is_wrong_with_it(url: str, words: str) -> None:
+    with pytest.raises(ConfigInvalid) as info:
+        parse_config('[stacks.s.apps.a]\ncommand = ["a"]\n'
+                     f'ready = {{ kind = "http", url = "{url}" }}\n', "t.toml")
+    assert words in info.value.data["problem"], info.value.data
