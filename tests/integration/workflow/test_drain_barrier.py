@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from backend.testing import in_thread
-from protocol.errors import OperationInProgress, ShuttingDown
+from protocol.errors import OperationInProgress
 
 STOP_SECONDS = 2.0
 
@@ -89,9 +89,10 @@ def test_drain_waits_for_an_in_flight_restart_and_refuses_a_checkpoint_meanwhile
     assert row["state"] == "ready"
     cp = control(cluster, "generation.checkpoint", {"path": str(cluster.home / "cp.json")})
     assert cp["launches"] == 1
-    assert isinstance(answer.get("err"), ShuttingDown), answer
-    assert (answer["err"].data["restarted"], answer["err"].data["remaining"]) == \
-        (["d/slow/0"], [])
+    # every instance was started again before the drain froze the roll: no error (it
+    # was SHUTTING_DOWN 'not restarted none ... run the command again', inviting a
+    # second restart), the answer says the backend handed over before it was ready
+    assert answer.get("ok", {}).get("handed_over") is True, answer
 
     assert control(cluster, "generation.resume") == {"resumed": True}
     apps = cluster.wait_ready(1)
