@@ -8,6 +8,7 @@ of that command's time. tests/unit/backend/test_cli_imports.py holds it to that.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from protocol.client import Client
@@ -124,6 +125,7 @@ def cmd_status(args: Any) -> int:
 
 
 def _status_once(args: Any) -> int:
+    window = _unfinished_window(args)
     try:
         st = call(args, "status", {"targets": args.targets} if args.targets else None,
                   timeout=10.0)
@@ -135,13 +137,31 @@ def _status_once(args: Any) -> int:
         hung = None if down is not None else _hung_guardian(args, running)
         out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
                    "background_start": last, "guardian_hung": hung,
-                   "guardian_running": running},
-            render.no_backend(diag, last, down, hung, running))
+                   "guardian_running": running, "maintenance_unfinished": window},
+            render.no_backend(diag, last, down, hung, running)
+            + render.unfinished_window(window))
         return Exit.UNREACHABLE
     st["guardian_running"] = listens(layout(args).guardian_sock)
     st["guardian_hung"] = _hung_guardian(args, st["guardian_running"])
+    st["maintenance_unfinished"] = window
     out(args, st, render.status(st))
     return current(st)
+
+
+def _unfinished_window(args: Any) -> dict[str, Any] | None:
+    """``{step}`` of an owner maintenance window that is not done (its apps may be
+    stopped, its owner being replaced), from execution/maintenance.json; None when there
+    is none, it is done, or it cannot be read here (a viewer: `tenure owner upgrade`
+    says more). One stat on a home that never had a window."""
+    path = layout(args).maintenance
+    if not os.path.lexists(path):
+        return None
+    from protocol.durable import read_json
+    try:
+        step = read_json(path, "tenure-maintenance").get("step")
+    except Exception:   # unreadable here: the window's own command reports it
+        return None
+    return None if step in (None, "done") else {"step": step}
 
 
 def _hung_guardian(args: Any, listening: bool | None) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
 
 __all__ = ["backend", "blocked", "down", "inspect", "instances", "operation", "operations",
            "owner", "owner_link", "plan", "recover_plan", "recovery_state", "stack", "status",
-           "up", "why"]
+           "unfinished_window", "up", "why"]
 
 
 DEFAULT_LOG_RETENTION = "64 MiB"   # what the owner's journal keeps of an app (owner.journal)
@@ -40,6 +40,7 @@ def status(st: dict[str, Any]) -> str:
         head += "\n" + paint("guardian: NOT RUNNING: a backend crash would not be "
                              "recovered; `tenure up` starts it (applications keep "
                              "running)", "red")
+    head += unfinished_window(st.get("maintenance_unfinished"))
     rows, tints = [], []
     for r in st["apps"]:
         state = _row_state(r)
@@ -127,6 +128,15 @@ def _jobs_line(jobs: dict[str, int]) -> str:
         line += (f"\njobs: {jobs['recovery_required']} recovery_required: see `tenure job "
                  "list --state recovery_required` and docs/jobs.md")
     return line
+
+
+def unfinished_window(window: dict[str, Any] | None) -> str:
+    """The line for an owner maintenance window that is not done (``{step}``), or ''."""
+    if not window:
+        return ""
+    return "\n" + paint(f"owner maintenance window UNFINISHED (stopped after step "
+                        f"{window['step']}): `tenure owner upgrade --continue` finishes "
+                        "it", "red")
 
 
 def _trouble(guardian: dict[str, Any] | None) -> dict[str, Any] | None:

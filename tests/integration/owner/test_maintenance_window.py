@@ -214,6 +214,8 @@ def test_up_between_two_owners_of_a_window_is_refused_and_continue_ends_it(clust
     cluster.up(CONFIG)
     cluster.wait_ready(4)
     _interrupted_as_the_owner_stops(cluster)
+    said = cluster.cli("status").out   # exit 0 or 5, as soon as the owner's exit is seen
+    assert said["maintenance_unfinished"] == {"step": "drained"}, said
     res = cluster.cli("up")
     err = res.out["error"]
     assert res.code == 1 and err["code"] == "MAINTENANCE_INCOMPLETE", res
@@ -221,6 +223,7 @@ def test_up_between_two_owners_of_a_window_is_refused_and_continue_ends_it(clust
     done = cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True).out
     assert done["step"] == "done"
     cluster.wait_ready(4)
+    assert cluster.cli("status", check=True).out["maintenance_unfinished"] is None
 
 
 def test_continue_finishes_after_an_owner_started_outside_the_window_stopped_clean(

@@ -114,3 +114,12 @@ def test_status_warns_only_when_the_guardian_is_known_not_to_run():
     down = render.status({**up, "guardian_running": False}).splitlines()
     assert down[1] == ("guardian: NOT RUNNING: a backend crash would not be recovered; "
                        "`tenure up` starts it (applications keep running)")
+
+
+def test_status_says_an_owner_window_is_unfinished() -> None:
+    """Was silent: after a window was interrupted between its two owners, status showed
+    the owner lost and every app unknown, and nothing of the window or what ends it."""
+    line = render.unfinished_window({"step": "drained"})
+    assert line == ("\nowner maintenance window UNFINISHED (stopped after step drained): "
+                    "`tenure owner upgrade --continue` finishes it")
+    assert render.unfinished_window(None) == ""
