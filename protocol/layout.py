@@ -97,7 +97,7 @@ class Layout:
     @property
     def maintenance(self) -> str:
         """The plan and progress of an owner maintenance window (`tenure owner upgrade`)."""
-        return str(self.execution / "maintenance.json")
+        return self._at("execution", "maintenance.json")   # status reads it: no pathlib
 
     # runtime/ — the guardian's
     @property
