@@ -119,7 +119,7 @@ async def recover_safely(co: Coordinator, force: bool = False,
         err = GuardianFault.wrap(exc)
         if not isinstance(exc, TenureError):
             log.exception("recovery: unexpected error")
-        _block(co, err.code_str, err.msg, next_step(err))
+        _block(co, err)
         return None
 
 
@@ -140,8 +140,10 @@ def next_step(err: TenureError) -> str:
     return "once that is fixed, `tenure backend recover`"
 
 
-def _block(co: Coordinator, code: str, reason: str, then: str | None = None) -> None:
-    then = then or "`tenure backend recover`"
+def _block(co: Coordinator, err: TenureError, reason: str | None = None) -> None:
+    """Record recovery blocked on ``err`` (``reason``: its message, or more), with what
+    the operator runs next (:func:`next_step`)."""
+    code, reason, then = err.code_str, reason or err.msg, next_step(err)
     log.error("recovery blocked: %s; %s", reason, then)
     try:
         act = co.state.create_activation(Kind.RECOVER, co.state.selector().current or "",
@@ -239,8 +241,7 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
     check = await recovery_check(co, checked)
     kind = Kind.START if check.nothing_runs else Kind.RECOVER
     if not check.ok and not force:
-        _block(co, "RECOVERY_BLOCKED", check.reason,
-               next_step(RecoveryBlocked(check.reason)))
+        _block(co, RecoveryBlocked(check.reason))
         return None
     while True:
         try:
@@ -249,13 +250,12 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
                                         detail=detail or None)
         except TenureError as exc:
             if not retryable(exc):
-                _block(co, exc.code_str, exc.msg, next_step(exc))
+                _block(co, exc)
                 return None
             delay = RECOVERY_BACKOFF[min(co.recovery_attempts, len(RECOVERY_BACKOFF) - 1)]
             co.recovery_attempts += 1
             if co.recovery_attempts > len(RECOVERY_BACKOFF):
-                _block(co, exc.code_str, f"{exc.msg} (after {co.recovery_attempts} "
-                       "attempts)", next_step(exc))
+                _block(co, exc, f"{exc.msg} (after {co.recovery_attempts} attempts)")
                 return None
             log.error("recovery attempt failed (%s); retrying in %.0f s", exc, delay)
             co.recovery_failing = {"attempt": co.recovery_attempts,

@@ -297,10 +297,13 @@ def failed_instances(r: dict[str, Any]) -> list[str]:
 
 def instances(r: dict[str, Any]) -> str:
     inst = r.get("instances", {})
-    settled = "" if r.get("settled", True) else "\n(not settled in time)" \
-        if not r.get("handed_over") else ("\n(every instance was restarted; the backend "
-                                          "handed over to its next generation before the "
-                                          "last was ready: `tenure status` shows it)")
+    if r.get("settled", True):
+        settled = ""
+    elif r.get("handed_over"):
+        settled = ("\n(every instance was restarted; the backend handed over to its next "
+                   "generation before the last was ready: `tenure status` shows it)")
+    else:
+        settled = "\n(not settled in time)"
     if r.get("not_restarted"):
         settled += (f"\nnot restarted: {', '.join(r['not_restarted'])} (the roll stopped "
                     "at the instance before them; run the restart again once it is up)")

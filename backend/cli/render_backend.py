@@ -104,7 +104,7 @@ _NEXT = {"created": "checking", "checked": "admitting", "admitted": "draining",
 def _doing(act: dict[str, Any]) -> str:
     """`` (now: draining)`` for an activation still in progress, else ''."""
     phase = act.get("phase")
-    if phase in _FINAL_PHASES or phase not in _NEXT or act.get("outcome"):
+    if phase not in _NEXT or act.get("outcome"):   # final phases have no next
         return ""
     return f" (now: {_NEXT[phase]})"
 
