@@ -185,6 +185,8 @@ def reason(inst: Instance) -> str | None:
     if prb is not None:
         return prb.text
     why = inst.pending_outcome or inst.last_outcome
+    if why is Outcome.START_LIMIT_HIT and inst.gave_up_after is not None:
+        why = inst.gave_up_after   # the limit's line says it; say what ended the runs
     return {Outcome.TIMEOUT: f"not ready within {inst.app.ready.timeout:g}s",
             Outcome.HEALTH: "health check failed",
             Outcome.START_LIMIT_HIT: "start limit hit"}.get(why) if why else None

@@ -120,6 +120,7 @@ class Instance:
         self.streak = 0                          # consecutive failed runs, drives backoff
         self.last_outcome: Outcome | None = None
         self.pending_outcome: Outcome | None = None  # why we are in ``restarting``
+        self.gave_up_after: Outcome | None = None    # the last run's, once the limit hit
         self.pid: int | None = None
         self.start_ticks: int | None = None
         self.launched_at: float | None = None    # when the current process came up
@@ -189,6 +190,8 @@ class Instance:
             "last_outcome": None if self.last_outcome is None else self.last_outcome.value,
             "pending_outcome": (None if self.pending_outcome is None
                                 else self.pending_outcome.value),
+            "gave_up_after": (None if self.gave_up_after is None
+                              else self.gave_up_after.value),
             "pid": self.pid, "start_ticks": self.start_ticks,
             "launched_at": self.launched_at, "starts": list(self.starts),
             "health_failures": self.health_failures,
@@ -222,6 +225,7 @@ class Instance:
         inst.streak, inst.health_failures = d["streak"], d["health_failures"]
         inst.last_outcome = _opt_outcome(d["last_outcome"])
         inst.pending_outcome = _opt_outcome(d["pending_outcome"])
+        inst.gave_up_after = _opt_outcome(d["gave_up_after"])
         inst.pid, inst.start_ticks = d["pid"], d["start_ticks"]
         inst.launched_at = d["launched_at"]
         inst.starts = [float(t) for t in d["starts"]]
@@ -258,6 +262,8 @@ class Instance:
             self.pid = self.start_ticks = self.launched_at = None
         if new is not State.RESTARTING:
             self.pending_outcome = None
+        if new is not State.FAILED:
+            self.gave_up_after = None
         self.state = new
         log.debug("%s: %s -> %s", self.launch_key, old, new)
         if new is State.READY:
@@ -309,6 +315,7 @@ class Instance:
             self.starts = [t for t in self.starts if t > now - limit.interval]
             if len(self.starts) >= limit.burst:
                 self._set_state(State.FAILED, now)
+                self.gave_up_after = self.last_outcome
                 self._report(Outcome.START_LIMIT_HIT)
                 return
             self.starts.append(now)
@@ -590,6 +597,8 @@ _WIRE = Schema(
     Field("streak", int, check=check_int(0)),
     Field("last_outcome", str, required=False, check=_check_enum(Outcome)),
     Field("pending_outcome", str, required=False, check=_check_enum(Outcome)),
+    # optional: a record from before it existed has none
+    Field("gave_up_after", str, required=False, check=_check_enum(Outcome)),
     Field("pid", int, required=False, check=check_int(1)),
     Field("start_ticks", int, required=False, check=check_int(0)),
     Field("launched_at", float, required=False),
@@ -633,3 +642,5 @@ def _check_consistent(inst: Instance) -> None:
         raise bad(f"in state {inst.state} needs a pid", "pid")
     if inst.pending_outcome is not None and inst.state is not State.RESTARTING:
         raise bad("pending_outcome is only valid while restarting", "pending_outcome")
+    if inst.gave_up_after is not None and inst.state is not State.FAILED:
+        raise bad("gave_up_after is only valid once failed", "gave_up_after")

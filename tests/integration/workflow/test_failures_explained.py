@@ -1,8 +1,9 @@
 """Every failure explained, through a whole tenure: apps that cannot start (missing
 program, not executable, bad cwd, no #! line), one killed by a signal, a tcp readiness
-and an http health failure. Each says why in `tenure --json status` (`reason`) and
-`inspect` (`last_error`, `last_exit`, `last_probe`), the human DETAIL column, and the
-apps that cannot start have tenure lines in `tenure logs`."""
+failure, an http health failure, and a notify readiness that never comes (given up, the
+start limit's line says which check failed). Each says why in `tenure --json status`
+(`reason`) and `inspect` (`last_error`, `last_exit`, `last_probe`), the human DETAIL
+column, and the apps that cannot start have tenure lines in `tenure logs`."""
 
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ def test_every_failure_says_why(cluster: Any, short_home: Path) -> None:
         app("crash", ["sh", "-c", crash], f'cwd = "{files}"\nlimits = {{ core = "infinity" }}\n'),
         app("notready", ["sleep", "1000"], f"ready = {{ kind = \"tcp\", port = {tcp_port}, "
             "timeout = 0.6, interval = 0.1 }\n", restart="never"),
+        # never says ready, and a notify check leaves no probe verdict behind
+        app("silent", ["sleep", "1000"], 'ready = { kind = "notify", timeout = 0.3 }\n'),
         app("sick", [sys.executable, "-c", HTTP_500.replace('"', '\\"').replace("\n", "\\n"),
                      str(http_port)],
             f"ready = {{ kind = \"tcp\", port = {http_port}, timeout = 20 }}\n"
@@ -81,6 +84,7 @@ def test_every_failure_says_why(cluster: Any, short_home: Path) -> None:
                   "for this machine)",
         "crash": crash_text,
         "notready": reasons["notready"],
+        "silent": "not ready within 0.3s",
         "sick": f"health: GET http://127.0.0.1:{http_port}/h: status 500",
     }, reasons
     assert reasons["notready"] in (
@@ -112,6 +116,8 @@ def test_every_failure_says_why(cluster: Any, short_home: Path) -> None:
     assert f"bad/missing/0 (tenure): start limit hit (2 starts within 60s), not " \
         f"restarting: {gone}" in logs, logs
     assert any(line.startswith("bad/format/0 (tenure): spawn failed: ") for line in logs)
+    assert "bad/silent/0 (tenure): start limit hit (2 starts within 60s), not restarting: " \
+        "not ready within 0.3s" in cluster.cli_text("logs", "bad/silent"), logs
 
     # a backend restored after a crash keeps every record (backend.db carries them)
     cluster.wait(lambda: cluster.call("generation.certify")["published"], 30,

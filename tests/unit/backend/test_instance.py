@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend.explain import Check, ErrorSource, LastError, LastProbe
+from backend.explain import Check, ErrorSource, LastError, LastProbe, reason
 from backend.instance import (
     EVENT_TYPES,
     PUBLIC_STATE,
@@ -417,6 +417,33 @@ def test_readiness_timeout_with_restart_never_fails() -> None:
     assert r.inst.state is State.FAILED
 
 
+@pytest.mark.parametrize(("cause", "said"), [
+    (Outcome.TIMEOUT, "not ready within 5s"), (Outcome.HEALTH, "health check failed")])
+def test_a_start_limit_hit_through_probes_says_what_failed(cause: Outcome,
+                                                           said: str) -> None:
+    """Runs that a probe ended leave no exit or launch error behind: the start limit's
+    line names the probe's verdict (kept as ``gave_up_after``), not only the limit."""
+    r = Rig(mk_app(start_limit=StartLimit(burst=2, interval=60.0)))
+    r.feed(Start())
+    while r.inst.state is not State.FAILED:
+        r.launched()
+        if cause is Outcome.TIMEOUT:
+            r.fire(Timer.READY_TIMEOUT)
+        else:
+            r.feed(Ready(), 0.1)
+            for _ in range(3):
+                r.feed(HealthFailed(), 1.0)
+        r.feed(Stopped(), 0.1)
+        if r.inst.state is State.BACKOFF:
+            r.fire(Timer.BACKOFF)
+    assert (r.inst.last_outcome, r.inst.gave_up_after) == (Outcome.START_LIMIT_HIT, cause)
+    assert reason(r.inst) == said
+    back = Instance.from_wire(json.loads(json.dumps(r.inst.to_wire())), r.inst.app)
+    assert (back.gave_up_after, reason(back)) == (cause, said)
+    r.feed(Start(), 1.0)   # a new start is a new story
+    assert r.inst.gave_up_after is None and r.inst.to_wire()["gave_up_after"] is None
+
+
 def test_late_ready_timeout_after_ready_is_ignored() -> None:
     r = drive_to(State.READY)
     assert r.feed(ReadyTimeout()) == []
@@ -619,6 +646,8 @@ def test_restored_backoff_continues() -> None:
     ({"state": "ready", "pid": None, "timers": {}}, "pid"),
     ({"state": "ready"}, "timers"),             # a backoff timer in ready
     ({"pending_outcome": "health"}, "pending_outcome"),
+    ({"gave_up_after": "timeout"}, "gave_up_after"),   # only once given up
+    ({"gave_up_after": "bored"}, "gave_up_after"),
     ({"exits": {"requested": -1}}, "exits"),
     ({"exits": {"bored": 1}}, "exits"),
     ({"exits": [1]}, "exits"),
