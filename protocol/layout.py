@@ -11,7 +11,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # the status command needs only str paths: pathlib (with re) costs ~10 ms
     from pathlib import Path
 
-__all__ = ["Layout", "default_home", "is_release_id", "release_of"]
+__all__ = ["MAINTENANCE_KIND", "Layout", "default_home", "is_release_id", "release_of"]
+
+MAINTENANCE_KIND = "tenure-maintenance"   # the ``kind`` of Layout.maintenance
 
 
 def default_home() -> Path:

@@ -13,7 +13,7 @@ import sys
 
 from protocol.client import Client
 from protocol.errors import BackendUnavailable, ConnectFailed, TenureError
-from protocol.layout import Layout
+from protocol.layout import MAINTENANCE_KIND, Layout
 
 from . import render
 from .exits import Exit, current
@@ -158,7 +158,7 @@ def _unfinished_window(args: Any) -> dict[str, Any] | None:
         return None
     from protocol.durable import read_json
     try:
-        step = read_json(path, "tenure-maintenance").get("step")
+        step = read_json(path, MAINTENANCE_KIND).get("step")
     except Exception:   # unreadable here: the window's own command reports it
         return None
     return None if step in (None, "done") else {"step": step}

@@ -68,7 +68,7 @@ from protocol.errors import (
     StateCorrupt,
     TenureError,
 )
-from protocol.layout import Layout
+from protocol.layout import MAINTENANCE_KIND, Layout
 from protocol.procfs import running
 
 from .ownerplan import UNIT, check_release, mode_of, owner_tree, plan
@@ -77,7 +77,7 @@ __all__ = ["APPS_DOWN", "KIND", "TRANSITIONS", "WORK", "Event", "Outcome", "Step
            "check_not_reverted", "check_release", "command", "held", "mode_of", "plan",
            "plan_text", "refuse_owner_start"]
 
-KIND = "tenure-maintenance"
+KIND = MAINTENANCE_KIND
 
 
 class Step(StrEnum):
