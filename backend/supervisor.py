@@ -34,19 +34,10 @@ from protocol.errors import (
 from . import activation, explain
 from . import instance as im
 from .after_stop import DOWN, Journal, StartsAfterStop
+from .checks import Checks
 from .enforce import app_env, launch_fields
 from .events import Before, EventLog, transition_events
 from .model import App, Config, ReadyKind
-from .probes import (
-    HealthRunner,
-    Held,
-    ProbeRunner,
-    Verdict,
-    describe,
-    group_of,
-    health_probe,
-    readiness_probe,
-)
 from .start_order import ORDER_WAIT, waits_for
 from .tasks import spawn
 from .waiters import Waiters
@@ -110,8 +101,6 @@ class Supervisor:
         self.removed: dict[str, int] = {}
         self.in_flight = 0
         self._timers: dict[tuple[str, im.Timer], asyncio.TimerHandle] = {}
-        self._ready: dict[str, ProbeRunner] = {}
-        self._health: dict[str, HealthRunner] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._waiters = Waiters()
         self._on_mutation = on_mutation or (lambda method: None)
@@ -119,6 +108,9 @@ class Supervisor:
         self.owner_notes = True                  # False: the owner predates logNotes 1
         self.base_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
         self.owner_capabilities: Mapping[str, int] = {}  # from the owner's welcome
+        self.checks = Checks(owner, self.instances, self.feed,
+                             lambda: self.owner_capabilities, lambda: self.base_env,
+                             self._spawn)
         self.events: EventLog | None = None      # where transitions are recorded
         self._after_stop = StartsAfterStop()     # starts wanted once an instance is down
         self._stops_fed: dict[str, int] = {}     # instance key -> stops fed (stopped_since)
@@ -333,13 +325,13 @@ class Supervisor:
                 if handle is not None:
                     handle.cancel()
             elif isinstance(a, im.StartReadiness):
-                self._start_readiness(key, inst)
+                self.checks.start_readiness(key, inst)
             elif isinstance(a, im.StopReadiness):
-                self._close(self._ready.pop(key, None))
+                self.checks.stop_readiness(key)
             elif isinstance(a, im.StartHealth):
-                self._start_health(key, inst)
+                self.checks.start_health(key, inst)
             elif isinstance(a, im.StopHealth):
-                self._close(self._health.pop(key, None))
+                self.checks.stop_health(key)
             elif isinstance(a, im.Report):
                 log.info("%s: %s", key, a.outcome)
                 if a.outcome is im.Outcome.START_LIMIT_HIT:
@@ -471,19 +463,6 @@ class Supervisor:
         except TenureError as exc:
             log.warning("%s: could not write %r to its log: %s", inst.launch_key, text, exc)
 
-    def _on_probe(self, key: str, check: explain.Check, what: str,
-                  generation: int) -> Callable[[Verdict], None]:
-        """Feeds a failed attempt as ``Probed`` (when it says something new) while the
-        instance is still on ``generation``."""
-        def seen(verdict: Verdict) -> None:
-            inst = self.instances.get(key)
-            if verdict.ok or inst is None or inst.generation != generation:
-                return
-            note = explain.LastProbe(check, what, verdict.said, generation)
-            if inst.last_probe != note:
-                self.feed(key, im.Probed(note))
-        return seen
-
     async def sweep_sockets(self, config: Config) -> None:
         """Let the owner close the sockets and fd stores ``config`` no longer names
         (backend.activation.sweep). Raises nothing."""
@@ -540,62 +519,6 @@ class Supervisor:
                 log.error("%s: stop not confirmed (%s); trying again", launch_key, exc)
                 await self._sleep(1.0)
         return None
-
-    def _start_readiness(self, key: str, inst: im.Instance) -> None:
-        ready = inst.app.ready
-        probe = readiness_probe(ready, inst.index, group_of(inst.pid),
-                                env={**self.base_env, **inst.app.env},
-                                held=self._held_sockets(inst.launch_key))
-        if probe is None:
-            return  # notify: the owner's READY event; delay: the machine's own timer
-        # The machine's ready-timeout timer ends readiness and cancels this runner; the
-        # runner's own deadline is a second later, so no attempt is cut before that timer.
-        runner = ProbeRunner(probe, interval=ready.interval, timeout=ready.timeout + 1.0,
-                             on_attempt=self._on_probe(key, explain.Check.READINESS,
-                                                       describe(ready, inst.index),
-                                                       inst.generation))
-        self._close(self._ready.pop(key, None))
-        self._ready[key] = runner
-        runner.start(lambda ok: self.feed(key, im.Ready()) if ok else None)
-
-    def _held_sockets(self, launch_key: str) -> Held | None:
-        """The owner's ``launch.sockets`` for a tcp probe, or None when it predates it."""
-        if self.owner_capabilities.get("socketInodes") != 1:
-            return None
-
-        async def held() -> set[int] | None:
-            try:
-                r = await self.owner.call("launch.sockets", {"launch_key": launch_key},
-                                          timeout=2.0)
-            except TenureError:
-                return None  # gone or out of reach: the probe reads /proc instead
-            return set(r["inodes"])
-        return held
-
-    def _start_health(self, key: str, inst: im.Instance) -> None:
-        h = inst.app.health
-        if h is None:
-            return
-        def verdict(event: im.Event) -> Callable[[], None]:
-            def feed() -> None:
-                if self._health.get(key) is runner:   # not a replaced check's last word
-                    self.feed(key, event)
-            return feed
-        check = health_probe(h, inst.index, group_of(inst.pid),
-                             env={**self.base_env, **inst.app.env},
-                             held=self._held_sockets(inst.launch_key))
-        runner = HealthRunner(check, interval=h.interval, timeout=h.timeout, grace=h.grace,
-                              on_pass=verdict(im.HealthOk()), on_fail=verdict(im.HealthFailed()),
-                              on_attempt=self._on_probe(key, explain.Check.HEALTH,
-                                                        describe(h, inst.index),
-                                                        inst.generation))
-        self._close(self._health.pop(key, None))
-        self._health[key] = runner
-        runner.start()
-
-    def _close(self, runner: ProbeRunner | HealthRunner | None) -> None:
-        if runner is not None:
-            self._spawn(runner.aclose())
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         spawn(self._tasks, coro, log, "reconciler")
@@ -683,11 +606,7 @@ class Supervisor:
     async def aclose(self) -> None:
         self._after_stop.clear("the backend is closing", durable=False)
         self._cancel_timers()
-        runners: list[ProbeRunner | HealthRunner] = [*self._ready.values(),
-                                                     *self._health.values()]
-        self._ready.clear()
-        self._health.clear()
-        await asyncio.gather(*(r.aclose() for r in runners), return_exceptions=True)
+        await self.checks.aclose()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
