@@ -1,9 +1,9 @@
 """The reconciler: drives every app instance's state machine against the owner.
 
 It owns all I/O the machines ask for: owner RPC (launch, stop) with the current epoch,
-timers, readiness and health probes. Events come from the owner's observation stream
-(exits, notify messages), from RPC results and from timers and probes — never from
-polling the inventory.
+timers, readiness and health probes (through backend.checks). Events come from the
+owner's observation stream (exits, notify messages), from RPC results and from timers
+and probes — never from polling the inventory.
 """
 
 from __future__ import annotations
