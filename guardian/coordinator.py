@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from protocol.aclient import AsyncClient
-from protocol.durable import atomic_write_json, read_json, refuse_unprivate
 from protocol.ed25519 import PrivateKey
 from protocol.errors import (
     ConnectFailed,
@@ -43,6 +42,7 @@ from protocol.link import Link, LinkEvent
 from protocol.procfs import silence
 
 from .backendproc import BackendProcess, ControlLink, control, preflight
+from .diagnostics import Diagnostics, snapshot
 from .faults import Fault
 from .interp import load_bindings
 from .own import Running
@@ -54,14 +54,13 @@ from .schemas import LEGACY, declared
 from .state import Activation, StateStore
 from .trust import verified_release
 
-__all__ = ["Coordinator", "check_diagnostics"]
+__all__ = ["Coordinator"]
 
 log = logging.getLogger("tenure.guardian")
 
 KEEP_ARTIFACTS = 40  # handoff records, checkpoints and backend logs kept for diagnosis
 DEADLINE = 30.0      # a generation's READY, drain, preflight and control answers
 OWNER_CHECK_S = 5.0  # the owner's first answer in an activation, before anything changes
-DIAGNOSTICS_DELAY_S = 0.1  # phase changes within it share one write of the diagnostics
 
 
 def _deadline() -> float:
@@ -71,17 +70,6 @@ def _deadline() -> float:
         return max(1.0, float(os.environ.get("TENURE_GUARDIAN_DEADLINE") or DEADLINE))
     except ValueError:
         return DEADLINE
-
-
-def check_diagnostics(path: str) -> None:
-    """Refuse to start on a supervisor-state.json that is not ours to replace: a symlink
-    (its target would be what `tenure status` shows), not a regular file, another
-    user's, or one open to others. The guardian rewrites it every second and could
-    not write it (nor answer `status`, which reads it) for as long as it ran: it stops
-    before changing anything, as for state.db and guardian.key. Absent: fine (the first
-    start writes it). Raises UnsafePath naming the path."""
-    if os.path.lexists(path):
-        refuse_unprivate(path)
 
 
 class Coordinator:
@@ -100,9 +88,7 @@ class Coordinator:
         self.command_lock = asyncio.Lock()
         self.blocked: dict[str, Any] | None = None
         self.unhealthy: dict[str, Any] | None = None
-        self._diagnostics_due = False
-        # why the last write of the diagnostics failed (logged once), None after a success
-        self._diagnostics_failing: str | None = None
+        self.diagnostics = Diagnostics(paths.diagnostics, lambda: snapshot(self))
         self.abort_requested = False
         self.fault = Fault()
         self.deadline = _deadline()
@@ -605,92 +591,15 @@ class Coordinator:
         return removed
 
     def write_diagnostics(self) -> None:
-        """supervisor-state.json: what `tenure status` shows when no backend answers.
-        Rewritten every second by the owner watch, so without fsyncs (it reports on
-        running daemons; the durable facts are in guardian.db). Never raises: a
-        diagnostics file that cannot be written is logged, not fatal; once for a run of
-        the same failure (the owner watch would log it every second, a traceback each
-        time, megabytes of log in minutes) and once more when a write succeeds again. An
-        expected failure (a path we may not use, a full disk) is logged without a
-        traceback."""
-        path = self.paths.diagnostics
-        try:
-            atomic_write_json(path, self._diagnostics(), sync=False)
-        except Exception as exc:
-            expected = isinstance(exc, TenureError | OSError)
-            if self._diagnostics_new_failure(str(exc) if expected else
-                                             f"{type(exc).__name__}: {exc}"):
-                log.error("could not write %s: %s (said once while it keeps failing)",
-                          path, exc, exc_info=None if expected else exc)
-        else:
-            if self._diagnostics_failing is not None:
-                log.info("wrote %s again", path)
-            self._diagnostics_failing = None
-
-    def _diagnostics_new_failure(self, why: str) -> bool:
-        """Record ``why`` the diagnostics could not be written; True when it is not what
-        failed the last time (so it is to be logged)."""
-        new, self._diagnostics_failing = why != self._diagnostics_failing, why
-        return new
+        """supervisor-state.json now (guardian.diagnostics; never raises)."""
+        self.diagnostics.write()
 
     def diagnostics_soon(self) -> None:
-        """:meth:`write_diagnostics` DIAGNOSTICS_DELAY_S from now, once for all the calls
-        until then (at once outside a running loop). A handoff's phases follow one
-        another within its pause (~40-70 ms with 200 apps) and the file takes ~0.9 ms of
-        CPU to build and write: written once after them, it takes nothing from the
-        processes the pause waits for. The file lags at most that long behind: it
-        reports on running daemons, the owner watch rewrites it every second, and a
-        failed activation's ending is written at once (:meth:`end`)."""
-        if self._diagnostics_due:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.write_diagnostics()
-            return
-        self._diagnostics_due = True
-        loop.call_later(DIAGNOSTICS_DELAY_S, self._write_due_diagnostics)
-
-    def _write_due_diagnostics(self) -> None:
-        self._diagnostics_due = False
-        self.write_diagnostics()
-
-    def _diagnostics(self) -> dict[str, Any]:
-        sel = self.state.selector()
-        last = self.state.activations(1)
-        try:
-            cert = self.certificate()
-            refused = self.certificate_refusal(cert, sel.current)
-        except Exception as exc:
-            cert = {"valid": False, "error": f"unreadable: {GuardianFault.wrap(exc).msg}"}
-            refused = None
-        body = cert.get("body") or {}
-        return {
-            "kind": "tenure-supervisor-state", "format": 1, "updated_at": time.time(),
-            "guardian": self.identity.to_wire(),
-            "guardian_release": self.own.to_wire() if self.own is not None else None,
-            "owner": self.owner_identity.to_wire() if self.owner_identity else None,
-            "owner_link": self.owner_link.to_wire(time.time()),
-            "epoch": self.state.last_epoch(),
-            "selector": {"current": sel.current, "previous": sel.previous,
-                         "revision": sel.revision},
-            "backend": self.current.to_wire() if self.current else None,
-            "last_activation": last[0].to_wire() if last else None,
-            # valid: it would be accepted; refused: why one marked valid would not be
-            "certificate": {"valid": bool(cert.get("valid")) and refused is None,
-                            "refused": refused,
-                            "age": round(time.time() - body["at"], 1) if "at" in body
-                            else None, "launches": body.get("launches"),
-                            "error": cert.get("error"),
-                            "invalidated": None if cert.get("valid") else
-                            body.get("invalidated"),
-                            "changed_at": cert.get("updated_at")},
-            "blocked": self.blocked,
-            "recovery_failing": self.recovery_failing,
-            "unhealthy": self.unhealthy}
+        """supervisor-state.json shortly, once for every call until then."""
+        self.diagnostics.soon()
 
     def status(self) -> dict[str, Any]:
-        return read_json(self.paths.diagnostics, "tenure-supervisor-state")
+        return self.diagnostics.read()
 
     async def take(self, purpose: str) -> None:
         """One command at a time, in this guardian and across processes (the lease)."""

@@ -26,7 +26,8 @@ from .backendproc import control
 from .backendwatch import watch_backend
 from .boot import boot
 from .cold import watch_owner
-from .coordinator import Coordinator, check_diagnostics
+from .coordinator import Coordinator
+from .diagnostics import check_diagnostics
 from .keys import load_or_create_key
 from .paths import GuardianPaths
 from .service import GuardianService

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from guardian import cold, coordinator
+from guardian import cold, diagnostics
 from guardian.cold import recover_safely, start_selected, watch_owner
 from guardian.faults import InjectedFault
 from guardian.handoff import POINTS, upgrade
@@ -510,23 +510,23 @@ def test_a_checkpoint_unreadable_at_verification_ends_the_handoff_validly(
 
 
 def test_a_handoffs_steps_rewrite_the_diagnostics_once_after_them(tmp_path: Path) -> None:
-    """Phases that follow one another within DIAGNOSTICS_DELAY_S (a handoff's pause)
+    """Phases that follow one another within diagnostics.DELAY_S (a handoff's pause)
     share one write, made after them: none takes the pause's CPU."""
     async def go(co: FakeCoordinator) -> None:
         written: list[str | None] = []
-        real = co.write_diagnostics
+        real = co.diagnostics.write
 
         def counted() -> None:
             real()
             written.append((co.status()["last_activation"] or {}).get("phase"))
-        co.write_diagnostics = counted  # type: ignore[method-assign]
+        co.diagnostics.write = counted  # type: ignore[method-assign]
         act = co.state.create_activation(Kind.UPGRADE, OLD, None, None)
         act = co.advance(act, Phase.CHECKED)
         await asyncio.sleep(0)
         act = co.advance(act, Phase.ADMITTED)
-        await asyncio.sleep(coordinator.DIAGNOSTICS_DELAY_S / 2)
+        await asyncio.sleep(diagnostics.DELAY_S / 2)
         assert written == []                    # not between the steps
-        await asyncio.sleep(coordinator.DIAGNOSTICS_DELAY_S)
+        await asyncio.sleep(diagnostics.DELAY_S)
         assert written == ["admitted"]          # once, as of the last step
     run(go, tmp_path)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from guardian.coordinator import check_diagnostics
+from guardian.diagnostics import check_diagnostics
 from guardian.testing import FakeCoordinator
 from protocol.errors import UnsafePath
 
