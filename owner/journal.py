@@ -28,17 +28,23 @@ import logging
 import math
 import os
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
-from protocol.durable import limit_cache, refuse_unprivate
-from protocol.errors import BadRequest, StateCorrupt, StorageFailed, UnsafePath
+from protocol.errors import BadRequest, StorageFailed
 
 from . import memtrim
 from .journalckpt import Checkpointer, checkpoint, frames_for
+from .journaldb import (
+    FORMAT_VERSION,
+    check_schema,
+    connect,
+    insert_rows,
+    open_private,
+    open_writer,
+)
 from .journalforget import forget_sources
 from .journalhealth import WriteHealth
 from .journalpruned import Pruned
@@ -67,25 +73,10 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-FORMAT_VERSION: Final = 1
 READ_LIMIT_MAX: Final = 10_000
 BATCH_ROWS: Final = 4096
 EXTENT_GAP: Final = 4096
 """Start a new extent when more than this many foreign ids lie since the app's last row."""
-
-_SCHEMA: Final = (
-    "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
-    "CREATE TABLE records (id INTEGER PRIMARY KEY, ts REAL NOT NULL, stack TEXT NOT NULL,"
-    " app TEXT NOT NULL, instance INTEGER NOT NULL, generation INTEGER NOT NULL,"
-    " stream TEXT NOT NULL, flags INTEGER NOT NULL, data BLOB NOT NULL)",
-    "CREATE TABLE extents (stack TEXT NOT NULL, app TEXT NOT NULL, first_id INTEGER NOT NULL,"
-    " last_id INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (stack, app, first_id))"
-    " WITHOUT ROWID",
-)
-_COLS: Final = "ts, stack, app, instance, generation, stream, data, flags"
-MULTI_ROWS: Final = 256
-"""Rows per multi-row INSERT: fewer statement steps per row is ~1.5x the throughput. A
-row binds one parameter (its data; two if flags are set), far below SQLite's 32766."""
 
 BatchHook = Callable[[int], None]
 
@@ -132,55 +123,6 @@ class _App:
     bytes: int = 0
 
 
-def _open_private(path: str) -> None:
-    """Create ``path`` 0600 if missing; refuse symlinks (its sidecars' too), non-regular
-    files, and a journal of another user or open to others: it holds what apps wrote
-    (their secrets among it, often). Refused as owner.db is (protocol.durable), changing
-    nothing: whoever changed it may have read it, and only the operator knows why.
-
-    Raises ``UnsafePath`` naming the path.
-    """
-    for side in (path, path + "-wal", path + "-shm", path + "-journal"):
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISLNK(os.lstat(side).st_mode):
-                raise UnsafePath(f"journal path {side} is a symlink", {"path": side})
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise UnsafePath(f"cannot open journal {path}: {exc.strerror}",
-                         {"path": path}) from None
-    try:
-        refuse_unprivate(path, os.fstat(fd))
-    finally:
-        os.close(fd)
-
-
-def check_schema(conn: sqlite3.Connection, path: str) -> bool:
-    """True if the database is empty (needs creating); False for a journal of this
-    format. Raises ``StateCorrupt`` (not a journal, another format), sqlite3.Error."""
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if not tables:
-        return True
-    if "meta" not in tables:
-        raise StateCorrupt("journal has no meta table", {"path": path})
-    row = conn.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
-    version = row[0] if row else None
-    if version != FORMAT_VERSION:
-        raise StateCorrupt("journal has an unknown format version",
-                           {"path": path, "format_version": version})
-    if not {"records", "extents"} <= tables:
-        raise StateCorrupt("journal is missing tables", {"path": path})
-    return False
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                           cached_statements=32)
-    conn.execute("PRAGMA busy_timeout=5000")
-    limit_cache(conn)
-    return conn
-
-
 class Journal:
     """Durable, bounded, non-blocking application log store. See the module docstring."""
 
@@ -212,8 +154,8 @@ class Journal:
         self._clock = clock
         self._before_batch = before_batch
         self._after_backlog = after_backlog
-        _open_private(self._path)
-        self._wconn = self._open_writer()
+        open_private(self._path)
+        self._wconn = open_writer(self._path)
         self._rconn: sqlite3.Connection | None = None
         self._rlock = threading.Lock()
         self._wlock = threading.Lock()  # the writer connection: a batch, or a forget
@@ -233,47 +175,11 @@ class Journal:
         self._dropped_by_app: dict[tuple[str, str], int] = {}
         self._written_by_app: dict[tuple[str, str], tuple[int, int]] = {}
         self.health = WriteHealth()   # whether writes work (owner.journalhealth)
-        self._ckpt = Checkpointer(lambda: _connect(self._path))
+        self._ckpt = Checkpointer(lambda: connect(self._path))
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
     # -- opening ---------------------------------------------------------------------
-
-    def _open_writer(self) -> sqlite3.Connection:
-        """Check the format before anything can write to the file."""
-        try:
-            conn = _connect(self._path)
-        except sqlite3.Error as exc:
-            raise StateCorrupt(f"cannot open journal: {exc}", {"path": self._path}) from None
-        try:
-            fresh = check_schema(conn, self._path)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's job
-            if fresh:
-                self._create(conn)
-        except sqlite3.Error as exc:
-            conn.close()
-            raise StateCorrupt(f"journal unreadable: {exc}", {"path": self._path}) from None
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _create(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if not check_schema(conn, self._path):  # created meanwhile by another opener
-                conn.execute("ROLLBACK")
-                return
-            for ddl in _SCHEMA:
-                conn.execute(ddl)
-            conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)",
-                             [("format_version", FORMAT_VERSION), ("next_id", 1)])
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def _load_state(self) -> None:
         """Rebuild next id and per-app totals from the committed tables (writer side)."""
@@ -532,7 +438,7 @@ class Journal:
         # and reused by every row of a multi-row INSERT.
         head = [first, ts if math.isfinite(ts) else 0.0, source.stack, source.app,
                 source.instance, source.generation, item.stream]
-        _insert_rows(conn, head, lines, flags)
+        insert_rows(conn, head, lines, flags)
         last = first + len(lines) - 1
         self._next_id = last + 1
         key = (source.stack, source.app)
@@ -667,7 +573,7 @@ class Journal:
         if self._rconn is None:
             if self._closed:
                 raise BadRequest("journal is closed")
-            self._rconn = _connect(self._path)
+            self._rconn = connect(self._path)
             self._rconn.execute("PRAGMA query_only=1")
         return self._rconn
 
@@ -721,51 +627,3 @@ class Journal:
         return self._path
 
 
-def _values(flagged: bool) -> Callable[[int], str]:
-    """Row ``i`` of a multi-row INSERT: ?1-?6 are the columns every row shares, then
-    the row's data (and flags if ``flagged``; else 0)."""
-    if flagged:
-        return lambda i: f"(?1,?2,?3,?4,?5,?6,?{7 + 2 * i},?{8 + 2 * i})"
-    return lambda i: f"(?1,?2,?3,?4,?5,?6,?{7 + i},0)"
-
-
-_ROWS: Final = (MULTI_ROWS, 32, 4, 1)
-"""Rows per statement, largest first: what is left after the MULTI_ROWS statements
-takes at most a few more steps (1-row statements alone would be one step per row)."""
-_INSERT_ROWS: Final = {
-    (rows, flagged): f"INSERT INTO records({_COLS}) VALUES "
-    + ",".join(map(_values(flagged), range(rows)))
-    for rows in _ROWS for flagged in (False, True)
-}
-"""Constant text: SQLite prepares each statement once (the connection caches them)."""
-_INSERT_FIRST: Final = {
-    flagged: f"INSERT INTO records(id, {_COLS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,"
-    + ("?9)" if flagged else "0)")
-    for flagged in (False, True)
-}
-
-
-def _insert_rows(conn: sqlite3.Connection, head: list[object],
-                 lines: list[bytes | bytearray], flags: list[int] | None) -> None:
-    """Insert ``lines`` (``flags``: theirs, or None for all 0) as rows sharing ``head``
-    (first id, ts, stack, app, instance, generation, stream): the first row with its id
-    explicit, the others with automatic (consecutive) ids after it."""
-    flagged = flags is not None
-    values: list[object]
-    if flags is None:
-        conn.execute(_INSERT_FIRST[False], [*head, lines[0]])
-        values, per_row = lines, 1  # type: ignore[assignment]
-    else:
-        conn.execute(_INSERT_FIRST[True], [*head, lines[0], flags[0]])
-        values, per_row = [None] * (2 * len(lines)), 2
-        values[::2] = lines
-        values[1::2] = flags
-    shared = head[1:]
-    start, end = per_row, len(values)
-    for rows in _ROWS:
-        step = rows * per_row
-        stop = end - (end - start) % step
-        if stop > start:
-            conn.executemany(_INSERT_ROWS[rows, flagged],
-                             [shared + values[i:i + step] for i in range(start, stop, step)])
-            start = stop
