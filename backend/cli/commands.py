@@ -426,7 +426,7 @@ def cmd_owner(args: Any) -> int:
         with Client(sock, pin=False, allow_group=True) as c:
             r = c.call("status")
     except (ConnectFailed, RequestTimedOut) as exc:
-        from .daemons import silent_listener
+        from .holders import silent_listener
         raise silent_listener(sock, "owner") or exc from None
     _out(args, r, render.owner(r))
     return OK

@@ -24,9 +24,9 @@ from protocol.errors import (
     UnsafePath,
 )
 from protocol.layout import Layout
-from protocol.procfs import flock_holder, read_cmdline, silence, start_ticks, status_uid
 from protocol.sockets import ensure_private_dir
 
+from .holders import silent_holder, silent_listener
 from .owners import trusted_owners
 
 if TYPE_CHECKING:
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     """A daemon's command straight from its verified release, and what to add to its
     environment; None: start the installed code (:func:`_direct`)."""
 
-__all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "listener", "lock_holder",
-           "ping", "place_first_release", "runs_module", "silent_holder"]
+__all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping",
+           "place_first_release"]
 
 UP_POLL_S = 0.005
 """How often a starting daemon's socket is looked at. Until the daemon binds it a look is
@@ -325,32 +325,6 @@ def _needs_start(layout: Layout, module: str, sock: str) -> bool:
     if silent is not None:
         raise silent
     return True
-
-
-def silent_listener(sock: str, module: str, then: str = "") -> ConnectFailed | None:
-    """When daemon ``module`` of ours accepts on ``sock`` (it is running) but did not
-    answer: the error that names its pid, what /proc shows of it, and ``then``."""
-    found = listener(sock, module)
-    if found is None:
-        return None
-    pid = found[0]
-    return ConnectFailed(f"the {module} (pid {pid}) accepts on {sock} but does not "
-                         f"answer: {silence(pid)}" + (f". {then}" if then else ""),
-                         {"pid": pid, "listening": True})
-
-
-def silent_holder(sock: str, module: str, then: str = "") -> ConnectFailed | None:
-    """When daemon ``module`` of ours holds its lock (``module``.lock beside ``sock``)
-    but nothing listens on ``sock`` (it hangs before it listens, say): the error that
-    names its pid, what /proc shows of it, and ``then``."""
-    found = lock_holder(sock, module)
-    if found is None:
-        return None
-    pid, lock = found[0], _lock_beside(sock, module)
-    return ConnectFailed(f"the {module} (pid {pid}) holds {lock} but does not answer "
-                         f"(nothing listens on {sock}): {silence(pid)}" +
-                         (f". {then}" if then else ""),
-                         {"pid": pid, "path": sock, "listening": False, "lock": lock})
 
 
 def _spawn(layout: Layout, module: str, foreground: bool,
@@ -662,52 +636,3 @@ def _last_failure(view: dict[str, Any] | None) -> str:
     if last.get("outcome") in (None, "success") or not last.get("error"):
         return ""
     return f"; its last start failed: {last['error']} (the guardian tries again)"
-
-
-def listener(sock: str, module: str) -> tuple[int, int | None] | None:
-    """(pid, start ticks) of the process that accepts on ``sock`` when it is ``python
-    -m module`` of this uid (or root's), learnt from the kernel (SO_PEERCRED), not from
-    an answer; None when nothing listens there."""
-    from protocol.sockets import peer_of
-    try:
-        cred = peer_of(sock, 2.0)
-    except OSError:
-        return None
-    return _ours(cred.pid, cred.uid, module)
-
-
-def lock_holder(sock: str, module: str) -> tuple[int, int | None] | None:
-    """(pid, start ticks) of the process that holds the flock on daemon ``module``'s
-    lock (``module``.lock beside its socket ``sock``) when it is that daemon, of this
-    uid or root's, learnt from the kernel (/proc/locks): a daemon that takes its lock
-    first and hangs before it listens is found so. None when nothing of ours holds it."""
-    pid = flock_holder(_lock_beside(sock, module))
-    uid = None if pid is None else status_uid(pid)
-    return None if pid is None or uid is None else _ours(pid, uid, module)
-
-
-def _lock_beside(sock: str, module: str) -> str:
-    """Daemon ``module``'s lock file: beside its socket (runtime/guardian.lock,
-    execution/owner.lock)."""
-    return os.path.join(os.path.dirname(sock), f"{module}.lock")
-
-
-def _ours(pid: int, uid: int, module: str) -> tuple[int, int | None] | None:
-    """(pid, start ticks) when ``pid`` (of ``uid``) is daemon ``module`` of this uid or
-    root's, else None."""
-    ticks = start_ticks(pid)
-    argv = read_cmdline(pid) or []
-    if uid not in (os.geteuid(), 0) or not runs_module(argv, module):
-        return None
-    return pid, ticks
-
-
-def runs_module(argv: list[str], module: str) -> bool:
-    """Whether ``argv`` is ``python -m module …``, or the same module run from a release
-    (guardian.release.command: ``python -I -S -B -c '…run_module('module'…' …``). Not
-    a command that only names the module among its arguments (``tenure owner
-    reconcile``: ``python -m backend.cli.main … owner reconcile``, which holds the
-    owner's lock too)."""
-    at = argv.index("-m") + 1 if "-m" in argv else len(argv)
-    return (at < len(argv) and argv[at] == module) or \
-        ("-c" in argv and any(f"runpy.run_module({module!r}" in a for a in argv))

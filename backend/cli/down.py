@@ -12,7 +12,8 @@ from typing import Any
 from protocol.layout import Layout
 from protocol.procfs import read_stat, running
 
-from .daemons import listener, lock_holder, ping
+from .daemons import ping
+from .holders import listener, lock_holder
 
 __all__ = ["shutdown_receipt", "stop_all"]
 

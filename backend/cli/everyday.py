@@ -169,7 +169,7 @@ def _hung_guardian(args: Any, listening: bool | None) -> dict[str, Any] | None:
     it listens; ``listening``: :func:`listens` of its socket), else None."""
     if listening is not False:
         return None   # it listens (a busy or stopped one is said otherwise), or may not tell
-    from .daemons import silent_holder
+    from .holders import silent_holder
     hung = silent_holder(layout(args).guardian_sock, "guardian")
     return None if hung is None else {"pid": hung.data["pid"], "msg": hung.msg}
 
@@ -180,7 +180,7 @@ def _runs(sock: str, module: str) -> bool | None:
     said = listens(sock)
     if said is not False:
         return said
-    from .daemons import silent_holder
+    from .holders import silent_holder
     return silent_holder(sock, module) is not None
 
 

@@ -169,16 +169,16 @@ def _none_coming(args: Any, exc: Exception) -> BackendUnavailable | None:
 def _guardian_gone(sock: str) -> bool:
     """Whether the guardian is not running: nothing accepts on its socket and no guardian
     of ours holds its lock (one that does is hung before it listens, not gone: as
-    daemons.silent_holder tells them apart). False when we may not tell (a viewer)."""
-    from .daemons import lock_holder
+    holders.silent_holder tells them apart). False when we may not tell (a viewer)."""
     from .everyday import listens
+    from .holders import lock_holder
     return listens(sock) is False and lock_holder(sock, "guardian") is None
 
 
 def _service_managed(owner_sock: str) -> bool:
     """Whether the owner runs in its service unit (``tenure service``): there the service
     manager restarts a guardian that died (``Restart=always``), so a backend comes."""
-    from .daemons import listener, lock_holder
+    from .holders import listener, lock_holder
     from .ownerplan import mode_of
     found = listener(owner_sock, "owner") or lock_holder(owner_sock, "owner")
     return found is not None and mode_of(found[0]) != "standalone"

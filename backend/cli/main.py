@@ -414,7 +414,7 @@ def _silent_daemon(exc: TenureError) -> TenureError:
     module = _DAEMONS.get(os.path.basename(path))
     if module is None:
         return exc
-    from .daemons import silent_holder, silent_listener
+    from .holders import silent_holder, silent_listener
     if exc.data.get("listening") is None:
         return silent_listener(path, module) or exc
     return silent_holder(path, module) or exc

@@ -146,14 +146,14 @@ def test_an_up_whose_owner_cannot_start_leaves_nothing_running(cluster):
 def test_down_stops_a_guardian_that_does_not_answer(cluster, monkeypatch):
     """A busy guardian may not answer `status` in time; `down` finds it by the socket's
     peer credentials instead of leaving it (and its backend) running."""
-    from backend.cli import daemons
+    from backend.cli import daemons, holders
     cluster.up("[stacks.s.apps.a]\ncommand = [\"sleep\", \"1000\"]\n")
     guardian = int(cluster.cli("backend", "status", check=True).out["guardian"]["pid"])
     os.kill(guardian, signal.SIGSTOP)
     try:
-        found = daemons.listener(str(cluster.layout.guardian_sock), "guardian")
+        found = holders.listener(str(cluster.layout.guardian_sock), "guardian")
         assert found is not None and found[0] == guardian
-        assert daemons.listener(str(cluster.layout.guardian_sock), "owner") is None
+        assert holders.listener(str(cluster.layout.guardian_sock), "owner") is None
     finally:
         os.kill(guardian, signal.SIGCONT)
     from backend.cli import down

@@ -88,11 +88,11 @@ def unavailable(**data: Any) -> BackendUnavailable:
 def test_a_dead_guardian_means_no_backend_is_coming_unless_a_service_restarts_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Was: a keyed `run --wait` waited its whole --timeout for it."""
-    from backend.cli import daemons, everyday, ownerplan
+    from backend.cli import everyday, holders, ownerplan
     monkeypatch.setattr(everyday, "listens", lambda sock: False)
-    monkeypatch.setattr(daemons, "lock_holder", lambda sock, module: None
+    monkeypatch.setattr(holders, "lock_holder", lambda sock, module: None
                         if module == "guardian" else (4242, 1))
-    monkeypatch.setattr(daemons, "listener", lambda sock, module: None)
+    monkeypatch.setattr(holders, "listener", lambda sock, module: None)
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "standalone")
     exc = unavailable()
     final = jobs._none_coming(args("run", "s/echo"), exc)
@@ -103,7 +103,7 @@ def test_a_dead_guardian_means_no_backend_is_coming_unless_a_service_restarts_it
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "systemd")
     assert jobs._none_coming(args("run", "s/echo"), exc) is None   # systemd restarts it
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "standalone")
-    monkeypatch.setattr(daemons, "lock_holder", lambda sock, module: (4241, 1))
+    monkeypatch.setattr(holders, "lock_holder", lambda sock, module: (4241, 1))
     assert jobs._none_coming(args("run", "s/echo"), exc) is None   # hung, not gone
     monkeypatch.setattr(everyday, "listens", lambda sock: True)
     assert jobs._none_coming(args("run", "s/echo"), exc) is None   # it runs
