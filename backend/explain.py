@@ -12,7 +12,6 @@ Wording: short, lower case, no Python reprs; what was tried, then what came back
 
 from __future__ import annotations
 
-import signal as _signal
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from msgspec import Struct
 
 from protocol.errors import BadRequest, TenureError, TransportError
+from protocol.signame import signal_name
 
 if TYPE_CHECKING:
     from .instance import Instance
@@ -43,14 +43,6 @@ class ErrorSource(StrEnum):
 class Check(StrEnum):
     READINESS = "readiness"
     HEALTH = "health"
-
-
-def signal_name(num: int) -> str:
-    """``9`` → ``SIGKILL``; an unknown number → ``signal 42``."""
-    try:
-        return _signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
 
 
 class LastError(Struct, frozen=True):

@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from enum import StrEnum
@@ -48,6 +47,7 @@ from urllib.parse import urlsplit
 from msgspec import Struct
 
 from protocol import procfs
+from protocol.signame import signal_name
 
 from .model import App, Health, HealthKind, Readiness, ReadyKind
 from .probe_exec import run_check
@@ -329,8 +329,7 @@ async def http_ok(url: str, timeout: float) -> Verdict:
 
 
 def _ended(code: int, line: str) -> str:
-    how = f"exit {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}" \
-        if -code in signal.valid_signals() else f"killed by signal {-code}"
+    how = f"exit {code}" if code >= 0 else f"killed by {signal_name(-code)}"
     return f"{how}: {line}" if line else how
 
 

@@ -30,6 +30,7 @@ from protocol.errors import (
     error_from_wire,
 )
 from protocol.identity import start_ticks
+from protocol.signame import signal_name
 
 from .release import Release, command
 
@@ -298,10 +299,7 @@ def exit_text(returncode: int) -> str:
     """``exit status 3``, or ``killed by SIGKILL`` for a negative (signal) status."""
     if returncode >= 0:
         return f"exit status {returncode}"
-    try:
-        return f"killed by {signal.Signals(-returncode).name}"
-    except ValueError:
-        return f"killed by signal {-returncode}"
+    return f"killed by {signal_name(-returncode)}"
 
 
 def last_line(text: str) -> str:

@@ -65,13 +65,10 @@ def describe(e: dict[str, Any]) -> str:
 
 
 def _ended(d: dict[str, Any]) -> str:
-    import signal
     if d.get("signal"):
-        try:
-            name = signal.Signals(d["signal"]).name
-        except ValueError:
-            name = f"signal {d['signal']}"
-        return f"killed by {name}" + (" (core dumped)" if d.get("core_dumped") else "")
+        from protocol.signame import signal_name
+        return f"killed by {signal_name(d['signal'])}" + (
+            " (core dumped)" if d.get("core_dumped") else "")
     if d.get("exit_code") is None:
         return "ended (status unknown)"
     return f"exited {d['exit_code']}"
