@@ -45,10 +45,15 @@ EXIT = {"clean": 0, "failed": 1, "usage": 2, "reconcile": 3, "alive": 4, "runnin
         "home_lost": 6}
 
 
+STOP_MARGIN_S = 10.0
+"""The applications stage's time beyond the longest stop policy: the last looks for
+descendants, the reaps, what no launch accounts for (Procs.stop_unclaimed)."""
+
+
 @dataclass
 class Owner:
     paths: OwnerPaths
-    stop_timeout: float = 60.0
+    stop_timeout: float = 60.0   # the applications stage's least deadline (_stop_apps)
     account: ServiceAccount | None = None  # system scope: who else may connect
     release_error: dict[str, Any] | None = None  # why the recorded release cannot run
     lost: HomeLost | None = None  # set when the home was lost while serving
@@ -149,7 +154,7 @@ class Owner:
         sd_notify("STOPPING=1")
         server.begin_drain()
         await _stage(receipt, "watchers", _close_notify, launcher)
-        await _stage(receipt, "applications", _stop_apps, launcher, self.stop_timeout)
+        await _stage(receipt, "applications", _stop_apps, service, self.stop_timeout)
         await _stage(receipt, "processes", _confirm_gone, service)
         await _stage(receipt, "state", _check_state, store, launcher)
         await _stage(receipt, "logs", _flush_logs, launcher, journal)
@@ -190,13 +195,26 @@ async def _close_notify(launcher: Any) -> str:
     return ""
 
 
-async def _stop_apps(launcher: Any, timeout: float) -> str:
-    async with asyncio.timeout(timeout):
-        results = await launcher.stop_all()
+async def _stop_apps(service: OwnerService, floor: float) -> str:
+    """Stop every launch with its own policy, however long the longest takes, then what
+    no launch accounts for (Procs.stop_unclaimed). The stage's deadline is the longest
+    policy and STOP_MARGIN_S, at least ``floor``: a stop that outlives its own policy's
+    SIGKILL is stuck (the kernel), and the stage says so rather than waiting forever."""
+    budget = max(floor, service.procs.stop_budget() + STOP_MARGIN_S)
+    try:
+        async with asyncio.timeout(budget):
+            results = await service.launcher.stop_all()
+    except TimeoutError:
+        raise RuntimeError(f"the applications were not confirmed stopped within {budget:g} "
+                           "s (the longest stop policy, and more)") from None
     bad = [k for k, r in results if isinstance(r, BaseException) or r.outcome == "timeout"]
     if bad:
         raise RuntimeError(f"{len(bad)} launches not confirmed stopped: {bad[:5]}")
-    return f"{len(results)} stopped"
+    unclaimed = await service.procs.stop_unclaimed()
+    if unclaimed:
+        log.warning("stopped %d process(es) no launch accounts for: %s", len(unclaimed),
+                    " ".join(map(str, unclaimed[:20])))
+    return f"{len(results)} stopped" + (f", {len(unclaimed)} unclaimed" if unclaimed else "")
 
 
 async def _confirm_gone(service: OwnerService) -> str:

@@ -89,6 +89,7 @@ _LOST = ExitStatus(None, None)
 # already its own (setsid), cannot be: the reap waits for it, looking again every
 # LOOK_AGAIN_S, at most LAST_LOOKS times (~50 ms), then goes on without it.
 LOOK_AGAIN_S = 0.001
+UNCLAIMED_GRACE_S = 5.0   # after SIGTERM, before SIGKILL (stop_unclaimed)
 LAST_LOOKS = 50
 
 
@@ -366,6 +367,41 @@ class ProcessTable:
         """Keys of exited launches whose descendants were still running at the last look
         (a stop of such a key stops them)."""
         return [k for k, e in self._lingering.items() if e.tree is not None and e.tree.known]
+
+    def stop_budget(self) -> float:
+        """The longest a stop of a launch that may still run can take by its own policy
+        (its timeout, then ``kill_after`` after SIGKILL); 0 with none."""
+        return max((e.policy.timeout + e.policy.kill_after
+                    for e in [*self._live.values(), *self._lingering.values()]), default=0.0)
+
+    async def stop_unclaimed(self, grace: float = UNCLAIMED_GRACE_S) -> list[int]:
+        """At shutdown, once every launch was stopped: stop the children of this process
+        that no launch accounts for. Only an app's processes become the owner's children
+        (it spawns nothing else); these left their launch's group and session and
+        cleared its environment, so nothing ties them to one (docs/owner.md), and they
+        would run on under init with the app's pipes open. SIGTERM, then SIGKILL after
+        ``grace`` s; each stays this process's child until reaped here, so its pid
+        cannot name another process meanwhile. Returns their pids."""
+        self.adopt_orphans()
+        claimed = {*self._by_pid, *(pid for pid, _ in self.descendants())}
+        kids = [p for p in main_thread_children(os.getpid()) if p not in claimed]
+        for sig, wait in ((_signal.SIGTERM, grace), (_signal.SIGKILL, grace)):
+            left = self._unreaped(kids)
+            if not left:
+                break
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = self._loop.time() + wait
+            while self._unreaped(left) and self._loop.time() < deadline:
+                await asyncio.sleep(0.02)
+        return kids
+
+    def _unreaped(self, pids: list[int]) -> list[int]:
+        """Those of ``pids`` still this process's children, after reaping what ended."""
+        self.reap_orphans()
+        kids = set(main_thread_children(os.getpid()))
+        return [p for p in pids if p in kids]
 
     async def wait(self, key: str) -> ExitStatus:
         """Wait for launch ``key`` to be reaped. Raises NotFound."""

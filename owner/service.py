@@ -564,6 +564,7 @@ class OwnerService:
                 "sockets_held": len(self.launcher.sockets.held),
                 "fd_store": dict(self.launcher.fdstore.stats),
                 "uncertain": sorted(self.launcher.uncertain),
+                "stop_budget": self.procs.stop_budget(),
                 "release": self.release,
                 "draining": bool(self.server and self.server.draining),
                 **privileges(None if self.launcher.cgroups is None

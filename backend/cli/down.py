@@ -47,10 +47,14 @@ def _stop(out: dict[str, Any], name: str, pid: int, ticks: int | None, silent: b
         out[f"{name}_problem"] = f"it does not answer; {why}" if silent else why
 
 
+OWNER_STAGES_S = 60.0   # the owner's stages besides its applications' stops, and margin
+
+
 def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
     """Guardian first (it retires the backend, keeping the certificate), then a backend
     still running without a guardian (its guardian was killed), then the owner, which
-    stops every application and writes its clean receipt. A guardian that still runs
+    stops every application and writes its clean receipt (waited for as long as its
+    longest stop policy needs, and ``timeout`` at least). A guardian that still runs
     after its SIGTERM (stopped, or slow) leaves the owner and its applications running.
     A daemon that does not answer is found by the socket's peer credentials and
     signalled all the same: `down` never reports success while one still runs. Raises
@@ -75,13 +79,22 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
         from .unclean import refuse_unclean_end
         refuse_unclean_end(layout, out)
     else:
-        _stop(out, "owner", *owner, timeout)
+        _stop(out, "owner", *owner, max(timeout, _owner_shutdown(o)))
         if o is not None or out["owner"]:   # a silent owner's receipt: by its pid
             out["owner_receipt"] = shutdown_receipt(
                 layout, o["owner"]["instance"] if o is not None else None, owner[0])
         if o is not None and out.get("owner_receipt", {}).get("state") == "clean":
             out["applications_stopped"] = o["live"]   # what ran, now confirmed stopped
     return out
+
+
+def _owner_shutdown(status: dict[str, Any] | None) -> float:
+    """How long the owner's shutdown may take: its longest stop policy (its ``status``
+    says; an older owner does not) and the rest of its stages."""
+    budget = (status or {}).get("stop_budget")
+    if not isinstance(budget, int | float) or isinstance(budget, bool) or budget < 0:
+        return 0.0
+    return float(budget) + OWNER_STAGES_S
 
 
 def _stop_guardianless_backend(layout: Layout, out: dict[str, Any], timeout: float

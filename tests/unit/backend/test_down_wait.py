@@ -1,0 +1,42 @@
+"""`tenure down` waits for the owner as long as the owner says its shutdown may take
+(its longest stop policy, from its status), and never less than its own timeout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from backend.cli import down
+
+
+@pytest.mark.parametrize(("status", "wait"), [
+    ({"stop_budget": 140.0}, 140.0 + down.OWNER_STAGES_S),
+    ({"stop_budget": 0}, down.OWNER_STAGES_S),
+    ({}, 0.0),                          # an older owner: its status has no budget
+    (None, 0.0),                        # it did not answer
+    ({"stop_budget": "soon"}, 0.0), ({"stop_budget": True}, 0.0),
+    ({"stop_budget": -1.0}, 0.0),
+])
+def test_the_owners_shutdown_budget(status: dict[str, Any] | None, wait: float) -> None:
+    assert down._owner_shutdown(status) == wait
+
+
+def test_down_waits_for_the_owners_longest_stop_policy(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Any) -> None:
+    from protocol.layout import Layout
+    waited: dict[str, float] = {}
+    status = {"owner": {"pid": 4242, "start_ticks": 7, "instance": "i"}, "live": 1,
+              "stop_budget": 300.0}
+
+    def locate(layout: Layout, sock: str, module: str) -> Any:
+        return (status, (4242, 7, False)) if module == "owner" else (None, None)
+
+    def terminate(pid: int, ticks: int | None, timeout: float) -> None:
+        waited[str(pid)] = timeout
+    monkeypatch.setattr(down, "_locate", locate)
+    monkeypatch.setattr(down, "_terminate", terminate)
+    monkeypatch.setattr(down, "_stop_guardianless_backend", lambda *a: None)
+    monkeypatch.setattr(down, "shutdown_receipt", lambda *a: {"state": "clean"})
+    out = down.stop_all(Layout(tmp_path))
+    assert out["owner"] is True and waited == {"4242": 300.0 + down.OWNER_STAGES_S}
