@@ -150,7 +150,8 @@ class InstanceCommands:
         and starting one instance is one step, which a drain lets finish: no instance is
         left stopped. The roll stops at an instance that is not ready within the timeout
         (or not started again: its stop outlasts the timeout, a later stop withdrew its
-        start) or that ends failed or exited: ``not_restarted`` lists the rest. Raises
+        start) or that ends failed or exited: ``stopped_at`` names it and
+        ``not_restarted`` lists the rest. Raises
         ShuttingDown, naming what was and was not restarted, when a drain begins before
         the last instance was started again; once it was, a drain is said in the answer
         (``handed_over``: every instance restarted, the last not seen ready here)."""
@@ -167,7 +168,8 @@ class InstanceCommands:
                 if self.gate.paused:   # a handoff, or this generation was fenced off
                     raise _restart_cut(keys[:i], keys[i:], out)
                 out.update((await self._wait_settled([k], UP, 0, until_drain=False))[1])
-                return {"settled": False, "instances": out, "not_restarted": keys[i + 1:]}
+                return {"settled": False, "instances": out, "not_restarted": keys[i + 1:],
+                        "stopped_at": k}
             ok, public = await self._wait_settled([k], UP, timeout, until_drain=True)
             out.update(public)
             if not ok and self._handing_over():
@@ -177,7 +179,8 @@ class InstanceCommands:
             settled = settled and ok
             ready = self.sup.instances[k].state is im.State.READY
             if not ok or (not ready and i + 1 < len(keys)):   # the roll stops here
-                return {"settled": False, "instances": out, "not_restarted": keys[i + 1:]}
+                return {"settled": False, "instances": out, "not_restarted": keys[i + 1:],
+                        "stopped_at": k}
         return {"settled": settled, "instances": out}
 
     def _handing_over(self) -> bool:

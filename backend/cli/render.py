@@ -302,6 +302,8 @@ def instances(r: dict[str, Any]) -> str:
     elif r.get("handed_over"):
         settled = ("\n(every instance was restarted; the backend handed over to its next "
                    "generation before the last was ready: `tenure status` shows it)")
+    elif inst.get(r.get("stopped_at")) in ("failed", "exited"):
+        settled = f"\n(the roll stopped at {r['stopped_at']}: it ended {inst[r['stopped_at']]})"
     else:
         settled = "\n(not settled in time)"
     if r.get("not_restarted"):
