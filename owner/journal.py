@@ -44,6 +44,7 @@ from .journaldb import (
     insert_rows,
     open_private,
     open_writer,
+    record_cost,
 )
 from .journalforget import forget_sources
 from .journalhealth import WriteHealth
@@ -117,8 +118,9 @@ class LogSource:
 class _App:
     """Writer bookkeeping for one (stack, app); touched only under ``_wlock``."""
 
-    total: int = 0
-    first: int = 0  # open extent; first == 0 means none
+    record_cost: int   # what each of its records costs the budget besides its data
+    total: int = 0     # its records' data and costs: what its budget bounds
+    first: int = 0     # open extent; first == 0 means none
     last: int = 0
     bytes: int = 0
 
@@ -190,7 +192,7 @@ class Journal:
         self._next_id = max(stored, top + 1, 1)
         self._budgets = load_budgets(conn)
         self._apps = {
-            (stack, app): _App(total=total)
+            (stack, app): _App(record_cost(stack, app), total=total)
             for stack, app, total in conn.execute(
                 "SELECT stack, app, SUM(bytes) FROM extents GROUP BY stack, app")
         }
@@ -444,16 +446,17 @@ class Journal:
         key = (source.stack, source.app)
         app = self._apps.get(key)
         if app is None:
-            app = self._apps[key] = _App()
-        app.total += data_bytes
+            app = self._apps[key] = _App(record_cost=record_cost(*key))
+        cost = data_bytes + len(lines) * app.record_cost
+        app.total += cost
         if app.first and first - app.last <= EXTENT_GAP and \
                 app.bytes < max(self._limit(key) // 32, 1):   # 32 extents to a budget
             app.last = last
-            app.bytes += data_bytes
+            app.bytes += cost
         else:
             if app.first:
                 self._save_extent(conn, key)  # closing it: the batch end saves only open ones
-            app.first, app.last, app.bytes = first, last, data_bytes
+            app.first, app.last, app.bytes = first, last, cost
         self._pruned.wrote(key, app.first, (source.instance, item.stream), last)
         return key
 

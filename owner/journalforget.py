@@ -17,6 +17,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
+from .journaldb import record_cost
+
 __all__ = ["MAX_SOURCES", "Source", "forget_sources"]
 
 MAX_SOURCES = 1000
@@ -56,7 +58,7 @@ def _forget_app(conn: sqlite3.Connection, stack: str, app: str, instances: list[
             " ? AND ? AND stack=? AND app=?", (first, last, stack, app)).fetchone()
         if rows:
             conn.execute("UPDATE extents SET bytes=? WHERE stack=? AND app=? AND first_id=?",
-                         (nbytes, stack, app, first))
+                         (nbytes + rows * record_cost(stack, app), stack, app, first))
         else:
             conn.execute("DELETE FROM extents WHERE stack=? AND app=? AND first_id=?",
                          (stack, app, first))

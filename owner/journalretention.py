@@ -13,6 +13,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping
 
+from .journaldb import record_cost
+
 __all__ = ["MAX_RETENTION", "MIN_RETENTION", "PREFIX", "cut_extent", "load_budgets",
            "save_budgets"]
 
@@ -49,20 +51,21 @@ def cut_extent(conn: sqlite3.Connection, key: AppKey, first: int, last: int,
                excess: int, before_delete: Callable[[sqlite3.Connection, AppKey, int, int],
                                                      None] | None = None) -> tuple[int, int]:
     """Delete the oldest records of app ``key`` in its extent ``first``..``last`` until at
-    least ``excess`` bytes went (or all of it), and make the extent start after them.
+    least ``excess`` bytes of budget went (their data and their records' costs,
+    owner.journaldb.record_cost), or all of it, and make the extent start after them.
     Pruning deletes whole extents, each 1/32 of the app's budget; after a budget shrank,
     an extent sized for the old one may hold more than the new budget, and deleting it
     whole would leave the app with nothing. Returns the bytes deleted and the extent's
     new first id (0 when none of it is left). ``before_delete(conn, key, first, cut)``
     is told the records about to go (owner.journalpruned.Pruned.note). Raises
     sqlite3.Error; the caller rolls back."""
-    gone, cut = 0, first - 1
+    gone, cut, each = 0, first - 1, record_cost(*key)
     for rid, n in conn.execute(
             "SELECT id, length(data) FROM records WHERE id BETWEEN ? AND ? AND stack=? "
             "AND app=? ORDER BY id", (first, last, *key)):
         if gone >= excess:
             break
-        gone, cut = gone + n, rid
+        gone, cut = gone + n + each, rid
     if before_delete is not None and cut >= first:
         before_delete(conn, key, first, cut)
     conn.execute("DELETE FROM records WHERE id BETWEEN ? AND ? AND stack=? AND app=?",

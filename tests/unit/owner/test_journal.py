@@ -15,6 +15,7 @@ import pytest
 
 from owner import journalckpt
 from owner.journal import READ_LIMIT_MAX, Journal, LogRecord, LogSource
+from owner.journaldb import record_cost
 from owner.linesplit import CONTINUED, PARTIAL
 from owner.testing import read_all
 from protocol.durable import CACHE_KIB
@@ -342,8 +343,8 @@ def test_extents_match_rows_after_interleaved_batches_and_pruning(tmp_path: Path
         j.close()
     conn = sqlite3.connect(path)
     try:
-        real = dict(((s, a), n) for s, a, n in conn.execute(
-            "SELECT stack, app, SUM(length(data)) FROM records GROUP BY stack, app"))
+        real = dict(((s, a), n + rows * record_cost(s, a)) for s, a, n, rows in conn.execute(
+            "SELECT stack, app, SUM(length(data)), count(*) FROM records GROUP BY stack, app"))
         kept = dict(((s, a), n) for s, a, n in conn.execute(
             "SELECT stack, app, SUM(bytes) FROM extents GROUP BY stack, app"))
     finally:

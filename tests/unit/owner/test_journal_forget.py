@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from owner.journal import Journal, LogSource
+from owner.journaldb import record_cost
 from owner.testing import read_all
 from protocol.errors import BadRequest, StorageFailed
 
@@ -30,8 +31,8 @@ def fill(j: Journal, n: int = 30) -> None:
 def extents_match_rows(path: Path) -> None:
     conn = sqlite3.connect(path)
     try:
-        real = dict(((s, a), n) for s, a, n in conn.execute(
-            "SELECT stack, app, SUM(length(data)) FROM records GROUP BY stack, app"))
+        real = dict(((s, a), n + rows * record_cost(s, a)) for s, a, n, rows in conn.execute(
+            "SELECT stack, app, SUM(length(data)), count(*) FROM records GROUP BY stack, app"))
         kept = dict(((s, a), n) for s, a, n in conn.execute(
             "SELECT stack, app, SUM(bytes) FROM extents GROUP BY stack, app"))
         empty = conn.execute(

@@ -4,6 +4,7 @@ and a malformed call changes nothing."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,22 @@ def test_a_budget_smaller_than_an_extent_cuts_it_instead_of_emptying_the_app(
     with Journal(tmp_path / "j.db") as j:   # totals rebuilt from the extents
         _fill(j, WEB, 1)
         assert MIB // 2 <= _kept(j, "web") <= MIB
+
+
+def test_a_budget_of_short_lines_bounds_the_file_not_only_their_data(tmp_path: Path) -> None:
+    """Each record costs the budget its data and what it takes in the file besides
+    (owner.journaldb.record_cost): 1 MiB of 1-byte lines (`yes`) kept by their data
+    alone took ~40 MiB of journal."""
+    path = tmp_path / "j.db"
+    with Journal(path, retention_bytes_per_app=MIN_RETENTION) as j:
+        for _ in range(3 * MIN_RETENTION // 4096):   # 3 MiB of data in 1-byte lines
+            j.append(WEB, "stdout", [(b"y", 0)] * 4096)
+        assert j.flush(timeout=60)
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("VACUUM")   # the file as big as what it holds (pruning frees pages)
+        count = conn.execute("SELECT count(*) FROM records").fetchone()[0]
+    finally:
+        conn.close()
+    assert path.stat().st_size <= 1.5 * MIN_RETENTION, (path.stat().st_size, count)
+    assert count >= MIN_RETENTION // 64, count   # and it keeps what fits: ~30k lines
