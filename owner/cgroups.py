@@ -49,6 +49,7 @@ __all__ = [
     "cgroup_name",
     "detect",
     "members",
+    "members_strict",
     "read_proc_cgroup",
     "setup",
     "shim_argv",
@@ -101,10 +102,24 @@ def _read(path: Path) -> str | None:
 
 def members(cgroup_dir: Path) -> list[int]:
     """Pids in ``cgroup_dir``/cgroup.procs (zombies are never listed). A cgroup that no
-    longer exists has none. Raises nothing."""
-    text = _read(cgroup_dir / "cgroup.procs")
-    if text is None:
+    longer exists, or whose list cannot be read, has none. Raises nothing."""
+    try:
+        return members_strict(cgroup_dir)
+    except OSError:
         return []
+
+
+def members_strict(cgroup_dir: Path) -> list[int]:
+    """:func:`members`, for figures whose absence must not read as zero
+    (owner.metrics): only a cgroup that no longer exists (ENOENT; ENODEV once removed)
+    has none. Raises OSError when ``cgroup.procs`` could not be read for any other
+    reason (the owner out of descriptors: EMFILE)."""
+    try:
+        text = (cgroup_dir / "cgroup.procs").read_text(encoding="ascii", errors="replace")
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENODEV):
+            return []
+        raise
     return [int(w) for w in text.split() if w.isdigit()]
 
 

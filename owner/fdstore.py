@@ -7,7 +7,8 @@ to the instance's next launch after its sockets, named in ``LISTEN_FDNAMES``. St
 stay stored across any number of launches until the app sends ``FDSTOREREMOVE=1`` with
 ``FDNAME=x`` (every fd of that name goes), the backend clears the store (the app left the
 config), or the owner stops. A message that would exceed the limit keeps nothing of
-that message: its fds are closed and counted as refused.
+that message: its fds are closed and counted as refused. So does one whose fds did not
+all arrive (the owner out of descriptors): owner.notify drops it before it gets here.
 
 Every fd in the store is the owner's own duplicate: close-on-exec, and never inherited by
 anything but the launch it is passed to (owner.fdpass).
@@ -81,6 +82,11 @@ class FdStore:
             have.append(StoredFd(name, fd, _kind(st.st_mode), st.st_ino))
             self.stats["stored"] += 1
         return True
+
+    def count_refused(self, n: int) -> None:
+        """Count ``n`` fds refused before they reached the store, already closed: those
+        of an ``FDSTORE=1`` message that arrived cut short (owner.notify)."""
+        self.stats["refused"] += n
 
     def remove(self, key: StoreKey, name: str) -> int:
         """Close every fd stored under ``name``; returns how many."""

@@ -17,6 +17,12 @@ its time with it). A counter that goes down reads as a reset to Prometheus, so e
 launch's counters are reported as the highest value measured so far. ``memory_peak_bytes``
 is the kernel's ``memory.peak`` where there is one, else the highest sum the owner saw.
 A figure nobody can tell (OOM kills without a cgroup) is None, never 0.
+
+Gone versus unreadable: a process that exited between being listed and being read
+(ENOENT, ESRCH) is simply no longer part of the app and is left out of the sums. A figure
+/proc would not give for any other reason (the owner out of descriptors: EMFILE; EACCES;
+a line that does not parse) makes the sum it belongs to None: leaving that process out
+would report less than the app uses, and an app whose every read failed as using 0.
 """
 
 from __future__ import annotations
@@ -29,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.procfs import read_io, read_usage, socket_inodes, start_ticks
+from protocol.procfs import read_io_strict, read_usage_strict, socket_inodes, start_ticks
 
-from .cgroups import members
+from .cgroups import members, members_strict
 
 __all__ = ["COUNTERS", "FIELDS", "USAGE", "USAGE_REUSE_S", "Member", "Meter", "UsageMemo",
            "launch_inodes", "parse_io_stat",
@@ -105,16 +111,37 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _sum_io(pids: Iterable[int]) -> tuple[int, int] | None:
-    found = [io for io in map(read_io, pids) if io is not None]
-    if not found:
-        return None
-    return sum(r for r, _ in found), sum(w for _, w in found)
+# What a strict /proc reader raises for a figure it could not read (not a process gone).
+_UNREADABLE = (OSError, ValueError, IndexError)
 
 
-def _sum_rss(pids: Iterable[int]) -> int | None:
-    found = [u.rss_pages for u in map(read_usage, pids) if u is not None and not u.zombie]
-    return sum(found) * _PAGE if found else None
+def _sum_io(pids: Iterable[int] | None) -> tuple[int, int] | None:
+    """(read, write) bytes summed over ``pids``; None when none of them is left, or when
+    they or one of them could not be read (``pids`` None; see the module docstring)."""
+    rbytes = wbytes = 0
+    found = False
+    for pid in pids or ():
+        try:
+            io = read_io_strict(pid)
+        except _UNREADABLE:
+            return None
+        if io is not None:
+            rbytes, wbytes, found = rbytes + io[0], wbytes + io[1], True
+    return (rbytes, wbytes) if found else None
+
+
+def _sum_rss(pids: Iterable[int] | None) -> int | None:
+    """RSS bytes summed over the live ``pids``; None when none is left, or when they or
+    one of them could not be read (``pids`` None)."""
+    pages, found = 0, False
+    for pid in pids or ():
+        try:
+            u = read_usage_strict(pid)
+        except _UNREADABLE:
+            return None
+        if u is not None and not u.zombie:
+            pages, found = pages + u.rss_pages, True
+    return pages * _PAGE if found else None
 
 
 def read_cgroup(path: Path, usage_only: bool = False) -> Sample:
@@ -124,37 +151,58 @@ def read_cgroup(path: Path, usage_only: bool = False) -> Sample:
     None. Raises nothing."""
     cpu = parse_keyed(_read(path / "cpu.stat"))
     memory = parse_value(_read(path / "memory.current"))
-    pids = members(path) if memory is None or not usage_only else []
+    try:
+        pids: list[int] | None = members_strict(path) \
+            if memory is None or not usage_only else []
+    except OSError:
+        pids = None   # unreadable, not empty: what is summed over them is unknown
     user, system = cpu.get("user_usec"), cpu.get("system_usec")
     usage = {"cpu_user_seconds": None if user is None else user / 1e6,
              "cpu_system_seconds": None if system is None else system / 1e6,
-             "memory_bytes": _sum_rss(pids) if memory is None else memory}
+             "memory_bytes": memory if memory is not None else _sum_rss(pids)}
     if usage_only:
         return {**_UNKNOWN, **usage}
     io = parse_io_stat(_read(path / "io.stat")) or _sum_io(pids)
     events = parse_keyed(_read(path / "memory.events"))
     pids_current = parse_value(_read(path / "pids.current"))
     return {**usage, "memory_peak_bytes": parse_value(_read(path / "memory.peak")),
-            "pids": len(pids) if pids_current is None else pids_current,
+            "pids": pids_current if pids_current is not None
+            else None if pids is None else len(pids),
             "io_read_bytes": None if io is None else io[0],
             "io_write_bytes": None if io is None else io[1],
             "oom_kills": events.get("oom_kill")}
 
 
-def read_procs(procs: Iterable[tuple[int, int]], usage_only: bool = False) -> Sample:
-    """Figures summed over ``procs`` (pid, start ticks) that still run as that process;
-    a pid now held by another process, and a zombie, count for nothing. ``usage_only``:
-    CPU and memory alone (:data:`USAGE`; no /proc/PID/io read), the rest None. Raises
-    nothing."""
+def _sum_usage(procs: Iterable[tuple[int, int]]) -> tuple[int, int, int, list[int]] | None:
+    """(user ticks, system ticks, RSS pages, pids) summed over ``procs`` (pid, start
+    ticks) that still run as that process: a pid gone, now held by another process, or a
+    zombie is left out. None when one could not be read (see the module docstring):
+    then nothing of the app is known."""
     user = system = rss = 0
     alive: list[int] = []
     for pid, ticks in procs:
-        u = read_usage(pid)
+        try:
+            u = read_usage_strict(pid)
+        except _UNREADABLE:
+            return None
         if u is None or u.start_ticks != ticks or u.zombie:
             continue
         user, system, rss = user + u.cpu_user_ticks, system + u.cpu_system_ticks, \
             rss + u.rss_pages
         alive.append(pid)
+    return user, system, rss, alive
+
+
+def read_procs(procs: Iterable[tuple[int, int]], usage_only: bool = False) -> Sample:
+    """Figures summed over ``procs`` (pid, start ticks) that still run as that process;
+    a pid gone or now held by another process, and a zombie, count for nothing. One
+    whose /proc could not be read makes every figure None (the module docstring says
+    why). ``usage_only``: CPU and memory alone (:data:`USAGE`; no /proc/PID/io read),
+    the rest None. Raises nothing."""
+    summed = _sum_usage(procs)
+    if summed is None:
+        return dict(_UNKNOWN)
+    user, system, rss, alive = summed
     usage = {"cpu_user_seconds": user / _HZ, "cpu_system_seconds": system / _HZ,
              "memory_bytes": rss * _PAGE}
     if usage_only:

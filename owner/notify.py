@@ -10,6 +10,14 @@ Descriptors attached to a message (SCM_RIGHTS) are closed at once, except those 
 attributed ``FDSTORE=1`` message, which go to ``on_message`` (it owns them from then on:
 the fd store, owner.fdstore). Nothing else ever keeps a descriptor an app sent.
 
+A message whose descriptors did not all arrive (``MSG_CTRUNC``: the owner was out of
+descriptors, or the sender attached more than the buffer's room for SCM_MAX_FD) is
+dropped whole, as systemd does: the fd store takes all of a message or none, and the
+fields alone would tell the app its fds were stored. What did arrive is closed, the
+message is counted (``truncated``; an ``FDSTORE=1`` one's fds also as refused by the fd
+store, through ``on_refused``) and logged at most once per TRUNCATED_LOG_EVERY, since a
+flood of them is exactly what an owner out of descriptors receives.
+
 Attribution limits (measured with Debian 12's systemd 252 ``systemd-notify``):
 
 - ``systemd-notify --ready`` sends READY with the credentials of its PARENT (normally the
@@ -39,6 +47,7 @@ import re
 import socket
 import stat
 import struct
+import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -49,6 +58,7 @@ from .procinfo import read_pgid
 __all__ = [
     "KNOWN_KEYS",
     "MAX_DATAGRAM",
+    "TRUNCATED_LOG_EVERY",
     "NotifyListener",
     "parse_message",
     "pgid_resolver",
@@ -62,8 +72,11 @@ MAX_DATAGRAM = 4096
 MAX_PATH_BYTES = 100  # ARCHITECTURE.md: every socket path must fit in 100 bytes
 # Datagrams read per wakeup: keeps one chatty app from starving the loop.
 BATCH = 64
-# Room for credentials plus the most fds one message may carry (SCM_MAX_FD = 253).
+# Room for credentials plus the most fds one message may carry (SCM_MAX_FD = 253: the
+# kernel refuses to send more), so only an owner out of descriptors sees MSG_CTRUNC.
 _ANCILLARY = socket.CMSG_SPACE(12) + socket.CMSG_SPACE(253 * 4)
+TRUNCATED_LOG_EVERY = 60.0
+"""Seconds between two warnings about messages dropped for cut-short descriptors."""
 
 KNOWN_KEYS = frozenset({
     "READY", "RELOADING", "STOPPING", "STATUS", "ERRNO", "BUSERROR", "EXIT_STATUS",
@@ -144,21 +157,28 @@ class NotifyListener(Generic[K]):
     the running asyncio loop.
 
     ``stats`` counts received, delivered, unattributed, oversized, malformed, ignored
-    (no known key), barrier datagrams and fds_closed; nothing is dropped without being counted.
+    (no known key), barrier, truncated (descriptors cut short) datagrams and fds_closed;
+    nothing is dropped without being counted.
     """
 
     def __init__(self, path: str, resolve: Callable[[int], K | None],
-                 on_message: Callable[[K, int, dict[str, str], list[int]], None]) -> None:
+                 on_message: Callable[[K, int, dict[str, str], list[int]], None],
+                 on_refused: Callable[[int], None] | None = None) -> None:
         """``on_message(key, sender_pid, fields, fds)`` owns ``fds`` (empty unless the
-        message says ``FDSTORE=1``) once it returns; if it raises they are closed."""
+        message says ``FDSTORE=1``) once it returns; if it raises they are closed.
+        ``on_refused(n)`` is told how many fds of an ``FDSTORE=1`` message that arrived
+        cut short were closed instead of delivered (the fd store counts them refused)."""
         self.path = path
         self._resolve = resolve
         self._on_message = on_message
+        self._on_refused = on_refused
         self._sock: socket.socket | None = None
         self._owns_path = True
         self.stats = dict.fromkeys(("received", "delivered", "unattributed", "oversized",
-                                    "malformed", "ignored", "barrier", "fds_closed"),
-                                   0)
+                                    "malformed", "ignored", "barrier", "truncated",
+                                    "fds_closed"), 0)
+        self._truncated_told: float | None = None   # when the last warning went out
+        self._truncated_untold = 0                  # dropped since
 
     def open(self) -> None:
         """Bind the socket (umask 0177, then chmod 0600) and start reading.
@@ -254,6 +274,9 @@ class NotifyListener(Generic[K]):
     def _handle(self, data: bytes, anc: list[tuple[int, int, bytes]], flags: int) -> None:
         self.stats["received"] += 1
         fds = _take_fds(anc)
+        if flags & socket.MSG_CTRUNC:
+            self._drop_truncated(data, fds)
+            return
         fields = self._fields(data, anc, flags)
         creds = _credentials(anc)
         key = None
@@ -273,6 +296,29 @@ class NotifyListener(Generic[K]):
         except Exception:
             log.exception("notify: on_message failed")
             self.stats["fds_closed"] += _close_fds(keep)
+
+    def _drop_truncated(self, data: bytes, fds: list[int]) -> None:
+        """Drop a message whose descriptors were cut short (see the module docstring):
+        close the ``fds`` that arrived, count it, and warn at most once per
+        TRUNCATED_LOG_EVERY. Raises nothing."""
+        self.stats["truncated"] += 1
+        self.stats["fds_closed"] += _close_fds(fds)
+        fields = parse_message(data)
+        if fields is not None and fields.get("FDSTORE") == "1" and self._on_refused:
+            try:
+                self._on_refused(len(fds))
+            except Exception:
+                log.exception("notify: on_refused failed")
+        self._truncated_untold += 1
+        now = time.monotonic()
+        if self._truncated_told is not None \
+                and now - self._truncated_told < TRUNCATED_LOG_EVERY:
+            return
+        log.warning("notify: dropped %d message(s) whose descriptors did not all arrive "
+                    "(MSG_CTRUNC: usually the owner out of file descriptors); none of "
+                    "their fds was stored (reported at most every %g s)",
+                    self._truncated_untold, TRUNCATED_LOG_EVERY)
+        self._truncated_told, self._truncated_untold = now, 0
 
     def _fields(self, data: bytes, anc: list[tuple[int, int, bytes]], flags: int
                 ) -> dict[str, str] | None:

@@ -76,7 +76,7 @@ class Launcher:
         self.procs = ProcessTable(self._on_exit, notify_socket_path=notify_path,
                                   reap_orphans=reap_orphans)
         self.notify = NotifyListener(notify_path, pgid_resolver(self._by_pgid.get),
-                                     self._on_notify)
+                                     self._on_notify, self.fdstore.count_refused)
         self.notify.open()
         self._tracker: asyncio.TimerHandle | None = None
         self._track()

@@ -3,7 +3,9 @@ mapped files.
 
 A pid alone is not an identity: pids are reused. (pid, start_ticks) is, within one boot.
 Every reader here returns None (or an empty result) for a process that is gone or that
-/proc describes in a way we cannot parse; none of them raises.
+/proc describes in a way we cannot parse; none of them raises. The ``*_strict`` readers
+are the exception, for figures whose absence must not read as zero (owner.metrics): they
+return None only for a process that is gone and raise for anything else.
 
 Files are read with ``os.open``/``os.read`` instead of ``open()``: a group scan reads every
 /proc/*/stat every 20 ms during a stop, and the text-file machinery made it ~3x slower.
@@ -11,6 +13,7 @@ Files are read with ``os.open``/``os.read`` instead of ``open()``: a group scan 
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -38,8 +41,10 @@ __all__ = [
     "parse_usage",
     "read_cmdline",
     "read_io",
+    "read_io_strict",
     "read_stat",
     "read_usage",
+    "read_usage_strict",
     "running",
     "silence",
     "socket_inodes",
@@ -51,6 +56,9 @@ __all__ = [
 
 PROC: Final = "/proc"
 _READ_MAX: Final = 1 << 20  # environ can be large; stat and children are small
+# What /proc answers for a process that is gone: no directory any more (ENOENT), or a
+# task that exited between the open and the read (ESRCH).
+_GONE: Final = frozenset({errno.ENOENT, errno.ESRCH})
 
 
 class ProcStat:
@@ -176,26 +184,54 @@ def described(pid: int, st: ProcStat | None) -> str:
 
 
 def read_usage(pid: int) -> ProcUsage | None:
-    """The :class:`ProcUsage` of ``pid``; None if gone or unparsable."""
-    data = _read(f"{PROC}/{pid}/stat")
-    if data is None:
-        return None
+    """The :class:`ProcUsage` of ``pid``; None if gone, unreadable or unparsable."""
     try:
-        return parse_usage(data)
-    except (ValueError, IndexError):
+        return read_usage_strict(pid)
+    except (OSError, ValueError, IndexError):
         return None
+
+
+def _read_strict(path: str) -> bytes | None:
+    """One read of a small /proc file (stat, io: the kernel fills it in one go); None
+    when the process is gone. Raises OSError for any other failure (EMFILE, EACCES)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.read(fd, 4096)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        if e.errno in _GONE:
+            return None
+        raise
+
+
+def read_usage_strict(pid: int) -> ProcUsage | None:
+    """The :class:`ProcUsage` of ``pid``; None only when it is gone (it exited between
+    being listed and being read). Raises OSError when /proc could not be read for any
+    other reason (the reader out of descriptors: EMFILE; EACCES) and ValueError or
+    IndexError when /proc/PID/stat cannot be parsed: a figure nobody could read is not
+    a process that uses nothing."""
+    data = _read_strict(f"{PROC}/{pid}/stat")
+    return None if data is None else parse_usage(data)
 
 
 def read_io(pid: int) -> tuple[int, int] | None:
     """(read_bytes, write_bytes) of ``pid``; None if gone, unreadable (another user's
     process, without privilege) or unparsable."""
-    data = _read(f"{PROC}/{pid}/io")
-    if data is None:
-        return None
     try:
-        return parse_io(data)
-    except ValueError:
+        return read_io_strict(pid)
+    except (OSError, ValueError):
         return None
+
+
+def read_io_strict(pid: int) -> tuple[int, int] | None:
+    """(read_bytes, write_bytes) of ``pid``; None only when it is gone. Raises OSError
+    when /proc/PID/io could not be read for any other reason (EMFILE; EACCES: another
+    user's or a non-dumpable process, without privilege) and ValueError when it cannot
+    be parsed."""
+    data = _read_strict(f"{PROC}/{pid}/io")
+    return None if data is None else parse_io(data)
 
 
 def start_ticks(pid: int) -> int | None:

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import resource
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from backend.cli import render, render_metrics, top
+from backend.metrics import MEASURED
+from backend.usage import Usage
 from owner import metrics
 from owner.metrics import (
+    FIELDS,
     USAGE,
     Member,
     Meter,
@@ -19,6 +27,7 @@ from owner.metrics import (
     read_cgroup,
     read_procs,
 )
+from protocol import procfs
 from protocol.procfs import parse_io, parse_usage, read_stat
 
 CGROUPFS = Path(__file__).parent / "cgroupfs"
@@ -155,3 +164,104 @@ def test_measuring_some_launches_keeps_the_others_highest_counters(monkeypatch):
     assert b2["cpu_user_seconds"] == 7.0 and b2["io_read_bytes"] == 20
     meter.measure([a], live=["a"])                       # b ended: forgotten
     assert meter.measure([b])[1][0]["cpu_user_seconds"] == 1.0
+
+
+@contextlib.contextmanager
+def _out_of_descriptors() -> Iterator[None]:
+    """This process out of file descriptors for real, as a busy owner can be: the soft
+    RLIMIT_NOFILE lowered to the lowest free descriptor number, so every open fails
+    with EMFILE until the block ends."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    os.close(lowest)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _me() -> tuple[int, int]:
+    st = read_stat(os.getpid())
+    assert st is not None
+    return os.getpid(), st.start_ticks
+
+
+def test_an_owner_out_of_descriptors_reports_unknown_not_zero():
+    """Regression: with /proc unreadable (EMFILE) an app showed MEM 0 B, CPU 0.0% and
+    PIDS 0: the sums started at 0 and every unreadable process was skipped."""
+    me = _me()
+    with _out_of_descriptors():
+        with pytest.raises(OSError) as err:
+            os.open("/dev/null", os.O_RDONLY)
+        full, usage = read_procs([me]), read_procs([me], usage_only=True)
+        cgroup = read_cgroup(CGROUPFS / "old_kernel")   # no pids.current: counts members
+    assert err.value.errno == errno.EMFILE
+    assert full == dict.fromkeys(FIELDS) and usage == dict.fromkeys(FIELDS)
+    assert cgroup["pids"] is None and cgroup["memory_bytes"] is None
+
+
+@pytest.mark.parametrize("err", [errno.EMFILE, errno.EACCES, errno.EIO])
+def test_a_process_that_cannot_be_read_makes_every_figure_unknown(monkeypatch, err):
+    ghost = 2**22 + 7
+    _fail_open(monkeypatch, f"/proc/{ghost}/stat", err)
+    assert read_procs([_me(), (ghost, 1)]) == dict.fromkeys(FIELDS)
+
+
+@pytest.mark.parametrize("err", [errno.ENOENT, errno.ESRCH])
+def test_a_process_gone_between_listing_and_reading_is_left_out(monkeypatch, err):
+    """It exited: not part of the app any more, so the others' sums stay known."""
+    ghost = 2**22 + 7
+    _fail_open(monkeypatch, f"/proc/{ghost}/stat", err)
+    got = read_procs([_me(), (ghost, 1)])
+    assert got["pids"] == 1 and got["memory_bytes"] > 0
+    assert got["cpu_user_seconds"] is not None and got["io_read_bytes"] is not None
+
+
+def test_io_of_one_unreadable_process_is_unknown_not_a_partial_sum(monkeypatch):
+    """EACCES on /proc/PID/io (a non-dumpable process): the app's I/O is None while its
+    CPU and memory, read from /proc/PID/stat, stay known."""
+    _fail_open(monkeypatch, f"/proc/{os.getpid()}/io", errno.EACCES, after=1)
+    got = read_procs([_me(), _me()])
+    assert got["io_read_bytes"] is None and got["io_write_bytes"] is None
+    assert got["pids"] == 2 and got["memory_bytes"] > 0
+
+
+def _fail_open(monkeypatch: pytest.MonkeyPatch, path: str, err: int, after: int = 0
+               ) -> None:
+    """os.open of ``path`` fails with ``err`` (after ``after`` opens that work)."""
+    real, seen = os.open, [0]
+
+    def fake(p: Any, *args: Any, **kwargs: Any) -> int:
+        if p == path:
+            seen[0] += 1
+            if seen[0] > after:
+                raise OSError(err, os.strerror(err), p)
+        return real(p, *args, **kwargs)
+    monkeypatch.setattr(procfs.os, "open", fake)
+
+
+def test_unknown_figures_reach_status_top_and_metrics_as_dashes_and_null():
+    """The owner's None goes through the backend (backend.usage, backend.metrics) to
+    the CLI: `-` in `status`, `top` and `metrics`, null in `--json`, never 0."""
+    pid, ticks = _me()
+    with _out_of_descriptors():
+        at, [sample] = Meter().measure([Member("k", None, ((pid, ticks),))])
+    answer = {"at": at, "launches": [{**sample, "launch_key": "k", "pid": pid,
+                                      "start_ticks": ticks}]}
+    cpu, rss = Usage(clock=lambda: at).from_owner(answer)[(pid, ticks)]
+    assert (cpu, rss) == (None, None)
+    row = {"key": "s/a/0", "stack": "s", "app": "a", "state": "ready", "pid": pid,
+           "uptime": 5.0, "restarts": 0, "ready": True, "cpu_percent": cpu, "rss": rss}
+    out = render.status({"backend": {"activation": "a1", "epoch": 2, "pid": 10,
+                                     "draining": False, "config": "/c.toml"},
+                         "intents": {}, "apps": [row]})
+    assert out.splitlines()[-1].split()[6:] == ["-", "-"]     # CPU, MEM
+    snap = top.pick({"apps": [row]}, "cpu", None)
+    assert snap["rss"] is None and snap["cpu_percent"] is None
+    app = {"key": "s/a/0", "state": "ready", "ready": True, "restarts": 0,
+           "start_time_seconds": None, **{name: sample.get(name) for name in MEASURED}}
+    shown = render_metrics.metrics({"apps": [app], "owner_connected": True, "epoch": 2,
+                                    "certificate_age_seconds": None, "log_dropped": [],
+                                    "listener": None})
+    assert shown.splitlines()[1].split()[4:] == ["-"] * 6   # UPTIME .. OOM
