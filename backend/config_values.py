@@ -184,7 +184,8 @@ def _string(value: Any, path: KeyPath, nonempty: bool) -> str:
 
 
 def get_argv(t: Mapping[str, Any], key: str, path: KeyPath) -> tuple[str, ...] | None:
-    """A non-empty array of strings whose first element is non-empty, or None when absent.
+    """A non-empty array of strings whose first element, the program, is not empty or
+    blank (a slip: its launch would only fail, "not found in PATH"), or None when absent.
     Raises Invalid."""
     if key not in t:
         return None
@@ -196,8 +197,8 @@ def get_argv(t: Mapping[str, Any], key: str, path: KeyPath) -> tuple[str, ...] |
     argv = tuple(_string(v, (*here, i), nonempty=False) for i, v in enumerate(value))
     for i, arg in enumerate(argv):
         _fits_exec((*here, i), arg)
-    if not argv[0]:
-        raise Invalid((*here, 0), "the program name must not be empty")
+    if not argv[0].strip():
+        raise Invalid((*here, 0), "the program name must not be empty or blank")
     return argv
 
 

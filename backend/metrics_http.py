@@ -8,8 +8,10 @@ plane, so a connection costs a thread and an fd for a bounded time only. It has
 REQUEST_TIMEOUT to deliver its whole request (idle and slow clients alike are closed),
 at most MAX_CONNECTIONS are served at once, and one beyond that is answered 503 and
 closed at once without a thread (counted, and logged at most once per
-REFUSALS_LOG_EVERY). Nothing is reserved for scrapes: while idle connections fill the
-bound a scrape is refused too, until the timeout closes them.
+REFUSALS_LOG_EVERY). Out of file descriptors, it tries to accept again every
+ACCEPT_RETRY seconds instead of spinning, and says so as seldom. Nothing is reserved
+for scrapes: while idle connections fill the bound a scrape is refused too, until the
+timeout closes them.
 
 Handoff: the listener belongs to the backend generation and is upgraded with it. The
 incumbent closes it first thing when it retires; the candidate binds it once its API is
@@ -58,6 +60,9 @@ MAX_CONNECTIONS = 16
 BACKLOG = 64
 # A refusal is logged with those since the last such line, at most once this often.
 REFUSALS_LOG_EVERY = 60.0
+# Seconds the serving thread waits after accept() failed (out of descriptors) before it
+# tries again: the connection stays queued, so selecting again at once would spin a CPU.
+ACCEPT_RETRY = 0.25
 
 
 class MetricsListener:
@@ -239,10 +244,42 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         self.refused = 0
         self._unreported = 0
         self._reported_at: float | None = None
+        self.accept_failed = 0
+        self._accept_unreported = 0
+        self._accept_reported_at: float | None = None
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()  # served now; guarded by _lock
         self._closing = False
         super().__init__(addr, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """Accept a connection. Raises OSError, which socketserver drops: the client
+        gave up (ConnectionAbortedError), or accept() failed, e.g. out of descriptors,
+        and then only after the failure was counted, logged at most once per
+        REFUSALS_LOG_EVERY, and ACCEPT_RETRY waited. Serving thread only."""
+        try:
+            return super().get_request()
+        except ConnectionAbortedError:
+            raise
+        except OSError as exc:
+            self._note_accept_failed(exc)
+            time.sleep(ACCEPT_RETRY)
+            raise
+
+    def _note_accept_failed(self, exc: OSError) -> None:
+        """Count a failed accept() and log the count at most once per REFUSALS_LOG_EVERY,
+        without a traceback. Serving thread only."""
+        self.accept_failed += 1
+        self._accept_unreported += 1
+        now = time.monotonic()
+        if (self._accept_reported_at is not None
+                and now - self._accept_reported_at < REFUSALS_LOG_EVERY):
+            return
+        log.error("metrics listener: cannot accept connections: %s; retrying every %g s "
+                  "(%d attempt(s) failed since the last such line, logged at most every "
+                  "%g s)", exc.strerror or exc, ACCEPT_RETRY, self._accept_unreported,
+                  REFUSALS_LOG_EVERY)
+        self._accept_unreported, self._accept_reported_at = 0, now
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Serve ``request`` on a daemon thread, or refuse it when ``max_connections``

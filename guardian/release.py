@@ -66,6 +66,7 @@ __all__ = [
     "exec_release",
     "install",
     "list_releases",
+    "remove_tree",
     "sha256_file",
     "summarize",
     "verify",
@@ -409,12 +410,12 @@ def install(
         except OSError as e:
             if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
-            _remove_tree(tmp)  # another installer won the race
+            remove_tree(tmp)  # another installer won the race
             return _existing(target, source.id, keys, bindings)
         _fsync_dir(releases_dir)
     except BaseException:
         if os.path.lexists(tmp):
-            _remove_tree(tmp)
+            remove_tree(tmp)
         raise
     return replace(copied, path=target)
 
@@ -593,16 +594,35 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _remove_tree(root: Path) -> None:
-    """Remove a (possibly read-only) tree; never follows symlinks. Raises OSError."""
+def remove_tree(root: Path) -> None:
+    """Remove a (possibly read-only) tree; never follows symlinks. Raises OSError.
+
+    Holds one descriptor at a time however deep the tree: shutil.rmtree holds one per
+    level, so a process short of descriptors, the very one whose seal or install just
+    failed with EMFILE, could not remove the tree it leaves (a sealed release is 10
+    levels deep). Paths, not descriptors, name what is removed: the trees removed here
+    lie in our own private directories, where no one else can swap a component."""
     if not os.path.isdir(root) or os.path.islink(root):
         os.unlink(root)
         return
     os.chmod(root, 0o700)
-    for here, dirnames, _ in os.walk(root):  # top-down: a dir is opened after its chmod
-        for name in dirnames:
+    dirs = []
+    # top-down: a dir is listed after its chmod; os.walk closes each listing before
+    # it descends, so one descriptor is open at a time
+    for here, dirnames, filenames in os.walk(root, onerror=_raise):
+        dirs.append(here)
+        for name in filenames:
+            os.unlink(os.path.join(here, name))
+        for name in list(dirnames):
             p = os.path.join(here, name)
-            if not os.path.islink(p):
+            if os.path.islink(p):  # listed with the dirs when it points at one
+                os.unlink(p)
+                dirnames.remove(name)
+            else:
                 os.chmod(p, 0o700)
-    from shutil import rmtree
-    rmtree(root)
+    for here in reversed(dirs):
+        os.rmdir(here)
+
+
+def _raise(exc: OSError) -> None:
+    raise exc

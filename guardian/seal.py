@@ -42,7 +42,7 @@ from .manifest import (
     release_id,
 )
 from .markers import normalize, parse_requirement
-from .release import Release, _remove_tree, _scan, sha256_file
+from .release import Release, _scan, remove_tree, sha256_file
 
 __all__ = ["DEFAULT_PACKAGES", "dependency_closure", "seal"]
 
@@ -97,7 +97,7 @@ def seal(
         os.rename(tmp, out_dir)
     except BaseException:
         if os.path.lexists(tmp):
-            _remove_tree(tmp)
+            remove_tree(tmp)
         raise
     rid = release_id(data)
     return Release(id=rid, path=out_dir, runtime=runtime, signed=signing_key is not None)

@@ -14,6 +14,10 @@ handshake (each with at most a 64 KiB hello, for ``handshake_timeout``) and at m
 must be complete within ``frame_timeout`` (``FRAME_TIMEOUT``). A viewer may send frames
 of at most ``viewer_max_frame`` bytes, so viewers together hold at most
 ``max_connections["viewer"] * viewer_max_frame`` of requests.
+
+Out of file descriptors, the server stops accepting for a moment and tries again, saying
+so at most once a minute (:mod:`protocol.acceptor`); it serves again by itself once
+descriptors are free.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
+from .acceptor import Acceptor
 from .envelope import PROTO, ROLES, ErrorBody, Event, Hello, Request, Response, Welcome
 from .envelope import decode_message as _decode
 from .errors import (
@@ -165,14 +171,21 @@ class RpcServer:
         self._open = 0   # requests read and not answered yet, whether begun or not
         self._idle = asyncio.Event()
         self._idle.set()
-        self._server: asyncio.Server | None = None
+        self._acceptor: Acceptor | None = None
         self._inode: int | None = None
 
     async def start(self) -> None:
-        """Bind and listen. Raises PathTooLong, UnsafePath or AlreadyRunning."""
+        """Bind and listen. Raises PathTooLong, UnsafePath, AlreadyRunning or OSError
+        (``listen`` failed)."""
         sock = bind_unix(self.path)
         self._inode = os.stat(self.path).st_ino
-        self._server = await asyncio.start_unix_server(self._accept, sock=sock)
+        self._acceptor = Acceptor(sock, self.path, self._connected)
+        try:
+            self._acceptor.start()
+        except OSError:
+            self._acceptor.close()
+            self._acceptor = None
+            raise
 
     def begin_drain(self) -> None:
         self.draining = True
@@ -209,9 +222,9 @@ class RpcServer:
 
     async def close(self) -> None:
         """Stop listening, drop every connection, remove our socket file (only ours)."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        if self._acceptor is not None:
+            self._acceptor.close()
+            self._acceptor = None
         for conn in list(self.connections):
             conn.writer.transport.abort()
         if self._tasks:
@@ -230,11 +243,22 @@ class RpcServer:
 
     # -- one connection -------------------------------------------------------------
 
+    def _connected(self, sock: socket.socket) -> None:
+        """Serve a connection just accepted, on a task of its own that close waits for."""
+        task = asyncio.create_task(self._open_streams(sock))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _open_streams(self, sock: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=sock)
+        except OSError:
+            sock.close()  # gone before we could serve it: there is no one to answer
+            return
+        await self._accept(reader, writer)
+
     async def _accept(self, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         conn = Connection(peer_credentials(writer.get_extra_info("socket")), writer,
                           self.max_buffer)
         try:
@@ -259,7 +283,6 @@ class RpcServer:
             self.connections.discard(conn)
             if conn.hello is not None:
                 self._by_role[conn.role] -= 1
-            self._tasks.discard(task)
             writer.close()  # flushes a final error frame, then closes
 
     async def _refuse(self, conn: Connection, reader: asyncio.StreamReader,

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -514,12 +514,22 @@ def place_first_release(layout: Layout, sealed: Path | None) -> Path | None:
 @contextmanager
 def sealed_here(layout: Layout) -> Iterator[Path]:
     """A release sealed from the installed tenure, in a temporary directory under
-    runtime/ (removed afterwards)."""
+    runtime/ that is removed afterwards, whatever failed (a failure to remove it is
+    raised only when nothing else failed: the first failure is the one to report).
+    Raises what sealing raises, OSError."""
+    import tempfile
+
+    from guardian.release import remove_tree
     from guardian.seal import seal
     ensure_private_dir(layout.runtime, root=layout.home)
-    import tempfile
-    with tempfile.TemporaryDirectory(dir=layout.runtime, prefix="seal-") as tmp:
-        yield seal(Path(tmp) / "release").path
+    tmp = Path(tempfile.mkdtemp(dir=layout.runtime, prefix="seal-"))
+    try:
+        yield seal(tmp / "release").path
+    except BaseException:
+        with suppress(OSError):
+            remove_tree(tmp)
+        raise
+    remove_tree(tmp)
 
 
 def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,

@@ -59,6 +59,11 @@ BAD: list[tuple[str, str, str, int]] = [
     ("command-string", f'[{APP}]\ncommand = "x"\n', f"{APP}.command", 2),
     ("command-item-type", f'[{APP}]\ncommand = ["x", 1]\n', f"{APP}.command[1]", 2),
     ("command-empty-program", f'[{APP}]\ncommand = [""]\n', f"{APP}.command[0]", 2),
+    # a blank program name was accepted, and the launch failed "spawn failed: : No such
+    # file or directory (not found in PATH)"
+    ("command-blank-program", f'[{APP}]\ncommand = [" "]\n', f"{APP}.command[0]", 2),
+    ("command-whitespace-program", f'[{APP}]\ncommand = ["\\t \\n", "a"]\n',
+     f"{APP}.command[0]", 2),
     ("command-nul", f'[{APP}]\n\ncommand = ["x", "a\\u0000"]\n', f"{APP}.command[1]", 3),
     ("env-value-type", HEAD + 'env = { A = 1 }\n', f"{APP}.env.A", 3),
     ("env-key-equals", HEAD + 'env = { "A=B" = "x" }\n', f'{APP}.env."A=B"', 3),
@@ -134,6 +139,10 @@ BAD: list[tuple[str, str, str, int]] = [
     ("health-http-no-url", HEAD + f'[{APP}.health]\nkind = "http"\n', f"{APP}.health.url", 3),
     ("health-exec-empty", HEAD + f'[{APP}.health]\nkind = "exec"\ncommand = []\n',
      f"{APP}.health.command", 5),
+    ("health-exec-blank-program", HEAD + f'[{APP}.health]\nkind = "exec"\n'
+     'command = [" ", "-c"]\n', f"{APP}.health.command[0]", 5),
+    ("ready-exec-blank-program", HEAD + f'[{APP}.ready]\nkind = "exec"\n'
+     'command = [""" """]\n', f"{APP}.ready.command[0]", 5),
     ("health-failures", HEAD + f'[{APP}.health]\nkind = "exec"\ncommand = ["t"]\n'
      'failures = 0\n', f"{APP}.health.failures", 6),
     ("health-grace", HEAD + f'[{APP}.health]\nkind = "exec"\ncommand = ["t"]\n'

@@ -67,6 +67,7 @@ BAD: list[tuple[str, str, str, int]] = [
     ("unknown-key", HEAD + "comand = 1\n", f"{JOB}.comand", 5),
     ("missing-command", f"{APP}[{JOB}]\ntimeout = 1\n", f"{JOB}.command", 3),
     ("command-empty", f"{APP}[{JOB}]\ncommand = []\n", f"{JOB}.command", 4),
+    ("command-blank-program", f'{APP}[{JOB}]\ncommand = [" ", "x"]\n', f"{JOB}.command[0]", 4),
     ("bad-name", f'{APP}[stacks.s.jobs."a b"]\ncommand = ["x"]\n', 'stacks.s.jobs."a b"', 3),
     ("not-a-table", f"{APP}[stacks.s.jobs]\nmigrate = 1\n", JOB, 4),
     ("jobs-not-a-table", f"{APP}[stacks.s]\njobs = 1\n", "stacks.s.jobs", 4),
