@@ -40,6 +40,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from protocol.seldom import Seldom
+
 from .config_metrics import parse_listen
 from .metrics import TenureCollector
 
@@ -241,16 +243,22 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         self.address_family = family
         self.request_timeout = request_timeout
         self.max_connections = max_connections
-        self.refused = 0
-        self._unreported = 0
-        self._reported_at: float | None = None
-        self.accept_failed = 0
-        self._accept_unreported = 0
-        self._accept_reported_at: float | None = None
+        self._refusals = Seldom(REFUSALS_LOG_EVERY)
+        self._accept_failures = Seldom(REFUSALS_LOG_EVERY)
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()  # served now; guarded by _lock
         self._closing = False
         super().__init__(addr, _Handler)
+
+    @property
+    def refused(self) -> int:
+        """Connections refused beyond ``max_connections``, since start."""
+        return self._refusals.total
+
+    @property
+    def accept_failed(self) -> int:
+        """Attempts to accept that failed (out of descriptors), since start."""
+        return self._accept_failures.total
 
     def get_request(self) -> tuple[socket.socket, Any]:
         """Accept a connection. Raises OSError, which socketserver drops: the client
@@ -269,17 +277,12 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
     def _note_accept_failed(self, exc: OSError) -> None:
         """Count a failed accept() and log the count at most once per REFUSALS_LOG_EVERY,
         without a traceback. Serving thread only."""
-        self.accept_failed += 1
-        self._accept_unreported += 1
-        now = time.monotonic()
-        if (self._accept_reported_at is not None
-                and now - self._accept_reported_at < REFUSALS_LOG_EVERY):
-            return
-        log.error("metrics listener: cannot accept connections: %s; retrying every %g s "
-                  "(%d attempt(s) failed since the last such line, logged at most every "
-                  "%g s)", exc.strerror or exc, ACCEPT_RETRY, self._accept_unreported,
-                  REFUSALS_LOG_EVERY)
-        self._accept_unreported, self._accept_reported_at = 0, now
+        said = self._accept_failures.due()
+        if said:
+            log.error("metrics listener: cannot accept connections: %s; retrying every "
+                      "%g s (%d attempt(s) failed since the last such line, logged at most "
+                      "every %g s)", exc.strerror or exc, ACCEPT_RETRY, said,
+                      REFUSALS_LOG_EVERY)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Serve ``request`` on a daemon thread, or refuse it when ``max_connections``
@@ -331,15 +334,11 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
     def _note_refused(self) -> None:
         """Count a refusal and log the count at most once per REFUSALS_LOG_EVERY, so a
         flood of connections cannot flood the log. Serving thread only."""
-        self.refused += 1
-        self._unreported += 1
-        now = time.monotonic()
-        if self._reported_at is not None and now - self._reported_at < REFUSALS_LOG_EVERY:
-            return
-        log.warning("metrics listener: refused %d connection(s) beyond the %d it serves "
-                    "at once (reported at most every %g s)", self._unreported,
-                    self.max_connections, REFUSALS_LOG_EVERY)
-        self._unreported, self._reported_at = 0, now
+        said = self._refusals.due()
+        if said:
+            log.warning("metrics listener: refused %d connection(s) beyond the %d it "
+                        "serves at once (reported at most every %g s)", said,
+                        self.max_connections, REFUSALS_LOG_EVERY)
 
 
 def serve(host: str, port: int, registry: CollectorRegistry, *,

@@ -47,11 +47,11 @@ import re
 import socket
 import stat
 import struct
-import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from protocol.errors import AlreadyRunning, PathTooLong, UnsafePath
+from protocol.seldom import Seldom
 
 from .procinfo import read_pgid
 
@@ -177,8 +177,7 @@ class NotifyListener(Generic[K]):
         self.stats = dict.fromkeys(("received", "delivered", "unattributed", "oversized",
                                     "malformed", "ignored", "barrier", "truncated",
                                     "fds_closed"), 0)
-        self._truncated_told: float | None = None   # when the last warning went out
-        self._truncated_untold = 0                  # dropped since
+        self._truncated = Seldom(TRUNCATED_LOG_EVERY)   # warned of at most this often
 
     def open(self) -> None:
         """Bind the socket (umask 0177, then chmod 0600) and start reading.
@@ -309,16 +308,12 @@ class NotifyListener(Generic[K]):
                 self._on_refused(len(fds))
             except Exception:
                 log.exception("notify: on_refused failed")
-        self._truncated_untold += 1
-        now = time.monotonic()
-        if self._truncated_told is not None \
-                and now - self._truncated_told < TRUNCATED_LOG_EVERY:
-            return
-        log.warning("notify: dropped %d message(s) whose descriptors did not all arrive "
-                    "(MSG_CTRUNC: usually the owner out of file descriptors); none of "
-                    "their fds was stored (reported at most every %g s)",
-                    self._truncated_untold, TRUNCATED_LOG_EVERY)
-        self._truncated_told, self._truncated_untold = now, 0
+        said = self._truncated.due()
+        if said:
+            log.warning("notify: dropped %d message(s) whose descriptors did not all "
+                        "arrive (MSG_CTRUNC: usually the owner out of file descriptors); "
+                        "none of their fds was stored (reported at most every %g s)",
+                        said, TRUNCATED_LOG_EVERY)
 
     def _fields(self, data: bytes, anc: list[tuple[int, int, bytes]], flags: int
                 ) -> dict[str, str] | None:

@@ -18,6 +18,8 @@ import socket
 import time
 from collections.abc import Callable
 
+from .seldom import Seldom
+
 __all__ = ["ACCEPT_LOG_EVERY", "ACCEPT_RETRY", "BACKLOG", "Acceptor"]
 
 log = logging.getLogger("tenure.rpc")
@@ -44,14 +46,15 @@ class Acceptor:
         self.name = name
         self.on_connection = on_connection
         self.retry = retry
-        self.log_every = log_every
-        self.clock = clock
-        self.failed = 0  # attempts to accept that failed, since start
-        self._unreported = 0
-        self._reported_at: float | None = None
+        self._failures = Seldom(log_every, clock)
         self._told = False  # the current failure was logged: its end is logged too
         self._loop: asyncio.AbstractEventLoop | None = None
         self._again: asyncio.TimerHandle | None = None
+
+    @property
+    def failed(self) -> int:
+        """Attempts to accept that failed, since start."""
+        return self._failures.total
 
     def start(self) -> None:
         """Listen and watch the socket. Raises OSError (``listen`` failed)."""
@@ -93,15 +96,13 @@ class Acceptor:
         at most once per ``log_every`` (so a daemon out of descriptors cannot flood its
         log). Keeps: while paused the socket is not watched, so it costs no CPU."""
         assert self._loop is not None
-        self.failed += 1
-        self._unreported += 1
-        now = self.clock()
-        if self._reported_at is None or now - self._reported_at >= self.log_every:
+        said = self._failures.due()
+        if said:
             log.error("cannot accept connections on %s: %s; retrying every %g s "
                       "(%d attempt(s) failed since the last such line, logged at most "
                       "every %g s)", self.name, exc.strerror or exc, self.retry,
-                      self._unreported, self.log_every)
-            self._unreported, self._reported_at, self._told = 0, now, True
+                      said, self._failures.every)
+            self._told = True
         self._loop.remove_reader(self.sock.fileno())
         self._again = self._loop.call_later(self.retry, self._resume)
 
