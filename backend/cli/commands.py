@@ -41,6 +41,7 @@ def cmd_up(args: Any) -> int:
         ensure_daemons,
         ensure_release,
         place_first_release,
+        starting_daemons,
         wait_background_start,
     )
     layout = _layout(args)
@@ -72,8 +73,9 @@ def cmd_up(args: Any) -> int:
     finally:
         if early is not None:
             early.cancel()   # nothing is started unless start_queued said go
-    first = place_first_release(layout, args.release)   # fresh home: daemons run it too
-    started = ensure_daemons(layout, args.foreground)
+    with starting_daemons(layout):   # one `up` at a time starts them; the next finds them
+        first = place_first_release(layout, args.release)   # fresh home: daemons run it
+        started = ensure_daemons(layout, args.foreground)
     deadline = time.monotonic() + args.timeout   # for the first backend, however it goes
     with _guardian(args) as g:
         release = ensure_release(layout, g, first or args.release, args.timeout)

@@ -17,6 +17,7 @@ from protocol.client import Client
 from protocol.errors import (
     BackendUnavailable,
     ConnectFailed,
+    OperationInProgress,
     RecoveryBlocked,
     RequestTimedOut,
     StorageFailed,
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     environment; None: start the installed code (:func:`_direct`)."""
 
 __all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping",
-           "place_first_release"]
+           "place_first_release", "starting_daemons", "wait_background_start"]
 
 UP_POLL_S = 0.005
 """How often a starting daemon's socket is looked at. Until the daemon binds it a look is
@@ -457,17 +458,45 @@ def wait_background_start(layout: Layout, timeout: float = BACKGROUND_WAIT_S) ->
     except OSError:
         return True   # none ever ran here (or not a file we would wait on)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(UP_POLL_S)
+        return _flock_within(fd, fcntl.LOCK_SH, timeout)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def starting_daemons(layout: Layout, timeout: float = BACKGROUND_WAIT_S) -> Iterator[None]:
+    """Hold ``runtime/up.lock`` while this `tenure up` starts the daemons, as an `up
+    --no-wait`'s child does: another `up` waits here, then finds them running (each
+    started a pair of its own, and the one whose guardian lost stopped the owner the
+    other's had pinned), and a `down` waits for them to answer before it stops them.
+    Raises OperationInProgress when another held it ``timeout`` s."""
+    import fcntl
+    ensure_private_dir(layout.runtime, root=layout.home)
+    fd = os.open(layout.up_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        if not _flock_within(fd, fcntl.LOCK_EX, timeout):
+            raise OperationInProgress(
+                f"another `tenure up` has been starting the daemons for {timeout:g} s "
+                f"(it holds {layout.up_lock}); try again once it is done",
+                {"path": str(layout.up_lock)})
+        yield
+    finally:
+        os.close(fd)
+
+
+def _flock_within(fd: int, how: int, timeout: float) -> bool:
+    """Take flock ``how`` on ``fd``, trying for ``timeout`` s: whether it was taken."""
+    import fcntl
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(UP_POLL_S)
 
 
 def _selected(layout: Layout) -> bool:
