@@ -25,6 +25,7 @@ from protocol.errors import (
     UnsafePath,
 )
 from protocol.layout import Layout
+from protocol.procfs import running
 from protocol.sockets import ensure_private_dir
 
 from .holders import silent_holder, silent_listener
@@ -39,7 +40,8 @@ if TYPE_CHECKING:
     environment; None: start the installed code (:func:`_direct`)."""
 
 __all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping",
-           "place_first_release", "starting_daemons", "wait_background_start"]
+           "place_first_release", "shutdown_budget", "starting_daemons",
+           "wait_background_start"]
 
 UP_POLL_S = 0.005
 """How often a starting daemon's socket is looked at. Until the daemon binds it a look is
@@ -316,16 +318,53 @@ def _log_end(layout: Layout, module: str) -> int:
 
 
 def _needs_start(layout: Layout, module: str, sock: str) -> bool:
-    """Whether daemon ``module`` must be started: nothing answers on ``sock``. Raises
-    ConnectFailed when one of ours accepts there but does not answer (stopped, stuck):
-    a second one would be refused (it finds the first), and the error would name it."""
-    if ping(sock, home=layout.home) is not None:
+    """Whether daemon ``module`` must be started: nothing answers on ``sock``, or the
+    owner that answers is shutting down (waited for: a guardian started beside it would
+    pin an owner about to go, and refuse the next one). Raises ConnectFailed when one
+    of ours accepts there but does not answer (stopped, stuck): a second one would be
+    refused (it finds the first), and the error would name it; OperationInProgress
+    when a shutting-down owner outlives its shutdown's budget."""
+    answer = ping(sock, home=layout.home)
+    if answer is not None and module == "owner" and answer.get("draining") is True:
+        _wait_owner_gone(answer)
+        return True
+    if answer is not None:
         return False
     silent = silent_listener(sock, module, "Nothing was started") or \
         silent_holder(sock, module, "Nothing was started")
     if silent is not None:
         raise silent
     return True
+
+
+OWNER_STAGES_S = 60.0   # the owner's shutdown besides its applications' stops, and margin
+
+
+def shutdown_budget(status: dict[str, Any] | None) -> float:
+    """How long the owner whose ``status`` this is may take to shut down: its longest
+    stop policy (an older owner does not say: 0) and the rest of its stages."""
+    budget = (status or {}).get("stop_budget")
+    if not isinstance(budget, int | float) or isinstance(budget, bool) or budget < 0:
+        return 0.0
+    return float(budget) + OWNER_STAGES_S
+
+
+def _wait_owner_gone(status: dict[str, Any]) -> None:
+    """Wait for the owner whose ``status`` says it is shutting down (a `tenure down` cut
+    short by Ctrl-C, say: the owner goes on stopping every application) to end. Raises
+    OperationInProgress when it still runs after its budget (:func:`shutdown_budget`)."""
+    pid, ticks = status["owner"]["pid"], status["owner"]["start_ticks"]
+    budget = max(shutdown_budget(status), OWNER_STAGES_S)
+    print(f"tenure: the owner (pid {pid}) is shutting down, stopping every application; "
+          "waiting for it to end before starting a new one", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + budget
+    while running(pid, ticks):
+        if time.monotonic() > deadline:
+            raise OperationInProgress(
+                f"the owner (pid {pid}) is shutting down and still runs after {budget:g} s; "
+                "`tenure up` again once it has ended (`tenure owner status` says when)",
+                {"pid": pid})
+        time.sleep(0.05)
 
 
 def _spawn(layout: Layout, module: str, foreground: bool,

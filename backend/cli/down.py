@@ -12,7 +12,7 @@ from typing import Any
 from protocol.layout import Layout
 from protocol.procfs import read_stat, running
 
-from .daemons import ping
+from .daemons import ping, shutdown_budget
 from .holders import listener, lock_holder
 
 __all__ = ["shutdown_receipt", "stop_all"]
@@ -47,9 +47,6 @@ def _stop(out: dict[str, Any], name: str, pid: int, ticks: int | None, silent: b
         out[f"{name}_problem"] = f"it does not answer; {why}" if silent else why
 
 
-OWNER_STAGES_S = 60.0   # the owner's stages besides its applications' stops, and margin
-
-
 def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
     """Guardian first (it retires the backend, keeping the certificate), then a backend
     still running without a guardian (its guardian was killed), then the owner, which
@@ -79,22 +76,13 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
         from .unclean import refuse_unclean_end
         refuse_unclean_end(layout, out)
     else:
-        _stop(out, "owner", *owner, max(timeout, _owner_shutdown(o)))
+        _stop(out, "owner", *owner, max(timeout, shutdown_budget(o)))
         if o is not None or out["owner"]:   # a silent owner's receipt: by its pid
             out["owner_receipt"] = shutdown_receipt(
                 layout, o["owner"]["instance"] if o is not None else None, owner[0])
         if o is not None and out.get("owner_receipt", {}).get("state") == "clean":
             out["applications_stopped"] = o["live"]   # what ran, now confirmed stopped
     return out
-
-
-def _owner_shutdown(status: dict[str, Any] | None) -> float:
-    """How long the owner's shutdown may take: its longest stop policy (its ``status``
-    says; an older owner does not) and the rest of its stages."""
-    budget = (status or {}).get("stop_budget")
-    if not isinstance(budget, int | float) or isinstance(budget, bool) or budget < 0:
-        return 0.0
-    return float(budget) + OWNER_STAGES_S
 
 
 def _stop_guardianless_backend(layout: Layout, out: dict[str, Any], timeout: float

@@ -135,10 +135,12 @@ def _status_once(args: Any) -> int:
         last = last_background_start(layout(args))
         running = None if down is not None else listens(layout(args).guardian_sock)
         hung = None if down is not None else _hung_guardian(args, running)
+        stopping = _owner_stopping(args) if running is False and down is None else None
         out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
                    "background_start": last, "guardian_hung": hung,
-                   "guardian_running": running, "maintenance_unfinished": window},
-            render.no_backend(diag, last, down, hung, running)
+                   "guardian_running": running, "owner_shutting_down": stopping,
+                   "maintenance_unfinished": window},
+            render.no_backend(diag, last, down, hung, running, stopping)
             + render.unfinished_window(window))
         return Exit.UNREACHABLE
     st["guardian_running"] = listens(layout(args).guardian_sock)
@@ -172,6 +174,15 @@ def _hung_guardian(args: Any, listening: bool | None) -> dict[str, Any] | None:
     from .holders import silent_holder
     hung = silent_holder(layout(args).guardian_sock, "guardian")
     return None if hung is None else {"pid": hung.data["pid"], "msg": hung.msg}
+
+
+def _owner_stopping(args: Any) -> int | None:
+    """The pid of the owner when it answers that it is shutting down (a `tenure down`
+    cut short goes on stopping every application), else None."""
+    from .daemons import ping
+    lay = layout(args)
+    answer = ping(lay.owner_sock, home=lay.home)
+    return answer["owner"]["pid"] if answer and answer.get("draining") is True else None
 
 
 def _runs(sock: str, module: str) -> bool | None:

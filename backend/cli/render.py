@@ -156,14 +156,18 @@ def _hung_line(hung: dict[str, Any]) -> str:
 
 def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
                down: dict[str, Any] | None = None,
-               hung: dict[str, Any] | None = None, guardian_running: bool | None = None
-               ) -> str:
+               hung: dict[str, Any] | None = None, guardian_running: bool | None = None,
+               owner_stopping: int | None = None) -> str:
     """`status` when no backend answers: why (:func:`why`; ``hung``: a guardian that
     holds its lock but does not listen, which says more than its diagnostics; a guardian
-    that is not running while the owner is: the reason no backend comes) and, when the
-    last background start of `tenure up --no-wait` failed, its error."""
+    that is not running while the owner is: the reason no backend comes, unless that
+    owner, pid ``owner_stopping``, is shutting down) and, when the last background start
+    of `tenure up --no-wait` failed, its error."""
     if hung:
         said = f"; {_hung_line(hung)}"
+    elif owner_stopping is not None:
+        said = (f"; the owner (pid {owner_stopping}) is shutting down, stopping every "
+                "application: `tenure up` waits for it to end, then starts tenure again")
     elif down is None and guardian_running is False:
         said = ("; the guardian is not running, so none is started: `tenure up` starts "
                 "it (applications keep running)" + why(diag, down))

@@ -7,7 +7,6 @@ held the app's pipes, failed the shutdown and ran on under init)."""
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ import psutil
 from owner.testing import GuardianKey, OwnerProcess, kill_pids
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_owner import Live  # noqa: E402
+from test_owner import Live
 
 # The owner's base budget for the applications stage (Owner.stop_timeout, 60 s) made 1 s,
 # so that a stop policy longer than it takes seconds, not minutes: the field's default,
