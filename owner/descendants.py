@@ -37,7 +37,7 @@ import signal as _signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from protocol.procfs import children, environ, read_stat
+from protocol.procfs import children, environ, read_stat, read_stat_strict
 
 __all__ = ["LAUNCH_KEY_ENV", "OWNER_HOME_ENV", "Descendants", "MidExec",
            "attribute_orphan", "kill_verified"]
@@ -97,6 +97,17 @@ def _nothing() -> None:
     pass
 
 
+def _gone(pid: int, ticks: int) -> bool:
+    """Whether tracked process (``pid``, ``ticks``) has ended: gone from /proc, its number
+    now another process's, or a zombie. False when /proc could not say (out of
+    descriptors, say): only proof ends the tracking of a process."""
+    try:
+        st = read_stat_strict(pid)
+    except (OSError, ValueError, IndexError):
+        return False
+    return st is None or st.start_ticks != ticks or st.zombie
+
+
 class Descendants:
     """The processes of one launch besides its leader (``pid``, which is also its process
     group and session id). Not thread-safe; used on the owner's loop."""
@@ -116,10 +127,11 @@ class Descendants:
 
     def refresh(self, leader_unreaped: bool) -> None:
         """Forget tracked processes that are gone; add the children of the leader (while
-        it is unreaped) and of every tracked process. Raises nothing."""
+        it is unreaped) and of every tracked process. One whose /proc could not be read
+        (the owner out of descriptors) is kept: a failed read is no proof of its end.
+        Raises nothing."""
         for pid, ticks in list(self.known.items()):
-            st = read_stat(pid)
-            if st is None or st.start_ticks != ticks or st.zombie:
+            if _gone(pid, ticks):
                 del self.known[pid]
                 self._changed()
         roots = list(self.known)
@@ -153,13 +165,9 @@ class Descendants:
         return False
 
     def alive(self) -> list[int]:
-        """Tracked processes that still run (zombies are gone: they hold nothing)."""
-        out = []
-        for pid, ticks in self.known.items():
-            st = read_stat(pid)
-            if st is not None and st.start_ticks == ticks and not st.zombie:
-                out.append(pid)
-        return out
+        """Tracked processes that still run (zombies are gone: they hold nothing), and
+        those whose /proc could not be read: a stop is not confirmed on a failed read."""
+        return [pid for pid, ticks in self.known.items() if not _gone(pid, ticks)]
 
     def send(self, sig: int, *, skip_pgid: int | None) -> int:
         """Signal every tracked process (verified, see :func:`kill_verified`) except

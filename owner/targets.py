@@ -19,7 +19,7 @@ from typing import Protocol
 
 from protocol.procfs import group_members
 
-from .cgroups import CgroupTree, members
+from .cgroups import CgroupTree, members, members_strict
 from .descendants import Descendants
 from .spawn import Spawned
 from .specs import ExitStatus
@@ -98,7 +98,15 @@ class CgroupTarget:
         return self._launch.exit
 
     def group_alive(self) -> bool:
-        return self._launch.exit is None or bool(members(self.path))
+        """Whether anything of the launch still runs: its leader unreaped, or a member
+        listed; also when ``cgroup.procs`` could not be read (the owner out of
+        descriptors), since a failed read is no proof that the cgroup is empty."""
+        if self._launch.exit is None:
+            return True
+        try:
+            return bool(members_strict(self.path))
+        except OSError:
+            return True
 
     def send(self, sig: int) -> None:
         sp = self._launch.spawned

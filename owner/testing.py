@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -201,3 +202,18 @@ def scratch_group(prefix: str) -> Iterator[tuple[str, int]]:
         yield name, grp.getgrnam(name).gr_gid
     finally:
         subprocess.run(["groupdel", name], check=False, capture_output=True)
+
+
+@contextlib.contextmanager
+def out_of_descriptors() -> Iterator[None]:
+    """This process out of file descriptors for real, as a busy owner can be: the soft
+    RLIMIT_NOFILE lowered to the lowest free descriptor number, so every open fails
+    with EMFILE until the block ends."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    os.close(lowest)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -43,6 +43,7 @@ __all__ = [
     "read_io",
     "read_io_strict",
     "read_stat",
+    "read_stat_strict",
     "read_usage",
     "read_usage_strict",
     "running",
@@ -154,13 +155,19 @@ def _read(path: str, limit: int = 4096) -> bytes | None:
 
 def read_stat(pid: int | str) -> ProcStat | None:
     """The stat of ``pid``, or None if it is gone (or /proc says nothing sensible)."""
-    data = _read(f"{PROC}/{pid}/stat")
-    if data is None:
-        return None
     try:
-        return parse_stat(int(pid), data)
-    except (ValueError, IndexError):
+        return read_stat_strict(pid)
+    except (OSError, ValueError, IndexError):
         return None
+
+
+def read_stat_strict(pid: int | str) -> ProcStat | None:
+    """The stat of ``pid``; None only when it is gone. Raises OSError when /proc could
+    not be read for another reason (the reader out of descriptors: EMFILE), ValueError
+    or IndexError when it cannot be parsed: what decides that a process is gone must
+    not take a failed read for its end."""
+    data = _read_strict(f"{PROC}/{pid}/stat")
+    return None if data is None else parse_stat(int(pid), data)
 
 
 def silence(pid: int) -> str:

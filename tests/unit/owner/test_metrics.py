@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import resource
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from owner.metrics import (
     read_cgroup,
     read_procs,
 )
+from owner.testing import out_of_descriptors
 from protocol import procfs
 from protocol.procfs import parse_io, parse_usage, read_stat
 
@@ -166,21 +164,6 @@ def test_measuring_some_launches_keeps_the_others_highest_counters(monkeypatch):
     assert meter.measure([b])[1][0]["cpu_user_seconds"] == 1.0
 
 
-@contextlib.contextmanager
-def _out_of_descriptors() -> Iterator[None]:
-    """This process out of file descriptors for real, as a busy owner can be: the soft
-    RLIMIT_NOFILE lowered to the lowest free descriptor number, so every open fails
-    with EMFILE until the block ends."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    lowest = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
-    os.close(lowest)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
 def _me() -> tuple[int, int]:
     st = read_stat(os.getpid())
     assert st is not None
@@ -191,7 +174,7 @@ def test_an_owner_out_of_descriptors_reports_unknown_not_zero():
     """Regression: with /proc unreadable (EMFILE) an app showed MEM 0 B, CPU 0.0% and
     PIDS 0: the sums started at 0 and every unreadable process was skipped."""
     me = _me()
-    with _out_of_descriptors():
+    with out_of_descriptors():
         with pytest.raises(OSError) as err:
             os.open("/dev/null", os.O_RDONLY)
         full, usage = read_procs([me]), read_procs([me], usage_only=True)
@@ -245,7 +228,7 @@ def test_unknown_figures_reach_status_top_and_metrics_as_dashes_and_null():
     """The owner's None goes through the backend (backend.usage, backend.metrics) to
     the CLI: `-` in `status`, `top` and `metrics`, null in `--json`, never 0."""
     pid, ticks = _me()
-    with _out_of_descriptors():
+    with out_of_descriptors():
         at, [sample] = Meter().measure([Member("k", None, ((pid, ticks),))])
     answer = {"at": at, "launches": [{**sample, "launch_key": "k", "pid": pid,
                                       "start_ticks": ticks}]}
