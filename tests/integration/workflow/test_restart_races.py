@@ -71,7 +71,7 @@ def test_a_stop_after_a_restart_of_an_app_slow_to_stop_is_not_undone(cluster):
     restart = cluster.cli("restart", "g/slowstop/0", "--timeout", "1")
     assert restart.code == 4, restart
     assert restart.out == {"settled": False, "instances": {"g/slowstop/0": "stopping"},
-                           "not_restarted": []}
+                           "not_restarted": [], "stopped_at": "g/slowstop/0"}
     stop = cluster.cli("stop", "g/slowstop/0", "--timeout", "30", timeout=60)
     assert stop.code == 0 and stop.out["instances"] == {"g/slowstop/0": "stopped"}, stop
     time.sleep(1.5)
@@ -96,7 +96,8 @@ ready = {{ kind = "exec", command = ["test", "-e", "{flag}"], timeout = 20 }}
     assert time.monotonic() - t0 < 8
     assert res.code == 4, res
     assert res.out == {"settled": False, "instances": {"g/roll/0": "running"},
-                       "not_restarted": ["g/roll/1", "g/roll/2"]}
+                       "not_restarted": ["g/roll/1", "g/roll/2"],
+                       "stopped_at": "g/roll/0"}
     after = cluster.apps()
     assert after["g/roll/0"]["generation"] == 2
     for key in ("g/roll/1", "g/roll/2"):   # untouched

@@ -22,7 +22,7 @@ def test_a_stop_longer_than_the_timeout_still_ends_restarted(tmp_path: Path):
             answer = await gen.api.restart(api_call("restart", target="s/a",
                                                     timeout=0.05))
             assert answer == {"settled": False, "instances": {"s/a/0": "stopping"},
-                              "not_restarted": ["s/a/1"]}
+                              "not_restarted": ["s/a/1"], "stopped_at": "s/a/0"}
             assert gen.api.running_steps() == ["restart s/a/0"]   # a drain waits for it
             owner.release("stop")
             await until(lambda: insts["s/a/0"].state is State.READY, "restarted")

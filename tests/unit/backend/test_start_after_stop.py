@@ -75,7 +75,7 @@ def test_a_stop_after_a_restart_whose_stop_outlasted_its_timeout_is_not_undone(
         restarted = await gen.api.restart(api_call("restart", target="s/a/0",
                                                    timeout=0.05))
         assert restarted == {"settled": False, "instances": {"s/a/0": "stopping"},
-                             "not_restarted": []}
+                             "not_restarted": [], "stopped_at": "s/a/0"}
         stop = asyncio.create_task(gen.api.stop(api_call("stop", target="s/a/0",
                                                          timeout=0.5)))
         await until(lambda: not gen.api.running_steps(), "the restart's start withdrawn")
@@ -97,7 +97,7 @@ def test_a_stop_during_a_restart_ends_the_restart_at_once_and_wins(tmp_path: Pat
                                                          timeout=30.0)))
         answer = await asyncio.wait_for(restart, 5)   # not its 30 s
         assert answer == {"settled": False, "instances": {"s/a/0": "stopping"},
-                          "not_restarted": []}
+                          "not_restarted": [], "stopped_at": "s/a/0"}
         owner.release("stop")
         assert (await stop)["instances"] == {"s/a/0": "stopped"}
         await settle_turns()
