@@ -10,9 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import (
-    BadRequest,
     Conflict,
-    NotFound,
     OwnerUnavailable,
     StalePlan,
     TenureError,
@@ -24,9 +22,9 @@ from protocol.server import Call, Method
 from . import explain
 from . import instance as im
 from .activation import CAPABILITY, check_sockets, needs_sockets
-from .after_stop import DOWN
-from .api_instances import UP, InstanceCommands
+from .api_instances import InstanceCommands
 from .api_logs import LogsReading
+from .api_stacks import StackCommands
 from .certify import publish_certificate
 from .config import parse_recent
 from .configfile import check_size
@@ -40,7 +38,7 @@ from .jobs.ledger import Ledger
 from .jobs.retention import Pruner
 from .jobs.runner import JobRunner
 from .jobs.schedule import Scheduler
-from .model import Config, canonical_digest
+from .model import Config
 from .operations import OperationRunner
 from .plan import live_revision, new_plan, running_definitions, setting_changes
 from .probes import checks_view
@@ -102,13 +100,14 @@ S_DRAIN = Schema(Field("timeout", float, required=False, default=30.0))
 S_CHECKPOINT = Schema(Field("path", str))
 
 
-class Api(InstanceCommands, LogsReading):
+class Api(InstanceCommands, StackCommands, LogsReading):
     def __init__(self, gen: Generation) -> None:
         self.gen = gen
         assert gen.sup is not None and gen.store is not None
         self.sup = gen.sup
         self.store = gen.store
-        self.intents: dict[str, Any] = {}
+        self.intents: dict[str, Any] = {}              # stack -> {intent, revision}
+        self._stack_locks: dict[str, asyncio.Lock] = {}   # backend.api_stacks
         self.gate = StepGate()
         self.ops = OperationRunner(gen.store, gen.sup, lambda: gen.config, self._set_config,
                                    gen.activation, self.stopped_stacks, self.gate,
@@ -128,9 +127,6 @@ class Api(InstanceCommands, LogsReading):
                 self.gen.serve_metrics())
         if config.settings.viewer_group != old and self.gen.server is not None:
             self.gen.share_api()
-
-    def stopped_stacks(self) -> set[str]:
-        return {s for s, v in self.intents.items() if v.get("intent") == "stopped"}
 
     def methods(self) -> dict[str, Method]:
         def ctl(handler: Any, params: Schema | None = None) -> Method:
@@ -503,62 +499,6 @@ class Api(InstanceCommands, LogsReading):
 
     async def op_abandon(self, call: Call) -> Any:
         return await self.ops.abandon(call.params["id"])
-
-    # -- stacks -----------------------------------------------------------------------
-
-    def _stack_review(self, stack: str) -> tuple[list[dict[str, Any]], str]:
-        if stack not in self.gen.config.stacks and not any(
-                k.startswith(stack + "/") for k in self.sup.instances):
-            raise NotFound(f"no stack {stack!r}", {"stack": stack})
-        rows = [r for r in self.sup.inventory() if r["stack"] == stack]
-        revision = self.intents.get(stack, {}).get("revision", 0)
-        digest = canonical_digest({"stack": stack, "launches": [r["launch_key"] for r in rows],
-                                   "intent_revision": revision})[:16]
-        return rows, digest
-
-    async def stack_stop(self, call: Call) -> Any:
-        """Dry run: what would stop, and the digest of that review. With the digest:
-        set the owner's durable intent first, then stop exactly those instances."""
-        p = call.params
-        rows, digest = self._stack_review(p["stack"])
-        if p["dry_run"]:
-            return {"stack": p["stack"], "will_stop": rows, "digest": digest}
-        if p["digest"] is None:
-            raise BadRequest("give --digest from a --dry-run review (or --dry-run first)")
-        if p["digest"] != digest:
-            raise StalePlan("the stack changed since the review; run --dry-run again",
-                            {"digest": digest})
-        with self.gate.step(f"stack stop {p['stack']}"):
-            await self._set_intent(p["stack"], "stopped")
-            keys = [k for k in self.sup.instances if k.split("/")[0] == p["stack"]]
-            for k in keys:
-                self.sup.feed(k, im.StopRequested())
-        return {"stack": p["stack"], "intent": "stopped",
-                **await self._settle(keys, DOWN, p["timeout"], f"stack stop {p['stack']}")}
-
-    async def stack_start(self, call: Call) -> Any:
-        stack = call.params["stack"]
-        # a stack removed from the config while stopped may be started: that clears it
-        if stack not in self.gen.config.stacks and stack not in self.stopped_stacks():
-            raise NotFound(f"no stack {stack!r} in the applied config", {"stack": stack})
-        with self.gate.step(f"stack start {stack}"):
-            await self._set_intent(stack, "running")
-            keys = [self.sup.ensure(app, i, True) for (app, i) in
-                    self.sup.keys_of(self.gen.config).values() if app.stack == stack]
-        return {"stack": stack, "intent": "running",
-                **await self._settle(keys, UP, 300.0, f"stack start {stack}")}
-
-    async def _set_intent(self, stack: str, intent: str) -> None:
-        """The owner's durable stack intent; the certificate stops vouching first (a
-        failure to invalidate raises and nothing is sent)."""
-        current = self.intents.get(stack, {"intent": "running", "revision": 0})
-        if current["intent"] == intent:
-            return
-        self.gen.invalidate("stack intent")
-        r = await self._owner().call("stack.set_intent", {
-            "stack": stack, "intent": intent, "expected_revision": current["revision"]},
-            epoch=self.gen.epoch)
-        self.intents[stack] = {"intent": r["intent"], "revision": r["revision"]}
 
 
 def _next_start_in(inst: im.Instance, t: float) -> float | None:

@@ -58,7 +58,8 @@ class InstanceCommands:
     async def _wait_settled(self, keys: list[str], states: tuple[im.State, ...],
                             timeout: float | None, *, until_drain: bool,
                             moved: dict[str, int] | None = None,
-                            deferred: dict[str, asyncio.Future[bool]] | None = None
+                            deferred: dict[str, asyncio.Future[bool]] | None = None,
+                            superseded: Callable[[], bool] | None = None
                             ) -> tuple[bool, dict[str, str]]:
         """Wait until every instance is in ``states`` (or, with ``until_drain``, a drain
         began). Returns whether they are, and their public states. With ``moved`` (key:
@@ -66,7 +67,9 @@ class InstanceCommands:
         down in between, and a later start took it up again at once. With ``deferred``
         (key: its start wanted once it is down) an instance whose start was withdrawn
         ends the wait for it, unsettled: it stays stopped. Waiting for an instance to be
-        up, a stop asked meanwhile ends the wait for it too: the latest intent wins."""
+        up, a stop asked meanwhile ends the wait for it too: the latest intent wins.
+        ``superseded`` ends the whole wait once it holds (a later command took over:
+        whoever wakes the reconciler's waiters when it changes)."""
         # waiting for them to be up, a stop asked meanwhile ends it (list: no check)
         stopped = self.sup.stopped_since(keys) if im.State.STOPPED not in states else list
 
@@ -83,6 +86,8 @@ class InstanceCommands:
             return all(done(k) for k in keys if k in self.sup.instances)
 
         def ended() -> bool:
+            if superseded is not None and superseded():
+                return True
             gone = set(stopped())
             return all(done(k) or k in gone or withdrawn(k) for k in keys
                        if k in self.sup.instances)
@@ -92,14 +97,16 @@ class InstanceCommands:
 
     async def _settle(self, keys: list[str], states: tuple[im.State, ...], timeout: float,
                       what: str, moved: dict[str, int] | None = None,
-                      deferred: dict[str, asyncio.Future[bool]] | None = None
-                      ) -> dict[str, Any]:
-        """Wait for the instances of a change already made to settle. Raises ShuttingDown
-        when a drain begins first: the change is in the instances and whoever continues
-        (the next generation, or this one after an abort) carries it on, but this
-        request cannot see it settle."""
+                      deferred: dict[str, asyncio.Future[bool]] | None = None,
+                      superseded: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """Wait for the instances of a change already made to settle (or, with
+        ``superseded``, for a later command to take over). Raises ShuttingDown when a
+        drain begins first: the change is in the instances and whoever continues (the
+        next generation, or this one after an abort) carries it on, but this request
+        cannot see it settle."""
         ok, public = await self._wait_settled(keys, states, timeout, until_drain=True,
-                                              moved=moved, deferred=deferred)
+                                              moved=moved, deferred=deferred,
+                                              superseded=superseded)
         if not ok and self.gate.paused:
             raise ShuttingDown(f"the backend is handing over to another generation before "
                                f"{what} settled; the change was made and goes on there "
@@ -117,20 +124,31 @@ class InstanceCommands:
         keys = self._targets(target)
         self._refuse_stopped_stacks(keys)
         self._require_owner(f"start {target}")
-        deferred: dict[str, asyncio.Future[bool]] = {}
         with self.gate.step(f"start {target}"):
-            for k in keys:
-                if self.sup.instances[k].state is im.State.STOPPING:   # after the stop
-                    step = self._start_when_down(k, f"start {k}", stop=False,
-                                                 timeout=timeout)
-                    # the start itself: resolved in the turn that withdraws it
-                    deferred[k] = self.sup.pending_start(k) or step
-                else:
-                    self.sup.feed(k, im.Start())
-                    waiting = self.sup.pending_start(k)   # for its `after` apps
-                    if waiting is not None:
-                        deferred[k] = waiting
+            deferred = self._start_each(keys, "start", timeout)
         return await self._settle(keys, UP, timeout, f"start {target}", deferred=deferred)
+
+    def _start_each(self, keys: list[str], what: str, timeout: float
+                    ) -> dict[str, asyncio.Future[bool]]:
+        """Start every instance of ``keys``: at once, or, while it is still stopping
+        (the machine ignores a Start then), once it is down, as the step ``what KEY``.
+        Returns the starts that wait (for that stop, or for their ``after`` apps) by
+        key, for :meth:`_settle`: a withdrawn one ends the wait for its instance. Call
+        it inside the request's step: a start after a stop continues it, so a drain
+        that began since (during a ``stack start``'s intent write) lets it finish."""
+        deferred: dict[str, asyncio.Future[bool]] = {}
+        for k in keys:
+            if self.sup.instances[k].state is im.State.STOPPING:   # after the stop
+                step = self._start_when_down(k, f"{what} {k}", stop=False, timeout=timeout,
+                                             continues=True)
+                # the start itself: resolved in the turn that withdraws it
+                deferred[k] = self.sup.pending_start(k) or step
+            else:
+                self.sup.feed(k, im.Start())
+                waiting = self.sup.pending_start(k)   # for its `after` apps
+                if waiting is not None:
+                    deferred[k] = waiting
+        return deferred
 
     async def stop(self, call: Call) -> Any:
         """Settled once each instance was down, even if a start asked after this one
@@ -198,8 +216,8 @@ class InstanceCommands:
                 return await asyncio.shield(cycle)
         return False
 
-    def _start_when_down(self, key: str, what: str, *, stop: bool, timeout: float
-                         ) -> asyncio.Future[bool]:
+    def _start_when_down(self, key: str, what: str, *, stop: bool, timeout: float,
+                         continues: bool = False) -> asyncio.Future[bool]:
         """Start ``key`` once it is down (after stopping it first, with ``stop``); the
         future says whether it was started. While a start of it is pending already (a
         concurrent restart or start) that one, and nothing else is done. Otherwise one
@@ -207,12 +225,13 @@ class InstanceCommands:
         request's --timeout but by the stop policy (backend.after_stop: a start given
         up at --timeout, or fed while it is still stopping, which the instance ignores,
         would leave the app stopped), and withdrawn by any stop asked after it. The
-        step begins here: ShuttingDown, nothing done, when draining."""
+        step begins here: ShuttingDown, nothing done, when draining, unless it
+        ``continues`` the caller's running step (backend.steps)."""
         pending = self.sup.pending_start(key)
         if pending is not None:
             return pending
         with contextlib.ExitStack() as guard:
-            guard.enter_context(self.gate.step(what))
+            guard.enter_context(self.gate.step(what, continues=continues))
             bound = after_stop_bound(self.sup.instances[key].app.stop, timeout)
             started = self.sup.start_when_down(key, bound, stop=stop)
             step = guard.pop_all()

@@ -44,10 +44,13 @@ class StepGate:
         return [self._running[t] for t in sorted(self._running)]
 
     @contextmanager
-    def step(self, name: str) -> Iterator[None]:
+    def step(self, name: str, *, continues: bool = False) -> Iterator[None]:
         """Run one step (the ``with`` body, awaits included). Raises ShuttingDown when the
-        gate is paused: check ``paused`` first to answer with more detail."""
-        if self._paused:
+        gate is paused: check ``paused`` first to answer with more detail. With
+        ``continues``, the step is the rest of one still running (begun before the
+        pause, which lets it finish): it begins even while paused, and a drain waits for
+        it as for the step it continues."""
+        if self._paused and not continues:
             raise ShuttingDown(f"the backend is draining; {name} did not begin",
                                {"step": name})
         token = self._next

@@ -301,7 +301,9 @@ def failed_instances(r: dict[str, Any]) -> list[str]:
 
 def instances(r: dict[str, Any]) -> str:
     inst = r.get("instances", {})
-    if r.get("settled", True):
+    if r.get("superseded"):   # a stack command a later one took over (backend.api_stacks)
+        settled = "\n" + superseded(r)
+    elif r.get("settled", True):
         settled = ""
     elif r.get("handed_over"):
         settled = ("\n(every instance was restarted; the backend handed over to its next "
@@ -322,6 +324,14 @@ def instances(r: dict[str, Any]) -> str:
     rows = [[k, v] for k, v in sorted(inst.items())]
     return table(rows, ["INSTANCE", "STATE"], [[None, colour_for(v)] for _, v in rows]) + \
         settled
+
+
+def superseded(r: dict[str, Any]) -> str:
+    """The line of a ``stack stop`` or ``stack start`` that a later one superseded: its
+    wait ended there, and the states above are those of that moment."""
+    by = r["superseded"]
+    return (f"(superseded by a later `tenure {by['by']} {r['stack']}`: the intent is "
+            f"{by['intent']}, revision {by['revision']})")
 
 
 # inspect: these keys in this order, each as (label, formatter); the rest follow as-is

@@ -279,6 +279,10 @@ CASES: dict[str, Callable[[], str]] = {
     "stack_dry_run": lambda: render.stack({"stack": "batch", "digest": "d1" * 32,
                                            "will_stop": [{"launch_key": "batch/etl/0/4",
                                                           "pid": 5003}]}),
+    "stack_superseded": lambda: render.stack({
+        "stack": "batch", "intent": "stopped", "settled": False,
+        "instances": {"batch/etl/0": "stopping", "batch/load/0": "starting"},
+        "superseded": {"by": "stack start", "intent": "running", "revision": 4}}),
     "backend_status": lambda: render.backend("status", GUARDIAN),
     "backend_status_silent": lambda: render.backend(
         "status", {**GUARDIAN, "backend": SILENT_BACKEND}),
