@@ -508,8 +508,15 @@ def starting_daemons(layout: Layout, timeout: float = BACKGROUND_WAIT_S) -> Iter
     --no-wait`'s child does: another `up` waits here, then finds them running (each
     started a pair of its own, and the one whose guardian lost stopped the owner the
     other's had pinned), and a `down` waits for them to answer before it stops them.
-    Raises OperationInProgress when another held it ``timeout`` s."""
+    Not taken when both answer already (nothing to start: under systemd, whose home
+    and its runtime/ are the service account's). Raises OperationInProgress when
+    another held it ``timeout`` s."""
     import fcntl
+    answers = [ping(sock, home=layout.home)
+               for sock in (layout.owner_sock, layout.guardian_sock)]
+    if all(a is not None and a.get("draining") is not True for a in answers):
+        yield
+        return
     ensure_private_dir(layout.runtime, root=layout.home)
     fd = os.open(layout.up_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
