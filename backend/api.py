@@ -467,7 +467,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
 
     def admit(self, plan_id: str, rid: str | None) -> dict[str, Any]:
         """The operation applying plan ``plan_id`` (``{"id": None, ...}`` when there is
-        nothing to change); with request id ``rid``, the one admitted for it before.
+        nothing to change); with request id ``rid``, the one admitted for it before; the
+        open one already applying the plan's config, marked ``joined`` (nothing admitted).
         Raises NotFound, Conflict, StalePlan, OperationInProgress."""
         plan = self.store.plan(plan_id)
         if rid and (prior := self.store.operation_by_request(rid)) is not None:
@@ -478,8 +479,14 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         if plan["live_revision"] != self._live():
             raise StalePlan("the running system changed since this plan was made; plan "
                             "again", {"plan": plan["id"]})
-        if plan["config_revision"] == self.gen.config.revision and not plan["changes"]:
-            return {"id": None, "outcome": "no-change", "changes": []}
+        if plan["config_revision"] == self.gen.config.revision:
+            # checked before "nothing to do": an operation still applying this config has
+            # made it the applied one, and its instances may already run it (not ready,
+            # or about to fail): the answer is that operation, whatever it ends with
+            if (open_op := self.ops.applying(plan["config_revision"])) is not None:
+                return {**open_op, "joined": True}
+            if not plan["changes"]:
+                return {"id": None, "outcome": "no-change", "changes": []}
         return self.ops.admit(plan, rid)
 
     async def op_list(self, call: Call) -> Any:

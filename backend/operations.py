@@ -65,6 +65,14 @@ class OperationRunner:
                 return str(op["id"])
         return None
 
+    def applying(self, revision: str) -> dict[str, Any] | None:
+        """The newest open operation whose plan applies config ``revision``, None when
+        none is open: an apply of that same config has nothing to add to it."""
+        for op in self.store.operations(open_only=True):
+            if op["plan"] and self.store.plan(op["plan"])["config_revision"] == revision:
+                return op
+        return None
+
     def admit(self, plan: dict[str, Any], request_id: str | None) -> dict[str, Any]:
         """Record the operation and commit the plan's config as desired, atomically.
         Raises OperationInProgress, Conflict (request id reused for another plan)."""

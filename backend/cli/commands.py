@@ -119,25 +119,23 @@ def _apply_text(args: Any, text: str, path: Any, timeout: float,
     plan = _call(args, "plan", {"config_text": text, "source": str(path.absolute())})
     op = _call(args, "apply", {"plan": plan["id"]})
     if op.get("id") is not None and wait:
-        op = _wait_op(args, op["id"], timeout)
+        op = _waited(args, op, timeout, "up")
     return {"plan": plan, "operation": op}
 
 
-OP_WAIT = 10.0   # seconds one op.show waits in the backend for the operation to end
+def _waited(args: Any, op: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
+    """Operation ``op``, as apply answered it, once it ended (or ``timeout`` passed); one
+    apply joined (already applying the plan's config: nothing admitted) stays marked
+    ``joined``, so what is printed says whose operation it waited for."""
+    ended = _wait_op(args, op["id"], timeout, what)
+    return {**ended, "joined": True} if op.get("joined") else ended
 
 
-def _wait_op(args: Any, op_id: str, timeout: float) -> dict[str, Any]:
-    """The operation once it ended (or ``timeout`` passed): the backend answers when it
-    ends; an older backend answers at once, and is asked again every 20 ms."""
-    deadline = time.monotonic() + timeout
-    while True:
-        asked = time.monotonic()
-        wait = round(max(0.0, min(OP_WAIT, deadline - asked)), 3)
-        op: dict[str, Any] = _call(args, "op.show", {"id": op_id, "wait": wait})
-        if op["outcome"] is not None or time.monotonic() > deadline:
-            return op
-        if time.monotonic() - asked < 0.02:
-            time.sleep(0.02)
+def _wait_op(args: Any, op_id: str, timeout: float, what: str) -> dict[str, Any]:
+    """The operation once it ended (or ``timeout`` passed), asked of whichever backend
+    generation serves: a handoff meanwhile is waited out (opwait.wait_op)."""
+    from .opwait import wait_op
+    return wait_op(args, _call, op_id, timeout, what)
 
 
 def cmd_down(args: Any) -> int:
@@ -234,7 +232,7 @@ def cmd_apply(args: Any) -> int:
     timeout = _wait_timeout(args, "tenure apply")
     op = _call(args, "apply", {"plan": args.plan, "request_id": args.request_id})
     if args.wait and op.get("id"):
-        op = _wait_op(args, op["id"], timeout)
+        op = _waited(args, op, timeout, "apply")
         _out(args, op, render.operation(op))
         return _op_exit(op)
     _out(args, op, render.operation(op))
@@ -263,7 +261,7 @@ def cmd_op(args: Any) -> int:
     if not args.id:
         raise BadRequest(f"tenure op {args.action} ID: give an operation id")
     if args.action == "show" and args.wait:
-        r = _wait_op(args, args.id, timeout)
+        r = _wait_op(args, args.id, timeout, "op show")
         _out(args, r, render.operation(r))
         return _op_exit(r)
     r = _call(args, "op.show" if args.action == "show" else "op.abandon", {"id": args.id})

@@ -36,7 +36,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["add_job_parser", "job_command"]
+__all__ = ["add_job_parser", "job_command", "none_coming"]
 
 OK, ERROR, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNSETTLED
 OPEN = ("admitted", "starting", "running")
@@ -122,7 +122,7 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
 def _retrying(args: Any, fn: Callable[[], Any], deadline: float, lost_ok: bool) -> Any:
     """``fn()``, again while the backend is away (a request certainly not handled) or,
     with ``lost_ok``, while its answer is lost (safe only for a keyed submission or a
-    read). Not when no backend is coming (:func:`_none_coming`): the wait was silent
+    read). Not when no backend is coming (:func:`none_coming`): the wait was silent
     for up to an hour."""
     while True:
         try:
@@ -130,7 +130,7 @@ def _retrying(args: Any, fn: Callable[[], Any], deadline: float, lost_ok: bool) 
         except _AWAY as exc:
             if time.monotonic() >= deadline:
                 raise
-            final = _none_coming(args, exc)
+            final = none_coming(args, exc)
             if final is exc:
                 raise
             if final is not None:
@@ -141,7 +141,7 @@ def _retrying(args: Any, fn: Callable[[], Any], deadline: float, lost_ok: bool) 
         time.sleep(0.2)
 
 
-def _none_coming(args: Any, exc: Exception) -> BackendUnavailable | None:
+def none_coming(args: Any, exc: Exception) -> BackendUnavailable | None:
     """The error to end the wait with when no backend comes back by itself, else None:
     tenure is stopped (neither the guardian nor the owner runs) or the guardian gave up
     recovering one (blocked until the operator runs `tenure backend recover`): ``exc``

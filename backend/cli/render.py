@@ -249,7 +249,9 @@ def up(r: dict[str, Any]) -> str:
     if ap:
         op, n = ap["operation"], changed(ap["plan"])
         what = f"{n} change{'' if n == 1 else 's'}"
-        if op.get("outcome") is None and op.get("id"):
+        if op.get("joined"):   # an operation already applying this config
+            lines.append(operation(op))
+        elif op.get("outcome") is None and op.get("id"):
             lines.append(f"applying {what} as {op['id']} (still running; "
                          f"`tenure op show {op['id']} --wait` waits for its end)")
         elif op.get("outcome") == "success" or op.get("id") is None:
@@ -480,9 +482,18 @@ def operation(op: dict[str, Any]) -> str:
     if op.get("id") is None:
         return f"nothing to do ({op.get('outcome')})"
     outcome = op.get("outcome") or "running"
-    return (f"operation {op['id']} ({op.get('kind')}): {paint(outcome, colour_for(outcome))}"
+    line = (f"operation {op['id']} ({op.get('kind')}): {paint(outcome, colour_for(outcome))}"
             f", stage {op.get('stage')}, step {op.get('step')}"
             f"{'; error: ' + op['error'] if op.get('error') else ''}")
+    return _joined(op) + line if op.get("joined") else line
+
+
+def _joined(op: dict[str, Any]) -> str:
+    """The line before an operation an apply joined: it already applied the plan's
+    config when asked, and nothing new was admitted; waited for, or still running."""
+    then = "waited for its end" if op.get("outcome") is not None else \
+        f"`tenure op show {op['id']} --wait` waits for its end"
+    return f"operation {op['id']} already applies this config (nothing new admitted); {then}:\n"
 
 
 def operations(ops: list[dict[str, Any]]) -> str:

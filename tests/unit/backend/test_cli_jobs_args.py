@@ -95,21 +95,21 @@ def test_a_dead_guardian_means_no_backend_is_coming_unless_a_service_restarts_it
     monkeypatch.setattr(holders, "listener", lambda sock, module: None)
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "standalone")
     exc = unavailable()
-    final = jobs._none_coming(args("run", "s/echo"), exc)
+    final = jobs.none_coming(args("run", "s/echo"), exc)
     assert isinstance(final, BackendUnavailable) and final is not exc
     assert "the guardian is not running" in final.msg and "`tenure up`" in final.msg
     assert final.data["guardian_running"] is False
 
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "systemd")
-    assert jobs._none_coming(args("run", "s/echo"), exc) is None   # systemd restarts it
+    assert jobs.none_coming(args("run", "s/echo"), exc) is None   # systemd restarts it
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "standalone")
     monkeypatch.setattr(holders, "lock_holder", lambda sock, module: (4241, 1))
-    assert jobs._none_coming(args("run", "s/echo"), exc) is None   # hung, not gone
+    assert jobs.none_coming(args("run", "s/echo"), exc) is None   # hung, not gone
     monkeypatch.setattr(everyday, "listens", lambda sock: True)
-    assert jobs._none_coming(args("run", "s/echo"), exc) is None   # it runs
+    assert jobs.none_coming(args("run", "s/echo"), exc) is None   # it runs
 
 
 def test_tenure_stopped_or_a_blocked_recovery_ends_the_wait_with_its_own_error() -> None:
     for exc in (unavailable(stopped={"owner": None}),
                 unavailable(diagnostics={"blocked": {"reason": "x"}})):
-        assert jobs._none_coming(args("run", "s/echo"), exc) is exc
+        assert jobs.none_coming(args("run", "s/echo"), exc) is exc

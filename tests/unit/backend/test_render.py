@@ -123,3 +123,18 @@ def test_status_says_an_owner_window_is_unfinished() -> None:
     assert line == ("\nowner maintenance window UNFINISHED (stopped after step drained): "
                     "`tenure owner upgrade --continue` finishes it")
     assert render.unfinished_window(None) == ""
+
+
+def test_up_and_apply_name_the_open_operation_they_joined() -> None:
+    """Was: `applied 0 changes: no-change` while another apply of the config still ran."""
+    op = {"id": "op-1", "kind": "apply", "outcome": "failed", "stage": "failed", "step": 0,
+          "error": "step 0: failed to start: s/bad/0", "joined": True}
+    up = {"started": {"owner": False, "guardian": False},
+          "apply": {"plan": {"changes": [], "jobs": [], "settings": []}, "operation": op}}
+    assert render.up(up).splitlines()[1:] == [
+        "operation op-1 already applies this config (nothing new admitted); waited for "
+        "its end:",
+        "operation op-1 (apply): failed, stage failed, step 0; error: step 0: failed to "
+        "start: s/bad/0"]
+    running = render.operation({**op, "outcome": None, "stage": "running", "error": None})
+    assert "`tenure op show op-1 --wait` waits for its end" in running
