@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     except TenureError as exc:
         return _fail(args, exc, Exit.ERROR)
     except KeyboardInterrupt:
-        return Exit.INTERRUPTED
+        return _interrupted(args)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return Exit.OK
@@ -418,6 +418,39 @@ def _silent_daemon(exc: TenureError) -> TenureError:
     if exc.data.get("listening") is None:
         return silent_listener(path, module) or exc
     return silent_holder(path, module) or exc
+
+
+# What goes on after Ctrl-C of a command that asked tenure to do something: the command
+# only stops waiting. Reading commands (status, logs, events, top, ...) end silently.
+GOES_ON = {
+    "up": "the daemons it started and the config it applies go on (`tenure status`)",
+    "down": "the daemons it signalled go on stopping (`tenure status`; `tenure up` waits "
+            "for an owner still shutting down)",
+    "start": "the backend carries the change on (`tenure status`)",
+    "stop": "the backend carries the change on (`tenure status`)",
+    "restart": "the backend carries the roll on (`tenure status`)",
+    "stack": "the backend carries the change on (`tenure status`)",
+    "apply": "the operation goes on (`tenure op list`)",
+    "backend": "the guardian carries it on (`tenure backend status`)",
+    "guardian": "the guardian carries it on (`tenure backend status`)",
+    "job": "the job goes on (`tenure job list`)",
+    "owner": "an owner window cut short is finished by `tenure owner upgrade --continue` "
+             "(`tenure status` says when one is)",
+}
+
+
+def _interrupted(args: Any) -> int:
+    """Ctrl-C: exit 130; a command that asked tenure to do something says that only the
+    waiting ended (on stderr; with ``--json`` also as ``{ok, interrupted, msg}``)."""
+    goes_on = GOES_ON.get(args.cmd)
+    if goes_on is None:
+        return Exit.INTERRUPTED
+    msg = f"interrupted: `tenure {args.cmd}` stopped waiting; {goes_on}"
+    if args.json:
+        import json
+        print(json.dumps({"ok": False, "interrupted": True, "msg": msg}))
+    print(f"tenure: {msg}", file=sys.stderr)
+    return Exit.INTERRUPTED
 
 
 def _fail(args: Any, exc: TenureError, code: int) -> int:
