@@ -135,7 +135,7 @@ def _status_once(args: Any) -> int:
         last = last_background_start(layout(args))
         running = None if down is not None else listens(layout(args).guardian_sock)
         hung = None if down is not None else _hung_guardian(args, running)
-        stopping = _owner_stopping(args) if running is False and down is None else None
+        stopping = owner_stopping(args) if running is False and down is None else None
         out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
                    "background_start": last, "guardian_hung": hung,
                    "guardian_running": running, "owner_shutting_down": stopping,
@@ -176,7 +176,7 @@ def _hung_guardian(args: Any, listening: bool | None) -> dict[str, Any] | None:
     return None if hung is None else {"pid": hung.data["pid"], "msg": hung.msg}
 
 
-def _owner_stopping(args: Any) -> int | None:
+def owner_stopping(args: Any) -> int | None:
     """The pid of the owner when it answers that it is shutting down (a `tenure down`
     cut short goes on stopping every application), else None."""
     from .daemons import ping

@@ -100,6 +100,12 @@ def test_a_dead_guardian_means_no_backend_is_coming_unless_a_service_restarts_it
     assert "the guardian is not running" in final.msg and "`tenure up`" in final.msg
     assert final.data["guardian_running"] is False
 
+    monkeypatch.setattr(everyday, "owner_stopping", lambda a: 4242)   # `down` under way
+    down = jobs.none_coming(args("run", "s/echo"), exc)
+    assert down is not None and "tenure is shutting down" in down.msg, down
+    assert "keep running" not in down.msg and down.data["owner_shutting_down"] == 4242
+    monkeypatch.setattr(everyday, "owner_stopping", lambda a: None)
+
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "systemd")
     assert jobs.none_coming(args("run", "s/echo"), exc) is None   # systemd restarts it
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "standalone")
