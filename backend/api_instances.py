@@ -182,12 +182,13 @@ class InstanceCommands:
         for i, k in enumerate(keys):
             if self.gate.paused:
                 raise _restart_cut(keys[:i], keys[i:], out)
-            if not await self._started_again(k, timeout):
+            started = await self._started_again(k, timeout)
+            if started is not True:
                 if self.gate.paused:   # a handoff, or this generation was fenced off
                     raise _restart_cut(keys[:i], keys[i:], out)
                 out.update((await self._wait_settled([k], UP, 0, until_drain=False))[1])
                 return {"settled": False, "instances": out, "not_restarted": keys[i + 1:],
-                        "stopped_at": k}
+                        "stopped_at": k, **({"withdrawn": True} if started is False else {})}
             ok, public = await self._wait_settled([k], UP, timeout, until_drain=True)
             out.update(public)
             if not ok and self._handing_over():
@@ -205,16 +206,17 @@ class InstanceCommands:
         """Whether a drain has begun (read afresh: the roll awaited since it last looked)."""
         return self.gate.paused
 
-    async def _started_again(self, key: str, timeout: float) -> bool:
+    async def _started_again(self, key: str, timeout: float) -> bool | None:
         """Stop ``key`` and start it again, or join a start of it already pending (a
-        concurrent restart: it is restarted once). Whether it was started within
-        ``timeout``; if not, its stop outlasts it (it is still started once stopped) or
-        a stop asked later withdrew the start."""
+        concurrent restart: it is restarted once). True when it was started within
+        ``timeout``; False when a stop asked later withdrew the start (a later command
+        has it); None when its stop outlasts ``timeout`` (it is still started once
+        stopped)."""
         cycle = self._start_when_down(key, f"restart {key}", stop=True, timeout=timeout)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 return await asyncio.shield(cycle)
-        return False
+        return None
 
     def _start_when_down(self, key: str, what: str, *, stop: bool, timeout: float,
                          continues: bool = False) -> asyncio.Future[bool]:

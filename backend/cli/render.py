@@ -303,20 +303,12 @@ def failed_instances(r: dict[str, Any]) -> list[str]:
 
 def instances(r: dict[str, Any]) -> str:
     inst = r.get("instances", {})
-    if r.get("superseded"):   # a stack command a later one took over (backend.api_stacks)
-        settled = "\n" + superseded(r)
-    elif r.get("settled", True):
-        settled = ""
-    elif r.get("handed_over"):
-        settled = ("\n(every instance was restarted; the backend handed over to its next "
-                   "generation before the last was ready: `tenure status` shows it)")
-    elif inst.get(r.get("stopped_at")) in ("failed", "exited"):
-        settled = f"\n(the roll stopped at {r['stopped_at']}: it ended {inst[r['stopped_at']]})"
-    else:
-        settled = "\n(not settled in time)"
+    settled = _unsettled(r, inst)
     if r.get("not_restarted"):
+        then = ("left as they were: the command that stopped it has them now"
+                if r.get("withdrawn") else "run the restart again once it is up")
         settled += (f"\nnot restarted: {', '.join(r['not_restarted'])} (the roll stopped "
-                    "at the instance before them; run the restart again once it is up)")
+                    f"at the instance before them; {then})")
     failed = failed_instances(r)
     if failed:
         settled += (f"\nfailed: {', '.join(failed)} (`tenure inspect {failed[0]}` says "
@@ -326,6 +318,25 @@ def instances(r: dict[str, Any]) -> str:
     rows = [[k, v] for k, v in sorted(inst.items())]
     return table(rows, ["INSTANCE", "STATE"], [[None, colour_for(v)] for _, v in rows]) + \
         settled
+
+
+def _unsettled(r: dict[str, Any], inst: dict[str, str]) -> str:
+    """The line under a start, stop or restart answer that says why it did not settle
+    ('' when it did)."""
+    at = str(r.get("stopped_at"))
+    if r.get("superseded"):   # a stack command a later one took over (backend.api_stacks)
+        return "\n" + superseded(r)
+    if r.get("settled", True):
+        return ""
+    if r.get("handed_over"):
+        return ("\n(every instance was restarted; the backend handed over to its next "
+                "generation before the last was ready: `tenure status` shows it)")
+    if r.get("withdrawn"):
+        return (f"\n(the roll stopped at {at}: a later command stopped it, a stop, a stack "
+                "stop or an apply, so it was not started again here)")
+    if inst.get(at) in ("failed", "exited"):
+        return f"\n(the roll stopped at {at}: it ended {inst[at]})"
+    return "\n(not settled in time)"
 
 
 def superseded(r: dict[str, Any]) -> str:

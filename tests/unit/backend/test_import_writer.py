@@ -50,7 +50,8 @@ def _apps(draw: st.DrawFn, stack: str, name: str) -> App:
         None, Health(kind=HealthKind.EXEC, command=("check", "--now"), failures=2)]))
     return App(
         name=name, stack=stack,
-        command=tuple(draw(st.lists(_TEXT, min_size=1, max_size=4).filter(lambda c: c[0]))),
+        command=tuple(draw(st.lists(_TEXT, min_size=1, max_size=4).filter(
+            lambda c: c[0].strip()))),   # a blank program is refused (config_values)
         env=draw(st.dictionaries(_ENV_KEY, _TEXT, max_size=4)),
         cwd=draw(st.none() | _TEXT.map(lambda t: "/" + t)),
         instances=draw(st.integers(1, 64)), restart=draw(st.sampled_from(RestartMode)),

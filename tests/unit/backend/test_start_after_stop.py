@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.cli import render
 from backend.generation import Generation
 from backend.instance import State, Stopped
 from backend.testing import FakeOwner, api_call, ready_generation, run_generation, until
@@ -97,7 +98,9 @@ def test_a_stop_during_a_restart_ends_the_restart_at_once_and_wins(tmp_path: Pat
                                                          timeout=30.0)))
         answer = await asyncio.wait_for(restart, 5)   # not its 30 s
         assert answer == {"settled": False, "instances": {"s/a/0": "stopping"},
-                          "not_restarted": [], "stopped_at": "s/a/0"}
+                          "not_restarted": [], "stopped_at": "s/a/0", "withdrawn": True}
+        said = render.instances(answer)   # a later command has it: not a matter of time
+        assert "a later command stopped it" in said and "not settled in time" not in said
         owner.release("stop")
         assert (await stop)["instances"] == {"s/a/0": "stopped"}
         await settle_turns()
