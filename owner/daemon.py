@@ -42,7 +42,7 @@ __all__ = ["EXIT", "Owner", "run"]
 log = logging.getLogger("tenure.owner")
 
 EXIT = {"clean": 0, "failed": 1, "usage": 2, "reconcile": 3, "alive": 4, "running": 5,
-        "home_lost": 6}
+        "home_lost": 6, "internal": 7}
 
 
 STOP_MARGIN_S = 10.0
@@ -292,6 +292,10 @@ def run(paths: OwnerPaths, service_account: str | None = None,
     except TenureError as exc:
         log.error("%s", exc)
         return EXIT["usage"]
+    except Exception as exc:   # boundary: the unexpected ends coded, with its cause
+        log.critical("INTERNAL: the owner could not go on: %s: %s", type(exc).__name__, exc,
+                     exc_info=exc)
+        return EXIT["internal"]
 
 
 def _announce(ident: Any) -> None:
