@@ -32,12 +32,23 @@ from .steps import StepGate
 from .store import BackendStore
 from .supervisor import Supervisor, instance_key
 
-__all__ = ["OperationRunner"]
+__all__ = ["SAID_AT_MOST", "OperationRunner", "listed"]
 
 log = logging.getLogger("tenure.backend")
 
 RUNNING, COMPLETE, FAILED, ABANDONED = "running", "complete", "failed", "abandoned"
 STEP_TIMEOUT_SLACK = 30.0
+
+
+SAID_AT_MOST = 8   # instances an error names; the rest are counted
+
+
+def listed(items: list[str], sep: str = ", ") -> str:
+    """``items`` joined, the first SAID_AT_MOST of them and how many more: an error of a
+    step over 300 instances was one line of 13 KB."""
+    more = len(items) - SAID_AT_MOST
+    return sep.join(items[:SAID_AT_MOST]) + (
+        f"{sep}and {more} more (`tenure status` lists them)" if more > 0 else "")
 
 
 class OperationRunner:
@@ -272,9 +283,9 @@ class OperationRunner:
             return bool(stopped_since()) or all(done(self.sup.instances[k]) for k in keys
                                                 if k in self.sup.instances)
         if not await self.sup.wait(all_done, timeout):
-            raise TimeoutError(f"{', '.join(keys)} did not settle in {timeout:.0f} s")
+            raise TimeoutError(f"{listed(keys)} did not settle in {timeout:.0f} s")
         if stopped_since():
-            raise RuntimeError(f"{', '.join(stopped_since())} stopped by a stop asked while "
+            raise RuntimeError(f"{listed(stopped_since())} stopped by a stop asked while "
                                "this step waited for it to be up; the rest of the plan is "
                                "not applied (`tenure plan` shows it)")
         failed = [k for k in keys if k in self.sup.instances
@@ -283,7 +294,7 @@ class OperationRunner:
         if must_be_up and failed:
             why = [f"{k} ({explain.reason(self.sup.instances[k]) or 'failed'})"
                    for k in failed]
-            raise RuntimeError(f"failed to start: {'; '.join(why)}")
+            raise RuntimeError(f"failed to start: {listed(why, '; ')}")
 
     # -- control ----------------------------------------------------------------------
 
