@@ -135,6 +135,9 @@ def _fault_point(point: str) -> None:
         Fault().at(point, lambda role: None)
 
 
+EXIT_INTERNAL = 7   # what it did not expect ended it (logged with its cause)
+
+
 def run(paths: GuardianPaths, inherited_lock: int | None = None,
         hashed: dict[str, bytes] | None = None) -> int:
     try:
@@ -159,3 +162,7 @@ def run(paths: GuardianPaths, inherited_lock: int | None = None,
     except TenureError as exc:
         log.error("%s", exc)
         return 2
+    except Exception as exc:   # boundary: the unexpected ends coded, with its cause
+        log.critical("INTERNAL: the guardian could not go on: %s: %s", type(exc).__name__,
+                     exc, exc_info=exc)
+        return EXIT_INTERNAL
