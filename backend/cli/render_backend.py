@@ -138,6 +138,11 @@ def _activation(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# the change that invalidates a certificate (backend: Generation.invalidate), for people
+_CHANGE = {"apply": "an apply", "stack intent": "a stack stop or start",
+           "launch": "a launch", "stop": "a stop"}
+
+
 def _certificate(cert: dict[str, Any]) -> str:
     """``valid, written 3s ago, 12 launches`` / ``none yet`` / ``invalid (…)``."""
     if cert.get("valid"):
@@ -147,8 +152,9 @@ def _certificate(cert: dict[str, Any]) -> str:
         return f"unusable ({cert['error']})"
     if cert.get("refused"):
         return f"refused ({cert['refused']})"
-    if cert.get("invalidated"):
-        return f"invalidated ({cert['invalidated']} in progress)"
+    if cert.get("invalidated"):   # what changed first since it was written
+        return f"invalidated by {_CHANGE.get(cert['invalidated'], cert['invalidated'])} " \
+               "(not certified since)"
     if cert.get("age") is None:
         return "none yet"
     return f"invalid, written {dur(cert.get('age'))} ago"
@@ -205,11 +211,19 @@ def owner(r: dict[str, Any]) -> str:
     return fields(pairs)
 
 
+def _covered(reason: str) -> str:
+    """Why a recovery needs no force: the certificate covers the world, or no
+    application runs (then whatever the certificate says, there is nothing to adopt)."""
+    if reason == "no applications run":   # guardian.cold.NOTHING_RUNS
+        return "no application runs, so there is nothing a recovery could adopt wrongly"
+    return "the certificate covers the world"
+
+
 def recover_plan(p: dict[str, Any]) -> str:
     """`tenure backend recover --dry-run`: why recovery is blocked and what a forced
     recovery would adopt."""
     cert, owner, diff = p["certificate"], p["owner"], p["differences"]
-    lines = [("the certificate covers the world: `tenure backend recover` needs no force"
+    lines = [(f"{_covered(p['reason'])}: `tenure backend recover` needs no force"
               if p["covered"] else f"not covered by the certificate: {p['reason']}"),
              f"owner: {owner['identity'].get('instance')}  epoch {owner['epoch']}  "
              f"release: {p['release'] or '-'}",

@@ -138,3 +138,18 @@ def test_up_and_apply_name_the_open_operation_they_joined() -> None:
         "start: s/bad/0"]
     running = render.operation({**op, "outcome": None, "stage": "running", "error": None})
     assert "`tenure op show op-1 --wait` waits for its end" in running
+
+
+def test_a_certificate_invalidated_says_by_what_and_a_recovery_with_nothing_running_why() -> None:
+    """After a backend killed during a stack stop: `backend status` said `invalidated
+    (apply in progress)` with nothing in progress, and `recover --dry-run` said the
+    certificate covered the world, then `certificate: invalid` (no app ran: that is why
+    no force was needed)."""
+    from backend.cli import render_backend
+    assert render_backend._certificate({"valid": False, "invalidated": "stack intent"}) == \
+        "invalidated by a stack stop or start (not certified since)"
+    plan = {"certificate": {"valid": False}, "owner": {"identity": {}, "epoch": 2},
+            "differences": {}, "covered": True, "reason": "no applications run",
+            "release": None, "adopt": [], "digest": "d"}
+    first = render_backend.recover_plan(plan).splitlines()[0]
+    assert first.startswith("no application runs") and "covers the world" not in first
