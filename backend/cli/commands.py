@@ -41,9 +41,8 @@ def cmd_up(args: Any) -> int:
         ensure_daemons,
         ensure_release,
         place_first_release,
-        starting_daemons,
-        wait_background_start,
     )
+    from .upwait import starting_daemons, wait_background_start
     layout = _layout(args)
     if args.no_wait and args.foreground:
         raise BadRequest("--no-wait and --foreground do not go together")
@@ -139,8 +138,8 @@ def _wait_op(args: Any, op_id: str, timeout: float, what: str) -> dict[str, Any]
 
 
 def cmd_down(args: Any) -> int:
-    from .daemons import wait_background_start
     from .down import stop_all
+    from .upwait import wait_background_start
     layout = _layout(args)
     with live(args, "down", _owner_probe(args)):
         wait_background_start(layout)

@@ -17,7 +17,6 @@ from protocol.client import Client
 from protocol.errors import (
     BackendUnavailable,
     ConnectFailed,
-    OperationInProgress,
     RecoveryBlocked,
     RequestTimedOut,
     StorageFailed,
@@ -25,11 +24,11 @@ from protocol.errors import (
     UnsafePath,
 )
 from protocol.layout import Layout
-from protocol.procfs import running
 from protocol.sockets import ensure_private_dir
 
 from .holders import silent_holder, silent_listener
 from .owners import trusted_owners
+from .upwait import wait_owner_gone
 
 if TYPE_CHECKING:
     import subprocess
@@ -40,8 +39,7 @@ if TYPE_CHECKING:
     environment; None: start the installed code (:func:`_direct`)."""
 
 __all__ = ["ensure_backend", "ensure_daemon", "ensure_daemons", "ping",
-           "place_first_release", "shutdown_budget", "starting_daemons",
-           "wait_background_start"]
+           "place_first_release"]
 
 UP_POLL_S = 0.005
 """How often a starting daemon's socket is looked at. Until the daemon binds it a look is
@@ -326,7 +324,7 @@ def _needs_start(layout: Layout, module: str, sock: str) -> bool:
     when a shutting-down owner outlives its shutdown's budget."""
     answer = ping(sock, home=layout.home)
     if answer is not None and module == "owner" and answer.get("draining") is True:
-        _wait_owner_gone(answer)
+        wait_owner_gone(answer)
         return True
     if answer is not None:
         return False
@@ -335,36 +333,6 @@ def _needs_start(layout: Layout, module: str, sock: str) -> bool:
     if silent is not None:
         raise silent
     return True
-
-
-OWNER_STAGES_S = 60.0   # the owner's shutdown besides its applications' stops, and margin
-
-
-def shutdown_budget(status: dict[str, Any] | None) -> float:
-    """How long the owner whose ``status`` this is may take to shut down: its longest
-    stop policy (an older owner does not say: 0) and the rest of its stages."""
-    budget = (status or {}).get("stop_budget")
-    if not isinstance(budget, int | float) or isinstance(budget, bool) or budget < 0:
-        return 0.0
-    return float(budget) + OWNER_STAGES_S
-
-
-def _wait_owner_gone(status: dict[str, Any]) -> None:
-    """Wait for the owner whose ``status`` says it is shutting down (a `tenure down` cut
-    short by Ctrl-C, say: the owner goes on stopping every application) to end. Raises
-    OperationInProgress when it still runs after its budget (:func:`shutdown_budget`)."""
-    pid, ticks = status["owner"]["pid"], status["owner"]["start_ticks"]
-    budget = max(shutdown_budget(status), OWNER_STAGES_S)
-    print(f"tenure: the owner (pid {pid}) is shutting down, stopping every application; "
-          "waiting for it to end before starting a new one", file=sys.stderr, flush=True)
-    deadline = time.monotonic() + budget
-    while running(pid, ticks):
-        if time.monotonic() > deadline:
-            raise OperationInProgress(
-                f"the owner (pid {pid}) is shutting down and still runs after {budget:g} s; "
-                "`tenure up` again once it has ended (`tenure owner status` says when)",
-                {"pid": pid})
-        time.sleep(0.05)
 
 
 def _spawn(layout: Layout, module: str, foreground: bool,
@@ -481,68 +449,6 @@ def _wait_up(layout: Layout, module: str, sock: str, proc: subprocess.Popen[byte
     raise ConnectFailed(f"{module} did not come up ({how}){said}; "
                         f"end of {log_path}:\n{tail}",
                         {"log": str(log_path), "last_lines": tail})
-
-
-BACKGROUND_WAIT_S = 30.0
-
-
-def wait_background_start(layout: Layout, timeout: float = BACKGROUND_WAIT_S) -> bool:
-    """Wait until no `tenure up --no-wait` is starting the daemons in the background
-    (it holds ``runtime/up.lock`` until they answer, ~0.3 s): so that a `down` right
-    after it stops them instead of finding nothing yet, and an `up` does not start a
-    second pair. Returns False when one still held it after ``timeout``."""
-    import fcntl
-    try:
-        fd = os.open(layout.up_lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return True   # none ever ran here (or not a file we would wait on)
-    try:
-        return _flock_within(fd, fcntl.LOCK_SH, timeout)
-    finally:
-        os.close(fd)
-
-
-@contextmanager
-def starting_daemons(layout: Layout, timeout: float = BACKGROUND_WAIT_S) -> Iterator[None]:
-    """Hold ``runtime/up.lock`` while this `tenure up` starts the daemons, as an `up
-    --no-wait`'s child does: another `up` waits here, then finds them running (each
-    started a pair of its own, and the one whose guardian lost stopped the owner the
-    other's had pinned), and a `down` waits for them to answer before it stops them.
-    Not taken when both answer already (nothing to start: under systemd, whose home
-    and its runtime/ are the service account's). Raises OperationInProgress when
-    another held it ``timeout`` s."""
-    import fcntl
-    answers = [ping(sock, home=layout.home)
-               for sock in (layout.owner_sock, layout.guardian_sock)]
-    if all(a is not None and a.get("draining") is not True for a in answers):
-        yield
-        return
-    ensure_private_dir(layout.runtime, root=layout.home)
-    fd = os.open(layout.up_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    try:
-        if not _flock_within(fd, fcntl.LOCK_EX, timeout):
-            raise OperationInProgress(
-                f"another `tenure up` has been starting the daemons for {timeout:g} s "
-                f"(it holds {layout.up_lock}); try again once it is done",
-                {"path": str(layout.up_lock)})
-        yield
-    finally:
-        os.close(fd)
-
-
-def _flock_within(fd: int, how: int, timeout: float) -> bool:
-    """Take flock ``how`` on ``fd``, trying for ``timeout`` s: whether it was taken."""
-    import fcntl
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(UP_POLL_S)
 
 
 def _selected(layout: Layout) -> bool:

@@ -12,8 +12,9 @@ from typing import Any
 from protocol.layout import Layout
 from protocol.procfs import read_stat, running
 
-from .daemons import ping, shutdown_budget
+from .daemons import ping
 from .holders import listener, lock_holder
+from .upwait import shutdown_budget
 
 __all__ = ["shutdown_receipt", "stop_all"]
 

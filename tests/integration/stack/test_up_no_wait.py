@@ -119,7 +119,8 @@ def test_status_says_why_the_background_start_failed(cluster):
 def test_a_config_that_does_not_parse_starts_nothing(cluster):
     """The release is verified beside the config's parse; a config that does not parse
     leaves the background start nothing to do: no daemon, no record, no process."""
-    from backend.cli.daemons import last_background_start, wait_background_start
+    from backend.cli.daemons import last_background_start
+    from backend.cli.upwait import wait_background_start
     _stopped_home(cluster)
     bad = cluster.write_config("[stacks.s.apps.a]\ncommand = 3\n")
     res = cluster.cli("up", "--no-wait", "--config", str(bad))

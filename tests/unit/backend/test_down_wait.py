@@ -7,19 +7,19 @@ from typing import Any
 
 import pytest
 
-from backend.cli import daemons, down
+from backend.cli import down, upwait
 
 
 @pytest.mark.parametrize(("status", "wait"), [
-    ({"stop_budget": 140.0}, 140.0 + daemons.OWNER_STAGES_S),
-    ({"stop_budget": 0}, daemons.OWNER_STAGES_S),
+    ({"stop_budget": 140.0}, 140.0 + upwait.OWNER_STAGES_S),
+    ({"stop_budget": 0}, upwait.OWNER_STAGES_S),
     ({}, 0.0),                          # an older owner: its status has no budget
     (None, 0.0),                        # it did not answer
     ({"stop_budget": "soon"}, 0.0), ({"stop_budget": True}, 0.0),
     ({"stop_budget": -1.0}, 0.0),
 ])
 def test_the_owners_shutdown_budget(status: dict[str, Any] | None, wait: float) -> None:
-    assert daemons.shutdown_budget(status) == wait
+    assert upwait.shutdown_budget(status) == wait
 
 
 def test_down_waits_for_the_owners_longest_stop_policy(monkeypatch: pytest.MonkeyPatch,
@@ -39,4 +39,4 @@ def test_down_waits_for_the_owners_longest_stop_policy(monkeypatch: pytest.Monke
     monkeypatch.setattr(down, "_stop_guardianless_backend", lambda *a: None)
     monkeypatch.setattr(down, "shutdown_receipt", lambda *a: {"state": "clean"})
     out = down.stop_all(Layout(tmp_path))
-    assert out["owner"] is True and waited == {"4242": 300.0 + daemons.OWNER_STAGES_S}
+    assert out["owner"] is True and waited == {"4242": 300.0 + upwait.OWNER_STAGES_S}

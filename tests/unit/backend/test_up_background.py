@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from backend import spool
-from backend.cli import daemons
+from backend.cli import daemons, upwait
 from backend.cli.daemons import in_background
 from protocol.errors import StorageFailed
 from protocol.layout import Layout
@@ -194,17 +194,17 @@ def test_a_child_gone_before_its_word_leaves_the_config_queued(
 
 def test_down_and_up_wait_while_the_child_starts_the_daemons(tmp_path: Path) -> None:
     layout = Layout(tmp_path)
-    assert daemons.wait_background_start(layout, timeout=0)   # none ever ran
+    assert upwait.wait_background_start(layout, timeout=0)   # none ever ran
     go_r, go_w = os.pipe()
 
     def work() -> None:
         os.read(go_r, 1)            # "spawning": until the test lets it finish
     pid = in_background(layout, work)
     try:
-        assert not daemons.wait_background_start(layout, timeout=0.05)
+        assert not upwait.wait_background_start(layout, timeout=0.05)
     finally:
         os.write(go_w, b"x")
         os.close(go_w)
         os.close(go_r)
-    assert daemons.wait_background_start(layout, timeout=30)
+    assert upwait.wait_background_start(layout, timeout=30)
     assert _wait(pid) == 0
