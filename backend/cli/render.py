@@ -281,8 +281,10 @@ def down(r: dict[str, Any]) -> str:
                 f"STILL RUNNING: {r.get(name + '_problem') or 'not stopped in time'}"
             if name == "owner" and not r[name]:
                 state += "; its applications still run"
-            if name == "backend":   # only one whose guardian was gone is stopped by down
-                state += " (it ran without a guardian)"
+            if name == "backend":   # only one its guardian did not retire is stopped here
+                state += (" (it outlived the guardian, stopped above mid-way through a "
+                          "start or an upgrade)" if r.get("guardian")
+                          else " (it ran without a guardian)")
             lines.append(f"{name}: {state}")
     if "applications_stopped" in r:
         lines.append(f"applications stopped: {r['applications_stopped']}")

@@ -153,3 +153,13 @@ def test_a_certificate_invalidated_says_by_what_and_a_recovery_with_nothing_runn
             "release": None, "adopt": [], "digest": "d"}
     first = render_backend.recover_plan(plan).splitlines()[0]
     assert first.startswith("no application runs") and "covers the world" not in first
+
+
+def test_down_says_whether_a_backend_ran_without_a_guardian_or_outlived_it() -> None:
+    """A down during an upgrade said the backend ran without a guardian: the guardian
+    had just been stopped by that same down."""
+    from backend.cli import render
+    alone = render.down({"backend": True, "owner": True})
+    after = render.down({"guardian": True, "backend": True, "owner": True})
+    assert "backend: stopped (it ran without a guardian)" in alone
+    assert "backend: stopped (it outlived the guardian, stopped above" in after
