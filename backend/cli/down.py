@@ -81,8 +81,11 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
         if o is not None or out["owner"]:   # a silent owner's receipt: by its pid
             out["owner_receipt"] = shutdown_receipt(
                 layout, o["owner"]["instance"] if o is not None else None, owner[0])
-        if o is not None and out.get("owner_receipt", {}).get("state") == "clean":
-            out["applications_stopped"] = o["live"]   # what ran, now confirmed stopped
+        receipt = out.get("owner_receipt", {})
+        if o is not None and receipt.get("state") == "clean":
+            # what its shutdown stopped, as it counted them (a `down` cut short before
+            # this one: some were stopped already when it was asked), else what ran
+            out["applications_stopped"] = receipt.get("applications", o["live"])
     return out
 
 
@@ -134,4 +137,16 @@ def shutdown_receipt(layout: Layout, instance: str | None,
     if rec["state"] == "running":   # it ended without recording its shutdown
         detail = ("the owner ended without recording its shutdown (it could not write "
                   "its receipt: a full disk?); its log says which stages it went through")
-    return {"state": rec["state"], "failed_stage": stage, "detail": detail}
+    out = {"state": rec["state"], "failed_stage": stage, "detail": detail}
+    stopped = _stopped_count(rec)
+    return out if stopped is None else {**out, "applications": stopped}
+
+
+def _stopped_count(rec: dict[str, Any]) -> int | None:
+    """How many launches the receipt's applications stage stopped (its detail begins
+    ``N stopped``), or None when it does not say."""
+    detail = next((s.get("detail") for s in rec.get("stages", [])
+                   if s.get("stage") == "applications" and s.get("ok")), None)
+    words = detail.split() if isinstance(detail, str) else []
+    return int(words[0]) if len(words) > 1 and words[0].isdigit() and \
+        words[1].rstrip(",") == "stopped" else None

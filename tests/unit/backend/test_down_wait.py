@@ -40,3 +40,14 @@ def test_down_waits_for_the_owners_longest_stop_policy(monkeypatch: pytest.Monke
     monkeypatch.setattr(down, "shutdown_receipt", lambda *a: {"state": "clean"})
     out = down.stop_all(Layout(tmp_path))
     assert out["owner"] is True and waited == {"4242": 300.0 + upwait.OWNER_STAGES_S}
+
+
+@pytest.mark.parametrize(("detail", "ok", "count"), [
+    ("4 stopped", True, 4), ("4 stopped, 1 unclaimed", True, 4), ("0 stopped", True, 0),
+    ("RuntimeError: 2 launches not confirmed stopped", False, None), ("", True, None)])
+def test_the_receipt_says_how_many_it_stopped(detail: str, ok: bool,
+                                              count: int | None) -> None:
+    """A `down` after one cut short counted what still ran when it asked (3), where the
+    owner's shutdown had stopped 4."""
+    rec = {"stages": [{"stage": "applications", "ok": ok, "detail": detail}]}
+    assert down._stopped_count(rec) == count
