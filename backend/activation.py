@@ -55,13 +55,14 @@ def launch_sockets(app: App) -> dict[str, Any]:
 
 
 def check_sockets(config: Config, text: str, capabilities: Mapping[str, Any],
-                  held: list[dict[str, Any]]) -> None:
+                  held: list[dict[str, Any]], owner_uid: int | None = None) -> None:
     """Raises ConfigInvalid, with the line, for a config with sockets or an fd store that
     the owner cannot serve (it predates them) and for a socket address that cannot be
     bound now: in use by another process, not an address of this host, a unix socket
-    directory that does not exist. An address the owner already holds for the same app
-    and name is fine; one it holds for another is reported (it frees when that app
-    stopped and the next apply closed it)."""
+    directory that does not exist, or, when this backend runs as the owner's user
+    (``owner_uid``), one that user may not create a file in. An address the owner
+    already holds for the same app and name is fine; one it holds for another is
+    reported (it frees when that app stopped and the next apply closed it)."""
     def fail(path: KeyPath, problem: str) -> NoReturn:
         raise config_error(text, config.source, path, problem)
 
@@ -86,12 +87,13 @@ def check_sockets(config: Config, text: str, capabilities: Mapping[str, Any],
                 if claims(addr, other):
                     fail(path, f"{s.listen} is held by the owner for {key}: remove it "
                                "there first (it is closed once that app stopped)")
-            _try_bind(addr, path, fail)
+            _try_bind(addr, path, fail, owner_uid)
 
 
-def _try_bind(addr: ListenAddress, path: KeyPath, fail: Fail) -> None:
+def _try_bind(addr: ListenAddress, path: KeyPath, fail: Fail,
+              owner_uid: int | None = None) -> None:
     if addr.is_unix:
-        _check_unix(addr, path, fail)
+        _check_unix(addr, path, fail, owner_uid)
         return
     with socket.socket(addr.family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -107,10 +109,17 @@ def _try_bind(addr: ListenAddress, path: KeyPath, fail: Fail) -> None:
             fail(path, f"cannot bind {addr}: {e.strerror or e}")
 
 
-def _check_unix(addr: ListenAddress, path: KeyPath, fail: Fail) -> None:
+def _check_unix(addr: ListenAddress, path: KeyPath, fail: Fail,
+                owner_uid: int | None = None) -> None:
     parent = os.path.dirname(addr.path)
     if not os.path.isdir(parent):
         fail(path, f"directory {parent} does not exist")
+    if owner_uid == os.geteuid() and not os.access(parent, os.W_OK | os.X_OK):
+        # the owner runs as us: what we may not do there (a directory of another user, a
+        # read-only file system), it may not either; another owner user (root, in
+        # system scope) is not judged from here
+        fail(path, f"directory {parent} is not writable by the owner's user (uid "
+                   f"{owner_uid}): it could not create the socket there")
     if os.path.realpath(parent) != parent:   # the owner binds none through a symlink
         fail(path, f"directory {parent} is reached through a symlink (it resolves to "
                    f"{os.path.realpath(parent)}): name the directory itself")

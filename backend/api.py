@@ -431,8 +431,9 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         check_size(source, text)
         new = parse_recent(text, source)
         owner = self._owner()
-        check_config(new, text, Host.of(await owner.call("status")))
-        await self._check_sockets(new, text)
+        host = Host.of(await owner.call("status"))
+        check_config(new, text, host)
+        await self._check_sockets(new, text, host.owner_uid)
         plan = new_plan(self.gen.config, new, text, source, self._live(),
                         running=running_definitions(self.sup.instances.values()))
         self.store.add_plan(plan)
@@ -443,7 +444,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                 "settings": setting_changes(self.gen.config, new),
                 "stopped_stacks": stopped}
 
-    async def _check_sockets(self, new: Config, text: str) -> None:
+    async def _check_sockets(self, new: Config, text: str, owner_uid: int) -> None:
         """Plan-time socket checks (backend.activation.check_sockets)."""
         if not needs_sockets(new):
             return
@@ -451,7 +452,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         caps = (await owner.connect()).capabilities
         held = (await owner.call("sockets.list"))["sockets"] \
             if caps.get("sockets") == CAPABILITY["sockets"] else []
-        check_sockets(new, text, caps, held)
+        check_sockets(new, text, caps, held, owner_uid)
 
     async def apply(self, call: Call) -> Any:
         return self.admit(call.params["plan"], call.params["request_id"])

@@ -4,6 +4,9 @@ sockets and stores a config no longer names."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import pytest
 
 from backend.activation import held_key, launch_sockets, stale
@@ -142,3 +145,24 @@ def test_a_check_of_a_socket_the_owner_holds_is_refused(app: str, key: str,
 ])
 def test_checks_of_what_the_app_opens_itself_are_accepted(app: str) -> None:
     parse_config(BASE + app + SOCK, "t.toml")
+
+
+def test_a_unix_socket_in_a_directory_the_owner_may_not_write_is_refused_at_plan(
+        tmp_path: Any, monkeypatch: Any) -> None:
+    """It planned fine and the apply failed at the owner's bind. Judged only when this
+    backend runs as the owner's user: what it may not do there, the owner may not."""
+    from backend import activation
+    from protocol.listen import parse_listen
+    said: list[str] = []
+
+    def fail(path: Any, problem: str) -> None:
+        said.append(problem)
+        raise ValueError(problem)
+    addr = parse_listen(f"unix:{tmp_path}/a.sock")
+    monkeypatch.setattr(activation.os, "access", lambda p, mode: False)   # e.g. read-only
+    with pytest.raises(ValueError):
+        activation._check_unix(addr, ("k",), fail, owner_uid=os.geteuid())
+    assert said == [f"directory {tmp_path} is not writable by the owner's user (uid "
+                    f"{os.geteuid()}): it could not create the socket there"]
+    activation._check_unix(addr, ("k",), fail, owner_uid=os.geteuid() + 1)   # not ours
+    assert len(said) == 1
