@@ -131,9 +131,13 @@ def next_step(err: TenureError) -> str:
     if err.code_str == "INTERPRETER_CHANGED":
         return ("`tenure release rebind` (the Python the releases run under changed), or "
                 "`tenure release select` a release sealed for it")
-    if isinstance(release, str):
+    if isinstance(release, str) and err.code_str == "NOT_FOUND":
         return (f"`tenure release install` release {release[:12]} again, or `tenure "
                 "release select` another installed one (it starts it)")
+    if isinstance(release, str):   # its installed copy is damaged: install keeps it
+        return ("`tenure release select` another installed one (it starts it); the "
+                f"damaged copy of {release[:12]} stays until you remove it "
+                "(docs/releases.md, A damaged release)")
     if err.code_str == "RECOVERY_BLOCKED":
         return ("`tenure backend recover --dry-run` shows what a forced recovery would "
                 "adopt")

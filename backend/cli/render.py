@@ -210,7 +210,8 @@ def blocked(diag: dict[str, Any] | None) -> str | None:
     stuck = (diag or {}).get("blocked")
     if not stuck:
         return None
-    return f"recovery blocked: {stuck.get('reason')} (`tenure backend recover`)"
+    then = stuck.get("next") or "`tenure backend recover`"   # guardian.cold.next_step
+    return f"recovery blocked: {stuck.get('reason')} ({then})"
 
 
 def _last_owner(rec: dict[str, Any] | None) -> str:

@@ -163,3 +163,16 @@ def test_down_says_whether_a_backend_ran_without_a_guardian_or_outlived_it() -> 
     after = render.down({"guardian": True, "backend": True, "owner": True})
     assert "backend: stopped (it ran without a guardian)" in alone
     assert "backend: stopped (it outlived the guardian, stopped above" in after
+
+
+def test_status_says_the_blocked_recoverys_own_next_step() -> None:
+    """`tenure status` ended every blocked recovery with `tenure backend recover`, the one
+    command that blocks again when the release is damaged or the world uncovered."""
+    from backend.cli import render
+    diag = {"blocked": {"reason": "content of lib/x.py does not match RUNTIME.json",
+                        "next": "`tenure release select` another installed one"}}
+    assert render.blocked(diag) == ("recovery blocked: content of lib/x.py does not match "
+                                    "RUNTIME.json (`tenure release select` another "
+                                    "installed one)")
+    assert render.blocked({"blocked": {"reason": "r"}}) == \
+        "recovery blocked: r (`tenure backend recover`)"   # an older guardian's record
