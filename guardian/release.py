@@ -397,8 +397,9 @@ def install(
         _check_signature(src, data, keys)
     _ensure_dir(releases_dir)
     target = releases_dir / source.id
+    signed = src if keys is not None else None
     if os.path.lexists(target):
-        return _existing(target, source.id, keys, bindings)
+        return _existing(target, source.id, keys, bindings, signed)
     tmp = releases_dir / f"{source.id}.tmp-{os.urandom(6).hex()}"
     try:
         _copy_release(source, tmp)
@@ -411,7 +412,7 @@ def install(
             if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
             remove_tree(tmp)  # another installer won the race
-            return _existing(target, source.id, keys, bindings)
+            return _existing(target, source.id, keys, bindings, signed)
         _fsync_dir(releases_dir)
     except BaseException:
         if os.path.lexists(tmp):
@@ -422,12 +423,23 @@ def install(
 
 def _existing(
     target: Path, rid: str, trusted_keys: list[PublicKey] | None,
-    bindings: list[dict[str, Any]] | None,
+    bindings: list[dict[str, Any]] | None, signed: Path | None = None,
 ) -> Release:
     """The already installed ``target`` if it verifies as release ``rid`` (and, with
-    ``trusted_keys``, carries a valid signature). Raises Conflict otherwise."""
+    ``trusted_keys``, carries a valid signature). With ``signed``, the source whose
+    signature verified under ``trusted_keys``: a copy that is this release in every
+    file but lacks that signature (installed before the keys were trusted; sealing is
+    reproducible, so signing the same tree gives the same id) is given it. Raises
+    Conflict otherwise."""
     try:
-        release = verify(target, rid, trusted_keys=trusted_keys, bindings=bindings)
+        try:
+            return verify(target, rid, trusted_keys=trusted_keys, bindings=bindings)
+        except BadSignature:
+            if signed is None:
+                raise
+            verify(target, rid, trusted_keys=None, bindings=bindings)   # the rest is it
+            _attach_signature(target, signed)
+            return verify(target, rid, trusted_keys=trusted_keys, bindings=bindings)
     except InterpreterChanged:
         raise   # the same release; its interpreter is what changed
     except (StateCorrupt, UnsafePath, BadSignature, NotFound) as e:
@@ -435,7 +447,29 @@ def _existing(
             f"{target} exists and is not this release: {e}",
             {"release": rid, "path": str(target), "reason": e.code_str, **e.data},
         ) from e
-    return release
+
+
+def _attach_signature(target: Path, signed: Path) -> None:
+    """Put the signature of the verified release at ``signed`` into the installed copy
+    ``target`` of the same release: written beside it, flushed, renamed in, the directory
+    flushed and made read-only again. Raises OSError."""
+    sig = (signed / SIGNATURE_NAME).read_bytes()
+    tmp = target / f".{SIGNATURE_NAME}.tmp-{os.urandom(6).hex()}"
+    os.chmod(target, 0o755, follow_symlinks=False)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
+                     os.O_CLOEXEC, 0o444)
+        try:
+            os.write(fd, sig)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, target / SIGNATURE_NAME)
+        _fsync_dir(target)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.chmod(target, _RO_DIR, follow_symlinks=False)
 
 
 def command(release: Release, *args: str, module: str = "backend") -> list[str]:

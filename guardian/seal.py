@@ -17,20 +17,26 @@ from __future__ import annotations
 import base64
 import importlib.metadata as md
 import importlib.util
+import json
 import logging
 import os
 import platform
-import py_compile
 import secrets
 import shutil
 import subprocess
 import sys
-import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
 from protocol.ed25519 import PrivateKey
-from protocol.errors import BadRequest, Conflict, NotFound, StateCorrupt, UnsafePath
+from protocol.errors import (
+    BadRequest,
+    Conflict,
+    Internal,
+    NotFound,
+    StateCorrupt,
+    UnsafePath,
+)
 
 from .manifest import (
     DEFAULT_CONTRACTS,
@@ -259,35 +265,55 @@ def _write_metadata(root: Path, distribution: str) -> None:
     )
 
 
+# Run by a fresh interpreter (-I -S): the bytes marshal writes depend on which strings
+# the compiling process has interned (a flag per string), so bytecode compiled inside a
+# command that imported other things (`tenure up`) differed from `tenure release seal`'s
+# by a byte here and there, and so did the release id. One line of JSON per source that
+# did not compile: [relative path, exception name, message, line or null].
+_COMPILE = """
+import json, py_compile, sys, warnings
+lib = sys.argv[1]
+warnings.simplefilter("ignore")
+for rel in sys.stdin.read().split("\\0"):
+    if not rel:
+        continue
+    try:
+        py_compile.compile(lib + "/" + rel, dfile=rel, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    except py_compile.PyCompileError as e:
+        why = e.exc_value
+        said = why.msg if isinstance(why, SyntaxError) else str(why)
+        line = why.lineno if isinstance(why, SyntaxError) else None
+        print(json.dumps([rel, e.exc_type_name, said, line]), flush=True)
+"""
+
+
 def _compile(lib: Path, own: frozenset[str] = frozenset()) -> None:
-    """Compile every .py under ``lib`` to __pycache__ with UNCHECKED_HASH pycs.
+    """Compile every .py under ``lib`` to __pycache__ with UNCHECKED_HASH pycs, in a
+    fresh interpreter (:data:`_COMPILE` says why), in sorted order: the same tree gives
+    the same bytes, whoever seals it.
 
     The recorded source name is the path relative to ``lib`` so the bytes do not depend on
     where the build ran. A dependency's file that does not compile gets no pyc (logged),
     as pip does; one of tenure's own packages (``own``) refuses the seal: a release with
     it would fail wherever it is imported, at the latest in a handoff. Raises
-    BadRequest.
+    BadRequest, and Internal when the compiling interpreter fails.
     """
-    sources = sorted(p for p in lib.rglob("*.py") if "__pycache__" not in p.parts)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for src in sources:
-            rel = src.relative_to(lib)
-            try:
-                py_compile.compile(
-                    str(src), dfile=rel.as_posix(), doraise=True,
-                    invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-                )
-            except py_compile.PyCompileError as e:
-                if rel.parts[0] in own:
-                    why = e.exc_value
-                    at = f":{why.lineno}" if isinstance(why, SyntaxError) and why.lineno \
-                        else ""
-                    said = why.msg if isinstance(why, SyntaxError) else str(why)
-                    raise BadRequest(f"{rel}{at} does not compile ({e.exc_type_name}: "
-                                     f"{said}); nothing was sealed",
-                                     {"file": rel.as_posix()}) from None
-                log.warning("not compiled: %s: %s", rel, e.msg)
+    sources = sorted(p.relative_to(lib).as_posix() for p in lib.rglob("*.py")
+                     if "__pycache__" not in p.parts)
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", _COMPILE, str(lib)],
+                          input="\0".join(sources), capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise Internal(f"compiling the release failed (exit {done.returncode}): "
+                       f"{done.stderr.strip()[-500:]}")
+    for line in done.stdout.splitlines():
+        rel, kind, said, at = json.loads(line)
+        if rel.split("/")[0] in own:
+            where = f":{at}" if at else ""
+            raise BadRequest(f"{rel}{where} does not compile ({kind}: {said}); nothing was "
+                             "sealed", {"file": rel})
+        log.warning("not compiled: %s: %s: %s", rel, kind, said)
 
 
 def _hash_files(root: Path) -> dict[str, str]:

@@ -393,3 +393,32 @@ def test_release_runs_isolated_from_its_own_lib(sealed: Sealed, scratch: Path) -
     assert out["argv"] == ["--flag", "x y"]
     assert out["path0"] == str(rel.lib)
     assert os.listdir(scratch) == []  # nothing written where it ran
+
+
+def test_an_unsigned_copy_of_a_signed_release_gets_its_signature(sealed: Sealed,
+                                                                 scratch: Path) -> None:
+    """Sealing is reproducible: signing the tree a release was sealed from unsigned gives
+    the same id. Installing it over the unsigned copy (trusted keys configured since) was
+    CONFLICT; the copy now gets the signature, and nothing else of it changes. A copy
+    that differs in a file stays a CONFLICT."""
+    releases = scratch / "releases"
+    releases.mkdir()
+    copy = _writable_copy(sealed.installed, releases)
+    (copy / SIGNATURE_NAME).unlink()
+    release_mod._make_readonly(copy)
+    keys = [sealed.key.public_key()]
+    with pytest.raises(BadSignature):
+        verify(copy, trusted_keys=keys)
+    again = install(sealed.release.path, releases, trusted_keys=keys)
+    assert again.signed and again.path == copy
+    verify(copy, trusted_keys=keys)
+    assert sorted(os.listdir(copy)) == sorted(os.listdir(sealed.installed.path))
+    assert stat.S_IMODE(os.stat(copy).st_mode) == 0o555
+
+    (scratch / "other").mkdir()
+    damaged = _writable_copy(sealed.installed, scratch / "other", name=sealed.release.id)
+    (damaged / SIGNATURE_NAME).unlink()
+    _replace(damaged / "lib" / "protocol" / "errors.py", b"# replaced\n")
+    with pytest.raises(Conflict):
+        install(sealed.release.path, scratch / "other", trusted_keys=keys)
+    assert not (damaged / SIGNATURE_NAME).exists()
