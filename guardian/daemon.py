@@ -131,6 +131,7 @@ async def serve(paths: GuardianPaths, mine: own.Running,
         await server.close()
         if co.owner is not None:
             await co.owner.close()
+        co.diagnostics.close()   # its last write before the state it reads closes
         state.close()
     return co.reexec
 

@@ -47,7 +47,8 @@ class Diagnostics:
     def __init__(self, path: str, build: Callable[[], dict[str, Any]]) -> None:
         self.path = path
         self._build = build
-        self._due = False
+        self._due: asyncio.TimerHandle | None = None   # a write :meth:`soon` arranged
+        self._closed = False
         # why the last write failed (logged once), None after a success
         self._failing: str | None = None
 
@@ -59,7 +60,9 @@ class Diagnostics:
         fatal; once for a run of the same failure (the owner watch would log it every
         second, a traceback each time, megabytes of log in minutes) and once more when a
         write succeeds again. An expected failure (a path we may not use, a full disk)
-        is logged without a traceback."""
+        is logged without a traceback. Nothing once closed."""
+        if self._closed:
+            return
         try:
             atomic_write_json(self.path, self._build(), sync=False)
         except Exception as exc:
@@ -86,19 +89,27 @@ class Diagnostics:
         for. The file lags at most that long behind: it reports on running daemons, the
         owner watch rewrites it every second, and a failed activation's ending is
         written at once (Coordinator.end)."""
-        if self._due:
+        if self._due is not None or self._closed:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self.write()
             return
-        self._due = True
-        loop.call_later(DELAY_S, self._write_due)
+        self._due = loop.call_later(DELAY_S, self._write_due)
 
     def _write_due(self) -> None:
-        self._due = False
+        self._due = None
         self.write()
+
+    def close(self) -> None:
+        """Write what :meth:`soon` arranged now, and nothing after: the state it is built
+        from closes next (the loop's own shutdown would otherwise run a write still
+        arranged, against a closed state.db, and log its traceback)."""
+        if self._due is not None:
+            self._due.cancel()
+            self._write_due()
+        self._closed = True
 
 
 def snapshot(co: Coordinator) -> dict[str, Any]:

@@ -75,3 +75,30 @@ def test_check_diagnostics_refuses_what_is_not_ours_to_replace(tmp_path: Path) -
     os.mkdir(path)
     with pytest.raises(UnsafePath, match="is not a regular file"):
         check_diagnostics(str(path))
+
+
+def test_a_write_arranged_before_close_is_made_at_close_and_none_after(tmp_path: Path,
+                                                                      caplog) -> None:
+    """A write `soon` arranged during the guardian's shutdown fired in the loop's own
+    shutdown, after state.db closed, and logged a traceback."""
+    import asyncio
+
+    from guardian.diagnostics import DELAY_S, Diagnostics
+    closed = {"state": False}
+
+    def build() -> dict:
+        if closed["state"]:
+            raise RuntimeError("Cannot operate on a closed database.")
+        return {"kind": "tenure-supervisor-state", "format": 1}
+
+    async def main() -> None:
+        d = Diagnostics(str(tmp_path / "supervisor-state.json"), build)
+        d.soon()
+        d.close()                       # written now, not DELAY_S later
+        assert (tmp_path / "supervisor-state.json").exists()
+        closed["state"] = True          # what the guardian closes next
+        d.soon()
+        d.write()
+        await asyncio.sleep(DELAY_S * 2)
+    asyncio.run(main())
+    assert "Traceback" not in caplog.text and "could not write" not in caplog.text
