@@ -17,6 +17,7 @@ from protocol.client import Client
 from protocol.errors import (
     BackendUnavailable,
     ConnectFailed,
+    OperationInProgress,
     RecoveryBlocked,
     RequestTimedOut,
     StorageFailed,
@@ -529,11 +530,28 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
         with sealed_here(layout) as src:
             rid = guardian.call("release.install", {"path": str(src)}, timeout=300)["release"]
     try:
-        guardian.call("release.select", {"release": rid, "start": True},
-                      timeout=max(timeout, 0.001))
+        _select_first(guardian, str(rid), timeout)
     except RequestTimedOut:
         pass   # selected; the start goes on in the guardian
     return str(rid)
+
+
+def _select_first(guardian: Client, rid: str, timeout: float) -> None:
+    """Select the first release, once the guardian's own start lets it: it answers on
+    its socket before it has connected to the owner and booted, and holds its command
+    lock while it boots, refusing a select meanwhile (OPERATION_IN_PROGRESS), for a
+    moment or, on a busy machine, longer. Asked again every 50 ms within ``timeout``.
+    Raises what the select raises."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            guardian.call("release.select", {"release": rid, "start": True},
+                          timeout=max(deadline - time.monotonic(), 0.001))
+            return
+        except OperationInProgress:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 def ensure_backend(layout: Layout, timeout: float, waited: float | None = None,

@@ -95,3 +95,27 @@ def test_without_a_failure_to_name_it_says_only_that_none_answered(
     with pytest.raises(BackendUnavailable) as caught:
         daemons.ensure_backend(Layout(tmp_path), timeout=0.1)
     assert caught.value.msg.endswith(" within 0.1 s; see `tenure backend status`")
+
+
+def test_the_first_select_waits_for_the_guardians_own_start() -> None:
+    """The guardian answers before its boot is done and refuses a select while it boots
+    (its command lock): a first `tenure up` on a busy machine failed OPERATION_IN_PROGRESS
+    'another command runs (select refused)'."""
+    from protocol.errors import OperationInProgress
+
+    class Booting:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def call(self, method: str, params: Any = None, **kw: Any) -> Any:
+            self.asked += 1
+            if self.asked < 3:
+                raise OperationInProgress("another command runs (select refused)")
+            return {"selected": params["release"]}
+
+    g = Booting()
+    daemons._select_first(g, "ab" * 32, 5.0)   # type: ignore[arg-type]
+    assert g.asked == 3
+    g.asked = -10**6
+    with pytest.raises(OperationInProgress):
+        daemons._select_first(g, "ab" * 32, 0.1)   # type: ignore[arg-type]
