@@ -40,7 +40,7 @@ async def force_plan(co: Coordinator) -> dict[str, Any]:
     cert = co.certificate()
     body = cert.get("body") or {}
     plan: dict[str, Any] = {
-        "covered": check.ok, "reason": check.reason,
+        "covered": check.ok, "reason": check.reason, "nothing_runs": check.nothing_runs,
         "owner": {"identity": owner["owner"], "epoch": owner["epoch"],
                   "grant": owner.get("grant")},
         "release": co.state.selector().current,

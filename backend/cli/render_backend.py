@@ -211,10 +211,10 @@ def owner(r: dict[str, Any]) -> str:
     return fields(pairs)
 
 
-def _covered(reason: str) -> str:
+def _covered(plan: dict[str, Any]) -> str:
     """Why a recovery needs no force: the certificate covers the world, or no
     application runs (then whatever the certificate says, there is nothing to adopt)."""
-    if reason == "no applications run":   # guardian.cold.NOTHING_RUNS
+    if plan.get("nothing_runs"):   # an older guardian's plan does not say: covered
         return "no application runs, so there is nothing a recovery could adopt wrongly"
     return "the certificate covers the world"
 
@@ -223,7 +223,7 @@ def recover_plan(p: dict[str, Any]) -> str:
     """`tenure backend recover --dry-run`: why recovery is blocked and what a forced
     recovery would adopt."""
     cert, owner, diff = p["certificate"], p["owner"], p["differences"]
-    lines = [(f"{_covered(p['reason'])}: `tenure backend recover` needs no force"
+    lines = [(f"{_covered(p)}: `tenure backend recover` needs no force"
               if p["covered"] else f"not covered by the certificate: {p['reason']}"),
              f"owner: {owner['identity'].get('instance')}  epoch {owner['epoch']}  "
              f"release: {p['release'] or '-'}",

@@ -150,6 +150,7 @@ def test_a_certificate_invalidated_says_by_what_and_a_recovery_with_nothing_runn
         "invalidated by a stack stop or start (not certified since)"
     plan = {"certificate": {"valid": False}, "owner": {"identity": {}, "epoch": 2},
             "differences": {}, "covered": True, "reason": "no applications run",
+            "nothing_runs": True,
             "release": None, "adopt": [], "digest": "d"}
     first = render_backend.recover_plan(plan).splitlines()[0]
     assert first.startswith("no application runs") and "covers the world" not in first
