@@ -205,6 +205,14 @@ CASES: dict[str, Callable[[], str]] = {
     "status_not_running_shutdown_failed": lambda: render.no_backend(
         {"updated_at": NOW - 600}, None,
         {"owner": {"state": "failed", "at": NOW - 600, "failed_stage": "state"}}),
+    "status_owner_shutting_down": lambda: render.no_backend(
+        {"updated_at": NOW - 2}, None, None, None, False, 4242),
+    "down_backend_outlived_guardian": lambda: render.down(
+        {"guardian": True, "backend": True, "owner": True, "applications_stopped": 3,
+         "owner_receipt": {"state": "clean", "failed_stage": None, "detail": ""}}),
+    "restart_withdrawn": lambda: render.instances(
+        {"settled": False, "instances": {"s/a/0": "stopping"}, "not_restarted": ["s/a/1"],
+         "stopped_at": "s/a/0", "withdrawn": True}),
     "inspect": lambda: render.inspect(INSPECT),
     "inspect_owner_unknown": lambda: render.inspect({"instances": [
         {**INSPECT["instances"][0], "sockets": None, "stored_fds": None}]}),
