@@ -72,9 +72,12 @@ def cmd_up(args: Any) -> int:
     finally:
         if early is not None:
             early.cancel()   # nothing is started unless start_queued said go
-    with starting_daemons(layout):   # one `up` at a time starts them; the next finds them
-        first = place_first_release(layout, args.release)   # fresh home: daemons run it
-        started = ensure_daemons(layout, args.foreground)
+    with starting_daemons(layout) as running:   # one `up` at a time starts them
+        if running:   # both answered it: nothing to place or start, nothing to ask again
+            first, started = None, {"owner": False, "guardian": False}
+        else:
+            first = place_first_release(layout, args.release)   # fresh home: daemons run it
+            started = ensure_daemons(layout, args.foreground)
     deadline = time.monotonic() + args.timeout   # for the first backend, however it goes
     with _guardian(args) as g:
         release = ensure_release(layout, g, first or args.release, args.timeout)

@@ -44,21 +44,22 @@ def wait_background_start(layout: Layout, timeout: float = BACKGROUND_WAIT_S) ->
 
 
 @contextmanager
-def starting_daemons(layout: Layout, timeout: float = BACKGROUND_WAIT_S) -> Iterator[None]:
+def starting_daemons(layout: Layout, timeout: float = BACKGROUND_WAIT_S) -> Iterator[bool]:
     """Hold ``runtime/up.lock`` while this `tenure up` starts the daemons, as an `up
     --no-wait`'s child does: another `up` waits here, then finds them running (each
     started a pair of its own, and the one whose guardian lost stopped the owner the
     other's had pinned), and a `down` waits for them to answer before it stops them.
     Not taken when both answer already (nothing to start: under systemd, whose home
-    and its runtime/ are the service account's). Raises OperationInProgress when
-    another held it ``timeout`` s."""
+    and its runtime/ are the service account's): it yields True then, for the caller to
+    ask them nothing again, else False. Raises OperationInProgress when another held it
+    ``timeout`` s."""
     import fcntl
 
     from .daemons import ping  # it waits for owners with this module
     answers = [ping(sock, home=layout.home)
                for sock in (layout.owner_sock, layout.guardian_sock)]
     if all(a is not None and a.get("draining") is not True for a in answers):
-        yield
+        yield True
         return
     ensure_private_dir(layout.runtime, root=layout.home)
     fd = os.open(layout.up_lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -69,7 +70,7 @@ def starting_daemons(layout: Layout, timeout: float = BACKGROUND_WAIT_S) -> Iter
                 f"another `tenure up` has been starting the daemons for {timeout:g} s "
                 f"(it holds {layout.up_lock}); try again once it is done",
                 {"path": str(layout.up_lock)})
-        yield
+        yield False
     finally:
         os.close(fd)
 
