@@ -23,7 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["api", "call", "cmd_status", "guardian", "layout", "out"]
+__all__ = ["api", "call", "cmd_status", "guardian", "layout", "out", "runs"]
 
 
 def layout(args: Any) -> Layout:
@@ -92,8 +92,8 @@ def stopped(lay: Layout) -> dict[str, Any] | None:
     failed or running, i.e. it ended without a shutdown; ``at``; ``failed_stage``;
     ``applications``: what its shutdown did with them), None when there is none. None
     while either daemon runs, or when we may not tell (a viewer)."""
-    if _runs(lay.guardian_sock, "guardian") is not False or \
-            _runs(lay.owner_sock, "owner") is not False:
+    if runs(lay.guardian_sock, "guardian") is not False or \
+            runs(lay.owner_sock, "owner") is not False:
         return None
     from owner.receipt import read_receipt
     try:
@@ -185,7 +185,7 @@ def owner_stopping(args: Any) -> int | None:
     return answer["owner"]["pid"] if answer and answer.get("draining") is True else None
 
 
-def _runs(sock: str, module: str) -> bool | None:
+def runs(sock: str, module: str) -> bool | None:
     """Whether daemon ``module`` runs: it accepts on ``sock``, or (hung before it
     listens) holds its lock; None when we may not tell (a viewer)."""
     said = listens(sock)

@@ -21,6 +21,7 @@ from protocol.errors import (
     BadRequest,
     Conflict,
     NotFound,
+    OwnerUnavailable,
     StateCorrupt,
     Unauthorized,
 )
@@ -58,6 +59,7 @@ class Fallback:
         self._conn: sqlite3.Connection | None = None
         self._first = True
         self._read_to_end = False
+        self._told_gone = False
 
     def __call__(self, args: Any, method: str, params: dict[str, Any]) -> Any:
         if self._conn is None:
@@ -72,6 +74,10 @@ class Fallback:
                 if down is None:
                     raise
                 self._read_file(args, "tenure is not running" if first else "tenure stopped")
+            except OwnerUnavailable as exc:
+                if not self._owner_gone():
+                    raise   # silent (stopped, busy), or not ours to tell: as it was
+                return self._owner_gone_page(args, params, exc)
         if self._read_to_end:   # only a follow asks again: nothing is written now
             raise FollowEnded
         page = self._read(params)
@@ -81,10 +87,46 @@ class Fallback:
     def _read_file(self, args: Any, why: str) -> None:
         """From now on read the journal file (``why``: tenure is not running, or
         stopped), and say so on stderr."""
-        self._conn = self._open()
+        self._conn = self._open(why)
+        self._say(why, "; -f ends there" if args.follow else "")
+
+    def _say(self, why: str, tail: str = "") -> None:
         sys.stderr.write(f"tenure: {self._command}: {why}: reading {self._path} directly "
-                         f"(what {self._whose} wrote until the owner stopped)"
-                         + ("; -f ends there" if args.follow else "") + "\n")
+                         f"(what {self._whose} wrote until the owner stopped){tail}\n")
+        sys.stderr.flush()
+
+    def _owner_gone(self) -> bool:
+        """Nothing accepts on the owner's socket and nothing holds its lock: the owner
+        died (a stopped or busy one still accepts; None, we may not tell, is not gone)."""
+        from .everyday import runs
+        return runs(self._lay.owner_sock, "owner") is False
+
+    def _owner_gone_page(self, args: Any, params: dict[str, Any],
+                         silent: OwnerUnavailable) -> Any:
+        """A page of the file while a backend answers but its owner died: nobody writes
+        the journal, so what the apps wrote until then is read from the file, and said
+        (once). Without ``-f`` the file is read to its end from now on. A follower reads
+        what the file has past where it was, then waits for an owner as for a silent
+        one: ``silent`` is raised once the file has no more (logs.read_page), and the
+        backend is asked first at every page, so a new owner's lines follow on."""
+        why = "the owner is not running"
+        if not args.follow:
+            self._read_file(args, why)
+            page = self._read(params)
+            self._read_to_end = not page["more"]
+            return page
+        if not self._told_gone:
+            self._told_gone = True
+            self._say(why)
+        self._conn = self._open(why)
+        try:
+            page = self._read(params)
+        finally:
+            self._conn.close()
+            self._conn = None
+        if not page["records"]:
+            raise silent
+        return page
 
     def job_source(self, args: Any, job_id: int) -> dict[str, Any]:
         """``tenure job logs`` once tenure was found not running (the backend, which
@@ -130,15 +172,15 @@ class Fallback:
     def _path(self) -> str:
         return self._lay.journal
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self, why: str) -> sqlite3.Connection:
         import os
         import sqlite3
         if not os.path.exists(self._path):
-            raise NotFound(f"tenure is not running and there is no journal at {self._path}:"
+            raise NotFound(f"{why} and there is no journal at {self._path}:"
                            " no app has run on this home", {"path": self._path})
         if not os.access(self._path, os.R_OK):   # a viewer of a system-scope home
             uid = os.stat(self._path).st_uid
-            raise Unauthorized(f"tenure is not running, and its journal {self._path} is "
+            raise Unauthorized(f"{why}, and its journal {self._path} is "
                                f"readable only by uid {uid}: run `tenure logs` as that user",
                                {"path": self._path, "uid": uid})
         from owner.journal import check_schema

@@ -8,7 +8,9 @@ could never work again:
   adopted the old backend, whose grant names the dead owner instance: `status` said
   OWNER-CHANGED (exit 5) forever, with no applications;
 - the owner killed: `down` stopped the guardian and exited 0 (`--json`: ``{}``) while
-  the applications ran on under init.
+  the applications ran on under init;
+- the owner killed, the guardian and its backend running: `tenure logs` answered
+  OWNER_UNAVAILABLE, and what the apps wrote until then could not be read.
 """
 
 from __future__ import annotations
@@ -176,3 +178,24 @@ def test_up_after_reconcile_applies_to_the_generation_the_guardian_keeps(cluster
     st = up.out["status"]
     assert st["backend"]["pid"] != d["backend"] and st["owner_link"]["current"], st
     assert up.out["apply"]["operation"]["outcome"] in ("success", "no-change"), up.out
+
+
+def test_logs_of_a_killed_owner_are_read_from_the_file_while_the_backend_runs(cluster):
+    """Was: `tenure: OWNER_UNAVAILABLE ...`, exit 3, nothing printed."""
+    cluster.up('[stacks.s.apps.a]\ncommand = ["sh", "-c", '
+               '"echo first; echo second; exec sleep 100000"]\n')
+    cluster.wait_ready(1)
+    cluster.wait(lambda: cluster.cli_text("logs", "s/a").endswith("s/a/0: second\n"))
+    d = _daemons(cluster)
+    _kill9(d["owner"])
+    ran = subprocess.run(
+        [sys.executable, "-m", "backend.cli.main", "--home", str(cluster.home), "logs",
+         "s/a"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert cluster.backend_pid() == d["backend"]   # the backend answered all along
+    assert ran.returncode == 0, ran
+    assert ran.stdout == "s/a/0: first\ns/a/0: second\n"
+    assert ran.stderr == (f"tenure: logs: the owner is not running: reading "
+                          f"{cluster.layout.journal} directly (what the apps wrote until "
+                          "the owner stopped)\n"), ran.stderr
+    _reconcile(cluster)
+    assert cluster.down().code in (0, 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import sys
 import types
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from backend.cli.logs import follow_logs
 from backend.cli.offline_logs import Fallback, FollowEnded
 from owner.journal import Journal, LogSource
-from protocol.errors import BackendUnavailable, BadRequest, NotFound
+from protocol.errors import BackendUnavailable, BadRequest, NotFound, OwnerUnavailable
 from protocol.layout import Layout
 
 STOPPED = BackendUnavailable("no backend generation answers; tenure is not running",
@@ -186,3 +187,70 @@ def test_a_follower_kept_waiting_by_a_blocked_recovery_says_so_at_once(home, mon
                               "valid certificate (`tenure backend recover`); waiting for "
                               "one for up to 120 s (Ctrl-C ends)\n"
                               "tenure: logs: a backend answers again; following\n")
+
+
+OWNER_SILENT = OwnerUnavailable("the owner has not answered for 9 s",
+                                {"owner_link": {"age": 9.0}})
+
+
+def test_a_dead_owner_behind_a_running_backend_is_read_from_the_file(home, monkeypatch):
+    """Was OWNER_UNAVAILABLE, exit 3, nothing printed: the backend answers, its owner
+    died, and what the apps wrote until then was out of reach while the guardian ran
+    (the runbook said to stop it first)."""
+    lines, err = run(home, monkeypatch, raised=OWNER_SILENT, targets=["shop"], n=10)
+    assert lines == ["shop/web/0: web 0", "shop/web/1: web 1", "shop/web/2: web 2",
+                     "shop/db/0 (stderr): db says"]
+    assert err == (f"tenure: logs: the owner is not running: reading {home.execution}/"
+                   "journal.db directly (what the apps wrote until the owner stopped)\n")
+    lines, _ = run(home, monkeypatch, raised=OWNER_SILENT, since="0", n=0)
+    assert len(lines) == 25_004   # page by page, to the end
+
+
+def test_an_owner_that_still_accepts_stays_unavailable(home, monkeypatch):
+    """Stopped or busy, it accepts on its socket: it may write again, so it is waited
+    for or named, never read behind its back."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(home.owner_sock)
+        listener.listen(1)
+        with pytest.raises(OwnerUnavailable):
+            run(home, monkeypatch, raised=OWNER_SILENT, targets=["shop"])
+    finally:
+        listener.close()
+
+
+def test_a_follower_of_a_dead_owner_prints_the_file_then_waits_for_an_owner(
+        home, monkeypatch):
+    """The file's lines past where the follower was, said once; then the wait for an
+    owner (logs.read_page), the backend asked first every time: a new owner's lines
+    follow on from the last record printed."""
+    asked: list[dict[str, Any]] = []
+
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        asked.append(params)
+        if len(asked) == 1:   # the first page, read through the backend: shop/web/0
+            return {"records": [], "last_id": 1, "next": 1, "more": False}
+        if len(asked) < 8:
+            raise OWNER_SILENT
+        if len(asked) == 8:   # an owner again: what it wrote after the file's end
+            return {"records": [{"id": 25_005, "time": 0.0, "stack": "shop", "app": "web",
+                                 "instance": 0, "stream": "stdout", "data": b"back",
+                                 "partial": False}], "last_id": 25_005, "next": 25_005,
+                    "more": False}
+        raise KeyboardInterrupt
+    monkeypatch.setattr("backend.cli.logs.time.sleep", lambda s: None)
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    with pytest.raises(KeyboardInterrupt):
+        follow_logs(args(follow=True, targets=["shop/web"]), Fallback(call, home))
+    assert out.getvalue().splitlines() == ["shop/web/1: web 1", "shop/web/2: web 2",
+                                           "shop/web/0: back"]
+    notes = err.getvalue().splitlines()
+    assert notes == [
+        f"tenure: logs: the owner is not running: reading {home.execution}/journal.db "
+        "directly (what the apps wrote until the owner stopped)",
+        "tenure: logs: the owner has not answered for 9 s; following on once it answers "
+        "(Ctrl-C ends)",
+        "tenure: logs: the owner answers again; following"], notes
+    assert asked[7]["after"] == 3   # from the last record the file had of shop/web
