@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from protocol.sockets import ensure_private_dir
 
 from .holders import silent_holder, silent_listener
 from .owners import trusted_owners
+from .sealtmp import sealed_here, sweep
 from .upwait import wait_owner_gone
 
 if TYPE_CHECKING:
@@ -483,6 +484,7 @@ def place_first_release(layout: Layout, sealed: Path | None) -> Path | None:
     paths = GuardianPaths(layout.home)
     for d in (layout.execution, layout.releases):
         ensure_private_dir(d, root=layout.home)
+    sweep(layout)
     if sealed is not None:
         path = install_trusted(paths, sealed.absolute()).path
     else:
@@ -491,27 +493,6 @@ def place_first_release(layout: Layout, sealed: Path | None) -> Path | None:
     save_guardian_release(paths.guardian_release, Pointer(path.name))
     save_owner_release(layout.owner_release, OwnerRelease(path.name))
     return path
-
-
-@contextmanager
-def sealed_here(layout: Layout) -> Iterator[Path]:
-    """A release sealed from the installed tenure, in a temporary directory under
-    runtime/ that is removed afterwards, whatever failed (a failure to remove it is
-    raised only when nothing else failed: the first failure is the one to report).
-    Raises what sealing raises, OSError."""
-    import tempfile
-
-    from guardian.release import remove_tree
-    from guardian.seal import seal
-    ensure_private_dir(layout.runtime, root=layout.home)
-    tmp = Path(tempfile.mkdtemp(dir=layout.runtime, prefix="seal-"))
-    try:
-        yield seal(tmp / "release").path
-    except BaseException:
-        with suppress(OSError):
-            remove_tree(tmp)
-        raise
-    remove_tree(tmp)
 
 
 def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
@@ -523,6 +504,7 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
     st = guardian.call("status")
     if st["selector"]["current"] is not None:
         return None
+    sweep(layout)
     if sealed is not None:
         rid = guardian.call("release.install", {"path": str(sealed.absolute())},
                             timeout=300)["release"]
