@@ -105,6 +105,9 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return parse_config(read_config_text(path), os.fspath(path))
 
 
+TOO_DEEP = "arrays or tables nested too deeply to read"
+
+
 def parse_config(text: str, source: str) -> Config:
     """Parse the TOML ``text`` (from ``source``, used in messages and ``Config.source``).
 
@@ -115,11 +118,15 @@ def parse_config(text: str, source: str) -> Config:
     except tomllib.TOMLDecodeError as e:
         problem, line, key = syntax_error_location(str(e), text)
         raise file_error(source, key, line, problem) from None
+    except RecursionError:
+        raise file_error(source, "", None, TOO_DEEP) from None
     try:
         stacks, settings, metrics = _parse_document(doc)
         retention = parse_retention(get_table(doc, "retention", ()) or {})
     except Invalid as e:
         raise file_error(source, format_key(e.path), find_line(text, e.path), e.problem) from None
+    except RecursionError:
+        raise file_error(source, "", None, TOO_DEEP) from None
     config = Config(stacks=stacks, settings=settings, source=source, metrics=metrics,
                     retention=retention)
     return replace(config, revision=canonical_digest(canonical_form(config)))

@@ -325,6 +325,10 @@ def main(argv: list[str] | None = None) -> int:
         return Exit.OK
     except OSError as exc:   # the machine, not tenure: a read-only or full disk, a mode
         return _fail(args, _os_error(exc, args.cmd), Exit.ERROR)
+    except Exception as exc:   # a defect of the command itself: one coded line, not a
+        if os.environ.get("TENURE_DEBUG") == "1":   # traceback (unless asked for)
+            raise
+        return _fail(args, _unexpected(exc, args.cmd), Exit.ERROR)
 
 
 TARGET_COMMANDS = frozenset({"status", "logs", "events", "start", "stop", "restart",
@@ -451,6 +455,16 @@ def _interrupted(args: Any) -> int:
         print(json.dumps({"ok": False, "interrupted": True, "msg": msg}))
     print(f"tenure: {msg}", file=sys.stderr)
     return Exit.INTERRUPTED
+
+
+def _unexpected(exc: Exception, cmd: str) -> TenureError:
+    """INTERNAL for what no part of the command expected (a defect of tenure)."""
+    from protocol.errors import Internal
+    return Internal(f"tenure {cmd} failed unexpectedly: {type(exc).__name__}: {exc} (a "
+                    "defect of tenure: please report it; TENURE_DEBUG=1 shows the "
+                    "traceback). Whatever the command asked of a daemon before it may "
+                    "have been done: `tenure status` says what runs",
+                    {"exception": type(exc).__name__})
 
 
 def _fail(args: Any, exc: TenureError, code: int) -> int:

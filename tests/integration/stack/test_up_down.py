@@ -120,6 +120,9 @@ def test_up_with_a_config_it_cannot_read_or_parse_starts_nothing(cluster):
     broken = cluster.cli("up", "--config", str(bad))
     assert broken.code == 1 and broken.out["error"]["code"] == "CONFIG_INVALID", broken
     assert "line" in broken.out["error"]["msg"] or broken.out["error"].get("data"), broken
+    deep = cluster.write_config("a = " + "[" * 1000 + "]" * 1000 + "\n", "deep.toml")
+    nested = cluster.cli("up", "--config", str(deep))   # was a RecursionError traceback
+    assert nested.code == 1 and nested.out["error"]["code"] == "CONFIG_INVALID", nested
     assert cluster.leftovers() == []
     assert not Path(cluster.layout.owner_sock).exists()
 

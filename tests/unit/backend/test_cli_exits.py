@@ -94,3 +94,28 @@ def test_a_word_too_many_is_refused_with_the_usage_of_its_command(
         assert exc.value.code == Exit.USAGE and out == "", argv
         assert err.startswith(f"usage: tenure {name} "), (argv, err)
         assert f"tenure {name}: error: unrecognized arguments: {argv[-1]}\n" in err, argv
+
+
+def test_an_unexpected_failure_of_a_command_is_one_coded_line(monkeypatch, capsys,
+                                                              tmp_path) -> None:
+    """Was a Python traceback and exit 1 (a config nested too deeply, parsed by `up`)."""
+    from backend.cli import main
+
+    def boom(args: object) -> int:
+        raise RecursionError("maximum recursion depth exceeded")
+    monkeypatch.setattr(main, "_handler", lambda cmd: boom)
+    monkeypatch.delenv("TENURE_DEBUG", raising=False)
+    home = str(tmp_path / "h")
+    assert main.main(["--home", home, "plan", "--config", "x.toml"]) == Exit.ERROR
+    err = capsys.readouterr().err
+    assert err == ("tenure: INTERNAL: tenure plan failed unexpectedly: RecursionError: "
+                   "maximum recursion depth exceeded (a defect of tenure: please report "
+                   "it; TENURE_DEBUG=1 shows the traceback). Whatever the command asked of "
+                   "a daemon before it may have been done: `tenure status` says what "
+                   "runs\n"), err
+    assert main.main(["--home", home, "--json", "plan", "--config", "x.toml"]) == 1
+    out = capsys.readouterr().out
+    assert '"code": "INTERNAL"' in out and '"exception": "RecursionError"' in out, out
+    monkeypatch.setenv("TENURE_DEBUG", "1")
+    with pytest.raises(RecursionError):
+        main.main(["--home", home, "plan", "--config", "x.toml"])

@@ -688,3 +688,12 @@ def test_a_bad_probe_url_says_what_is_wrong_with_it(url: str, words: str) -> Non
         parse_config('[stacks.s.apps.a]\ncommand = ["a"]\n'
                      f'ready = {{ kind = "http", url = "{url}" }}\n', "t.toml")
     assert words in info.value.data["problem"], info.value.data
+
+
+@pytest.mark.parametrize("text", ["a = " + "[" * 1000 + "]" * 1000,
+                                  "x = " + "{a=" * 400 + "1" + "}" * 400])
+def test_a_config_nested_too_deeply_is_invalid_not_a_crash(text: str) -> None:
+    """Was RecursionError: `tenure up` printed a traceback, `plan` answered INTERNAL."""
+    with pytest.raises(ConfigInvalid) as e:
+        parse_config(text, "/c/deep.toml")
+    assert e.value.msg == "/c/deep.toml: arrays or tables nested too deeply to read"
