@@ -118,7 +118,9 @@ CODES: dict[Code, CodeInfo] = {
         "connection is closed before any method ran; retry once others have closed.", True),
     Code.INTERNAL: CodeInfo(
         "The server failed in an unexpected way; the message says where. The outcome of "
-        "a mutating request is unknown.", False),
+        "a mutating request is unknown. The `tenure` command says the same of a defect "
+        "of its own (`tenure CMD failed unexpectedly: …`; `TENURE_DEBUG=1` shows its "
+        "traceback).", False),
     Code.CONNECT_FAILED: CodeInfo(
         "The client could not connect or complete the handshake; no request was sent.", True),
     Code.TRANSPORT_LOST: CodeInfo(
