@@ -302,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         from protocol.layout import default_home
         args = _parser(argv).parse_args(argv)
         args.home = (args.home or default_home()).absolute()
+        if getattr(args, "config", None) is not None:   # named alike in every message
+            args.config = args.config.absolute()
     if not args.json:
         from .present import use_colour
         use_colour(sys.stdout)

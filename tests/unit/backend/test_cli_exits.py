@@ -119,3 +119,19 @@ def test_an_unexpected_failure_of_a_command_is_one_coded_line(monkeypatch, capsy
     monkeypatch.setenv("TENURE_DEBUG", "1")
     with pytest.raises(RecursionError):
         main.main(["--home", home, "plan", "--config", "x.toml"])
+
+
+def test_a_config_is_named_by_its_absolute_path_in_every_error(monkeypatch, capsys,
+                                                              tmp_path) -> None:
+    """Was `cfg/latin1.toml:2: …` for a read or encoding error but the absolute path for
+    a syntax error of the same relative argument."""
+    from backend.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "latin1.toml").write_bytes(b"# caf\xe9\n")
+    home = str(tmp_path / "h")
+    for name in ("latin1", "missing"):   # read here; a syntax error is the backend's,
+        # whose `source` was always the absolute path
+        assert main.main(["--home", home, "plan", "--config", f"cfg/{name}.toml"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"tenure: CONFIG_INVALID: {tmp_path}/cfg/{name}.toml"), err
