@@ -14,7 +14,11 @@ before anything is applied:
   scope) every app names its user — an app without one would run as root — and no app
   runs as the service account or in its group, which can reach the owner's socket;
 - no app runs in the viewer group (apps are refused on every socket), and the service
-  account can hand the API socket to the viewer group (it is a member).
+  account can hand the API socket to the viewer group (it is a member);
+- no wait an app or a job sets (readiness, health checks, backoff, start limit, a job's
+  timeout) is longer than MAX_WAIT_S: a unit mistake (ms for s, 1e300) would hold an
+  operation that waits for the app for ever. Checked here, not at parse, so a config
+  applied before the bound parses as it did.
 
 The owner checks identities and limits again when it launches (names may vanish in
 between); this is the early, precise error. Reads the user and group databases.
@@ -32,7 +36,7 @@ from msgspec import Struct, structs
 
 from .config import config_error
 from .config_lines import KeyPath
-from .model import App, Config, Limits, RunAs, Settings, SocketSpec
+from .model import MAX_STOP_WAIT_S, App, Config, Limits, RunAs, Settings, SocketSpec
 
 __all__ = ["Host", "app_env", "app_uids", "check_config", "identity_view", "launch_fields",
            "user_env"]
@@ -75,13 +79,40 @@ def check_config(config: Config, text: str, host: Host) -> None:
     viewers = _viewer_gid(config.settings, host, fail)
     for app in config.apps():
         path: KeyPath = ("stacks", app.stack, "apps", app.name)
+        _check_waits(_app_waits(app), path, fail)
         _check_run_as(app.run_as, "app", host, viewers, path, fail)
         _check_limits(app.limits, host, (*path, "limits"), fail)
         for sock in app.sockets:
             _check_socket_accounts(sock, host, (*path, "sockets", sock.name), fail)
     for job in config.jobs():
-        _check_run_as(job.run_as, "job", host, viewers,
-                      ("stacks", job.stack, "jobs", job.name), fail)
+        path = ("stacks", job.stack, "jobs", job.name)
+        _check_waits({("timeout",): job.timeout}, path, fail)
+        _check_run_as(job.run_as, "job", host, viewers, path, fail)
+
+
+MAX_WAIT_S = MAX_STOP_WAIT_S
+"""The longest wait a config may set, as for a stop: a week."""
+
+
+def _app_waits(app: App) -> dict[KeyPath, float | None]:
+    """Every wait ``app`` sets, by its key below the app."""
+    waits: dict[KeyPath, float | None] = {
+        ("ready", "delay"): app.ready.delay, ("ready", "timeout"): app.ready.timeout,
+        ("ready", "interval"): app.ready.interval,
+        ("backoff", "initial"): app.backoff.initial, ("backoff", "max"): app.backoff.max,
+        ("backoff", "reset_after"): app.backoff.reset_after,
+        ("start_limit", "interval"): app.start_limit.interval}
+    if app.health is not None:
+        waits.update({("health", k): getattr(app.health, k)
+                      for k in ("interval", "timeout", "grace")})
+    return waits
+
+
+def _check_waits(waits: Mapping[KeyPath, float | None], path: KeyPath, fail: Fail) -> None:
+    for key, seconds in waits.items():
+        if seconds is not None and seconds > MAX_WAIT_S:
+            fail((*path, *key), f"must be at most {MAX_WAIT_S:g} s (a week), not "
+                 f"{seconds:g}")
 
 
 def _check_socket_accounts(sock: SocketSpec, host: Host, path: KeyPath, fail: Fail) -> None:

@@ -229,3 +229,24 @@ def test_a_socket_can_go_only_to_accounts_a_user_scope_owner_may_give_it_to() ->
     err = _check(user_sock + f'group = "{NOGROUP}"\n', USER_SCOPE)
     assert err is not None and err.data["key"] == f"{APP}.sockets.s.group", err
     assert _check(SOCK + f'owner = "nobody"\ngroup = "{NOGROUP}"\n', SPLIT) is None
+
+
+@pytest.mark.parametrize(("text", "key", "line"), [
+    ('ready = { kind = "delay", delay = 1e300 }\n', "ready.delay", 3),
+    ('[stacks.demo.apps.web.ready]\nkind = "tcp"\nport = 1\ntimeout = 604801\n',
+     "ready.timeout", 6),
+    ('health = { kind = "tcp", port = 1, interval = 1e9 }\n', "health.interval", 3),
+    ('backoff = { max = 1e12 }\n', "backoff.max", 3)])
+def test_a_wait_longer_than_a_week_is_refused_at_plan(text: str, key: str,
+                                                       line: int) -> None:
+    """Was accepted: `ready.delay = 1e300` held the apply's operation (and its stack)
+    for ever. Refused when a plan is made, so a config applied before still parses."""
+    config = parse_config(HEAD + text, "t.toml")   # parses, as it did
+    assert config is not None
+    e = _check(HEAD + text, USER_SCOPE)
+    assert e is not None and (e.data["key"], e.data["line"]) == (f"{APP}.{key}", line), e
+    assert "must be at most 604800 s (a week)" in e.msg
+    job = '[stacks.demo.jobs.j]\ncommand = ["true"]\ntimeout = 1e9\n'
+    e = _check(HEAD + job, USER_SCOPE)
+    assert e is not None and e.data["key"] == "stacks.demo.jobs.j.timeout", e
+    assert _check(HEAD + 'ready = { kind = "delay", delay = 604800 }\n', USER_SCOPE) is None
