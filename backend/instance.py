@@ -311,12 +311,9 @@ class Instance:
         ``counted=False``: a launch the app's behaviour did not cause (after the owner
         stopped it on its own), which is no restart and takes no start-limit slot."""
         if counted:
-            limit = self.app.start_limit
-            self.starts = [t for t in self.starts if t > now - limit.interval]
-            if len(self.starts) >= limit.burst:
-                self._set_state(State.FAILED, now)
-                self.gave_up_after = self.last_outcome
-                self._report(Outcome.START_LIMIT_HIT)
+            self.starts = [t for t in self.starts if t > now - self.app.start_limit.interval]
+            if self._limit_reached(now):
+                self._give_up(now)
                 return
             self.starts.append(now)
             if self.generation > self.base_generation:   # not this instance's first launch
@@ -340,8 +337,23 @@ class Instance:
         self.streak += 1
         # The first failure after a stable run restarts at once (most crashes are one-off);
         # consecutive failures then wait initial, initial*factor, ... up to max.
+        delay = self.app.backoff.delay(self.streak)
+        if self._limit_reached(now + delay):   # the restart would be refused: no backoff
+            self._give_up(now)                 # that says "next start in ..." of none
+            return
         self._set_state(State.BACKOFF, now)
-        self._start_timer(Timer.BACKOFF, self.app.backoff.delay(self.streak), now)
+        self._start_timer(Timer.BACKOFF, delay, now)
+
+    def _limit_reached(self, at: float) -> bool:
+        """Whether a start at ``at`` would pass the start limit: ``burst`` starts
+        already within the ``interval`` before it."""
+        limit = self.app.start_limit
+        return sum(t > at - limit.interval for t in self.starts) >= limit.burst
+
+    def _give_up(self, now: float) -> None:
+        self._set_state(State.FAILED, now)
+        self.gave_up_after = self.last_outcome
+        self._report(Outcome.START_LIMIT_HIT)
 
     def _stop(self, state: State, now: float) -> None:
         self._set_state(state, now)

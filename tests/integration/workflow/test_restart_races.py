@@ -111,12 +111,27 @@ def test_start_in_backoff_launches_at_once(cluster):
 [stacks.d.apps.bo]
 command = ["sh", "-c", "exit 2"]
 backoff = { initial = 30, max = 30 }
-start_limit = { burst = 2, interval = 100 }
+start_limit = { burst = 3, interval = 100 }
 """)
     cluster.wait(lambda: row(cluster, "d/bo/0")["state"] == "backoff", 20, "backoff")
-    assert row(cluster, "d/bo/0")["generation"] == 2   # the next launch is 30 s away
+    assert row(cluster, "d/bo/0")["generation"] == 2   # the third launch is 30 s away
     cluster.cli("start", "d/bo", "--timeout", "1", timeout=30)
     assert row(cluster, "d/bo/0")["generation"] >= 3   # launched now, not in 30 s
-    # a new window: two more starts before the limit, as after a first start
+    # a new window: its first start and one restart at once, then the backoff
     cluster.wait(lambda: row(cluster, "d/bo/0")["state"] == "backoff", 20, "backoff")
     assert row(cluster, "d/bo/0")["generation"] == 4
+
+
+def test_a_restart_the_start_limit_would_refuse_is_not_promised(cluster):
+    """Was `backoff … next start in 30s` for 30 s, then `failed` without a start: the
+    third start would pass the limit (2 in 100 s), so the second failure gives up."""
+    cluster.up("""
+[stacks.d.apps.bo]
+command = ["sh", "-c", "exit 2"]
+backoff = { initial = 30, max = 30 }
+start_limit = { burst = 2, interval = 100 }
+""", timeout=20)
+    cluster.wait(lambda: row(cluster, "d/bo/0")["state"] == "failed", 20, "failed")
+    r = row(cluster, "d/bo/0")
+    assert r["generation"] == 2 and r["next_start_in"] is None, r
+    assert r["last_outcome"] == "start-limit-hit", r

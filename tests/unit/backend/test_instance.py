@@ -246,7 +246,9 @@ def crash_loop_delays(r: Rig) -> list[float]:
 def test_crash_loop_backs_off_exponentially_then_hits_the_start_limit() -> None:
     r = Rig(mk_app(health=None))
     delays = crash_loop_delays(r)
-    assert delays == [0.0, 0.5, 1.0, 2.0, 4.0]
+    # the fifth failure gives up at once: a sixth start would be refused (5 in 60 s), so
+    # no backoff promises one (was: backoff 4 s, "next start in 4.0s", then failed)
+    assert delays == [0.0, 0.5, 1.0, 2.0]
     assert r.inst.state is State.FAILED
     assert r.inst.public_state is PublicState.FAILED
     assert r.inst.last_outcome is Outcome.START_LIMIT_HIT
@@ -254,10 +256,26 @@ def test_crash_loop_backs_off_exponentially_then_hits_the_start_limit() -> None:
     assert r.timers == {}
 
 
+def test_a_backoff_long_enough_to_free_a_start_is_waited_not_given_up() -> None:
+    """The limit is judged at the time the restart would come: a backoff longer than
+    the limit's window lets the oldest start leave it, so it is no reason to give up."""
+    app = mk_app(health=None, backoff=Backoff(initial=20.0, max=20.0),
+                 start_limit=StartLimit(burst=2, interval=10.0))
+    r = Rig(app)
+    r.feed(Start())
+    for _ in range(3):
+        r.launched()
+        r.feed(Ready(), 0.1)
+        r.feed(Exited(1, None), 0.1)
+        assert r.inst.state is State.BACKOFF, r.inst.state
+        r.fire(Timer.BACKOFF)
+    assert r.inst.generation == 4
+
+
 def test_backoff_delay_is_capped_at_max() -> None:
     app = mk_app(health=None, backoff=Backoff(initial=1.0, factor=3.0, max=10.0),
                  start_limit=StartLimit(burst=6, interval=1000.0))
-    assert crash_loop_delays(Rig(app)) == [0.0, 1.0, 3.0, 9.0, 10.0, 10.0]
+    assert crash_loop_delays(Rig(app)) == [0.0, 1.0, 3.0, 9.0, 10.0]
 
 
 def test_a_long_crash_loop_or_a_huge_factor_waits_max_and_never_overflows() -> None:

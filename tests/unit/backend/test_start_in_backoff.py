@@ -26,12 +26,12 @@ from backend.model import App, Backoff, Readiness, ReadyKind, StartLimit
 from backend.testing import FakeOwner, api_call, run_generation, until
 
 BACKOFF = Backoff(initial=6.0, max=6.0)
-LIMIT = StartLimit(burst=2, interval=100.0)
+LIMIT = StartLimit(burst=3, interval=100.0)
 
 
 def in_backoff() -> tuple[Instance, float]:
-    """An instance whose second run failed: it waits 6 s, and its next automatic launch
-    would hit the start limit (2 starts in 100 s)."""
+    """An instance whose second run failed: it waits 6 s for its third and last start
+    within the start limit (3 starts in 100 s)."""
     app = App(name="bo", stack="d", command=("srv",), ready=Readiness(kind=ReadyKind.NONE),
               backoff=BACKOFF, start_limit=LIMIT)
     inst = Instance(app, 0)
@@ -61,7 +61,7 @@ def test_the_table_maps_start_in_backoff_to_the_explicit_start():
 def test_tenure_start_in_backoff_launches_at_once(tmp_path: Path):
     config = ('[stacks.d.apps.bo]\ncommand = ["sh", "-c", "exit 2"]\n'
               'backoff = { initial = 6, max = 6 }\n'
-              'start_limit = { burst = 2, interval = 100 }\n')
+              'start_limit = { burst = 3, interval = 100 }\n')
 
     async def body(gen: Generation, owner: FakeOwner) -> None:
         inst = gen.sup.instances["d/bo/0"]
