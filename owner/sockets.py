@@ -190,7 +190,7 @@ class SocketHolder:
             try:
                 held.sock.listen(decl.backlog)
                 if decl.listen.is_unix:
-                    _set_owner(decl)
+                    _set_owner(decl, held.path_inode)
             except OSError as e:
                 raise _unavailable(decl, e) from e
             held.decl = decl
@@ -270,8 +270,15 @@ def _bind_unix(sock: socket.socket, decl: SocketDecl) -> None:
         raise
 
 
-def _set_owner(decl: SocketDecl) -> None:
-    """Mode and owner of a bound unix socket. Raises OSError (KeyError as ENOENT)."""
+def _set_owner(decl: SocketDecl, inode: int | None = None) -> None:
+    """Mode and owner of a bound unix socket: of the socket file at its path, never of
+    what a symlink or another file put there names. The directory may belong to the
+    app's user, who can replace the socket file at any moment: the file is opened
+    without following a symlink (O_PATH), checked to be a socket (and, with ``inode``,
+    the one bound), and changed through that descriptor, so the check and the change
+    are of one inode (a chmod of the path followed a symlink: an app's user could have
+    the root owner make any file world-writable). Raises OSError (KeyError as ENOENT;
+    ELOOP for a path that no longer holds the socket)."""
     path = decl.listen.path
     uid = gid = -1
     try:
@@ -281,11 +288,20 @@ def _set_owner(decl: SocketDecl) -> None:
             gid = grp.getgrnam(decl.group).gr_gid
     except KeyError as e:
         raise OSError(errno.ENOENT, f"unknown user or group {e.args[0]!r}") from None
-    if uid != -1 or gid != -1:
-        os.chown(path, uid, gid, follow_symlinks=False)
-    # Linux has no lchmod; the path is the socket just bound (or held) in a directory
-    # checked to be reached without symlinks.
-    os.chmod(path, 0o666 if decl.mode is None else decl.mode)
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISSOCK(st.st_mode) or (inode is not None and st.st_ino != inode):
+            raise OSError(errno.ELOOP, f"{path} is no longer the socket the owner bound "
+                          "(replaced by another file or a symlink); its mode and owner "
+                          "were not changed")
+        # an O_PATH descriptor takes no fchmod; its /proc link names that very inode
+        here = f"/proc/self/fd/{fd}"
+        if uid != -1 or gid != -1:
+            os.chown(here, uid, gid)
+        os.chmod(here, 0o666 if decl.mode is None else decl.mode)
+    finally:
+        os.close(fd)
 
 
 def _remove_stale(decl: SocketDecl) -> None:

@@ -7,7 +7,10 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
+
 from owner.sockets import SocketDecl, SocketHolder
+from protocol.errors import SocketUnavailable
 
 
 def _decl(path: Path) -> SocketDecl:
@@ -37,3 +40,60 @@ def test_a_file_made_at_the_path_since_is_left_alone(tmp_path: Path) -> None:
         assert path.is_socket()
     finally:
         other.close()
+
+
+def _moded(path: Path, mode: int) -> SocketDecl:
+    return SocketDecl.from_wire({"name": "web", "listen": f"unix:{path}", "mode": mode})
+
+
+def test_a_mode_change_never_follows_a_symlink_put_at_the_path(tmp_path: Path) -> None:
+    """Was: the held socket's file replaced by a symlink (its directory may be the app
+    user's), a change of mode chmodded the symlink's target: an app user could make
+    the root owner open any file to everyone. The change is refused, the target kept."""
+    victim = tmp_path / "victim"
+    victim.write_text("secret")
+    victim.chmod(0o600)
+    path = tmp_path / "a.sock"
+    holder = SocketHolder()
+    held = holder.ensure("s", "a", _moded(path, 0o600))
+    try:
+        os.unlink(path)
+        os.symlink(victim, path)
+        with pytest.raises(SocketUnavailable, match="no longer the socket the owner "
+                                                    "bound"):
+            holder.ensure("s", "a", _moded(path, 0o666))
+        assert victim.stat().st_mode & 0o777 == 0o600
+        assert held.decl.mode == 0o600   # nothing taken for applied
+    finally:
+        holder.close_all()
+
+
+def test_a_mode_change_of_a_socket_file_put_in_its_place_is_refused(tmp_path: Path
+                                                                    ) -> None:
+    """Another socket at the path is not the one held: left as it is."""
+    path = tmp_path / "a.sock"
+    holder = SocketHolder()
+    holder.ensure("s", "a", _moded(path, 0o600))
+    other = socket.socket(socket.AF_UNIX)
+    try:
+        os.unlink(path)
+        other.bind(str(path))
+        os.chmod(path, 0o600)
+        with pytest.raises(SocketUnavailable):
+            holder.ensure("s", "a", _moded(path, 0o660))
+        assert path.stat().st_mode & 0o777 == 0o600
+    finally:
+        other.close()
+        holder.close_all()
+
+
+def test_a_mode_change_applies_to_the_held_socket_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "a.sock"
+    holder = SocketHolder()
+    held = holder.ensure("s", "a", _moded(path, 0o600))
+    try:
+        assert path.stat().st_mode & 0o777 == 0o600
+        again = holder.ensure("s", "a", _moded(path, 0o660))
+        assert again is held and path.stat().st_mode & 0o777 == 0o660
+    finally:
+        holder.close_all()
