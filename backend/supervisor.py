@@ -37,6 +37,7 @@ from .after_stop import DOWN, Journal, StartsAfterStop
 from .checks import Checks
 from .enforce import app_env, launch_fields
 from .events import Before, EventLog, transition_events
+from .left_behind import announce, stop_left_behind
 from .model import App, Config, ReadyKind
 from .start_order import ORDER_WAIT, waits_for
 from .tasks import spawn
@@ -482,25 +483,13 @@ class Supervisor:
 
     def _stop_left_behind(self, key: str, launch_key: str, count: int) -> None:
         """Stop what outlived an exited launch's leader (its process group and tracked
-        descendants) with the app's stop policy, as a service manager stops what is left
-        of a service whose main process ended: a restart must not run beside it, and
-        nothing of an instance shown exited may run unseen. One attempt: what survives
-        it stays known to the owner (its shutdown and a stop of the key end it)."""
-        log.info("%s: %d process(es) outlived the leader of %s; stopping them", key, count,
-                 launch_key)
+        descendants) with the app's stop policy (backend.left_behind): a restart must
+        not run beside it, and nothing of an instance shown exited may run unseen."""
+        announce(log, key, count, launch_key)
 
         async def stop() -> None:
-            try:
-                self._invalidate("stop")
-                await self.owner.call("stop", {"launch_key": launch_key}, epoch=self.epoch,
-                                      timeout=3600)
-            except NotFound:
-                pass   # nothing of it is left
-            except StaleEpoch:
-                raise   # _mutate: fenced
-            except TenureError as exc:
-                log.warning("%s: what outlived %s was not stopped: %s", key, launch_key,
-                            exc)
+            await stop_left_behind(self.owner, self.epoch, launch_key, key, log,
+                                   lambda: self._invalidate("stop"))   # StaleEpoch: fenced
         self._spawn(self._mutate(key, launch_key, stop))
 
     async def _stop(self, launch_key: str) -> im.Event | None:

@@ -365,5 +365,15 @@ def render_show(j: dict[str, Any]) -> str:
         pairs.append(("resolved", _resolution(j["resolution"])))
     lines = [_line(j), fields(pairs, indent="  ")]
     for h in j.get("history", []):
-        lines.append(f"  {when(h['at'])}  {h['event']:<14} {h['from'] or '-'} -> {h['to']}")
+        lines.append(f"  {when(h['at'])}  {h['event']:<14} {h['from'] or '-'} -> {h['to']}"
+                     + _left_behind(h.get("detail")))
     return "\n".join(lines)
+
+
+def _left_behind(detail: Any) -> str:
+    """What a history row of an exit says about processes that outlived the job's leader
+    (its ``detail.descendants``, docs/jobs.md); nothing when none did."""
+    n = detail.get("descendants") if isinstance(detail, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return ""
+    return f"   outlived by {n} process{'' if n == 1 else 'es'}, which tenure stops"

@@ -302,8 +302,9 @@ async def _audit_running(runner: JobRunner, why: str) -> list[int]:
 
 
 def _apply_exit(runner: JobRunner, rec: Record, e: dict[str, Any]) -> None:
-    """End ``rec`` by its observed exit, at the time the owner saw it (not now)."""
-    runner.apply(rec, exit_event(e), EXIT_PROOF)
+    """End ``rec`` by its observed exit, at the time the owner saw it (not now), and stop
+    what outlived its leader (JobRunner.end_by_exit)."""
+    runner.end_by_exit(rec, e, EXIT_PROOF)
 
 
 async def resolve(runner: JobRunner, job_id: int, started: bool, note: str, by: str

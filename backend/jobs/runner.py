@@ -35,6 +35,7 @@ from protocol.errors import (
 
 from .. import instance as im
 from ..enforce import user_env
+from ..left_behind import announce, stop_left_behind
 from ..model import Config
 from ..steps import StepGate
 from ..supervisor import OWNER_AWAY_POLL_S, OwnerCalls, Supervisor
@@ -411,10 +412,36 @@ class JobRunner:
             return
         self.fault.at("exited", rec.id, rec.job.attempt)
         try:
-            self.apply(rec, exit_event(e))
+            self.end_by_exit(rec, e)
         except Conflict:
             pass
         self.wake()
+
+    def end_by_exit(self, rec: Record, e: dict[str, Any],
+                    detail: dict[str, Any] | None = None) -> None:
+        """End ``rec`` by the owner's ``exit`` event ``e`` (at the time the owner saw it)
+        and stop what outlived its leader (``e["descendants"]``), as for an app: the
+        record keeps the outcome its leader gave it; its history row of the exit says
+        how many outlived it. Raises Conflict (another writer holds it: nothing done)."""
+        count = e.get("descendants")
+        count = count if isinstance(count, int) and not isinstance(count, bool) and \
+            count > 0 else 0
+        self.apply(rec, exit_event(e), {**(detail or {}), "descendants": count}
+                   if count else detail)
+        if count and not self.fenced:
+            announce(log, f"job {rec.id}", count, e["launch_key"])
+            self._spawn(self._stop_left_behind(rec, e["launch_key"]))
+
+    async def _stop_left_behind(self, rec: Record, launch_key: str) -> None:
+        """One stop of what outlived ``launch_key``'s leader (backend.left_behind). A
+        drain waits for it, as it waits for an app's; it begins even while the gate is
+        paused, since nothing would send it later (the record has ended)."""
+        try:
+            with self.gate.step(f"{STEP_PREFIX}{rec.id} stop left behind", continues=True):
+                await stop_left_behind(self.owner, self.epoch, launch_key, f"job {rec.id}",
+                                       log)
+        except StaleEpoch as exc:
+            self.sup.fence(f"the owner refused the stop of what outlived a job: {exc.msg}")
 
     # -- reporting --------------------------------------------------------------------
 
