@@ -81,6 +81,9 @@ def seal(
     wanted = _check_contracts(contracts)
     if os.path.lexists(out_dir):
         raise Conflict(f"{out_dir} already exists", {"path": str(out_dir)})
+    if not os.path.isdir(out_dir.parent):
+        raise NotFound(f"{out_dir.parent} is not a directory: the sealed release is made "
+                       "in a directory that exists", {"path": str(out_dir.parent)})
     plan, roots = _plan_packages(packages)
     for dist in dependency_closure(distribution):
         _merge(plan, _dist_files(dist))

@@ -35,7 +35,7 @@ __all__ = [
     "ensure_private_dir",
     "peer_credentials",
     "peer_of",
-    "refuse_symlinked_home",
+    "refuse_unsafe_home",
     "same_uid_or_root",
     "share_with_group",
     "symlink_refused",
@@ -74,12 +74,26 @@ def symlink_refused(path: str) -> UnsafePath:
                       {"path": path})
 
 
-def refuse_symlinked_home(home: str | os.PathLike[str]) -> None:
+def refuse_unsafe_home(home: str | os.PathLike[str]) -> None:
     """Every command refuses a home that is a symlink, not only `up` (which would create
     nothing through it): a command that followed one would read or stop the daemons of
-    another home. Raises UnsafePath."""
-    if os.path.islink(home):
-        raise symlink_refused(os.fspath(home))
+    another home. So is one that is not a directory, and one others may write to (as
+    `up` refuses it: anyone could swap what the daemons and this command read there,
+    also after `up` checked it). One lstat; a home that does not exist is no one's
+    business here (`up` creates it). Raises UnsafePath."""
+    p = os.fspath(home)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise symlink_refused(p)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePath(f"{p} is not a directory: a home is one", {"path": p})
+    if st.st_mode & 0o022:
+        mode = stat.S_IMODE(st.st_mode)
+        raise UnsafePath(f"{p} has mode {mode:04o}: others may write to it; it must be "
+                         f"0700 (`chmod 700 {p}`)", {"path": p, "mode": mode})
 
 
 def check_private_dir(path: str | os.PathLike[str], owners: tuple[int, ...] | None = None) -> None:

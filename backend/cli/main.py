@@ -310,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     handler = _handler(args.cmd)
     try:
         _check_args(args)
-        from protocol.sockets import refuse_symlinked_home
-        refuse_symlinked_home(args.home)
+        from protocol.sockets import refuse_unsafe_home
+        refuse_unsafe_home(args.home)
         code: int = handler(args)
         return code
     except (ConnectFailed, BackendUnavailable, OwnerUnavailable) as exc:

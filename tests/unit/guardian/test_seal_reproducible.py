@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from guardian.seal import seal
+from protocol.errors import NotFound
+
 SEAL = ("import sys\n{imports}\nfrom pathlib import Path\n"
         "from guardian.seal import seal\nprint(seal(Path(sys.argv[1])).id)\n")
 
@@ -34,3 +39,12 @@ def test_one_tree_seals_to_one_release_whatever_was_imported_first(tmp_path: Pat
     bare = _sealed_id(tmp_path / "a", "")
     busy = _sealed_id(tmp_path / "b", EVERY_MODULE)
     assert bare == busy
+
+
+def test_sealing_into_a_directory_that_does_not_exist_is_not_found(tmp_path: Path) -> None:
+    """Was INTERNAL, naming a temporary path the command made up
+    (`No such file or directory: /nonexist/dir/.x.tmp-5a7c29f37a8f`)."""
+    with pytest.raises(NotFound) as e:
+        seal(tmp_path / "missing" / "x")
+    assert e.value.msg == (f"{tmp_path / 'missing'} is not a directory: the sealed release "
+                           "is made in a directory that exists")
