@@ -48,6 +48,7 @@ from protocol.errors import (
 if TYPE_CHECKING:
     from protocol.ed25519 import PublicKey
 
+from .exchange import exchange
 from .manifest import (
     RUNTIME_NAME,
     SIGNATURE_NAME,
@@ -86,6 +87,7 @@ class Release:
     path: Path
     runtime: Runtime
     signed: bool
+    repaired: str | None = None   # install: why the copy it replaced did not verify
 
     @property
     def lib(self) -> Path:
@@ -383,11 +385,15 @@ def install(
 
     ``src`` is verified completely (its directory name does not matter), copied into a
     temp directory beside the target, verified again, made read-only, fsynced and renamed;
-    the parent is fsynced. An existing identical ``<id>/`` is returned as is.
+    the parent is fsynced. An existing identical ``<id>/`` is returned as is. An existing
+    ``<id>/`` directory that does not verify (a file edited or removed under it) is a
+    damaged copy of this very release, whose id is the hash of its content: it is
+    replaced by the verified copy in one step (guardian.exchange), also while a backend
+    runs from it, and removed; ``repaired`` says what was wrong with it.
 
     Raises NotFound (no ``src``), UnsafePath, StateCorrupt (bad source or interpreter
     mismatch), BadSignature (``trusted_keys`` given and no valid signature), Conflict
-    (``<id>/`` exists with other content), OSError (I/O).
+    (``<id>/`` is a symlink or not a directory), OSError (I/O).
     """
     src, releases_dir = Path(src), Path(releases_dir)
     source, data = _load(src, None)
@@ -398,14 +404,27 @@ def install(
     _ensure_dir(releases_dir)
     target = releases_dir / source.id
     signed = src if keys is not None else None
+    damaged: Conflict | None = None
     if os.path.lexists(target):
-        return _existing(target, source.id, keys, bindings, signed)
+        try:
+            return _existing(target, source.id, keys, bindings, signed)
+        except Conflict as e:
+            if os.path.islink(target) or not os.path.isdir(target):
+                raise
+            damaged = e   # replaced below by the verified copy
     tmp = releases_dir / f"{source.id}.tmp-{os.urandom(6).hex()}"
     try:
         _copy_release(source, tmp)
         copied, _ = _load(tmp, source.id)
         _make_readonly(tmp)
         _make_durable(tmp)
+        if damaged is not None:
+            exchange(tmp, target)   # tmp is now the damaged copy, removed below
+            _fsync_dir(releases_dir)
+            remove_tree(tmp)
+            cause = damaged.__cause__
+            return replace(copied, path=target, repaired=cause.msg if isinstance(
+                cause, TenureError) else damaged.msg)
         try:
             os.rename(tmp, target)
         except OSError as e:

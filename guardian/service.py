@@ -4,6 +4,7 @@ rollback, recover. Mutating commands run one at a time (OPERATION_IN_PROGRESS)."
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from .release import ReleaseStatus, ReleaseSummary, list_releases, summarize
 from .selection import check_release
 from .selfupgrade import upgrade_guardian
 from .trust import install_trusted
+
+log = logging.getLogger("tenure.guardian")
 
 __all__ = ["GuardianService"]
 
@@ -120,7 +123,11 @@ class GuardianService:
             raise BadRequest("give an absolute path to a sealed release")
         rel = await asyncio.to_thread(install_trusted, self.co.paths, src)
         self.co.state.add_release(rel.id)
-        return {"release": rel.id, "tenure_version": rel.tenure_version}
+        if rel.repaired is not None:
+            log.warning("release %s: its installed copy did not verify (%s); replaced by "
+                        "the verified copy from %s", rel.id, rel.repaired, src)
+        return {"release": rel.id, "tenure_version": rel.tenure_version,
+                **({"repaired": rel.repaired} if rel.repaired is not None else {})}
 
     async def release_list(self, call: Call) -> Any:
         """Every entry of releases/ with its cheap status, and the selected and previous

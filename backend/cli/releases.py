@@ -31,7 +31,9 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
             if not args.arg:
                 raise BadRequest("tenure release install SEALED_DIR")
             r = g.call("release.install", {"path": str(Path(args.arg).absolute())})
-            text = f"installed {r['release']}"
+            text = f"installed {r['release']}" + (
+                f"\n  repaired: the installed copy did not verify ({r['repaired']}); it "
+                "was replaced by this verified one" if r.get("repaired") else "")
         elif args.action == "list":
             r = g.call("release.list")
             text = list_text(r)

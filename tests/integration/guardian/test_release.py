@@ -166,15 +166,43 @@ def test_install_twice_is_idempotent(sealed: Sealed) -> None:
     assert os.listdir(sealed.root / "releases") == [sealed.release.id]
 
 
-def test_same_id_with_other_content_is_a_conflict(sealed: Sealed, scratch: Path) -> None:
+def test_a_damaged_copy_of_the_same_release_is_repaired(sealed: Sealed, scratch: Path
+                                                         ) -> None:
+    """Was CONFLICT ("exists and is not this release"), and a damaged current release
+    could then not be mended while its backend ran: its copy may not be removed, and
+    the upgrade's rollback check refused every upgrade. The id is the hash of the
+    release's content, so the verified source is that release: it replaces the copy in
+    one step, and nothing else is left."""
     releases = scratch / "releases"
     releases.mkdir()
     bad = _writable_copy(sealed.installed, releases)
     _replace(bad / "lib" / "protocol" / "errors.py", b"# replaced\n")
-    with pytest.raises(Conflict) as ei:
-        install(sealed.release.path, releases)
-    assert ei.value.data["file"] == "lib/protocol/errors.py"
+    (bad / "lib" / "extra.py").write_text("")
+    before = os.stat(bad).st_ino
+    fixed = install(sealed.release.path, releases)
+    assert fixed.repaired is not None and "lib/" in fixed.repaired, fixed.repaired
+    assert fixed.path == bad and os.stat(bad).st_ino != before
+    verify(bad)
     assert os.listdir(releases) == [sealed.release.id]
+    assert stat.S_IMODE(os.stat(bad).st_mode) == 0o555
+    again = install(sealed.release.path, releases)
+    assert again.repaired is None   # intact now: returned as it is
+
+
+def test_a_symlink_or_file_at_the_release_path_is_still_a_conflict(sealed: Sealed,
+                                                                   scratch: Path) -> None:
+    releases = scratch / "releases"
+    releases.mkdir()
+    elsewhere = _writable_copy(sealed.installed, scratch, name="elsewhere")
+    (releases / sealed.release.id).symlink_to(elsewhere)
+    with pytest.raises(Conflict):
+        install(sealed.release.path, releases)
+    assert (releases / sealed.release.id).is_symlink()
+    (releases / sealed.release.id).unlink()
+    (releases / sealed.release.id).write_text("")
+    with pytest.raises(Conflict):
+        install(sealed.release.path, releases)
+    assert sorted(os.listdir(releases)) == [sealed.release.id]
 
 
 def test_a_tree_hashed_before_is_not_hashed_again_until_a_file_changes(
@@ -400,7 +428,7 @@ def test_an_unsigned_copy_of_a_signed_release_gets_its_signature(sealed: Sealed,
     """Sealing is reproducible: signing the tree a release was sealed from unsigned gives
     the same id. Installing it over the unsigned copy (trusted keys configured since) was
     CONFLICT; the copy now gets the signature, and nothing else of it changes. A copy
-    that differs in a file stays a CONFLICT."""
+    that differs in a file is damaged: replaced whole by the verified, signed one."""
     releases = scratch / "releases"
     releases.mkdir()
     copy = _writable_copy(sealed.installed, releases)
@@ -419,6 +447,6 @@ def test_an_unsigned_copy_of_a_signed_release_gets_its_signature(sealed: Sealed,
     damaged = _writable_copy(sealed.installed, scratch / "other", name=sealed.release.id)
     (damaged / SIGNATURE_NAME).unlink()
     _replace(damaged / "lib" / "protocol" / "errors.py", b"# replaced\n")
-    with pytest.raises(Conflict):
-        install(sealed.release.path, scratch / "other", trusted_keys=keys)
-    assert not (damaged / SIGNATURE_NAME).exists()
+    fixed = install(sealed.release.path, scratch / "other", trusted_keys=keys)
+    assert fixed.repaired is not None and fixed.signed   # a damaged copy: replaced whole
+    verify(damaged, trusted_keys=keys)
