@@ -174,13 +174,17 @@ def reason(inst: Instance) -> str | None:
         return err.text
     if ext is not None:
         return ext.text
-    if prb is not None:
-        return prb.text
     why = inst.pending_outcome or inst.last_outcome
     if why is Outcome.START_LIMIT_HIT and inst.gave_up_after is not None:
         why = inst.gave_up_after   # the limit's line says it; say what ended the runs
-    return {Outcome.TIMEOUT: f"not ready within {inst.app.ready.timeout:g}s",
-            Outcome.HEALTH: "health check failed",
+    if why is Outcome.TIMEOUT:   # the wait ran out, whatever the last probe that ended
+        # said (the one under way when it did may have hung): both, the wait first
+        late = f"not ready within {inst.app.ready.timeout:g}s"
+        return late if prb is None or prb.check is not Check.READINESS else \
+            f"{late} (last probe: {prb.probe}: {prb.result})"
+    if prb is not None:
+        return prb.text
+    return {Outcome.HEALTH: "health check failed",
             Outcome.START_LIMIT_HIT: "start limit hit"}.get(why) if why else None
 
 

@@ -136,7 +136,10 @@ def test_reason_follows_the_current_run_only() -> None:
     assert reason(r.inst) is None                     # it became ready after all
 
 
-def test_reason_of_a_readiness_timeout_is_the_last_failed_probe() -> None:
+def test_reason_of_a_readiness_timeout_is_the_timeout_then_the_last_probe() -> None:
+    """Was the last probe's result alone, `readiness: GET …: connection refused`, when
+    the wait ran out on a later probe that hung (never answered): the timeout is what
+    ended the start; the last probe that ended is said after it."""
     r = drive_to(State.RUNNING)
     assert reason(r.inst) is None
     r.fire(next(iter(r.timers)))                      # ready-timeout: restarting
@@ -151,7 +154,8 @@ def test_reason_of_a_readiness_timeout_is_the_last_failed_probe() -> None:
     r2.feed(ReadyTimeout(), 6.0)
     r2.feed(Stopped())
     assert r2.inst.state is State.BACKOFF
-    assert reason(r2.inst) == "readiness: tcp 127.0.0.1:8000: nothing listens on the port"
+    assert reason(r2.inst) == ("not ready within 5s (last probe: tcp 127.0.0.1:8000: "
+                               "nothing listens on the port)")
 
 
 def test_health_failures_show_while_ready_and_after_the_restart() -> None:
