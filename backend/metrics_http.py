@@ -130,6 +130,7 @@ class MetricsListener:
 
 PATH = "/metrics"
 _NOT_HERE = f"tenure serves its metrics at {PATH}\n".encode()
+_NOT_ALLOWED = f"{PATH} answers GET and HEAD\n".encode()
 _BUSY_BODY = b"tenure's metrics listener is serving all the connections it takes; retry\n"
 _BUSY = (b"HTTP/1.0 503 Service Unavailable\r\n"
          b"Content-Type: text/plain; charset=utf-8\r\n"
@@ -140,14 +141,20 @@ Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def routed(metrics: Wsgi) -> Wsgi:
-    """``metrics`` at :data:`PATH` for GET and HEAD (the same headers, no body; what
-    else it does with a method it answers itself: OPTIONS, 405), 404 elsewhere."""
+    """``metrics`` at :data:`PATH` for GET and HEAD (the same headers, no body); any
+    other method is 405, naming the two (prometheus_client's own app answered OPTIONS
+    with 200 and an Allow that left HEAD out); 404 elsewhere."""
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != PATH:
             start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
             return [_NOT_HERE]
-        if environ["REQUEST_METHOD"] == "HEAD":
+        method = environ["REQUEST_METHOD"]
+        if method == "HEAD":
             return _head(metrics, environ, start_response)
+        if method != "GET":
+            start_response("405 Method Not Allowed", [
+                ("Content-Type", "text/plain; charset=utf-8"), ("Allow", "GET, HEAD")])
+            return [_NOT_ALLOWED]
         return metrics(environ, start_response)
     return app
 

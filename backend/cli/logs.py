@@ -224,5 +224,5 @@ def _pattern(text: str | None) -> Any:
     import re
     try:
         return re.compile(text)
-    except re.error as exc:
+    except (re.error, OverflowError, RecursionError) as exc:   # a{99999999999}: overflow
         raise BadRequest(f"--grep {text!r} is not a regular expression: {exc}") from None

@@ -484,8 +484,12 @@ def run() -> None:
     (~20 ms of freeing modules and objects on every command, measured here). Nothing is
     left half done by then: output is flushed below, files are written atomically and
     closed, the progress thread is joined, temporary directories are removed and the
-    daemons a command starts run in their own sessions."""
-    code = main()
+    daemons a command starts run in their own sessions. A Ctrl-C before the command
+    asked anything of tenure (while its arguments are parsed) ends it silently, 130."""
+    try:
+        code = main()
+    except KeyboardInterrupt:   # the handler inside main() takes it from then on
+        code = Exit.INTERRUPTED
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

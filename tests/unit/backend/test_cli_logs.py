@@ -205,6 +205,8 @@ def test_grep_prints_only_matching_lines(journal: Journal,
     assert out.getvalue().splitlines() == ["shop/web/0: GET /b 500", "shop/web/0: POST /c 500"]
     with pytest.raises(BadRequest, match="--grep"):
         follow_logs(args(grep="("), Owner(journal, out))
+    with pytest.raises(BadRequest, match="--grep"):   # was OverflowError, a traceback
+        follow_logs(args(grep="a{99999999999}"), Owner(journal, out))
 
 
 class Ended(Exception):

@@ -59,7 +59,9 @@ def test_other_paths_are_not_found(port: int, path: str) -> None:
     assert body == b"tenure serves its metrics at /metrics\n"
 
 
-def test_a_write_method_is_refused(port: int) -> None:
-    status, headers, _ = _ask(port, "POST", "/metrics")
-    assert status == 405
-    assert "GET" in headers["allow"]
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "OPTIONS", "PATCH"])
+def test_any_other_method_is_refused(port: int, method: str) -> None:
+    """OPTIONS was 200 with `Allow: OPTIONS,GET` (HEAD, which works, left out)."""
+    status, headers, body = _ask(port, method, "/metrics")
+    assert status == 405 and headers["allow"] == "GET, HEAD"
+    assert body == b"/metrics answers GET and HEAD\n"
