@@ -184,8 +184,12 @@ class Fallback:
                                f"readable only by uid {uid}: run `tenure logs` as that user",
                                {"path": self._path, "uid": uid})
         from owner.journal import check_schema
+        # without a write-ahead log (an owner that closed it cleanly) the file is all
+        # there is: read as it is, so the read makes no -shm or -wal beside it; with one
+        # (an owner that died), SQLite reads it too, and needs its -shm for that
+        whole = "" if os.path.exists(f"{self._path}-wal") else "&immutable=1"
         try:
-            conn = sqlite3.connect(f"file:{self._path}?mode=ro", uri=True,
+            conn = sqlite3.connect(f"file:{self._path}?mode=ro{whole}", uri=True,
                                    isolation_level=None)
             if check_schema(conn, self._path):
                 raise sqlite3.DatabaseError("it holds no journal")

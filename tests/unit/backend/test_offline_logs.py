@@ -254,3 +254,12 @@ def test_a_follower_of_a_dead_owner_prints_the_file_then_waits_for_an_owner(
         "(Ctrl-C ends)",
         "tenure: logs: the owner answers again; following"], notes
     assert asked[7]["after"] == 3   # from the last record the file had of shop/web
+
+
+def test_reading_a_cleanly_closed_journal_leaves_nothing_beside_it(home, monkeypatch):
+    """Was a new journal.db-shm (32 KiB) and an empty journal.db-wal after every read of
+    a journal its owner had closed: the read said read-only and wrote two files."""
+    before = sorted(os.listdir(home.execution))
+    assert before == ["journal.db"], before
+    run(home, monkeypatch, targets=["shop/db"])
+    assert sorted(os.listdir(home.execution)) == before
