@@ -18,6 +18,7 @@ import logging
 import time
 from typing import Any
 
+from protocol.backendstate import check_backend_state
 from protocol.durable import read_json
 from protocol.errors import (
     BackendUnavailable,
@@ -28,6 +29,7 @@ from protocol.errors import (
     StateCorrupt,
     TenureError,
     Uncertain,
+    UnsafePath,
 )
 
 from .backendproc import BackendProcess
@@ -124,9 +126,12 @@ class _Handoff:
         release before that). Touches nothing (no drain, no grant) until every check
         passed: the candidate verifies, the release to roll back to verifies, the owner
         offers the contracts both the candidate's RUNTIME.json and its preflight report
-        name, the schema gate passes. Raises what each check raises (CapabilityMissing,
-        NotFound, StateCorrupt, PreflightFailed, SchemaIncompatible, ...)."""
+        name, the schema gate passes, and the backend's state paths are ones a
+        generation would start on (:meth:`check_state`). Raises what each check raises
+        (CapabilityMissing, NotFound, StateCorrupt, UnsafePath, PreflightFailed,
+        SchemaIncompatible, ...)."""
         co = self.co
+        self.check_state()
         release, warm = await co.verify_warming(self.act.release, warm=stand_by)
         self.preflight_began = time.monotonic()
         if stand_by:
@@ -150,6 +155,26 @@ class _Handoff:
         check_schemas(co.declared[release.id], disk, theirs)
         self.act = co.advance(self.act, Phase.CHECKED, {"preflight": report,
                                                         "formats_on_disk": disk})
+
+    def check_state(self) -> None:
+        """The home, ``backend/``, backend.db and recovery.db must pass the check every
+        generation's start makes (protocol.backendstate, read only: a few lstat calls,
+        nothing created or changed). The candidate would refuse to start on them after
+        the incumbent was retired, and so would the previous release restored after it:
+        the handoff would end ``uncertain`` with no generation. Raises UnsafePath naming
+        the path, what is wrong and how to put it right."""
+        try:
+            check_backend_state(self.co.paths)
+        except UnsafePath as exc:
+            raise UnsafePath(
+                f"{exc.msg}. A backend generation would refuse to start on it, so the "
+                "handoff did not begin and nothing was changed; retry once it is put "
+                "right", exc.data) from exc
+        except OSError as exc:
+            raise UnsafePath(
+                f"cannot check the backend's state paths ({exc}); a backend generation "
+                "would not start on them, so the handoff did not begin; nothing was "
+                "changed", {"path": exc.filename}) from exc
 
     async def check_rollback_target(self) -> None:
         """The release a failure after the fence restores (the selected one the

@@ -19,9 +19,9 @@ from urllib.parse import quote
 
 from .errors import StateCorrupt, UnsafePath
 
-__all__ = ["atomic_write", "atomic_write_json", "connect_read_only", "last_words", "open_sqlite",
-           "read_json", "read_private", "read_rows", "refuse_unprivate", "synced_transaction",
-           "transaction"]
+__all__ = ["atomic_write", "atomic_write_json", "check_private_file", "connect_read_only",
+           "last_words", "open_sqlite", "read_json", "read_private", "read_rows",
+           "refuse_unprivate", "synced_transaction", "transaction"]
 
 MAX_FILE = 16 * 1024 * 1024
 # Page cache per SQLite connection, in KiB. SQLite's default (2 MiB) fills as a
@@ -73,6 +73,20 @@ def refuse_unprivate(path: str, st: os.stat_result | None = None) -> None:
         mode = stat.S_IMODE(st.st_mode)
         raise UnsafePath(f"{path} is open to other users (mode {mode:04o}); find out who "
                          f"changed it, then chmod 600 it", {"path": path, "mode": f"{mode:04o}"})
+
+
+def check_private_file(path: str | os.PathLike[str]) -> bool:
+    """What :func:`open_sqlite` refuses of the file at ``path`` before it opens it
+    (:func:`refuse_unprivate`), read only: nothing is created or changed. Returns
+    whether the file exists (a missing one is no refusal: open_sqlite creates it 0600).
+    Raises UnsafePath naming the path."""
+    p = os.fspath(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return False
+    refuse_unprivate(p, st)
+    return True
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, *,

@@ -30,6 +30,7 @@ __all__ = [
     "bind_unix",
     "check_ancestors",
     "check_private_dir",
+    "check_private_tree",
     "check_socket_file",
     "check_socket_path",
     "ensure_private_dir",
@@ -113,7 +114,8 @@ def check_private_dir(path: str | os.PathLike[str], owners: tuple[int, ...] | No
     # group search (0o010) is the one bit allowed: it lets a configured viewer group reach
     # the backend's API socket without listing or reading anything
     if st.st_mode & 0o067:
-        raise UnsafePath(f"{p} has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700",
+        raise UnsafePath(f"{p} has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700: "
+                         "find out who changed it, then chmod 700 it",
                          {"path": p, "mode": stat.S_IMODE(st.st_mode)})
 
 
@@ -165,22 +167,47 @@ def ensure_private_dir(path: str | os.PathLike[str],
     home's daemon checked above it). Raises UnsafePath; never changes an existing
     directory's mode or owner.
     """
+    base, chain = _private_chain(path, root)
+    os.makedirs(base.parent, exist_ok=True)  # ordinary parents (e.g. ~/.local/state)
+    if above:
+        check_ancestors(base, owners)
+    for component in chain:
+        with suppress(FileExistsError):
+            os.mkdir(component, 0o700)
+        check_private_dir(component, owners)
+    return chain[-1]
+
+
+def check_private_tree(path: str | os.PathLike[str],
+                       root: str | os.PathLike[str] | None = None,
+                       owners: tuple[int, ...] | None = None, *, above: bool = True) -> None:
+    """What :func:`ensure_private_dir` would refuse, read only: it creates nothing and
+    changes nothing. The directories above ``root`` (with ``above``) and every component
+    from ``root`` down to ``path`` that exists are checked by the same rules; a missing
+    one ends the check (ensure_private_dir would create it, and what it creates, 0700,
+    passes). For a check ahead of a start by another process (the guardian's, before a
+    handoff, of what the candidate generation would refuse). Raises UnsafePath."""
+    base, chain = _private_chain(path, root)
+    if above and os.path.lexists(base):
+        check_ancestors(base, owners)
+    for component in chain:
+        if not os.path.lexists(component):
+            return
+        check_private_dir(component, owners)
+
+
+def _private_chain(path: str | os.PathLike[str], root: str | os.PathLike[str] | None
+                   ) -> tuple[Path, list[Path]]:
+    """``root`` (default ``path``) and the directories from it down to ``path``."""
     from pathlib import Path
     target = Path(os.path.abspath(path))
     base = Path(os.path.abspath(root)) if root is not None else target
     if base != target and base not in target.parents:
         raise ValueError(f"{target} is not under {base}")
-    os.makedirs(base.parent, exist_ok=True)  # ordinary parents (e.g. ~/.local/state)
-    if above:
-        check_ancestors(base, owners)
     chain = [base, *reversed([p for p in target.parents if base in p.parents])]
     if base != target:
         chain.append(target)
-    for component in chain:
-        with suppress(FileExistsError):
-            os.mkdir(component, 0o700)
-        check_private_dir(component, owners)
-    return target
+    return base, chain
 
 
 def check_socket_file(path: str | os.PathLike[str], owners: tuple[int, ...] | None = None,

@@ -7,12 +7,16 @@ activation whose restore fails must still say. Fake owner and generations
   after the fence, and the upgrade was rolled back;
 - the release to roll back to (the incumbent's) must be installed and verify: otherwise
   a candidate that failed after the fence left no generation at all (``uncertain``);
+- the backend's state paths (the home, backend/, backend.db, recovery.db) must be ones a
+  generation starts on: otherwise the incumbent was retired, the candidate and the
+  restore were both refused (UNSAFE_PATH) and the activation ended ``uncertain``;
 - an activation whose restore failed keeps the failure that made it restore.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +29,7 @@ from guardian.selection import check_release, missing_contracts, reported_contra
 from guardian.service import GuardianService
 from guardian.testing import FakeCoordinator, run_on
 from guardian.trust import verified_release
+from protocol.durable import open_sqlite
 from protocol.errors import CapabilityMissing, NotFound, StateCorrupt
 from protocol.handover import OWNER_CONTRACTS
 
@@ -171,6 +176,75 @@ def test_an_upgrade_that_could_not_roll_back_is_refused_in_checked(
         assert_untouched(co, incumbent, epoch, result)
         assert co.blocked is None
     run(go, tmp_path)
+
+
+def _damage(co: FakeCoordinator, damage: str) -> tuple[str, str]:
+    """Make one of the backend's state paths unsafe; (the path, what the error says)."""
+    paths = co.paths
+    for db in (paths.backend_db, paths.recovery_db):
+        open_sqlite(db, "test", 1, "CREATE TABLE t (x)").close()
+    if damage == "backend.db 0644":
+        os.chmod(paths.backend_db, 0o644)
+        return paths.backend_db, (f"{paths.backend_db} is open to other users (mode 0644); "
+                                  "find out who changed it, then chmod 600 it")
+    if damage == "recovery.db symlink":
+        moved = str(paths.home / "elsewhere.db")
+        os.rename(paths.recovery_db, moved)
+        os.symlink(moved, paths.recovery_db)
+        return paths.recovery_db, f"{paths.recovery_db} is a symlink"
+    if damage == "recovery.db 0660":
+        os.chmod(paths.recovery_db, 0o660)
+        return paths.recovery_db, f"{paths.recovery_db} is open to other users (mode 0660)"
+    target = str(paths.home if damage == "home 0777" else paths.backend)
+    os.chmod(target, 0o777 if damage == "home 0777" else 0o755)
+    mode = "0777" if damage == "home 0777" else "0755"
+    return target, f"{target} has mode {mode}; it must be 0700: find out who changed it, " \
+        "then chmod 700 it"
+
+
+@pytest.mark.parametrize("damage", ["backend.db 0644", "recovery.db symlink",
+                                    "recovery.db 0660", "home 0777", "backend/ 0755"])
+@pytest.mark.parametrize("check_only", [False, True])
+def test_state_a_generation_would_refuse_aborts_in_checked(
+        tmp_path: Path, damage: str, check_only: bool) -> None:
+    """Regression: `upgrade --check` said check-only with backend.db at 0644 (or the home
+    at 0777); the upgrade retired the incumbent, the candidate and then the restore were
+    refused with UNSAFE_PATH, and it ended `uncertain` with no backend."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+
+    async def go(co: FakeCoordinator) -> None:
+        incumbent = await in_control(co)
+        path, said = _damage(co, damage)
+        before = os.lstat(path)
+        co.world.calls.clear()
+        epoch = co.world.epoch
+        result = await upgrade(co, NEW, check_only=check_only)
+        act = result["activation"]
+        assert (act["phase"], act["outcome"], act["code"]) == (
+            "aborted", "aborted", "UNSAFE_PATH"), act
+        assert act["error"].startswith(said), act
+        assert act["error"].endswith("A backend generation would refuse to start on it, "
+                                     "so the handoff did not begin and nothing was "
+                                     "changed; retry once it is put right"), act
+        assert result["receipts"][-1]["detail"]["path"] == path
+        assert_untouched(co, incumbent, epoch, result)
+        # checked before anything was asked: only the resume every abort sends
+        assert co.world.calls == ["generation.resume"]
+        assert co.world.generations == [incumbent]    # no standby, no preflight process
+        after = os.lstat(path)                        # refused, never repaired
+        assert (stat.S_IMODE(after.st_mode), after.st_ino) == (
+            stat.S_IMODE(before.st_mode), before.st_ino)
+        assert co.blocked is None
+        os.chmod(home, 0o700)
+        os.chmod(co.paths.backend, 0o700)
+        if os.path.islink(co.paths.recovery_db):
+            os.replace(home / "elsewhere.db", co.paths.recovery_db)
+        for db in (co.paths.backend_db, co.paths.recovery_db):
+            os.chmod(db, 0o600)
+        result = await upgrade(co, NEW, check_only=check_only)
+        assert result["activation"]["phase"] == "complete", result["activation"]
+    run(go, home)
 
 
 def test_a_failed_restore_keeps_the_candidates_failure(tmp_path: Path) -> None:
