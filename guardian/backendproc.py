@@ -74,6 +74,9 @@ class BackendProcess:
     report: dict[str, Any] | None = None  # a standby's preflight report, if it gave one
     started_s: float = 0.0            # a standby's time to be ready
     interpreter: str = ""             # a prewarmed process's interpreter
+    # the coordinator's clock when it was put in control (guardian.coordinator.launch);
+    # None for a generation adopted at the guardian's start (how long it ran is unknown)
+    up_since: float | None = None
     # guardian.backendwatch: None until probed; then whether its API answered, and
     # since when (wall time) and why not while it does not
     answering: bool | None = None

@@ -5,6 +5,9 @@ created → fenced → started → verified → complete.
 A cold start that fails after its fence stops its generation (``failed``, or ``uncertain``
 when identity or inventory cannot be proven); recovery retries with backoff and then
 records ``blocked`` with the reason, at once for what no retry mends (:func:`retryable`).
+A generation that crashes within STABLE_S of its start counts as such a failed attempt
+too (:func:`recover_after_exit`): a release whose backend starts and then dies is not
+restarted for ever.
 Recovery refuses what the certificate does not cover: another owner instance, another
 live inventory, another release, or a grant the owner accepted since for a generation
 that completed; automatic recovery never guesses.
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import (
     GuardianFault,
+    HandoffFailed,
     IdentityError,
     NotFound,
     OwnerChanged,
@@ -35,14 +39,25 @@ from .recovery import digest
 from .state import Activation
 
 if TYPE_CHECKING:
+    from .backendproc import BackendProcess
     from .coordinator import Coordinator
 
-__all__ = ["POINTS", "Check", "recover_safely", "recovery_check", "retryable", "start_selected",
-           "watch_owner"]
+__all__ = ["POINTS", "Check", "recover_after_exit", "recover_safely", "recovery_check",
+           "retryable", "start_selected", "watch_owner"]
 
 log = logging.getLogger("tenure.guardian")
 
 RECOVERY_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+# How long a recovered generation must stay up for its start to count as a success (and
+# end the streak of failed attempts). A start that passed verification proves little: a
+# release can die moments later (a timer, the first certificate, the first observation),
+# and resetting the count then restarted it for ever, every 1.5 s. 60 s is the order of
+# the whole backoff ladder (about 61 s): a backend that keeps dying within a minute of its
+# start is given the seven attempts a failing start gets, and then blocks; one that runs a
+# minute has certified (every 5 s) and served, so its crash is a new event, recovered at
+# once. (The apps' restart backoff resets after 30 s up, `reset_after`; a whole backend is
+# held to twice that, its start alone taking up to BACKEND_START_TIMEOUT, 30 s.)
+STABLE_S = 60.0
 WATCH_EVERY_S = 1.0     # the owner watch's rounds
 WATCH_TIMEOUT_S = 5.0   # the owner watch's wait for one answer
 NOTHING_RUNS = "no applications run"
@@ -85,8 +100,9 @@ async def start_selected(co: Coordinator, kind: Kind = Kind.START, cursor: int =
         raise err from None
     finally:
         co.candidate = None
+    # the streak of failed attempts goes on: it ends only once a generation stayed up
+    # STABLE_S (Coordinator.end_streak_if_stable), not when one merely started
     co.blocked = co.recovery_failing = None
-    co.recovery_attempts = 0
     co.prune()
     co.diagnostics_soon()   # written with the last phase's, after the start
     return act
@@ -128,16 +144,21 @@ def next_step(err: TenureError) -> str:
     not verify is replaced (a recovery of it would block again), else the recovery is
     run by hand (``--dry-run`` first when the certificate does not cover the world)."""
     release = err.data.get("release")
+    crashed = err.data.get("crashed_release")
+    if isinstance(crashed, str):   # it starts, then dies: another release, or a fix
+        return ("`tenure release select` another installed one (it starts it; the one "
+                "that ran before is usually still installed: `tenure release list`), or "
+                "`tenure backend recover` once the cause is fixed")
     if err.code_str == "INTERPRETER_CHANGED":
         return ("`tenure release rebind` (the Python the releases run under changed), or "
                 "`tenure release select` a release sealed for it")
     if isinstance(release, str) and err.code_str == "NOT_FOUND":
         return (f"`tenure release install` release {release[:12]} again, or `tenure "
                 "release select` another installed one (it starts it)")
-    if isinstance(release, str):   # its installed copy is damaged: install keeps it
-        return ("`tenure release select` another installed one (it starts it); the "
-                f"damaged copy of {release[:12]} stays until you remove it "
-                "(docs/releases.md, A damaged release)")
+    if isinstance(release, str):   # its installed copy is damaged: install mends it
+        return (f"`tenure release install` release {release[:12]} again from its sealed "
+                "directory (it replaces the damaged copy), or `tenure release select` "
+                "another installed one (it starts it)")
     if err.code_str == "RECOVERY_BLOCKED":
         return ("`tenure backend recover --dry-run` shows what a forced recovery would "
                 "adopt")
@@ -256,18 +277,83 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
             if not retryable(exc):
                 _block(co, exc)
                 return None
-            delay = RECOVERY_BACKOFF[min(co.recovery_attempts, len(RECOVERY_BACKOFF) - 1)]
-            co.recovery_attempts += 1
-            if co.recovery_attempts > len(RECOVERY_BACKOFF):
+            delay = _failed_attempt(co, exc)
+            if delay is None:
                 _block(co, exc, f"{exc.msg} (after {co.recovery_attempts} attempts)")
                 return None
-            log.error("recovery attempt failed (%s); retrying in %.0f s", exc, delay)
-            co.recovery_failing = {"attempt": co.recovery_attempts,
-                                   "attempts": len(RECOVERY_BACKOFF) + 1,
-                                   "error": f"{exc.code_str}: {exc.msg}",
-                                   "retry_at": time.time() + delay}
-            co.write_diagnostics()
+            log.error("recovery attempt failed (%s); retrying in %g s", exc, delay)
             await co.sleep(delay)
+
+
+def _failed_attempt(co: Coordinator, exc: TenureError) -> float | None:
+    """Count one failed attempt (ended by ``exc``) of the streak; the wait before the
+    next one, said in the diagnostics, or None when that was the last of
+    len(backoff) + 1 (its caller blocks)."""
+    co.recovery_attempts += 1
+    if co.recovery_attempts > len(co.backoff):
+        return None
+    delay = co.backoff[co.recovery_attempts - 1]
+    co.recovery_failing = {"attempt": co.recovery_attempts,
+                           "attempts": len(co.backoff) + 1,
+                           "error": f"{exc.code_str}: {exc.msg}",
+                           "retry_at": time.time() + delay}
+    co.write_diagnostics()
+    return delay
+
+
+async def recover_after_exit(co: Coordinator, bp: BackendProcess) -> None:
+    """Recover after generation ``bp`` exited unexpectedly (its exit watcher). One that
+    stayed up STABLE_S (or was adopted: how long it ran is unknown) ends the streak of
+    failed attempts and is recovered at once. One that crashed sooner counts as a failed
+    attempt, as a start that fails does: the next one waits 1, 2, 4, 8, 16, 30 s, and
+    after the last recovery blocks, saying so. The wait holds no lock, so the operator's
+    `tenure release select` or `backend recover` may land meanwhile (no backend runs);
+    the waiting recovery then starts nothing."""
+    async with co.command_lock:
+        if co.current is not None or co.blocked is not None:
+            return  # a flow brought another generation, or the operator must decide
+        ran = co.uptime(bp)
+        if ran is None or ran >= co.stable_s:
+            co.recovery_attempts = co.recovery_crashes = 0
+            await recover_safely(co)
+            return
+        try:
+            delay = _crashed_early(co, bp, ran)
+        except Exception as exc:   # never an exit watcher that dies: blocked, saying why
+            log.exception("recovery: unexpected error")
+            _block(co, GuardianFault.wrap(exc))
+            return
+        if delay is None:
+            return   # blocked
+        failing = co.recovery_failing
+    await co.sleep(delay)
+    async with co.command_lock:
+        if co.current is not None or co.blocked is not None or \
+                co.recovery_failing is not failing:
+            return  # the operator (or a new owner) came first
+        await recover_safely(co)
+
+
+def _crashed_early(co: Coordinator, bp: BackendProcess, ran: float) -> float | None:
+    """Count the crash of ``bp``, ``ran`` s after its start, as a failed attempt; the
+    wait before the next one, or None when that was the last (recovery blocked)."""
+    co.recovery_crashes += 1
+    release = co.state.selector().current or ""
+    msg, data = bp.ended_why(f"backend generation {bp.activation} (pid {bp.pid}) "
+                             f"exited {ran:.1f} s after it started")
+    exc = HandoffFailed(msg, {**data, "crashed_release": release})
+    delay = _failed_attempt(co, exc)
+    if delay is None:
+        also = "" if co.recovery_crashes == co.recovery_attempts else \
+            f" ({co.recovery_attempts} failed attempts in a row)"
+        _block(co, exc, f"the backend of release {release[:12]} crashed "
+                        f"{co.recovery_crashes} times within {co.stable_s:g} s of "
+                        f"starting{also}: {exc.msg}")
+        return None
+    log.error("recovery attempt %d of %d failed (a start counts once it stayed up %g s): "
+              "%s; retrying in %g s", co.recovery_attempts, len(co.backoff) + 1,
+              co.stable_s, exc.msg, delay)
+    return delay
 
 
 def retryable(exc: TenureError) -> bool:

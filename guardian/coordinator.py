@@ -42,6 +42,7 @@ from protocol.link import Link, LinkEvent
 from protocol.procfs import silence
 
 from .backendproc import BackendProcess, ControlLink, control, preflight
+from .cold import RECOVERY_BACKOFF, STABLE_S
 from .diagnostics import Diagnostics, snapshot
 from .faults import Fault
 from .interp import load_bindings
@@ -72,6 +73,17 @@ def _deadline() -> float:
         return DEADLINE
 
 
+def _recovery_scale() -> float:
+    """TENURE_GUARDIAN_RECOVERY_SCALE (test-only) multiplies the crash recovery's waits
+    and its stable period (guardian.cold), so a test of a crash loop ends in seconds; the
+    default, and any value that is not a positive number, is 1."""
+    try:
+        scale = float(os.environ.get("TENURE_GUARDIAN_RECOVERY_SCALE") or 1.0)
+    except ValueError:
+        return 1.0
+    return scale if 0.0 < scale < float("inf") else 1.0
+
+
 class Coordinator:
     def __init__(self, paths: GuardianPaths, state: StateStore, key: PrivateKey
                  ) -> None:
@@ -92,7 +104,16 @@ class Coordinator:
         self.abort_requested = False
         self.fault = Fault()
         self.deadline = _deadline()
+        # failed recovery attempts in a row (starts that failed, generations that crashed
+        # within stable_s of starting), and how many of them were crashes; a generation
+        # that stayed up stable_s ends the streak (guardian.cold). Memory only, as the
+        # blocked state: a guardian restart checks and starts afresh
         self.recovery_attempts = 0
+        self.recovery_crashes = 0
+        scale = _recovery_scale()
+        self.backoff = tuple(d * scale for d in RECOVERY_BACKOFF)
+        self.stable_s = STABLE_S * scale
+        self.clock = time.monotonic   # seam: a generation's uptime (fakes move it)
         # while a failed recovery waits for its next attempt: which one failed, how, when
         # the next is due (guardian.cold); None otherwise
         self.recovery_failing: dict[str, Any] | None = None
@@ -338,6 +359,7 @@ class Coordinator:
             owner=self.owner_identity.to_wire(), checkpoint=checkpoint, cursor=cursor,
             grant=self.state.signed_grant(epoch)))
         bp = await self.start_generation(act, release, standby)
+        bp.up_since = self.clock()
         self.watch(bp)
         return bp
 
@@ -455,6 +477,7 @@ class Coordinator:
     async def stop_generations(self, incumbent: BackendProcess | None) -> None:
         """Stop the (fenced) incumbent and whatever generation is current; afterwards no
         generation acts."""
+        self.end_streak_if_stable(self.current)
         for bp in (incumbent, self.candidate, self.current):
             if bp is not None:
                 bp.expected_exit = True
@@ -463,6 +486,8 @@ class Coordinator:
         self.candidate = None
 
     def watch(self, bp: BackendProcess) -> None:
+        if self.current is not bp:
+            self.end_streak_if_stable(self.current)
         self.current = bp
         self.spawn(self._on_exit(bp), f"exit watcher of {bp.pid}")
 
@@ -507,11 +532,20 @@ class Coordinator:
         self.check_home()   # a generation that saw its home lost first exits by itself
         self.current = None
         self.write_diagnostics()
-        from .cold import recover_safely
-        async with self.command_lock:
-            if self.current is not None or self.blocked is not None:
-                return  # a flow brought another generation, or the operator must decide
-            await recover_safely(self)
+        from .cold import recover_after_exit
+        await recover_after_exit(self, bp)
+
+    def uptime(self, bp: BackendProcess) -> float | None:
+        """How long ``bp`` has been up since its start (until now: call it at its exit),
+        or None when unknown (a generation adopted at the guardian's start)."""
+        return None if bp.up_since is None else self.clock() - bp.up_since
+
+    def end_streak_if_stable(self, bp: BackendProcess | None) -> None:
+        """A generation leaving control that stayed up stable_s ends the streak of failed
+        recovery attempts (guardian.cold)."""
+        ran = None if bp is None else self.uptime(bp)
+        if ran is not None and ran >= self.stable_s:
+            self.recovery_attempts = self.recovery_crashes = 0
 
     # -- the standby generation of a guardian start ------------------------------------
 

@@ -62,6 +62,7 @@ class FakeBackend:
     returncode: int | None = None
     report: dict[str, Any] | None = None   # no preflight report: a preflight runs
     started_s: float = 0.0
+    up_since: float | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)
 
     def alive(self) -> bool:
@@ -77,6 +78,11 @@ class FakeBackend:
     async def stop(self, term_after: float = 0.0, kill_after: float = 10.0) -> None:
         self.expected_exit = True
         self.die()
+
+    def ended_why(self, what: str = "") -> tuple[str, dict[str, Any]]:
+        status = "" if self.returncode is None else f" (exit status {self.returncode})"
+        return f"{what or EXITED}{status}", {"pid": self.pid, "exit_status": self.returncode,
+                                              "log": None}
 
     async def activate(self, activation: str, timeout: float = 30.0) -> None:
         self.activation = activation
