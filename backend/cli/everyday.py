@@ -23,7 +23,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["api", "call", "cmd_status", "guardian", "layout", "out", "runs"]
+__all__ = ["api", "call", "cmd_status", "guardian", "layout", "out", "runs",
+           "unfinished_window"]
 
 
 def layout(args: Any) -> Layout:
@@ -125,7 +126,7 @@ def cmd_status(args: Any) -> int:
 
 
 def _status_once(args: Any) -> int:
-    window = _unfinished_window(args)
+    window = unfinished_window(layout(args))
     try:
         st = call(args, "status", {"targets": args.targets} if args.targets else None,
                   timeout=10.0)
@@ -150,12 +151,12 @@ def _status_once(args: Any) -> int:
     return current(st)
 
 
-def _unfinished_window(args: Any) -> dict[str, Any] | None:
+def unfinished_window(lay: Layout) -> dict[str, Any] | None:
     """``{step}`` of an owner maintenance window that is not done (its apps may be
     stopped, its owner being replaced), from execution/maintenance.json; None when there
     is none, it is done, or it cannot be read here (a viewer: `tenure owner upgrade`
     says more). One stat on a home that never had a window."""
-    path = layout(args).maintenance
+    path = lay.maintenance
     if not os.path.lexists(path):
         return None
     from protocol.durable import read_json

@@ -97,9 +97,12 @@ class Fallback:
 
     def _owner_gone(self) -> bool:
         """Nothing accepts on the owner's socket and nothing holds its lock: the owner
-        died (a stopped or busy one still accepts; None, we may not tell, is not gone)."""
-        from .everyday import runs
-        return runs(self._lay.owner_sock, "owner") is False
+        died (a stopped or busy one still accepts; None, we may not tell, is not gone).
+        Not while an owner maintenance window is open (`tenure owner upgrade`): the next
+        owner is on its way, and a follower waits for it as for a silent one."""
+        from .everyday import runs, unfinished_window
+        return runs(self._lay.owner_sock, "owner") is False and \
+            unfinished_window(self._lay) is None
 
     def _owner_gone_page(self, args: Any, params: dict[str, Any],
                          silent: OwnerUnavailable) -> Any:

@@ -263,3 +263,18 @@ def test_reading_a_cleanly_closed_journal_leaves_nothing_beside_it(home, monkeyp
     assert before == ["journal.db"], before
     run(home, monkeypatch, targets=["shop/db"])
     assert sorted(os.listdir(home.execution)) == before
+
+
+def test_an_owner_away_for_its_upgrade_is_waited_for_not_read_around(home, monkeypatch):
+    """During `tenure owner upgrade` (its maintenance window open) the owner is gone
+    on purpose and the next one is on its way: no file read, the wait as before."""
+    from protocol.durable import atomic_write_json
+    from protocol.layout import MAINTENANCE_KIND
+    atomic_write_json(home.maintenance, {"kind": MAINTENANCE_KIND, "format": 1,
+                                         "step": "stopping"})
+    with pytest.raises(OwnerUnavailable):
+        run(home, monkeypatch, raised=OWNER_SILENT, targets=["shop"])
+    atomic_write_json(home.maintenance, {"kind": MAINTENANCE_KIND, "format": 1,
+                                         "step": "done"})
+    lines, _ = run(home, monkeypatch, raised=OWNER_SILENT, targets=["shop/db"])
+    assert lines == ["shop/db/0 (stderr): db says"]
