@@ -15,8 +15,10 @@ every append its id explicitly (SQLite would otherwise reuse ids of deleted newe
 Retention is per app (stack + app) and needs no index on the record table: every app's
 rows are covered by *extents* ``(first_id, last_id, bytes)``; an extent may span other
 apps' rows. Pruning deletes the oldest extents of an app (an id-range delete filtered by
-app) until its byte total fits; totals live in memory and are rebuilt from the small
-extents table at open. Filtered reads use the same extents to skip foreign id ranges.
+app) until its byte total fits, after each append of a batch that passes it (the freed
+pages are reused by the rest of the batch: journal.db stays about the budgets); totals
+live in memory and are rebuilt from the small extents table at open. Filtered reads use
+the same extents to skip foreign id ranges.
 :meth:`Journal.forget` deletes the lines of named instances (owner.journalforget).
 """
 
@@ -36,7 +38,7 @@ from typing import Final, TypeVar
 from protocol.errors import BadRequest, StorageFailed
 
 from . import memtrim
-from .journalckpt import Checkpointer, checkpoint, frames_for
+from .journalckpt import Checkpointer, checkpoint, frames_for, truncate
 from .journaldb import (
     FORMAT_VERSION,
     check_schema,
@@ -76,6 +78,10 @@ _T = TypeVar("_T")
 
 READ_LIMIT_MAX: Final = 10_000
 BATCH_ROWS: Final = 4096
+BATCH_BYTES: Final = 4 << 20
+"""Data a batch takes at most, besides its last append (one read of a pipe, <= 64 KiB):
+one commit writes about this much WAL, which the WAL's cap must leave room for
+(owner.journalckpt.BATCH_FRAMES); 4096 lines of 16 KiB would be 64 MiB."""
 EXTENT_GAP: Final = 4096
 """Start a new extent when more than this many foreign ids lie since the app's last row."""
 
@@ -353,7 +359,7 @@ class Journal:
                     self._writer_idle = True
                     self._cond.wait()
                     self._writer_idle = False
-                batch = self._queue.take(self._batch_rows)
+                batch = self._queue.take(self._batch_rows, BATCH_BYTES)
                 if batch:
                     self._writing = batch[0].seq
                     return batch
@@ -364,9 +370,25 @@ class Journal:
             if batch is None:
                 return
             drained = self._write(batch)
-            del batch   # an idle writer holds no lines (a batch: up to 4096 x 16 KiB)
+            del batch   # an idle writer holds no lines (a batch: up to 4 MiB and an append)
             if drained >= memtrim.TRIM_AFTER:
                 self._after_backlog(drained)
+            with self._cond:
+                idle = not self._queue
+            if idle:
+                self._when_idle()
+
+    def _when_idle(self) -> None:
+        """Nothing is queued: empty a WAL longer than it keeps (owner.journalckpt)."""
+        if not self._ckpt.idle():
+            return
+        with self._wlock:
+            try:
+                result = truncate(self._wconn)
+            except sqlite3.Error as exc:
+                log.warning("journal checkpoint failed: %s", exc)
+                return
+        self._ckpt.checkpointed(*result)
 
     def _write(self, batch: list[Queued]) -> int:
         """Write ``batch`` (or count it lost) and release its room in the queue; returns
@@ -413,12 +435,16 @@ class Journal:
             conn.execute("BEGIN IMMEDIATE")
             touched: set[tuple[str, str]] = set()
             for item in batch:
-                touched.add(self._insert(conn, item))
+                key = self._insert(conn, item)
+                touched.add(key)
+                if self._apps[key].total > self._limit(key):
+                    # Pruned as the batch goes, not after it: the pages freed are
+                    # reused by the rest of the batch, so journal.db never holds a
+                    # batch on top of the budget (a flood's batch is 4 MiB, a budget 1).
+                    self._save_extent(conn, key)
+                    self._prune(conn, key)
             for key in touched:
                 self._save_extent(conn, key)
-            for key in touched:
-                if self._apps[key].total > self._limit(key):
-                    self._prune(conn, key)
             conn.execute("UPDATE meta SET value=? WHERE key='next_id'", (self._next_id,))
             self._pruned.commit(conn)
         except sqlite3.Error as exc:

@@ -17,6 +17,12 @@ up, or a reader pins the WAL), waiting for a running pass to end first, and ever
 its thread. Frame counts the writer adds are estimates from the bytes and rows it wrote;
 checkpoints report the true ones. A checkpoint never loses committed rows, and the last
 connection to close (the writer's) checkpoints and removes the WAL, as before.
+
+The WAL file keeps the length it once reached unless told otherwise: the writer's
+connection sets ``journal_size_limit`` to ``KEEP_BYTES``, so the commit that starts the
+WAL over truncates the file to that length; and once the writer has nothing queued and
+the WAL may be longer than that, it runs a TRUNCATE checkpoint that does not wait for
+readers (:func:`truncate`): a WAL left by a flood is emptied when the flood ends.
 """
 
 from __future__ import annotations
@@ -38,12 +44,22 @@ TAIL_FRAMES: Final = 64
 CHASE_FRAMES: Final = 4000
 """...or when the WAL has grown this long all the same (a slow disk)."""
 CAP_FRAMES: Final = 16384
-"""The writer checkpoints itself when the WAL grew this much (64 MiB at 4 KiB pages)."""
+"""The WAL is never longer (64 MiB at 4 KiB pages) while no reader pins it: the writer
+checkpoints itself when one more batch could pass it (CAP_FRAMES - BATCH_FRAMES; a
+test's smaller cap: at half of it)."""
 PAGE_BYTES: Final = 4096
 ROW_BYTES: Final = 64
 """Estimated bytes a record takes besides its data (overestimates rather than under)."""
 COMMIT_FRAMES: Final = 3
 """Frames every commit writes at least (the meta and extents pages, the last leaf)."""
+BATCH_FRAMES: Final = 2048
+"""Frames one batch writes at most (owner.journal.BATCH_BYTES and its last append, their
+rows, the pages pruning rewrites): 8 MiB."""
+KEEP_BYTES: Final = 4 << 20
+"""``journal_size_limit``: the commit that starts the WAL over cuts the file back to
+this (about RESTART_FRAMES), so a flood's WAL does not keep its length on disk."""
+KEEP_FRAMES: Final = KEEP_BYTES // PAGE_BYTES
+"""A writer with nothing queued truncates a WAL that may be longer than KEEP_BYTES."""
 
 
 def frames_for(data_bytes: int, rows: int) -> int:
@@ -55,6 +71,20 @@ def checkpoint(conn: sqlite3.Connection) -> tuple[int, int, int]:
     """One PASSIVE checkpoint: (busy, frames in the WAL, frames copied). Raises
     ``sqlite3.Error``."""
     busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return busy, frames, copied
+
+
+def truncate(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """A TRUNCATE checkpoint that never waits: it copies every frame and cuts the WAL
+    to nothing unless a reader is in the way (busy; then it is a PASSIVE one). Run by
+    the writer between its transactions. Returns as :func:`checkpoint`; raises
+    ``sqlite3.Error``."""
+    (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute("PRAGMA busy_timeout=0")
+    try:
+        busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={int(timeout)}")
     return busy, frames, copied
 
 
@@ -87,7 +117,8 @@ class Checkpointer:
             self._since_restart += frames
             if self._broken:
                 return self._since_restart >= CKPT_FRAMES
-            if max(self._since_restart, self._frames) >= CAP_FRAMES:
+            if max(self._since_restart, self._frames) >= max(CAP_FRAMES - BATCH_FRAMES,
+                                                              CAP_FRAMES // 2):
                 self._asked = False  # no new pass, and the one running ends soon:
                 self._cond.wait_for(lambda: not self._running)  # PASSIVE never waits
                 return True
@@ -98,6 +129,17 @@ class Checkpointer:
             if self._since_asked >= CKPT_FRAMES:
                 self._ask_locked()
         return False
+
+    def idle(self) -> bool:
+        """The writer has nothing queued: True if it should truncate the WAL now
+        (:func:`truncate`, then report with :meth:`checkpointed`), which it does once
+        the WAL may be longer than KEEP_BYTES. A pass running is waited for."""
+        with self._cond:
+            if max(self._since_restart, self._frames) < KEEP_FRAMES:
+                return False
+            self._asked = False
+            self._cond.wait_for(lambda: not self._running)
+            return True
 
     def checkpointed(self, busy: int, frames: int, copied: int) -> None:
         """The writer's own checkpoint gave ``(busy, frames, copied)``."""

@@ -15,6 +15,8 @@ from typing import Final
 from protocol.durable import limit_cache, refuse_unprivate
 from protocol.errors import StateCorrupt, UnsafePath
 
+from .journalckpt import KEEP_BYTES
+
 __all__ = ["COLS", "FORMAT_VERSION", "MULTI_ROWS", "RECORD_COST", "check_schema", "connect",
            "insert_rows", "open_private", "open_writer", "record_cost"]
 
@@ -106,6 +108,8 @@ def open_writer(path: str) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's job
+        # The commit that starts the WAL over cuts the file back (owner.journalckpt).
+        conn.execute(f"PRAGMA journal_size_limit={KEEP_BYTES}")
         if fresh:
             _create(conn, path)
     except sqlite3.Error as exc:

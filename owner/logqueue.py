@@ -140,18 +140,20 @@ class FairQueue:
             self._fifo.popleft()
         return self._fifo[0].seq if self._fifo else None
 
-    def take(self, max_rows: int) -> list[Queued]:
-        """The oldest appends, at least one and up to ``max_rows`` lines in all, for the
-        writer; their bytes stay counted until :meth:`written`."""
+    def take(self, max_rows: int, max_bytes: int | None = None) -> list[Queued]:
+        """The oldest appends, at least one and up to ``max_rows`` lines and ``max_bytes``
+        of data in all (one append may pass either alone), for the writer; their bytes
+        stay counted until :meth:`written`."""
         batch: list[Queued] = []
-        rows = 0
-        while self._fifo and rows < max_rows:
+        rows = nbytes = 0
+        while self._fifo and rows < max_rows and (max_bytes is None or nbytes < max_bytes):
             item = self._fifo.popleft()
             if item.dropped:
                 continue
             self._waiting[(item.source.stack, item.source.app)].popleft()
             batch.append(item)
             rows += len(item.lines)
+            nbytes += item.data_bytes
         return batch
 
     def written(self, batch: list[Queued]) -> int:
