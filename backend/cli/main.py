@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from contextlib import suppress
 
 from protocol.errors import (
     BackendUnavailable,
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _interrupted(args)
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_gone()
         return Exit.OK
     except OSError as exc:   # the machine, not tenure: a read-only or full disk, a mode
         return _fail(args, _os_error(exc, args.cmd), Exit.ERROR)
@@ -470,13 +471,26 @@ def _unexpected(exc: Exception, cmd: str) -> TenureError:
 
 
 def _fail(args: Any, exc: TenureError, code: int) -> int:
+    """Say ``exc``: on stderr, or with ``--json`` as an object on stdout, unless stdout
+    itself fails (a full disk, /dev/full: the failure being said may be that one), when
+    stderr gets the line after all."""
     msg = exc.msg + _hint(exc)
     if args.json:
         import json
-        print(json.dumps({"ok": False, "error": {**exc.to_wire(), "msg": msg}}, default=str))
-    else:
-        print(f"tenure: {exc.code_str}: {msg}", file=sys.stderr)
+        try:
+            print(json.dumps({"ok": False, "error": {**exc.to_wire(), "msg": msg}},
+                             default=str), flush=True)
+            return code
+        except OSError:
+            _stdout_gone()
+    print(f"tenure: {exc.code_str}: {msg}", file=sys.stderr)
     return code
+
+
+def _stdout_gone() -> None:
+    """Point stdout at /dev/null: what it still holds, and anything printed later, goes
+    nowhere instead of failing again (at the flush before exit: a traceback)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def run() -> None:
@@ -495,6 +509,13 @@ def run() -> None:
             stream.flush()
         except (BrokenPipeError, ValueError):   # the reader went away; a closed stream
             pass
+        except OSError as exc:   # the output's last bytes did not land (a full disk)
+            if stream is sys.stdout:
+                _stdout_gone()
+                err = _os_error(exc, "output")
+                code = code or Exit.ERROR
+                with suppress(OSError):
+                    print(f"tenure: {err.code_str}: {err.msg}", file=sys.stderr, flush=True)
     os._exit(code)
 
 

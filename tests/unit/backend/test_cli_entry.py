@@ -63,3 +63,18 @@ def test_ctrl_c_while_the_command_starts_ends_it_silently(tmp_path: Path) -> Non
     for code in (CTRL_C_IN_IMPORT, CTRL_C_IN_PARSE):
         done = _run(code, home, "logs", "-n", "10")
         assert (done.returncode, done.stdout, done.stderr) == (130, "", ""), done
+
+
+def test_json_output_to_a_full_disk_is_said_on_stderr(tmp_path: Path) -> None:
+    """Was two chained tracebacks: the --json error object was written to the stdout
+    that had just failed (/dev/full)."""
+    home = tmp_path / "h"
+    home.mkdir(mode=0o700)
+    (tmp_path / "Procfile").write_text("web: sleep 1\n")
+    for args in (["--json", "status"], ["--json", "import", str(tmp_path / "Procfile")],
+                 ["import", str(tmp_path / "Procfile")]):
+        done = _run(ENTRY, home, *args, close=">/dev/full")
+        assert done.returncode == 1, (args, done)
+        assert done.stderr.startswith("tenure: STORAGE_FAILED: ") and \
+            "No space left on device" in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
