@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_handoff_support import _rmtree, backend_procs, config, derive_release, install
+from test_handoff_support import backend_procs, config, install, with_generation_code
 
 CRASHES = """
 
@@ -39,10 +39,7 @@ Generation.start = _start_then_crash
 @pytest.fixture(scope="module")
 def release_b(sealed_release: Path, tmp_path_factory: pytest.TempPathFactory
               ) -> Iterator[Path]:
-    d = tmp_path_factory.mktemp("crashes")
-    derive_release(sealed_release, d / "b", {"backend/generation.py": lambda t: t + CRASHES})
-    yield d / "b"
-    _rmtree(d)
+    yield from with_generation_code(sealed_release, tmp_path_factory, "crashes", CRASHES)
 
 
 def _blocked(cluster, timeout: float) -> dict:

@@ -95,6 +95,18 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def with_generation_code(sealed: Path, factory: Any, name: str, code: str
+                         ) -> Iterator[Path]:
+    """A module fixture's body: a release derived from ``sealed`` whose
+    backend/generation.py ends with ``code`` (a test release's changed start), in a
+    temporary directory ``name`` of ``factory`` (pytest's tmp_path_factory), removed
+    after."""
+    d = factory.mktemp(name)
+    derive_release(sealed, d / "b", {"backend/generation.py": lambda t: t + code})
+    yield d / "b"
+    _rmtree(d)
+
+
 @dataclass(frozen=True)
 class Candidates:
     good: Path          # another release id, works exactly like the sealed one

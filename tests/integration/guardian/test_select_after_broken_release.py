@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_handoff_support import _rmtree, config, derive_release, install
+from test_handoff_support import config, install, with_generation_code
 
 BREAKS = """
 
@@ -39,10 +39,7 @@ Generation.start = _start_or_break
 @pytest.fixture(scope="module")
 def release_b(sealed_release: Path, tmp_path_factory: pytest.TempPathFactory
               ) -> Iterator[Path]:
-    d = tmp_path_factory.mktemp("breaks")
-    derive_release(sealed_release, d / "b", {"backend/generation.py": lambda t: t + BREAKS})
-    yield d / "b"
-    _rmtree(d)
+    yield from with_generation_code(sealed_release, tmp_path_factory, "breaks", BREAKS)
 
 
 def _blocked(cluster, timeout: float = 150.0) -> dict:
