@@ -29,7 +29,7 @@ from ..config import canonical_form, parse_config
 from ..config_values import NAME_RE
 from ..model import Config
 from .assemble import assemble, clean_name
-from .model import Context, Finding, FindingKind, SourceResult
+from .model import Context, Finding, FindingKind, Origin, SourceResult
 from .pm2 import read_pm2
 from .procfile import read_procfile
 from .supervisord import read_supervisord
@@ -85,9 +85,24 @@ def detect_format(path: str) -> SourceFormat | None:
 def default_stack(paths: Sequence[str]) -> str:
     """The stack for apps without a group of their own when ``--stack`` is not given: the
     name of the first file's directory (a Procfile or ecosystem file sits at the root of
-    its project), or ``imported``."""
-    directory = os.path.basename(os.path.dirname(os.path.abspath(paths[0])))
-    return clean_name(directory, "imported")
+    its project) made a valid name, or ``imported`` when that leaves nothing or too little
+    of it (:func:`backend.importers.assemble.clean_name`)."""
+    return clean_name(_directory_name(paths), "imported")
+
+
+def _directory_name(paths: Sequence[str]) -> str:
+    return os.path.basename(os.path.dirname(os.path.abspath(paths[0])))
+
+
+def _default_stack_note(paths: Sequence[str], name: str,
+                        found: SourceResult) -> list[Finding]:
+    """A note when the default stack's name is not its directory's, and an app uses it."""
+    raw = _directory_name(paths)
+    if raw in ("", name) or all(d.app.stack for d in found.drafts):
+        return []
+    return [Finding(FindingKind.NOTE, Origin(paths[0], None, ""),
+                    f"stack {raw!r} (the name of the file's directory) is named {name!r} "
+                    "in tenure.toml; --stack NAME chooses another")]
 
 
 def import_files(paths: Sequence[str], stack: str | None = None,
@@ -110,7 +125,10 @@ def import_files(paths: Sequence[str], stack: str | None = None,
             raise BadRequest(f"{path}: cannot tell its format from the name; give "
                              "--from supervisord, pm2 or procfile")
         found.extend(_READERS[fmt](path, ctx))
-    assembled = assemble(found.drafts, stack or default_stack(paths))
+    default = stack or default_stack(paths)
+    assembled = assemble(found.drafts, default)
+    if stack is None:
+        assembled.findings.extend(_default_stack_note(paths, default, found))
     findings = sorted(set(found.findings + assembled.findings), key=Finding.sort_key)
     header = ["Written by `tenure import` from: " + ", ".join(paths),
               "Review what it reported as not mapped, then: tenure plan --config FILE"]

@@ -4,7 +4,8 @@ Invariants of the result: every stack and app name matches tenure's name rule, a
 are unique within a stack, and ``after`` only names apps of the same stack. Names that
 had to change are reported as notes. Start order (supervisord ``priority``) becomes
 ``after``: when the apps of a stack have more than one priority, each app starts after
-every app of the next lower priority. Deterministic: the same drafts in the same order
+every app of the next lower priority; apps without a priority (PM2, Procfile) wait for
+none and none waits for them. Deterministic: the same drafts in the same order
 always give the same config and findings.
 """
 
@@ -34,8 +35,12 @@ class Assembled(Struct):
 def clean_name(raw: str, fallback: str) -> str:
     """``raw`` made a valid tenure name: runs of other characters become ``-``, it starts
     with a letter or digit, and it is at most 64 characters; ``fallback`` if nothing is
-    left. Pure."""
-    name = _INVALID.sub("-", raw.strip()).lstrip("_.-")[:_MAX_NAME]
+    left, or if most of it is lost (fewer than half of its characters are letters, digits,
+    ``_``, ``.`` or ``-``: ``ünï`` would be ``n-``, no longer its name). Pure."""
+    raw = raw.strip()
+    if 2 * (len(raw) - sum(map(len, _INVALID.findall(raw)))) < len(raw):
+        return fallback
+    name = _INVALID.sub("-", raw).lstrip("_.-")[:_MAX_NAME]
     return name if NAME_RE.fullmatch(name) else fallback
 
 
@@ -104,14 +109,18 @@ def _app_name(draft: Draft, taken: set[str], out: Assembled) -> str:
 
 
 def _order(members: list[tuple[App, Draft]]) -> dict[str, App]:
-    """The stack's apps with ``after`` set from their drafts' priorities."""
-    levels = sorted({d.priority for _, d in members})
+    """The stack's apps with ``after`` set from their drafts' priorities; an app without
+    one keeps no ``after`` and is in none."""
+    levels = sorted({d.priority for _, d in members if d.priority is not None})
     if len(levels) < 2:
         return {a.name: a for a, _ in members}
     names_at = {p: tuple(sorted(a.name for a, d in members if d.priority == p))
                 for p in levels}
     apps = {}
     for app, draft in members:
+        if draft.priority is None:
+            apps[app.name] = app
+            continue
         i = levels.index(draft.priority)
         after = names_at[levels[i - 1]] if i > 0 else ()
         apps[app.name] = replace(app, after=after)

@@ -65,11 +65,12 @@ class Finding(Struct, frozen=True):
 class Draft(Struct, frozen=True):
     """One app as read from a source. ``app.name`` is the source's own name (maybe not a
     valid tenure name yet); ``app.stack`` is the source's group, or "" for the stack given
-    with ``--stack``. Apps of one stack start in ``priority`` order, lowest first."""
+    with ``--stack``. Apps of one stack start in ``priority`` order, lowest first; an app
+    whose source has no start order (PM2, Procfile) has None and takes no part in it."""
 
     app: App
     origin: Origin
-    priority: int = 0
+    priority: int | None = None
 
 
 class SourceResult(Struct):

@@ -56,6 +56,11 @@ _REASONS = {
     ("wait_ready", "listen_timeout"): "PM2's process.send('ready') has no tenure "
         "equivalent: use ready = { kind = \"notify\" } (sd_notify) or a tcp/http probe",
 }
+# switches that are off when false (or 0, "", null: JavaScript's falsy values, as PM2 tests
+# them), which is what tenure does too: reported only when on
+_OFF_WHEN_FALSY = frozenset({"watch", "wait_ready", "max_memory_restart", "cron_restart",
+                             "merge_logs", "combine_logs", "time", "disable_logs"})
+_WATCH_SETTINGS = frozenset({"ignore_watch", "watch_options", "watch_delay"})
 
 
 def read_pm2(path: str, ctx: Context) -> SourceResult:
@@ -286,28 +291,45 @@ class _App:
             else RestartMode.NEVER
         if restart is RestartMode.ALWAYS and max_restarts < 1:
             restart = RestartMode.NEVER  # PM2 gives up at the first exit
-        if restart is RestartMode.ALWAYS and self._stop_codes() == [0]:
-            restart = RestartMode.ON_FAILURE  # exit 0 stops it: what on-failure means
+        if restart is RestartMode.ALWAYS:
+            restart = self._stop_exit_codes()
         if restart is RestartMode.NEVER:  # backoff and start limit would never apply
             return restart, Backoff(), StartLimit()
         return restart, backoff, quick_failure_limit(max_restarts, uptime, backoff)
 
-    def _stop_codes(self) -> list[int] | None:
+    def _stop_exit_codes(self) -> RestartMode:
+        """The restart mode of an app PM2 restarts, after ``stop_exit_codes``: exit
+        statuses PM2 does not restart after. tenure's nearest is ``on-failure`` when 0 is
+        one of them (it does not restart after 0 only), ``always`` otherwise; the other
+        statuses, after which tenure does restart, are reported."""
         raw = self.conf.get("stop_exit_codes")
         codes = raw if isinstance(raw, list) else [raw]
-        if raw is None or codes == [0]:
-            return None if raw is None else [0]
-        self.result.not_mapped(self.origin("stop_exit_codes"), "restart = on-failure "
-                               "treats only exit status 0 as expected")
-        return None
+        if raw is None:
+            return RestartMode.ALWAYS
+        if not all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
+            self.result.not_mapped(self.origin("stop_exit_codes"), "must be exit statuses "
+                                   f"(whole numbers), not {raw!r}")
+            return RestartMode.ALWAYS
+        restart = RestartMode.ON_FAILURE if 0 in codes else RestartMode.ALWAYS
+        others = [str(c) for c in sorted(set(codes) - {0})]
+        if others:
+            listed = " or ".join([", ".join(others[:-1]), others[-1]] if others[:-1]
+                                 else others)
+            why = "only 0 counts as expected" if restart is RestartMode.ON_FAILURE else \
+                "it has no exit statuses that stop restarts"
+            self.result.not_mapped(self.origin("stop_exit_codes"), f"restart = "
+                                   f"\"{restart}\" is written: tenure restarts the app "
+                                   f"after exit status {listed} too ({why})")
+        return restart
 
     def _other_keys(self) -> None:
         for key in sorted(self.conf):
             if key == "treekill" and self.get(key, _flag, True) is False:
                 self.result.not_mapped(self.origin(key), "tenure always signals the app's "
                                        "whole process group")
-            if key in _MAPPED:
-                continue
+            if key in _MAPPED or (key in _OFF_WHEN_FALSY and _falsy(self.conf[key])) or \
+                    (key in _WATCH_SETTINGS and _falsy(self.conf.get("watch"))):
+                continue  # mapped, or as tenure has it (settings of a watch not made)
             reason = next((r for keys, r in _REASONS.items() if key in keys), None)
             if reason is None and key.startswith("env_"):
                 reason = (f"an environment for `pm2 start --env {key[4:]}`: copy the "
@@ -323,6 +345,12 @@ def _default_name(script: str) -> str:
     name = os.path.basename(script)
     dot = name.rfind(".")
     return name[:dot] if dot > 0 else name
+
+
+def _falsy(value: Any) -> bool:
+    """Whether JavaScript takes the JSON value ``value`` as false (``[]`` is true)."""
+    return value is None or value is False or value == "" or (
+        isinstance(value, int | float) and not value)
 
 
 def _text(value: Any) -> str:

@@ -9,7 +9,8 @@ splits it (shell-like quoting, no shell).
 
 ``numprocs`` processes that differ only in their name become one app with
 ``instances = numprocs``; processes whose command, environment or directory uses
-``%(process_num)`` become one app each, named by ``process_name``.
+``%(process_num)`` become one app each, named by ``process_name``. Either way at most 64
+processes (tenure's most instances of an app) are imported, and more are reported.
 """
 
 from __future__ import annotations
@@ -351,7 +352,14 @@ class _Program:
             name = self.name if len(processes) > 1 else first.name
             self._add(s, first, name, len(processes))
         else:
-            for process in processes:
+            if len(processes) > MAX_INSTANCES:  # as many apps as one app has instances
+                self.result.not_mapped(self._origin("numprocs"), f"tenure runs at most "
+                                       f"{MAX_INSTANCES} processes of a program, not "
+                                       f"{len(processes)}: the first {MAX_INSTANCES} "
+                                       f"(process_num {s.numprocs_start} to "
+                                       f"{s.numprocs_start + MAX_INSTANCES - 1}) are "
+                                       "imported")
+            for process in processes[:MAX_INSTANCES]:
                 self._add(s, process, process.name, 1)
 
     def _add(self, s: _Settings, process: _Process, name: str, instances: int) -> None:

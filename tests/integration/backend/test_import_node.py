@@ -5,6 +5,9 @@ errors that say so."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +60,9 @@ def test_json_that_pm2_accepts_as_javascript_is_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("source", "problem"), [
     ("module.exports = {", "node could not read it: "),
     ('throw new Error("no config here")', "node could not read it: no config here"),
+    # the export cannot be written as JSON: the reason, not a stack trace's first line
+    ("module.exports = { apps: [], n: 1n };",
+     "node could not read it: Do not know how to serialize a BigInt"),
 ])
 def test_broken_config_js_is_config_invalid(tmp_path: Path, source: str,
                                             problem: str) -> None:
@@ -74,6 +80,77 @@ def test_node_is_stopped_at_the_timeout(tmp_path: Path) -> None:
     path.write_text("for (;;) {}\n")
     with pytest.raises(ConfigInvalid, match=r"did not finish reading it within 0\.5 s"):
         import_files([str(path)], "s", ctx=Context(node_timeout=0.5))
+
+
+@needs_node
+@pytest.mark.parametrize("opens", [
+    "setInterval(() => {}, 1000);",
+    'require("net").createServer().listen(0, "127.0.0.1");',
+    "process.exitCode = 3;",   # pm2 loads it all the same
+])
+def test_config_js_that_keeps_node_running_is_read_at_once(tmp_path: Path,
+                                                           opens: str) -> None:
+    """pm2 loads a config that leaves a timer or a socket open (a db client, say):
+    the import takes the export as soon as it is there, not node's own end."""
+    path = tmp_path / "t.config.js"
+    path.write_text(opens + '\nmodule.exports = { apps: [{ name: "x", script: "x.js" }] };\n')
+    started = time.monotonic()
+    assert load_ecosystem(str(path), Context(node_timeout=5.0)) == {
+        "apps": [{"name": "x", "script": "x.js"}]}
+    assert time.monotonic() - started < 4.0
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie not yet reaped by its new parent counts)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _child_pid(path: Path) -> int:
+    return int(path.read_text())
+
+
+_SPAWN = ('const cp = require("child_process"); const fs = require("fs");\n'
+          'const c = cp.spawn("sleep", ["30"], {{ stdio: ["ignore", "ignore", "inherit"],'
+          " detached: {detached} }}); c.unref();\n"
+          'fs.writeFileSync("child.pid", String(c.pid));\n'
+          'module.exports = {{ apps: [{{ name: "x", script: "x.js" }}] }};\n')
+
+
+@needs_node
+def test_a_detached_child_holding_stderr_does_not_hold_the_import(tmp_path: Path) -> None:
+    """node exits at once; a child it started in a session of its own still holds
+    node's stderr. The import does not wait for that: it is done when node is. The child
+    is outside what the import started (its own session), so it is left running."""
+    path = tmp_path / "t.config.js"
+    path.write_text(_SPAWN.format(detached="true"))
+    started = time.monotonic()
+    try:
+        assert load_ecosystem(str(path), Context(node_timeout=5.0))["apps"][0]["name"] == "x"
+        assert time.monotonic() - started < 4.0
+    finally:
+        pid = _child_pid(tmp_path / "child.pid")
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@needs_node
+def test_what_node_leaves_in_its_process_group_is_ended(tmp_path: Path) -> None:
+    path = tmp_path / "t.config.js"
+    path.write_text(_SPAWN.format(detached="false"))
+    try:
+        assert load_ecosystem(str(path), Context(node_timeout=5.0))["apps"][0]["name"] == "x"
+        deadline = time.monotonic() + 3.0
+        while not _gone(_child_pid(tmp_path / "child.pid")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(_child_pid(tmp_path / "child.pid"))
+    finally:
+        pid = _child_pid(tmp_path / "child.pid")
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_without_node_a_config_js_is_a_clear_error(tmp_path: Path,

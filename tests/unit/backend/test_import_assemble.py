@@ -4,9 +4,12 @@ shell rules."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from backend.config import parse_config
+from backend.importers import import_files
 from backend.importers.assemble import assemble, clean_name
 from backend.importers.model import Draft, FindingKind, Origin
 from backend.importers.policy import needs_shell, quick_failure_limit
@@ -14,7 +17,8 @@ from backend.importers.toml_writer import render_toml
 from backend.model import App, Backoff, StartLimit
 
 
-def _draft(name: str, stack: str = "", priority: int = 0, **kw: object) -> Draft:
+def _draft(name: str, stack: str = "", priority: int | None = None,
+           **kw: object) -> Draft:
     fields: dict[str, object] = {"command": ("run", name), **kw}
     app = App(name=name, stack=stack, **fields)  # type: ignore[arg-type]
     return Draft(app, Origin("f.conf", 1, f"[program:{name}]"), priority)
@@ -35,6 +39,21 @@ def test_clean_name_keeps_valid_names_and_limits_length() -> None:
     assert clean_name("api.v2_x-1", "f") == "api.v2_x-1"
     assert clean_name("a" * 100, "f") == "a" * 64
     assert clean_name("  ", "fallback") == "fallback"
+
+
+@pytest.mark.parametrize(("raw", "name"), [
+    ("My Project", "My-Project"), (".hidden", "hidden"), ("cron: nightly", "cron-nightly"),
+    ("日本app", "app"),         # as much kept as lost: kept
+    ("ünï", "f"), ("ab日本語", "f"), ("!!!", "f"),   # mostly lost: the fallback
+])
+def test_clean_name_falls_back_when_most_of_the_name_is_lost(raw: str, name: str) -> None:
+    assert clean_name(raw, "f") == name
+
+
+def test_a_group_name_mostly_lost_goes_to_the_default_stack_with_a_note() -> None:
+    out = assemble([_draft("a", "ünï"), _draft("b")], "shop")
+    assert sorted(out.config.stacks["shop"].apps) == ["a", "b"]
+    assert [f.problem for f in out.findings] == ["stack 'ünï' is named 'shop' in tenure.toml"]
 
 
 def test_groups_become_stacks_and_the_rest_goes_to_the_default_stack() -> None:
@@ -58,6 +77,27 @@ def test_priorities_become_after_levels_within_a_stack() -> None:
 def test_equal_priorities_need_no_order() -> None:
     out = assemble([_draft("a", priority=999), _draft("b", priority=999)], "s")
     assert all(a.after == () for a in out.config.stacks["s"].apps.values())
+
+
+def test_apps_without_a_priority_take_no_part_in_the_order() -> None:
+    """PM2 and Procfile apps have no priority: they wait for no app and none waits for
+    them, whatever priorities the supervisord apps beside them have."""
+    out = assemble([_draft("db", priority=10), _draft("web", priority=20),
+                    _draft("worker"), _draft("clock")], "s")
+    apps = out.config.stacks["s"].apps
+    assert (apps["db"].after, apps["web"].after) == ((), ("db",))
+    assert apps["worker"].after == () and apps["clock"].after == ()
+    one = assemble([_draft("web", priority=999), _draft("worker")], "s")
+    assert all(a.after == () for a in one.config.stacks["s"].apps.values())
+
+
+def test_mixing_formats_in_one_stack_adds_no_start_order(tmp_path: Path) -> None:
+    (tmp_path / "w.conf").write_text("[program:web]\ncommand=/bin/true\n")
+    (tmp_path / "Procfile").write_text('web: node app.js\nworker: sh -c "echo hi"\n')
+    result = import_files([str(tmp_path / "w.conf"), str(tmp_path / "Procfile")], "y")
+    apps = result.config.stacks["y"].apps
+    assert sorted(apps) == ["web", "web-2", "worker"]
+    assert all(a.after == () for a in apps.values())
 
 
 def test_nul_characters_drop_the_app_or_the_variable() -> None:

@@ -95,6 +95,31 @@ def test_nothing_importable_is_an_error_after_the_report(
     assert "tenure: CONFIG_INVALID: nothing to import" in err
 
 
+@pytest.mark.parametrize(("directory", "stack"), [
+    ("My Project", "My-Project"), (".hidden", "hidden"),
+    ("ünï", "imported"),      # too little of it is left to name the stack: the default
+])
+def test_a_default_stack_name_changed_from_the_directory_name_has_a_note(
+        tmp_path: Path, directory: str, stack: str) -> None:
+    path = tmp_path / directory / "Procfile"
+    path.parent.mkdir()
+    path.write_text("web: ./serve\n")
+    result = import_files([str(path)])
+    assert list(result.config.stacks) == [stack]
+    assert result.report_lines() == [
+        f"note: {path}: stack {directory!r} (the name of the file's directory) is named "
+        f"{stack!r} in tenure.toml; --stack NAME chooses another"]
+
+
+def test_no_note_for_a_directory_name_no_app_uses(tmp_path: Path) -> None:
+    path = tmp_path / "My Project" / "s.conf"
+    path.parent.mkdir()
+    path.write_text("[group:g]\nprograms=web\n[program:web]\ncommand=/bin/web\n")
+    result = import_files([str(path)])
+    assert list(result.config.stacks) == ["g"] and result.report_lines() == []
+    assert import_files([str(path)], "s").report_lines() == []
+
+
 @pytest.mark.parametrize(("name", "fmt"), [
     ("Procfile", SourceFormat.PROCFILE), ("Procfile.dev", SourceFormat.PROCFILE),
     ("ecosystem.config.js", SourceFormat.PM2), ("pm2.config.cjs", SourceFormat.PM2),

@@ -175,10 +175,31 @@ def test_restart_policy(tmp_path: Path, conf: dict[str, Any], restart: RestartMo
         assert (app.backoff, app.start_limit) == (Backoff(), StartLimit())
 
 
-def test_other_exit_codes_are_reported(tmp_path: Path) -> None:
-    app, problems = _app(tmp_path, script="a.js", stop_exit_codes=[0, 3])
-    assert app.restart is RestartMode.ALWAYS
-    assert "only exit status 0" in problems["apps[0].stop_exit_codes"]
+@pytest.mark.parametrize(("codes", "restart", "problem"), [
+    # PM2 does not restart after 0 or 2; on-failure is tenure's nearest: it agrees on 0
+    ([0, 2], RestartMode.ON_FAILURE, "restart = \"on-failure\" is written: tenure "
+     "restarts the app after exit status 2 too (only 0 counts as expected)"),
+    ([3, 0, 2], RestartMode.ON_FAILURE, "restart = \"on-failure\" is written: tenure "
+     "restarts the app after exit status 2 or 3 too (only 0 counts as expected)"),
+    # PM2 restarts after 0 but not after 2: always agrees on every status but 2
+    ([2], RestartMode.ALWAYS, "restart = \"always\" is written: tenure restarts the "
+     "app after exit status 2 too (it has no exit statuses that stop restarts)"),
+    (2, RestartMode.ALWAYS, "restart = \"always\" is written: tenure restarts the "
+     "app after exit status 2 too (it has no exit statuses that stop restarts)"),
+    (["x"], RestartMode.ALWAYS, "must be exit statuses (whole numbers), not ['x']"),
+])
+def test_other_stop_exit_codes_are_reported_as_the_config_has_them(
+        tmp_path: Path, codes: Any, restart: RestartMode, problem: str) -> None:
+    app, problems = _app(tmp_path, script="a.js", stop_exit_codes=codes)
+    assert app.restart is restart
+    assert problems == {"apps[0].stop_exit_codes": problem}
+
+
+@pytest.mark.parametrize("conf", [{"autorestart": False}, {"max_restarts": 0}])
+def test_stop_exit_codes_do_not_matter_when_pm2_never_restarts(
+        tmp_path: Path, conf: dict[str, Any]) -> None:
+    app, problems = _app(tmp_path, script="a.js", stop_exit_codes=[0, 2], **conf)
+    assert app.restart is RestartMode.NEVER and problems == {}
 
 
 @pytest.mark.parametrize(("instances", "expected", "reported"), [
@@ -209,6 +230,29 @@ def test_keys_without_equivalent_are_reported(tmp_path: Path) -> None:
         "username", "watch", "out_file", "env_staging", "max_memory_restart", "cron_restart",
         "wait_ready", "treekill", "vizion"))}
     assert "--env staging" in problems["apps[0].env_staging"]
+
+
+@pytest.mark.parametrize("conf", [
+    {"watch": False}, {"watch": None}, {"watch": 0}, {"watch": ""},
+    # watch settings have no effect while PM2 does not watch
+    {"watch": False, "ignore_watch": ["node_modules"], "watch_delay": 1000,
+     "watch_options": {"followSymlinks": False}},
+    {"wait_ready": False}, {"max_memory_restart": 0}, {"cron_restart": ""},
+    {"merge_logs": False, "combine_logs": False, "time": False, "disable_logs": False},
+    {"autorestart": True, "treekill": True},
+])
+def test_keys_off_as_tenure_is_are_not_reported(tmp_path: Path,
+                                                conf: dict[str, Any]) -> None:
+    _, problems = _app(tmp_path, script="a.js", **conf)
+    assert problems == {}
+
+
+@pytest.mark.parametrize("watch", [True, ["src"], [], "src"])
+def test_a_watch_that_pm2_does_is_reported_with_its_settings(tmp_path: Path,
+                                                             watch: Any) -> None:
+    """PM2 takes watch as JavaScript does: an empty array is true (it watches cwd)."""
+    _, problems = _app(tmp_path, script="a.js", watch=watch, ignore_watch=["x"])
+    assert set(problems) == {"apps[0].watch", "apps[0].ignore_watch"}
 
 
 @pytest.mark.parametrize(("conf", "run_as"), [

@@ -153,6 +153,19 @@ def test_too_many_processes_are_capped_and_reported(tmp_path: Path) -> None:
     assert "at most 64" in _problems(result)["[program:w] numprocs"]
 
 
+def test_too_many_processes_of_one_app_each_are_capped_and_reported(tmp_path: Path) -> None:
+    """Processes that differ by %(process_num) become one app each: no more than the
+    most instances of one app either, the first 64 by process_num."""
+    result = _read(tmp_path, {"s.conf": "[program:api]\ncommand=/bin/api --port "
+                                        "%(process_num)d\nnumprocs=100\nnumprocs_start=1\n"
+                                        "process_name=%(program_name)s-%(process_num)d\n"})
+    assert [d.app.name for d in result.drafts] == [f"api-{n}" for n in range(1, 65)]
+    assert all(d.app.instances == 1 for d in result.drafts)
+    assert _problems(result) == {"[program:api] numprocs": (
+        "tenure runs at most 64 processes of a program, not 100: the first 64 "
+        "(process_num 1 to 64) are imported")}
+
+
 @pytest.mark.parametrize(("value", "timeout", "problem"), [
     ("604800", 604800.0, None),
     ("700000", 604800.0, "tenure waits at most 604800 s (a week) for an app to stop, "
