@@ -248,6 +248,7 @@ def _restart_cut(done: list[str], remaining: list[str], states: dict[str, str]
     return ShuttingDown(
         "the backend is handing over to another generation: restarted "
         f"{', '.join(done) or 'none'}; not restarted {', '.join(remaining) or 'none'}. "
-        "What was restarted comes up under the next generation (see `tenure status`); "
-        "run the command again for the rest", {"restarted": done, "remaining": remaining,
+        "What was restarted comes up under the generation that serves next (this one "
+        "again if the handoff is aborted; see `tenure status`); run the command again "
+        "for the rest", {"restarted": done, "remaining": remaining,
                                                 "instances": states})

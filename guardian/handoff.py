@@ -108,8 +108,11 @@ class _Handoff:
             self.act = self.co.advance(self.act, Phase.COMPLETE, outcome=Outcome.CHECK_ONLY)
             return
         if self.incumbent is None or not self.incumbent.alive():
-            raise BackendUnavailable("no backend generation is running to hand over from; "
-                                     "use `tenure backend recover`")
+            raise BackendUnavailable(
+                "no backend generation is running to hand over from: `tenure release "
+                "select RELEASE` starts the release you name (for a rollback the previous "
+                "one, which `tenure backend status` names), `tenure backend recover` the "
+                "selected one again")
         self.co.point("standby")
         self.co.candidate = self.standby
         async with self.co.holding_link():

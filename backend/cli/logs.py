@@ -37,8 +37,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["AWAY", "FOLLOW_OUTAGE", "TENURE_FLAG", "follow_logs", "neutralise", "not_running",
-           "read_page", "since", "through_handoffs"]
+__all__ = ["AWAY", "FOLLOW_OUTAGE", "TENURE_FLAG", "away", "follow_logs", "neutralise",
+           "not_running", "read_page", "since", "through_handoffs"]
 
 PAGE_RECORDS = 10_000
 FOLLOW_POLL_S = 0.2
@@ -164,10 +164,19 @@ def _tell_silent(what: str, exc: Exception, waited: float) -> bool:
     if waited < SAY_AFTER_S:
         return False
     msg = getattr(exc, "msg", str(exc))
-    sys.stderr.write(f"tenure: {what}: no backend has answered for {waited:.0f} s ({msg}); "
-                     f"waiting for one for up to {FOLLOW_OUTAGE:g} s (Ctrl-C ends)\n")
+    sys.stderr.write(f"tenure: {what}: {away(exc, waited)} ({msg}); waiting for one for up "
+                     f"to {FOLLOW_OUTAGE:g} s (Ctrl-C ends)\n")
     sys.stderr.flush()
     return True
+
+
+def away(exc: Exception, waited: float) -> str:
+    """What a wait of ``waited`` s for a backend was: a drain for a handoff that takes
+    long (it answers, SHUTTING_DOWN: a restart whose stop is slow holds it), or no
+    answer at all."""
+    if isinstance(exc, ShuttingDown):
+        return f"the backend has been draining for a handoff for {waited:.0f} s"
+    return f"no backend has answered for {waited:.0f} s"
 
 
 def _tell_blocked(what: str, exc: Exception) -> bool:

@@ -83,8 +83,9 @@ class Away:
         if now >= self.deadline:
             raise self.timed_out(exc) from None
         if not self.told and now - self.since >= SAY_AFTER_S:
+            from .logs import away
             sys.stderr.write(
-                f"tenure: {self.what}: no backend has answered for {now - self.since:.0f} s "
+                f"tenure: {self.what}: {away(exc, now - self.since)} "
                 f"({exc.msg}); waiting for one, and for operation {self.op_id}, for up to "
                 f"{self.deadline - now:.0f} s more (Ctrl-C ends; the operation goes on)\n")
             sys.stderr.flush()

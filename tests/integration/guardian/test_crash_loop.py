@@ -81,6 +81,10 @@ def test_a_backend_that_crashes_after_every_start_backs_off_and_blocks(cluster, 
     assert backend_procs(cluster.home) == []
     assert cluster.pids() == apps                   # the applications ran on
 
+    back = cluster.cli("backend", "rollback", timeout=120)   # no backend to hand over
+    act = back.out["activation"]                             # from: it says what does
+    assert back.code == 1 and act["code"] == "BACKEND_UNAVAILABLE", back.out
+    assert "`tenure release select RELEASE` starts the release you name" in act["error"], act
     res = cluster.cli("release", "select", a, timeout=300)   # the documented way out
     assert res.code == 0, res
     started = res.out["started"]

@@ -118,8 +118,9 @@ def test_a_backend_away_past_the_timeout_ends_it_unreachable_and_says_so(
     assert "`tenure op show op-1 --wait`" in raised.value.msg
     assert 30 <= clock.now - began <= 32                     # within its --timeout
     said = capsys.readouterr().err.splitlines()
-    assert len(said) == 1 and said[0].startswith(
-        "tenure: op show: no backend has answered for 6 s (server is draining"), said
+    assert len(said) == 1 and said[0].startswith(   # it answers: a drain, not silence
+        "tenure: op show: the backend has been draining for a handoff for 6 s (server is "
+        "draining"), said
 
 
 def test_a_long_silence_is_said_and_so_is_the_answer_after_it(
