@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from protocol.aclient import AsyncClient
-from protocol.backendstate import check_backend_state
 from protocol.errors import (
     BadRequest,
     IdentityMismatch,
@@ -135,9 +134,6 @@ class Generation(HandingOver):
         self.handoff = read_handoff(self.layout.handoff_file(self.activation))
         self.epoch = _int(self.handoff, "epoch")
         owner = Identity.from_wire(self.handoff.get("owner"), "handoff.owner")
-        # what the guardian checked before it began a handoff to us: refused the same
-        # way, before anything is created (the opens below apply the rules again)
-        check_backend_state(self.layout)
         ensure_private_dir(self.layout.backend, root=self.layout.home)
         self.store = BackendStore(self.layout.backend_db)
         self.recovery = RecoveryStore(self.layout.recovery_db)

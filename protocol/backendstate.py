@@ -5,12 +5,12 @@ A generation refuses to start, changing nothing, when its state paths are not sa
 someone else could change, a home or ``backend/`` that is a symlink, another user's or
 open to others, a ``backend.db`` or ``recovery.db`` that is a symlink, not a regular
 file, another user's or open to others. :func:`check_backend_state` is that check, read
-only; the generation runs it first thing at its start (backend.generation), and the
-guardian runs it in a handoff's ``checked`` phase (guardian.handoff), so that a handoff
-whose candidate would be refused aborts while the incumbent still serves instead of
-retiring it first. The rules themselves are :func:`protocol.sockets.check_private_dir`,
-:func:`protocol.sockets.check_ancestors` and :func:`protocol.durable.refuse_unprivate`,
-which creating the directories and opening the databases apply again.
+only: the guardian runs it in a handoff's ``checked`` phase (guardian.handoff), so that
+a handoff whose candidate would be refused aborts while the incumbent still serves
+instead of retiring it first. The rules are the ones the generation's start applies as
+it creates its directories and opens its databases (backend.generation):
+:func:`protocol.sockets.check_private_dir`, :func:`protocol.sockets.check_ancestors` and
+:func:`protocol.durable.refuse_unprivate`.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from protocol.sockets import ensure_private_dir
 
 
 def _start_opens(layout: Layout) -> None:
-    """What a generation's start does to its state (backend.generation.Generation.start,
-    after its own check_backend_state): create backend/, open both databases."""
+    """What a generation's start does to its state (backend.generation.Generation.start):
+    create backend/, open both databases."""
     ensure_private_dir(layout.backend, root=layout.home)
     BackendStore(layout.backend_db).close()
     RecoveryStore(layout.recovery_db).close()
