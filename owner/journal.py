@@ -380,15 +380,8 @@ class Journal:
 
     def _when_idle(self) -> None:
         """Nothing is queued: empty a WAL longer than it keeps (owner.journalckpt)."""
-        if not self._ckpt.idle():
-            return
-        with self._wlock:
-            try:
-                result = truncate(self._wconn)
-            except sqlite3.Error as exc:
-                log.warning("journal checkpoint failed: %s", exc)
-                return
-        self._ckpt.checkpointed(*result)
+        if self._ckpt.idle():
+            self._checkpoint_now(truncate)
 
     def _write(self, batch: list[Queued]) -> int:
         """Write ``batch`` (or count it lost) and release its room in the queue; returns
@@ -417,11 +410,16 @@ class Journal:
         """Tell the checkpointer what a batch wrote; checkpoint here if it says so."""
         frames = frames_for(sum(item.data_bytes for item in batch),
                             sum(len(item.lines) for item in batch))
-        if not self._ckpt.committed(frames):
-            return
+        if self._ckpt.committed(frames):
+            self._checkpoint_now(checkpoint)
+
+    def _checkpoint_now(self, how: Callable[[sqlite3.Connection], tuple[int, int, int]]
+                        ) -> None:
+        """The writer's own checkpoint (``how``: journalckpt.checkpoint or truncate),
+        reported to the checkpointer; a failure is logged and left to the next one."""
         with self._wlock:
             try:
-                result = checkpoint(self._wconn)
+                result = how(self._wconn)
             except sqlite3.Error as exc:
                 log.warning("journal checkpoint failed: %s", exc)
                 return
