@@ -314,7 +314,7 @@ async def recover_after_exit(co: Coordinator, bp: BackendProcess) -> None:
             return  # a flow brought another generation, or the operator must decide
         ran = co.uptime(bp)
         if ran is None or ran >= co.stable_s:
-            co.recovery_attempts = co.recovery_crashes = 0
+            co.end_streak()
             await recover_safely(co)
             return
         try:

@@ -545,7 +545,11 @@ class Coordinator:
         recovery attempts (guardian.cold)."""
         ran = None if bp is None else self.uptime(bp)
         if ran is not None and ran >= self.stable_s:
-            self.recovery_attempts = self.recovery_crashes = 0
+            self.end_streak()
+
+    def end_streak(self) -> None:
+        """No failed recovery attempt counts any more (guardian.cold)."""
+        self.recovery_attempts = self.recovery_crashes = 0
 
     # -- the standby generation of a guardian start ------------------------------------
 
