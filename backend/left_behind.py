@@ -30,23 +30,20 @@ def announce(log: logging.Logger, who: str, count: int, launch_key: str) -> None
 
 async def stop_left_behind(owner: Any, epoch: int, launch_key: str, who: str,
                            log: logging.Logger,
-                           before: Callable[[], None] | None = None) -> bool:
+                           before: Callable[[], None] | None = None) -> None:
     """Ask the owner to stop ``launch_key`` (everything of it still running) with its own
     stop policy; ``before`` runs first (it may raise TenureError: then nothing is sent).
-    Returns whether the owner confirmed that nothing of it runs any more. Every failure
-    is logged here, naming ``who`` and the key; raises only StaleEpoch, which the caller
-    answers by fencing itself (a newer generation holds the owner)."""
+    Every failure is logged here, naming ``who`` and the key; raises only StaleEpoch,
+    which the caller answers by fencing itself (a newer generation holds the owner)."""
     try:
         if before is not None:
             before()
         await owner.call("stop", {"launch_key": launch_key}, epoch=epoch, timeout=3600)
-        return True
     except NotFound:
-        return True    # nothing of it is left
+        pass   # nothing of it is left
     except StaleEpoch:
         raise
     except TenureError as exc:
         log.warning("%s: what outlived %s was not stopped: %s", who, launch_key, exc)
     except Exception:  # never an unhandled task exception: say what was not done
         log.exception("%s: what outlived %s was not stopped", who, launch_key)
-    return False

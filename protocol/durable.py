@@ -75,18 +75,16 @@ def refuse_unprivate(path: str, st: os.stat_result | None = None) -> None:
                          f"changed it, then chmod 600 it", {"path": path, "mode": f"{mode:04o}"})
 
 
-def check_private_file(path: str | os.PathLike[str]) -> bool:
+def check_private_file(path: str | os.PathLike[str]) -> None:
     """What :func:`open_sqlite` refuses of the file at ``path`` before it opens it
-    (:func:`refuse_unprivate`), read only: nothing is created or changed. Returns
-    whether the file exists (a missing one is no refusal: open_sqlite creates it 0600).
-    Raises UnsafePath naming the path."""
+    (:func:`refuse_unprivate`), read only: nothing is created or changed; a missing file
+    is no refusal (open_sqlite creates it 0600). Raises UnsafePath naming the path."""
     p = os.fspath(path)
     try:
         st = os.lstat(p)
     except FileNotFoundError:
-        return False
+        return
     refuse_unprivate(p, st)
-    return True
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, *,

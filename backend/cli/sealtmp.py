@@ -51,17 +51,15 @@ def sealed_here(layout: Layout) -> Iterator[Path]:
         os.close(held)
 
 
-def sweep(layout: Layout) -> list[str]:
+def sweep(layout: Layout) -> None:
     """Remove the seal trees under runtime/ that a killed command left: unlocked and
-    unchanged for STALE_AFTER_S. Returns their names. Never raises: a tree that cannot
-    be looked at or removed now is left for a later sweep (a leftover costs disk space,
-    nothing else)."""
+    unchanged for STALE_AFTER_S. Never raises: a tree that cannot be looked at or
+    removed now is left for a later sweep (a leftover costs disk space, nothing else)."""
     from guardian.release import remove_tree
     try:
         names = [n for n in os.listdir(layout.runtime) if n.startswith(PREFIX)]
     except OSError:
-        return []
-    removed = []
+        return
     for name in names:
         path = layout.runtime / name
         try:
@@ -72,12 +70,10 @@ def sweep(layout: Layout) -> list[str]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if time.time() - os.fstat(fd).st_mtime >= STALE_AFTER_S:
                 remove_tree(path)
-                removed.append(name)
         except OSError:
             pass   # held by a live command (EWOULDBLOCK), or not removable now
         finally:
             os.close(fd)
-    return removed
 
 
 def _open_dir(path: Path) -> int:
