@@ -31,9 +31,7 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
             if not args.arg:
                 raise BadRequest("tenure release install SEALED_DIR")
             r = g.call("release.install", {"path": str(Path(args.arg).absolute())})
-            text = f"installed {r['release']}" + (
-                f"\n  repaired: the installed copy did not verify ({r['repaired']}); it "
-                "was replaced by this verified one" if r.get("repaired") else "")
+            text = install_text(r)
         elif args.action == "list":
             r = g.call("release.list")
             text = list_text(r)
@@ -59,6 +57,13 @@ def list_text(r: dict[str, Any]) -> str:
                      f"{'  previous' if x['previous'] else ''}"
                      f"{'  (' + x['reason'] + ')' if x.get('reason') else ''}"
                      for x in r["releases"]) or "no releases"
+
+
+def install_text(r: dict[str, Any]) -> str:
+    """An installed release, and what was wrong with the copy it replaced, if any."""
+    return f"installed {r['release']}" + (
+        f"\n  repaired: the installed copy did not verify ({r['repaired']}); it was "
+        "replaced by this verified one" if r.get("repaired") else "")
 
 
 def verify_text(r: dict[str, Any]) -> str:

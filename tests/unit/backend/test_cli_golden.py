@@ -306,6 +306,10 @@ CASES: dict[str, Callable[[], str]] = {
          "current": False, "previous": False},
         {"release": "c0de" * 16, "status": "corrupt", "current": False, "previous": True,
          "reason": "STATE_CORRUPT: RUNTIME.json does not hash to the directory name"}]}),
+    "release_install": lambda: releases.install_text({"release": "33" * 32}),
+    "release_install_repaired": lambda: releases.install_text({
+        "release": "33" * 32, "repaired": "content of lib/backend/explain.py does not "
+                                          "match RUNTIME.json"}),
     "release_verify_signed": lambda: releases.verify_text({
         "release": "a1b2" * 16, "ok": True, "files": 1064, "signed": True}),
     "release_verify_unsigned": lambda: releases.verify_text({
@@ -337,6 +341,8 @@ CASES: dict[str, Callable[[], str]] = {
             "owner_release": {"running": "c0de" * 16, "error": None}}}),
     "job_show": lambda: jobs.render_show(JOB),
     "job_show_proven": lambda: jobs.render_show(PROVEN),
+    "job_show_left_behind": lambda: jobs.render_show({**JOB, "history": [
+        *JOB["history"][:2], {**JOB["history"][2], "detail": {"descendants": 2}}]}),
     "job_resolve_proven": lambda: jobs.render_resolved(
         {**PROVEN, "resolution": {**PROVEN["resolution"], "by": "uid 0",
                                   "note": "the migration ran"}}),
