@@ -13,6 +13,7 @@ from protocol.errors import (
     NotFound,
     OutcomeUnknown,
     OwnerUnavailable,
+    ShuttingDown,
 )
 from protocol.server import Call
 
@@ -42,7 +43,8 @@ class LogsReading:
         it would ignore them and answer something else than asked; OwnerUnavailable
         while the owner is silent (its journal is read through it) or when the read
         failed on the way to it (a read changes nothing, so its outcome is not unknown:
-        `tenure logs -f` waits and asks again)."""
+        `tenure logs -f` waits and asks again) or met an owner that is stopping (its
+        journal closed, as an owner upgrade does before the next owner reopens it)."""
         self._require_owner("reading the logs")
         try:
             return await self._read_logs(call)
@@ -50,6 +52,9 @@ class LogsReading:
             # e.g. the owner stopped during it: the connection's heartbeat gave up on it
             raise self._unavailable(f"did not answer ({exc.msg})", "reading the logs",
                                     self._link(failed=True)) from exc
+        except ShuttingDown as exc:
+            raise self._unavailable(f"is stopping ({exc.msg})", "reading the logs",
+                                    self._link()) from exc
 
     async def _read_logs(self, call: Call) -> Any:
         p = {k: v for k, v in call.params.items() if v is not None}

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
-from protocol.errors import BadRequest, StorageFailed
+from protocol.errors import BadRequest, ShuttingDown, StorageFailed
 
 from . import memtrim
 from .journalckpt import Checkpointer, checkpoint, frames_for, truncate
@@ -537,8 +537,8 @@ class Journal:
         """Give exactly these apps their own budget (others keep the default), stored
         durably, and prune at once what a smaller budget no longer keeps, in one
         transaction. Safe from any thread. Raises ``BadRequest`` (a malformed name, a
-        budget out of [MIN_RETENTION, MAX_RETENTION], a closed journal) and
-        ``StorageFailed`` (the transaction failed: nothing changed)."""
+        budget out of [MIN_RETENTION, MAX_RETENTION]), ``ShuttingDown`` (a closed
+        journal) and ``StorageFailed`` (the transaction failed: nothing changed)."""
         checked = {(_check_name("stack", st), _check_name("app", app)):
                    _check_int("budget", n, MIN_RETENTION) for (st, app), n in budgets.items()}
         if any(n > MAX_RETENTION for n in checked.values()):
@@ -557,7 +557,7 @@ class Journal:
         """Delete every line of each ``(stack, app, instance)`` in one transaction (see
         :mod:`owner.journalforget`); lines still queued are written first, so they go
         too. Returns how many lines went: 0 when none were left. Safe from any thread.
-        Raises ``BadRequest`` (a malformed source, a closed journal) and
+        Raises ``BadRequest`` (a malformed source), ``ShuttingDown`` (a closed journal) and
         ``StorageFailed`` (the transaction failed: nothing was deleted)."""
         checked = [(_check_name("stack", st), _check_name("app", app),
                     _check_int("instance", inst)) for st, app, inst in sources]
@@ -574,10 +574,10 @@ class Journal:
         """``work(conn)`` in one transaction of the writer's connection, between two
         batches: committed whole, or on an error not at all (StorageFailed naming
         ``what``); the per-app state is reloaded as committed either way. Raises
-        BadRequest on a closed journal."""
+        ShuttingDown on a closed journal (the owner is stopping)."""
         with self._wlock:
             if self._closed:
-                raise BadRequest("journal is closed")
+                raise ShuttingDown("journal is closed")
             conn = self._wconn
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -599,7 +599,7 @@ class Journal:
     def _reader(self) -> sqlite3.Connection:
         if self._rconn is None:
             if self._closed:
-                raise BadRequest("journal is closed")
+                raise ShuttingDown("journal is closed")
             self._rconn = connect(self._path)
             self._rconn.execute("PRAGMA query_only=1")
         return self._rconn
@@ -607,7 +607,7 @@ class Journal:
     def last_id(self) -> int:
         """The highest id ever committed (0 if none); pruning never lowers it.
 
-        Raises ``BadRequest`` if the journal is closed.
+        Raises ``ShuttingDown`` if the journal is closed.
         """
         with self._rlock:
             row = self._reader().execute(
@@ -631,8 +631,8 @@ class Journal:
         ``limit`` (capped at ``READ_LIMIT_MAX``) and ``max_bytes`` of answer (see
         :func:`owner.journalread.read_page`). One read transaction. Safe from any
         thread. Raises ``BadRequest`` for a negative or non-int ``after_id``, a
-        non-positive ``limit`` or ``max_bytes``, wrongly typed filters, or a closed
-        journal.
+        non-positive ``limit`` or ``max_bytes`` or wrongly typed filters, and
+        ``ShuttingDown`` for a closed journal.
         """
         _check_int("after_id", after_id)
         limit = min(_check_int("limit", limit, 1), READ_LIMIT_MAX)

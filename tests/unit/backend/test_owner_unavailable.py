@@ -16,7 +16,7 @@ import pytest
 
 from backend.instance import State
 from backend.testing import FakeOwner, api_call, go_stale, ready_generation
-from protocol.errors import OwnerUnavailable, TransportLost
+from protocol.errors import OwnerUnavailable, ShuttingDown, TransportLost
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
 
@@ -87,5 +87,25 @@ def test_a_log_read_the_owner_fails_mid_way_is_owner_unavailable(tmp_path: Path)
                 f"(pid {os.getpid()} runs (state R) but did not answer); reading the "
                 "logs was not done"), refused.value.msg
             assert refused.value.data["owner_link"]["current"] is True
+
+    asyncio.run(main())
+
+
+def test_a_log_read_the_stopping_owner_refuses_is_owner_unavailable(tmp_path: Path):
+    """Regression: an owner upgrade closes the old owner's journal before its socket; a
+    read in between came back BAD_REQUEST "journal is closed" and `tenure logs -f`
+    ended (exit 2) instead of waiting for the next owner."""
+    async def main() -> None:
+        owner = FakeOwner()
+        async with ready_generation(tmp_path, owner, ONE) as gen:
+            def closed(method: str, params: dict[str, object]) -> None:
+                if method == "logs.read":
+                    raise ShuttingDown("journal is closed")
+            owner.before = closed
+            with pytest.raises(OwnerUnavailable) as refused:
+                await gen.api.logs(api_call("logs", targets=["s/a"]))
+            assert refused.value.msg.startswith(
+                "the owner is stopping (journal is closed); reading the logs was not "
+                "done"), refused.value.msg
 
     asyncio.run(main())

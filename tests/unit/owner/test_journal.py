@@ -19,7 +19,7 @@ from owner.journaldb import record_cost
 from owner.linesplit import CONTINUED, PARTIAL
 from owner.testing import read_all
 from protocol.durable import CACHE_KIB
-from protocol.errors import BadRequest, StateCorrupt, UnsafePath
+from protocol.errors import BadRequest, ShuttingDown, StateCorrupt, UnsafePath
 
 WEB = LogSource("shop", "web", 0, 1)
 WORKER = LogSource("shop", "worker", 2, 3)
@@ -217,7 +217,7 @@ def test_close_is_idempotent_and_later_appends_are_counted(tmp_path: Path) -> No
     j.close()
     assert j.append(WEB, "stdout", lines(b"late")) == 0
     assert j.take_overflow() == {WEB: 1}
-    with pytest.raises(BadRequest):
+    with pytest.raises(ShuttingDown):   # the owner is stopping: a reader waits for the next
         j.read(0, 10)
     with Journal(tmp_path / "journal.db") as again:
         assert [r.data for r in again.read(0, 10)] == [b"a"]
