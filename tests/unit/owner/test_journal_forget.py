@@ -13,7 +13,7 @@ import pytest
 from owner.journal import Journal, LogSource
 from owner.journaldb import record_cost
 from owner.testing import read_all
-from protocol.errors import BadRequest, StorageFailed
+from protocol.errors import BadRequest, ShuttingDown, StorageFailed
 
 JOB1 = LogSource("s", "job:migrate", 1, 1)
 JOB1_RETRY = LogSource("s", "job:migrate", 1, 2)      # attempt 2 of the same record
@@ -99,5 +99,5 @@ def test_forget_validates_sources_and_a_closed_journal_refuses(tmp_path: Path,
             j.forget([source])
     finally:
         j.close()
-    with pytest.raises(BadRequest):
+    with pytest.raises(ShuttingDown):   # the owner is stopping
         j.forget([("s", "a", 1)])
