@@ -73,6 +73,12 @@ def _tenure_command() -> list[str]:
 _TENURE = _tenure_command()
 
 
+def log_budget(lines: int) -> int:
+    """A log budget that keeps ``lines`` of the benchmark's writer with room to spare:
+    256 bytes a line (its 45 and the record's cost), at least the 64 MiB default."""
+    return max(64 << 20, lines * 256)
+
+
 def _toml_list(argv: list[str]) -> str:
     return "[" + ", ".join(json.dumps(a) for a in argv) + "]"
 
@@ -106,12 +112,13 @@ class Tenure(Supervisor):
         run(self._cli("up", "--release", str(rel)), self.cli_env(), timeout=300)
         run(self._cli("down"), self.cli_env(), timeout=120)
 
-    def _write(self, apps: list[tuple[str, list[str], str]]) -> None:
+    def _write(self, apps: list[tuple[str, list[str], str]], extra: str = "") -> None:
         out = []
         for name, argv, restart in apps:
             out.append(f"[stacks.bench.apps.{name}]\ncommand = {_toml_list(argv)}\n"
                        f'restart = "{restart}"\n'
-                       f'env = {{ {PROGRAM_VAR} = "{name}", {TOKEN_VAR} = "{self.token}" }}\n')
+                       f'env = {{ {PROGRAM_VAR} = "{name}", {TOKEN_VAR} = "{self.token}" }}\n'
+                       + extra)
         self.config = self.workdir / "tenure.toml"
         self.config.write_text("\n".join(out))
 
@@ -123,7 +130,11 @@ class Tenure(Supervisor):
     def setup_logs(self, workdir: Path, lines: int) -> None:
         self._prepare_home(workdir)
         self.names = ["log"]
-        self._write([("log", write_log_writer(workdir, lines), "never")])
+        # Every line is kept, as the peers are told to (supervisord: maxbytes=0): under
+        # the default 64 MiB budget the journal would prune the oldest of a million
+        # 45-byte lines (each record costs ~32 bytes more), and they would count as lost.
+        self._write([("log", write_log_writer(workdir, lines), "never")],
+                    f"log_retention = {log_budget(lines)}\n")
         self._log_base = 0
 
     # -- commands -----------------------------------------------------------------------

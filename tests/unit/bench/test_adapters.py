@@ -228,3 +228,24 @@ def test_the_installed_code_is_compiled_where_its_bytecode_is_stale(tmp_path, mo
     byte_compile(("tbpkg",))
     assert pyc.read_bytes() != first
     monkeypatch.delitem(sys.modules, "tbpkg", raising=False)
+
+
+def test_the_tenure_log_app_keeps_every_line_of_the_run(monkeypatch, tmp_path):
+    """Regression: the logs scenario ran under the journal's default 64 MiB budget, which
+    holds ~800k of the writer's million lines (each record costs its data and ~32 bytes
+    more), so the oldest were pruned and counted as lost. The peers keep everything
+    (supervisord: maxbytes=0); so must tenure's config."""
+    from backend.config import load_config
+    from bench.peers.base import LOG_LINE
+    from bench.tenure_adapter import Tenure
+    from owner.journaldb import record_cost
+
+    def prepare(self: Tenure, workdir: Path) -> None:
+        self.workdir, self.home = workdir, workdir / "h"
+    monkeypatch.setattr(Tenure, "_prepare_home", prepare)
+    sup = Tenure()
+    lines = 1_000_000
+    sup.setup_logs(tmp_path, lines)
+    (app,) = load_config(sup.config).apps()
+    kept = (len(LOG_LINE % (lines - 1)) - 1 + record_cost("bench", app.name)) * lines
+    assert app.log_retention is not None and app.log_retention >= kept
