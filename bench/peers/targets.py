@@ -161,18 +161,18 @@ REASONS: dict[str, str] = {
         "5.0-6.1 ms): between fewer questions the owner's CPU halts, and waking it "
         "costs more than the questions did; not taken."),
     "ratio_logs": (
-        "by the machine's load, at the margin: tenure drains the writer's pipe faster "
-        "than supervisord does (the writer ran 0.68-0.94 s under tenure, 0.97-1.50 s "
-        "under supervisord, 0.73-1.01 s alone, in the five repetitions of the run "
-        "published at 3730df1) and commits the lines to its SQLite journal behind it, the last ~0.2-0.5 "
-        "s after the writer ended; supervisord appends to a file as it reads. So the "
-        "figure is the journal's commit rate: 1.14, 1.09, 0.87, 0.88 and 0.77 M lines/s "
-        "in the five repetitions, falling as the load rose (0.35 to 1.30), none lost. "
-        "The previous full run, with the same journal code, measured 1.33 M lines/s, "
-        "1.11x supervisord. Since retention counts each record's cost (~32 bytes besides "
-        "the line), the scenario's app is given a budget that holds the whole run, as "
-        "supervisord is told to keep everything (maxbytes=0): under the default 64 MiB "
-        "the journal kept the last ~795,000 lines of the million."),
+        "by the machine's load, at the margin: tenure drains the writer's pipe faster than "
+        "supervisord does (the writer ran 0.68-0.94 s under tenure, 0.97-1.50 s under "
+        "supervisord, 0.73-1.01 s alone, in the five repetitions of the run published at "
+        "3730df1) and commits the lines to its SQLite journal behind it, the last ~0.2-0.5 s "
+        "after the writer ended; supervisord appends to a file as it reads. So the figure is "
+        "the journal's commit rate: 1.14, 1.09, 0.87, 0.88 and 0.77 M lines/s in the five "
+        "repetitions, falling as the load rose (0.35 to 1.30), none lost. The previous full "
+        "run, with the same journal code, measured 1.33 M lines/s, 1.11x supervisord. Since "
+        "retention counts each record's cost (~32 bytes besides the line), the scenario's app "
+        "is given a budget that holds the whole run, as supervisord is told to keep everything "
+        "(maxbytes=0): under the default 64 MiB the journal kept the last ~795,000 lines of "
+        "the million."),
     "ratio_replace_returned": (
         "a backend upgrade checks the candidate before the incumbent is touched: its "
         "standby starts (interpreter and standard library ~70 ms, overlapping the "
