@@ -613,15 +613,22 @@ def _refuse_if_blocked(view: dict[str, Any] | None) -> None:
 
 def _last_failure(view: dict[str, Any] | None) -> str:
     """'; the backend (pid N) is alive but NOT ANSWERING …' when the guardian's last
-    probe of its living generation got no answer (it may be hung); else '; its last
-    start failed: WHY (the guardian tries again)', or '' when the most recent activation
-    did not fail or the guardian does not say."""
-    from .render_backend import not_answering
+    probe of its living generation got no answer (it may be hung); '; recovery is
+    failing: attempt N of M ended WHY …' while the guardian waits to retry after a failed
+    start or a generation that crashed soon after it started; else '; its last start
+    failed: WHY (the guardian tries again)', or '' when the most recent activation did
+    not fail or the guardian does not say."""
+    from .render_backend import not_answering, recovery_failing
     backend = (view or {}).get("backend") or {}
     silent = not_answering(backend)
     if silent is not None:
         return (f"; the backend (pid {backend.get('pid')}) is alive but {silent}: it may be "
                 "hung (docs/recover.md)")
+    failing = (view or {}).get("recovery_failing")
+    if isinstance(failing, dict) and not backend.get("alive"):
+        # the streak says more than the last activation, which may have succeeded: a
+        # generation that reached READY and crashed a second later
+        return f"; {recovery_failing(failing)}"
     recent = (view or {}).get("recent") or []
     last = recent[0] if recent and isinstance(recent[0], dict) else {}
     if last.get("outcome") in (None, "success") or not last.get("error"):

@@ -19,6 +19,16 @@ _FINAL_PHASES = frozenset({"complete", "aborted", "rolled_back", "failed", "unce
                            "blocked"})
 
 
+def recovery_failing(failing: dict[str, Any]) -> str:
+    """The guardian's streak of failed recoveries (its ``recovery_failing``) in words:
+    'recovery is failing: attempt 2 of 7 ended …; the guardian tries again in 4s and
+    blocks after the last'."""
+    due = float(failing.get("retry_at") or 0) - time.time()
+    return (f"recovery is failing: attempt {failing.get('attempt')} of "
+            f"{failing.get('attempts')} ended {failing.get('error')}; the guardian tries "
+            f"again {'in ' + dur(due) if due >= 1 else 'now'} and blocks after the last")
+
+
 def not_answering(b: dict[str, Any] | None) -> str | None:
     """'NOT ANSWERING for 12s (why)' when the guardian's last probe of the living
     generation ``b`` (diagnostics' ``backend``) got no answer; else None."""
@@ -268,11 +278,7 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
                       "then `tenure backend recover`")
     failing = r.get("recovery_failing")
     if failing and not backend.get("alive"):
-        due = float(failing.get("retry_at") or 0) - time.time()
-        return _state("unavailable", f"recovery is failing: attempt {failing.get('attempt')} "
-                      f"of {failing.get('attempts')} ended {failing.get('error')}; the "
-                      f"guardian tries again {'in ' + dur(due) if due >= 1 else 'now'} "
-                      "and blocks after the last")
+        return _state("unavailable", recovery_failing(failing))
     link = r.get("owner_link") or {}
     if link.get("state") in ("lost", "owner-changed"):
         # a certificate vouches under the owner it names: without it nothing can adopt

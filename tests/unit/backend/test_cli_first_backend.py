@@ -72,6 +72,28 @@ def test_at_its_timeout_it_says_why_the_last_start_failed(monkeypatch: pytest.Mo
            "see `tenure backend status`" in caught.value.msg
 
 
+def test_at_its_timeout_it_says_the_recovery_is_failing(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """A generation that reached READY and crashed 1.5 s later: its activation succeeded,
+    so `up` said nothing of why (or, after a failed retry, only that retry's start), though
+    the guardian counts the crash and waits to try again."""
+    import time
+    failing = {"attempt": 2, "attempts": 7, "retry_at": time.time() + 4.5,
+               "error": "HANDOFF_FAILED: backend generation 5 (pid 123) exited 1.5 s "
+                        "after it started (exit status 7)"}
+    waiting(monkeypatch, [{"blocked": None, "recovery_failing": failing,
+                           "backend": {"pid": 123, "alive": False},
+                           "recent": [{"outcome": "success"}, FAILED]}])
+    with pytest.raises(BackendUnavailable) as caught:
+        daemons.ensure_backend(Layout(tmp_path), timeout=0.2, waited=20)
+    assert " within 20 s; recovery is failing: attempt 2 of 7 ended HANDOFF_FAILED: " \
+           "backend generation 5 (pid 123) exited 1.5 s after it started (exit status 7); " \
+           "the guardian tries again in " in caught.value.msg, caught.value.msg
+    assert caught.value.msg.endswith(" and blocks after the last; see `tenure backend "
+                                     "status`"), caught.value.msg
+    assert "its last start failed" not in caught.value.msg
+
+
 def test_at_its_timeout_it_says_the_backend_alive_but_not_answering(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`up --timeout 10` against a hung backend said only 'no backend answered', though
