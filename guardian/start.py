@@ -16,6 +16,7 @@ import os
 
 from protocol.errors import AlreadyRunning, GuardianUpgradeFailed, StateCorrupt, TenureError
 from protocol.startup import import_asyncio_without_tls
+from protocol.storage import storage_failure
 
 from . import own
 from .paths import GuardianPaths
@@ -163,6 +164,10 @@ def run(paths: GuardianPaths, inherited_lock: int | None = None,
         log.error("%s", exc)
         return 2
     except Exception as exc:   # boundary: the unexpected ends coded, with its cause
+        stored = storage_failure(exc, "the guardian")
+        if stored is not None:   # a full or failing disk: said as such, no traceback
+            log.error("%s", stored)
+            return 2
         log.critical("INTERNAL: the guardian could not go on: %s: %s", type(exc).__name__,
                      exc, exc_info=exc)
         return EXIT_INTERNAL

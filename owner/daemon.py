@@ -20,6 +20,7 @@ from protocol.identity import new_identity
 from protocol.notify import sd_notify
 from protocol.server import RpcServer
 from protocol.sockets import same_uid_or_root
+from protocol.storage import storage_failure
 from protocol.stray import ignore_stray_signals
 from protocol.tasks import background
 
@@ -293,6 +294,10 @@ def run(paths: OwnerPaths, service_account: str | None = None,
         log.error("%s", exc)
         return EXIT["usage"]
     except Exception as exc:   # boundary: the unexpected ends coded, with its cause
+        stored = storage_failure(exc, "the owner's start")
+        if stored is not None:   # a full or failing disk: said as such, no traceback
+            log.error("%s", stored)
+            return EXIT["usage"]
         log.critical("INTERNAL: the owner could not go on: %s: %s", type(exc).__name__, exc,
                      exc_info=exc)
         return EXIT["internal"]

@@ -14,6 +14,7 @@ from typing import Final
 
 from protocol.durable import limit_cache, refuse_unprivate
 from protocol.errors import StateCorrupt, UnsafePath
+from protocol.storage import storage_failure
 
 from .journalckpt import KEEP_BYTES
 
@@ -98,7 +99,8 @@ def connect(path: str) -> sqlite3.Connection:
 def open_writer(path: str) -> sqlite3.Connection:
     """The writer's connection to the journal at ``path``, created (0600: open_private
     first) when empty: the format is checked before anything can write to the file.
-    Raises StateCorrupt (not a journal, another format, unreadable)."""
+    Raises StateCorrupt (not a journal, another format, unreadable) or StorageFailed
+    (the disk failed: full, read-only, I/O error)."""
     try:
         conn = connect(path)
     except sqlite3.Error as exc:
@@ -114,6 +116,10 @@ def open_writer(path: str) -> sqlite3.Connection:
             _create(conn, path)
     except sqlite3.Error as exc:
         conn.close()
+        failed = storage_failure(exc, f"opening the journal {path}")
+        if failed is not None:   # a full or failing disk, not a damaged journal
+            failed.data["path"] = path
+            raise failed from None
         raise StateCorrupt(f"journal unreadable: {exc}", {"path": path}) from None
     except BaseException:
         conn.close()

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .errors import StateCorrupt, UnsafePath
+from .storage import storage_failure
 
 __all__ = ["atomic_write", "atomic_write_json", "check_private_file", "connect_read_only",
            "last_words", "open_sqlite", "read_json", "read_private", "read_rows",
@@ -208,8 +209,11 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
 
     A new database gets ``schema`` and a ``meta`` row naming kind and version; an existing
     one must carry exactly that kind and version. Raises UnsafePath (symlink, not a
-    regular file, owned by another user or open to others: see :func:`refuse_unprivate`)
-    or StateCorrupt (unreadable, other kind, unknown version).
+    regular file, owned by another user or open to others: see :func:`refuse_unprivate`),
+    StorageFailed (the disk failed: full, read-only, I/O error) or StateCorrupt
+    (unreadable, other kind, unknown version). A file this call created and could not
+    finish (a full disk while its schema was written) is removed: it held nothing, and
+    left empty it would be refused as truncated at every later open.
     """
     p = os.fspath(path)
     created = False
@@ -222,6 +226,7 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
         raise StateCorrupt(f"{p} is empty (truncated?); tenure does not create it again "
                            "over what it held: put the real file back, or move this one "
                            f"away if this {kind} is to start empty", {"path": p})
+    conn = None
     try:
         conn = sqlite3.connect(p, isolation_level=None, check_same_thread=check_same_thread)
         conn.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")
@@ -229,9 +234,28 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
         conn.execute("PRAGMA foreign_keys=ON")
         limit_cache(conn)
         _check_or_create(conn, p, kind, version, schema)
-    except sqlite3.DatabaseError as exc:
+    except BaseException as exc:
+        if conn is not None:
+            conn.close()
+        if created:
+            _remove_unfinished(p)
+        if not isinstance(exc, sqlite3.DatabaseError):
+            raise
+        failed = storage_failure(exc, f"opening {p}")
+        if failed is not None:
+            failed.data["path"] = p
+            raise failed from None
         raise StateCorrupt(f"{p} is not a readable database: {exc}", {"path": p}) from None
     return conn
+
+
+def _remove_unfinished(p: str) -> None:
+    """Remove the database file :func:`open_sqlite` created at ``p`` and could not
+    finish, with what SQLite put beside it; what cannot be removed stays (the next
+    open says what it finds)."""
+    for path in (p + "-journal", p + "-wal", p + "-shm", p):
+        with suppress(OSError):
+            os.unlink(path)
 
 
 def read_rows(path: str, sql: str) -> list[tuple[Any, ...]] | None:
