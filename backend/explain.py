@@ -129,9 +129,13 @@ def not_done(exc: TenureError, generation: int) -> LastError:
     """The record of a launch still not done after its retries: never answered (the
     owner away, the outcome unknown: ``exc`` is a TransportError) or answered with an
     error the retries did not cure (e.g. STORAGE_FAILED: the owner could not record it
-    and started nothing), in the owner's words."""
+    and started nothing), in the owner's words; or one that was never sent (the
+    backend's own write before it failed: ``data.not_sent``)."""
     if isinstance(exc, TransportError):
         return unanswered(exc.code_str, generation)
+    if exc.data.get("not_sent") is True:   # it failed in the backend, before the owner
+        return LastError(_line(f"launch not sent: {exc.msg or exc.code_str}"),
+                         exc.code_str, None, ErrorSource.BACKEND, generation)
     return LastError(_line(f"launch failed in the owner: {exc.msg or exc.code_str}"),
                      exc.code_str, None, ErrorSource.MESSAGE, generation)
 

@@ -30,6 +30,7 @@ from protocol.errors import (
     TransportLost,
     UnknownMethod,
 )
+from protocol.storage import storage_failure
 
 from . import activation, explain
 from . import instance as im
@@ -374,8 +375,11 @@ class Supervisor:
         try:
             self._on_mutation(method)
         except Exception as exc:  # whatever broke, the certificate may still vouch
-            raise Internal(f"the recovery certificate could not be invalidated before "
-                           f"{method}: {exc}", {"method": method}) from exc
+            what = f"invalidating the recovery certificate before {method}"
+            failed = storage_failure(exc, what) or \
+                Internal(f"{what} failed: {exc}")
+            failed.data.update(method=method, not_sent=True)   # the owner was not asked
+            raise failed from exc
 
     async def _launch(self, inst: im.Instance, launch_key: str) -> im.Event | None:
         app = inst.app

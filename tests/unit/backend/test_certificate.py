@@ -62,6 +62,13 @@ def test_an_invalidation_that_keeps_failing_fails_the_launch_and_sends_nothing()
             await until(lambda: inst.last_outcome is Outcome.LAUNCH_FAILED, "launch failed")
             assert sup.in_flight == 0 and owner.sent("launch") == []
             assert sup.quiet()
+            # said as the backend's own full disk, not as the owner's failure (was:
+            # "launch failed in the owner: ...", INTERNAL)
+            err = inst.last_error
+            assert err is not None and err.code == "STORAGE_FAILED", err
+            assert err.text == ("launch not sent: invalidating the recovery certificate "
+                                "before launch failed: the storage failed (OSError: No "
+                                "space left on device); the call stopped there"), err
         finally:
             await sup.aclose()
     asyncio.run(main())
