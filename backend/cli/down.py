@@ -135,8 +135,11 @@ def shutdown_receipt(layout: Layout, instance: str | None,
     detail = next((s.get("detail", "") for s in rec.get("stages", [])
                    if s.get("stage") == stage), "")
     if rec["state"] == "running":   # it ended without recording its shutdown
-        detail = ("the owner ended without recording its shutdown (it could not write "
-                  "its receipt: a full disk?); its log says which stages it went through")
+        # how it ended is not ours to see (not our child): killed, crashed, or its
+        # receipt could not be written (a full disk); its log tells them apart
+        detail = ("the owner ended without recording its shutdown: it was killed or died "
+                  "during it, or could not write its receipt (a full disk); its log says "
+                  "which stages it went through")
     out = {"state": rec["state"], "failed_stage": stage, "detail": detail}
     stopped = _stopped_count(rec)
     return out if stopped is None else {**out, "applications": stopped}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,3 +52,19 @@ def test_the_receipt_says_how_many_it_stopped(detail: str, ok: bool,
     owner's shutdown had stopped 4."""
     rec = {"stages": [{"stage": "applications", "ok": ok, "detail": detail}]}
     assert down._stopped_count(rec) == count
+
+
+def test_an_owner_that_ended_mid_shutdown_is_not_said_to_have_had_a_full_disk(
+        tmp_path: Path) -> None:
+    """An owner killed (kill -9) during `down` left its receipt `running`; `down` said
+    "it could not write its receipt: a full disk?"."""
+    from owner.receipt import Receipt
+    from protocol.layout import Layout
+    execution = tmp_path / "execution"
+    execution.mkdir()
+    Receipt(str(execution / "owner-receipt.json"), "inst-1", 4242, "boot").write()
+    got = down.shutdown_receipt(Layout(tmp_path), "inst-1")
+    assert got["state"] == "running"
+    assert got["detail"] == ("the owner ended without recording its shutdown: it was "
+                             "killed or died during it, or could not write its receipt "
+                             "(a full disk); its log says which stages it went through")
