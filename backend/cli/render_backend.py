@@ -298,6 +298,11 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
     if cert.get("refused") and not backend.get("alive"):
         return _state("unavailable", f"recovery would refuse the certificate: "
                       f"{cert['refused']}")
+    silent = not_answering(backend)
+    if silent is not None:   # stopped or hung: it certifies nothing until it answers
+        return _state("unavailable", f"no valid certificate, and the backend is alive but "
+                      f"{silent}: it certifies nothing until it answers; a recovery now "
+                      "would wait for `tenure backend recover`")
     if backend.get("alive"):
         if cert.get("refused"):
             return _state("pending", f"the certificate is refused ({cert['refused']}); "

@@ -72,6 +72,15 @@ def answer(**kw: Any) -> dict[str, Any]:
      "unavailable", "another owner instance answers the guardian; a recovery needs"),
     (answer(owner_link={"state": "reconnecting", "reason": "connection lost"}), "ready",
      None),                                      # a moment's break is not a verdict
+    # was "pending (stop in progress for 11s; the backend certifies again within 5 s…)"
+    # for a backend stopped with SIGSTOP: it certifies nothing until it answers
+    (answer(backend={**ALIVE, "answering": False, "unanswered_since": 0.0,
+                     "unanswered_why": "TIMEOUT"},
+            certificate={"valid": False, "age": 3.0, "launches": 4, "invalidated": "stop",
+                         "changed_at": 0.0}),
+     "unavailable", "no valid certificate, and the backend is alive but NOT ANSWERING for "),
+    (answer(backend={**ALIVE, "answering": False, "unanswered_since": 0.0}), "ready",
+     None),                                      # its last certificate still vouches
     # was "ready" with the selected release deleted: a crash was then BLOCKED at once
     (answer(selector={"current": "r1", "previous": None, "revision": 1,
                       "current_installed": False}), "unavailable",
