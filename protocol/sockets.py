@@ -244,6 +244,9 @@ def _remove_if_stale(p: str) -> None:
     try:
         probe.settimeout(1.0)
         probe.connect(p)
+        # who listens (the kernel's record: a stopped or hung process still accepts), so
+        # the operator can find it: `kill -CONT PID`, or end it
+        pid = peer_credentials(probe).pid
     except ConnectionRefusedError:
         os.unlink(p)  # nobody listens: a leftover from a dead server
         return
@@ -252,7 +255,7 @@ def _remove_if_stale(p: str) -> None:
                          {"path": p}) from None
     finally:
         probe.close()
-    raise AlreadyRunning(f"a live server answers on {p}", {"path": p})
+    raise AlreadyRunning(f"a live server (pid {pid}) answers on {p}", {"path": p, "pid": pid})
 
 
 def bind_unix(path: str | os.PathLike[str], kind: int = socket.SOCK_STREAM) -> socket.socket:

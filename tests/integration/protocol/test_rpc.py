@@ -180,8 +180,12 @@ def test_restarted_server_with_a_new_instance_gives_owner_changed(start_server):
 
 
 def test_a_live_socket_is_never_removed(served):
-    with pytest.raises(AlreadyRunning):
+    with pytest.raises(AlreadyRunning) as refused:
         bind_unix(served.path)
+    # the listener is named, so the operator can find it (a stopped one: kill -CONT)
+    assert refused.value.msg == f"a live server (pid {served.proc.pid}) answers on " \
+        f"{served.path}"
+    assert refused.value.data == {"path": str(served.path), "pid": served.proc.pid}
     with Client(served.path) as c:
         assert c.call("echo", {}) == {}
 
