@@ -625,9 +625,10 @@ def _last_failure(view: dict[str, Any] | None) -> str:
         return (f"; the backend (pid {backend.get('pid')}) is alive but {silent}: it may be "
                 "hung (docs/recover.md)")
     failing = (view or {}).get("recovery_failing")
-    if isinstance(failing, dict) and not backend.get("alive"):
-        # the streak says more than the last activation, which may have succeeded: a
-        # generation that reached READY and crashed a second later
+    if isinstance(failing, dict):
+        # the streak says more than the last activation, which may have succeeded (a
+        # generation that reached READY and crashed a second later) or be the next
+        # attempt, still under way
         return f"; {recovery_failing(failing)}"
     recent = (view or {}).get("recent") or []
     last = recent[0] if recent and isinstance(recent[0], dict) else {}

@@ -31,7 +31,10 @@ def test_up_returns_at_its_timeout_and_says_why_the_backend_ended(
         assert res.code == 3, res
         err = res.out["error"]
         assert err["code"] == "BACKEND_UNAVAILABLE"
-        assert " within 4 s; its last start failed: backend " + WHY in err["msg"]
+        # the guardian's streak of failed starts, with the last one's cause
+        assert " within 4 s; recovery is failing: attempt " in err["msg"], err["msg"]
+        assert " ended HANDOFF_FAILED: backend " + WHY in err["msg"], err["msg"]
+        assert "; the guardian tries again " in err["msg"], err["msg"]
         assert took < 30, f"up took {took:.1f} s with --timeout 4"
         st = c.cli("backend", "status", timeout=60).out
         assert WHY in st["recent"][0]["error"]

@@ -82,8 +82,8 @@ def test_at_its_timeout_it_says_the_recovery_is_failing(monkeypatch: pytest.Monk
                "error": "HANDOFF_FAILED: backend generation 5 (pid 123) exited 1.5 s "
                         "after it started (exit status 7)"}
     waiting(monkeypatch, [{"blocked": None, "recovery_failing": failing,
-                           "backend": {"pid": 123, "alive": False},
-                           "recent": [{"outcome": "success"}, FAILED]}])
+                           "backend": {"pid": 124, "alive": True},   # the next attempt
+                           "recent": [{"outcome": None}, {"outcome": "success"}, FAILED]}])
     with pytest.raises(BackendUnavailable) as caught:
         daemons.ensure_backend(Layout(tmp_path), timeout=0.2, waited=20)
     assert " within 20 s; recovery is failing: attempt 2 of 7 ended HANDOFF_FAILED: " \
