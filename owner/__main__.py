@@ -95,7 +95,8 @@ def _reconcile(paths: OwnerPaths, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"ok": True, "proven_gone": proven}))
     elif proven:
-        print(f"reconciled: {len(proven)} launches proven gone; the owner may start once")
+        from .reconcile_cli import proven_gone
+        print(f"reconciled: {proven_gone(len(proven))}; the owner may start once")
     else:
         print("nothing to reconcile")
     return 0

@@ -14,7 +14,7 @@ from .paths import OwnerPaths
 from .reconcile import reconcile_locked
 from .reconcile_plan import drain, prepare
 
-__all__ = ["guided"]
+__all__ = ["guided", "proven_gone"]
 
 
 def guided(paths: OwnerPaths, digest: str | None, as_json: bool) -> int:
@@ -89,5 +89,10 @@ def _drain_text(done: dict[str, Any], proven: list[str]) -> str:
     return "\n".join([
         f"stopped {done['stopped']} sealed processes ({done['gone_already']} had exited "
         f"already{killed})", *joined, *refused,
-        f"reconciled: {len(proven)} launches proven gone; `tenure up` (or starting "
+        f"reconciled: {proven_gone(len(proven))}; `tenure up` (or starting "
         "tenure-owner.service) may start the owner once"])
+
+
+def proven_gone(n: int) -> str:
+    """'1 launch proven gone', '3 launches proven gone'."""
+    return f"{n} launch{'' if n == 1 else 'es'} proven gone"
