@@ -589,9 +589,14 @@ def _copy_release(source: Release, dst: Path) -> None:
         with os.fdopen(_open_regular(source.path / rel, rel), "rb") as fin:
             fd = os.open(dst / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as fout:
-                copyfileobj(fin, fout, _CHUNK)
-                os.fchmod(fd, _RO_FILE)
+            try:
+                with os.fdopen(fd, "wb") as fout:
+                    copyfileobj(fin, fout, _CHUNK)
+                    os.fchmod(fd, _RO_FILE)
+            except OSError as exc:
+                if exc.filename is None:   # a write (a full disk) names no file: say which
+                    exc.filename = os.fspath(dst / rel)
+                raise
 
 
 def _make_readonly(root: Path) -> None:
