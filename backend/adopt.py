@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -106,7 +107,7 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
         app = config.app(row["stack"], row["app"])
         if app is None or (old is not None and old.launch_key == lk and old.pid is not None):
             continue
-        restarts = old.restarts if old is not None else 0
+        restarts = 0 if old is None else old.restarts + _restarts_since(old, row["generation"])
         inst = old if old is not None and old.state not in _BUSY else im.Instance(
             app, row["instance"])
         if old is not None and inst is not old:
@@ -114,7 +115,7 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
         sup.instances[key] = inst
         # adopting starts nothing; _resume below re-arms probes
         inst.handle(im.Adopt(row["pid"], row["start_ticks"], False, row["generation"],
-                             restarts), now)
+                             restarts, _age(row)), now)
         sup.by_launch[lk] = key
         sup.dirty.add(key)
     result.adopted = sup.inventory()
@@ -124,6 +125,22 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
             result.missing.append(inst.launch_key)
     _resume(sup, result, now)
     return result
+
+
+def _restarts_since(old: im.Instance, generation: int) -> int:
+    """The restarts among the launches made after ``old`` was saved, up to the owner's
+    ``generation``: each one past the instance's first launch counts
+    (im.Instance._launch), as it would have, had this backend seen it made."""
+    return max(0, generation - max(old.generation, old.base_generation + 1))
+
+
+def _age(row: dict[str, Any]) -> float | None:
+    """How long the owner's launch ``row`` has run (its ``started_at``, wall clock), so
+    an adopted instance's uptime is its process's; None when the row does not say."""
+    started = row.get("started_at")
+    if isinstance(started, bool) or not isinstance(started, int | float):
+        return None
+    return max(0.0, time.time() - started)
 
 
 def _configured(wire: dict[str, Any], instances: int) -> bool:

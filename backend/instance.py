@@ -522,7 +522,8 @@ def _adopt(inst: Instance, ev: Event, now: float) -> None:
     assert isinstance(ev, Adopt)
     inst.generation = max(inst.generation, ev.generation)
     inst.restarts = max(inst.restarts, ev.restarts)
-    inst.pid, inst.start_ticks, inst.launched_at = ev.pid, ev.start_ticks, now
+    inst.pid, inst.start_ticks = ev.pid, ev.start_ticks
+    inst.launched_at = now if ev.age is None else now - ev.age   # uptime: the process's
     ready = ev.ready or inst.app.ready.kind is ReadyKind.NONE
     inst._set_state(State.READY if ready else State.RUNNING, now)
 

@@ -198,6 +198,7 @@ class Adopt(Struct, frozen=True):
     ready: bool
     generation: int
     restarts: int = 0
+    age: float | None = None   # seconds the process has run (None: unknown, from now)
 
 
 Event = (Start | StopRequested | Launched | LaunchFailed | Exited | OwnerStopped | Ready
