@@ -149,10 +149,19 @@ class Coordinator:
 
     async def owner_call(self, method: str, params: dict[str, Any] | None = None,
                          timeout: float | None = None) -> Any:
-        assert self.owner is not None
-        answer = await self.owner.call(method, params or {}, timeout=timeout)
+        """The owner's answer to ``method``; any answer is a word from the owner (the
+        link's ``seen``), also while the owner watch is not running yet: a guardian
+        retrying its first recovery said the owner silent though it answered every
+        fence. Raises what the call raises."""
+        answer = await self._owner_answer(method, params or {}, timeout)
+        self.owner_link.handle(LinkEvent.SEEN, time.time())
         self.fault.after_reply(method)
         return answer
+
+    async def _owner_answer(self, method: str, params: dict[str, Any],
+                            timeout: float | None) -> Any:
+        assert self.owner is not None
+        return await self.owner.call(method, params, timeout=timeout)
 
     async def owner_status(self) -> dict[str, Any]:
         """The owner's ``status``, asked before an activation changes anything. An owner

@@ -251,12 +251,10 @@ class FakeCoordinator(Coordinator):
         self.owner_identity = self.world.identity
         return self.world.identity
 
-    async def owner_call(self, method: str, params: dict[str, Any] | None = None,
-                         timeout: float | None = None) -> Any:
+    async def _owner_answer(self, method: str, params: dict[str, Any],
+                            timeout: float | None) -> Any:
         self.owner_timeouts.append((method, timeout))
-        answer = self.world.owner_call(method, params or {})
-        self.fault.after_reply(method)
-        return answer
+        return self.world.owner_call(method, params)
 
     async def control(self, method: str, params: dict[str, Any] | None = None,
                       timeout: float | None = None) -> Any:
