@@ -69,43 +69,30 @@ def test_a_log_read_through_a_silent_owner_is_refused_at_once(tmp_path: Path):
     asyncio.run(main())
 
 
-def test_a_log_read_the_owner_fails_mid_way_is_owner_unavailable(tmp_path: Path):
-    """Regression: the owner stopped during a read; the connection's heartbeat gave up
-    on it, and the read failed with TRANSPORT_LOST (outcome unknown, which a read is
-    not), so `tenure logs -f` ended instead of waiting for the owner."""
+@pytest.mark.parametrize(("error", "said"), [
+    # the owner stopped during a read; the connection's heartbeat gave up on it, and the
+    # read failed with TRANSPORT_LOST (outcome unknown, which a read is not)
+    (TransportLost("logs.read: connection lost (connection lost)"),
+     "the owner did not answer (logs.read: connection lost (connection lost)) "
+     f"(pid {os.getpid()} runs (state R) but did not answer); reading the logs was not "
+     "done"),
+    # an owner upgrade closes the old owner's journal before its socket: a read in
+    # between came back BAD_REQUEST "journal is closed"
+    (ShuttingDown("journal is closed"),
+     "the owner is stopping (journal is closed); reading the logs was not done")])
+def test_a_log_read_the_owner_could_not_answer_is_owner_unavailable(
+        tmp_path: Path, error: Exception, said: str):
+    """Regression: `tenure logs -f` ended (exit 2) instead of waiting for the owner."""
     async def main() -> None:
         owner = FakeOwner()
         async with ready_generation(tmp_path, owner, ONE) as gen:
-            def lost(method: str, params: dict[str, object]) -> None:
+            def fails(method: str, params: dict[str, object]) -> None:
                 if method == "logs.read":
-                    raise TransportLost("logs.read: connection lost (connection lost)")
-            owner.before = lost
+                    raise error
+            owner.before = fails
             with pytest.raises(OwnerUnavailable) as refused:
                 await gen.api.logs(api_call("logs", targets=["s/a"]))
-            assert refused.value.msg.startswith(
-                "the owner did not answer (logs.read: connection lost (connection lost)) "
-                f"(pid {os.getpid()} runs (state R) but did not answer); reading the "
-                "logs was not done"), refused.value.msg
+            assert refused.value.msg.startswith(said), refused.value.msg
             assert refused.value.data["owner_link"]["current"] is True
-
-    asyncio.run(main())
-
-
-def test_a_log_read_the_stopping_owner_refuses_is_owner_unavailable(tmp_path: Path):
-    """Regression: an owner upgrade closes the old owner's journal before its socket; a
-    read in between came back BAD_REQUEST "journal is closed" and `tenure logs -f`
-    ended (exit 2) instead of waiting for the next owner."""
-    async def main() -> None:
-        owner = FakeOwner()
-        async with ready_generation(tmp_path, owner, ONE) as gen:
-            def closed(method: str, params: dict[str, object]) -> None:
-                if method == "logs.read":
-                    raise ShuttingDown("journal is closed")
-            owner.before = closed
-            with pytest.raises(OwnerUnavailable) as refused:
-                await gen.api.logs(api_call("logs", targets=["s/a"]))
-            assert refused.value.msg.startswith(
-                "the owner is stopping (journal is closed); reading the logs was not "
-                "done"), refused.value.msg
 
     asyncio.run(main())
