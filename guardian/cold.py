@@ -411,8 +411,7 @@ async def watch_owner(co: Coordinator) -> None:
 
 
 async def _watch_once(co: Coordinator) -> None:
-    st = await co.owner_call("status", timeout=WATCH_TIMEOUT_S)
-    co.owner_link.handle(LinkEvent.SEEN, time.time())
+    st = await co.owner_call("status", timeout=WATCH_TIMEOUT_S)   # the link: seen
     co.write_diagnostics()
     held = (st.get("grant") or {}).get("activation")
     cur = co.current

@@ -116,11 +116,9 @@ def open_writer(path: str) -> sqlite3.Connection:
             _create(conn, path)
     except sqlite3.Error as exc:
         conn.close()
-        failed = storage_failure(exc, f"opening the journal {path}")
-        if failed is not None:   # a full or failing disk, not a damaged journal
-            failed.data["path"] = path
-            raise failed from None
-        raise StateCorrupt(f"journal unreadable: {exc}", {"path": path}) from None
+        # a full or failing disk, not a damaged journal
+        raise storage_failure(exc, f"opening the journal {path}", path) or \
+            StateCorrupt(f"journal unreadable: {exc}", {"path": path}) from None
     except BaseException:
         conn.close()
         raise

@@ -241,11 +241,8 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
             _remove_unfinished(p)
         if not isinstance(exc, sqlite3.DatabaseError):
             raise
-        failed = storage_failure(exc, f"opening {p}")
-        if failed is not None:
-            failed.data["path"] = p
-            raise failed from None
-        raise StateCorrupt(f"{p} is not a readable database: {exc}", {"path": p}) from None
+        raise storage_failure(exc, f"opening {p}", p) or \
+            StateCorrupt(f"{p} is not a readable database: {exc}", {"path": p}) from None
     return conn
 
 

@@ -29,9 +29,11 @@ def _paths(exc: OSError) -> str:
     return f": {exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "")
 
 
-def storage_failure(exc: BaseException, what: str) -> StorageFailed | None:
+def storage_failure(exc: BaseException, what: str,
+                    path: str | None = None) -> StorageFailed | None:
     """STORAGE_FAILED for ``exc`` when the storage itself failed (``what`` failed: the
-    exception's type and words), else None."""
+    exception's type and words; ``path``, the file it failed on, in its data), else
+    None."""
     sqlite3 = sys.modules.get("sqlite3")   # loaded wherever a database can fail
     if sqlite3 is not None and isinstance(exc, sqlite3.Error):
         if not str(getattr(exc, "sqlite_errorname", "")).startswith(_SQLITE):
@@ -43,4 +45,5 @@ def storage_failure(exc: BaseException, what: str) -> StorageFailed | None:
         return None
     return StorageFailed(f"{what} failed: the storage failed ({type(exc).__name__}: "
                          f"{words}); the call stopped there",
-                         {"exception": type(exc).__name__})
+                         {"exception": type(exc).__name__,
+                          **({"path": path} if path is not None else {})})
