@@ -294,6 +294,11 @@ CASES: dict[str, Callable[[], str]] = {
     "backend_status": lambda: render.backend("status", GUARDIAN),
     "backend_status_silent": lambda: render.backend(
         "status", {**GUARDIAN, "backend": SILENT_BACKEND}),
+    # stopped or hung after a change: it certifies nothing until it answers
+    "backend_status_silent_uncertified": lambda: render.backend("status", {
+        **GUARDIAN, "backend": SILENT_BACKEND, "certificate": {
+            "valid": False, "age": 14.0, "launches": 3, "invalidated": "stop",
+            "changed_at": NOW - 11}}),
     "backend_status_owner_stopped": lambda: render.backend("status", {
         **GUARDIAN, "owner_release": None, "owner_link": {
             **LINK, "age": 38.2, "current": False,
