@@ -62,6 +62,9 @@ def since(text: str | None, now: float) -> dict[str, Any]:
         return {}
     t = text.strip()
     if t.isdigit():
+        from .main import WIRE_INT_MAX
+        if int(t) > WIRE_INT_MAX:
+            raise BadRequest(f"--since {t}: no record id is that large", {"field": "since"})
         return {"after": int(t)}
     if len(t) > 1 and t[-1] in _UNITS:
         try:

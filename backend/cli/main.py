@@ -336,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
 
 TARGET_COMMANDS = frozenset({"status", "logs", "events", "start", "stop", "restart",
                              "inspect"})   # the commands of docs/cli.md's Targets
+WIRE_INT_MAX = 2**62   # the largest count or record id any API field takes
 MAX_TIMEOUT_S = 86400.0   # the longest --timeout any command waits, and --every at most
 
 
@@ -345,6 +346,8 @@ def _check_args(args: Any) -> None:
     day (nan, inf, 0 or negative), and a malformed target. Raises BadRequest."""
     for option in ("timeout", "every"):
         _check_seconds(option, getattr(args, option, None))
+    for flag in ("-n", "--limit"):
+        _check_count(flag, getattr(args, flag.lstrip("-"), None))
     if args.cmd not in TARGET_COMMANDS:
         return
     targets = getattr(args, "targets", None) or []
@@ -363,6 +366,13 @@ def _check_seconds(option: str, t: float | None) -> None:
         return
     raise BadRequest(f"--{option} {t:g}: give a number of seconds above 0 and at most "
                      f"{MAX_TIMEOUT_S:g}", {"field": option})
+
+
+def _check_count(flag: str, n: int | None) -> None:
+    """``-n``/``--limit``: a count no wire integer would refuse to carry (what each
+    command allows below that, it says itself). Raises BadRequest."""
+    if n is not None and n > WIRE_INT_MAX:
+        raise BadRequest(f"{flag} {n}: too large a number", {"field": flag.lstrip("-")})
 
 
 def _handler(cmd: str) -> Any:

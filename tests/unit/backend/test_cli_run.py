@@ -156,6 +156,32 @@ def test_a_timeout_out_of_range_is_refused_before_anything_is_asked(tmp_path, ca
     assert "--timeout" in capsys.readouterr().err
 
 
+BEYOND_THE_WIRE = str(10**23)   # more than msgpack's 64 bits
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["logs", "s/a", "-n", BEYOND_THE_WIRE], "n"), (["events", "-n", BEYOND_THE_WIRE], "n"),
+    (["top", "--once", "-n", BEYOND_THE_WIRE], "n"),
+    (["job", "list", "--limit", BEYOND_THE_WIRE], "limit"),
+    (["logs", "s/a", "--since", BEYOND_THE_WIRE], "since"),
+    (["events", "--since", str(2**62 + 1)], "since"),
+])
+def test_a_count_too_large_for_the_wire_names_its_option(tmp_path, capsys, argv,
+                                                         field) -> None:
+    """They read "message cannot be encoded: Integer value out of range", naming no
+    option (or the API's params.after, not --since)."""
+    import json
+
+    from backend.cli.main import main
+    home = tmp_path / "h"
+    assert main(["--home", str(home), "--json", *argv]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert (err["code"], err["data"]) == ("BAD_REQUEST", {"field": field}), err
+    flag = {"n": "-n", "limit": "--limit", "since": "--since"}[field]
+    assert err["msg"].startswith(f"{flag} "), err
+    assert not home.exists()                     # nothing was done
+
+
 def test_job_run_where_tenure_is_not_running_says_so_at_once(tmp_path) -> None:
     """A keyed run retries while the backend is between generations; with nothing
     running at all it waited silently for up to an hour."""
