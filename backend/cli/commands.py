@@ -37,6 +37,7 @@ OK, ERROR, UNREACHABLE, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNREACHABLE, Exit.
 
 def cmd_up(args: Any) -> int:
     from .daemons import (
+        backend_probe,
         ensure_backend,
         ensure_daemons,
         ensure_release,
@@ -81,15 +82,17 @@ def cmd_up(args: Any) -> int:
     deadline = time.monotonic() + args.timeout   # for the first backend, however it goes
     with _guardian(args) as g:
         release = ensure_release(layout, g, first or args.release, args.timeout)
-    ensure_backend(layout, max(0.0, deadline - time.monotonic()), args.timeout,
-                   kept=started["guardian"], granted=started["owner"])
+    with live(args, "up", backend_probe(layout)):
+        ensure_backend(layout, max(0.0, deadline - time.monotonic()), args.timeout,
+                       kept=started["guardian"], granted=started["owner"])
     result: dict[str, Any] = {"started": started, "release_sealed": release}
     if release is not None and first is None:   # daemons that ran before the release
         from .firstrun import move_to_first_release
         result["moved"] = move_to_first_release(
             layout, release, lambda: _guardian(args),
             lambda timeout: _api(args, timeout), args.timeout)
-        ensure_backend(layout, args.timeout)
+        with live(args, "up", backend_probe(layout)):
+            ensure_backend(layout, args.timeout)
     if text is not None:
         with live(args, "up", _settle_probe(args)):
             result["apply"] = _apply_text(args, text, args.config, args.timeout,

@@ -611,6 +611,24 @@ def _refuse_if_blocked(view: dict[str, Any] | None) -> None:
                               {"cause": code})
 
 
+def backend_probe(layout: Layout) -> Any:
+    """What a wait for the backend waits on, for ``tenure up``'s progress line: the
+    guardian's failing streak or silent backend (_last_failure), else the activation
+    under way (``start: spawning``), else 'waiting for the guardian'."""
+    def probe() -> str:
+        view = guardian_view(layout)
+        if view is None:
+            return "waiting for the guardian"
+        why = _last_failure(view)
+        if why:
+            return why[2:]
+        act = view.get("last_activation") or {}
+        if act.get("outcome") is None and act.get("phase"):
+            return f"backend {act.get('kind')}: {act['phase']}"
+        return "waiting for the backend"
+    return probe
+
+
 def _last_failure(view: dict[str, Any] | None) -> str:
     """'; the backend (pid N) is alive but NOT ANSWERING …' when the guardian's last
     probe of its living generation got no answer (it may be hung); '; recovery is

@@ -235,3 +235,53 @@ def test_down_stops_a_generation_that_does_not_answer_without_asking_it(cluster)
     assert f"(pid {pid}) does not answer" in log and "without a last certificate" in log
     assert "did not retire cleanly" not in log
     assert cluster.leftovers() == []
+
+
+def _up_on_a_terminal(cluster, timeout: str) -> tuple[int, str]:
+    """``tenure up --timeout T`` with its stderr on a pseudo-terminal (where the progress
+    line shows); its exit status and all it wrote there."""
+    import pty
+    import time
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "backend.cli.main", "--home", str(cluster.home), "up",
+             "--timeout", timeout], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=slave, env={**os.environ, **cluster.env})
+        os.close(slave)
+        slave = -1
+        said = b""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:   # EIO: the command ended and closed the terminal
+                break
+            if not chunk:
+                break
+            said += chunk
+        return proc.wait(10), said.decode(errors="replace")
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+
+
+def test_up_waiting_on_a_silent_backend_says_so_while_it_waits(cluster) -> None:
+    """`tenure up` waited its whole --timeout (120 s by default) without a word while
+    the generation did not answer; only its final error said why."""
+    cluster.up(ONE)
+    cluster.wait_ready(1)
+    pid = cluster.backend_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        def silent() -> bool:
+            with cluster.guardian() as g:
+                return g.call("status")["backend"]["answering"] is False  # type: ignore[no-any-return]
+        cluster.wait(silent, 15, "not answering")
+        code, said = _up_on_a_terminal(cluster, "5")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert code == 3, said
+    assert f"up: the backend (pid {pid}) is alive but NOT ANSWERING for" in said, said
+    assert said.count("NOT ANSWERING") >= 2, said   # the line, then the final error

@@ -119,6 +119,23 @@ def test_without_a_failure_to_name_it_says_only_that_none_answered(
     assert caught.value.msg.endswith(" within 0.1 s; see `tenure backend status`")
 
 
+@pytest.mark.parametrize(("view", "said"), [
+    (None, "waiting for the guardian"),
+    ({"blocked": None, "last_activation": {"kind": "start", "phase": "spawned",
+                                           "outcome": None}}, "backend start: spawned"),
+    ({"blocked": None, "recent": [FAILED]}, "its last start failed: backend exited before "
+     "it was ready (exit status 1): SyntaxError: invalid syntax (the guardian tries again)"),
+    ({"blocked": None, "last_activation": {"kind": "start", "phase": "complete",
+                                           "outcome": "success"}}, "waiting for the backend"),
+])
+def test_the_progress_line_says_what_the_wait_waits_on(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, view: dict[str, Any] | None,
+        said: str) -> None:
+    """`up` on a terminal shows it while it waits (was: nothing until its timeout)."""
+    waiting(monkeypatch, [view])
+    assert daemons.backend_probe(Layout(tmp_path))() == said
+
+
 def test_the_first_select_waits_for_the_guardians_own_start() -> None:
     """The guardian answers before its boot is done and refuses a select while it boots
     (its command lock): a first `tenure up` on a busy machine failed OPERATION_IN_PROGRESS
