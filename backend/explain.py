@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .instance import Instance
 
 __all__ = ["Check", "ErrorSource", "LastError", "LastExit", "LastProbe", "decode",
-           "launch_error", "reason", "signal_name", "unanswered"]
+           "launch_error", "reason", "signal_name", "stop_unconfirmed", "unanswered"]
 
 MAX_TEXT = 1000
 
@@ -138,6 +138,15 @@ def not_done(exc: TenureError, generation: int) -> LastError:
                          exc.code_str, None, ErrorSource.BACKEND, generation)
     return LastError(_line(f"launch failed in the owner: {exc.msg or exc.code_str}"),
                      exc.code_str, None, ErrorSource.MESSAGE, generation)
+
+
+def stop_unconfirmed(exc: TenureError) -> str:
+    """Why a stop is being asked again: not sent (the backend's own write before it
+    failed: ``data.not_sent``), or sent and not confirmed."""
+    said = exc.msg or exc.code_str
+    if exc.data.get("not_sent") is True:
+        return _line(f"stop not sent: {said}; trying again each second")
+    return _line(f"stop not confirmed by the owner: {said}; trying again each second")
 
 
 def spent_key(launch_key: str, state: str, generation: int) -> LastError:

@@ -115,6 +115,7 @@ class Supervisor:
                              self._spawn)
         self.events: EventLog | None = None      # where transitions are recorded
         self._after_stop = StartsAfterStop()     # starts wanted once an instance is down
+        self._stop_trouble: dict[str, str] = {}  # launch key -> why its stop is retried
         self._stops_fed: dict[str, int] = {}     # instance key -> stops fed (stopped_since)
         # told once when this generation learns it is fenced (backend.generation)
         self.on_fenced: Callable[[str], None] = lambda why: None
@@ -194,11 +195,14 @@ class Supervisor:
         fed = {k: self._stops_fed.get(k, 0) for k in keys}
         return lambda: [k for k in keys if self._stops_fed.get(k, 0) != fed[k]]
 
-    def why_stopped(self, key: str) -> str | None:
-        """Why stopped instance ``key`` is not started: its start waits for its
-        ``after`` apps, or it was never started (an apply that added it failed before
-        its step, say); None otherwise."""
+    def why(self, key: str) -> str | None:
+        """What explain.reason cannot say of instance ``key``: why a stopped one is not
+        started (its start waits for its ``after`` apps, or it was never started: an
+        apply that added it failed before its step, say), or why a stopping one's stop
+        is being tried again; None otherwise."""
         inst = self.instances[key]
+        if inst.state is im.State.STOPPING:
+            return self._stop_trouble.get(inst.launch_key)
         if inst.state is not im.State.STOPPED:
             return None
         if key in self._after_stop:
@@ -497,21 +501,27 @@ class Supervisor:
         self._spawn(self._mutate(key, launch_key, stop))
 
     async def _stop(self, launch_key: str) -> im.Event | None:
-        while not self.fenced:
-            try:
-                self._invalidate("stop")
-                done = await self.owner.call("stop", {"launch_key": launch_key},
-                                             epoch=self.epoch, timeout=3600)
-                ended = done.get("exit") if isinstance(done, dict) else None
-                return im.Stopped(ended if isinstance(ended, dict) else None)
-            except NotFound:
-                return im.Stopped()   # no process: already gone
-            except StaleEpoch:
-                raise
-            except TenureError as exc:  # not sent, unknown outcome, owner away: again
-                log.error("%s: stop not confirmed (%s); trying again", launch_key, exc)
-                await self._sleep(1.0)
-        return None
+        """Stop ``launch_key``, asked again each second until the owner confirms it;
+        meanwhile the last failure is the instance's reason (``why``)."""
+        try:
+            while not self.fenced:
+                try:
+                    self._invalidate("stop")
+                    done = await self.owner.call("stop", {"launch_key": launch_key},
+                                                 epoch=self.epoch, timeout=3600)
+                    ended = done.get("exit") if isinstance(done, dict) else None
+                    return im.Stopped(ended if isinstance(ended, dict) else None)
+                except NotFound:
+                    return im.Stopped()   # no process: already gone
+                except StaleEpoch:
+                    raise
+                except TenureError as exc:  # not sent, unknown outcome, owner away: again
+                    log.error("%s: stop not confirmed (%s); trying again", launch_key, exc)
+                    self._stop_trouble[launch_key] = explain.stop_unconfirmed(exc)
+                    await self._sleep(1.0)
+            return None
+        finally:
+            self._stop_trouble.pop(launch_key, None)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         spawn(self._tasks, coro, log, "reconciler")
