@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from protocol import daemonlog
 from protocol.errors import TenureError
 from protocol.startup import daemon_arguments, import_asyncio_without_tls, use_builtin_hashes
 
@@ -171,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="import everything, then read the activation id from stdin")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s backend %(levelname)s %(message)s")
+    daemonlog.setup("backend", args.log_level)
     if args.preflight:
         return preflight()
     if args.home is not None and args.standby:

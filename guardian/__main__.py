@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from pathlib import Path
 
+from protocol import daemonlog
 from protocol.errors import TenureError
 from protocol.layout import default_home
 from protocol.startup import daemon_arguments
@@ -51,8 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preflight", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--inherit-lock", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s guardian %(levelname)s %(message)s")
+    daemonlog.setup("guardian", args.log_level)
     paths = GuardianPaths((args.home or default_home()).absolute())
     if args.preflight:
         return preflight(paths)

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from protocol import daemonlog
 from protocol.errors import AlreadyRunning, ProcessesAlive, TenureError
 from protocol.startup import daemon_arguments, import_asyncio_without_tls
 
@@ -29,8 +30,7 @@ def main(argv: list[str] | None = None) -> int:
                          "it (and root) may use the owner's socket (owner runs as root)")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s owner %(levelname)s %(message)s")
+    daemonlog.setup("owner", args.log_level)
     paths = OwnerPaths((args.home or default_home()).absolute())
     if args.command == "serve":
         return _serve(paths, args.service_account)
