@@ -36,21 +36,39 @@ OK, ERROR, UNREACHABLE, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNREACHABLE, Exit.
 # -- lifecycle ------------------------------------------------------------------------
 
 def cmd_up(args: Any) -> int:
-    from .daemons import (
-        backend_probe,
-        ensure_backend,
-        ensure_daemons,
-        ensure_release,
-        place_first_release,
-    )
-    from .upwait import starting_daemons, wait_background_start
     layout = _layout(args)
     if args.no_wait and args.foreground:
         raise BadRequest("--no-wait and --foreground do not go together")
+    from .upwait import wait_background_start
     wait_background_start(layout)   # an `up --no-wait` still starting them
     if os.path.lexists(layout.maintenance):   # a home that had an owner window
         from .ownerwindow import refuse_owner_start
         refuse_owner_start(layout)  # one between two owners starts the next itself
+    text, queued = _up_config(args, layout)
+    if queued is not None:
+        _out(args, queued, render.up_queued(queued))
+        return OK
+    result = _up_daemons(args, layout)
+    if text is not None:
+        with live(args, "up", _settle_probe(args)):
+            result["apply"] = _apply_text(args, text, args.config, args.timeout,
+                                          wait=not args.no_wait)
+    status = _call(args, "status")
+    result["status"] = status
+    _out(args, result, render.up(result) + "\n" + render.status(status))
+    if args.foreground:
+        return _foreground(args)
+    op = result.get("apply", {}).get("operation", {})
+    outcome = op.get("outcome", "success")
+    if outcome is None and args.no_wait and op.get("id"):
+        return OK   # admitted and left running, as asked
+    return OK if outcome in ("success", "no-change") else ERROR
+
+
+def _up_config(args: Any, layout: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """``up``'s config, read and parsed (a config that cannot be read or parsed starts
+    nothing), and with ``--no-wait`` on a home that has run before, what the queued
+    start answered (else None: the daemons are started here)."""
     early = None
     if args.no_wait:   # verifies the release while the config is read and parsed here
         from .daemons import prestart
@@ -59,20 +77,33 @@ def cmd_up(args: Any) -> int:
         use_builtin_hashes()
     try:
         text = None
-        if args.config is not None:   # a config that cannot be read or parsed starts nothing
+        if args.config is not None:
             import_msgspec_as_released()   # as the backend that parses it again does
             from backend.config import parse_config
             text = read_config_text(args.config)
             parse_config(text, str(args.config.absolute()))
-        if early is not None:
-            from .daemons import start_queued
-            queued = start_queued(layout, early, text, None if text is None else
+        if early is None:
+            return text, None
+        from .daemons import start_queued
+        return text, start_queued(layout, early, text, None if text is None else
                                   str(args.config.absolute()))
-            _out(args, queued, render.up_queued(queued))
-            return OK
     finally:
         if early is not None:
             early.cancel()   # nothing is started unless start_queued said go
+
+
+def _up_daemons(args: Any, layout: Any) -> dict[str, Any]:
+    """Steps 1-4 of ``up`` (docs/cli.md): the owner and the guardian started unless they
+    answer, the first release selected, a backend waited for. ``{started,
+    release_sealed[, moved]}``."""
+    from .daemons import (
+        backend_probe,
+        ensure_backend,
+        ensure_daemons,
+        ensure_release,
+        place_first_release,
+    )
+    from .upwait import starting_daemons
     with starting_daemons(layout) as running:   # one `up` at a time starts them
         if running:   # both answered it: nothing to place or start, nothing to ask again
             first, started = None, {"owner": False, "guardian": False}
@@ -93,20 +124,7 @@ def cmd_up(args: Any) -> int:
             lambda timeout: _api(args, timeout), args.timeout)
         with live(args, "up", backend_probe(layout)):
             ensure_backend(layout, args.timeout)
-    if text is not None:
-        with live(args, "up", _settle_probe(args)):
-            result["apply"] = _apply_text(args, text, args.config, args.timeout,
-                                          wait=not args.no_wait)
-    status = _call(args, "status")
-    result["status"] = status
-    _out(args, result, render.up(result) + "\n" + render.status(status))
-    if args.foreground:
-        return _foreground(args)
-    op = result.get("apply", {}).get("operation", {})
-    outcome = op.get("outcome", "success")
-    if outcome is None and args.no_wait and op.get("id"):
-        return OK   # admitted and left running, as asked
-    return OK if outcome in ("success", "no-change") else ERROR
+    return result
 
 
 def _foreground(args: Any) -> int:
