@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,10 @@ def test_a_stopped_generation_is_reported_alive_but_not_answering(cluster) -> No
     assert cluster.cli("status").code == 0
 
 
-def test_down_stops_a_generation_that_does_not_answer_without_asking_it(cluster) -> None:
+@contextmanager
+def _stopped_backend(cluster) -> Iterator[int]:
+    """ONE up, its generation stopped (SIGSTOP) until the guardian says it does not
+    answer; its pid. Resumed (SIGCONT) when the block ends, if it still runs."""
     cluster.up(ONE)
     cluster.wait_ready(1)
     pid = cluster.backend_pid()
@@ -226,10 +230,15 @@ def test_down_stops_a_generation_that_does_not_answer_without_asking_it(cluster)
             with cluster.guardian() as g:
                 return g.call("status")["backend"]["answering"] is False  # type: ignore[no-any-return]
         cluster.wait(silent, 15, "not answering")
-        down = cluster.down()
+        yield pid
     finally:
         if os.path.exists(f"/proc/{pid}"):
             os.kill(pid, signal.SIGCONT)
+
+
+def test_down_stops_a_generation_that_does_not_answer_without_asking_it(cluster) -> None:
+    with _stopped_backend(cluster) as pid:
+        down = cluster.down()
     assert down.ok and down.out["guardian"] and down.out["owner"], down
     log = cluster.log("guardian")
     assert f"(pid {pid}) does not answer" in log and "without a last certificate" in log
@@ -270,18 +279,8 @@ def _up_on_a_terminal(cluster, timeout: str) -> tuple[int, str]:
 def test_up_waiting_on_a_silent_backend_says_so_while_it_waits(cluster) -> None:
     """`tenure up` waited its whole --timeout (120 s by default) without a word while
     the generation did not answer; only its final error said why."""
-    cluster.up(ONE)
-    cluster.wait_ready(1)
-    pid = cluster.backend_pid()
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        def silent() -> bool:
-            with cluster.guardian() as g:
-                return g.call("status")["backend"]["answering"] is False  # type: ignore[no-any-return]
-        cluster.wait(silent, 15, "not answering")
+    with _stopped_backend(cluster) as pid:
         code, said = _up_on_a_terminal(cluster, "5")
-    finally:
-        os.kill(pid, signal.SIGCONT)
     assert code == 3, said
     assert f"up: the backend (pid {pid}) is alive but NOT ANSWERING for" in said, said
     assert said.count("NOT ANSWERING") >= 2, said   # the line, then the final error
