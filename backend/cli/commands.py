@@ -9,6 +9,7 @@ import time
 from backend.configfile import read_config_text
 from protocol.client import Client
 from protocol.errors import (
+    BackendUnavailable,
     BadRequest,
     ConnectFailed,
     RequestTimedOut,
@@ -234,8 +235,18 @@ def cmd_events(args: Any) -> int:
 # -- plans and operations -------------------------------------------------------------
 
 def cmd_plan(args: Any) -> int:
+    """A plan is the backend's (it compares with what runs); without one, the config is
+    still parsed here, so what is wrong in it is said at once, as CONFIG_INVALID."""
     text = read_config_text(args.config)
-    plan = _call(args, "plan", {"config_text": text, "source": str(args.config.absolute())})
+    source = str(args.config.absolute())
+    try:
+        plan = _call(args, "plan", {"config_text": text, "source": source})
+    except BackendUnavailable as exc:
+        import_msgspec_as_released()   # as the backend that parses it does
+        from backend.config import parse_config
+        parse_config(text, source)     # raises ConfigInvalid
+        raise BackendUnavailable(f"{exc.msg}. {args.config} parses; a plan compares it "
+                                 "with what runs, which needs the backend", exc.data) from None
     _out(args, plan, render.plan(plan))
     return OK
 

@@ -182,6 +182,26 @@ def test_a_count_too_large_for_the_wire_names_its_option(tmp_path, capsys, argv,
     assert not home.exists()                     # nothing was done
 
 
+@pytest.mark.parametrize("command, code, said", [
+    ('"sleep 100"', "CONFIG_INVALID", ":2: stacks.s.apps.a.command: must be an array of "
+                                      "strings, not a string"),
+    ('["sleep", "100"]', "BACKEND_UNAVAILABLE", "tenure is not running (neither the "
+     "guardian nor the owner is). `tenure up` starts it. {config} parses; a plan compares "
+     "it with what runs, which needs the backend")])
+def test_plan_without_a_backend_still_says_what_is_wrong_in_the_config(
+        tmp_path, capsys, command, code, said) -> None:
+    """It said only BACKEND_UNAVAILABLE: a config was not checked until tenure ran."""
+    import json
+
+    from backend.cli.main import main
+    config = tmp_path / "t.toml"
+    config.write_text(f"[stacks.s.apps.a]\ncommand = {command}\n")
+    assert main(["--home", str(tmp_path / "h"), "--json", "plan", "--config",
+                 str(config)]) == (1 if code == "CONFIG_INVALID" else 3)
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err["code"] == code and err["msg"].endswith(said.format(config=config)), err
+
+
 def test_job_run_where_tenure_is_not_running_says_so_at_once(tmp_path) -> None:
     """A keyed run retries while the backend is between generations; with nothing
     running at all it waited silently for up to an hour."""
