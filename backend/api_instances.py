@@ -15,7 +15,7 @@ from protocol.server import Call
 
 from . import instance as im
 from .after_stop import DOWN, after_stop_bound
-from .targets import select
+from .targets import known_near, select
 from .tasks import spawn
 
 if TYPE_CHECKING:
@@ -51,7 +51,9 @@ class InstanceCommands:
                 app, index = config_keys[k]
                 self.sup.ensure(app, index, False)
         if not keys:
-            raise NotFound(f"no stack, app or instance matches {target!r}",
+            near = known_near([*self.sup.instances, *self.sup.keys_of(self.gen.config)],
+                              target)
+            raise NotFound(f"no stack, app or instance matches {target!r}{near}",
                            {"targets": [target]})
         return keys
 

@@ -18,7 +18,14 @@ from protocol.errors import (
 from protocol.server import Call
 
 from .logsel import after_time, bounded, read_sources
-from .targets import Source, exact_source, journal_target, source_target, sources
+from .targets import (
+    Source,
+    exact_source,
+    journal_target,
+    known_near,
+    source_target,
+    sources,
+)
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -102,7 +109,8 @@ class LogsReading:
             why = (" (a glob matches the instances tenure knows; name an app removed "
                    "since without one: its lines stay in the journal)") if globs else \
                 ", and the journal has no lines of it"
-            raise NotFound(f"no stack, app or instance matches {names}{why}",
+            near = known_near(keys, missing[0]) if len(missing) == 1 else ""
+            raise NotFound(f"no stack, app or instance matches {names}{why}{near}",
                            {"targets": missing})
         return bounded(found)
 

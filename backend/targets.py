@@ -18,8 +18,13 @@ from fnmatch import fnmatchcase
 
 from protocol.errors import BadRequest, NotFound
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the command line checks its targets here: typing would cost it ms
+    from typing import Any
+
 __all__ = ["MAX_TARGETS", "Source", "check_cli_targets", "check_target", "check_targets",
-           "exact_source", "in_order", "is_glob", "journal_target", "order_key", "select",
+           "exact_source", "in_order", "is_glob", "journal_target", "known_near", "order_key",
+           "select",
            "select_all", "source_target", "sources"]
 
 MAX_TARGETS = 64
@@ -99,6 +104,37 @@ def select(keys: Iterable[str], target: str) -> list[str]:
     return in_order(k for k in set(keys) if _matches(k, parts))
 
 
+def known_near(keys: Iterable[str], target: str, most: int = 8) -> str:
+    """What there is where ``target`` stopped matching, for a NOT_FOUND message:
+    ``; stack demo has apps notifier, web, worker`` (``target`` ``demo/nope``),
+    ``; demo/web has instance 0`` (``demo/web/7``), ``; the stacks are demo, shop``
+    (``demox``); "" for a glob or when there is nothing to name."""
+    if is_glob(target):
+        return ""
+    parts = target.split("/")
+    split = [k.split("/") for k in set(keys)]
+    for depth in range(len(parts) - 1, -1, -1):   # the deepest prefix that exists
+        names = {k[depth] for k in split if k[:depth] == parts[:depth] and len(k) > depth}
+        if not names:
+            continue
+        ordered = sorted(names, key=_natural)
+        shown = ", ".join(ordered[:most]) + (f" and {len(ordered) - most} more"
+                                             if len(ordered) > most else "")
+        what = ("stacks", "apps", "instances")[depth]
+        if len(ordered) == 1:
+            what = what[:-1]
+        if depth == 0:
+            return f"; the {what} {'is' if len(ordered) == 1 else 'are'} {shown}"
+        return f"; {'stack ' if depth == 1 else ''}{'/'.join(parts[:depth])} has {what} {shown}"
+    return ""
+
+
+def _natural(name: str) -> list[Any]:
+    """``a2`` before ``a10``: digits compared as numbers."""
+    import re  # only for a NOT_FOUND message
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
 def select_all(keys: Iterable[str], targets: list[str]) -> list[str]:
     """The keys any of ``targets`` names, in order. Raises NotFound naming every target
     that names nothing, BadRequest for a malformed one."""
@@ -112,7 +148,9 @@ def select_all(keys: Iterable[str], targets: list[str]) -> list[str]:
         out.update(found)
     if missing:
         names = ", ".join(repr(t) for t in missing)
-        raise NotFound(f"no stack, app or instance matches {names}", {"targets": missing})
+        raise NotFound(f"no stack, app or instance matches {names}"
+                       f"{known_near(known, missing[0]) if len(missing) == 1 else ''}",
+                       {"targets": missing})
     return in_order(out)
 
 

@@ -52,9 +52,15 @@ def test_status_filters_every_command_refuses_nothing_and_globs_restart(web: Any
     assert [ln.split()[0] for ln in table if ln.startswith(("APP", "blog", "web"))] == \
         ["APP", "blog/web/0"]
 
-    # every command refuses a target naming nothing, and changes nothing
-    for verb in ("start", "stop", "restart", "inspect", "logs"):
-        assert not_found(web.cli(verb, "web/nosuch")) == ["web/nosuch"], verb
+    # every command refuses a target naming nothing, says what there is, changes nothing
+    for verb in ("start", "stop", "restart", "inspect", "logs", "status"):
+        res = web.cli(verb, "web/nosuch")
+        assert not_found(res) == ["web/nosuch"], verb
+        assert res.out["error"]["msg"].endswith("; stack web has apps api, worker"), res
+    for target, near in (("web/api/7", "web/api has instances 0, 1"),
+                         ("webb", "the stacks are blog, web")):
+        err = web.cli("restart", target).out["error"]
+        assert err["msg"].endswith(f"; {near}"), err
     assert len(keys(web.cli("status"))) == 4   # nothing changed
     assert all(a["ready"] for a in web.cli("status").out["apps"])
     # a glob restarts only what it names

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from backend.targets import check_targets, exact_source, in_order, select, select_all, sources
+from backend.targets import (
+    check_targets,
+    exact_source,
+    in_order,
+    known_near,
+    select,
+    select_all,
+    sources,
+)
 from protocol.errors import BadRequest, NotFound
 
 KEYS = ["web/api/0", "web/api/1", "web/worker/0", "web/admin/0", "blog/web/0"]
@@ -84,3 +92,25 @@ def test_keys_are_in_instance_number_order() -> None:
     assert select(keys, "web/api") == ["web/api/0", "web/api/1", "web/api/2", "web/api/10"]
     assert select_all(keys, ["web/api/1*", "blog"]) == ["blog/web/0", "web/api/1",
                                                           "web/api/10"]
+
+
+@pytest.mark.parametrize(("target", "said"), [
+    ("demox", "; the stacks are demo, shop"),
+    ("demo/nope", "; stack demo has apps notifier, web, worker"),
+    ("demo/web/7", "; demo/web has instance 0"),
+    ("shop/api/5", "; shop/api has instances 0, 1, 2, 10"),   # by number
+    ("nope/web/0", "; the stacks are demo, shop"),
+    ("demo/*", ""), ("shop/api/[5-9]", ""),                   # a glob: nothing to add
+])
+def test_a_target_naming_nothing_is_told_what_there_is(target: str, said: str) -> None:
+    keys = ["demo/web/0", "demo/worker/0", "demo/notifier/0", "shop/api/0", "shop/api/1",
+            "shop/api/10", "shop/api/2"]
+    assert known_near(keys, target) == said
+
+
+def test_what_there_is_is_said_in_a_few_names() -> None:
+    keys = [f"s/a{i}/0" for i in range(12)]
+    assert known_near(keys, "s/b") == \
+        "; stack s has apps a0, a1, a2, a3, a4, a5, a6, a7 and 4 more"
+    assert known_near([], "s") == ""
+    assert known_near(["s/a/0"], "t") == "; the stack is s"
