@@ -119,12 +119,16 @@ class EventLog:
              targets: set[str] | None = None, kinds: set[str] | None = None,
              since_time: float | None = None) -> dict[str, Any]:
         """Events after the id ``after`` (or at/after ``since_time``, or the last
-        ``tail`` that match), oldest first, at most ``limit``, filtered by instance key
-        and kind. ``next`` is the id to read after next time; ``more`` says whether rows
-        past it exist; ``gap`` that events after ``after`` were already pruned."""
+        ``tail`` that match), oldest first, at most ``limit`` (the oldest ``limit`` of a
+        longer tail: the rest follow ``next``), filtered by instance key and kind.
+        ``next`` is the id to read after next time; ``more`` says whether rows past it
+        exist; ``gap`` that events after ``after`` were already pruned."""
         first, last = self.bounds()
-        if tail is not None:
+        if tail is not None:   # a page of them, oldest first; the rest are read `after`
             events = self._tail(tail, last, targets, kinds)
+            if len(events) > limit:
+                events = events[:limit]
+                return _answer(events, events[-1]["id"], last, first, gap=False)
             return _answer(events, last, last, first, gap=False)
         if after is None:
             after = self._before_time(since_time or 0.0)

@@ -100,7 +100,7 @@ def follow_events(args: Any, call: Callable[..., Any]) -> int:
     if args.kind:
         flt["kinds"] = args.kind
     tty = not args.json and sys.stdout.isatty()
-    start = since(args.since, time.time()) or {"tail": line_count(args.n)}
+    start = since(args.since, time.time()) or {"tail": _event_count(args.n)}
     page = through_handoffs(args.follow, lambda: call(args, "events.read", {
         **flt, **start, "limit": PAGE}), "events")
     end = page["last_id"]
@@ -122,6 +122,19 @@ def follow_events(args: Any, call: Callable[..., Any]) -> int:
         except _Stopped:
             sys.stderr.write("tenure: events: tenure stopped; -f ends here\n")
             return Exit.OK
+
+
+KEPT = 100_000   # the newest events the backend keeps (backend.events.KEEP)
+
+
+def _event_count(n: int) -> int:
+    """``-n N`` checked: 0 to KEPT (the API's bound, in the option's words). Raises
+    BadRequest."""
+    if line_count(n) > KEPT:
+        from protocol.errors import BadRequest
+        raise BadRequest(f"-n {n}: the event log keeps the newest {KEPT:,}; give at most "
+                         f"{KEPT}", {"field": "n"})
+    return n
 
 
 def _next(args: Any, call: Callable[..., Any], params: dict[str, Any]) -> dict[str, Any]:

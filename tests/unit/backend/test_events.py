@@ -75,6 +75,22 @@ def test_filters_by_target_and_kind_and_the_last_n(store) -> None:
     assert log.read(since_time=1_007.0)["events"][0]["data"]["n"] == 7
 
 
+def test_a_long_tail_comes_a_page_at_a_time(store) -> None:
+    """`tenure events -n 50000` of a crash loop's events was one answer of 5 MB: past
+    the frame limit, the backend answered INTERNAL."""
+    log = _log(store)
+    for i in range(10):
+        log.record("exit" if i % 2 else "restart", "s/a/0", n=i)
+    log.flush()
+    page = log.read(tail=7, kinds={"exit", "restart"}, limit=3)
+    assert [e["data"]["n"] for e in page["events"]] == [3, 4, 5] and page["more"]
+    rest = log.read(after=page["next"], kinds={"exit", "restart"}, limit=3)
+    assert [e["data"]["n"] for e in rest["events"]] == [6, 7, 8] and rest["more"]
+    whole = log.read(tail=7, limit=7)
+    assert len(whole["events"]) == 7 and whole["next"] == whole["last_id"]
+    assert not whole["more"]
+
+
 def test_ids_only_grow_across_pruning_and_generations_and_a_gap_is_said(
         store, monkeypatch) -> None:
     monkeypatch.setattr(ev, "KEEP", 5)
@@ -207,3 +223,17 @@ def test_an_exit_told_by_the_stops_answer_is_recorded_once_whatever_comes_first(
     assert _stopped_then(store, by_stop, Exited(None, 9)) == once
     # a stop that found the process already gone tells no exit; a late one is no news
     assert _stopped_then(store, Stopped(), Exited(None, 9)) == []
+
+
+def test_events_n_past_what_is_kept_is_refused_in_the_options_words(tmp_path, capsys) -> None:
+    """It said the wire's `params.tail must be <= 100000`."""
+    import json
+
+    from backend.cli import events as cli_events
+    from backend.cli.main import main
+    assert cli_events.KEPT == ev.KEEP
+    assert main(["--home", str(tmp_path / "h"), "--json", "events", "-n", "100001"]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err == {"code": "BAD_REQUEST", "data": {"field": "n"},
+                   "msg": "-n 100001: the event log keeps the newest 100,000; give at most "
+                          "100000"}
