@@ -211,8 +211,12 @@ def transition_events(log: EventLog, key: str, inst: Any, event: Any, was: Befor
     process (a handoff or recovery) is no news: the ``handoff`` event says it."""
     if isinstance(event, im.Adopt):
         return
-    if isinstance(event, im.Exited | im.OwnerStopped) and was.pid is not None:
-        _exit(log, key, was.pid, event.exit_code, event.signal, event.core_dumped,
+    ended = isinstance(event, im.Exited | im.OwnerStopped)
+    pid = was.pid
+    if ended and pid is None and was.state is im.State.STARTING:
+        pid = event.pid   # it overtook its launch's answer: the owner's word for the pid
+    if ended and pid is not None:
+        _exit(log, key, pid, event.exit_code, event.signal, event.core_dumped,
               requested=isinstance(event, im.OwnerStopped)
               or was.state in (im.State.STOPPING, im.State.RESTARTING))
     elif isinstance(event, im.Stopped) and event.exit is not None and was.pid is not None \

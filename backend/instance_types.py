@@ -142,6 +142,7 @@ class Exited(Struct, frozen=True):
     exit_code: int | None
     signal: int | None
     core_dumped: bool = False
+    pid: int | None = None   # the owner's word: an exit can overtake the launch's answer
 
 
 class OwnerStopped(Struct, frozen=True):
@@ -152,6 +153,7 @@ class OwnerStopped(Struct, frozen=True):
     exit_code: int | None
     signal: int | None
     core_dumped: bool = False
+    pid: int | None = None
 
 
 class Probed(Struct, frozen=True):

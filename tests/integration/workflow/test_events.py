@@ -155,3 +155,23 @@ def test_the_last_n_events_past_a_page_come_whole_and_in_order(cluster):
     got = _events(cluster, "-n", "1300")
     assert [e["id"] for e in got] == list(range(last - 1299, last + 1)), \
         [e["id"] for e in got][:5]
+
+
+QUICK = """
+[stacks.z.apps.quick]
+command = ["sh", "-c", "exit 7"]
+backoff = { initial = 0.05, max = 0.05 }
+start_limit = { burst = 30, interval = 60 }
+"""
+
+
+def test_every_run_of_a_crash_loop_has_its_exit_event(cluster):
+    """An exit that overtook its launch's answer was not recorded: 22 exits for 30 runs."""
+    cluster.up()
+    cluster.cli("up", "--config", str(cluster.write_config(QUICK)))   # started: it ran
+    cluster.wait(lambda: cluster.call("status")["apps"][0]["state"] == "failed", 60,
+                 "the start limit")
+    got = _events(cluster, "z/quick", "--kind", "exit", "-n", "1000")
+    assert len(got) == 30, [e["data"] for e in got]
+    assert all(e["data"]["exit_code"] == 7 and e["data"]["pid"] for e in got)
+    assert len({e["data"]["pid"] for e in got}) == 30

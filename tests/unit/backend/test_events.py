@@ -150,6 +150,21 @@ def test_a_crash_records_its_exit_the_restart_and_each_state(store) -> None:
     ]
 
 
+def test_an_exit_that_overtakes_its_launchs_answer_is_recorded(store) -> None:
+    """The exit and the launch's answer come on two connections: a process that ended
+    at once could be taken up before its pid was known, and its exit was not recorded
+    (8 of 30 runs of `sh -c 'exit 7'`), though `inspect` had it."""
+    log, inst = _log(store), Instance(APP, 0)
+    _feed(log, inst, Start(), 0.0)
+    _feed(log, inst, Exited(7, None, pid=4242), 0.05)   # before Launched
+    _feed(log, inst, Launched(4242, 1), 0.06)             # late: ignored
+    log.flush()
+    got = [(e["kind"], describe(e)) for e in log.read(after=0)["events"]]
+    assert ("exit", "pid 4242 exited 7") in got, got
+    states = [i for i, (k, _) in enumerate(got) if k == "state"]
+    assert got.index(("exit", "pid 4242 exited 7")) < states[1], got   # before → backoff
+
+
 def test_a_requested_stop_says_so_and_a_probe_is_recorded_once_per_result(store) -> None:
     log, inst = _log(store), Instance(APP, 0)
     _feed(log, inst, Start(), 0.0)
