@@ -378,7 +378,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                 "restarts": inst.restarts, "ready": inst.state is im.State.READY,
                 "generation": inst.generation,
                 "last_outcome": str(inst.last_outcome) if inst.last_outcome else None,
-                "reason": explain.reason(inst) or self.sup.why(key),
+                "reason": "; ".join(filter(None, (explain.reason(inst), self.sup.why(key))))
+                or None,
                 "next_start_in": _next_start_in(inst, t),
                 "log_dropped": None if dropped is None
                 else dropped.get((inst.app.stack, inst.app.name), 0),

@@ -75,10 +75,12 @@ class InstanceCommands:
         # waiting for them to be up, a stop asked meanwhile ends it (list: no check)
         stopped = self.sup.stopped_since(keys) if im.State.STOPPED not in states else list
 
+        down = im.State.STOPPED in states   # and nothing of its last run left running
+
         def done(k: str) -> bool:
             inst = self.sup.instances[k]
-            return inst.state in states or (moved is not None
-                                            and inst.generation != moved[k])
+            return (inst.state in states and not (down and self.sup.leaving(k))) or \
+                (moved is not None and inst.generation != moved[k])
 
         def withdrawn(k: str) -> bool:
             f = (deferred or {}).get(k)

@@ -116,6 +116,9 @@ class Supervisor:
         self.events: EventLog | None = None      # where transitions are recorded
         self._after_stop = StartsAfterStop()     # starts wanted once an instance is down
         self._stop_trouble: dict[str, str] = {}  # launch key -> why its stop is retried
+        # instance key -> done once what its last run left running is stopped: its next
+        # launch waits for it (docs/config.md, stop)
+        self._left: dict[str, tuple[int, asyncio.Future[None]]] = {}
         self._stops_fed: dict[str, int] = {}     # instance key -> stops fed (stopped_since)
         # told once when this generation learns it is fenced (backend.generation)
         self.on_fenced: Callable[[str], None] = lambda why: None
@@ -196,11 +199,15 @@ class Supervisor:
         return lambda: [k for k in keys if self._stops_fed.get(k, 0) != fed[k]]
 
     def why(self, key: str) -> str | None:
-        """What explain.reason cannot say of instance ``key``: why a stopped one is not
-        started (its start waits for its ``after`` apps, or it was never started: an
-        apply that added it failed before its step, say), or why a stopping one's stop
-        is being tried again; None otherwise."""
+        """What explain.reason cannot say of instance ``key``: that what its last run
+        left running is being stopped (its next launch waits for that), why a stopped
+        one is not started (its start waits for its ``after`` apps, or it was never
+        started: an apply that added it failed before its step, say), or why a stopping
+        one's stop is being tried again; None otherwise."""
         inst = self.instances[key]
+        left = self._left.get(key)
+        if left is not None:   # said beside why the run ended (explain.reason)
+            return f"stopping {left[0]} process(es) the last run left running"
         if inst.state is im.State.STOPPING:
             return self._stop_trouble.get(inst.launch_key)
         if inst.state is not im.State.STOPPED:
@@ -389,6 +396,7 @@ class Supervisor:
 
     async def _launch(self, inst: im.Instance, launch_key: str) -> im.Event | None:
         app = inst.app
+        await self._left_stopped(f"{app.stack}/{app.name}/{inst.index}")
         env = {**app_env(self.base_env, app), "TENURE_STACK": app.stack,
                "TENURE_APP": app.name, "TENURE_INSTANCE": str(inst.index)}
         params = {"launch_key": launch_key, "stack": app.stack, "app": app.name,
@@ -493,14 +501,36 @@ class Supervisor:
 
     def _stop_left_behind(self, key: str, launch_key: str, count: int) -> None:
         """Stop what outlived an exited launch's leader (its process group and tracked
-        descendants) with the app's stop policy (backend.left_behind): a restart must
-        not run beside it, and nothing of an instance shown exited may run unseen."""
+        descendants) with the app's stop policy (backend.left_behind): the instance's
+        next launch waits until that stop ended (a restart must not run beside it), and
+        meanwhile its reason says so (``why``)."""
         announce(log, key, count, launch_key)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._left[key] = (count, done)
 
         async def stop() -> None:
             await stop_left_behind(self.owner, self.epoch, launch_key, key, log,
                                    lambda: self._invalidate("stop"))   # StaleEpoch: fenced
-        self._spawn(self._mutate(key, launch_key, stop))
+
+        async def stop_then_go() -> None:
+            try:
+                await self._mutate(key, launch_key, stop)
+            finally:
+                done.set_result(None)
+                if self._left.get(key, (0, None))[1] is done:
+                    del self._left[key]
+                self._notify()
+        self._spawn(stop_then_go())
+
+    def leaving(self, key: str) -> bool:
+        """Whether what the last run of ``key`` left running is being stopped."""
+        return key in self._left
+
+    async def _left_stopped(self, key: str) -> None:
+        """Once what the last run of ``key`` left running is stopped (at once when it
+        left nothing)."""
+        while (left := self._left.get(key)) is not None:
+            await asyncio.shield(left[1])
 
     async def _stop(self, launch_key: str) -> im.Event | None:
         """Stop ``launch_key``, asked again each second until the owner confirms it;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +55,47 @@ def test_what_an_exited_leader_left_running_is_stopped(cluster):
     second = child(roll, cluster)
     cluster.wait(lambda: not running(*first), 30, "the killed leader's child stopped")
     assert running(*second) and cluster.apps()["s/roll/0"]["restarts"] == 1
+
+
+STUBBORN = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "time.sleep(1000)")
+
+
+def test_a_restart_waits_until_what_the_last_run_left_is_stopped(cluster):
+    """A child that ignores SIGTERM outlives its leader for the stop's timeout (2 s):
+    the restart ran beside it (0.1 s after the exit), and status showed the instance
+    restarting with nothing said of it, though docs/config.md promised nothing of the
+    old run is left."""
+    kid, first = cluster.home / "kid.pid", cluster.home / "first"
+    script = (f"if [ ! -e {first} ]; then touch {first}; setsid python3 -c '{STUBBORN}' & "
+              f"echo $! > {kid}; fi; sleep 0.3; exit 1")
+    cluster.up(app("stub", script, "on-failure")
+               + "backoff = { initial = 0.1, max = 0.1 }\nstop = { timeout = 2 }\n")
+    pid, ticks = child(kid, cluster)
+    leader = cluster.apps()["s/stub/0"]["pid"]
+    cluster.wait(lambda: cluster.apps()["s/stub/0"]["pid"] != leader, 30, "the exit")
+    said, deadline = set(), time.monotonic() + 30
+    while running(pid, ticks):
+        assert time.monotonic() < deadline, "the last run's child was not stopped"
+        row = cluster.apps()["s/stub/0"]
+        assert row["pid"] is None, ("launched beside the last run's child", row)
+        said.add(row["reason"])
+    assert any(r and "stopping 1 process(es) the last run left running" in r
+               for r in said), said
+    cluster.wait(lambda: cluster.apps()["s/stub/0"]["pid"] is not None, 30, "the restart")
+
+
+def test_a_stop_returns_once_what_the_last_run_left_is_stopped(cluster):
+    """`tenure stop` of an instance that had exited returned at once, `stopped`, while
+    its leader's child still ran."""
+    kid = cluster.home / "kid.pid"
+    script = f"setsid python3 -c '{STUBBORN}' & echo $! > {kid}; sleep 0.3; exit 0"
+    cluster.up(app("stub", script, "never") + "stop = { timeout = 2 }\n")
+    pid, ticks = child(kid, cluster)
+    cluster.wait(lambda: cluster.apps()["s/stub/0"]["detail"] == "exited", 30, "the exit")
+    row = cluster.apps()["s/stub/0"]
+    if running(pid, ticks):   # within the stop's 2 s
+        assert row["reason"] == "exited 0; stopping 1 process(es) the last run left " \
+                                "running", row
+    assert cluster.cli("stop", "s/stub").code == 0
+    assert not running(pid, ticks)
