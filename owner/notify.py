@@ -87,19 +87,23 @@ _KEY_RE = re.compile(r"[A-Z][A-Z0-9_]*\Z")
 
 
 def parse_message(data: bytes) -> dict[str, str] | None:
-    """Parse newline-separated ``KEY=VALUE`` lines; None if the datagram is not UTF-8.
+    """Parse newline-separated ``KEY=VALUE`` lines; None if no line of the datagram is
+    UTF-8 (it has lines, none of which can be read).
 
-    Unknown keys and lines that are not ``KEY=VALUE`` are skipped with a debug line (a
-    newer protocol must not break an older owner); for a repeated key the last wins.
-    Pure: raises nothing.
+    Unknown keys, lines that are not ``KEY=VALUE`` and lines that are not UTF-8 are
+    skipped with a debug line (a newer protocol must not break an older owner; a
+    ``STATUS=`` in another encoding must not cost the ``READY=1`` beside it, which
+    systemd honours too); for a repeated key the last wins. Pure: raises nothing.
     """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
     fields: dict[str, str] = {}
-    for line in text.split("\n"):
-        if not line:
+    lines = [raw for raw in data.split(b"\n") if raw]
+    unreadable = 0
+    for raw in lines:
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            unreadable += 1
+            log.debug("notify: skipping a line that is not UTF-8 (%d bytes)", len(raw))
             continue
         key, sep, value = line.partition("=")
         if not sep or not _KEY_RE.match(key):
@@ -108,7 +112,7 @@ def parse_message(data: bytes) -> dict[str, str] | None:
             log.debug("notify: ignoring unknown key %r", key)
         else:
             fields[key] = value
-    return fields
+    return None if lines and unreadable == len(lines) else fields
 
 
 def pgid_resolver(launch_for_pgid: Callable[[int], K | None]) -> Callable[[int], K | None]:

@@ -150,3 +150,19 @@ def test_each_readiness_kind_and_a_readiness_timeout(cluster, tmp_path):
              and e["launch_key"].startswith("zz/never-ready/0/")]
     assert len(exits) == 3 and all(e.get("signal") == 15 for e in exits), exits
     assert not any(r["ready"] for k, r in cluster.apps().items() if k.startswith("zz/"))
+
+
+NOT_UTF8 = ("import os, socket, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); "
+            "a = os.environ['NOTIFY_SOCKET']; a = chr(0) + a[1:] if a[0] == '@' else a; "
+            "s.sendto(b'STATUS=\\\\xff\\\\xfe latin-1\\\\nREADY=1', a); time.sleep(1000)")
+
+
+def test_a_status_that_is_not_utf8_does_not_cost_the_ready_beside_it(cluster):
+    """The whole datagram was dropped as malformed: never ready, then the start limit."""
+    cluster.up(f"""
+[stacks.rd.apps.latin]
+command = ["python3", "-c", "{NOT_UTF8}"]
+ready = {{ kind = "notify", timeout = 10 }}
+""")
+    row = cluster.wait_ready(1)["rd/latin/0"]
+    assert row["ready"] and row["restarts"] == 0, row

@@ -18,8 +18,17 @@ def test_values_may_contain_equals_signs_and_the_last_repeat_wins() -> None:
     assert parse_message(b"STATUS=a=b\nSTATUS=c=d") == {"STATUS": "c=d"}
 
 
-def test_invalid_utf8_is_malformed() -> None:
+def test_a_line_that_is_not_utf8_is_skipped_and_the_rest_kept() -> None:
+    """A STATUS= in another encoding dropped the whole datagram, READY=1 with it: the
+    app was never ready (systemd honours READY=1 there)."""
+    assert parse_message(b"MAINPID=7\nSTATUS=\xff\xfe bad\nREADY=1") == \
+        {"MAINPID": "7", "READY": "1"}
+
+
+def test_a_datagram_with_no_line_that_is_utf8_is_malformed() -> None:
     assert parse_message(b"STATUS=\xff") is None
+    assert parse_message(b"\xff\n\xfe\n") is None
+    assert parse_message(b"") == {} and parse_message(b"\n\n") == {}
 
 
 @given(st.binary(max_size=256))
