@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import sys
 
+from .present import neutralise
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
@@ -37,13 +39,6 @@ JOIN_MAX = 1 << 20
 """Bytes of one cut line held before it is printed in pieces (a line without end must
 not grow the reader without bound)."""
 
-# C0 controls but TAB, DEL, and C1 controls (a decoded 0x9b is CSI on many terminals).
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
-
-
-def neutralise(text: str) -> str:
-    """``text`` with every terminal control character written out as ``\\xNN``."""
-    return text.translate(_CONTROLS)
 
 
 def instance_label(first: dict[str, Any], mark: str) -> tuple[str, str]:

@@ -18,8 +18,19 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any, TextIO
 
-__all__ = ["ago", "colour_for", "dur", "fields", "identity", "paint", "percent", "size",
-           "table", "use_colour", "value", "when"]
+__all__ = ["ago", "colour_for", "dur", "fields", "identity", "neutralise", "paint", "percent",
+           "size", "table", "use_colour", "value", "when"]
+
+# C0 controls but TAB, DEL, and C1 controls (a decoded 0x9b is CSI on many terminals).
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+
+
+def neutralise(text: str) -> str:
+    """``text`` with every terminal control character written out as ``\\xNN``: what an
+    app or a config wrote (output, a command line, an environment) never drives the
+    terminal."""
+    return text.translate(_CONTROLS)
+
 
 _ANSI = {"green": "32", "red": "31", "yellow": "33", "dim": "2", "bold": "1"}
 _STATE_COLOUR = {"ready": "green", "running": "green", "succeeded": "green",
@@ -129,6 +140,7 @@ def table(rows: list[list[str]], header: list[str],
           colours: list[list[str | None]] | None = None) -> str:
     """Columns aligned on their widest cell; ``colours`` (same shape as ``rows``)
     paints cells after padding. Trailing spaces are trimmed."""
+    rows = [[neutralise(c) for c in row] for row in rows]   # painted below, not in them
     widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     for i, row in enumerate(rows):

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import time
 
-from .present import colour_for, dur, fields, identity, paint, percent, size, span, table, value
+from .present import (
+    colour_for,
+    dur,
+    fields,
+    identity,
+    neutralise,
+    paint,
+    percent,
+    size,
+    span,
+    table,
+    value,
+)
 from .render_backend import (
     backend,
     not_answering,
@@ -417,6 +429,7 @@ def _held_sockets(socks: list[dict[str, Any]] | None) -> str:
 _SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation", "reason", "readiness",
                     "next_start_in"}
 _INSPECT_KEYS = {key for key, _, _ in _INSPECT} | _SHOWN_ELSEWHERE
+_PAINTED = {"state", "unrecorded"}   # coloured by paint: tenure's own words
 
 
 def _said(record: dict[str, Any] | None) -> str:
@@ -434,8 +447,10 @@ def _shell_words(argv: list[str]) -> str:
 def inspect(r: dict[str, Any]) -> str:
     out = []
     for i in r["instances"]:
-        pairs = [(label, fmt(i)) for key, label, fmt in _INSPECT if key in i]
-        pairs += [(k.replace("_", " "), value(v)) for k, v in i.items()
+        # a command line, an environment, an app's words: never the terminal's controls
+        pairs = [(label, fmt(i) if key in _PAINTED else neutralise(fmt(i)))
+                 for key, label, fmt in _INSPECT if key in i]
+        pairs += [(k.replace("_", " "), neutralise(value(v))) for k, v in i.items()
                   if k not in _INSPECT_KEYS]
         title = f"{i['key']}  (generation {i.get('generation', '-')})"
         out.append(title + "\n" + fields(pairs, indent="  "))

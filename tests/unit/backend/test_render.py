@@ -77,6 +77,24 @@ def test_detail_says_why_and_inspect_prints_the_records_text():
     assert "{" not in shown and "None" not in shown, shown
 
 
+def test_what_an_app_or_its_config_wrote_never_drives_the_terminal(monkeypatch):
+    """`inspect` printed a command line with ESC[2J and an OSC title raw: it cleared the
+    screen and renamed the window. Status cells are written out too; tenure's own
+    colours stay."""
+    from backend.cli import present
+    monkeypatch.setattr(present, "_colour", True)
+    evil = "\x1b[2J\x1b]0;pwned\x07"
+    inst = {"key": "s/a/0", "state": "ready", "detail": "ready", "reason": None,
+            "generation": 1, "command": ["sh", "-c", evil], "env": {"X": evil}}
+    shown = render.inspect({"instances": [inst]})
+    assert "\x1b[2J" not in shown and "\x07" not in shown, repr(shown)
+    assert "\\x1b[2J\\x1b]0;pwned\\x07" in shown, shown
+    assert "\x1b[32mready\x1b[0m" in shown, repr(shown)     # the state's colour
+    out = render.status(_status({"stack": "s", "app": "a", "state": "failed",
+                                 "detail": "failed", "reason": f"exec probe: {evil}"}))
+    assert "\x1b[2J" not in out and "\\x1b[2J" in out, repr(out)
+
+
 def test_a_living_backend_that_does_not_answer_is_said_so():
     import time
     now = time.time()
