@@ -206,6 +206,8 @@ def _check_program(spec: LaunchSpec, env: dict[str, str]) -> None:
 def _reason(spec: LaunchSpec, e: Exception) -> str:
     if isinstance(e, OSError):
         what = e.filename if e.filename is not None else spec.argv[0]
+        if spec.cwd is not None and what == spec.cwd:   # the chdir before the exec
+            return f"cannot start {spec.argv[0]!r}: working directory {what}: {e.strerror}"
         return f"cannot start {spec.argv[0]!r}: {e.strerror} ({what})"
     return f"cannot start {spec.argv[0]!r}: {e}"
 

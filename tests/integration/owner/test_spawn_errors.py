@@ -84,6 +84,9 @@ def test_spawn_failures_name_step_errno_and_text(owner: tuple[Client, int],
     for key, (argv, extra, (step, name, num), text) in cases.items():
         err = launch(c, epoch, key, argv, **extra)
         spawn = err.data["spawn"]
+        if key == "cwd":   # was "…: No such file or directory (/nonexistent-dir)"
+            assert err.msg == ("cannot start 'true': working directory /nonexistent-dir: "
+                               "No such file or directory"), err.msg
         assert (spawn["step"], spawn["errno_name"], spawn["errno"], spawn["text"]) == \
             (step, name, num, text), key
         # the durable row answers a repeated key with the same explanation
