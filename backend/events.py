@@ -186,12 +186,14 @@ def _answer(events: list[dict[str, Any]], nxt: int, last: int, first: int, *, ga
 
 
 def _exit(log: EventLog, key: str, pid: int, code: int | None, sig: int | None,
-          core: bool, *, requested: bool) -> None:
+          core: bool, *, requested: bool, left_running: int = 0) -> None:
     """The ``exit`` event of process ``pid`` of instance ``key``, told once: an exit
-    that reaches an instance with no process (its stop already settled it) is not one."""
+    that reaches an instance with no process (its stop already settled it) is not one.
+    ``left_running``: processes of the run that outlived it (said only when some did)."""
     log.exits_told[key] = pid
+    extra = {"left_running": left_running} if left_running else {}
     log.record("exit", key, pid=pid, exit_code=code, signal=sig, core_dumped=core,
-               requested=requested)
+               requested=requested, **extra)
 
 
 class Before:
@@ -218,7 +220,8 @@ def transition_events(log: EventLog, key: str, inst: Any, event: Any, was: Befor
     if ended and pid is not None:
         _exit(log, key, pid, event.exit_code, event.signal, event.core_dumped,
               requested=isinstance(event, im.OwnerStopped)
-              or was.state in (im.State.STOPPING, im.State.RESTARTING))
+              or was.state in (im.State.STOPPING, im.State.RESTARTING),
+              left_running=event.left_running)
     elif isinstance(event, im.Stopped) and event.exit is not None and was.pid is not None \
             and log.exits_told.get(key) != was.pid:
         # the stop's answer came before the exit's observation (a drain held it back)

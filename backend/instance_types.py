@@ -143,6 +143,7 @@ class Exited(Struct, frozen=True):
     signal: int | None
     core_dumped: bool = False
     pid: int | None = None   # the owner's word: an exit can overtake the launch's answer
+    left_running: int = 0    # processes of the run that outlived it (tenure stops them)
 
 
 class OwnerStopped(Struct, frozen=True):
@@ -154,6 +155,7 @@ class OwnerStopped(Struct, frozen=True):
     signal: int | None
     core_dumped: bool = False
     pid: int | None = None
+    left_running: int = 0
 
 
 class Probed(Struct, frozen=True):

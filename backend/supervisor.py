@@ -314,10 +314,11 @@ class Supervisor:
             if e.get("descendants"):
                 self._stop_left_behind(key, e["launch_key"], e["descendants"])
             ended = im.OwnerStopped if e.get("stopped") is True else im.Exited
-            pid = e.get("pid")
+            pid, left = e.get("pid"), e.get("descendants")
             self.feed(key, ended(e.get("exit_code"), e.get("signal"),
                                  e.get("core_dumped") is True,
-                                 pid if isinstance(pid, int) else None))
+                                 pid if isinstance(pid, int) else None,
+                                 left if isinstance(left, int) else 0))
         elif e["kind"] == "notify" and e.get("fields", {}).get("READY") == "1" \
                 and inst.app.ready.kind is ReadyKind.NOTIFY:
             self.feed(key, im.Ready())

@@ -44,7 +44,9 @@ def describe(e: dict[str, Any]) -> str:
         return f"{d['from']} → {d['to']}{why}"
     if kind == "exit":
         how = _ended(d)
-        return f"pid {d['pid']} {how}" + (" (stopped by tenure)" if d.get("requested") else "")
+        left = d.get("left_running")
+        return f"pid {d['pid']} {how}" + (" (stopped by tenure)" if d.get("requested") else "") \
+            + (f"; {left} process(es) it left running are stopped" if left else "")
     if kind == "restart":
         return f"restart {d['restarts']} (launch generation {d['generation']})"
     if kind == "probe":

@@ -4,6 +4,7 @@ second one beside it (each `tenure start` of such an app added one more)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -83,6 +84,10 @@ def test_a_restart_waits_until_what_the_last_run_left_is_stopped(cluster):
     assert any(r and "stopping 1 process(es) the last run left running" in r
                for r in said), said
     cluster.wait(lambda: cluster.apps()["s/stub/0"]["pid"] is not None, 30, "the restart")
+    first_exit = cluster.cli("events", "s/stub", "--kind", "exit", "-n", "100").out
+    first_exit = first_exit if isinstance(first_exit, dict) else \
+        json.loads(first_exit.splitlines()[0])
+    assert first_exit["data"]["left_running"] == 1, first_exit
 
 
 def test_a_stop_returns_once_what_the_last_run_left_is_stopped(cluster):

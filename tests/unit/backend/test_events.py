@@ -165,6 +165,24 @@ def test_an_exit_that_overtakes_its_launchs_answer_is_recorded(store) -> None:
     assert got.index(("exit", "pid 4242 exited 7")) < states[1], got   # before → backoff
 
 
+def test_an_exit_says_how_many_processes_the_run_left_running(store) -> None:
+    """It said only `exited 0`; what tenure then stopped was in the backend's log."""
+    log, inst = _log(store), Instance(APP, 0)
+    _feed(log, inst, Start(), 0.0)
+    _feed(log, inst, Launched(10, 1), 0.1)
+    _feed(log, inst, Exited(0, None, pid=10, left_running=2), 1.0)
+    log.flush()
+    exits = [e for e in log.read(after=0)["events"] if e["kind"] == "exit"]
+    assert exits[0]["data"]["left_running"] == 2
+    assert describe(exits[0]) == "pid 10 exited 0; 2 process(es) it left running are stopped"
+    _feed(log, inst, BackoffElapsed(), 2.0)
+    _feed(log, inst, Launched(11, 2), 2.1)
+    _feed(log, inst, Exited(0, None, pid=11), 3.0)
+    log.flush()
+    last = [e for e in log.read(after=0)["events"] if e["kind"] == "exit"][-1]
+    assert "left_running" not in last["data"] and describe(last) == "pid 11 exited 0"
+
+
 def test_a_requested_stop_says_so_and_a_probe_is_recorded_once_per_result(store) -> None:
     log, inst = _log(store), Instance(APP, 0)
     _feed(log, inst, Start(), 0.0)
