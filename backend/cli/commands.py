@@ -165,10 +165,12 @@ def _wait_op(args: Any, op_id: str, timeout: float, what: str) -> dict[str, Any]
 def cmd_down(args: Any) -> int:
     from .down import stop_all
     from .upwait import wait_background_start
+    from .windowlock import held
     layout = _layout(args)
     with live(args, "down", _owner_probe(args)):
         wait_background_start(layout)
-        out = stop_all(layout)
+        with held(layout, "`tenure down`"):   # not in the middle of an owner window
+            out = stop_all(layout)
     _out(args, out, render.down(out))
     receipt = out.get("owner_receipt")
     clean = receipt is None or receipt["state"] == "clean"

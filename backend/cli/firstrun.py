@@ -42,7 +42,7 @@ def move_to_first_release(layout: Layout, rid: str, guardian: Callable[[], Clien
     if managed and (owner.get("release") or {}).get("running") != rid and \
             owner.get("live") == 0:
         w = Window(layout, api, timeout, lambda line: None)
-        with held(layout):
+        with held(layout, "moving the owner to the first release"):
             p = plan(w, rid)
             check_not_reverted(carry_on(w, begin(w, p, p["digest"])))
         moved["owner"] = True

@@ -41,13 +41,11 @@ intents live in owner.db, which the new owner reads.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -60,7 +58,6 @@ from protocol.errors import (
     Internal,
     MaintenanceIncomplete,
     NotFound,
-    OperationInProgress,
     OwnerUpgradeReverted,
     ReconcileRequired,
     ServiceError,
@@ -72,6 +69,7 @@ from protocol.layout import MAINTENANCE_KIND, Layout
 from protocol.procfs import running
 
 from .ownerplan import UNIT, check_release, mode_of, owner_tree, plan
+from .windowlock import held
 
 __all__ = ["APPS_DOWN", "KIND", "TRANSITIONS", "WORK", "Event", "Outcome", "Step", "Window",
            "check_not_reverted", "check_release", "command", "held", "mode_of", "plan",
@@ -433,6 +431,10 @@ def _bring_up_owner(w: Window, rec: dict[str, Any]) -> None:
 
 
 def _restore(w: Window, rec: dict[str, Any]) -> Event:
+    # the owner the window started may be gone since an interruption (a `tenure down`,
+    # a crash and a restart by its service manager): the one that answers now, started
+    # if none does, is the new owner (the release it runs is checked by _verify)
+    _bring_up_owner(w, rec)
     new = rec["progress"]["owner"]["instance"]
     if rec["plan"]["mode"] == "standalone":   # a `tenure down` since an interruption
         from .daemons import ensure_daemon
@@ -544,7 +546,7 @@ def command(args: Any, w: Window, guardian: Callable[..., Any],
         p = dry_run(w, release)
         out(args, p, plan_text(p, args.release))
         return Exit.OK
-    with held(w.layout):
+    with held(w.layout, "`tenure owner upgrade`"):
         if args.cont:
             rec = load(w.layout)
             if rec is None or rec["step"] == Step.DONE:
@@ -569,23 +571,6 @@ def dry_run(w: Window, release: str | None) -> dict[str, Any]:
     unfinished = None if rec is None or rec["step"] == Step.DONE else \
         {"step": rec["step"], "failed": str(TRANSITIONS[Step(rec["step"]), Event.OK])}
     return {**p, "unfinished": unfinished}
-
-
-@contextmanager
-def held(layout: Layout) -> Iterator[None]:
-    """One window at a time on a home: execution/maintenance.lock, held while it runs.
-    Raises OperationInProgress when another `tenure owner upgrade` holds it."""
-    fd = os.open(str(layout.execution / "maintenance.lock"),
-                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OperationInProgress("another `tenure owner upgrade` runs on this home; "
-                                      "wait for it (or for it to stop)") from None
-        yield
-    finally:
-        os.close(fd)
 
 
 def done_text(rec: dict[str, Any]) -> str:

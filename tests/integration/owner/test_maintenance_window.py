@@ -274,3 +274,48 @@ def test_a_log_follower_lives_through_a_window(cluster):
     assert len(notes) == 2 and notes[0].startswith("tenure: logs: the owner ") and \
         notes[0].endswith("following on once it answers (Ctrl-C ends)"), err
     assert notes[1] == "tenure: logs: the owner answers again; following", err
+
+
+def test_down_while_a_window_runs_is_refused_and_stops_nothing(cluster):
+    """Was: `tenure down` as a window stopped or started the owner printed success, and
+    the window then started everything again (or could never finish)."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(4)
+    before = _states(cluster)
+    fd = os.open(cluster.home / "execution" / "maintenance.lock", os.O_RDWR | os.O_CREAT,
+                 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)      # as a running window holds it
+        res = cluster.cli("down")
+        err = res.out["error"]
+        assert res.code == 1 and err["code"] == "OPERATION_IN_PROGRESS", res
+        assert f"pid {os.getpid()}" in err["msg"] and "`tenure down` waits" in err["msg"]
+        assert _states(cluster) == before
+    finally:
+        os.close(fd)
+    assert cluster.down().code == 0
+
+
+# the window, Ctrl-C'd once it recorded step started and waits for the new owner's
+# backend: the operator then runs `tenure down`
+CTRL_C_AT_RESTORE = CTRL_C_AT_OWNER_EXIT.replace('"the owner\'s exit"',
+                                                 '"the backend on the new owner"')
+
+
+def test_continue_after_a_down_between_the_new_owner_and_the_restore(cluster):
+    """Was: --continue waited for the owner instance the window had started, which the
+    `down` had stopped: every --continue failed after its timeout, for good."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(4)
+    plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
+    window = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AT_RESTORE, "--home", str(cluster.home), "owner",
+         "upgrade", "--digest", plan["digest"]], stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=120)
+    assert window.returncode == 130, window
+    record = json.loads((cluster.home / "execution" / "maintenance.json").read_text())
+    assert record["step"] == "started", record
+    assert cluster.down().code == 0
+    done = cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True).out
+    assert done["step"] == "done", done
+    cluster.wait_ready(4)
