@@ -172,8 +172,8 @@ class InstanceCommands:
         and starting one instance is one step, which a drain lets finish: no instance is
         left stopped. The roll stops at an instance that is not ready within the timeout
         (or not started again: its stop outlasts the timeout, a later stop withdrew its
-        start) or that ends failed or exited: ``stopped_at`` names it and
-        ``not_restarted`` lists the rest. Raises
+        start or stopped it before the roll reached it) or that ends failed or exited:
+        ``stopped_at`` names it and ``not_restarted`` lists the rest. Raises
         ShuttingDown, naming what was and was not restarted, when a drain begins before
         the last instance was started again; once it was, a drain is said in the answer
         (``handed_over``: every instance restarted, the last not seen ready here)."""
@@ -183,10 +183,12 @@ class InstanceCommands:
         timeout = call.params["timeout"]
         out: dict[str, str] = {}
         settled = True
+        stopped = self.sup.stopped_since(keys)   # by a later command: it is not undone
         for i, k in enumerate(keys):
             if self.gate.paused:
                 raise _restart_cut(keys[:i], keys[i:], out)
-            started = await self._started_again(k, timeout)
+            later = k in stopped() and self.sup.pending_start(k) is None   # a plain stop
+            started = False if later else await self._started_again(k, timeout)
             if started is not True:
                 if self.gate.paused:   # a handoff, or this generation was fenced off
                     raise _restart_cut(keys[:i], keys[i:], out)

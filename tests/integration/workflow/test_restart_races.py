@@ -135,3 +135,23 @@ start_limit = { burst = 2, interval = 100 }
     r = row(cluster, "d/bo/0")
     assert r["generation"] == 2 and r["next_start_in"] is None, r
     assert r["last_outcome"] == "start-limit-hit", r
+
+
+def test_a_stop_of_an_instance_the_roll_has_not_reached_is_not_undone(cluster):
+    """The latest command wins: a roll started instance 1 again after `tenure stop`
+    had stopped it (and said so) while the roll was stopping instance 0."""
+    cluster.up(SLOW_TO_STOP.replace('ready = {', 'instances = 2\nready = {'))
+    cluster.wait_ready(2)
+    roll: list[CliResult] = []
+    t = threading.Thread(target=lambda: roll.append(
+        cluster.cli("restart", "d/s", "--timeout", "20")), daemon=True)
+    t.start()
+    cluster.wait(lambda: row(cluster, "d/s/0")["state"] == "stopping", 10, "stopping 0")
+    stop = cluster.cli("stop", "d/s/1", "--timeout", "20", timeout=60)
+    assert stop.code == 0 and stop.out["instances"] == {"d/s/1": "stopped"}, stop
+    t.join(60)
+    res = roll[0]
+    assert res.code == 4 and res.out["stopped_at"] == "d/s/1", res
+    assert res.out["withdrawn"] is True and res.out["instances"]["d/s/0"] == "ready", res
+    time.sleep(1.0)
+    assert row(cluster, "d/s/1")["state"] == "stopped", row(cluster, "d/s/1")
