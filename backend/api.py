@@ -18,6 +18,7 @@ from protocol.errors import (
 from protocol.procfs import described, read_stat, running, silence
 from protocol.schema import Field, Schema, check_int, check_name
 from protocol.server import Call, Method
+from protocol.window import refuse_in_window
 
 from . import explain
 from . import instance as im
@@ -61,7 +62,9 @@ log = logging.getLogger("tenure.backend")
 
 S_TARGET = Schema(Field("target", str, check=check_target),
                   Field("timeout", float, required=False, default=120.0,
-                        check=check_int(0, 86400)))
+                        check=check_int(0, 86400)),
+                  # an owner maintenance window's own stop or start (api_instances)
+                  Field("window", bool, required=False, default=False))
 S_LOGS = Schema(Field("after", int, required=False, default=0, check=check_int(0, 2**62)),
                 Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)),
                 Field("max_bytes", int, required=False, check=check_int(1024, 3 << 20)),
@@ -456,6 +459,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         check_sockets(new, text, caps, held, owner_uid)
 
     async def apply(self, call: Call) -> Any:
+        refuse_in_window(self.gen.layout.home, f"apply {call.params['plan']}")
         return self.admit(call.params["plan"], call.params["request_id"])
 
     async def apply_text(self, text: str, source: str, request_id: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import NotFound, ShuttingDown, StackFenced
 from protocol.server import Call
+from protocol.window import refuse_in_window
 
 from . import instance as im
 from .after_stop import DOWN, after_stop_bound
@@ -39,6 +40,12 @@ class InstanceCommands:
     _cycles: set[asyncio.Future[Any]]
     stopped_stacks: Callable[[], set[str]]
     _require_owner: Callable[[str], None]
+
+    def _outside_window(self, call: Call) -> None:
+        """Raises OperationInProgress while an owner maintenance window or a `tenure
+        down` runs (protocol.window), unless the window itself asks."""
+        if not call.params.get("window"):
+            refuse_in_window(self.gen.layout.home, f"{call.method} {call.params['target']}")
 
     def _targets(self, target: str, create: bool = True) -> list[str]:
         """Instance keys for ``stack``, ``stack/app`` or ``stack/app/N``; with ``create``
@@ -125,6 +132,7 @@ class InstanceCommands:
 
     async def start(self, call: Call) -> Any:
         target, timeout = call.params["target"], call.params["timeout"]
+        self._outside_window(call)
         keys = self._targets(target)
         self._refuse_stopped_stacks(keys)
         self._require_owner(f"start {target}")
@@ -158,6 +166,7 @@ class InstanceCommands:
         """Settled once each instance was down, even if a start asked after this one
         (or pending before it, backend.after_stop) took it up again at once."""
         target = call.params["target"]
+        self._outside_window(call)
         keys = self._targets(target)
         self._require_owner(f"stop {target}")
         with self.gate.step(f"stop {target}"):
@@ -177,6 +186,7 @@ class InstanceCommands:
         ShuttingDown, naming what was and was not restarted, when a drain begins before
         the last instance was started again; once it was, a drain is said in the answer
         (``handed_over``: every instance restarted, the last not seen ready here)."""
+        self._outside_window(call)
         keys = self._targets(call.params["target"])
         self._refuse_stopped_stacks(keys)
         self._require_owner(f"restart {call.params['target']}")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import BadRequest, NotFound, StalePlan
 from protocol.server import Call
+from protocol.window import refuse_in_window
 
 from . import instance as im
 from .after_stop import DOWN
@@ -93,6 +94,7 @@ class StackCommands:
             return {"stack": stack, "will_stop": rows, "digest": digest}
         if p["digest"] is None:
             raise BadRequest("give --digest from a --dry-run review (or --dry-run first)")
+        refuse_in_window(self.gen.layout.home, f"stack stop {stack}")
         async with self._stack_lock(stack):
             digest = self._stack_review(stack)[1]   # a start may have run meanwhile
             if p["digest"] != digest:
@@ -114,6 +116,7 @@ class StackCommands:
         # a stack removed from the config while stopped may be started: that clears it
         if stack not in self.gen.config.stacks and stack not in self.stopped_stacks():
             raise NotFound(f"no stack {stack!r} in the applied config", {"stack": stack})
+        refuse_in_window(self.gen.layout.home, f"stack start {stack}")
         async with self._stack_lock(stack):
             with self.gate.step(f"stack start {stack}"):
                 revision = await self._set_intent(stack, Intent.RUNNING)

@@ -9,10 +9,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from protocol.errors import BadRequest, NotFound, OperationInProgress, TenureError
-from protocol.procfs import flock_holder, silence
+from protocol.errors import BadRequest, NotFound, TenureError
+from protocol.procfs import silence
 from protocol.schema import Field, Schema
 from protocol.server import Call, Method
+from protocol.window import refuse_in_window
 
 from .cold import recover_safely
 from .coordinator import Coordinator
@@ -52,16 +53,6 @@ backend short and leaves the apps it stopped stopped. (A recovery is not refused
 window relies on the guardian following the owner it starts.)"""
 
 
-def _refuse_in_window(home: Path, purpose: str) -> None:
-    """Raises OperationInProgress while a `tenure owner upgrade` window holds
-    execution/maintenance.lock (root's in system scope: any living holder counts)."""
-    pid = flock_holder(str(home / "execution" / "maintenance.lock"), opened=False)
-    if pid is not None:
-        raise OperationInProgress(f"an owner maintenance window runs on this home (`tenure "
-                                  f"owner upgrade`, pid {pid}): {purpose} waits until it "
-                                  "ends", {"pid": pid, "refused": purpose})
-
-
 class GuardianService:
     def __init__(self, co: Coordinator, on_shutdown: Callable[[], None]) -> None:
         self.co = co
@@ -87,7 +78,7 @@ class GuardianService:
 
     async def _exclusive(self, purpose: str, fn: Callable[[], Awaitable[Any]]) -> Any:
         if purpose in _NOT_IN_A_WINDOW:
-            _refuse_in_window(self.co.paths.home, purpose)
+            refuse_in_window(self.co.paths.home, purpose)
         await self.co.take(purpose)
         try:
             async with self.co.command_lock:

@@ -324,7 +324,7 @@ def _drain(w: Window, rec: dict[str, Any]) -> Event:
     for level in rec["plan"]["stop"]:
         for key in level:
             w.say(f"stopping {key}")
-            r = w.call("stop", {"target": key, "timeout": w.timeout})
+            r = w.call("stop", {"target": key, "timeout": w.timeout, "window": True})
             if not r.get("settled"):
                 raise MaintenanceIncomplete(f"{key} did not stop within {w.timeout:.0f} s",
                                             {"instance": key, "state": r.get("instances")})
@@ -445,7 +445,7 @@ def _restore(w: Window, rec: dict[str, Any]) -> Event:
     for level in rec["plan"]["start"]:
         for key in level:
             w.say(f"starting {key}")
-            r = w.call("start", {"target": key, "timeout": w.timeout})
+            r = w.call("start", {"target": key, "timeout": w.timeout, "window": True})
             if not r.get("settled"):
                 raise MaintenanceIncomplete(f"{key} did not come up within "
                                             f"{w.timeout:.0f} s", {"instance": key,

@@ -12,9 +12,9 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from protocol.errors import OperationInProgress
 from protocol.layout import Layout
 from protocol.procfs import flock_holder
+from protocol.window import busy, lock_path
 
 __all__ = ["held"]
 
@@ -25,30 +25,23 @@ def held(layout: Layout, doing: str) -> Iterator[None]:
     OperationInProgress, naming the holder's pid, when another process holds it. A
     lock this user may not open (root's, in system scope) is only looked at: a living
     holder refuses, as the guardian's check does."""
-    path = str(layout.execution / "maintenance.lock")
+    path = lock_path(layout.home)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileNotFoundError:   # no execution/: nothing ever ran here, no window runs
         yield
         return
     except PermissionError:
-        _refuse(flock_holder(path, opened=False), doing)
+        pid = flock_holder(path, opened=False)
+        if pid is not None:
+            raise busy(pid, doing) from None
         yield
         return
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            _refuse(flock_holder(path) or 0, doing)
+            raise busy(flock_holder(path), doing) from None
         yield
     finally:
         os.close(fd)
-
-
-def _refuse(pid: int | None, doing: str) -> None:
-    if pid is None:
-        return
-    who = f"pid {pid}" if pid else "its pid unknown"
-    raise OperationInProgress(f"an owner maintenance window (`tenure owner upgrade`) or a "
-                              f"`tenure down` runs on this home ({who}): {doing} waits until "
-                              "it ends; run it again then", {"pid": pid or None})

@@ -319,3 +319,29 @@ def test_continue_after_a_down_between_the_new_owner_and_the_restore(cluster):
     done = cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True).out
     assert done["step"] == "done", done
     cluster.wait_ready(4)
+
+
+def test_commands_that_start_or_stop_apps_wait_for_a_window(cluster):
+    """Was: a `start` beside a window started an app on the owner the window was about
+    to stop, before the app it waits for (`after`); a `restart` or an `apply` too."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(4)
+    before = _states(cluster)
+    text = CONFIG + '\n[stacks.more.apps.x]\ncommand = ["sleep", "infinity"]\n'
+    plan = cluster.call("plan", {"config_text": text, "source": "t"})["id"]
+    review = cluster.cli("stack", "stop", "batch", "--dry-run", check=True).out
+    fd = os.open(cluster.home / "execution" / "maintenance.lock", os.O_RDWR | os.O_CREAT,
+                 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)      # as a running window holds it
+        for cmd in (["start", "demo/web"], ["stop", "demo/db"], ["restart", "batch"],
+                    ["apply", plan], ["stack", "stop", "batch", "--digest", review["digest"]],
+                    ["stack", "start", "batch"]):
+            res = cluster.cli(*cmd)
+            err = res.out["error"]
+            assert res.code == 1 and err["code"] == "OPERATION_IN_PROGRESS", (cmd, res)
+            assert f"pid {os.getpid()}" in err["msg"] and "waits until it ends" in err["msg"]
+        assert _states(cluster) == before
+    finally:
+        os.close(fd)
+    assert cluster.cli("restart", "batch").code == 0   # once it ended
