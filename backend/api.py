@@ -482,17 +482,18 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                 raise Conflict(f"request id {rid} was used for plan {prior['plan']}",
                                {"request_id": rid, "plan": prior["plan"]})
             return prior
+        applied = plan["config_revision"] == self.gen.config.revision
+        # checked first: an operation still applying this config has made it the applied
+        # one and changed what runs (so this plan, made before it, is stale), and its
+        # instances may already run it (not ready, or about to fail): the answer is that
+        # operation, whatever it ends with
+        if applied and (open_op := self.ops.applying(plan["config_revision"])) is not None:
+            return {**open_op, "joined": True}
         if plan["live_revision"] != self._live():
             raise StalePlan("the running system changed since this plan was made; plan "
                             "again", {"plan": plan["id"]})
-        if plan["config_revision"] == self.gen.config.revision:
-            # checked before "nothing to do": an operation still applying this config has
-            # made it the applied one, and its instances may already run it (not ready,
-            # or about to fail): the answer is that operation, whatever it ends with
-            if (open_op := self.ops.applying(plan["config_revision"])) is not None:
-                return {**open_op, "joined": True}
-            if not plan["changes"]:
-                return {"id": None, "outcome": "no-change", "changes": []}
+        if applied and not plan["changes"]:
+            return {"id": None, "outcome": "no-change", "changes": []}
         return self.ops.admit(plan, rid)
 
     async def op_list(self, call: Call) -> Any:

@@ -66,3 +66,17 @@ def test_apply_wait_of_the_same_config_waits_for_the_open_operation(cluster):
     text = cluster.cli_text("apply", plan["id"], "--wait", "--timeout", "60", expect=1)
     assert f"operation {first['id']} already applies this config" in text, text
     assert "failed" in text, text
+
+
+def test_a_plan_made_before_the_open_operation_began_joins_it(cluster):
+    """Several `tenure up --config F` at once each plan, then apply: the first admitted
+    changed what runs, and the others' plans, made before, were STALE_PLAN, though the
+    operation they ran into applies the very same config."""
+    cluster.up(BASE)
+    cluster.wait_ready(1)
+    bad = cluster.write_config(BAD, "bad.toml")
+    early = cluster.cli("plan", "--config", str(bad), check=True).out
+    late = cluster.cli("plan", "--config", str(bad), check=True).out
+    first = cluster.cli("apply", early["id"], check=True).out
+    joined = cluster.cli("apply", late["id"])
+    assert joined.ok and joined.out["id"] == first["id"] and joined.out.get("joined"), joined
