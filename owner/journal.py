@@ -84,6 +84,10 @@ one commit writes about this much WAL, which the WAL's cap must leave room for
 (owner.journalckpt.BATCH_FRAMES); 4096 lines of 16 KiB would be 64 MiB."""
 EXTENT_GAP: Final = 4096
 """Start a new extent when more than this many foreign ids lie since the app's last row."""
+IDLE_RETRY_S: Final = 1.0
+IDLE_RETRY_MAX_S: Final = 60.0
+"""An idle truncate of a long WAL that was in a reader's way is tried again after
+IDLE_RETRY_S, the wait doubling up to IDLE_RETRY_MAX_S (owner.journalckpt)."""
 
 BatchHook = Callable[[int], None]
 
@@ -349,39 +353,51 @@ class Journal:
 
     # -- writer thread -----------------------------------------------------------------
 
-    def _take_batch(self) -> list[Queued] | None:
-        """Block until work arrives; None once stopping with an empty queue."""
+    def _take_batch(self, retry: float | None = None) -> list[Queued] | None:
+        """Block until work arrives; None once stopping with an empty queue; [] when
+        ``retry`` seconds passed with nothing to write (an idle truncate is owed)."""
         with self._cond:
             while True:
                 while not self._queue:
                     if self._stopping:
                         return None
                     self._writer_idle = True
-                    self._cond.wait()
+                    woke = self._cond.wait(retry)
                     self._writer_idle = False
+                    if not woke and not self._queue and not self._stopping:
+                        return []
                 batch = self._queue.take(self._batch_rows, BATCH_BYTES)
                 if batch:
                     self._writing = batch[0].seq
                     return batch
 
     def _run(self) -> None:
+        retry = None   # while the idle truncate of a long WAL is owed: when to try again
         while True:
-            batch = self._take_batch()
+            batch = self._take_batch(retry)
             if batch is None:
                 return
-            drained = self._write(batch)
-            del batch   # an idle writer holds no lines (a batch: up to 4 MiB and an append)
-            if drained >= memtrim.TRIM_AFTER:
-                self._after_backlog(drained)
+            if batch:
+                drained = self._write(batch)
+                del batch   # an idle writer holds no lines (a batch: up to 4 MiB, an append)
+                if drained >= memtrim.TRIM_AFTER:
+                    self._after_backlog(drained)
             with self._cond:
                 idle = not self._queue
             if idle:
-                self._when_idle()
+                retry = self._when_idle(retry)
 
-    def _when_idle(self) -> None:
-        """Nothing is queued: empty a WAL longer than it keeps (owner.journalckpt)."""
-        if self._ckpt.idle():
-            self._checkpoint_now(truncate)
+    def _when_idle(self, retry: float | None) -> float | None:
+        """Nothing is queued: empty a WAL longer than it keeps (owner.journalckpt).
+        Returns when to try again if that truncate was not done (a reader or a
+        checkpoint was in the way: nothing else would try it before the next line),
+        IDLE_RETRY_S and doubling to IDLE_RETRY_MAX_S; None once it was."""
+        if not self._ckpt.idle():
+            return None
+        self._checkpoint_now(truncate)
+        if not self._ckpt.owed():
+            return None
+        return IDLE_RETRY_S if retry is None else min(retry * 2, IDLE_RETRY_MAX_S)
 
     def _write(self, batch: list[Queued]) -> int:
         """Write ``batch`` (or count it lost) and release its room in the queue; returns

@@ -141,6 +141,12 @@ class Checkpointer:
             self._cond.wait_for(lambda: not self._running)
             return True
 
+    def owed(self) -> bool:
+        """Whether the WAL may still be longer than KEEP_BYTES (an idle truncate that
+        was in someone's way). Raises nothing."""
+        with self._cond:
+            return max(self._since_restart, self._frames) >= KEEP_FRAMES
+
     def checkpointed(self, busy: int, frames: int, copied: int) -> None:
         """The writer's own checkpoint gave ``(busy, frames, copied)``."""
         with self._cond:

@@ -93,3 +93,22 @@ def test_the_wal_stays_under_its_cap_and_is_cut_back_when_it_starts_over(
         assert j._ckpt.wait_idle(timeout=30)
         assert _cut_back(path), _wal(path)
         assert j.checkpoint_failures == 0
+
+
+def test_an_idle_truncate_a_reader_was_in_the_way_of_is_tried_again(tmp_path: Path) -> None:
+    """The writer truncated a long WAL once, when it went idle; a reader in the way then
+    left it long until the next line came (seen: 29 MB for good on a busy machine)."""
+    path = tmp_path / "journal.db"
+    with Journal(path, retention_bytes_per_app=64 * MIB) as j:
+        reader = sqlite3.connect(path, isolation_level=None)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()   # holds a snapshot
+            _flood(j, path, 24)
+            assert j._ckpt.wait_idle(timeout=30)
+            time.sleep(0.5)              # the writer went idle and tried: the reader was there
+            assert _wal(path) > WAL_KEPT, _wal(path)
+        finally:
+            reader.execute("COMMIT")
+            reader.close()
+        assert _cut_back(path, within=10), _wal(path)   # tried again, nothing written since
