@@ -440,7 +440,8 @@ def _silent_daemon(exc: TenureError) -> TenureError:
 # What goes on after Ctrl-C of a command that asked tenure to do something: the command
 # only stops waiting. Reading commands (status, logs, events, top, ...) end silently.
 GOES_ON = {
-    "up": "the daemons it started and the config it applies go on (`tenure status`)",
+    "up": "what it started, if anything, and the config it applies go on (`tenure "
+          "status`)",
     "down": "the daemons it signalled go on stopping (`tenure status`; `tenure up` waits "
             "for an owner still shutting down)",
     "start": "the backend carries the change on (`tenure status`)",
@@ -462,7 +463,9 @@ def _interrupted(args: Any) -> int:
     goes_on = GOES_ON.get(args.cmd)
     if goes_on is None:
         return Exit.INTERRUPTED
-    msg = f"interrupted: `tenure {args.cmd}` stopped waiting; {goes_on}"
+    action = getattr(args, "action", None)   # `tenure backend upgrade`, not `backend`
+    command = args.cmd if action is None else f"{args.cmd} {action}"
+    msg = f"interrupted: `tenure {command}` stopped waiting; {goes_on}"
     if args.json:
         import json
         print(json.dumps({"ok": False, "interrupted": True, "msg": msg}))

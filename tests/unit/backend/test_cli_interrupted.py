@@ -38,3 +38,12 @@ def test_a_follow_cut_short_ends_silently(monkeypatch: Any, capsys: Any,
     monkeypatch.setattr(commands, "cmd_logs", _interrupt)
     assert main.main(["--home", str(tmp_path), "logs", "-f"]) == 130
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_command_with_an_action_is_named_whole(monkeypatch: Any, capsys: Any,
+                                                tmp_path: Path) -> None:
+    """It said "`tenure backend` stopped waiting" for `tenure backend upgrade`."""
+    monkeypatch.setattr(commands, "cmd_backend", _interrupt)
+    assert main.main(["--home", str(tmp_path), "backend", "upgrade", "ab" * 32]) == 130
+    assert "`tenure backend upgrade` stopped waiting; the guardian carries it on" in \
+        capsys.readouterr().err
