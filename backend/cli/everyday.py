@@ -152,8 +152,9 @@ def _status_once(args: Any) -> int:
 
 
 def unfinished_window(lay: Layout) -> dict[str, Any] | None:
-    """``{step}`` of an owner maintenance window that is not done (its apps may be
-    stopped, its owner being replaced), from execution/maintenance.json; None when there
+    """``{step[, running]}`` of an owner maintenance window that is not done (its apps may
+    be stopped, its owner being replaced), from execution/maintenance.json, with the pid
+    of its command while that runs (it holds execution/maintenance.lock); None when there
     is none, it is done, or it cannot be read here (a viewer: `tenure owner upgrade`
     says more). One stat on a home that never had a window."""
     path = lay.maintenance
@@ -164,7 +165,12 @@ def unfinished_window(lay: Layout) -> dict[str, Any] | None:
         step = read_json(path, MAINTENANCE_KIND).get("step")
     except Exception:   # unreadable here: the window's own command reports it
         return None
-    return None if step in (None, "done") else {"step": step}
+    if step in (None, "done"):
+        return None
+    from protocol.procfs import flock_holder
+    from protocol.window import lock_path
+    running = flock_holder(lock_path(lay.home), opened=False)   # the window's command
+    return {"step": step} if running is None else {"step": step, "running": running}
 
 
 def _hung_guardian(args: Any, listening: bool | None) -> dict[str, Any] | None:

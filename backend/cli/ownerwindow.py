@@ -201,6 +201,8 @@ def refuse_owner_start(layout: Layout) -> None:
         return   # not ours to read (a viewer): the owner's own start decides
     if rec is None or rec["step"] not in _OWNER_REPLACED:
         return
+    from protocol.window import refuse_in_window
+    refuse_in_window(layout.home, "`tenure up`")   # still under way: not for --continue
     raise MaintenanceIncomplete(
         f"an owner maintenance window is unfinished (stopped after step {rec['step']}, "
         f"{rec['plan'].get('instances', 0)} instances stopped): `tenure owner upgrade "

@@ -143,9 +143,14 @@ def _jobs_line(jobs: dict[str, int]) -> str:
 
 
 def unfinished_window(window: dict[str, Any] | None) -> str:
-    """The line for an owner maintenance window that is not done (``{step}``), or ''."""
+    """The line for an owner maintenance window that is not done (``{step[, running]}``:
+    under way, or stopped), or ''."""
     if not window:
         return ""
+    if window.get("running"):
+        return "\n" + paint(f"owner maintenance window RUNNING (`tenure owner upgrade`, pid "
+                            f"{window['running']}, step {window['step']} done): the apps "
+                            "it stopped start again as it ends", "yellow")
     return "\n" + paint(f"owner maintenance window UNFINISHED (stopped after step "
                         f"{window['step']}): `tenure owner upgrade --continue` finishes "
                         "it", "red")

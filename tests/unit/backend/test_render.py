@@ -143,6 +143,33 @@ def test_status_says_an_owner_window_is_unfinished() -> None:
     assert render.unfinished_window(None) == ""
 
 
+def test_status_tells_a_window_under_way_from_one_that_stopped(tmp_path) -> None:
+    """While the window's command ran, status said it was UNFINISHED and that
+    `--continue` finishes it, which would be refused (OPERATION_IN_PROGRESS)."""
+    import fcntl
+    import json
+    import os
+
+    from backend.cli.everyday import unfinished_window
+    from protocol.layout import MAINTENANCE_KIND, Layout
+    lay = Layout(tmp_path)
+    lay.execution.mkdir(mode=0o700)
+    record = lay.execution / "maintenance.json"
+    record.write_text(json.dumps({"kind": MAINTENANCE_KIND, "format": 1, "step": "staged"}))
+    record.chmod(0o600)
+    assert unfinished_window(lay) == {"step": "staged"}
+    fd = os.open(lay.execution / "maintenance.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        window = unfinished_window(lay)
+        assert window == {"step": "staged", "running": os.getpid()}
+        assert render.unfinished_window(window) == (
+            f"\nowner maintenance window RUNNING (`tenure owner upgrade`, pid {os.getpid()}, "
+            "step staged done): the apps it stopped start again as it ends")
+    finally:
+        os.close(fd)
+
+
 def test_up_and_apply_name_the_open_operation_they_joined() -> None:
     """Was: `applied 0 changes: no-change` while another apply of the config still ran."""
     op = {"id": "op-1", "kind": "apply", "outcome": "failed", "stage": "failed", "step": 0,
