@@ -46,3 +46,34 @@ def test_a_plan_made_while_a_window_is_unfinished_says_so():
         "a maintenance window is unfinished (stopped after step staged): tenure owner "
         "upgrade --continue finishes it; a new window is refused until then")
     assert "unfinished" not in ownerwindow.plan_text({**PLAN, "unfinished": None}, None)
+
+
+def test_up_while_a_window_runs_names_it_and_is_not_told_to_continue(tmp_path) -> None:
+    """`tenure up` while the window's command ran said to run `--continue`, which that
+    window's lock would refuse."""
+    import fcntl
+    import json
+    import os
+
+    import pytest
+
+    from backend.cli.ownerwindow import refuse_owner_start
+    from protocol.errors import MaintenanceIncomplete, OperationInProgress
+    from protocol.layout import MAINTENANCE_KIND, Layout
+    lay = Layout(tmp_path)
+    lay.execution.mkdir(mode=0o700)
+    record = lay.execution / "maintenance.json"
+    record.write_text(json.dumps({"kind": MAINTENANCE_KIND, "format": 1, "step": "drained",
+                                  "plan": {"instances": 2}}))
+    record.chmod(0o600)
+    with pytest.raises(MaintenanceIncomplete):   # stopped: --continue finishes it
+        refuse_owner_start(lay)
+    fd = os.open(lay.execution / "maintenance.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(OperationInProgress) as caught:
+            refuse_owner_start(lay)
+        assert f"pid {os.getpid()}" in caught.value.msg and "`tenure up` waits" in \
+            caught.value.msg
+    finally:
+        os.close(fd)
