@@ -122,8 +122,46 @@ def follow_events(args: Any, call: Callable[..., Any]) -> int:
         try:
             page = _next(args, call, {**flt, "after": page["next"], "limit": PAGE})
         except _Stopped:
+            # what the last generation recorded after this reader's last page (its
+            # drain, say) is in backend.db: printed from there, nothing skipped
+            _print(args, _left_in_file(args, page["next"], flt), tty)
             sys.stderr.write("tenure: events: tenure stopped; -f ends here\n")
             return Exit.OK
+
+
+def _left_in_file(args: Any, after: int, flt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events after id ``after`` that ``flt`` (targets, kinds) keeps, read from
+    backend.db (read only) once tenure is stopped; [] when it cannot be read (said on
+    stderr: the follower ends as it would have)."""
+    import json
+
+    from protocol.durable import read_rows
+
+    from .everyday import layout
+    try:
+        rows = read_rows(layout(args).backend_db,
+                         "SELECT id, at, kind, target, activation, data FROM events "
+                         f"WHERE id > {int(after)} ORDER BY id") or []
+    except Exception as exc:   # the file, not the follower, failed: say so, end
+        sys.stderr.write(f"tenure: events: could not read what is left in backend.db "
+                         f"({type(exc).__name__}: {exc})\n")
+        return []
+    kinds, targets = flt.get("kinds"), flt.get("targets")
+    out = []
+    for ev_id, at, kind, target, activation, data in rows:
+        if kinds and kind not in kinds:
+            continue
+        if targets and (target is None or not _named(target, targets)):
+            continue
+        out.append({"id": ev_id, "at": at, "kind": kind, "target": target,
+                    "activation": activation, "data": json.loads(data)})
+    return out
+
+
+def _named(key: str, targets: list[str]) -> bool:
+    """Whether instance ``key`` is one that ``targets`` name (backend.targets)."""
+    from backend.targets import select
+    return any(select([key], t) for t in targets)
 
 
 KEPT = 100_000   # the newest events the backend keeps (backend.events.KEEP)

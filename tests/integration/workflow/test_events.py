@@ -175,3 +175,32 @@ def test_every_run_of_a_crash_loop_has_its_exit_event(cluster):
     assert len(got) == 30, [e["data"] for e in got]
     assert all(e["data"]["exit_code"] == 7 and e["data"]["pid"] for e in got)
     assert len({e["data"]["pid"] for e in got}) == 30
+
+
+def test_a_follower_ended_by_down_misses_nothing_the_last_backend_recorded(cluster):
+    """Events recorded after the follower's last page and before `down` retired the
+    backend were skipped: it found tenure stopped and ended. It reads them from
+    backend.db now. The follower is held (SIGSTOP) while they happen."""
+    import signal
+    cluster.up(CONFIG)
+    cluster.wait_ready(1)
+    follower = cluster.follow("--json", "events", "-f", "-n", "0", "s/sleeper")
+    try:
+        time.sleep(1.0)
+        follower.send_signal(signal.SIGSTOP)
+        before = _events(cluster, "-n", "1")[0]["id"]
+        assert cluster.cli("restart", "s/sleeper").code == 0
+        recorded = [e["id"] for e in _events(cluster, "s/sleeper", "-n", "1000")]
+        assert cluster.down().ok
+        follower.send_signal(signal.SIGCONT)
+        code = follower.wait(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.send_signal(signal.SIGCONT)
+            follower.kill()
+        out, err = follower.communicate(timeout=30)
+    assert code == 0 and "tenure: events: tenure stopped; -f ends here" in err, err
+    seen = [json.loads(ln)["id"] for ln in out.splitlines() if ln.strip()]
+    restart = [i for i in recorded if i > before]   # the restart's, and after
+    assert restart and set(restart) <= set(seen), (before, recorded, seen)
+    assert seen == sorted(set(seen)), seen
