@@ -194,17 +194,23 @@ sys.exit(main())
 """
 
 
-def _interrupted_as_the_owner_stops(cluster: Any) -> None:
-    """A window run to the owner's stop, where the operator presses Ctrl-C; the window
-    recorded step drained and the owner it stopped is gone."""
+def _interrupted(cluster: Any, script: str, step: str) -> None:
+    """A window run as ``script`` (one of the CTRL_C_AT_… above) until the operator
+    presses Ctrl-C; the window recorded ``step``."""
     plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
     window = subprocess.run(
-        [sys.executable, "-c", CTRL_C_AT_OWNER_EXIT, "--home", str(cluster.home), "owner",
+        [sys.executable, "-c", script, "--home", str(cluster.home), "owner",
          "upgrade", "--digest", plan["digest"]], stdin=subprocess.DEVNULL,
         capture_output=True, text=True, timeout=120)
     assert window.returncode == 130, window
     record = json.loads((cluster.home / "execution" / "maintenance.json").read_text())
-    assert record["step"] == "drained", record
+    assert record["step"] == step, record
+
+
+def _interrupted_as_the_owner_stops(cluster: Any) -> None:
+    """A window run to the owner's stop, where the operator presses Ctrl-C; the window
+    recorded step drained and the owner it stopped is gone."""
+    _interrupted(cluster, CTRL_C_AT_OWNER_EXIT, "drained")
 
 
 def test_up_between_two_owners_of_a_window_is_refused_and_continue_ends_it(cluster):
@@ -307,14 +313,7 @@ def test_continue_after_a_down_between_the_new_owner_and_the_restore(cluster):
     `down` had stopped: every --continue failed after its timeout, for good."""
     cluster.up(CONFIG)
     cluster.wait_ready(4)
-    plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
-    window = subprocess.run(
-        [sys.executable, "-c", CTRL_C_AT_RESTORE, "--home", str(cluster.home), "owner",
-         "upgrade", "--digest", plan["digest"]], stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=120)
-    assert window.returncode == 130, window
-    record = json.loads((cluster.home / "execution" / "maintenance.json").read_text())
-    assert record["step"] == "started", record
+    _interrupted(cluster, CTRL_C_AT_RESTORE, "started")
     assert cluster.down().code == 0
     done = cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True).out
     assert done["step"] == "done", done

@@ -42,13 +42,19 @@ def state_changes(cluster: Any, key: str) -> list[tuple[str, str]]:
     return [(e["data"]["from"], e["data"]["to"]) for e in events]
 
 
+def in_background(cluster: Any, *args: str) -> tuple[threading.Thread, list[CliResult]]:
+    """`tenure ARGS` run in a thread: the thread, started, and the list its result
+    lands in."""
+    got: list[CliResult] = []
+    t = threading.Thread(target=lambda: got.append(cluster.cli(*args)), daemon=True)
+    t.start()
+    return t, got
+
+
 def test_two_concurrent_restarts_then_a_stop_leave_the_app_stopped(cluster):
     cluster.up(SLOW_TO_STOP)
     cluster.wait_ready(1)
-    first: list[CliResult] = []
-    t = threading.Thread(target=lambda: first.append(
-        cluster.cli("restart", "d/s/0", "--timeout", "10")), daemon=True)
-    t.start()
+    t, first = in_background(cluster, "restart", "d/s/0", "--timeout", "10")
     cluster.wait(lambda: row(cluster, "d/s/0")["state"] == "stopping", 10, "stopping")
     second = cluster.cli("restart", "d/s/0", "--timeout", "10")   # while it stops
     t.join(60)
@@ -142,10 +148,7 @@ def test_a_stop_of_an_instance_the_roll_has_not_reached_is_not_undone(cluster):
     had stopped it (and said so) while the roll was stopping instance 0."""
     cluster.up(SLOW_TO_STOP.replace('ready = {', 'instances = 2\nready = {'))
     cluster.wait_ready(2)
-    roll: list[CliResult] = []
-    t = threading.Thread(target=lambda: roll.append(
-        cluster.cli("restart", "d/s", "--timeout", "20")), daemon=True)
-    t.start()
+    t, roll = in_background(cluster, "restart", "d/s", "--timeout", "20")
     cluster.wait(lambda: row(cluster, "d/s/0")["state"] == "stopping", 10, "stopping 0")
     stop = cluster.cli("stop", "d/s/1", "--timeout", "20", timeout=60)
     assert stop.code == 0 and stop.out["instances"] == {"d/s/1": "stopped"}, stop
