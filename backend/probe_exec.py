@@ -5,23 +5,84 @@ one pipe of ours, and answers its exit status and the first line of its output a
 as the command itself exits. A process it leaves in the background (``sleep 60 &``) may
 hold the pipe open for as long as it lives: that neither delays the answer nor survives
 it, since the whole process group is SIGKILLed once the command is done, every time.
-:mod:`backend.probes` turns the answer into a verdict.
+One that left the group (``setsid``) and outlived its parent is re-parented to the
+backend, a child subreaper (:func:`adopt_strays`): once a probe is done, every child of
+the backend that is not a running probe's command is such a stray, and is SIGKILLed and
+reaped (:func:`_sweep`). Without that, a health check that started a daemon added one
+each interval, for good. :mod:`backend.probes` turns the answer into a verdict.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 from collections.abc import Mapping, Sequence
 
-__all__ = ["FIRST_LINE_MAX", "OUTPUT_READ_MAX", "run_check"]
+__all__ = ["FIRST_LINE_MAX", "OUTPUT_READ_MAX", "adopt_strays", "run_check"]
+
+log = logging.getLogger("tenure.backend")
 
 FIRST_LINE_MAX = 200
 """Characters of an exec probe's output kept for its verdict (its first line)."""
 OUTPUT_READ_MAX = 4096
 """Bytes of output looked at for that line; the rest is read and discarded."""
+
+
+_LIVE: set[int] = set()   # the commands of the probes running now
+_spawning = 0             # probes between their fork and their pid in _LIVE
+REAP_AFTER_S = 0.05
+"""How long after its SIGKILL a stray is looked for again, to be reaped."""
+
+
+def adopt_strays() -> bool:
+    """Make the backend the reaper of what its probes leave behind (a child subreaper),
+    once at its start; False (logged) when the kernel refuses: strays then go to init,
+    as before. Raises nothing."""
+    from owner.reaper import become_subreaper
+    try:
+        become_subreaper()
+    except OSError as exc:
+        log.warning("exec probes: what they leave running after setsid cannot be stopped "
+                    "(%s)", exc)
+        return False
+    return True
+
+
+def _children() -> list[int]:
+    """This process's children (of any of its threads), from /proc."""
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), \
+                    open(f"/proc/self/task/{task}/children", "rb") as f:
+                out += [int(p) for p in f.read().split()]
+    return out
+
+
+async def _sweep() -> int:
+    """SIGKILL every child that is not a running probe's command (a stray some probe
+    left, re-parented here), with its process group when it leads one, then reap the
+    strays; how many were killed. Skipped while a probe is being started (its pid is
+    not known yet: it could be taken for a stray). Raises nothing."""
+    if _spawning:
+        return 0
+    strays = [pid for pid in _children() if pid not in _LIVE]
+    for pid in strays:
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if strays:
+        log.warning("exec probes: stopped %d process(es) a probe left running (pids %s)",
+                    len(strays), " ".join(map(str, strays[:10])))
+        await asyncio.sleep(REAP_AFTER_S)
+        from owner.reaper import reap_orphans
+        reap_orphans(lambda pid: pid in _LIVE, lambda pid: None)   # a probe's: asyncio's
+    return len(strays)
 
 
 class _Output:
@@ -101,18 +162,27 @@ async def run_check(argv: Sequence[str], timeout: float, *,
     be started, TimeoutError when it did not exit within ``timeout``. Invariant: however
     this ends (answer, timeout, cancellation), everything left in its process group has
     been sent SIGKILL, the command is reaped and both pipe ends are closed."""
+    global _spawning
     r, w = os.pipe()
+    pid = None
     try:
         try:
             os.set_blocking(r, False)
+            _spawning += 1
             # Our own pipe, not asyncio's PIPE: Process.wait() then returns once the
             # command exits, not once every holder of the pipe has closed it.
             proc = await asyncio.create_subprocess_exec(
                 *argv, env=dict(env) if env is not None else None, cwd=cwd,
                 stdin=asyncio.subprocess.DEVNULL, stdout=w,
                 stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+            pid = proc.pid
+            _LIVE.add(pid)
         finally:
+            _spawning -= 1
             os.close(w)  # the command has its copy; ours would keep the pipe from ending
         return await _at_exit(proc, r, timeout)
     finally:
         os.close(r)
+        if pid is not None:
+            _LIVE.discard(pid)
+            await asyncio.shield(_sweep())

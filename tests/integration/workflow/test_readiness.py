@@ -10,6 +10,7 @@ recorded (a timestamp file written just before it becomes ready).
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,39 @@ ready = {{ kind = "notify", timeout = 10 }}
 """)
     row = cluster.wait_ready(1)["rd/latin/0"]
     assert row["ready"] and row["restarts"] == 0, row
+
+
+def _sleeping(arg: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [b"sleep", arg.encode()]:
+                    with open(f"/proc/{pid}/stat", "rb") as st:
+                        if st.read().rpartition(b")")[2].split()[0] != b"Z":
+                            found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_health_check_that_starts_a_daemon_leaves_none_running(cluster):
+    """`setsid sleep N &` in an exec health check left its probe's group and outlived
+    it: one more each interval, for good, through `tenure down` too."""
+    tag = "100041"
+    cluster.up(f"""
+[stacks.rd.apps.checked]
+command = ["sleep", "infinity"]
+health = {{ kind = "exec", command = ["sh", "-c", "setsid sleep {tag} & exit 0"], \
+interval = 0.3 }}
+""")
+    cluster.wait_ready(1)
+    time.sleep(2.0)   # about six checks
+    try:
+        assert len(_sleeping(tag)) <= 1, _sleeping(tag)   # one just started, at most
+    finally:
+        assert cluster.down().ok
+        left = _sleeping(tag)
+        for pid in left:
+            os.kill(pid, 9)
+    assert left == [], left

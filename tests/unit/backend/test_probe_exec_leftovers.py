@@ -114,3 +114,36 @@ def test_readiness_and_health_exec_checks_pass_and_leave_nothing(check: str) -> 
             assert said == Verdict(True, "exit 0") and took < QUICK
         assert_gone(arg)
 
+
+
+def test_what_a_probe_left_after_setsid_is_stopped_by_a_subreaper_backend() -> None:
+    """`setsid sleep N &` left the probe's group and outlived its shell: each run of a
+    health check added one, for good (they went to init). In a child that became a
+    subreaper, as the backend does at its start, none is left."""
+    import multiprocessing
+
+    tag = str(100_000 + secrets.randbelow(899_999))
+
+    def child() -> None:
+        import asyncio
+
+        from backend.probe_exec import adopt_strays, run_check
+        assert adopt_strays()
+
+        async def main() -> None:
+            for _ in range(3):
+                code, _line = await run_check(["sh", "-c", f"setsid sleep {tag} & exit 0"],
+                                              QUICK, env=ENV)
+                assert code == 0
+        asyncio.run(main())
+        os._exit(0 if not _sleeps(tag) else 3)
+
+    ctx = multiprocessing.get_context("fork")
+    proc = ctx.Process(target=child)
+    proc.start()
+    proc.join(HANG_GUARD)
+    try:
+        assert proc.exitcode == 0, f"sleeps left: {_sleeps(tag)}"
+    finally:
+        for p in _sleeps(tag):
+            p.kill()
