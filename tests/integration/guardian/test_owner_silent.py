@@ -27,7 +27,11 @@ def test_an_upgrade_with_a_stopped_owner_aborts_at_once_and_names_it(cluster) ->
     finally:
         os.kill(owner, signal.SIGCONT)
     act = res.out["activation"]
-    assert res.code != 0 and (act["phase"], act["code"]) == ("aborted", "TIMEOUT"), res
+    # TIMEOUT on the guardian's connection to the owner; CONNECT_FAILED when that had to
+    # be made again (the guardian's owner watch, on a busy machine, gave up on it first)
+    # and the handshake got no answer (guardian.coordinator.owner_status)
+    assert res.code != 0 and act["phase"] == "aborted", res
+    assert act["code"] in ("TIMEOUT", "CONNECT_FAILED"), res
     assert act["error"] == (
         f"the owner did not answer within 5 s: pid {owner} is stopped (SIGSTOP or a "
         f"debugger); kill -CONT {owner} continues it. Nothing was changed")
