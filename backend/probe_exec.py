@@ -33,6 +33,7 @@ OUTPUT_READ_MAX = 4096
 
 _LIVE: set[int] = set()   # the commands of the probes running now
 _spawning = 0             # probes between their fork and their pid in _LIVE
+_adopting = False         # this process is the backend, a subreaper (adopt_strays)
 REAP_AFTER_S = 0.05
 """How long after its SIGKILL a stray is looked for again, to be reaped."""
 
@@ -41,6 +42,7 @@ def adopt_strays() -> bool:
     """Make the backend the reaper of what its probes leave behind (a child subreaper),
     once at its start; False (logged) when the kernel refuses: strays then go to init,
     as before. Raises nothing."""
+    global _adopting
     from owner.reaper import become_subreaper
     try:
         become_subreaper()
@@ -48,6 +50,7 @@ def adopt_strays() -> bool:
         log.warning("exec probes: what they leave running after setsid cannot be stopped "
                     "(%s)", exc)
         return False
+    _adopting = True
     return True
 
 
@@ -66,8 +69,9 @@ async def _sweep() -> int:
     """SIGKILL every child that is not a running probe's command (a stray some probe
     left, re-parented here), with its process group when it leads one, then reap the
     strays; how many were killed. Skipped while a probe is being started (its pid is
-    not known yet: it could be taken for a stray). Raises nothing."""
-    if _spawning:
+    not known yet: it could be taken for a stray), and in any process but the backend's
+    (a test's, whose other children are not strays). Raises nothing."""
+    if _spawning or not _adopting:
         return 0
     strays = [pid for pid in _children() if pid not in _LIVE]
     for pid in strays:

@@ -147,3 +147,21 @@ def test_what_a_probe_left_after_setsid_is_stopped_by_a_subreaper_backend() -> N
     finally:
         for p in _sleeps(tag):
             p.kill()
+
+
+def test_a_process_that_is_not_the_backend_keeps_its_other_children() -> None:
+    """The sweep after a probe takes every child of a subreaper backend that is not a
+    probe's for a stray; elsewhere (a test's process, running probes in process) a
+    child of its own is no stray and must live on."""
+    import asyncio
+    import subprocess
+
+    from backend.probe_exec import run_check
+    mine = subprocess.Popen(["sleep", "1000"], stdin=subprocess.DEVNULL)
+    try:
+        code, _ = asyncio.run(run_check(["true"], QUICK, env=ENV))
+        assert code == 0
+        assert mine.poll() is None, "a child of the test process was killed"
+    finally:
+        mine.kill()
+        mine.wait()
