@@ -61,9 +61,9 @@ async def serve(home: Path, activation: str) -> int:
     from protocol.tasks import background
 
     from .generation import Generation
-    from .probe_exec import adopt_strays
+    from .probe_exec import allow_adopting
     mark = HomeMark.take(home)
-    adopt_strays()   # what an exec probe leaves running after setsid comes back here
+    allow_adopting()   # what an exec probe leaves running after setsid comes back here
     gen = Generation(home, activation)
     answered = _orphan_watch()
     try:
@@ -208,8 +208,6 @@ def standby(home: Path) -> str | None:
     # handoff that started one needs no preflight process of its own
     print(json.dumps({"standby": True, "report": report()}), flush=True)
     prepare(home)   # while the guardian drains and fences the incumbent
-    from .probe_exec import adopt_strays
-    adopt_strays()  # here, not on the start's path (it loads ctypes); serve() repeats it
     line = sys.stdin.readline()
     try:
         activation = json.loads(line)["activation"]

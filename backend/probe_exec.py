@@ -6,10 +6,11 @@ as the command itself exits. A process it leaves in the background (``sleep 60 &
 hold the pipe open for as long as it lives: that neither delays the answer nor survives
 it, since the whole process group is SIGKILLed once the command is done, every time.
 One that left the group (``setsid``) and outlived its parent is re-parented to the
-backend, a child subreaper (:func:`adopt_strays`): once a probe is done, every child of
-the backend that is not a running probe's command is such a stray, and is SIGKILLed and
-reaped (:func:`_sweep`). Without that, a health check that started a daemon added one
-each interval, for good. :mod:`backend.probes` turns the answer into a verdict.
+backend, a child subreaper from its first exec probe on (:func:`adopt_strays`): once a
+probe is done, every child of the backend that is not a running probe's command is
+such a stray, and is SIGKILLed and reaped (:func:`_sweep`). Without that, a health
+check that started a daemon added one each interval, for good. :mod:`backend.probes`
+turns the answer into a verdict.
 """
 
 from __future__ import annotations
@@ -33,15 +34,24 @@ OUTPUT_READ_MAX = 4096
 
 _LIVE: set[int] = set()   # the commands of the probes running now
 _spawning = 0             # probes between their fork and their pid in _LIVE
-_adopting = False         # this process is the backend, a subreaper (adopt_strays)
+_may_adopt = False        # this process is the backend (allow_adopting)
+_adopting = False         # and it is a subreaper now (adopt_strays)
 REAP_AFTER_S = 0.05
 """How long after its SIGKILL a stray is looked for again, to be reaped."""
 
 
+def allow_adopting() -> None:
+    """This process is the backend: its first exec probe makes it a subreaper
+    (:func:`adopt_strays`; then, not at its start: ctypes costs a start ~3 ms and
+    0.4 MiB, which a config without exec probes need not pay)."""
+    global _may_adopt
+    _may_adopt = True
+
+
 def adopt_strays() -> bool:
-    """Make the backend the reaper of what its probes leave behind (a child subreaper),
-    once at its start; False (logged) when the kernel refuses: strays then go to init,
-    as before. Raises nothing."""
+    """Make the backend the reaper of what its probes leave behind (a child subreaper);
+    False (logged) when the kernel refuses: strays then go to init, as before. Raises
+    nothing."""
     global _adopting
     from owner.reaper import become_subreaper
     try:
@@ -167,6 +177,8 @@ async def run_check(argv: Sequence[str], timeout: float, *,
     this ends (answer, timeout, cancellation), everything left in its process group has
     been sent SIGKILL, the command is reaped and both pipe ends are closed."""
     global _spawning
+    if _may_adopt and not _adopting:   # before any probe could leave a stray
+        adopt_strays()
     r, w = os.pipe()
     pid = None
     try:
