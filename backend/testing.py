@@ -78,6 +78,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def sleeping(arg: str) -> list[int]:
+    """Pids of living (not zombie) ``sleep ARG`` processes: a test gives ARG a number no
+    other test uses, to find what it started, or what was left of it."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] != [b"sleep", arg.encode()]:
+                    continue
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rpartition(b")")[2].split()[0] != b"Z":
+                    found.append(int(pid))
+        except OSError:   # gone meanwhile
+            continue
+    return found
+
+
 def force_rmtree(path: str | os.PathLike[str]) -> None:
     """rmtree that also removes read-only trees (installed releases are 0555); symlinks
     are removed, never followed. Nothing at ``path``: nothing to do."""

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backend.testing import sleeping
 from protocol.procfs import running, start_ticks
 
 
@@ -26,19 +27,6 @@ def child(path: Path, cluster: Any) -> tuple[int, int]:
     ticks = start_ticks(pid)
     assert ticks is not None
     return pid, ticks
-
-
-def sleeping(seconds: str) -> list[int]:
-    """Pids of `sleep SECONDS` (a number no other test uses)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if f.read().split(b"\0")[:2] == [b"sleep", seconds.encode()]:
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def test_what_an_exited_leader_left_running_is_stopped(cluster):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backend.testing import free_port
+from backend.testing import free_port, sleeping
 
 
 def observations(cluster: Any) -> list[dict[str, Any]]:
@@ -169,20 +169,6 @@ ready = {{ kind = "notify", timeout = 10 }}
     assert row["ready"] and row["restarts"] == 0, row
 
 
-def _sleeping(arg: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if f.read().split(b"\0")[:2] == [b"sleep", arg.encode()]:
-                    with open(f"/proc/{pid}/stat", "rb") as st:
-                        if st.read().rpartition(b")")[2].split()[0] != b"Z":
-                            found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
 def test_a_health_check_that_starts_a_daemon_leaves_none_running(cluster):
     """`setsid sleep N &` in an exec health check left its probe's group and outlived
     it: one more each interval, for good, through `tenure down` too."""
@@ -196,10 +182,10 @@ interval = 0.3 }}
     cluster.wait_ready(1)
     time.sleep(2.0)   # about six checks
     try:
-        assert len(_sleeping(tag)) <= 1, _sleeping(tag)   # one just started, at most
+        assert len(sleeping(tag)) <= 1, sleeping(tag)   # one just started, at most
     finally:
         assert cluster.down().ok
-        left = _sleeping(tag)
+        left = sleeping(tag)
         for pid in left:
             os.kill(pid, 9)
     assert left == [], left
