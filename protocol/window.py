@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import OperationInProgress
 from .procfs import flock_holder
 
-__all__ = ["busy", "lock_path", "refuse_in_window"]
+__all__ = ["busy", "holder", "lock_path", "refuse_in_window"]
 
 
 def lock_path(home: Path) -> str:
@@ -27,9 +27,14 @@ def busy(pid: int | None, what: str) -> OperationInProgress:
                                "until it ends", {"pid": pid or None, "refused": what})
 
 
-def refuse_in_window(home: Path, what: str) -> None:
-    """Raises OperationInProgress while a living process holds the lock (root's in
+def holder(home: Path) -> int | None:
+    """The pid of the living process that holds the lock, or None (root's lock in
     system scope: any holder counts, whoever may open the file)."""
-    pid = flock_holder(lock_path(home), opened=False)
+    return flock_holder(lock_path(home), opened=False)
+
+
+def refuse_in_window(home: Path, what: str) -> None:
+    """Raises OperationInProgress while a living process holds the lock."""
+    pid = holder(home)
     if pid is not None:
         raise busy(pid, what)

@@ -167,9 +167,8 @@ def unfinished_window(lay: Layout) -> dict[str, Any] | None:
         return None
     if step in (None, "done"):
         return None
-    from protocol.procfs import flock_holder
-    from protocol.window import lock_path
-    running = flock_holder(lock_path(lay.home), opened=False)   # the window's command
+    from protocol.window import holder
+    running = holder(lay.home)   # the window's command, while it runs
     return {"step": step} if running is None else {"step": step, "running": running}
 
 

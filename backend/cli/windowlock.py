@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from protocol.layout import Layout
 from protocol.procfs import flock_holder
-from protocol.window import busy, lock_path
+from protocol.window import busy, lock_path, refuse_in_window
 
 __all__ = ["held"]
 
@@ -32,9 +32,7 @@ def held(layout: Layout, doing: str) -> Iterator[None]:
         yield
         return
     except PermissionError:
-        pid = flock_holder(path, opened=False)
-        if pid is not None:
-            raise busy(pid, doing) from None
+        refuse_in_window(layout.home, doing)
         yield
         return
     try:
