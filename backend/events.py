@@ -40,7 +40,7 @@ from . import instance as im
 if TYPE_CHECKING:
     from .store import BackendStore
 
-__all__ = ["KINDS", "EventLog"]
+__all__ = ["COLUMNS", "KINDS", "EventLog", "event_from_row", "wanted"]
 
 PART, FORMAT = "events", 1
 SCHEMA = """
@@ -53,6 +53,7 @@ KEEP = 100_000          # newest events kept
 PRUNE_EVERY = 1_000     # events written between two prunes
 MAX_BUFFER = 50_000     # events held between writes; beyond it the oldest are counted lost
 SCAN = 10_000           # rows one read looks at (filters may keep fewer)
+COLUMNS = "id, at, kind, target, activation, data"   # a row, as event_from_row reads it
 
 
 class EventLog:
@@ -134,15 +135,15 @@ class EventLog:
             after = self._before_time(since_time or 0.0)
         gap = 0 < after < first - 1
         scanned = self.db.execute(
-            "SELECT id, at, kind, target, activation, data FROM events WHERE id > ? "
+            f"SELECT {COLUMNS} FROM events WHERE id > ? "
             "ORDER BY id LIMIT ?", (after, SCAN)).fetchall()
         events, nxt = [], after
         for row in scanned:
             if len(events) >= limit:
                 break
             nxt = row[0]
-            if _wanted(row, targets, kinds):
-                events.append(_event(row))
+            if wanted(row, targets, kinds):
+                events.append(event_from_row(row))
         return _answer(events, nxt, last, first, gap=gap)
 
     def _tail(self, n: int, last: int, targets: set[str] | None,
@@ -151,12 +152,12 @@ class EventLog:
         below = last + 1
         while len(out) < n and below > 1:
             rows = self.db.execute(
-                "SELECT id, at, kind, target, activation, data FROM events WHERE id < ? "
+                f"SELECT {COLUMNS} FROM events WHERE id < ? "
                 "ORDER BY id DESC LIMIT ?", (below, SCAN)).fetchall()
             if not rows:
                 break
             below = rows[-1][0]
-            out.extend(_event(r) for r in rows if _wanted(r, targets, kinds))
+            out.extend(event_from_row(r) for r in rows if wanted(r, targets, kinds))
         return list(reversed(out[:n]))
 
     def _before_time(self, t: float) -> int:
@@ -167,12 +168,14 @@ class EventLog:
         return int(row[0]) - 1
 
 
-def _wanted(row: tuple[Any, ...], targets: set[str] | None, kinds: set[str] | None
-            ) -> bool:
+def wanted(row: tuple[Any, ...], targets: set[str] | None, kinds: set[str] | None
+           ) -> bool:
+    """Whether a row of COLUMNS is of one of the instance keys ``targets`` and of one of
+    the ``kinds`` (None: any)."""
     return (targets is None or row[3] in targets) and (kinds is None or row[2] in kinds)
 
 
-def _event(row: tuple[Any, ...]) -> dict[str, Any]:
+def event_from_row(row: tuple[Any, ...]) -> dict[str, Any]:
     ev_id, at, kind, target, activation, data = row
     return {"id": ev_id, "at": at, "kind": kind, "target": target,
             "activation": activation, "data": json.loads(data)}

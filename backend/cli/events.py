@@ -131,37 +131,27 @@ def follow_events(args: Any, call: Callable[..., Any]) -> int:
 
 def _left_in_file(args: Any, after: int, flt: dict[str, Any]) -> list[dict[str, Any]]:
     """The events after id ``after`` that ``flt`` (targets, kinds) keeps, read from
-    backend.db (read only) once tenure is stopped; [] when it cannot be read (said on
-    stderr: the follower ends as it would have)."""
-    import json
-
+    backend.db (read only) once tenure is stopped, and filtered as the backend filters
+    them; [] when it cannot be read (said on stderr: the follower ends as it would
+    have)."""
+    from backend.events import COLUMNS, event_from_row, wanted
+    from backend.targets import select
     from protocol.durable import read_rows
 
     from .everyday import layout
     try:
-        rows = read_rows(layout(args).backend_db,
-                         "SELECT id, at, kind, target, activation, data FROM events "
+        rows = read_rows(layout(args).backend_db, f"SELECT {COLUMNS} FROM events "
                          f"WHERE id > {int(after)} ORDER BY id") or []
     except Exception as exc:   # the file, not the follower, failed: say so, end
         sys.stderr.write(f"tenure: events: could not read what is left in backend.db "
                          f"({type(exc).__name__}: {exc})\n")
         return []
-    kinds, targets = flt.get("kinds"), flt.get("targets")
-    out = []
-    for ev_id, at, kind, target, activation, data in rows:
-        if kinds and kind not in kinds:
-            continue
-        if targets and (target is None or not _named(target, targets)):
-            continue
-        out.append({"id": ev_id, "at": at, "kind": kind, "target": target,
-                    "activation": activation, "data": json.loads(data)})
-    return out
-
-
-def _named(key: str, targets: list[str]) -> bool:
-    """Whether instance ``key`` is one that ``targets`` name (backend.targets)."""
-    from backend.targets import select
-    return any(select([key], t) for t in targets)
+    keys = None   # the instance keys the targets name, as the backend resolves them
+    if flt.get("targets"):
+        seen = {row[3] for row in rows if row[3]}
+        keys = {k for t in flt["targets"] for k in select(seen, t)}
+    kinds = set(flt["kinds"]) if flt.get("kinds") else None
+    return [event_from_row(row) for row in rows if wanted(row, keys, kinds)]
 
 
 KEPT = 100_000   # the newest events the backend keeps (backend.events.KEEP)
