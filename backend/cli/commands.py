@@ -79,10 +79,8 @@ def _up_config(args: Any, layout: Any) -> tuple[str | None, dict[str, Any] | Non
     try:
         text = None
         if args.config is not None:
-            import_msgspec_as_released()   # as the backend that parses it again does
-            from backend.config import parse_config
             text = read_config_text(args.config)
-            parse_config(text, str(args.config.absolute()))
+            _parse_here(text, str(args.config.absolute()))
         if early is None:
             return text, None
         from .daemons import start_queued
@@ -91,6 +89,13 @@ def _up_config(args: Any, layout: Any) -> tuple[str | None, dict[str, Any] | Non
     finally:
         if early is not None:
             early.cancel()   # nothing is started unless start_queued said go
+
+
+def _parse_here(text: str, source: str) -> None:
+    """Parse a config here, as the backend would. Raises ConfigInvalid."""
+    import_msgspec_as_released()   # as the backend that parses it again does
+    from backend.config import parse_config
+    parse_config(text, source)
 
 
 def _up_daemons(args: Any, layout: Any) -> dict[str, Any]:
@@ -244,9 +249,7 @@ def cmd_plan(args: Any) -> int:
     try:
         plan = _call(args, "plan", {"config_text": text, "source": source})
     except BackendUnavailable as exc:
-        import_msgspec_as_released()   # as the backend that parses it does
-        from backend.config import parse_config
-        parse_config(text, source)     # raises ConfigInvalid
+        _parse_here(text, source)
         raise BackendUnavailable(f"{exc.msg}. {args.config} parses; a plan compares it "
                                  "with what runs, which needs the backend", exc.data) from None
     _out(args, plan, render.plan(plan))
