@@ -85,11 +85,11 @@ async def _sweep() -> int:
         return 0
     strays = [pid for pid in _children() if pid not in _LIVE]
     for pid in strays:
-        with contextlib.suppress(OSError):
-            if os.getpgid(pid) == pid:
+        with contextlib.suppress(OSError):   # gone meanwhile
+            if os.getpgid(pid) == pid:   # its group, itself included
                 os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
     if strays:
         log.warning("exec probes: stopped %d process(es) a probe left running (pids %s)",
                     len(strays), " ".join(map(str, strays[:10])))

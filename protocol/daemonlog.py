@@ -31,24 +31,16 @@ class DaemonLogHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.why = ""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.failed and not self._say_failed(record):
-            return
+        if self.failed:   # said first; a write of it that fails counts itself
+            failed, self.failed = self.failed, 0
+            super().emit(logging.makeLogRecord({
+                "name": record.name, "levelno": logging.WARNING, "levelname": "WARNING",
+                "msg": "%d log writes failed (%s); records from then may be missing",
+                "args": (failed, self.why)}))
+            if self.failed:   # the disk still refuses: this record is not tried
+                self.failed += failed
+                return
         super().emit(record)
-
-    def _say_failed(self, record: logging.LogRecord) -> bool:
-        """Write the count of failed writes; False when this write failed too."""
-        notice = logging.makeLogRecord({
-            "name": record.name, "levelno": logging.WARNING, "levelname": "WARNING",
-            "msg": "%d log writes failed (%s); records from then may be missing",
-            "args": (self.failed, self.why)})
-        try:
-            self.stream.write(self.format(notice) + self.terminator)
-            self.flush()
-        except OSError as exc:
-            self._count(exc)
-            return False
-        self.failed, self.why = 0, ""
-        return True
 
     def _count(self, exc: OSError) -> None:
         self.failed += 1
