@@ -3,28 +3,44 @@
 (backend.cli.windowlock). The guardian refuses its handoffs then, and the backend the
 commands that start or stop applications, but for the window's own calls: a window
 stops and starts them in its planned order, and a `start` beside it started an app on
-the owner it was about to stop, before what it waits for (``after``)."""
+the owner it was about to stop, before what it waits for (``after``).
+
+The holder writes what it does into the lock file (one of :data:`HOLDERS`' keys) and
+empties it before it lets go; a reader takes only those words, else it names no one."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .errors import OperationInProgress
 from .procfs import flock_holder
 
-__all__ = ["busy", "holder", "lock_path", "refuse_in_window"]
+__all__ = ["DOWN", "HOLDERS", "busy", "holder", "holding", "lock_path", "refuse_in_window"]
+
+DOWN = "`tenure down`"
+# what a holder writes into the lock -> how a refusal names it
+HOLDERS = {
+    DOWN: "a `tenure down`",
+    "`tenure owner upgrade`": "an owner maintenance window (`tenure owner upgrade`)",
+    "moving the owner to the first release":
+        "`tenure up`, moving the owner to the first release",
+}
 
 
 def lock_path(home: Path) -> str:
     return str(home / "execution" / "maintenance.lock")
 
 
-def busy(pid: int | None, what: str) -> OperationInProgress:
-    """The refusal of ``what`` while process ``pid`` (None: unknown) holds the lock."""
+def busy(pid: int | None, what: str, doing: str | None = None) -> OperationInProgress:
+    """The refusal of ``what`` while process ``pid`` (None: unknown) holds the lock for
+    ``doing`` (a :data:`HOLDERS` key; None: not known)."""
     who = f"pid {pid}" if pid else "its pid unknown"
-    return OperationInProgress(f"an owner maintenance window (`tenure owner upgrade`) or a "
-                               f"`tenure down` runs on this home ({who}): {what} waits "
-                               "until it ends", {"pid": pid or None, "refused": what})
+    holds = HOLDERS.get(doing or "", "an owner maintenance window (`tenure owner "
+                                     "upgrade`) or a `tenure down`")
+    return OperationInProgress(f"{holds} runs on this home ({who}): {what} waits until it "
+                               "ends", {"pid": pid or None, "refused": what,
+                                        "holder": doing if doing in HOLDERS else None})
 
 
 def holder(home: Path) -> int | None:
@@ -33,8 +49,33 @@ def holder(home: Path) -> int | None:
     return flock_holder(lock_path(home), opened=False)
 
 
+def holding(home: Path) -> tuple[int, str | None] | None:
+    """``(pid, doing)`` of the living process that holds the lock (``doing``: what it
+    wrote there, a :data:`HOLDERS` key, or None), or None when none holds it."""
+    pid = holder(home)
+    return None if pid is None else (pid, said(lock_path(home)))
+
+
+def said(path: str) -> str | None:
+    """The :data:`HOLDERS` key written in the lock file at ``path``, or None: nothing
+    there, anything else, or a file that is not ours to read (a symlink is not
+    followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 256)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    doing = text.decode("ascii", "replace")
+    return doing if doing in HOLDERS else None
+
+
 def refuse_in_window(home: Path, what: str) -> None:
     """Raises OperationInProgress while a living process holds the lock."""
-    pid = holder(home)
-    if pid is not None:
-        raise busy(pid, what)
+    held = holding(home)
+    if held is not None:
+        raise busy(held[0], what, held[1])

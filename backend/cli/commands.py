@@ -40,8 +40,9 @@ def cmd_up(args: Any) -> int:
     layout = _layout(args)
     if args.no_wait and args.foreground:
         raise BadRequest("--no-wait and --foreground do not go together")
-    from .upwait import wait_background_start
+    from .upwait import wait_background_start, wait_down
     wait_background_start(layout)   # an `up --no-wait` still starting them
+    wait_down(layout, args.timeout)
     if os.path.lexists(layout.maintenance):   # a home that had an owner window
         from .ownerwindow import refuse_owner_start
         refuse_owner_start(layout)  # one between two owners starts the next itself
@@ -168,13 +169,15 @@ def _wait_op(args: Any, op_id: str, timeout: float, what: str) -> dict[str, Any]
 
 
 def cmd_down(args: Any) -> int:
+    from protocol.window import DOWN
+
     from .down import stop_all
     from .upwait import wait_background_start
     from .windowlock import held
     layout = _layout(args)
     with live(args, "down", _owner_probe(args)):
         wait_background_start(layout)
-        with held(layout, "`tenure down`"):   # not in the middle of an owner window
+        with held(layout, DOWN):   # not in the middle of an owner window
             out = stop_all(layout)
     _out(args, out, render.down(out))
     receipt = out.get("owner_receipt")

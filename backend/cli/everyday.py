@@ -137,11 +137,12 @@ def _status_once(args: Any) -> int:
         running = None if down is not None else listens(layout(args).guardian_sock)
         hung = None if down is not None else _hung_guardian(args, running)
         stopping = owner_stopping(args) if running is False and down is None else None
+        downing = down_running(args) if running is False and down is None else None
         out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
                    "background_start": last, "guardian_hung": hung,
                    "guardian_running": running, "owner_shutting_down": stopping,
-                   "maintenance_unfinished": window},
-            render.no_backend(diag, last, down, hung, running, stopping)
+                   "down_running": downing, "maintenance_unfinished": window},
+            render.no_backend(diag, last, down, hung, running, (stopping, downing))
             + render.unfinished_window(window))
         return Exit.UNREACHABLE
     st["guardian_running"] = listens(layout(args).guardian_sock)
@@ -189,6 +190,14 @@ def owner_stopping(args: Any) -> int | None:
     lay = layout(args)
     answer = ping(lay.owner_sock, home=lay.home)
     return answer["owner"]["pid"] if answer and answer.get("draining") is True else None
+
+
+def down_running(args: Any) -> int | None:
+    """The pid of a `tenure down` under way (it holds execution/maintenance.lock): the
+    guardian may be gone before the owner is told to stop."""
+    from protocol.window import DOWN, holding
+    held = holding(layout(args).home)
+    return held[0] if held is not None and held[1] == DOWN else None
 
 
 def runs(sock: str, module: str) -> bool | None:

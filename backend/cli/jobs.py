@@ -154,17 +154,19 @@ def none_coming(args: Any, exc: Exception) -> BackendUnavailable | None:
     blocked = isinstance(diagnostics, dict) and diagnostics.get("blocked")
     if exc.data.get("stopped") is not None or blocked:
         return exc
-    from .everyday import layout, owner_stopping
+    from .everyday import down_running, layout, owner_stopping
     lay = layout(args)
     if not _guardian_gone(lay.guardian_sock) or _service_managed(lay.owner_sock):
         return None
     stopping = owner_stopping(args)
-    if stopping is not None:   # a `tenure down` on its way: nothing keeps running
+    downing = down_running(args) if stopping is None else None
+    if stopping is not None or downing is not None:   # nothing keeps running
+        from .render import shutting_down
         return BackendUnavailable(
             f"no backend generation answers, and none is coming: tenure is shutting down "
-            f"(the guardian is gone, and the owner, pid {stopping}, is stopping every "
-            "application); `tenure up` starts it again once the owner has ended",
-            {**exc.data, "guardian_running": False, "owner_shutting_down": stopping})
+            f"({shutting_down(stopping, downing)}); `tenure up` starts it again once the "
+            "owner has ended", {**exc.data, "guardian_running": False,
+                                "owner_shutting_down": stopping, "down_running": downing})
     return BackendUnavailable(
         "no backend generation answers, and none is coming: the guardian is not running "
         f"(nothing listens on {lay.guardian_sock} and no process holds its lock), and in "

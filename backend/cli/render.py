@@ -174,17 +174,18 @@ def _hung_line(hung: dict[str, Any]) -> str:
 def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
                down: dict[str, Any] | None = None,
                hung: dict[str, Any] | None = None, guardian_running: bool | None = None,
-               owner_stopping: int | None = None) -> str:
+               going: tuple[int | None, int | None] = (None, None)) -> str:
     """`status` when no backend answers: why (:func:`why`; ``hung``: a guardian that
     holds its lock but does not listen, which says more than its diagnostics; a guardian
-    that is not running while the owner is: the reason no backend comes, unless that
-    owner, pid ``owner_stopping``, is shutting down) and, when the last background start
-    of `tenure up --no-wait` failed, its error."""
+    that is not running while the owner is: the reason no backend comes, unless tenure
+    is shutting down: ``going`` is the pid of an owner that is, or of a `tenure down`
+    under way (:func:`shutting_down`)) and, when the last background start of `tenure up
+    --no-wait` failed, its error."""
     if hung:
         said = f"; {_hung_line(hung)}"
-    elif owner_stopping is not None:
-        said = (f"; the owner (pid {owner_stopping}) is shutting down, stopping every "
-                "application: `tenure up` waits for it to end, then starts tenure again")
+    elif going != (None, None):
+        said = f"; {shutting_down(*going)}: `tenure up` waits for it to end, then starts " \
+            "tenure again"
     elif down is None and guardian_running is False:
         said = ("; the guardian is not running, so none is started: `tenure up` starts "
                 "it (applications keep running)" + why(diag, down))
@@ -195,6 +196,15 @@ def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
         text += (f"\nthe background start of `tenure up --no-wait` at {start['at']} "
                  f"failed: {start['error']} (logs/up.log)")
     return text
+
+
+def shutting_down(owner: int | None, down: int | None) -> str:
+    """Tenure going away: the owner, pid ``owner``, answers that it is shutting down, or
+    else a `tenure down`, pid ``down``, is under way (it stops the guardian first)."""
+    if owner is not None:
+        return (f"the owner (pid {owner}) is shutting down, stopping every application")
+    return (f"`tenure down` (pid {down}) is stopping tenure: the guardian, then the owner "
+            "and every application")
 
 
 def why(diag: dict[str, Any] | None, down: dict[str, Any] | None = None) -> str:

@@ -89,6 +89,26 @@ def _flock_within(fd: int, how: int, timeout: float) -> bool:
             time.sleep(UP_POLL_S)
 
 
+def wait_down(layout: Layout, timeout: float) -> None:
+    """Wait until a `tenure down` under way has ended (it holds execution/maintenance.lock
+    while it runs, protocol.window): an `up` beside it found the guardian the `down` had
+    just stopped gone and started another, and the `down` then stopped the owner under
+    it. Raises OperationInProgress naming the `down`'s pid when it still runs after
+    ``timeout``."""
+    from protocol.window import DOWN, busy, holding
+    held = holding(layout.home)
+    if held is None or held[1] != DOWN:
+        return
+    print(f"tenure: `tenure down` (pid {held[0]}) is stopping tenure; waiting for it to "
+          "end before starting tenure again", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + timeout
+    while held is not None and held[1] == DOWN:
+        if time.monotonic() > deadline:
+            raise busy(held[0], "`tenure up`", DOWN)
+        time.sleep(0.05)
+        held = holding(layout.home)
+
+
 OWNER_STAGES_S = 60.0   # the owner's shutdown besides its applications' stops, and margin
 
 

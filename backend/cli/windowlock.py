@@ -3,7 +3,9 @@ upgrade``, backend.cli.ownerwindow) and by ``tenure down`` while each runs, so n
 runs into the other. A `down` in the middle of a window stopped the owner the window
 was starting (or one it had just started) and reported success, and the window then
 started everything again; or it left the window unable to finish. The guardian refuses
-its handoffs while a window holds the lock (guardian.service)."""
+its handoffs while a window holds the lock (guardian.service). The holder writes what it
+does into the file (protocol.window.HOLDERS), so a refusal, or a wait that sees tenure
+going away, can name it."""
 
 from __future__ import annotations
 
@@ -14,17 +16,18 @@ from contextlib import contextmanager
 
 from protocol.layout import Layout
 from protocol.procfs import flock_holder
-from protocol.window import busy, lock_path, refuse_in_window
+from protocol.window import HOLDERS, busy, lock_path, refuse_in_window, said
 
 __all__ = ["held"]
 
 
 @contextmanager
 def held(layout: Layout, doing: str) -> Iterator[None]:
-    """Hold the lock for ``doing`` (``tenure down``, ``tenure owner upgrade``). Raises
-    OperationInProgress, naming the holder's pid, when another process holds it. A
-    lock this user may not open (root's, in system scope) is only looked at: a living
-    holder refuses, as the guardian's check does."""
+    """Hold the lock for ``doing`` (a protocol.window.HOLDERS key), written into it while
+    it is held. Raises OperationInProgress, naming the holder and its pid, when another
+    process holds it. A lock this user may not open (root's, in system scope) is only
+    looked at: a living holder refuses, as the guardian's check does."""
+    assert doing in HOLDERS, doing
     path = lock_path(layout.home)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -39,7 +42,21 @@ def held(layout: Layout, doing: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise busy(flock_holder(path), doing) from None
-        yield
+            raise busy(flock_holder(path), doing, said(path)) from None
+        _write(fd, doing.encode())
+        try:
+            yield
+        finally:
+            _write(fd, b"")
     finally:
         os.close(fd)
+
+
+def _write(fd: int, text: bytes) -> None:
+    """The lock file's text: what its holder does (b"": none holds it). Best effort: a
+    reader that finds nothing it knows names no one."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, text, 0)
+    except OSError:
+        pass

@@ -206,7 +206,9 @@ CASES: dict[str, Callable[[], str]] = {
         {"updated_at": NOW - 600}, None,
         {"owner": {"state": "failed", "at": NOW - 600, "failed_stage": "state"}}),
     "status_owner_shutting_down": lambda: render.no_backend(
-        {"updated_at": NOW - 2}, None, None, None, False, 4242),
+        {"updated_at": NOW - 2}, None, None, None, False, (4242, None)),
+    "status_down_under_way": lambda: render.no_backend(
+        {"updated_at": NOW - 2}, None, None, None, False, (None, 4343)),
     "down_backend_outlived_guardian": lambda: render.down(
         {"guardian": True, "backend": True, "owner": True, "applications_stopped": 3,
          "owner_receipt": {"state": "clean", "failed_stage": None, "detail": ""}}),

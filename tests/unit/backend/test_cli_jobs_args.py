@@ -106,6 +106,14 @@ def test_a_dead_guardian_means_no_backend_is_coming_unless_a_service_restarts_it
     assert "keep running" not in down.msg and down.data["owner_shutting_down"] == 4242
     monkeypatch.setattr(everyday, "owner_stopping", lambda a: None)
 
+    # the guardian already stopped, the owner not told yet: the `down` is seen by its lock
+    monkeypatch.setattr(everyday, "down_running", lambda a: 4343)
+    down = jobs.none_coming(args("run", "s/echo"), exc)
+    assert down is not None and "tenure is shutting down" in down.msg, down
+    assert "`tenure down` (pid 4343)" in down.msg and "keep running" not in down.msg
+    assert down.data["down_running"] == 4343 and down.data["owner_shutting_down"] is None
+    monkeypatch.setattr(everyday, "down_running", lambda a: None)
+
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "systemd")
     assert jobs.none_coming(args("run", "s/echo"), exc) is None   # systemd restarts it
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "standalone")
