@@ -267,6 +267,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                 else None, "owner_link": link, "intents": self.intents, "apps": rows,
                 "queued_config": queue_state(self.gen.layout.queued_config),
                 "log_write_error": self.gen.log_write_error,
+                "certificate_write_error": self.gen.certificate_error,
                 "log_retention_unsupported": self.gen.log_budgets.unsupported,
                 "jobs": self.jobs.summary(), "guardian": self._guardian_trouble(), **held}
 

@@ -103,7 +103,6 @@ async def certificate_loop(gen: Generation,
     certified once. Until then the certificate on disk is a predecessor's, under
     another grant (and after an upgrade of another release), which recovery refuses:
     a crash of a new generation would be blocked for as long as it waits."""
-    failing = False   # the disk refused the last round's write (full, read-only)
     while True:
         await sleep(FIRST_CERTIFICATE if gen.certified_at is None else CERTIFICATE_PERIOD)
         try:
@@ -111,14 +110,22 @@ async def certificate_loop(gen: Generation,
         except TenureError as exc:
             log.warning("no recovery certificate this round: %s", exc)
         except (sqlite3.Error, OSError) as exc:   # storage: the next round tries again
-            if not failing:
+            # said by `status` and `backend status` (gen.certificate_error) until then
+            if gen.certificate_error is None:
                 log.error("could not write the recovery certificate (%s); tried again "
                           "every round, the last one written stays on disk", exc)
-            failing = True
+                gen.certificate_error = {"error": _storage_error(exc), "since": time.time()}
             continue
-        if failing:
+        if gen.certificate_error is not None:
             log.warning("the recovery certificate is written again")
-            failing = False
+            gen.certificate_error = None
+
+
+def _storage_error(exc: sqlite3.Error | OSError) -> str:
+    """What the storage said, for an operator: the OS's words, or SQLite's."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc) or type(exc).__name__
 
 
 async def publish_certificate(gen: Generation) -> bool:

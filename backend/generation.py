@@ -122,6 +122,8 @@ class Generation(HandingOver):
         self.mutations = 0            # invalidations so far (a publish spans an await)
         self.certificate_writes = 0   # certificates written by this generation
         self.certified_at: float | None = None  # when a certificate last vouched
+        # {error, since} while the storage refuses the certificate's writes
+        self.certificate_error: dict[str, Any] | None = None
         self.metrics: Any = None      # backend.metrics_http.MetricsListener, once ready
         self.events: EventLog | None = None   # backend.events, once the store is open
         self.rpc_timings = Timings()    # requests our API served, by method
@@ -443,6 +445,7 @@ class Generation(HandingOver):
                 "inventory": sup.inventory() if sup else [],
                 "steps": self.api.running_steps() if self.api is not None else [],
                 "certificate_writes": self.certificate_writes,
+                "certificate_error": self.certificate_error,
                 "adoption": self.adoption.to_wire(), "started_at": self.started_at}
 
     async def run_until_retired(self) -> None:

@@ -339,7 +339,7 @@ def cmd_backend(args: Any) -> int:
     with _guardian(args) as g:
         if args.action == "status":
             r = g.call("status")
-            r["recovery"] = render.recovery_state(r)
+            r["recovery"] = _uncertifiable(args, r) or render.recovery_state(r)
             r["owner_release"] = _owner_release(args)
             r["cli"] = cli_against(_layout(args), (r.get("selector") or {}).get("current"))
         elif args.action == "upgrade":
@@ -366,6 +366,24 @@ def cmd_backend(args: Any) -> int:
     if isinstance(act, dict) and act.get("outcome") not in (None, "success", "check-only"):
         return ERROR
     return current(r) if args.action == "status" else OK
+
+
+def _uncertifiable(args: Any, r: dict[str, Any]) -> dict[str, Any] | None:
+    """Recovery ``unavailable`` when the backend says its storage refuses the recovery
+    certificate (a full disk): the guardian's view alone reads "pending, certifies again
+    within 5 s". Asked only when that view is pending; None otherwise, and when the
+    backend does not answer or say (an older one)."""
+    state = render.recovery_state(r)
+    if state["state"] != "pending" or not (r.get("backend") or {}).get("alive"):
+        return None
+    try:
+        with _api(args, timeout=2.0) as c:
+            failing = c.call("generation.status").get("certificate_error")
+    except TenureError:
+        return None
+    if not isinstance(failing, dict):
+        return None
+    return render.uncertifiable(failing)
 
 
 def _owner_release(args: Any) -> dict[str, Any] | None:

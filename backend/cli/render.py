@@ -24,6 +24,7 @@ from .render_backend import (
     owner_link,
     recover_plan,
     recovery_state,
+    uncertifiable,
 )
 
 TYPE_CHECKING = False
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
 
 __all__ = ["backend", "blocked", "down", "inspect", "instances", "operation", "operations",
            "owner", "owner_link", "plan", "recover_plan", "recovery_state", "stack", "status",
-           "unfinished_window", "up", "why"]
+           "uncertifiable", "unfinished_window", "up", "why"]
 
 
 DEFAULT_LOG_RETENTION = "64 MiB"   # what the owner's journal keeps of an app (owner.journal)
@@ -66,8 +67,14 @@ def status(st: dict[str, Any]) -> str:
     failing = st.get("log_write_error")
     if failing:
         tail += "\n" + paint(f"the owner's journal cannot write since "
-                             f"{time.strftime('%H:%M:%S', time.localtime(failing['since']))} "
-                             f"({failing['error']}): log lines are dropped", "red")
+                             f"{_clock(failing['since'])} ({failing['error']}): log lines "
+                             "are dropped", "red")
+    uncertified = st.get("certificate_write_error")
+    if uncertified:
+        tail += "\n" + paint(
+            f"the recovery certificate cannot be written since {_clock(uncertified['since'])} "
+            f"({uncertified['error']}): a backend crash now waits for `tenure backend "
+            "recover` (docs/recover.md)", "red")
     if st.get("log_retention_unsupported"):
         tail += "\n" + paint(f"the owner predates log_retention: every app keeps the default "
                              f"{DEFAULT_LOG_RETENTION} of output until the owner runs this "
@@ -87,6 +94,10 @@ def status(st: dict[str, Any]) -> str:
         return head + "\nno applications" + tail
     return head + "\n" + table(rows, ["APP", "STATE", "PID", "UPTIME", "RESTARTS", "READY",
                                      "CPU", "MEM", "DETAIL"], tints) + tail
+
+
+def _clock(t: float) -> str:
+    return time.strftime('%H:%M:%S', time.localtime(t))
 
 
 _QUEUED = {

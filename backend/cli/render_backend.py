@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
 __all__ = ["backend", "not_answering", "owner", "owner_link", "recover_plan",
-           "recovery_state", "release_line"]
+           "recovery_state", "release_line", "uncertifiable"]
 
 # activation phases after which nothing more happens (guardian/phases.py FINAL)
 _FINAL_PHASES = frozenset({"complete", "aborted", "rolled_back", "failed", "uncertain",
@@ -329,6 +329,15 @@ def _not_installed(sel: dict[str, Any]) -> dict[str, Any] | None:
     return _state("unavailable", f"the selected release {sel['current']} is not "
                   "installed: `tenure release install` it or `tenure release select` "
                   "another")
+
+
+def uncertifiable(failing: dict[str, Any]) -> dict[str, Any]:
+    """Recovery when the backend's storage refuses its certificate since
+    ``failing['since']`` (``{error, since}``)."""
+    return _state("unavailable", f"the backend cannot write its recovery certificate "
+                  f"(for {dur(time.time() - failing['since'])}: {failing['error']}); the "
+                  "last one written stays on disk, invalidated: a crash now would wait for "
+                  "`tenure backend recover`")
 
 
 def _state(state: str, reason: str | None) -> dict[str, Any]:

@@ -187,3 +187,42 @@ BODY = {"activation": "a1", "epoch": 3, "release": "r", "owner": {"instance": "o
 ])
 def test_same_snapshot(stored, body, same):
     assert same_snapshot(stored, body) is same
+
+
+def test_a_certificate_the_storage_refuses_is_kept_as_an_error_until_one_is_written(
+        tmp_path: Path):
+    """gen.certificate_error ({error, since}) is what `status` and `backend status` say:
+    set at the first round whose write failed, kept through the next, cleared by the
+    first that writes."""
+    import sqlite3
+
+    from backend.certify import certificate_loop
+
+    async def main() -> None:
+        gen = fake_generation(tmp_path, FakeOwner(), ONE)
+        publish, failures, rounds = gen.recovery.publish, [2], []
+
+        def refusing(body):
+            if failures[0] > 0:
+                failures[0] -= 1
+                raise sqlite3.OperationalError("database or disk is full")
+            publish(body)
+
+        async def one_round(_: float) -> None:
+            rounds.append(gen.certificate_error)
+            if len(rounds) == 4:
+                raise asyncio.CancelledError
+            gen.invalidate("launch")   # something to write each round
+
+        gen.recovery.publish = refusing
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
+            with pytest.raises(asyncio.CancelledError):
+                await certificate_loop(gen, one_round)
+            first = rounds[1]
+            assert rounds[0] is None and first is not None
+            assert first["error"] == "database or disk is full" and rounds[2] is first
+            assert rounds[3] is None and gen.recovery.read()["valid"]
+        finally:
+            await gen.close()
+    asyncio.run(main())

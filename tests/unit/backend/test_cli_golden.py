@@ -192,7 +192,8 @@ CASES: dict[str, Callable[[], str]] = {
     "status_degraded": lambda: render.status({
         **STATUS, "guardian_running": False,
         "log_write_error": {"error": "OperationalError: database or disk is full",
-                            "since": NOW - 40, "batches": 12, "lines": 12}}),
+                            "since": NOW - 40, "batches": 12, "lines": 12},
+        "certificate_write_error": {"error": "database or disk is full", "since": NOW - 30}}),
     "status_no_backend_silent": lambda: render.no_backend(
         {"updated_at": NOW - 1, "backend": SILENT_BACKEND,
          "last_activation": {"id": BACKEND["activation"], "kind": "start",
