@@ -448,18 +448,36 @@ def _restore(w: Window, rec: dict[str, Any]) -> Event:
         for key in level:
             w.say(f"starting {key}")
             r = w.call("start", {"target": key, "timeout": w.timeout, "window": True})
-            if not r.get("settled"):
-                raise MaintenanceIncomplete(f"{key} did not come up within "
-                                            f"{w.timeout:.0f} s", {"instance": key,
-                                                                   "state": r.get("instances")})
+            why = _not_up(key, r, w.timeout)
+            if why is not None:
+                raise MaintenanceIncomplete(why, {"instance": key,
+                                                  "state": r.get("instances")})
     return Event.OK
+
+
+def _not_up(key: str, r: dict[str, Any], timeout: float) -> str | None:
+    """Why instance ``key`` did not come up, by the answer ``r`` to its start; None when
+    it did. A start that ended with the instance failed is settled: it did not come up
+    all the same."""
+    state = (r.get("instances") or {}).get(key)
+    if state in ("failed", "exited"):
+        return f"{key} did not come up: it {state} (`tenure inspect {key}` says why)"
+    if r.get("settled"):
+        return None
+    if r.get("withdrawn"):
+        return f"{key} did not come up: a later command stopped it"
+    if r.get("handed_over"):
+        return (f"{key} did not come up before the backend handed over to its next "
+                "generation (`tenure status` shows it)")
+    return f"{key} did not come up within {timeout:.0f} s (it is {state or 'unknown'})"
 
 
 def _verify(w: Window, rec: dict[str, Any]) -> Event:
     p = rec["plan"]
     st, order = w.call("status"), w.call("order")
     apps = {a["key"]: a for a in st["apps"]}
-    down = [k for level in p["start"] for k in level
+    down = [f"{k} ({apps[k]['state']})" if k in apps else f"{k} (gone)"
+            for level in p["start"] for k in level
             if apps.get(k, {}).get("state") not in ("ready", "running")]
     problems = [f"not up: {', '.join(down)}"] if down else []
     if order["stopped_stacks"] != p["stopped_stacks"]:

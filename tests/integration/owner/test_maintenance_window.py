@@ -344,3 +344,31 @@ def test_commands_that_start_or_stop_apps_wait_for_a_window(cluster):
     finally:
         os.close(fd)
     assert cluster.cli("restart", "batch").code == 0   # once it ended
+
+
+def test_an_app_that_fails_to_come_back_is_named_as_failed_not_as_slow(cluster, tmp_path):
+    """Was: the restore went on past an app that had failed within a second (its start
+    limit hit: the start's answer is settled), and the last step said only `not up:
+    once/fragile/0`; a start that did not settle was said to be slow whatever it was."""
+    flag = tmp_path / "may-start"
+    flag.touch()
+    cluster.up(f"""
+[stacks.once.apps.fragile]
+command = ["sh", "-c", "test -e {flag} || exit 3; exec sleep infinity"]
+ready = {{ kind = "delay", delay = 0.5 }}
+backoff = {{ initial = 0.1, max = 0.1 }}
+start_limit = {{ burst = 2, interval = 60 }}
+""")
+    cluster.wait_ready(1)
+    plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
+    flag.unlink()   # once stopped, it cannot start again
+    res = cluster.cli("owner", "upgrade", "--digest", plan["digest"], "--timeout", "120")
+    err = res.out["error"]
+    assert res.code == 1 and err["code"] == "MAINTENANCE_INCOMPLETE", res
+    assert "once/fragile/0 did not come up: it failed" in err["msg"], err
+    assert "within" not in err["msg"] and "`tenure inspect once/fragile/0`" in err["msg"]
+    assert err["data"]["error"]["data"]["instance"] == "once/fragile/0"
+    assert err["data"]["failed"] == "restored"
+    flag.touch()   # fixed: --continue starts it again
+    done = cluster.cli("owner", "upgrade", "--continue", check=True).out
+    assert done["step"] == "done" and cluster.apps()["once/fragile/0"]["state"] == "ready"

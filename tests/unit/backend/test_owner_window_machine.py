@@ -77,3 +77,16 @@ def test_up_while_a_window_runs_names_it_and_is_not_told_to_continue(tmp_path) -
             caught.value.msg
     finally:
         os.close(fd)
+
+
+def test_why_an_instance_did_not_come_up_is_read_from_its_starts_answer():
+    from backend.cli.ownerwindow import _not_up
+    k = "s/a/0"
+    assert _not_up(k, {"settled": True, "instances": {k: "ready"}}, 60) is None
+    assert _not_up(k, {"settled": True, "instances": {k: "failed"}}, 60) == (
+        "s/a/0 did not come up: it failed (`tenure inspect s/a/0` says why)")
+    assert _not_up(k, {"settled": False, "instances": {k: "starting"}}, 60) == (
+        "s/a/0 did not come up within 60 s (it is starting)")
+    assert _not_up(k, {"settled": False, "withdrawn": True, "instances": {k: "stopped"}},
+                   60) == "s/a/0 did not come up: a later command stopped it"
+    assert "handed over" in _not_up(k, {"settled": False, "handed_over": True}, 60)
