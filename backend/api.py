@@ -27,7 +27,7 @@ from .api_instances import InstanceCommands
 from .api_logs import LogsReading
 from .api_stacks import StackCommands
 from .certify import publish_certificate
-from .config import parse_recent
+from .config import check_declares_something, parse_recent
 from .configfile import check_size
 from .drainwatch import Caller
 from .enforce import Host, check_config, identity_view
@@ -435,6 +435,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         the config checks' errors."""
         check_size(source, text)
         new = parse_recent(text, source)
+        check_declares_something(new)
         owner = self._owner()
         host = Host.of(await owner.call("status"))
         check_config(new, text, host)

@@ -72,8 +72,9 @@ from .model import (
     plain,
 )
 
-__all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "canonical_form", "config_error", "load_config",
-           "order_apps", "parse_config", "parse_recent", "parsed_before"]
+__all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "canonical_form", "check_declares_something",
+           "config_error", "load_config", "order_apps", "parse_config", "parse_recent",
+           "parsed_before"]
 
 CONFIG_FORMAT = 1
 """Version of the canonical form; part of the revision."""
@@ -130,6 +131,18 @@ def parse_config(text: str, source: str) -> Config:
     config = Config(stacks=stacks, settings=settings, source=source, metrics=metrics,
                     retention=retention)
     return replace(config, revision=canonical_digest(canonical_form(config)))
+
+
+def check_declares_something(config: Config) -> None:
+    """Raises ConfigInvalid when ``config`` declares no app and no job: as a plan it
+    would stop every application (an empty file, or `--config <(generate)` whose
+    generator failed), which `tenure down` or `tenure stack stop` say plainly."""
+    if any(stack.apps or stack.jobs for stack in config.stacks.values()):
+        return
+    raise file_error(config.source, "", None,
+                     "declares no app and no job: applied, it would stop every application "
+                     "(is it the file you meant, or did what generates it fail?); to stop "
+                     "them all, `tenure down`, or `tenure stack stop STACK` for each stack")
 
 
 RECENT = 2   # parses a backend keeps (parse_recent)

@@ -95,8 +95,8 @@ def _up_config(args: Any, layout: Any) -> tuple[str | None, dict[str, Any] | Non
 def _parse_here(text: str, source: str) -> None:
     """Parse a config here, as the backend would. Raises ConfigInvalid."""
     import_msgspec_as_released()   # as the backend that parses it again does
-    from backend.config import parse_config
-    parse_config(text, source)
+    from backend.config import check_declares_something, parse_config
+    check_declares_something(parse_config(text, source))
 
 
 def _up_daemons(args: Any, layout: Any) -> dict[str, Any]:
