@@ -41,7 +41,13 @@ from .jobs.runner import JobRunner
 from .jobs.schedule import Scheduler
 from .model import Config
 from .operations import OperationRunner
-from .plan import live_revision, new_plan, running_definitions, setting_changes
+from .plan import (
+    live_revision,
+    new_plan,
+    running_definitions,
+    setting_changes,
+    stopped_by_hand,
+)
 from .probes import checks_view
 from .spool import state as queue_state
 from .steps import StepGate
@@ -440,10 +446,12 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         host = Host.of(await owner.call("status"))
         check_config(new, text, host)
         await self._check_sockets(new, text, host.owner_uid)
+        held, instances = self.stopped_stacks(), self.sup.instances.values()
         plan = new_plan(self.gen.config, new, text, source, self._live(),
-                        running=running_definitions(self.sup.instances.values()))
+                        running=running_definitions(instances, held),
+                        stopped=stopped_by_hand(instances))
         self.store.add_plan(plan)
-        stopped = sorted(set(plan["stacks"]) & self.stopped_stacks())   # stays down
+        stopped = sorted(set(plan["stacks"]) & held)   # stays down
         return {**{k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
                                         "live_revision", "stacks")},
                 "jobs": job_changes(self.gen.config, new),

@@ -245,9 +245,12 @@ class OperationRunner:
             await self._ensure_up(app, range(index, index + 1))
             return {}
         if "from_generation" not in progress:
-            progress = {"from_generation": inst.generation}
+            # an instance the operator stopped (before the apply, or since it began)
+            # takes the definition and stays stopped: the stop wins, as everywhere
+            progress = {"from_generation": inst.generation,
+                        "left_stopped": inst.state is im.State.STOPPED}
             self.store.set_progress(op_id, progress)  # durable before the restart begins
-        stopped = app.stack in self.stopped_stacks()
+        stopped = app.stack in self.stopped_stacks() or progress.get("left_stopped", False)
         if inst.generation <= progress["from_generation"] or inst.app != app:
             await self._stop_keys([key], forget=False)
             self.sup.ensure(app, index, not stopped)

@@ -18,7 +18,7 @@ from .config import order_apps
 from .model import App, Config, canonical_digest, plain
 
 __all__ = ["compute_changes", "live_revision", "new_plan", "running_definitions",
-           "setting_changes", "steps_for"]
+           "setting_changes", "steps_for", "stopped_by_hand"]
 
 
 def live_revision(applied: Config, intents: dict[str, Any], instance_keys: list[str]) -> str:
@@ -40,14 +40,18 @@ Running = Mapping[str, Mapping[int, str]]
 STALE = "running an older definition"
 
 
-def running_definitions(instances: Iterable[Any]) -> dict[str, dict[int, str]]:
+def running_definitions(instances: Iterable[Any], held: Iterable[str] = ()
+                        ) -> dict[str, dict[int, str]]:
     """:data:`Running` of the backend's instances (each with ``app``, ``index`` and
     ``started``: whether it was ever launched; one never started is not counted, so the
-    plan still starts it); an App shared by instances is digested once."""
+    plan still starts it, unless its stack is one of ``held``, the stopped stacks: it is
+    recorded there, to start with the stack); an App shared by instances is digested
+    once."""
     out: dict[str, dict[int, str]] = {}
     digests: dict[int, str] = {}
+    held = frozenset(held)
     for inst in instances:
-        if not inst.started:
+        if not inst.started and inst.app.stack not in held:
             continue
         app = inst.app
         digest = digests.get(id(app)) or digests.setdefault(id(app), app.definition_digest())
@@ -55,12 +59,36 @@ def running_definitions(instances: Iterable[Any]) -> dict[str, dict[int, str]]:
     return out
 
 
-def compute_changes(old: Config, new: Config, running: Running | None = None
-                    ) -> list[dict[str, Any]]:
+def stopped_by_hand(instances: Iterable[Any]) -> dict[str, list[int]]:
+    """App key -> the indexes of its instances an operator stopped (`tenure stop`: state
+    ``stopped``): a restart of the app gives them the new definition and leaves them
+    stopped (backend.operations)."""
+    out: dict[str, list[int]] = {}
+    for inst in instances:
+        if inst.state == "stopped":
+            out.setdefault(inst.app.key, []).append(inst.index)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def compute_changes(old: Config, new: Config, running: Running | None = None,
+                    stopped: Mapping[str, list[int]] | None = None) -> list[dict[str, Any]]:
     """Every difference per app, in a stable order: start, restart, scale, update, stop.
     With ``running``, also what an operation that failed or was abandoned left undone:
     the applied config names it, the instances do not run it (a definition not rolled
-    out, an app not started or not stopped, a scale not made)."""
+    out, an app not started or not stopped, a scale not made). ``stopped``
+    (:func:`stopped_by_hand`) adds to a restart the instances it leaves stopped
+    (``stay_stopped``)."""
+    changes = _changes(old, new, running)
+    for c in changes:
+        if c["action"] == "restart" and (stopped or {}).get(c["app"]):
+            reach = c.get("only", range(c["instances"]))
+            held = [i for i in stopped[c["app"]] if i in reach]   # type: ignore[index]
+            if held:
+                c["stay_stopped"] = held
+    return changes
+
+
+def _changes(old: Config, new: Config, running: Running | None) -> list[dict[str, Any]]:
     changes: list[dict[str, Any]] = []
     old_apps = {a.key: a for a in old.apps()}
     new_apps = {a.key: a for a in new.apps()}
@@ -142,8 +170,9 @@ def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def new_plan(old: Config, new: Config, text: str, source: str, live: str,
-             kind: str = "apply", running: Running | None = None) -> dict[str, Any]:
-    changes = compute_changes(old, new, running)
+             kind: str = "apply", running: Running | None = None,
+             stopped: Mapping[str, list[int]] | None = None) -> dict[str, Any]:
+    changes = compute_changes(old, new, running, stopped)
     fingerprint = canonical_digest({"config": new.revision, "live": live, "kind": kind})
     return {"id": f"plan-{uuid.uuid4().hex[:12]}", "config_text": text, "config_source": source,
             "config_revision": new.revision, "live_revision": live,

@@ -527,8 +527,14 @@ def _change(c: dict[str, Any]) -> str:
         parts.append(f"{c['instances']} instance{'s' if c['instances'] != 1 else ''}")
     if c.get("reason"):
         parts.append(f"({c['reason']})")
-    rest = {k: v for k, v in c.items()
-            if k not in ("action", "app", "from", "to", "instances", "only", "reason")}
+    if c.get("stay_stopped"):
+        n = len(c["stay_stopped"])
+        parts.append(f"instance{'s' if n != 1 else ''} "
+                     f"{', '.join(map(str, c['stay_stopped']))} stopped: "
+                     f"{'take' if n != 1 else 'takes'} it, {'stay' if n != 1 else 'stays'} "
+                     "stopped")
+    rest = {k: v for k, v in c.items() if k not in
+            ("action", "app", "from", "to", "instances", "only", "reason", "stay_stopped")}
     parts += [f"{k}: {value(v)}" for k, v in rest.items()]
     return " ".join(parts)
 
