@@ -168,15 +168,40 @@ class Instance:
         """Whether this instance was ever launched (or adopted running)."""
         return self.generation > self.base_generation or self.state is not State.STOPPED
 
-    def take_app(self, app: App) -> list[Action]:
+    def take_app(self, app: App, now: float) -> list[Action]:
         """Run on ``app`` from now on (its definition is this process's; a policy may
-        differ): a ready instance's health check follows at once, stopped, replaced or
-        started as ``app.health`` says."""
-        before, self.app = self.app.health, app
-        if self.state is not State.READY or app.health == before:
+        differ), which takes effect at once: a ready instance's health check is stopped,
+        replaced or started as ``app.health`` says; one in backoff waits as the new
+        ``backoff`` says from when it began, or settles, as the run that ended would
+        have under ``app`` (:meth:`_rewait`)."""
+        old, self.app = self.app, app
+        if self.state is State.BACKOFF:
+            self._out = []
+            self._rewait(old, now)
+            out, self._out = self._out, []
+            return out
+        if self.state is not State.READY or app.health == old.health:
             return []
         self.health_failures = 0
         return [StopHealth(), *([StartHealth()] if app.health is not None else [])]
+
+    def _rewait(self, old: App, now: float) -> None:
+        """In backoff, after the policy changed from ``old``: settle when the new one
+        does not restart after the run that ended (exited, or failed when it never came
+        up), give up when the start limit refuses the relaunch, else wait the new
+        delay, counted from when the backoff began."""
+        outcome = self.last_outcome or Outcome.EXIT_CODE
+        if not self._wants_restart(outcome):
+            exited = outcome in (Outcome.SUCCESS, Outcome.EXIT_CODE, Outcome.SIGNAL)
+            self._set_state(State.EXITED if exited else State.FAILED, now)
+            return
+        began = self.timers[Timer.BACKOFF] - old.backoff.delay(self.streak)
+        due = max(now, began + self.app.backoff.delay(self.streak))
+        if self._limit_reached(due):
+            self._give_up(now)
+            return
+        if abs(due - self.timers[Timer.BACKOFF]) > 1e-6:   # else: the same wait
+            self._start_timer(Timer.BACKOFF, due - now, now)
 
     def to_wire(self) -> dict[str, Any]:
         """A plain msgpack/JSON-able map; timers as absolute deadlines."""

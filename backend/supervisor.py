@@ -600,8 +600,17 @@ class Supervisor:
 
     def take_app(self, key: str, app: App) -> None:
         """Instance ``key`` runs on ``app`` from now on (a policy change: its process
-        keeps running); its health check follows at once."""
-        self._execute(key, self.instances[key].take_app(app))
+        keeps running); its health check, or its backoff, follows at once
+        (Instance.take_app), a change of state recorded as an event's would be."""
+        inst = self.instances[key]
+        state, was = inst.state, Before(inst) if self.events is not None else None
+        actions = inst.take_app(app, now())
+        if self.events is not None and was is not None:
+            transition_events(self.events, key, inst, None, was)
+        self._execute(key, actions)
+        if inst.state is not state:
+            self.dirty.add(key)
+            self._notify()
 
     def forget(self, key: str) -> None:
         self._after_stop.withdraw(key, "the instance is removed")

@@ -806,15 +806,52 @@ def test_fuzz_event_sequences_keep_invariants(steps: list[tuple[Event, float]]) 
 def test_a_policy_change_moves_the_health_check_of_a_ready_instance_at_once() -> None:
     r = drive_to(State.READY)
     other = Health(kind=HealthKind.TCP, port=8001, failures=1)
-    assert r.inst.take_app(mk_app(health=HEALTH)) == []                # the same check
-    assert r.inst.take_app(mk_app(health=other)) == [StopHealth(), StartHealth()]
-    assert r.inst.take_app(mk_app(health=None)) == [StopHealth()]       # removed
+    assert r.inst.take_app(mk_app(health=HEALTH), r.now) == []                # the same check
+    assert r.inst.take_app(mk_app(health=other), r.now) == [StopHealth(), StartHealth()]
+    assert r.inst.take_app(mk_app(health=None), r.now) == [StopHealth()]       # removed
     assert r.inst.app.health is None and r.inst.state is State.READY
     assert r.feed(HealthFailed()) == [] and r.inst.state is State.READY  # a late verdict
-    assert r.inst.take_app(mk_app(health=HEALTH)) == [StopHealth(), StartHealth()]  # back
+    assert r.inst.take_app(mk_app(health=HEALTH), r.now) == [StopHealth(), StartHealth()]  # back
     starting = drive_to(State.RUNNING)          # not ready: it starts when ready
-    assert starting.inst.take_app(mk_app(health=None)) == []
+    assert starting.inst.take_app(mk_app(health=None), starting.now) == []
     assert starting.inst.app.health is None
+
+
+def _in_backoff(initial: float) -> Rig:
+    """An instance of mk_app(backoff initial=max=``initial``) waiting its second delay."""
+    r = drive_to(State.BACKOFF, mk_app(backoff=Backoff(initial=initial, max=initial)))
+    r.fire(Timer.BACKOFF)       # the first restart after a stable run is at once
+    r.launched()
+    r.feed(Exited(1, None), 0.1)
+    assert r.inst.state is State.BACKOFF and r.timers[Timer.BACKOFF] == r.now + initial
+    return r
+
+
+def test_a_policy_change_reaches_an_instance_in_backoff_at_once() -> None:
+    """Was: the wait begun under the old backoff was kept, and a restart the new policy
+    forbids still came at its end."""
+    r = _in_backoff(15.0)
+    began = r.now
+    r.now += 2.0
+    out = r.inst.take_app(mk_app(backoff=Backoff(initial=5.0, max=5.0)), r.now)
+    assert out == [StartTimer(Timer.BACKOFF, pytest.approx(3.0))], out   # 5 s from its start
+    assert r.inst.timers[Timer.BACKOFF] == pytest.approx(began + 5.0)
+    r.now += 4.0                                            # already past the new delay
+    out = r.inst.take_app(mk_app(backoff=Backoff(initial=1.0, max=1.0)), r.now)
+    assert out == [StartTimer(Timer.BACKOFF, pytest.approx(0.0))], out
+    same = r.inst.take_app(mk_app(backoff=Backoff(initial=1.0, max=1.0)), r.now)
+    assert same == []   # nothing changed: nothing re-armed
+
+    never = _in_backoff(15.0)
+    out = never.inst.take_app(mk_app(restart=RestartMode.NEVER), never.now)
+    assert never.inst.state is State.EXITED and out == [CancelTimer(Timer.BACKOFF)], out
+    assert not never.inst.timers
+
+    limited = _in_backoff(15.0)   # two starts so far: a limit of 2 refuses the third
+    out = limited.inst.take_app(mk_app(backoff=Backoff(initial=15.0, max=15.0),
+                                       start_limit=StartLimit(burst=2, interval=60)),
+                                limited.now)
+    assert limited.inst.state is State.FAILED and CancelTimer(Timer.BACKOFF) in out
 
 
 def test_leaving_ready_stops_a_check_whatever_the_app_says_now() -> None:
