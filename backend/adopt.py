@@ -161,12 +161,20 @@ def _retire(sup: Supervisor, key: str, wire: dict[str, Any], running: set[str]) 
 
 
 def _resume(sup: Supervisor, result: Adoption, now: float) -> None:
-    """Re-arm timers and probes. Instances whose process vanished are left to
-    :func:`relaunch_lost` (after the observation backlog had its chance to explain)."""
+    """Re-arm timers and probes, and ask again for the stop of an instance saved while
+    it was being stopped (the stop's answer went to the generation that asked: the
+    owner's stop is idempotent, this one joins it and hears when it ends). Instances
+    whose process vanished are left to :func:`relaunch_lost` (after the observation
+    backlog had its chance to explain)."""
     missing = set(result.missing)
     for key, inst in list(sup.instances.items()):
         if inst.launch_key not in missing:
-            sup._execute(key, inst.resume(now))
+            again = [im.Stop(inst.generation, inst.launch_key)] \
+                if inst.state in _STOPPING and inst.launch_key is not None else []
+            sup._execute(key, [*inst.resume(now), *again])
+
+
+_STOPPING = frozenset({im.State.STOPPING, im.State.RESTARTING})
 
 
 _IN_FLIGHT = frozenset({im.State.STARTING, im.State.RUNNING, im.State.READY,
@@ -191,18 +199,19 @@ def owner_replaced(certificate: Mapping[str, Any] | None, instance: str) -> bool
 
 
 async def record_lost_exits(sup: Supervisor, live_keys: set[str],
-                            launch_row: Callable[[str], Awaitable[dict[str, Any] | None]]
-                            ) -> list[str]:
+                            launch_row: Callable[[str], Awaitable[dict[str, Any] | None]],
+                            known: Mapping[str, str | None] | None = None) -> list[str]:
     """Record the exit of every instance whose process ended while no backend watched
     (``tenure down`` stopped it with the owner, it crashed between two generations, the
     machine restarted): an ``exit`` event at the time the owner recorded, from the
     owner's row of its launch (``launch_row``: None when the owner has none), and its
     count in the instance's exits. ``requested`` when the owner stopped it or the
     instance was being stopped. Returns the keys recorded. Call before
-    :func:`relaunch_lost`, which starts them again."""
+    :func:`relaunch_lost`, which starts them again; ``known`` as there."""
     ended = [(k, i) for k, i in sup.instances.items()
              if i.state in _HAS_PROCESS and i.pid is not None
-             and i.launch_key is not None and i.launch_key not in live_keys]
+             and i.launch_key is not None and i.launch_key not in live_keys
+             and (known is None or i.launch_key == known.get(k))]
     rows = await asyncio.gather(*(launch_row(str(i.launch_key)) for _, i in ended))
     recorded = []
     for (key, inst), row in zip(ended, rows, strict=True):
@@ -226,13 +235,18 @@ async def record_lost_exits(sup: Supervisor, live_keys: set[str],
     return recorded
 
 
-def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str]) -> list[str]:
+def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str],
+                  known: Mapping[str, str | None] | None = None) -> list[str]:
     """Instances whose launch the owner does not run (it ended while no backend watched,
     the owner was replaced, or a previous generation died between asking for a launch or
     a stop and hearing the answer): begin again from stopped, and start the ones that
-    were wanted up — nobody asked them down."""
+    were wanted up — nobody asked them down. ``known``: instance key -> the launch it
+    was adopted on, when ``live_keys`` was read; only those launches can be lost (one
+    this generation made since, replaying the owner's events, is not in ``live_keys``
+    and is no loss: starting the instance again ran it twice)."""
     lost = [k for k, i in sup.instances.items()
-            if i.state in _IN_FLIGHT and i.launch_key not in live_keys]
+            if i.state in _IN_FLIGHT and i.launch_key not in live_keys
+            and (known is None or i.launch_key == known.get(k))]
     for key in lost:
         old = sup.instances[key]
         fresh = im.Instance(old.app, old.index)

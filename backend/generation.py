@@ -171,6 +171,7 @@ class Generation(HandingOver):
         self.sup = Supervisor(self.owner, self.epoch, on_mutation=self.invalidate)
         self.sup.on_fenced = self.fenced_off
         self.sup.owner_answers = lambda: self.link.state is LinkState.CONNECTED
+        self.sup.save_before_stop = lambda: persist(self)
         self.sup.keep_starts_in(self.store, self.activation)
         self.sup.owner_capabilities = dict(welcome.capabilities)
         self.sup.retired = self.store.retired()
@@ -237,11 +238,14 @@ class Generation(HandingOver):
                            epoch=self.epoch, mode=self.handoff.get("mode"),
                            adopted=len(self.adoption.adopted),
                            missing=len(self.adoption.missing))
+        # the launches adopted as the inventory was read: only these can be lost (the
+        # replay below may launch an instance again, after the inventory was read)
+        known = {k: i.launch_key for k, i in self.sup.instances.items()}
         self._apply_observations(backlog)
         stopped = {s for s, v in intents.items() if v.get("intent") == "stopped"}
         live = {r["launch_key"] for r in inv}
-        await record_lost_exits(self.sup, live, self._launch_row)
-        lost = relaunch_lost(self.sup, live, stopped)
+        await record_lost_exits(self.sup, live, self._launch_row, known)
+        lost = relaunch_lost(self.sup, live, stopped, known)
         if lost:
             self._log_lost(lost)
         for key, (app, index) in self.sup.keys_of(self.config).items():

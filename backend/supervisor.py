@@ -124,6 +124,9 @@ class Supervisor:
         self.on_fenced: Callable[[str], None] = lambda why: None
         # whether the owner answers this generation (backend.generation: its owner link)
         self.owner_answers: Callable[[], bool] = lambda: True
+        # saves the instances before a stop is sent (backend.generation: backend.db), so
+        # that a generation recovered after a crash knows the stop was asked
+        self.save_before_stop: Callable[[], None] = lambda: None
 
     def fence(self, why: str) -> None:
         """A newer generation holds the owner: never act again, and say so once. Every
@@ -540,6 +543,7 @@ class Supervisor:
             while not self.fenced:
                 try:
                     self._invalidate("stop")
+                    self._save_stopping(launch_key)
                     done = await self.owner.call("stop", {"launch_key": launch_key},
                                                  epoch=self.epoch, timeout=3600)
                     ended = done.get("exit") if isinstance(done, dict) else None
@@ -555,6 +559,18 @@ class Supervisor:
             return None
         finally:
             self._stop_trouble.pop(launch_key, None)
+
+    def _save_stopping(self, launch_key: str) -> None:
+        """Save the instances (the one being stopped among them) before its stop is
+        sent: a generation that recovers after a crash then finds it stopping, and
+        leaves it stopped, instead of taking the owner's word that it stopped for a stop
+        of the owner's own, and starting it again. A save that fails is logged; the stop
+        goes on (a stop undone by a crash is the lesser harm)."""
+        try:
+            self.save_before_stop()
+        except Exception as exc:  # the stop must not wait on the disk
+            log.warning("%s: the stop could not be saved before it was sent (%s)",
+                        launch_key, exc)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         spawn(self._tasks, coro, log, "reconciler")

@@ -101,5 +101,6 @@ def test_a_real_down_says_what_holds_the_lock_and_leaves_it_empty(cluster):
         time.sleep(0.05)
     down.communicate(timeout=60)
     assert down.returncode == 0
-    assert seen and {doing for _, doing in seen} == {DOWN}, seen
+    # (None: read in the instant between the lock and its words, or its end)
+    assert {doing for _, doing in seen} - {None} == {DOWN}, seen
     assert (cluster.home / "execution" / "maintenance.lock").read_bytes() == b""

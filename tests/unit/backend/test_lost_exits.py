@@ -66,3 +66,26 @@ def test_a_live_launch_is_not_asked_about(tmp_path: Path) -> None:
         assert await record_lost_exits(gen.sup, live, launch_row) == []
 
     run_generation(tmp_path, FIVE, body)
+
+
+def test_a_launch_made_after_the_inventory_was_read_is_not_lost(tmp_path: Path) -> None:
+    """Adoption reads the owner's inventory, then replays the owner's events, which may
+    launch an instance again (an exit the owner reports as its own stop): that launch is
+    not in the inventory it read, but it is no loss. Was: relaunch_lost started the
+    instance once more, and two processes ran for it."""
+    from backend.adopt import relaunch_lost
+    from backend.instance import OwnerStopped
+
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        sup = gen.sup
+        live = {i.launch_key for i in sup.instances.values()}
+        known = {k: i.launch_key for k, i in sup.instances.items()}
+        inst = sup.instances["s/a/0"]
+        sup.feed("s/a/0", OwnerStopped(None, 15))          # the replay launches it again
+        assert inst.state is State.STARTING and inst.launch_key not in live
+        launches = len(owner.sent("launch"))
+        assert relaunch_lost(sup, live, set(), known) == []
+        assert sup.instances["s/a/0"] is inst and len(owner.sent("launch")) == launches
+        assert relaunch_lost(sup, live, set()) == ["s/a/0"]   # what it did without known
+
+    run_generation(tmp_path, FIVE, body)
