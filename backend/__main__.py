@@ -75,6 +75,7 @@ async def serve(home: Path, activation: str) -> int:
         await close_bounded(gen.close())
         return 1
     print(json.dumps({"ready": True, "pid": gen.identity.pid, "epoch": gen.epoch}), flush=True)
+    gen.admit()
     answered.set()   # from now on it outlives its guardian, which the next one adopts
     watcher = background(watch(mark, _home_lost), "home watch", log)
     try:

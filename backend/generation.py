@@ -181,6 +181,10 @@ class Generation(HandingOver):
         self.api = Api(self)
         self.server = RpcServer(self.layout.api_sock, self.identity, {"tenureApi": 1},
                                 self.api.methods(), timings=self.rpc_timings)
+        # no change is admitted until the guardian is told READY (admit): a generation
+        # that hangs before it is rolled back from, and what it changed would be undone
+        self.server.starting = (f"the backend generation (pid {self.identity.pid}) is "
+                                "starting and not ready yet; nothing was changed")
         await self.server.start()
         self.share_api()
         await self.api.resume_operations()
@@ -195,6 +199,11 @@ class Generation(HandingOver):
                        self._loop(self._spool_loop(), "queued config")]
         self.ready = True
         await self.serve_metrics()
+
+    def admit(self) -> None:
+        """Admit changes through the API: READY was told (backend.__main__.serve)."""
+        if self.server is not None:
+            self.server.starting = None
 
     def _loop(self, coro: Any, what: str) -> asyncio.Task[Any]:
         """One of the generation's loops. Each is part of what it promises (a status

@@ -163,6 +163,10 @@ class RpcServer:
         self.refused = 0  # connections refused for a limit, since start
         self.on_hello = on_hello  # may bind the connection or refuse it (TenureError)
         self.draining = False
+        # while set, why the server does not admit changes yet: requests of admin
+        # methods not marked ``while_draining`` get SHUTTING_DOWN with it, ``starting``
+        # in its data (a backend generation between its socket and its READY)
+        self.starting: str | None = None
         self.connections: set[Connection] = set()
         self._pending = dict.fromkeys(ROLES, 0)  # by the role the peer may take
         self._by_role = dict.fromkeys(ROLES, 0)
@@ -415,6 +419,8 @@ class RpcServer:
             raise self._refused(conn, f"{req.m} needs the {method.role} role")
         if self.draining and not method.while_draining:
             raise ShuttingDown("server is draining; retry against the next one")
+        if self.starting is not None and method.role == "admin" and not method.while_draining:
+            raise ShuttingDown(self.starting, {"starting": True, "method": req.m})
         t0 = perf_counter()
         params = method.params.validate(req.p) if method.params else dict(req.p)
         self._in_flight += 1

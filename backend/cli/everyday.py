@@ -66,13 +66,44 @@ def _bytes(v: Any) -> Any:
     return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
+STARTING_WAIT_S = 60.0   # a change asked of a generation not ready yet waits this long
+STARTING_POLL_S = 0.05
+
+
 def call(args: Any, method: str, params: dict[str, Any] | None = None,
          timeout: float = 300.0) -> Any:
     """Call the backend; when none answers, say why using the guardian's diagnostics.
     An error the backend answers with (CONNECT_FAILED included: its own owner may be
     out of reach) is raised as it is. Ours is told by the connection it leaves: a
     failed connect leaves none, also one made again inside the call (a backend that
-    went away just before it, as at `tenure down` or a handoff)."""
+    went away just before it, as at `tenure down` or a handoff). A change a generation
+    refused because it is not ready yet (SHUTTING_DOWN, ``starting``: nothing was
+    changed) is asked again, of whichever generation serves then (the guardian may
+    roll back from it), for up to STARTING_WAIT_S (said once on stderr after a second);
+    meanwhile a refusal of any kind, or no backend answering, is waited out too: none
+    changed anything."""
+    import time
+    deadline = time.monotonic() + min(timeout, STARTING_WAIT_S)
+    told: float | None = time.monotonic() + 1.0
+    waiting = False
+    while True:
+        try:
+            return _call_once(args, method, params, timeout)
+        except TenureError as exc:
+            starting = exc.code_str == "SHUTTING_DOWN" and exc.data.get("starting")
+            waiting = waiting or bool(starting)
+            if not waiting or time.monotonic() > deadline or \
+                    exc.code_str not in ("SHUTTING_DOWN", "BACKEND_UNAVAILABLE"):
+                raise
+            if starting and told is not None and time.monotonic() >= told:
+                print(f"tenure: {exc.msg}; waiting for it to be ready", file=sys.stderr,
+                      flush=True)
+                told = None
+            time.sleep(STARTING_POLL_S)
+
+
+def _call_once(args: Any, method: str, params: dict[str, Any] | None,
+               timeout: float) -> Any:
     with api(args, timeout) as c:
         try:
             return c.call(method, params or {})
