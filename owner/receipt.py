@@ -134,10 +134,12 @@ def admit_start(receipt_path: str, ack_path: str, boot_id: str, live_this_boot: 
 
 
 def _why(rec: dict[str, Any] | None, live: int, lingering: int) -> str:
-    how = "`tenure owner reconcile` (or `python -m owner reconcile --home HOME`)"
+    how = ("`tenure owner reconcile --prepare` to list what may still run, then `tenure "
+           "owner reconcile --drain DIGEST` to stop exactly that (docs/reconcile.md)")
     if rec is not None and rec["state"] != ReceiptState.CLEAN:
         return (f"the previous owner (instance {rec['instance']}, pid {rec['pid']}) ended "
-                f"{rec['state']} on this boot; run {how} once its applications are gone")
+                f"{rec['state']} on this boot, and its applications may still run: run "
+                f"{how}")
     what = " and ".join(
         ([f"{live} launches of this boot as live"] if live else []) +
         ([f"{lingering} processes of ended launches still running"] if lingering else []))

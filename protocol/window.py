@@ -38,9 +38,10 @@ def busy(pid: int | None, what: str, doing: str | None = None) -> OperationInPro
     who = f"pid {pid}" if pid else "its pid unknown"
     holds = HOLDERS.get(doing or "", "an owner maintenance window (`tenure owner "
                                      "upgrade`) or a `tenure down`")
-    return OperationInProgress(f"{holds} runs on this home ({who}): {what} waits until it "
-                               "ends", {"pid": pid or None, "refused": what,
-                                        "holder": doing if doing in HOLDERS else None})
+    return OperationInProgress(f"{holds} runs on this home ({who}): {what} is refused, "
+                               "nothing was done; run it again once that has ended",
+                               {"pid": pid or None, "refused": what,
+                                "holder": doing if doing in HOLDERS else None})
 
 
 def holder(home: Path) -> int | None:

@@ -73,7 +73,7 @@ def test_up_while_a_window_runs_names_it_and_is_not_told_to_continue(tmp_path) -
         fcntl.flock(fd, fcntl.LOCK_EX)
         with pytest.raises(OperationInProgress) as caught:
             refuse_owner_start(lay)
-        assert f"pid {os.getpid()}" in caught.value.msg and "`tenure up` waits" in \
+        assert f"pid {os.getpid()}" in caught.value.msg and "`tenure up` is refused" in \
             caught.value.msg
     finally:
         os.close(fd)

@@ -37,7 +37,7 @@ def test_a_holder_is_named_by_what_it_wrote(tmp_path: Path, text: bytes) -> None
         with pytest.raises(OperationInProgress) as exc:
             refuse_in_window(tmp_path, "`tenure start`")
         assert exc.value.msg.startswith(f"{HOLDERS[text.decode()]} runs on this home "
-                                        f"(pid {os.getpid()}): `tenure start` waits")
+                                        f"(pid {os.getpid()}): `tenure start` is refused")
         assert exc.value.data == {"pid": os.getpid(), "refused": "`tenure start`",
                                   "holder": text.decode()}
     finally:
