@@ -81,6 +81,7 @@ CONFIG_FORMAT = 1
 MAX_INSTANCES = 64
 # an app's log_retention: the owner's bounds (owner.journalretention)
 LOG_RETENTION_MIN, LOG_RETENTION_MAX = 1 << 20, 1 << 40
+LOG_RETENTION_DEFAULT = 64 << 20   # what the owner's journal keeps unless told (owner.journal)
 
 _APP_KEYS = ("command", "env", "cwd", "instances", "restart", "after", "backoff",
              "start_limit", "ready", "health", "stop", "log_retention", *IDENTITY_KEYS,
@@ -190,6 +191,12 @@ def canonical_form(config: Config) -> dict[str, Any]:
             for s in config.stacks.values()
         },
     }
+
+
+def _not_default(value: int | None, default: int) -> int | None:
+    """None for a value spelled out as the default: it changes nothing, so neither the
+    revision nor a plan may say it does."""
+    return None if value == default else value
 
 
 def _app_form(app: App) -> dict[str, Any]:
@@ -315,8 +322,8 @@ def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
         after=parse_after(t, path),
         run_as=parse_run_as(t, path), limits=parse_limits(t, path),
         **parse_sockets(t, path),
-        log_retention=get_size(t, "log_retention", path, LOG_RETENTION_MIN,
-                               LOG_RETENTION_MAX),
+        log_retention=_not_default(get_size(t, "log_retention", path, LOG_RETENTION_MIN,
+                                            LOG_RETENTION_MAX), LOG_RETENTION_DEFAULT),
     )
     check_probes(app, path)
     return app

@@ -70,10 +70,11 @@ class OperationRunner:
 
     # -- admission --------------------------------------------------------------------
 
-    def owner_of(self, stacks: list[str]) -> str | None:
+    def owner_of(self, stacks: list[str]) -> tuple[str, list[str]] | None:
+        """The open operation that owns any of ``stacks``, and which of them it owns."""
         for op in self.store.operations(open_only=True):
-            if set(op["stacks"]) & set(stacks):
-                return str(op["id"])
+            if held := sorted(set(op["stacks"]) & set(stacks)):
+                return str(op["id"]), held
         return None
 
     def applying(self, revision: str) -> dict[str, Any] | None:
@@ -95,9 +96,9 @@ class OperationRunner:
                 return prior
         stacks = sorted({c["app"].split("/")[0] for c in plan["changes"]})
         holder = self.owner_of(stacks)
-        if holder is not None:
-            raise OperationInProgress(f"operation {holder} owns {', '.join(stacks)}",
-                                      {"operation": holder})
+        if holder is not None:   # was: named the stacks asked for, not the ones it owns
+            raise OperationInProgress(f"operation {holder[0]} owns {', '.join(holder[1])}",
+                                      {"operation": holder[0], "stacks": holder[1]})
         op = {"id": f"op-{uuid.uuid4().hex[:12]}", "plan": plan["id"], "kind": plan["kind"],
               "stacks": stacks, "stage": RUNNING, "request_id": request_id,
               "generation": self.generation}

@@ -29,7 +29,8 @@ def live_revision(applied: Config, intents: dict[str, Any], instance_keys: list[
 
 def _policy(app: App) -> dict[str, Any]:
     d: dict[str, Any] = plain(app)
-    for k in ("command", "env", "cwd", "stop", "ready", "instances", "run_as", "limits"):
+    for k in ("command", "env", "cwd", "stop", "ready", "instances", "run_as", "limits",
+              "sockets", "fd_store_max"):   # the definition, and the count
         d.pop(k, None)
     return d
 

@@ -136,13 +136,16 @@ def test_second_apply_on_a_busy_stack_is_operation_in_progress(cluster):
     slow = app("c", "a") + app("c", "slow", extra='ready = { kind = "delay", delay = 4 }')
     first = cluster.call("apply", {"plan": plan_file(cluster, slow, "slow.toml")["id"]})
     assert first["outcome"] is None and first["stage"] == "running", first
-    second = plan_file(cluster, slow + app("c", "b"), "more.toml")
+    second = plan_file(cluster, slow + app("c", "b") + app("d", "x"), "more.toml")
     with pytest.raises(OperationInProgress) as exc:
         cluster.call("apply", {"plan": second["id"]})
     assert exc.value.data.get("operation") == first["id"]
+    # the stacks it owns, not the ones asked for (was: "owns c, d")
+    assert exc.value.msg == f"operation {first['id']} owns c", exc.value
+    assert exc.value.data["stacks"] == ["c"]
     res = cluster.cli("apply", second["id"])
     assert res.code == 1 and res.out["error"]["code"] == "OPERATION_IN_PROGRESS", res
-    assert [k for k in cluster.pids() if k.startswith("c/b/")] == []
+    assert [k for k in cluster.pids() if k.startswith(("c/b/", "d/"))] == []
     assert wait_op(cluster, first["id"])["outcome"] == "success"
     assert cluster.apps()["c/slow/0"]["ready"]
 

@@ -368,6 +368,9 @@ def test_revision_ignores_written_defaults_and_number_spelling() -> None:
     db["backoff"] = {"initial": 0.5, "max": 30, "factor": 2, "reset_after": 30}
     db["ready"]["host"] = "127.0.0.1"
     assert _rev(explicit) == _rev(BASE)
+    for spelled in ("64MiB", 67108864):   # was: a new revision, and a plan's `update`
+        db["log_retention"] = spelled
+        assert _rev(explicit) == _rev(BASE), spelled
 
 
 def _set(path: str, value: Any) -> dict[str, Any]:
