@@ -150,23 +150,26 @@ def _stale(app: App, running: Mapping[int, str]) -> list[dict[str, Any]]:
 def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ordered steps of applying ``changes``: stops first, then starts level by level
     along ``after`` (each level at once), then scaling, then rolling restarts one
-    instance at a time."""
+    instance at a time, an app after the apps it waits for (``after``)."""
     by = {c["app"]: c for c in changes}
     steps: list[dict[str, Any]] = [{"do": "stop_app", "app": c["app"]}
                                    for c in changes if c["action"] == "stop"]
+    order: list[str] = []   # every app of ``new``, stack by stack, level by level
     for stack in new.stacks.values():
         for level in order_apps(stack):
-            keys = [f"{stack.name}/{n}" for n in level
-                    if by.get(f"{stack.name}/{n}", {}).get("action") == "start"]
-            if keys:  # one level starts together; the next waits for it to be ready
-                steps.append({"do": "start_apps", "apps": keys})
+            keys = [f"{stack.name}/{n}" for n in level]
+            order += keys
+            starts = [k for k in keys if by.get(k, {}).get("action") == "start"]
+            if starts:  # one level starts together; the next waits for it to be ready
+                steps.append({"do": "start_apps", "apps": starts})
     for c in changes:
         if c["action"] == "scale":
             steps.append({"do": "scale_app", "app": c["app"], "to": c["to"]})
-    for c in changes:
-        if c["action"] == "restart":
-            steps += [{"do": "restart_instance", "app": c["app"], "instance": i}
-                      for i in c.get("only", range(c["instances"]))]
+    rank = {k: i for i, k in enumerate(order)}
+    for c in sorted((c for c in changes if c["action"] == "restart"),
+                    key=lambda c: rank.get(c["app"], len(rank))):
+        steps += [{"do": "restart_instance", "app": c["app"], "instance": i}
+                  for i in c.get("only", range(c["instances"]))]
     return steps
 
 
