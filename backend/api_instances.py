@@ -119,9 +119,10 @@ class InstanceCommands:
                                               moved=moved, deferred=deferred,
                                               superseded=superseded)
         if not ok and self.gate.paused:
-            raise ShuttingDown(f"the backend is handing over to another generation before "
-                               f"{what} settled; the change was made and goes on there "
-                               "(see `tenure status`)", {"instances": public})
+            raise ShuttingDown(f"a backend handoff began before {what} settled; the change "
+                               "was made and goes on under the generation that serves "
+                               "next (this one again if the handoff is aborted; see "
+                               "`tenure status`)", {"instances": public})
         return {"settled": ok, "instances": public}
 
     def _refuse_stopped_stacks(self, keys: list[str]) -> None:

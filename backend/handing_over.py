@@ -86,7 +86,8 @@ class HandingOver:
         self._feed(Handoff.ANSWERED)
         self._handoff_event("drained" if ok else "not-drained")
         return {"drained": ok, "in_flight": sup.in_flight, "steps": self.api.running_steps(),
-                "waited_for": waited_for, "seconds": round(loop.time() - start, 3)}
+                "calls": sup.in_flight_calls(), "waited_for": waited_for,
+                "seconds": round(loop.time() - start, 3)}
 
     def resume(self) -> dict[str, Any]:
         """Abort path: serve again as if nothing happened; paused operations go on.

@@ -127,6 +127,7 @@ class Supervisor:
         # saves the instances before a stop is sent (backend.generation: backend.db), so
         # that a generation recovered after a crash knows the stop was asked
         self.save_before_stop: Callable[[], None] = lambda: None
+        self._calls: dict[object, tuple[str, str, float]] = {}   # in flight: what, key, since
 
     def fence(self, why: str) -> None:
         """A newer generation holds the owner: never act again, and say so once. Every
@@ -333,10 +334,11 @@ class Supervisor:
         for a in actions:
             if isinstance(a, im.Launch):
                 self._spawn(self._mutate(key, a.launch_key,
-                                         functools.partial(self._launch, inst, a.launch_key)))
+                                         functools.partial(self._launch, inst, a.launch_key),
+                                         "launch"))
             elif isinstance(a, im.Stop):
                 self._spawn(self._mutate(key, a.launch_key,
-                                         functools.partial(self._stop, a.launch_key)))
+                                         functools.partial(self._stop, a.launch_key), "stop"))
             elif isinstance(a, im.StartTimer):
                 self._arm(key, a.name, a.delay)
             elif isinstance(a, im.CancelTimer):
@@ -367,13 +369,16 @@ class Supervisor:
         self._timers[(key, name)] = asyncio.get_running_loop().call_later(delay, fire)
 
     async def _mutate(self, key: str, launch_key: str,
-                      op: Callable[[], Awaitable[im.Event | None]]) -> None:
-        """Run one owner mutation; feed its result if the instance is still on that
-        launch. ``in_flight`` counts it until it ended, whatever it raised: a drain waits
-        for zero. A fenced backend stops acting for good."""
+                      op: Callable[[], Awaitable[im.Event | None]], what: str) -> None:
+        """Run one owner mutation (``what``: launch, stop); feed its result if the
+        instance is still on that launch. ``in_flight`` counts it until it ended, whatever
+        it raised: a drain waits for zero, and names what it waited for
+        (:meth:`in_flight_calls`). A fenced backend stops acting for good."""
         if self.fenced:
             return
         self.in_flight += 1
+        token = object()
+        self._calls[token] = (what, launch_key, time.monotonic())
         event: im.Event | None = None
         try:
             event = await op()
@@ -381,10 +386,17 @@ class Supervisor:
             self.fence(f"the owner refused a call: {exc.msg}")
         finally:
             self.in_flight -= 1
+            del self._calls[token]
             self._notify()
         inst = self.instances.get(key)
         if event is not None and inst is not None and inst.launch_key == launch_key:
             self.feed(key, event)
+
+    def in_flight_calls(self) -> list[str]:
+        """The owner calls in flight, oldest first: ``stop s/a/0/3 (for 12.5 s)``."""
+        t = time.monotonic()
+        return [f"{what} {key} (for {t - since:.1f} s)"
+                for what, key, since in sorted(self._calls.values(), key=lambda c: c[2])]
 
     def _invalidate(self, method: str) -> None:
         """The certificate stops vouching before ``method`` is sent. Raises Internal when
@@ -518,7 +530,7 @@ class Supervisor:
 
         async def stop_then_go() -> None:
             try:
-                await self._mutate(key, launch_key, stop)
+                await self._mutate(key, launch_key, stop, "left-running stop")
             finally:
                 done.set_result(None)
                 if self._left.get(key, (0, None))[1] is done:

@@ -56,6 +56,20 @@ POINTS = ("check.owner", "check.preflight", "standby", "admit", "drain", "checkp
           "restore.fence", "restore.launch", "restore.verify")
 
 
+def _holding(drained: dict[str, Any]) -> str:
+    """What held a drain that did not end, as its answer names it (an older backend
+    names no owner call: only their number)."""
+    said = []
+    if drained.get("steps"):
+        said.append(f"steps still running: {'; '.join(map(str, drained['steps']))}")
+    calls = drained.get("calls")
+    if isinstance(calls, list) and calls:
+        said.append(f"owner calls in flight: {'; '.join(map(str, calls))}")
+    elif drained.get("in_flight"):
+        said.append(f"{drained['in_flight']} owner call(s) in flight")
+    return f" ({', '.join(said)})" if said else ""
+
+
 def abort_requested_error() -> HandoffFailed:
     return HandoffFailed("aborted by the operator before the fence")
 
@@ -234,7 +248,8 @@ class _Handoff:
         drained = await co.control("generation.drain", {"timeout": co.deadline},
                                    timeout=co.deadline + 5)
         if not drained["drained"]:
-            raise HandoffFailed("the incumbent did not drain in time", drained)
+            raise HandoffFailed(f"the incumbent did not drain in time{_holding(drained)}",
+                                drained)
         self.act = co.advance(self.act, Phase.DRAINING, drained)
         self.abort_point()
         co.point("checkpoint")
