@@ -88,6 +88,9 @@ def find_line(text: str, path: KeyPath) -> int | None:
     """
     target = _strip_indexes(path)
     best_line, best_len = None, 0
+    # the first sub-table of the table ``path`` is in (a table declared only by its
+    # sub-tables, e.g. an app with [..ready] and no line of its own), when nothing else
+    near_line: int | None = None
     prefix: tuple[str, ...] = ()
     for lineno, line in _logical_lines(text):
         stripped = line.lstrip()
@@ -99,6 +102,8 @@ def find_line(text: str, path: KeyPath) -> int | None:
             covered = _common_prefix(header, target)
             if covered in (len(header), len(target)) and covered > best_len:
                 best_line, best_len = lineno, covered
+            elif 0 < covered == len(target) - 1 and near_line is None:
+                near_line = lineno
             continue
         parsed = _parse_key(stripped, 0)
         if parsed is None:
@@ -114,7 +119,7 @@ def find_line(text: str, path: KeyPath) -> int | None:
             covered += _inline_depth(stripped[pos:], target[covered:])
         if covered > best_len:
             best_line, best_len = lineno, covered
-    return best_line
+    return best_line if best_line is not None else near_line
 
 
 def _key_at(text: str, line: int) -> tuple[tuple[str, ...], int] | None:

@@ -55,6 +55,8 @@ BAD: list[tuple[str, str, str, int]] = [
      f'stacks.demo.apps.{"a" * 65}', 1),
     ("app-not-table", '[stacks.demo.apps]\nweb = 1\n', APP, 2),
     ("missing-command", f'[{APP}]\ninstances = 1\n', f"{APP}.command", 1),
+    # an app declared only by its sub-tables: the first of them (was: no line)
+    ("missing-command-subtable", f'\n[{APP}.ready]\nkind = "none"\n', f"{APP}.command", 2),
     ("command-empty", f'[{APP}]\ncommand = []\n', f"{APP}.command", 2),
     ("command-string", f'[{APP}]\ncommand = "x"\n', f"{APP}.command", 2),
     ("command-item-type", f'[{APP}]\ncommand = ["x", 1]\n', f"{APP}.command[1]", 2),
