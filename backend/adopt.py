@@ -208,10 +208,12 @@ async def record_lost_exits(sup: Supervisor, live_keys: set[str],
     count in the instance's exits. ``requested`` when the owner stopped it or the
     instance was being stopped. Returns the keys recorded. Call before
     :func:`relaunch_lost`, which starts them again; ``known`` as there."""
+    told = sup.events.exits_told if sup.events is not None else {}
     ended = [(k, i) for k, i in sup.instances.items()
              if i.state in _HAS_PROCESS and i.pid is not None
              and i.launch_key is not None and i.launch_key not in live_keys
-             and (known is None or i.launch_key == known.get(k))]
+             and (known is None or i.launch_key == known.get(k))
+             and told.get(k) != i.pid]   # its exit came with the replay: told already
     rows = await asyncio.gather(*(launch_row(str(i.launch_key)) for _, i in ended))
     recorded = []
     for (key, inst), row in zip(ended, rows, strict=True):

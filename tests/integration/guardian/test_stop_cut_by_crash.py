@@ -16,6 +16,7 @@ recovers by itself (no app runs, so nothing needs vouching for)."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 
@@ -43,4 +44,10 @@ def test_a_stop_cut_by_a_backend_crash_stays_a_stop(cluster):
     assert _live_per_instance(cluster) == {}, _live_per_instance(cluster)
     assert {k: a["state"] for k, a in cluster.apps().items()} == {
         "x/a/0": "stopped", "x/b/0": "stopped"}
+    # each stop's exit is told once (was: by the replay, and again as lost)
+    out = cluster.cli("events", "--kind", "exit", "-n", "50", check=True).out
+    exits = [json.loads(x) for x in out.splitlines() if x.strip()] \
+        if isinstance(out, str) else [out]
+    told = collections.Counter((e["target"], e["data"]["pid"]) for e in exits)
+    assert sorted(told.values()) == [1, 1], told
 
