@@ -101,7 +101,6 @@ class Supervisor:
         # ``removed`` holds the ones not saved yet.
         self.retired: dict[str, int] = {}
         self.removed: dict[str, int] = {}
-        self.in_flight = 0
         self._timers: dict[tuple[str, im.Timer], asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._waiters = Waiters()
@@ -128,6 +127,11 @@ class Supervisor:
         # that a generation recovered after a crash knows the stop was asked
         self.save_before_stop: Callable[[], None] = lambda: None
         self._calls: dict[object, tuple[str, str, float]] = {}   # in flight: what, key, since
+
+    @property
+    def in_flight(self) -> int:
+        """Owner mutations sent and not answered yet: a drain waits for zero."""
+        return len(self._calls)
 
     def fence(self, why: str) -> None:
         """A newer generation holds the owner: never act again, and say so once. Every
@@ -167,8 +171,15 @@ class Supervisor:
         if isinstance(event, im.StopRequested):   # the latest intent wins
             self._after_stop.withdraw(key, "a stop was asked after it")
             self._stops_fed[key] = self._stops_fed.get(key, 0) + 1
+        self._transition(key, inst, event, lambda: inst.handle(event, now()))
+
+    def _transition(self, key: str, inst: im.Instance, event: im.Event | None,
+                    change: Callable[[], list[im.Action]]) -> None:
+        """Make one ``change`` to instance ``key`` (an ``event`` handled, or its app
+        taken: None) and follow it through: recorded as events, saved, its actions
+        executed, waiters woken, what waited for its state looked at again."""
         was = Before(inst) if self.events is not None else None
-        actions = inst.handle(event, now())
+        actions = change()
         if self.events is not None and was is not None:
             transition_events(self.events, key, inst, event, was)
         self.by_launch[inst.launch_key] = key
@@ -376,7 +387,6 @@ class Supervisor:
         (:meth:`in_flight_calls`). A fenced backend stops acting for good."""
         if self.fenced:
             return
-        self.in_flight += 1
         token = object()
         self._calls[token] = (what, launch_key, time.monotonic())
         event: im.Event | None = None
@@ -385,7 +395,6 @@ class Supervisor:
         except StaleEpoch as exc:
             self.fence(f"the owner refused a call: {exc.msg}")
         finally:
-            self.in_flight -= 1
             del self._calls[token]
             self._notify()
         inst = self.instances.get(key)
@@ -631,14 +640,7 @@ class Supervisor:
         keeps running); its health check, or its backoff, follows at once
         (Instance.take_app), a change of state recorded as an event's would be."""
         inst = self.instances[key]
-        state, was = inst.state, Before(inst) if self.events is not None else None
-        actions = inst.take_app(app, now())
-        if self.events is not None and was is not None:
-            transition_events(self.events, key, inst, None, was)
-        self._execute(key, actions)
-        if inst.state is not state:
-            self.dirty.add(key)
-            self._notify()
+        self._transition(key, inst, None, lambda: inst.take_app(app, now()))
 
     def forget(self, key: str) -> None:
         self._after_stop.withdraw(key, "the instance is removed")

@@ -27,13 +27,14 @@ def test_the_first_certificate_is_retried_soon_until_one_is_written(tmp_path: Pa
         gen = fake_generation(tmp_path, FakeOwner(), ONE)
         try:
             await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
-            gen.sup.in_flight += 1        # busy: an owner call in flight
+            call = object()   # busy: an owner call in flight
+            gen.sup._calls[call] = ("stop", "s/a/0/1", 0.0)
             delays: list[float] = []
 
             async def sleep(delay: float) -> None:
                 delays.append(delay)
                 if len(delays) == 4:
-                    gen.sup.in_flight -= 1   # quiet from the fourth round on
+                    del gen.sup._calls[call]   # quiet from the fourth round on
                 await asyncio.sleep(0)
             loop = asyncio.create_task(certificate_loop(gen, sleep=sleep))
             await until(lambda: len(delays) >= 6, "six rounds")
