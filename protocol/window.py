@@ -16,7 +16,8 @@ from pathlib import Path
 from .errors import OperationInProgress
 from .procfs import flock_holder
 
-__all__ = ["DOWN", "HOLDERS", "busy", "holder", "holding", "lock_path", "refuse_in_window"]
+__all__ = ["DOWN", "HOLDERS", "busy", "down_running", "holder", "holding", "lock_path",
+           "refuse_in_window"]
 
 DOWN = "`tenure down`"
 # what a holder writes into the lock -> how a refusal names it
@@ -55,6 +56,12 @@ def holding(home: Path) -> tuple[int, str | None] | None:
     wrote there, a :data:`HOLDERS` key, or None), or None when none holds it."""
     pid = holder(home)
     return None if pid is None else (pid, said(lock_path(home)))
+
+
+def down_running(home: Path) -> int | None:
+    """The pid of a `tenure down` under way (it holds the lock and says so), else None."""
+    held = holding(home)
+    return held[0] if held is not None and held[1] == DOWN else None
 
 
 def said(path: str) -> str | None:

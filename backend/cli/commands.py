@@ -339,7 +339,7 @@ def cmd_backend(args: Any) -> int:
     with _guardian(args) as g:
         if args.action == "status":
             r = g.call("status")
-            r["recovery"] = _uncertifiable(args, r) or render.recovery_state(r)
+            r["recovery"] = _uncertifiable(args, r, render.recovery_state(r))
             r["owner_release"] = _owner_release(args)
             r["cli"] = cli_against(_layout(args), (r.get("selector") or {}).get("current"))
         elif args.action == "upgrade":
@@ -368,22 +368,20 @@ def cmd_backend(args: Any) -> int:
     return current(r) if args.action == "status" else OK
 
 
-def _uncertifiable(args: Any, r: dict[str, Any]) -> dict[str, Any] | None:
-    """Recovery ``unavailable`` when the backend says its storage refuses the recovery
-    certificate (a full disk): the guardian's view alone reads "pending, certifies again
-    within 5 s". Asked only when that view is pending; None otherwise, and when the
-    backend does not answer or say (an older one)."""
-    state = render.recovery_state(r)
+def _uncertifiable(args: Any, r: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """Recovery ``state`` as the guardian's status ``r`` gives it, made ``unavailable``
+    when the backend says its storage refuses the recovery certificate (a full disk):
+    the guardian's view alone reads "pending, certifies again within 5 s". The backend
+    is asked only when that view is pending; ``state`` stays when it does not answer or
+    say (an older one)."""
     if state["state"] != "pending" or not (r.get("backend") or {}).get("alive"):
-        return None
+        return state
     try:
         with _api(args, timeout=2.0) as c:
             failing = c.call("generation.status").get("certificate_error")
     except TenureError:
-        return None
-    if not isinstance(failing, dict):
-        return None
-    return render.uncertifiable(failing)
+        return state
+    return render.uncertifiable(failing) if isinstance(failing, dict) else state
 
 
 def _owner_release(args: Any) -> dict[str, Any] | None:

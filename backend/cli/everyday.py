@@ -226,9 +226,8 @@ def owner_stopping(args: Any) -> int | None:
 def down_running(args: Any) -> int | None:
     """The pid of a `tenure down` under way (it holds execution/maintenance.lock): the
     guardian may be gone before the owner is told to stop."""
-    from protocol.window import DOWN, holding
-    held = holding(layout(args).home)
-    return held[0] if held is not None and held[1] == DOWN else None
+    from protocol import window
+    return window.down_running(layout(args).home)
 
 
 def runs(sock: str, module: str) -> bool | None:

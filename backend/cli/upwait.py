@@ -95,18 +95,18 @@ def wait_down(layout: Layout, timeout: float) -> None:
     just stopped gone and started another, and the `down` then stopped the owner under
     it. Raises OperationInProgress naming the `down`'s pid when it still runs after
     ``timeout``."""
-    from protocol.window import DOWN, busy, holding
-    held = holding(layout.home)
-    if held is None or held[1] != DOWN:
+    from protocol.window import DOWN, busy, down_running
+    pid = down_running(layout.home)
+    if pid is None:
         return
-    print(f"tenure: `tenure down` (pid {held[0]}) is stopping tenure; waiting for it to "
+    print(f"tenure: `tenure down` (pid {pid}) is stopping tenure; waiting for it to "
           "end before starting tenure again", file=sys.stderr, flush=True)
     deadline = time.monotonic() + timeout
-    while held is not None and held[1] == DOWN:
+    while pid is not None:
         if time.monotonic() > deadline:
-            raise busy(held[0], "`tenure up`", DOWN)
+            raise busy(pid, "`tenure up`", DOWN)
         time.sleep(0.05)
-        held = holding(layout.home)
+        pid = down_running(layout.home)
 
 
 OWNER_STAGES_S = 60.0   # the owner's shutdown besides its applications' stops, and margin
