@@ -81,11 +81,12 @@ def compute_changes(old: Config, new: Config, running: Running | None = None,
     (``stay_stopped``)."""
     changes = _changes(old, new, running)
     for c in changes:
-        if c["action"] == "restart" and (stopped or {}).get(c["app"]):
-            reach = c.get("only", range(c["instances"]))
-            held = [i for i in stopped[c["app"]] if i in reach]   # type: ignore[index]
-            if held:
-                c["stay_stopped"] = held
+        if c["action"] != "restart":
+            continue
+        reach = c.get("only", range(c["instances"]))
+        held = [i for i in (stopped or {}).get(c["app"], ()) if i in reach]
+        if held:
+            c["stay_stopped"] = held
     return changes
 
 
