@@ -76,7 +76,8 @@ def backend(action: str, r: dict[str, Any]) -> str:
                             f"{' (' + last['outcome'] + ')' if last.get('outcome') else ''}"
          if last else "-"),
         ("certificate", _certificate(cert)),
-        ("recovery", _recovery(recovery_state(r)))]
+        # the command's own (it may have asked the backend), else the guardian's view
+        ("recovery", _recovery(r.get("recovery") or recovery_state(r)))]
     lines = [fields(pairs)]
     cli = r.get("cli") or {}
     if cli.get("older"):

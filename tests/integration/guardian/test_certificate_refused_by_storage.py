@@ -43,6 +43,8 @@ def test_a_certificate_the_storage_refuses_is_said(cluster):
         assert rec["reason"].startswith("the backend cannot write its recovery certificate "
                                         "(for "), rec
         assert "`tenure backend recover`" in rec["reason"], rec
+        said = cluster.cli_text("backend", "status")
+        assert "unavailable (the backend cannot write its recovery certificate" in said, said
     finally:
         resource.prlimit(backend, resource.RLIMIT_FSIZE, limits)
     cluster.wait(lambda: cluster.status().get("certificate_write_error") is None,

@@ -264,6 +264,13 @@ CASES: dict[str, Callable[[], str]] = {
                                          "owner_receipt": {"state": "failed",
                                                            "failed_stage": "processes",
                                                            "detail": "processes remain"}}),
+    "plan_stay_stopped": lambda: render.plan({"id": "plan-5c1e", "fingerprint": "9e" * 32,
+                                              "changes": [
+        {"action": "restart", "app": "shop/web", "instances": 3,
+         "reason": "definition changed", "stay_stopped": [1]},
+        {"action": "restart", "app": "shop/api", "instances": 3,
+         "reason": "definition changed", "stay_stopped": [0, 2]}],
+        "jobs": [], "settings": []}),
     "plan_no_changes": lambda: render.plan({"id": "plan-77aa", "fingerprint": "3e" * 32,
                                             "changes": [], "jobs": [], "settings": []}),
     "plan": lambda: render.plan({"id": "plan-5c1d", "fingerprint": "9f" * 32, "changes": [
@@ -302,6 +309,10 @@ CASES: dict[str, Callable[[], str]] = {
         **GUARDIAN, "backend": SILENT_BACKEND, "certificate": {
             "valid": False, "age": 14.0, "launches": 3, "invalidated": "stop",
             "changed_at": NOW - 11}}),
+    # the backend says its storage refuses the certificate (asked by `backend status`)
+    "backend_status_uncertifiable": lambda: render.backend("status", {
+        **GUARDIAN, "recovery": render.uncertifiable(
+            {"error": "database or disk is full", "since": NOW - 40})}),
     "backend_status_owner_stopped": lambda: render.backend("status", {
         **GUARDIAN, "owner_release": None, "owner_link": {
             **LINK, "age": 38.2, "current": False,
