@@ -439,7 +439,7 @@ class Journal:
             except sqlite3.Error as exc:
                 log.warning("journal checkpoint failed: %s", exc)
                 return
-        self._ckpt.checkpointed(*result)
+        self._ckpt.checkpointed(*result, truncated=how is truncate)
 
     def _write_batch(self, batch: list[Queued]) -> sqlite3.Error | None:
         """Write one batch in one transaction; returns the error that lost it, if any."""

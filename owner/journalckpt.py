@@ -104,6 +104,9 @@ class Checkpointer:
         self._frames = self._copied = 0  # as the checkpointer's last pass saw them
         self._since_asked = 0  # estimated frames since the last pass was asked for
         self._since_restart = 0  # estimated frames since the writer last caught up
+        # the WAL's length after the writer caught up, until a commit starts it over
+        # (and journal_size_limit cuts the file) or a truncate empties it
+        self._unrestarted = 0
         self.failures = 0
         self._thread = threading.Thread(target=self._run, name="journal-checkpointer",
                                         daemon=True)
@@ -115,6 +118,7 @@ class Checkpointer:
         with self._cond:
             self._since_asked += frames
             self._since_restart += frames
+            self._unrestarted = 0   # this commit started the WAL over if it was caught up
             if self._broken:
                 return self._since_restart >= CKPT_FRAMES
             if max(self._since_restart, self._frames) >= max(CAP_FRAMES - BATCH_FRAMES,
@@ -135,7 +139,7 @@ class Checkpointer:
         (:func:`truncate`, then report with :meth:`checkpointed`), which it does once
         the WAL may be longer than KEEP_BYTES. A pass running is waited for."""
         with self._cond:
-            if max(self._since_restart, self._frames) < KEEP_FRAMES:
+            if self._longest() < KEEP_FRAMES:
                 return False
             self._asked = False
             self._cond.wait_for(lambda: not self._running)
@@ -145,16 +149,25 @@ class Checkpointer:
         """Whether the WAL may still be longer than KEEP_BYTES (an idle truncate that
         was in someone's way). Raises nothing."""
         with self._cond:
-            return max(self._since_restart, self._frames) >= KEEP_FRAMES
+            return self._longest() >= KEEP_FRAMES
 
-    def checkpointed(self, busy: int, frames: int, copied: int) -> None:
-        """The writer's own checkpoint gave ``(busy, frames, copied)``."""
+    def _longest(self) -> int:
+        """How many frames long the WAL file may be now (an estimate)."""
+        return max(self._since_restart, self._frames, self._unrestarted)
+
+    def checkpointed(self, busy: int, frames: int, copied: int, *,
+                     truncated: bool = False) -> None:
+        """The writer's own checkpoint gave ``(busy, frames, copied)``; ``truncated``:
+        it was a truncate (:func:`truncate`), which empties the file when it catches up."""
         with self._cond:
             if busy or copied != frames:  # a reader or another checkpoint was in the way
                 self._frames, self._copied = frames, copied
                 return
             self._since_restart = 0
             self._frames = self._copied = 0  # the next transaction restarts the WAL
+            # until then the file keeps its length: a flood that ends right after this
+            # leaves it to the idle truncate (was: nothing cut it until the next line)
+            self._unrestarted = 0 if truncated else frames
 
     def ask(self) -> None:
         """Ask for a pass now (after a large delete, say). Raises nothing."""
