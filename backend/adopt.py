@@ -238,14 +238,16 @@ async def record_lost_exits(sup: Supervisor, live_keys: set[str],
 
 
 def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str],
-                  known: Mapping[str, str | None] | None = None) -> list[str]:
+                  known: Mapping[str, str | None] | None = None, *,
+                  defer: bool = False) -> list[str]:
     """Instances whose launch the owner does not run (it ended while no backend watched,
     the owner was replaced, or a previous generation died between asking for a launch or
     a stop and hearing the answer): begin again from stopped, and start the ones that
     were wanted up — nobody asked them down. ``known``: instance key -> the launch it
     was adopted on, when ``live_keys`` was read; only those launches can be lost (one
     this generation made since, replaying the owner's events, is not in ``live_keys``
-    and is no loss: starting the instance again ran it twice)."""
+    and is no loss: starting the instance again ran it twice). ``defer``: their start
+    waits (Supervisor.deferred) for the config queued before this generation began."""
     lost = [k for k, i in sup.instances.items()
             if i.state in _IN_FLIGHT and i.launch_key not in live_keys
             and (known is None or i.launch_key == known.get(k))]
@@ -255,7 +257,11 @@ def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str]
         fresh.carry(old)
         sup.instances[key] = fresh
         sup.dirty.add(key)
-        if old.state is not im.State.STOPPING and old.app.stack not in stopped_stacks:
+        if old.state is im.State.STOPPING or old.app.stack in stopped_stacks:
+            continue
+        if defer:
+            sup.deferred.add(key)
+        else:
             sup.feed(key, im.Start())
     return lost
 

@@ -50,6 +50,7 @@ from .plan import (
 )
 from .probes import checks_view
 from .spool import state as queue_state
+from .spool_api import queue_methods
 from .steps import StepGate
 from .targets import (
     check_target,
@@ -166,6 +167,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
             "stack.start": Method(self.stack_start, S_STACK),
             **JobApi(self.jobs).methods(),
             **events_methods(self.gen),
+            **queue_methods(self.gen),
         }
 
     # -- lifecycle hooks used by Generation ---------------------------------------------
@@ -446,7 +448,10 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         host = Host.of(await owner.call("status"))
         check_config(new, text, host)
         await self._check_sockets(new, text, host.owner_uid)
-        held, instances = self.stopped_stacks(), self.sup.instances.values()
+        # one deferred for a queued config (backend.generation) runs nothing yet: the
+        # plan starts it, on the new definition
+        held, instances = self.stopped_stacks(), [
+            i for k, i in self.sup.instances.items() if k not in self.sup.deferred]
         plan = new_plan(self.gen.config, new, text, source, self._live(),
                         running=running_definitions(instances, held),
                         stopped=stopped_by_hand(instances))
@@ -475,11 +480,11 @@ class Api(InstanceCommands, StackCommands, LogsReading):
     async def apply_text(self, text: str, source: str, request_id: str) -> dict[str, Any]:
         """Plan and apply ``text`` at once (a queued config, backend.spool); the
         operation admitted for ``request_id`` before, when there is one (a queue taken
-        again after a generation died)."""
+        again after a generation died); ``planned``: the plan, when one was made."""
         if (prior := self.store.operation_by_request(request_id)) is not None:
             return prior
         plan = await self.plan_text(text, source)
-        return self.admit(plan["id"], request_id)
+        return {**self.admit(plan["id"], request_id), "planned": plan}
 
     def admit(self, plan_id: str, rid: str | None) -> dict[str, Any]:
         """The operation applying plan ``plan_id`` (``{"id": None, ...}`` when there is

@@ -85,15 +85,19 @@ def persist(gen: Generation) -> None:
                 log.warning("the event log is written again")
             gen.events_failing = False
     sup, store = gen.sup, gen.store
-    if sup is None or store is None or sup.fenced or not (sup.dirty or sup.removed):
+    if sup is None or store is None or sup.fenced \
+            or not (sup.dirty - sup.deferred or sup.removed):
         return
-    wires = {k: sup.instances[k].to_wire() for k in sup.dirty if k in sup.instances}
+    # a deferred instance is saved once decided: until then backend.db keeps it as it
+    # was, and a generation recovered meanwhile decides it again
+    wires = {k: sup.instances[k].to_wire() for k in sup.dirty - sup.deferred
+             if k in sup.instances}
     try:
         store.save_instances(wires, sup.removed)
     except StaleEpoch as exc:   # a newer generation claimed the state: it is theirs
         sup.fence(exc.msg)
         return
-    sup.dirty.clear()
+    sup.dirty &= sup.deferred
     sup.removed.clear()
 
 

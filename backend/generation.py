@@ -11,6 +11,7 @@ changes anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -42,6 +43,7 @@ from protocol.stray import ignore_stray_signals
 from protocol.tasks import background
 from protocol.timing import Timings
 
+from . import spool
 from .adopt import (
     Adoption,
     adopt_checkpoint,
@@ -108,6 +110,9 @@ class Generation(HandingOver):
         self.log_budgets = LogBudgets()   # the apps' log_retention, told to the owner
         self._repairs: set[asyncio.Future[Any]] = set()
         self.ready = False
+        self.admitted = False   # changes are admitted (READY was told): admit()
+        self.spool: spool.Spool | None = None   # takes the queued config (_spool_loop)
+        self._spool_wake = asyncio.Event()   # its next tick is now
         self.drain_state = DrainState(time.monotonic())   # backend.drainstate
         self.checkpoint_path: str | None = None   # the last checkpoint written
         self._drain_watch: asyncio.Task[None] | None = None
@@ -202,6 +207,8 @@ class Generation(HandingOver):
 
     def admit(self) -> None:
         """Admit changes through the API: READY was told (backend.__main__.serve)."""
+        self.admitted = True
+        self._spool_wake.set()   # a config queued for this start is taken now
         if self.server is not None:
             self.server.starting = None
 
@@ -254,12 +261,20 @@ class Generation(HandingOver):
         stopped = {s for s, v in intents.items() if v.get("intent") == "stopped"}
         live = {r["launch_key"] for r in inv}
         await record_lost_exits(self.sup, live, self._launch_row, known)
-        lost = relaunch_lost(self.sup, live, stopped, known)
+        # a config queued before this generation began (`tenure up --config` on a home
+        # whose daemons were down) decides what starts: the applied one's instances
+        # wait for it (_spool_loop), rather than start and be replaced at once
+        defer = spool.state(self.layout.queued_config) == "waiting"
+        lost = relaunch_lost(self.sup, live, stopped, known, defer=defer)
         if lost:
             self._log_lost(lost)
         for key, (app, index) in self.sup.keys_of(self.config).items():
             if key not in self.sup.instances:  # restored instances keep their own state
-                self.sup.ensure(app, index, app.stack not in stopped)
+                up = app.stack not in stopped
+                self.sup.ensure(app, index, None if defer and up else up)
+        if self.sup.deferred:
+            log.info("%d instances wait for the config queued for the backend before "
+                     "they start", len(self.sup.deferred))
         resume_wanted_starts(self.sup, self.store, stopped)
 
     def _log_lost(self, lost: list[str]) -> None:
@@ -383,13 +398,36 @@ class Generation(HandingOver):
             await asyncio.sleep(1.0)
 
     async def _spool_loop(self) -> None:
-        """Apply what `tenure up --no-wait` queued (backend.spool), while in control."""
-        from . import spool
+        """Apply what `tenure up` queued (backend.spool), while in control and admitting
+        changes; the instances deferred for it are started once it is decided."""
         assert self.api is not None and self.events is not None
-        taker = spool.Spool(self.layout.queued_config, self.api.apply_text,
-                            self.events.record)
-        await spool.run(taker, lambda: self.ready and not self.draining
-                        and not (self.sup is not None and self.sup.fenced), asyncio.sleep)
+        self.spool = spool.Spool(self.layout.queued_config, self.api.apply_text,
+                                 self.events.record)
+        await spool.run(self.spool, lambda: self.ready and self.admitted
+                        and not self.draining
+                        and not (self.sup is not None and self.sup.fenced),
+                        self._spool_sleep, taken=self._queue_taken)
+
+    async def _spool_sleep(self, seconds: float) -> None:
+        """The spool's pause between ticks, cut short by admit()."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._spool_wake.wait(), seconds)
+        self._spool_wake.clear()
+
+    def _queue_taken(self, outcome: str | None, operation: str | None) -> None:
+        """The spool's outcome: the deferred instances start once the queued config
+        is decided (its operation ended; rejected; nothing to change; gone), not while
+        it waits for an operation already open or the owner."""
+        if self.sup is None or not self.sup.deferred or outcome == "busy":
+            return
+        sup, api = self.sup, self.api
+        task = api.ops.tasks.get(operation) if operation else None
+        if task is not None and not task.done():
+            task.add_done_callback(lambda _: sup.release_deferred(
+                api.stopped_stacks(), "the queued config's operation ended"))
+        else:
+            sup.release_deferred(api.stopped_stacks(),
+                                 f"the queued config: {outcome or 'none left'}")
 
     async def _heartbeat_loop(self) -> None:
         """The owner's status once a second: the age of our view says how current it is

@@ -78,6 +78,9 @@ class HandingOver:
         waited_for = self.api.running_steps()
         ok = await self.api.wait_paused(timeout)
         if ok and self.drain_state.stage is Stage.DRAINING:
+            # what waits for a queued config starts now: frozen, nothing would start it
+            # (the candidate takes the queue, and adopts the checkpoint as it stands)
+            sup.release_deferred(self.api.stopped_stacks(), "a handoff drains")
             self._thawed.clear()
             sup.freeze()
             left = max(0.0, start + timeout - loop.time())

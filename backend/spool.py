@@ -25,6 +25,11 @@ queued wins, as with two `tenure apply`). A ``taken`` file left by a generation 
 is taken again first; the request id makes a second admission of the same plan return
 the first operation instead of a new one. A ``rejected`` file stays for the operator
 (the newest only) and the ``queued-config`` event names its code and message.
+
+`tenure up --config` on a home whose daemons are down queues its config the same way
+and waits for it: the generation that takes it keeps how each request ended
+(:meth:`Spool.result`, the API's ``queue.show``), and defers the start of the applied
+config's instances until the queued one is decided (backend.generation).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from protocol.errors import (
     Unavailable,
 )
 
-__all__ = ["KIND", "Spool", "files", "queue", "read_queued", "state"]
+__all__ = ["KIND", "Spool", "files", "pending", "queue", "read_queued", "state"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -90,10 +95,27 @@ class Spool:
         self._record = record
         self._busy: str | None = None       # the code last logged for a busy attempt
         self._stuck: tuple[int, int, int] | None = None   # a taken file left as it is
+        self._request: str | None = None    # the request id of the record being taken
+        self.operation: str | None = None   # the operation the last take admitted
+        self._results: dict[str, dict[str, Any]] = {}   # request id -> how it ended
+
+    def result(self, request_id: str) -> dict[str, Any] | None:
+        """How request ``request_id`` ended here: ``{state: admitted | no-change |
+        rejected, operation, plan}`` or ``{state: rejected, code, msg}``; None when
+        this generation did not take it."""
+        return self._results.get(request_id)
+
+    def _keep(self, request_id: str | None, result: dict[str, Any]) -> None:
+        if request_id is None:
+            return
+        self._results[request_id] = result
+        while len(self._results) > RESULTS_KEPT:
+            del self._results[next(iter(self._results))]
 
     async def take(self) -> str | None:
         """One tick: the outcome (``admitted``, ``no-change``, ``busy``, ``rejected``),
         None when nothing waits. Never raises: this runs in a background loop."""
+        self._request = self.operation = None
         try:
             if not os.path.lexists(self.taken):
                 if not os.path.lexists(self.queued):
@@ -119,6 +141,7 @@ class Spool:
     async def _apply(self) -> str:
         try:
             rec = read_queued(self.taken)
+            self._request = rec["request_id"]
             op = await self._admit(rec["text"], rec["source"], rec["request_id"])
         except BUSY as exc:
             return self._wait(exc.code_str, str(exc))
@@ -130,6 +153,9 @@ class Spool:
             log.error("queued config: cannot remove %s: %s", self.taken, err)
             self._stuck = _file_id(self.taken)
         outcome = "no-change" if op.get("id") is None else "admitted"
+        self.operation = op.get("id")
+        self._keep(rec["request_id"], {"state": outcome, "operation": op.get("id"),
+                                       "plan": op.get("planned")})
         log.info("queued config %s from %s: %s %s", rec["request_id"], rec["source"],
                  outcome, op.get("id") or "")
         self._record(KIND, outcome=outcome, request_id=rec["request_id"],
@@ -147,12 +173,15 @@ class Spool:
         except OSError as err:   # it stays taken, and is not tried again
             log.error("queued config: cannot set %s aside: %s", self.taken, err)
             self._stuck = _file_id(self.taken)
-        self._record(KIND, outcome="rejected", code=code, msg=_why(exc), file=self.rejected)
+        self._record(KIND, outcome="rejected", code=code, msg=_why(exc), file=self.rejected,
+                     request_id=self._request)
+        self._keep(self._request, {"state": "rejected", "code": code, "msg": _why(exc)})
         self._busy = None
         return "rejected"
 
 
 MAX_WHY = 500   # characters of the refusal kept in the event
+RESULTS_KEPT = 32   # requests whose ending a generation remembers (Spool.result)
 
 
 def _why(exc: Exception) -> str:
@@ -178,6 +207,18 @@ def files(path: str) -> tuple[str, str, str]:
     return path, f"{stem}.taken.json", f"{stem}.rejected.json"
 
 
+def pending(path: str) -> set[str]:
+    """The request ids the queue at ``path`` holds (queued, or taken and not decided);
+    a file that cannot be read names none."""
+    out = set()
+    for name in files(path)[:2]:
+        try:
+            out.add(read_queued(name)["request_id"])
+        except (OSError, TenureError):
+            continue
+    return out
+
+
 def state(path: str) -> str | None:
     """What `tenure status` says of the queue at ``path``: ``waiting`` (queued or being
     applied), ``rejected`` (set aside), None (nothing). Looks at names only."""
@@ -188,9 +229,11 @@ def state(path: str) -> str | None:
 
 
 async def run(spool: Spool, ready: Callable[[], bool],
-              sleep: Callable[[float], Awaitable[Any]]) -> None:
-    """Take the queue whenever ``ready()`` (not draining, not fenced), every TICK_S."""
+              sleep: Callable[[float], Awaitable[Any]],
+              taken: Callable[[str | None, str | None], None] = lambda o, op: None) -> None:
+    """Take the queue whenever ``ready()`` (not draining, not fenced), every TICK_S;
+    ``taken(outcome, operation)`` after each take."""
     while True:
         if ready():
-            await spool.take()
+            taken(await spool.take(), spool.operation)
         await sleep(TICK_S)

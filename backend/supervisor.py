@@ -13,7 +13,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from protocol.errors import (
@@ -127,6 +127,11 @@ class Supervisor:
         # that a generation recovered after a crash knows the stop was asked
         self.save_before_stop: Callable[[], None] = lambda: None
         self._calls: dict[object, tuple[str, str, float]] = {}   # in flight: what, key, since
+        # instances whose start waits for a config queued before this generation began
+        # (backend.generation: `tenure up --config` on a home whose daemons were down):
+        # not saved while they wait, so backend.db keeps them as they were; any event
+        # fed to one decides it (the queued config's operation, `tenure stop`, ...)
+        self.deferred: set[str] = set()
 
     @property
     def in_flight(self) -> int:
@@ -168,6 +173,7 @@ class Supervisor:
         self._apply(key, inst, event)
 
     def _apply(self, key: str, inst: im.Instance, event: im.Event) -> None:
+        self.deferred.discard(key)
         if isinstance(event, im.StopRequested):   # the latest intent wins
             self._after_stop.withdraw(key, "a stop was asked after it")
             self._stops_fed[key] = self._stops_fed.get(key, 0) + 1
@@ -622,9 +628,9 @@ class Supervisor:
 
     # -- desired state ----------------------------------------------------------------
 
-    def ensure(self, app: App, index: int, want_up: bool) -> str:
+    def ensure(self, app: App, index: int, want_up: bool | None) -> str:
         """Create the instance if needed (with ``app`` as its definition) and want it up
-        or down."""
+        or down; ``None``: its start is deferred (:attr:`deferred`)."""
         key = instance_key(app.stack, app.name, index)
         inst = self.instances.get(key)
         if inst is None:
@@ -632,8 +638,28 @@ class Supervisor:
             self.removed.pop(key, None)
         else:
             self.take_app(key, app)
-        self.feed(key, im.Start() if want_up else im.StopRequested())
+        if want_up is None:
+            self.deferred.add(key)
+        else:
+            self.feed(key, im.Start() if want_up else im.StopRequested())
         return key
+
+    def release_deferred(self, stopped_stacks: Iterable[str], why: str) -> list[str]:
+        """Start the deferred instances nothing decided (still stopped, their app
+        still configured, their stack not stopped); none is deferred after this.
+        Returns the keys started."""
+        keys, self.deferred = sorted(self.deferred), set()
+        if self.fenced:
+            return []
+        held = frozenset(stopped_stacks)
+        started = [k for k in keys if (i := self.instances.get(k)) is not None
+                   and i.state is im.State.STOPPED and i.app.stack not in held]
+        for key in started:
+            self.feed(key, im.Start())
+        if started:
+            log.info("%d deferred instances start as they were (%s): %s", len(started),
+                     why, started[:10])
+        return started
 
     def take_app(self, key: str, app: App) -> None:
         """Instance ``key`` runs on ``app`` from now on (a policy change: its process
@@ -666,8 +692,8 @@ class Supervisor:
 
     def quiet(self) -> bool:
         busy = {im.State.STARTING, im.State.STOPPING, im.State.RESTARTING}
-        return self.in_flight == 0 and not any(i.state in busy
-                                               for i in self.instances.values())
+        return self.in_flight == 0 and not self.deferred \
+            and not any(i.state in busy for i in self.instances.values())
 
     def inventory(self) -> list[dict[str, Any]]:
         """What a checkpoint and its verification compare: every instance with a process."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -12,6 +13,7 @@ from protocol.errors import (
     BackendUnavailable,
     BadRequest,
     ConnectFailed,
+    NotFound,
     RequestTimedOut,
     TenureError,
 )
@@ -29,6 +31,7 @@ from .releases import cli_against, resolve_release
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from collections.abc import Callable
     from typing import Any
 
 OK, ERROR, UNREACHABLE, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNREACHABLE, Exit.UNSETTLED
@@ -50,11 +53,16 @@ def cmd_up(args: Any) -> int:
     if queued is not None:
         _out(args, queued, render.up_queued(queued))
         return OK
-    result = _up_daemons(args, layout)
+    result = _up_daemons(args, layout, None if text is None else
+                         (text, str(args.config.absolute())))
     if text is not None:
         with live(args, "up", _settle_probe(args)):
+            rid = result.pop("queued", None)
             result["apply"] = _apply_text(args, text, args.config, args.timeout,
-                                          wait=not args.no_wait)
+                                          wait=not args.no_wait) if rid is None else \
+                _queued_apply(args, layout, rid, wait=not args.no_wait,
+                              older=lambda: _apply_text(args, text, args.config,
+                                                        args.timeout, not args.no_wait))
     status = _call(args, "status")
     result["status"] = status
     _out(args, result, render.up(result) + "\n" + render.status(status))
@@ -99,22 +107,29 @@ def _parse_here(text: str, source: str) -> None:
     check_declares_something(parse_config(text, source))
 
 
-def _up_daemons(args: Any, layout: Any) -> dict[str, Any]:
+def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
+                ) -> dict[str, Any]:
     """Steps 1-4 of ``up`` (docs/cli.md): the owner and the guardian started unless they
     answer, the first release selected, a backend waited for. ``{started,
-    release_sealed[, moved]}``."""
+    release_sealed[, moved][, queued]}``: ``config`` (text, source), when they did not
+    both answer, is queued for the backend before they start (``queued``: its request
+    id), so that the first generation starts it rather than the config applied before."""
     from .daemons import (
         backend_probe,
         ensure_backend,
         ensure_daemons,
         ensure_release,
         place_first_release,
+        queue_for_backend,
     )
     from .upwait import starting_daemons
+    queued = None
     with starting_daemons(layout) as running:   # one `up` at a time starts them
         if running:   # both answered it: nothing to place or start, nothing to ask again
             first, started = None, {"owner": False, "guardian": False}
         else:
+            if config is not None:
+                queued = queue_for_backend(layout, *config)["request_id"]
             first = place_first_release(layout, args.release)   # fresh home: daemons run it
             started = ensure_daemons(layout, args.foreground)
     deadline = time.monotonic() + args.timeout   # for the first backend, however it goes
@@ -124,6 +139,8 @@ def _up_daemons(args: Any, layout: Any) -> dict[str, Any]:
         ensure_backend(layout, max(0.0, deadline - time.monotonic()), args.timeout,
                        kept=started["guardian"], granted=started["owner"])
     result: dict[str, Any] = {"started": started, "release_sealed": release}
+    if queued is not None:
+        result["queued"] = queued
     if release is not None and first is None:   # daemons that ran before the release
         from .firstrun import move_to_first_release
         result["moved"] = move_to_first_release(
@@ -151,6 +168,41 @@ def _apply_text(args: Any, text: str, path: Any, timeout: float,
     if op.get("id") is not None and wait:
         op = _waited(args, op, timeout, "up")
     return {"plan": plan, "operation": op}
+
+
+def _queued_apply(args: Any, layout: Any, rid: str, wait: bool,
+                  older: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """What became of the config ``up`` queued as request ``rid``, as _apply_text
+    answers: once the backend took it (and, with ``wait``, once its operation ended).
+    Raises its refusal (a rejected config is not kept: this command said it). A backend
+    of an older release, which cannot tell (it applies the queue all the same), is
+    answered by ``older()``: the plan and apply of before, which joins that."""
+    from protocol.errors import UnknownMethod
+
+    from .opwait import wait_queued
+    deadline = time.monotonic() + args.timeout
+    try:
+        r = wait_queued(args, _call, rid, args.timeout, "up")
+    except UnknownMethod:
+        return older()
+    if r["state"] == "rejected":
+        from backend.spool import files, read_queued
+        from protocol.errors import error_from_wire
+        rejected = files(layout.queued_config)[2]
+        with contextlib.suppress(OSError, TenureError):
+            if read_queued(rejected)["request_id"] == rid:
+                os.unlink(rejected)
+        raise error_from_wire(r["code"], r["msg"], {"request_id": rid})
+    if r["state"] == "unknown":
+        raise NotFound(f"the backend has no word of how the config queued as request {rid}"
+                       " ended (the generation that took it ended, or a newer `tenure up "
+                       "--no-wait` replaced it): `tenure events --kind queued-config` and "
+                       "`tenure op list` tell", {"request_id": rid})
+    op = r.get("operation") or {"id": None, "outcome": "no-change", "changes": []}
+    if op.get("id") is not None and op.get("outcome") is None and wait:
+        op = _waited(args, op, max(0.0, deadline - time.monotonic()), "up")
+    return {"plan": r.get("plan") or {"changes": op.get("changes", [])}, "operation": op,
+            "request_id": rid}
 
 
 def _waited(args: Any, op: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:

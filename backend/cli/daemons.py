@@ -190,21 +190,30 @@ def _start_when_told(layout: Layout, told: int, word: int) -> bool:
     return True
 
 
+def queue_for_backend(layout: Layout, text: str, source: str) -> dict[str, Any]:
+    """Queue ``text`` for the backend (backend.spool): the record, without the text.
+    Raises StorageFailed (nothing was started)."""
+    from backend.spool import queue
+    try:
+        ensure_private_dir(layout.backend, root=layout.home)
+        return queue(layout.queued_config, text, source)
+    except OSError as exc:
+        raise StorageFailed(f"cannot queue the config in {layout.queued_config}: "
+                            f"{exc.strerror or exc}; nothing was started",
+                            {"path": layout.queued_config}) from None
+
+
 def start_queued(layout: Layout, early: Prestart, text: str | None, source: str | None
                  ) -> dict[str, Any]:
     """Queue ``text`` for the backend (backend.spool), then let ``early`` start the
     owner and the guardian; returns without waiting for them."""
     queued = None
     if text is not None and source is not None:
-        from backend.spool import queue
         try:
-            ensure_private_dir(layout.backend, root=layout.home)
-            queued = queue(layout.queued_config, text, source)
-        except OSError as exc:
+            queued = queue_for_backend(layout, text, source)
+        except StorageFailed:
             early.cancel()
-            raise StorageFailed(f"cannot queue the config in {layout.queued_config}: "
-                                f"{exc.strerror or exc}; nothing was started",
-                                {"path": layout.queued_config}) from None
+            raise
     try:
         early.go()
     except OSError as exc:

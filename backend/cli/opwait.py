@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from protocol.errors import BackendUnavailable, TenureError
+from protocol.errors import BackendUnavailable, RequestTimedOut, TenureError
 
 from .logs import AWAY, SAY_AFTER_S
 
@@ -28,7 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["AWAY_POLL_S", "OP_WAIT", "wait_op"]
+__all__ = ["AWAY_POLL_S", "OP_WAIT", "wait_op", "wait_queued"]
 
 OP_WAIT = 10.0       # seconds one op.show waits in the backend for the operation to end
 AWAY_POLL_S = 0.2    # a backend away is asked again this often
@@ -42,7 +42,9 @@ def wait_op(args: Any, call: Callable[..., Any], op_id: str, timeout: float,
     ``timeout`` (:class:`Away`). Raises what ``call`` raises, BACKEND_UNAVAILABLE when
     no backend answered by the deadline, and the error that says no backend is coming."""
     deadline = time.monotonic() + timeout
-    away = Away(args, op_id, what, deadline)
+    away = Away(args, what, deadline, f"operation {op_id}",
+                f"the operation goes on under the next one: `tenure op show {op_id} "
+                "--wait` follows it", {"operation": op_id})
     while True:
         asked = time.monotonic()
         wait = round(max(0.0, min(OP_WAIT, deadline - asked)), 3)
@@ -59,12 +61,45 @@ def wait_op(args: Any, call: Callable[..., Any], op_id: str, timeout: float,
             time.sleep(0.02)
 
 
+def wait_queued(args: Any, call: Callable[..., Any], request_id: str, timeout: float,
+                what: str) -> dict[str, Any]:
+    """How the config queued as ``request_id`` (backend.spool) ended: ``queue.show``'s
+    answer once it no longer waits. A backend away is waited out as by :func:`wait_op`.
+    Raises TIMEOUT when it still waits at ``timeout`` (it stays queued), what ``call``
+    raises, and the error that says no backend is coming."""
+    deadline = time.monotonic() + timeout
+    subject = f"the config queued as request {request_id}"
+    away = Away(args, what, deadline, subject, "it stays queued for the next one: "
+                "`tenure status` says whether it waits", {"request_id": request_id})
+    while True:
+        wait = round(max(0.0, min(OP_WAIT, deadline - time.monotonic())), 3)
+        try:
+            r: dict[str, Any] = call(args, "queue.show",
+                                     {"request_id": request_id, "wait": wait})
+        except AWAY as exc:
+            away.went(exc)
+            time.sleep(AWAY_POLL_S)
+            continue
+        away.back()
+        if r["state"] != "waiting":
+            return r
+        if time.monotonic() >= deadline:
+            raise RequestTimedOut(
+                f"the backend did not take {subject} within {timeout:g} s (an operation "
+                "open before it, or the owner out of reach); it stays queued and is "
+                "applied once the backend can: `tenure status` says whether it waits",
+                {"request_id": request_id})
+
+
 class Away:
     """A waiter's view of the backend between generations: since when none answered,
-    and whether that was said on stderr (``tenure: WHAT: ...``)."""
+    and whether that was said on stderr (``tenure: WHAT: ...``). ``subject``: what is
+    waited for; ``after``: what a wait that timed out leaves, and how to follow it."""
 
-    def __init__(self, args: Any, op_id: str, what: str, deadline: float) -> None:
-        self.args, self.op_id, self.what, self.deadline = args, op_id, what, deadline
+    def __init__(self, args: Any, what: str, deadline: float, subject: str, after: str,
+                 data: dict[str, Any]) -> None:
+        self.args, self.what, self.deadline = args, what, deadline
+        self.subject, self.after, self.data = subject, after, data
         self.since: float | None = None
         self.told = False
 
@@ -86,7 +121,7 @@ class Away:
             from .logs import away
             sys.stderr.write(
                 f"tenure: {self.what}: {away(exc, now - self.since)} "
-                f"({exc.msg}); waiting for one, and for operation {self.op_id}, for up to "
+                f"({exc.msg}); waiting for one, and for {self.subject}, for up to "
                 f"{self.deadline - now:.0f} s more (Ctrl-C ends; the operation goes on)\n")
             sys.stderr.flush()
             self.told = True
@@ -95,7 +130,7 @@ class Away:
         """A backend answered: said when the silence before was."""
         if self.told:
             sys.stderr.write(f"tenure: {self.what}: a backend answers again; waiting for "
-                             f"operation {self.op_id}\n")
+                             f"{self.subject}\n")
             sys.stderr.flush()
         self.since, self.told = None, False
 
@@ -108,6 +143,5 @@ class Away:
             return exc
         return BackendUnavailable(
             f"no backend generation answered before the --timeout while waiting for "
-            f"operation {self.op_id} (the last answer: {exc}); the operation goes on "
-            f"under the next one: `tenure op show {self.op_id} --wait` follows it",
-            {"operation": self.op_id, "last_error": exc.code_str})
+            f"{self.subject} (the last answer: {exc}); {self.after}",
+            {**self.data, "last_error": exc.code_str})

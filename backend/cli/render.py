@@ -101,9 +101,9 @@ def _clock(t: float) -> str:
 
 
 _QUEUED = {
-    "waiting": "\nconfig queued by `tenure up --no-wait`: not applied yet (this backend "
+    "waiting": "\nconfig queued by `tenure up`: not applied yet (this backend "
                "takes it every 0.5 s)",
-    "rejected": "\nconfig queued by `tenure up --no-wait` was rejected: `tenure events "
+    "rejected": "\nconfig queued by `tenure up` was rejected: `tenure events "
                 "--kind queued-config` says why (kept as backend/queued-config.rejected.json)",
 }
 

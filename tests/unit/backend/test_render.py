@@ -42,7 +42,7 @@ def test_status_says_a_queued_config_waits_or_was_rejected():
     assert "queued" not in plain
     for state, words in (("waiting", "not applied yet"), ("rejected", "was rejected")):
         out = render.status({**_status({"stack": "s", "app": "a"}), "queued_config": state})
-        assert out.splitlines()[-1].startswith("config queued by `tenure up --no-wait`")
+        assert out.splitlines()[-1].startswith("config queued by `tenure up`")
         assert words in out.splitlines()[-1]
 
 

@@ -103,13 +103,35 @@ def test_busy_keeps_the_taken_config_for_the_next_tick(path: str, busy: Exceptio
 
 
 def test_a_refused_config_is_set_aside_with_its_code(path: str) -> None:
-    spool.queue(path, "command = 3", "/src.toml")
+    rid = spool.queue(path, "command = 3", "/src.toml")["request_id"]
     s, events = make(path, FakeAdmit(ConfigInvalid("line 1: bad")))
     assert take(s) == "rejected"
     assert files(path) == ["queued-config.rejected.json"]
     assert events == [("queued-config", {"outcome": "rejected", "code": "CONFIG_INVALID",
-                                         "msg": "line 1: bad", "file": s.rejected})]
+                                         "msg": "line 1: bad", "file": s.rejected,
+                                         "request_id": rid})]
+    assert s.result(rid) == {"state": "rejected", "code": "CONFIG_INVALID",
+                             "msg": "line 1: bad"}
     assert take(s) is None   # not tried again
+
+
+def test_each_request_is_remembered_with_its_plan_and_pending_ones_named(path: str) -> None:
+    first = spool.queue(path, "a", "/a.toml")["request_id"]
+    assert spool.pending(path) == {first}
+    plan = {"id": "plan-1", "changes": [{"action": "start"}]}
+    s, _ = make(path, FakeAdmit({"id": "op-1", "planned": plan},
+                                {"id": None, "outcome": "no-change", "planned": plan}))
+    assert s.result(first) is None
+    assert take(s) == "admitted" and s.operation == "op-1"
+    assert s.result(first) == {"state": "admitted", "operation": "op-1", "plan": plan}
+    second = spool.queue(path, "b", "/b.toml")["request_id"]
+    os.rename(path, path.replace(".json", ".taken.json"))
+    assert spool.pending(path) == {second}   # taken, and not decided yet
+    assert take(s) == "no-change" and s.operation is None
+    assert s.result(second)["state"] == "no-change" and spool.pending(path) == set()
+    for n in range(spool.RESULTS_KEPT):   # only the newest are kept
+        s._keep(f"r{n}", {"state": "no-change"})
+    assert s.result(first) is None and s.result(f"r{spool.RESULTS_KEPT - 1}") is not None
 
 
 def test_a_corrupt_queue_is_rejected_and_admits_nothing(path: str) -> None:
@@ -185,10 +207,13 @@ def test_run_takes_only_while_in_control() -> None:
             raise Stop
 
     control = iter([False, True, False])
+    told: list[tuple[str | None, str | None]] = []
     with pytest.raises(Stop):
         asyncio.run(spool.run(Counting("/nonexistent/q.json", FakeAdmit()),
-                              lambda: next(control), sleep))
+                              lambda: next(control), sleep,
+                              lambda outcome, op: told.append((outcome, op))))
     assert ticks == ["take"] and sleeps == [spool.TICK_S] * 3
+    assert told == [(None, None)]   # each take is told, nothing else
 
 
 def test_state_names_what_status_shows(path: str) -> None:
