@@ -113,6 +113,8 @@ class Generation(HandingOver):
         self.admitted = False   # changes are admitted (READY was told): admit()
         self.spool: spool.Spool | None = None   # takes the queued config (_spool_loop)
         self._spool_wake = asyncio.Event()   # its next tick is now
+        # the queued config's operation, whose end starts the deferred instances
+        self._deferred_for: asyncio.Future[Any] | None = None
         self.drain_state = DrainState(time.monotonic())   # backend.drainstate
         self.checkpoint_path: str | None = None   # the last checkpoint written
         self._drain_watch: asyncio.Task[None] | None = None
@@ -266,18 +268,16 @@ class Generation(HandingOver):
         # wait for it (_spool_loop), rather than start and be replaced at once
         defer = spool.state(self.layout.queued_config) == "waiting"
         lost = relaunch_lost(self.sup, live, stopped, known, defer=defer)
-        if lost:
-            self._log_lost(lost)
         for key, (app, index) in self.sup.keys_of(self.config).items():
             if key not in self.sup.instances:  # restored instances keep their own state
                 up = app.stack not in stopped
                 self.sup.ensure(app, index, None if defer and up else up)
-        if self.sup.deferred:
-            log.info("%d instances wait for the config queued for the backend before "
-                     "they start", len(self.sup.deferred))
+        if lost:
+            self._log_lost(lost, "starting them again" if not self.sup.deferred else
+                           "they start once the config queued for the backend is decided")
         resume_wanted_starts(self.sup, self.store, stopped)
 
-    def _log_lost(self, lost: list[str]) -> None:
+    def _log_lost(self, lost: list[str], then: str) -> None:
         """Say why instances are started again: the owner they ran under stopped (the
         last certificate names another owner instance: `tenure down`, an owner restart,
         a reboot; it stopped them itself, or they ended with the machine), or they ended
@@ -285,11 +285,11 @@ class Generation(HandingOver):
         assert self.recovery is not None and self.owner_identity is not None
         if owner_replaced(self.recovery.read()["body"], self.owner_identity.instance):
             log.info("%d instances ran under the owner that stopped before this one "
-                     "(tenure down, an owner restart or a reboot); starting them again: %s",
-                     len(lost), lost[:10])
+                     "(tenure down, an owner restart or a reboot); %s: %s",
+                     len(lost), then, lost[:10])
         else:
             log.warning("%d instances lost their process while no backend watched; "
-                        "starting them again: %s", len(lost), lost[:10])
+                        "%s: %s", len(lost), then, lost[:10])
 
     def share_api(self) -> None:
         """Who may use the API: the admin always; the configured viewer group read-only,
@@ -404,25 +404,28 @@ class Generation(HandingOver):
         self.spool = spool.Spool(self.layout.queued_config, self.api.apply_text,
                                  self.events.record)
         await spool.run(self.spool, lambda: self.ready and self.admitted
-                        and not self.draining
+                        and not self.draining and self.link.state is LinkState.CONNECTED
                         and not (self.sup is not None and self.sup.fenced),
                         self._spool_sleep, taken=self._queue_taken)
 
     async def _spool_sleep(self, seconds: float) -> None:
         """The spool's pause between ticks, cut short by admit()."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._spool_wake.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._spool_wake.wait()
         self._spool_wake.clear()
 
     def _queue_taken(self, outcome: str | None, operation: str | None) -> None:
         """The spool's outcome: the deferred instances start once the queued config
         is decided (its operation ended; rejected; nothing to change; gone), not while
         it waits for an operation already open or the owner."""
-        if self.sup is None or not self.sup.deferred or outcome == "busy":
-            return
+        if self.sup is None or not self.sup.deferred or outcome == "busy" or (
+                self._deferred_for is not None and not self._deferred_for.done()):
+            return   # (the ticks after it find nothing queued while its operation runs)
         sup, api = self.sup, self.api
         task = api.ops.tasks.get(operation) if operation else None
         if task is not None and not task.done():
+            self._deferred_for = task
             task.add_done_callback(lambda _: sup.release_deferred(
                 api.stopped_stacks(), "the queued config's operation ended"))
         else:

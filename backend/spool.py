@@ -14,7 +14,7 @@ Taking is one state machine over two files (``queued`` and ``taken``, beside it)
     queued   a generation takes it                   rename to taken         taken
     taken    plan admitted (or nothing to change)    remove taken            (none)
     taken    busy: OPERATION_IN_PROGRESS, STALE_PLAN,
-             the owner out of reach                  keep taken              taken
+             the owner out of reach or replaced      keep taken              taken
     taken    refused (CONFIG_INVALID and the rest)   rename to rejected      rejected
     taken    admitted or refused, but the file cannot
              be removed or moved (an I/O error)      log once, leave it      (none)
@@ -43,6 +43,7 @@ from typing import Any
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (
     OperationInProgress,
+    OwnerChanged,
     StalePlan,
     StateCorrupt,
     TenureError,
@@ -57,8 +58,9 @@ log = logging.getLogger("tenure.backend")
 KIND = "queued-config"
 TICK_S = 0.5
 
-BUSY = (OperationInProgress, StalePlan, TransportError, Unavailable)
-"""Errors after which the taken config is tried again on the next tick."""
+BUSY = (OperationInProgress, StalePlan, TransportError, Unavailable, OwnerChanged)
+"""Errors after which the taken config is tried again on the next tick (OWNER_CHANGED:
+this generation's owner is gone, and the generation the guardian starts takes it)."""
 
 Admit = Callable[[str, str, str], Awaitable[dict[str, Any]]]
 """(text, source, request_id) -> the operation admitted ({"id": None, ...}: no change)."""

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import Unavailable
@@ -43,7 +45,25 @@ def queue_result(gen: Generation, request_id: str) -> dict[str, Any]:
     op = gen.store.operation_by_request(request_id)
     if op is not None:
         return {"state": "admitted", "operation": op, "plan": (kept or {}).get("plan")}
-    return kept or {"state": "unknown"}
+    return kept or _told(gen, request_id) or {"state": "unknown"}
+
+
+def _told(gen: Generation, request_id: str) -> dict[str, Any] | None:
+    """What the ``queued-config`` event of ``request_id`` says of its end: another
+    generation took it (one a guardian retired as this one started, say)."""
+    if gen.events is None:
+        return None
+    with contextlib.suppress(sqlite3.Error):   # what is buffered is read too
+        gen.events.flush()
+    for ev in reversed(gen.events.read(tail=spool.RESULTS_KEPT, kinds={spool.KIND})["events"]):
+        d = ev["data"]
+        if d.get("request_id") != request_id:
+            continue
+        if d.get("outcome") == "rejected":
+            return {"state": "rejected", "code": d.get("code") or "INTERNAL",
+                    "msg": d.get("msg") or "rejected by the backend"}
+        return {"state": d.get("outcome"), "operation": None, "plan": None}
+    return None
 
 
 def queue_methods(gen: Generation) -> dict[str, Method]:

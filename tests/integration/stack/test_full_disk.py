@@ -61,6 +61,18 @@ def _fill(tmpfs: Path) -> None:
             pass
 
 
+def _until_still(path: Path, still: float = 2.0, limit: float = 30.0) -> None:
+    """Wait until ``path`` has not grown for ``still`` seconds (at most ``limit``)."""
+    deadline, size, since = time.monotonic() + limit, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = path.stat().st_size
+        if now != size:
+            size, since = now, time.monotonic()
+        elif time.monotonic() - since >= still:
+            return
+        time.sleep(0.2)
+
+
 def _backend(home: Path) -> dict:
     return json.loads(_cli(home, "--json", "status").stdout)["backend"]
 
@@ -76,6 +88,9 @@ def test_a_full_disk_leaves_the_backend_running(tmpfs: Path) -> None:
         time.sleep(8)   # several certificate rounds, a restart each second
         # (what it logs meanwhile may be lost: its log is on the full disk too)
         assert _backend(home)["pid"] == before["pid"]
+        # a full tmpfs still takes appends into the log's last page: until that is full
+        # (a line every 0.5 s meanwhile), no write of the log has failed yet
+        _until_still(home / "logs" / f"backend-{before['activation']}.log")
         (tmpfs / "filler").unlink()
         time.sleep(6)
         assert _backend(home)["pid"] == before["pid"]

@@ -76,6 +76,8 @@ def test_deferred_instances_wait_for_the_queued_configs_operation(tmp_path: Path
         gen.api.ops.tasks["op-q"] = ended
         gen._queue_taken("admitted", "op-q")
         assert gen.sup.deferred   # not while its operation runs
+        gen._queue_taken(None, None)   # the next tick finds nothing queued
+        assert gen.sup.deferred
         ended.set_result(None)
         await until(lambda: not gen.sup.deferred, "released once it ended")
         del gen.api.ops.tasks["op-q"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from backend import spool
-from protocol.errors import ConfigInvalid, OperationInProgress, TransportLost
+from protocol.errors import ConfigInvalid, OperationInProgress, OwnerChanged, TransportLost
 
 
 class FakeAdmit:
@@ -89,7 +89,8 @@ def test_nothing_to_change_is_removed_too(path: str) -> None:
 
 
 @pytest.mark.parametrize("busy", [OperationInProgress("op-9 owns s"),
-                                  TransportLost("owner away")])
+                                  TransportLost("owner away"),
+                                  OwnerChanged("the owner was replaced")])
 def test_busy_keeps_the_taken_config_for_the_next_tick(path: str, busy: Exception) -> None:
     rec = spool.queue(path, "text", "/src.toml")
     admit = FakeAdmit(busy, busy, {"id": "op-2"})
