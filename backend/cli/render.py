@@ -39,10 +39,21 @@ __all__ = ["backend", "blocked", "down", "inspect", "instances", "operation", "o
 DEFAULT_LOG_RETENTION = "64 MiB"   # what the owner's journal keeps of an app (owner.journal)
 
 
+_PIPES = ("/dev/fd/", "/proc/self/fd/", "/dev/stdin")   # a config given as `<(generate)`
+
+
+def _config_label(source: str | None) -> str:
+    """Where the applied config came from, as the header says it: its path, and for a
+    pipe (whose path names nothing once the command ended) that it was one."""
+    if not source:
+        return "-"
+    return f"{source} (read from a pipe: no file)" if source.startswith(_PIPES) else source
+
+
 def status(st: dict[str, Any]) -> str:
     b = st["backend"]
     head = (f"backend {b['activation']} epoch {b['epoch']} pid {b['pid']}"
-            f"{' (draining)' if b['draining'] else ''}; config {b['config'] or '-'}")
+            f"{' (draining)' if b['draining'] else ''}; config {_config_label(b['config'])}")
     link = st.get("owner_link")
     if link is not None:
         head += "\n" + owner_link(link)

@@ -46,6 +46,17 @@ def test_status_says_a_queued_config_waits_or_was_rejected():
         assert words in out.splitlines()[-1]
 
 
+def test_the_header_says_a_config_read_from_a_pipe_has_no_file():
+    def head(source: str | None) -> str:
+        st = _status({"stack": "s", "app": "a"})
+        return render.status({**st, "backend": {**st["backend"], "config": source}}
+                             ).splitlines()[0]
+    assert head("/c.toml").endswith("; config /c.toml")
+    assert head(None).endswith("; config -")
+    for pipe in ("/dev/fd/63", "/proc/self/fd/5", "/dev/stdin"):
+        assert head(pipe).endswith(f"; config {pipe} (read from a pipe: no file)"), pipe
+
+
 def test_status_without_drops_has_no_such_line():
     out = render.status(_status({"stack": "s", "app": "quiet", "log_dropped": 0}))
     assert "dropped" not in out
