@@ -509,7 +509,9 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
     """When no release is selected (first run): install ``sealed``, or seal the installed
     tenure, and select it, which starts the first backend generation: waited for up to
     ``timeout`` (the guardian retries a start that fails, with backoff; a start still
-    under way is then :func:`ensure_backend`'s to wait for, or to explain)."""
+    under way is then :func:`ensure_backend`'s to wait for, or to explain). Returns the
+    release this call selected, None when it selected none (one was selected, by
+    another `up` at the same time too)."""
     st = guardian.call("status")
     if st["selector"]["current"] is not None:
         return None
@@ -521,24 +523,26 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
         with sealed_here(layout) as src:
             rid = guardian.call("release.install", {"path": str(src)}, timeout=300)["release"]
     try:
-        _select_first(guardian, str(rid), timeout)
+        answer = _select_first(guardian, str(rid), timeout)
     except RequestTimedOut:
-        pass   # selected; the start goes on in the guardian
-    return str(rid)
+        return str(rid)   # selected; the start goes on in the guardian
+    # another `up` at the same time selected it first, and its backend runs
+    return None if answer.get("started") is False else str(rid)
 
 
-def _select_first(guardian: Client, rid: str, timeout: float) -> None:
+def _select_first(guardian: Client, rid: str, timeout: float) -> dict[str, Any]:
     """Select the first release, once the guardian's own start lets it: it answers on
     its socket before it has connected to the owner and booted, and holds its command
     lock while it boots, refusing a select meanwhile (OPERATION_IN_PROGRESS), for a
     moment or, on a busy machine, longer. Asked again every 50 ms within ``timeout``.
-    Raises what the select raises."""
+    Returns its answer. Raises what the select raises."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            guardian.call("release.select", {"release": rid, "start": True},
-                          timeout=max(deadline - time.monotonic(), 0.001))
-            return
+            answer: dict[str, Any] = guardian.call(
+                "release.select", {"release": rid, "start": True},
+                timeout=max(deadline - time.monotonic(), 0.001))
+            return answer
         except OperationInProgress:
             if time.monotonic() >= deadline:
                 raise

@@ -28,3 +28,18 @@ def test_two_ups_at_once_start_one_owner_and_one_guardian(cluster: Any) -> None:
     status = cluster.cli("status", check=True).out
     assert status["owner"]["pid"] == owner and status["backend"]["pid"]
     assert [r["state"] for r in status["apps"]] == ["ready"]
+
+
+def test_two_first_ups_at_once_say_once_that_they_selected_the_release(cluster: Any
+                                                                      ) -> None:
+    """Was: both printed `sealed and selected release …` (the same one)."""
+    with ThreadPoolExecutor(2) as pool:
+        ups = list(pool.map(lambda _: cluster.cli(
+            "up", "--timeout", "60", "--release", str(cluster.release), timeout=150),
+            range(2)))
+    assert [u.code for u in ups] == [0, 0], [(u.code, u.stderr[-600:]) for u in ups]
+    sealed = [u.out["release_sealed"] for u in ups]
+    assert sorted(map(bool, sealed)) == [False, True], sealed
+    current = cluster.cli("backend", "status", check=True).out["selector"]["current"]
+    assert current in sealed, (current, sealed)
+    assert cluster.down().ok and cluster.leftovers() == []
