@@ -30,8 +30,8 @@ from .model import Config
 from .store import BackendStore
 from .supervisor import Supervisor, instance_key
 
-__all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "missed_exits", "owner_replaced",
-           "record_lost_exits", "relaunch_lost", "resume_wanted_starts"]
+__all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "defer_backoffs", "missed_exits",
+           "owner_replaced", "record_lost_exits", "relaunch_lost", "resume_wanted_starts"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -79,6 +79,10 @@ def adopt_checkpoint(sup: Supervisor, config: Config, checkpoint: dict[str, Any]
                                    f"checkpoint says {inst.pid}", {"launch_key": inst.launch_key})
     result.adopted = sup.inventory()
     result.orphans = sorted(set(live) - set(sup.by_launch))
+    # still waiting for the queued config the incumbent had not decided (its spool, or
+    # the operation resumed here, decides them)
+    sup.deferred = {k for k in checkpoint.get("deferred", [])
+                    if k in sup.instances and sup.instances[k].state is im.State.STOPPED}
     _resume(sup, result, now)
     return result
 
@@ -264,6 +268,18 @@ def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str]
         else:
             sup.feed(key, im.Start())
     return lost
+
+
+def defer_backoffs(sup: Supervisor, stopped_stacks: set[str]) -> list[str]:
+    """While a queued config waits (``relaunch_lost(defer=True)``): an instance waiting
+    out a backoff would start by itself before that config is decided; it is stopped
+    and deferred instead (its saved state stays as it was). Returns the keys."""
+    keys = [k for k, i in sup.instances.items()
+            if i.state is im.State.BACKOFF and i.app.stack not in stopped_stacks]
+    for key in keys:
+        sup.feed(key, im.StopRequested())
+        sup.deferred.add(key)
+    return keys
 
 
 def resume_wanted_starts(sup: Supervisor, store: BackendStore, stopped_stacks: set[str]

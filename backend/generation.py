@@ -48,6 +48,7 @@ from .adopt import (
     Adoption,
     adopt_checkpoint,
     adopt_inventory,
+    defer_backoffs,
     missed_exits,
     owner_replaced,
     record_lost_exits,
@@ -111,6 +112,7 @@ class Generation(HandingOver):
         self._repairs: set[asyncio.Future[Any]] = set()
         self.ready = False
         self.admitted = False   # changes are admitted (READY was told): admit()
+        self.closing = False    # close() began
         self.spool: spool.Spool | None = None   # takes the queued config (_spool_loop)
         self._spool_wake = asyncio.Event()   # its next tick is now
         # the queued config's operation, whose end starts the deferred instances
@@ -272,6 +274,8 @@ class Generation(HandingOver):
             if key not in self.sup.instances:  # restored instances keep their own state
                 up = app.stack not in stopped
                 self.sup.ensure(app, index, None if defer and up else up)
+        if defer:
+            defer_backoffs(self.sup, stopped)
         if lost:
             self._log_lost(lost, "starting them again" if not self.sup.deferred else
                            "they start once the config queued for the backend is decided")
@@ -418,19 +422,33 @@ class Generation(HandingOver):
     def _queue_taken(self, outcome: str | None, operation: str | None) -> None:
         """The spool's outcome: the deferred instances start once the queued config
         is decided (its operation ended; rejected; nothing to change; gone), not while
-        it waits for an operation already open or the owner."""
+        it waits for an operation already open or the owner, nor while a newer one
+        waits to be taken."""
         if self.sup is None or not self.sup.deferred or outcome == "busy" or (
                 self._deferred_for is not None and not self._deferred_for.done()):
             return   # (the ticks after it find nothing queued while its operation runs)
-        sup, api = self.sup, self.api
-        task = api.ops.tasks.get(operation) if operation else None
+        if self.spool is not None and self.spool.waits():
+            return   # the next tick takes the newer one, which decides them
+        task = self.api.ops.tasks.get(operation) if operation else None
         if task is not None and not task.done():
             self._deferred_for = task
-            task.add_done_callback(lambda _: sup.release_deferred(
-                api.stopped_stacks(), "the queued config's operation ended"))
+            task.add_done_callback(self._queued_operation_ended)
         else:
-            sup.release_deferred(api.stopped_stacks(),
-                                 f"the queued config: {outcome or 'none left'}")
+            self.release_deferred(f"the queued config: {outcome or 'none left'}")
+
+    def _queued_operation_ended(self, task: asyncio.Future[Any]) -> None:
+        """The queued config's operation ended (or was abandoned): what it left
+        deferred starts, unless this generation is closing (its operations are cut
+        short: the next generation decides them, they were never saved) or a newer
+        queued config waits (it decides them)."""
+        if self.closing or (self.spool is not None and self.spool.waits()):
+            return
+        self.release_deferred("the queued config's operation ended")
+
+    def release_deferred(self, why: str) -> None:
+        """Supervisor.release_deferred with the applied config and the stopped stacks."""
+        if self.sup is not None and self.api is not None and self.sup.deferred:
+            self.sup.release_deferred(self.config, self.api.stopped_stacks(), why)
 
     async def _heartbeat_loop(self) -> None:
         """The owner's status once a second: the age of our view says how current it is
@@ -522,6 +540,7 @@ class Generation(HandingOver):
         await self.metrics.apply(self.config.metrics.listen)
 
     async def close(self) -> None:
+        self.closing = True   # what its operations' ends would start is the next one's
         self._stop_watch()
         if self.metrics is not None:
             await self.metrics.close()  # first: the next generation binds the port

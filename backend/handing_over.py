@@ -78,9 +78,6 @@ class HandingOver:
         waited_for = self.api.running_steps()
         ok = await self.api.wait_paused(timeout)
         if ok and self.drain_state.stage is Stage.DRAINING:
-            # what waits for a queued config starts now: frozen, nothing would start it
-            # (the candidate takes the queue, and adopts the checkpoint as it stands)
-            sup.release_deferred(self.api.stopped_stacks(), "a handoff drains")
             self._thawed.clear()
             sup.freeze()
             left = max(0.0, start + timeout - loop.time())
@@ -192,7 +189,7 @@ class HandingOver:
             instances=[i.to_wire() for i in self.sup.instances.values()],
             inventory=inventory,
             operations=self.api.open_operation_ids() if self.api else [],
-            written_at=time.time()))
+            written_at=time.time(), deferred=sorted(self.sup.deferred)))
         return {"path": path, "inventory_digest": inventory_digest(inventory),
                 "launches": len(inventory), "cursor": self.cursor}
 

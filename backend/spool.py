@@ -51,7 +51,7 @@ from protocol.errors import (
     Unavailable,
 )
 
-__all__ = ["KIND", "Spool", "files", "pending", "queue", "read_queued", "state"]
+__all__ = ["KIND", "Spool", "discard", "files", "pending", "queue", "read_queued", "state"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -107,6 +107,14 @@ class Spool:
         this generation did not take it."""
         return self._results.get(request_id)
 
+    def waits(self) -> bool:
+        """Whether a config waits to be taken or decided: queued, or taken and not the
+        one this spool left as it is (applied or refused, it could not be moved)."""
+        if os.path.lexists(self.queued):
+            return True
+        return os.path.lexists(self.taken) and (
+            self._stuck is None or self._stuck != _file_id(self.taken))
+
     def _keep(self, request_id: str | None, result: dict[str, Any]) -> None:
         if request_id is None:
             return
@@ -157,7 +165,8 @@ class Spool:
         outcome = "no-change" if op.get("id") is None else "admitted"
         self.operation = op.get("id")
         self._keep(rec["request_id"], {"state": outcome, "operation": op.get("id"),
-                                       "plan": op.get("planned")})
+                                       "plan": op.get("planned"),
+                                       "joined": op.get("joined") is True})
         log.info("queued config %s from %s: %s %s", rec["request_id"], rec["source"],
                  outcome, op.get("id") or "")
         self._record(KIND, outcome=outcome, request_id=rec["request_id"],
@@ -207,6 +216,18 @@ def files(path: str) -> tuple[str, str, str]:
     """The queue at ``path``: its queued, taken and rejected files."""
     stem = path.removesuffix(".json")
     return path, f"{stem}.taken.json", f"{stem}.rejected.json"
+
+
+def discard(name: str, request_id: str) -> bool:
+    """Remove the queue file ``name`` (one of :func:`files`) when it holds request
+    ``request_id``; another's, or one that cannot be read, is left. Returns whether."""
+    try:
+        if read_queued(name)["request_id"] != request_id:
+            return False
+        os.unlink(name)
+    except (OSError, TenureError):
+        return False
+    return True
 
 
 def pending(path: str) -> set[str]:

@@ -39,13 +39,19 @@ def queue_result(gen: Generation, request_id: str) -> dict[str, Any]:
     here: the one that took it ended, or a newer queued config replaced it)."""
     if gen.store is None:
         raise Unavailable("the backend's store is not open yet")
-    if request_id in spool.pending(gen.layout.queued_config):
-        return {"state": "waiting"}
+    # decided first: a taken file that could not be removed still names its request
     kept = gen.spool.result(request_id) if gen.spool is not None else None
     op = gen.store.operation_by_request(request_id)
+    if op is None and kept is not None and kept.get("operation"):
+        # an operation already applying this config was joined (it has no request id)
+        op = {**gen.store.operation(kept["operation"]), "joined": True}
     if op is not None:
         return {"state": "admitted", "operation": op, "plan": (kept or {}).get("plan")}
-    return kept or _told(gen, request_id) or {"state": "unknown"}
+    if kept is not None:
+        return kept
+    if request_id in spool.pending(gen.layout.queued_config):
+        return {"state": "waiting"}
+    return _told(gen, request_id) or {"state": "unknown"}
 
 
 def _told(gen: Generation, request_id: str) -> dict[str, Any] | None:

@@ -644,21 +644,27 @@ class Supervisor:
             self.feed(key, im.Start() if want_up else im.StopRequested())
         return key
 
-    def release_deferred(self, stopped_stacks: Iterable[str], why: str) -> list[str]:
-        """Start the deferred instances nothing decided (still stopped, their app
-        still configured, their stack not stopped); none is deferred after this.
-        Returns the keys started."""
+    def release_deferred(self, config: Config, stopped_stacks: Iterable[str], why: str
+                         ) -> list[str]:
+        """Start the deferred instances nothing decided (still stopped, their stack not
+        stopped, their app still in ``config``), on ``config``'s definition of their
+        app; none is deferred after this. Returns the keys started."""
         keys, self.deferred = sorted(self.deferred), set()
         if self.fenced:
             return []
-        held = frozenset(stopped_stacks)
-        started = [k for k in keys if (i := self.instances.get(k)) is not None
-                   and i.state is im.State.STOPPED and i.app.stack not in held]
-        for key in started:
+        held, started = frozenset(stopped_stacks), []
+        for key in keys:
+            inst = self.instances.get(key)
+            app = None if inst is None else config.app(inst.app.stack, inst.app.name)
+            if inst is None or app is None or inst.state is not im.State.STOPPED \
+                    or app.stack in held:
+                continue
+            if app.definition_digest() != inst.app.definition_digest():
+                self.take_app(key, app)   # the applied config's, as a relaunch would run
             self.feed(key, im.Start())
+            started.append(key)
         if started:
-            log.info("%d deferred instances start as they were (%s): %s", len(started),
-                     why, started[:10])
+            log.info("%d deferred instances start (%s): %s", len(started), why, started[:10])
         return started
 
     def take_app(self, key: str, app: App) -> None:

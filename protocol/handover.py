@@ -75,13 +75,14 @@ def handoff_grant(record: dict[str, Any]) -> dict[str, Any] | None:
 def pack_checkpoint(*, from_activation: str, owner: dict[str, Any], epoch: int, cursor: int,
                     config_revision: str, instances: list[dict[str, Any]],
                     inventory: list[dict[str, Any]], operations: list[str],
-                    written_at: float) -> dict[str, Any]:
-    """A checkpoint's body, as :func:`write_checkpoint` validates and writes it."""
+                    written_at: float, deferred: list[str] | None = None) -> dict[str, Any]:
+    """A checkpoint's body, as :func:`write_checkpoint` validates and writes it.
+    ``deferred``: the keys of instances whose start waits for a queued config."""
     return {
         "kind": CHECKPOINT_KIND, "format": FORMAT, "from_activation": from_activation,
         "owner": owner, "epoch": epoch, "cursor": cursor, "config_revision": config_revision,
         "instances": instances, "inventory": inventory, "operations": operations,
-        "written_at": written_at}
+        "written_at": written_at, "deferred": deferred or []}
 
 
 def unpack_handoff(obj: Any, where: str = "handoff record") -> dict[str, Any]:
@@ -111,6 +112,11 @@ def unpack_checkpoint(obj: Any, where: str = "checkpoint") -> dict[str, Any]:
     for i, op in enumerate(body["operations"]):
         if not isinstance(op, str):
             raise StateCorrupt(f"{where}: operations[{i}] is not an id", {"where": where})
+    deferred = obj.get("deferred", [])   # optional: an older generation writes none
+    if not isinstance(deferred, list) or not all(isinstance(k, str) for k in deferred):
+        raise StateCorrupt(f"{where}: deferred is not a list of instance keys",
+                           {"where": where, "field": "deferred"})
+    body["deferred"] = deferred
     return body
 
 

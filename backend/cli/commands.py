@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -130,8 +129,14 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
         else:
             if config is not None:
                 queued = queue_for_backend(layout, *config)["request_id"]
-            first = place_first_release(layout, args.release)   # fresh home: daemons run it
-            started = ensure_daemons(layout, args.foreground)
+            try:
+                first = place_first_release(layout, args.release)   # fresh home: they run it
+                started = ensure_daemons(layout, args.foreground)
+            except BaseException:   # nothing was started: nothing is left queued either
+                if queued is not None:
+                    from backend.spool import discard
+                    discard(layout.queued_config, queued)
+                raise
     deadline = time.monotonic() + args.timeout   # for the first backend, however it goes
     with _guardian(args) as g:
         release = ensure_release(layout, g, first or args.release, args.timeout)
@@ -186,12 +191,9 @@ def _queued_apply(args: Any, layout: Any, rid: str, wait: bool,
     except UnknownMethod:
         return older()
     if r["state"] == "rejected":
-        from backend.spool import files, read_queued
+        from backend.spool import discard, files
         from protocol.errors import error_from_wire
-        rejected = files(layout.queued_config)[2]
-        with contextlib.suppress(OSError, TenureError):
-            if read_queued(rejected)["request_id"] == rid:
-                os.unlink(rejected)
+        discard(files(layout.queued_config)[2], rid)
         raise error_from_wire(r["code"], r["msg"], {"request_id": rid})
     if r["state"] == "unknown":
         raise NotFound(f"the backend has no word of how the config queued as request {rid}"

@@ -7,6 +7,7 @@ removed app ran for a moment, a changed one started twice (`--no-wait` as well).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -83,4 +84,45 @@ def test_an_instance_stopped_by_hand_stays_stopped_across_down_and_up(cluster: A
     assert apps["s/keep/1"]["state"] == "stopped" and apps["s/chg/0"]["state"] == "stopped", \
         (apps, res.out)
     assert _started(starts) == ["keep-v1"], _started(starts)
+    assert cluster.down().ok and cluster.leftovers() == []
+
+
+def test_down_while_the_queued_config_applies_starts_nothing_on_the_old_definition(
+        cluster: Any) -> None:
+    """Was: `down` cancelled the queued config's operation, and its end started what it
+    had not reached yet, on the old definition, while `down` ran."""
+    starts = cluster.home / "starts"
+    cluster.up(_app("slow", "v1", starts) + _app("chg", "v1", starts, 'after = ["slow"]\n'))
+    cluster.wait_ready(2)
+    assert cluster.down().ok
+    starts.unlink()
+    new = (_app("slow", "v2", starts, '[stacks.s.apps.slow.ready]\nkind = "delay"\n'
+                'delay = 30\n')
+           + _app("chg", "v2", starts, 'after = ["slow"]\n'))
+    cluster.cli("up", "--no-wait", "--config", str(cluster.write_config(new, "new.toml")),
+                check=True)
+    cluster.wait(lambda: _started(starts) == ["slow-v2"], what="slow started")
+    cluster.wait(lambda: cluster.call("op.list", {"open": True})["operations"],
+                 what="the queued config's operation")
+    assert cluster.down().ok and cluster.leftovers() == []
+    assert _started(starts) == ["slow-v2"]   # chg waited for slow: never run
+
+
+def test_an_up_that_starts_nothing_leaves_nothing_queued(cluster: Any) -> None:
+    """Was: its config stayed queued, and a later plain `tenure up` applied it."""
+    starts = cluster.home / "starts"
+    cluster.up(_app("keep", "v1", starts))
+    cluster.wait_ready(1)
+    assert cluster.down().ok
+    log = cluster.home / "logs" / "owner.log"
+    log.chmod(0o644)   # refused: nothing is started
+    res = cluster.cli("up", "--timeout", "60", "--config",
+                      str(cluster.write_config(_app("new", "v2", starts), "new.toml")))
+    assert res.code == 1 and res.out["error"]["code"] == "UNSAFE_PATH", res
+    assert not any(n.startswith("queued-config") for n in os.listdir(cluster.layout.backend))
+    log.chmod(0o600)
+    starts.unlink()
+    cluster.cli("up", "--timeout", "60", check=True)
+    cluster.wait_ready(1)
+    assert set(cluster.apps()) == {"s/keep/0"} and _started(starts) == ["keep-v1"]
     assert cluster.down().ok and cluster.leftovers() == []

@@ -7,13 +7,19 @@ tests/integration/workflow/test_up_new_config_cold.py."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
-from backend.adopt import relaunch_lost
+from backend import spool
+from backend.adopt import adopt_checkpoint, defer_backoffs, relaunch_lost
 from backend.certify import persist
-from backend.instance import State, StopRequested
+from backend.config import parse_config
+from backend.instance import Exited, State, StopRequested
+from backend.spool_api import queue_result
+from backend.supervisor import Supervisor
 from backend.testing import FakeOwner, run_generation, until
+from protocol.handover import read_checkpoint
 
 TWO = ('[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\ninstances = 2\n'
        '[stacks.t.apps.b]\ncommand = ["sleep", "1000"]\n')
@@ -57,7 +63,7 @@ def test_release_starts_only_what_nothing_decided(tmp_path: Path) -> None:
         _defer_all(gen)
         gen.sup.feed("s/a/1", StopRequested())   # an operator's stop decides it
         assert gen.sup.deferred == {"s/a/0", "t/b/0"}
-        started = gen.sup.release_deferred({"t"}, "test")   # stack t is stopped
+        started = gen.sup.release_deferred(gen.config, {"t"}, "test")   # t is stopped
         assert started == ["s/a/0"] and gen.sup.deferred == set()
         await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "s/a/0 up")
         assert gen.sup.instances["s/a/1"].state is State.STOPPED
@@ -94,4 +100,113 @@ def test_a_queue_that_is_rejected_or_gone_releases_at_once(tmp_path: Path) -> No
             assert not gen.sup.deferred, outcome
             await until(lambda: all(i.state is State.READY
                                     for i in gen.sup.instances.values()), "all up")
+    run_generation(tmp_path, TWO, body)
+
+
+def test_release_starts_an_instance_on_the_configured_definition(tmp_path: Path) -> None:
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        _defer_all(gen)
+        changed = parse_config(TWO.replace('"1000"]\ninstances = 2', '"999"]\ninstances = 2'),
+                               "/new.toml")
+        assert gen.sup.release_deferred(changed, set(), "test") == ["s/a/0", "s/a/1", "t/b/0"]
+        assert gen.sup.deferred == set()
+        await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "s/a/0 up")
+        launched = [c for c in owner.sent("launch") if c["instance"] == 0
+                    and c["app"] == "a"]
+        assert launched[-1]["argv"] == ["sleep", "999"], launched[-1]   # not the old one
+    run_generation(tmp_path, TWO, body)
+
+
+def test_a_cancelled_operation_or_a_newer_queued_config_releases_nothing(tmp_path: Path
+                                                                        ) -> None:
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        _defer_all(gen)
+        loop = asyncio.get_running_loop()
+        cancelled: asyncio.Future[None] = loop.create_future()
+        gen.api.ops.tasks["op-c"] = cancelled
+        gen._queue_taken("admitted", "op-c")
+        gen.closing = True   # `tenure down` closing this generation cancels it
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        assert gen.sup.deferred
+        del gen.api.ops.tasks["op-c"]
+        gen._deferred_for, gen.closing = None, False
+        gen.spool = spool.Spool(str(tmp_path / "queued-config.json"), None)
+        spool.queue(gen.spool.queued, "newer", "/newer.toml")
+        for outcome in ("rejected", "no-change", None):   # the older one, decided
+            gen._queue_taken(outcome, None)
+            assert gen.sup.deferred, outcome   # the newer one decides them
+        ended: asyncio.Future[None] = loop.create_future()
+        gen.api.ops.tasks["op-n"] = ended
+        os.unlink(gen.spool.queued)
+        gen._queue_taken("admitted", "op-n")
+        spool.queue(gen.spool.queued, "newest", "/newest.toml")
+        ended.set_result(None)
+        await asyncio.sleep(0)
+        assert gen.sup.deferred
+        del gen.api.ops.tasks["op-n"]
+    run_generation(tmp_path, TWO, body)
+
+
+def test_an_instance_in_backoff_is_deferred_too(tmp_path: Path) -> None:
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        gen.sup.feed("t/b/0", Exited(3, None))   # restart = "always": it backs off
+        assert gen.sup.instances["t/b/0"].state is State.BACKOFF
+        assert defer_backoffs(gen.sup, {"s"}) == ["t/b/0"]
+        assert gen.sup.deferred == {"t/b/0"}
+        assert gen.sup.instances["t/b/0"].state is State.STOPPED
+        assert not gen.sup.instances["t/b/0"].timers
+    run_generation(tmp_path, TWO, body)
+
+
+def test_queue_show_names_the_operation_a_queued_config_joined(tmp_path: Path) -> None:
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        plan = await gen.api.plan_text(TWO.replace("1000", "998"), "/x.toml")
+        op = gen.api.admit(plan["id"], None)   # an apply of that config, still open
+        os.makedirs(os.path.dirname(gen.layout.queued_config), exist_ok=True)
+        gen.spool = spool.Spool(gen.layout.queued_config, gen.api.apply_text)
+        rid = spool.queue(gen.spool.queued, TWO.replace("1000", "998"), "/x.toml")[
+            "request_id"]
+        assert queue_result(gen, rid) == {"state": "waiting"}
+        assert await gen.spool.take() == "admitted" and gen.spool.operation == op["id"]
+        shown = queue_result(gen, rid)
+        assert shown["state"] == "admitted" and shown["operation"]["id"] == op["id"]
+        assert shown["operation"]["joined"] is True
+        await until(lambda: gen.store.operation(op["id"])["outcome"] is not None, "op end",
+                    turns=5000)
+    run_generation(tmp_path, TWO, body)
+
+
+def test_an_abandoned_queued_operation_starts_what_it_did_not_reach(tmp_path: Path
+                                                                    ) -> None:
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        _defer_all(gen)
+        gen.config = parse_config(TWO.replace('"1000"]\ninstances = 2',
+                                              '"999"]\ninstances = 2'), "/new.toml")
+        op: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        gen.api.ops.tasks["op-a"] = op
+        gen._queue_taken("admitted", "op-a")
+        op.cancel()   # `tenure op abandon`: this generation goes on
+        await until(lambda: not gen.sup.deferred, "decided")
+        del gen.api.ops.tasks["op-a"]
+        await until(lambda: all(i.state is State.READY
+                                for i in gen.sup.instances.values()), "all up")
+        assert list(gen.sup.instances["s/a/0"].app.command) == ["sleep", "999"]
+    run_generation(tmp_path, TWO, body)
+
+
+def test_a_handoff_hands_over_what_waits(tmp_path: Path) -> None:
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        _defer_all(gen)
+        gen.sup.feed("s/a/1", StopRequested())   # decided: not handed over as waiting
+        before = len(owner.sent("launch"))
+        assert (await gen.drain(30.0))["drained"] is True
+        path = str(tmp_path / "act.checkpoint.json")
+        gen.checkpoint(path)
+        assert len(owner.sent("launch")) == before   # frozen: nothing started
+        cp = read_checkpoint(path)
+        assert cp["deferred"] == ["s/a/0", "t/b/0"]
+        successor = Supervisor(owner, gen.epoch)
+        adopt_checkpoint(successor, gen.config, cp, [], 0.0)
+        assert successor.deferred == {"s/a/0", "t/b/0"}
     run_generation(tmp_path, TWO, body)

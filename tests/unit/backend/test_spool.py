@@ -124,7 +124,8 @@ def test_each_request_is_remembered_with_its_plan_and_pending_ones_named(path: s
                                 {"id": None, "outcome": "no-change", "planned": plan}))
     assert s.result(first) is None
     assert take(s) == "admitted" and s.operation == "op-1"
-    assert s.result(first) == {"state": "admitted", "operation": "op-1", "plan": plan}
+    assert s.result(first) == {"state": "admitted", "operation": "op-1", "plan": plan,
+                               "joined": False}
     second = spool.queue(path, "b", "/b.toml")["request_id"]
     os.rename(path, path.replace(".json", ".taken.json"))
     assert spool.pending(path) == {second}   # taken, and not decided yet
@@ -244,6 +245,8 @@ def test_an_admitted_queue_that_cannot_be_removed_is_not_taken_again(
     assert take(s) == "admitted"
     assert [e[1]["outcome"] for e in events] == ["admitted"]      # never "rejected"
     assert take(s) is None and take(s) is None and len(admit.calls) == 1
+    assert not s.waits()   # left as it is: nothing waits to be decided
+    assert s.result(spool.read_queued(s.taken)["request_id"])["state"] == "admitted"
 
 
 def test_a_queue_that_cannot_be_set_aside_is_reported_once(path: str) -> None:
