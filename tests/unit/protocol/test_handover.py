@@ -130,3 +130,13 @@ def test_fuzzed_checkpoints_never_raise_anything_but_state_corrupt(patch: dict[s
         unpack_checkpoint({**checkpoint(), **patch})
     except StateCorrupt:
         pass
+
+
+def test_a_checkpoint_names_its_deferred_instances_or_none() -> None:
+    assert unpack_checkpoint(checkpoint())["deferred"] == []
+    older = {k: v for k, v in checkpoint().items() if k != "deferred"}
+    assert unpack_checkpoint(older)["deferred"] == []   # one an older generation wrote
+    assert unpack_checkpoint({**checkpoint(), "deferred": ["s/a/0"]})["deferred"] == ["s/a/0"]
+    for bad in ("s/a/0", [1], {"s/a/0": 1}, None):
+        with pytest.raises(StateCorrupt, match="deferred is not a list of instance keys"):
+            unpack_checkpoint({**checkpoint(), "deferred": bad})
