@@ -138,11 +138,18 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
                     discard(layout.queued_config, queued)
                 raise
     deadline = time.monotonic() + args.timeout   # for the first backend, however it goes
-    with _guardian(args) as g:
-        release = ensure_release(layout, g, first or args.release, args.timeout)
-    with live(args, "up", backend_probe(layout)):
-        ensure_backend(layout, max(0.0, deadline - time.monotonic()), args.timeout,
-                       kept=started["guardian"], granted=started["owner"])
+    try:
+        with _guardian(args) as g:
+            release = ensure_release(layout, g, first or args.release, args.timeout)
+        with live(args, "up", backend_probe(layout)):
+            ensure_backend(layout, max(0.0, deadline - time.monotonic()), args.timeout,
+                           kept=started["guardian"], granted=started["owner"])
+    except TenureError as exc:
+        if queued is not None:   # the daemons run: the backend that comes applies it
+            exc.msg += (f"; the config stays queued as request {queued}: the backend "
+                        "applies it once one runs (`tenure status` says whether it waits)")
+            exc.data["request_id"] = queued
+        raise
     result: dict[str, Any] = {"started": started, "release_sealed": release}
     if queued is not None:
         result["queued"] = queued
