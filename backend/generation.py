@@ -185,6 +185,11 @@ class Generation(HandingOver):
         self.sup.owner_capabilities = dict(welcome.capabilities)
         self.sup.retired = self.store.retired()
         self.events = self.sup.events = EventLog(self.store, self.activation)
+        # the queued config: whether one waits decides the adoption (_adopt), and it is
+        # taken once changes are admitted (_spool_loop, through the Api made below)
+        self.spool = spool.Spool(self.layout.queued_config,
+                                 lambda *request: self.api.apply_text(*request),
+                                 self.events.record)
         await self._adopt()
         from .api import Api
         self.api = Api(self)
@@ -268,7 +273,7 @@ class Generation(HandingOver):
         # a config queued before this generation began (`tenure up --config` on a home
         # whose daemons were down) decides what starts: the applied one's instances
         # wait for it (_spool_loop), rather than start and be replaced at once
-        defer = spool.state(self.layout.queued_config) == "waiting"
+        defer = self.spool is not None and self.spool.waits()
         lost = relaunch_lost(self.sup, live, stopped, known, defer=defer)
         for key, (app, index) in self.sup.keys_of(self.config).items():
             if key not in self.sup.instances:  # restored instances keep their own state
@@ -404,9 +409,7 @@ class Generation(HandingOver):
     async def _spool_loop(self) -> None:
         """Apply what `tenure up` queued (backend.spool), while in control and admitting
         changes; the instances deferred for it are started once it is decided."""
-        assert self.api is not None and self.events is not None
-        self.spool = spool.Spool(self.layout.queued_config, self.api.apply_text,
-                                 self.events.record)
+        assert self.spool is not None
         await spool.run(self.spool, lambda: self.ready and self.admitted
                         and not self.draining and self.link.state is LinkState.CONNECTED
                         and not (self.sup is not None and self.sup.fenced),
