@@ -187,6 +187,8 @@ CASES: dict[str, Callable[[], str]] = {
          "error": "2026-12-01 14:04:52,848 guardian ERROR STATE_CORRUPT: "
                   "/srv/tenure/runtime/guardian-release.json is not valid JSON"}),
     "status_queued_rejected": lambda: render.status({**STATUS, "queued_config": "rejected"}),
+    "status_config_from_pipe": lambda: render.status(
+        {**STATUS, "backend": {**BACKEND, "config": "/dev/fd/63"}}),
     "status_log_retention_unsupported": lambda: render.status(
         {**STATUS, "log_retention_unsupported": True}),
     "status_degraded": lambda: render.status({
