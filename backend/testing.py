@@ -36,6 +36,10 @@ from protocol.client import Client
 from protocol.errors import Conflict, NotFound, StaleEpoch
 from protocol.layout import Layout
 
+TENURE = [sys.executable, "-m", "backend.cli.entry"]
+"""The `tenure` command as its installed script runs it (backend.cli.entry, which forks
+`up --no-wait`'s background child before the command line is imported)."""
+
 if TYPE_CHECKING:
     from .generation import Generation
 
@@ -143,7 +147,7 @@ class Cluster:
     def cli(self, *args: str, timeout: float = 300.0, check: bool = False) -> CliResult:
         """Run ``tenure --home H --json ARGS``; parse its JSON output."""
         proc = subprocess.run(
-            [sys.executable, "-m", "backend.cli.main", "--home", str(self.home), "--json",
+            [*TENURE, "--home", str(self.home), "--json",
              *args], capture_output=True, text=True, timeout=timeout,
             stdin=subprocess.DEVNULL, env={**os.environ, **self.env})
         try:
@@ -160,7 +164,7 @@ class Cluster:
         """Run ``tenure --home H ARGS`` (human output); its stdout. Fails unless it exits
         ``expect``."""
         proc = subprocess.run(
-            [sys.executable, "-m", "backend.cli.main", "--home", str(self.home), *args],
+            [*TENURE, "--home", str(self.home), *args],
             capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
             env={**os.environ, **self.env})
         if proc.returncode != expect:
@@ -172,7 +176,7 @@ class Cluster:
         """Start ``tenure --home H ARGS`` (a follower: ``logs -f``, ``events -f``) with
         its stdout and stderr piped; the caller ends it (terminate, communicate)."""
         return subprocess.Popen(
-            [sys.executable, "-m", "backend.cli.main", "--home", str(self.home), *args],
+            [*TENURE, "--home", str(self.home), *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
             text=True, env={**os.environ, **self.env})
 

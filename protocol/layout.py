@@ -116,6 +116,11 @@ class Layout:
         return self._at("runtime", "guardian.sock")
 
     @property
+    def guardian_db(self) -> str:
+        """The guardian's state.db (guardian.paths.GuardianPaths.state_db)."""
+        return self._at("runtime", "state.db")
+
+    @property
     def releases(self) -> Path:
         """Installed releases (the guardian's; the owner runs them too when it may)."""
         return self.runtime / "releases"

@@ -78,10 +78,13 @@ def _up_config(args: Any, layout: Any) -> tuple[str | None, dict[str, Any] | Non
     """``up``'s config, read and parsed (a config that cannot be read or parsed starts
     nothing), and with ``--no-wait`` on a home that has run before, what the queued
     start answered (else None: the daemons are started here)."""
-    early = None
+    from .early import take
+    early, forked = None, take()   # the child forked as the command started, if any
     if args.no_wait:   # verifies the release while the config is read and parsed here
         from .daemons import prestart
-        early = prestart(layout)
+        early = prestart(layout, forked)
+    elif forked is not None:
+        forked.cancel()
     if early is not None:   # its child verifies the release; here only a config is hashed
         use_builtin_hashes()
     try:

@@ -33,6 +33,9 @@ from .sealtmp import sealed_here, sweep
 from .upwait import wait_owner_gone
 
 if TYPE_CHECKING:
+    from .early import Early
+
+if TYPE_CHECKING:
     import subprocess
     from typing import TypeAlias
 
@@ -117,10 +120,12 @@ def _stop_spawned(procs: Iterable[subprocess.Popen[bytes] | None],
 
 class Prestart:
     """The child of an `up --no-wait` that verifies the release while the command reads
-    and parses the config, then waits for the command's word (:func:`prestart`)."""
+    and parses the config, then waits for the command's word (:func:`prestart`).
+    ``lock``: runtime/up.lock as locked here, an open file the child shares (one forked
+    by backend.cli.early), else -1 (the child holds its own)."""
 
-    def __init__(self, pid: int, word: int) -> None:
-        self.pid, self._word = pid, word
+    def __init__(self, pid: int, word: int, lock: int = -1) -> None:
+        self.pid, self._word, self._lock = pid, word, lock
 
     def go(self) -> None:
         """Let it start the daemons. Raises OSError when it is gone (its own failure is
@@ -132,27 +137,38 @@ class Prestart:
 
     def cancel(self) -> None:
         """It starts nothing and exits (what a config that does not parse, a queue that
-        cannot be written, or a command that dies does): its pipe closes."""
-        if self._word >= 0:
-            os.close(self._word)
-            self._word = -1
+        cannot be written, or a command that dies does): its pipe closes. Either way the
+        lock stays with it until it has exited."""
+        for fd in (self._word, self._lock):
+            if fd >= 0:
+                os.close(fd)
+        self._word = self._lock = -1
 
 
-def prestart(layout: Layout) -> Prestart | None:
+def prestart(layout: Layout, early: Early | None = None) -> Prestart | None:
     """`tenure up --no-wait` on a home whose daemons all are down and whose guardian has
-    a release selected: fork the child that will start them (:func:`in_background`); it
-    verifies the release now, beside the command's own work, and starts the owner and
-    the guardian once :meth:`Prestart.go` says so. None when something answers or the
-    home has no release selected yet: `up` then does what it always does, and only
-    leaves the apply running. Raises StorageFailed when it cannot fork (nothing was
-    started)."""
+    a release selected: the child that will start them, ``early`` (forked as the
+    command started, backend.cli.early) or one forked now (:func:`in_background`); it
+    verifies the release beside the command's own work, and starts the owner and the
+    guardian once :meth:`Prestart.go` says so. None when something answers or the home
+    has no release selected yet (``early`` is cancelled then): `up` then does what it
+    always does, and only leaves the apply running. Raises StorageFailed when it cannot
+    fork (nothing was started)."""
     if not _selected(layout) or any(
             ping(sock, home=layout.home) is not None
             for sock in (layout.owner_sock, layout.guardian_sock, layout.api_sock)):
+        if early is not None:
+            early.cancel()
         return None
+    if early is not None and (adopted := _adopt(layout, early)) is not None:
+        return adopted
     told, word = os.pipe()
+
+    def work() -> bool:
+        os.close(word)   # else its own copy would keep the pipe from ever closing
+        return _start_when_told(layout, told)
     try:   # the child waits for them to answer (or reports why not in logs/up.log)
-        pid = in_background(layout, lambda: _start_when_told(layout, told, word))
+        pid = in_background(layout, work)
     except OSError as exc:
         os.close(word)
         raise StorageFailed(f"cannot start the daemons in the background: "
@@ -170,12 +186,40 @@ FRESH_S = 1.0
 daemons start from the release (the word usually comes within ~0.1 s)."""
 
 
-def _start_when_told(layout: Layout, told: int, word: int) -> bool:
+def _adopt(layout: Layout, early: Early) -> Prestart | None:
+    """``early``'s child as this command's, runtime/up.lock locked on the open file it
+    shares (:class:`Prestart`); None, ``early`` cancelled, when it was forked for
+    another home or has exited (it could not open up.log, say: a child forked now
+    reports why)."""
+    import fcntl
+    if early.home != os.path.normpath(layout.root) or not early.alive():
+        early.cancel()
+        return None
+    pid, word, lock = early.hand_over()
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return Prestart(pid, word, lock)
+
+
+def early_child(layout: Layout, told: int) -> int:
+    """In the child backend.cli.early forked: what :func:`in_background`'s child does,
+    on a home the command has not checked yet (it refuses an unsafe one first), with
+    :func:`_start_when_told` as the work. Returns the exit status if it returns."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):   # not the command's: a pipe it writes to stays open until
+        os.dup2(null, fd)  # the command exits, not until this child does
+    from protocol.sockets import refuse_unsafe_home
+    refuse_unsafe_home(layout.root)
+    ensure_private_dir(layout.logs, root=layout.home)
+    return _background(open_log(layout.logs / "up.log"),
+                       lambda: _start_when_told(layout, told))
+
+
+def _start_when_told(layout: Layout, told: int) -> bool:
     """In the child: the daemons' commands verified first, then the command's word;
     False (nothing started) when the command closed its end without it or said
     nothing within :data:`WORD_WAIT_S`."""
     import select
-    os.close(word)   # else its own copy would keep the pipe from ever closing
     direct = direct_commands(layout)
     verified = time.monotonic()
     if not select.select([told], [], [], WORD_WAIT_S)[0]:
@@ -233,7 +277,6 @@ def in_background(layout: Layout, work: Any) -> int:
     holds ``runtime/up.lock`` until ``work`` ends; it exits 0 once ``work`` returned,
     1 otherwise. A ``work`` that returns False started nothing: no record is written."""
     import fcntl
-    import traceback
     ensure_private_dir(layout.logs, root=layout.home)
     ensure_private_dir(layout.runtime, root=layout.home)
     log_fd = open_log(layout.logs / "up.log")
@@ -255,18 +298,27 @@ def in_background(layout: Layout, work: Any) -> int:
     code = 1
     try:
         os.setsid()
+        code = _background(log_fd, work)
+    finally:
+        os._exit(code)
+
+
+def _background(log_fd: int, work: Callable[[], object]) -> int:
+    """The child's side of :func:`in_background`: reads nothing, writes to ``log_fd``,
+    runs ``work`` and records how it ended. Returns the exit status."""
+    import traceback
+    try:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         if work() is not False:
             os.write(log_fd, f"{time.strftime(_STAMP)} {_BACKGROUND}: {_DONE}\n".encode())
-        code = 0
+        return 0
     except BaseException:
         os.write(log_fd, (f"{time.strftime(_STAMP)} {_BACKGROUND}: {_FAILED}\n" +
                           traceback.format_exc()).encode())
-    finally:
-        os._exit(code)
+        return 1
 
 
 def _close_all(*fds: int) -> None:
@@ -469,7 +521,7 @@ def _selected(layout: Layout) -> bool:
 
     from protocol.durable import read_rows
     try:
-        rows = read_rows(str(layout.runtime / "state.db"), "SELECT current FROM selector")
+        rows = read_rows(layout.guardian_db, "SELECT current FROM selector")
     except (sqlite3.Error, TenureError):
         return False
     return bool(rows and rows[0][0])
@@ -481,7 +533,7 @@ def place_first_release(layout: Layout, sealed: Path | None) -> Path | None:
     and record it as the code the owner and the guardian run, before they start, so
     that both start from it. Returns the installed release's path, or None when the
     home is not fresh. Raises what sealing and installing raise."""
-    if (layout.runtime / "state.db").exists() or ping(layout.owner_sock, home=layout.home) \
+    if os.path.exists(layout.guardian_db) or ping(layout.owner_sock, home=layout.home) \
             or ping(layout.guardian_sock, home=layout.home):
         return None
     from guardian.own import Pointer

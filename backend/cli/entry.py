@@ -20,6 +20,8 @@ _INTERRUPTED = 130
 def run() -> None:
     try:
         standard_streams()
+        from .early import prefork
+        prefork(sys.argv[1:])   # `up --no-wait` on a stopped home: verify meanwhile
         from .main import run as command
     except KeyboardInterrupt:
         os._exit(_INTERRUPTED)
@@ -43,3 +45,7 @@ def standard_streams() -> None:
         sys.stdout = open(1, "w", closefd=False)   # noqa: SIM115
     if sys.stderr is None:
         sys.stderr = open(2, "w", closefd=False)   # noqa: SIM115
+
+
+if __name__ == "__main__":   # python -m backend.cli.entry: the `tenure` script's path
+    run()
