@@ -33,11 +33,10 @@ from .sealtmp import sealed_here, sweep
 from .upwait import wait_owner_gone
 
 if TYPE_CHECKING:
-    from .early import Early
-
-if TYPE_CHECKING:
     import subprocess
     from typing import TypeAlias
+
+    from .early import Early
 
     Direct: TypeAlias = "tuple[list[str], dict[str, str]] | None"
     """A daemon's command straight from its verified release, and what to add to its
@@ -200,10 +199,10 @@ def _adopt(layout: Layout, early: Early) -> Prestart | None:
     return Prestart(pid, word, lock)
 
 
-def early_child(layout: Layout, told: int) -> int:
+def early_child(layout: Layout, told: int) -> bool:
     """In the child backend.cli.early forked: what :func:`in_background`'s child does,
     on a home the command has not checked yet (it refuses an unsafe one first), with
-    :func:`_start_when_told` as the work. Returns the exit status if it returns."""
+    :func:`_start_when_told` as the work. False when it failed."""
     os.setsid()
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):   # not the command's: a pipe it writes to stays open until
@@ -295,17 +294,17 @@ def in_background(layout: Layout, work: Any) -> int:
     if pid:
         _close_all(log_fd, lock_fd)   # the child holds them now
         return pid
-    code = 1
+    ok = False
     try:
         os.setsid()
-        code = _background(log_fd, work)
+        ok = _background(log_fd, work)
     finally:
-        os._exit(code)
+        os._exit(0 if ok else 1)
 
 
-def _background(log_fd: int, work: Callable[[], object]) -> int:
+def _background(log_fd: int, work: Callable[[], object]) -> bool:
     """The child's side of :func:`in_background`: reads nothing, writes to ``log_fd``,
-    runs ``work`` and records how it ended. Returns the exit status."""
+    runs ``work`` and records how it ended. False when ``work`` raised."""
     import traceback
     try:
         null = os.open(os.devnull, os.O_RDONLY)
@@ -314,11 +313,11 @@ def _background(log_fd: int, work: Callable[[], object]) -> int:
         os.dup2(log_fd, 2)
         if work() is not False:
             os.write(log_fd, f"{time.strftime(_STAMP)} {_BACKGROUND}: {_DONE}\n".encode())
-        return 0
+        return True
     except BaseException:
         os.write(log_fd, (f"{time.strftime(_STAMP)} {_BACKGROUND}: {_FAILED}\n" +
                           traceback.format_exc()).encode())
-        return 1
+        return False
 
 
 def _close_all(*fds: int) -> None:

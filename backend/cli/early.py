@@ -18,7 +18,6 @@ created and nothing is written; runtime/up.lock is opened, not locked.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from protocol.layout import Layout, default_home_str
@@ -53,8 +52,10 @@ class Early:
         another holds it: a `down` or `up` right after this command waits for it."""
         if self.lock >= 0:
             import fcntl
-            with contextlib.suppress(OSError):   # EWOULDBLOCK: another's child holds it
+            try:
                 fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:   # EWOULDBLOCK: another command's child holds it
+                pass
         for fd in (self.word, self.lock):
             if fd >= 0:
                 os.close(fd)
@@ -129,12 +130,12 @@ def _fork(layout: Layout) -> Early:
             os.close(fd)
         raise
     if pid == 0:   # the child: never returns
-        code = 1
+        ok = False
         try:
             os.close(word)
             from .daemons import early_child  # runtime/up.lock stays open here
-            code = early_child(layout, told)
+            ok = early_child(layout, told)
         finally:
-            os._exit(code)
+            os._exit(0 if ok else 1)
     os.close(told)
     return Early(os.path.normpath(layout.root), pid, word, lock)
