@@ -16,6 +16,7 @@ from backend.importers import Context, import_files
 from backend.importers.pm2_load import load_ecosystem, run_node
 from backend.importers.testing import GOLDEN_CASES, GoldenCase, golden_outputs, node_available
 from protocol.errors import ConfigInvalid
+from protocol.procfs import read_stat
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "import"
 
@@ -102,11 +103,8 @@ def test_config_js_that_keeps_node_running_is_read_at_once(tmp_path: Path,
 
 def _gone(pid: int) -> bool:
     """Whether ``pid`` has exited (a zombie not yet reaped by its new parent counts)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+    st = read_stat(pid)
+    return st is None or st.zombie
 
 
 def _child_pid(path: Path) -> int:

@@ -15,6 +15,7 @@ import pytest
 
 from backend.cli import daemons, early, upwait
 from protocol.layout import Layout
+from protocol.procfs import read_stat
 
 from .test_up_background import _fake_daemons, _stopped_home, _wait
 
@@ -151,8 +152,5 @@ def test_the_child_does_not_hold_the_command_output(tmp_path: Path) -> None:
 
 def _gone(pid: int) -> bool:
     """Exited: no such process, or a zombie its new parent has not reaped yet."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+    st = read_stat(pid)
+    return st is None or st.zombie
