@@ -273,7 +273,7 @@ class Generation(HandingOver):
         # a config queued before this generation began (`tenure up --config` on a home
         # whose daemons were down) decides what starts: the applied one's instances
         # wait for it (_spool_loop), rather than start and be replaced at once
-        defer = self.spool is not None and self.spool.waits()
+        defer = self._queue_waits()
         lost = relaunch_lost(self.sup, live, stopped, known, defer=defer)
         for key, (app, index) in self.sup.keys_of(self.config).items():
             if key not in self.sup.instances:  # restored instances keep their own state
@@ -430,7 +430,7 @@ class Generation(HandingOver):
         if self.sup is None or not self.sup.deferred or outcome == "busy" or (
                 self._deferred_for is not None and not self._deferred_for.done()):
             return   # (the ticks after it find nothing queued while its operation runs)
-        if self.spool is not None and self.spool.waits():
+        if self._queue_waits():
             return   # the next tick takes the newer one, which decides them
         task = self.api.ops.tasks.get(operation) if operation else None
         if task is not None and not task.done():
@@ -444,9 +444,13 @@ class Generation(HandingOver):
         deferred starts, unless this generation is closing (its operations are cut
         short: the next generation decides them, they were never saved) or a newer
         queued config waits (it decides them)."""
-        if self.closing or (self.spool is not None and self.spool.waits()):
+        if self.closing or self._queue_waits():
             return
         self.release_deferred("the queued config's operation ended")
+
+    def _queue_waits(self) -> bool:
+        """Whether a queued config waits to be taken or decided (Spool.waits)."""
+        return self.spool is not None and self.spool.waits()
 
     def release_deferred(self, why: str) -> None:
         """Supervisor.release_deferred with the applied config and the stopped stacks."""

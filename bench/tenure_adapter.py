@@ -65,9 +65,10 @@ def byte_compile(packages: Iterable[str] | None = None) -> None:
 
 def _tenure_command() -> list[str]:
     """The `tenure` script installed beside this interpreter, as operators run it (no
-    runpy start-up); ``python -m backend.cli.main`` where there is none."""
+    runpy start-up); ``python -m backend.cli.entry`` (the script's entry point) where there
+    is none."""
     script = Path(sys.executable).parent / "tenure"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "backend.cli.main"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "backend.cli.entry"]
 
 
 _TENURE = _tenure_command()
