@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from protocol import window
 from protocol.errors import OperationInProgress
-from protocol.window import DOWN, HOLDERS, busy, holding, lock_path, refuse_in_window
+from protocol.window import (
+    DOWN,
+    HOLDERS,
+    busy,
+    down_running,
+    holding,
+    lock_path,
+    refuse_in_window,
+)
 
 
 def _hold(home: Path, text: bytes) -> int:
@@ -70,3 +79,38 @@ def test_a_symlinked_lock_is_not_read(tmp_path: Path) -> None:
 
 def test_busy_without_a_pid() -> None:
     assert "(its pid unknown)" in busy(None, "x").msg
+
+
+def test_a_down_under_way_is_named_by_its_pid(tmp_path: Path) -> None:
+    fd = _hold(tmp_path, DOWN.encode())
+    try:
+        assert down_running(tmp_path) == os.getpid()
+    finally:
+        os.close(fd)
+
+
+def test_a_down_that_died_is_no_down_under_way(tmp_path: Path) -> None:
+    (tmp_path / "execution").mkdir()
+    Path(lock_path(tmp_path)).write_bytes(DOWN.encode())   # nobody holds the lock
+    assert down_running(tmp_path) is None
+
+
+@pytest.mark.parametrize("text", [b"", b"`tenure owner upgrade`", b"\xff"])
+def test_only_a_lock_that_says_down_is_looked_up_in_proc_locks(
+        tmp_path: Path, text: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first read of /proc/locks in a process waits ~10 ms for the kernel: a lock
+    that does not say `down` (held or not) answers without it."""
+    looked: list[str] = []
+    monkeypatch.setattr(window, "flock_holder",
+                        lambda path, **kw: looked.append(path) or os.getpid())
+    assert down_running(tmp_path) is None   # no execution/ at all
+    fd = _hold(tmp_path, text)
+    try:
+        assert down_running(tmp_path) is None
+        assert looked == []
+        os.pwrite(fd, DOWN.encode(), 0)
+        os.ftruncate(fd, len(DOWN))
+        assert down_running(tmp_path) == os.getpid()
+        assert looked == [lock_path(tmp_path)]
+    finally:
+        os.close(fd)
