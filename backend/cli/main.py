@@ -90,9 +90,9 @@ def _columns() -> int:
 
 
 class _Unused:
-    """Stands in for the parser of a command that is not the one being run: its options
-    are not built (argparse's add_argument, with its gettext lookups, was most of the
-    parser's ~30 ms)."""
+    """Stands in for the parser of a command that is not the one being run: neither it
+    nor its options are made (argparse's add_argument and each parser's set-up, with
+    their gettext lookups, were most of the parser's ~30 ms)."""
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: self
@@ -108,8 +108,9 @@ def _command(argv: list[str]) -> str | None:
 
 
 def _parser(argv: list[str] | None = None) -> Any:
-    """The whole command line; with ``argv``, only the options of its command are built
-    (every command is still listed, and an unknown one is still refused)."""
+    """The whole command line; with ``argv``, only its command's parser is made, with its
+    options: the others are made (without options) only when it names no command, so
+    that the refusal lists them all."""
     import argparse
     from pathlib import Path
     # at the terminal's width, found as shutil finds it but without importing shutil
@@ -123,10 +124,18 @@ def _parser(argv: list[str] | None = None) -> Any:
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
                             parser_class=_intermixed(argparse))
     wanted = None if argv is None else _command(argv)
+    later: list[tuple[str, str | None]] = []   # (name, help) of the commands not run
 
-    def add(name: str, help: str) -> Any:
-        p = sub.add_parser(name, help=help, parents=[common], formatter_class=formatter)
-        return p if wanted in (None, name) else _Unused()
+    def new(name: str, help: str | None) -> Any:
+        if help is None:   # not listed
+            return sub.add_parser(name, parents=[common], formatter_class=formatter)
+        return sub.add_parser(name, help=help, parents=[common], formatter_class=formatter)
+
+    def add(name: str, help: str | None) -> Any:
+        if wanted in (None, name):
+            return new(name, help)
+        later.append((name, help))
+        return _Unused()
 
     p = add("up", "start owner, guardian and backend; apply a config")
     p.add_argument("--config", type=Path)
@@ -267,8 +276,11 @@ def _parser(argv: list[str] | None = None) -> Any:
     p = add("completion", "print a bash or zsh completion script (docs/cli.md)")
     p.add_argument("shell", choices=["bash", "zsh"])
     # hidden: used by that script
-    p = sub.add_parser("__complete", parents=[common], formatter_class=formatter)
+    p = add("__complete", None)
     p.add_argument("what", choices=["targets"])
+    if wanted is not None and wanted not in sub.choices:   # no such command
+        for name, help in later:
+            new(name, help)
     return ap
 
 

@@ -132,18 +132,34 @@ def test_an_optional_positional_after_an_option_still_counts(argv: list[str]) ->
     ["up", "--config", "t.toml"], ["--home", "/h", "restart", "s/a/0"],
     ["--home=/h", "--json", "logs", "-n", "5", "s/a"], ["backend", "upgrade", "abcd1234"],
     ["job", "run", "s/j", "--arg", "x", "--wait"], ["owner", "upgrade", "--dry-run"],
-    ["-h"], ["--json"], ["nosuch"], ["status", "--home", "/h"]])
-def test_the_parser_built_for_one_command_parses_it_as_the_whole_one(argv: list[str]
-                                                                        ) -> None:
+    ["-h"], ["--json"], ["nosuch"], ["status", "--home", "/h"], ["up", "-h"],
+    ["up", "--bogus"], ["__complete", "targets"], ["--home", "/h", "job", "nosuch"]])
+def test_the_parser_built_for_one_command_parses_it_as_the_whole_one(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Only the command's own parser is made; what it prints and how it ends are the
+    whole parser's, to the byte (an unknown command's refusal lists every command, in
+    the same order)."""
     from backend.cli.main import _parser
 
     def parsed(parser: object) -> object:
         try:
             return vars(parser.parse_args(argv))  # type: ignore[attr-defined]
         except SystemExit as exc:   # -h, a missing or unknown command: the same ending
-            return ("exit", exc.code)
+            return ("exit", exc.code, capsys.readouterr())
 
     assert parsed(_parser(argv)) == parsed(_parser())
+
+
+def test_a_known_command_makes_no_parser_of_the_others() -> None:
+    import argparse
+
+    from backend.cli.main import _parser
+    sub = next(a for a in _parser(["--home", "/h", "logs", "-n", "5"])._actions
+               if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == ["logs"]
+    sub = next(a for a in _parser(["nosuch"])._actions
+               if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices)[:3] == ["up", "down", "status"] and "__complete" in sub.choices
 
 
 def test_a_prefix_does_not_name_a_release_that_is_listed_as_missing() -> None:
