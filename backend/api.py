@@ -49,7 +49,7 @@ from .plan import (
     stopped_by_hand,
 )
 from .probes import checks_view
-from .spool import state as queue_state
+from .queuefile import state as queue_state
 from .spool_api import queue_methods
 from .steps import StepGate
 from .targets import (

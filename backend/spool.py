@@ -30,32 +30,32 @@ the first operation instead of a new one. A ``rejected`` file stays for the oper
 and waits for it: the generation that takes it keeps how each request ended
 (:meth:`Spool.result`, the API's ``queue.show``), and defers the start of the applied
 config's instances until the queued one is decided (backend.generation).
+
+The record and the names of its files are backend.queuefile's (the command line's side).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (
     OperationInProgress,
     OwnerChanged,
     StalePlan,
-    StateCorrupt,
     TenureError,
     TransportError,
     Unavailable,
 )
 
+from .queuefile import KIND, discard, files, pending, queue, read_queued, state
+
 __all__ = ["KIND", "Spool", "discard", "files", "pending", "queue", "read_queued", "state"]
 
 log = logging.getLogger("tenure.backend")
 
-KIND = "queued-config"
 TICK_S = 0.5
 
 BUSY = (OperationInProgress, StalePlan, TransportError, Unavailable, OwnerChanged)
@@ -64,27 +64,6 @@ this generation's owner is gone, and the generation the guardian starts takes it
 
 Admit = Callable[[str, str, str], Awaitable[dict[str, Any]]]
 """(text, source, request_id) -> the operation admitted ({"id": None, ...}: no change)."""
-
-
-def queue(path: str, text: str, source: str) -> dict[str, Any]:
-    """Queue ``text`` (read from ``source``) for the backend. Returns the record without
-    the text. Raises OSError, UnsafePath (the path is a symlink)."""
-    record = {"kind": KIND, "format": 1, "text": text, "source": source,
-              "request_id": f"up-{os.urandom(8).hex()}", "queued_at": time.time()}
-    atomic_write_json(path, record)
-    return {k: v for k, v in record.items() if k != "text"}
-
-
-def read_queued(path: str) -> dict[str, Any]:
-    """The queued record at ``path``, validated. Raises FileNotFoundError, UnsafePath,
-    StateCorrupt (not a queued config, or a field of the wrong type)."""
-    rec = read_json(path, KIND)
-    for key in ("text", "source", "request_id"):
-        if not isinstance(rec.get(key), str) or (not rec[key] and key != "text"):
-            raise StateCorrupt(f"{path}: {key} is not a non-empty string", {"path": path})
-    if not isinstance(rec.get("queued_at"), (int, float)):
-        raise StateCorrupt(f"{path}: queued_at is not a number", {"path": path})
-    return rec
 
 
 class Spool:
@@ -210,45 +189,6 @@ def _file_id(path: str) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino, st.st_mtime_ns
-
-
-def files(path: str) -> tuple[str, str, str]:
-    """The queue at ``path``: its queued, taken and rejected files."""
-    stem = path.removesuffix(".json")
-    return path, f"{stem}.taken.json", f"{stem}.rejected.json"
-
-
-def discard(name: str, request_id: str) -> bool:
-    """Remove the queue file ``name`` (one of :func:`files`) when it holds request
-    ``request_id``; another's, or one that cannot be read, is left. Returns whether."""
-    try:
-        if read_queued(name)["request_id"] != request_id:
-            return False
-        os.unlink(name)
-    except (OSError, TenureError):
-        return False
-    return True
-
-
-def pending(path: str) -> set[str]:
-    """The request ids the queue at ``path`` holds (queued, or taken and not decided);
-    a file that cannot be read names none."""
-    out = set()
-    for name in files(path)[:2]:
-        try:
-            out.add(read_queued(name)["request_id"])
-        except (OSError, TenureError):
-            continue
-    return out
-
-
-def state(path: str) -> str | None:
-    """What `tenure status` says of the queue at ``path``: ``waiting`` (queued or being
-    applied), ``rejected`` (set aside), None (nothing). Looks at names only."""
-    queued, taken, rejected = files(path)
-    if os.path.lexists(queued) or os.path.lexists(taken):
-        return "waiting"
-    return "rejected" if os.path.lexists(rejected) else None
 
 
 async def run(spool: Spool, ready: Callable[[], bool],

@@ -137,7 +137,7 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
                 started = ensure_daemons(layout, args.foreground)
             except BaseException:   # nothing was started: nothing is left queued either
                 if queued is not None:
-                    from backend.spool import discard
+                    from backend.queuefile import discard
                     discard(layout.queued_config, queued)
                 raise
     deadline = time.monotonic() + args.timeout   # for the first backend, however it goes
@@ -201,7 +201,7 @@ def _queued_apply(args: Any, layout: Any, rid: str, wait: bool,
     except UnknownMethod:
         return older()
     if r["state"] == "rejected":
-        from backend.spool import discard, files
+        from backend.queuefile import discard, files
         from protocol.errors import error_from_wire
         discard(files(layout.queued_config)[2], rid)
         raise error_from_wire(r["code"], r["msg"], {"request_id": rid})

@@ -236,7 +236,7 @@ def _start_when_told(layout: Layout, told: int) -> bool:
 def queue_for_backend(layout: Layout, text: str, source: str) -> dict[str, Any]:
     """Queue ``text`` for the backend (backend.spool): the record, without the text.
     Raises StorageFailed (nothing was started)."""
-    from backend.spool import queue
+    from backend.queuefile import queue
     try:
         ensure_private_dir(layout.backend, root=layout.home)
         return queue(layout.queued_config, text, source)

@@ -8,8 +8,11 @@ import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
+
+from protocol.layout import Layout
 
 CLI = [sys.executable, "-m", "backend.cli.main"]
 
@@ -103,19 +106,28 @@ import_msgspec_as_released()   # as cmd_up does before it parses the config
 from backend.config import parse_config
 config = parse_config('[stacks.s.apps.a]\\ncommand = ["sleep", "9"]\\n', "/t.toml")
 assert config.apps()[0].key == "s/a", config
+import backend.cli.commands, backend.cli.upwait  # noqa: E401
+from pathlib import Path
+from protocol.layout import Layout
+from backend.cli.daemons import queue_for_backend
+home = Layout(Path(sys.argv[1]))   # the queued config written, as the command writes it
+assert queue_for_backend(home, "", "t.toml")["source"] == "t.toml"
 print(sorted({"shutil", "typing_extensions", "inspect", "dataclasses",
-              "protocol.listen"} & set(sys.modules)))
+              "protocol.listen", "logging", "backend.spool"} & set(sys.modules)))
 """
 
 
-def test_up_parses_its_command_line_and_a_config_without_rare_modules() -> None:
+def test_up_parses_and_queues_a_config_without_rare_modules(tmp_path: Path) -> None:
     """What `tenure up --no-wait` loads before it returns: not shutil (argparse's help
     width), typing_extensions (msgspec's, where installed), nor the socket address
-    parser and dataclasses for a config without sockets."""
-    done = subprocess.run([sys.executable, "-c", UP_PARSE], capture_output=True,
-                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    parser and dataclasses for a config without sockets; nor logging, which only the
+    backend's side of the queued config (backend.spool) uses."""
+    done = subprocess.run([sys.executable, "-c", UP_PARSE, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+    assert os.path.exists(Layout(tmp_path).queued_config)
 
 
 def test_help_is_as_wide_as_columns_says_or_80() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backend import spool
+from backend import queuefile, spool
 from backend.cli import daemons, upwait
 from backend.cli.daemons import in_background
 from protocol.errors import StorageFailed
@@ -158,7 +158,7 @@ def test_a_config_that_cannot_be_queued_starts_nothing(
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(spool, "atomic_write_json", full)
+    monkeypatch.setattr(queuefile, "atomic_write_json", full)
     with pytest.raises(StorageFailed, match="No space left on device; nothing was started"):
         daemons.start_queued(layout, daemons.Prestart(0, word), "[stacks]\n",
                              "/etc/tenure.toml")
