@@ -477,15 +477,23 @@ class Generation(HandingOver):
 
     async def _log_budget_loop(self) -> None:
         """The apps' log budgets told to the owner a second after the start (what an
-        older generation told it may be another config's) and after every config
-        change or failed call (backend.logbudgets); apart from the heartbeat, which a
-        large prune must not hold up."""
-        assert self.owner is not None and self.sup is not None
+        older generation told it may be another config's) and after a failed call
+        (backend.logbudgets); apart from the heartbeat, which a large prune must not
+        hold up. An operation tells them itself before its first step."""
         while True:
             await asyncio.sleep(HEARTBEAT)
-            if self.link.state is LinkState.CONNECTED and self.log_budgets.due(self.config):
-                await self.log_budgets.sync(self.owner, self.epoch,
-                                            self.sup.owner_capabilities, self.config)
+            if self.link.state is LinkState.CONNECTED:
+                await self.tell_log_budgets()
+
+    async def tell_log_budgets(self) -> None:
+        """Tell the owner the config's log budgets unless it knows them. Raises nothing.
+        An operation calls it before it launches anything: an app that writes fast from
+        its first line was journalled under the default budget until the loop's next
+        tick, up to a second later, and lost its oldest lines past it."""
+        if self.owner is not None and self.sup is not None and \
+                self.log_budgets.due(self.config):
+            await self.log_budgets.sync(self.owner, self.epoch,
+                                        self.sup.owner_capabilities, self.config)
 
     def _owner_status(self, status: dict[str, Any]) -> None:
         """Keep what the owner's status says. A newer epoch fences this generation,

@@ -3,14 +3,16 @@
 The owner keeps budgets durably (``logs.retention``, capability ``logRetention@1``);
 the backend tells it the whole set whenever it differs from what the owner was last
 told: a second after a generation's start (a new generation cannot know what an older
-one said) and after every config change, from a loop of its own (a large prune must
-not hold up the heartbeat). A failed call is tried again a second later. An
+one said), from a loop of its own (a large prune must not hold up the heartbeat), and
+before an operation's first step, so that an app it starts is journalled under its own
+budget from its first line. A failed call is tried again a second later. An
 owner without the capability keeps the default for every app; that is said once in the
 backend's log and in ``status`` (``log_retention_unsupported``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -41,6 +43,7 @@ class LogBudgets:
         self.told: Budgets | None = None   # what the owner was last told (None: not yet)
         self.unsupported = False           # budgets wanted of an owner without the call
         self._failing = False              # the last call failed (said once per run)
+        self._one = asyncio.Lock()         # one call at a time (the loop, an operation)
 
     def due(self, config: Config) -> bool:
         return budgets_of(config) != self.told
@@ -48,7 +51,13 @@ class LogBudgets:
     async def sync(self, owner: Any, epoch: int, capabilities: Mapping[str, int],
                    config: Config) -> None:
         """Tell the owner ``config``'s budgets unless it was told them already. Raises
-        nothing: a failure is logged and the next call tries again."""
+        nothing: a failure is logged and the next call tries again. Calls made together
+        go one after the other: the second finds the budgets told."""
+        async with self._one:
+            await self._sync(owner, epoch, capabilities, config)
+
+    async def _sync(self, owner: Any, epoch: int, capabilities: Mapping[str, int],
+                    config: Config) -> None:
         want = budgets_of(config)
         if want == self.told:
             return

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from protocol.errors import Conflict, OperationInProgress
@@ -55,9 +55,12 @@ class OperationRunner:
     def __init__(self, store: BackendStore, sup: Supervisor, config: Callable[[], Config],
                  set_config: Callable[[Config], None], generation: str,
                  stopped_stacks: Callable[[], set[str]], gate: StepGate,
-                 invalidate: Callable[[str], None]) -> None:
+                 invalidate: Callable[[str], None],
+                 prepare: Callable[[], Awaitable[None]] | None = None) -> None:
         """``invalidate(reason)`` makes the recovery certificate stop vouching; it runs
-        before a new desired config is committed."""
+        before a new desired config is committed. ``prepare()`` runs before an
+        operation's first step (what the owner must know before anything is launched:
+        the apps' log budgets) and raises nothing."""
         self.store = store
         self.sup = sup
         self.config = config
@@ -66,6 +69,7 @@ class OperationRunner:
         self.stopped_stacks = stopped_stacks
         self.gate = gate
         self.invalidate = invalidate
+        self.prepare = prepare
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
     # -- admission --------------------------------------------------------------------
@@ -150,6 +154,8 @@ class OperationRunner:
                           plan["changes"])
         step, progress = op["step"], op["progress"] or {}
         try:
+            if self.prepare is not None:
+                await self.prepare()
             while step < len(steps):
                 await self.gate.wait_open()  # a step boundary: a drain holds us here
                 with self.gate.step(f"operation {op_id} step {step}"):

@@ -291,7 +291,8 @@ class FakeOwner:
     per launch key, forever), ``stop``, ``inventory``, ``inspect`` (a launch row that has
     a process), ``stack.intents``,
     ``stack.set_intent``, ``observations.read``, ``observations.ack``, ``logs.forget``
-    (each source counted once, in ``forgotten``) and ``logs.note`` (in ``notes``). Mutations
+    (each source counted once, in ``forgotten``), ``logs.note`` (in ``notes``) and
+    ``logs.retention``. Mutations
     carrying another epoch get STALE_EPOCH. ``exit(key)`` ends a process.
 
     ``hold(method)`` makes calls of that method wait until ``release(method)``;
@@ -408,6 +409,9 @@ class FakeOwner:
     def _logs_note(self, p: dict[str, Any]) -> dict[str, Any]:
         self.notes.append(p)
         return {"written": True}
+
+    def _logs_retention(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"default": 64 << 20, "budgets": p["budgets"]}
 
     def _observations_ack(self, p: dict[str, Any]) -> dict[str, Any]:
         return {"acked": p["cursor"]}

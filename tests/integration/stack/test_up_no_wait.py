@@ -132,3 +132,41 @@ def test_a_config_that_does_not_parse_starts_nothing(cluster):
     assert not Path(cluster.layout.guardian_sock).exists()
     assert not Path(cluster.layout.queued_config).exists()
     assert cluster.leftovers() == []
+
+
+WRITER = ('import sys, time\nline = "x" * 16383 + "\\n"\n'
+          'for _ in range({n}):\n    sys.stdout.write(line)\nsys.stdout.flush()\n'
+          'time.sleep(1000)\n')
+
+
+def test_an_app_it_starts_keeps_its_log_budget_from_its_first_line(cluster):
+    """The app's log_retention is told to the owner before the app is launched: it
+    writes 96 MiB at once, past the owner's default budget (64 MiB), and keeps all of
+    it. Told up to a second later, the default had pruned its oldest lines first."""
+    import sys
+
+    from protocol.client import Client
+    _stopped_home(cluster)
+    n = 96 * 64   # 16 KiB lines
+    script = cluster.home / "writer.py"
+    script.write_text(WRITER.format(n=n))
+    config = (f'[stacks.s.apps.w]\ncommand = ["{sys.executable}", "{script}"]\n'
+              'log_retention = "256MiB"\n')
+    cluster.cli("up", "--no-wait", "--config", str(cluster.write_config(config)),
+                check=True)
+
+    def kept() -> int:
+        count, after, more = 0, 0, True
+        with Client(cluster.layout.owner_sock, pin=False) as c:
+            while more:
+                page = c.call("logs.read", {"app": "w", "after": after, "limit": 10_000})
+                count += len(page["records"])
+                after, more = page["next"], page["more"]
+        return count
+
+    def written() -> bool:
+        with Client(cluster.layout.owner_sock, pin=False) as c:
+            return int(c.call("status")["log_last_id"]) >= n
+    cluster.wait(written, timeout=60, what="the writer's lines journalled")
+    assert kept() == n
+    assert cluster.down().ok and cluster.leftovers() == []
