@@ -490,8 +490,7 @@ class Generation(HandingOver):
         An operation calls it before it launches anything: an app that writes fast from
         its first line was journalled under the default budget until the loop's next
         tick, up to a second later, and lost its oldest lines past it."""
-        if self.owner is not None and self.sup is not None and \
-                self.log_budgets.due(self.config):
+        if self.owner is not None and self.sup is not None:   # sync: only when due
             await self.log_budgets.sync(self.owner, self.epoch,
                                         self.sup.owner_capabilities, self.config)
 

@@ -12,7 +12,7 @@ from protocol.errors import Unavailable
 from protocol.schema import Field, Schema, check_int
 from protocol.server import Call, Method
 
-from . import spool
+from . import queuefile, spool
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -49,7 +49,7 @@ def queue_result(gen: Generation, request_id: str) -> dict[str, Any]:
         return {"state": "admitted", "operation": op, "plan": (kept or {}).get("plan")}
     if kept is not None:
         return kept
-    if request_id in spool.pending(gen.layout.queued_config):
+    if request_id in queuefile.pending(gen.layout.queued_config):
         return {"state": "waiting"}
     return _told(gen, request_id) or {"state": "unknown"}
 
@@ -61,7 +61,7 @@ def _told(gen: Generation, request_id: str) -> dict[str, Any] | None:
         return None
     with contextlib.suppress(sqlite3.Error):   # what is buffered is read too
         gen.events.flush()
-    for ev in reversed(gen.events.read(tail=spool.RESULTS_KEPT, kinds={spool.KIND})["events"]):
+    for ev in reversed(gen.events.read(tail=spool.RESULTS_KEPT, kinds={queuefile.KIND})["events"]):
         d = ev["data"]
         if d.get("request_id") != request_id:
             continue

@@ -234,7 +234,8 @@ def _start_when_told(layout: Layout, told: int) -> bool:
 
 
 def queue_for_backend(layout: Layout, text: str, source: str) -> dict[str, Any]:
-    """Queue ``text`` for the backend (backend.spool): the record, without the text.
+    """Queue ``text`` for the backend (backend.queuefile; the backend's spool takes it):
+    the record, without the text.
     Raises StorageFailed (nothing was started)."""
     from backend.queuefile import queue
     try:
