@@ -10,11 +10,11 @@ Exit statuses: 0 clean stop, 2 unsafe or unreadable state, 5 another guardian ru
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 
 from protocol.errors import AlreadyRunning, GuardianUpgradeFailed, StateCorrupt, TenureError
+from protocol.flocks import take
 from protocol.startup import import_asyncio_without_tls
 from protocol.storage import storage_failure
 
@@ -32,11 +32,9 @@ def _lock(paths: GuardianPaths, inherited: int | None = None) -> int:
     if inherited is not None:
         return _inherit_lock(paths, inherited)
     fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not take(fd):
         os.close(fd)
-        raise AlreadyRunning(f"another guardian runs on {paths.home}") from None
+        raise AlreadyRunning(f"another guardian runs on {paths.home}")
     return fd
 
 
@@ -47,10 +45,8 @@ def _inherit_lock(paths: GuardianPaths, fd: int) -> int:
         raise StateCorrupt(f"inherited lock descriptor {fd}: {exc.strerror}") from None
     if (held.st_dev, held.st_ino) != (there.st_dev, there.st_ino):
         raise StateCorrupt(f"inherited descriptor {fd} is not {paths.lock}", {"fd": fd})
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours already: the same open file
-    except BlockingIOError:
-        raise AlreadyRunning(f"another guardian runs on {paths.home}") from None
+    if not take(fd):   # ours already: the same open file
+        raise AlreadyRunning(f"another guardian runs on {paths.home}")
     os.set_inheritable(fd, False)
     return fd
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 
 from protocol.errors import AlreadyRunning, NotFound
+from protocol.flocks import take
 from protocol.layout import Layout, default_home
 from protocol.sockets import check_private_dir, check_socket_path, ensure_private_dir
 
@@ -74,12 +74,10 @@ class OwnerPaths(Layout):
         """Hold execution/owner.lock for this process's lifetime (close-on-exec, so no
         application inherits it). Raises AlreadyRunning when another owner holds it."""
         fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not take(fd):
             os.close(fd)
             raise AlreadyRunning(f"another owner is running on {self.home}",
-                                 {"home": str(self.home)}) from None
+                                 {"home": str(self.home)})
         return fd
 
     def take_existing_lock(self) -> int:

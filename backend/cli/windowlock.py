@@ -9,11 +9,11 @@ going away, can name it."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from protocol.flocks import take
 from protocol.layout import Layout
 from protocol.procfs import flock_holder
 from protocol.window import HOLDERS, busy, lock_path, refuse_in_window, said
@@ -39,10 +39,8 @@ def held(layout: Layout, doing: str) -> Iterator[None]:
         yield
         return
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise busy(flock_holder(path), doing, said(path)) from None
+        if not take(fd):
+            raise busy(flock_holder(path), doing, said(path))
         _write(fd, doing.encode())
         try:
             yield
