@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -121,7 +122,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         self.gate = StepGate()
         self.ops = OperationRunner(gen.store, gen.sup, lambda: gen.config, self._set_config,
                                    gen.activation, self.stopped_stacks, self.gate,
-                                   gen.invalidate, prepare=gen.tell_log_budgets)
+                                   gen.invalidate,
+                                   prepare=functools.partial(gen.tell_log_budgets, lower=False))
         self._procs = Usage()
         self._cycles: set[asyncio.Future[Any]] = set()   # steps of _start_when_down
         self.jobs = JobRunner(Ledger(gen.store), gen.sup.owner, gen.epoch, gen.sup, self.gate,

@@ -485,14 +485,17 @@ class Generation(HandingOver):
             if self.link.state is LinkState.CONNECTED:
                 await self.tell_log_budgets()
 
-    async def tell_log_budgets(self) -> None:
+    async def tell_log_budgets(self, *, lower: bool = True) -> None:
         """Tell the owner the config's log budgets unless it knows them. Raises nothing.
-        An operation calls it before it launches anything: an app that writes fast from
-        its first line was journalled under the default budget until the loop's next
-        tick, up to a second later, and lost its oldest lines past it."""
+        An operation calls it before it launches anything (``lower=False``): an app that
+        writes fast from its first line was journalled under the default budget until
+        the loop's next tick, up to a second later, and lost its oldest lines past it.
+        It raises budgets only; the loop lowers them (a prune, which may take minutes,
+        would hold up the operation's first step)."""
         if self.owner is not None and self.sup is not None:   # sync: only when due
             await self.log_budgets.sync(self.owner, self.epoch,
-                                        self.sup.owner_capabilities, self.config)
+                                        self.sup.owner_capabilities, self.config,
+                                        lower=lower)
 
     def _owner_status(self, status: dict[str, Any]) -> None:
         """Keep what the owner's status says. A newer epoch fences this generation,

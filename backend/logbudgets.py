@@ -5,7 +5,10 @@ the backend tells it the whole set whenever it differs from what the owner was l
 told: a second after a generation's start (a new generation cannot know what an older
 one said), from a loop of its own (a large prune must not hold up the heartbeat), and
 before an operation's first step, so that an app it starts is journalled under its own
-budget from its first line. A failed call is tried again a second later. An
+budget from its first line. What an operation tells raises budgets only: a smaller
+budget prunes at once, gigabytes may take minutes, and lowering one loses nothing an app
+about to start would write, so the loop lowers it a second later. A failed call is
+tried again a second later. An
 owner without the capability keeps the default for every app; that is said once in the
 backend's log and in ``status`` (``log_retention_unsupported``).
 """
@@ -41,6 +44,7 @@ def budgets_of(config: Config) -> Budgets:
 class LogBudgets:
     def __init__(self) -> None:
         self.told: Budgets | None = None   # what the owner was last told (None: not yet)
+        self.default: int | None = None    # the owner's budget for every other app
         self.unsupported = False           # budgets wanted of an owner without the call
         self._failing = False              # the last call failed (said once per run)
         self._one = asyncio.Lock()         # one call at a time (the loop, an operation)
@@ -49,16 +53,28 @@ class LogBudgets:
         return budgets_of(config) != self.told
 
     async def sync(self, owner: Any, epoch: int, capabilities: Mapping[str, int],
-                   config: Config) -> None:
+                   config: Config, *, lower: bool = True) -> None:
         """Tell the owner ``config``'s budgets unless it was told them already. Raises
         nothing: a failure is logged and the next call tries again. Calls made together
-        go one after the other: the second finds the budgets told."""
+        go one after the other: the second finds the budgets told. ``lower=False``: a
+        budget ``config`` lowers stays as told for now (see :meth:`raised`)."""
         async with self._one:
-            await self._sync(owner, epoch, capabilities, config)
+            want = budgets_of(config)
+            await self._sync(owner, epoch, capabilities, want if lower else self.raised(want))
+
+    def raised(self, want: Budgets) -> Budgets:
+        """What to tell the owner so that no app's budget is below ``want`` and none is
+        lowered: each app's larger of what it was told and what it wants (the owner's
+        default standing for no budget of its own). Told that, the owner prunes nothing.
+        ``want`` itself while what the owner holds is not known (nothing told yet by
+        this generation, or its default never answered)."""
+        told, default = self.told, self.default
+        if told is None or default is None:
+            return want
+        return {k: max(want.get(k, default), told.get(k, default)) for k in want.keys() | told}
 
     async def _sync(self, owner: Any, epoch: int, capabilities: Mapping[str, int],
-                    config: Config) -> None:
-        want = budgets_of(config)
+                    want: Budgets) -> None:
         if want == self.told:
             return
         if capabilities.get(CAPABILITY[0]) != CAPABILITY[1]:
@@ -68,7 +84,7 @@ class LogBudgets:
             self.unsupported, self.told = bool(want), want
             return
         try:
-            await owner.call("logs.retention", {"budgets": [
+            answer = await owner.call("logs.retention", {"budgets": [
                 {"stack": st, "app": app, "bytes": n} for (st, app), n in sorted(want.items())]},
                 epoch=epoch, timeout=CALL_TIMEOUT)
         except StaleEpoch:   # a newer generation holds the owner and tells its own
@@ -83,3 +99,5 @@ class LogBudgets:
         if self._failing:
             log.info("log budgets set")
         self.told, self.unsupported, self._failing = want, False, False
+        default = answer.get("default") if isinstance(answer, dict) else None
+        self.default = default if isinstance(default, int) else None

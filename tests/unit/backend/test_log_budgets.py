@@ -28,16 +28,22 @@ def _config(**budgets: str) -> Any:
 
 
 class Owner:
-    def __init__(self) -> None:
+    def __init__(self, default: int | None = None) -> None:
         self.calls: list[tuple[str, Any, int | None]] = []
         self.fail = False
+        self.default = default   # answered as the owner's default budget, when given
 
     async def call(self, method: str, params: Any, *, epoch: int | None = None,
                    timeout: float | None = None) -> Any:
         self.calls.append((method, params, epoch))
         if self.fail:
             raise TransportLost("logs.retention: connection lost")
-        return {}
+        return {} if self.default is None else {"default": self.default, **params}
+
+
+def _told(owner: Owner) -> dict[str, int]:
+    """The budgets of the owner's last logs.retention call, by app."""
+    return {b["app"]: b["bytes"] for b in owner.calls[-1][1]["budgets"]}
 
 
 def test_budgets_are_told_whole_and_once_per_change() -> None:
@@ -130,3 +136,66 @@ def test_budgets_asked_together_are_told_once() -> None:
         await asyncio.gather(*(lb.sync(owner, 7, CAPS, cfg) for _ in range(3)))
         assert len(owner.calls) == 1
     asyncio.run(main())
+
+
+def test_before_launches_budgets_are_raised_and_lowered_a_tick_later() -> None:
+    """A smaller budget prunes at once (gigabytes may take minutes); an operation waits
+    for what it tells, so it tells the raises only and the loop the rest."""
+    async def main() -> None:
+        owner, lb = Owner(default=64 << 20), LogBudgets()
+        await lb.sync(owner, 1, CAPS, _config(a="1GiB", b="2MiB", c="2MiB"))
+        new = _config(a="2MiB", b="256MiB", c="")   # a lowered, b raised, c to the default
+        await lb.sync(owner, 1, CAPS, new, lower=False)
+        assert _told(owner) == {"a": 1 << 30, "b": 256 << 20, "c": 64 << 20}
+        assert lb.due(new)
+        await lb.sync(owner, 1, CAPS, new)   # the loop's tick
+        assert _told(owner) == {"a": 2 << 20, "b": 256 << 20} and not lb.due(new)
+    asyncio.run(main())
+
+
+def test_a_lowering_alone_waits_for_the_loop() -> None:
+    async def main() -> None:
+        owner, lb = Owner(default=64 << 20), LogBudgets()
+        await lb.sync(owner, 1, CAPS, _config(a="1GiB", b="128MiB"))
+        await lb.sync(owner, 1, CAPS, _config(a="2MiB", b=""), lower=False)
+        assert len(owner.calls) == 1   # nothing to raise: nothing told
+    asyncio.run(main())
+
+
+def test_budgets_the_owner_may_hold_unknown_are_told_whole() -> None:
+    """Before this generation told the owner anything (an older one may have told it
+    other budgets), or when the owner did not say its default, raising cannot be
+    worked out: the config's budgets go as they are."""
+    async def main() -> None:
+        owner, lb = Owner(default=64 << 20), LogBudgets()
+        await lb.sync(owner, 1, CAPS, _config(a="2MiB"), lower=False)
+        assert _told(owner) == {"a": 2 << 20}
+        quiet, lb = Owner(), LogBudgets()
+        await lb.sync(quiet, 1, CAPS, _config(a="1GiB"))
+        await lb.sync(quiet, 1, CAPS, _config(a="2MiB"), lower=False)
+        assert _told(quiet) == {"a": 2 << 20}
+    asyncio.run(main())
+
+
+def test_an_apply_that_lowers_a_budget_does_not_wait_for_the_prune(tmp_path: Path) -> None:
+    """Through the generation: the owner's logs.retention is held (a prune of gigabytes)
+    while an apply lowers w's budget and adds x; x starts all the same, and the loop's
+    tick then tells the lower budget."""
+    first = ('[stacks.s.apps.w]\ncommand = ["sleep", "1000"]\nlog_retention = "1GiB"\n')
+    new = ('[stacks.s.apps.w]\ncommand = ["sleep", "1000"]\nlog_retention = "2MiB"\n'
+           '[stacks.s.apps.x]\ncommand = ["sleep", "1000"]\n')
+
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        gen.sup.owner_capabilities = {**gen.sup.owner_capabilities, **CAPS}
+        await gen.tell_log_budgets()   # the loop's first tick
+        owner.hold("logs.retention")
+        await gen.api.apply_text(new, "/new.toml", "up-1")
+        await until(lambda: "s/x/0" in gen.sup.instances and
+                    gen.sup.instances["s/x/0"].state is State.READY, "s/x/0 up")
+        assert owner.sent("logs.retention") == [{"budgets": [
+            {"stack": "s", "app": "w", "bytes": 1 << 30}]}]   # the first tick's only
+        owner.release("logs.retention")
+        await gen.tell_log_budgets()   # the loop's next tick
+        assert owner.sent("logs.retention")[-1] == {"budgets": [
+            {"stack": "s", "app": "w", "bytes": 2 << 20}]}
+    run_generation(tmp_path, first, body)
