@@ -50,9 +50,9 @@ from protocol.errors import (
     Unavailable,
 )
 
-from .queuefile import KIND, discard, files, pending, queue, read_queued, state
+from .queuefile import KIND, files, read_queued
 
-__all__ = ["KIND", "Spool", "discard", "files", "pending", "queue", "read_queued", "state"]
+__all__ = ["Spool"]
 
 log = logging.getLogger("tenure.backend")
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_handoff_support as support
 from test_handoff_support import config
 
-from backend import spool
+from backend import queuefile
 from backend.testing import Cluster
 
 candidates = support.candidates  # the session fixture of derived releases
@@ -41,7 +41,7 @@ def test_up_returns_at_its_timeout_and_says_why_the_backend_ended(
         assert err["msg"].endswith(f"; the config stays queued as request {rid}: the "
                                    "backend applies it once one runs (`tenure status` "
                                    "says whether it waits)"), err["msg"]
-        assert spool.pending(c.layout.queued_config) == {rid}
+        assert queuefile.pending(c.layout.queued_config) == {rid}
         assert took < 30, f"up took {took:.1f} s with --timeout 4"
         st = c.cli("backend", "status", timeout=60).out
         assert WHY in st["recent"][0]["error"]

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from backend import spool
+from backend import queuefile
 
 APP = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\ninstances = {n}\n'
 
@@ -56,7 +56,7 @@ def test_no_wait_queues_the_config_and_the_backend_applies_it(cluster):
 def test_a_queue_the_backend_cannot_apply_is_set_aside_and_reported(cluster):
     _stopped_home(cluster)
     queued = cluster.layout.queued_config
-    spool.queue(queued, "[stacks.s.apps.a]\ncommand = 3\n", "/broken.toml")
+    queuefile.queue(queued, "[stacks.s.apps.a]\ncommand = 3\n", "/broken.toml")
     cluster.up()                    # starts the daemons, then waits for the backend
     rejected = Path(queued.replace(".json", ".rejected.json"))
     cluster.wait(rejected.exists, what="rejected queue")

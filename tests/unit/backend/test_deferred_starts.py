@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from backend import spool
+from backend import queuefile, spool
 from backend.adopt import adopt_checkpoint, defer_backoffs, relaunch_lost
 from backend.certify import persist
 from backend.config import parse_config
@@ -132,7 +132,7 @@ def test_a_cancelled_operation_or_a_newer_queued_config_releases_nothing(tmp_pat
         del gen.api.ops.tasks["op-c"]
         gen._deferred_for, gen.closing = None, False
         gen.spool = spool.Spool(str(tmp_path / "queued-config.json"), None)
-        spool.queue(gen.spool.queued, "newer", "/newer.toml")
+        queuefile.queue(gen.spool.queued, "newer", "/newer.toml")
         for outcome in ("rejected", "no-change", None):   # the older one, decided
             gen._queue_taken(outcome, None)
             assert gen.sup.deferred, outcome   # the newer one decides them
@@ -140,7 +140,7 @@ def test_a_cancelled_operation_or_a_newer_queued_config_releases_nothing(tmp_pat
         gen.api.ops.tasks["op-n"] = ended
         os.unlink(gen.spool.queued)
         gen._queue_taken("admitted", "op-n")
-        spool.queue(gen.spool.queued, "newest", "/newest.toml")
+        queuefile.queue(gen.spool.queued, "newest", "/newest.toml")
         ended.set_result(None)
         await asyncio.sleep(0)
         assert gen.sup.deferred
@@ -165,7 +165,7 @@ def test_queue_show_names_the_operation_a_queued_config_joined(tmp_path: Path) -
         op = gen.api.admit(plan["id"], None)   # an apply of that config, still open
         os.makedirs(os.path.dirname(gen.layout.queued_config), exist_ok=True)
         gen.spool = spool.Spool(gen.layout.queued_config, gen.api.apply_text)
-        rid = spool.queue(gen.spool.queued, TWO.replace("1000", "998"), "/x.toml")[
+        rid = queuefile.queue(gen.spool.queued, TWO.replace("1000", "998"), "/x.toml")[
             "request_id"]
         assert queue_result(gen, rid) == {"state": "waiting"}
         assert await gen.spool.take() == "admitted" and gen.spool.operation == op["id"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from backend import spool
+from backend import queuefile, spool
 from protocol.errors import ConfigInvalid, OperationInProgress, OwnerChanged, TransportLost
 
 
@@ -54,12 +54,12 @@ def files(path: str) -> list[str]:
 
 
 def test_queue_writes_a_private_record_and_answers_without_the_text(path: str) -> None:
-    rec = spool.queue(path, "[stacks]\n", "/etc/t.toml")
+    rec = queuefile.queue(path, "[stacks]\n", "/etc/t.toml")
     assert "text" not in rec and rec["source"] == "/etc/t.toml"
     assert rec["request_id"].startswith("up-") and len(rec["request_id"]) == 19
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert spool.read_queued(path)["text"] == "[stacks]\n"
-    assert spool.queue(path, "", "/x")["request_id"] != rec["request_id"]
+    assert queuefile.read_queued(path)["text"] == "[stacks]\n"
+    assert queuefile.queue(path, "", "/x")["request_id"] != rec["request_id"]
 
 
 def test_nothing_queued_is_nothing_to_do(path: str) -> None:
@@ -69,7 +69,7 @@ def test_nothing_queued_is_nothing_to_do(path: str) -> None:
 
 
 def test_an_admitted_queue_is_removed_and_recorded(path: str) -> None:
-    rec = spool.queue(path, "text", "/src.toml")
+    rec = queuefile.queue(path, "text", "/src.toml")
     admit = FakeAdmit({"id": "op-1", "stage": "running"})
     s, events = make(path, admit)
     assert take(s) == "admitted"
@@ -82,7 +82,7 @@ def test_an_admitted_queue_is_removed_and_recorded(path: str) -> None:
 
 
 def test_nothing_to_change_is_removed_too(path: str) -> None:
-    spool.queue(path, "text", "/src.toml")
+    queuefile.queue(path, "text", "/src.toml")
     s, events = make(path, FakeAdmit({"id": None, "outcome": "no-change"}))
     assert take(s) == "no-change"
     assert files(path) == [] and events[0][1]["outcome"] == "no-change"
@@ -92,7 +92,7 @@ def test_nothing_to_change_is_removed_too(path: str) -> None:
                                   TransportLost("owner away"),
                                   OwnerChanged("the owner was replaced")])
 def test_busy_keeps_the_taken_config_for_the_next_tick(path: str, busy: Exception) -> None:
-    rec = spool.queue(path, "text", "/src.toml")
+    rec = queuefile.queue(path, "text", "/src.toml")
     admit = FakeAdmit(busy, busy, {"id": "op-2"})
     s, events = make(path, admit)
     assert take(s) == "busy"
@@ -104,7 +104,7 @@ def test_busy_keeps_the_taken_config_for_the_next_tick(path: str, busy: Exceptio
 
 
 def test_a_refused_config_is_set_aside_with_its_code(path: str) -> None:
-    rid = spool.queue(path, "command = 3", "/src.toml")["request_id"]
+    rid = queuefile.queue(path, "command = 3", "/src.toml")["request_id"]
     s, events = make(path, FakeAdmit(ConfigInvalid("line 1: bad")))
     assert take(s) == "rejected"
     assert files(path) == ["queued-config.rejected.json"]
@@ -117,8 +117,8 @@ def test_a_refused_config_is_set_aside_with_its_code(path: str) -> None:
 
 
 def test_each_request_is_remembered_with_its_plan_and_pending_ones_named(path: str) -> None:
-    first = spool.queue(path, "a", "/a.toml")["request_id"]
-    assert spool.pending(path) == {first}
+    first = queuefile.queue(path, "a", "/a.toml")["request_id"]
+    assert queuefile.pending(path) == {first}
     plan = {"id": "plan-1", "changes": [{"action": "start"}]}
     s, _ = make(path, FakeAdmit({"id": "op-1", "planned": plan},
                                 {"id": None, "outcome": "no-change", "planned": plan}))
@@ -126,11 +126,11 @@ def test_each_request_is_remembered_with_its_plan_and_pending_ones_named(path: s
     assert take(s) == "admitted" and s.operation == "op-1"
     assert s.result(first) == {"state": "admitted", "operation": "op-1", "plan": plan,
                                "joined": False}
-    second = spool.queue(path, "b", "/b.toml")["request_id"]
+    second = queuefile.queue(path, "b", "/b.toml")["request_id"]
     os.rename(path, path.replace(".json", ".taken.json"))
-    assert spool.pending(path) == {second}   # taken, and not decided yet
+    assert queuefile.pending(path) == {second}   # taken, and not decided yet
     assert take(s) == "no-change" and s.operation is None
-    assert s.result(second)["state"] == "no-change" and spool.pending(path) == set()
+    assert s.result(second)["state"] == "no-change" and queuefile.pending(path) == set()
     for n in range(spool.RESULTS_KEPT):   # only the newest are kept
         s._keep(f"r{n}", {"state": "no-change"})
     assert s.result(first) is None and s.result(f"r{spool.RESULTS_KEPT - 1}") is not None
@@ -150,7 +150,7 @@ def test_a_corrupt_queue_is_rejected_and_admits_nothing(path: str) -> None:
 
 def test_a_symlink_is_never_followed(path: str, tmp_path: Path) -> None:
     target = tmp_path / "elsewhere.json"
-    spool.queue(str(target), "text", "/src.toml")
+    queuefile.queue(str(target), "text", "/src.toml")
     os.symlink(target, path)
     admit = FakeAdmit()
     s, events = make(path, admit)
@@ -160,10 +160,10 @@ def test_a_symlink_is_never_followed(path: str, tmp_path: Path) -> None:
 
 
 def test_a_newer_queue_during_the_apply_is_not_lost(path: str) -> None:
-    first = spool.queue(path, "first", "/a.toml")
+    first = queuefile.queue(path, "first", "/a.toml")
     second: dict[str, Any] = {}
     admit = FakeAdmit({"id": "op-1"}, {"id": "op-2"},
-                      during=lambda: second or second.update(spool.queue(path, "second",
+                      during=lambda: second or second.update(queuefile.queue(path, "second",
                                                                          "/b.toml")))
     s, _ = make(path, admit)
     assert take(s) == "admitted"
@@ -174,9 +174,9 @@ def test_a_newer_queue_during_the_apply_is_not_lost(path: str) -> None:
 
 
 def test_a_taken_config_left_by_a_dead_generation_goes_first(path: str) -> None:
-    old = spool.queue(path, "old", "/a.toml")
+    old = queuefile.queue(path, "old", "/a.toml")
     os.rename(path, path.replace(".json", ".taken.json"))
-    spool.queue(path, "new", "/b.toml")
+    queuefile.queue(path, "new", "/b.toml")
     admit = FakeAdmit({"id": "op-1"}, {"id": "op-2"})
     s, _ = make(path, admit)
     assert take(s) == "admitted" and admit.calls[0][2] == old["request_id"]
@@ -184,7 +184,7 @@ def test_a_taken_config_left_by_a_dead_generation_goes_first(path: str) -> None:
 
 
 def test_the_unexpected_ends_as_a_coded_rejection(path: str) -> None:
-    spool.queue(path, "text", "/src.toml")
+    queuefile.queue(path, "text", "/src.toml")
     s, events = make(path, FakeAdmit(KeyError("boom")))
     assert take(s) == "rejected"
     assert events[0][1]["code"] == "INTERNAL"
@@ -219,20 +219,20 @@ def test_run_takes_only_while_in_control() -> None:
 
 
 def test_state_names_what_status_shows(path: str) -> None:
-    assert spool.state(path) is None
-    spool.queue(path, "text", "/src.toml")
-    assert spool.state(path) == "waiting"
+    assert queuefile.state(path) is None
+    queuefile.queue(path, "text", "/src.toml")
+    assert queuefile.state(path) == "waiting"
     os.rename(path, path.replace(".json", ".taken.json"))
-    assert spool.state(path) == "waiting"
+    assert queuefile.state(path) == "waiting"
     os.rename(path.replace(".json", ".taken.json"), path.replace(".json", ".rejected.json"))
-    assert spool.state(path) == "rejected"
-    spool.queue(path, "again", "/src.toml")            # a newer queue waits: it says so
-    assert spool.state(path) == "waiting"
+    assert queuefile.state(path) == "rejected"
+    queuefile.queue(path, "again", "/src.toml")            # a newer queue waits: it says so
+    assert queuefile.state(path) == "waiting"
 
 
 def test_an_admitted_queue_that_cannot_be_removed_is_not_taken_again(
         path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    spool.queue(path, "text", "/src.toml")
+    queuefile.queue(path, "text", "/src.toml")
     admit = FakeAdmit({"id": "op-1"})
     s, events = make(path, admit)
     real = os.unlink
@@ -246,7 +246,7 @@ def test_an_admitted_queue_that_cannot_be_removed_is_not_taken_again(
     assert [e[1]["outcome"] for e in events] == ["admitted"]      # never "rejected"
     assert take(s) is None and take(s) is None and len(admit.calls) == 1
     assert not s.waits()   # left as it is: nothing waits to be decided
-    assert s.result(spool.read_queued(s.taken)["request_id"])["state"] == "admitted"
+    assert s.result(queuefile.read_queued(s.taken)["request_id"])["state"] == "admitted"
 
 
 def test_a_queue_that_cannot_be_set_aside_is_reported_once(path: str) -> None:
@@ -260,7 +260,7 @@ def test_a_queue_that_cannot_be_set_aside_is_reported_once(path: str) -> None:
 
 def test_a_queue_that_cannot_be_taken_waits(path: str,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    spool.queue(path, "text", "/src.toml")
+    queuefile.queue(path, "text", "/src.toml")
 
     def failing(a: str, b: str) -> None:
         raise OSError(30, "Read-only file system")

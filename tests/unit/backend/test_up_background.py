@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backend import queuefile, spool
+from backend import queuefile
 from backend.cli import daemons, upwait
 from backend.cli.daemons import in_background
 from protocol.errors import StorageFailed
@@ -116,7 +116,7 @@ def test_the_child_verifies_first_and_starts_the_daemons_when_told(
     assert _wait(early.pid) == 0
     assert marks.read_text() == "verified\nstarted ['guardian', 'owner']\n"
     assert queued["starting"] == ["owner", "guardian"]
-    assert spool.read_queued(Path(layout.queued_config))["source"] == "/etc/tenure.toml"
+    assert queuefile.read_queued(Path(layout.queued_config))["source"] == "/etc/tenure.toml"
     assert daemons.last_background_start(layout)["ok"]
 
 

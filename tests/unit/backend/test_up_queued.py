@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from backend import spool
+from backend import queuefile
 from backend.cli import commands
 from protocol.errors import ConfigInvalid, NotFound, RequestTimedOut, UnknownMethod
 
@@ -66,8 +66,8 @@ def test_nothing_to_change_is_no_change(monkeypatch, tmp_path):
 
 def test_a_rejected_config_is_its_error_and_not_kept(monkeypatch, tmp_path):
     queued = str(tmp_path / "queued-config.json")
-    rid = spool.queue(queued, "text", "/a.toml")["request_id"]
-    rejected = spool.files(queued)[2]
+    rid = queuefile.queue(queued, "text", "/a.toml")["request_id"]
+    rejected = queuefile.files(queued)[2]
     Path(queued).rename(rejected)
     backend = Backend({"state": "rejected", "code": "CONFIG_INVALID",
                        "msg": "/a.toml:2: stacks.s.apps.a.user: unknown user"})
@@ -77,11 +77,11 @@ def test_a_rejected_config_is_its_error_and_not_kept(monkeypatch, tmp_path):
     assert err.value.data == {"request_id": rid}
     assert not Path(rejected).exists()
     # another request's rejected file is the operator's: left as it is
-    other = spool.queue(queued, "text", "/b.toml")["request_id"]
+    other = queuefile.queue(queued, "text", "/b.toml")["request_id"]
     Path(queued).rename(rejected)
     with pytest.raises(ConfigInvalid):
         _run(monkeypatch, tmp_path, backend, rid="up-mine")
-    assert spool.read_queued(rejected)["request_id"] == other
+    assert queuefile.read_queued(rejected)["request_id"] == other
 
 
 def test_a_request_no_backend_can_tell_of_is_not_found(monkeypatch, tmp_path):
