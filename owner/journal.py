@@ -38,7 +38,7 @@ from typing import Final, TypeVar
 from protocol.errors import BadRequest, ShuttingDown, StorageFailed
 
 from . import memtrim
-from .journalckpt import Checkpointer, checkpoint, frames_for, truncate
+from .journalckpt import COMMIT_FRAMES, Checkpointer, checkpoint, frames_for, truncate
 from .journaldb import (
     FORMAT_VERSION,
     check_schema,
@@ -59,6 +59,7 @@ from .journalretention import (
     load_budgets,
     save_budgets,
 )
+from .journalvacuum import GiveBack
 from .logqueue import FairQueue, Queued
 
 __all__ = [
@@ -188,6 +189,7 @@ class Journal:
         self._written_by_app: dict[tuple[str, str], tuple[int, int]] = {}
         self.health = WriteHealth()   # whether writes work (owner.journalhealth)
         self._ckpt = Checkpointer(lambda: connect(self._path))
+        self._give_back = GiveBack()   # free pages back to the disk (owner.journalvacuum)
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
@@ -361,6 +363,8 @@ class Journal:
                 while not self._queue:
                     if self._stopping:
                         return None
+                    if self._give_back.due:
+                        return []
                     self._writer_idle = True
                     woke = self._cond.wait(retry)
                     self._writer_idle = False
@@ -391,13 +395,26 @@ class Journal:
         """Nothing is queued: empty a WAL longer than it keeps (owner.journalckpt).
         Returns when to try again if that truncate was not done (a reader or a
         checkpoint was in the way: nothing else would try it before the next line),
-        IDLE_RETRY_S and doubling to IDLE_RETRY_MAX_S; None once it was."""
+        IDLE_RETRY_S and doubling to IDLE_RETRY_MAX_S; None once it was. Free pages are
+        given back first (owner.journalvacuum): the frames that wrote make the WAL
+        long, and the truncate that empties it cuts the file to its pages."""
+        self._give_back.run(self._wconn, self._wlock, self._busy, self._wrote)
         if not self._ckpt.idle():
             return None
         self._checkpoint_now(truncate)
         if not self._ckpt.owed():
             return None
         return IDLE_RETRY_S if retry is None else min(retry * 2, IDLE_RETRY_MAX_S)
+
+    def _busy(self) -> bool:
+        """Whether the writer has lines to write, or is closing."""
+        with self._cond:
+            return bool(self._queue) or self._stopping
+
+    def _wrote(self, frames: int) -> None:
+        """A maintenance step of the writer's wrote about ``frames`` WAL frames."""
+        if self._ckpt.committed(frames + COMMIT_FRAMES):
+            self._checkpoint_now(checkpoint)
 
     def _write(self, batch: list[Queued]) -> int:
         """Write ``batch`` (or count it lost) and release its room in the queue; returns
@@ -510,6 +527,7 @@ class Journal:
 
     def _prune(self, conn: sqlite3.Connection, key: tuple[str, str]) -> None:
         """Delete the app's oldest extents until its total fits the retention limit."""
+        self._give_back.freed()
         app, limit = self._apps[key], self._limit(key)
         while app.total > limit:
             oldest = conn.execute(
@@ -568,6 +586,7 @@ class Journal:
             for key in [k for k, a in self._apps.items() if a.total > self._limit(k)]:
                 self._prune(conn, key)
         self._maintain("setting log budgets", work)
+        self._wake_writer()
 
     def forget(self, sources: Sequence[tuple[str, str, int]], timeout: float = 30.0) -> int:
         """Delete every line of each ``(stack, app, instance)`` in one transaction (see
@@ -581,10 +600,17 @@ class Journal:
 
         def work(conn: sqlite3.Connection) -> int:
             self._pruned.forgot((st, app) for st, app, _ in checked)
+            self._give_back.freed()
             return forget_sources(conn, checked)
         deleted = self._maintain("forgetting sources", work)
         self._ckpt.ask()  # a delete may rewrite many pages
+        self._wake_writer()
         return deleted
+
+    def _wake_writer(self) -> None:
+        """An idle writer looks at what a maintenance call left it (free pages)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def _maintain(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(conn)`` in one transaction of the writer's connection, between two

@@ -17,6 +17,7 @@ from protocol.errors import StateCorrupt, UnsafePath
 from protocol.storage import storage_failure
 
 from .journalckpt import KEEP_BYTES
+from .journalvacuum import start_incremental
 
 __all__ = ["COLS", "FORMAT_VERSION", "MULTI_ROWS", "RECORD_COST", "check_schema", "connect",
            "insert_rows", "open_private", "open_writer", "record_cost"]
@@ -107,6 +108,8 @@ def open_writer(path: str) -> sqlite3.Connection:
         raise StateCorrupt(f"cannot open journal: {exc}", {"path": path}) from None
     try:
         fresh = check_schema(conn, path)
+        if fresh:   # before the journal mode and the first table, or SQLite ignores it
+            start_incremental(conn)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer's job

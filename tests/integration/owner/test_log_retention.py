@@ -73,3 +73,31 @@ def test_an_app_budget_prunes_at_once_and_outlives_a_restart(short_home: Path) -
             assert _kept(c) > 3 * MIB
     finally:
         owner.stop()
+
+
+def test_a_smaller_budget_gives_the_disk_back(short_home: Path) -> None:
+    """The pages a smaller budget freed go back to the file system once the owner's
+    writer is idle (owner.journalvacuum): journal.db shrinks to about what it keeps.
+    Was: it kept its size for good."""
+    owner = OwnerProcess(short_home).start()
+    journal = Path(owner.paths.journal)
+    try:
+        with owner.client() as c:
+            epoch = GuardianKey().bootstrap(c, owner.instance)
+            _write(c, epoch, "k1", 24)
+            assert journal.stat().st_size + _wal(journal) > 20 * MIB
+            c.call("logs.retention", {"budgets": [{"stack": "s", "app": "a",
+                                                   "bytes": MIB}]}, epoch=epoch)
+            deadline = time.monotonic() + 30
+            while journal.stat().st_size + _wal(journal) > 4 * MIB:
+                assert time.monotonic() < deadline, journal.stat().st_size
+                time.sleep(0.05)
+            assert MIB // 2 <= _kept(c) <= MIB
+        assert owner.stop() == 0
+    finally:
+        owner.stop()
+
+
+def _wal(db: Path) -> int:
+    wal = db.with_name(db.name + "-wal")
+    return wal.stat().st_size if wal.exists() else 0

@@ -1,0 +1,214 @@
+"""journal.db gives free pages back (owner.journalvacuum): after a smaller budget or a
+``logs.forget`` the file shrinks once the writer is idle, lines that come meanwhile are
+written whole, a flood's own pruning (under the slack) leaves the file as it is, and a
+journal of an older owner (no free-page map) is rewritten once when small enough, kept as
+it is when not. Was: the file never shrank."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from owner import journaldb, journalvacuum
+from owner.journal import Journal, LogSource
+from owner.journalvacuum import GiveBack, Pages, pages
+
+MIB = 1 << 20
+WEB, DB = LogSource("s", "web", 0, 1), LogSource("s", "db", 0, 1)
+
+
+def _fill(j: Journal, src: LogSource, mib: int) -> None:
+    for _ in range(mib * 64):
+        j.append(src, "stdout", [(b"x" * 16384, 0)])
+    assert j.flush(timeout=60)
+
+
+def _kept(j: Journal, app: str) -> int:
+    return sum(len(r.data) for r in j.read(0, 100_000, app=app))
+
+
+def _settled(j: Journal, timeout: float = 20.0) -> None:
+    """Wait until the writer has nothing left to give back and has emptied the WAL."""
+    deadline = time.monotonic() + timeout
+    while j._give_back.due or j._ckpt.owed():
+        assert time.monotonic() < deadline, "the writer did not give the pages back"
+        time.sleep(0.01)
+
+
+def _mode(path: Path) -> Pages:
+    conn = sqlite3.connect(path)
+    try:
+        return pages(conn)
+    finally:
+        conn.close()
+
+
+
+def test_a_smaller_budget_gives_the_pages_back_and_keeps_every_line_it_keeps(
+        tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with Journal(path) as j:
+        assert _mode(path).incremental   # a new journal maps its pages
+        _fill(j, WEB, 24)
+        _fill(j, DB, 2)
+        assert path.stat().st_size > 20 * MIB
+        last = j.last_id()
+        j.set_retention({("s", "web"): MIB})   # ~23 MiB freed
+        _settled(j)
+        assert path.stat().st_size < 4 * MIB, path.stat().st_size
+        assert MIB // 2 <= _kept(j, "web") <= MIB and _kept(j, "db") == 2 * MIB
+        assert j.last_id() == last
+        _fill(j, WEB, 2)   # and it goes on as before
+        assert _kept(j, "web") <= MIB and j.last_id() == last + 128
+    assert _mode(path).free <= journalvacuum.SLACK_PAGES
+
+
+def test_forgetting_sources_gives_the_pages_back(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with Journal(path) as j:
+        _fill(j, WEB, 16)
+        _fill(j, DB, 1)
+        assert j.forget([("s", "web", 0)]) == 16 * 64
+        _settled(j)
+        assert path.stat().st_size < 3 * MIB, path.stat().st_size
+        assert _kept(j, "db") == MIB
+
+
+def test_a_flood_at_its_budget_leaves_the_file_as_it_is(tmp_path: Path) -> None:
+    """Pruning as it goes frees about a batch at a time, under the slack: nothing is given
+    back, so the file is not shrunk only to grow again."""
+    path = tmp_path / "j.db"
+    with Journal(path, retention_bytes_per_app=4 * MIB) as j:
+        _fill(j, WEB, 12)
+        _settled(j)
+        assert j._give_back.released == 0
+        assert path.stat().st_size > 4 * MIB
+
+
+def test_lines_that_come_while_pages_go_back_are_written_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journalvacuum, "STEP_PAGES", 8)   # many steps: lines come between
+    path = tmp_path / "j.db"
+    with Journal(path) as j:
+        _fill(j, WEB, 24)
+        first = j.last_id()
+        j.set_retention({("s", "web"): MIB})
+        for i in range(2000):
+            j.append(DB, "stdout", [(b"line %d" % i, 0)])
+            if i % 100 == 0:
+                time.sleep(0.005)
+        assert j.flush(timeout=60)
+        _settled(j)
+        assert [r.data for r in j.read(first, 100_000, app="db")] == \
+            [b"line %d" % i for i in range(2000)]
+        assert path.stat().st_size < 4 * MIB, path.stat().st_size
+        assert j._give_back.released > 8 * 64   # in many steps
+
+
+def _older_journal(path: Path, monkeypatch: pytest.MonkeyPatch, mib: int) -> None:
+    """A journal as an owner before free pages were given back made it: no page map."""
+    with monkeypatch.context() as m:
+        m.setattr(journaldb, "start_incremental", lambda conn: None)
+        with Journal(path) as j:
+            _fill(j, WEB, mib)
+            _fill(j, DB, 1)
+    assert not _mode(path).incremental
+
+
+def test_an_older_journal_is_rewritten_once_and_then_gives_pages_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "j.db"
+    _older_journal(path, monkeypatch, 20)
+    caplog.set_level(logging.INFO, "owner.journalvacuum")
+    with Journal(path) as j:
+        last = j.last_id()
+        j.set_retention({("s", "web"): MIB})
+        _settled(j)
+        assert _mode(path).incremental
+        assert path.stat().st_size < 4 * MIB, path.stat().st_size
+        assert MIB // 2 <= _kept(j, "web") <= MIB and _kept(j, "db") == MIB
+        assert j.last_id() == last
+        assert "rewritten to give" in caplog.text
+
+
+def test_an_older_journal_too_large_to_rewrite_keeps_its_pages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "j.db"
+    _older_journal(path, monkeypatch, 20)
+    monkeypatch.setattr(journalvacuum, "CONVERT_MAX_PAGES", 100)
+    caplog.set_level(logging.INFO, "owner.journalvacuum")
+    size = path.stat().st_size
+    with Journal(path) as j:
+        j.set_retention({("s", "web"): MIB})
+        _settled(j)
+        j.set_retention({("s", "web"): 2 * MIB})
+        _settled(j)
+        assert not _mode(path).incremental and path.stat().st_size >= size
+        assert caplog.text.count("too large") == 1   # told once, not at every prune
+        assert _kept(j, "db") == MIB
+
+
+def _mapped_db(path: Path, free_mib: int) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    journalvacuum.start_incremental(conn)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (x BLOB)")
+    conn.executemany("INSERT INTO t VALUES (?)", [(b"y" * 4000,)] * (free_mib * 256 + 64))
+    conn.execute("DELETE FROM t WHERE rowid > 64")
+    return conn
+
+
+def test_a_step_stops_when_lines_are_queued_and_the_next_idle_goes_on(tmp_path: Path):
+    conn = _mapped_db(tmp_path / "t.db", 12)
+    lock, frames = threading.Lock(), []
+    try:
+        gb = GiveBack()
+        free = pages(conn).free
+        assert free > journalvacuum.SLACK_PAGES
+        calls = iter([False, True])
+        assert gb.run(conn, lock, lambda: next(calls, True), frames.append)
+        assert gb.due and gb.released == journalvacuum.STEP_PAGES   # one step, then lines
+        assert gb.run(conn, lock, lambda: False, frames.append)
+        assert not gb.due and pages(conn).free == 0 and gb.released == free
+        assert sum(frames) == free
+        assert not gb.run(conn, lock, lambda: False, frames.append)   # nothing due
+    finally:
+        conn.close()
+
+
+def test_free_pages_under_the_slack_stay(tmp_path: Path) -> None:
+    conn = _mapped_db(tmp_path / "t.db", 4)
+    try:
+        gb = GiveBack()
+        free = pages(conn).free
+        assert not gb.run(conn, threading.Lock(), lambda: False, lambda n: None)
+        assert not gb.due and pages(conn).free == free and gb.released == 0
+        gb.freed()
+        assert gb.due
+    finally:
+        conn.close()
+
+
+def test_a_failing_step_is_logged_and_left_to_the_next_prune(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    conn = _mapped_db(tmp_path / "t.db", 12)
+    reader = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    try:
+        reader.execute("BEGIN IMMEDIATE")   # holds the write lock: the step cannot start
+        conn.execute("PRAGMA busy_timeout=0")
+        gb = GiveBack()
+        assert not gb.run(conn, threading.Lock(), lambda: False, lambda n: None)
+        assert not gb.due and "giving free pages back failed" in caplog.text
+        reader.execute("ROLLBACK")
+        gb.freed()
+        assert gb.run(conn, threading.Lock(), lambda: False, lambda n: None)
+    finally:
+        reader.close()
+        conn.close()
