@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,6 +45,9 @@ CONVERT_MAX_PAGES = 8192
 """Live pages (32 MiB) up to which an older journal is converted: its VACUUM took 97 ms
 for 24 MiB here and writes about as many WAL frames, under the WAL's cap
 (owner.journalckpt)."""
+QUIET_S = 60
+"""After a failed step, no new one for this long: a full disk fails every step, and a
+flood prunes with every batch."""
 INCREMENTAL = 2   # PRAGMA auto_vacuum's value for INCREMENTAL
 
 
@@ -74,11 +78,13 @@ class GiveBack:
 
     ``due`` is set by whatever freed pages (:meth:`freed`), from any thread, and at
     open: the writer looks at the free list only then, and clears it once nothing is
-    left to do (or a step failed: the next prune tries again).
+    left to do (or a step failed: the first prune QUIET_S later tries again).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.due = True            # an open journal may hold free pages from before
+        self._clock = clock
+        self._quiet_until = 0.0    # after a failure: no new try before (QUIET_S)
         self.released = 0          # pages given back since open, for tests and stats
         self._going = False        # a give-back stopped for lines: goes on past the slack
         self._too_large_told = False
@@ -93,6 +99,9 @@ class GiveBack:
         frames. Returns True when pages went (the caller truncates the WAL, which cuts
         the file). Raises nothing: a failure is logged."""
         if not self.due:
+            return False
+        if self._clock() < self._quiet_until:   # it failed lately (a full disk, say)
+            self.due = False
             return False
         released = 0
         try:
@@ -118,8 +127,11 @@ class GiveBack:
                 self._gave(now.free - after.free, wrote)
                 released += now.free - after.free
                 now = after
-        except sqlite3.Error as exc:
-            log.warning("journal: giving free pages back failed: %s", exc)
+        except Exception as exc:   # the writer thread goes on whatever this raised
+            self._quiet_until = self._clock() + QUIET_S
+            log.warning("journal: giving free pages back failed (tried again after the "
+                        "next prune, %d s from now at the earliest): %s", QUIET_S, exc,
+                        exc_info=not isinstance(exc, sqlite3.Error))
         self.due = self._going = False
         return released > 0
 

@@ -196,19 +196,45 @@ def test_free_pages_under_the_slack_stay(tmp_path: Path) -> None:
         conn.close()
 
 
-def test_a_failing_step_is_logged_and_left_to_the_next_prune(
+def test_a_failing_step_is_logged_and_tried_again_after_a_quiet_time(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     conn = _mapped_db(tmp_path / "t.db", 12)
     reader = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
     try:
         reader.execute("BEGIN IMMEDIATE")   # holds the write lock: the step cannot start
         conn.execute("PRAGMA busy_timeout=0")
-        gb = GiveBack()
+        now = [100.0]
+        gb = GiveBack(clock=lambda: now[0])
         assert not gb.run(conn, threading.Lock(), lambda: False, lambda n: None)
         assert not gb.due and "giving free pages back failed" in caplog.text
         reader.execute("ROLLBACK")
+        gb.freed()   # a prune soon after: not tried again yet (a full disk fails each)
+        assert not gb.run(conn, threading.Lock(), lambda: False, lambda n: None)
+        assert not gb.due and caplog.text.count("failed") == 1
+        now[0] += journalvacuum.QUIET_S
         gb.freed()
         assert gb.run(conn, threading.Lock(), lambda: False, lambda n: None)
+        assert pages(conn).free == 0
     finally:
         reader.close()
         conn.close()
+
+
+def test_an_unexpected_error_while_giving_back_leaves_the_writer_writing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    real, calls = journalvacuum.pages, []
+
+    def broken(conn: sqlite3.Connection) -> Pages:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected")
+        return real(conn)
+    monkeypatch.setattr(journalvacuum, "pages", broken)
+    with Journal(tmp_path / "j.db") as j:
+        _fill(j, WEB, 16)
+        j.set_retention({("s", "web"): MIB})
+        _settled(j)
+        assert "injected" in caplog.text and "Traceback" in caplog.text
+        _fill(j, DB, 1)   # the writer thread lives on
+        assert _kept(j, "db") == MIB
