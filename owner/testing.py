@@ -24,10 +24,11 @@ from protocol.client import Client
 from protocol.ed25519 import PrivateKey
 from protocol.grant import Grant, public_key_text
 
-from .journal import READ_LIMIT_MAX, Journal, LogRecord
+from .journal import READ_LIMIT_MAX, Journal, LogRecord, LogSource
 from .paths import OwnerPaths
 
-__all__ = ["DISK_FULL", "GuardianKey", "OwnerProcess", "read_all", "scratch_group"]
+__all__ = ["DISK_FULL", "GuardianKey", "OwnerProcess", "fill_journal", "journal_kept", "read_all",
+           "scratch_group"]
 
 
 # A preload for OwnerProcess: while $TENURE_TEST_HOME/disk-full exists, recording a
@@ -179,6 +180,18 @@ def in_child_as(uid: int, gid: int, fn: Any, groups: tuple[int, ...] = ()) -> An
         data = f.read()
     os.waitpid(pid, 0)
     return json.loads(data)
+
+
+def fill_journal(j: Journal, src: LogSource, mib: int) -> None:
+    """Append ``mib`` MiB of ``src``'s output in 16 KiB lines; wait until written."""
+    for _ in range(mib * 64):
+        j.append(src, "stdout", [(b"x" * 16384, 0)])
+    assert j.flush(timeout=60)
+
+
+def journal_kept(j: Journal, app: str) -> int:
+    """Bytes of ``app``'s output the journal holds."""
+    return sum(len(r.data) for r in read_all(j, app=app))
 
 
 def read_all(j: Journal, **filters: Any) -> list[LogRecord]:

@@ -11,46 +11,37 @@ import pytest
 
 from owner.journal import Journal, LogSource
 from owner.journalretention import MIN_RETENTION
+from owner.testing import fill_journal, journal_kept
 from protocol.errors import BadRequest
 
 MIB = 1 << 20
 WEB, DB = LogSource("s", "web", 0, 1), LogSource("s", "db", 0, 1)
 
 
-def _fill(j: Journal, src: LogSource, mib: int) -> None:
-    for _ in range(mib * 64):
-        j.append(src, "stdout", [(b"x" * 16384, 0)])
-    assert j.flush(timeout=60)
-
-
-def _kept(j: Journal, app: str) -> int:
-    return sum(len(r.data) for r in j.read(0, 100_000, app=app))
-
-
 def test_an_app_keeps_its_own_budget_and_the_others_the_default(tmp_path: Path) -> None:
     with Journal(tmp_path / "j.db", retention_bytes_per_app=2 * MIB) as j:
         j.set_retention({("s", "web"): 4 * MIB})
-        _fill(j, WEB, 6)
-        _fill(j, DB, 6)
-        assert 4 * MIB - MIB <= _kept(j, "web") <= 4 * MIB   # pruned by whole extents
-        assert 2 * MIB - MIB // 2 <= _kept(j, "db") <= 2 * MIB
+        fill_journal(j, WEB, 6)
+        fill_journal(j, DB, 6)
+        assert 4 * MIB - MIB <= journal_kept(j, "web") <= 4 * MIB   # pruned by whole extents
+        assert 2 * MIB - MIB // 2 <= journal_kept(j, "db") <= 2 * MIB
         assert j.retention() == (2 * MIB, {("s", "web"): 4 * MIB})
 
 
 def test_a_smaller_budget_prunes_at_once_and_outlives_a_reopen(tmp_path: Path) -> None:
     with Journal(tmp_path / "j.db", retention_bytes_per_app=8 * MIB) as j:
-        _fill(j, WEB, 6)
-        assert _kept(j, "web") == 6 * MIB
+        fill_journal(j, WEB, 6)
+        assert journal_kept(j, "web") == 6 * MIB
         j.set_retention({("s", "web"): MIB})   # no write needed: pruned now
-        assert MIB // 2 <= _kept(j, "web") <= MIB
+        assert MIB // 2 <= journal_kept(j, "web") <= MIB
         last = j.last_id()
     with Journal(tmp_path / "j.db", retention_bytes_per_app=8 * MIB) as j:
         assert j.retention() == (8 * MIB, {("s", "web"): MIB})
-        _fill(j, WEB, 3)   # the stored budget holds from the first write
-        assert _kept(j, "web") <= MIB and j.last_id() == last + 3 * 64
+        fill_journal(j, WEB, 3)   # the stored budget holds from the first write
+        assert journal_kept(j, "web") <= MIB and j.last_id() == last + 3 * 64
         j.set_retention({})   # back to the default: nothing more is pruned
-        _fill(j, WEB, 3)
-        assert _kept(j, "web") > 3 * MIB
+        fill_journal(j, WEB, 3)
+        assert journal_kept(j, "web") > 3 * MIB
     with Journal(tmp_path / "j.db") as j:
         assert j.retention()[1] == {}
 
@@ -71,14 +62,14 @@ def test_a_budget_smaller_than_an_extent_cuts_it_instead_of_emptying_the_app(
     """Extents are 1/32 of the budget they were written under (2 MiB for the default
     64 MiB): a 1 MiB budget deleting whole ones would have left nothing."""
     with Journal(tmp_path / "j.db") as j:
-        _fill(j, WEB, 4)
+        fill_journal(j, WEB, 4)
         j.set_retention({("s", "web"): MIB})
-        assert MIB - 16384 <= _kept(j, "web") <= MIB
-        _fill(j, WEB, 2)   # the totals stay true: pruning keeps to the budget
-        assert MIB // 2 <= _kept(j, "web") <= MIB
+        assert MIB - 16384 <= journal_kept(j, "web") <= MIB
+        fill_journal(j, WEB, 2)   # the totals stay true: pruning keeps to the budget
+        assert MIB // 2 <= journal_kept(j, "web") <= MIB
     with Journal(tmp_path / "j.db") as j:   # totals rebuilt from the extents
-        _fill(j, WEB, 1)
-        assert MIB // 2 <= _kept(j, "web") <= MIB
+        fill_journal(j, WEB, 1)
+        assert MIB // 2 <= journal_kept(j, "web") <= MIB
 
 
 def test_a_budget_of_short_lines_bounds_the_file_not_only_their_data(tmp_path: Path) -> None:

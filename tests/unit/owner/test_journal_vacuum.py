@@ -17,19 +17,10 @@ import pytest
 from owner import journaldb, journalvacuum
 from owner.journal import Journal, LogSource
 from owner.journalvacuum import GiveBack, Pages, pages
+from owner.testing import fill_journal, journal_kept
 
 MIB = 1 << 20
 WEB, DB = LogSource("s", "web", 0, 1), LogSource("s", "db", 0, 1)
-
-
-def _fill(j: Journal, src: LogSource, mib: int) -> None:
-    for _ in range(mib * 64):
-        j.append(src, "stdout", [(b"x" * 16384, 0)])
-    assert j.flush(timeout=60)
-
-
-def _kept(j: Journal, app: str) -> int:
-    return sum(len(r.data) for r in j.read(0, 100_000, app=app))
 
 
 def _settled(j: Journal, timeout: float = 20.0) -> None:
@@ -54,29 +45,29 @@ def test_a_smaller_budget_gives_the_pages_back_and_keeps_every_line_it_keeps(
     path = tmp_path / "j.db"
     with Journal(path) as j:
         assert _mode(path).incremental   # a new journal maps its pages
-        _fill(j, WEB, 24)
-        _fill(j, DB, 2)
+        fill_journal(j, WEB, 24)
+        fill_journal(j, DB, 2)
         assert path.stat().st_size > 20 * MIB
         last = j.last_id()
         j.set_retention({("s", "web"): MIB})   # ~23 MiB freed
         _settled(j)
         assert path.stat().st_size < 4 * MIB, path.stat().st_size
-        assert MIB // 2 <= _kept(j, "web") <= MIB and _kept(j, "db") == 2 * MIB
+        assert MIB // 2 <= journal_kept(j, "web") <= MIB and journal_kept(j, "db") == 2 * MIB
         assert j.last_id() == last
-        _fill(j, WEB, 2)   # and it goes on as before
-        assert _kept(j, "web") <= MIB and j.last_id() == last + 128
+        fill_journal(j, WEB, 2)   # and it goes on as before
+        assert journal_kept(j, "web") <= MIB and j.last_id() == last + 128
     assert _mode(path).free <= journalvacuum.SLACK_PAGES
 
 
 def test_forgetting_sources_gives_the_pages_back(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     with Journal(path) as j:
-        _fill(j, WEB, 16)
-        _fill(j, DB, 1)
+        fill_journal(j, WEB, 16)
+        fill_journal(j, DB, 1)
         assert j.forget([("s", "web", 0)]) == 16 * 64
         _settled(j)
         assert path.stat().st_size < 3 * MIB, path.stat().st_size
-        assert _kept(j, "db") == MIB
+        assert journal_kept(j, "db") == MIB
 
 
 def test_a_flood_at_its_budget_leaves_the_file_as_it_is(tmp_path: Path) -> None:
@@ -84,7 +75,7 @@ def test_a_flood_at_its_budget_leaves_the_file_as_it_is(tmp_path: Path) -> None:
     back, so the file is not shrunk only to grow again."""
     path = tmp_path / "j.db"
     with Journal(path, retention_bytes_per_app=4 * MIB) as j:
-        _fill(j, WEB, 12)
+        fill_journal(j, WEB, 12)
         _settled(j)
         assert j._give_back.released == 0
         assert path.stat().st_size > 4 * MIB
@@ -95,7 +86,7 @@ def test_lines_that_come_while_pages_go_back_are_written_whole(
     monkeypatch.setattr(journalvacuum, "STEP_PAGES", 8)   # many steps: lines come between
     path = tmp_path / "j.db"
     with Journal(path) as j:
-        _fill(j, WEB, 24)
+        fill_journal(j, WEB, 24)
         first = j.last_id()
         j.set_retention({("s", "web"): MIB})
         for i in range(2000):
@@ -115,8 +106,8 @@ def _older_journal(path: Path, monkeypatch: pytest.MonkeyPatch, mib: int) -> Non
     with monkeypatch.context() as m:
         m.setattr(journaldb, "start_incremental", lambda conn: None)
         with Journal(path) as j:
-            _fill(j, WEB, mib)
-            _fill(j, DB, 1)
+            fill_journal(j, WEB, mib)
+            fill_journal(j, DB, 1)
     assert not _mode(path).incremental
 
 
@@ -132,7 +123,7 @@ def test_an_older_journal_is_rewritten_once_and_then_gives_pages_back(
         _settled(j)
         assert _mode(path).incremental
         assert path.stat().st_size < 4 * MIB, path.stat().st_size
-        assert MIB // 2 <= _kept(j, "web") <= MIB and _kept(j, "db") == MIB
+        assert MIB // 2 <= journal_kept(j, "web") <= MIB and journal_kept(j, "db") == MIB
         assert j.last_id() == last
         assert "rewritten to give" in caplog.text
 
@@ -152,7 +143,7 @@ def test_an_older_journal_too_large_to_rewrite_keeps_its_pages(
         _settled(j)
         assert not _mode(path).incremental and path.stat().st_size >= size
         assert caplog.text.count("too large") == 1   # told once, not at every prune
-        assert _kept(j, "db") == MIB
+        assert journal_kept(j, "db") == MIB
 
 
 def _mapped_db(path: Path, free_mib: int) -> sqlite3.Connection:
@@ -232,9 +223,9 @@ def test_an_unexpected_error_while_giving_back_leaves_the_writer_writing(
         return real(conn)
     monkeypatch.setattr(journalvacuum, "pages", broken)
     with Journal(tmp_path / "j.db") as j:
-        _fill(j, WEB, 16)
+        fill_journal(j, WEB, 16)
         j.set_retention({("s", "web"): MIB})
         _settled(j)
         assert "injected" in caplog.text and "Traceback" in caplog.text
-        _fill(j, DB, 1)   # the writer thread lives on
-        assert _kept(j, "db") == MIB
+        fill_journal(j, DB, 1)   # the writer thread lives on
+        assert journal_kept(j, "db") == MIB
