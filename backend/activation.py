@@ -27,11 +27,11 @@ from .config_sockets import claims
 from .model import App, Config
 
 __all__ = ["CAPABILITY", "check_sockets", "held_key", "launch_sockets", "needs_sockets",
-           "stale", "sweep"]
+           "retune", "retuned", "stale", "sweep"]
 
 log = logging.getLogger("tenure.backend")
 
-CAPABILITY = {"sockets": 1}
+CAPABILITY = {"sockets": 1, "socketUpdate": 1}
 Fail = Callable[[KeyPath, str], NoReturn]
 
 
@@ -137,6 +137,35 @@ def _check_unix(addr: ListenAddress, path: KeyPath, fail: Fail,
         except OSError:
             return  # stale: the owner replaces it
     fail(path, f"a live socket answers at {addr.path}")
+
+
+def retuned(config: Config, held: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """App key -> the names of its sockets the owner holds with another backlog, mode or
+    owner than ``config`` gives them (``held``: ``sockets.list``'s, with capability
+    ``socketUpdate``); sockets not held yet are bound as declared by their launch."""
+    by_key = {h["key"]: h for h in held}
+    out: dict[str, list[str]] = {}
+    for app in config.apps():
+        for s in app.sockets:
+            h = by_key.get(held_key(app, s.name, s.listen))
+            if h is not None and (h.get("backlog"), h.get("mode"), h.get("user"),
+                                  h.get("group")) != (s.backlog, s.mode, s.owner, s.group):
+                out.setdefault(app.key, []).append(s.name)
+    return out
+
+
+async def retune(owner: Any, epoch: int, app: App, names: list[str]) -> list[str]:
+    """Have the owner give the held sockets ``names`` of ``app`` their settings now
+    (``sockets.update``). Returns the keys it changed. Raises what the owner raised
+    (SocketUnavailable naming the socket; StaleEpoch)."""
+    wanted = [s.to_wire() for s in app.sockets if s.name in names]
+    if not wanted:
+        return []
+    done = await owner.call("sockets.update", {"stack": app.stack, "app": app.name,
+                                               "sockets": wanted}, epoch=epoch)
+    if done["updated"]:
+        log.info("sockets of %s now as configured: %s", app.key, ", ".join(done["updated"]))
+    return list(done["updated"])
 
 
 def stale(config: Config, held: list[dict[str, Any]], stores: list[dict[str, Any]]

@@ -23,7 +23,7 @@ from protocol.window import refuse_in_window
 
 from . import explain
 from . import instance as im
-from .activation import CAPABILITY, check_sockets, needs_sockets
+from .activation import CAPABILITY, check_sockets, needs_sockets, retuned
 from .api_instances import InstanceCommands
 from .api_logs import LogsReading
 from .api_stacks import StackCommands
@@ -449,14 +449,14 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         owner = self._owner()
         host = Host.of(await owner.call("status"))
         check_config(new, text, host)
-        await self._check_sockets(new, text, host.owner_uid)
+        retune = await self._check_sockets(new, text, host.owner_uid)
         # one deferred for a queued config (backend.generation) runs nothing yet: the
         # plan starts it, on the new definition
         held, instances = self.stopped_stacks(), [
             i for k, i in self.sup.instances.items() if k not in self.sup.deferred]
         plan = new_plan(self.gen.config, new, text, source, self._live(),
                         running=running_definitions(instances, held),
-                        stopped=stopped_by_hand(instances))
+                        stopped=stopped_by_hand(instances), retune=retune)
         self.store.add_plan(plan)
         stopped = sorted(set(plan["stacks"]) & held)   # stays down
         return {**{k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
@@ -465,15 +465,21 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                 "settings": setting_changes(self.gen.config, new),
                 "stopped_stacks": stopped}
 
-    async def _check_sockets(self, new: Config, text: str, owner_uid: int) -> None:
-        """Plan-time socket checks (backend.activation.check_sockets)."""
+    async def _check_sockets(self, new: Config, text: str, owner_uid: int
+                             ) -> dict[str, list[str]] | None:
+        """Plan-time socket checks (backend.activation.check_sockets); returns the held
+        sockets whose settings ``new`` changes in place (backend.plan.Retune), None when
+        the owner cannot change them in place."""
         if not needs_sockets(new):
-            return
+            return {}
         owner = self._owner()
         caps = (await owner.connect()).capabilities
         held = (await owner.call("sockets.list"))["sockets"] \
             if caps.get("sockets") == CAPABILITY["sockets"] else []
         check_sockets(new, text, caps, held, owner_uid)
+        if caps.get("socketUpdate") != CAPABILITY["socketUpdate"]:
+            return None
+        return retuned(new, held)
 
     async def apply(self, call: Call) -> Any:
         refuse_in_window(self.gen.layout.home, f"apply {call.params['plan']}")

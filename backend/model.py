@@ -246,7 +246,8 @@ class App(Struct, frozen=True):
 
     def definition_digest(self) -> str:
         """Digest of everything that shapes a running process; a change means restart.
-        (Instance count, restart policy and health alone do not need one.)"""
+        (Instance count, restart policy and health alone do not need one, nor a held
+        socket's settings: :meth:`socket_settings`.)"""
         shape: dict[str, Any] = {"command": list(self.command), "env": dict(self.env),
                                  "cwd": self.cwd, "stop": plain(self.stop),
                                  "ready": plain(self.ready)}
@@ -255,11 +256,16 @@ class App(Struct, frozen=True):
             shape["run_as"] = plain(self.run_as)
         if self.limits != Limits():
             shape["limits"] = plain(self.limits)
-        if self.sockets:
-            shape["sockets"] = [plain(s) for s in self.sockets]
+        if self.sockets:   # which sockets: a backlog, mode or owner changes in place
+            shape["sockets"] = [{"name": s.name, "listen": s.listen} for s in self.sockets]
         if self.fd_store_max:
             shape["fd_store_max"] = self.fd_store_max
         return canonical_digest(shape)
+
+    def socket_settings(self) -> dict[str, tuple[Any, ...]]:
+        """Per socket name, what the owner can change on the socket it holds (backlog,
+        mode, owner, group) without a new socket, so without a restart."""
+        return {s.name: (s.backlog, s.mode, s.owner, s.group) for s in self.sockets}
 
 
 class Stack(Struct, frozen=True):

@@ -198,6 +198,9 @@ class OperationRunner:
         elif s["do"] == "restart_instance":
             assert app is not None
             return await self._restart(op_id, app, s["instance"], progress)
+        elif s["do"] == "update_sockets":
+            assert app is not None
+            await self.sup.retune_sockets(app, s["sockets"])
         return {}
 
     def _app(self, key: str) -> App | None:

@@ -71,15 +71,22 @@ def stopped_by_hand(instances: Iterable[Any]) -> dict[str, list[int]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
+Retune = Mapping[str, list[str]]
+"""App key -> its held sockets whose backlog, mode or owner the config changes
+(backend.activation.retuned); None where the owner cannot change them in place."""
+
+
 def compute_changes(old: Config, new: Config, running: Running | None = None,
-                    stopped: Mapping[str, list[int]] | None = None) -> list[dict[str, Any]]:
+                    stopped: Mapping[str, list[int]] | None = None,
+                    retune: Retune | None = None) -> list[dict[str, Any]]:
     """Every difference per app, in a stable order: start, restart, scale, update, stop.
     With ``running``, also what an operation that failed or was abandoned left undone:
     the applied config names it, the instances do not run it (a definition not rolled
     out, an app not started or not stopped, a scale not made). ``stopped``
     (:func:`stopped_by_hand`) adds to a restart the instances it leaves stopped
-    (``stay_stopped``)."""
-    changes = _changes(old, new, running)
+    (``stay_stopped``). ``retune`` (:data:`Retune`) adds the held sockets an update
+    changes in place; without it, a changed socket setting restarts the app."""
+    changes = _changes(old, new, running, retune)
     for c in changes:
         if c["action"] != "restart":
             continue
@@ -90,7 +97,8 @@ def compute_changes(old: Config, new: Config, running: Running | None = None,
     return changes
 
 
-def _changes(old: Config, new: Config, running: Running | None) -> list[dict[str, Any]]:
+def _changes(old: Config, new: Config, running: Running | None, retune: Retune | None
+             ) -> list[dict[str, Any]]:
     changes: list[dict[str, Any]] = []
     old_apps = {a.key: a for a in old.apps()}
     new_apps = {a.key: a for a in new.apps()}
@@ -100,13 +108,17 @@ def _changes(old: Config, new: Config, running: Running | None) -> list[dict[str
         if o is None or (r == {} and n.instances):
             changes.append({"action": "start", "app": key, "instances": n.instances})
             continue
-        if n.definition_digest() != o.definition_digest():
+        defined = n.definition_digest() != o.definition_digest()
+        # an owner that cannot change a held socket in place applies it at a launch
+        sockets = retune is None and n.socket_settings() != o.socket_settings()
+        if defined or sockets:
             # only the instances that ran the old one: one that scaling adds starts on
             # the new definition (and one it removes is not restarted first)
             kept = min(n.instances, o.instances)
             if kept:
                 changes.append({"action": "restart", "app": key, "instances": kept,
-                                "reason": "definition changed"})
+                                "reason": "definition changed" if defined else
+                                "socket settings changed"})
         elif r is not None:
             changes += _stale(n, r)
         if n.instances != o.instances:
@@ -115,13 +127,24 @@ def _changes(old: Config, new: Config, running: Running | None) -> list[dict[str
         elif r is not None and set(r) != set(range(n.instances)):
             changes.append({"action": "scale", "app": key, "from": len(r),
                             "to": n.instances})
-        if _policy(n) != _policy(o):
-            changes.append({"action": "update", "app": key, "reason": "policy changed"})
+        changes += _updates(key, _policy(n) != _policy(o), (retune or {}).get(key, []))
     gone = set(old_apps) | set(running or {})
     for key in sorted(gone - set(new_apps)):
         count = len(running[key]) if running and key in running else old_apps[key].instances
         changes.append({"action": "stop", "app": key, "instances": count})
     return changes
+
+
+def _updates(key: str, policy: bool, sockets: list[str]) -> list[dict[str, Any]]:
+    """The update of app ``key``: its policy, and held sockets changed in place."""
+    if not policy and not sockets:
+        return []
+    reason = " and ".join(why for why, yes in (("policy", policy), ("socket settings",
+                                                                   sockets)) if yes)
+    out: dict[str, Any] = {"action": "update", "app": key, "reason": f"{reason} changed"}
+    if sockets:
+        out["sockets"] = sorted(sockets)
+    return [out]
 
 
 SETTINGS = ("settings", "metrics", "retention")
@@ -150,8 +173,9 @@ def _stale(app: App, running: Mapping[int, str]) -> list[dict[str, Any]]:
 
 def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ordered steps of applying ``changes``: stops first, then starts level by level
-    along ``after`` (each level at once), then scaling, then rolling restarts one
-    instance at a time, an app after the apps it waits for (``after``)."""
+    along ``after`` (each level at once), then scaling, then held sockets changed in
+    place, then rolling restarts one instance at a time, an app after the apps it waits
+    for (``after``)."""
     by = {c["app"]: c for c in changes}
     steps: list[dict[str, Any]] = [{"do": "stop_app", "app": c["app"]}
                                    for c in changes if c["action"] == "stop"]
@@ -166,6 +190,8 @@ def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]
     for c in changes:
         if c["action"] == "scale":
             steps.append({"do": "scale_app", "app": c["app"], "to": c["to"]})
+    steps += [{"do": "update_sockets", "app": c["app"], "sockets": c["sockets"]}
+              for c in changes if c["action"] == "update" and c.get("sockets")]
     rank = {k: i for i, k in enumerate(order)}
     for c in sorted((c for c in changes if c["action"] == "restart"),
                     key=lambda c: rank.get(c["app"], len(rank))):
@@ -176,8 +202,9 @@ def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]
 
 def new_plan(old: Config, new: Config, text: str, source: str, live: str,
              kind: str = "apply", running: Running | None = None,
-             stopped: Mapping[str, list[int]] | None = None) -> dict[str, Any]:
-    changes = compute_changes(old, new, running, stopped)
+             stopped: Mapping[str, list[int]] | None = None,
+             retune: Retune | None = None) -> dict[str, Any]:
+    changes = compute_changes(old, new, running, stopped, retune)
     fingerprint = canonical_digest({"config": new.revision, "live": live, "kind": kind})
     return {"id": f"plan-{uuid.uuid4().hex[:12]}", "config_text": text, "config_source": source,
             "config_revision": new.revision, "live_revision": live,

@@ -38,6 +38,7 @@ from .paths import OwnerPaths
 from .procinfo import Inspector
 from .procs import ProcessTable
 from .runas import launch_error, privileges
+from .sockets import MAX_SOCKETS, SocketDecl, socket_key
 from .specs import LaunchSpec, StopPolicy, parse_signal
 from .stop import StopOutcome
 from .store import Intent, LaunchRow, LaunchState, OwnerStore
@@ -62,10 +63,12 @@ log = logging.getLogger("tenure.owner")
 # since the owner started) and ``journal_bytes`` (the journal's size on disk)
 # socketInodes 1: launch.sockets, the socket inodes a launch's processes hold open
 # logRetention 1: logs.retention, an app's own journal budget (owner.journalretention)
+# socketUpdate 1: sockets.update, a held socket's backlog, mode and owner changed in place
+# (sockets.list also says each socket's mode, user and group)
 CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
                 "notify": 1, "observations": 1, "fencing": 1, "spawnErrors": 1,
                 "logNotes": 1, "sockets": 1, "metrics": 1, "retention": 1,
-                "logCounts": 1, "socketInodes": 1, "logRetention": 1}
+                "logCounts": 1, "socketInodes": 1, "logRetention": 1, "socketUpdate": 1}
 
 MAX_BUDGETS = 10_000   # apps named in one logs.retention call
 
@@ -163,6 +166,9 @@ S_METRICS = Schema(Field("launch_keys", list, required=False,
                          else "must be a list of launch keys"),
                    Field("usage_only", bool, required=False, default=False))
 S_SOCKET = Schema(Field("key", str, check=check_key(400)))
+S_SOCKET_UPDATE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
+                         Field("sockets", list, check=lambda v: None if 1 <= len(v) <=
+                               MAX_SOCKETS else f"must list 1 to {MAX_SOCKETS} sockets"))
 S_FDSTORE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
                    Field("instance", int, required=False, check=_uint))
 
@@ -212,6 +218,7 @@ class OwnerService:
                                      while_draining=True),
             "sockets.list": Method(self.sockets_list, role="viewer", while_draining=True),
             "sockets.close": Method(self.sockets_close, S_SOCKET),
+            "sockets.update": Method(self.sockets_update, S_SOCKET_UPDATE),
             "fdstore.clear": Method(self.fdstore_clear, S_FDSTORE),
             "stack.set_intent": Method(self.set_intent, S_INTENT),
             "stack.intents": Method(self.intents, role="viewer", while_draining=True),
@@ -434,6 +441,25 @@ class OwnerService:
         if closed:
             self.ring.emit("socket_closed", key=key)
         return {"key": key, "closed": closed}
+
+    async def sockets_update(self, call: Call) -> Any:
+        """Give the sockets held for ``stack/app`` the backlog, mode and owner of
+        ``sockets`` (each as a launch names it) now, each staying the same socket; one
+        not held is left to the launch that creates it. All are checked before any is
+        changed. Raises BadRequest (a bad socket) and SocketUnavailable (naming the one
+        that could not take its settings; those before it took theirs)."""
+        self._require_epoch(call)
+        p = call.params
+        decls = [SocketDecl.from_wire(d) for d in p["sockets"]]
+        updated, not_held = [], []
+        for decl in decls:
+            key = socket_key(p["stack"], p["app"], decl)
+            if self.launcher.sockets.update(p["stack"], p["app"], decl):
+                updated.append(key)
+                self.ring.emit("socket_updated", key=key)
+            else:
+                not_held.append(key)
+        return {"updated": updated, "not_held": not_held}
 
     async def fdstore_clear(self, call: Call) -> Any:
         """Close the stored fds of ``stack/app`` (one instance, or all); idempotent."""

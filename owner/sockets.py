@@ -133,7 +133,8 @@ class HeldSocket:
         return {"key": self.key, "stack": self.stack, "app": self.app,
                 "name": self.decl.name, "listen": str(self.decl.listen),
                 "inode": self.inode, "backlog": self.decl.backlog, "queued": queued,
-                "queue_limit": limit}
+                "queue_limit": limit, "mode": self.decl.mode, "user": self.decl.user,
+                "group": self.decl.group}
 
 
 # struct tcp_info (linux/tcp.h): eight u8 fields, then u32 rto, ato, snd_mss, rcv_mss,
@@ -186,15 +187,19 @@ class SocketHolder:
             self.held[key] = held
             log.info("holding socket %s (inode %d)", key, held.inode)
             return held
-        if held.decl != decl:
-            try:
-                held.sock.listen(decl.backlog)
-                if decl.listen.is_unix:
-                    _set_owner(decl, held.path_inode)
-            except OSError as e:
-                raise _unavailable(decl, e) from e
-            held.decl = decl
+        _retune(held, decl)
         return held
+
+    def update(self, stack: str, app: str, decl: SocketDecl) -> bool:
+        """Give the socket held for ``decl`` of ``stack/app`` its backlog, mode and owner
+        now, while it stays the same socket (nothing queued on it is lost). Returns False,
+        changing nothing, when no such socket is held (a launch creates it as
+        declared). Raises SocketUnavailable as :meth:`ensure`."""
+        held = self.held.get(socket_key(stack, app, decl))
+        if held is None:
+            return False
+        _retune(held, decl)
+        return True
 
     def close(self, key: str) -> bool:
         """Close the socket held under ``key`` (a unix socket's path is removed when it is
@@ -217,6 +222,25 @@ class SocketHolder:
 
     def to_wire(self) -> list[dict[str, Any]]:
         return [h.to_wire() for _, h in sorted(self.held.items())]
+
+
+def _retune(held: HeldSocket, decl: SocketDecl) -> None:
+    """Apply ``decl``'s backlog, mode and owner to ``held`` (same address) where they
+    differ. Raises SocketUnavailable; the socket keeps what it had."""
+    if held.decl == decl:
+        return
+    try:
+        held.sock.listen(decl.backlog)
+        if decl.listen.is_unix:
+            _set_owner(decl, held.path_inode)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            held.sock.listen(held.decl.backlog)
+        raise _unavailable(decl, e) from e
+    held.decl = decl
+    log.info("socket %s: backlog %d, mode %s, owner %s:%s", held.key, decl.backlog,
+             "0666" if decl.mode is None else f"{decl.mode:04o}", decl.user or "-",
+             decl.group or "-")
 
 
 def _unavailable(decl: SocketDecl, e: OSError | str) -> SocketUnavailable:

@@ -246,3 +246,39 @@ def test_a_socket_move_that_fails_still_closes_the_address_the_config_left(clust
         assert [s["listen"] for s in held(cluster).values()] == [], held(cluster)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", old), timeout=5).close()
+
+
+def test_a_changed_backlog_or_mode_applies_to_the_held_socket_and_restarts_nothing(
+        cluster, short_home):
+    """Was: a changed backlog, mode or owner restarted the app (the plan said `restart`),
+    to hand it the same socket with new settings at its launch. Now the owner changes
+    the socket it holds, the app keeps its pid and whatever waits on the socket stays
+    queued."""
+    path, port = short_home / "a.sock", free_port()
+    text = ('[stacks.s.apps.a]\ncommand = ["sleep", "100000"]\n'
+            f'[stacks.s.apps.a.sockets.local]\nlisten = "unix:{path}"\nmode = "0600"\n'
+            f'[stacks.s.apps.a.sockets.web]\nlisten = "127.0.0.1:{port}"\nbacklog = 8\n')
+    cluster.up(text)
+    cluster.wait_ready(1)
+    pid, inode = cluster.apps()["s/a/0"]["pid"], path.stat().st_ino
+    waiting = socket.create_connection(("127.0.0.1", port), timeout=5)   # in the backlog
+    try:
+        changed = text.replace('"0600"', '"0660"').replace("backlog = 8", "backlog = 64")
+        plan = cluster.cli("plan", "--config", str(cluster.write_config(changed, "c.toml")),
+                           check=True).out
+        assert plan["changes"] == [{"action": "update", "app": "s/a", "reason":
+                                    "socket settings changed", "sockets": ["local", "web"]}]
+        assert "(socket settings changed) sockets: local, web" in cluster.cli_text(
+            "plan", "--config", str(cluster.write_config(changed, "c.toml")))
+        res = cluster.cli("apply", plan["id"], "--wait", check=True).out
+        assert res["outcome"] == "success", res
+        assert cluster.apps()["s/a/0"]["pid"] == pid
+        assert path.stat().st_mode & 0o777 == 0o660 and path.stat().st_ino == inode
+        now = held(cluster)
+        assert (now["web"]["backlog"], now["web"]["queue_limit"], now["web"]["queued"]) == \
+            (64, 64, 1)
+        assert now["local"]["mode"] == 0o660
+        assert cluster.cli("plan", "--config", str(cluster.write_config(changed, "c.toml")),
+                           check=True).out["changes"] == []
+    finally:
+        waiting.close()

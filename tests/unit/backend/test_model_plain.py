@@ -98,8 +98,11 @@ def test_revision_and_definition_digests_are_what_earlier_releases_computed() ->
     assert config.revision == \
         "e87589213de44520e2cfd9ff37e712bc8dda5aa08463f19ccafb5dd7acda6aad"
     apps = config.stacks["web"].apps
+    # A definition digest is only ever compared with another computed by the same
+    # backend (plans, taking a config); an app with sockets has had a new one since a
+    # socket's backlog, mode and owner left its definition (they change in place).
     assert apps["api"].definition_digest() == \
-        "074afd5292f49dc6e0cd130be46e258d050f0351a448feeb7f3cc01bfcead291"
+        "bce6c9bb5d92da228c5f8dfd3a888ad095dbbee8b32cd981847ec7437972a280"
     assert apps["db"].definition_digest() == \
         "671306e44cc3257fd64bb9b087e6550526fadae176d6407f30fdfa4c018b7851"
 

@@ -36,3 +36,62 @@ def test_rolling_restarts_go_along_after():
     changes = compute_changes(parse_config(old, "o"), parse_config(new, "n"))
     steps = steps_for(parse_config(new, "n"), changes)
     assert [s["app"] for s in steps] == ["s/mm", "s/zz", "s/aa"], steps
+
+
+SOCK = '[stacks.s.apps.a.sockets.http]\nlisten = "unix:/run/s/a.sock"\n'
+HELD = {"key": "s/a/http@unix:/run/s/a.sock", "backlog": 4096, "mode": None, "user": None,
+        "group": None}
+
+
+def _socket_changes(old: str, new: str, held: list[dict] | None) -> list[dict]:
+    """Changes from ``old`` to ``new`` with the owner holding ``held`` (None: an owner
+    without socketUpdate), and the steps of them."""
+    from backend.activation import retuned
+    from backend.plan import steps_for
+    o, n = parse_config(BASE + old, "o"), parse_config(BASE + new, "n")
+    changes = compute_changes(o, n, retune=None if held is None else retuned(n, held))
+    return [*changes, *steps_for(n, changes)]
+
+
+def test_a_held_sockets_backlog_mode_or_owner_is_changed_in_place_not_by_a_restart():
+    for extra in ("backlog = 16\n", 'mode = "0660"\n', 'group = "root"\n'):
+        assert _socket_changes(SOCK, SOCK + extra, [HELD]) == [
+            {"action": "update", "app": "s/a", "reason": "socket settings changed",
+             "sockets": ["http"]},
+            {"do": "update_sockets", "app": "s/a", "sockets": ["http"]}], extra
+
+
+def test_with_the_policy_too_it_is_one_update():
+    assert _socket_changes(SOCK, 'restart = "never"\n' + SOCK + "backlog = 16\n",
+                           [HELD])[0] == {"action": "update", "app": "s/a", "reason":
+                                          "policy and socket settings changed",
+                                          "sockets": ["http"]}
+
+
+def test_what_the_owner_holds_decides_not_the_old_config():
+    """A socket not held yet is bound as declared by its launch: nothing to update. One
+    held with other settings than the config's (an operation that failed before its
+    update, an owner handed its sockets over) is updated even with the config as it
+    was."""
+    assert _socket_changes(SOCK, SOCK + "backlog = 16\n", []) == []
+    assert _socket_changes(SOCK + "backlog = 16\n", SOCK + "backlog = 16\n", [HELD]) == [
+        {"action": "update", "app": "s/a", "reason": "socket settings changed",
+         "sockets": ["http"]},
+        {"do": "update_sockets", "app": "s/a", "sockets": ["http"]}]
+    assert _socket_changes(SOCK, SOCK, [HELD]) == []
+
+
+def test_an_owner_without_in_place_updates_restarts_for_them_as_before():
+    assert _socket_changes(SOCK, SOCK + 'mode = "0660"\n', None) == [
+        {"action": "restart", "app": "s/a", "instances": 1,
+         "reason": "socket settings changed"},
+        {"do": "restart_instance", "app": "s/a", "instance": 0}]
+
+
+def test_a_new_address_or_name_is_still_a_restart():
+    moved = SOCK.replace("/a.sock", "/b.sock")
+    renamed = SOCK.replace("sockets.http", "sockets.web")
+    for new in (moved, renamed):
+        assert _socket_changes(SOCK, new, [HELD])[0] == {
+            "action": "restart", "app": "s/a", "instances": 1,
+            "reason": "definition changed"}, new

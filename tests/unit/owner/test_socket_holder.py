@@ -97,3 +97,43 @@ def test_a_mode_change_applies_to_the_held_socket_in_place(tmp_path: Path) -> No
         assert again is held and path.stat().st_mode & 0o777 == 0o660
     finally:
         holder.close_all()
+
+
+def test_update_retunes_a_held_socket_and_leaves_an_unheld_one_to_its_launch(
+        tmp_path: Path) -> None:
+    path = tmp_path / "a.sock"
+    holder = SocketHolder()
+    held = holder.ensure("s", "a", _moded(path, 0o600))
+    client = socket.socket(socket.AF_UNIX)
+    try:
+        client.connect(str(path))   # queued on the socket: the update keeps it
+        wanted = SocketDecl.from_wire({"name": "web", "listen": f"unix:{path}",
+                                       "mode": 0o660, "backlog": 7})
+        assert holder.update("s", "a", wanted)
+        assert holder.held[held.key] is held and held.decl == wanted
+        assert path.stat().st_mode & 0o777 == 0o660
+        assert os.stat(path).st_ino == held.path_inode
+        conn, _ = held.sock.accept()   # the connection made before is still there
+        conn.close()
+        assert [(h["backlog"], h["mode"]) for h in holder.to_wire()] == [(7, 0o660)]
+        other = SocketDecl.from_wire({"name": "web", "listen": f"unix:{tmp_path}/b.sock"})
+        assert not holder.update("s", "a", other)
+        assert not (tmp_path / "b.sock").exists() and list(holder.held) == [held.key]
+    finally:
+        client.close()
+        holder.close_all()
+
+
+def test_an_update_that_fails_keeps_what_the_socket_had(tmp_path: Path) -> None:
+    path = tmp_path / "a.sock"
+    holder = SocketHolder()
+    held = holder.ensure("s", "a", _moded(path, 0o600))
+    try:
+        bad = SocketDecl.from_wire({"name": "web", "listen": f"unix:{path}", "mode": 0o660,
+                                    "user": "no-such-user-of-tenure", "backlog": 9})
+        with pytest.raises(SocketUnavailable, match="no-such-user-of-tenure"):
+            holder.update("s", "a", bad)
+        assert held.decl.mode == 0o600 and held.decl.backlog != 9
+        assert path.stat().st_mode & 0o777 == 0o600
+    finally:
+        holder.close_all()
