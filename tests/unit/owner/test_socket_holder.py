@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from owner.sockets import SocketDecl, SocketHolder
+from owner.sockets import HeldSocket, SocketDecl, SocketHolder
 from protocol.errors import SocketUnavailable
 
 
@@ -87,23 +88,30 @@ def test_a_mode_change_of_a_socket_file_put_in_its_place_is_refused(tmp_path: Pa
         holder.close_all()
 
 
-def test_a_mode_change_applies_to_the_held_socket_in_place(tmp_path: Path) -> None:
+Held = tuple[Path, SocketHolder, HeldSocket]
+
+
+@pytest.fixture
+def held600(tmp_path: Path) -> Iterator[Held]:
+    """A unix socket held with mode 0600: its path, the holder and the held socket."""
     path = tmp_path / "a.sock"
     holder = SocketHolder()
-    held = holder.ensure("s", "a", _moded(path, 0o600))
     try:
-        assert path.stat().st_mode & 0o777 == 0o600
-        again = holder.ensure("s", "a", _moded(path, 0o660))
-        assert again is held and path.stat().st_mode & 0o777 == 0o660
+        yield path, holder, holder.ensure("s", "a", _moded(path, 0o600))
     finally:
         holder.close_all()
 
 
+def test_a_mode_change_applies_to_the_held_socket_in_place(held600: Held) -> None:
+    path, holder, held = held600
+    assert path.stat().st_mode & 0o777 == 0o600
+    again = holder.ensure("s", "a", _moded(path, 0o660))
+    assert again is held and path.stat().st_mode & 0o777 == 0o660
+
+
 def test_update_retunes_a_held_socket_and_leaves_an_unheld_one_to_its_launch(
-        tmp_path: Path) -> None:
-    path = tmp_path / "a.sock"
-    holder = SocketHolder()
-    held = holder.ensure("s", "a", _moded(path, 0o600))
+        held600: Held, tmp_path: Path) -> None:
+    path, holder, held = held600
     client = socket.socket(socket.AF_UNIX)
     try:
         client.connect(str(path))   # queued on the socket: the update keeps it
@@ -121,19 +129,13 @@ def test_update_retunes_a_held_socket_and_leaves_an_unheld_one_to_its_launch(
         assert not (tmp_path / "b.sock").exists() and list(holder.held) == [held.key]
     finally:
         client.close()
-        holder.close_all()
 
 
-def test_an_update_that_fails_keeps_what_the_socket_had(tmp_path: Path) -> None:
-    path = tmp_path / "a.sock"
-    holder = SocketHolder()
-    held = holder.ensure("s", "a", _moded(path, 0o600))
-    try:
-        bad = SocketDecl.from_wire({"name": "web", "listen": f"unix:{path}", "mode": 0o660,
-                                    "user": "no-such-user-of-tenure", "backlog": 9})
-        with pytest.raises(SocketUnavailable, match="no-such-user-of-tenure"):
-            holder.update("s", "a", bad)
-        assert held.decl.mode == 0o600 and held.decl.backlog != 9
-        assert path.stat().st_mode & 0o777 == 0o600
-    finally:
-        holder.close_all()
+def test_an_update_that_fails_keeps_what_the_socket_had(held600: Held) -> None:
+    path, holder, held = held600
+    bad = SocketDecl.from_wire({"name": "web", "listen": f"unix:{path}", "mode": 0o660,
+                                "user": "no-such-user-of-tenure", "backlog": 9})
+    with pytest.raises(SocketUnavailable, match="no-such-user-of-tenure"):
+        holder.update("s", "a", bad)
+    assert held.decl.mode == 0o600 and held.decl.backlog != 9
+    assert path.stat().st_mode & 0o777 == 0o600
