@@ -396,9 +396,10 @@ class Journal:
         Returns when to try again if that truncate was not done (a reader or a
         checkpoint was in the way: nothing else would try it before the next line),
         IDLE_RETRY_S and doubling to IDLE_RETRY_MAX_S; None once it was. Free pages are
-        given back first (owner.journalvacuum): the frames that wrote make the WAL
-        long, and the truncate that empties it cuts the file to its pages."""
-        self._give_back.run(self._wconn, self._wlock, self._busy, self._wrote)
+        given back first (owner.journalvacuum); the truncate that empties the WAL then
+        cuts the file to its pages."""
+        if self._give_back.run(self._wconn, self._wlock, self._busy, self._wrote):
+            self._ckpt.shrunk()
         if not self._ckpt.idle():
             return None
         self._checkpoint_now(truncate)

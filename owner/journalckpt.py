@@ -145,6 +145,13 @@ class Checkpointer:
             self._cond.wait_for(lambda: not self._running)
             return True
 
+    def shrunk(self) -> None:
+        """The database file may be longer than its pages now (free pages were given
+        back, owner.journalvacuum): only a checkpoint that copies the whole WAL cuts it,
+        so the next idle truncate is owed whatever the WAL's length. Raises nothing."""
+        with self._cond:
+            self._unrestarted = max(self._unrestarted, KEEP_FRAMES)
+
     def owed(self) -> bool:
         """Whether the WAL may still be longer than KEEP_BYTES (an idle truncate that
         was in someone's way). Raises nothing."""

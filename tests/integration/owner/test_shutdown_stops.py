@@ -45,6 +45,7 @@ def test_a_stop_policy_longer_than_the_owners_budget_is_waited_for(short_home: P
         r = lv.launch(IGNORES_TERM, stop={"signal": "TERM", "timeout": 2.5, "kill_after": 5})
         pids.append(r["pid"])
         assert lv.c.call("status")["stop_budget"] == 7.5   # what `tenure down` waits for
+        _said_up(lv, r["instance"])   # its trap is set: a SIGTERM before killed it at once
         lv.c.close()
         t0 = time.monotonic()
         code = owner.stop()
@@ -55,6 +56,13 @@ def test_a_stop_policy_longer_than_the_owners_budget_is_waited_for(short_home: P
         assert took >= 2.5, took   # its SIGTERM was ignored: SIGKILL after its timeout
     finally:
         kill_pids([p for p in pids if _alive(p)])
+
+
+def _said_up(lv: Live, instance: int) -> None:
+    deadline = time.monotonic() + 10
+    while not lv.c.call("logs.read", {"app": "a", "instance": instance})["records"]:
+        assert time.monotonic() < deadline, "the app never said it was up"
+        time.sleep(0.02)
 
 
 # The app forks a process that leaves its group and session and clears its environment:
