@@ -552,8 +552,9 @@ def _activation_view(inst: im.Instance, held: dict[str, Any]) -> dict[str, Any]:
     if not held:
         return {"sockets": None, "stored_fds": None, "fd_store_max": inst.app.fd_store_max}
     app = inst.app
-    socks = [{k: s[k] for k in ("name", "listen", "inode", "backlog", "queued",
-                                "queue_limit", "used_by")}
+    socks = [{**{k: s[k] for k in ("name", "listen", "inode", "backlog", "queued",
+                                   "queue_limit", "used_by")},
+              **{k: s.get(k) for k in ("mode", "user", "group")}}   # an older owner: null
              for s in held["sockets"] if (s["stack"], s["app"]) == (app.stack, app.name)]
     stored = [f for st in held["fd_store"]
               if (st["stack"], st["app"], st["instance"]) == (app.stack, app.name, inst.index)

@@ -451,13 +451,18 @@ def _stored_fds(fds: list[dict[str, Any]]) -> str:
 
 
 def _held_sockets(socks: list[dict[str, Any]] | None) -> str:
-    """``http 127.0.0.1:8080 (queue 0/4096, inode 123, used by s/a/0/3); ...``;
+    """``http 127.0.0.1:8080 (queue 0/4096, inode 123, used by s/a/0/3); local
+    unix:/run/a.sock (mode 0660, owner -:www, inode 124); ...``;
     ``unknown`` when the owner could not be asked."""
     if socks is None:
         return "unknown"
     out = []
     for s in socks:
         said = [] if s.get("queued") is None else [f"queue {s['queued']}/{s['queue_limit']}"]
+        if s.get("mode") is not None:
+            said.append(f"mode {s['mode']:04o}")
+        if s.get("user") or s.get("group"):
+            said.append(f"owner {s.get('user') or '-'}:{s.get('group') or '-'}")
         said.append(f"inode {s['inode']}")
         if s.get("used_by"):
             said.append(f"used by {', '.join(s['used_by'])}")

@@ -278,6 +278,9 @@ def test_a_changed_backlog_or_mode_applies_to_the_held_socket_and_restarts_nothi
         assert (now["web"]["backlog"], now["web"]["queue_limit"], now["web"]["queued"]) == \
             (64, 64, 1)
         assert now["local"]["mode"] == 0o660
+        shown = cluster.cli("inspect", "s/a", check=True).out["instances"][0]["sockets"]
+        assert {x["name"]: x["mode"] for x in shown} == {"local": 0o660, "web": None}
+        assert f"local unix:{path} (mode 0660, inode " in cluster.cli_text("inspect", "s/a")
         assert cluster.cli("plan", "--config", str(cluster.write_config(changed, "c.toml")),
                            check=True).out["changes"] == []
     finally:
