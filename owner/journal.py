@@ -176,6 +176,7 @@ class Journal:
         self._pruned = Pruned()   # what retention deleted, for readers behind it
         self._next_id = 1
         self._load_state()
+        self._pruned.load(self._wconn)   # what was pruned before this open
         self._cond = threading.Condition(threading.Lock())
         self._queue = FairQueue(self._queue_max)
         self._seq = 0  # sequence number of the last accepted append

@@ -9,11 +9,14 @@ retention deleted, P, says that every record of the source up to P is gone and n
 above it went by retention. A read after A < P missed some of them (record P at least):
 the answer says so per source, ``{stack, app, instance, stream, after: A, last_id: P}``.
 
-Kept in memory, from the owner's start: after a restart what was pruned before it is
-not said (an answer then says less, never something false), nor when the journal file
-is read without the owner. A reader's snapshot and the marks it is given agree: the
-writer commits a transaction that pruned and publishes its marks under one lock, and a
-reader starts its snapshot and copies the marks under the same lock (:meth:`as_of`).
+Kept in memory and in the journal's ``meta`` table (``pruned/STACK/APP/INSTANCE/
+STREAM`` -> the id), written in the transaction that pruned: an owner started on the
+journal (an upgrade, a reboot) says what was pruned before it from its first read. An
+owner that predates the rows ignores them and does not add to them; marks then say less
+than what went, never something false. A reader's snapshot and the marks it is given
+agree: the writer commits a transaction that pruned and publishes its marks under one
+lock, and a reader starts its snapshot and copies the marks under the same lock
+(:meth:`as_of`).
 Pruning an extent written since the journal opened reads none of its rows: the writer
 keeps, per extent, each source's highest id in it (:meth:`Pruned.wrote`); older extents,
 and the head of one that is cut, are read with one grouped query.
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_PER_APP", "MAX_SUMMARIES", "Mark", "Pruned", "gaps"]
 
+PREFIX: Final = "pruned/"
 MAX_PER_APP: Final = 1024
 """Sources remembered per app (a job template has an instance per job): beyond it, those
 pruned longest ago are forgotten, and a reader still behind them is told nothing."""
@@ -109,21 +113,36 @@ class Pruned:
             staged[source] = max(staged.get(source, 0), top)
 
     def commit(self, conn: sqlite3.Connection) -> None:
-        """COMMIT the writer's transaction and publish what it staged, as one step for
-        readers (:meth:`as_of`). Raises sqlite3.Error (nothing is published; the caller
-        rolls back and calls :meth:`discard`)."""
+        """Write what the writer's transaction staged into ``meta``, COMMIT it and
+        publish the marks, as one step for readers (:meth:`as_of`). Raises sqlite3.Error
+        (nothing is published; the caller rolls back and calls :meth:`discard`)."""
         if not self._staged:
             conn.execute("COMMIT")
             return
         with self._lock:
-            conn.execute("COMMIT")
+            through = {app: _kept({**self._through.get(app, {}), **marks})
+                       for app, marks in self._staged.items()}   # ids only grow
             for app, marks in self._staged.items():
-                kept = self._through.setdefault(app, {})
-                kept.update(marks)   # ids only grow: a later pruning marks higher
-                if len(kept) > MAX_PER_APP:
-                    newest = sorted(kept.items(), key=lambda kv: kv[1])[-MAX_PER_APP // 2:]
-                    self._through[app] = dict(newest)
+                kept = through[app]
+                _save(conn, app, {s: kept[s] for s in marks if s in kept},
+                      set(self._through.get(app, {})) - set(kept))
+            conn.execute("COMMIT")
+            self._through.update(through)
         self._staged.clear()
+
+    def load(self, conn: sqlite3.Connection) -> None:
+        """The marks stored in ``meta`` (at open); a malformed row is ignored, as an
+        older owner's answer says less. Raises sqlite3.Error."""
+        through: dict[AppKey, dict[SourceKey, int]] = {}
+        for key, value in conn.execute("SELECT key, value FROM meta WHERE key >= ? AND "
+                                       "key < ?", (PREFIX, PREFIX[:-1] + "0")):
+            parts = key[len(PREFIX):].split("/")
+            if len(parts) == 4 and parts[2].isdigit() and parts[3] in ("stdout", "stderr") \
+                    and isinstance(value, int) and value > 0 and all(parts[:2]):
+                through.setdefault((parts[0], parts[1]), {})[
+                    (int(parts[2]), parts[3])] = value
+        with self._lock:
+            self._through = {app: _kept(marks) for app, marks in through.items()}
 
     def discard(self) -> None:
         """The writer's transaction was rolled back: forget what it staged, and the
@@ -143,6 +162,25 @@ class Pruned:
                     for (instance, stream), top in marks.items()
                     if top > above and flt.instance in (None, instance)
                     and flt.stream in (None, stream)]
+
+
+def _kept(marks: dict[SourceKey, int]) -> dict[SourceKey, int]:
+    """At most MAX_PER_APP marks of one app: past it, the newest half."""
+    if len(marks) <= MAX_PER_APP:
+        return marks
+    return dict(sorted(marks.items(), key=lambda kv: kv[1])[-MAX_PER_APP // 2:])
+
+
+def _save(conn: sqlite3.Connection, app: AppKey, marks: dict[SourceKey, int],
+          dropped: set[SourceKey]) -> None:
+    """Store ``marks`` of ``app`` (a higher id wins) and delete the ``dropped`` ones,
+    inside the caller's transaction. Raises sqlite3.Error."""
+    def key(source: SourceKey) -> str:
+        return f"{PREFIX}{app[0]}/{app[1]}/{source[0]}/{source[1]}"
+    conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO "
+                     "UPDATE SET value = max(value, excluded.value)",
+                     [(key(source), top) for source, top in marks.items()])
+    conn.executemany("DELETE FROM meta WHERE key = ?", [(key(s),) for s in dropped])
 
 
 def gaps(marks: list[Mark], after: int) -> list[dict[str, Any]]:

@@ -7,8 +7,9 @@ the page was read from (owner.journalpruned): records that were captured, then p
 by the app's budget before this reader got to them (a follower that fell behind, a
 ``--since`` or ``-n`` reaching back past what is kept). Each is said once on stderr, an
 instance's streams on one line; with ``--json`` the next record printed of that source
-also carries it (logprint.Printer.gaps). An answer without ``pruned`` (an owner that
-predates it, or the journal file read while tenure is not running) says nothing.
+also carries it (logprint.Printer.gaps). The journal file read while tenure is not
+running says it too, from the marks the owner stored with the journal. An answer without
+``pruned`` (an owner that predates it) says nothing.
 """
 
 from __future__ import annotations

@@ -225,13 +225,16 @@ class Fallback:
     def _page(self, q: dict[str, Any]) -> dict[str, Any]:
         """What the owner's ``logs.read`` answers, read from the file."""
         from owner.journal import READ_LIMIT_MAX
+        from owner.journalpruned import Pruned
         from owner.journalread import Filters, read_at
         assert self._conn is not None
         flt = Filters(q.get("stack"), q.get("app"), q.get("instance"), q.get("stream"))
         flt.sql()
+        pruned = Pruned()   # what retention deleted, as the owner stored it
+        pruned.load(self._conn)
         return read_at(self._conn, q.get("after", 0), min(q.get("limit", 1000),
                        READ_LIMIT_MAX), q.get("max_bytes", 1 << 20), flt,
-                       q.get("tail")).to_wire()
+                       q.get("tail"), pruned).to_wire()
 
     def _sources(self, targets: list[str], resolved: bool = False,
                  ) -> list[tuple[str, str | None, int | None]]:

@@ -278,3 +278,20 @@ def test_an_owner_away_for_its_upgrade_is_waited_for_not_read_around(home, monke
                                          "step": "done"})
     lines, _ = run(home, monkeypatch, raised=OWNER_SILENT, targets=["shop/db"])
     assert lines == ["shop/db/0 (stderr): db says"]
+
+
+def test_lines_retention_removed_are_said_from_the_file_too(tmp_path, monkeypatch):
+    """Was: the marks lived in the owner's memory, so a read of the file while tenure was
+    down printed what was kept and said nothing of what its budget had removed."""
+    lay = Layout(tmp_path)
+    os.makedirs(lay.execution, mode=0o700)
+    with Journal(lay.execution / "journal.db", retention_bytes_per_app=64 << 10) as j:
+        for n in range(300):
+            j.append(LogSource("shop", "web", 0, 1), "stdout", [(b"%04d" % n + b"x" * 996,
+                                                                 0)])
+        assert j.flush(timeout=60)
+    lines, err = run(lay, monkeypatch, targets=["shop/web"], since="0", n=0)
+    assert lines and lines[-1].startswith("shop/web/0: 0299")
+    gone = int(lines[0].split(": ")[1][:4])
+    assert gone > 0 and f"records of shop/web/0 were removed by log retention before they " \
+        f"were read (among ids 1-{gone})" in err, err

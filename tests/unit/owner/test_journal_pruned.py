@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from owner.journal import Journal, LogSource
 from owner.journalretention import MIN_RETENTION
 
@@ -105,22 +107,64 @@ def test_extents_from_before_a_reopen_and_a_cut_extent_are_named_exactly(
         assert j.read_page(lost, 10, app="web").pruned == []
 
 
-def test_a_file_read_without_the_owner_says_nothing_of_pruning(tmp_path: Path) -> None:
-    """The marks live in the owner's memory: the page of a bare connection has none, so
-    the answer has no ``pruned`` (a reader then says nothing rather than something
-    false)."""
+def test_a_file_read_without_the_owner_says_what_the_file_stored(tmp_path: Path) -> None:
+    """The marks are stored with the journal: a bare connection given them (the CLI's
+    read while tenure is down) names what was pruned as the owner did; without them the
+    answer has no ``pruned`` (a reader then says nothing rather than something false)."""
     import sqlite3
 
+    from owner.journalpruned import Pruned
     from owner.journalread import Filters, read_at
     with Journal(tmp_path / "j.db", retention_bytes_per_app=64 * KIB) as j:
         write(j, WEB0, 200)
-        assert j.read_page(0, 10, app="web").to_wire()["pruned"]
+        said = j.read_page(0, 10, app="web").to_wire()["pruned"]
+        assert said
     conn = sqlite3.connect(tmp_path / "j.db", isolation_level=None)
     try:
         page = read_at(conn, 0, 10, None, Filters(app="web"))
+        stored = Pruned()
+        stored.load(conn)
+        told = read_at(conn, 0, 10, None, Filters(app="web"), pruned=stored)
     finally:
         conn.close()
     assert page.records and page.pruned is None and "pruned" not in page.to_wire()
+    assert told.pruned == said
+
+
+def test_what_was_pruned_is_said_after_a_reopen(tmp_path: Path) -> None:
+    """Was: kept in memory only, so an owner restarted (an upgrade, a reboot) said
+    nothing of what was pruned before it, and a reader behind lost lines silently."""
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=64 * KIB) as j:
+        web = write(j, WEB0, 100)
+        write(j, WEB1, 100, "stderr")
+        before = j.read_page(0, 10, app="web").pruned
+        assert before[0]["last_id"] == lost_above(web, j, 0, app="web", instance=0)
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=64 * KIB) as j:
+        assert j.read_page(0, 10, app="web").pruned == before
+        more = write(j, WEB0, 100)   # later pruning marks higher, as before
+        assert j.read_page(0, 10, app="web", instance=0).pruned[0]["last_id"] == \
+            lost_above(web + more, j, 0, app="web", instance=0)
+
+
+def test_the_stored_marks_are_bounded_as_those_in_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    from owner import journalpruned
+    monkeypatch.setattr(journalpruned, "MAX_PER_APP", 4)
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=64 * KIB) as j:
+        for i in range(12):   # a source per instance, each pruned in turn
+            write(j, LogSource("s", "web", i, 1), 100)
+        kept = {g["instance"] for g in j.read_page(0, 10, app="web").pruned}
+        assert 0 < len(kept) <= 4 and 11 in kept
+    conn = sqlite3.connect(tmp_path / "j.db")
+    try:
+        rows = conn.execute("SELECT key FROM meta WHERE key LIKE 'pruned/%'").fetchall()
+    finally:
+        conn.close()
+    assert {int(k.split("/")[3]) for (k,) in rows} == kept
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=64 * KIB) as j:
+        assert {g["instance"] for g in j.read_page(0, 10, app="web").pruned} == kept
 
 
 def test_the_extent_summaries_kept_in_memory_are_bounded() -> None:
