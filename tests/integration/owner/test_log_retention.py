@@ -1,6 +1,7 @@
 """``logs.retention`` on a real owner: an app keeps its own budget of output, a smaller
-one prunes at once, the budget outlives an owner restart (it prunes from the first
-write, before any backend spoke to the new owner), and a bad call changes nothing."""
+one prunes at once, the budget and what it pruned outlive an owner restart (it prunes
+from the first write, before any backend spoke to the new owner), a bad call changes
+nothing, and the pages it freed go back to the disk."""
 
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def test_an_app_budget_prunes_at_once_and_outlives_a_restart(short_home: Path) -
             assert got == {"default": 64 * MIB,
                            "budgets": [{"stack": "s", "app": "a", "bytes": MIB}]}
             assert MIB // 2 <= _kept(c) <= MIB    # pruned at once, no write needed
+            said = c.call("logs.read", {"app": "a", "after": 0, "limit": 1})["pruned"]
+            assert said and said[0]["instance"] == 0
             with pytest.raises(BadRequest):
                 c.call("logs.retention", {"budgets": [{"stack": "s", "app": "a",
                                                        "bytes": 1024}]}, epoch=epoch)
@@ -66,6 +69,8 @@ def test_an_app_budget_prunes_at_once_and_outlives_a_restart(short_home: Path) -
         owner = OwnerProcess(short_home).start()   # a new owner on the same home
         with owner.client() as c:
             epoch = key.fence(c, owner.instance)
+            # what the first owner pruned is said by this one too (stored with the journal)
+            assert c.call("logs.read", {"app": "a", "after": 0, "limit": 1})["pruned"] == said
             _write(c, epoch, "k2", 3)
             assert _kept(c) <= MIB
             c.call("logs.retention", {"budgets": []}, epoch=epoch)   # the default again
