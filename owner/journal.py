@@ -364,7 +364,7 @@ class Journal:
                 while not self._queue:
                     if self._stopping:
                         return None
-                    if self._give_back.due:
+                    if self._give_back.pending():
                         return []
                     self._writer_idle = True
                     woke = self._cond.wait(retry)
@@ -379,7 +379,8 @@ class Journal:
     def _run(self) -> None:
         retry = None   # while the idle truncate of a long WAL is owed: when to try again
         while True:
-            batch = self._take_batch(retry)
+            quiet = self._give_back.quiet_for()   # a failed give-back's next try
+            batch = self._take_batch(retry if quiet is None else min(retry or quiet, quiet))
             if batch is None:
                 return
             if batch:
@@ -602,6 +603,7 @@ class Journal:
 
         def work(conn: sqlite3.Connection) -> int:
             self._pruned.forgot((st, app) for st, app, _ in checked)
+            self._pruned.unmark(conn, checked)
             self._give_back.freed()
             return forget_sources(conn, checked)
         deleted = self._maintain("forgetting sources", work)

@@ -56,6 +56,7 @@ class Pruned:
         self._lock = threading.Lock()
         self._through: dict[AppKey, dict[SourceKey, int]] = {}
         self._staged: dict[AppKey, dict[SourceKey, int]] = {}
+        self._unmarked: set[tuple[AppKey, int]] = set()   # forgotten: (app, instance)
         self._extents: dict[tuple[AppKey, int], dict[SourceKey, int]] = {}
         """Per extent (app, first id) written since the journal opened: each source's
         highest id in it, so pruning a whole extent needs no scan of its rows."""
@@ -107,6 +108,17 @@ class Pruned:
         for key in [k for k in self._extents if k[0] in gone]:
             del self._extents[key]
 
+    def unmark(self, conn: sqlite3.Connection, sources: Iterable[tuple[str, str, int]]
+               ) -> None:
+        """Every line of ``sources`` (stack, app, instance) is being deleted
+        (owner.journalforget, in the writer's open transaction): their marks go with
+        them, from ``meta`` now and from memory at :meth:`commit`. Raises sqlite3.Error."""
+        for stack, app, instance in sources:
+            head = f"{PREFIX}{stack}/{app}/{instance}/"
+            conn.execute("DELETE FROM meta WHERE key >= ? AND key < ?",
+                         (head, head[:-1] + "0"))
+            self._unmarked.add(((stack, app), instance))
+
     def _stage(self, app: AppKey, marks: Iterable[tuple[SourceKey, int]]) -> None:
         staged = self._staged.setdefault(app, {})
         for source, top in marks:
@@ -116,19 +128,21 @@ class Pruned:
         """Write what the writer's transaction staged into ``meta``, COMMIT it and
         publish the marks, as one step for readers (:meth:`as_of`). Raises sqlite3.Error
         (nothing is published; the caller rolls back and calls :meth:`discard`)."""
-        if not self._staged:
+        if not self._staged and not self._unmarked:
             conn.execute("COMMIT")
             return
         with self._lock:
-            through = {app: _kept({**self._through.get(app, {}), **marks})
-                       for app, marks in self._staged.items()}   # ids only grow
+            through = {app: {s: top for s, top in self._through.get(app, {}).items()
+                             if (app, s[0]) not in self._unmarked}
+                       for app in {*self._staged, *(app for app, _ in self._unmarked)}}
             for app, marks in self._staged.items():
-                kept = through[app]
+                kept = through[app] = _kept({**through[app], **marks})   # ids only grow
                 _save(conn, app, {s: kept[s] for s in marks if s in kept},
                       set(self._through.get(app, {})) - set(kept))
             conn.execute("COMMIT")
             self._through.update(through)
         self._staged.clear()
+        self._unmarked.clear()
 
     def load(self, conn: sqlite3.Connection) -> None:
         """The marks stored in ``meta`` (at open); a malformed row is ignored, as an
@@ -136,11 +150,10 @@ class Pruned:
         through: dict[AppKey, dict[SourceKey, int]] = {}
         for key, value in conn.execute("SELECT key, value FROM meta WHERE key >= ? AND "
                                        "key < ?", (PREFIX, PREFIX[:-1] + "0")):
-            parts = key[len(PREFIX):].split("/")
-            if len(parts) == 4 and parts[2].isdigit() and parts[3] in ("stdout", "stderr") \
-                    and isinstance(value, int) and value > 0 and all(parts[:2]):
-                through.setdefault((parts[0], parts[1]), {})[
-                    (int(parts[2]), parts[3])] = value
+            mark = _parse(key[len(PREFIX):], value)
+            if mark is not None:
+                app, source, top = mark
+                through.setdefault(app, {})[source] = top
         with self._lock:
             self._through = {app: _kept(marks) for app, marks in through.items()}
 
@@ -148,6 +161,7 @@ class Pruned:
         """The writer's transaction was rolled back: forget what it staged, and the
         summaries (they may name ids the next batch reuses; rows are read instead)."""
         self._staged.clear()
+        self._unmarked.clear()
         self._extents.clear()
 
     def as_of(self, conn: sqlite3.Connection, flt: Filters, above: int) -> list[Mark]:
@@ -162,6 +176,17 @@ class Pruned:
                     for (instance, stream), top in marks.items()
                     if top > above and flt.instance in (None, instance)
                     and flt.stream in (None, stream)]
+
+
+def _parse(key: str, value: object) -> tuple[AppKey, SourceKey, int] | None:
+    """``STACK/APP/INSTANCE/STREAM`` -> the id, or None for a row that is not one (an
+    instance of ASCII digits only, a known stream, a positive id)."""
+    parts = key.split("/")
+    if len(parts) != 4 or not all(parts[:2]) or parts[3] not in ("stdout", "stderr") \
+            or not (parts[2].isascii() and parts[2].isdigit() and len(parts[2]) <= 19) \
+            or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return (parts[0], parts[1]), (int(parts[2]), parts[3]), value
 
 
 def _kept(marks: dict[SourceKey, int]) -> dict[SourceKey, int]:

@@ -76,73 +76,95 @@ def pages(conn: sqlite3.Connection) -> Pages:
 class GiveBack:
     """When to give free pages back, and the steps that do (see the module text).
 
-    ``due`` is set by whatever freed pages (:meth:`freed`), from any thread, and at
-    open: the writer looks at the free list only then, and clears it once nothing is
-    left to do (or a step failed: the first prune QUIET_S later tries again).
+    :meth:`freed` is called by whatever freed pages, from any thread; an open journal
+    may hold free pages from before, so one is due at first. The writer asks
+    :meth:`pending` when idle and then calls :meth:`run`, which looks at the free list
+    and clears what it was asked for (what is freed meanwhile stays due). After a failed
+    step none is tried for QUIET_S, then the writer tries again (:meth:`quiet_for`).
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.due = True            # an open journal may hold free pages from before
+        self._asked = 1            # freed() calls; _seen: how many a run has taken up
+        self._seen = 0
         self._clock = clock
         self._quiet_until = 0.0    # after a failure: no new try before (QUIET_S)
         self.released = 0          # pages given back since open, for tests and stats
+        self._uncut = 0            # released pages no finished give-back has reported
         self._going = False        # a give-back stopped for lines: goes on past the slack
         self._too_large_told = False
 
     def freed(self) -> None:
-        self.due = True
+        self._asked += 1
+
+    @property
+    def due(self) -> bool:
+        """Pages were freed since a give-back last looked, or one was interrupted."""
+        return self._asked != self._seen
+
+    def pending(self) -> bool:
+        """Whether the idle writer should :meth:`run` now."""
+        return self.due and self.quiet_for() is None
+
+    def quiet_for(self) -> float | None:
+        """Seconds until a give-back that is due may be tried after a failure; None when
+        none waits."""
+        left = self._quiet_until - self._clock()
+        return left if self.due and left > 0 else None
 
     def run(self, conn: sqlite3.Connection, lock: threading.Lock,
             busy: Callable[[], bool], wrote: Callable[[int], None]) -> bool:
-        """Give back what is due until done or ``busy()`` (lines are queued: then ``due``
-        stays set and the next idle goes on). ``wrote(frames)`` is told each step's WAL
-        frames. Returns True when pages went (the caller truncates the WAL, which cuts
-        the file). Raises nothing: a failure is logged."""
-        if not self.due:
+        """Give back what is due until done or ``busy()`` (lines are queued: it stays due
+        and the next idle goes on). ``wrote(frames)`` is told each step's WAL frames.
+        Returns True once a give-back finished that released pages (the caller then
+        truncates the WAL, which cuts the file). Raises nothing: a failure is logged."""
+        if not self.pending():
             return False
-        if self._clock() < self._quiet_until:   # it failed lately (a full disk, say)
-            self.due = False
-            return False
-        released = 0
+        asked = self._asked
         try:
             with lock:
                 now = pages(conn)
             if now.free <= SLACK_PAGES and not self._going:
-                self.due = False
-                return False
+                return self._done(asked)
             if not now.incremental:
-                self.due = False
-                return self._convert(conn, lock, now, wrote)
+                self._convert(conn, lock, now, wrote)
+                return self._done(asked)
             self._going = True   # once started, to the last free page
             while now.free > 0:
                 if busy():
-                    return released > 0
+                    return False   # still due: the next idle goes on
                 with lock:
                     # a page a step of the statement, and it has no rows for execute()
                     # to step through: executescript runs it to its end
                     conn.executescript(f"PRAGMA incremental_vacuum({STEP_PAGES});")
                     after = pages(conn)
-                if after.free >= now.free:   # nothing went: leave it to the next prune
+                if after.total >= now.total:   # the file did not shrink: nothing to do
                     break
-                self._gave(now.free - after.free, wrote)
-                released += now.free - after.free
+                self._gave(now.total - after.total, wrote)
                 now = after
         except Exception as exc:   # the writer thread goes on whatever this raised
             self._quiet_until = self._clock() + QUIET_S
-            log.warning("journal: giving free pages back failed (tried again after the "
-                        "next prune, %d s from now at the earliest): %s", QUIET_S, exc,
-                        exc_info=not isinstance(exc, sqlite3.Error))
-        self.due = self._going = False
-        return released > 0
+            self._going = False
+            log.warning("journal: giving free pages back failed (tried again in %d s): "
+                        "%s", QUIET_S, exc, exc_info=not isinstance(exc, sqlite3.Error))
+            return False
+        return self._done(asked)
+
+    def _done(self, asked: int) -> bool:
+        """A give-back finished: what was asked before it began is taken up (a later
+        freed() stays due). True when it, or one it went on from, released pages."""
+        self._seen, self._going = asked, False
+        cut, self._uncut = self._uncut > 0, 0
+        return cut
 
     def _gave(self, n: int, wrote: Callable[[int], None]) -> None:
         """``n`` pages went back. They count as WAL frames written (about what moving
         them wrote, and no fewer than what the truncate after must cover to cut them)."""
         self.released += n
+        self._uncut += n
         wrote(n)
 
     def _convert(self, conn: sqlite3.Connection, lock: threading.Lock, now: Pages,
-                 wrote: Callable[[int], None]) -> bool:
+                 wrote: Callable[[int], None]) -> None:
         live = now.total - now.free
         if live > CONVERT_MAX_PAGES:
             if not self._too_large_told:
@@ -151,7 +173,7 @@ class GiveBack:
                          "them back and is too large (%d live pages, more than %d) to be "
                          "rewritten while lines wait: they stay free for later lines",
                          now.free, now.total, live, CONVERT_MAX_PAGES)
-            return False
+            return
         with lock:
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("VACUUM")
@@ -160,4 +182,3 @@ class GiveBack:
         log.info("journal: rewritten to give %d free pages back (%d pages now); from now "
                  "on free pages are given back as they come", now.total - after.total,
                  after.total)
-        return True

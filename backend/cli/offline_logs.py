@@ -57,6 +57,7 @@ class Fallback:
         self._call, self._lay = call, lay
         self._command, self._whose = command, whose
         self._conn: sqlite3.Connection | None = None
+        self._marks: tuple[sqlite3.Connection, Any] | None = None   # loaded once a file
         self._first = True
         self._read_to_end = False
         self._told_gone = False
@@ -230,8 +231,10 @@ class Fallback:
         assert self._conn is not None
         flt = Filters(q.get("stack"), q.get("app"), q.get("instance"), q.get("stream"))
         flt.sql()
-        pruned = Pruned()   # what retention deleted, as the owner stored it
-        pruned.load(self._conn)
+        if self._marks is None or self._marks[0] is not self._conn:
+            self._marks = (self._conn, Pruned())   # what retention deleted, as stored
+            self._marks[1].load(self._conn)
+        pruned = self._marks[1]
         return read_at(self._conn, q.get("after", 0), min(q.get("limit", 1000),
                        READ_LIMIT_MAX), q.get("max_bytes", 1 << 20), flt,
                        q.get("tail"), pruned).to_wire()

@@ -176,3 +176,44 @@ def test_the_extent_summaries_kept_in_memory_are_bounded() -> None:
         p.wrote(("s", "quiet"), i * 5000, (0, "stdout"), i * 5000)
     assert len(p._extents) == MAX_SUMMARIES
     assert ((("s", "quiet"), (3 * MAX_SUMMARIES - 1) * 5000)) in p._extents
+
+
+def test_a_malformed_stored_mark_is_ignored_not_fatal(tmp_path: Path) -> None:
+    """A row that is not a mark (odd digits, an unknown stream, a bad id) is skipped as an
+    older owner's answer says less; was: `²` as an instance made the journal unopenable
+    (int() refused what isdigit() let through)."""
+    import sqlite3
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=64 * KIB) as j:
+        write(j, WEB0, 100)
+        good = j.read_page(0, 10, app="web").pruned
+    conn = sqlite3.connect(tmp_path / "j.db", isolation_level=None)
+    try:
+        conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", [
+            ("pruned/s/web/²/stdout", 5), ("pruned/s/web/٣/stdout", 5),
+            ("pruned/s/web/" + "9" * 5000 + "/stdout", 5), ("pruned/s/web/2/stdin", 5),
+            ("pruned/s/web/3/stdout", "x"), ("pruned/s/web/4/stdout", -1),
+            ("pruned/s//6/stdout", 5),
+            ("pruned/s/web/7", 5)])
+    finally:
+        conn.close()
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=64 * KIB) as j:
+        assert j.read_page(0, 10, app="web").pruned == good
+
+
+def test_forgetting_a_source_forgets_its_marks_too(tmp_path: Path) -> None:
+    """A job template has a source per record, each forgotten when the record is: their
+    marks must not pile up in meta with nothing left to say them of."""
+    import sqlite3
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=64 * KIB) as j:
+        write(j, WEB0, 100)
+        write(j, WEB1, 100)
+        marks = {g["instance"] for g in j.read_page(0, 10, app="web").pruned}
+        assert marks == {0, 1}
+        j.forget([("s", "web", 0)])
+        assert [g["instance"] for g in j.read_page(0, 10, app="web").pruned] == [1]
+    conn = sqlite3.connect(tmp_path / "j.db")
+    try:
+        keys = [k for (k,) in conn.execute("SELECT key FROM meta WHERE key LIKE 'pruned/%'")]
+    finally:
+        conn.close()
+    assert keys == ["pruned/s/web/1/stdout"]
