@@ -154,11 +154,12 @@ def retuned(config: Config, held: list[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-async def retune(owner: Any, epoch: int, app: App, names: list[str]) -> list[str]:
-    """Have the owner give the held sockets ``names`` of ``app`` their settings now
-    (``sockets.update``). Returns the keys it changed. Raises what the owner raised
-    (SocketUnavailable naming the socket; StaleEpoch)."""
-    wanted = [s.to_wire() for s in app.sockets if s.name in names]
+async def retune(owner: Any, epoch: int, app: App) -> list[str]:
+    """Have the owner give every socket of ``app`` it holds its settings now
+    (``sockets.update``: one already so, or not held, is left as it is; so a socket held
+    since the plan was made is covered too). Returns the keys it updated. Raises what
+    the owner raised (SocketUnavailable naming the socket; StaleEpoch)."""
+    wanted = [s.to_wire() for s in app.sockets]
     if not wanted:
         return []
     done = await owner.call("sockets.update", {"stack": app.stack, "app": app.name,

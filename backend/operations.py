@@ -200,7 +200,7 @@ class OperationRunner:
             return await self._restart(op_id, app, s["instance"], progress)
         elif s["do"] == "update_sockets":
             assert app is not None
-            await self.sup.retune_sockets(app, s["sockets"])
+            await self.sup.retune_sockets(app)
         return {}
 
     def _app(self, key: str) -> App | None:

@@ -173,9 +173,9 @@ def _stale(app: App, running: Mapping[int, str]) -> list[dict[str, Any]]:
 
 def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ordered steps of applying ``changes``: stops first, then starts level by level
-    along ``after`` (each level at once), then scaling, then held sockets changed in
-    place, then rolling restarts one instance at a time, an app after the apps it waits
-    for (``after``)."""
+    along ``after`` (each level at once), then scaling, then rolling restarts one
+    instance at a time, an app after the apps it waits for (``after``), then held
+    sockets changed in place."""
     by = {c["app"]: c for c in changes}
     steps: list[dict[str, Any]] = [{"do": "stop_app", "app": c["app"]}
                                    for c in changes if c["action"] == "stop"]
@@ -190,13 +190,15 @@ def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]
     for c in changes:
         if c["action"] == "scale":
             steps.append({"do": "scale_app", "app": c["app"], "to": c["to"]})
-    steps += [{"do": "update_sockets", "app": c["app"], "sockets": c["sockets"]}
-              for c in changes if c["action"] == "update" and c.get("sockets")]
     rank = {k: i for i, k in enumerate(order)}
     for c in sorted((c for c in changes if c["action"] == "restart"),
                     key=lambda c: rank.get(c["app"], len(rank))):
         steps += [{"do": "restart_instance", "app": c["app"], "instance": i}
                   for i in c.get("only", range(c["instances"]))]
+    # last: an operation resumed by a release that predates these steps finds the ones
+    # before at the same indexes (a restart's launch hands the settings over anyway)
+    steps += [{"do": "update_sockets", "app": c["app"], "sockets": c["sockets"]}
+              for c in changes if c["action"] == "update" and c.get("sockets")]
     return steps
 
 

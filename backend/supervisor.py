@@ -513,15 +513,15 @@ class Supervisor:
         except TenureError as exc:
             log.warning("%s: could not write %r to its log: %s", inst.launch_key, text, exc)
 
-    async def retune_sockets(self, app: App, names: list[str]) -> None:
-        """Have the owner give ``app``'s held sockets ``names`` their configured backlog,
-        mode and owner now (backend.activation.retune). Raises what the owner raised
+    async def retune_sockets(self, app: App) -> None:
+        """Have the owner give ``app``'s held sockets their configured backlog, mode and
+        owner now (backend.activation.retune). Raises what the owner raised
         (SocketUnavailable: the operation fails, naming the socket) and ShuttingDown
         once fenced."""
         if self.fenced:
             raise _fenced_off(app.key)
         try:
-            await activation.retune(self.owner, self.epoch, app, names)
+            await activation.retune(self.owner, self.epoch, app)
         except StaleEpoch as exc:
             self.fence(f"the owner refused a socket update: {exc.msg}")
             raise

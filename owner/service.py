@@ -445,7 +445,8 @@ class OwnerService:
     async def sockets_update(self, call: Call) -> Any:
         """Give the sockets held for ``stack/app`` the backlog, mode and owner of
         ``sockets`` (each as a launch names it) now, each staying the same socket; one
-        not held is left to the launch that creates it. All are checked before any is
+        not held is left to the launch that creates it, one that has them already is
+        not touched (``updated`` names those changed). All are parsed before any is
         changed. Raises BadRequest (a bad socket) and SocketUnavailable (naming the one
         that could not take its settings; those before it took theirs)."""
         self._require_epoch(call)
@@ -454,11 +455,11 @@ class OwnerService:
         updated, not_held = [], []
         for decl in decls:
             key = socket_key(p["stack"], p["app"], decl)
-            if self.launcher.sockets.update(p["stack"], p["app"], decl):
+            if key not in self.launcher.sockets.held:
+                not_held.append(key)
+            elif self.launcher.sockets.update(p["stack"], p["app"], decl):
                 updated.append(key)
                 self.ring.emit("socket_updated", key=key)
-            else:
-                not_held.append(key)
         return {"updated": updated, "not_held": not_held}
 
     async def fdstore_clear(self, call: Call) -> Any:

@@ -193,10 +193,10 @@ class SocketHolder:
     def update(self, stack: str, app: str, decl: SocketDecl) -> bool:
         """Give the socket held for ``decl`` of ``stack/app`` its backlog, mode and owner
         now, while it stays the same socket (nothing queued on it is lost). Returns False,
-        changing nothing, when no such socket is held (a launch creates it as
-        declared). Raises SocketUnavailable as :meth:`ensure`."""
+        changing nothing, when no such socket is held (a launch creates it as declared)
+        or it already has them. Raises SocketUnavailable as :meth:`ensure`."""
         held = self.held.get(socket_key(stack, app, decl))
-        if held is None:
+        if held is None or held.decl == decl:
             return False
         _retune(held, decl)
         return True
@@ -229,6 +229,9 @@ def _retune(held: HeldSocket, decl: SocketDecl) -> None:
     differ. Raises SocketUnavailable; the socket keeps what it had."""
     if held.decl == decl:
         return
+    if decl.listen.is_unix and held.path_inode is None:   # its file was gone at bind
+        raise _unavailable(decl, "the owner cannot tell that the file at the path is the "
+                                 "socket it bound; its mode and owner were not changed")
     try:
         held.sock.listen(decl.backlog)
         if decl.listen.is_unix:
@@ -301,8 +304,9 @@ def _set_owner(decl: SocketDecl, inode: int | None = None) -> None:
     without following a symlink (O_PATH), checked to be a socket (and, with ``inode``,
     the one bound), and changed through that descriptor, so the check and the change
     are of one inode (a chmod of the path followed a symlink: an app's user could have
-    the root owner make any file world-writable). Raises OSError (KeyError as ENOENT;
-    ELOOP for a path that no longer holds the socket)."""
+    the root owner make any file world-writable); no directory on the way is a symlink
+    either (:func:`_open_path`). Raises OSError (KeyError as ENOENT; ELOOP or ENOTDIR for
+    a path that no longer holds the socket)."""
     path = decl.listen.path
     uid = gid = -1
     try:
@@ -312,7 +316,7 @@ def _set_owner(decl: SocketDecl, inode: int | None = None) -> None:
             gid = grp.getgrnam(decl.group).gr_gid
     except KeyError as e:
         raise OSError(errno.ENOENT, f"unknown user or group {e.args[0]!r}") from None
-    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = _open_path(path)
     try:
         st = os.fstat(fd)
         if not stat.S_ISSOCK(st.st_mode) or (inode is not None and st.st_ino != inode):
@@ -321,9 +325,32 @@ def _set_owner(decl: SocketDecl, inode: int | None = None) -> None:
                           "were not changed")
         # an O_PATH descriptor takes no fchmod; its /proc link names that very inode
         here = f"/proc/self/fd/{fd}"
+        mode = 0o666 if decl.mode is None else decl.mode
         if uid != -1 or gid != -1:
+            # never, not for a moment, the old mode for the new owner: the narrower first
+            os.chmod(here, stat.S_IMODE(st.st_mode) & mode)
             os.chown(here, uid, gid)
-        os.chmod(here, 0o666 if decl.mode is None else decl.mode)
+        os.chmod(here, mode)
+    finally:
+        os.close(fd)
+
+
+def _open_path(path: str) -> int:
+    """An O_PATH descriptor of ``path`` (absolute), reached without following a symlink
+    in any of its components: each directory is opened from the one before it with
+    O_NOFOLLOW (a directory the app's user owns may have become a symlink since the
+    bind). Raises OSError (ENOTDIR or ELOOP where a symlink is met)."""
+    names = path.split("/")[1:]
+    if not path.startswith("/") or any(n in ("", ".", "..") for n in names):
+        raise OSError(errno.ELOOP, f"{path} is not a plain absolute path")
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in names[:-1]:
+            step = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=fd)
+            os.close(fd)
+            fd = step
+        return os.open(names[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
     finally:
         os.close(fd)
 

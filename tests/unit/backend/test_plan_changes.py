@@ -95,3 +95,20 @@ def test_a_new_address_or_name_is_still_a_restart():
         assert _socket_changes(SOCK, new, [HELD])[0] == {
             "action": "restart", "app": "s/a", "instances": 1,
             "reason": "definition changed"}, new
+
+
+def test_socket_updates_come_after_every_restart():
+    """An operation resumed by an older release rebuilds its steps without
+    update_sockets: put before the restarts, it shifted their indexes and the older
+    release skipped a restart."""
+    from backend.activation import retuned
+    from backend.plan import steps_for
+    old = BASE + SOCK + '[stacks.s.apps.b]\ncommand = ["b"]\ninstances = 2\n'
+    new = old.replace('listen = "unix:/run/s/a.sock"\n',
+                      'listen = "unix:/run/s/a.sock"\nbacklog = 16\n').replace('["b"]',
+                                                                             '["b2"]')
+    n = parse_config(new, "n")
+    steps = steps_for(n, compute_changes(parse_config(old, "o"), n, retune=retuned(n, [HELD])))
+    assert steps == [{"do": "restart_instance", "app": "s/b", "instance": 0},
+                     {"do": "restart_instance", "app": "s/b", "instance": 1},
+                     {"do": "update_sockets", "app": "s/a", "sockets": ["http"]}]

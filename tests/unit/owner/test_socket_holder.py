@@ -139,3 +139,29 @@ def test_an_update_that_fails_keeps_what_the_socket_had(held600: Held) -> None:
         holder.update("s", "a", bad)
     assert held.decl.mode == 0o600 and held.decl.backlog != 9
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_an_update_never_goes_through_a_directory_made_a_symlink(tmp_path: Path) -> None:
+    """The socket's directory may be the app user's: swapped for a symlink to another
+    directory that holds a socket, a change of mode must not reach through it (only the
+    last component was opened without following a symlink)."""
+    sub, other = tmp_path / "sub", tmp_path / "other"
+    sub.mkdir()
+    other.mkdir()
+    holder = SocketHolder()
+    held = holder.ensure("s", "a", _moded(sub / "a.sock", 0o600))
+    victim = socket.socket(socket.AF_UNIX)
+    try:
+        victim.bind(str(other / "a.sock"))
+        os.chmod(other / "a.sock", 0o600)
+        os.rename(sub, tmp_path / "moved")
+        os.symlink(other, sub)
+        for path_inode in (held.path_inode, None):   # None: its file was gone at bind
+            held.path_inode = path_inode
+            with pytest.raises(SocketUnavailable):
+                holder.update("s", "a", _moded(sub / "a.sock", 0o666))
+            assert (other / "a.sock").stat().st_mode & 0o777 == 0o600
+            assert held.decl.mode == 0o600
+    finally:
+        victim.close()
+        holder.close_all()
