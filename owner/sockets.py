@@ -325,11 +325,17 @@ def _set_owner(decl: SocketDecl, inode: int | None = None) -> None:
                           "were not changed")
         # an O_PATH descriptor takes no fchmod; its /proc link names that very inode
         here = f"/proc/self/fd/{fd}"
-        mode = 0o666 if decl.mode is None else decl.mode
+        mode, old = 0o666 if decl.mode is None else decl.mode, stat.S_IMODE(st.st_mode)
         if uid != -1 or gid != -1:
             # never, not for a moment, the old mode for the new owner: the narrower first
-            os.chmod(here, stat.S_IMODE(st.st_mode) & mode)
-            os.chown(here, uid, gid)
+            if old & mode != old:
+                os.chmod(here, old & mode)
+            try:
+                os.chown(here, uid, gid)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.chmod(here, old)   # refused: the socket keeps what it had
+                raise
         os.chmod(here, mode)
     finally:
         os.close(fd)

@@ -165,3 +165,21 @@ def test_an_update_never_goes_through_a_directory_made_a_symlink(tmp_path: Path)
     finally:
         victim.close()
         holder.close_all()
+
+
+def test_a_refused_change_of_owner_leaves_the_mode_as_it_was(
+        held600: Held, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mode is narrowed before the owner changes; was: a chown refused (an owner
+    that is not root, a group it is not in) left the narrowed mode behind, while the
+    owner's record kept the old one (so reverting the config changed nothing)."""
+    path, holder, held = held600
+    holder.update("s", "a", _moded(path, 0o660))
+
+    def refused(*a: object, **k: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(os, "chown", refused)
+    wanted = SocketDecl.from_wire({"name": "web", "listen": f"unix:{path}", "mode": 0o600,
+                                   "group": "root"})
+    with pytest.raises(SocketUnavailable, match="not permitted"):
+        holder.update("s", "a", wanted)
+    assert path.stat().st_mode & 0o777 == 0o660 and held.decl.mode == 0o660
