@@ -44,6 +44,7 @@ from .journaldb import (
     check_schema,
     connect,
     insert_rows,
+    on_disk,
     open_private,
     open_writer,
     record_cost,
@@ -277,11 +278,7 @@ class Journal:
 
     def size_bytes(self) -> int:
         """Bytes the journal takes on disk: the database and its WAL. Raises nothing."""
-        total = 0
-        for path in (self._path, self._path + "-wal"):
-            with contextlib.suppress(OSError):
-                total += os.stat(path).st_size
-        return total
+        return on_disk(self._path)
 
     def dropped_by_app(self) -> dict[tuple[str, str], int]:
         """Lines dropped per (stack, app) since this Journal opened (never reset)."""

@@ -19,8 +19,9 @@ from protocol.storage import storage_failure
 from .journalckpt import KEEP_BYTES
 from .journalvacuum import start_incremental
 
-__all__ = ["COLS", "FORMAT_VERSION", "MULTI_ROWS", "RECORD_COST", "check_schema", "connect",
-           "insert_rows", "open_private", "open_writer", "record_cost"]
+__all__ = ["COLS", "FORMAT_VERSION", "META_PREFIXED", "MULTI_ROWS", "RECORD_COST",
+           "check_schema", "connect", "insert_rows", "on_disk", "open_private", "open_writer",
+           "prefixed", "record_cost"]
 
 FORMAT_VERSION: Final = 1
 _SCHEMA: Final = (
@@ -32,6 +33,26 @@ _SCHEMA: Final = (
     " last_id INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (stack, app, first_id))"
     " WITHOUT ROWID",
 )
+META_PREFIXED: Final = "key >= ? AND key < ?"
+"""The ``meta`` rows whose keys begin with a prefix, bound to :func:`prefixed`."""
+
+
+def prefixed(prefix: str) -> tuple[str, str]:
+    """The two bounds :data:`META_PREFIXED` takes for ``prefix`` (it ends in '/', and '0'
+    comes right after '/')."""
+    return prefix, prefix[:-1] + "0"
+
+
+def on_disk(path: str | os.PathLike[str]) -> int:
+    """Bytes the journal at ``path`` takes on disk: the database and its WAL. Raises
+    nothing."""
+    total = 0
+    for p in (os.fspath(path), os.fspath(path) + "-wal"):
+        with contextlib.suppress(OSError):
+            total += os.stat(p).st_size
+    return total
+
+
 COLS: Final = "ts, stack, app, instance, generation, stream, data, flags"
 RECORD_COST: Final = 24
 """Bytes a record takes in journal.db besides its data and its stack's and app's names

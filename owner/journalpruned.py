@@ -29,6 +29,8 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+from .journaldb import META_PREFIXED, prefixed
+
 if TYPE_CHECKING:
     from .journalread import Filters
 
@@ -114,9 +116,8 @@ class Pruned:
         (owner.journalforget, in the writer's open transaction): their marks go with
         them, from ``meta`` now and from memory at :meth:`commit`. Raises sqlite3.Error."""
         for stack, app, instance in sources:
-            head = f"{PREFIX}{stack}/{app}/{instance}/"
-            conn.execute("DELETE FROM meta WHERE key >= ? AND key < ?",
-                         (head, head[:-1] + "0"))
+            conn.execute(f"DELETE FROM meta WHERE {META_PREFIXED}",
+                         prefixed(_mark_key((stack, app), instance, "")))
             self._unmarked.add(((stack, app), instance))
 
     def _stage(self, app: AppKey, marks: Iterable[tuple[SourceKey, int]]) -> None:
@@ -148,8 +149,8 @@ class Pruned:
         """The marks stored in ``meta`` (at open); a malformed row is ignored, as an
         older owner's answer says less. Raises sqlite3.Error."""
         through: dict[AppKey, dict[SourceKey, int]] = {}
-        for key, value in conn.execute("SELECT key, value FROM meta WHERE key >= ? AND "
-                                       "key < ?", (PREFIX, PREFIX[:-1] + "0")):
+        for key, value in conn.execute(f"SELECT key, value FROM meta WHERE {META_PREFIXED}",
+                                       prefixed(PREFIX)):
             mark = _parse(key[len(PREFIX):], value)
             if mark is not None:
                 app, source, top = mark
@@ -200,12 +201,16 @@ def _save(conn: sqlite3.Connection, app: AppKey, marks: dict[SourceKey, int],
           dropped: set[SourceKey]) -> None:
     """Store ``marks`` of ``app`` (a higher id wins) and delete the ``dropped`` ones,
     inside the caller's transaction. Raises sqlite3.Error."""
-    def key(source: SourceKey) -> str:
-        return f"{PREFIX}{app[0]}/{app[1]}/{source[0]}/{source[1]}"
     conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO "
                      "UPDATE SET value = max(value, excluded.value)",
-                     [(key(source), top) for source, top in marks.items()])
-    conn.executemany("DELETE FROM meta WHERE key = ?", [(key(s),) for s in dropped])
+                     [(_mark_key(app, *source), top) for source, top in marks.items()])
+    conn.executemany("DELETE FROM meta WHERE key = ?",
+                     [(_mark_key(app, *source),) for source in dropped])
+
+
+def _mark_key(app: AppKey, instance: int, stream: str) -> str:
+    """``pruned/STACK/APP/INSTANCE/STREAM``; with no stream, the prefix of an instance's."""
+    return f"{PREFIX}{app[0]}/{app[1]}/{instance}/{stream}"
 
 
 def gaps(marks: list[Mark], after: int) -> list[dict[str, Any]]:

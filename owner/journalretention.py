@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping
 
-from .journaldb import record_cost
+from .journaldb import META_PREFIXED, prefixed, record_cost
 
 __all__ = ["MAX_RETENTION", "MIN_RETENTION", "PREFIX", "cut_extent", "load_budgets",
            "save_budgets"]
@@ -30,7 +30,7 @@ def load_budgets(conn: sqlite3.Connection) -> dict[AppKey, int]:
     which is what an owner without budgets does). Raises sqlite3.Error."""
     out: dict[AppKey, int] = {}
     for key, value in conn.execute(
-            "SELECT key, value FROM meta WHERE key >= ? AND key < ?", (PREFIX, PREFIX[:-1] + "0")):
+            f"SELECT key, value FROM meta WHERE {META_PREFIXED}", prefixed(PREFIX)):
         stack, _, app = key[len(PREFIX):].partition("/")
         if stack and app and "/" not in app and isinstance(value, int) \
                 and MIN_RETENTION <= value <= MAX_RETENTION:
@@ -41,7 +41,7 @@ def load_budgets(conn: sqlite3.Connection) -> dict[AppKey, int]:
 def save_budgets(conn: sqlite3.Connection, budgets: Mapping[AppKey, int]) -> None:
     """Make ``meta`` hold exactly ``budgets``, inside the caller's transaction. Raises
     sqlite3.Error; the caller rolls back."""
-    conn.execute("DELETE FROM meta WHERE key >= ? AND key < ?", (PREFIX, PREFIX[:-1] + "0"))
+    conn.execute(f"DELETE FROM meta WHERE {META_PREFIXED}", prefixed(PREFIX))
     conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)",
                      [(f"{PREFIX}{stack}/{app}", n)
                       for (stack, app), n in sorted(budgets.items())])

@@ -16,6 +16,7 @@ import pytest
 
 from owner import journaldb, journalvacuum
 from owner.journal import Journal, LogSource
+from owner.journaldb import on_disk
 from owner.journalvacuum import GiveBack, Pages, pages
 from owner.testing import fill_journal, journal_kept
 
@@ -30,12 +31,6 @@ def _settled(j: Journal, timeout: float = 20.0) -> None:
     while j._give_back.pending() or j._ckpt.owed():
         assert time.monotonic() < deadline, "the writer did not give the pages back"
         time.sleep(0.01)
-
-
-def _on_disk(path: Path) -> int:
-    """journal.db and its WAL."""
-    wal = path.with_name(path.name + "-wal")
-    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
 def _mode(path: Path) -> Pages:
@@ -54,11 +49,11 @@ def test_a_smaller_budget_gives_the_pages_back_and_keeps_every_line_it_keeps(
         assert _mode(path).incremental   # a new journal maps its pages
         fill_journal(j, WEB, 24)
         fill_journal(j, DB, 2)
-        assert _on_disk(path) > 24 * MIB
+        assert on_disk(path) > 24 * MIB
         last = j.last_id()
         j.set_retention({("s", "web"): MIB})   # ~23 MiB freed
         _settled(j)
-        assert _on_disk(path) < 4 * MIB, _on_disk(path)
+        assert on_disk(path) < 4 * MIB, on_disk(path)
         assert MIB // 2 <= journal_kept(j, "web") <= MIB and journal_kept(j, "db") == 2 * MIB
         assert j.last_id() == last
         fill_journal(j, WEB, 2)   # and it goes on as before
@@ -73,7 +68,7 @@ def test_forgetting_sources_gives_the_pages_back(tmp_path: Path) -> None:
         fill_journal(j, DB, 1)
         assert j.forget([("s", "web", 0)]) == 16 * 64
         _settled(j)
-        assert _on_disk(path) < 3 * MIB, _on_disk(path)
+        assert on_disk(path) < 3 * MIB, on_disk(path)
         assert journal_kept(j, "db") == MIB
 
 
@@ -85,7 +80,7 @@ def test_a_flood_at_its_budget_leaves_the_file_as_it_is(tmp_path: Path) -> None:
         fill_journal(j, WEB, 12)
         _settled(j)
         assert j._give_back.released == 0
-        assert _on_disk(path) > 4 * MIB
+        assert on_disk(path) > 4 * MIB
 
 
 def test_lines_that_come_while_pages_go_back_are_written_whole(
@@ -104,7 +99,7 @@ def test_lines_that_come_while_pages_go_back_are_written_whole(
         _settled(j)
         assert [r.data for r in j.read(first, 100_000, app="db")] == \
             [b"line %d" % i for i in range(2000)]
-        assert _on_disk(path) < 4 * MIB, _on_disk(path)
+        assert on_disk(path) < 4 * MIB, on_disk(path)
         assert j._give_back.released > 8 * 64   # in many steps
 
 
@@ -129,7 +124,7 @@ def test_an_older_journal_is_rewritten_once_and_then_gives_pages_back(
         j.set_retention({("s", "web"): MIB})
         _settled(j)
         assert _mode(path).incremental
-        assert _on_disk(path) < 4 * MIB, _on_disk(path)
+        assert on_disk(path) < 4 * MIB, on_disk(path)
         assert MIB // 2 <= journal_kept(j, "web") <= MIB and journal_kept(j, "db") == MIB
         assert j.last_id() == last
         assert "rewritten to give" in caplog.text
@@ -248,7 +243,7 @@ def test_an_unexpected_error_while_giving_back_leaves_the_writer_writing(
         while j._give_back.due or j._ckpt.owed():
             assert time.monotonic() < deadline, "not tried again"
             time.sleep(0.01)
-        assert _on_disk(path) < 4 * MIB, _on_disk(path)
+        assert on_disk(path) < 4 * MIB, on_disk(path)
 
 
 def test_pages_freed_while_a_give_back_runs_stay_due(tmp_path: Path) -> None:
