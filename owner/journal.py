@@ -376,8 +376,9 @@ class Journal:
     def _run(self) -> None:
         retry = None   # while the idle truncate of a long WAL is owed: when to try again
         while True:
-            quiet = self._give_back.quiet_for()   # a failed give-back's next try
-            batch = self._take_batch(retry if quiet is None else min(retry or quiet, quiet))
+            # wake for the owed truncate's retry, or a failed give-back's, the sooner
+            waits = [t for t in (retry, self._give_back.quiet_for()) if t is not None]
+            batch = self._take_batch(min(waits, default=None))
             if batch is None:
                 return
             if batch:

@@ -108,8 +108,10 @@ class GiveBack:
     def quiet_for(self) -> float | None:
         """Seconds until a give-back that is due may be tried after a failure; None when
         none waits."""
+        if not self.due or not self._quiet_until:   # the writer asks at every batch
+            return None
         left = self._quiet_until - self._clock()
-        return left if self.due and left > 0 else None
+        return left if left > 0 else None
 
     def run(self, conn: sqlite3.Connection, lock: threading.Lock,
             busy: Callable[[], bool], wrote: Callable[[int], None]) -> bool:
@@ -152,7 +154,7 @@ class GiveBack:
     def _done(self, asked: int) -> bool:
         """A give-back finished: what was asked before it began is taken up (a later
         freed() stays due). True when it, or one it went on from, released pages."""
-        self._seen, self._going = asked, False
+        self._seen, self._going, self._quiet_until = asked, False, 0.0
         cut, self._uncut = self._uncut > 0, 0
         return cut
 
