@@ -149,24 +149,23 @@ def retuned(config: Config, held: list[dict[str, Any]]) -> dict[str, list[str]]:
         for s in app.sockets:
             h = by_key.get(held_key(app, s.name, s.listen))
             if h is not None and (h.get("backlog"), h.get("mode"), h.get("user"),
-                                  h.get("group")) != (s.backlog, s.mode, s.owner, s.group):
+                                  h.get("group")) != s.settings():
                 out.setdefault(app.key, []).append(s.name)
     return out
 
 
-async def retune(owner: Any, epoch: int, app: App) -> list[str]:
+async def retune(owner: Any, epoch: int, app: App) -> None:
     """Have the owner give every socket of ``app`` it holds its settings now
     (``sockets.update``: one already so, or not held, is left as it is; so a socket held
-    since the plan was made is covered too). Returns the keys it updated. Raises what
-    the owner raised (SocketUnavailable naming the socket; StaleEpoch)."""
-    wanted = [s.to_wire() for s in app.sockets]
-    if not wanted:
-        return []
-    done = await owner.call("sockets.update", {"stack": app.stack, "app": app.name,
-                                               "sockets": wanted}, epoch=epoch)
+    since the plan was made is covered too). Raises what the owner raised
+    (SocketUnavailable naming the socket; StaleEpoch)."""
+    if not app.sockets:
+        return
+    done = await owner.call("sockets.update", {"stack": app.stack, "app": app.name, "sockets":
+                                               [s.to_wire() for s in app.sockets]},
+                            epoch=epoch)
     if done["updated"]:
         log.info("sockets of %s now as configured: %s", app.key, ", ".join(done["updated"]))
-    return list(done["updated"])
 
 
 def stale(config: Config, held: list[dict[str, Any]], stores: list[dict[str, Any]]

@@ -210,6 +210,11 @@ class SocketSpec(Struct, frozen=True):
     owner: str | None = None
     group: str | None = None
 
+    def settings(self) -> tuple[int, int | None, str | None, str | None]:
+        """What the owner can change on the socket it holds, in place: backlog, mode,
+        owner, group."""
+        return self.backlog, self.mode, self.owner, self.group
+
     def to_wire(self) -> dict[str, Any]:
         """One entry of the owner's ``sockets`` launch parameter."""
         out: dict[str, Any] = {"name": self.name, "listen": self.listen,
@@ -265,7 +270,7 @@ class App(Struct, frozen=True):
     def socket_settings(self) -> dict[str, tuple[Any, ...]]:
         """Per socket name, what the owner can change on the socket it holds (backlog,
         mode, owner, group) without a new socket, so without a restart."""
-        return {s.name: (s.backlog, s.mode, s.owner, s.group) for s in self.sockets}
+        return {s.name: s.settings() for s in self.sockets}
 
 
 class Stack(Struct, frozen=True):

@@ -196,10 +196,7 @@ class SocketHolder:
         changing nothing, when no such socket is held (a launch creates it as declared)
         or it already has them. Raises SocketUnavailable as :meth:`ensure`."""
         held = self.held.get(socket_key(stack, app, decl))
-        if held is None or held.decl == decl:
-            return False
-        _retune(held, decl)
-        return True
+        return held is not None and _retune(held, decl)
 
     def close(self, key: str) -> bool:
         """Close the socket held under ``key`` (a unix socket's path is removed when it is
@@ -224,11 +221,12 @@ class SocketHolder:
         return [h.to_wire() for _, h in sorted(self.held.items())]
 
 
-def _retune(held: HeldSocket, decl: SocketDecl) -> None:
+def _retune(held: HeldSocket, decl: SocketDecl) -> bool:
     """Apply ``decl``'s backlog, mode and owner to ``held`` (same address) where they
-    differ. Raises SocketUnavailable; the socket keeps what it had."""
+    differ; returns whether they did. Raises SocketUnavailable; the socket keeps what it
+    had."""
     if held.decl == decl:
-        return
+        return False
     if decl.listen.is_unix and held.path_inode is None:   # its file was gone at bind
         raise _unavailable(decl, "the owner cannot tell that the file at the path is the "
                                  "socket it bound; its mode and owner were not changed")
@@ -244,6 +242,7 @@ def _retune(held: HeldSocket, decl: SocketDecl) -> None:
     log.info("socket %s: backlog %d, mode %s, owner %s:%s", held.key, decl.backlog,
              "0666" if decl.mode is None else f"{decl.mode:04o}", decl.user or "-",
              decl.group or "-")
+    return True
 
 
 def _unavailable(decl: SocketDecl, e: OSError | str) -> SocketUnavailable:
