@@ -221,6 +221,13 @@ CASES: dict[str, Callable[[], str]] = {
     "inspect": lambda: render.inspect(INSPECT),
     "inspect_owner_unknown": lambda: render.inspect({"instances": [
         {**INSPECT["instances"][0], "sockets": None, "stored_fds": None}]}),
+    # a unix socket's mode and owner as the owner gave them (a TCP socket has none)
+    "inspect_socket_modes": lambda: render.inspect({"instances": [
+        {**INSPECT["instances"][0], "sockets": [
+            {**INSPECT["instances"][0]["sockets"][0], "mode": None, "user": None,
+             "group": None},
+            {**INSPECT["instances"][0]["sockets"][1], "mode": 0o660, "user": None,
+             "group": "www-data"}]}]}),
     "restart": lambda: render.instances({"settled": True, "instances": {
         "shop/web/0": "ready", "shop/web/1": "ready"}}),
     "stop_unsettled": lambda: render.instances({"settled": False, "instances": {
@@ -288,6 +295,12 @@ CASES: dict[str, Callable[[], str]] = {
         "settings": [{"setting": "metrics.listen", "from": "127.0.0.1:9464",
                       "to": "127.0.0.1:9465"}],
         "stopped_stacks": ["shop"]}),
+    "plan_socket_update": lambda: render.plan({"id": "plan-61e0", "fingerprint": "4c" * 32,
+                                               "changes": [
+        {"action": "update", "app": "shop/web", "reason": "policy and socket settings changed",
+         "sockets": ["admin", "http"]},
+        {"action": "restart", "app": "shop/api", "instances": 1,
+         "reason": "socket settings changed"}], "jobs": [], "settings": []}),
     "operation": lambda: render.operation({"id": "op-a89be6c7d13e", "kind": "apply",
                                            "stage": "complete", "step": 4,
                                            "outcome": "success", "error": None}),
