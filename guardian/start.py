@@ -14,7 +14,7 @@ import logging
 import os
 
 from protocol.errors import AlreadyRunning, GuardianUpgradeFailed, StateCorrupt, TenureError
-from protocol.flocks import take
+from protocol.flocks import hold, take
 from protocol.startup import import_asyncio_without_tls
 from protocol.storage import storage_failure
 
@@ -31,9 +31,8 @@ def _lock(paths: GuardianPaths, inherited: int | None = None) -> int:
     that exec'd into this one kept (it must be that very file)."""
     if inherited is not None:
         return _inherit_lock(paths, inherited)
-    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    if not take(fd):
-        os.close(fd)
+    fd = hold(paths.lock)
+    if fd is None:
         raise AlreadyRunning(f"another guardian runs on {paths.home}")
     return fd
 

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from protocol.errors import AlreadyRunning, NotFound
-from protocol.flocks import take
+from protocol.flocks import hold
 from protocol.layout import Layout, default_home
 from protocol.sockets import check_private_dir, check_socket_path, ensure_private_dir
 
@@ -73,9 +73,8 @@ class OwnerPaths(Layout):
     def take_lock(self) -> int:
         """Hold execution/owner.lock for this process's lifetime (close-on-exec, so no
         application inherits it). Raises AlreadyRunning when another owner holds it."""
-        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        if not take(fd):
-            os.close(fd)
+        fd = hold(self.lock)
+        if fd is None:
             raise AlreadyRunning(f"another owner is running on {self.home}",
                                  {"home": str(self.home)})
         return fd

@@ -23,7 +23,7 @@ import os
 import stat
 import time
 
-__all__ = ["PATIENCE", "free", "take"]
+__all__ = ["PATIENCE", "free", "hold", "take"]
 
 PATIENCE = 0.2
 """Seconds a holder keeps trying a lock that an asker may hold for a moment."""
@@ -67,3 +67,14 @@ def take(fd: int, patience: float = PATIENCE) -> bool:
             if time.monotonic() >= deadline:
                 return False
         time.sleep(_STEP)
+
+
+def hold(path: str) -> int | None:
+    """Open the lock file at ``path`` (created 0600, never through a symlink, not
+    inherited by children) and :func:`take` it: its descriptor, which holds the lock
+    until closed, or None when another process holds it. Raises OSError (the open)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    if take(fd):
+        return fd
+    os.close(fd)
+    return None
