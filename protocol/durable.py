@@ -192,13 +192,17 @@ def read_json(path: str | os.PathLike[str], kind: str, formats: tuple[int, ...] 
     raw = read_private(p, max_size)
     try:
         obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:   # UnicodeDecodeError too
         raise StateCorrupt(f"{p} is not valid JSON: {exc}", {"path": p}) from None
+    except RecursionError:
+        raise StateCorrupt(f"{p} is not a {kind} record: nested too deeply",
+                           {"path": p}) from None
     if not isinstance(obj, dict) or obj.get("kind") != kind:
         raise StateCorrupt(f"{p} is not a {kind} record", {"path": p})
-    if obj.get("format") not in formats:
-        raise StateCorrupt(f"{p} has format {obj.get('format')!r}; this build reads "
-                           f"{list(formats)}", {"path": p, "format": obj.get("format")})
+    version = obj.get("format")
+    if type(version) is not int or version not in formats:   # not true, not 1.0
+        raise StateCorrupt(f"{p} has format {version!r}; this build reads "
+                           f"{list(formats)}", {"path": p, "format": version})
     return obj
 
 
