@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -83,15 +84,26 @@ class Receipt:
             self.unwritten = str(exc)
 
 
+_STATES = frozenset(s.value for s in ReceiptState)
+_INSTANCE = re.compile(r"[A-Za-z0-9_-]{1,64}")   # a file name in the archive (keep_receipt)
+
+
 def read_receipt(path: str) -> dict[str, Any] | None:
-    """The last receipt, or None when there is none. Raises StateCorrupt, UnsafePath."""
+    """The last receipt, or None when there is none: its state one of ReceiptState, its
+    boot id a string, its instance a plain name and its pid a positive integer (what a
+    start's refusal names and the archive files it under). Raises StateCorrupt,
+    UnsafePath."""
     try:
         rec = read_json(path, RECEIPT_KIND)
     except FileNotFoundError:
         return None
-    if rec.get("state") not in {s.value for s in ReceiptState} or \
-            not isinstance(rec.get("boot_id"), str) or not isinstance(rec.get("instance"), str):
-        raise StateCorrupt(f"{path} has an unknown state or no boot id", {"path": path})
+    state, instance, pid = rec.get("state"), rec.get("instance"), rec.get("pid")
+    if not isinstance(state, str) or state not in _STATES or \
+            not isinstance(rec.get("boot_id"), str) or \
+            not isinstance(instance, str) or not _INSTANCE.fullmatch(instance) or \
+            type(pid) is not int or pid <= 0:
+        raise StateCorrupt(f"{path} is not a receipt this owner can read: its state, boot "
+                           "id, instance or pid is missing or malformed", {"path": path})
     return rec
 
 
