@@ -35,8 +35,24 @@ def read_certificate(path: str) -> dict[str, Any]:
         raise StateCorrupt(f"{path} is unreadable: {exc}", {"path": path}) from None
     if row is None:
         return {"valid": False, "body": None, "updated_at": None}
-    return {"valid": bool(row[0]), "body": json.loads(row[1]) if row[1] else None,
+    return {"valid": bool(row[0]), "body": _body(path, row[1]) if row[1] else None,
             "updated_at": row[2]}
+
+
+def _body(path: str, text: Any) -> dict[str, Any]:
+    """The certificate's body: a JSON object whose ``cursor``, when there, is a count.
+    Raises StateCorrupt for anything else (recovery then refuses, as for a database of
+    another kind)."""
+    try:
+        body = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        body = None
+    if isinstance(body, dict):
+        cursor = body.get("cursor", 0)
+        if type(cursor) is int and cursor >= 0:
+            return body
+    raise StateCorrupt(f"{path} holds a certificate that is not a JSON object with a "
+                       "count for its cursor", {"path": path})
 
 
 def refusal(body: dict[str, Any], selected: str | None, owner: dict[str, Any] | None,

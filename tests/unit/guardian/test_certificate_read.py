@@ -1,0 +1,66 @@
+"""The recovery certificate as the guardian reads it (guardian.recovery.read_certificate):
+the backend writes it, so its body is checked before recovery trusts it. Whatever the
+row holds, the reader returns a JSON object whose cursor is a count, or raises
+STATE_CORRUPT (never JSONDecodeError, UnicodeDecodeError, or a list that breaks the
+check after it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backend.store import RecoveryStore
+from guardian.recovery import read_certificate
+from protocol.errors import StateCorrupt
+
+
+def _db(tmp_path: Path, body: Any) -> str:
+    os.chmod(tmp_path, 0o700)
+    path = str(tmp_path / "recovery.db")
+    if not os.path.exists(path):
+        RecoveryStore(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE certificate SET valid = 1, body = ?, updated_at = 1", (body,))
+    db.close()
+    return path
+
+
+def test_a_certificate_the_backend_wrote_reads(tmp_path: Path) -> None:
+    path = str(tmp_path / "recovery.db")
+    os.chmod(tmp_path, 0o700)
+    store = RecoveryStore(path)
+    store.publish({"cursor": 7, "epoch": 3})
+    store.close()
+    assert read_certificate(path)["body"] == {"cursor": 7, "epoch": 3}
+
+
+@pytest.mark.parametrize("body", ["{", b"\xf2", "[1]", '"x"', "7", '{"cursor": "x"}',
+                                  '{"cursor": 1e400}', '{"cursor": -1}',
+                                  '{"cursor": true}', "[" * 100_000])
+def test_a_body_recovery_cannot_use_is_state_corrupt(tmp_path: Path, body: Any) -> None:
+    with pytest.raises(StateCorrupt, match="not a JSON object with a count"):
+        read_certificate(_db(tmp_path, body))
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.binary(min_size=1, max_size=40) | st.text(min_size=1, max_size=40)
+       | st.dictionaries(st.sampled_from(["cursor", "epoch", "owner"]),
+                         st.none() | st.booleans() | st.integers(-2**70, 2**70)
+                         | st.floats() | st.text(max_size=4)).map(json.dumps))
+def test_whatever_the_row_holds_it_reads_sound_or_state_corrupt(tmp_path: Path,
+                                                                body: Any) -> None:
+    try:
+        cert = read_certificate(_db(tmp_path, body))
+    except StateCorrupt:
+        return
+    got = cert["body"]
+    assert isinstance(got, dict)
+    assert type(got.get("cursor", 0)) is int and got.get("cursor", 0) >= 0
