@@ -19,7 +19,6 @@ import time
 from typing import Any
 
 from protocol.backendstate import check_backend_state
-from protocol.durable import read_json
 from protocol.errors import (
     BackendUnavailable,
     GuardianFault,
@@ -31,6 +30,7 @@ from protocol.errors import (
     Uncertain,
     UnsafePath,
 )
+from protocol.handover import read_checkpoint
 
 from .backendproc import BackendProcess
 from .coordinator import Coordinator
@@ -303,7 +303,7 @@ class _Handoff:
         co.point("verify")
         # read here, not before the launch: only the verification needs it, and the
         # candidate's start is where the API pause ends (~1.2 ms with 200 apps)
-        self.checkpoint = read_json(self.path, "tenure-checkpoint")
+        self.checkpoint = read_checkpoint(self.path)   # the incumbent wrote it: checked
         detail = await co.verify_generation(epoch, self.checkpoint, bp)
         self.act = co.advance(self.act, Phase.VERIFIED, detail)
         certified = await certify_new(co, bp)

@@ -485,10 +485,20 @@ def test_the_owner_watch_waits_a_bounded_time_and_says_once_that_it_gets_no_answ
                     "the owner answers again"], said
 
 
+@pytest.mark.parametrize("damage", [
+    "{not json",
+    # a record of the right kind whose inventory the verification cannot use (a KeyError
+    # and a TypeError there before the checkpoint was read through its strict reader)
+    '{"kind": "tenure-checkpoint", "format": 1}',
+    '{"kind": "tenure-checkpoint", "format": 1, "from_activation": "a", "owner": '
+    '{"instance": "o", "pid": 1, "start_ticks": 1, "boot_id": "b"}, "epoch": 1, '
+    '"cursor": 0, "config_revision": "r", "instances": [], "inventory": [false], '
+    '"operations": [], "written_at": 0}'])
 def test_a_checkpoint_unreadable_at_verification_ends_the_handoff_validly(
-        tmp_path: Path) -> None:
+        tmp_path: Path, damage: str) -> None:
     """The guardian reads the checkpoint for the verification only (after the candidate
-    started, outside the pause): unreadable there, the handoff fails closed."""
+    started, outside the pause): unreadable or malformed there, the handoff fails
+    closed."""
     async def go(co: FakeCoordinator) -> Any:
         await in_control(co)
         real_point = co.point
@@ -496,7 +506,7 @@ def test_a_checkpoint_unreadable_at_verification_ends_the_handoff_validly(
         def point(name: str) -> None:
             if name == "verify":
                 act = co.state.activations(1)[0]
-                Path(co.paths.checkpoint_file(act.id)).write_text("{not json")
+                Path(co.paths.checkpoint_file(act.id)).write_text(damage)
             real_point(name)
         co.point = point  # type: ignore[method-assign]
         res = await upgrade(co, NEW)
@@ -505,6 +515,7 @@ def test_a_checkpoint_unreadable_at_verification_ends_the_handoff_validly(
     result = run(go, tmp_path)
     act = result["activation"]
     assert (act["phase"], act["code"]) == ("uncertain", "STATE_CORRUPT"), act
+    assert "GUARDIAN_FAULT" not in act["error"], act   # no "unexpected KeyError" first
     assert [r["phase"] for r in result["receipts"]][-3:] == ["retired", "started",
                                                              "uncertain"]
 
