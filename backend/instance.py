@@ -599,8 +599,13 @@ WIRE_VERSION = 1
 
 
 def _finite(v: Any) -> bool:
-    return (isinstance(v, int | float) and not isinstance(v, bool)
-            and math.isfinite(v))
+    """A number a float can hold (an integer past its range is not)."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def _check_enum(enum: type[StrEnum]) -> Callable[[Any], str | None]:

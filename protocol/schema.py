@@ -71,11 +71,17 @@ class Schema:
                 raise BadRequest(
                     f"{where}.{f.name} has type {type(value).__name__}, expected "
                     f"{_type_names(f.types)}", {"field": f.name})
+            if f.types is float:   # before its check, which may compare it as one
+                try:
+                    value = float(value)
+                except OverflowError:   # an integer past float's range (JSON has them)
+                    raise BadRequest(f"{where}.{f.name} is out of range",
+                                     {"field": f.name}) from None
             if f.check is not None:
                 problem = f.check(value)
                 if problem:
                     raise BadRequest(f"{where}.{f.name} {problem}", {"field": f.name})
-            out[f.name] = float(value) if f.types is float else value
+            out[f.name] = value
         return out
 
 

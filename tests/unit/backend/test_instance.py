@@ -671,6 +671,10 @@ def test_restored_backoff_continues() -> None:
     ({"exits": [1]}, "exits"),
     ({"base_generation": -1}, "base_generation"),
     ({"base_generation": 99}, "base_generation"),   # beyond its generation
+    # integers past a float's range (JSON holds them): OverflowError escaped before
+    ({"launched_at": 10**400}, "launched_at"),
+    ({"starts": [10**400]}, "starts"),
+    ({"timers": {"backoff": -(10**400)}}, "timers"),
 ])
 def test_from_wire_refuses_bad_fields(change: dict[str, Any], field: str) -> None:
     r = drive_to(State.BACKOFF)
@@ -736,7 +740,9 @@ def test_a_policy_restart_is_a_requested_exit_and_an_old_record_reads_as_zero() 
 
 
 WIRE_KEYS = list(Instance(mk_app()).to_wire())
+# integers past a float's range too: JSON (backend.db, checkpoints) carries them
 scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+           | st.sampled_from([10**400, -(10**400)])
            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12)
            | st.sampled_from([s.value for s in State] + [o.value for o in Outcome]
                              + [t.value for t in Timer]))

@@ -65,3 +65,14 @@ def test_a_missing_or_mistyped_field_is_named() -> None:
         schema.validate({})
     with pytest.raises(BadRequest, match=r"params\.n has type bool, expected int"):
         schema.validate({"n": True})
+
+
+def test_an_integer_past_a_floats_range_is_refused_as_out_of_range_not_raised() -> None:
+    """JSON records (backend.db, checkpoints) can hold 10**400; float() of it overflows,
+    and so did a check comparing it as a float."""
+    schema = Schema(Field("at", float, check=lambda v: None if v >= 0 else "negative"),
+                    Field("n", int))
+    with pytest.raises(BadRequest, match="out of range") as err:
+        schema.validate({"at": 10**400, "n": 1})
+    assert err.value.data == {"field": "at"}
+    assert schema.validate({"at": 2**63, "n": 10**400}) == {"at": float(2**63), "n": 10**400}
