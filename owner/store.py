@@ -184,7 +184,8 @@ class OwnerStore:
         activation = None
         try:
             held = msgpack.unpackb(row[1]) if row[1] else None
-        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        except (TypeError, ValueError, msgpack.ExtraData, msgpack.FormatError,
+                msgpack.StackError):   # TypeError: TEXT or INTEGER where bytes belong
             held = None
         if isinstance(held, dict) and isinstance(held.get("grant"), dict):
             value = held["grant"].get("activation")
