@@ -33,8 +33,10 @@ def read_queued(path: str) -> dict[str, Any]:
     for key in ("text", "source", "request_id"):
         if not isinstance(rec.get(key), str) or (not rec[key] and key != "text"):
             raise StateCorrupt(f"{path}: {key} is not a non-empty string", {"path": path})
-    if not isinstance(rec.get("queued_at"), (int, float)):
-        raise StateCorrupt(f"{path}: queued_at is not a number", {"path": path})
+    at = rec.get("queued_at")
+    if not (isinstance(at, int | float) and not isinstance(at, bool)
+            and 0 <= at < 1e12):   # not true, NaN or ±inf
+        raise StateCorrupt(f"{path}: queued_at is not a time", {"path": path})
     return rec
 
 

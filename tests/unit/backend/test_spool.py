@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from backend import queuefile, spool
-from protocol.errors import ConfigInvalid, OperationInProgress, OwnerChanged, TransportLost
+from protocol.errors import (
+    ConfigInvalid,
+    OperationInProgress,
+    OwnerChanged,
+    StateCorrupt,
+    TransportLost,
+)
 
 
 class FakeAdmit:
@@ -146,6 +152,15 @@ def test_a_corrupt_queue_is_rejected_and_admits_nothing(path: str) -> None:
     Path(path).write_text(json.dumps({"kind": "queued-config", "format": 1, "text": 3,
                                       "source": "/s", "request_id": "r", "queued_at": 1}))
     assert take(s) == "rejected" and admit.calls == []
+
+
+@pytest.mark.parametrize("at", [True, float("nan"), float("-inf"), -1, 10**400, "1"])
+def test_a_queued_at_that_is_no_time_is_state_corrupt(path: str, at: object) -> None:
+    Path(path).write_text(json.dumps({"kind": "queued-config", "format": 1, "text": "",
+                                      "source": "/s", "request_id": "r", "queued_at": at}))
+    os.chmod(path, 0o600)
+    with pytest.raises(StateCorrupt, match="queued_at is not a time"):
+        queuefile.read_queued(path)
 
 
 def test_a_symlink_is_never_followed(path: str, tmp_path: Path) -> None:
