@@ -9,6 +9,7 @@ compare-and-set.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -19,6 +20,8 @@ from protocol.durable import open_sqlite, read_rows, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch, StateCorrupt
 
 __all__ = ["BackendStore", "RecoveryStore", "saved_config"]
+
+log = logging.getLogger("tenure.backend")
 
 FORMAT = 1   # backend.db's format_version (backend/schemas.py declares it)
 SCHEMA = """
@@ -175,7 +178,20 @@ class BackendStore:
         return dict(self.db.execute("SELECT key, generation FROM retired"))
 
     def instances(self) -> dict[str, dict[str, Any]]:
-        return {k: json.loads(w) for k, w in self.db.execute("SELECT key, wire FROM instances")}
+        """The saved instances by key. A row whose wire is not a JSON map (a damaged
+        row) is left out, as adoption leaves out one that does not validate: the
+        owner's inventory still brings back what runs. Its key is logged."""
+        out = {}
+        for key, wire in self.db.execute("SELECT key, wire FROM instances"):
+            try:
+                value = json.loads(wire)
+            except (TypeError, ValueError, RecursionError):
+                value = None
+            if isinstance(value, dict):
+                out[key] = value
+            else:
+                log.warning("ignoring unreadable saved instance %s: not a JSON map", key)
+        return out
 
     # -- starts wanted once down ------------------------------------------------------
 
