@@ -32,7 +32,7 @@ from typing import Any
 import msgpack
 
 from protocol.durable import open_sqlite, synced_transaction, transaction
-from protocol.errors import Conflict, NotFound, StaleEpoch
+from protocol.errors import Conflict, NotFound, StaleEpoch, StateCorrupt
 
 __all__ = ["Intent", "LaunchRow", "LaunchState", "OwnerStore", "Tracked"]
 
@@ -127,10 +127,35 @@ _COLS = ("launch_key, stack, app, instance, generation, spec, state, pid, start_
          "pgid, started_at, ended_at, exit, error")
 
 
+_INT, _OPT_INT, _OPT_NUM = (int,), (int, type(None)), (int, float, type(None))
+# the types of the columns _row takes as they are: SQLite lets a column hold any type
+_SHAPE = ((0, (str,)), (1, (str,)), (2, (str,)), (3, _INT), (4, _INT), (7, _OPT_INT),
+          (8, _OPT_INT), (9, _OPT_INT), (10, _OPT_NUM), (11, _OPT_NUM))
+
+
 def _row(r: tuple[Any, ...]) -> LaunchRow:
-    return LaunchRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), LaunchState(r[6]),
-                     r[7], r[8], r[9], r[10], r[11],
-                     json.loads(r[12]) if r[12] else None, json.loads(r[13]) if r[13] else None)
+    """The launch of row ``r`` (:data:`_COLS`). Raises StateCorrupt naming the launch for
+    a row this owner cannot read (a damaged owner.db): every column of its type, the
+    spec a JSON map, the exit and the error JSON maps or empty."""
+    try:
+        if any(type(r[i]) not in types for i, types in _SHAPE):
+            raise TypeError("a column of another type")
+        row = LaunchRow(r[0], r[1], r[2], r[3], r[4], _json_map(r[5]), LaunchState(r[6]),
+                        r[7], r[8], r[9], r[10], r[11],
+                        _json_map(r[12]) if r[12] else None,
+                        _json_map(r[13]) if r[13] else None)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise StateCorrupt(f"owner.db: the row of launch {str(r[0])[:200]!r} cannot be "
+                           f"read ({exc})", {"launch_key": str(r[0])[:200]}) from None
+    return row
+
+
+def _json_map(text: Any) -> dict[str, Any]:
+    """A JSON object's text as a dict. Raises TypeError, ValueError, RecursionError."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise TypeError("a JSON value that is not a map")
+    return value
 
 
 @dataclass(frozen=True)
@@ -145,7 +170,8 @@ class Tracked:
 
 
 class OwnerStore:
-    """All access to owner.db. Methods raise StateCorrupt/UnsafePath on open only."""
+    """All access to owner.db. Methods raise StateCorrupt/UnsafePath on open, and
+    StateCorrupt for a launch row that cannot be read (:func:`_row`)."""
 
     def __init__(self, path: str) -> None:
         # WAL + NORMAL: a commit survives the owner's crash; synced_transaction adds
