@@ -212,6 +212,12 @@ def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+def _one_of(enum: type[StrEnum]) -> Callable[[Any], bool]:
+    """A value of ``enum``: a string first (a list or a map is no set member at all)."""
+    values = frozenset(e.value for e in enum)
+    return lambda v: isinstance(v, str) and v in values
+
+
 def _opt_int(lo: int, hi: int) -> Callable[[Any], bool]:
     return lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)
                                    and lo <= v <= hi)
@@ -220,10 +226,10 @@ def _opt_int(lo: int, hi: int) -> Callable[[Any], bool]:
 _FIELDS: Mapping[str, Mapping[str, Callable[[Any], bool]]] = {
     "last_error": {"text": _text, "code": _text, "generation": _count,
                    "errno": lambda v: v is None or _text(v),
-                   "source": lambda v: v in {s.value for s in ErrorSource}},
+                   "source": _one_of(ErrorSource)},
     "last_exit": {"exit_code": _opt_int(0, 255), "signal": _opt_int(1, 128),
                   "core_dumped": lambda v: isinstance(v, bool), "generation": _count},
-    "last_probe": {"check": lambda v: v in {c.value for c in Check}, "probe": _text,
+    "last_probe": {"check": _one_of(Check), "probe": _text,
                    "result": _text, "generation": _count},
 }
 _BUILD: Mapping[str, Callable[[dict[str, Any]], Any]] = {

@@ -179,7 +179,9 @@ def load(layout: Layout) -> dict[str, Any] | None:
         rec = read_json(layout.maintenance, KIND)
     except FileNotFoundError:
         return None
-    if rec.get("step") not in {s.value for s in Step} or not isinstance(rec.get("plan"), dict):
+    step = rec.get("step")
+    if not isinstance(step, str) or step not in {s.value for s in Step} or \
+            not isinstance(rec.get("plan"), dict):   # a list or a map is no set member
         raise StateCorrupt(f"{layout.maintenance} has no known step or no plan",
                            {"path": layout.maintenance})
     return rec

@@ -215,6 +215,8 @@ GOOD: dict[str, dict[str, Any]] = {
     ("last_exit", {"exit_code": 256}), ("last_exit", "generation"),
     ("last_probe", {"check": "liveness"}), ("last_probe", {"result": "x" * 1001}),
     ("last_probe", {"probe": None}), ("last_probe", [1]), ("last_exit", "text"),
+    # a list or a map where an enum's value belongs: TypeError (unhashable) before
+    ("last_probe", {"check": []}), ("last_error", {"source": {}}),
 ])
 def test_malformed_records_are_refused_naming_the_field(name: str, change: Any) -> None:
     wire = drive_to(State.BACKOFF).inst.to_wire()

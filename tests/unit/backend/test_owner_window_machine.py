@@ -90,3 +90,23 @@ def test_why_an_instance_did_not_come_up_is_read_from_its_starts_answer():
     assert _not_up(k, {"settled": False, "withdrawn": True, "instances": {k: "stopped"}},
                    60) == "s/a/0 did not come up: a later command stopped it"
     assert "handed over" in _not_up(k, {"settled": False, "handed_over": True}, 60)
+
+
+def test_a_window_record_with_a_step_that_is_no_step_is_state_corrupt(tmp_path) -> None:
+    """A list or a map as the step raised TypeError (unhashable) out of the record's
+    reader, which every `tenure up` and owner start asks."""
+    import json
+
+    import pytest
+
+    from protocol.errors import StateCorrupt
+    from protocol.layout import MAINTENANCE_KIND, Layout
+    lay = Layout(tmp_path)
+    lay.execution.mkdir(mode=0o700)
+    record = lay.execution / "maintenance.json"
+    for step in ([], {}, "gone", None):
+        record.write_text(json.dumps({"kind": MAINTENANCE_KIND, "format": 1, "step": step,
+                                      "plan": {}}))
+        record.chmod(0o600)
+        with pytest.raises(StateCorrupt, match="no known step"):
+            ownerwindow.load(lay)
