@@ -19,10 +19,11 @@ little anyway. ``tenure top --every 0.2`` sees new figures every 0.4 to 0.6 s.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from protocol.errors import TenureError
 
@@ -114,17 +115,27 @@ class Usage:
         """The figures held for ``idents`` (those without any are left out)."""
         return {i: self._taken[i][1] for i in idents if i in self._taken}
 
-    def from_owner(self, answer: Mapping[str, Any]) -> dict[Ident, Figures]:
-        """Figures by (pid, start ticks) from one ``metrics.read`` answer, kept."""
+    def from_owner(self, answer: Any) -> dict[Ident, Figures]:
+        """Figures by (pid, start ticks) from one ``metrics.read`` answer, kept. What
+        the answer does not say in the shape asked (an owner of another release) gives
+        no figures: a row without an integer pid and start ticks is left out, a CPU
+        time that is not a finite number or a memory size that is not an integer is
+        None."""
         out: dict[Ident, Figures] = {}
-        at, now = answer["at"], self._clock()
-        for row in answer["launches"]:
-            if row.get("pid") is None or row.get("start_ticks") is None:
+        if not isinstance(answer, Mapping):
+            return out
+        at, rows = answer.get("at"), answer.get("launches")
+        if not _finite(at) or not isinstance(rows, list):
+            return out
+        now = self._clock()
+        for row in rows:
+            if not isinstance(row, Mapping) or not _count(row.get("pid")) or \
+                    not _count(row.get("start_ticks")):
                 continue
             ident = (row["pid"], row["start_ticks"])
-            cpu = row.get("cpu_seconds")
-            out[ident] = (None if cpu is None else self.cpu.rate(ident, at, cpu),
-                          row.get("memory_bytes"))
+            cpu, memory = row.get("cpu_seconds"), row.get("memory_bytes")
+            out[ident] = (self.cpu.rate(ident, at, cpu) if _finite(cpu) else None,
+                          memory if _count(memory) else None)
             self._taken[ident] = (now, out[ident])
         return out
 
@@ -150,3 +161,11 @@ class Usage:
         self.cpu.forget_except(keep)
         for key in [k for k in self._taken if k not in keep]:
             del self._taken[key]
+
+
+def _count(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _finite(v: Any) -> TypeGuard[float]:
+    return type(v) is int or (type(v) is float and math.isfinite(v))

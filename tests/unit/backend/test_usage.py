@@ -58,6 +58,21 @@ def test_owner_figures_give_percent_and_memory_by_process_identity():
     assert u.from_owner(_answer(52.0, None, None)) == {(7, 70): (None, None)}
 
 
+def test_an_answer_in_another_shape_gives_no_figures_and_raises_nothing():
+    """An owner of another release answering in another shape: status still answers,
+    without the figures it cannot read (TypeError, KeyError, AttributeError before)."""
+    u = Usage(clock=lambda: 100.0)
+    good = {"pid": 7, "start_ticks": 70, "cpu_seconds": 2.0, "memory_bytes": 4096}
+    for answer in (None, {}, [], {"at": 1.0, "launches": None}, {"at": "x", "launches": []},
+                   {"at": 1.0, "launches": [1, "x", None]},
+                   {"at": 1.0, "launches": [{**good, "pid": [1]}, {**good, "pid": "7"},
+                                            {**good, "start_ticks": None}]}):
+        assert u.from_owner(answer) == {}, answer
+    assert u.from_owner({"at": 50.0, "launches": [
+        {**good, "cpu_seconds": float("nan"), "memory_bytes": "lots"}]}) == \
+        {(7, 70): (None, None)}
+
+
 def test_proc_fallback_reads_the_leader_and_refuses_a_pid_reuser():
     st = read_stat(os.getpid())
     assert st is not None
