@@ -34,7 +34,7 @@ from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from .store import LaunchRow, LaunchState, OwnerStore, Tracked
 
 __all__ = ["REASONS", "Found", "Suspects", "ended_cgroups", "find", "lingering",
-           "suspects"]
+           "recorded_cgroup", "suspects"]
 
 REASONS = ("leader", "process group", "tracked descendant", "launch key in environment",
            "cgroup member")
@@ -117,7 +117,7 @@ def ended_cgroups(store: OwnerStore, boot_id: str) -> dict[str, str]:
     recorded cgroup is still there (it may hold what outlived the leader)."""
     out = {}
     for key, path in store.ended_cgroups(boot_id).items():
-        cg = _recorded_cgroup(key, path)
+        cg = recorded_cgroup(key, path)
         if cg is not None:
             out[key] = cg
     return out
@@ -151,7 +151,7 @@ def find(s: Suspects, scan: dict[bytes, list[int]] | None = None) -> dict[str, F
                 pids.setdefault(t.pid, "tracked descendant")
         for pid in carriers.get(_needle(r.launch_key), []):
             pids.setdefault(pid, "launch key in environment")
-        cg = _recorded_cgroup(r.launch_key, s.cgroups.get(r.launch_key)) or \
+        cg = recorded_cgroup(r.launch_key, s.cgroups.get(r.launch_key)) or \
             _cgroup_of(r.launch_key, list(pids))
         for pid in [] if cg is None else members(Path(cg)):
             pids.setdefault(pid, "cgroup member")
@@ -185,11 +185,13 @@ def _home_needle(home: str) -> bytes:
     return f"{OWNER_HOME_ENV}={home}".encode()
 
 
-def _recorded_cgroup(launch_key: str, path: str | None) -> str | None:
+def recorded_cgroup(launch_key: str, path: str | None) -> str | None:
     """The cgroup recorded at launch, if it is one (under a cgroup mount, named after
-    the launch, still a cgroup directory): a missing or foreign path counts for nothing.
+    the launch, still a cgroup directory): a missing or foreign path counts for nothing,
+    and so does one that climbs out of its mount (``..``).
     """
-    if path is None or Path(path).name != cgroup_name(launch_key):
+    if path is None or Path(path).name != cgroup_name(launch_key) or \
+            os.path.normpath(path) != path:
         return None
     if not any(path.startswith(m + "/") for m in _MOUNTS):
         return None
@@ -205,7 +207,7 @@ def _cgroup_of(launch_key: str, pids: list[int]) -> str | None:
         if rel is None or not rel.rstrip().endswith("/" + name):
             continue
         for mount in _MOUNTS:
-            found = _recorded_cgroup(launch_key, mount + rel.strip())
+            found = recorded_cgroup(launch_key, mount + rel.strip())
             if found is not None:
                 return found
     return None

@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from protocol.durable import atomic_write_json, read_json
-from protocol.errors import Conflict, NotFound
+from protocol.errors import Conflict, NotFound, StateCorrupt
 from protocol.identity import boot_id
 from protocol.procfs import group_members, read_stat, running, start_ticks
 
 from .descendants import kill_verified
-from .evidence import Found, find, recorded
+from .evidence import Found, find, recorded, recorded_cgroup
 from .paths import OwnerPaths
 from .receipt import read_receipt
 
@@ -119,7 +119,7 @@ def drain(paths: OwnerPaths, digest: str, grace: float = GRACE,
     the seal; ``cgroup_kill_failed``, cgroups whose ``cgroup.kill`` the kernel refused,
     with the error (the reconcile that follows proves whether anything is left).
     Raises NotFound (nothing sealed), Conflict (another digest, new processes that are
-    not a sealed leader's, changed sockets)."""
+    not a sealed leader's, changed sockets), StateCorrupt (evidence of another shape)."""
     sealed = _read_sealed(paths, digest)
     joined = _refuse_changed(paths, sealed)
     targets = [(p["pid"], p["start_ticks"]) for p in _processes(sealed)]
@@ -184,7 +184,41 @@ def _read_sealed(paths: OwnerPaths, digest: str) -> dict[str, Any]:
     if sealed.get("digest") != digest or _digest(_body(sealed)) != digest:
         raise Conflict("the digest is not the sealed evidence's; review the plan again",
                        {"sealed": sealed.get("digest"), "given": digest})
+    if not _sound(sealed):   # the digest proves the file whole, not written by --prepare
+        raise StateCorrupt(f"{evidence_path(paths)} is not evidence this owner sealed: "
+                           "run `tenure owner reconcile --prepare` again",
+                           {"path": str(evidence_path(paths))})
     return sealed
+
+
+def _sound(sealed: dict[str, Any]) -> bool:
+    """Whether sealed evidence has the shape :func:`prepare` writes, every value of the
+    type the drain acts on (pids it signals, cgroups it kills, sockets it compares)."""
+    launches, sockets, ids = sealed.get("launches"), sealed.get("sockets"), \
+        sealed.get("socket_ids")
+    return (isinstance(launches, list) and all(map(_sound_launch, launches))
+            and isinstance(sockets, list) and all(isinstance(s, str) for s in sockets)
+            and (ids is None or (isinstance(ids, dict) and all(map(_socket_id,
+                                                                   ids.values())))))
+
+
+def _socket_id(v: Any) -> bool:
+    """[inode, ctime in ns] as :func:`_sockets` records it (None: an older seal's)."""
+    return v is None or (isinstance(v, list) and len(v) == 2 and all(map(_count, v)))
+
+
+def _sound_launch(ln: Any) -> bool:
+    return (isinstance(ln, dict) and isinstance(ln.get("launch_key"), str)
+            and all(ln.get(k) is None or _count(ln[k]) for k in ("pid", "pgid"))
+            and (ln.get("cgroup") is None or isinstance(ln["cgroup"], str))
+            and isinstance(ln.get("processes"), list) and all(
+                isinstance(p, dict) and _count(p.get("pid")) and p["pid"] > 0
+                and _count(p.get("start_ticks")) and isinstance(p.get("why"), str)
+                for p in ln["processes"]))
+
+
+def _count(v: Any) -> bool:
+    return type(v) is int and v >= 0
 
 
 def _wait_gone(procs: list[tuple[int, int]], groups: set[int], timeout: float,
@@ -205,7 +239,9 @@ def _kill_cgroups(sealed: dict[str, Any]) -> list[dict[str, Any]]:
     refuses with PROCESSES_ALIVE."""
     failed = []
     for ln in sealed["launches"]:
-        path = ln.get("cgroup")
+        # the launch's own cgroup only (named after it, under a cgroup mount), whatever
+        # the file says: a cgroup that is gone already counts for nothing as well
+        path = recorded_cgroup(ln["launch_key"], ln.get("cgroup"))
         if not path:
             continue
         try:
