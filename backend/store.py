@@ -329,11 +329,20 @@ class RecoveryStore:
                         (json.dumps(body, sort_keys=True), time.time()))
 
     def invalidate(self, reason: str) -> None:
-        self.db.execute("UPDATE certificate SET valid = 0, body = json_set(coalesce(body, "
-                        "'{}'), '$.invalidated', ?), updated_at = ? WHERE valid = 1",
-                        (reason, time.time()))
+        """Mark the certificate invalid, saying why in its body (a body that is not a
+        JSON object, a damaged one, is replaced by just the reason)."""
+        self.db.execute("UPDATE certificate SET valid = 0, body = CASE WHEN json_valid(body) "
+                        "AND json_type(body) = 'object' THEN json_set(body, '$.invalidated', "
+                        "?1) ELSE json_object('invalidated', ?1) END, updated_at = ?2 "
+                        "WHERE valid = 1", (reason, time.time()))
 
     def read(self) -> dict[str, Any]:
+        """The certificate as stored; a body that is not a JSON object (a damaged one)
+        reads as none, so the next certificate replaces it."""
         r = self.db.execute("SELECT valid, body, updated_at FROM certificate").fetchone()
-        return {"valid": bool(r[0]), "body": json.loads(r[1]) if r[1] else None,
+        try:
+            body = json.loads(r[1]) if r[1] else None
+        except (TypeError, ValueError, RecursionError):
+            body = None
+        return {"valid": bool(r[0]), "body": body if isinstance(body, dict) else None,
                 "updated_at": r[2]}

@@ -64,3 +64,24 @@ def test_whatever_the_row_holds_it_reads_sound_or_state_corrupt(tmp_path: Path,
     got = cert["body"]
     assert isinstance(got, dict)
     assert type(got.get("cursor", 0)) is int and got.get("cursor", 0) >= 0
+
+
+@pytest.mark.parametrize("body", ["{", b"\xf2", "[1]", "7", "[" * 100_000])
+def test_the_backend_reads_a_damaged_body_as_none_and_invalidates_it_with_the_reason(
+        tmp_path: Path, body: Any) -> None:
+    """The backend, which writes the certificate, compares its next one with the stored
+    body and invalidates it on any change: a damaged body raised JSONDecodeError there,
+    and the invalidation's json_set failed with 'malformed JSON'."""
+    path = _db(tmp_path, body)
+    store = RecoveryStore(path)
+    try:
+        assert store.read()["body"] is None
+        store.invalidate("a launch")
+        assert store.read() == {"valid": False, "body": {"invalidated": "a launch"},
+                                "updated_at": store.read()["updated_at"]}
+        store.publish({"cursor": 1})
+        store.invalidate("a stop")
+        assert store.read()["body"] == {"cursor": 1, "invalidated": "a stop"}
+    finally:
+        store.close()
+    assert read_certificate(path)["body"] == {"cursor": 1, "invalidated": "a stop"}
