@@ -320,5 +320,6 @@ def run_on(home: Path, fn: Callable[[FakeCoordinator], Awaitable[Any]]) -> Any:
             return await fn(co)
         finally:
             await co.cancel_tasks()
+            co.diagnostics.close()   # as the daemon does: no write arranged runs after
             co.state.close()
     return asyncio.run(main())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -483,6 +484,23 @@ def test_the_owner_watch_waits_a_bounded_time_and_says_once_that_it_gets_no_answ
     said = [r.getMessage() for r in caplog.records if "owner" in r.getMessage()]
     assert said == ["owner unreachable: TIMEOUT: test: no answer (asked again every second)",
                     "the owner answers again"], said
+
+
+def test_a_diagnostics_write_arranged_last_never_runs_against_the_closed_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Regression (a flaky owner-watch test): a write arranged by diagnostics_soon that
+    came due while asyncio.run shut down (here: waiting for an executor thread) ran
+    against the closed state.db and logged "could not write … closed database"."""
+    monkeypatch.setattr(diagnostics, "DELAY_S", 0.02)
+
+    async def go(co: FakeCoordinator) -> None:
+        await in_control(co)
+        asyncio.get_running_loop().run_in_executor(None, time.sleep, 0.1)
+        co.diagnostics_soon()
+    with caplog.at_level("ERROR", logger="tenure.guardian"):
+        run(go, tmp_path)
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 @pytest.mark.parametrize("damage", [
