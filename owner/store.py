@@ -98,6 +98,9 @@ class Intent(StrEnum):
     STOPPED = "stopped"
 
 
+_INTENTS = frozenset(i.value for i in Intent)
+
+
 @dataclass(frozen=True)
 class LaunchRow:
     launch_key: str
@@ -150,6 +153,23 @@ def _row(r: tuple[Any, ...]) -> LaunchRow:
     return row
 
 
+def _count(what: str, value: Any, least: int = 0) -> int:
+    """``value`` when it is an integer of at least ``least``; raises StateCorrupt naming
+    ``what`` otherwise (SQLite lets an INTEGER column hold text or a blob)."""
+    if type(value) is not int or value < least:
+        raise StateCorrupt(f"owner.db: {what} is not a count", {"what": what})
+    return value
+
+
+def _intent(stack: str, intent: Any, revision: Any) -> tuple[Intent, int]:
+    """A stack's intent row. Raises StateCorrupt naming the stack."""
+    if not isinstance(intent, str) or intent not in _INTENTS:
+        raise StateCorrupt(f"owner.db: the intent of stack {str(stack)[:200]!r} is not "
+                           "one of running, stopped", {"stack": str(stack)[:200]})
+    return Intent(intent), _count(f"the intent revision of stack {str(stack)[:200]!r}",
+                                  revision)
+
+
 def _json_map(text: Any) -> dict[str, Any]:
     """A JSON object's text as a dict. Raises TypeError, ValueError, RecursionError."""
     value = json.loads(text)
@@ -198,7 +218,9 @@ class OwnerStore:
     # -- fencing ----------------------------------------------------------------------
 
     def epoch(self) -> int:
-        return int(self.db.execute("SELECT epoch FROM fence WHERE id = 1").fetchone()[0])
+        """The fence's epoch. Raises StateCorrupt when it is not a count."""
+        return _count("the fence's epoch",
+                      self.db.execute("SELECT epoch FROM fence WHERE id = 1").fetchone()[0])
 
     def grant(self) -> dict[str, Any] | None:
         """``{epoch, activation}`` of the grant the owner holds, or None before the first
@@ -216,7 +238,7 @@ class OwnerStore:
         if isinstance(held, dict) and isinstance(held.get("grant"), dict):
             value = held["grant"].get("activation")
             activation = value if isinstance(value, str) else None
-        return {"epoch": int(row[0]), "activation": activation}
+        return {"epoch": _count("the fence's epoch", row[0]), "activation": activation}
 
     def advance_epoch(self, expected: int, new: int, grant_wire: bytes) -> None:
         """Compare-and-set the epoch. Raises StaleEpoch naming the current epoch."""
@@ -357,7 +379,9 @@ class OwnerStore:
         rows = self.db.execute(
             "SELECT pid, start_ticks, launch_key, boot_id FROM descendants WHERE boot_id = ? "
             "ORDER BY launch_key, pid", (boot_id,)).fetchall()
-        return [Tracked(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
+        return [Tracked(_count("a descendant's pid", r[0], 1),
+                        _count("a descendant's start ticks", r[1]), str(r[2]), str(r[3]))
+                for r in rows]   # a damaged row refuses: skipped, a process would be lost
 
     def clear_descendants(self) -> None:
         """Forget every recorded descendant (a new owner: they are proven gone, or of
@@ -367,13 +391,20 @@ class OwnerStore:
     # -- stack intents ----------------------------------------------------------------
 
     def intent(self, stack: str) -> tuple[Intent, int]:
+        """The stack's intent and its revision (running, 0 when none is recorded).
+        Raises StateCorrupt for a damaged row."""
         r = self.db.execute("SELECT intent, revision FROM intents WHERE stack = ?",
                             (stack,)).fetchone()
-        return (Intent(r[0]), int(r[1])) if r else (Intent.RUNNING, 0)
+        return _intent(stack, r[0], r[1]) if r else (Intent.RUNNING, 0)
 
     def intents(self) -> dict[str, dict[str, Any]]:
+        """Every recorded stack intent. Raises StateCorrupt for a damaged row."""
         rows = self.db.execute("SELECT stack, intent, revision, updated_at FROM intents")
-        return {s: {"intent": i, "revision": r, "updated_at": u} for s, i, r, u in rows}
+        out = {}
+        for s, i, r, u in rows:
+            intent, revision = _intent(s, i, r)
+            out[s] = {"intent": str(intent), "revision": revision, "updated_at": u}
+        return out
 
     def set_intent(self, stack: str, intent: Intent, expected_revision: int) -> int:
         """Compare-and-set a stack's intent. Returns the new revision; raises Conflict."""

@@ -90,3 +90,31 @@ def test_whatever_a_launch_column_holds_the_row_reads_or_is_state_corrupt(
         assert row.pid is None or type(row.pid) is int
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("table, column, value, read", [
+    ("fence", "epoch", "x", lambda s: s.epoch()),
+    ("fence", "epoch", -1, lambda s: s.grant()),
+    ("intents", "intent", "bogus", lambda s: s.intent("s")),
+    ("intents", "revision", "x", lambda s: s.intents()),
+    ("intents", "intent", 5, lambda s: s.set_intent("s", "stopped", 1)),
+    ("descendants", "pid", "x", lambda s: s.descendants("boot")),
+    ("descendants", "start_ticks", 2.7, lambda s: s.descendants("boot")),
+])
+def test_a_damaged_fence_intent_or_descendant_is_state_corrupt(
+        tmp_path: Path, table: str, column: str, value: Any, read: Any) -> None:
+    """The epoch fences every mutation, an intent decides whether a stack may start,
+    and a descendant is a process to prove gone: a damaged value is refused, never
+    read as another (int() of text raised ValueError, of 2.7 gave 2)."""
+    os.chmod(tmp_path, 0o700)
+    store = OwnerStore(str(tmp_path / "owner.db"))
+    try:
+        _launch(store)
+        store.db.execute("UPDATE fence SET epoch = 3 WHERE id = 1")
+        store.set_intent("s", "stopped", 0)   # type: ignore[arg-type]
+        store.db.execute("INSERT INTO descendants VALUES (4243, 78, 'k1', 'boot', 0)")
+        store.db.execute(f"UPDATE {table} SET {column} = ?", (value,))
+        with pytest.raises(StateCorrupt, match=r"owner\.db: "):
+            read(store)
+    finally:
+        store.close()
