@@ -146,6 +146,9 @@ class StateStore:
 
     def selector(self) -> Selector:
         r = self.db.execute("SELECT current, previous, revision FROM selector").fetchone()
+        if not all(v is None or isinstance(v, str) for v in r[:2]) or \
+                type(r[2]) is not int or r[2] < 0:   # a damaged row: never compared as is
+            raise StateCorrupt("state.db: the release selector is damaged")
         return Selector(r[0], r[1], r[2])
 
     def _select(self, db: sqlite3.Connection, release: str, expected_revision: int) -> None:
@@ -208,8 +211,12 @@ class StateStore:
                             "sig FROM grants WHERE epoch = ?", (epoch,)).fetchone()
         if r is None:
             return None
-        grant = Grant(int(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4]))
-        return SignedGrant(grant, bytes(r[5])).to_wire()
+        if type(r[0]) is not int or type(r[4]) not in (int, float) or \
+                not isinstance(r[5], bytes):
+            raise StateCorrupt(f"state.db: the grant of epoch {epoch} is damaged",
+                               {"epoch": epoch})
+        grant = Grant(r[0], str(r[1]), str(r[2]), str(r[3]), float(r[4]))
+        return SignedGrant(grant, r[5]).to_wire()
 
     def record_grant(self, grant: Grant, sig: bytes) -> None:
         """Step one of every fence: the grant is durable before the owner hears of it."""
@@ -279,7 +286,7 @@ class StateStore:
         for (aid, detail) in self.db.execute(
                 "SELECT r.activation, r.detail FROM receipts r JOIN activations a ON "
                 "a.id = r.activation WHERE a.kind = ? AND r.seq = 1", (Kind.RESTORE,)):
-            if json.loads(detail).get("restores") == activation:
+            if _detail(detail).get("restores") == activation:
                 return self.activation(aid)
         return None
 
@@ -287,7 +294,7 @@ class StateStore:
         """The failed handoff a restore activation restores from."""
         r = self.db.execute("SELECT detail FROM receipts WHERE activation = ? AND seq = 1",
                             (restore,)).fetchone()
-        value = json.loads(r[0]).get("restores") if r else None
+        value = _detail(r[0]).get("restores") if r else None
         return value if isinstance(value, str) else None
 
     def open_activations(self) -> list[Activation]:
@@ -336,4 +343,15 @@ class StateStore:
     def receipts(self, aid: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT seq, phase, at, detail FROM receipts WHERE activation "
                                "= ? ORDER BY seq", (aid,))
-        return [{"seq": s, "phase": p, "at": a, "detail": json.loads(d)} for s, p, a, d in rows]
+        return [{"seq": s, "phase": p, "at": a, "detail": _detail(d)} for s, p, a, d in rows]
+
+
+def _detail(text: Any) -> dict[str, Any]:
+    """A receipt's detail (a JSON map). Raises StateCorrupt for a damaged one."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise StateCorrupt("state.db: a receipt's detail is not a JSON map")
+    return value
