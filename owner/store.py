@@ -149,7 +149,8 @@ def _row(r: tuple[Any, ...]) -> LaunchRow:
                         _json_map(r[13]) if r[13] else None)
     except (TypeError, ValueError, RecursionError) as exc:
         raise StateCorrupt(f"owner.db: the row of launch {str(r[0])[:200]!r} cannot be "
-                           f"read ({exc})", {"launch_key": str(r[0])[:200]}) from None
+                           f"read ({str(exc)[:200]})", {"launch_key": str(r[0])[:200]}) \
+            from None
     return row
 
 
@@ -191,7 +192,8 @@ class Tracked:
 
 class OwnerStore:
     """All access to owner.db. Methods raise StateCorrupt/UnsafePath on open, and
-    StateCorrupt for a launch row that cannot be read (:func:`_row`)."""
+    StateCorrupt for a row they cannot read (a launch, the fence, a stack's intent, a
+    descendant: a damaged owner.db)."""
 
     def __init__(self, path: str) -> None:
         # WAL + NORMAL: a commit survives the owner's crash; synced_transaction adds
