@@ -75,7 +75,7 @@ S_RUN = Schema(Field("template", str, check=check_key(200)),
                Field("args", list, required=False, default=[], check=_args))
 S_LIST = Schema(Field("stack", str, required=False), Field("template", str, required=False),
                 Field("state", str, required=False, check=_states),
-                Field("before", int, required=False, check=check_int(1)),
+                Field("before", int, required=False, check=check_int(1, 2**63 - 1)),
                 Field("limit", int, required=False, default=100, check=check_int(1, 10_000)))
 S_ID = Schema(_id)
 S_STOP = Schema(_id, Field("timeout", float, required=False, default=60.0,

@@ -534,6 +534,15 @@ def test_a_state_filter_that_is_empty_or_unknown_is_refused_naming_the_states():
     assert S_LIST.validate({"state": "running,failed"})["state"] == "running,failed"
 
 
+def test_a_list_cursor_past_what_sqlite_holds_is_refused():
+    """`before` of 2**63 reached SQLite, which raised OverflowError: INTERNAL."""
+    from backend.jobs.api import S_LIST
+    from protocol.errors import BadRequest
+    with pytest.raises(BadRequest, match="before must be <= "):
+        S_LIST.validate({"before": 2**63})
+    assert S_LIST.validate({"before": 2**63 - 1})["before"] == 2**63 - 1
+
+
 def test_a_list_filter_naming_nothing_is_not_found(tmp_path):
     """Was: `job list nosuch` printed `no jobs` and exited 0."""
     from backend.jobs.api import S_LIST, JobApi
