@@ -284,11 +284,16 @@ def _check_tree(root: Path, runtime: Runtime, seen: dict[str, bytes] | None = No
 
 
 def _check_root(root: Path) -> None:
-    """Raises NotFound if ``root`` is missing, UnsafePath if a symlink or not a directory."""
+    """Raises NotFound if ``root`` is missing or cannot be looked at (a name too long, a
+    NUL), UnsafePath if a symlink or not a directory."""
     try:
         st = os.lstat(root)
     except FileNotFoundError as e:
         raise NotFound(f"{root}: no such release", {"path": str(root)}) from e
+    except (OSError, ValueError) as e:   # a name too long, a NUL, a file on the way
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise NotFound(f"{str(root)[:200]}: no release can be there ({why})",
+                       {"path": str(root)[:4096]}) from None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UnsafePath(f"{root}: not a real directory", {"path": str(root)})
 
