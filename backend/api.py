@@ -105,9 +105,11 @@ S_OPS = Schema(Field("open", bool, required=False, default=False))
 S_STACK_STOP = Schema(Field("stack", str, check=check_name(64)),
                       Field("dry_run", bool, required=False, default=False),
                       Field("digest", str, required=False),
-                      Field("timeout", float, required=False, default=300.0))
+                      Field("timeout", float, required=False, default=300.0,
+                            check=check_int(0, 86400)))
 S_STACK = Schema(Field("stack", str, check=check_name(64)))
-S_DRAIN = Schema(Field("timeout", float, required=False, default=30.0))
+S_DRAIN = Schema(Field("timeout", float, required=False, default=30.0,
+                       check=check_int(0, 86400)))
 S_CHECKPOINT = Schema(Field("path", str))
 
 
