@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from protocol.durable import open_sqlite, read_rows, transaction
+from protocol.durable import json_map, open_sqlite, read_rows, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch, StateCorrupt
 
 __all__ = ["BackendStore", "RecoveryStore", "saved_config"]
@@ -183,11 +183,8 @@ class BackendStore:
         owner's inventory still brings back what runs. Its key is logged."""
         out = {}
         for key, wire in self.db.execute("SELECT key, wire FROM instances"):
-            try:
-                value = json.loads(wire)
-            except (TypeError, ValueError, RecursionError):
-                value = None
-            if isinstance(value, dict):
+            value = json_map(wire)
+            if value is not None:
                 out[key] = value
             else:
                 log.warning("ignoring unreadable saved instance %s: not a JSON map", key)
@@ -340,9 +337,5 @@ class RecoveryStore:
         """The certificate as stored; a body that is not a JSON object (a damaged one)
         reads as none, so the next certificate replaces it."""
         r = self.db.execute("SELECT valid, body, updated_at FROM certificate").fetchone()
-        try:
-            body = json.loads(r[1]) if r[1] else None
-        except (TypeError, ValueError, RecursionError):
-            body = None
-        return {"valid": bool(r[0]), "body": body if isinstance(body, dict) else None,
+        return {"valid": bool(r[0]), "body": json_map(r[1]) if r[1] else None,
                 "updated_at": r[2]}

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from typing import Any
 
 from protocol.digest import inventory_digest
-from protocol.durable import connect_read_only
+from protocol.durable import connect_read_only, json_map
 from protocol.errors import StateCorrupt
 
 __all__ = ["digest", "read_certificate", "refusal"]
@@ -43,11 +42,8 @@ def _body(path: str, text: Any) -> dict[str, Any]:
     """The certificate's body: a JSON object whose ``cursor``, when there, is a count.
     Raises StateCorrupt for anything else (recovery then refuses, as for a database of
     another kind)."""
-    try:
-        body = json.loads(text)
-    except (TypeError, ValueError, RecursionError):
-        body = None
-    if isinstance(body, dict):
+    body = json_map(text)
+    if body is not None:
         cursor = body.get("cursor", 0)
         if type(cursor) is int and cursor >= 0:
             return body

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.durable import connect_read_only, open_sqlite, transaction
+from protocol.durable import connect_read_only, json_map, open_sqlite, transaction
 from protocol.errors import Conflict, NotFound, OperationInProgress, StateCorrupt
 from protocol.grant import Grant, SignedGrant
 from protocol.identity import Identity
@@ -348,10 +348,7 @@ class StateStore:
 
 def _detail(text: Any) -> dict[str, Any]:
     """A receipt's detail (a JSON map). Raises StateCorrupt for a damaged one."""
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError, RecursionError):
-        value = None
-    if not isinstance(value, dict):
+    value = json_map(text)
+    if value is None:
         raise StateCorrupt("state.db: a receipt's detail is not a JSON map")
     return value

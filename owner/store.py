@@ -31,7 +31,7 @@ from typing import Any
 
 import msgpack
 
-from protocol.durable import open_sqlite, synced_transaction, transaction
+from protocol.durable import json_map, open_sqlite, synced_transaction, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch, StateCorrupt
 
 __all__ = ["Intent", "LaunchRow", "LaunchState", "OwnerStore", "Tracked"]
@@ -147,7 +147,7 @@ def _row(r: tuple[Any, ...]) -> LaunchRow:
                         r[7], r[8], r[9], r[10], r[11],
                         _json_map(r[12]) if r[12] else None,
                         _json_map(r[13]) if r[13] else None)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except (TypeError, ValueError) as exc:
         raise StateCorrupt(f"owner.db: the row of launch {str(r[0])[:200]!r} cannot be "
                            f"read ({str(exc)[:200]})", {"launch_key": str(r[0])[:200]}) \
             from None
@@ -172,10 +172,10 @@ def _intent(stack: str, intent: Any, revision: Any) -> tuple[Intent, int]:
 
 
 def _json_map(text: Any) -> dict[str, Any]:
-    """A JSON object's text as a dict. Raises TypeError, ValueError, RecursionError."""
-    value = json.loads(text)
-    if not isinstance(value, dict):
-        raise TypeError("a JSON value that is not a map")
+    """A JSON object's text as a dict. Raises TypeError for anything else."""
+    value = json_map(text)
+    if value is None:
+        raise TypeError("a column that is not a JSON map")
     return value
 
 

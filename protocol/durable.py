@@ -21,7 +21,7 @@ from .errors import StateCorrupt, UnsafePath
 from .storage import storage_failure
 
 __all__ = ["atomic_write", "atomic_write_json", "check_private_file", "connect_read_only",
-           "last_words", "open_sqlite", "read_json", "read_private", "read_rows",
+           "json_map", "last_words", "open_sqlite", "read_json", "read_private", "read_rows",
            "refuse_unprivate", "synced_transaction", "transaction"]
 
 MAX_FILE = 16 * 1024 * 1024
@@ -179,6 +179,17 @@ def last_words(path: str | os.PathLike[str], size: int = 2000, since: int = 0) -
     if written > size:   # begun inside a line: a line is quoted whole or not at all
         data = data.partition(b"\n")[2]
     return data.decode(errors="replace")
+
+
+def json_map(text: Any) -> dict[str, Any] | None:
+    """The JSON object ``text`` holds (str or bytes, as a database column gives it), or
+    None when it holds none: not JSON, not an object, nested too deeply, not text at
+    all. For readers of stored values, which then fail closed their own way."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError, RecursionError):   # UnicodeDecodeError is a ValueError
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def read_json(path: str | os.PathLike[str], kind: str, formats: tuple[int, ...] = (1,),

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.durable import atomic_write, read_json
+from protocol.durable import atomic_write, json_map, read_json
 from protocol.errors import StateCorrupt
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70)
@@ -62,3 +62,12 @@ def test_whatever_the_file_holds_it_is_a_record_or_state_corrupt(tmp_path: Path,
     except StateCorrupt:
         return
     assert got["kind"] == "k" and type(got["format"]) is int and got["format"] == 1
+
+
+@pytest.mark.parametrize("text, value", [
+    ('{"a": 1}', {"a": 1}), (b'{"a": 1}', {"a": 1}), ("[1]", None), ("7", None),
+    ("null", None), ("{", None), (b"\xff", None), ("[" * 100_000, None), (5, None),
+    (None, None)])
+def test_json_map_is_the_object_a_stored_value_holds_or_none(text: Any,
+                                                            value: Any) -> None:
+    assert json_map(text) == value
