@@ -202,6 +202,8 @@ async def recovery_check(co: Coordinator, checked: str | None = None) -> Check:
         return Check(True, NOTHING_RUNS, nothing_runs=True)
     cert = co.certificate()
     body = cert.get("body") or {}
+    if cert.get("damaged"):
+        return Check(False, f"the recovery certificate cannot be read: {cert['damaged']}")
     if not cert.get("valid"):
         return Check(False, "no valid recovery certificate (the backend was busy)")
     reason = await _uncovered(co, body, inv, checked)

@@ -16,8 +16,11 @@ digest = inventory_digest
 
 
 def read_certificate(path: str) -> dict[str, Any]:
-    """``{valid, body, updated_at}``; no file means no certificate. Raises StateCorrupt
-    for a database of another kind or version (never modified)."""
+    """``{valid, body, updated_at}``; no file means no certificate. A body that is not a
+    JSON object whose ``cursor``, when there, is a count (a damaged one) makes it no
+    certificate either: not valid, no body, and ``damaged`` saying so, so that recovery
+    blocks and a forced recovery can still be reviewed. Raises StateCorrupt for a
+    database of another kind or version (never modified)."""
     if not os.path.exists(path) or os.path.islink(path):
         return {"valid": False, "body": None, "updated_at": None}
     try:
@@ -34,21 +37,19 @@ def read_certificate(path: str) -> dict[str, Any]:
         raise StateCorrupt(f"{path} is unreadable: {exc}", {"path": path}) from None
     if row is None:
         return {"valid": False, "body": None, "updated_at": None}
-    return {"valid": bool(row[0]), "body": _body(path, row[1]) if row[1] else None,
-            "updated_at": row[2]}
+    body = _body(row[1]) if row[1] else None
+    if row[1] and body is None:
+        return {"valid": False, "body": None, "updated_at": row[2],
+                "damaged": "its body is not a JSON object with a count for its cursor"}
+    return {"valid": bool(row[0]), "body": body, "updated_at": row[2]}
 
 
-def _body(path: str, text: Any) -> dict[str, Any]:
-    """The certificate's body: a JSON object whose ``cursor``, when there, is a count.
-    Raises StateCorrupt for anything else (recovery then refuses, as for a database of
-    another kind)."""
+def _body(text: Any) -> dict[str, Any] | None:
+    """The certificate's body: a JSON object whose ``cursor``, when there, is a count;
+    None for anything else."""
     body = json_map(text)
-    if body is not None:
-        cursor = body.get("cursor", 0)
-        if type(cursor) is int and cursor >= 0:
-            return body
-    raise StateCorrupt(f"{path} holds a certificate that is not a JSON object with a "
-                       "count for its cursor", {"path": path})
+    cursor = None if body is None else body.get("cursor", 0)
+    return body if type(cursor) is int and cursor >= 0 else None
 
 
 def refusal(body: dict[str, Any], selected: str | None, owner: dict[str, Any] | None,

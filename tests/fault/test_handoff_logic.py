@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -297,6 +298,35 @@ def test_recovery_refuses_what_the_certificate_does_not_cover(
                                                       "RECOVERY_BLOCKED")
         assert co.world.alive() == []
     run(go, tmp_path)
+
+
+def test_a_damaged_certificate_blocks_recovery_and_a_forced_one_can_be_reviewed(
+        tmp_path: Path) -> None:
+    """A certificate whose body cannot be read is no certificate: recovery blocks saying
+    so, and the forced recovery's plan (the operator's way out) is still made. Raising
+    there would have left no way out but editing recovery.db."""
+    from backend.store import RecoveryStore
+    from guardian.forceplan import force_plan
+    from guardian.recovery import read_certificate
+    where = tmp_path / "cert"
+    where.mkdir(mode=0o700)
+    path = str(where / "recovery.db")
+    RecoveryStore(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE certificate SET valid = 1, body = '{', updated_at = 1")
+    db.close()
+
+    async def go(co: FakeCoordinator) -> dict[str, Any]:
+        bp = await in_control(co)
+        _crash(co, bp)
+        co.certificate = lambda: read_certificate(path)  # type: ignore[method-assign]
+        assert await recover(co) is None
+        assert co.blocked is not None
+        assert "the recovery certificate cannot be read" in co.blocked["reason"]
+        return await force_plan(co)
+    plan = run(go, tmp_path)
+    assert plan["certificate"]["valid"] is False and plan["covered"] is False
+    assert [r["launch_key"] for r in plan["adopt"]] == ["k1"]
 
 
 def test_recovery_refuses_a_certificate_older_than_a_completed_generation(

@@ -1,8 +1,8 @@
 """The recovery certificate as the guardian reads it (guardian.recovery.read_certificate):
 the backend writes it, so its body is checked before recovery trusts it. Whatever the
-row holds, the reader returns a JSON object whose cursor is a count, or raises
-STATE_CORRUPT (never JSONDecodeError, UnicodeDecodeError, or a list that breaks the
-check after it)."""
+row holds, the reader returns a JSON object whose cursor is a count, or no certificate
+marked damaged (never JSONDecodeError, UnicodeDecodeError, or a list that breaks the
+check after it): recovery then blocks, and a forced recovery can still be reviewed."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 from backend.store import RecoveryStore
 from guardian.recovery import read_certificate
-from protocol.errors import StateCorrupt
 
 
 def _db(tmp_path: Path, body: Any) -> str:
@@ -44,9 +43,11 @@ def test_a_certificate_the_backend_wrote_reads(tmp_path: Path) -> None:
 @pytest.mark.parametrize("body", ["{", b"\xf2", "[1]", '"x"', "7", '{"cursor": "x"}',
                                   '{"cursor": 1e400}', '{"cursor": -1}',
                                   '{"cursor": true}', "[" * 100_000])
-def test_a_body_recovery_cannot_use_is_state_corrupt(tmp_path: Path, body: Any) -> None:
-    with pytest.raises(StateCorrupt, match="not a JSON object with a count"):
-        read_certificate(_db(tmp_path, body))
+def test_a_body_recovery_cannot_use_is_no_certificate_marked_damaged(tmp_path: Path,
+                                                                    body: Any) -> None:
+    assert read_certificate(_db(tmp_path, body)) == {
+        "valid": False, "body": None, "updated_at": 1,
+        "damaged": "its body is not a JSON object with a count for its cursor"}
 
 
 @settings(max_examples=150, deadline=None,
@@ -55,14 +56,14 @@ def test_a_body_recovery_cannot_use_is_state_corrupt(tmp_path: Path, body: Any) 
        | st.dictionaries(st.sampled_from(["cursor", "epoch", "owner"]),
                          st.none() | st.booleans() | st.integers(-2**70, 2**70)
                          | st.floats() | st.text(max_size=4)).map(json.dumps))
-def test_whatever_the_row_holds_it_reads_sound_or_state_corrupt(tmp_path: Path,
-                                                                body: Any) -> None:
-    try:
-        cert = read_certificate(_db(tmp_path, body))
-    except StateCorrupt:
-        return
+def test_whatever_the_row_holds_it_reads_sound_or_damaged(tmp_path: Path,
+                                                          body: Any) -> None:
+    cert = read_certificate(_db(tmp_path, body))
     got = cert["body"]
-    assert isinstance(got, dict)
+    if got is None:
+        assert cert["valid"] is False and cert["damaged"]
+        return
+    assert isinstance(got, dict) and "damaged" not in cert
     assert type(got.get("cursor", 0)) is int and got.get("cursor", 0) >= 0
 
 
