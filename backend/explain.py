@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from msgspec import Struct
 
 from protocol.errors import BadRequest, TenureError, TransportError
+from protocol.schema import is_count
 from protocol.signame import signal_name
 
 if TYPE_CHECKING:
@@ -208,10 +209,6 @@ def _text(v: Any) -> bool:
     return isinstance(v, str) and 0 < len(v) <= MAX_TEXT
 
 
-def _count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
 def _one_of(enum: type[StrEnum]) -> Callable[[Any], bool]:
     """A value of ``enum``: a string first (a list or a map is no set member at all)."""
     values = frozenset(e.value for e in enum)
@@ -224,13 +221,13 @@ def _opt_int(lo: int, hi: int) -> Callable[[Any], bool]:
 
 
 _FIELDS: Mapping[str, Mapping[str, Callable[[Any], bool]]] = {
-    "last_error": {"text": _text, "code": _text, "generation": _count,
+    "last_error": {"text": _text, "code": _text, "generation": is_count,
                    "errno": lambda v: v is None or _text(v),
                    "source": _one_of(ErrorSource)},
     "last_exit": {"exit_code": _opt_int(0, 255), "signal": _opt_int(1, 128),
-                  "core_dumped": lambda v: isinstance(v, bool), "generation": _count},
+                  "core_dumped": lambda v: isinstance(v, bool), "generation": is_count},
     "last_probe": {"check": _one_of(Check), "probe": _text,
-                   "result": _text, "generation": _count},
+                   "result": _text, "generation": is_count},
 }
 _BUILD: Mapping[str, Callable[[dict[str, Any]], Any]] = {
     "last_error": lambda d: LastError(d["text"], d["code"], d["errno"],

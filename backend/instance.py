@@ -37,13 +37,12 @@ Contract with the reconciler (which owns all I/O):
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
 from protocol.errors import BadRequest
-from protocol.schema import Field, Schema, check_int
+from protocol.schema import Field, Schema, check_int, is_number
 
 from .explain import LastError, LastExit, LastProbe, decode
 from .instance_types import (  # the machine's vocabulary, re-exported
@@ -598,16 +597,6 @@ TRANSITIONS: dict[tuple[State, type[Event]], Handler] = {
 WIRE_VERSION = 1
 
 
-def _finite(v: Any) -> bool:
-    """A number a float can hold (an integer past its range is not)."""
-    if not isinstance(v, int | float) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
 def _check_enum(enum: type[StrEnum]) -> Callable[[Any], str | None]:
     values = {m.value for m in enum}
 
@@ -617,12 +606,12 @@ def _check_enum(enum: type[StrEnum]) -> Callable[[Any], str | None]:
 
 
 def _check_starts(v: Any) -> str | None:
-    return None if all(_finite(t) for t in v) else "must be a list of finite numbers"
+    return None if all(is_number(t) for t in v) else "must be a list of finite numbers"
 
 
 def _check_timers(v: Any) -> str | None:
     names = {t.value for t in Timer}
-    if all(isinstance(k, str) and k in names and _finite(t) for k, t in v.items()):
+    if all(isinstance(k, str) and k in names and is_number(t) for k, t in v.items()):
         return None
     return f"must map timer names {sorted(names)} to finite deadlines"
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import StateCorrupt, TenureError
+from protocol.schema import is_number
 
 __all__ = ["KIND", "discard", "files", "pending", "queue", "read_queued", "state"]
 
@@ -34,8 +35,7 @@ def read_queued(path: str) -> dict[str, Any]:
         if not isinstance(rec.get(key), str) or (not rec[key] and key != "text"):
             raise StateCorrupt(f"{path}: {key} is not a non-empty string", {"path": path})
     at = rec.get("queued_at")
-    if not (isinstance(at, int | float) and not isinstance(at, bool)
-            and 0 <= at < 1e12):   # not true, NaN or ±inf
+    if not (is_number(at) and 0 <= at < 1e12):   # not true, NaN or ±inf
         raise StateCorrupt(f"{path}: queued_at is not a time", {"path": path})
     return rec
 

@@ -19,13 +19,13 @@ little anyway. ``tenure top --every 0.2`` sees new figures every 0.4 to 0.6 s.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeGuard
+from typing import Any
 
 from protocol.errors import TenureError
+from protocol.schema import is_count, is_number
 
 __all__ = ["CAPABILITY", "FRESH_S", "CpuRate", "Usage", "owner_metrics"]
 
@@ -125,17 +125,17 @@ class Usage:
         if not isinstance(answer, Mapping):
             return out
         at, rows = answer.get("at"), answer.get("launches")
-        if not _finite(at) or not isinstance(rows, list):
+        if not is_number(at) or not isinstance(rows, list):
             return out
         now = self._clock()
         for row in rows:
-            if not isinstance(row, Mapping) or not _count(row.get("pid")) or \
-                    not _count(row.get("start_ticks")):
+            if not isinstance(row, Mapping) or not is_count(row.get("pid")) or \
+                    not is_count(row.get("start_ticks")):
                 continue
             ident = (row["pid"], row["start_ticks"])
             cpu, memory = row.get("cpu_seconds"), row.get("memory_bytes")
-            out[ident] = (self.cpu.rate(ident, at, cpu) if _finite(cpu) else None,
-                          memory if _count(memory) else None)
+            out[ident] = (self.cpu.rate(ident, at, cpu) if is_number(cpu) else None,
+                          memory if is_count(memory) else None)
             self._taken[ident] = (now, out[ident])
         return out
 
@@ -161,11 +161,3 @@ class Usage:
         self.cpu.forget_except(keep)
         for key in [k for k in self._taken if k not in keep]:
             del self._taken[key]
-
-
-def _count(v: Any) -> bool:
-    return type(v) is int and v >= 0
-
-
-def _finite(v: Any) -> TypeGuard[float]:
-    return type(v) is int or (type(v) is float and math.isfinite(v))

@@ -9,6 +9,7 @@ from typing import Any
 from protocol.digest import inventory_digest
 from protocol.durable import connect_read_only, json_map
 from protocol.errors import StateCorrupt
+from protocol.schema import is_count
 
 __all__ = ["digest", "read_certificate", "refusal"]
 
@@ -48,8 +49,7 @@ def _body(text: Any) -> dict[str, Any] | None:
     """The certificate's body: a JSON object whose ``cursor``, when there, is a count;
     None for anything else."""
     body = json_map(text)
-    cursor = None if body is None else body.get("cursor", 0)
-    return body if type(cursor) is int and cursor >= 0 else None
+    return body if body is not None and is_count(body.get("cursor", 0)) else None
 
 
 def refusal(body: dict[str, Any], selected: str | None, owner: dict[str, Any] | None,

@@ -17,6 +17,7 @@ from protocol.durable import connect_read_only, json_map, open_sqlite, transacti
 from protocol.errors import Conflict, NotFound, OperationInProgress, StateCorrupt
 from protocol.grant import Grant, SignedGrant
 from protocol.identity import Identity
+from protocol.schema import is_count
 
 from . import counters
 from .phases import FINAL, Kind, Phase, allowed
@@ -147,7 +148,7 @@ class StateStore:
     def selector(self) -> Selector:
         r = self.db.execute("SELECT current, previous, revision FROM selector").fetchone()
         if not all(v is None or isinstance(v, str) for v in r[:2]) or \
-                type(r[2]) is not int or r[2] < 0:   # a damaged row: never compared as is
+                not is_count(r[2]):   # a damaged row: never compared as is
             raise StateCorrupt("state.db: the release selector is damaged")
         return Selector(r[0], r[1], r[2])
 

@@ -29,6 +29,8 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+from protocol.schema import is_count
+
 from .journaldb import META_PREFIXED, prefixed
 
 if TYPE_CHECKING:
@@ -185,7 +187,7 @@ def _parse(key: str, value: object) -> tuple[AppKey, SourceKey, int] | None:
     parts = key.split("/")
     if len(parts) != 4 or not all(parts[:2]) or parts[3] not in ("stdout", "stderr") \
             or not (parts[2].isascii() and parts[2].isdigit() and len(parts[2]) <= 19) \
-            or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            or not is_count(value, 1):
         return None
     return (parts[0], parts[1]), (int(parts[2]), parts[3]), value
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import ReconcileRequired, StateCorrupt, TenureError
+from protocol.schema import is_count
 
 __all__ = ["STAGES", "Receipt", "ReceiptState", "admit_start", "keep_receipt", "write_ack"]
 
@@ -101,7 +102,7 @@ def read_receipt(path: str) -> dict[str, Any] | None:
     if not isinstance(state, str) or state not in _STATES or \
             not isinstance(rec.get("boot_id"), str) or \
             not isinstance(instance, str) or not _INSTANCE.fullmatch(instance) or \
-            type(pid) is not int or pid <= 0:
+            not is_count(pid, 1):
         raise StateCorrupt(f"{path} is not a receipt this owner can read: its state, boot "
                            "id, instance or pid is missing or malformed", {"path": path})
     return rec

@@ -42,6 +42,7 @@ from protocol.durable import atomic_write_json, read_json
 from protocol.errors import Conflict, NotFound, StateCorrupt
 from protocol.identity import boot_id
 from protocol.procfs import group_members, read_stat, running, start_ticks
+from protocol.schema import is_count
 
 from .descendants import kill_verified
 from .evidence import Found, find, recorded, recorded_cgroup
@@ -204,21 +205,17 @@ def _sound(sealed: dict[str, Any]) -> bool:
 
 def _socket_id(v: Any) -> bool:
     """[inode, ctime in ns] as :func:`_sockets` records it (None: an older seal's)."""
-    return v is None or (isinstance(v, list) and len(v) == 2 and all(map(_count, v)))
+    return v is None or (isinstance(v, list) and len(v) == 2 and all(map(is_count, v)))
 
 
 def _sound_launch(ln: Any) -> bool:
     return (isinstance(ln, dict) and isinstance(ln.get("launch_key"), str)
-            and all(ln.get(k) is None or _count(ln[k]) for k in ("pid", "pgid"))
+            and all(ln.get(k) is None or is_count(ln[k]) for k in ("pid", "pgid"))
             and (ln.get("cgroup") is None or isinstance(ln["cgroup"], str))
             and isinstance(ln.get("processes"), list) and all(
-                isinstance(p, dict) and _count(p.get("pid")) and p["pid"] > 0
-                and _count(p.get("start_ticks")) and isinstance(p.get("why"), str)
+                isinstance(p, dict) and is_count(p.get("pid"), 1)
+                and is_count(p.get("start_ticks")) and isinstance(p.get("why"), str)
                 for p in ln["processes"]))
-
-
-def _count(v: Any) -> bool:
-    return type(v) is int and v >= 0
 
 
 def _wait_gone(procs: list[tuple[int, int]], groups: set[int], timeout: float,

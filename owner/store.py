@@ -33,6 +33,7 @@ import msgpack
 
 from protocol.durable import json_map, open_sqlite, synced_transaction, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch, StateCorrupt
+from protocol.schema import is_count
 
 __all__ = ["Intent", "LaunchRow", "LaunchState", "OwnerStore", "Tracked"]
 
@@ -157,7 +158,7 @@ def _row(r: tuple[Any, ...]) -> LaunchRow:
 def _count(what: str, value: Any, least: int = 0) -> int:
     """``value`` when it is an integer of at least ``least``; raises StateCorrupt naming
     ``what`` otherwise (SQLite lets an INTEGER column hold text or a blob)."""
-    if type(value) is not int or value < least:
+    if not is_count(value, least):
         raise StateCorrupt(f"owner.db: {what} is not a count", {"what": what})
     return value
 

@@ -16,9 +16,10 @@ from .values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
-    from typing import Any
+    from typing import Any, TypeGuard
 
-__all__ = ["Field", "Schema", "check_int", "check_key", "check_name", "check_str_map"]
+__all__ = ["Field", "Schema", "check_int", "check_key", "check_name", "check_str_map",
+           "is_count", "is_number"]
 
 if TYPE_CHECKING:
     Check = Callable[[Any], str | None]  # a problem description, or None when fine
@@ -101,6 +102,23 @@ def _plain_types(types: type | tuple[type, ...]) -> frozenset[type]:
 def _type_names(types: type | tuple[type, ...]) -> str:
     ts = types if isinstance(types, tuple) else (types,)
     return " or ".join(t.__name__ for t in ts)
+
+
+def is_count(v: Any, least: int = 0) -> TypeGuard[int]:
+    """Whether ``v`` is an integer (never a bool) of at least ``least``: what a stored
+    or received id, pid, cursor or revision must be before it is used as one."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+def is_number(v: Any) -> TypeGuard[float]:
+    """Whether ``v`` is a finite number a float can hold (never a bool; an integer past
+    a float's range is not one: JSON carries them)."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def check_int(lo: int | None = None, hi: int | None = None) -> Check:
