@@ -33,12 +33,15 @@ from .cgroups import MOUNT, cgroup_name, members, read_proc_cgroup
 from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from .store import LaunchRow, LaunchState, OwnerStore, Tracked
 
-__all__ = ["REASONS", "Found", "Suspects", "ended_cgroups", "find", "lingering",
-           "recorded_cgroup", "suspects"]
+__all__ = ["HOME_IN_ENVIRONMENT", "REASONS", "Found", "Suspects", "cgroup_of",
+           "ended_cgroups", "find", "lingering", "recorded_cgroup", "suspects", "unrecorded"]
 
 REASONS = ("leader", "process group", "tracked descendant", "launch key in environment",
            "cgroup member")
 """Why a process counts, strongest source first (the order :func:`find` asks them)."""
+
+HOME_IN_ENVIRONMENT = "this home in its environment"
+"""Why a process that no recorded launch accounts for counts (:func:`unrecorded`)."""
 
 _MOUNTS = (str(MOUNT), str(MOUNT / "unified"))
 """Where a unified (cgroup v2) hierarchy is mounted: pure v2 hosts, then hybrid ones."""
@@ -152,7 +155,7 @@ def find(s: Suspects, scan: dict[bytes, list[int]] | None = None) -> dict[str, F
         for pid in carriers.get(_needle(r.launch_key), []):
             pids.setdefault(pid, "launch key in environment")
         cg = recorded_cgroup(r.launch_key, s.cgroups.get(r.launch_key)) or \
-            _cgroup_of(r.launch_key, list(pids))
+            cgroup_of(r.launch_key, list(pids))
         for pid in [] if cg is None else members(Path(cg)):
             pids.setdefault(pid, "cgroup member")
         out[r.launch_key] = Found(r, pids, cg)
@@ -198,9 +201,9 @@ def recorded_cgroup(launch_key: str, path: str | None) -> str | None:
     return path if (Path(path) / "cgroup.procs").exists() else None
 
 
-def _cgroup_of(launch_key: str, pids: list[int]) -> str | None:
+def cgroup_of(launch_key: str, pids: list[int]) -> str | None:
     """The launch's own cgroup, found through one of its processes (an owner.db of an
-    owner that recorded no cgroups)."""
+    owner that recorded no cgroups, or a launch owner.db does not record)."""
     name = cgroup_name(launch_key)
     for pid in pids:
         rel = read_proc_cgroup(pid)

@@ -83,7 +83,8 @@ def reconcile_locked(paths: OwnerPaths) -> list[str]:
     if alive:
         raise ProcessesAlive(
             f"{len(alive)} launches of the dead owner still have processes; stop them "
-            "(by pid) and run reconcile again",
+            "(`tenure owner reconcile --prepare`, then `--drain DIGEST`, or by pid) and "
+            "run reconcile again",
             {"survivors": [{"launch_key": s.launch_key, "pids": s.pids, "why": s.why}
                            for s in alive]})
     proven = list(found)

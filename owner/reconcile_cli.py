@@ -54,6 +54,10 @@ def _error(exc: TenureError, as_json: bool, code: int) -> int:
     return code
 
 
+_NOTES = {"exited": " (leader exited)",
+          "unrecorded": " (no launch of owner.db: this home in its environment)"}
+
+
 def _plan_text(plan: dict[str, Any]) -> str:
     prev = plan["previous"] or {}
     lines = [f"previous owner: {prev.get('instance', '-')} (pid {prev.get('pid', '-')}, "
@@ -64,8 +68,8 @@ def _plan_text(plan: dict[str, Any]) -> str:
                  f"processes, {gone} already gone")
     for ln in alive:
         where = f" cgroup {ln['cgroup']}" if ln.get("cgroup") else ""
-        exited = " (leader exited)" if ln.get("state") == "exited" else ""
-        lines.append(f"  {ln['app']}  {ln['launch_key']}{exited}{where}")
+        note = _NOTES.get(ln.get("state"), "")
+        lines.append(f"  {ln['app']}  {ln['launch_key']}{note}{where}")
         lines += [f"    pid {p['pid']}  ({p['why']})" for p in ln["processes"]]
     if plan["sockets"]:
         lines.append(f"leftover sockets (removed by the next owner): "

@@ -2,8 +2,11 @@
 
 ``prepare`` finds every live process of the dead owner's launches (:mod:`owner.evidence`:
 leader, process group, launch key in the environment, recorded descendants — of exited
-launches too — and cgroup members) and seals them with the leftover socket files (path,
-inode and ctime) into ``execution/reconcile-evidence.json`` with a digest.
+launches too — and cgroup members), and every process that carries this home in its
+environment while no recorded launch accounts for it (owner.db set aside as damaged, or
+emptied: ``unrecorded``, grouped by the launch key it carries), and seals them with the
+leftover socket files (path, inode and ctime) into ``execution/reconcile-evidence.json``
+with a digest.
 ``drain(digest)`` stops exactly the sealed processes (each verified by its start ticks,
 so a reused pid is never hit): TERM, a grace period, then KILL (and ``cgroup.kill`` for
 a launch's cgroup). It refuses with ``CONFLICT`` when the digest is not the sealed one,
@@ -18,9 +21,12 @@ no other launch. An app that forks short-lived children (``while :; do sleep 1; 
 always has such a child the seal did not name; refusing it made the drain impossible.
 It is provably the launch's: the leader made the group (and its session) at launch,
 only a process of that session can join the group, and while the leader runs nobody
-else can own that group id. Such a group is signalled as a whole (``killpg``) while its
-leader is verified alive, so a child forked during the stop gets the signal too, and
-the drain waits until the group is empty before the reconcile looks.
+else can own that group id. An unrecorded launch's leader is the oldest of its
+processes that leads its own session, as the owner starts every app: every process of
+that session descends from a process that carries the launch key. Such a group is
+signalled as a whole (``killpg``) while its leader is verified alive, so a child forked
+during the stop gets the signal too, and the drain waits until the group is empty
+before the reconcile looks.
 
 Nothing here runs while an owner runs: the caller holds the owner lock.
 """
@@ -41,11 +47,20 @@ from typing import Any
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import Conflict, NotFound, StateCorrupt
 from protocol.identity import boot_id
-from protocol.procfs import group_members, read_stat, running, start_ticks
+from protocol.procfs import environ, group_members, read_stat, running, start_ticks
 from protocol.schema import is_count
 
 from .descendants import kill_verified
-from .evidence import Found, find, recorded, recorded_cgroup
+from .evidence import (
+    HOME_IN_ENVIRONMENT,
+    Found,
+    cgroup_of,
+    environ_scan,
+    find,
+    recorded,
+    recorded_cgroup,
+    unrecorded,
+)
 from .paths import OwnerPaths
 from .receipt import read_receipt
 
@@ -62,14 +77,15 @@ def evidence_path(paths: OwnerPaths) -> Path:
 
 def prepare(paths: OwnerPaths) -> dict[str, Any]:
     """Seal the evidence as of now and return it (with ``digest``)."""
-    found = _find(paths)
+    found, extra = _find(paths)
     rec = read_receipt(paths.receipt)
     sockets = _sockets(paths)
     body: dict[str, Any] = {
         "boot_id": boot_id(),
         "previous": None if rec is None else {k: rec.get(k) for k in ("instance", "pid",
                                                                      "state")},
-        "launches": [_launch(f) for f in found.values()],
+        "launches": [*(_launch(f) for f in found.values()),
+                     *(_unrecorded(key, pids) for key, pids in extra.items())],
         "sockets": sorted(sockets),
         "socket_ids": sockets,
     }
@@ -79,18 +95,59 @@ def prepare(paths: OwnerPaths) -> dict[str, Any]:
     return body
 
 
-def _find(paths: OwnerPaths) -> dict[str, Found]:
-    return find(recorded(paths.db, boot_id(), paths.home_marker).suspects)
+def _find(paths: OwnerPaths) -> tuple[dict[str, Found], dict[str, list[int]]]:
+    """The recorded launches' processes, and the unrecorded ones by the launch key they
+    carry (``?`` when none), from one scan of the environments."""
+    suspects = recorded(paths.db, boot_id(), paths.home_marker).suspects
+    scan = environ_scan(suspects)
+    found = find(suspects, scan)
+    return found, unrecorded(paths.home_marker, found, scan)
 
 
 def _launch(f: Found) -> dict[str, Any]:
     r = f.row
-    procs = [{"pid": pid, "start_ticks": start_ticks(pid), "why": why}
-             for pid, why in sorted(f.pids.items())]
     return {"launch_key": r.launch_key, "app": f"{r.stack}/{r.app}/{r.instance}",
             "state": str(r.state), "pid": r.pid, "pgid": r.pgid,
             "stop": (r.spec or {}).get("stop"), "cgroup": f.cgroup,
-            "processes": [p for p in procs if p["start_ticks"] is not None]}
+            "processes": _processes_of(f.pids)}
+
+
+def _unrecorded(key: str, pids: list[int]) -> dict[str, Any]:
+    """A launch owner.db does not record, as its processes show it: its leader (see the
+    module) when one leads its own session, its own cgroup when one holds them."""
+    procs = _processes_of(dict.fromkeys(pids, HOME_IN_ENVIRONMENT))
+    lead = None if key == "?" else _session_leader(procs)
+    if lead is not None:
+        lead["why"] = "leader"
+    pid = None if lead is None else lead["pid"]
+    return {"launch_key": key, "app": _app_named(pid if pid is not None else pids[0]),
+            "state": "unrecorded", "pid": pid, "pgid": pid,
+            "stop": None, "cgroup": None if key == "?" else cgroup_of(key, pids),
+            "processes": procs}
+
+
+def _app_named(pid: int) -> str:
+    """``stack/app/instance`` as the backend named them in ``pid``'s environment, for the
+    operator's review (``?`` when it does not say)."""
+    env = dict(v.split(b"=", 1) for v in environ(pid) or () if b"=" in v)
+    parts = [env.get(name) for name in (b"TENURE_STACK", b"TENURE_APP", b"TENURE_INSTANCE")]
+    return "/".join(p.decode(errors="replace") for p in parts if p is not None) \
+        if all(parts) else "?"
+
+
+def _processes_of(pids: dict[int, str]) -> list[dict[str, Any]]:
+    """pid -> why, as sealed: with its start ticks, those that still run."""
+    procs = [{"pid": pid, "start_ticks": start_ticks(pid), "why": why}
+             for pid, why in sorted(pids.items())]
+    return [p for p in procs if p["start_ticks"] is not None]
+
+
+def _session_leader(procs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The oldest of ``procs`` that leads its own session (and so its group, for life:
+    a session leader can change neither)."""
+    leaders = [p for p in procs if (st := read_stat(p["pid"])) is not None
+               and st.start_ticks == p["start_ticks"] and st.sid == st.pgid == p["pid"]]
+    return min(leaders, key=lambda p: (p["start_ticks"], p["pid"]), default=None)
 
 
 def _sockets(paths: OwnerPaths) -> dict[str, list[int]]:
@@ -282,8 +339,9 @@ def _refuse_new(paths: OwnerPaths, sealed: dict[str, Any]) -> dict[int, int]:
     read after the processes (see :func:`_leader_groups`)."""
     named = {(p["pid"], p["start_ticks"]) for p in _processes(sealed)}
     claims: dict[int, set[str]] = {}
-    for key, f in _find(paths).items():
-        for pid in f.pids:
+    found, extra = _find(paths)
+    for key, pids in [*((k, list(f.pids)) for k, f in found.items()), *extra.items()]:
+        for pid in pids:
             claims.setdefault(pid, set()).add(key)
     new = {pid: st for pid in claims if (st := read_stat(pid)) is not None
            and not st.zombie and (pid, st.start_ticks) not in named}

@@ -35,7 +35,13 @@ from protocol.durable import json_map, open_sqlite, synced_transaction, transact
 from protocol.errors import Conflict, NotFound, StaleEpoch, StateCorrupt
 from protocol.schema import is_count
 
-__all__ = ["Intent", "LaunchRow", "LaunchState", "OwnerStore", "Tracked"]
+__all__ = ["DAMAGED", "Intent", "LaunchRow", "LaunchState", "OwnerStore", "Tracked"]
+
+DAMAGED = ("a damaged owner.db is set aside with its -wal and -shm, and what it recorded "
+           "is found and stopped by `tenure owner reconcile --prepare` and `--drain` "
+           "(docs/reconcile.md, \"A damaged owner.db\")")
+"""The way out that every refusal of a damaged owner.db ends with: the owner cannot start
+on it, and nothing but the operator may decide to start without what it recorded."""
 
 FORMAT = 1
 SCHEMA = """
@@ -149,9 +155,8 @@ def _row(r: tuple[Any, ...]) -> LaunchRow:
                         _json_map(r[12]) if r[12] else None,
                         _json_map(r[13]) if r[13] else None)
     except (TypeError, ValueError) as exc:
-        raise StateCorrupt(f"owner.db: the row of launch {str(r[0])[:200]!r} cannot be "
-                           f"read ({str(exc)[:200]})", {"launch_key": str(r[0])[:200]}) \
-            from None
+        raise _damaged(f"the row of launch {str(r[0])[:200]!r} cannot be read "
+                       f"({str(exc)[:200]})", {"launch_key": str(r[0])[:200]}) from None
     return row
 
 
@@ -159,17 +164,21 @@ def _count(what: str, value: Any, least: int = 0) -> int:
     """``value`` when it is an integer of at least ``least``; raises StateCorrupt naming
     ``what`` otherwise (SQLite lets an INTEGER column hold text or a blob)."""
     if not is_count(value, least):
-        raise StateCorrupt(f"owner.db: {what} is not a count", {"what": what})
+        raise _damaged(f"{what} is not a count", {"what": what})
     return value
 
 
 def _intent(stack: str, intent: Any, revision: Any) -> tuple[Intent, int]:
     """A stack's intent row. Raises StateCorrupt naming the stack."""
     if not isinstance(intent, str) or intent not in _INTENTS:
-        raise StateCorrupt(f"owner.db: the intent of stack {str(stack)[:200]!r} is not "
-                           "one of running, stopped", {"stack": str(stack)[:200]})
+        raise _damaged(f"the intent of stack {str(stack)[:200]!r} is not one of running, "
+                       "stopped", {"stack": str(stack)[:200]})
     return Intent(intent), _count(f"the intent revision of stack {str(stack)[:200]!r}",
                                   revision)
+
+
+def _damaged(what: str, data: dict[str, Any]) -> StateCorrupt:
+    return StateCorrupt(f"owner.db: {what}; {DAMAGED}", data)
 
 
 def _json_map(text: Any) -> dict[str, Any]:
@@ -199,8 +208,11 @@ class OwnerStore:
     def __init__(self, path: str) -> None:
         # WAL + NORMAL: a commit survives the owner's crash; synced_transaction adds
         # the fsync for what must outlive the boot (see the module's docstring)
-        self.db = open_sqlite(path, "tenure-owner", FORMAT, SCHEMA, synchronous="NORMAL",
-                              wal=True)
+        try:
+            self.db = open_sqlite(path, "tenure-owner", FORMAT, SCHEMA,
+                                  synchronous="NORMAL", wal=True)
+        except StateCorrupt as exc:
+            raise StateCorrupt(f"{exc.msg}; {DAMAGED}", exc.data) from None
         self._expand()
 
     def close(self) -> None:

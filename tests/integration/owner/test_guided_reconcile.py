@@ -149,3 +149,63 @@ def test_an_owner_db_that_lost_its_records_leaves_no_duplicates(cluster):
     cluster.up(CONFIG)
     cluster.wait_ready(3)
     assert set(cluster.pids()) and not {p for p, _ in cluster.pids().values()} & seen
+
+
+LOOPING = CONFIG + """
+[stacks.s.apps.looper]
+command = ["sh", "-c", "while :; do sleep 0.1; done"]
+"""
+
+
+def test_a_damaged_owner_db_is_set_aside_and_its_processes_drained(cluster):
+    """owner.db damaged after an owner crash (here: pages of garbage): the owner and
+    reconcile refuse it, naming the way out. Set aside, the guided reconcile seals every
+    process that carries this home, by the launch key it carries, with the leader that
+    leads its session (so what a leader forks after the seal joins, as for a recorded
+    launch), stops them, and tenure starts again with no duplicate."""
+    cluster.up(LOOPING)
+    cluster.wait_ready(4)
+    with cluster.owner() as c:
+        rows = c.call("inventory")["launches"]
+    leaders = {r["launch_key"]: r["pid"] for r in rows}
+    forker = next(r["launch_key"] for r in rows if r["app"] == "forker")
+    _kill_owner(cluster)
+    db = cluster.layout.execution / "owner.db"
+    for side in ("-wal", "-shm"):
+        (cluster.layout.execution / f"owner.db{side}").unlink(missing_ok=True)
+    db.write_bytes(b"\x5a" * 8192)
+    for argv in (["owner", "reconcile", "--prepare"], ["owner", "reconcile"]):
+        refused = cluster.cli(*argv)
+        assert refused.code == 2 and refused.out["code"] == "STATE_CORRUPT", refused.out
+        assert 'docs/reconcile.md, "A damaged owner.db"' in refused.out["msg"]
+    up = cluster.cli("up")
+    assert up.code != 0 and "A damaged owner.db" in up.stderr + json.dumps(up.out)
+    assert all(psutil.pid_exists(p) for p in leaders.values())   # nothing touched
+
+    aside = cluster.layout.execution / "owner.db.damaged"
+    db.rename(aside)
+    plan = cluster.cli("owner", "reconcile", "--prepare")
+    assert plan.code == 0, plan.out
+    launches = plan.out["launches"]
+    assert {ln["state"] for ln in launches} == {"unrecorded"}
+    # each under the launch key it carries, with its leader
+    assert {ln["launch_key"]: ln["pid"] for ln in launches} == leaders
+    escaped = next(ln for ln in launches if ln["launch_key"] == forker)
+    assert len(escaped["processes"]) == 2                   # the setsid child too
+    assert escaped["app"] == "s/forker/0"                   # as its environment says
+    text = cluster.cli_text("owner", "reconcile", "--prepare")
+    assert "(no launch of owner.db: this home in its environment)" in text
+    plan = cluster.cli("owner", "reconcile", "--prepare")   # sealed again, as reviewed
+    time.sleep(0.5)                                         # the looper forks meanwhile
+    done = cluster.cli("owner", "reconcile", "--drain", plan.out["digest"])
+    assert done.code == 0, done.out
+    assert done.out["joined"], done.out                     # the looper's new children
+    sealed = {p["pid"] for ln in plan.out["launches"] for p in ln["processes"]}
+    for pid in sealed | set(done.out["joined"]):
+        assert not psutil.pid_exists(pid) or \
+            psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert aside.read_bytes() == b"\x5a" * 8192             # kept as it was
+
+    cluster.up(LOOPING)
+    cluster.wait_ready(4, timeout=90)
+    assert not {p for p, _ in cluster.pids().values()} & sealed
