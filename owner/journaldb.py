@@ -20,8 +20,13 @@ from .journalckpt import KEEP_BYTES
 from .journalvacuum import start_incremental
 
 __all__ = ["COLS", "FORMAT_VERSION", "META_PREFIXED", "MULTI_ROWS", "RECORD_COST",
-           "check_schema", "connect", "insert_rows", "on_disk", "open_private", "open_writer",
-           "prefixed", "record_cost"]
+           "check_schema", "connect", "damaged", "insert_rows", "on_disk", "open_private",
+           "open_writer", "prefixed", "record_cost"]
+
+DAMAGED: Final = ("it holds only the apps' logs: set it aside with its -wal and -shm while "
+                  "no owner runs, and the owner starts a new one (docs/state.md, \"A "
+                  "damaged journal.db\")")
+"""The way out that every refusal of a journal tenure cannot read ends with."""
 
 FORMAT_VERSION: Final = 1
 _SCHEMA: Final = (
@@ -92,6 +97,12 @@ def open_private(path: str) -> None:
         os.close(fd)
 
 
+def damaged(path: str, what: str, **data: object) -> StateCorrupt:
+    """The refusal of the journal at ``path``, saying ``what`` is wrong and the way out."""
+    return StateCorrupt(f"{path} is not a journal this owner can read ({what}); {DAMAGED}",
+                        {"path": path, **data})
+
+
 def check_schema(conn: sqlite3.Connection, path: str) -> bool:
     """True if the database is empty (needs creating); False for a journal of this
     format. Raises ``StateCorrupt`` (not a journal, another format), sqlite3.Error."""
@@ -99,14 +110,15 @@ def check_schema(conn: sqlite3.Connection, path: str) -> bool:
     if not tables:
         return True
     if "meta" not in tables:
-        raise StateCorrupt("journal has no meta table", {"path": path})
+        raise damaged(path, "no meta table")
     row = conn.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
     version = row[0] if row else None
     if version != FORMAT_VERSION:
-        raise StateCorrupt("journal has an unknown format version",
-                           {"path": path, "format_version": version})
+        shown = version if isinstance(version, int) else str(version)[:50]
+        raise damaged(path, f"format {shown!r}; this owner reads {FORMAT_VERSION}",
+                      format_version=shown)
     if not {"records", "extents"} <= tables:
-        raise StateCorrupt("journal is missing tables", {"path": path})
+        raise damaged(path, "tables are missing")
     return False
 
 
@@ -126,7 +138,7 @@ def open_writer(path: str) -> sqlite3.Connection:
     try:
         conn = connect(path)
     except sqlite3.Error as exc:
-        raise StateCorrupt(f"cannot open journal: {exc}", {"path": path}) from None
+        raise damaged(path, str(exc)) from None
     try:
         fresh = check_schema(conn, path)
         if fresh:   # before the journal mode and the first table, or SQLite ignores it
@@ -142,7 +154,7 @@ def open_writer(path: str) -> sqlite3.Connection:
         conn.close()
         # a full or failing disk, not a damaged journal
         raise storage_failure(exc, f"opening the journal {path}", path) or \
-            StateCorrupt(f"journal unreadable: {exc}", {"path": path}) from None
+            damaged(path, str(exc)) from None
     except BaseException:
         conn.close()
         raise

@@ -22,7 +22,6 @@ from protocol.errors import (
     Conflict,
     NotFound,
     OwnerUnavailable,
-    StateCorrupt,
     Unauthorized,
 )
 from protocol.layout import Layout
@@ -188,6 +187,7 @@ class Fallback:
                                f"readable only by uid {uid}: run `tenure logs` as that user",
                                {"path": self._path, "uid": uid})
         from owner.journal import check_schema
+        from owner.journaldb import damaged
         # without a write-ahead log (an owner that closed it cleanly) the file is all
         # there is: read as it is, so the read makes no -shm or -wal beside it; with one
         # (an owner that died), SQLite reads it too, and needs its -shm for that
@@ -198,8 +198,7 @@ class Fallback:
             if check_schema(conn, self._path):
                 raise sqlite3.DatabaseError("it holds no journal")
         except sqlite3.Error as exc:
-            raise StateCorrupt(f"cannot read {self._path}: {exc}",
-                               {"path": self._path}) from None
+            raise damaged(self._path, str(exc)) from None
         return conn
 
     def _read(self, params: dict[str, Any]) -> Any:

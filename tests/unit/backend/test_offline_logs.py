@@ -159,7 +159,7 @@ def test_a_missing_or_unreadable_journal_is_named(tmp_path, monkeypatch):
         with pytest.raises(Unauthorized, match=f"readable only by uid {os.getuid()}: run"):
             run(Layout(tmp_path), monkeypatch)
     (tmp_path / "execution" / "journal.db").write_bytes(b"not a database" * 100)
-    with pytest.raises(StateCorrupt, match="cannot read"):
+    with pytest.raises(StateCorrupt, match="is not a journal this owner can read"):
         run(Layout(tmp_path), monkeypatch)
 
 

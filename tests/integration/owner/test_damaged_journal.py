@@ -1,0 +1,44 @@
+"""journal.db damaged while tenure was down: the owner refuses to start on it, and what
+it and `tenure logs` print names the file and the way out. Set aside, it is the
+operator's to keep; the owner starts a new journal and the apps' lines flow again."""
+
+from __future__ import annotations
+
+import json
+
+CONFIG = """
+[stacks.s.apps.talker]
+command = ["sh", "-c", "while :; do echo line; sleep 0.1; done"]
+"""
+
+GARBAGE = b"\x5a" * 8192
+
+
+def test_a_damaged_journal_is_set_aside_and_the_owner_starts_a_new_one(cluster):
+    cluster.up(CONFIG)
+    cluster.wait_ready(1)
+    cluster.wait(lambda: "line" in cluster.cli_text("logs", "s/talker", "-n", "1"), 10,
+                 "a line logged")
+    assert cluster.down().code == 0
+    execution = cluster.layout.execution
+    journal = execution / "journal.db"
+    for side in ("-wal", "-shm"):
+        (execution / f"journal.db{side}").unlink(missing_ok=True)
+    journal.write_bytes(GARBAGE)
+
+    up = cluster.cli("up")
+    said = up.stderr + json.dumps(up.out)
+    assert up.code != 0 and "STATE_CORRUPT" in said, said
+    assert str(journal) in said and "A damaged journal.db" in said, said
+    logs = cluster.cli("logs", "s/talker")
+    assert logs.code == 1 and logs.out["error"]["code"] == "STATE_CORRUPT", logs.out
+    assert "A damaged journal.db" in logs.out["error"]["msg"], logs.out
+    assert journal.read_bytes() == GARBAGE                  # refused, not replaced
+    cluster.down()
+
+    journal.rename(execution / "journal.db.damaged")
+    cluster.up(CONFIG)
+    cluster.wait_ready(1)
+    cluster.wait(lambda: "line" in cluster.cli_text("logs", "s/talker", "-n", "1"), 10,
+                 "a line logged in the new journal")
+    assert (execution / "journal.db.damaged").read_bytes() == GARBAGE

@@ -1,0 +1,53 @@
+"""A journal.db this owner cannot read is refused, not written, whatever is wrong with
+it, and the refusal names the file and the way out (docs/state.md)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from owner.journaldb import DAMAGED, open_writer
+from protocol.errors import StateCorrupt
+
+
+def _db(path: Path, *statements: str) -> None:
+    conn = sqlite3.connect(path)
+    for s in statements:
+        conn.execute(s)
+    conn.commit()
+    conn.close()
+    os.chmod(path, 0o600)
+
+
+SHAPES = {
+    "garbage": None,
+    "no meta table": ("CREATE TABLE other (x)",),
+    "format 2; this owner reads 1": (
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
+        "INSERT INTO meta VALUES ('format_version', 2)"),
+    "tables are missing": (
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
+        "INSERT INTO meta VALUES ('format_version', 1)"),
+}
+
+
+@pytest.mark.parametrize("what", list(SHAPES))
+def test_a_journal_this_owner_cannot_read_is_refused_with_the_way_out(tmp_path, what):
+    path = tmp_path / "journal.db"
+    statements = SHAPES[what]
+    if statements is None:
+        path.write_bytes(b"\x5a" * 8192)
+        os.chmod(path, 0o600)
+    else:
+        _db(path, *statements)
+    before = path.read_bytes()
+    with pytest.raises(StateCorrupt) as err:
+        open_writer(str(path))
+    assert err.value.msg.startswith(f"{path} is not a journal this owner can read (")
+    assert err.value.msg.endswith(DAMAGED) and err.value.data["path"] == str(path)
+    if statements is not None:
+        assert f"({what})" in err.value.msg
+    assert path.read_bytes() == before
