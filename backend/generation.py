@@ -57,6 +57,7 @@ from .adopt import (
 )
 from .certify import certificate_loop, persist, persist_loop
 from .config import parse_recent, parsed_before
+from .configrestore import adopting_config
 from .drainstate import DrainState
 from .enforce import app_uids
 from .events import EventLog
@@ -97,6 +98,7 @@ class Generation(HandingOver):
         self.recovery: RecoveryStore | None = None
         self.sup: Supervisor | None = None
         self.config = empty_config()
+        self.config_lost = False
         self.server: RpcServer | None = None
         self.cursor = 0
         self.acked = 0            # the cursor the owner was last told we processed
@@ -149,6 +151,7 @@ class Generation(HandingOver):
         self.store = BackendStore(self.layout.backend_db)
         self.recovery = RecoveryStore(self.layout.recovery_db)
         saved = self.store.config()
+        self.config_lost = saved is None   # none applied yet, or backend.db set aside
         if saved is not None:
             ahead = parsed_before(saved["text"], saved["source"])
             self.config = parse_recent(saved["text"], saved["source"])
@@ -250,6 +253,8 @@ class Generation(HandingOver):
         answers = await asyncio.gather(self.owner.call("inventory"),
                                        self.owner.call("stack.intents"))
         inv, intents = answers[0]["launches"], answers[1]["intents"]
+        if self.config_lost and inv:
+            self._adopt_by_given_config()
         if checkpoint is not None:
             if checkpoint.get("owner") != self.owner_identity.to_wire():  # type: ignore[union-attr]
                 raise IdentityMismatch("the checkpoint names another owner")
@@ -285,6 +290,21 @@ class Generation(HandingOver):
             self._log_lost(lost, "starting them again" if not self.sup.deferred else
                            "they start once the config queued for the backend is decided")
         resume_wanted_starts(self.sup, self.store, stopped)
+
+    def _adopt_by_given_config(self) -> None:
+        """Apps run and backend.db holds no applied config (set aside): the config given
+        to `tenure backend recover --config` is the one to adopt them by, kept as the
+        applied one (backend.configrestore). Raises Uncertain, ConfigInvalid."""
+        assert self.store is not None and self.recovery is not None
+        given = adopting_config(self.recovery.read()["body"], self.layout.queued_config)
+        if given is None:
+            return
+        self.config, text = given
+        with self.store.tx() as db:
+            self.store.set_config(db, text, self.config.source, self.config.revision)
+        log.warning("backend.db held no applied config while apps run: adopting them by "
+                    "%s (revision %s), as given", self.config.source,
+                    self.config.revision[:12])
 
     def _log_lost(self, lost: list[str], then: str) -> None:
         """Say why instances are started again: the owner they ran under stopped (the

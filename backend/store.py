@@ -19,7 +19,7 @@ from typing import Any
 from protocol.durable import json_map, open_sqlite, read_rows, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch, StateCorrupt
 
-__all__ = ["BackendStore", "RecoveryStore", "saved_config"]
+__all__ = ["DAMAGED", "BackendStore", "RecoveryStore", "saved_config"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -77,10 +77,19 @@ def saved_config(path: str) -> tuple[str, str] | None:
     return (rows[0][0], rows[0][1]) if rows else None
 
 
+DAMAGED = ("a damaged backend.db is set aside with its -wal and -shm, and `tenure backend "
+           "recover --config FILE` given the config it applied (docs/recover.md, \"A "
+           "damaged backend.db\")")
+"""The way out a refusal to open backend.db ends with (backend.configrestore)."""
+
+
 class BackendStore:
     def __init__(self, path: str) -> None:
-        self.db = open_sqlite(path, "tenure-backend", FORMAT, SCHEMA, synchronous="FULL",
-                              wal=True)
+        try:
+            self.db = open_sqlite(path, "tenure-backend", FORMAT, SCHEMA,
+                                  synchronous="FULL", wal=True)
+        except StateCorrupt as exc:
+            raise StateCorrupt(f"{exc.msg}; {DAMAGED}", exc.data) from None
         self.ensure_part(RETIRED_PART, RETIRED_FORMAT, RETIRED_SCHEMA)
         self.ensure_part(STARTS_PART, STARTS_FORMAT, STARTS_SCHEMA)
         self.ensure_part(HOLDER_PART, HOLDER_FORMAT, HOLDER_SCHEMA)

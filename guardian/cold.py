@@ -28,6 +28,7 @@ from protocol.errors import (
     NotFound,
     OwnerChanged,
     RecoveryBlocked,
+    StateCorrupt,
     TenureError,
     Uncertain,
     UnsafePath,
@@ -361,10 +362,12 @@ def _crashed_early(co: Coordinator, bp: BackendProcess, ran: float) -> float | N
 def retryable(exc: TenureError) -> bool:
     """Whether another attempt of a failed start may succeed without anyone doing
     anything. Not when identity or inventory cannot be proven, nothing is selected, or
-    a state file is unsafe (UNSAFE_PATH: a symlink, another user's, open to others):
-    that stays so until the operator looks, so the recovery blocks at once with that
-    error instead of retrying for a minute, and `tenure up` says so as soon."""
-    return not isinstance(exc, IdentityError | Uncertain | NotFound | UnsafePath)
+    a state file is unsafe (UNSAFE_PATH: a symlink, another user's, open to others) or
+    damaged (STATE_CORRUPT: every durable write is atomic, so a file that does not read
+    stays so): that stays so until the operator looks, so the recovery blocks at once
+    with that error instead of retrying for a minute, and `tenure up` says so as soon."""
+    return not isinstance(exc, IdentityError | Uncertain | NotFound | UnsafePath |
+                          StateCorrupt)
 
 
 def _admission(check: Check, force: bool, evidence: str | None) -> dict[str, Any] | None:

@@ -395,6 +395,9 @@ def cmd_stack(args: Any) -> int:
 # -- guardian -------------------------------------------------------------------------
 
 def cmd_backend(args: Any) -> int:
+    if args.config is not None and args.action != "recover":
+        raise BadRequest(f"tenure backend {args.action} takes no --config (`tenure backend "
+                         "recover --config FILE` does)", {"field": "config"})
     if args.action == "prune":
         r = _call(args, "retention.run", {})
         _out(args, r, "pruned " + ", ".join(f"{n} {what}" for what, n in r["deleted"].items())
@@ -417,8 +420,13 @@ def cmd_backend(args: Any) -> int:
         elif args.action == "recover":
             params = {"force": args.force, "dry_run": args.dry_run,
                       **({"digest": args.digest} if args.digest else {})}
-            with live(args, "recover", _activation_probe(args)):
-                r = g.call("recover", params)
+            given = _queue_given(args)
+            try:
+                with live(args, "recover", _activation_probe(args)):
+                    r = g.call("recover", params)
+            except TenureError as exc:
+                _withdraw(args, given, exc)
+                raise
             if args.dry_run:
                 _out(args, r, render.recover_plan(r))
                 return OK
@@ -430,6 +438,31 @@ def cmd_backend(args: Any) -> int:
     if isinstance(act, dict) and act.get("outcome") not in (None, "success", "check-only"):
         return ERROR
     return current(r) if args.action == "status" else OK
+
+
+def _queue_given(args: Any) -> str | None:
+    """`backend recover --config FILE`: the config, read and parsed here, queued for the
+    generation the recovery starts (backend.configrestore); its request id."""
+    if args.config is None:
+        return None
+    if args.dry_run:
+        raise BadRequest("--config is for a recovery, not its --dry-run: the plan does "
+                         "not depend on it", {"field": "config"})
+    from .daemons import queue_for_backend
+    text = read_config_text(args.config)
+    _parse_here(text, str(args.config.absolute()))
+    return str(queue_for_backend(_layout(args), text,
+                                 str(args.config.absolute()))["request_id"])
+
+
+def _withdraw(args: Any, given: str | None, exc: TenureError) -> None:
+    """The config a refused recovery was given, taken out of the queue again: nothing of
+    it is applied later, by whatever backend comes next."""
+    if given is None:
+        return
+    from backend.queuefile import discard
+    if discard(_layout(args).queued_config, given):
+        exc.msg += f"; {args.config} was not kept for a later backend"
 
 
 def _uncertifiable(args: Any, r: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:

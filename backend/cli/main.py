@@ -221,6 +221,8 @@ def _parser(argv: list[str] | None = None) -> Any:
     p.add_argument("--dry-run", action="store_true",
                    help="recover: show what a forced recovery would adopt, and its digest")
     p.add_argument("--digest", help="recover: perform exactly the reviewed plan")
+    p.add_argument("--config", type=Path, help="recover: the config a backend.db set "
+                   "aside had applied, for the recovered generation to start from")
     p = add("guardian", "the guardian itself: the release it runs, and moving it")
     p.add_argument("action", choices=["status", "upgrade"])
     p.add_argument("release", nargs="?", help="upgrade: a release id, a unique prefix of "
