@@ -13,6 +13,7 @@ An interrupted activation is judged by whether the owner holds *its* grant:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -48,6 +49,7 @@ async def boot(co: Coordinator) -> None:
                                        live["identity"]["start_ticks"]))
         if live["draining"]:
             await co.control("generation.resume")
+        await _select_adopted(co, live)
     for act in co.state.open_activations():
         if co.state.activation(act.id).final:
             continue  # finished beside the handoff it restored
@@ -59,6 +61,27 @@ async def boot(co: Coordinator) -> None:
     if co.current is None and co.blocked is None and co.state.selector().current is not None:
         await recover_safely(co, before=retired)
     co.write_diagnostics()
+
+
+async def _select_adopted(co: Coordinator, live: dict[str, Any]) -> None:
+    """With no release selected (a new state.db: the old one was set aside as damaged)
+    beside a generation it adopts, the release that generation runs is the selected
+    one, as the state.db it was started from said: recorded once it verifies, so that
+    `tenure up` finds it selected rather than selecting another beside a running
+    backend. One that does not verify is left unselected, and said."""
+    sel, rid = co.state.selector(), live.get("release")
+    if sel.current is not None or not isinstance(rid, str):
+        return
+    try:
+        await asyncio.to_thread(co.release, rid)
+    except TenureError as exc:
+        log.error("no release is selected, and the release %s the adopted generation runs "
+                  "does not verify (%s): select one with `tenure release select`", rid, exc)
+        return
+    co.state.add_release(rid)
+    co.state.select(rid, sel.revision)
+    log.warning("no release was selected (a new state.db): selected %s, the release the "
+                "adopted generation %s runs", rid, live["activation"])
 
 
 def _unfit(co: Coordinator, live: dict[str, Any], owner_epoch: int) -> str | None:

@@ -22,10 +22,14 @@ from protocol.schema import is_count
 from . import counters
 from .phases import FINAL, Kind, Phase, allowed
 
-__all__ = ["KIND", "Activation", "Selector", "StateStore", "check_readable"]
+__all__ = ["DAMAGED", "KIND", "Activation", "Selector", "StateStore", "check_readable"]
 
 KIND = "tenure-guardian"
 FORMAT = 1
+DAMAGED = ("a damaged state.db is set aside with its -wal and -shm: the guardian starts a "
+           "new one, and a reviewed forced recovery (`tenure backend recover --dry-run`, "
+           "then `--digest`) adopts what runs (docs/recover.md, \"A damaged state.db\")")
+"""The way out that every refusal of a damaged state.db ends with."""
 SCHEMA = """
 CREATE TABLE releases (id TEXT PRIMARY KEY, installed_at REAL NOT NULL);
 CREATE TABLE selector (
@@ -91,18 +95,23 @@ _ACT_COLS = ("id, kind, release, from_release, phase, outcome, code, error, epoc
              "from_epoch, backend_pid, created_at, updated_at")
 
 
+def _damaged(what: str, data: dict[str, Any] | None = None) -> StateCorrupt:
+    return StateCorrupt(f"state.db: {what}; {DAMAGED}", data)
+
+
 def _kind(value: str) -> Kind:
     try:
         return Kind(value)
     except ValueError:
-        raise StateCorrupt(f"state.db holds an activation of unknown kind {value!r}") from None
+        raise _damaged(f"an activation of unknown kind {str(value)[:50]!r}") from None
 
 
 def _activation(r: tuple[Any, ...]) -> Activation:
     try:
         phase = Phase(r[4])
     except ValueError:
-        raise StateCorrupt(f"activation {r[0]} has unknown phase {r[4]!r}") from None
+        raise _damaged(f"activation {str(r[0])[:50]} has unknown phase "
+                       f"{str(r[4])[:50]!r}") from None
     return Activation(r[0], _kind(r[1]), r[2], r[3], phase, *r[5:])
 
 
@@ -116,7 +125,8 @@ def check_readable(path: str) -> dict[str, Any]:
         finally:
             conn.close()
     except sqlite3.Error as exc:
-        raise StateCorrupt(f"{path} cannot be read: {exc}", {"path": path}) from None
+        raise StateCorrupt(f"{path} cannot be read: {exc}; {DAMAGED}", {"path": path}) \
+            from None
     if meta.get("kind") != KIND or meta.get("format_version") != str(FORMAT):
         raise StateCorrupt(f"{path} holds {meta.get('kind')!r} format "
                            f"{meta.get('format_version')!r}; this guardian reads {KIND!r} "
@@ -127,8 +137,11 @@ def check_readable(path: str) -> dict[str, Any]:
 
 class StateStore:
     def __init__(self, path: str) -> None:
-        self.db = open_sqlite(path, KIND, FORMAT, SCHEMA, synchronous="FULL",
-                              wal=True)
+        try:
+            self.db = open_sqlite(path, KIND, FORMAT, SCHEMA, synchronous="FULL",
+                                  wal=True)
+        except StateCorrupt as exc:
+            raise StateCorrupt(f"{exc.msg}; {DAMAGED}", exc.data) from None
         self.db.execute(counters.EXPAND)  # expand-only: older guardians ignore it
 
     def close(self) -> None:
@@ -149,7 +162,7 @@ class StateStore:
         r = self.db.execute("SELECT current, previous, revision FROM selector").fetchone()
         if not all(v is None or isinstance(v, str) for v in r[:2]) or \
                 not is_count(r[2]):   # a damaged row: never compared as is
-            raise StateCorrupt("state.db: the release selector is damaged")
+            raise _damaged("the release selector is damaged")
         return Selector(r[0], r[1], r[2])
 
     def _select(self, db: sqlite3.Connection, release: str, expected_revision: int) -> None:
@@ -214,8 +227,7 @@ class StateStore:
             return None
         if type(r[0]) is not int or type(r[4]) not in (int, float) or \
                 not isinstance(r[5], bytes):
-            raise StateCorrupt(f"state.db: the grant of epoch {epoch} is damaged",
-                               {"epoch": epoch})
+            raise _damaged(f"the grant of epoch {epoch} is damaged", {"epoch": epoch})
         grant = Grant(r[0], str(r[1]), str(r[2]), str(r[3]), float(r[4]))
         return SignedGrant(grant, r[5]).to_wire()
 
@@ -351,5 +363,5 @@ def _detail(text: Any) -> dict[str, Any]:
     """A receipt's detail (a JSON map). Raises StateCorrupt for a damaged one."""
     value = json_map(text)
     if value is None:
-        raise StateCorrupt("state.db: a receipt's detail is not a JSON map")
+        raise _damaged("a receipt's detail is not a JSON map")
     return value
