@@ -22,7 +22,8 @@ from protocol.durable import atomic_write_json, read_json
 from protocol.errors import ReconcileRequired, StateCorrupt, TenureError
 from protocol.schema import is_count
 
-__all__ = ["STAGES", "Receipt", "ReceiptState", "admit_start", "keep_receipt", "write_ack"]
+__all__ = ["DAMAGED", "STAGES", "Receipt", "ReceiptState", "admit_start", "keep_receipt",
+           "write_ack"]
 
 log = logging.getLogger("tenure.owner")
 
@@ -85,6 +86,10 @@ class Receipt:
             self.unwritten = str(exc)
 
 
+DAMAGED = ("a damaged receipt may be set aside: owner.db, not the receipt, decides what "
+           "a start needs proven gone (`tenure owner reconcile`; docs/reconcile.md)")
+"""The way out a refusal of a damaged receipt ends with: a start without it is refused
+while owner.db records launches of this boot, as with it."""
 _STATES = frozenset(s.value for s in ReceiptState)
 _INSTANCE = re.compile(r"[A-Za-z0-9_-]{1,64}")   # a file name in the archive (keep_receipt)
 
@@ -98,13 +103,16 @@ def read_receipt(path: str) -> dict[str, Any] | None:
         rec = read_json(path, RECEIPT_KIND)
     except FileNotFoundError:
         return None
+    except StateCorrupt as exc:
+        raise StateCorrupt(f"{exc.msg}; {DAMAGED}", exc.data) from None
     state, instance, pid = rec.get("state"), rec.get("instance"), rec.get("pid")
     if not isinstance(state, str) or state not in _STATES or \
             not isinstance(rec.get("boot_id"), str) or \
             not isinstance(instance, str) or not _INSTANCE.fullmatch(instance) or \
             not is_count(pid, 1):
         raise StateCorrupt(f"{path} is not a receipt this owner can read: its state, boot "
-                           "id, instance or pid is missing or malformed", {"path": path})
+                           f"id, instance or pid is missing or malformed; {DAMAGED}",
+                           {"path": path})
     return rec
 
 

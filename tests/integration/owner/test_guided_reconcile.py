@@ -209,3 +209,28 @@ def test_a_damaged_owner_db_is_set_aside_and_its_processes_drained(cluster):
     cluster.up(LOOPING)
     cluster.wait_ready(4, timeout=90)
     assert not {p for p, _ in cluster.pids().values()} & sealed
+
+
+def test_a_damaged_receipt_set_aside_still_needs_the_reconcile_owner_db_asks_for(cluster):
+    """The receipt is a summary: a damaged one is refused naming the way out, and set
+    aside, owner.db still makes the start wait for a reconcile of what runs."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(3)
+    apps = {pid for pid, _ in cluster.pids().values()}
+    _kill_owner(cluster)
+    receipt = cluster.layout.execution / "owner-receipt.json"
+    receipt.write_text("{not json")
+    refused = cluster.cli("owner", "reconcile")
+    assert refused.code == 2 and refused.out["code"] == "STATE_CORRUPT", refused.out
+    assert "a damaged receipt may be set aside" in refused.out["msg"], refused.out
+    receipt.rename(receipt.with_name("owner-receipt.json.damaged"))
+    up = cluster.cli("up")
+    assert up.code != 0 and "RECONCILE_REQUIRED" in up.stderr + json.dumps(up.out)
+    assert all(psutil.pid_exists(p) for p in apps)
+
+    plan = cluster.cli("owner", "reconcile", "--prepare")
+    assert plan.code == 0 and apps <= {p["pid"] for ln in plan.out["launches"]
+                                       for p in ln["processes"]}, plan.out
+    assert cluster.cli("owner", "reconcile", "--drain", plan.out["digest"]).code == 0
+    cluster.up(CONFIG)
+    cluster.wait_ready(3)
