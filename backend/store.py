@@ -85,11 +85,8 @@ DAMAGED = ("a damaged backend.db is set aside with its -wal and -shm, and `tenur
 
 class BackendStore:
     def __init__(self, path: str) -> None:
-        try:
-            self.db = open_sqlite(path, "tenure-backend", FORMAT, SCHEMA,
-                                  synchronous="FULL", wal=True)
-        except StateCorrupt as exc:
-            raise StateCorrupt(f"{exc.msg}; {DAMAGED}", exc.data) from None
+        self.db = open_sqlite(path, "tenure-backend", FORMAT, SCHEMA, synchronous="FULL",
+                              wal=True, way_out=DAMAGED)
         self.ensure_part(RETIRED_PART, RETIRED_FORMAT, RETIRED_SCHEMA)
         self.ensure_part(STARTS_PART, STARTS_FORMAT, STARTS_SCHEMA)
         self.ensure_part(HOLDER_PART, HOLDER_FORMAT, HOLDER_SCHEMA)

@@ -137,11 +137,8 @@ def check_readable(path: str) -> dict[str, Any]:
 
 class StateStore:
     def __init__(self, path: str) -> None:
-        try:
-            self.db = open_sqlite(path, KIND, FORMAT, SCHEMA, synchronous="FULL",
-                                  wal=True)
-        except StateCorrupt as exc:
-            raise StateCorrupt(f"{exc.msg}; {DAMAGED}", exc.data) from None
+        self.db = open_sqlite(path, KIND, FORMAT, SCHEMA, synchronous="FULL", wal=True,
+                              way_out=DAMAGED)
         self.db.execute(counters.EXPAND)  # expand-only: older guardians ignore it
 
     def close(self) -> None:

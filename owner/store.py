@@ -208,11 +208,8 @@ class OwnerStore:
     def __init__(self, path: str) -> None:
         # WAL + NORMAL: a commit survives the owner's crash; synced_transaction adds
         # the fsync for what must outlive the boot (see the module's docstring)
-        try:
-            self.db = open_sqlite(path, "tenure-owner", FORMAT, SCHEMA,
-                                  synchronous="NORMAL", wal=True)
-        except StateCorrupt as exc:
-            raise StateCorrupt(f"{exc.msg}; {DAMAGED}", exc.data) from None
+        self.db = open_sqlite(path, "tenure-owner", FORMAT, SCHEMA, synchronous="NORMAL",
+                              wal=True, way_out=DAMAGED)
         self._expand()
 
     def close(self) -> None:

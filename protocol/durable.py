@@ -219,18 +219,29 @@ def read_json(path: str | os.PathLike[str], kind: str, formats: tuple[int, ...] 
 
 def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: str, *,
                 synchronous: str = "FULL", wal: bool = False,
-                check_same_thread: bool = True) -> sqlite3.Connection:
+                check_same_thread: bool = True, way_out: str = "") -> sqlite3.Connection:
     """Open (creating with mode 0600) a private SQLite database of ``kind`` at ``version``.
 
     A new database gets ``schema`` and a ``meta`` row naming kind and version; an existing
     one must carry exactly that kind and version. Raises UnsafePath (symlink, not a
     regular file, owned by another user or open to others: see :func:`refuse_unprivate`),
     StorageFailed (the disk failed: full, read-only, I/O error) or StateCorrupt
-    (unreadable, other kind, unknown version). A file this call created and could not
-    finish (a full disk while its schema was written) is removed: it held nothing, and
-    left empty it would be refused as truncated at every later open.
+    (unreadable, other kind, unknown version), whose message then ends with
+    ``way_out`` (what the operator does about a damaged one). A file this call created
+    and could not finish (a full disk while its schema was written) is removed: it held
+    nothing, and left empty it would be refused as truncated at every later open.
     """
-    p = os.fspath(path)
+    try:
+        return _open_sqlite(os.fspath(path), kind, version, schema, synchronous, wal,
+                            check_same_thread)
+    except StateCorrupt as exc:
+        if not way_out:
+            raise
+        raise StateCorrupt(f"{exc.msg}; {way_out}", exc.data) from None
+
+
+def _open_sqlite(p: str, kind: str, version: int, schema: str, synchronous: str,
+                 wal: bool, check_same_thread: bool) -> sqlite3.Connection:
     created = False
     with suppress(FileExistsError):   # a symlink exists too: refused below, not followed
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
