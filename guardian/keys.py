@@ -8,7 +8,13 @@ from protocol.durable import atomic_write, read_private
 from protocol.ed25519 import PrivateKey
 from protocol.errors import StateCorrupt
 
-__all__ = ["load_or_create_key"]
+__all__ = ["DAMAGED", "load_or_create_key"]
+
+DAMAGED = ("a damaged key cannot be replaced under the running owner, which pinned its "
+           "public half: `tenure down` (the apps stop), remove runtime/guardian.key and "
+           "execution/guardian.pub, then `tenure up` (docs/state.md, "
+           "\"runtime/guardian.key\")")
+"""The way out a refusal of the key ends with."""
 
 
 def load_or_create_key(path: str) -> PrivateKey:
@@ -29,5 +35,6 @@ def load_or_create_key(path: str) -> PrivateKey:
     try:
         return PrivateKey.from_pem(raw)
     except ValueError as e:
-        raise StateCorrupt(f"{path}: {e}", {"path": path}) from None
+        raise StateCorrupt(f"{path} is not a key this guardian can read ({e}); {DAMAGED}",
+                           {"path": path}) from None
 
