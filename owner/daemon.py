@@ -26,7 +26,7 @@ from protocol.tasks import background
 
 from .access import ServiceAccount
 from .cgroups import setup as setup_cgroups
-from .evidence import lingering
+from .evidence import lingering, strays
 from .journal import Journal
 from .observations import test_knob
 from .paths import OwnerPaths
@@ -87,7 +87,9 @@ class Owner:
             previous = admit_start(self.paths.receipt, self.paths.ack, identity.boot_id,
                                    store.live_launches_of_boot(identity.boot_id),
                                    archive=self.paths.receipts,
-                                   lingering=len(lingering(store, identity.boot_id)))
+                                   lingering=len(lingering(store, identity.boot_id)),
+                                   strays=0 if os.path.lexists(self.paths.receipt)
+                                   else len(strays(self.paths.home_marker)))
         except BaseException:
             store.close()
             raise

@@ -37,6 +37,7 @@ import signal as _signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from protocol.layout import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from protocol.procfs import children, environ, read_stat, read_stat_strict
 
 __all__ = ["LAUNCH_KEY_ENV", "OWNER_HOME_ENV", "Descendants", "MidExec",
@@ -44,12 +45,10 @@ __all__ = ["LAUNCH_KEY_ENV", "OWNER_HOME_ENV", "Descendants", "MidExec",
 
 log = logging.getLogger(__name__)
 
-LAUNCH_KEY_ENV = "TENURE_LAUNCH_KEY"
-"""Set in every app's environment by the owner: names the launch its processes belong to."""
-OWNER_HOME_ENV = "TENURE_OWNER_HOME"
-"""Set beside it: the home of the owner that launched it. Launch keys repeat across homes
-(``stack/app/N/generation``), so a process is taken as a launch's only when both match:
-a reconcile of one home never touches another home's processes."""
+# LAUNCH_KEY_ENV names the launch an app's processes belong to; OWNER_HOME_ENV, beside
+# it, the home of the owner that launched it. Launch keys repeat across homes
+# (``stack/app/N/generation``), so a process is taken as a launch's only when both match:
+# a reconcile of one home never touches another home's processes.
 
 # A fork bomb must not make one refresh walk without end; what is left is found next time.
 MAX_TRACKED = 65_536

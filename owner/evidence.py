@@ -27,14 +27,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.procfs import environ, environ_matches, group_members, running
+from protocol.layout import HOME_ID_ENV, home_id
+from protocol.procfs import environ, environ_matches, group_members, read_stat, running
 
 from .cgroups import MOUNT, cgroup_name, members, read_proc_cgroup
 from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from .store import LaunchRow, LaunchState, OwnerStore, Tracked
 
 __all__ = ["HOME_IN_ENVIRONMENT", "REASONS", "Found", "Suspects", "cgroup_of",
-           "ended_cgroups", "find", "lingering", "recorded_cgroup", "suspects", "unrecorded"]
+           "ended_cgroups", "find", "lingering", "printable", "recorded_cgroup", "strays",
+           "suspects", "unrecorded"]
 
 REASONS = ("leader", "process group", "tracked descendant", "launch key in environment",
            "cgroup member")
@@ -57,6 +59,7 @@ class Suspects:
     tracked: list[Tracked]           # recorded descendants of this boot
     cgroups: dict[str, str]          # launch key -> cgroup recorded at launch
     home: str = ""                   # OWNER_HOME_ENV of this home's launches
+    home_id: str = ""                # and their HOME_ID_ENV ("": not known)
 
 
 @dataclass(frozen=True)
@@ -80,13 +83,20 @@ def recorded(db: str, boot_id: str, home: str) -> Recorded:
     outlived what owner.db records (:func:`lingering`), read without creating owner.db:
     a missing one records nothing, and a reconcile goes by the environment alone."""
     if not os.path.lexists(db):
-        return Recorded(Suspects([], [], {}, home), 0, [])
+        return Recorded(Suspects([], [], {}, home, _home_id(home)), 0, [])
     store = OwnerStore(db)
     try:
         return Recorded(suspects(store, boot_id, home), store.live_launches_of_boot(boot_id),
                         lingering(store, boot_id))
     finally:
         store.close()
+
+
+def _home_id(home: str) -> str:
+    try:
+        return home_id(home)
+    except OSError:
+        return ""
 
 
 def suspects(store: OwnerStore, boot_id: str, home: str) -> Suspects:
@@ -102,7 +112,8 @@ def suspects(store: OwnerStore, boot_id: str, home: str) -> Suspects:
         row = None if key in seen else store.get_launch(key)
         if row is not None:
             rows.append(row)
-    return Suspects(rows, tracked, store.cgroups([r.launch_key for r in rows]), home)
+    return Suspects(rows, tracked, store.cgroups([r.launch_key for r in rows]), home,
+                    _home_id(home))
 
 
 def lingering(store: OwnerStore, boot_id: str) -> list[int]:
@@ -139,7 +150,7 @@ def find(s: Suspects, scan: dict[bytes, list[int]] | None = None) -> dict[str, F
     if not s.rows:
         return {}
     carriers = dict(environ_scan(s) if scan is None else scan)
-    ours = set(carriers.pop(_home_needle(s.home), []))
+    ours = set(_of_home(s, carriers.pop(_home_needle(s.home), [])))
     carriers = {n: [p for p in pids if p in ours] for n, pids in carriers.items()}
     out: dict[str, Found] = {}
     for r in s.rows:
@@ -162,21 +173,61 @@ def find(s: Suspects, scan: dict[bytes, list[int]] | None = None) -> dict[str, F
     return out
 
 
-def unrecorded(home: str, found: dict[str, Found], scan: dict[bytes, list[int]]
+def unrecorded(s: Suspects, found: dict[str, Found], scan: dict[bytes, list[int]]
                ) -> dict[str, list[int]]:
-    """Processes carrying this home (``OWNER_HOME_ENV``) in their environment (``scan``:
-    :func:`environ_scan`) that no recorded launch accounts for, by the launch key they
-    carry (``?`` when none): what an owner.db that lost its records (deleted, emptied)
-    no longer lists. Only processes we may read are seen."""
-    known = {pid for f in found.values() for pid in f.pids}
+    """Processes carrying this home (``OWNER_HOME_ENV``, and its ``HOME_ID_ENV`` when
+    they carry one) in their environment (``scan``: :func:`environ_scan`) that no
+    recorded launch accounts for, by the launch key they carry (``?`` when none, and
+    what cannot be printed as ``?``): what an owner.db that lost its records (deleted,
+    emptied, set aside) no longer lists. Only processes we may read are seen; this
+    process and its ancestors (an operator's shell that an app started) are not
+    counted."""
+    known = {pid for f in found.values() for pid in f.pids} | _ancestry()
     out: dict[str, list[int]] = {}
-    for pid in scan.get(_home_needle(home), []):
+    for pid in _of_home(s, scan.get(_home_needle(s.home), [])):
         if pid in known:
             continue
-        prefix = f"{LAUNCH_KEY_ENV}=".encode()
-        key = next((v[len(prefix):].decode(errors="replace") for v in environ(pid) or ()
-                    if v.startswith(prefix)), "?")
+        key = printable(_env_value(pid, LAUNCH_KEY_ENV) or "?")
         out.setdefault(key, []).append(pid)
+    return out
+
+
+def strays(home: str) -> list[int]:
+    """Processes that carry this home in their environment, when owner.db has no record
+    to hold them against (a start with no receipt: both may have been set aside)."""
+    s = Suspects([], [], {}, home, _home_id(home))
+    return sorted(p for pids in unrecorded(s, {}, environ_scan(s)).values() for p in pids)
+
+
+def _of_home(s: Suspects, pids: list[int]) -> list[int]:
+    """Those of ``pids`` (carrying this home's path) whose home id, when they carry one,
+    is this home's: the same path in another container names another directory."""
+    if not s.home_id:
+        return pids
+    return [p for p in pids if _env_value(p, HOME_ID_ENV) in (None, s.home_id)]
+
+
+def _env_value(pid: int, name: str) -> str | None:
+    prefix = f"{name}=".encode()
+    return next((v[len(prefix):].decode(errors="replace") for v in environ(pid) or ()
+                 if v.startswith(prefix)), None)
+
+
+def printable(text: str) -> str:
+    """``text`` with what a terminal would act on shown as ``?`` (it is printed for the
+    operator's review), at most 200 characters."""
+    return "".join(c if c.isprintable() else "?" for c in text[:200])
+
+
+def _ancestry() -> set[int]:
+    """This process and its ancestors."""
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        st = read_stat(pid)
+        if st is None:
+            break
+        pid = st.ppid
     return out
 
 

@@ -122,13 +122,16 @@ def needs_reconcile(rec: dict[str, Any] | None, boot_id: str) -> bool:
 
 
 def admit_start(receipt_path: str, ack_path: str, boot_id: str, live_this_boot: int = 0,
-                archive: str | None = None, lingering: int = 0) -> dict[str, Any] | None:
+                archive: str | None = None, lingering: int = 0, strays: int = 0
+                ) -> dict[str, Any] | None:
     """Decide whether an owner may start. Returns the previous receipt when a reconcile
     acknowledgement was consumed for it (its launches are proven gone), else None.
 
     The receipt alone is no proof: when owner.db still records launches of this boot as
     live (``live_this_boot``), or processes of ended launches still run (``lingering``:
-    recorded descendants or cgroup members that outlived their leader), a start needs an
+    recorded descendants or cgroup members that outlived their leader), or processes
+    carry this home in their environment with no receipt to say how the last owner
+    ended (``strays``: owner.db and the receipt set aside), a start needs an
     acknowledgement whatever the receipt says (a hand-edited or deleted receipt changes
     nothing). An unclean previous receipt is kept in ``archive`` as evidence before the
     new owner's receipt replaces it.
@@ -138,7 +141,8 @@ def admit_start(receipt_path: str, ack_path: str, boot_id: str, live_this_boot: 
     rec = read_receipt(receipt_path)
     if rec is not None and rec["state"] != ReceiptState.CLEAN and archive is not None:
         keep_receipt(rec, archive)
-    if not needs_reconcile(rec, boot_id) and live_this_boot == 0 and lingering == 0:
+    if not needs_reconcile(rec, boot_id) and live_this_boot == 0 and lingering == 0 \
+            and strays == 0:
         return None
     try:
         ack = read_json(ack_path, ACK_KIND)
@@ -146,15 +150,15 @@ def admit_start(receipt_path: str, ack_path: str, boot_id: str, live_this_boot: 
         ack = None
     expected = rec["instance"] if rec is not None else None
     if ack is None or ack.get("instance") != expected or ack.get("boot_id") != boot_id:
-        raise ReconcileRequired(_why(rec, live_this_boot, lingering),
+        raise ReconcileRequired(_why(rec, live_this_boot, lingering, strays),
                                 {"previous": expected, "live_launches": live_this_boot,
-                                 "lingering_processes": lingering})
+                                 "lingering_processes": lingering, "strays": strays})
     os.unlink(ack_path)  # one use: a later crash needs a fresh proof
     return rec if rec is not None else {"instance": None, "boot_id": boot_id,
                                         "state": "missing"}
 
 
-def _why(rec: dict[str, Any] | None, live: int, lingering: int) -> str:
+def _why(rec: dict[str, Any] | None, live: int, lingering: int, strays: int = 0) -> str:
     how = ("`tenure owner reconcile --prepare` to list what may still run, then `tenure "
            "owner reconcile --drain DIGEST` to stop exactly that (docs/reconcile.md)")
     if rec is not None and rec["state"] != ReceiptState.CLEAN:
@@ -164,6 +168,10 @@ def _why(rec: dict[str, Any] | None, live: int, lingering: int) -> str:
     what = " and ".join(
         ([f"{live} launches of this boot as live"] if live else []) +
         ([f"{lingering} processes of ended launches still running"] if lingering else []))
+    if not what:
+        return (f"{strays} processes carry this home in their environment, and there is "
+                f"no receipt of how the previous owner ended: they may be its "
+                f"applications; run {how}")
     return (f"owner.db records {what} although the receipt says "
             f"{'clean' if rec else 'nothing'}: the receipt is no proof; run {how}")
 

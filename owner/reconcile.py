@@ -22,6 +22,7 @@ from .evidence import (
     environ_scan,
     find,
     recorded,
+    strays,
     unrecorded,
 )
 from .paths import OwnerPaths
@@ -74,12 +75,13 @@ def reconcile_locked(paths: OwnerPaths) -> list[str]:
     rec = read_receipt(paths.receipt)
     boot = boot_id()
     seen = recorded(paths.db, boot, paths.home_marker)
-    if not needs_reconcile(rec, boot) and seen.live_this_boot == 0 and not seen.outlived:
+    if not needs_reconcile(rec, boot) and seen.live_this_boot == 0 and not seen.outlived \
+            and (rec is not None or not strays(paths.home_marker)):   # as admit_start
         return []
     scan = environ_scan(seen.suspects)
     found = find(seen.suspects, scan)
     alive = survivors(found) + [Survivor(key, sorted(pids), UNRECORDED) for key, pids in
-                                unrecorded(paths.home_marker, found, scan).items()]
+                                unrecorded(seen.suspects, found, scan).items()]
     if alive:
         raise ProcessesAlive(
             f"{len(alive)} launches of the dead owner still have processes; stop them "

@@ -84,8 +84,8 @@ def _plan_text(plan: dict[str, Any]) -> str:
 
 def _drain_text(done: dict[str, Any], proven: list[str]) -> str:
     killed = f", {len(done['killed'])} needed SIGKILL" if done["killed"] else ""
-    refused = [f"cgroup.kill of {f['cgroup']} refused: {f['strerror']} (the processes "
-               "were killed one by one; the cgroup is proven empty)"
+    refused = [f"cgroup.kill of {f['cgroup']} refused: {f['strerror']} (its sealed "
+               "processes were killed one by one)"
                for f in done.get("cgroup_kill_failed", [])]
     joined = [f"and {len(done['joined'])} processes their still running leaders forked "
               f"since the seal (in the leader's process group): pids "

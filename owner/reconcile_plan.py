@@ -57,6 +57,7 @@ from .evidence import (
     cgroup_of,
     environ_scan,
     find,
+    printable,
     recorded,
     recorded_cgroup,
     unrecorded,
@@ -101,7 +102,7 @@ def _find(paths: OwnerPaths) -> tuple[dict[str, Found], dict[str, list[int]]]:
     suspects = recorded(paths.db, boot_id(), paths.home_marker).suspects
     scan = environ_scan(suspects)
     found = find(suspects, scan)
-    return found, unrecorded(paths.home_marker, found, scan)
+    return found, unrecorded(suspects, found, scan)
 
 
 def _launch(f: Found) -> dict[str, Any]:
@@ -131,7 +132,7 @@ def _app_named(pid: int) -> str:
     operator's review (``?`` when it does not say)."""
     env = dict(v.split(b"=", 1) for v in environ(pid) or () if b"=" in v)
     parts = [env.get(name) for name in (b"TENURE_STACK", b"TENURE_APP", b"TENURE_INSTANCE")]
-    return "/".join(p.decode(errors="replace") for p in parts if p is not None) \
+    return printable("/".join(p.decode(errors="replace") for p in parts if p is not None)) \
         if all(parts) else "?"
 
 

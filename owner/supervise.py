@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from protocol.errors import LaunchFailed, StorageFailed, TenureError
+from protocol.layout import HOME_ID_ENV, home_id
 
 from .cgroups import CgroupTree
 from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
@@ -60,6 +61,7 @@ class Launcher:
         self._unwritten: set[str] = set()   # running, the row not yet saying so
         self._early_exits: dict[str, tuple[int, ExitStatus]] = {}  # of those, ended
         self.home = home            # OWNER_HOME_ENV of every launch
+        self.home_id = home_id(home) if home else ""   # and its HOME_ID_ENV
         self.journal = journal
         self.ring = ring
         self.boot_id = boot_id
@@ -183,7 +185,8 @@ class Launcher:
     async def _launch(self, p: dict[str, Any], spec: LaunchSpec, epoch: int,
                       admit: Callable[[], None]) -> LaunchRow:
         key = p["launch_key"]
-        spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key, OWNER_HOME_ENV: self.home})
+        spec = replace(spec, env={**spec.env, LAUNCH_KEY_ENV: key, OWNER_HOME_ENV: self.home,
+                                  HOME_ID_ENV: self.home_id})
         tree = self.procs.cgroups
         # The cgroup is recorded with the row, before it exists: after a crash its
         # cgroup.procs is evidence even of a process whose pid was never recorded.

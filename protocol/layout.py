@@ -11,9 +11,28 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # the status command needs only str paths: pathlib (with re) costs ~10 ms
     from pathlib import Path
 
-__all__ = ["MAINTENANCE_KIND", "Layout", "default_home", "is_release_id", "release_of"]
+__all__ = ["APP_MARKERS", "HOME_ID_ENV", "LAUNCH_KEY_ENV", "MAINTENANCE_KIND",
+           "OWNER_HOME_ENV", "Layout", "default_home", "home_id", "is_release_id",
+           "release_of"]
 
 MAINTENANCE_KIND = "tenure-maintenance"   # the ``kind`` of Layout.maintenance
+LAUNCH_KEY_ENV = "TENURE_LAUNCH_KEY"
+"""Set by the owner in every launch's environment: its launch key."""
+OWNER_HOME_ENV = "TENURE_OWNER_HOME"
+"""Set by the owner in every launch's environment: the home that launched it."""
+HOME_ID_ENV = "TENURE_OWNER_HOME_ID"
+"""Set beside it: that home directory's identity (:func:`home_id`). The same path may
+name another directory in another container, whose apps this host also sees."""
+APP_MARKERS = (LAUNCH_KEY_ENV, OWNER_HOME_ENV, HOME_ID_ENV)
+"""What marks a process as an app of a home (owner.evidence): tenure's own daemons,
+started from an app's shell, must not carry them."""
+
+
+def home_id(path: str) -> str:
+    """``DEV:INODE`` of the directory at ``path``: which directory it is, whatever path
+    names it. Raises OSError."""
+    st = os.stat(path)
+    return f"{st.st_dev}:{st.st_ino}"
 
 
 def default_home() -> Path:

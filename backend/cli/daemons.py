@@ -24,7 +24,7 @@ from protocol.errors import (
     TenureError,
     UnsafePath,
 )
-from protocol.layout import Layout
+from protocol.layout import APP_MARKERS, Layout
 from protocol.sockets import ensure_private_dir
 
 from .holders import silent_holder, silent_listener
@@ -405,9 +405,11 @@ def _spawn(layout: Layout, module: str, foreground: bool,
     argv, env = command(module) or ([sys.executable, "-m", module, "--home", str(layout.home)], {})
     import subprocess  # `up --no-wait` returns before it needs it
 
+    # a daemon started from an app's shell (a deploy job's `tenure up`) is no app: it
+    # must not carry the marks a reconcile finds an app's processes by (owner.evidence)
+    clean = {k: v for k, v in {**os.environ, **env}.items() if k not in APP_MARKERS}
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            start_new_session=not foreground, close_fds=True,
-                            env={**os.environ, **env} if env else None)
+                            start_new_session=not foreground, close_fds=True, env=clean)
 
 
 @contextmanager

@@ -234,3 +234,44 @@ def test_a_damaged_receipt_set_aside_still_needs_the_reconcile_owner_db_asks_for
     assert cluster.cli("owner", "reconcile", "--drain", plan.out["digest"]).code == 0
     cluster.up(CONFIG)
     cluster.wait_ready(3)
+
+
+def test_with_owner_db_and_the_receipt_set_aside_the_start_waits_for_a_reconcile(cluster):
+    """Was: with neither, the owner started beside the old apps, and `reconcile` said
+    there was nothing to reconcile. The processes that carry this home hold it now."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(3)
+    apps = {pid for pid, _ in cluster.pids().values()}
+    _kill_owner(cluster)
+    for name in ("owner.db", "owner.db-wal", "owner.db-shm", "owner-receipt.json"):
+        path = cluster.layout.execution / name
+        if path.exists():
+            path.rename(path.with_name(name + ".damaged"))
+    up = cluster.cli("up")
+    said = up.stderr + json.dumps(up.out)
+    assert up.code != 0 and "RECONCILE_REQUIRED" in said, said
+    assert "processes carry this home in their environment" in said, said
+    listed = cluster.cli("owner", "reconcile")
+    assert listed.code == 4 and listed.out["code"] == "PROCESSES_ALIVE", listed.out
+    plan = cluster.cli("owner", "reconcile", "--prepare")
+    assert apps <= {p["pid"] for ln in plan.out["launches"] for p in ln["processes"]}
+    assert cluster.cli("owner", "reconcile", "--drain", plan.out["digest"]).code == 0
+    cluster.up(CONFIG)
+    cluster.wait_ready(3)
+    assert not {p for p, _ in cluster.pids().values()} & apps
+
+
+def test_daemons_started_from_an_apps_shell_carry_no_app_marks(cluster):
+    """A deploy job's `tenure up` runs with an app's environment: the owner, guardian
+    and backend it starts must not look like that app to a reconcile."""
+    home = os.path.realpath(cluster.home)
+    cluster.env = {"TENURE_LAUNCH_KEY": "s/sleeper/0/1", "TENURE_OWNER_HOME": home,
+                   "TENURE_OWNER_HOME_ID": "1:2"}
+    cluster.up(CONFIG)
+    cluster.wait_ready(3)
+    st = cluster.cli("backend", "status", check=True).out
+    daemons = [st["owner"]["pid"], st["guardian"]["pid"], st["backend"]["pid"]]
+    for pid in daemons:
+        env = psutil.Process(pid).environ()
+        assert not {"TENURE_LAUNCH_KEY", "TENURE_OWNER_HOME",
+                    "TENURE_OWNER_HOME_ID"} & set(env), (pid, env)
