@@ -7,8 +7,9 @@ and the config applied later would start each a second time beside its running
 process. It adopts them by the config the operator queued with `tenure backend recover
 --config FILE`, which must be the revision the certificate vouches for when it vouches
 for one (comments and layout may differ: the revision is of what the config declares).
-With nothing running, nothing is adopted: the generation starts empty as on a fresh
-home, and a queued config is applied as any.
+Without a config given it does not start (an empty config would claim none of the
+apps). With nothing running, nothing is adopted: the generation starts empty as on a
+fresh home, and a queued config is applied as any.
 """
 
 from __future__ import annotations
@@ -27,24 +28,24 @@ RUNBOOK = '(docs/recover.md, "A damaged backend.db")'
 
 
 def adopting_config(certificate: dict[str, Any] | None, queued: str
-                    ) -> tuple[Config, str] | None:
+                    ) -> tuple[Config, str]:
     """For a backend.db without an applied config while apps run: the config queued at
-    ``queued`` and its text, None when none is queued and the certificate (its body)
-    vouches for no config. Raises Uncertain when the certificate vouches for a config
-    and none is queued or the queued one is another revision (what the guardian's check
-    of the recovered generation would find), ConfigInvalid, and what reading the queue
-    raises."""
+    ``queued`` and its text. Raises Uncertain when none is queued (an empty config would
+    claim none of the apps, and a config applied later would start each a second time),
+    or when the certificate (its body) vouches for a config and the queued one is
+    another revision (what the guardian's check of the recovered generation would
+    find); ConfigInvalid, and what reading the queue raises."""
     want = None if certificate is None else certificate.get("config_revision")
     want = want if isinstance(want, str) and want else None
     try:
         rec = read_queued(queued)
     except FileNotFoundError:
-        if want is None:
-            return None
+        vouched = "no recovery certificate names one" if want is None else \
+            f"the recovery certificate vouches for config revision {want[:12]}"
         raise Uncertain(
-            "backend.db holds no applied config, and the recovery certificate vouches for "
-            f"config revision {want[:12]}: give the config it applied to `tenure backend "
-            f"recover --config FILE` {RUNBOOK}", {"certificate": want}) from None
+            f"backend.db holds no applied config while apps run, and {vouched}: give the "
+            f"config they run by to `tenure backend recover --config FILE` {RUNBOOK}",
+            {"certificate": want}) from None
     config = parse_recent(rec["text"], rec["source"])
     if want is not None and config.revision != want:
         raise Uncertain(

@@ -296,10 +296,8 @@ class Generation(HandingOver):
         to `tenure backend recover --config` is the one to adopt them by, kept as the
         applied one (backend.configrestore). Raises Uncertain, ConfigInvalid."""
         assert self.store is not None and self.recovery is not None
-        given = adopting_config(self.recovery.read()["body"], self.layout.queued_config)
-        if given is None:
-            return
-        self.config, text = given
+        self.config, text = adopting_config(self.recovery.read()["body"],
+                                            self.layout.queued_config)
         with self.store.tx() as db:
             self.store.set_config(db, text, self.config.source, self.config.revision)
         log.warning("backend.db held no applied config while apps run: adopting them by "

@@ -420,11 +420,11 @@ def cmd_backend(args: Any) -> int:
         elif args.action == "recover":
             params = {"force": args.force, "dry_run": args.dry_run,
                       **({"digest": args.digest} if args.digest else {})}
-            given = _queue_given(args)
+            given = _queue_given(args, g)
             try:
                 with live(args, "recover", _activation_probe(args)):
                     r = g.call("recover", params)
-            except TenureError as exc:
+            except BaseException as exc:   # an interrupt too: nothing of it stays queued
                 _withdraw(args, given, exc)
                 raise
             if args.dry_run:
@@ -440,28 +440,37 @@ def cmd_backend(args: Any) -> int:
     return current(r) if args.action == "status" else OK
 
 
-def _queue_given(args: Any) -> str | None:
+def _queue_given(args: Any, guardian: Client) -> str | None:
     """`backend recover --config FILE`: the config, read and parsed here, queued for the
-    generation the recovery starts (backend.configrestore); its request id."""
+    generation the recovery starts (backend.configrestore); its request id. Refused
+    before anything is queued while a backend runs (its spool would apply the file:
+    there is nothing to recover, and `tenure up --config` applies a config) or another
+    config waits in the queue (it would be replaced, and withdrawn with ours)."""
     if args.config is None:
         return None
     if args.dry_run:
         raise BadRequest("--config is for a recovery, not its --dry-run: the plan does "
                          "not depend on it", {"field": "config"})
+    if (guardian.call("status").get("backend") or {}).get("alive"):
+        raise BadRequest("a backend generation runs: there is nothing to recover, and "
+                         "`tenure up --config FILE` applies a config", {"field": "config"})
+    layout = _layout(args)
+    if os.path.lexists(layout.queued_config):
+        raise BadRequest(f"a config is queued already ({layout.queued_config}); `tenure "
+                         "status` says what becomes of it", {"field": "config"})
     from .daemons import queue_for_backend
     text = read_config_text(args.config)
     _parse_here(text, str(args.config.absolute()))
-    return str(queue_for_backend(_layout(args), text,
-                                 str(args.config.absolute()))["request_id"])
+    return str(queue_for_backend(layout, text, str(args.config.absolute()))["request_id"])
 
 
-def _withdraw(args: Any, given: str | None, exc: TenureError) -> None:
-    """The config a refused recovery was given, taken out of the queue again: nothing of
-    it is applied later, by whatever backend comes next."""
+def _withdraw(args: Any, given: str | None, exc: BaseException) -> None:
+    """The config a refused or interrupted recovery was given, taken out of the queue
+    again: nothing of it is applied later, by whatever backend comes next."""
     if given is None:
         return
     from backend.queuefile import discard
-    if discard(_layout(args).queued_config, given):
+    if discard(_layout(args).queued_config, given) and isinstance(exc, TenureError):
         exc.msg += f"; {args.config} was not kept for a later backend"
 
 

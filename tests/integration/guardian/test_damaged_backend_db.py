@@ -26,6 +26,11 @@ def test_a_damaged_backend_db_is_set_aside_and_recovered_from_the_applied_config
     cluster.up(applied)
     cluster.wait_ready(3)
     apps = cluster.pids()
+    given = tmp_path / "given.toml"
+    given.write_text(applied)
+    serving = cluster.cli("backend", "recover", "--config", str(given))
+    assert serving.code == 2 and "a backend generation runs" in str(serving.out)
+    assert not Path(cluster.layout.queued_config).exists()   # nothing was queued
     stop_cluster_guardian(cluster, signal.SIGTERM)   # certifies, retires; apps stay
     db = cluster.layout.home / "backend" / "backend.db"
     _damage(db)
@@ -37,6 +42,10 @@ def test_a_damaged_backend_db_is_set_aside_and_recovered_from_the_applied_config
     assert cluster.pids() == apps and backend_procs(cluster.home) == []
 
     db.rename(db.with_name("backend.db.damaged"))
+    Path(cluster.layout.queued_config).write_text("{}")   # another one waits
+    waiting = cluster.cli("backend", "recover", "--config", str(given))
+    assert waiting.code == 2 and "a config is queued already" in str(waiting.out)
+    Path(cluster.layout.queued_config).unlink()
     bare = cluster.cli("backend", "recover")     # no config: the certificate wants one
     said = bare.stderr + str(bare.out)
     assert bare.code != 0 and "backend recover --config" in said, said

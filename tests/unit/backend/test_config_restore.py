@@ -19,9 +19,9 @@ def _revision(text: str) -> str:
 
 def test_a_certificate_that_vouches_for_no_config_takes_what_is_given(tmp_path):
     queued = str(tmp_path / "queued-config.json")
-    assert adopting_config(None, queued) is None
-    assert adopting_config({"config_revision": ""}, queued) is None   # nothing applied
-    assert adopting_config({"invalidated": "a stop"}, queued) is None
+    for cert in (None, {"config_revision": ""}, {"invalidated": "a stop"}):
+        with pytest.raises(Uncertain, match="no recovery certificate names one"):
+            adopting_config(cert, queued)   # nothing given: not an empty config
     queue(queued, APPLIED, "/etc/tenure.toml")
     for cert in (None, {"config_revision": ""}):
         got = adopting_config(cert, queued)
