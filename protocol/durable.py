@@ -226,22 +226,15 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
     one must carry exactly that kind and version. Raises UnsafePath (symlink, not a
     regular file, owned by another user or open to others: see :func:`refuse_unprivate`),
     StorageFailed (the disk failed: full, read-only, I/O error) or StateCorrupt
-    (unreadable, other kind, unknown version), whose message then ends with
-    ``way_out`` (what the operator does about a damaged one). A file this call created
-    and could not finish (a full disk while its schema was written) is removed: it held
-    nothing, and left empty it would be refused as truncated at every later open.
+    (unreadable, other kind, unknown version): for a damaged file (empty, unreadable)
+    its message ends with ``way_out``, what the operator does about one; a file of
+    another kind or version is not damaged (a newer tenure's, say) and gets none. A
+    file this call created and could not finish (a full disk while its schema was
+    written) is removed: it held nothing, and left empty it would be refused as
+    truncated at every later open.
     """
-    try:
-        return _open_sqlite(os.fspath(path), kind, version, schema, synchronous, wal,
-                            check_same_thread)
-    except StateCorrupt as exc:
-        if not way_out:
-            raise
-        raise StateCorrupt(f"{exc.msg}; {way_out}", exc.data) from None
-
-
-def _open_sqlite(p: str, kind: str, version: int, schema: str, synchronous: str,
-                 wal: bool, check_same_thread: bool) -> sqlite3.Connection:
+    p = os.fspath(path)
+    damaged = f"; {way_out}" if way_out else ""
     created = False
     with suppress(FileExistsError):   # a symlink exists too: refused below, not followed
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
@@ -251,7 +244,7 @@ def _open_sqlite(p: str, kind: str, version: int, schema: str, synchronous: str,
         # ours are never empty: the schema is written in the call that creates the file
         raise StateCorrupt(f"{p} is empty (truncated?); tenure does not create it again "
                            "over what it held: put the real file back, or move this one "
-                           f"away if this {kind} is to start empty", {"path": p})
+                           f"away if this {kind} is to start empty{damaged}", {"path": p})
     conn = None
     try:
         conn = sqlite3.connect(p, isolation_level=None, check_same_thread=check_same_thread)
@@ -268,7 +261,8 @@ def _open_sqlite(p: str, kind: str, version: int, schema: str, synchronous: str,
         if not isinstance(exc, sqlite3.DatabaseError):
             raise
         raise storage_failure(exc, f"opening {p}", p) or \
-            StateCorrupt(f"{p} is not a readable database: {exc}", {"path": p}) from None
+            StateCorrupt(f"{p} is not a readable database: {exc}{damaged}",
+                         {"path": p}) from None
     return conn
 
 

@@ -25,9 +25,6 @@ def _db(path: Path, *statements: str) -> None:
 SHAPES = {
     "garbage": None,
     "no meta table": ("CREATE TABLE other (x)",),
-    "format 2; this owner reads 1": (
-        "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
-        "INSERT INTO meta VALUES ('format_version', 2)"),
     "tables are missing": (
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
         "INSERT INTO meta VALUES ('format_version', 1)"),
@@ -50,4 +47,17 @@ def test_a_journal_this_owner_cannot_read_is_refused_with_the_way_out(tmp_path, 
     assert err.value.msg.endswith(DAMAGED) and err.value.data["path"] == str(path)
     if statements is not None:
         assert f"({what})" in err.value.msg
+    assert path.read_bytes() == before
+
+
+def test_a_journal_of_another_format_is_refused_as_not_damaged(tmp_path):
+    """A newer tenure's journal is kept: no advice to set it aside."""
+    path = tmp_path / "journal.db"
+    _db(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
+        "INSERT INTO meta VALUES ('format_version', 2)")
+    before = path.read_bytes()
+    with pytest.raises(StateCorrupt) as err:
+        open_writer(str(path))
+    assert "format 2; this owner reads 1: run the tenure that wrote it" in err.value.msg
+    assert DAMAGED not in err.value.msg and err.value.data["format_version"] == 2
     assert path.read_bytes() == before
