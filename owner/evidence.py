@@ -200,11 +200,23 @@ def strays(home: str) -> list[int]:
 
 
 def _of_home(s: Suspects, pids: list[int]) -> list[int]:
-    """Those of ``pids`` (carrying this home's path) whose home id, when they carry one,
-    is this home's: the same path in another container names another directory."""
+    """Those of ``pids`` (carrying this home's path) that are this home's: all but those
+    carrying another home id in another PID namespace, another container's tenure at
+    the same path. Another id in this namespace still counts: this home's directory may
+    have been made again (deleted while tenure ran) under its running apps."""
     if not s.home_id:
         return pids
-    return [p for p in pids if _env_value(p, HOME_ID_ENV) in (None, s.home_id)]
+    return [p for p in pids
+            if _env_value(p, HOME_ID_ENV) in (None, s.home_id) or _our_pid_namespace(p)]
+
+
+def _our_pid_namespace(pid: int) -> bool:
+    """Whether ``pid`` is in this process's PID namespace (True when that cannot be
+    read: then it counts, as any process carrying this home's path)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return True
 
 
 def _env_value(pid: int, name: str) -> str | None:
