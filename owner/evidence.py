@@ -35,8 +35,8 @@ from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from .store import LaunchRow, LaunchState, OwnerStore, Tracked
 
 __all__ = ["HOME_IN_ENVIRONMENT", "REASONS", "Found", "Suspects", "cgroup_of",
-           "ended_cgroups", "find", "lingering", "printable", "recorded_cgroup", "strays",
-           "suspects", "unrecorded"]
+           "ended_cgroups", "find", "inside_app", "lingering", "printable",
+           "recorded_cgroup", "strays", "suspects", "unrecorded"]
 
 REASONS = ("leader", "process group", "tracked descendant", "launch key in environment",
            "cgroup member")
@@ -175,14 +175,12 @@ def find(s: Suspects, scan: dict[bytes, list[int]] | None = None) -> dict[str, F
 
 def unrecorded(s: Suspects, found: dict[str, Found], scan: dict[bytes, list[int]]
                ) -> dict[str, list[int]]:
-    """Processes carrying this home (``OWNER_HOME_ENV``, and its ``HOME_ID_ENV`` when
-    they carry one) in their environment (``scan``: :func:`environ_scan`) that no
+    """Processes carrying this home (``OWNER_HOME_ENV``; another container's aside:
+    :func:`_of_home`) in their environment (``scan``: :func:`environ_scan`) that no
     recorded launch accounts for, by the launch key they carry (``?`` when none, and
     what cannot be printed as ``?``): what an owner.db that lost its records (deleted,
-    emptied, set aside) no longer lists. Only processes we may read are seen; this
-    process and its ancestors (an operator's shell that an app started) are not
-    counted."""
-    known = {pid for f in found.values() for pid in f.pids} | _ancestry()
+    emptied, set aside) no longer lists. Only processes we may read are seen."""
+    known = {pid for f in found.values() for pid in f.pids}
     out: dict[str, list[int]] = {}
     for pid in _of_home(s, scan.get(_home_needle(s.home), [])):
         if pid in known:
@@ -231,16 +229,21 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in text[:200])
 
 
-def _ancestry() -> set[int]:
-    """This process and its ancestors."""
-    out, pid = set(), os.getpid()
-    while pid > 1 and pid not in out:
-        out.add(pid)
+def inside_app(home: str) -> int | None:
+    """This process, or the nearest of its ancestors, when it carries this home in its
+    environment: a command run inside one of this home's apps (a job's shell), which a
+    reconcile could neither leave out (it is the app's) nor stop (it is the command)."""
+    s = Suspects([], [], {}, home, _home_id(home))
+    needle, pid, seen = _home_needle(home), os.getpid(), set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        if needle in (environ(pid) or ()) and _of_home(s, [pid]):
+            return pid
         st = read_stat(pid)
         if st is None:
-            break
+            return None
         pid = st.ppid
-    return out
+    return None
 
 
 def _needle(key: str) -> bytes:

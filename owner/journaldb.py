@@ -113,8 +113,10 @@ def check_schema(conn: sqlite3.Connection, path: str) -> bool:
         raise damaged(path, "no meta table")
     row = conn.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
     version = row[0] if row else None
+    if type(version) is not int or version < 1:
+        raise damaged(path, f"format {str(version)[:50]!r}")
     if version != FORMAT_VERSION:   # not damaged: a newer tenure's, most likely
-        shown = version if isinstance(version, int) else str(version)[:50]
+        shown = version
         raise StateCorrupt(f"{path} is a journal of format {shown!r}; this owner reads "
                            f"{FORMAT_VERSION}: run the tenure that wrote it, and keep the "
                            "file", {"path": path, "format_version": shown})

@@ -13,14 +13,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from protocol.errors import ProcessesAlive
+from protocol.errors import BadRequest, ProcessesAlive
 from protocol.identity import boot_id
+from protocol.layout import OWNER_HOME_ENV
 
 from .evidence import (
     REASONS,
     Found,
     environ_scan,
     find,
+    inside_app,
     recorded,
     strays,
     unrecorded,
@@ -28,7 +30,7 @@ from .evidence import (
 from .paths import OwnerPaths
 from .receipt import needs_reconcile, read_receipt, write_ack
 
-__all__ = ["Survivor", "reconcile", "reconcile_locked", "survivors"]
+__all__ = ["Survivor", "reconcile", "reconcile_locked", "refuse_inside_app", "survivors"]
 
 # Why a launch survives, in the words of reconcile's report, strongest source first.
 WHY = {"leader": "leader alive", "process group": "process group not empty",
@@ -67,11 +69,22 @@ def reconcile(paths: OwnerPaths) -> list[str]:
         os.close(lock)
 
 
+def refuse_inside_app(paths: OwnerPaths) -> None:
+    """Raise BadRequest when this command runs inside one of this home's apps: it could
+    not prove the app gone that runs it, nor stop it without stopping itself."""
+    pid = inside_app(paths.home_marker)
+    if pid is not None:
+        raise BadRequest(f"this command runs inside a process of this home's apps (pid "
+                         f"{pid} carries {OWNER_HOME_ENV}): run it from a shell outside "
+                         "them", {"pid": pid})
+
+
 def reconcile_locked(paths: OwnerPaths) -> list[str]:
     """:func:`reconcile` for a caller that holds the owner lock already. Besides the
     launches owner.db records, any process carrying this home in its environment counts
     (``unrecorded``): owner.db may have lost its records. A missing owner.db is not
     created here."""
+    refuse_inside_app(paths)
     rec = read_receipt(paths.receipt)
     boot = boot_id()
     seen = recorded(paths.db, boot, paths.home_marker)

@@ -64,6 +64,7 @@ from .evidence import (
 )
 from .paths import OwnerPaths
 from .receipt import read_receipt
+from .reconcile import refuse_inside_app
 
 __all__ = ["EVIDENCE_KIND", "drain", "evidence_path", "prepare"]
 
@@ -77,7 +78,9 @@ def evidence_path(paths: OwnerPaths) -> Path:
 
 
 def prepare(paths: OwnerPaths) -> dict[str, Any]:
-    """Seal the evidence as of now and return it (with ``digest``)."""
+    """Seal the evidence as of now and return it (with ``digest``). Raises BadRequest
+    when run inside one of this home's apps (:func:`owner.reconcile.refuse_inside_app`)."""
+    refuse_inside_app(paths)
     found, extra = _find(paths)
     rec = read_receipt(paths.receipt)
     sockets = _sockets(paths)
@@ -179,6 +182,7 @@ def drain(paths: OwnerPaths, digest: str, grace: float = GRACE,
     with the error (the reconcile that follows proves whether anything is left).
     Raises NotFound (nothing sealed), Conflict (another digest, new processes that are
     not a sealed leader's, changed sockets), StateCorrupt (evidence of another shape)."""
+    refuse_inside_app(paths)
     sealed = _read_sealed(paths, digest)
     joined = _refuse_changed(paths, sealed)
     targets = [(p["pid"], p["start_ticks"]) for p in _processes(sealed)]

@@ -252,7 +252,7 @@ def open_sqlite(path: str | os.PathLike[str], kind: str, version: int, schema: s
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
         limit_cache(conn)
-        _check_or_create(conn, p, kind, version, schema)
+        _check_or_create(conn, p, kind, version, schema, damaged)
     except BaseException as exc:
         if conn is not None:
             conn.close()
@@ -300,13 +300,13 @@ def connect_read_only(path: str) -> sqlite3.Connection:
 
 
 def _check_or_create(conn: sqlite3.Connection, p: str, kind: str, version: int,
-                     schema: str) -> None:
+                     schema: str, damaged: str = "") -> None:
     has_meta = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
     if not has_meta:
         tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         if tables:
-            raise StateCorrupt(f"{p} has tables but no meta record", {"path": p})
+            raise StateCorrupt(f"{p} has tables but no meta record{damaged}", {"path": p})
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         conn.executemany("INSERT INTO meta VALUES (?, ?)",
@@ -317,9 +317,12 @@ def _check_or_create(conn: sqlite3.Connection, p: str, kind: str, version: int,
         return
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     if meta.get("kind") != kind or meta.get("format_version") != str(version):
+        # a kind and a format of their own: another program's or a newer tenure's file,
+        # not damaged; one without them is
+        named = isinstance(meta.get("kind"), str) and str(meta.get("format_version")).isdigit()
         raise StateCorrupt(
             f"{p} holds {meta.get('kind')!r} format {meta.get('format_version')!r}; this "
-            f"build reads {kind!r} format {version}",
+            f"build reads {kind!r} format {version}{'' if named else damaged}",
             {"path": p, "format": meta.get("format_version")})
 
 

@@ -455,9 +455,11 @@ def _queue_given(args: Any, guardian: Client) -> str | None:
         raise BadRequest("a backend generation runs: there is nothing to recover, and "
                          "`tenure up --config FILE` applies a config", {"field": "config"})
     layout = _layout(args)
-    if os.path.lexists(layout.queued_config):
-        raise BadRequest(f"a config is queued already ({layout.queued_config}); `tenure "
-                         "status` says what becomes of it", {"field": "config"})
+    from backend.queuefile import files
+    waiting = [f for f in files(layout.queued_config)[:2] if os.path.lexists(f)]
+    if waiting:   # queued, or taken by a generation that did not decide it
+        raise BadRequest(f"a config is queued already ({waiting[0]}); `tenure status` "
+                         "says what becomes of it", {"field": "config"})
     from .daemons import queue_for_backend
     text = read_config_text(args.config)
     _parse_here(text, str(args.config.absolute()))

@@ -265,6 +265,9 @@ def test_daemons_started_from_an_apps_shell_carry_no_app_marks(cluster):
     """A deploy job's `tenure up` runs with an app's environment: the owner, guardian
     and backend it starts must not look like that app to a reconcile."""
     home = os.path.realpath(cluster.home)
+    cluster.up(CONFIG)
+    cluster.wait_ready(3)
+    assert cluster.down().ok   # a clean receipt: a start looks no further
     cluster.env = {"TENURE_LAUNCH_KEY": "s/sleeper/0/1", "TENURE_OWNER_HOME": home,
                    "TENURE_OWNER_HOME_ID": "1:2"}
     cluster.up(CONFIG)
@@ -275,3 +278,19 @@ def test_daemons_started_from_an_apps_shell_carry_no_app_marks(cluster):
         env = psutil.Process(pid).environ()
         assert not {"TENURE_LAUNCH_KEY", "TENURE_OWNER_HOME",
                     "TENURE_OWNER_HOME_ID"} & set(env), (pid, env)
+
+
+def test_a_reconcile_inside_one_of_this_homes_apps_is_refused(cluster):
+    """It could neither prove that app gone nor stop it without stopping itself."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(3)
+    _kill_owner(cluster)
+    cluster.env = {"TENURE_LAUNCH_KEY": "s/sleeper/0/1",
+                   "TENURE_OWNER_HOME": os.path.realpath(cluster.home)}
+    for extra in ([], ["--prepare"], ["--drain", "0" * 64]):
+        res = cluster.cli("owner", "reconcile", *extra)
+        assert res.code == 2 and res.out["code"] == "BAD_REQUEST", (extra, res.out)
+        assert "run it from a shell outside them" in res.out["msg"]
+    cluster.env = {}
+    plan = cluster.cli("owner", "reconcile", "--prepare")
+    assert cluster.cli("owner", "reconcile", "--drain", plan.out["digest"]).code == 0

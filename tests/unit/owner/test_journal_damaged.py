@@ -61,3 +61,12 @@ def test_a_journal_of_another_format_is_refused_as_not_damaged(tmp_path):
     assert "format 2; this owner reads 1: run the tenure that wrote it" in err.value.msg
     assert DAMAGED not in err.value.msg and err.value.data["format_version"] == 2
     assert path.read_bytes() == before
+
+
+def test_a_journal_whose_format_is_no_number_is_damaged(tmp_path):
+    path = tmp_path / "journal.db"
+    _db(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
+        "INSERT INTO meta VALUES ('format_version', 'x')")
+    with pytest.raises(StateCorrupt) as err:
+        open_writer(str(path))
+    assert err.value.msg.endswith(DAMAGED)
