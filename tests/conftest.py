@@ -127,3 +127,19 @@ def _describe(pid: int) -> str:
         return f"{pid} (parent {p.ppid()}): {' '.join(p.cmdline())[:300]}"
     except psutil.Error:
         return f"{pid} (gone)"
+
+
+@pytest.fixture
+def sqlite_file() -> Any:
+    """``make(path, *statements)``: a private (0600) SQLite file holding what the
+    statements make, as a damaged or foreign state file would."""
+    import sqlite3
+
+    def make(path: Path, *statements: str) -> None:
+        conn = sqlite3.connect(path)
+        for s in statements:
+            conn.execute(s)
+        conn.commit()
+        conn.close()
+        os.chmod(path, 0o600)
+    return make

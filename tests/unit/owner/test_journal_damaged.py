@@ -4,23 +4,11 @@ it, and the refusal names the file and the way out (docs/state.md)."""
 from __future__ import annotations
 
 import os
-import sqlite3
-from pathlib import Path
 
 import pytest
 
 from owner.journaldb import DAMAGED, open_writer
 from protocol.errors import StateCorrupt
-
-
-def _db(path: Path, *statements: str) -> None:
-    conn = sqlite3.connect(path)
-    for s in statements:
-        conn.execute(s)
-    conn.commit()
-    conn.close()
-    os.chmod(path, 0o600)
-
 
 SHAPES = {
     "garbage": None,
@@ -32,14 +20,14 @@ SHAPES = {
 
 
 @pytest.mark.parametrize("what", list(SHAPES))
-def test_a_journal_this_owner_cannot_read_is_refused_with_the_way_out(tmp_path, what):
+def test_a_journal_this_owner_cannot_read_is_refused_with_the_way_out(tmp_path, what, sqlite_file):
     path = tmp_path / "journal.db"
     statements = SHAPES[what]
     if statements is None:
         path.write_bytes(b"\x5a" * 8192)
         os.chmod(path, 0o600)
     else:
-        _db(path, *statements)
+        sqlite_file(path, *statements)
     before = path.read_bytes()
     with pytest.raises(StateCorrupt) as err:
         open_writer(str(path))
@@ -50,10 +38,10 @@ def test_a_journal_this_owner_cannot_read_is_refused_with_the_way_out(tmp_path, 
     assert path.read_bytes() == before
 
 
-def test_a_journal_of_another_format_is_refused_as_not_damaged(tmp_path):
+def test_a_journal_of_another_format_is_refused_as_not_damaged(tmp_path, sqlite_file):
     """A newer tenure's journal is kept: no advice to set it aside."""
     path = tmp_path / "journal.db"
-    _db(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
+    sqlite_file(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
         "INSERT INTO meta VALUES ('format_version', 2)")
     before = path.read_bytes()
     with pytest.raises(StateCorrupt) as err:
@@ -63,9 +51,9 @@ def test_a_journal_of_another_format_is_refused_as_not_damaged(tmp_path):
     assert path.read_bytes() == before
 
 
-def test_a_journal_whose_format_is_no_number_is_damaged(tmp_path):
+def test_a_journal_whose_format_is_no_number_is_damaged(tmp_path, sqlite_file):
     path = tmp_path / "journal.db"
-    _db(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
+    sqlite_file(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
         "INSERT INTO meta VALUES ('format_version', 'x')")
     with pytest.raises(StateCorrupt) as err:
         open_writer(str(path))

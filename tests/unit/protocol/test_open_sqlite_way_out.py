@@ -3,8 +3,6 @@ kind or a newer format is not damaged, and is not to be set aside."""
 
 from __future__ import annotations
 
-import os
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,14 +12,6 @@ from protocol.errors import StateCorrupt
 
 WAY_OUT = "set it aside (runbook)"
 
-
-def _db(path: Path, *statements: str) -> None:
-    conn = sqlite3.connect(path)
-    for s in statements:
-        conn.execute(s)
-    conn.commit()
-    conn.close()
-    os.chmod(path, 0o600)
 
 
 def _refusal(path: Path) -> str:
@@ -38,7 +28,7 @@ def _refusal(path: Path) -> str:
     ("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
      "INSERT INTO meta VALUES ('kind', 'tenure-test'), ('format_version', 'x')"),
 ])
-def test_a_damaged_database_is_refused_with_the_way_out(tmp_path, statements):
+def test_a_damaged_database_is_refused_with_the_way_out(tmp_path, statements, sqlite_file):
     path = tmp_path / "x.db"
     if statements is None:
         path.write_bytes(b"\x5a" * 8192)
@@ -47,13 +37,13 @@ def test_a_damaged_database_is_refused_with_the_way_out(tmp_path, statements):
         path.write_bytes(b"")
         path.chmod(0o600)
     else:
-        _db(path, *statements)
+        sqlite_file(path, *statements)
     assert _refusal(path).endswith(f"; {WAY_OUT}")
 
 
 @pytest.mark.parametrize("kind, version", [("tenure-test", "2"), ("another-kind", "1")])
-def test_another_kind_or_format_is_refused_without_it(tmp_path, kind, version):
+def test_another_kind_or_format_is_refused_without_it(tmp_path, kind, version, sqlite_file):
     path = tmp_path / "x.db"
-    _db(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
+    sqlite_file(path, "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
         f"INSERT INTO meta VALUES ('kind', '{kind}'), ('format_version', '{version}')")
     assert WAY_OUT not in _refusal(path)
