@@ -83,20 +83,13 @@ def recorded(db: str, boot_id: str, home: str) -> Recorded:
     outlived what owner.db records (:func:`lingering`), read without creating owner.db:
     a missing one records nothing, and a reconcile goes by the environment alone."""
     if not os.path.lexists(db):
-        return Recorded(Suspects([], [], {}, home, _home_id(home)), 0, [])
+        return Recorded(Suspects([], [], {}, home, home_id(home)), 0, [])
     store = OwnerStore(db)
     try:
         return Recorded(suspects(store, boot_id, home), store.live_launches_of_boot(boot_id),
                         lingering(store, boot_id))
     finally:
         store.close()
-
-
-def _home_id(home: str) -> str:
-    try:
-        return home_id(home)
-    except OSError:
-        return ""
 
 
 def suspects(store: OwnerStore, boot_id: str, home: str) -> Suspects:
@@ -113,7 +106,7 @@ def suspects(store: OwnerStore, boot_id: str, home: str) -> Suspects:
         if row is not None:
             rows.append(row)
     return Suspects(rows, tracked, store.cgroups([r.launch_key for r in rows]), home,
-                    _home_id(home))
+                    home_id(home))
 
 
 def lingering(store: OwnerStore, boot_id: str) -> list[int]:
@@ -193,7 +186,7 @@ def unrecorded(s: Suspects, found: dict[str, Found], scan: dict[bytes, list[int]
 def strays(home: str) -> list[int]:
     """Processes that carry this home in their environment, when owner.db has no record
     to hold them against (a start with no receipt: both may have been set aside)."""
-    s = Suspects([], [], {}, home, _home_id(home))
+    s = Suspects([], [], {}, home, home_id(home))
     return sorted(p for pids in unrecorded(s, {}, environ_scan(s)).values() for p in pids)
 
 
@@ -233,7 +226,7 @@ def inside_app(home: str) -> int | None:
     """This process, or the nearest of its ancestors, when it carries this home in its
     environment: a command run inside one of this home's apps (a job's shell), which a
     reconcile could neither leave out (it is the app's) nor stop (it is the command)."""
-    s = Suspects([], [], {}, home, _home_id(home))
+    s = Suspects([], [], {}, home, home_id(home))
     needle, pid, seen = _home_needle(home), os.getpid(), set()
     while pid > 1 and pid not in seen:
         seen.add(pid)

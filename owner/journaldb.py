@@ -116,10 +116,9 @@ def check_schema(conn: sqlite3.Connection, path: str) -> bool:
     if type(version) is not int or version < 1:
         raise damaged(path, f"format {str(version)[:50]!r}")
     if version != FORMAT_VERSION:   # not damaged: a newer tenure's, most likely
-        shown = version
-        raise StateCorrupt(f"{path} is a journal of format {shown!r}; this owner reads "
+        raise StateCorrupt(f"{path} is a journal of format {version!r}; this owner reads "
                            f"{FORMAT_VERSION}: run the tenure that wrote it, and keep the "
-                           "file", {"path": path, "format_version": shown})
+                           "file", {"path": path, "format_version": version})
     if not {"records", "extents"} <= tables:
         raise damaged(path, "tables are missing")
     return False

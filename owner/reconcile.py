@@ -24,7 +24,6 @@ from .evidence import (
     find,
     inside_app,
     recorded,
-    strays,
     unrecorded,
 )
 from .paths import OwnerPaths
@@ -88,10 +87,13 @@ def reconcile_locked(paths: OwnerPaths) -> list[str]:
     rec = read_receipt(paths.receipt)
     boot = boot_id()
     seen = recorded(paths.db, boot, paths.home_marker)
-    if not needs_reconcile(rec, boot) and seen.live_this_boot == 0 and not seen.outlived \
-            and (rec is not None or not strays(paths.home_marker)):   # as admit_start
+    quiet = not needs_reconcile(rec, boot) and seen.live_this_boot == 0 \
+        and not seen.outlived
+    if quiet and rec is not None:
         return []
     scan = environ_scan(seen.suspects)
+    if quiet and not unrecorded(seen.suspects, {}, scan):   # as admit_start's strays
+        return []
     found = find(seen.suspects, scan)
     alive = survivors(found) + [Survivor(key, sorted(pids), UNRECORDED) for key, pids in
                                 unrecorded(seen.suspects, found, scan).items()]

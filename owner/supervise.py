@@ -51,15 +51,6 @@ TRACK_INTERVAL_S = 1.0
 window in which a process can fork, leave the group and lose its parent unseen."""
 
 
-def _home_id(home: str) -> str:
-    """The home's id for HOME_ID_ENV; none when it cannot be read (a home removed under
-    a starting owner: its home watch ends it): such a launch counts by its path alone."""
-    try:
-        return home_id(home) if home else ""
-    except OSError:
-        return ""
-
-
 class Launcher:
     def __init__(self, store: OwnerStore, journal: Journal, ring: ObservationRing,
                  boot_id: str, notify_path: str, *, reap_orphans: bool = True,
@@ -70,7 +61,7 @@ class Launcher:
         self._unwritten: set[str] = set()   # running, the row not yet saying so
         self._early_exits: dict[str, tuple[int, ExitStatus]] = {}  # of those, ended
         self.home = home            # OWNER_HOME_ENV of every launch
-        self.home_id = _home_id(home)   # and its HOME_ID_ENV
+        self.home_id = home_id(home)   # and its HOME_ID_ENV ("": unreadable)
         self.journal = journal
         self.ring = ring
         self.boot_id = boot_id

@@ -30,9 +30,13 @@ started from an app's shell, must not carry them."""
 
 def home_id(path: str) -> str:
     """``DEV:INODE`` of the directory at ``path``: which directory it is, whatever path
-    names it. Raises OSError."""
-    st = os.stat(path)
-    return f"{st.st_dev}:{st.st_ino}"
+    names it; ``""`` when no path is given or it cannot be read (a process then counts
+    as this home's by its path alone)."""
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return ""
+    return "" if st is None else f"{st.st_dev}:{st.st_ino}"
 
 
 def default_home() -> Path:
