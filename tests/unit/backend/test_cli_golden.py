@@ -24,8 +24,28 @@ from backend.cli import (
     render_metrics,
     top,
 )
+from owner import reconcile_cli
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "cli"
+
+# `tenure owner reconcile --prepare` of a home whose owner.db was set aside beside one
+# that records: a recorded launch whose leader exited, and two unrecorded ones
+RECONCILE_PLAN: dict[str, Any] = {
+    "previous": {"instance": "7ef988dbd32e49709c59ff970e0890f9", "pid": 19510,
+                 "state": "running"},
+    "launches": [
+        {"launch_key": "demo/batch/0/1", "app": "demo/batch/0", "state": "exited",
+         "cgroup": None, "processes": [{"pid": 19587, "why": "tracked descendant"}]},
+        {"launch_key": "demo/web/0/1", "app": "demo/web/0", "state": "unrecorded",
+         "cgroup": "/sys/fs/cgroup/tenure/app-demo-web-0-1",
+         "processes": [{"pid": 19589, "why": "leader"},
+                       {"pid": 19600, "why": "this home in its environment"}]},
+        {"launch_key": "?", "app": "?", "state": "unrecorded", "cgroup": None,
+         "processes": [{"pid": 19700, "why": "this home in its environment"}]},
+        {"launch_key": "demo/web/1/1", "app": "demo/web/1", "state": "running",
+         "cgroup": None, "processes": []}],
+    "sockets": ["/srv/tenure/execution/owner.sock"],
+    "digest": "d65b9b434a1dc59f942648fb76ad0342e5d9d2f9dff38c871699db560445ab1c"}
 NOW = 1_796_133_900.0          # 2026-12-01 14:05:00 UTC
 
 
@@ -385,6 +405,12 @@ CASES: dict[str, Callable[[], str]] = {
         **METRICS, "owner_connected": False,
         "apps": [_measured("shop/web/0", cpu_seconds=None, memory_bytes=None,
                            memory_peak_bytes=None, pids=None, start_time_seconds=None)]}),
+    "owner_reconcile_plan": lambda: reconcile_cli._plan_text(RECONCILE_PLAN),
+    "owner_reconcile_drain": lambda: reconcile_cli._drain_text({
+        "stopped": 4, "gone_already": 1, "killed": [48219], "joined": [48230],
+        "cgroup_kill_failed": [{"launch_key": "demo/web/0/1", "errno": "EACCES",
+                                "cgroup": "/sys/fs/cgroup/tenure/app-demo-web-0-1",
+                                "strerror": "Permission denied"}]}, ["demo/web/0/1"]),
     "top": lambda: top.render(top.pick(STATUS, "mem", 3)),
 }
 
