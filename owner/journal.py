@@ -52,7 +52,7 @@ from .journaldb import (
 from .journalforget import forget_sources
 from .journalhealth import WriteHealth
 from .journalpruned import Pruned
-from .journalread import STREAMS, Filters, LogRecord, Page, read_at
+from .journalread import STREAMS, Filters, LogRecord, Page, last_id, read_at
 from .journalretention import (
     MAX_RETENTION,
     MIN_RETENTION,
@@ -654,9 +654,7 @@ class Journal:
         Raises ``ShuttingDown`` if the journal is closed.
         """
         with self._rlock:
-            row = self._reader().execute(
-                "SELECT value FROM meta WHERE key='next_id'").fetchone()
-        return int(row[0]) - 1 if row else 0
+            return last_id(self._reader())
 
     def read(self, after_id: int, limit: int, *, stack: str | None = None,
              app: str | None = None, instance: int | None = None,
@@ -691,7 +689,7 @@ class Journal:
             _check_int("tail", tail)
         with self._rlock:
             return read_at(self._reader(), after_id, limit, max_bytes, flt, tail,
-                           self._pruned)
+                           self._pruned, path=self._path)
 
     @property
     def path(self) -> str:

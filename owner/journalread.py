@@ -16,10 +16,11 @@ from typing import Any, Final
 
 from protocol.errors import BadRequest
 
+from .journaldb import damaged
 from .journalpruned import Pruned, gaps
 
-__all__ = ["RECORD_OVERHEAD", "STREAMS", "Filters", "LogRecord", "Page", "read_at",
-           "read_page", "tail_start"]
+__all__ = ["RECORD_OVERHEAD", "STREAMS", "Filters", "LogRecord", "Page", "last_id",
+           "read_at", "read_page", "tail_start"]
 
 STREAMS: Final = frozenset({"stdout", "stderr"})
 RECORD_OVERHEAD: Final = 96
@@ -27,6 +28,12 @@ RECORD_OVERHEAD: Final = 96
 id, timestamp, instance, generation, stream and flags (measured: 75-85)."""
 
 _COLUMNS: Final = "id, ts, stack, app, instance, generation, stream, flags, data"
+_CORRUPT: Final = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+"""SQLite's results for a file whose pages are not what it wrote."""
+
+
+class _Malformed(Exception):
+    """A row that is not one this owner writes: the file was changed under it."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -102,9 +109,25 @@ class Filters:
         return self.stack is not None or self.app is not None
 
 
-def _last_id(conn: sqlite3.Connection) -> int:
+def last_id(conn: sqlite3.Connection) -> int:
+    """The highest id ever committed (0 if none). A stored next id that is no number is
+    read as the writer reads it at open (owner.journal): from the records."""
     row = conn.execute("SELECT value FROM meta WHERE key='next_id'").fetchone()
-    return int(row[0]) - 1 if row else 0
+    if row is None or type(row[0]) is not int:
+        row = conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM records").fetchone()
+    return max(int(row[0]) - 1, 0)
+
+
+def _record(row: tuple[Any, ...]) -> LogRecord:
+    """The row as a record. Raises _Malformed for a field of another type than the
+    journal's writer stores (``records`` declares them; SQLite does not enforce them)."""
+    rec = LogRecord(*row)
+    if not (type(rec.ts) is float and type(rec.stack) is str and type(rec.app) is str
+            and type(rec.instance) is int and type(rec.generation) is int
+            and rec.stream in STREAMS and type(rec.flags) is int
+            and type(rec.data) is bytes):
+        raise _Malformed(f"record {rec.id} is malformed")
+    return rec
 
 
 def _ranges(conn: sqlite3.Connection, after_id: int, flt: Filters,
@@ -117,6 +140,8 @@ def _ranges(conn: sqlite3.Connection, after_id: int, flt: Filters,
     ranges = conn.execute(
         f"SELECT first_id, last_id FROM extents WHERE last_id > ?{ewhere}"
         " ORDER BY first_id", [after_id, *eparams]).fetchall()
+    if any(type(lo) is not int or type(hi) is not int for lo, hi in ranges):
+        raise _Malformed("an extent is malformed")
     return [(max(lo, after_id + 1), hi) for lo, hi in _merge(ranges)]
 
 
@@ -135,25 +160,40 @@ def read_page(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: in
                            " ORDER BY id LIMIT ?", [lo, *params, limit - len(records)])
         try:
             for row in cur:
-                rec = LogRecord(*row)
+                rec = _record(row)
                 if max_bytes is not None and records and used + rec.wire_size > max_bytes:
-                    return Page(records, records[-1].id, True, _last_id(conn))
+                    return Page(records, records[-1].id, True, last_id(conn))
                 records.append(rec)
                 used += rec.wire_size
         finally:
             cur.close()
         if len(records) >= limit:
-            return Page(records, records[-1].id, True, _last_id(conn))
-    return Page(records, records[-1].id if records else after_id, False, _last_id(conn))
+            return Page(records, records[-1].id, True, last_id(conn))
+    return Page(records, records[-1].id if records else after_id, False, last_id(conn))
 
 
 def read_at(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: int | None,
-            flt: Filters, tail: int | None = None, pruned: Pruned | None = None) -> Page:
+            flt: Filters, tail: int | None = None, pruned: Pruned | None = None, *,
+            path: str) -> Page:
     """:func:`read_page` in one read transaction, after :func:`tail_start` with
     ``tail``: the owner's ``logs.read``, and the CLI's read of the file while tenure is
     not running. With ``pruned`` (the owner's), the page's ``pruned`` names the sources
     retention removed records of after the id it was read from, as of the same snapshot.
-    The caller serialises the use of ``conn``. Raises BadRequest and sqlite3.Error."""
+    The caller serialises the use of ``conn``. Raises BadRequest; StateCorrupt naming
+    ``path`` and the way out (owner.journaldb.damaged) for a damaged file or row, which
+    fails every read that meets it, not only this one; sqlite3.Error."""
+    try:
+        return _read_at(conn, after_id, limit, max_bytes, flt, tail, pruned)
+    except _Malformed as exc:
+        raise damaged(path, str(exc)) from None
+    except sqlite3.DatabaseError as exc:
+        if not str(getattr(exc, "sqlite_errorname", "")).startswith(_CORRUPT):
+            raise
+        raise damaged(path, str(exc)) from None
+
+
+def _read_at(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: int | None,
+             flt: Filters, tail: int | None, pruned: Pruned | None) -> Page:
     conn.execute("BEGIN")
     try:
         # a tail only raises after_id: marks at or below it are never named
@@ -171,7 +211,7 @@ def tail_start(conn: sqlite3.Connection, n: int, flt: Filters) -> int:
     """The ``after`` id from which the last ``n`` matching records follow (0 when fewer
     than ``n`` exist). Counts, never loads, the records it skips."""
     if n <= 0:
-        return _last_id(conn)
+        return last_id(conn)
     where, params = flt.sql()
     for lo, hi in reversed(_ranges(conn, 0, flt)):
         upper = "" if hi is None else f" AND id <= {int(hi)}"

@@ -236,7 +236,7 @@ class Fallback:
         pruned = self._marks[1]
         return read_at(self._conn, q.get("after", 0), min(q.get("limit", 1000),
                        READ_LIMIT_MAX), q.get("max_bytes", 1 << 20), flt,
-                       q.get("tail"), pruned).to_wire()
+                       q.get("tail"), pruned, path=self._path).to_wire()
 
     def _sources(self, targets: list[str], resolved: bool = False,
                  ) -> list[tuple[str, str | None, int | None]]:

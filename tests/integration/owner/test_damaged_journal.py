@@ -42,3 +42,31 @@ def test_a_damaged_journal_is_set_aside_and_the_owner_starts_a_new_one(cluster):
     cluster.wait(lambda: "line" in cluster.cli_text("logs", "s/talker", "-n", "1"), 10,
                  "a line logged in the new journal")
     assert (execution / "journal.db.damaged").read_bytes() == GARBAGE
+
+
+def test_a_row_damaged_under_a_running_owner_fails_logs_with_the_way_out(cluster):
+    """Before, the owner sent the row as it was and the backend failed on it: INTERNAL,
+    with no file named. The apps and every other command are not touched."""
+    import sqlite3
+    cluster.up(CONFIG)
+    cluster.wait_ready(1)
+    cluster.wait(lambda: "line" in cluster.cli_text("logs", "s/talker", "-n", "1"), 10,
+                 "a line logged")
+    journal = cluster.layout.execution / "journal.db"
+    conn = sqlite3.connect(journal, isolation_level=None, timeout=10)
+    try:
+        conn.execute("UPDATE records SET ts='noon' WHERE id=1")
+    finally:
+        conn.close()
+    pids = cluster.pids()
+
+    for home in ("running", "down"):
+        logs = cluster.cli("logs", "s/talker")
+        assert logs.code == 1 and logs.out["error"]["code"] == "STATE_CORRUPT", logs.out
+        msg = logs.out["error"]["msg"]
+        assert f"{journal} is not a journal this owner can read (record 1 is malformed)" \
+            in msg and "A damaged journal.db" in msg, (home, msg)
+        if home == "running":
+            assert cluster.cli_text("logs", "s/talker", "-n", "1").count("line") == 1
+            assert cluster.pids() == pids
+            assert cluster.down().code == 0

@@ -4,9 +4,12 @@ it, and the refusal names the file and the way out (docs/state.md)."""
 from __future__ import annotations
 
 import os
+import sqlite3
+from pathlib import Path
 
 import pytest
 
+from owner.journal import Journal, LogSource
 from owner.journaldb import DAMAGED, open_writer
 from protocol.errors import StateCorrupt
 
@@ -58,3 +61,79 @@ def test_a_journal_whose_format_is_no_number_is_damaged(tmp_path, sqlite_file):
     with pytest.raises(StateCorrupt) as err:
         open_writer(str(path))
     assert err.value.msg.endswith(DAMAGED)
+
+
+WEB = LogSource("shop", "web", 0, 1)
+
+ROWS = {   # a row changed under the owner, as a hand edit or a bad disk would
+    "a timestamp that is text": "UPDATE records SET ts='noon' WHERE id=2",
+    "data that is text": "UPDATE records SET data='text' WHERE id=2",
+    "an unknown stream": "UPDATE records SET stream='stdin' WHERE id=2",
+    "an instance that is text": "UPDATE records SET instance='one' WHERE id=2",
+}
+
+
+def _journal_of(path: Path, n: int) -> None:
+    with Journal(path) as j:
+        j.append(WEB, "stdout", [(b"line %d" % i, 0) for i in range(n)])
+        assert j.flush(timeout=30)
+
+
+def _edit(path: Path, statement: str) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(statement)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("what", list(ROWS))
+def test_a_damaged_row_fails_the_read_with_the_way_out(tmp_path, what):
+    """Before, the row went out as it was, and the reader failed on it (INTERNAL)."""
+    path = tmp_path / "journal.db"
+    _journal_of(path, 3)
+    _edit(path, ROWS[what])
+    with Journal(path) as j:
+        assert [r.data for r in j.read(0, 1)] == [b"line 0"]   # the rows before it read
+        for read in (lambda: j.read(0, 10), lambda: j.read_page(0, 10, tail=2),
+                     lambda: j.read(0, 10, app="web")):
+            with pytest.raises(StateCorrupt) as err:
+                read()
+            assert err.value.msg == (f"{path} is not a journal this owner can read "
+                                     f"(record 2 is malformed); {DAMAGED}")
+        assert [r.data for r in j.read(2, 10)] == [b"line 2"]
+
+
+def test_a_damaged_extent_fails_a_read_by_app_with_the_way_out(tmp_path):
+    path = tmp_path / "journal.db"
+    _journal_of(path, 3)
+    _edit(path, "UPDATE extents SET last_id='x'")
+    with Journal(path) as j:
+        assert len(j.read(0, 10)) == 3   # read by id, the extents are not needed
+        with pytest.raises(StateCorrupt) as err:
+            j.read(0, 10, app="web")
+        assert "(an extent is malformed)" in err.value.msg and DAMAGED in err.value.msg
+
+
+def test_a_next_id_that_is_no_number_is_read_from_the_records(tmp_path):
+    path = tmp_path / "journal.db"
+    _journal_of(path, 3)
+    _edit(path, "UPDATE meta SET value='x' WHERE key='next_id'")
+    with Journal(path) as j:
+        assert j.last_id() == 3
+        assert j.read_page(0, 10).last_id == 3 and j.read_page(0, 10, tail=1).next == 3
+        j.append(WEB, "stdout", [(b"more", 0)])   # the writer goes on from the records
+        assert j.flush(timeout=30) and j.last_id() == 4
+
+
+def test_a_page_sqlite_finds_corrupt_fails_the_read_with_the_way_out(tmp_path):
+    path = tmp_path / "journal.db"
+    _journal_of(path, 5000)   # many pages: the records' leaves lie well past the schema
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(size // 2 // 4096 * 4096)
+        f.write(b"\xa5" * 4096)
+    with Journal(path) as j, pytest.raises(StateCorrupt) as err:
+        j.read(0, 10_000)
+    assert err.value.msg.startswith(f"{path} is not a journal this owner can read (")
+    assert err.value.msg.endswith(DAMAGED) and err.value.data == {"path": str(path)}

@@ -121,10 +121,10 @@ def test_a_file_read_without_the_owner_says_what_the_file_stored(tmp_path: Path)
         assert said
     conn = sqlite3.connect(tmp_path / "j.db", isolation_level=None)
     try:
-        page = read_at(conn, 0, 10, None, Filters(app="web"))
+        page = read_at(conn, 0, 10, None, Filters(app="web"), path="journal.db")
         stored = Pruned()
         stored.load(conn)
-        told = read_at(conn, 0, 10, None, Filters(app="web"), pruned=stored)
+        told = read_at(conn, 0, 10, None, Filters(app="web"), pruned=stored, path="journal.db")
     finally:
         conn.close()
     assert page.records and page.pruned is None and "pruned" not in page.to_wire()
