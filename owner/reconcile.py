@@ -99,7 +99,8 @@ def reconcile_locked(paths: OwnerPaths) -> list[str]:
                                 unrecorded(seen.suspects, found, scan).items()]
     if alive:
         raise ProcessesAlive(
-            f"{len(alive)} launches of the dead owner still have processes; stop them "
+            f"{counted(len(alive), 'launch', 'launches')} of the dead owner still "
+            f"{'has' if len(alive) == 1 else 'have'} processes; stop them "
             "(`tenure owner reconcile --prepare`, then `--drain DIGEST`, or by pid) and "
             "run reconcile again",
             {"survivors": [{"launch_key": s.launch_key, "pids": s.pids, "why": s.why}
@@ -107,3 +108,8 @@ def reconcile_locked(paths: OwnerPaths) -> list[str]:
     proven = list(found)
     write_ack(paths.ack, rec, boot, proven)
     return proven
+
+
+def counted(n: int, one: str, many: str) -> str:
+    """'1 launch', '3 launches': the count with the noun that agrees with it."""
+    return f"{n} {one if n == 1 else many}"

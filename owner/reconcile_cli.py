@@ -11,7 +11,7 @@ from protocol.errors import AlreadyRunning, Conflict, NotFound, ProcessesAlive, 
 
 from .daemon import EXIT
 from .paths import OwnerPaths
-from .reconcile import reconcile_locked
+from .reconcile import counted, reconcile_locked
 from .reconcile_plan import drain, prepare
 
 __all__ = ["guided", "proven_gone"]
@@ -64,8 +64,8 @@ def _plan_text(plan: dict[str, Any]) -> str:
              f"receipt {prev.get('state', 'missing')})"]
     alive = [ln for ln in plan["launches"] if ln["processes"]]
     gone = len(plan["launches"]) - len(alive)
-    lines.append(f"{len(plan['launches'])} launches of the dead owner: {len(alive)} with "
-                 f"processes, {gone} already gone")
+    lines.append(f"{counted(len(plan['launches']), 'launch', 'launches')} of the dead "
+                 f"owner: {len(alive)} with processes, {gone} already gone")
     for ln in alive:
         where = f" cgroup {ln['cgroup']}" if ln.get("cgroup") else ""
         note = _NOTES.get(ln.get("state"), "")
@@ -87,16 +87,17 @@ def _drain_text(done: dict[str, Any], proven: list[str]) -> str:
     refused = [f"cgroup.kill of {f['cgroup']} refused: {f['strerror']} (its sealed "
                "processes were killed one by one)"
                for f in done.get("cgroup_kill_failed", [])]
-    joined = [f"and {len(done['joined'])} processes their still running leaders forked "
-              f"since the seal (in the leader's process group): pids "
+    joined = [f"and {counted(len(done['joined']), 'process', 'processes')} their still "
+              f"running leaders forked since the seal (in the leader's process group): "
+              f"{'pid' if len(done['joined']) == 1 else 'pids'} "
               f"{', '.join(map(str, done['joined']))}"] if done.get("joined") else []
     return "\n".join([
-        f"stopped {done['stopped']} sealed processes ({done['gone_already']} had exited "
-        f"already{killed})", *joined, *refused,
+        f"stopped {counted(done['stopped'], 'sealed process', 'sealed processes')} "
+        f"({done['gone_already']} had exited already{killed})", *joined, *refused,
         f"reconciled: {proven_gone(len(proven))}; `tenure up` (or starting "
         "tenure-owner.service) may start the owner once"])
 
 
 def proven_gone(n: int) -> str:
     """'1 launch proven gone', '3 launches proven gone'."""
-    return f"{n} launch{'' if n == 1 else 'es'} proven gone"
+    return f"{counted(n, 'launch', 'launches')} proven gone"

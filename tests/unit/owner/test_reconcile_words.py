@@ -12,3 +12,13 @@ from owner.reconcile_cli import proven_gone
                                          (3, "3 launches proven gone")])
 def test_the_count_agrees_with_its_noun(n: int, said: str) -> None:
     assert proven_gone(n) == said
+
+
+def test_a_drain_of_one_process_says_one_process() -> None:
+    from owner.reconcile_cli import _drain_text
+    text = _drain_text({"stopped": 1, "gone_already": 0, "killed": [], "joined": [4242]},
+                       ["k1"])
+    assert text.splitlines()[:2] == [
+        "stopped 1 sealed process (0 had exited already)",
+        "and 1 process their still running leaders forked since the seal (in the "
+        "leader's process group): pid 4242"]
