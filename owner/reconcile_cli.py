@@ -10,6 +10,7 @@ from typing import Any
 from protocol.errors import AlreadyRunning, Conflict, NotFound, ProcessesAlive, TenureError
 
 from .daemon import EXIT
+from .evidence import printable
 from .paths import OwnerPaths
 from .reconcile import counted, reconcile_locked
 from .reconcile_plan import drain, prepare
@@ -66,14 +67,14 @@ def _plan_text(plan: dict[str, Any]) -> str:
     gone = len(plan["launches"]) - len(alive)
     lines.append(f"{counted(len(plan['launches']), 'launch', 'launches')} of the dead "
                  f"owner: {len(alive)} with processes, {gone} already gone")
-    for ln in alive:
-        where = f" cgroup {ln['cgroup']}" if ln.get("cgroup") else ""
+    for ln in alive:   # names as owner.db holds them: a damaged one may hold controls
+        where = f" cgroup {printable(ln['cgroup'])}" if ln.get("cgroup") else ""
         note = _NOTES.get(ln.get("state"), "")
-        lines.append(f"  {ln['app']}  {ln['launch_key']}{note}{where}")
+        lines.append(f"  {printable(ln['app'])}  {printable(ln['launch_key'])}{note}{where}")
         lines += [f"    pid {p['pid']}  ({p['why']})" for p in ln["processes"]]
     if plan["sockets"]:
         lines.append(f"leftover sockets (removed by the next owner): "
-                     f"{', '.join(plan['sockets'])}")
+                     f"{', '.join(map(printable, plan['sockets']))}")
     lines.append(f"digest: {plan['digest']}")
     if alive:
         lines.append(f"to stop exactly these: tenure owner reconcile --drain {plan['digest']}")

@@ -150,6 +150,7 @@ def _row(r: tuple[Any, ...]) -> LaunchRow:
     try:
         if any(type(r[i]) not in types for i, types in _SHAPE):
             raise TypeError("a column of another type")
+        _check_process(r[7], r[8], r[9])
         row = LaunchRow(r[0], r[1], r[2], r[3], r[4], _json_map(r[5]), LaunchState(r[6]),
                         r[7], r[8], r[9], r[10], r[11],
                         _json_map(r[12]) if r[12] else None,
@@ -158,6 +159,17 @@ def _row(r: tuple[Any, ...]) -> LaunchRow:
         raise _damaged(f"the row of launch {str(r[0])[:200]!r} cannot be read "
                        f"({str(exc)[:200]})", {"launch_key": str(r[0])[:200]}) from None
     return row
+
+
+def _check_process(pid: int | None, start_ticks: int | None, pgid: int | None) -> None:
+    """Raises ValueError unless the process columns are as the owner writes them: a pid
+    of at least 1 and start ticks of at least 0, and the process group the pid's own
+    (every launch leads a session of its own). A reconcile signals a launch's group: a
+    damaged pgid would name some other program's."""
+    if (pid is not None and pid < 1) or (start_ticks is not None and start_ticks < 0):
+        raise ValueError("its pid or start ticks are out of range")
+    if pgid is not None and pgid != pid:
+        raise ValueError("its process group is not its own")
 
 
 def _count(what: str, value: Any, least: int = 0) -> int:
@@ -231,15 +243,22 @@ class OwnerStore:
 
     def epoch(self) -> int:
         """The fence's epoch. Raises StateCorrupt when it is not a count."""
-        return _count("the fence's epoch",
-                      self.db.execute("SELECT epoch FROM fence WHERE id = 1").fetchone()[0])
+        return _count("the fence's epoch", self._fence()[0])
+
+    def _fence(self) -> tuple[Any, Any]:
+        """The fence row: (epoch, grant_wire) as stored. Raises StateCorrupt when there is
+        none (every owner.db is made with it, and nothing deletes it)."""
+        row = self.db.execute("SELECT epoch, grant_wire FROM fence WHERE id = 1").fetchone()
+        if row is None:
+            raise _damaged("the fence row is missing", {"what": "fence"})
+        return row[0], row[1]
 
     def grant(self) -> dict[str, Any] | None:
         """``{epoch, activation}`` of the grant the owner holds, or None before the first
         fence. A value written by an older owner (the signature alone) names no
         activation: ``activation`` is None then, which proves nothing to the guardian."""
-        row = self.db.execute("SELECT epoch, grant_wire FROM fence WHERE id = 1").fetchone()
-        if row is None or row[0] == 0:
+        row = self._fence()
+        if row[0] == 0:
             return None
         activation = None
         try:

@@ -22,3 +22,16 @@ def test_a_drain_of_one_process_says_one_process() -> None:
         "stopped 1 sealed process (0 had exited already)",
         "and 1 process their still running leaders forked since the seal (in the "
         "leader's process group): pid 4242"]
+
+
+def test_a_plan_prints_no_terminal_control_that_owner_db_holds() -> None:
+    """A damaged owner.db row could hide the pid lines the operator approves
+    (ESC [8m conceals what follows)."""
+    from owner.reconcile_cli import _plan_text
+    hide = "\x1b[8m"
+    text = _plan_text({"previous": None, "digest": "d", "sockets": [f"/run/x{hide}.sock"],
+                       "launches": [{"app": f"s/a{hide}/0", "launch_key": f"k{hide}",
+                                     "cgroup": f"/sys/fs/cgroup/t{hide}",
+                                     "processes": [{"pid": 4242, "why": "leader"}]}]})
+    assert "\x1b" not in text and "pid 4242" in text
+    assert "  s/a?[8m/0  k?[8m cgroup /sys/fs/cgroup/t?[8m" in text

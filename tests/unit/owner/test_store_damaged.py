@@ -47,7 +47,11 @@ def _launch(store: OwnerStore) -> None:
     ("spec", "x"), ("spec", b"\xff"), ("spec", "[1]"), ("spec", "null"),
     ("spec", "[" * 100_000), ("state", "bogus"), ("exit", "5"), ("error", "{"),
     ("pid", "x"), ("pid", 2.5), ("start_ticks", b"t"), ("instance", "zero"),
-    ("stack", b"s"), ("started_at", "x")])
+    ("stack", b"s"), ("started_at", "x"),
+    # in range and of their type, but not what an owner writes: a reconcile signals
+    # the launch's process group, so a pgid of another program's group would be killed
+    ("pgid", 4243), ("pgid", 1), ("pgid", 0), ("pid", 0), ("pid", -4242),
+    ("start_ticks", -1)])
 def test_a_damaged_launch_row_is_state_corrupt_naming_the_launch(
         tmp_path: Path, column: str, value: Any) -> None:
     os.chmod(tmp_path, 0o700)
@@ -95,6 +99,8 @@ def test_whatever_a_launch_column_holds_the_row_reads_or_is_state_corrupt(
 @pytest.mark.parametrize("table, column, value, read", [
     ("fence", "epoch", "x", lambda s: s.epoch()),
     ("fence", "epoch", -1, lambda s: s.grant()),
+    ("fence", None, None, lambda s: s.epoch()),
+    ("fence", None, None, lambda s: s.grant()),
     ("intents", "intent", "bogus", lambda s: s.intent("s")),
     ("intents", "revision", "x", lambda s: s.intents()),
     ("intents", "intent", 5, lambda s: s.set_intent("s", "stopped", 1)),
@@ -113,7 +119,10 @@ def test_a_damaged_fence_intent_or_descendant_is_state_corrupt(
         store.db.execute("UPDATE fence SET epoch = 3 WHERE id = 1")
         store.set_intent("s", "stopped", 0)   # type: ignore[arg-type]
         store.db.execute("INSERT INTO descendants VALUES (4243, 78, 'k1', 'boot', 0)")
-        store.db.execute(f"UPDATE {table} SET {column} = ?", (value,))
+        if column is None:
+            store.db.execute(f"DELETE FROM {table}")
+        else:
+            store.db.execute(f"UPDATE {table} SET {column} = ?", (value,))
         with pytest.raises(StateCorrupt, match=r"owner\.db: "):
             read(store)
     finally:
