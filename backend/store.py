@@ -184,16 +184,21 @@ class BackendStore:
         return dict(self.db.execute("SELECT key, generation FROM retired"))
 
     def instances(self) -> dict[str, dict[str, Any]]:
-        """The saved instances by key. A row whose wire is not a JSON map (a damaged
-        row) is left out, as adoption leaves out one that does not validate: the
-        owner's inventory still brings back what runs. Its key is logged."""
+        """The saved instances by key. A damaged row is left out, as adoption leaves out
+        one that does not validate: the owner's inventory still brings back what runs.
+        Its key is logged. Damaged: the wire is not a JSON map, or it names another
+        instance than its key (a wire saved under another instance's key would claim
+        that instance's launch, and stopping it would stop that one's process)."""
         out = {}
         for key, wire in self.db.execute("SELECT key, wire FROM instances"):
             value = json_map(wire)
-            if value is not None:
-                out[key] = value
+            if value is None:
+                log.warning("ignoring unreadable saved instance %r: not a JSON map", key)
+            elif key != _named(value):
+                log.warning("ignoring unreadable saved instance %r: it names %r",
+                            key, _named(value))
             else:
-                log.warning("ignoring unreadable saved instance %s: not a JSON map", key)
+                out[key] = value
         return out
 
     # -- starts wanted once down ------------------------------------------------------
@@ -345,3 +350,12 @@ class RecoveryStore:
         r = self.db.execute("SELECT valid, body, updated_at FROM certificate").fetchone()
         return {"valid": bool(r[0]), "body": json_map(r[1]) if r[1] else None,
                 "updated_at": r[2]}
+
+
+def _named(wire: dict[str, Any]) -> str | None:
+    """The instance key a saved wire names (backend.supervisor.instance_key), or None
+    when its stack, app or instance number is not of its type."""
+    stack, app, index = wire.get("stack"), wire.get("app"), wire.get("instance")
+    if type(stack) is not str or type(app) is not str or type(index) is not int:
+        return None
+    return f"{stack}/{app}/{index}"

@@ -13,7 +13,13 @@ import pytest
 from backend.store import BackendStore
 
 
-@pytest.mark.parametrize("damaged", ["{not json", "[1, 2]", '"text"', "[" * 100_000])
+@pytest.mark.parametrize("damaged", [
+    "{not json", "[1, 2]", '"text"', "[" * 100_000,
+    # another instance's wire: it would claim s/a/0's launch, and a stop of s/a/1
+    # would have stopped s/a/0's process
+    '{"stack": "s", "app": "a", "instance": 0}',
+    '{"stack": ["s"], "app": "a", "instance": 1}',   # raised TypeError at adoption
+    '{"stack": "s", "app": "a", "instance": "1"}', '{"app": "a", "instance": 1}'])
 def test_a_damaged_saved_instance_is_left_out_and_named(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, damaged: str) -> None:
     os.chmod(tmp_path, 0o700)
@@ -23,6 +29,6 @@ def test_a_damaged_saved_instance_is_left_out_and_named(
         store.db.execute("INSERT INTO instances VALUES ('s/a/1', ?)", (damaged,))
         with caplog.at_level(logging.WARNING, logger="tenure.backend"):
             assert store.instances() == {"s/a/0": {"stack": "s", "app": "a", "instance": 0}}
-        assert "ignoring unreadable saved instance s/a/1" in caplog.text
+        assert "ignoring unreadable saved instance 's/a/1'" in caplog.text
     finally:
         store.close()
