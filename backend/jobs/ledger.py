@@ -18,6 +18,7 @@ database from before jobs existed opens and gains them.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Iterable
@@ -32,6 +33,8 @@ from ..model import canonical_digest
 from ..store import BackendStore
 from .machine import OPEN, TERMINAL, Event, Job, Missed, State
 from .model import JobTemplate, Retention
+
+log = logging.getLogger("tenure.jobs")
 
 __all__ = ["FORMAT", "Admission", "Ledger", "Record", "fingerprint", "make_spec"]
 
@@ -60,7 +63,7 @@ CREATE TABLE job_ledger (id INTEGER PRIMARY KEY CHECK (id = 1), uid TEXT NOT NUL
 FORMS_PART, FORMS_FORMAT = "job_schedule_forms", 1
 FORMS_SCHEMA = "CREATE TABLE job_schedule_forms (template TEXT PRIMARY KEY, form TEXT NOT NULL)"
 _COLS = ("id, key, stack, template, fingerprint, spec, source, due_at, revision, wire, "
-         "submitted_at")
+         "submitted_at, state")
 
 
 def make_spec(template: JobTemplate, args: Iterable[str] = ()) -> dict[str, Any]:
@@ -324,10 +327,25 @@ class Ledger:
         return rows[0]
 
     def open_records(self) -> list[Record]:
-        """Every record the runner drives (admitted, starting, running), oldest first."""
+        """Every record the runner drives (admitted, starting, running), oldest first.
+        One this build cannot read is left out and logged: it is neither run nor
+        stopped, and the others still are (it raised out of every later read before)."""
         marks = ", ".join("?" * len(OPEN))
-        return self._select(f"WHERE state IN ({marks}) ORDER BY id",
-                            tuple(s.value for s in OPEN))
+        rows = self.db.execute(f"SELECT {_COLS} FROM jobs WHERE state IN ({marks}) "
+                               "ORDER BY id", tuple(s.value for s in OPEN)).fetchall()
+        out = []
+        for r in rows:
+            try:
+                out.append(_record(r))
+            except StateCorrupt as exc:
+                log.error("%s; it is left as it is, and the other jobs run", exc.msg)
+        return out
+
+    def count(self, state: State) -> int:
+        """How many records are in ``state`` (as their rows are indexed)."""
+        (n,) = self.db.execute("SELECT count(*) FROM jobs WHERE state = ?",
+                               (state.value,)).fetchone()
+        return int(n)
 
     def records(self, *, stack: str | None = None, template: str | None = None,
                 states: Iterable[str] = (), before: int | None = None, limit: int = 100
@@ -410,9 +428,10 @@ class Ledger:
                 db.execute(
                     "INSERT OR IGNORE INTO job_pruned_keys SELECT key, id, fingerprint, "
                     f"json_extract(wire, '$.outcome'), ? FROM jobs WHERE id = ? AND "
-                    f"key IS NOT NULL AND state IN ({marks})", (now, job_id, *done))
-                cur = db.execute(f"DELETE FROM jobs WHERE id = ? AND state IN ({marks})",
-                                 (job_id, *done))
+                    f"key IS NOT NULL AND state IN ({marks}) AND {_WIRE_STATE} = state",
+                    (now, job_id, *done))
+                cur = db.execute(f"DELETE FROM jobs WHERE id = ? AND state IN ({marks}) "
+                                 f"AND {_WIRE_STATE} = state", (job_id, *done))
                 if cur.rowcount == 1:
                     gone.append(job_id)
         return gone
@@ -431,14 +450,47 @@ def _same_or_conflict(prior_fp: str, fp: str, key: str, job_id: int, state: str 
                        "another command, env or arguments", {"job": job_id, "key": key})
 
 
+_WIRE_STATE = "CASE WHEN json_valid(wire) THEN json_extract(wire, '$.state') END"
+"""The state a row's wire holds, NULL for one that is no JSON (json_extract raises)."""
+
+
 def _record(r: tuple[Any, ...]) -> Record:
-    """Raises StateCorrupt for a row this build cannot read (never replaced)."""
+    """Raises StateCorrupt for a row this build cannot read (never replaced): a wire or a
+    spec of another shape, or a wire whose state is not the row's (the state column
+    decides which records run and which retention deletes)."""
     try:
         job = Job.from_wire(json.loads(r[9]))
-        spec = json.loads(r[5])
+        spec = _spec(json.loads(r[5]))
+        if r[11] != job.state.value:
+            raise ValueError(f"its state is {str(r[11])[:50]!r}, its wire's "
+                             f"{job.state.value!r}")
     except (ValueError, BadRequest) as exc:
         raise StateCorrupt(f"job {r[0]} in backend.db is unreadable: {exc}",
                            {"job": r[0]}) from None
     return Record(id=r[0], key=r[1], stack=r[2], template=r[3], fingerprint=r[4],
                   spec=spec, source=r[6], due_at=r[7], revision=r[8], job=job,
                   submitted_at=r[10])
+
+
+def _spec(spec: Any) -> dict[str, Any]:
+    """``spec`` when it has :func:`make_spec`'s shape (what the runner reads of it:
+    argv, env, cwd, timeout, stop, after, identity). Raises ValueError naming the field
+    that has not."""
+    def strings(v: Any) -> bool:
+        return type(v) is list and all(type(x) is str for x in v)
+    if type(spec) is not dict:
+        raise ValueError("its spec is no map")
+    checks = {
+        "argv": strings(spec.get("argv")) and bool(spec.get("argv")),
+        "env": type(spec.get("env")) is dict
+        and all(type(k) is str and type(v) is str for k, v in spec["env"].items()),
+        "cwd": spec.get("cwd") is None or type(spec.get("cwd")) is str,
+        "timeout": spec.get("timeout") is None
+        or type(spec.get("timeout")) in (int, float),
+        "stop": type(spec.get("stop")) is dict,
+        "after": strings(spec.get("after")),
+        "identity": type(spec.get("identity", {})) is dict}
+    bad = [name for name, ok in checks.items() if not ok]
+    if bad:
+        raise ValueError(f"its spec's {bad[0]} is not of its type")
+    return spec

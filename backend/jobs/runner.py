@@ -458,8 +458,7 @@ class JobRunner:
         out = dict.fromkeys((s.value for s in jm.OPEN), 0)
         for rec in self.records.values():
             out[rec.job.state.value] += 1
-        states = (jm.State.RECOVERY_REQUIRED.value,)
-        out["recovery_required"] = len(self.ledger.records(states=states, limit=100_000))
+        out["recovery_required"] = self.ledger.count(jm.State.RECOVERY_REQUIRED)
         return out
 
     def inventory(self) -> list[dict[str, Any]]:

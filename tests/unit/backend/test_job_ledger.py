@@ -5,6 +5,7 @@ retention prunes only finished records while keeping their keys."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -227,3 +228,39 @@ def test_admission_over_max_open_is_refused_and_changes_nothing(ledger: Ledger) 
         ledger.save(b, b.job, ev, before_state, 4.0)
     c, dup = ledger.admit(admission("c", max_open=2), 5.0)      # room again
     assert not dup and c.job.state is State.ADMITTED
+
+
+@pytest.mark.parametrize("column, value, said", [
+    ("spec", '{"argv": ["migrate"]}', "its spec's env is not of its type"),
+    ("spec", "[]", "its spec is no map"),
+    ("spec", "{", "Expecting property name"),
+    ("state", "running", "its state is 'running', its wire's 'admitted'"),
+])
+def test_a_damaged_open_record_is_left_out_and_the_others_run(
+        ledger: Ledger, caplog: pytest.LogCaptureFixture, column: str, value: str,
+        said: str) -> None:
+    """A spec of another shape made every tick of the runner raise (KeyError), so no
+    admitted job after it started; a damaged record is now named and left alone."""
+    bad, _ = ledger.admit(admission("bad"), 1.0)
+    good, _ = ledger.admit(admission("good"), 2.0)
+    ledger.db.execute(f"UPDATE jobs SET {column} = ? WHERE id = ?", (value, bad.id))
+    with caplog.at_level("ERROR", logger="tenure.jobs"):
+        assert [r.id for r in ledger.open_records()] == [good.id]
+    assert f"job {bad.id} in backend.db is unreadable: {said}" in caplog.text
+    with pytest.raises(StateCorrupt) as err:
+        ledger.get(bad.id)
+    assert said in err.value.msg and err.value.data == {"job": bad.id}
+
+
+def test_a_record_whose_state_column_says_finished_is_never_pruned(ledger: Ledger) -> None:
+    """The state column picks what retention deletes: a running record whose column
+    was damaged to 'succeeded' was pruned, and its key marked used, so it never ran."""
+    rec, _ = ledger.admit(admission("k"), 1.0)
+    ledger.db.execute("UPDATE jobs SET state = 'succeeded' WHERE id = ?", (rec.id,))
+    ledger.db.execute("UPDATE jobs SET wire = '{' WHERE id = ?", (rec.id,))   # no JSON
+    assert ledger.prune("s", "migrate", Retention(keep=0), now=2.0) == []
+    ledger.db.execute("UPDATE jobs SET wire = ? WHERE id = ?",
+                      (json.dumps(rec.job.to_wire()), rec.id))
+    assert ledger.prune("s", "migrate", Retention(keep=0), now=2.0) == []
+    assert ledger.count(State.SUCCEEDED) == 1 and ledger.count(State.ADMITTED) == 0
+    assert ledger.db.execute("SELECT count(*) FROM job_pruned_keys").fetchone() == (0,)
