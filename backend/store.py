@@ -342,14 +342,15 @@ class RecoveryStore:
         self.db.execute("UPDATE certificate SET valid = 0, body = CASE WHEN json_valid(body) "
                         "AND json_type(body) = 'object' THEN json_set(body, '$.invalidated', "
                         "?1) ELSE json_object('invalidated', ?1) END, updated_at = ?2 "
-                        "WHERE valid = 1", (reason, time.time()))
+                        "WHERE valid IS NOT 0", (reason, time.time()))   # a damaged flag too
 
     def read(self) -> dict[str, Any]:
-        """The certificate as stored; a body that is not a JSON object (a damaged one)
-        reads as none, so the next certificate replaces it."""
+        """The certificate as stored; a body that is not a JSON object, or a valid flag
+        other than the integer 1 (a damaged one), reads as none valid, so the next
+        certificate replaces it."""
         r = self.db.execute("SELECT valid, body, updated_at FROM certificate").fetchone()
-        return {"valid": bool(r[0]), "body": json_map(r[1]) if r[1] else None,
-                "updated_at": r[2]}
+        return {"valid": type(r[0]) is int and r[0] == 1,
+                "body": json_map(r[1]) if r[1] else None, "updated_at": r[2]}
 
 
 def _named(wire: dict[str, Any]) -> str | None:

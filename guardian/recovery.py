@@ -18,8 +18,9 @@ digest = inventory_digest
 
 def read_certificate(path: str) -> dict[str, Any]:
     """``{valid, body, updated_at}``; no file means no certificate. A body that is not a
-    JSON object whose ``cursor``, when there, is a count (a damaged one) makes it no
-    certificate either: not valid, no body, and ``damaged`` saying so, so that recovery
+    JSON object whose ``cursor``, when there, is a count, or a valid flag other than 0 or
+    1 (a damaged one) makes it no certificate either: not valid, no body, and ``damaged``
+    saying so, so that recovery
     blocks and a forced recovery can still be reviewed. Raises StateCorrupt for a
     database of another kind or version (never modified)."""
     if not os.path.exists(path) or os.path.islink(path):
@@ -42,7 +43,10 @@ def read_certificate(path: str) -> dict[str, Any]:
     if row[1] and body is None:
         return {"valid": False, "body": None, "updated_at": row[2],
                 "damaged": "its body is not a JSON object with a count for its cursor"}
-    return {"valid": bool(row[0]), "body": body, "updated_at": row[2]}
+    if row[0] not in (0, 1) or type(row[0]) is not int:   # bool('no') is True
+        return {"valid": False, "body": None, "updated_at": row[2],
+                "damaged": "its valid flag is neither 0 nor 1"}
+    return {"valid": row[0] == 1, "body": body, "updated_at": row[2]}
 
 
 def _body(text: Any) -> dict[str, Any] | None:

@@ -86,3 +86,24 @@ def test_the_backend_reads_a_damaged_body_as_none_and_invalidates_it_with_the_re
     finally:
         store.close()
     assert read_certificate(path)["body"] == {"cursor": 1, "invalidated": "a stop"}
+
+
+@pytest.mark.parametrize("flag", ["no", "yes", b"\x01", 2, -1, 1.5])
+def test_a_valid_flag_other_than_0_or_1_is_no_valid_certificate(tmp_path: Path,
+                                                                 flag: Any) -> None:
+    """bool('no') is True: a damaged flag read as valid, and the backend's invalidation
+    (WHERE valid = 1) never matched it, so it stayed 'valid' after every launch."""
+    path = _db(tmp_path, '{"cursor": 7}')
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE certificate SET valid = ?", (flag,))
+    db.close()
+    assert read_certificate(path) == {"valid": False, "body": None, "updated_at": 1,
+                                      "damaged": "its valid flag is neither 0 nor 1"}
+    store = RecoveryStore(path)
+    try:
+        assert store.read()["valid"] is False
+        store.invalidate("a launch")
+        assert store.db.execute("SELECT valid FROM certificate").fetchone() == (0,)
+    finally:
+        store.close()
+    assert read_certificate(path)["valid"] is False and "damaged" not in read_certificate(path)
