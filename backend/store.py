@@ -12,7 +12,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -124,9 +124,12 @@ class BackendStore:
     # -- config -----------------------------------------------------------------------
 
     def config(self) -> dict[str, Any] | None:
+        """The applied config, or None. Raises StateCorrupt for a damaged row."""
         r = self.db.execute("SELECT text, source, revision, applied_at FROM config").fetchone()
-        return None if r is None else {"text": r[0], "source": r[1], "revision": r[2],
-                                       "applied_at": r[3]}
+        if r is None:
+            return None
+        _shaped("the applied config", r, (_S, _S, _S, _NUM))
+        return {"text": r[0], "source": r[1], "revision": r[2], "applied_at": r[3]}
 
     def set_config(self, db: sqlite3.Connection, text: str, source: str,
                    revision: str) -> None:
@@ -143,6 +146,8 @@ class BackendStore:
         generation of a newer epoch of that owner holds it already."""
         with self.tx() as db:
             row = db.execute("SELECT owner, epoch, activation FROM holder").fetchone()
+            if row is not None:
+                _shaped("the holder", row, (_S, _INT, _S))
             if row is not None and row[0] == owner and row[1] > epoch:
                 raise StaleEpoch(f"backend.db is held by generation {row[2]} at epoch "
                                  f"{row[1]}, newer than {epoch}", {"current": row[1]})
@@ -181,7 +186,8 @@ class BackendStore:
 
     def retired(self) -> dict[str, int]:
         """Instance key -> the last generation a removed instance of that key launched."""
-        return dict(self.db.execute("SELECT key, generation FROM retired"))
+        return {k: g for k, g in (_shaped("a retired instance", r, (_S, _INT)) for r in
+                                  self.db.execute("SELECT key, generation FROM retired"))}
 
     def instances(self) -> dict[str, dict[str, Any]]:
         """The saved instances by key. A damaged row is left out, as adoption leaves out
@@ -218,7 +224,8 @@ class BackendStore:
 
     def wanted_starts(self) -> list[str]:
         """Instance keys whose start, wanted once down, no generation took or withdrew."""
-        return [k for (k,) in self.db.execute("SELECT key FROM starts_after_stop ORDER BY key")]
+        return [_shaped("a wanted start", r, (_S,))[0] for r in
+                self.db.execute("SELECT key FROM starts_after_stop ORDER BY key")]
 
     # -- plans ------------------------------------------------------------------------
 
@@ -235,9 +242,11 @@ class BackendStore:
                             "FROM plans WHERE id = ?", (plan_id,)).fetchone()
         if r is None:
             raise NotFound(f"no plan {plan_id}", {"plan": plan_id})
+        what = f"plan {str(plan_id)[:100]!r}"
+        _shaped(what, r, (_S, _NUM, _S, _S, _S, _S, _S, _S, _S))
         return {"id": r[0], "created_at": r[1], "config_text": r[2], "config_source": r[3],
                 "config_revision": r[4], "live_revision": r[5], "fingerprint": r[6],
-                "changes": json.loads(r[7]), "kind": r[8]}
+                "changes": _json(what, r[7], _changes), "kind": r[8]}
 
     # -- operations -------------------------------------------------------------------
 
@@ -308,11 +317,7 @@ class BackendStore:
         rows = self.db.execute(
             "SELECT id, plan, kind, stacks, stage, step, outcome, error, request_id, "
             f"created_at, updated_at, generation, progress FROM operations {where}", args)
-        return [{"id": r[0], "plan": r[1], "kind": r[2], "stacks": json.loads(r[3]),
-                 "stage": r[4], "step": r[5], "outcome": r[6], "error": r[7],
-                 "request_id": r[8], "created_at": r[9], "updated_at": r[10],
-                 "generation": r[11], "progress": json.loads(r[12]) if r[12] else None}
-                for r in rows]
+        return [_op(r) for r in rows]
 
 
 class RecoveryStore:
@@ -360,3 +365,51 @@ def _named(wire: dict[str, Any]) -> str | None:
     if type(stack) is not str or type(app) is not str or type(index) is not int:
         return None
     return f"{stack}/{app}/{index}"
+
+
+_S, _OS, _INT, _NUM = (str,), (str, type(None)), (int,), (int, float)
+
+
+def _damaged(what: str) -> StateCorrupt:
+    return StateCorrupt(f"backend.db: {what} cannot be read; {DAMAGED}", {"what": what})
+
+
+def _shaped(what: str, row: tuple[Any, ...], shape: tuple[tuple[type, ...], ...]
+            ) -> tuple[Any, ...]:
+    """``row`` when each column is of one of its types (SQLite lets a column hold any);
+    raises StateCorrupt naming ``what`` otherwise."""
+    if any(type(v) not in t for v, t in zip(row, shape, strict=True)):
+        raise _damaged(what)
+    return row
+
+
+def _json(what: str, text: str, sound: Callable[[Any], bool]) -> Any:
+    """The JSON value ``text`` holds when ``sound`` accepts it; raises StateCorrupt
+    naming ``what`` otherwise."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        raise _damaged(what) from None
+    if not sound(value):
+        raise _damaged(what)
+    return value
+
+
+def _strings(v: Any) -> bool:
+    return type(v) is list and all(type(x) is str for x in v)
+
+
+def _changes(v: Any) -> bool:
+    """A plan's changes: a list of maps, each naming its app."""
+    return type(v) is list and all(type(c) is dict and type(c.get("app")) is str for c in v)
+
+
+def _op(r: tuple[Any, ...]) -> dict[str, Any]:
+    """An operation's row as a map. Raises StateCorrupt naming it for a damaged one."""
+    what = f"operation {str(r[0])[:100]!r}"
+    _shaped(what, r, (_S, _OS, _S, _S, _S, _INT, _OS, _OS, _OS, _NUM, _NUM, _OS, _OS))
+    return {"id": r[0], "plan": r[1], "kind": r[2], "stacks": _json(what, r[3], _strings),
+            "stage": r[4], "step": r[5], "outcome": r[6], "error": r[7],
+            "request_id": r[8], "created_at": r[9], "updated_at": r[10],
+            "generation": r[11],
+            "progress": _json(what, r[12], lambda v: type(v) is dict) if r[12] else None}

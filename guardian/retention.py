@@ -25,7 +25,8 @@ def activations_to_keep(backend_db: str) -> int:
         rows = read_rows(backend_db, "SELECT text FROM config WHERE id = 1")
         value = tomllib.loads(rows[0][0]).get("retention", {}).get("activations") \
             if rows else None
-    except (sqlite3.Error, UnsafePath, tomllib.TOMLDecodeError, AttributeError):
+    except (sqlite3.Error, UnsafePath, tomllib.TOMLDecodeError, AttributeError,
+            TypeError):   # TypeError: a damaged row whose text is a blob or a number
         return DEFAULT_ACTIVATIONS
     if isinstance(value, bool) or not isinstance(value, int) or value < MINIMUM:
         return DEFAULT_ACTIVATIONS

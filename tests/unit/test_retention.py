@@ -120,6 +120,9 @@ def test_the_guardian_reads_its_count_from_the_applied_config(tmp_path: Path) ->
         with store.tx() as db:
             store.set_config(db, "[retention]\nactivations = 'x'\n", "t.toml", "r")
         assert activations_to_keep(path) == DEFAULT_ACTIVATIONS
+        for damaged in (b"[retention]\nactivations = 25\n", 25):   # TypeError escaped
+            store.db.execute("UPDATE config SET text = ?", (damaged,))
+            assert activations_to_keep(path) == DEFAULT_ACTIVATIONS
     finally:
         store.close()
 

@@ -119,3 +119,30 @@ def test_with_nothing_running_a_home_without_backend_db_starts_afresh(cluster):
     cluster.up(config(sleepers=3))
     cluster.wait_ready(3)
     assert len(cluster.cli("status", check=True).out["apps"]) == 3
+
+
+def test_a_damaged_operation_row_blocks_the_recovery_at_once_naming_it(cluster):
+    """An operation's stacks that are no JSON made the starting generation die of a
+    JSONDecodeError: a crash, retried seven times before the recovery blocked, with no
+    file named. It is STATE_CORRUPT now, and blocks at the first attempt."""
+    import sqlite3
+    cluster.up(config(sleepers=1))
+    cluster.wait_ready(1)
+    apps = cluster.pids()
+    stop_cluster_guardian(cluster, signal.SIGTERM)
+    db = sqlite3.connect(cluster.layout.home / "backend" / "backend.db", timeout=10)
+    try:
+        db.execute("UPDATE operations SET stacks = '{not json', outcome = NULL")
+        db.commit()
+    finally:
+        db.close()
+
+    before = set(cluster.layout.logs.glob("backend-*.log"))
+    blocked = cluster.cli("up")
+    assert blocked.code != 0 and blocked.out["error"]["code"] == "RECOVERY_BLOCKED"
+    said = blocked.out["error"]["msg"]
+    assert "STATE_CORRUPT: backend.db: operation 'op-" in said and "cannot be read" in said
+    assert 'docs/recover.md, "A damaged backend.db"' in said, said
+    tried = set(cluster.layout.logs.glob("backend-*.log")) - before
+    assert len(tried) == 1, sorted(tried)          # one generation tried, none retried
+    assert cluster.pids() == apps and backend_procs(cluster.home) == []
