@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from typing import Any
@@ -14,6 +15,8 @@ from protocol.schema import is_count
 __all__ = ["digest", "read_certificate", "refusal"]
 
 digest = inventory_digest
+_NOT_A_BODY = ("its body is not a JSON object with counts for its cursor and launches and "
+               "a time for its at")
 
 
 def read_certificate(path: str) -> dict[str, Any]:
@@ -42,7 +45,7 @@ def read_certificate(path: str) -> dict[str, Any]:
     body = _body(row[1]) if row[1] else None
     if row[1] and body is None:
         return {"valid": False, "body": None, "updated_at": row[2],
-                "damaged": "its body is not a JSON object with a count for its cursor"}
+                "damaged": _NOT_A_BODY}
     if row[0] not in (0, 1) or type(row[0]) is not int:   # bool('no') is True
         return {"valid": False, "body": None, "updated_at": row[2],
                 "damaged": "its valid flag is neither 0 nor 1"}
@@ -50,10 +53,14 @@ def read_certificate(path: str) -> dict[str, Any]:
 
 
 def _body(text: Any) -> dict[str, Any] | None:
-    """The certificate's body: a JSON object whose ``cursor``, when there, is a count;
-    None for anything else."""
+    """The certificate's body: a JSON object whose ``cursor`` and ``launches``, when
+    there, are counts and whose ``at`` is a time; None for anything else."""
     body = json_map(text)
-    return body if body is not None and is_count(body.get("cursor", 0)) else None
+    if body is None or not is_count(body.get("cursor", 0)) \
+            or not is_count(body.get("launches", 0)):
+        return None
+    at = body.get("at", 0.0)
+    return body if type(at) in (int, float) and math.isfinite(at) else None
 
 
 def refusal(body: dict[str, Any], selected: str | None, owner: dict[str, Any] | None,

@@ -42,12 +42,16 @@ def test_a_certificate_the_backend_wrote_reads(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("body", ["{", b"\xf2", "[1]", '"x"', "7", '{"cursor": "x"}',
                                   '{"cursor": 1e400}', '{"cursor": -1}',
-                                  '{"cursor": true}', "[" * 100_000])
+                                  '{"cursor": true}', "[" * 100_000,
+                                  # the guardian's status file froze on these: its
+                                  # snapshot raised every second
+                                  '{"at": "noon"}', '{"at": 1e400}', '{"launches": "2"}'])
 def test_a_body_recovery_cannot_use_is_no_certificate_marked_damaged(tmp_path: Path,
                                                                     body: Any) -> None:
     assert read_certificate(_db(tmp_path, body)) == {
         "valid": False, "body": None, "updated_at": 1,
-        "damaged": "its body is not a JSON object with a count for its cursor"}
+        "damaged": ("its body is not a JSON object with counts for its cursor and launches "
+                    "and a time for its at")}
 
 
 @settings(max_examples=150, deadline=None,
