@@ -15,6 +15,7 @@ measures it from the client's side. Only a handoff that reached ``started`` has 
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from typing import Any
 
@@ -57,8 +58,13 @@ def record_end(db: sqlite3.Connection, aid: str) -> None:
 
 def read(db: sqlite3.Connection) -> dict[str, Any]:
     """``{handoffs: {outcome: n}, pause: {buckets: [[le, cumulative n]...], sum, count}}``
-    with every outcome and bucket present (zero where nothing was counted)."""
+    with every outcome and bucket present (zero where nothing was counted). Raises
+    ValueError naming a counter whose value is no finite number of at least 0 (SQLite
+    lets the column hold text: a damaged row)."""
     rows = dict(db.execute("SELECT name, value FROM counters").fetchall())
+    for name, value in rows.items():
+        if type(value) not in (int, float) or not 0 <= value < math.inf:
+            raise ValueError(f"the counter {str(name)[:100]!r} is not a count")
     outcomes = [o for o in Outcome if o is not Outcome.CHECK_ONLY]
     return {"handoffs": {str(o): int(rows.get(f"outcome:{o}", 0)) for o in outcomes},
             "pause": {"buckets": [[le, int(rows.get(f"pause:le:{le}", 0))]

@@ -347,8 +347,12 @@ class StateStore:
                    (aid, seq, phase, time.time(), json.dumps(detail, sort_keys=True)))
 
     def counters(self) -> dict[str, Any]:
-        """Handoff outcomes and pauses counted so far (guardian.counters)."""
-        return counters.read(self.db)
+        """Handoff outcomes and pauses counted so far (guardian.counters). Raises
+        StateCorrupt for a damaged counter."""
+        try:
+            return counters.read(self.db)
+        except ValueError as exc:
+            raise _damaged(str(exc), {"what": "counters"}) from None
 
     def receipts(self, aid: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT seq, phase, at, detail FROM receipts WHERE activation "

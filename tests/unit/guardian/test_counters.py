@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from unittest import mock
 
+import pytest
+
 from guardian.phases import Kind, Outcome, Phase
 from guardian.state import StateStore
+from protocol.errors import StateCorrupt
 
 HOT = (Phase.CHECKED, Phase.ADMITTED, Phase.DRAINING, Phase.CHECKPOINTED, Phase.FENCED,
        Phase.RETIRED, Phase.STARTED, Phase.VERIFIED)
@@ -53,3 +56,17 @@ def test_a_state_db_from_before_the_counters_reads_as_zero(tmp_path: Path) -> No
     got = st.counters()
     assert set(got["handoffs"].values()) == {0} and got["pause"]["count"] == 0
     st.close()
+
+
+@pytest.mark.parametrize("value", ["two", b"\x02", -1, float("inf")])
+def test_a_damaged_counter_is_state_corrupt_naming_it(tmp_path: Path, value: object) -> None:
+    """int('two') raised ValueError: the guardian's metrics answered INTERNAL."""
+    st = StateStore(str(tmp_path / "state.db"))
+    try:
+        st.db.execute("INSERT INTO counters VALUES ('outcome:success', ?)", (value,))
+        with pytest.raises(StateCorrupt) as err:
+            st.counters()
+        assert err.value.msg.startswith("state.db: the counter 'outcome:success' is not a "
+                                        "count; a damaged state.db is set aside")
+    finally:
+        st.close()
