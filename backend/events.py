@@ -176,9 +176,24 @@ def wanted(row: tuple[Any, ...], targets: set[str] | None, kinds: set[str] | Non
 
 
 def event_from_row(row: tuple[Any, ...]) -> dict[str, Any]:
+    """The event of a row of COLUMNS. Raises StateCorrupt naming it for a damaged row (a
+    column of another type, data that is no JSON object): every read that reaches it
+    fails the same way, and the events before and after it still read."""
     ev_id, at, kind, target, activation, data = row
+    try:
+        value = json.loads(data)
+    except (TypeError, ValueError, RecursionError):
+        value = None
+    if type(value) is not dict or type(ev_id) is not int or type(at) not in (int, float) \
+            or type(kind) is not str or type(target) not in (str, type(None)) \
+            or type(activation) not in (str, type(None)):
+        from protocol.errors import StateCorrupt
+
+        from .store import DAMAGED
+        raise StateCorrupt(f"backend.db: event {str(ev_id)[:50]} cannot be read; {DAMAGED}",
+                           {"what": f"event {str(ev_id)[:50]}"})
     return {"id": ev_id, "at": at, "kind": kind, "target": target,
-            "activation": activation, "data": json.loads(data)}
+            "activation": activation, "data": value}
 
 
 def _answer(events: list[dict[str, Any]], nxt: int, last: int, first: int, *, gap: bool

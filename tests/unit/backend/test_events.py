@@ -270,3 +270,19 @@ def test_events_n_past_what_is_kept_is_refused_in_the_options_words(tmp_path, ca
     assert err == {"code": "BAD_REQUEST", "data": {"field": "n"},
                    "msg": "-n 100001: the event log keeps the newest 100,000; give at most "
                           "100000"}
+
+
+@pytest.mark.parametrize("column, value", [("data", "{not json"), ("data", "[1]"),
+                                           ("at", "noon"), ("kind", b"exit")])
+def test_a_damaged_event_is_state_corrupt_naming_it(store, column: str, value: Any) -> None:
+    """Data that was no JSON raised JSONDecodeError: `tenure events` answered INTERNAL."""
+    from protocol.errors import StateCorrupt
+    log = _log(store)
+    for i in range(3):
+        log.record("exit", "s/a/0", pid=i)
+    log.flush()
+    store.db.execute(f"UPDATE events SET {column} = ? WHERE id = 2", (value,))
+    with pytest.raises(StateCorrupt) as err:
+        log.read(after=0)
+    assert err.value.msg.startswith("backend.db: event 2 cannot be read; a damaged")
+    assert [e["id"] for e in log.read(after=2)["events"]] == [3]
