@@ -197,9 +197,11 @@ def owner_replaced(certificate: Mapping[str, Any] | None, instance: str) -> bool
     """Whether the last certificate (its body, valid or not) vouched under another owner
     instance than ``instance``: the owner the instances ran under has stopped since (it
     stopped them itself, or they ended with the machine), which explains why its
-    launches are gone. False when no certificate tells."""
-    before = ((certificate or {}).get("owner") or {}).get("instance")
-    return before is not None and before != instance
+    launches are gone. False when no certificate tells (a damaged one's owner that is
+    no map, or an instance that is no string, tells nothing)."""
+    owner = (certificate or {}).get("owner")
+    before = owner.get("instance") if isinstance(owner, dict) else None
+    return isinstance(before, str) and before != instance
 
 
 async def record_lost_exits(sup: Supervisor, live_keys: set[str],

@@ -16,6 +16,9 @@ MINE = "2801c790-17c0-45f3-9ca6-e76766001f19"
     ({"owner": None}, False),                     # no owner known: cannot tell
     ({}, False),
     (None, False),                                # never certified
+    ({"owner": "another"}, False),                # damaged: AttributeError before
+    ({"owner": ["another"]}, False),
+    ({"owner": {"instance": 7}}, False),
 ])
 def test_only_a_certificate_naming_another_owner_explains_the_loss(certificate, replaced):
     assert owner_replaced(certificate, MINE) is replaced
