@@ -54,6 +54,20 @@ def _digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+def sound(p: Any) -> bool:
+    """Whether ``p`` is a plan as :func:`plan` made it: its digest is its body's, and
+    what a window reads of it is of its type (maintenance.json, read back)."""
+    def levels(v: Any) -> bool:
+        return type(v) is list and all(type(level) is list and
+                                       all(type(k) is str for k in level) for level in v)
+    if type(p) is not dict or type(p.get("owner")) is not dict:
+        return False
+    body = {k: v for k, v in p.items() if k != "digest"}
+    return (p.get("digest") == _digest(body) and levels(p.get("stop"))
+            and levels(p.get("start")) and type(p.get("instances")) is int
+            and type(p.get("mode")) is str and type(p["owner"].get("instance")) is str)
+
+
 def mode_of(pid: int) -> str:
     """``systemd``, ``systemd-user`` (the owner runs in tenure-owner.service) or
     ``standalone``."""

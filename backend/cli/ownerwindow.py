@@ -68,7 +68,7 @@ from protocol.errors import (
 from protocol.layout import MAINTENANCE_KIND, Layout
 from protocol.procfs import running
 
-from .ownerplan import UNIT, check_release, mode_of, owner_tree, plan
+from .ownerplan import UNIT, check_release, mode_of, owner_tree, plan, sound
 from .windowlock import held
 
 __all__ = ["APPS_DOWN", "KIND", "TRANSITIONS", "WORK", "Event", "Outcome", "Step", "Window",
@@ -181,9 +181,9 @@ def load(layout: Layout) -> dict[str, Any] | None:
         return None
     step = rec.get("step")
     if not isinstance(step, str) or step not in {s.value for s in Step} or \
-            not isinstance(rec.get("plan"), dict):   # a list or a map is no set member
-        raise StateCorrupt(f"{layout.maintenance} has no known step or no plan",
-                           {"path": layout.maintenance})
+            not sound(rec.get("plan")) or type(rec.get("progress")) is not dict:
+        raise StateCorrupt(f"{layout.maintenance} has no known step, or no plan or "
+                           "progress as a window writes them", {"path": layout.maintenance})
     return rec
 
 

@@ -39,6 +39,13 @@ PLAN = {"owner": {"instance": "8571c7df", "pid": 24967}, "from": None, "release"
         "stopped_stacks": [], "digest": "3f5f40d3"}
 
 
+def _sealed(p: dict) -> dict:
+    """``p`` with the digest of its body, as ownerplan.plan makes it."""
+    from backend.cli.ownerplan import _digest
+    body = {k: v for k, v in p.items() if k != "digest"}
+    return {**body, "digest": _digest(body)}
+
+
 def test_a_plan_made_while_a_window_is_unfinished_says_so():
     text = ownerwindow.plan_text({**PLAN, "unfinished": {"step": "staged",
                                                          "failed": "drained"}}, None)
@@ -64,7 +71,8 @@ def test_up_while_a_window_runs_names_it_and_is_not_told_to_continue(tmp_path) -
     lay.execution.mkdir(mode=0o700)
     record = lay.execution / "maintenance.json"
     record.write_text(json.dumps({"kind": MAINTENANCE_KIND, "format": 1, "step": "drained",
-                                  "plan": {"instances": 2}}))
+                                  "plan": _sealed({**PLAN, "instances": 2}),
+                                  "progress": {}}))
     record.chmod(0o600)
     with pytest.raises(MaintenanceIncomplete):   # stopped: --continue finishes it
         refuse_owner_start(lay)
@@ -109,4 +117,37 @@ def test_a_window_record_with_a_step_that_is_no_step_is_state_corrupt(tmp_path) 
                                       "plan": {}}))
         record.chmod(0o600)
         with pytest.raises(StateCorrupt, match="no known step"):
+            ownerwindow.load(lay)
+
+
+def test_a_window_record_whose_plan_was_changed_or_is_of_another_shape_is_state_corrupt(
+        tmp_path) -> None:
+    """The window acts on its plan's lists of instances to stop and start: one edited
+    by hand, or left half written by another program, raised KeyError or TypeError
+    part-way through `--continue`, after it had stopped or started some."""
+    import json
+
+    import pytest
+
+    from protocol.errors import StateCorrupt
+    from protocol.layout import MAINTENANCE_KIND, Layout
+    lay = Layout(tmp_path)
+    lay.execution.mkdir(mode=0o700)
+    record = lay.execution / "maintenance.json"
+    sound = _sealed({**PLAN, "stop": [["s/a/0"]], "start": [["s/a/0"]], "instances": 1})
+
+    def write(plan: object, progress: object = None) -> None:
+        record.write_text(json.dumps({"kind": MAINTENANCE_KIND, "format": 1,
+                                      "step": "drained", "plan": plan,
+                                      "progress": {} if progress is None else progress}))
+        record.chmod(0o600)
+    write(sound)
+    assert ownerwindow.load(lay)["plan"] == sound
+    for plan, progress in [({**sound, "instances": 2}, None),      # its digest is not its
+                           (_sealed({**sound, "stop": ["s/a/0"]}), None),
+                           (_sealed({**sound, "owner": "8571c7df"}), None),
+                           (_sealed({k: v for k, v in sound.items() if k != "start"}), None),
+                           (sound, [])]:
+        write(plan, progress)
+        with pytest.raises(StateCorrupt, match="no plan or progress as a window writes"):
             ownerwindow.load(lay)
