@@ -28,6 +28,9 @@ def trusted_release_keys(path: str) -> list[Any] | None:
         text = read_private(path, max_size=65536).decode()
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError:
+        raise StateCorrupt(f"{path}: not text (one ed25519:<base64> key per line)",
+                           {"path": path}) from None
     try:
         return [load_public_key(line) for line in text.splitlines()
                 if line.strip() and not line.startswith("#")]
