@@ -30,7 +30,7 @@ from .logs import (
     read_page,
     through_handoffs,
 )
-from .present import dur, fields, identity, table, value, when
+from .present import dur, fields, identity, neutralise, table, value, when
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
@@ -369,7 +369,8 @@ def render_show(j: dict[str, Any]) -> str:
     for h in j.get("history", []):
         lines.append(f"  {when(h['at'])}  {h['event']:<14} {h['from'] or '-'} -> {h['to']}"
                      + _left_behind(h.get("detail")))
-    return "\n".join(lines)
+    # its key, arguments and notes came through the API: none drives the terminal
+    return "\n".join(map(neutralise, "\n".join(lines).split("\n")))
 
 
 def _left_behind(detail: Any) -> str:

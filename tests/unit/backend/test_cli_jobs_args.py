@@ -127,3 +127,18 @@ def test_tenure_stopped_or_a_blocked_recovery_ends_the_wait_with_its_own_error()
     for exc in (unavailable(stopped={"owner": None}),
                 unavailable(diagnostics={"blocked": {"reason": "x"}})):
         assert jobs.none_coming(args("run", "s/echo"), exc) is exc
+
+
+def test_job_show_prints_no_terminal_control_its_arguments_or_note_carry() -> None:
+    """Arguments and notes come through the API from whoever may submit: ESC [8m in
+    one concealed every line after it on the operator's terminal."""
+    from backend.cli.jobs import render_show
+    text = render_show({
+        "id": 7, "stack": "s", "template": "t", "state": "succeeded", "outcome": None,
+        "exit_code": 0, "signal": None, "key": "k\x1b[8m", "argv": ["run", "\x1b[8m"],
+        "identity": None, "attempt": 1, "launch_key": "job:s:7:1", "pid": 4242,
+        "submitted_at": 1.0, "started_at": 2.0, "ended_at": 3.0, "duration": 1.0,
+        "resolution": {"started": True, "note": "ok\x9b2J", "by": "op", "at": 4.0},
+        "history": []})
+    assert "\x1b" not in text and "\x9b" not in text
+    assert "k\\x1b[8m" in text and "ok\\x9b2J" in text and "pid:" in text
