@@ -167,12 +167,20 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
 
 
 def _foreground(args: Any) -> int:
+    """Wait for SIGINT or SIGTERM, then ``tenure down``. Both are blocked while waited
+    for: sigwait takes only a pending signal, and SIGTERM's default action (the end of
+    this process, everything left running) would come first. A Ctrl-C during the down
+    is that command's."""
     import signal
-    print("tenure: running in the foreground; Ctrl-C stops everything", file=sys.stderr)
+    wanted = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
     try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-    except KeyboardInterrupt:
-        pass
+        print("tenure: running in the foreground; Ctrl-C stops everything",
+              file=sys.stderr)
+        signal.sigwait(wanted)
+        args.cmd = "down"   # an interruption from now on is the down's
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return cmd_down(args)
 
 
