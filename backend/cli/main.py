@@ -99,10 +99,12 @@ class _Unused:
 
 
 def _command(argv: list[str]) -> str | None:
-    """The command word of ``argv`` (past the global --home and --json), or None."""
+    """The command word of ``argv`` (past the global --home and --json), or None.
+    ``--ho`` and ``--hom`` are --home, as argparse takes them (``--h`` could be --help)."""
     rest = list(argv)
     while rest and rest[0].startswith("-"):
-        if rest.pop(0) == "--home" and rest:
+        opt = rest.pop(0)
+        if len(opt) > 3 and "--home".startswith(opt) and rest:
             rest.pop(0)
     return rest[0] if rest else None
 

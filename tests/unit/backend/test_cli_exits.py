@@ -135,3 +135,17 @@ def test_a_config_is_named_by_its_absolute_path_in_every_error(monkeypatch, caps
         assert main.main(["--home", home, "plan", "--config", f"cfg/{name}.toml"]) == 1
         err = capsys.readouterr().err
         assert err.startswith(f"tenure: CONFIG_INVALID: {tmp_path}/cfg/{name}.toml"), err
+
+
+@pytest.mark.parametrize("home", ["--ho", "--hom", "--home"])
+def test_an_abbreviated_home_before_the_command_is_the_home(home: str) -> None:
+    """`tenure --hom H status` built the parser of a command named H: status had no
+    --watch (INTERNAL) and stop no target (a usage error)."""
+    from backend.cli.main import _parser
+    argv = [home, "/srv/t", "status"]
+    args = _parser(argv).parse_args(argv)
+    assert (args.cmd, str(args.home), args.watch) == ("status", "/srv/t", False)
+    argv = [home, "/srv/t", "--json", "stop", "s/a"]
+    args = _parser(argv).parse_args(argv)
+    assert (args.cmd, str(args.home), args.json, args.target) == ("stop", "/srv/t", True,
+                                                                  "s/a")
