@@ -21,8 +21,8 @@ __all__ = ["parse_listen", "parse_metrics"]
 def parse_listen(text: str) -> tuple[str, int] | None:
     """(host, port) of ``HOST:PORT``; None when malformed. Pure; raises nothing."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535 or port != \
-            str(int(port)):
+    if not sep or not (port.isascii() and port.isdigit()) or \
+            not 1 <= int(port) <= 65535 or port != str(int(port)):
         return None
     bracketed = host.startswith("[") and host.endswith("]")
     if bracketed:

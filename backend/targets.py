@@ -23,9 +23,8 @@ if TYPE_CHECKING:  # the command line checks its targets here: typing would cost
     from typing import Any
 
 __all__ = ["MAX_TARGETS", "Source", "check_cli_targets", "check_target", "check_targets",
-           "exact_source", "in_order", "is_glob", "journal_target", "known_near", "order_key",
-           "select",
-           "select_all", "source_target", "sources"]
+           "exact_source", "in_order", "is_glob", "is_index", "journal_target", "known_near",
+           "order_key", "select", "select_all", "source_target", "sources"]
 
 MAX_TARGETS = 64
 _GLOB = frozenset("*?[")
@@ -38,6 +37,12 @@ def is_glob(target: str) -> bool:
     return any(c in _GLOB for c in target)
 
 
+def is_index(text: str) -> bool:
+    """Whether ``text`` is an instance number as tenure writes one: ASCII digits, no
+    leading zero (``str.isdigit`` takes ``²``, which ``int`` refuses, and ``٣``)."""
+    return text.isascii() and text.isdigit() and (text == "0" or text[0] != "0")
+
+
 def check_target(v: str) -> str | None:
     """Schema check: 1 to 3 non-empty parts; a part without a glob that is the instance
     must be a number."""
@@ -46,7 +51,7 @@ def check_target(v: str) -> str | None:
     parts = v.split("/")
     if not 1 <= len(parts) <= 3 or not all(parts):
         return "must be STACK, STACK/APP or STACK/APP/N (each part may be a glob)"
-    if len(parts) == 3 and not is_glob(parts[2]) and not parts[2].isdigit():
+    if len(parts) == 3 and not is_glob(parts[2]) and not is_index(parts[2]):
         return f"instance {parts[2]!r} is not a number"
     return None
 
@@ -83,7 +88,7 @@ def order_key(key: str) -> tuple[str, str, int, str]:
     """The sort key of :func:`in_order`."""
     stack, _, rest = key.partition("/")
     app, _, index = rest.partition("/")
-    return stack, app, int(index) if index.isdigit() else -1, index
+    return stack, app, int(index) if is_index(index) else -1, index
 
 
 def in_order(keys: Iterable[str]) -> list[str]:
@@ -132,7 +137,8 @@ def known_near(keys: Iterable[str], target: str, most: int = 8) -> str:
 def _natural(name: str) -> list[Any]:
     """``a2`` before ``a10``: digits compared as numbers."""
     import re  # only for a NOT_FOUND message
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+    return [int(t) if t.isascii() and t.isdigit() else t
+            for t in re.split(r"([0-9]+)", name)]
 
 
 def select_all(keys: Iterable[str], targets: list[str]) -> list[str]:

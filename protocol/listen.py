@@ -49,7 +49,7 @@ class ListenAddress:
 
 
 def _port(text: str) -> int:
-    if not text.isdigit() or len(text) > 5:
+    if not (text.isascii() and text.isdigit()) or len(text) > 5:
         raise ValueError(f"port {text!r} must be a number between 1 and 65535")
     port = int(text)
     if not 1 <= port <= 65535:

@@ -77,7 +77,7 @@ def job_command(args: Any, call: Callable[..., Any], out: Callable[..., None]) -
 
 
 def _id(args: Any) -> int:
-    if not str(args.target).isdigit():
+    if not (str(args.target).isascii() and str(args.target).isdigit()):
         raise BadRequest(f"{args.target!r} is not a job id (a number; see `tenure job list`)")
     return int(args.target)
 

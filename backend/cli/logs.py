@@ -61,7 +61,7 @@ def since(text: str | None, now: float) -> dict[str, Any]:
     if text is None:
         return {}
     t = text.strip()
-    if t.isdigit():
+    if t.isascii() and t.isdigit():
         from .main import WIRE_INT_MAX
         if int(t) > WIRE_INT_MAX:
             raise BadRequest(f"--since {t}: no record id is that large", {"field": "since"})
@@ -83,7 +83,10 @@ def since(text: str | None, now: float) -> dict[str, Any]:
     except ValueError:
         raise BadRequest(f"--since {text!r}: give a record id (42), a duration (90s, 10m, "
                          "2h, 1d) or a local time (14:05, 2026-12-01T14:05)") from None
-    return {"since_time": max(when.timestamp(), 0.0)}
+    try:
+        return {"since_time": max(when.timestamp(), 0.0)}
+    except (ValueError, OverflowError):   # a date before the platform's first (year 1)
+        return {"since_time": 0.0}
 
 
 def follow_logs(args: Any, call: Callable[..., Any]) -> int:

@@ -31,7 +31,7 @@ class Account(Struct, frozen=True):
 def account(value: str | int, kind: str) -> Account:
     """``value`` (a name, or a uid/gid as an int or a string of digits) as the name of a
     ``kind`` ("user" or "group") on this machine."""
-    if isinstance(value, str) and not value.isdigit():
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
         return _checked(value, kind)
     number = int(value)
     try:

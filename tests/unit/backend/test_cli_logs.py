@@ -176,6 +176,7 @@ NOW = 1_800_000_000.0
     ("1.5h", {"since_time": NOW - 5400}),
     ("2d", {"since_time": NOW - 172800}),
     ("2026-12-01T14:05:00+00:00", {"since_time": 1796133900.0}),
+    ("0001-01-01T00:00", {"since_time": 0.0}),   # before the first time: all (INTERNAL)
 ])
 def test_since_accepts_ids_durations_and_times(text: str, want: dict[str, Any]) -> None:
     assert since(text, NOW) == want
@@ -188,7 +189,8 @@ def test_since_a_clock_time_is_today_local() -> None:
     assert (when.hour, when.minute, when.date()) == (14, 5, dt.date.fromtimestamp(NOW))
 
 
-@pytest.mark.parametrize("bad", ["yesterday", "10x", "-5m", "m", "25:00", "2026-13-01"])
+@pytest.mark.parametrize("bad", ["yesterday", "10x", "-5m", "m", "25:00", "2026-13-01",
+                                 "\u00b2", "\u0663", "\u00b2s"])
 def test_since_refuses_what_it_cannot_read(bad: str) -> None:
     with pytest.raises(BadRequest, match="--since"):
         since(bad, NOW)

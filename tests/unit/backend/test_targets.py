@@ -44,7 +44,10 @@ def test_a_glob_never_matches_across_a_slash() -> None:
     assert select(["a/b/0"], "*/0") == []                 # "0" is not an app
 
 
-@pytest.mark.parametrize("bad", ["", "a//b", "/a", "a/b/x", "a b", "a/\x1b", "x" * 301])
+@pytest.mark.parametrize("bad", ["", "a//b", "/a", "a/b/x", "a b", "a/\x1b", "x" * 301,
+                                 # str.isdigit takes these; int() refused the first
+                                 # (INTERNAL) and read the second as instance 3
+                                 "a/b/\u00b2", "a/b/\u0663", "a/b/00", "a/b/01", "a/b/-1"])
 def test_malformed_targets_are_bad_requests(bad: str) -> None:
     with pytest.raises(BadRequest):
         select(KEYS, bad)
