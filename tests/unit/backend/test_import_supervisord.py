@@ -153,6 +153,22 @@ def test_too_many_processes_are_capped_and_reported(tmp_path: Path) -> None:
     assert "at most 64" in _problems(result)["[program:w] numprocs"]
 
 
+@pytest.mark.parametrize("numprocs", ["10000000", "99999999999999999999"])
+def test_a_huge_numprocs_builds_no_more_processes_than_are_imported(
+        tmp_path: Path, numprocs: str) -> None:
+    """Every process was built before the cap: ten million took minutes and 300 MB, and
+    a twenty-digit count never ended."""
+    result = _read(tmp_path, {"s.conf": f"[program:w]\ncommand=/bin/w\nnumprocs={numprocs}\n"})
+    assert result.drafts[0].app.instances == 64
+    assert _problems(result)["[program:w] numprocs"] == (
+        f"tenure runs at most 64 instances of an app, not {numprocs}")
+    many = _read(tmp_path, {"s.conf": "[program:api]\ncommand=/bin/api %(process_num)d\n"
+                                      f"numprocs={numprocs}\n"
+                                      "process_name=api-%(process_num)d\n"})
+    assert len(many.drafts) == 64 and f"not {numprocs}: the first 64" in \
+        _problems(many)["[program:api] numprocs"]
+
+
 def test_too_many_processes_of_one_app_each_are_capped_and_reported(tmp_path: Path) -> None:
     """Processes that differ by %(process_num) become one app each: no more than the
     most instances of one app either, the first 64 by process_num."""
