@@ -169,12 +169,14 @@ def _status_once(args: Any) -> int:
         hung = None if down is not None else _hung_guardian(args, running)
         stopping = owner_stopping(args) if running is False and down is None else None
         downing = down_running(args) if running is False and down is None else None
+        starting = up_running(layout(args)) if running is not True else None
         out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
                    "background_start": last, "guardian_hung": hung,
                    "guardian_running": running, "owner_shutting_down": stopping,
-                   "down_running": downing, "maintenance_unfinished": window},
-            render.no_backend(diag, last, down, hung, running, (stopping, downing))
-            + render.unfinished_window(window))
+                   "down_running": downing, "up_running": starting,
+                   "maintenance_unfinished": window},
+            render.no_backend(diag, last, down, hung, running, (stopping, downing),
+                              starting) + render.unfinished_window(window))
         return Exit.UNREACHABLE
     st["guardian_running"] = listens(layout(args).guardian_sock)
     st["guardian_hung"] = _hung_guardian(args, st["guardian_running"])
@@ -221,6 +223,14 @@ def owner_stopping(args: Any) -> int | None:
     lay = layout(args)
     answer = ping(lay.owner_sock, home=lay.home)
     return answer["owner"]["pid"] if answer and answer.get("draining") is True else None
+
+
+def up_running(lay: Layout) -> int | None:
+    """The pid of a `tenure up` under way, or of the background start of `tenure up
+    --no-wait` (either holds runtime/up.lock), else None. /proc/locks is read only when
+    the lock is held."""
+    from protocol.procfs import flock_holder
+    return flock_holder(lay.up_lock, opened=False)
 
 
 def down_running(args: Any) -> int | None:

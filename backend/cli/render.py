@@ -196,15 +196,20 @@ def _hung_line(hung: dict[str, Any]) -> str:
 def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
                down: dict[str, Any] | None = None,
                hung: dict[str, Any] | None = None, guardian_running: bool | None = None,
-               going: tuple[int | None, int | None] = (None, None)) -> str:
+               going: tuple[int | None, int | None] = (None, None),
+               starting: int | None = None) -> str:
     """`status` when no backend answers: why (:func:`why`; ``hung``: a guardian that
     holds its lock but does not listen, which says more than its diagnostics; a guardian
     that is not running while the owner is: the reason no backend comes, unless tenure
     is shutting down: ``going`` is the pid of an owner that is, or of a `tenure down`
-    under way (:func:`shutting_down`)) and, when the last background start of `tenure up
-    --no-wait` failed, its error."""
+    under way (:func:`shutting_down`), or starting: ``starting`` is the pid of a `tenure
+    up` under way) and, when the last background start of `tenure up --no-wait` failed,
+    its error."""
     if hung:
         said = f"; {_hung_line(hung)}"
+    elif starting is not None and going == (None, None):
+        said = (f"; `tenure up` (pid {starting}) is starting tenure: `tenure status` "
+                "again shortly")
     elif going != (None, None):
         said = f"; {shutting_down(*going)}: `tenure up` waits for it to end, then starts " \
             "tenure again"
@@ -214,7 +219,7 @@ def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
     else:
         said = why(diag, down)
     text = "backend: not available" + said
-    if start is not None and not start["ok"]:
+    if start is not None and not start["ok"] and starting is None:   # not of this start
         text += (f"\nthe background start of `tenure up --no-wait` at {start['at']} "
                  f"failed: {start['error']} (logs/up.log)")
     return text

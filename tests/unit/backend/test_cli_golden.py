@@ -206,6 +206,11 @@ CASES: dict[str, Callable[[], str]] = {
         {"at": "2026-12-01T14:04:52", "ok": False,
          "error": "2026-12-01 14:04:52,848 guardian ERROR STATE_CORRUPT: "
                   "/srv/tenure/runtime/guardian-release.json is not valid JSON"}),
+    # right after `tenure up --no-wait`: not "tenure is not running", and not the last
+    # start's failure, which was of an earlier run
+    "status_no_backend_starting": lambda: render.no_backend(
+        None, {"at": "2026-12-01T14:04:52", "ok": False, "error": "an earlier failure"},
+        {"owner": {"state": "clean", "at": NOW - 60}}, None, False, (None, None), 4310),
     "status_queued_rejected": lambda: render.status({**STATUS, "queued_config": "rejected"}),
     "status_config_from_pipe": lambda: render.status(
         {**STATUS, "backend": {**BACKEND, "config": "/dev/fd/63"}}),
