@@ -424,12 +424,19 @@ _NOT_RUNNING = {
                   "owner reconcile` first if it died (docs/reconcile.md)"}
 
 
-def _hint(exc: TenureError) -> str:
-    """What to do when nothing listens on a daemon's socket: it is not running."""
+def _hint(exc: TenureError, args: Any) -> str:
+    """What to do when nothing listens on a daemon's socket: it is not running (and, for
+    the guardian, when the owner is not running either, neither is tenure)."""
     if not isinstance(exc, ConnectFailed) or exc.data.get("listening") is not False or \
             exc.data.get("pid") is not None:   # found by its lock: it runs
         return ""
-    hint = _NOT_RUNNING.get(os.path.basename(str(exc.data.get("path"))))
+    sock = os.path.basename(str(exc.data.get("path")))
+    if sock == "guardian.sock" and getattr(args, "home", None) is not None:
+        from .everyday import layout, runs
+        if runs(layout(args).owner_sock, "owner") is False:
+            return (": tenure is not running (neither the guardian nor the owner is); "
+                    "`tenure up` starts it")
+    hint = _NOT_RUNNING.get(sock)
     return f": {hint}" if hint else ""
 
 
@@ -503,7 +510,7 @@ def _fail(args: Any, exc: TenureError, code: int) -> int:
     """Say ``exc``: on stderr, or with ``--json`` as an object on stdout, unless stdout
     itself fails (a full disk, /dev/full: the failure being said may be that one), when
     stderr gets the line after all."""
-    msg = exc.msg + _hint(exc)
+    msg = exc.msg + _hint(exc, args)
     if args.json:
         import json
         try:

@@ -38,22 +38,33 @@ def test_a_reader_that_went_away_is_not_an_error() -> None:
 
 
 def test_a_daemon_that_is_not_running_is_named_with_what_to_do(tmp_path, capsys) -> None:
-    """Was only 'no socket at …/guardian.sock'."""
+    """Was only 'no socket at …/guardian.sock'; then, with nothing running at all, that
+    the backend and the applications kept running."""
     import json
+    import socket
 
     from backend.cli.main import main
     home = str(tmp_path)
     assert main(["--home", home, "backend", "status"]) == 3
     err = capsys.readouterr().err
-    assert err == (f"tenure: CONNECT_FAILED: no socket at {home}/runtime/guardian.sock: the "
-                   "guardian is not running; `tenure up` starts it, and the backend and "
-                   "the applications keep running meanwhile\n")
+    assert err == (f"tenure: CONNECT_FAILED: no socket at {home}/runtime/guardian.sock: "
+                   "tenure is not running (neither the guardian nor the owner is); "
+                   "`tenure up` starts it\n")
     assert main(["--home", home, "--json", "owner", "status"]) == 3
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["code"] == "CONNECT_FAILED"
     assert error["msg"].endswith(": the owner is not running; `tenure up` starts it, and "
                                  "asks for `tenure owner reconcile` first if it died "
                                  "(docs/reconcile.md)")
+    os.makedirs(tmp_path / "execution", mode=0o700)
+    with socket.socket(socket.AF_UNIX) as owner:   # an owner that runs
+        owner.bind(str(tmp_path / "execution" / "owner.sock"))
+        owner.listen()
+        assert main(["--home", home, "backend", "status"]) == 3
+    err = capsys.readouterr().err
+    assert err == (f"tenure: CONNECT_FAILED: no socket at {home}/runtime/guardian.sock: the "
+                   "guardian is not running; `tenure up` starts it, and the backend and "
+                   "the applications keep running meanwhile\n")
 
 
 def test_os_errors_reach_the_operator_as_coded_errors() -> None:
