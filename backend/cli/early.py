@@ -99,7 +99,7 @@ def _home_of_up_no_wait(argv: list[str]) -> str | None:
         return None
     homes += [rest[i + 1] for i, a in enumerate(rest[:-1]) if a == "--home"]
     homes += [a.split("=", 1)[1] for a in rest if a.startswith("--home=")]
-    if len(homes) > 1:
+    if len(homes) > 1 or homes == [""]:   # an empty home: argparse refuses it
         return None
     return os.path.normpath(default_home_str(homes[0] if homes else None))
 

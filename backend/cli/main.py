@@ -38,7 +38,12 @@ def _common(default: Any, formatter: Any) -> Any:
     import argparse
     from pathlib import Path
     common = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
-    common.add_argument("--home", type=Path, default=default, help="TENURE_HOME "
+
+    def home(text: str) -> Path:   # '' was the working directory: `--home "$UNSET"`
+        if not text:
+            raise argparse.ArgumentTypeError("empty: give the home's path")
+        return Path(text)
+    common.add_argument("--home", type=home, default=default, help="TENURE_HOME "
                         "(default: $TENURE_HOME or ~/.local/state/tenure)")
     common.add_argument("--json", action="store_true",
                         default=False if default is None else default,
@@ -302,7 +307,7 @@ def _fast_status(argv: list[str]) -> Any:
             home = a.split("=", 1)[1]
         elif a != "status":
             return None
-    if "status" not in argv:
+    if "status" not in argv or home == "":   # argparse refuses an empty home
         return None
     from types import SimpleNamespace
 
@@ -510,7 +515,7 @@ def _fail(args: Any, exc: TenureError, code: int) -> int:
     """Say ``exc``: on stderr, or with ``--json`` as an object on stdout, unless stdout
     itself fails (a full disk, /dev/full: the failure being said may be that one), when
     stderr gets the line after all."""
-    msg = exc.msg + _hint(exc, args)
+    msg = exc.msg + _hint(exc, args)   # it may quote what was given: a plan id, a path
     if args.json:
         import json
         try:
@@ -519,7 +524,9 @@ def _fail(args: Any, exc: TenureError, code: int) -> int:
             return code
         except OSError:
             _stdout_gone()
-    print(f"tenure: {exc.code_str}: {msg}", file=sys.stderr)
+    from .present import neutralise
+    said = "\n".join(map(neutralise, msg.split("\n")))   # no terminal control
+    print(f"tenure: {exc.code_str}: {said}", file=sys.stderr)
     return code
 
 

@@ -376,3 +376,24 @@ def test_an_owner_option_of_another_action_is_refused_before_anything_runs(
     err = json.loads(capsys.readouterr().out)["error"]
     assert err["code"] == "BAD_REQUEST" and err["data"] == {"options": [wrong]}, err
     assert not (tmp_path / "h").exists()
+
+
+def test_an_error_quoting_what_was_given_prints_no_terminal_control(capsys) -> None:
+    """`tenure apply "$(printf 'plan-\\x1b[2J')"` printed the backend's 'no plan …' with
+    the escape as it was: the terminal cleared."""
+    import types
+
+    from backend.cli.main import _fail
+    from protocol.errors import NotFound
+    args = types.SimpleNamespace(json=False, home="/nonexistent")
+    assert _fail(args, NotFound("no plan plan-\x1b[2J\nsecond line"), 1) == 1
+    assert capsys.readouterr().err == ("tenure: NOT_FOUND: no plan plan-\\x1b[2J\n"
+                                       "second line\n")
+
+
+def test_an_empty_home_is_refused_not_taken_for_the_working_directory() -> None:
+    """`--home "$UNSET"` ran the command on the working directory's home."""
+    for argv in (["--home", "", "status"], ["--home=", "down"], ["up", "--home", ""]):
+        done = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done
+        assert "argument --home: empty: give the home's path" in done.stderr, done
