@@ -77,9 +77,11 @@ def job_command(args: Any, call: Callable[..., Any], out: Callable[..., None]) -
 
 
 def _id(args: Any) -> int:
-    if not (str(args.target).isascii() and str(args.target).isdigit()):
+    from .main import WIRE_INT_MAX
+    text = str(args.target)
+    if not (text.isascii() and text.isdigit()) or int(text) > WIRE_INT_MAX:
         raise BadRequest(f"{args.target!r} is not a job id (a number; see `tenure job list`)")
-    return int(args.target)
+    return int(text)
 
 
 def _target(text: str, what: str, stack_alone: bool = False) -> str:

@@ -144,7 +144,7 @@ def test_job_show_prints_no_terminal_control_its_arguments_or_note_carry() -> No
     assert "k\\x1b[8m" in text and "ok\\x9b2J" in text and "pid:" in text
 
 
-@pytest.mark.parametrize("target", ["\u00b2", "x", "-1"])
+@pytest.mark.parametrize("target", ["\u00b2", "x", "-1", "99999999999999999999999"])
 def test_a_job_id_that_is_no_number_is_refused_before_anything_is_asked(target: str) -> None:
     """'\u00b2'.isdigit() is True and int() refused it: INTERNAL."""
     backend = Backend()

@@ -47,7 +47,9 @@ def test_a_glob_never_matches_across_a_slash() -> None:
 @pytest.mark.parametrize("bad", ["", "a//b", "/a", "a/b/x", "a b", "a/\x1b", "x" * 301,
                                  # str.isdigit takes these; int() refused the first
                                  # (INTERNAL) and read the second as instance 3
-                                 "a/b/\u00b2", "a/b/\u0663", "a/b/00", "a/b/01", "a/b/-1"])
+                                 "a/b/\u00b2", "a/b/\u0663", "a/b/00", "a/b/01", "a/b/-1",
+                                 # past the wire's integers: "message cannot be encoded"
+                                 "a/b/99999999999999999999999"])
 def test_malformed_targets_are_bad_requests(bad: str) -> None:
     with pytest.raises(BadRequest):
         select(KEYS, bad)
