@@ -143,11 +143,32 @@ def stopped(lay: Layout) -> dict[str, Any] | None:
 def _diagnostics(args: Any) -> dict[str, Any] | None:
     from protocol.durable import read_json
     try:
-        return read_json(layout(args).diagnostics, "tenure-supervisor-state")
+        diag = read_json(layout(args).diagnostics, "tenure-supervisor-state")
     except FileNotFoundError:
         return None
     except Exception as exc:  # unreadable diagnostics are reported, not hidden
         return {"unreadable": str(exc)}
+    wrong = _unsound(diag)
+    return diag if wrong is None else {"unreadable": f"its {wrong} is not of its type"}
+
+
+def _unsound(diag: dict[str, Any]) -> str | None:
+    """The first field of the guardian's diagnostics that `status` reads and that is not
+    of its type (the file was changed by hand, or by another program), else None."""
+    def maps(v: Any) -> bool:
+        return v is None or type(v) is dict
+    if type(diag.get("updated_at")) not in (int, float):
+        return "updated_at"
+    for name in ("last_activation", "blocked", "backend"):
+        if not maps(diag.get(name)):
+            return name
+    act, gen = diag.get("last_activation") or {}, diag.get("backend") or {}
+    if not isinstance(act.get("error"), str | None):
+        return "last_activation's error"
+    if not isinstance(gen.get("unanswered_since"), int | float | None) or \
+            isinstance(gen.get("unanswered_since"), bool):
+        return "backend's unanswered_since"
+    return None
 
 
 def cmd_status(args: Any) -> int:

@@ -242,13 +242,16 @@ def why(diag: dict[str, Any] | None, down: dict[str, Any] | None = None) -> str:
             _last_owner(down.get("owner"))
     if diag is None:
         return "; the guardian has written no diagnostics (is it running? `tenure up`)"
+    if "unreadable" in diag:
+        return (f"; the guardian's diagnostics (runtime/supervisor-state.json) cannot be "
+                f"read: {diag['unreadable']}")
     parts = []
     act = diag.get("last_activation") or {}
     if (stuck := blocked(diag)) is not None:
         parts.append(stuck)
     silent = not_answering(diag.get("backend"))
     if silent is not None:
-        parts.append(f"backend pid {diag['backend']['pid']} is alive but {silent}; it may "
+        parts.append(f"backend pid {diag['backend'].get('pid')} is alive but {silent}; it may "
                      "be hung (docs/recover.md)")
     if act:
         parts.append(f"last activation {act.get('id')} {act.get('kind')} is "
