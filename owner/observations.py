@@ -7,6 +7,15 @@ the owner's records). Events are kept packed (msgpack): as dicts, 10,000 of them
 about 4 MiB of the owner's memory, and a restart-heavy owner grew until the ring was
 full; packed, 4,096 take about 0.5 MiB. A connected backend reads within milliseconds,
 so the ring only has to cover a handoff or a backend restart.
+
+Every event is at most ``EVENT_MAX`` bytes packed, so that the whole ring, with each
+event's cursor, fits one answer under the frame limit: an app that sent thousands of
+``STATUS=`` lines of 4 KiB filled the ring with 16 MiB, and the answer to the backend's
+``observations.subscribe`` (at every handoff and reconnect) could not be sent (INTERNAL)
+until the ring turned over; one launch failure naming a 1 MB argv[0] did the same alone.
+What apps and commands fill (a notify message's fields, a failure's words) is cut to
+fit, and the event says ``truncated``; what names the event (its kind, launch key, pid,
+codes) is never cut.
 """
 
 from __future__ import annotations
@@ -20,9 +29,15 @@ from typing import Any
 
 import msgpack
 
-__all__ = ["ObservationRing"]
+__all__ = ["EVENT_MAX", "RING_SIZE", "ObservationRing", "bounded"]
 
 RING_SIZE = 4_096
+EVENT_MAX = 960
+"""Bytes an event takes packed, at most: RING_SIZE of them with their cursors (~3.8 MiB)
+fit one answer under protocol.framing's 4 MiB."""
+_TEXT = ("fields", "msg", "spawn")
+"""The fields apps and commands fill, cut to fit EVENT_MAX (the others name the event)."""
+_CUT_CHARS = (160, 16)
 
 
 def test_knob(name: str, default: int) -> int:
@@ -39,6 +54,7 @@ def test_knob(name: str, default: int) -> int:
 class ObservationRing:
     def __init__(self, size: int = RING_SIZE,
                  publish: Callable[[int, dict[str, Any]], None] | None = None) -> None:
+        size = min(size, RING_SIZE)   # more would not fit one answer
         self.size = size
         self._events: deque[tuple[int, bytes]] = deque(maxlen=size)
         self.cursor = 0          # cursor of the newest event (0: none yet)
@@ -48,8 +64,8 @@ class ObservationRing:
     def emit(self, kind: str, **fields: Any) -> int:
         """Append one event and push it to subscribers; returns its cursor."""
         self.cursor += 1
-        event = {"kind": kind, "at": time.time(), **fields}
-        self._events.append((self.cursor, msgpack.packb(event)))
+        event, packed = bounded({"kind": kind, "at": time.time(), **fields})
+        self._events.append((self.cursor, packed))
         if self._publish is not None:
             self._publish(self.cursor, event)
         return self.cursor
@@ -75,3 +91,31 @@ class ObservationRing:
     def ack(self, cursor: int) -> int:
         self.acked = max(self.acked, min(cursor, self.cursor))
         return self.acked
+
+
+def bounded(event: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """``event`` and its packed form, at most EVENT_MAX bytes: else its _TEXT fields cut
+    (strings to 160 characters, then to 16, which keeps a notify message's flags such as
+    READY=1 whole; lists to 8 items), or, if that is still too long, left out; either
+    way marked ``truncated``."""
+    packed = msgpack.packb(event)
+    if len(packed) <= EVENT_MAX:
+        return event, packed
+    for chars in _CUT_CHARS:
+        cut = {**event, **{k: _cut(event[k], chars) for k in _TEXT if k in event},
+               "truncated": True}
+        packed = msgpack.packb(cut)
+        if len(packed) <= EVENT_MAX:
+            return cut, packed
+    cut = {k: v for k, v in cut.items() if k not in _TEXT}
+    return cut, msgpack.packb(cut)
+
+
+def _cut(value: Any, chars: int) -> Any:
+    if isinstance(value, str | bytes):
+        return value[:chars]
+    if isinstance(value, dict):   # a notify message's keys are few (owner.notify)
+        return {_cut(k, chars): _cut(v, chars) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_cut(v, chars) for v in value[:8]]
+    return value

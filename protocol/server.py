@@ -456,12 +456,28 @@ class RpcServer:
         try:
             data = encode_frame(response.to_wire(), self.max_frame)
         except (BadFrame, BadRequest) as exc:
-            log.error("answer to request %s not encodable: %s", response.id, exc)
-            err = Internal(f"answer not encodable: {type(exc).__name__}")
-            data = encode_frame(Response(response.id, err=ErrorBody.from_error(err)).to_wire())
+            data = encode_frame(_cut_short(response, exc).to_wire())
         conn.writer.write(data)
         if conn.writer.transport.get_write_buffer_size() > _DRAIN_ABOVE:
             await conn.writer.drain()  # only a slow reader makes us wait
+
+
+ERROR_MSG_MAX = 4096
+"""Characters of an error's words sent when the whole error does not fit a frame."""
+
+
+def _cut_short(response: Response, exc: Exception) -> Response:
+    """What is sent for ``response`` when it cannot be (``exc``): an error keeps its
+    code, with its words cut and its data left out (a launch failure that quoted a
+    megabyte argv[0] four times was answered INTERNAL, and its caller could not tell a
+    refusal from a defect); any other answer is INTERNAL, logged."""
+    if response.err is not None:
+        msg = response.err.msg
+        cut = msg if len(msg) <= ERROR_MSG_MAX else f"{msg[:ERROR_MSG_MAX]}… (cut short)"
+        return Response(response.id, err=ErrorBody(response.err.code, cut, {}))
+    log.error("answer to request %s not encodable: %s", response.id, exc)
+    err = Internal(f"answer not encodable: {type(exc).__name__}")
+    return Response(response.id, err=ErrorBody.from_error(err))
 
 
 async def _ping(call: Call) -> dict[str, Any]:
