@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from protocol.errors import LaunchFailed, StorageFailed, TenureError
+from protocol.errors import Conflict, LaunchFailed, StorageFailed, TenureError
 from protocol.layout import HOME_ID_ENV, home_id
 
 from .cgroups import CgroupTree
@@ -212,6 +212,10 @@ class Launcher:
             spawned = self.procs.launch(spec, key, passed)
         except LaunchFailed as exc:
             return await self._failed(p, key, exc)
+        except Conflict as exc:   # a key whose row was pruned while the table remembers it
+            refused = exc.to_wire()
+            await self.writes.write(lambda: self.store.mark_failed(key, refused))
+            raise
         started_at = time.time()
         row = LaunchRow(key, p["stack"], p["app"], p["instance"], p["generation"],
                         spec.to_wire(), LaunchState.RUNNING, spawned.pid,

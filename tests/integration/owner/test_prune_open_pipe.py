@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import sys
 import time
 from typing import Any
 
+import pytest
+
 from owner.testing import GuardianKey, OwnerProcess
+from protocol.errors import Conflict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_owner import Live
@@ -76,6 +80,19 @@ def test_a_launch_whose_pipe_is_still_open_is_not_pruned_nor_launched_again(
         fds = []
         _wait(lambda: lv.call("launches.prune", PRUNE)["deleted"] == 1,
               "the row was not pruned once its pipes ended")
+
+        # the row is gone, but the process table remembers the key's exit: refused,
+        # and its new row says so (it stayed 'starting', and the next owner start asked
+        # for a reconcile of a launch that never ran)
+        lv.n = 0
+        with pytest.raises(Conflict, match="already in the process table"):
+            lv.launch(["sleep", "30"])
+        db = sqlite3.connect(f"file:{owner.paths.db}?mode=ro", uri=True)
+        try:
+            assert db.execute("SELECT state FROM launches WHERE launch_key = 'k1'"
+                              ).fetchall() == [("failed",)]
+        finally:
+            db.close()
     finally:
         for fd in fds:
             os.close(fd)
