@@ -101,8 +101,15 @@ class StopPolicy:
         )
 
     def to_wire(self) -> dict[str, Any]:
+        """The policy as a launch records it. A signal Python names goes by its name; a
+        real-time one (SIGRTMIN+N has none here) by its number, which parse_signal takes
+        back (it raised ValueError: every launch with one answered INTERNAL)."""
+        try:
+            sig: str | int = _signal.Signals(self.signal).name
+        except ValueError:
+            sig = self.signal
         return {
-            "signal": _signal.Signals(self.signal).name,
+            "signal": sig,
             "timeout": self.timeout,
             "kill_after": self.kill_after,
         }

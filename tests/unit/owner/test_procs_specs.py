@@ -36,6 +36,14 @@ def test_stop_policy_defaults_and_round_trip() -> None:
     assert p.to_wire()["signal"] == "SIGINT"
 
 
+def test_a_real_time_stop_signal_round_trips_by_its_number() -> None:
+    """Python names no SIGRTMIN+N: to_wire raised ValueError, and every launch with
+    one answered INTERNAL."""
+    rt = signal.SIGRTMIN + 6
+    p = StopPolicy.from_wire({"signal": rt})
+    assert p.to_wire()["signal"] == rt and StopPolicy.from_wire(p.to_wire()) == p
+
+
 @pytest.mark.parametrize("bad", [-1, math.nan, math.inf, "10", True, None, 1e12])
 @pytest.mark.parametrize("key", ["timeout", "kill_after"])
 def test_bad_durations_are_bad_requests(key: str, bad: object) -> None:
