@@ -165,7 +165,18 @@ S_METRICS = Schema(Field("launch_keys", list, required=False,
                          check=lambda v: None if all(isinstance(k, str) for k in v)
                          else "must be a list of launch keys"),
                    Field("usage_only", bool, required=False, default=False))
-S_SOCKET = Schema(Field("key", str, check=check_key(400)))
+SOCKET_KEY_MAX = 700
+"""Characters of the longest socket key a launch can make (owner.sockets.socket_key:
+stack and app of 128, a name of 255, an address): sockets.close takes every one."""
+
+
+def _socket_key(v: str) -> str | None:
+    if not 1 <= len(v) <= SOCKET_KEY_MAX or not v.isprintable():
+        return f"must be 1 to {SOCKET_KEY_MAX} printable characters (a key sockets names)"
+    return None
+
+
+S_SOCKET = Schema(Field("key", str, check=_socket_key))
 S_SOCKET_UPDATE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
                          Field("sockets", list, check=lambda v: None if 1 <= len(v) <=
                                MAX_SOCKETS else f"must list 1 to {MAX_SOCKETS} sockets"))

@@ -6,6 +6,7 @@ may ask."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -53,5 +54,31 @@ def test_a_held_socket_takes_new_settings_while_its_app_runs(short_home: Path) -
                        epoch=epoch)
             c.call("stop", {"launch_key": "k1"}, epoch=epoch)
         assert owner.stop() == 0
+    finally:
+        owner.stop()
+
+
+def test_a_socket_whose_key_has_spaces_or_is_long_can_be_closed(short_home: Path) -> None:
+    """launch takes a stack named with spaces and a socket name of 255 characters;
+    sockets.close refused their key (no spaces, at most 400), so such a socket stayed
+    held, its file on disk, until the owner ended."""
+    path = short_home / "c.sock"
+    sock = {"name": "n" * 255, "listen": f"unix:{path}"}
+    owner = OwnerProcess(short_home).start()
+    try:
+        with owner.client() as c:
+            epoch = GuardianKey().bootstrap(c, owner.instance)
+            c.call("launch", {
+                "launch_key": "k1", "stack": "my stack", "app": "a" * 128, "instance": 0,
+                "generation": 1, "argv": ["true"], "sockets": [sock],
+                "env": {"PATH": os.environ["PATH"]}, "stop": STOP}, epoch=epoch)
+            (held,) = c.call("sockets.list")["sockets"]
+            assert " " in held["key"] and len(held["key"]) > 400
+            deadline = time.monotonic() + 30   # `true` ends; its launch gives it up
+            while c.call("sockets.list")["sockets"][0]["used_by"] and \
+                    time.monotonic() < deadline:
+                time.sleep(0.05)
+            c.call("sockets.close", {"key": held["key"]}, epoch=epoch)
+            assert c.call("sockets.list")["sockets"] == [] and not path.exists()
     finally:
         owner.stop()
