@@ -206,8 +206,12 @@ def _list(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     rows = [[str(j["id"]), j["state"], f"{j['stack']}/{j['template']}", j["key"] or "-",
              str(j["attempt"]), _exit(j), dur(j["duration"]), when(j["submitted_at"])]
             for j in r["jobs"]]
-    out(args, r, table(rows, ["ID", "STATE", "TEMPLATE", "KEY", "ATTEMPT", "EXIT",
-                               "DURATION", "SUBMITTED"]) if rows else "no jobs")
+    text = table(rows, ["ID", "STATE", "TEMPLATE", "KEY", "ATTEMPT", "EXIT", "DURATION",
+                        "SUBMITTED"]) if rows else "no jobs"
+    if r.get("more"):   # a backend of before 'more' never cuts
+        text += (f"\n(the list stops at job {r['jobs'][-1]['id']}: the answer holds at "
+                 "most 2 MiB of records; narrow it with a target, --state or --limit)")
+    out(args, r, text)
     return OK
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
+
 from protocol.errors import BadRequest, NotFound
 from protocol.schema import Field, Schema, check_int, check_key
 from protocol.server import Call, Method
@@ -36,6 +38,10 @@ from . import machine as jm
 from .resume import resolve
 from .runner import JobRunner, journal_app
 from .schedule import SCHEDULE_KEY_PREFIX
+
+LIST_BYTES = 2 << 20
+"""Bytes of records one job.list answer carries at most (at least one record): the
+answer says ``more`` when it stopped there."""
 
 __all__ = ["JobApi"]
 
@@ -128,7 +134,15 @@ class JobApi:
             before=p["before"], limit=p["limit"])
         if not recs:
             self._check_named(stack, template)
-        return {"jobs": [self._live(r.id) or r.to_wire() for r in recs]}
+        jobs: list[dict[str, Any]] = []
+        used = 0
+        for r in recs:   # a record carries its arguments: five of 256 x 4 KiB filled a frame
+            wire = self._live(r.id) or r.to_wire()
+            used += len(msgpack.packb(wire))
+            if jobs and used > LIST_BYTES:
+                return {"jobs": jobs, "more": True}
+            jobs.append(wire)
+        return {"jobs": jobs, "more": False}
 
     def _check_named(self, stack: str | None, template: str | None) -> None:
         """Raises NotFound when the filter names no stack or template of the applied

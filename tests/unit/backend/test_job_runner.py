@@ -568,6 +568,30 @@ def test_a_list_filter_naming_nothing_is_not_found(tmp_path):
     run(tmp_path, body)
 
 
+def test_a_list_of_records_with_large_arguments_stops_within_a_frame(tmp_path):
+    """Five records of 256 arguments of 4 KiB filled more than a frame: job.list
+    answered INTERNAL. It stops at LIST_BYTES and says there is more."""
+    import msgpack
+
+    from backend.jobs.api import LIST_BYTES, S_LIST, JobApi
+    from protocol.framing import DEFAULT_MAX_FRAME
+    from protocol.server import Call
+
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        api = JobApi(gen.api.jobs)
+        big = ["x" * 4096] * 256
+        ids = [gen.api.jobs.submit("s/migrate", f"k{i}", big)[0].id for i in range(5)]
+        call = Call("job.list", S_LIST.validate({}), None, 1, None)
+        answer = await api.list(call)  # type: ignore[arg-type]
+        assert answer["more"] is True and len(msgpack.packb(answer)) < DEFAULT_MAX_FRAME
+        assert [j["id"] for j in answer["jobs"]] == ids[::-1][:len(answer["jobs"])]
+        assert 1 <= len(answer["jobs"]) < 5
+        assert len(msgpack.packb(answer["jobs"][:-1])) <= LIST_BYTES
+        small = Call("job.list", S_LIST.validate({"limit": 1}), None, 1, None)
+        assert (await api.list(small))["more"] is False  # type: ignore[arg-type]
+    run(tmp_path, body)
+
+
 # ---- times of exits heard late -----------------------------------------------------------
 
 def test_an_exit_heard_by_a_later_generation_ends_the_record_at_the_exit(tmp_path):
