@@ -42,6 +42,8 @@ def cmd_up(args: Any) -> int:
     layout = _layout(args)
     if args.no_wait and args.foreground:
         raise BadRequest("--no-wait and --foreground do not go together")
+    if args.foreground:
+        _hold_stop_signals(args)
     from .upwait import wait_background_start, wait_down
     wait_background_start(layout)   # an `up --no-wait` still starting them
     wait_down(layout, args.timeout)
@@ -166,19 +168,34 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
     return result
 
 
+def _hold_stop_signals(args: Any) -> None:
+    """``up --foreground``: a SIGINT or SIGTERM while tenure starts is kept for
+    :func:`_foreground`, which then stops everything at once. By default SIGTERM ended
+    the command there and Ctrl-C only its wait, either leaving what it started running.
+    (Handlers, not a blocked mask: the daemons it starts would inherit a mask.)"""
+    import signal
+
+    def held(signum: int, _frame: Any) -> None:
+        args.stop_signal = signum
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, held)
+
+
 def _foreground(args: Any) -> int:
-    """Wait for SIGINT or SIGTERM, then ``tenure down``. Both are blocked while waited
-    for: sigwait takes only a pending signal, and SIGTERM's default action (the end of
-    this process, everything left running) would come first. A Ctrl-C during the down
-    is that command's."""
+    """Wait for SIGINT or SIGTERM (unless one came while tenure started), then ``tenure
+    down``. Both are blocked while waited for: sigwait takes only a pending signal. A
+    Ctrl-C during the down is that command's."""
     import signal
     wanted = {signal.SIGINT, signal.SIGTERM}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
     try:
         print("tenure: running in the foreground; Ctrl-C stops everything",
               file=sys.stderr)
-        signal.sigwait(wanted)
+        if getattr(args, "stop_signal", None) is None:
+            signal.sigwait(wanted)
         args.cmd = "down"   # an interruption from now on is the down's
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return cmd_down(args)
