@@ -266,13 +266,17 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
     world (or ``force``), else block. With no application running this is a first start.
     ``before`` is added to its first receipt, ``checked`` as :func:`recover_safely`
     says."""
-    check = await recovery_check(co, checked)
-    kind = Kind.START if check.nothing_runs else Kind.RECOVER
-    if not check.ok and not force:
-        _block(co, RecoveryBlocked(check.reason))
-        return None
+    check: Check | None = None
     while True:
         try:
+            if check is None:   # once: a failed start may have invalidated the certificate
+                # inside the attempts: an owner that stalls for a moment (TRANSPORT_LOST)
+                # blocked the recovery for good, the certificate still valid
+                check = await recovery_check(co, checked)
+                if not check.ok and not force:
+                    _block(co, RecoveryBlocked(check.reason))
+                    return None
+            kind = Kind.START if check.nothing_runs else Kind.RECOVER
             detail = {**(_admission(check, force, evidence) or {}), **(before or {})}
             return await start_selected(co, kind, check.cursor, expect=check.body,
                                         detail=detail or None)

@@ -197,3 +197,23 @@ def test_the_timings_scale_for_tests_only_through_the_environment(
         return co.backoff, co.stable_s
     got_backoff, got_stable = run_on(tmp_path, go)
     assert got_backoff == pytest.approx(backoff) and got_stable == pytest.approx(stable)
+
+
+def test_an_owner_that_stalls_as_the_recovery_checks_is_retried_not_blocked(
+        tmp_path: Path) -> None:
+    """The owner stopped (SIGSTOP) for a few seconds as the backend crashed: the check's
+    inventory call lost its connection, and the recovery blocked for good although the
+    certificate covered the world. It is a failed attempt now, retried after its wait."""
+    from protocol.errors import TransportLost
+
+    async def go(co: FakeCoordinator) -> None:
+        clock = Clock(co)
+        bp = await in_control(co)
+        bp.up_since = None                    # a crash that starts no streak
+        co.world.fail["inventory"] = [TransportLost("connection lost"),
+                                      TransportLost("connection lost")]
+        await crash(co, clock, 0.1)
+        assert co.blocked is None and clock.slept == [1.0, 2.0]
+        assert len(co.world.alive()) == 1 and co.current is not bp
+        assert co.recovery_failing is None
+    run_on(tmp_path, go)
