@@ -32,6 +32,11 @@ __all__ = ["AWAY_POLL_S", "OP_WAIT", "wait_op", "wait_queued"]
 
 OP_WAIT = 10.0       # seconds one op.show waits in the backend for the operation to end
 AWAY_POLL_S = 0.2    # a backend away is asked again this often
+ANSWER_S = 5.0
+"""Seconds an answer may take beyond the wait it was asked for. A backend that does not
+answer within them (stopped: SIGSTOP, a debugger) is waited out as one away: with the
+client's own 300 s per call, `op show --wait --timeout 5` hung silently for minutes."""
+SILENT = (*AWAY, RequestTimedOut)
 
 
 def wait_op(args: Any, call: Callable[..., Any], op_id: str, timeout: float,
@@ -49,8 +54,9 @@ def wait_op(args: Any, call: Callable[..., Any], op_id: str, timeout: float,
         asked = time.monotonic()
         wait = round(max(0.0, min(OP_WAIT, deadline - asked)), 3)
         try:
-            op: dict[str, Any] = call(args, "op.show", {"id": op_id, "wait": wait})
-        except AWAY as exc:
+            op: dict[str, Any] = call(args, "op.show", {"id": op_id, "wait": wait},
+                                      timeout=wait + ANSWER_S)
+        except SILENT as exc:
             away.went(exc)
             time.sleep(AWAY_POLL_S)
             continue
@@ -75,8 +81,9 @@ def wait_queued(args: Any, call: Callable[..., Any], request_id: str, timeout: f
         wait = round(max(0.0, min(OP_WAIT, deadline - time.monotonic())), 3)
         try:
             r: dict[str, Any] = call(args, "queue.show",
-                                     {"request_id": request_id, "wait": wait})
-        except AWAY as exc:
+                                     {"request_id": request_id, "wait": wait},
+                                     timeout=wait + ANSWER_S)
+        except SILENT as exc:
             away.went(exc)
             time.sleep(AWAY_POLL_S)
             continue

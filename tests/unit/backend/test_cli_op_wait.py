@@ -34,8 +34,10 @@ class FakeBackend:
         self.answers, self.clock, self.takes = answers, clock, takes
         self.params: list[dict[str, Any]] = []
 
-    def __call__(self, args: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, args: Any, method: str, params: dict[str, Any],
+                 timeout: float = 300.0) -> dict[str, Any]:
         assert method == "op.show"
+        assert timeout == params["wait"] + opwait.ANSWER_S   # bounded by the wait
         self.params.append(params)
         self.clock.now += self.takes
         answer = self.answers.pop(0)
@@ -131,3 +133,17 @@ def test_a_long_silence_is_said_and_so_is_the_answer_after_it(
     said = capsys.readouterr().err.splitlines()
     assert said[0].startswith("tenure: up: no backend has answered for 6 s"), said
     assert said[1:] == ["tenure: up: a backend answers again; waiting for operation op-1"]
+
+
+def test_a_backend_that_does_not_answer_is_waited_out_within_the_timeout(
+        clock, capsys) -> None:
+    """A backend stopped (SIGSTOP) mid-wait: each op.show now gives up after its wait
+    and ANSWER_S (it took the client's 300 s), and the silence is said and bounded by
+    --timeout, as for a backend between generations."""
+    from protocol.errors import RequestTimedOut
+    silent = RequestTimedOut("request timed out")
+    fake = FakeBackend([silent] * 5, clock, takes=6.0)
+    with pytest.raises(BackendUnavailable) as err:
+        opwait.wait_op(SimpleNamespace(), fake, "op-1", 20.0, "op show")
+    assert "op-1" in err.value.msg and clock.now < 100.0 + 20.0 + 6.0 + 1.0
+    assert "op show: no backend has answered for 6 s" in capsys.readouterr().err
