@@ -18,12 +18,13 @@ held by someone else.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
 import time
 
-__all__ = ["PATIENCE", "free", "hold", "take"]
+__all__ = ["PATIENCE", "free", "hold", "open_lock", "take"]
 
 PATIENCE = 0.2
 """Seconds a holder keeps trying a lock that an asker may hold for a moment."""
@@ -69,11 +70,26 @@ def take(fd: int, patience: float = PATIENCE) -> bool:
         time.sleep(_STEP)
 
 
+def open_lock(path: str) -> int:
+    """The lock file at ``path`` opened to be locked: created 0600, never through a
+    symlink, not inherited by children. On a file system gone read-only (a failing disk
+    remounted so), an existing one is opened read-only, which flock(2) takes as well:
+    `tenure down` and `tenure owner reconcile` refused to run at all there, with every
+    application still running. Raises OSError (FileNotFoundError: none there, and none
+    can be made)."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno != errno.EROFS:
+            raise
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
 def hold(path: str) -> int | None:
-    """Open the lock file at ``path`` (created 0600, never through a symlink, not
-    inherited by children) and :func:`take` it: its descriptor, which holds the lock
-    until closed, or None when another process holds it. Raises OSError (the open)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    """Open the lock file at ``path`` (:func:`open_lock`) and :func:`take` it: its
+    descriptor, which holds the lock until closed, or None when another process holds
+    it. Raises OSError (the open)."""
+    fd = open_lock(path)
     if take(fd):
         return fd
     os.close(fd)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from protocol.flocks import take
+from protocol.flocks import open_lock, take
 from protocol.layout import Layout
 from protocol.procfs import flock_holder
 from protocol.window import HOLDERS, busy, lock_path, refuse_in_window, said
@@ -30,7 +30,7 @@ def held(layout: Layout, doing: str) -> Iterator[None]:
     assert doing in HOLDERS, doing
     path = lock_path(layout.home)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = open_lock(path)
     except FileNotFoundError:   # no execution/: nothing ever ran here, no window runs
         yield
         return

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,3 +136,33 @@ def test_an_owner_is_never_refused_its_lock_by_a_question(asker: Path) -> None:
             OwnerPaths(asker).take_lock()
     finally:
         os.close(held)
+
+
+def test_on_a_read_only_file_system_an_existing_lock_is_taken_read_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing disk remounted read-only: opening the lock to write failed (EROFS), and
+    `tenure down` and `tenure owner reconcile` refused to run, every app still running.
+    flock takes a descriptor opened read-only as well."""
+    import errno
+
+    from backend.cli.windowlock import held
+    from protocol.layout import Layout
+    lay = Layout(tmp_path)
+    os.makedirs(tmp_path / "execution", mode=0o700)
+    lock = tmp_path / "execution" / "maintenance.lock"
+    lock.write_bytes(b"")
+    real_open = os.open
+
+    def read_only(path: Any, flags: int, *a: Any) -> int:
+        if flags & (os.O_RDWR | os.O_WRONLY | os.O_CREAT):
+            raise OSError(errno.EROFS, "Read-only file system", path)
+        return real_open(path, flags, *a)
+    monkeypatch.setattr(flocks.os, "open", read_only)
+    fd = flocks.hold(str(lock))
+    assert fd is not None and flocks.free(str(lock)) is False   # held, read-only
+    os.close(fd)
+    with held(lay, "`tenure down`"):
+        assert flocks.free(str(lock)) is False
+    assert flocks.free(str(lock)) is True
+    with pytest.raises(FileNotFoundError):   # none there, and none can be made
+        flocks.hold(str(tmp_path / "execution" / "other.lock"))
