@@ -34,6 +34,7 @@ from protocol.errors import (
     UnsafePath,
 )
 from protocol.link import Link, LinkEvent
+from protocol.storage import storage_failure
 
 from .phases import Kind, Outcome, Phase, ending
 from .recovery import digest
@@ -280,7 +281,11 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
             detail = {**(_admission(check, force, evidence) or {}), **(before or {})}
             return await start_selected(co, kind, check.cursor, expect=check.body,
                                         detail=detail or None)
-        except TenureError as exc:
+        except Exception as raw:   # a full disk (state.db) is an attempt that failed too
+            exc = raw if isinstance(raw, TenureError) else storage_failure(raw,
+                                                                           "the recovery")
+            if exc is None:
+                raise   # a defect: recover_safely blocks, saying so
             if not retryable(exc):
                 _block(co, exc)
                 return None

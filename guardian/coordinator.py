@@ -646,7 +646,10 @@ class Coordinator:
         self.diagnostics.soon()
 
     def status(self) -> dict[str, Any]:
-        return self.diagnostics.read()
+        """What supervisor-state.json says, built now from this guardian's memory: on a
+        full disk its write fails, and the file read back showed a backend gone and a
+        recovery blocked since as alive and ready."""
+        return snapshot(self)
 
     async def take(self, purpose: str) -> None:
         """One command at a time, in this guardian and across processes (the lease)."""

@@ -217,3 +217,31 @@ def test_an_owner_that_stalls_as_the_recovery_checks_is_retried_not_blocked(
         assert len(co.world.alive()) == 1 and co.current is not bp
         assert co.recovery_failing is None
     run_on(tmp_path, go)
+
+
+def test_a_full_disk_as_the_recovery_records_its_start_is_retried(tmp_path: Path) -> None:
+    """state.db's insert of the new activation failed with 'database or disk is full':
+    the recovery blocked as 'unexpected OperationalError', and did not try again once
+    space was freed. It is STORAGE_FAILED now, a failed attempt like any other."""
+    import sqlite3
+
+    async def go(co: FakeCoordinator) -> None:
+        clock = Clock(co)
+        bp = await in_control(co)
+        bp.up_since = None
+        real = co.state.create_activation
+        full = sqlite3.OperationalError("database or disk is full")
+        full.sqlite_errorname = "SQLITE_FULL"  # type: ignore[attr-defined]
+        calls = []
+
+        def create(*a: Any, **kw: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 1:
+                raise full
+            return real(*a, **kw)
+        co.state.create_activation = create  # type: ignore[method-assign]
+        await crash(co, clock, 0.1)
+        assert co.blocked is None and clock.slept == [1.0]
+        assert "STORAGE_FAILED" in clock.told[0]["error"]   # type: ignore[index]
+        assert len(co.world.alive()) == 1 and co.current is not bp
+    run_on(tmp_path, go)

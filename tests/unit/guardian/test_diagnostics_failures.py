@@ -102,3 +102,23 @@ def test_a_write_arranged_before_close_is_made_at_close_and_none_after(tmp_path:
         await asyncio.sleep(DELAY_S * 2)
     asyncio.run(main())
     assert "Traceback" not in caplog.text and "could not write" not in caplog.text
+
+
+def test_status_says_what_the_guardian_knows_when_the_file_cannot_be_written(
+        tmp_path: Path) -> None:
+    """On a full disk the write failed and status read the last file back: a backend
+    gone and a recovery blocked since were shown alive and ready."""
+    from guardian.testing import run_on
+    from protocol.errors import RecoveryBlocked
+
+    async def go(co: FakeCoordinator) -> None:
+        co.write_diagnostics()
+        assert co.status()["blocked"] is None
+        path = Path(co.paths.diagnostics)
+        path.unlink()
+        path.mkdir()                     # every later write fails
+        co.blocked = {"reason": RecoveryBlocked("the disk is full").msg, "next": "x"}
+        co.write_diagnostics()
+        assert co.status()["blocked"]["reason"] == "the disk is full"
+        path.rmdir()
+    run_on(tmp_path, go)
