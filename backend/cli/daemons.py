@@ -703,12 +703,12 @@ def _last_failure(view: dict[str, Any] | None) -> str:
     start or a generation that crashed soon after it started; else '; its last start
     failed: WHY (the guardian tries again)', or '' when the most recent activation did
     not fail or the guardian does not say."""
-    from .render_backend import not_answering, recovery_failing
+    from .render_backend import not_answering, recovery_failing, why_silent
     backend = (view or {}).get("backend") or {}
     silent = not_answering(backend)
     if silent is not None:
-        return (f"; the backend (pid {backend.get('pid')}) is alive but {silent}: it may be "
-                "hung (docs/recover.md)")
+        return (f"; the backend (pid {backend.get('pid')}) is alive but {silent}: "
+                f"{why_silent(backend.get('pid'))}")
     failing = (view or {}).get("recovery_failing")
     if isinstance(failing, dict):
         # the streak says more than the last activation, which may have succeeded (a

@@ -25,6 +25,7 @@ from .render_backend import (
     recover_plan,
     recovery_state,
     uncertifiable,
+    why_silent,
 )
 
 TYPE_CHECKING = False
@@ -251,8 +252,8 @@ def why(diag: dict[str, Any] | None, down: dict[str, Any] | None = None) -> str:
         parts.append(stuck)
     silent = not_answering(diag.get("backend"))
     if silent is not None:
-        parts.append(f"backend pid {diag['backend'].get('pid')} is alive but {silent}; it may "
-                     "be hung (docs/recover.md)")
+        pid = diag["backend"].get("pid")
+        parts.append(f"backend pid {pid} is alive but {silent}; {why_silent(pid)}")
     if act:
         parts.append(f"last activation {act.get('id')} {act.get('kind')} is "
                      f"{act.get('phase')}{' (' + act['error'] + ')' if act.get('error') else ''}")

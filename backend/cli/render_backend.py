@@ -39,6 +39,18 @@ def not_answering(b: dict[str, Any] | None) -> str | None:
             f"({b.get('unanswered_why') or 'no answer'})")
 
 
+def why_silent(pid: Any) -> str:
+    """Why a living backend ``pid`` does not answer, as far as /proc tells: stopped
+    (SIGSTOP, a debugger: with the kill -CONT that continues it, as a stopped owner or
+    guardian is named), else that it may be hung."""
+    if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+        from protocol.procfs import described, read_stat
+        st = read_stat(pid)
+        if st is not None and st.state in ("T", "t"):
+            return described(pid, st)
+    return "it may be hung (docs/recover.md)"
+
+
 def _liveness(b: dict[str, Any]) -> str:
     if not b.get("alive"):
         return "NOT ALIVE"

@@ -47,3 +47,25 @@ def test_a_field_of_another_type_is_said_unreadable(tmp_path: Path, field: str,
     said = render.why(diag)
     assert said.startswith("; the guardian's diagnostics (runtime/supervisor-state.json) "
                            "cannot be read: its ") and "is not of its type" in said
+
+
+def test_a_backend_that_does_not_answer_because_it_is_stopped_is_named_so() -> None:
+    """A SIGSTOPped backend was said to 'may be hung', while a stopped owner or
+    guardian is named with the kill -CONT that continues it."""
+    import signal
+    import subprocess
+
+    from backend.cli.render_backend import why_silent
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert why_silent(proc.pid) == "it may be hung (docs/recover.md)"
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while "stopped" not in why_silent(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert why_silent(proc.pid) == (f"pid {proc.pid} is stopped (SIGSTOP or a "
+                                        f"debugger); kill -CONT {proc.pid} continues it")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert why_silent(None) == "it may be hung (docs/recover.md)"
