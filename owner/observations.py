@@ -114,8 +114,8 @@ def bounded(event: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
 def _cut(value: Any, chars: int) -> Any:
     if isinstance(value, str | bytes):
         return value[:chars]
-    if isinstance(value, dict):   # a notify message's keys are few (owner.notify)
-        return {_cut(k, chars): _cut(v, chars) for k, v in value.items()}
+    if isinstance(value, dict):   # keys are few and short (owner.notify's, ours): kept
+        return {k: _cut(v, chars) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_cut(v, chars) for v in value[:8]]
     return value
