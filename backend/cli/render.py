@@ -77,7 +77,8 @@ def status(st: dict[str, Any]) -> str:
     dropped = {f"{r['stack']}/{r['app']}": r["log_dropped"] for r in st["apps"]
                if r.get("log_dropped")}
     failing = st.get("log_write_error")
-    if failing:
+    # the owner's word as it last answered: once the link is lost it may be long gone
+    if failing and (st.get("owner_link") or {}).get("state", "connected") == "connected":
         tail += "\n" + paint(f"the owner's journal cannot write since "
                              f"{_clock(failing['since'])} ({failing['error']}): log lines "
                              "are dropped", "red")

@@ -221,6 +221,10 @@ CASES: dict[str, Callable[[], str]] = {
         "log_write_error": {"error": "OperationalError: database or disk is full",
                             "since": NOW - 40, "batches": 12, "lines": 12},
         "certificate_write_error": {"error": "database or disk is full", "since": NOW - 30}}),
+    # the owner is lost: its last word on its journal is not shown as if current
+    "status_owner_lost_journal_failing": lambda: render.status({
+        **STALE, "log_write_error": {"error": "OperationalError: database or disk is full",
+                                     "since": NOW - 40, "batches": 12, "lines": 12}}),
     "status_no_backend_silent": lambda: render.no_backend(
         {"updated_at": NOW - 1, "backend": SILENT_BACKEND,
          "last_activation": {"id": BACKEND["activation"], "kind": "start",
