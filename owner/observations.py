@@ -35,8 +35,11 @@ RING_SIZE = 4_096
 EVENT_MAX = 960
 """Bytes an event takes packed, at most: RING_SIZE of them with their cursors (~3.8 MiB)
 fit one answer under protocol.framing's 4 MiB."""
-_TEXT = ("fields", "msg", "spawn")
-"""The fields apps and commands fill, cut to fit EVENT_MAX (the others name the event)."""
+_NAMES = frozenset({"kind", "launch_key", "code", "activation", "key", "stack", "app"})
+"""The strings that name an event, never cut (each bounded by the owner's schema); every
+other string, and the maps and lists apps and commands fill, is cut to fit EVENT_MAX."""
+_FLAGS = ("READY", "STOPPING", "RELOADING", "WATCHDOG")
+"""A notify message's flags, kept whatever is cut: the backend acts on READY=1."""
 _CUT_CHARS = (160, 16)
 
 
@@ -94,21 +97,30 @@ class ObservationRing:
 
 
 def bounded(event: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-    """``event`` and its packed form, at most EVENT_MAX bytes: else its _TEXT fields cut
-    (strings to 160 characters, then to 16, which keeps a notify message's flags such as
-    READY=1 whole; lists to 8 items), or, if that is still too long, left out; either
-    way marked ``truncated``."""
+    """``event`` and its packed form, at most EVENT_MAX bytes: else every string but its
+    _NAMES cut (to 160 characters, then to 16; lists to 8 items), or, if that is still
+    too long, each such field left out but a notify message's _FLAGS; either way marked
+    ``truncated``."""
     packed = msgpack.packb(event)
     if len(packed) <= EVENT_MAX:
         return event, packed
     for chars in _CUT_CHARS:
-        cut = {**event, **{k: _cut(event[k], chars) for k in _TEXT if k in event},
-               "truncated": True}
+        cut = {k: v if k in _NAMES else _cut(v, chars) for k, v in event.items()}
+        cut["truncated"] = True
         packed = msgpack.packb(cut)
         if len(packed) <= EVENT_MAX:
             return cut, packed
-    cut = {k: v for k, v in cut.items() if k not in _TEXT}
+    cut = {k: v for k, v in cut.items() if k in _NAMES or not _fills(v)}
+    fields = event.get("fields")
+    if isinstance(fields, dict):
+        cut["fields"] = {k: fields[k] for k in _FLAGS if k in fields
+                         and isinstance(fields[k], str) and len(fields[k]) <= 8}
     return cut, msgpack.packb(cut)
+
+
+def _fills(value: Any) -> bool:
+    """Whether ``value`` is what an app or a command filled (text, a map, a list)."""
+    return isinstance(value, str | bytes | dict | list | tuple)
 
 
 def _cut(value: Any, chars: int) -> Any:

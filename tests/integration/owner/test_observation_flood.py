@@ -61,6 +61,7 @@ def test_an_app_flooding_notify_leaves_the_ring_readable_in_one_answer(owner):
 def test_every_event_fits_its_bound() -> None:
     import msgpack
 
+    from owner.notify import KNOWN_KEYS
     from owner.observations import bounded
     long = "y" * 10_000
     for event in ({"kind": "notify", "launch_key": "k", "pid": 1,
@@ -68,8 +69,16 @@ def test_every_event_fits_its_bound() -> None:
                                                 "EXIT_STATUS", "MAINPID", "READY")}},
                   {"kind": "launch_failed", "launch_key": "k" * 200, "code": "LAUNCH_FAILED",
                    "msg": long, "spawn": {"text": long, "argv": [long] * 100}},
-                  {"kind": "exit", "launch_key": "k", "pid": 1, "exit_code": 0}):
+                  {"kind": "exit", "launch_key": "k", "pid": 1, "exit_code": 0},
+                  # FDNAME= as the app sent it (up to 4 KiB) named a store event
+                  {"kind": "fd_store_remove", "launch_key": "k", "name": long,
+                   "removed": 0},
+                  # every known key with a value of multibyte characters: READY stays
+                  {"kind": "notify", "launch_key": "k", "pid": 1, "fields": {
+                      **{k: "\U0001f600" * 16 for k in KNOWN_KEYS}, "READY": "1"}}):
         cut, packed = bounded(event)
         assert len(packed) <= EVENT_MAX and msgpack.unpackb(packed) == cut
         assert cut["kind"] == event["kind"] and cut["launch_key"] == event["launch_key"]
         assert ("truncated" in cut) is (event["kind"] != "exit")
+        if event.get("fields", {}).get("READY") == "1":
+            assert cut["fields"]["READY"] == "1"
