@@ -39,11 +39,22 @@ OK, ERROR, UNREACHABLE, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNREACHABLE, Exit.
 # -- lifecycle ------------------------------------------------------------------------
 
 def cmd_up(args: Any) -> int:
-    layout = _layout(args)
     if args.no_wait and args.foreground:
         raise BadRequest("--no-wait and --foreground do not go together")
-    if args.foreground:
-        _hold_stop_signals(args)
+    if not args.foreground:
+        return _up(args)
+    _stop_on_signals(args)
+    try:
+        return _up(args)
+    except _Stopped:   # while tenure started, or before the wait began
+        print("tenure: stopping everything (a signal came while tenure started)",
+              file=sys.stderr)
+        _calm(args)
+        return cmd_down(args)
+
+
+def _up(args: Any) -> int:
+    layout = _layout(args)
     from .upwait import wait_background_start, wait_down
     wait_background_start(layout)   # an `up --no-wait` still starting them
     wait_down(layout, args.timeout)
@@ -168,36 +179,59 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
     return result
 
 
-def _hold_stop_signals(args: Any) -> None:
-    """``up --foreground``: a SIGINT or SIGTERM while tenure starts is kept for
-    :func:`_foreground`, which then stops everything at once. By default SIGTERM ended
-    the command there and Ctrl-C only its wait, either leaving what it started running.
-    (Handlers, not a blocked mask: the daemons it starts would inherit a mask.)"""
-    import signal
+class _Stopped(Exception):
+    """SIGINT or SIGTERM to `up --foreground` before its wait began."""
 
-    def held(signum: int, _frame: Any) -> None:
-        args.stop_signal = signum
+
+def _stop_on_signals(args: Any) -> None:
+    """``up --foreground``: SIGINT and SIGTERM stop everything from the command's start.
+    The first one raises _Stopped where the start is (cmd_up then runs the down); a
+    later one only adds nothing. By default SIGTERM ended the command there, and Ctrl-C
+    only its wait, either leaving what it started running. (Handlers, not a blocked
+    mask: the daemons it starts would inherit a mask.)"""
+    import signal  # here: the enum module costs every other command ~6 ms
+
+    def stop(signum: int, _frame: Any) -> None:
+        if getattr(args, "stopping", False):
+            return
+        args.stopping = True
+        raise _Stopped()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, held)
+        signal.signal(sig, stop)
+
+
+def _calm(args: Any) -> None:
+    """Before the down: Ctrl-C's own handler back (a Ctrl-C during it interrupts the
+    down, whose daemons go on stopping), SIGTERM left to the handler that now adds
+    nothing (a second one, as from a service manager, does not kill the down half-way),
+    and the stop signals already pending dropped, all while they are blocked."""
+    import signal
+    both = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, both)
+    try:
+        args.stopping = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        while signal.sigtimedwait(both, 0) is not None:
+            pass
+        args.cmd = "down"   # an interruption from now on is the down's
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _foreground(args: Any) -> int:
-    """Wait for SIGINT or SIGTERM (unless one came while tenure started), then ``tenure
-    down``. Both are blocked while waited for: sigwait takes only a pending signal. A
-    Ctrl-C during the down is that command's."""
+    """Wait for SIGINT or SIGTERM, then ``tenure down``. Both are blocked while waited
+    for: sigwait takes only a pending signal."""
     import signal
-    wanted = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    both = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, both)
     try:
         print("tenure: running in the foreground; Ctrl-C stops everything",
               file=sys.stderr)
-        if getattr(args, "stop_signal", None) is None:
-            signal.sigwait(wanted)
-        args.cmd = "down"   # an interruption from now on is the down's
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.sigwait(both)
+        args.stopping = True   # one more, as the mask goes, adds nothing
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    _calm(args)
     return cmd_down(args)
 
 

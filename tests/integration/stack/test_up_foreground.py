@@ -34,15 +34,19 @@ def _ended(cluster, fg) -> None:
     assert cluster.leftovers() == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_up_foreground_stops_everything(cluster, sig):
+@pytest.mark.parametrize("sigs", [[signal.SIGTERM], [signal.SIGINT],
+                                  [signal.SIGINT, signal.SIGTERM]])
+def test_a_signal_to_up_foreground_stops_everything(cluster, sigs):
+    """Two at once: the second, delivered as the wait ended, killed the command before
+    its down (a review found it)."""
     fg = _foreground(cluster)
     assert fg.stderr is not None
     line = ""
     while WAITING not in line and fg.poll() is None:   # ends with the command at worst
         line = fg.stderr.readline()
     assert WAITING in line, line
-    fg.send_signal(sig)
+    for sig in sigs:
+        fg.send_signal(sig)
     _ended(cluster, fg)
 
 
