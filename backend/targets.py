@@ -52,7 +52,10 @@ def check_target(v: str) -> str | None:
     if not 1 <= len(parts) <= 3 or not all(parts):
         return "must be STACK, STACK/APP or STACK/APP/N (each part may be a glob)"
     if len(parts) == 3 and not is_glob(parts[2]) and not is_index(parts[2]):
-        return f"instance {parts[2]!r} is not a number"
+        index = parts[2]
+        if index.isascii() and index.isdigit():
+            return f"instance {index!r} is written without leading zeros ({int(index)})"
+        return f"instance {index!r} is not a number"
     if len(parts) == 3 and len(parts[2]) > 9 and not is_glob(parts[2]):   # no app has
         return f"instance {parts[2]} is out of range"   # as many; the wire takes 64 bits
     return None

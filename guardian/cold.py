@@ -281,11 +281,12 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
             detail = {**(_admission(check, force, evidence) or {}), **(before or {})}
             return await start_selected(co, kind, check.cursor, expect=check.body,
                                         detail=detail or None)
-        except Exception as raw:   # a full disk (state.db) is an attempt that failed too
-            exc = raw if isinstance(raw, TenureError) else storage_failure(raw,
-                                                                           "the recovery")
+        except Exception as raw:   # a full disk (state.db) is an attempt that failed too,
+            # unless it cut short the ending of a start, whose generation may still run
+            exc = raw if isinstance(raw, TenureError) else \
+                storage_failure(raw, "the recovery") if co.current is None else None
             if exc is None:
-                raise   # a defect: recover_safely blocks, saying so
+                raise   # a defect, or that: recover_safely blocks, saying so
             if not retryable(exc):
                 _block(co, exc)
                 return None

@@ -119,3 +119,8 @@ def test_what_there_is_is_said_in_a_few_names() -> None:
         "; stack s has apps a0, a1, a2, a3, a4, a5, a6, a7 and 4 more"
     assert known_near([], "s") == ""
     assert known_near(["s/a/0"], "t") == "; the stack is s"
+
+
+def test_an_instance_with_a_leading_zero_is_told_how_it_is_written() -> None:
+    assert check_targets(["a/b/01"]) == "'a/b/01': instance '01' is written without " \
+        "leading zeros (1)"
