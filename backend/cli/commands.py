@@ -179,8 +179,9 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
     return result
 
 
-class _Stopped(Exception):
-    """SIGINT or SIGTERM to `up --foreground` before its wait began."""
+class _Stopped(BaseException):
+    """SIGINT or SIGTERM to `up --foreground` before its wait began: like
+    KeyboardInterrupt, no ``except Exception`` of the start takes it for its own."""
 
 
 def _stop_on_signals(args: Any) -> None:
