@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 
 from backend.configfile import read_config_text
 from protocol.client import Client
@@ -30,7 +31,7 @@ from .releases import cli_against, resolve_release
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any
 
 OK, ERROR, UNREACHABLE, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNREACHABLE, Exit.UNSETTLED
@@ -139,7 +140,7 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
     )
     from .upwait import starting_daemons
     queued = None
-    with starting_daemons(layout) as running:   # one `up` at a time starts them
+    with _stop_deferred(args), starting_daemons(layout) as running:   # one `up` at a time
         if running:   # both answered it: nothing to place or start, nothing to ask again
             first, started = None, {"owner": False, "guardian": False}
         else:
@@ -195,10 +196,28 @@ def _stop_on_signals(args: Any) -> None:
     def stop(signum: int, _frame: Any) -> None:
         if getattr(args, "stopping", False):
             return
+        if getattr(args, "deferring", False):
+            args.deferred = True
+            return
         args.stopping = True
         raise _Stopped()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
+
+
+@contextmanager
+def _stop_deferred(args: Any) -> Iterator[None]:
+    """While the daemons are being started, a stop signal (up --foreground) waits until
+    they answer: stopped half-way, a daemon spawned but not listening yet was invisible
+    to the down that followed, and ran on after it."""
+    args.deferring = True
+    try:
+        yield
+    finally:
+        args.deferring = False
+    if getattr(args, "deferred", False) and not getattr(args, "stopping", False):
+        args.stopping = True
+        raise _Stopped()
 
 
 def _calm(args: Any) -> None:
