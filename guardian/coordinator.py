@@ -637,9 +637,10 @@ class Coordinator:
                 removed += 1
         return removed
 
-    def write_diagnostics(self) -> None:
-        """supervisor-state.json now (guardian.diagnostics; never raises)."""
-        self.diagnostics.write()
+    def write_diagnostics(self, state: dict[str, Any] | None = None) -> None:
+        """supervisor-state.json now (guardian.diagnostics; never raises); ``state``: a
+        :meth:`status` made just now."""
+        self.diagnostics.write(state)
 
     def diagnostics_soon(self) -> None:
         """supervisor-state.json shortly, once for every call until then."""

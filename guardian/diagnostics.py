@@ -55,8 +55,9 @@ class Diagnostics:
     def read(self) -> dict[str, Any]:
         return read_json(self.path, KIND)
 
-    def write(self) -> None:
-        """Write it now. Never raises: a file that cannot be written is logged, not
+    def write(self, state: dict[str, Any] | None = None) -> None:
+        """Write it now (``state``: what ``build()`` made just now, not made again).
+        Never raises: a file that cannot be written is logged, not
         fatal; once for a run of the same failure (the owner watch would log it every
         second, a traceback each time, megabytes of log in minutes) and once more when a
         write succeeds again. An expected failure (a path we may not use, a full disk)
@@ -64,7 +65,8 @@ class Diagnostics:
         if self._closed:
             return
         try:
-            atomic_write_json(self.path, self._build(), sync=False)
+            atomic_write_json(self.path, self._build() if state is None else state,
+                              sync=False)
         except Exception as exc:
             expected = isinstance(exc, TenureError | OSError)
             if self._new_failure(str(exc) if expected else f"{type(exc).__name__}: {exc}"):

@@ -88,8 +88,8 @@ class GuardianService:
             self.co.write_diagnostics()
 
     async def status(self, call: Call) -> Any:
-        self.co.write_diagnostics()  # the certificate's state and age as of now
         st = self.co.status()
+        self.co.write_diagnostics(st)  # the certificate's state and age as of now, once
         link, owner = st.get("owner_link") or {}, st.get("owner") or {}
         if link.get("current") is False and isinstance(owner.get("pid"), int):
             link["process"] = silence(owner["pid"])   # stopped, gone, ... (as status says)
