@@ -18,6 +18,7 @@ from typing import Any
 
 from protocol.durable import json_map, open_sqlite, read_rows, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch, StateCorrupt
+from protocol.schema import is_str_list
 
 __all__ = ["DAMAGED", "BackendStore", "RecoveryStore", "saved_config"]
 
@@ -395,10 +396,6 @@ def _json(what: str, text: str, sound: Callable[[Any], bool]) -> Any:
     return value
 
 
-def _strings(v: Any) -> bool:
-    return type(v) is list and all(type(x) is str for x in v)
-
-
 def _changes(v: Any) -> bool:
     """A plan's changes: a list of maps, each naming its app."""
     return type(v) is list and all(type(c) is dict and type(c.get("app")) is str for c in v)
@@ -408,7 +405,7 @@ def _op(r: tuple[Any, ...]) -> dict[str, Any]:
     """An operation's row as a map. Raises StateCorrupt naming it for a damaged one."""
     what = f"operation {str(r[0])[:100]!r}"
     _shaped(what, r, (_S, _OS, _S, _S, _S, _INT, _OS, _OS, _OS, _NUM, _NUM, _OS, _OS))
-    return {"id": r[0], "plan": r[1], "kind": r[2], "stacks": _json(what, r[3], _strings),
+    return {"id": r[0], "plan": r[1], "kind": r[2], "stacks": _json(what, r[3], is_str_list),
             "stage": r[4], "step": r[5], "outcome": r[6], "error": r[7],
             "request_id": r[8], "created_at": r[9], "updated_at": r[10],
             "generation": r[11],

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any, TypeGuard
 
 __all__ = ["Field", "Schema", "check_int", "check_key", "check_name", "check_str_map",
-           "is_count", "is_number"]
+           "is_count", "is_number", "is_str_list"]
 
 if TYPE_CHECKING:
     Check = Callable[[Any], str | None]  # a problem description, or None when fine
@@ -108,6 +108,11 @@ def is_count(v: Any, least: int = 0) -> TypeGuard[int]:
     """Whether ``v`` is an integer (never a bool) of at least ``least``: what a stored
     or received id, pid, cursor or revision must be before it is used as one."""
     return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+def is_str_list(v: Any) -> TypeGuard[list[str]]:
+    """Whether ``v`` is a list of strings only (a stored argv, a list of names)."""
+    return type(v) is list and all(type(x) is str for x in v)
 
 
 def is_number(v: Any) -> TypeGuard[float]:

@@ -28,6 +28,7 @@ from msgspec import Struct
 
 from protocol.digest import JOB_LAUNCH_PREFIX
 from protocol.errors import BadRequest, Conflict, JobQueueFull, NotFound, StateCorrupt
+from protocol.schema import is_str_list
 
 from ..model import canonical_digest
 from ..store import BackendStore
@@ -476,19 +477,17 @@ def _spec(spec: Any) -> dict[str, Any]:
     """``spec`` when it has :func:`make_spec`'s shape (what the runner reads of it:
     argv, env, cwd, timeout, stop, after, identity). Raises ValueError naming the field
     that has not."""
-    def strings(v: Any) -> bool:
-        return type(v) is list and all(type(x) is str for x in v)
     if type(spec) is not dict:
         raise ValueError("its spec is no map")
     checks = {
-        "argv": strings(spec.get("argv")) and bool(spec.get("argv")),
+        "argv": is_str_list(spec.get("argv")) and bool(spec.get("argv")),
         "env": type(spec.get("env")) is dict
         and all(type(k) is str and type(v) is str for k, v in spec["env"].items()),
         "cwd": spec.get("cwd") is None or type(spec.get("cwd")) is str,
         "timeout": spec.get("timeout") is None
         or type(spec.get("timeout")) in (int, float),
         "stop": type(spec.get("stop")) is dict,
-        "after": strings(spec.get("after")),
+        "after": is_str_list(spec.get("after")),
         "identity": type(spec.get("identity", {})) is dict}
     bad = [name for name, ok in checks.items() if not ok]
     if bad:
