@@ -220,38 +220,41 @@ def _stop_deferred(args: Any) -> Iterator[None]:
         raise _Stopped()
 
 
+@contextmanager
+def _stop_signals_blocked() -> Iterator[set[Any]]:
+    """SIGINT and SIGTERM held pending (the set of both) until the block ends."""
+    import signal
+    both = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, both)
+    try:
+        yield both
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _calm(args: Any) -> None:
     """Before the down: Ctrl-C's own handler back (a Ctrl-C during it interrupts the
     down, whose daemons go on stopping), SIGTERM left to the handler that now adds
     nothing (a second one, as from a service manager, does not kill the down half-way),
     and the stop signals already pending dropped, all while they are blocked."""
     import signal
-    both = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, both)
-    try:
+    with _stop_signals_blocked() as both:
         args.stopping = True
         signal.signal(signal.SIGINT, signal.default_int_handler)
         while signal.sigtimedwait(both, 0) is not None:
             pass
         args.cmd = "down"   # an interruption from now on is the down's
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _foreground(args: Any) -> int:
     """Wait for SIGINT or SIGTERM, then ``tenure down``. Both are blocked while waited
-    for: sigwait takes only a pending signal."""
+    for (sigwait takes only a pending signal), and until the down is ready for them."""
     import signal
-    both = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, both)
-    try:
+    with _stop_signals_blocked() as both:
         print("tenure: running in the foreground; Ctrl-C stops everything",
               file=sys.stderr)
         signal.sigwait(both)
-        args.stopping = True   # one more, as the mask goes, adds nothing
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    _calm(args)
+        _calm(args)
     return cmd_down(args)
 
 
