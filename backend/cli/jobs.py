@@ -203,6 +203,12 @@ def _list(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     if args.state is not None:   # "" too: the backend names the states
         params["state"] = args.state
     r = call(args, "job.list", params)
+    out(args, r, render_list(r))
+    return OK
+
+
+def render_list(r: dict[str, Any]) -> str:
+    """The answer of ``job.list`` as a table, and where a list cut at its size stops."""
     rows = [[str(j["id"]), j["state"], f"{j['stack']}/{j['template']}", j["key"] or "-",
              str(j["attempt"]), _exit(j), dur(j["duration"]), when(j["submitted_at"])]
             for j in r["jobs"]]
@@ -211,8 +217,7 @@ def _list(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     if r.get("more"):   # a backend of before 'more' never cuts
         text += (f"\n(the list stops at job {r['jobs'][-1]['id']}: the answer holds at "
                  "most 2 MiB of records; narrow it with a target, --state or --limit)")
-    out(args, r, text)
-    return OK
+    return text
 
 
 def _show(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:

@@ -403,6 +403,8 @@ CASES: dict[str, Callable[[], str]] = {
             "owner": {"instance": "77c2d0b1-1e9d-4b0f-8d8e-51d0e2a7c3f4", "pid": 4410},
             "owner_release": {"running": "c0de" * 16, "error": None}}}),
     "job_show": lambda: jobs.render_show(JOB),
+    # a list cut at its answer's size says where it stops
+    "job_list_cut": lambda: jobs.render_list({"jobs": [JOB, PROVEN], "more": True}),
     "job_show_proven": lambda: jobs.render_show(PROVEN),
     "job_show_left_behind": lambda: jobs.render_show({**JOB, "history": [
         *JOB["history"][:2], {**JOB["history"][2], "detail": {"descendants": 2}}]}),
