@@ -38,6 +38,7 @@ from typing import Final, TypeVar
 from protocol.errors import BadRequest, ShuttingDown, StorageFailed
 
 from . import memtrim
+from .appcounts import AppCounts
 from .journalckpt import COMMIT_FRAMES, Checkpointer, checkpoint, frames_for, truncate
 from .journaldb import (
     FORMAT_VERSION,
@@ -187,8 +188,8 @@ class Journal:
         self._closed = False
         self._overflow: dict[LogSource, int] = {}
         self._overflow_total = 0
-        self._dropped_by_app: dict[tuple[str, str], int] = {}
-        self._written_by_app: dict[tuple[str, str], tuple[int, int]] = {}
+        self._dropped_by_app = AppCounts(1)    # lines (owner.appcounts: bounded)
+        self._written_by_app = AppCounts(2)    # lines, data bytes
         self.health = WriteHealth()   # whether writes work (owner.journalhealth)
         self._ckpt = Checkpointer(lambda: connect(self._path))
         self._give_back = GiveBack()   # free pages back to the disk (owner.journalvacuum)
@@ -261,29 +262,29 @@ class Journal:
         if n:
             self._overflow[source] = self._overflow.get(source, 0) + n
             self._overflow_total += n
-            app = (source.stack, source.app)
-            self._dropped_by_app[app] = self._dropped_by_app.get(app, 0) + n
+            self._dropped_by_app.add((source.stack, source.app), n)
 
     def _count_written_locked(self, batch: list[Queued]) -> None:
         for item in batch:
-            app = (item.source.stack, item.source.app)
-            lines, nbytes = self._written_by_app.get(app, (0, 0))
-            self._written_by_app[app] = (lines + len(item.lines), nbytes + item.data_bytes)
+            self._written_by_app.add((item.source.stack, item.source.app),
+                                     len(item.lines), item.data_bytes)
 
-    def written_by_app(self) -> dict[tuple[str, str], tuple[int, int]]:
+    def written_by_app(self) -> dict[tuple[str, str], tuple[int, ...]]:
         """(lines, data bytes) committed per (stack, app) since this Journal opened (never
-        reset; pruning and forgetting do not take them back)."""
+        reset; pruning and forgetting do not take them back; the apps of the last
+        owner.appcounts.APPS_MAX counted)."""
         with self._cond:
-            return dict(self._written_by_app)
+            return self._written_by_app.sums()
 
     def size_bytes(self) -> int:
         """Bytes the journal takes on disk: the database and its WAL. Raises nothing."""
         return on_disk(self._path)
 
     def dropped_by_app(self) -> dict[tuple[str, str], int]:
-        """Lines dropped per (stack, app) since this Journal opened (never reset)."""
+        """Lines dropped per (stack, app) since this Journal opened (never reset; the
+        apps of the last owner.appcounts.APPS_MAX counted)."""
         with self._cond:
-            return dict(self._dropped_by_app)
+            return {app: n for app, (n,) in self._dropped_by_app.sums().items()}
 
     def take_overflow(self) -> dict[LogSource, int]:
         """Return and reset the per-source dropped-line counts not reported yet."""
