@@ -427,7 +427,13 @@ class Supervisor:
 
     async def _launch(self, inst: im.Instance, launch_key: str) -> im.Event | None:
         app = inst.app
-        await self._left_stopped(f"{app.stack}/{app.name}/{inst.index}")
+        key = f"{app.stack}/{app.name}/{inst.index}"
+        if self.leaving(key):
+            await self._left_stopped(key)
+            if not self._still_starting(key, inst, launch_key):
+                log.info("%s: not launched: the instance was stopped or started anew "
+                         "while what its last run left running was stopped", launch_key)
+                return None
         env = {**app_env(self.base_env, app), "TENURE_STACK": app.stack,
                "TENURE_APP": app.name, "TENURE_INSTANCE": str(inst.index)}
         params = {"launch_key": launch_key, "stack": app.stack, "app": app.name,
@@ -575,6 +581,14 @@ class Supervisor:
         left nothing)."""
         while (left := self._left.get(key)) is not None:
             await asyncio.shield(left[1])
+
+    def _still_starting(self, key: str, inst: im.Instance, launch_key: str) -> bool:
+        """Whether ``inst`` still waits for the launch of ``launch_key``. A stop asked
+        while the launch waited found no process under the key (the owner had not seen
+        it: NotFound, so the instance is stopped), and a restart gave it a new key: sent
+        after that, the launch would run a process nobody tracks."""
+        return self.instances.get(key) is inst and inst.launch_key == launch_key \
+            and inst.state is im.State.STARTING
 
     async def _stop(self, launch_key: str) -> im.Event | None:
         """Stop ``launch_key``, asked again each second until the owner confirms it;

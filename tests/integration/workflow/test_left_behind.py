@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from backend.testing import sleeping
 from protocol.procfs import running, start_ticks
 
@@ -92,3 +94,29 @@ def test_a_stop_returns_once_what_the_last_run_left_is_stopped(cluster):
                                 "running", row
     assert cluster.cli("stop", "s/stub").code == 0
     assert not running(pid, ticks)
+
+
+@pytest.mark.parametrize("command", ["stop", "restart"])
+def test_a_stop_or_restart_during_the_wait_runs_no_untracked_copy(cluster, command):
+    """`tenure stop` while the restart waited for the last run's leftovers marked the
+    instance stopped, and the launch went out after it: its process ran untracked
+    (status said `stopped`; only `tenure down` ended it). `tenure restart` there ran
+    two copies."""
+    kid, first = cluster.home / "kid.pid", cluster.home / "first"
+    script = (f"if [ ! -e {first} ]; then touch {first}; setsid python3 -c '{STUBBORN}' & "
+              f"echo $! > {kid}; sleep 0.3; exit 1; fi; exec sleep 100023")
+    cluster.up(app("stub", script, "on-failure")
+               + "backoff = { initial = 0.1, max = 0.1 }\nstop = { timeout = 2 }\n")
+    pid, ticks = child(kid, cluster)
+    cluster.wait(lambda: cluster.apps()["s/stub/0"]["detail"] == "starting", 30,
+                 "the wait for the leftovers")
+    assert running(pid, ticks)
+    assert cluster.cli(command, "s/stub").code == 0
+    cluster.wait(lambda: not running(pid, ticks), 30, "the leftovers stopped")
+    row = cluster.apps()["s/stub/0"]
+    if command == "stop":
+        time.sleep(0.5)   # a launch sent after the wait would have run by now
+        assert sleeping("100023") == [] and cluster.apps()["s/stub/0"]["pid"] is None
+    else:
+        row = cluster.wait_ready(1)["s/stub/0"]
+        assert sleeping("100023") == [row["pid"]], (sleeping("100023"), row)

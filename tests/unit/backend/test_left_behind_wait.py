@@ -1,0 +1,76 @@
+"""A launch that waits until what the last run left running is stopped is withdrawn by
+a stop asked meanwhile.
+
+Was: the launch waited, then was sent whatever had happened since. A `tenure stop`
+during the wait found no process under the new launch key (the owner answers NotFound)
+and marked the instance stopped; the launch went out after it, and its process ran
+untracked: status said `stopped`, and only `tenure down` ended it. A `tenure restart`
+in the wait ran two copies of the app. Against the reconciler and a fake owner whose
+stop of the leftovers waits for the test; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from backend.config import parse_config
+from backend.instance import State
+from backend.supervisor import Supervisor
+from backend.testing import FakeOwner, no_sleep, until
+
+APP = ('[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
+       'backoff = { initial = 0, max = 0 }\n')
+KEY = "s/a/0"
+
+
+class SlowLeftovers(FakeOwner):
+    """The stop of a launch that exited (the stop of what it left running) waits until
+    ``leftovers_gone`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leftovers_gone = asyncio.Event()
+
+    async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
+                   epoch: int | None = None, timeout: float | None = None) -> Any:
+        if method == "stop" and params is not None and \
+                self.rows.get(params["launch_key"], {}).get("state") == "exited":
+            await self.leftovers_gone.wait()
+        return await super().call(method, params, epoch=epoch, timeout=timeout)
+
+
+@pytest.mark.parametrize("then_start", [False, True], ids=["stop", "restart"])
+def test_a_stop_during_the_wait_withdraws_the_launch(then_start: bool) -> None:
+    async def main() -> None:
+        owner = SlowLeftovers()
+        sup = Supervisor(owner, 1, sleep=no_sleep)
+        try:
+            app = parse_config(APP, "t").apps()[0]
+            sup.ensure(app, 0, True)
+            inst = sup.instances[KEY]
+            await until(lambda: inst.state is State.READY, "ready")
+            first = inst.launch_key
+            sup.on_observation({**owner.exit(first, 1), "descendants": 1})
+            await until(lambda: inst.state is State.STARTING and sup.leaving(KEY)
+                        and inst.launch_key != first, "waiting for the leftovers")
+            waiting = inst.launch_key
+            sup.ensure(app, 0, False)                  # tenure stop
+            await until(lambda: inst.state is State.STOPPED, "stopped")
+            if then_start:                             # tenure restart: stop, then start
+                sup.ensure(app, 0, True)
+                await until(lambda: inst.state is State.STARTING
+                            and inst.launch_key != waiting, "started again")
+            owner.leftovers_gone.set()
+            await until(lambda: not sup.leaving(KEY) and not sup._calls, "settled",
+                        turns=2_000)
+            launched = [p["launch_key"] for p in owner.sent("launch")]
+            assert waiting not in launched, launched
+            assert list(owner.live) == ([inst.launch_key] if then_start else [])
+            assert inst.state is (State.READY if then_start else State.STOPPED)
+        finally:
+            await sup.aclose()
+    asyncio.run(main())
