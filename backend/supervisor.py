@@ -228,7 +228,9 @@ class Supervisor:
         inst = self.instances[key]
         left = self._left.get(key)
         if left is not None:   # said beside why the run ended (explain.reason)
-            return f"stopping {left[0]} process(es) the last run left running"
+            said = f"stopping {left[0]} process(es) the last run left running"
+            return said if inst.state is not im.State.STARTING else \
+                "; ".join(filter(None, (_last_run(inst), said)))
         if inst.state is im.State.STOPPING:
             return self._stop_trouble.get(inst.launch_key)
         if inst.state is not im.State.STOPPED:
@@ -744,6 +746,15 @@ class Supervisor:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _last_run(inst: im.Instance) -> str | None:
+    """How the run before ``inst``'s launch under way ended, when it exited (a restart
+    that waits for what that run left running): explain.reason says nothing of a
+    starting instance."""
+    ended = inst.last_exit
+    return ended.text if ended is not None and ended.generation == inst.generation - 1 \
+        else None
 
 
 def _gave_up(inst: im.Instance) -> str:

@@ -58,6 +58,10 @@ def test_a_stop_during_the_wait_withdraws_the_launch(then_start: bool) -> None:
             await until(lambda: inst.state is State.STARTING and sup.leaving(KEY)
                         and inst.launch_key != first, "waiting for the leftovers")
             waiting = inst.launch_key
+            # status: why the run ended, and what it waits for (explain.reason says
+            # nothing of a starting instance)
+            assert sup.why(KEY) == "exited 1; stopping 1 process(es) the last run left " \
+                                   "running"
             sup.ensure(app, 0, False)                  # tenure stop
             await until(lambda: inst.state is State.STOPPED, "stopped")
             if then_start:                             # tenure restart: stop, then start
