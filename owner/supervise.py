@@ -350,8 +350,11 @@ class Launcher:
         # The event goes out first: a subscriber learns of the exit without waiting for
         # the write. If the owner died in between, the row still says running and
         # reconcile proves the process gone, so nothing is lost or invented.
-        left = self.procs.left_behind(key)   # named only when some are (the backend stops them)
         ended = {**status.to_wire(), "stopped": self.procs.stop_asked(key)}
+        # Named only when some are (the backend stops them), and not during a stop asked
+        # of the launch: that stop ends its group and descendants with it, and those
+        # the signal has not ended yet at the leader's exit were not left running.
+        left = 0 if ended["stopped"] else self.procs.left_behind(key)
         self.ring.emit("exit", launch_key=key, pid=pid, **ended,
                        **({"descendants": left} if left else {}))
         started = self.uncertain.get(key)
