@@ -26,7 +26,7 @@ from protocol.errors import BadRequest, IdentityMismatch
 from . import instance as im
 from .after_stop import DOWN, after_stop_bound
 from .instance_types import EXIT_REASON, ExitReason
-from .model import Config
+from .model import App, Config, ReadyKind
 from .store import BackendStore
 from .supervisor import Supervisor, instance_key
 
@@ -118,8 +118,8 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
             inst.exits = dict(old.exits)
         sup.instances[key] = inst
         # adopting starts nothing; _resume below re-arms probes
-        inst.handle(im.Adopt(row["pid"], row["start_ticks"], False, row["generation"],
-                             restarts, _age(row)), now)
+        inst.handle(im.Adopt(row["pid"], row["start_ticks"], _told_ready(app, row),
+                             row["generation"], restarts, _age(row)), now)
         sup.by_launch[lk] = key
         sup.dirty.add(key)
     result.adopted = sup.inventory()
@@ -129,6 +129,15 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
             result.missing.append(inst.launch_key)
     _resume(sup, result, now)
     return result
+
+
+def _told_ready(app: App, row: dict[str, Any]) -> bool:
+    """Whether the owner says the process of its live launch ``row`` sent READY=1, for
+    an app whose readiness is that: adopted without a saved state (backend.db lost or
+    damaged), it is ready, not held to a new ready timeout it can never meet (it said
+    READY once). An owner restarted since, or one that predates saying it: False, and
+    the timeout applies as before."""
+    return app.ready.kind is ReadyKind.NOTIFY and row.get("ready_notified") is True
 
 
 def _restarts_since(old: im.Instance, generation: int) -> int:

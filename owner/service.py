@@ -340,8 +340,9 @@ class OwnerService:
         and start them again."""
         await self.launcher.settle()
         stack = call.params["stack"]
-        rows = [r.to_wire() for r in self.launcher.live.values()
-                if stack is None or r.stack == stack]
+        ready = self.launcher.ready_notified
+        rows = [{**r.to_wire(), **({"ready_notified": True} if r.launch_key in ready else {})}
+                for r in self.launcher.live.values() if stack is None or r.stack == stack]
         uncertain = [r.to_wire() for r in self.launcher.uncertain.values()
                      if stack is None or r.stack == stack]
         return {"owner": self.identity.to_wire(), "epoch": self.epoch, "launches": rows,

@@ -71,6 +71,8 @@ class Launcher:
         self.sockets = SocketHolder()
         self.fdstore = FdStore()
         self.socket_users: dict[str, tuple[str, ...]] = {}  # live launch -> socket keys
+        # live launches that sent READY=1 to this owner (inventory's ``ready_notified``)
+        self.ready_notified: set[str] = set()
         self.drainers: dict[tuple[str, str], PipeDrainer] = {}   # (launch key, stream)
         # What owner.db lists as tracked descendants: written only when the set changes.
         self._recorded: dict[tuple[int, int], str] = {}
@@ -345,6 +347,7 @@ class Launcher:
             return
         row = self.live.pop(key, None)
         self.socket_users.pop(key, None)
+        self.ready_notified.discard(key)
         if row is not None and row.pgid is not None:
             self._by_pgid.pop(row.pgid, None)
         # The event goes out first: a subscriber learns of the exit without waiting for
@@ -376,6 +379,8 @@ class Launcher:
         """Owns ``fds`` (those of an ``FDSTORE=1`` message): stored or closed."""
         self.ring.emit("notify", launch_key=key, pid=sender, fields=fields)
         row = self.live.get(key)
+        if row is not None and fields.get("READY") == "1":
+            self.ready_notified.add(key)
         store: StoreKey | None = None if row is None else (row.stack, row.app, row.instance)
         name = fields.get("FDNAME", DEFAULT_FDNAME)
         if fields.get("FDSTORE") == "1":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -146,3 +147,35 @@ def test_a_damaged_operation_row_blocks_the_recovery_at_once_naming_it(cluster):
     tried = set(cluster.layout.logs.glob("backend-*.log")) - before
     assert len(tried) == 1, sorted(tried)          # one generation tried, none retried
     assert cluster.pids() == apps and backend_procs(cluster.home) == []
+
+
+NOTIFIER = ('[stacks.n.apps.notifier]\ncommand = ["sh", "-c", "systemd-notify --ready; '
+            'exec sleep infinity"]\nready = { kind = "notify", timeout = 2 }\n')
+
+
+def test_an_app_that_said_ready_is_adopted_ready_without_backend_db(cluster, tmp_path):
+    """An app whose readiness is READY=1, adopted with backend.db set aside, was held to
+    a new ready timeout it could never meet (it had said READY once): restarted by the
+    recovery that promised to adopt every app as it runs. The owner says which live
+    launches sent READY=1."""
+    applied = config(sleepers=1) + NOTIFIER
+    cluster.up(applied)
+    cluster.wait_ready(2)
+    apps = cluster.pids()
+    with cluster.owner() as owner:
+        inventory = owner.call("inventory")["launches"]
+    said = {r["app"]: r.get("ready_notified") for r in inventory}
+    assert said == {"notifier": True, "sleeper": None}, said
+    stop_cluster_guardian(cluster, signal.SIGTERM)
+    db = cluster.layout.home / "backend" / "backend.db"
+    _damage(db)
+    assert cluster.cli("up").code != 0              # the guardian: recovery blocked
+    db.rename(db.with_name("backend.db.damaged"))
+    given = tmp_path / "applied.toml"
+    given.write_text(applied)
+    done = cluster.cli("backend", "recover", "--config", str(given))
+    assert done.code == 0, (done.out, done.stderr)
+    cluster.wait_ready(2)
+    time.sleep(3)                                    # past the ready timeout
+    row = cluster.apps()["n/notifier/0"]
+    assert row["state"] == "ready" and cluster.pids() == apps, (row, cluster.pids(), apps)
