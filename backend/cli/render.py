@@ -391,8 +391,9 @@ def _unsettled(r: dict[str, Any], inst: dict[str, str]) -> str:
     if r.get("settled", True):
         return ""
     if r.get("handed_over"):
-        return ("\n(every instance was restarted; the backend handed over to its next "
-                "generation before the last was ready: `tenure status` shows it)")
+        return ("\n(every instance was restarted; a backend handoff began before the "
+                "last was ready, and the roll answers at its start: `tenure status` "
+                "shows the last come up, under whichever generation serves)")
     if r.get("withdrawn"):
         return (f"\n(the roll stopped at {at}: a later command stopped it, a stop, a stack "
                 "stop or an apply, so it was not started again here)")
