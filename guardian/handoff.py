@@ -208,11 +208,14 @@ class _Handoff:
             await asyncio.to_thread(self.co.release, target)
         except (TenureError, OSError) as exc:
             err = exc if isinstance(exc, TenureError) else StateCorrupt(str(exc))
+            mend = "install a copy of it signed by a trusted key (docs/releases.md, " \
+                "\"Requiring signed releases\")" if err.code_str == "BAD_SIGNATURE" \
+                else "`tenure release install` it again"
             raise type(err)(
                 f"release {target}, the one to roll back to if the handoff fails after "
-                f"the fence, cannot be restored: {err.msg}. `tenure release install` it "
-                "again (or, while no backend runs, `tenure release select` another); "
-                "nothing was changed", {**err.data, "rollback_target": target}) from exc
+                f"the fence, cannot be restored: {err.msg}. {mend} (or, while no backend "
+                "runs, `tenure release select` another); nothing was changed",
+                {**err.data, "rollback_target": target}) from exc
 
     async def take_early(self) -> None:
         if self.early is not None:

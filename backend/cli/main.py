@@ -341,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     except BadRequest as exc:
         return _fail(args, exc, Exit.USAGE)
     except TenureError as exc:
-        return _fail(args, exc, Exit.ERROR)
+        from .releases import unverified
+        return _fail(args, unverified(exc), Exit.ERROR)
     except KeyboardInterrupt:
         return _interrupted(args)
     except BrokenPipeError:

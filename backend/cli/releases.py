@@ -13,7 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["cli_against", "release_command", "resolve_release"]
+__all__ = ["cli_against", "release_command", "resolve_release", "unverified"]
 
 
 def release_command(args: Any, guardian: Any, out: Any) -> int:
@@ -204,3 +204,31 @@ def _version_key(v: str) -> tuple[int, ...]:
         if digits != part:
             break
     return tuple(out)
+
+
+def unverified(exc: TenureError) -> TenureError:
+    """``exc`` said with the release it is about and the way out, when it says an
+    installed release does not verify: a file of its copy differs or is missing
+    (STATE_CORRUPT naming the file: installing it again from its sealed directory mends
+    the copy), or it is unsigned or badly signed while trusted release keys are set
+    (BAD_SIGNATURE naming the signature file). The guardian says only what failed
+    (`content of lib/x.py does not match RUNTIME.json`), which names no release; one
+    that says more already (the rollback target's) is left as it is."""
+    rid = exc.data.get("release")
+    file = exc.data.get("file")
+    if not isinstance(rid, str) or not isinstance(file, str) or \
+            "rollback_target" in exc.data or exc.msg.startswith("release "):
+        return exc
+    if exc.code_str == "BAD_SIGNATURE":
+        then = ("trusted release keys are set (runtime/trusted-release-keys), so only a "
+                "release signed by one of them runs: seal the same tree with `tenure "
+                "release seal OUT --sign-key KEY.pem` and `tenure release install OUT` "
+                "(the same id: the installed copy gets its signature), or take the key "
+                "out of that file (docs/releases.md, \"Requiring signed releases\")")
+    elif exc.code_str == "STATE_CORRUPT":
+        then = ("its installed copy is damaged: `tenure release install` it again from "
+                "its sealed directory, which replaces the copy")
+    else:
+        return exc
+    exc.msg = f"release {rid[:12]} does not verify: {exc.msg}; {then}"
+    return exc

@@ -67,3 +67,41 @@ def test_a_sign_key_that_is_no_ed25519_key_is_refused_and_seals_nothing(short_ho
         assert r.returncode == 2 and err["code"] == "BAD_REQUEST", r
         assert says in err["msg"] and str(key) in err["msg"]
         assert not out.exists()
+
+
+def _current(cluster) -> str:
+    listed = cluster.cli("release", "list", check=True).out["releases"]
+    return next(r["release"] for r in listed if r["current"])
+
+
+def test_a_release_that_does_not_verify_is_named_with_its_way_out(cluster):
+    """`release verify` said only `STATE_CORRUPT: content of lib/x.py does not match
+    RUNTIME.json` (no release, nothing to do), and an unsigned one `release is not
+    signed` once keys were trusted."""
+    cluster.up()
+    rid = _current(cluster)
+    keys = cluster.layout.runtime / "trusted-release-keys"
+    keys.write_text(_pinned(Ed25519PrivateKey.generate()) + "\n")
+    os.chmod(keys, 0o600)
+    unsigned = cluster.cli("release", "verify", rid)
+    err = unsigned.out["error"]
+    assert unsigned.code == 1 and err["code"] == "BAD_SIGNATURE", unsigned
+    assert err["msg"].startswith(f"release {rid[:12]} does not verify: "), err
+    assert "--sign-key KEY.pem" in err["msg"] and "trusted-release-keys" in err["msg"]
+    keys.unlink()
+
+    victim = cluster.layout.releases / rid / "lib" / "backend" / "explain.py"
+    mode, text = victim.stat().st_mode, victim.read_bytes()
+    os.chmod(victim, 0o644)
+    victim.write_bytes(text + b"# edited\n")
+    try:
+        damaged = cluster.cli("release", "verify", rid)
+        err = damaged.out["error"]
+        assert damaged.code == 1 and err["code"] == "STATE_CORRUPT", damaged
+        assert err["msg"] == (f"release {rid[:12]} does not verify: content of "
+                              "lib/backend/explain.py does not match RUNTIME.json; its "
+                              "installed copy is damaged: `tenure release install` it "
+                              "again from its sealed directory, which replaces the copy")
+    finally:
+        victim.write_bytes(text)
+        os.chmod(victim, mode & 0o7777)

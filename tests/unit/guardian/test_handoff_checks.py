@@ -30,7 +30,7 @@ from guardian.service import GuardianService
 from guardian.testing import FakeCoordinator, run_on
 from guardian.trust import verified_release
 from protocol.durable import open_sqlite
-from protocol.errors import CapabilityMissing, NotFound, StateCorrupt
+from protocol.errors import BadSignature, CapabilityMissing, NotFound, StateCorrupt
 from protocol.handover import OWNER_CONTRACTS
 
 OLD, NEW = "a" * 64, "b" * 64
@@ -175,6 +175,29 @@ def test_an_upgrade_that_could_not_roll_back_is_refused_in_checked(
         assert result["receipts"][-1]["detail"]["rollback_target"] == OLD
         assert_untouched(co, incumbent, epoch, result)
         assert co.blocked is None
+    run(go, tmp_path)
+
+
+def test_an_unsigned_rollback_target_is_said_with_how_to_sign_it(tmp_path: Path) -> None:
+    """With trusted release keys set, an unsigned rollback target was told to be
+    installed again, which cannot help: the same unsigned copy would be refused."""
+    async def go(co: FakeCoordinator) -> None:
+        incumbent = await in_control(co)
+        fake = co.release
+
+        def release(release_id: str) -> Any:
+            if release_id == OLD:
+                raise BadSignature(f"{release_id}: release is not signed",
+                                   {"file": "RUNTIME.json.sig", "release": release_id})
+            return fake(release_id)
+        co.release = release  # type: ignore[method-assign]
+        epoch = co.world.epoch
+        result = await upgrade(co, NEW, check_only=True)
+        act = result["activation"]
+        assert (act["phase"], act["code"]) == ("aborted", "BAD_SIGNATURE"), act
+        assert "install a copy of it signed by a trusted key (docs/releases.md" \
+            in act["error"] and "`tenure release install` it again" not in act["error"]
+        assert_untouched(co, incumbent, epoch, result)
     run(go, tmp_path)
 
 
