@@ -16,7 +16,7 @@ from protocol.errors import (
     StalePlan,
     TenureError,
 )
-from protocol.procfs import described, read_stat, running, silence
+from protocol.procfs import described, read_stat, running
 from protocol.schema import Field, Schema, check_int, check_name
 from protocol.server import Call, Method
 from protocol.window import refuse_in_window
@@ -111,6 +111,10 @@ S_STACK = Schema(Field("stack", str, check=check_name(64)))
 S_DRAIN = Schema(Field("timeout", float, required=False, default=30.0,
                        check=check_int(0, 86400)))
 S_CHECKPOINT = Schema(Field("path", str))
+
+OWNER_GONE_NEXT = ("its apps may still run, unsupervised: `tenure owner reconcile "
+                   "--prepare` lists them (docs/reconcile.md)")
+"""What `status` says after the owner's pid is gone."""
 
 
 class Api(InstanceCommands, StackCommands, LogsReading):
@@ -308,7 +312,10 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         link = self.gen.link.to_wire(time.time())
         ident = self.gen.owner_identity
         if (failed or not link["current"]) and ident is not None:
-            link["process"] = silence(ident.pid)
+            st = read_stat(ident.pid)
+            link["process"] = described(ident.pid, st)
+            if st is None or st.zombie:   # it died: what it ran may run on, unsupervised
+                link["next"] = OWNER_GONE_NEXT
         return link
 
     def _require_owner(self, what: str) -> None:

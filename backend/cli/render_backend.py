@@ -194,8 +194,9 @@ def owner_link(link: dict[str, Any], prefix: str = "owner: ") -> str:
     else:
         since = time.strftime("%H:%M:%S", time.localtime(link["since"]))
         why = f": {link['reason']}" if link.get("reason") else ""
-        if link.get("process"):
-            why += f"; {link['process']}"
+        for said in ("process", "next"):   # next: what to do (an owner gone)
+            if link.get(said):
+                why += f"; {link[said]}"
         text = paint(f"{prefix}{state.upper()} since {since}{why}", "red") + f"; {age}"
     if not link["current"]:
         text += " — the states below are what was last seen, not the present"

@@ -57,6 +57,9 @@ def test_status_after_owner_kill_shows_unknown_and_exits_5(cluster):
     assert res.code == 5, res.out
     link = res.out["owner_link"]
     assert link["state"] in ("reconnecting", "lost") and link["current"] is False
+    assert link["process"] in (f"pid {owner} is gone", f"pid {owner} has exited"), link
+    assert "`tenure owner reconcile --prepare` lists them" in link["next"], link
+    assert "`tenure owner reconcile --prepare`" in cluster.cli_text("status", expect=5)
     assert {r["state"] for r in res.out["apps"]} == {"unknown"}
     assert {r["last_state"] for r in res.out["apps"]} == {"ready"}
     # the guardian looks at the owner once a second: its view may lag the backend's
