@@ -220,7 +220,8 @@ class Client(_Common):
             raise RequestTimedOut(f"{method}: no answer in time", request_id=rid) from None
         except (OSError, TransportLost, ProtocolError) as exc:
             self._drop()
-            raise TransportLost(f"{method}: connection lost ({exc})", request_id=rid) from None
+            raise TransportLost(f"{method}: connection lost ({exc})", {"path": str(self.path)},
+                                request_id=rid) from None
         if msg.err is not None:
             if msg.id is None:
                 self._drop()

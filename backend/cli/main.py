@@ -17,6 +17,7 @@ from protocol.errors import (
     ConnectFailed,
     OwnerUnavailable,
     TenureError,
+    TransportLost,
 )
 from protocol.startup import help_formatter
 
@@ -340,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(args, _silent_daemon(exc), Exit.UNREACHABLE)
     except BadRequest as exc:
         return _fail(args, exc, Exit.USAGE)
+    except TransportLost as exc:
+        return _fail(args, _lost_daemon(exc), Exit.ERROR)
     except TenureError as exc:
         from .releases import unverified
         return _fail(args, unverified(exc), Exit.ERROR)
@@ -447,6 +450,26 @@ def _hint(exc: TenureError, args: Any) -> str:
 
 
 _DAEMONS = {"guardian.sock": "guardian", "owner.sock": "owner"}
+
+_AFTER_LOSS = {"guardian": "`tenure up` starts it again, and `tenure backend status` then "
+                           "says how what was asked of it ended",
+               "owner": "`tenure status` says what became of its apps and what to do"}
+
+
+def _lost_daemon(exc: TenureError) -> TenureError:
+    """A connection to the guardian or the owner lost during a call: when that daemon no
+    longer runs (killed, crashed), the error says so and what to run next, instead of
+    only 'connection lost'."""
+    path = str(exc.data.get("path") or "")
+    module = _DAEMONS.get(os.path.basename(path))
+    if module is None:
+        return exc
+    from .everyday import runs
+    if runs(path, module) is not False:
+        return exc
+    exc.msg += (f"; the {module} went away during the call and is not running now: "
+                f"{_AFTER_LOSS[module]}")
+    return exc
 
 
 def _silent_daemon(exc: TenureError) -> TenureError:

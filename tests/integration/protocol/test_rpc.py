@@ -157,6 +157,7 @@ def test_killed_server_gives_transport_lost_with_the_id_then_reconnect(start_ser
         c.call("sleep", {"seconds": 30})
     t.join()
     assert e.value.request_id == 41 and e.value.data["request_id"] == 41
+    assert e.value.data["path"] == str(s.path)   # the command line names the daemon
     assert not c.connected
     start_server()  # the stale socket file is replaced: nobody answered on it
     assert c.call("echo", {"again": 1}) == {"again": 1}
