@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from .instance import Instance
 
 __all__ = ["Check", "ErrorSource", "LastError", "LastExit", "LastProbe", "decode",
-           "launch_error", "reason", "signal_name", "stop_unconfirmed", "unanswered"]
+           "last_run", "launch_error", "limit_hit", "reason", "signal_name",
+           "stop_unconfirmed", "unanswered"]
 
 MAX_TEXT = 1000
 
@@ -169,7 +170,28 @@ def reason(inst: Instance) -> str | None:
     """One short line on why ``inst`` is not simply up, or None when there is nothing to
     say: a readiness probe failing while it starts, a health check failing while it
     runs, or why its last run ended (launch error, exit, failed probe) while it waits to
-    restart, has given up or has exited."""
+    restart, has given up or has exited; given up at its start limit, that limit
+    after it (`exited 3; start limit hit (5 starts within 60s)`: `failed` alone did not
+    say the restarts were over)."""
+    said = last_run(inst)
+    limit = limit_hit(inst)
+    if limit is None:
+        return said
+    return limit if said in (None, "start limit hit") else f"{said}; {limit}"
+
+
+def limit_hit(inst: Instance) -> str | None:
+    """``start limit hit (5 starts within 60s)`` for an instance that gave up at its
+    start limit, else None."""
+    from .instance import Outcome, State  # the instance module imports this one
+    if inst.state is not State.FAILED or inst.last_outcome is not Outcome.START_LIMIT_HIT:
+        return None
+    limit = inst.app.start_limit
+    return f"start limit hit ({limit.burst} starts within {limit.interval:g}s)"
+
+
+def last_run(inst: Instance) -> str | None:
+    """:func:`reason` without the start limit: how the last run ended, or what fails."""
     from .instance import Outcome, State  # the instance module imports this one
 
     g = inst.generation

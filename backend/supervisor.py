@@ -760,6 +760,6 @@ def _last_run(inst: im.Instance) -> str | None:
 def _gave_up(inst: im.Instance) -> str:
     """The tenure line for an app whose start limit was hit."""
     limit = inst.app.start_limit
-    why = explain.reason(inst)
+    why = explain.last_run(inst)
     return (f"start limit hit ({limit.burst} starts within {limit.interval:g}s), not "
             f"restarting{': ' + why if why and why != 'start limit hit' else ''}")

@@ -115,7 +115,7 @@ def test_reason_of_a_program_that_cannot_start_survives_the_start_limit() -> Non
     r.feed(Start())
     failing_launches(r)
     assert r.inst.last_outcome is Outcome.START_LIMIT_HIT
-    assert reason(r.inst) == SPAWN["text"]
+    assert reason(r.inst) == SPAWN["text"] + "; start limit hit (5 starts within 60s)"
     assert r.inst.last_error is not None and r.inst.last_exit is None
 
 
@@ -272,6 +272,9 @@ class RefusingOwner(FakeOwner):
         return super()._logs_note(p)
 
 
+LIMIT = "; start limit hit (2 starts within 60s)"   # said once it gave up
+
+
 @pytest.mark.parametrize("explains,notes", [(True, True), (False, False)])
 def test_the_reconciler_records_why_with_a_new_and_with_an_older_owner(explains: bool,
                                                                         notes: bool) -> None:
@@ -282,14 +285,14 @@ def test_the_reconciler_records_why_with_a_new_and_with_an_older_owner(explains:
         assert inst.last_error is not None and inst.last_error.generation == 2
         if explains:
             assert (reason(inst), inst.last_error.errno, inst.last_error.source) == (
-                SPAWN["text"], "ENOENT", ErrorSource.OWNER)
+                SPAWN["text"] + LIMIT, "ENOENT", ErrorSource.OWNER)
             assert [n["text"] for n in owner.notes] == [
                 "start limit hit (2 starts within 60s), not restarting: " + SPAWN["text"]]
             assert sup.owner_notes
         else:   # an older owner: its message, and the field says where it came from
             assert (reason(inst), inst.last_error.errno, inst.last_error.source) == (
-                "launch refused: cannot start '/x/y': No such file or directory (/x/y)",
-                None, ErrorSource.MESSAGE)
+                "launch refused: cannot start '/x/y': No such file or directory (/x/y)"
+                + LIMIT, None, ErrorSource.MESSAGE)
             assert owner.notes == [] and not sup.owner_notes
             assert len(owner.sent("logs.note")) == 1   # asked once, then never again
     asyncio.run(main())

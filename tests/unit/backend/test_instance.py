@@ -455,6 +455,7 @@ def test_a_start_limit_hit_through_probes_says_what_failed(cause: Outcome,
         if r.inst.state is State.BACKOFF:
             r.fire(Timer.BACKOFF)
     assert (r.inst.last_outcome, r.inst.gave_up_after) == (Outcome.START_LIMIT_HIT, cause)
+    said += "; start limit hit (2 starts within 60s)"
     assert reason(r.inst) == said
     back = Instance.from_wire(json.loads(json.dumps(r.inst.to_wire())), r.inst.app)
     assert (back.gave_up_after, reason(back)) == (cause, said)
