@@ -253,6 +253,10 @@ class App(Struct, frozen=True):
         """Digest of everything that shapes a running process; a change means restart.
         (Instance count, restart policy and health alone do not need one, nor a held
         socket's settings: :meth:`socket_settings`.)"""
+        return canonical_digest(self.definition())
+
+    def definition(self) -> dict[str, Any]:
+        """What :meth:`definition_digest` digests, by config key."""
         shape: dict[str, Any] = {"command": list(self.command), "env": dict(self.env),
                                  "cwd": self.cwd, "stop": plain(self.stop),
                                  "ready": plain(self.ready)}
@@ -265,7 +269,7 @@ class App(Struct, frozen=True):
             shape["sockets"] = [{"name": s.name, "listen": s.listen} for s in self.sockets]
         if self.fd_store_max:
             shape["fd_store_max"] = self.fd_store_max
-        return canonical_digest(shape)
+        return shape
 
     def socket_settings(self) -> dict[str, tuple[Any, ...]]:
         """Per socket name, what the owner can change on the socket it holds (backlog,

@@ -116,9 +116,11 @@ def _changes(old: Config, new: Config, running: Running | None, retune: Retune |
             # the new definition (and one it removes is not restarted first)
             kept = min(n.instances, o.instances)
             if kept:
+                keys = _differ(n.definition(), o.definition()) if defined else []
                 changes.append({"action": "restart", "app": key, "instances": kept,
-                                "reason": "definition changed" if defined else
-                                "socket settings changed"})
+                                "reason": _said("definition", keys) if defined else
+                                "socket settings changed",
+                                **({"changed": keys} if keys else {})})
         elif r is not None:
             changes += _stale(n, r)
         if n.instances != o.instances:
@@ -127,7 +129,8 @@ def _changes(old: Config, new: Config, running: Running | None, retune: Retune |
         elif r is not None and set(r) != set(range(n.instances)):
             changes.append({"action": "scale", "app": key, "from": len(r),
                             "to": n.instances})
-        changes += _updates(key, _policy(n) != _policy(o), (retune or {}).get(key, []))
+        changes += _updates(key, _differ(_policy(n), _policy(o)),
+                            (retune or {}).get(key, []))
     gone = set(old_apps) | set(running or {})
     for key in sorted(gone - set(new_apps)):
         count = len(running[key]) if running and key in running else old_apps[key].instances
@@ -135,16 +138,30 @@ def _changes(old: Config, new: Config, running: Running | None, retune: Retune |
     return changes
 
 
-def _updates(key: str, policy: bool, sockets: list[str]) -> list[dict[str, Any]]:
-    """The update of app ``key``: its policy, and held sockets changed in place."""
+def _updates(key: str, policy: list[str], sockets: list[str]) -> list[dict[str, Any]]:
+    """The update of app ``key``: the keys of its policy that changed, and held sockets
+    changed in place."""
     if not policy and not sockets:
         return []
-    reason = " and ".join(why for why, yes in (("policy", policy), ("socket settings",
-                                                                   sockets)) if yes)
-    out: dict[str, Any] = {"action": "update", "app": key, "reason": f"{reason} changed"}
+    reason = "; ".join(said for said, yes in ((_said("policy", policy), policy),
+                                              ("socket settings changed", sockets)) if yes)
+    out: dict[str, Any] = {"action": "update", "app": key, "reason": reason}
+    if policy:
+        out["changed"] = policy
     if sockets:
         out["sockets"] = sorted(sockets)
     return [out]
+
+
+def _differ(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
+    """The config keys whose values differ between two apps' ``new`` and ``old`` (their
+    names only: an env value may be a secret)."""
+    return sorted(k for k in new.keys() | old.keys() if new.get(k) != old.get(k))
+
+
+def _said(what: str, keys: list[str]) -> str:
+    """``definition changed: command, env``."""
+    return f"{what} changed" + (f": {', '.join(keys)}" if keys else "")
 
 
 SETTINGS = ("settings", "metrics", "retention")

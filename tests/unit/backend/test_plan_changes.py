@@ -14,15 +14,32 @@ def _changes(after: str) -> list[dict]:
 
 def test_a_socket_or_fd_store_change_is_a_restart_and_not_also_an_update():
     """Was: `restart … (definition changed)` and a spurious `update … (policy changed)`."""
-    for extra in ('[stacks.s.apps.a.sockets.http]\nlisten = "127.0.0.1:18080"\n',
-                  "fd_store_max = 4\n"):
+    for extra, key in (('[stacks.s.apps.a.sockets.http]\nlisten = "127.0.0.1:18080"\n',
+                        "sockets"), ("fd_store_max = 4\n", "fd_store_max")):
         assert _changes(BASE + extra) == [{"action": "restart", "app": "s/a", "instances": 1,
-                                   "reason": "definition changed"}], extra
+                                           "reason": f"definition changed: {key}",
+                                           "changed": [key]}], extra
+
+
+def test_a_plan_names_the_keys_that_changed_never_their_values():
+    """Was `restart s/a (definition changed)`, `update s/a (policy changed)`: which key
+    was left to guess. An env value may be a secret: only its key is named."""
+    after = BASE.replace('["srv"]', '["srv", "-v"]')
+    assert after != BASE
+    changes = _changes(after + 'env = { TOKEN = "s3cret" }\nrestart = "never"\n'
+                       'backoff = { initial = 2 }\n')
+    assert changes == [
+        {"action": "restart", "app": "s/a", "instances": 1,
+         "reason": "definition changed: command, env", "changed": ["command", "env"]},
+        {"action": "update", "app": "s/a", "reason": "policy changed: backoff, restart",
+         "changed": ["backoff", "restart"]}]
+    assert "s3cret" not in str(changes)
 
 
 def test_a_policy_change_is_an_update_only():
     assert _changes(BASE + 'restart = "never"\n') == [
-        {"action": "update", "app": "s/a", "reason": "policy changed"}]
+        {"action": "update", "app": "s/a", "reason": "policy changed: restart",
+         "changed": ["restart"]}]
 
 
 def test_rolling_restarts_go_along_after():
@@ -64,7 +81,8 @@ def test_a_held_sockets_backlog_mode_or_owner_is_changed_in_place_not_by_a_resta
 def test_with_the_policy_too_it_is_one_update():
     assert _socket_changes(SOCK, 'restart = "never"\n' + SOCK + "backlog = 16\n",
                            [HELD])[0] == {"action": "update", "app": "s/a", "reason":
-                                          "policy and socket settings changed",
+                                          "policy changed: restart; socket settings "
+                                          "changed", "changed": ["restart"],
                                           "sockets": ["http"]}
 
 
@@ -94,7 +112,7 @@ def test_a_new_address_or_name_is_still_a_restart():
     for new in (moved, renamed):
         assert _socket_changes(SOCK, new, [HELD])[0] == {
             "action": "restart", "app": "s/a", "instances": 1,
-            "reason": "definition changed"}, new
+            "reason": "definition changed: sockets", "changed": ["sockets"]}, new
 
 
 def test_socket_updates_come_after_every_restart():
