@@ -486,7 +486,10 @@ class ProcessTable:
         again)."""
         if entry.looks >= LAST_LOOKS:
             self._never_settled.update(unsettled)
-            log.warning("children %s of the owner could not be attributed when %s exited",
+            log.warning("children %s of the owner belong to no launch it can tell (they "
+                        "left their group and session and cleared their environment; "
+                        "looked for at the exit of %s, which may not be theirs): they "
+                        "are stopped as unclaimed at shutdown (docs/owner.md)",
                         [pid for pid, _ in unsettled], entry.key)
             return False
         entry.looks += 1
