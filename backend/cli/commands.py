@@ -488,6 +488,7 @@ def cmd_backend(args: Any) -> int:
     with _guardian(args) as g:
         if args.action == "status":
             r = g.call("status")
+            _why_silent(r.get("backend"))
             r["recovery"] = _uncertifiable(args, r, render.recovery_state(r))
             r["owner_release"] = _owner_release(args)
             r["cli"] = cli_against(_layout(args), (r.get("selector") or {}).get("current"))
@@ -520,6 +521,14 @@ def cmd_backend(args: Any) -> int:
     if isinstance(act, dict) and act.get("outcome") not in (None, "success", "check-only"):
         return ERROR
     return current(r) if args.action == "status" else OK
+
+
+def _why_silent(b: dict[str, Any] | None) -> None:
+    """A living backend the guardian finds not answering: ``process``, what /proc says
+    of it (stopped: with the kill -CONT that continues it), as `tenure status` says."""
+    from .render_backend import not_answering, why_silent
+    if b is not None and not_answering(b) is not None:
+        b["process"] = why_silent(b.get("pid"))
 
 
 def _queue_given(args: Any, guardian: Client) -> str | None:

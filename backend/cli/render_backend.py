@@ -57,7 +57,8 @@ def _liveness(b: dict[str, Any]) -> str:
     silent = not_answering(b)
     if silent is None:
         return "alive"
-    return paint(f"alive, {silent}: hung or overloaded, see docs/recover.md", "red")
+    why = b.get("process") or "hung or overloaded, see docs/recover.md"
+    return paint(f"alive, {silent}: {why}", "red")
 
 
 def backend(action: str, r: dict[str, Any]) -> str:

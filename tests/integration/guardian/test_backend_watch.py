@@ -205,6 +205,10 @@ def test_a_stopped_generation_is_reported_alive_but_not_answering(cluster) -> No
         assert "no answer within" in b["unanswered_why"]
         text = cluster.cli_text("backend", "status")
         assert "alive, NOT ANSWERING for" in text, text
+        stopped = f"pid {pid} is stopped (SIGSTOP or a debugger); kill -CONT {pid}"
+        assert stopped in text, text   # said `hung or overloaded`, as status did not
+        said = cluster.cli("backend", "status").out["backend"]["process"]
+        assert said.startswith(stopped), said
         res = cluster.cli("status", timeout=60)
         assert res.code == 3 and res.out["diagnostics"]["backend"]["answering"] is False
         text = cluster.cli_text("status", expect=3)
