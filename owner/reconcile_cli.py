@@ -95,8 +95,16 @@ def _drain_text(done: dict[str, Any], proven: list[str]) -> str:
     return "\n".join([
         f"stopped {counted(done['stopped'], 'sealed process', 'sealed processes')} "
         f"({done['gone_already']} had exited already{killed})", *joined, *refused,
-        f"reconciled: {proven_gone(len(proven))}; `tenure up` (or starting "
-        "tenure-owner.service) may start the owner once"])
+        f"reconciled: {proven_gone(len(proven))}{_unrecorded(done)}; `tenure up` (or "
+        "starting tenure-owner.service) may start the owner once"])
+
+
+def _unrecorded(done: dict[str, Any]) -> str:
+    """What the count of launches proven gone leaves out: the unrecorded launches the
+    drain stopped (owner.db does not name them, so no row of it is proven gone)."""
+    n = done.get("unrecorded") or 0
+    return f" in owner.db, and {counted(n, 'unrecorded launch', 'unrecorded launches')} " \
+        "stopped above" if n else ""
 
 
 def proven_gone(n: int) -> str:

@@ -177,9 +177,11 @@ def drain(paths: OwnerPaths, digest: str, grace: float = GRACE,
           sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Stop exactly the sealed processes, and the children their still running leaders
     forked since the seal (see the module). Returns ``{stopped, gone_already, joined,
-    killed, cgroup_kill_failed}``: ``joined``, the pids that joined a sealed group since
-    the seal; ``cgroup_kill_failed``, cgroups whose ``cgroup.kill`` the kernel refused,
-    with the error (the reconcile that follows proves whether anything is left).
+    killed, cgroup_kill_failed, unrecorded}``: ``joined``, the pids that joined a sealed
+    group since the seal; ``cgroup_kill_failed``, cgroups whose ``cgroup.kill`` the
+    kernel refused, with the error (the reconcile that follows proves whether anything
+    is left); ``unrecorded``, the sealed launches owner.db does not name (the
+    reconcile's count of launches proven gone is of owner.db's).
     Raises NotFound (nothing sealed), Conflict (another digest, new processes that are
     not a sealed leader's, changed sockets), StateCorrupt (evidence of another shape)."""
     refuse_inside_app(paths)
@@ -198,7 +200,8 @@ def drain(paths: OwnerPaths, digest: str, grace: float = GRACE,
     _wait_gone(stubborn, groups, KILL_WAIT, sleep)
     return {"stopped": len(alive), "gone_already": len(targets) - len(alive),
             "joined": sorted(joined), "killed": [p for p, _ in stubborn],
-            "cgroup_kill_failed": failed}
+            "cgroup_kill_failed": failed,
+            "unrecorded": sum(ln.get("state") == "unrecorded" for ln in sealed["launches"])}
 
 
 def _leader_groups(sealed: dict[str, Any]) -> dict[int, str]:

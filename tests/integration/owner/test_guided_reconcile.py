@@ -200,6 +200,8 @@ def test_a_damaged_owner_db_is_set_aside_and_its_processes_drained(cluster):
     done = cluster.cli("owner", "reconcile", "--drain", plan.out["digest"])
     assert done.code == 0, done.out
     assert done.out["joined"], done.out                     # the looper's new children
+    # 'reconciled: 0 launches proven gone' read as if nothing was: owner.db names none
+    assert (done.out["unrecorded"], done.out["proven_gone"]) == (len(launches), []), done.out
     sealed = {p["pid"] for ln in plan.out["launches"] for p in ln["processes"]}
     for pid in sealed | set(done.out["joined"]):
         assert not psutil.pid_exists(pid) or \

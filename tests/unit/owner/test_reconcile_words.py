@@ -24,6 +24,17 @@ def test_a_drain_of_one_process_says_one_process() -> None:
         "leader's process group): pid 4242"]
 
 
+def test_a_drain_of_unrecorded_launches_says_they_are_not_owner_db_s() -> None:
+    """`reconciled: 0 launches proven gone` after stopping four launches owner.db (set
+    aside: damaged) did not name read as if nothing had been reconciled."""
+    from owner.reconcile_cli import _drain_text
+    text = _drain_text({"stopped": 4, "gone_already": 0, "killed": [], "joined": [],
+                        "unrecorded": 4}, [])
+    assert text.splitlines()[-1].startswith(
+        "reconciled: 0 launches proven gone in owner.db, and 4 unrecorded launches "
+        "stopped above; `tenure up`")
+
+
 def test_a_plan_prints_no_terminal_control_that_owner_db_holds() -> None:
     """A damaged owner.db row could hide the pid lines the operator approves
     (ESC [8m conceals what follows)."""
