@@ -72,7 +72,8 @@ def backend(action: str, r: dict[str, Any]) -> str:
     pairs: list[tuple[str, Any]] = [
         ("owner", f"{(r.get('owner') or {}).get('instance', '-')}, epoch {r['epoch']}")]
     if r.get("owner_link"):
-        pairs.append(("owner link", owner_link(r["owner_link"], prefix="")))
+        pairs.append(("owner link", owner_link(r["owner_link"], prefix="",
+                                               states_below=False)))
     g = r.get("guardian") or {}
     silent = not r.get("owner_release") and (r.get("owner_link") or {}).get("current") is False
     pairs += [
@@ -184,8 +185,10 @@ def _certificate(cert: dict[str, Any]) -> str:
     return f"invalid, written {dur(cert.get('age'))} ago"
 
 
-def owner_link(link: dict[str, Any], prefix: str = "owner: ") -> str:
-    """How current this view of the owner is (the status header's second line)."""
+def owner_link(link: dict[str, Any], prefix: str = "owner: ",
+               states_below: bool = True) -> str:
+    """How current this view of the owner is (the status header's second line); with
+    ``states_below``, that the app states under it are the past while it is not."""
     age = f"last word {link['age']:.1f}s ago"
     state = link["state"]
     if state == "connected":
@@ -199,7 +202,7 @@ def owner_link(link: dict[str, Any], prefix: str = "owner: ") -> str:
             if link.get(said):
                 why += f"; {link[said]}"
         text = paint(f"{prefix}{state.upper()} since {since}{why}", "red") + f"; {age}"
-    if not link["current"]:
+    if not link["current"] and states_below:
         text += " — the states below are what was last seen, not the present"
     return text
 
