@@ -92,3 +92,24 @@ def test_a_job_logs_follower_reads_the_rest_from_the_file_once_tenure_stopped(cl
     assert follower.returncode == 0, err
     assert out.startswith("started\n"), out
     assert err.startswith("tenure: job logs: tenure stopped: reading "), err
+
+
+def test_a_run_ends_when_the_backend_is_stopped(cluster):
+    """A stopped backend (SIGSTOP, a debugger) is alive, so the guardian does not
+    replace it: `job run` waited silently for its whole --timeout (an hour by default)."""
+    cluster.up(CONFIG)
+    backend = cluster.backend_pid()
+    os.kill(backend, signal.SIGSTOP)
+    try:
+        cluster.wait(lambda: cluster.cli("status").code == 3, 30, "the backend silent")
+        began = time.monotonic()
+        res = cluster.cli("job", "run", "j/echo", "--arg", "x", "--timeout", "60")
+        took = time.monotonic() - began
+    finally:
+        os.kill(backend, signal.SIGCONT)
+    assert took < 20, (took, res)
+    assert res.code == 3 and res.out["error"]["code"] == "BACKEND_UNAVAILABLE", res
+    msg = res.out["error"]["msg"]
+    assert f"pid {backend} is stopped" in msg and f"kill -CONT {backend}" in msg, msg
+    assert "none is coming until it is continued" in msg, msg
+    assert cluster.cli("job", "run", "j/echo", "--arg", "y", "--wait").code == 0
