@@ -432,10 +432,6 @@ class Supervisor:
         key = f"{app.stack}/{app.name}/{inst.index}"
         if self.leaving(key):
             await self._left_stopped(key)
-            if not self._still_starting(key, inst, launch_key):
-                log.info("%s: not launched: the instance was stopped or started anew "
-                         "while what its last run left running was stopped", launch_key)
-                return None
         env = {**app_env(self.base_env, app), "TENURE_STACK": app.stack,
                "TENURE_APP": app.name, "TENURE_INSTANCE": str(inst.index)}
         params = {"launch_key": launch_key, "stack": app.stack, "app": app.name,
@@ -451,7 +447,11 @@ class Supervisor:
         last: TenureError = TransportLost("no attempt was made")
         tries, waiting = 0, False
         while tries < LAUNCH_TRIES and not self.fenced:  # a launch key is idempotent:
-            try:                                          # retrying is safe
+            if not self._still_starting(key, inst, launch_key):   # retrying is safe
+                log.info("%s: not launched: the instance was stopped or started anew "
+                         "while its launch waited", launch_key)
+                return None
+            try:
                 self._invalidate("launch")
                 r = await self.owner.call("launch", params, epoch=self.epoch)
                 if r.get("state") in _ENDED:
@@ -585,10 +585,12 @@ class Supervisor:
             await asyncio.shield(left[1])
 
     def _still_starting(self, key: str, inst: im.Instance, launch_key: str) -> bool:
-        """Whether ``inst`` still waits for the launch of ``launch_key``. A stop asked
-        while the launch waited found no process under the key (the owner had not seen
-        it: NotFound, so the instance is stopped), and a restart gave it a new key: sent
-        after that, the launch would run a process nobody tracks."""
+        """Whether ``inst`` still waits for the launch of ``launch_key``, asked before
+        each attempt to send it. A stop asked while the launch waited (for what the last
+        run left running, for an owner away, to be tried again) found no process under
+        the key (the owner had not seen it: NotFound, so the instance is stopped), and a
+        restart gave it a new key: sent after that, the launch would run a process
+        nobody tracks."""
         return self.instances.get(key) is inst and inst.launch_key == launch_key \
             and inst.state is im.State.STARTING
 
@@ -605,6 +607,10 @@ class Supervisor:
                     ended = done.get("exit") if isinstance(done, dict) else None
                     return im.Stopped(ended if isinstance(ended, dict) else None)
                 except NotFound:
+                    if self._launch_in_flight(launch_key):   # not seen by the owner yet
+                        await self.wait(lambda: not self._launch_in_flight(launch_key),
+                                        None)
+                        continue   # asked again: its answer had a process, or not
                     return im.Stopped()   # no process: already gone
                 except StaleEpoch:
                     raise
@@ -615,6 +621,13 @@ class Supervisor:
             return None
         finally:
             self._stop_trouble.pop(launch_key, None)
+
+    def _launch_in_flight(self, launch_key: str) -> bool:
+        """Whether a launch of ``launch_key`` is being sent to the owner: an owner that
+        predates waiting for it answers a stop of the key NotFound until it has spawned
+        the process, and a stop that took that for 'gone' left the process untracked."""
+        return any(what == "launch" and key == launch_key
+                   for what, key, _since in self._calls.values())
 
     def _save_stopping(self, launch_key: str) -> None:
         """Save the instances (the one being stopped among them) before its stop is

@@ -180,6 +180,14 @@ class Launcher:
         if self._launching:   # asyncio.wait never cancels what it waits for
             await asyncio.wait(list(self._launching.values()))
 
+    async def answered(self, key: str) -> None:
+        """Return once the launch of ``key`` under way, if any, has its answer (whatever
+        it is): a stop of the key asked meanwhile then finds its process, instead of
+        answering NotFound for a process about to be spawned."""
+        answer = self._launching.get(key)
+        if answer is not None:   # asyncio.wait never cancels what it waits for
+            await asyncio.wait([answer])
+
     def launching(self, key: str) -> bool:
         """Whether launch ``key`` is under way (its answer not given yet)."""
         return key in self._launching

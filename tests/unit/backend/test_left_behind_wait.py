@@ -21,6 +21,7 @@ from backend.config import parse_config
 from backend.instance import State
 from backend.supervisor import Supervisor
 from backend.testing import FakeOwner, no_sleep, until
+from protocol.errors import RequestTimedOut
 
 APP = ('[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
        'backoff = { initial = 0, max = 0 }\n')
@@ -62,19 +63,88 @@ def test_a_stop_during_the_wait_withdraws_the_launch(then_start: bool) -> None:
             # nothing of a starting instance)
             assert sup.why(KEY) == "exited 1; stopping 1 process(es) the last run left " \
                                    "running"
-            sup.ensure(app, 0, False)                  # tenure stop
-            await until(lambda: inst.state is State.STOPPED, "stopped")
-            if then_start:                             # tenure restart: stop, then start
-                sup.ensure(app, 0, True)
-                await until(lambda: inst.state is State.STARTING
-                            and inst.launch_key != waiting, "started again")
+            if then_start:                 # tenure restart: stop, start once it is down
+                started = sup.start_when_down(KEY, 60.0, stop=True)
+            else:                          # tenure stop
+                sup.ensure(app, 0, False)
+            await until(lambda: inst.state is State.STOPPING, "stopping")
             owner.leftovers_gone.set()
-            await until(lambda: not sup.leaving(KEY) and not sup._calls, "settled",
-                        turns=2_000)
+            want = State.READY if then_start else State.STOPPED
+            await until(lambda: not sup.leaving(KEY) and not sup._calls
+                        and inst.state is want, "settled", turns=2_000)
             launched = [p["launch_key"] for p in owner.sent("launch")]
             assert waiting not in launched, launched
             assert list(owner.live) == ([inst.launch_key] if then_start else [])
             assert inst.state is (State.READY if then_start else State.STOPPED)
+            if then_start:
+                assert started.result() is True
+        finally:
+            await sup.aclose()
+    asyncio.run(main())
+
+
+def test_a_stop_while_the_launch_is_sent_stops_what_it_started() -> None:
+    """The stop reached the owner before the launch it raced was spawned: NotFound read
+    as 'already gone', the instance was stopped, and the process the launch then
+    started ran untracked."""
+    async def main() -> None:
+        owner = FakeOwner()   # as an owner that predates waiting for a launch under way:
+        owner.hold("launch")  # a stop of a key not spawned yet answers NotFound
+        sup = Supervisor(owner, 1, sleep=no_sleep)
+        try:
+            app = parse_config(APP, "t").apps()[0]
+            sup.ensure(app, 0, True)
+            inst = sup.instances[KEY]
+            await until(lambda: bool(owner.sent("launch")), "the launch sent")
+            sup.ensure(app, 0, False)
+            await until(lambda: bool(owner.sent("stop")), "the stop sent")
+            for _ in range(50):
+                await asyncio.sleep(0)
+            assert inst.state is State.STOPPING   # not taken for gone while it launches
+            owner.release("launch")
+            await until(lambda: inst.state is State.STOPPED and not sup._calls, "stopped")
+            assert owner.live == {} and len(owner.sent("stop")) == 2
+        finally:
+            await sup.aclose()
+    asyncio.run(main())
+
+
+class FlakyLaunch(FakeOwner):
+    """The first launch call's answer is lost: the backend tries again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 1
+
+    def _launch(self, p: dict[str, Any]) -> dict[str, Any]:
+        if self.lost:
+            self.lost -= 1
+            raise RequestTimedOut("launch: no answer in time")
+        return super()._launch(p)
+
+
+def test_a_stop_between_two_tries_of_a_launch_withdraws_it() -> None:
+    """A launch tried again (its answer lost) was sent after a stop that found nothing
+    under its key had marked the instance stopped."""
+    async def main() -> None:
+        owner = FlakyLaunch()
+        pauses: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+
+        async def pause(_delay: float) -> None:
+            done = asyncio.get_running_loop().create_future()
+            await pauses.put(done)
+            await done
+        sup = Supervisor(owner, 1, sleep=pause)
+        try:
+            app = parse_config(APP, "t").apps()[0]
+            sup.ensure(app, 0, True)
+            inst = sup.instances[KEY]
+            retry = await pauses.get()            # the first try failed: it waits
+            sup.ensure(app, 0, False)
+            await until(lambda: bool(owner.sent("stop")), "the stop sent")
+            retry.set_result(None)
+            await until(lambda: inst.state is State.STOPPED and not sup._calls, "stopped")
+            assert len(owner.sent("launch")) == 1 and owner.live == {}
         finally:
             await sup.aclose()
     asyncio.run(main())
