@@ -313,10 +313,22 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         ident = self.gen.owner_identity
         if (failed or not link["current"]) and ident is not None:
             st = read_stat(ident.pid)
+            if st is not None and st.start_ticks != ident.start_ticks:
+                st = None   # another process holds its pid now: it is gone
             link["process"] = described(ident.pid, st)
-            if st is None or st.zombie:   # it died: what it ran may run on, unsupervised
+            if (st is None or st.zombie) and self._owner_died():
                 link["next"] = OWNER_GONE_NEXT
         return link
+
+    def _owner_died(self) -> bool:
+        """Whether the owner that is gone ended without a clean stop (its receipt says
+        so, and no reconcile proved its launches gone): its apps may run on. A clean
+        stop (a service stop, an owner upgrade's window) stopped them, or hands them on."""
+        from .cli.unclean import unclean_end
+        try:
+            return unclean_end(self.gen.layout) is not None
+        except TenureError:   # an unreadable receipt proves nothing either way
+            return False
 
     def _require_owner(self, what: str) -> None:
         """Refuse ``what`` (OwnerUnavailable, nothing done) while our view of the owner is

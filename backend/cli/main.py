@@ -467,8 +467,8 @@ def _lost_daemon(exc: TenureError) -> TenureError:
     from .everyday import runs
     if runs(path, module) is not False:
         return exc
-    exc.msg += (f"; the {module} went away during the call and is not running now: "
-                f"{_AFTER_LOSS[module]}")
+    exc.msg += (f"; the {module} went away during the call and is not running now "
+                f"(stopped, or it died): {_AFTER_LOSS[module]}")
     return exc
 
 

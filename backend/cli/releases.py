@@ -217,7 +217,8 @@ def unverified(exc: TenureError) -> TenureError:
     rid = exc.data.get("release")
     file = exc.data.get("file")
     if not isinstance(rid, str) or not isinstance(file, str) or \
-            "rollback_target" in exc.data or exc.msg.startswith("release "):
+            "rollback_target" in exc.data or exc.msg.startswith("release ") or \
+            exc.data.get("problem") == "interpreter":   # installing it again cannot help
         return exc
     if exc.code_str == "BAD_SIGNATURE":
         then = ("trusted release keys are set (runtime/trusted-release-keys), so only a "

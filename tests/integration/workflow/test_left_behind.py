@@ -108,8 +108,8 @@ def test_a_stop_or_restart_during_the_wait_runs_no_untracked_copy(cluster, comma
     cluster.up(app("stub", script, "on-failure")
                + "backoff = { initial = 0.1, max = 0.1 }\nstop = { timeout = 2 }\n")
     pid, ticks = child(kid, cluster)
-    cluster.wait(lambda: cluster.apps()["s/stub/0"]["detail"] == "starting", 30,
-                 "the wait for the leftovers")
+    cluster.wait(lambda: "the last run left running" in
+                 (cluster.apps()["s/stub/0"]["reason"] or ""), 30, "the wait for the leftovers")
     assert running(pid, ticks)
     assert cluster.cli(command, "s/stub").code == 0
     cluster.wait(lambda: not running(pid, ticks), 30, "the leftovers stopped")

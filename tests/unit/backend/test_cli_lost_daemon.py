@@ -19,7 +19,8 @@ def _lost(path: Path) -> TransportLost:
 def test_a_guardian_gone_is_said_with_the_way_on(tmp_path: Path) -> None:
     exc = _lost_daemon(_lost(tmp_path / "guardian.sock"))
     assert exc.msg == ("upgrade: connection lost (server closed the connection); the "
-                       "guardian went away during the call and is not running now: "
+                       "guardian went away during the call and is not running now (stopped, or it "
+                       "died): "
                        "`tenure up` starts it again, and `tenure backend status` then "
                        "says how what was asked of it ended")
     assert exc.data["request_id"] == 3
@@ -28,8 +29,8 @@ def test_a_guardian_gone_is_said_with_the_way_on(tmp_path: Path) -> None:
 def test_an_owner_gone_points_at_status(tmp_path: Path) -> None:
     exc = _lost_daemon(_lost(tmp_path / "owner.sock"))
     assert exc.msg.endswith("the owner went away during the call and is not running "
-                            "now: `tenure status` says what became of its apps and what "
-                            "to do")
+                            "now (stopped, or it died): `tenure status` says what became "
+                            "of its apps and what to do")
 
 
 def test_a_daemon_that_still_listens_is_left_unsaid(tmp_path: Path) -> None:
