@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import (
     Conflict,
+    ConnectFailed,
+    OutcomeUnknown,
     OwnerUnavailable,
     StalePlan,
     TenureError,
@@ -459,7 +461,15 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         return live_revision(self.gen.config, self.intents, list(self.sup.instances))
 
     async def plan(self, call: Call) -> Any:
-        return await self.plan_text(call.params["config_text"], call.params["source"])
+        """A plan checks the config against the owner (its uid, cgroups, sockets): one
+        that does not answer is named (a stopped one: with its kill -CONT), not left as
+        a bare CONNECT_FAILED of the handshake."""
+        self._require_owner("plan")
+        try:
+            return await self.plan_text(call.params["config_text"], call.params["source"])
+        except (ConnectFailed, OutcomeUnknown) as exc:
+            raise self._unavailable(f"did not answer ({exc.msg})", "plan",
+                                    self._link(failed=True)) from None
 
     async def plan_text(self, text: str, source: str) -> dict[str, Any]:
         """Plan ``text`` against what runs; the plan is stored. Raises ConfigInvalid and
@@ -504,6 +514,9 @@ class Api(InstanceCommands, StackCommands, LogsReading):
 
     async def apply(self, call: Call) -> Any:
         refuse_in_window(self.gen.layout.home, f"apply {call.params['plan']}")
+        # an operation admitted while the owner does not answer waits silently, then
+        # fails its step as 'did not settle', saying nothing of the owner
+        self._require_owner(f"apply {call.params['plan']}")
         return self.admit(call.params["plan"], call.params["request_id"])
 
     async def apply_text(self, text: str, source: str, request_id: str) -> dict[str, Any]:

@@ -62,6 +62,7 @@ class StackCommands:
     intents: dict[str, Any]
     _stack_locks: dict[str, asyncio.Lock]
     _owner: Callable[[], Any]
+    _require_owner: Callable[[str], None]
     _start_each: Callable[[list[str], str, float], dict[str, asyncio.Future[bool]]]
     _settle: Callable[..., Any]
 
@@ -95,6 +96,7 @@ class StackCommands:
         if p["digest"] is None:
             raise BadRequest("give --digest from a --dry-run review (or --dry-run first)")
         refuse_in_window(self.gen.layout.home, f"stack stop {stack}")
+        self._require_owner(f"stack stop {stack}")   # a stopped owner: named, nothing done
         async with self._stack_lock(stack):
             digest = self._stack_review(stack)[1]   # a start may have run meanwhile
             if p["digest"] != digest:
@@ -117,6 +119,7 @@ class StackCommands:
         if stack not in self.gen.config.stacks and stack not in self.stopped_stacks():
             raise NotFound(f"no stack {stack!r} in the applied config", {"stack": stack})
         refuse_in_window(self.gen.layout.home, f"stack start {stack}")
+        self._require_owner(f"stack start {stack}")   # its states would be the past
         async with self._stack_lock(stack):
             with self.gate.step(f"stack start {stack}"):
                 revision = await self._set_intent(stack, Intent.RUNNING)

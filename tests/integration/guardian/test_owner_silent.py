@@ -118,6 +118,39 @@ def test_restart_with_a_stopped_owner_is_refused_at_once(cluster) -> None:
     assert cluster.pids() != before
 
 
+def test_plan_apply_and_stack_commands_with_a_stopped_owner_name_it(cluster, tmp_path
+                                                                   ) -> None:
+    """Was: `plan` a bare `CONNECT_FAILED: handshake … failed` after 9 s; `apply` was
+    admitted and its operation waited, then failed `did not settle`, saying nothing of
+    the owner; `stack start` answered the last-seen states as settled."""
+    cluster.up(ONE)
+    cluster.wait_ready(1)
+    owner = cluster.status()["owner"]["pid"]
+    edited = tmp_path / "edited.toml"
+    edited.write_text(ONE + 'env = { A = "1" }\n')
+    plan = cluster.cli("plan", "--config", str(edited), check=True).out["id"]
+    before = cluster.pids()
+    ops = cluster.cli("op", "list", check=True).out["operations"]
+    os.kill(owner, signal.SIGSTOP)
+    try:
+        cluster.wait(lambda: cluster.status()["owner_link"]["current"] is False, 30,
+                     "the backend's view of the owner gone stale")
+        said = {what: cluster.cli(*argv, timeout=60) for what, argv in (
+            ("plan", ("plan", "--config", str(edited))),
+            (f"apply {plan}", ("apply", plan)),
+            ("stack start s", ("stack", "start", "s")))}
+    finally:
+        os.kill(owner, signal.SIGCONT)
+    for what, res in said.items():
+        err = res.out["error"]
+        assert res.code == 3 and err["code"] == "OWNER_UNAVAILABLE", (what, res)
+        assert f"kill -CONT {owner} continues it); {what} was not done" in err["msg"], err
+    cluster.wait(lambda: cluster.status()["owner_link"]["current"] is True, 30,
+                 "the owner answers again")
+    assert cluster.pids() == before   # nothing was done, and nothing pending
+    assert cluster.cli("op", "list", check=True).out["operations"] == ops   # none admitted
+
+
 def test_up_with_a_stopped_owner_starts_nothing_and_names_it(cluster) -> None:
     """Regression: `up` started a second owner, which found the first and exited, and
     the error ("owner did not come up (exit 5)") showed the first owner's old log;
