@@ -26,7 +26,7 @@ from .everyday import guardian as _guardian
 from .everyday import layout as _layout
 from .everyday import out as _out
 from .exits import Exit, current
-from .progress import live
+from .progress import live, said_if_stopped
 from .releases import cli_against, resolve_release
 
 TYPE_CHECKING = False
@@ -498,14 +498,16 @@ def cmd_backend(args: Any) -> int:
                                  "unique prefix of one, or a sealed release directory "
                                  "(see `tenure release list`)")
             rid = resolve_release(g, args.release, install=True)
-            with live(args, "upgrade", _activation_probe(args)):
+            with live(args, "upgrade", _activation_probe(args)), \
+                    said_if_stopped("guardian", _peer(g)):
                 r = g.call("upgrade", {"release": rid, "check": args.check})
         elif args.action == "recover":
             params = {"force": args.force, "dry_run": args.dry_run,
                       **({"digest": args.digest} if args.digest else {})}
             given = _queue_given(args, g)
             try:
-                with live(args, "recover", _activation_probe(args)):
+                with live(args, "recover", _activation_probe(args)), \
+                        said_if_stopped("guardian", _peer(g)):
                     r = g.call("recover", params)
             except BaseException as exc:   # an interrupt too: nothing of it stays queued
                 _withdraw(args, given, exc)
@@ -514,7 +516,8 @@ def cmd_backend(args: Any) -> int:
                 _out(args, r, render.recover_plan(r))
                 return OK
         else:
-            with live(args, args.action, _activation_probe(args)):
+            with live(args, args.action, _activation_probe(args)), \
+                    said_if_stopped("guardian", _peer(g)):
                 r = g.call(args.action)
     _out(args, r, render.backend(args.action, r))
     act = r.get("activation") if isinstance(r, dict) else None
@@ -529,6 +532,11 @@ def _why_silent(b: dict[str, Any] | None) -> None:
     from .render_backend import not_answering, why_silent
     if b is not None and not_answering(b) is not None:
         b["process"] = why_silent(b.get("pid"))
+
+
+def _peer(client: Client) -> Any:
+    """The pid of the daemon ``client`` talks to, once it connected (None before)."""
+    return lambda: client.welcome.identity.pid if client.welcome is not None else None
 
 
 def _queue_given(args: Any, guardian: Client) -> str | None:

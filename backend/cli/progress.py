@@ -19,7 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any, TextIO
 
-__all__ = ["EVERY", "live"]
+__all__ = ["EVERY", "STOPPED_SAY_S", "live", "said_if_stopped"]
 
 EVERY = 0.2
 
@@ -56,3 +56,45 @@ def live(args: Any, label: str, probe: Callable[[], str | None],
         thread.join(1.0)
         out.write("\r\x1b[K")
         out.flush()
+
+
+STOPPED_SAY_S = 5.0
+"""Seconds a daemon a command waits on may be stopped before the command says so."""
+
+
+@contextmanager
+def said_if_stopped(who: str, pid_of: Callable[[], int | None],
+                    stream: TextIO | None = None) -> Iterator[None]:
+    """While the body waits on daemon ``who`` (``pid_of()``: its pid, once known), say
+    once on stderr, terminal or not, when that process has been stopped (SIGSTOP, a
+    debugger) for :data:`STOPPED_SAY_S`: the answer cannot come until it is continued,
+    and the wait (up to the call's own timeout, ten minutes for an upgrade) was silent."""
+    out = sys.stderr if stream is None else stream
+    import threading
+    done = threading.Event()
+
+    def watch() -> None:
+        from protocol.procfs import described, read_stat
+        since: float | None = None
+        while not done.wait(1.0):
+            pid = pid_of()
+            st = read_stat(pid) if pid is not None else None
+            if pid is None or st is None or st.state not in ("T", "t"):
+                since = None
+                continue
+            since = time.monotonic() if since is None else since
+            if time.monotonic() - since >= STOPPED_SAY_S:
+                out.write("\r\x1b[K" if out.isatty() else "")
+                out.write(f"tenure: the {who} does not answer: {described(pid, st)}; "
+                          "waiting for its answer (Ctrl-C stops waiting; what was asked "
+                          "goes on once it is continued)\n")
+                out.flush()
+                return
+
+    thread = threading.Thread(target=watch, name="stopped-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(1.0)
