@@ -72,19 +72,22 @@ def test_every_failure_says_why(cluster: Any, short_home: Path) -> None:
                      "--release", str(cluster.release), timeout=90)
     error = up.out["apply"]["operation"]["error"]
     assert not up.ok and "failed to start: " in error and "['" not in error, up
-    assert "No such file or directory)" in error, error    # each instance says why
+    assert "No such file or directory; start limit hit (2 starts within 60s))" in error, \
+        error                                               # each instance says why
     assert all(r["state"] == "failed" for r in cluster.apps().values()), cluster.apps()
     status = cluster.cli("status").out
     reasons = {r["app"]: r["reason"] for r in status["apps"]}
+    gave_up = "; start limit hit (2 starts within 60s)"   # restart = "on-failure"
     assert reasons == {
-        "missing": "spawn failed: /nonexistent/tenure-prog: No such file or directory",
-        "noexec": f"spawn failed: {plain}: Permission denied (not executable)",
-        "badcwd": "cwd /nonexistent-cwd: No such file or directory",
+        "missing": "spawn failed: /nonexistent/tenure-prog: No such file or directory"
+                   + gave_up,
+        "noexec": f"spawn failed: {plain}: Permission denied (not executable){gave_up}",
+        "badcwd": f"cwd /nonexistent-cwd: No such file or directory{gave_up}",
         "format": f"spawn failed: {bare}: Exec format error (no #! line, or not a program "
-                  "for this machine)",
-        "crash": crash_text,
+                  f"for this machine){gave_up}",
+        "crash": crash_text + gave_up,
         "notready": reasons["notready"],
-        "silent": "not ready within 0.3s",
+        "silent": f"not ready within 0.3s{gave_up}",
         "sick": f"health: GET http://127.0.0.1:{http_port}/h: status 500",
     }, reasons
     assert reasons["notready"] in (
