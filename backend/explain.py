@@ -12,6 +12,7 @@ Wording: short, lower case, no Python reprs; what was tried, then what came back
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Check", "ErrorSource", "LastError", "LastExit", "LastProbe", "decode",
            "last_run", "launch_error", "limit_hit", "reason", "signal_name",
-           "stop_unconfirmed", "unanswered"]
+           "stop_unconfirmed", "unanswered", "waiting_ready"]
 
 MAX_TEXT = 1000
 
@@ -190,6 +191,22 @@ def limit_hit(inst: Instance) -> str | None:
     return f"start limit hit ({limit.burst} starts within {limit.interval:g}s)"
 
 
+def waiting_ready(inst: Instance) -> str | None:
+    """``waiting for readiness: exec ./check (ready timeout in 278s)`` for a running
+    instance whose readiness has said nothing yet (a probe under way that hangs, a
+    READY=1 not sent yet: status showed nothing at all), else None."""
+    from .instance_types import Timer
+    deadline = inst.timers.get(Timer.READY_TIMEOUT)
+    if deadline is None:
+        return None
+    from .probes import describe
+    ready = inst.app.ready
+    what = describe(ready, inst.index) or \
+        ("READY=1 on NOTIFY_SOCKET" if str(ready.kind) == "notify" else str(ready.kind))
+    left = max(0.0, deadline - time.monotonic())   # the instance's timers: monotonic
+    return f"waiting for readiness: {what} (ready timeout in {left:.0f}s)"
+
+
 def last_run(inst: Instance) -> str | None:
     """:func:`reason` without the start limit: how the last run ended, or what fails."""
     from .instance import Outcome, State  # the instance module imports this one
@@ -200,7 +217,8 @@ def last_run(inst: Instance) -> str | None:
     prb = inst.last_probe if inst.last_probe and inst.last_probe.generation == g else None
     state = inst.state
     if state is State.RUNNING:
-        return prb.text if prb is not None and prb.check is Check.READINESS else None
+        return prb.text if prb is not None and prb.check is Check.READINESS else \
+            waiting_ready(inst)
     if state is State.READY:
         return prb.text if (prb is not None and prb.check is Check.HEALTH
                             and inst.health_failures) else None

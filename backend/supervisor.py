@@ -231,8 +231,8 @@ class Supervisor:
             said = f"stopping {left[0]} process(es) the last run left running"
             return said if inst.state is not im.State.STARTING else \
                 "; ".join(filter(None, (_last_run(inst), said)))
-        if inst.state is im.State.STOPPING:
-            return self._stop_trouble.get(inst.launch_key)
+        if inst.state in (im.State.STOPPING, im.State.RESTARTING):
+            return self._stop_trouble.get(inst.launch_key) or self._stopping(inst)
         if inst.state is not im.State.STOPPED:
             return None
         if key in self._after_stop:
@@ -621,6 +621,19 @@ class Supervisor:
             return None
         finally:
             self._stop_trouble.pop(launch_key, None)
+
+    def _stopping(self, inst: im.Instance) -> str | None:
+        """``SIGTERM sent 12s ago; SIGKILL after 20s`` while the owner carries out the
+        stop of ``inst``'s launch (an app that ignores its stop signal showed
+        `stopping` with nothing said for the whole timeout); None without one."""
+        since = [at for what, key, at in self._calls.values()
+                 if what == "stop" and key == inst.launch_key]
+        if not since:
+            return None
+        stop = inst.app.stop
+        sig = stop.signal if stop.signal.startswith("SIG") else f"SIG{stop.signal}"
+        return (f"{sig} sent {time.monotonic() - min(since):.0f}s ago; SIGKILL after "
+                f"{stop.timeout:g}s")
 
     def _launch_in_flight(self, launch_key: str) -> bool:
         """Whether a launch of ``launch_key`` is being sent to the owner: an owner that

@@ -38,6 +38,7 @@ from backend.instance import (
     State,
     Stopped,
 )
+from backend.model import Readiness, ReadyKind
 from backend.supervisor import Supervisor
 from backend.testing import FakeOwner, no_sleep, until
 from protocol.errors import BadRequest, StackFenced, StorageFailed, TransportLost, UnknownMethod
@@ -119,6 +120,24 @@ def test_reason_of_a_program_that_cannot_start_survives_the_start_limit() -> Non
     assert r.inst.last_error is not None and r.inst.last_exit is None
 
 
+WAITING = "waiting for readiness: tcp 127.0.0.1:8000 (ready timeout in "
+
+
+def test_a_readiness_that_has_said_nothing_yet_is_said_with_its_deadline() -> None:
+    """A probe under way that hangs (an exec that never ends) or a READY=1 not sent yet:
+    status showed `running`, READY no and nothing more until the ready timeout."""
+    import time
+
+    from backend.instance_types import Timer
+    r = drive_to(State.RUNNING)
+    r.inst.timers[Timer.READY_TIMEOUT] = time.monotonic() + 277.6   # the machine's clock
+    assert reason(r.inst) == WAITING + "278s)"
+    notify = drive_to(State.RUNNING, mk_app(ready=Readiness(kind=ReadyKind.NOTIFY,
+                                                            timeout=15)))
+    assert (reason(notify.inst) or "").startswith(
+        "waiting for readiness: READY=1 on NOTIFY_SOCKET (ready timeout in ")
+
+
 def test_reason_follows_the_current_run_only() -> None:
     r = drive_to(State.READY)
     assert reason(r.inst) is None
@@ -127,7 +146,8 @@ def test_reason_follows_the_current_run_only() -> None:
     r.fire(next(iter(r.timers)))
     assert r.inst.state is State.STARTING and reason(r.inst) is None
     r.launched()                                      # a new run: the old exit is history
-    assert reason(r.inst) is None and r.inst.last_exit is not None
+    assert r.inst.last_exit is not None
+    assert (reason(r.inst) or "").startswith(WAITING), reason(r.inst)   # says what it awaits
     note = LastProbe(Check.READINESS, "tcp 127.0.0.1:8000", "connection refused",
                      r.inst.generation)
     r.feed(Probed(note))
@@ -141,7 +161,7 @@ def test_reason_of_a_readiness_timeout_is_the_timeout_then_the_last_probe() -> N
     the wait ran out on a later probe that hung (never answered): the timeout is what
     ended the start; the last probe that ended is said after it."""
     r = drive_to(State.RUNNING)
-    assert reason(r.inst) is None
+    assert (reason(r.inst) or "").startswith(WAITING), reason(r.inst)
     r.fire(next(iter(r.timers)))                      # ready-timeout: restarting
     assert (r.inst.state, reason(r.inst)) == (State.RESTARTING, "not ready within 5s")
     note = LastProbe(Check.READINESS, "tcp 127.0.0.1:8000", "nothing listens on the port",

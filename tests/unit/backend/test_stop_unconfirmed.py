@@ -15,7 +15,7 @@ import pytest
 from backend.config import parse_config
 from backend.instance import State
 from backend.supervisor import Supervisor
-from backend.testing import FakeOwner, until
+from backend.testing import FakeOwner, no_sleep, until
 from protocol.errors import Internal
 
 APP = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
@@ -93,4 +93,30 @@ def test_status_and_inspect_show_it(tmp_path: Path) -> None:
             await asyncio.wait_for(stop, 10)
             st = await gen.api.status(api_call("status"))
             assert (st["apps"][0]["state"], st["apps"][0]["reason"]) == ("stopped", None)
+    asyncio.run(main())
+
+
+def test_a_stop_under_way_says_its_signal_and_when_sigkill_comes() -> None:
+    """An app that ignores SIGTERM showed `stopping` with nothing said for its whole
+    stop timeout (`stop --timeout 8` exited 4, `(not settled in time)`)."""
+    async def main() -> None:
+        owner = FakeOwner()
+        sup = Supervisor(owner, 1, sleep=no_sleep)
+        try:
+            app = parse_config(APP + 'stop = { signal = "INT", timeout = 20 }\n',
+                               "t").apps()[0]
+            sup.ensure(app, 0, True)
+            inst = sup.instances["s/a/0"]
+            await until(lambda: inst.state is State.READY, "ready")
+            assert sup.why("s/a/0") is None
+            owner.hold("stop")
+            sup.ensure(app, 0, False)
+            await until(lambda: bool(owner.sent("stop")), "the stop sent")
+            assert inst.state is State.STOPPING
+            assert sup.why("s/a/0") == "SIGINT sent 0s ago; SIGKILL after 20s"
+            owner.release("stop")
+            await until(lambda: inst.state is State.STOPPED, "stopped")
+            assert sup.why("s/a/0") is None
+        finally:
+            await sup.aclose()
     asyncio.run(main())
