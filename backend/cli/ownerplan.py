@@ -30,6 +30,11 @@ def plan(w: Window, release: str | None) -> dict[str, Any]:
     on the code it runs. Raises ConnectFailed/BackendUnavailable, NotFound."""
     owner = w.owner_status()
     if owner is None:
+        from .holders import silent_holder, silent_listener
+        sock, then = w.layout.owner_sock, "A window needs an owner that answers"
+        silent = silent_listener(sock, "owner", then) or silent_holder(sock, "owner", then)
+        if silent is not None:   # it runs, stopped or hung: `tenure up` would refuse
+            raise silent
         raise NotFound("no owner answers on this home; `tenure up` starts one (a window "
                        "needs a running owner)")
     st, order = w.call("status"), w.call("order")

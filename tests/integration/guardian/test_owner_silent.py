@@ -139,8 +139,14 @@ def test_plan_apply_and_stack_commands_with_a_stopped_owner_name_it(cluster, tmp
             ("plan", ("plan", "--config", str(edited))),
             (f"apply {plan}", ("apply", plan)),
             ("stack start s", ("stack", "start", "s")))}
+        window = cluster.cli("owner", "upgrade", "--dry-run", timeout=60)
     finally:
         os.kill(owner, signal.SIGCONT)
+    # was: `NOT_FOUND: no owner answers on this home; `tenure up` starts one`
+    err = window.out["error"]
+    assert window.code == 3 and err["code"] == "CONNECT_FAILED", window
+    assert f"the owner (pid {owner}) accepts on" in err["msg"], err
+    assert f"kill -CONT {owner} continues it" in err["msg"], err
     for what, res in said.items():
         err = res.out["error"]
         assert res.code == 3 and err["code"] == "OWNER_UNAVAILABLE", (what, res)
