@@ -49,6 +49,7 @@ __all__ = [
     "read_usage",
     "read_usage_strict",
     "running",
+    "signal_pending",
     "silence",
     "socket_inodes",
     "start_ticks",
@@ -352,6 +353,22 @@ def status_uid(pid: int) -> int | None:
             fields = line.split()
             return int(fields[2]) if len(fields) > 2 else None
     return None
+
+
+def signal_pending(pid: int, signum: int) -> bool:
+    """Whether signal ``signum`` waits to be taken by ``pid`` (/proc/PID/status: ShdPnd,
+    the process's, or SigPnd, its main thread's): sent to a stopped process, it is
+    taken once the process is continued. False when /proc does not say."""
+    data = _read(f"{PROC}/{pid}/status", 8192)
+    bit = 1 << (signum - 1)
+    for line in (data or b"").splitlines():
+        if line.startswith((b"ShdPnd:", b"SigPnd:")):
+            try:
+                if int(line.split()[1], 16) & bit:
+                    return True
+            except (IndexError, ValueError):
+                continue
+    return False
 
 
 def parse_locks(data: bytes, ino: int) -> list[int]:

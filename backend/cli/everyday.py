@@ -188,16 +188,18 @@ def _status_once(args: Any) -> int:
         last = last_background_start(layout(args))
         running = None if down is not None else listens(layout(args).guardian_sock)
         hung = None if down is not None else _hung_guardian(args, running)
-        stopping = owner_stopping(args) if running is False and down is None else None
+        held = _stopped_owner(args) if running is False and down is None else None
+        stopping = owner_stopping(args) if running is False and down is None \
+            and held is None else None
         downing = down_running(args) if running is False and down is None else None
         starting = up_running(layout(args)) if running is not True else None
         out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
                    "background_start": last, "guardian_hung": hung,
                    "guardian_running": running, "owner_shutting_down": stopping,
                    "down_running": downing, "up_running": starting,
-                   "maintenance_unfinished": window},
+                   "owner_stopped": held, "maintenance_unfinished": window},
             render.no_backend(diag, last, down, hung, running, (stopping, downing),
-                              starting) + render.unfinished_window(window))
+                              starting, held) + render.unfinished_window(window))
         return Exit.UNREACHABLE
     st["guardian_running"] = listens(layout(args).guardian_sock)
     st["guardian_hung"] = _hung_guardian(args, st["guardian_running"])
@@ -235,6 +237,20 @@ def _hung_guardian(args: Any, listening: bool | None) -> dict[str, Any] | None:
     from .holders import silent_holder
     hung = silent_holder(layout(args).guardian_sock, "guardian")
     return None if hung is None else {"pid": hung.data["pid"], "msg": hung.msg}
+
+
+def _stopped_owner(args: Any) -> dict[str, Any] | None:
+    """``{pid, term_pending}`` of an owner that accepts on its socket but is stopped
+    (SIGSTOP, a debugger), ``term_pending`` when a SIGTERM (`tenure down`'s) waits in
+    it: continued, it shuts down and stops every application. Else None."""
+    from protocol.procfs import read_stat, signal_pending
+
+    from .holders import listener
+    found = listener(layout(args).owner_sock, "owner")
+    st = read_stat(found[0]) if found is not None else None
+    if found is None or st is None or st.state not in ("T", "t"):
+        return None
+    return {"pid": found[0], "term_pending": signal_pending(found[0], 15)}
 
 
 def owner_stopping(args: Any) -> int | None:

@@ -195,11 +195,27 @@ def _hung_line(hung: dict[str, Any]) -> str:
             "applications keep running")
 
 
+def _held_owner(held: dict[str, Any]) -> str:
+    """The owner is stopped (SIGSTOP, a debugger) and the guardian is not running: what
+    continuing it does. With a SIGTERM waiting in it (a `tenure down` asked it to stop)
+    it shuts down once continued, stopping every application; `tenure up` refuses
+    while it does not answer."""
+    pid = held["pid"]
+    if held.get("term_pending"):
+        return (f"the guardian is not running, and the owner (pid {pid}) is stopped "
+                "(SIGSTOP or a debugger) with a SIGTERM waiting (a `tenure down` asked it "
+                f"to stop): once continued (kill -CONT {pid}) it shuts down, stopping "
+                "every application; then `tenure up` starts tenure again")
+    return (f"the guardian is not running, and the owner (pid {pid}) is stopped (SIGSTOP "
+            f"or a debugger): kill -CONT {pid} continues it, then `tenure up` starts the "
+            "guardian (the applications keep running)")
+
+
 def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
                down: dict[str, Any] | None = None,
                hung: dict[str, Any] | None = None, guardian_running: bool | None = None,
                going: tuple[int | None, int | None] = (None, None),
-               starting: int | None = None) -> str:
+               starting: int | None = None, held: dict[str, Any] | None = None) -> str:
     """`status` when no backend answers: why (:func:`why`; ``hung``: a guardian that
     holds its lock but does not listen, which says more than its diagnostics; a guardian
     that is not running while the owner is: the reason no backend comes, unless tenure
@@ -209,6 +225,8 @@ def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
     its error."""
     if hung:
         said = f"; {_hung_line(hung)}"
+    elif held is not None and down is None:
+        said = f"; {_held_owner(held)}"
     elif starting is not None and going == (None, None):
         said = (f"; `tenure up` (pid {starting}) is starting tenure: `tenure status` "
                 "again shortly")

@@ -227,3 +227,28 @@ def test_a_follow_waits_out_a_stopped_owner_and_misses_no_line(cluster) -> None:
                           f"{owner} continues it); following on once it answers (Ctrl-C "
                           "ends)"), err
     assert notes[1] == "tenure: logs: the owner answers again; following", err
+
+
+def test_status_after_a_down_that_left_a_stopped_owner_says_what_continuing_does(
+        cluster) -> None:
+    """Was: `the guardian is not running, so none is started: tenure up starts it
+    (applications keep running)`: up refused (the owner does not answer), and the
+    SIGTERM of the down waits in the owner: continued, it stops every application."""
+    cluster.up(ONE)
+    cluster.wait_ready(1)
+    owner = cluster.status()["owner"]["pid"]
+    os.kill(owner, signal.SIGSTOP)
+    try:
+        down = cluster.cli("down", timeout=120)
+        assert down.code == 1, down
+        res = cluster.cli("status", timeout=60)
+        text = cluster.cli_text("status", expect=3, timeout=60)
+    finally:
+        os.kill(owner, signal.SIGCONT)
+    assert res.code == 3 and res.out["owner_stopped"] == {"pid": owner,
+                                                          "term_pending": True}, res
+    assert (f"the owner (pid {owner}) is stopped (SIGSTOP or a debugger) with a SIGTERM "
+            f"waiting (a `tenure down` asked it to stop): once continued (kill -CONT "
+            f"{owner}) it shuts down, stopping every application") in text, text
+    assert "so none is started" not in text, text
+    cluster.wait(lambda: not os.path.exists(f"/proc/{owner}"), 60, "the owner ended")
