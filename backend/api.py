@@ -23,7 +23,6 @@ from protocol.schema import Field, Schema, check_int, check_name
 from protocol.server import Call, Method
 from protocol.window import refuse_in_window
 
-from . import explain
 from . import instance as im
 from .activation import CAPABILITY, check_sockets, needs_sockets, retuned
 from .api_instances import InstanceCommands
@@ -415,8 +414,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                 "restarts": inst.restarts, "ready": inst.state is im.State.READY,
                 "generation": inst.generation,
                 "last_outcome": str(inst.last_outcome) if inst.last_outcome else None,
-                "reason": "; ".join(filter(None, (explain.reason(inst), self.sup.why(key))))
-                or None,
+                "reason": self.sup.reason(key),
                 "next_start_in": _next_start_in(inst, t),
                 "log_dropped": None if dropped is None
                 else dropped.get((inst.app.stack, inst.app.name), 0),

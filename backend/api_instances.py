@@ -123,7 +123,14 @@ class InstanceCommands:
                                "was made and goes on under the generation that serves "
                                "next (this one again if the handoff is aborted; see "
                                "`tenure status`)", {"instances": public})
-        return {"settled": ok, "instances": public}
+        if ok:
+            return {"settled": ok, "instances": public}
+        # why each instance not there yet is not (a stop whose SIGKILL is 20 s away):
+        # the answer said `(not settled in time)` and nothing more
+        reasons = {k: why for k in keys if k in self.sup.instances
+                   and self.sup.instances[k].state not in states
+                   and (why := self.sup.reason(k)) is not None}
+        return {"settled": ok, "instances": public, "reasons": reasons}
 
     def _refuse_stopped_stacks(self, keys: list[str]) -> None:
         stacks = sorted({k.split("/")[0] for k in keys} & self.stopped_stacks())

@@ -219,6 +219,12 @@ class Supervisor:
         fed = {k: self._stops_fed.get(k, 0) for k in keys}
         return lambda: [k for k in keys if self._stops_fed.get(k, 0) != fed[k]]
 
+    def reason(self, key: str) -> str | None:
+        """Instance ``key``'s one-line reason as status gives it: explain.reason, then
+        what only this reconciler knows (:meth:`why`)."""
+        return "; ".join(filter(None, (explain.reason(self.instances[key]),
+                                       self.why(key)))) or None
+
     def why(self, key: str) -> str | None:
         """What explain.reason cannot say of instance ``key``: that what its last run
         left running is being stopped (its next launch waits for that), why a stopped

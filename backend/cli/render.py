@@ -395,9 +395,12 @@ def instances(r: dict[str, Any]) -> str:
                     "why; `tenure start` tries again)")
     if not inst:
         return "no instances" + settled
-    rows = [[k, v] for k, v in sorted(inst.items())]
-    return table(rows, ["INSTANCE", "STATE"], [[None, colour_for(v)] for _, v in rows]) + \
-        settled
+    reasons = r.get("reasons") or {}   # why those not settled are not
+    heads = ["INSTANCE", "STATE", *(["DETAIL"] if reasons else [])]
+    rows = [[k, v, *([reasons.get(k, "")] if reasons else [])]
+            for k, v in sorted(inst.items())]
+    return table(rows, heads, [[None, colour_for(row[1]), None][:len(heads)]
+                               for row in rows]) + settled
 
 
 def _unsettled(r: dict[str, Any], inst: dict[str, str]) -> str:

@@ -12,6 +12,9 @@ from backend.testing import FakeOwner, api_call, ready_generation, until
 
 TWO = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\ninstances = 2\n'
 
+STOPPING = {"settled": False, "instances": {"s/a/0": "stopping"},
+            "reasons": {"s/a/0": "SIGTERM sent 0s ago; SIGKILL after 10s"}}  # the stop held
+
 
 def test_a_stop_longer_than_the_timeout_still_ends_restarted(tmp_path: Path):
     async def main() -> None:
@@ -42,9 +45,9 @@ def test_a_start_asked_while_the_stop_still_runs_happens_after_it(tmp_path: Path
             insts = gen.sup.instances
             owner.hold("stop")
             stopped = await gen.api.stop(api_call("stop", target="s/a/0", timeout=0.05))
-            assert stopped == {"settled": False, "instances": {"s/a/0": "stopping"}}
+            assert stopped == STOPPING
             started = await gen.api.start(api_call("start", target="s/a/0", timeout=0.05))
-            assert started == {"settled": False, "instances": {"s/a/0": "stopping"}}
+            assert started == STOPPING
             assert gen.api.running_steps() == ["start s/a/0"]
             owner.release("stop")
             await until(lambda: insts["s/a/0"].state is State.READY, "started after")

@@ -25,6 +25,9 @@ async def settle_turns(n: int = 50) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
 
+STOPPING = {"settled": False, "instances": {"s/a/0": "stopping"},
+            "reasons": {"s/a/0": "SIGTERM sent 0s ago; SIGKILL after 10s"}}  # the stop held
+
 
 def test_two_concurrent_restarts_restart_once_and_a_later_stop_wins(tmp_path: Path):
     async def body(gen: Generation, owner: FakeOwner) -> None:
@@ -197,7 +200,7 @@ def test_a_start_whose_deferred_start_a_later_stop_withdraws_answers_at_once(
         second_stop = asyncio.create_task(gen.api.stop(api_call(
             "stop", target="s/a/0", timeout=30.0)))
         answer = await asyncio.wait_for(start, 5.0)        # not its 30 s
-        assert answer == {"settled": False, "instances": {"s/a/0": "stopping"}}, answer
+        assert answer == STOPPING, answer
         owner.release("stop")
         await first_stop
         await second_stop
