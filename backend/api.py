@@ -246,7 +246,14 @@ class Api(InstanceCommands, StackCommands, LogsReading):
     async def retention_run(self, call: Call) -> Any:
         """One retention round now (``[retention]``): what was deleted."""
         from .retention import prune_once
-        return {"deleted": await prune_once(self.gen), "policy": {
+        missed: dict[str, str] = {}
+        link = self._link()
+        if not link["current"]:   # not asked: it would wait out the call's timeout
+            missed["launches"] = str(self._unavailable(
+                f"has not answered for {link['age']:.0f} s", "pruning its launches",
+                link).msg)
+        deleted = await prune_once(self.gen, missed, ask_owner=link["current"])
+        return {"deleted": deleted, "not_pruned": missed, "policy": {
             k: getattr(self.gen.config.retention, k)
             for k in ("operations", "plans", "launches", "activations")}}
 

@@ -36,14 +36,19 @@ def _protected(gen: Generation) -> list[str]:
                   if r.job.launch_key is not None and r.job.state in keep)
 
 
-async def prune_once(gen: Generation) -> dict[str, Any]:
-    """One round. Returns what was deleted; raises nothing but CancelledError."""
+async def prune_once(gen: Generation, missed: dict[str, str] | None = None,
+                     ask_owner: bool = True) -> dict[str, Any]:
+    """One round. Returns what was deleted, and puts in ``missed`` (when given) what
+    could not be pruned and why (the owner's launches, the owner not answering: the
+    command that asked for the round said `pruned 0 operations, 0 plans`, nothing of
+    them). ``ask_owner`` False: the owner is not asked (it does not answer). Raises
+    nothing but CancelledError."""
     policy = gen.config.retention
     out: dict[str, Any] = {}
     if gen.store is not None:   # its connection belongs to this thread; a round is short
         out.update(gen.store.prune(policy.operations, policy.plans))
     sup = gen.sup
-    if gen.owner is not None and sup is not None and not sup.fenced and \
+    if ask_owner and gen.owner is not None and sup is not None and not sup.fenced and \
             sup.owner_capabilities.get("retention") == 1:
         try:
             r = await gen.owner.call("launches.prune", {
@@ -51,6 +56,8 @@ async def prune_once(gen: Generation) -> dict[str, Any]:
             out["launches"] = r["deleted"]
         except TenureError as exc:
             log.warning("retention: the owner did not prune launches: %s", exc)
+            if missed is not None:
+                missed["launches"] = f"{exc.code_str}: {exc.msg}"
     return out
 
 

@@ -140,8 +140,15 @@ def test_plan_apply_and_stack_commands_with_a_stopped_owner_name_it(cluster, tmp
             (f"apply {plan}", ("apply", plan)),
             ("stack start s", ("stack", "start", "s")))}
         window = cluster.cli("owner", "upgrade", "--dry-run", timeout=60)
+        began = time.monotonic()
+        prune = cluster.cli("backend", "prune", timeout=60)
+        pruned_in = time.monotonic() - began
     finally:
         os.kill(owner, signal.SIGCONT)
+    # was: `pruned 0 operations, 0 plans` after 15 s, exit 0, the launches left unsaid
+    assert prune.code == 1 and pruned_in < 10, (prune, pruned_in)
+    missed = prune.out["not_pruned"]["launches"]
+    assert f"kill -CONT {owner} continues it); pruning its launches was not done" in missed
     # was: `NOT_FOUND: no owner answers on this home; `tenure up` starts one`
     err = window.out["error"]
     assert window.code == 3 and err["code"] == "CONNECT_FAILED", window
