@@ -618,14 +618,16 @@ def ensure_backend(layout: Layout, timeout: float, waited: float | None = None,
     until the guardian moves control (about a second)."""
     deadline = time.monotonic() + timeout
     look = time.monotonic() + GUARDIAN_LOOK_S
-    st = None
+    st, held = None, Held()
     while time.monotonic() < deadline:
         st = ping(layout.api_sock, home=layout.home)
         if st is not None and (not kept or _held(layout, st)) and \
                 (not granted or _granted(layout, st)):
             return st
         if time.monotonic() >= look:
-            _refuse_if_blocked(guardian_view(layout))
+            view = guardian_view(layout)
+            _refuse_if_blocked(view)
+            held.check(view)
             look = time.monotonic() + GUARDIAN_LOOK_S
         time.sleep(UP_POLL_S if st is None else HELD_POLL_S)
     view = guardian_view(layout)
@@ -639,6 +641,30 @@ def ensure_backend(layout: Layout, timeout: float, waited: float | None = None,
                              "`tenure backend status`")
 
 
+class Held:
+    """A backend the wait finds stopped (SIGSTOP, a debugger) for :data:`HELD_S`: it is
+    alive, so the guardian does not replace it, and no answer comes until it is
+    continued; `up` waited its whole --timeout, silent when piped."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def check(self, view: dict[str, Any] | None) -> None:
+        """Raises BackendUnavailable naming the stopped backend once it was for HELD_S."""
+        from .render_backend import stopped_backend
+        said = stopped_backend(view)
+        if said is None:
+            self.since = None
+            return
+        self.since = time.monotonic() if self.since is None else self.since
+        if time.monotonic() - self.since >= HELD_S:
+            pid = ((view or {}).get("backend") or {}).get("pid")
+            raise BackendUnavailable(f"the backend does not answer and none comes until it "
+                                     f"is continued: {said}",
+                                     {"pid": pid, "backend_stopped": True})
+
+
+HELD_S = 5.0            # a backend stopped this long ends a wait for one
 GUARDIAN_LOOK_S = 0.5   # how often a wait for the backend asks the guardian how it goes
 HELD_POLL_S = 0.02      # and, once one answers, whether the guardian holds it (``kept``)
 

@@ -156,7 +156,8 @@ def none_coming(args: Any, exc: Exception) -> BackendUnavailable | None:
     blocked = isinstance(diagnostics, dict) and diagnostics.get("blocked")
     if exc.data.get("stopped") is not None or blocked:
         return exc
-    held = _stopped_backend(diagnostics)
+    from .render_backend import stopped_backend
+    held = stopped_backend(diagnostics)
     if held is not None:   # alive, so the guardian replaces it not: only kill -CONT helps
         return BackendUnavailable(f"no backend generation answers, and none is coming "
                                   f"until it is continued: the backend {held}",
@@ -180,19 +181,6 @@ def none_coming(args: Any, exc: Exception) -> BackendUnavailable | None:
         "unmanaged mode nothing restarts it: `tenure up` starts it again, and with it a "
         "backend (the owner and the applications keep running meanwhile)",
         {**exc.data, "guardian_running": False})
-
-
-def _stopped_backend(diagnostics: Any) -> str | None:
-    """What /proc says of the guardian's living backend when it is stopped (SIGSTOP, a
-    debugger: ``pid N is stopped …; kill -CONT N continues it``), else None."""
-    backend = diagnostics.get("backend") if isinstance(diagnostics, dict) else None
-    pid = backend.get("pid") if isinstance(backend, dict) and backend.get("alive") \
-        else None
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return None
-    from protocol.procfs import described, read_stat
-    st = read_stat(pid)
-    return described(pid, st) if st is not None and st.state in ("T", "t") else None
 
 
 def _guardian_gone(sock: str) -> bool:

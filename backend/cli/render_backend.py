@@ -51,6 +51,21 @@ def why_silent(pid: Any) -> str:
     return "it may be hung (docs/recover.md)"
 
 
+def stopped_backend(view: Any) -> str | None:
+    """What /proc says of the guardian's living backend (``view``: the guardian's
+    status or diagnostics) when it is stopped (``pid N is stopped …; kill -CONT N
+    continues it``), else None: alive, the guardian does not replace it, so nothing
+    comes until it is continued."""
+    backend = view.get("backend") if isinstance(view, dict) else None
+    pid = backend.get("pid") if isinstance(backend, dict) and backend.get("alive") \
+        else None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
+    from protocol.procfs import described, read_stat
+    st = read_stat(pid)
+    return described(pid, st) if st is not None and st.state in ("T", "t") else None
+
+
 def _liveness(b: dict[str, Any]) -> str:
     if not b.get("alive"):
         return "NOT ALIVE"

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -288,3 +289,16 @@ def test_up_waiting_on_a_silent_backend_says_so_while_it_waits(cluster) -> None:
     assert code == 3, said
     assert f"up: the backend (pid {pid}) is alive but NOT ANSWERING for" in said, said
     assert said.count("NOT ANSWERING") >= 2, said   # the line, then the final error
+
+
+def test_up_on_a_stopped_backend_ends_without_waiting_its_timeout(cluster) -> None:
+    """Alive, a stopped backend is not replaced by the guardian: `up` waited its whole
+    --timeout (silent when piped), and its --json error named no pid."""
+    with _stopped_backend(cluster) as pid:
+        began = time.monotonic()
+        res = cluster.cli("up", "--timeout", "60", timeout=90)
+        took = time.monotonic() - began
+    assert res.code == 3 and took < 20, (res, took)
+    err = res.out["error"]
+    assert err["code"] == "BACKEND_UNAVAILABLE" and err["data"]["pid"] == pid, err
+    assert f"pid {pid} is stopped (SIGSTOP or a debugger); kill -CONT {pid}" in err["msg"]
