@@ -265,6 +265,8 @@ class JobRunner:
         stack, name = rec.stack, rec.template
         if stack in self.stopped_stacks():
             return f"stack {stack} is stopped"
+        if not self.sup.owner_answers():   # its start waits for the owner: say that first
+            return "the owner does not answer (`tenure status` says why)"
         template = self.config().job(stack, name)
         limit = template.max_concurrent if template is not None else 1
         count = (active if active is not None else self._active())[(stack, name)]

@@ -227,6 +227,12 @@ def test_max_concurrent_after_apps_and_order(tmp_path):
         await asyncio.sleep(0)
         assert jobs.waiting_for(after) == "apps not ready: db"
         assert after.job.state is jm.State.ADMITTED
+        # the owner silent (stopped): said first, for it is what the start waits for
+        # (`job show` said `max_concurrent 1 reached`, its start never coming)
+        gen.sup.owner_answers = lambda: False
+        assert jobs.waiting_for(after) == ("the owner does not answer (`tenure status` "
+                                           "says why)")
+        gen.sup.owner_answers = lambda: True
         # db and the template taken out of the config: it waits for good, and says so
         gen.config = parse_config('[stacks.s.apps.other]\ncommand = ["x"]\n', "t.toml")
         assert jobs.waiting_for(after) == (
