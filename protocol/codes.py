@@ -227,8 +227,9 @@ CODES: dict[Code, CodeInfo] = {
     Code.OWNER_UNAVAILABLE: CodeInfo(
         "The backend has had no word from the owner for 5 s or more (stopped, hung or "
         "gone), or a log read failed on the way to it, so a command that needs the owner "
-        "now (start, stop, restart, logs) was refused and nothing was done; the message "
-        "says what /proc shows of the owner's pid. `tenure status` still answers, with "
+        "now (start, stop, restart, logs, plan, apply, stack start and stop) was "
+        "refused and nothing was done; the message says what /proc shows of the owner's "
+        "pid. `tenure status` still answers, with "
         "the last state seen; `tenure logs -f` waits for the owner and goes on.", True),
     Code.BACKEND_PREFLIGHT_FAILED: CodeInfo(
         "The candidate release's preflight exited non-zero; data holds its exit status, "
