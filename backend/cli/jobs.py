@@ -9,6 +9,7 @@ sent is retried.
 from __future__ import annotations
 
 import shlex
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -103,8 +104,9 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     params = {"template": _target(args.target, "run"), "args": list(args.job_args),
               **({"key": args.key} if args.key is not None else {})}   # "": refused
     deadline = time.monotonic() + (args.timeout if args.timeout is not None else 3600.0)
+    held = Held(args)
     r = _retrying(args, lambda: call(args, "job.run", params), deadline,
-                  lost_ok=bool(args.key))
+                  lost_ok=bool(args.key), held=held)
     job = r["job"]
     if not args.wait:
         out(args, r, _line(job) + (" (deduplicated: this key's record)"
@@ -113,7 +115,8 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     show = {"id": job["id"]}
     while job["state"] in OPEN and time.monotonic() < deadline:
         time.sleep(0.1)
-        job = _retrying(args, lambda: call(args, "job.show", show), deadline, True)
+        job = _retrying(args, lambda: call(args, "job.show", show), deadline, True, held,
+                        job["id"])
     r = {**r, "job": job}
     out(args, r, render_show(job) if "history" in job else _line(job))
     if job["state"] in OPEN:
@@ -121,11 +124,12 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     return OK if job["state"] == "succeeded" else ERROR
 
 
-def _retrying(args: Any, fn: Callable[[], Any], deadline: float, lost_ok: bool) -> Any:
+def _retrying(args: Any, fn: Callable[[], Any], deadline: float, lost_ok: bool,
+              held: Held | None = None, job_id: int | None = None) -> Any:
     """``fn()``, again while the backend is away (a request certainly not handled) or,
     with ``lost_ok``, while its answer is lost (safe only for a keyed submission or a
     read). Not when no backend is coming (:func:`none_coming`): the wait was silent
-    for up to an hour."""
+    for up to an hour. A backend that is stopped is said once (``held``)."""
     while True:
         try:
             return fn()
@@ -137,6 +141,8 @@ def _retrying(args: Any, fn: Callable[[], Any], deadline: float, lost_ok: bool) 
                 raise
             if final is not None:
                 raise final from None
+            if held is not None:
+                held.went(exc, job_id)
         except OutcomeUnknown:
             if not lost_ok or time.monotonic() >= deadline:
                 raise
@@ -156,12 +162,6 @@ def none_coming(args: Any, exc: Exception) -> BackendUnavailable | None:
     blocked = isinstance(diagnostics, dict) and diagnostics.get("blocked")
     if exc.data.get("stopped") is not None or blocked:
         return exc
-    from .render_backend import stopped_backend
-    held = stopped_backend(diagnostics)
-    if held is not None:   # alive, so the guardian replaces it not: only kill -CONT helps
-        return BackendUnavailable(f"no backend generation answers, and none is coming "
-                                  f"until it is continued: the backend {held}",
-                                  {**exc.data, "backend_stopped": True})
     from .everyday import down_running, layout, owner_stopping
     lay = layout(args)
     if not _guardian_gone(lay.guardian_sock) or _service_managed(lay.owner_sock):
@@ -181,6 +181,28 @@ def none_coming(args: Any, exc: Exception) -> BackendUnavailable | None:
         "unmanaged mode nothing restarts it: `tenure up` starts it again, and with it a "
         "backend (the owner and the applications keep running meanwhile)",
         {**exc.data, "guardian_running": False})
+
+
+class Held:
+    """Says once on stderr that the backend is stopped (alive, so the guardian does not
+    replace it: the wait goes on, up to --timeout, until it is continued), naming the
+    job already admitted, which goes on then. The wait was silent for up to an hour."""
+
+    def __init__(self, args: Any) -> None:
+        self.args, self.said = args, False
+
+    def went(self, exc: Exception, job_id: int | None) -> None:
+        if self.said:
+            return
+        from .render_backend import stopped_backend
+        held = stopped_backend(getattr(exc, "data", {}).get("diagnostics"))
+        if held is None:
+            return
+        self.said = True
+        goes_on = "" if job_id is None else f"; job {job_id} goes on once it is continued"
+        print(f"tenure: job {self.args.action}: no backend answers: the backend {held}; "
+              f"waiting for it up to --timeout (Ctrl-C stops waiting{goes_on})",
+              file=sys.stderr)
 
 
 def _guardian_gone(sock: str) -> bool:

@@ -63,7 +63,11 @@ def stopped_backend(view: Any) -> str | None:
         return None
     from protocol.procfs import described, read_stat
     st = read_stat(pid)
-    return described(pid, st) if st is not None and st.state in ("T", "t") else None
+    ticks = backend.get("start_ticks") if isinstance(backend, dict) else None
+    if st is None or st.state not in ("T", "t") or \
+            (isinstance(ticks, int) and st.start_ticks != ticks):   # its pid reused
+        return None
+    return described(pid, st)
 
 
 def _liveness(b: dict[str, Any]) -> str:
