@@ -468,20 +468,25 @@ class Api(InstanceCommands, StackCommands, LogsReading):
     async def plan(self, call: Call) -> Any:
         """A plan checks the config against the owner (its uid, cgroups, sockets): one
         that does not answer is named (a stopped one: with its kill -CONT), not left as
-        a bare CONNECT_FAILED of the handshake."""
-        self._require_owner("plan")
+        a bare CONNECT_FAILED of the handshake; a config that does not parse is said
+        first, as ever."""
         try:
-            return await self.plan_text(call.params["config_text"], call.params["source"])
+            return await self.plan_text(call.params["config_text"], call.params["source"],
+                                        owner_needed=True)
         except (ConnectFailed, OutcomeUnknown) as exc:
             raise self._unavailable(f"did not answer ({exc.msg})", "plan",
                                     self._link(failed=True)) from None
 
-    async def plan_text(self, text: str, source: str) -> dict[str, Any]:
+    async def plan_text(self, text: str, source: str, *, owner_needed: bool = False
+                        ) -> dict[str, Any]:
         """Plan ``text`` against what runs; the plan is stored. Raises ConfigInvalid and
-        the config checks' errors."""
+        the config checks' errors; with ``owner_needed`` (`tenure plan`), OwnerUnavailable
+        when the owner does not answer, once the config parsed."""
         check_size(source, text)
         new = parse_recent(text, source)
         check_declares_something(new)
+        if owner_needed:
+            self._require_owner("plan")
         owner = self._owner()
         host = Host.of(await owner.call("status"))
         check_config(new, text, host)
@@ -519,10 +524,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
 
     async def apply(self, call: Call) -> Any:
         refuse_in_window(self.gen.layout.home, f"apply {call.params['plan']}")
-        # an operation admitted while the owner does not answer waits silently, then
-        # fails its step as 'did not settle', saying nothing of the owner
-        self._require_owner(f"apply {call.params['plan']}")
-        return self.admit(call.params["plan"], call.params["request_id"])
+        return self.admit(call.params["plan"], call.params["request_id"],
+                          owner_needed=True)
 
     async def apply_text(self, text: str, source: str, request_id: str) -> dict[str, Any]:
         """Plan and apply ``text`` at once (a queued config, backend.spool); the
@@ -533,11 +536,16 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         plan = await self.plan_text(text, source)
         return {**self.admit(plan["id"], request_id), "planned": plan}
 
-    def admit(self, plan_id: str, rid: str | None) -> dict[str, Any]:
+    def admit(self, plan_id: str, rid: str | None, *, owner_needed: bool = False
+              ) -> dict[str, Any]:
         """The operation applying plan ``plan_id`` (``{"id": None, ...}`` when there is
         nothing to change); with request id ``rid``, the one admitted for it before; the
         open one already applying the plan's config, marked ``joined`` (nothing admitted).
-        Raises NotFound, Conflict, StalePlan, OperationInProgress."""
+        With ``owner_needed`` (`tenure apply`) a new operation is refused while the owner
+        does not answer (OwnerUnavailable): admitted, it waited silently, then failed
+        its step as 'did not settle', saying nothing of the owner; what was admitted
+        before is answered all the same. Raises NotFound, Conflict, StalePlan,
+        OperationInProgress."""
         plan = self.store.plan(plan_id)
         if rid and (prior := self.store.operation_by_request(rid)) is not None:
             if prior["plan"] != plan["id"]:
@@ -556,6 +564,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                             "again", {"plan": plan["id"]})
         if applied and not plan["changes"]:
             return {"id": None, "outcome": "no-change", "changes": []}
+        if owner_needed:
+            self._require_owner(f"apply {plan_id}")
         return self.ops.admit(plan, rid)
 
     async def op_list(self, call: Call) -> Any:

@@ -126,7 +126,12 @@ def test_plan_apply_and_stack_commands_with_a_stopped_owner_name_it(cluster, tmp
     cluster.up(ONE)
     cluster.wait_ready(1)
     owner = cluster.status()["owner"]["pid"]
-    edited = tmp_path / "edited.toml"
+    first, edited, bad = (tmp_path / f"{n}.toml" for n in ("first", "edited", "bad"))
+    first.write_text(ONE + 'env = { B = "1" }\n')
+    bad.write_text("[stacks.s.apps.a]\ncommand = 7\n")
+    done_plan = cluster.cli("plan", "--config", str(first), check=True).out["id"]
+    applied = cluster.cli("apply", done_plan, "--request-id", "r1", "--wait", check=True)
+    cluster.wait_ready(1)
     edited.write_text(ONE + 'env = { A = "1" }\n')
     plan = cluster.cli("plan", "--config", str(edited), check=True).out["id"]
     before = cluster.pids()
@@ -139,12 +144,18 @@ def test_plan_apply_and_stack_commands_with_a_stopped_owner_name_it(cluster, tmp
             ("plan", ("plan", "--config", str(edited))),
             (f"apply {plan}", ("apply", plan)),
             ("stack start s", ("stack", "start", "s")))}
+        invalid = cluster.cli("plan", "--config", str(bad), timeout=60)
+        again = cluster.cli("apply", done_plan, "--request-id", "r1", timeout=60)
         window = cluster.cli("owner", "upgrade", "--dry-run", timeout=60)
         began = time.monotonic()
         prune = cluster.cli("backend", "prune", timeout=60)
         pruned_in = time.monotonic() - began
     finally:
         os.kill(owner, signal.SIGCONT)
+    # a config that does not parse is said first, owner or not
+    assert invalid.code == 1 and invalid.out["error"]["code"] == "CONFIG_INVALID", invalid
+    # a retry of an apply already admitted answers that operation: nothing new is done
+    assert again.code == 0 and again.out["id"] == applied.out["id"], (again, applied)
     # was: `pruned 0 operations, 0 plans` after 15 s, exit 0, the launches left unsaid
     assert prune.code == 1 and pruned_in < 10, (prune, pruned_in)
     missed = prune.out["not_pruned"]["launches"]
