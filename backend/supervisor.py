@@ -115,6 +115,7 @@ class Supervisor:
         self.events: EventLog | None = None      # where transitions are recorded
         self._after_stop = StartsAfterStop()     # starts wanted once an instance is down
         self._stop_trouble: dict[str, str] = {}  # launch key -> why its stop is retried
+        self._stop_sent: dict[str, float] = {}   # launch key -> first stop sent (monotonic)
         # instance key -> done once what its last run left running is stopped: its next
         # launch waits for it (docs/config.md, stop)
         self._left: dict[str, tuple[int, asyncio.Future[None]]] = {}
@@ -608,6 +609,7 @@ class Supervisor:
                 try:
                     self._invalidate("stop")
                     self._save_stopping(launch_key)
+                    self._stop_sent.setdefault(launch_key, time.monotonic())
                     done = await self.owner.call("stop", {"launch_key": launch_key},
                                                  epoch=self.epoch, timeout=3600)
                     ended = done.get("exit") if isinstance(done, dict) else None
@@ -627,19 +629,24 @@ class Supervisor:
             return None
         finally:
             self._stop_trouble.pop(launch_key, None)
+            self._stop_sent.pop(launch_key, None)
 
     def _stopping(self, inst: im.Instance) -> str | None:
-        """``SIGTERM sent 12s ago; SIGKILL after 20s`` while the owner carries out the
-        stop of ``inst``'s launch (an app that ignores its stop signal showed
-        `stopping` with nothing said for the whole timeout); None without one."""
-        since = [at for what, key, at in self._calls.values()
-                 if what == "stop" and key == inst.launch_key]
-        if not since:
+        """``SIGTERM sent 12s ago; SIGKILL in 8s`` (then ``SIGKILL sent 3s ago``) while
+        the owner carries out the stop of ``inst``'s launch, by the app's stop policy:
+        an app that ignores its stop signal showed `stopping` with nothing said for the
+        whole timeout. None before the stop was sent, and while the owner does not
+        answer (what it does then is not known)."""
+        since = self._stop_sent.get(inst.launch_key)
+        if since is None or not self.owner_answers():
             return None
-        stop = inst.app.stop
-        sig = stop.signal if stop.signal.startswith("SIG") else f"SIG{stop.signal}"
-        return (f"{sig} sent {time.monotonic() - min(since):.0f}s ago; SIGKILL after "
-                f"{stop.timeout:g}s")
+        stop, took = inst.app.stop, time.monotonic() - since
+        sig = f"SIG{stop.signal}"
+        if sig == "SIGKILL":
+            return f"SIGKILL sent {took:.0f}s ago"
+        if took < stop.timeout:
+            return f"{sig} sent {took:.0f}s ago; SIGKILL in {stop.timeout - took:.0f}s"
+        return f"{sig} sent {took:.0f}s ago; SIGKILL sent {took - stop.timeout:.0f}s ago"
 
     def _launch_in_flight(self, launch_key: str) -> bool:
         """Whether a launch of ``launch_key`` is being sent to the owner: an owner that

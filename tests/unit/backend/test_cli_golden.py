@@ -261,7 +261,7 @@ CASES: dict[str, Callable[[], str]] = {
         "shop/web/0": "ready", "shop/web/1": "ready"}}),
     "stop_unsettled": lambda: render.instances({"settled": False, "instances": {
         "shop/web/0": "stopping", "shop/web/1": "stopped"}, "reasons": {
-        "shop/web/0": "SIGTERM sent 8s ago; SIGKILL after 30s"}}),
+        "shop/web/0": "SIGTERM sent 8s ago; SIGKILL in 22s"}}),
     "start_failed": lambda: render.instances({"settled": True, "instances": {
         "shop/web/0": "ready", "shop/worker/0": "failed"}}),
     "up": lambda: render.up({"started": {"owner": True, "guardian": True},

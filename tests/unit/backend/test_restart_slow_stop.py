@@ -13,7 +13,7 @@ from backend.testing import FakeOwner, api_call, ready_generation, until
 TWO = '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\ninstances = 2\n'
 
 STOPPING = {"settled": False, "instances": {"s/a/0": "stopping"},
-            "reasons": {"s/a/0": "SIGTERM sent 0s ago; SIGKILL after 10s"}}  # the stop held
+            "reasons": {"s/a/0": "SIGTERM sent 0s ago; SIGKILL in 10s"}}  # the stop held
 
 
 def test_a_stop_longer_than_the_timeout_still_ends_restarted(tmp_path: Path):

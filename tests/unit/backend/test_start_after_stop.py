@@ -26,7 +26,7 @@ async def settle_turns(n: int = 50) -> None:
         await asyncio.sleep(0)
 
 STOPPING = {"settled": False, "instances": {"s/a/0": "stopping"},
-            "reasons": {"s/a/0": "SIGTERM sent 0s ago; SIGKILL after 10s"}}  # the stop held
+            "reasons": {"s/a/0": "SIGTERM sent 0s ago; SIGKILL in 10s"}}  # the stop held
 
 
 def test_two_concurrent_restarts_restart_once_and_a_later_stop_wins(tmp_path: Path):

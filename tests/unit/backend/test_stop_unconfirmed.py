@@ -113,7 +113,13 @@ def test_a_stop_under_way_says_its_signal_and_when_sigkill_comes() -> None:
             sup.ensure(app, 0, False)
             await until(lambda: bool(owner.sent("stop")), "the stop sent")
             assert inst.state is State.STOPPING
-            assert sup.why("s/a/0") == "SIGINT sent 0s ago; SIGKILL after 20s"
+            assert sup.why("s/a/0") == "SIGINT sent 0s ago; SIGKILL in 20s"
+            sent = sup._stop_sent[inst.launch_key]
+            sup._stop_sent[inst.launch_key] = sent - 23.2   # past its timeout
+            assert sup.why("s/a/0") == "SIGINT sent 23s ago; SIGKILL sent 3s ago"
+            sup.owner_answers = lambda: False   # what the owner does then is not known
+            assert sup.why("s/a/0") is None
+            sup.owner_answers = lambda: True
             owner.release("stop")
             await until(lambda: inst.state is State.STOPPED, "stopped")
             assert sup.why("s/a/0") is None
