@@ -248,7 +248,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         from .retention import prune_once
         missed: dict[str, str] = {}
         link = self._link()
-        if not link["current"]:   # not asked: it would wait out the call's timeout
+        prunes = self.sup.owner_capabilities.get("retention") == 1   # an older one cannot
+        if prunes and not link["current"]:   # not asked: it would wait out its timeout
             missed["launches"] = str(self._unavailable(
                 f"has not answered for {link['age']:.0f} s", "pruning its launches",
                 link).msg)
@@ -333,10 +334,12 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         so, and no reconcile proved its launches gone): its apps may run on. A clean
         stop (a service stop, an owner upgrade's window) stopped them, or hands them on."""
         from .cli.unclean import unclean_end
+        ident = self.gen.owner_identity
         try:
-            return unclean_end(self.gen.layout) is not None
-        except TenureError:   # an unreadable receipt proves nothing either way
+            rec = unclean_end(self.gen.layout)
+        except (TenureError, OSError):   # an unreadable receipt proves nothing either way
             return False
+        return rec is not None and ident is not None and rec.get("instance") == ident.instance
 
     def _require_owner(self, what: str) -> None:
         """Refuse ``what`` (OwnerUnavailable, nothing done) while our view of the owner is

@@ -127,10 +127,26 @@ class InstanceCommands:
             return {"settled": ok, "instances": public}
         # why each instance not there yet is not (a stop whose SIGKILL is 20 s away):
         # the answer said `(not settled in time)` and nothing more
-        reasons = {k: why for k in keys if k in self.sup.instances
-                   and self.sup.instances[k].state not in states
-                   and (why := self.sup.reason(k)) is not None}
-        return {"settled": ok, "instances": public, "reasons": reasons}
+        return {"settled": ok, "instances": public,
+                "reasons": self._reasons(keys, states, moved)}
+
+    def _reasons(self, keys: list[str], states: tuple[im.State, ...],
+                 moved: dict[str, int] | None = None) -> dict[str, str]:
+        """Why each of ``keys`` not settled in ``states`` is not (its status reason):
+        not in them, or down while what its last run left running is being stopped; one
+        launched again since (``moved``) counts as settled, as the wait counts it."""
+        down = im.State.STOPPED in states
+        out = {}
+        for k in keys:
+            inst = self.sup.instances.get(k)
+            if inst is None or (moved is not None and inst.generation != moved[k]):
+                continue
+            if inst.state in states and not (down and self.sup.leaving(k)):
+                continue
+            why = self.sup.reason(k)
+            if why is not None:
+                out[k] = why
+        return out
 
     def _refuse_stopped_stacks(self, keys: list[str]) -> None:
         stacks = sorted({k.split("/")[0] for k in keys} & self.stopped_stacks())
@@ -212,7 +228,8 @@ class InstanceCommands:
                     raise _restart_cut(keys[:i], keys[i:], out)
                 out.update((await self._wait_settled([k], UP, 0, until_drain=False))[1])
                 return {"settled": False, "instances": out, "not_restarted": keys[i + 1:],
-                        "stopped_at": k, **({"withdrawn": True} if started is False else {})}
+                        "stopped_at": k, "reasons": self._reasons([k], UP),
+                        **({"withdrawn": True} if started is False else {})}
             ok, public = await self._wait_settled([k], UP, timeout, until_drain=True)
             out.update(public)
             if not ok and self._handing_over():
@@ -223,7 +240,7 @@ class InstanceCommands:
             ready = self.sup.instances[k].state is im.State.READY
             if not ok or (not ready and i + 1 < len(keys)):   # the roll stops here
                 return {"settled": False, "instances": out, "not_restarted": keys[i + 1:],
-                        "stopped_at": k}
+                        "stopped_at": k, "reasons": self._reasons([k], (im.State.READY,))}
         return {"settled": settled, "instances": out}
 
     def _handing_over(self) -> bool:

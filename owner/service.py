@@ -319,6 +319,7 @@ class OwnerService:
         policy = StopPolicy.from_wire(call.params["policy"]) if call.params["policy"] \
             else None
         await self.launcher.answered(call.params["launch_key"])   # a launch under way
+        self._require_epoch(call)   # a fence may have come meanwhile, as admit() checks
         row = self._live(call.params["launch_key"])
         result = await self.launcher.stop(row.launch_key, policy)
         wire = {"launch_key": row.launch_key, "pid": row.pid, **result.to_wire()}

@@ -84,10 +84,10 @@ def said_if_stopped(who: str, pid_of: Callable[[], int | None],
                 continue
             since = time.monotonic() if since is None else since
             if time.monotonic() - since >= STOPPED_SAY_S:
-                out.write("\r\x1b[K" if out.isatty() else "")
-                out.write(f"tenure: the {who} does not answer: {described(pid, st)}; "
-                          "waiting for its answer (Ctrl-C stops waiting; what was asked "
-                          "goes on once it is continued)\n")
+                out.write(("\r\x1b[K" if out.isatty() else "") +   # one write: the
+                          f"tenure: the {who} does not answer: "       # progress line
+                          f"{described(pid, st)}; waiting for its answer (Ctrl-C "  # too
+                          "stops waiting; what was asked goes on once it is continued)\n")
                 out.flush()
                 return
 

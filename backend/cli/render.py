@@ -203,9 +203,9 @@ def _held_owner(held: dict[str, Any]) -> str:
     pid = held["pid"]
     if held.get("term_pending"):
         return (f"the guardian is not running, and the owner (pid {pid}) is stopped "
-                "(SIGSTOP or a debugger) with a SIGTERM waiting (a `tenure down` asked it "
-                f"to stop): once continued (kill -CONT {pid}) it shuts down, stopping "
-                "every application; then `tenure up` starts tenure again")
+                "(SIGSTOP or a debugger) with a SIGTERM waiting (from a `tenure down`, "
+                f"say): once continued (kill -CONT {pid}) it shuts down, stopping every "
+                "application; then `tenure up` starts tenure again")
     return (f"the guardian is not running, and the owner (pid {pid}) is stopped (SIGSTOP "
             f"or a debugger): kill -CONT {pid} continues it, then `tenure up` starts the "
             "guardian (the applications keep running)")

@@ -266,7 +266,7 @@ def test_status_after_a_down_that_left_a_stopped_owner_says_what_continuing_does
     assert res.code == 3 and res.out["owner_stopped"] == {"pid": owner,
                                                           "term_pending": True}, res
     assert (f"the owner (pid {owner}) is stopped (SIGSTOP or a debugger) with a SIGTERM "
-            f"waiting (a `tenure down` asked it to stop): once continued (kill -CONT "
-            f"{owner}) it shuts down, stopping every application") in text, text
+            f"waiting (from a `tenure down`, say): once continued (kill -CONT {owner}) it "
+            "shuts down, stopping every application") in text, text
     assert "so none is started" not in text, text
     cluster.wait(lambda: not os.path.exists(f"/proc/{owner}"), 60, "the owner ended")

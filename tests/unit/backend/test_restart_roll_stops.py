@@ -33,6 +33,7 @@ def test_a_restart_stops_at_an_instance_not_ready_within_its_timeout(tmp_path: P
     async def body(gen: Generation, owner: FakeOwner) -> None:
         await all_ready(gen)
         answer = await gen.api.restart(api_call("restart", target="s/a", timeout=0.05))
+        assert answer.pop("reasons")["s/a/0"].startswith("waiting for readiness: ")
         assert answer == {"settled": False, "instances": {"s/a/0": "running"},
                           "not_restarted": ["s/a/1", "s/a/2"], "stopped_at": "s/a/0"}
         assert render.instances(answer).splitlines()[-2] == "(not settled in time)"
@@ -52,8 +53,10 @@ def test_a_restart_stops_at_an_instance_that_failed_to_start(tmp_path: Path):
                 raise LaunchFailed("no such file", {"launch_key": p["launch_key"]})
         owner.before = refuse
         answer = await gen.api.restart(api_call("restart", target="s/a", timeout=5.0))
+        reasons = answer.pop("reasons")   # why it failed, as status says it
         assert answer == {"settled": False, "instances": {"s/a/0": "failed"},
                           "not_restarted": ["s/a/1", "s/a/2"], "stopped_at": "s/a/0"}
+        assert reasons == {"s/a/0": gen.sup.reason("s/a/0")} and reasons["s/a/0"]
         said = render.instances(answer)   # not a matter of time: it failed
         assert "(the roll stopped at s/a/0: it ended failed)" in said, said
         assert "not settled in time" not in said

@@ -24,6 +24,7 @@ def test_a_stop_longer_than_the_timeout_still_ends_restarted(tmp_path: Path):
             owner.hold("stop")   # the app takes longer to stop than the request waits
             answer = await gen.api.restart(api_call("restart", target="s/a",
                                                     timeout=0.05))
+            assert answer.pop("reasons")["s/a/0"].startswith("SIGTERM sent 0s ago")
             assert answer == {"settled": False, "instances": {"s/a/0": "stopping"},
                               "not_restarted": ["s/a/1"], "stopped_at": "s/a/0"}
             assert gen.api.running_steps() == ["restart s/a/0"]   # a drain waits for it

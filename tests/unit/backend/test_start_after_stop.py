@@ -78,6 +78,7 @@ def test_a_stop_after_a_restart_whose_stop_outlasted_its_timeout_is_not_undone(
         owner.hold("stop")
         restarted = await gen.api.restart(api_call("restart", target="s/a/0",
                                                    timeout=0.05))
+        assert restarted.pop("reasons")["s/a/0"].startswith("SIGTERM sent 0s ago")
         assert restarted == {"settled": False, "instances": {"s/a/0": "stopping"},
                              "not_restarted": [], "stopped_at": "s/a/0"}
         stop = asyncio.create_task(gen.api.stop(api_call("stop", target="s/a/0",
@@ -100,6 +101,7 @@ def test_a_stop_during_a_restart_ends_the_restart_at_once_and_wins(tmp_path: Pat
         stop = asyncio.create_task(gen.api.stop(api_call("stop", target="s/a/0",
                                                          timeout=30.0)))
         answer = await asyncio.wait_for(restart, 5)   # not its 30 s
+        assert answer.pop("reasons")["s/a/0"].startswith("SIGTERM sent 0s ago")
         assert answer == {"settled": False, "instances": {"s/a/0": "stopping"},
                           "not_restarted": [], "stopped_at": "s/a/0", "withdrawn": True}
         said = render.instances(answer)   # a later command has it: not a matter of time
