@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
+    from threading import Event
     from typing import Any, TextIO
 
 __all__ = ["EVERY", "STOPPED_SAY_S", "live", "said_if_stopped"]
@@ -32,11 +33,9 @@ def live(args: Any, label: str, probe: Callable[[], str | None],
     if getattr(args, "json", False) or not out.isatty():
         yield
         return
-    import threading  # only for a terminal: a few ms of every scripted command
-    done = threading.Event()
     t0 = time.monotonic()
 
-    def show() -> None:
+    def show(done: Event) -> None:
         text = ""
         while not done.wait(EVERY):
             try:
@@ -47,15 +46,28 @@ def live(args: Any, label: str, probe: Callable[[], str | None],
             out.write("\r\x1b[K" + line[:200])
             out.flush()
 
-    thread = threading.Thread(target=show, name="progress", daemon=True)
+    try:
+        with _beside(show, "progress"):
+            yield
+    finally:
+        out.write("\r\x1b[K")
+        out.flush()
+
+
+@contextmanager
+def _beside(run: Callable[[Event], None], name: str) -> Iterator[None]:
+    """Run ``run(done)`` in a daemon thread while the body runs; ``done`` is set when
+    the body ends, and the thread is given a second to see it. (threading is imported
+    only here: a few ms of every scripted command that never needs it.)"""
+    import threading
+    done = threading.Event()
+    thread = threading.Thread(target=run, args=(done,), name=name, daemon=True)
     thread.start()
     try:
         yield
     finally:
         done.set()
         thread.join(1.0)
-        out.write("\r\x1b[K")
-        out.flush()
 
 
 STOPPED_SAY_S = 5.0
@@ -70,10 +82,8 @@ def said_if_stopped(who: str, pid_of: Callable[[], int | None],
     debugger) for :data:`STOPPED_SAY_S`: the answer cannot come until it is continued,
     and the wait (up to the call's own timeout, ten minutes for an upgrade) was silent."""
     out = sys.stderr if stream is None else stream
-    import threading
-    done = threading.Event()
 
-    def watch() -> None:
+    def watch(done: Event) -> None:
         from protocol.procfs import described, read_stat
         since: float | None = None
         while not done.wait(1.0):
@@ -91,10 +101,5 @@ def said_if_stopped(who: str, pid_of: Callable[[], int | None],
                 out.flush()
                 return
 
-    thread = threading.Thread(target=watch, name="stopped-watch", daemon=True)
-    thread.start()
-    try:
+    with _beside(watch, "stopped-watch"):
         yield
-    finally:
-        done.set()
-        thread.join(1.0)
