@@ -76,6 +76,8 @@ def test_a_stop_after_a_restart_of_an_app_slow_to_stop_is_not_undone(cluster):
     cluster.wait_ready(1)
     restart = cluster.cli("restart", "g/slowstop/0", "--timeout", "1")
     assert restart.code == 4, restart
+    said = restart.out.pop("reasons")["g/slowstop/0"]   # why it is not up yet
+    assert said.startswith("SIGTERM sent ") and "; SIGKILL in " in said, said
     assert restart.out == {"settled": False, "instances": {"g/slowstop/0": "stopping"},
                            "not_restarted": [], "stopped_at": "g/slowstop/0"}
     stop = cluster.cli("stop", "g/slowstop/0", "--timeout", "30", timeout=60)
@@ -101,6 +103,9 @@ ready = {{ kind = "exec", command = ["test", "-e", "{flag}"], timeout = 20 }}
     res = cluster.cli("restart", "g/roll", "--timeout", "2", timeout=60)
     assert time.monotonic() - t0 < 8
     assert res.code == 4, res
+    said = res.out.pop("reasons")["g/roll/0"]   # why the roll stopped there
+    assert said == f"readiness: exec test -e {flag}: exit 1" or \
+        said.startswith(f"waiting for readiness: exec test -e {flag} "), said
     assert res.out == {"settled": False, "instances": {"g/roll/0": "running"},
                        "not_restarted": ["g/roll/1", "g/roll/2"],
                        "stopped_at": "g/roll/0"}
