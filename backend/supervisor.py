@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from protocol.aclient import NotSent
 from protocol.errors import (
     BadRequest,
     ConnectFailed,
@@ -63,7 +64,8 @@ class OwnerCalls(Protocol):
     backend.testing.FakeOwner in unit tests)."""
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
-                   epoch: int | None = None, timeout: float | None = None) -> Any: ...
+                   epoch: int | None = None, timeout: float | None = None,
+                   still: Callable[[], bool] | None = None) -> Any: ...
 
 
 def _fenced_off(key: str) -> ShuttingDown:
@@ -460,12 +462,19 @@ class Supervisor:
                 return None
             try:
                 self._invalidate("launch")
-                r = await self.owner.call("launch", params, epoch=self.epoch)
+                # asked again once its turn among the owner calls came (a stack stop may
+                # hold them all meanwhile): a stop asked while it waited withdraws it
+                r = await self.owner.call("launch", params, epoch=self.epoch, still=(
+                    lambda: self._still_starting(key, inst, launch_key)))
                 if r.get("state") in _ENDED:
                     return self._spent(launch_key, r, params["generation"])
                 return im.Launched(r["pid"], r["start_ticks"])
             except StaleEpoch:
                 raise
+            except NotSent:
+                log.info("%s: not launched: the instance was stopped or started anew "
+                         "while its launch waited for its turn", launch_key)
+                return None
             except (LaunchFailed, StackFenced, BadRequest) as exc:
                 log.warning("%s: launch refused: %s", launch_key, exc)
                 return im.LaunchFailed(exc.code_str,

@@ -324,7 +324,11 @@ class FakeOwner:
         return [p for m, p, _ in self.calls if m == method]
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
-                   epoch: int | None = None, timeout: float | None = None) -> Any:
+                   epoch: int | None = None, timeout: float | None = None,
+                   still: Callable[[], bool] | None = None) -> Any:
+        if still is not None and not still():   # as AsyncClient: withdrawn, never sent
+            from protocol.aclient import NotSent
+            raise NotSent(f"{method}: withdrawn before it was sent")
         p = dict(params or {})
         self.calls.append((method, p, epoch))
         if self.before is not None:

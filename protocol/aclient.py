@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from time import perf_counter
 from typing import Any
 
@@ -24,7 +24,12 @@ from .framing import FrameDecoder, encode_frame
 from .sockets import peer_credentials
 from .timing import Timings
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "NotSent"]
+
+
+class NotSent(Exception):
+    """A call withdrawn before it was sent (:meth:`AsyncClient.call`'s ``still``):
+    nothing of it reached the server."""
 
 
 class AsyncClient(_Common):
@@ -105,9 +110,15 @@ class AsyncClient(_Common):
         return self._accept_welcome(self._early.pop(0), peer.pid)
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
-                   epoch: int | None = None, timeout: float | None = None) -> Any:
-        """As :meth:`Client.call` (after its turn, for a method under :meth:`limit`)."""
+                   epoch: int | None = None, timeout: float | None = None,
+                   still: Callable[[], bool] | None = None) -> Any:
+        """As :meth:`Client.call` (after its turn, for a method under :meth:`limit`).
+        ``still``: asked once the turn is taken, right before the request is sent; when
+        it says no, nothing is sent and NotSent is raised (a launch whose instance was
+        stopped while the launch waited for its turn)."""
         async with self._turns.get(method) or contextlib.nullcontext():
+            if still is not None and not still():
+                raise NotSent(f"{method}: withdrawn before it was sent")
             return await self._call(method, params, epoch, timeout)
 
     async def _call(self, method: str, params: Mapping[str, Any] | None,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from protocol import AsyncClient, Client
+from protocol.aclient import NotSent
 from protocol.errors import (
     AlreadyRunning,
     BadFrame,
@@ -267,6 +268,28 @@ def test_async_client_concurrent_calls_and_transport_lost(start_server):
             with pytest.raises(TransportLost) as e:
                 await c.call("sleep", {"seconds": 30})
             assert e.value.request_id is not None
+
+    asyncio.run(main())
+
+
+def test_a_call_withdrawn_while_it_waits_for_its_turn_is_never_sent(start_server):
+    """``still`` is asked once the turn is taken: a launch whose instance was stopped
+    meanwhile is not sent (the backend's launches and stops share turns)."""
+    s = start_server()
+
+    async def main() -> None:
+        async with AsyncClient(s.path, want={"demo": 1}) as c:
+            c.limit(("sleep", "echo"), 1)
+            wanted = [True]
+            first = asyncio.ensure_future(c.call("sleep", {"seconds": 0.5}))
+            await asyncio.sleep(0.05)
+            second = asyncio.ensure_future(c.call("echo", {"x": 1}, still=lambda: wanted[0]))
+            await asyncio.sleep(0.05)
+            wanted[0] = False           # withdrawn while it waits for the turn
+            assert await first == {"slept": 0.5}
+            with pytest.raises(NotSent):
+                await second
+            assert await c.call("echo", {"x": 2}, still=lambda: True) == {"x": 2}
 
     asyncio.run(main())
 

@@ -37,11 +37,11 @@ class SlowLeftovers(FakeOwner):
         self.leftovers_gone = asyncio.Event()
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
-                   epoch: int | None = None, timeout: float | None = None) -> Any:
+                   epoch: int | None = None, timeout: float | None = None, **kw: Any) -> Any:
         if method == "stop" and params is not None and \
                 self.rows.get(params["launch_key"], {}).get("state") == "exited":
             await self.leftovers_gone.wait()
-        return await super().call(method, params, epoch=epoch, timeout=timeout)
+        return await super().call(method, params, epoch=epoch, timeout=timeout, **kw)
 
 
 @pytest.mark.parametrize("then_start", [False, True], ids=["stop", "restart"])
@@ -145,6 +145,42 @@ def test_a_stop_between_two_tries_of_a_launch_withdraws_it() -> None:
             retry.set_result(None)
             await until(lambda: inst.state is State.STOPPED and not sup._calls, "stopped")
             assert len(owner.sent("launch")) == 1 and owner.live == {}
+        finally:
+            await sup.aclose()
+    asyncio.run(main())
+
+
+class OneTurn(FakeOwner):
+    """A launch waits for its turn among the owner calls (a stack stop may hold them
+    all) until ``turn`` is set; then it is sent, or withdrawn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turn = asyncio.Event()
+
+    async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
+                   epoch: int | None = None, timeout: float | None = None, **kw: Any) -> Any:
+        if method == "launch":
+            await self.turn.wait()
+        return await super().call(method, params, epoch=epoch, timeout=timeout, **kw)
+
+
+def test_a_stop_while_the_launch_waits_for_its_turn_withdraws_it() -> None:
+    """Was: sent once its turn came, the app's program ran (its start-up side effects
+    with it), then was stopped by the stop that had waited for it."""
+    async def main() -> None:
+        owner = OneTurn()
+        sup = Supervisor(owner, 1, sleep=no_sleep)
+        try:
+            app = parse_config(APP, "t").apps()[0]
+            sup.ensure(app, 0, True)
+            inst = sup.instances[KEY]
+            await until(lambda: sup._launch_in_flight(inst.launch_key), "the launch waits")
+            sup.ensure(app, 0, False)
+            await until(lambda: bool(owner.sent("stop")), "the stop sent")
+            owner.turn.set()
+            await until(lambda: inst.state is State.STOPPED and not sup._calls, "stopped")
+            assert owner.sent("launch") == [] and owner.live == {}
         finally:
             await sup.aclose()
     asyncio.run(main())

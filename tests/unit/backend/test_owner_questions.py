@@ -28,13 +28,13 @@ class MeasuringOwner(FakeOwner):
         self.seen_together = 0
 
     async def call(self, method: str, params: Any = None, *, epoch: int | None = None,
-                   timeout: float | None = None) -> Any:
+                   timeout: float | None = None, **kw: Any) -> Any:
         if method not in QUESTIONS:
-            return await super().call(method, params, epoch=epoch, timeout=timeout)
+            return await super().call(method, params, epoch=epoch, timeout=timeout, **kw)
         self.in_flight += 1
         self.seen_together = max(self.seen_together, self.in_flight)
         try:
-            return await super().call(method, params, epoch=epoch, timeout=timeout)
+            return await super().call(method, params, epoch=epoch, timeout=timeout, **kw)
         finally:
             self.in_flight -= 1
 

@@ -38,10 +38,10 @@ class SlowStops(FakeOwner):
         self.trapped = asyncio.Event()
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
-                   epoch: int | None = None, timeout: float | None = None) -> Any:
+                   epoch: int | None = None, timeout: float | None = None, **kw: Any) -> Any:
         if method == "stop" and "/slow/" in dict(params or {}).get("launch_key", ""):
             await self.trapped.wait()
-        return await super().call(method, params, epoch=epoch, timeout=timeout)
+        return await super().call(method, params, epoch=epoch, timeout=timeout, **kw)
 
 
 def stack_stop(gen: Generation, digest: str | None) -> Any:
