@@ -12,13 +12,15 @@ stop of the leftovers waits for the test; nothing sleeps.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
 
 from backend.config import parse_config
-from backend.instance import State
+from backend.instance import Instance, State
+from backend.model import App
 from backend.supervisor import Supervisor
 from backend.testing import FakeOwner, no_sleep, until
 from protocol.errors import RequestTimedOut
@@ -26,6 +28,19 @@ from protocol.errors import RequestTimedOut
 APP = ('[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
        'backoff = { initial = 0, max = 0 }\n')
 KEY = "s/a/0"
+
+
+@contextlib.asynccontextmanager
+async def reconciling(owner: FakeOwner) -> AsyncIterator[tuple[Supervisor, App, Instance]]:
+    """A reconciler against ``owner`` with the app's instance asked to run; closed
+    after."""
+    sup = Supervisor(owner, 1, sleep=no_sleep)
+    try:
+        app = parse_config(APP, "t").apps()[0]
+        sup.ensure(app, 0, True)
+        yield sup, app, sup.instances[KEY]
+    finally:
+        await sup.aclose()
 
 
 class SlowLeftovers(FakeOwner):
@@ -48,11 +63,7 @@ class SlowLeftovers(FakeOwner):
 def test_a_stop_during_the_wait_withdraws_the_launch(then_start: bool) -> None:
     async def main() -> None:
         owner = SlowLeftovers()
-        sup = Supervisor(owner, 1, sleep=no_sleep)
-        try:
-            app = parse_config(APP, "t").apps()[0]
-            sup.ensure(app, 0, True)
-            inst = sup.instances[KEY]
+        async with reconciling(owner) as (sup, app, inst):
             await until(lambda: inst.state is State.READY, "ready")
             first = inst.launch_key
             sup.on_observation({**owner.exit(first, 1), "descendants": 1})
@@ -78,8 +89,6 @@ def test_a_stop_during_the_wait_withdraws_the_launch(then_start: bool) -> None:
             assert inst.state is (State.READY if then_start else State.STOPPED)
             if then_start:
                 assert started.result() is True
-        finally:
-            await sup.aclose()
     asyncio.run(main())
 
 
@@ -90,11 +99,7 @@ def test_a_stop_while_the_launch_is_sent_stops_what_it_started() -> None:
     async def main() -> None:
         owner = FakeOwner()   # as an owner that predates waiting for a launch under way:
         owner.hold("launch")  # a stop of a key not spawned yet answers NotFound
-        sup = Supervisor(owner, 1, sleep=no_sleep)
-        try:
-            app = parse_config(APP, "t").apps()[0]
-            sup.ensure(app, 0, True)
-            inst = sup.instances[KEY]
+        async with reconciling(owner) as (sup, app, inst):
             await until(lambda: bool(owner.sent("launch")), "the launch sent")
             sup.ensure(app, 0, False)
             await until(lambda: bool(owner.sent("stop")), "the stop sent")
@@ -104,8 +109,6 @@ def test_a_stop_while_the_launch_is_sent_stops_what_it_started() -> None:
             owner.release("launch")
             await until(lambda: inst.state is State.STOPPED and not sup._calls, "stopped")
             assert owner.live == {} and len(owner.sent("stop")) == 2
-        finally:
-            await sup.aclose()
     asyncio.run(main())
 
 
@@ -170,17 +173,11 @@ def test_a_stop_while_the_launch_waits_for_its_turn_withdraws_it() -> None:
     with it), then was stopped by the stop that had waited for it."""
     async def main() -> None:
         owner = OneTurn()
-        sup = Supervisor(owner, 1, sleep=no_sleep)
-        try:
-            app = parse_config(APP, "t").apps()[0]
-            sup.ensure(app, 0, True)
-            inst = sup.instances[KEY]
+        async with reconciling(owner) as (sup, app, inst):
             await until(lambda: sup._launch_in_flight(inst.launch_key), "the launch waits")
             sup.ensure(app, 0, False)
             await until(lambda: bool(owner.sent("stop")), "the stop sent")
             owner.turn.set()
             await until(lambda: inst.state is State.STOPPED and not sup._calls, "stopped")
             assert owner.sent("launch") == [] and owner.live == {}
-        finally:
-            await sup.aclose()
     asyncio.run(main())
