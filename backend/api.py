@@ -304,7 +304,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         if os.getppid() != pid:   # it died: we were handed to another parent
             return {"pid": pid, "gone": True, "problem": f"pid {pid} is gone"}
         st = read_stat(pid)
-        if st is not None and st.state not in ("T", "t"):
+        if st is not None and not st.stopped:
             return None
         return {"pid": pid, "gone": st is None, "problem": described(pid, st)}
 

@@ -80,6 +80,12 @@ class ProcStat:
         """Dead and waiting to be reaped: holds nothing but a table slot."""
         return self.state in ("Z", "X")
 
+    @property
+    def stopped(self) -> bool:
+        """Stopped by a signal (SIGSTOP, Ctrl-Z) or by a debugger: it answers nothing
+        until it is continued."""
+        return self.state in ("T", "t")
+
     def __repr__(self) -> str:
         return (f"ProcStat(pid={self.pid}, state={self.state!r}, ppid={self.ppid}, "
                 f"pgid={self.pgid}, sid={self.sid}, start_ticks={self.start_ticks})")
@@ -184,7 +190,7 @@ def described(pid: int, st: ProcStat | None) -> str:
     """:func:`silence` of ``pid`` from its stat already read (None: it is gone)."""
     if st is None:
         return f"pid {pid} is gone"
-    if st.state in ("T", "t"):
+    if st.stopped:
         return f"pid {pid} is stopped (SIGSTOP or a debugger); kill -CONT {pid} continues it"
     if st.state == "D":
         return f"pid {pid} is in uninterruptible sleep (state D), usually waiting for storage"

@@ -31,7 +31,7 @@ def _terminate(pid: int, ticks: int | None, timeout: float) -> str | None:
         if not running(pid, ticks):
             return None
         st = read_stat(pid)
-        if st is not None and st.state in ("T", "t"):
+        if st is not None and st.stopped:
             return (f"pid {pid} is stopped (SIGSTOP or a debugger); SIGTERM waits until "
                     f"it is continued (kill -CONT {pid})")
         time.sleep(0.05)

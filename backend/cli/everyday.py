@@ -248,7 +248,7 @@ def _stopped_owner(args: Any) -> dict[str, Any] | None:
     from .holders import listener
     found = listener(layout(args).owner_sock, "owner")
     st = read_stat(found[0]) if found is not None else None
-    if found is None or st is None or st.state not in ("T", "t"):
+    if found is None or st is None or not st.stopped:
         return None
     return {"pid": found[0], "term_pending": signal_pending(found[0], 15)}
 

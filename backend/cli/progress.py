@@ -89,7 +89,7 @@ def said_if_stopped(who: str, pid_of: Callable[[], int | None],
         while not done.wait(1.0):
             pid = pid_of()
             st = read_stat(pid) if pid is not None else None
-            if pid is None or st is None or st.state not in ("T", "t"):
+            if pid is None or st is None or not st.stopped:
                 since = None
                 continue
             since = time.monotonic() if since is None else since

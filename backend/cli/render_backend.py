@@ -43,12 +43,7 @@ def why_silent(pid: Any) -> str:
     """Why a living backend ``pid`` does not answer, as far as /proc tells: stopped
     (SIGSTOP, a debugger: with the kill -CONT that continues it, as a stopped owner or
     guardian is named), else that it may be hung."""
-    if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
-        from protocol.procfs import described, read_stat
-        st = read_stat(pid)
-        if st is not None and st.state in ("T", "t"):
-            return described(pid, st)
-    return "it may be hung (docs/recover.md)"
+    return _stopped(pid) or "it may be hung (docs/recover.md)"
 
 
 def stopped_backend(view: Any) -> str | None:
@@ -57,15 +52,20 @@ def stopped_backend(view: Any) -> str | None:
     continues it``), else None: alive, the guardian does not replace it, so nothing
     comes until it is continued."""
     backend = view.get("backend") if isinstance(view, dict) else None
-    pid = backend.get("pid") if isinstance(backend, dict) and backend.get("alive") \
-        else None
+    if not isinstance(backend, dict) or not backend.get("alive"):
+        return None
+    return _stopped(backend.get("pid"), backend.get("start_ticks"))
+
+
+def _stopped(pid: Any, ticks: Any = None) -> str | None:
+    """``pid N is stopped …; kill -CONT N continues it`` when process ``pid`` (with
+    ``ticks`` its start time, when given: a pid another process holds now is not it)
+    is stopped, else None."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None
     from protocol.procfs import described, read_stat
     st = read_stat(pid)
-    ticks = backend.get("start_ticks") if isinstance(backend, dict) else None
-    if st is None or st.state not in ("T", "t") or \
-            (isinstance(ticks, int) and st.start_ticks != ticks):   # its pid reused
+    if st is None or not st.stopped or (isinstance(ticks, int) and st.start_ticks != ticks):
         return None
     return described(pid, st)
 
