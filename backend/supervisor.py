@@ -96,6 +96,7 @@ class Supervisor:
         self.frozen = False                      # draining for a handoff
         self.instances: dict[str, im.Instance] = {}
         self.by_launch: dict[str, str] = {}      # current launch key -> instance key
+        # (only the current one of each: an entry per launch grew without end)
         self.dirty: set[str] = set()
         # Instance key -> the last generation an instance of that key launched before it
         # was removed (scaled away, its app taken out): its launch keys are spent, so an
@@ -188,9 +189,12 @@ class Supervisor:
         taken: None) and follow it through: recorded as events, saved, its actions
         executed, waiters woken, what waited for its state looked at again."""
         was = Before(inst) if self.events is not None else None
+        launch_key = inst.launch_key
         actions = change()
         if self.events is not None and was is not None:
             transition_events(self.events, key, inst, event, was)
+        if inst.launch_key != launch_key and self.by_launch.get(launch_key) == key:
+            del self.by_launch[launch_key]   # its events are ignored (on_observation)
         self.by_launch[inst.launch_key] = key
         self.dirty.add(key)
         self._execute(key, actions)

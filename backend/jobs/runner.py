@@ -122,10 +122,14 @@ class JobRunner:
 
     def track(self, rec: Record) -> None:
         """Keep ``rec`` in memory while it is open; forget it once it is not."""
-        if rec.job.launch_key is not None:
-            self.by_launch[rec.job.launch_key] = rec.id
+        # by_launch holds open records' current launches only: the events of any other
+        # are ignored (on_observation), and an entry kept per run grew without end.
+        for key in [k for k, v in self.by_launch.items() if v == rec.id]:
+            del self.by_launch[key]
         if rec.job.state in jm.OPEN:
             self.records[rec.id] = rec
+            if rec.job.launch_key is not None:
+                self.by_launch[rec.job.launch_key] = rec.id
         else:
             self.records.pop(rec.id, None)
         self._notify()
