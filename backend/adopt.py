@@ -79,6 +79,7 @@ def adopt_checkpoint(sup: Supervisor, config: Config, checkpoint: dict[str, Any]
                                    f"checkpoint says {inst.pid}", {"launch_key": inst.launch_key})
     result.adopted = sup.inventory()
     result.orphans = sorted(set(live) - set(sup.by_launch))
+    _told_status(sup, live)
     # still waiting for the queued config the incumbent had not decided (its spool, or
     # the operation resumed here, decides them)
     sup.deferred = {k for k in checkpoint.get("deferred", [])
@@ -124,6 +125,7 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
         sup.dirty.add(key)
     result.adopted = sup.inventory()
     result.orphans = sorted(set(live) - set(sup.by_launch))
+    _told_status(sup, live)
     for inst in sup.instances.values():
         if inst.pid is not None and inst.launch_key not in live:
             result.missing.append(inst.launch_key)
@@ -138,6 +140,13 @@ def _told_ready(app: App, row: dict[str, Any]) -> bool:
     READY once). An owner restarted since, or one that predates saying it: False, and
     the timeout applies as before."""
     return app.ready.kind is ReadyKind.NOTIFY and row.get("ready_notified") is True
+
+
+def _told_status(sup: Supervisor, live: dict[str, dict[str, Any]]) -> None:
+    """The last ``STATUS=`` each adopted launch's app sent, as the owner's inventory
+    says (an owner that predates saying it: none until the app sends again)."""
+    for lk in sup.by_launch:
+        sup.told_status(lk, (live.get(lk) or {}).get("status_text"))
 
 
 def _restarts_since(old: im.Instance, generation: int) -> int:

@@ -425,6 +425,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                 "generation": inst.generation,
                 "last_outcome": str(inst.last_outcome) if inst.last_outcome else None,
                 "reason": self.sup.reason(key),
+                "status_text": self.sup.status_text.get(inst.launch_key)
+                if inst.pid is not None else None,
                 "next_start_in": _next_start_in(inst, t),
                 "log_dropped": None if dropped is None
                 else dropped.get((inst.app.stack, inst.app.name), 0),
@@ -617,4 +619,4 @@ def _activation_view(inst: im.Instance, held: dict[str, Any]) -> dict[str, Any]:
 def _unknown(row: dict[str, Any], age: float) -> dict[str, Any]:
     """A row the backend cannot vouch for now: what it last saw, and how long ago."""
     return {**row, "state": "unknown", "last_state": row["state"], "last_seen_age": age,
-            "ready": None, "cpu_percent": None, "rss": None}
+            "ready": None, "cpu_percent": None, "rss": None, "status_text": None}

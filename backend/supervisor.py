@@ -55,6 +55,7 @@ BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
 _RPC_RESULTS = (im.Launched, im.LaunchFailed, im.Stopped)
 _INTENTS = (im.Start, im.StopRequested)
 _ENDED = ("exited", "lost")   # owner launch states of a key that cannot run again
+STATUS_TEXT_MAX = 200         # characters of an app's STATUS= kept (as the owner does)
 LAUNCH_TRIES = 5              # a launch the owner answers with an error is given up after
 OWNER_AWAY_POLL_S = 1.0       # and one that no owner can take asked again this often
 
@@ -97,6 +98,7 @@ class Supervisor:
         self.instances: dict[str, im.Instance] = {}
         self.by_launch: dict[str, str] = {}      # current launch key -> instance key
         # (only the current one of each: an entry per launch grew without end)
+        self.status_text: dict[str, str] = {}   # launch key -> its app's last STATUS=
         self.dirty: set[str] = set()
         # Instance key -> the last generation an instance of that key launched before it
         # was removed (scaled away, its app taken out): its launch keys are spent, so an
@@ -195,6 +197,7 @@ class Supervisor:
             transition_events(self.events, key, inst, event, was)
         if inst.launch_key != launch_key and self.by_launch.get(launch_key) == key:
             del self.by_launch[launch_key]   # its events are ignored (on_observation)
+            self.status_text.pop(launch_key, None)
         self.by_launch[inst.launch_key] = key
         self.dirty.add(key)
         self._execute(key, actions)
@@ -347,6 +350,7 @@ class Supervisor:
         if inst is None or inst.launch_key != e.get("launch_key"):
             return  # not ours or an older generation's
         if e["kind"] == "exit":
+            self.status_text.pop(inst.launch_key, None)
             if e.get("descendants"):
                 self._stop_left_behind(key, e["launch_key"], e["descendants"])
             ended = im.OwnerStopped if e.get("stopped") is True else im.Exited
@@ -355,9 +359,21 @@ class Supervisor:
                                  e.get("core_dumped") is True,
                                  pid if isinstance(pid, int) else None,
                                  left if isinstance(left, int) else 0))
-        elif e["kind"] == "notify" and e.get("fields", {}).get("READY") == "1" \
-                and inst.app.ready.kind is ReadyKind.NOTIFY:
-            self.feed(key, im.Ready())
+        elif e["kind"] == "notify":
+            fields = e.get("fields") or {}
+            if "STATUS" in fields:
+                self.told_status(inst.launch_key, fields["STATUS"])
+            if fields.get("READY") == "1" and inst.app.ready.kind is ReadyKind.NOTIFY:
+                self.feed(key, im.Ready())
+
+    def told_status(self, launch_key: str, text: Any) -> None:
+        """The app of ``launch_key`` said ``STATUS=text`` (status's DETAIL when nothing
+        else is said, inspect's ``app status``); an empty text clears it, as under
+        systemd. What is not a string is not taken."""
+        if isinstance(text, str) and text:
+            self.status_text[launch_key] = text[:STATUS_TEXT_MAX]
+        elif isinstance(text, str):
+            self.status_text.pop(launch_key, None)
 
     # -- executing actions ------------------------------------------------------------
 

@@ -342,14 +342,24 @@ class OwnerService:
         and start them again."""
         await self.launcher.settle()
         stack = call.params["stack"]
-        ready = self.launcher.ready_notified
-        rows = [{**r.to_wire(), **({"ready_notified": True} if r.launch_key in ready else {})}
-                for r in self.launcher.live.values() if stack is None or r.stack == stack]
+        rows = [self._notified(r) for r in self.launcher.live.values()
+                if stack is None or r.stack == stack]
         uncertain = [r.to_wire() for r in self.launcher.uncertain.values()
                      if stack is None or r.stack == stack]
         return {"owner": self.identity.to_wire(), "epoch": self.epoch, "launches": rows,
                 "uncertain": uncertain, "cursor": self.ring.cursor,
                 **self._held(stack)}
+
+    def _notified(self, row: LaunchRow) -> dict[str, Any]:
+        """A live launch's row with what its app told the notify socket: READY=1 sent
+        (``ready_notified``) and its last ``STATUS=`` (``status_text``), when it did."""
+        key, wire = row.launch_key, row.to_wire()
+        if key in self.launcher.ready_notified:
+            wire["ready_notified"] = True
+        text = self.launcher.status_text.get(key)
+        if text is not None:
+            wire["status_text"] = text
+        return wire
 
     async def inspect(self, call: Call) -> Any:
         """A launch that had a process: its row, with what its process uses now (null

@@ -46,6 +46,8 @@ __all__ = ["LAUNCH_KEY_ENV", "Launcher"]
 
 log = logging.getLogger("tenure.owner")
 
+STATUS_TEXT_MAX = 200
+"""Characters of an app's last ``STATUS=`` the owner keeps (and reports) per launch."""
 TRACK_INTERVAL_S = 1.0
 """How often the descendants of every launch are looked for (process-group mode): the
 window in which a process can fork, leave the group and lose its parent unseen."""
@@ -73,6 +75,9 @@ class Launcher:
         self.socket_users: dict[str, tuple[str, ...]] = {}  # live launch -> socket keys
         # live launches that sent READY=1 to this owner (inventory's ``ready_notified``)
         self.ready_notified: set[str] = set()
+        # the last ``STATUS=`` of each live launch, cut to STATUS_TEXT_MAX (inventory's
+        # ``status_text``): what the app says it does, as systemctl status shows it
+        self.status_text: dict[str, str] = {}
         self.drainers: dict[tuple[str, str], PipeDrainer] = {}   # (launch key, stream)
         # What owner.db lists as tracked descendants: written only when the set changes.
         self._recorded: dict[tuple[int, int], str] = {}
@@ -356,6 +361,7 @@ class Launcher:
         row = self.live.pop(key, None)
         self.socket_users.pop(key, None)
         self.ready_notified.discard(key)
+        self.status_text.pop(key, None)
         if row is not None and row.pgid is not None:
             self._by_pgid.pop(row.pgid, None)
         # The event goes out first: a subscriber learns of the exit without waiting for
@@ -389,6 +395,10 @@ class Launcher:
         row = self.live.get(key)
         if row is not None and fields.get("READY") == "1":
             self.ready_notified.add(key)
+        if row is not None and fields.get("STATUS"):
+            self.status_text[key] = fields["STATUS"][:STATUS_TEXT_MAX]
+        elif "STATUS" in fields:   # STATUS= clears it, as under systemd
+            self.status_text.pop(key, None)
         store: StoreKey | None = None if row is None else (row.stack, row.app, row.instance)
         name = fields.get("FDNAME", DEFAULT_FDNAME)
         if fields.get("FDSTORE") == "1":

@@ -121,18 +121,31 @@ _QUEUED = {
 }
 
 
-def _detail(r: dict[str, Any]) -> str:
+def _detail(r: dict[str, Any], told: bool = True) -> str:
     """What the state alone does not say (why it failed, what it waits for, when a
-    backing-off instance starts again), or ""."""
+    backing-off instance starts again), else (with ``told``) what the app says it does
+    (its ``STATUS=``), or ""."""
     if r.get("next_start_in") is not None and r["state"] != "unknown":
         due = f"next start in {dur(r['next_start_in'])}"
         return f"{r['reason']}; {due}" if r.get("reason") else due
     if r.get("reason") and r["state"] != "unknown":
         return str(r["reason"])
     detail = r.get("detail")
-    if not detail or detail == r["state"] or r["state"] == "unknown":
+    if detail and detail != r["state"] and r["state"] != "unknown":
+        return str(detail)
+    return _told(r.get("status_text"), STATUS_TEXT_CUT) if told else ""
+
+
+STATUS_TEXT_CUT = 60
+"""Characters of an app's ``STATUS=`` status's DETAIL shows (inspect: all of it)."""
+
+
+def _told(text: Any, cut: int | None = None) -> str:
+    """An app's ``STATUS=`` text in quotes (its own words), cut to ``cut`` characters
+    with ``...``; "" for none."""
+    if not isinstance(text, str) or not text:
         return ""
-    return str(detail)
+    return f'"{text[:cut - 3]}..."' if cut is not None and len(text) > cut else f'"{text}"'
 
 
 def _sockets_lines(socks: list[dict[str, Any]], stores: list[dict[str, Any]]) -> str:
@@ -434,7 +447,8 @@ def superseded(r: dict[str, Any]) -> str:
 # inspect: these keys in this order, each as (label, formatter); the rest follow as-is
 _INSPECT: list[tuple[str, str, Any]] = [
     ("state", "state", lambda r: paint(_row_state(r), colour_for(_row_state(r)))),
-    ("detail", "detail", lambda r: _detail(r) or "-"),
+    ("detail", "detail", lambda r: _detail(r, told=False) or "-"),
+    ("status_text", "app status", lambda r: _told(r["status_text"]) or "-"),
     ("pid", "pid", lambda r: value(r["pid"])),
     ("launch_key", "launch key", lambda r: value(r["launch_key"])),
     ("unrecorded", "owner's record", lambda r: paint(
