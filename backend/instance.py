@@ -42,6 +42,7 @@ from enum import StrEnum
 from typing import Any
 
 from protocol.errors import BadRequest
+from protocol.identity import boot_id
 from protocol.schema import Field, Schema, check_int, is_number
 
 from .explain import LastError, LastExit, LastProbe, decode
@@ -124,6 +125,7 @@ class Instance:
         self.start_ticks: int | None = None
         self.launched_at: float | None = None    # when the current process came up
         self.starts: list[float] = []            # launch times inside the start-limit window
+        self.saved_boot: str | None = None       # the boot its saved state was written in
         self.health_failures = 0
         self.timers: dict[Timer, float] = {}     # absolute deadlines
         # why it is where it is (backend.explain), each naming its generation
@@ -153,14 +155,32 @@ class Instance:
 
     def resume(self, now: float) -> list[Action]:
         """Actions that re-establish side effects after ``from_wire``: timers re-armed
-        from their absolute deadlines (overdue ones fire at once), probes restarted."""
-        out: list[Action] = [StartTimer(name, max(0.0, deadline - now))
+        from their absolute deadlines (overdue ones fire at once; none waits longer than
+        its own length, :meth:`_longest`), probes restarted.
+
+        Deadlines and start times are CLOCK_MONOTONIC readings, which count from the
+        boot: saved in another boot (backend.db read after a reboot), they mean nothing
+        here. There an instance in backoff waited for about as long as the last boot
+        had run, and its old starts counted in the start-limit window as long; now its
+        timers fire at once and its starts are forgotten. Times after ``now`` cannot be
+        of this boot either, and are dropped."""
+        if self.saved_boot is not None and self.saved_boot != this_boot():
+            self.starts = []
+            self.timers = dict.fromkeys(self.timers, now)
+        self.starts = [t for t in self.starts if t <= now]
+        out: list[Action] = [StartTimer(name, min(max(0.0, deadline - now), self._longest(name)))
                              for name, deadline in sorted(self.timers.items())]
         if self.state is State.RUNNING and self.app.ready.kind is not ReadyKind.DELAY:
             out.append(StartReadiness())
         if self.state is State.READY and self.app.health is not None:
             out.append(StartHealth())
         return out
+
+    def _longest(self, name: Timer) -> float:
+        """The longest timer ``name`` can run under this instance's app."""
+        if name is Timer.BACKOFF:
+            return max(self.app.backoff.max, self.app.backoff.initial)
+        return self.app.ready.timeout if name is Timer.READY_TIMEOUT else self.app.ready.delay
 
     @property
     def started(self) -> bool:
@@ -220,6 +240,7 @@ class Instance:
             "launched_at": self.launched_at, "starts": list(self.starts),
             "health_failures": self.health_failures,
             "timers": {name.value: deadline for name, deadline in self.timers.items()},
+            "boot": this_boot(),   # the boot whose CLOCK_MONOTONIC the times above read
             **{name: None if rec is None else rec.to_wire()
                for name, rec in (("last_error", self.last_error),
                                  ("last_exit", self.last_exit),
@@ -259,6 +280,8 @@ class Instance:
         inst.last_exit = decode("last_exit", data.get("last_exit"), inst.generation)
         inst.last_probe = decode("last_probe", data.get("last_probe"), inst.generation)
         inst.exits = _exits(data.get("exits"))
+        boot = data.get("boot")   # optional: state written before it has none
+        inst.saved_boot = boot if isinstance(boot, str) else None
         _check_consistent(inst)
         return inst
 
@@ -638,6 +661,17 @@ _WIRE = Schema(
     Field("health_failures", int, check=check_int(0)),
     Field("timers", dict, check=_check_timers),
 )
+
+_boot: str | None = None
+
+
+def this_boot() -> str:
+    """This boot's id (read once: it does not change while a process lives)."""
+    global _boot
+    if _boot is None:
+        _boot = boot_id()
+    return _boot
+
 
 _TIMER_STATE = {Timer.BACKOFF: State.BACKOFF, Timer.READY_TIMEOUT: State.RUNNING,
                 Timer.READY_DELAY: State.RUNNING}

@@ -650,6 +650,50 @@ def test_restored_backoff_continues() -> None:
         Launch(2, "shop/web/0/2")]
 
 
+def _crash_looped_at(now: float) -> Rig:
+    """An instance whose second run failed at ``now`` (CLOCK_MONOTONIC of its boot): it
+    waits 6 s for its third and last start within its start limit."""
+    r = Rig(mk_app(ready=Readiness(kind=ReadyKind.NONE), health=None,
+                   backoff=Backoff(initial=6.0, max=6.0),
+                   start_limit=StartLimit(burst=3, interval=100.0)))
+    r.now = now
+    for _ in range(2):
+        r.feed(Start() if r.inst.state is State.STOPPED else BackoffElapsed())
+        r.launched()
+        r.feed(Exited(1, None), 1.0)
+    assert r.inst.state is State.BACKOFF and len(r.inst.starts) == 2
+    return r
+
+
+def test_state_saved_in_another_boot_waits_no_backoff_and_counts_no_starts() -> None:
+    """backend.db read after a reboot: its times are the last boot's CLOCK_MONOTONIC,
+    ~11 days here. Was: the instance stayed in backoff for those 11 days (only `tenure
+    start` started it), its old starts inside the start-limit window as long."""
+    r = _crash_looped_at(1_000_000.0)
+    wire = {**r.inst.to_wire(), "boot": "the-boot-before"}
+    back = Instance.from_wire(json.loads(json.dumps(wire)), r.inst.app)
+    assert back.resume(40.0) == [StartTimer(Timer.BACKOFF, 0.0)]
+    assert back.starts == []
+    assert of(back.handle(BackoffElapsed(), 40.0), Launch) == [Launch(3, "shop/web/0/3")]
+    back.handle(Launched(7, 70), 40.1)
+    back.handle(Exited(1, None), 41.0)
+    assert back.state is State.BACKOFF   # one start in its window, not three
+
+
+def test_restored_times_this_boot_cannot_have_are_bounded() -> None:
+    """State without its boot (written before it was saved) or damaged: no timer waits
+    longer than its own length, and a start after now is not counted."""
+    r = _crash_looped_at(1_000_000.0)
+    wire = r.inst.to_wire()
+    del wire["boot"]
+    back = Instance.from_wire(wire, r.inst.app)
+    assert back.resume(40.0) == [StartTimer(Timer.BACKOFF, 6.0)]
+    assert back.starts == []
+    same = Instance.from_wire(r.inst.to_wire(), r.inst.app)   # this boot: as saved
+    assert same.resume(r.now + 2.0) == [StartTimer(Timer.BACKOFF, pytest.approx(4.0))]
+    assert same.starts == r.inst.starts
+
+
 @pytest.mark.parametrize(("change", "field"), [
     ({"v": 2}, "v"),
     ({"app": "other"}, "app"),
