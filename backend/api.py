@@ -318,7 +318,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         """How current our view of the owner is (protocol.link); while it is not, or
         when a call to it has just ``failed``, also ``process``: what /proc shows of the
         owner's pid (stopped, gone, ...)."""
-        link = self.gen.link.to_wire(time.time())
+        link = self.gen.link.to_wire()
         ident = self.gen.owner_identity
         if (failed or not link["current"]) and ident is not None:
             st = read_stat(ident.pid)

@@ -42,7 +42,7 @@ async def snapshot(gen: Generation) -> dict[str, Any]:
     false: it has not answered for 5 s) it is not asked. Raises nothing of its own."""
     sup = gen.sup
     assert sup is not None
-    connected = gen.link.current(time.time())
+    connected = gen.link.current()
     answer, guardian = await asyncio.gather(  # at once; a silent owner is not waited for
         owner_metrics(gen.owner, sup.owner_capabilities) if connected else _none(),
         mc.guardian_counters(gen.layout))

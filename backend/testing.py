@@ -531,7 +531,7 @@ def go_stale(gen: Generation) -> None:
     """Make ``gen``'s view of the owner stale: no word from it for longer than
     protocol.link.STALE_AFTER."""
     from protocol.link import STALE_AFTER
-    gen.link.seen = time.time() - STALE_AFTER - 1
+    gen.link.heard(STALE_AFTER + 1)
 
 
 def api_call(method: str, **params: object) -> Any:

@@ -130,7 +130,7 @@ def snapshot(co: Coordinator) -> dict[str, Any]:
         "guardian": co.identity.to_wire(),
         "guardian_release": co.own.to_wire() if co.own is not None else None,
         "owner": co.owner_identity.to_wire() if co.owner_identity else None,
-        "owner_link": co.owner_link.to_wire(time.time()),
+        "owner_link": co.owner_link.to_wire(),
         "epoch": co.state.last_epoch(),
         "selector": {"current": sel.current, "previous": sel.previous,
                      "revision": sel.revision},

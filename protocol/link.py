@@ -12,13 +12,19 @@ States (stable wire values)::
 
 Events: ``Seen`` (any answer or event from the owner), ``Broke`` (the connection is gone),
 ``Failed`` (a reconnect attempt failed), ``Changed`` (another instance answered). The
-table below is complete (checked at import); a pure machine: the caller passes ``now``.
+table below is complete (checked at import). The caller passes ``now``, the wall time
+shown (``since``, ``last_seen``); how long ago the owner last said anything (``age``,
+staleness) is measured on the link's ``clock``, CLOCK_MONOTONIC: on the wall clock a
+step forward of a few seconds, or a resume from suspend, made every command refuse
+(OWNER_UNAVAILABLE "not answered for 3600 s") and status show every app `unknown`
+until the next word.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -47,6 +53,16 @@ class Link:
     since: float = 0.0        # wall time the current state began
     seen: float = 0.0         # wall time of the last word from the owner
     reason: str | None = None
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    seen_at: float = field(default=float("-inf"))  # ``clock`` at the last word: the age
+
+    def __post_init__(self) -> None:
+        if self.seen and self.seen_at == float("-inf"):   # made as heard at wall time seen
+            self.seen_at = self.clock() - max(0.0, time.time() - self.seen)
+
+    def heard(self, ago: float = 0.0) -> None:
+        """Take the last word as ``ago`` seconds old (tests make a link stale with it)."""
+        self.seen_at = self.clock() - ago
 
     def handle(self, event: LinkEvent, now: float, reason: str | None = None) -> None:
         TRANSITIONS[(self.state, event)](self, now, reason)
@@ -62,18 +78,24 @@ class Link:
         self.handle(LinkEvent.BROKE if self.state is LinkState.CONNECTED
                     else LinkEvent.FAILED, now, reason)
 
-    def current(self, now: float) -> bool:
-        """Whether what the backend knows may be shown as the present."""
-        return self.state is LinkState.CONNECTED and now - self.seen <= STALE_AFTER
+    def age(self) -> float:
+        """Seconds since the last word from the owner (on ``clock``)."""
+        return max(0.0, self.clock() - self.seen_at)
 
-    def to_wire(self, now: float) -> dict[str, Any]:
+    def current(self) -> bool:
+        """Whether what the backend knows may be shown as the present."""
+        return self.state is LinkState.CONNECTED and self.age() <= STALE_AFTER
+
+    def to_wire(self) -> dict[str, Any]:
+        age = self.age()
+        if age == float("inf"):   # never heard from: as old as the wall clock says
+            age = max(0.0, time.time() - self.seen)
         return {"state": str(self.state), "since": self.since, "reason": self.reason,
-                "last_seen": self.seen, "age": round(max(0.0, now - self.seen), 3),
-                "current": self.current(now)}
+                "last_seen": self.seen, "age": round(age, 3), "current": self.current()}
 
 
 def _seen(link: Link, now: float, reason: str | None) -> None:
-    link.seen = now
+    link.seen, link.seen_at = now, link.clock()
     link._set_state(LinkState.CONNECTED, now, None)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ def test_a_command_acting_through_a_silent_owner_is_refused_untouched(tmp_path: 
             assert gen.sup.instances["s/a/0"].state is State.READY
             assert not gen.api.busy()
 
-            gen.link.seen = time.time()   # the owner answers again: so does the command
+            gen.link.heard()   # the owner answers again: so does the command
             done = await gen.api.restart(api_call("restart", target="s/a", timeout=30.0))
             assert done["settled"] is True
             assert [p["launch_key"] for p in owner.sent("launch")][-1] == "s/a/0/2"

@@ -6,7 +6,6 @@ pid N runs but did not answer` while the owner answered each of its fences."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from guardian.testing import FakeCoordinator
@@ -16,10 +15,10 @@ def test_an_answer_of_the_owner_is_a_word_from_it(tmp_path: Path) -> None:
     async def main() -> None:
         co = FakeCoordinator(tmp_path)
         try:
-            co.owner_link.seen = time.time() - 23.0
-            assert co.owner_link.current(time.time()) is False
+            co.owner_link.heard(23.0)
+            assert co.owner_link.current() is False
             await co.owner_call("status")
-            link = co.owner_link.to_wire(time.time())
+            link = co.owner_link.to_wire()
             assert link["state"] == "connected" and link["current"] is True, link
             assert link["age"] < 1.0, link
         finally:
