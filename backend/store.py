@@ -297,7 +297,7 @@ class BackendStore:
 
     def operations(self, open_only: bool = False, limit: int = 50) -> list[dict[str, Any]]:
         where = "WHERE outcome IS NULL" if open_only else ""
-        return self._ops(f"{where} ORDER BY created_at DESC LIMIT ?", (limit,))
+        return self._ops(f"{where} ORDER BY rowid DESC LIMIT ?", (limit,))
 
     def prune(self, operations: int, plans: int) -> dict[str, int]:
         """Delete finished operations but the newest ``operations``, then plans no kept
@@ -306,12 +306,12 @@ class BackendStore:
         with self.tx() as db:
             ops = db.execute(
                 "DELETE FROM operations WHERE outcome IS NOT NULL AND id NOT IN (SELECT id "
-                "FROM operations WHERE outcome IS NOT NULL ORDER BY created_at DESC, id "
-                "LIMIT ?)", (operations,)).rowcount
+                "FROM operations WHERE outcome IS NOT NULL ORDER BY rowid DESC LIMIT ?)",
+                (operations,)).rowcount
             gone = db.execute(
                 "DELETE FROM plans WHERE id NOT IN (SELECT plan FROM operations WHERE plan "
-                "IS NOT NULL) AND id NOT IN (SELECT id FROM plans ORDER BY created_at DESC, "
-                "id LIMIT ?)", (plans,)).rowcount
+                "IS NOT NULL) AND id NOT IN (SELECT id FROM plans ORDER BY rowid DESC "
+                "LIMIT ?)", (plans,)).rowcount
         return {"operations": ops, "plans": gone}
 
     def _ops(self, where: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:

@@ -623,19 +623,34 @@ class Coordinator:
         logs (never those of the running generation). Returns how many were removed."""
         running = self.current.activation if self.current is not None else None
         removed = 0
+        order = self._newest_activations(keep)
         for directory, prefix in ((self.paths.handoffs, ""), (self.paths.logs, "backend-")):
             try:
                 entries = [e for e in os.scandir(directory) if e.is_file(follow_symlinks=False)
                            and e.name.startswith(prefix)]
             except FileNotFoundError:
                 continue
-            entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime, reverse=True)
+            # the newest activations as state.db recorded them (mtimes are wall times: a
+            # clock set back made the files just written the oldest), then the others
+            # (of an activation state.db no longer has) by mtime
+            entries.sort(key=lambda e: (0, order[aid], 0.0) if (
+                aid := e.name[len(prefix):].split(".")[0]) in order else
+                (1, 0, -e.stat(follow_symlinks=False).st_mtime))
             for e in entries[keep:]:
                 if running and running in e.name:
                     continue
                 os.unlink(e.path)
                 removed += 1
         return removed
+
+    def _newest_activations(self, n: int) -> dict[str, int]:
+        """The ids of the newest ``n`` activations, in the order state.db recorded them
+        (0: the newest); none when it cannot be read."""
+        try:
+            return {a.id: i for i, a in enumerate(self.state.activations(n))}
+        except (TenureError, sqlite3.Error) as exc:
+            log.warning("pruning files by their times alone: %s", exc)
+            return {}
 
     def write_diagnostics(self, state: dict[str, Any] | None = None) -> None:
         """supervisor-state.json now (guardian.diagnostics; never raises); ``state``: a

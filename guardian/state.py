@@ -261,7 +261,7 @@ class StateStore:
 
     def activations(self, limit: int = 20) -> list[Activation]:
         rows = self.db.execute(f"SELECT {_ACT_COLS} FROM activations "
-                               "ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,))
+                               "ORDER BY rowid DESC LIMIT ?", (limit,))
         return [_activation(r) for r in rows]
 
     def prune(self, keep: int, protect: set[str]) -> int:
@@ -275,7 +275,7 @@ class StateStore:
         with self.tx() as db:
             old = [a for (a,) in db.execute(
                 f"SELECT id FROM activations WHERE phase IN ({marks}) AND id NOT IN "
-                "(SELECT id FROM activations ORDER BY created_at DESC, rowid DESC LIMIT ?)",
+                "(SELECT id FROM activations ORDER BY rowid DESC LIMIT ?)",
                 (*done, keep)) if a not in protect]
             for aid in old:
                 db.execute("DELETE FROM receipts WHERE activation = ?", (aid,))
@@ -288,7 +288,7 @@ class StateStore:
         """Every activation that holds a grant newer than ``epoch``."""
         rows = self.db.execute(f"SELECT {_ACT_COLS} FROM activations WHERE id IN "
                                "(SELECT activation FROM grants WHERE epoch > ?) "
-                               "ORDER BY created_at", (epoch,))
+                               "ORDER BY rowid", (epoch,))
         return [_activation(r) for r in rows]
 
     def restorer_of(self, activation: str) -> Activation | None:
@@ -309,7 +309,7 @@ class StateStore:
 
     def open_activations(self) -> list[Activation]:
         rows = self.db.execute(f"SELECT {_ACT_COLS} FROM activations WHERE phase NOT IN "
-                               f"({','.join('?' * len(FINAL))}) ORDER BY created_at",
+                               f"({','.join('?' * len(FINAL))}) ORDER BY rowid",
                                tuple(FINAL))
         return [_activation(r) for r in rows]
 

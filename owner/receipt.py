@@ -187,7 +187,8 @@ def keep_receipt(rec: dict[str, Any], archive: str, keep: int = 20) -> str:
         atomic_write_json(path, rec)
     old = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     for stale in old[keep:]:
-        stale.unlink()
+        if stale != path:   # after the clock was set back it may sort as the oldest
+            stale.unlink()
     return str(path)
 
 

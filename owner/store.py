@@ -377,7 +377,7 @@ class OwnerStore:
         with transaction(self.db) as db:
             old = [k for (k,) in db.execute(
                 "SELECT launch_key FROM launches WHERE state IN (?, ?, ?) "
-                "ORDER BY coalesce(ended_at, started_at, 0) DESC, rowid DESC LIMIT -1 OFFSET ?",
+                "ORDER BY rowid DESC LIMIT -1 OFFSET ?",
                 (*ended, keep)) if k not in protect]
             db.executemany("DELETE FROM launches WHERE launch_key = ? AND state IN (?, ?, ?)",
                            [(k, *ended) for k in old])

@@ -138,3 +138,58 @@ def test_a_symlinked_backend_db_is_not_read_for_the_count(tmp_path: Path) -> Non
     (tmp_path / "backend.db").symlink_to(tmp_path / "real.db")
     assert activations_to_keep(str(tmp_path / "real.db")) == 25
     assert activations_to_keep(str(tmp_path / "backend.db")) == DEFAULT_ACTIVATIONS
+
+
+class _SetBack:
+    """A wall clock an operator sets back a day after the first ``after`` readings."""
+
+    def __init__(self, after: int) -> None:
+        self.readings, self.after = 0, after
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return 1_796_000_000.0 + self.readings - (86_400 if self.readings > self.after else 0)
+
+
+def test_the_newest_records_are_kept_when_the_clock_was_set_back(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """'Newest' is the order records were written in, not their wall times: after the
+    clock was set back, the activation just finished, the operation just applied and
+    the launch just ended sorted as the oldest and were the first deleted."""
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    state = StateStore(str(tmp_path / "state.db"))
+    backend = BackendStore(str(tmp_path / "backend.db"))
+    owner = OwnerStore(str(tmp_path / "owner.db"))
+    try:
+        monkeypatch.setattr(time, "time", _SetBack(after=60))
+        ids = [_activation(state, e, Phase.COMPLETE) for e in range(1, 13)]
+        assert state.prune(keep=3, protect=set()) == 9
+        assert [a.id for a in state.activations(100)] == ids[:-4:-1]
+
+        monkeypatch.setattr(time, "time", _SetBack(after=20))
+        for i in range(8):
+            backend.add_plan({"id": f"p{i}", "config_text": "", "config_source": "x",
+                              "config_revision": "r", "live_revision": "l",
+                              "fingerprint": "f", "changes": [], "kind": "apply"})
+            backend.create_operation({"id": f"o{i}", "plan": f"p{i}", "kind": "apply",
+                                      "stacks": ["s"], "stage": "running",
+                                      "request_id": None, "generation": "g"})
+            backend.advance_operation(f"o{i}", "running", "complete", 1, outcome="success")
+        backend.add_plan({"id": "p-next", "config_text": "", "config_source": "x",
+                          "config_revision": "r", "live_revision": "l",
+                          "fingerprint": "f", "changes": [], "kind": "apply"})
+        assert backend.prune(operations=2, plans=1) == {"operations": 6, "plans": 6}
+        assert [o["id"] for o in backend.operations(limit=100)] == ["o7", "o6"]
+        plans = {r[0] for r in backend.db.execute("SELECT id FROM plans")}
+        assert plans == {"p6", "p7", "p-next"}   # a plan not applied yet is the newest
+
+        monkeypatch.setattr(time, "time", _SetBack(after=10))
+        for i in range(8):
+            _launch(owner, i, {}, exited=True)
+        assert owner.prune_ended(keep=2, protect=set()) == 6
+        left = {r[0] for r in owner.db.execute("SELECT launch_key FROM launches")}
+        assert left == {"s/a/0/6", "s/a/0/7"}
+    finally:
+        state.close()
+        backend.close()
+        owner.close()
