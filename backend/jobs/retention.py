@@ -52,7 +52,7 @@ class Pruner:
     def __init__(self, runner: JobRunner) -> None:
         self.runner = runner
         self.every = prune_every()
-        self.last = 0.0
+        self.last = float("-inf")   # runner.clock.mono() at the last pass
         self.pruned = 0             # records deleted by this generation
         self.forgotten = 0          # journal lines the owner deleted for them
         self.failures = 0           # passes cut short by an owner call that failed
@@ -60,9 +60,13 @@ class Pruner:
         self._no_forget = False     # the owner predates logs.forget
 
     def tick(self, now: float) -> None:
-        if self.busy or now - self.last < self.every:
+        """A pass once every ``every`` seconds, paced on the monotonic clock (on the wall
+        clock one set back an hour paused pruning for that hour); ``now``, the wall
+        time, is what a record's age is measured against."""
+        mono = self.runner.clock.mono()
+        if self.busy or mono - self.last < self.every:
             return
-        self.last = now
+        self.last = mono
         self.busy = True
         self.runner.spawn(self._pass(now))
 

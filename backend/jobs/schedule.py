@@ -95,11 +95,26 @@ class Scheduler:
                 ledger.restart_schedule(key, current, mark, now)
             elif form is None:     # a mark from before forms were recorded: its form
                 ledger.set_schedule_form(key, current)
+            if mark > now + LATE_AFTER:
+                mark = self._set_back(template, current, mark, now)
             if template.stack in stopped:
                 self._pass_stopped(template, mark, now)
                 continue
             self.stopped.discard(key)
             self._admit_due(template, mark, now)
+
+    def _set_back(self, template: JobTemplate, form: str, mark: float, now: float
+                  ) -> float:
+        """The mark, the last due time handled, is ahead of the clock: the wall clock was
+        set back (it was ahead, and was corrected). Waiting for it to come round again
+        ran nothing, unlogged, for as long as the clock had been ahead; the schedule
+        counts from now instead (a due time handled already keeps its record: its key
+        finds it). Returns the new mark."""
+        log.warning("job %s: its last due time handled (%s) is %.0f s ahead of the clock "
+                    "(it was set back): its due times count from now", template.key,
+                    schedule_key(template, mark), mark - now)
+        self.runner.ledger.restart_schedule(template.key, form, now, now)
+        return now
 
     def _pass_stopped(self, template: JobTemplate, mark: float, now: float) -> None:
         """A stopped stack runs none of its schedules: the mark moves past each due time
@@ -151,8 +166,9 @@ class Scheduler:
             if dup:
                 continue
             if missed:
-                log.warning("job %s: due at %s was missed (no backend was up); recorded "
-                            "as job %d", template.key, schedule_key(template, due), rec.id)
+                log.warning("job %s: due at %s was missed (found %.0f s late: no backend "
+                            "was up, or the clock jumped ahead); recorded as job %d",
+                            template.key, schedule_key(template, due), now - due, rec.id)
             else:
                 self.runner.track(rec)
                 self.runner.wake()

@@ -30,7 +30,11 @@ def finished(jobs: JobRunner, template: str, at: float) -> int:
     return rec.id
 
 
-async def one_pass(pruner: Pruner, now: float) -> None:
+async def one_pass(pruner: Pruner, now: float, paced: bool = False) -> None:
+    """A tick at wall time ``now``; unless ``paced``, once the minute between passes
+    went by."""
+    if not paced:
+        pruner.last = float("-inf")
     pruner.tick(now)
     await until(lambda: not pruner.busy, "the prune pass")
 
@@ -56,9 +60,13 @@ def test_each_template_is_pruned_by_its_own_policy_with_its_output(tmp_path: Pat
             gen.config = parse_config('[stacks.s.jobs.other]\ncommand = ["z"]\n', "u")
             for _ in range(100):
                 finished(jobs, "keep2", now)
-            await one_pass(pruner, now + PRUNE_EVERY / 2)       # not yet: once a minute
+            mono = pruner.last
+            jobs.clock.mono = lambda: mono + PRUNE_EVERY / 2  # type: ignore[method-assign]
+            await one_pass(pruner, now - 3600, paced=True)   # not yet: once a minute
             assert len(jobs.ledger.records(template="keep2", limit=1000)) == 103
-            await one_pass(pruner, now + PRUNE_EVERY)           # gone from config: keep 100
+            jobs.clock.mono = lambda: mono + PRUNE_EVERY  # type: ignore[method-assign]
+            await one_pass(pruner, now - 3600, paced=True)   # the wall clock set back an
+            # hour does not hold it up; gone from config: keep 100
             assert len(jobs.ledger.records(template="keep2", limit=1000)) == 101
             assert jobs.ledger.get(waiting.id).job.state is jm.State.ADMITTED
             assert ("s", "job:keep2", waiting.id) not in owner.forgotten

@@ -109,6 +109,25 @@ def test_a_long_outage_catches_up_over_ticks(tmp_path: Path) -> None:
     run(tmp_path, config(), body)
 
 
+def test_a_clock_set_back_restarts_the_schedule_from_now(tmp_path: Path) -> None:
+    """The clock was a day ahead for ten minutes, then corrected. Was: the mark stayed a
+    day ahead and nothing was admitted, or logged, until the clock came round to it."""
+    def body(gen: Generation, sched: Scheduler) -> None:
+        ahead = T0 + 86_400
+        sched.tick(ahead)
+        sched.tick(ahead + 600)                    # 2 due times at the wrong clock
+        assert len(records(gen)) == 2
+        sched.tick(T0 + 610)                       # corrected: counts from now
+        assert gen.api.jobs.ledger.schedule_mark("s/report") == T0 + 610
+        sched.tick(T0 + 900)
+        assert records(gen)[-1] == ("schedule:s/report:2026-03-02T10:15:00Z", "admitted",
+                                    T0 + 900)
+        sched.tick(T0 + 900 - 30)                  # a step back of 30 s: the mark stays
+        assert gen.api.jobs.ledger.schedule_mark("s/report") == T0 + 900
+        assert len(records(gen)) == 3
+    run(tmp_path, config(), body)
+
+
 def test_a_template_counts_from_when_it_is_first_seen_again(tmp_path: Path) -> None:
     def body(gen: Generation, sched: Scheduler) -> None:
         sched.tick(T0)
