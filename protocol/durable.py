@@ -342,8 +342,10 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         try:
             yield db
         except BaseException:
-            db.execute("ROLLBACK TO nested")
-            db.execute("RELEASE nested")
+            if db.in_transaction:
+                with suppress(sqlite3.Error):
+                    db.execute("ROLLBACK TO nested")
+                    db.execute("RELEASE nested")
             raise
         db.execute("RELEASE nested")
         return
@@ -351,7 +353,9 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     try:
         yield db
     except BaseException:
-        db.execute("ROLLBACK")
+        if db.in_transaction:   # SQLite may have rolled back itself (SQLITE_FULL): the
+            with suppress(sqlite3.Error):   # error raised is the one that ended it
+                db.execute("ROLLBACK")
         raise
     try:
         db.execute("COMMIT")

@@ -51,3 +51,37 @@ def test_an_existing_database_the_disk_fails_under_is_kept(tmp_path: Path):
     before = db.read_bytes()
     _open_on_a_full_disk(db)
     assert db.read_bytes() == before
+
+
+def test_a_transaction_the_disk_fills_under_raises_the_full_disk(tmp_path: Path):
+    """SQLite ends a transaction itself on SQLITE_FULL; the ROLLBACK after it then
+    failed ('cannot rollback - no transaction is active') and that error replaced the
+    real one: an RPC answered INTERNAL instead of STORAGE_FAILED. max_page_count makes
+    the database full as a full disk would."""
+    import os
+    import sqlite3
+
+    import pytest
+
+    from protocol.durable import transaction
+    from protocol.storage import storage_failure
+    tmp_path.chmod(0o700)
+    db = open_sqlite(str(tmp_path / "x.db"), "tenure-test", 1, "CREATE TABLE t (x BLOB)")
+    try:
+        db.execute("PRAGMA max_page_count = 30")
+        def fill() -> None:
+            for _ in range(200):
+                db.execute("INSERT INTO t VALUES (?)", (os.urandom(3000),))
+        for nested in (False, True):
+            with pytest.raises(sqlite3.OperationalError) as e, transaction(db):
+                if nested:   # a savepoint inside
+                    with transaction(db):
+                        fill()
+                else:
+                    fill()
+            assert "full" in str(e.value)
+            failed = storage_failure(e.value, "x")
+            assert failed is not None and failed.code == "STORAGE_FAILED"
+            assert not db.in_transaction
+    finally:
+        db.close()
