@@ -110,9 +110,10 @@ async def certificate_loop(gen: Generation,
     while True:
         await sleep(FIRST_CERTIFICATE if gen.certified_at is None else CERTIFICATE_PERIOD)
         try:
-            await publish_certificate(gen)
+            vouches = await publish_certificate(gen)
         except TenureError as exc:
             log.warning("no recovery certificate this round: %s", exc)
+            continue
         except (sqlite3.Error, OSError) as exc:   # storage: the next round tries again
             # said by `status` and `backend status` (gen.certificate_error) until then
             if gen.certificate_error is None:
@@ -120,7 +121,10 @@ async def certificate_loop(gen: Generation,
                           "every round, the last one written stays on disk", exc)
                 gen.certificate_error = {"error": _storage_error(exc), "since": time.time()}
             continue
-        if gen.certificate_error is not None:
+        # only a certificate that vouches ends the failure: a round with nothing written
+        # (not quiet, as stops and launches retried on a full disk keep it) proves no
+        # write works again
+        if vouches and gen.certificate_error is not None:
             log.warning("the recovery certificate is written again")
             gen.certificate_error = None
 

@@ -169,6 +169,41 @@ def test_an_apply_invalidates_the_certificate_before_committing_the_config(tmp_p
     asyncio.run(main())
 
 
+def test_a_round_that_writes_nothing_keeps_the_certificate_error(tmp_path: Path):
+    """A generation that is not quiet writes no certificate (publish answers False): on
+    a full disk its stops and launches are retried and keep it so. Was: such a round
+    cleared the error, and `status` stopped saying that a crash would block, with the
+    disk still full."""
+    import sqlite3
+
+    from backend.certify import certificate_loop
+
+    async def main() -> None:
+        gen = fake_generation(tmp_path, FakeOwner(), ONE)
+        rounds = []
+
+        def refusing(body):
+            raise sqlite3.OperationalError("database or disk is full")
+
+        async def one_round(_: float) -> None:
+            rounds.append(gen.certificate_error)
+            if len(rounds) == 3:
+                raise asyncio.CancelledError
+            gen.invalidate("launch")
+            if len(rounds) == 2:
+                gen.api.busy = lambda: True   # a step under way: nothing is written
+
+        gen.recovery.publish = refusing
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
+            with pytest.raises(asyncio.CancelledError):
+                await certificate_loop(gen, one_round)
+            assert rounds[0] is None and rounds[1] is not None and rounds[2] is rounds[1]
+        finally:
+            await gen.close()
+    asyncio.run(main())
+
+
 BODY = {"activation": "a1", "epoch": 3, "release": "r", "owner": {"instance": "o"},
         "inventory_digest": "d", "launches": 2, "cursor": 100, "config_revision": "c",
         "at": 1000.0}
