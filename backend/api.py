@@ -279,7 +279,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
             select_all(self.sup.instances, wanted)
         held, usage = await self._ask_owner(keys if wanted else None, link)
         t = time.monotonic()   # after the owner's answer: a launch may have ended meanwhile
-        rows = [self._row(k, self.sup.instances[k], t, dropped, usage) for k in keys]
+        rows = [self._row(k, self.sup.instances[k], t, dropped, usage)
+                for k in keys if k in self.sup.instances]   # an apply may remove some
         if not link["current"]:
             rows = [_unknown(r, link["age"]) for r in rows]
         self._procs.forget_except(self._live_idents())
@@ -449,7 +450,9 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         dropped = self.gen.log_dropped
         out = []
         for k in keys:
-            inst = self.sup.instances[k]
+            inst = self.sup.instances.get(k)
+            if inst is None:   # removed by an apply while the owner was asked
+                continue
             row = self._row(k, inst, t, dropped, usage)
             if not link["current"]:
                 row = _unknown(row, link["age"])
