@@ -342,10 +342,7 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         try:
             yield db
         except BaseException:
-            if db.in_transaction:
-                with suppress(sqlite3.Error):
-                    db.execute("ROLLBACK TO nested")
-                    db.execute("RELEASE nested")
+            _undo(db, "ROLLBACK TO nested", "RELEASE nested")
             raise
         db.execute("RELEASE nested")
         return
@@ -353,9 +350,7 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     try:
         yield db
     except BaseException:
-        if db.in_transaction:   # SQLite may have rolled back itself (SQLITE_FULL): the
-            with suppress(sqlite3.Error):   # error raised is the one that ended it
-                db.execute("ROLLBACK")
+        _undo(db, "ROLLBACK")
         raise
     try:
         db.execute("COMMIT")
@@ -363,6 +358,16 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         with suppress(sqlite3.Error):   # none left open if SQLite ended it
             db.execute("ROLLBACK")
         raise
+
+
+def _undo(db: sqlite3.Connection, *statements: str) -> None:
+    """Roll back what an exception interrupted, if a transaction is still open: SQLite
+    ends one itself on SQLITE_FULL, and a ROLLBACK then fails ('no transaction is
+    active'); that failure must not replace the error that ended it."""
+    if db.in_transaction:
+        with suppress(sqlite3.Error):
+            for statement in statements:
+                db.execute(statement)
 
 
 @contextmanager
