@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -197,8 +198,16 @@ class JobRunner:
                     await audit(self)
             except TenureError as exc:
                 log.warning("job runner: %s", exc)
+            except (sqlite3.Error, OSError) as exc:   # a full disk: each tick tries again
+                said = f"{type(exc).__name__}: {exc}"
+                if self._hook_errors.get("tick") != said:
+                    self._hook_errors["tick"] = said
+                    log.error("job runner: the ledger cannot be written (%s); tried "
+                              "again each tick", said)
             except Exception:  # one bad record must not stop every job
                 log.exception("job runner tick failed")
+            else:
+                self._hook_errors.pop("tick", None)
             self._wake.clear()
             try:
                 async with asyncio.timeout(TICK):
@@ -421,6 +430,14 @@ class JobRunner:
             self.end_by_exit(rec, e)
         except Conflict:
             pass
+        except (sqlite3.Error, OSError) as exc:
+            # A full or failing disk. Raised into the observation reader, it ended the
+            # generation; the record stays running here, and the audit (every
+            # AUDIT_EVERY) settles it from the owner's row of its launch once the
+            # ledger takes writes again.
+            log.error("job %d: its exit could not be recorded (%s); it is settled from "
+                      "the owner's record of its launch once the disk takes writes "
+                      "(looked at every %.0f s)", rec.id, exc, AUDIT_EVERY)
         self.wake()
 
     def end_by_exit(self, rec: Record, e: dict[str, Any],

@@ -334,6 +334,34 @@ def test_a_running_record_whose_exit_left_the_ring_is_read_back_from_its_row(tmp
     run(tmp_path, second, owner)
 
 
+def test_an_exit_the_ledger_cannot_record_is_settled_once_it_can(tmp_path):
+    """A job that ends while the disk is full: its exit could not be committed, and the
+    error, raised into the observation reader, ended the backend generation (the
+    guardian then failed to recover one on the full disk). The record stays running
+    and the audit settles it from the owner's row once writes work again."""
+    import sqlite3
+
+    from backend.jobs.resume import audit
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        rec, _ = jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        save = jobs.ledger.save
+
+        def full(*args: Any, **kw: Any) -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+        jobs.ledger.save = full  # type: ignore[method-assign]
+        jobs.on_observation(o.exit(rec.job.launch_key, 0))   # raises nothing
+        assert state(gen, rec.id) is jm.State.RUNNING
+        with pytest.raises(sqlite3.OperationalError):
+            await audit(jobs)                                 # still full
+        jobs.ledger.save = save  # type: ignore[method-assign]
+        assert await audit(jobs) == [rec.id]
+        assert state(gen, rec.id) is jm.State.SUCCEEDED
+    run(tmp_path, body)
+
+
 def test_resolve_not_started_is_refused_while_the_owner_shows_the_launch(tmp_path):
     owner = FakeOwner()
     job_id, key = _leave_starting(tmp_path, owner, False, None)
