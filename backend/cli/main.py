@@ -490,7 +490,8 @@ def _silent_daemon(exc: TenureError) -> TenureError:
 
 
 # What goes on after Ctrl-C of a command that asked tenure to do something: the command
-# only stops waiting. Reading commands (status, logs, events, top, ...) end silently.
+# only stops waiting. Reading commands (status, logs, events, top, ...) end silently;
+# of a command with actions (`tenure backend ACTION`) only those in READS_OF do.
 GOES_ON = {
     "up": "what it started, if anything, and the config it applies go on (`tenure "
           "status`)",
@@ -504,24 +505,31 @@ GOES_ON = {
     "backend": "the guardian carries it on (`tenure backend status`)",
     "guardian": "the guardian carries it on (`tenure backend status`)",
     "job": "the job goes on (`tenure job list`)",
+    "job stop": "the job's stop goes on (`tenure job list`)",
     "owner": "an owner window cut short is finished by `tenure owner upgrade --continue` "
              "(`tenure status` says when one is)",
 }
+READS_OF = {"backend": {"status"}, "guardian": {"status"}, "owner": {"status"},
+            "job": {"list", "show", "logs"}}
+"""The actions of these commands that only read: Ctrl-C ends them silently (`tenure
+owner status` cut short spoke of an owner window, `job logs -f` said the job goes on)."""
 
 
 def _interrupted(args: Any) -> int:
     """Ctrl-C: exit 130; a command that asked tenure to do something says that only the
     waiting ended (on stderr; with ``--json`` also as ``{ok, interrupted, msg}``)."""
-    goes_on = GOES_ON.get(args.cmd)
-    if goes_on is None:
-        return Exit.INTERRUPTED
     action = getattr(args, "action", None)   # `tenure backend upgrade`, not `backend`
     command = args.cmd if action is None else f"{args.cmd} {action}"
+    goes_on = GOES_ON.get(command) or GOES_ON.get(args.cmd)
+    if goes_on is None or action in READS_OF.get(args.cmd, ()):
+        return Exit.INTERRUPTED
     msg = f"interrupted: `tenure {command}` stopped waiting; {goes_on}"
-    if args.json:
-        import json
-        print(json.dumps({"ok": False, "interrupted": True, "msg": msg}))
-    print(f"tenure: {msg}", file=sys.stderr)
+    with suppress(OSError):   # stdout may be gone (its reader ended): stderr still says
+        if args.json:
+            import json
+            print(json.dumps({"ok": False, "interrupted": True, "msg": msg}), flush=True)
+    with suppress(OSError):
+        print(f"tenure: {msg}", file=sys.stderr)
     return Exit.INTERRUPTED
 
 

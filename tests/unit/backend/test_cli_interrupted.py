@@ -47,3 +47,39 @@ def test_a_command_with_an_action_is_named_whole(monkeypatch: Any, capsys: Any,
     assert main.main(["--home", str(tmp_path), "backend", "upgrade", "ab" * 32]) == 130
     assert "`tenure backend upgrade` stopped waiting; the guardian carries it on" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "cmd", "said"), [
+    (["owner", "status"], "cmd_owner", None),        # spoke of an owner window
+    (["backend", "status"], "cmd_backend", None),
+    (["job", "logs", "3", "-f"], "cmd_job", None),   # said the job goes on
+    (["job", "stop", "3"], "cmd_job", "`tenure job stop` stopped waiting; the job's stop "
+                                      "goes on (`tenure job list`)"),
+])
+def test_each_action_is_said_as_what_it_is(monkeypatch: Any, capsys: Any, tmp_path: Path,
+                                           argv: list[str], cmd: str,
+                                           said: str | None) -> None:
+    """A reading action ends silently, as a reading command does; a stop says its stop
+    goes on."""
+    monkeypatch.setattr(commands, cmd, _interrupt)
+    assert main.main(["--home", str(tmp_path), *argv]) == 130
+    err = capsys.readouterr().err
+    assert (said in err) if said else err == "", err
+
+
+def test_a_json_word_to_a_reader_that_is_gone_still_ends_130(monkeypatch: Any, capsys: Any,
+                                                             tmp_path: Path) -> None:
+    """Ctrl-C with --json and stdout's reader gone (`| true`): the JSON word raised
+    BrokenPipeError out of the handler, a traceback and exit 1."""
+    def gone(*_: Any, **__: Any) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr(commands, "cmd_restart", _interrupt)
+    real = print
+
+    def printing(*a: Any, **kw: Any) -> None:
+        if kw.get("file") is None:
+            gone()
+        real(*a, **kw)
+    monkeypatch.setattr("builtins.print", printing)
+    assert main.main(["--home", str(tmp_path), "--json", "restart", "s/a"]) == 130
+    assert "tenure: interrupted: `tenure restart`" in capsys.readouterr().err
