@@ -149,6 +149,8 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
             try:
                 first = place_first_release(layout, args.release)   # fresh home: they run it
                 started = ensure_daemons(layout, args.foreground)
+            except KeyboardInterrupt:   # the daemons may run already (started detached,
+                raise                   # then waited for): theirs to apply, as Ctrl-C says
             except BaseException:   # nothing was started: nothing is left queued either
                 if queued is not None:
                     from backend.queuefile import discard
