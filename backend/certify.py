@@ -26,7 +26,7 @@ log = logging.getLogger("tenure.backend")
 
 CERTIFICATE_PERIOD = 5.0
 FIRST_CERTIFICATE = 0.5
-CURSOR_SLACK = 5_000  # half the owner's observation ring (10,000 events)
+CURSOR_SLACK = 2_048  # half the owner's observation ring (owner.observations.RING_SIZE)
 
 
 async def persist_loop(gen: Generation) -> None:
