@@ -27,6 +27,7 @@ from protocol.errors import (
     ShuttingDown,
     StackFenced,
     StaleEpoch,
+    StorageFailed,
     TenureError,
     TransportLost,
     UnknownMethod,
@@ -120,6 +121,7 @@ class Supervisor:
         self.events: EventLog | None = None      # where transitions are recorded
         self._after_stop = StartsAfterStop()     # starts wanted once an instance is down
         self._stop_trouble: dict[str, str] = {}  # launch key -> why its stop is retried
+        self._launch_trouble: dict[str, str] = {}   # and why its launch waits (storage)
         self._stop_sent: dict[str, float] = {}   # launch key -> first stop sent (monotonic)
         # instance key -> done once what its last run left running is stopped: its next
         # launch waits for it (docs/config.md, stop)
@@ -249,6 +251,8 @@ class Supervisor:
                 "; ".join(filter(None, (_last_run(inst), said)))
         if inst.state in (im.State.STOPPING, im.State.RESTARTING):
             return self._stop_trouble.get(inst.launch_key) or self._stopping(inst)
+        if inst.state is im.State.STARTING:
+            return self._launch_trouble.get(inst.launch_key)
         if inst.state is not im.State.STOPPED:
             return None
         if key in self._after_stop:
@@ -473,6 +477,19 @@ class Supervisor:
             # an older owner would ignore the keys and start the app without its fds
             log.warning("%s: the owner predates socket activation", launch_key)
             return im.LaunchFailed("CAPABILITY_MISSING")
+        try:
+            return await self._launch_tries(inst, key, launch_key, params)
+        finally:
+            self._launch_trouble.pop(launch_key, None)
+
+    async def _launch_tries(self, inst: im.Instance, key: str, launch_key: str,
+                            params: dict[str, Any]) -> im.Event | None:
+        """Send the launch until the owner answers it, at most LAUNCH_TRIES times; no
+        try is spent while no owner can take it, or while a full or failing disk keeps
+        it from being recorded (the backend's own write before it, or the owner's row):
+        neither is the app's failure. A try spent there made an app that exited on a
+        full disk `failed` (start limit) within seconds, its RESTARTS counting launches
+        never sent."""
         last: TenureError = TransportLost("no attempt was made")
         tries, waiting = 0, False
         while tries < LAUNCH_TRIES and not self.fenced:  # a launch key is idempotent:
@@ -501,6 +518,13 @@ class Supervisor:
                                        explain.launch_error(exc, params["generation"]))
             except TenureError as exc:  # not sent, unknown outcome, owner away: retry
                 last = exc
+                if isinstance(exc, StorageFailed):   # nothing was launched: wait
+                    said = explain.not_done(exc, params["generation"]).text
+                    if self._launch_trouble.get(launch_key) is None:
+                        log.error("%s: %s; tried again each second", launch_key, said)
+                    self._launch_trouble[launch_key] = f"{said}; trying again each second"
+                    await self._sleep(1.0)
+                    continue
                 if self.owner_away(exc):
                     # Not the app's failure: no attempt is spent while no owner can
                     # take the launch (it ends if this generation is fenced)

@@ -61,20 +61,24 @@ def _fill(tmpfs: Path) -> None:
             pass
 
 
-def _until_still(path: Path, still: float = 2.0, limit: float = 30.0) -> None:
-    """Wait until ``path`` has not grown for ``still`` seconds (at most ``limit``)."""
-    deadline, size, since = time.monotonic() + limit, -1, time.monotonic()
-    while time.monotonic() < deadline:
-        now = path.stat().st_size
-        if now != size:
-            size, since = now, time.monotonic()
-        elif time.monotonic() - since >= still:
+def _fill_page(path: Path) -> None:
+    """Fill what the full disk still takes at the end of ``path``: its last page."""
+    with open(path, "ab", buffering=0) as f:
+        try:
+            for _ in range(8192):
+                f.write(b"-\n")
+        except OSError:
             return
-        time.sleep(0.2)
+    raise AssertionError(f"{path} took 16 KiB more on a full disk")
 
 
 def _backend(home: Path) -> dict:
     return json.loads(_cli(home, "--json", "status").stdout)["backend"]
+
+
+def _app(home: Path, key: str) -> dict:
+    apps = json.loads(_cli(home, "--json", "status").stdout)["apps"]
+    return next(a for a in apps if a["key"] == key)
 
 
 def test_a_full_disk_leaves_the_backend_running(tmpfs: Path) -> None:
@@ -88,12 +92,19 @@ def test_a_full_disk_leaves_the_backend_running(tmpfs: Path) -> None:
         time.sleep(8)   # several certificate rounds, a restart each second
         # (what it logs meanwhile may be lost: its log is on the full disk too)
         assert _backend(home)["pid"] == before["pid"]
-        # a full tmpfs still takes appends into the log's last page: until that is full
-        # (a line every 0.5 s meanwhile), no write of the log has failed yet
-        _until_still(home / "logs" / f"backend-{before['activation']}.log")
+        # an app that exits meanwhile waits to start, none of its starts spent
+        bounce = _app(home, "s/bounce/0")
+        assert bounce["state"] == "starting", bounce
+        assert bounce["reason"].endswith("; trying again each second"), bounce
+        restarts = bounce["restarts"]
+        # a full tmpfs still takes appends into the log's last page: filled here, the
+        # backend's next line (its restarted app's launch that waits) cannot be written
+        _fill_page(home / "logs" / f"backend-{before['activation']}.log")
+        _cli(home, "restart", "s/calm", "--timeout", "1")
         (tmpfs / "filler").unlink()
         time.sleep(6)
         assert _backend(home)["pid"] == before["pid"]
+        assert _app(home, "s/bounce/0")["restarts"] > restarts   # it runs again
         log = (home / "logs" / f"backend-{before['activation']}.log").read_text()
         assert "loop failed" not in log, log[-2000:]
         # its records meanwhile: counted and said, not a traceback each

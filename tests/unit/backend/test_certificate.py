@@ -13,7 +13,7 @@ import pytest
 
 from backend.certify import CURSOR_SLACK, publish_certificate, same_snapshot
 from backend.config import parse_config
-from backend.instance import Outcome, State
+from backend.instance import State
 from backend.supervisor import Supervisor
 from backend.testing import FakeOwner, api_call, fake_generation, no_sleep, until
 
@@ -52,23 +52,30 @@ def test_a_failed_invalidation_does_not_leak_the_in_flight_count():
     asyncio.run(main())
 
 
-def test_an_invalidation_that_keeps_failing_fails_the_launch_and_sends_nothing():
+def test_an_invalidation_that_keeps_failing_waits_sends_nothing_and_spends_no_start():
+    """A full disk is not the app's failure: the launch waits, sent once the certificate
+    can be invalidated, and spends none of the app's tries or starts. Was: given up after
+    LAUNCH_TRIES, so an app that exited on a full disk was `failed` (start limit) within
+    seconds, its RESTARTS counting launches never sent."""
     async def main() -> None:
-        owner = FakeOwner()
-        sup = Supervisor(owner, 1, on_mutation=Flaky(10**6), sleep=no_sleep)
+        owner, flaky = FakeOwner(), Flaky(10**6)
+        sup = Supervisor(owner, 1, on_mutation=flaky, sleep=no_sleep)
         try:
             sup.ensure(parse_config(ONE, "t").apps()[0], 0, True)
             inst = sup.instances["s/a/0"]
-            await until(lambda: inst.last_outcome is Outcome.LAUNCH_FAILED, "launch failed")
-            assert sup.in_flight == 0 and owner.sent("launch") == []
-            assert sup.quiet()
+            await until(lambda: len(flaky.log) > 20, "tried again and again")
+            assert inst.state is State.STARTING and owner.sent("launch") == []
+            assert sup.in_flight == 1 and inst.restarts == 0   # a drain names it
             # said as the backend's own full disk, not as the owner's failure (was:
             # "launch failed in the owner: ...", INTERNAL)
-            err = inst.last_error
-            assert err is not None and err.code == "STORAGE_FAILED", err
-            assert err.text == ("launch not sent: invalidating the recovery certificate "
-                                "before launch failed: the storage failed (OSError: No "
-                                "space left on device); the call stopped there"), err
+            assert sup.reason("s/a/0") == (
+                "launch not sent: invalidating the recovery certificate before launch "
+                "failed: the storage failed (OSError: No space left on device); the call "
+                "stopped there; trying again each second")
+            flaky.failures = 0                          # the disk takes writes again
+            await until(lambda: inst.state is State.READY, "launched")
+            assert len(owner.sent("launch")) == 1 and inst.restarts == 0
+            assert sup.reason("s/a/0") is None and sup.in_flight == 0
         finally:
             await sup.aclose()
     asyncio.run(main())
