@@ -796,11 +796,20 @@ class Supervisor:
         self._transition(key, inst, None, lambda: inst.take_app(app, now()))
 
     def forget(self, key: str) -> None:
+        """Instance ``key`` is removed (its app taken out, scaled away): retired, and
+        nothing kept of it in memory (an app renamed at every deploy grew each of these
+        by an entry per removed instance for as long as the generation served)."""
         self._after_stop.withdraw(key, "the instance is removed")
         inst = self.instances.pop(key, None)
         if inst is not None:
             self.retire(key, inst.generation)
             self.dirty.discard(key)
+            if self.by_launch.get(inst.launch_key) == key:
+                del self.by_launch[inst.launch_key]
+            self.status_text.pop(inst.launch_key, None)
+        self._stops_fed.pop(key, None)
+        if self.events is not None:
+            self.events.exits_told.pop(key, None)
 
     def retire(self, key: str, generation: int, *, save: bool = True) -> None:
         """Record that instance ``key`` launched up to ``generation`` and is gone: an

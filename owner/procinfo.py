@@ -76,6 +76,16 @@ class Inspector:
         for key in [k for k in self._handles if k[0] == pid]:
             del self._handles[key]
 
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def keep_only(self, live: set[tuple[int | None, int | None]]) -> None:
+        """Drop the handles of processes not in ``live`` ((pid, start ticks) of the live
+        launches): a handle was kept per process ever inspected until that process was
+        inspected again after its exit, which none is."""
+        for key in [k for k in self._handles if k not in live]:
+            del self._handles[key]
+
 
 _default_inspector = Inspector()
 

@@ -368,6 +368,9 @@ class OwnerService:
         if row.state is not LaunchState.RUNNING:
             return {**row.to_wire(), "usage": None}
         assert row.pid is not None and row.start_ticks is not None
+        if len(self.inspector) > len(self.launcher.live) + 64:   # now and then: cheap
+            self.inspector.keep_only({(r.pid, r.start_ticks)
+                                      for r in self.launcher.live.values()})
         usage = self.inspector.inspect(row.pid, row.start_ticks)
         try:
             cgroup = self.procs.cgroup_of(row.launch_key)

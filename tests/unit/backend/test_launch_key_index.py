@@ -1,16 +1,18 @@
 """The backend's index of launch keys (which instance or job an owner event is about)
 holds the current launch of each, not every launch ever made: an app restarted every
 10 s, or a job scheduled every minute, grew a generation's memory by an entry per run
-for as long as it served. The events of an older launch are ignored either way."""
+for as long as it served. The events of an older launch are ignored either way. A
+removed instance leaves nothing behind either (an app renamed at every deploy)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from backend.events import EventLog
 from backend.generation import Generation
 from backend.instance import State
 from backend.jobs import machine as jm
-from backend.testing import FakeOwner, run_generation, until
+from backend.testing import FakeOwner, api_call, run_generation, until
 
 APPS = '[stacks.s.apps.a]\ncommand = ["srv"]\nrestart = "always"\ninstances = 2\n' \
        '[stacks.s.apps.a.backoff]\ninitial = 0\nmax = 0\n' \
@@ -48,5 +50,25 @@ def test_a_job_run_many_times_keeps_no_key_once_ended(tmp_path: Path) -> None:
             jobs.on_observation(owner.exit(rec.job.launch_key, 0))
             assert rec.job.state is jm.State.SUCCEEDED
         assert jobs.by_launch == {}
+
+    run_generation(tmp_path, APPS, body)
+
+
+def test_a_removed_instance_leaves_nothing_in_memory(tmp_path: Path) -> None:
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        sup = gen.sup
+        sup.events = EventLog(gen.store, gen.activation)
+        inst = sup.instances["s/a/1"]
+        sup.told_status(inst.launch_key, "serving")
+        sup.on_observation(owner.exit(inst.launch_key, 0))
+        await until(lambda: inst.state is State.READY and inst.launch_key in owner.live,
+                    "relaunched")
+        sup.told_status(inst.launch_key, "serving")
+        await gen.api.stop(api_call("stop", target="s/a/1", timeout=5.0))
+        assert "s/a/1" in sup.events.exits_told and "s/a/1" in sup._stops_fed
+        sup.forget("s/a/1")
+        assert inst.launch_key not in sup.by_launch
+        assert inst.launch_key not in sup.status_text
+        assert "s/a/1" not in sup.events.exits_told and "s/a/1" not in sup._stops_fed
 
     run_generation(tmp_path, APPS, body)
