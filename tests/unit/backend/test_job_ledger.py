@@ -194,6 +194,21 @@ def test_a_pruned_key_reused_with_other_arguments_says_it_was_pruned(ledger: Led
     assert ledger.records() == []                              # nothing was admitted
 
 
+def test_the_keys_of_pruned_scheduled_runs_are_not_kept(ledger: Ledger) -> None:
+    """A schedule never admits a due time behind its mark again, so its pruned records'
+    keys are not kept: a row per run grew backend.db by ~6 MiB a month for each
+    every-minute schedule. A client's key stays used; rows an older ledger kept for
+    schedule keys go at the next prune."""
+    ledger.store.db.execute("INSERT INTO job_pruned_keys VALUES "
+                            "('schedule:s/old:2026-01-01T00:00:00Z', 1, 'f', 'success', 0)")
+    runs = [_finish(ledger, f"schedule:s/migrate:2026-03-02T10:0{i}:00Z", at=float(i))
+            for i in range(4)]
+    client = _finish(ledger, "k", at=5.0)
+    assert ledger.prune("s", "migrate", Retention(keep=0), now=9.0) == [*runs, client]
+    kept = [k for (k,) in ledger.store.db.execute("SELECT key FROM job_pruned_keys")]
+    assert kept == ["k"]
+
+
 def test_fingerprint_covers_command_arguments_env_and_cwd_only() -> None:
     spec = make_spec(T, ("a",))
     base = fingerprint("s", "migrate", spec)
