@@ -277,19 +277,51 @@ class Coordinator:
     def end(self, act: Activation, phase: Phase, exc: TenureError) -> Activation:
         """Record the ending ``phase`` with the error's code and message. An activation
         that is already final is returned unchanged. ``uncertain`` also blocks automatic
-        recovery until the operator acts. Never raises."""
+        recovery until the operator acts. Never raises: an ending the storage refuses (a
+        full disk) is recorded later, tried again until it is (:meth:`_end_later`);
+        raised, it left the activation unfinished for good, and every later upgrade
+        refused, until the guardian was restarted."""
         try:
-            act = self.state.advance(act.id, act.phase, phase, {"error": str(exc), **exc.data},
-                                     outcome=str(outcome_of(phase)), code=exc.code_str,
-                                     error=exc.msg)
+            act = self._record_end(act, phase, exc)
         except TenureError as err:
             log.error("could not record ending %s of %s: %s", phase, act.id, err)
-            act = self.state.activation(act.id)
+            with contextlib.suppress(TenureError, sqlite3.Error, OSError):
+                act = self.state.activation(act.id)
+        except (sqlite3.Error, OSError) as err:
+            log.error("could not record ending %s of %s (%s); tried again until it is",
+                      phase, act.id, err)
+            self.spawn(self._end_later(act.id, phase, exc), f"ending of {act.id}")
         if phase is Phase.UNCERTAIN:
             self.blocked = {"code": exc.code_str, "reason": exc.msg, "at": time.time(),
                             "activation": act.id}
         self.write_diagnostics()
         return act
+
+    def _record_end(self, act: Activation, phase: Phase, exc: TenureError) -> Activation:
+        return self.state.advance(act.id, act.phase, phase, {"error": str(exc), **exc.data},
+                                  outcome=str(outcome_of(phase)), code=exc.code_str,
+                                  error=exc.msg)
+
+    async def _end_later(self, aid: str, phase: Phase, exc: TenureError,
+                         first: float = 1.0) -> None:
+        """Record ending ``phase`` of activation ``aid`` once the storage takes it:
+        tried after ``first`` s, then twice as long each time up to 30 s; done once the
+        activation is final (by this or by anything else)."""
+        delay = first
+        while True:
+            await self.sleep(delay)
+            try:
+                act = self.state.activation(aid)
+                if act.final:
+                    return
+                self._record_end(act, phase, exc)
+            except (TenureError, sqlite3.Error, OSError):
+                delay = min(delay * 2, 30.0)
+                continue
+            log.warning("recorded ending %s of %s (the storage takes writes again)", phase,
+                        aid)
+            self.write_diagnostics()
+            return
 
     def point(self, name: str) -> None:
         """An await point of a flow: where the test-only fault harness injects."""
