@@ -196,7 +196,10 @@ def test_a_damaged_owner_db_is_set_aside_and_its_processes_drained(cluster):
     text = cluster.cli_text("owner", "reconcile", "--prepare")
     assert "(no launch of owner.db: this home in its environment)" in text
     plan = cluster.cli("owner", "reconcile", "--prepare")   # sealed again, as reviewed
-    time.sleep(0.5)                                         # the looper forks meanwhile
+    looper = psutil.Process(next(p for k, p in leaders.items() if "/looper/" in k))
+    sealed_now = {p["pid"] for ln in plan.out["launches"] for p in ln["processes"]}
+    cluster.wait(lambda: any(c.pid not in sealed_now for c in looper.children()), 30,
+                 "the looper forked after the seal")     # (a fixed 0.5 s, under load, not)
     done = cluster.cli("owner", "reconcile", "--drain", plan.out["digest"])
     assert done.code == 0, done.out
     assert done.out["joined"], done.out                     # the looper's new children

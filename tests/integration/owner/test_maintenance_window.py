@@ -261,21 +261,35 @@ def test_a_log_follower_lives_through_a_window(cluster):
     cluster.up('[stacks.s.apps.c]\ncommand = ["sh", "-c", '
                '"i=0; while :; do i=$((i+1)); echo $i; sleep 0.05; done"]\n')
     cluster.wait_ready(1)
+    import threading
     follower = cluster.follow("logs", "-f", "-n", "0", "s/c")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(follower.stdout.readline, "")))
+    reader.start()
+
+    def counts() -> list[int]:
+        return [int(line.rpartition(": ")[2]) for line in list(lines)]
+
+    def restarts() -> list[int]:
+        seen = counts()
+        return [i for i in range(1, len(seen)) if seen[i] < seen[i - 1]]
     try:
         time.sleep(1.0)
         plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
         cluster.cli("owner", "upgrade", "--digest", plan["digest"], check=True)
         cluster.wait_ready(1)
-        time.sleep(1.5)
+        # until the restarted app's lines come (a fixed 1.5 s was not, under load)
+        cluster.wait(lambda: bool(restarts()) and len(counts()) > restarts()[0] + 2, 30,
+                     "the restarted app's lines followed")
         assert follower.poll() is None, follower.communicate(timeout=30)
     finally:
         follower.terminate()
-        out, err = follower.communicate(timeout=30)
+        reader.join(timeout=30)
+        err = follower.stderr.read()
+        follower.wait(timeout=30)
     assert follower.returncode == -signal.SIGTERM, err
-    counts = [int(line.rpartition(": ")[2]) for line in out.splitlines()]
-    restarted = [i for i in range(1, len(counts)) if counts[i] < counts[i - 1]]
-    assert len(restarted) == 1 and counts[restarted[0]] <= 5, counts   # lines from both
+    restarted = restarts()
+    assert len(restarted) == 1 and counts()[restarted[0]] <= 5, counts()   # lines of both
     notes = err.splitlines()
     assert len(notes) == 2 and notes[0].startswith("tenure: logs: the owner ") and \
         notes[0].endswith("following on once it answers (Ctrl-C ends)"), err
