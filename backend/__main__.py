@@ -107,10 +107,12 @@ async def close_bounded(closing: Any, limit: float = CLOSE_LIMIT) -> None:
     waits. So the tasks still running are named in the log, and the process exits at
     once with EXIT_CLOSE_STUCK. A SIGTERM or SIGINT while closing does the same."""
     import asyncio
+
+    from protocol.sighandler import add_signal_handler
     loop = asyncio.get_running_loop()
     signalled = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, signalled.set)
+        add_signal_handler(loop, sig, signalled.set)
     task = asyncio.ensure_future(closing)
     waiter = asyncio.ensure_future(signalled.wait())
     done, _ = await asyncio.wait({task, waiter}, timeout=limit,

@@ -38,6 +38,7 @@ from protocol.identity import Identity, new_identity
 from protocol.layout import Layout
 from protocol.link import Link, LinkEvent, LinkState
 from protocol.server import MAX_INFLIGHT, RpcServer
+from protocol.sighandler import add_signal_handler
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
 from protocol.stray import ignore_stray_signals
 from protocol.tasks import background
@@ -558,7 +559,7 @@ class Generation(HandingOver):
     async def run_until_retired(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._done.set)
+            add_signal_handler(loop, sig, self._done.set)
         ignore_stray_signals(loop, "backend")
         await self._done.wait()
 

@@ -19,6 +19,7 @@ from protocol.errors import HomeLost, TenureError
 from protocol.homewatch import HomeMark, watch
 from protocol.procfs import children
 from protocol.server import RpcServer
+from protocol.sighandler import add_signal_handler
 from protocol.stray import ignore_stray_signals
 
 from . import own
@@ -92,7 +93,7 @@ async def serve(paths: GuardianPaths, mine: own.Running,
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        add_signal_handler(loop, sig, stop.set)
     ignore_stray_signals(loop, "guardian")
     # metrics 1: the ``metrics`` method (guardian.counters)
     server = RpcServer(paths.sock, co.identity, {"guardian": 1, "metrics": 1},

@@ -19,6 +19,7 @@ from protocol.homewatch import HomeMark, claim, watch
 from protocol.identity import new_identity
 from protocol.notify import sd_notify
 from protocol.server import RpcServer
+from protocol.sighandler import add_signal_handler
 from protocol.sockets import same_uid_or_root
 from protocol.storage import storage_failure
 from protocol.stray import ignore_stray_signals
@@ -123,7 +124,7 @@ class Owner:
         receipt.write()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_shutdown)
+            add_signal_handler(loop, sig, self.request_shutdown)
         ignore_stray_signals(loop, "owner")
         overflow = background(_report_overflow(service), "log overflow report", log)
         watcher = background(watch(

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from protocol.errors import Conflict, LaunchFailed, NotFound
 from protocol.procfs import main_thread_children
+from protocol.sighandler import add_signal_handler
 
 from .cgroups import CgroupTree
 from .descendants import Descendants, MidExec, attribute_orphan
@@ -145,7 +146,7 @@ class ProcessTable:
         self._never_settled: set[tuple[int, int]] = set()
         self._closed = False
         if self.mode is ExitMode.SIGCHLD or reap_orphans:
-            self._loop.add_signal_handler(_signal.SIGCHLD, self._on_sigchld)
+            add_signal_handler(self._loop, _signal.SIGCHLD, self._on_sigchld)
 
     def launch(self, spec: LaunchSpec, key: str, passed: PassFds | None = None) -> Spawned:
         """Start ``spec`` as launch ``key`` and track it, passing ``passed`` as its fds

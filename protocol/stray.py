@@ -17,6 +17,8 @@ import asyncio
 import logging
 import signal
 
+from .sighandler import add_signal_handler
+
 __all__ = ["STRAY", "ignore_stray_signals"]
 
 STRAY = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -28,7 +30,7 @@ def ignore_stray_signals(loop: asyncio.AbstractEventLoop, daemon: str) -> None:
     """From now on, each of :data:`STRAY` is logged (a warning naming ``daemon`` and
     what to do instead) instead of ending the process."""
     for sig in STRAY:
-        loop.add_signal_handler(sig, _stray, daemon, sig)
+        add_signal_handler(loop, sig, _stray, daemon, sig)
 
 
 def _stray(daemon: str, sig: signal.Signals) -> None:
