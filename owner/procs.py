@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import os
 import signal as _signal
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,6 +91,12 @@ _LOST = ExitStatus(None, None)
 # already its own (setsid), cannot be: the reap waits for it, looking again every
 # LOOK_AGAIN_S, at most LAST_LOOKS times (~50 ms), then goes on without it.
 LOOK_AGAIN_S = 0.001
+SHARED_SCAN_S = 0.002
+"""Stops under way share one look for orphans ended this long ago: each stop looks
+before every check of its group (every 20 ms) and every signal, and a look reads the
+owner's whole list of children, so N stops at once cost O(N^2): a stack stop of 2,500
+apps took 9 s, `down` of 5,000 ran past its minute, and the owner answered nothing
+meanwhile. The last look at an exit is always a look of its own."""
 UNCLAIMED_GRACE_S = 5.0   # after SIGTERM, before SIGKILL (stop_unclaimed)
 LAST_LOOKS = 50
 
@@ -144,6 +151,9 @@ class ProcessTable:
         # children of the owner (pid, start ticks) still mid-exec after LAST_LOOKS: a
         # last look does not wait for them again
         self._never_settled: set[tuple[int, int]] = set()
+        self._looked_at = float("-inf")   # time.monotonic() the last orphan look ended
+        self._look_took = 0.0             # and how long it took
+        self._turn_unsettled: list[tuple[int, int]] | None = None   # this turn's look
         self._closed = False
         if self.mode is ExitMode.SIGCHLD or reap_orphans:
             add_signal_handler(self._loop, _signal.SIGCHLD, self._on_sigchld)
@@ -179,7 +189,7 @@ class ProcessTable:
         self._by_pid[spawned.pid] = key
         self._by_leader[spawned.pid] = key
         if self.mode is ExitMode.PIDFD and spawned.pidfd is not None:
-            self._loop.add_reader(spawned.pidfd, self._try_reap, spawned.pid)
+            self._loop.add_reader(spawned.pidfd, self._exit_seen, spawned.pid)
         return spawned
 
     def _spawn_in_cgroup(self, tree: CgroupTree, spec: LaunchSpec, key: str,
@@ -287,7 +297,14 @@ class ProcessTable:
         if entry.tree is None:
             assert self.cgroups is not None
             return CgroupTarget(entry, self.cgroups, lambda: self._closed)
-        return GroupTarget(entry, self.adopt_orphans)
+        return GroupTarget(entry, self._adopt_orphans_shared)
+
+    def _adopt_orphans_shared(self) -> None:
+        """:meth:`adopt_orphans`, unless the last look ended less than SHARED_SCAN_S, or
+        four times as long as it took, ago (with thousands of apps a look takes
+        milliseconds: stops would look one after the other without end)."""
+        if time.monotonic() - self._looked_at >= max(SHARED_SCAN_S, 4 * self._look_took):
+            self.adopt_orphans()
 
     def track(self) -> None:
         """Refresh the descendants of every launch that may have some: the live ones and
@@ -305,6 +322,14 @@ class ProcessTable:
         """Attribute untracked children of this process (orphans re-parented to the
         subreaper) to the launch they came from; returns those (pid, start ticks) that
         could not be attributed because they were mid-exec (:class:`MidExec`)."""
+        began = time.monotonic()
+        try:
+            return self._adopt_orphans()
+        finally:
+            self._looked_at = time.monotonic()
+            self._look_took = self._looked_at - began
+
+    def _adopt_orphans(self) -> list[tuple[int, int]]:
         kids = main_thread_children(os.getpid())   # where orphans go
         untracked = set(kids).difference(self._by_pid)   # at each exit: mostly empty
         if self._never_settled:
@@ -447,20 +472,25 @@ class ProcessTable:
         if self._reap_orphans:
             self.reap_orphans()
 
-    def _try_reap(self, pid: int) -> None:
+    def _exit_seen(self, pid: int) -> None:
+        """A leader's pidfd is readable: it exited before this turn of the loop polled."""
+        self._try_reap(pid, this_turn=True)
+
+    def _try_reap(self, pid: int, this_turn: bool = False) -> None:
         key = self._by_pid.get(pid)
         if key is None:
             return
         entry = self._live[key]
         if entry.tree is not None and self._has_exited(entry.spawned):
-            unsettled = self._last_look(entry, entry.tree)
+            unsettled = self._last_look(entry, entry.tree, this_turn)
             if unsettled and self._look_again(entry, unsettled):
                 return
         status = self._collect(entry.spawned)
         if status is not None:
             self._finish(entry, status)
 
-    def _last_look(self, entry: _Entry, tree: Descendants) -> list[tuple[int, int]]:
+    def _last_look(self, entry: _Entry, tree: Descendants, this_turn: bool = False
+                   ) -> list[tuple[int, int]]:
         """Track what outlives the leader, while its zombie still pins its group and
         session id (no other process can have that number until we reap it). Returns
         the owner's children that were mid-exec (see :meth:`adopt_orphans`).
@@ -468,10 +498,16 @@ class ProcessTable:
         Its children are ours already (re-parented: the owner is a subreaper), and
         attributed by group or session now. A table in a process that is not a
         subreaper does not receive them, so it scans for members of the group and
-        session instead (a /proc scan per exit; only tests and tools run so)."""
+        session instead (a /proc scan per exit; only tests and tools run so).
+
+        ``this_turn``: the leader's exit was seen by this turn of the event loop's poll
+        (its pidfd was readable), so it exited, and its children were re-parented to
+        us, before the turn began: a look taken during this turn sees them, and the
+        exits of one turn share it (:meth:`_turn_look`). A mass stop looked once per
+        exit, each look reading the owner's whole list of children: O(N^2)."""
         unsettled = []
         if self._reap_orphans:
-            unsettled = self.adopt_orphans()
+            unsettled = self._turn_look() if this_turn else self.adopt_orphans()
         else:
             for pid in group_members(entry.spawned.pgid, include_session=True):
                 st = read_stat(pid)
@@ -479,6 +515,19 @@ class ProcessTable:
                     tree.adopt(pid, st.start_ticks)
         tree.refresh(leader_unreaped=True)
         return unsettled
+
+    def _turn_look(self) -> list[tuple[int, int]]:
+        """The look for orphans taken during this turn of the event loop, or one taken
+        now. A turn runs the callbacks queued before it began; the one queued here runs
+        first in the next turn, before any exit that turn's poll sees, and ends the
+        look's use."""
+        if self._turn_unsettled is None:
+            self._turn_unsettled = self.adopt_orphans()
+            self._loop.call_soon(self._end_turn_look)
+        return list(self._turn_unsettled)
+
+    def _end_turn_look(self) -> None:
+        self._turn_unsettled = None
 
     def _look_again(self, entry: _Entry, unsettled: list[tuple[int, int]]) -> bool:
         """Leave ``entry``'s leader unreaped (its zombie pins its group and session) and
