@@ -36,7 +36,7 @@ from protocol.handover import (
 )
 from protocol.identity import Identity, new_identity
 from protocol.layout import Layout
-from protocol.link import Link, LinkEvent, LinkState
+from protocol.link import STALE_AFTER, Link, LinkEvent, LinkState
 from protocol.server import MAX_INFLIGHT, RpcServer
 from protocol.sighandler import add_signal_handler
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
@@ -487,7 +487,10 @@ class Generation(HandingOver):
             if self.link.state is not LinkState.CONNECTED:
                 continue
             try:
-                self._owner_status(await self.owner.call("status", timeout=HEARTBEAT * 2))
+                # as long as the view may stay current: a timed-out call drops the
+                # connection and every call on it (each then tried again), and an owner
+                # busy stopping thousands of apps could answer in 3 s, not in 2
+                self._owner_status(await self.owner.call("status", timeout=STALE_AFTER))
                 self.link.handle(LinkEvent.SEEN, time.time())
             except OwnerChanged as exc:
                 self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
