@@ -595,8 +595,9 @@ def _change(c: dict[str, Any]) -> str:
                      f"{', '.join(map(str, c['stay_stopped']))} stopped: "
                      f"{'take' if n != 1 else 'takes'} it, {'stay' if n != 1 else 'stays'} "
                      "stopped")
-    rest = {k: v for k, v in c.items() if k not in
-            ("action", "app", "from", "to", "instances", "only", "reason", "stay_stopped")}
+    rest = {k: v for k, v in c.items() if k not in   # `changed` is said in the reason
+            ("action", "app", "from", "to", "instances", "only", "reason", "stay_stopped",
+             "changed")}
     parts += [f"{k}: {value(v)}" for k, v in rest.items()]
     return " ".join(parts)
 

@@ -319,9 +319,10 @@ CASES: dict[str, Callable[[], str]] = {
     "plan": lambda: render.plan({"id": "plan-5c1d", "fingerprint": "9f" * 32, "changes": [
         {"action": "start", "app": "shop/cron", "instances": 1},
         {"action": "restart", "app": "shop/web", "instances": 2,
-         "reason": "definition changed: command, env"},
+         "reason": "definition changed: command, env", "changed": ["command", "env"]},
         {"action": "scale", "app": "shop/worker", "from": 1, "to": 3},
-        {"action": "update", "app": "shop/worker", "reason": "policy changed: restart"},
+        {"action": "update", "app": "shop/worker", "reason": "policy changed: restart",
+         "changed": ["restart"]},
         {"action": "stop", "app": "shop/legacy", "instances": 2},
         {"action": "restart", "app": "shop/api", "instances": 3, "only": [2],
          "reason": "running an older definition"}],
