@@ -54,12 +54,24 @@ def guardian(args: Any, timeout: float = 600.0) -> Client:
                   owners=trusted_owners(sock, args.home))
 
 
+class OutputLost(OSError):
+    """Printing a command's answer failed (stdout on a full disk, /dev/full): the
+    command itself was carried out."""
+
+
 def out(args: Any, obj: Any, text: str | None = None) -> None:
-    if args.json:
-        import json
-        print(json.dumps(obj, default=_bytes, sort_keys=True))
-    elif text is not None:
-        print(text)
+    """Print a command's answer (JSON with --json, else ``text``), flushed. Raises
+    OutputLost when stdout cannot take it (a reader gone is BrokenPipeError, as ever)."""
+    try:
+        if args.json:
+            import json
+            print(json.dumps(obj, default=_bytes, sort_keys=True), flush=True)
+        elif text is not None:
+            print(text, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputLost(exc.errno, exc.strerror) from None
 
 
 def _bytes(v: Any) -> Any:

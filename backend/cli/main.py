@@ -352,6 +352,13 @@ def main(argv: list[str] | None = None) -> int:
         _stdout_gone()
         return Exit.OK
     except OSError as exc:   # the machine, not tenure: a read-only or full disk, a mode
+        from .everyday import OutputLost
+        if isinstance(exc, OutputLost):   # said on stderr, --json or not: stdout failed
+            _stdout_gone()
+            lost = output_lost(exc, f"tenure {_named(args)}", _asks(args))
+            with suppress(OSError):
+                print(f"tenure: {lost.code_str}: {lost.msg}", file=sys.stderr)
+            return Exit.ERROR
         return _fail(args, _os_error(exc, args.cmd), Exit.ERROR)
     except Exception as exc:   # a defect of the command itself: one coded line, not a
         if os.environ.get("TENURE_DEBUG") == "1":   # traceback (unless asked for)
@@ -406,6 +413,19 @@ def _handler(cmd: str) -> Any:
         return cmd_status
     from . import commands
     return getattr(commands, f"cmd_{cmd}")
+
+
+def output_lost(exc: OSError, what: str, asked: bool = False) -> TenureError:
+    """STORAGE_FAILED for an answer stdout could not take. It said 'the call stopped
+    there' and to run it again once there was room: a job run again so ran twice. Of a
+    command that ``asked`` tenure for something, it says that was done."""
+    from protocol.errors import StorageFailed
+    done = ("; the command itself was carried out, so running it again would do it "
+            "again: `tenure status`, `tenure job list` or `tenure op list` show what it "
+            "did") if asked else ""
+    return StorageFailed(f"{what}: its output could not be written ({exc.strerror or exc})"
+                         f"{done}", {"stream": "stdout",
+                                     "errno": errno.errorcode.get(exc.errno or 0)})
 
 
 def _os_error(exc: OSError, cmd: str) -> TenureError:
@@ -515,14 +535,25 @@ READS_OF = {"backend": {"status"}, "guardian": {"status"}, "owner": {"status"},
 owner status` cut short spoke of an owner window, `job logs -f` said the job goes on)."""
 
 
+def _named(args: Any) -> str:
+    """``backend upgrade``, not ``backend``."""
+    action = getattr(args, "action", None)
+    return args.cmd if action is None else f"{args.cmd} {action}"
+
+
+def _asks(args: Any) -> bool:
+    """Whether the command asks tenure to do something (not only to say something)."""
+    return (_named(args) in GOES_ON or args.cmd in GOES_ON) and \
+        getattr(args, "action", None) not in READS_OF.get(args.cmd, ())
+
+
 def _interrupted(args: Any) -> int:
     """Ctrl-C: exit 130; a command that asked tenure to do something says that only the
     waiting ended (on stderr; with ``--json`` also as ``{ok, interrupted, msg}``)."""
-    action = getattr(args, "action", None)   # `tenure backend upgrade`, not `backend`
-    command = args.cmd if action is None else f"{args.cmd} {action}"
-    goes_on = GOES_ON.get(command) or GOES_ON.get(args.cmd)
-    if goes_on is None or action in READS_OF.get(args.cmd, ()):
+    if not _asks(args):
         return Exit.INTERRUPTED
+    command = _named(args)
+    goes_on = GOES_ON.get(command) or GOES_ON[args.cmd]
     msg = f"interrupted: `tenure {command}` stopped waiting; {goes_on}"
     with suppress(OSError):   # stdout may be gone (its reader ended): stderr still says
         if args.json:
@@ -587,7 +618,7 @@ def run() -> None:
         except OSError as exc:   # the output's last bytes did not land (a full disk)
             if stream is sys.stdout:
                 _stdout_gone()
-                err = _os_error(exc, "output")
+                err = output_lost(exc, "tenure")
                 code = code or Exit.ERROR
                 with suppress(OSError):
                     print(f"tenure: {err.code_str}: {err.msg}", file=sys.stderr, flush=True)

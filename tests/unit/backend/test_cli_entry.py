@@ -78,3 +78,4 @@ def test_json_output_to_a_full_disk_is_said_on_stderr(tmp_path: Path) -> None:
         assert done.stderr.startswith("tenure: STORAGE_FAILED: ") and \
             "No space left on device" in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        assert "carried out" not in done.stderr   # they ask tenure for nothing

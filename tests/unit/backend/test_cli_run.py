@@ -397,3 +397,46 @@ def test_an_empty_home_is_refused_not_taken_for_the_working_directory() -> None:
         done = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, done
         assert "argument --home: empty: give the home's path" in done.stderr, done
+
+
+def test_an_answer_stdout_cannot_take_says_the_command_was_carried_out(
+        tmp_path, monkeypatch, capsys) -> None:
+    """A command that did its work, then could not print its answer (stdout on a full
+    disk): it said 'tenure stop failed: …; the call stopped there', and the advice for
+    STORAGE_FAILED (make room, run it again) ran a job twice."""
+    import errno
+    import json
+
+    from backend.cli import commands, main
+
+    class Full:
+        def write(self, text: str) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self) -> None:
+            pass
+
+        def fileno(self) -> int:
+            return os.open(os.devnull, os.O_WRONLY)
+
+        def isatty(self) -> bool:
+            return False
+
+    def stopped(args) -> int:
+        from backend.cli.everyday import out
+        out(args, {"instances": {"s/a/0": "stopped"}}, "s/a/0  stopped")
+        return 0
+    monkeypatch.setattr(commands, "cmd_stop", stopped)
+    monkeypatch.setattr(main, "_stdout_gone", lambda: None)
+    for as_json in (False, True):
+        monkeypatch.setattr("sys.stdout", Full())
+        code = main.main(["--home", str(tmp_path), *(["--json"] if as_json else []),
+                          "stop", "s/a"])
+        assert code == 1
+        err = capsys.readouterr().err
+        said = json.loads(err.removeprefix("tenure: ")) if err.startswith("{") else err
+        text = json.dumps(said)
+        assert "tenure stop: its output could not be written (No space left on device); " \
+            "the command itself was carried out, so running it again would do it again" \
+            in text, text
+        assert "the call stopped there" not in text
