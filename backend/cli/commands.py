@@ -188,7 +188,9 @@ class _Stopped(BaseException):
 
 
 def _stop_on_signals(args: Any) -> None:
-    """``up --foreground``: SIGINT and SIGTERM stop everything from the command's start.
+    """``up --foreground``: SIGINT, SIGTERM and SIGHUP (the terminal it runs in closed:
+    it died of it, leaving tenure running with nobody to stop it) stop everything from
+    the command's start.
     The first one raises _Stopped where the start is (cmd_up then runs the down); a
     later one only adds nothing. By default SIGTERM ended the command there, and Ctrl-C
     only its wait, either leaving what it started running. (Handlers, not a blocked
@@ -203,8 +205,14 @@ def _stop_on_signals(args: Any) -> None:
             return
         args.stopping = True
         raise _Stopped()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _stop_signals():
         signal.signal(sig, stop)
+
+
+def _stop_signals() -> set[Any]:
+    """What stops ``up --foreground``."""
+    import signal
+    return {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 @contextmanager
@@ -224,9 +232,9 @@ def _stop_deferred(args: Any) -> Iterator[None]:
 
 @contextmanager
 def _stop_signals_blocked() -> Iterator[set[Any]]:
-    """SIGINT and SIGTERM held pending (the set of both) until the block ends."""
+    """The stop signals held pending (their set) until the block ends."""
     import signal
-    both = {signal.SIGINT, signal.SIGTERM}
+    both = _stop_signals()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, both)
     try:
         yield both
@@ -249,8 +257,8 @@ def _calm(args: Any) -> None:
 
 
 def _foreground(args: Any) -> int:
-    """Wait for SIGINT or SIGTERM, then ``tenure down``. Both are blocked while waited
-    for (sigwait takes only a pending signal), and until the down is ready for them."""
+    """Wait for SIGINT, SIGTERM or SIGHUP, then ``tenure down``. They are blocked while
+    waited for (sigwait takes only a pending signal), and until the down is ready."""
     import signal
     with _stop_signals_blocked() as both:
         print("tenure: running in the foreground; Ctrl-C stops everything",

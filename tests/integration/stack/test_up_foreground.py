@@ -1,5 +1,6 @@
-"""`tenure up --foreground` waits for SIGINT or SIGTERM and then stops everything, as
-`tenure down` does (docs/cli.md). SIGTERM used to end the command at once, by its default
+"""`tenure up --foreground` waits for SIGINT, SIGTERM or SIGHUP (its terminal closed) and
+then stops everything, as `tenure down` does (docs/cli.md). SIGHUP ended the command and
+left tenure running with nobody to stop it. SIGTERM used to end the command at once, by its default
 action, and leave the daemons and the applications running; a signal that came while
 tenure was still starting did the same (Ctrl-C only ended the wait)."""
 
@@ -34,7 +35,7 @@ def _ended(cluster, fg) -> None:
     assert cluster.leftovers() == []
 
 
-@pytest.mark.parametrize("sigs", [[signal.SIGTERM], [signal.SIGINT],
+@pytest.mark.parametrize("sigs", [[signal.SIGTERM], [signal.SIGINT], [signal.SIGHUP],
                                   [signal.SIGINT, signal.SIGTERM]])
 def test_a_signal_to_up_foreground_stops_everything(cluster, sigs):
     """Two at once: the second, delivered as the wait ended, killed the command before
@@ -50,7 +51,7 @@ def test_a_signal_to_up_foreground_stops_everything(cluster, sigs):
     _ended(cluster, fg)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_while_tenure_starts_stops_everything_once_started(cluster, sig):
     fg = _foreground(cluster)
     deadline = time.monotonic() + 60
