@@ -78,6 +78,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+CKPT_SAY_EVERY = 30.0
+"""Seconds between two warnings of the writer's checkpoints failing (a full disk)."""
 
 READ_LIMIT_MAX: Final = 10_000
 BATCH_ROWS: Final = 4096
@@ -174,6 +176,7 @@ class Journal:
         self._rconn: sqlite3.Connection | None = None
         self._rlock = threading.Lock()
         self._wlock = threading.Lock()  # the writer connection: a batch, or a forget
+        self._ckpt_said = float("-inf")   # monotonic time a failed checkpoint was said
         self._apps: dict[tuple[str, str], _App] = {}
         self._pruned = Pruned()   # what retention deleted, for readers behind it
         self._next_id = 1
@@ -455,9 +458,15 @@ class Journal:
         with self._wlock:
             try:
                 result = how(self._wconn)
-            except sqlite3.Error as exc:
-                log.warning("journal checkpoint failed: %s", exc)
+            except sqlite3.Error as exc:   # said at the first of a streak, then every
+                now = time.monotonic()      # CKPT_SAY_EVERY (it was one a batch, 20/s)
+                if now - self._ckpt_said >= CKPT_SAY_EVERY:
+                    self._ckpt_said = now
+                    log.warning("journal checkpoint failed: %s", exc)
                 return
+        if self._ckpt_said > float("-inf"):
+            self._ckpt_said = float("-inf")
+            log.warning("journal checkpoints work again")
         self._ckpt.checkpointed(*result, truncated=how is truncate)
 
     def _write_batch(self, batch: list[Queued]) -> sqlite3.Error | None:

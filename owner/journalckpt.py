@@ -108,6 +108,7 @@ class Checkpointer:
         # (and journal_size_limit cuts the file) or a truncate empties it
         self._unrestarted = 0
         self.failures = 0
+        self.refusing = False   # the storage refused the last pass (a full disk)
         self._thread = threading.Thread(target=self._run, name="journal-checkpointer",
                                         daemon=True)
         self._thread.start()
@@ -208,7 +209,12 @@ class Checkpointer:
             return
         try:
             while self._next():
-                _, frames, copied = checkpoint(conn)
+                try:
+                    _, frames, copied = checkpoint(conn)
+                except sqlite3.OperationalError as exc:   # a full or failing disk: the
+                    self._refused(exc)                      # next pass tries again
+                    continue
+                self._refused(None)
                 with self._cond:
                     # A WAL due for a restart is chased until one pass copies only a
                     # few frames (then so will the writer's own checkpoint), or is long.
@@ -234,6 +240,23 @@ class Checkpointer:
             self._asked = False
             self._running = not self._stopping
             return self._running
+
+    def _refused(self, exc: sqlite3.Error | None) -> None:
+        """A pass the storage refused (None: one it took): said once per streak. The
+        first refusal ended the thread for the owner's life (the writer then carried
+        every checkpoint, a fifth of its time, said nowhere)."""
+        with self._cond:
+            if exc is not None:
+                self._running = False
+                self._cond.notify_all()
+                if not self.refusing:
+                    log.warning("journal checkpoint refused (%s); tried again at the "
+                                "next pass", exc)
+                self.refusing = True
+                self.failures += 1
+            elif self.refusing:
+                self.refusing = False
+                log.warning("journal checkpoints work again")
 
     def _fail(self) -> None:
         log.exception("journal checkpointer failed; the writer checkpoints the WAL itself")

@@ -501,7 +501,7 @@ def test_writer_checkpoints_itself_once_the_checkpointer_failed(
 
     def broken(conn: sqlite3.Connection) -> tuple[int, int, int]:
         if threading.current_thread().name == "journal-checkpointer":
-            raise sqlite3.OperationalError("disk I/O error")
+            raise RuntimeError("a defect of the checkpointer")
         return real(conn)
 
     monkeypatch.setattr(journalckpt, "checkpoint", broken)
@@ -515,6 +515,33 @@ def test_writer_checkpoints_itself_once_the_checkpointer_failed(
         assert wal_high_water(path) < 4 * journalckpt.CKPT_FRAMES * FRAME
         assert len(read_all(j)) == 510 * 200
         assert j._ckpt._thread.is_alive() is False
+
+
+def test_a_checkpoint_the_storage_refuses_is_tried_again_by_the_checkpointer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A full disk refused one pass: the checkpointer thread ended for the owner's life
+    (the writer carried every checkpoint from then on, said nowhere). It says so once,
+    and passes go on once the disk takes them."""
+    small_wal_limits(monkeypatch)
+    real, refusals = journalckpt.checkpoint, [3]
+
+    def full(conn: sqlite3.Connection) -> tuple[int, int, int]:
+        if threading.current_thread().name == "journal-checkpointer" and refusals[0] > 0:
+            refusals[0] -= 1
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(conn)
+
+    monkeypatch.setattr(journalckpt, "checkpoint", full)
+    path = tmp_path / "journal.db"
+    with Journal(path, retention_bytes_per_app=1 << 30) as j:
+        write_batches(j, 500)
+        assert j._ckpt.wait_idle(timeout=30)
+        assert refusals == [0] and j._ckpt._thread.is_alive()
+        assert caplog.text.count("journal checkpoint refused") == 1
+        assert "journal checkpoints work again" in caplog.text
+        assert "checkpointer failed" not in caplog.text
+        assert wal_high_water(path) < 2 * journalckpt.CAP_FRAMES * FRAME
+        assert len(read_all(j)) == 500 * 200
 
 
 def test_writer_checkpoints_itself_at_the_cap_when_no_pass_runs(
