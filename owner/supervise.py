@@ -88,6 +88,7 @@ class Launcher:
                                      self._on_notify, self.fdstore.count_refused)
         self.notify.open()
         self._tracker: asyncio.TimerHandle | None = None
+        self._track_failing: float | None = None   # monotonic time last said failing
         self._track()
 
     def _track(self) -> None:
@@ -95,9 +96,15 @@ class Launcher:
             try:
                 self.procs.track()
                 self.record_descendants()
-            except (sqlite3.Error, OSError) as exc:
-                log.error("recording descendants failed (retried in %.0f s): %s",
-                          TRACK_INTERVAL_S, exc)
+                if self._track_failing is not None:
+                    self._track_failing = None
+                    log.warning("recording descendants works again")
+            except (sqlite3.Error, OSError) as exc:   # a full disk: said when it begins
+                now = time.monotonic()                 # and every 30 s (was each second)
+                if self._track_failing is None or now - self._track_failing >= 30.0:
+                    self._track_failing = now
+                    log.error("recording descendants failed (retried every %.0f s): %s",
+                              TRACK_INTERVAL_S, exc)
             except Exception:
                 log.exception("looking for descendants failed")
         self._tracker = asyncio.get_running_loop().call_later(TRACK_INTERVAL_S, self._track)

@@ -1,0 +1,51 @@
+"""Recording descendants on a full disk: said when it begins, every 30 s while it lasts
+and when it works again; it was one error line a second."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from owner import supervise
+from owner.supervise import Launcher
+
+
+class _Procs:
+    cgroups = None
+
+    def __init__(self) -> None:
+        self.full = True
+
+    def track(self) -> None:
+        if self.full:
+            raise OSError(28, "No space left on device")
+
+
+def test_a_full_disk_is_said_once_per_streak(monkeypatch: Any,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        launcher = Launcher.__new__(Launcher)
+        procs = _Procs()
+        launcher.procs = procs  # type: ignore[misc]
+        launcher.record_descendants = lambda: None  # type: ignore[method-assign]
+        launcher._track_failing = None
+        clock = [1000.0]
+        monkeypatch.setattr(supervise.time, "monotonic", lambda: clock[0])
+        with caplog.at_level(logging.WARNING, logger="tenure.owner"):
+            for _ in range(20):          # 20 s of it
+                launcher._track()
+                launcher._tracker.cancel()
+                clock[0] += 1.0
+            assert caplog.text.count("recording descendants failed") == 1
+            clock[0] += 15.0
+            launcher._track()
+            launcher._tracker.cancel()
+            assert caplog.text.count("recording descendants failed") == 2
+            procs.full = False
+            launcher._track()
+            launcher._tracker.cancel()
+        assert "recording descendants works again" in caplog.text
+    asyncio.run(main())
