@@ -92,21 +92,26 @@ class Launcher:
         self._track()
 
     def _track(self) -> None:
-        if self.procs.cgroups is None:
-            try:
+        """Each TRACK_INTERVAL_S: the descendants of every launch looked for and recorded
+        (process-group mode), then the exits of uncertain launches written (they waited
+        for the owner's shutdown before: owner.md, faults.md)."""
+        try:
+            if self.procs.cgroups is None:
                 self.procs.track()
                 self.record_descendants()
-                if self._track_failing is not None:
-                    self._track_failing = None
-                    log.warning("recording descendants works again")
-            except (sqlite3.Error, OSError) as exc:   # a full disk: said when it begins
-                now = time.monotonic()                 # and every 30 s (was each second)
-                if self._track_failing is None or now - self._track_failing >= 30.0:
-                    self._track_failing = now
-                    log.error("recording descendants failed (retried every %.0f s): %s",
-                              TRACK_INTERVAL_S, exc)
-            except Exception:
-                log.exception("looking for descendants failed")
+            if self.uncertain:
+                self.retry_uncertain()
+            if self._track_failing is not None:
+                self._track_failing = None
+                log.warning("recording descendants works again")
+        except (sqlite3.Error, OSError) as exc:   # a full disk: said when it begins
+            now = time.monotonic()                 # and every 30 s (was each second)
+            if self._track_failing is None or now - self._track_failing >= 30.0:
+                self._track_failing = now
+                log.error("recording descendants failed (retried every %.0f s): %s",
+                          TRACK_INTERVAL_S, exc)
+        except Exception:
+            log.exception("looking for descendants failed")
         self._tracker = asyncio.get_running_loop().call_later(TRACK_INTERVAL_S, self._track)
 
     @property

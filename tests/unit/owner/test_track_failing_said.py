@@ -32,6 +32,7 @@ def test_a_full_disk_is_said_once_per_streak(monkeypatch: Any,
         launcher.procs = procs  # type: ignore[misc]
         launcher.record_descendants = lambda: None  # type: ignore[method-assign]
         launcher._track_failing = None
+        launcher.uncertain = {}
         clock = [1000.0]
         monkeypatch.setattr(supervise.time, "monotonic", lambda: clock[0])
         with caplog.at_level(logging.WARNING, logger="tenure.owner"):
@@ -48,4 +49,38 @@ def test_a_full_disk_is_said_once_per_streak(monkeypatch: Any,
             launcher._track()
             launcher._tracker.cancel()
         assert "recording descendants works again" in caplog.text
+    asyncio.run(main())
+
+
+def test_the_exit_of_an_uncertain_launch_is_written_once_the_disk_takes_it() -> None:
+    """Was: only at the owner's shutdown, so status listed it as uncertain (and owner.db
+    said `running`) long after there was room again."""
+    class _Store:
+        def __init__(self) -> None:
+            self.full, self.written = True, []
+
+        def mark_exited(self, key: str, ended: Any, started: Any = None) -> None:
+            if self.full:
+                raise OSError(28, "No space left on device")
+            self.written.append(key)
+
+    class _Row:
+        exit = {"exit_code": 1, "signal": None}
+
+    async def main() -> None:
+        launcher = Launcher.__new__(Launcher)
+        procs, store = _Procs(), _Store()
+        procs.full = False
+        launcher.procs, launcher.store = procs, store  # type: ignore[misc,assignment]
+        launcher.record_descendants = lambda: None  # type: ignore[method-assign]
+        launcher._track_failing = None
+        launcher.live = {}
+        launcher.uncertain = {"s/a/0/1": _Row()}  # type: ignore[dict-item]
+        launcher._track()
+        launcher._tracker.cancel()
+        assert launcher.uncertain and store.written == []
+        store.full = False
+        launcher._track()
+        launcher._tracker.cancel()
+        assert launcher.uncertain == {} and store.written == ["s/a/0/1"]
     asyncio.run(main())
