@@ -318,8 +318,19 @@ def _fast_status(argv: list[str]) -> Any:
                            home=default_home_str(home))
 
 
+def _any_encoding() -> None:
+    """What the output's encoding cannot write is written out (``\\u2192``), not an
+    INTERNAL error: tenure's own '→' and '—', or an app's 'héllo', under a locale that
+    is not UTF-8 (Python makes the plain C locale UTF-8 by itself)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _any_encoding()
     args = _fast_status(argv)
     if args is None:
         from protocol.layout import default_home

@@ -440,3 +440,19 @@ def test_an_answer_stdout_cannot_take_says_the_command_was_carried_out(
             "the command itself was carried out, so running it again would do it again" \
             in text, text
         assert "the call stopped there" not in text
+
+
+def test_what_the_outputs_encoding_cannot_write_is_written_out(monkeypatch) -> None:
+    """Under a locale that is not UTF-8, `tenure events` ('→'), `plan` and a stale
+    `status` ('—') answered INTERNAL (UnicodeEncodeError) instead of their output."""
+    import io
+    import sys
+
+    from backend.cli import main
+    raw = io.BytesIO()
+    ascii_out = io.TextIOWrapper(raw, encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", ascii_out)
+    main._any_encoding()
+    print("starting → ready — héllo")
+    ascii_out.flush()
+    assert raw.getvalue() == b"starting \\u2192 ready \\u2014 h\\xe9llo\n"
