@@ -280,6 +280,9 @@ def why(diag: dict[str, Any] | None, down: dict[str, Any] | None = None) -> str:
                 f"read: {diag['unreadable']}")
     parts = []
     act = diag.get("last_activation") or {}
+    if (diag.get("selector") or {"current": ""}).get("current") is None and not act:
+        parts.append("no release is selected, so no backend is started (a first `tenure "
+                     "up` that was interrupted?): `tenure up` installs and selects one")
     if (stuck := blocked(diag)) is not None:
         parts.append(stuck)
     silent = not_answering(diag.get("backend"))

@@ -233,3 +233,19 @@ def test_status_says_the_blocked_recoverys_own_next_step() -> None:
                                     "installed one)")
     assert render.blocked({"blocked": {"reason": "r"}}) == \
         "recovery blocked: r (`tenure backend recover`)"   # an older guardian's record
+
+
+def test_no_release_selected_says_how_to_get_one() -> None:
+    """A first `tenure up` interrupted after it started the owner and the guardian but
+    before it selected a release: status said only 'backend: not available; guardian
+    diagnostics 1s old', and nothing said what to run."""
+    import time
+    diag = {"selector": {"current": None, "previous": None, "revision": 0},
+            "backend": None, "last_activation": None, "updated_at": time.time()}
+    why = render.why(diag)
+    assert why.startswith("; no release is selected, so no backend is started (a first "
+                          "`tenure up` that was interrupted?): `tenure up` installs and "
+                          "selects one;"), why
+    selected = {**diag, "selector": {"current": "ab" * 32, "previous": None,
+                                     "revision": 1}}
+    assert "no release is selected" not in render.why(selected)
