@@ -590,10 +590,13 @@ def _withdraw(args: Any, given: str | None, exc: BaseException) -> None:
 def _uncertifiable(args: Any, r: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     """Recovery ``state`` as the guardian's status ``r`` gives it, made ``unavailable``
     when the backend says its storage refuses the recovery certificate (a full disk):
-    the guardian's view alone reads "pending, certifies again within 5 s". The backend
-    is asked only when that view is pending; ``state`` stays when it does not answer or
-    say (an older one)."""
-    if state["state"] != "pending" or not (r.get("backend") or {}).get("alive"):
+    the guardian's view alone reads "pending, certifies again within 5 s", or "ready"
+    for the last certificate written, which no longer vouches for what runs once an
+    app exited meanwhile (a recovery then blocks). The backend is asked only when that
+    view is pending or ready; ``state`` stays when it does not answer or say (an older
+    one)."""
+    if state["state"] not in ("pending", "ready") or \
+            not (r.get("backend") or {}).get("alive"):
         return state
     try:
         with _api(args, timeout=2.0) as c:

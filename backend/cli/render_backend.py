@@ -373,8 +373,8 @@ def uncertifiable(failing: dict[str, Any]) -> dict[str, Any]:
     ``failing['since']`` (``{error, since}``)."""
     return _state("unavailable", f"the backend cannot write its recovery certificate "
                   f"(for {dur(time.time() - failing['since'])}: {failing['error']}); the "
-                  "last one written stays on disk, invalidated: a crash now would wait for "
-                  "`tenure backend recover`")
+                  "last one written stays on disk and no longer vouches for what runs: a "
+                  "crash now would wait for `tenure backend recover`")
 
 
 def _state(state: str, reason: str | None) -> dict[str, Any]:

@@ -456,3 +456,34 @@ def test_what_the_outputs_encoding_cannot_write_is_written_out(monkeypatch) -> N
     print("starting → ready — héllo")
     ascii_out.flush()
     assert raw.getvalue() == b"starting \\u2192 ready \\u2014 h\\xe9llo\n"
+
+
+def test_a_certificate_the_backend_cannot_write_is_said_over_a_ready_one(monkeypatch) -> None:
+    """backend status read `recovery: ready` from the last certificate on disk while the
+    backend could not write a new one (a full disk) and an app had exited since: a
+    crash then blocked. The backend's word now wins over 'ready' as over 'pending'."""
+    import time
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from backend.cli import commands
+
+    class _Api:
+        def call(self, method: str, params: object = None) -> dict:
+            assert method == "generation.status"
+            return {"certificate_error": {"error": "database or disk is full",
+                                          "since": time.time() - 65}}
+
+    @contextmanager
+    def api(args: object, timeout: float = 0) -> object:
+        yield _Api()
+    monkeypatch.setattr(commands, "_api", api)
+    r = {"backend": {"alive": True}}
+    for seen in ("ready", "pending"):
+        said = commands._uncertifiable(SimpleNamespace(), r, {"state": seen, "reason": None})
+        assert said["state"] == "unavailable", said
+        assert said["reason"].startswith("the backend cannot write its recovery "
+                                         "certificate (for 1m05s: database or disk is "
+                                         "full)"), said
+    blocked = {"state": "unavailable", "reason": "recovery blocked"}
+    assert commands._uncertifiable(SimpleNamespace(), r, blocked) is blocked
