@@ -154,6 +154,7 @@ class ProcessTable:
         self._looked_at = float("-inf")   # time.monotonic() the last orphan look ended
         self._look_took = 0.0             # and how long it took
         self._turn_unsettled: list[tuple[int, int]] | None = None   # this turn's look
+        self._orphans_behind = False   # orphans may wait behind a zombie left to its pidfd
         self._closed = False
         if self.mode is ExitMode.SIGCHLD or reap_orphans:
             add_signal_handler(self._loop, _signal.SIGCHLD, self._on_sigchld)
@@ -439,9 +440,23 @@ class ProcessTable:
     def reap_orphans(self) -> int:
         """Reap exited children that are not tracked launches (tracked ones go through
         the normal exit path). Returns how many orphans were reaped."""
-        n = reap_orphans(self._by_pid.__contains__, self._try_reap)
+        n = reap_orphans(self._by_pid.__contains__, self._tracked_zombie)
         self.orphans_reaped += n
         return n
+
+    def _tracked_zombie(self, pid: int) -> None:
+        """A launch's leader found exited while reaping orphans. One its pidfd watches
+        is left to the pidfd's callback, which shares its turn's look for orphans
+        (:meth:`_turn_look`): taken here, each such exit looked on its own, the part of
+        a mass stop still O(N^2). The orphans it hides from ``waitid`` are reaped again
+        once it is (:meth:`_finish`)."""
+        key = self._by_pid.get(pid)
+        entry = None if key is None else self._live.get(key)
+        if entry is not None and self.mode is ExitMode.PIDFD and \
+                entry.spawned.pidfd is not None and entry.looks == 0:
+            self._orphans_behind = True
+            return
+        self._try_reap(pid)
 
     def close(self) -> None:
         """Stop observing: remove readers and the SIGCHLD handler, close pidfds.
@@ -598,6 +613,13 @@ class ProcessTable:
             self._on_exit(entry.key, sp.pid, status)
         except Exception:
             log.exception("on_exit callback failed for %s (pid %d)", entry.key, sp.pid)
+        if self._orphans_behind and not self._closed:   # what waitid showed behind it
+            self._orphans_behind = False
+            self._loop.call_soon(self._reap_orphans_again)
+
+    def _reap_orphans_again(self) -> None:
+        if not self._closed:
+            self.reap_orphans()
 
     def _close_pidfd(self, sp: Spawned) -> None:
         if sp.pidfd is None:

@@ -57,3 +57,48 @@ def test_sixty_stops_at_once_share_their_looks_and_each_is_confirmed() -> None:
     assert report["outcomes"] == ["stopped"], report   # the background sleeps too
     assert report["left"] == 0, report
     assert report["looks"] < 60, report
+
+
+BEHIND = """
+import asyncio, json, os, time, psutil
+from owner.procs import ProcessTable, LaunchSpec, become_subreaper
+
+async def main():
+    exits = {}
+    done = asyncio.Event()
+
+    def on_exit(key, pid, st):
+        exits[key] = st.exit_code
+        if len(exits) == 2:
+            done.set()
+    table = ProcessTable(on_exit, reap_orphans=True)
+    env = {"PATH": "/usr/bin:/bin"}
+    first = table.launch(LaunchSpec(("sh", "-c", "sleep 0.3; exit 7"), env), "first")
+    app = table.launch(LaunchSpec(("sh", "-c", "sleep 0.2 & exit 0"), env), "app")
+    for fd in (first.stdout_fd, first.stderr_fd, app.stdout_fd, app.stderr_fd):
+        os.close(fd)
+    time.sleep(1.5)   # the loop busy: the leaders and the orphan are all zombies at once
+    await asyncio.wait_for(done.wait(), 30)
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if not [c for c in psutil.Process().children() if c.status() == "zombie"]:
+            break
+    zombies = [c.pid for c in psutil.Process().children() if c.status() == "zombie"]
+    table.close()
+    print(json.dumps({"exits": exits, "zombies": zombies, "reaped": table.orphans_reaped}))
+
+become_subreaper()
+asyncio.run(main())
+"""
+
+
+def test_orphans_behind_an_exit_left_to_its_pidfd_are_reaped() -> None:
+    """The reaping of orphans leaves a launch's exited leader to its pidfd's callback:
+    with two leaders and an orphan all exited at once, each leader's exit is reported
+    with its status, once, and no zombie is left."""
+    out = subprocess.run([sys.executable, "-c", BEHIND], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).parents[3])
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["exits"] == {"first": 7, "app": 0}, report
+    assert report["zombies"] == [] and report["reaped"] >= 1, report
