@@ -53,15 +53,19 @@ class Host(Struct, frozen=True):
     backend_uid: int
     backend_gid: int
     backend_groups: frozenset[int]
+    owner_nofile: int | None = None   # its RLIMIT_NOFILE; None: an owner that predates it
 
     @classmethod
     def of(cls, owner_status: Mapping[str, Any]) -> Host:
         """From the owner's ``status`` answer and this process's ids."""
         ctl = owner_status.get("cgroup_controllers")
+        nofile = owner_status.get("nofile")
         return cls(owner_uid=int(owner_status.get("uid", os.geteuid())),
                    controllers=None if ctl is None else tuple(ctl),
                    backend_uid=os.geteuid(), backend_gid=os.getegid(),
-                   backend_groups=frozenset(os.getgroups()))
+                   backend_groups=frozenset(os.getgroups()),
+                   owner_nofile=nofile if isinstance(nofile, int) and
+                   not isinstance(nofile, bool) and nofile > 0 else None)
 
     @property
     def split(self) -> bool:
@@ -77,6 +81,7 @@ def check_config(config: Config, text: str, host: Host) -> None:
         raise config_error(text, config.source, path, problem)
 
     viewers = _viewer_gid(config.settings, host, fail)
+    _check_descriptors(config, host, fail)
     for app in config.apps():
         path: KeyPath = ("stacks", app.stack, "apps", app.name)
         _check_waits(_app_waits(app), path, fail)
@@ -88,6 +93,31 @@ def check_config(config: Config, text: str, host: Host) -> None:
         path = ("stacks", job.stack, "jobs", job.name)
         _check_waits({("timeout",): job.timeout}, path, fail)
         _check_run_as(job.run_as, "job", host, viewers, path, fail)
+
+
+FDS_PER_INSTANCE = 3
+"""The owner's descriptors a running instance holds: its stdout and stderr pipes and
+its pidfd (a socket it is given adds one more)."""
+OWNER_FDS = 64
+"""What the owner holds besides (its databases, sockets, journal; measured ~22)."""
+
+
+def _check_descriptors(config: Config, host: Host, fail: Fail) -> None:
+    """The owner can hold the files of every instance the config runs: past its
+    RLIMIT_NOFILE the launches beyond it failed 'Too many open files' one by one, each
+    app then given up at its start limit, the plan having said nothing."""
+    if host.owner_nofile is None:
+        return
+    held = OWNER_FDS
+    for app in config.apps():
+        held += app.instances * (FDS_PER_INSTANCE + len(app.sockets))
+        if held > host.owner_nofile:
+            fail(("stacks", app.stack, "apps", app.name, "instances"),
+                 f"the owner may hold {host.owner_nofile} open files (its RLIMIT_NOFILE) "
+                 f"and each instance costs it about {FDS_PER_INSTANCE} (and one per "
+                 f"socket): this config needs more from here on; raise the owner's limit "
+                 "(LimitNOFILE= in its unit, `ulimit -n` where `tenure up` runs) and start "
+                 "it again, or run fewer instances")
 
 
 MAX_WAIT_S = MAX_STOP_WAIT_S

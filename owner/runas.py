@@ -302,7 +302,9 @@ def privileges(controllers: tuple[str, ...] | None) -> dict[str, Any]:
     it when it plans (``uid`` 0 can switch users; ``cgroup_controllers`` None means no
     per-app cgroups, so no cgroup limits)."""
     return {"uid": os.geteuid(), "switch_users": os.geteuid() == 0,
-            "cgroup_controllers": None if controllers is None else list(controllers)}
+            "cgroup_controllers": None if controllers is None else list(controllers),
+            # how many files it may hold open: each app costs it about FDS_PER_APP
+            "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}
 
 
 def launch_error(code: object) -> type[LaunchFailed]:

@@ -106,6 +106,8 @@ def os_failure(argv0: str, exc: OSError, cwd: str | None,
     num = exc.errno or 0
     if cwd is not None and exc.filename == cwd and exc.filename != argv0:
         return _failure(Step.CWD, f"cwd {cwd}: {os.strerror(num)}", path=cwd, num=num)
+    if exc.filename is None and num in (_errno.EMFILE, _errno.ENFILE):
+        return _failure(Step.SETUP, f"spawn failed: {_out_of_files(num)}", num=num)
     if exc.filename is None and num:
         return _failure(Step.SETUP, f"spawn failed: {os.strerror(num)}", num=num)
     if not num:
@@ -113,6 +115,18 @@ def os_failure(argv0: str, exc: OSError, cwd: str | None,
     path = os.fsdecode(exc.filename)
     return _failure(Step.EXEC, f"spawn failed: {path}: {os.strerror(num)}", path=path,
                     num=num, hint=exec_hint(argv0, num, cwd, env))
+
+
+def _out_of_files(num: int) -> str:
+    """EMFILE: the owner holds as many files as its RLIMIT_NOFILE lets it (each app costs
+    it a few: its pipes and pidfd), not the app's fault; ENFILE: the whole system does."""
+    if num == _errno.ENFILE:
+        return "the system is out of open files (fs.file-max)"
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return (f"the owner is out of file descriptors (its limit is {soft}; each app holds "
+            "3 of them): raise the owner's limit (LimitNOFILE= in its unit, `ulimit -n` "
+            "where `tenure up` runs) and start it again")
 
 
 def setup_failure(step: str, num: int | None, cwd: str | None,

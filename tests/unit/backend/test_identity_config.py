@@ -255,3 +255,29 @@ def test_a_wait_longer_than_a_week_is_refused_at_plan(text: str, key: str,
     e = _check(HEAD + job, USER_SCOPE)
     assert e is not None and e.data["key"] == "stacks.demo.jobs.j.timeout", e
     assert _check(HEAD + 'ready = { kind = "delay", delay = 604800 }\n', USER_SCOPE) is None
+
+
+def test_a_config_the_owners_open_file_limit_cannot_hold_is_refused_at_the_plan() -> None:
+    """Past the owner's RLIMIT_NOFILE the launches beyond it failed one by one ('Too many
+    open files'), each app given up at its start limit; the plan said nothing."""
+    text = ('[stacks.s.apps.a]\ncommand = ["x"]\ninstances = 20\n'
+            '[stacks.s.apps.b]\ncommand = ["x"]\ninstances = 20\n')
+    roomy = Host(0, None, 0, 0, frozenset(), owner_nofile=65536)
+    assert _check(text, roomy) is None
+    assert _check(text, Host(0, None, 0, 0, frozenset())) is None   # an older owner
+    tight = Host(0, None, 0, 0, frozenset(), owner_nofile=150)      # 64 + 60 + 60 > 150
+    e = _check(text, tight)
+    assert e is not None and (e.data["key"], e.data["line"]) == \
+        ("stacks.s.apps.b.instances", 6), e.data
+    assert "the owner may hold 150 open files (its RLIMIT_NOFILE)" in e.msg
+    assert "LimitNOFILE=" in e.msg
+
+
+def test_an_owner_out_of_descriptors_is_named_in_the_spawn_failure() -> None:
+    import errno
+
+    from owner.spawnerr import os_failure
+    said = os_failure("srv", OSError(errno.EMFILE, "Too many open files"), None, {})
+    assert said["text"].startswith("spawn failed: the owner is out of file descriptors "
+                                   "(its limit is "), said
+    assert "LimitNOFILE=" in said["text"] and said["errno_name"] == "EMFILE"
