@@ -106,7 +106,26 @@ def status(st: dict[str, Any]) -> str:
     if not rows:
         return head + "\nno applications" + tail
     return head + "\n" + table(rows, ["APP", "STATE", "PID", "UPTIME", "RESTARTS", "READY",
-                                     "CPU", "MEM", "DETAIL"], tints) + tail
+                                     "CPU", "MEM", "DETAIL"], tints) + \
+        _counted([r["state"] for r in st["apps"]]) + tail
+
+
+SUMMED_FROM = 20
+"""Instances from which status adds a line counting them by state (a table of hundreds
+said nothing of how many failed but by reading every row)."""
+
+
+def _counted(states: list[str]) -> str:
+    """``\\n4000 instances: 3990 ready, 8 backoff, 2 failed`` (states by how many), or
+    "" below SUMMED_FROM."""
+    if len(states) < SUMMED_FROM:
+        return ""
+    counts: dict[str, int] = {}
+    for state in states:
+        counts[state] = counts.get(state, 0) + 1
+    each = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return f"\n{len(states)} instances: " + ", ".join(
+        paint(f"{n} {state}", colour_for(state)) for state, n in each)
 
 
 def _clock(t: float) -> str:

@@ -185,6 +185,15 @@ SILENT_BACKEND = {"pid": 4001, "activation": BACKEND["activation"], "alive": Tru
 
 CASES: dict[str, Callable[[], str]] = {
     "status": lambda: render.status(STATUS),
+    # 24 instances: a line counts them by state
+    "status_counted": lambda: render.status({**STATUS, "apps": [
+        _app(f"shop/web/{i}") for i in range(20)] + [
+        _app(f"shop/worker/{i}", state="backoff", detail="backoff", reason="exited 3",
+             pid=None, uptime=None, ready=False, cpu_percent=None, rss=None,
+             next_start_in=2.0) for i in range(3)] + [
+        _app("shop/cron/0", state="failed", detail="failed", reason="exited 1; start "
+             "limit hit (5 starts within 60s)", pid=None, uptime=None, ready=False,
+             cpu_percent=None, rss=None)]}),
     "status_stale": lambda: render.status(STALE),
     "status_guardian_hung": lambda: render.status({
         **STATUS, "guardian_running": False, "guardian_hung": {
