@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import signal as _signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -116,6 +117,9 @@ class Descendants:
         self.known: dict[int, int] = {}  # pid -> start ticks
         # called whenever ``known`` changed (the table's revision of what it tracks)
         self._changed = on_change or _nothing
+        # time.monotonic() a refresh last found a tracked process gone: a look for the
+        # owner's orphans begun before it may have missed that process's children
+        self.lost_at = float("-inf")
 
     def adopt(self, pid: int, ticks: int) -> None:
         """Track ``pid`` (an orphan attributed to this launch)."""
@@ -132,6 +136,7 @@ class Descendants:
         for pid, ticks in list(self.known.items()):
             if _gone(pid, ticks):
                 del self.known[pid]
+                self.lost_at = time.monotonic()   # its children are the owner's now
                 self._changed()
         roots = list(self.known)
         if leader_unreaped:

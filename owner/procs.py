@@ -48,7 +48,7 @@ from .procinfo import (
 from .reaper import become_subreaper, raise_nofile_limit, reap_orphans
 from .spawn import PopenSpawner, Spawned, Spawner, pidfd_supported
 from .specs import ExitStatus, LaunchSpec, StopPolicy
-from .stop import StopOutcome, StopResult, confirm_stop
+from .stop import POLL_INTERVAL_S, StopOutcome, StopResult, confirm_stop
 from .targets import CgroupTarget, GroupTarget
 
 __all__ = [
@@ -96,7 +96,9 @@ SHARED_SCAN_S = 0.002
 before every check of its group (every 20 ms) and every signal, and a look reads the
 owner's whole list of children, so N stops at once cost O(N^2): a stack stop of 2,500
 apps took 9 s, `down` of 5,000 ran past its minute, and the owner answered nothing
-meanwhile. The last look at an exit is always a look of its own."""
+meanwhile. A look is shared only if it began after the stop's launch last lost a
+tracked process (whose children it must see); the exits one turn of the event loop
+sees share that turn's look (ProcessTable._turn_look), under the same condition."""
 UNCLAIMED_GRACE_S = 5.0   # after SIGTERM, before SIGKILL (stop_unclaimed)
 LAST_LOOKS = 50
 
@@ -152,6 +154,7 @@ class ProcessTable:
         # last look does not wait for them again
         self._never_settled: set[tuple[int, int]] = set()
         self._looked_at = float("-inf")   # time.monotonic() the last orphan look ended
+        self._look_began = float("-inf")  # and began
         self._look_took = 0.0             # and how long it took
         self._turn_unsettled: list[tuple[int, int]] | None = None   # this turn's look
         self._orphans_behind = False   # orphans may wait behind a zombie left to its pidfd
@@ -300,11 +303,13 @@ class ProcessTable:
             return CgroupTarget(entry, self.cgroups, lambda: self._closed)
         return GroupTarget(entry, self._adopt_orphans_shared)
 
-    def _adopt_orphans_shared(self) -> None:
-        """:meth:`adopt_orphans`, unless the last look ended less than SHARED_SCAN_S, or
-        four times as long as it took, ago (with thousands of apps a look takes
-        milliseconds: stops would look one after the other without end)."""
-        if time.monotonic() - self._looked_at >= max(SHARED_SCAN_S, 4 * self._look_took):
+    def _adopt_orphans_shared(self, since: float) -> None:
+        """:meth:`adopt_orphans`, unless the last look began after ``since`` (the last
+        time the caller's tree lost a process, whose children the look must see) and
+        ended less than SHARED_SCAN_S (or four times as long as it took: with thousands
+        of apps a look takes milliseconds) ago, or within a stop's poll interval."""
+        fresh = max(SHARED_SCAN_S, 4 * self._look_took, POLL_INTERVAL_S)
+        if self._look_began <= since or time.monotonic() - self._looked_at >= fresh:
             self.adopt_orphans()
 
     def track(self) -> None:
@@ -323,7 +328,7 @@ class ProcessTable:
         """Attribute untracked children of this process (orphans re-parented to the
         subreaper) to the launch they came from; returns those (pid, start ticks) that
         could not be attributed because they were mid-exec (:class:`MidExec`)."""
-        began = time.monotonic()
+        began = self._look_began = time.monotonic()
         try:
             return self._adopt_orphans()
         finally:
@@ -528,7 +533,13 @@ class ProcessTable:
                 st = read_stat(pid)
                 if st is not None and pid != entry.spawned.pid:
                     tree.adopt(pid, st.start_ticks)
+        lost = tree.lost_at
         tree.refresh(leader_unreaped=True)
+        if self._reap_orphans and this_turn and tree.lost_at != lost:
+            # one of its processes ended after the turn's look may have begun: a look
+            # of its own sees that one's children
+            unsettled = self.adopt_orphans()
+            tree.refresh(leader_unreaped=True)
         return unsettled
 
     def _turn_look(self) -> list[tuple[int, int]]:

@@ -37,14 +37,16 @@ class Launch(Protocol):
 
 class GroupTarget:
     """A launch in process-group mode: its group while the leader is unreaped, and every
-    process it is known to have spawned. ``refresh_orphans`` runs before each look so
-    orphans re-parented to the owner are attributed first."""
+    process it is known to have spawned. ``refresh_orphans(since)`` runs before each
+    look so orphans re-parented to the owner are attributed first, from a look for them
+    begun after ``since`` (the stops under way share such looks)."""
 
-    def __init__(self, launch: Launch, refresh_orphans: Callable[[], object]) -> None:
+    def __init__(self, launch: Launch, refresh_orphans: Callable[[float], object]) -> None:
         assert launch.tree is not None
         self._launch = launch
         self._tree = launch.tree
         self._refresh_orphans = refresh_orphans
+        self._unsure = False
 
     def leader_exit(self) -> ExitStatus | None:
         return self._launch.exit
@@ -56,13 +58,20 @@ class GroupTarget:
 
     def _refresh(self) -> bool:
         pinned = self._pinned()
-        self._refresh_orphans()
+        self._refresh_orphans(self._tree.lost_at)
+        lost = self._tree.lost_at
         self._tree.refresh(pinned)
+        # one ended just now: its children are the owner's, and no look begun since has
+        # seen them; the next check (20 ms on) takes one, shared with the other stops
+        self._unsure = self._tree.lost_at != lost
         return pinned
 
     def group_alive(self) -> bool:
-        """Whether anything of the launch still runs (zombies do not)."""
+        """Whether anything of the launch still runs (zombies do not); True too while
+        a process it lost may have left children no look has seen yet."""
         pinned = self._refresh()
+        if self._unsure:
+            return True
         if pinned and group_members(self._launch.spawned.pgid, include_session=True):
             return True
         return bool(self._tree.alive())
