@@ -167,6 +167,8 @@ class Instance:
         if self.saved_boot is not None and self.saved_boot != this_boot():
             self.starts = []
             self.timers = dict.fromkeys(self.timers, now)
+        self.saved_boot = None   # its times are this boot's now: a later resume (after
+        # an aborted handoff) must not take them for the last boot's again
         self.starts = [t for t in self.starts if t <= now]
         out: list[Action] = [StartTimer(name, min(max(0.0, deadline - now), self._longest(name)))
                              for name, deadline in sorted(self.timers.items())]

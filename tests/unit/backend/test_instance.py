@@ -678,6 +678,10 @@ def test_state_saved_in_another_boot_waits_no_backoff_and_counts_no_starts() -> 
     back.handle(Launched(7, 70), 40.1)
     back.handle(Exited(1, None), 41.0)
     assert back.state is State.BACKOFF   # one start in its window, not three
+    # resumed again in this boot (a handoff aborted: the generation thaws): its times
+    # are this boot's now, kept as they are
+    assert back.resume(42.0) == [StartTimer(Timer.BACKOFF, pytest.approx(5.0))]
+    assert back.starts == [40.0]
 
 
 def test_restored_times_this_boot_cannot_have_are_bounded() -> None:
