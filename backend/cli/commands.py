@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from backend.configfile import read_config_text
 from protocol.client import Client
@@ -48,8 +48,9 @@ def cmd_up(args: Any) -> int:
     try:
         return _up(args)
     except _Stopped:   # while tenure started, or before the wait began
-        print("tenure: stopping everything (a signal came while tenure started)",
-              file=sys.stderr)
+        with suppress(OSError):   # a closed terminal (SIGHUP): stderr refuses it
+            print("tenure: stopping everything (a signal came while tenure started)",
+                  file=sys.stderr)
         _calm(args)
         return cmd_down(args)
 
@@ -78,9 +79,11 @@ def _up(args: Any) -> int:
                                                         args.timeout, not args.no_wait))
     status = _call(args, "status")
     result["status"] = status
-    _out(args, result, render.up(result) + "\n" + render.status(status))
-    if args.foreground:
+    if args.foreground:   # what it prints may be lost (a closed terminal); what it
+        with suppress(OSError):   # started must still be stopped when it is told to
+            _out(args, result, render.up(result) + "\n" + render.status(status))
         return _foreground(args)
+    _out(args, result, render.up(result) + "\n" + render.status(status))
     op = result.get("apply", {}).get("operation", {})
     outcome = op.get("outcome", "success")
     if outcome is None and args.no_wait and op.get("id"):
@@ -261,8 +264,9 @@ def _foreground(args: Any) -> int:
     waited for (sigwait takes only a pending signal), and until the down is ready."""
     import signal
     with _stop_signals_blocked() as both:
-        print("tenure: running in the foreground; Ctrl-C stops everything",
-              file=sys.stderr)
+        with suppress(OSError):
+            print("tenure: running in the foreground; Ctrl-C stops everything",
+                  file=sys.stderr)
         signal.sigwait(both)
         _calm(args)
     return cmd_down(args)
