@@ -149,11 +149,17 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
         else:
             if config is not None:
                 queued = queue_for_backend(layout, *config)["request_id"]
+            spawning: set[str] = set()
             try:
                 first = place_first_release(layout, args.release)   # fresh home: they run it
-                started = ensure_daemons(layout, args.foreground)
-            except KeyboardInterrupt:   # the daemons may run already (started detached,
-                raise                   # then waited for): theirs to apply, as Ctrl-C says
+                started = ensure_daemons(layout, args.foreground, spawning=spawning)
+            except KeyboardInterrupt:
+                # once a daemon was spawned (detached), it may run and apply the config,
+                # as Ctrl-C says; before, nothing ever will
+                if queued is not None and not spawning:
+                    from backend.queuefile import discard
+                    discard(layout.queued_config, queued)
+                raise
             except BaseException:   # nothing was started: nothing is left queued either
                 if queued is not None:
                     from backend.queuefile import discard

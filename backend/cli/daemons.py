@@ -69,10 +69,13 @@ def ping(sock: str, timeout: float = 2.0, home: Path | None = None
 
 
 def ensure_daemons(layout: Layout, foreground: bool,
-                   direct: dict[str, Direct] | None = None) -> dict[str, bool]:
+                   direct: dict[str, Direct] | None = None,
+                   spawning: set[str] | None = None) -> dict[str, bool]:
     """Owner and guardian, started side by side when they do not answer (the guardian
     waits for the owner by itself). Returns which ones were started. ``direct``: their
-    commands as :func:`direct_commands` verified them a moment ago."""
+    commands as :func:`direct_commands` verified them a moment ago. ``spawning`` gets
+    the name of each one right before it is spawned (so that a caller interrupted
+    meanwhile knows whether one may run)."""
     seen: dict[str, bytes] = {}   # both usually run one release: hash it once
 
     def command(module: str) -> Direct:   # verified only for a daemon to be started
@@ -80,9 +83,13 @@ def ensure_daemons(layout: Layout, foreground: bool,
     socks = {"owner": layout.owner_sock, "guardian": layout.guardian_sock}
     wanted = {name: _needs_start(layout, name, sock) for name, sock in socks.items()}
     since = {name: _log_end(layout, name) for name in socks}
+    spawned: dict[str, subprocess.Popen[bytes] | None] = dict.fromkeys(socks)
     with _daemon_logs(layout, [name for name in socks if wanted[name]]) as logs:
-        spawned = {name: _spawn(layout, name, foreground, command, logs[name])
-                   if wanted[name] else None for name in socks}
+        for name in socks:
+            if wanted[name]:
+                if spawning is not None:
+                    spawning.add(name)
+                spawned[name] = _spawn(layout, name, foreground, command, logs[name])
     for name, sock in (("owner", layout.owner_sock), ("guardian", layout.guardian_sock)):
         proc = spawned[name]
         if proc is None:
