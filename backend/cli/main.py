@@ -553,7 +553,10 @@ def _named(args: Any) -> str:
 
 
 def _asks(args: Any) -> bool:
-    """Whether the command asks tenure to do something (not only to say something)."""
+    """Whether the command asks tenure to do something (not only to say something: a
+    reading action, or a --dry-run, --check or --prepare, which change nothing)."""
+    if any(getattr(args, flag, False) is True for flag in ("dry_run", "check", "prepare")):
+        return False
     return (_named(args) in GOES_ON or args.cmd in GOES_ON) and \
         getattr(args, "action", None) not in READS_OF.get(args.cmd, ())
 

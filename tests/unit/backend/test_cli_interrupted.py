@@ -55,6 +55,8 @@ def test_a_command_with_an_action_is_named_whole(monkeypatch: Any, capsys: Any,
     (["job", "logs", "3", "-f"], "cmd_job", None),   # said the job goes on
     (["job", "stop", "3"], "cmd_job", "`tenure job stop` stopped waiting; the job's stop "
                                       "goes on (`tenure job list`)"),
+    (["backend", "recover", "--dry-run"], "cmd_backend", None),   # changes nothing
+    (["owner", "reconcile", "--prepare"], "cmd_owner", None),
 ])
 def test_each_action_is_said_as_what_it_is(monkeypatch: Any, capsys: Any, tmp_path: Path,
                                            argv: list[str], cmd: str,
