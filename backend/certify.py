@@ -156,16 +156,25 @@ async def publish_certificate(gen: Generation) -> bool:
         return False  # something changed while the owner answered: next round
     if inventory_digest(live) != inventory_digest(sup.inventory()):
         return False
-    persist(gen)
     body = {"activation": gen.activation, "epoch": gen.epoch,
             "release": gen.handoff.get("release"),
             "owner": gen.owner_identity.to_wire() if gen.owner_identity else None,
             "inventory_digest": inventory_digest(live), "launches": len(live),
             "cursor": gen.cursor, "config_revision": gen.config.revision,
             "at": time.time()}
-    if not same_snapshot(rec.read(), body):
-        rec.publish(body)
-        gen.certificate_writes += 1
+    stored = rec.read()
+    try:
+        persist(gen)
+    except (sqlite3.Error, OSError):
+        # the apps' state could not be saved (persist_loop says so, and tries again);
+        # a certificate that already vouches for this very world still does: only a
+        # new one that cannot be written is a certificate failure
+        if not same_snapshot(stored, body):
+            raise
+    else:
+        if not same_snapshot(stored, body):
+            rec.publish(body)
+            gen.certificate_writes += 1
     gen.certified_at = time.time()
     return True
 

@@ -268,3 +268,29 @@ def test_a_certificate_the_storage_refuses_is_kept_as_an_error_until_one_is_writ
         finally:
             await gen.close()
     asyncio.run(main())
+
+
+def test_an_unsaved_state_leaves_a_certificate_that_still_vouches_valid(tmp_path: Path,
+                                                                        monkeypatch):
+    """The apps' state could not be saved (a full disk) while the stored certificate
+    still vouched for the same world: the round raised the save's error, taken for a
+    certificate that cannot be written, and `backend status` said a crash would block.
+    It vouches; only a new certificate that cannot be written is a failure."""
+    import backend.certify as certify
+
+    async def main() -> None:
+        gen = fake_generation(tmp_path, FakeOwner(), ONE)
+        try:
+            await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
+            assert await publish_certificate(gen)
+
+            def full(g) -> None:
+                raise OSError(28, "No space left on device")
+            monkeypatch.setattr(certify, "persist", full)
+            assert await publish_certificate(gen)          # the same world: it vouches
+            gen.recovery.invalidate("launch")              # a change since: a new one due
+            with pytest.raises(OSError):
+                await publish_certificate(gen)
+        finally:
+            await gen.close()
+    asyncio.run(main())
