@@ -487,10 +487,12 @@ class Generation(HandingOver):
             if self.link.state is not LinkState.CONNECTED:
                 continue
             try:
-                # as long as the view may stay current: a timed-out call drops the
-                # connection and every call on it (each then tried again), and an owner
-                # busy stopping thousands of apps could answer in 3 s, not in 2
-                self._owner_status(await self.owner.call("status", timeout=STALE_AFTER))
+                # until the view would go stale anyway (it was seen a heartbeat ago): a
+                # timed-out call drops the connection and every call on it (each then
+                # tried again), and an owner busy stopping thousands of apps could
+                # answer in 3 s, not in 2
+                self._owner_status(await self.owner.call(
+                    "status", timeout=STALE_AFTER - HEARTBEAT))
                 self.link.handle(LinkEvent.SEEN, time.time())
             except OwnerChanged as exc:
                 self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)

@@ -24,10 +24,12 @@ from typing import Any
 from protocol.aclient import AsyncClient
 from protocol.ed25519 import PrivateKey
 from protocol.errors import (
+    Conflict,
     ConnectFailed,
     GuardianFault,
     HandoffFailed,
     HomeLost,
+    NotFound,
     OperationInProgress,
     RequestTimedOut,
     TenureError,
@@ -99,6 +101,7 @@ class Coordinator:
         self.candidate: BackendProcess | None = None
         self.command_lock = asyncio.Lock()
         self.blocked: dict[str, Any] | None = None
+        self._ending_later: set[str] = set()   # activations whose ending waits for room
         self.unhealthy: dict[str, Any] | None = None
         self.diagnostics = Diagnostics(paths.diagnostics, lambda: snapshot(self))
         self.abort_requested = False
@@ -290,7 +293,9 @@ class Coordinator:
         except (sqlite3.Error, OSError) as err:
             log.error("could not record ending %s of %s (%s); tried again until it is",
                       phase, act.id, err)
-            self.spawn(self._end_later(act.id, phase, exc), f"ending of {act.id}")
+            if act.id not in self._ending_later:   # one at a time: the first ending wins
+                self._ending_later.add(act.id)
+                self.spawn(self._end_later(act.id, phase, exc), f"ending of {act.id}")
         if phase is Phase.UNCERTAIN:
             self.blocked = {"code": exc.code_str, "reason": exc.msg, "at": time.time(),
                             "activation": act.id}
@@ -308,20 +313,26 @@ class Coordinator:
         tried after ``first`` s, then twice as long each time up to 30 s; done once the
         activation is final (by this or by anything else)."""
         delay = first
-        while True:
-            await self.sleep(delay)
-            try:
-                act = self.state.activation(aid)
-                if act.final:
+        try:
+            while True:
+                await self.sleep(delay)
+                try:
+                    act = self.state.activation(aid)
+                    if act.final:
+                        return
+                    self._record_end(act, phase, exc)
+                except (Conflict, NotFound) as gone:   # moved or gone meanwhile: not ours
+                    log.warning("ending %s of %s not recorded: %s", phase, aid, gone)
                     return
-                self._record_end(act, phase, exc)
-            except (TenureError, sqlite3.Error, OSError):
-                delay = min(delay * 2, 30.0)
-                continue
-            log.warning("recorded ending %s of %s (the storage takes writes again)", phase,
-                        aid)
-            self.write_diagnostics()
-            return
+                except (TenureError, sqlite3.Error, OSError):
+                    delay = min(delay * 2, 30.0)
+                    continue
+                log.warning("recorded ending %s of %s (the storage takes writes again)",
+                            phase, aid)
+                self.write_diagnostics()
+                return
+        finally:
+            self._ending_later.discard(aid)
 
     def point(self, name: str) -> None:
         """An await point of a flow: where the test-only fault harness injects."""

@@ -7,8 +7,10 @@ a report of the failed write: it takes the interpreter's pending-calls lock from
 the signal handler, and a signal that lands while the same thread holds that lock waits
 for itself forever. An owner stopping 5,000 apps hung so, every thread waiting on a
 futex, its apps neither stopped nor watched. With ``warn_on_full_buffer=False`` a full
-socket is skipped silently instead, which loses nothing: the bytes already in it wake
-the loop, and a SIGCHLD handler reaps every exited child whichever signal woke it.
+socket is skipped silently instead. The byte is lost either way (the report only said
+so): the bytes already in the socket wake the loop, and for SIGCHLD a lost byte loses
+nothing, since one run of its handler reaps every exited child; another signal whose
+byte finds the socket full is lost as it was before.
 """
 
 from __future__ import annotations

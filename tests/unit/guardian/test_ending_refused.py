@@ -31,13 +31,15 @@ def test_an_ending_the_disk_refuses_is_recorded_once_it_takes_writes(tmp_path: P
             co.state.advance = full  # type: ignore[method-assign]
             ended = co.end(act, Phase.ABORTED, HandoffFailed("the candidate never answered"))
             assert ended.phase is Phase.CREATED           # not yet: said, and tried again
+            co.end(act, Phase.UNCERTAIN, HandoffFailed("a second ending"))   # refused too:
+            assert len(co._ending_later) == 1            # the first one's retry stands
             for _ in range(100):
                 await asyncio.sleep(0)
                 if co.state.activation(act.id).final:
                     break
             done = co.state.activation(act.id)
             assert done.phase is Phase.ABORTED and refusals == [0]
-            assert co.slept == [1.0, 2.0, 4.0]
+            assert co.slept == [1.0, 2.0] and co._ending_later == set()
             assert co.state.open_activations() == []
         finally:
             await co.cancel_tasks()
