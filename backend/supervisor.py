@@ -505,6 +505,15 @@ class Supervisor:
                     lambda: self._still_starting(key, inst, launch_key)))
                 if r.get("state") in _ENDED:
                     return self._spent(launch_key, r, params["generation"])
+                if not isinstance(r.get("pid"), int) or not isinstance(r.get("start_ticks"),
+                                                                       int):
+                    # a row an earlier try left 'starting' (its failure could not be
+                    # recorded: a full disk): no process runs under the key
+                    failed = LaunchFailed(f"{launch_key}: the owner holds no process for "
+                                          f"it (its row says {r.get('state')})",
+                                          {"launch_key": launch_key})
+                    return im.LaunchFailed(failed.code_str, explain.launch_error(
+                        failed, params["generation"]))
                 return im.Launched(r["pid"], r["start_ticks"])
             except StaleEpoch:
                 raise

@@ -347,3 +347,37 @@ def test_a_launch_the_owner_cannot_record_waits_and_is_explained_in_its_words() 
         finally:
             await sup.aclose()
     asyncio.run(main())
+
+
+class LeftStartingOwner(FakeOwner):
+    """An owner whose first try could not record the launch's failure (a full disk):
+    the retry of the same key finds its row still 'starting', with no process."""
+
+    def _launch(self, p: dict[str, Any]) -> dict[str, Any]:
+        if not self.calls_seen:
+            self.calls_seen = True
+            raise StorageFailed(f"{p['launch_key']}: the launch failed and that could "
+                                "not be recorded", {"launch_key": p["launch_key"]})
+        return {"launch_key": p["launch_key"], "state": "starting", "pid": None,
+                "start_ticks": None}
+
+    calls_seen = False
+
+
+def test_a_launch_row_left_starting_is_a_failed_launch_not_a_process() -> None:
+    """Was: Launched(None, None), an instance 'running' with no pid the backend could
+    watch or stop."""
+    async def main() -> None:
+        owner = LeftStartingOwner()
+        sup = Supervisor(owner, 1, sleep=no_sleep)
+        try:
+            sup.ensure(parse_config(GIVE_UP, "t").apps()[0], 0, True)
+            inst = sup.instances["s/a/0"]
+            await until(lambda: inst.last_error is not None, "failed")
+            assert inst.pid is None and inst.state is not State.RUNNING
+            assert inst.last_error.text.startswith(
+                "launch refused: s/a/0/1: the owner holds no process for it "
+                "(its row says starting)"), inst.last_error
+        finally:
+            await sup.aclose()
+    asyncio.run(main())
