@@ -346,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         _check_args(args)
         from protocol.sockets import refuse_unsafe_home
         refuse_unsafe_home(args.home)
+        if _asks(args):
+            _said_on_termination(args)
         code: int = handler(args)
         return code
     except (ConnectFailed, BackendUnavailable, OwnerUnavailable) as exc:
@@ -561,21 +563,46 @@ def _asks(args: Any) -> bool:
         getattr(args, "action", None) not in READS_OF.get(args.cmd, ())
 
 
+def _said_on_termination(args: Any) -> None:
+    """A command that asks tenure for something, ended by SIGTERM or SIGHUP (`timeout
+    60 tenure restart …`, an ssh session dropped), says as Ctrl-C does that only its
+    wait ended and what goes on; it ended silently (143, 129). The exit status stays
+    128 + the signal. Reading commands keep the default: no signal module to import
+    on their path (~6 ms)."""
+    import signal
+
+    def ended(signum: int, _frame: Any) -> None:
+        if getattr(args, "ended_by", None) is None:
+            args.ended_by = signum
+            raise KeyboardInterrupt
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, ended)
+
+
 def _interrupted(args: Any) -> int:
     """Ctrl-C: exit 130; a command that asked tenure to do something says that only the
-    waiting ended (on stderr; with ``--json`` also as ``{ok, interrupted, msg}``)."""
+    waiting ended (on stderr; with ``--json`` also as ``{ok, interrupted, msg}``). Ended
+    by SIGTERM or SIGHUP (:func:`_said_on_termination`): the same, exit 128 + it."""
+    signum = getattr(args, "ended_by", None)
+    code = Exit.INTERRUPTED if signum is None else 128 + int(signum)
     if not _asks(args):
-        return Exit.INTERRUPTED
+        return code
     command = _named(args)
     goes_on = GOES_ON.get(command) or GOES_ON[args.cmd]
-    msg = f"interrupted: `tenure {command}` stopped waiting; {goes_on}"
+    how = "interrupted" if signum is None else f"ended by {_signame(int(signum))}"
+    msg = f"{how}: `tenure {command}` stopped waiting; {goes_on}"
     with suppress(OSError):   # stdout may be gone (its reader ended): stderr still says
         if args.json:
             import json
             print(json.dumps({"ok": False, "interrupted": True, "msg": msg}), flush=True)
     with suppress(OSError):
         print(f"tenure: {msg}", file=sys.stderr)
-    return Exit.INTERRUPTED
+    return code
+
+
+def _signame(signum: int) -> str:
+    import signal
+    return signal.Signals(signum).name
 
 
 def _unexpected(exc: Exception, cmd: str) -> TenureError:

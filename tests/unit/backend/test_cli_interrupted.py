@@ -85,3 +85,29 @@ def test_a_json_word_to_a_reader_that_is_gone_still_ends_130(monkeypatch: Any, c
     monkeypatch.setattr("builtins.print", printing)
     assert main.main(["--home", str(tmp_path), "--json", "restart", "s/a"]) == 130
     assert "tenure: interrupted: `tenure restart`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("sig", "code"), [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_a_change_ended_by_a_signal_says_what_goes_on(monkeypatch: Any, capsys: Any,
+                                                      tmp_path: Path, sig: str,
+                                                      code: int) -> None:
+    """`timeout 60 tenure restart …` or an ssh session dropped: the command ended
+    silently (143, 129); it now says, as for Ctrl-C, that only its wait ended."""
+    import os
+    import signal
+    import time
+    signum = getattr(signal, sig)
+
+    def ended(*_: Any) -> int:
+        os.kill(os.getpid(), signum)
+        time.sleep(5)                       # the handler interrupts this
+        raise AssertionError("not interrupted")
+    monkeypatch.setattr(commands, "cmd_restart", ended)
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        assert main.main(["--home", str(tmp_path), "restart", "s/a"]) == code
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    assert f"tenure: ended by {sig}: `tenure restart` stopped waiting; the backend " \
+        "carries the roll on" in capsys.readouterr().err
