@@ -10,6 +10,7 @@ command itself reports what went wrong.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -43,7 +44,7 @@ def live(args: Any, label: str, probe: Callable[[], str | None],
             except Exception:  # the command reports failures, not this line
                 pass
             line = f"{label}: {text}  {time.monotonic() - t0:.1f}s"
-            out.write("\r\x1b[K" + line[:200])
+            out.write("\r\x1b[K" + line[:_width(out)])
             out.flush()
 
     try:
@@ -52,6 +53,16 @@ def live(args: Any, label: str, probe: Callable[[], str | None],
     finally:
         out.write("\r\x1b[K")
         out.flush()
+
+
+def _width(out: TextIO) -> int:
+    """How much of the progress line fits the terminal's one row (the line is redrawn
+    by a carriage return, which goes back only to the start of its last row: a longer
+    one left a stale row per redraw); 200 at most."""
+    try:
+        return max(10, min(200, os.get_terminal_size(out.fileno()).columns - 1))
+    except (OSError, ValueError, AttributeError):
+        return 200
 
 
 @contextmanager

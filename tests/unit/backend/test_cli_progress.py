@@ -169,3 +169,25 @@ def test_a_prefix_does_not_name_a_release_that_is_listed_as_missing() -> None:
     assert resolve_release(g, A[:12]) == A
     with pytest.raises(NotFound, match="0 installed releases"):
         resolve_release(g, B[:12])
+
+
+def test_the_progress_line_fits_one_row_of_the_terminal(monkeypatch) -> None:
+    """On a 20-column terminal each redraw of a longer line left a stale row (a carriage
+    return goes back only to the start of the line's last row)."""
+    import os
+    from types import SimpleNamespace
+
+    from backend.cli import progress
+
+    class _Tty:
+        def fileno(self) -> int:
+            return 99
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: SimpleNamespace(columns=20))
+    assert progress._width(_Tty()) == 19   # type: ignore[arg-type]
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: SimpleNamespace(columns=500))
+    assert progress._width(_Tty()) == 200   # type: ignore[arg-type]
+
+    def no_tty(fd: int) -> None:
+        raise OSError(25, "Inappropriate ioctl for device")
+    monkeypatch.setattr(os, "get_terminal_size", no_tty)
+    assert progress._width(_Tty()) == 200   # type: ignore[arg-type]
