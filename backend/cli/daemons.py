@@ -573,10 +573,10 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
     under way is then :func:`ensure_backend`'s to wait for, or to explain). Returns the
     release this call selected, None when it selected none (one was selected, by
     another `up` at the same time too)."""
+    sweep(layout)   # every `up`: a seal tree an interrupted one left (11 MB) goes
     st = guardian.call("status")
     if st["selector"]["current"] is not None:
         return None
-    sweep(layout)
     if sealed is not None:
         rid = guardian.call("release.install", {"path": str(sealed.absolute())},
                             timeout=300)["release"]

@@ -46,7 +46,12 @@ def sealed_here(layout: Layout) -> Iterator[Path]:
             with suppress(OSError):
                 remove_tree(tmp)
             raise
-        remove_tree(tmp)
+        try:
+            remove_tree(tmp)
+        except KeyboardInterrupt:   # a Ctrl-C cut it short: what is left goes first
+            with suppress(OSError):
+                remove_tree(tmp)
+            raise
     finally:
         os.close(held)
 
