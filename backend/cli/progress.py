@@ -60,9 +60,13 @@ def _width(out: TextIO) -> int:
     by a carriage return, which goes back only to the start of its last row: a longer
     one left a stale row per redraw); 200 at most."""
     try:
-        return max(10, min(200, os.get_terminal_size(out.fileno()).columns - 1))
+        return max(10, min(LINE_MAX, os.get_terminal_size(out.fileno()).columns - 1))
     except (OSError, ValueError, AttributeError):
-        return 200
+        return LINE_MAX
+
+
+LINE_MAX = 200
+"""The longest progress line (and the one written where no width is known)."""
 
 
 @contextmanager
