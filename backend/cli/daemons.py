@@ -305,6 +305,10 @@ def in_background(layout: Layout, work: Any) -> int:
     ok = False
     try:
         os.setsid()
+        # the command's own handlers (main._said_on_termination) are not the child's
+        import signal
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
         ok = _background(log_fd, work)
     finally:
         os._exit(0 if ok else 1)
