@@ -5,7 +5,9 @@ strict decoding of ``last_error``/``last_exit``/``last_probe`` in the instance w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -262,15 +264,21 @@ GIVE_UP = ('[stacks.s.apps.a]\ncommand = ["/x/y"]\nbackoff = { initial = 0, max 
            'start_limit = { burst = 2, interval = 60 }\n')
 
 
-async def until_given_up(owner: FakeOwner) -> tuple[Instance, Supervisor]:
-    """GIVE_UP's app against ``owner``, run until its start limit gave up (closed)."""
+@contextlib.asynccontextmanager
+async def give_up_app(owner: FakeOwner) -> AsyncIterator[tuple[Supervisor, Instance]]:
+    """GIVE_UP's app started against ``owner``; closed when the block ends."""
     sup = Supervisor(owner, 1, sleep=no_sleep)
     try:
         sup.ensure(parse_config(GIVE_UP, "t").apps()[0], 0, True)
-        inst = sup.instances["s/a/0"]
-        await until(lambda: inst.state is State.FAILED and not sup._tasks, "given up")
+        yield sup, sup.instances["s/a/0"]
     finally:
         await sup.aclose()
+
+
+async def until_given_up(owner: FakeOwner) -> tuple[Instance, Supervisor]:
+    """GIVE_UP's app against ``owner``, run until its start limit gave up (closed)."""
+    async with give_up_app(owner) as (sup, inst):
+        await until(lambda: inst.state is State.FAILED and not sup._tasks, "given up")
     return inst, sup
 
 
@@ -333,10 +341,7 @@ def test_a_launch_the_owner_cannot_record_waits_and_is_explained_in_its_words() 
     starting with the owner's words, none of its starts spent."""
     async def main() -> None:
         owner = FullOwner()
-        sup = Supervisor(owner, 1, sleep=no_sleep)
-        try:
-            sup.ensure(parse_config(GIVE_UP, "t").apps()[0], 0, True)
-            inst = sup.instances["s/a/0"]
+        async with give_up_app(owner) as (sup, inst):
             await until(lambda: len(owner.sent("launch")) > 20, "asked again and again")
             assert {p["launch_key"] for p in owner.sent("launch")} == {"s/a/0/1"}
             assert inst.state is State.STARTING and inst.restarts == 0
@@ -344,8 +349,6 @@ def test_a_launch_the_owner_cannot_record_waits_and_is_explained_in_its_words() 
             assert said.startswith("launch failed in the owner: s/a/0/1"), said
             assert "database or disk is full" in said and said.endswith(
                 "; trying again each second")
-        finally:
-            await sup.aclose()
     asyncio.run(main())
 
 
@@ -368,16 +371,10 @@ def test_a_launch_row_left_starting_is_a_failed_launch_not_a_process() -> None:
     """Was: Launched(None, None), an instance 'running' with no pid the backend could
     watch or stop."""
     async def main() -> None:
-        owner = LeftStartingOwner()
-        sup = Supervisor(owner, 1, sleep=no_sleep)
-        try:
-            sup.ensure(parse_config(GIVE_UP, "t").apps()[0], 0, True)
-            inst = sup.instances["s/a/0"]
+        async with give_up_app(LeftStartingOwner()) as (_sup, inst):
             await until(lambda: inst.last_error is not None, "failed")
             assert inst.pid is None and inst.state is not State.RUNNING
             assert inst.last_error.text.startswith(
                 "launch refused: s/a/0/1: the owner holds no process for it "
                 "(its row says starting)"), inst.last_error
-        finally:
-            await sup.aclose()
     asyncio.run(main())
