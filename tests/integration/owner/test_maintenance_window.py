@@ -287,13 +287,22 @@ def test_a_log_follower_lives_through_a_window(cluster):
         reader.join(timeout=30)
         err = follower.stderr.read()
         follower.wait(timeout=30)
+        follower.stdout.close()
+        follower.stderr.close()
     assert follower.returncode == -signal.SIGTERM, err
     restarted = restarts()
     assert len(restarted) == 1 and counts()[restarted[0]] <= 5, counts()   # lines of both
     notes = err.splitlines()
-    assert len(notes) == 2 and notes[0].startswith("tenure: logs: the owner ") and \
+    assert notes[0].startswith("tenure: logs: the owner ") and \
         notes[0].endswith("following on once it answers (Ctrl-C ends)"), err
-    assert notes[1] == "tenure: logs: the owner answers again; following", err
+    assert notes[-1] == "tenure: logs: the owner answers again; following", err
+    # a window long enough (a loaded machine) also has the backend away for a while:
+    # said, and said back, between the two
+    between = notes[1:-1]
+    assert len(between) in (0, 2), err
+    if between:
+        assert between[0].startswith("tenure: logs: no backend has answered for ") and \
+            between[1] == "tenure: logs: a backend answers again; following", err
 
 
 def test_down_while_a_window_runs_is_refused_and_stops_nothing(cluster):
