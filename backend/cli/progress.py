@@ -60,9 +60,11 @@ def _width(out: TextIO) -> int:
     by a carriage return, which goes back only to the start of its last row: a longer
     one left a stale row per redraw); 200 at most."""
     try:
-        return max(10, min(LINE_MAX, os.get_terminal_size(out.fileno()).columns - 1))
+        columns = os.get_terminal_size(out.fileno()).columns
     except (OSError, ValueError, AttributeError):
         return LINE_MAX
+    # 0: a terminal whose size nobody set (a pty opened by a program): unknown
+    return max(10, min(LINE_MAX, columns - 1)) if columns > 0 else LINE_MAX
 
 
 LINE_MAX = 200

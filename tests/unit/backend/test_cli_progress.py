@@ -186,6 +186,8 @@ def test_the_progress_line_fits_one_row_of_the_terminal(monkeypatch) -> None:
     assert progress._width(_Tty()) == 19   # type: ignore[arg-type]
     monkeypatch.setattr(os, "get_terminal_size", lambda fd: SimpleNamespace(columns=500))
     assert progress._width(_Tty()) == 200   # type: ignore[arg-type]
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: SimpleNamespace(columns=0))
+    assert progress._width(_Tty()) == 200   # type: ignore[arg-type]   # size never set
 
     def no_tty(fd: int) -> None:
         raise OSError(25, "Inappropriate ioctl for device")
