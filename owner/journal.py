@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
 from protocol.errors import BadRequest, ShuttingDown, StorageFailed
+from protocol.seldom import Seldom
 
 from . import memtrim
 from .appcounts import AppCounts
@@ -176,7 +177,7 @@ class Journal:
         self._rconn: sqlite3.Connection | None = None
         self._rlock = threading.Lock()
         self._wlock = threading.Lock()  # the writer connection: a batch, or a forget
-        self._ckpt_said = float("-inf")   # monotonic time a failed checkpoint was said
+        self._ckpt_trouble = Seldom(CKPT_SAY_EVERY)   # the writer's failed checkpoints
         self._apps: dict[tuple[str, str], _App] = {}
         self._pruned = Pruned()   # what retention deleted, for readers behind it
         self._next_id = 1
@@ -459,13 +460,10 @@ class Journal:
             try:
                 result = how(self._wconn)
             except sqlite3.Error as exc:   # said at the first of a streak, then every
-                now = time.monotonic()      # CKPT_SAY_EVERY (it was one a batch, 20/s)
-                if now - self._ckpt_said >= CKPT_SAY_EVERY:
-                    self._ckpt_said = now
+                if self._ckpt_trouble.due():   # CKPT_SAY_EVERY (it was one a batch, 20/s)
                     log.warning("journal checkpoint failed: %s", exc)
                 return
-        if self._ckpt_said > float("-inf"):
-            self._ckpt_said = float("-inf")
+        if self._ckpt_trouble.ended():
             log.warning("journal checkpoints work again")
         self._ckpt.checkpointed(*result, truncated=how is truncate)
 

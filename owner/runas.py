@@ -303,7 +303,7 @@ def privileges(controllers: tuple[str, ...] | None) -> dict[str, Any]:
     per-app cgroups, so no cgroup limits)."""
     return {"uid": os.geteuid(), "switch_users": os.geteuid() == 0,
             "cgroup_controllers": None if controllers is None else list(controllers),
-            # how many files it may hold open: each app costs it about FDS_PER_APP
+            # how many files it may hold open (a running instance costs it about 3)
             "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}
 
 

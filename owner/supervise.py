@@ -24,6 +24,7 @@ from typing import Any
 
 from protocol.errors import Conflict, LaunchFailed, StorageFailed, TenureError
 from protocol.layout import HOME_ID_ENV, home_id
+from protocol.seldom import Seldom
 
 from .cgroups import CgroupTree
 from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
@@ -88,7 +89,7 @@ class Launcher:
                                      self._on_notify, self.fdstore.count_refused)
         self.notify.open()
         self._tracker: asyncio.TimerHandle | None = None
-        self._track_failing: float | None = None   # monotonic time last said failing
+        self._track_trouble = Seldom(30.0)   # recording descendants failing (a full disk)
         self._track()
 
     def _track(self) -> None:
@@ -101,13 +102,10 @@ class Launcher:
                 self.record_descendants()
             if self.uncertain:
                 self.retry_uncertain()
-            if self._track_failing is not None:
-                self._track_failing = None
+            if self._track_trouble.ended():
                 log.warning("recording descendants works again")
         except (sqlite3.Error, OSError) as exc:   # a full disk: said when it begins
-            now = time.monotonic()                 # and every 30 s (was each second)
-            if self._track_failing is None or now - self._track_failing >= 30.0:
-                self._track_failing = now
+            if self._track_trouble.due():          # and every 30 s (was each second)
                 log.error("recording descendants failed (retried every %.0f s): %s",
                           TRACK_INTERVAL_S, exc)
         except Exception:

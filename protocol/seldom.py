@@ -32,3 +32,10 @@ class Seldom:
             return 0
         said, self._since, self._said = self._since, 0, now
         return said
+
+    def ended(self) -> bool:
+        """The trouble stopped (a write worked again): whether any occurred since the
+        last end, to say so. The next occurrence is said at once."""
+        was = self._said is not None
+        self._since, self._said = 0, None
+        return was

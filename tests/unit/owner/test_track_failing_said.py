@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from owner import supervise
 from owner.supervise import Launcher
+from protocol.seldom import Seldom
 
 
 class _Procs:
@@ -31,10 +31,9 @@ def test_a_full_disk_is_said_once_per_streak(monkeypatch: Any,
         procs = _Procs()
         launcher.procs = procs  # type: ignore[misc]
         launcher.record_descendants = lambda: None  # type: ignore[method-assign]
-        launcher._track_failing = None
-        launcher.uncertain = {}
         clock = [1000.0]
-        monkeypatch.setattr(supervise.time, "monotonic", lambda: clock[0])
+        launcher._track_trouble = Seldom(30.0, clock=lambda: clock[0])
+        launcher.uncertain = {}
         with caplog.at_level(logging.WARNING, logger="tenure.owner"):
             for _ in range(20):          # 20 s of it
                 launcher._track()
@@ -73,7 +72,7 @@ def test_the_exit_of_an_uncertain_launch_is_written_once_the_disk_takes_it() -> 
         procs.full = False
         launcher.procs, launcher.store = procs, store  # type: ignore[misc,assignment]
         launcher.record_descendants = lambda: None  # type: ignore[method-assign]
-        launcher._track_failing = None
+        launcher._track_trouble = Seldom(30.0)
         launcher.live = {}
         launcher.uncertain = {"s/a/0/1": _Row()}  # type: ignore[dict-item]
         launcher._track()
