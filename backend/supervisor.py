@@ -197,9 +197,8 @@ class Supervisor:
         actions = change()
         if self.events is not None and was is not None:
             transition_events(self.events, key, inst, event, was)
-        if inst.launch_key != launch_key and self.by_launch.get(launch_key) == key:
-            del self.by_launch[launch_key]   # its events are ignored (on_observation)
-            self.status_text.pop(launch_key, None)
+        if inst.launch_key != launch_key:   # its events are ignored (on_observation)
+            self._drop_launch(key, launch_key)
         self.by_launch[inst.launch_key] = key
         self.dirty.add(key)
         self._execute(key, actions)
@@ -813,12 +812,17 @@ class Supervisor:
         if inst is not None:
             self.retire(key, inst.generation)
             self.dirty.discard(key)
-            if self.by_launch.get(inst.launch_key) == key:
-                del self.by_launch[inst.launch_key]
-            self.status_text.pop(inst.launch_key, None)
+            self._drop_launch(key, inst.launch_key)
         self._stops_fed.pop(key, None)
         if self.events is not None:
             self.events.exits_told.pop(key, None)
+
+    def _drop_launch(self, key: str, launch_key: str) -> None:
+        """Forget what is kept of instance ``key``'s launch ``launch_key`` (it moved on to
+        another launch, or was removed)."""
+        if self.by_launch.get(launch_key) == key:
+            del self.by_launch[launch_key]
+        self.status_text.pop(launch_key, None)
 
     def retire(self, key: str, generation: int, *, save: bool = True) -> None:
         """Record that instance ``key`` launched up to ``generation`` and is gone: an
