@@ -162,17 +162,17 @@ async def publish_certificate(gen: Generation) -> bool:
             "inventory_digest": inventory_digest(live), "launches": len(live),
             "cursor": gen.cursor, "config_revision": gen.config.revision,
             "at": time.time()}
-    stored = rec.read()
+    same = same_snapshot(rec.read(), body)
     try:
         persist(gen)
     except (sqlite3.Error, OSError):
         # the apps' state could not be saved (persist_loop says so, and tries again);
         # a certificate that already vouches for this very world still does: only a
         # new one that cannot be written is a certificate failure
-        if not same_snapshot(stored, body):
+        if not same:
             raise
     else:
-        if not same_snapshot(stored, body):
+        if not same:
             rec.publish(body)
             gen.certificate_writes += 1
     gen.certified_at = time.time()
