@@ -155,7 +155,6 @@ class ProcessTable:
         self._never_settled: set[tuple[int, int]] = set()
         self._looked_at = float("-inf")   # time.monotonic() the last orphan look ended
         self._look_began = float("-inf")  # and began
-        self._look_took = 0.0             # and how long it took
         self._turn_unsettled: list[tuple[int, int]] | None = None   # this turn's look
         self._orphans_behind = False   # orphans may wait behind a zombie left to its pidfd
         self._closed = False
@@ -308,7 +307,9 @@ class ProcessTable:
         time the caller's tree lost a process, whose children the look must see) and
         ended less than SHARED_SCAN_S (or four times as long as it took: with thousands
         of apps a look takes milliseconds) ago, or within a stop's poll interval."""
-        fresh = max(SHARED_SCAN_S, 4 * self._look_took, POLL_INTERVAL_S)
+        took = self._looked_at - self._look_began if self._looked_at > self._look_began \
+            else 0.0   # how long the last look took (none yet: 0)
+        fresh = max(SHARED_SCAN_S, 4 * took, POLL_INTERVAL_S)
         if self._look_began <= since or time.monotonic() - self._looked_at >= fresh:
             self.adopt_orphans()
 
@@ -328,12 +329,11 @@ class ProcessTable:
         """Attribute untracked children of this process (orphans re-parented to the
         subreaper) to the launch they came from; returns those (pid, start ticks) that
         could not be attributed because they were mid-exec (:class:`MidExec`)."""
-        began = self._look_began = time.monotonic()
+        self._look_began = time.monotonic()
         try:
             return self._adopt_orphans()
         finally:
             self._looked_at = time.monotonic()
-            self._look_took = self._looked_at - began
 
     def _adopt_orphans(self) -> list[tuple[int, int]]:
         kids = main_thread_children(os.getpid())   # where orphans go

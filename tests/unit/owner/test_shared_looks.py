@@ -53,7 +53,6 @@ def test_a_look_is_shared_only_when_it_began_after_the_loss(monkeypatch: Any) ->
     monkeypatch.setattr("owner.procs.time.monotonic", lambda: now[0])
     table._adopt_orphans = lambda: looks.append(now[0]) or []  # type: ignore[method-assign]
     table._looked_at = table._look_began = float("-inf")
-    table._look_took = 0.0
     table._adopt_orphans_shared(float("-inf"))
     assert looks == [50.0]
     now[0] = 50.015
