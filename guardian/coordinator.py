@@ -625,6 +625,16 @@ class Coordinator:
             return None
         return bp
 
+    def generation_releases(self) -> set[str]:
+        """The releases of the living backend generations held now (current,
+        candidate, incumbent) and of the standby being started. Raises NotFound or
+        StateCorrupt when a generation's activation cannot be read."""
+        out = {self._spare[0]} if self._spare is not None else set()
+        for bp in (self.current, self.candidate, self.incumbent):
+            if bp is not None and bp.alive():
+                out.add(bp.release or self.state.activation(bp.activation).release)
+        return out
+
     async def drop_spare(self) -> None:
         if self._spare is not None:
             bp = await self.take_spare(self._spare[0])

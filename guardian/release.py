@@ -65,6 +65,7 @@ __all__ = [
     "ReleaseSummary",
     "command",
     "exec_release",
+    "fsync_dir",
     "install",
     "list_releases",
     "remove_tree",
@@ -425,7 +426,7 @@ def install(
         _make_durable(tmp)
         if damaged is not None:
             exchange(tmp, target)   # tmp is now the damaged copy, removed below
-            _fsync_dir(releases_dir)
+            fsync_dir(releases_dir)
             remove_tree(tmp)
             cause = damaged.__cause__
             return replace(copied, path=target, repaired=cause.msg if isinstance(
@@ -437,7 +438,7 @@ def install(
                 raise
             remove_tree(tmp)  # another installer won the race
             return _existing(target, source.id, keys, bindings, signed)
-        _fsync_dir(releases_dir)
+        fsync_dir(releases_dir)
     except BaseException:
         if os.path.lexists(tmp):
             remove_tree(tmp)
@@ -489,7 +490,7 @@ def _attach_signature(target: Path, signed: Path) -> None:
         finally:
             os.close(fd)
         os.rename(tmp, target / SIGNATURE_NAME)
-        _fsync_dir(target)
+        fsync_dir(target)
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
@@ -649,7 +650,7 @@ def _load_syncfs() -> Callable[[int], int] | None:
 _SYNCFS = _load_syncfs() if sys.platform.startswith("linux") else None
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

@@ -15,6 +15,7 @@ from protocol.schema import Field, Schema
 from protocol.server import Call, Method
 from protocol.window import refuse_in_window
 
+from . import removal
 from .cold import recover_safely
 from .coordinator import Coordinator
 from .forceplan import checked_plan, force_plan, write_evidence
@@ -45,11 +46,19 @@ S_REBIND = Schema(Field("digest", str, required=False, check=lambda v: None if l
                          else "must be the 64-character digest of a rebind plan"))
 S_SELECT = Schema(Field("release", str, check=_release_id),
                   Field("start", bool, required=False, default=True))
+S_REMOVE = Schema(Field("release", str, check=_release_id),
+                  Field("dry_run", bool, required=False, default=False))
+S_PRUNE = Schema(Field("keep", int, required=False, default=removal.DEFAULT_KEEP,
+                       check=lambda v: None if 0 <= v <= 10_000
+                       else "must be a count from 0 to 10000"),
+                 Field("dry_run", bool, required=False, default=False))
 
 
-_NOT_IN_A_WINDOW = frozenset({"select", "upgrade", "guardian upgrade", "rollback"})
+_NOT_IN_A_WINDOW = frozenset({"select", "upgrade", "guardian upgrade", "rollback",
+                              "release remove", "release prune"})
 """What an owner maintenance window must not meet: a handoff cuts its steps through the
-backend short and leaves the apps it stopped stopped. (A recovery is not refused: the
+backend short and leaves the apps it stopped stopped; a removal could take the release
+the window copies for the owner or goes back to. (A recovery is not refused: the
 window relies on the guardian following the owner it starts.)"""
 
 
@@ -57,6 +66,9 @@ class GuardianService:
     def __init__(self, co: Coordinator, on_shutdown: Callable[[], None]) -> None:
         self.co = co
         self.on_shutdown = on_shutdown
+        # installs and removals of releases/ one at a time: a removal never meets an
+        # install's temporary directory, nor an install that found its release there
+        self.releases_lock = asyncio.Lock()
 
     def methods(self) -> dict[str, Method]:
         return {
@@ -68,6 +80,8 @@ class GuardianService:
             "release.verify": Method(self.release_verify, S_ID, role="viewer"),
             "release.select": Method(self.release_select, S_SELECT),
             "release.rebind": Method(self.release_rebind, S_REBIND),
+            "release.remove": Method(self.release_remove, S_REMOVE),
+            "release.prune": Method(self.release_prune, S_PRUNE),
             "upgrade": Method(self.upgrade, S_UPGRADE),
             "guardian.upgrade": Method(self.guardian_upgrade, S_UPGRADE),
             "rollback": Method(self.rollback),
@@ -112,7 +126,8 @@ class GuardianService:
         src = Path(call.params["path"])
         if not src.is_absolute():
             raise BadRequest("give an absolute path to a sealed release")
-        rel = await asyncio.to_thread(install_trusted, self.co.paths, src)
+        async with self.releases_lock:
+            rel = await asyncio.to_thread(install_trusted, self.co.paths, src)
         self.co.state.add_release(rel.id)
         if rel.repaired is not None:
             log.warning("release %s: its installed copy did not verify (%s); replaced by "
@@ -138,6 +153,30 @@ class GuardianService:
                               "previous": s.name == sel.previous,
                               **({"reason": s.reason} if s.reason else {})}
                              for s in await asyncio.to_thread(work)]}
+
+    async def release_remove(self, call: Call) -> Any:
+        """Remove one installed release nothing needs (guardian.removal); with
+        ``dry_run`` only say whether it would go. Answers as :meth:`release_prune`."""
+        async def go() -> Any:
+            async with self.releases_lock:
+                planned = [await removal.plan_remove(self.co, call.params["release"])]
+                done = [] if call.params["dry_run"] else \
+                    await removal.remove(self.co, planned)
+            return _removal_answer(planned, done, {}, call.params["dry_run"])
+        return await self._exclusive("release remove", go)
+
+    async def release_prune(self, call: Call) -> Any:
+        """Remove the installed releases beyond the ``keep`` newest that nothing needs,
+        and what interrupted installs left. Answers ``{removed: [{release, status,
+        bytes}], kept: [{release, why}], bytes, dry_run}``: with ``dry_run`` what would
+        go, nothing removed."""
+        async def go() -> Any:
+            async with self.releases_lock:
+                planned, kept = await removal.plan_prune(self.co, call.params["keep"])
+                done = [] if call.params["dry_run"] else \
+                    await removal.remove(self.co, planned)
+            return _removal_answer(planned, done, kept, call.params["dry_run"])
+        return await self._exclusive("release prune", go)
 
     async def release_verify(self, call: Call) -> Any:
         rel = await asyncio.to_thread(self.co.release, call.params["release"])
@@ -270,6 +309,14 @@ def _installed(co: Coordinator, sel: dict[str, Any]) -> dict[str, bool | None]:
     return {f"{k}_installed": None if sel.get(k) is None else
             summarize(releases, str(sel[k])).status is ReleaseStatus.OK
             for k in ("current", "previous")}
+
+
+def _removal_answer(planned: list[removal.Removal], done: list[removal.Removal],
+                    kept: dict[str, list[str]], dry_run: bool) -> dict[str, Any]:
+    gone = planned if dry_run else done
+    return {"removed": [r.to_wire() for r in gone], "bytes": sum(r.bytes for r in gone),
+            "kept": [{"release": k, "why": v} for k, v in sorted(kept.items())],
+            "dry_run": dry_run}
 
 
 def _blocked(info: dict[str, Any] | None) -> TenureError:

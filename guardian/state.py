@@ -153,7 +153,13 @@ class StateStore:
         self.db.execute("INSERT OR IGNORE INTO releases VALUES (?, ?)", (release_id, time.time()))
 
     def releases(self) -> list[str]:
-        return [r[0] for r in self.db.execute("SELECT id FROM releases ORDER BY installed_at")]
+        """Installed releases, the first installed first (the order of the rows: a clock
+        set back leaves it as it is)."""
+        return [r[0] for r in self.db.execute("SELECT id FROM releases ORDER BY rowid")]
+
+    def forget_release(self, release_id: str) -> None:
+        """``release_id`` was removed: installing it again makes it the newest."""
+        self.db.execute("DELETE FROM releases WHERE id = ?", (release_id,))
 
     def selector(self) -> Selector:
         r = self.db.execute("SELECT current, previous, revision FROM selector").fetchone()

@@ -241,11 +241,16 @@ def _parser(argv: list[str] | None = None) -> Any:
                    help="upgrade: seconds to wait for the new guardian (default 60)")
     p = add("release", "sealed releases")
     p.add_argument("action", choices=["seal", "install", "list", "verify", "select",
-                                      "rebind"])
+                                      "rebind", "remove", "prune"])
     p.add_argument("arg", nargs="?")
     p.add_argument("--sign-key", type=Path, help="seal: sign RUNTIME.json with this "
                    "Ed25519 private key (PEM)")
     p.add_argument("--digest", help="rebind: record exactly the reviewed plan")
+    p.add_argument("--keep", type=int, default=None, metavar="N",
+                   help="prune: keep the N newest installed releases besides those still "
+                        "needed (default 3)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="remove, prune: say what would be removed; remove nothing")
     p = add("service", "run under systemd or launchd")
     p.add_argument("action", choices=["install", "status", "uninstall"])
     p.add_argument("--prepare", action="store_true",

@@ -1,4 +1,4 @@
-"""``tenure release seal|install|list|verify|select|rebind``."""
+"""``tenure release seal|install|list|verify|select|rebind|remove|prune``."""
 
 from __future__ import annotations
 
@@ -13,10 +13,30 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["cli_against", "release_command", "resolve_release", "unverified"]
+__all__ = ["check_options", "cli_against", "release_command", "resolve_release",
+           "unverified"]
+
+
+# what each action takes: any other option given is refused, not ignored (a `remove
+# --keep 5` would otherwise remove the one release it names)
+_OPTIONS = {"seal": {"arg", "sign_key"}, "install": {"arg"}, "list": set(),
+            "verify": {"arg"}, "select": {"arg"}, "rebind": {"digest"},
+            "remove": {"arg", "dry_run"}, "prune": {"keep", "dry_run"}}
+_FLAGS = {"arg": "a release argument", "sign_key": "--sign-key", "digest": "--digest",
+          "keep": "--keep", "dry_run": "--dry-run"}
+
+
+def check_options(args: Any) -> None:
+    """Raises BadRequest (nothing done) for an option ``args.action`` does not take."""
+    wrong = [_FLAGS[n] for n in _FLAGS if getattr(args, n, None) not in (None, False)
+             and n not in _OPTIONS[args.action]]
+    if wrong:
+        raise BadRequest(f"{', '.join(wrong)}: not taken by `tenure release "
+                         f"{args.action}`; nothing was done", {"options": wrong})
 
 
 def release_command(args: Any, guardian: Any, out: Any) -> int:
+    check_options(args)
     if args.action == "seal":
         if not args.arg:
             raise BadRequest("tenure release seal OUT_DIR")
@@ -39,6 +59,17 @@ def release_command(args: Any, guardian: Any, out: Any) -> int:
             r = g.call("release.rebind", {"digest": args.digest} if args.digest else {},
                        timeout=300)
             text = rebind_text(r)
+        elif args.action == "remove":
+            r = g.call("release.remove", {"release": resolve_release(g, args.arg),
+                                          "dry_run": args.dry_run}, timeout=300)
+            text = removal_text(r)
+        elif args.action == "prune":
+            if args.keep is not None and args.keep < 0:
+                raise BadRequest(f"--keep {args.keep}: give 0 or more releases to keep",
+                                 {"field": "keep"})
+            r = g.call("release.prune", {"dry_run": args.dry_run, **(
+                {} if args.keep is None else {"keep": args.keep})}, timeout=300)
+            text = removal_text(r)
         elif args.action == "verify":
             r = g.call("release.verify", {"release": resolve_release(g, args.arg)})
             text = verify_text(r)
@@ -57,6 +88,30 @@ def list_text(r: dict[str, Any]) -> str:
                      f"{'  previous' if x['previous'] else ''}"
                      f"{'  (' + x['reason'] + ')' if x.get('reason') else ''}"
                      for x in r["releases"]) or "no releases"
+
+
+def removal_text(r: dict[str, Any]) -> str:
+    """What `release remove` or `prune` removed (or, with --dry-run, would remove), and
+    what a prune kept with why."""
+    from .present import size
+    dry = r["dry_run"]
+    gone = r["removed"]
+    left = sum(1 for x in gone if x["status"] == "incomplete")
+    counts = [one if n == 1 else f"{n} {more}" for n, one, more in (
+        (len(gone) - left, "1 release", "releases"),
+        (left, "1 leftover of an interrupted install", "leftovers of interrupted installs"))
+        if n]
+    what = " and ".join(counts)
+    lines = [f"{'would remove' if dry else 'removed'} {what} ({size(r['bytes'])}):"
+             if gone else "nothing to remove"]
+    lines += [f"  {x['release']}  {size(x['bytes'])}"
+              + ("" if x["status"] == "ok" else f"  ({x['status']})") for x in gone]
+    if r["kept"]:
+        lines.append(f"kept {len(r['kept'])}:")
+        lines += [f"  {x['release'][:12]}  {'; '.join(x['why'])}" for x in r["kept"]]
+    if dry and gone:
+        lines.append("nothing was removed (--dry-run)")
+    return "\n".join(lines)
 
 
 def install_text(r: dict[str, Any]) -> str:

@@ -385,6 +385,24 @@ CASES: dict[str, Callable[[], str]] = {
         {"release": "c0de" * 16, "status": "corrupt", "current": False, "previous": True,
          "reason": "STATE_CORRUPT: RUNTIME.json does not hash to the directory name"}]}),
     "release_install": lambda: releases.install_text({"release": "33" * 32}),
+    "release_prune": lambda: releases.removal_text({
+        "removed": [{"release": "0f1e" * 16, "status": "ok", "bytes": 16_912_384},
+                    {"release": "5a5a" * 16, "status": "corrupt", "bytes": 16_900_001},
+                    {"release": "0f1e" * 16 + ".tmp-3c9e01f2", "status": "incomplete",
+                     "bytes": 4_202_496}],
+        "bytes": 38_014_881, "dry_run": False, "kept": [
+            {"release": "a1b2" * 16, "why": ["it is the selected release",
+                                             "the guardian runs it",
+                                             "one of the 3 newest installed"]},
+            {"release": "c0de" * 16, "why": [
+                "it is the previous release (a rollback starts it)"]}]}),
+    "release_prune_nothing": lambda: releases.removal_text({
+        "removed": [], "bytes": 0, "dry_run": False, "kept": [
+            {"release": "a1b2" * 16, "why": ["it is the selected release",
+                                             "one of the 3 newest installed"]}]}),
+    "release_remove_dry_run": lambda: releases.removal_text({
+        "removed": [{"release": "0f1e" * 16, "status": "ok", "bytes": 16_912_384}],
+        "bytes": 16_912_384, "dry_run": True, "kept": []}),
     "release_install_repaired": lambda: releases.install_text({
         "release": "33" * 32, "repaired": "content of lib/backend/explain.py does not "
                                           "match RUNTIME.json"}),
