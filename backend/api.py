@@ -248,15 +248,17 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         from .retention import prune_once
         missed: dict[str, str] = {}
         link = self._link()
-        prunes = self.sup.owner_capabilities.get("retention") == 1   # an older one cannot
-        if prunes and not link["current"]:   # not asked: it would wait out its timeout
-            missed["launches"] = str(self._unavailable(
-                f"has not answered for {link['age']:.0f} s", "pruning its launches",
-                link).msg)
+        caps = self.sup.owner_capabilities   # an older owner can do neither
+        for what, cap, doing in (("launches", "retention", "pruning its launches"),
+                                 ("log_apps", "logApps", "forgetting removed apps' lines")):
+            if caps.get(cap) == 1 and not link["current"]:   # not asked: it would wait
+                missed[what] = str(self._unavailable(        # out its timeout
+                    f"has not answered for {link['age']:.0f} s", doing, link).msg)
         deleted = await prune_once(self.gen, missed, ask_owner=link["current"])
         return {"deleted": deleted, "not_pruned": missed, "policy": {
             k: getattr(self.gen.config.retention, k)
-            for k in ("operations", "plans", "launches", "activations")}}
+            for k in ("operations", "plans", "launches", "activations",
+                      "removed_app_logs_days")}}
 
     async def order(self, call: Call) -> Any:
         """The start order of each configured stack as levels of app names (an owner

@@ -181,7 +181,7 @@ def canonical_form(config: Config) -> dict[str, Any]:
         "settings": plain(config.settings),
         # only when set: configs without it keep their revision
         **({"metrics": plain(config.metrics)} if config.metrics.listen else {}),
-        **({"retention": plain(config.retention)}
+        **({"retention": _retention_form(config.retention)}
            if config.retention != RetentionSettings() else {}),
         "stacks": {
             s.name: {"apps": {a.name: _app_form(a) for a in s.apps.values()},
@@ -191,6 +191,16 @@ def canonical_form(config: Config) -> dict[str, Any]:
             for s in config.stacks.values()
         },
     }
+
+
+def _retention_form(r: RetentionSettings) -> dict[str, Any]:
+    """``[retention]`` as the revision sees it: a key added after the table existed
+    appears only when set otherwise than its default, so that a config that does not
+    set it keeps the revision an earlier release computed."""
+    form = plain(r)
+    if r.removed_app_logs_days == RetentionSettings().removed_app_logs_days:
+        del form["removed_app_logs_days"]
+    return dict(form)
 
 
 def _not_default(value: int | None, default: int) -> int | None:

@@ -298,6 +298,7 @@ class RetentionSettings(Struct, frozen=True):
     plans: int = 200
     launches: int = 10_000
     activations: int = 1_000
+    removed_app_logs_days: int = 7
 
 
 class Config(Struct, frozen=True):

@@ -3,17 +3,21 @@
 backend.db: finished operations and unused plans (BackendStore.prune). owner.db: rows of
 ended launches, through the owner's ``launches.prune`` (they hold app environments);
 the launches that open job records name are protected, since a job's resumption reads
-them as evidence. The guardian prunes its own activations (guardian/retention.py).
-Nothing open is ever pruned. A failed round is logged and tried again next time.
+them as evidence. The journal: the lines of apps the config no longer has, once their
+newest line is ``removed_app_logs_days`` old (``logs.apps``, ``logs.forget_apps``; a job
+template's output, app ``job:NAME``, goes with its records instead: backend.jobs).
+The guardian prunes its own activations (guardian/retention.py). Nothing open is ever
+pruned. A failed round is logged and tried again next time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
-from protocol.errors import TenureError
+from protocol.errors import Conflict, TenureError
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -24,6 +28,7 @@ log = logging.getLogger("tenure.backend")
 
 FIRST = 30.0      # seconds after READY (a handoff's pause is long over)
 EVERY = 600.0     # then every ten minutes
+FORGET_APPS = 100  # apps per logs.forget_apps call (the owner's most)
 
 
 def _protected(gen: Generation) -> list[str]:
@@ -48,8 +53,9 @@ async def prune_once(gen: Generation, missed: dict[str, str] | None = None,
     if gen.store is not None:   # its connection belongs to this thread; a round is short
         out.update(gen.store.prune(policy.operations, policy.plans))
     sup = gen.sup
-    if ask_owner and gen.owner is not None and sup is not None and not sup.fenced and \
-            sup.owner_capabilities.get("retention") == 1:
+    if not ask_owner or gen.owner is None or sup is None or sup.fenced:
+        return out
+    if sup.owner_capabilities.get("retention") == 1:
         try:
             r = await gen.owner.call("launches.prune", {
                 "keep": policy.launches, "protect": _protected(gen)}, epoch=gen.epoch)
@@ -58,7 +64,53 @@ async def prune_once(gen: Generation, missed: dict[str, str] | None = None,
             log.warning("retention: the owner did not prune launches: %s", exc)
             if missed is not None:
                 missed["launches"] = f"{exc.code_str}: {exc.msg}"
+    if sup.owner_capabilities.get("logApps") == 1:
+        try:
+            out["log_apps"], out["log_lines"] = await _forget_removed_apps(gen)
+        except TenureError as exc:
+            log.warning("retention: the owner did not forget removed apps' lines: %s", exc)
+            if missed is not None:
+                missed["log_apps"] = f"{exc.code_str}: {exc.msg}"
     return out
+
+
+async def _forget_removed_apps(gen: Generation) -> tuple[int, int]:
+    """Forget the journal lines of each app the config no longer has whose newest line
+    is ``removed_app_logs_days`` old; returns how many apps and lines went. An app that
+    still has a process (its stop failed) is left for a later round. Raises
+    TenureError (the owner's)."""
+    assert gen.owner is not None
+    configured = {(name, app) for name, stack in gen.config.stacks.items()
+                  for app in stack.apps}
+    before = time.time() - 86_400 * gen.config.retention.removed_app_logs_days
+    listed = (await gen.owner.call("logs.apps"))["apps"]
+    old = [{"stack": a["stack"], "app": a["app"]} for a in listed
+           if ":" not in a["app"] and (a["stack"], a["app"]) not in configured
+           and (a["last_at"] is None or a["last_at"] <= before)]
+    apps = lines = 0
+    for batch in (old[i:i + FORGET_APPS] for i in range(0, len(old), FORGET_APPS)):
+        for a, n in await _forget(gen, batch):
+            apps, lines = apps + a, lines + n
+    if apps:
+        log.info("retention: forgot the journal lines of %d removed apps (%d lines)",
+                 apps, lines)
+    return apps, lines
+
+
+async def _forget(gen: Generation, batch: list[dict[str, str]]) -> list[tuple[int, int]]:
+    """``logs.forget_apps`` of ``batch`` in one call, or, when the owner refuses it
+    because some of its apps still have a process, one call per app: those are left
+    for a later round. Returns (apps, lines) of each call that went."""
+    assert gen.owner is not None
+    try:
+        r = await gen.owner.call("logs.forget_apps", {"apps": batch}, epoch=gen.epoch)
+        return [(r["apps"], r["deleted"])]
+    except Conflict:
+        if len(batch) == 1:
+            log.info("retention: %s/%s has a process again or still: its journal lines "
+                     "stay for now", batch[0]["stack"], batch[0]["app"])
+            return []
+    return [done for app in batch for done in await _forget(gen, [app])]
 
 
 async def retention_loop(gen: Generation) -> None:

@@ -291,8 +291,9 @@ class FakeOwner:
     per launch key, forever), ``stop``, ``inventory``, ``inspect`` (a launch row that has
     a process), ``stack.intents``,
     ``stack.set_intent``, ``observations.read``, ``observations.ack``, ``logs.forget``
-    (each source counted once, in ``forgotten``), ``logs.note`` (in ``notes``) and
-    ``logs.retention``. Mutations
+    (each source counted once, in ``forgotten``), ``logs.note`` (in ``notes``),
+    ``logs.retention``, ``logs.apps`` and ``logs.forget_apps`` (``journal_apps``).
+    Mutations
     carrying another epoch get STALE_EPOCH. ``exit(key)`` ends a process.
 
     ``hold(method)`` makes calls of that method wait until ``release(method)``;
@@ -310,6 +311,8 @@ class FakeOwner:
         self.intents: dict[str, dict[str, Any]] = {}
         self.forgotten: set[tuple[str, str, int]] = set()  # logs.forget sources
         self.notes: list[dict[str, Any]] = []              # logs.note calls
+        # logs.apps: (stack, app) -> the time of its newest line (each has 10 lines)
+        self.journal_apps: dict[tuple[str, str], float | None] = {}
         self.before: Callable[[str, dict[str, Any]], None] | None = None
         self._held: dict[str, asyncio.Event] = {}
         self._next_pid = 4000
@@ -409,6 +412,21 @@ class FakeOwner:
         new = {(s["stack"], s["app"], s["instance"]) for s in p["sources"]} - self.forgotten
         self.forgotten |= new
         return {"sources": len(p["sources"]), "deleted": len(new)}
+
+    def _logs_apps(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"apps": [{"stack": st, "app": app, "bytes": 100, "last_at": at}
+                         for (st, app), at in sorted(self.journal_apps.items())]}
+
+    def _logs_forget_apps(self, p: dict[str, Any]) -> dict[str, Any]:
+        apps = {(a["stack"], a["app"]) for a in p["apps"]}
+        busy = sorted(k for k, r in self.live.items() if (r["stack"], r["app"]) in apps)
+        if busy:
+            raise Conflict(f"{len(busy)} processes of these apps still run: {busy}",
+                           {"launch_keys": busy})
+        gone = [a for a in apps if a in self.journal_apps]
+        for a in gone:
+            del self.journal_apps[a]
+        return {"apps": len(apps), "deleted": 10 * len(gone)}
 
     def _logs_note(self, p: dict[str, Any]) -> dict[str, Any]:
         self.notes.append(p)

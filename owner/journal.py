@@ -19,7 +19,8 @@ app) until its byte total fits, after each append of a batch that passes it (the
 pages are reused by the rest of the batch: journal.db stays about the budgets); totals
 live in memory and are rebuilt from the small extents table at open. Filtered reads use
 the same extents to skip foreign id ranges.
-:meth:`Journal.forget` deletes the lines of named instances (owner.journalforget).
+:meth:`Journal.forget` deletes the lines of named instances, :meth:`Journal.forget_apps`
+those of whole apps (owner.journalforget).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from .journaldb import (
     open_writer,
     record_cost,
 )
-from .journalforget import forget_sources
+from .journalforget import AppLines, Source, app_sources, apps_kept, forget_sources
 from .journalhealth import WriteHealth
 from .journalpruned import Pruned
 from .journalread import STREAMS, Filters, LogRecord, Page, last_id, read_at
@@ -605,14 +606,38 @@ class Journal:
         ``StorageFailed`` (the transaction failed: nothing was deleted)."""
         checked = [(_check_name("stack", st), _check_name("app", app),
                     _check_int("instance", inst)) for st, app, inst in sources]
+        return self._forget("forgetting sources", lambda conn: checked, timeout)
+
+    def forget_apps(self, apps: Sequence[tuple[str, str]], timeout: float = 30.0) -> int:
+        """:meth:`forget` of every source of each ``(stack, app)``: all its lines, and
+        the marks of what retention pruned of it. Raises as :meth:`forget`."""
+        checked = [(_check_name("stack", st), _check_name("app", app)) for st, app in apps]
+        return self._forget("forgetting apps", lambda conn: app_sources(conn, checked),
+                            timeout)
+
+    def apps(self) -> list[AppLines]:
+        """Each app with lines kept: ``(stack, app, bytes, time of its newest line)``
+        (:func:`owner.journalforget.apps_kept`). Safe from any thread. Raises
+        ``ShuttingDown`` for a closed journal."""
+        with self._rlock:
+            conn = self._reader()
+            conn.execute("BEGIN")
+            try:
+                return apps_kept(conn)
+            finally:
+                conn.execute("ROLLBACK")
+
+    def _forget(self, what: str, sources_of: Callable[[sqlite3.Connection], list[Source]],
+                timeout: float) -> int:
         self.flush(timeout)
 
         def work(conn: sqlite3.Connection) -> int:
-            self._pruned.forgot((st, app) for st, app, _ in checked)
-            self._pruned.unmark(conn, checked)
+            sources = sources_of(conn)
+            self._pruned.forgot((st, app) for st, app, _ in sources)
+            self._pruned.unmark(conn, sources)
             self._give_back.freed()
-            return forget_sources(conn, checked)
-        deleted = self._maintain("forgetting sources", work)
+            return forget_sources(conn, sources)
+        deleted = self._maintain(what, work)
         self._ckpt.ask()  # a delete may rewrite many pages
         self._wake_writer()
         return deleted

@@ -17,14 +17,20 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from .journaldb import record_cost
+from .journaldb import META_PREFIXED, prefixed, record_cost
+from .journalpruned import PREFIX as PRUNED_PREFIX
 
-__all__ = ["MAX_SOURCES", "Source", "forget_sources"]
+__all__ = ["MAX_APPS", "MAX_SOURCES", "AppLines", "Source", "app_sources", "apps_kept",
+           "forget_sources"]
 
 MAX_SOURCES = 1000
 """Sources per call: one transaction stays short (the journal's writer waits for it)."""
 
+MAX_APPS = 100
+"""Apps per ``logs.forget_apps`` call: each may hold its whole budget (64 MiB by default)."""
+
 Source = tuple[str, str, int]
+AppLines = tuple[str, str, int, float | None]   # stack, app, bytes, time of its last line
 
 
 def forget_sources(conn: sqlite3.Connection, sources: Iterable[Source]) -> int:
@@ -63,3 +69,38 @@ def _forget_app(conn: sqlite3.Connection, stack: str, app: str, instances: list[
             conn.execute("DELETE FROM extents WHERE stack=? AND app=? AND first_id=?",
                          (stack, app, first))
     return deleted
+
+
+def app_sources(conn: sqlite3.Connection, apps: Iterable[tuple[str, str]]) -> list[Source]:
+    """Every source of ``apps``: each instance with a line in one of the app's extents,
+    and each with a mark of what retention pruned of it (owner.journalpruned), whose
+    mark goes with the app. Raises sqlite3.Error."""
+    out: set[Source] = set()
+    for stack, app in apps:
+        for first, last in conn.execute("SELECT first_id, last_id FROM extents WHERE "
+                                        "stack=? AND app=?", (stack, app)).fetchall():
+            out.update((stack, app, i) for (i,) in conn.execute(
+                "SELECT DISTINCT instance FROM records WHERE id BETWEEN ? AND ? AND "
+                "stack=? AND app=?", (first, last, stack, app)))
+        prefix = f"{PRUNED_PREFIX}{stack}/{app}/"
+        for (key,) in conn.execute(f"SELECT key FROM meta WHERE {META_PREFIXED}",
+                                   prefixed(prefix)):
+            instance = key[len(prefix):].partition("/")[0]
+            if instance.isdigit():
+                out.add((stack, app, int(instance)))
+    return sorted(out)
+
+
+def apps_kept(conn: sqlite3.Connection) -> list[AppLines]:
+    """Each app with lines in the journal: its bytes (as its budget counts them) and the
+    time of its newest line (None when its newest extent has no row left). Raises
+    sqlite3.Error."""
+    out = []
+    for stack, app, nbytes, first, last in conn.execute(
+            "SELECT stack, app, SUM(bytes), MAX(first_id), MAX(last_id) FROM extents "
+            "GROUP BY stack, app ORDER BY stack, app").fetchall():
+        row = conn.execute("SELECT ts FROM records WHERE id BETWEEN ? AND ? AND stack=? "
+                           "AND app=? ORDER BY id DESC LIMIT 1",
+                           (first, last, stack, app)).fetchone()
+        out.append((stack, app, int(nbytes), None if row is None else float(row[0])))
+    return out

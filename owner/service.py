@@ -29,7 +29,7 @@ from protocol.server import Call, Method, RpcServer
 from .evidence import ended_cgroups
 from .grants import GrantKeeper
 from .journal import Journal, LogSource
-from .journalforget import MAX_SOURCES
+from .journalforget import MAX_APPS, MAX_SOURCES
 from .journalretention import MAX_RETENTION, MIN_RETENTION
 from .metrics import Member, Meter, UsageMemo, launch_inodes
 from .notes import MAX_NOTE, write_note
@@ -65,10 +65,13 @@ log = logging.getLogger("tenure.owner")
 # logRetention 1: logs.retention, an app's own journal budget (owner.journalretention)
 # socketUpdate 1: sockets.update, a held socket's backlog, mode and owner changed in place
 # (sockets.list also says each socket's mode, user and group)
+# logApps 1: logs.apps (the apps with lines kept, their bytes and newest line) and
+# logs.forget_apps (every line of whole apps)
 CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
                 "notify": 1, "observations": 1, "fencing": 1, "spawnErrors": 1,
                 "logNotes": 1, "sockets": 1, "metrics": 1, "retention": 1,
-                "logCounts": 1, "socketInodes": 1, "logRetention": 1, "socketUpdate": 1}
+                "logCounts": 1, "socketInodes": 1, "logRetention": 1, "socketUpdate": 1,
+                "logApps": 1}
 
 MAX_BUDGETS = 10_000   # apps named in one logs.retention call
 
@@ -118,18 +121,21 @@ def _note_text(v: Any) -> str | None:
     return None
 
 
-def _per_app(what: str, third: str, v: Any, check: Callable[[Any], bool],
-             rule: str) -> str | None:
-    """A list of ``{stack, app, <third>}`` with names and ``check(<third>)``: None, or
-    what is wrong with the first item that is not."""
+def _per_app(what: str, third: str | None, v: Any, check: Callable[[Any], bool] = bool,
+             rule: str = "") -> str | None:
+    """A list of ``{stack, app, <third>}`` (``{stack, app}`` without ``third``) with
+    names and ``check(<third>)``: None, or what is wrong with the first item that is
+    not."""
+    keys = {"stack", "app"} if third is None else {"stack", "app", third}
     for item in v:
-        if not isinstance(item, dict) or set(item) != {"stack", "app", third}:
-            return f"each {what} must be {{stack, app, {third}}}"
+        if not isinstance(item, dict) or set(item) != keys:
+            return f"each {what} must be {{stack, app{'' if third is None else ', ' + third}}}"
         for key in ("stack", "app"):
             if not isinstance(item[key], str) or _name(item[key]) is not None:
                 return f"each {what}'s {key} must be a name (1-128 printable, no '/')"
-        n = item[third]
-        if isinstance(n, bool) or not isinstance(n, int) or not check(n):
+        n = None if third is None else item[third]
+        if third is not None and (isinstance(n, bool) or not isinstance(n, int)
+                                  or not check(n)):
             return f"each {what}'s {third} must be {rule}"
     return None
 
@@ -148,7 +154,14 @@ def _budgets(v: Any) -> str | None:
                     f"{MIN_RETENTION} to {MAX_RETENTION}")
 
 
+def _apps(v: Any) -> str | None:
+    if not 1 <= len(v) <= MAX_APPS:
+        return f"must name 1 to {MAX_APPS} apps"
+    return _per_app("app", None, v)
+
+
 S_FORGET = Schema(Field("sources", list, check=_sources))
+S_FORGET_APPS = Schema(Field("apps", list, check=_apps))
 S_RETENTION = Schema(Field("budgets", list, check=_budgets))
 S_PRUNE = Schema(Field("keep", int, check=check_int(100, 10_000_000)),
                  Field("protect", list, required=False, default=[],
@@ -236,6 +249,8 @@ class OwnerService:
             "logs.read": Method(self.logs_read, S_LOGS, role="viewer", while_draining=True),
             "logs.dropped": Method(self.logs_dropped, role="viewer", while_draining=True),
             "logs.forget": Method(self.logs_forget, S_FORGET),
+            "logs.apps": Method(self.logs_apps, role="viewer"),
+            "logs.forget_apps": Method(self.logs_forget_apps, S_FORGET_APPS),
             "logs.retention": Method(self.logs_retention, S_RETENTION),
             "logs.note": Method(self.logs_note, S_NOTE),
             "launches.prune": Method(self.launches_prune, S_PRUNE),
@@ -551,6 +566,27 @@ class OwnerService:
                            f"{', '.join(busy[:5])}", {"launch_keys": busy[:100]})
         deleted = await asyncio.to_thread(self.journal.forget, sources)
         return {"sources": len(sources), "deleted": deleted}
+
+    async def logs_apps(self, call: Call) -> Any:
+        """Each app with lines in the journal, its bytes and the time of its newest line
+        (the backend forgets those of apps its config no longer has: logs.forget_apps)."""
+        kept = await asyncio.to_thread(self.journal.apps)
+        return {"apps": [{"stack": st, "app": app, "bytes": n, "last_at": at}
+                         for st, app, n, at in kept]}
+
+    async def logs_forget_apps(self, call: Call) -> Any:
+        """Delete every journal line of each named ``{stack, app}`` (all its instances
+        and generations) in one transaction; idempotent. Raises Conflict, deleting
+        nothing, while one of them still has a process."""
+        self._require_epoch(call)
+        apps = sorted({(a["stack"], a["app"]) for a in call.params["apps"]})
+        rows = [*self.launcher.live.values(), *self.launcher.uncertain.values()]
+        busy = sorted({r.launch_key for r in rows if (r.stack, r.app) in set(apps)})
+        if busy:
+            raise Conflict(f"{len(busy)} processes of these apps still run: "
+                           f"{', '.join(busy[:5])}", {"launch_keys": busy[:100]})
+        deleted = await asyncio.to_thread(self.journal.forget_apps, apps)
+        return {"apps": len(apps), "deleted": deleted}
 
     async def logs_retention(self, call: Call) -> Any:
         """Give exactly the named apps their own journal budget (the bytes of output kept,

@@ -503,9 +503,7 @@ def cmd_backend(args: Any) -> int:
     if args.action == "prune":
         r = _call(args, "retention.run", {})
         missed = r.get("not_pruned") or {}   # an older backend does not say
-        _out(args, r, "pruned " + ", ".join(f"{n} {what}" for what, n in r["deleted"].items())
-             + "; keeping " + ", ".join(f"{what} {n}" for what, n in r["policy"].items())
-             + "".join(f"\n{what} not pruned: {why}" for what, why in missed.items()))
+        _out(args, r, render.pruned(r["deleted"], r["policy"], missed))
         return ERROR if missed else OK
     with _guardian(args) as g:
         if args.action == "status":

@@ -22,6 +22,7 @@ from .render_backend import (
     not_answering,
     owner,
     owner_link,
+    pruned,
     recover_plan,
     recovery_state,
     uncertifiable,
@@ -33,8 +34,8 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
 __all__ = ["backend", "blocked", "down", "inspect", "instances", "operation", "operations",
-           "owner", "owner_link", "plan", "recover_plan", "recovery_state", "stack", "status",
-           "uncertifiable", "unfinished_window", "up", "why"]
+           "owner", "owner_link", "plan", "pruned", "recover_plan", "recovery_state", "stack",
+           "status", "uncertifiable", "unfinished_window", "up", "why"]
 
 
 DEFAULT_LOG_RETENTION = "64 MiB"   # what the owner's journal keeps of an app (owner.journal)

@@ -11,7 +11,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["backend", "not_answering", "owner", "owner_link", "recover_plan",
+__all__ = ["backend", "not_answering", "owner", "owner_link", "pruned", "recover_plan",
            "recovery_state", "release_line", "uncertifiable"]
 
 # activation phases after which nothing more happens (guardian/phases.py FINAL)
@@ -385,3 +385,25 @@ def _recovery(rec: dict[str, Any]) -> str:
     reason = rec.get("reason")
     word = paint(str(rec.get("state")), colour_for(str(rec.get("state"))))
     return word + (f" ({reason})" if reason else "")
+
+
+def pruned(deleted: dict[str, int], policy: dict[str, int], missed: dict[str, str]) -> str:
+    """What `tenure backend prune` deleted, the policy in force and what it could not
+    prune, why (keys an older backend does not send are left out)."""
+    done = dict(deleted)
+    apps, lines = done.pop("log_apps", None), done.pop("log_lines", 0)
+    parts = [f"{n} {what}" for what, n in done.items()]
+    if apps is not None:
+        parts.append(f"the journal lines of {apps} removed app{'' if apps == 1 else 's'} "
+                     f"({lines:,} line{'' if lines == 1 else 's'})")
+    keep = dict(policy)
+    days = keep.pop("removed_app_logs_days", None)
+    kept = [f"{what} {n}" for what, n in keep.items()]
+    if days is not None:
+        kept.append(f"a removed app's lines {days} day{'' if days == 1 else 's'}")
+    return ("pruned " + ", ".join(parts) + "; keeping " + ", ".join(kept)
+            + "".join(f"\n{_NOT_PRUNED.get(what, what)} not pruned: {why}"
+                      for what, why in missed.items()))
+
+
+_NOT_PRUNED = {"log_apps": "removed apps' journal lines"}

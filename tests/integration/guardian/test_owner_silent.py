@@ -158,8 +158,11 @@ def test_plan_apply_and_stack_commands_with_a_stopped_owner_name_it(cluster, tmp
     assert again.code == 0 and again.out["id"] == applied.out["id"], (again, applied)
     # was: `pruned 0 operations, 0 plans` after 15 s, exit 0, the launches left unsaid
     assert prune.code == 1 and pruned_in < 10, (prune, pruned_in)
-    missed = prune.out["not_pruned"]["launches"]
-    assert f"kill -CONT {owner} continues it); pruning its launches was not done" in missed
+    missed = prune.out["not_pruned"]
+    assert f"kill -CONT {owner} continues it); pruning its launches was not done" in \
+        missed["launches"], missed
+    assert f"kill -CONT {owner} continues it); forgetting removed apps' lines was not " \
+        "done" in missed["log_apps"], missed
     # was: `NOT_FOUND: no owner answers on this home; `tenure up` starts one`
     err = window.out["error"]
     assert window.code == 3 and err["code"] == "CONNECT_FAILED", window

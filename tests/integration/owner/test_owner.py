@@ -362,6 +362,45 @@ def test_logs_forget_deletes_finished_sources_only_with_the_epoch(live, owner):
     live.call("stop", {"launch_key": running["launch_key"]})
 
 
+def test_logs_apps_and_forget_apps_take_whole_apps_only_with_the_epoch(live, owner):
+    """logs.apps lists each app with lines, its bytes and newest line; logs.forget_apps
+    (admin, current epoch) refuses an app with a process (changing nothing), deletes
+    every line of every instance of the others, and then finds none."""
+    before = time.time()
+    done = [live.launch(["sh", "-c", f"echo {n}"], app="gone") for n in range(3)]
+    running = live.launch(["sh", "-c", "echo up; exec sleep 30"], app="kept")
+    for r in done:
+        live.wait_event(lambda e, k=r["launch_key"]: e["kind"] == "exit"
+                        and e["launch_key"] == k)
+
+    def listed() -> dict[str, dict]:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            apps = {a["app"]: a for a in live.c.call("logs.apps")["apps"]}
+            if set(apps) == {"gone", "kept"}:
+                return apps
+            time.sleep(0.05)
+        raise AssertionError(f"logs.apps says {apps}")
+    apps = listed()
+    assert apps["gone"]["stack"] == "s" and apps["gone"]["bytes"] > 3
+    assert before <= apps["gone"]["last_at"] <= time.time()
+    gone, kept = {"stack": "s", "app": "gone"}, {"stack": "s", "app": "kept"}
+    with pytest.raises(StaleEpoch):
+        live.c.call("logs.forget_apps", {"apps": [gone]}, epoch=live.epoch + 1)
+    with pytest.raises(Conflict):
+        live.call("logs.forget_apps", {"apps": [gone, kept]})
+    assert set(listed()) == {"gone", "kept"}                      # nothing went
+    for bad in ([], [{"stack": "s"}], [{**gone, "instance": 0}], [{**gone, "app": "a/b"}],
+                [gone] * 101):
+        with pytest.raises(BadRequest):
+            live.call("logs.forget_apps", {"apps": bad})
+    assert live.call("logs.forget_apps", {"apps": [gone, gone]}) == {"apps": 1, "deleted": 3}
+    assert live.c.call("logs.read", {"app": "gone"})["records"] == []
+    assert [a["app"] for a in live.c.call("logs.apps")["apps"]] == ["kept"]
+    assert live.call("logs.forget_apps", {"apps": [gone]})["deleted"] == 0   # idempotent
+    live.call("stop", {"launch_key": running["launch_key"]})
+
+
 INHERITED = ("import signal\n"
              "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
              "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"

@@ -25,6 +25,7 @@ VALID: dict[str, dict[str, Any]] = {
     "observations.ack": {"cursor": 0},
     "logs.read": {"after": 0, "limit": 10},
     "logs.forget": {"sources": [{"stack": "s", "app": "a", "instance": 0}]},
+    "logs.forget_apps": {"apps": [{"stack": "s", "app": "a"}]},
     "logs.note": {"stack": "s", "app": "a", "instance": 0, "generation": 1, "text": "t"},
     "observations.read": {"after": 0, "limit": 10},
     "inventory": {"stack": "s"},

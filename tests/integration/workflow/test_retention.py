@@ -53,7 +53,7 @@ def test_every_store_stays_within_its_retention(cluster):
     before = _count(owner_db, ended)
     pruned = cluster.cli("backend", "prune", check=True).out
     assert pruned["policy"] == {"operations": 10, "plans": 10, "launches": 100,
-                                "activations": 10}
+                                "activations": 10, "removed_app_logs_days": 7}
     after = _count(owner_db, ended)
     assert after <= 100 and pruned["deleted"]["launches"] == before - after, (before, pruned)
     assert _count(owner_db, "SELECT count(*) FROM launches WHERE state = 'running'") == 2

@@ -385,6 +385,16 @@ CASES: dict[str, Callable[[], str]] = {
         {"release": "c0de" * 16, "status": "corrupt", "current": False, "previous": True,
          "reason": "STATE_CORRUPT: RUNTIME.json does not hash to the directory name"}]}),
     "release_install": lambda: releases.install_text({"release": "33" * 32}),
+    "backend_prune": lambda: render.pruned(
+        {"operations": 3, "plans": 3, "launches": 843, "log_apps": 2, "log_lines": 48_213},
+        {"operations": 1000, "plans": 200, "launches": 10000, "activations": 1000,
+         "removed_app_logs_days": 7}, {}),
+    "backend_prune_owner_silent": lambda: render.pruned(
+        {"operations": 0, "plans": 1},
+        {"operations": 1000, "plans": 200, "launches": 10000, "activations": 1000,
+         "removed_app_logs_days": 1},
+        {"launches": "OWNER_UNAVAILABLE: the owner has not answered for 12 s",
+         "log_apps": "OWNER_UNAVAILABLE: the owner has not answered for 12 s"}),
     "release_prune": lambda: releases.removal_text({
         "removed": [{"release": "0f1e" * 16, "status": "ok", "bytes": 16_912_384},
                     {"release": "5a5a" * 16, "status": "corrupt", "bytes": 16_900_001},

@@ -11,6 +11,7 @@ import pytest
 
 from owner.journal import Journal, LogSource
 from owner.journalretention import MIN_RETENTION
+from owner.testing import read_all
 
 KIB = 1 << 10
 WEB0, WEB1 = LogSource("s", "web", 0, 1), LogSource("s", "web", 1, 1)
@@ -217,3 +218,29 @@ def test_forgetting_a_source_forgets_its_marks_too(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert keys == ["pruned/s/web/1/stdout"]
+
+
+def test_forgetting_an_app_forgets_every_instance_and_every_mark(tmp_path: Path) -> None:
+    """forget_apps finds the app's instances in its rows and in its marks alone (an
+    instance whose every line retention pruned): nothing of the app is left in meta."""
+    import sqlite3
+    other = LogSource("s", "api", 0, 1)
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=64 * KIB) as j:
+        write(j, WEB0, 100)
+        write(j, WEB1, 400)          # instance 0: every line pruned by these
+        write(j, other, 3)
+        assert {g["instance"] for g in j.read_page(0, 10, app="web").pruned} == {0, 1}
+        assert read_all(j, app="web", instance=0) == []     # known by its mark alone
+        kept = {app: n for _, app, n, _ in j.apps()}
+        assert set(kept) == {"api", "web"}
+        assert j.forget_apps([("s", "web")]) > 0
+        assert read_all(j, app="web") == [] and j.read_page(0, 10, app="web").pruned == []
+        assert [app for _, app, _, _ in j.apps()] == ["api"]
+        assert len(read_all(j, app="api")) == 3
+        assert j.forget_apps([("s", "web")]) == 0
+    conn = sqlite3.connect(tmp_path / "j.db")
+    try:
+        keys = [k for (k,) in conn.execute("SELECT key FROM meta WHERE key LIKE 'pruned/%'")]
+    finally:
+        conn.close()
+    assert keys == []

@@ -1,0 +1,78 @@
+"""The retention round forgets the journal lines of apps the config no longer has once
+their newest line is ``[retention] removed_app_logs_days`` old: never a configured app's,
+never a job template's (they go with their records), never one with a process (left
+for a later round, the others still go), never with an owner that cannot. The real
+Generation and retention round over a fake owner (backend.testing)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from backend.retention import prune_once
+from backend.testing import FakeOwner, fake_generation
+
+DAY = 86_400.0
+CONFIG = """
+[retention]
+removed_app_logs_days = {days}
+
+[stacks.s.apps.web]
+command = ["sleep", "1000"]
+"""
+
+
+def _round(tmp_path: Path, owner: FakeOwner, days: int = 7,
+           capabilities: dict[str, int] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    async def main() -> tuple[dict[str, Any], dict[str, str]]:
+        gen = fake_generation(tmp_path, owner, CONFIG.format(days=days))
+        assert gen.sup is not None
+        gen.sup.owner_capabilities = {"logApps": 1} if capabilities is None else capabilities
+        try:
+            missed: dict[str, str] = {}
+            return await prune_once(gen, missed), missed
+        finally:
+            await gen.close()
+    return asyncio.run(main())
+
+
+def test_only_removed_apps_whose_newest_line_is_old_enough_go(tmp_path: Path) -> None:
+    owner, now = FakeOwner(), time.time()
+    owner.journal_apps = {("s", "web"): now - 30 * DAY,        # configured: stays
+                          ("s", "old"): now - 8 * DAY,         # removed 8 days ago
+                          ("t", "web"): now - 9 * DAY,         # another stack's web
+                          ("s", "recent"): now - 6 * DAY,      # removed 6 days ago: stays
+                          ("s", "job:migrate"): now - 30 * DAY,  # a template's output
+                          ("s", "emptied"): None}              # no line left to date it
+    done, missed = _round(tmp_path, owner)
+    assert (done["log_apps"], done["log_lines"], missed) == (3, 30, {})
+    assert set(owner.journal_apps) == {("s", "web"), ("s", "recent"), ("s", "job:migrate")}
+    assert [e for m, _, e in owner.calls if m == "logs.forget_apps"] == [owner.epoch]
+
+
+def test_zero_days_forgets_at_the_next_round(tmp_path: Path) -> None:
+    owner = FakeOwner()
+    owner.journal_apps = {("s", "gone"): time.time() - 1}
+    done, _ = _round(tmp_path, owner, days=0)
+    assert done["log_apps"] == 1 and owner.journal_apps == {}
+
+
+def test_an_app_with_a_process_stays_and_the_others_go(tmp_path: Path) -> None:
+    owner, then = FakeOwner(), time.time() - 10 * DAY
+    owner.journal_apps = {("s", "a"): then, ("s", "busy"): then, ("s", "c"): then}
+    owner.live["k1"] = {"stack": "s", "app": "busy", "launch_key": "k1"}
+    done, missed = _round(tmp_path, owner)
+    assert (done["log_apps"], missed) == (2, {})
+    assert set(owner.journal_apps) == {("s", "busy")}
+    assert [sorted(a["app"] for a in p["apps"]) for p in owner.sent("logs.forget_apps")] \
+        == [["a", "busy", "c"], ["a"], ["busy"], ["c"]]
+
+
+def test_an_owner_without_the_capability_is_not_asked(tmp_path: Path) -> None:
+    owner = FakeOwner()
+    owner.journal_apps = {("s", "gone"): 0.0}
+    done, missed = _round(tmp_path, owner, capabilities={})
+    assert "log_apps" not in done and missed == {}
+    assert owner.sent("logs.apps") == [] and owner.journal_apps == {("s", "gone"): 0.0}
