@@ -291,8 +291,10 @@ def _name(release: str | None) -> str:
 
 def _stage(w: Window, rec: dict[str, Any]) -> Event:
     """Copy the release for the owner unless it may run the guardian's copy, then verify
-    the tree it will run, before anything is stopped."""
+    the tree it will run, before anything is stopped. Copies earlier windows staged that
+    no owner will run go first (:func:`_sweep_staged`)."""
     p = rec["plan"]
+    _sweep_staged(w, p)
     if p["release"] is None:
         return Event.OK
     if not owner_tree(w.layout, p["release"], p["owner_uid"]) and \
@@ -306,6 +308,36 @@ def _stage(w: Window, rec: dict[str, Any]) -> Event:
     check_release(w.layout, p["release"], p["owner_uid"])
     check_way_back(w.layout, p)
     return Event.OK
+
+
+def _sweep_staged(w: Window, p: dict[str, Any]) -> None:
+    """Remove what earlier windows staged in ``execution/releases/`` that neither this
+    window nor a way back runs: every copy but the planned release's, the one the owner
+    runs and the one its record goes back to, and what an interrupted copy left. An
+    entry not named by a release id is not ours and stays; one that cannot be removed
+    is said, and the window goes on. Raises what reading the owner's record raises."""
+    from guardian.manifest import is_release_id
+    from guardian.release import remove_tree
+    from owner.release import load
+    staged = w.layout.owner_releases
+    try:
+        names = sorted(os.listdir(staged))
+    except FileNotFoundError:
+        return
+    rec = load(w.layout.owner_release)
+    keep = {p["release"], p["from"], rec.release, rec.previous}
+    for name in names:
+        rid = name.partition(".tmp-")[0]
+        if name in keep or not is_release_id(rid):
+            continue
+        try:
+            remove_tree(staged / name)
+        except OSError as exc:
+            w.say(f"could not remove the owner's copy {name} ({exc.strerror or exc}); "
+                  "it stays")
+            continue
+        w.say(f"removed the owner's copy of release {rid[:12]}, which no window runs"
+              if name == rid else f"removed {name}, left by an interrupted copy")
 
 
 def check_way_back(layout: Layout, p: dict[str, Any]) -> None:

@@ -76,6 +76,12 @@ def test_a_window_stops_in_reverse_dependency_order_and_restores_the_same_invent
     before = _states(cluster)
     rid = install(cluster, owner_release)
     owner_before = cluster.cli("owner", "status", check=True).out["owner"]
+    staged = cluster.home / "execution" / "releases"      # what earlier windows left
+    staged.mkdir(mode=0o700)
+    (staged / ("a" * 64) / "lib").mkdir(parents=True)
+    os.chmod(staged / ("a" * 64) / "lib", 0o555)
+    (staged / f"{rid}.tmp-0badc0ffee00").mkdir()
+    (staged / "notes").write_text("not tenure's\n")
 
     plan = cluster.cli("owner", "upgrade", rid, "--dry-run", check=True).out
     assert plan["stop"] == [["demo/web/0", "demo/web/1"], ["demo/db/0"]]
@@ -88,6 +94,7 @@ def test_a_window_stops_in_reverse_dependency_order_and_restores_the_same_invent
 
     done = cluster.cli("owner", "upgrade", rid, "--digest", plan["digest"], check=True).out
     assert done["step"] == "done"
+    assert os.listdir(staged) == ["notes"]   # no owner runs the others
     owner = cluster.cli("owner", "status", check=True).out
     assert owner["owner"]["instance"] != owner_before["instance"]
     assert owner["release"] == {"running": rid, "error": None}
