@@ -281,7 +281,8 @@ class ProcessTable:
         entry = self._entry(key)
         entry.stop_asked = entry.stop_asked or entry.exit is None
         target = self._target(entry)
-        result = await confirm_stop(target, policy or entry.policy)
+        result = await confirm_stop(target, policy or entry.policy,
+                                    leader_gone=entry.exited)
         if isinstance(target, CgroupTarget) and self.cgroups is not None and \
                 result.outcome is not StopOutcome.TIMEOUT:
             # Confirmed empty: the cgroup has served its purpose.

@@ -61,22 +61,46 @@ class StopTarget(Protocol):
 
 async def _wait_until(done: Callable[[], bool], deadline: float,
                       clock: Callable[[], float],
-                      sleep: Callable[[float], Awaitable[None]]) -> bool:
+                      pause: Callable[[float], Awaitable[None]]) -> bool:
     while True:
         if done():
             return True
         now = clock()
         if now >= deadline:
             return False
-        await sleep(min(POLL_INTERVAL_S, deadline - now))
+        await pause(min(POLL_INTERVAL_S, deadline - now))
+
+
+def _pauses(sleep: Callable[[float], Awaitable[None]], leader_gone: asyncio.Event | None
+            ) -> Callable[[float], Awaitable[None]]:
+    """``sleep``, cut short when ``leader_gone`` is set while it lasts: the check that
+    follows the leader's exit runs then, not up to POLL_INTERVAL_S later (an app that is
+    its whole group stops in about a millisecond). Once it is set, plain ``sleep``."""
+    if leader_gone is None:
+        return sleep
+
+    async def pause(delay: float) -> None:
+        if leader_gone.is_set():
+            await sleep(delay)
+            return
+        waits = [asyncio.ensure_future(leader_gone.wait()),
+                 asyncio.ensure_future(sleep(delay))]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+    return pause
 
 
 async def confirm_stop(target: StopTarget, policy: StopPolicy, *,
                        clock: Callable[[], float] = time.monotonic,
                        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                       ) -> StopResult:
+                       leader_gone: asyncio.Event | None = None) -> StopResult:
     """Stop ``target`` per ``policy``: policy.signal to the group, wait ``timeout``,
-    SIGKILL to the group, wait ``kill_after``.
+    SIGKILL to the group, wait ``kill_after``. The group is checked every
+    POLL_INTERVAL_S, and at once when ``leader_gone`` (set when the leader's exit is
+    taken up) is set.
 
     Invariant: ``stopped`` and ``already_exited`` are reported only after the leader was
     reaped AND a scan found no living member of the group; anything less is ``timeout``.
@@ -84,6 +108,7 @@ async def confirm_stop(target: StopTarget, policy: StopPolicy, *,
     (outcome ``stopped``). Raises nothing of its own.
     """
     start = clock()
+    pause = _pauses(sleep, leader_gone)
 
     def done() -> bool:
         # The cheap check first: the /proc scan only runs once the leader is reaped.
@@ -96,9 +121,9 @@ async def confirm_stop(target: StopTarget, policy: StopPolicy, *,
         # A stopped (SIGSTOP'd) process would keep a catchable signal pending until
         # the timeout; wake it so it can act on it, as systemd does.
         target.send(signal.SIGCONT)
-    if await _wait_until(done, start + policy.timeout, clock, sleep):
+    if await _wait_until(done, start + policy.timeout, clock, pause):
         return StopResult(StopOutcome.STOPPED, False, clock() - start, target.leader_exit())
     target.send(signal.SIGKILL)
-    ok = await _wait_until(done, clock() + policy.kill_after, clock, sleep)
+    ok = await _wait_until(done, clock() + policy.kill_after, clock, pause)
     outcome = StopOutcome.STOPPED if ok else StopOutcome.TIMEOUT
     return StopResult(outcome, True, clock() - start, target.leader_exit())

@@ -104,3 +104,56 @@ def test_outcome_wire_values_never_change() -> None:
     r = StopResult(StopOutcome.TIMEOUT, True, 1.5, None)
     assert r.to_wire() == {"outcome": "timeout", "escalated": True, "elapsed": 1.5,
                            "exit": None}
+
+
+class LateLeader(FakeGroup):
+    """A leader whose exit is taken up a moment after the signal (as the table does
+    when its pidfd turns readable), setting ``gone``; ``sleeps`` counts the pauses that
+    ran to their end."""
+
+    def __init__(self, gone: asyncio.Event, members: int = 0) -> None:
+        super().__init__(leader_dies_on=set(), members_die_on=set(), members=members)
+        self.gone = gone
+        self.sleeps = 0
+
+    def send(self, sig: int) -> None:
+        super().send(sig)
+        if sig == signal.SIGTERM:
+            asyncio.get_running_loop().call_soon(self._exited)
+
+    def _exited(self) -> None:
+        self.leader = TERMED
+        self.gone.set()
+
+    async def sleep(self, dt: float) -> None:
+        await asyncio.sleep(3600)   # a pause that is not cut short never ends here
+        self.sleeps += 1
+
+
+def test_the_leaders_exit_ends_the_pause_and_the_stop_at_once() -> None:
+    async def main() -> tuple[StopResult, LateLeader]:
+        g = LateLeader(asyncio.Event())
+        r = await asyncio.wait_for(confirm_stop(
+            g, StopPolicy(timeout=5, kill_after=5), clock=FakeClock(), sleep=g.sleep,
+            leader_gone=g.gone), 10)
+        return r, g
+    r, g = asyncio.run(main())
+    assert (r.outcome, r.escalated, r.exit, g.sleeps) == \
+        (StopOutcome.STOPPED, False, TERMED, 0)
+    assert g.sent == [signal.SIGTERM, signal.SIGCONT]
+
+
+def test_once_the_leader_is_gone_what_is_left_is_polled() -> None:
+    """A group that outlives its leader: the pauses after the exit run to their end (no
+    busy loop on an event that stays set)."""
+    clock = FakeClock()
+
+    async def main() -> tuple[StopResult, FakeGroup]:
+        gone = asyncio.Event()
+        gone.set()
+        g = FakeGroup(leader_dies_on=ALL, members_die_on=KILL_ONLY, leader_gone=True)
+        return await confirm_stop(g, StopPolicy(timeout=1, kill_after=5), clock=clock,
+                                  sleep=clock.sleep, leader_gone=gone), g
+    r, g = asyncio.run(main())
+    assert (r.outcome, r.escalated) == (StopOutcome.STOPPED, True)
+    assert r.elapsed >= 1 and g.sent[-1] == signal.SIGKILL
