@@ -28,7 +28,8 @@ log = logging.getLogger("tenure.backend")
 
 FIRST = 30.0      # seconds after READY (a handoff's pause is long over)
 EVERY = 600.0     # then every ten minutes
-FORGET_APPS = 100  # apps per logs.forget_apps call (the owner's most)
+FORGET_TIMEOUT = 600.0   # one app's lines: its budget deleted in one owner transaction
+FORGET_BUDGET_S = 60.0   # a round starts no more forgetting after this; the next goes on
 
 
 def _protected(gen: Generation) -> list[str]:
@@ -66,7 +67,7 @@ async def prune_once(gen: Generation, missed: dict[str, str] | None = None,
                 missed["launches"] = f"{exc.code_str}: {exc.msg}"
     if sup.owner_capabilities.get("logApps") == 1:
         try:
-            out["log_apps"], out["log_lines"] = await _forget_removed_apps(gen)
+            out.update(await _forget_removed_apps(gen))
         except TenureError as exc:
             log.warning("retention: the owner did not forget removed apps' lines: %s", exc)
             if missed is not None:
@@ -74,43 +75,66 @@ async def prune_once(gen: Generation, missed: dict[str, str] | None = None,
     return out
 
 
-async def _forget_removed_apps(gen: Generation) -> tuple[int, int]:
-    """Forget the journal lines of each app the config no longer has whose newest line
-    is ``removed_app_logs_days`` old; returns how many apps and lines went. An app that
-    still has a process (its stop failed) is left for a later round. Raises
-    TenureError (the owner's)."""
-    assert gen.owner is not None
+async def _forget_removed_apps(gen: Generation) -> dict[str, int]:
+    """Forget the journal lines of each app the applied config no longer has whose
+    newest line is ``removed_app_logs_days`` old: ``{log_apps, log_lines}`` went, and
+    ``log_apps_left`` when the round's FORGET_BUDGET_S ran out first (the next round
+    goes on). Nothing while no config is applied (none yet, or backend.db set aside):
+    every app would look removed. An app that still has a process (its stop failed)
+    is left for a later round. Raises TenureError (the owner's)."""
+    assert gen.owner is not None and gen.store is not None
+    if gen.store.config() is None:
+        return {"log_apps": 0, "log_lines": 0}
     configured = {(name, app) for name, stack in gen.config.stacks.items()
                   for app in stack.apps}
     before = time.time() - 86_400 * gen.config.retention.removed_app_logs_days
-    listed = (await gen.owner.call("logs.apps"))["apps"]
-    old = [{"stack": a["stack"], "app": a["app"]} for a in listed
+    due = [{"stack": a["stack"], "app": a["app"]} for a in await _journal_apps(gen)
            if ":" not in a["app"] and (a["stack"], a["app"]) not in configured
            and (a["last_at"] is None or a["last_at"] <= before)]
-    apps = lines = 0
-    for batch in (old[i:i + FORGET_APPS] for i in range(0, len(old), FORGET_APPS)):
-        for a, n in await _forget(gen, batch):
-            apps, lines = apps + a, lines + n
-    if apps:
+    out = {"log_apps": 0, "log_lines": 0}
+    until = time.monotonic() + FORGET_BUDGET_S
+    for i, app in enumerate(due):
+        if time.monotonic() >= until:
+            out["log_apps_left"] = len(due) - i
+            break
+        n = await _forget(gen, app)
+        if n is not None:
+            out["log_apps"] += 1
+            out["log_lines"] += n
+    if out["log_apps"]:
         log.info("retention: forgot the journal lines of %d removed apps (%d lines)",
-                 apps, lines)
-    return apps, lines
+                 out["log_apps"], out["log_lines"])
+    return out
 
 
-async def _forget(gen: Generation, batch: list[dict[str, str]]) -> list[tuple[int, int]]:
-    """``logs.forget_apps`` of ``batch`` in one call, or, when the owner refuses it
-    because some of its apps still have a process, one call per app: those are left
-    for a later round. Returns (apps, lines) of each call that went."""
+async def _journal_apps(gen: Generation) -> list[dict[str, Any]]:
+    """Every app with lines in the journal (``logs.apps``, page after page)."""
+    assert gen.owner is not None
+    out: list[dict[str, Any]] = []
+    after: dict[str, str] = {}
+    while True:
+        page = await gen.owner.call("logs.apps", after)
+        out += page["apps"]
+        if not page.get("more") or not page["apps"]:
+            return out
+        last = page["apps"][-1]
+        after = {"after_stack": last["stack"], "after_app": last["app"]}
+
+
+async def _forget(gen: Generation, app: dict[str, str]) -> int | None:
+    """``logs.forget_apps`` of one app (a transaction of the owner's of up to the app's
+    budget: a second or so for 64 MiB, longer for a larger one, hence the long wait);
+    the lines deleted, or None when the owner refused because the app has a process
+    again or still."""
     assert gen.owner is not None
     try:
-        r = await gen.owner.call("logs.forget_apps", {"apps": batch}, epoch=gen.epoch)
-        return [(r["apps"], r["deleted"])]
+        r = await gen.owner.call("logs.forget_apps", {"apps": [app]}, epoch=gen.epoch,
+                                 timeout=FORGET_TIMEOUT)
     except Conflict:
-        if len(batch) == 1:
-            log.info("retention: %s/%s has a process again or still: its journal lines "
-                     "stay for now", batch[0]["stack"], batch[0]["app"])
-            return []
-    return [done for app in batch for done in await _forget(gen, [app])]
+        log.info("retention: %s/%s has a process again or still: its journal lines stay "
+                 "for now", app["stack"], app["app"])
+        return None
+    return int(r["deleted"])
 
 
 async def retention_loop(gen: Generation) -> None:

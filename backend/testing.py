@@ -313,6 +313,7 @@ class FakeOwner:
         self.notes: list[dict[str, Any]] = []              # logs.note calls
         # logs.apps: (stack, app) -> the time of its newest line (each has 10 lines)
         self.journal_apps: dict[tuple[str, str], float | None] = {}
+        self.apps_page = 2000   # apps per logs.apps answer
         self.before: Callable[[str, dict[str, Any]], None] | None = None
         self._held: dict[str, asyncio.Event] = {}
         self._next_pid = 4000
@@ -414,8 +415,11 @@ class FakeOwner:
         return {"sources": len(p["sources"]), "deleted": len(new)}
 
     def _logs_apps(self, p: dict[str, Any]) -> dict[str, Any]:
-        return {"apps": [{"stack": st, "app": app, "bytes": 100, "last_at": at}
-                         for (st, app), at in sorted(self.journal_apps.items())]}
+        after = (p.get("after_stack") or "", p.get("after_app") or "")
+        listed = [{"stack": st, "app": app, "bytes": 100, "last_at": at}
+                  for (st, app), at in sorted(self.journal_apps.items()) if (st, app) > after]
+        limit = p.get("limit") or self.apps_page
+        return {"apps": listed[:limit], "more": len(listed) > limit}
 
     def _logs_forget_apps(self, p: dict[str, Any]) -> dict[str, Any]:
         apps = {(a["stack"], a["app"]) for a in p["apps"]}

@@ -9,10 +9,12 @@ A release stays while anything may run it, each named with why:
   of another account runs only copies staged for it, and cannot read them);
 - the release the recovery certificate was written by;
 - the release of every backend generation the guardian holds (current, candidate,
-  standby);
+  standby), and the releases of every activation that has not ended for good (an
+  upgrade cut short by the guardian's death, which its next boot completes or undoes;
+  one ``uncertain`` or ``blocked``);
 - any release a process of this machine was started from: its command line names the
-  release's directory (a backend, a guardian, an owner, an old generation still
-  draining).
+  release's directory (a guardian, an owner, a backend started without a standby; a
+  generation that began as a prewarmed standby names none, and is known by the above).
 
 An unreadable record of these is refused (its code), not guessed past. A removal moves
 the directory aside in one rename (a crash leaves an entry `tenure release list` shows
@@ -84,6 +86,10 @@ async def needed(co: Coordinator) -> dict[str, list[str]]:
         add(co.own.record.previous, "the guardian goes back to it")
     for rid in co.generation_releases():
         add(rid, "a backend generation of the guardian runs it")
+    for act in co.state.unsettled_activations():
+        add(act.release, f"activation {act.id} has not ended ({act.phase})")
+        add(act.from_release, f"activation {act.id} has not ended ({act.phase}): it may "
+            "go back to it")
     body = (await asyncio.to_thread(co.certificate)).get("body") or {}
     if isinstance(body, dict) and is_release_id(body.get("release")):
         add(body["release"], "the recovery certificate was written by it")

@@ -90,11 +90,18 @@ class GuardianService:
             "shutdown": Method(self.shutdown),
         }
 
-    async def _exclusive(self, purpose: str, fn: Callable[[], Awaitable[Any]]) -> Any:
+    async def _exclusive(self, purpose: str, fn: Callable[[], Awaitable[Any]],
+                         handoff: bool = True) -> Any:
+        """``fn`` as the one guardian command (the installation lease: any other is
+        refused meanwhile). ``handoff`` False: one that starts no backend (a removal of
+        releases) does not hold the command lock, so status does not call it a handoff
+        in progress and `backend abort` has nothing to abort."""
         if purpose in _NOT_IN_A_WINDOW:
             refuse_in_window(self.co.paths.home, purpose)
         await self.co.take(purpose)
         try:
+            if not handoff:
+                return await fn()
             async with self.co.command_lock:
                 return await fn()
         finally:
@@ -163,7 +170,7 @@ class GuardianService:
                 done = [] if call.params["dry_run"] else \
                     await removal.remove(self.co, planned)
             return _removal_answer(planned, done, {}, call.params["dry_run"])
-        return await self._exclusive("release remove", go)
+        return await self._removing("release remove", call.params["dry_run"], go)
 
     async def release_prune(self, call: Call) -> Any:
         """Remove the installed releases beyond the ``keep`` newest that nothing needs,
@@ -176,10 +183,19 @@ class GuardianService:
                 done = [] if call.params["dry_run"] else \
                     await removal.remove(self.co, planned)
             return _removal_answer(planned, done, kept, call.params["dry_run"])
-        return await self._exclusive("release prune", go)
+        return await self._removing("release prune", call.params["dry_run"], go)
+
+    async def _removing(self, purpose: str, dry_run: bool,
+                        go: Callable[[], Awaitable[Any]]) -> Any:
+        """A removal takes the lease (no other command meanwhile); its dry run, which
+        changes nothing, only waits for the install or removal under way."""
+        if dry_run:
+            return await go()
+        return await self._exclusive(purpose, go, handoff=False)
 
     async def release_verify(self, call: Call) -> Any:
-        rel = await asyncio.to_thread(self.co.release, call.params["release"])
+        async with self.releases_lock:   # never a tree an install or removal is changing
+            rel = await asyncio.to_thread(self.co.release, call.params["release"])
         return {"release": rel.id, "ok": True, "files": len(rel.runtime.files),
                 "signed": rel.signed}
 
@@ -210,10 +226,11 @@ class GuardianService:
         backend is changed only by `upgrade`. Answers ``{selected, started, checked,
         blocked}``."""
         rid = call.params["release"]
-        release = await asyncio.to_thread(self.co.release, rid)
-        self.co.state.add_release(rid)
 
-        async def go() -> Any:
+        async def go() -> Any:   # as the one command: no removal meanwhile
+            async with self.releases_lock:
+                release = await asyncio.to_thread(self.co.release, rid)
+            self.co.state.add_release(rid)
             if self.co.current is not None and self.co.current.alive():
                 sel = self.co.state.selector()
                 if sel.current != rid:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -52,7 +53,14 @@ from .journaldb import (
     open_writer,
     record_cost,
 )
-from .journalforget import AppLines, Source, app_sources, apps_kept, forget_sources
+from .journalforget import (
+    APPS_PAGE,
+    AppLines,
+    Source,
+    app_sources,
+    apps_kept,
+    forget_sources,
+)
 from .journalhealth import WriteHealth
 from .journalpruned import Pruned
 from .journalread import STREAMS, Filters, LogRecord, Page, last_id, read_at
@@ -610,20 +618,26 @@ class Journal:
 
     def forget_apps(self, apps: Sequence[tuple[str, str]], timeout: float = 30.0) -> int:
         """:meth:`forget` of every source of each ``(stack, app)``: all its lines, and
-        the marks of what retention pruned of it. Raises as :meth:`forget`."""
+        the marks of what retention pruned of it, one transaction per app (the writer
+        goes on between two: an app holds at most its budget). Raises as :meth:`forget`,
+        StorageFailed naming the app where it stopped (those before it are gone)."""
         checked = [(_check_name("stack", st), _check_name("app", app)) for st, app in apps]
-        return self._forget("forgetting apps", lambda conn: app_sources(conn, checked),
-                            timeout)
+        deleted = 0
+        for one in checked:
+            deleted += self._forget(f"forgetting {one[0]}/{one[1]}",
+                                    functools.partial(app_sources, apps=[one]), timeout)
+        return deleted
 
-    def apps(self) -> list[AppLines]:
-        """Each app with lines kept: ``(stack, app, bytes, time of its newest line)``
-        (:func:`owner.journalforget.apps_kept`). Safe from any thread. Raises
-        ``ShuttingDown`` for a closed journal."""
+    def apps(self, after: tuple[str, str] | None = None,
+             limit: int = APPS_PAGE) -> list[AppLines]:
+        """Each app with lines kept, ``(stack, app, bytes, time of its newest line)``, in
+        order after ``after``, at most ``limit`` (:func:`owner.journalforget.apps_kept`).
+        Safe from any thread. Raises ``ShuttingDown`` for a closed journal."""
         with self._rlock:
             conn = self._reader()
             conn.execute("BEGIN")
             try:
-                return apps_kept(conn)
+                return apps_kept(conn, after, limit)
             finally:
                 conn.execute("ROLLBACK")
 

@@ -20,14 +20,19 @@ from collections.abc import Iterable
 from .journaldb import META_PREFIXED, prefixed, record_cost
 from .journalpruned import PREFIX as PRUNED_PREFIX
 
-__all__ = ["MAX_APPS", "MAX_SOURCES", "AppLines", "Source", "app_sources", "apps_kept",
+__all__ = ["APPS_PAGE", "MAX_APPS", "MAX_SOURCES", "AppLines", "Source", "app_sources", "apps_kept",
            "forget_sources"]
 
 MAX_SOURCES = 1000
 """Sources per call: one transaction stays short (the journal's writer waits for it)."""
 
 MAX_APPS = 100
-"""Apps per ``logs.forget_apps`` call: each may hold its whole budget (64 MiB by default)."""
+"""Apps per ``logs.forget_apps`` call; each is deleted in a transaction of its own (it may
+hold its whole budget: 64 MiB by default, about a second of the writer's time)."""
+
+APPS_PAGE = 2000
+"""Apps per ``logs.apps`` answer: 2,000 of the longest names (128 characters each) fit
+one frame with room to spare."""
 
 Source = tuple[str, str, int]
 AppLines = tuple[str, str, int, float | None]   # stack, app, bytes, time of its last line
@@ -91,14 +96,17 @@ def app_sources(conn: sqlite3.Connection, apps: Iterable[tuple[str, str]]) -> li
     return sorted(out)
 
 
-def apps_kept(conn: sqlite3.Connection) -> list[AppLines]:
-    """Each app with lines in the journal: its bytes (as its budget counts them) and the
-    time of its newest line (None when its newest extent has no row left). Raises
-    sqlite3.Error."""
+def apps_kept(conn: sqlite3.Connection, after: tuple[str, str] | None = None,
+              limit: int = APPS_PAGE) -> list[AppLines]:
+    """Each app with lines in the journal, in (stack, app) order after ``after``, at most
+    ``limit``: its bytes (as its budget counts them) and the time of its newest line
+    (None when its newest extent has no row left). Raises sqlite3.Error."""
     out = []
+    stack0, app0 = after if after is not None else ("", "")
     for stack, app, nbytes, first, last in conn.execute(
             "SELECT stack, app, SUM(bytes), MAX(first_id), MAX(last_id) FROM extents "
-            "GROUP BY stack, app ORDER BY stack, app").fetchall():
+            "WHERE stack > ? OR (stack = ? AND app > ?) GROUP BY stack, app "
+            "ORDER BY stack, app LIMIT ?", (stack0, stack0, app0, limit)).fetchall():
         row = conn.execute("SELECT ts FROM records WHERE id BETWEEN ? AND ? AND stack=? "
                            "AND app=? ORDER BY id DESC LIMIT 1",
                            (first, last, stack, app)).fetchone()

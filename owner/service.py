@@ -29,7 +29,7 @@ from protocol.server import Call, Method, RpcServer
 from .evidence import ended_cgroups
 from .grants import GrantKeeper
 from .journal import Journal, LogSource
-from .journalforget import MAX_APPS, MAX_SOURCES
+from .journalforget import APPS_PAGE, MAX_APPS, MAX_SOURCES
 from .journalretention import MAX_RETENTION, MIN_RETENTION
 from .metrics import Member, Meter, UsageMemo, launch_inodes
 from .notes import MAX_NOTE, write_note
@@ -162,6 +162,11 @@ def _apps(v: Any) -> str | None:
 
 S_FORGET = Schema(Field("sources", list, check=_sources))
 S_FORGET_APPS = Schema(Field("apps", list, check=_apps))
+S_APPS = Schema(Field("after_stack", str, required=False, check=_name),
+                Field("after_app", str, required=False, check=_name),
+                Field("limit", int, required=False, default=APPS_PAGE,
+                      check=lambda v: None if 1 <= v <= APPS_PAGE
+                      else f"must be 1 to {APPS_PAGE}"))
 S_RETENTION = Schema(Field("budgets", list, check=_budgets))
 S_PRUNE = Schema(Field("keep", int, check=check_int(100, 10_000_000)),
                  Field("protect", list, required=False, default=[],
@@ -249,7 +254,7 @@ class OwnerService:
             "logs.read": Method(self.logs_read, S_LOGS, role="viewer", while_draining=True),
             "logs.dropped": Method(self.logs_dropped, role="viewer", while_draining=True),
             "logs.forget": Method(self.logs_forget, S_FORGET),
-            "logs.apps": Method(self.logs_apps, role="viewer"),
+            "logs.apps": Method(self.logs_apps, S_APPS, role="viewer"),
             "logs.forget_apps": Method(self.logs_forget_apps, S_FORGET_APPS),
             "logs.retention": Method(self.logs_retention, S_RETENTION),
             "logs.note": Method(self.logs_note, S_NOTE),
@@ -569,14 +574,22 @@ class OwnerService:
 
     async def logs_apps(self, call: Call) -> Any:
         """Each app with lines in the journal, its bytes and the time of its newest line
-        (the backend forgets those of apps its config no longer has: logs.forget_apps)."""
-        kept = await asyncio.to_thread(self.journal.apps)
+        (the backend forgets those of apps its config no longer has: logs.forget_apps),
+        in (stack, app) order after ``after_stack``/``after_app``, at most ``limit``;
+        ``more`` says whether a page follows."""
+        p = call.params
+        if (p["after_stack"] is None) != (p["after_app"] is None):
+            raise BadRequest("params.after_stack and params.after_app go together",
+                             {"field": "after_app"})
+        after = None if p["after_stack"] is None else (p["after_stack"], p["after_app"])
+        kept = await asyncio.to_thread(self.journal.apps, after, p["limit"] + 1)
         return {"apps": [{"stack": st, "app": app, "bytes": n, "last_at": at}
-                         for st, app, n, at in kept]}
+                         for st, app, n, at in kept[:p["limit"]]],
+                "more": len(kept) > p["limit"]}
 
     async def logs_forget_apps(self, call: Call) -> Any:
         """Delete every journal line of each named ``{stack, app}`` (all its instances
-        and generations) in one transaction; idempotent. Raises Conflict, deleting
+        and generations), one transaction per app; idempotent. Raises Conflict, deleting
         nothing, while one of them still has a process."""
         self._require_epoch(call)
         apps = sorted({(a["stack"], a["app"]) for a in call.params["apps"]})

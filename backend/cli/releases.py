@@ -28,8 +28,8 @@ _FLAGS = {"arg": "a release argument", "sign_key": "--sign-key", "digest": "--di
 
 def check_options(args: Any) -> None:
     """Raises BadRequest (nothing done) for an option ``args.action`` does not take."""
-    wrong = [_FLAGS[n] for n in _FLAGS if getattr(args, n, None) not in (None, False)
-             and n not in _OPTIONS[args.action]]
+    wrong = [_FLAGS[n] for n in _FLAGS if getattr(args, n, None) is not None
+             and getattr(args, n) is not False and n not in _OPTIONS[args.action]]
     if wrong:
         raise BadRequest(f"{', '.join(wrong)}: not taken by `tenure release "
                          f"{args.action}`; nothing was done", {"options": wrong})
@@ -99,7 +99,8 @@ def removal_text(r: dict[str, Any]) -> str:
     left = sum(1 for x in gone if x["status"] == "incomplete")
     counts = [one if n == 1 else f"{n} {more}" for n, one, more in (
         (len(gone) - left, "1 release", "releases"),
-        (left, "1 leftover of an interrupted install", "leftovers of interrupted installs"))
+        (left, "1 leftover of an interrupted install or removal",
+         "leftovers of interrupted installs or removals"))
         if n]
     what = " and ".join(counts)
     lines = [f"{'would remove' if dry else 'removed'} {what} ({size(r['bytes'])}):"

@@ -392,10 +392,12 @@ def pruned(deleted: dict[str, int], policy: dict[str, int], missed: dict[str, st
     prune, why (keys an older backend does not send are left out)."""
     done = dict(deleted)
     apps, lines = done.pop("log_apps", None), done.pop("log_lines", 0)
+    left = done.pop("log_apps_left", 0)
     parts = [f"{n} {what}" for what, n in done.items()]
     if apps is not None:
         parts.append(f"the journal lines of {apps} removed app{'' if apps == 1 else 's'} "
-                     f"({lines:,} line{'' if lines == 1 else 's'})")
+                     f"({lines:,} line{'' if lines == 1 else 's'}"
+                     + (f"; {left} more next round" if left else "") + ")")
     keep = dict(policy)
     days = keep.pop("removed_app_logs_days", None)
     kept = [f"{what} {n}" for what, n in keep.items()]

@@ -383,6 +383,13 @@ def test_logs_apps_and_forget_apps_take_whole_apps_only_with_the_epoch(live, own
         raise AssertionError(f"logs.apps says {apps}")
     apps = listed()
     assert apps["gone"]["stack"] == "s" and apps["gone"]["bytes"] > 3
+    first = live.c.call("logs.apps", {"limit": 1})
+    assert [a["app"] for a in first["apps"]] == ["gone"] and first["more"] is True
+    rest = live.c.call("logs.apps", {"after_stack": "s", "after_app": "gone"})
+    assert [a["app"] for a in rest["apps"]] == ["kept"] and rest["more"] is False
+    for bad in ({"after_stack": "s"}, {"limit": 0}, {"limit": 2001}):
+        with pytest.raises(BadRequest):
+            live.c.call("logs.apps", bad)
     assert before <= apps["gone"]["last_at"] <= time.time()
     gone, kept = {"stack": "s", "app": "gone"}, {"stack": "s", "app": "kept"}
     with pytest.raises(StaleEpoch):

@@ -25,6 +25,7 @@ def test_what_an_action_takes_passes(argv: tuple[str, ...]) -> None:
 
 @pytest.mark.parametrize(("argv", "wrong"), [
     (("remove", "5b0d9ee2", "--keep", "2"), ["--keep"]),
+    (("remove", "5b0d9ee2", "--keep", "0"), ["--keep"]),     # 0 is given, not absent
     (("prune", "5b0d9ee2"), ["a release argument"]),
     (("list", "--dry-run"), ["--dry-run"]),
     (("install", "dir", "--sign-key", "k.pem"), ["--sign-key"]),

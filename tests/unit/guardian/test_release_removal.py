@@ -5,10 +5,12 @@ files under a temporary home, a real process for the command-line check."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -201,6 +203,12 @@ def test_a_process_started_from_a_release_keeps_it(tmp_path: Path) -> None:
         proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()",
                                  f"sys.path.insert(0, '{lib}')"], stdin=subprocess.PIPE)
         try:
+            # right after the fork /proc/PID/cmdline is still the parent's (or empty)
+            cmdline = Path(f"/proc/{proc.pid}/cmdline")
+            deadline = time.monotonic() + 10
+            while str(lib).encode() not in cmdline.read_bytes() and \
+                    time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
             found = removal.running_from(Path(co.paths.releases))
             try:
                 await _remove(co, rid)
@@ -306,3 +314,51 @@ def test_a_generation_that_ended_needs_its_release_no_more(tmp_path: Path) -> No
     rid, held, answer = _run(tmp_path, go)
     assert held == ["a backend generation of the guardian runs it"]
     assert [x["release"] for x in answer["removed"]] == [rid]
+
+
+def test_an_activation_that_has_not_ended_keeps_both_its_releases(tmp_path: Path) -> None:
+    """An upgrade cut short by the guardian's death: its next boot completes or undoes
+    it, with the candidate's release or the one it came from."""
+    from guardian.phases import Kind, Phase
+
+    async def go(co: FakeCoordinator) -> Any:
+        new, old, done = _install(co, 1), _install(co, 2), _install(co, 3)
+        cut = co.state.create_activation(Kind.UPGRADE, new, old, 1)
+        ended = co.state.create_activation(Kind.UPGRADE, done, old, 1)
+        co.state.advance(ended.id, Phase.CREATED, Phase.ABORTED)
+        pruned = await _prune(co, keep=0)
+        return cut.id, new, old, done, pruned
+    aid, new, old, done, pruned = _run(tmp_path, go)
+    why = {x["release"]: x["why"] for x in pruned["kept"]}
+    assert why == {new: [f"activation {aid} has not ended (created)"],
+                   old: [f"activation {aid} has not ended (created): it may go back to it"]}
+    assert [x["release"] for x in pruned["removed"]] == [done]
+
+
+def test_a_removal_is_no_handoff_and_a_dry_run_takes_no_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a removal runs, status does not say a handoff is in progress; a dry run
+    beside another guardian command answers instead of OPERATION_IN_PROGRESS."""
+    from protocol.errors import OperationInProgress
+    real = removal.remove
+    held: list[bool] = []
+
+    async def spy(co: Any, removals: Any) -> Any:
+        held.append(co.command_lock.locked())
+        return await real(co, removals)
+    monkeypatch.setattr(removal, "remove", spy)
+
+    async def go(co: FakeCoordinator) -> Any:
+        rid = _install(co, 1)
+        async with co.command_lock:          # an upgrade, say
+            dry = await _prune(co, keep=0, dry_run=True)
+            try:
+                await _prune(co, keep=0)
+            except OperationInProgress as exc:
+                refused = exc.msg
+        done = await _remove(co, rid)
+        return rid, dry, refused, done
+    rid, dry, refused, done = _run(tmp_path, go)
+    assert [x["release"] for x in dry["removed"]] == [rid]
+    assert refused == "another command runs (release prune refused)"
+    assert [x["release"] for x in done["removed"]] == [rid] and held == [False]
