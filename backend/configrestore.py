@@ -45,12 +45,12 @@ def adopting_config(certificate: dict[str, Any] | None, queued: str
         raise Uncertain(
             f"backend.db holds no applied config while apps run, and {vouched}: give the "
             f"config they run by to `tenure backend recover --config FILE` {RUNBOOK}",
-            {"certificate": want}) from None
+            {"certificate": want, "needs": "config"}) from None
     config = parse_recent(rec["text"], rec["source"])
     if want is not None and config.revision != want:
         raise Uncertain(
             f"backend.db holds no applied config, and the config given ({rec['source']}, "
             f"revision {config.revision[:12]}) is not the one the recovery certificate "
             f"vouches for (revision {want[:12]}): give the config as it was applied "
-            f"{RUNBOOK}", {"certificate": want, "given": config.revision})
+            f"{RUNBOOK}", {"certificate": want, "given": config.revision, "needs": "config"})
     return config, rec["text"]

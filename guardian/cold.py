@@ -151,16 +151,19 @@ def next_step(err: TenureError) -> str:
         return ("`tenure release select` another installed one (it starts it; the one "
                 "that ran before is usually still installed: `tenure release list`), or "
                 "`tenure backend recover` once the cause is fixed")
+    if err.data.get("needs") == "config":   # backend.db set aside while apps run
+        return "`tenure backend recover --config FILE` (FILE: the config the apps run by)"
     if err.code_str == "INTERPRETER_CHANGED":
         return ("`tenure release rebind` (the Python the releases run under changed), or "
                 "`tenure release select` a release sealed for it")
     if isinstance(release, str) and err.code_str == "NOT_FOUND":
-        return (f"`tenure release install` release {release[:12]} again, or `tenure "
-                "release select` another installed one (it starts it)")
+        return (f"`tenure release install` release {release[:12]} again, then `tenure "
+                "backend recover`; or `tenure release select` another installed one (it "
+                "starts it)")
     if isinstance(release, str):   # its installed copy is damaged: install mends it
         return (f"`tenure release install` release {release[:12]} again from its sealed "
-                "directory (it replaces the damaged copy), or `tenure release select` "
-                "another installed one (it starts it)")
+                "directory (it replaces the damaged copy), then `tenure backend recover`; "
+                "or `tenure release select` another installed one (it starts it)")
     if err.code_str == "RECOVERY_BLOCKED":
         return ("`tenure backend recover --dry-run` shows what a forced recovery would "
                 "adopt")
@@ -178,7 +181,8 @@ def _block(co: Coordinator, err: TenureError, reason: str | None = None) -> None
         co.end(act, Phase.BLOCKED, RecoveryBlocked(reason, {"cause": code}))
     except Exception:  # state.db itself failed: the diagnostics still say blocked
         log.exception("could not record the blocked recovery")
-    co.blocked = {"code": code, "reason": reason, "at": time.time(), "next": then}
+    co.blocked = {"code": code, "reason": reason, "at": time.time(), "next": then,
+                  **({"needs": err.data["needs"]} if "needs" in err.data else {})}
     co.recovery_failing = None
     co.write_diagnostics()
 

@@ -9,9 +9,9 @@ A release stays while anything may run it, each named with why:
   of another account runs only copies staged for it, and cannot read them);
 - the release the recovery certificate was written by;
 - the release of every backend generation the guardian holds (current, candidate,
-  standby), and the releases of every activation that has not ended for good (an
-  upgrade cut short by the guardian's death, which its next boot completes or undoes;
-  one ``uncertain`` or ``blocked``);
+  standby), and the releases of every activation that has not ended (an upgrade cut
+  short by the guardian's death, which its next boot completes or undoes; one that
+  ended ``uncertain`` or ``blocked`` has ended: recovery starts the selected release);
 - any release a process of this machine was started from: its command line names the
   release's directory (a guardian, an owner, a backend started without a standby; a
   generation that began as a prewarmed standby names none, and is known by the above).
@@ -86,7 +86,7 @@ async def needed(co: Coordinator) -> dict[str, list[str]]:
         add(co.own.record.previous, "the guardian goes back to it")
     for rid in co.generation_releases():
         add(rid, "a backend generation of the guardian runs it")
-    for act in co.state.unsettled_activations():
+    for act in co.state.open_activations():
         add(act.release, f"activation {act.id} has not ended ({act.phase})")
         add(act.from_release, f"activation {act.id} has not ended ({act.phase}): it may "
             "go back to it")

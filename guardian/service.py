@@ -278,8 +278,8 @@ class GuardianService:
         recovery (``dry_run``), or perform exactly the reviewed plan (``digest``)."""
         p = call.params
         if p["dry_run"]:   # a plan of nothing to recover is one --digest would refuse
-            self._refuse_while_serving()
-            return await force_plan(self.co)
+            self._refuse_while_serving()   # with why recovery is blocked, and what then
+            return {**await force_plan(self.co), "blocked": self.co.blocked}
 
         async def go() -> Any:
             self._refuse_while_serving()

@@ -91,10 +91,6 @@ class Activation:
                 "updated_at": self.updated_at}
 
 
-_DONE = [str(p) for p in (Phase.COMPLETE, Phase.ABORTED, Phase.ROLLED_BACK, Phase.FAILED)]
-"""The phases an activation ends in for good (``uncertain`` and ``blocked`` wait for the
-operator)."""
-
 _ACT_COLS = ("id, kind, release, from_release, phase, outcome, code, error, epoch, "
              "from_epoch, backend_pid, created_at, updated_at")
 
@@ -279,26 +275,20 @@ class StateStore:
         newest ``keep`` and those in ``protect``, with their receipts and grants; the
         newest grant always stays. ``uncertain`` and ``blocked`` ones wait for the
         operator and are never pruned. Returns how many activations were deleted."""
-        marks = ", ".join("?" * len(_DONE))
+        done = [str(p) for p in (Phase.COMPLETE, Phase.ABORTED, Phase.ROLLED_BACK,
+                                 Phase.FAILED)]
+        marks = ", ".join("?" * len(done))
         with self.tx() as db:
             old = [a for (a,) in db.execute(
                 f"SELECT id FROM activations WHERE phase IN ({marks}) AND id NOT IN "
                 "(SELECT id FROM activations ORDER BY rowid DESC LIMIT ?)",
-                (*_DONE, keep)) if a not in protect]
+                (*done, keep)) if a not in protect]
             for aid in old:
                 db.execute("DELETE FROM receipts WHERE activation = ?", (aid,))
                 db.execute("DELETE FROM grants WHERE activation = ? AND epoch < "
                            "(SELECT max(epoch) FROM grants)", (aid,))
                 db.execute("DELETE FROM activations WHERE id = ?", (aid,))
         return len(old)
-
-    def unsettled_activations(self) -> list[Activation]:
-        """Every activation that has not ended for good: open (under way, or cut short
-        by a guardian's death: the next boot ends it), ``uncertain`` or ``blocked`` (the
-        operator does)."""
-        rows = self.db.execute(f"SELECT {_ACT_COLS} FROM activations WHERE phase NOT IN "
-                               f"({', '.join('?' * len(_DONE))}) ORDER BY rowid", _DONE)
-        return [_activation(r) for r in rows]
 
     def activations_granted_after(self, epoch: int) -> list[Activation]:
         """Every activation that holds a grant newer than ``epoch``."""

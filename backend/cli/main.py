@@ -483,8 +483,28 @@ def _hint(exc: TenureError, args: Any) -> str:
         if runs(layout(args).owner_sock, "owner") is False:
             return (": tenure is not running (neither the guardian nor the owner is); "
                     "`tenure up` starts it")
+    if sock == "owner.sock" and getattr(args, "home", None) is not None:
+        window = _window_between_owners(args)
+        if window is not None:
+            return f": the owner is not running: {window}"
     hint = _NOT_RUNNING.get(sock)
     return f": {hint}" if hint else ""
+
+
+def _window_between_owners(args: Any) -> str | None:
+    """What an unfinished owner maintenance window that stopped the owner says to run
+    (`tenure up` refuses then), or None."""
+    from protocol.errors import MaintenanceIncomplete
+
+    from .everyday import layout
+    from .ownerwindow import refuse_owner_start
+    try:
+        refuse_owner_start(layout(args))
+    except MaintenanceIncomplete as exc:
+        return exc.msg
+    except TenureError:
+        return None   # a window under way, or its record unreadable: the usual hint
+    return None
 
 
 _DAEMONS = {"guardian.sock": "guardian", "owner.sock": "owner"}

@@ -270,7 +270,10 @@ def recover_plan(p: dict[str, Any]) -> str:
     """`tenure backend recover --dry-run`: why recovery is blocked and what a forced
     recovery would adopt."""
     cert, owner, diff = p["certificate"], p["owner"], p["differences"]
+    blocked = p.get("blocked") or {}   # an older guardian does not say
     lines = [(f"{_covered(p)}: `tenure backend recover` needs no force"
+              + (f", but more than that: {blocked['reason']}" if blocked.get("needs")
+                 else "")
               if p["covered"] else f"not covered by the certificate: {p['reason']}"),
              f"owner: {owner['identity'].get('instance')}  epoch {owner['epoch']}  "
              f"release: {p['release'] or '-'}",

@@ -50,6 +50,12 @@ def test_a_damaged_backend_db_is_set_aside_and_recovered_from_the_applied_config
     bare = cluster.cli("backend", "recover")     # no config: the certificate wants one
     said = bare.stderr + str(bare.out)
     assert bare.code != 0 and "backend recover --config" in said, said
+    # was: `once that is fixed, tenure backend recover` (the command just refused)
+    assert "once that is fixed" not in said, said
+    # was: the dry run said `needs no force`, and nothing more
+    dry = cluster.cli_text("backend", "recover", "--dry-run", expect=0)
+    assert "needs no force, but more than that: backend.db holds no applied config" in \
+        dry, dry
 
     edited = tmp_path / "edited.toml"
     edited.write_text(config(sleepers=2))

@@ -159,7 +159,8 @@ def test_a_recovery_blocked_on_a_deleted_release_says_to_replace_the_release(clu
     os.kill(cluster.backend_pid(), signal.SIGKILL)
     cluster.wait(lambda: bool(cluster.cli("backend", "status").out.get("blocked")), 60,
                  "the recovery blocked")
-    want = f"`tenure release install` release {rid[:12]} again, or `tenure release select`"
+    want = (f"`tenure release install` release {rid[:12]} again, then `tenure backend "
+            "recover`; or `tenure release select`")
     assert want in cluster.cli("backend", "status").out["blocked"]["next"]
     res = cluster.cli("backend", "recover")
     assert res.code != 0 and want in res.out["error"]["msg"], res

@@ -229,6 +229,9 @@ def test_up_between_two_owners_of_a_window_is_refused_and_continue_ends_it(clust
     _interrupted_as_the_owner_stops(cluster)
     said = cluster.cli("status").out   # exit 0 or 5, as soon as the owner's exit is seen
     assert said["maintenance_unfinished"] == {"step": "drained"}, said
+    owner = cluster.cli("owner", "status").out["error"]   # was: `tenure up` starts it
+    assert "the owner is not running: an owner maintenance window is unfinished" in \
+        owner["msg"] and "tenure owner upgrade --continue" in owner["msg"], owner
     res = cluster.cli("up")
     err = res.out["error"]
     assert res.code == 1 and err["code"] == "MAINTENANCE_INCOMPLETE", res

@@ -362,3 +362,18 @@ def test_a_removal_is_no_handoff_and_a_dry_run_takes_no_lease(
     assert [x["release"] for x in dry["removed"]] == [rid]
     assert refused == "another command runs (release prune refused)"
     assert [x["release"] for x in done["removed"]] == [rid] and held == [False]
+
+
+def test_an_activation_that_ended_uncertain_or_blocked_keeps_nothing(tmp_path: Path) -> None:
+    """Such an activation waits for the operator, whose recovery starts the selected
+    release: once recovered, nothing ever moves it on, and its releases must not stay
+    for ever."""
+    from guardian.phases import Kind, Phase
+
+    async def go(co: FakeCoordinator) -> Any:
+        a, b = _install(co, 1), _install(co, 2)
+        act = co.state.create_activation(Kind.UPGRADE, a, b, 1)
+        co.state.advance(act.id, Phase.CREATED, Phase.UNCERTAIN)
+        return a, b, await _prune(co, keep=0)
+    a, b, pruned = _run(tmp_path, go)
+    assert sorted(x["release"] for x in pruned["removed"]) == sorted([a, b])
