@@ -139,6 +139,7 @@ def snapshot(co: Coordinator) -> dict[str, Any]:
         # valid: it would be accepted; refused: why one marked valid would not be
         "certificate": {"valid": bool(cert.get("valid")) and refused is None,
                         "refused": refused,
+                        "activation": body.get("activation"),   # the generation that wrote it
                         "age": round(time.time() - body["at"], 1) if "at" in body
                         else None, "launches": body.get("launches"),
                         "error": cert.get("error"),

@@ -510,7 +510,9 @@ def cmd_backend(args: Any) -> int:
             r = g.call("status")
             _why_silent(r.get("backend"))
             r["recovery"] = _uncertifiable(args, r, render.recovery_state(r))
-            r["owner_release"] = _owner_release(args)
+            owner = _owner_status(args)
+            r["owner_release"] = None if owner is None else owner.get("release")
+            r["owner_epoch"] = None if owner is None else owner.get("epoch")
             r["cli"] = cli_against(_layout(args), (r.get("selector") or {}).get("current"))
         elif args.action == "upgrade":
             if not args.release:
@@ -614,12 +616,12 @@ def _uncertifiable(args: Any, r: dict[str, Any], state: dict[str, Any]) -> dict[
     return render.uncertifiable(failing) if isinstance(failing, dict) else state
 
 
-def _owner_release(args: Any) -> dict[str, Any] | None:
-    """What the owner says it runs (``{running, error}``), or None when it does not
-    answer or predates saying it."""
+def _owner_status(args: Any) -> dict[str, Any] | None:
+    """The owner's status (the release it runs, ``{running, error}``, absent from one
+    that predates saying it; its epoch), or None when it does not answer."""
     from .daemons import ping
-    st = ping(_layout(args).owner_sock, home=args.home)
-    return None if st is None else st.get("release")
+    st: dict[str, Any] | None = ping(_layout(args).owner_sock, home=args.home)
+    return st
 
 
 def _activation_probe(args: Any) -> Any:

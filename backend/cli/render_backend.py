@@ -80,6 +80,16 @@ def _liveness(b: dict[str, Any]) -> str:
     return paint(f"alive, {silent}: {why}", "red")
 
 
+def _owner_line(r: dict[str, Any]) -> str:
+    """The owner's instance and epoch: its own when it answered, and the guardian's
+    last grant beside it when that is another (a new state.db starts from none)."""
+    instance = (r.get("owner") or {}).get("instance", "-")
+    own, granted = r.get("owner_epoch"), r["epoch"]
+    if not isinstance(own, int) or own == granted:
+        return f"{instance}, epoch {granted}"
+    return f"{instance}, epoch {own} (the guardian's last grant: epoch {granted})"
+
+
 def backend(action: str, r: dict[str, Any]) -> str:
     if action == "abort":
         return ("abort requested: the running handoff stops at its next abort point; "
@@ -88,8 +98,7 @@ def backend(action: str, r: dict[str, Any]) -> str:
         return _activation(r)
     sel, b, cert = r["selector"], r.get("backend") or {}, r.get("certificate") or {}
     last = r.get("last_activation") or {}
-    pairs: list[tuple[str, Any]] = [
-        ("owner", f"{(r.get('owner') or {}).get('instance', '-')}, epoch {r['epoch']}")]
+    pairs: list[tuple[str, Any]] = [("owner", _owner_line(r))]
     if r.get("owner_link"):
         pairs.append(("owner link", owner_link(r["owner_link"], prefix="",
                                                states_below=False)))
@@ -344,6 +353,14 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
                       f"{silent}: it certifies nothing until it answers; a recovery now "
                       "would wait for `tenure backend recover`")
     if backend.get("alive"):
+        if cert.get("refused") and cert.get("activation") is not None and \
+                cert.get("activation") == backend.get("activation"):
+            # its own: what it writes next is refused the same way (after a new
+            # state.db, its grant is one this guardian never issued)
+            return _state("unavailable", f"the running generation's own certificate is "
+                          f"refused ({cert['refused']}): until a hot upgrade or a recovery "
+                          "puts a generation in control under a grant of this guardian, a "
+                          "recovery would be forced (docs/recover.md)")
         if cert.get("refused"):
             return _state("pending", f"the certificate is refused ({cert['refused']}); "
                           "the backend writes its own within seconds")

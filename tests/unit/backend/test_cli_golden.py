@@ -361,6 +361,9 @@ CASES: dict[str, Callable[[], str]] = {
         "instances": {"batch/etl/0": "stopping", "batch/load/0": "starting"},
         "superseded": {"by": "stack start", "intent": "running", "revision": 4}}),
     "backend_status": lambda: render.backend("status", GUARDIAN),
+    # was `epoch 0` after a new state.db, while the owner held epoch 20
+    "backend_status_new_state_db": lambda: render.backend(
+        "status", {**GUARDIAN, "epoch": 0, "owner_epoch": 20}),
     "backend_status_silent": lambda: render.backend(
         "status", {**GUARDIAN, "backend": SILENT_BACKEND}),
     # stopped or hung after a change: it certifies nothing until it answers

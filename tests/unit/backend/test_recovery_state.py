@@ -58,6 +58,15 @@ def answer(**kw: Any) -> dict[str, Any]:
     (answer(certificate={"valid": False, "age": 1.0, "launches": 4,
                          "refused": "written by another release than the selected one"}),
      "pending", "the certificate is refused (written by another release"),
+    # was "pending ... the backend writes its own within seconds" for ever: the running
+    # generation's own certificate names a grant a new state.db never issued
+    (answer(certificate={"valid": False, "age": 1.0, "launches": 4, "activation": "a-9",
+                         "refused": "the certificate names a grant this guardian never "
+                                    "issued"},
+            backend={**ALIVE, "activation": "a-9"}),
+     "unavailable", "the running generation's own certificate is refused (the certificate "
+     "names a grant this guardian never issued): until a hot upgrade or a recovery puts a "
+     "generation in control under a grant of this guardian, a recovery would be forced"),
     (answer(backend=None, certificate={"valid": False, "age": 1.0, "launches": 4,
                                        "refused": "for another owner instance"}),
      "unavailable", "recovery would refuse the certificate: for another owner instance"),
