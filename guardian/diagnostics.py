@@ -142,7 +142,8 @@ def snapshot(co: Coordinator) -> dict[str, Any]:
                         "activation": body.get("activation"),   # the generation that wrote it
                         "age": round(time.time() - body["at"], 1) if "at" in body
                         else None, "launches": body.get("launches"),
-                        "error": cert.get("error"),
+                        "error": cert.get("error") or (f"damaged: {cert['damaged']}"
+                                                       if cert.get("damaged") else None),
                         "invalidated": None if cert.get("valid") else
                         body.get("invalidated"),
                         "changed_at": cert.get("updated_at")},

@@ -111,3 +111,19 @@ def test_a_valid_flag_other_than_0_or_1_is_no_valid_certificate(tmp_path: Path,
     finally:
         store.close()
     assert read_certificate(path)["valid"] is False and "damaged" not in read_certificate(path)
+
+
+def test_status_calls_a_damaged_certificate_unusable_not_none_yet(tmp_path: Path) -> None:
+    """Was: `certificate: none yet` and recovery `pending` while recovery blocked on it."""
+    from backend.cli.render import recovery_state
+    from backend.cli.render_backend import backend
+    from guardian.testing import FakeCoordinator, run_on
+
+    async def go(co: FakeCoordinator) -> dict[str, Any]:
+        co.world.certificate = {"valid": False, "body": None, "updated_at": 1.0,
+                                "damaged": "its valid flag is neither 0 nor 1"}
+        return co.status()
+    st = run_on(tmp_path, go)
+    assert st["certificate"]["error"] == "damaged: its valid flag is neither 0 nor 1"
+    text = backend("status", {**st, "recovery": recovery_state(st)})
+    assert "unusable (damaged: its valid flag is neither 0 nor 1)" in text, text
