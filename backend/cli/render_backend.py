@@ -323,8 +323,10 @@ def recovery_state(r: dict[str, Any]) -> dict[str, Any]:
         return _state("unavailable", f"recovery blocked: {r['blocked'].get('reason')}; "
                       f"{then}")
     if act.get("phase") == "uncertain":
-        return _state("unavailable", f"activation {act.get('id')} is uncertain: reconcile, "
-                      "then `tenure backend recover`")
+        why = f" ({act['error']})" if act.get("error") else ""
+        return _state("unavailable", f"activation {act.get('id')} is uncertain{why}: fix "
+                      "what it names first (a restore that failed: its release), then "
+                      "`tenure backend recover` (docs/upgrade.md, \"Uncertain\")")
     failing = r.get("recovery_failing")
     if failing and not backend.get("alive"):
         return _state("unavailable", recovery_failing(failing))

@@ -45,6 +45,14 @@ def answer(**kw: Any) -> dict[str, Any]:
      "recovery blocked: the owner's live inventory differs from the certificate"),
     (answer(last_activation={**DONE, "phase": "uncertain", "outcome": "uncertain"}),
      "unavailable", "activation act-1 is uncertain"),
+    # was "reconcile, then `tenure backend recover`", which failed until the restore's
+    # release was installed again
+    (answer(last_activation={**DONE, "phase": "uncertain", "outcome": "uncertain",
+                             "error": "then restoring release r0 failed: NOT_FOUND: no "
+                                      "such release"}),
+     "unavailable", "activation act-1 is uncertain (then restoring release r0 failed: "
+     "NOT_FOUND: no such release): fix what it names first (a restore that failed: its "
+     "release), then `tenure backend recover`"),
     (answer(last_activation=None), "ready", None),
     # was "ready" (a valid certificate) while every recovery attempt failed
     (answer(backend=None, last_activation={**DONE, "kind": "recover", "phase": "failed",
