@@ -118,6 +118,22 @@ class _Entry:
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     looks: int = 0  # last looks taken while a child was mid-exec
     stop_asked: bool = False  # a stop of it began while its leader ran
+    _gone: asyncio.Future[None] | None = None   # made for a stop that waits (gone())
+
+    def ended(self, status: ExitStatus) -> None:
+        """The leader's exit was taken up: everything waiting for it goes on."""
+        self.exit = status
+        self.exited.set()
+        if self._gone is not None and not self._gone.done():
+            self._gone.set_result(None)
+
+    def gone(self) -> asyncio.Future[None] | None:
+        """A future done once the leader's exit is taken up; None when it was."""
+        if self.exit is not None:
+            return None
+        if self._gone is None:
+            self._gone = asyncio.get_running_loop().create_future()
+        return self._gone
 
 
 class ProcessTable:
@@ -282,7 +298,7 @@ class ProcessTable:
         entry.stop_asked = entry.stop_asked or entry.exit is None
         target = self._target(entry)
         result = await confirm_stop(target, policy or entry.policy,
-                                    leader_gone=entry.exited)
+                                    leader_gone=entry.gone)
         if isinstance(target, CgroupTarget) and self.cgroups is not None and \
                 result.outcome is not StopOutcome.TIMEOUT:
             # Confirmed empty: the cgroup has served its purpose.
@@ -609,8 +625,7 @@ class ProcessTable:
         del self._live[entry.key]
         del self._by_pid[sp.pid]
         self._close_pidfd(sp)
-        entry.exit = status
-        entry.exited.set()
+        entry.ended(status)
         if self.cgroups is not None and sp.cgroup is not None:
             # Gone only if nothing of the app outlived its leader; else stop removes it.
             self.cgroups.remove(Path(sp.cgroup))

@@ -71,36 +71,34 @@ async def _wait_until(done: Callable[[], bool], deadline: float,
         await pause(min(POLL_INTERVAL_S, deadline - now))
 
 
-def _pauses(sleep: Callable[[float], Awaitable[None]], leader_gone: asyncio.Event | None
+def _pauses(sleep: Callable[[float], Awaitable[None]],
+            leader_gone: Callable[[], asyncio.Future[None] | None] | None
             ) -> Callable[[float], Awaitable[None]]:
-    """``sleep``, cut short when ``leader_gone`` is set while it lasts: the check that
-    follows the leader's exit runs then, not up to POLL_INTERVAL_S later (an app that is
-    its whole group stops in about a millisecond). Once it is set, plain ``sleep``."""
+    """``sleep``, cut short when the future ``leader_gone()`` gives (None: the leader's
+    exit was taken up already) is done: the check that follows the leader's exit runs
+    then, not up to POLL_INTERVAL_S later (an app that is its whole group stops in about
+    a millisecond). Once it is done, plain ``sleep``."""
     if leader_gone is None:
         return sleep
 
     async def pause(delay: float) -> None:
-        if leader_gone.is_set():
+        gone = leader_gone()
+        if gone is None or gone.done():
             await sleep(delay)
-            return
-        waits = [asyncio.ensure_future(leader_gone.wait()),
-                 asyncio.ensure_future(sleep(delay))]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+        else:   # no task: a mass stop pauses a thousand times at once
+            await asyncio.wait((gone,), timeout=delay)
     return pause
 
 
 async def confirm_stop(target: StopTarget, policy: StopPolicy, *,
                        clock: Callable[[], float] = time.monotonic,
                        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                       leader_gone: asyncio.Event | None = None) -> StopResult:
+                       leader_gone: Callable[[], asyncio.Future[None] | None] | None = None
+                       ) -> StopResult:
     """Stop ``target`` per ``policy``: policy.signal to the group, wait ``timeout``,
     SIGKILL to the group, wait ``kill_after``. The group is checked every
-    POLL_INTERVAL_S, and at once when ``leader_gone`` (set when the leader's exit is
-    taken up) is set.
+    POLL_INTERVAL_S, and at once when the future ``leader_gone()`` gives (done when the
+    leader's exit is taken up) is done.
 
     Invariant: ``stopped`` and ``already_exited`` are reported only after the leader was
     reaped AND a scan found no living member of the group; anything less is ``timeout``.

@@ -108,13 +108,20 @@ def test_outcome_wire_values_never_change() -> None:
 
 class LateLeader(FakeGroup):
     """A leader whose exit is taken up a moment after the signal (as the table does
-    when its pidfd turns readable), setting ``gone``; ``sleeps`` counts the pauses that
-    ran to their end."""
+    when its pidfd turns readable), completing the future ``gone()`` gave; ``sleeps``
+    counts the pauses that ran to their end."""
 
-    def __init__(self, gone: asyncio.Event, members: int = 0) -> None:
+    def __init__(self, members: int = 0) -> None:
         super().__init__(leader_dies_on=set(), members_die_on=set(), members=members)
-        self.gone = gone
+        self.future: asyncio.Future[None] | None = None
         self.sleeps = 0
+
+    def gone(self) -> asyncio.Future[None] | None:
+        if self.leader is not None:
+            return None
+        if self.future is None:
+            self.future = asyncio.get_running_loop().create_future()
+        return self.future
 
     def send(self, sig: int) -> None:
         super().send(sig)
@@ -123,7 +130,8 @@ class LateLeader(FakeGroup):
 
     def _exited(self) -> None:
         self.leader = TERMED
-        self.gone.set()
+        if self.future is not None:
+            self.future.set_result(None)
 
     async def sleep(self, dt: float) -> None:
         await asyncio.sleep(3600)   # a pause that is not cut short never ends here
@@ -132,7 +140,7 @@ class LateLeader(FakeGroup):
 
 def test_the_leaders_exit_ends_the_pause_and_the_stop_at_once() -> None:
     async def main() -> tuple[StopResult, LateLeader]:
-        g = LateLeader(asyncio.Event())
+        g = LateLeader()
         r = await asyncio.wait_for(confirm_stop(
             g, StopPolicy(timeout=5, kill_after=5), clock=FakeClock(), sleep=g.sleep,
             leader_gone=g.gone), 10)
@@ -149,11 +157,9 @@ def test_once_the_leader_is_gone_what_is_left_is_polled() -> None:
     clock = FakeClock()
 
     async def main() -> tuple[StopResult, FakeGroup]:
-        gone = asyncio.Event()
-        gone.set()
         g = FakeGroup(leader_dies_on=ALL, members_die_on=KILL_ONLY, leader_gone=True)
         return await confirm_stop(g, StopPolicy(timeout=1, kill_after=5), clock=clock,
-                                  sleep=clock.sleep, leader_gone=gone), g
+                                  sleep=clock.sleep, leader_gone=lambda: None), g
     r, g = asyncio.run(main())
     assert (r.outcome, r.escalated) == (StopOutcome.STOPPED, True)
     assert r.elapsed >= 1 and g.sent[-1] == signal.SIGKILL
