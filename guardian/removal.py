@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.durable import read_json
-from protocol.errors import Conflict, NotFound, StateCorrupt, StorageFailed
+from protocol.errors import Conflict, NotFound, StorageFailed
+from protocol.procfs import cmdlines
 
 from .manifest import is_release_id
 from .release import ReleaseStatus, fsync_dir, list_releases, remove_tree, summarize
@@ -51,9 +51,6 @@ log = logging.getLogger("tenure.guardian")
 DEFAULT_KEEP = 3
 """Releases `tenure release prune` keeps besides those still needed: the newest
 installed."""
-
-OWNER_RECORD_KIND = "tenure-owner-release"   # owner/release.py's record
-
 
 @dataclass(frozen=True)
 class Removal:
@@ -104,40 +101,24 @@ def _owner_record(path: str) -> list[tuple[str, str]]:
     """The releases the owner's record names. Unreadable for want of permission: the
     owner runs as another account, which runs only copies staged for it (owner.release,
     ``tree``), so none of the guardian's. Raises StateCorrupt, UnsafePath."""
+    from owner.release import load
     try:
-        obj = read_json(path, OWNER_RECORD_KIND)
-    except (FileNotFoundError, PermissionError):
+        rec = load(path)
+    except PermissionError:
         return []
-    out = []
-    for key, reason in (("release", "the owner's record names it"),
-                        ("previous", "the owner goes back to it")):
-        v = obj.get(key)
-        if v is None:
-            continue
-        if not is_release_id(v):
-            raise StateCorrupt(f"{path}: {key} is not a release id", {"field": key})
-        out.append((v, reason))
-    return out
+    return [(rid, reason) for rid, reason in (
+        (rec.release, "the owner's record names it"),
+        (rec.previous, "the owner goes back to it")) if rid is not None]
 
 
 def running_from(releases: Path) -> set[str]:
     """Ids of the releases under ``releases`` whose directory a process's command line
-    names (python -c "...sys.path.insert(0, 'RELEASES/ID/lib')..."). A process that
-    cannot be read (gone meanwhile) names none."""
+    names (python -c "...sys.path.insert(0, 'RELEASES/ID/lib')...")."""
     roots = {os.fspath(releases), os.path.realpath(releases)}
     pattern = re.compile(b"(?:" + b"|".join(re.escape(os.fsencode(r)) for r in roots)
                          + b")/([0-9a-f]{64})(?![0-9a-f])")
-    found: set[str] = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                line = f.read()
-        except OSError:
-            continue
-        found.update(m.group(1).decode() for m in pattern.finditer(line))
-    return found
+    return {m.group(1).decode() for _pid, line in cmdlines()
+            for m in pattern.finditer(line)}
 
 
 async def plan_remove(co: Coordinator, rid: str) -> Removal:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from .journaldb import META_PREFIXED, prefixed, record_cost
-from .journalpruned import PREFIX as PRUNED_PREFIX
+from .journaldb import record_cost
+from .journalpruned import marked_instances
 
 __all__ = ["APPS_PAGE", "MAX_APPS", "MAX_SOURCES", "AppLines", "Source", "app_sources", "apps_kept",
            "forget_sources"]
@@ -87,12 +87,7 @@ def app_sources(conn: sqlite3.Connection, apps: Iterable[tuple[str, str]]) -> li
             out.update((stack, app, i) for (i,) in conn.execute(
                 "SELECT DISTINCT instance FROM records WHERE id BETWEEN ? AND ? AND "
                 "stack=? AND app=?", (first, last, stack, app)))
-        prefix = f"{PRUNED_PREFIX}{stack}/{app}/"
-        for (key,) in conn.execute(f"SELECT key FROM meta WHERE {META_PREFIXED}",
-                                   prefixed(prefix)):
-            instance = key[len(prefix):].partition("/")[0]
-            if instance.isdigit():
-                out.add((stack, app, int(instance)))
+        out.update((stack, app, i) for i in marked_instances(conn, (stack, app)))
     return sorted(out)
 
 

@@ -36,7 +36,7 @@ from .journaldb import META_PREFIXED, prefixed
 if TYPE_CHECKING:
     from .journalread import Filters
 
-__all__ = ["MAX_PER_APP", "MAX_SUMMARIES", "Mark", "Pruned", "gaps"]
+__all__ = ["MAX_PER_APP", "MAX_SUMMARIES", "Mark", "Pruned", "gaps", "marked_instances"]
 
 PREFIX: Final = "pruned/"
 MAX_PER_APP: Final = 1024
@@ -208,6 +208,19 @@ def _save(conn: sqlite3.Connection, app: AppKey, marks: dict[SourceKey, int],
                      [(_mark_key(app, *source), top) for source, top in marks.items()])
     conn.executemany("DELETE FROM meta WHERE key = ?",
                      [(_mark_key(app, *source),) for source in dropped])
+
+
+def marked_instances(conn: sqlite3.Connection, app: AppKey) -> set[int]:
+    """The instances of ``app`` that have a mark stored in ``meta`` (an instance whose
+    every line retention pruned has its mark alone). Raises sqlite3.Error."""
+    prefix = f"{PREFIX}{app[0]}/{app[1]}/"
+    found = set()
+    for (key,) in conn.execute(f"SELECT key FROM meta WHERE {META_PREFIXED}",
+                               prefixed(prefix)):
+        instance = key[len(prefix):].partition("/")[0]
+        if instance.isdigit():
+            found.add(int(instance))
+    return found
 
 
 def _mark_key(app: AppKey, instance: int, stream: str) -> str:

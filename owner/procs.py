@@ -25,7 +25,7 @@ import signal as _signal
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
@@ -115,20 +115,19 @@ class _Entry:
     policy: StopPolicy
     tree: Descendants | None  # process-group mode only: a cgroup knows its members
     exit: ExitStatus | None = None
-    exited: asyncio.Event = field(default_factory=asyncio.Event)
     looks: int = 0  # last looks taken while a child was mid-exec
     stop_asked: bool = False  # a stop of it began while its leader ran
-    _gone: asyncio.Future[None] | None = None   # made for a stop that waits (gone())
+    _gone: asyncio.Future[None] | None = None   # made for the first that waits (gone())
 
     def ended(self, status: ExitStatus) -> None:
         """The leader's exit was taken up: everything waiting for it goes on."""
         self.exit = status
-        self.exited.set()
         if self._gone is not None and not self._gone.done():
             self._gone.set_result(None)
 
     def gone(self) -> asyncio.Future[None] | None:
-        """A future done once the leader's exit is taken up; None when it was."""
+        """A future done once the leader's exit is taken up; None when it was. Await it
+        through asyncio.wait, which never cancels it (others may wait on it too)."""
         if self.exit is not None:
             return None
         if self._gone is None:
@@ -455,7 +454,9 @@ class ProcessTable:
     async def wait(self, key: str) -> ExitStatus:
         """Wait for launch ``key`` to be reaped. Raises NotFound."""
         entry = self._entry(key)
-        await entry.exited.wait()
+        gone = entry.gone()
+        if gone is not None:
+            await asyncio.wait((gone,))
         assert entry.exit is not None
         return entry.exit
 

@@ -126,16 +126,17 @@ def _per_app(what: str, third: str | None, v: Any, check: Callable[[Any], bool] 
     """A list of ``{stack, app, <third>}`` (``{stack, app}`` without ``third``) with
     names and ``check(<third>)``: None, or what is wrong with the first item that is
     not."""
-    keys = {"stack", "app"} if third is None else {"stack", "app", third}
+    keys = ("stack", "app") if third is None else ("stack", "app", third)
     for item in v:
-        if not isinstance(item, dict) or set(item) != keys:
-            return f"each {what} must be {{stack, app{'' if third is None else ', ' + third}}}"
+        if not isinstance(item, dict) or set(item) != set(keys):
+            return f"each {what} must be {{{', '.join(keys)}}}"
         for key in ("stack", "app"):
             if not isinstance(item[key], str) or _name(item[key]) is not None:
                 return f"each {what}'s {key} must be a name (1-128 printable, no '/')"
-        n = None if third is None else item[third]
-        if third is not None and (isinstance(n, bool) or not isinstance(n, int)
-                                  or not check(n)):
+        if third is None:
+            continue
+        n = item[third]
+        if isinstance(n, bool) or not isinstance(n, int) or not check(n):
             return f"each {what}'s {third} must be {rule}"
     return None
 
@@ -563,12 +564,9 @@ class OwnerService:
         self._require_epoch(call)
         sources = sorted({(s["stack"], s["app"], s["instance"])
                           for s in call.params["sources"]})
-        rows = [*self.launcher.live.values(), *self.launcher.uncertain.values()]
-        busy = sorted({r.launch_key for r in rows if (r.stack, r.app, r.instance) in
-                       set(sources)})
-        if busy:
-            raise Conflict(f"{len(busy)} of these sources still have a process: "
-                           f"{', '.join(busy[:5])}", {"launch_keys": busy[:100]})
+        named = set(sources)
+        self._refuse_busy("of these sources still have a process",
+                          lambda r: (r.stack, r.app, r.instance) in named)
         deleted = await asyncio.to_thread(self.journal.forget, sources)
         return {"sources": len(sources), "deleted": deleted}
 
@@ -593,13 +591,20 @@ class OwnerService:
         nothing, while one of them still has a process."""
         self._require_epoch(call)
         apps = sorted({(a["stack"], a["app"]) for a in call.params["apps"]})
-        rows = [*self.launcher.live.values(), *self.launcher.uncertain.values()]
-        busy = sorted({r.launch_key for r in rows if (r.stack, r.app) in set(apps)})
-        if busy:
-            raise Conflict(f"{len(busy)} processes of these apps still run: "
-                           f"{', '.join(busy[:5])}", {"launch_keys": busy[:100]})
+        named = set(apps)
+        self._refuse_busy("processes of these apps still run",
+                          lambda r: (r.stack, r.app) in named)
         deleted = await asyncio.to_thread(self.journal.forget_apps, apps)
         return {"apps": len(apps), "deleted": deleted}
+
+    def _refuse_busy(self, what: str, matches: Callable[[LaunchRow], bool]) -> None:
+        """Raises Conflict naming the live or uncertain launches that ``matches``: lines
+        of theirs are still being written, so none may be forgotten."""
+        rows = [*self.launcher.live.values(), *self.launcher.uncertain.values()]
+        busy = sorted({r.launch_key for r in rows if matches(r)})
+        if busy:
+            raise Conflict(f"{len(busy)} {what}: {', '.join(busy[:5])}",
+                           {"launch_keys": busy[:100]})
 
     async def logs_retention(self, call: Call) -> Any:
         """Give exactly the named apps their own journal budget (the bytes of output kept,

@@ -30,6 +30,7 @@ __all__ = [
     "abstract_holder",
     "boottime_ns",
     "children",
+    "cmdlines",
     "described",
     "environ",
     "environ_matches",
@@ -536,6 +537,16 @@ def read_cmdline(pid: int) -> list[str] | None:
     if not data:
         return None
     return [a.decode(errors="replace") for a in data.rstrip(b"\0").split(b"\0")]
+
+
+def cmdlines() -> Iterator[tuple[int, bytes]]:
+    """Every process's command line as the kernel holds it (arguments ended by NUL
+    bytes), of those we may read; one gone meanwhile, or with none (a zombie), is
+    skipped."""
+    for pid in _pids():
+        data = _read(f"{PROC}/{pid}/cmdline", _READ_MAX)
+        if data:
+            yield int(pid), data
 
 
 def environ_matches(needles: Iterable[bytes], pids: Iterable[int | str] | None = None,

@@ -21,6 +21,7 @@ from guardian import own, removal
 from guardian.manifest import DEFAULT_CONTRACTS, RUNTIME_NAME, canonical_json, release_id
 from guardian.service import GuardianService
 from guardian.testing import FakeCoordinator, run_on
+from owner import release as owner_release
 from protocol.errors import Conflict, NotFound, StateCorrupt, StorageFailed, TenureError
 from protocol.server import Call
 
@@ -165,7 +166,7 @@ def test_what_is_needed_is_refused_by_name(tmp_path: Path, need: str) -> None:
             key = "release" if need == "owner" else "previous"
             Path(co.paths.owner_release).parent.mkdir(mode=0o700, exist_ok=True)
             Path(co.paths.owner_release).write_text(json.dumps(
-                {"kind": removal.OWNER_RECORD_KIND, "format": 1, "release": None,
+                {"kind": owner_release.KIND, "format": 1, "release": None,
                  "previous": None, key: rid}))
             os.chmod(co.paths.owner_release, 0o600)
         elif need == "certificate":
@@ -231,7 +232,7 @@ def test_an_owner_record_of_another_account_is_not_the_guardians_concern(
     """Unreadable for want of permission: that owner runs only copies staged for it."""
     def denied(path: str, kind: str) -> Any:
         raise PermissionError(13, "Permission denied", path)
-    monkeypatch.setattr(removal, "read_json", denied)
+    monkeypatch.setattr(owner_release, "read_json", denied)
 
     async def go(co: FakeCoordinator) -> Any:
         rid = _install(co, 1)
@@ -245,7 +246,7 @@ def test_a_damaged_owner_record_refuses_and_removes_nothing(tmp_path: Path) -> N
         rid = _install(co, 1)
         Path(co.paths.owner_release).parent.mkdir(mode=0o700, exist_ok=True)
         Path(co.paths.owner_release).write_text(json.dumps(
-            {"kind": removal.OWNER_RECORD_KIND, "format": 1, "release": "not-an-id"}))
+            {"kind": owner_release.KIND, "format": 1, "release": "not-an-id"}))
         os.chmod(co.paths.owner_release, 0o600)
         errors = []
         for attempt in (_remove(co, rid), _prune(co, keep=0)):
