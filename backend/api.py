@@ -41,7 +41,7 @@ from .jobs.ledger import Ledger
 from .jobs.retention import Pruner
 from .jobs.runner import JobRunner
 from .jobs.schedule import Scheduler
-from .model import Config
+from .model import Config, plain
 from .operations import OperationRunner
 from .plan import (
     live_revision,
@@ -255,10 +255,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                 missed[what] = str(self._unavailable(        # out its timeout
                     f"has not answered for {link['age']:.0f} s", doing, link).msg)
         deleted = await prune_once(self.gen, missed, ask_owner=link["current"])
-        return {"deleted": deleted, "not_pruned": missed, "policy": {
-            k: getattr(self.gen.config.retention, k)
-            for k in ("operations", "plans", "launches", "activations",
-                      "removed_app_logs_days")}}
+        return {"deleted": deleted, "not_pruned": missed,
+                "policy": plain(self.gen.config.retention)}
 
     async def order(self, call: Call) -> Any:
         """The start order of each configured stack as levels of app names (an owner

@@ -56,22 +56,24 @@ async def prune_once(gen: Generation, missed: dict[str, str] | None = None,
     sup = gen.sup
     if not ask_owner or gen.owner is None or sup is None or sup.fenced:
         return out
-    if sup.owner_capabilities.get("retention") == 1:
+    owner = gen.owner
+
+    async def launches() -> dict[str, Any]:
+        r = await owner.call("launches.prune", {
+            "keep": policy.launches, "protect": _protected(gen)}, epoch=gen.epoch)
+        return {"launches": r["deleted"]}
+    for what, cap, doing, work in (
+            ("launches", "retention", "prune launches", launches),
+            ("log_apps", "logApps", "forget removed apps' lines",
+             lambda: _forget_removed_apps(gen))):
+        if sup.owner_capabilities.get(cap) != 1:   # an older owner cannot
+            continue
         try:
-            r = await gen.owner.call("launches.prune", {
-                "keep": policy.launches, "protect": _protected(gen)}, epoch=gen.epoch)
-            out["launches"] = r["deleted"]
+            out.update(await work())
         except TenureError as exc:
-            log.warning("retention: the owner did not prune launches: %s", exc)
+            log.warning("retention: the owner did not %s: %s", doing, exc)
             if missed is not None:
-                missed["launches"] = f"{exc.code_str}: {exc.msg}"
-    if sup.owner_capabilities.get("logApps") == 1:
-        try:
-            out.update(await _forget_removed_apps(gen))
-        except TenureError as exc:
-            log.warning("retention: the owner did not forget removed apps' lines: %s", exc)
-            if missed is not None:
-                missed["log_apps"] = f"{exc.code_str}: {exc.msg}"
+                missed[what] = f"{exc.code_str}: {exc.msg}"
     return out
 
 
@@ -85,11 +87,9 @@ async def _forget_removed_apps(gen: Generation) -> dict[str, int]:
     assert gen.owner is not None and gen.store is not None
     if gen.store.config() is None:
         return {"log_apps": 0, "log_lines": 0}
-    configured = {(name, app) for name, stack in gen.config.stacks.items()
-                  for app in stack.apps}
     before = time.time() - 86_400 * gen.config.retention.removed_app_logs_days
     due = [{"stack": a["stack"], "app": a["app"]} for a in await _journal_apps(gen)
-           if ":" not in a["app"] and (a["stack"], a["app"]) not in configured
+           if ":" not in a["app"] and gen.config.app(a["stack"], a["app"]) is None
            and (a["last_at"] is None or a["last_at"] <= before)]
     out = {"log_apps": 0, "log_lines": 0}
     until = time.monotonic() + FORGET_BUDGET_S

@@ -164,31 +164,28 @@ class GuardianService:
     async def release_remove(self, call: Call) -> Any:
         """Remove one installed release nothing needs (guardian.removal); with
         ``dry_run`` only say whether it would go. Answers as :meth:`release_prune`."""
-        async def go() -> Any:
-            async with self.releases_lock:
-                planned = [await removal.plan_remove(self.co, call.params["release"])]
-                done = [] if call.params["dry_run"] else \
-                    await removal.remove(self.co, planned)
-            return _removal_answer(planned, done, {}, call.params["dry_run"])
-        return await self._removing("release remove", call.params["dry_run"], go)
+        async def plan() -> tuple[list[removal.Removal], dict[str, list[str]]]:
+            return [await removal.plan_remove(self.co, call.params["release"])], {}
+        return await self._removing("release remove", call.params["dry_run"], plan)
 
     async def release_prune(self, call: Call) -> Any:
         """Remove the installed releases beyond the ``keep`` newest that nothing needs,
         and what interrupted installs left. Answers ``{removed: [{release, status,
         bytes}], kept: [{release, why}], bytes, dry_run}``: with ``dry_run`` what would
         go, nothing removed."""
+        return await self._removing("release prune", call.params["dry_run"],
+                                    lambda: removal.plan_prune(self.co, call.params["keep"]))
+
+    async def _removing(self, purpose: str, dry_run: bool, plan: Callable[[], Awaitable[
+            tuple[list[removal.Removal], dict[str, list[str]]]]]) -> Any:
+        """What ``plan`` names removed (none with ``dry_run``), while no install or
+        removal runs. A removal takes the lease (no other command meanwhile); its dry
+        run, which changes nothing, only waits for the install or removal under way."""
         async def go() -> Any:
             async with self.releases_lock:
-                planned, kept = await removal.plan_prune(self.co, call.params["keep"])
-                done = [] if call.params["dry_run"] else \
-                    await removal.remove(self.co, planned)
-            return _removal_answer(planned, done, kept, call.params["dry_run"])
-        return await self._removing("release prune", call.params["dry_run"], go)
-
-    async def _removing(self, purpose: str, dry_run: bool,
-                        go: Callable[[], Awaitable[Any]]) -> Any:
-        """A removal takes the lease (no other command meanwhile); its dry run, which
-        changes nothing, only waits for the install or removal under way."""
+                planned, kept = await plan()
+                done = [] if dry_run else await removal.remove(self.co, planned)
+            return _removal_answer(planned, done, kept, dry_run)
         if dry_run:
             return await go()
         return await self._exclusive(purpose, go, handoff=False)

@@ -620,8 +620,7 @@ def _owner_status(args: Any) -> dict[str, Any] | None:
     """The owner's status (the release it runs, ``{running, error}``, absent from one
     that predates saying it; its epoch), or None when it does not answer."""
     from .daemons import ping
-    st: dict[str, Any] | None = ping(_layout(args).owner_sock, home=args.home)
-    return st
+    return ping(_layout(args).owner_sock, home=args.home)
 
 
 def _activation_probe(args: Any) -> Any:
