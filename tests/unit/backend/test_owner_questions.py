@@ -71,6 +71,26 @@ def test_the_owner_is_asked_both_questions_at_once(tmp_path: Path, method: str,
 
 @pytest.mark.parametrize("method, params", [("inspect", {"target": "s/a"}),
                                             ("status", {})])
+def test_figures_still_fresh_are_not_asked_again(tmp_path: Path, method: str,
+                                                 params: dict[str, Any]):
+    """A second look within FRESH_S asks the owner for its held sockets alone and
+    shows the figures the first one got."""
+    async def main() -> None:
+        owner = MeasuringOwner()
+        async with ready_generation(tmp_path, owner, ONE, CAPS) as gen:
+            look = getattr(gen.api, method)
+            await look(api_call(method, **params))
+            asked = len(owner.calls)
+            got = await look(api_call(method, **params))
+            row = got["instances" if method == "inspect" else "apps"][0]
+            assert row["rss"] == 2**20
+            assert [m for m, _, _ in owner.calls[asked:]] == ["sockets.list"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("method, params", [("inspect", {"target": "s/a"}),
+                                            ("status", {})])
 def test_an_owner_silent_for_longer_than_the_stale_limit_is_not_asked(
         tmp_path: Path, method: str, params: dict[str, Any]):
     """Regression: with the owner stopped, `tenure status` waited for both questions
