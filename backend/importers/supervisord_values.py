@@ -3,8 +3,9 @@
 Each reader takes the raw string and returns the typed value, or raises ValueError with
 a message for the report. The rules follow supervisord's documentation and its
 ``datatypes.py``: booleans are ``true/false/yes/no/on/off/1/0`` in any case; ``autorestart``
-is a boolean or ``unexpected``; ``environment`` is ``KEY="val",KEY2=val2`` tokenised like a
-POSIX shell word list; ``exitcodes`` and ``programs`` are comma separated.
+is a boolean or ``unexpected``; ``environment`` is ``KEY="val",KEY2=val2`` split as its
+``dict_of_key_value_pairs`` splits it (a non-POSIX shlex, then the quotes at each value's
+ends stripped); ``exitcodes`` and ``programs`` are comma separated.
 """
 
 from __future__ import annotations
@@ -180,11 +181,14 @@ def exit_codes(value: str) -> list[int]:
 
 
 def key_value_pairs(value: str) -> dict[str, str]:
-    """``KEY="a b",KEY2=c`` → a dict. The value is split like supervisord does: shell-like
-    words where letters, digits, ``_`` and ``/.+-():`` (and anything quoted) form a word,
-    then ``KEY = VALUE`` triples, each followed by one separator token (a comma).
-    Raises ValueError when the words do not form such triples."""
-    lexer = shlex.shlex(value, posix=True)
+    """``KEY="a b",KEY2=c`` → a dict, split as supervisord's ``dict_of_key_value_pairs``
+    splits it: words of a non-POSIX ``shlex`` (letters, digits, ``_`` and ``/.+-():``,
+    or a quoted string kept with its quotes; no backslash escapes), taken as ``KEY =
+    VALUE`` triples each followed by one separator token (a comma), every quote at
+    either end of a value then stripped (``"'hello'"`` is ``hello``, ``"\\\\srv"``
+    keeps its four backslashes). Raises ValueError when the words do not form such
+    triples."""
+    lexer = shlex.shlex(value)
     lexer.wordchars += "/.+-():"
     try:
         tokens = list(lexer)
@@ -195,5 +199,5 @@ def key_value_pairs(value: str) -> dict[str, str]:
         triple = tokens[i:i + 3]
         if len(triple) != 3 or triple[1] != "=":
             raise ValueError(f"not KEY=value pairs separated by commas: {value!r}")
-        pairs[triple[0]] = triple[2]
+        pairs[triple[0]] = triple[2].strip("'\"")
     return pairs

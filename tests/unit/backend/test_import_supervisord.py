@@ -69,6 +69,19 @@ def test_environment_pairs_are_split_like_supervisord() -> None:
             key_value_pairs(bad)
 
 
+
+def test_environment_values_keep_backslashes_and_lose_their_end_quotes() -> None:
+    """Regression: the values were split as POSIX shell words, backslashes taken as
+    escapes and inner quotes kept: a Windows share lost half its backslashes and
+    `"'hello'"` kept its single quotes. supervisord splits without escapes and strips
+    every quote from a value's ends (supervisor 4.3.0's dict_of_key_value_pairs
+    returns exactly this for the same text)."""
+    got = key_value_pairs(r'SHARE="\\\\srv\\data",GREETING="'
+                          "'hello'" + r'",OPTS="-Dmode=' + "'fast'" + '",A=foo"bar"')
+    assert got == {"SHARE": r"\\\\srv\\data", "GREETING": "hello",
+                   "OPTS": "-Dmode='fast", "A": 'foo"bar'}
+
+
 def test_scalar_types() -> None:
     assert [boolean(v) for v in ("TRUE", "yes", "On", "1", "false", "no", "off", "0")] == \
         [True] * 4 + [False] * 4
