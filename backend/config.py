@@ -52,6 +52,7 @@ from .jobs.config import parse_jobs
 from .jobs.model import DEFAULT_MAX_PENDING, JobTemplate
 from .model import (
     MAX_STOP_WAIT_S,
+    UNENDING_STOP_SIGNALS,
     App,
     Backoff,
     Config,
@@ -396,7 +397,7 @@ def _parse_stop(t: Mapping[str, Any], path: KeyPath) -> StopSpec:
     check_keys(t, ("signal", "timeout", "kill_after"), path)
     d = StopSpec()
     sig = normalise_signal(t, "signal", path, d.signal)
-    if sig in ("STOP", "CONT"):   # one cannot be caught, the other only resumes
+    if sig in UNENDING_STOP_SIGNALS:
         raise Invalid((*path, "signal"), f"SIG{sig} never ends a process: every stop would "
                       "wait out its timeout, then SIGKILL")
     return StopSpec(signal=sig,

@@ -23,6 +23,7 @@ __all__ = [
     "NAME_RE",
     "Invalid",
     "check_keys",
+    "fits_exec",
     "get_argv",
     "get_duration",
     "get_enum",
@@ -285,11 +286,17 @@ def parse_env(t: Mapping[str, Any], path: KeyPath) -> dict[str, str]:
 MAX_EXEC_STRING = 131072
 
 
+def fits_exec(text: str) -> bool:
+    """Whether an exec can take ``text`` (an argument, or an environment entry
+    ``KEY=value``): at most MAX_EXEC_STRING bytes with its NUL."""
+    return len(text.encode()) + 1 <= MAX_EXEC_STRING
+
+
 def _fits_exec(path: KeyPath, text: str) -> None:
     """Raises Invalid when ``text`` (an argument, or an environment entry ``KEY=value``)
     is too long for any exec to take."""
-    size = len(text.encode()) + 1
-    if size > MAX_EXEC_STRING:
+    if not fits_exec(text):
+        size = len(text.encode()) + 1
         raise Invalid(path, f"is {size} bytes; Linux execs no argument or environment "
                       f"entry over {MAX_EXEC_STRING} bytes (with its NUL), so no start of it "
                       "could succeed")

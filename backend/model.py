@@ -152,6 +152,11 @@ MAX_STOP_WAIT_S = 7 * 24 * 3600.0
 with more (a unit mistake, ms for s, far more often than a real need)."""
 
 
+UNENDING_STOP_SIGNALS = ("STOP", "CONT")
+"""Stop signals that never end a process: SIGSTOP cannot be caught, SIGCONT only resumes
+(every stop would wait out its timeout, then SIGKILL)."""
+
+
 class StopSpec(Struct, frozen=True):
     signal: str = "TERM"
     timeout: float = 10.0

@@ -16,8 +16,8 @@ import re
 from msgspec import Struct, field
 from msgspec.structs import replace
 
-from ..config_values import NAME_RE
-from ..model import App, Config, Stack
+from ..config_values import MAX_EXEC_STRING, NAME_RE, fits_exec
+from ..model import UNENDING_STOP_SIGNALS, App, Config, Stack, StopSpec
 from .model import Draft, Finding, FindingKind, Origin
 
 __all__ = ["Assembled", "assemble", "clean_name"]
@@ -68,19 +68,48 @@ def assemble(drafts: list[Draft], default_stack: str) -> Assembled:
 
 
 def _usable(draft: Draft, out: Assembled) -> Draft | None:
-    """``draft`` without what tenure.toml cannot hold (reported): a NUL character (no
-    program can receive one) drops the app; an unusable variable drops the variable."""
+    """``draft`` without what tenure.toml cannot hold, each reported (tenure's config
+    refuses it, and `tenure import` would end in INTERNAL): a command no exec could take
+    (a NUL character, a blank program name, an argument over the exec limit) drops the
+    app; an unusable variable drops the variable; a stop signal that never ends a
+    process is replaced by the default one."""
     app = draft.app
-    if any("\0" in text for text in (*app.command, app.cwd or "")):
+    why = _unlaunchable(app)
+    if why is not None:
         out.findings.append(Finding(FindingKind.NOT_MAPPED, draft.origin,
-                                    "has a NUL character: app not imported"))
+                                    f"{why}: app not imported"))
         return None
-    bad = sorted(k for k, v in app.env.items() if not k or "=" in k or "\0" in k + v)
-    for key in bad:
+    bad = {k: "empty name, '=' in the name or a NUL" for k, v in app.env.items()
+           if not k or "=" in k or "\0" in k + v}
+    bad.update({k: f"over {MAX_EXEC_STRING} bytes, more than Linux execs"
+                for k, v in app.env.items() if k not in bad and not fits_exec(f"{k}={v}")})
+    for key in sorted(bad):
         out.findings.append(Finding(FindingKind.NOT_MAPPED, draft.origin,
-                                    f"env {key!r}: empty name, '=' in the name or a NUL"))
+                                    f"env {key!r}: {bad[key]}"))
+    stop = app.stop
+    if stop.signal in UNENDING_STOP_SIGNALS:
+        default = StopSpec().signal
+        out.findings.append(Finding(FindingKind.NOT_MAPPED, draft.origin,
+                                    f"stop signal SIG{stop.signal} never ends a process: "
+                                    f"SIG{default} is used"))
+        stop = replace(stop, signal=default)
+    if not bad and stop is app.stop:
+        return draft
     env = {k: v for k, v in app.env.items() if k not in bad}
-    return replace(draft, app=replace(app, env=env)) if bad else draft
+    return replace(draft, app=replace(app, env=env, stop=stop))
+
+
+def _unlaunchable(app: App) -> str | None:
+    """Why no exec could start ``app``'s command, or None."""
+    if any("\0" in text for text in (*app.command, app.cwd or "")):
+        return "has a NUL character"
+    if not app.command or not app.command[0].strip():
+        return "the program name is empty or blank"
+    for i, arg in enumerate(app.command):
+        if not fits_exec(arg):
+            return f"argument {i} of the command is over {MAX_EXEC_STRING} bytes, more " \
+                "than Linux execs"
+    return None
 
 
 def _stack_name(draft: Draft, default_stack: str, out: Assembled) -> str:

@@ -14,7 +14,7 @@ from backend.importers.assemble import assemble, clean_name
 from backend.importers.model import Draft, FindingKind, Origin
 from backend.importers.policy import needs_shell, quick_failure_limit
 from backend.importers.toml_writer import render_toml
-from backend.model import App, Backoff, StartLimit
+from backend.model import App, Backoff, StartLimit, StopSpec
 
 
 def _draft(name: str, stack: str = "", priority: int | None = None,
@@ -110,6 +110,31 @@ def test_nul_characters_drop_the_app_or_the_variable() -> None:
     assert len(problems) == 4
 
 
+
+def test_what_tenure_refuses_is_reported_not_an_internal_error() -> None:
+    """Regression: a blank program name, a value over the exec limit or a stop signal
+    that never ends a process went through to tenure's config check and `tenure
+    import` ended in INTERNAL. Each is a not-mapped finding now, and the rest of the
+    config is written."""
+    big = "x" * 131072
+    out = assemble([_draft("blank", command=("  ", "foo")),
+                    _draft("long", command=("run", big)),
+                    _draft("env", env={"BIG": big, "OK": "1"}),
+                    _draft("stop", stop=StopSpec(signal="STOP", timeout=3.0)),
+                    _draft("cont", stop=StopSpec(signal="CONT"))], "s")
+    apps = out.config.stacks["s"].apps
+    assert sorted(apps) == ["cont", "env", "stop"]
+    assert apps["env"].env == {"OK": "1"}
+    assert apps["stop"].stop == StopSpec(signal="TERM", timeout=3.0)
+    assert apps["cont"].stop == StopSpec()
+    assert sorted(f.problem for f in out.findings if f.kind is FindingKind.NOT_MAPPED) == [
+        "argument 1 of the command is over 131072 bytes, more than Linux execs: app not "
+        "imported",
+        "env 'BIG': over 131072 bytes, more than Linux execs",
+        "stop signal SIGCONT never ends a process: SIGTERM is used",
+        "stop signal SIGSTOP never ends a process: SIGTERM is used",
+        "the program name is empty or blank: app not imported"]
+    parse_config(render_toml(out.config, out.origins), "t")   # what is written is valid
 @pytest.mark.parametrize(("starts", "uptime", "limit"), [
     (4, 1.0, StartLimit(4, 8.5)),     # supervisord defaults: 4 runs + 0.5 + 1 + 2 + 1
     (1, 0.0, StartLimit(1, 1.0)),     # one start, no waits: just the margin
