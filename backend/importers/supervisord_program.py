@@ -350,6 +350,7 @@ class _Program:
     # -- drafts and the remaining keys ---------------------------------------------------
 
     def _drafts(self, s: _Settings, processes: list[_Process]) -> None:
+        self._start_retries(s)
         first = processes[0]
         if all(p.same_definition(first) for p in processes):
             name = self.name if s.numprocs > 1 else first.name
@@ -364,6 +365,16 @@ class _Program:
                                        "imported")
             for process in processes[:MAX_INSTANCES]:
                 self._add(s, process, process.name, 1)
+
+    def _start_retries(self, s: _Settings) -> None:
+        """supervisord retries a start that ends within ``startsecs`` whatever
+        ``autorestart`` says (BACKOFF, then FATAL after ``startretries``); under
+        restart = "never" a run that ends is not started again, however soon."""
+        if s.autorestart is AutoRestart.FALSE and s.startsecs > 0 and s.startretries > 0:
+            self.result.not_mapped(self._origin("startretries"), (
+                f"supervisord starts a program again when it ends within startsecs "
+                f"({s.startsecs} s), up to {s.startretries} times, even with "
+                "autorestart=false; under restart = \"never\" tenure does not"))
 
     def _add(self, s: _Settings, process: _Process, name: str, instances: int) -> None:
         if instances > MAX_INSTANCES:

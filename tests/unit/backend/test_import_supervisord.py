@@ -137,6 +137,27 @@ def test_defaults_are_supervisords(tmp_path: Path) -> None:
     assert draft.priority == 999
 
 
+def test_start_retries_under_autorestart_false_are_reported(tmp_path: Path) -> None:
+    """Regression: supervisord starts a program again when it ends within startsecs,
+    even with autorestart=false (BACKOFF, FATAL after startretries); the import wrote
+    restart = "never" and dropped startretries without a word."""
+    result = _read(tmp_path, {"s.conf": (
+        "[program:flaky]\ncommand=/bin/x\nautorestart=false\nstartretries=5\n"
+        "[program:quiet]\ncommand=/bin/x\nautorestart=false\n"
+        "[program:instant]\ncommand=/bin/x\nautorestart=false\nstartsecs=0\n"
+        "[program:once]\ncommand=/bin/x\nautorestart=false\nstartretries=0\n"
+        "[program:always]\ncommand=/bin/x\nautorestart=true\n")})
+    assert {k: v for k, v in _problems(result).items() if "startretries" in k} == {
+        "[program:flaky] startretries": "supervisord starts a program again when it ends "
+        "within startsecs (1 s), up to 5 times, even with autorestart=false; under "
+        'restart = "never" tenure does not',
+        "[program:quiet] startretries": "supervisord starts a program again when it ends "
+        "within startsecs (1 s), up to 3 times, even with autorestart=false; under "
+        'restart = "never" tenure does not'}
+    assert [f.origin.line for f in result.findings if f.origin.key.endswith("retries")] \
+        == [4, 5]   # the key's line, or the section's when supervisord's default applies
+
+
 def test_identical_processes_become_instances(tmp_path: Path) -> None:
     [draft] = _read(tmp_path, {"s.conf": """
 [program:web]
