@@ -2,8 +2,9 @@
 
 A record in ``running`` was started (its pid came from the owner): it is live in the
 owner's inventory, or its exit is in the owner's observations, or the owner's launch row
-for its key — which exists, so asking for it again can only return the first result —
-says how it ended.
+for its key, read with ``inspect``, says how it ended. No row (an owner.db set aside for a
+new one, a row pruned) ends it ``lost``: asking with ``launch`` would start the key anew
+when the owner no longer knows it.
 
 A record in ``starting`` belongs to a generation that asked the owner to launch it and
 stopped before it heard the answer (a handoff never leaves one: a start is a drain step).
@@ -248,11 +249,12 @@ async def _settle_running(runner: JobRunner, rec: Record, ev: Evidence) -> None:
                                                                 rec.job.start_ticks):
         return  # still running: its exit comes through the observation stream
     # it ended while no backend watched and its exit left the ring: the owner's row for
-    # this key (recorded: it gave us the pid) says how
+    # this key says how (read only: a launch of a key the owner no longer knows starts it)
     try:
-        row = await runner.owner.call("launch", runner.launch_params(rec),
-                                      epoch=runner.epoch)
-        events = _row_events(row)
+        row = await _launch_row(runner, key)
+        events = _row_events(row) if row is not None else [jm.Lost({
+            "reason": "gone, and the owner has no row of its launch (a new owner.db, or "
+                      "the row was pruned)", **ev.of(key)})]
     except TenureError as exc:
         events = [jm.Lost({"reason": f"gone, and the owner's row is unreadable: {exc}",
                            **ev.of(key)})]

@@ -448,6 +448,33 @@ def test_a_running_record_whose_owner_is_gone_is_lost(tmp_path):
     run(tmp_path, second, owner)
 
 
+def test_a_running_record_the_owner_no_longer_knows_is_lost_not_launched_again(tmp_path):
+    """Regression: with owner.db set aside for a new one (docs/reconcile.md) or the row
+    pruned, the key was neither live nor in the ring, and the next generation asked the
+    owner with `launch` for "its row": the owner started the job a second time, and the
+    record, closed as lost, no longer tracked that process."""
+    owner = FakeOwner()
+    out: dict[str, Any] = {}
+
+    async def first(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        out["id"], out["key"] = rec.id, rec.job.launch_key
+    run(tmp_path, first, owner)
+    launches = len(job_launches(owner))
+    del owner.live[out["key"]], owner.rows[out["key"]]   # an owner that never saw it
+    owner.events.clear()
+
+    async def second(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        await resume(gen.api.jobs)
+        rec = gen.api.jobs.record(out["id"])
+        assert (rec.job.state, rec.job.outcome) == (jm.State.FAILED, jm.Outcome.LOST)
+        assert "no row of its launch" in rec.job.evidence["reason"]  # type: ignore[index]
+        assert len(job_launches(owner)) == launches   # nothing was started again
+        assert not [k for k in owner.live if k.startswith("job:")]
+    run(tmp_path, second, owner)
+
+
 def test_closing_lets_a_start_in_flight_hear_its_answer(tmp_path):
     async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
         jobs = gen.api.jobs
