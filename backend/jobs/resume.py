@@ -10,8 +10,9 @@ A record in ``starting`` belongs to a generation that asked the owner to launch 
 stopped before it heard the answer (a handoff never leaves one: a start is a drain step).
 This generation holds a newer epoch, so the old request can no longer land; but this
 generation never sends a launch it did not decide itself. It looks for proof only: the
-key live in the inventory, or a ``launched``, ``exit`` or ``launch_failed`` observation
-for it. Without proof the record becomes ``recovery_required`` with the evidence, and
+key live in the inventory, a ``launched``, ``exit`` or ``launch_failed`` observation for
+it, or the owner's launch row of a process for it (``inspect``, which outlives the
+ring). Without proof the record becomes ``recovery_required`` with the evidence, and
 waits for ``tenure job resolve``.
 
 A record in ``recovery_required`` stays so until the operator decides or the owner proves
@@ -21,10 +22,10 @@ how that start went: the same evidence (the key live, or a ``launched``, ``exit`
 No sign of the launch proves nothing and changes nothing. Proof only records what the
 owner did: nothing is ever launched for it.
 
-The same evidence guards ``resolve --not-started``: it is refused while the owner shows
-any sign of that launch. ``resolve --started`` keeps what the owner shows with the
-decision, and when that (or the owner's launch row, which outlives the observation ring)
-proves the start, the record is settled from the proof instead, with its pid and exit.
+The same evidence, and the owner's launch row, guard ``resolve --not-started``: it is
+refused while the owner shows any sign of that launch. ``resolve --started`` keeps what
+the owner shows with the decision, and when that (or the owner's launch row) proves the
+start, the record is settled from the proof instead, with its pid and exit.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ async def resume(runner: JobRunner) -> dict[str, list[int]]:
         assert evidence is not None
         try:
             if rec.job.state is jm.State.STARTING:
-                _settle_start(runner, rec, evidence)
+                await _settle_start(runner, rec, evidence)
             else:
                 await _settle_running(runner, rec, evidence)
         except Conflict:
@@ -166,10 +167,16 @@ def start_proof(key: str, ev: Evidence) -> Proof | None:
     return None
 
 
-def _settle_start(runner: JobRunner, rec: Record, ev: Evidence) -> None:
+async def _settle_start(runner: JobRunner, rec: Record, ev: Evidence) -> None:
+    """Settle a ``starting`` record from what the owner shows of its launch: its
+    inventory and observations, else its launch row (read only; it outlives the
+    ring). Raises TenureError when the row cannot be read."""
     key = rec.job.launch_key
     assert key is not None
     proof = start_proof(key, ev)
+    if proof is None:
+        row = await _launch_row(runner, key)
+        proof = None if row is None else _row_proof(row)
     if proof is None:
         runner.apply(rec, jm.Uncertain({
             "reason": "the generation that asked the owner to launch this job stopped "
@@ -386,8 +393,11 @@ async def _shows_not_started(runner: JobRunner, job_id: int, key: str
     """What the owner shows about ``key`` for ``resolve --not-started``. Raises Conflict
     while it shows any sign of that launch, TenureError when it cannot be read."""
     ev = await Evidence.gather(runner)
-    if key in ev.live or ev.seen.get(key):
-        raise Conflict(f"job {job_id}: the owner shows launch {key} ({ev.of(key)}); "
-                       "it started: resolve with --started", {"job": job_id,
-                                                              "evidence": ev.of(key)})
-    return None, ev.of(key)
+    shown = ev.of(key)
+    if not (key in ev.live or ev.seen.get(key)):
+        row = await _launch_row(runner, key)   # it outlives the ring
+        if row is None:
+            return None, shown
+        shown["row"] = row
+    raise Conflict(f"job {job_id}: the owner shows launch {key} ({shown}); it started: "
+                   "resolve with --started", {"job": job_id, "evidence": shown})

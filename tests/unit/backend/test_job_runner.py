@@ -385,6 +385,42 @@ def test_resolve_not_started_is_refused_while_the_owner_shows_the_launch(tmp_pat
     run(tmp_path, body, owner)
 
 
+def test_the_owners_launch_row_settles_a_start_whose_observations_left_the_ring(tmp_path):
+    """Regression: a start the owner made and ended, its events gone from the ring,
+    became recovery_required ("no sign of the launch") and `resolve --not-started` was
+    accepted: the job ran a second time. The owner's launch row proves the start: the
+    record is settled from it, and --not-started is refused while the row shows it."""
+    owner = FakeOwner()
+    job_id, key = _leave_starting(tmp_path, owner, True, 0)
+    owner.events.clear()                       # the ring moved on
+    launches = len(job_launches(owner))
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        report = await resume(jobs)
+        rec = jobs.record(job_id)
+        assert report["ended"] == [job_id]
+        assert (rec.job.state, rec.job.exit_code) == (jm.State.SUCCEEDED, 0)
+        assert len(job_launches(owner)) == launches
+    run(tmp_path, body, owner)
+
+
+def test_resolve_not_started_is_refused_while_the_owners_row_shows_the_launch(tmp_path):
+    owner = FakeOwner()
+    job_id, key = _leave_starting(tmp_path, owner, False, None)
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        await resume(jobs)                     # no sign at all: recovery_required
+        owner.rows[key] = {"launch_key": key, "pid": 9, "start_ticks": 90,
+                           "state": "exited", "exit": {"exit_code": 0, "signal": None}}
+        with pytest.raises(Conflict) as err:   # a row, with no live key and no event
+            await resolve(jobs, job_id, False, "looked", "ops")
+        assert err.value.data["evidence"]["row"]["pid"] == 9
+        assert jobs.record(job_id).job.state is jm.State.RECOVERY_REQUIRED
+    run(tmp_path, body, owner)
+
+
 def test_a_stale_writer_loses_the_compare_and_set(tmp_path):
     async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
         jobs = gen.api.jobs
