@@ -108,17 +108,22 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     r = _retrying(args, lambda: call(args, "job.run", params), deadline,
                   lost_ok=bool(args.key), held=held)
     job = r["job"]
+    dedup = " (deduplicated: this key's record)" if r["deduplicated"] else ""
     if not args.wait:
-        out(args, r, _line(job) + (" (deduplicated: this key's record)"
-                                   if r["deduplicated"] else ""))
+        out(args, r, _line(job) + dedup)
         return OK
     show = {"id": job["id"]}
-    while job["state"] in OPEN and time.monotonic() < deadline:
-        time.sleep(0.1)
+    while True:   # shown at least once: run answers without the history
+        if job["state"] in OPEN:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         job = _retrying(args, lambda: call(args, "job.show", show), deadline, True, held,
                         job["id"])
+        if job["state"] not in OPEN:
+            break
     r = {**r, "job": job}
-    out(args, r, render_show(job) if "history" in job else _line(job))
+    out(args, r, (render_show(job) if "history" in job else _line(job)) + dedup)
     if job["state"] in OPEN:
         return UNSETTLED
     return OK if job["state"] == "succeeded" else ERROR

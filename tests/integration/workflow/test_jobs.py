@@ -48,6 +48,16 @@ def test_run_wait_dedup_conflict_and_logs(cluster):
     again = cluster.cli("job", "run", "j/echo", "--key", "k-1", "--arg", "a b", "--arg=-x")
     assert again.ok and again.out["deduplicated"] is True
     assert again.out["job"]["id"] == first["id"]
+    # --wait on a record that has ended: its history all the same, and the note
+    waited = cluster.cli("job", "run", "j/echo", "--key", "k-1", "--arg", "a b", "--arg=-x",
+                         "--wait")
+    assert waited.ok and waited.out["deduplicated"] is True
+    assert [h["to"] for h in waited.out["job"]["history"]] == [
+        "admitted", "starting", "running", "succeeded"]
+    text = cluster.cli_text("job", "run", "j/echo", "--key", "k-1", "--arg", "a b",
+                            "--arg=-x", "--wait")
+    assert "succeeded" in text and "(deduplicated: this key's record)" in text
+    assert "admitted" in text, text   # the history is printed
 
     other = cluster.cli("job", "run", "j/echo", "--key", "k-1", "--arg", "c")
     assert other.code == 1
