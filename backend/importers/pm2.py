@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ T = TypeVar("T")
 _INTERPRETERS = {".sh": "bash", ".py": "python3", ".rb": "ruby", ".php": "php",
                  ".pl": "perl", ".js": "node", ".coffee": "coffee", ".ls": "lsc",
                  ".ts": "bun", ".tsx": "bun"}
+_SNIFF = 512   # the bytes PM2 reads of a script to tell a binary (lib/tools/isbinaryfile.js)
 # PM2's own splitting of a string of arguments: quoted words lose their quotes
 _WORD = re.compile(r"""[^\s"'=]+="[^"]*"|[^\s"'=]+='[^']*'|"([^"]*)"|'([^']*)'|\S+""")
 _STIME = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")
@@ -84,13 +86,15 @@ def read_pm2(path: str, ctx: Context) -> SourceResult:
         if not isinstance(app, dict):
             result.not_mapped(Origin(path, None, f"apps[{i}]"), "not an object")
             continue
-        result.extend(_App(path, i, app, base).read())
+        result.extend(_App(path, i, app, base, ctx.environ.get("PATH", "")).read())
     return result
 
 
 class _App:
-    def __init__(self, path: str, index: int, conf: dict[str, Any], base: str) -> None:
+    def __init__(self, path: str, index: int, conf: dict[str, Any], base: str,
+                 search_path: str) -> None:
         self.path, self.index, self.conf, self.base = path, index, conf, base
+        self.search_path = search_path   # PATH, where PM2 looks for a script not in cwd
         self.result = SourceResult()
 
     def origin(self, key: str = "") -> Origin:
@@ -144,16 +148,41 @@ class _App:
                                        "script is a whole command line")
             self._unused_flags("script is a whole command line: put the flags into it")
             return ("bash", "-c", script), False
+        path = os.path.normpath(os.path.join(cwd, script))
         interpreter = self.get("interpreter", _text, "") or \
-            self.get("exec_interpreter", _text, "") or \
-            _INTERPRETERS.get(os.path.splitext(script)[1], "none")
+            self.get("exec_interpreter", _text, "")
+        if not interpreter:
+            interpreter, path = self._by_file(script, path)
         args: list[str] = self.get("args", _words, [])
         if interpreter == "none":
             self._unused_flags("the script runs without an interpreter: set interpreter "
                                "to the program the flags are for")
             return (self._program(script, cwd), *args), False
-        path = os.path.normpath(os.path.join(cwd, script))
         return (interpreter, *self._flags(), path, *args), "python" in interpreter
+
+    def _by_file(self, script: str, path: str) -> tuple[str, str]:
+        """What PM2 runs ``script`` (``path`` in cwd) with when no interpreter is set
+        (lib/Common.js resolveInterpreter), and the path it gives it: the interpreter of
+        its extension, else node for a file that is not binary and none (run directly)
+        for one that is, judged from the file on this machine (in cwd, else on PATH) as
+        PM2 judges it. A script found nowhere here runs directly: PM2 would refuse to
+        start it."""
+        known = _INTERPRETERS.get(os.path.splitext(script)[1])
+        if known is not None:
+            return known, path
+        if not os.path.exists(path) and self.search_path:
+            path = shutil.which(script, path=self.search_path) or path
+        try:
+            with open(path, "rb") as f:
+                head = f.read(_SNIFF)
+        except OSError:
+            return "none", path
+        if _binary(head):
+            return "none", path
+        self.result.note(self.origin("script"), f"{path} is not a binary and its name "
+                         "has no extension PM2 knows: PM2 runs it with node, and so does "
+                         "the import (interpreter = \"none\" runs it directly)")
+        return "node", path
 
     def _flag_keys(self) -> list[str]:
         """The keys of ``_FLAG_KEYS`` that PM2 takes as set: it reads the first with a
@@ -424,3 +453,33 @@ def _js_string(value: Any) -> str:
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
         return str(int(value))
     return str(value)
+
+
+def _binary(head: bytes) -> bool:
+    """PM2's test of a file's first bytes (lib/tools/isbinaryfile.js): a NUL, or more
+    than 10% bytes that are neither text controls, ASCII nor a well-formed 2- or 3-byte
+    UTF-8 sequence (a UTF-8 byte order mark: text)."""
+    size = len(head)
+    if size == 0 or head.startswith(b"\xef\xbb\xbf"):
+        return False
+    suspicious, i = 0, 0
+    while i < size:
+        b = head[i]
+        if b == 0:
+            return True
+        if (b < 7 or b > 14) and (b < 32 or b > 127):
+            if 193 < b < 224 and i + 1 < size:
+                i += 1
+                if 127 < head[i] < 192:
+                    i += 1
+                    continue
+            elif 223 < b < 240 and i + 2 < size:
+                i += 1
+                if 127 < head[i] < 192 and 127 < head[i + 1] < 192:
+                    i += 2
+                    continue
+            suspicious += 1
+            if i > 32 and suspicious * 100 / size > 10:
+                return True
+        i += 1
+    return suspicious * 100 / size > 10

@@ -82,9 +82,37 @@ def test_node_args_without_an_interpreter_are_reported(
 
 
 def test_a_bare_program_name_found_in_cwd_is_taken_from_there(tmp_path: Path) -> None:
-    (tmp_path / "server").write_text("#!/bin/sh\n")
+    (tmp_path / "server").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(56))   # a binary
     app, _ = _app(tmp_path, script="server", args="-v")
     assert app.command == (f"{tmp_path}/server", "-v")
+
+
+@pytest.mark.parametrize("script", ["bin/www", "server.mjs", "index.cjs"])
+def test_a_text_script_of_no_known_extension_runs_with_node_as_under_pm2(
+        tmp_path: Path, script: str) -> None:
+    """Regression: PM2 runs a script whose extension it does not know with node unless
+    the file is a binary (lib/Common.js, isbinaryfile.js); the import ran it directly
+    (Express's bin/www, an ES module: no start), and called node_args unused."""
+    (tmp_path / script).parent.mkdir(exist_ok=True)
+    (tmp_path / script).write_text("#!/usr/bin/env node\nrequire('./app')\n")
+    result = _read(tmp_path, {"apps": [{"script": script, "node_args": "--max-old-space-size=64"}]})
+    [draft] = result.drafts
+    assert draft.app.command == ("node", "--max-old-space-size=64", f"{tmp_path}/{script}")
+    assert [(f.kind, f.origin.key) for f in result.findings] == [
+        (FindingKind.NOTE, "apps[0].script")]
+
+
+def test_a_script_found_on_path_is_judged_and_given_as_found(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tool").write_text("console.log(1)\n")   # npm's own launcher is such a file
+    (bin_dir / "tool").chmod(0o755)
+    path = tmp_path / "ecosystem.json"
+    path.write_text(json.dumps({"apps": [{"script": "tool", "args": "start"}]}))
+    found = read_pm2(str(path), Context(environ={"PATH": str(bin_dir)}, hostname="h"))
+    assert found.drafts[0].app.command == ("node", f"{bin_dir}/tool", "start")
+    nowhere = read_pm2(str(path), Context(environ={}, hostname="h"))
+    assert nowhere.drafts[0].app.command == ("tool", "start")   # PATH at run time
 
 
 def test_name_cwd_env_and_port(tmp_path: Path) -> None:
