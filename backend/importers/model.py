@@ -21,7 +21,7 @@ from protocol.errors import ConfigInvalid
 
 from ..model import App
 
-__all__ = ["Context", "Draft", "Finding", "FindingKind", "Origin", "SourceResult",
+__all__ = ["Context", "Draft", "Finding", "FindingKind", "Origin", "SourceResult", "read_utf8",
            "source_error"]
 
 NodeRunner = Callable[[str, str, float], str]
@@ -106,3 +106,20 @@ def source_error(file: str, line: int | None, key: str, problem: str) -> ConfigI
     what = f"{key}: {problem}" if key else problem
     return ConfigInvalid(f"{where}: {what}",
                          {"file": file, "key": key, "line": line, "problem": problem})
+
+
+def read_utf8(path: str, *, bom: bool = True) -> str:
+    """The text of source file ``path``; with ``bom``, a leading UTF-8 byte order mark
+    (some Windows editors write one) is skipped. Raises ConfigInvalid: the file cannot
+    be read, or is not UTF-8 (naming the line of the first byte that is not)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise source_error(path, None, "", f"cannot read the file: {e.strerror or e}") \
+            from None
+    try:
+        return raw.decode("utf-8-sig" if bom else "utf-8")
+    except UnicodeDecodeError as e:
+        raise source_error(path, raw[:e.start].count(b"\n") + 1, "",
+                           "the file is not valid UTF-8") from None

@@ -25,7 +25,7 @@ from typing import Any
 
 from protocol.errors import ConfigInvalid
 
-from .model import Context, source_error
+from .model import Context, read_utf8, source_error
 
 __all__ = ["load_ecosystem", "run_node"]
 
@@ -56,11 +56,7 @@ def load_ecosystem(path: str, ctx: Context) -> Any:
     run = ctx.run_node or run_node
     if path.endswith(_JS_SUFFIXES):
         return _parse_output(path, run(path, _EXPORT, ctx.node_timeout))
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise source_error(path, None, "", f"cannot read the file: {e}") from None
+    text = read_utf8(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -17,7 +17,7 @@ import re
 import shlex
 
 from ..model import App, RestartMode
-from .model import Context, Draft, Origin, SourceResult, source_error
+from .model import Context, Draft, Origin, SourceResult, read_utf8
 from .policy import needs_shell
 
 __all__ = ["read_procfile"]
@@ -30,11 +30,7 @@ def read_procfile(path: str, ctx: Context) -> SourceResult:
     """Draft apps of the Procfile ``path``. Raises ConfigInvalid when it cannot be read.
     ``ctx`` is unused: a Procfile depends on nothing but itself."""
     del ctx
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise source_error(path, None, "", f"cannot read the file: {e}") from None
+    lines = read_utf8(path).splitlines()
     result = SourceResult()
     cwd = os.path.dirname(os.path.abspath(path))
     seen: dict[str, int] = {}

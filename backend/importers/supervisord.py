@@ -14,7 +14,7 @@ import glob
 import os
 
 from .ini import IniDocument, IniError, IniSection
-from .model import Context, Origin, SourceResult, source_error
+from .model import Context, Origin, SourceResult, read_utf8, source_error
 from .supervisord_program import ExpansionScope, Group, read_environment, read_program
 from .supervisord_values import expand, integer, list_of_strings
 
@@ -84,17 +84,7 @@ def _load(path: str, ctx: Context, result: SourceResult) -> IniDocument:
 
 
 def _read_file(doc: IniDocument, path: str) -> None:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise source_error(path, None, "", f"cannot read the file: {e.strerror or e}") \
-            from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise source_error(path, raw[:e.start].count(b"\n") + 1, "",
-                           "the file is not valid UTF-8") from None
+    text = read_utf8(path, bom=False)
     try:
         doc.read(text, path)
     except IniError as e:

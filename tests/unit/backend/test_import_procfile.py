@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from backend.importers.model import Context, FindingKind, SourceResult
+from backend.importers.pm2 import read_pm2
 from backend.importers.procfile import read_procfile
 from backend.model import RestartMode
 from protocol.errors import ConfigInvalid
@@ -66,3 +67,17 @@ def test_a_leading_byte_order_mark_is_skipped(tmp_path: Path) -> None:
 def test_an_unreadable_procfile_is_config_invalid(tmp_path: Path) -> None:
     with pytest.raises(ConfigInvalid, match="cannot read the file"):
         read_procfile(str(tmp_path / "Procfile"), Context())
+
+
+def test_a_procfile_or_pm2_file_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
+    """Regression: the error said "cannot read the file: 'utf-8' codec can't decode
+    byte 0xff in position 26" with no line, where a supervisord file named it."""
+    (tmp_path / "Procfile").write_bytes(b"web: echo ok\nworker: echo \xff\n")
+    with pytest.raises(ConfigInvalid) as e:
+        read_procfile(str(tmp_path / "Procfile"), Context())
+    assert (e.value.msg, e.value.data["line"]) == (
+        f"{tmp_path}/Procfile:2: the file is not valid UTF-8", 2)
+    (tmp_path / "eco.json").write_bytes(b'{"apps": [\n{"name": "\xff"}]}')
+    with pytest.raises(ConfigInvalid) as e:
+        read_pm2(str(tmp_path / "eco.json"), Context())
+    assert e.value.data["line"] == 2
