@@ -33,6 +33,10 @@ def read_procfile(path: str, ctx: Context) -> SourceResult:
     lines = read_utf8(path).splitlines()
     result = SourceResult()
     cwd = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(os.path.join(cwd, ".env")):   # never read: it may hold secrets
+        result.not_mapped(Origin(os.path.join(cwd, ".env"), None, ".env"), (
+            "foreman, honcho and `heroku local` load it into every process; the import "
+            "does not read it: put what the apps need into their env"))
     seen: dict[str, int] = {}
     for lineno, line in enumerate(lines, start=1):
         if not line.strip() or line.lstrip().startswith("#"):

@@ -81,3 +81,15 @@ def test_a_procfile_or_pm2_file_that_is_not_utf8_names_the_line(tmp_path: Path) 
     with pytest.raises(ConfigInvalid) as e:
         read_pm2(str(tmp_path / "eco.json"), Context())
     assert e.value.data["line"] == 2
+
+
+def test_a_dot_env_beside_the_procfile_is_reported_and_not_read(tmp_path: Path) -> None:
+    """foreman, honcho and `heroku local` load .env into every process: its variables
+    would be lost without a word. It is named, and its content is not read."""
+    (tmp_path / "Procfile").write_text("web: puma\n")
+    (tmp_path / ".env").write_text("DATABASE_URL=postgres://u:secret@h/app\n")
+    result = read_procfile(str(tmp_path / "Procfile"), Context())
+    assert [(f.kind, f.origin.file, f.origin.key) for f in result.findings] == [
+        (FindingKind.NOT_MAPPED, f"{tmp_path}/.env", ".env")]
+    assert "secret" not in result.findings[0].problem
+    assert result.drafts[0].app.env == {}

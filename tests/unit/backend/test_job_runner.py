@@ -391,7 +391,7 @@ def test_the_owners_launch_row_settles_a_start_whose_observations_left_the_ring(
     accepted: the job ran a second time. The owner's launch row proves the start: the
     record is settled from it, and --not-started is refused while the row shows it."""
     owner = FakeOwner()
-    job_id, key = _leave_starting(tmp_path, owner, True, 0)
+    job_id, _ = _leave_starting(tmp_path, owner, True, 0)
     owner.events.clear()                       # the ring moved on
     launches = len(job_launches(owner))
 
