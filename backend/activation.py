@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from protocol.errors import Conflict, NotFound, TenureError
 from protocol.listen import ListenAddress, parse_listen
+from protocol.sockets import unix_live
 
 from .config import config_error
 from .config_lines import KeyPath
@@ -131,12 +132,12 @@ def _check_unix(addr: ListenAddress, path: KeyPath, fail: Fail,
         return  # a directory we cannot read: the owner decides at launch
     if not stat.S_ISSOCK(st.st_mode):
         fail(path, f"{addr.path} exists and is not a socket")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
-        try:
-            s.connect(addr.path)
-        except OSError:
-            return  # stale: the owner replaces it
-    fail(path, f"a live socket answers at {addr.path}")
+    try:
+        live = unix_live(addr.path)
+    except OSError:
+        return  # cannot tell from here: the owner decides at launch
+    if live:   # a busy one too: its full queue does not make it stale
+        fail(path, f"a live socket answers at {addr.path}")
 
 
 def retuned(config: Config, held: list[dict[str, Any]]) -> dict[str, list[str]]:

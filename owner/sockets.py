@@ -35,6 +35,7 @@ from typing import Any
 
 from protocol.errors import BadRequest, SocketUnavailable
 from protocol.listen import ListenAddress, parse_listen
+from protocol.sockets import unix_live
 
 __all__ = ["DEFAULT_BACKLOG", "MAX_SOCKETS", "HeldSocket", "SocketDecl", "SocketHolder",
            "socket_key"]
@@ -369,14 +370,11 @@ def _remove_stale(decl: SocketDecl) -> None:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise _unavailable(decl, f"{path} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        probe.connect(path)
-    except ConnectionRefusedError:
-        os.unlink(path)
-        return
+        live = unix_live(path)   # never waits: a busy listener held the owner's loop
     except OSError as e:
         raise _unavailable(decl, e) from e
-    finally:
-        probe.close()
+    if not live:
+        os.unlink(path)
+        return
     raise _unavailable(decl, f"a live socket answers at {path}")

@@ -40,6 +40,7 @@ __all__ = [
     "same_uid_or_root",
     "share_with_group",
     "symlink_refused",
+    "unix_live",
     "unshare",
 ]
 
@@ -229,6 +230,24 @@ def check_socket_file(path: str | os.PathLike[str], owners: tuple[int, ...] | No
     wide = 0o007 if allow_group else 0o077
     if st.st_mode & wide:
         raise UnsafePath(f"{p} has mode {stat.S_IMODE(st.st_mode):04o}", {"path": p})
+
+
+def unix_live(path: str) -> bool:
+    """Whether a listener answers at the Unix socket ``path``, asked without waiting: a
+    connect that succeeds, or that would have to wait (the accept queue is full: a busy
+    listener is a live one), says yes; ECONNREFUSED (a socket file nobody listens on)
+    says no. A blocking connect waited for as long as a full queue stayed full, and held
+    the event loop of whoever asked. Raises OSError for anything else (no such file, a
+    socket of another type, no permission)."""
+    kind = socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+    with socket.socket(socket.AF_UNIX, kind) as probe:
+        try:
+            probe.connect(path)
+        except BlockingIOError:
+            return True
+        except ConnectionRefusedError:
+            return False
+    return True
 
 
 def _remove_if_stale(p: str) -> None:
