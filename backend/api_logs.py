@@ -81,7 +81,8 @@ class LogsReading:
             return await read(p)
         chosen = [exact_source(t) for t in targets] if resolved else \
             await self._log_sources(targets)
-        page = await read_sources(read, chosen, p)
+        page = await read_sources(read, chosen, p,   # an owner that takes max_bytes
+                                  shared=self.sup.owner_capabilities.get("logPages") == 1)
         return {**page, "resolved": [source_target(s) for s in chosen]}
 
     async def _log_sources(self, targets: list[str]) -> list[Source]:

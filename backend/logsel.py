@@ -19,6 +19,10 @@ the records too many and ends there (its ``last_id``). Every record of that tail
 among the last N of its own source, so the latest start of a source's own last N (of
 a source with more than N) bounds where it begins; the records from there are counted
 page by page, and only a page is held at a time.
+
+A merged page is no larger than one page of one source: its ``limit`` and ``max_bytes``
+(or the owner's defaults) are shared among the sources (``shared``: by an owner that
+takes ``max_bytes``, logPages 1).
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ __all__ = ["MAX_SOURCES", "after_time", "bounded", "coarsen", "merge", "read_sou
 
 MAX_SOURCES = 64
 """Sources per merged read (each costs the owner one query per page)."""
+PAGE_RECORDS = 1000
+PAGE_BYTES = 1 << 20
+"""A page's records and bytes when the reader names none (the owner's defaults, its
+``logs.read``): a merged page shares them among its sources, so that it is no larger
+than one source's page. Each source read with the whole of them made an answer of up
+to N pages, and five busy apps passed the 4 MiB a message may hold."""
 
 Read = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -76,20 +86,27 @@ def _filters(source: Source) -> dict[str, Any]:
     return out
 
 
-async def read_sources(read: Read, sources: list[Source], params: dict[str, Any]
-                       ) -> dict[str, Any]:
+async def read_sources(read: Read, sources: list[Source], params: dict[str, Any],
+                       shared: bool = True) -> dict[str, Any]:
     """One page of the records of ``sources`` (at least one) with ``params`` (``after``
     or ``tail``, ``limit``, ``max_bytes``, ``stream``); with ``tail``, the first page of
-    the last ``tail`` records of them all (see the module docstring). Raises what
-    ``read`` raises."""
+    the last ``tail`` records of them all (see the module docstring). ``shared``: the
+    owner takes ``max_bytes``, and the page's size is shared among the sources. Raises
+    what ``read`` raises."""
     if len(sources) == 1:
         return await read({**params, **_filters(sources[0])})
     p = {k: v for k, v in params.items() if k != "tail"}
+    p["limit"] = max(1, p.get("limit", PAGE_RECORDS) // len(sources))
+    if shared:
+        p["max_bytes"] = max(1, p.get("max_bytes", PAGE_BYTES) // len(sources))
     if params.get("tail") is None:
         return await _merged(read, sources, p)
     start, end = await _tail_start(read, sources, p, params["tail"])
     after = max(p.get("after", 0), start)
-    return await _merged(read, sources, {**p, "after": after}, end if after < end else None)
+    # up to the end the tail was taken at, also when nothing is left before it (-n 0):
+    # the page would reach past it, to lines written since
+    return await _merged(read, sources, {**p, "after": after},
+                         end if after <= end else None)
 
 
 async def _merged(read: Read, sources: list[Source], params: dict[str, Any],

@@ -224,6 +224,7 @@ class Fallback:
 
     def _page(self, q: dict[str, Any]) -> dict[str, Any]:
         """What the owner's ``logs.read`` answers, read from the file."""
+        from backend.logsel import PAGE_BYTES, PAGE_RECORDS
         from owner.journal import READ_LIMIT_MAX
         from owner.journalpruned import Pruned
         from owner.journalread import Filters, read_at
@@ -234,8 +235,8 @@ class Fallback:
             self._marks = (self._conn, Pruned())   # what retention deleted, as stored
             self._marks[1].load(self._conn)
         pruned = self._marks[1]
-        return read_at(self._conn, q.get("after", 0), min(q.get("limit", 1000),
-                       READ_LIMIT_MAX), q.get("max_bytes", 1 << 20), flt,
+        return read_at(self._conn, q.get("after", 0), min(q.get("limit", PAGE_RECORDS),
+                       READ_LIMIT_MAX), q.get("max_bytes", PAGE_BYTES), flt,
                        q.get("tail"), pruned, path=self._path).to_wire()
 
     def _sources(self, targets: list[str], resolved: bool = False,

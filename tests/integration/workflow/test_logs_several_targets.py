@@ -85,3 +85,23 @@ def _read_into(follower: subprocess.Popen[str], lines: list[str]) -> None:
     assert follower.stdout is not None
     for line in follower.stdout:
         lines.append(line)
+
+
+BIG = ("import sys, time\\nfor i in range(500):\\n    print(sys.argv[1], i, 'x' * 4000)\\n"
+       "    i % 5 or (sys.stdout.flush(), time.sleep(0.005))\\n"
+       "sys.stdout.flush(); time.sleep(3600)")
+BUSY = "".join(f'[stacks.m.apps.p{k}]\ncommand = ["{sys.executable}", "-c", "{BIG}", "p{k}"]\n'
+               for k in range(1, 7))
+
+
+def test_six_busy_apps_read_at_once_fit_in_an_answer(cluster):
+    """Was: each target was read with a page of its own (1 MiB) and the merged answer,
+    ~6 MiB of interleaved 4 kB lines, passed the 4 MiB a message may hold: `tenure logs`
+    ended in INTERNAL (answer not encodable), also with -f."""
+    cluster.up(BUSY)
+    targets = [f"m/p{k}" for k in range(1, 7)]
+    cluster.wait(lambda: all(cluster.cli_text("logs", t, "-n", "1").startswith(
+        f"{t}/0: {t[2:]} 499 ") for t in targets), 60, "every line of the six apps")
+    got = ids(cluster, *targets, "-n", "3000")
+    assert len(got) == 3000 and len(set(got)) == 3000
+    assert len(ids(cluster, *targets, "--since", "0")) == 3000

@@ -112,6 +112,46 @@ def test_a_tail_longer_than_a_page_is_the_last_n_of_all_the_sources(journal: Jou
         assert read_to_end(read, chosen, first) == (want[-n:] if n else []), (chosen, n)
 
 
+def test_a_merged_page_is_no_larger_than_one_sources_page(journal: Journal) -> None:
+    """Regression: each source was read with a whole page (1 MiB), so six busy apps
+    made an answer of up to 6 MiB, past the 4 MiB a message may hold: `tenure logs` of
+    them ended in INTERNAL. The page's records and bytes are shared among the sources;
+    an owner that does not take max_bytes is not sent it."""
+    rng = random.Random(11)
+    for _ in range(400):
+        journal.append(rng.choice(SOURCES), "stdout", [(b"y" * 4000, 0)])
+    assert journal.flush(10)
+    calls: list[dict[str, Any]] = []
+    chosen = [("web", "api", 0), ("web", "api", 1), ("web", "worker", None),
+              ("blog", None, None)]
+    page = asyncio.run(read_sources(reader(journal, calls), chosen, {"after": 0}))
+    assert {(q["limit"], q["max_bytes"]) for q in calls} == {(250, (1 << 20) // 4)}
+    assert sum(len(r["data"]) for r in page["records"]) <= 1 << 20
+    calls.clear()
+    asyncio.run(read_sources(reader(journal, calls), chosen, {"after": 0, "limit": 100,
+                                                             "max_bytes": 4000},
+                             shared=False))
+    assert {(q["limit"], "max_bytes" in q) for q in calls} == {(25, True)}   # as asked
+    calls.clear()
+    asyncio.run(read_sources(reader(journal, calls), chosen, {"after": 0}, shared=False))
+    assert all("max_bytes" not in q for q in calls)
+
+
+def test_a_tail_of_none_shows_nothing_written_while_it_was_read(journal: Journal) -> None:
+    """Regression: with several targets, `-n 0` read past the journal's end: lines
+    written meanwhile were printed."""
+    write(journal, 50, random.Random(2))
+    plain = reader(journal)
+
+    async def read(q: dict[str, Any]) -> dict[str, Any]:
+        journal.append(SOURCES[0], "stdout", [(b"late", 0)])   # lines keep coming
+        assert journal.flush(10)
+        return await plain(q)
+    chosen = [("web", "api", None), ("blog", None, None)]
+    page = asyncio.run(read_sources(read, chosen, {"tail": 0}))
+    assert page["records"] == [] and page["next"] == page["last_id"]
+
+
 def _holds(source: Any, r: dict[str, Any]) -> bool:
     stack, app, instance = source
     return r["stack"] == stack and app in (None, r["app"]) and \
