@@ -6,9 +6,11 @@ An app sends ``FDSTORE=1`` (and ``FDNAME=x``, default ``stored``) with descripto
 to the instance's next launch after its sockets, named in ``LISTEN_FDNAMES``. Stored fds
 stay stored across any number of launches until the app sends ``FDSTOREREMOVE=1`` with
 ``FDNAME=x`` (every fd of that name goes), the backend clears the store (the app left the
-config), or the owner stops. A message that would exceed the limit keeps nothing of
-that message: its fds are closed and counted as refused. So does one whose fds did not
-all arrive (the owner out of descriptors): owner.notify drops it before it gets here.
+config), or the owner stops. An fd that is an open file the store holds already is
+closed and not stored again, as systemd removes duplicates. A message that would exceed
+the limit keeps nothing of that message: its fds are closed and counted as refused. So
+does one whose fds did not all arrive (the owner out of descriptors): owner.notify drops
+it before it gets here.
 
 Every fd in the store is the owner's own duplicate: close-on-exec, and never inherited by
 anything but the launch it is passed to (owner.fdpass).
@@ -17,6 +19,8 @@ anything but the launch it is passed to (owner.fdpass).
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import stat
@@ -65,9 +69,13 @@ class FdStore:
 
     def add(self, key: StoreKey, name: str, fds: list[int], limit: int) -> bool:
         """Keep ``fds`` (the store takes ownership) under ``name``; all or nothing: over
-        ``limit`` in total, or a bad name, closes them all and returns False."""
+        ``limit`` in total, or a bad name, closes them all and returns False. One that is
+        an open file stored already (or earlier in ``fds``) is closed and not counted:
+        an app that stores again what it was given kept one copy, not two."""
         have = self._fds.setdefault(key, [])
-        if not fds or not valid_fdname(name) or len(have) + len(fds) > limit:
+        given = len(fds)
+        fds = self._new(have, fds)
+        if not given or not valid_fdname(name) or len(have) + len(fds) > limit:
             _close(fds)
             self.stats["refused"] += len(fds)
             if not have:
@@ -82,6 +90,18 @@ class FdStore:
             have.append(StoredFd(name, fd, _kind(st.st_mode), st.st_ino))
             self.stats["stored"] += 1
         return True
+
+    @staticmethod
+    def _new(have: list[StoredFd], fds: list[int]) -> list[int]:
+        """``fds`` without those that are an open file of ``have`` or of an earlier one
+        of ``fds`` (closed)."""
+        new: list[int] = []
+        for fd in fds:
+            if any(_same_open_file(fd, other) for other in (*(s.fd for s in have), *new)):
+                _close([fd])
+            else:
+                new.append(fd)
+        return new
 
     def count_refused(self, n: int) -> None:
         """Count ``n`` fds refused before they reached the store, already closed: those
@@ -136,3 +156,26 @@ def _close(fds: list[int]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+_F_DUPFD_QUERY = 1027   # fcntl (Linux 6.10): 1 when two fds are one open file
+
+
+def _same_open_file(a: int, b: int) -> bool:
+    """Whether ``a`` and ``b`` are one open file, as systemd's same_fd() tells: the
+    kernel's answer, or on a kernel without F_DUPFD_QUERY the same inode, not a device
+    (two fds of one device may be different contexts of it), and the same status flags
+    (the two ends of a pipe share an inode)."""
+    try:
+        return fcntl.fcntl(a, _F_DUPFD_QUERY, b) == 1
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            return False
+    try:
+        sa, sb = os.fstat(a), os.fstat(b)
+        if (sa.st_dev, sa.st_ino) != (sb.st_dev, sb.st_ino) or \
+                stat.S_ISCHR(sa.st_mode) or stat.S_ISBLK(sa.st_mode):
+            return False
+        return fcntl.fcntl(a, fcntl.F_GETFL) == fcntl.fcntl(b, fcntl.F_GETFL)
+    except OSError:
+        return False

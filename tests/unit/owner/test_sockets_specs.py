@@ -3,6 +3,7 @@ bookkeeping (limits, names, all-or-nothing) on real pipe fds."""
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from owner import fdstore
 from owner.fdpass import PassFds, without_listen_vars
 from owner.fdstore import FdStore
 from owner.sockets import SocketDecl, socket_key
@@ -126,3 +128,34 @@ def test_a_lowered_limit_cuts_the_newest_and_bad_names_are_refused() -> None:
         store.close_all()
         for fd in writes:
             os.close(fd)
+
+
+@pytest.mark.parametrize("query", [True, False], ids=["kernel", "fstat"])
+def test_an_open_file_stored_again_is_kept_once(monkeypatch: Any, query: bool) -> None:
+    """Regression: an app that stores again the fds it was given (FDSTORE=1 at each
+    start) had each one stored once more at every launch: LISTEN_FDS grew and the store
+    filled with copies, then refused new fds. As systemd does, a duplicate (by the
+    kernel's F_DUPFD_QUERY, or without it by inode and flags) is closed and not kept;
+    the two ends of a pipe, or two opens of /dev/null, are two files."""
+    if not query:   # a kernel before 6.10
+        real = fdstore.fcntl.fcntl
+
+        def old_kernel(fd: int, cmd: int, arg: int = 0) -> int:
+            if cmd == fdstore._F_DUPFD_QUERY:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real(fd, cmd, arg)
+        monkeypatch.setattr(fdstore.fcntl, "fcntl", old_kernel)
+    store, key = FdStore(), ("web", "api", 0)
+    r, w = os.pipe()
+    nulls = [os.open("/dev/null", os.O_RDONLY) for _ in range(2)]
+    try:
+        assert store.add(key, "cache", [r, w], limit=4)
+        again = [os.dup(r), os.dup(w)]
+        assert store.add(key, "cache", again, limit=4)   # what it was given, once more
+        assert not any(_is_open(fd) for fd in again)
+        assert store.add(key, "null", nulls, limit=4)
+        assert [s.name for s in store.for_launch(key, 4)] == ["cache", "cache", "null",
+                                                              "null"]
+        assert store.stats == {"stored": 4, "refused": 0, "removed": 0}
+    finally:
+        store.close_all()
