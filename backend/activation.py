@@ -86,9 +86,20 @@ def check_sockets(config: Config, text: str, capabilities: Mapping[str, Any],
             addr = parse_listen(s.listen)
             for other, key in held_addrs:
                 if claims(addr, other):
-                    fail(path, f"{s.listen} is held by the owner for {key}: remove it "
-                               "there first (it is closed once that app stopped)")
+                    fail(path, _held_elsewhere(app, s.listen, by_key[key]))
             _try_bind(addr, path, fail, owner_uid)
+
+
+def _held_elsewhere(app: App, listen: str, held: Mapping[str, Any]) -> str:
+    """Why ``listen`` cannot be bound now: the owner holds ``held`` (a socket of this
+    app under another name or address, or of another app) on an address it claims."""
+    if (held.get("stack"), held.get("app")) != (app.stack, app.name):
+        return (f"{listen} is held by the owner for {held['key']}: remove it there first "
+                "(it is closed once that app stopped)")
+    return (f"{listen} overlaps {held.get('listen')}, which the owner holds for this "
+            f"app's socket {held.get('name')!r}: the new socket cannot be bound while that "
+            "one is held, so the move takes two applies: first give the socket an address "
+            "that does not overlap (or remove it), then this one")
 
 
 def _try_bind(addr: ListenAddress, path: KeyPath, fail: Fail,

@@ -166,3 +166,30 @@ def test_a_unix_socket_in_a_directory_the_owner_may_not_write_is_refused_at_plan
                     f"{os.geteuid()}): it could not create the socket there"]
     activation._check_unix(addr, ("k",), fail, owner_uid=os.geteuid() + 1)   # not ours
     assert len(said) == 1
+
+
+def _held(stack: str, app: str, name: str, listen: str) -> dict[str, Any]:
+    return {"key": f"{stack}/{app}/{name}@{listen}", "stack": stack, "app": app,
+            "name": name, "listen": listen}
+
+
+@pytest.mark.parametrize(("held", "said"), [
+    (_held("s", "web", "http", "127.0.0.1:47311"),
+     "0.0.0.0:47311 overlaps 127.0.0.1:47311, which the owner holds for this app's "
+     "socket 'http': the new socket cannot be bound while that one is held, so the move "
+     "takes two applies: first give the socket an address that does not overlap (or "
+     "remove it), then this one"),
+    (_held("s", "api", "http", "127.0.0.1:47311"),
+     "0.0.0.0:47311 is held by the owner for s/api/http@127.0.0.1:47311: remove it "
+     "there first (it is closed once that app stopped)"),
+])
+def test_an_address_the_owner_holds_names_whose_it_is_and_what_to_do(
+        held: dict[str, Any], said: str) -> None:
+    """Was: widening a socket of the app itself (127.0.0.1 -> 0.0.0.0, or the same
+    address under a new name) said to remove it "there", as if another app held it."""
+    from backend.activation import CAPABILITY, check_sockets
+    text = ('[stacks.s.apps.web]\ncommand = ["srv"]\n'
+            '[stacks.s.apps.web.sockets.http]\nlisten = "0.0.0.0:47311"\n')
+    with pytest.raises(ConfigInvalid) as e:
+        check_sockets(parse_config(text, "/c.toml"), text, CAPABILITY, [held])
+    assert e.value.data["problem"] == said
