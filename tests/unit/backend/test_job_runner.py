@@ -463,8 +463,8 @@ def test_a_recorded_stop_that_was_not_sent_is_sent_again(tmp_path):
     run(tmp_path, body)
 
 
-def test_a_running_record_whose_owner_is_gone_is_lost(tmp_path):
-    owner = FakeOwner()
+def _leave_running(tmp_path: Path, owner: FakeOwner) -> dict[str, Any]:
+    """A generation that started a job and went away while it ran: its id and key."""
     out: dict[str, Any] = {}
 
     async def first(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
@@ -472,6 +472,12 @@ def test_a_running_record_whose_owner_is_gone_is_lost(tmp_path):
         await started(gen, rec)
         out["id"], out["key"] = rec.id, rec.job.launch_key
     run(tmp_path, first, owner)
+    return out
+
+
+def test_a_running_record_whose_owner_is_gone_is_lost(tmp_path):
+    owner = FakeOwner()
+    out = _leave_running(tmp_path, owner)
     del owner.live[out["key"]]      # a replaced owner: its row still says running
     owner.events.clear()
 
@@ -490,13 +496,7 @@ def test_a_running_record_the_owner_no_longer_knows_is_lost_not_launched_again(t
     owner with `launch` for "its row": the owner started the job a second time, and the
     record, closed as lost, no longer tracked that process."""
     owner = FakeOwner()
-    out: dict[str, Any] = {}
-
-    async def first(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
-        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
-        await started(gen, rec)
-        out["id"], out["key"] = rec.id, rec.job.launch_key
-    run(tmp_path, first, owner)
+    out = _leave_running(tmp_path, owner)
     launches = len(job_launches(owner))
     del owner.live[out["key"]], owner.rows[out["key"]]   # an owner that never saw it
     owner.events.clear()
