@@ -207,6 +207,7 @@ class Fallback:
         import asyncio
 
         from backend.logsel import after_time, read_sources
+        from backend.targets import source_target
         p = {k: v for k, v in params.items() if v is not None}
         targets, since_time = p.pop("targets", None), p.pop("since_time", None)
         resolved = p.pop("resolved", False)
@@ -219,7 +220,11 @@ class Fallback:
                 p["after"] = max(p.get("after", 0), await after_time(read, since_time))
             if not targets:
                 return await read(p)
-            return await read_sources(read, self._sources(targets, resolved), p)
+            chosen = self._sources(targets, resolved)
+            page = await read_sources(read, chosen, p)
+            # as the backend answers: a follower reads these sources from then on, the
+            # globs not resolved again once tenure answers (backend.api_logs)
+            return {**page, "resolved": [source_target(s) for s in chosen]}
         return asyncio.run(answer())
 
     def _page(self, q: dict[str, Any]) -> dict[str, Any]:

@@ -295,3 +295,19 @@ def test_lines_retention_removed_are_said_from_the_file_too(tmp_path, monkeypatc
     gone = int(lines[0].split(": ")[1][:4])
     assert gone > 0 and f"records of shop/web/0 were removed by log retention before they " \
         f"were read (among ids 1-{gone})" in err, err
+
+
+def test_the_file_answers_the_sources_its_targets_resolved_to(home, monkeypatch):
+    """Was: the file's answer had no `resolved`, so a follower that began on the file
+    kept its globs and had them resolved again at each page once tenure answered (the
+    targets are resolved once, by the first read). It answers them as the backend does."""
+    def call(a: Any, method: str, params: dict[str, Any]) -> Any:
+        raise STOPPED
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    a = args(targets=["shop/w*", "batch"])
+    page = Fallback(call, home)(a, "logs", {"targets": a.targets, "tail": 2,
+                                            "limit": 100})
+    assert page["resolved"] == ["batch", "shop/web"]   # the glob, as the apps it named
+    again = Fallback(call, home)(a, "logs", {"targets": page["resolved"], "resolved": True,
+                                             "after": 0, "limit": 100})
+    assert again["resolved"] == page["resolved"]
