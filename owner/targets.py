@@ -74,7 +74,18 @@ class GroupTarget:
             return True
         if pinned and group_members(self._launch.spawned.pgid, include_session=True):
             return True
-        return bool(self._tree.alive())
+        if self._tree.alive():
+            return True
+        if not self._tree.known:
+            return False
+        # What ended since the refresh is taken up as the refresh takes it up: its
+        # children are the owner's, and a look must see them before the stop is
+        # confirmed. Left tracked, the next stop of the launch found it gone, and
+        # answered `stopped` for a launch with nothing left.
+        lost = self._tree.lost_at
+        self._tree.refresh(pinned)
+        self._unsure = self._tree.lost_at != lost
+        return self._unsure
 
     def send(self, sig: int) -> None:
         """The group by its id while pinned; every tracked process outside it, one by

@@ -14,19 +14,23 @@ from owner.targets import GroupTarget
 class _Tree:
     """A launch's tracked processes: ``dies`` are found gone at the next refresh."""
 
-    def __init__(self, dies: list[int]) -> None:
+    def __init__(self, dies: list[int], ends: list[int] | None = None) -> None:
         self.lost_at = float("-inf")
         self.dies = dies
         self.refreshes = 0
+        self.known = {pid: 1 for pid in ends or []}   # tracked, ending right after a refresh
 
     def refresh(self, leader_unreaped: bool) -> None:
         self.refreshes += 1
         if self.dies:
             self.dies.pop()
             self.lost_at = 100.0 + self.refreshes
+        elif self.known and self.refreshes > 1:   # found gone by this refresh
+            self.known.clear()
+            self.lost_at = 100.0 + self.refreshes
 
     def alive(self) -> list[int]:
-        return []
+        return []   # what is tracked has ended by the time it is asked
 
 
 class _Launch:
@@ -64,3 +68,18 @@ def test_a_look_is_shared_only_when_it_began_after_the_loss(monkeypatch: Any) ->
     now[0] = 50.1
     table._adopt_orphans_shared(float("-inf"))   # too old to share
     assert looks == [50.0, 50.015, 50.1]
+
+
+def test_a_process_that_ended_since_the_refresh_is_taken_up_before_a_confirmation() -> None:
+    """Was: a tracked process that ended between the check's refresh and its count of
+    the living let the stop confirm with it still tracked: the next stop of the launch
+    found it gone then, and answered `stopped` for a launch with nothing left (and its
+    children, the owner's now, were confirmed unseen). It is taken up as a loss: not
+    confirmed until a look begun after it."""
+    asked: list[float] = []
+    tree = _Tree(dies=[], ends=[9])
+    target = GroupTarget(_Launch(tree), asked.append)  # type: ignore[arg-type]
+    assert target.group_alive() is True      # 9 ended after the refresh: a loss now
+    assert tree.known == {} and asked == [float("-inf")]
+    assert target.group_alive() is False     # after a look begun after that loss
+    assert asked == [float("-inf"), 102.0]
