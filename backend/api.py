@@ -376,10 +376,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         figures, at once, instead of after waiting for an owner that is silent."""
         if not link["current"]:
             return {}, {}
-        insts = self.sup.instances.values() if keys is None else \
-            [self.sup.instances[k] for k in keys]
-        launches = {(i.pid, i.start_ticks): i.launch_key for i in insts
-                    if i.pid is not None and i.start_ticks is not None}
+        launches = self._launches(keys)
         stale = self._procs.stale(launches)
         if not stale:
             return await self._held(), self._procs.recent(launches)
@@ -412,9 +409,16 @@ class Api(InstanceCommands, StackCommands, LogsReading):
             self._procs.forget_except(self._live_idents())       # across restarts
         return self._procs.recent(launches)
 
-    def _live_idents(self) -> set[tuple[int, int]]:
-        return {(i.pid, i.start_ticks) for i in self.sup.instances.values()
+    def _launches(self, keys: list[str] | None = None) -> dict[tuple[int, int], str]:
+        """(pid, start ticks) -> launch key of the instances ``keys`` (all when None)
+        that run."""
+        insts = self.sup.instances.values() if keys is None else \
+            [self.sup.instances[k] for k in keys]
+        return {(i.pid, i.start_ticks): i.launch_key for i in insts
                 if i.pid is not None and i.start_ticks is not None}
+
+    def _live_idents(self) -> set[tuple[int, int]]:
+        return set(self._launches())
 
     def _row(self, key: str, inst: im.Instance, t: float,
              dropped: dict[tuple[str, str], int] | None,
