@@ -18,7 +18,9 @@ waits for ``tenure job resolve``.
 A record in ``recovery_required`` stays so until the operator decides or the owner proves
 how that start went: the same evidence (the key live, or a ``launched``, ``exit`` or
 ``launch_failed`` observation) settles it as it would settle a ``starting`` record
-(``Proven``), when a generation starts and at every audit while such a record waits.
+(``Proven``), when a generation starts and at every audit while such a record waits;
+the owner's launch row of its key, read once per generation, settles it too (a start
+whose events left the ring, a record made before its row was consulted).
 No sign of the launch proves nothing and changes nothing. Proof only records what the
 owner did: nothing is ever launched for it.
 
@@ -176,6 +178,7 @@ async def _settle_start(runner: JobRunner, rec: Record, ev: Evidence) -> None:
     proof = start_proof(key, ev)
     if proof is None:
         row = await _launch_row(runner, key)
+        runner.rows_read.add(key)
         proof = None if row is None else _row_proof(row)
     if proof is None:
         runner.apply(rec, jm.Uncertain({
@@ -192,9 +195,10 @@ async def _settle_start(runner: JobRunner, rec: Record, ev: Evidence) -> None:
 async def settle_proven(runner: JobRunner, evidence: Evidence | None = None) -> list[int]:
     """Settle each ``recovery_required`` record whose start the owner now proves (its key
     live, or a ``launched``, ``exit`` or ``launch_failed`` observation of it) from that
-    proof, as a ``starting`` record is settled; one it shows nothing of waits on. The
-    owner is read (unless ``evidence`` is given) only when a record waits: its inventory
-    and observation ring once per pass, for up to :data:`PROVEN_BATCH` records. Returns
+    proof, or its launch row (read once per generation and key), as a ``starting``
+    record is settled; one it shows nothing of waits on. The owner is read (unless
+    ``evidence`` is given) only when a record waits: its inventory and observation ring
+    once per pass, for up to :data:`PROVEN_BATCH` records. Returns
     the ids settled. Raises TenureError when the owner cannot be read."""
     ids = [r.id for r in runner.ledger.records(
         states=(jm.State.RECOVERY_REQUIRED.value,), limit=PROVEN_BATCH)]
@@ -205,8 +209,10 @@ async def settle_proven(runner: JobRunner, evidence: Evidence | None = None) -> 
     for job_id in ids:
         rec = _waiting(runner, job_id)   # again: a resolve may have moved it meanwhile
         key = None if rec is None else rec.job.launch_key
-        proof = None if key is None else start_proof(key, ev)
-        if rec is None or key is None or proof is None:
+        proof = None if key is None else start_proof(key, ev) or \
+            await _row_proof_once(runner, key)
+        rec = _waiting(runner, job_id)
+        if rec is None or key is None or proof is None or rec.job.launch_key != key:
             continue
         try:
             _settle_proven(runner, rec, proof, ev.of(key), f"the backend (epoch "
@@ -215,6 +221,17 @@ async def settle_proven(runner: JobRunner, evidence: Evidence | None = None) -> 
             continue  # another writer holds it
         settled.append(job_id)
     return settled
+
+
+async def _row_proof_once(runner: JobRunner, key: str) -> Proof | None:
+    """What the owner's launch row proves about ``key``, read once per generation (the
+    ring shows whatever happens to a key later); None without a row of a process.
+    Raises TenureError (the key is read again at the next pass)."""
+    if key in runner.rows_read:
+        return None
+    row = await _launch_row(runner, key)
+    runner.rows_read.add(key)
+    return None if row is None else _row_proof(row)
 
 
 def _waiting(runner: JobRunner, job_id: int) -> Record | None:

@@ -103,6 +103,7 @@ class JobRunner:
         self.by_launch: dict[str, int] = {}
         self.on_tick: list[Callable[[float], None]] = []  # schedules, retention
         self._hook_errors: dict[str, str] = {}    # the last error logged, per hook
+        self.rows_read: set[str] = set()  # recovery_required keys whose row was read
         self._starting: set[int] = set()          # start tasks spawned, not yet ended
         self._stopping: set[int] = set()          # stop tasks spawned, not yet ended
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -129,6 +129,50 @@ def test_recovery_required_without_evidence_stays_and_costs_one_owner_read(tmp_p
     run(tmp_path, body, owner)
 
 
+def test_a_new_generation_settles_recovery_required_from_the_owners_launch_row(tmp_path):
+    """Was: a record left recovery_required whose start only the owner's launch row still
+    showed (its events had left the ring) waited for `resolve`, though the row proves
+    how it went. A new generation reads the row once and settles it; later audits do
+    not ask again."""
+    owner = FakeOwner()
+    job_id, key = _left_recovery_required(tmp_path, owner)
+    owner._launch(_job_launch(key, job_id))
+    pid = owner.live[key]["pid"]
+    owner.exit(key, 3)
+    owner.events.clear()                         # the ring has moved on
+    launches = len(job_launches(owner))
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        assert (await resume(jobs))["proven"] == [job_id]
+        wire = jobs.record(job_id).to_wire()
+        assert (wire["state"], wire["outcome"], wire["exit_code"], wire["pid"]) == \
+            ("failed", "exit-code", 3, pid)
+        assert wire["resolution"]["proof"]["shows"] == "the owner's launch row"
+        assert wire["resolution"]["by"] == "the backend (epoch 1)"
+        assert len(job_launches(owner)) == launches                 # started nothing
+    run(tmp_path, body, owner)
+
+
+def test_a_launch_row_is_read_once_per_generation(tmp_path):
+    """A waiting record whose key has no row costs one ``inspect`` in a generation: the
+    audits after it read the inventory and the ring only."""
+    owner = FakeOwner()
+    job_id, key = _left_recovery_required(tmp_path, owner)
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        calls = len(owner.calls)
+        assert (await resume(jobs))["proven"] == []
+        assert [p for m, p, _ in owner.calls[calls:] if m == "inspect"] == \
+            [{"launch_key": key}]
+        calls = len(owner.calls)
+        assert await audit(jobs) == [] and await audit(jobs) == []
+        assert "inspect" not in [m for m, _, _ in owner.calls[calls:]]
+        assert jobs.record(job_id).job.state is jm.State.RECOVERY_REQUIRED
+    run(tmp_path, body, owner)
+
+
 def test_recovery_required_settles_as_failed_when_the_owner_shows_launch_failed(tmp_path):
     """The owner's launch_failed observation for the key proves it never started."""
     owner = FakeOwner()
