@@ -100,6 +100,7 @@ class Coordinator:
         self.incumbent: BackendProcess | None = None   # during a handoff (fault targets)
         self.candidate: BackendProcess | None = None
         self.command_lock = asyncio.Lock()
+        self.commanding: str | None = None   # the guardian command under way (take)
         self.blocked: dict[str, Any] | None = None
         self._ending_later: set[str] = set()   # activations whose ending waits for room
         self.unhealthy: dict[str, Any] | None = None
@@ -721,10 +722,21 @@ class Coordinator:
         return snapshot(self)
 
     async def take(self, purpose: str) -> None:
-        """One command at a time, in this guardian and across processes (the lease)."""
-        if self.command_lock.locked():
-            raise OperationInProgress(f"another command runs ({purpose} refused)")
+        """One command at a time, in this guardian and across processes (the lease):
+        a removal of releases, which holds no command lock, refuses an upgrade too (it
+        could remove the release the upgrade selects). :meth:`give_back` ends it."""
+        if self.command_lock.locked() or self.commanding is not None:
+            running = self.commanding or "another command"
+            raise OperationInProgress(f"{running} runs ({purpose} refused)",
+                                      {"purpose": running})
         self.state.take_lease(self.identity, purpose)
+        self.commanding = purpose
+
+    def give_back(self) -> None:
+        """End the command :meth:`take` began: the lease is released (a failure to write
+        that is left to the next command, which takes it over from this holder)."""
+        self.commanding = None
+        self.state.release_lease(self.identity)
 
     def home(self) -> Path:
         return self.paths.home

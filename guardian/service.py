@@ -105,7 +105,7 @@ class GuardianService:
             async with self.co.command_lock:
                 return await fn()
         finally:
-            self.co.state.release_lease(self.co.identity)
+            self.co.give_back()
             self.co.write_diagnostics()
 
     async def status(self, call: Call) -> Any:

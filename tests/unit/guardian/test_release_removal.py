@@ -378,3 +378,44 @@ def test_an_activation_that_ended_uncertain_or_blocked_keeps_nothing(tmp_path: P
         return a, b, await _prune(co, keep=0)
     a, b, pruned = _run(tmp_path, go)
     assert sorted(x["release"] for x in pruned["removed"]) == sorted([a, b])
+
+
+@pytest.mark.parametrize("command", ["upgrade", "rollback", "release remove"])
+def test_a_command_beside_a_running_prune_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    """Was: a removal holds the lease but not the command lock, and the guardian took
+    its own lease again: an upgrade beside a prune went on, and the prune, planned
+    before it, removed the release the upgrade had just selected. Now any command of
+    this guardian is refused while another runs, and the next one after it goes on."""
+    from protocol.errors import OperationInProgress
+    real, entered, go_on = removal.remove, asyncio.Event(), asyncio.Event()
+
+    async def slow(co: Any, removals: Any) -> Any:
+        entered.set()
+        await go_on.wait()
+        return await real(co, removals)
+    monkeypatch.setattr(removal, "remove", slow)
+
+    async def go(co: FakeCoordinator) -> Any:
+        old, rid = _install(co, 1), _install(co, 2)
+        co.state.select(old, co.state.selector().revision)
+        co.state.select(rid, co.state.selector().revision)
+        service = _service(co)
+        prune = asyncio.ensure_future(_prune(co, keep=0))
+        await entered.wait()
+        attempt = {"upgrade": lambda: service.upgrade(Call(
+                       "upgrade", {"release": old, "check": False}, None, 1, None)),  # type: ignore[arg-type]
+                   "rollback": lambda: service.rollback(Call(
+                       "rollback", {}, None, 1, None)),  # type: ignore[arg-type]
+                   "release remove": lambda: _remove(co, old)}[command]
+        with pytest.raises(OperationInProgress) as refused:
+            await attempt()
+        lease = co.state.lease()
+        go_on.set()
+        await prune
+        return refused.value, lease, co.state.lease(), co.commanding
+    refused, during, after, commanding = _run(tmp_path, go)
+    assert refused.msg == f"release prune runs ({command} refused)"
+    assert refused.data == {"purpose": "release prune"}
+    assert during is not None and during["purpose"] == "release prune"
+    assert after is None and commanding is None
