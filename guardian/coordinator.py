@@ -492,7 +492,10 @@ class Coordinator:
         """Owner identity, epoch and (with a checkpoint) inventory — pids, start ticks and
         restart counts — must equal what was handed over. Raises Uncertain; when the
         generation ``bp`` cannot be asked because it exited after its READY,
-        HandoffFailed saying so (BackendProcess.gone_error), not the refused connect."""
+        HandoffFailed saying so (BackendProcess.gone_error), not the refused connect.
+        The generation ``bp`` this guardian started reporting another epoch than its
+        own, or not ready, is HandoffFailed too: its fault, not doubt about the world
+        (the owner's identity and inventory are what a restore must prove)."""
         try:
             st = await self.control("generation.status")
         except TenureError as exc:
@@ -504,7 +507,11 @@ class Coordinator:
         if st["owner"] != self.owner_identity.to_wire():
             raise Uncertain("the new generation is attached to another owner")
         if st["epoch"] != epoch or not st["ready"]:
-            raise Uncertain(f"the new generation holds epoch {st['epoch']}, not {epoch}")
+            wrong = HandoffFailed if bp is not None else Uncertain
+            raise wrong(f"the new generation says it holds epoch {st['epoch']}, not "
+                        f"{epoch}" if st["epoch"] != epoch else
+                        "the new generation says it is not ready after its READY",
+                        {"epoch": st["epoch"], "expected": epoch, "ready": st["ready"]})
         if checkpoint is not None:
             missing = set(st["adoption"]["missing"])
             want = [_essential(r) for r in checkpoint["inventory"]
