@@ -408,15 +408,17 @@ async def certify_new(co: Coordinator, bp: BackendProcess) -> bool:
     selected one — and recovery refuses it: a crash right after the handoff, the
     likeliest moment for a new release to crash, would be blocked. A generation
     certifies only when quiet, so it is asked again (CERTIFY_TRIES times, CERTIFY_EVERY
-    apart); when it still cannot, it keeps trying on its own (every 0.5 s until its
-    first certificate). Returns whether a certificate of it vouches now. Raises, when
-    the generation is gone, HandoffFailed saying it exited (BackendProcess.gone_error;
-    the activation then fails where it is)."""
+    apart, within CERTIFY_TRIES * CERTIFY_EVERY seconds all told: a call that does not
+    answer in what is left ends the asking); when it still cannot, it keeps trying on
+    its own (every 0.5 s until its first certificate). Returns whether a certificate
+    of it vouches now. Raises, when the generation is gone, HandoffFailed saying it
+    exited (BackendProcess.gone_error; the activation then fails where it is)."""
     for attempt in range(CERTIFY_TRIES):
         if attempt:
             await co.sleep(CERTIFY_EVERY)
-        try:
-            if (await co.control("generation.certify"))["published"]:
+        try:   # each call within what is left of the second all the tries may take
+            left = CERTIFY_EVERY * (CERTIFY_TRIES - attempt)
+            if (await co.control("generation.certify", timeout=left))["published"]:
                 return True
         except TenureError as exc:
             if not bp.alive():

@@ -6,7 +6,8 @@ of handoff, cold starts and boot run in milliseconds and never sleep.
 Faults are set on the :class:`World`: ``world.fail[method]`` is a list of actions
 consumed one per call — an exception instance to raise before the call takes effect,
 ``"lose"`` (it takes effect, the answer is lost), ``"late"`` (for ``fence``: it takes
-effect only when :meth:`World.land_late` runs) — and ``world.start_fault`` makes the
+effect only when :meth:`World.land_late` runs), ``"hang"`` (a generation's call never
+answers: it ends at its timeout, RequestTimedOut at once) — and ``world.start_fault`` makes the
 next generation start ``"timeout"`` or ``"crash"``.
 """
 
@@ -24,6 +25,7 @@ from protocol.errors import (
     BackendStartTimeout,
     HandoffFailed,
     NotFound,
+    RequestTimedOut,
     StaleEpoch,
     TransportLost,
 )
@@ -192,6 +194,8 @@ class World:
         fault = self._fault(method)
         if isinstance(fault, BaseException):
             raise fault
+        if fault == "hang":
+            raise RequestTimedOut(f"test: {method} did not answer")
         bp = self.api
         if bp is None:
             raise TransportLost("test: nothing answers on api.sock")
@@ -241,6 +245,7 @@ class FakeCoordinator(Coordinator):
         self.world = World(home)
         self.slept: list[float] = []
         self.owner_timeouts: list[tuple[str, float | None]] = []  # (method, timeout)
+        self.control_timeouts: list[tuple[str, float | None]] = []   # the same, api.sock
         self.fault.spec = None
 
         async def no_sleep(delay: float) -> None:
@@ -258,6 +263,7 @@ class FakeCoordinator(Coordinator):
 
     async def control(self, method: str, params: dict[str, Any] | None = None,
                       timeout: float | None = None) -> Any:
+        self.control_timeouts.append((method, timeout))
         answer = self.world.api_call(method, params or {})
         self.fault.after_reply(method)
         return answer

@@ -2,8 +2,10 @@
 was started under, or not ready) is a failed handoff: the previous release is restored
 under a fresh epoch from the checkpoint, whose own check proves the world. Was: the
 activation ended ``uncertain`` with no generation at all, though the owner's identity
-and inventory were proven and a restore worked. Fake owner and generations
-(guardian.testing): the real coordinator, phase tables, state.db and receipts."""
+and inventory were proven and a restore worked. And a new generation that does not
+answer for its first certificate holds the upgrade call a second at most. Fake owner and
+generations (guardian.testing): the real coordinator, phase tables, state.db and
+receipts."""
 
 from __future__ import annotations
 
@@ -47,3 +49,21 @@ def test_a_candidate_that_misreports_itself_is_rolled_back_from(tmp_path, how) -
     assert [g.release for g in alive] == [OLD] and alive[0].epoch == epoch
     assert epoch == before + 2         # the candidate's, then the restore's
     assert blocked is None
+
+
+def test_the_first_certificate_is_asked_for_within_a_second(tmp_path) -> None:
+    """Was: each `generation.certify` call of the `complete` phase waited up to the
+    guardian's 30 s deadline, so a new generation that did not answer it held the
+    upgrade call for 31 s. The asking takes a second all told (docs/upgrade.md): a call
+    that does not answer ends it, ``certified: false``, and the handoff completes."""
+    async def go(co: FakeCoordinator) -> Any:
+        await co.connect_owner()
+        await co.boot_generation(OLD)
+        co.world.fail["generation.certify"] = ["hang"]
+        co.control_timeouts.clear()
+        return await upgrade(co, NEW), co.control_timeouts
+    result, timeouts = run_on(tmp_path, go)
+    assert result["activation"]["phase"] == "complete"
+    assert result["receipts"][-1]["detail"]["certified"] is False
+    asked = [t for m, t in timeouts if m == "generation.certify"]
+    assert asked == [1.0], timeouts
