@@ -15,6 +15,7 @@ docs/config.md is the reference for every key.
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +25,13 @@ from msgspec.structs import replace
 from protocol.errors import ConfigInvalid
 
 from .config_identity import IDENTITY_KEYS, parse_limits, parse_run_as
-from .config_lines import KeyPath, find_line, format_key, syntax_error_location
+from .config_lines import (
+    KeyPath,
+    find_line,
+    format_key,
+    long_integer_location,
+    syntax_error_location,
+)
 from .config_metrics import parse_metrics
 from .config_retention import parse_retention
 from .config_sockets import SOCKET_KEYS, check_addresses, check_probes, parse_sockets
@@ -109,6 +116,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 
 TOO_DEEP = "arrays or tables nested too deeply to read"
+TOO_LONG = (f"an integer of more than {sys.get_int_max_str_digits()} digits, too long to "
+            "read (and far beyond what any key takes)")
 
 
 def parse_config(text: str, source: str) -> Config:
@@ -121,6 +130,9 @@ def parse_config(text: str, source: str) -> Config:
     except tomllib.TOMLDecodeError as e:
         problem, line, key = syntax_error_location(str(e), text)
         raise file_error(source, key, line, problem) from None
+    except ValueError:   # an integer of more digits than Python converts (the others
+        at, key = long_integer_location(text)   # are TOMLDecodeError, a ValueError too)
+        raise file_error(source, key, at, TOO_LONG) from None
     except RecursionError:
         raise file_error(source, "", None, TOO_DEEP) from None
     try:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections.abc import Sequence
 
-__all__ = ["KeyPath", "find_line", "format_key", "syntax_error_location"]
+__all__ = ["KeyPath", "find_line", "format_key", "long_integer_location",
+           "syntax_error_location"]
 
 KeyPath = tuple[str | int, ...]
 """A path into the parsed document; ``int`` parts index into arrays."""
@@ -77,6 +79,26 @@ def syntax_error_location(message: str, text: str) -> tuple[str, int, str]:
             key = format_key(parts)
             message = "is defined twice (a TOML table can be defined only once)"
     return message, line, key
+
+
+# a decimal integer as TOML writes it: where a value begins, an optional sign, digits
+# with single underscores between them
+_DECIMAL = re.compile(r"(?:^|(?<=[=,\[{]))[ \t]*[+-]?([0-9](?:_?[0-9])*)", re.MULTILINE)
+
+
+def long_integer_location(text: str) -> tuple[int | None, str]:
+    """``(line, key)`` of the first decimal integer in ``text`` with more digits than
+    Python converts (``sys.get_int_max_str_digits()``, 4300; tomllib then raises
+    ValueError, not TOMLDecodeError): its line and the key it is the value of (or
+    that of the table or inline table it is in), ``(None, "")`` when none is found.
+    Best effort, like :func:`find_line`; never raises."""
+    limit = sys.get_int_max_str_digits()
+    for m in _DECIMAL.finditer(text):
+        if limit and len(m.group(1).replace("_", "")) > limit:
+            line = text.count("\n", 0, m.start(1)) + 1
+            at = _key_at(text, line)
+            return line, format_key(at[0]) if at is not None else ""
+    return None, ""
 
 
 def find_line(text: str, path: KeyPath) -> int | None:

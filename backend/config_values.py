@@ -99,8 +99,21 @@ def get_int(t: Mapping[str, Any], key: str, path: KeyPath, default: int,
         raise Invalid((*path, key), f"must be an integer, not {_type_name(value)}")
     if value < lo or (hi is not None and value > hi):
         bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-        raise Invalid((*path, key), f"must be {bound}, not {value}")
+        raise Invalid((*path, key), f"must be {bound}, not {_shown(value)}")
     return value
+
+
+_SHOWN_DIGITS = 24
+
+
+def _shown(value: int | float) -> str:
+    """``value`` for a message; an integer too long to read is said to be. (A hex
+    literal's may be too long even to format: ``str()`` raises ValueError past 4300
+    digits.)"""
+    if isinstance(value, int) and abs(value) >= 10 ** _SHOWN_DIGITS:
+        return f"{'a negative' if value < 0 else 'an'} integer of more than " \
+               f"{_SHOWN_DIGITS} digits"
+    return f"{value}"
 
 
 _SIZE = re.compile(r"([0-9]+)\s*([KMGT]?)")
@@ -154,16 +167,27 @@ def get_duration(t: Mapping[str, Any], key: str, path: KeyPath, default: float,
     value = t[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise Invalid((*path, key), f"must be a number, not {_type_name(value)}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise Invalid((*path, key), f"must be a finite number, not {value}")
+    number, here, shown = _seconds(value), (*path, key), _shown(value)
+    if isinstance(value, float) and not math.isfinite(value):   # inf, -inf, nan
+        raise Invalid(here, f"must be a finite number, not {shown}")
     if positive and number <= 0:
-        raise Invalid((*path, key), f"must be > 0, not {value}")
+        raise Invalid(here, f"must be > 0, not {shown}")
     if number < minimum:
-        raise Invalid((*path, key), f"must be >= {minimum:g}, not {value}")
+        raise Invalid(here, f"must be >= {minimum:g}, not {shown}")
     if maximum is not None and number > maximum:
-        raise Invalid((*path, key), f"must be at most {maximum:g} s, not {value}")
+        raise Invalid(here, f"must be at most {maximum:g} s, not {shown}")
+    if math.isinf(number):   # an integer past the largest float, and no maximum
+        raise Invalid(here, f"must be a finite number, not {shown}")
     return number
+
+
+def _seconds(value: int | float) -> float:
+    """``value`` as a float; an integer past the largest float (``float()`` raises
+    OverflowError) as the infinity of its sign, which the range checks refuse."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def get_str(t: Mapping[str, Any], key: str, path: KeyPath, default: str | None,
