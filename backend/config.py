@@ -80,13 +80,18 @@ from .model import (
     plain,
 )
 
-__all__ = ["CONFIG_FORMAT", "MAX_INSTANCES", "canonical_form", "check_declares_something",
+__all__ = ["CONFIG_FORMAT", "MAX_COUNT", "MAX_INSTANCES", "canonical_form",
+           "check_declares_something",
            "config_error", "load_config", "order_apps", "parse_config", "parse_recent",
            "parsed_before"]
 
 CONFIG_FORMAT = 1
 """Version of the canonical form; part of the revision."""
 MAX_INSTANCES = 64
+# a start limit's burst and a health check's failures, at most: as a job's max_pending
+# and keep, far beyond any use, and a number every wire and store carries (inspect sends
+# them as msgpack, which has no integer past 64 bits)
+MAX_COUNT = 1_000_000
 # an app's log_retention: the owner's bounds (owner.journalretention)
 LOG_RETENTION_MIN, LOG_RETENTION_MAX = 1 << 20, 1 << 40
 LOG_RETENTION_DEFAULT = 64 << 20   # what the owner's journal keeps unless told (owner.journal)
@@ -401,7 +406,7 @@ def _parse_backoff(t: Mapping[str, Any], path: KeyPath) -> Backoff:
 def _parse_start_limit(t: Mapping[str, Any], path: KeyPath) -> StartLimit:
     check_keys(t, ("burst", "interval"), path)
     d = StartLimit()
-    return StartLimit(burst=get_int(t, "burst", path, d.burst, 1),
+    return StartLimit(burst=get_int(t, "burst", path, d.burst, 1, MAX_COUNT),
                       interval=get_duration(t, "interval", path, d.interval, positive=True))
 
 
@@ -450,7 +455,7 @@ def _parse_health(t: Mapping[str, Any], path: KeyPath, instances: int) -> Health
                   command=command,
                   interval=get_duration(t, "interval", path, d.interval, positive=True),
                   timeout=get_duration(t, "timeout", path, d.timeout, positive=True),
-                  failures=get_int(t, "failures", path, d.failures, 1),
+                  failures=get_int(t, "failures", path, d.failures, 1, MAX_COUNT),
                   grace=get_duration(t, "grace", path, d.grace))
 
 

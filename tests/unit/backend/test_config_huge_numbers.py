@@ -1,9 +1,10 @@
-"""An integer too large for a float, or for Python to read, in tenure.toml: refused as
-CONFIG_INVALID naming the key and the line, like any value out of range.
+"""An integer too large for a float, for Python to read or for the wire, in tenure.toml:
+refused as CONFIG_INVALID naming the key and the line, like any value out of range.
 
 Was: ``float()`` raised OverflowError for a duration written as an integer past the
 largest float (ValueError from tomllib for one of more than 4300 digits), and `tenure
-plan` answered INTERNAL."""
+plan` answered INTERNAL; a count without an upper bound was applied, and `tenure
+inspect` answered INTERNAL."""
 
 from __future__ import annotations
 
@@ -105,3 +106,25 @@ def test_an_integer_too_long_to_read_is_invalid_with_its_line(written: str, key:
     assert err.code is Code.CONFIG_INVALID
     assert (err.data["key"], err.data["line"]) == (key, line), err.msg
     assert err.data["problem"].startswith("an integer of more than 4300 digits")
+
+
+@pytest.mark.parametrize(("table", "before", "key"), [
+    (f"{APP}.start_limit", "", "burst"),
+    (f"{APP}.health", 'kind = "tcp"\nport = 80\n', "failures"),
+])
+def test_a_count_beyond_the_bound_is_refused_and_one_at_it_goes_on_the_wire(
+        table: str, before: str, key: str) -> None:
+    """Was: no upper bound; 2**64 was applied, and `tenure inspect` answered INTERNAL
+    (msgpack has no integer past 64 bits)."""
+    from backend.config import MAX_COUNT
+    from backend.model import plain
+    from protocol.framing import pack
+    assert MAX_COUNT == 1_000_000   # docs/config.md says so
+    for value in (MAX_COUNT + 1, 2**64):
+        text, line = _text(table, before, key, str(value))
+        err = _invalid(text)
+        assert (err.data["key"], err.data["line"]) == (f"{table}.{key}", line), err.msg
+        assert err.data["problem"] == f"must be between 1 and 1000000, not {value}"
+    app = parse_config(_text(table, before, key, str(MAX_COUNT))[0], "t.toml").app("s", "a")
+    assert app is not None
+    pack({"app": plain(app)})   # what inspect sends of it
