@@ -79,7 +79,8 @@ Retune = Mapping[str, list[str]]
 def compute_changes(old: Config, new: Config, running: Running | None = None,
                     stopped: Mapping[str, list[int]] | None = None,
                     retune: Retune | None = None) -> list[dict[str, Any]]:
-    """Every difference per app, in a stable order: start, restart, scale, update, stop.
+    """Every difference per app, in a stable order: start, restart, scale, update per
+    app in name order, then the stops in the order they are made (:func:`_stop_order`).
     With ``running``, also what an operation that failed or was abandoned left undone:
     the applied config names it, the instances do not run it (a definition not rolled
     out, an app not started or not stopped, a scale not made). ``stopped``
@@ -132,10 +133,23 @@ def _changes(old: Config, new: Config, running: Running | None, retune: Retune |
         changes += _updates(key, _differ(_policy(n), _policy(o)),
                             (retune or {}).get(key, []))
     gone = set(old_apps) | set(running or {})
-    for key in sorted(gone - set(new_apps)):
+    for key in _stop_order(old, gone - set(new_apps)):
         count = len(running[key]) if running and key in running else old_apps[key].instances
         changes.append({"action": "stop", "app": key, "instances": count})
     return changes
+
+
+def _stop_order(old: Config, keys: set[str]) -> list[str]:
+    """``keys`` (apps to stop) in the order they stop: ``after`` orders a start and, as
+    in systemd, the reverse stop, so an app stops before the apps it waits for. Stack by
+    stack in name order, the levels of ``old``'s start order last first, names sorted
+    within a level, as an owner maintenance window stops them. An app ``old`` does not
+    name (left running by an operation that did not finish) goes first in its stack: no
+    app of ``old`` can wait for it."""
+    rank = {f"{stack.name}/{name}": i for stack in old.stacks.values()
+            for i, name in enumerate(n for level in reversed(order_apps(stack))
+                                     for n in level)}
+    return sorted(keys, key=lambda k: (k.split("/")[0], rank.get(k, -1), k))
 
 
 def _updates(key: str, policy: list[str], sockets: list[str]) -> list[dict[str, Any]]:
@@ -189,7 +203,9 @@ def _stale(app: App, running: Mapping[int, str]) -> list[dict[str, Any]]:
 
 
 def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ordered steps of applying ``changes``: stops first, then starts level by level
+    """The ordered steps of applying ``changes``: stops first, one app after the other in
+    the order ``changes`` lists them (:func:`compute_changes`: an app before the apps it
+    waits for, the reverse of their start), then starts level by level
     along ``after`` (each level at once), then scaling, then rolling restarts one
     instance at a time, an app after the apps it waits for (``after``), then held
     sockets changed in place."""

@@ -130,3 +130,57 @@ def test_socket_updates_come_after_every_restart():
     assert steps == [{"do": "restart_instance", "app": "s/b", "instance": 0},
                      {"do": "restart_instance", "app": "s/b", "instance": 1},
                      {"do": "update_sockets", "app": "s/a", "sockets": ["http"]}]
+
+
+# db; web and cache after db; worker after web: started db, then cache and web, then worker
+SHOP = ('[stacks.shop.apps.db]\ncommand = ["db"]\n'
+        '[stacks.shop.apps.web]\ncommand = ["web"]\nafter = ["db"]\n'
+        '[stacks.shop.apps.cache]\ncommand = ["cache"]\nafter = ["db"]\n'
+        '[stacks.shop.apps.worker]\ncommand = ["worker"]\nafter = ["web"]\n')
+
+
+def _stops(old: str, new: str, running: dict[str, dict[int, str]] | None = None
+           ) -> tuple[list[str], list[str]]:
+    """The apps the plan from ``old`` to ``new`` stops, as its changes list them and in
+    the order of its steps."""
+    from backend.plan import steps_for
+    n = parse_config(new, "n")
+    changes = compute_changes(parse_config(old, "o"), n, running)
+    return ([c["app"] for c in changes if c["action"] == "stop"],
+            [s["app"] for s in steps_for(n, changes) if s["do"] == "stop_app"])
+
+
+def test_removed_apps_stop_in_the_reverse_of_their_start_order():
+    """Was: in the order of their names, so a stack removed with `db` and `web` (after
+    `db`) stopped db first, then web, whose requests then failed against no database."""
+    order = ["shop/worker", "shop/cache", "shop/web", "shop/db"]
+    assert _stops(SHOP + BASE, BASE) == (order, order)
+    # only some of them: the same order among those
+    kept = SHOP.split("[stacks.shop.apps.cache]")[0]
+    assert _stops(SHOP, kept + BASE) == (["shop/worker", "shop/cache"],) * 2
+
+
+def test_removed_stacks_stop_one_after_the_other_in_name_order():
+    other = SHOP.replace("stacks.shop.", "stacks.aaa.")
+    assert _stops(SHOP + other + BASE, BASE)[1] == [
+        "aaa/worker", "aaa/cache", "aaa/web", "aaa/db",
+        "shop/worker", "shop/cache", "shop/web", "shop/db"]
+
+
+def test_an_app_only_still_running_stops_first_in_its_stack():
+    """An app an unfinished operation left running is not in the applied config: no app
+    of it can wait for it."""
+    running = {"shop/db": {0: "d"}, "shop/web": {0: "d"}, "shop/cache": {0: "d"},
+               "shop/worker": {0: "d"}, "shop/zzz": {0: "d"}, "s/a": {0: "d"}}
+    assert _stops(SHOP + BASE, BASE, running)[1] == [
+        "shop/zzz", "shop/worker", "shop/cache", "shop/web", "shop/db"]
+
+
+def test_a_stored_plans_stops_keep_their_steps():
+    """An operation resumed by this release from a plan stored by an earlier one (stops
+    in name order) runs the steps it counted its progress in."""
+    from backend.plan import steps_for
+    changes = [{"action": "stop", "app": k, "instances": 1}
+               for k in ("shop/cache", "shop/db", "shop/web", "shop/worker")]
+    assert [s["app"] for s in steps_for(parse_config(BASE, "n"), changes)] == \
+        ["shop/cache", "shop/db", "shop/web", "shop/worker"]
