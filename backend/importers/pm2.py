@@ -21,7 +21,13 @@ from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, RunAs, Star
 from .identity import account
 from .model import Context, Draft, Origin, SourceResult, source_error
 from .pm2_load import load_ecosystem
-from .policy import MAX_INSTANCES, MAX_STOP_WAIT_S, quick_failure_limit, seconds
+from .policy import (
+    MAX_INSTANCES,
+    MAX_STOP_WAIT_S,
+    quick_failure_limit,
+    seconds,
+    too_many_starts,
+)
 
 __all__ = ["read_pm2"]
 
@@ -324,6 +330,8 @@ class _App:
             restart = self._stop_exit_codes()
         if restart is RestartMode.NEVER:  # backoff and start limit would never apply
             return restart, Backoff(), StartLimit()
+        if cut := too_many_starts(max_restarts, "max_restarts", max_restarts):
+            self.result.not_mapped(self.origin("max_restarts"), cut)
         return restart, backoff, quick_failure_limit(max_restarts, uptime, backoff)
 
     def _stop_exit_codes(self) -> RestartMode:

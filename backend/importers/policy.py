@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import re
 
-from ..config import MAX_INSTANCES
+from ..config import MAX_COUNT, MAX_INSTANCES
 from ..model import MAX_STOP_WAIT_S, Backoff, StartLimit
 
 __all__ = ["MAX_INSTANCES", "MAX_STOP_WAIT_S", "needs_shell", "quick_failure_limit",
-           "seconds"]
+           "seconds", "too_many_starts"]
 
 # characters and words with a meaning to sh beyond splitting words and quoting them
 _SHELL_CHARS = re.compile(r"[|&;<>()$`*?\[\]{}~#\n]")
@@ -34,8 +34,10 @@ def quick_failure_limit(starts: int, uptime: float, backoff: Backoff) -> StartLi
     """``starts`` starts allowed in a row of runs shorter than ``uptime`` seconds: the
     interval is the longest such a streak can take with ``backoff`` (every run just under
     ``uptime``; the first restart at once, restart n >= 2 after
-    ``min(initial * factor**(n-2), max)``), plus a second for the starts themselves."""
-    burst = max(1, starts)
+    ``min(initial * factor**(n-2), max)``), plus a second for the starts themselves.
+    More starts than a start limit takes are cut to its most (:func:`too_many_starts`
+    says so)."""
+    burst = min(max(1, starts), MAX_COUNT)
     waits, n = 0.0, 2
     while n <= burst:
         wait = backoff.delay(n)
@@ -44,6 +46,15 @@ def quick_failure_limit(starts: int, uptime: float, backoff: Backoff) -> StartLi
             break
         waits, n = waits + wait, n + 1
     return StartLimit(burst=burst, interval=round(burst * uptime + waits + 1.0, 3))
+
+
+def too_many_starts(starts: int, key: str, value: int) -> str | None:
+    """What to report when ``starts`` (``key`` = ``value`` in the source) passes what a
+    start limit takes, else None."""
+    if starts <= MAX_COUNT:
+        return None
+    return (f"{key} = {value:,} allows more starts than tenure's start_limit.burst takes "
+            f"(at most {MAX_COUNT:,}); imported as {MAX_COUNT:,}")
 
 
 def seconds(milliseconds: float) -> float:

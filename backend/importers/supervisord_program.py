@@ -29,7 +29,7 @@ from ..model import App, Backoff, Readiness, ReadyKind, RestartMode, RunAs, Star
 from .identity import account
 from .ini import IniDocument, IniSection
 from .model import Draft, Origin, SourceResult
-from .policy import MAX_INSTANCES, MAX_STOP_WAIT_S, quick_failure_limit
+from .policy import MAX_INSTANCES, MAX_STOP_WAIT_S, quick_failure_limit, too_many_starts
 from .supervisord_values import (
     AutoRestart,
     auto_restart,
@@ -386,6 +386,8 @@ class _Program:
         limit = quick_failure_limit(s.startretries + 1, s.startsecs, backoff)
         if restart is RestartMode.NEVER:  # backoff and start limit would never apply
             backoff, limit = Backoff(), StartLimit()
+        elif cut := too_many_starts(s.startretries + 1, "startretries", s.startretries):
+            self.result.not_mapped(self._origin("startretries"), cut)
         app = App(
             name=name, stack=self.group.name if self.group else "",
             command=process.command, env={**self.scope.daemon_env, **dict(process.env)},

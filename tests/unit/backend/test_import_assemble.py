@@ -147,11 +147,14 @@ def test_quick_failure_limit_covers_a_streak_of_quick_failures(
 
 
 def test_quick_failure_limit_of_a_huge_streak_is_computed_at_once() -> None:
+    """A streak past what start_limit.burst takes is cut to its most (1,000,000
+    starts), and the interval of that many is computed without a loop per start."""
     fixed = Backoff(initial=2.0, max=2.0, factor=1.0)
-    assert quick_failure_limit(10**9, 0.0, fixed).interval == (10**9 - 1) * 2.0 + 1
+    assert quick_failure_limit(10**9, 0.0, fixed) == \
+        StartLimit(burst=10**6, interval=(10**6 - 1) * 2.0 + 1)
     assert quick_failure_limit(10**9, 0.0, Backoff(initial=0.0)).interval == 1.0
     capped = quick_failure_limit(10**9, 0.0, Backoff()).interval
-    assert capped == round(0.5 + 1 + 2 + 4 + 8 + 16 + 30 * (10**9 - 7) + 1, 3)
+    assert capped == round(0.5 + 1 + 2 + 4 + 8 + 16 + 30 * (10**6 - 7) + 1, 3)
 
 
 @pytest.mark.parametrize(("command", "shell"), [

@@ -376,3 +376,16 @@ def test_json_that_is_not_javascript_either_reports_the_json_error(tmp_path: Pat
         read_pm2(str(path), Context(run_node=failing_node))
     assert (e.value.data["line"], e.value.data["file"]) == (3, str(path))
     assert "not valid JSON" in e.value.data["problem"]
+
+
+def test_max_restarts_beyond_a_start_limit_is_capped_and_reported(tmp_path: Path) -> None:
+    """start_limit.burst takes at most 1,000,000 starts: more was written as is and the
+    import ended in INTERNAL (the config it wrote did not validate)."""
+    path = tmp_path / "ecosystem.json"
+    path.write_text(json.dumps({"apps": [{"script": "a.js", "max_restarts": 5_000_000}]}))
+    result = import_files([str(path)], "s")
+    assert result.config.stacks["s"].apps["a"].start_limit.burst == 1_000_000
+    assert [(f.origin.key, f.problem) for f in result.findings] == [(
+        "apps[0].max_restarts",
+        "max_restarts = 5,000,000 allows more starts than tenure's start_limit.burst "
+        "takes (at most 1,000,000); imported as 1,000,000")]

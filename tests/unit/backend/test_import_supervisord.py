@@ -520,3 +520,17 @@ def test_an_unlimited_log_file_keeps_the_default_and_says_so(tmp_path: Path) -> 
     assert "0 (no limit) has no tenure equivalent" in problems[f"{X} stdout_logfile_maxbytes"]
     got, problems = _retention(tmp_path, "stdout_logfile_maxbytes=lots\n")
     assert got == 2 * 550 << 20 and "lots" in problems[f"{X} stdout_logfile_maxbytes"]
+
+
+def test_start_retries_beyond_a_start_limit_are_capped_and_reported(tmp_path: Path) -> None:
+    """start_limit.burst takes at most 1,000,000 starts: more was written as is and the
+    import ended in INTERNAL (the config it wrote did not validate)."""
+    conf = tmp_path / "s.conf"
+    conf.write_text("[program:w]\ncommand=/bin/w\nstartretries=999999\n"
+                    "[program:x]\ncommand=/bin/x\nstartretries=2000000\n")
+    apps = import_files([str(conf)], "s").config.stacks["s"].apps
+    assert (apps["w"].start_limit.burst, apps["x"].start_limit.burst) == \
+        (1_000_000, 1_000_000)
+    assert _problems(read_supervisord(str(conf), CTX)) == {
+        "[program:x] startretries": "startretries = 2,000,000 allows more starts than "
+        "tenure's start_limit.burst takes (at most 1,000,000); imported as 1,000,000"}
