@@ -16,7 +16,9 @@ form):
   whenever it exits (``Restart=always``, 1 s). It is ordered after the owner and *wants*
   it, but neither requires nor binds to it: restarting one never restarts the other, so a
   guardian restart cannot touch apps and an owner maintenance window does not bounce the
-  guardian. ``KillMode=control-group`` is right for it: its cgroup holds only backends.
+  guardian. ``KillMode=mixed``: systemd signals only the guardian, which asks its backend
+  for a fresh recovery certificate and retires it before it exits; whatever is left in
+  its cgroup (only backends, never apps) is SIGKILLed once it is gone.
 - System scope splits privileges: the owner runs as root (``User=root``: it starts each
   app as the user its config names and manages cgroups) and admits only root and the
   service account (``--service-account``) on its socket; the guardian and its backends
@@ -302,7 +304,10 @@ def _guardian(inst: Installation, base: ServiceSpec) -> ServiceSpec:
         start_limit_interval_sec=0,
         timeout_start_sec=60,
         timeout_stop_sec=30,
-        kill_mode="control-group",
+        # mixed, not control-group: a backend SIGTERMed with the guardian would close
+        # before the guardian could get its last certificate and retire it, and the next
+        # guardian's recovery would be blocked whenever an app changed since the last one
+        kill_mode="mixed",
         oom_policy="continue",
         after=(OWNER_UNIT,),
         wants=(OWNER_UNIT,),

@@ -68,6 +68,17 @@ def test_owner_policy_lets_the_owner_stop_apps_itself() -> None:
     assert not any(line.startswith("Group=") for line in text.splitlines())
 
 
+@pytest.mark.parametrize("scope", ["system", "user"])
+def test_guardian_stop_signals_only_the_guardian(scope: str) -> None:
+    """`systemctl restart tenure` must leave the backend to the guardian, which gets its
+    last certificate and retires it (was: control-group SIGTERMed the backend at the same
+    time, and the next guardian's recovery was blocked); SIGKILL still reaps what is
+    left."""
+    lines = render_systemd(services(_inst(scope))[1]).splitlines()
+    assert "KillMode=mixed" in lines and "SendSIGKILL=yes" in lines
+    assert "KillMode=control-group" not in lines
+
+
 def test_system_scope_splits_privileges() -> None:
     """The owner runs as root and admits the service account; the guardian (and its
     backends) run as the service account."""
@@ -106,8 +117,7 @@ def test_guardian_wants_owner_but_never_binds_to_it() -> None:
     text = render_systemd(services(_inst())[1])
     lines = text.splitlines()
     for line in ("Restart=always", "RestartSec=1", "After=tenure-owner.service",
-                 "Wants=tenure-owner.service", "KillMode=control-group",
-                 "WantedBy=default.target"):
+                 "Wants=tenure-owner.service", "WantedBy=default.target"):
         assert line in lines, line
     assert not _lines(text, "Requires") and not _lines(text, "BindsTo")
     assert not _lines(text, "PartOf") and not _lines(text, "User")

@@ -1,0 +1,95 @@
+"""What the two units' settings do in a real systemd (root only), each scenario in a
+container of its own: a unit restart of the guardian right after an app changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.system.harness import SystemdContainer
+from tests.system.test_systemd_service import (
+    ENV,
+    TENURE,
+    WAIT,
+    backend_pid,
+    certified,
+    install_system_scope,
+    make_accounts,
+    tenure,
+    wait_for,
+)
+
+pytestmark = pytest.mark.root
+
+OWNER, GUARDIAN = "tenure-owner.service", "tenure.service"
+STACK = """
+[stacks.sys.apps.sleeper]
+command = ["/bin/sleep", "infinity"]
+user = "tnapp1"
+
+[stacks.sys.apps.other]
+command = ["/bin/sleep", "infinity"]
+user = "tnapp2"
+"""
+
+
+def _apps(c: SystemdContainer) -> dict[str, Any]:
+    """app key → its status entry."""
+    return {a["key"]: a for a in tenure(c, "status").get("apps") or []}
+
+
+def _running(c: SystemdContainer, n: int) -> dict[str, Any] | None:
+    apps = _apps(c)
+    ready = {k: a for k, a in apps.items() if a["state"] == "ready" and a["pid"]}
+    return ready if len(ready) == n else None
+
+
+def _installed_and_up(c: SystemdContainer) -> dict[str, int]:
+    """Install, start both units, bring the stack up; app key → pid."""
+    from backend.testing import seal_once
+    release = seal_once(c.share)
+    (c.share / "stack.toml").write_text(STACK)
+    make_accounts(c)
+    install_system_scope(c)
+    c.run("systemctl", "start", OWNER, GUARDIAN, check=True, timeout=WAIT)
+    tenure(c, "up", "--release", str(release), "--config", str(c.share / "stack.toml"),
+           "--timeout", "60")
+    apps = wait_for("both apps ready", lambda: _running(c, 2), c=c)
+    return {k: a["pid"] for k, a in apps.items()}
+
+
+def _journal(c: SystemdContainer) -> list[str]:
+    return c.run("journalctl", "--no-pager", "-o", "cat", "-u", GUARDIAN,
+                 check=True).out.splitlines()
+
+
+def _recovery(c: SystemdContainer) -> str | None:
+    res = c.run(TENURE, "--json", "backend", "status", env=ENV, timeout=30)
+    return (res.json().get("recovery") or {}).get("state") if res.code == 0 else None
+
+
+def test_guardian_restart_right_after_an_app_change_keeps_recovery_ready(
+        systemd_container: SystemdContainer) -> None:
+    """`systemctl restart tenure` just after `tenure stop APP`: systemd signals only the
+    guardian (KillMode=mixed), which gets a fresh certificate from its backend and retires
+    it; the next guardian recovers at once (was: systemd SIGTERMed the backend with the
+    guardian, the certificate predated the stop, and recovery was blocked)."""
+    c = systemd_container
+    pids = _installed_and_up(c)
+    wait_for("a recovery certificate", lambda: certified(c), c=c)
+    seen = len(_journal(c))
+    old_backend = backend_pid(c)
+    stopped = tenure(c, "stop", "sys/sleeper")
+    assert stopped, stopped
+    c.run("systemctl", "restart", GUARDIAN, check=True, timeout=WAIT)
+    wait_for("a new backend", lambda: backend_pid(c) not in (None, old_backend), c=c)
+    assert wait_for("recovery ready", lambda: _recovery(c) == "ready", c=c)
+    lines = _journal(c)[seen:]
+    bad = [x for x in lines if "did not retire cleanly" in x or "recovery blocked" in x]
+    assert not bad, "\n".join(lines)
+    apps = _apps(c)
+    assert apps["sys/other/0"]["pid"] == pids["sys/other/0"], apps
+    assert apps["sys/sleeper/0"]["state"] == "stopped", apps
+
