@@ -226,13 +226,8 @@ def _make_plan_dir(inst: Installation, pdir: Path) -> None:
         chain = [home, *(home.joinpath(*pdir.relative_to(home).parts[:i + 1])
                          for i in range(len(pdir.relative_to(home).parts)))]
     for d in chain:
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
-        else:
-            if d in (home, home / "runtime"):
-                _hand_over(inst, d)
+        if _mkdir_private(d) and d in (home, home / "runtime"):
+            _hand_over(inst, d)
         st = os.lstat(d)
         if not stat.S_ISDIR(st.st_mode):
             raise UnsafePath(f"{d} is a symlink or not a directory", {"path": str(d)})
@@ -246,14 +241,26 @@ def _make_home(inst: Installation) -> None:
     """System scope: create a missing home and runtime/ (0700), handed to the service
     account. Raises BadRequest (no such account), UnsafePath (not a directory)."""
     for d in (inst.home, inst.home / "runtime"):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(d).st_mode):
-                raise UnsafePath(f"{d} is a symlink or not a directory",
-                                 {"path": str(d)}) from None
-        else:
+        if _mkdir_private(d):
             _hand_over(inst, d)
+        elif not stat.S_ISDIR(os.lstat(d).st_mode):
+            raise UnsafePath(f"{d} is a symlink or not a directory", {"path": str(d)})
+
+
+def _mkdir_private(d: Path) -> bool:
+    """mkdir ``d`` 0700; False when something is there already. Prepare creates the home
+    and what is below it, never the directories above it (whose owner and mode are the
+    operator's to choose). Raises UnsafePath when its parent is missing or not a
+    directory."""
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        return False
+    except (FileNotFoundError, NotADirectoryError):
+        raise UnsafePath(f"{d.parent} does not exist or is not a directory: create it "
+                         f"first, or name another home (--home)",
+                         {"path": str(d.parent)}) from None
+    return True
 
 
 def _hand_over(inst: Installation, d: Path) -> None:

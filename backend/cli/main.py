@@ -340,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     if args is None:
         from protocol.layout import default_home
         args = _parser(argv).parse_args(argv)
+        args.home_given = args.home is not None   # `service` has a default of its own
         args.home = (args.home or default_home()).absolute()
         if getattr(args, "config", None) is not None:   # named alike in every message
             args.config = args.config.absolute()

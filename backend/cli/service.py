@@ -13,7 +13,16 @@ __all__ = ["service_command"]
 def _installation(args: Any) -> Any:
     from units import Installation
     scope = args.scope or ("system" if os.geteuid() == 0 else "user")
-    return Installation.for_scope(scope, home=args.home, user=args.user_account)
+    return Installation.for_scope(scope, home=_named_home(args), user=args.user_account)
+
+
+def _named_home(args: Any) -> Any:
+    """The home ``--home`` or ``TENURE_HOME`` names, else None: the scope's own default
+    (``/var/lib/tenure`` in system scope), never the invoking user's (root's
+    ``~/.local/state/tenure``), which the CLI fills in for every other command."""
+    if getattr(args, "home_given", True) or os.environ.get("TENURE_HOME"):
+        return args.home
+    return None
 
 
 def separation(inst: Any) -> dict[str, Any]:

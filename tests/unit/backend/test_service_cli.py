@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import stat
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -71,3 +73,63 @@ def test_service_status_in_system_scope_names_the_service_account(
     privileges = json.loads(capsys.readouterr().out)["privileges"]
     assert privileges["apps_share_uid"] is False and privileges["control_plane"] == "svc"
     assert not any(c.startswith("--user") for c in systemctl.read_text().splitlines())
+
+
+@pytest.fixture
+def prepared(monkeypatch: pytest.MonkeyPatch) -> list[Installation]:
+    """`units.prepare` replaced by a recorder: the installations it was asked for (no
+    plan is written, so system scope touches nothing of this machine)."""
+    import units
+    seen: list[Installation] = []
+
+    def prepare(inst: Installation) -> Any:
+        seen.append(inst)
+        return SimpleNamespace(to_json=lambda: {"home": str(inst.home)}, digest="0" * 64)
+    monkeypatch.setattr(units, "prepare", prepare)
+    return seen
+
+
+@pytest.mark.parametrize(("argv", "env", "home"), [
+    ([], None, "/var/lib/tenure"),
+    (["--home", "/srv/t"], None, "/srv/t"),
+    ([], "/srv/env", "/srv/env"),
+])
+def test_system_scope_defaults_the_home_to_var_lib_tenure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prepared: list[Installation],
+        capsys: pytest.CaptureFixture[str], argv: list[str], env: str | None,
+        home: str) -> None:
+    """Root's own ~/.local/state/tenure is no home for a system installation (was: the
+    CLI's default home for every command was passed on, and /var/lib/tenure never
+    applied); --home and TENURE_HOME still name one."""
+    monkeypatch.setenv("HOME", str(tmp_path / "roothome"))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    if env is None:
+        monkeypatch.delenv("TENURE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("TENURE_HOME", env)
+    assert main(["--json", *argv, "service", "install", "--prepare", "--scope",
+                 "system"]) == 0
+    assert [str(i.home) for i in prepared] == [home]
+    assert json.loads(capsys.readouterr().out)["home"] == home
+
+
+def test_user_scope_still_defaults_to_the_users_state_home(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        prepared: list[Installation]) -> None:
+    monkeypatch.delenv("TENURE_HOME", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert main(["--json", "service", "install", "--prepare", "--scope", "user"]) == 0
+    assert [i.home for i in prepared] == [tmp_path / "state" / "tenure"]
+
+
+def test_prepare_with_a_missing_parent_of_the_home_is_unsafe_path(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """(was: INTERNAL, No such file or directory)"""
+    home = tmp_path / "missing" / "home"
+    argv = ["--json", "--home", str(home), "service", "install", "--prepare", "--scope",
+            "user"]
+    assert main(argv) == 1
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert err["code"] == "UNSAFE_PATH", err
+    assert err["data"]["path"] == str(tmp_path / "missing")
+    assert not (tmp_path / "missing").exists()

@@ -329,3 +329,18 @@ def test_system_plans_live_outside_the_home() -> None:
     assert inst.record_path == Path("/etc/tenure/installation.json")
     user = Installation.for_scope("user", home=Path("/h/t"), python=Path("/py"))
     assert user.plan_dir == Path("/h/t/runtime/supervision-plan")
+
+
+@pytest.mark.parametrize("scope", ["user", "system"])
+def test_prepare_refuses_a_home_whose_parent_is_missing(short_home: Path,
+                                                        scope: str) -> None:
+    """Prepare creates the home, not the directories above it (was: INTERNAL, No such
+    file or directory)."""
+    inst = Installation.for_scope(scope, home=short_home / "no" / "h", python=Path("/py"),
+                                  unit_dir=short_home / "u", plist_dir=short_home / "p",
+                                  config_dir=short_home / "etc" if scope == "system"
+                                  else None)  # never /etc/tenure here
+    with pytest.raises(UnsafePath, match="does not exist") as err:
+        prepare(inst)
+    assert err.value.data == {"path": str(short_home / "no")}
+    assert sorted(os.listdir(short_home)) == []
