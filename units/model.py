@@ -13,12 +13,14 @@ form):
   ``running`` receipt that must be reconciled first. ``OOMPolicy=continue``: an app killed
   by the kernel OOM killer must not make systemd stop the owner (the default ``stop``).
 - ``tenure`` (the guardian) runs backend generations as its own children and is restarted
-  whenever it exits (``Restart=always``, 1 s). It is ordered after the owner and *wants*
-  it, but neither requires nor binds to it: restarting one never restarts the other, so a
-  guardian restart cannot touch apps and an owner maintenance window does not bounce the
-  guardian. ``KillMode=mixed``: systemd signals only the guardian, which asks its backend
-  for a fresh recovery certificate and retires it before it exits; whatever is left in
-  its cgroup (only backends, never apps) is SIGKILLed once it is gone.
+  whenever it exits (``Restart=always``, 1 s). It is ordered after the owner, but
+  neither wants, requires nor binds to it: restarting one never starts or restarts the
+  other, so a guardian restart cannot touch apps, an owner maintenance window does not
+  bounce the guardian, and a guardian restarted during the window does not start the
+  owner (and every stack) again. Both units are enabled, so boot starts both.
+  ``KillMode=mixed``: systemd signals only the guardian, which asks its backend for a
+  fresh recovery certificate and retires it before it exits; whatever is left in its
+  cgroup (only backends, never apps) is SIGKILLed once it is gone.
 - System scope splits privileges: the owner runs as root (``User=root``: it starts each
   app as the user its config names and manages cgroups) and admits only root and the
   service account (``--service-account``) on its socket; the guardian and its backends
@@ -296,7 +298,8 @@ def _guardian(inst: Installation, base: ServiceSpec) -> ServiceSpec:
         description="tenure guardian (backend generations, epochs, receipts)",
         comment=(
             "Restarting this unit restarts the backend, never applications: they live",
-            "in tenure-owner.service. Wants=/After= the owner, never Requires=/BindsTo=.",
+            "in tenure-owner.service. After= the owner only: no Wants=/Requires=/BindsTo=,",
+            "so a restart of this unit never starts a stopped owner (see docs/service.md).",
         ),
         exec_start=(str(inst.python), "-I", "-m", "guardian", "--home", str(inst.home)),
         restart="always",
@@ -309,8 +312,9 @@ def _guardian(inst: Installation, base: ServiceSpec) -> ServiceSpec:
         # guardian's recovery would be blocked whenever an app changed since the last one
         kill_mode="mixed",
         oom_policy="continue",
+        # no wants=: Restart=always would start an owner the operator stopped for
+        # maintenance (and with it every stack) whenever the guardian is restarted
         after=(OWNER_UNIT,),
-        wants=(OWNER_UNIT,),
         keep_alive=True,
         stdout_path=str(inst.home / "tenure-guardian.stdout.log"),
         stderr_path=str(inst.home / "tenure-guardian.stderr.log"),

@@ -1,9 +1,11 @@
 """What the two units' settings do in a real systemd (root only), each scenario in a
-container of its own: a unit restart of the guardian right after an app changed.
+container of its own: a unit restart of the guardian right after an app changed, and a
+guardian crash while the owner is stopped for maintenance.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -15,8 +17,10 @@ from tests.system.test_systemd_service import (
     WAIT,
     backend_pid,
     certified,
+    diagnostics,
     install_system_scope,
     make_accounts,
+    procs,
     tenure,
     wait_for,
 )
@@ -93,3 +97,27 @@ def test_guardian_restart_right_after_an_app_change_keeps_recovery_ready(
     assert apps["sys/other/0"]["pid"] == pids["sys/other/0"], apps
     assert apps["sys/sleeper/0"]["state"] == "stopped", apps
 
+
+def test_guardian_crash_during_owner_maintenance_leaves_the_owner_stopped(
+        systemd_container: SystemdContainer) -> None:
+    """Runbook step 1 stops the owner; a guardian that crashes then is restarted, and
+    the owner stays stopped until the operator starts it (was: Wants= pulled the owner,
+    and every stack, back up within a second)."""
+    c = systemd_container
+    pids = _installed_and_up(c)
+    c.run("systemctl", "stop", OWNER, check=True, timeout=WAIT)
+    assert all(v is None for v in procs(c, list(pids.values())).values())
+    crashed = int(c.unit(GUARDIAN)["MainPID"])
+    c.run("kill", "-9", str(crashed), check=True)
+    # restarted: it waits for an owner (activating) and serves its socket meanwhile
+    wait_for("the guardian restarted", lambda: c.unit(GUARDIAN)["MainPID"] not in
+             ("0", str(crashed)), c=c)
+    deadline = time.monotonic() + 5.0   # the restart that pulled the owner took ~1 s
+    while time.monotonic() < deadline:
+        assert c.unit(OWNER)["ActiveState"] == "inactive", diagnostics(c)
+        time.sleep(0.25)
+    assert all(v is None for v in procs(c, list(pids.values())).values())
+    c.run("systemctl", "start", OWNER, check=True, timeout=WAIT)
+    back = wait_for("the stack back on the new owner", lambda: _running(c, 2), c=c)
+    assert set(back) == set(pids)
+    assert c.unit(GUARDIAN)["ActiveState"] == "active"

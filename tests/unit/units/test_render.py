@@ -113,14 +113,26 @@ def test_what_the_home_holds_never_decides_what_a_unit_runs(scope: str,
             (argv, done.stderr[-300:])
 
 
-def test_guardian_wants_owner_but_never_binds_to_it() -> None:
+def test_guardian_follows_the_owner_but_never_binds_to_it() -> None:
     text = render_systemd(services(_inst())[1])
     lines = text.splitlines()
     for line in ("Restart=always", "RestartSec=1", "After=tenure-owner.service",
-                 "Wants=tenure-owner.service", "WantedBy=default.target"):
+                 "WantedBy=default.target"):
         assert line in lines, line
     assert not _lines(text, "Requires") and not _lines(text, "BindsTo")
     assert not _lines(text, "PartOf") and not _lines(text, "User")
+
+
+@pytest.mark.parametrize("scope", ["system", "user"])
+def test_a_guardian_restart_never_starts_a_stopped_owner(scope: str) -> None:
+    """The owner stopped for maintenance stays stopped when the guardian (Restart=always)
+    is restarted (was: Wants= pulled the owner, and every stack, back up); boot starts
+    both because both are enabled."""
+    owner, guardian = (render_systemd(s) for s in services(_inst(scope)))
+    assert not _lines(guardian, "Wants") and not _lines(guardian, "Requisite")
+    target = "multi-user.target" if scope == "system" else "default.target"
+    assert f"WantedBy={target}" in owner.splitlines()
+    assert f"WantedBy={target}" in guardian.splitlines()
 
 
 def test_environment_carries_only_the_instance_path() -> None:
