@@ -7,7 +7,9 @@ systemd escaping, per systemd.unit(5)/systemd.service(5):
 - ``ExecStart=`` words are unquoted and C-unescaped, and ``$`` starts a variable
   substitution: an argument with whitespace, a quote or a backslash is written in double
   quotes with ``\\`` and ``"`` backslash-escaped, and ``$`` is doubled. ``$`` in the
-  executable path is refused (the path is not substituted, so ``$$`` would stay literal).
+  executable path is refused (the path is not substituted, so ``$$`` would stay literal),
+  and so are a quote, a backslash or a trailing ``/`` there: systemd refuses to load a
+  unit whose executable name has them, however they are escaped.
 - ``Environment=`` assignments are always double-quoted, ``\\`` and ``"`` escaped; ``$``
   has no meaning there.
 - A newline, NUL or any other control character cannot be represented in a unit line (or
@@ -37,6 +39,7 @@ __all__ = ["exec_word", "plist_name", "quote_env", "render_launchd", "render_sys
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
+_EXEC_REFUSED = re.compile(r"[$\"'\\]")  # systemd's string_is_safe(), and '$'
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@-]+\.(service|target|socket|mount|path)\Z")
 _WORD = re.compile(r"[A-Za-z0-9_.:-]+\Z")
@@ -68,16 +71,26 @@ def _word(value: str, what: str, pattern: re.Pattern[str] = _WORD) -> str:
 
 
 def exec_word(arg: str, *, executable: bool = False) -> str:
-    """One ``ExecStart=`` word. Raises BadRequest (control character; ``$`` or a relative
-    path for the executable)."""
+    """One ``ExecStart=`` word. Raises BadRequest (control character; for the executable:
+    a relative path, a directory path or one systemd refuses, see :func:`_executable`)."""
     _checked(arg, "ExecStart")
-    if executable and (not arg.startswith("/") or "$" in arg):
-        raise BadRequest(f"the executable must be an absolute path without '$': {arg!r}",
-                         {"field": "ExecStart"})
+    if executable:
+        _executable(arg)
     body = arg.replace("%", "%%").replace("$", "$$")
     if arg and not _NEEDS_QUOTES.search(arg):
         return body
     return '"' + body.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _executable(arg: str) -> None:
+    """Raises BadRequest unless ``arg`` is an executable path systemd loads: absolute, not
+    ending in ``/`` ("specifies a directory"), without ``$`` (not substituted there) and
+    without a quote or backslash, which systemd refuses in an executable name even when
+    escaped ("contains special characters": the unit would not load at all)."""
+    if not arg.startswith("/") or arg.endswith("/") or _EXEC_REFUSED.search(arg):
+        raise BadRequest("the executable must be an absolute path to a file, without '$', "
+                         f"quotes or backslashes (systemd cannot run it): {arg!r}",
+                         {"field": "ExecStart"})
 
 
 def quote_env(key: str, value: str) -> str:

@@ -12,8 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from protocol.errors import ServiceError
-from units import Installation, Scope, Systemctl, render_systemd, services
+from protocol.errors import BadRequest, ServiceError
+from units import (
+    Installation,
+    Scope,
+    Systemctl,
+    exec_word,
+    render_systemd,
+    services,
+)
 
 ANALYZE = shutil.which("systemd-analyze")
 # The venv interpreter: ExecStart must name an existing binary for verify to pass.
@@ -87,6 +94,42 @@ def test_verify_would_notice_a_bad_setting(analyze: str, short_home: Path,
     path.write_text(path.read_text().replace("KillMode=process", "KillMode=bogus"))
     _rc, out = _verify(analyze, "system", unit_dir, runtime_dir)
     assert str(unit_dir) in out and "kill mode" in out
+
+
+@pytest.mark.parametrize("name", ['q"x', "it's", "b\\s"])
+def test_an_interpreter_path_systemd_refuses_is_refused_before_rendering(
+        analyze: str, short_home: Path, runtime_dir: Path, name: str) -> None:
+    """A quote or backslash in the executable's path: systemd does not load such a unit
+    ("Executable name contains special characters"), so rendering refuses it with
+    BadRequest (was: a unit file was written that systemd refused)."""
+    bad = short_home / name / "python"
+    bad.parent.mkdir()
+    bad.symlink_to(PYTHON)
+    inst = Installation.for_scope(Scope.SYSTEM, home=Path("/var/lib/tenure"), python=bad,
+                                  user="root", group="root", unit_dir=short_home / "u",
+                                  plist_dir=short_home / "p")
+    for spec in services(inst):
+        with pytest.raises(BadRequest, match="executable"):
+            render_systemd(spec)
+    # what systemd says of the line as an ordinary (escaped) word would have it
+    unit_dir = short_home / "u"
+    unit_dir.mkdir()
+    (unit_dir / "x.service").write_text(f"[Service]\nExecStart={exec_word(str(bad))}\n")
+    rc, out = _verify(analyze, "system", unit_dir, runtime_dir)
+    assert rc != 0 and "special characters" in out, out
+
+
+def test_an_interpreter_path_with_space_and_percent_loads(analyze: str, short_home: Path,
+                                                          runtime_dir: Path) -> None:
+    odd = short_home / "my env 100%" / "python"
+    odd.parent.mkdir()
+    odd.symlink_to(PYTHON)
+    inst = Installation.for_scope(Scope.SYSTEM, home=Path("/var/lib/tenure"), python=odd,
+                                  user="root", group="root", unit_dir=short_home / "u",
+                                  plist_dir=short_home / "p")
+    _write(inst, short_home / "u")
+    rc, out = _verify(analyze, "system", short_home / "u", runtime_dir)
+    assert rc == 0, out
 
 
 def _script(directory: Path, body: str) -> str:

@@ -196,6 +196,19 @@ def test_home_with_space_percent_quote_and_backslash_renders_exact_lines() -> No
         'WorkingDirectory=/srv/my tenure/50%%/"q"/b\\s']
 
 
+@pytest.mark.parametrize("exe", ['/opt/q"x/python', "/opt/it's/python", "/opt/b\\s/py",
+                                 "/opt/venv/bin/", "/opt/$v/python", "python"])
+def test_an_executable_systemd_would_refuse_is_bad_request(exe: str) -> None:
+    """systemd does not load a unit whose executable name has a quote or backslash, or
+    names a directory (was: rendered, escaped, and refused by systemd)."""
+    with pytest.raises(BadRequest, match="executable") as err:
+        exec_word(exe, executable=True)
+    assert err.value.data == {"field": "ExecStart"}
+    with pytest.raises(BadRequest):
+        render_systemd(_spec(exec_start=(exe, "-I")))
+    assert exec_word(exe.lstrip("/")) != ""  # the same text as an argument is fine
+
+
 def test_description_percent_is_doubled() -> None:
     text = render_systemd(_spec(description="tenure at 100% (test)"))
     assert _lines(text, "Description") == ["Description=tenure at 100%% (test)"]
