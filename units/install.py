@@ -21,6 +21,10 @@ running owner would stop every application. launchd plans are written the same w
 plist in LaunchAgents/LaunchDaemons is loaded at the next login/boot, the launchd analogue
 of ``enable``; ``launchctl bootstrap`` is left to the operator.
 
+``uninstall`` removes only what tenure wrote: unit files whose bytes are the plan's (or
+carry tenure's header line), the installation record of this home and the plan
+directory; anything else at those paths is left in place and reported.
+
 Invariant: between the checks and the writes nothing here is started or stopped; the
 refusals are the whole protection against replacing the files under a running service.
 """
@@ -54,11 +58,17 @@ from .model import (
     default_target_dir,
     services,
 )
-from .render import plist_name, render_launchd, render_systemd
-from .trust import check_plan_files, check_trusted_chain, ensure_trusted_dir, write_record
+from .render import HEADER, plist_name, render_launchd, render_systemd
+from .trust import (
+    check_plan_files,
+    check_trusted_chain,
+    ensure_trusted_dir,
+    read_record,
+    write_record,
+)
 
-__all__ = ["PLAN_FORMAT", "Plan", "PlannedFile", "Systemctl", "SystemctlLike", "install",
-           "live_sockets", "load_plan", "prepare", "status", "uninstall"]
+__all__ = ["PLAN_FORMAT", "Plan", "PlannedFile", "Removal", "Systemctl", "SystemctlLike",
+           "install", "live_sockets", "load_plan", "prepare", "status", "uninstall"]
 
 PLAN_KIND = "tenure-supervision-plan"
 ENV_KIND = "tenure-environment-record"
@@ -71,6 +81,7 @@ STATUS_PROPS = ("LoadState", "UnitFileState", "ActiveState", "SubState", "MainPI
 IDLE_STATES = frozenset({"inactive", "failed"})
 SOCKETS = ("execution/owner.sock", "runtime/guardian.sock", "backend/api.sock")
 TARGET_MODE = 0o644  # the service manager reads unit files; they hold no secrets
+HEADER_LINE = (HEADER + "\n").encode()  # the first line of every unit tenure renders
 
 
 class SystemctlLike(Protocol):
@@ -446,24 +457,120 @@ def status(inst: Installation, *, systemctl: SystemctlLike | None = None
     return {unit: ctl.show(unit, STATUS_PROPS) for unit in UNITS}
 
 
-def uninstall(inst: Installation, *, systemctl: SystemctlLike | None = None) -> list[Path]:
-    """Disable and remove both services' files, then daemon-reload; returns removed paths.
+@dataclass(frozen=True)
+class Removal:
+    """What :func:`uninstall` did: the files (and plan directory) it removed, and the
+    paths it left in place, each with why."""
 
-    Raises ServiceActive (a unit active/with a job, or a live socket), UnsafePath (a target
-    that is a symlink or not a regular file), ServiceError (systemctl failed).
+    removed: tuple[Path, ...]
+    left: tuple[tuple[Path, str], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"removed": [str(p) for p in self.removed],
+                "left": [{"path": str(p), "reason": why} for p, why in self.left]}
+
+
+def uninstall(inst: Installation, *, systemctl: SystemctlLike | None = None) -> Removal:
+    """Disable and remove the service files tenure installed, daemon-reload, then remove
+    the installation record of this home (system scope) and the plan directory.
+
+    A file at a target path that tenure did not write (:func:`_foreign`) is neither
+    disabled nor removed; it is listed in ``Removal.left`` with why, as is a record of
+    another home or a plan directory holding files tenure did not write. Raises
+    ServiceActive (a unit active/with a job, or a live socket), UnsafePath (a target that
+    is a symlink or not a regular file), ServiceError (systemctl failed).
     """
     ctl = _controller(inst.scope, systemctl) if inst.manager is Manager.SYSTEMD else None
     _refuse_busy(inst.home, ctl)
-    names = list(_rendered(inst))
-    targets = [inst.target_dir / n for n in names]
-    present = [t for t in targets if _regular_or_absent(t)]
-    if ctl is not None and present:
-        ctl.run("disable", *(t.name for t in present))
-    for t in present:
+    planned = _planned_digests(inst.plan_dir)
+    ours: list[Path] = []
+    left: list[tuple[Path, str]] = []
+    for name, rendered in _rendered(inst).items():
+        target = inst.target_dir / name
+        if _regular_or_absent(target):
+            why = _foreign(target, planned.get(name), rendered)
+            if why is None:
+                ours.append(target)
+            else:
+                left.append((target, why))
+    if ctl is not None and ours:
+        ctl.run("disable", *(t.name for t in ours))
+    for t in ours:
         os.unlink(t)
     if ctl is not None:
         ctl.run("daemon-reload")
-    return present
+    removed = [*ours, *_remove_record(inst, left), *_remove_plan_dir(inst, left)]
+    if inst.scope is Scope.SYSTEM:
+        with contextlib.suppress(OSError):   # /etc/tenure, when nothing else is in it
+            os.rmdir(inst.plan_root)
+    return Removal(tuple(removed), tuple(left))
+
+
+def _planned_digests(pdir: Path) -> dict[str, str]:
+    """File name → sha256 of the plan in ``pdir`` (the one installed, unless prepared
+    again since); empty when there is none or it is unreadable."""
+    try:
+        plan = _parse_plan(pdir)
+    except (OSError, StateCorrupt, UnsafePath):
+        return {}
+    return {f.name: f.sha256 for f in plan.files}
+
+
+def _foreign(target: Path, planned: str | None, rendered: bytes) -> str | None:
+    """Why the regular file ``target`` is not one tenure installed, or None when it is:
+    its bytes are the plan's file, what tenure renders for this installation now, or (a
+    systemd unit) begin with tenure's header line (tenure's unit for another interpreter
+    or an earlier release)."""
+    fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    if data == rendered or _sha256(data) == planned or data.startswith(HEADER_LINE):
+        return None
+    return ("not written by tenure (neither the installed plan's file nor a file with "
+            "tenure's header line): left in place, neither disabled nor removed")
+
+
+def _remove_record(inst: Installation, left: list[tuple[Path, str]]) -> list[Path]:
+    """System scope: remove the installation record when it is this home's; else say in
+    ``left`` why it stays."""
+    path = inst.record_path
+    if inst.scope is not Scope.SYSTEM:
+        return []
+    try:
+        record = read_record(path)
+    except (UnsafePath, StateCorrupt) as exc:
+        left.append((path, f"not removed: {exc.msg}"))
+        return []
+    if record is None:
+        return []
+    if record.get("home") != str(inst.home):
+        left.append((path, f"records another home ({record.get('home')}): not removed"))
+        return []
+    os.unlink(path)
+    return [path]
+
+
+def _remove_plan_dir(inst: Installation, left: list[tuple[Path, str]]) -> list[Path]:
+    """Remove the plan directory prepare wrote (plan.json first: a half-removed plan is
+    no plan); else say in ``left`` why it stays."""
+    pdir = inst.plan_dir
+    try:
+        check_plan_files(pdir)
+    except FileNotFoundError:
+        return []
+    except UnsafePath as exc:
+        left.append((pdir, f"not removed: {exc.msg}"))
+        return []
+    names = sorted(os.listdir(pdir), key=lambda n: n != PLAN_FILE)
+    extra = set(names) - {PLAN_FILE, ENV_FILE, *_rendered(inst)}
+    if extra:
+        left.append((pdir, f"holds files tenure did not write ({sorted(extra)}): not "
+                     "removed"))
+        return []
+    for name in names:
+        os.unlink(pdir / name)
+    os.rmdir(pdir)
+    return [*(pdir / n for n in names), pdir]
 
 
 def _regular_or_absent(path: Path) -> bool:

@@ -87,6 +87,8 @@ def service_command(args: Any, out: Any) -> int:
                        *(f"{k} runs: {_code_text(v)}" for k, v in code.items()),
                        privileges["note"]]))
         return Exit.OK
-    removed = units.uninstall(inst)
-    out(args, {"removed": [str(p) for p in removed]}, f"removed {len(removed)} files")
+    removal = units.uninstall(inst)
+    out(args, removal.to_json(), "\n".join([
+        f"removed {len(removal.removed)} files",
+        *(f"left {path}: {why}" for path, why in removal.left)]))
     return Exit.OK

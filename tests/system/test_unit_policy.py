@@ -121,3 +121,41 @@ def test_guardian_crash_during_owner_maintenance_leaves_the_owner_stopped(
     back = wait_for("the stack back on the new owner", lambda: _running(c, 2), c=c)
     assert set(back) == set(pids)
     assert c.unit(GUARDIAN)["ActiveState"] == "active"
+
+
+HAND_WRITTEN = """[Unit]
+Description=a tenure.service of the operator's own
+
+[Service]
+ExecStart=/bin/sleep infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_uninstall_removes_what_tenure_wrote_and_only_that(
+        systemd_container: SystemdContainer) -> None:
+    """After a stop of both units: the unit files, /etc/tenure's record and plan go; a
+    hand-written tenure.service stays enabled (was: disabled and deleted, and the record
+    and plan stayed)."""
+    c = systemd_container
+    make_accounts(c)
+    install_system_scope(c)
+    c.run("systemctl", "start", OWNER, GUARDIAN, check=True, timeout=WAIT)
+    c.run("systemctl", "stop", GUARDIAN, OWNER, check=True, timeout=WAIT)
+    done = tenure(c, "service", "uninstall", "--scope", "system")
+    assert done["left"] == [], done
+    assert {"/etc/systemd/system/tenure.service", "/etc/tenure/installation.json",
+            "/etc/tenure/supervision-plan"} <= set(done["removed"]), done
+    assert c.run("test", "-e", "/etc/tenure").code != 0
+    assert c.unit(GUARDIAN).get("ActiveState") == "inactive"
+    load = c.run("systemctl", "show", "-p", "LoadState", GUARDIAN, check=True).out
+    assert load.strip() == "LoadState=not-found", load
+    (c.share / "hand.service").write_text(HAND_WRITTEN)
+    c.run("cp", str(c.share / "hand.service"), "/etc/systemd/system/tenure.service",
+          check=True)
+    c.run("systemctl", "enable", GUARDIAN, check=True)
+    again = tenure(c, "service", "uninstall", "--scope", "system")
+    assert [x["path"] for x in again["left"]] == ["/etc/systemd/system/tenure.service"]
+    assert c.run("systemctl", "is-enabled", GUARDIAN).out.strip() == "enabled"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ from units import (
     uninstall,
 )
 from units.testing import FakeSystemctl
+from units.trust import write_record
 
 PLAN_FILES = {OWNER_UNIT, GUARDIAN_UNIT, "environment.json", "plan.json"}
 
@@ -242,8 +244,8 @@ def test_launchd_plan_installs_plists_without_systemctl(short_home: Path) -> Non
     install(plan.plan_dir, target_dir=inst.target_dir)
     assert sorted(os.listdir(inst.plist_dir)) == ["dev.tenure.guardian.plist",
                                                   "dev.tenure.owner.plist"]
-    assert uninstall(inst) == [inst.plist_dir / "dev.tenure.owner.plist",
-                               inst.plist_dir / "dev.tenure.guardian.plist"]
+    assert uninstall(inst).removed[:2] == (inst.plist_dir / "dev.tenure.owner.plist",
+                                           inst.plist_dir / "dev.tenure.guardian.plist")
     assert os.listdir(inst.plist_dir) == []
 
 
@@ -273,10 +275,86 @@ def test_uninstall_disables_removes_then_reloads(inst: Installation) -> None:
     install(prepare(inst).plan_dir, target_dir=inst.target_dir,
             systemctl=FakeSystemctl())
     ctl = FakeSystemctl()
-    removed = uninstall(inst, systemctl=ctl)
-    assert removed == [inst.unit_dir / OWNER_UNIT, inst.unit_dir / GUARDIAN_UNIT]
+    removal = uninstall(inst, systemctl=ctl)
+    assert removal.removed[:2] == (inst.unit_dir / OWNER_UNIT, inst.unit_dir / GUARDIAN_UNIT)
+    assert removal.left == ()
     assert ctl.calls[2:] == [("disable", OWNER_UNIT, GUARDIAN_UNIT), ("daemon-reload",)]
     assert os.listdir(inst.unit_dir) == []
+
+
+HAND_WRITTEN = "[Unit]\nDescription=the operator's own tenure\n\n[Service]\nExecStart=/bin/true\n"
+
+
+def test_uninstall_leaves_a_unit_file_tenure_did_not_write(inst: Installation) -> None:
+    """(was: a hand-written tenure.service in the unit directory was disabled and
+    deleted)"""
+    install(prepare(inst).plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
+    (inst.unit_dir / GUARDIAN_UNIT).write_text(HAND_WRITTEN)
+    ctl = FakeSystemctl()
+    removal = uninstall(inst, systemctl=ctl)
+    assert (inst.unit_dir / GUARDIAN_UNIT).read_text() == HAND_WRITTEN
+    assert not (inst.unit_dir / OWNER_UNIT).exists()
+    assert ("disable", OWNER_UNIT) in ctl.calls
+    assert not any(c[0] == "disable" and GUARDIAN_UNIT in c for c in ctl.calls)
+    assert removal.removed[0] == inst.unit_dir / OWNER_UNIT
+    assert inst.unit_dir / GUARDIAN_UNIT not in removal.removed
+    assert [(p, "not written by tenure" in why) for p, why in removal.left] == [
+        (inst.unit_dir / GUARDIAN_UNIT, True)]
+    assert removal.to_json()["left"][0]["path"] == str(inst.unit_dir / GUARDIAN_UNIT)
+
+
+def test_uninstall_removes_tenures_unit_without_a_plan(inst: Installation) -> None:
+    """A unit with tenure's header line is tenure's even when the plan is gone (or was
+    prepared again for another interpreter)."""
+    install(prepare(inst).plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
+    for name in os.listdir(inst.plan_dir):
+        os.unlink(inst.plan_dir / name)
+    os.rmdir(inst.plan_dir)
+    other = dataclasses.replace(inst, python=Path("/opt/other/bin/python"))
+    removal = uninstall(other, systemctl=FakeSystemctl())
+    assert removal.removed == (inst.unit_dir / OWNER_UNIT, inst.unit_dir / GUARDIAN_UNIT)
+    assert removal.left == () and os.listdir(inst.unit_dir) == []
+
+
+def test_system_uninstall_removes_the_record_and_the_plan(short_home: Path) -> None:
+    """(was: /etc/tenure/installation.json and the plan directory stayed behind, and a
+    viewer's CLI kept trusting the service account for the home)"""
+    if os.geteuid() != 0:
+        pytest.skip("the installation record is root's")
+    home = short_home / "h"
+    home.mkdir(mode=0o700)
+    inst = Installation.for_scope("system", home=home, python=Path("/opt/t/bin/python"),
+                                  user="root", group="root", unit_dir=short_home / "units",
+                                  plist_dir=short_home / "la",
+                                  config_dir=short_home / "etc" / "tenure")
+    plan = prepare(inst)
+    install(plan.plan_dir, digest=plan.digest, target_dir=inst.target_dir,
+            systemctl=FakeSystemctl(scope=Scope.SYSTEM))
+    assert inst.record_path.exists()
+    removal = uninstall(inst, systemctl=FakeSystemctl(scope=Scope.SYSTEM))
+    assert not inst.record_path.exists() and not inst.plan_dir.exists()
+    assert not (short_home / "etc" / "tenure").exists()   # nothing else was in it
+    assert os.listdir(inst.unit_dir) == [] and home.is_dir()
+    assert inst.record_path in removal.removed and inst.plan_dir in removal.removed
+    assert removal.left == ()
+    # a record of another home is not this installation's to remove
+    inst.plan_root.mkdir(mode=0o755)
+    write_record(inst.record_path, scope="system", home=short_home / "other", user="root",
+                 group="root")
+    removal = uninstall(inst, systemctl=FakeSystemctl(scope=Scope.SYSTEM))
+    assert [p for p, _ in removal.left] == [inst.record_path]
+    assert inst.record_path.exists()
+
+
+def test_uninstall_leaves_a_plan_directory_holding_files_tenure_did_not_write(
+        inst: Installation) -> None:
+    install(prepare(inst).plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
+    (inst.plan_dir / "notes.txt").write_text("mine")
+    os.chmod(inst.plan_dir / "notes.txt", 0o600)
+    removal = uninstall(inst, systemctl=FakeSystemctl())
+    assert (inst.plan_dir / "plan.json").exists()
+    assert [p for p, _ in removal.left] == [inst.plan_dir]
+    assert "notes.txt" in removal.left[0][1]
 
 
 def test_uninstall_refuses_to_remove_a_symlink(inst: Installation, short_home: Path) -> None:

@@ -284,7 +284,7 @@ def test_rendering_is_deterministic() -> None:
 def test_public_api_is_pinned() -> None:
     assert sorted(units.__all__) == [
         "GUARDIAN_LABEL", "GUARDIAN_UNIT", "Installation", "Manager", "OWNER_LABEL",
-        "OWNER_UNIT", "PLAN_FORMAT", "Plan", "PlannedFile", "Scope", "ServiceSpec",
+        "OWNER_UNIT", "PLAN_FORMAT", "Plan", "PlannedFile", "Removal", "Scope", "ServiceSpec",
         "Systemctl", "SystemctlLike", "exec_word", "install", "live_sockets", "load_plan",
         "plist_name", "prepare", "quote_env", "render_launchd", "render_systemd", "services",
         "status", "uninstall"]
