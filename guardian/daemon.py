@@ -43,6 +43,9 @@ FAST_CONNECT_S = 1.0
 EXIT_HOME_LOST = 6   # guardian.start's other statuses: 0, 2, 5
 
 
+SAY_WAITING_S = 1.0   # the pause between attempts from which each one is logged
+
+
 def connect_delays() -> Iterator[float]:
     """The pauses between attempts to reach the owner: every 10 ms for the first
     FAST_CONNECT_S (at `tenure up` it starts beside us and listens ~0.15 s after its
@@ -59,7 +62,8 @@ def connect_delays() -> Iterator[float]:
 
 async def _connect_owner(co: Coordinator, stop: asyncio.Event) -> bool:
     """Wait for the owner (it may be starting beside us, or restarting), asking after
-    each of :func:`connect_delays`; a warning once it takes a second per attempt."""
+    each of :func:`connect_delays`; a warning, and a STATUS= to systemd, once it takes
+    :data:`SAY_WAITING_S` per attempt."""
     for delay in connect_delays():
         if stop.is_set():
             break
@@ -67,8 +71,10 @@ async def _connect_owner(co: Coordinator, stop: asyncio.Event) -> bool:
             await co.connect_owner()
             return True
         except TenureError as exc:
-            if delay >= 1.0:
+            if delay >= SAY_WAITING_S:
                 log.warning("owner not reachable yet: %s", exc)
+                _sd_notify(f"STATUS=waiting for the owner (not ready until it answers): "
+                           f"{exc.msg}")
             try:
                 async with asyncio.timeout(delay):
                     await stop.wait()
@@ -115,7 +121,7 @@ async def serve(paths: GuardianPaths, mine: own.Running,
                 co.unhealthy = {"task": "boot", "reason": str(exc), "at": time.time()}
             await co.drop_spare()  # unused when a living generation was adopted
             print(f"READY {co.identity.instance}", flush=True)
-            _sd_notify("READY=1")
+            _sd_notify("READY=1\nSTATUS=serving")
             co.spawn(watch_owner(co), "owner watch")
             co.spawn(watch_backend(co), "backend watch")
             await stop.wait()
@@ -163,24 +169,26 @@ async def _retire_backend(co: Coordinator) -> None:
                     "without a last certificate", bp.activation, bp.pid, bp.unanswered_why)
         await bp.stop(kill_after=2.0)
         return
-    try:
+    try:   # all told within TimeoutStopSec (units: 30 s), a SIGKILL's wait included
         await _certify(co, deadline=5.0)
-        await control(co.paths.api_sock, "generation.retire", timeout=5.0, pid=bp.pid)
+        await control(co.paths.api_sock, "generation.retire", timeout=3.0, pid=bp.pid)
     except TenureError as exc:
         log.warning("backend did not retire cleanly: %s", exc)
         await bp.stop(kill_after=5.0)   # it was not told to exit: no grace to wait out
         return
-    await bp.stop(term_after=5.0)
+    await bp.stop(term_after=5.0, kill_after=5.0)
 
 
 async def _certify(co: Coordinator, deadline: float) -> bool:
     """Ask the backend for a fresh recovery certificate, so that a planned restart of
     the guardian is recovered at once; it publishes only when quiet, so ask again for a
-    few seconds."""
+    few seconds, each call within what is left of ``deadline``. Raises TenureError (a
+    call that failed, or did not answer in time)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline
     while loop.time() < end:
-        r = await control(co.paths.api_sock, "generation.certify", timeout=5.0,
+        r = await control(co.paths.api_sock, "generation.certify",
+                          timeout=max(0.05, end - loop.time()),
                           pid=None if co.current is None else co.current.pid)
         if r.get("published"):
             return True
