@@ -132,6 +132,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                                    gen.invalidate,
                                    prepare=functools.partial(gen.tell_log_budgets, lower=False))
         self._procs = Usage()
+        self._metrics_task: asyncio.Task[None] | None = None  # the last listen change's
         self._cycles: set[asyncio.Future[Any]] = set()   # steps of _start_when_down
         self.jobs = JobRunner(Ledger(gen.store), gen.sup.owner, gen.epoch, gen.sup, self.gate,
                               config=lambda: gen.config, stopped_stacks=self.stopped_stacks,
@@ -143,9 +144,23 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         self.gen.config = config
         if config.metrics.listen != listen:
             self._metrics_task = asyncio.get_running_loop().create_task(
-                self.gen.serve_metrics())
+                self._serve_metrics(self._metrics_task))
         if config.settings.viewer_group != old and self.gen.server is not None:
             self.gen.share_api()
+
+    async def _serve_metrics(self, previous: asyncio.Task[None] | None) -> None:
+        """Apply ``[metrics] listen`` once the previous change's task ended: one task at
+        a time (each holding the one before it), so quick changes are applied in turn,
+        the last one last, and none after the generation began to close (its close
+        released the port for the next one). Raises nothing: a failure is logged."""
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)  # it logged its own
+        if self.gen.closing:
+            return
+        try:
+            await self.gen.serve_metrics()
+        except Exception:
+            log.exception("metrics listener: applying [metrics] listen failed")
 
     def methods(self) -> dict[str, Method]:
         def ctl(handler: Any, params: Schema | None = None) -> Method:
@@ -214,6 +229,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         return await self.gate.wait_idle(timeout)
 
     async def aclose(self) -> None:
+        if self._metrics_task is not None:   # quick: the generation's close came first
+            await asyncio.gather(self._metrics_task, return_exceptions=True)
         await self.jobs.aclose()
         await self.ops.aclose()
         for cycle in list(self._cycles):   # a restart's start after a stop still going

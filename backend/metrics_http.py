@@ -68,7 +68,11 @@ ACCEPT_RETRY = 0.25
 
 
 class MetricsListener:
-    """Serves one collector at the configured address, or nothing. Use on the loop."""
+    """Serves one collector at the configured address, or nothing. Use on the loop.
+
+    Keeps: at most one server and one binding task at a time. ``apply`` and ``close``
+    run one after the other (``_lock``), so two quick changes cannot each start a
+    server, one of them then out of reach of ``close``."""
 
     def __init__(self, collector: TenureCollector) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -78,6 +82,8 @@ class MetricsListener:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._binder: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
 
     def state(self) -> dict[str, Any]:
         return {"listen": self.listen, "bound": self._server is not None,
@@ -85,13 +91,15 @@ class MetricsListener:
 
     async def apply(self, listen: str | None) -> None:
         """Serve at ``listen`` (``HOST:PORT``, validated by the config), or stop serving
-        (None). Returns at once; binding goes on in the background until it succeeds."""
-        if listen == self.listen:
-            return
-        await self.close()
-        self.listen = listen
-        if listen is not None:
-            self._binder = asyncio.create_task(self._bind_loop(listen))
+        (None). Returns once the previous server is closed; binding goes on in the
+        background until it succeeds. Nothing once :meth:`close` was called."""
+        async with self._lock:
+            if listen == self.listen or self._closed:
+                return
+            await self._stop()
+            self.listen = listen
+            if listen is not None:
+                self._binder = asyncio.create_task(self._bind_loop(listen))
 
     async def _bind_loop(self, listen: str) -> None:
         addr = parse_listen(listen)
@@ -112,7 +120,14 @@ class MetricsListener:
             return
 
     async def close(self) -> None:
-        """Stop serving and release the port; a scrape in progress is cut. Idempotent."""
+        """Stop serving for good and release the port; a scrape in progress is cut.
+        An ``apply`` waiting for this one, or called later, does nothing. Idempotent."""
+        async with self._lock:
+            self._closed = True
+            await self._stop()
+
+    async def _stop(self) -> None:
+        """Stop the binding task and the server, with ``_lock`` held."""
         if self._binder is not None:
             self._binder.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -120,12 +135,20 @@ class MetricsListener:
             self._binder = None
         server, self._server = self._server, None
         if server is not None:
-            server.server_close()  # the port is free from here on
-            await asyncio.to_thread(server.shutdown)
+            await asyncio.to_thread(_shut, server)  # the port is free from here on
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 5.0)
             self._thread = None
         self.listen = None
+
+
+def _shut(server: MetricsServer) -> None:
+    """Stop the serving thread, then free the port and cut the connections. In this
+    order: a socket closed under the thread's select() fails its accept() (EBADF), which
+    it would report as out of descriptors. On a thread of its own, so a cancelled
+    caller still leaves the server closed."""
+    server.shutdown()
+    server.server_close()
 
 
 PATH = "/metrics"
