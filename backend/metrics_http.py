@@ -18,8 +18,9 @@ incumbent closes it first thing when it retires; the candidate binds it once its
 open. The guardian starts the candidate only after the incumbent retired, so the port is
 free by then and the gap without a listener lies inside the handoff pause. The server
 sets SO_REUSEADDR (connections of the old listener in TIME_WAIT do not block the bind)
-but not SO_REUSEPORT: two generations never answer scrapes side by side, so a scrape
-never sees the old generation's numbers after the new one took over. If the port is
+and IPV6_V6ONLY (``[::]`` is IPv6 only, as for app sockets), but not SO_REUSEPORT: two
+generations never answer scrapes side by side, so a scrape never sees the old
+generation's numbers after the new one took over. If the port is
 still taken (a rollback racing a slow exit, or another program), binding is retried
 every RETRY seconds; ``state`` says why it is not listening.
 """
@@ -279,6 +280,14 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         self._open: set[socket.socket] = set()  # served now; guarded by _lock
         self._closing = False
         super().__init__(addr, _Handler)
+
+    def server_bind(self) -> None:
+        """Bind as the owner binds an app's socket: ``[::]:P`` is IPv6 only, so it
+        never takes IPv4 ``:P`` from an app (the config check treats the families
+        apart). Raises OSError."""
+        if self.address_family == socket.AF_INET6:
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        super().server_bind()
 
     @property
     def refused(self) -> int:

@@ -4,6 +4,7 @@ and HEAD, 404 for any other path, 405 for other methods."""
 from __future__ import annotations
 
 import http.client
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -65,3 +66,29 @@ def test_any_other_method_is_refused(port: int, method: str) -> None:
     status, headers, body = _ask(port, method, "/metrics")
     assert status == 405 and headers["allow"] == "GET, HEAD"
     assert body == b"/metrics answers GET and HEAD\n"
+
+
+def _ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6(), reason="no IPv6 on this host")
+def test_the_ipv6_wildcard_leaves_ipv4_to_an_app() -> None:
+    """``[::]:P`` was dual-stack and took 127.0.0.1:P too, which the config check (the
+    families apart, as the owner binds app sockets) let an app's socket claim."""
+    registry = CollectorRegistry(auto_describe=False)
+    port = free_port()
+    httpd, thread = serve("::", port, registry)
+    try:
+        assert httpd.socket.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 1
+        with socket.socket() as app:
+            app.bind(("127.0.0.1", port))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
