@@ -2,7 +2,9 @@
 
 ``listen = "HOST:PORT"`` with HOST an IP address (``[v6]`` in brackets) or ``localhost``
 and PORT 1-65535. Absent: no listener (metrics are opt-in). A host name other than
-localhost is refused: binding must not depend on name resolution at start.
+localhost is refused: binding must not depend on name resolution at start. A scoped IPv6
+address (``[fe80::1%eth0]``) is refused as it is for an app's socket: the check that no
+socket of the config claims the listener's address compares addresses without zones.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def parse_listen(text: str) -> tuple[str, int] | None:
         addr = ipaddress.ip_address(host)
     except ValueError:
         return None
-    if (addr.version == 6) != bracketed:
+    if (addr.version == 6) != bracketed or getattr(addr, "scope_id", None) is not None:
         return None
     return host, int(port)
 
@@ -44,7 +46,13 @@ def parse_metrics(t: Mapping[str, Any]) -> MetricsSettings:
     check_keys(t, ("listen",), path)
     listen = get_str(t, "listen", path, None)
     if listen is not None and parse_listen(listen) is None:
-        raise Invalid((*path, "listen"), "must be HOST:PORT with an IP address (IPv6 in "
-                                         f"brackets) or localhost and a port 1-65535, not "
-                                         f"{listen!r}")
+        raise Invalid((*path, "listen"), _malformed(listen))
     return MetricsSettings(listen=listen)
+
+
+def _malformed(listen: str) -> str:
+    """Why ``listen`` is refused, as an app's socket says it of a scoped address."""
+    if "%" in listen:
+        return f"scoped IPv6 addresses (%zone) are not supported, not {listen!r}"
+    return ("must be HOST:PORT with an IP address (IPv6 in brackets) or localhost and "
+            f"a port 1-65535, not {listen!r}")

@@ -189,14 +189,12 @@ def _reaches(host: str, port: int, addr: ListenAddress) -> bool:
 
 
 def _metrics_addresses(listen: str | None) -> list[ListenAddress]:
-    """What the metrics listener (``HOST:PORT``, checked already) binds: ``localhost``
-    may be either loopback."""
+    """What the metrics listener (``HOST:PORT``, checked already: an IP literal without
+    a zone, or localhost) binds: ``localhost`` may be either loopback. Raises nothing
+    for a checked address."""
     if listen is None:
         return []
     from protocol.listen import parse_listen
     host, _, port = listen.rpartition(":")
     hosts = ("127.0.0.1", "[::1]") if host == "localhost" else (host,)
-    try:
-        return [parse_listen(f"{h}:{port}") for h in hosts]
-    except ValueError:   # an address no socket can be given (a scoped IPv6 one)
-        return []
+    return [parse_listen(f"{h}:{port}") for h in hosts]

@@ -40,3 +40,14 @@ def test_errors_name_the_key_and_its_line():
     with pytest.raises(ConfigInvalid) as e:
         parse_config(f'[metrics]\nport = 9\n{APP}', "t.toml")
     assert e.value.data["key"] == "metrics.port" and e.value.data["line"] == 2
+
+
+@pytest.mark.parametrize("listen", ["[fe80::1%lo]:9464", "[::1%1]:9464"])
+def test_a_scoped_ipv6_address_is_refused_as_for_an_app_socket(listen):
+    """It was accepted, and the check that no app socket claims the listener's address
+    skipped it (protocol.listen refuses the zone)."""
+    assert parse_listen(listen) is None
+    with pytest.raises(ConfigInvalid) as e:
+        parse_config(f'[metrics]\nlisten = "{listen}"\n{APP}', "t.toml")
+    assert e.value.data["key"] == "metrics.listen"
+    assert "scoped IPv6 addresses (%zone) are not supported" in str(e.value)
