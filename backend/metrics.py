@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -26,7 +26,7 @@ from .usage import owner_metrics
 if TYPE_CHECKING:
     from .generation import Generation
 
-__all__ = ["SCRAPE_TIMEOUT", "TenureCollector", "families", "snapshot"]
+__all__ = ["SCRAPE_TIMEOUT", "TenureCollector", "families", "named", "snapshot"]
 
 SCRAPE_TIMEOUT = 10.0
 LABELS = ["stack", "app", "instance"]
@@ -154,6 +154,15 @@ def _control(snap: dict[str, Any]) -> list[Metric]:
     return out
 
 
+def named(metrics: Iterable[Metric], names: Collection[str]) -> Iterator[Metric]:
+    """The families of ``metrics`` that ``names`` asks for (``?name[]=``), each whole:
+    by its name (``tenure_app_restarts``) or the name of one of its samples
+    (``tenure_app_restarts_total``). Pure."""
+    for m in metrics:
+        if m.name in names or any(s.name in names for s in m.samples):
+            yield m
+
+
 class TenureCollector(Collector):
     """Families of a fresh snapshot per scrape. ``fetch`` gives the snapshot (from the
     scrape thread, through the backend loop); its failure fails the scrape (an HTTP 500
@@ -163,7 +172,9 @@ class TenureCollector(Collector):
         self._fetch = fetch
 
     def describe(self) -> list[Metric]:
-        return []  # registering must not scrape
+        # registering must not scrape; so prometheus_client cannot tell which names are
+        # ours, and its ``?name[]=`` found none (backend.metrics_http.Exposition)
+        return []
 
     def collect(self) -> Iterator[Metric]:
         yield from families(self._fetch())

@@ -34,19 +34,21 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import Metric
 
 from protocol.seldom import Seldom
 
 from .config_metrics import parse_listen
-from .metrics import TenureCollector
+from .metrics import TenureCollector, named
 
-__all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "RETRY", "MetricsListener", "MetricsServer"]
+__all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT", "RETRY", "Exposition", "MetricsListener",
+           "MetricsServer"]
 
 log = logging.getLogger(__name__)
 
@@ -380,6 +382,26 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
                         self.max_connections, REFUSALS_LOG_EVERY)
 
 
+class Exposition:
+    """What the exposition app is given in place of ``registry``: every family, and
+    with ``?name[]=`` the families named. prometheus_client's own restriction looks a
+    collector up by the names its ``describe`` gave, and tenure's collector describes
+    none (registering must not scrape): it answered such a scrape with nothing."""
+
+    def __init__(self, registry: CollectorRegistry, names: frozenset[str] | None = None
+                 ) -> None:
+        self._registry = registry
+        self._names = names
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._registry.collect()
+        yield from families if self._names is None else named(families, self._names)
+
+    def restricted_registry(self, names: Iterable[str]) -> Exposition:
+        """The same registry, ``names`` only; called by make_wsgi_app for ``name[]``."""
+        return Exposition(self._registry, frozenset(names))
+
+
 def serve(host: str, port: int, registry: CollectorRegistry, *,
           request_timeout: float = REQUEST_TIMEOUT, max_connections: int = MAX_CONNECTIONS
           ) -> tuple[MetricsServer, threading.Thread]:
@@ -388,7 +410,7 @@ def serve(host: str, port: int, registry: CollectorRegistry, *,
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                 flags=socket.AI_PASSIVE)[0][0]
     httpd = MetricsServer((host, port), family, request_timeout, max_connections)
-    httpd.set_app(routed(make_wsgi_app(registry)))
+    httpd.set_app(routed(make_wsgi_app(Exposition(registry))))
     thread = threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True)
     thread.start()
     return httpd, thread

@@ -9,15 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.parser import text_string_to_metric_families
 
+from backend.metrics import TenureCollector
 from backend.metrics_http import serve
 from backend.testing import free_port
+from protocol.timing import Timings
 
 
-@pytest.fixture()
-def port() -> Iterator[int]:
-    registry = CollectorRegistry(auto_describe=False)
-    Counter("probe_hits", "a family to see in the answer", registry=registry).inc(3)
+def _serving(registry: CollectorRegistry) -> Iterator[int]:
     port = free_port()
     httpd, thread = serve("127.0.0.1", port, registry)
     try:
@@ -26,6 +26,31 @@ def port() -> Iterator[int]:
         httpd.shutdown()
         httpd.server_close()
         thread.join(5)
+
+
+@pytest.fixture()
+def port() -> Iterator[int]:
+    registry = CollectorRegistry(auto_describe=False)
+    Counter("probe_hits", "a family to see in the answer", registry=registry).inc(3)
+    yield from _serving(registry)
+
+
+SNAP = {"epoch": 7, "owner_connected": True, "certificate_age_seconds": None,
+        "log_dropped": None, "logs": None, "journal_bytes": None, "guardian": None,
+        "rpc": Timings().snapshot(), "owner_calls": {},
+        "apps": [{"key": "s/a/0", "stack": "s", "app": "a", "instance": 0,
+                  "state": "ready", "up": True, "ready": True, "restarts": 2, "pid": 10,
+                  "start_time_seconds": 1.0, "exits": {}, "cpu_seconds": 1.0,
+                  "memory_bytes": 10, "memory_peak_bytes": 20, "oom_kills": None,
+                  "pids": 1, "io_read_bytes": 0, "io_write_bytes": 0}]}
+
+
+@pytest.fixture()
+def tenure_port() -> Iterator[int]:
+    """tenure's collector, registered as the listener does (it describes nothing)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TenureCollector(lambda: SNAP))
+    yield from _serving(registry)
 
 
 def _ask(port: int, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
@@ -92,3 +117,23 @@ def test_the_ipv6_wildcard_leaves_ipv4_to_an_app() -> None:
         httpd.shutdown()
         httpd.server_close()
         thread.join(5)
+
+
+def _families(body: bytes) -> dict[str, list[str]]:
+    return {f.name: sorted({s.name for s in f.samples})
+            for f in text_string_to_metric_families(body.decode())}
+
+
+def test_name_filter_answers_the_families_named(tenure_port: int) -> None:
+    """`?name[]=tenure_epoch` was 200 with an empty body: prometheus_client finds a
+    collector by the names its describe() gives, and tenure's gives none."""
+    status, _, body = _ask(tenure_port, "GET", "/metrics?name[]=tenure_epoch")
+    assert status == 200 and _families(body) == {"tenure_epoch": ["tenure_epoch"]}
+    _, _, body = _ask(tenure_port, "GET", "/metrics?name[]=tenure_app_restarts_total"
+                                          "&name[]=tenure_owner_connected&name[]=nothing")
+    assert _families(body) == {"tenure_app_restarts": ["tenure_app_restarts_total"],
+                               "tenure_owner_connected": ["tenure_owner_connected"]}
+    _, _, body = _ask(tenure_port, "GET", "/metrics?name[]=tenure_app_restarts")
+    assert list(_families(body)) == ["tenure_app_restarts"]   # by the family's name too
+    _, _, everything = _ask(tenure_port, "GET", "/metrics")
+    assert len(_families(everything)) > 10
