@@ -3,7 +3,8 @@
 The owner measures (``metrics.read``, capability ``metrics`` 1): it knows every process of
 a launch, so its figures cover the whole app, not just the leader. CPU percent is the
 rate between two successive CPU-seconds samples of the same process identity (pid and
-start ticks); the first sample of one reports 0.0.
+start ticks); the first sample of one reports None (unknown, shown as ``-``), not 0.0:
+right after a start or a backend handoff a busy process is not said to be idle.
 
 Only when the owner predates that capability does the backend read /proc/PID/stat of the
 leader itself (one read per process: the status of 200 apps must stay cheap).
@@ -44,19 +45,20 @@ class CpuRate:
     Pure: the caller gives the time of each sample."""
 
     def __init__(self) -> None:
-        self._last: dict[Ident, tuple[float, float, float]] = {}  # t, cpu seconds, rate
+        self._last: dict[Ident, tuple[float, float, float | None]] = {}  # t, cpu s, rate
 
-    def rate(self, ident: Ident, t: float, cpu_seconds: float) -> float:
-        """Percent since the previous sample of ``ident``; 0.0 for the first one and for
-        a counter that went down (a different measurement source) — never a negative or
-        infinite rate. A sample not later than the previous one (the owner may answer
-        with a measurement it made for another connection, owner.metrics.UsageMemo:
-        the one already seen, or one older than an ``inspect``'s) gives the previous
-        rate and is not kept."""
+    def rate(self, ident: Ident, t: float, cpu_seconds: float) -> float | None:
+        """Percent since the previous sample of ``ident``; None (unknown: there is no
+        interval to measure over) for the first one and for a counter that went down (a
+        different measurement source) — never a made-up 0.0, nor a negative or infinite
+        rate. A sample not later than the previous one (the owner may answer with a
+        measurement it made for another connection, owner.metrics.UsageMemo: the one
+        already seen, or one older than an ``inspect``'s) gives the previous rate and is
+        not kept."""
         prev = self._last.get(ident)
         if prev is not None and t <= prev[0]:
             return prev[2]
-        percent = 0.0 if prev is None or cpu_seconds < prev[1] else \
+        percent = None if prev is None or cpu_seconds < prev[1] else \
             round(100.0 * (cpu_seconds - prev[1]) / (t - prev[0]), 1)
         self._last[ident] = (t, cpu_seconds, percent)
         return percent
@@ -141,7 +143,8 @@ class Usage:
 
     def sample(self, pid: int, start_ticks: int) -> tuple[float | None, int | None]:
         """(cpu percent since the previous sample, rss bytes) of the leader alone, from
-        /proc; (None, None) when the process is gone or is another process now."""
+        /proc; the percent is None at its first sample; (None, None) when the process is
+        gone or is another process now."""
         try:
             fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
             try:

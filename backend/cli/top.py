@@ -50,7 +50,8 @@ def pick(status: dict[str, Any], sort: str, n: int | None) -> dict[str, Any]:
 
 def _total(apps: list[dict[str, Any]], key: str) -> Any:
     """The sum of ``key`` over the instances that have it; None (unknown, not 0) when
-    instances run and none has it (the owner is out of reach, its figures not read)."""
+    instances run and none has it (the owner is out of reach, its figures not read, or
+    each process was measured once only: no CPU rate yet)."""
     known = [a[key] for a in apps if a.get(key) is not None]
     if not known and any(a.get("pid") is not None for a in apps):
         return None

@@ -1,4 +1,5 @@
-"""CPU% from successive CPU-seconds samples, and the owner's figures by process."""
+"""CPU% from successive CPU-seconds samples (unknown until there are two), and the
+owner's figures by process."""
 
 from __future__ import annotations
 
@@ -13,18 +14,19 @@ from protocol.procfs import read_stat
 
 def test_cpu_rate_is_the_slope_between_samples_of_one_process():
     r = CpuRate()
-    assert r.rate((10, 1), 100.0, 5.0) == 0.0  # first sample
+    assert r.rate((10, 1), 100.0, 5.0) is None  # first sample
     assert r.rate((10, 1), 102.0, 6.0) == 50.0
     assert r.rate((10, 1), 103.0, 9.0) == 300.0  # three cores
-    assert r.rate((10, 2), 103.0, 1.0) == 0.0  # same pid, another process
+    assert r.rate((10, 2), 103.0, 1.0) is None  # same pid, another process
 
 
 def test_cpu_rate_never_goes_negative_or_divides_by_zero():
     r = CpuRate()
     r.rate((1, 1), 10.0, 5.0)
-    assert r.rate((1, 1), 10.0, 6.0) == 0.0  # same instant
-    assert r.rate((1, 1), 11.0, 2.0) == 0.0  # the counter went down
+    assert r.rate((1, 1), 10.0, 6.0) is None  # same instant: still the first sample's
+    assert r.rate((1, 1), 11.0, 2.0) is None  # the counter went down: measured anew
     assert r.rate((1, 1), 12.0, 2.5) == 50.0
+    assert r.rate((1, 1), 13.0, 2.5) == 0.0   # idle: a measured 0
 
 
 def test_a_sample_seen_already_or_older_gives_the_last_rate_and_is_not_kept():
@@ -41,7 +43,7 @@ def test_forgotten_processes_start_over():
     r.rate((1, 1), 1.0, 1.0)
     r.rate((2, 2), 1.0, 1.0)
     r.forget_except([(2, 2)])
-    assert r.rate((1, 1), 2.0, 2.0) == 0.0
+    assert r.rate((1, 1), 2.0, 2.0) is None
     assert r.rate((2, 2), 2.0, 1.5) == 50.0
 
 
@@ -53,7 +55,7 @@ def _answer(at: float, cpu: float | None, mem: int | None) -> dict[str, Any]:
 
 def test_owner_figures_give_percent_and_memory_by_process_identity():
     u = Usage()
-    assert u.from_owner(_answer(50.0, 2.0, 4096)) == {(7, 70): (0.0, 4096)}
+    assert u.from_owner(_answer(50.0, 2.0, 4096)) == {(7, 70): (None, 4096)}
     assert u.from_owner(_answer(51.0, 2.25, 8192)) == {(7, 70): (25.0, 8192)}
     assert u.from_owner(_answer(52.0, None, None)) == {(7, 70): (None, None)}
 
@@ -77,7 +79,7 @@ def test_proc_fallback_reads_the_leader_and_refuses_a_pid_reuser():
     st = read_stat(os.getpid())
     assert st is not None
     cpu, rss = Usage().sample(os.getpid(), st.start_ticks)
-    assert cpu == 0.0 and rss is not None and rss > 0
+    assert cpu is None and rss is not None and rss > 0   # one sample: no rate yet
     assert Usage().sample(os.getpid(), st.start_ticks + 1) == (None, None)
 
 
@@ -125,7 +127,7 @@ def test_figures_stand_for_fresh_s_then_the_process_is_measured_again():
     launches = {(7, 70): "s/a/0/1", (8, 80): "s/a/1/1"}
     assert u.stale(launches) == ["s/a/0/1", "s/a/1/1"]   # nothing measured yet
     u.from_owner(_answer(50.0, 2.0, 4096))              # measures (7, 70) only
-    assert u.stale(launches) == ["s/a/1/1"] and u.recent(launches) == {(7, 70): (0.0, 4096)}
+    assert u.stale(launches) == ["s/a/1/1"] and u.recent(launches) == {(7, 70): (None, 4096)}
     clock.t += FRESH_S - 0.01
     assert u.stale(launches) == ["s/a/1/1"]
     clock.t += 0.01
@@ -141,4 +143,15 @@ def test_an_owner_out_of_reach_leaves_what_was_measured_and_adds_nothing():
     u = Usage(_Clock())
     u.from_owner(_answer(50.0, 2.0, 4096))
     u.from_owner({"at": 51.0, "launches": []})   # owner_metrics' answer when it is away
-    assert u.recent([(7, 70), (9, 90)]) == {(7, 70): (0.0, 4096)}
+    assert u.recent([(7, 70), (9, 90)]) == {(7, 70): (None, 4096)}
+
+
+def test_a_busy_process_first_seen_after_a_handoff_is_unknown_not_idle():
+    """A new backend's first measurement of a process that has long been busy said
+    0.0% in status and top; with one sample there is no rate to give."""
+    u = Usage(_Clock())
+    busy = {"at": 50.0, "launches": [
+        {"pid": 7, "start_ticks": 70, "cpu_seconds": 5000.0, "memory_bytes": 4096}]}
+    assert u.from_owner(busy) == {(7, 70): (None, 4096)}
+    busy["at"], busy["launches"][0]["cpu_seconds"] = 51.0, 5001.0
+    assert u.from_owner(busy) == {(7, 70): (100.0, 4096)}
