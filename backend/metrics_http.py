@@ -169,20 +169,27 @@ Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 def routed(metrics: Wsgi) -> Wsgi:
     """``metrics`` at :data:`PATH` for GET and HEAD (the same headers, no body); any
     other method is 405, naming the two (prometheus_client's own app answered OPTIONS
-    with 200 and an Allow that left HEAD out); 404 elsewhere."""
+    with 200 and an Allow that left HEAD out); 404 elsewhere. HEAD gets headers only,
+    a 404 included."""
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") != PATH:
-            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-            return [_NOT_HERE]
         method = environ["REQUEST_METHOD"]
+        if environ.get("PATH_INFO") != PATH:
+            return _plain("404 Not Found", _NOT_HERE, method, start_response)
         if method == "HEAD":
             return _head(metrics, environ, start_response)
         if method != "GET":
-            start_response("405 Method Not Allowed", [
-                ("Content-Type", "text/plain; charset=utf-8"), ("Allow", "GET, HEAD")])
-            return [_NOT_ALLOWED]
+            return _plain("405 Method Not Allowed", _NOT_ALLOWED, method, start_response,
+                          [("Allow", "GET, HEAD")])
         return metrics(environ, start_response)
     return app
+
+
+def _plain(status: str, body: bytes, method: str, start_response: Callable[..., Any],
+           extra: list[tuple[str, str]] | None = None) -> list[bytes]:
+    """A text answer: ``body`` with its length, or to HEAD the same headers alone."""
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                            ("Content-Length", str(len(body))), *(extra or [])])
+    return [] if method == "HEAD" else [body]
 
 
 def _head(metrics: Wsgi, environ: dict[str, Any], start_response: Callable[..., Any]

@@ -137,3 +137,25 @@ def test_name_filter_answers_the_families_named(tenure_port: int) -> None:
     assert list(_families(body)) == ["tenure_app_restarts"]   # by the family's name too
     _, _, everything = _ask(tenure_port, "GET", "/metrics")
     assert len(_families(everything)) > 10
+
+
+def _raw(port: int, request: bytes) -> tuple[bytes, bytes]:
+    """(head, body) of the answer as sent: http.client drops a body sent to HEAD."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+        c.sendall(request)
+        got = b""
+        while chunk := c.recv(65536):
+            got += chunk
+    head, _, body = got.partition(b"\r\n\r\n")
+    return head, body
+
+
+@pytest.mark.parametrize("path", ["/", "/metric", "/x?y=1"])
+def test_head_of_another_path_is_404_without_a_body(port: int, path: str) -> None:
+    """The 404's text followed the headers, which a client then reads as the start of
+    its next answer."""
+    head, body = _raw(port, f"HEAD {path} HTTP/1.0\r\n\r\n".encode())
+    assert head.startswith(b"HTTP/1.0 404 ") and body == b""
+    not_here = b"tenure serves its metrics at /metrics\n"
+    assert b"Content-Length: %d\r\n" % len(not_here) in head + b"\r\n"
+    assert _raw(port, f"GET {path} HTTP/1.0\r\n\r\n".encode())[1] == not_here
