@@ -17,7 +17,7 @@ from protocol.errors import TenureError
 
 from .exits import current
 from .present import colour_for, dur, paint, percent, size, table, value
-from .watch import error_frame, redraw
+from .watch import error_frame, redraw, view_height
 
 __all__ = ["HEADER", "PRIME", "SORTS", "pick", "render", "run"]
 
@@ -58,8 +58,10 @@ def _total(apps: list[dict[str, Any]], key: str) -> Any:
     return sum(known)
 
 
-def render(snap: dict[str, Any]) -> str:
-    """A summary line, then one row per instance shown."""
+def render(snap: dict[str, Any], height: int | None = None) -> str:
+    """A summary line, then one row per instance shown: with ``height`` (the lines
+    the view may take on a terminal) the rows that fit and a ``(N more)`` line, so the
+    summary and the first rows stay on the screen. Pure."""
     link = snap.get("owner_link") or {}
     head = (f"{snap['instances']} instances, {snap['running']} running; "
             f"cpu {percent(snap['cpu_percent'])}, mem {size(snap['rss'])}; "
@@ -67,19 +69,31 @@ def render(snap: dict[str, Any]) -> str:
     if not link.get("current", True):
         head += "; " + paint(f"owner {link.get('state', 'lost')}: figures are not current",
                              "red")
+    apps, more = _fit(snap["apps"], height)
     rows = [[a["key"], a["state"], percent(a["cpu_percent"]), size(a["rss"]),
-             str(a["restarts"]), dur(a["uptime"]), value(a["pid"])] for a in snap["apps"]]
-    colours = [[None, colour_for(a["state"]), None, None, None, None, None]
-               for a in snap["apps"]]
+             str(a["restarts"]), dur(a["uptime"]), value(a["pid"])] for a in apps]
+    colours = [[None, colour_for(a["state"]), None, None, None, None, None] for a in apps]
     body = table(rows, HEADER, colours) if rows else \
         "no instances" if not snap["instances"] else "(-n 0: none shown)"
+    if more:
+        body = f"{body}\n({more} more)" if rows else f"({more} more)"
     return f"{head}\n{body}"
+
+
+def _fit(apps: list[dict[str, Any]], height: int | None) -> tuple[list[dict[str, Any]], int]:
+    """The rows of ``apps`` that fit in ``height`` lines under the summary line and the
+    table's header, one of them then saying how many were left out; and that number."""
+    if height is None or len(apps) <= height - 2:
+        return apps, 0
+    keep = max(0, height - 3)
+    return apps[:keep], len(apps) - keep
 
 
 def run(args: Any, status: Callable[[], dict[str, Any]],
         out: Callable[[dict[str, Any], str], None]) -> int:
     """Draw until Ctrl-C (``--once`` or ``--json``: one snapshot). On a terminal the
-    screen is redrawn in place; piped, each snapshot follows the last after a blank line.
+    screen is redrawn in place, the rows cut to its height; piped, each snapshot
+    follows the last after a blank line, every row shown.
     A frame whose answer failed (no backend for a moment, a handoff) says why, and the
     next frame is drawn as usual. Returns 0, 5 when the last answer was not current, or
     the code of the last frame's error (watch.error_frame). Raises BadRequest for a
@@ -101,9 +115,10 @@ def run(args: Any, status: Callable[[], dict[str, Any]],
                 raise
             return error_frame(exc)
         snap = pick(answer, args.sort, args.n)
-        out(snap, render(snap))
+        out(snap, render(snap, view_height() if tty else None))
         return current(answer)
-    return redraw("tenure top", every, sys.stdout.isatty() and not once, draw, once)
+    tty = sys.stdout.isatty() and not once
+    return redraw("tenure top", every, tty, draw, once)
 
 
 def _prime(status: Callable[[], dict[str, Any]], once: bool) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -11,7 +12,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from protocol.errors import TenureError
 
-__all__ = ["error_frame", "redraw"]
+__all__ = ["TITLE_LINES", "error_frame", "redraw", "view_height"]
+
+TITLE_LINES = 2   # on a terminal, above each view: the title and a blank line
 
 
 def redraw(title: str, every: float, tty: bool, draw: Callable[[], int],
@@ -35,6 +38,13 @@ def redraw(title: str, every: float, tty: bool, draw: Callable[[], int],
             time.sleep(every)
     except KeyboardInterrupt:
         return code
+
+
+def view_height() -> int:
+    """Lines a view may print under the title on this terminal: the line the cursor
+    is left on after the view's last one counts too, or the terminal would scroll the
+    title away. Use on a terminal only."""
+    return shutil.get_terminal_size().lines - TITLE_LINES - 1
 
 
 def error_frame(exc: TenureError) -> int:
