@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .config_lines import KeyPath
-from .config_values import Invalid, check_keys, get_int, get_size, get_str, get_table
+from .config_values import Invalid, check_keys, get_int, get_size, get_str, get_table, shown
 from .model import Limits, RunAs
 
 __all__ = ["IDENTITY_KEYS", "RUN_AS_KEYS", "parse_limits", "parse_run_as"]
@@ -61,7 +61,7 @@ def _umask(t: Mapping[str, Any], path: KeyPath) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0o777:
         return value
     raise Invalid(here, f"must be an octal string like \"0027\" or an integer like 0o027 "
-                        f"(0 to 0o777), not {value!r}")
+                        f"(0 to 0o777), not {shown(value)}")
 
 
 def parse_run_as(t: Mapping[str, Any], path: KeyPath) -> RunAs:
@@ -93,7 +93,7 @@ def _cpus(t: Mapping[str, Any], path: KeyPath) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not 0.01 <= value <= MAX_CPUS:
         raise Invalid((*path, "cpu_quota"), f"must be a number of CPUs between 0.01 and "
-                                            f"{MAX_CPUS:.0f}, not {value!r}")
+                                            f"{MAX_CPUS:.0f}, not {shown(value)}")
     return float(value)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .config_lines import KeyPath
-from .config_values import NAME_RE, Invalid, check_keys, get_int, get_str, table
+from .config_values import NAME_RE, Invalid, check_keys, get_int, get_str, shown, table
 from .model import App, SocketSpec
 
 TYPE_CHECKING = False
@@ -46,7 +46,7 @@ def _mode(t: Mapping[str, Any], path: KeyPath) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0o777:
         return value
     raise Invalid((*path, "mode"), f"must be an octal string like \"0660\" or an integer "
-                                   f"like 0o660 (0 to 0o777), not {value!r}")
+                                   f"like 0o660 (0 to 0o777), not {shown(value)}")
 
 
 def _account(t: Mapping[str, Any], key: str, path: KeyPath) -> str | None:

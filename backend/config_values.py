@@ -36,6 +36,7 @@ __all__ = [
     "parse_after",
     "parse_cwd",
     "parse_env",
+    "shown",
     "table",
 ]
 
@@ -99,21 +100,21 @@ def get_int(t: Mapping[str, Any], key: str, path: KeyPath, default: int,
         raise Invalid((*path, key), f"must be an integer, not {_type_name(value)}")
     if value < lo or (hi is not None and value > hi):
         bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-        raise Invalid((*path, key), f"must be {bound}, not {_shown(value)}")
+        raise Invalid((*path, key), f"must be {bound}, not {shown(value)}")
     return value
 
 
 _SHOWN_DIGITS = 24
 
 
-def _shown(value: int | float) -> str:
-    """``value`` for a message; an integer too long to read is said to be. (A hex
-    literal's may be too long even to format: ``str()`` raises ValueError past 4300
-    digits.)"""
+def shown(value: Any) -> str:
+    """``value`` for a message (its repr); an integer too long to read is said to be.
+    (A hex literal's may be too long even to format: ``repr()`` raises ValueError past
+    4300 digits.)"""
     if isinstance(value, int) and abs(value) >= 10 ** _SHOWN_DIGITS:
         return f"{'a negative' if value < 0 else 'an'} integer of more than " \
                f"{_SHOWN_DIGITS} digits"
-    return f"{value}"
+    return repr(value)
 
 
 _SIZE = re.compile(r"([0-9]+)\s*([KMGT]?)")
@@ -167,17 +168,17 @@ def get_duration(t: Mapping[str, Any], key: str, path: KeyPath, default: float,
     value = t[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise Invalid((*path, key), f"must be a number, not {_type_name(value)}")
-    number, here, shown = _seconds(value), (*path, key), _shown(value)
+    number, here, said = _seconds(value), (*path, key), shown(value)
     if isinstance(value, float) and not math.isfinite(value):   # inf, -inf, nan
-        raise Invalid(here, f"must be a finite number, not {shown}")
+        raise Invalid(here, f"must be a finite number, not {said}")
     if positive and number <= 0:
-        raise Invalid(here, f"must be > 0, not {shown}")
+        raise Invalid(here, f"must be > 0, not {said}")
     if number < minimum:
-        raise Invalid(here, f"must be >= {minimum:g}, not {shown}")
+        raise Invalid(here, f"must be >= {minimum:g}, not {said}")
     if maximum is not None and number > maximum:
-        raise Invalid(here, f"must be at most {maximum:g} s, not {shown}")
+        raise Invalid(here, f"must be at most {maximum:g} s, not {said}")
     if math.isinf(number):   # an integer past the largest float, and no maximum
-        raise Invalid(here, f"must be a finite number, not {shown}")
+        raise Invalid(here, f"must be a finite number, not {said}")
     return number
 
 

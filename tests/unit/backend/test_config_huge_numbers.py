@@ -128,3 +128,18 @@ def test_a_count_beyond_the_bound_is_refused_and_one_at_it_goes_on_the_wire(
     app = parse_config(_text(table, before, key, str(MAX_COUNT))[0], "t.toml").app("s", "a")
     assert app is not None
     pack({"app": plain(app)})   # what inspect sends of it
+
+
+@pytest.mark.parametrize(("written", "key", "line"), [
+    (f"umask = 0x{'f' * 5000}\n", f"{APP}.umask", 3),
+    (f"limits = {{ cpu_quota = 0x{'f' * 5000} }}\n", f"{APP}.limits.cpu_quota", 3),
+    (f'[{APP}.sockets.h]\nlisten = "unix:/run/x.sock"\nmode = 0x{"f" * 5000}\n',
+     f"{APP}.sockets.h.mode", 5),
+])
+def test_a_huge_hex_umask_quota_or_mode_is_invalid_not_internal(
+        written: str, key: str, line: int) -> None:
+    """Was: their messages wrote the value out (repr), which raises ValueError past
+    4300 decimal digits: INTERNAL instead of CONFIG_INVALID."""
+    err = _invalid(f"{HEAD}{written}")
+    assert (err.data["key"], err.data["line"]) == (key, line)
+    assert err.data["problem"].endswith("not an integer of more than 24 digits")
