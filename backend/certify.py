@@ -67,27 +67,62 @@ async def persist_round(gen: Generation) -> None:
 
 
 def persist(gen: Generation) -> None:
-    """Write buffered events and dirty instances. Raises sqlite3.Error when the
-    instances cannot be saved (they stay dirty); events that cannot be written stay
-    buffered (logged when that begins and ends). A fenced generation saves no instance:
-    backend.db's instances are the newer generation's now (its events, tagged with its
-    activation, are still appended)."""
-    if gen.events is not None:
-        try:
-            gen.events.flush()
-        except sqlite3.Error as exc:   # kept buffered: the next round tries again
-            if not gen.events_failing:
-                log.error("could not write the event log (%s); events stay buffered "
-                          "until a write works", exc)
-            gen.events_failing = True
-        else:
-            if gen.events_failing:
-                log.warning("the event log is written again")
-            gen.events_failing = False
+    """Write buffered events and dirty instances, in one commit: an exit told is durable
+    with the state it moved its instance to, so a generation that recovers after a crash
+    neither tells it again nor misses it (it replays what the saved state does not
+    reflect). Raises sqlite3.Error when the instances cannot be saved (they stay dirty,
+    and the events buffered); events that cannot be written stay buffered (logged when
+    that begins and ends) and the instances are saved without them. A fenced generation
+    saves no instance: backend.db's instances are the newer generation's now (its
+    events, tagged with its activation, are still appended)."""
+    store, sup = gen.store, gen.sup
+    if store is None:   # not open yet: no events either (they are written there)
+        return
+    if not (gen.events is not None and gen.events.pending()) and \
+            not (sup is not None and (sup.dirty - sup.deferred or sup.removed)):
+        return          # nothing to write: no transaction every round
+    with store.tx():   # one commit; each part below is a savepoint of it
+        written, failed = _write_events(gen)
+        saved = _save_instances(gen)
+    _commit_events(gen, written, failed)
+    if saved:
+        assert sup is not None
+        sup.dirty &= sup.deferred
+        sup.removed.clear()
+
+
+def _write_events(gen: Generation) -> tuple[int, bool]:
+    """(events inserted, whether inserting them failed). Raises nothing."""
+    if gen.events is None:
+        return 0, False
+    try:
+        return gen.events.write(), False
+    except sqlite3.Error as exc:   # kept buffered: the next round tries again
+        if not gen.events_failing:
+            log.error("could not write the event log (%s); events stay buffered "
+                      "until a write works", exc)
+        return 0, True
+
+
+def _commit_events(gen: Generation, written: int, failed: bool) -> None:
+    """After the commit: forget the events it made durable, and say when writing them
+    works again."""
+    if gen.events is None:
+        return
+    gen.events.written(written)
+    if not failed and gen.events_failing:
+        log.warning("the event log is written again")
+    gen.events_failing = failed
+
+
+def _save_instances(gen: Generation) -> bool:
+    """Save the dirty instances (and forget the removed ones) inside the open
+    transaction; whether there were any to save. Raises sqlite3.Error; a newer
+    generation that claimed the state fences this one (nothing saved)."""
     sup, store = gen.sup, gen.store
     if sup is None or store is None or sup.fenced \
             or not (sup.dirty - sup.deferred or sup.removed):
-        return
+        return False
     # a deferred instance is saved once decided: until then backend.db keeps it as it
     # was, and a generation recovered meanwhile decides it again
     wires = {k: sup.instances[k].to_wire() for k in sup.dirty - sup.deferred
@@ -96,9 +131,8 @@ def persist(gen: Generation) -> None:
         store.save_instances(wires, sup.removed)
     except StaleEpoch as exc:   # a newer generation claimed the state: it is theirs
         sup.fence(exc.msg)
-        return
-    sup.dirty &= sup.deferred
-    sup.removed.clear()
+        return False
+    return True
 
 
 async def certificate_loop(gen: Generation,

@@ -96,6 +96,14 @@ class EventLog:
     def flush(self) -> int:
         """Write the buffered events in one transaction; prune now and then. Returns how
         many were written. Raises sqlite3.Error (the events stay buffered)."""
+        written = self.write()
+        self.written(written)
+        return written
+
+    def write(self) -> int:
+        """Insert the buffered events in a transaction (a savepoint of one already open:
+        they are durable with it), keeping them buffered: :meth:`written` forgets them
+        once that is committed. Returns how many. Raises sqlite3.Error (none inserted)."""
         if not self._buffer:
             return 0
         rows = [(at, kind, target, self.activation, data)
@@ -103,13 +111,21 @@ class EventLog:
         with self._tx() as db:
             db.executemany("INSERT INTO events (at, kind, target, activation, data) "
                            "VALUES (?, ?, ?, ?, ?)", rows)
-            self._since_prune += len(rows)
-            if self._since_prune >= PRUNE_EVERY:
-                self._since_prune = 0
+            if self._since_prune + len(rows) >= PRUNE_EVERY:
                 db.execute("DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?",
                            (KEEP,))
-        self._buffer.clear()
         return len(rows)
+
+    def pending(self) -> int:
+        """How many events wait to be written."""
+        return len(self._buffer)
+
+    def written(self, count: int) -> None:
+        """The ``count`` oldest buffered events are committed: forget them."""
+        for _ in range(count):
+            self._buffer.popleft()
+        self._since_prune = 0 if self._since_prune + count >= PRUNE_EVERY \
+            else self._since_prune + count
 
     def bounds(self) -> tuple[int, int]:
         """(oldest id kept, newest id), (0, 0) when there is none."""
