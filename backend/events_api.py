@@ -10,6 +10,7 @@ from protocol.errors import Unavailable
 from protocol.schema import Field, Schema, check_int
 from protocol.server import Call, Method
 
+from .certify import persist
 from .events import KINDS
 from .targets import check_targets, select_all
 
@@ -46,10 +47,12 @@ def events_methods(gen: Generation) -> dict[str, Method]:
         kinds = set(p["kinds"]) if p.get("kinds") else None
         # What happened before this request is in the answer: events are written every
         # 0.5 s, and a `tenure restart` followed at once by `tenure events` found none
-        # of its own. A failed write leaves them buffered (persist reports and retries):
+        # of its own. Written as a round of persist (with the states they tell of: an
+        # exit written alone would be told again by a generation recovering from a
+        # crash). A failed write leaves them buffered (persist reports and retries):
         # the answer then holds what is written.
         with contextlib.suppress(sqlite3.Error):
-            gen.events.flush()
+            persist(gen)
         return gen.events.read(after=p.get("after"), tail=p.get("tail"),
                                since_time=p.get("since_time"), limit=p["limit"],
                                targets=keys, kinds=kinds)

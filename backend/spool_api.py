@@ -13,6 +13,7 @@ from protocol.schema import Field, Schema, check_int
 from protocol.server import Call, Method
 
 from . import queuefile, spool
+from .certify import persist
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -59,8 +60,8 @@ def _told(gen: Generation, request_id: str) -> dict[str, Any] | None:
     generation took it (one a guardian retired as this one started, say)."""
     if gen.events is None:
         return None
-    with contextlib.suppress(sqlite3.Error):   # what is buffered is read too
-        gen.events.flush()
+    with contextlib.suppress(sqlite3.Error):   # what is buffered is read too (written
+        persist(gen)                           # with the states, as every round is)
     for ev in reversed(gen.events.read(tail=spool.RESULTS_KEPT, kinds={queuefile.KIND})["events"]):
         d = ev["data"]
         if d.get("request_id") != request_id:

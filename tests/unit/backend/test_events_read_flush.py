@@ -44,7 +44,7 @@ def test_a_failed_write_keeps_the_events_buffered_and_answers_what_is_written(
 
     def full() -> int:
         raise sqlite3.OperationalError("database or disk is full")
-    monkeypatch.setattr(log, "flush", full)
+    monkeypatch.setattr(log, "write", full)   # what persist writes them with
     assert [e["data"] for e in _read(gen)] == [{"pid": 7}]
     monkeypatch.undo()
     assert log.flush() == 1                      # still buffered, written later
