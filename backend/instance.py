@@ -124,6 +124,9 @@ class Instance:
         self.pid: int | None = None
         self.start_ticks: int | None = None
         self.launched_at: float | None = None    # when the current process came up
+        # READY=1 of the current launch came before the launch's answer (_ready_early);
+        # not saved: a generation that ends in between drains its launches first
+        self.ready_told = False
         self.starts: list[float] = []            # launch times inside the start-limit window
         self.saved_boot: str | None = None       # the boot its saved state was written in
         self.health_failures = 0
@@ -368,6 +371,7 @@ class Instance:
             if self.generation > self.base_generation:   # not this instance's first launch
                 self.restarts += 1
         self.generation += 1
+        self.ready_told = False
         self._set_state(State.STARTING, now)
         self._out.append(Launch(self.generation, self.launch_key))
 
@@ -461,8 +465,17 @@ def _escalate_to_stopping(inst: Instance, ev: Event, now: float) -> None:
 def _launched(inst: Instance, ev: Event, now: float) -> None:
     assert isinstance(ev, Launched)
     inst.pid, inst.start_ticks, inst.launched_at = ev.pid, ev.start_ticks, now
-    inst._set_state(State.READY if inst.app.ready.kind is ReadyKind.NONE else State.RUNNING,
-                    now)
+    ready = inst.app.ready.kind is ReadyKind.NONE or inst.ready_told
+    inst._set_state(State.READY if ready else State.RUNNING, now)
+
+
+def _ready_early(inst: Instance, ev: Event, now: float) -> None:
+    # READY=1 comes on the owner's observation stream, the launch's answer on a
+    # connection of its own: the message can overtake the answer (as an exit can,
+    # _exited_before_launched). It is this launch's (the supervisor feeds only the
+    # current launch's); ignored, a healthy app was killed at its ready timeout.
+    if inst.app.ready.kind is ReadyKind.NOTIFY:
+        inst.ready_told = True
 
 
 def _launched_while_stopping(inst: Instance, ev: Event, now: float) -> None:
@@ -599,7 +612,7 @@ _ROWS: dict[type[Event], tuple[Handler, ...]] = {
     LaunchFailed: (_I, _launch_failed, _I, _I, _stopped_on_request, _I, _I, _I, _I),
     Exited: (_I, _exited_before_launched, _exited, _exited, _I, _I, _I, _I, _I),
     OwnerStopped: (_I, _owner_stopped, _owner_stopped, _owner_stopped, _I, _I, _I, _I, _I),
-    Ready: (_I, _I, _ready, _I, _I, _I, _I, _I, _I),
+    Ready: (_I, _ready_early, _ready, _I, _I, _I, _I, _I, _I),
     ReadyTimeout: (_I, _I, _ready_timeout, _I, _I, _I, _I, _I, _I),
     HealthFailed: (_I, _I, _I, _health_failed, _I, _I, _I, _I, _I),
     HealthOk: (_I, _I, _I, _health_ok, _I, _I, _I, _I, _I),

@@ -169,6 +169,20 @@ ready = {{ kind = "notify", timeout = 10 }}
     assert row["ready"] and row["restarts"] == 0, row
 
 
+def test_a_ready_that_overtakes_the_launch_answer_is_not_lost(cluster):
+    """READY=1 at once comes on the owner's observation stream, which can overtake the
+    launch's answer: it was ignored, and most of 20 instances were stopped at their
+    ready timeout and launched again."""
+    cluster.up("""
+[stacks.rd.apps.quick]
+command = ["sh", "-c", "systemd-notify --ready; exec sleep 100000"]
+ready = { kind = "notify", timeout = 4 }
+instances = 20
+""")
+    rows = cluster.wait_ready(20, 30)
+    assert {k: r["restarts"] for k, r in rows.items() if r["restarts"]} == {}
+
+
 def test_a_health_check_that_starts_a_daemon_leaves_none_running(cluster):
     """`setsid sleep N &` in an exec health check left its probe's group and outlived
     it: one more each interval, for good, through `tenure down` too."""

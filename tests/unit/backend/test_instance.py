@@ -913,3 +913,37 @@ def test_leaving_ready_stops_a_check_whatever_the_app_says_now() -> None:
     r = drive_to(State.READY)
     r.inst.app = mk_app(health=None)            # swapped without take_app
     assert StopHealth() in r.feed(StopRequested())
+
+
+NOTIFY_READY = Readiness(kind=ReadyKind.NOTIFY, timeout=4.0)
+
+
+def test_ready_before_the_launch_answer_is_kept_for_it() -> None:
+    """Was: READY=1 (the owner's observation stream) overtaking the launch's answer (its
+    own connection) was ignored in ``starting``: the instance waited in ``running`` for a
+    message already gone, and a healthy app was stopped at its ready timeout."""
+    r = Rig(mk_app(ready=NOTIFY_READY))
+    r.feed(Start())
+    assert r.inst.state is State.STARTING
+    assert r.feed(Ready()) == []
+    actions = r.launched()
+    assert r.inst.state is State.READY and r.inst.pid == r.pid
+    assert Timer.READY_TIMEOUT not in r.timers
+    assert not any(isinstance(a, StartReadiness) for a in actions)
+    # the next launch waits for its own message
+    r.feed(Exited(1, None), 1.0)
+    if r.inst.state is State.BACKOFF:
+        r.fire(Timer.BACKOFF)
+    assert r.inst.state is State.STARTING
+    r.launched()
+    assert r.inst.state is State.RUNNING and Timer.READY_TIMEOUT in r.timers
+
+
+def test_ready_before_the_answer_counts_only_for_notify_readiness() -> None:
+    """Another kind's Ready comes from a check that starts once launched: one in
+    ``starting`` belongs to no check of this launch and proves nothing."""
+    r = Rig(mk_app(ready=TCP_READY))
+    r.feed(Start())
+    r.feed(Ready())
+    r.launched()
+    assert r.inst.state is State.RUNNING
