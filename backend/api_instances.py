@@ -167,13 +167,19 @@ class InstanceCommands:
     def _start_each(self, keys: list[str], what: str, timeout: float
                     ) -> dict[str, asyncio.Future[bool]]:
         """Start every instance of ``keys``: at once, or, while it is still stopping
-        (the machine ignores a Start then), once it is down, as the step ``what KEY``.
+        (the machine ignores a Start then; a stop of tenure's own for a restart is
+        made a stop first), once it is down, as the step ``what KEY``.
         Returns the starts that wait (for that stop, or for their ``after`` apps) by
         key, for :meth:`_settle`: a withdrawn one ends the wait for its instance. Call
         it inside the request's step: a start after a stop continues it, so a drain
         that began since (during a ``stack start``'s intent write) lets it finish."""
         deferred: dict[str, asyncio.Future[bool]] = {}
         for k in keys:
+            if self.sup.instances[k].state is im.State.RESTARTING:
+                # tenure's own stop for a restart (a health check, a ready timeout),
+                # which ignores a Start too: it ends stopped, then the operator's start
+                # follows it, fresh, as a start from backoff or failed is
+                self.sup.feed(k, im.StopRequested())
             if self.sup.instances[k].state is im.State.STOPPING:   # after the stop
                 step = self._start_when_down(k, f"{what} {k}", stop=False, timeout=timeout,
                                              continues=True)

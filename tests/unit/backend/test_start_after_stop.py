@@ -208,3 +208,31 @@ def test_a_start_whose_deferred_start_a_later_stop_withdraws_answers_at_once(
         await second_stop
         assert gen.sup.instances["s/a/0"].state is State.STOPPED
     run_generation(tmp_path, ONE, body)
+
+
+NEVER_HEALTH = ('[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\nrestart = "never"\n'
+                'health = { kind = "tcp", port = 1, interval = 3600, grace = 3600, '
+                'failures = 1 }\n')
+
+
+def test_a_start_while_tenure_stops_an_app_for_a_restart_starts_it_once_down(
+        tmp_path: Path):
+    """Was: a start asked while tenure itself stopped the app (a failed health check, a
+    ready timeout: `restarting`) was ignored by the machine, and under restart = "never"
+    the app then ended failed, the start answering `failed`. The operator's start now
+    follows that stop, as it follows one asked by a `tenure stop`."""
+    from backend.instance import HealthFailed
+
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        inst = gen.sup.instances["s/a/0"]
+        owner.hold("stop")
+        gen.sup.feed("s/a/0", HealthFailed())
+        assert inst.state is State.RESTARTING
+        started = asyncio.create_task(gen.api.start(api_call("start", target="s/a/0",
+                                                             timeout=0.5)))
+        await until(lambda: bool(owner.sent("stop")), "stopping")
+        owner.release("stop")
+        assert await started == {"settled": True, "instances": {"s/a/0": "ready"}}
+        assert (inst.state, inst.generation) == (State.READY, 2)
+        await until(lambda: gen.api.running_steps() == [], "the start's step ended")
+    run_generation(tmp_path, NEVER_HEALTH, body)
