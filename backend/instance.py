@@ -382,9 +382,11 @@ class Instance:
             self._set_state(final, now)
             return
         if self.launched_at is not None and now - self.launched_at >= \
-                self.app.backoff.reset_after:
+                self.app.backoff.reset_after and outcome is not Outcome.TIMEOUT:
             # A stable run ends the crash loop: a new backoff streak and a new start-limit
-            # window, so an app that crashes now and then is never given up on.
+            # window, so an app that crashes now and then is never given up on. One that
+            # never became ready was not up, however long it waited (with the defaults,
+            # a 30 s ready timeout, every such run was stable: no backoff, no limit).
             self.streak = 0
             self.starts = []
         self.streak += 1

@@ -527,6 +527,28 @@ def test_a_stable_run_begins_a_new_start_limit_window() -> None:
         assert r.inst.generation == (2 if gives_up else 11)
 
 
+def test_runs_that_never_became_ready_are_no_stable_runs() -> None:
+    """Was: a run ended by its ready timeout counted as stable when the timeout was at
+    least ``reset_after`` (the defaults: 30 s each): every such run began a new streak
+    and window, so an app that never became ready was relaunched at once for ever,
+    never backed off nor given up on."""
+    app = mk_app(health=None, backoff=Backoff(initial=1.0, reset_after=1.5),
+                 start_limit=StartLimit(burst=3, interval=60.0))
+    r = Rig(app)
+    r.feed(Start())
+    delays = []
+    for _ in range(10):
+        r.launched(0.0)
+        r.fire(Timer.READY_TIMEOUT)              # 5 s, never ready
+        acts = r.feed(Stopped(), 0.1)
+        if r.inst.state is State.FAILED:
+            break
+        delays += [a.delay for a in of(acts, StartTimer)]
+        r.fire(Timer.BACKOFF)
+    assert r.inst.state is State.FAILED and r.inst.generation == 3
+    assert delays == [0.0, 1.0]
+
+
 # ---- adoption ---------------------------------------------------------------------------
 
 
