@@ -63,7 +63,7 @@ class Checks:
     def start_readiness(self, key: str, inst: im.Instance) -> None:
         ready = inst.app.ready
         probe = readiness_probe(ready, inst.index, group_of(inst.pid),
-                                env={**self._base_env(), **inst.app.env},
+                                env={**self._base_env(), **inst.app.env}, cwd=inst.app.cwd,
                                 held=self._held_sockets(inst.launch_key))
         if probe is None:
             return  # notify: the owner's READY event; delay: the machine's own timer
@@ -91,7 +91,7 @@ class Checks:
                     self._feed(key, event)
             return feed
         check = health_probe(h, inst.index, group_of(inst.pid),
-                             env={**self._base_env(), **inst.app.env},
+                             env={**self._base_env(), **inst.app.env}, cwd=inst.app.cwd,
                              held=self._held_sockets(inst.launch_key))
         runner = HealthRunner(check, interval=h.interval, timeout=h.timeout, grace=h.grace,
                               on_pass=verdict(im.HealthOk()), on_fail=verdict(im.HealthFailed()),

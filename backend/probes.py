@@ -361,7 +361,7 @@ def _port(base: int | None, step: int, index: int) -> int:
 
 
 def readiness_probe(ready: Readiness, index: int, pids: Callable[[], set[int]], *,
-                    env: Mapping[str, str] | None = None,
+                    env: Mapping[str, str] | None = None, cwd: str | None = None,
                     method: TcpMethod = TcpMethod.AUTO, held: Held | None = None
                     ) -> Probe | None:
     """The probe for ``ready`` of instance ``index``, or None for none/notify/delay
@@ -380,12 +380,12 @@ def readiness_probe(ready: Readiness, index: int, pids: Callable[[], set[int]], 
         _split_http_url(url)
         return lambda: http_ok(url, ready.timeout)
     if ready.kind is ReadyKind.EXEC:
-        return lambda: exec_ok(ready.command, ready.timeout, env)
+        return lambda: exec_ok(ready.command, ready.timeout, env, cwd)
     return None
 
 
 def health_probe(health: Health, index: int, pids: Callable[[], set[int]], *,
-                 env: Mapping[str, str] | None = None,
+                 env: Mapping[str, str] | None = None, cwd: str | None = None,
                  method: TcpMethod = TcpMethod.AUTO, held: Held | None = None) -> Probe:
     """The check for ``health`` of instance ``index``, bounded by ``health.timeout``.
     ``pids`` and ``held`` as for :func:`readiness_probe`: a tcp health check passes only
@@ -400,7 +400,7 @@ def health_probe(health: Health, index: int, pids: Callable[[], set[int]], *,
         url = health.url or ""
         _split_http_url(url)
         return lambda: http_ok(url, health.timeout)
-    return lambda: exec_ok(health.command, health.timeout, env)
+    return lambda: exec_ok(health.command, health.timeout, env, cwd)
 
 
 def describe(check: Readiness | Health, index: int) -> str:

@@ -491,3 +491,22 @@ def test_a_listener_of_an_app_running_as_another_user_counts_by_its_uid() -> Non
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
+
+
+def test_exec_probes_run_in_the_apps_cwd(tmp_path: Path) -> None:
+    """Was: they ran in the backend's working directory, so `./check.sh` of an app with
+    a `cwd` could not be started ("no such file or directory")."""
+    check = tmp_path / "check.sh"
+    check.write_text("#!/bin/sh\ntest -f here\n")
+    check.chmod(0o755)
+    (tmp_path / "here").touch()
+
+    async def main() -> tuple[Any, Any]:
+        ready = readiness_probe(Readiness(kind=ReadyKind.EXEC, command=("./check.sh",),
+                                          timeout=5), 0, set, cwd=str(tmp_path))
+        health = health_probe(Health(kind=HealthKind.EXEC, command=("./check.sh",),
+                                     timeout=5), 0, set, cwd=str(tmp_path))
+        assert ready is not None
+        return await ready(), await health()
+    ready, health = run(main)
+    assert ready.ok and health.ok, (ready, health)

@@ -183,6 +183,24 @@ instances = 20
     assert {k: r["restarts"] for k, r in rows.items() if r["restarts"]} == {}
 
 
+def test_exec_checks_run_in_the_apps_cwd(cluster, tmp_path):
+    """Was: in the backend's working directory: `./check.sh` of an app with a `cwd`
+    could not be started, and the app never became ready."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "check.sh").write_text("#!/bin/sh\nexit 0\n")
+    (app / "check.sh").chmod(0o755)
+    cluster.up(f"""
+[stacks.rd.apps.here]
+command = ["sleep", "100000"]
+cwd = "{app}"
+ready = {{ kind = "exec", command = ["./check.sh"], timeout = 10 }}
+health = {{ kind = "exec", command = ["./check.sh"], interval = 0.2, failures = 1 }}
+""")
+    row = cluster.wait_ready(1)["rd/here/0"]
+    assert row["restarts"] == 0, row
+
+
 def test_a_health_check_that_starts_a_daemon_leaves_none_running(cluster):
     """`setsid sleep N &` in an exec health check left its probe's group and outlived
     it: one more each interval, for good, through `tenure down` too."""
