@@ -26,7 +26,7 @@ from protocol.window import refuse_in_window
 from . import instance as im
 from .activation import CAPABILITY, check_sockets, needs_sockets, retuned
 from .api_instances import InstanceCommands
-from .api_logs import LogsReading
+from .api_logs import VIEWER_READS, LogsReading
 from .api_stacks import StackCommands
 from .certify import publish_certificate
 from .config import check_declares_something, parse_recent
@@ -132,6 +132,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
                                    gen.invalidate,
                                    prepare=functools.partial(gen.tell_log_budgets, lower=False))
         self._procs = Usage()
+        self._viewer_reads = asyncio.Semaphore(VIEWER_READS)
         self._metrics_task: asyncio.Task[None] | None = None  # the last listen change's
         self._cycles: set[asyncio.Future[Any]] = set()   # steps of _start_when_down
         self.jobs = JobRunner(Ledger(gen.store), gen.sup.owner, gen.epoch, gen.sup, self.gate,

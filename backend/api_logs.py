@@ -4,6 +4,7 @@ mixes this in), apart for size."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,9 @@ if TYPE_CHECKING:
     from .generation import Generation
     from .supervisor import Supervisor
 
-__all__ = ["LogsReading"]
+__all__ = ["VIEWER_READS", "LogsReading"]
+
+VIEWER_READS = 2   # viewers' `logs` calls at once: the owner's other reads are admins'
 
 
 class LogsReading:
@@ -43,6 +46,7 @@ class LogsReading:
     _link: Callable[..., dict[str, Any]]
     _unavailable: Callable[[str, str, dict[str, Any]], OwnerUnavailable]
     _require_owner: Callable[[str], None]
+    _viewer_reads: asyncio.Semaphore   # VIEWER_READS turns
 
     async def logs(self, call: Call) -> Any:
         """One page of the owner's journal (see the owner's ``logs.read``). Raises
@@ -54,7 +58,10 @@ class LogsReading:
         journal closed, as an owner upgrade does before the next owner reopens it)."""
         self._require_owner("reading the logs")
         try:
-            return await self._read_logs(call)
+            if getattr(call.conn, "role", "admin") != "viewer":
+                return await self._read_logs(call)
+            async with self._viewer_reads:   # viewers never crowd out admins
+                return await self._read_logs(call)
         except (ConnectFailed, OutcomeUnknown) as exc:   # nothing changes by a read
             # e.g. the owner stopped during it: the connection's heartbeat gave up on it
             raise self._unavailable(f"did not answer ({exc.msg})", "reading the logs",

@@ -78,6 +78,10 @@ log = logging.getLogger("tenure.backend")
 CONTRACTS = OWNER_CONTRACTS
 HEARTBEAT = 1.0
 OWNER_MUTATIONS = MAX_INFLIGHT["admin"] - MAX_INFLIGHT["viewer"]
+# log pages asked of the owner at once (each answer up to 4 MiB): the heartbeat's answer
+# is sent after those before it, and a flood of them made it time out (the connection
+# was then dropped, with every launch and stop on it)
+OWNER_READS = 4
 """Launches and stops outstanding at the owner at once: the rest of what it handles of
 one connection is left to the heartbeat, acks and queries."""
 
@@ -167,6 +171,7 @@ class Generation(HandingOver):
         # launches and stops (a stop lasts as long as the app takes to end) leave the
         # owner room for this connection's heartbeat, acks and queries
         self.owner.limit(("launch", "stop"), OWNER_MUTATIONS)
+        self.owner.limit(("logs.read",), OWNER_READS)
         welcome = await self.owner.connect()
         if welcome.identity != owner:
             raise IdentityMismatch("the owner is not the process the guardian fenced",
