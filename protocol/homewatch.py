@@ -113,7 +113,8 @@ def claim(kind: str, home: str | os.PathLike[str]) -> socket.socket | None:
     Raises AlreadyRunning (data: home, pid when known) when a process of ours (same user,
     or root) holds it: an earlier daemon whose home was deleted or replaced still runs.
     A name held by another user's process cannot be one of ours (anyone may bind any
-    abstract name); it is logged and None is returned: the lock file still guards."""
+    abstract name), and so is one held by a process it cannot find (a daemon of ours
+    is always found): it is logged and None is returned; the lock file still guards."""
     name = claim_name(kind, home)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -133,17 +134,20 @@ def claim(kind: str, home: str | os.PathLike[str]) -> socket.socket | None:
         pid, uid = None, -1
     except OSError:   # no answer in time: its queue is full (anyone may fill it)
         pid, uid = abstract_holder(name) or (None, None)
-    if uid is not None and uid not in (os.geteuid(), 0):
+    if uid is None:   # no answer and no holder in /proc: a daemon of ours holds its
+        # claim in its fd table and we see our own (root sees all); this one does not
+        # (anyone may fill the queue of a name it bound, then hand its fd away)
+        log.warning("the %s name of home %s is held by a process tenure cannot identify "
+                    "(nothing answers on it, /proc does not show it), not by tenure; "
+                    "going on without it", kind, home)
+        return None
+    if uid not in (os.geteuid(), 0):
         log.warning("the %s name of home %s is held by another user's process (uid %d, "
                     "pid %s), not by tenure; going on without it", kind, home, uid, pid)
         return None
     where = os.path.abspath(home)
-    said = (f"another {kind} started on {where} still runs (pid {pid}), though its home "
-            "directory was deleted or replaced; it stops its applications" if pid is not None
-            else f"the {kind} name of {where} is held by a process tenure cannot identify "
-                 "(nothing answers on it, /proc does not show it); it may be an earlier "
-                 f"{kind} whose home directory was deleted or replaced, which stops its "
-                 "applications")
-    raise AlreadyRunning(f"{said} and exits by itself: start again once it is gone",
+    raise AlreadyRunning(f"another {kind} started on {where} still runs (pid {pid}), "
+                         "though its home directory was deleted or replaced; it stops its "
+                         "applications and exits by itself: start again once it is gone",
                          {"home": where, "pid": pid, "home_lost": True})
 

@@ -4,6 +4,7 @@ same home path is refused while the first is held."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -237,3 +238,33 @@ def test_claim_names_are_abstract_and_fit_an_address() -> None:
     name = claim_name("owner", "/" + "x" * 4000)
     assert name.startswith(b"\0tenure-owner-") and len(name) < 108
     assert claim_name("owner", "/a/../a") != claim_name("owner", "/b")
+
+
+def test_a_name_whose_holder_cannot_be_found_does_not_block_a_start(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Was: a name whose queue was full and whose socket no process held (its fd handed
+    away over a unix socket, in flight) made the owner refuse to start (ALREADY_RUNNING,
+    'held by a process tenure cannot identify'): any local user could keep an owner from
+    starting on a known home path (/var/lib/tenure). A daemon of ours is always found
+    through /proc; this holder is not one."""
+    name = claim_name("owner", tmp_path)
+    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    held.bind(name)
+    held.listen(0)
+    fillers = []
+    for _ in range(3):
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            c.connect(name)
+        fillers.append(c)
+    carrier, sink = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    socket.send_fds(carrier, [b"x"], [held.fileno()])
+    held.close()                      # in flight only: no fd table shows it
+    try:
+        with caplog.at_level(logging.WARNING, "tenure.home"):
+            assert claim("owner", tmp_path) is None
+        assert "cannot identify" in caplog.text and "going on without it" in caplog.text
+    finally:
+        for s in (carrier, sink, *fillers):
+            s.close()
