@@ -112,6 +112,7 @@ class Connection:
     hello: Hello | None = None
     streams: set[str] = field(default_factory=set)
     grant: Any = None  # what the server's hello hook bound the connection to
+    sending: asyncio.Lock = field(default_factory=asyncio.Lock)   # answers, one at a time
 
     def subscribe(self, stream: str) -> None:
         self.streams.add(stream)
@@ -328,6 +329,8 @@ class RpcServer:
         inflight: set[asyncio.Task[None]] = set()
         try:
             while True:
+                if conn.writer.transport.get_write_buffer_size() > _DRAIN_ABOVE:
+                    await conn.writer.drain()   # answers back up: read no more meanwhile
                 frame = await self._read(reader, decoder, pending, self.frame_timeout)
                 if frame is None:
                     return
@@ -451,15 +454,23 @@ class RpcServer:
         return Unauthorized(why)
 
     async def _send(self, conn: Connection, response: Response) -> None:
-        if conn.writer.is_closing():
-            return
+        """Queue ``response``. A client slow to read makes it wait before it is queued,
+        one answer at a time: what waits for it is then one answer (up to a frame) past
+        :data:`_DRAIN_ABOVE`, not every answer its requests make (a client that never
+        read held up to MAX_INFLIGHT answers of a frame each, gigabytes). A client gone
+        is quiet: nothing is sent."""
         try:
             data = encode_frame(response.to_wire(), self.max_frame)
         except (BadFrame, BadRequest) as exc:
             data = encode_frame(_cut_short(response, exc).to_wire())
-        conn.writer.write(data)
-        if conn.writer.transport.get_write_buffer_size() > _DRAIN_ABOVE:
-            await conn.writer.drain()  # only a slow reader makes us wait
+        try:
+            async with conn.sending:
+                if conn.writer.transport.get_write_buffer_size() > _DRAIN_ABOVE:
+                    await conn.writer.drain()  # only a slow reader makes us wait
+                if not conn.writer.is_closing():
+                    conn.writer.write(data)
+        except ConnectionError:   # it went away: the answers it asked for go nowhere
+            return
 
 
 ERROR_MSG_MAX = 4096

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -398,3 +399,28 @@ def test_a_full_disk_is_storage_failed_and_a_defect_stays_internal(served: Serve
             c.call("fail", {"kind": "bug"})
         assert bug.value.msg == "fail failed: ValueError"   # a defect's words stay inside
         assert c.call("echo", {"x": 1}) == {"x": 1}   # the connection serves on
+
+
+def test_a_client_that_never_reads_its_answers_is_read_no_further(served):
+    """Was: a client that sent requests and never read the answers had them all queued
+    (up to 1024 in flight, each up to a frame): the owner grew by gigabytes. The server
+    now reads no further from a connection whose answers back up, so such a client's
+    sends block after a few of them, and a client gone leaves nothing in the log."""
+    s = raw_connect(served.path)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.sendall(encode_frame({"t": "hello", "proto": 1, "role": "admin"}))
+    s.settimeout(2.0)         # a send blocked this long: the server reads no more
+    payload = {"x": "y" * 32768}
+    sent = 0
+    with contextlib.suppress(TimeoutError):
+        while sent < 2000:
+            s.sendall(encode_frame({"t": "req", "id": sent + 1, "m": "echo", "p": payload}))
+            sent += 1
+    s.close()
+    assert sent < 500, f"{sent} requests of 32 KiB were read with no answer taken"
+    # the server lives on and answers others
+    c = Client(served.path)
+    try:
+        assert c.call("echo", {"ok": 1}) == {"ok": 1}
+    finally:
+        c.close()
