@@ -8,7 +8,14 @@ before an operation's first step, so that an app it starts is journalled under i
 budget from its first line. What an operation tells raises budgets only: a smaller
 budget prunes at once, gigabytes may take minutes, and lowering one loses nothing an app
 about to start would write, so the loop lowers it a second later. A failed call is
-tried again a second later. An
+tried again a second later.
+
+The owner keeps the budget of an app it is not told of while the app has lines (one
+taken out of the config keeps them within the budget it had until the backend's
+retention forgets them, ``removed_app_logs_days``), and answers the budgets in force. So
+an app of the config without a budget of its own that the owner still holds one for
+(its ``log_retention`` was removed, or it came back into the config) is told the
+owner's default. An
 owner without the capability keeps the default for every app; that is said once in the
 backend's log and in ``status`` (``log_retention_unsupported``).
 """
@@ -45,12 +52,23 @@ class LogBudgets:
     def __init__(self) -> None:
         self.told: Budgets | None = None   # what the owner was last told (None: not yet)
         self.default: int | None = None    # the owner's budget for every other app
+        self.held: Budgets = {}            # the budgets in force, as the owner answered
         self.unsupported = False           # budgets wanted of an owner without the call
         self._failing = False              # the last call failed (said once per run)
         self._one = asyncio.Lock()         # one call at a time (the loop, an operation)
 
     def due(self, config: Config) -> bool:
-        return budgets_of(config) != self.told
+        return self.wanted(config) != self.told
+
+    def wanted(self, config: Config) -> Budgets:
+        """``config``'s budgets, and the owner's default for each app of ``config``
+        without one of its own that the owner holds a budget for (owner.journal
+        keeps the budget of an app it is not told of while the app has lines)."""
+        want = budgets_of(config)
+        if self.default is not None:
+            want |= {key: self.default for key in self.held
+                     if key not in want and config.app(*key) is not None}
+        return want
 
     async def sync(self, owner: Any, epoch: int, capabilities: Mapping[str, int],
                    config: Config, *, lower: bool = True) -> None:
@@ -59,19 +77,21 @@ class LogBudgets:
         go one after the other: the second finds the budgets told. ``lower=False``: a
         budget ``config`` lowers stays as told for now (see :meth:`raised`)."""
         async with self._one:
-            want = budgets_of(config)
+            want = self.wanted(config)
             await self._sync(owner, epoch, capabilities, want if lower else self.raised(want))
 
     def raised(self, want: Budgets) -> Budgets:
         """What to tell the owner so that no app's budget is below ``want`` and none is
         lowered: each app's larger of what it was told and what it wants (the owner's
-        default standing for no budget of its own). Told that, the owner prunes nothing.
-        ``want`` itself while what the owner holds is not known (nothing told yet by
-        this generation, or its default never answered)."""
+        default standing for no budget of its own), and an app told of but no longer
+        wanted (taken out of the config) what it was told. Told that, the owner prunes
+        nothing. ``want`` itself while what the owner holds is not known (nothing told
+        yet by this generation, or its default never answered)."""
         told, default = self.told, self.default
         if told is None or default is None:
             return want
-        return {k: max(want.get(k, default), told.get(k, default)) for k in want.keys() | told}
+        kept = {k: n for k, n in told.items() if k not in want}
+        return kept | {k: max(n, told.get(k, default)) for k, n in want.items()}
 
     async def _sync(self, owner: Any, epoch: int, capabilities: Mapping[str, int],
                     want: Budgets) -> None:
@@ -101,3 +121,13 @@ class LogBudgets:
         self.told, self.unsupported, self._failing = want, False, False
         default = answer.get("default") if isinstance(answer, dict) else None
         self.default = default if isinstance(default, int) else None
+        self.held = _held(answer)
+
+
+def _held(answer: Any) -> Budgets:
+    """The budgets in force a ``logs.retention`` answer lists (a malformed entry is
+    left out: an app not held is told nothing more than its config says)."""
+    listed = answer.get("budgets") if isinstance(answer, dict) else None
+    return {(b["stack"], b["app"]): b["bytes"] for b in listed or ()
+            if isinstance(b, dict) and isinstance(b.get("stack"), str)
+            and isinstance(b.get("app"), str) and isinstance(b.get("bytes"), int)}

@@ -586,11 +586,14 @@ class Journal:
             return self._retention, dict(self._budgets)
 
     def set_retention(self, budgets: Mapping[tuple[str, str], int]) -> None:
-        """Give exactly these apps their own budget (others keep the default), stored
-        durably, and prune at once what a smaller budget no longer keeps, in one
-        transaction. Safe from any thread. Raises ``BadRequest`` (a malformed name, a
-        budget out of [MIN_RETENTION, MAX_RETENTION]), ``ShuttingDown`` (a closed
-        journal) and ``StorageFailed`` (the transaction failed: nothing changed)."""
+        """Give these apps their own budget, stored durably, and prune at once what a
+        smaller budget no longer keeps, in one transaction. An app named with the
+        default has none of its own; one not named keeps the budget stored for it while
+        it has lines (an app taken out of the config keeps its lines within the budget
+        it had until they are forgotten), and has the default once it has none. Safe
+        from any thread. Raises ``BadRequest`` (a malformed name, a budget out of
+        [MIN_RETENTION, MAX_RETENTION]), ``ShuttingDown`` (a closed journal) and
+        ``StorageFailed`` (the transaction failed: nothing changed)."""
         checked = {(_check_name("stack", st), _check_name("app", app)):
                    _check_int("budget", n, MIN_RETENTION) for (st, app), n in budgets.items()}
         if any(n > MAX_RETENTION for n in checked.values()):
@@ -599,12 +602,23 @@ class Journal:
             raise BadRequest("a stack or app name with a budget has no '/'")
 
         def work(conn: sqlite3.Connection) -> None:
-            save_budgets(conn, checked)
-            self._budgets = checked
+            self._budgets = self._budgets_after(checked)
+            save_budgets(conn, self._budgets)
             for key in [k for k, a in self._apps.items() if a.total > self._limit(k)]:
                 self._prune(conn, key)
         self._maintain("setting log budgets", work)
         self._wake_writer()
+
+    def _budgets_after(self, named: Mapping[tuple[str, str], int]
+                       ) -> dict[tuple[str, str], int]:
+        """The budgets ``set_retention(named)`` leaves (under ``_wlock``): the named
+        ones but the default, and the stored one of each app not named that has lines.
+        The backend names only the apps of its config (backend.logbudgets); forgetting
+        one that was taken out with a budget of its own would give its lines the
+        default at once, pruning them before ``removed_app_logs_days``."""
+        left = {key: n for key, n in self._budgets.items()
+                if key not in named and key in self._apps and self._apps[key].total > 0}
+        return left | {key: n for key, n in named.items() if n != self._retention}
 
     def forget(self, sources: Sequence[tuple[str, str, int]], timeout: float = 30.0) -> int:
         """Delete every line of each ``(stack, app, instance)`` in one transaction (see

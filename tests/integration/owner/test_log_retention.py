@@ -1,7 +1,8 @@
 """``logs.retention`` on a real owner: an app keeps its own budget of output, a smaller
 one prunes at once, the budget and what it pruned outlive an owner restart (it prunes
-from the first write, before any backend spoke to the new owner), a bad call changes
-nothing, and the pages it freed go back to the disk."""
+from the first write, before any backend spoke to the new owner), an app no longer
+named keeps its budget while it has lines, a bad call changes nothing, and the pages it
+freed go back to the disk."""
 
 from __future__ import annotations
 
@@ -74,8 +75,14 @@ def test_an_app_budget_prunes_at_once_and_outlives_a_restart(short_home: Path) -
             assert c.call("logs.read", {"app": "a", "after": 0, "limit": 1})["pruned"] == said
             _write(c, epoch, "k2", 3)
             assert _kept(c) <= MIB
-            c.call("logs.retention", {"budgets": []}, epoch=epoch)   # the default again
-            _write(c, epoch, "k3", 3)
+            c.call("logs.retention", {"budgets": []}, epoch=epoch)   # taken out: it holds
+            _write(c, epoch, "k3", 2)
+            assert _kept(c) <= MIB
+            # named with the default: none of its own
+            got = c.call("logs.retention", {"budgets": [{"stack": "s", "app": "a",
+                                                         "bytes": 64 * MIB}]}, epoch=epoch)
+            assert got == {"default": 64 * MIB, "budgets": []}
+            _write(c, epoch, "k4", 3)
             assert _kept(c) > 3 * MIB
     finally:
         owner.stop()

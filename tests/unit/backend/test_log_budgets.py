@@ -32,13 +32,23 @@ class Owner:
         self.calls: list[tuple[str, Any, int | None]] = []
         self.fail = False
         self.default = default   # answered as the owner's default budget, when given
+        self.holds: dict[tuple[str, str], int] = {}   # the budgets in force
+        self.lines: set[tuple[str, str]] = set()      # the apps with lines kept
 
     async def call(self, method: str, params: Any, *, epoch: int | None = None,
                    timeout: float | None = None) -> Any:
         self.calls.append((method, params, epoch))
         if self.fail:
             raise TransportLost("logs.retention: connection lost")
-        return {} if self.default is None else {"default": self.default, **params}
+        if self.default is None:
+            return {}
+        # as owner.journal: a budget of the default is none of the app's own, and an app
+        # not named keeps its own while it has lines
+        named = {(b["stack"], b["app"]): b["bytes"] for b in params["budgets"]}
+        self.holds = {k: n for k, n in self.holds.items() if k in self.lines} | named
+        self.holds = {k: n for k, n in self.holds.items() if n != self.default}
+        return {"default": self.default, "budgets": [
+            {"stack": st, "app": app, "bytes": n} for (st, app), n in sorted(self.holds.items())]}
 
 
 def _told(owner: Owner) -> dict[str, int]:
@@ -174,6 +184,45 @@ def test_budgets_the_owner_may_hold_unknown_are_told_whole() -> None:
         await lb.sync(quiet, 1, CAPS, _config(a="1GiB"))
         await lb.sync(quiet, 1, CAPS, _config(a="2MiB"), lower=False)
         assert _told(quiet) == {"a": 2 << 20}
+    asyncio.run(main())
+
+
+def test_a_removed_app_is_left_to_the_budget_the_owner_keeps() -> None:
+    """An app taken out of the config is not told of again (the owner keeps its budget
+    while its lines are kept), and an operation's raises leave it as it was told: named
+    with the default, it would have lost the budget it had."""
+    async def main() -> None:
+        owner, lb = Owner(default=64 << 20), LogBudgets()
+        owner.lines = {("s", "w")}
+        await lb.sync(owner, 1, CAPS, _config(w="1MiB", big="1GiB", x=""))
+        new = _config(x="")   # w and big taken out
+        await lb.sync(owner, 1, CAPS, new, lower=False)
+        assert len(owner.calls) == 1   # nothing to raise: nothing told
+        await lb.sync(owner, 1, CAPS, new)   # the loop's tick
+        assert _told(owner) == {} and owner.holds == {("s", "w"): 1 << 20}
+        assert not lb.due(new)
+    asyncio.run(main())
+
+
+def test_an_app_of_the_config_the_owner_holds_a_budget_for_is_told_the_default() -> None:
+    """Its own log_retention removed (or it came back into the config without one
+    while its old lines are kept): the owner would keep the budget it holds, so it is
+    named with the default, which the owner takes for none of its own."""
+    async def main() -> None:
+        owner, lb = Owner(default=64 << 20), LogBudgets()
+        owner.lines = {("s", "w")}
+        await lb.sync(owner, 1, CAPS, _config(w="1GiB"))
+        await lb.sync(owner, 1, CAPS, _config())   # taken out: the owner keeps 1 GiB
+        assert owner.holds == {("s", "w"): 1 << 30}
+        back = _config(w="")
+        assert lb.due(back)
+        await lb.sync(owner, 1, CAPS, back)
+        assert _told(owner) == {"w": 64 << 20} and owner.holds == {}
+        await lb.sync(owner, 1, CAPS, back)   # once more, as the owner now holds it
+        assert _told(owner) == {} and not lb.due(back)
+        calls = len(owner.calls)
+        await lb.sync(owner, 1, CAPS, back)
+        assert len(owner.calls) == calls
     asyncio.run(main())
 
 

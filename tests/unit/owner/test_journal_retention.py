@@ -39,10 +39,30 @@ def test_a_smaller_budget_prunes_at_once_and_outlives_a_reopen(tmp_path: Path) -
         assert j.retention() == (8 * MIB, {("s", "web"): MIB})
         fill_journal(j, WEB, 3)   # the stored budget holds from the first write
         assert journal_kept(j, "web") <= MIB and j.last_id() == last + 3 * 64
-        j.set_retention({})   # back to the default: nothing more is pruned
+        j.set_retention({("s", "web"): 8 * MIB})   # back to the default: none of its own
+        assert j.retention()[1] == {}
         fill_journal(j, WEB, 3)
         assert journal_kept(j, "web") > 3 * MIB
     with Journal(tmp_path / "j.db") as j:
+        assert j.retention()[1] == {}
+
+
+def test_an_app_taken_out_of_the_config_keeps_its_budget_until_its_lines_go(
+        tmp_path: Path) -> None:
+    """Was: an app no longer named fell back to the default at once, and lines of a
+    larger budget were pruned to it days before removed_app_logs_days."""
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=2 * MIB) as j:
+        j.set_retention({("s", "web"): 4 * MIB, ("s", "db"): 3 * MIB})
+        fill_journal(j, WEB, 3)
+        j.set_retention({})   # both out of the config: web has lines, db none
+        assert journal_kept(j, "web") == 3 * MIB
+        assert j.retention()[1] == {("s", "web"): 4 * MIB}
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=2 * MIB) as j:
+        j.set_retention({})   # a new owner, a new backend: it still holds
+        assert journal_kept(j, "web") == 3 * MIB
+        assert j.retention()[1] == {("s", "web"): 4 * MIB}
+        j.forget_apps([("s", "web")])
+        j.set_retention({})   # no lines left: the default
         assert j.retention()[1] == {}
 
 
