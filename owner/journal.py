@@ -63,7 +63,16 @@ from .journalforget import (
 )
 from .journalhealth import WriteHealth
 from .journalpruned import Pruned
-from .journalread import STREAMS, Filters, LogRecord, Page, last_id, read_at
+from .journalread import (
+    STREAMS,
+    Filters,
+    LogRecord,
+    Page,
+    damage,
+    last_id,
+    read_at,
+    refuse_damage,
+)
 from .journalretention import (
     MAX_RETENTION,
     MIN_RETENTION,
@@ -170,8 +179,9 @@ class Journal:
         each batch before it is written; ``after_backlog(peak)`` runs there once a
         backlog of at least memtrim.TRIM_AFTER bytes has drained (owner.memtrim).
         Raises ``UnsafePath`` (symlink, not a regular file, cannot open),
-        ``StateCorrupt`` (not a journal, unknown format version; the file is left
-        untouched) and ``BadRequest`` (bad limits).
+        ``StateCorrupt`` (not a journal, unknown format version, a damaged page or row
+        read at open, e.g. a name that is not UTF-8; the file is left untouched) and
+        ``BadRequest`` (bad limits).
         """
         self._path = os.fspath(path)
         self._queue_max = _check_int("queue_bytes", queue_bytes, 1)
@@ -190,8 +200,13 @@ class Journal:
         self._apps: dict[tuple[str, str], _App] = {}
         self._pruned = Pruned()   # what retention deleted, for readers behind it
         self._next_id = 1
-        self._load_state()
-        self._pruned.load(self._wconn)   # what was pruned before this open
+        try:
+            with refuse_damage(self._path):
+                self._load_state()
+                self._pruned.load(self._wconn)   # what was pruned before this open
+        except BaseException:
+            self._wconn.close()
+            raise
         self._cond = threading.Condition(threading.Lock())
         self._queue = FairQueue(self._queue_max)
         self._seq = 0  # sequence number of the last accepted append
@@ -646,8 +661,9 @@ class Journal:
              limit: int = APPS_PAGE) -> list[AppLines]:
         """Each app with lines kept, ``(stack, app, bytes, time of its newest line)``, in
         order after ``after``, at most ``limit`` (:func:`owner.journalforget.apps_kept`).
-        Safe from any thread. Raises ``ShuttingDown`` for a closed journal."""
-        with self._rlock:
+        Safe from any thread. Raises ``ShuttingDown`` for a closed journal and
+        ``StateCorrupt`` for a damaged one (owner.journalread.refuse_damage)."""
+        with self._rlock, refuse_damage(self._path):
             conn = self._reader()
             conn.execute("BEGIN")
             try:
@@ -678,7 +694,8 @@ class Journal:
     def _maintain(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(conn)`` in one transaction of the writer's connection, between two
         batches: committed whole, or on an error not at all (StorageFailed naming
-        ``what``); the per-app state is reloaded as committed either way. Raises
+        ``what``, or StateCorrupt for damage it read: owner.journalread.damage); the
+        per-app state is reloaded as committed either way. Raises
         ShuttingDown on a closed journal (the owner is stopping)."""
         with self._wlock:
             if self._closed:
@@ -693,8 +710,8 @@ class Journal:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 self._pruned.discard()
-                raise StorageFailed(f"journal: {what} failed: {exc}",
-                                    {"path": self._path}) from None
+                raise damage(exc, self._path) or StorageFailed(
+                    f"journal: {what} failed: {exc}", {"path": self._path}) from None
             finally:
                 with contextlib.suppress(sqlite3.Error):
                     self._load_state()   # budgets and per-app totals as committed
@@ -734,8 +751,9 @@ class Journal:
         ``limit`` (capped at ``READ_LIMIT_MAX``) and ``max_bytes`` of answer (see
         :func:`owner.journalread.read_page`). One read transaction. Safe from any
         thread. Raises ``BadRequest`` for a negative or non-int ``after_id``, a
-        non-positive ``limit`` or ``max_bytes`` or wrongly typed filters, and
-        ``ShuttingDown`` for a closed journal.
+        non-positive ``limit`` or ``max_bytes`` or wrongly typed filters,
+        ``ShuttingDown`` for a closed journal and ``StateCorrupt`` for a damaged page or
+        row it meets (a field of the wrong type, a text that is not UTF-8).
         """
         _check_int("after_id", after_id)
         limit = min(_check_int("limit", limit, 1), READ_LIMIT_MAX)

@@ -9,18 +9,19 @@ ids upward (or, for a tail, downward) from where it starts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from protocol.errors import BadRequest
+from protocol.errors import BadRequest, StateCorrupt
 
 from .journaldb import damaged
 from .journalpruned import Pruned, gaps
 
-__all__ = ["RECORD_OVERHEAD", "STREAMS", "Filters", "LogRecord", "Page", "last_id",
-           "read_at", "read_page", "tail_start"]
+__all__ = ["RECORD_OVERHEAD", "STREAMS", "Filters", "LogRecord", "Page", "damage",
+           "last_id", "read_at", "read_page", "refuse_damage", "tail_start"]
 
 STREAMS: Final = frozenset({"stdout", "stderr"})
 RECORD_OVERHEAD: Final = 96
@@ -30,10 +31,42 @@ id, timestamp, instance, generation, stream and flags (measured: 75-85)."""
 _COLUMNS: Final = "id, ts, stack, app, instance, generation, stream, flags, data"
 _CORRUPT: Final = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 """SQLite's results for a file whose pages are not what it wrote."""
+_UNDECODABLE: Final = "Could not decode to UTF-8"
+"""How Python's sqlite3 fails a row with a TEXT value that is not UTF-8 (an
+OperationalError with no SQLite result: SQLite keeps whatever bytes it is given, and
+this owner writes only UTF-8)."""
 
 
 class _Malformed(Exception):
     """A row that is not one this owner writes: the file was changed under it."""
+
+
+def _undecodable(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(_UNDECODABLE)
+
+
+def damage(exc: sqlite3.Error, path: str) -> StateCorrupt | None:
+    """The refusal of the journal at ``path`` (owner.journaldb.damaged: the way out) if
+    ``exc`` says it holds what its writer did not write: a page SQLite finds corrupt,
+    not a database, or a text that is not UTF-8; None for any other error."""
+    if str(getattr(exc, "sqlite_errorname", "")).startswith(_CORRUPT) or _undecodable(exc):
+        return damaged(path, str(exc)[:200])   # the text it could not decode may be long
+    return None
+
+
+@contextlib.contextmanager
+def refuse_damage(path: str) -> Iterator[None]:
+    """Raise StateCorrupt for damage met inside: a malformed row, or :func:`damage`.
+    Any other sqlite3.Error goes through as it is."""
+    try:
+        yield
+    except _Malformed as exc:
+        raise damaged(path, str(exc)) from None
+    except sqlite3.Error as exc:
+        refusal = damage(exc, path)
+        if refusal is None:
+            raise
+        raise refusal from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,6 +163,13 @@ def _record(row: tuple[Any, ...]) -> LogRecord:
     return rec
 
 
+def _undecoded(conn: sqlite3.Connection, where: str, params: list[Any]) -> _Malformed:
+    """The row a read ``where`` failed on for its text (the first that matches: those
+    before it were read), named by its id, which reads without decoding it."""
+    (bad,) = conn.execute(f"SELECT MIN(id) FROM records WHERE {where}", params).fetchone()
+    return _Malformed(f"record {bad} is malformed")
+
+
 def _ranges(conn: sqlite3.Connection, after_id: int, flt: Filters,
             ) -> list[tuple[int, int | None]]:
     """Id ranges that can hold matching records above ``after_id``, ascending."""
@@ -165,6 +205,11 @@ def read_page(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: in
                     return Page(records, records[-1].id, True, last_id(conn))
                 records.append(rec)
                 used += rec.wire_size
+        except sqlite3.OperationalError as exc:
+            if not _undecodable(exc):
+                raise
+            start = max(lo, records[-1].id + 1) if records else lo
+            raise _undecoded(conn, f"id >= ?{upper}{where}", [start, *params]) from None
         finally:
             cur.close()
         if len(records) >= limit:
@@ -182,14 +227,8 @@ def read_at(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: int 
     The caller serialises the use of ``conn``. Raises BadRequest; StateCorrupt naming
     ``path`` and the way out (owner.journaldb.damaged) for a damaged file or row, which
     fails every read that meets it, not only this one; sqlite3.Error."""
-    try:
+    with refuse_damage(path):
         return _read_at(conn, after_id, limit, max_bytes, flt, tail, pruned)
-    except _Malformed as exc:
-        raise damaged(path, str(exc)) from None
-    except sqlite3.DatabaseError as exc:
-        if not str(getattr(exc, "sqlite_errorname", "")).startswith(_CORRUPT):
-            raise
-        raise damaged(path, str(exc)) from None
 
 
 def _read_at(conn: sqlite3.Connection, after_id: int, limit: int, max_bytes: int | None,

@@ -5,6 +5,12 @@ operator's to keep; the owner starts a new journal and the apps' lines flow agai
 from __future__ import annotations
 
 import json
+import sqlite3
+
+import pytest
+
+from owner.journal import Journal, LogSource
+from owner.testing import OwnerProcess
 
 CONFIG = """
 [stacks.s.apps.talker]
@@ -70,3 +76,25 @@ def test_a_row_damaged_under_a_running_owner_fails_logs_with_the_way_out(cluster
             assert cluster.cli_text("logs", "s/talker", "-n", "1").count("line") == 1
             assert cluster.pids() == pids
             assert cluster.down().code == 0
+
+
+def test_text_that_is_not_utf8_in_the_journal_refuses_the_start_coded(short_home):
+    """An extent's stack that is not UTF-8, as a hand edit or a bad disk would leave it:
+    the owner ended INTERNAL (exit 7) with sqlite3's traceback ("Could not decode to
+    UTF-8 column 'stack'"); it is a damaged journal, refused with the way out (exit 2)."""
+    assert OwnerProcess(short_home).start().stop() == 0   # the home, as an owner makes it
+    journal = short_home / "execution" / "journal.db"
+    with Journal(journal) as j:
+        j.append(LogSource("s", "talker", 0, 1), "stdout", [(b"line", 0)])
+        assert j.flush(timeout=30)
+    conn = sqlite3.connect(journal, isolation_level=None)
+    try:
+        conn.execute("UPDATE extents SET stack=CAST(x'ff' AS TEXT)")
+    finally:
+        conn.close()
+    with pytest.raises(RuntimeError) as failed:
+        OwnerProcess(short_home).start()
+    said = str(failed.value)
+    assert said.startswith("owner exited 2:") and "Traceback" not in said, said
+    assert f"STATE_CORRUPT: {journal} is not a journal this owner can read (Could not " \
+           "decode to UTF-8 column 'stack'" in said and "A damaged journal.db" in said, said

@@ -70,6 +70,10 @@ ROWS = {   # a row changed under the owner, as a hand edit or a bad disk would
     "data that is text": "UPDATE records SET data='text' WHERE id=2",
     "an unknown stream": "UPDATE records SET stream='stdin' WHERE id=2",
     "an instance that is text": "UPDATE records SET instance='one' WHERE id=2",
+    # Python's sqlite3 fails the row (OperationalError "Could not decode to UTF-8"):
+    # was INTERNAL
+    "a stack that is not UTF-8": "UPDATE records SET stack=CAST(x'ff' AS TEXT) WHERE id=2",
+    "a stream that is not UTF-8": "UPDATE records SET stream=CAST(x'ff' AS TEXT) WHERE id=2",
 }
 
 
@@ -137,3 +141,38 @@ def test_a_page_sqlite_finds_corrupt_fails_the_read_with_the_way_out(tmp_path):
         j.read(0, 10_000)
     assert err.value.msg.startswith(f"{path} is not a journal this owner can read (")
     assert err.value.msg.endswith(DAMAGED) and err.value.data == {"path": str(path)}
+
+
+NOT_UTF8 = {   # read at open: the owner refused to start with INTERNAL (exit 7)
+    "an extent's app": "UPDATE extents SET app=CAST(x'ff' AS TEXT)",
+    "a budget's key": "INSERT INTO meta VALUES (CAST(x'726574656e74696f6e2f732fff' AS TEXT),"
+                      " 1048576)",   # retention/s/\xff
+    "a pruned mark's key": "INSERT INTO meta VALUES (CAST(x'7072756e65642f732fff' AS TEXT),"
+                           " 5)",    # pruned/s/\xff
+}
+
+
+@pytest.mark.parametrize("what", list(NOT_UTF8))
+def test_text_that_is_not_utf8_read_at_open_is_damage(tmp_path, what):
+    path = tmp_path / "journal.db"
+    _journal_of(path, 3)
+    _edit(path, NOT_UTF8[what])
+    with pytest.raises(StateCorrupt) as err:
+        Journal(path)
+    assert err.value.msg.startswith(f"{path} is not a journal this owner can read (Could "
+                                    "not decode to UTF-8 column ")
+    assert err.value.msg.endswith(DAMAGED) and err.value.data == {"path": str(path)}
+
+
+def test_text_that_is_not_utf8_fails_the_list_of_apps_and_a_forget_as_damage(tmp_path):
+    path = tmp_path / "journal.db"
+    _journal_of(path, 3)
+    with Journal(path) as j:
+        _edit(path, "UPDATE extents SET stack=CAST(x'ff' AS TEXT)")
+        _edit(path, "INSERT INTO meta VALUES (CAST(x'7072756e65642f73686f702f7765622fff'"
+                    " AS TEXT), 5)")   # pruned/shop/web/\xff: a forget reads the marks
+        for call in (j.apps, lambda: j.forget_apps([("shop", "web")])):
+            with pytest.raises(StateCorrupt) as err:
+                call()
+            assert "(Could not decode to UTF-8 column " in err.value.msg
+            assert err.value.msg.endswith(DAMAGED)
