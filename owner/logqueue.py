@@ -23,10 +23,26 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from .journal import LogSource
 
-__all__ = ["LINE_OVERHEAD", "FairQueue", "Queued"]
+__all__ = ["APPEND_OVERHEAD", "LINE_OVERHEAD", "FairQueue", "Queued"]
 
-LINE_OVERHEAD: Final = 64
-"""Bytes charged per queued line on top of its data (Python object overhead)."""
+LINE_OVERHEAD: Final = 96
+"""Bytes charged per queued line on top of its data: what holding it costs besides,
+so that a queue of short lines stays within its bound. On CPython 3.11 (64-bit), a
+line is a ``bytearray`` (owner.linesplit): its object is ``sys.getsizeof(bytearray())``
+= 56 bytes, 64 in pymalloc's 16-byte size classes; its buffer, allocated apart, holds the
+data and a NUL, rounded up to 16 (up to 16 more than the data); and a slot of its
+append's list, 8 bytes and up to 1/8 more for the list's growth: 89 bytes besides the
+data at most (tracemalloc, which sees no rounding, counts 65). A line as ``bytes``
+costs less (33 bytes and the data, rounded up to 16). It was 64: a queue full of one-byte
+lines held ~40% more than its bound."""
+
+APPEND_OVERHEAD: Final = 320
+"""Bytes charged per queued append on top of its lines: its Queued (104 bytes,
+``sys.getsizeof``; 112 allocated), its list of lines (56 bytes and its slots' spare
+room), its timestamp (a float, 24), its sequence number and cost (ints, 28 each), and
+a slot in each of two deques (16), each rounded up to 16: about 300. A queue of
+appends of one line each (many quiet apps, a writer held up) held 5.6 times its
+bound without it."""
 
 AppKey = tuple[str, str]
 Data = list[bytes | bytearray]
@@ -51,8 +67,9 @@ class Queued:
 
 
 def fit(lines: Data, room: int) -> tuple[int, int, int]:
-    """How many leading ``lines`` fit in ``room``, their data bytes and cost."""
-    used = data = n = 0
+    """How many leading ``lines`` fit in ``room`` as one append, their data bytes and
+    cost (APPEND_OVERHEAD included; nothing fits when that alone does not)."""
+    used, data, n = APPEND_OVERHEAD, 0, 0
     for d in lines:
         c = len(d) + LINE_OVERHEAD
         if used + c > room:
@@ -64,8 +81,9 @@ def fit(lines: Data, room: int) -> tuple[int, int, int]:
 
 
 class FairQueue:
-    """Appends in arrival order, at most ``max_bytes`` of cost (data plus per-line
-    overhead) counting the batch being written. See the module docstring."""
+    """Appends in arrival order, at most ``max_bytes`` of cost (data plus per-line and
+    per-append overhead: what they take in memory) counting the batch being written.
+    See the module docstring."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -87,7 +105,7 @@ class FairQueue:
         were dropped whole to make room. The lists are kept, not copied."""
         app = (source.stack, source.app)
         data_bytes = sum(map(len, lines))
-        cost = data_bytes + LINE_OVERHEAD * len(lines)
+        cost = data_bytes + LINE_OVERHEAD * len(lines) + APPEND_OVERHEAD
         lost: dict[LogSource, int] = {}
         room = self.max_bytes - self.queued_bytes
         evicted = 0
