@@ -27,3 +27,16 @@ def test_a_caught_up_wal_keeps_its_length_until_a_commit_or_a_truncate(tmp_path:
         assert not ckpt.owed()
     finally:
         ckpt.stop(5)
+
+
+def test_an_idle_writer_truncates_only_a_wal_that_may_be_longer_than_it_keeps(tmp_path: Path):
+    """As docs/owner.md and state.md say: a short WAL is left as it is when the writer
+    goes idle (they said it was emptied whatever its length)."""
+    ckpt = Checkpointer(lambda: sqlite3.connect(tmp_path / "j.db"))
+    try:
+        ckpt.committed(KEEP_FRAMES - 1)
+        assert not ckpt.idle() and not ckpt.owed()   # short: kept
+        ckpt.committed(1)
+        assert ckpt.idle()                            # it may be KEEP_BYTES: emptied
+    finally:
+        ckpt.stop(5)
