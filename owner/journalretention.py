@@ -1,8 +1,10 @@
 """How much of each app's output the journal keeps (the ``logs.retention`` method).
 
 Every app keeps the journal's default (64 MiB, pruning the oldest) unless the backend
-set its own budget. Budgets live in the journal's ``meta`` table as ``retention/STACK/
-APP`` keys, in the same transaction as whatever pruning a smaller budget takes, so an
+set its own budget; an app the backend no longer names keeps the one it had while it has
+lines (owner.journal.Journal.set_retention). Budgets live in the journal's ``meta``
+table as ``retention/STACK/APP`` keys, in the same transaction as whatever pruning a
+smaller budget takes, so an
 owner restarted (upgraded, recovered) prunes by them from its first write, before any
 backend has spoken to it. An older owner ignores the keys (it reads only the format
 version and the next id) and keeps its own default.

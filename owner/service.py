@@ -607,9 +607,12 @@ class OwnerService:
                            {"launch_keys": busy[:100]})
 
     async def logs_retention(self, call: Call) -> Any:
-        """Give exactly the named apps their own journal budget (the bytes of output kept,
-        the oldest pruned); every other app keeps the default. Stored durably; a smaller
-        budget prunes at once. Idempotent. Answers the budgets now in force."""
+        """Give the named apps their own journal budget (the bytes of output kept, the
+        oldest pruned; one named with the default has none of its own); an app not named
+        keeps the budget stored for it while it has lines (one taken out of the config),
+        the default once it has none (owner.journal.Journal.set_retention). Stored
+        durably; a smaller budget prunes at once. Idempotent. Answers the budgets now in
+        force."""
         self._require_epoch(call)
         budgets = {(b["stack"], b["app"]): b["bytes"] for b in call.params["budgets"]}
 

@@ -141,8 +141,7 @@ class Fallback:
         templates have lines of that id (the journal outlived a job ledger)."""
         self._first = False
         self._read_file(args, "tenure is not running")
-        assert self._conn is not None
-        apps = self._conn.execute("SELECT DISTINCT stack, app FROM extents").fetchall()
+        apps = self._apps()
         found = [(stack, app) for stack, app in apps if app.startswith("job:") and
                  self._page({"stack": stack, "app": app, "instance": job_id, "tail": 1,
                              "limit": 1})["records"]]
@@ -232,17 +231,28 @@ class Fallback:
         from backend.logsel import PAGE_BYTES, PAGE_RECORDS
         from owner.journal import READ_LIMIT_MAX
         from owner.journalpruned import Pruned
-        from owner.journalread import Filters, read_at
+        from owner.journalread import Filters, read_at, refuse_damage
         assert self._conn is not None
         flt = Filters(q.get("stack"), q.get("app"), q.get("instance"), q.get("stream"))
         flt.sql()
         if self._marks is None or self._marks[0] is not self._conn:
-            self._marks = (self._conn, Pruned())   # what retention deleted, as stored
-            self._marks[1].load(self._conn)
+            marks = Pruned()                       # what retention deleted, as stored
+            with refuse_damage(self._path):
+                marks.load(self._conn)
+            self._marks = (self._conn, marks)
         pruned = self._marks[1]
         return read_at(self._conn, q.get("after", 0), min(q.get("limit", PAGE_RECORDS),
                        READ_LIMIT_MAX), q.get("max_bytes", PAGE_BYTES), flt,
                        q.get("tail"), pruned, path=self._path).to_wire()
+
+    def _apps(self) -> list[tuple[str, str]]:
+        """Every (stack, app) the journal file has lines of. Raises StateCorrupt for a
+        damaged file (a name that is not UTF-8, say), as the owner would."""
+        from owner.journalread import refuse_damage
+        assert self._conn is not None
+        with refuse_damage(self._path):
+            return [(str(st), str(app)) for st, app in self._conn.execute(
+                "SELECT DISTINCT stack, app FROM extents")]
 
     def _sources(self, targets: list[str], resolved: bool = False,
                  ) -> list[tuple[str, str | None, int | None]]:
@@ -256,8 +266,7 @@ class Fallback:
         if resolved:
             return [exact_source(t) for t in targets]
         check_cli_targets(targets)
-        assert self._conn is not None
-        apps = self._conn.execute("SELECT DISTINCT stack, app FROM extents").fetchall()
+        apps = self._apps()
         keys = [f"{stack}/{app}/0" for stack, app in apps]   # to match stacks and apps
         found: list[tuple[str, str | None, int | None]] = []
         missing = []

@@ -311,3 +311,22 @@ def test_the_file_answers_the_sources_its_targets_resolved_to(home, monkeypatch)
     again = Fallback(call, home)(a, "logs", {"targets": page["resolved"], "resolved": True,
                                              "after": 0, "limit": 100})
     assert again["resolved"] == page["resolved"]
+
+
+@pytest.mark.parametrize("table", ["extents", "meta"])
+def test_a_name_that_is_not_utf8_in_the_file_is_state_corrupt(home, monkeypatch, table):
+    """Was: the list of the file's apps and its pruned marks were read outside the
+    journal's damage check: a name that is not UTF-8 ended `tenure logs` in INTERNAL
+    ('a defect of tenure') where the owner answers STATE_CORRUPT."""
+    import sqlite3
+
+    from protocol.errors import StateCorrupt
+    conn = sqlite3.connect(str(home.execution / "journal.db"))
+    if table == "extents":
+        conn.execute("UPDATE extents SET stack = CAST(x'ff' AS TEXT) WHERE app = 'db'")
+    else:
+        conn.execute("INSERT INTO meta VALUES (CAST(x'7072756e65642fff' AS TEXT), '1')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StateCorrupt):
+        run(home, monkeypatch, targets=["shop"], n=10)
