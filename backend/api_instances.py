@@ -236,6 +236,7 @@ class InstanceCommands:
                 return {"settled": False, "instances": out, "not_restarted": keys[i + 1:],
                         "stopped_at": k, "reasons": self._reasons([k], UP),
                         **({"withdrawn": True} if started is False else {})}
+            again = self.sup.stopped_since([k])   # stops asked after its own
             ok, public = await self._wait_settled([k], UP, timeout, until_drain=True)
             out.update(public)
             if not ok and self._handing_over():
@@ -246,7 +247,9 @@ class InstanceCommands:
             ready = self.sup.instances[k].state is im.State.READY
             if not ok or (not ready and i + 1 < len(keys)):   # the roll stops here
                 return {"settled": False, "instances": out, "not_restarted": keys[i + 1:],
-                        "stopped_at": k, "reasons": self._reasons([k], (im.State.READY,))}
+                        "stopped_at": k, "reasons": self._reasons([k], (im.State.READY,)),
+                        # stopped by a later command while it came up: that one has it
+                        **({"withdrawn": True} if again() else {})}
         return {"settled": settled, "instances": out}
 
     def _handing_over(self) -> bool:

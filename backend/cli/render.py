@@ -452,8 +452,8 @@ def _unsettled(r: dict[str, Any], inst: dict[str, str]) -> str:
                 "last was ready, and the roll answers at its start: `tenure status` "
                 "shows the last come up, under whichever generation serves)")
     if r.get("withdrawn"):
-        return (f"\n(the roll stopped at {at}: a later command stopped it, a stop, a stack "
-                "stop or an apply, so it was not started again here)")
+        return (f"\n(the roll stopped at {at}: a later command stopped it, a stop, a "
+                "restart, a stack stop or an apply, which has it now)")
     if inst.get(at) in ("failed", "exited"):
         return f"\n(the roll stopped at {at}: it ended {inst[at]})"
     return "\n(not settled in time)"

@@ -236,3 +236,29 @@ def test_a_start_while_tenure_stops_an_app_for_a_restart_starts_it_once_down(
         assert (inst.state, inst.generation) == (State.READY, 2)
         await until(lambda: gen.api.running_steps() == [], "the start's step ended")
     run_generation(tmp_path, NEVER_HEALTH, body)
+
+
+SLOW_READY = ('[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n'
+              'ready = { kind = "delay", delay = 3600 }\n')
+
+
+@pytest.mark.parametrize("later", ["stop", "restart"])
+def test_a_restart_stopped_again_while_it_comes_up_says_a_later_command_has_it(
+        tmp_path: Path, later: str):
+    """Was: a restart waiting for its instance to be ready, stopped meanwhile by a later
+    stop or restart, answered `(not settled in time)` (exit 4, as a timeout) after a
+    second: it says now that a later command has it (`withdrawn`)."""
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        inst = gen.sup.instances["s/a/0"]
+        first = asyncio.create_task(gen.api.restart(api_call("restart", target="s/a/0",
+                                                             timeout=1)))
+        await until(lambda: inst.state is State.RUNNING and inst.generation == 2,
+                    "the restart's launch, waiting for ready")
+        await settle_turns()          # the restart waits for it to be ready
+        second = asyncio.create_task(getattr(gen.api, later)(api_call(
+            later, target="s/a/0", timeout=0.5)))
+        answer = await first
+        assert (answer["settled"], answer.get("withdrawn")) == (False, True), answer
+        assert "not settled in time" not in render.instances(answer)
+        await second
+    run_generation(tmp_path, SLOW_READY, body, ready=False)
