@@ -283,8 +283,11 @@ class Generation(HandingOver):
         await record_lost_exits(self.sup, live, self._launch_row, known)
         # a config queued before this generation began (`tenure up --config` on a home
         # whose daemons were down) decides what starts: the applied one's instances
-        # wait for it (_spool_loop), rather than start and be replaced at once
-        defer = self._queue_waits()
+        # wait for it (_spool_loop), rather than start and be replaced at once. Not in
+        # a hot handoff (a checkpoint): the incumbent ran them and would go on so (a
+        # backoff stopped here lost its deadline and streak; a config it had taken may
+        # wait long, for an operation that holds its stacks)
+        defer = checkpoint is None and self._queue_waits()
         lost = relaunch_lost(self.sup, live, stopped, known, defer=defer)
         for key, (app, index) in self.sup.keys_of(self.config).items():
             if key not in self.sup.instances:  # restored instances keep their own state
