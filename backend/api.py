@@ -296,6 +296,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         keys = in_order(self.sup.instances) if not wanted else \
             select_all(self.sup.instances, wanted)
         held, usage = await self._ask_owner(keys if wanted else None, link)
+        link = self._link()    # as of the answer: the owner may have gone silent meanwhile
         t = time.monotonic()   # after the owner's answer: a launch may have ended meanwhile
         rows = [self._row(k, self.sup.instances[k], t, dropped, usage)
                 for k in keys if k in self.sup.instances]   # an apply may remove some
@@ -469,8 +470,8 @@ class Api(InstanceCommands, StackCommands, LogsReading):
 
     async def inspect(self, call: Call) -> Any:
         keys = self._targets(call.params["target"], create=False)
-        link = self._link()
-        held, usage = await self._ask_owner(keys, link)
+        held, usage = await self._ask_owner(keys, self._link())
+        link = self._link()    # as of the answer: the owner may have gone silent meanwhile
         t = time.monotonic()
         dropped = self.gen.log_dropped
         out = []

@@ -134,3 +134,27 @@ def test_metrics_does_not_wait_for_an_owner_silent_past_the_stale_limit(tmp_path
             assert not [m for m, _, _ in owner.calls if m in QUESTIONS]
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(("method", "params"), [("status", {}), ("inspect", {"target": "s"})])
+def test_an_owner_gone_silent_during_the_question_is_not_shown_as_current(
+        tmp_path: Path, method: str, params: dict[str, Any]):
+    """Was: the view's currency was taken before the owner was asked: an owner that went
+    silent while it was asked (SIGSTOP) was shown `connected`, with figures, exit 0."""
+    async def main() -> None:
+        owner = MeasuringOwner()
+        async with ready_generation(tmp_path, owner, ONE, CAPS) as gen:
+            for q in QUESTIONS:
+                owner.hold(q)
+            answer = asyncio.create_task(getattr(gen.api, method)(api_call(method,
+                                                                           **params)))
+            await until(lambda: any(m in QUESTIONS for m, _, _ in owner.calls), "asked")
+            go_stale(gen)               # silent for longer than the limit meanwhile
+            for q in QUESTIONS:
+                owner.release(q)
+            got = await answer
+            row = got["instances" if method == "inspect" else "apps"][0]
+            assert (row["state"], row["last_state"]) == ("unknown", "ready"), row
+            assert got["owner_link"]["current"] is False
+
+    asyncio.run(main())
