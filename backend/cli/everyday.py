@@ -323,6 +323,6 @@ def _watch_status(args: Any) -> int:
         try:
             return _status_once(args)
         except TenureError as exc:   # a target gone, a handoff: show it, go on
-            return error_frame(exc)
+            return error_frame(exc, args.json)
     title = f"tenure status {' '.join(args.targets)}".rstrip()
     return redraw(title, max(args.every, 0.2), sys.stdout.isatty() and not args.json, draw)

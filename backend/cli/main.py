@@ -45,7 +45,8 @@ def _common(default: Any, formatter: Any) -> Any:
             raise argparse.ArgumentTypeError("empty: give the home's path")
         return Path(text)
     common.add_argument("--home", type=home, default=default, help="TENURE_HOME "
-                        "(default: $TENURE_HOME or ~/.local/state/tenure)")
+                        "(default: $TENURE_HOME, else $XDG_STATE_HOME/tenure, else "
+                        "~/.local/state/tenure)")
     common.add_argument("--json", action="store_true",
                         default=False if default is None else default,
                         help="machine-readable output")

@@ -113,7 +113,7 @@ def run(args: Any, status: Callable[[], dict[str, Any]],
         except TenureError as exc:   # a backend away a moment: say so, go on (as status -w)
             if once:
                 raise
-            return error_frame(exc)
+            return error_frame(exc, args.json)
         snap = pick(answer, args.sort, args.n)
         out(snap, render(snap, view_height() if tty else None))
         return current(answer)

@@ -47,16 +47,22 @@ def view_height() -> int:
     return shutil.get_terminal_size().lines - TITLE_LINES - 1
 
 
-def error_frame(exc: TenureError) -> int:
+def error_frame(exc: TenureError, as_json: bool = False) -> int:
     """Print, as the view, why it could not be drawn this time (no backend answers: why,
     as ``status`` says it; a handoff, a timeout: the error), and return that frame's exit
-    code: a redrawing view goes on, and shows the next answer once there is one."""
+    code: a redrawing view goes on, and shows the next answer once there is one. With
+    ``as_json`` the frame is the error object ``--json`` prints for any error."""
     from protocol.errors import BackendUnavailable
 
     from . import render
     from .exits import Exit
-    if isinstance(exc, BackendUnavailable):
+    code = Exit.UNREACHABLE if isinstance(exc, BackendUnavailable) else Exit.ERROR
+    if as_json:
+        import json
+        print(json.dumps({"ok": False, "error": exc.to_wire()}, default=str,
+                         sort_keys=True), flush=True)
+    elif isinstance(exc, BackendUnavailable):
         print(render.no_backend(exc.data.get("diagnostics"), None, exc.data.get("stopped")))
-        return Exit.UNREACHABLE
-    print(f"tenure: {exc.code_str}: {exc.msg}")
-    return Exit.ERROR
+    else:
+        print(f"tenure: {exc.code_str}: {exc.msg}")
+    return code
