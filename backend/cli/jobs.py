@@ -43,6 +43,8 @@ OK, ERROR, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNSETTLED
 OPEN = ("admitted", "starting", "running")
 ACTIONS = ("run", "list", "show", "logs", "stop", "withdraw", "resolve")
 _AWAY = (BackendUnavailable, ConnectFailed, ShuttingDown)
+KEYED_WAIT = 3600.0     # s a keyed `run` goes on asking a backend away (default)
+UNKEYED_WAIT = 60.0     # s one without a key does: a handoff, a restart of the backend
 
 
 def add_job_parser(add: Callable[[str, str], Any]) -> None:
@@ -56,7 +58,9 @@ def add_job_parser(add: Callable[[str, str], Any]) -> None:
                    "--arg=-x for a leading dash)")
     p.add_argument("--wait", action="store_true", help="run: wait until the job ends")
     p.add_argument("--timeout", type=float, default=None,
-                   help="run --wait, stop: give up waiting after this many seconds")
+                   help="run (how long to ask a backend that is away: 3600 s with "
+                   "--key, 60 without), run --wait, stop: give up waiting after this "
+                   "many seconds")
     p.add_argument("--state", help="list: only these states (comma-separated)")
     p.add_argument("--limit", type=int, default=50, help="list: at most this many")
     p.add_argument("-f", "--follow", action="store_true", help="logs: follow until it ends")
@@ -103,7 +107,12 @@ def _target(text: str, what: str, stack_alone: bool = False) -> str:
 def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     params = {"template": _target(args.target, "run"), "args": list(args.job_args),
               **({"key": args.key} if args.key is not None else {})}   # "": refused
-    deadline = time.monotonic() + (args.timeout if args.timeout is not None else 3600.0)
+    # with a key the submission is safe to ask again however long the backend is away;
+    # without one, a request certainly not handled is asked again through a handoff,
+    # not for an hour (a stopped backend: BACKEND_UNAVAILABLE, as any other command)
+    wait = args.timeout if args.timeout is not None else \
+        KEYED_WAIT if args.key is not None else UNKEYED_WAIT
+    deadline = time.monotonic() + wait
     held = Held(args)
     r = _retrying(args, lambda: call(args, "job.run", params), deadline,
                   lost_ok=bool(args.key), held=held)

@@ -487,3 +487,27 @@ def test_a_certificate_the_backend_cannot_write_is_said_over_a_ready_one(monkeyp
                                          "full)"), said
     blocked = {"state": "unavailable", "reason": "recovery blocked"}
     assert commands._uncertifiable(SimpleNamespace(), r, blocked) is blocked
+
+
+@pytest.mark.parametrize(("key", "waits"), [(None, 60.0), ("k", 3600.0)])
+def test_job_run_without_a_key_waits_for_a_backend_away_through_a_handoff_only(
+        monkeypatch, key, waits) -> None:
+    """Was: `job run` without --key kept asking a stopped backend for an hour, as a keyed
+    one does (docs/cli.md: only a keyed run keeps retrying); it ends after 60 s with
+    BACKEND_UNAVAILABLE, as other commands do, unless --timeout says otherwise."""
+    from backend.cli import jobs
+    from protocol.errors import BackendUnavailable
+    clock = [1000.0]
+    monkeypatch.setattr(jobs.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(jobs.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(jobs, "_guardian_gone", lambda sock: False)   # it runs
+    away = BackendUnavailable("the backend (pid 9) is stopped", {
+        "stopped": None, "diagnostics": {"blocked": None}})
+
+    def call(args, method, params):
+        raise away
+    args = types.SimpleNamespace(target="s/j", job_args=[], key=key, timeout=None,
+                                 wait=False, home="/nonexistent", json=True)
+    with pytest.raises(BackendUnavailable):
+        jobs._run(args, call, lambda *a: None)
+    assert waits <= clock[0] - 1000.0 < waits + 1
