@@ -141,14 +141,30 @@ def table(rows: list[list[str]], header: list[str],
     """Columns aligned on their widest cell; ``colours`` (same shape as ``rows``)
     paints cells after padding. Trailing spaces are trimmed."""
     rows = [[neutralise(c) for c in row] for row in rows]   # painted below, not in them
-    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    widths = [max(cells(c) for c in col) for col in zip(header, *rows, strict=True)]
+    lines = ["  ".join(pad(h, w) for h, w in zip(header, widths, strict=True)).rstrip()]
     for i, row in enumerate(rows):
         tint = colours[i] if colours is not None else [None] * len(row)
-        cells = [paint(c.ljust(w), t) if t else c.ljust(w)
-                 for c, w, t in zip(row, widths, tint, strict=True)]
-        lines.append("  ".join(cells).rstrip())
+        out = [paint(pad(c, w), t) if t else pad(c, w)
+               for c, w, t in zip(row, widths, tint, strict=True)]
+        lines.append("  ".join(out).rstrip())
     return "\n".join(lines)
+
+
+def cells(text: str) -> int:
+    """The terminal cells ``text`` takes: a wide character (CJK) two, a combining mark
+    none (a job key may hold any printable character; ``len`` misaligned the columns
+    after it)."""
+    if text.isascii():
+        return len(text)
+    import unicodedata  # only for such text: the status path imports little
+    return sum(0 if unicodedata.combining(ch) else
+               2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` padded with spaces to ``width`` terminal cells."""
+    return text + " " * max(0, width - cells(text))
 
 
 def fields(pairs: list[tuple[str, Any]], indent: str = "") -> str:
