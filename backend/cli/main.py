@@ -564,7 +564,7 @@ GOES_ON = {
     "apply": "the operation goes on (`tenure op list`)",
     "backend": "the guardian carries it on (`tenure backend status`)",
     "guardian": "the guardian carries it on (`tenure backend status`)",
-    "job": "the job goes on (`tenure job list`)",
+    "job": "a job it submitted goes on (`tenure job list` shows whether one was)",
     "job stop": "the job's stop goes on (`tenure job list`)",
     "owner": "an owner window cut short is finished by `tenure owner upgrade --continue` "
              "(`tenure status` says when one is)",

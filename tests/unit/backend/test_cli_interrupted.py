@@ -55,6 +55,9 @@ def test_a_command_with_an_action_is_named_whole(monkeypatch: Any, capsys: Any,
     (["job", "logs", "3", "-f"], "cmd_job", None),   # said the job goes on
     (["job", "stop", "3"], "cmd_job", "`tenure job stop` stopped waiting; the job's stop "
                                       "goes on (`tenure job list`)"),
+    (["job", "run", "s/j"], "cmd_job", "`tenure job run` stopped waiting; a job it "
+                                       "submitted goes on (`tenure job list` shows whether "
+                                       "one was)"),
     (["backend", "recover", "--dry-run"], "cmd_backend", None),   # changes nothing
     (["owner", "reconcile", "--prepare"], "cmd_owner", None),
 ])
