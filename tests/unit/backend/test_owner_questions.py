@@ -18,6 +18,14 @@ QUESTIONS = ("sockets.list", "metrics.read")
 CAPS = {"sockets": 1, "metrics": 1}   # an owner that answers both
 
 
+def _asked_held(gen: Any, owner: FakeOwner, method: str, params: dict[str, Any]
+                ) -> asyncio.Task[Any]:
+    """``method`` asked of ``gen``'s API, both questions to the owner held."""
+    for q in QUESTIONS:
+        owner.hold(q)
+    return asyncio.create_task(getattr(gen.api, method)(api_call(method, **params)))
+
+
 class MeasuringOwner(FakeOwner):
     """Answers ``sockets.list`` (nothing held) and ``metrics.read`` (every live launch
     at 1 MiB); records how many of those two were in flight when each arrived."""
@@ -54,10 +62,7 @@ def test_the_owner_is_asked_both_questions_at_once(tmp_path: Path, method: str,
     async def main() -> None:
         owner = MeasuringOwner()
         async with ready_generation(tmp_path, owner, ONE, CAPS) as gen:
-            for q in QUESTIONS:
-                owner.hold(q)
-            answer = asyncio.create_task(getattr(gen.api, method)(api_call(method,
-                                                                           **params)))
+            answer = _asked_held(gen, owner, method, params)
             await until(lambda: owner.in_flight == 2, "both questions in flight")
             for q in QUESTIONS:
                 owner.release(q)
@@ -144,10 +149,7 @@ def test_an_owner_gone_silent_during_the_question_is_not_shown_as_current(
     async def main() -> None:
         owner = MeasuringOwner()
         async with ready_generation(tmp_path, owner, ONE, CAPS) as gen:
-            for q in QUESTIONS:
-                owner.hold(q)
-            answer = asyncio.create_task(getattr(gen.api, method)(api_call(method,
-                                                                           **params)))
+            answer = _asked_held(gen, owner, method, params)
             await until(lambda: any(m in QUESTIONS for m, _, _ in owner.calls), "asked")
             go_stale(gen)               # silent for longer than the limit meanwhile
             for q in QUESTIONS:

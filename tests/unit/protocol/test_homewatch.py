@@ -155,6 +155,22 @@ def test_a_name_bound_by_something_else_does_not_block_a_start(
         squatter.close()
 
 
+def _full_listener(name: bytes) -> tuple[socket.socket, list[socket.socket]]:
+    """A listener bound to ``name`` with a queue of one, and the connections that fill
+    it: a connect to it then gets no answer."""
+    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    held.bind(name)
+    held.listen(0)
+    fillers = []
+    for _ in range(3):
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            c.connect(name)
+        fillers.append(c)
+    return held, fillers
+
+
 def _fill(name: bytes, as_uid: int | None) -> tuple[int, int]:
     """A child (as ``as_uid``, when given) that binds ``name``, listens with a queue of
     one and fills it, so that a connect to it gets no answer. Returns (pid, pipe fd to
@@ -170,20 +186,10 @@ def _fill(name: bytes, as_uid: int | None) -> tuple[int, int]:
                 os.setgroups([])
                 os.setgid(as_uid)
                 os.setuid(as_uid)
-            held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            held.bind(name)
-            held.listen(0)
-            fillers = []
-            for _ in range(3):
-                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                c.setblocking(False)
-                try:
-                    c.connect(name)
-                except BlockingIOError:
-                    pass
-                fillers.append(c)
+            kept = _full_listener(name)   # held open until the child ends
             os.write(ready_w, b"x")
             os.read(stop_r, 1)
+            del kept
         finally:
             os._exit(0)
     os.close(ready_w)
@@ -247,17 +253,7 @@ def test_a_name_whose_holder_cannot_be_found_does_not_block_a_start(
     'held by a process tenure cannot identify'): any local user could keep an owner from
     starting on a known home path (/var/lib/tenure). A daemon of ours is always found
     through /proc; this holder is not one."""
-    name = claim_name("owner", tmp_path)
-    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    held.bind(name)
-    held.listen(0)
-    fillers = []
-    for _ in range(3):
-        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        c.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            c.connect(name)
-        fillers.append(c)
+    held, fillers = _full_listener(claim_name("owner", tmp_path))
     carrier, sink = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     socket.send_fds(carrier, [b"x"], [held.fileno()])
     held.close()                      # in flight only: no fd table shows it
