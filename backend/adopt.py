@@ -24,7 +24,7 @@ from msgspec import Struct, field
 from protocol.errors import BadRequest, IdentityMismatch
 
 from . import instance as im
-from .after_stop import DOWN, after_stop_bound
+from .after_stop import DOWN, Wait, WaitKind, after_stop_bound
 from .instance_types import EXIT_REASON, ExitReason
 from .model import App, Config, ReadyKind
 from .store import BackendStore
@@ -304,21 +304,39 @@ def defer_backoffs(sup: Supervisor, stopped_stacks: set[str]) -> list[str]:
 
 def resume_wanted_starts(sup: Supervisor, store: BackendStore, stopped_stacks: set[str]
                          ) -> list[str]:
-    """Take over the starts a previous generation recorded as wanted once their instance
-    is down (the second half of a restart, or a start asked while a stop ran) and did
-    not live to take: each instance is stopped (the owner may be stopping it still: a
-    stop is idempotent, and its exit is then the stop's, not a crash) and started once
-    down, as that generation would have. Ones whose instance is gone, or whose stack is
-    stopped, are forgotten. Returns the keys taken over."""
+    """Take over the starts a previous generation recorded as wanted and did not live to
+    take. One held for its ``after`` apps (WaitKind.ORDER) waits for them again, only
+    for what is left of its saved deadline, so a handoff neither cuts that wait short
+    nor starts it over; one whose instance is no longer down was taken up meanwhile and
+    is forgotten. Any other (the second half of a restart, a start asked while a stop
+    ran, or a record that says no kind, from a release before kinds were recorded):
+    the instance is stopped (the owner may be stopping it still: a stop is idempotent,
+    and its exit is then the stop's, not a crash) and started once down, as that
+    generation would have. Ones whose instance is gone, or whose stack is stopped, are
+    forgotten. Returns the keys taken over."""
     taken = []
+    waits = store.start_waits()
     for key in store.wanted_starts():
         inst = sup.instances.get(key)
         if inst is None or inst.app.stack in stopped_stacks:
             store.drop_start(key, None)
             continue
-        log.info("%s: a restart or start asked of the previous generation wanted it "
-                 "started once down; starting it as that generation would have", key)
-        sup.start_when_down(key, after_stop_bound(inst.app.stop, 0.0),
-                            stop=inst.state not in DOWN)
+        wait = Wait.from_row(key, waits.get(key))
+        if wait is not None and wait.kind is WaitKind.ORDER:
+            if inst.state not in DOWN:
+                log.info("%s: its start, held for %s, was made before the previous "
+                         "generation ended; nothing left to start", key,
+                         ", ".join(inst.app.after) or "its after apps")
+                store.drop_start(key, None)
+                continue
+            log.info("%s: its start waited for %s in the previous generation; it waits "
+                     "for them %.0f s more", key, ", ".join(inst.app.after),
+                     max(wait.deadline - time.time(), 0.0))
+            sup.resume_order_wait(key, wait.deadline)
+        else:
+            log.info("%s: a restart or start asked of the previous generation wanted it "
+                     "started once down; starting it as that generation would have", key)
+            sup.start_when_down(key, after_stop_bound(inst.app.stop, 0.0),
+                                stop=inst.state not in DOWN)
         taken.append(key)
     return taken

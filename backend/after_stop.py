@@ -19,7 +19,9 @@ recorded before the stop it follows is sent (:meth:`StartsAfterStop.record`) and
 forgotten when taken or withdrawn: a generation that dies or closes meanwhile leaves it
 to the next one, which starts the instance once it is down (backend.adopt). Each record
 names the generation that made it; a generation forgets only its own, so one fenced off
-(which forgets all of its own) never erases a newer generation's.
+(which forgets all of its own) never erases a newer generation's. It also says what the
+start waits for (:class:`WaitKind`) and until when (:class:`Wait`), so that the next
+generation resumes a start held for its ``after`` apps as such, for the time left.
 Construct inside the running loop; no clock of its own (deadlines use the loop's).
 """
 
@@ -28,12 +30,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from . import instance as im
 from .model import StopSpec
 
-__all__ = ["DOWN", "STOP_SLACK", "Journal", "StartsAfterStop", "after_stop_bound"]
+__all__ = ["DOWN", "STOP_SLACK", "Journal", "StartsAfterStop", "Wait", "WaitKind",
+           "after_stop_bound"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -51,10 +56,48 @@ def after_stop_bound(stop: StopSpec, timeout: float) -> float:
     return max(timeout, stop.timeout + stop.kill_after + STOP_SLACK)
 
 
+class WaitKind(StrEnum):
+    """What a pending start waits for. Stored in backend.db (start_waits.kind): values
+    never change."""
+
+    AFTER_STOP = "after-stop"   # its instance to be down (a restart, a start while stopping)
+    ORDER = "order"             # its ``after`` apps to be ready (backend.start_order)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """What a pending start waits for, and until when. ``deadline`` is wall-clock time
+    (time.time()), not the loop's monotonic clock: it is read back by another process (the
+    next generation) that may start after a reboot, and the wall clock is the one both can
+    compare; whoever reads it bounds what is left by the wait it began with, should the
+    clock have been stepped."""
+
+    kind: WaitKind
+    deadline: float
+
+    def to_row(self) -> tuple[str, float]:
+        return (self.kind.value, self.deadline)
+
+    @classmethod
+    def from_row(cls, key: str, row: tuple[str, float] | None) -> Wait | None:
+        """The wait a journal row says; None for none, or a kind this build does not
+        know (then the start is taken over as one after a stop, as before kinds were
+        recorded)."""
+        if row is None:
+            return None
+        try:
+            return cls(WaitKind(row[0]), row[1])
+        except ValueError:
+            log.debug("%s: its wanted start waits for %r, unknown here; taken over as a "
+                      "start after a stop", key, row[0])
+            return None
+
+
 class Journal(Protocol):
     """Where pending starts are kept across generations (backend.store.BackendStore)."""
 
-    def want_start(self, key: str, activation: str) -> None: ...
+    def want_start(self, key: str, activation: str,
+                   wait: tuple[str, float] | None = None) -> None: ...
 
     def drop_start(self, key: str, activation: str | None) -> None: ...
 
@@ -67,11 +110,11 @@ class StartsAfterStop:
         self.journal: Journal | None = None
         self.activation = ""   # the generation whose records these are
 
-    def record(self, key: str) -> None:
-        """Make the start of ``key`` durable before the stop it follows is sent. Raises
-        what the journal raises: then nothing may be done."""
+    def record(self, key: str, wait: Wait) -> None:
+        """Make the start of ``key``, and what it ``wait``s for, durable before the stop
+        it follows is sent. Raises what the journal raises: then nothing may be done."""
         if self.journal is not None:
-            self.journal.want_start(key, self.activation)
+            self.journal.want_start(key, self.activation, wait.to_row())
 
     def _forget(self, key: str) -> None:
         if self.journal is None:

@@ -54,6 +54,17 @@ STARTS_PART, STARTS_FORMAT = "starts", 1
 STARTS_SCHEMA = ("CREATE TABLE starts_after_stop (key TEXT PRIMARY KEY, activation TEXT NOT "
                  "NULL, at REAL NOT NULL)")
 
+# A part of backend.db: what each start in starts_after_stop waits for (``kind``:
+# backend.after_stop.WaitKind) and until when (``deadline``, wall clock: the only clock a
+# later process can compare). A table of its own, not new columns of starts_after_stop: a
+# release that predates it inserts three values into that table, and never reads this one.
+# A row counts only while starts_after_stop's row has its ``activation`` and ``at`` (one
+# left behind by such a release belongs to an older record); a start without one is taken
+# over as a start after a stop, as before the part existed.
+WAITS_PART, WAITS_FORMAT = "start_waits", 1
+WAITS_SCHEMA = ("CREATE TABLE start_waits (key TEXT PRIMARY KEY, activation TEXT NOT NULL, "
+                "at REAL NOT NULL, kind TEXT NOT NULL, deadline REAL NOT NULL)")
+
 # A part of backend.db: which generation may write the apps' state (BackendStore.hold).
 # A generation fenced off while it could not tell (stopped, say) must not overwrite what
 # the generation holding the owner saves; the row is the fencing token on disk.
@@ -90,6 +101,7 @@ class BackendStore:
                               wal=True, way_out=DAMAGED)
         self.ensure_part(RETIRED_PART, RETIRED_FORMAT, RETIRED_SCHEMA)
         self.ensure_part(STARTS_PART, STARTS_FORMAT, STARTS_SCHEMA)
+        self.ensure_part(WAITS_PART, WAITS_FORMAT, WAITS_SCHEMA)
         self.ensure_part(HOLDER_PART, HOLDER_FORMAT, HOLDER_SCHEMA)
         self._held: tuple[str, int, str] | None = None   # (owner, epoch, activation)
 
@@ -210,23 +222,45 @@ class BackendStore:
 
     # -- starts wanted once down ------------------------------------------------------
 
-    def want_start(self, key: str, activation: str) -> None:
+    def want_start(self, key: str, activation: str, wait: tuple[str, float] | None = None
+                   ) -> None:
         """Record the start of ``key`` as wanted by generation ``activation`` (taking it
-        over from an older one)."""
-        self.db.execute("INSERT INTO starts_after_stop VALUES (?, ?, ?) ON CONFLICT(key) "
-                        "DO UPDATE SET activation = excluded.activation, at = excluded.at",
-                        (key, activation, time.time()))
+        over from an older one), with what it waits for and until when (``wait``: kind,
+        wall-clock deadline; None: nothing said, as a release before start_waits), in
+        one transaction."""
+        at = time.time()
+        with self.tx() as db:
+            db.execute("INSERT INTO starts_after_stop VALUES (?, ?, ?) ON CONFLICT(key) DO "
+                       "UPDATE SET activation = excluded.activation, at = excluded.at",
+                       (key, activation, at))
+            if wait is None:
+                db.execute("DELETE FROM start_waits WHERE key = ?", (key,))
+            else:
+                db.execute("INSERT OR REPLACE INTO start_waits VALUES (?, ?, ?, ?, ?)",
+                           (key, activation, at, wait[0], wait[1]))
 
     def drop_start(self, key: str, activation: str | None) -> None:
         """Forget the start of ``key``: only if ``activation`` recorded it (a generation
         fenced off never forgets a newer one's), or whoever did with None."""
-        self.db.execute("DELETE FROM starts_after_stop WHERE key = ? AND (? IS NULL OR "
-                        "activation = ?)", (key, activation, activation))
+        with self.tx() as db:
+            for table in ("starts_after_stop", "start_waits"):
+                db.execute(f"DELETE FROM {table} WHERE key = ? AND (? IS NULL OR "
+                           "activation = ?)", (key, activation, activation))
 
     def wanted_starts(self) -> list[str]:
         """Instance keys whose start, wanted once down, no generation took or withdrew."""
         return [_shaped("a wanted start", r, (_S,))[0] for r in
                 self.db.execute("SELECT key FROM starts_after_stop ORDER BY key")]
+
+    def start_waits(self) -> dict[str, tuple[str, float]]:
+        """Instance key -> (kind, wall-clock deadline) of each wanted start whose record
+        says it (see WAITS_SCHEMA); the kind as stored, for the caller to judge. Raises
+        StateCorrupt for a damaged row."""
+        rows = self.db.execute(
+            "SELECT w.key, w.kind, w.deadline FROM start_waits w JOIN starts_after_stop s "
+            "ON s.key = w.key AND s.activation = w.activation AND s.at = w.at ORDER BY w.key")
+        return {k: (kind, float(deadline)) for k, kind, deadline in
+                (_shaped("a wanted start's wait", r, (_S, _S, _NUM)) for r in rows)}
 
     # -- plans ------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from protocol.storage import storage_failure
 
 from . import activation, explain
 from . import instance as im
-from .after_stop import DOWN, Journal, StartsAfterStop
+from .after_stop import DOWN, Journal, StartsAfterStop, Wait, WaitKind
 from .checks import Checks
 from .enforce import app_env, launch_fields
 from .events import Before, EventLog, transition_events
@@ -215,14 +215,35 @@ class Supervisor:
             return False
         if key not in self._after_stop:
             try:
-                self._after_stop.record(key)
+                self._hold_for_order(key, time.time() + ORDER_WAIT)
             except Exception as exc:
                 log.error("%s: its start could not be recorded to wait for %s (%s); "
                           "starting it now", key, ", ".join(inst.app.after), exc)
                 return False
-            self._after_stop.arm(key, ORDER_WAIT, lambda: self._expire(key, ORDER_WAIT))
         asyncio.get_running_loop().call_soon(self._start_now, key)
         return True
+
+    def _hold_for_order(self, key: str, deadline: float) -> None:
+        """Record and arm the start of ``key`` as waiting for its ``after`` apps until
+        ``deadline`` (wall clock, saved with it: a generation that takes it over waits
+        only for what is left), ORDER_WAIT at most. Raises what recording it raises:
+        then nothing is armed."""
+        within = min(max(deadline - time.time(), 0.0), ORDER_WAIT)
+        self._after_stop.record(key, Wait(WaitKind.ORDER, deadline))
+        self._after_stop.arm(key, within, lambda: self._expire(key, ORDER_WAIT))
+
+    def resume_order_wait(self, key: str, deadline: float) -> None:
+        """Take over the start of ``key`` a previous generation held for its ``after``
+        apps: it waits for them as it did there, until ``deadline`` (not ORDER_WAIT
+        afresh), and starts once none is on its way up, or then all the same. One
+        already pending is left as it is. Raises ShuttingDown fenced off, and what
+        recording it raises (then nothing is armed)."""
+        if key in self._after_stop:
+            return
+        if self.fenced:
+            raise _fenced_off(key)
+        self._hold_for_order(key, deadline)
+        asyncio.get_running_loop().call_soon(self._start_now, key)
 
     def stopped_since(self, keys: list[str]) -> Callable[[], list[str]]:
         """A check, for a waiter that wants ``keys`` up: which of them a stop was asked
@@ -298,7 +319,7 @@ class Supervisor:
             return pending
         if self.fenced:
             raise _fenced_off(key)
-        self._after_stop.record(key)
+        self._after_stop.record(key, Wait(WaitKind.AFTER_STOP, time.time() + within))
         if stop:
             self.feed(key, im.StopRequested())
         started = self._after_stop.arm(key, within, lambda: self._expire(key, within))

@@ -53,7 +53,8 @@ def test_an_existing_backend_db_opens_and_gains_the_job_tables(tmp_path: Path) -
         assert Ledger(store).uid == uid and Ledger(store).get(1).key == "k1"
         meta = dict(store.db.execute("SELECT key, value FROM meta"))
         assert meta == {"kind": "tenure-backend", "format_version": "1", "part:jobs": "1",
-                        "part:retired": "1", "part:starts": "1", "part:holder": "1",
+                        "part:retired": "1", "part:starts": "1", "part:start_waits": "1",
+                        "part:holder": "1",
                         "part:job_schedule_forms": "1"}
     finally:
         store.close()

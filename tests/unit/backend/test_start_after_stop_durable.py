@@ -61,7 +61,7 @@ def test_a_later_stop_forgets_it_and_closing_keeps_it(tmp_path: Path):
 
 def test_a_record_that_cannot_be_written_stops_nothing(tmp_path: Path):
     async def body(gen: Generation, owner: FakeOwner) -> None:
-        def full(key: str, activation: str) -> None:
+        def full(key: str, activation: str, wait: object = None) -> None:
             raise sqlite3.OperationalError("database or disk is full")
         gen.store.want_start = full  # type: ignore[method-assign]
         with pytest.raises(sqlite3.OperationalError):

@@ -31,7 +31,7 @@ def store(tmp_path: Path) -> Iterator[BackendStore]:
     s.advance_operation("op1", "planned", "running", 1, progress={"done": 1})
     s.hold("owner-1", 3, "act-1")
     s.db.execute("INSERT INTO retired VALUES ('s/b/0', 4)")
-    s.want_start("s/a/0", "act-1")
+    s.want_start("s/a/0", "act-1", ("order", 2e9))
     try:
         yield s
     finally:
@@ -45,6 +45,7 @@ READS: dict[str, Callable[[BackendStore], Any]] = {
     "holder": lambda s: s.hold("owner-1", 3, "act-2"),
     "retired": lambda s: s.retired(),
     "starts_after_stop": lambda s: s.wanted_starts(),
+    "start_waits": lambda s: s.start_waits(),
 }
 
 
@@ -62,6 +63,8 @@ READS: dict[str, Callable[[BackendStore], Any]] = {
     ("holder", "epoch", "three", "the holder"),
     ("retired", "generation", "four", "a retired instance"),
     ("starts_after_stop", "key", b"s/a/0", "a wanted start"),
+    ("start_waits", "deadline", "soon", "a wanted start's wait"),
+    ("start_waits", "kind", b"order", "a wanted start's wait"),
 ])
 def test_a_damaged_row_is_state_corrupt_naming_it_and_the_way_out(
         store: BackendStore, table: str, column: str, value: Any, named: str) -> None:
