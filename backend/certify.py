@@ -81,9 +81,17 @@ def persist(gen: Generation) -> None:
     if not (gen.events is not None and gen.events.pending()) and \
             not (sup is not None and (sup.dirty - sup.deferred or sup.removed)):
         return          # nothing to write: no transaction every round
-    with store.tx():   # one commit; each part below is a savepoint of it
-        written, failed = _write_events(gen)
-        saved = _save_instances(gen)
+    written, failed = 0, False
+    try:
+        with store.tx() as db:   # one commit; each part below is a savepoint of it
+            written, failed = _write_events(gen)
+            if not db.in_transaction:   # SQLite ended it (a full disk rolls it all back):
+                raise sqlite3.OperationalError(   # the states are not saved without it
+                    "the transaction was rolled back while writing the event log")
+            saved = _save_instances(gen)
+    except sqlite3.Error:
+        gen.events_failing = gen.events_failing or failed   # said once, as it began
+        raise
     _commit_events(gen, written, failed)
     if saved:
         assert sup is not None

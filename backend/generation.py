@@ -78,12 +78,12 @@ log = logging.getLogger("tenure.backend")
 CONTRACTS = OWNER_CONTRACTS
 HEARTBEAT = 1.0
 OWNER_MUTATIONS = MAX_INFLIGHT["admin"] - MAX_INFLIGHT["viewer"]
-# log pages asked of the owner at once (each answer up to 4 MiB): the heartbeat's answer
-# is sent after those before it, and a flood of them made it time out (the connection
-# was then dropped, with every launch and stop on it)
-OWNER_READS = 4
 """Launches and stops outstanding at the owner at once: the rest of what it handles of
 one connection is left to the heartbeat, acks and queries."""
+OWNER_READS = 4
+"""Log pages asked of the owner at once (each answer up to 4 MiB): the heartbeat's answer
+is sent after those before it, and a flood of them made it time out (the connection was
+then dropped, with every launch and stop on it)."""
 
 
 def empty_config() -> Config:

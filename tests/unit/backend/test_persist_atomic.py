@@ -73,3 +73,34 @@ def test_states_that_cannot_be_saved_keep_their_events_buffered(
         assert _stopped_told(gen) == 1        # once: not written twice either
         assert gen.store.instances()["s/a/0"]["state"] == "stopped"
     run_generation(tmp_path, ONE, body)
+
+
+def test_a_transaction_sqlite_ended_while_the_events_were_written_saves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """A full disk can make SQLite roll the whole transaction back itself. Was: the
+    states were then saved outside it, without their events, and the COMMIT failed
+    ('no transaction is active'): the round said the states were not saved though they
+    were, and the event log's failure was logged again every round."""
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        _with_events(gen)
+        persist(gen)
+        gen.sup.feed("s/a/0", StopRequested())
+        await until(lambda: gen.sup.instances["s/a/0"].state.value == "stopped",
+                    "the stop")
+
+        def full() -> int:
+            gen.store.db.execute("ROLLBACK")
+            raise sqlite3.OperationalError("database or disk is full")
+        monkeypatch.setattr(gen.events, "write", full)
+        with caplog.at_level("ERROR", logger="tenure.backend"):
+            for _ in range(2):
+                with pytest.raises(sqlite3.OperationalError, match="rolled back"):
+                    persist(gen)
+        assert sum("could not write the event log" in r.getMessage()
+                   for r in caplog.records) == 1
+        assert gen.store.instances()["s/a/0"]["state"] != "stopped"
+        assert not gen.store.db.in_transaction
+        monkeypatch.undo()              # the disk has room again: both are written
+        persist(gen)
+        assert gen.store.instances()["s/a/0"]["state"] == "stopped"
+    run_generation(tmp_path, ONE, body)
