@@ -12,7 +12,9 @@ tried again a second later.
 
 The owner keeps the budget of an app it is not told of while the app has lines (one
 taken out of the config keeps them within the budget it had until the backend's
-retention forgets them, ``removed_app_logs_days``), and answers the budgets in force. So
+retention forgets them, ``removed_app_logs_days``) when asked to (``keep``, capability
+``logRetentionKeep@1``; an owner without it gives such an app the default), and answers
+the budgets in force. So
 an app of the config without a budget of its own that the owner still holds one for
 (its ``log_retention`` was removed, or it came back into the config) is told the
 owner's default. An
@@ -36,6 +38,7 @@ __all__ = ["CAPABILITY", "LogBudgets", "budgets_of"]
 log = logging.getLogger(__name__)
 
 CAPABILITY = ("logRetention", 1)
+KEEP = ("logRetentionKeep", 1)   # the owner keeps a removed app's budget when asked
 CALL_TIMEOUT = 600.0   # a smaller budget prunes at once: gigabytes may take a while, and
                        # a call that times out costs the whole owner connection
 
@@ -104,9 +107,10 @@ class LogBudgets:
             self.unsupported, self.told = bool(want), want
             return
         try:
+            keep = {"keep": True} if capabilities.get(KEEP[0]) == KEEP[1] else {}
             answer = await owner.call("logs.retention", {"budgets": [
-                {"stack": st, "app": app, "bytes": n} for (st, app), n in sorted(want.items())]},
-                epoch=epoch, timeout=CALL_TIMEOUT)
+                {"stack": st, "app": app, "bytes": n} for (st, app), n in sorted(want.items())],
+                **keep}, epoch=epoch, timeout=CALL_TIMEOUT)
         except StaleEpoch:   # a newer generation holds the owner and tells its own
             self.told = want
             return

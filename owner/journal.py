@@ -600,12 +600,15 @@ class Journal:
         with self._wlock:
             return self._retention, dict(self._budgets)
 
-    def set_retention(self, budgets: Mapping[tuple[str, str], int]) -> None:
+    def set_retention(self, budgets: Mapping[tuple[str, str], int],
+                      keep_unnamed: bool = False) -> None:
         """Give these apps their own budget, stored durably, and prune at once what a
         smaller budget no longer keeps, in one transaction. An app named with the
-        default has none of its own; one not named keeps the budget stored for it while
-        it has lines (an app taken out of the config keeps its lines within the budget
-        it had until they are forgotten), and has the default once it has none. Safe
+        default has none of its own. An app not named has the default, or with
+        ``keep_unnamed`` keeps the budget stored for it while it has lines (an app taken
+        out of the config keeps its lines within the budget it had until they are
+        forgotten; a backend that knows it asks for it: an older one, which names only
+        the apps with a budget of their own, means the others to have the default). Safe
         from any thread. Raises ``BadRequest`` (a malformed name, a budget out of
         [MIN_RETENTION, MAX_RETENTION]), ``ShuttingDown`` (a closed journal) and
         ``StorageFailed`` (the transaction failed: nothing changed)."""
@@ -617,22 +620,23 @@ class Journal:
             raise BadRequest("a stack or app name with a budget has no '/'")
 
         def work(conn: sqlite3.Connection) -> None:
-            self._budgets = self._budgets_after(checked)
+            self._budgets = self._budgets_after(checked, keep_unnamed)
             save_budgets(conn, self._budgets)
             for key in [k for k, a in self._apps.items() if a.total > self._limit(k)]:
                 self._prune(conn, key)
         self._maintain("setting log budgets", work)
         self._wake_writer()
 
-    def _budgets_after(self, named: Mapping[tuple[str, str], int]
+    def _budgets_after(self, named: Mapping[tuple[str, str], int], keep_unnamed: bool
                        ) -> dict[tuple[str, str], int]:
-        """The budgets ``set_retention(named)`` leaves (under ``_wlock``): the named
-        ones but the default, and the stored one of each app not named that has lines.
-        The backend names only the apps of its config (backend.logbudgets); forgetting
-        one that was taken out with a budget of its own would give its lines the
-        default at once, pruning them before ``removed_app_logs_days``."""
-        left = {key: n for key, n in self._budgets.items()
-                if key not in named and key in self._apps and self._apps[key].total > 0}
+        """The budgets ``set_retention(named, keep_unnamed)`` leaves (under ``_wlock``):
+        the named ones but the default, and with ``keep_unnamed`` the stored one of each
+        app not named that has lines. The backend names only the apps of its config
+        (backend.logbudgets); forgetting one that was taken out with a budget of its own
+        would give its lines the default at once, pruning them before
+        ``removed_app_logs_days``."""
+        left = {key: n for key, n in self._budgets.items() if key not in named
+                and key in self._apps and self._apps[key].total > 0} if keep_unnamed else {}
         return left | {key: n for key, n in named.items() if n != self._retention}
 
     def forget(self, sources: Sequence[tuple[str, str, int]], timeout: float = 30.0) -> int:

@@ -67,11 +67,13 @@ log = logging.getLogger("tenure.owner")
 # (sockets.list also says each socket's mode, user and group)
 # logApps 1: logs.apps (the apps with lines kept, their bytes and newest line) and
 # logs.forget_apps (every line of whole apps)
+# logRetentionKeep 1: logs.retention takes ``keep``: an app not named keeps its budget
+# while it has lines (without it, as before: every app not named has the default)
 CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
                 "notify": 1, "observations": 1, "fencing": 1, "spawnErrors": 1,
                 "logNotes": 1, "sockets": 1, "metrics": 1, "retention": 1,
                 "logCounts": 1, "socketInodes": 1, "logRetention": 1, "socketUpdate": 1,
-                "logApps": 1}
+                "logApps": 1, "logRetentionKeep": 1}
 
 MAX_BUDGETS = 10_000   # apps named in one logs.retention call
 
@@ -168,7 +170,8 @@ S_APPS = Schema(Field("after_stack", str, required=False, check=_name),
                 Field("limit", int, required=False, default=APPS_PAGE,
                       check=lambda v: None if 1 <= v <= APPS_PAGE
                       else f"must be 1 to {APPS_PAGE}"))
-S_RETENTION = Schema(Field("budgets", list, check=_budgets))
+S_RETENTION = Schema(Field("budgets", list, check=_budgets),
+                     Field("keep", bool, required=False, default=False))
 S_PRUNE = Schema(Field("keep", int, check=check_int(100, 10_000_000)),
                  Field("protect", list, required=False, default=[],
                        check=lambda v: None if len(v) <= 100_000 and all(
@@ -609,15 +612,15 @@ class OwnerService:
     async def logs_retention(self, call: Call) -> Any:
         """Give the named apps their own journal budget (the bytes of output kept, the
         oldest pruned; one named with the default has none of its own); an app not named
-        keeps the budget stored for it while it has lines (one taken out of the config),
-        the default once it has none (owner.journal.Journal.set_retention). Stored
+        has the default, or with ``keep`` keeps the budget stored for it while it has
+        lines (one taken out of the config; owner.journal.Journal.set_retention). Stored
         durably; a smaller budget prunes at once. Idempotent. Answers the budgets now in
         force."""
         self._require_epoch(call)
         budgets = {(b["stack"], b["app"]): b["bytes"] for b in call.params["budgets"]}
 
         def apply() -> tuple[int, dict[tuple[str, str], int]]:
-            self.journal.set_retention(budgets)
+            self.journal.set_retention(budgets, call.params["keep"])
             return self.journal.retention()
         default, now = await asyncio.to_thread(apply)
         return {"default": default, "budgets": [{"stack": st, "app": app, "bytes": n}

@@ -17,7 +17,7 @@ from backend.logbudgets import LogBudgets
 from backend.testing import FakeOwner, run_generation, until
 from protocol.errors import StaleEpoch, TransportLost
 
-CAPS = {"logRetention": 1}
+CAPS = {"logRetention": 1, "logRetentionKeep": 1}
 
 
 def _config(**budgets: str) -> Any:
@@ -45,7 +45,8 @@ class Owner:
         # as owner.journal: a budget of the default is none of the app's own, and an app
         # not named keeps its own while it has lines
         named = {(b["stack"], b["app"]): b["bytes"] for b in params["budgets"]}
-        self.holds = {k: n for k, n in self.holds.items() if k in self.lines} | named
+        kept = self.lines if params.get("keep") else set()
+        self.holds = {k: n for k, n in self.holds.items() if k in kept} | named
         self.holds = {k: n for k, n in self.holds.items() if n != self.default}
         return {"default": self.default, "budgets": [
             {"stack": st, "app": app, "bytes": n} for (st, app), n in sorted(self.holds.items())]}
@@ -60,17 +61,19 @@ def test_budgets_are_told_whole_and_once_per_change() -> None:
     async def main() -> None:
         owner, lb = Owner(), LogBudgets()
         cfg = _config(web="256MiB", db="", cron="1G")
+        await LogBudgets().sync(owner, 7, {"logRetention": 1}, cfg)   # an older owner:
+        assert "keep" not in owner.calls.pop()[1]   # never asked what it does not know
         assert lb.due(cfg)
         await lb.sync(owner, 7, CAPS, cfg)
         assert owner.calls == [("logs.retention", {"budgets": [
             {"stack": "s", "app": "cron", "bytes": 1 << 30},
-            {"stack": "s", "app": "web", "bytes": 256 << 20}]}, 7)]
+            {"stack": "s", "app": "web", "bytes": 256 << 20}], "keep": True}, 7)]
         assert not lb.due(cfg)
         await lb.sync(owner, 7, CAPS, _config(web="256MiB", db="", cron="1G"))
         assert len(owner.calls) == 1   # the same budgets: not told again
         await lb.sync(owner, 7, CAPS, _config(web="256MiB", db=""))   # cron back to default
         assert owner.calls[-1][1] == {"budgets": [{"stack": "s", "app": "web",
-                                                   "bytes": 256 << 20}]}
+                                                   "bytes": 256 << 20}], "keep": True}
     asyncio.run(main())
 
 
@@ -134,7 +137,7 @@ def test_an_apply_tells_the_owner_the_budgets_before_it_launches(tmp_path: Path)
                  if m in ("logs.retention", "launch")]
         first = next(i for i, (m, p) in enumerate(calls) if m == "launch" and p["app"] == "w")
         assert calls[:first] == [("logs.retention", {"budgets": [
-            {"stack": "s", "app": "w", "bytes": 256 << 20}]})], calls
+            {"stack": "s", "app": "w", "bytes": 256 << 20}], "keep": True})], calls
         assert not gen.log_budgets.due(gen.config)
     run_generation(tmp_path, '[stacks.s.apps.a]\ncommand = ["sleep", "1000"]\n', body)
 
@@ -242,9 +245,9 @@ def test_an_apply_that_lowers_a_budget_does_not_wait_for_the_prune(tmp_path: Pat
         await until(lambda: "s/x/0" in gen.sup.instances and
                     gen.sup.instances["s/x/0"].state is State.READY, "s/x/0 up")
         assert owner.sent("logs.retention") == [{"budgets": [
-            {"stack": "s", "app": "w", "bytes": 1 << 30}]}]   # the first tick's only
+            {"stack": "s", "app": "w", "bytes": 1 << 30}], "keep": True}]   # the first tick's
         owner.release("logs.retention")
         await gen.tell_log_budgets()   # the loop's next tick
         assert owner.sent("logs.retention")[-1] == {"budgets": [
-            {"stack": "s", "app": "w", "bytes": 2 << 20}]}
+            {"stack": "s", "app": "w", "bytes": 2 << 20}], "keep": True}
     run_generation(tmp_path, first, body)

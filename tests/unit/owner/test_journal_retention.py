@@ -54,16 +54,29 @@ def test_an_app_taken_out_of_the_config_keeps_its_budget_until_its_lines_go(
     with Journal(tmp_path / "j.db", retention_bytes_per_app=2 * MIB) as j:
         j.set_retention({("s", "web"): 4 * MIB, ("s", "db"): 3 * MIB})
         fill_journal(j, WEB, 3)
-        j.set_retention({})   # both out of the config: web has lines, db none
+        j.set_retention({}, keep_unnamed=True)   # both taken out: web has lines, db none
         assert journal_kept(j, "web") == 3 * MIB
         assert j.retention()[1] == {("s", "web"): 4 * MIB}
     with Journal(tmp_path / "j.db", retention_bytes_per_app=2 * MIB) as j:
-        j.set_retention({})   # a new owner, a new backend: it still holds
+        j.set_retention({}, keep_unnamed=True)   # a new owner, a new backend: it holds
         assert journal_kept(j, "web") == 3 * MIB
         assert j.retention()[1] == {("s", "web"): 4 * MIB}
         j.forget_apps([("s", "web")])
-        j.set_retention({})   # no lines left: the default
+        j.set_retention({}, keep_unnamed=True)   # no lines left: the default
         assert j.retention()[1] == {}
+
+
+def test_an_app_not_named_has_the_default_unless_the_caller_keeps_it(
+        tmp_path: Path) -> None:
+    """A backend of an older release names only the apps with a budget of their own and
+    means every other to have the default (`log_retention` removed from an app still
+    configured): without ``keep_unnamed`` a budget not named is gone, as it was."""
+    with Journal(tmp_path / "j.db", retention_bytes_per_app=2 * MIB) as j:
+        j.set_retention({("s", "web"): 4 * MIB})
+        fill_journal(j, WEB, 3)
+        j.set_retention({})
+        assert j.retention()[1] == {}
+        assert journal_kept(j, "web") <= 2 * MIB
 
 
 @pytest.mark.parametrize("budgets", [
