@@ -562,6 +562,18 @@ def api_call(method: str, **params: object) -> Any:
     return Call(method, dict(params), None, 1, None)  # type: ignore[arg-type]
 
 
+async def until_time(done: Callable[[], bool], what: str, within: float = 5.0) -> None:
+    """Let real time pass until ``done()`` holds (timers on the loop's clock: readiness
+    delays, a pending start's wait), at most ``within`` seconds, a bound only broken
+    code reaches. Raises AssertionError naming ``what``."""
+    import asyncio
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not done():
+        assert loop.time() < deadline, f"{what}: not reached in {within} s"
+        await asyncio.sleep(0.005)
+
+
 async def until(done: Callable[[], bool], what: str, turns: int = 500) -> None:
     """Let the event loop run until ``done()`` holds (at most ``turns`` turns); never
     sleeps. Raises AssertionError naming ``what``."""

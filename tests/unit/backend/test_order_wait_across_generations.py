@@ -17,7 +17,7 @@ from backend.adopt import resume_wanted_starts
 from backend.after_stop import Wait, WaitKind
 from backend.instance import Start, State, StopRequested
 from backend.store import BackendStore
-from backend.testing import FakeOwner, run_generation
+from backend.testing import FakeOwner, run_generation, until_time
 
 ORDERED = """
 [stacks.o.apps.db]
@@ -32,24 +32,15 @@ UNPROBED = ORDERED.replace('ready = { kind = "delay", delay = 60 }\n', "")
 API = "o/api/0"
 
 
-async def until(done: Any, what: str, within: float = 5.0) -> None:
-    """Real time passes here (the pending start's timer runs on the loop's clock)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not done():
-        assert loop.time() < deadline, f"{what}: not reached in {within} s"
-        await asyncio.sleep(0.005)
-
-
 async def _db_coming_up(sup: Any) -> None:
     """api stopped, db started and running, never ready (within the test)."""
-    await until(lambda: API in sup.instances and "o/db/0" in sup.instances, "both")
+    await until_time(lambda: API in sup.instances and "o/db/0" in sup.instances, "both")
     for key in (API, "o/db/0"):
         sup.feed(key, StopRequested())
-    await until(lambda: all(i.state is State.STOPPED for i in sup.instances.values()),
+    await until_time(lambda: all(i.state is State.STOPPED for i in sup.instances.values()),
                 "both stopped")
     sup.feed("o/db/0", Start())
-    await until(lambda: sup.instances["o/db/0"].state is State.RUNNING, "db running")
+    await until_time(lambda: sup.instances["o/db/0"].state is State.RUNNING, "db running")
 
 
 def test_a_held_start_is_recorded_as_an_order_wait_with_its_deadline(tmp_path: Path):
@@ -79,7 +70,7 @@ def test_the_next_generation_holds_it_for_what_is_left_of_its_deadline(tmp_path:
         await asyncio.sleep(0.1)
         assert sup.instances[API].state is State.STOPPED         # not stopped: held
         assert sup.reason(API) == "starts once o/db/0 is ready"
-        await until(lambda: sup.instances[API].state is not State.STOPPED,
+        await until_time(lambda: sup.instances[API].state is not State.STOPPED,
                     "started all the same once its deadline passed", within=3.0)
         assert loop.time() - began >= 0.25
         assert sup.instances["o/db/0"].state is State.RUNNING    # still not ready
@@ -101,7 +92,7 @@ def test_taken_over_it_keeps_its_deadline_and_starts_once_nothing_comes_up(tmp_p
         await asyncio.sleep(0.05)
         assert sup.instances[API].state is State.STOPPED
         sup.feed("o/db/0", StopRequested())      # nothing left to wait for
-        await until(lambda: sup.instances[API].state is not State.STOPPED, "api started")
+        await until_time(lambda: sup.instances[API].state is not State.STOPPED, "api started")
 
     run_generation(tmp_path, ORDERED, body, ready=False)
 

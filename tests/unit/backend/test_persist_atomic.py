@@ -25,6 +25,14 @@ def _with_events(gen: Generation) -> None:
     gen.events = gen.sup.events = EventLog(gen.store, gen.activation)
 
 
+async def _stopped_unsaved(gen: Generation) -> None:
+    """s/a/0 saved as it was, then stopped: its events and state wait to be written."""
+    _with_events(gen)
+    persist(gen)
+    gen.sup.feed("s/a/0", StopRequested())
+    await until(lambda: gen.sup.instances["s/a/0"].state.value == "stopped", "the stop")
+
+
 def _stopped_told(gen: Generation) -> int:
     """How many events in backend.db tell that s/a/0 became stopped."""
     return sum('"to": "stopped"' in data for (data,) in gen.store.db.execute(
@@ -33,14 +41,10 @@ def _stopped_told(gen: Generation) -> int:
 
 def test_an_event_and_the_state_it_tells_of_are_one_commit(tmp_path: Path) -> None:
     async def body(gen: Generation, owner: FakeOwner) -> None:
-        _with_events(gen)
-        persist(gen)
+        await _stopped_unsaved(gen)
         commits: list[str] = []
         gen.store.db.set_trace_callback(
             lambda sql: commits.append(sql) if sql.strip().upper() == "COMMIT" else None)
-        gen.sup.feed("s/a/0", StopRequested())
-        await until(lambda: gen.sup.instances["s/a/0"].state.value == "stopped",
-                    "the stop")
         assert _stopped_told(gen) == 0 and "s/a/0" in gen.sup.dirty
         persist(gen)
         gen.store.db.set_trace_callback(None)
@@ -54,11 +58,7 @@ def test_states_that_cannot_be_saved_keep_their_events_buffered(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Neither part is durable without the other: the next round writes both."""
     async def body(gen: Generation, owner: FakeOwner) -> None:
-        _with_events(gen)
-        persist(gen)
-        gen.sup.feed("s/a/0", StopRequested())
-        await until(lambda: gen.sup.instances["s/a/0"].state.value == "stopped",
-                    "the stop")
+        await _stopped_unsaved(gen)
         real = gen.store.save_instances
 
         def full(*args: object) -> None:
@@ -82,11 +82,7 @@ def test_a_transaction_sqlite_ended_while_the_events_were_written_saves_nothing(
     ('no transaction is active'): the round said the states were not saved though they
     were, and the event log's failure was logged again every round."""
     async def body(gen: Generation, owner: FakeOwner) -> None:
-        _with_events(gen)
-        persist(gen)
-        gen.sup.feed("s/a/0", StopRequested())
-        await until(lambda: gen.sup.instances["s/a/0"].state.value == "stopped",
-                    "the stop")
+        await _stopped_unsaved(gen)
 
         def full() -> int:
             gen.store.db.execute("ROLLBACK")

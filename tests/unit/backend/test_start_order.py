@@ -13,7 +13,7 @@ import pytest
 from backend import supervisor
 from backend.instance import Start, State, StopRequested
 from backend.start_order import waits_for
-from backend.testing import FakeOwner, run_generation
+from backend.testing import FakeOwner, run_generation, until_time
 
 ORDERED = """
 [stacks.o.apps.db]
@@ -26,20 +26,11 @@ after = ["db"]
 """
 
 
-async def until(done: Any, what: str, within: float = 5.0) -> None:
-    """Real time passes here (the readiness delays run on the loop's clock)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not done():
-        assert loop.time() < deadline, f"{what}: not reached in {within} s"
-        await asyncio.sleep(0.005)
-
-
 async def _stop_both(sup: Any) -> None:
-    await until(lambda: "o/api/0" in sup.instances and "o/db/0" in sup.instances, "both")
+    await until_time(lambda: "o/api/0" in sup.instances and "o/db/0" in sup.instances, "both")
     for key in ("o/api/0", "o/db/0"):
         sup.feed(key, StopRequested())
-    await until(lambda: all(i.state is State.STOPPED for i in sup.instances.values()),
+    await until_time(lambda: all(i.state is State.STOPPED for i in sup.instances.values()),
                 "both stopped")
 
 
@@ -49,11 +40,11 @@ def test_the_dependent_waits_whichever_start_is_fed_first(tmp_path: Path) -> Non
         await _stop_both(sup)
         sup.feed("o/api/0", Start())          # before its dependency's start
         sup.feed("o/db/0", Start())
-        await until(lambda: sup.instances["o/db/0"].state is State.RUNNING, "db up")
+        await until_time(lambda: sup.instances["o/db/0"].state is State.RUNNING, "db up")
         assert sup.instances["o/api/0"].state is State.STOPPED
         assert waits_for(sup.instances, sup._after_stop.waiting(), "o/api/0") == ["o/db/0"]
-        await until(lambda: sup.instances["o/db/0"].state is State.READY, "db ready")
-        await until(lambda: sup.instances["o/api/0"].state is State.READY, "api after")
+        await until_time(lambda: sup.instances["o/db/0"].state is State.READY, "db ready")
+        await until_time(lambda: sup.instances["o/api/0"].state is State.READY, "api after")
         assert sup.instances["o/api/0"].launched_at >= sup.instances["o/db/0"].launched_at
 
     run_generation(tmp_path, ORDERED, body, ready=False)
@@ -70,7 +61,7 @@ def test_a_start_that_waited_too_long_goes_all_the_same(tmp_path: Path,
         sup.feed("o/db/0", Start())
         sup.feed("o/api/0", Start())
         await asyncio.sleep(0.2)
-        await until(lambda: sup.instances["o/api/0"].state is State.READY, "api anyway")
+        await until_time(lambda: sup.instances["o/api/0"].state is State.READY, "api anyway")
         assert sup.instances["o/db/0"].state is State.RUNNING    # not ready yet
 
     run_generation(tmp_path, ORDERED.replace("delay = 0.4", "delay = 5"), body, ready=False)
