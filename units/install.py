@@ -47,7 +47,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from protocol.durable import atomic_write, atomic_write_json, read_json, read_private
-from protocol.errors import BadRequest, ServiceActive, ServiceError, StateCorrupt, UnsafePath
+from protocol.errors import (
+    BadRequest,
+    Conflict,
+    ServiceActive,
+    ServiceError,
+    StateCorrupt,
+    UnsafePath,
+)
 
 from .model import (
     GUARDIAN_UNIT,
@@ -477,10 +484,12 @@ def uninstall(inst: Installation, *, systemctl: SystemctlLike | None = None) -> 
     A file at a target path that tenure did not write (:func:`_foreign`) is neither
     disabled nor removed; it is listed in ``Removal.left`` with why, as is a record of
     another home or a plan directory holding files tenure did not write. Raises
+    Conflict (the installed plan or record names another home: nothing changed),
     ServiceActive (a unit active/with a job, or a live socket), UnsafePath (a target that
     is a symlink or not a regular file), ServiceError (systemctl failed).
     """
     ctl = _controller(inst.scope, systemctl) if inst.manager is Manager.SYSTEMD else None
+    _refuse_other_home(inst)
     _refuse_busy(inst.home, ctl)
     planned = _planned_digests(inst.plan_dir)
     ours: list[Path] = []
@@ -504,6 +513,27 @@ def uninstall(inst: Installation, *, systemctl: SystemctlLike | None = None) -> 
         with contextlib.suppress(OSError):   # /etc/tenure, when nothing else is in it
             os.rmdir(inst.plan_root)
     return Removal(tuple(removed), tuple(left))
+
+
+def _refuse_other_home(inst: Installation) -> None:
+    """Raises Conflict, before anything is touched, when the installed plan or the
+    installation record names another home than ``inst``'s: its units and plan would be
+    removed and its record kept (a system install made without --home before the system
+    default became /var/lib/tenure, uninstalled after). Unreadable ones say nothing here
+    (the removal says why it leaves them)."""
+    homes = set()
+    with contextlib.suppress(OSError, StateCorrupt, UnsafePath):
+        homes.add(str(_parse_plan(inst.plan_dir).home))
+    if inst.scope is Scope.SYSTEM:
+        with contextlib.suppress(StateCorrupt, UnsafePath):
+            record = read_record(inst.record_path)
+            if record is not None:
+                homes.add(str(record.get("home")))
+    other = sorted(homes - {str(inst.home)})
+    if other:
+        raise Conflict(f"the installed service is for home {other[0]}, not {inst.home}: "
+                       f"nothing was changed; uninstall it with --home {other[0]}",
+                       {"installed_home": other[0], "home": str(inst.home)})
 
 
 def _planned_digests(pdir: Path) -> dict[str, str]:

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from protocol.errors import BadRequest, ServiceActive, ServiceError, StateCorrupt, UnsafePath
+from protocol.errors import (
+    BadRequest,
+    Conflict,
+    ServiceActive,
+    ServiceError,
+    StateCorrupt,
+    UnsafePath,
+)
 from units import (
     GUARDIAN_UNIT,
     OWNER_UNIT,
@@ -337,13 +344,39 @@ def test_system_uninstall_removes_the_record_and_the_plan(short_home: Path) -> N
     assert os.listdir(inst.unit_dir) == [] and home.is_dir()
     assert inst.record_path in removal.removed and inst.plan_dir in removal.removed
     assert removal.left == ()
-    # a record of another home is not this installation's to remove
+    # a record of another home is not this installation's to remove: nothing is
     inst.plan_root.mkdir(mode=0o755)
     write_record(inst.record_path, scope="system", home=short_home / "other", user="root",
                  group="root")
-    removal = uninstall(inst, systemctl=FakeSystemctl(scope=Scope.SYSTEM))
-    assert [p for p, _ in removal.left] == [inst.record_path]
+    with pytest.raises(Conflict, match=r"for home .*other, not"):
+        uninstall(inst, systemctl=FakeSystemctl(scope=Scope.SYSTEM))
     assert inst.record_path.exists()
+
+
+def test_uninstall_for_another_home_changes_nothing(short_home: Path) -> None:
+    """Was: an uninstall for another home (a system install made without --home before
+    the system default became /var/lib/tenure, uninstalled after) removed the installed
+    units and plan and kept the record that trusts the service account for the home."""
+    if os.geteuid() != 0:
+        pytest.skip("the installation record is root's")
+    home = short_home / "h"
+    home.mkdir(mode=0o700)
+    inst = Installation.for_scope("system", home=home, python=Path("/opt/t/bin/python"),
+                                  user="root", group="root", unit_dir=short_home / "units",
+                                  plist_dir=short_home / "la",
+                                  config_dir=short_home / "etc" / "tenure")
+    plan = prepare(inst)
+    install(plan.plan_dir, digest=plan.digest, target_dir=inst.target_dir,
+            systemctl=FakeSystemctl(scope=Scope.SYSTEM))
+    before = sorted(os.listdir(inst.unit_dir)), sorted(os.listdir(inst.plan_dir))
+    ctl = FakeSystemctl(scope=Scope.SYSTEM)
+    other = dataclasses.replace(inst, home=short_home / "elsewhere")
+    with pytest.raises(Conflict) as refused:
+        uninstall(other, systemctl=ctl)
+    assert refused.value.data == {"installed_home": str(home), "home": str(other.home)}
+    assert f"uninstall it with --home {home}" in refused.value.msg
+    assert (sorted(os.listdir(inst.unit_dir)), sorted(os.listdir(inst.plan_dir))) == before
+    assert inst.record_path.exists() and ctl.calls == []
 
 
 def test_uninstall_leaves_a_plan_directory_holding_files_tenure_did_not_write(
