@@ -192,6 +192,18 @@ def _rendered(inst: Installation) -> dict[str, bytes]:
     return {s.name: render_systemd(s).encode() for s in specs}
 
 
+def _installed_names(inst: Installation) -> dict[str, bytes | None]:
+    """File name → what tenure renders for ``inst`` now, or None for each when it
+    cannot be rendered (an interpreter path systemd refuses, say: an uninstall needs no
+    rendering, the plan's digests and tenure's header line tell its files)."""
+    try:
+        return dict(_rendered(inst))
+    except BadRequest:
+        specs = services(inst)
+        return {plist_name(s) if inst.manager is Manager.LAUNCHD else s.name: None
+                for s in specs}
+
+
 def _environment_record(inst: Installation) -> bytes:
     record = {
         "kind": ENV_KIND, "format": 1, "scope": str(inst.scope), "manager": str(inst.manager),
@@ -494,7 +506,7 @@ def uninstall(inst: Installation, *, systemctl: SystemctlLike | None = None) -> 
     planned = _planned_digests(inst.plan_dir)
     ours: list[Path] = []
     left: list[tuple[Path, str]] = []
-    for name, rendered in _rendered(inst).items():
+    for name, rendered in _installed_names(inst).items():
         target = inst.target_dir / name
         if _regular_or_absent(target):
             why = _foreign(target, planned.get(name), rendered)
@@ -546,7 +558,7 @@ def _planned_digests(pdir: Path) -> dict[str, str]:
     return {f.name: f.sha256 for f in plan.files}
 
 
-def _foreign(target: Path, planned: str | None, rendered: bytes) -> str | None:
+def _foreign(target: Path, planned: str | None, rendered: bytes | None) -> str | None:
     """Why the regular file ``target`` is not one tenure installed, or None when it is:
     its bytes are the plan's file, what tenure renders for this installation now, or (a
     systemd unit) begin with tenure's header line (tenure's unit for another interpreter
@@ -592,7 +604,7 @@ def _remove_plan_dir(inst: Installation, left: list[tuple[Path, str]]) -> list[P
         left.append((pdir, f"not removed: {exc.msg}"))
         return []
     names = sorted(os.listdir(pdir), key=lambda n: n != PLAN_FILE)
-    extra = set(names) - {PLAN_FILE, ENV_FILE, *_rendered(inst)}
+    extra = set(names) - {PLAN_FILE, ENV_FILE, *_installed_names(inst)}
     if extra:
         left.append((pdir, f"holds files tenure did not write ({sorted(extra)}): not "
                      "removed"))

@@ -455,3 +455,14 @@ def test_prepare_refuses_a_home_whose_parent_is_missing(short_home: Path,
         prepare(inst)
     assert err.value.data == {"path": str(short_home / "no")}
     assert sorted(os.listdir(short_home)) == []
+
+
+def test_uninstall_needs_no_unit_it_could_render(inst: Installation) -> None:
+    """Was: an interpreter path systemd refuses (a quote in it: BAD_REQUEST to prepare)
+    made uninstall fail too, leaving both units, though it renders nothing: the plan's
+    digests and tenure's header line tell its files."""
+    install(prepare(inst).plan_dir, target_dir=inst.target_dir, systemctl=FakeSystemctl())
+    odd = dataclasses.replace(inst, python=Path("/opt/it's/bin/python"))
+    removal = uninstall(odd, systemctl=FakeSystemctl())
+    assert removal.removed[:2] == (inst.unit_dir / OWNER_UNIT, inst.unit_dir / GUARDIAN_UNIT)
+    assert removal.left == () and os.listdir(inst.unit_dir) == []
