@@ -41,7 +41,7 @@ import pwd
 import socket
 import stat
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -501,12 +501,14 @@ def uninstall(inst: Installation, *, systemctl: SystemctlLike | None = None) -> 
     is a symlink or not a regular file), ServiceError (systemctl failed).
     """
     ctl = _controller(inst.scope, systemctl) if inst.manager is Manager.SYSTEMD else None
-    _refuse_other_home(inst)
+    plan = _installed_plan(inst.plan_dir)
+    _refuse_other_home(inst, plan)
     _refuse_busy(inst.home, ctl)
-    planned = _planned_digests(inst.plan_dir)
+    planned = {} if plan is None else {f.name: f.sha256 for f in plan.files}
+    names = _installed_names(inst)
     ours: list[Path] = []
     left: list[tuple[Path, str]] = []
-    for name, rendered in _installed_names(inst).items():
+    for name, rendered in names.items():
         target = inst.target_dir / name
         if _regular_or_absent(target):
             why = _foreign(target, planned.get(name), rendered)
@@ -520,22 +522,20 @@ def uninstall(inst: Installation, *, systemctl: SystemctlLike | None = None) -> 
         os.unlink(t)
     if ctl is not None:
         ctl.run("daemon-reload")
-    removed = [*ours, *_remove_record(inst, left), *_remove_plan_dir(inst, left)]
+    removed = [*ours, *_remove_record(inst, left), *_remove_plan_dir(inst, names, left)]
     if inst.scope is Scope.SYSTEM:
         with contextlib.suppress(OSError):   # /etc/tenure, when nothing else is in it
             os.rmdir(inst.plan_root)
     return Removal(tuple(removed), tuple(left))
 
 
-def _refuse_other_home(inst: Installation) -> None:
-    """Raises Conflict, before anything is touched, when the installed plan or the
+def _refuse_other_home(inst: Installation, plan: Plan | None) -> None:
+    """Raises Conflict, before anything is touched, when the installed ``plan`` or the
     installation record names another home than ``inst``'s: its units and plan would be
     removed and its record kept (a system install made without --home before the system
     default became /var/lib/tenure, uninstalled after). Unreadable ones say nothing here
     (the removal says why it leaves them)."""
-    homes = set()
-    with contextlib.suppress(OSError, StateCorrupt, UnsafePath):
-        homes.add(str(_parse_plan(inst.plan_dir).home))
+    homes = set() if plan is None else {str(plan.home)}
     if inst.scope is Scope.SYSTEM:
         with contextlib.suppress(StateCorrupt, UnsafePath):
             record = read_record(inst.record_path)
@@ -548,14 +548,13 @@ def _refuse_other_home(inst: Installation) -> None:
                        {"installed_home": other[0], "home": str(inst.home)})
 
 
-def _planned_digests(pdir: Path) -> dict[str, str]:
-    """File name → sha256 of the plan in ``pdir`` (the one installed, unless prepared
-    again since); empty when there is none or it is unreadable."""
+def _installed_plan(pdir: Path) -> Plan | None:
+    """The plan in ``pdir`` (the one installed, unless prepared again since); None when
+    there is none or it is unreadable."""
     try:
-        plan = _parse_plan(pdir)
+        return _parse_plan(pdir)
     except (OSError, StateCorrupt, UnsafePath):
-        return {}
-    return {f.name: f.sha256 for f in plan.files}
+        return None
 
 
 def _foreign(target: Path, planned: str | None, rendered: bytes | None) -> str | None:
@@ -592,9 +591,11 @@ def _remove_record(inst: Installation, left: list[tuple[Path, str]]) -> list[Pat
     return [path]
 
 
-def _remove_plan_dir(inst: Installation, left: list[tuple[Path, str]]) -> list[Path]:
+def _remove_plan_dir(inst: Installation, units: Mapping[str, object],
+                     left: list[tuple[Path, str]]) -> list[Path]:
     """Remove the plan directory prepare wrote (plan.json first: a half-removed plan is
-    no plan); else say in ``left`` why it stays."""
+    no plan; ``units``: the names of the files it may hold beside it); else say in
+    ``left`` why it stays."""
     pdir = inst.plan_dir
     try:
         check_plan_files(pdir)
@@ -604,7 +605,7 @@ def _remove_plan_dir(inst: Installation, left: list[tuple[Path, str]]) -> list[P
         left.append((pdir, f"not removed: {exc.msg}"))
         return []
     names = sorted(os.listdir(pdir), key=lambda n: n != PLAN_FILE)
-    extra = set(names) - {PLAN_FILE, ENV_FILE, *_installed_names(inst)}
+    extra = set(names) - {PLAN_FILE, ENV_FILE, *units}
     if extra:
         left.append((pdir, f"holds files tenure did not write ({sorted(extra)}): not "
                      "removed"))

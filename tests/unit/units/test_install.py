@@ -323,9 +323,9 @@ def test_uninstall_removes_tenures_unit_without_a_plan(inst: Installation) -> No
     assert removal.left == () and os.listdir(inst.unit_dir) == []
 
 
-def test_system_uninstall_removes_the_record_and_the_plan(short_home: Path) -> None:
-    """(was: /etc/tenure/installation.json and the plan directory stayed behind, and a
-    viewer's CLI kept trusting the service account for the home)"""
+def _system_installed(short_home: Path) -> Installation:
+    """A system-scope installation of home ``h`` under ``short_home``, installed (its
+    record written; skips unless root, whose the record is)."""
     if os.geteuid() != 0:
         pytest.skip("the installation record is root's")
     home = short_home / "h"
@@ -337,6 +337,14 @@ def test_system_uninstall_removes_the_record_and_the_plan(short_home: Path) -> N
     plan = prepare(inst)
     install(plan.plan_dir, digest=plan.digest, target_dir=inst.target_dir,
             systemctl=FakeSystemctl(scope=Scope.SYSTEM))
+    return inst
+
+
+def test_system_uninstall_removes_the_record_and_the_plan(short_home: Path) -> None:
+    """(was: /etc/tenure/installation.json and the plan directory stayed behind, and a
+    viewer's CLI kept trusting the service account for the home)"""
+    inst = _system_installed(short_home)
+    home = inst.home
     assert inst.record_path.exists()
     removal = uninstall(inst, systemctl=FakeSystemctl(scope=Scope.SYSTEM))
     assert not inst.record_path.exists() and not inst.plan_dir.exists()
@@ -357,17 +365,8 @@ def test_uninstall_for_another_home_changes_nothing(short_home: Path) -> None:
     """Was: an uninstall for another home (a system install made without --home before
     the system default became /var/lib/tenure, uninstalled after) removed the installed
     units and plan and kept the record that trusts the service account for the home."""
-    if os.geteuid() != 0:
-        pytest.skip("the installation record is root's")
-    home = short_home / "h"
-    home.mkdir(mode=0o700)
-    inst = Installation.for_scope("system", home=home, python=Path("/opt/t/bin/python"),
-                                  user="root", group="root", unit_dir=short_home / "units",
-                                  plist_dir=short_home / "la",
-                                  config_dir=short_home / "etc" / "tenure")
-    plan = prepare(inst)
-    install(plan.plan_dir, digest=plan.digest, target_dir=inst.target_dir,
-            systemctl=FakeSystemctl(scope=Scope.SYSTEM))
+    inst = _system_installed(short_home)
+    home = inst.home
     before = sorted(os.listdir(inst.unit_dir)), sorted(os.listdir(inst.plan_dir))
     ctl = FakeSystemctl(scope=Scope.SYSTEM)
     other = dataclasses.replace(inst, home=short_home / "elsewhere")
