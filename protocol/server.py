@@ -459,6 +459,8 @@ class RpcServer:
         :data:`_DRAIN_ABOVE`, not every answer its requests make (a client that never
         read held up to MAX_INFLIGHT answers of a frame each, gigabytes). A client gone
         is quiet: nothing is sent."""
+        if conn.writer.is_closing():
+            return   # gone already: nothing to encode
         try:
             data = encode_frame(response.to_wire(), self.max_frame)
         except (BadFrame, BadRequest) as exc:
