@@ -76,6 +76,21 @@ def _intermixed(argparse: Any) -> Any:
     return Intermixed
 
 
+def _top(argparse: Any) -> Any:
+    """``tenure``'s own parser: an unknown command's refusal lists the commands a user
+    may type, not the hidden ones (``__complete``, the completion script's)."""
+    class Top(argparse.ArgumentParser):  # type: ignore[misc]
+        def _check_value(self, action: Any, value: Any) -> None:
+            if isinstance(action, argparse._SubParsersAction) \
+                    and value not in action.choices:
+                shown = ", ".join(repr(name) for name in action.choices
+                                  if not name.startswith("__"))
+                raise argparse.ArgumentError(
+                    action, f"invalid choice: {value!r} (choose from {shown})")
+            super()._check_value(action, value)
+    return Top
+
+
 HELP_COLUMNS = 80   # where neither $COLUMNS nor a terminal says
 
 
@@ -126,10 +141,9 @@ def _parser(argv: list[str] | None = None) -> Any:
     # (and with it bz2 and lzma, ~2 ms), as argparse does for each formatter it makes
     formatter = help_formatter(_columns() - 2)
     common = _common(argparse.SUPPRESS, formatter)
-    ap = argparse.ArgumentParser(prog="tenure", parents=[_common(None, formatter)],
-                                 formatter_class=formatter,
-                                 description="process supervisor with a replaceable "
-                                             "control plane")
+    ap = _top(argparse)(prog="tenure", parents=[_common(None, formatter)],
+                        formatter_class=formatter,
+                        description="process supervisor with a replaceable control plane")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
                             parser_class=_intermixed(argparse))
     wanted = None if argv is None else _command(argv)

@@ -150,6 +150,19 @@ def test_the_parser_built_for_one_command_parses_it_as_the_whole_one(
     assert parsed(_parser(argv)) == parsed(_parser())
 
 
+def test_an_unknown_command_lists_the_commands_but_not_the_hidden_one(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from backend.cli.main import _parser
+    with pytest.raises(SystemExit) as ended:
+        _parser(["bogus"]).parse_args(["bogus"])
+    said = capsys.readouterr().err
+    assert ended.value.code == 2
+    assert "invalid choice: 'bogus' (choose from 'up', 'down', 'status'," in said
+    assert "'completion')" in said and "__complete" not in said
+    assert vars(_parser(["__complete"]).parse_args(["__complete", "targets"]))[
+        "what"] == "targets"
+
+
 def test_a_known_command_makes_no_parser_of_the_others() -> None:
     import argparse
 
