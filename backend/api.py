@@ -200,6 +200,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
     async def resume_operations(self) -> None:
         from .jobs.resume import resume
         self.intents = (await self._owner().call("stack.intents"))["intents"]
+        self.resume_stack_stops()
         self.ops.resume_open()
         await resume(self.jobs)
         self.jobs.start()
@@ -223,6 +224,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
 
     def unpause(self) -> None:
         self.gate.unpause()
+        self.resume_stack_stops()   # a drain cut a stack stop: the rest, in order
         self.jobs.wake()
 
     async def wait_paused(self, timeout: float) -> bool:

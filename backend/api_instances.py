@@ -16,6 +16,7 @@ from protocol.window import refuse_in_window
 
 from . import instance as im
 from .after_stop import DOWN, after_stop_bound
+from .start_order import stop_levels
 from .targets import known_near, select
 from .tasks import spawn
 
@@ -194,17 +195,54 @@ class InstanceCommands:
 
     async def stop(self, call: Call) -> Any:
         """Settled once each instance was down, even if a start asked after this one
-        (or pending before it, backend.after_stop) took it up again at once."""
-        target = call.params["target"]
+        (or pending before it, backend.after_stop) took it up again at once. Apps stop
+        in the reverse of their start order (:meth:`_stop_in_order`); a drain that
+        begins before every instance was asked raises ShuttingDown naming the rest."""
+        target, timeout = call.params["target"], call.params["timeout"]
         self._outside_window(call)
         keys = self._targets(target)
         self._require_owner(f"stop {target}")
+        deadline = asyncio.get_running_loop().time() + timeout
         with self.gate.step(f"stop {target}"):
             asked = {k: self.sup.instances[k].generation for k in keys}
-            for k in keys:
-                self.sup.feed(k, im.StopRequested())   # withdraws a pending start
-        return await self._settle(keys, DOWN, call.params["timeout"], f"stop {target}",
+            levels = self._stop_first(keys)
+        cut = await self._stop_rest(levels, deadline, f"stop {target}")
+        if cut:
+            raise ShuttingDown(
+                "the backend is handing over to another generation: not asked to stop "
+                f"{', '.join(cut)} (the apps they start after were still stopping); what "
+                "was asked goes on under the generation that serves next; run the "
+                "command again for the rest", {"not_stopped": cut})
+        return await self._settle(keys, DOWN, _left(deadline), f"stop {target}",
                                   moved=asked)
+
+    def _stop_first(self, keys: list[str]) -> list[list[str]]:
+        """Ask the first level of ``keys`` to stop (backend.start_order.stop_levels: the
+        apps none of the others starts after); all the levels, for :meth:`_stop_rest`.
+        Call it inside the request's step."""
+        levels = stop_levels(self.sup.instances, keys)
+        for k in levels[0] if levels else ():
+            self.sup.feed(k, im.StopRequested())   # withdraws a pending start
+        return levels
+
+    async def _stop_rest(self, levels: list[list[str]], deadline: float, what: str, *,
+                         superseded: Callable[[], bool] | None = None) -> list[str]:
+        """Ask each level after the first to stop once the one before it is down, each
+        a step; past the loop's ``deadline``, at once. Returns the keys not asked: a
+        drain began (no step holds a handoff for as long as an app takes to stop), or
+        ``superseded`` holds (a later command has the instances)."""
+        for i in range(1, len(levels)):
+            asked = {k: self.sup.instances[k].generation for k in levels[i - 1]
+                     if k in self.sup.instances}
+            await self._wait_settled(list(asked), DOWN, _left(deadline), until_drain=True,
+                                     moved=asked, superseded=superseded)
+            if self.gate.paused or (superseded is not None and superseded()):
+                return [k for rest in levels[i:] for k in rest]
+            with self.gate.step(f"{what}: stop {_apps(levels[i])}"):
+                for k in levels[i]:
+                    if k in self.sup.instances:
+                        self.sup.feed(k, im.StopRequested())
+        return []
 
     async def restart(self, call: Call) -> Any:
         """Rolling: one instance at a time, each back to ready before the next. Stopping
@@ -292,6 +330,16 @@ class InstanceCommands:
             with step:
                 return await asyncio.shield(started)
         return spawn(self._cycles, hold(), log, what)
+
+def _left(deadline: float) -> float:
+    """Seconds from now to the running loop's ``deadline``, 0 once past."""
+    return max(0.0, deadline - asyncio.get_running_loop().time())
+
+
+def _apps(keys: list[str]) -> str:
+    """The apps of instance keys, in order: ``demo/web, demo/api``."""
+    return ", ".join(dict.fromkeys(k.rsplit("/", 1)[0] for k in keys))
+
 
 def _restart_cut(done: list[str], remaining: list[str], states: dict[str, str]
                  ) -> ShuttingDown:

@@ -13,6 +13,7 @@ later command moved the intent past the revision it wrote, and says which
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from . import instance as im
 from .after_stop import DOWN
 from .api_instances import UP
 from .model import canonical_digest
+from .tasks import spawn
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -33,7 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Intent", "StackCommands"]
 
+log = logging.getLogger("tenure.backend")
+
 START_TIMEOUT = 300.0   # seconds a `stack start` waits for its instances
+STOP_TIMEOUT = 300.0    # seconds a stack stop a new generation finishes waits for a level
 
 
 class Intent(StrEnum):
@@ -53,6 +58,10 @@ assert set(SET_BY) == set(WAITS_FOR) == set(Intent)
 NO_INTENT: dict[str, Any] = {"intent": str(Intent.RUNNING), "revision": 0}
 
 
+def loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
 class StackCommands:
     """What backend.api.Api gives these methods."""
 
@@ -63,7 +72,10 @@ class StackCommands:
     _stack_locks: dict[str, asyncio.Lock]
     _owner: Callable[[], Any]
     _require_owner: Callable[[str], None]
+    _cycles: set[asyncio.Future[Any]]
     _start_each: Callable[[list[str], str, float], dict[str, asyncio.Future[bool]]]
+    _stop_first: Callable[[list[str]], list[list[str]]]
+    _stop_rest: Callable[..., Any]
     _settle: Callable[..., Any]
 
     def stopped_stacks(self) -> set[str]:
@@ -97,6 +109,7 @@ class StackCommands:
             raise BadRequest("give --digest from a --dry-run review (or --dry-run first)")
         refuse_in_window(self.gen.layout.home, f"stack stop {stack}")
         self._require_owner(f"stack stop {stack}")   # a stopped owner: named, nothing done
+        deadline = asyncio.get_running_loop().time() + p["timeout"]
         async with self._stack_lock(stack):
             digest = self._stack_review(stack)[1]   # a start may have run meanwhile
             if p["digest"] != digest:
@@ -105,10 +118,37 @@ class StackCommands:
             with self.gate.step(f"stack stop {stack}"):
                 revision = await self._set_intent(stack, Intent.STOPPED)
                 keys = [k for k in self.sup.instances if k.split("/")[0] == stack]
-                for k in keys:
-                    self.sup.feed(k, im.StopRequested())   # withdraws a pending start
+                levels = self._stop_first(keys)
+        # the rest in order, outside the lock: a later command takes over from here
+        await self._stop_rest(levels, deadline, f"stack stop {stack}",
+                              superseded=self._moved_on(stack, revision))
         return {"stack": stack, "intent": str(Intent.STOPPED), **await self._stack_settle(
-            stack, Intent.STOPPED, revision, keys, p["timeout"], {})}
+            stack, Intent.STOPPED, revision, keys, max(0.0, deadline - loop_time()), {})}
+
+    def resume_stack_stops(self) -> None:
+        """A new generation stops what still runs of a stack whose intent is stopped
+        (a stack stop cut by a handoff or a crash before it asked every instance), in
+        order, in the background."""
+        for stack in sorted(self.stopped_stacks()):
+            keys = [k for k, i in self.sup.instances.items() if k.split("/")[0] == stack
+                    and (i.state not in DOWN or self.sup.leaving(k))]
+            if not keys:
+                continue
+            log.warning("stack %s is stopped but %d of its instances still run: stopping "
+                        "them, in the reverse of their start order", stack, len(keys))
+            spawn(self._cycles, self._finish_stack_stop(stack, keys), log,
+                  f"stack stop {stack}")
+
+    async def _finish_stack_stop(self, stack: str, keys: list[str]) -> None:
+        revision = int(self.intents[stack]["revision"])
+        with self.gate.step(f"stack stop {stack}"):
+            levels = self._stop_first(keys)
+        await self._stop_rest(levels, loop_time() + STOP_TIMEOUT, f"stack stop {stack}",
+                              superseded=self._moved_on(stack, revision))
+
+    def _moved_on(self, stack: str, revision: int) -> Callable[[], bool]:
+        """Whether a later command moved ``stack``'s intent past ``revision``."""
+        return lambda: bool(self.intents.get(stack, NO_INTENT)["revision"] != revision)
 
     async def stack_start(self, call: Call) -> Any:
         """Set the intent back to running, then start every instance of the stack in
@@ -149,8 +189,7 @@ class StackCommands:
         the stack's, or until a later command moved the intent on: then ``superseded``
         says to what and by which command (the answer's states are those of that
         moment). Raises ShuttingDown as :meth:`InstanceCommands._settle`."""
-        def moved_on() -> bool:
-            return bool(self.intents.get(stack, NO_INTENT)["revision"] != revision)
+        moved_on = self._moved_on(stack, revision)
         answer: dict[str, Any] = await self._settle(
             keys, WAITS_FOR[intent], timeout, f"{SET_BY[intent]} {stack}",
             deferred=deferred, superseded=moved_on)
