@@ -8,12 +8,14 @@ starts does not take the sockets for its own.
 Why the exec happens in the child setup here: Popen can keep descriptors open
 (``pass_fds``) but not renumber them, and the environment it hands to exec is built
 before the fork, when the child's pid is not known yet. So a launch that passes fds goes
-through :class:`owner.runas.ChildSetup` (Popen's ``preexec_fn``), whose last step is
-:meth:`FdHandoff.exec`: move every descriptor to its place, close everything else, add
-``LISTEN_PID`` = ``getpid()`` and ``execve``. It never returns to Popen, whose own
-error pipe it may have closed or renumbered over; success and failure are reported on the
-setup's own close-on-exec pipe instead (:meth:`owner.runas.ChildSetup.confirm_exec`): end
-of file means the exec happened, ``step,errno`` means it did not and the child exited 127.
+through :class:`owner.runas.ChildSetup` (Popen's ``preexec_fn``). Its first step after
+joining the cgroup is :meth:`FdHandoff.place` (move every descriptor to its place, close
+everything else: before rlimits lower ``nofile``, see there), its last
+:meth:`FdHandoff.exec` (add ``LISTEN_PID`` = ``getpid()`` and ``execve``). Such a child
+never returns to Popen, whose own error pipe the placement may have closed or renumbered
+over; success and failure are reported on the setup's own close-on-exec pipe instead
+(:meth:`owner.runas.ChildSetup.confirm_exec`): end of file means the exec happened,
+``step,errno`` means it did not and the child exited 127.
 
 The child only calls C-level ``os``/``fcntl`` functions on values computed before the
 fork (see owner.runas for why that is safe in a threaded owner). Nothing but 0, 1, 2 and
@@ -111,11 +113,17 @@ class FdHandoff:
         return cls(resolve_program(argv[0], env, cwd), argv,
                    {**without_listen_vars(env), **passed.env()}, passed.fds, _fd_limit())
 
-    def exec(self, report_fd: int) -> NoReturn:
-        """In the child: place the fds, close the rest, exec. On failure write
-        ``step,errno`` to ``report_fd`` and exit 127; never returns or raises."""
+    def place(self, report_fd: int) -> int:
+        """In the child, before any step that may lower RLIMIT_NOFILE: move the fds to
+        3.., close every other descriptor but the report pipe, and return where the
+        report pipe is now (close-on-exec, above the placed fds). On failure write
+        ``fds,errno`` to the report pipe and exit 127; never raises.
+
+        It runs first because every descriptor of the owner is still open in the child
+        (close-on-exec acts only at the exec): moving a fd needs a free slot at or above
+        3+n, which an app's lower ``nofile`` would not leave once the owner holds more
+        files than that."""
         n = len(self.fds)
-        step = "fds"
         try:
             # Everything that must outlive the renumbering moves above 3+n first: a
             # source or the report pipe may sit exactly where another fd must go.
@@ -127,12 +135,25 @@ class FdHandoff:
                 os.dup2(fd, LISTEN_FDS_START + i, inheritable=True)
             os.closerange(LISTEN_FDS_START + n, report)
             os.closerange(report + 1, self.max_fd)
-            step = "exec"
+        except BaseException as e:
+            _fail(report_fd, "fds", e)
+        return report
+
+    def exec(self, report_fd: int) -> NoReturn:
+        """In the child, once :meth:`place` put the fds in place (``report_fd`` is what
+        it returned): exec with ``LISTEN_PID``. On failure write ``exec,errno`` to
+        ``report_fd`` and exit 127; never returns or raises."""
+        try:
             env = {**self.env, "LISTEN_PID": str(os.getpid())}
             os.execve(self.program, list(self.argv), env)
         except BaseException as e:
-            try:
-                os.write(report_fd, f"{step},{getattr(e, 'errno', 0) or 0}".encode())
-            finally:
-                os._exit(EXIT_HANDOFF_FAILED)
+            _fail(report_fd, "exec", e)
         os._exit(EXIT_HANDOFF_FAILED)  # execve returned without raising: impossible
+
+
+def _fail(report_fd: int, step: str, e: BaseException) -> NoReturn:
+    """In the child: say ``step,errno`` on the report pipe and exit 127."""
+    try:
+        os.write(report_fd, f"{step},{getattr(e, 'errno', 0) or 0}".encode())
+    finally:
+        os._exit(EXIT_HANDOFF_FAILED)

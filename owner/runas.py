@@ -11,11 +11,11 @@ ones — never the owner's. Only a root owner can switch: a non-root owner asked
 uid, gid or group list other than its own refuses with ``PRIVILEGE_REQUIRED``.
 
 The switch happens in the child, between fork and exec (:class:`ChildSetup`, run as
-Popen's ``preexec_fn``), in this order: join the app's cgroup (needs root), set the
-rlimits (as root, so a hard limit may be raised), ``setgroups`` → ``setresgid`` →
-``setresuid`` (all three ids, so nothing can switch back), umask, and only then
-``chdir`` — the working directory is entered with the app's own permissions, as under
-systemd's ``WorkingDirectory=``.
+Popen's ``preexec_fn``), in this order: join the app's cgroup (needs root), place the
+fds a launch passes (owner.fdpass), set the rlimits (as root, so a hard limit may be
+raised), ``setgroups`` → ``setresgid`` → ``setresuid`` (all three ids, so nothing can
+switch back), umask, and only then ``chdir`` — the working directory is entered with
+the app's own permissions, as under systemd's ``WorkingDirectory=``.
 
 Why ``preexec_fn`` here although :mod:`owner.cgroups` avoids it: Popen cannot set rlimits
 or order the steps above itself, and an exec shim cannot switch users without a helper
@@ -27,8 +27,10 @@ on a shared 2-core machine (``bench/spawn.py --user nobody``: 100-180 launches/s
 370-750/s without an identity). Only launches that ask for an identity, a umask or
 rlimits take it; the others keep Popen's vfork path unchanged.
 
-A launch that passes fds (owner.fdpass) takes it too, whatever else it asks for: its
-last step places them at 3.. and execs with ``LISTEN_PID``, and never returns to Popen.
+A launch that passes fds (owner.fdpass) takes it too, whatever else it asks for: it
+places them at 3.. (closing every other fd) before the rlimits, whose ``nofile`` would
+leave no free slot to move them through while the owner's fds are still open, and
+execs with ``LISTEN_PID`` as its last step; it never returns to Popen.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from typing import Any
 from protocol.codes import Code
 from protocol.errors import BadRequest, LaunchFailed, PrivilegeRequired, error_class
 
-from .fdpass import FdHandoff
+from .fdpass import EXIT_HANDOFF_FAILED, FdHandoff
 from .limits import Limits
 from .spawnerr import Step, identity_failure, setup_failure
 
@@ -218,12 +220,32 @@ class ChildSetup:
         self._pipe = (-1, -1)
 
     def __call__(self) -> None:  # in the child, between fork and exec
+        if self.handoff is None:
+            self._steps()   # a failure is reported and raised back to Popen
+            return
+        # Once the fds are placed Popen's own error pipe may be closed or renumbered
+        # over (owner.fdpass): nothing goes back to Popen, a failure exits 127 here.
+        try:
+            report = self._steps()
+        except BaseException:
+            os._exit(EXIT_HANDOFF_FAILED)
+        self.handoff.exec(report)  # never returns
+
+    def _steps(self) -> int:
+        """The steps before the exec, in the order the module docstring gives; returns
+        where the report pipe is then (the fd placement moves it). A failing step
+        writes ``step,errno`` to the report pipe and raises."""
+        report = self._pipe[1]
         step = "cgroup"
         try:
             if self.cgroup_procs is not None:
                 fd = os.open(self.cgroup_procs, os.O_WRONLY)
                 os.write(fd, b"0")  # "0" moves the writer itself
                 os.close(fd)
+            if self.handoff is not None:
+                # Before the rlimits: a lower nofile leaves no slot to move fds to
+                # while the owner's are still open (owner.fdpass). Exits on failure.
+                report = self.handoff.place(report)
             step = "rlimit"
             for res, value in self.rlimits:
                 _setrlimit(res, value)
@@ -239,11 +261,10 @@ class ChildSetup:
             step = "chdir"
             if self.cwd is not None:
                 os.chdir(self.cwd)
-        except OSError as e:
-            os.write(self._pipe[1], f"{step},{e.errno or 0}".encode())
+        except BaseException as e:
+            os.write(report, f"{step},{getattr(e, 'errno', 0) or 0}".encode())
             raise
-        if self.handoff is not None:
-            self.handoff.exec(self._pipe[1])  # never returns
+        return report
 
     def _report(self, raw: bytes | None = None) -> tuple[str, str]:
         """(step, errno digits) the child wrote; read once (or given), then remembered."""
