@@ -308,12 +308,12 @@ def _set_owner(decl: SocketDecl, inode: int | None = None) -> None:
     either (:func:`_open_path`). Raises OSError (KeyError as ENOENT; ELOOP or ENOTDIR for
     a path that no longer holds the socket)."""
     path = decl.listen.path
-    uid = gid = -1
+    # No user or group means the owner's own, as sockets.list reports it: given back
+    # when a config drops them, not left to the user or group the file had before
+    # (who could still connect, and chmod the file).
     try:
-        if decl.user is not None:
-            uid = pwd.getpwnam(decl.user).pw_uid
-        if decl.group is not None:
-            gid = grp.getgrnam(decl.group).gr_gid
+        uid = os.geteuid() if decl.user is None else pwd.getpwnam(decl.user).pw_uid
+        gid = os.getegid() if decl.group is None else grp.getgrnam(decl.group).gr_gid
     except KeyError as e:
         raise OSError(errno.ENOENT, f"unknown user or group {e.args[0]!r}") from None
     fd = _open_path(path)
@@ -326,16 +326,15 @@ def _set_owner(decl: SocketDecl, inode: int | None = None) -> None:
         # an O_PATH descriptor takes no fchmod; its /proc link names that very inode
         here = f"/proc/self/fd/{fd}"
         mode, old = 0o666 if decl.mode is None else decl.mode, stat.S_IMODE(st.st_mode)
-        if uid != -1 or gid != -1:
-            # never, not for a moment, the old mode for the new owner: the narrower first
-            if old & mode != old:
-                os.chmod(here, old & mode)
-            try:
-                os.chown(here, uid, gid)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.chmod(here, old)   # refused: the socket keeps what it had
-                raise
+        # never, not for a moment, the old mode for the new owner: the narrower first
+        if old & mode != old:
+            os.chmod(here, old & mode)
+        try:
+            os.chown(here, uid, gid)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.chmod(here, old)   # refused: the socket keeps what it had
+            raise
         os.chmod(here, mode)
     finally:
         os.close(fd)
