@@ -15,6 +15,7 @@ from protocol.errors import (
     ConnectFailed,
     OutcomeUnknown,
     OwnerUnavailable,
+    ShuttingDown,
     StalePlan,
     TenureError,
 )
@@ -581,7 +582,14 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         does not answer (OwnerUnavailable): admitted, it waited silently, then failed
         its step as 'did not settle', saying nothing of the owner; what was admitted
         before is answered all the same. Raises NotFound, Conflict, StalePlan,
-        OperationInProgress."""
+        OperationInProgress, and ShuttingDown once a handoff's drain began (a queued
+        config planned while it began: the checkpoint may be taken, and the next
+        generation takes the queue again)."""
+        if self.gate.paused:
+            raise ShuttingDown(f"the backend is draining for a handoff; plan {plan_id} "
+                               "was not admitted (a config `tenure up` queued is taken "
+                               "again by the generation that serves next)",
+                               {"plan": plan_id})
         plan = self.store.plan(plan_id)
         if rid and (prior := self.store.operation_by_request(rid)) is not None:
             if prior["plan"] != plan["id"]:

@@ -177,6 +177,26 @@ def test_queue_show_names_the_operation_a_queued_config_joined(tmp_path: Path) -
     run_generation(tmp_path, TWO, body)
 
 
+def test_a_drain_begun_while_a_queued_config_is_planned_admits_nothing(tmp_path: Path
+                                                                      ) -> None:
+    """The spool ticks only while no drain runs, but planning asks the owner: a drain
+    that began meanwhile (its checkpoint may be taken) must not meet an operation
+    admitted behind it. The queue stays taken, for the generation that serves next."""
+    async def body(gen: Any, owner: FakeOwner) -> None:
+        os.makedirs(os.path.dirname(gen.layout.queued_config), exist_ok=True)
+        gen.spool = spool.Spool(gen.layout.queued_config, gen.api.apply_text)
+        queuefile.queue(gen.spool.queued, TWO.replace("1000", "998"), "/x.toml")
+        owner.hold("status")
+        take = asyncio.create_task(gen.spool.take())
+        await until(lambda: bool(owner.sent("status")), "planning asks the owner")
+        gen.api.pause()   # a handoff's drain
+        owner.release("status")
+        assert await take == "busy"
+        assert gen.store.operations(open_only=False) == []
+        assert os.path.exists(gen.spool.taken)
+    run_generation(tmp_path, TWO, body)
+
+
 def test_an_abandoned_queued_operation_starts_what_it_did_not_reach(tmp_path: Path
                                                                     ) -> None:
     async def body(gen: Any, owner: FakeOwner) -> None:
