@@ -103,7 +103,7 @@ def _owner_record(path: str) -> list[tuple[str, str]]:
     ``tree``), so none of the guardian's. Raises StateCorrupt, UnsafePath."""
     from owner.release import load
     try:
-        rec = load(path)
+        rec = load(path, denied=True)
     except PermissionError:
         return []
     return [(rid, reason) for rid, reason in (

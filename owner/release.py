@@ -52,10 +52,12 @@ def _rid(obj: dict[str, Any], key: str, where: str) -> str | None:
     return v
 
 
-def load(path: str) -> OwnerRelease:
-    """The record (absent: the installed code). Raises StateCorrupt, UnsafePath."""
+def load(path: str, *, denied: bool = False) -> OwnerRelease:
+    """The record (absent: the installed code). Raises StateCorrupt, UnsafePath; with
+    ``denied``, PermissionError when this account may not read it (another account's
+    owner: :func:`protocol.durable.read_private`)."""
     try:
-        obj = read_json(path, KIND)
+        obj = read_json(path, KIND, denied=denied)
     except FileNotFoundError:
         return OwnerRelease()
     return OwnerRelease(_rid(obj, "release", path), _rid(obj, "previous", path))

@@ -133,19 +133,24 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, mode: int = 0o600,
 
 
 def read_private(path: str | os.PathLike[str], max_size: int = MAX_FILE,
-                 owners: tuple[int, ...] | None = None, tail: int | None = None) -> bytes:
+                 owners: tuple[int, ...] | None = None, tail: int | None = None, *,
+                 denied: bool = False) -> bytes:
     """Read a regular file without following symlinks; with ``tail``, only its last
     ``tail`` bytes, whatever its size (a log that only grows).
 
     Raises FileNotFoundError when absent, UnsafePath for a symlink, a non-regular file,
     one writable by others, or (with ``owners``) one owned by any other uid or readable
     by group or others; StateCorrupt when larger than ``max_size`` (without ``tail``).
+    A file this account may not open is UnsafePath too, or with ``denied`` the
+    PermissionError itself: for a caller to which another account's private file is no
+    concern (the guardian and the owner's record, in system scope).
     """
     p = os.fspath(path)
     try:   # O_NONBLOCK: a FIFO put there is refused below instead of waited on forever
         fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
+        if isinstance(exc, FileNotFoundError) or \
+                (denied and isinstance(exc, PermissionError)):
             raise
         raise UnsafePath(f"cannot open {p} safely: {exc.strerror}", {"path": p}) from None
     st = os.fstat(fd)   # before a file object: one of a directory cannot even be made
@@ -193,14 +198,15 @@ def json_map(text: Any) -> dict[str, Any] | None:
 
 
 def read_json(path: str | os.PathLike[str], kind: str, formats: tuple[int, ...] = (1,),
-              max_size: int = MAX_FILE) -> dict[str, Any]:
+              max_size: int = MAX_FILE, *, denied: bool = False) -> dict[str, Any]:
     """Read a versioned JSON record ``{"kind": kind, "format": N, ...}``.
 
     Raises FileNotFoundError, UnsafePath, or StateCorrupt for bad JSON, another kind or an
-    unknown format version. Never modifies the file.
+    unknown format version; with ``denied``, PermissionError for a file this account may
+    not open (:func:`read_private`). Never modifies the file.
     """
     p = os.fspath(path)
-    raw = read_private(p, max_size)
+    raw = read_private(p, max_size, denied=denied)
     try:
         obj = json.loads(raw)
     except ValueError as exc:   # UnicodeDecodeError too

@@ -173,10 +173,12 @@ def plan_text(p: dict[str, Any], release_arg: str | None) -> str:
 
 # -- the record ----------------------------------------------------------------------------
 
-def load(layout: Layout) -> dict[str, Any] | None:
-    """The window in progress or last done, or None. Raises StateCorrupt, UnsafePath."""
+def load(layout: Layout, *, denied: bool = False) -> dict[str, Any] | None:
+    """The window in progress or last done, or None. Raises StateCorrupt, UnsafePath;
+    with ``denied``, PermissionError when this account may not read the record (root's,
+    in system scope: :func:`protocol.durable.read_private`)."""
     try:
-        rec = read_json(layout.maintenance, KIND)
+        rec = read_json(layout.maintenance, KIND, denied=denied)
     except FileNotFoundError:
         return None
     step = rec.get("step")
@@ -198,7 +200,7 @@ def refuse_owner_start(layout: Layout) -> None:
     no longer tell how the planned owner ended. Nothing of a window, or one elsewhere:
     returns. Raises StateCorrupt, UnsafePath (maintenance.json unreadable)."""
     try:
-        rec = load(layout)
+        rec = load(layout, denied=True)
     except PermissionError:
         return   # not ours to read (a viewer): the owner's own start decides
     if rec is None or rec["step"] not in _OWNER_REPLACED:

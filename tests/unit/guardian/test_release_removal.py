@@ -229,8 +229,11 @@ def test_a_process_started_from_a_release_keeps_it(tmp_path: Path) -> None:
 
 def test_an_owner_record_of_another_account_is_not_the_guardians_concern(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unreadable for want of permission: that owner runs only copies staged for it."""
-    def denied(path: str, kind: str) -> Any:
+    """Unreadable for want of permission: that owner runs only copies staged for it
+    (through the real file modes: tests/integration/guardian/
+    test_owner_record_of_another_account.py)."""
+    def denied(path: str, kind: str, *, denied: bool = False) -> Any:
+        assert denied, "read_private would turn the PermissionError into UnsafePath"
         raise PermissionError(13, "Permission denied", path)
     monkeypatch.setattr(owner_release, "read_json", denied)
 
