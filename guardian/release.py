@@ -476,25 +476,31 @@ def _existing(
 
 def _attach_signature(target: Path, signed: Path) -> None:
     """Put the signature of the verified release at ``signed`` into the installed copy
-    ``target`` of the same release: written beside it, flushed, renamed in, the directory
-    flushed and made read-only again. Raises OSError."""
+    ``target`` of the same release: written beside the release (``.<id>.sig.tmp-*`` in
+    releases/, never inside it: a crash before the rename would leave a file the
+    release does not list, and so a release that no longer verifies), flushed, renamed
+    in, the directory flushed and made read-only again. A crash leaves at most that
+    temporary file, listed as ``incomplete`` and removed by a prune. Raises OSError."""
     sig = (signed / SIGNATURE_NAME).read_bytes()
-    tmp = target / f".{SIGNATURE_NAME}.tmp-{os.urandom(6).hex()}"
-    os.chmod(target, 0o755, follow_symlinks=False)
+    tmp = target.parent / f".{target.name}.sig.tmp-{os.urandom(6).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
+                 os.O_CLOEXEC, 0o444)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
-                     os.O_CLOEXEC, 0o444)
         try:
             os.write(fd, sig)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(tmp, target / SIGNATURE_NAME)
-        fsync_dir(target)
+        os.chmod(target, 0o755, follow_symlinks=False)
+        try:
+            os.rename(tmp, target / SIGNATURE_NAME)
+            fsync_dir(target)
+        finally:
+            os.chmod(target, _RO_DIR, follow_symlinks=False)
+        fsync_dir(target.parent)
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
-        os.chmod(target, _RO_DIR, follow_symlinks=False)
 
 
 def command(release: Release, *args: str, module: str = "backend") -> list[str]:

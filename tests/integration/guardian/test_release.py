@@ -450,3 +450,39 @@ def test_an_unsigned_copy_of_a_signed_release_gets_its_signature(sealed: Sealed,
     fixed = install(sealed.release.path, scratch / "other", trusted_keys=keys)
     assert fixed.repaired is not None and fixed.signed   # a damaged copy: replaced whole
     verify(damaged, trusted_keys=keys)
+
+
+def test_a_crash_while_a_signature_is_attached_leaves_the_release_verifying(
+        sealed: Sealed, scratch: Path) -> None:
+    """The signature was written to a temporary file inside the release: killed before
+    the rename, the release held a file its RUNTIME.json does not list, and every verify
+    of it (the selected release's, at recovery) failed STATE_CORRUPT "unexpected file".
+    The temporary file is now beside the release, listed as incomplete (a prune removes
+    it), and signing again works."""
+    releases = scratch / "releases"
+    releases.mkdir()
+    copy = _writable_copy(sealed.installed, releases)
+    (copy / SIGNATURE_NAME).unlink()
+    release_mod._make_readonly(copy)
+    keys = [sealed.key.public_key()]
+    pid = os.fork()
+    if pid == 0:   # pragma: no cover - the child, killed between write and rename
+        def killed(src: object, dst: object, *a: object, **kw: object) -> None:
+            os._exit(9)
+        os.rename = killed   # type: ignore[assignment]
+        try:
+            install(sealed.release.path, releases, trusted_keys=keys)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 9   # it did die at the rename
+    verify(copy)   # every file listed, nothing else: the release still runs
+    left = [s for s in list_releases(releases) if s.name != copy.name]
+    assert [(s.name.startswith(f".{copy.name}.sig.tmp-"), s.status) for s in left] == [
+        (True, ReleaseStatus.INCOMPLETE)]
+    again = install(sealed.release.path, releases, trusted_keys=keys)
+    assert again.signed and again.path == copy
+    verify(copy, trusted_keys=keys)
+    assert stat.S_IMODE(os.stat(copy).st_mode) == 0o555
+    release_mod.remove_tree(left[0].path)   # what a prune does with an incomplete entry
+    assert os.listdir(releases) == [copy.name]

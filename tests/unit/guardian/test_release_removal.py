@@ -129,11 +129,15 @@ def test_leftovers_go_and_foreign_entries_stay(tmp_path: Path) -> None:
         (left / "lib").mkdir(parents=True)
         (left / "lib" / "half").write_bytes(b"y" * 50)
         os.chmod(left / "lib", 0o555)                  # as an install leaves it
+        sig = releases / f".{rid}.sig.tmp-0badc0ffee00"  # a signature attached, cut short
+        sig.write_bytes(b"s" * 7)
+        os.chmod(sig, 0o444)
         (releases / "notes.txt").write_text("someone's\n")
         answer = await _prune(co, keep=1)
-        return rid, left.name, answer, _left(co)
-    rid, leftover, answer, left = _run(tmp_path, go)
-    assert answer["removed"] == [{"release": leftover, "status": "incomplete", "bytes": 50}]
+        return rid, [sig.name, left.name], answer, _left(co)
+    rid, leftovers, answer, left = _run(tmp_path, go)
+    assert answer["removed"] == [{"release": name, "status": "incomplete", "bytes": size}
+                                 for name, size in zip(leftovers, (7, 50), strict=True)]
     assert left == {rid, "notes.txt"}
 
 
