@@ -16,7 +16,7 @@ from .interp import load_bindings
 from .paths import GuardianPaths
 from .release import Release, install, verify
 
-__all__ = ["install_trusted", "trusted_release_keys", "verified_release"]
+__all__ = ["install_trusted", "trusted_release_keys", "verified_release", "verified_tree"]
 
 
 def trusted_release_keys(path: str) -> list[Any] | None:
@@ -43,7 +43,17 @@ def verified_release(paths: GuardianPaths, release_id: str,
     """The installed release, verified now: a missing or modified release is an error
     (and with trusted release keys configured, an unsigned or badly signed one).
     ``seen``: see :func:`guardian.release.verify`."""
-    return verify(paths.releases / release_id, release_id,
+    return verified_tree(paths, paths.releases / release_id, release_id, seen)
+
+
+def verified_tree(paths: GuardianPaths, root: Path, release_id: str,
+                  seen: dict[str, bytes] | None = None) -> Release:
+    """The copy of release ``release_id`` at ``root`` (the guardian's, or one staged for
+    the owner), verified now under the same trust as :func:`verified_release`: the
+    trusted release keys and the interpreter bindings of ``paths``. Raises what
+    :func:`guardian.release.verify` raises, and StateCorrupt or UnsafePath for a key or
+    bindings file that cannot be read."""
+    return verify(root, release_id,
                   trusted_keys=trusted_release_keys(paths.trusted_keys),
                   bindings=load_bindings(paths.interpreters), seen=seen)
 

@@ -103,10 +103,14 @@ def serve_args(home: str, log_level: str, service_account: str | None = None) ->
 def verified(layout: Layout, rid: str, seen: dict[str, bytes] | None = None,
              uid: int | None = None) -> Release:
     """Release ``rid`` from the owner's tree for it (:func:`tree`; the owner runs as
-    ``uid``, default this process's), verified now: every file against its RUNTIME.json.
-    Raises what :func:`guardian.release.verify` raises, NotFound."""
-    from guardian.release import verify
-    return verify(tree(layout, rid, uid), rid, seen=seen)
+    ``uid``, default this process's), verified now as the guardian verifies its own
+    releases (guardian.trust): every file against its RUNTIME.json, with the operator's
+    trusted release keys and interpreter bindings (`tenure release rebind`). Raises what
+    :func:`guardian.release.verify` raises, NotFound, and StateCorrupt or UnsafePath for
+    a key or bindings file that cannot be read."""
+    from guardian.paths import GuardianPaths
+    from guardian.trust import verified_tree
+    return verified_tree(GuardianPaths(layout.home), tree(layout, rid, uid), rid, seen)
 
 
 def direct_command(layout: Layout, log_level: str,

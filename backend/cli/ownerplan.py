@@ -93,16 +93,14 @@ def check_release(layout: Layout, rid: str, uid: int) -> None:
     NotFound (not installed), StateCorrupt (InterpreterChanged), UnsafePath or
     BadSignature, the message saying that the release does not verify."""
     from guardian.paths import GuardianPaths
-    from guardian.release import verify
-    from guardian.trust import trusted_release_keys, verified_release
-    from owner.release import tree
+    from guardian.trust import verified_release
+    from owner.release import verified
     paths = GuardianPaths(layout.home)
     try:
         if owner_tree(layout, rid, uid):
-            # the guardian's trust holds for the owner's copy too: with trusted release
-            # keys configured, an unsigned or badly signed release does not verify
-            verify(tree(layout, rid, uid), rid,
-                   trusted_keys=trusted_release_keys(paths.trusted_keys))
+            # the guardian's trust holds for the owner's copy too: trusted release keys
+            # and interpreter bindings, as the new owner will verify it
+            verified(layout, rid, uid=uid)
         elif (layout.releases / rid).is_dir():
             verified_release(paths, rid)
         else:
