@@ -40,7 +40,7 @@ from . import instance as im
 if TYPE_CHECKING:
     from .store import BackendStore
 
-__all__ = ["COLUMNS", "KINDS", "EventLog", "event_from_row", "wanted"]
+__all__ = ["COLUMNS", "KINDS", "EventLog", "event_from_row", "request_event", "wanted"]
 
 PART, FORMAT = "events", 1
 SCHEMA = """
@@ -182,6 +182,31 @@ class EventLog:
         if row[0] is None:
             return self.bounds()[1]
         return int(row[0]) - 1
+
+
+def request_event(db_path: str, kind: str, request_id: str) -> dict[str, Any] | None:
+    """The ``data`` of the newest ``kind`` event of request ``request_id`` written to
+    the event log of backend.db at ``db_path`` (read only: what a generation still
+    buffers is not there); None when there is none, no backend.db or no log yet. A
+    damaged row is skipped. Raises UnsafePath, sqlite3.Error."""
+    from protocol.durable import read_rows
+    if read_rows(db_path, "SELECT 1 FROM sqlite_master WHERE name = 'events'") in (None, []):
+        return None
+    rows = read_rows(db_path, f"SELECT data FROM events WHERE kind = {_quoted(kind)} "
+                              "ORDER BY id DESC") or []
+    for (data,) in rows:
+        try:
+            value = json.loads(data)
+        except (TypeError, ValueError, RecursionError):
+            continue
+        if type(value) is dict and value.get("request_id") == request_id:
+            return value
+    return None
+
+
+def _quoted(text: str) -> str:
+    """``text`` as an SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def wanted(row: tuple[Any, ...], targets: set[str] | None, kinds: set[str] | None

@@ -17,9 +17,15 @@ Taking is one state machine over two files (``queued`` and ``taken``, beside it)
              the owner out of reach or replaced      keep taken              taken
     taken    refused (CONFIG_INVALID and the rest)   rename to rejected      rejected
     taken    admitted or refused, but the file cannot
-             be removed or moved (an I/O error)      log once, leave it      (none)
+             be removed or moved (an I/O error)      log once, leave it      settled
+    settled  a generation finds it again             nothing (logged once)   settled
+    settled  a newer config is queued                rename over settled     taken
 
-The rename first means a newer `up --no-wait` that queues meanwhile is never lost: it
+A settled file is known by this spool, and by a later generation through the
+``queued-config`` event the deciding generation recorded with its request id (read from
+backend.db): it is never applied twice, since applying it again would plan its old text
+against what is applied now (a later `tenure apply` undone), and it blocks no newer
+queue. The rename first means a newer `up --no-wait` that queues meanwhile is never lost: it
 lands in a fresh ``queued`` file, taken on a later tick, and applied after this one (last
 queued wins, as with two `tenure apply`). A ``taken`` file left by a generation that died
 is taken again first; the request id makes a second admission of the same plan return
@@ -36,8 +42,10 @@ The record and the names of its files are backend.queuefile's (the command line'
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,6 +58,7 @@ from protocol.errors import (
     Unavailable,
 )
 
+from .events import request_event
 from .queuefile import KIND, files, read_queued
 
 __all__ = ["Spool"]
@@ -65,15 +74,23 @@ this generation's owner is gone, and the generation the guardian starts takes it
 Admit = Callable[[str, str, str], Awaitable[dict[str, Any]]]
 """(text, source, request_id) -> the operation admitted ({"id": None, ...}: no change)."""
 
+Decided = Callable[[str], dict[str, Any] | None]
+"""request_id -> the data of its ``queued-config`` event, None when none was written
+(backend.events.request_event on the backend.db beside the queue, by default)."""
+
 
 class Spool:
     """Takes the queued config of one home for one generation (see the module doc)."""
 
     def __init__(self, path: str, admit: Admit,
-                 record: Callable[..., None] = lambda *a, **k: None) -> None:
+                 record: Callable[..., None] = lambda *a, **k: None,
+                 decided: Decided | None = None) -> None:
         self.queued, self.taken, self.rejected = files(path)
         self._admit = admit
         self._record = record
+        self._decided = decided or functools.partial(
+            request_event, os.path.join(os.path.dirname(path), "backend.db"), KIND)
+        self._checked: tuple[int, int, int] | None = None   # a taken file asked of the log
         self._busy: str | None = None       # the code last logged for a busy attempt
         self._stuck: tuple[int, int, int] | None = None   # a taken file left as it is
         self._request: str | None = None    # the request id of the record being taken
@@ -87,12 +104,43 @@ class Spool:
         return self._results.get(request_id)
 
     def waits(self) -> bool:
-        """Whether a config waits to be taken or decided: queued, or taken and not the
-        one this spool left as it is (applied or refused, it could not be moved)."""
+        """Whether a config waits to be taken or decided: queued, or taken and not one
+        already decided that could not be moved (by this spool, or by an earlier
+        generation as its ``queued-config`` event says). A log that cannot be read
+        counts as waiting."""
         if os.path.lexists(self.queued):
             return True
-        return os.path.lexists(self.taken) and (
-            self._stuck is None or self._stuck != _file_id(self.taken))
+        try:
+            return os.path.lexists(self.taken) and not self._settled()
+        except (sqlite3.Error, TenureError):
+            return True
+
+    def _settled(self) -> bool:
+        """Whether the taken file is one already decided that could not be removed or
+        set aside: this spool left it (``_stuck``), or its request has a
+        ``queued-config`` event, recorded by the generation that decided it. Asked of
+        the event log once per file. Raises sqlite3.Error, UnsafePath (the log cannot
+        be read)."""
+        fid = _file_id(self.taken)
+        if fid is None or fid == self._stuck:
+            return fid is not None
+        if fid == self._checked:
+            return False
+        try:
+            rid = read_queued(self.taken)["request_id"]
+        except (OSError, TenureError):
+            return False   # taken as usual: _apply refuses it with its code
+        told = self._decided(rid)
+        self._checked = fid
+        if told is None:
+            return False
+        # applying it again would plan its old text against what is applied now (a
+        # no-change or joined decision left no operation row carrying the request id)
+        log.error("queued config %s was decided (%s) by an earlier generation, but %s "
+                  "could not be removed: left as it is", rid, told.get("outcome"),
+                  self.taken)
+        self._stuck = fid
+        return True
 
     def _keep(self, request_id: str | None, result: dict[str, Any]) -> None:
         if request_id is None:
@@ -106,15 +154,19 @@ class Spool:
         None when nothing waits. Never raises: this runs in a background loop."""
         self._request = self.operation = None
         try:
-            if not os.path.lexists(self.taken):
-                if not os.path.lexists(self.queued):
-                    return None
-                try:
-                    os.rename(self.queued, self.taken)
-                except OSError as exc:
-                    return self._wait("RENAME_FAILED", f"cannot take {self.queued}: {exc}")
-            elif self._stuck is not None and self._stuck == _file_id(self.taken):
-                return None   # applied or refused, but it could not be moved: logged once
+            try:
+                undecided = os.path.lexists(self.taken) and not self._settled()
+            except (sqlite3.Error, TenureError) as exc:
+                return self._wait("EVENTS_UNREADABLE", f"whether {self.taken} was "
+                                  f"decided cannot be read from the event log: {exc}")
+            if undecided:
+                return await self._apply()
+            if not os.path.lexists(self.queued):
+                return None   # (a settled taken file: applied or refused, logged once)
+            try:   # over a settled taken file too: it was decided, this one was not
+                os.rename(self.queued, self.taken)
+            except OSError as exc:
+                return self._wait("RENAME_FAILED", f"cannot take {self.queued}: {exc}")
             return await self._apply()
         except Exception as exc:   # boundary: the unexpected ends as a coded rejection
             log.exception("queued config: unexpected failure")

@@ -286,3 +286,94 @@ def test_a_queue_that_cannot_be_taken_waits(path: str,
     admit = FakeAdmit({"id": "op-1"})
     s._admit = admit
     assert take(s) == "admitted"
+
+
+def _unlink_fails_for(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    real = os.unlink
+
+    def failing(p: str, *a: Any, **k: Any) -> None:
+        if p == name:
+            raise OSError(5, "Input/output error")
+        real(p, *a, **k)
+    monkeypatch.setattr(spool.os, "unlink", failing)
+
+
+def test_a_taken_file_that_cannot_be_removed_blocks_no_newer_queue(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = queuefile.queue(path, "A", "/a.toml")["request_id"]
+    admit = FakeAdmit({"id": "op-1"}, {"id": "op-2"})
+    s, events = make(path, admit)
+    _unlink_fails_for(monkeypatch, s.taken)
+    assert take(s) == "admitted" and not s.waits()
+    second = queuefile.queue(path, "B", "/b.toml")["request_id"]
+    assert s.waits()                                   # the newer one waits to be taken
+    assert [take(s) for _ in range(20)].count("admitted") == 1
+    assert [(c[0], c[2]) for c in admit.calls] == [("A", first), ("B", second)]
+    assert [e[1]["request_id"] for e in events] == [first, second]
+    assert not s.waits()                               # B is settled too, and left
+    assert s.result(second)["state"] == "admitted"
+
+
+@pytest.fixture
+def store(path: str):
+    from backend.store import BackendStore
+    st = BackendStore(os.path.join(os.path.dirname(path), "backend.db"))
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("answer", [{"id": None, "outcome": "no-change"},
+                                    {"id": "op-1", "joined": True}])
+def test_a_decided_taken_file_is_not_applied_again_by_a_later_generation(
+        path: str, store: Any, answer: dict[str, Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from backend.events import EventLog
+    rid = queuefile.queue(path, "OLD", "/a.toml")["request_id"]
+    first = FakeAdmit(answer)
+    log1 = EventLog(store, "a1")
+    s1 = spool.Spool(path, first, log1.record)
+    _unlink_fails_for(monkeypatch, s1.taken)
+    assert take(s1) == answer.get("outcome", "admitted")
+    log1.flush()                                       # the generation's persist round
+    later = FakeAdmit({"id": None, "outcome": "no-change"})
+    s2 = spool.Spool(path, later, EventLog(store, "a2").record)
+    assert not s2.waits()                              # nothing to defer instances for
+    assert take(s2) is None and take(s2) is None
+    assert [c[0] for c in first.calls + later.calls] == ["OLD"]
+    assert queuefile.read_queued(s2.taken)["request_id"] == rid   # left for the operator
+    newer = queuefile.queue(path, "NEW", "/b.toml")["request_id"]
+    later.answers = [{"id": "op-2"}]
+    assert take(s2) == "admitted" and later.calls[-1][2] == newer
+
+
+def test_a_taken_file_the_log_does_not_name_is_taken_again(path: str, store: Any) -> None:
+    from backend.events import EventLog
+    log = EventLog(store, "a1")
+    log.record("queued-config", outcome="no-change", request_id="up-other")
+    log.flush()
+    queuefile.queue(path, "text", "/a.toml")
+    os.rename(path, path.replace(".json", ".taken.json"))  # a generation died applying it
+    admit = FakeAdmit({"id": "op-1"})
+    s = spool.Spool(path, admit)
+    assert s.waits() and take(s) == "admitted" and len(admit.calls) == 1
+
+
+def test_a_log_that_cannot_be_read_keeps_the_taken_file_waiting(path: str) -> None:
+    import sqlite3
+    queuefile.queue(path, "text", "/a.toml")
+    os.rename(path, path.replace(".json", ".taken.json"))
+    answers: list[Any] = [sqlite3.OperationalError("disk I/O error"),
+                          sqlite3.OperationalError("disk I/O error"), None]
+
+    def decided(request_id: str) -> dict[str, Any] | None:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+    admit = FakeAdmit({"id": "op-1"})
+    s = spool.Spool(path, admit, decided=decided)
+    assert s.waits()
+    assert take(s) == "busy" and admit.calls == []
+    assert take(s) == "admitted" and len(admit.calls) == 1
