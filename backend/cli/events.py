@@ -106,10 +106,8 @@ def follow_events(args: Any, call: Callable[..., Any]) -> int:
     page = through_handoffs(args.follow, lambda: call(args, "events.read", {
         **flt, **start, "limit": PAGE}), "events")
     end = page["last_id"]
-    if page.get("gap"):
-        sys.stderr.write(f"tenure: events before #{page['first_id']} were pruned "
-                         "(the log keeps the newest 100,000)\n")
     while True:
+        _say_gap(page)
         events = page["events"]
         if not args.follow:
             _print(args, [e for e in events if e["id"] <= end], tty)
@@ -127,6 +125,16 @@ def follow_events(args: Any, call: Callable[..., Any]) -> int:
             _print(args, _left_in_file(args, page["next"], flt), tty)
             sys.stderr.write("tenure: events: tenure stopped; -f ends here\n")
             return Exit.OK
+
+
+def _say_gap(page: dict[str, Any]) -> None:
+    """Say on stderr that events this reader asked for were pruned before it read them:
+    at its first page (an old ``--since ID``), or at any later one (a follower that fell
+    behind by more than the log keeps, a long read while the log grows)."""
+    if page.get("gap"):
+        sys.stderr.write(f"tenure: events before #{page['first_id']} were pruned "
+                         "(the log keeps the newest 100,000)\n")
+        sys.stderr.flush()
 
 
 def _left_in_file(args: Any, after: int, flt: dict[str, Any]) -> list[dict[str, Any]]:

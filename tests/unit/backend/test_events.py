@@ -4,6 +4,7 @@ it asked for pruned events; and what one machine event records."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -286,3 +287,43 @@ def test_a_damaged_event_is_state_corrupt_naming_it(store, column: str, value: A
         log.read(after=0)
     assert err.value.msg.startswith("backend.db: event 2 cannot be read; a damaged")
     assert [e["id"] for e in log.read(after=2)["events"]] == [3]
+
+
+class _Ended(Exception):
+    """Ends a follow in a test (Ctrl-C does for a user)."""
+
+
+def test_a_follower_that_falls_behind_past_pruning_is_told(store, monkeypatch, capsys
+                                                          ) -> None:
+    """Was: only the first page's gap was said; a follower left behind by more than the
+    log keeps jumped from #5 to #156 with nothing on stderr."""
+    from types import SimpleNamespace
+
+    from backend.cli import events as cli
+    monkeypatch.setattr(ev, "KEEP", 50)
+    monkeypatch.setattr(ev, "PRUNE_EVERY", 10)
+    monkeypatch.setattr(cli.time, "sleep", lambda s: None)
+    log = _log(store)
+    for i in range(5):
+        log.record("exit", "s/a/0", n=i)
+    log.flush()
+    pages: list[dict[str, Any]] = []
+
+    def call(args: Any, method: str, params: dict[str, Any]) -> Any:
+        if len(pages) == 1:             # the log grows past what it keeps meanwhile
+            for i in range(200):
+                log.record("exit", "s/a/0", n=i)
+                log.flush()
+        if len(pages) == 3:
+            raise _Ended
+        pages.append(log.read(**{k: v for k, v in params.items() if k != "kinds"}))
+        return pages[-1]
+    a = SimpleNamespace(targets=[], kind=None, since="0", n=0, follow=True, json=True)
+    with pytest.raises(_Ended):
+        cli.follow_events(a, call)
+    out, err = capsys.readouterr()
+    ids = [json.loads(line)["id"] for line in out.splitlines()]
+    oldest = log.bounds()[0]
+    assert oldest > 6 and ids[:6] == [1, 2, 3, 4, 5, oldest] and pages[1]["gap"]
+    assert err == f"tenure: events before #{oldest} were pruned (the log keeps the " \
+                  "newest 100,000)\n", err
