@@ -23,12 +23,18 @@ Kinds and their ``data`` (docs/cli.md, ``tenure events``):
   generation that took over), ``activation``, ``epoch``;
 - ``queued-config``: a config `tenure up --no-wait` queued was taken (backend.spool):
   ``outcome`` (``admitted``, ``no-change``, ``rejected``), ``request_id``, ``source``,
-  ``operation``, or ``code`` and ``file`` when rejected.
+  ``operation``, or ``code`` and ``file`` when rejected;
+- ``lost``: events recorded while the log could not be written, dropped once the buffer
+  held MAX_BUFFER: ``count``, ``first_at`` and ``last_at`` (when the first and the last
+  of them happened). Written by the first write that works again, where they would have
+  been (before the events that survived them); a read says how many its range lost
+  (``lost``), whatever its filters.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -48,12 +54,16 @@ CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL,
     kind TEXT NOT NULL, target TEXT, activation TEXT NOT NULL, data TEXT NOT NULL);
 CREATE INDEX events_kind ON events (kind, id)
 """
-KINDS = ("state", "exit", "restart", "probe", "operation", "handoff", "queued-config")
+KINDS = ("state", "exit", "restart", "probe", "operation", "handoff", "queued-config",
+         "lost")
+LOST = "lost"
 KEEP = 100_000          # newest events kept
 PRUNE_EVERY = 1_000     # events written between two prunes
 MAX_BUFFER = 50_000     # events held between writes; beyond it the oldest are counted lost
 SCAN = 10_000           # rows one read looks at (filters may keep fewer)
 COLUMNS = "id, at, kind, target, activation, data"   # a row, as event_from_row reads it
+
+log = logging.getLogger("tenure.backend")
 
 
 class EventLog:
@@ -66,6 +76,9 @@ class EventLog:
         self.clock = clock
         self._buffer: deque[tuple[float, str, str | None, str]] = deque(maxlen=MAX_BUFFER)
         self.lost = 0                    # events dropped because the buffer was full
+        self._dropped = 0                # of them, those no ``lost`` event has told yet
+        self._dropped_at = (0.0, 0.0)    # when the first and the last of those happened
+        self._telling = 0                # of those, what the pending write() tells
         self._since_prune = 0
         self._targets: set[str] | None = None   # every instance key with events, once asked
         self.exits_told: dict[str, int] = {}    # instance key -> pid of its last exit event
@@ -78,8 +91,12 @@ class EventLog:
                   ) -> None:
         """:meth:`record` for an event that happened at ``at``, before this generation
         heard of it (an exit while no backend watched)."""
-        if len(self._buffer) == self._buffer.maxlen:
-            self.lost += 1                                   # the append drops the oldest
+        if len(self._buffer) == self._buffer.maxlen:         # the append drops the oldest
+            dropped_at = self._buffer[0][0]
+            self.lost += 1
+            self._dropped += 1
+            self._dropped_at = (dropped_at if self._dropped == 1 else self._dropped_at[0],
+                                dropped_at)
         self._buffer.append((at, kind, target, json.dumps(data, sort_keys=True)))
         if target is not None and self._targets is not None:
             self._targets.add(target)
@@ -103,25 +120,42 @@ class EventLog:
     def write(self) -> int:
         """Insert the buffered events in a transaction (a savepoint of one already open:
         they are durable with it), keeping them buffered: :meth:`written` forgets them
-        once that is committed. Returns how many. Raises sqlite3.Error (none inserted)."""
-        if not self._buffer:
+        once that is committed. Events dropped from a full buffer are told first, by one
+        ``lost`` event: its id is where they would have been. Returns how many rows.
+        Raises sqlite3.Error (none inserted)."""
+        self._telling = 0
+        if not self._buffer and not self._dropped:
             return 0
         rows = [(at, kind, target, self.activation, data)
                 for at, kind, target, data in self._buffer]
+        if self._dropped:
+            first, last = self._dropped_at
+            rows.insert(0, (last, LOST, None, self.activation, json.dumps(
+                {"count": self._dropped, "first_at": first, "last_at": last},
+                sort_keys=True)))
         with self._tx() as db:
             db.executemany("INSERT INTO events (at, kind, target, activation, data) "
                            "VALUES (?, ?, ?, ?, ?)", rows)
             if self._since_prune + len(rows) >= PRUNE_EVERY:
                 db.execute("DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?",
                            (KEEP,))
+        self._telling = self._dropped
         return len(rows)
 
     def pending(self) -> int:
-        """How many events wait to be written."""
-        return len(self._buffer)
+        """How many events wait to be written (a ``lost`` one included)."""
+        return len(self._buffer) + (1 if self._dropped else 0)
 
     def written(self, count: int) -> None:
-        """The ``count`` oldest buffered events are committed: forget them."""
+        """The ``count`` oldest rows of the last :meth:`write` are committed: forget
+        them (and the drops its ``lost`` event told, said once in the log here)."""
+        if count and self._telling:
+            log.warning("the event log lost %d events recorded while it could not be "
+                        "written (its buffer holds %d); a `lost` event says so",
+                        self._telling, MAX_BUFFER)
+            self._dropped -= self._telling
+            count -= 1
+        self._telling = 0
         for _ in range(count):
             self._buffer.popleft()
         self._since_prune = 0 if self._since_prune + count >= PRUNE_EVERY \
@@ -139,14 +173,19 @@ class EventLog:
         ``tail`` that match), oldest first, at most ``limit`` (the oldest ``limit`` of a
         longer tail: the rest follow ``next``), filtered by instance key and kind.
         ``next`` is the id to read after next time; ``more`` says whether rows past it
-        exist; ``gap`` that events after ``after`` were already pruned."""
+        exist; ``gap`` that events after ``after`` were already pruned; ``lost`` how
+        many events of the range read were dropped unwritten (``lost`` events, counted
+        whatever the filters: a reader of one instance may have lost some of its own)."""
         first, last = self.bounds()
         if tail is not None:   # a page of them, oldest first; the rest are read `after`
             events = self._tail(tail, last, targets, kinds)
+            nxt = last
             if len(events) > limit:
                 events = events[:limit]
-                return _answer(events, events[-1]["id"], last, first, gap=False)
-            return _answer(events, last, last, first, gap=False)
+                nxt = events[-1]["id"]
+            lo = events[0]["id"] - 1 if events else nxt
+            return _answer(events, nxt, last, first, gap=False,
+                           lost=self._lost_between(lo, nxt))
         if after is None:
             after = self._before_time(since_time or 0.0)
         gap = 0 < after < first - 1
@@ -160,7 +199,21 @@ class EventLog:
             nxt = row[0]
             if wanted(row, targets, kinds):
                 events.append(event_from_row(row))
-        return _answer(events, nxt, last, first, gap=gap)
+        return _answer(events, nxt, last, first, gap=gap,
+                       lost=self._lost_between(after, nxt))
+
+    def _lost_between(self, after: int, upto: int) -> int:
+        """How many events the ``lost`` events of ids ``after`` < id <= ``upto`` tell
+        of (a damaged one: none)."""
+        total = 0
+        for (data,) in self.db.execute("SELECT data FROM events WHERE kind = ? AND id > ? "
+                                       "AND id <= ?", (LOST, after, upto)):
+            try:
+                count = json.loads(data).get("count")
+            except (TypeError, ValueError, RecursionError, AttributeError):
+                continue
+            total += count if type(count) is int and count > 0 else 0
+        return total
 
     def _tail(self, n: int, last: int, targets: set[str] | None,
               kinds: set[str] | None) -> list[dict[str, Any]]:
@@ -237,10 +290,10 @@ def event_from_row(row: tuple[Any, ...]) -> dict[str, Any]:
             "activation": activation, "data": value}
 
 
-def _answer(events: list[dict[str, Any]], nxt: int, last: int, first: int, *, gap: bool
-            ) -> dict[str, Any]:
+def _answer(events: list[dict[str, Any]], nxt: int, last: int, first: int, *, gap: bool,
+            lost: int) -> dict[str, Any]:
     return {"events": events, "next": nxt, "more": nxt < last, "first_id": first,
-            "last_id": last, "gap": gap}
+            "last_id": last, "gap": gap, "lost": lost}
 
 
 

@@ -63,6 +63,9 @@ def describe(e: dict[str, Any]) -> str:
             return f"rejected ({d.get('code')}{why}); kept as {d.get('file')}"
         return f"{d.get('request_id')} from {d.get('source')}: {d.get('outcome')}" + \
             (f" as {d['operation']}" if d.get("operation") else "")
+    if kind == "lost":
+        return f"{d.get('count')} event(s) lost: recorded while the log could not be " \
+            "written, beyond what the backend buffers"
     return str(d)
 
 
@@ -108,6 +111,7 @@ def follow_events(args: Any, call: Callable[..., Any]) -> int:
     end = page["last_id"]
     while True:
         _say_gap(page)
+        _say_lost(page)
         events = page["events"]
         if not args.follow:
             _print(args, [e for e in events if e["id"] <= end], tty)
@@ -134,6 +138,16 @@ def _say_gap(page: dict[str, Any]) -> None:
     if page.get("gap"):
         sys.stderr.write(f"tenure: events before #{page['first_id']} were pruned "
                          "(the log keeps the newest 100,000)\n")
+        sys.stderr.flush()
+
+
+def _say_lost(page: dict[str, Any]) -> None:
+    """Say on stderr that events of this page's range were dropped unwritten (its
+    ``lost`` events tell how many, also to a reader whose filters leave them out)."""
+    if page.get("lost"):
+        sys.stderr.write(f"tenure: {page['lost']} event(s) here were lost: the backend "
+                         "could not write its log and its buffer was full (a `lost` "
+                         "event marks where)\n")
         sys.stderr.flush()
 
 

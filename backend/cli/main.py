@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # typing costs the command line a few ms to import
 # backend.events.KINDS, kept here so building the parser imports nothing more
 # (tests/unit/backend/test_events.py checks they agree)
 EVENT_KINDS = ("state", "exit", "restart", "probe", "operation", "handoff",
-               "queued-config")
+               "queued-config", "lost")
 
 
 def _common(default: Any, formatter: Any) -> Any:

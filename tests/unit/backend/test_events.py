@@ -116,8 +116,65 @@ def test_an_overfull_buffer_keeps_the_newest_and_counts_the_rest(store, monkeypa
     for i in range(5):
         log.record("exit", "s/a/0", n=i)
     log.flush()
-    assert [e["data"]["n"] for e in log.read(after=0)["events"]] == [2, 3, 4]
+    assert [e["data"].get("n") for e in log.read(after=0)["events"]] == [None, 2, 3, 4]
     assert log.lost == 2
+
+
+def test_events_dropped_while_the_log_cannot_be_written_are_told_where_they_were(
+        store, monkeypatch, caplog) -> None:
+    """Was: counted in EventLog.lost and said nowhere; the events that survived got
+    consecutive ids, so no reader could tell."""
+    import sqlite3
+    monkeypatch.setattr(ev, "MAX_BUFFER", 3)
+    log = _log(store)
+    log.record("exit", "s/a/0", n=0)
+    log.flush()
+    real = log._tx
+
+    def failing() -> Any:
+        raise sqlite3.OperationalError("disk I/O error")
+    monkeypatch.setattr(log, "_tx", failing)
+    for i in range(1, 6):                          # writes fail meanwhile: 2 dropped
+        log.record("exit", "s/a/0", n=i)
+        with pytest.raises(sqlite3.Error):
+            log.flush()
+    monkeypatch.setattr(log, "_tx", real)
+    with caplog.at_level("WARNING", logger="tenure.backend"):
+        assert log.flush() == 4 and log.pending() == 0
+    assert "the event log lost 2 events" in caplog.text
+    events = log.read(after=0)["events"]
+    assert [(e["kind"], e["data"].get("n")) for e in events] == [
+        ("exit", 0), ("lost", None), ("exit", 3), ("exit", 4), ("exit", 5)]
+    assert events[1]["data"] == {"count": 2, "first_at": 1001.0, "last_at": 1002.0}
+    assert events[1]["id"] == 2 and events[1]["target"] is None
+    # every reader whose range holds them is told, whatever its filters
+    assert log.read(after=0, kinds={"exit"})["lost"] == 2
+    assert log.read(after=0, targets={"s/a/0"}, limit=1)["lost"] == 0   # ends at #1
+    assert log.read(after=2)["lost"] == 0 and log.read(tail=3, kinds={"exit"})["lost"] == 0
+    assert log.read(tail=4, kinds={"exit"})["lost"] == 2
+    assert describe(events[1]).startswith("2 event(s) lost")
+    log.record("exit", "s/a/0", n=6)
+    assert log.flush() == 1 and log.lost == 2      # told once
+    assert [e["kind"] for e in log.read(after=0)["events"]].count("lost") == 1
+
+
+def test_a_reader_is_told_of_lost_events_on_stderr(store, monkeypatch, capsys) -> None:
+    from types import SimpleNamespace
+
+    from backend.cli import events as cli
+    monkeypatch.setattr(ev, "MAX_BUFFER", 2)
+    log = _log(store)
+    for i in range(5):
+        log.record("exit", "s/a/0", n=i)
+    log.flush()
+
+    def call(args: Any, method: str, params: dict[str, Any]) -> Any:
+        return log.read(**{k: (set(v) if k == "kinds" else v) for k, v in params.items()})
+    a = SimpleNamespace(targets=[], kind=["exit"], since="0", n=0, follow=False, json=True)
+    assert cli.follow_events(a, call) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["data"]["n"] for line in out.splitlines()] == [3, 4]
+    assert err.startswith("tenure: 3 event(s) here were lost: "), err
 
 
 APP = App(name="a", stack="s", command=("srv",), restart=RestartMode.ALWAYS,
