@@ -18,7 +18,8 @@ Taking is one state machine over two files (``queued`` and ``taken``, beside it)
     taken    refused (CONFIG_INVALID and the rest)   rename to rejected      rejected
     taken    admitted or refused, but the file cannot
              be removed or moved (an I/O error)      log once, leave it      settled
-    settled  a generation finds it again             nothing (logged once)   settled
+    settled  a generation finds it again             remove it, or log once  (none) or
+                                                     and leave it            settled
     settled  a newer config is queued                rename over settled     taken
 
 A settled file is known by this spool, and by a later generation through the
@@ -135,11 +136,17 @@ class Spool:
         if told is None:
             return False
         # applying it again would plan its old text against what is applied now (a
-        # no-change or joined decision left no operation row carrying the request id)
-        log.error("queued config %s was decided (%s) by an earlier generation, but %s "
-                  "could not be removed: left as it is", rid, told.get("outcome"),
-                  self.taken)
-        self._stuck = fid
+        # no-change or joined decision left no operation row carrying the request id):
+        # removed now (a generation that died before it could), else left as it is
+        try:
+            os.unlink(self.taken)
+            log.info("queued config %s was decided (%s) by an earlier generation: %s "
+                     "removed", rid, told.get("outcome"), self.taken)
+        except OSError as err:
+            log.error("queued config %s was decided (%s) by an earlier generation, but "
+                      "%s cannot be removed (%s): left as it is", rid,
+                      told.get("outcome"), self.taken, err)
+            self._stuck = fid
         return True
 
     def _keep(self, request_id: str | None, result: dict[str, Any]) -> None:

@@ -377,3 +377,21 @@ def test_a_log_that_cannot_be_read_keeps_the_taken_file_waiting(path: str) -> No
     assert s.waits()
     assert take(s) == "busy" and admit.calls == []
     assert take(s) == "admitted" and len(admit.calls) == 1
+
+
+def test_a_decided_taken_file_a_dead_generation_left_is_removed(path: str,
+                                                                store: Any) -> None:
+    """Decided and its event written, then the generation died before it removed the
+    file: the next one removes it, applies nothing, and takes a newer queue."""
+    from backend.events import EventLog
+    rid = queuefile.queue(path, "OLD", "/a.toml")["request_id"]
+    os.rename(path, path.replace(".json", ".taken.json"))
+    log = EventLog(store, "a1")
+    log.record("queued-config", outcome="no-change", request_id=rid)
+    log.flush()
+    admit = FakeAdmit({"id": "op-2"})
+    s = spool.Spool(path, admit)
+    assert not s.waits() and not os.path.lexists(s.taken)
+    assert take(s) is None and admit.calls == []
+    newer = queuefile.queue(path, "NEW", "/b.toml")["request_id"]
+    assert take(s) == "admitted" and admit.calls[-1][2] == newer
