@@ -45,6 +45,7 @@ ACTIONS = ("run", "list", "show", "logs", "stop", "withdraw", "resolve")
 _AWAY = (BackendUnavailable, ConnectFailed, ShuttingDown)
 KEYED_WAIT = 3600.0     # s a keyed `run` goes on asking a backend away (default)
 UNKEYED_WAIT = 60.0     # s one without a key does: a handoff, a restart of the backend
+RUN_WAIT = 3600.0       # s `run --wait` waits for the job to end, from its admission (default)
 
 
 def add_job_parser(add: Callable[[str, str], Any]) -> None:
@@ -59,7 +60,8 @@ def add_job_parser(add: Callable[[str, str], Any]) -> None:
     p.add_argument("--wait", action="store_true", help="run: wait until the job ends")
     p.add_argument("--timeout", type=float, default=None,
                    help="run (how long to ask a backend that is away: 3600 s with "
-                   "--key, 60 without), run --wait, stop: give up waiting after this "
+                   "--key, 60 without), run --wait (how long to wait for the job to "
+                   "end, from its admission: 3600 s), stop: give up waiting after this "
                    "many seconds")
     p.add_argument("--state", help="list: only these states (comma-separated)")
     p.add_argument("--limit", type=int, default=50, help="list: at most this many")
@@ -121,6 +123,10 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     if not args.wait:
         out(args, r, _line(job) + dedup)
         return OK
+    # the wait for the job's end is its own, counted from the admission: the submission's
+    # (a minute without a key) is how long to ask a backend that is away, not how long
+    # a job may run before `--wait` gives up on it
+    deadline = time.monotonic() + (args.timeout if args.timeout is not None else RUN_WAIT)
     show = {"id": job["id"]}
     while True:   # shown at least once: run answers without the history
         if job["state"] in OPEN:

@@ -3,7 +3,8 @@ processes): a malformed job target is BAD_REQUEST before anything is asked, an e
 `--state` reaches the backend (which names the states), a stop that has not settled says
 what goes on and what exit status 4 means, and `show` prints a scheduled run's due time.
 A dead guardian (no listener, no lock holder) ends a keyed wait at once unless the
-owner runs under a service manager, which restarts the guardian."""
+owner runs under a service manager, which restarts the guardian. `run --wait` waits
+for the job's end by its own deadline, from the admission, not the submission's."""
 
 from __future__ import annotations
 
@@ -151,3 +152,61 @@ def test_a_job_id_that_is_no_number_is_refused_before_anything_is_asked(target: 
     with pytest.raises(BadRequest, match="is not a job id"):
         job_command(args("show", target), backend, lambda *a: None)
     assert backend.asked == []
+
+
+class Clock:
+    """``time.monotonic`` and ``time.sleep`` of the CLI: a sleep moves the clock on."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+class Runs:
+    """A backend whose job runs ``for_s`` seconds of the fake clock after its admission."""
+
+    def __init__(self, clock: Clock, for_s: float) -> None:
+        self.clock, self.ends_at = clock, clock.now + for_s
+
+    def __call__(self, a: Any, method: str, params: dict[str, Any], **kw: Any) -> Any:
+        if method == "job.run":
+            return {"job": {**RECORD, "state": "admitted"}, "deduplicated": False}
+        if self.clock.now < self.ends_at:
+            return {**RECORD, "history": []}
+        return {**RECORD, "state": "succeeded", "outcome": "success", "exit_code": 0,
+                "history": []}
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(jobs, "time", types.SimpleNamespace(monotonic=fake.monotonic,
+                                                             sleep=fake.sleep))
+    return fake
+
+
+def test_run_wait_without_a_key_waits_past_the_submissions_minute(clock: Clock) -> None:
+    """Was: the wait reused the unkeyed submission's 60 s deadline and ended with exit 4
+    after a minute while the job still ran."""
+    printed: list[str] = []
+    code = job_command(args("run", "s/trapper", wait=True), Runs(clock, 600.0),
+                       lambda a, obj, text: printed.append(text))
+    assert code == 0 and printed[-1].startswith("job 97 s/trapper: succeeded")
+    assert clock.now >= 1600.0
+
+
+def test_run_wait_gives_up_at_its_timeout_counted_from_the_admission(clock: Clock) -> None:
+    code = job_command(args("run", "s/trapper", wait=True, timeout=5.0),
+                       Runs(clock, 600.0), lambda *a: None)
+    assert code == 4 and 1005.0 <= clock.now < 1006.0
+
+
+def test_run_wait_without_a_timeout_gives_up_after_an_hour(clock: Clock) -> None:
+    code = job_command(args("run", "s/trapper", wait=True, key="k"),
+                       Runs(clock, 7200.0), lambda *a: None)
+    assert code == 4 and 1000.0 + jobs.RUN_WAIT <= clock.now < 1000.0 + jobs.RUN_WAIT + 1
