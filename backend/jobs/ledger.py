@@ -276,10 +276,41 @@ class Ledger:
         changed. Unlike an admission's mark this may move the mark back or forth: the due
         times of the form before are none of this one's runs."""
         with self.store.tx() as db:
-            db.execute("INSERT INTO job_schedules VALUES (?, ?, ?) ON CONFLICT(template) DO "
-                       "UPDATE SET last_due = excluded.last_due, "
-                       "updated_at = excluded.updated_at", (template_key, since, now))
-            self._set_form(db, template_key, form)
+            self._restart(db, template_key, form, since, now)
+
+    def _restart(self, db: sqlite3.Connection, template_key: str, form: str, since: float,
+                 now: float) -> None:
+        db.execute("INSERT INTO job_schedules VALUES (?, ?, ?) ON CONFLICT(template) DO "
+                   "UPDATE SET last_due = excluded.last_due, "
+                   "updated_at = excluded.updated_at", (template_key, since, now))
+        self._set_form(db, template_key, form)
+
+    def set_schedule_back(self, template_key: str, form: str, since: float, now: float
+                          ) -> list[tuple[int, str]]:
+        """The wall clock was set back behind the template's mark: count its due times
+        from ``since`` again (:meth:`restart_schedule`) and, in the same transaction,
+        release the keys of its ``missed`` records due after ``since``. Those were
+        recorded while the clock was ahead, for due times that have not come yet: they
+        never started, and their keys would make the real due times duplicates, never
+        run. A released record stays ``missed``, without a key, with a history row
+        ``KeyReleased`` naming the key; the due time runs once when the clock reaches
+        it. Returns the (id, key) released."""
+        stack, name = template_key.split("/", 1)
+        with self.store.tx() as db:
+            rows = db.execute(
+                "SELECT id, key FROM jobs WHERE stack = ? AND template = ? AND "
+                "source = 'schedule' AND state = ? AND due_at > ? AND key >= ? AND key < ? "
+                "ORDER BY id", (stack, name, State.MISSED.value, since, *_SCHEDULE_KEYS)
+            ).fetchall()
+            for job_id, key in rows:
+                db.execute("UPDATE jobs SET key = NULL, revision = revision + 1 WHERE id = ?",
+                           (job_id,))
+                self._history(db, job_id, now, "KeyReleased", State.MISSED, State.MISSED, {
+                    "key": key, "reason": "recorded while the wall clock was ahead; it "
+                    "was set back before this due time came: the due time runs when it "
+                    "comes"})
+            self._restart(db, template_key, form, since, now)
+        return [(int(i), str(k)) for i, k in rows]
 
     def set_schedule_form(self, template_key: str, form: str) -> None:
         """Record the form a mark counts in (a mark from before forms were recorded)."""

@@ -108,12 +108,20 @@ class Scheduler:
         """The mark, the last due time handled, is ahead of the clock: the wall clock was
         set back (it was ahead, and was corrected). Waiting for it to come round again
         ran nothing, unlogged, for as long as the clock had been ahead; the schedule
-        counts from now instead (a due time handled already keeps its record: its key
-        finds it). Returns the new mark."""
+        counts from now instead. A due time admitted while the clock was ahead keeps its
+        record, whose key finds it (it ran early, and does not run twice); one recorded
+        ``missed`` then (the false now had passed it) never started: its key is released
+        (Ledger.set_schedule_back), so it runs when the clock reaches it. Kept, it made
+        every real due time of the jump a duplicate that never ran. Returns the new
+        mark."""
         log.warning("job %s: its last due time handled (%s) is %.0f s ahead of the clock "
                     "(it was set back): its due times count from now", template.key,
                     schedule_key(template, mark), mark - now)
-        self.runner.ledger.restart_schedule(template.key, form, now, now)
+        released = self.runner.ledger.set_schedule_back(template.key, form, now, now)
+        if released:
+            log.warning("job %s: %d due time(s) recorded missed while the clock was ahead "
+                        "have not come yet (jobs %s): they run when they come",
+                        template.key, len(released), ", ".join(str(i) for i, _ in released))
         return now
 
     def _pass_stopped(self, template: JobTemplate, mark: float, now: float) -> None:

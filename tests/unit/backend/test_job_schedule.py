@@ -2,7 +2,8 @@
 ``schedule:<template>:<due>``, a due time found late is admitted or recorded ``missed``
 by ``catch_up``, the mark and the admission are one transaction, time zones follow
 daylight saving, a template counts from when it is first seen or its expression
-changed, and a due time whose key another submission holds is recorded missed."""
+changed, a due time whose key another submission holds is recorded missed, and a
+clock set back releases the keys of due times recorded missed while it was ahead."""
 
 from __future__ import annotations
 
@@ -126,6 +127,38 @@ def test_a_clock_set_back_restarts_the_schedule_from_now(tmp_path: Path) -> None
         assert gen.api.jobs.ledger.schedule_mark("s/report") == T0 + 900
         assert len(records(gen)) == 3
     run(tmp_path, config(), body)
+
+
+def test_due_times_missed_while_the_clock_was_ahead_run_once_it_is_corrected(
+        tmp_path: Path) -> None:
+    """The clock ran an hour ahead, then was set back. Was: the due times between the
+    mark and the false now were recorded `missed`, and when the real clock reached them
+    their keys found those records: none of them ran. (11:00, due at the false now, ran
+    an hour early and does not run again.)"""
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0)
+        sched.tick(T0 + 3600)                      # ahead: 10:05-10:55 missed, 11:00 runs
+        assert [s for _, s, _ in records(gen)] == ["missed"] * 11 + ["admitted"]
+        sched.tick(T0 + 5)                         # set back: counts from now
+        for t in range(6, 3601):
+            sched.tick(T0 + t)
+        ran = [(k, due) for k, s, due in records(gen) if s == "admitted"]
+        assert sorted(due for _, due in ran) == [T0 + 300 * i for i in range(1, 13)]
+        assert all(k == sched_key(due) for k, due in ran)
+        missed = [r for r in gen.api.jobs.ledger.records(limit=1000)
+                  if r.job.state is jm.State.MISSED]
+        assert len(missed) == 11 and all(r.key is None for r in missed)
+        released = gen.api.jobs.ledger.history(missed[0].id)[-1]
+        assert (released["event"], released["detail"]["key"]) == (
+            "KeyReleased", sched_key(missed[0].due_at))
+        assert gen.api.jobs.ledger.schedule_mark("s/report") == T0 + 3600
+    run(tmp_path, config(), body)
+
+
+def sched_key(due: float | None) -> str:
+    assert due is not None
+    stamp = datetime.fromtimestamp(due, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"schedule:s/report:{stamp}"
 
 
 def test_a_template_counts_from_when_it_is_first_seen_again(tmp_path: Path) -> None:
