@@ -54,6 +54,12 @@ def due_times(cron: str, zone: str, after: float, until: float) -> Iterator[floa
     tz = ZoneInfo(zone)
     for dt in CronSim(cron, datetime.fromtimestamp(after, tz)):
         t = dt.timestamp()
+        if t <= after:
+            # CronSim counts in local wall time: from ``after`` in the second pass of a
+            # repeated hour (autumn, fold=1) it yields the first pass's time of that
+            # hour, which is before ``after`` (before the schedule began, or a due time
+            # already handled). A local time that happens twice runs once.
+            continue
         if t > until:
             return
         yield t

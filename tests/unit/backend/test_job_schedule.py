@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from backend.config import parse_config
 from backend.generation import Generation
@@ -172,6 +173,22 @@ def test_a_template_counts_from_when_it_is_first_seen_again(tmp_path: Path) -> N
         sched.tick(T0 + 7200 + 10)
         assert records(gen) == []
     run(tmp_path, config(), body)
+
+
+def test_a_due_time_before_the_schedule_began_is_not_admitted_in_a_repeated_hour(
+        tmp_path: Path) -> None:
+    """First seen at 01:10 EST, in the second pass of the repeated hour. Was: CronSim went
+    back to the first pass, and 01:30 EDT (05:30Z, before the schedule began) was
+    admitted as a late due time under catch_up."""
+    def body(gen: Generation, sched: Scheduler) -> None:
+        first = datetime(2025, 11, 2, 1, 10, tzinfo=ZoneInfo("America/New_York"),
+                         fold=1).timestamp()
+        sched.tick(first)
+        sched.tick(first + 1)
+        assert records(gen) == []
+        assert list(due_times("30 1 * * *", "America/New_York", first, first + 2 * 86400)) \
+            == [datetime(2025, 11, 3, 6, 30, tzinfo=UTC).timestamp()]
+    run(tmp_path, config("30 1 * * *", catch_up=True, zone="America/New_York"), body)
 
 
 def test_time_zones_and_daylight_saving() -> None:
