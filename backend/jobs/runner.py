@@ -106,6 +106,8 @@ class JobRunner:
         self.rows_read: set[str] = set()  # recovery_required keys whose row was read
         self._starting: set[int] = set()          # start tasks spawned, not yet ended
         self._stopping: set[int] = set()          # stop tasks spawned, not yet ended
+        # launch answers the ledger could not record yet (a full disk): each tick again
+        self._answers: dict[int, tuple[Record, list[jm.Event]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
@@ -221,6 +223,8 @@ class JobRunner:
         what may start. Does nothing while draining or fenced."""
         if self.fenced or self.gate.paused or self.sup.frozen:
             return
+        for rec, events in list(self._answers.values()):
+            self._record_answer(rec, events)
         mono = self.clock.mono()
         for rec in list(self.records.values()):
             try:
@@ -314,8 +318,7 @@ class JobRunner:
                 self.fault.at("starting", rec.id, rec.job.attempt)
                 events = await self._launch(rec)
                 self.fault.at("launched", rec.id, rec.job.attempt)
-                for ev in events:
-                    self.apply(rec, ev)
+                self._record_answer(rec, events)
         except ShuttingDown:
             pass  # a drain began first: nothing was started, the record stays admitted
         except Conflict:
@@ -323,6 +326,30 @@ class JobRunner:
         finally:
             self._starting.discard(rec.id)
             self.wake()
+
+    def _record_answer(self, rec: Record, events: list[jm.Event]) -> None:
+        """Apply the events of the owner's answer to ``rec``'s launch. Those the ledger
+        cannot record (a full or failing disk) are kept and applied again at every
+        tick until it can: the process runs, and left ``starting`` the record was never
+        timed out, could not be stopped (its start "in progress") and held a
+        ``max_concurrent`` slot for good. Another writer holding the record (Conflict,
+        logged in apply) drops them: that writer settles it."""
+        for i, ev in enumerate(events):
+            try:
+                self.apply(rec, ev)
+            except Conflict:
+                break
+            except (sqlite3.Error, OSError) as exc:
+                if rec.id not in self._answers:
+                    log.error("job %d: the owner's answer to its launch (%s) could not be "
+                              "recorded (%s: %s); it stays %s until it is, tried again "
+                              "each tick", rec.id, type(ev).__name__, type(exc).__name__,
+                              exc, rec.job.state)
+                self._answers[rec.id] = (rec, [_dated(e, self.clock.wall())
+                                               for e in events[i:]])
+                return
+        if self._answers.pop(rec.id, None) is not None:
+            log.info("job %d: the owner's answer to its launch is recorded", rec.id)
 
     def launch_params(self, rec: Record) -> dict[str, Any]:
         """The owner's launch parameters: what the record pinned at admission, run as
@@ -546,6 +573,14 @@ def events_of_row(row: dict[str, Any]) -> list[jm.Event]:
         events.append(jm.Lost({"reason": f"the owner's launch row says {state}",
                                "row": row}))
     return events
+
+
+def _dated(ev: jm.Event, wall: float) -> jm.Event:
+    """``ev``, a launch that does not say when it happened dated ``wall`` (when its answer
+    came): recorded later, it must not count its timeout from then."""
+    if isinstance(ev, jm.Launched) and ev.at is None:
+        return jm.Launched(ev.pid, ev.start_ticks, wall)
+    return ev
 
 
 def exit_event(e: dict[str, Any]) -> jm.Exited:

@@ -2,7 +2,8 @@
 ``starting`` and invalidates the certificate before the owner hears of it; an unanswered
 launch is asked again with the same key and ends ``recovery_required`` when no answer
 ever comes; timeouts stop; a drain lets a start finish; a new generation settles
-``starting`` records from evidence only and never launches them; ``resolve``."""
+``starting`` records from evidence only and never launches them; ``resolve``; a launch
+answer the ledger could not record is recorded at a later tick."""
 
 from __future__ import annotations
 
@@ -359,6 +360,44 @@ def test_an_exit_the_ledger_cannot_record_is_settled_once_it_can(tmp_path):
         jobs.ledger.save = save  # type: ignore[method-assign]
         assert await audit(jobs) == [rec.id]
         assert state(gen, rec.id) is jm.State.SUCCEEDED
+    run(tmp_path, body)
+
+
+def test_a_launch_answer_the_ledger_cannot_record_is_recorded_once_it_can(tmp_path,
+                                                                          caplog):
+    """The disk was full for a moment as the owner's answer to a launch came. Was: the
+    record stayed `starting` in memory and in the ledger while its process ran: its
+    timeout never fired, `job stop` answered CONFLICT for ever, and it held a
+    max_concurrent slot. The answer is kept and recorded at a later tick."""
+    import sqlite3
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        save = jobs.ledger.save
+
+        def full_once(rec: Record, job: jm.Job, event: Any, *a: Any, **kw: Any) -> None:
+            if isinstance(event, jm.Launched):
+                jobs.ledger.save = save  # type: ignore[method-assign]
+                raise sqlite3.OperationalError("database or disk is full")
+            save(rec, job, event, *a, **kw)
+        jobs.ledger.save = full_once  # type: ignore[method-assign]
+        rec, _ = jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        assert state(gen, rec.id) is jm.State.STARTING        # the answer not recorded
+        assert jobs.ledger.save == save
+        clock.mono_now += 3600
+        clock.now += 3600
+        jobs.tick()                                         # recorded, then timed out
+        await audit(jobs)
+        assert jobs.ledger.get(rec.id).job.state is jm.State.RUNNING
+        assert rec.job.pid is not None and rec.job.stop_reason is jm.StopReason.TIMEOUT
+        assert rec.job.started_at == clock.now - 3600       # when the answer came
+        await until(lambda: bool(o.sent("stop")), "stop sent")
+        jobs.on_observation(o.events[-1])                  # the exit the stop caused
+        assert (state(gen, rec.id), rec.job.outcome) == (jm.State.TIMED_OUT,
+                                                        jm.Outcome.TIMEOUT)
+        assert len(job_launches(o)) == 1
+        assert "its launch (Launched) could not be recorded" in caplog.text
     run(tmp_path, body)
 
 
