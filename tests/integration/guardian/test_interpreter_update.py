@@ -7,45 +7,18 @@ and, given the reviewed digest, binds it; the release then verifies and runs aga
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
-import shutil
-import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_handoff_support import backend_procs, config, derive_release, install
 
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@pytest.fixture
-def copied_python() -> Iterator[Path]:
-    """This interpreter's binary copied into a directory of its own whose lib/ is the
-    real one (so it finds its standard library and libpython)."""
-    real = Path(os.path.realpath(sys.executable))
-    d = Path(tempfile.mkdtemp(prefix="tpy", dir="/tmp"))
-    try:
-        (d / "bin").mkdir()
-        (d / "lib").symlink_to(real.parent.parent / "lib")
-        copy = d / "bin" / real.name
-        shutil.copy2(real, copy)
-        out = subprocess.run([str(copy), "-I", "-S", "-c", "import os, sys; print(sys.prefix)"],
-                             capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        yield copy
-    finally:
-        shutil.rmtree(d)
+from guardian.release import sha256_file
 
 
 def _swap(copy: Path) -> None:
@@ -67,7 +40,7 @@ def test_an_updated_interpreter_is_refused_until_bound_then_runs(cluster, sealed
     version = platform.python_version()
     rel_dir = tmp_path / "under-copy"
     derive_release(sealed_release, rel_dir, {}, interpreter={
-        "path": str(copied_python), "version": version, "sha256": _sha(copied_python)})
+        "path": str(copied_python), "version": version, "sha256": sha256_file(copied_python)})
     rid = install(cluster, rel_dir)
     first = cluster.cli("backend", "upgrade", rid, timeout=300)
     assert first.ok, first

@@ -6,14 +6,9 @@ guardian refused (BAD_SIGNATURE)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
-import shutil
-import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,35 +20,12 @@ from backend.cli.ownerplan import check_release
 from guardian.interp import rebind, rebind_plan
 from guardian.manifest import RUNTIME_NAME, Interpreter, parse_runtime
 from guardian.paths import GuardianPaths
-from guardian.release import install
+from guardian.release import install, sha256_file
 from owner.release import direct_command, verified
 from protocol.ed25519 import PrivateKey
 from protocol.errors import BadSignature, InterpreterChanged
 from protocol.grant import public_key_text
 from protocol.layout import Layout
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@pytest.fixture
-def copied_python() -> Iterator[Path]:
-    """This interpreter's binary copied into a directory of its own whose lib/ is the
-    real one (so it finds its standard library and libpython)."""
-    real = Path(os.path.realpath(sys.executable))
-    d = Path(tempfile.mkdtemp(prefix="tpy", dir="/tmp"))
-    try:
-        (d / "bin").mkdir()
-        (d / "lib").symlink_to(real.parent.parent / "lib")
-        copy = d / "bin" / real.name
-        shutil.copy2(real, copy)
-        out = subprocess.run([str(copy), "-I", "-S", "-c", "import sys"],
-                             capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        yield copy
-    finally:
-        shutil.rmtree(d)
 
 
 def _home(short_home: Path, sealed: Path, **interpreter: str) -> tuple[Layout, str]:
@@ -70,7 +42,7 @@ def _home(short_home: Path, sealed: Path, **interpreter: str) -> tuple[Layout, s
 def test_a_bound_interpreter_update_lets_the_owner_run_its_release(
         short_home: Path, sealed_release: Path, copied_python: Path) -> None:
     layout, rid = _home(short_home, sealed_release, path=str(copied_python),
-                        version=platform.python_version(), sha256=_sha(copied_python))
+                        version=platform.python_version(), sha256=sha256_file(copied_python))
     verified(layout, rid)
     new = copied_python.with_name(copied_python.name + ".new")   # a package update
     new.write_bytes(copied_python.read_bytes() + b"\0" * 64)
