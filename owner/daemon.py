@@ -227,9 +227,10 @@ async def _confirm_gone(service: OwnerService) -> str:
     left = [k for k, r in service.launcher.live.items()
             if r.pgid is not None and group_members(r.pgid)]
     lingering = service.procs.lingering()
-    if service.procs.pids() or left or lingering:
+    unclaimed = service.procs.unclaimed()   # what even SIGKILL did not end
+    if service.procs.pids() or left or lingering or unclaimed:
         raise RuntimeError(f"processes remain: {service.procs.pids()[:5]} {left[:5]} "
-                           f"{lingering[:5]}")
+                           f"{lingering[:5]} {unclaimed[:5]}")
     return ""
 
 

@@ -35,14 +35,14 @@ import logging
 import os
 import signal as _signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from protocol.layout import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from protocol.procfs import children, environ, read_stat, read_stat_strict
 
 __all__ = ["LAUNCH_KEY_ENV", "OWNER_HOME_ENV", "Descendants", "MidExec",
-           "attribute_orphan", "kill_verified"]
+           "attribute_orphan", "kill_verified", "stop_in_rounds"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,38 @@ def kill_verified(pid: int, ticks: int, sig: int, *, skip_pgid: int | None = Non
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+STOP_ROUND_S = 0.02
+"""How often :func:`stop_in_rounds` looks again for what is left (and for newcomers)."""
+
+
+async def stop_in_rounds(listed: Callable[[], list[tuple[int, int]]], grace: float,
+                         now: Callable[[], float],
+                         sleep: Callable[[float], Awaitable[object]],
+                         kill: Callable[[int, int, int], bool] = kill_verified) -> list[int]:
+    """Stop every process ``listed()`` names as (pid, start ticks): SIGTERM, then SIGKILL
+    to what is still listed ``grace`` s after the start, giving up ``grace`` s later.
+
+    Why rounds: ``listed()`` is read again every STOP_ROUND_S until it is empty. When a
+    stopped process dies its children are re-parented to the owner (a subreaper) and
+    listed from then on: a list read once left them running under init. A newcomer gets
+    the signal of the phase it arrives in. Each process is signalled through ``kill``
+    (:func:`kill_verified`: the process that started at those ticks, or nobody), once per
+    signal. Returns the pids that were signalled, in the order first signalled. Raises
+    nothing but what ``listed``, ``now`` and ``sleep`` raise."""
+    sent: dict[tuple[int, int], int] = {}   # (pid, ticks) -> the last signal it got
+    kill_at = now() + grace
+    while True:
+        left = listed()
+        t = now()
+        if not left or t >= kill_at + grace:
+            return [pid for pid, _ in sent]
+        sig = _signal.SIGKILL if t >= kill_at else _signal.SIGTERM
+        for proc in left:
+            if sent.get(proc) != sig and kill(*proc, sig):
+                sent[proc] = sig
+        await sleep(STOP_ROUND_S)
 
 
 def _nothing() -> None:

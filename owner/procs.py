@@ -34,7 +34,7 @@ from protocol.procfs import main_thread_children
 from protocol.sighandler import add_signal_handler
 
 from .cgroups import CgroupTree
-from .descendants import Descendants, MidExec, attribute_orphan
+from .descendants import Descendants, MidExec, attribute_orphan, stop_in_rounds
 from .fdpass import PassFds
 from .limits import apply_cgroup_limits, require_cgroup_limits
 from .procinfo import (
@@ -428,28 +428,27 @@ class ProcessTable:
         (it spawns nothing else); these left their launch's group and session and
         cleared its environment, so nothing ties them to one (docs/owner.md), and they
         would run on under init with the app's pipes open. SIGTERM, then SIGKILL after
-        ``grace`` s; each stays this process's child until reaped here, so its pid
-        cannot name another process meanwhile. Returns their pids."""
+        ``grace`` s, and ``grace`` s more to see them reaped; the owner's children are
+        read again every round, so the children of one that died, re-parented to this
+        process, are stopped too (:func:`owner.descendants.stop_in_rounds`). Returns the
+        pids that were signalled."""
         self.adopt_orphans()
-        claimed = {*self._by_pid, *(pid for pid, _ in self.descendants())}
-        kids = [p for p in main_thread_children(os.getpid()) if p not in claimed]
-        for sig, wait in ((_signal.SIGTERM, grace), (_signal.SIGKILL, grace)):
-            left = self._unreaped(kids)
-            if not left:
-                break
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            deadline = self._loop.time() + wait
-            while self._unreaped(left) and self._loop.time() < deadline:
-                await asyncio.sleep(0.02)
-        return kids
+        return await stop_in_rounds(self._unclaimed, grace, self._loop.time, asyncio.sleep)
 
-    def _unreaped(self, pids: list[int]) -> list[int]:
-        """Those of ``pids`` still this process's children, after reaping what ended."""
+    def unclaimed(self) -> list[int]:
+        """Children of this process that no launch accounts for and that still run,
+        after reaping what ended."""
+        return [pid for pid, _ in self._unclaimed()]
+
+    def _unclaimed(self) -> list[tuple[int, int]]:
         self.reap_orphans()
-        kids = set(main_thread_children(os.getpid()))
-        return [p for p in pids if p in kids]
+        claimed = {*self._by_pid, *(pid for pid, _ in self.descendants())}
+        found = []
+        for pid in main_thread_children(os.getpid()):
+            st = None if pid in claimed else read_stat(pid)
+            if st is not None and not st.zombie:
+                found.append((pid, st.start_ticks))
+        return found
 
     async def wait(self, key: str) -> ExitStatus:
         """Wait for launch ``key`` to be reaped. Raises NotFound."""
