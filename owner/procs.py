@@ -33,7 +33,7 @@ from protocol.errors import Conflict, LaunchFailed, NotFound
 from protocol.procfs import main_thread_children
 from protocol.sighandler import add_signal_handler
 
-from .cgroups import CgroupTree
+from .cgroups import CgroupTree, members, members_strict
 from .descendants import Descendants, MidExec, attribute_orphan, stop_in_rounds
 from .fdpass import PassFds
 from .limits import apply_cgroup_limits, require_cgroup_limits
@@ -159,7 +159,8 @@ class ProcessTable:
         # _group_owner)
         self._by_leader: dict[int, str] = {}
         self._exited: OrderedDict[str, _Entry] = OrderedDict()
-        self._lingering: dict[str, _Entry] = {}  # exited, descendants seen running
+        # exited, with descendants seen running or a cgroup still populated
+        self._lingering: dict[str, _Entry] = {}
         self.cgroups: CgroupTree | None = None  # set once, before the first launch
         self.orphans_reaped = 0
         # moves whenever what descendants() returns may have changed: a caller that
@@ -333,13 +334,32 @@ class ProcessTable:
         """Refresh the descendants of every launch that may have some: the live ones and
         exited ones whose descendants still ran at the last look. Attributes orphans
         first. The owner runs this on a timer; stops refresh on their own."""
-        self.adopt_orphans()
+        if self.cgroups is None:   # a cgroup knows its members: nothing to attribute
+            self.adopt_orphans()
         for entry in [*self._live.values(), *self._lingering.values()]:
             if entry.tree is not None:
                 entry.tree.refresh(entry.exit is None)
         for key, entry in list(self._lingering.items()):
-            if entry.tree is None or not entry.tree.known:
+            if entry.tree is not None and not entry.tree.known:
                 del self._lingering[key]
+            elif entry.tree is None and not self._populated(entry):
+                del self._lingering[key]
+                assert self.cgroups is not None
+                self.cgroups.remove(self._cgroup(entry))
+
+    @staticmethod
+    def _cgroup(entry: _Entry) -> Path:
+        assert entry.spawned.cgroup is not None
+        return Path(entry.spawned.cgroup)
+
+    def _populated(self, entry: _Entry) -> bool:
+        """Whether the cgroup of ``entry`` still has a member; also when its list could
+        not be read (the owner out of descriptors): a failed read is no proof that
+        nothing of the app runs."""
+        try:
+            return bool(members_strict(self._cgroup(entry)))
+        except OSError:
+            return True
 
     def adopt_orphans(self) -> list[tuple[int, int]]:
         """Attribute untracked children of this process (orphans re-parented to the
@@ -406,15 +426,20 @@ class ProcessTable:
                 if e.tree is not None for pid, ticks in e.tree.known.items()}
 
     def left_behind(self, key: str) -> int:
-        """How many tracked descendants of exited launch ``key`` were running at the last
-        look (0 for a live or unknown launch)."""
+        """How many processes of exited launch ``key`` outlived its leader: its tracked
+        descendants running at the last look, or the members of its cgroup now (0 for a
+        live or unknown launch)."""
         entry = self._lingering.get(key)
-        return 0 if entry is None or entry.tree is None else len(entry.tree.known)
+        if entry is None:
+            return 0
+        if entry.tree is None:
+            return len(members(self._cgroup(entry)))
+        return len(entry.tree.known)
 
     def lingering(self) -> list[str]:
-        """Keys of exited launches whose descendants were still running at the last look
-        (a stop of such a key stops them)."""
-        return [k for k, e in self._lingering.items() if e.tree is not None and e.tree.known]
+        """Keys of exited launches whose descendants were still running, or whose cgroup
+        still had members, at the last look (a stop of such a key stops them)."""
+        return [k for k, e in self._lingering.items() if e.tree is None or e.tree.known]
 
     def stop_budget(self) -> float:
         """The longest a stop of a launch that may still run can take by its own policy
@@ -626,12 +651,17 @@ class ProcessTable:
         del self._by_pid[sp.pid]
         self._close_pidfd(sp)
         entry.ended(status)
-        if self.cgroups is not None and sp.cgroup is not None:
-            # Gone only if nothing of the app outlived its leader; else stop removes it.
-            self.cgroups.remove(Path(sp.cgroup))
         self._exited[entry.key] = entry
         if entry.tree is not None and entry.tree.known:
             self._lingering[entry.key] = entry
+        elif self.cgroups is not None and sp.cgroup is not None:
+            # What outlived the leader is in its cgroup (a daemon's forked child): it
+            # lingers, as tracked descendants do, until a stop ends it or track() finds
+            # the cgroup empty, and is removed then. Empty, it goes now.
+            if self._populated(entry):
+                self._lingering[entry.key] = entry
+            else:
+                self.cgroups.remove(Path(sp.cgroup))
         while len(self._exited) > EXITED_MEMORY:
             key, old = self._exited.popitem(last=False)  # a lingering one stays there
             if self._by_leader.get(old.spawned.pid) == key and key not in self._lingering:

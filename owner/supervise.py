@@ -94,11 +94,12 @@ class Launcher:
 
     def _track(self) -> None:
         """Each TRACK_INTERVAL_S: the descendants of every launch looked for and recorded
-        (process-group mode), then the exits of uncertain launches written (they waited
-        for the owner's shutdown before: owner.md, faults.md)."""
+        (process-group mode), the cgroups of exited launches that emptied removed
+        (cgroup mode), then the exits of uncertain launches written (they waited for the
+        owner's shutdown before: owner.md, faults.md)."""
         try:
+            self.procs.track()
             if self.procs.cgroups is None:
-                self.procs.track()
                 self.record_descendants()
             if self.uncertain:
                 self.retry_uncertain()
