@@ -127,6 +127,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         self.store = gen.store
         self.intents: dict[str, Any] = {}              # stack -> {intent, revision}
         self._stack_locks: dict[str, asyncio.Lock] = {}   # backend.api_stacks
+        self._finishing: dict[str, asyncio.Future[Any]] = {}   # backend.api_stacks
         self.gate = StepGate()
         self.ops = OperationRunner(gen.store, gen.sup, lambda: gen.config, self._set_config,
                                    gen.activation, self.stopped_stacks, self.gate,

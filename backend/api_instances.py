@@ -205,16 +205,23 @@ class InstanceCommands:
         deadline = asyncio.get_running_loop().time() + timeout
         with self.gate.step(f"stop {target}"):
             asked = {k: self.sup.instances[k].generation for k in keys}
+            started = self.sup.started_since(keys)   # by a later command: left to it
             levels = self._stop_first(keys)
-        cut = await self._stop_rest(levels, deadline, f"stop {target}")
+        cut = await self._stop_rest(levels, deadline, f"stop {target}", skip=started)
         if cut:
             raise ShuttingDown(
                 "the backend is handing over to another generation: not asked to stop "
                 f"{', '.join(cut)} (the apps they start after were still stopping); what "
                 "was asked goes on under the generation that serves next; run the "
                 "command again for the rest", {"not_stopped": cut})
-        return await self._settle(keys, DOWN, _left(deadline), f"stop {target}",
-                                  moved=asked)
+        left = [k for k in started() if k not in levels[0]]   # never asked to stop
+        answer = await self._settle([k for k in keys if k not in left], DOWN,
+                                    _left(deadline), f"stop {target}", moved=asked)
+        if left:
+            answer["instances"].update((k, str(self.sup.instances[k].public_state))
+                                       for k in left if k in self.sup.instances)
+            answer["started_meanwhile"] = left
+        return answer
 
     def _stop_first(self, keys: list[str]) -> list[list[str]]:
         """Ask the first level of ``keys`` to stop (backend.start_order.stop_levels: the
@@ -226,11 +233,13 @@ class InstanceCommands:
         return levels
 
     async def _stop_rest(self, levels: list[list[str]], deadline: float, what: str, *,
-                         superseded: Callable[[], bool] | None = None) -> list[str]:
+                         superseded: Callable[[], bool] | None = None,
+                         skip: Callable[[], list[str]] | None = None) -> list[str]:
         """Ask each level after the first to stop once the one before it is down, each
-        a step; past the loop's ``deadline``, at once. Returns the keys not asked: a
-        drain began (no step holds a handoff for as long as an app takes to stop), or
-        ``superseded`` holds (a later command has the instances)."""
+        a step; past the loop's ``deadline``, at once; never the keys ``skip`` names
+        then (a start asked of them since: the latest command has them). Returns the
+        keys not asked: a drain began (no step holds a handoff for as long as an app
+        takes to stop), or ``superseded`` holds (a later command has the instances)."""
         for i in range(1, len(levels)):
             asked = {k: self.sup.instances[k].generation for k in levels[i - 1]
                      if k in self.sup.instances}
@@ -238,9 +247,10 @@ class InstanceCommands:
                                      moved=asked, superseded=superseded)
             if self.gate.paused or (superseded is not None and superseded()):
                 return [k for rest in levels[i:] for k in rest]
+            left_alone = set(skip() if skip is not None else ())
             with self.gate.step(f"{what}: stop {_apps(levels[i])}"):
                 for k in levels[i]:
-                    if k in self.sup.instances:
+                    if k in self.sup.instances and k not in left_alone:
                         self.sup.feed(k, im.StopRequested())
         return []
 

@@ -73,6 +73,7 @@ class StackCommands:
     _owner: Callable[[], Any]
     _require_owner: Callable[[str], None]
     _cycles: set[asyncio.Future[Any]]
+    _finishing: dict[str, asyncio.Future[Any]]   # stack -> its stack stop's finisher
     _start_each: Callable[[list[str], str, float], dict[str, asyncio.Future[bool]]]
     _stop_first: Callable[[list[str]], list[list[str]]]
     _stop_rest: Callable[..., Any]
@@ -132,19 +133,28 @@ class StackCommands:
         for stack in sorted(self.stopped_stacks()):
             keys = [k for k, i in self.sup.instances.items() if k.split("/")[0] == stack
                     and (i.state not in DOWN or self.sup.leaving(k))]
-            if not keys:
-                continue
+            running = self._finishing.get(stack)
+            if not keys or (running is not None and not running.done()):
+                continue   # one finisher a stack: a drain and its abort, twice over
             log.warning("stack %s is stopped but %d of its instances still run: stopping "
                         "them, in the reverse of their start order", stack, len(keys))
-            spawn(self._cycles, self._finish_stack_stop(stack, keys), log,
-                  f"stack stop {stack}")
+            revision = int(self.intents[stack]["revision"])   # the intent seen stopped
+            self._finishing[stack] = spawn(
+                self._cycles, self._finish_stack_stop(stack, keys, revision), log,
+                f"stack stop {stack}")
 
-    async def _finish_stack_stop(self, stack: str, keys: list[str]) -> None:
-        revision = int(self.intents[stack]["revision"])
-        with self.gate.step(f"stack stop {stack}"):
-            levels = self._stop_first(keys)
+    async def _finish_stack_stop(self, stack: str, keys: list[str], revision: int) -> None:
+        """Stop ``keys`` in order unless a later command moved the intent past
+        ``revision`` (a `stack start` answered meanwhile has the stack), or a drain
+        began (whoever serves next finishes it)."""
+        moved_on = self._moved_on(stack, revision)
+        async with self._stack_lock(stack):   # a command writing the intent ends first
+            if moved_on() or self.gate.paused:
+                return
+            with self.gate.step(f"stack stop {stack}"):
+                levels = self._stop_first(keys)
         await self._stop_rest(levels, loop_time() + STOP_TIMEOUT, f"stack stop {stack}",
-                              superseded=self._moved_on(stack, revision))
+                              superseded=moved_on)
 
     def _moved_on(self, stack: str, revision: int) -> Callable[[], bool]:
         """Whether a later command moved ``stack``'s intent past ``revision``."""

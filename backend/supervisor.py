@@ -127,6 +127,7 @@ class Supervisor:
         # launch waits for it (docs/config.md, stop)
         self._left: dict[str, tuple[int, asyncio.Future[None]]] = {}
         self._stops_fed: dict[str, int] = {}     # instance key -> stops fed (stopped_since)
+        self._starts_fed: dict[str, int] = {}    # instance key -> starts wanted (started_since)
         # told once when this generation learns it is fenced (backend.generation)
         self.on_fenced: Callable[[str], None] = lambda why: None
         # whether the owner answers this generation (backend.generation: its owner link)
@@ -176,8 +177,10 @@ class Supervisor:
                 raise ShuttingDown(f"{key}: {type(event).__name__} while frozen for a "
                                    "handoff", {"instance": key})
             return  # re-derived after thaw or by the next generation (see freeze)
-        if isinstance(event, im.Start) and self._held_for_order(key, inst):
-            return
+        if isinstance(event, im.Start):
+            self._starts_fed[key] = self._starts_fed.get(key, 0) + 1
+            if self._held_for_order(key, inst):
+                return
         self._apply(key, inst, event)
 
     def _apply(self, key: str, inst: im.Instance, event: im.Event) -> None:
@@ -251,6 +254,12 @@ class Supervisor:
         fed = {k: self._stops_fed.get(k, 0) for k in keys}
         return lambda: [k for k in keys if self._stops_fed.get(k, 0) != fed[k]]
 
+    def started_since(self, keys: list[str]) -> Callable[[], list[str]]:
+        """A check, for a command that wants ``keys`` down: which of them a start (or a
+        restart) was asked of since this call (the latest intent wins)."""
+        fed = {k: self._starts_fed.get(k, 0) for k in keys}
+        return lambda: [k for k in keys if self._starts_fed.get(k, 0) != fed[k]]
+
     def reason(self, key: str) -> str | None:
         """Instance ``key``'s one-line reason as status gives it: explain.reason, then
         what only this reconciler knows (:meth:`why`)."""
@@ -320,6 +329,7 @@ class Supervisor:
         if self.fenced:
             raise _fenced_off(key)
         self._after_stop.record(key, Wait(WaitKind.AFTER_STOP, time.time() + within))
+        self._starts_fed[key] = self._starts_fed.get(key, 0) + 1
         if stop:
             self.feed(key, im.StopRequested())
         started = self._after_stop.arm(key, within, lambda: self._expire(key, within))
@@ -835,6 +845,7 @@ class Supervisor:
             self.dirty.discard(key)
             self._drop_launch(key, inst.launch_key)
         self._stops_fed.pop(key, None)
+        self._starts_fed.pop(key, None)
         if self.events is not None:
             self.events.exits_told.pop(key, None)
 

@@ -334,11 +334,17 @@ class JobRunner:
         timed out, could not be stopped (its start "in progress") and held a
         ``max_concurrent`` slot for good. Another writer holding the record (Conflict,
         logged in apply) drops them: that writer settles it."""
+        if rec.id in self._answers and rec.job.state is not jm.State.STARTING:
+            del self._answers[rec.id]   # its exit (or a resolve) was recorded meanwhile
+            log.info("job %d: the owner's answer to its launch was not recorded: the "
+                     "record moved on meanwhile (it is %s)", rec.id, rec.job.state)
+            return
         for i, ev in enumerate(events):
             try:
                 self.apply(rec, ev)
             except Conflict:
-                break
+                self._answers.pop(rec.id, None)
+                return
             except (sqlite3.Error, OSError) as exc:
                 if rec.id not in self._answers:
                     log.error("job %d: the owner's answer to its launch (%s) could not be "

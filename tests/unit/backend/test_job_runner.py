@@ -401,6 +401,33 @@ def test_a_launch_answer_the_ledger_cannot_record_is_recorded_once_it_can(tmp_pa
     run(tmp_path, body)
 
 
+def test_a_kept_launch_answer_the_record_moved_past_is_said_dropped(tmp_path, caplog):
+    """The job ended (its exit observed) before the kept answer could be recorded: the
+    answer is dropped, and the log says so rather than that it was recorded."""
+    import logging
+    import sqlite3
+    caplog.set_level(logging.INFO, "tenure.jobs")
+
+    async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        save = jobs.ledger.save
+
+        def full_once(rec: Record, job: jm.Job, event: Any, *a: Any, **kw: Any) -> None:
+            if isinstance(event, jm.Launched):
+                jobs.ledger.save = save  # type: ignore[method-assign]
+                raise sqlite3.OperationalError("database or disk is full")
+            save(rec, job, event, *a, **kw)
+        jobs.ledger.save = full_once  # type: ignore[method-assign]
+        rec, _ = jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        jobs.on_observation(o.exit(job_launches(o)[0]["launch_key"], 0))
+        jobs.tick()
+        assert state(gen, rec.id) is jm.State.SUCCEEDED
+        assert "the record moved on meanwhile (it is succeeded)" in caplog.text
+        assert "answer to its launch is recorded" not in caplog.text
+    run(tmp_path, body)
+
+
 def test_resolve_not_started_is_refused_while_the_owner_shows_the_launch(tmp_path):
     owner = FakeOwner()
     job_id, key = _leave_starting(tmp_path, owner, False, None)

@@ -171,3 +171,63 @@ def test_a_stopped_stack_found_running_is_stopped_in_order(tmp_path: Path) -> No
         assert stopped_apps(owner) == ["web", "worker", "api", "db"]
         assert state(gen, "t/solo/0") is State.READY
     run_generation(tmp_path, CONFIG, body, owner=SlowWeb())
+
+
+def test_a_start_asked_during_an_ordered_stop_keeps_its_instance_up(tmp_path: Path) -> None:
+    """The latest command wins: `tenure start s/db` while `tenure stop s` waits for web
+    leaves db running; the stop does not wait for it and says why."""
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        assert isinstance(owner, SlowWeb)
+        stop = asyncio.create_task(plain_stop(gen))
+        await until(lambda: state(gen, "s/web/0") is State.STOPPING, "web stopping")
+        started = await gen.api.start(api_call("start", target="s/db", timeout=5.0))
+        assert started["settled"] is True, started
+        owner.trapped.set()
+        async with asyncio.timeout(BOUND):
+            answer = await stop
+        assert state(gen, "s/db/0") is State.READY and "db" not in stopped_apps(owner)
+        assert answer["settled"] is True and answer["started_meanwhile"] == ["s/db/0"]
+        assert answer["instances"]["s/db/0"] == "ready", answer
+        assert state(gen, "s/api/0") is State.STOPPED
+    run_generation(tmp_path, CONFIG, body, owner=SlowWeb())
+
+
+class SlowIntent(SlowWeb):
+    """``stack.set_intent`` is answered once ``answer`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+        self.asked = asyncio.Event()
+
+    async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
+                   epoch: int | None = None, timeout: float | None = None, **kw: Any) -> Any:
+        if method == "stack.set_intent":
+            self.asked.set()
+            await self.answer.wait()
+        return await super().call(method, params, epoch=epoch, timeout=timeout, **kw)
+
+
+def test_a_stack_start_answered_after_an_aborted_drain_is_not_stopped(tmp_path: Path
+                                                                       ) -> None:
+    """An aborted handoff finds the stack still stopped while a `stack start` waits for
+    the owner to write its intent: the stop it resumes must not undo that start."""
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        assert isinstance(owner, SlowIntent)
+        owner.intents["s"] = {"intent": "stopped", "revision": 3}
+        gen.api.intents = {"s": dict(owner.intents["s"])}
+        start = asyncio.create_task(gen.api.stack_start(api_call("stack.start",
+                                                                 stack="s")))
+        await owner.asked.wait()
+        gen.api.pause()
+        gen.api.unpause()   # resumes the stack stop: the intent still says stopped
+        gen.api.unpause()   # twice over: one finisher a stack
+        assert len([t for t in gen.api._finishing.values() if not t.done()]) == 1
+        owner.answer.set()
+        async with asyncio.timeout(BOUND):
+            answer = await start
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert answer["intent"] == "running" and stopped_apps(owner) == []
+        assert all(i.state is State.READY for i in gen.sup.instances.values())
+    run_generation(tmp_path, CONFIG, body, owner=SlowIntent())
