@@ -66,6 +66,7 @@ from .handing_over import HandingOver
 from .jobs.resume import audit
 from .logbudgets import LogBudgets
 from .model import Config, Settings
+from .owner_order import StopOrderTeller
 from .retention import retention_loop
 from .store import BackendStore, RecoveryStore
 from .supervisor import Supervisor, now
@@ -116,6 +117,7 @@ class Generation(HandingOver):
         self.owner_uncertain: frozenset[str] = frozenset()   # launches it could not record
         self.log_write_error: dict[str, Any] | None = None   # its journal's, while failing
         self.log_budgets = LogBudgets()   # the apps' log_retention, told to the owner
+        self.stop_order = StopOrderTeller()   # the owner's shutdown order, told to it
         self._repairs: set[asyncio.Future[Any]] = set()
         self.ready = False
         self.admitted = False   # changes are admitted (READY was told): admit()
@@ -511,11 +513,15 @@ class Generation(HandingOver):
         """The apps' log budgets told to the owner a second after the start (what an
         older generation told it may be another config's) and after a failed call
         (backend.logbudgets); apart from the heartbeat, which a large prune must not
-        hold up. An operation tells them itself before its first step."""
+        hold up. An operation tells them itself before its first step. The stop order
+        of the owner's shutdown (backend.owner_order) is told here too."""
         while True:
             await asyncio.sleep(HEARTBEAT)
             if self.link.state is LinkState.CONNECTED:
                 await self.tell_log_budgets()
+                if self.owner is not None and self.sup is not None:
+                    await self.stop_order.sync(self.owner, self.epoch,
+                                               self.sup.owner_capabilities, self.config)
 
     async def tell_log_budgets(self, *, lower: bool = True) -> None:
         """Tell the owner the config's log budgets unless it knows them. Raises nothing.

@@ -289,8 +289,8 @@ class Cluster:
 class FakeOwner:
     """The owner methods the backend calls, answered from memory: ``launch`` (idempotent
     per launch key, forever), ``stop``, ``inventory``, ``inspect`` (a launch row that has
-    a process), ``stack.intents``,
-    ``stack.set_intent``, ``observations.read``, ``observations.ack``, ``logs.forget``
+    a process), ``stack.intents``, ``stack.set_intent``, ``stack.stop_order`` (kept in
+    ``stop_order``), ``observations.read``, ``observations.ack``, ``logs.forget``
     (each source counted once, in ``forgotten``), ``logs.note`` (in ``notes``),
     ``logs.retention``, ``logs.apps`` and ``logs.forget_apps`` (``journal_apps``).
     Mutations
@@ -309,6 +309,7 @@ class FakeOwner:
         self.rows: dict[str, dict[str, Any]] = {}    # every launch ever, with its state
         self.events: list[dict[str, Any]] = []       # the observation ring (never full)
         self.intents: dict[str, dict[str, Any]] = {}
+        self.stop_order: dict[str, list[list[str]]] | None = None   # stack.stop_order
         self.forgotten: set[tuple[str, str, int]] = set()  # logs.forget sources
         self.notes: list[dict[str, Any]] = []              # logs.note calls
         # logs.apps: (stack, app) -> the time of its newest line (each has 10 lines)
@@ -408,6 +409,10 @@ class FakeOwner:
             raise Conflict("intent revision moved", {"revision": current["revision"]})
         self.intents[p["stack"]] = {"intent": p["intent"], "revision": current["revision"] + 1}
         return {"stack": p["stack"], **self.intents[p["stack"]]}
+
+    def _stack_stop_order(self, p: dict[str, Any]) -> dict[str, Any]:
+        self.stop_order = p["stacks"]
+        return {"stacks": len(p["stacks"])}
 
     def _logs_forget(self, p: dict[str, Any]) -> dict[str, Any]:
         new = {(s["stack"], s["app"], s["instance"]) for s in p["sources"]} - self.forgotten

@@ -200,17 +200,19 @@ async def _close_notify(launcher: Any) -> str:
 
 
 async def _stop_apps(service: OwnerService, floor: float) -> str:
-    """Stop every launch with its own policy, however long the longest takes, then what
-    no launch accounts for (Procs.stop_unclaimed). The stage's deadline is the longest
-    policy and STOP_MARGIN_S, at least ``floor``: a stop that outlives its own policy's
-    SIGKILL is stuck (the kernel), and the stage says so rather than waiting forever."""
-    budget = max(floor, service.procs.stop_budget() + STOP_MARGIN_S)
+    """Stop every launch with its own policy, in the stop order's levels however long
+    they take, then what no launch accounts for (Procs.stop_unclaimed). The stage's
+    deadline is the levels' longest policies, summed, and STOP_MARGIN_S, at least
+    ``floor``: a stop that outlives its own policy's SIGKILL is stuck (the kernel), and
+    the stage says so rather than waiting forever."""
+    budget = max(floor, service.launcher.stop_budget() + STOP_MARGIN_S)
     try:
         async with asyncio.timeout(budget):
             results = await service.launcher.stop_all()
     except TimeoutError:
         raise RuntimeError(f"the applications were not confirmed stopped within {budget:g} "
-                           "s (the longest stop policy, and more)") from None
+                           "s (the longest stop policy of each level of the stop order, and "
+                           "more)") from None
     bad = [k for k, r in results if isinstance(r, BaseException) or r.outcome == "timeout"]
     if bad:
         raise RuntimeError(f"{len(bad)} launches not confirmed stopped: {bad[:5]}")

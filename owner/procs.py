@@ -441,11 +441,11 @@ class ProcessTable:
         still had members, at the last look (a stop of such a key stops them)."""
         return [k for k, e in self._lingering.items() if e.tree is None or e.tree.known]
 
-    def stop_budget(self) -> float:
-        """The longest a stop of a launch that may still run can take by its own policy
-        (its timeout, then ``kill_after`` after SIGKILL); 0 with none."""
-        return max((e.policy.timeout + e.policy.kill_after
-                    for e in [*self._live.values(), *self._lingering.values()]), default=0.0)
+    def policies(self) -> dict[str, float]:
+        """How long the stop of each launch that may still run can take by its own
+        policy (its timeout, then ``kill_after`` after SIGKILL), by key."""
+        return {k: e.policy.timeout + e.policy.kill_after
+                for k, e in [*self._live.items(), *self._lingering.items()]}
 
     async def stop_unclaimed(self, grace: float = UNCLAIMED_GRACE_S) -> list[int]:
         """At shutdown, once every launch was stopped: stop the children of this process

@@ -26,6 +26,7 @@ from protocol.identity import Identity
 from protocol.schema import Field, Schema, check_int, check_key, check_name, check_str_map
 from protocol.server import Call, Method, RpcServer
 
+from . import stoporder
 from .evidence import ended_cgroups
 from .grants import GrantKeeper
 from .journal import Journal, LogSource
@@ -69,11 +70,13 @@ log = logging.getLogger("tenure.owner")
 # logs.forget_apps (every line of whole apps)
 # logRetentionKeep 1: logs.retention takes ``keep``: an app not named keeps its budget
 # while it has lines (without it, as before: every app not named has the default)
+# stopOrder 1: stack.stop_order, the levels the shutdown stops apps in (owner.stoporder;
+# without it the shutdown stops every app at once)
 CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 1,
                 "notify": 1, "observations": 1, "fencing": 1, "spawnErrors": 1,
                 "logNotes": 1, "sockets": 1, "metrics": 1, "retention": 1,
                 "logCounts": 1, "socketInodes": 1, "logRetention": 1, "socketUpdate": 1,
-                "logApps": 1, "logRetentionKeep": 1}
+                "logApps": 1, "logRetentionKeep": 1, "stopOrder": 1}
 
 MAX_BUDGETS = 10_000   # apps named in one logs.retention call
 
@@ -106,6 +109,7 @@ S_SIGNAL = Schema(Field("launch_key", str, check=check_key(200)),
                   Field("signal", (str, int)), Field("group", bool, required=False, default=True))
 S_INTENT = Schema(Field("stack", str, check=_name), Field("intent", str),
                   Field("expected_revision", int, check=_uint))
+S_STOP_ORDER = Schema(Field("stacks", dict, check=stoporder.check_order))
 S_LOGS = Schema(Field("after", int, required=False, default=0, check=_uint),
                 Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)),
                 Field("max_bytes", int, required=False, default=LOGS_PAGE_BYTES,
@@ -255,6 +259,7 @@ class OwnerService:
             "fdstore.clear": Method(self.fdstore_clear, S_FDSTORE),
             "stack.set_intent": Method(self.set_intent, S_INTENT),
             "stack.intents": Method(self.intents, role="viewer", while_draining=True),
+            "stack.stop_order": Method(self.set_stop_order, S_STOP_ORDER),
             "logs.read": Method(self.logs_read, S_LOGS, role="viewer", while_draining=True),
             "logs.dropped": Method(self.logs_dropped, role="viewer", while_draining=True),
             "logs.forget": Method(self.logs_forget, S_FORGET),
@@ -539,6 +544,14 @@ class OwnerService:
     async def intents(self, call: Call) -> Any:
         return {"intents": self.store.intents()}
 
+    async def set_stop_order(self, call: Call) -> Any:
+        """The levels, first to stop first, in which the shutdown stops each stack's apps
+        (owner.stoporder); the whole order, replacing the one kept."""
+        self._require_epoch(call)
+        order = call.params["stacks"]
+        self.launcher.set_stop_order(order)
+        return {"stacks": len(order)}
+
     # -- logs and observations ---------------------------------------------------------
 
     async def logs_read(self, call: Call) -> Any:
@@ -678,7 +691,7 @@ class OwnerService:
                 "sockets_held": len(self.launcher.sockets.held),
                 "fd_store": dict(self.launcher.fdstore.stats),
                 "uncertain": sorted(self.launcher.uncertain),
-                "stop_budget": self.procs.stop_budget(),
+                "stop_budget": self.launcher.stop_budget(),
                 "release": self.release,
                 "draining": bool(self.server and self.server.draining),
                 **privileges(None if self.launcher.cgroups is None

@@ -84,6 +84,10 @@ CREATE TABLE IF NOT EXISTS descendants (
 CREATE TABLE IF NOT EXISTS launch_cgroups (
     launch_key TEXT PRIMARY KEY,
     path TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS stop_order (
+    stack TEXT PRIMARY KEY,
+    levels TEXT NOT NULL
 )
 """
 
@@ -436,6 +440,19 @@ class OwnerStore:
             intent, revision = _intent(s, i, r)
             out[s] = {"intent": str(intent), "revision": revision, "updated_at": u}
         return out
+
+    def stop_order(self) -> list[tuple[str, str]]:
+        """The stored stop order's rows, (stack, its levels as JSON): owner.stoporder
+        reads them."""
+        return [(str(s), str(v)) for s, v in
+                self.db.execute("SELECT stack, levels FROM stop_order ORDER BY stack")]
+
+    def set_stop_order(self, order: dict[str, list[list[str]]]) -> None:
+        """Replace the stored stop order by ``order`` (stack -> levels), durably."""
+        with synced_transaction(self.db):
+            self.db.execute("DELETE FROM stop_order")
+            self.db.executemany("INSERT INTO stop_order VALUES (?, ?)",
+                                [(s, json.dumps(v)) for s, v in sorted(order.items())])
 
     def set_intent(self, stack: str, intent: Intent, expected_revision: int) -> int:
         """Compare-and-set a stack's intent. Returns the new revision; raises Conflict."""

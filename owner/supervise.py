@@ -26,6 +26,7 @@ from protocol.errors import Conflict, LaunchFailed, StorageFailed, TenureError
 from protocol.layout import HOME_ID_ENV, home_id
 from protocol.seldom import Seldom
 
+from . import stoporder
 from .cgroups import CgroupTree
 from .descendants import LAUNCH_KEY_ENV, OWNER_HOME_ENV
 from .drain import PipeDrainer
@@ -69,6 +70,7 @@ class Launcher:
         self.ring = ring
         self.boot_id = boot_id
         self.live: dict[str, LaunchRow] = {}
+        self._stop_order: stoporder.Order | None = None   # owner.stoporder, once read
         self.uncertain: dict[str, LaunchRow] = {}  # rows whose last write failed
         self._by_pgid: dict[int, str] = {}
         self.sockets = SocketHolder()
@@ -429,12 +431,36 @@ class Launcher:
 
     async def stop_all(self) -> list[tuple[str, StopResult | BaseException]]:
         """Stop every live launch, and every exited one whose descendants still run,
-        concurrently, each with its own policy."""
+        each with its own policy: level by level of the stop order (owner.stoporder),
+        the launches of a level concurrently."""
         self.procs.track()
+        out: list[tuple[str, StopResult | BaseException]] = []
+        for group in self._stop_levels():
+            results = await asyncio.gather(*(self.stop(k, None) for k in group),
+                                           return_exceptions=True)
+            out += zip(group, results, strict=True)
+        return out
+
+    def stop_budget(self) -> float:
+        """The longest the stop of every launch that may still run can take by their own
+        policies, level after level of the stop order; 0 with none."""
+        policies = self.procs.policies()
+        return stoporder.budget(self._stop_levels(), lambda k: policies.get(k, 0.0))
+
+    def _stop_levels(self) -> list[list[str]]:
         keys = [*self.live, *(k for k in self.procs.lingering() if k not in self.live)]
-        results = await asyncio.gather(*(self.stop(k, None) for k in keys),
-                                       return_exceptions=True)
-        return list(zip(keys, results, strict=True))
+        if self._stop_order is None:   # read once: what the backend tells replaces it
+            self._stop_order = stoporder.parse_rows(self.store.stop_order())
+        return stoporder.levels(keys, self._app_of, self._stop_order)
+
+    def set_stop_order(self, order: dict[str, list[list[str]]]) -> None:
+        """Keep ``order`` (stack -> levels of app names) for the shutdown, durably."""
+        self.store.set_stop_order(order)
+        self._stop_order = order
+
+    def _app_of(self, key: str) -> tuple[str, str] | None:
+        row = self.live.get(key) or self.store.get_launch(key)
+        return None if row is None else (row.stack, row.app)
 
     async def wait_drained(self, timeout: float) -> bool:
         """Wait until every pipe reached EOF (all output is in the journal)."""

@@ -100,7 +100,7 @@ def test_a_daemon_left_in_the_cgroup_lingers_until_it_is_gone(tmp_path: Path) ->
             daemon.found(cg)
             assert at_exit == [1]               # what the exit event names
             t.track()
-            assert (t.left_behind("k1"), t.lingering(), t.stop_budget()) == (1, ["k1"], 2.0)
+            assert (t.left_behind("k1"), t.lingering(), t.policies()) == (1, ["k1"], {"k1": 2.0})
             assert kill_verified(daemon.pid, daemon.ticks, signal.SIGKILL)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 10
@@ -108,7 +108,7 @@ def test_a_daemon_left_in_the_cgroup_lingers_until_it_is_gone(tmp_path: Path) ->
                 assert loop.time() < deadline, "the empty cgroup still lingers"
                 await asyncio.sleep(0.02)
                 t.track()
-            assert (t.left_behind("k1"), t.stop_budget()) == (0, 0.0)
+            assert (t.left_behind("k1"), t.policies()) == (0, {})
             assert not cg.exists()              # removed once empty
         finally:
             daemon.end()
@@ -150,7 +150,7 @@ def test_the_exit_names_the_daemon_and_the_shutdown_stops_it(tmp_path: Path) -> 
             exit_ = await _exit_event(launcher.ring)
             daemon.found(cg)
             assert exit_.get("descendants") == 1, exit_
-            assert launcher.procs.stop_budget() == 2.0   # `tenure down` waits for it
+            assert launcher.stop_budget() == 2.0   # `tenure down` waits for it
             results = await launcher.stop_all()
             assert [(k, getattr(r, "outcome", r)) for k, r in results] == \
                 [("k1", StopOutcome.STOPPED)]

@@ -1,7 +1,8 @@
 """A stack stop asks ``db`` to stop only once ``web`` (``after = ["db"]``) is down, with
 real processes: ``web``'s TERM trap takes 4 s to end it, and each app writes the time it
 got its TERM. A stack stop cut by a backend SIGKILL while ``web`` still stops is
-finished, in order, by the generation recovered next."""
+finished, in order, by the generation recovered next. `tenure down` goes in the same
+order: the owner stops the apps itself, in the order the backend told it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from backend.model import StopSpec
 
 TRAP = ("trap 'date +%s.%N > {out}/{name}.term; sleep {linger}; date +%s.%N > "
         "{out}/{name}.end; exit 0' TERM; while :; do sleep 0.1; done")
@@ -71,3 +74,19 @@ def test_a_stack_stop_cut_by_a_backend_kill_is_finished_in_order(
     cluster.wait(lambda: all(cluster.apps()[k]["state"] == "stopped"
                              for k in ("s/db/0", "s/web/0")), 30, "stack s stopped")
     assert "stopping them, in the reverse of their start order" in cluster.backend_log()
+
+
+def test_down_stops_an_app_after_the_apps_that_start_after_it(
+        cluster: Any, tmp_path: Path) -> None:
+    cluster.up(config(tmp_path))
+    cluster.wait_ready(3)
+
+    def budget() -> float:
+        with cluster.owner() as c:
+            return float(c.call("status")["stop_budget"])
+    # told within a second of the start: two levels of s, the default policy each
+    policy = StopSpec().timeout + StopSpec().kill_after
+    cluster.wait(lambda: budget() == 2 * policy, 10, "the stop order told to the owner")
+    down = cluster.down()
+    assert down.ok, down
+    assert at(tmp_path, "db.term") >= at(tmp_path, "web.end"), "db asked before web ended"

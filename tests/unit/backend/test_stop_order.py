@@ -173,6 +173,30 @@ def test_a_stopped_stack_found_running_is_stopped_in_order(tmp_path: Path) -> No
     run_generation(tmp_path, CONFIG, body, owner=SlowWeb())
 
 
+def test_the_owner_is_told_the_reverse_start_order_of_stacks_with_more_than_one_level(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """For its own shutdown (`tenure down`, the machine's), with no backend left."""
+    from backend.owner_order import StopOrderTeller, stop_order_of
+    config = parse_config(CONFIG, "unit.toml")
+    assert stop_order_of(config) == {"s": [["web"], ["api", "worker"], ["db"]]}
+
+    async def main() -> None:
+        owner, teller = FakeOwner(), StopOrderTeller()
+        await teller.sync(owner, 1, {"stopOrder": 1}, config)
+        await teller.sync(owner, 1, {"stopOrder": 1}, config)   # told already
+        assert owner.stop_order == stop_order_of(config)
+        assert len(owner.sent("stack.stop_order")) == 1
+        await teller.sync(owner, 2, {"stopOrder": 1}, parse_config(
+            '[stacks.s.apps.db]\ncommand = ["x"]\n', "unit.toml"))   # a newer generation's
+        assert len(owner.sent("stack.stop_order")) == 2 and teller.told == {}
+        old = StopOrderTeller()
+        await old.sync(owner, 1, {}, config)   # an owner that predates it
+        await old.sync(owner, 1, {}, config)
+        assert len(owner.sent("stack.stop_order")) == 2
+    asyncio.run(main())
+    assert caplog.text.count("the owner predates stopOrder@1") == 1
+
+
 def test_a_start_asked_during_an_ordered_stop_keeps_its_instance_up(tmp_path: Path) -> None:
     """The latest command wins: `tenure start s/db` while `tenure stop s` waits for web
     leaves db running; the stop does not wait for it and says why."""
