@@ -240,18 +240,19 @@ class InstanceCommands:
         then (a start asked of them since: the latest command has them). Returns the
         keys not asked: a drain began (no step holds a handoff for as long as an app
         takes to stop), or ``superseded`` holds (a later command has the instances)."""
+        fed = levels[0] if levels else []   # the level asked last (not those left alone)
         for i in range(1, len(levels)):
-            asked = {k: self.sup.instances[k].generation for k in levels[i - 1]
+            asked = {k: self.sup.instances[k].generation for k in fed
                      if k in self.sup.instances}
             await self._wait_settled(list(asked), DOWN, _left(deadline), until_drain=True,
                                      moved=asked, superseded=superseded)
             if self.gate.paused or (superseded is not None and superseded()):
                 return [k for rest in levels[i:] for k in rest]
             left_alone = set(skip() if skip is not None else ())
+            fed = [k for k in levels[i] if k in self.sup.instances and k not in left_alone]
             with self.gate.step(f"{what}: stop {_apps(levels[i])}"):
-                for k in levels[i]:
-                    if k in self.sup.instances and k not in left_alone:
-                        self.sup.feed(k, im.StopRequested())
+                for k in fed:
+                    self.sup.feed(k, im.StopRequested())
         return []
 
     async def restart(self, call: Call) -> Any:

@@ -255,3 +255,20 @@ def test_a_stack_start_answered_after_an_aborted_drain_is_not_stopped(tmp_path: 
         assert answer["intent"] == "running" and stopped_apps(owner) == []
         assert all(i.state is State.READY for i in gen.sup.instances.values())
     run_generation(tmp_path, CONFIG, body, owner=SlowIntent())
+
+
+def test_an_instance_left_to_a_later_start_is_not_waited_for(tmp_path: Path) -> None:
+    """`tenure start s/api` while `tenure stop s` waits for web: api is left running,
+    and db (next) is not held back waiting for api to be down."""
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        assert isinstance(owner, SlowWeb)
+        stop = asyncio.create_task(plain_stop(gen))
+        await until(lambda: state(gen, "s/web/0") is State.STOPPING, "web stopping")
+        await gen.api.start(api_call("start", target="s/api", timeout=5.0))
+        owner.trapped.set()
+        async with asyncio.timeout(BOUND):   # db not held back until the stop's deadline
+            answer = await stop
+        assert stopped_apps(owner) == ["web", "worker", "db"]
+        assert answer["started_meanwhile"] == ["s/api/0", "s/api/1"]
+        assert answer["settled"] is True, answer
+    run_generation(tmp_path, CONFIG, body, owner=SlowWeb())
