@@ -5,6 +5,7 @@ it asked for pruned events; and what one machine event records."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -384,3 +385,30 @@ def test_a_follower_that_falls_behind_past_pruning_is_told(store, monkeypatch, c
     assert oldest > 6 and ids[:6] == [1, 2, 3, 4, 5, oldest] and pages[1]["gap"]
     assert err == f"tenure: events before #{oldest} were pruned (the log keeps the " \
                   "newest 100,000)\n", err
+
+
+def test_a_stopped_followers_backend_db_is_not_read_through_a_link(
+        store, tmp_path, capsys) -> None:
+    """Was read through: with backend/ a symlink to another home's, `tenure events -f`
+    whose tenure stopped printed that home's events as this one's. A FIFO named
+    backend.db is refused too (it would block the follower for ever)."""
+    from types import SimpleNamespace
+
+    from backend.cli import events as cli
+    from protocol.layout import Layout
+    log = _log(store)
+    log.record("exit", "s/a/0", pid=1)
+    assert log.flush() == 1
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    lay = Layout(home)
+    os.symlink(tmp_path, lay.backend)          # another home's backend/, events and all
+    assert cli._left_in_file(SimpleNamespace(home=home), 0, {}) == []
+    err = capsys.readouterr().err
+    assert f"UNSAFE_PATH: {lay.backend} is a symlink" in err, err
+    os.unlink(lay.backend)
+    lay.backend.mkdir(mode=0o700)
+    os.mkfifo(lay.backend_db)
+    assert cli._left_in_file(SimpleNamespace(home=home), 0, {}) == []
+    err = capsys.readouterr().err
+    assert f"{lay.backend_db} is " in err and "UNSAFE_PATH" in err, err

@@ -5,11 +5,16 @@ stopped (or not)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import re
 import socket
+import stat
 import sys
+import threading
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -330,3 +335,78 @@ def test_a_name_that_is_not_utf8_in_the_file_is_state_corrupt(home, monkeypatch,
     conn.close()
     with pytest.raises(StateCorrupt):
         run(home, monkeypatch, targets=["shop"], n=10)
+
+
+def _journal_of_another_home(tmp_path: Path) -> Path:
+    other = tmp_path / "other"
+    other.mkdir(mode=0o700)
+    with Journal(other / "journal.db") as j:
+        j.append(LogSource("s", "web", 0, 1), "stdout", [(b"a line of ANOTHER journal", 0)])
+        assert j.flush(timeout=10)
+    return other
+
+
+@pytest.mark.parametrize("swap", ["journal link", "execution link", "journal fifo",
+                                  "wal fifo", "shm link", "execution file"])
+def test_a_linked_or_special_journal_is_refused_not_read_or_waited_on(
+        tmp_path, monkeypatch, swap):
+    """Was read through: a journal.db (or execution/) that was a symlink printed another
+    journal's lines as this home's, exit 0, and a FIFO named journal.db blocked the
+    command for ever in sqlite3.connect; the owner refuses both (UNSAFE_PATH)."""
+    from protocol.errors import UnsafePath
+    other = _journal_of_another_home(tmp_path)
+    home = tmp_path / "home"
+    lay = Layout(home)
+    home.mkdir(mode=0o700)
+    if swap == "execution link":
+        os.symlink(other, lay.execution)
+        bad = str(lay.execution)
+    elif swap == "execution file":
+        lay.execution.write_bytes(b"")
+        bad = str(lay.execution)
+    else:
+        lay.execution.mkdir(mode=0o700)
+        if swap == "journal link":
+            bad = lay.journal
+            os.symlink(other / "journal.db", bad)
+        elif swap == "journal fifo":
+            bad = lay.journal
+            os.mkfifo(bad)
+        else:
+            with Journal(lay.journal) as j:
+                j.append(LogSource("s", "web", 0, 1), "stdout", [(b"ours", 0)])
+                assert j.flush(timeout=10)
+            bad = lay.journal + ("-wal" if swap == "wal fifo" else "-shm")
+            if swap == "wal fifo":
+                os.mkfifo(bad)
+            else:
+                os.symlink(other / "journal.db", bad)
+    with _unblocked(bad), pytest.raises(UnsafePath, match=re.escape(f"{bad} is ")) as exc:
+        run(lay, monkeypatch, n=1)
+    assert exc.value.data["path"] == bad
+    assert sys.stdout.getvalue() == ""   # nothing of the other journal printed
+
+
+@contextlib.contextmanager
+def _unblocked(path: str) -> Iterator[None]:
+    """While in it, a FIFO at ``path`` that a reader opened is opened for writing and
+    closed at once, so that a reader that did not refuse it fails instead of blocking
+    the test run for ever."""
+    if not stat.S_ISFIFO(os.lstat(path).st_mode):
+        yield
+        return
+    done = threading.Event()
+
+    def writer() -> None:
+        while not done.is_set():
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:   # no reader yet (ENXIO)
+                done.wait(0.01)
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
