@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from protocol.errors import TenureError
 from protocol.schema import check_name
 
-__all__ = ["CAPABILITY", "MAX_NAMES", "budget", "check_order", "levels", "parse_rows"]
+__all__ = ["CAPABILITY", "MAX_NAMES", "budget", "check_order", "levels", "load",
+           "parse_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,17 @@ def check_order(stacks: Any) -> str | None:
         if count > MAX_NAMES:
             return f"must name at most {MAX_NAMES} apps"
     return None
+
+
+def load(rows: Callable[[], Iterable[tuple[str, str]]]) -> Order:
+    """The stored order, from ``rows()`` (OwnerStore.stop_order); {} when it cannot be
+    read (logged): no reason to keep an app running at shutdown."""
+    try:
+        return parse_rows(rows())
+    except (sqlite3.Error, TenureError) as exc:
+        log.error("the stop order cannot be read (%s): the shutdown stops every "
+                  "application at once", exc)
+        return {}
 
 
 def parse_rows(rows: Iterable[tuple[str, str]]) -> Order:

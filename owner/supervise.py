@@ -450,7 +450,7 @@ class Launcher:
     def _stop_levels(self) -> list[list[str]]:
         keys = [*self.live, *(k for k in self.procs.lingering() if k not in self.live)]
         if self._stop_order is None:   # read once: what the backend tells replaces it
-            self._stop_order = stoporder.parse_rows(self.store.stop_order())
+            self._stop_order = stoporder.load(self.store.stop_order)
         return stoporder.levels(keys, self._app_of, self._stop_order)
 
     def set_stop_order(self, order: dict[str, list[list[str]]]) -> None:
@@ -459,7 +459,12 @@ class Launcher:
         self._stop_order = order
 
     def _app_of(self, key: str) -> tuple[str, str] | None:
-        row = self.live.get(key) or self.store.get_launch(key)
+        """(stack, app) of launch ``key``; None when its row cannot be read (it stops
+        with the first level)."""
+        try:
+            row = self.live.get(key) or self.store.get_launch(key)
+        except (sqlite3.Error, TenureError):
+            return None
         return None if row is None else (row.stack, row.app)
 
     async def wait_drained(self, timeout: float) -> bool:

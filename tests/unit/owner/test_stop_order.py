@@ -53,3 +53,13 @@ def test_a_damaged_stored_order_stops_everything_at_once(caplog) -> None:
     assert stoporder.parse_rows(rows) == {}
     assert "stored stop order of stack 't' is damaged" in caplog.text
     assert stoporder.parse_rows([("s", json.dumps([["a"], ["a"]]))]) == {}
+
+
+def test_an_order_that_cannot_be_read_stops_everything_at_once(caplog) -> None:
+    import sqlite3
+
+    def failing() -> list[tuple[str, str]]:
+        raise sqlite3.OperationalError("disk I/O error")
+    assert stoporder.load(failing) == {}
+    assert "the stop order cannot be read (disk I/O error)" in caplog.text
+    assert stoporder.load(lambda: [("s", json.dumps(ORDER["s"]))]) == ORDER
