@@ -139,12 +139,17 @@ def check_probes(app: App, path: KeyPath) -> None:
     for key, probe in (("ready", app.ready), ("health", app.health)):
         if probe is None or probe.kind.value not in ("tcp", "http"):
             continue
+        tcp = probe.kind.value == "tcp"
         for host, port in _probed(probe, app.instances):
-            hit = next(((s.name, s.listen) for s, a in held if _reaches(host, port, a)), None)
+            # a tcp readiness check finds the app's listener by its port alone (it does
+            # not connect: backend.probes), whatever the host: a held socket of that
+            # port on another address or family passes it as well
+            hit = next(((s.name, s.listen) for s, a in held
+                        if (a.port == port if tcp else _reaches(host, port, a))), None)
             if hit is None:
                 continue
             name, listen = hit
-            if probe.kind.value == "tcp":
+            if tcp:
                 raise Invalid((*path, key, "port"), f"{port} is the port of the app's "
                               f"socket {name!r} ({listen}), which the owner holds: it "
                               "listens before the app runs, so a tcp check of it passes "

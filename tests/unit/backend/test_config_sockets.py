@@ -123,6 +123,12 @@ SOCK = '[stacks.web.apps.api.sockets.http]\nlisten = "0.0.0.0:8080"\n'
      "stacks.web.apps.api.ready.port", "8080 is the port of the app's socket 'http'"),
     ('health = { kind = "tcp", port = 8080, host = "localhost" }\n',
      "stacks.web.apps.api.health.port", "passes whatever the app does"),
+    # a tcp check finds the listener by its port alone: another host or family of that
+    # port was passed by the held socket (ready while the app listened nowhere)
+    ('ready = { kind = "tcp", port = 8080, host = "::1" }\n',
+     "stacks.web.apps.api.ready.port", "8080 is the port of the app's socket 'http'"),
+    ('ready = { kind = "tcp", port = 8080, host = "127.0.0.2" }\n',
+     "stacks.web.apps.api.ready.port", "8080 is the port of the app's socket 'http'"),
     # shared by instances: an old sibling answered for the new process
     ('instances = 4\nready = { kind = "http", url = "http://127.0.0.1:8080/" }\n',
      "stacks.web.apps.api.ready.url", "which its 4 instances share"),
@@ -140,11 +146,18 @@ def test_a_check_of_a_socket_the_owner_holds_is_refused(app: str, key: str,
 @pytest.mark.parametrize("app", [
     'ready = { kind = "http", url = "http://127.0.0.1:8080/" }\n',   # one instance answers
     'instances = 2\nready = { kind = "tcp", port = 9000, port_step = 1 }\n',
-    'ready = { kind = "tcp", port = 8080, host = "::1" }\n',         # another family
     'ready = { kind = "notify" }\nhealth = { kind = "exec", command = ["true"] }\n',
 ])
 def test_checks_of_what_the_app_opens_itself_are_accepted(app: str) -> None:
     parse_config(BASE + app + SOCK, "t.toml")
+
+
+def test_a_tcp_check_of_a_held_ipv6_sockets_port_is_refused_whatever_its_host() -> None:
+    with pytest.raises(ConfigInvalid) as info:
+        parse_config(BASE + 'ready = { kind = "tcp", port = 8080 }\n'
+                     '[stacks.web.apps.api.sockets.http]\nlisten = "[::]:8080"\n', "t.toml")
+    assert "8080 is the port of the app's socket 'http' ([::]:8080)" in \
+        info.value.data["problem"]
 
 
 def test_a_unix_socket_in_a_directory_the_owner_may_not_write_is_refused_at_plan(
