@@ -30,7 +30,7 @@ from .api_instances import InstanceCommands
 from .api_logs import VIEWER_READS, LogsReading
 from .api_stacks import StackCommands
 from .certify import publish_certificate
-from .config import check_declares_something, parse_recent
+from .config import check_declares_something, check_new, parse_recent
 from .configfile import check_size
 from .drainwatch import Caller
 from .enforce import Host, check_config, identity_view
@@ -523,6 +523,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         check_size(source, text)
         new = parse_recent(text, source)
         check_declares_something(new)
+        check_new(new, text)
         if owner_needed:
             self._require_owner("plan")
         owner = self._owner()

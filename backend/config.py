@@ -81,7 +81,7 @@ from .model import (
 )
 
 __all__ = ["CONFIG_FORMAT", "MAX_COUNT", "MAX_INSTANCES", "canonical_form",
-           "check_declares_something",
+           "check_declares_something", "check_new",
            "config_error", "load_config", "order_apps", "parse_config", "parse_recent",
            "parsed_before"]
 
@@ -162,6 +162,19 @@ def check_declares_something(config: Config) -> None:
                      "declares no app and no job: applied, it would stop every application "
                      "(is it the file you meant, or did what generates it fail?); to stop "
                      "them all, `tenure down`, or `tenure stack stop STACK` for each stack")
+
+
+def check_new(config: Config, text: str) -> None:
+    """The checks a config must pass to be planned that a config already applied is not
+    held to: each generation parses the applied config as it starts, and one of a
+    release that added a check must still adopt what an older release applied (it
+    says so in its log: :func:`backend.generation`). Raises ConfigInvalid with the key
+    and line of the first app that fails one."""
+    for app in config.apps():
+        try:
+            check_probes(app, ("stacks", app.stack, "apps", app.name))
+        except Invalid as e:
+            raise config_error(text, config.source, e.path, e.problem) from None
 
 
 RECENT = 2   # parses a backend keeps (parse_recent)
@@ -353,7 +366,6 @@ def _parse_app(stack: str, name: str, t: Mapping[str, Any]) -> App:
         log_retention=_not_default(get_size(t, "log_retention", path, LOG_RETENTION_MIN,
                                             LOG_RETENTION_MAX), LOG_RETENTION_DEFAULT),
     )
-    check_probes(app, path)
     return app
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from protocol.aclient import AsyncClient
 from protocol.errors import (
     BadRequest,
+    ConfigInvalid,
     IdentityMismatch,
     NotFound,
     OwnerChanged,
@@ -57,7 +58,7 @@ from .adopt import (
     resume_wanted_starts,
 )
 from .certify import certificate_loop, persist, persist_loop
-from .config import parse_recent, parsed_before
+from .config import check_new, parse_recent, parsed_before
 from .configrestore import adopting_config
 from .drainstate import DrainState
 from .enforce import app_uids
@@ -164,6 +165,7 @@ class Generation(HandingOver):
             self.config = parse_recent(saved["text"], saved["source"])
             if ahead:
                 log.info("config %s: as parsed while standing by", self.config.revision[:12])
+            _warn_unplannable(self.config, saved["text"])
         # every (re)connection presents the grant: the owner admits mutations only on a
         # connection bound to the current one (protocol.md, "Grants")
         self.owner = AsyncClient(self.layout.owner_sock, want=CONTRACTS,
@@ -614,6 +616,18 @@ class Generation(HandingOver):
         for s in (self.store, self.recovery):
             if s is not None:
                 s.close()
+
+
+def _warn_unplannable(config: Config, text: str) -> None:
+    """Say when the applied config (an older release applied it) fails a check this
+    release makes of a new one (backend.config.check_new): it runs as applied, and the
+    next apply must mend it."""
+    try:
+        check_new(config, text)
+    except ConfigInvalid as exc:
+        log.warning("the applied config %s would not be accepted as a new one by this "
+                    "release (%s); it runs as applied, and the next apply must change "
+                    "that", config.revision[:12], exc.msg)
 
 
 def _int(d: dict[str, Any] | None, key: str, default: int | None = None) -> int:
