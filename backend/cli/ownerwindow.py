@@ -18,7 +18,8 @@ planned       copy the release for the owner if it needs a copy; verify   staged
               every file of the owner's tree against RUNTIME.json
 staged        stop every planned instance through the backend, in order   drained
 drained       stop the owner (systemctl, or SIGTERM); its receipt must    stopped
-              be clean; record the owner's new release
+              be clean, or reconcile proved its launches gone; record
+              the owner's new release
 stopped       start the owner (systemctl, or as `tenure up` does)         started;
                                                                           start_failed
 start_failed  the new owner did not come up: record the release it ran    reverted
@@ -69,6 +70,7 @@ from protocol.layout import MAINTENANCE_KIND, Layout
 from protocol.procfs import running
 
 from .ownerplan import UNIT, check_release, mode_of, owner_tree, plan, sound
+from .unclean import reconciled
 from .windowlock import held
 
 __all__ = ["APPS_DOWN", "KIND", "TRANSITIONS", "WORK", "Event", "Outcome", "Step", "Window",
@@ -383,9 +385,17 @@ def _stop_owner(w: Window, rec: dict[str, Any]) -> Event:
     state = shutdown_receipt(w.layout, owner["instance"])["state"]
     if state == "missing" and _successor_ended_clean(w.layout, owner):
         state = "clean"
+    if state not in ("clean", "missing", "unreadable") and \
+            reconciled(w.layout, owner["instance"]):
+        # reconcile proved its launches gone and wrote the acknowledgement the next
+        # owner consumes as it starts; the receipt itself stays as it was written
+        w.say(f"the owner's shutdown receipt is {state!r}; reconcile proved its "
+              "applications gone")
+        state = "clean"
     if state != "clean":
         raise ReconcileRequired(f"the owner's shutdown receipt is {state!r}, not clean; "
-                                "`tenure owner reconcile` proves what is left",
+                                "`tenure owner reconcile` proves what is left, then "
+                                "`tenure owner upgrade --continue` goes on",
                                 {"receipt": state})
     if p["release"] != p["from"]:
         from owner.release import OwnerRelease, save

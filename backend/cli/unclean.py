@@ -15,7 +15,7 @@ from typing import Any
 from protocol.errors import ReconcileRequired, StateCorrupt, TenureError, UnsafePath
 from protocol.layout import Layout
 
-__all__ = ["refuse_unclean_end", "unclean_end"]
+__all__ = ["reconciled", "refuse_unclean_end", "unclean_end"]
 
 
 def unclean_end(layout: Layout) -> dict[str, Any] | None:
@@ -33,6 +33,16 @@ def unclean_end(layout: Layout) -> dict[str, Any] | None:
     if rec is None or not needs_reconcile(rec, boot) or _acknowledged(paths.ack, rec, boot):
         return None
     return rec
+
+
+def reconciled(layout: Layout, instance: str) -> bool:
+    """Whether `tenure owner reconcile` proved the launches of owner ``instance`` gone on
+    this boot: its one-use acknowledgement names that instance and this boot. Consumes
+    nothing: the next owner to start consumes it (owner.receipt.admit_start), and
+    without it would refuse to start after that owner's unclean end. Raises nothing."""
+    from owner.paths import OwnerPaths
+    from protocol.identity import boot_id
+    return _acknowledged(OwnerPaths(layout.home).ack, {"instance": instance}, boot_id())
 
 
 def _acknowledged(ack_path: str, rec: dict[str, Any], boot: str) -> bool:
