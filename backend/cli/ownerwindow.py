@@ -17,9 +17,11 @@ step done     the work that leads on (ok; owner-down)                     next
 planned       copy the release for the owner if it needs a copy; verify   staged
               every file of the owner's tree against RUNTIME.json
 staged        stop every planned instance through the backend, in order   drained
-drained       stop the owner (systemctl, or SIGTERM); its receipt must    stopped
-              be clean, or reconcile proved its launches gone; record
-              the owner's new release
+              (none when the planned owner ended since and none answers)
+drained       stop the owner (systemctl, or SIGTERM), or the one started  stopped
+              in its place since; its receipt must be clean, or
+              reconcile proved its launches gone; record the owner's
+              new release
 stopped       start the owner (systemctl, or as `tenure up` does)         started;
                                                                           start_failed
 start_failed  the new owner did not come up: record the release it ran    reverted
@@ -55,6 +57,7 @@ from protocol.client import Client
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (
     BadRequest,
+    Conflict,
     ConnectFailed,
     Internal,
     MaintenanceIncomplete,
@@ -361,7 +364,20 @@ def check_way_back(layout: Layout, p: dict[str, Any]) -> None:
 
 
 def _drain(w: Window, rec: dict[str, Any]) -> Event:
-    for level in rec["plan"]["stop"]:
+    """Stop every planned instance through the backend, level by level. When no owner
+    answers and the planned one ended since (a `tenure down` after an interruption),
+    its applications ended with it: there is nothing to stop, and the receipt the next
+    step reads says how it ended. Standalone, a guardian that a `tenure down` stopped is
+    started again (the backend it runs stops the instances). Raises
+    MaintenanceIncomplete (an instance did not stop), ConnectFailed."""
+    p = rec["plan"]
+    owner = p["owner"]
+    if w.owner_status() is None and not running(owner["pid"], owner["start_ticks"]):
+        w.say("the owner ended since, and its applications with it")
+        return Event.OK
+    if p["mode"] == "standalone":
+        _ensure_guardian(w)
+    for level in p["stop"]:
         for key in level:
             w.say(f"stopping {key}")
             r = w.call("stop", {"target": key, "timeout": w.timeout, "window": True})
@@ -372,15 +388,14 @@ def _drain(w: Window, rec: dict[str, Any]) -> Event:
 
 
 def _stop_owner(w: Window, rec: dict[str, Any]) -> Event:
+    """Stop the planned owner, or the owner started in its place since (see
+    :func:`_stop_successor`); the receipt must say it stopped clean, or reconcile must
+    have proven its launches gone. Records the owner's new release. Raises
+    ReconcileRequired, Conflict, MaintenanceIncomplete (it did not exit in time)."""
     p = rec["plan"]
     owner = p["owner"]
-    if running(owner["pid"], owner["start_ticks"]):
-        w.say(f"stopping the owner (pid {owner['pid']})")
-        if p["mode"] == "standalone":
-            os.kill(owner["pid"], signal.SIGTERM)
-        else:
-            _systemctl(p["mode"], "stop")
-        w.wait("the owner's exit", lambda: not running(owner["pid"], owner["start_ticks"]))
+    _end_owner(w, owner, p["mode"])
+    _stop_successor(w, owner)
     from .down import shutdown_receipt
     state = shutdown_receipt(w.layout, owner["instance"])["state"]
     if state == "missing" and _successor_ended_clean(w.layout, owner):
@@ -401,6 +416,41 @@ def _stop_owner(w: Window, rec: dict[str, Any]) -> Event:
         from owner.release import OwnerRelease, save
         save(w.layout.owner_release, OwnerRelease(p["release"], p["from"]))
     return Event.OK
+
+
+def _end_owner(w: Window, ident: dict[str, Any], mode: str) -> None:
+    """Stop the owner ``ident`` (pid and start time) unless it is gone: SIGTERM
+    standalone, its unit under systemd; wait for its exit."""
+    if not running(ident["pid"], ident["start_ticks"]):
+        return
+    w.say(f"stopping the owner (pid {ident['pid']})")
+    if mode == "standalone":
+        os.kill(ident["pid"], signal.SIGTERM)
+    else:
+        _systemctl(mode, "stop")
+    w.wait("the owner's exit", lambda: not running(ident["pid"], ident["start_ticks"]))
+
+
+def _stop_successor(w: Window, owner: dict[str, Any]) -> None:
+    """Stop the owner that answers in place of the planned ``owner`` (gone): one a
+    `tenure down` and `tenure up` started after the window stopped at ``staged``. It is
+    this window's to replace: it could start only once the planned owner had ended
+    clean or been reconciled, and the drain just stopped the planned instances on it.
+    One that runs launches all the same (apps started beside the window, which it would
+    not start again) is not stopped: raises Conflict saying what to do."""
+    st = w.owner_status()
+    if st is None or st["owner"]["instance"] == owner["instance"]:
+        return
+    other = st["owner"]
+    live, uncertain = st.get("live") or 0, st.get("uncertain") or []
+    if live or uncertain:
+        raise Conflict(
+            f"an owner started outside the window (instance {other['instance']}, pid "
+            f"{other['pid']}) runs {live} launches ({len(uncertain)} uncertain) that the "
+            "plan does not name; stopping it would stop them and the window would not "
+            "start them again: stop them, or `tenure down`, then `tenure owner upgrade "
+            "--continue`", {"owner": other, "live": live, "uncertain": uncertain})
+    _end_owner(w, other, mode_of(other["pid"]))
 
 
 def _successor_ended_clean(layout: Layout, owner: dict[str, Any]) -> bool:
@@ -485,9 +535,7 @@ def _restore(w: Window, rec: dict[str, Any]) -> Event:
     _bring_up_owner(w, rec)
     new = rec["progress"]["owner"]["instance"]
     if rec["plan"]["mode"] == "standalone":   # a `tenure down` since an interruption
-        from .daemons import ensure_daemon
-        if ensure_daemon(w.layout, "guardian", w.layout.guardian_sock, foreground=False)[0]:
-            w.say("started the guardian")
+        _ensure_guardian(w)
     w.wait("the backend on the new owner", lambda: (w.call("status").get("owner") or {}
                                                     ).get("instance") == new)
     for level in rec["plan"]["start"]:
@@ -499,6 +547,15 @@ def _restore(w: Window, rec: dict[str, Any]) -> Event:
                 raise MaintenanceIncomplete(why, {"instance": key,
                                                   "state": r.get("instances")})
     return Event.OK
+
+
+def _ensure_guardian(w: Window) -> None:
+    """Standalone: start the guardian unless it answers (a `tenure down` since an
+    interruption stopped it); its backend is what the window stops and starts
+    instances through."""
+    from .daemons import ensure_daemon
+    if ensure_daemon(w.layout, "guardian", w.layout.guardian_sock, foreground=False)[0]:
+        w.say("started the guardian")
 
 
 def _not_up(key: str, r: dict[str, Any], timeout: float) -> str | None:

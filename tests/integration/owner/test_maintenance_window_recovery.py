@@ -36,3 +36,44 @@ def test_continue_after_reconcile_of_an_unclean_owner_stop_finishes_the_window(c
     cluster.wait_ready(1)
     assert cluster.apps()["demo/db/0"]["state"] == "ready"
 
+
+# ignores SIGTERM: its stop takes the whole stop timeout, then SIGKILL
+STUBBORN = """
+[stacks.slow.apps.stubborn]
+command = ["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"]
+stop = { timeout = 4 }
+"""
+
+
+def _stopped_after_staged(cluster: Any) -> None:
+    """A window whose drain did not finish (the stubborn app outlasts --timeout 1)."""
+    cluster.up(DB + STUBBORN)
+    cluster.wait_ready(2)
+    plan = cluster.cli("owner", "upgrade", "--dry-run", check=True).out
+    res = cluster.cli("owner", "upgrade", "--digest", plan["digest"], "--timeout", "1")
+    assert res.code == 1 and res.out["error"]["data"]["step"] == "staged", res
+
+
+def test_continue_after_a_down_at_staged_finishes_the_window(cluster):
+    """Was: a `tenure down` after the window stopped at `staged` left `--continue`
+    failing with 'no socket at …/api.sock': the drain needed a backend and started
+    none, though the runbook said --continue starts the guardian again."""
+    _stopped_after_staged(cluster)
+    assert cluster.down().code == 0
+    done = cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True).out
+    assert done["step"] == "done", done
+    cluster.wait_ready(2)
+
+
+def test_continue_after_a_down_and_an_up_at_staged_replaces_that_owner(cluster):
+    """Was: after a `tenure down` and a `tenure up` at `staged` (the apps stay stopped),
+    `--continue` said the owner's receipt was 'missing', not clean, and `tenure owner
+    reconcile` answered ALREADY_RUNNING: the window could never finish."""
+    _stopped_after_staged(cluster)
+    assert cluster.down().code == 0
+    cluster.up()
+    between = cluster.cli("owner", "status", check=True).out["owner"]["instance"]
+    done = cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True).out
+    assert done["step"] == "done", done
+    assert done["progress"]["owner"]["instance"] != between
+    cluster.wait_ready(2)
