@@ -10,13 +10,22 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from protocol.errors import BadSignature, NotFound, StateCorrupt, UnsafePath
+from protocol.errors import (
+    BadSignature,
+    CapabilityMissing,
+    NotFound,
+    StateCorrupt,
+    UnsafePath,
+)
 from protocol.layout import Layout
 
 if TYPE_CHECKING:
+    from guardian.release import Release
+
     from .ownerwindow import Window
 
-__all__ = ["UNIT", "WANTED_UP", "check_release", "mode_of", "owner_tree", "plan"]
+__all__ = ["UNIT", "WANTED_UP", "check_contracts_offered", "check_release", "mode_of",
+           "offered_contracts", "owner_tree", "plan"]
 
 UNIT = "tenure-owner.service"
 
@@ -49,6 +58,7 @@ def plan(w: Window, release: str | None) -> dict[str, Any]:
     ident = owner["owner"]
     body = {"owner": {k: ident[k] for k in ("instance", "pid", "start_ticks")},
             "from": current, "release": release or current, "mode": mode_of(ident["pid"]),
+            "backend": (st.get("backend") or {}).get("release"),
             "owner_uid": owner.get("uid", os.geteuid()),
             "stop": stop, "start": stop[::-1], "instances": sum(map(len, stop)),
             "stopped_stacks": order["stopped_stacks"]}
@@ -86,12 +96,12 @@ def mode_of(pid: int) -> str:
     return "systemd-user" if "/user@" in cgroup else "systemd"
 
 
-def check_release(layout: Layout, rid: str, uid: int) -> None:
+def check_release(layout: Layout, rid: str, uid: int) -> Release:
     """Verify release ``rid`` (every file against its RUNTIME.json) where the owner,
     running as ``uid``, will run it from: its own staged copy, or the guardian's copy
-    when that may serve it, else the guardian's copy a window would stage. Raises
-    NotFound (not installed), StateCorrupt (InterpreterChanged), UnsafePath or
-    BadSignature, the message saying that the release does not verify."""
+    when that may serve it, else the guardian's copy a window would stage; returns that
+    copy, verified. Raises NotFound (not installed), StateCorrupt (InterpreterChanged),
+    UnsafePath or BadSignature, the message saying that the release does not verify."""
     from guardian.paths import GuardianPaths
     from guardian.trust import verified_release
     from owner.release import verified
@@ -100,12 +110,11 @@ def check_release(layout: Layout, rid: str, uid: int) -> None:
         if owner_tree(layout, rid, uid):
             # the guardian's trust holds for the owner's copy too: trusted release keys
             # and interpreter bindings, as the new owner will verify it
-            verified(layout, rid, uid=uid)
-        elif (layout.releases / rid).is_dir():
-            verified_release(paths, rid)
-        else:
-            raise NotFound(f"release {rid} is not installed; `tenure release install` it "
-                           "first", {"release": rid})
+            return verified(layout, rid, uid=uid)
+        if (layout.releases / rid).is_dir():
+            return verified_release(paths, rid)
+        raise NotFound(f"release {rid} is not installed; `tenure release install` it "
+                       "first", {"release": rid})
     except (StateCorrupt, UnsafePath, BadSignature) as exc:
         raise type(exc)(f"release {rid} does not verify: {exc.msg}",
                         {**exc.data, "release": rid}) from None
@@ -123,3 +132,68 @@ def owner_tree(layout: Layout, rid: str, uid: int) -> bool:
     except NotFound:
         return False
     return True
+
+
+def check_contracts_offered(layout: Layout, p: dict[str, Any], candidate: Release) -> None:
+    """Refuse the plan ``p`` when the owner of its release (``candidate``, verified)
+    would not offer, at exactly the version, a contract that the release the backend
+    runs (``p['backend']``) requires: the backend would never attach to that owner and
+    every planned instance would stay down. The installed code's requirements stand in
+    for a backend on the installed code. A restart on the code the owner runs offers
+    what the backend uses already: nothing to check. Changes nothing. Raises
+    CapabilityMissing (``data.missing``: name -> version), StateCorrupt, and what
+    verifying the backend's release raises."""
+    if p["release"] is None or p["release"] == p["from"]:
+        return
+    offered = offered_contracts(candidate)
+    backend = p.get("backend")
+    who = f"the backend's release {backend[:12]}" if backend else "the installed backend"
+    try:
+        if backend:
+            from guardian.paths import GuardianPaths
+            from guardian.selection import check_contracts
+            from guardian.trust import verified_release
+            check_contracts(verified_release(GuardianPaths(layout.home), backend),
+                            offered, who=who)
+        else:
+            from protocol.handover import OWNER_CONTRACTS
+            missing = {k: v for k, v in OWNER_CONTRACTS.items() if offered.get(k) != v}
+            if missing:
+                names = ", ".join(f"{k}@{v}" for k, v in sorted(missing.items()))
+                raise CapabilityMissing(f"the owner lacks {names} that {who} requires",
+                                        {"missing": missing})
+    except CapabilityMissing as exc:
+        raise CapabilityMissing(
+            f"the owner of release {candidate.id[:12]} cannot serve the backend: "
+            f"{exc.msg}, so the backend would not attach to it and the apps would stay "
+            "down; nothing was stopped. Plan a release whose owner offers it (or move "
+            "the backend to a release that needs what it offers first)",
+            {**exc.data, "release": candidate.id, "backend": backend}) from None
+
+
+def offered_contracts(release: Release) -> dict[str, int]:
+    """The contracts the owner of ``release`` (verified) offers: its ``CAPABILITIES``,
+    read by its own interpreter from its own ``lib/`` as the owner will import them
+    (without the environment, site-packages or bytecode writes). Raises
+    CapabilityMissing when they cannot be read: an owner that cannot even import its
+    service would not serve a backend either."""
+    import subprocess
+    boot = (f"import sys; sys.path.insert(0, {str(release.lib)!r}); import json; "
+            "from owner.service import CAPABILITIES; json.dump(CAPABILITIES, sys.stdout)")
+    argv = [release.interpreter.path, "-I", "-S", "-B", "-c", boot]
+    why = ""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        if proc.returncode == 0:
+            got = json.loads(proc.stdout)
+            if type(got) is dict and all(isinstance(k, str) and type(v) is int
+                                         for k, v in got.items()):
+                return got
+            why = "they are not a map of names to versions"
+        else:
+            why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        why = str(exc)
+    raise CapabilityMissing(f"which contracts the owner of release {release.id[:12]} "
+                            f"offers cannot be read: {why}", {"release": release.id})

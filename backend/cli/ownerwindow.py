@@ -15,7 +15,8 @@ instead stops the window):
 step done     the work that leads on (ok; owner-down)                     next
 ============  ==========================================================  ============
 planned       copy the release for the owner if it needs a copy; verify   staged
-              every file of the owner's tree against RUNTIME.json
+              every file of the owner's tree against RUNTIME.json, and
+              that its owner offers the contracts the backend needs
 staged        stop every planned instance through the backend, in order   drained
               (none when the planned owner ended since and none answers)
 drained       stop the owner (systemctl, or SIGTERM), or the one started  stopped
@@ -72,7 +73,15 @@ from protocol.errors import (
 from protocol.layout import MAINTENANCE_KIND, Layout
 from protocol.procfs import running
 
-from .ownerplan import UNIT, check_release, mode_of, owner_tree, plan, sound
+from .ownerplan import (
+    UNIT,
+    check_contracts_offered,
+    check_release,
+    mode_of,
+    owner_tree,
+    plan,
+    sound,
+)
 from .unclean import reconciled
 from .windowlock import held
 
@@ -312,8 +321,9 @@ def _stage(w: Window, rec: dict[str, Any]) -> Event:
         ensure_private_dir(w.layout.owner_releases, root=w.layout.execution, above=False)
         install_trusted(GuardianPaths(w.layout.home), w.layout.releases / p["release"],
                         into=w.layout.owner_releases)
-    check_release(w.layout, p["release"], p["owner_uid"])
+    candidate = check_release(w.layout, p["release"], p["owner_uid"])
     check_way_back(w.layout, p)
+    check_contracts_offered(w.layout, p, candidate)
     return Event.OK
 
 
@@ -687,9 +697,11 @@ def dry_run(w: Window, release: str | None) -> dict[str, Any]:
     anything, and ``unfinished`` (``{step, failed}`` of a window not done, or None).
     Raises what :func:`plan` and :func:`check_release` raise."""
     p = plan(w, release)
-    if p["release"] is not None:
+    candidate = None if p["release"] is None else \
         check_release(w.layout, p["release"], p["owner_uid"])
     check_way_back(w.layout, p)
+    if candidate is not None:
+        check_contracts_offered(w.layout, p, candidate)
     rec = load(w.layout)
     unfinished = None if rec is None or rec["step"] == Step.DONE else \
         {"step": rec["step"], "failed": str(TRANSITIONS[Step(rec["step"]), Event.OK])}
