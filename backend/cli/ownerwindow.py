@@ -695,8 +695,14 @@ def command(args: Any, w: Window, guardian: Callable[..., Any],
 def dry_run(w: Window, release: str | None) -> dict[str, Any]:
     """The plan, its release verified as the window would verify it before it stops
     anything, and ``unfinished`` (``{step, failed}`` of a window not done, or None).
-    Raises what :func:`plan` and :func:`check_release` raise."""
-    p = plan(w, release)
+    Raises what :func:`plan` and :func:`check_release` raise; MaintenanceIncomplete,
+    pointing at --continue, when no plan can be made while a window is unfinished with
+    instances down (between two owners none answers, and `tenure up` is refused)."""
+    try:
+        p = plan(w, release)
+    except TenureError as exc:
+        _refuse_unfinished(w.layout, exc)
+        raise
     candidate = None if p["release"] is None else \
         check_release(w.layout, p["release"], p["owner_uid"])
     check_way_back(w.layout, p)
@@ -706,6 +712,25 @@ def dry_run(w: Window, release: str | None) -> dict[str, Any]:
     unfinished = None if rec is None or rec["step"] == Step.DONE else \
         {"step": rec["step"], "failed": str(TRANSITIONS[Step(rec["step"]), Event.OK])}
     return {**p, "unfinished": unfinished}
+
+
+def _refuse_unfinished(layout: Layout, exc: TenureError) -> None:
+    """Raise MaintenanceIncomplete naming the unfinished window and --continue, with
+    ``exc`` (why no plan could be made) in ``data.error``, when a window stopped after a
+    step with instances down; else return."""
+    rec = load(layout)
+    if rec is None or rec["step"] not in APPS_DOWN:
+        return
+    step = Step(rec["step"])
+    # no owner answers: plan's advice (`tenure up`) is refused while the window is
+    # between two owners; --continue starts the next one
+    why = "no owner answers on this home" if isinstance(exc, NotFound) else \
+        exc.msg.rstrip()
+    raise MaintenanceIncomplete(
+        f"no plan: {why}; a maintenance window is unfinished (stopped after "
+        f"step {step}): tenure owner upgrade --continue finishes it; a new window is "
+        "refused until then", {"step": str(step), "failed": str(TRANSITIONS[step, Event.OK]),
+                               "error": exc.to_wire()}) from None
 
 
 def done_text(rec: dict[str, Any]) -> str:

@@ -5,7 +5,12 @@ reconcile` proved that owner's launches gone."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_maintenance_window import _interrupted_as_the_owner_stops
 
 DB = '[stacks.demo.apps.db]\ncommand = ["sleep", "infinity"]\n'
 
@@ -77,3 +82,20 @@ def test_continue_after_a_down_and_an_up_at_staged_replaces_that_owner(cluster):
     assert done["step"] == "done", done
     assert done["progress"]["owner"]["instance"] != between
     cluster.wait_ready(2)
+
+
+def test_a_plan_between_the_owners_of_a_window_points_at_continue(cluster):
+    """Was: a --dry-run while the window was between stopping the owner and starting
+    the next said `NOT_FOUND: no owner answers on this home; tenure up starts one`, and
+    `tenure up` was refused (MAINTENANCE_INCOMPLETE)."""
+    cluster.up(DB)
+    cluster.wait_ready(1)
+    _interrupted_as_the_owner_stops(cluster)
+    res = cluster.cli("owner", "upgrade", "--dry-run")
+    err = res.out["error"]
+    assert res.code == 1 and err["code"] == "MAINTENANCE_INCOMPLETE", res
+    assert "tenure owner upgrade --continue" in err["msg"], err
+    assert "`tenure up` starts one" not in err["msg"], err
+    assert (err["data"]["step"], err["data"]["error"]["code"]) == ("drained", "NOT_FOUND")
+    cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True)
+    cluster.wait_ready(1)
