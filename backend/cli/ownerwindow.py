@@ -52,6 +52,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from protocol.client import Client
@@ -671,6 +672,8 @@ def command(args: Any, w: Window, guardian: Callable[..., Any],
         raise BadRequest("tenure owner upgrade [RELEASE|PATH] takes exactly one of "
                          "--dry-run, --digest D (the plan you reviewed) or --continue")
     release = None
+    if args.release and args.cont:
+        _check_continued_release(w.layout, args.release)
     if args.release and not args.cont:
         from .releases import resolve_release
         with guardian(args) as g:
@@ -690,6 +693,31 @@ def command(args: Any, w: Window, guardian: Callable[..., Any],
     check_not_reverted(rec)
     out(args, rec, done_text(rec))
     return Exit.OK
+
+
+def _check_continued_release(layout: Layout, arg: str) -> None:
+    """``RELEASE`` given with --continue must name the release the unfinished window
+    plans (its id, a prefix of 8 or more characters, or its sealed directory): --continue
+    carries on the recorded plan, never another. Raises BadRequest (nothing done);
+    returns when it names it, or when no window is unfinished (--continue says so)."""
+    rec = load(layout)
+    if rec is None or rec["step"] == Step.DONE:
+        return
+    planned: str | None = rec["plan"]["release"]
+    named = arg
+    if "/" in arg or arg in (".", ".."):
+        from guardian.manifest import RUNTIME_NAME, release_id
+        try:
+            named = release_id((Path(arg) / RUNTIME_NAME).read_bytes())
+        except OSError:
+            named = arg
+    if planned is not None and len(named) >= 8 and planned.startswith(named):
+        return
+    raise BadRequest(
+        f"{arg}: --continue carries on the unfinished window, which plans "
+        f"{_name(planned)} ({planned or 'no release'}), not another; nothing was done. "
+        "Run `tenure owner upgrade --continue` without RELEASE to finish it, then plan "
+        "a window of the release you meant", {"release": arg, "planned": planned})
 
 
 def dry_run(w: Window, release: str | None) -> dict[str, Any]:

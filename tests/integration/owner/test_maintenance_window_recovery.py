@@ -99,3 +99,22 @@ def test_a_plan_between_the_owners_of_a_window_points_at_continue(cluster):
     assert (err["data"]["step"], err["data"]["error"]["code"]) == ("drained", "NOT_FOUND")
     cluster.cli("owner", "upgrade", "--continue", "--timeout", "60", check=True)
     cluster.wait_ready(1)
+
+
+def test_continue_with_another_release_is_refused_and_does_nothing(cluster):
+    """Was: `tenure owner upgrade RELEASE --continue` ignored RELEASE, carried on the
+    recorded plan (to another release) and exited 0."""
+    _stopped_after_staged(cluster)
+    record = cluster.home / "execution" / "maintenance.json"
+    planned = _window(cluster)["plan"]["release"]
+    kept = record.read_bytes()
+    other = "f" * 64
+    res = cluster.cli("owner", "upgrade", other, "--continue", "--timeout", "60")
+    err = res.out["error"]
+    assert res.code == 2 and err["code"] == "BAD_REQUEST", res
+    assert planned[:12] in err["msg"] and "nothing was done" in err["msg"], err
+    assert record.read_bytes() == kept
+    done = cluster.cli("owner", "upgrade", planned[:12], "--continue", "--timeout", "60",
+                       check=True).out
+    assert done["step"] == "done", done
+    cluster.wait_ready(2)
