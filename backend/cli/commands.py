@@ -701,7 +701,8 @@ def cmd_owner(args: Any) -> int:
     import subprocess
     _check_owner_options(args)
     if args.action == "upgrade":
-        from .ownerwindow import Window, command
+        from .ownerwindow import Window
+        from .ownerwindow_cli import command
         w = Window(_layout(args), lambda timeout: _api(args, timeout), args.timeout,
                    lambda line: None if args.json else print(f"  {line}", file=sys.stderr))
         return command(args, w, _guardian, _out)

@@ -28,7 +28,8 @@ def move_to_first_release(layout: Layout, rid: str, guardian: Callable[[], Clien
     it runs the release before) and what they raise."""
     from .daemons import ping
     from .guardiancmd import wait_moved
-    from .ownerwindow import Window, begin, carry_on, check_not_reverted, held, mode_of, plan
+    from .ownerwindow import Window, begin, carry_on, held, mode_of, plan
+    from .ownerwindow_cli import check_not_reverted
     moved = {"guardian": False, "owner": False}
     with guardian() as g:
         runs = (g.call("status").get("guardian_release") or {}).get("running")

@@ -52,19 +52,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from protocol.client import Client
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (
-    BadRequest,
     Conflict,
     ConnectFailed,
     Internal,
     MaintenanceIncomplete,
-    NotFound,
-    OwnerUpgradeReverted,
     ReconcileRequired,
     ServiceError,
     StalePlan,
@@ -87,8 +83,8 @@ from .unclean import reconciled
 from .windowlock import held
 
 __all__ = ["APPS_DOWN", "KIND", "TRANSITIONS", "WORK", "Event", "Outcome", "Step", "Window",
-           "check_not_reverted", "check_release", "command", "held", "mode_of", "plan",
-           "plan_text", "refuse_owner_start"]
+           "begin", "carry_on", "check_release", "check_way_back", "held", "load",
+           "mode_of", "name", "plan", "refuse_owner_start", "reverted"]
 
 KIND = MAINTENANCE_KIND
 
@@ -154,36 +150,6 @@ class Window:
             time.sleep(0.1)
         raise MaintenanceIncomplete(f"{what} not reached within {self.timeout:.0f} s "
                                     f"(last: {last})", {"waiting_for": what})
-
-
-# -- the plan ------------------------------------------------------------------------------
-
-def plan_text(p: dict[str, Any], release_arg: str | None) -> str:
-    owner = p["owner"]
-    src = f"release {p['from'][:12]}" if p["from"] else "the installed code"
-    dst = f"release {p['release'][:12]}" if p["release"] else "the installed code"
-    lines = [f"owner maintenance window ({p['mode']}): owner {owner['instance']} "
-             f"(pid {owner['pid']}), {src} -> {dst}"]
-    if p["stop"]:
-        lines.append(f"stops {p['instances']} instances with their stop policies, in this "
-                     "order:")
-        lines += [f"  {i}. {' '.join(level)}" for i, level in enumerate(p["stop"], 1)]
-        lines.append("then restarts the owner and starts the same instances again, last "
-                     "stopped first.")
-    else:
-        lines.append("no instance runs: only the owner restarts")
-    unfinished = p.get("unfinished")
-    if unfinished:
-        lines.insert(1, f"a maintenance window is unfinished (stopped after step "
-                        f"{unfinished['step']}): tenure owner upgrade --continue finishes it"
-                     + ("; a new window is refused until then"
-                        if unfinished["step"] in APPS_DOWN else ""))
-    if p["stopped_stacks"]:
-        lines.append(f"stays stopped: {', '.join(p['stopped_stacks'])} (stack stopped)")
-    lines.append(f"digest: {p['digest']}")
-    arg = f"{p['release']} " if release_arg else ""   # the id: a path may change
-    lines.append(f"to perform exactly this: tenure owner upgrade {arg}--digest {p['digest']}")
-    return "\n".join(lines)
 
 
 # -- the record ----------------------------------------------------------------------------
@@ -272,7 +238,7 @@ def carry_on(w: Window, rec: dict[str, Any]) -> dict[str, Any]:
                  "error": err}) from None
         rec = {**rec, "step": str(nxt), "error": None}
         if nxt == Step.DONE:
-            rec["outcome"] = str(Outcome.REVERTED if _reverted(rec) else Outcome.COMPLETED)
+            rec["outcome"] = str(Outcome.REVERTED if reverted(rec) else Outcome.COMPLETED)
         _save(w.layout, rec)
         w.say(f"{nxt}")
     return rec
@@ -286,7 +252,7 @@ def _transition(done: Step, event: Event) -> Step:
     return nxt
 
 
-def _reverted(rec: dict[str, Any]) -> dict[str, Any] | None:
+def reverted(rec: dict[str, Any]) -> dict[str, Any] | None:
     """The new owner's failure to start when the window went back (else None)."""
     failure: dict[str, Any] | None = rec["progress"].get("start_failure")
     return failure
@@ -296,11 +262,11 @@ def _target(rec: dict[str, Any]) -> str | None:
     """The release the owner is to run: the planned one, or the one before after a
     revert."""
     p = rec["plan"]
-    target: str | None = p["from"] if _reverted(rec) else p["release"]
+    target: str | None = p["from"] if reverted(rec) else p["release"]
     return target
 
 
-def _name(release: str | None) -> str:
+def name(release: str | None) -> str:
     return f"release {release[:12]}" if release else "the installed code"
 
 
@@ -491,7 +457,7 @@ def _start_owner(w: Window, rec: dict[str, Any]) -> Event:
             "error": {"code": exc.code_str, "msg": exc.msg.partition("\n")[0]},
             "log": exc.data.get("log") or _journal(p["mode"]),
             "last_lines": exc.data.get("last_lines", "")}
-        w.say(f"the owner of {_name(p['release'])} did not come up")
+        w.say(f"the owner of {name(p['release'])} did not come up")
         return Event.OWNER_DOWN
     return Event.OK
 
@@ -505,7 +471,7 @@ def _revert(w: Window, rec: dict[str, Any]) -> Event:
         _systemctl(p["mode"], "stop")
     from owner.release import OwnerRelease, save
     save(w.layout.owner_release, OwnerRelease(p["from"], p["release"]))
-    w.say(f"going back to {_name(p['from'])}")
+    w.say(f"going back to {name(p['from'])}")
     try:
         _bring_up_owner(w, rec)
     except (ConnectFailed, ServiceError, MaintenanceIncomplete) as exc:
@@ -515,11 +481,11 @@ def _revert(w: Window, rec: dict[str, Any]) -> Event:
 
 def _revert_failed(rec: dict[str, Any], why: str) -> str:
     p, failure = rec["plan"], rec["progress"]["start_failure"]
-    return (f"the owner of {_name(p['release'])} could not start, and going back to "
-            f"{_name(p['from'])} failed too, so no owner runs and {p['instances']} planned "
+    return (f"the owner of {name(p['release'])} could not start, and going back to "
+            f"{name(p['from'])} failed too, so no owner runs and {p['instances']} planned "
             f"instances are down. Both owners' output: {failure['log']} (a "
             "RECONCILE_REQUIRED there needs `tenure owner reconcile` first); "
-            f"--continue starts the owner of {_name(p['from'])} and the instances again. "
+            f"--continue starts the owner of {name(p['from'])} and the instances again. "
             f"Going back failed with: {why.rstrip()}")
 
 
@@ -659,140 +625,3 @@ TRANSITIONS: dict[tuple[Step, Event], Step | None] = {
 }
 assert set(TRANSITIONS) == {(s, e) for s in Step for e in Event}, "incomplete TRANSITIONS"
 assert set(WORK) == set(Step) - {Step.DONE}, "a step without work"
-
-
-# -- the command -----------------------------------------------------------------------------
-
-def command(args: Any, w: Window, guardian: Callable[..., Any],
-            out: Callable[..., None]) -> int:
-    """``tenure owner upgrade``: print the plan, or perform or continue a window."""
-    from .exits import Exit
-    modes = sum(bool(x) for x in (args.dry_run, args.digest, args.cont))
-    if modes != 1:
-        raise BadRequest("tenure owner upgrade [RELEASE|PATH] takes exactly one of "
-                         "--dry-run, --digest D (the plan you reviewed) or --continue")
-    release = None
-    if args.release and args.cont:
-        _check_continued_release(w.layout, args.release)
-    if args.release and not args.cont:
-        from .releases import resolve_release
-        with guardian(args) as g:
-            release = resolve_release(g, args.release, install=True)
-    if args.dry_run:
-        p = dry_run(w, release)
-        out(args, p, plan_text(p, args.release))
-        return Exit.OK
-    with held(w.layout, "`tenure owner upgrade`"):
-        if args.cont:
-            rec = load(w.layout)
-            if rec is None or rec["step"] == Step.DONE:
-                raise NotFound("no maintenance window is unfinished")
-        else:
-            rec = begin(w, plan(w, release), args.digest)
-        rec = carry_on(w, rec)
-    check_not_reverted(rec)
-    out(args, rec, done_text(rec))
-    return Exit.OK
-
-
-def _check_continued_release(layout: Layout, arg: str) -> None:
-    """``RELEASE`` given with --continue must name the release the unfinished window
-    plans (its id, a prefix of 8 or more characters, or its sealed directory): --continue
-    carries on the recorded plan, never another. Raises BadRequest (nothing done);
-    returns when it names it, or when no window is unfinished (--continue says so)."""
-    rec = load(layout)
-    if rec is None or rec["step"] == Step.DONE:
-        return
-    planned: str | None = rec["plan"]["release"]
-    named = arg
-    if "/" in arg or arg in (".", ".."):
-        from guardian.manifest import RUNTIME_NAME, release_id
-        try:
-            named = release_id((Path(arg) / RUNTIME_NAME).read_bytes())
-        except OSError:
-            named = arg
-    if planned is not None and len(named) >= 8 and planned.startswith(named):
-        return
-    raise BadRequest(
-        f"{arg}: --continue carries on the unfinished window, which plans "
-        f"{_name(planned)} ({planned or 'no release'}), not another; nothing was done. "
-        "Run `tenure owner upgrade --continue` without RELEASE to finish it, then plan "
-        "a window of the release you meant", {"release": arg, "planned": planned})
-
-
-def dry_run(w: Window, release: str | None) -> dict[str, Any]:
-    """The plan, its release verified as the window would verify it before it stops
-    anything, and ``unfinished`` (``{step, failed}`` of a window not done, or None).
-    Raises what :func:`plan` and :func:`check_release` raise; MaintenanceIncomplete,
-    pointing at --continue, when no plan can be made while a window is unfinished with
-    instances down (between two owners none answers, and `tenure up` is refused)."""
-    try:
-        p = plan(w, release)
-    except TenureError as exc:
-        _refuse_unfinished(w.layout, exc)
-        raise
-    candidate = None if p["release"] is None else \
-        check_release(w.layout, p["release"], p["owner_uid"])
-    check_way_back(w.layout, p)
-    if candidate is not None:
-        check_contracts_offered(w.layout, p, candidate)
-    rec = load(w.layout)
-    unfinished = None if rec is None or rec["step"] == Step.DONE else \
-        {"step": rec["step"], "failed": str(TRANSITIONS[Step(rec["step"]), Event.OK])}
-    return {**p, "unfinished": unfinished}
-
-
-def _refuse_unfinished(layout: Layout, exc: TenureError) -> None:
-    """Raise MaintenanceIncomplete naming the unfinished window and --continue, with
-    ``exc`` (why no plan could be made) in ``data.error``, when a window stopped after a
-    step with instances down; else return."""
-    rec = load(layout)
-    if rec is None or rec["step"] not in APPS_DOWN:
-        return
-    step = Step(rec["step"])
-    # no owner answers: plan's advice (`tenure up`) is refused while the window is
-    # between two owners; --continue starts the next one
-    why = "no owner answers on this home" if isinstance(exc, NotFound) else \
-        exc.msg.rstrip()
-    raise MaintenanceIncomplete(
-        f"no plan: {why}; a maintenance window is unfinished (stopped after "
-        f"step {step}): tenure owner upgrade --continue finishes it; a new window is "
-        "refused until then", {"step": str(step), "failed": str(TRANSITIONS[step, Event.OK]),
-                               "error": exc.to_wire()}) from None
-
-
-def done_text(rec: dict[str, Any]) -> str:
-    p, prog = rec["plan"], rec["progress"]
-    runs = (prog.get("owner_release") or {}).get("running")
-    return (f"owner maintenance window done: owner {prog['owner']['instance']} (pid "
-            f"{prog['owner']['pid']}) runs "
-            f"{'release ' + runs if runs else 'the installed code'}; "
-            f"{p['instances']} instances stopped and started again"
-            + (f"; still stopped: {', '.join(p['stopped_stacks'])}"
-               if p["stopped_stacks"] else ""))
-
-
-def check_not_reverted(rec: dict[str, Any]) -> None:
-    """Raises OwnerUpgradeReverted when the window ``rec`` ended by going back (its new
-    owner could not start)."""
-    if _reverted(rec):
-        raise OwnerUpgradeReverted(reverted_text(rec), _reverted_data(rec))
-
-
-def reverted_text(rec: dict[str, Any]) -> str:
-    p, prog = rec["plan"], rec["progress"]
-    failure = prog["start_failure"]
-    said = failure["last_lines"].rstrip("\n") or failure["error"]["msg"]
-    return (f"the owner of {_name(p['release'])} could not start, so the maintenance "
-            f"window went back to {_name(p['from'])}: owner {prog['owner']['instance']} "
-            f"(pid {prog['owner']['pid']}) runs it and {p['instances']} instances were "
-            "started again and verified. Fix that release, then plan a new window. The "
-            f"failed owner's own last lines, from {failure['log']}:\n{said}")
-
-
-def _reverted_data(rec: dict[str, Any]) -> dict[str, Any]:
-    p, prog = rec["plan"], rec["progress"]
-    failure = prog["start_failure"]
-    return {"step": rec["step"], "outcome": rec["outcome"], "release": p["release"],
-            "reverted_to": p["from"], "log": failure["log"], "error": failure["error"],
-            "owner": prog["owner"], "pids": prog.get("pids", {})}

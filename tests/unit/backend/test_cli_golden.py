@@ -17,7 +17,7 @@ import pytest
 from backend.cli import (
     guardiancmd,
     jobs,
-    ownerwindow,
+    ownerwindow_cli,
     present,
     releases,
     render,
@@ -443,8 +443,8 @@ CASES: dict[str, Callable[[], str]] = {
         **GUARDIAN_PLAN, "restarting": True, "backend_after": GUARDIAN["backend"],
         "guardian": {**GUARDIAN["guardian"], "instance": "77c2d0b1-1e9d-4b0f-8d8e-51d0e2a7c3f4"}}),
     "owner_status": lambda: render.owner(OWNER),
-    "owner_upgrade_plan": lambda: ownerwindow.plan_text(WINDOW, "./release"),
-    "owner_upgrade_done": lambda: ownerwindow.done_text({
+    "owner_upgrade_plan": lambda: ownerwindow_cli.plan_text(WINDOW, "./release"),
+    "owner_upgrade_done": lambda: ownerwindow_cli.done_text({
         "plan": WINDOW, "step": "done", "progress": {
             "owner": {"instance": "77c2d0b1-1e9d-4b0f-8d8e-51d0e2a7c3f4", "pid": 4410},
             "owner_release": {"running": "c0de" * 16, "error": None}}}),

@@ -4,7 +4,7 @@ a window that went back ends done like any other."""
 
 from __future__ import annotations
 
-from backend.cli import ownerwindow
+from backend.cli import ownerwindow, ownerwindow_cli
 from backend.cli.ownerwindow import APPS_DOWN, TRANSITIONS, WORK, Event, Step
 
 
@@ -47,12 +47,12 @@ def _sealed(p: dict) -> dict:
 
 
 def test_a_plan_made_while_a_window_is_unfinished_says_so():
-    text = ownerwindow.plan_text({**PLAN, "unfinished": {"step": "staged",
+    text = ownerwindow_cli.plan_text({**PLAN, "unfinished": {"step": "staged",
                                                          "failed": "drained"}}, None)
     assert text.splitlines()[1] == (
         "a maintenance window is unfinished (stopped after step staged): tenure owner "
         "upgrade --continue finishes it; a new window is refused until then")
-    assert "unfinished" not in ownerwindow.plan_text({**PLAN, "unfinished": None}, None)
+    assert "unfinished" not in ownerwindow_cli.plan_text({**PLAN, "unfinished": None}, None)
 
 
 def test_up_while_a_window_runs_names_it_and_is_not_told_to_continue(tmp_path) -> None:
