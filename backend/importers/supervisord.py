@@ -5,20 +5,34 @@ The file is read with the INI rules of :mod:`backend.importers.ini`; ``[include]
 merged in, as supervisord does: only the main file's ``[include]`` is followed.
 ``[program:x]`` becomes an app (:mod:`backend.importers.supervisord_program`),
 ``[group:x] programs=`` a stack of those programs; the daemon's own sections are reported
-as not mapped, except ``[supervisord] environment``, which every program inherits.
+as not mapped, except what every program inherits from the daemon: ``[supervisord]
+environment``, ``user`` (supervisord drops to it before it starts anything) and, unless
+``nodaemon`` is true, ``directory`` and ``umask`` (it changes into the one and sets the
+other as it daemonizes). Each is a default for the programs that do not set their own.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
+from .identity import account
 from .ini import IniDocument, IniError, IniSection
 from .model import Context, Origin, SourceResult, read_utf8, source_error
-from .supervisord_program import ExpansionScope, Group, read_environment, read_program
-from .supervisord_values import expand, integer, list_of_strings
+from .supervisord_program import (
+    DaemonDefaults,
+    ExpansionScope,
+    Group,
+    read_environment,
+    read_program,
+)
+from .supervisord_values import boolean, expand, integer, list_of_strings, octal
 
 __all__ = ["read_supervisord"]
+
+T = TypeVar("T")
 
 _SECTION_REASONS = {
     "supervisord": "settings of the supervisord daemon itself (logging, pid file, "
@@ -28,6 +42,12 @@ _SECTION_REASONS = {
     "inet_http_server": "supervisord's HTTP control interface; tenure has none",
     "supervisorctl": "settings of supervisorctl; the `tenure` command needs none",
 }
+# [supervisord] keys that programs inherit: carried over as their defaults
+_INHERITED = ("environment", "user", "directory", "umask")
+_HOME_NOTE = ("tenure sets HOME, USER and LOGNAME to this user's (supervisord leaves "
+              "those it was started with)")
+_FOREGROUND = ("supervisord applies it only when it daemonizes, and nodaemon is true: "
+               "programs ran with the {} of whatever started supervisord")
 _PREFIX_REASONS = {
     "rpcinterface:": "supervisord XML-RPC plugins have no tenure equivalent",
     "ctlplugin:": "supervisorctl plugins have no tenure equivalent",
@@ -44,6 +64,7 @@ def read_supervisord(path: str, ctx: Context) -> SourceResult:
     doc = _load(path, ctx, result)
     scope = ExpansionScope(environ=dict(ctx.environ), hostname=ctx.hostname)
     scope.daemon_env = _daemon_environment(doc, scope, result)
+    scope.daemon = _daemon_defaults(doc, scope, result)
     groups = _groups(doc, scope, result)
     for name, section in doc.sections.items():
         if name.startswith("program:"):
@@ -106,6 +127,75 @@ def _daemon_environment(doc: IniDocument, scope: ExpansionScope,
     return read_environment(value.value, scope.names(_here(value.file)),
                             Origin(value.file, value.line, "[supervisord] environment"),
                             result) or {}
+
+
+def _daemon_defaults(doc: IniDocument, scope: ExpansionScope,
+                     result: SourceResult) -> DaemonDefaults:
+    """``[supervisord] user``, ``directory`` and ``umask``: what every program inherits
+    from the daemon where it sets none of its own, each with a note saying so, or a
+    finding saying why it is not carried over."""
+    if "supervisord" not in doc.sections:
+        return DaemonDefaults()
+    foreground = _nodaemon(doc)
+    cwd = _daemon_value(doc, scope, "directory", _absolute, result, foreground)
+    umask = _daemon_value(doc, scope, "umask", octal, result, foreground)
+    user = _daemon_value(doc, scope, "user", _user_name, result)
+    notes = {
+        "user": f"supervisord drops to this user before it starts anything: programs "
+                f"without their own user get user = {user!r}; {_HOME_NOTE}",
+        "directory": f"supervisord changes into it as it daemonizes and programs "
+                     f"inherit it: those without their own directory get cwd = {cwd!r}",
+        "umask": f"supervisord sets it as it daemonizes and programs inherit it: those "
+                 f"without their own umask get umask = \"{umask or 0:04o}\"",
+    }
+    for key, value in (("user", user), ("directory", cwd), ("umask", umask)):
+        found = doc.get("supervisord", key)
+        if value is not None and found is not None:
+            result.note(Origin(found.file, found.line, f"[supervisord] {key}"), notes[key])
+    return DaemonDefaults(user=user, cwd=cwd, umask=umask)
+
+
+def _nodaemon(doc: IniDocument) -> bool:
+    """``[supervisord] nodaemon`` (a value supervisord refuses is reported with the
+    section's other keys)."""
+    value = doc.get("supervisord", "nodaemon")
+    try:
+        return value is not None and boolean(value.value)
+    except ValueError:
+        return False
+
+
+def _daemon_value(doc: IniDocument, scope: ExpansionScope, key: str,
+                  convert: Callable[[str], T], result: SourceResult,
+                  foreground: bool = False) -> T | None:
+    """``[supervisord] key`` expanded and converted; None when absent, when supervisord
+    ignores it in the ``foreground``, or when it cannot be converted (reported)."""
+    value = doc.get("supervisord", key)
+    if value is None:
+        return None
+    origin = Origin(value.file, value.line, f"[supervisord] {key}")
+    if foreground:
+        result.not_mapped(origin, _FOREGROUND.format(key))
+        return None
+    try:
+        return convert(expand(value.value, scope.names(_here(value.file))))
+    except ValueError as e:
+        result.not_mapped(origin, f"{e}; no program gets it")
+        return None
+
+
+def _absolute(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"every program ran in {value!r}, and tenure needs an absolute "
+                         "path: set cwd")
+    return value
+
+
+def _user_name(value: str) -> str:
+    found = account(value.strip(), "user")
+    if found.name is None:
+        raise ValueError(f"every program ran as {value.strip()!r}, but {found.problem}")
+    return found.name
 
 
 def _groups(doc: IniDocument, scope: ExpansionScope,
@@ -175,7 +265,7 @@ def _report_section(doc: IniDocument, section: IniSection, result: SourceResult)
         reason = next((r for p, r in _PREFIX_REASONS.items()
                        if section.name.startswith(p)), "not a section supervisord knows")
     keys = [k for k in doc.keys(section.name)
-            if not (section.name == "supervisord" and k == "environment")]
+            if not (section.name == "supervisord" and k in _INHERITED)]
     if section.name == "supervisord" and not keys:
         return
     shown = f" ({', '.join(keys)})" if keys else ""

@@ -42,7 +42,7 @@ from .supervisord_values import (
     signal_name,
 )
 
-__all__ = ["ExpansionScope", "Group", "read_environment", "read_program"]
+__all__ = ["DaemonDefaults", "ExpansionScope", "Group", "read_environment", "read_program"]
 
 T = TypeVar("T")
 _REFERENCE = re.compile(r"%\(([^)]*)\)")
@@ -60,13 +60,25 @@ _HOME_NOTE = ("tenure sets HOME, USER and LOGNAME to this user's (supervisord le
               "own); a value in `environment` still wins")
 
 
+class DaemonDefaults(Struct, frozen=True):
+    """What every program inherits from the supervisord daemon, where the program does
+    not set its own: the user it dropped to (``[supervisord] user``), and, when it
+    daemonized, the directory it changed into and the umask it set."""
+
+    user: str | None = None
+    cwd: str | None = None
+    umask: int | None = None
+
+
 class ExpansionScope(Struct):
     """The names every program can expand: the importing environment (supervisord uses
-    its own at start), the host name and ``[supervisord] environment``."""
+    its own at start), the host name and ``[supervisord] environment``; and the daemon's
+    settings every program inherits."""
 
     environ: dict[str, str]
     hostname: str
     daemon_env: dict[str, str] = field(default_factory=dict)
+    daemon: DaemonDefaults = field(default_factory=DaemonDefaults)
 
     def names(self, here: str) -> dict[str, str | int]:
         names: dict[str, str | int] = {"here": here, "host_node_name": self.hostname}
@@ -221,7 +233,7 @@ class _Program:
                                "must be >= 1"),
             numprocs_start=self._get("numprocs_start", integer, d.numprocs_start,
                                      lambda v: v >= 0, "must be >= 0"),
-            run_as=RunAs(user=self._user(), umask=self._get("umask", octal, None)),
+            run_as=RunAs(user=self._user(), umask=self._umask()),
             log_retention=self._log_retention())
 
     def _stop_wait(self, default: int) -> int:
@@ -268,18 +280,30 @@ class _Program:
 
     def _user(self) -> str | None:
         """``user``, a name or a uid. supervisord, like tenure, gives the program the
-        user's primary group and the groups the user is a member of."""
+        user's primary group and the groups the user is a member of. Without one, the
+        program runs as ``[supervisord] user``: supervisord dropped to it before starting
+        anything."""
         raw = self._get("user", str.strip, "")
         if not raw:
-            return None
+            return self.scope.daemon.user
         found = account(raw, "user")
         if found.name is None:
             self.result.not_mapped(self._origin("user"), found.problem)
-            return None
+            return self.scope.daemon.user
+        daemon = self.scope.daemon.user
+        if daemon is not None and daemon not in (found.name, "root"):
+            self.result.note(self._origin("user"), (
+                f"supervisord ran as {daemon!r} ([supervisord] user) and could not switch "
+                f"to {found.name!r}, so it never started this program; tenure runs it as "
+                f"{found.name!r}"))
         for note in (found.note, _HOME_NOTE):
             if note:
                 self.result.note(self._origin("user"), note)
         return found.name
+
+    def _umask(self) -> int | None:
+        """``umask``; without one, the umask the daemon set when it daemonized."""
+        return self._get("umask", octal, self.scope.daemon.umask)
 
     # -- processes -----------------------------------------------------------------------
 
@@ -328,6 +352,10 @@ class _Program:
         return env
 
     def _directory(self, per: Mapping[str, str | int], env: dict[str, str]) -> str | None:
+        """``directory``; without one, the directory the daemon changed into when it
+        daemonized (the program inherited it)."""
+        if self.doc.get(self.section.name, "directory") is None:
+            return self.scope.daemon.cwd
         try:
             cwd = self._expand("directory", self._names("directory", per, env), env)
         except ValueError as e:

@@ -534,3 +534,79 @@ def test_start_retries_beyond_a_start_limit_are_capped_and_reported(tmp_path: Pa
     assert _problems(read_supervisord(str(conf), CTX)) == {
         "[program:x] startretries": "startretries = 2,000,000 allows more starts than "
         "tenure's start_limit.burst takes (at most 1,000,000); imported as 1,000,000"}
+
+
+# -- what programs inherit from the daemon -----------------------------------------------
+
+DAEMON_CONF = """[supervisord]
+user=nobody
+directory=/srv/app
+umask=077
+[program:web]
+command=python3 server.py --config ./settings.ini
+"""
+
+
+def test_daemon_user_directory_and_umask_are_every_programs_defaults(
+        tmp_path: Path) -> None:
+    """Regression: `[supervisord] user`, `directory` and `umask` were dropped as settings
+    "tenure's daemons need none of". supervisord drops to `user` before starting
+    anything, and as a daemon changes into `directory` and sets `umask`: every program
+    ran as nobody, in /srv/app (where ./settings.ini is), with umask 077."""
+    result = _read(tmp_path, {"s.conf": DAEMON_CONF})
+    app = result.drafts[0].app
+    assert app.run_as == RunAs(user="nobody", umask=0o077)
+    assert app.cwd == "/srv/app"
+    assert _problems(result) == {}
+    notes = _problems(result, FindingKind.NOTE)
+    assert set(notes) == {"[supervisord] user", "[supervisord] directory",
+                          "[supervisord] umask"}
+    assert "user = 'nobody'" in notes["[supervisord] user"]
+    assert "cwd = '/srv/app'" in notes["[supervisord] directory"]
+    assert 'umask = "0077"' in notes["[supervisord] umask"]
+    toml = import_files([str(tmp_path / "s.conf")], "s").text
+    assert 'user = "nobody"' in toml and 'cwd = "/srv/app"' in toml
+
+
+def test_a_programs_own_user_directory_and_umask_win_over_the_daemons(
+        tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": DAEMON_CONF + "user=root\ndirectory=/opt/web\n"
+                                                      "umask=022\n"})
+    app = result.drafts[0].app
+    assert app.run_as == RunAs(user="root", umask=0o022)
+    assert app.cwd == "/opt/web"
+    assert any("could not switch to 'root'" in f.problem for f in result.findings
+               if f.origin.key == "[program:web] user" and f.kind is FindingKind.NOTE)
+
+
+def test_in_the_foreground_the_daemon_directory_and_umask_do_not_apply(
+        tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": DAEMON_CONF.replace(
+        "[supervisord]\n", "[supervisord]\nnodaemon=true\n")})
+    app = result.drafts[0].app
+    assert app.run_as == RunAs(user="nobody")
+    assert app.cwd is None
+    problems = _problems(result)
+    assert problems["[supervisord] directory"].startswith(
+        "supervisord applies it only when it daemonizes, and nodaemon is true")
+    assert "umask" in problems["[supervisord] umask"]
+    assert problems["[supervisord]"].endswith("(nodaemon)")
+
+
+def test_a_daemon_user_tenure_cannot_name_is_reported_with_what_it_meant(
+        tmp_path: Path) -> None:
+    uid = next(u for u in range(60000, 70000) if not _has_uid(u))
+    result = _read(tmp_path, {"s.conf": f"[supervisord]\nuser={uid}\ndirectory=srv\n"
+                                        "[program:w]\ncommand=/bin/w\n"})
+    assert result.drafts[0].app.run_as == RunAs()
+    problems = _problems(result)
+    assert problems["[supervisord] user"].startswith(f"every program ran as '{uid}'")
+    assert problems["[supervisord] directory"].startswith("every program ran in 'srv'")
+
+
+def _has_uid(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
