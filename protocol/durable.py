@@ -8,6 +8,7 @@ unknown format version raises ``StateCorrupt`` and is left in place for the oper
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -22,7 +23,7 @@ from .storage import storage_failure
 
 __all__ = ["atomic_write", "atomic_write_json", "check_private_file", "connect_read_only",
            "json_map", "last_words", "open_sqlite", "read_json", "read_private", "read_rows",
-           "refuse_unprivate", "synced_transaction", "transaction"]
+           "refuse_unprivate", "synced_transaction", "transaction", "write_new"]
 
 MAX_FILE = 16 * 1024 * 1024
 # Page cache per SQLite connection, in KiB. SQLite's default (2 MiB) fills as a
@@ -118,6 +119,50 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, *
     os.replace(tmp, p)
     if sync:
         _fsync_dir(directory)
+
+
+def write_new(path: str | os.PathLike[str], data: bytes, mode: int = 0o600) -> None:
+    """Create ``path`` with ``data``, complete or not at all, and never over anything:
+    a temporary sibling is written and fsynced, then hard-linked to ``path`` (link(2)
+    fails when any entry is there, a dangling symlink included, where rename(2) would
+    replace it), then unlinked, and the directory fsynced. A check for the path before
+    writing leaves a window in which another process can create it; the link does not.
+
+    Raises FileExistsError when ``path`` exists (whenever it appeared), and any other
+    OSError of writing (the temporary file is removed either way).
+    """
+    p = os.fspath(path)
+    tmp = f"{p}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    _write_exclusive(tmp, data, mode)
+    try:
+        os.link(tmp, p, follow_symlinks=False)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        # a file system without hard links (vfat, some FUSE): exclusive create still
+        # never replaces, though a crash may then leave a partial file
+        _write_exclusive(p, data, mode)
+    finally:
+        os.unlink(tmp)
+    _fsync_dir(os.path.dirname(os.path.abspath(p)))
+
+
+def _write_exclusive(path: str, data: bytes, mode: int) -> None:
+    """Create ``path`` (never over an entry) with ``data``, fsynced; removed again when
+    writing fails."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, mode: int = 0o600, *,

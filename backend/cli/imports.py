@@ -24,7 +24,7 @@ def import_command(args: Any, out: Callable[..., None]) -> int:
     from backend.importers import FindingKind, SourceFormat, import_files
 
     if args.output is not None and os.path.lexists(args.output):
-        raise BadRequest(f"{args.output} exists; remove it or choose another -o FILE")
+        raise _exists(args.output)   # early, before a PM2 file runs node for seconds
     fmt = SourceFormat(args.source_format) if args.source_format else None
     result = import_files([str(p) for p in args.files], args.stack, fmt)
     not_mapped = result.of_kind(FindingKind.NOT_MAPPED)
@@ -57,12 +57,20 @@ def import_command(args: Any, out: Callable[..., None]) -> int:
 
 
 def _write(path: Any, text: str) -> None:
-    """Raises BadRequest when the file cannot be written (no such directory, no access)."""
-    from protocol.durable import atomic_write
+    """Create ``path``, never over a file: one may have appeared since the early check
+    (the import can take seconds). Raises BadRequest when it exists or cannot be written
+    (no such directory, no access)."""
+    from protocol.durable import write_new
     try:
-        atomic_write(path, text.encode(), 0o644)
+        write_new(path, text.encode(), 0o644)
+    except FileExistsError:
+        raise _exists(path) from None
     except OSError as e:
         raise BadRequest(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _exists(path: Any) -> BadRequest:
+    return BadRequest(f"{path} exists; remove it or choose another -o FILE")
 
 
 def _count(n: int, what: str) -> str:

@@ -129,3 +129,61 @@ def test_no_note_for_a_directory_name_no_app_uses(tmp_path: Path) -> None:
 ])
 def test_format_is_told_by_the_file_name(name: str, fmt: SourceFormat | None) -> None:
     assert detect_format(f"/some/dir/{name}") is fmt
+
+
+def test_an_output_file_that_appears_during_the_import_is_not_overwritten(
+        procfile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: -o was checked before the import (a PM2 .js file runs node for up to
+    10 s) and then written with a rename, which replaces whatever is there by then."""
+    import backend.importers
+
+    target = tmp_path / "tenure.toml"
+    real = backend.importers.import_files
+
+    def import_then_someone_writes(*args: object, **kwargs: object) -> object:
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        target.write_text("# theirs\n")
+        return result
+
+    monkeypatch.setattr(backend.importers, "import_files", import_then_someone_writes)
+    assert main(["import", str(procfile), "-o", str(target)]) == 2
+    assert f"tenure: BAD_REQUEST: {target} exists; remove it" in capsys.readouterr().err
+    assert target.read_text() == "# theirs\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("tenure.toml")] == \
+        ["tenure.toml"]  # no temporary file left behind
+
+
+def test_an_output_symlink_that_appears_during_the_import_is_not_followed(
+        procfile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import backend.importers
+
+    target, victim = tmp_path / "tenure.toml", tmp_path / "victim"
+    real = backend.importers.import_files
+
+    def import_then_link(*args: object, **kwargs: object) -> object:
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        target.symlink_to(victim)   # dangling
+        return result
+
+    monkeypatch.setattr(backend.importers, "import_files", import_then_link)
+    assert main(["import", str(procfile), "-o", str(target)]) == 2
+    assert "BAD_REQUEST" in capsys.readouterr().err
+    assert not victim.exists() and target.is_symlink()
+
+
+def test_output_on_a_file_system_without_hard_links_is_still_written(
+        procfile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+
+    def no_links(*_: object, **__: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    target = tmp_path / "tenure.toml"
+    assert main(["import", str(procfile), "-o", str(target)]) == 0
+    assert sorted(load_config(target).stacks["shop"].apps) == ["web", "worker"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("tenure.toml")] == \
+        ["tenure.toml"]
