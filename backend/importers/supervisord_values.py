@@ -24,7 +24,12 @@ _TRUE = ("yes", "true", "on", "1")
 _FALSE = ("no", "false", "off", "0")
 # %(name)<spec> with a printf conversion, or %% for a literal percent sign
 _EXPANSION = re.compile(
-    r"%(?:\((?P<name>[^)]*)\)(?P<spec>[#0\- +]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa])|(?P<pct>%))")
+    r"%(?:\((?P<name>[^)]*)\)(?P<spec>[#0\- +]*(?P<width>\d*)(?:\.(?P<precision>\d+))?"
+    r"[diouxXeEfFgGcrsa])|(?P<pct>%))")
+# The widest field or longest precision a conversion may ask for. Python would build
+# what %(process_num)099999999999d asks for (a 100 GB string, MemoryError): no real
+# value needs more than a few characters of padding.
+MAX_FIELD = 1000
 
 
 class AutoRestart(StrEnum):
@@ -55,13 +60,25 @@ def expand(value: str, names: Mapping[str, str | int],
                 raise ValueError(problem)
             out.append(missing(m.group(0), problem))
             continue
-        try:
-            out.append(("%" + m.group("spec")) % (names[name],))
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"%({name}){m.group('spec')}: {e}") from None
+        out.append(_format(name, m, names[name]))
     _check_plain(value[pos:])
     out.append(value[pos:])
     return "".join(out)
+
+
+def _format(name: str, m: re.Match[str], value: str | int) -> str:
+    """``value`` formatted by the conversion ``m`` holds. Raises ValueError for a
+    conversion that does not fit the value (``%(program_name)d``, ``%c`` of a number
+    beyond Unicode) or a width or precision over :data:`MAX_FIELD`."""
+    spec = m.group("spec")
+    for part in ("width", "precision"):
+        digits = m.group(part) or ""
+        if len(digits) > len(str(MAX_FIELD)) or int(digits or 0) > MAX_FIELD:
+            raise ValueError(f"%({name}){spec}: a {part} over {MAX_FIELD} characters")
+    try:
+        return ("%" + spec) % (value,)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"%({name}){spec}: {e}") from None
 
 
 def _unknown(reference: str, name: str, names: Mapping[str, str | int]) -> str:

@@ -610,3 +610,33 @@ def _has_uid(uid: int) -> bool:
     except KeyError:
         return False
     return True
+
+
+# -- values supervisord itself cannot format ---------------------------------------------
+
+@pytest.mark.parametrize(("spec", "start", "problem"), [
+    ("c", 1114112, "%(process_num)c: %c arg not in range(0x110000)"),
+    ("099999999999d", 0, "%(process_num)099999999999d: a width over 1000 characters"),
+    (".99999999999d", 0, "%(process_num).99999999999d: a precision over 1000 characters"),
+    ("9" * 5000 + "d", 0, f"%(process_num){'9' * 5000}d: a width over 1000 characters"),
+])
+@pytest.mark.parametrize("key", ["command", "environment", "process_name", "directory"])
+def test_a_conversion_supervisord_cannot_format_is_reported_not_a_crash(
+        tmp_path: Path, spec: str, start: int, problem: str, key: str) -> None:
+    """Regression: `%(process_num)c` past Unicode raised OverflowError and a huge width
+    MemoryError out of the import (INTERNAL); supervisord refuses such values too."""
+    value = {"command": f"/bin/echo %(process_num){spec}",
+             "environment": f"N=%(process_num){spec}",
+             "process_name": f"w%(process_num){spec}",
+             "directory": f"/srv/%(process_num){spec}"}[key]
+    command = "" if key == "command" else "command=/bin/echo hi\n"
+    result = _read(tmp_path, {"s.conf": f"[program:w]\n{command}{key}={value}\n"
+                                        f"numprocs_start={start}\n"})
+    assert problem in _problems(result)[f"[program:w] {key}"]
+    assert len(result.drafts) == (0 if key == "command" else 1)
+    if key != "command":  # the rest is imported, and what is written passes the parser
+        import_files([str(tmp_path / "s.conf")], "s")
+
+
+def test_a_width_up_to_the_limit_is_formatted() -> None:
+    assert expand("%(process_num)01000d", {"process_num": 7}) == "0" * 999 + "7"
