@@ -44,6 +44,7 @@ _STIME = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")
 _STIME_FACTOR = {"h": 3_600_000, "m": 60_000, "s": 1_000, "": 1}
 # the interpreter's flags: PM2's node_args and its aliases, in the order PM2 reads them
 # (lib/API/schema.json; lib/tools/Config.js adds the camelCase form of the key)
+_SCRIPT_KEYS = ("script", "cmd", "command", "exec")   # aliases, in the order PM2 reads them
 _FLAG_KEYS = ("node_args", "interpreter_args", "interpreterArgs", "nodeArgs")
 _MAPPED = frozenset({
     "name", "script", "cmd", "command", "exec", "args", "interpreter", "exec_interpreter",
@@ -118,10 +119,12 @@ class _App:
             return default
 
     def read(self) -> SourceResult:
-        script = self._first("script", "cmd", "command", "exec")
+        script = self._first(*_SCRIPT_KEYS)
         if not isinstance(script, str) or not script.strip():
             self.result.not_mapped(self.origin("script"), "missing or not a string: app "
                                    "not imported")
+            return self.result
+        if self._has_nul():
             return self.result
         cwd = os.path.normpath(os.path.join(self.base, self.get("cwd", _text, ".")))
         command, python = self._command(script.strip(), cwd)
@@ -140,6 +143,18 @@ class _App:
         self.result.drafts.append(Draft(app, self.origin()))
         self._other_keys()
         return self.result
+
+    def _has_nul(self) -> bool:
+        """Whether a path the command is made of has a NUL character, reported: no
+        exec could take it, and it is checked before any path is looked up (open()
+        refuses a NUL with ValueError)."""
+        script_key = next(k for k in _SCRIPT_KEYS if self.conf.get(k) is not None)
+        bad = [k for k in (script_key, "cwd", "interpreter", "exec_interpreter")
+               if isinstance(self.conf.get(k), str) and "\0" in self.conf[k]]
+        for key in bad:
+            self.result.not_mapped(self.origin(key), "has a NUL character: app not "
+                                   "imported")
+        return bool(bad)
 
     def _first(self, *keys: str) -> Any:
         return next((self.conf[k] for k in keys if self.conf.get(k) is not None), None)

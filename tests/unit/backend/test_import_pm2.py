@@ -389,3 +389,25 @@ def test_max_restarts_beyond_a_start_limit_is_capped_and_reported(tmp_path: Path
         "apps[0].max_restarts",
         "max_restarts = 5,000,000 allows more starts than tenure's start_limit.burst "
         "takes (at most 1,000,000); imported as 1,000,000")]
+
+
+@pytest.mark.parametrize(("conf", "key"), [
+    ({"script": "bin/srv\0x"}, "script"),        # no extension: PM2 would read the file
+    ({"cmd": "srv\0x"}, "cmd"),
+    ({"script": "srv\0.js"}, "script"),
+    ({"script": "server.js", "cwd": "/srv\0/app"}, "cwd"),
+    ({"script": "srv", "cwd": "/srv\0/app"}, "cwd"),
+    ({"script": "srv", "interpreter": "/usr/bin/py\0"}, "interpreter"),
+    ({"script": "srv", "exec_interpreter": "/usr/bin/py\0"}, "exec_interpreter"),
+])
+def test_a_path_with_a_nul_is_reported_before_any_file_is_looked_up(
+        tmp_path: Path, conf: dict[str, Any], key: str) -> None:
+    """Regression: a NUL in a script without an extension reached open(), whose
+    ValueError (embedded null byte) ended the import with INTERNAL."""
+    result = _read(tmp_path, {"apps": [{"name": "w", **conf}, {"script": "ok.js"}]})
+    assert [d.app.name for d in result.drafts] == ["ok"]
+    problems = {f.origin.key: f.problem for f in result.findings
+                if f.kind is FindingKind.NOT_MAPPED}
+    assert problems == {f"apps[0].{key}": "has a NUL character: app not imported"}
+    path = tmp_path / "ecosystem.json"
+    assert sorted(import_files([str(path)], "s").config.stacks["s"].apps) == ["ok"]
