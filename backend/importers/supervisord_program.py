@@ -157,6 +157,7 @@ class _Program:
         processes = self._processes(settings)
         if processes:
             self._drafts(settings, processes)
+            self._group_signals()
         self._other_keys()
         return self.result
 
@@ -426,6 +427,33 @@ class _Program:
             stop=StopSpec(signal=s.stopsignal, timeout=float(s.stopwaitsecs)),
             run_as=s.run_as, log_retention=s.log_retention)
         self.result.drafts.append(Draft(app, self._header(), s.priority))
+
+    def _group_signals(self) -> None:
+        """A note when supervisord signalled only the main process, which it does by
+        default: stopsignal goes to the process group only with ``stopasgroup`` (which
+        implies ``killasgroup``), SIGKILL only with either. tenure signals the whole
+        group. A key set to false is reported with the other keys."""
+        if self.doc.get(self.section.name, "stopasgroup") is not None:
+            return
+        kill = self.doc.get(self.section.name, "killasgroup")
+        if kill is None:
+            self.result.note(self._header(), (
+                "stopasgroup and killasgroup are not set, so supervisord sent stopsignal "
+                "and SIGKILL to the program's main process only; tenure signals the "
+                "app's whole process group, the processes it started too"))
+        elif self._quiet(lambda: boolean(expand(kill.value, self._names("killasgroup")))):
+            self.result.note(self._header(), (
+                "stopasgroup is not set, so supervisord sent stopsignal to the program's "
+                "main process only (killasgroup: SIGKILL to the group); tenure signals "
+                "the app's whole process group, the processes it started too"))
+
+    @staticmethod
+    def _quiet(read: Callable[[], bool]) -> bool:
+        """``read()``, False when it raises ValueError (reported elsewhere)."""
+        try:
+            return read()
+        except ValueError:
+            return False
 
     def _other_keys(self) -> None:
         """Report every key that was not carried over."""

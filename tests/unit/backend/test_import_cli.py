@@ -114,7 +114,8 @@ def test_a_default_stack_name_changed_from_the_directory_name_has_a_note(
 def test_no_note_for_a_directory_name_no_app_uses(tmp_path: Path) -> None:
     path = tmp_path / "My Project" / "s.conf"
     path.parent.mkdir()
-    path.write_text("[group:g]\nprograms=web\n[program:web]\ncommand=/bin/web\n")
+    path.write_text("[group:g]\nprograms=web\n[program:web]\ncommand=/bin/web\n"
+                    "stopasgroup=true\n")
     result = import_files([str(path)])
     assert list(result.config.stacks) == ["g"] and result.report_lines() == []
     assert import_files([str(path)], "s").report_lines() == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from backend.importers import import_files
-from backend.importers.model import Context, FindingKind, SourceResult
+from backend.importers.model import Context, Finding, FindingKind, SourceResult
 from backend.importers.supervisord import read_supervisord
 from backend.importers.supervisord_values import (
     AutoRestart,
@@ -34,7 +34,19 @@ def _read(tmp_path: Path, files: dict[str, str], ctx: Context = CTX) -> SourceRe
 
 
 def _problems(result: SourceResult, kind: FindingKind = FindingKind.NOT_MAPPED) -> dict[str, str]:
-    return {f.origin.key: f.problem for f in result.findings if f.kind is kind}
+    """Findings by key; without the note on signalling the main process only, which
+    most programs get (tested on its own)."""
+    return {f.origin.key: f.problem for f in result.findings if f.kind is kind
+            and not _signals_note(f)}
+
+
+def _notes(result: SourceResult) -> list[Finding]:
+    return [f for f in result.findings if f.kind is FindingKind.NOTE
+            and not _signals_note(f)]
+
+
+def _signals_note(f: Finding) -> bool:
+    return f.kind is FindingKind.NOTE and "main process only" in f.problem
 
 
 # -- values ------------------------------------------------------------------------------
@@ -247,7 +259,7 @@ directory=%(ENV_APP_DIR)s
     assert app.command == ("/srv/x/bin/run", "--tz", "UTC", "--host", "box1")
     assert app.cwd == "/srv/x"
     assert app.env == {"TZ": "UTC", "APP_DIR": "/srv/x"}
-    notes = [f.problem for f in result.findings if f.kind is FindingKind.NOTE]
+    notes = [f.problem for f in _notes(result)]
     assert len(notes) == 1 and "%(host_node_name)s" in notes[0]
 
 
@@ -273,7 +285,7 @@ startsecs=%(ENV_NOPE_S)s
         ("[supervisord] environment", "D is not imported: %(ENV_NOPE_D)s cannot be "
          "expanded: NOPE_D is set neither in the environment `tenure import` runs in nor "
          "by `environment`")]
-    notes = [f.problem for f in result.findings if f.kind is FindingKind.NOTE]
+    notes = [f.problem for f in _notes(result)]
     assert len(notes) == 1 and notes[0].startswith("%(ENV_HOME)s was expanded")
 
 
@@ -366,7 +378,7 @@ user=web server
     assert "has no name on this machine" in problems["[program:unusable] user"]
     assert "0 to 777" in problems["[program:unusable] umask"]
     assert "invalid user name 'web server'" in problems["[program:badname] user"]
-    notes = [f for f in result.findings if f.kind is FindingKind.NOTE]
+    notes = _notes(result)
     assert any("user id 0 is 'root' on this machine" in f.problem for f in notes), notes
     assert {f.origin.key for f in notes if "HOME, USER and LOGNAME" in f.problem} == \
         {"[program:named] user", "[program:numbered] user"}
@@ -405,7 +417,7 @@ def test_includes_are_relative_to_the_including_file_and_here_is_per_file(
     commands = {d.app.name: d.app.command[0] for d in result.drafts}
     assert commands == {"main": f"{tmp_path}/etc/bin/main", "a": "/bin/a",
                         "b": f"{tmp_path}/etc/conf.d/bin/b"}
-    [note] = [f for f in result.findings if f.kind is FindingKind.NOTE]
+    [note] = _notes(result)
     assert "no file matches 'extra/none-*.conf'" in note.problem
     origin = next(d.origin for d in result.drafts if d.app.name == "b")
     assert (origin.file, origin.line) == (f"{tmp_path}/etc/conf.d/b.conf", 1)
@@ -640,3 +652,35 @@ def test_a_conversion_supervisord_cannot_format_is_reported_not_a_crash(
 
 def test_a_width_up_to_the_limit_is_formatted() -> None:
     assert expand("%(process_num)01000d", {"process_num": 7}) == "0" * 999 + "7"
+
+
+# -- signalling the main process or the group --------------------------------------------
+
+@pytest.mark.parametrize(("keys", "note"), [
+    ("", "stopasgroup and killasgroup are not set, so supervisord sent stopsignal and "
+         "SIGKILL to the program's main process only; tenure signals the app's whole "
+         "process group, the processes it started too"),
+    ("killasgroup=true\n", "stopasgroup is not set, so supervisord sent stopsignal to the "
+                           "program's main process only (killasgroup: SIGKILL to the "
+                           "group); tenure signals the app's whole process group, the "
+                           "processes it started too"),
+    ("stopasgroup=true\n", None),
+    ("stopasgroup=true\nkillasgroup=true\n", None),
+    ("killasgroup=false\n", None),   # reported as not mapped instead
+    ("killasgroup=maybe\n", None),   # reported as not mapped instead
+])
+def test_supervisords_default_of_signalling_the_main_process_is_noted(
+        tmp_path: Path, keys: str, note: str | None) -> None:
+    """Regression: supervisord signals only a program's main process unless
+    stopasgroup (or, for SIGKILL, killasgroup) is true; the import reported the keys
+    only when written, so the default became whole-group signalling without a word."""
+    result = _read(tmp_path, {"s.conf": f"[program:w]\ncommand=/bin/w\n{keys}"})
+    found = [f.problem for f in result.findings if f.origin.key == "[program:w]"]
+    assert found == ([note] if note else [])
+    if "false" in keys or "maybe" in keys:
+        assert "[program:w] killasgroup" in _problems(result)
+
+
+def test_a_program_not_imported_gets_no_note_on_signals(tmp_path: Path) -> None:
+    result = _read(tmp_path, {"s.conf": "[program:w]\nnumprocs=2\n"})
+    assert not any(_signals_note(f) for f in result.findings)
