@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import platform
+import re
 import secrets
 import shutil
 import subprocess
@@ -35,8 +36,10 @@ from protocol.errors import (
     Internal,
     NotFound,
     StateCorrupt,
+    StorageFailed,
     UnsafePath,
 )
+from protocol.storage import storage_failure
 
 from .manifest import (
     DEFAULT_CONTRACTS,
@@ -75,7 +78,8 @@ def seal(
     Raises BadRequest (a contract version that is not a positive integer), Conflict
     (``out_dir`` exists, or two sources claim the same file), NotFound (a
     package or dependency is not installed), UnsafePath (a symlink or special file in a
-    package), StateCorrupt (unreadable installed metadata), OSError.
+    package), StateCorrupt (unreadable installed metadata), StorageFailed (the disk
+    failed while compiling), OSError.
     """
     out_dir = Path(out_dir)
     wanted = _check_contracts(contracts)
@@ -272,7 +276,10 @@ def _write_metadata(root: Path, distribution: str) -> None:
 # the compiling process has interned (a flag per string), so bytecode compiled inside a
 # command that imported other things (`tenure up`) differed from `tenure release seal`'s
 # by a byte here and there, and so did the release id. One line of JSON per source that
-# did not compile: [relative path, exception name, message, line or null].
+# did not compile: [relative path, exception name, message, line or null]. A file that
+# cannot be read or written (py_compile lets OSError through: a full disk) ends it, with
+# `ERRNO <errno> <path as JSON>` as the last line of stderr, so the parent can tell a
+# failing disk from a defect.
 _COMPILE = """
 import json, py_compile, sys, warnings
 lib = sys.argv[1]
@@ -288,7 +295,12 @@ for rel in sys.stdin.read().split("\\0"):
         said = why.msg if isinstance(why, SyntaxError) else str(why)
         line = why.lineno if isinstance(why, SyntaxError) else None
         print(json.dumps([rel, e.exc_type_name, said, line]), flush=True)
+    except OSError as e:
+        path = e.filename if isinstance(e.filename, str) else lib + "/" + rel
+        print("ERRNO %d %s" % (e.errno or 0, json.dumps(path)), file=sys.stderr, flush=True)
+        sys.exit(1)
 """
+_ERRNO_LINE = re.compile(r"ERRNO (\d+) (\".*\")")
 
 
 def _compile(lib: Path, own: frozenset[str] = frozenset()) -> None:
@@ -300,7 +312,9 @@ def _compile(lib: Path, own: frozenset[str] = frozenset()) -> None:
     where the build ran. A dependency's file that does not compile gets no pyc (logged),
     as pip does; one of tenure's own packages (``own``) refuses the seal: a release with
     it would fail wherever it is imported, at the latest in a handoff. Raises
-    BadRequest, and Internal when the compiling interpreter fails.
+    BadRequest; StorageFailed, naming the path, when a file could not be read or
+    written for a full disk, a quota, an I/O error or a read-only file system; and
+    Internal when the compiling interpreter fails otherwise.
     """
     sources = sorted(p.relative_to(lib).as_posix() for p in lib.rglob("*.py")
                      if "__pycache__" not in p.parts)
@@ -308,8 +322,7 @@ def _compile(lib: Path, own: frozenset[str] = frozenset()) -> None:
                           input="\0".join(sources), capture_output=True, text=True,
                           check=False)
     if done.returncode != 0:
-        raise Internal(f"compiling the release failed (exit {done.returncode}): "
-                       f"{done.stderr.strip()[-500:]}")
+        raise _compile_failure(done.returncode, done.stderr)
     for line in done.stdout.splitlines():
         rel, kind, said, at = json.loads(line)
         if rel.split("/")[0] in own:
@@ -317,6 +330,21 @@ def _compile(lib: Path, own: frozenset[str] = frozenset()) -> None:
             raise BadRequest(f"{rel}{where} does not compile ({kind}: {said}); nothing was "
                              "sealed", {"file": rel})
         log.warning("not compiled: %s: %s: %s", rel, kind, said)
+
+
+def _compile_failure(status: int, stderr: str) -> StorageFailed | Internal:
+    """What the compiling interpreter's failure means: STORAGE_FAILED when its last
+    line names an errno of failing storage (:data:`_COMPILE`), else INTERNAL."""
+    lines = stderr.strip().splitlines()
+    found = _ERRNO_LINE.fullmatch(lines[-1]) if lines else None
+    if found is not None:
+        number, path = int(found.group(1)), json.loads(found.group(2))
+        failed = storage_failure(OSError(number, os.strerror(number), path),
+                                 "compiling the release", path)
+        if failed is not None:
+            return failed
+    return Internal(f"compiling the release failed (exit {status}): "
+                    f"{stderr.strip()[-500:]}")
 
 
 def _hash_files(root: Path) -> dict[str, str]:
