@@ -47,12 +47,15 @@ class StopOrderTeller:
         self.told: Order | None = None   # what the owner was last told (None: not yet)
         self._failing = False            # the last call failed (said once a run)
         self._unsupported = False        # an order wanted of an owner without the call
+        self._of: tuple[str, Order] | None = None   # (config revision, its order)
 
     async def sync(self, owner: Any, epoch: int, capabilities: Mapping[str, int],
                    config: Config) -> None:
         """Tell the owner ``config``'s stop order unless it was told it already. Raises
         nothing: a failure is logged and the next call tries again."""
-        want = stop_order_of(config)
+        if self._of is None or self._of[0] != config.revision:   # once a config
+            self._of = (config.revision, stop_order_of(config))
+        want = self._of[1]
         if want == self.told:
             return
         if capabilities.get(CAPABILITY[0]) != CAPABILITY[1]:
