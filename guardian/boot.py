@@ -17,16 +17,22 @@ import asyncio
 import logging
 from typing import Any
 
-from protocol.errors import GuardianFault, HandoffFailed, TenureError, Uncertain
+from protocol.errors import (
+    BackendUnavailable,
+    GuardianFault,
+    HandoffFailed,
+    TenureError,
+    Uncertain,
+)
 
 from .backendproc import BackendProcess
-from .cold import recover_safely
+from .cold import block, recover_safely
 from .coordinator import Coordinator
 from .handoff import restore_previous
 from .phases import FLOWS, Kind, Outcome, Phase, ending
 from .state import Activation
 
-__all__ = ["boot"]
+__all__ = ["boot", "take_over"]
 
 log = logging.getLogger("tenure.guardian")
 
@@ -35,21 +41,30 @@ BEFORE_FENCE = frozenset({Phase.CREATED, Phase.CHECKED, Phase.ADMITTED, Phase.DR
                           Phase.CHECKPOINTED})
 
 
+SILENT_WAIT_S = 15.0   # how long a start waits for a living backend that does not answer
+SILENT_RETRY_S = 1.0   # the pause between two questions to it
+
+
 async def boot(co: Coordinator) -> None:
     owner = await co.owner_call("status")
     owner_epoch = int(owner["epoch"])
-    live = await co.live_backend()
+    try:
+        live = await _answering(co)
+    except BackendUnavailable as exc:
+        if not exc.data.get("silent"):
+            raise
+        # alive and silent (stopped, hung): never fenced off nor raced, and the
+        # activations left open wait for a start that can ask it
+        block(co, exc)
+        co.write_diagnostics()
+        return
     retired = None
     unfit = None if live is None else _unfit(co, live, owner_epoch)
     if live is not None and unfit is not None:
         retired = await _retire_fenced(co, live, unfit)   # it outlived its guardian
         live = None
     if live is not None:
-        co.watch(BackendProcess.attach(live["activation"], live["identity"]["pid"],
-                                       live["identity"]["start_ticks"]))
-        if live["draining"]:
-            await co.control("generation.resume")
-        await _select_adopted(co, live)
+        await _adopt(co, live)
     for act in co.state.open_activations():
         if co.state.activation(act.id).final:
             continue  # finished beside the handoff it restored
@@ -61,6 +76,56 @@ async def boot(co: Coordinator) -> None:
     if co.current is None and co.blocked is None and co.state.selector().current is not None:
         await recover_safely(co, before=retired)
     co.write_diagnostics()
+
+
+async def _answering(co: Coordinator) -> dict[str, Any] | None:
+    """The status of the generation on api.sock, or None when none is there. A living
+    one that does not answer (overloaded, stopped for a moment) is asked again every
+    SILENT_RETRY_S for SILENT_WAIT_S: adopted once it answers, since recovering beside
+    it would fence it off and the new generation could not bind its socket. Raises
+    BackendUnavailable (``data.silent``) when it is still silent then, what
+    live_backend raises otherwise."""
+    end = co.clock() + SILENT_WAIT_S
+    said = False
+    while True:
+        try:
+            return await co.live_backend()
+        except BackendUnavailable as exc:
+            if not exc.data.get("silent") or co.clock() >= end:
+                raise
+            if not said:
+                log.warning("%s; asking again for up to %g s before giving up",
+                            exc.msg, SILENT_WAIT_S)
+                said = True
+        await co.sleep(SILENT_RETRY_S)
+
+
+async def take_over(co: Coordinator, live: dict[str, Any]) -> bool:
+    """Take over the generation that answers on api.sock (``live``: its status), found
+    when no generation is in control: adopted (True) when it holds the owner's current
+    epoch under the owner that runs, else retired (False; the caller starts a fresh
+    one). Raises what asking the owner raises."""
+    owner_epoch = int((await co.owner_call("status"))["epoch"])
+    unfit = _unfit(co, live, owner_epoch)
+    if unfit is not None:
+        await _retire_fenced(co, live, unfit)
+        return False
+    await _adopt(co, live)
+    co.blocked = co.recovery_failing = None
+    log.warning("adopted backend generation %s (pid %d), which answers again",
+                live["activation"], live["identity"]["pid"])
+    co.write_diagnostics()
+    return True
+
+
+async def _adopt(co: Coordinator, live: dict[str, Any]) -> None:
+    """Watch the generation ``live`` describes, never duplicated; resumed when a
+    handoff that died left it draining."""
+    co.watch(BackendProcess.attach(live["activation"], live["identity"]["pid"],
+                                   live["identity"]["start_ticks"]))
+    if live["draining"]:
+        await co.control("generation.resume")
+    await _select_adopted(co, live)
 
 
 async def _select_adopted(co: Coordinator, live: dict[str, Any]) -> None:

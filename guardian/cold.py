@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import (
+    BackendUnavailable,
     GuardianFault,
     HandoffFailed,
     IdentityError,
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
     from .backendproc import BackendProcess
     from .coordinator import Coordinator
 
-__all__ = ["POINTS", "Check", "recover_after_exit", "recover_safely", "recovery_check",
-           "retryable", "start_selected", "watch_owner"]
+__all__ = ["POINTS", "Check", "block", "recover_after_exit", "recover_safely",
+           "recovery_check", "retryable", "start_selected", "watch_owner"]
 
 log = logging.getLogger("tenure.guardian")
 
@@ -137,7 +138,7 @@ async def recover_safely(co: Coordinator, force: bool = False,
         err = GuardianFault.wrap(exc)
         if not isinstance(exc, TenureError):
             log.exception("recovery: unexpected error")
-        _block(co, err)
+        block(co, err)
         return None
 
 
@@ -147,6 +148,12 @@ def next_step(err: TenureError) -> str:
     run by hand (``--dry-run`` first when the certificate does not cover the world)."""
     release = err.data.get("release")
     crashed = err.data.get("crashed_release")
+    if err.data.get("silent"):   # a living backend holds api.sock: never raced
+        pid = err.data.get("pid")
+        return (f"`kill -CONT {pid}` if it is stopped, or stop it, then `tenure backend "
+                "recover` (it adopts a backend that answers, recovers from the certificate "
+                "when none is left)" if isinstance(pid, int) else
+                "once it answers, or is stopped, `tenure backend recover`")
     if isinstance(crashed, str):   # it starts, then dies: another release, or a fix
         return ("`tenure release select` another installed one (it starts it; the one "
                 "that ran before is usually still installed: `tenure release list`), or "
@@ -170,7 +177,7 @@ def next_step(err: TenureError) -> str:
     return "once that is fixed, `tenure backend recover`"
 
 
-def _block(co: Coordinator, err: TenureError, reason: str | None = None) -> None:
+def block(co: Coordinator, err: TenureError, reason: str | None = None) -> None:
     """Record recovery blocked on ``err`` (``reason``: its message, or more), with what
     the operator runs next (:func:`next_step`)."""
     code, reason, then = err.code_str, reason or err.msg, next_step(err)
@@ -271,6 +278,8 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
     world (or ``force``), else block. With no application running this is a first start.
     ``before`` is added to its first receipt, ``checked`` as :func:`recover_safely`
     says."""
+    if await _backend_in_the_way(co):
+        return _adopted(co)
     check: Check | None = None
     while True:
         try:
@@ -279,7 +288,7 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
                 # blocked the recovery for good, the certificate still valid
                 check = await recovery_check(co, checked)
                 if not check.ok and not force:
-                    _block(co, RecoveryBlocked(check.reason))
+                    block(co, RecoveryBlocked(check.reason))
                     return None
             kind = Kind.START if check.nothing_runs else Kind.RECOVER
             detail = {**(_admission(check, force, evidence) or {}), **(before or {})}
@@ -292,14 +301,47 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
             if exc is None:
                 raise   # a defect, or that: recover_safely blocks, saying so
             if not retryable(exc):
-                _block(co, exc)
+                block(co, exc)
                 return None
             delay = _failed_attempt(co, exc)
             if delay is None:
-                _block(co, exc, f"{exc.msg} (after {co.recovery_attempts} attempts)")
+                block(co, exc, f"{exc.msg} (after {co.recovery_attempts} attempts)")
                 return None
             log.error("recovery attempt failed (%s); retrying in %g s", exc, delay)
             await co.sleep(delay)
+
+
+async def _backend_in_the_way(co: Coordinator) -> bool:
+    """Whether a generation found on api.sock ends this recovery before it starts one
+    (at a guardian's start, `tenure backend recover` or `release select` after a
+    recovery blocked on a backend that did not answer). One that answers is taken over
+    as a guardian's start takes it over (guardian.boot.take_over): adopted (True), or
+    retired (False: the recovery goes on). One that is alive and does not answer blocks
+    the recovery at once, saying so (True): a fence would cut it off, and a new
+    generation could not bind beside it. Raises what live_backend raises otherwise."""
+    try:
+        live = await co.live_backend()
+    except BackendUnavailable as exc:
+        if not exc.data.get("silent"):
+            raise
+        block(co, exc)
+        return True
+    if live is None:
+        return False
+    # boot starts recoveries, so it is imported only when needed
+    from .boot import take_over
+    return await take_over(co, live)
+
+
+def _adopted(co: Coordinator) -> Activation | None:
+    """The activation of the generation just adopted, None when none was (blocked) or
+    its activation is not on record."""
+    if co.current is None:
+        return None
+    try:
+        return co.state.activation(co.current.activation)
+    except NotFound:
+        return None
 
 
 def _failed_attempt(co: Coordinator, exc: TenureError) -> float | None:
@@ -338,7 +380,7 @@ async def recover_after_exit(co: Coordinator, bp: BackendProcess) -> None:
             delay = _crashed_early(co, bp, ran)
         except Exception as exc:   # never an exit watcher that dies: blocked, saying why
             log.exception("recovery: unexpected error")
-            _block(co, GuardianFault.wrap(exc))
+            block(co, GuardianFault.wrap(exc))
             return
         if delay is None:
             return   # blocked
@@ -363,7 +405,7 @@ def _crashed_early(co: Coordinator, bp: BackendProcess, ran: float) -> float | N
     if delay is None:
         also = "" if co.recovery_crashes == co.recovery_attempts else \
             f" ({co.recovery_attempts} failed attempts in a row)"
-        _block(co, exc, f"the backend of release {release[:12]} crashed "
+        block(co, exc, f"the backend of release {release[:12]} crashed "
                         f"{co.recovery_crashes} times within {co.stable_s:g} s of "
                         f"starting{also}: {exc.msg}")
         return None

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import sqlite3
 import sys
 import time
@@ -24,6 +25,7 @@ from typing import Any
 from protocol.aclient import AsyncClient
 from protocol.ed25519 import PrivateKey
 from protocol.errors import (
+    BackendUnavailable,
     Conflict,
     ConnectFailed,
     GuardianFault,
@@ -41,7 +43,8 @@ from protocol.handover import OWNER_CONTRACTS, pack_handoff, read_checkpoint, wr
 from protocol.homewatch import HomeMark, end_if_lost
 from protocol.identity import Identity, new_identity
 from protocol.link import Link, LinkEvent
-from protocol.procfs import silence
+from protocol.procfs import read_stat, silence
+from protocol.sockets import peer_credentials
 
 from .backendproc import BackendProcess, ControlLink, control, preflight
 from .cold import RECOVERY_BACKOFF, STABLE_S
@@ -64,6 +67,7 @@ log = logging.getLogger("tenure.guardian")
 KEEP_ARTIFACTS = 40  # handoff records, checkpoints and backend logs kept for diagnosis
 DEADLINE = 30.0      # a generation's READY, drain, preflight and control answers
 OWNER_CHECK_S = 5.0  # the owner's first answer in an activation, before anything changes
+LIVE_CHECK_S = 5.0   # the answer of a generation found on api.sock (live_backend)
 
 
 def _deadline() -> float:
@@ -477,15 +481,24 @@ class Coordinator:
             await bp.stop(kill_after=2.0)
 
     async def live_backend(self) -> dict[str, Any] | None:
-        """The status of whatever generation answers on api.sock, or None."""
+        """The status of whatever generation answers on api.sock, or None when nobody is
+        there: no socket file, a refused connect (the socket of a generation that
+        died), a listener that is gone. Raises BackendUnavailable (``data.silent``,
+        ``data.pid``) when a living process holds api.sock but gives no answer within
+        LIVE_CHECK_S (stopped, hung, overloaded): a generation that may still act, which
+        a new one must neither be started beside nor fence off (it would hold the
+        socket, and find itself cut off once it resumes)."""
         if not os.path.exists(self.paths.api_sock):
             return None
         try:
             status: dict[str, Any] = await control(self.paths.api_sock, "generation.status",
-                                                   timeout=min(5.0, self.deadline))
+                                                   timeout=min(LIVE_CHECK_S, self.deadline))
             return status
-        except TenureError:
-            return None
+        except TenureError as exc:
+            listening, pid = _listener(self.paths.api_sock)
+            if not listening:
+                return None
+            raise _silent(pid, exc) from None
 
     async def verify_generation(self, epoch: int, checkpoint: dict[str, Any] | None,
                                 bp: BackendProcess | None = None) -> dict[str, Any]:
@@ -762,3 +775,38 @@ async def _warmed(warm: asyncio.Task[BackendProcess] | None) -> BackendProcess |
     except (OSError, TenureError) as exc:
         log.warning("no prewarmed interpreter (%s); the standby starts its own", exc)
         return None
+
+
+def _listener(path: str) -> tuple[bool, int | None]:
+    """Whether a living process listens on the Unix socket ``path``, and its pid, asked
+    without waiting: the kernel's record of the listener (SO_PEERCRED of a connection
+    not yet accepted), which a stopped or hung process keeps, since the kernel queues
+    the connection for it. ``(False, None)``: no file, a refused connect (nobody
+    listens), a listener that is gone. ``(True, None)``: its queue is full, so busy
+    but there; its pid cannot be had that way."""
+    kind = socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+    with socket.socket(socket.AF_UNIX, kind) as probe:
+        try:
+            probe.connect(path)
+        except BlockingIOError:
+            return True, None
+        except OSError:   # ENOENT, ECONNREFUSED: nobody listens there
+            return False, None
+        pid = peer_credentials(probe).pid
+    st = read_stat(pid)
+    return (st is not None and not st.zombie), pid
+
+
+def _silent(pid: int | None, exc: TenureError) -> BackendUnavailable:
+    """BackendUnavailable for the living process ``pid`` that holds api.sock and did
+    not answer (``exc``), saying what /proc shows of it (guardian.cold.next_step says
+    what the operator does)."""
+    if pid is None:
+        return BackendUnavailable(
+            f"a backend holds api.sock but does not answer ({exc.code_str}: its queue is "
+            "full); it was not fenced off, and no generation starts beside it",
+            {"silent": True, "pid": None, "cause": exc.code_str})
+    return BackendUnavailable(
+        f"backend pid {pid} is alive but does not answer ({exc.code_str}): "
+        f"{silence(pid)}; it was not fenced off, and no generation starts beside it",
+        {"silent": True, "pid": pid, "cause": exc.code_str})
