@@ -344,10 +344,21 @@ def _adopted(co: Coordinator) -> Activation | None:
         return None
 
 
+def _streak_of(co: Coordinator, release: str | None) -> None:
+    """The streak of failed attempts counts the failures of one release: a failure of
+    another (`tenure release select` took the way out of a crash loop, or of a block)
+    ends the streak before it is counted, so the new release is given its own backoff
+    and is not blocked at once for the crashes of the one before."""
+    if co.recovery_release != release:
+        co.end_streak()
+        co.recovery_release = release
+
+
 def _failed_attempt(co: Coordinator, exc: TenureError) -> float | None:
     """Count one failed attempt (ended by ``exc``) of the streak; the wait before the
     next one, said in the diagnostics, or None when that was the last of
     len(backoff) + 1 (its caller blocks)."""
+    _streak_of(co, co.state.selector().current)
     co.recovery_attempts += 1
     if co.recovery_attempts > len(co.backoff):
         return None
@@ -396,8 +407,9 @@ async def recover_after_exit(co: Coordinator, bp: BackendProcess) -> None:
 def _crashed_early(co: Coordinator, bp: BackendProcess, ran: float) -> float | None:
     """Count the crash of ``bp``, ``ran`` s after its start, as a failed attempt; the
     wait before the next one, or None when that was the last (recovery blocked)."""
-    co.recovery_crashes += 1
     release = co.state.selector().current or ""
+    _streak_of(co, release)
+    co.recovery_crashes += 1
     msg, data = bp.ended_why(f"backend generation {bp.activation} (pid {bp.pid}) "
                              f"exited {ran:.1f} s after it started")
     exc = HandoffFailed(msg, {**data, "crashed_release": release})

@@ -118,6 +118,9 @@ class Coordinator:
         # blocked state: a guardian restart checks and starts afresh
         self.recovery_attempts = 0
         self.recovery_crashes = 0
+        # the release whose failures the streak counts: another one selected since (the
+        # documented way out of a crash loop, `tenure release select`) starts afresh
+        self.recovery_release: str | None = None
         scale = _recovery_scale()
         self.backoff = tuple(d * scale for d in RECOVERY_BACKOFF)
         self.stable_s = STABLE_S * scale
