@@ -372,23 +372,32 @@ class RecoveryStore:
     def close(self) -> None:
         self.db.close()
 
+    # publish and invalidate write the row whether or not it is there: one deleted (a
+    # hand edit) would otherwise never come back, and no certificate could vouch again
+
     def publish(self, body: dict[str, Any]) -> None:
-        self.db.execute("UPDATE certificate SET valid = 1, body = ?, updated_at = ?",
+        self.db.execute("INSERT INTO certificate VALUES (1, 1, ?, ?) ON CONFLICT(id) DO "
+                        "UPDATE SET valid = 1, body = excluded.body, "
+                        "updated_at = excluded.updated_at",
                         (json.dumps(body, sort_keys=True), time.time()))
 
     def invalidate(self, reason: str) -> None:
         """Mark the certificate invalid, saying why in its body (a body that is not a
         JSON object, a damaged one, is replaced by just the reason)."""
-        self.db.execute("UPDATE certificate SET valid = 0, body = CASE WHEN json_valid(body) "
-                        "AND json_type(body) = 'object' THEN json_set(body, '$.invalidated', "
-                        "?1) ELSE json_object('invalidated', ?1) END, updated_at = ?2 "
-                        "WHERE valid IS NOT 0", (reason, time.time()))   # a damaged flag too
+        self.db.execute("INSERT INTO certificate VALUES (1, 0, json_object('invalidated', ?1), "
+                        "?2) ON CONFLICT(id) DO UPDATE SET valid = 0, body = CASE WHEN "
+                        "json_valid(body) AND json_type(body) = 'object' THEN json_set(body, "
+                        "'$.invalidated', ?1) ELSE json_object('invalidated', ?1) END, "
+                        "updated_at = ?2 WHERE valid IS NOT 0",   # a damaged flag too
+                        (reason, time.time()))
 
     def read(self) -> dict[str, Any]:
         """The certificate as stored; a body that is not a JSON object, or a valid flag
         other than the integer 1 (a damaged one), reads as none valid, so the next
-        certificate replaces it."""
+        certificate replaces it; so does no row at all (the next one writes it)."""
         r = self.db.execute("SELECT valid, body, updated_at FROM certificate").fetchone()
+        if r is None:
+            return {"valid": False, "body": None, "updated_at": None}
         return {"valid": type(r[0]) is int and r[0] == 1,
                 "body": json_map(r[1]) if r[1] else None, "updated_at": r[2]}
 
