@@ -13,8 +13,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from protocol.certificate import sound_body
 from protocol.digest import inventory_digest
 from protocol.errors import StaleEpoch, TenureError
+from protocol.schema import is_count
 
 if TYPE_CHECKING:
     from .generation import Generation
@@ -229,8 +231,9 @@ def _quiet(gen: Generation) -> bool:
 
 
 def same_snapshot(stored: dict[str, Any], body: dict[str, Any]) -> bool:
-    """Whether the stored certificate already vouches for ``body``: valid, and equal to
-    it but for the time and an observation cursor less than CURSOR_SLACK behind.
+    """Whether the stored certificate already vouches for ``body``: valid, a body recovery
+    can use (protocol.certificate.sound_body, with its ``at`` and ``cursor``), and equal
+    to it but for the time and an observation cursor less than CURSOR_SLACK behind.
 
     Every change invalidates first, so the stored ``at`` stays true: it is when this
     snapshot was first certified, and nothing reads it but people (recovery compares
@@ -239,11 +242,12 @@ def same_snapshot(stored: dict[str, Any], body: dict[str, Any]) -> bool:
     messages such as WATCHDOG=1); an older certified cursor only makes a recovering
     generation replay those messages, and the slack keeps it inside the owner's ring."""
     old = stored.get("body")
-    if not stored.get("valid") or not isinstance(old, dict):
-        return False
+    if not stored.get("valid") or not isinstance(old, dict) or not sound_body(old) \
+            or "at" not in old:
+        return False   # one recovery cannot use (or we never wrote): replaced
     moving = ("at", "cursor")
     if {k: v for k, v in old.items() if k not in moving} != \
             {k: v for k, v in body.items() if k not in moving}:
         return False
     cursor = old.get("cursor")
-    return isinstance(cursor, int) and 0 <= body["cursor"] - cursor < CURSOR_SLACK
+    return is_count(cursor) and 0 <= body["cursor"] - cursor < CURSOR_SLACK

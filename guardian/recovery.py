@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sqlite3
 from typing import Any
 
+from protocol.certificate import sound_body
 from protocol.digest import inventory_digest
 from protocol.durable import connect_read_only, json_map
 from protocol.errors import StateCorrupt
-from protocol.schema import is_count
 
 __all__ = ["digest", "read_certificate", "refusal"]
 
@@ -53,14 +52,10 @@ def read_certificate(path: str) -> dict[str, Any]:
 
 
 def _body(text: Any) -> dict[str, Any] | None:
-    """The certificate's body: a JSON object whose ``cursor`` and ``launches``, when
-    there, are counts and whose ``at`` is a time; None for anything else."""
+    """The certificate's body: a JSON object protocol.certificate.sound_body accepts;
+    None for anything else."""
     body = json_map(text)
-    if body is None or not is_count(body.get("cursor", 0)) \
-            or not is_count(body.get("launches", 0)):
-        return None
-    at = body.get("at", 0.0)
-    return body if type(at) in (int, float) and math.isfinite(at) else None
+    return body if body is not None and sound_body(body) else None
 
 
 def refusal(body: dict[str, Any], selected: str | None, owner: dict[str, Any] | None,
