@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from protocol.errors import StaleEpoch
+
 from . import instance as im
 from .model import StopSpec
 
@@ -97,7 +99,8 @@ class Journal(Protocol):
     """Where pending starts are kept across generations (backend.store.BackendStore)."""
 
     def want_start(self, key: str, activation: str,
-                   wait: tuple[str, float] | None = None) -> None: ...
+                   wait: tuple[str, float] | None = None) -> None:
+        """Raises StaleEpoch when a newer generation claimed the journal."""
 
     def drop_start(self, key: str, activation: str | None) -> None: ...
 
@@ -105,16 +108,24 @@ class Journal(Protocol):
 class StartsAfterStop:
     """The pending starts, by instance key, each with the timer of its deadline."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_stale: Callable[[str], None] = lambda why: None) -> None:
         self._pending: dict[str, tuple[asyncio.Future[bool], asyncio.TimerHandle]] = {}
         self.journal: Journal | None = None
         self.activation = ""   # the generation whose records these are
+        self.on_stale = on_stale   # a newer generation claimed the journal (Supervisor.fence)
 
     def record(self, key: str, wait: Wait) -> None:
         """Make the start of ``key``, and what it ``wait``s for, durable before the stop
-        it follows is sent. Raises what the journal raises: then nothing may be done."""
-        if self.journal is not None:
+        it follows is sent. Raises what the journal raises: then nothing may be done.
+        StaleEpoch (a newer generation claimed the journal) is told to ``on_stale``
+        first: that generation owns the app now, and this one must stop acting on it."""
+        if self.journal is None:
+            return
+        try:
             self.journal.want_start(key, self.activation, wait.to_row())
+        except StaleEpoch as exc:
+            self.on_stale(exc.msg)
+            raise
 
     def _forget(self, key: str) -> None:
         if self.journal is None:

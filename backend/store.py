@@ -227,9 +227,12 @@ class BackendStore:
         """Record the start of ``key`` as wanted by generation ``activation`` (taking it
         over from an older one), with what it waits for and until when (``wait``: kind,
         wall-clock deadline; None: nothing said, as a release before start_waits), in
-        one transaction."""
+        one transaction. Raises StaleEpoch, recording nothing, when another generation
+        claimed the apps' state since this one did: taking its record over would let
+        this generation forget it as its own."""
         at = time.time()
         with self.tx() as db:
+            self._check_held(db)
             db.execute("INSERT INTO starts_after_stop VALUES (?, ?, ?) ON CONFLICT(key) DO "
                        "UPDATE SET activation = excluded.activation, at = excluded.at",
                        (key, activation, at))
@@ -241,8 +244,12 @@ class BackendStore:
 
     def drop_start(self, key: str, activation: str | None) -> None:
         """Forget the start of ``key``: only if ``activation`` recorded it (a generation
-        fenced off never forgets a newer one's), or whoever did with None."""
+        fenced off never forgets a newer one's), or whoever did with None. Raises
+        StaleEpoch for None, forgetting nothing, when another generation claimed the
+        apps' state since this one did (the record may be that one's)."""
         with self.tx() as db:
+            if activation is None:
+                self._check_held(db)
             for table in ("starts_after_stop", "start_waits"):
                 db.execute(f"DELETE FROM {table} WHERE key = ? AND (? IS NULL OR "
                            "activation = ?)", (key, activation, activation))

@@ -119,7 +119,8 @@ class Supervisor:
                              lambda: self.owner_capabilities, lambda: self.base_env,
                              self._spawn)
         self.events: EventLog | None = None      # where transitions are recorded
-        self._after_stop = StartsAfterStop()     # starts wanted once an instance is down
+        # starts wanted once an instance is down; a newer generation's claim fences us
+        self._after_stop = StartsAfterStop(on_stale=lambda why: self.fence(why))
         self._stop_trouble: dict[str, str] = {}  # launch key -> why its stop is retried
         self._launch_trouble: dict[str, str] = {}   # and why its launch waits (storage)
         self._stop_sent: dict[str, float] = {}   # launch key -> first stop sent (monotonic)
@@ -213,13 +214,17 @@ class Supervisor:
         """Whether the start of ``key`` waits (backend.start_order): each start of an
         instance with ``after`` apps is looked at one loop turn later, once every start
         fed in this turn (its dependencies' too) has been. A start that cannot be
-        recorded in backend.db is not held: it goes now, unordered, rather than lost."""
+        recorded in backend.db is not held: it goes now, unordered, rather than lost;
+        raises ShuttingDown, nothing done, when that write found a newer generation's
+        claim (this one is fenced then)."""
         if inst.state not in DOWN or not inst.app.after:
             return False
         if key not in self._after_stop:
             try:
                 self._hold_for_order(key, time.time() + ORDER_WAIT)
             except Exception as exc:
+                if self.fenced:   # a newer generation claimed backend.db: it starts it
+                    raise _fenced_off(key) from None
                 log.error("%s: its start could not be recorded to wait for %s (%s); "
                           "starting it now", key, ", ".join(inst.app.after), exc)
                 return False
