@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
+from protocol.certificate import DAMAGED as RECOVERY_DAMAGED
 from protocol.durable import json_map, open_sqlite, read_rows, transaction
 from protocol.errors import Conflict, NotFound, StaleEpoch, StateCorrupt
 from protocol.schema import is_str_list
@@ -374,7 +375,7 @@ class RecoveryStore:
 
     def __init__(self, path: str) -> None:
         self.db = open_sqlite(path, "tenure-recovery", 1, RECOVERY_SCHEMA,
-                              synchronous="NORMAL", wal=True)
+                              synchronous="NORMAL", wal=True, way_out=RECOVERY_DAMAGED)
 
     def close(self) -> None:
         self.db.close()

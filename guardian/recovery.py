@@ -6,7 +6,7 @@ import os
 import sqlite3
 from typing import Any
 
-from protocol.certificate import sound_body
+from protocol.certificate import DAMAGED, sound_body
 from protocol.digest import inventory_digest
 from protocol.durable import connect_read_only, json_map
 from protocol.errors import StateCorrupt
@@ -22,9 +22,10 @@ def read_certificate(path: str) -> dict[str, Any]:
     """``{valid, body, updated_at}``; no file means no certificate. A body that is not a
     JSON object whose ``cursor``, when there, is a count, or a valid flag other than 0 or
     1 (a damaged one) makes it no certificate either: not valid, no body, and ``damaged``
-    saying so, so that recovery
-    blocks and a forced recovery can still be reviewed. Raises StateCorrupt for a
-    database of another kind or version (never modified)."""
+    saying so, so that recovery blocks and a forced recovery can still be reviewed; so
+    does a file that holds no readable database (``damaged`` then says to move it
+    aside). Raises StateCorrupt for a database of another kind or version, or one that
+    cannot be read at all (never modified)."""
     if not os.path.exists(path) or os.path.islink(path):
         return {"valid": False, "body": None, "updated_at": None}
     try:
@@ -38,7 +39,10 @@ def read_certificate(path: str) -> dict[str, Any]:
         finally:
             db.close()
     except sqlite3.Error as exc:
-        raise StateCorrupt(f"{path} is unreadable: {exc}", {"path": path}) from None
+        if not _damaged_file(exc):
+            raise StateCorrupt(f"{path} is unreadable: {exc}", {"path": path}) from None
+        return {"valid": False, "body": None, "updated_at": None,
+                "damaged": f"it is not a readable database ({exc}); {DAMAGED}"}
     if row is None:
         return {"valid": False, "body": None, "updated_at": None}
     body = _body(row[1]) if row[1] else None
@@ -49,6 +53,15 @@ def read_certificate(path: str) -> dict[str, Any]:
         return {"valid": False, "body": None, "updated_at": row[2],
                 "damaged": "its valid flag is neither 0 nor 1"}
     return {"valid": row[0] == 1, "body": body, "updated_at": row[2]}
+
+
+def _damaged_file(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says the file holds no readable recovery database (not a database,
+    a malformed one, an empty one or one without its tables), as opposed to a failure
+    to read it (permissions, I/O, a lock) that says nothing of what it holds."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return str(exc).startswith("no such table")
+    return isinstance(exc, sqlite3.DatabaseError)
 
 
 def _body(text: Any) -> dict[str, Any] | None:

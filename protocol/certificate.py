@@ -11,7 +11,13 @@ from typing import Any
 
 from .schema import is_count
 
-__all__ = ["is_time", "sound_body"]
+__all__ = ["DAMAGED", "is_time", "sound_body"]
+
+DAMAGED = ("move recovery.db aside (with its -wal and -shm; the backend writes a new one); "
+           "`tenure backend recover --dry-run` then reviews a forced recovery "
+           "(docs/recover.md, \"A damaged recovery.db\")")
+"""The way out of a recovery.db that is not a readable database: it only ever holds a
+certificate, which the next generation writes again."""
 
 
 def is_time(v: Any) -> bool:
