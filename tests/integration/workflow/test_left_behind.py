@@ -60,8 +60,9 @@ def test_a_restart_waits_until_what_the_last_run_left_is_stopped(cluster):
     kid, first = cluster.home / "kid.pid", cluster.home / "first"
     script = (f"if [ ! -e {first} ]; then touch {first}; setsid python3 -c '{STUBBORN}' & "
               f"echo $! > {kid}; fi; sleep 0.3; exit 1")
+    # the wait lasts the stop of the leftovers: 4 s, for a loaded machine's polls to see
     cluster.up(app("stub", script, "on-failure")
-               + "backoff = { initial = 0.1, max = 0.1 }\nstop = { timeout = 2 }\n")
+               + "backoff = { initial = 0.1, max = 0.1 }\nstop = { timeout = 4 }\n")
     pid, ticks = child(kid, cluster)
     leader = cluster.apps()["s/stub/0"]["pid"]
     cluster.wait(lambda: cluster.apps()["s/stub/0"]["pid"] != leader, 30, "the exit")
@@ -105,8 +106,9 @@ def test_a_stop_or_restart_during_the_wait_runs_no_untracked_copy(cluster, comma
     kid, first = cluster.home / "kid.pid", cluster.home / "first"
     script = (f"if [ ! -e {first} ]; then touch {first}; setsid python3 -c '{STUBBORN}' & "
               f"echo $! > {kid}; sleep 0.3; exit 1; fi; exec sleep 100023")
+    # the wait lasts the stop of the leftovers: 4 s, for a loaded machine's polls to see
     cluster.up(app("stub", script, "on-failure")
-               + "backoff = { initial = 0.1, max = 0.1 }\nstop = { timeout = 2 }\n")
+               + "backoff = { initial = 0.1, max = 0.1 }\nstop = { timeout = 4 }\n")
     pid, ticks = child(kid, cluster)
     cluster.wait(lambda: "the last run left running" in
                  (cluster.apps()["s/stub/0"]["reason"] or ""), 30, "the wait for the leftovers")
