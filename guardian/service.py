@@ -231,8 +231,11 @@ class GuardianService:
             if self.co.current is not None and self.co.current.alive():
                 sel = self.co.state.selector()
                 if sel.current != rid:
-                    raise BadRequest("a backend runs; use `tenure backend upgrade` to change "
-                                     "release")
+                    pid = self.co.current.pid
+                    raise BadRequest(f"a backend runs (pid {pid}); a select starts a release "
+                                     f"only when none runs: `tenure backend upgrade {rid}` "
+                                     "hands over to it, the applications kept running",
+                                     {"pid": pid, "selected": sel.current})
                 return {"selected": rid, "started": False, "checked": None, "blocked": None}
             sel = self.co.state.selector()
             checked = await check_release(self.co, release) \

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from protocol.client import Client
 from protocol.errors import (
     BackendUnavailable,
+    BadRequest,
     ConnectFailed,
     OperationInProgress,
     RecoveryBlocked,
@@ -576,11 +577,14 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
     ``timeout`` (the guardian retries a start that fails, with backoff; a start still
     under way is then :func:`ensure_backend`'s to wait for, or to explain). Returns the
     release this call selected, None when it selected none (one was selected, by
-    another `up` at the same time too)."""
+    another `up` at the same time too, or by the guardian's boot for the generation it
+    adopted). Selects nothing while the guardian holds a living generation, or may
+    still adopt one (:func:`_settled`): a select is refused beside it."""
     sweep(layout)   # every `up`: a seal tree an interrupted one left (11 MB) goes
-    st = guardian.call("status")
-    if st["selector"]["current"] is not None:
-        return None
+    deadline = time.monotonic() + timeout
+    st = _settled(layout, guardian, deadline)
+    if st["selector"]["current"] is not None or _holds_live(st):
+        return None   # a generation it holds runs: a select would be refused beside it
     if sealed is not None:
         rid = guardian.call("release.install", {"path": str(sealed.absolute())},
                             timeout=300)["release"]
@@ -591,8 +595,48 @@ def ensure_release(layout: Layout, guardian: Client, sealed: Path | None = None,
         answer = _select_first(guardian, str(rid), timeout)
     except RequestTimedOut:
         return str(rid)   # selected; the start goes on in the guardian
+    except BadRequest:
+        st = guardian.call("status")   # a generation came meanwhile, or its release
+        if st["selector"]["current"] is not None or _holds_live(st):
+            return None
+        raise
     # another `up` at the same time selected it first, and its backend runs
     return None if answer.get("started") is False else str(rid)
+
+
+def _settled(layout: Layout, guardian: Client, deadline: float) -> dict[str, Any]:
+    """The guardian's status once no release is selected only because none is: a
+    guardian that has just started answers before it boots, and its boot adopts a
+    generation that outlived the guardian before it and, when its record selects
+    nothing (a new state.db beside a damaged one set aside), selects the release that
+    generation runs, which is often not the installed code (any home upgraded since).
+    So while it boots or another command runs (it holds its command lock), or while a
+    generation answers on api.sock that it does not hold, it is asked again every 50 ms
+    until ``deadline``; the status it gave last then. Raises what asking it raises."""
+    while True:
+        st: dict[str, Any] = guardian.call("status")
+        if st["selector"]["current"] is not None or time.monotonic() >= deadline or \
+                not _may_adopt(layout, st):
+            return st
+        time.sleep(0.05)
+
+
+def _may_adopt(layout: Layout, st: dict[str, Any]) -> bool:
+    """Whether the guardian whose status is ``st`` may still take up a generation (and
+    select its release): it holds its command lock (its boot, or a start under way), or
+    a generation answers on api.sock that it does not hold (it has not booted yet)."""
+    if st.get("handoff_in_progress"):
+        return True
+    live = ping(layout.api_sock, home=layout.home)
+    if live is None:
+        return False
+    held = (st.get("backend") or {}).get("pid")
+    return held is None or held != (live.get("backend") or {}).get("pid")
+
+
+def _holds_live(st: dict[str, Any]) -> bool:
+    """Whether the guardian whose status is ``st`` holds a living generation."""
+    return bool((st.get("backend") or {}).get("alive"))
 
 
 def _select_first(guardian: Client, rid: str, timeout: float) -> dict[str, Any]:
