@@ -141,7 +141,8 @@ async def _select_adopted(co: Coordinator, live: dict[str, Any]) -> None:
         await asyncio.to_thread(co.release, rid)
     except TenureError as exc:
         log.error("no release is selected, and the release %s the adopted generation runs "
-                  "does not verify (%s): select one with `tenure release select`", rid, exc)
+                  "does not verify (%s): install a release and `tenure backend upgrade "
+                  "ID` to it (a select is refused beside a running backend)", rid, exc)
         return
     co.state.add_release(rid)
     co.state.select(rid, sel.revision)
