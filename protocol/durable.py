@@ -102,20 +102,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, *
     _refuse_link(p)
     directory = os.path.dirname(os.path.abspath(p))
     tmp = f"{p}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 mode)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
+    _fill(tmp, os.O_TRUNC, data, mode, sync)
     os.replace(tmp, p)
     if sync:
         _fsync_dir(directory)
@@ -150,14 +137,20 @@ def write_new(path: str | os.PathLike[str], data: bytes, mode: int = 0o600) -> N
 def _write_exclusive(path: str, data: bytes, mode: int) -> None:
     """Create ``path`` (never over an entry) with ``data``, fsynced; removed again when
     writing fails."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 mode)
+    _fill(path, os.O_EXCL, data, mode, True)
+
+
+def _fill(path: str, how: int, data: bytes, mode: int, sync: bool) -> None:
+    """Create ``path`` (``how``: O_TRUNC or O_EXCL; never through a symlink) with
+    ``data`` and ``mode``, fsynced with ``sync``; removed again when writing fails."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | how | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         os.unlink(path)

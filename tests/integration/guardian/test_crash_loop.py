@@ -53,7 +53,9 @@ def _blocked(cluster, timeout: float) -> dict:
     raise AssertionError(f"recovery not blocked in {timeout} s: {res}")
 
 
-def test_a_backend_that_crashes_after_every_start_backs_off_and_blocks(cluster, release_b):
+def _on_crashing_b(cluster, release_b: Path) -> tuple[str, str, dict]:
+    """A home of one app on release A, upgraded to B, whose generations crash 1.5 s
+    after READY from now on: A's id, B's, and the apps' pids."""
     cluster.env["TENURE_GUARDIAN_RECOVERY_SCALE"] = "0.1"
     cluster.up(config(sleepers=1))
     cluster.wait_ready(1)
@@ -62,6 +64,11 @@ def test_a_backend_that_crashes_after_every_start_backs_off_and_blocks(cluster, 
     cluster.cli("backend", "upgrade", b, check=True)
     apps = cluster.pids()
     (cluster.home / "crash-b").touch()
+    return a, b, apps
+
+
+def test_a_backend_that_crashes_after_every_start_backs_off_and_blocks(cluster, release_b):
+    a, b, apps = _on_crashing_b(cluster, release_b)
     t0 = time.monotonic()
     cluster.kill_backend()
 
@@ -92,3 +99,31 @@ def test_a_backend_that_crashes_after_every_start_backs_off_and_blocks(cluster, 
         ("complete", a), res.out
     assert cluster.status()["backend"]["release"] == a
     assert cluster.pids() == apps
+
+
+def test_a_release_selected_after_a_crash_loop_is_not_blocked_for_its_crashes(
+        cluster, release_b):
+    """The streak of failed recovery attempts carried over to a newly selected release:
+    A's first crash after `tenure release select A` was counted on top of B's seven
+    and blocked at once ("crashed 8 times within 6 s"). The streak counts one
+    release's failures: A's crash is retried with backoff and counted alone."""
+    a, b, apps = _on_crashing_b(cluster, release_b)
+    cluster.kill_backend()
+    blocked = _blocked(cluster, 60.0)
+    assert blocked["reason"].startswith(f"the backend of release {b[:12]} crashed 7 "), \
+        blocked
+
+    res = cluster.cli("release", "select", a, timeout=300)
+    assert res.code == 0, res
+    time.sleep(1)
+    crashed = cluster.kill_backend()      # A's first crash, within its stable period
+    time.sleep(3)
+
+    st = cluster.cli("backend", "status", timeout=60).out
+    assert not st.get("blocked"), st["blocked"]   # was: "crashed 8 times within 6 s"
+    cluster.wait(lambda: cluster.backend_pid() != crashed, 60, "A recovered")
+    assert cluster.status()["backend"]["release"] == a
+    assert cluster.pids() == apps
+    log = cluster.log("guardian")
+    # the first of B's streak, then the first of A's own
+    assert log.count("recovery attempt 1 of 7 failed") == 2, log[-3000:]

@@ -363,24 +363,31 @@ def test_an_exit_the_ledger_cannot_record_is_settled_once_it_can(tmp_path):
     run(tmp_path, body)
 
 
+def _launch_answer_unrecorded_once(jobs: Any) -> Any:
+    """Make the ledger's next write of a launch answer fail as a full disk does (once);
+    returns the real save."""
+    import sqlite3
+    save = jobs.ledger.save
+
+    def full_once(rec: Record, job: jm.Job, event: Any, *a: Any, **kw: Any) -> None:
+        if isinstance(event, jm.Launched):
+            jobs.ledger.save = save
+            raise sqlite3.OperationalError("database or disk is full")
+        save(rec, job, event, *a, **kw)
+    jobs.ledger.save = full_once
+    return save
+
+
 def test_a_launch_answer_the_ledger_cannot_record_is_recorded_once_it_can(tmp_path,
                                                                           caplog):
     """The disk was full for a moment as the owner's answer to a launch came. Was: the
     record stayed `starting` in memory and in the ledger while its process ran: its
     timeout never fired, `job stop` answered CONFLICT for ever, and it held a
     max_concurrent slot. The answer is kept and recorded at a later tick."""
-    import sqlite3
 
     async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
         jobs = gen.api.jobs
-        save = jobs.ledger.save
-
-        def full_once(rec: Record, job: jm.Job, event: Any, *a: Any, **kw: Any) -> None:
-            if isinstance(event, jm.Launched):
-                jobs.ledger.save = save  # type: ignore[method-assign]
-                raise sqlite3.OperationalError("database or disk is full")
-            save(rec, job, event, *a, **kw)
-        jobs.ledger.save = full_once  # type: ignore[method-assign]
+        save = _launch_answer_unrecorded_once(jobs)
         rec, _ = jobs.submit("s/migrate", None, [])
         await started(gen, rec)
         assert state(gen, rec.id) is jm.State.STARTING        # the answer not recorded
@@ -405,19 +412,11 @@ def test_a_kept_launch_answer_the_record_moved_past_is_said_dropped(tmp_path, ca
     """The job ended (its exit observed) before the kept answer could be recorded: the
     answer is dropped, and the log says so rather than that it was recorded."""
     import logging
-    import sqlite3
     caplog.set_level(logging.INFO, "tenure.jobs")
 
     async def body(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
         jobs = gen.api.jobs
-        save = jobs.ledger.save
-
-        def full_once(rec: Record, job: jm.Job, event: Any, *a: Any, **kw: Any) -> None:
-            if isinstance(event, jm.Launched):
-                jobs.ledger.save = save  # type: ignore[method-assign]
-                raise sqlite3.OperationalError("database or disk is full")
-            save(rec, job, event, *a, **kw)
-        jobs.ledger.save = full_once  # type: ignore[method-assign]
+        _launch_answer_unrecorded_once(jobs)
         rec, _ = jobs.submit("s/migrate", None, [])
         await started(gen, rec)
         jobs.on_observation(o.exit(job_launches(o)[0]["launch_key"], 0))
