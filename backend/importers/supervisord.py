@@ -34,6 +34,14 @@ __all__ = ["read_supervisord"]
 
 T = TypeVar("T")
 
+# what supervisord raised for itself and, inherited, for every program it started
+_RAISED_LIMITS = {
+    "minfds": "supervisord raised its file limit, and every program's, to at least this; "
+              "set `limits.nofile` on the apps that need it",
+    "minprocs": "supervisord raised its process limit, and every program's, to at least "
+                "this; set `limits.nproc` on the apps that need it",
+}
+
 _SECTION_REASONS = {
     "supervisord": "settings of the supervisord daemon itself (logging, pid file, "
                    "limits); tenure's daemons need none of them",
@@ -266,8 +274,13 @@ def _report_section(doc: IniDocument, section: IniSection, result: SourceResult)
                        if section.name.startswith(p)), "not a section supervisord knows")
     keys = [k for k in doc.keys(section.name)
             if not (section.name == "supervisord" and k in _INHERITED)]
-    if section.name == "supervisord" and not keys:
-        return
+    if section.name == "supervisord":
+        for key in [k for k in keys if k in _RAISED_LIMITS]:
+            keys.remove(key)
+            result.not_mapped(Origin(section.file, section.line, f"[supervisord] {key}"),
+                              _RAISED_LIMITS[key])
+        if not keys:
+            return
     shown = f" ({', '.join(keys)})" if keys else ""
     result.not_mapped(Origin(section.file, section.line, f"[{section.name}]"),
                       reason + shown)

@@ -580,6 +580,18 @@ def test_daemon_user_directory_and_umask_are_every_programs_defaults(
     assert 'user = "nobody"' in toml and 'cwd = "/srv/app"' in toml
 
 
+def test_the_daemons_raised_limits_are_reported_as_every_programs(tmp_path: Path) -> None:
+    """minfds and minprocs raised supervisord's limits, which its programs inherited:
+    not "settings tenure's daemons need none of"."""
+    result = _read(tmp_path, {"s.conf": "[supervisord]\nminfds=4096\nminprocs=400\n"
+                                        "logfile=/var/log/s.log\n[program:web]\n"
+                                        "command=web\n"})
+    problems = _problems(result)
+    assert "set `limits.nofile` on the apps" in problems["[supervisord] minfds"]
+    assert "set `limits.nproc` on the apps" in problems["[supervisord] minprocs"]
+    assert problems["[supervisord]"].endswith("(logfile)"), problems
+
+
 def test_a_programs_own_user_directory_and_umask_win_over_the_daemons(
         tmp_path: Path) -> None:
     result = _read(tmp_path, {"s.conf": DAEMON_CONF + "user=root\ndirectory=/opt/web\n"
