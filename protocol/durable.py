@@ -55,6 +55,35 @@ def _refuse_link(path: str) -> None:
         raise UnsafePath(f"{path} is a symlink or not a regular file", {"path": path})
 
 
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")   # what SQLite opens beside a database
+
+
+def refuse_linked_db(db: str) -> None:
+    """Refuse a database read straight from a home (``db``: the journal, backend.db,
+    what :func:`read_rows` reads) when its directory is a symlink or not a directory,
+    or it, or its -wal, -shm or -journal, is a symlink or not a regular file, as the
+    daemon that writes it refuses them (owner.journaldb.open_private,
+    protocol.sockets.check_private_dir).
+    SQLite would follow a link, and print another home's lines as this one's, and
+    would block for ever opening a FIFO. Owner and mode are not checked (those daemons'
+    own checks are): root may read a user's home. What is missing, or not ours to look
+    at, is left to the open that follows (it fails alike). Raises UnsafePath naming the
+    path."""
+    directory = os.path.dirname(db)
+    for path, kind, what in ((directory, stat.S_ISDIR, "a directory"),
+                             *((db + side, stat.S_ISREG, "a regular file")
+                               for side in ("", *SQLITE_SIDECARS))):
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            raise UnsafePath(f"{path} is a symlink; tenure never reads state through one",
+                             {"path": path})
+        if not kind(mode):
+            raise UnsafePath(f"{path} is not {what}", {"path": path})
+
+
 def refuse_unprivate(path: str, st: os.stat_result | None = None) -> None:
     """What :func:`_refuse_link` refuses, in the same lstat(2) (or ``st``, the fstat of
     a descriptor opened with O_NOFOLLOW), and more: a private file (a database, the
@@ -323,8 +352,9 @@ def read_rows(path: str, sql: str) -> list[tuple[Any, ...]] | None:
     """The rows of ``sql`` on the SQLite database at ``path``, read only: the database is
     never created or changed (of a WAL database SQLite may create the -wal and -shm
     index files, as for any reader). None when there is no such file. Raises UnsafePath
-    (a symlink or not a regular file), sqlite3.Error (a database it cannot read)."""
-    _refuse_link(path)
+    (a symlink or not a regular file, its directory or a -wal, -shm, -journal beside
+    it too: :func:`refuse_linked_db`), sqlite3.Error (a database it cannot read)."""
+    refuse_linked_db(path)
     if not os.path.exists(path):
         return None
     conn = connect_read_only(path)

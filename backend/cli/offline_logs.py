@@ -23,7 +23,6 @@ from protocol.errors import (
     NotFound,
     OwnerUnavailable,
     Unauthorized,
-    UnsafePath,
 )
 from protocol.layout import Layout
 
@@ -32,39 +31,9 @@ if TYPE_CHECKING:   # typing and sqlite3 cost every `tenure logs` a few ms to im
     import sqlite3
     from typing import Any
 
-__all__ = ["Fallback", "FollowEnded", "refuse_unsafe"]
+__all__ = ["Fallback", "FollowEnded"]
 
 STOPPING_S = 5.0   # how long a follower waits for the daemons of a `tenure down` to end
-SIDECARS = ("-wal", "-shm", "-journal")   # what SQLite opens beside a database
-
-
-def refuse_unsafe(db: str) -> None:
-    """Refuse a database that the CLI reads straight from a home (``db``: the journal,
-    backend.db) when its directory is a symlink or not a directory, or it, or its -wal,
-    -shm or -journal, is a symlink or not a regular file, as the daemon that writes it
-    refuses them (owner.journaldb.open_private, protocol.sockets.check_private_dir).
-    SQLite would follow a link, and print another home's lines as this one's, and
-    would block for ever opening a FIFO. Owner and mode are not checked (those daemons'
-    own checks are): root may read a user's home. What is missing, or not ours to look
-    at, is left to the open that follows (it fails alike). Raises UnsafePath naming the
-    path."""
-    import os
-    import stat
-    directory = os.path.dirname(db)
-    for path, kind, what in ((directory, stat.S_ISDIR, "a directory"),
-                             *((db + side, stat.S_ISREG, "a regular file")
-                               for side in ("", *SIDECARS))):
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            continue
-        if stat.S_ISLNK(mode):
-            raise UnsafePath(f"{path} is a symlink; tenure never reads state through one",
-                             {"path": path})
-        if not kind(mode):
-            raise UnsafePath(f"{path} is not {what}", {"path": path})
-
-
 def _blocked(exc: BackendUnavailable) -> bool:
     """The guardian's diagnostics say its recovery of a backend is blocked."""
     from .render import blocked
@@ -204,11 +173,13 @@ class Fallback:
         return self._lay.journal
 
     def _open(self, why: str) -> sqlite3.Connection:
-        """The journal file, read only. Raises UnsafePath (refuse_unsafe), NotFound,
+        """The journal file, read only. Raises UnsafePath (refuse_linked_db), NotFound,
         Unauthorized, StateCorrupt."""
         import os
         import sqlite3
-        refuse_unsafe(self._path)
+
+        from protocol.durable import refuse_linked_db
+        refuse_linked_db(self._path)
         if not os.path.exists(self._path):
             raise NotFound(f"{why} and there is no journal at {self._path}:"
                            " no app has run on this home", {"path": self._path})
