@@ -257,6 +257,17 @@ class Cluster:
         os.kill(pid, signal.SIGKILL)
         return pid
 
+    def kill_owner(self) -> int:
+        """SIGKILL the owner and wait (10 s at most) until it is gone or a zombie."""
+        import psutil
+        pid = int(self.cli("owner", "status", check=True).out["owner"]["pid"])
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(pid) and psutil.Process(pid).status() != \
+                psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return pid
+
     def daemon_pids(self) -> list[int]:
         """Owner, guardian and backend pids of this home (found by their sockets)."""
         out = []

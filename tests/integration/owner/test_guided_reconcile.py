@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 
@@ -22,16 +21,6 @@ instances = 2
 [stacks.s.apps.forker]
 command = ["sh", "-c", "setsid sleep 100000 & exec sleep 100000"]
 """
-
-
-def _kill_owner(cluster) -> int:
-    pid = int(cluster.cli("owner", "status", check=True).out["owner"]["pid"])
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE \
-            and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return pid
 
 
 def _carrier(cluster, key: str, home: str | None = None) -> subprocess.Popen[bytes]:
@@ -46,7 +35,7 @@ def test_owner_crash_is_reconciled_with_a_sealed_plan_and_a_guided_drain(cluster
     cluster.up(CONFIG)
     cluster.wait_ready(3)
     apps = cluster.pids()
-    _kill_owner(cluster)
+    cluster.kill_owner()
     refused = cluster.cli("up")
     assert refused.code != 0
     assert "RECONCILE_REQUIRED" in refused.stderr + json.dumps(refused.out)
@@ -123,7 +112,7 @@ def test_an_owner_db_that_lost_its_records_leaves_no_duplicates(cluster):
     cluster.up(CONFIG)
     cluster.wait_ready(3)
     apps = {pid for pid, _ in cluster.pids().values()}
-    _kill_owner(cluster)
+    cluster.kill_owner()
     db = cluster.layout.execution / "owner.db"
     for side in ("-wal", "-shm"):
         (cluster.layout.execution / f"owner.db{side}").unlink(missing_ok=True)
@@ -169,7 +158,7 @@ def test_a_damaged_owner_db_is_set_aside_and_its_processes_drained(cluster):
         rows = c.call("inventory")["launches"]
     leaders = {r["launch_key"]: r["pid"] for r in rows}
     forker = next(r["launch_key"] for r in rows if r["app"] == "forker")
-    _kill_owner(cluster)
+    cluster.kill_owner()
     db = cluster.layout.execution / "owner.db"
     for side in ("-wal", "-shm"):
         (cluster.layout.execution / f"owner.db{side}").unlink(missing_ok=True)
@@ -226,7 +215,7 @@ def test_a_damaged_receipt_set_aside_still_needs_the_reconcile_owner_db_asks_for
     cluster.up(CONFIG)
     cluster.wait_ready(3)
     apps = {pid for pid, _ in cluster.pids().values()}
-    _kill_owner(cluster)
+    cluster.kill_owner()
     receipt = cluster.layout.execution / "owner-receipt.json"
     receipt.write_text("{not json")
     refused = cluster.cli("owner", "reconcile")
@@ -251,7 +240,7 @@ def test_with_owner_db_and_the_receipt_set_aside_the_start_waits_for_a_reconcile
     cluster.up(CONFIG)
     cluster.wait_ready(3)
     apps = {pid for pid, _ in cluster.pids().values()}
-    _kill_owner(cluster)
+    cluster.kill_owner()
     for name in ("owner.db", "owner.db-wal", "owner.db-shm", "owner-receipt.json"):
         path = cluster.layout.execution / name
         if path.exists():
@@ -293,7 +282,7 @@ def test_a_reconcile_inside_one_of_this_homes_apps_is_refused(cluster):
     """It could neither prove that app gone nor stop it without stopping itself."""
     cluster.up(CONFIG)
     cluster.wait_ready(3)
-    _kill_owner(cluster)
+    cluster.kill_owner()
     cluster.env = {"TENURE_LAUNCH_KEY": "s/sleeper/0/1",
                    "TENURE_OWNER_HOME": os.path.realpath(cluster.home)}
     for extra in ([], ["--prepare"], ["--drain", "0" * 64]):

@@ -9,8 +9,6 @@ within a second of its stop)."""
 from __future__ import annotations
 
 import os
-import signal
-import time
 
 import psutil
 
@@ -52,15 +50,6 @@ def _recorded(cluster, app: str) -> int:
     return int(rows[0][0]) if rows else 0
 
 
-def _kill_owner(cluster) -> None:
-    pid = int(cluster.cli("owner", "status", check=True).out["owner"]["pid"])
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE \
-            and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
 def test_a_batch_child_is_stopped_with_its_leader_and_not_left_for_reconcile(cluster):
     cluster.up(CONFIG)
     cluster.wait(lambda: cluster.apps()["demo/batch/0"]["state"] == "stopped", 30,
@@ -70,7 +59,7 @@ def test_a_batch_child_is_stopped_with_its_leader_and_not_left_for_reconcile(clu
     cluster.wait(lambda: _recorded(cluster, "demo/batch/0") == 0, 10,
                  "the owner's record of it forgotten")
     cluster.wait_ready(3)
-    _kill_owner(cluster)
+    cluster.kill_owner()
 
     text = cluster.cli_text("owner", "reconcile", "--prepare")
     assert "3 launches of the dead owner: 3 with processes, 0 already gone" in text, text
