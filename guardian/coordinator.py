@@ -16,7 +16,6 @@ import logging
 import os
 import socket
 import sqlite3
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -27,22 +26,18 @@ from protocol.ed25519 import PrivateKey
 from protocol.errors import (
     BackendUnavailable,
     Conflict,
-    ConnectFailed,
     GuardianFault,
     HandoffFailed,
     HomeLost,
     NotFound,
     OperationInProgress,
-    RequestTimedOut,
     TenureError,
-    TransportLost,
     Uncertain,
 )
-from protocol.grant import Grant, public_key_text
-from protocol.handover import OWNER_CONTRACTS, pack_handoff, read_checkpoint, write_handoff
+from protocol.handover import pack_handoff, read_checkpoint, write_handoff
 from protocol.homewatch import HomeMark, end_if_lost
 from protocol.identity import Identity, new_identity
-from protocol.link import Link, LinkEvent
+from protocol.link import Link
 from protocol.procfs import read_stat, silence
 from protocol.sockets import peer_credentials
 
@@ -52,11 +47,13 @@ from .diagnostics import Diagnostics, snapshot
 from .faults import Fault
 from .interp import load_bindings
 from .own import Running
+from .ownerside import OwnerSide
 from .paths import GuardianPaths
 from .phases import Phase, outcome_of
 from .release import Release
-from .retention import activations_to_keep
+from .retention import activations_to_keep, prune_artifacts
 from .schemas import LEGACY, declared
+from .standby import Standbys
 from .state import Activation, StateStore
 from .trust import verified_release
 
@@ -66,7 +63,6 @@ log = logging.getLogger("tenure.guardian")
 
 KEEP_ARTIFACTS = 40  # handoff records, checkpoints and backend logs kept for diagnosis
 DEADLINE = 30.0      # a generation's READY, drain, preflight and control answers
-OWNER_CHECK_S = 5.0  # the owner's first answer in an activation, before anything changes
 LIVE_CHECK_S = 5.0   # the answer of a generation found on api.sock (live_backend)
 
 
@@ -90,7 +86,10 @@ def _recovery_scale() -> float:
     return scale if 0.0 < scale < float("inf") else 1.0
 
 
-class Coordinator:
+class Coordinator(OwnerSide, Standbys):
+    """The moves of every activation. The owner link's methods (guardian.ownerside) and
+    the standby generations' (guardian.standby) are parts it inherits."""
+
     def __init__(self, paths: GuardianPaths, state: StateStore, key: PrivateKey
                  ) -> None:
         self.paths = paths
@@ -143,56 +142,7 @@ class Coordinator:
         self._spare: tuple[str, asyncio.Task[BackendProcess | None]] | None = None
         self._link: ControlLink | None = None   # to the generation in control, while held
 
-    # -- the owner --------------------------------------------------------------------
-
-    async def connect_owner(self) -> Identity:
-        """Connect (pinning the owner instance), pin our key. Raises TenureError."""
-        if self.owner is None:
-            # allow_group: in system scope owner.sock is root:<service account> 0660
-            self.owner = AsyncClient(self.paths.owner_sock, want=OWNER_CONTRACTS,
-                                     name="guardian", timeout=60.0, allow_group=True)
-        welcome = await self.owner.connect()
-        self.owner_identity = welcome.identity
-        self.owner_link.handle(LinkEvent.SEEN, time.time())
-        await self.owner.call("guardian.pin",
-                              {"public_key": public_key_text(self.key.public_key())})
-        return welcome.identity
-
-    async def owner_call(self, method: str, params: dict[str, Any] | None = None,
-                         timeout: float | None = None) -> Any:
-        """The owner's answer to ``method``; any answer is a word from the owner (the
-        link's ``seen``), also while the owner watch is not running yet: a guardian
-        retrying its first recovery said the owner silent though it answered every
-        fence. Raises what the call raises."""
-        answer = await self._owner_answer(method, params or {}, timeout)
-        self.owner_link.handle(LinkEvent.SEEN, time.time())
-        self.fault.after_reply(method)
-        return answer
-
-    async def _owner_answer(self, method: str, params: dict[str, Any],
-                            timeout: float | None) -> Any:
-        assert self.owner is not None
-        return await self.owner.call(method, params, timeout=timeout)
-
-    async def owner_status(self) -> dict[str, Any]:
-        """The owner's ``status``, asked before an activation changes anything. An owner
-        that does not answer within OWNER_CHECK_S (stopped, stuck on storage) ends the
-        activation there, rather than at the owner connection's 60 s: RequestTimedOut
-        (or ConnectFailed, when the connection had to be made again and the handshake got
-        no answer) saying what /proc shows of its process."""
-        wait = min(OWNER_CHECK_S, self.deadline)
-        try:
-            try:
-                status: dict[str, Any] = await self.owner_call("status", timeout=wait)
-            except TransportLost:   # a connection that broke meanwhile (the owner watch
-                # gave up on a silent owner): asked once more, on a new one
-                status = await self.owner_call("status", timeout=wait)
-        except (RequestTimedOut, ConnectFailed, TransportLost) as exc:
-            pid = self.owner_identity.pid if self.owner_identity is not None else None
-            why = silence(pid) if pid is not None else "its pid is unknown"
-            raise type(exc)(f"the owner did not answer within {wait:g} s: {why}. Nothing "
-                            "was changed", {**exc.data, "owner_pid": pid}) from exc
-        return status
+    # -- the generation in control -----------------------------------------------
 
     async def control(self, method: str, params: dict[str, Any] | None = None,
                       timeout: float | None = None) -> Any:
@@ -229,52 +179,6 @@ class Coordinator:
         link, self._link = self._link, None
         if link is not None:
             await link.close()
-
-    async def fence(self, act: Activation, owner_epoch: int | None = None) -> int:
-        """Grant row first, then the owner; returns the new epoch. ``owner_epoch``: the
-        owner's epoch as its ``status`` said since the activation began (else asked now).
-        Only this guardian fences, one flow at a time, so it cannot have moved; if it
-        had, the owner refuses an epoch that is not newer than its own and the fence
-        fails."""
-        ident = self.owner_identity
-        assert ident is not None
-        if owner_epoch is None:
-            owner_epoch = int((await self.owner_call("status"))["epoch"])
-        epoch = max(self.state.last_epoch(), owner_epoch) + 1
-        grant = Grant(epoch, act.id, act.release, ident.instance, time.time())
-        signed = grant.sign(self.key)
-        self.state.record_grant(grant, signed.sig)
-        await self.owner_call("fence", {"grant": signed.to_wire()})
-        return epoch
-
-    async def fence_proven(self, act: Activation, owner_epoch: int | None = None) -> int:
-        """:meth:`fence`; when it fails (the answer may be lost after the owner accepted)
-        the activation counts as fenced only if the owner provably holds the grant
-        recorded for *this* activation. Raises what the fence raised otherwise."""
-        try:
-            return await self.fence(act, owner_epoch)
-        except Exception:
-            epoch = await self.proven_grant(act.id)
-            if epoch is None:
-                raise
-            log.warning("the fence answer was lost; the owner holds activation %s's grant "
-                        "(epoch %d)", act.id, epoch)
-            return epoch
-
-    async def proven_grant(self, activation: str) -> int | None:
-        """The epoch of ``activation``'s recorded grant if the owner holds exactly that
-        grant now, else None (also when the owner cannot be asked)."""
-        granted = self.state.grant_for(activation)
-        if granted is None:
-            return None
-        try:
-            st = await self.owner_call("status")
-        except TenureError:
-            return None
-        held = st.get("grant") or {}
-        if st.get("epoch") == granted and held.get("activation") == activation:
-            return granted
-        return None
 
     # -- phases -----------------------------------------------------------------------
 
@@ -442,47 +346,6 @@ class Coordinator:
     def _set_candidate(self, bp: BackendProcess) -> None:
         self.candidate = bp
 
-    async def standby(self, release_id: str, verified: Release | None = None,
-                      warm: asyncio.Task[BackendProcess] | None = None
-                      ) -> BackendProcess | None:
-        """Start ``release_id``'s interpreter now, outside the pause; it holds nothing.
-        ``verified``: the release as verified a moment ago (else it is verified now, while
-        an interpreter is prewarmed beside it). ``warm``: a :meth:`prewarm` to run it in.
-        A release that cannot stand by is started the plain way later."""
-        try:
-            if verified is None:
-                verified, warm = await self.verify_warming(release_id)
-            return await BackendProcess.standby(verified, self.paths.home, self.paths.logs,
-                                                self.deadline, await _warmed(warm))
-        except TenureError as exc:
-            await self.discard(warm)
-            log.warning("candidate cannot stand by (%s); it will start cold", exc)
-            return None
-
-    async def verify_warming(self, release_id: str, warm: bool = True
-                             ) -> tuple[Release, asyncio.Task[BackendProcess] | None]:
-        """The release verified now (off the loop) and, with ``warm``, an interpreter
-        for its standby prewarmed meanwhile; a prewarm whose release does not verify is
-        stopped. Raises what verification raises."""
-        task = self.prewarm() if warm else None
-        try:
-            return await asyncio.to_thread(self.release, release_id), task
-        except BaseException:
-            await self.discard(task)
-            raise
-
-    def prewarm(self) -> asyncio.Task[BackendProcess]:
-        """An interpreter for the next standby, started now: it runs nothing of a release
-        until one is verified (BackendProcess.prewarm)."""
-        return asyncio.create_task(BackendProcess.prewarm(sys.executable, self.paths.home,
-                                                          self.paths.logs))
-
-    async def discard(self, warm: asyncio.Task[BackendProcess] | None) -> None:
-        """Stop a prewarmed interpreter that will not be used (the process is gone then)."""
-        bp = await _warmed(warm)
-        if bp is not None and (bp.proc is None or bp.proc.returncode is None):
-            await bp.stop(kill_after=2.0)
-
     async def live_backend(self) -> dict[str, Any] | None:
         """The status of whatever generation answers on api.sock, or None when nobody is
         there: no socket file, a refused connect (the socket of a generation that
@@ -627,44 +490,6 @@ class Coordinator:
         """No failed recovery attempt counts any more (guardian.cold)."""
         self.recovery_attempts = self.recovery_crashes = 0
 
-    # -- the standby generation of a guardian start ------------------------------------
-
-    def prepare_spare(self) -> None:
-        """Start a standby generation of the selected release in the background (a
-        guardian start), so the first activation does not wait for an interpreter."""
-        release = self.state.selector().current
-        if release is None or self._spare is not None:
-            return
-        self._spare = (release, asyncio.create_task(self.standby(release)))
-
-    async def take_spare(self, release: str) -> BackendProcess | None:
-        """The standby started by :meth:`prepare_spare` if it is of ``release``."""
-        if self._spare is None:
-            return None
-        spare_release, task = self._spare
-        self._spare = None
-        bp = await task
-        if bp is not None and (spare_release != release or not bp.alive()):
-            await bp.stop(kill_after=2.0)
-            return None
-        return bp
-
-    def generation_releases(self) -> set[str]:
-        """The releases of the living backend generations held now (current,
-        candidate, incumbent) and of the standby being started. Raises NotFound or
-        StateCorrupt when a generation's activation cannot be read."""
-        out = {self._spare[0]} if self._spare is not None else set()
-        for bp in (self.current, self.candidate, self.incumbent):
-            if bp is not None and bp.alive():
-                out.add(bp.release or self.state.activation(bp.activation).release)
-        return out
-
-    async def drop_spare(self) -> None:
-        if self._spare is not None:
-            bp = await self.take_spare(self._spare[0])
-            if bp is not None:
-                await bp.stop(kill_after=2.0)
-
     # -- diagnostics ------------------------------------------------------------------
 
     def certificate(self) -> dict[str, Any]:
@@ -696,38 +521,9 @@ class Coordinator:
         return self.prune_files()
 
     def prune_files(self, keep: int = KEEP_ARTIFACTS) -> int:
-        """Remove all but the newest ``keep`` handoff records, checkpoints and backend
-        logs (never those of the running generation). Returns how many were removed."""
+        """guardian.retention.prune_artifacts, sparing the running generation's files."""
         running = self.current.activation if self.current is not None else None
-        removed = 0
-        order = self._newest_activations(keep)
-        for directory, prefix in ((self.paths.handoffs, ""), (self.paths.logs, "backend-")):
-            try:
-                entries = [e for e in os.scandir(directory) if e.is_file(follow_symlinks=False)
-                           and e.name.startswith(prefix)]
-            except FileNotFoundError:
-                continue
-            # the newest activations as state.db recorded them (mtimes are wall times: a
-            # clock set back made the files just written the oldest), then the others
-            # (of an activation state.db no longer has) by mtime
-            entries.sort(key=lambda e: (0, order[aid], 0.0) if (
-                aid := e.name[len(prefix):].split(".")[0]) in order else
-                (1, 0, -e.stat(follow_symlinks=False).st_mtime))
-            for e in entries[keep:]:
-                if running and running in e.name:
-                    continue
-                os.unlink(e.path)
-                removed += 1
-        return removed
-
-    def _newest_activations(self, n: int) -> dict[str, int]:
-        """The ids of the newest ``n`` activations, in the order state.db recorded them
-        (0: the newest); none when it cannot be read."""
-        try:
-            return {a.id: i for i, a in enumerate(self.state.activations(n))}
-        except (TenureError, sqlite3.Error) as exc:
-            log.warning("pruning files by their times alone: %s", exc)
-            return {}
+        return prune_artifacts(self.paths, self.state, running, keep)
 
     def write_diagnostics(self, state: dict[str, Any] | None = None) -> None:
         """supervisor-state.json now (guardian.diagnostics; never raises); ``state``: a
@@ -767,17 +563,6 @@ class Coordinator:
 
 def _essential(r: dict[str, Any]) -> tuple[Any, ...]:
     return (r["launch_key"], r["pid"], r["start_ticks"], r["restarts"])
-
-
-async def _warmed(warm: asyncio.Task[BackendProcess] | None) -> BackendProcess | None:
-    """The prewarmed process, or None when there is none or it could not start."""
-    if warm is None:
-        return None
-    try:
-        return await warm
-    except (OSError, TenureError) as exc:
-        log.warning("no prewarmed interpreter (%s); the standby starts its own", exc)
-        return None
 
 
 def _listener(path: str) -> tuple[bool, int | None]:
