@@ -91,7 +91,7 @@ def abi_of(version: str) -> str:
 
 
 def _sha256(path: str) -> str:
-    from .release import sha256_file
+    from .treefiles import sha256_file
     return sha256_file(Path(path))
 
 

@@ -21,14 +21,12 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import ctypes
 import errno
-import hashlib
 import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
@@ -58,6 +56,21 @@ from .manifest import (
     parse_runtime,
     release_id,
 )
+from .treefiles import (
+    CHUNK,
+    RO_DIR,
+    RO_FILE,
+    fsync_dir,
+    identity,
+    identity_digest,
+    identity_line,
+    make_durable,
+    make_readonly,
+    open_regular,
+    remove_tree,
+    scan,
+    sha256_stat,
+)
 
 __all__ = [
     "Release",
@@ -65,19 +78,14 @@ __all__ = [
     "ReleaseSummary",
     "command",
     "exec_release",
-    "fsync_dir",
     "install",
     "list_releases",
-    "remove_tree",
-    "sha256_file",
     "summarize",
     "verify",
 ]
 
 _MAX_RUNTIME_BYTES = 16 << 20
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-_RO_FILE = 0o444
-_RO_DIR = 0o555
 
 
 @dataclass(frozen=True)
@@ -135,128 +143,27 @@ class ReleaseSummary:
     reason: str | None = None
 
 
-# --- hashing and scanning --------------------------------------------------------------
-
-
-def _open_regular(path: Path | str, rel: str) -> int:
-    """Open a regular file without following a symlink; return the fd.
-
-    Raises UnsafePath for a symlink or a non-regular file, NotFound if it is missing.
-    """
-    return _open_stat(path, rel)[0]
-
-
-def _open_stat(path: Path | str, rel: str) -> tuple[int, os.stat_result]:
-    """:func:`_open_regular`, with the file's status as opened."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError as e:
-        raise NotFound(f"{rel}: missing", {"file": rel}) from e
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UnsafePath(f"{rel}: is a symlink", {"file": rel}) from e
-        raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise UnsafePath(f"{rel}: not a regular file", {"file": rel})
-    return fd, st
-
-
-_CHUNK = 1 << 16
-"""Bytes per read when hashing or copying a release: below glibc's mmap threshold, so
-the reads of a verification reuse one small block instead of leaving 1 MiB allocations
-resident in the malloc arena of the thread that verified (1.3 MiB of the guardian's
-RSS)."""
-
-
-def sha256_file(path: Path | str, rel: str | None = None) -> str:
-    """sha256 hex of a regular file, never following a symlink.
-
-    Plain descriptor reads, no file object: a release is ~1,200 small files hashed at
-    every daemon start, and the buffered-file path was twice the time of the hashing.
-    Raises UnsafePath (symlink, special file), NotFound (missing), OSError (I/O).
-    """
-    return _sha256_stat(path, rel or str(path))[0]
-
-
-def _sha256_stat(path: Path | str, rel: str) -> tuple[str, os.stat_result]:
-    """:func:`sha256_file`, with the file's status taken before its content was read."""
-    fd, st = _open_stat(path, rel)
-    try:
-        digest = hashlib.sha256()
-        while chunk := os.read(fd, _CHUNK):
-            digest.update(chunk)
-        return digest.hexdigest(), st
-    finally:
-        os.close(fd)
+# --- checking a tree against its RUNTIME.json -------------------------------------------
 
 
 def _read_small(path: Path, rel: str) -> bytes:
     """Whole content of a small regular file. Raises UnsafePath, NotFound, StateCorrupt."""
-    with os.fdopen(_open_regular(path, rel), "rb") as f:
+    with os.fdopen(open_regular(path, rel), "rb") as f:
         data = f.read(_MAX_RUNTIME_BYTES + 1)
     if len(data) > _MAX_RUNTIME_BYTES:
         raise StateCorrupt(f"{rel}: larger than {_MAX_RUNTIME_BYTES} bytes", {"file": rel})
     return data
 
 
-def _scan(root: Path) -> tuple[set[str], set[str]]:
-    """(files, dirs) under ``root`` as relative POSIX paths; root itself is not listed.
-
-    Raises UnsafePath naming the first symlink or special file met.
-    """
-    files: set[str] = set()
-    dirs: set[str] = set()
-    stack = [(root, "")]
-    while stack:
-        here, prefix = stack.pop()
-        with os.scandir(here) as it:
-            for entry in it:
-                rel = prefix + entry.name
-                if entry.is_symlink():
-                    raise UnsafePath(f"{rel}: is a symlink", {"file": rel})
-                if entry.is_dir(follow_symlinks=False):
-                    dirs.add(rel)
-                    stack.append((Path(entry.path), rel + "/"))
-                elif entry.is_file(follow_symlinks=False):
-                    files.add(rel)
-                else:
-                    raise UnsafePath(f"{rel}: not a regular file", {"file": rel})
-    return files, dirs
-
-
-def _identity(root: Path, listed: Iterable[str]) -> bytes | None:
-    """A digest of what identifies each listed file on disk (device, inode, size, mode,
-    mtime, ctime), or None when one is missing. Any write, chmod, utime, rename or
-    replacement of a file moves its ctime, which only the kernel sets."""
-    base, lines = str(root) + "/", []
-    for rel in sorted(listed):
-        try:
-            lines.append(_identity_line(rel, os.lstat(base + rel)))
-        except FileNotFoundError:
-            return None
-    return _identity_digest(lines)
-
-
-def _identity_line(rel: str, st: os.stat_result) -> str:
-    return (f"{rel}\0{st.st_dev} {st.st_ino} {st.st_size} {st.st_mode} "
-            f"{st.st_mtime_ns} {st.st_ctime_ns}\n")
-
-
-def _identity_digest(lines: list[str]) -> bytes:
-    return hashlib.sha256("".join(lines).encode()).digest()
-
-
 def _check_tree(root: Path, runtime: Runtime, seen: dict[str, bytes] | None = None) -> None:
     """Every listed file present and equal, nothing unlisted. ``seen``: identities of
-    trees hashed in full before (:func:`_identity`, by root); a tree whose files are the
+    trees hashed in full before (:func:`identity`, by root); a tree whose files are the
     very files hashed then is not hashed again, and one hashed now is recorded.
 
     Raises StateCorrupt naming the first (sorted) extra, missing or mismatching file or
     directory; UnsafePath for symlinks and special files.
     """
-    found, dirs = _scan(root)
+    found, dirs = scan(root)
     found -= {RUNTIME_NAME, SIGNATURE_NAME}
     listed = runtime.files.keys()
     for what, names in (("unexpected file", found - listed), ("missing file", listed - found),
@@ -265,7 +172,7 @@ def _check_tree(root: Path, runtime: Runtime, seen: dict[str, bytes] | None = No
             rel = min(names)
             raise StateCorrupt(f"{what} {rel}", {"file": rel, "problem": what})
     known = None if seen is None else seen.get(str(root))
-    if known is not None and _identity(root, listed) == known:
+    if known is not None and identity(root, listed) == known:
         return
     # each file's identity is its status taken before its content is read: a file
     # changed after that has another ctime, so the identity stored below does not match
@@ -273,15 +180,15 @@ def _check_tree(root: Path, runtime: Runtime, seen: dict[str, bytes] | None = No
     base, lines = str(root) + "/", []
     for rel in sorted(listed):
         try:
-            digest, st = _sha256_stat(base + rel, rel)
+            digest, st = sha256_stat(base + rel, rel)
         except NotFound as e:  # vanished while we looked
             raise StateCorrupt(f"missing file {rel}", {"file": rel}) from e
         if digest != runtime.files[rel]:
             raise StateCorrupt(f"content of {rel} does not match RUNTIME.json",
                                {"file": rel, "problem": "hash mismatch"})
-        lines.append(_identity_line(rel, st))
+        lines.append(identity_line(rel, st))
     if seen is not None:
-        seen[str(root)] = _identity_digest(lines)
+        seen[str(root)] = identity_digest(lines)
 
 
 def _check_root(root: Path) -> None:
@@ -422,8 +329,8 @@ def install(
     try:
         _copy_release(source, tmp)
         copied, _ = _load(tmp, source.id)
-        _make_readonly(tmp)
-        _make_durable(tmp)
+        make_readonly(tmp)
+        make_durable(tmp)
         if damaged is not None:
             exchange(tmp, target)   # tmp is now the damaged copy, removed below
             fsync_dir(releases_dir)
@@ -496,7 +403,7 @@ def _attach_signature(target: Path, signed: Path) -> None:
             os.rename(tmp, target / SIGNATURE_NAME)
             fsync_dir(target)
         finally:
-            os.chmod(target, _RO_DIR, follow_symlinks=False)
+            os.chmod(target, RO_DIR, follow_symlinks=False)
         fsync_dir(target.parent)
     finally:
         if os.path.lexists(tmp):
@@ -589,7 +496,7 @@ def _ensure_dir(path: Path) -> None:
 def _copy_release(source: Release, dst: Path) -> None:
     """Copy RUNTIME.json, the signature if any and every listed file into new ``dst``.
 
-    Each file is created exclusively and made 0444; :func:`_make_durable` flushes them.
+    Each file is created exclusively and made 0444; :func:`make_durable` flushes them.
     Raises UnsafePath, NotFound, OSError.
     """
     from shutil import copyfileobj  # only installing copies: verifying needs no shutil
@@ -598,101 +505,15 @@ def _copy_release(source: Release, dst: Path) -> None:
     for d in sorted(source.runtime.dirs):
         (dst / d).mkdir(mode=0o700)
     for rel in names:
-        with os.fdopen(_open_regular(source.path / rel, rel), "rb") as fin:
+        with os.fdopen(open_regular(source.path / rel, rel), "rb") as fin:
             fd = os.open(dst / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o600)
             try:
                 with os.fdopen(fd, "wb") as fout:
-                    copyfileobj(fin, fout, _CHUNK)
-                    os.fchmod(fd, _RO_FILE)
+                    copyfileobj(fin, fout, CHUNK)
+                    os.fchmod(fd, RO_FILE)
             except OSError as exc:
                 if exc.filename is None:   # a write (a full disk) names no file: say which
                     exc.filename = os.fspath(dst / rel)
                 raise
 
-
-def _make_readonly(root: Path) -> None:
-    """chmod every directory 0555, deepest first and ``root`` last. Raises OSError."""
-    _, dirs = _scan(root)
-    for rel in sorted(dirs, key=lambda d: d.count("/"), reverse=True):
-        os.chmod(root / rel, _RO_DIR, follow_symlinks=False)
-    os.chmod(root, _RO_DIR, follow_symlinks=False)
-
-
-def _make_durable(root: Path) -> None:
-    """Flush every file and directory under ``root`` to stable storage.
-
-    One syncfs(2) on the filesystem when libc has it: a release is ~1,000 files and one
-    fsync each costs a journal commit each (seconds on a busy disk); syncfs flushes them
-    together and, since Linux 5.8, reports writeback errors. Otherwise fsync each entry.
-    Raises OSError.
-    """
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        if _SYNCFS is not None:
-            if _SYNCFS(fd) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"syncfs: {os.strerror(err)}", str(root))
-            return
-    finally:
-        os.close(fd)
-    files, dirs = _scan(root)
-    for rel in [*sorted(files | dirs), "."]:
-        fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _load_syncfs() -> Callable[[int], int] | None:
-    try:
-        func: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
-    return func
-
-
-_SYNCFS = _load_syncfs() if sys.platform.startswith("linux") else None
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def remove_tree(root: Path) -> None:
-    """Remove a (possibly read-only) tree; never follows symlinks. Raises OSError.
-
-    Holds one descriptor at a time however deep the tree: shutil.rmtree holds one per
-    level, so a process short of descriptors, the very one whose seal or install just
-    failed with EMFILE, could not remove the tree it leaves (a sealed release is 10
-    levels deep). Paths, not descriptors, name what is removed: the trees removed here
-    lie in our own private directories, where no one else can swap a component."""
-    if not os.path.isdir(root) or os.path.islink(root):
-        os.unlink(root)
-        return
-    os.chmod(root, 0o700)
-    dirs = []
-    # top-down: a dir is listed after its chmod; os.walk closes each listing before
-    # it descends, so one descriptor is open at a time
-    for here, dirnames, filenames in os.walk(root, onerror=_raise):
-        dirs.append(here)
-        for name in filenames:
-            os.unlink(os.path.join(here, name))
-        for name in list(dirnames):
-            p = os.path.join(here, name)
-            if os.path.islink(p):  # listed with the dirs when it points at one
-                os.unlink(p)
-                dirnames.remove(name)
-            else:
-                os.chmod(p, 0o700)
-    for here in reversed(dirs):
-        os.rmdir(here)
-
-
-def _raise(exc: OSError) -> None:
-    raise exc

@@ -38,7 +38,8 @@ from protocol.errors import Conflict, NotFound, StorageFailed
 from protocol.procfs import cmdlines
 
 from .manifest import is_release_id
-from .release import ReleaseStatus, fsync_dir, list_releases, remove_tree, summarize
+from .release import ReleaseStatus, list_releases, summarize
+from .treefiles import fsync_dir, remove_tree
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -51,7 +51,8 @@ from .manifest import (
     release_id,
 )
 from .markers import normalize, parse_requirement
-from .release import Release, _scan, remove_tree, sha256_file
+from .release import Release
+from .treefiles import remove_tree, scan, sha256_file
 
 __all__ = ["DEFAULT_PACKAGES", "dependency_closure", "seal"]
 
@@ -349,7 +350,7 @@ def _compile_failure(status: int, stderr: str) -> StorageFailed | Internal:
 
 def _hash_files(root: Path) -> dict[str, str]:
     """{rel: sha256} of every file under ``root/lib``. Raises UnsafePath, OSError."""
-    files, _ = _scan(root)
+    files, _ = scan(root)
     return {rel: sha256_file(root / rel, rel) for rel in sorted(files)}
 
 

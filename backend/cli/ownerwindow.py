@@ -301,7 +301,7 @@ def _sweep_staged(w: Window, p: dict[str, Any]) -> None:
     entry not named by a release id is not ours and stays; one that cannot be removed
     is said, and the window goes on. Raises what reading the owner's record raises."""
     from guardian.manifest import is_release_id
-    from guardian.release import remove_tree
+    from guardian.treefiles import remove_tree
     from owner.release import load
     staged = w.layout.owner_releases
     try:

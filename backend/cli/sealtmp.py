@@ -33,8 +33,8 @@ def sealed_here(layout: Layout) -> Iterator[Path]:
     failure is the one to report). Raises what sealing raises, OSError."""
     import tempfile
 
-    from guardian.release import remove_tree
     from guardian.seal import seal
+    from guardian.treefiles import remove_tree
     ensure_private_dir(layout.runtime, root=layout.home)
     tmp = Path(tempfile.mkdtemp(dir=layout.runtime, prefix=PREFIX))
     held = _open_dir(tmp)
@@ -60,7 +60,7 @@ def sweep(layout: Layout) -> None:
     """Remove the seal trees under runtime/ that a killed command left: unlocked and
     unchanged for STALE_AFTER_S. Never raises: a tree that cannot be looked at or
     removed now is left for a later sweep (a leftover costs disk space, nothing else)."""
-    from guardian.release import remove_tree
+    from guardian.treefiles import remove_tree
     try:
         names = [n for n in os.listdir(layout.runtime) if n.startswith(PREFIX)]
     except OSError:

@@ -29,7 +29,7 @@ import psutil
 import pytest
 
 from guardian.manifest import RUNTIME_NAME, canonical_json, parse_runtime, release_id
-from guardian.release import sha256_file
+from guardian.treefiles import sha256_file
 from protocol.client import Client
 from protocol.errors import TenureError
 

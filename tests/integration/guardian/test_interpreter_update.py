@@ -18,7 +18,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_handoff_support import backend_procs, config, derive_release, install
 
-from guardian.release import sha256_file
+from guardian.treefiles import sha256_file
 
 
 def _swap(copy: Path) -> None:

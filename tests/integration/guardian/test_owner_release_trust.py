@@ -20,7 +20,8 @@ from backend.cli.ownerplan import check_release
 from guardian.interp import rebind, rebind_plan
 from guardian.manifest import RUNTIME_NAME, Interpreter, parse_runtime
 from guardian.paths import GuardianPaths
-from guardian.release import install, sha256_file
+from guardian.release import install
+from guardian.treefiles import sha256_file
 from owner.release import direct_command, verified
 from protocol.ed25519 import PrivateKey
 from protocol.errors import BadSignature, InterpreterChanged

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import guardian.release as release_mod
+import guardian.treefiles as treefiles
 from backend.testing import force_rmtree
 from guardian.manifest import RUNTIME_NAME, SIGNATURE_NAME, Runtime, canonical_json, release_id
 from guardian.release import (
@@ -212,14 +213,14 @@ def test_a_tree_hashed_before_is_not_hashed_again_until_a_file_changes(
     original = target.read_bytes()
     _replace(target, original)          # a file of its own (not a link) to write into
     hashed: list[str] = []
-    real = release_mod._sha256_stat
+    real = release_mod.sha256_stat
 
     def counting(path: Path | str, rel: str) -> tuple[str, os.stat_result]:
         if rel in sealed.installed.runtime.files:   # not the interpreter's hash
             hashed.append(rel)
         return real(path, rel)
 
-    monkeypatch.setattr(release_mod, "_sha256_stat", counting)
+    monkeypatch.setattr(release_mod, "sha256_stat", counting)
     seen: dict[str, bytes] = {}
     verify(d, sealed.installed.id, seen=seen)
     assert len(hashed) == len(sealed.installed.runtime.files) and str(d) in seen
@@ -380,10 +381,10 @@ def test_durable_flush_falls_back_to_fsync_without_syncfs(
 ) -> None:
     (scratch / "d").mkdir()
     (scratch / "d" / "f").write_bytes(b"x")
-    monkeypatch.setattr(release_mod, "_SYNCFS", None)
-    release_mod._make_durable(scratch)
+    monkeypatch.setattr(treefiles, "_SYNCFS", None)
+    treefiles.make_durable(scratch)
     monkeypatch.undo()
-    release_mod._make_durable(scratch)
+    treefiles.make_durable(scratch)
 
 
 # --- listing and running -------------------------------------------------------------------
@@ -433,7 +434,7 @@ def test_an_unsigned_copy_of_a_signed_release_gets_its_signature(sealed: Sealed,
     releases.mkdir()
     copy = _writable_copy(sealed.installed, releases)
     (copy / SIGNATURE_NAME).unlink()
-    release_mod._make_readonly(copy)
+    treefiles.make_readonly(copy)
     keys = [sealed.key.public_key()]
     with pytest.raises(BadSignature):
         verify(copy, trusted_keys=keys)
@@ -463,7 +464,7 @@ def test_a_crash_while_a_signature_is_attached_leaves_the_release_verifying(
     releases.mkdir()
     copy = _writable_copy(sealed.installed, releases)
     (copy / SIGNATURE_NAME).unlink()
-    release_mod._make_readonly(copy)
+    treefiles.make_readonly(copy)
     keys = [sealed.key.public_key()]
     pid = os.fork()
     if pid == 0:   # pragma: no cover - the child, killed between write and rename
@@ -484,5 +485,5 @@ def test_a_crash_while_a_signature_is_attached_leaves_the_release_verifying(
     assert again.signed and again.path == copy
     verify(copy, trusted_keys=keys)
     assert stat.S_IMODE(os.stat(copy).st_mode) == 0o555
-    release_mod.remove_tree(left[0].path)   # what a prune does with an incomplete entry
+    treefiles.remove_tree(left[0].path)   # what a prune does with an incomplete entry
     assert os.listdir(releases) == [copy.name]

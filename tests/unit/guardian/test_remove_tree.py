@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from guardian.release import remove_tree
+from guardian.treefiles import remove_tree
 
 
 def test_a_read_only_tree_is_removed_and_its_symlinks_are_not_followed(tmp_path: Path):
