@@ -98,7 +98,7 @@ def _up_config(args: Any, layout: Any) -> tuple[str | None, dict[str, Any] | Non
     from .early import take
     early, forked = None, take()   # the child forked as the command started, if any
     if args.no_wait:   # verifies the release while the config is read and parsed here
-        from .daemons import prestart
+        from .background import prestart
         early = prestart(layout, forked)
     elif forked is not None:
         forked.cancel()
@@ -111,7 +111,7 @@ def _up_config(args: Any, layout: Any) -> tuple[str | None, dict[str, Any] | Non
             _parse_here(text, str(args.config.absolute()))
         if early is None:
             return text, None
-        from .daemons import start_queued
+        from .background import start_queued
         return text, start_queued(layout, early, text, None if text is None else
                                   str(args.config.absolute()))
     finally:
@@ -133,14 +133,9 @@ def _up_daemons(args: Any, layout: Any, config: tuple[str, str] | None
     release_sealed[, moved][, queued]}``: ``config`` (text, source), when they did not
     both answer, is queued for the backend before they start (``queued``: its request
     id), so that the first generation starts it rather than the config applied before."""
-    from .daemons import (
-        backend_probe,
-        ensure_backend,
-        ensure_daemons,
-        ensure_release,
-        place_first_release,
-        queue_for_backend,
-    )
+    from .backendwait import backend_probe, ensure_backend
+    from .daemons import ensure_daemons, queue_for_backend
+    from .firstrun import ensure_release, place_first_release
     from .upwait import starting_daemons
     queued = None
     with _stop_deferred(args), starting_daemons(layout) as running:   # one `up` at a time

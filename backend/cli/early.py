@@ -2,14 +2,14 @@
 
 On a home whose daemons are all down, `up --no-wait` has a child verify the release
 while the command reads and parses the config; the child starts the owner and the
-guardian once the command gives its word (backend.cli.daemons.prestart). Forked there,
+guardian once the command gives its word (backend.cli.background.prestart). Forked there,
 the child began after the command line's imports and its parse (~60 ms into the
 command), and the daemons then waited for its verification. Forked here, before any of
 that, the verification runs beside the command's own work on the other CPU.
 
 The child forked here is a guess from the words of the command line, made before they
 are parsed: it starts nothing until the command, having parsed its line and checked the
-home as before, adopts it (daemons.prestart) and says go. A command that does not (not
+home as before, adopts it (background.prestart) and says go. A command that does not (not
 `up --no-wait` after all, a home where a daemon answers, a config that does not parse, a
 command that fails or dies) closes its pipe, and the child exits having started and
 written nothing. Only what it can do without that word is done here: no file is
@@ -114,7 +114,7 @@ def _all_down(layout: Layout) -> bool:
 
 
 def _fork(layout: Layout) -> Early:
-    """Fork the child (backend.cli.daemons.early_child) with runtime/up.lock open: the
+    """Fork the child (backend.cli.background.early_child) with runtime/up.lock open: the
     command locks that open file once it adopts the child, so that the lock passes to
     the child with the word as it does for a child forked then."""
     lock = os.open(layout.up_lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -133,7 +133,7 @@ def _fork(layout: Layout) -> Early:
         ok = False
         try:
             os.close(word)
-            from .daemons import early_child  # runtime/up.lock stays open here
+            from .background import early_child  # runtime/up.lock stays open here
             ok = early_child(layout, told)
         finally:
             os._exit(0 if ok else 1)

@@ -195,7 +195,7 @@ def _status_once(args: Any) -> int:
         st = call(args, "status", {"targets": args.targets} if args.targets else None,
                   timeout=10.0)
     except BackendUnavailable as exc:
-        from .daemons import last_background_start
+        from .background import last_background_start
         diag, down = exc.data.get("diagnostics"), exc.data.get("stopped")
         last = last_background_start(layout(args))
         running = None if down is not None else listens(layout(args).guardian_sock)

@@ -99,7 +99,7 @@ def test_down_right_after_no_wait_stops_what_it_started(cluster):
 
 
 def test_status_says_why_the_background_start_failed(cluster):
-    from backend.cli.daemons import last_background_start
+    from backend.cli.background import last_background_start
     _stopped_home(cluster)
     record = Path(cluster.layout.runtime) / "guardian-release.json"
     good = record.read_bytes()
@@ -119,7 +119,7 @@ def test_status_says_why_the_background_start_failed(cluster):
 def test_a_config_that_does_not_parse_starts_nothing(cluster):
     """The release is verified beside the config's parse; a config that does not parse
     leaves the background start nothing to do: no daemon, no record, no process."""
-    from backend.cli.daemons import last_background_start
+    from backend.cli.background import last_background_start
     from backend.cli.upwait import wait_background_start
     _stopped_home(cluster)
     bad = cluster.write_config("[stacks.s.apps.a]\ncommand = 3\n")

@@ -22,7 +22,7 @@ CHILD = r"""
 import errno, os, resource, sys
 from pathlib import Path
 import guardian.seal, guardian.trust
-from backend.cli.daemons import place_first_release
+from backend.cli.firstrun import place_first_release
 from protocol.layout import Layout
 
 if sys.argv[2] == "last-step-fails":
@@ -63,7 +63,7 @@ def test_a_failed_first_seal_leaves_no_sealing_directory(short_home: Path, how: 
 PLACER = r"""
 import sys, time
 import guardian.seal
-from backend.cli.daemons import place_first_release
+from backend.cli.firstrun import place_first_release
 from protocol.layout import Layout
 
 if sys.argv[2] == "hang":

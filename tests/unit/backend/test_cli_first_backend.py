@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import daemons
+from backend.cli import backendwait, firstrun
 from protocol.errors import BackendUnavailable, RecoveryBlocked
 from protocol.layout import Layout
 
@@ -25,9 +25,9 @@ def waiting(monkeypatch: pytest.MonkeyPatch, views: list[dict[str, Any] | None])
     def view(_layout: Layout) -> dict[str, Any] | None:
         looks[0] += 1
         return views[min(looks[0], len(views)) - 1]
-    monkeypatch.setattr(daemons, "ping", lambda *a, **k: None)
-    monkeypatch.setattr(daemons, "guardian_view", view)
-    monkeypatch.setattr(daemons, "GUARDIAN_LOOK_S", 0.05)
+    monkeypatch.setattr(backendwait, "ping", lambda *a, **k: None)
+    monkeypatch.setattr(backendwait, "guardian_view", view)
+    monkeypatch.setattr(backendwait, "GUARDIAN_LOOK_S", 0.05)
     return looks
 
 
@@ -37,7 +37,7 @@ def test_it_stops_once_the_guardian_gave_up(monkeypatch: pytest.MonkeyPatch,
                                                                  "attempts)"}}
     looks = waiting(monkeypatch, [{"blocked": None, "recent": [FAILED]}, blocked])
     with pytest.raises(RecoveryBlocked) as caught:
-        daemons.ensure_backend(Layout(tmp_path), timeout=30)
+        backendwait.ensure_backend(Layout(tmp_path), timeout=30)
     assert looks[0] == 2   # the second look, 0.05 s in: not the whole timeout
     assert caught.value.msg == ("the guardian gave up starting a backend: HANDOFF_FAILED: "
                                 "SyntaxError (after 6 attempts); once that is fixed, run "
@@ -57,7 +57,7 @@ def test_the_message_names_the_cause_and_its_code(monkeypatch: pytest.MonkeyPatc
     blocked = {"code": code, "reason": "/h/backend/backend.db is open to other users"}
     waiting(monkeypatch, [{"blocked": blocked}])
     with pytest.raises(RecoveryBlocked) as caught:
-        daemons.ensure_backend(Layout(tmp_path), timeout=30)
+        backendwait.ensure_backend(Layout(tmp_path), timeout=30)
     assert caught.value.msg == (f"the guardian gave up starting a backend: {said}; once "
                                 "that is fixed, run `tenure backend recover`")
 
@@ -66,7 +66,7 @@ def test_at_its_timeout_it_says_why_the_last_start_failed(monkeypatch: pytest.Mo
                                                           tmp_path: Path) -> None:
     waiting(monkeypatch, [{"blocked": None, "recent": [FAILED, {"outcome": "success"}]}])
     with pytest.raises(BackendUnavailable) as caught:
-        daemons.ensure_backend(Layout(tmp_path), timeout=0.2, waited=20)
+        backendwait.ensure_backend(Layout(tmp_path), timeout=0.2, waited=20)
     assert " within 20 s; its last start failed: backend exited before it was ready " \
            "(exit status 1): SyntaxError: invalid syntax (the guardian tries again); " \
            "see `tenure backend status`" in caught.value.msg
@@ -85,7 +85,7 @@ def test_at_its_timeout_it_says_the_recovery_is_failing(monkeypatch: pytest.Monk
                            "backend": {"pid": 124, "alive": True},   # the next attempt
                            "recent": [{"outcome": None}, {"outcome": "success"}, FAILED]}])
     with pytest.raises(BackendUnavailable) as caught:
-        daemons.ensure_backend(Layout(tmp_path), timeout=0.2, waited=20)
+        backendwait.ensure_backend(Layout(tmp_path), timeout=0.2, waited=20)
     assert " within 20 s; recovery is failing: attempt 2 of 7 ended HANDOFF_FAILED: " \
            "backend generation 5 (pid 123) exited 1.5 s after it started (exit status 7); " \
            "the guardian tries again in " in caught.value.msg, caught.value.msg
@@ -103,7 +103,7 @@ def test_at_its_timeout_it_says_the_backend_alive_but_not_answering(
               "unanswered_since": time.time() - 12, "unanswered_why": "TIMEOUT"}
     waiting(monkeypatch, [{"blocked": None, "backend": silent, "recent": [FAILED]}])
     with pytest.raises(BackendUnavailable) as caught:
-        daemons.ensure_backend(Layout(tmp_path), timeout=0.2, waited=10)
+        backendwait.ensure_backend(Layout(tmp_path), timeout=0.2, waited=10)
     assert " within 10 s; the backend (pid 4242) is alive but NOT ANSWERING for 12" \
         in caught.value.msg, caught.value.msg
     assert "(TIMEOUT): it may be hung (docs/recover.md)" in caught.value.msg
@@ -115,7 +115,7 @@ def test_without_a_failure_to_name_it_says_only_that_none_answered(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, view: dict[str, Any] | None) -> None:
     waiting(monkeypatch, [view])
     with pytest.raises(BackendUnavailable) as caught:
-        daemons.ensure_backend(Layout(tmp_path), timeout=0.1)
+        backendwait.ensure_backend(Layout(tmp_path), timeout=0.1)
     assert caught.value.msg.endswith(" within 0.1 s; see `tenure backend status`")
 
 
@@ -133,7 +133,7 @@ def test_the_progress_line_says_what_the_wait_waits_on(
         said: str) -> None:
     """`up` on a terminal shows it while it waits (was: nothing until its timeout)."""
     waiting(monkeypatch, [view])
-    assert daemons.backend_probe(Layout(tmp_path))() == said
+    assert backendwait.backend_probe(Layout(tmp_path))() == said
 
 
 def test_the_first_select_waits_for_the_guardians_own_start() -> None:
@@ -153,8 +153,8 @@ def test_the_first_select_waits_for_the_guardians_own_start() -> None:
             return {"selected": params["release"]}
 
     g = Booting()
-    daemons._select_first(g, "ab" * 32, 5.0)   # type: ignore[arg-type]
+    firstrun._select_first(g, "ab" * 32, 5.0)   # type: ignore[arg-type]
     assert g.asked == 3
     g.asked = -10**6
     with pytest.raises(OperationInProgress):
-        daemons._select_first(g, "ab" * 32, 0.1)   # type: ignore[arg-type]
+        firstrun._select_first(g, "ab" * 32, 0.1)   # type: ignore[arg-type]

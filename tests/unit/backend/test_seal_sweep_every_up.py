@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backend.cli import daemons
+from backend.cli import firstrun
 from backend.cli.sealtmp import PREFIX, STALE_AFTER_S
 from protocol.layout import Layout
 
@@ -29,5 +29,5 @@ def test_an_up_with_a_release_selected_sweeps_a_seal_left_behind(tmp_path: Path)
     (left / "release" / "x.py").write_text("")
     old = time.time() - STALE_AFTER_S - 5
     os.utime(left, (old, old))
-    assert daemons.ensure_release(layout, _Guardian()) is None   # type: ignore[arg-type]
+    assert firstrun.ensure_release(layout, _Guardian()) is None   # type: ignore[arg-type]
     assert not left.exists()

@@ -1,4 +1,4 @@
-"""The background start of `tenure up --no-wait` (backend.cli.daemons.in_background):
+"""The background start of `tenure up --no-wait` (backend.cli.background.in_background):
 the command returns at once; the child's work runs detached, and an error of its own
 ends in logs/up.log with its traceback and exit status 1, never silently."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from backend import queuefile
-from backend.cli import daemons, upwait
-from backend.cli.daemons import in_background
+from backend.cli import background, upwait
+from backend.cli.background import in_background
 from protocol.errors import StorageFailed
 from protocol.layout import Layout
 
@@ -36,7 +36,7 @@ def test_the_work_runs_in_a_child_of_its_own_session(tmp_path: Path) -> None:
     log = layout.logs / "up.log"
     assert log.read_text().endswith(" tenure up --no-wait: the daemons answer\n")
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
-    last = daemons.last_background_start(layout)
+    last = background.last_background_start(layout)
     assert last is not None and last["ok"] and last["at"] in log.read_text()
 
 
@@ -49,32 +49,32 @@ def test_an_error_in_the_child_is_logged_with_its_traceback(tmp_path: Path) -> N
     text = (layout.logs / "up.log").read_text()
     assert "tenure up --no-wait: starting the daemons failed" in text
     assert "RuntimeError: the release would not verify" in text and "Traceback" in text
-    last = daemons.last_background_start(layout)
+    last = background.last_background_start(layout)
     assert last is not None and not last["ok"]
     assert last["error"] == "RuntimeError: the release would not verify"
 
 
 def test_the_last_record_of_up_log_is_the_one_reported(tmp_path: Path) -> None:
     layout = Layout(tmp_path)
-    assert daemons.last_background_start(layout) is None          # no log
+    assert background.last_background_start(layout) is None          # no log
     layout.logs.mkdir(mode=0o700)
     log = layout.logs / "up.log"
     log.write_text("noise without a record\n")
     os.chmod(log, 0o600)
-    assert daemons.last_background_start(layout) is None
+    assert background.last_background_start(layout) is None
     log.write_text("2026-01-01T10:00:00 tenure up --no-wait: starting the daemons failed\n"
                    "Traceback ...\nConnectFailed: owner did not come up\n"
                    "2026-01-01T10:05:00 tenure up --no-wait: the daemons answer\n")
-    assert daemons.last_background_start(layout) == {"at": "2026-01-01T10:05:00",
+    assert background.last_background_start(layout) == {"at": "2026-01-01T10:05:00",
                                                      "ok": True}
     os.chmod(log, 0o666)                                          # not ours alone: unread
-    assert daemons.last_background_start(layout) is None
+    assert background.last_background_start(layout) is None
 
 
 def _stopped_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Layout:
     """A home whose guardian has a release selected and where nothing answers."""
-    monkeypatch.setattr(daemons, "_selected", lambda layout: True)
-    monkeypatch.setattr(daemons, "ping", lambda sock, **kw: None)
+    monkeypatch.setattr(background, "_selected", lambda layout: True)
+    monkeypatch.setattr(background, "ping", lambda sock, **kw: None)
     return Layout(tmp_path)
 
 
@@ -89,21 +89,21 @@ def _fake_daemons(layout: Layout, monkeypatch: pytest.MonkeyPatch) -> Path:
     def verified(layout: Layout) -> dict[str, None]:
         mark("verified")
         return {"owner": None, "guardian": None}
-    monkeypatch.setattr(daemons, "direct_commands", verified)
-    monkeypatch.setattr(daemons, "ensure_daemons",
+    monkeypatch.setattr(background, "direct_commands", verified)
+    monkeypatch.setattr(background, "ensure_daemons",
                         lambda layout, fg, direct: mark(f"started {sorted(direct)}"))
     return marks
 
 
 def _prestarted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **knobs: float
-                ) -> tuple[Layout, Path, daemons.Prestart]:
+                ) -> tuple[Layout, Path, background.Prestart]:
     """A stopped home, the fake daemons' marks and the background start forked for it
-    (``knobs``: daemons' constants for this test, e.g. FRESH_S)."""
+    (``knobs``: background's constants for this test, e.g. FRESH_S)."""
     layout = _stopped_home(tmp_path, monkeypatch)
     marks = _fake_daemons(layout, monkeypatch)
     for name, value in knobs.items():
-        monkeypatch.setattr(daemons, name, value)
-    early = daemons.prestart(layout)
+        monkeypatch.setattr(background, name, value)
+    early = background.prestart(layout)
     assert early is not None
     return layout, marks, early
 
@@ -112,18 +112,18 @@ def test_the_child_verifies_first_and_starts_the_daemons_when_told(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     layout, marks, early = _prestarted(tmp_path, monkeypatch,
                                        FRESH_S=60.0)   # however slow the machine
-    queued = daemons.start_queued(layout, early, "[stacks]\n", "/etc/tenure.toml")
+    queued = background.start_queued(layout, early, "[stacks]\n", "/etc/tenure.toml")
     assert _wait(early.pid) == 0
     assert marks.read_text() == "verified\nstarted ['guardian', 'owner']\n"
     assert queued["starting"] == ["owner", "guardian"]
     assert queuefile.read_queued(Path(layout.queued_config))["source"] == "/etc/tenure.toml"
-    assert daemons.last_background_start(layout)["ok"]
+    assert background.last_background_start(layout)["ok"]
 
 
 def test_a_word_that_comes_late_has_the_release_verified_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     layout, marks, early = _prestarted(tmp_path, monkeypatch, FRESH_S=0.0)
-    daemons.start_queued(layout, early, None, None)
+    background.start_queued(layout, early, None, None)
     assert _wait(early.pid) == 0
     assert marks.read_text() == "verified\nverified\nstarted ['guardian', 'owner']\n"
 
@@ -135,7 +135,7 @@ def test_a_command_that_gives_up_before_its_word_starts_nothing(
     early.cancel()                 # twice is harmless (cmd_up's finally after a refusal)
     assert _wait(early.pid) == 0
     assert marks.read_text() == "verified\n"
-    assert daemons.last_background_start(layout) is None     # no record: nothing started
+    assert background.last_background_start(layout) is None     # no record: nothing started
 
 
 def test_a_command_that_never_says_a_word_is_not_waited_for_forever(
@@ -148,7 +148,7 @@ def test_a_command_that_never_says_a_word_is_not_waited_for_forever(
     assert marks.read_text() == "verified\n"
     assert "no word from the command in 0 s: nothing started" in \
         (layout.logs / "up.log").read_text()
-    assert daemons.last_background_start(layout) is None
+    assert background.last_background_start(layout) is None
 
 
 def test_a_config_that_cannot_be_queued_starts_nothing(
@@ -160,7 +160,7 @@ def test_a_config_that_cannot_be_queued_starts_nothing(
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(queuefile, "atomic_write_json", full)
     with pytest.raises(StorageFailed, match="No space left on device; nothing was started"):
-        daemons.start_queued(layout, daemons.Prestart(0, word), "[stacks]\n",
+        background.start_queued(layout, background.Prestart(0, word), "[stacks]\n",
                              "/etc/tenure.toml")
     assert os.read(told, 1) == b""          # closed without the word
     os.close(told)
@@ -176,7 +176,7 @@ def test_a_background_start_that_cannot_fork_starts_and_queues_nothing(
         raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
     monkeypatch.setattr(os, "fork", no_fork)
     with pytest.raises(StorageFailed, match="temporarily unavailable; nothing was started"):
-        daemons.prestart(layout)
+        background.prestart(layout)
     assert set(os.listdir("/proc/self/fd")) == before        # no pipe end left open
     assert not Path(layout.queued_config).exists()
 
@@ -187,7 +187,7 @@ def test_a_child_gone_before_its_word_leaves_the_config_queued(
     told, word = os.pipe()
     os.close(told)                          # the child died (its error is in up.log)
     with pytest.raises(StorageFailed, match="config stays queued"):
-        daemons.start_queued(layout, daemons.Prestart(0, word), "[stacks]\n",
+        background.start_queued(layout, background.Prestart(0, word), "[stacks]\n",
                              "/etc/tenure.toml")
     assert Path(layout.queued_config).exists()
 

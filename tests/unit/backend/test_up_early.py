@@ -1,6 +1,6 @@
 """`tenure up --no-wait`'s background child forked as the command starts
 (backend.cli.early): a guess from the command line's words that starts nothing until
-the command adopts it (daemons.prestart) and gives its word. Real forks, pipes and
+the command adopts it (background.prestart) and gives its word. Real forks, pipes and
 runtime/up.lock; the daemons' start is faked (test_up_background's marks)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.cli import daemons, early, upwait
+from backend.cli import background, early, upwait
 from protocol.layout import Layout
 from protocol.procfs import read_stat
 
@@ -73,16 +73,16 @@ def test_the_child_forked_first_is_adopted_and_starts_them_on_the_word(
     layout = _home(tmp_path)
     marks = _fake_daemons(layout, monkeypatch)
     _stopped_home(tmp_path, monkeypatch)
-    monkeypatch.setattr(daemons, "FRESH_S", 60.0)          # however slow the machine
+    monkeypatch.setattr(background, "FRESH_S", 60.0)          # however slow the machine
     child = _forked(layout)
     assert upwait.wait_background_start(layout, timeout=0)   # a guess locks nothing
-    pre = daemons.prestart(layout, child)
+    pre = background.prestart(layout, child)
     assert pre is not None and pre.pid == child.pid         # adopted, not forked again
     assert not upwait.wait_background_start(layout, timeout=0.05)   # locked for it
-    daemons.start_queued(layout, pre, "[stacks]\n", "/etc/tenure.toml")
+    background.start_queued(layout, pre, "[stacks]\n", "/etc/tenure.toml")
     assert _wait(child.pid) == 0
     assert marks.read_text() == "verified\nstarted ['guardian', 'owner']\n"
-    assert daemons.last_background_start(layout)["ok"]
+    assert background.last_background_start(layout)["ok"]
     assert upwait.wait_background_start(layout, timeout=0)   # let go when it ended
 
 
@@ -90,14 +90,14 @@ def test_a_home_where_a_daemon_answers_cancels_the_child(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     layout = _home(tmp_path)
     marks = _fake_daemons(layout, monkeypatch)
-    monkeypatch.setattr(daemons, "_selected", lambda layout: True)
-    monkeypatch.setattr(daemons, "ping", lambda sock, **kw: {"ok": True})
+    monkeypatch.setattr(background, "_selected", lambda layout: True)
+    monkeypatch.setattr(background, "ping", lambda sock, **kw: {"ok": True})
     child = _forked(layout)
-    assert daemons.prestart(layout, child) is None
+    assert background.prestart(layout, child) is None
     assert upwait.wait_background_start(layout, timeout=30)   # held until it has gone
     assert _wait(child.pid) == 0
     assert marks.read_text() == "verified\n"                 # and nothing started
-    assert daemons.last_background_start(layout) is None
+    assert background.last_background_start(layout) is None
 
 
 def test_a_child_that_exited_or_guessed_another_home_is_replaced(
@@ -107,7 +107,7 @@ def test_a_child_that_exited_or_guessed_another_home_is_replaced(
     _fake_daemons(layout, monkeypatch)
     _stopped_home(tmp_path, monkeypatch)
     wrong = _forked(other)
-    pre = daemons.prestart(layout, wrong)
+    pre = background.prestart(layout, wrong)
     assert pre is not None and pre.pid != wrong.pid
     assert _wait(wrong.pid) == 0                             # cancelled: its pipe closed
     pre.cancel()
@@ -115,7 +115,7 @@ def test_a_child_that_exited_or_guessed_another_home_is_replaced(
     gone = _forked(layout)
     os.kill(gone.pid, 9)
     _wait(gone.pid)                                          # reaped: it has exited
-    pre = daemons.prestart(layout, gone)
+    pre = background.prestart(layout, gone)
     assert pre is not None and pre.pid != gone.pid
     pre.cancel()
     assert _wait(pre.pid) == 0

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import commands, daemons, upwait
+from backend.cli import commands, daemons, firstrun, upwait
 from protocol.layout import Layout
 
 
@@ -37,7 +37,7 @@ def test_the_config_stays_queued_when_the_wait_is_interrupted(
         if spawned:
             spawning.add("owner")
         raise raised()
-    monkeypatch.setattr(daemons, "place_first_release", lambda layout, release: None)
+    monkeypatch.setattr(firstrun, "place_first_release", lambda layout, release: None)
     monkeypatch.setattr(daemons, "ensure_daemons", starting)
     monkeypatch.setattr(upwait, "BACKGROUND_WAIT_S", 1.0)
     with pytest.raises(raised):
