@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     """A daemon's command straight from its verified release, and what to add to its
     environment; None: start the installed code (:func:`_direct`)."""
 
-__all__ = ["direct_commands", "ensure_daemon", "ensure_daemons", "open_log", "ping",
+__all__ = ["UP_POLL_S", "direct_commands", "ensure_daemon", "ensure_daemons", "open_log", "ping",
            "queue_for_backend"]
 
 UP_POLL_S = 0.005
