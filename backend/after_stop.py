@@ -7,10 +7,10 @@ Invariants, kept for every instance key:
 - at most one pending start; asking again while one is pending gets the same one (two
   concurrent restarts of an instance restart it once);
 - the latest operator intent wins: a stop wanted after it withdraws it
-  (:meth:`Supervisor.feed` withdraws on every ``StopRequested``);
+  (the reconciler withdraws it on every ``StopRequested``: StartWaits.stop_fed);
 - bounded: not down within its deadline, it is withdrawn, so nothing armed survives to
   start the app at some later, surprising moment;
-- the Start is fed one loop turn after the instance went down (Supervisor._start_if_down),
+- the Start is fed one loop turn after the instance went down (StartWaits.start_if_down),
   so whoever waits for it to be down sees it so.
 
 Each pending start is a future: True once the instance was started, False when

@@ -30,7 +30,7 @@ from .probes import (
 )
 
 if TYPE_CHECKING:
-    from .supervisor import OwnerCalls
+    from .owner_mutations import OwnerCalls
 
 __all__ = ["Checks"]
 

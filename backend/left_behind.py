@@ -1,4 +1,4 @@
-"""Stopping what outlived a launch's leader, for apps (backend.supervisor) and jobs
+"""Stopping what outlived a launch's leader, for apps (backend.owner_mutations) and jobs
 (backend.jobs.runner) alike.
 
 The owner's ``exit`` event of a launch names ``descendants`` when processes of it (its

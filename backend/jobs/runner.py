@@ -38,8 +38,9 @@ from .. import instance as im
 from ..enforce import user_env
 from ..left_behind import announce, stop_left_behind
 from ..model import Config
+from ..owner_mutations import OWNER_AWAY_POLL_S, OwnerCalls
 from ..steps import StepGate
-from ..supervisor import OWNER_AWAY_POLL_S, OwnerCalls, Supervisor
+from ..supervisor import Supervisor
 from ..tasks import spawn
 from ..waiters import Waiters
 from . import machine as jm

@@ -316,12 +316,12 @@ def test_the_reconciler_records_why_with_a_new_and_with_an_older_owner(explains:
                 SPAWN["text"] + LIMIT, "ENOENT", ErrorSource.OWNER)
             assert [n["text"] for n in owner.notes] == [
                 "start limit hit (2 starts within 60s), not restarting: " + SPAWN["text"]]
-            assert sup.owner_notes
+            assert sup.mutations.owner_notes
         else:   # an older owner: its message, and the field says where it came from
             assert (reason(inst), inst.last_error.errno, inst.last_error.source) == (
                 "launch refused: cannot start '/x/y': No such file or directory (/x/y)"
                 + LIMIT, None, ErrorSource.MESSAGE)
-            assert owner.notes == [] and not sup.owner_notes
+            assert owner.notes == [] and not sup.mutations.owner_notes
             assert len(owner.sent("logs.note")) == 1   # asked once, then never again
     asyncio.run(main())
 

@@ -28,13 +28,13 @@ def test_the_first_certificate_is_retried_soon_until_one_is_written(tmp_path: Pa
         try:
             await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "ready")
             call = object()   # busy: an owner call in flight
-            gen.sup._calls[call] = ("stop", "s/a/0/1", 0.0)
+            gen.sup.mutations._calls[call] = ("stop", "s/a/0/1", 0.0)
             delays: list[float] = []
 
             async def sleep(delay: float) -> None:
                 delays.append(delay)
                 if len(delays) == 4:
-                    del gen.sup._calls[call]   # quiet from the fourth round on
+                    del gen.sup.mutations._calls[call]   # quiet from the fourth round on
                 await asyncio.sleep(0)
             loop = asyncio.create_task(certificate_loop(gen, sleep=sleep))
             await until(lambda: len(delays) >= 6, "six rounds")

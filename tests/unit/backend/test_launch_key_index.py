@@ -65,10 +65,10 @@ def test_a_removed_instance_leaves_nothing_in_memory(tmp_path: Path) -> None:
                     "relaunched")
         sup.told_status(inst.launch_key, "serving")
         await gen.api.stop(api_call("stop", target="s/a/1", timeout=5.0))
-        assert "s/a/1" in sup.events.exits_told and "s/a/1" in sup._stops_fed
+        assert "s/a/1" in sup.events.exits_told and "s/a/1" in sup.starts._stops_fed
         sup.forget("s/a/1")
         assert inst.launch_key not in sup.by_launch
         assert inst.launch_key not in sup.status_text
-        assert "s/a/1" not in sup.events.exits_told and "s/a/1" not in sup._stops_fed
+        assert "s/a/1" not in sup.events.exits_told and "s/a/1" not in sup.starts._stops_fed
 
     run_generation(tmp_path, APPS, body)

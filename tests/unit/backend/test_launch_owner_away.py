@@ -16,7 +16,8 @@ import pytest
 
 from backend.config import parse_config
 from backend.instance import State
-from backend.supervisor import LAUNCH_TRIES, Supervisor
+from backend.owner_mutations import LAUNCH_TRIES
+from backend.supervisor import Supervisor
 from backend.testing import FakeOwner, no_sleep, until
 from protocol.errors import ConnectFailed, Internal, ShuttingDown, TenureError, TransportLost
 

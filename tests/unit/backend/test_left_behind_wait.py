@@ -81,7 +81,7 @@ def test_a_stop_during_the_wait_withdraws_the_launch(then_start: bool) -> None:
             await until(lambda: inst.state is State.STOPPING, "stopping")
             owner.leftovers_gone.set()
             want = State.READY if then_start else State.STOPPED
-            await until(lambda: not sup.leaving(KEY) and not sup._calls
+            await until(lambda: not sup.leaving(KEY) and sup.in_flight == 0
                         and inst.state is want, "settled", turns=2_000)
             launched = [p["launch_key"] for p in owner.sent("launch")]
             assert waiting not in launched, launched
@@ -107,7 +107,7 @@ def test_a_stop_while_the_launch_is_sent_stops_what_it_started() -> None:
                 await asyncio.sleep(0)
             assert inst.state is State.STOPPING   # not taken for gone while it launches
             owner.release("launch")
-            await until(lambda: inst.state is State.STOPPED and not sup._calls, "stopped")
+            await until(lambda: inst.state is State.STOPPED and sup.in_flight == 0, "stopped")
             assert owner.live == {} and len(owner.sent("stop")) == 2
     asyncio.run(main())
 
@@ -146,7 +146,7 @@ def test_a_stop_between_two_tries_of_a_launch_withdraws_it() -> None:
             sup.ensure(app, 0, False)
             await until(lambda: bool(owner.sent("stop")), "the stop sent")
             retry.set_result(None)
-            await until(lambda: inst.state is State.STOPPED and not sup._calls, "stopped")
+            await until(lambda: inst.state is State.STOPPED and sup.in_flight == 0, "stopped")
             assert len(owner.sent("launch")) == 1 and owner.live == {}
         finally:
             await sup.aclose()
@@ -174,10 +174,11 @@ def test_a_stop_while_the_launch_waits_for_its_turn_withdraws_it() -> None:
     async def main() -> None:
         owner = OneTurn()
         async with reconciling(owner) as (sup, app, inst):
-            await until(lambda: sup._launch_in_flight(inst.launch_key), "the launch waits")
+            await until(lambda: sup.mutations._launch_in_flight(inst.launch_key),
+                        "the launch waits")
             sup.ensure(app, 0, False)
             await until(lambda: bool(owner.sent("stop")), "the stop sent")
             owner.turn.set()
-            await until(lambda: inst.state is State.STOPPED and not sup._calls, "stopped")
+            await until(lambda: inst.state is State.STOPPED and sup.in_flight == 0, "stopped")
             assert owner.sent("launch") == [] and owner.live == {}
     asyncio.run(main())

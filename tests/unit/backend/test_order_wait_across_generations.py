@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backend import supervisor
 from backend.adopt import resume_wanted_starts
 from backend.after_stop import Wait, WaitKind
 from backend.instance import Start, State, StopRequested
+from backend.start_order import ORDER_WAIT
 from backend.store import BackendStore
 from backend.testing import FakeOwner, run_generation, until_time
 
@@ -50,8 +50,7 @@ def test_a_held_start_is_recorded_as_an_order_wait_with_its_deadline(tmp_path: P
         gen.sup.feed(API, Start())
         waits = gen.store.start_waits()
         assert list(waits) == [API] and waits[API][0] == "order"
-        assert before + supervisor.ORDER_WAIT <= waits[API][1] <= time.time() + \
-            supervisor.ORDER_WAIT
+        assert before + ORDER_WAIT <= waits[API][1] <= time.time() + ORDER_WAIT
         gen.sup.feed(API, StopRequested())            # withdrawn: forgotten with its start
         assert gen.store.wanted_starts() == [] and gen.store.start_waits() == {}
 

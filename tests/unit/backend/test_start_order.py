@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from backend import supervisor
+from backend import start_waits
 from backend.instance import Start, State, StopRequested
 from backend.start_order import waits_for
 from backend.testing import FakeOwner, run_generation, until_time
@@ -42,7 +42,7 @@ def test_the_dependent_waits_whichever_start_is_fed_first(tmp_path: Path) -> Non
         sup.feed("o/db/0", Start())
         await until_time(lambda: sup.instances["o/db/0"].state is State.RUNNING, "db up")
         assert sup.instances["o/api/0"].state is State.STOPPED
-        assert waits_for(sup.instances, sup._after_stop.waiting(), "o/api/0") == ["o/db/0"]
+        assert waits_for(sup.instances, sup.starts.waiting(), "o/api/0") == ["o/db/0"]
         await until_time(lambda: sup.instances["o/db/0"].state is State.READY, "db ready")
         await until_time(lambda: sup.instances["o/api/0"].state is State.READY, "api after")
         assert sup.instances["o/api/0"].launched_at >= sup.instances["o/db/0"].launched_at
@@ -53,7 +53,7 @@ def test_the_dependent_waits_whichever_start_is_fed_first(tmp_path: Path) -> Non
 def test_a_start_that_waited_too_long_goes_all_the_same(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
-    monkeypatch.setattr(supervisor, "ORDER_WAIT", 0.1)
+    monkeypatch.setattr(start_waits, "ORDER_WAIT", 0.1)
 
     async def body(gen: Any, owner: FakeOwner) -> None:
         sup = gen.sup

@@ -62,7 +62,7 @@ def test_a_stop_asked_again_gives_its_reason_until_one_is_confirmed(where: str,
             failing[0] = False
             second.set_result(None)
             await until(lambda: inst.state is State.STOPPED, "stopped")
-            assert sup.why("s/a/0") is None and not sup._stop_trouble
+            assert sup.why("s/a/0") is None and not sup.mutations._stop_trouble
         finally:
             await sup.aclose()
     asyncio.run(main())
@@ -114,8 +114,8 @@ def test_a_stop_under_way_says_its_signal_and_when_sigkill_comes() -> None:
             await until(lambda: bool(owner.sent("stop")), "the stop sent")
             assert inst.state is State.STOPPING
             assert sup.why("s/a/0") == "SIGINT sent 0s ago; SIGKILL in 20s"
-            sent = sup._stop_sent[inst.launch_key]
-            sup._stop_sent[inst.launch_key] = sent - 23.2   # past its timeout
+            sent = sup.mutations._stop_sent[inst.launch_key]
+            sup.mutations._stop_sent[inst.launch_key] = sent - 23.2   # past its timeout
             assert sup.why("s/a/0") == "SIGINT sent 23s ago; SIGKILL sent 3s ago"
             sup.owner_answers = lambda: False   # what the owner does then is not known
             assert sup.why("s/a/0") is None
