@@ -193,7 +193,7 @@ def _resume(sup: Supervisor, result: Adoption, now: float) -> None:
         if inst.launch_key not in missing:
             again = [im.Stop(inst.generation, inst.launch_key)] \
                 if inst.state in _STOPPING and inst.launch_key is not None else []
-            sup._execute(key, [*inst.resume(now), *again])
+            sup.execute(key, [*inst.resume(now), *again])
 
 
 _STOPPING = frozenset({im.State.STOPPING, im.State.RESTARTING})

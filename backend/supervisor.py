@@ -211,7 +211,7 @@ class Supervisor:
             self._drop_launch(key, launch_key)
         self.by_launch[inst.launch_key] = key
         self.dirty.add(key)
-        self._execute(key, actions)
+        self.execute(key, actions)
         self._notify()
         self.starts.start_if_down(key)
         self.starts.recheck_order(inst)
@@ -283,7 +283,9 @@ class Supervisor:
 
     # -- executing actions ------------------------------------------------------------
 
-    def _execute(self, key: str, actions: list[im.Action]) -> None:
+    def execute(self, key: str, actions: list[im.Action]) -> None:
+        """Carry out ``actions`` of instance ``key``'s machine: what a transition asked
+        for, or what an adopted instance resumes with (backend.adopt)."""
         inst = self.instances[key]
         for a in actions:
             if isinstance(a, im.Launch):
@@ -344,7 +346,7 @@ class Supervisor:
         self.frozen = False
         t = now()
         for key, inst in self.instances.items():
-            self._execute(key, inst.resume(t))
+            self.execute(key, inst.resume(t))
 
     # -- desired state ----------------------------------------------------------------
 
