@@ -7,9 +7,20 @@ from __future__ import annotations
 import os
 
 from protocol.errors import ConnectFailed
-from protocol.procfs import flock_holder, read_cmdline, silence, start_ticks, status_uid
+from protocol.procfs import (
+    flock_holder,
+    read_cmdline,
+    read_stat,
+    signal_pending,
+    silence,
+    start_ticks,
+    status_uid,
+)
 
-__all__ = ["listener", "lock_holder", "runs_module", "silent_holder", "silent_listener"]
+__all__ = ["listener", "lock_holder", "runs_module", "silent_holder", "silent_listener",
+           "term_waiting"]
+
+SIGTERM = 15
 
 
 def silent_listener(sock: str, module: str, then: str = "") -> ConnectFailed | None:
@@ -19,9 +30,10 @@ def silent_listener(sock: str, module: str, then: str = "") -> ConnectFailed | N
     if found is None:
         return None
     pid = found[0]
+    said, pending = _silence(pid, module)
     return ConnectFailed(f"the {module} (pid {pid}) accepts on {sock} but does not "
-                         f"answer: {silence(pid)}" + (f". {then}" if then else ""),
-                         {"pid": pid, "listening": True})
+                         f"answer: {said}" + (f". {then}" if then else ""),
+                         {"pid": pid, "listening": True, **pending})
 
 
 def silent_holder(sock: str, module: str, then: str = "") -> ConnectFailed | None:
@@ -32,10 +44,33 @@ def silent_holder(sock: str, module: str, then: str = "") -> ConnectFailed | Non
     if found is None:
         return None
     pid, lock = found[0], _lock_beside(sock, module)
+    said, pending = _silence(pid, module)
     return ConnectFailed(f"the {module} (pid {pid}) holds {lock} but does not answer "
-                         f"(nothing listens on {sock}): {silence(pid)}" +
+                         f"(nothing listens on {sock}): {said}" +
                          (f". {then}" if then else ""),
-                         {"pid": pid, "path": sock, "listening": False, "lock": lock})
+                         {"pid": pid, "path": sock, "listening": False, "lock": lock,
+                          **pending})
+
+
+def term_waiting(pid: int, module: str = "owner") -> str:
+    """What continuing daemon ``module``, pid ``pid``, does when it is stopped with a
+    SIGTERM waiting in it (`tenure down`'s): it takes the signal and shuts down, which
+    for the owner stops every application. Said so wherever a stopped daemon is named:
+    `kill -CONT` alone reads as harmless."""
+    then = ", stopping every application" if module == "owner" else ""
+    return (f"pid {pid} is stopped (SIGSTOP or a debugger) with a SIGTERM waiting (from a "
+            f"`tenure down`, say): once continued (kill -CONT {pid}) it shuts down{then}; "
+            "then `tenure up` starts tenure again")
+
+
+def _silence(pid: int, module: str) -> tuple[str, dict[str, bool]]:
+    """What /proc shows of daemon ``module``, pid ``pid``, that did not answer
+    (procfs.silence), but :func:`term_waiting` when it is stopped with a SIGTERM
+    waiting; and ``{"term_pending": True}`` then, for the error's data."""
+    st = read_stat(pid)
+    if st is not None and st.stopped and signal_pending(pid, SIGTERM):
+        return term_waiting(pid, module), {"term_pending": True}
+    return silence(pid), {}
 
 
 def listener(sock: str, module: str) -> tuple[int, int | None] | None:

@@ -235,10 +235,9 @@ def _held_owner(held: dict[str, Any]) -> str:
     while it does not answer."""
     pid = held["pid"]
     if held.get("term_pending"):
-        return (f"the guardian is not running, and the owner (pid {pid}) is stopped "
-                "(SIGSTOP or a debugger) with a SIGTERM waiting (from a `tenure down`, "
-                f"say): once continued (kill -CONT {pid}) it shuts down, stopping every "
-                "application; then `tenure up` starts tenure again")
+        from .holders import term_waiting
+        said = term_waiting(pid).removeprefix(f"pid {pid} ")
+        return f"the guardian is not running, and the owner (pid {pid}) {said}"
     return (f"the guardian is not running, and the owner (pid {pid}) is stopped (SIGSTOP "
             f"or a debugger): kill -CONT {pid} continues it, then `tenure up` starts the "
             "guardian (the applications keep running)")

@@ -273,3 +273,30 @@ def test_status_after_a_down_that_left_a_stopped_owner_says_what_continuing_does
             "shuts down, stopping every application") in text, text
     assert "so none is started" not in text, text
     cluster.wait(lambda: not os.path.exists(f"/proc/{owner}"), 60, "the owner ended")
+
+
+def test_up_after_a_down_that_left_a_stopped_owner_warns_of_the_sigterm_waiting(
+        cluster) -> None:
+    """Was: `up` and `owner status` said `kill -CONT N continues it`: continued, the
+    owner takes the SIGTERM the down left waiting and stops every application."""
+    cluster.up(ONE)
+    cluster.wait_ready(1)
+    owner = cluster.status()["owner"]["pid"]
+    os.kill(owner, signal.SIGSTOP)
+    try:
+        down = cluster.cli("down", timeout=120)
+        assert down.code == 1, down
+        up = cluster.cli("up", timeout=60)
+        asked = cluster.cli("owner", "status", timeout=60)
+    finally:
+        os.kill(owner, signal.SIGCONT)
+    waiting = (f"pid {owner} is stopped (SIGSTOP or a debugger) with a SIGTERM waiting "
+               f"(from a `tenure down`, say): once continued (kill -CONT {owner}) it shuts "
+               "down, stopping every application")
+    for res in (up, asked):
+        err = res.out["error"]
+        assert res.code == 3 and err["code"] == "CONNECT_FAILED", res
+        assert waiting in err["msg"] and "continues it" not in err["msg"], err
+        assert err["data"]["term_pending"] is True, err
+    assert up.out["error"]["msg"].endswith("Nothing was started"), up
+    cluster.wait(lambda: not os.path.exists(f"/proc/{owner}"), 60, "the owner ended")
