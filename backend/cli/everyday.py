@@ -23,8 +23,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["api", "call", "cmd_status", "guardian", "layout", "out", "runs",
-           "unfinished_window"]
+__all__ = ["api", "call", "cmd_status", "diagnostics", "guardian", "hung_guardian",
+           "layout", "out", "runs", "unfinished_window"]
 
 
 def layout(args: Any) -> Layout:
@@ -122,12 +122,9 @@ def _call_once(args: Any, method: str, params: dict[str, Any] | None,
         except ConnectFailed:
             if c.connected:
                 raise   # the backend's own answer
-            down = stopped(layout(args))
-            # the guardian's file outlives it: once tenure is not running, what it says
-            # of the backend and the owner link is of daemons that are gone
-            diag = _diagnostics(args) if down is None else None
-            raise BackendUnavailable("no backend generation answers" + render.why(diag, down),
-                                     {"diagnostics": diag, "stopped": down}) from None
+            from .nobackend import facts
+            said = facts(args, stopped(layout(args)))
+            raise BackendUnavailable(render.unavailable(said), said) from None
 
 
 def stopped(lay: Layout) -> dict[str, Any] | None:
@@ -152,7 +149,10 @@ def stopped(lay: Layout) -> dict[str, Any] | None:
                       "applications": (stages.get("applications") or {}).get("detail")}}
 
 
-def _diagnostics(args: Any) -> dict[str, Any] | None:
+def diagnostics(args: Any) -> dict[str, Any] | None:
+    """The guardian's diagnostics file (runtime/supervisor-state.json); None when there is
+    none, ``{unreadable}`` when it cannot be read or a field `status` reads is not of its
+    type. Whether the guardian that wrote it still runs is for the caller to tell."""
     from protocol.durable import read_json
     try:
         diag = read_json(layout(args).diagnostics, "tenure-supervisor-state")
@@ -196,25 +196,17 @@ def _status_once(args: Any) -> int:
                   timeout=10.0)
     except BackendUnavailable as exc:
         from .background import last_background_start
-        diag, down = exc.data.get("diagnostics"), exc.data.get("stopped")
+        from .nobackend import facts
+        # why, as every command's BACKEND_UNAVAILABLE says it (nobackend.facts)
+        said = exc.data if "none_coming" in exc.data else facts(args, exc.data.get("stopped"))
         last = last_background_start(layout(args))
-        running = None if down is not None else listens(layout(args).guardian_sock)
-        hung = None if down is not None else _hung_guardian(args, running)
-        held = _stopped_owner(args) if running is False and down is None else None
-        stopping = owner_stopping(args) if running is False and down is None \
-            and held is None else None
-        downing = down_running(args) if running is False and down is None else None
-        starting = up_running(layout(args)) if running is not True else None
-        out(args, {"ok": False, "backend": None, "diagnostics": diag, "stopped": down,
-                   "background_start": last, "guardian_hung": hung,
-                   "guardian_running": running, "owner_shutting_down": stopping,
-                   "down_running": downing, "up_running": starting,
-                   "owner_stopped": held, "maintenance_unfinished": window},
-            render.no_backend(diag, last, down, hung, running, (stopping, downing),
-                              starting, held) + render.unfinished_window(window))
+        out(args, {"ok": False, "backend": None, **said, "background_start": last,
+                   "maintenance_unfinished": window},
+            render.no_backend_of(said, last) + render.unfinished_window(window))
         return Exit.UNREACHABLE
     st["guardian_running"] = listens(layout(args).guardian_sock)
-    st["guardian_hung"] = _hung_guardian(args, st["guardian_running"])
+    st["guardian_hung"] = hung_guardian(layout(args).guardian_sock,
+                                       st["guardian_running"])
     st["maintenance_unfinished"] = window
     out(args, st, render.status(st))
     return current(st)
@@ -241,28 +233,14 @@ def unfinished_window(lay: Layout) -> dict[str, Any] | None:
     return {"step": step} if running is None else {"step": step, "running": running}
 
 
-def _hung_guardian(args: Any, listening: bool | None) -> dict[str, Any] | None:
-    """``{pid, msg}`` of a guardian that holds its lock but does not listen (hung before
-    it listens; ``listening``: :func:`listens` of its socket), else None."""
+def hung_guardian(sock: str, listening: bool | None) -> dict[str, Any] | None:
+    """``{pid, msg}`` of a guardian that holds its lock but does not listen on ``sock``
+    (hung before it listens; ``listening``: :func:`listens` of ``sock``), else None."""
     if listening is not False:
         return None   # it listens (a busy or stopped one is said otherwise), or may not tell
     from .holders import silent_holder
-    hung = silent_holder(layout(args).guardian_sock, "guardian")
+    hung = silent_holder(sock, "guardian")
     return None if hung is None else {"pid": hung.data["pid"], "msg": hung.msg}
-
-
-def _stopped_owner(args: Any) -> dict[str, Any] | None:
-    """``{pid, term_pending}`` of an owner that accepts on its socket but is stopped
-    (SIGSTOP, a debugger), ``term_pending`` when a SIGTERM (`tenure down`'s) waits in
-    it: continued, it shuts down and stops every application. Else None."""
-    from protocol.procfs import read_stat, signal_pending
-
-    from .holders import listener
-    found = listener(layout(args).owner_sock, "owner")
-    st = read_stat(found[0]) if found is not None else None
-    if found is None or st is None or not st.stopped:
-        return None
-    return {"pid": found[0], "term_pending": signal_pending(found[0], 15)}
 
 
 def owner_stopping(args: Any) -> int | None:

@@ -170,37 +170,17 @@ def _retrying(args: Any, fn: Callable[[], Any], deadline: float, lost_ok: bool,
 
 
 def none_coming(args: Any, exc: Exception) -> BackendUnavailable | None:
-    """The error to end the wait with when no backend comes back by itself, else None:
-    tenure is stopped (neither the guardian nor the owner runs) or the guardian gave up
-    recovering one (blocked until the operator runs `tenure backend recover`): ``exc``
-    itself, which says so; or the guardian is not running (:func:`_guardian_gone`)
-    while the owner runs outside a service manager, which would restart the guardian:
-    in unmanaged mode nothing does, so an error that says so and what to run."""
+    """``exc`` when it is a BACKEND_UNAVAILABLE that says no backend comes back by
+    itself (nobackend.none_coming: tenure is stopped, the guardian's recovery is
+    blocked, or the guardian is not running and nothing restarts it), which is the
+    error to end the wait with; else None. Its message says why and what to run."""
     if not isinstance(exc, BackendUnavailable):
         return None
-    diagnostics = exc.data.get("diagnostics")
-    blocked = isinstance(diagnostics, dict) and diagnostics.get("blocked")
-    if exc.data.get("stopped") is not None or blocked:
-        return exc
-    from .everyday import down_running, layout, owner_stopping
-    lay = layout(args)
-    if not _guardian_gone(lay.guardian_sock) or _service_managed(lay.owner_sock):
-        return None
-    stopping = owner_stopping(args)
-    downing = down_running(args) if stopping is None else None
-    if stopping is not None or downing is not None:   # nothing keeps running
-        from .render import shutting_down
-        return BackendUnavailable(
-            f"no backend generation answers, and none is coming: tenure is shutting down "
-            f"({shutting_down(stopping, downing)}); `tenure up` starts it again once the "
-            "owner has ended", {**exc.data, "guardian_running": False,
-                                "owner_shutting_down": stopping, "down_running": downing})
-    return BackendUnavailable(
-        "no backend generation answers, and none is coming: the guardian is not running "
-        f"(nothing listens on {lay.guardian_sock} and no process holds its lock), and in "
-        "unmanaged mode nothing restarts it: `tenure up` starts it again, and with it a "
-        "backend (the owner and the applications keep running meanwhile)",
-        {**exc.data, "guardian_running": False})
+    data = exc.data
+    if "none_coming" not in data:   # not from everyday.call: what it carries tells
+        from .nobackend import none_coming as said_none_coming
+        return exc if said_none_coming(data) else None
+    return exc if data["none_coming"] else None
 
 
 class Held:
@@ -223,24 +203,6 @@ class Held:
         print(f"tenure: job {self.args.action}: no backend answers: the backend {held}; "
               f"waiting for it up to --timeout (Ctrl-C stops waiting{goes_on})",
               file=sys.stderr)
-
-
-def _guardian_gone(sock: str) -> bool:
-    """Whether the guardian is not running: nothing accepts on its socket and no guardian
-    of ours holds its lock (one that does is hung before it listens, not gone: as
-    holders.silent_holder tells them apart). False when we may not tell (a viewer)."""
-    from .everyday import listens
-    from .holders import lock_holder
-    return listens(sock) is False and lock_holder(sock, "guardian") is None
-
-
-def _service_managed(owner_sock: str) -> bool:
-    """Whether the owner runs in its service unit (``tenure service``): there the service
-    manager restarts a guardian that died (``Restart=always``), so a backend comes."""
-    from .holders import listener, lock_holder
-    from .ownerplan import mode_of
-    found = listener(owner_sock, "owner") or lock_holder(owner_sock, "owner")
-    return found is not None and mode_of(found[0]) != "standalone"
 
 
 def _list(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:

@@ -247,34 +247,70 @@ def no_backend(diag: dict[str, Any] | None, start: dict[str, Any] | None,
                down: dict[str, Any] | None = None,
                hung: dict[str, Any] | None = None, guardian_running: bool | None = None,
                going: tuple[int | None, int | None] = (None, None),
-               starting: int | None = None, held: dict[str, Any] | None = None) -> str:
-    """`status` when no backend answers: why (:func:`why`; ``hung``: a guardian that
-    holds its lock but does not listen, which says more than its diagnostics; a guardian
-    that is not running while the owner is: the reason no backend comes, unless tenure
-    is shutting down: ``going`` is the pid of an owner that is, or of a `tenure down`
-    under way (:func:`shutting_down`), or starting: ``starting`` is the pid of a `tenure
-    up` under way) and, when the last background start of `tenure up --no-wait` failed,
-    its error."""
-    if hung:
-        said = f"; {_hung_line(hung)}"
-    elif held is not None and down is None:
-        said = f"; {_held_owner(held)}"
-    elif starting is not None and going == (None, None):
-        said = (f"; `tenure up` (pid {starting}) is starting tenure: `tenure status` "
-                "again shortly")
-    elif going != (None, None):
-        said = f"; {shutting_down(*going)}: `tenure up` waits for it to end, then starts " \
-            "tenure again"
-    elif down is None and guardian_running is False:
-        said = ("; the guardian is not running, so none is started: `tenure up` starts "
-                "it (applications keep running)" + why(diag, down))
-    else:
-        said = why(diag, down)
-    text = "backend: not available" + said
+               starting: int | None = None, held: dict[str, Any] | None = None,
+               managed: bool | None = None) -> str:
+    """`status` when no backend answers: why (:func:`why_none`) and, when the last
+    background start of `tenure up --no-wait` failed, its error."""
+    text = "backend: not available" + why_none(diag, down, hung, guardian_running, going,
+                                                 starting, held, managed)
     if start is not None and not start["ok"] and starting is None:   # not of this start
         text += (f"\nthe background start of `tenure up --no-wait` at {start['at']} "
                  f"failed: {start['error']} (logs/up.log)")
     return text
+
+
+def _facts(said: dict[str, Any]) -> tuple[Any, ...]:
+    """The arguments of :func:`why_none` from nobackend.facts (or the ``data`` of a
+    BACKEND_UNAVAILABLE, which may hold fewer of them)."""
+    return (said.get("diagnostics"), said.get("stopped"), said.get("guardian_hung"),
+            said.get("guardian_running"),
+            (said.get("owner_shutting_down"), said.get("down_running")),
+            said.get("up_running"), said.get("owner_stopped"), said.get("service_managed"))
+
+
+def no_backend_of(said: dict[str, Any], start: dict[str, Any] | None) -> str:
+    """:func:`no_backend` from nobackend.facts."""
+    diag, down, hung, running, going, starting, held, managed = _facts(said)
+    return no_backend(diag, start, down, hung, running, going, starting, held, managed)
+
+
+def unavailable(said: dict[str, Any]) -> str:
+    """The message of every command's BACKEND_UNAVAILABLE, from nobackend.facts: what
+    `status` says after "backend: not available", and whether none is coming."""
+    coming = ", and none is coming" if said.get("none_coming") else ""
+    return f"no backend generation answers{coming}" + why_none(*_facts(said))
+
+
+def why_none(diag: dict[str, Any] | None, down: dict[str, Any] | None = None,
+             hung: dict[str, Any] | None = None, guardian_running: bool | None = None,
+             going: tuple[int | None, int | None] = (None, None),
+             starting: int | None = None, held: dict[str, Any] | None = None,
+             managed: bool | None = None) -> str:
+    """Why no backend answers ("; …"), from the facts of nobackend.facts: ``hung``, a
+    guardian that holds its lock but does not listen, says more than its diagnostics;
+    ``held``, the owner stopped while the guardian is not running, what continuing it
+    does; ``starting``, the pid of a `tenure up` under way; ``going``, the pid of an
+    owner shutting down or of a `tenure down` under way (:func:`shutting_down`); a
+    guardian that is not running while the owner is: the reason no backend comes
+    (unless a service manager, ``managed``, starts it again); else :func:`why`."""
+    if hung:
+        return f"; {_hung_line(hung)}"
+    if held is not None and down is None:
+        return f"; {_held_owner(held)}"
+    if starting is not None and going == (None, None):
+        return (f"; `tenure up` (pid {starting}) is starting tenure: `tenure status` "
+                "again shortly")
+    if going != (None, None):
+        return f"; {shutting_down(*going)}: `tenure up` waits for it to end, then starts " \
+            "tenure again"
+    if down is None and guardian_running is False and managed:
+        return ("; the guardian is not running: its service manager starts it again, and "
+                "with it a backend")
+    if down is None and guardian_running is False:
+        # its diagnostics are of a guardian gone: not shown as the present
+        return ("; the guardian is not running, so none is started: `tenure up` starts "
+                "it (applications keep running)")
+    return why(diag, down)
 
 
 def shutting_down(owner: int | None, down: int | None) -> str:
@@ -310,10 +346,20 @@ def why(diag: dict[str, Any] | None, down: dict[str, Any] | None = None) -> str:
         parts.append(f"backend pid {pid} is alive but {silent}; {why_silent(pid)}")
     if act:
         parts.append(f"last activation {act.get('id')} {act.get('kind')} is "
-                     f"{act.get('phase')}{' (' + act['error'] + ')' if act.get('error') else ''}")
+                     f"{act.get('phase')}{_ended(act)}")
     age = time.time() - diag.get("updated_at", time.time())
     parts.append(f"guardian diagnostics {age:.0f}s old")
     return "; " + "; ".join(parts)
+
+
+def _ended(act: dict[str, Any]) -> str:
+    """`` (OUTCOME: ERROR)`` of an activation: its outcome when the phase does not say it
+    (``complete (check-only)``: a `backend upgrade --check`, which changed nothing), and
+    its error."""
+    said = [str(act["outcome"])] if act.get("outcome") not in (None, act.get("phase")) \
+        else []
+    said += [str(act["error"])] if act.get("error") else []
+    return f" ({': '.join(said)})" if said else ""
 
 
 def blocked(diag: dict[str, Any] | None) -> str | None:

@@ -62,7 +62,7 @@ def error_frame(exc: TenureError, as_json: bool = False) -> int:
         print(json.dumps({"ok": False, "error": exc.to_wire()}, default=str,
                          sort_keys=True), flush=True)
     elif isinstance(exc, BackendUnavailable):
-        print(render.no_backend(exc.data.get("diagnostics"), None, exc.data.get("stopped")))
+        print(render.no_backend_of(exc.data, None))
     else:
         print(f"tenure: {exc.code_str}: {exc.msg}")
     return code

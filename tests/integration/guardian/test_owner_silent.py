@@ -278,7 +278,9 @@ def test_status_after_a_down_that_left_a_stopped_owner_says_what_continuing_does
 def test_up_after_a_down_that_left_a_stopped_owner_warns_of_the_sigterm_waiting(
         cluster) -> None:
     """Was: `up` and `owner status` said `kill -CONT N continues it`: continued, the
-    owner takes the SIGTERM the down left waiting and stops every application."""
+    owner takes the SIGTERM the down left waiting and stops every application. And
+    `inspect` said only "no backend generation answers" with the guardian's last
+    diagnostics (of a guardian gone), not that none is coming, nor why."""
     cluster.up(ONE)
     cluster.wait_ready(1)
     owner = cluster.status()["owner"]["pid"]
@@ -288,6 +290,7 @@ def test_up_after_a_down_that_left_a_stopped_owner_warns_of_the_sigterm_waiting(
         assert down.code == 1, down
         up = cluster.cli("up", timeout=60)
         asked = cluster.cli("owner", "status", timeout=60)
+        seen = cluster.cli("inspect", "s", timeout=60)
     finally:
         os.kill(owner, signal.SIGCONT)
     waiting = (f"pid {owner} is stopped (SIGSTOP or a debugger) with a SIGTERM waiting "
@@ -299,4 +302,11 @@ def test_up_after_a_down_that_left_a_stopped_owner_warns_of_the_sigterm_waiting(
         assert waiting in err["msg"] and "continues it" not in err["msg"], err
         assert err["data"]["term_pending"] is True, err
     assert up.out["error"]["msg"].endswith("Nothing was started"), up
+    err = seen.out["error"]
+    assert seen.code == 3 and err["code"] == "BACKEND_UNAVAILABLE", seen
+    assert err["msg"].startswith("no backend generation answers, and none is coming; "), err
+    assert f"the owner (pid {owner}) is stopped" in err["msg"], err
+    assert "SIGTERM waiting" in err["msg"] and "guardian diagnostics" not in err["msg"], err
+    assert err["data"]["diagnostics"] is None, err
+    assert err["data"]["owner_stopped"] == {"pid": owner, "term_pending": True}, err
     cluster.wait(lambda: not os.path.exists(f"/proc/{owner}"), 60, "the owner ended")

@@ -56,7 +56,8 @@ def test_a_down_under_way_is_named_and_up_waits_for_it(cluster):
         res = cluster.cli("job", "run", "j/echo", "--key", "K", "--wait", "--timeout", "20")
         err = res.out["error"]
         assert res.code == 3 and err["code"] == "BACKEND_UNAVAILABLE", res
-        assert "tenure is shutting down" in err["msg"] and "keep running" not in err["msg"]
+        assert "none is coming; `tenure down` (pid" in err["msg"], err
+        assert "keep running" not in err["msg"], err
         assert err["data"]["down_running"] == os.getpid(), err
 
         up = cluster.follow("up", "--timeout", "60")

@@ -89,39 +89,50 @@ def unavailable(**data: Any) -> BackendUnavailable:
 def test_a_dead_guardian_means_no_backend_is_coming_unless_a_service_restarts_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Was: a keyed `run --wait` waited its whole --timeout for it."""
-    from backend.cli import everyday, holders, ownerplan
+    from backend.cli import everyday, holders, nobackend, ownerplan, render
     monkeypatch.setattr(everyday, "listens", lambda sock: False)
     monkeypatch.setattr(holders, "lock_holder", lambda sock, module: None
                         if module == "guardian" else (4242, 1))
     monkeypatch.setattr(holders, "listener", lambda sock, module: None)
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "standalone")
-    exc = unavailable()
-    final = jobs.none_coming(args("run", "s/echo"), exc)
-    assert isinstance(final, BackendUnavailable) and final is not exc
-    assert "the guardian is not running" in final.msg and "`tenure up`" in final.msg
-    assert final.data["guardian_running"] is False
+
+    def told() -> BackendUnavailable:   # as everyday.call raises it
+        said = nobackend.facts(args("run", "s/echo"), None)
+        return BackendUnavailable(render.unavailable(said), said)
+
+    exc = told()
+    assert jobs.none_coming(args("run", "s/echo"), exc) is exc
+    assert exc.msg.startswith("no backend generation answers, and none is coming; ")
+    assert "the guardian is not running" in exc.msg and "`tenure up`" in exc.msg
+    assert exc.data["guardian_running"] is False
 
     monkeypatch.setattr(everyday, "owner_stopping", lambda a: 4242)   # `down` under way
-    down = jobs.none_coming(args("run", "s/echo"), exc)
-    assert down is not None and "tenure is shutting down" in down.msg, down
+    down = told()
+    assert jobs.none_coming(args("run", "s/echo"), down) is down
+    assert "none is coming; the owner (pid 4242) is shutting down" in down.msg, down
     assert "keep running" not in down.msg and down.data["owner_shutting_down"] == 4242
     monkeypatch.setattr(everyday, "owner_stopping", lambda a: None)
 
     # the guardian already stopped, the owner not told yet: the `down` is seen by its lock
     monkeypatch.setattr(everyday, "down_running", lambda a: 4343)
-    down = jobs.none_coming(args("run", "s/echo"), exc)
-    assert down is not None and "tenure is shutting down" in down.msg, down
-    assert "`tenure down` (pid 4343)" in down.msg and "keep running" not in down.msg
+    down = told()
+    assert jobs.none_coming(args("run", "s/echo"), down) is down
+    assert "none is coming; `tenure down` (pid 4343) is stopping tenure" in down.msg
+    assert "keep running" not in down.msg
     assert down.data["down_running"] == 4343 and down.data["owner_shutting_down"] is None
     monkeypatch.setattr(everyday, "down_running", lambda a: None)
 
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "systemd")
-    assert jobs.none_coming(args("run", "s/echo"), exc) is None   # systemd restarts it
+    managed = told()   # systemd restarts it
+    assert jobs.none_coming(args("run", "s/echo"), managed) is None
+    assert "its service manager starts it again" in managed.msg, managed
     monkeypatch.setattr(ownerplan, "mode_of", lambda pid: "standalone")
     monkeypatch.setattr(holders, "lock_holder", lambda sock, module: (4241, 1))
-    assert jobs.none_coming(args("run", "s/echo"), exc) is None   # hung, not gone
+    monkeypatch.setattr(holders, "silent_holder", lambda sock, module: BackendUnavailable(
+        "hung", {"pid": 4241}))
+    assert jobs.none_coming(args("run", "s/echo"), told()) is None   # hung, not gone
     monkeypatch.setattr(everyday, "listens", lambda sock: True)
-    assert jobs.none_coming(args("run", "s/echo"), exc) is None   # it runs
+    assert jobs.none_coming(args("run", "s/echo"), told()) is None   # it runs
 
 
 def test_tenure_stopped_or_a_blocked_recovery_ends_the_wait_with_its_own_error() -> None:

@@ -249,7 +249,6 @@ def test_job_run_with_recovery_blocked_says_so_at_once(monkeypatch) -> None:
         calls.append(exc)
         raise exc
     monkeypatch.setattr(jobs.time, "sleep", lambda s: None)
-    monkeypatch.setattr(jobs, "_guardian_gone", lambda sock: False)   # it runs
     args = types.SimpleNamespace(home="/nonexistent")
     with pytest.raises(BackendUnavailable):
         jobs._retrying(args, lambda: fail(blocked), jobs.time.monotonic() + 1, True)
@@ -500,7 +499,6 @@ def test_job_run_without_a_key_waits_for_a_backend_away_through_a_handoff_only(
     clock = [1000.0]
     monkeypatch.setattr(jobs.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(jobs.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
-    monkeypatch.setattr(jobs, "_guardian_gone", lambda sock: False)   # it runs
     away = BackendUnavailable("the backend (pid 9) is stopped", {
         "stopped": None, "diagnostics": {"blocked": None}})
 

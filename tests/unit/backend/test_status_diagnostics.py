@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from backend.cli import render
-from backend.cli.everyday import _diagnostics
+from backend.cli.everyday import diagnostics
 from protocol.layout import Layout
 
 SOUND = {"kind": "tenure-supervisor-state", "format": 1, "updated_at": time.time() - 3,
@@ -28,7 +28,7 @@ def _read(tmp_path: Path, diag: dict) -> dict | None:
     os.makedirs(Path(lay.diagnostics).parent, mode=0o700, exist_ok=True)
     Path(lay.diagnostics).write_text(json.dumps(diag))
     os.chmod(lay.diagnostics, 0o600)
-    return _diagnostics(types.SimpleNamespace(home=tmp_path))
+    return diagnostics(types.SimpleNamespace(home=tmp_path))
 
 
 def test_sound_diagnostics_are_read_as_they_are(tmp_path: Path) -> None:
