@@ -20,6 +20,7 @@ from protocol.errors import (
     ConnectFailed,
     OutcomeUnknown,
     ShuttingDown,
+    TenureError,
 )
 
 from .exits import Exit
@@ -133,8 +134,12 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
-        job = _retrying(args, lambda: call(args, "job.show", show), deadline, True, held,
-                        job["id"])
+        try:
+            # a stopped backend takes a call's whole timeout: not past the wait's end
+            job = _retrying(args, lambda: call(args, "job.show", show, timeout=max(
+                1.0, deadline - time.monotonic())), deadline, True, held, job["id"])
+        except (*_AWAY, OutcomeUnknown) as exc:
+            return _lost(args, out, {**r, "job": job}, exc, deadline, dedup)
         if job["state"] not in OPEN:
             break
     r = {**r, "job": job}
@@ -142,6 +147,23 @@ def _run(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:
     if job["state"] in OPEN:
         return UNSETTLED
     return OK if job["state"] == "succeeded" else ERROR
+
+
+def _lost(args: Any, out: Callable[..., None], r: dict[str, Any], exc: TenureError,
+          deadline: float, dedup: str) -> int:
+    """`run --wait` whose job was admitted (``r["job"]``, as last seen) and whose backend
+    was lost (``exc``): at the deadline, exit 4 (UNSETTLED) naming the job, which goes
+    on (``--json``: ``settled`` false, ``error``); before it (none is coming), ``exc``
+    raised with the job named and in its data. Either way a script learns the job's id
+    and that it was admitted: asking again without --key would run it twice."""
+    job = r["job"]
+    follow = f"job {job['id']} goes on: `tenure job show {job['id']}` follows it"
+    if time.monotonic() < deadline:
+        raise type(exc)(f"{exc.msg}; {follow} once a backend answers",
+                        {**exc.data, "job": job}) from None
+    out(args, {**r, "settled": False, "error": exc.to_wire()},
+        f"{_line(job)}{dedup}\n  no backend answered until --timeout ({exc}): {follow}")
+    return UNSETTLED
 
 
 def _retrying(args: Any, fn: Callable[[], Any], deadline: float, lost_ok: bool,

@@ -15,7 +15,7 @@ import pytest
 
 from backend.cli import jobs
 from backend.cli.jobs import job_command, render_show
-from protocol.errors import BackendUnavailable, BadRequest
+from protocol.errors import BackendUnavailable, BadRequest, ConnectFailed, RequestTimedOut
 
 NOW = 1_796_000_000.0
 RECORD = {"id": 97, "stack": "s", "template": "trapper", "state": "running", "outcome": None,
@@ -221,3 +221,33 @@ def test_run_wait_without_a_timeout_gives_up_after_an_hour(clock: Clock) -> None
     code = job_command(args("run", "s/trapper", wait=True, key="k"),
                        Runs(clock, 7200.0), lambda *a: None)
     assert code == 4 and 1000.0 + jobs.RUN_WAIT <= clock.now < 1000.0 + jobs.RUN_WAIT + 1
+
+
+class LostAfterAdmission:
+    """A backend that admits the job, then answers nothing (stopped: the connection is
+    made, no answer comes; or gone between generations)."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def __call__(self, a: Any, method: str, params: dict[str, Any], **kw: Any) -> Any:
+        if method == "job.run":
+            return {"job": {**RECORD, "state": "admitted"}, "deduplicated": False}
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [
+    RequestTimedOut("job.show: no answer within 5 s"),
+    ConnectFailed("no socket at api.sock", {"path": "api.sock"})])
+def test_run_wait_that_loses_the_backend_after_admission_names_the_job_and_exits_4(
+        clock: Clock, exc: Exception) -> None:
+    """Was: the error of the last call at the deadline, exit 3, without the job's id: a
+    script that retries on 3 without --key ran the job twice."""
+    printed: list[tuple[Any, str]] = []
+    code = job_command(args("run", "s/trapper", wait=True, timeout=5.0),
+                       LostAfterAdmission(exc), lambda a, obj, text: printed.append((obj, text)))
+    assert code == 4 and 1005.0 <= clock.now < 1007.0
+    (obj, text), = printed
+    assert obj["job"]["id"] == 97 and obj["settled"] is False, obj
+    assert text.startswith("job 97 s/trapper: admitted\n"), text
+    assert "job 97 goes on" in text and "`tenure job show 97`" in text, text
