@@ -49,31 +49,67 @@ UNKEYED_WAIT = 60.0     # s one without a key does: a handoff, a restart of the 
 RUN_WAIT = 3600.0       # s `run --wait` waits for the job to end, from its admission (default)
 
 
+# the options of each action (dest: its default), as docs/cli.md gives them; another
+# action's option is a usage error, not silently ignored
+_DEFAULTS: dict[str, Any] = {"key": None, "job_args": [], "wait": False, "timeout": None,
+                             "state": None, "limit": 50, "follow": False, "n": None,
+                             "stream": None, "started": False, "not_started": False,
+                             "note": ""}
+_OPTIONS = {"run": ("key", "job_args", "wait", "timeout"), "list": ("state", "limit"),
+            "show": (), "logs": ("follow", "n", "stream"), "stop": ("timeout",),
+            "withdraw": (), "resolve": ("started", "not_started", "note")}
+_SPELLED = {"job_args": "--arg", "follow": "-f", "n": "-n", "not_started": "--not-started"}
+
+
 def add_job_parser(add: Callable[[str, str], Any]) -> None:
+    import argparse  # already loaded: only the parser of `job` is made here
+    none = argparse.SUPPRESS   # absent unless given: _own_options tells given from default
     p = add("job", "one-shot jobs: run, list, show, logs, stop, withdraw, resolve")
     p.add_argument("action", choices=ACTIONS)
     p.add_argument("target", nargs="?", help="run: STACK/JOB; list: STACK or STACK/JOB "
                    "(optional); the others: the job id")
-    p.add_argument("--key", help="run: the dedup key (the same key gives the same job)")
-    p.add_argument("--arg", action="append", default=[], dest="job_args", metavar="ARG",
+    p.add_argument("--key", default=none,
+                   help="run: the dedup key (the same key gives the same job)")
+    p.add_argument("--arg", action="append", default=none, dest="job_args", metavar="ARG",
                    help="run: append ARG to the template's command (repeatable; "
                    "--arg=-x for a leading dash)")
-    p.add_argument("--wait", action="store_true", help="run: wait until the job ends")
-    p.add_argument("--timeout", type=float, default=None,
+    p.add_argument("--wait", action="store_true", default=none,
+                   help="run: wait until the job ends")
+    p.add_argument("--timeout", type=float, default=none,
                    help="run (how long to ask a backend that is away: 3600 s with "
                    "--key, 60 without), run --wait (how long to wait for the job to "
                    "end, from its admission: 3600 s), stop: give up waiting after this "
                    "many seconds")
-    p.add_argument("--state", help="list: only these states (comma-separated)")
-    p.add_argument("--limit", type=int, default=50, help="list: at most this many")
-    p.add_argument("-f", "--follow", action="store_true", help="logs: follow until it ends")
-    p.add_argument("-n", type=int, default=None, help="logs: the last N lines only")
-    p.add_argument("--stream", choices=["stdout", "stderr"], help="logs: one stream")
+    p.add_argument("--state", default=none, help="list: only these states (comma-separated)")
+    p.add_argument("--limit", type=int, default=none, help="list: at most this many (50)")
+    p.add_argument("-f", "--follow", action="store_true", default=none,
+                   help="logs: follow until it ends")
+    p.add_argument("-n", type=int, default=none, help="logs: the last N lines only")
+    p.add_argument("--stream", choices=["stdout", "stderr"], default=none,
+                   help="logs: one stream")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--started", action="store_true", help="resolve: the start happened")
-    g.add_argument("--not-started", action="store_true",
+    g.add_argument("--started", action="store_true", default=none,
+                   help="resolve: the start happened")
+    g.add_argument("--not-started", action="store_true", default=none,
                    help="resolve: the start did not happen; allow a new attempt")
-    p.add_argument("--note", default="", help="resolve: what the decision rests on")
+    p.add_argument("--note", default=none, help="resolve: what the decision rests on")
+    p.check_parsed = _own_options
+
+
+def _own_options(ns: Any) -> str | None:
+    """The usage error for options ``ns`` was given that are not its action's
+    (_OPTIONS), else None, with the defaults of those not given filled in."""
+    foreign = [_SPELLED.get(dest, "--" + dest) for dest in _DEFAULTS
+               if hasattr(ns, dest) and dest not in _OPTIONS[ns.action]]
+    for dest, default in _DEFAULTS.items():
+        if not hasattr(ns, dest):
+            setattr(ns, dest, list(default) if isinstance(default, list) else default)
+    if not foreign:
+        return None
+    own = ", ".join(_SPELLED.get(dest, "--" + dest.replace("_", "-"))
+                    for dest in _OPTIONS[ns.action]) or "none"
+    return (f"{', '.join(foreign)}: not an option of `tenure job {ns.action}` (its "
+            f"options: {own})")
 
 
 def job_command(args: Any, call: Callable[..., Any], out: Callable[..., None]) -> int:

@@ -61,6 +61,9 @@ def _intermixed(argparse: Any) -> Any:
     argparse hands such words back to ``tenure``, whose usage names no command's."""
     class Intermixed(argparse.ArgumentParser):  # type: ignore[misc]
         _inside = False
+        # a check of the parsed namespace, set by a command (`job`: the options of its
+        # action); a message it returns is refused as a usage error
+        check_parsed: Any = None
 
         def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
             if self._inside:  # parse_known_intermixed_args calls back here, twice
@@ -72,6 +75,9 @@ def _intermixed(argparse: Any) -> Any:
                 self._inside = False
             if extra:   # exits 2, as every usage error
                 self.error(f"unrecognized arguments: {' '.join(extra)}")
+            wrong = self.check_parsed(parsed) if self.check_parsed is not None else None
+            if wrong:
+                self.error(wrong)
             return parsed, extra
     return Intermixed
 
