@@ -323,18 +323,22 @@ def _parser(argv: list[str] | None = None) -> Any:
 def _fast_status(argv: list[str]) -> Any:
     """`tenure [--home H] [--json] status [--home H] [--json]` without argparse (the most
     frequent command, and argparse costs it a noticeable share of its time)."""
-    rest, home, as_json = list(argv), None, False
+    rest, home, as_json, commands = list(argv), None, False, 0
     while rest:
         a = rest.pop(0)
         if a == "--json":
             as_json = True
         elif a == "--home" and rest:
-            home = rest.pop(0)
+            home = rest.pop(0)   # a value, never the command (`--home status`: no command)
         elif a.startswith("--home="):
             home = a.split("=", 1)[1]
-        elif a != "status":
+        elif a == "status":
+            commands += 1
+        else:
             return None
-    if "status" not in argv or home == "":   # argparse refuses an empty home
+    # one `status` (a second one is a target, argparse's to read); argparse refuses an
+    # empty home
+    if commands != 1 or home == "":
         return None
     from types import SimpleNamespace
 
