@@ -453,12 +453,15 @@ def cmd_op(args: Any) -> int:
     if args.action != "show" and args.wait:
         raise BadRequest(f"tenure op {args.action} takes no --wait (op show does)",
                          {"field": "wait"})
+    if args.action != "list" and args.open:
+        raise BadRequest(f"tenure op {args.action} takes no --open (op list does)",
+                         {"field": "open"})
     timeout = _wait_timeout(args, f"tenure op {args.action}")
     if args.action == "list":
         if args.id:
             raise BadRequest(f"tenure op list takes no id (got {args.id!r}); `tenure op "
                              "show ID` shows one", {"field": "id"})
-        r = _call(args, "op.list", {})
+        r = _call(args, "op.list", {"open": True} if args.open else {})
         _out(args, r, render.operations(r["operations"]))
         return OK
     if not args.id:

@@ -236,6 +236,8 @@ def _parser(argv: list[str] | None = None) -> Any:
                    help="show: wait until the operation ended (at most --timeout)")
     p.add_argument("--timeout", type=float,
                    help="show --wait: seconds to wait (default 3600)")
+    p.add_argument("--open", action="store_true",
+                   help="list: only the operations still running")
     p = add("stack", "stop or start a whole stack (durable)")
     p.add_argument("action", choices=["stop", "start"])
     p.add_argument("stack")

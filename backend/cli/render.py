@@ -523,6 +523,8 @@ _INSPECT: list[tuple[str, str, Any]] = [
         "NOT WRITTEN (storage error; watched all the same)", "red") if r["unrecorded"]
      else "written"),
     ("uptime", "uptime", lambda r: dur(r["uptime"])),
+    # the owner lost: how long ago it was last heard (a duration, as everywhere)
+    ("last_seen_age", "last seen", lambda r: f"{dur(r['last_seen_age'])} ago"),
     ("restarts", "restarts", lambda r: str(r["restarts"])),
     ("ready", "ready", lambda r: value(r["ready"])),
     ("last_outcome", "last outcome", lambda r: value(r["last_outcome"])),
