@@ -49,7 +49,7 @@ from .plan import (
     new_plan,
     running_definitions,
     setting_changes,
-    stopped_by_hand,
+    shown_stopped,
 )
 from .probes import checks_view
 from .queuefile import state as queue_state
@@ -500,8 +500,21 @@ class Api(InstanceCommands, StackCommands, LogsReading):
             out.append(row)
         return {"instances": out, "owner_link": link}
 
-    def _live(self) -> str:
-        return live_revision(self.gen.config, self.intents, list(self.sup.instances))
+    def _basis(self) -> dict[str, Any]:
+        """What a plan reads of the instances (backend.plan.compute_changes): the
+        definitions they run, those shown stopped, those an open operation still
+        restarts. One deferred for a queued config (backend.generation) runs nothing
+        yet: the plan starts it, on the new definition."""
+        held, instances = self.stopped_stacks(), [
+            i for k, i in self.sup.instances.items() if k not in self.sup.deferred]
+        return {"running": running_definitions(instances, held),
+                "stopped": shown_stopped(instances), "rolling": self.ops.rolling()}
+
+    def _live(self, basis: dict[str, Any] | None = None) -> str:
+        """The live revision (backend.plan.live_revision) of now, of ``basis`` when
+        given (:meth:`_basis`, taken now)."""
+        return live_revision(self.gen.config, self.intents, list(self.sup.instances),
+                             **(basis if basis is not None else self._basis()))
 
     async def plan(self, call: Call) -> Any:
         """A plan checks the config against the owner (its uid, cgroups, sockets): one
@@ -530,15 +543,11 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         host = Host.of(await owner.call("status"))
         check_config(new, text, host)
         retune = await self._check_sockets(new, text, host.owner_uid)
-        # one deferred for a queued config (backend.generation) runs nothing yet: the
-        # plan starts it, on the new definition
-        held, instances = self.stopped_stacks(), [
-            i for k, i in self.sup.instances.items() if k not in self.sup.deferred]
-        plan = new_plan(self.gen.config, new, text, source, self._live(),
-                        running=running_definitions(instances, held),
-                        stopped=stopped_by_hand(instances), retune=retune)
+        basis = self._basis()
+        plan = new_plan(self.gen.config, new, text, source, self._live(basis),
+                        retune=retune, **basis)
         self.store.add_plan(plan)
-        stopped = sorted(set(plan["stacks"]) & held)   # stays down
+        stopped = sorted(set(plan["stacks"]) & self.stopped_stacks())   # stays down
         return {**{k: plan[k] for k in ("id", "fingerprint", "changes", "config_revision",
                                         "live_revision", "stacks")},
                 "jobs": job_changes(self.gen.config, new),

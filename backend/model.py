@@ -13,11 +13,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct, field
+from msgspec.structs import replace
 
 if TYPE_CHECKING:
     from .jobs.model import JobTemplate
 
 __all__ = [
+    "DEFINITION",
     "MAX_STOP_WAIT_S",
     "App",
     "Backoff",
@@ -230,6 +232,12 @@ class SocketSpec(Struct, frozen=True):
         return out
 
 
+DEFINITION = ("command", "env", "cwd", "stop", "ready", "run_as", "limits", "sockets",
+              "fd_store_max")
+"""The fields of an App that shape its process (:meth:`App.definition`): a change of
+one restarts it. The rest, but ``instances``, is policy, which takes effect at once."""
+
+
 class App(Struct, frozen=True):
     name: str
     stack: str
@@ -275,6 +283,12 @@ class App(Struct, frozen=True):
         if self.fd_store_max:
             shape["fd_store_max"] = self.fd_store_max
         return shape
+
+    def on_definition_of(self, other: App) -> App:
+        """This app's policy and count with ``other``'s definition (:data:`DEFINITION`):
+        what an instance still running a process of ``other`` follows until its restart
+        gives it this app. Its definition digest is ``other``'s."""
+        return replace(self, **{k: getattr(other, k) for k in DEFINITION})
 
     def socket_settings(self) -> dict[str, tuple[Any, ...]]:
         """Per socket name, what the owner can change on the socket it holds (backlog,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -27,7 +28,7 @@ from . import instance as im
 from .after_stop import DOWN
 from .config import parse_recent
 from .model import App, Config
-from .plan import steps_for
+from .plan import rolling_out, steps_for
 from .steps import StepGate
 from .store import BackendStore
 from .supervisor import Supervisor, instance_key
@@ -37,6 +38,8 @@ __all__ = ["SAID_AT_MOST", "OperationRunner", "listed"]
 log = logging.getLogger("tenure.backend")
 
 RUNNING, COMPLETE, FAILED, ABANDONED = "running", "complete", "failed", "abandoned"
+NO_PROCESS = (*DOWN, im.State.BACKOFF)   # instances whose next launch is a new process
+UP = (im.State.STARTING, im.State.RUNNING, im.State.READY)
 STEP_TIMEOUT_SLACK = 30.0
 
 
@@ -71,6 +74,11 @@ class OperationRunner:
         self.invalidate = invalidate
         self.prepare = prepare
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        # instance key -> the generation of its latest launch made here, which ran the
+        # desired config's App (:meth:`_launching`); a launch a predecessor made is not
+        # in it: it ran what that one's config said, which no record here tells
+        self.launched: dict[str, int] = {}
+        sup.before_launch = self._launching
 
     # -- admission --------------------------------------------------------------------
 
@@ -120,18 +128,60 @@ class OperationRunner:
             self.sup.events.record("operation", id=op_id, phase=phase, **data)
 
     def _swap_config(self, new: Config) -> None:
-        """New desired config: instances keep their process; policy-only changes apply
-        at once, definition changes wait for their restart step. Instances the config
-        adds exist from now on, stopped until their step starts them: an operation that
-        fails before it leaves them shown (`never started`), not missing."""
+        """New desired config: instances keep their process, and a policy applies at
+        once; a new definition waits for the restart step of an instance with a process
+        (it follows the new policy with its old definition meanwhile), and is taken at
+        once by one without (down, in backoff): its next launch runs it. (Was: an
+        instance whose definition changed kept the whole old App until its step, so a
+        relaunch before it ran the old command, and its policy was the old one.)
+        Instances the config adds exist from now on, stopped until their step starts
+        them: an operation that fails before it leaves them shown (`never started`), not
+        missing."""
         self.set_config(new)
+        self.launched = {k: g for k, g in self.launched.items() if k in self.sup.instances}
         for key, inst in list(self.sup.instances.items()):
             app = new.app(inst.app.stack, inst.app.name)
-            if app is not None and app.definition_digest() == inst.app.definition_digest():
+            if app is None:
+                continue
+            if inst.state not in NO_PROCESS and \
+                    app.definition_digest() != inst.app.definition_digest():
+                app = app.on_definition_of(inst.app)
+            if app != inst.app:
                 self.sup.take_app(key, app)
         for key, (app, index) in self.sup.keys_of(new).items():
             if key not in self.sup.instances:
                 self.sup.ensure(app, index, False)
+
+    def _launching(self, key: str, inst: im.Instance) -> None:
+        """Instance ``key`` is about to send a launch: it runs the desired config's App
+        (a start that waited for the instance to be down, a relaunch from backoff: the
+        config admitted meanwhile is what the backend works towards), and what it runs
+        is known here from now on (:attr:`launched`)."""
+        app = self.config().app(inst.app.stack, inst.app.name)
+        if app is not None and app != inst.app:
+            inst.take_app(app, time.monotonic())   # starting: nothing to follow it
+        self.launched[key] = inst.generation
+
+    def runs(self, key: str, app: App) -> bool:
+        """Instance ``key`` has a process, launched here on ``app``'s definition."""
+        inst = self.sup.instances.get(key)
+        return inst is not None and inst.state in UP and \
+            self.launched.get(key) == inst.generation and \
+            inst.app.definition_digest() == app.definition_digest()
+
+    def rolling(self) -> dict[str, list[int]]:
+        """App key -> the instances the open operations still restart (from their
+        current step on; backend.plan.rolling_out)."""
+        out: dict[str, list[int]] = {}
+        for op in self.store.operations(open_only=True):
+            if not op["plan"]:
+                continue
+            plan = self.store.plan(op["plan"])
+            steps = steps_for(parse_recent(plan["config_text"], plan["config_source"]),
+                              plan["changes"])
+            for app, indexes in rolling_out(steps[op["step"]:]).items():
+                out[app] = sorted({*out.get(app, []), *indexes})
+        return dict(sorted(out.items()))
 
     # -- running ----------------------------------------------------------------------
 
@@ -255,13 +305,19 @@ class OperationRunner:
             await self._ensure_up(app, range(index, index + 1))
             return {}
         if "from_generation" not in progress:
-            # an instance the operator stopped (before the apply, or since it began)
-            # takes the definition and stays stopped: the stop wins, as everywhere
+            # an instance shown stopped (stopped by the operator, before the apply or
+            # since it began, or ended and left down by its policy) takes the definition
+            # and stays stopped: the stop wins, as everywhere. One whose process a launch
+            # since the apply began runs on the definition already is left as it is.
             progress = {"from_generation": inst.generation,
-                        "left_stopped": inst.state is im.State.STOPPED}
+                        "left_stopped": _shown_stopped(inst),
+                        **({"current": True} if self.runs(key, app) else {})}
             self.store.set_progress(op_id, progress)  # durable before the restart begins
         stopped = app.stack in self.stopped_stacks() or progress.get("left_stopped", False)
-        if inst.generation <= progress["from_generation"] or inst.app != app:
+        if progress.get("current") or (progress.get("left_stopped") and _shown_stopped(inst)):
+            if inst.app != app:   # a policy since; the definition is the one it runs
+                self.sup.take_app(key, app)
+        elif inst.generation <= progress["from_generation"] or inst.app != app:
             await self._stop_keys([key], forget=False)
             self.sup.ensure(app, index, not stopped)
         if not stopped:   # a stopped stack's instance takes the definition, stays down
@@ -335,3 +391,8 @@ class OperationRunner:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.tasks.clear()
+
+
+def _shown_stopped(inst: im.Instance) -> bool:
+    """``tenure status`` shows it ``stopped``: stopped, or exited and left down."""
+    return im.PUBLIC_STATE[inst.state] is im.PublicState.STOPPED

@@ -2,10 +2,10 @@
 
 A plan compares a candidate config with the applied one, and with what the instances
 run (an operation that failed or was abandoned leaves the applied config ahead of
-them). Its fingerprint covers the
-candidate's revision, the live-state revision it was computed against (applied config,
-stack intents, the set of instances) and the parameters; apply refuses with
-``STALE_PLAN`` when either revision moved since.
+them). Its fingerprint covers the candidate's revision, the live-state revision it was
+computed against (:func:`live_revision`: everything besides the candidate a plan is
+made from) and the parameters; apply refuses with ``STALE_PLAN`` when either revision
+moved since.
 """
 
 from __future__ import annotations
@@ -15,28 +15,44 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .config import order_apps
-from .model import App, Config, canonical_digest, plain
+from .instance_types import PUBLIC_STATE, PublicState
+from .model import DEFINITION, App, Config, canonical_digest, plain
 
-__all__ = ["compute_changes", "live_revision", "new_plan", "running_definitions",
-           "setting_changes", "steps_for", "stopped_by_hand"]
+__all__ = ["compute_changes", "live_revision", "new_plan", "rolling_out",
+           "running_definitions", "setting_changes", "shown_stopped", "steps_for"]
 
 
-def live_revision(applied: Config, intents: dict[str, Any], instance_keys: list[str]) -> str:
+def live_revision(applied: Config, intents: dict[str, Any], instance_keys: list[str],
+                  running: Running | None = None, stopped: Stopped | None = None,
+                  rolling: Stopped | None = None) -> str:
+    """Digest of what a plan is made from besides its config: the applied config, the
+    stack intents, the set of instances, and the three inputs of :func:`compute_changes`
+    that read the instances (``running``, ``stopped``, ``rolling``). Two plans of one
+    config with the same digest list the same changes. (Was: the first three only, so a
+    plan made while a roll ran stayed applicable once it ended, listing restarts of
+    instances that then ran the new definition.)"""
     return canonical_digest({"config": applied.revision,
                              "intents": {k: v.get("revision") for k, v in intents.items()},
-                             "instances": sorted(instance_keys)})
+                             "instances": sorted(instance_keys),
+                             "running": {k: {str(i): d for i, d in v.items()}
+                                         for k, v in (running or {}).items()},
+                             "stopped": dict(stopped or {}),
+                             "rolling": dict(rolling or {})})
 
 
 def _policy(app: App) -> dict[str, Any]:
     d: dict[str, Any] = plain(app)
-    for k in ("command", "env", "cwd", "stop", "ready", "instances", "run_as", "limits",
-              "sockets", "fd_store_max"):   # the definition, and the count
+    for k in (*DEFINITION, "instances"):   # the definition, and the count
         d.pop(k, None)
     return d
 
 
 Running = Mapping[str, Mapping[int, str]]
 """What runs: app key -> {instance index: the digest of the definition it runs}."""
+
+Stopped = Mapping[str, list[int]]
+"""App key -> indexes of its instances, sorted (:func:`shown_stopped`,
+:func:`rolling_out`)."""
 
 STALE = "running an older definition"
 
@@ -60,15 +76,28 @@ def running_definitions(instances: Iterable[Any], held: Iterable[str] = ()
     return out
 
 
-def stopped_by_hand(instances: Iterable[Any]) -> dict[str, list[int]]:
-    """App key -> the indexes of its instances an operator stopped (`tenure stop`: state
-    ``stopped``): a restart of the app gives them the new definition and leaves them
-    stopped (backend.operations)."""
+def shown_stopped(instances: Iterable[Any]) -> dict[str, list[int]]:
+    """App key -> the indexes of its instances shown ``stopped``: stopped by an operator
+    (`tenure stop`), or ended on their own and left down by their restart policy
+    (``exited``). A restart of the app gives them the new definition and leaves them
+    down (backend.operations). (Was: ``stopped`` only; the step started an exited one,
+    and the plan did not say so.)"""
     out: dict[str, list[int]] = {}
     for inst in instances:
-        if inst.state == "stopped":
+        if PUBLIC_STATE[inst.state] is PublicState.STOPPED:
             out.setdefault(inst.app.key, []).append(inst.index)
     return {k: sorted(v) for k, v in out.items()}
+
+
+def rolling_out(steps: Iterable[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """App key -> the instances that ``steps`` (those an open operation has still to
+    run) restart: the operation rolls the applied definition out to them, so a plan
+    made meanwhile does not list them as running an older one."""
+    out: dict[str, set[int]] = {}
+    for s in steps:
+        if s["do"] == "restart_instance":
+            out.setdefault(s["app"], set()).add(s["instance"])
+    return {k: sorted(v) for k, v in sorted(out.items())}
 
 
 Retune = Mapping[str, list[str]]
@@ -77,17 +106,18 @@ Retune = Mapping[str, list[str]]
 
 
 def compute_changes(old: Config, new: Config, running: Running | None = None,
-                    stopped: Mapping[str, list[int]] | None = None,
-                    retune: Retune | None = None) -> list[dict[str, Any]]:
+                    stopped: Stopped | None = None, retune: Retune | None = None,
+                    rolling: Stopped | None = None) -> list[dict[str, Any]]:
     """Every difference per app, in a stable order: start, restart, scale, update per
     app in name order, then the stops in the order they are made (:func:`_stop_order`).
     With ``running``, also what an operation that failed or was abandoned left undone:
     the applied config names it, the instances do not run it (a definition not rolled
-    out, an app not started or not stopped, a scale not made). ``stopped``
-    (:func:`stopped_by_hand`) adds to a restart the instances it leaves stopped
-    (``stay_stopped``). ``retune`` (:data:`Retune`) adds the held sockets an update
-    changes in place; without it, a changed socket setting restarts the app."""
-    changes = _changes(old, new, running, retune)
+    out, an app not started or not stopped, a scale not made); but not the instances
+    ``rolling`` (:func:`rolling_out`) names, which an open operation still restarts.
+    ``stopped`` (:func:`shown_stopped`) adds to a restart the instances it leaves
+    stopped (``stay_stopped``). ``retune`` (:data:`Retune`) adds the held sockets an
+    update changes in place; without it, a changed socket setting restarts the app."""
+    changes = _changes(old, new, running, retune, rolling or {})
     for c in changes:
         if c["action"] != "restart":
             continue
@@ -98,8 +128,8 @@ def compute_changes(old: Config, new: Config, running: Running | None = None,
     return changes
 
 
-def _changes(old: Config, new: Config, running: Running | None, retune: Retune | None
-             ) -> list[dict[str, Any]]:
+def _changes(old: Config, new: Config, running: Running | None, retune: Retune | None,
+             rolling: Stopped) -> list[dict[str, Any]]:
     changes: list[dict[str, Any]] = []
     old_apps = {a.key: a for a in old.apps()}
     new_apps = {a.key: a for a in new.apps()}
@@ -123,7 +153,7 @@ def _changes(old: Config, new: Config, running: Running | None, retune: Retune |
                                 "socket settings changed",
                                 **({"changed": keys} if keys else {})})
         elif r is not None:
-            changes += _stale(n, r)
+            changes += _stale(n, r, rolling.get(key, ()))
         if n.instances != o.instances:
             changes.append({"action": "scale", "app": key, "from": o.instances,
                             "to": n.instances})
@@ -194,10 +224,13 @@ def setting_changes(old: Config, new: Config) -> list[dict[str, Any]]:
     return out
 
 
-def _stale(app: App, running: Mapping[int, str]) -> list[dict[str, Any]]:
-    """A restart of the instances of ``app`` that run another definition than it."""
-    digest = app.definition_digest()
-    only = sorted(i for i, d in running.items() if i < app.instances and d != digest)
+def _stale(app: App, running: Mapping[int, str], rolling: Iterable[int]
+           ) -> list[dict[str, Any]]:
+    """A restart of the instances of ``app`` that run another definition than it, but
+    those an open operation still restarts (``rolling``)."""
+    digest, rolled = app.definition_digest(), frozenset(rolling)
+    only = sorted(i for i, d in running.items()
+                  if i < app.instances and d != digest and i not in rolled)
     return [{"action": "restart", "app": app.key, "instances": app.instances,
              "only": only, "reason": STALE}] if only else []
 
@@ -237,9 +270,9 @@ def steps_for(new: Config, changes: list[dict[str, Any]]) -> list[dict[str, Any]
 
 def new_plan(old: Config, new: Config, text: str, source: str, live: str,
              kind: str = "apply", running: Running | None = None,
-             stopped: Mapping[str, list[int]] | None = None,
-             retune: Retune | None = None) -> dict[str, Any]:
-    changes = compute_changes(old, new, running, stopped, retune)
+             stopped: Stopped | None = None, retune: Retune | None = None,
+             rolling: Stopped | None = None) -> dict[str, Any]:
+    changes = compute_changes(old, new, running, stopped, retune, rolling)
     fingerprint = canonical_digest({"config": new.revision, "live": live, "kind": kind})
     return {"id": f"plan-{uuid.uuid4().hex[:12]}", "config_text": text, "config_source": source,
             "config_revision": new.revision, "live_revision": live,

@@ -98,6 +98,9 @@ class Supervisor:
         # not saved while they wait, so backend.db keeps them as they were; any event
         # fed to one decides it (the queued config's operation, `tenure stop`, ...)
         self.deferred: set[str] = set()
+        # runs as an instance's launch is about to be sent (backend.operations: the
+        # desired config's App is what a new process runs)
+        self.before_launch: Callable[[str, im.Instance], None] = lambda key, inst: None
 
     @property
     def in_flight(self) -> int:
@@ -289,6 +292,7 @@ class Supervisor:
         inst = self.instances[key]
         for a in actions:
             if isinstance(a, im.Launch):
+                self.before_launch(key, inst)
                 self._spawn(self.mutations.launch(key, inst, a.launch_key))
             elif isinstance(a, im.Stop):
                 self._spawn(self.mutations.stop(key, a.launch_key))

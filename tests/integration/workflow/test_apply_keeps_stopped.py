@@ -78,3 +78,20 @@ def test_plans_converge_for_apps_a_stopped_stack_records(cluster):
         "t/n/0": "stopped", "t/q/0": "stopped", "t/q/1": "stopped"}
     cluster.cli("stack", "start", "t", check=True)
     cluster.wait_ready(3)
+
+
+def test_an_instance_that_ended_on_its_own_is_left_down_by_the_roll(cluster):
+    """Was: only `tenure stop` counted; an instance shown `stopped` because it exited
+    and its policy left it down (`exited`) was started by the restart step, and the plan
+    did not say so."""
+    v1 = ('[stacks.s.apps.e]\ncommand = ["sh", "-c", "[ \\"$TENURE_INSTANCE\\" = 1 ] || '
+          'exec sleep 300"]\ninstances = 2\nrestart = "on-failure"\nenv = { V = "1" }\n')
+    cluster.up(v1)
+    cluster.wait(lambda: {k: a["state"] for k, a in cluster.apps().items()} ==
+                 {"s/e/0": "ready", "s/e/1": "stopped"})
+    done = _apply(cluster, v1.replace('"1"', '"2"'), "v2.toml")
+    change = done["plan"]["changes"][0]
+    assert change["action"] == "restart" and change["stay_stopped"] == [1], change
+    assert done["op"]["outcome"] == "success", done
+    assert cluster.apps()["s/e/1"]["state"] == "stopped"
+    assert cluster.apps()["s/e/1"]["restarts"] == 0

@@ -108,6 +108,7 @@ def test_release_starts_an_instance_on_the_configured_definition(tmp_path: Path)
         _defer_all(gen)
         changed = parse_config(TWO.replace('"1000"]\ninstances = 2', '"999"]\ninstances = 2'),
                                "/new.toml")
+        gen.config = changed   # the generation releases them on its (desired) config
         assert gen.sup.release_deferred(changed, set(), "test") == ["s/a/0", "s/a/1", "t/b/0"]
         assert gen.sup.deferred == set()
         await until(lambda: gen.sup.instances["s/a/0"].state is State.READY, "s/a/0 up")
