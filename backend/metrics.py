@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from . import metrics_control as mc
-from .instance_types import PublicState
+from .instance_types import ExitReason, PublicState
 from .targets import in_order
 from .usage import owner_metrics
 
@@ -55,7 +55,8 @@ async def snapshot(gen: Generation) -> dict[str, Any]:
                      "instance": inst.index, "state": str(inst.public_state),
                      "up": inst.pid is not None, "ready": inst.public_state is
                      PublicState.READY, "restarts": inst.restarts, "pid": inst.pid,
-                     "exits": {str(r): n for r, n in inst.exits.items()},
+                     # every reason, 0 included, as tenure_app_exits_total has them
+                     "exits": {str(r): inst.exits.get(r, 0) for r in ExitReason},
                      "start_time_seconds": m.get("started_at"),
                      **{name: m.get(name) for name in MEASURED}})
     certified = gen.certified_at

@@ -149,3 +149,13 @@ def test_an_abbreviated_home_before_the_command_is_the_home(home: str) -> None:
     args = _parser(argv).parse_args(argv)
     assert (args.cmd, str(args.home), args.json, args.target) == ("stop", "/srv/t", True,
                                                                   "s/a")
+
+
+def test_the_command_table_at_the_top_lists_every_command() -> None:
+    """Regression: `metrics` had a reference section but no row in the table an
+    operator scans first."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    table = text[text.index("| command | talks to |"):text.index("### Coming from")]
+    named = set(re.findall(r"`([a-z-]+)`", table))
+    missing = sorted(set(_leaves()) - named)
+    assert not missing, f"the command table of docs/cli.md lacks: {missing}"
