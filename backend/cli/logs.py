@@ -137,12 +137,14 @@ def through_handoffs(follow: bool, ask: Callable[[], Any], what: str = "logs") -
     backend is away (AWAY), for at most FOLLOW_OUTAGE seconds. A handoff or a restart
     is waited out without a word, but a recovery the guardian's diagnostics say is
     blocked needs the operator: that is said at once, once, on stderr as ``tenure:
-    WHAT: ...``; any other wait is said once after SAY_AFTER_S (a backend hung or
-    stopped), and an answer after either is said too. Raises what ``ask`` raises: an
-    AWAY error at once without ``follow`` or when tenure is not running (nothing comes
-    back by itself), after FOLLOW_OUTAGE otherwise."""
+    WHAT: ...`` (also after the wait was said); any other wait is said once after
+    SAY_AFTER_S (a backend hung or stopped), and an answer after either is said too.
+    Raises what ``ask`` raises: an AWAY error at once without ``follow`` or when tenure
+    is not running (nothing comes back by itself), after FOLLOW_OUTAGE otherwise."""
     began = time.monotonic()
-    told = False
+    # each said once, apart: a wait said after 5 s may turn out a blocked recovery
+    # (the guardian gave up meanwhile), which only the operator ends
+    blocked = silent = False
     while True:
         try:
             answer = ask()
@@ -150,10 +152,11 @@ def through_handoffs(follow: bool, ask: Callable[[], Any], what: str = "logs") -
             waited = time.monotonic() - began
             if not follow or not_running(exc) or waited > FOLLOW_OUTAGE:
                 raise
-            told = told or _tell_blocked(what, exc) or _tell_silent(what, exc, waited)
+            blocked = blocked or _tell_blocked(what, exc)
+            silent = silent or blocked or _tell_silent(what, exc, waited)
             time.sleep(FOLLOW_POLL_S)
             continue
-        if told:
+        if blocked or silent:
             sys.stderr.write(f"tenure: {what}: a backend answers again; following\n")
         return answer
 

@@ -87,6 +87,30 @@ def test_a_follower_says_at_once_that_recovery_is_blocked(sleeps, capsys):
                                               "blocked: no valid recovery certificate")
 
 
+def test_a_recovery_blocked_after_the_silence_was_said_is_said_too(monkeypatch, capsys):
+    """Regression: one flag stood for both lines, so a follower that had said "no
+    backend has answered for 5 s" never said that recovery was blocked, though only the
+    operator could end it; each is said once."""
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+    monkeypatch.setattr("backend.cli.logs.time.sleep", sleep)
+    monkeypatch.setattr("backend.cli.logs.time.monotonic", lambda: clock[0])
+    quiet = int(6 / FOLLOW_POLL_S)            # past the 5 s after which a wait is said
+    call = scripted([*[RESTARTING] * quiet, *[BLOCKED] * 3, EMPTY_EVENTS, Ended()])
+    with pytest.raises(Ended):
+        follow_events(args(), call)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and lines[0].startswith(
+        "tenure: events: no backend has answered for 5 s (no backend generation "
+        "answers); waiting for one"), lines
+    assert lines[1:] == [
+        "tenure: events: no backend answers: recovery blocked: no valid recovery "
+        "certificate (`tenure backend recover`); waiting for one for up to 120 s "
+        "(Ctrl-C ends)", "tenure: events: a backend answers again; following"], lines
+
+
 STATUS = {"apps": [{"key": "s/a/0", "state": "ready", "pid": 10, "cpu_percent": 1.0,
                     "rss": 2048, "restarts": 0, "uptime": 5.0}],
           "owner_link": {"current": True}}
