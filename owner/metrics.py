@@ -11,10 +11,12 @@ measures. Two sources, picked per launch:
 - ``proc`` (process groups): the leader and the descendants the owner tracks
   (:mod:`owner.descendants`), summed from /proc/PID/stat and /proc/PID/io.
 
-Why the counters are clamped: summed over living processes, CPU seconds and I/O bytes
-drop when a process exits unreaped by a tracked parent (an orphan the owner reaps takes
-its time with it). A counter that goes down reads as a reset to Prometheus, so each
-launch's counters are reported as the highest value measured so far. ``memory_peak_bytes``
+Why the counters are clamped: summed over the tracked processes, CPU seconds and I/O
+bytes drop when a process exits and is reaped by no tracked parent (an orphan the owner
+reaps takes its time with it; until it is reaped, a zombie's CPU time still counts). A
+counter that goes down reads as a reset to Prometheus, so each launch's counters are
+reported as the highest value measured so far; ``cpu_seconds`` is the highest sum of
+user and system measured, not the sum of each one's highest. ``memory_peak_bytes``
 is the kernel's ``memory.peak`` where there is one, else the highest sum the owner saw.
 A figure nobody can tell (OOM kills without a cgroup) is None, never 0.
 
@@ -175,9 +177,12 @@ def read_cgroup(path: Path, usage_only: bool = False) -> Sample:
 
 def _sum_usage(procs: Iterable[tuple[int, int]]) -> tuple[int, int, int, list[int]] | None:
     """(user ticks, system ticks, RSS pages, pids) summed over ``procs`` (pid, start
-    ticks) that still run as that process: a pid gone, now held by another process, or a
-    zombie is left out. None when one could not be read (see the module docstring):
-    then nothing of the app is known."""
+    ticks) that are still that process: a pid gone or now held by another process is
+    left out. A zombie (exited, not reaped yet) counts its CPU time, which its stat
+    still gives until its parent reaps it into its own ``cutime``: left out, that time
+    would vanish from the sum between the two. It holds no memory and is no running
+    process of the app: its RSS and pid are not counted (nor its I/O). None when one
+    could not be read (see the module docstring): then nothing of the app is known."""
     user = system = rss = 0
     alive: list[int] = []
     for pid, ticks in procs:
@@ -185,20 +190,21 @@ def _sum_usage(procs: Iterable[tuple[int, int]]) -> tuple[int, int, int, list[in
             u = read_usage_strict(pid)
         except _UNREADABLE:
             return None
-        if u is None or u.start_ticks != ticks or u.zombie:
+        if u is None or u.start_ticks != ticks:
             continue
-        user, system, rss = user + u.cpu_user_ticks, system + u.cpu_system_ticks, \
-            rss + u.rss_pages
-        alive.append(pid)
+        user, system = user + u.cpu_user_ticks, system + u.cpu_system_ticks
+        if not u.zombie:
+            rss += u.rss_pages
+            alive.append(pid)
     return user, system, rss, alive
 
 
 def read_procs(procs: Iterable[tuple[int, int]], usage_only: bool = False) -> Sample:
-    """Figures summed over ``procs`` (pid, start ticks) that still run as that process;
-    a pid gone or now held by another process, and a zombie, count for nothing. One
-    whose /proc could not be read makes every figure None (the module docstring says
-    why). ``usage_only``: CPU and memory alone (:data:`USAGE`; no /proc/PID/io read),
-    the rest None. Raises nothing."""
+    """Figures summed over ``procs`` (pid, start ticks) that are still that process;
+    a pid gone or now held by another process counts for nothing, a zombie for its CPU
+    time alone (:func:`_sum_usage`). One whose /proc could not be read makes every
+    figure None (the module docstring says why). ``usage_only``: CPU and memory alone
+    (:data:`USAGE`; no /proc/PID/io read), the rest None. Raises nothing."""
     summed = _sum_usage(procs)
     if summed is None:
         return dict(_UNKNOWN)
@@ -252,15 +258,18 @@ class Meter:
 
     def _clamp(self, key: str, sample: Sample) -> Sample:
         high = self._high.setdefault(key, {})
-        for name in (*COUNTERS, "memory_peak_bytes"):
+        user, system = sample["cpu_user_seconds"], sample["cpu_system_seconds"]
+        # the highest sum, not the sum of each field's highest: those come from
+        # different moments, and new time of one kind would hide under the other's
+        # old high (CPU% 0.0 for a busy app until it made up the difference)
+        sample["cpu_seconds"] = None if user is None or system is None else user + system
+        for name in (*COUNTERS, "cpu_seconds", "memory_peak_bytes"):
             value = sample[name]
             if name == "memory_peak_bytes" and sample["memory_bytes"] is not None:
                 value = max(value or 0, sample["memory_bytes"])
             if value is not None:
                 high[name] = max(value, high.get(name, value))
                 sample[name] = high[name]
-        user, system = sample["cpu_user_seconds"], sample["cpu_system_seconds"]
-        sample["cpu_seconds"] = None if user is None or system is None else user + system
         return sample
 
 

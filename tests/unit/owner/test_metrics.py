@@ -135,11 +135,49 @@ def test_counters_never_go_down_and_peak_is_the_highest_seen(monkeypatch):
     _, [b] = meter.measure([m])
     assert (a["cpu_seconds"], a["memory_peak_bytes"], a["source"]) == (6.0, 300, "proc")
     assert (b["cpu_user_seconds"], b["cpu_system_seconds"]) == (5.0, 1.5)
-    assert b["cpu_seconds"] == 6.5 and b["io_read_bytes"] == 10
+    assert b["cpu_seconds"] == 6.0 and b["io_read_bytes"] == 10   # the sum: 3.5 < 6.0
     assert b["memory_bytes"] == 100 and b["memory_peak_bytes"] == 300
     meter.measure([])  # the launch ended: forgotten
     _, [c] = meter.measure([m])
     assert c["cpu_seconds"] == 3.0 and c["memory_peak_bytes"] == 50
+
+
+def test_cpu_seconds_is_the_highest_sum_not_the_sum_of_each_highest(monkeypatch):
+    """Regression: user and system were each kept at their highest, and cpu_seconds
+    was their sum, from different moments: a child's user time leaving the sum made
+    the app's new user time vanish under the old high, and CPU% read 0.0 for a busy
+    app (here 1 s of CPU in each second) until it made up the difference."""
+    monkeypatch.setattr(metrics, "read_procs", _fake([
+        {"cpu_user_seconds": 5.0, "cpu_system_seconds": 1.0},   # a child's 3 s of user
+        {"cpu_user_seconds": 2.5, "cpu_system_seconds": 4.5},   # ... left; busy in system
+        {"cpu_user_seconds": 3.5, "cpu_system_seconds": 4.5},   # busy in user
+        {"cpu_user_seconds": 4.5, "cpu_system_seconds": 4.5},
+    ]))
+    meter, m = Meter(), Member("k", None, ((1, 1),))
+    got = [meter.measure([m])[1][0]["cpu_seconds"] for _ in range(4)]
+    assert got == [6.0, 7.0, 8.0, 9.0]
+
+
+def _usage(user: int, system: int, rss: int, ticks: int, zombie: bool) -> Any:
+    return procfs.ProcUsage(user, system, rss, ticks, zombie)
+
+
+def test_a_zombie_childs_cpu_counts_until_it_is_reaped_but_not_its_memory(monkeypatch):
+    """Regression: an exited child not yet reaped (a zombie) was left out whole, so its
+    CPU time vanished from the app's sum the moment it exited (CPU% 0.0 meanwhile, and
+    the counter held below what the app used). Its /proc stat still gives its CPU time;
+    a zombie holds no memory and is no process of the app any more."""
+    hz = os.sysconf("SC_CLK_TCK")
+    table = {10: _usage(2 * hz, hz, 100, 7, False), 11: _usage(3 * hz, hz, 0, 8, True)}
+    monkeypatch.setattr(metrics, "read_usage_strict", lambda pid: table.get(pid))
+    monkeypatch.setattr(metrics, "read_io_strict", lambda pid: (1, 2))
+    got = read_procs([(10, 7), (11, 8)])
+    assert (got["cpu_user_seconds"], got["cpu_system_seconds"]) == (5.0, 2.0)
+    assert got["memory_bytes"] == 100 * os.sysconf("SC_PAGE_SIZE") and got["pids"] == 1
+    assert got["io_read_bytes"] == 1   # of the living process alone
+    usage = read_procs([(10, 7), (11, 8)], usage_only=True)
+    assert (usage["cpu_user_seconds"], usage["cpu_system_seconds"]) == (5.0, 2.0)
+    assert read_procs([(11, 9)])["cpu_user_seconds"] == 0.0   # another process's pid
 
 
 def test_measuring_some_launches_keeps_the_others_highest_counters(monkeypatch):
