@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -46,7 +47,8 @@ from . import instance as im
 if TYPE_CHECKING:
     from .store import BackendStore
 
-__all__ = ["COLUMNS", "KINDS", "EventLog", "event_from_row", "request_event", "wanted"]
+__all__ = ["COLUMNS", "KINDS", "EventLog", "event_from_row", "moment", "request_event",
+           "wanted"]
 
 PART, FORMAT = "events", 1
 SCHEMA = """
@@ -87,10 +89,15 @@ class EventLog:
         """Remember one event (written by the next :meth:`flush`). Never raises."""
         self.record_at(self.clock(), kind, target, **data)
 
-    def record_at(self, at: float, kind: str, target: str | None = None, /, **data: Any
-                  ) -> None:
+    def record_at(self, at: float | None, kind: str, target: str | None = None, /,
+                  **data: Any) -> None:
         """:meth:`record` for an event that happened at ``at``, before this generation
-        heard of it (an exit while no backend watched)."""
+        heard of it (an exit while no backend watched, or told by the owner's backlog);
+        ``at`` None or not a finite time (:func:`moment`): now. Its id still comes
+        after the events recorded before it, so it may be earlier than they are."""
+        at = moment(at)
+        if at is None:
+            at = self.clock()
         if len(self._buffer) == self._buffer.maxlen:         # the append drops the oldest
             dropped_at = self._buffer[0][0]
             self.lost += 1
@@ -237,6 +244,15 @@ class EventLog:
         return int(row[0]) - 1
 
 
+def moment(value: Any) -> float | None:
+    """``value`` as a time to record an event at: a finite number of seconds (the
+    owner's ``at``, a launch's ``ended_at``), else None (missing, damaged, a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def request_event(db_path: str, kind: str, request_id: str) -> dict[str, Any] | None:
     """The ``data`` of the newest ``kind`` event of request ``request_id`` written to
     the event log of backend.db at ``db_path`` (read only: what a generation still
@@ -298,14 +314,17 @@ def _answer(events: list[dict[str, Any]], nxt: int, last: int, first: int, *, ga
 
 
 def _exit(log: EventLog, key: str, pid: int, code: int | None, sig: int | None,
-          core: bool, *, requested: bool, left_running: int = 0) -> None:
+          core: bool, *, requested: bool, left_running: int = 0,
+          at: float | None = None) -> None:
     """The ``exit`` event of process ``pid`` of instance ``key``, told once: an exit
     that reaches an instance with no process (its stop already settled it) is not one.
-    ``left_running``: processes of the run that outlived it (said only when some did)."""
+    ``left_running``: processes of the run that outlived it (said only when some did).
+    ``at``: when the owner saw it end (None: now), also when this generation hears of
+    it late (the owner's backlog replayed after a backend outage)."""
     log.exits_told[key] = pid
     extra = {"left_running": left_running} if left_running else {}
-    log.record("exit", key, pid=pid, exit_code=code, signal=sig, core_dumped=core,
-               requested=requested, **extra)
+    log.record_at(at, "exit", key, pid=pid, exit_code=code, signal=sig,
+                  core_dumped=core, requested=requested, **extra)
 
 
 class Before:
@@ -333,7 +352,7 @@ def transition_events(log: EventLog, key: str, inst: Any, event: Any, was: Befor
         _exit(log, key, pid, event.exit_code, event.signal, event.core_dumped,
               requested=isinstance(event, im.OwnerStopped)
               or was.state in (im.State.STOPPING, im.State.RESTARTING),
-              left_running=event.left_running)
+              left_running=event.left_running, at=event.at)
     elif isinstance(event, im.Stopped) and event.exit is not None and was.pid is not None \
             and log.exits_told.get(key) != was.pid:
         # the stop's answer came before the exit's observation (a drain held it back)

@@ -377,9 +377,12 @@ class Generation(HandingOver):
             log.error("could not repair the observation gap: %s", exc)
 
     async def _ended(self, launch_key: str) -> dict[str, Any]:
-        """How a launch ended, from the owner's record (unknown: neither code nor signal)."""
-        ex = ((await self._launch_row(launch_key)) or {}).get("exit") or {}
-        return {"exit_code": ex.get("exit_code"), "signal": ex.get("signal")}
+        """How a launch ended, from the owner's record (unknown: neither code nor signal),
+        and when (``at``, as an observation says it: the exit event is told then)."""
+        row = (await self._launch_row(launch_key)) or {}
+        ex = row.get("exit") or {}
+        return {"exit_code": ex.get("exit_code"), "signal": ex.get("signal"),
+                "at": row.get("ended_at")}
 
     async def _launch_row(self, launch_key: str) -> dict[str, Any] | None:
         """The owner's record of a launch that had a process; None when it has none."""

@@ -144,6 +144,7 @@ class Exited(Struct, frozen=True):
     core_dumped: bool = False
     pid: int | None = None   # the owner's word: an exit can overtake the launch's answer
     left_running: int = 0    # processes of the run that outlived it (tenure stops them)
+    at: float | None = None  # when the owner saw it end (wall clock); None: unknown
 
 
 class OwnerStopped(Struct, frozen=True):
@@ -156,6 +157,7 @@ class OwnerStopped(Struct, frozen=True):
     core_dumped: bool = False
     pid: int | None = None
     left_running: int = 0
+    at: float | None = None
 
 
 class Probed(Struct, frozen=True):

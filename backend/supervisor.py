@@ -23,7 +23,7 @@ from . import explain
 from . import instance as im
 from .after_stop import Journal
 from .checks import Checks
-from .events import Before, EventLog, transition_events
+from .events import Before, EventLog, moment, transition_events
 from .model import App, Config, ReadyKind
 from .owner_mutations import OwnerCalls, OwnerMutations, fenced_off
 from .start_waits import StartWaits
@@ -267,7 +267,8 @@ class Supervisor:
             self.feed(key, ended(e.get("exit_code"), e.get("signal"),
                                  e.get("core_dumped") is True,
                                  pid if isinstance(pid, int) else None,
-                                 left if isinstance(left, int) else 0))
+                                 left if isinstance(left, int) else 0,
+                                 moment(e.get("at"))))   # a replay comes late
         elif e["kind"] == "notify":
             fields = e.get("fields") or {}
             if "STATUS" in fields:
