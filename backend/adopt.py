@@ -6,7 +6,9 @@ ticks; one that died during the handoff is reported and fed its exit, anything e
 does not match is refused (the guardian then rolls back or stops as ``uncertain``).
 
 Without a checkpoint (first start, crash recovery): the owner's live inventory is the
-truth. Instances saved in backend.db supply restart counters and backoff state; a live
+truth. Instances saved in backend.db supply restart and exit counters and backoff
+state, and the launches made after an instance was last saved are counted from the
+owner's record of them (restarts at once, their exits by record_unsaved_exits); a live
 launch is adopted, never relaunched; a saved running instance whose process is gone is
 fed its exit so its restart policy applies.
 """
@@ -25,13 +27,15 @@ from protocol.errors import BadRequest, IdentityMismatch
 
 from . import instance as im
 from .after_stop import DOWN, Wait, WaitKind, after_stop_bound
+from .events import moment
 from .instance_types import EXIT_REASON, ExitReason
 from .model import App, Config, ReadyKind
 from .store import BackendStore
 from .supervisor import Supervisor, instance_key
 
 __all__ = ["Adoption", "adopt_checkpoint", "adopt_inventory", "defer_backoffs", "missed_exits",
-           "owner_replaced", "record_lost_exits", "relaunch_lost", "resume_wanted_starts"]
+           "owner_replaced", "record_lost_exits", "record_unsaved_exits", "relaunch_lost",
+           "resume_wanted_starts"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -40,6 +44,9 @@ class Adoption(Struct):
     adopted: list[dict[str, Any]] = field(default_factory=list)  # inventory as adopted
     missing: list[str] = field(default_factory=list)   # launch keys gone during the handoff
     orphans: list[str] = field(default_factory=list)   # live launches no instance claims
+    # instance key -> launch keys made after its saved record, before the one adopted:
+    # their exits are not in its saved counts (record_unsaved_exits); not on the wire
+    unsaved: dict[str, list[str]] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
         return {"adopted": self.adopted, "missing": self.missing, "orphans": self.orphans}
@@ -48,6 +55,7 @@ class Adoption(Struct):
 _HAS_PROCESS = frozenset({im.State.RUNNING, im.State.READY, im.State.STOPPING,
                           im.State.RESTARTING})
 _BUSY = frozenset({im.State.RUNNING, im.State.READY, im.State.STOPPING, im.State.RESTARTING})
+MAX_UNSAVED = 100   # launches per instance whose exits a recovery asks the owner about
 
 
 def _live(owner_inventory: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -113,6 +121,8 @@ def adopt_inventory(sup: Supervisor, config: Config, saved: dict[str, dict[str, 
         if app is None or (old is not None and old.launch_key == lk and old.pid is not None):
             continue
         restarts = 0 if old is None else old.restarts + _restarts_since(old, row["generation"])
+        if old is not None and (passed := _launches_since(old, row["generation"])):
+            result.unsaved[key] = passed
         inst = old if old is not None and old.state not in _BUSY else im.Instance(
             app, row["instance"])
         if old is not None and inst is not old:
@@ -154,6 +164,18 @@ def _restarts_since(old: im.Instance, generation: int) -> int:
     ``generation``: each one past the instance's first launch counts
     (im.Instance._launch), as it would have, had this backend seen it made."""
     return max(0, generation - max(old.generation, old.base_generation + 1))
+
+
+def _launches_since(old: im.Instance, generation: int) -> list[str]:
+    """The launch keys of ``old``'s instance whose exits its saved ``exits`` lack, up
+    to the owner's live ``generation``: its own launch when it was saved with it under
+    way (STARTING to RESTARTING: it ended after the save), then every one made after
+    it, as _restarts_since counts their restarts. The newest MAX_UNSAVED of them (a
+    recovery asks the owner about each)."""
+    first = old.generation if old.state in _IN_FLIGHT else old.generation + 1
+    first = max(first, old.base_generation + 1, generation - MAX_UNSAVED)
+    app = old.app
+    return [f"{app.stack}/{app.name}/{old.index}/{g}" for g in range(first, generation)]
 
 
 def _age(row: dict[str, Any]) -> float | None:
@@ -243,22 +265,54 @@ async def record_lost_exits(sup: Supervisor, live_keys: set[str],
     for (key, inst), row in zip(ended, rows, strict=True):
         if row is None or row.get("pid") != inst.pid:
             continue                       # not the process this instance knew
-        ex = row.get("exit")
-        ex = ex if isinstance(ex, dict) else {}
-        code, sig = ex.get("exit_code"), ex.get("signal")
-        requested = ex.get("stopped") is True or inst.state in (im.State.STOPPING,
-                                                                 im.State.RESTARTING)
-        inst.count_exit(ExitReason.REQUESTED if requested else
-                        EXIT_REASON[im.exit_outcome(code, sig)])
-        sup.dirty.add(key)
-        if sup.events is not None:
-            at = row.get("ended_at")
-            sup.events.record_at(at if isinstance(at, float) else sup.events.clock(), "exit",
-                                 key, pid=inst.pid, exit_code=code, signal=sig,
-                                 core_dumped=ex.get("core_dumped") is True,
-                                 requested=requested)
+        _count_exit(sup, key, inst, row,
+                    stopping=inst.state in (im.State.STOPPING, im.State.RESTARTING))
         recorded.append(key)
     return recorded
+
+
+async def record_unsaved_exits(
+        sup: Supervisor, unsaved: Mapping[str, list[str]],
+        launch_row: Callable[[str], Awaitable[dict[str, Any] | None]]) -> list[str]:
+    """Count the exits of the launches made after an instance was last saved and before
+    the launch adopted for it (``Adoption.unsaved``: a restart, or a crash and its
+    relaunch, in the half second before the previous generation died unsaved), from the
+    owner's row of each (``launch_row``, as for :func:`record_lost_exits`), into the
+    instance's exits, each told as an ``exit`` event at the time it ended: as
+    _restarts_since rebuilds their restarts. A launch that had no process, that the
+    owner no longer records (pruned), or that it does not record as ended is skipped.
+    Returns the launch keys recorded."""
+    asked = [(key, lk) for key, keys in unsaved.items() if key in sup.instances
+             for lk in keys]
+    rows = await asyncio.gather(*(launch_row(lk) for _, lk in asked))
+    recorded = []
+    for (key, lk), row in zip(asked, rows, strict=True):
+        if row is None or not isinstance(row.get("pid"), int) \
+                or moment(row.get("ended_at")) is None:
+            continue
+        _count_exit(sup, key, sup.instances[key], row, stopping=False)
+        recorded.append(lk)
+    return recorded
+
+
+def _count_exit(sup: Supervisor, key: str, inst: im.Instance, row: dict[str, Any], *,
+                stopping: bool) -> None:
+    """Count how the owner's ``row`` of a launch of instance ``key`` says it ended in
+    ``inst``'s exits, and tell it as an ``exit`` event at the time the owner recorded
+    (its ``ended_at``; now when it has none): ``requested`` when the owner stopped it,
+    or when the instance was ``stopping`` it."""
+    ex = row.get("exit")
+    ex = ex if isinstance(ex, dict) else {}
+    code, sig = ex.get("exit_code"), ex.get("signal")
+    requested = ex.get("stopped") is True or stopping
+    inst.count_exit(ExitReason.REQUESTED if requested else
+                    EXIT_REASON[im.exit_outcome(code, sig)])
+    sup.dirty.add(key)
+    if sup.events is not None:
+        sup.events.record_at(row.get("ended_at"), "exit", key, pid=row["pid"],
+                             exit_code=code, signal=sig,
+                             core_dumped=ex.get("core_dumped") is True,
+                             requested=requested)
 
 
 def relaunch_lost(sup: Supervisor, live_keys: set[str], stopped_stacks: set[str],

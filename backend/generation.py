@@ -54,6 +54,7 @@ from .adopt import (
     missed_exits,
     owner_replaced,
     record_lost_exits,
+    record_unsaved_exits,
     relaunch_lost,
     resume_wanted_starts,
 )
@@ -278,6 +279,9 @@ class Generation(HandingOver):
                            epoch=self.epoch, mode=self.handoff.get("mode"),
                            adopted=len(self.adoption.adopted),
                            missing=len(self.adoption.missing))
+        # the exits of launches made after an instance was last saved, before the one
+        # adopted (the previous generation died within a save's interval of them)
+        await record_unsaved_exits(self.sup, self.adoption.unsaved, self._launch_row)
         # the launches adopted as the inventory was read: only these can be lost (the
         # replay below may launch an instance again, after the inventory was read)
         known = {k: i.launch_key for k, i in self.sup.instances.items()}
