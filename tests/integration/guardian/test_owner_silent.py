@@ -5,10 +5,12 @@ once with the last state seen and the owner's pid named (before: TIMEOUT after 1
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 ONE = '[stacks.s.apps.a]\ncommand = ["sleep", "100000"]\n'
 
@@ -255,17 +257,9 @@ def test_status_after_a_down_that_left_a_stopped_owner_says_what_continuing_does
     """Was: `the guardian is not running, so none is started: tenure up starts it
     (applications keep running)`: up refused (the owner does not answer), and the
     SIGTERM of the down waits in the owner: continued, it stops every application."""
-    cluster.up(ONE)
-    cluster.wait_ready(1)
-    owner = cluster.status()["owner"]["pid"]
-    os.kill(owner, signal.SIGSTOP)
-    try:
-        down = cluster.cli("down", timeout=120)
-        assert down.code == 1, down
+    with _down_left_a_stopped_owner(cluster) as owner:
         res = cluster.cli("status", timeout=60)
         text = cluster.cli_text("status", expect=3, timeout=60)
-    finally:
-        os.kill(owner, signal.SIGCONT)
     assert res.code == 3 and res.out["owner_stopped"] == {"pid": owner,
                                                           "term_pending": True}, res
     assert (f"the owner (pid {owner}) is stopped (SIGSTOP or a debugger) with a SIGTERM "
@@ -281,18 +275,10 @@ def test_up_after_a_down_that_left_a_stopped_owner_warns_of_the_sigterm_waiting(
     owner takes the SIGTERM the down left waiting and stops every application. And
     `inspect` said only "no backend generation answers" with the guardian's last
     diagnostics (of a guardian gone), not that none is coming, nor why."""
-    cluster.up(ONE)
-    cluster.wait_ready(1)
-    owner = cluster.status()["owner"]["pid"]
-    os.kill(owner, signal.SIGSTOP)
-    try:
-        down = cluster.cli("down", timeout=120)
-        assert down.code == 1, down
+    with _down_left_a_stopped_owner(cluster) as owner:
         up = cluster.cli("up", timeout=60)
         asked = cluster.cli("owner", "status", timeout=60)
         seen = cluster.cli("inspect", "s", timeout=60)
-    finally:
-        os.kill(owner, signal.SIGCONT)
     waiting = (f"pid {owner} is stopped (SIGSTOP or a debugger) with a SIGTERM waiting "
                f"(from a `tenure down`, say): once continued (kill -CONT {owner}) it shuts "
                "down, stopping every application")
@@ -310,3 +296,20 @@ def test_up_after_a_down_that_left_a_stopped_owner_warns_of_the_sigterm_waiting(
     assert err["data"]["diagnostics"] is None, err
     assert err["data"]["owner_stopped"] == {"pid": owner, "term_pending": True}, err
     cluster.wait(lambda: not os.path.exists(f"/proc/{owner}"), 60, "the owner ended")
+
+
+@contextlib.contextmanager
+def _down_left_a_stopped_owner(cluster) -> Iterator[int]:
+    """A running stack whose owner was stopped (SIGSTOP) before a `tenure down`, which
+    then fails (exit 1) leaving its SIGTERM waiting in the owner; yields the owner's pid
+    and continues it at the end (it then shuts down)."""
+    cluster.up(ONE)
+    cluster.wait_ready(1)
+    owner = cluster.status()["owner"]["pid"]
+    os.kill(owner, signal.SIGSTOP)
+    try:
+        down = cluster.cli("down", timeout=120)
+        assert down.code == 1, down
+        yield owner
+    finally:
+        os.kill(owner, signal.SIGCONT)
