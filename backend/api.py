@@ -184,7 +184,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
             "restart": Method(self.restart, S_TARGET),
             "inspect": Method(self.inspect, S_TARGET, role="viewer"),
             "metrics": Method(self.metrics, role="viewer"),
-            "logs": Method(self.logs, S_LOGS, role="viewer"),
+            "logs": Method(self.logs, S_LOGS, role="viewer", large=True),
             "plan": Method(self.plan, S_PLAN),
             "apply": Method(self.apply, S_APPLY),
             "op.list": Method(self.op_list, S_OPS, role="viewer"),

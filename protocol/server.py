@@ -13,7 +13,11 @@ handshake (each with at most a 64 KiB hello, for ``handshake_timeout``) and at m
 ``max_connections[role]`` after it; ``TOO_MANY_CONNECTIONS`` beyond. A frame, once begun,
 must be complete within ``frame_timeout`` (``FRAME_TIMEOUT``). A viewer may send frames
 of at most ``viewer_max_frame`` bytes, so viewers together hold at most
-``max_connections["viewer"] * viewer_max_frame`` of requests.
+``max_connections["viewer"] * viewer_max_frame`` of requests. A client that does not read
+its answers is read no further once they back up (:data:`_DRAIN_ABOVE`, plus the one
+answer queued last); answers waiting to be queued are results, encoded only when their
+turn comes, and at most :data:`LARGE_PER_CONNECTION` of them are of methods with large
+answers (``Method.large``).
 
 Out of file descriptors, the server stops accepting for a moment and tries again, saying
 so at most once a minute (:mod:`protocol.acceptor`); it serves again by itself once
@@ -76,6 +80,10 @@ REFUSAL_LINGER = 1.0
 """How long a connection refused at accept is kept so the client can read why."""
 _RANK = {role: i for i, role in enumerate(ROLES)}  # admin 0 < viewer 1
 _DRAIN_ABOVE = 256 * 1024
+LARGE_PER_CONNECTION = 4
+"""Requests of a method with large answers (``Method.large``) of one connection being
+made or waiting to be queued at once; the others wait for their turn, holding only their
+request. The backend keeps at most 4 ``logs.read`` outstanding at the owner."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class Method:
     params: Schema | None = None
     role: str = "admin"
     while_draining: bool = False
+    large: bool = False   # answers of up to a frame (a page of logs): LARGE_PER_CONNECTION
 
 
 @dataclass
@@ -113,6 +122,10 @@ class Connection:
     streams: set[str] = field(default_factory=set)
     grant: Any = None  # what the server's hello hook bound the connection to
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)   # answers, one at a time
+    # turns of requests with large answers: taken before the handler runs, given back
+    # once its answer is queued, so a client that does not read holds few such answers
+    large_turns: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(LARGE_PER_CONNECTION))
 
     def subscribe(self, stream: str) -> None:
         self.streams.add(stream)
@@ -402,6 +415,15 @@ class RpcServer:
         await conn.writer.drain()
 
     async def _handle(self, conn: Connection, frame: dict[str, Any]) -> None:
+        name = frame.get("m")
+        method = self.methods.get(name) if isinstance(name, str) else None
+        if method is not None and method.large:
+            async with conn.large_turns:
+                await self._answer(conn, frame)
+        else:
+            await self._answer(conn, frame)
+
+    async def _answer(self, conn: Connection, frame: dict[str, Any]) -> None:
         rid = frame.get("id") if frame.get("t") == "req" else None
         rid = rid if isinstance(rid, int) and not isinstance(rid, bool) and rid >= 0 else None
         try:
@@ -454,23 +476,22 @@ class RpcServer:
         return Unauthorized(why)
 
     async def _send(self, conn: Connection, response: Response) -> None:
-        """Queue ``response``. A client slow to read makes it wait before it is queued,
-        one answer at a time: what waits for it is then one answer (up to a frame) past
-        :data:`_DRAIN_ABOVE`, not every answer its requests make (a client that never
-        read held up to MAX_INFLIGHT answers of a frame each, gigabytes). A client gone
-        is quiet: nothing is sent."""
-        if conn.writer.is_closing():
-            return   # gone already: nothing to encode
-        try:
-            data = encode_frame(response.to_wire(), self.max_frame)
-        except (BadFrame, BadRequest) as exc:
-            data = encode_frame(_cut_short(response, exc).to_wire())
+        """Queue ``response``: one answer at a time, each only once the transport holds at
+        most :data:`_DRAIN_ABOVE` bytes of answers, and encoded only then, so an answer
+        waiting for a client slow to read is its result alone, never its frame too (a
+        client that never read made the owner hold every answer twice, hundreds of MB).
+        A client gone is quiet: nothing is encoded or sent."""
         try:
             async with conn.sending:
                 if conn.writer.transport.get_write_buffer_size() > _DRAIN_ABOVE:
                     await conn.writer.drain()  # only a slow reader makes us wait
-                if not conn.writer.is_closing():
-                    conn.writer.write(data)
+                if conn.writer.is_closing():
+                    return   # gone: the answers it asked for go nowhere
+                try:
+                    data = encode_frame(response.to_wire(), self.max_frame)
+                except (BadFrame, BadRequest) as exc:
+                    data = encode_frame(_cut_short(response, exc).to_wire())
+                conn.writer.write(data)
         except ConnectionError:   # it went away: the answers it asked for go nowhere
             return
 

@@ -2,7 +2,9 @@
 
 It serves ``echo`` (returns its params), ``sleep`` (answers after ``seconds``),
 ``subscribe`` (joins the ``ticks`` stream), ``emit`` (pushes ``count`` events) and
-``fail`` (raises a real failure of ``kind``: ``disk-full``, ``no-space`` or ``bug``), prints
+``fail`` (raises a real failure of ``kind``: ``disk-full``, ``no-space`` or ``bug``),
+``blob`` (answers ``size`` bytes, a method with large answers, as ``logs.read`` is) and
+``made`` (how many ``blob`` answers it has begun to make), prints
 ``READY <instance>`` on stdout once it listens, and exits cleanly on SIGTERM or SIGINT.
 Capabilities come from ``--cap name=version`` arguments; ``--max-connections
 role=N``, ``--max-pending N`` and ``--frame-timeout S`` set the server's limits.
@@ -55,6 +57,16 @@ async def _subscribe(call: Call) -> Any:
 
 
 def _methods(server_ref: list[RpcServer]) -> dict[str, Method]:
+    made = [0]
+
+    async def blob(call: Call) -> Any:
+        made[0] += 1
+        await asyncio.sleep(0)   # as a read off the loop would
+        return {"x": b"y" * call.params["size"]}
+
+    async def count(call: Call) -> Any:
+        return {"made": made[0]}
+
     async def emit(call: Call) -> Any:
         n = call.params["count"]
         for i in range(n):
@@ -67,6 +79,9 @@ def _methods(server_ref: list[RpcServer]) -> dict[str, Method]:
         "subscribe": Method(_subscribe, role="viewer"),
         "emit": Method(emit, Schema(Field("count", int, check=check_int(0, 1_000_000)))),
         "fail": Method(_fail, Schema(Field("kind", str))),
+        "blob": Method(blob, Schema(Field("size", int, check=check_int(0, 3 << 20))),
+                       large=True),
+        "made": Method(count, role="viewer"),
     }
 
 

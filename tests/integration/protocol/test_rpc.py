@@ -424,3 +424,33 @@ def test_a_client_that_never_reads_its_answers_is_read_no_further(served):
         assert c.call("echo", {"ok": 1}) == {"ok": 1}
     finally:
         c.close()
+
+
+def test_a_client_that_never_reads_has_only_a_few_large_answers_made(served):
+    """Was: 100 pipelined ``logs.read`` of 3 MiB answers from a client that never read
+    were all read at once (the write buffer was empty then) and all run: every finished
+    one held its result and its encoded frame, and the owner grew from 52 MB to 884 MB.
+    Requests of a method with large answers now wait for their turn on the connection,
+    one turn being over once its answer is queued, and queued only when the answers
+    before it were taken."""
+    s = raw_connect(served.path)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.sendall(encode_frame({"t": "hello", "proto": 1, "role": "admin"}))
+    assert read_one(s)["t"] == "welcome"
+    s.sendall(b"".join(encode_frame({"t": "req", "id": i + 1, "m": "blob",
+                                     "p": {"size": 512 * 1024}}) for i in range(100)))
+    time.sleep(1.0)   # what the server would do, it does now
+    with Client(served.path) as c:
+        made = c.call("made")["made"]
+    s.close()
+    # the connection's turns (4), and the one made when the first answer was queued
+    assert made <= 5, f"{made} answers of 512 KiB were made"
+
+
+def read_one(s: socket.socket) -> dict:
+    dec = FrameDecoder()
+    while True:
+        data = s.recv(65536)
+        assert data, "closed without an answer"
+        if frames := dec.feed(data):
+            return frames[0]
