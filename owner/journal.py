@@ -69,7 +69,6 @@ from .journalread import (
     LogRecord,
     Page,
     damage,
-    last_id,
     read_at,
     refuse_damage,
 )
@@ -200,6 +199,7 @@ class Journal:
         self._apps: dict[tuple[str, str], _App] = {}
         self._pruned = Pruned()   # what retention deleted, for readers behind it
         self._next_id = 1
+        self._last_id = 0   # highest id committed, for last_id (set by the writer only)
         try:
             with refuse_damage(self._path):
                 self._load_state()
@@ -233,6 +233,7 @@ class Journal:
         stored = row[0] if row and isinstance(row[0], int) else 1
         (top,) = conn.execute("SELECT COALESCE(MAX(id), 0) FROM records").fetchone()
         self._next_id = max(stored, top + 1, 1)
+        self._last_id = self._next_id - 1   # as committed: the state was just read back
         self._budgets = load_budgets(conn)
         self._apps = {
             (stack, app): _App(record_cost(stack, app), total=total)
@@ -511,6 +512,7 @@ class Journal:
                 self._save_extent(conn, key)
             conn.execute("UPDATE meta SET value=? WHERE key='next_id'", (self._next_id,))
             self._pruned.commit(conn)
+            self._last_id = self._next_id - 1
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
@@ -733,10 +735,13 @@ class Journal:
     def last_id(self) -> int:
         """The highest id ever committed (0 if none); pruning never lowers it.
 
-        Raises ``ShuttingDown`` if the journal is closed.
+        Kept by the writer as it commits, so it never waits behind a read in progress
+        (the owner's ``status`` asks for it). Raises ``ShuttingDown`` if the journal is
+        closed.
         """
-        with self._rlock:
-            return last_id(self._reader())
+        if self._closed:
+            raise ShuttingDown("journal is closed")
+        return self._last_id
 
     def read(self, after_id: int, limit: int, *, stack: str | None = None,
              app: str | None = None, instance: int | None = None,

@@ -8,10 +8,12 @@ on its own: it launches, signals, stops and reports when told to.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from protocol.errors import (
     BadRequest,
@@ -87,6 +89,20 @@ LOGS_PAGE_BYTES = 1 << 20
 """Default byte budget of one logs.read answer; at most LOGS_PAGE_BYTES_MAX, which with
 one 16 KiB line over it stays well inside the 4 MiB frame."""
 LOGS_PAGE_BYTES_MAX = 3 << 20
+
+JOURNAL_THREADS = 2
+"""Threads that read or maintain the journal for requests, for every connection together:
+their own, not asyncio's shared default pool, where 150 pipelined logs.read of one client
+(each waiting for the journal's one reader) held every thread and the owner's other work
+off the loop waited seconds behind them. The rest wait their turn in this pool."""
+_journal_pool = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="journal-rpc")
+_T = TypeVar("_T")
+
+
+async def on_journal_thread(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``fn(*args, **kwargs)`` in the journal's own threads."""
+    return await asyncio.get_running_loop().run_in_executor(
+        _journal_pool, functools.partial(fn, *args, **kwargs))
 
 _name = check_name(128)
 _uint = check_int(0, 2**62)
@@ -561,7 +577,7 @@ class OwnerService:
         p = call.params
         if p["stream"] not in (None, "stdout", "stderr"):
             raise BadRequest("params.stream must be stdout or stderr", {"field": "stream"})
-        page = await asyncio.to_thread(
+        page = await on_journal_thread(
             self.journal.read_page, p["after"], p["limit"], max_bytes=p["max_bytes"],
             tail=p["tail"], stack=p["stack"], app=p["app"], instance=p["instance"],
             stream=p["stream"])
@@ -584,7 +600,7 @@ class OwnerService:
         named = set(sources)
         self._refuse_busy("of these sources still have a process",
                           lambda r: (r.stack, r.app, r.instance) in named)
-        deleted = await asyncio.to_thread(self.journal.forget, sources)
+        deleted = await on_journal_thread(self.journal.forget, sources)
         return {"sources": len(sources), "deleted": deleted}
 
     async def logs_apps(self, call: Call) -> Any:
@@ -597,7 +613,7 @@ class OwnerService:
             raise BadRequest("params.after_stack and params.after_app go together",
                              {"field": "after_app"})
         after = None if p["after_stack"] is None else (p["after_stack"], p["after_app"])
-        kept = await asyncio.to_thread(self.journal.apps, after, p["limit"] + 1)
+        kept = await on_journal_thread(self.journal.apps, after, p["limit"] + 1)
         return {"apps": [{"stack": st, "app": app, "bytes": n, "last_at": at}
                          for st, app, n, at in kept[:p["limit"]]],
                 "more": len(kept) > p["limit"]}
@@ -611,7 +627,7 @@ class OwnerService:
         named = set(apps)
         self._refuse_busy("processes of these apps still run",
                           lambda r: (r.stack, r.app) in named)
-        deleted = await asyncio.to_thread(self.journal.forget_apps, apps)
+        deleted = await on_journal_thread(self.journal.forget_apps, apps)
         return {"apps": len(apps), "deleted": deleted}
 
     def _refuse_busy(self, what: str, matches: Callable[[LaunchRow], bool]) -> None:
@@ -636,7 +652,7 @@ class OwnerService:
         def apply() -> tuple[int, dict[tuple[str, str], int]]:
             self.journal.set_retention(budgets, call.params["keep"])
             return self.journal.retention()
-        default, now = await asyncio.to_thread(apply)
+        default, now = await on_journal_thread(apply)
         return {"default": default, "budgets": [{"stack": st, "app": app, "bytes": n}
                                                 for (st, app), n in sorted(now.items())]}
 
@@ -687,7 +703,7 @@ class OwnerService:
                 "log_write_error": self.journal.health.to_wire(),
                 "log_dropped": {f"{st}/{app}": n for (st, app), n
                                 in sorted(self.journal.dropped_by_app().items())},
-                "log_last_id": await asyncio.to_thread(self.journal.last_id),
+                "log_last_id": self.journal.last_id(),   # kept in memory: never waits
                 "notify": dict(self.launcher.notify_stats()),
                 "sockets_held": len(self.launcher.sockets.held),
                 "fd_store": dict(self.launcher.fdstore.stats),
