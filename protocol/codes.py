@@ -91,7 +91,8 @@ class CodeInfo(Value):
 
 CODES: dict[Code, CodeInfo] = {
     Code.BAD_FRAME: CodeInfo(
-        "A frame had length zero, exceeded the maximum, or was not one msgpack map; "
+        "A frame had length zero, exceeded the maximum size or the items a server "
+        "decodes, or was not one msgpack map; "
         "the connection is closed.", False),
     Code.BAD_REQUEST: CodeInfo(
         "The message or its parameters are missing a required field, have a field of the "

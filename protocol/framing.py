@@ -4,6 +4,11 @@ The decoder is incremental so a stream socket can hand it whatever ``recv`` retu
 half a header, several frames, or one frame in many pieces. It rejects a bad header as
 soon as the four length bytes are in, so an oversized declared length is never buffered
 or allocated.
+
+A server decodes what clients send with :data:`REQUEST_MAX_ITEMS`: a frame of millions
+of one-byte items (``\x80``, an empty map, becomes a 64-byte dict) would otherwise grow
+some 70-fold in memory. Answers, decoded by clients from the daemon they checked, are
+bounded by the frame size alone.
 """
 
 from __future__ import annotations
@@ -18,10 +23,35 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["DEFAULT_MAX_FRAME", "HEADER", "FrameDecoder", "encode_frame", "pack", "unpack"]
+__all__ = ["DEFAULT_MAX_FRAME", "HEADER", "REQUEST_MAX_ITEMS", "FrameDecoder",
+           "encode_frame", "pack", "unpack"]
 
 DEFAULT_MAX_FRAME = 4 * 1024 * 1024
 HEADER = struct.Struct(">I")
+REQUEST_MAX_ITEMS = 262_144
+"""Array elements and map entries of one request, all its arrays and maps together: the
+largest requests carry some 100,000 (the owner's ``stack.stop_order``, names of every
+app). Decoded, such a frame holds at most some 20 MiB besides its strings, and the
+decoding stops at the first array or map past the count (msgpack's own limits refuse
+one array or map larger than it before it is built)."""
+
+
+class _TooMany(Exception):
+    pass
+
+
+def _counter(max_items: int) -> Any:
+    """A msgpack hook counting the items of each array or map built (an exception
+    raised in it stops the decoding)."""
+    left = max_items
+
+    def count(obj: Any) -> Any:
+        nonlocal left
+        left -= len(obj)
+        if left < 0:
+            raise _TooMany
+        return obj
+    return count
 
 
 def pack(obj: dict[str, Any]) -> bytes:
@@ -29,13 +59,26 @@ def pack(obj: dict[str, Any]) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
 
 
-def unpack(body: bytes) -> dict[str, Any]:
-    """Decode one frame body into a map.
+def unpack(body: bytes, max_items: int | None = None) -> dict[str, Any]:
+    """Decode one frame body into a map; with ``max_items``, one of at most that many
+    array elements and map entries, all together.
 
-    Raises BadFrame for anything that is not exactly one msgpack map with string keys.
+    Raises BadFrame for anything that is not exactly one msgpack map with string keys,
+    or holds more items.
     """
     try:
-        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
+        if max_items is None:
+            obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
+        else:
+            count = _counter(max_items)
+            obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True,
+                                  max_array_len=max_items, max_map_len=max_items,
+                                  object_hook=count, list_hook=count)
+    except (_TooMany, ValueError) as exc:
+        if max_items is not None and (isinstance(exc, _TooMany) or "exceeds max" in str(exc)):
+            raise BadFrame(f"frame holds more than {max_items} array elements and map "
+                           "entries", {"max_items": max_items}) from None
+        raise BadFrame(f"undecodable frame: {type(exc).__name__}") from None
     except Exception as exc:  # the C decoder raises several unrelated types on junk
         raise BadFrame(f"undecodable frame: {type(exc).__name__}") from None
     if not isinstance(obj, dict):
@@ -65,10 +108,13 @@ class FrameDecoder:
     connection must be closed (every later ``feed`` raises BadFrame again).
     """
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME,
+                 max_items: int | None = None) -> None:
+        """``max_items``: see :func:`unpack` (a server passes REQUEST_MAX_ITEMS)."""
         if max_frame <= 0:
             raise ValueError("max_frame must be positive")
         self.max_frame = max_frame
+        self.max_items = max_items
         self._buf = bytearray()
         self._need: int | None = None  # body length once the header is read
         self._broken: BadFrame | None = None
@@ -122,4 +168,4 @@ class FrameDecoder:
         body = bytes(self._buf[: self._need])
         del self._buf[: self._need]
         self._need = None
-        return unpack(body)
+        return unpack(body, self.max_items)

@@ -52,7 +52,7 @@ from .errors import (
     UnknownMethod,
     UnsupportedProtocol,
 )
-from .framing import DEFAULT_MAX_FRAME, FrameDecoder, encode_frame
+from .framing import DEFAULT_MAX_FRAME, REQUEST_MAX_ITEMS, FrameDecoder, encode_frame
 from .identity import Identity
 from .schema import Schema
 from .sockets import Authorizer, PeerCred, bind_unix, peer_credentials, same_uid_or_root
@@ -322,7 +322,7 @@ class RpcServer:
                      allowed: str) -> None:
         # The hello is read before it is judged, so every refusal reaches the client as
         # an answer (closing with its hello unread would reset the connection).
-        decoder = FrameDecoder(min(self.max_frame, HELLO_MAX_FRAME))
+        decoder = FrameDecoder(min(self.max_frame, HELLO_MAX_FRAME), REQUEST_MAX_ITEMS)
         pending: list[dict[str, Any]] = []
         self._pending[allowed] += 1
         try:

@@ -433,16 +433,15 @@ def test_a_client_that_never_reads_has_only_a_few_large_answers_made(served):
     Requests of a method with large answers now wait for their turn on the connection,
     one turn being over once its answer is queued, and queued only when the answers
     before it were taken."""
-    s = raw_connect(served.path)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.sendall(encode_frame({"t": "hello", "proto": 1, "role": "admin"}))
-    assert read_one(s)["t"] == "welcome"
-    s.sendall(b"".join(encode_frame({"t": "req", "id": i + 1, "m": "blob",
-                                     "p": {"size": 512 * 1024}}) for i in range(100)))
-    time.sleep(1.0)   # what the server would do, it does now
-    with Client(served.path) as c:
-        made = c.call("made")["made"]
-    s.close()
+    with contextlib.closing(raw_connect(served.path)) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(encode_frame({"t": "hello", "proto": 1, "role": "admin"}))
+        assert read_one(s)["t"] == "welcome"
+        s.sendall(b"".join(encode_frame({"t": "req", "id": i + 1, "m": "blob",
+                                         "p": {"size": 512 * 1024}}) for i in range(100)))
+        time.sleep(1.0)   # what the server would do, it does now
+        with Client(served.path) as c:
+            made = c.call("made")["made"]
     # the connection's turns (4), and the one made when the first answer was queued
     assert made <= 5, f"{made} answers of 512 KiB were made"
 
@@ -454,3 +453,22 @@ def read_one(s: socket.socket) -> dict:
         assert data, "closed without an answer"
         if frames := dec.feed(data):
             return frames[0]
+
+
+def test_a_frame_of_a_million_tiny_maps_is_a_bad_frame(served):
+    """Was: a 4 MiB frame of 4M empty maps (each one byte, ``\\x80``) decoded to ~300 MB:
+    8 of them at once put the guardian at 2.4 GB. A server now refuses a frame of more
+    items than any request carries, before it has decoded the rest of it."""
+    n = 1 << 20
+    head = b"\x84\xa1t\xa3req\xa2id\x01\xa1m\xa4echo\xa1p\x81\xa1x\xdd" + struct.pack(">I", n)
+    body = head + b"\x80" * n
+    with contextlib.closing(raw_connect(served.path)) as s:
+        s.sendall(encode_frame({"t": "hello", "proto": 1, "role": "admin"}))
+        assert read_one(s)["t"] == "welcome"
+        s.sendall(struct.pack(">I", len(body)) + body)
+        answer = read_one(s)
+    assert "err" in answer and answer["err"]["code"] == "BAD_FRAME", "it was decoded"
+    # a request as large as a real one is served: 100,000 app names (stack.stop_order)
+    with Client(served.path) as c:
+        names = [f"app{i}" for i in range(100_000)]
+        assert c.call("echo", {"names": names}, timeout=30) == {"names": names}

@@ -92,3 +92,28 @@ def test_several_frames_in_one_read_and_one_frame_in_bytes():
     for i in range(3, len(b)):
         out += dec.feed(b[i:i + 1])
     assert out == [{"b": b"\x00\xff"}]
+
+
+def test_a_server_counts_the_items_of_every_array_and_map_together() -> None:
+    """Arrays each under msgpack's own per-array limit add up: 32 arrays of 65,536 empty
+    maps are as large decoded as one of 2M."""
+    from protocol.framing import REQUEST_MAX_ITEMS, FrameDecoder
+    per = 65_536
+    nested = b"\xdc\x00\x20" + (b"\xdd" + struct.pack(">I", per) + b"\x80" * per) * 32
+    body = b"\x82\xa1t\xa3req\xa1p\x81\xa1x" + nested
+    frame = struct.pack(">I", len(body)) + body
+    with pytest.raises(BadFrame) as refused:
+        FrameDecoder(max_items=REQUEST_MAX_ITEMS).feed(frame)
+    assert refused.value.data == {"max_items": REQUEST_MAX_ITEMS}
+    assert len(FrameDecoder().feed(frame)[0]["p"]["x"]) == 32   # answers: frame size only
+
+
+def test_a_page_of_logs_decodes_on_the_client_and_a_big_request_on_the_server() -> None:
+    from protocol.framing import REQUEST_MAX_ITEMS, FrameDecoder
+    page = {"t": "res", "id": 1, "ok": {"records": [
+        {"id": i, "ts": 1.5, "stack": "s", "app": "a", "instance": 0, "generation": 1,
+         "stream": "stdout", "data": b"x" * 20, "flags": 0} for i in range(10_000)]}}
+    assert FrameDecoder().feed(encode_frame(page)) == [page]
+    names = {"t": "req", "id": 1, "m": "stack.stop_order",
+             "p": {"stacks": [[f"app{i}" for i in range(100_000)]]}}
+    assert FrameDecoder(max_items=REQUEST_MAX_ITEMS).feed(encode_frame(names)) == [names]
