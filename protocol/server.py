@@ -55,6 +55,7 @@ from .errors import (
 from .framing import DEFAULT_MAX_FRAME, REQUEST_MAX_ITEMS, FrameDecoder, encode_frame
 from .identity import Identity
 from .schema import Schema
+from .seldom import Seldom
 from .sockets import Authorizer, PeerCred, bind_unix, peer_credentials, same_uid_or_root
 from .storage import storage_failure
 from .timing import Timings
@@ -76,6 +77,11 @@ app it stops at once, each until its process has ended: at 64, a stack of 80 slo
 stoppers held every place, and the heartbeat sent after them timed out); a viewer only
 reads."""
 DEFAULT_FRAME_TIMEOUT = 10.0
+IDLE_AFTER = 10.0
+"""A connection with no request for this long, nothing in flight and no subscription is
+idle: at its role's connection limit, the one idle longest is closed to make room for a
+new one (idle same-uid clients held every admin place, and the daemons' own links, which
+are never idle that long, were refused)."""
 REFUSAL_LINGER = 1.0
 """How long a connection refused at accept is kept so the client can read why."""
 _RANK = {role: i for i, role in enumerate(ROLES)}  # admin 0 < viewer 1
@@ -122,10 +128,16 @@ class Connection:
     streams: set[str] = field(default_factory=set)
     grant: Any = None  # what the server's hello hook bound the connection to
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)   # answers, one at a time
+    in_flight: int = 0        # its requests read and not answered yet
+    last_request: float = 0.0   # loop time of its hello or last request
+    evicted: bool = False     # closed to make room: its place is given back already
     # turns of requests with large answers: taken before the handler runs, given back
     # once its answer is queued, so a client that does not read holds few such answers
     large_turns: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(LARGE_PER_CONNECTION))
+
+    def answered(self, _task: asyncio.Task[None]) -> None:
+        self.in_flight -= 1
 
     def subscribe(self, stream: str) -> None:
         self.streams.add(stream)
@@ -156,6 +168,7 @@ class RpcServer:
                  max_connections: Mapping[str, int] = DEFAULT_MAX_CONNECTIONS,
                  max_pending: int = DEFAULT_MAX_PENDING,
                  frame_timeout: float = DEFAULT_FRAME_TIMEOUT,
+                 idle_after: float = IDLE_AFTER,
                  viewer_max_frame: int = VIEWER_MAX_FRAME,
                  on_hello: Callable[[Connection], None] | None = None,
                  timings: Timings | None = None) -> None:
@@ -173,8 +186,10 @@ class RpcServer:
         self.max_connections = {role: max_connections.get(role, 0) for role in ROLES}
         self.max_pending = max_pending
         self.frame_timeout = frame_timeout
+        self.idle_after = idle_after
         self.viewer_max_frame = viewer_max_frame
         self.refused = 0  # connections refused for a limit, since start
+        self._said: dict[str, Seldom] = {}   # protocol abuse, by code: a line a minute
         self.on_hello = on_hello  # may bind the connection or refuse it (TenureError)
         self.draining = False
         # while set, why the server does not admit changes yet: requests of admin
@@ -295,11 +310,13 @@ class RpcServer:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except TenureError as exc:
+            if not isinstance(exc, Unauthorized):   # said with its reason already
+                self._say(conn, str(exc.code))
             with suppress(ConnectionError):
                 await self._send(conn, Response(None, err=ErrorBody.from_error(exc)))
         finally:
             self.connections.discard(conn)
-            if conn.hello is not None:
+            if conn.hello is not None and not conn.evicted:
                 self._by_role[conn.role] -= 1
             writer.close()  # flushes a final error frame, then closes
 
@@ -310,6 +327,7 @@ class RpcServer:
         the client would never see why."""
         if isinstance(exc, TooManyConnections):
             self.refused += 1
+            self._say(conn, str(exc.code))
         conn.writer.write(encode_frame(Response(None, err=ErrorBody.from_error(exc))
                                        .to_wire()))
         with suppress(ConnectionError, TimeoutError):
@@ -329,6 +347,7 @@ class RpcServer:
             async with asyncio.timeout(self.handshake_timeout):
                 first = await self._read(reader, decoder, pending)
         except TimeoutError:
+            self._say(conn, "HANDSHAKE_TIMEOUT")
             return
         finally:
             self._pending[allowed] -= 1
@@ -347,11 +366,14 @@ class RpcServer:
                 frame = await self._read(reader, decoder, pending, self.frame_timeout)
                 if frame is None:
                     return
+                conn.last_request = asyncio.get_running_loop().time()
                 if len(inflight) >= MAX_INFLIGHT[conn.role]:
                     await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
                 task = asyncio.create_task(self._handle(conn, frame))
                 inflight.add(task)
+                conn.in_flight += 1
                 task.add_done_callback(inflight.discard)
+                task.add_done_callback(conn.answered)
                 self._open += 1
                 task.add_done_callback(self._closed_request)
         finally:
@@ -402,17 +424,39 @@ class RpcServer:
                 f"server lacks {', '.join(f'{k}@{v}' for k, v in sorted(missing.items()))}",
                 {"missing": missing, "offered": self.capabilities})
         limit = self.max_connections[msg.role]
-        if self._by_role[msg.role] >= limit:
+        if self._by_role[msg.role] >= limit and not self._make_room(msg.role, limit):
             self.refused += 1
             raise TooManyConnections(f"{limit} {msg.role} connections are open; retry later",
                                      {"role": msg.role, "limit": limit})
         conn.role, conn.hello = msg.role, msg
+        conn.last_request = asyncio.get_running_loop().time()
         self._by_role[msg.role] += 1
         if self.on_hello is not None:
             self.on_hello(conn)
         welcome = Welcome(self.identity, self.capabilities, msg.role)
         conn.writer.write(encode_frame(welcome.to_wire(), self.max_frame))
         await conn.writer.drain()
+
+    def _make_room(self, role: str, limit: int) -> bool:
+        """Close the connection of ``role`` idle longest, if one is idle (IDLE_AFTER);
+        its place is free at once. Returns whether one was."""
+        since = asyncio.get_running_loop().time() - self.idle_after
+        idle = [c for c in self.connections if c.hello is not None and c.role == role
+                and not c.evicted and not c.streams and c.in_flight == 0
+                and c.last_request <= since]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: c.last_request)
+        self._say(victim, "IDLE_CLOSED")
+        victim.evicted = True
+        self._by_role[role] -= 1
+        err = TooManyConnections(f"closed after {self.idle_after:g} s idle: {limit} {role} "
+                                 "connections were open and another one came",
+                                 {"role": role, "limit": limit})
+        victim.writer.write(encode_frame(Response(None, err=ErrorBody.from_error(err))
+                                         .to_wire()))
+        victim.writer.close()   # flushes the answer, then closes; its task ends on EOF
+        return True
 
     async def _handle(self, conn: Connection, frame: dict[str, Any]) -> None:
         name = frame.get("m")
@@ -467,6 +511,16 @@ class RpcServer:
                 self._idle.set()
             if self.timings is not None:  # served methods only: a bounded label set
                 self.timings.observe(req.m, perf_counter() - t0)
+
+    def _say(self, conn: Connection, code: str) -> None:
+        """Log a connection ended or refused by the protocol (``code``): each code at
+        once, then at most once a minute with how many since, naming the last peer. Never
+        what it sent: its words may be anything."""
+        n = self._said.setdefault(code, Seldom()).due()
+        if n:
+            p = conn.peer
+            log.warning("%s: connection of uid=%d pid=%d on %s ended (%d since the last "
+                        "such line)", code, p.uid, p.pid, self.path, n)
 
     def _refused(self, conn: Connection, why: str) -> Unauthorized:
         """Every refusal is logged: who (uid, gid, pid) tried what on which socket."""

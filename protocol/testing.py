@@ -7,7 +7,7 @@ It serves ``echo`` (returns its params), ``sleep`` (answers after ``seconds``),
 ``made`` (how many ``blob`` answers it has begun to make), prints
 ``READY <instance>`` on stdout once it listens, and exits cleanly on SIGTERM or SIGINT.
 Capabilities come from ``--cap name=version`` arguments; ``--max-connections
-role=N``, ``--max-pending N`` and ``--frame-timeout S`` set the server's limits.
+role=N``, ``--max-pending N``, ``--frame-timeout S`` and ``--idle-after S`` set the server's limits.
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-connections", action="append", default=[], help="role=N")
     ap.add_argument("--max-pending", type=int)
     ap.add_argument("--frame-timeout", type=float)
+    ap.add_argument("--idle-after", type=float)
     ap.add_argument("--timings", action="store_true",
                     help="keep per-method latency histograms, as the backend's API does")
     args = ap.parse_args(argv)
@@ -122,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         limits["max_pending"] = args.max_pending
     if args.frame_timeout is not None:
         limits["frame_timeout"] = args.frame_timeout
+    if args.idle_after is not None:
+        limits["idle_after"] = args.idle_after
     if args.timings:
         from .timing import Timings
         limits["timings"] = Timings()

@@ -4,6 +4,7 @@ progress, partial frames. A real server process, real sockets."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import struct
@@ -181,3 +182,61 @@ def test_a_frame_begun_must_be_completed_in_time_but_idling_between_frames_is_fi
     time.sleep(0.3)
     idle.sendall(frame)  # idle longer than the frame timeout, then a whole frame
     assert next_frame(idle)["ok"] == {"x": b"y" * 1000}
+
+
+def test_idle_connections_make_room_for_a_new_one_at_the_limit(serve, raw):
+    """Was: 64 idle connections of one same-uid client held every admin place, and the
+    daemons' own links were refused (the guardian could not ask the backend its status).
+    At the limit, the connection idle longest (nothing in flight, no subscription, no
+    request for a while) is closed to make room; busy ones never are."""
+    server = serve("--max-connections", "admin=2", "--idle-after", "0.3")
+    r = raw(server.path)
+    idle = [r.connect(HELLO_ADMIN), r.connect(HELLO_ADMIN)]
+    time.sleep(0.5)
+    with Client(server.path) as c:
+        assert c.call("echo", {"a": 1}) == {"a": 1}
+    said = next_frame(idle[0])
+    assert said["err"]["code"] == "TOO_MANY_CONNECTIONS" and at_eof(idle[0])
+    time.sleep(0.2)   # the server notices the client's close
+    # busy ones stay: one subscribed, one with a request in flight
+    subscribed = r.connect(HELLO_ADMIN)
+    subscribed.sendall(encode_frame({"t": "req", "id": 1, "m": "subscribe", "p": {}}))
+    assert next_frame(subscribed)["ok"] == {}
+    working = idle[1]
+    working.sendall(encode_frame({"t": "req", "id": 1, "m": "sleep", "p": {"seconds": 3}}))
+    time.sleep(0.5)
+    with pytest.raises(TooManyConnections):
+        Client(server.path).connect()
+
+
+
+def test_protocol_abuse_is_logged_seldom_with_the_peer_and_no_payload(short_home, raw):
+    """Was: only UNAUTHORIZED refusals left a line; bad frames, frame timeouts and
+    refusals for a limit left none. Each kind is now said at once, then at most once a
+    minute with a count, naming the peer's uid and pid, never what it sent."""
+    path = str(ensure_private_dir(short_home / "run", root=short_home) / "s.sock")
+    err = short_home / "stderr"
+    with err.open("w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "protocol.testing", path,
+                                 "--frame-timeout", "0.2"], stdout=subprocess.PIPE,
+                                stderr=f, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("READY ")
+        r = raw(path)
+        for _ in range(3):
+            s = r.connect(HELLO_ADMIN)
+            s.sendall(struct.pack(">I", 8) + b"\xc1SECRET!")   # not msgpack
+            assert next_frame(s)["err"]["code"] == "BAD_FRAME"
+        s = r.connect(HELLO_ADMIN)
+        s.sendall(struct.pack(">I", 100) + b"\x80")
+        assert next_frame(s)["err"]["code"] == "FRAME_TIMEOUT"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    text = err.read_text()
+    bad = [ln for ln in text.splitlines() if "BAD_FRAME" in ln]
+    assert len(bad) == 1, text   # the first at once; the next two wait for the minute
+    assert f"uid={os.getuid()}" in bad[0] and f"pid={os.getpid()}" in bad[0]
+    assert "FRAME_TIMEOUT" in text and "SECRET" not in text
