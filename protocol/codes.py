@@ -116,7 +116,9 @@ CODES: dict[Code, CodeInfo] = {
     Code.TOO_MANY_CONNECTIONS: CodeInfo(
         "The server already holds as many connections as it admits for this role (or "
         "connections still in their handshake); data names the role and the limit. The "
-        "connection is closed before any method ran; retry once others have closed.", True),
+        "connection is closed before any method ran; retry once others have closed. Also "
+        "sent to an idle connection closed to make room for a new one (retry: the next "
+        "call connects again).", True),
     Code.INTERNAL: CodeInfo(
         "The server failed in an unexpected way; the message says where. The outcome of "
         "a mutating request is unknown. The `tenure` command says the same of a defect "
