@@ -35,15 +35,7 @@ def test_last_id_does_not_wait_behind_a_read_in_progress(
         journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
     journal.append(SRC, "stdout", [(b"one", 0), (b"two", 0)])
     assert journal.flush(10)
-    reading, release = threading.Event(), threading.Event()
-    real = journal_mod.read_at
-
-    def slow_read(*args: Any, **kwargs: Any) -> Any:
-        reading.set()
-        release.wait(10)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(journal_mod, "read_at", slow_read)
+    reading, release = _held_reads(monkeypatch)
     reader = threading.Thread(target=journal.read_page, args=(0, 10))
     reader.start()
     try:
@@ -87,15 +79,7 @@ def test_log_reads_leave_the_default_thread_pool_to_the_rest(
 
     journal.append(SRC, "stdout", [(b"x", 0)])
     assert journal.flush(10)
-    reading, release = threading.Event(), threading.Event()
-    real = journal_mod.read_at
-
-    def slow_read(*args: Any, **kwargs: Any) -> Any:
-        reading.set()
-        release.wait(10)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(journal_mod, "read_at", slow_read)
+    reading, release = _held_reads(monkeypatch)
     service = OwnerService.__new__(OwnerService)   # logs.read needs its journal only
     service.journal = journal
     params = {"after": 0, "limit": 10, "max_bytes": 1 << 20, "tail": None, "stack": None,
@@ -118,3 +102,18 @@ def test_log_reads_leave_the_default_thread_pool_to_the_rest(
 
     waited = asyncio.run(main())
     assert waited < 1.0, f"work in the default pool waited {waited:.1f} s behind log reads"
+
+
+def _held_reads(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Journal reads from now on wait, once begun (``reading`` set), until ``release``
+    is set (10 s at most)."""
+    reading, release = threading.Event(), threading.Event()
+    real = journal_mod.read_at
+
+    def slow_read(*args: Any, **kwargs: Any) -> Any:
+        reading.set()
+        release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(journal_mod, "read_at", slow_read)
+    return reading, release
