@@ -15,14 +15,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import socket
 import sys
 from typing import Any
 
+from .framing import FrameDecoder
 from .identity import new_identity
 from .schema import Field, Schema, check_int
 from .server import Call, Method, RpcServer
 
-__all__ = ["main", "serve"]
+__all__ = ["main", "next_frame", "serve"]
 
 
 async def _echo(call: Call) -> Any:
@@ -134,3 +136,16 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def next_frame(s: socket.socket, dec: FrameDecoder | None = None) -> dict[str, Any]:
+    """The next frame a raw client socket ``s`` receives (``dec``: the connection's
+    decoder, when frames may come several to a read). Raises AssertionError when the
+    server closes first."""
+    dec = dec or FrameDecoder()
+    while True:
+        data = s.recv(65536)
+        assert data, "closed without an answer"
+        frames = dec.feed(data)
+        if frames:
+            return frames[0]

@@ -19,8 +19,9 @@ import pytest
 
 from protocol import Client
 from protocol.errors import TooManyConnections
-from protocol.framing import FrameDecoder, encode_frame
+from protocol.framing import encode_frame
 from protocol.sockets import ensure_private_dir
+from protocol.testing import next_frame
 
 HELLO_VIEWER = encode_frame({"t": "hello", "proto": 1, "role": "viewer"})
 HELLO_ADMIN = encode_frame({"t": "hello", "proto": 1, "role": "admin"})
@@ -80,15 +81,6 @@ class Raw:
         for s in self.socks:
             s.close()
 
-
-def next_frame(s: socket.socket, dec: FrameDecoder | None = None) -> dict:
-    dec = dec or FrameDecoder()
-    while True:
-        data = s.recv(65536)
-        assert data, "closed without an answer"
-        frames = dec.feed(data)
-        if frames:
-            return frames[0]
 
 
 def at_eof(s: socket.socket) -> bool:

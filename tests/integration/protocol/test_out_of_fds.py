@@ -15,8 +15,9 @@ import psutil
 import pytest
 
 from protocol import Client
-from protocol.framing import FrameDecoder, encode_frame
+from protocol.framing import encode_frame
 from protocol.sockets import ensure_private_dir
+from protocol.testing import next_frame
 
 HELLO = encode_frame({"t": "hello", "proto": 1, "role": "viewer"})
 
@@ -101,14 +102,6 @@ def child(short_home: Path) -> Iterator[Child]:
     c.stop()
 
 
-def welcome(s: socket.socket) -> dict:
-    dec = FrameDecoder()
-    while True:
-        data = s.recv(65536)
-        assert data, "closed without an answer"
-        if frames := dec.feed(data):
-            return frames[0]
-
 
 def test_a_server_out_of_fds_logs_a_line_not_a_flood_and_recovers(child: Child):
     child.tell("hoard")   # first: a connection the server closes later frees an fd
@@ -129,7 +122,7 @@ def test_a_server_out_of_fds_logs_a_line_not_a_flood_and_recovers(child: Child):
         assert sum("accept" in line for line in text.splitlines()) == 1, text[:2000]
         assert busy < 0.5
         child.tell("free")
-        assert [welcome(s)["t"] for s in waiting] == ["welcome"] * 3
+        assert [next_frame(s)["t"] for s in waiting] == ["welcome"] * 3
     finally:
         for s in waiting:
             s.close()

@@ -31,6 +31,7 @@ from protocol.errors import (
 )
 from protocol.framing import FrameDecoder, encode_frame
 from protocol.sockets import bind_unix, ensure_private_dir
+from protocol.testing import next_frame
 
 
 class Served:
@@ -436,7 +437,7 @@ def test_a_client_that_never_reads_has_only_a_few_large_answers_made(served):
     with contextlib.closing(raw_connect(served.path)) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.sendall(encode_frame({"t": "hello", "proto": 1, "role": "admin"}))
-        assert read_one(s)["t"] == "welcome"
+        assert next_frame(s)["t"] == "welcome"
         s.sendall(b"".join(encode_frame({"t": "req", "id": i + 1, "m": "blob",
                                          "p": {"size": 512 * 1024}}) for i in range(100)))
         time.sleep(1.0)   # what the server would do, it does now
@@ -445,14 +446,6 @@ def test_a_client_that_never_reads_has_only_a_few_large_answers_made(served):
     # the connection's turns (4), and the one made when the first answer was queued
     assert made <= 5, f"{made} answers of 512 KiB were made"
 
-
-def read_one(s: socket.socket) -> dict:
-    dec = FrameDecoder()
-    while True:
-        data = s.recv(65536)
-        assert data, "closed without an answer"
-        if frames := dec.feed(data):
-            return frames[0]
 
 
 def test_a_frame_of_a_million_tiny_maps_is_a_bad_frame(served):
@@ -464,9 +457,9 @@ def test_a_frame_of_a_million_tiny_maps_is_a_bad_frame(served):
     body = head + b"\x80" * n
     with contextlib.closing(raw_connect(served.path)) as s:
         s.sendall(encode_frame({"t": "hello", "proto": 1, "role": "admin"}))
-        assert read_one(s)["t"] == "welcome"
+        assert next_frame(s)["t"] == "welcome"
         s.sendall(struct.pack(">I", len(body)) + body)
-        answer = read_one(s)
+        answer = next_frame(s)
     assert "err" in answer and answer["err"]["code"] == "BAD_FRAME", "it was decoded"
     # a request as large as a real one is served: 100,000 app names (stack.stop_order)
     with Client(served.path) as c:
