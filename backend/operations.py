@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -31,7 +30,7 @@ from .model import App, Config
 from .plan import rolling_out, steps_for
 from .steps import StepGate
 from .store import BackendStore
-from .supervisor import Supervisor, instance_key
+from .supervisor import Supervisor, instance_key, now
 
 __all__ = ["SAID_AT_MOST", "OperationRunner", "listed"]
 
@@ -159,7 +158,7 @@ class OperationRunner:
         is known here from now on (:attr:`launched`)."""
         app = self.config().app(inst.app.stack, inst.app.name)
         if app is not None and app != inst.app:
-            inst.take_app(app, time.monotonic())   # starting: nothing to follow it
+            inst.take_app(app, now())   # starting: nothing to follow it
         self.launched[key] = inst.generation
 
     def runs(self, key: str, app: App) -> bool:
