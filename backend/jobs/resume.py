@@ -39,7 +39,7 @@ from protocol.errors import Conflict, NotFound, TenureError
 
 from . import machine as jm
 from .ledger import Record
-from .runner import JobRunner, events_of_row, exit_event, owner_time
+from .runner import JobRunner, events_of_row, exit_event, owner_time, still_running
 
 __all__ = ["Evidence", "Proof", "audit", "resolve", "resume", "settle_proven", "start_proof"]
 
@@ -290,7 +290,7 @@ def _row_events(row: dict[str, Any]) -> list[jm.Event]:
     """The events the owner's launch row of a key that is not live proves: a row that
     still says running is one of an owner that is gone (Lost)."""
     events = events_of_row(row)
-    if row.get("state") == "running":
+    if still_running(row):
         events.append(jm.Lost({"reason": "the owner's row says running, but the key is "
                                "not in its live inventory", "row": row}))
     return events

@@ -31,6 +31,7 @@ from protocol.errors import (
     StackFenced,
     StaleEpoch,
     StopTimeout,
+    StorageFailed,
     TenureError,
 )
 
@@ -50,7 +51,7 @@ from .ledger import Admission, Ledger, Record, make_spec
 STEP_PREFIX = "job "   # the drain barrier names job steps "job <id> start|stop"
 
 __all__ = ["LAUNCH_TRIES", "STEP_PREFIX", "Clock", "JobRunner", "SystemClock", "events_of_row",
-           "exit_event", "journal_app", "owner_time"]
+           "exit_event", "journal_app", "owner_time", "still_running"]
 
 log = logging.getLogger("tenure.jobs")
 
@@ -390,7 +391,9 @@ class JobRunner:
                 self.sup.fence(f"the owner refused a job's launch: {exc.msg}")
                 log.warning("fenced: job %d stays starting for the next generation", rec.id)
                 return []
-            except (LaunchFailed, StackFenced, BadRequest) as exc:
+            except (LaunchFailed, StackFenced, BadRequest, StorageFailed) as exc:
+                # STORAGE_FAILED: the owner could not write the starting row, so it
+                # started nothing (the running row's failure answers ``uncertain``)
                 return [jm.LaunchRefused(exc.code_str, exc.msg)]
             except TenureError as exc:  # not sent, or sent with the outcome unknown
                 last = exc
@@ -562,7 +565,10 @@ class JobRunner:
 
 def events_of_row(row: dict[str, Any]) -> list[jm.Event]:
     """The events an owner launch row proves: launched, and exited if it already ended.
-    (A row of another state names a start whose end nobody can tell: Lost.)"""
+    An ``uncertain`` row is the owner's memory of a launch whose row it could not write
+    (a full disk): its process was started and is watched, and its ``exit``, once it
+    ended, is known there. (A row of another state names a start whose end nobody can
+    tell: Lost.)"""
     state = row.get("state", "running")
     if state == "failed":
         err = row.get("error") or {}
@@ -572,14 +578,22 @@ def events_of_row(row: dict[str, Any]) -> list[jm.Event]:
         return [jm.Lost({"reason": "the owner's launch row has no process", "row": row})]
     events: list[jm.Event] = [jm.Launched(int(row["pid"]), int(row["start_ticks"]),
                                           owner_time(row.get("started_at")))]
-    if state == "exited":
+    if state == "exited" or (state == "uncertain" and isinstance(row.get("exit"), dict)):
         ex = row.get("exit") or {}
         events.append(jm.Exited(ex.get("exit_code"), ex.get("signal"), row["pid"],
                                 owner_time(row.get("ended_at"))))
-    elif state != "running":
+    elif state not in ("running", "uncertain"):
         events.append(jm.Lost({"reason": f"the owner's launch row says {state}",
                                "row": row}))
     return events
+
+
+def still_running(row: dict[str, Any]) -> bool:
+    """Whether the owner's launch ``row`` says its process runs: ``running``, or
+    ``uncertain`` (its row not written) with no exit yet."""
+    state = row.get("state", "running")
+    return state == "running" or (state == "uncertain" and
+                                  not isinstance(row.get("exit"), dict))
 
 
 def _dated(ev: jm.Event, wall: float) -> jm.Event:

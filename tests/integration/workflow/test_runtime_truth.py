@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 
 import psutil
 
@@ -167,9 +169,10 @@ def test_the_running_backend_never_adopts_a_new_owner(cluster):
     assert cluster.cli("status").code == 0
 
 
-def test_a_launch_the_owner_could_not_record_is_shown_and_still_watched(cluster):
-    """The owner's disk fills as an app is restarted: the process runs and is watched,
-    and status and inspect say the owner's record of it is not written."""
+@contextlib.contextmanager
+def _full_disk_owner(cluster) -> Iterator[None]:
+    """An owner whose store fails every write of a launch's state while ``disk-full``
+    is in the home (owner.testing.DISK_FULL), for ``cluster.up`` to find; down after."""
     from owner.testing import DISK_FULL, OwnerProcess
     os.environ["TENURE_TEST_HOME"] = str(cluster.home)     # read by the owner's preload
     try:
@@ -177,6 +180,17 @@ def test_a_launch_the_owner_could_not_record_is_shown_and_still_watched(cluster)
     finally:
         del os.environ["TENURE_TEST_HOME"]
     try:
+        yield
+    finally:
+        cluster.down()
+        owner.proc.wait(30)
+        owner.proc.stdout.close()
+
+
+def test_a_launch_the_owner_could_not_record_is_shown_and_still_watched(cluster):
+    """The owner's disk fills as an app is restarted: the process runs and is watched,
+    and status and inspect say the owner's record of it is not written."""
+    with _full_disk_owner(cluster):
         cluster.up(CONFIG)
         cluster.wait_ready(2)
         (cluster.home / "disk-full").touch()
@@ -194,10 +208,27 @@ def test_a_launch_the_owner_could_not_record_is_shown_and_still_watched(cluster)
         cluster.cli("stop", "s/sleeper/0", check=True)
         cluster.wait(lambda: not cluster.apps()["s/sleeper/0"]["unrecorded"], 10,
                      "the flag clearing once the exit was written")
-    finally:
-        cluster.down()
-        owner.proc.wait(30)
-        owner.proc.stdout.close()
+
+
+def test_a_job_the_owner_could_not_write_down_runs_until_its_timeout(cluster):
+    """Was: a job whose running row the owner could not write (its launch answered
+    ``uncertain``) ended failed/lost at once while its process ran on, untimed and
+    unstoppable. It is running, and its timeout stops it."""
+    with _full_disk_owner(cluster):
+        cluster.up(CONFIG + '[stacks.s.jobs.slow]\ncommand = ["sleep", "1000"]\n'
+                   'timeout = 2\n')
+        cluster.wait_ready(2)
+        (cluster.home / "disk-full").touch()
+        job = cluster.cli("job", "run", "s/slow", check=True).out["job"]["id"]
+
+        def shown() -> dict:
+            return dict(cluster.cli("job", "show", str(job), check=True).out)
+        cluster.wait(lambda: shown()["state"] != "starting", 10, "the job's start")
+        started = shown()
+        assert started["state"] == "running" and psutil.pid_exists(started["pid"]), started
+        (cluster.home / "disk-full").unlink()   # room again: the exit can be written
+        cluster.wait(lambda: shown()["state"] == "timed_out", 15, "the job's timeout")
+        cluster.wait(lambda: not psutil.pid_exists(started["pid"]), 5, "its process gone")
 
 
 def test_logs_of_more_than_a_frame_come_page_by_page_through_the_cli(cluster):

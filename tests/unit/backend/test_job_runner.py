@@ -23,7 +23,7 @@ from backend.jobs.ledger import Record
 from backend.jobs.resume import audit, resolve, resume
 from backend.jobs.runner import LAUNCH_TRIES
 from backend.testing import FakeOwner, fake_generation, no_sleep
-from protocol.errors import Conflict, ConnectFailed, StaleEpoch, TransportLost
+from protocol.errors import Conflict, ConnectFailed, StaleEpoch, StorageFailed, TransportLost
 
 PY = "/usr/bin/python3"
 CONFIG = (f'[stacks.s.apps.db]\ncommand = ["{PY}"]\n'
@@ -851,3 +851,80 @@ def test_the_same_resolve_again_answers_as_the_first_did(tmp_path):
         with pytest.raises(Conflict, match="only a recovery_required record"):
             await resolve(jobs, job_id, True, "", "ops")
     run(tmp_path, body, owner)
+
+
+def _answer_uncertain(owner: FakeOwner) -> None:
+    """The owner started the job's process but could not write its running row (a
+    full disk): its launch answer says ``uncertain``, with the pid it watches."""
+    launch = owner._launch
+
+    def uncertain(p: dict[str, Any]) -> dict[str, Any]:
+        row = launch(p)
+        if not p["launch_key"].startswith("job:"):
+            return row
+        return {**row, "state": "uncertain",
+                "error": {"code": "STORAGE_FAILED", "msg": "database or disk is full"}}
+    owner._launch = uncertain   # type: ignore[method-assign]
+
+
+def test_a_launch_the_owner_could_not_write_down_runs_and_keeps_its_timeout(tmp_path):
+    """Was: the answer ``uncertain`` (started, its row not written) ended the record
+    failed/lost while its process ran on: no timeout, no `job stop`, and
+    max_concurrent let a second one start beside it."""
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        _answer_uncertain(owner)
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        assert rec.job.state is jm.State.RUNNING and rec.job.pid is not None
+        clock.mono_now += 30
+        gen.api.jobs.tick()
+        await until(lambda: bool(owner.sent("stop")), "the timeout's stop sent")
+        gen.api.jobs.on_observation(owner.events[-1])
+        assert (rec.job.state, rec.job.outcome) == (jm.State.TIMED_OUT, jm.Outcome.TIMEOUT)
+    run(tmp_path, body)
+
+
+def test_an_uncertain_row_that_shows_an_exit_ends_the_record_with_it(tmp_path):
+    """A running record whose process ended while no backend watched, and whose row the
+    owner could not write since: its in-memory row says ``uncertain`` with the exit,
+    which settles the record (it was read as lost)."""
+    owner = FakeOwner()
+    out: dict[str, Any] = {}
+
+    async def first(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        key = str(rec.job.launch_key)
+        owner.exit(key, 3)
+        owner.rows[key]["state"] = "uncertain"   # the exit could not be written
+        owner.events.clear()                     # as if the ring had moved on
+        out["id"] = rec.id
+    run(tmp_path, first, owner)
+
+    async def second(gen: Generation, o: FakeOwner, clock: FakeClock) -> None:
+        await resume(gen.api.jobs)
+        rec = gen.api.jobs.record(out["id"])
+        assert (rec.job.state, rec.job.outcome, rec.job.exit_code) == \
+            (jm.State.FAILED, jm.Outcome.EXIT_CODE, 3)
+    run(tmp_path, second, owner)
+
+
+def test_a_launch_the_owner_could_not_record_fails_the_job_at_once(tmp_path):
+    """STORAGE_FAILED from a launch means nothing was started (the owner could not write
+    its starting row). Was: counted as an unanswered try, five of them made the record
+    recovery_required, for the operator, with evidence saying the owner did not
+    answer."""
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        def full(method: str, params: dict[str, Any]) -> None:
+            if method == "launch" and params["app"].startswith("job:"):
+                raise StorageFailed("s/x: the launch could not be recorded (database or "
+                                    "disk is full); nothing was started")
+        owner.before = full
+        rec, _ = gen.api.jobs.submit("s/migrate", None, [])
+        await started(gen, rec)
+        assert len(job_launches(owner)) == 1
+        assert (rec.job.state, rec.job.outcome) == (jm.State.FAILED,
+                                                    jm.Outcome.LAUNCH_FAILED)
+        refused = rec.job.evidence["launch_refused"]   # type: ignore[index]
+        assert refused["code"] == "STORAGE_FAILED" and "nothing was started" in refused["msg"]
+    run(tmp_path, body)
