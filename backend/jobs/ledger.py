@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sqlite3
 from collections.abc import Iterable
@@ -339,9 +340,18 @@ class Ledger:
                                    [(t,) for t in gone])
 
     def schedule_mark(self, template_key: str) -> float | None:
+        """The last due time of the template handled (wall clock), None before its
+        first. Raises StateCorrupt for a mark that is no time at all."""
         row = self.db.execute("SELECT last_due FROM job_schedules WHERE template = ?",
                               (template_key,)).fetchone()
-        return None if row is None else float(row[0])
+        if row is None:
+            return None
+        mark = row[0]
+        if isinstance(mark, int | float) and math.isfinite(mark) and mark >= 0:
+            return float(mark)
+        raise StateCorrupt(f"job {template_key}: the last due time of its schedule in "
+                           f"backend.db is not a time ({type(mark).__name__})",
+                           {"template": template_key})
 
     def _history(self, db: sqlite3.Connection, job_id: int, at: float, event: str,
                  before: State | None, after: State, detail: Any) -> None:

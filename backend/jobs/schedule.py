@@ -28,7 +28,7 @@ import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from protocol.errors import Conflict, JobQueueFull
+from protocol.errors import Conflict, JobQueueFull, StateCorrupt
 
 from .ledger import Admission, make_spec
 from .model import JobTemplate
@@ -91,7 +91,7 @@ class Scheduler:
         stopped = self.runner.stopped_stacks()
         ledger.forget_schedules(keep=set(scheduled))
         for key, template in sorted(scheduled.items()):
-            mark, form = ledger.schedule_mark(key), ledger.schedule_form(key)
+            mark, form = self._mark(key), ledger.schedule_form(key)
             current = schedule_form(template)
             if mark is None or form not in (None, current):
                 if mark is not None:
@@ -108,6 +108,17 @@ class Scheduler:
                 continue
             self.stopped.discard(key)
             self._admit_due(template, mark, now)
+
+    def _mark(self, key: str) -> float | None:
+        """The template's mark; None, so that its due times count from now (as for a
+        schedule seen first), for a damaged one, said in the log once: it raised out of
+        every tick, and no schedule ran again. Its keys keep a due time it handled from
+        running twice."""
+        try:
+            return self.runner.ledger.schedule_mark(key)
+        except StateCorrupt as exc:
+            log.error("%s: %s; its due times count from now", exc.code_str, exc.msg)
+            return None
 
     def _set_back(self, template: JobTemplate, form: str, mark: float, now: float
                   ) -> float:

@@ -306,3 +306,25 @@ def test_a_stopped_stack_runs_no_due_time_and_starts_no_backlog(tmp_path: Path) 
         assert records(gen) == [("schedule:s/report:2026-03-02T10:50:00Z", "admitted",
                                  T0 + 3000)]
     run(tmp_path, config(catch_up=True), body)
+
+
+def test_a_damaged_mark_counts_that_schedule_from_now_and_stops_no_other(
+        tmp_path: Path, caplog: Any) -> None:
+    """Was: ``float()`` of one damaged mark raised out of every tick: no template's due
+    time ran again, and the log had one uncoded traceback."""
+    two = config() + ('[stacks.s.jobs.other]\ncommand = ["other"]\nschedule = "*/5 * * * *"\n'
+                      'time_zone = "UTC"\n')
+
+    def body(gen: Generation, sched: Scheduler) -> None:
+        sched.tick(T0)
+        for bad in ("garbage", float("inf"), -1.0, b"\x01"):
+            gen.store.db.execute("UPDATE job_schedules SET last_due = ? "  # type: ignore[union-attr]
+                                 "WHERE template = 's/report'", (bad,))
+            sched.tick(T0 + 1)
+            assert gen.api.jobs.ledger.schedule_mark("s/report") == T0 + 1
+        sched.tick(T0 + 300)
+        assert sorted(k for k, _, _ in records(gen)) == [
+            "schedule:s/other:2026-03-02T10:05:00Z", "schedule:s/report:2026-03-02T10:05:00Z"]
+        said = [r.getMessage() for r in caplog.records if "STATE_CORRUPT" in r.getMessage()]
+        assert len(said) == 4 and "s/report" in said[0] and "count from now" in said[0], said
+    run(tmp_path, two, body)
