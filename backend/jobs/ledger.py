@@ -410,10 +410,12 @@ class Ledger:
                             (*args, limit))
 
     def history(self, job_id: int) -> list[dict[str, Any]]:
+        """The record's history rows, oldest first. Raises StateCorrupt for a row whose
+        detail is not JSON (it was INTERNAL, a code that said nothing of the damage)."""
         rows = self.db.execute("SELECT at, event, from_state, to_state, detail FROM "
                                "job_history WHERE job = ? ORDER BY rowid", (job_id,))
         return [{"at": r[0], "event": r[1], "from": r[2], "to": r[3],
-                 "detail": json.loads(r[4]) if r[4] else None} for r in rows]
+                 "detail": _detail(job_id, r[1], r[4])} for r in rows]
 
     def templates(self) -> list[tuple[str, str]]:
         """Every (stack, template) that has records."""
@@ -504,6 +506,18 @@ def _same_or_conflict(prior_fp: str, fp: str, key: str, job_id: int, state: str 
 
 _WIRE_STATE = "CASE WHEN json_valid(wire) THEN json_extract(wire, '$.state') END"
 """The state a row's wire holds, NULL for one that is no JSON (json_extract raises)."""
+
+
+def _detail(job_id: int, event: object, raw: object) -> Any:
+    """A history row's detail, decoded. Raises StateCorrupt naming the job and the
+    row's event."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)   # type: ignore[arg-type]
+    except (ValueError, TypeError) as exc:
+        raise StateCorrupt(f"job {job_id}: its history row {event!r} in backend.db is "
+                           f"unreadable: {type(exc).__name__}", {"job": job_id}) from exc
 
 
 def _record(r: tuple[Any, ...]) -> Record:

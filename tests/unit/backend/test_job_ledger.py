@@ -280,3 +280,16 @@ def test_a_record_whose_state_column_says_finished_is_never_pruned(ledger: Ledge
     assert ledger.prune("s", "migrate", Retention(keep=0), now=2.0) == []
     assert ledger.count(State.SUCCEEDED) == 1 and ledger.count(State.ADMITTED) == 0
     assert ledger.db.execute("SELECT count(*) FROM job_pruned_keys").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("detail", ["{bad", b"\x00\x01"])
+def test_a_damaged_history_row_is_state_corrupt_naming_the_job(ledger: Ledger,
+                                                               detail: object) -> None:
+    """Was: json.loads of the row's detail raised out of `job show` as INTERNAL
+    (JSONDecodeError), a code that says nothing of the damaged state."""
+    rec, _ = ledger.admit(admission("k"), 1.0)
+    ledger.db.execute("UPDATE job_history SET detail = ? WHERE job = ?", (detail, rec.id))
+    with pytest.raises(StateCorrupt) as err:
+        ledger.history(rec.id)
+    assert f"job {rec.id}" in err.value.msg and "history" in err.value.msg
+    assert err.value.data == {"job": rec.id}
