@@ -368,6 +368,12 @@ class Ledger:
             raise NotFound(f"no job {job_id}", {"job": job_id})
         return rows[0]
 
+    def by_key(self, key: str) -> Record | None:
+        """The record that holds the client key ``key``, if any. Raises StateCorrupt
+        (an unreadable row)."""
+        rows = self._select("WHERE key = ?", (key,))
+        return rows[0] if rows else None
+
     def open_records(self) -> list[Record]:
         """Every record the runner drives (admitted, starting, running), oldest first.
         One this build cannot read is left out and logged: it is neither run nor

@@ -165,8 +165,16 @@ class JobRunner:
                ) -> tuple[Record, bool]:
         """Admit a record for ``stack/name`` (committed before this returns). Raises
         NotFound (no such template in the applied config), Conflict (the key holds
-        another submission), JobQueueFull (``max_pending`` records are open)."""
+        another submission), JobQueueFull (``max_pending`` records are open).
+        A key whose record came from the same template and arguments answers that record
+        whatever the config says of the template now: the retry of a lost answer after
+        an apply changed or removed it is the same request (the record keeps what it was
+        admitted with)."""
         stack, _, name = template_key.partition("/")
+        prior = None if key is None else self.ledger.by_key(key)
+        if prior is not None and (prior.stack, prior.template, prior.spec.get("args")) \
+                == (stack, name, args):
+            return prior, True
         template = self.config().job(stack, name)
         if template is None:
             raise NotFound(f"no job template {template_key!r} in the applied config",

@@ -624,10 +624,12 @@ def test_a_template_with_a_user_is_launched_as_that_user(tmp_path):
         await started(gen, plain)
         assert "identity" not in job_launches(owner)[1]
         assert plain.to_wire()["identity"] == {}
-        # the same key once the template's user changed is another submission
+        # the same key once the template's user changed is the same request: its
+        # record, as admitted (test_a_keyed_retry_after_the_template_changed_gets_...)
         gen.config = parse_config(CONFIG.replace('user = "nobody"', 'user = "root"'), "u")
-        with pytest.raises(Conflict):
-            gen.api.jobs.submit("s/asnobody", "k", [])
+        again, dup = gen.api.jobs.submit("s/asnobody", "k", [])
+        assert dup and again.id == rec.id
+        assert again.to_wire()["identity"] == {"user": "nobody", "umask": 0o027}
     run(tmp_path, body)
 
 
@@ -927,4 +929,29 @@ def test_a_launch_the_owner_could_not_record_fails_the_job_at_once(tmp_path):
                                                     jm.Outcome.LAUNCH_FAILED)
         refused = rec.job.evidence["launch_refused"]   # type: ignore[index]
         assert refused["code"] == "STORAGE_FAILED" and "nothing was started" in refused["msg"]
+    run(tmp_path, body)
+
+
+def test_a_keyed_retry_after_the_template_changed_gets_its_record(tmp_path):
+    """docs/jobs.md: a submission repeated with the same key gets the same record. Was:
+    the template's command changed (or it was taken out of the config) between the two,
+    and the retry of a lost answer was refused CONFLICT (or NOT_FOUND), which a script
+    reads as 'not admitted'. The same template with other arguments is still refused."""
+    async def body(gen: Generation, owner: FakeOwner, clock: FakeClock) -> None:
+        jobs = gen.api.jobs
+        first, dup = jobs.submit("s/migrate", "rel-1", ["--all"])
+        assert not dup
+        gen.config = parse_config(CONFIG.replace('command = ["migrate"]',
+                                                 'command = ["migrate2"]'), "t.toml")
+        again, dup = jobs.submit("s/migrate", "rel-1", ["--all"])
+        assert dup and again.id == first.id and again.spec["argv"] == ["migrate", "--all"]
+        gen.config = parse_config('[stacks.s.apps.db]\ncommand = ["x"]\n', "t.toml")
+        again, dup = jobs.submit("s/migrate", "rel-1", ["--all"])
+        assert dup and again.id == first.id
+        gen.config = parse_config(CONFIG, "t.toml")
+        with pytest.raises(Conflict):
+            jobs.submit("s/migrate", "rel-1", ["--some"])
+        with pytest.raises(Conflict):
+            jobs.submit("s/pair", "rel-1", ["--all"])
+        assert [r.id for r in jobs.ledger.records()] == [first.id]
     run(tmp_path, body)
