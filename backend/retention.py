@@ -83,7 +83,9 @@ async def _forget_removed_apps(gen: Generation) -> dict[str, int]:
     ``log_apps_left`` when the round's FORGET_BUDGET_S ran out first (the next round
     goes on). Nothing while no config is applied (none yet, or backend.db set aside):
     every app would look removed. An app that still has a process (its stop failed)
-    is left for a later round. Raises TenureError (the owner's)."""
+    is left for a later round, and one an apply put back while the round ran is kept
+    (the config is read again before each app's call; an admitted config is the
+    applied one at once, backend.operations). Raises TenureError (the owner's)."""
     assert gen.owner is not None and gen.store is not None
     if gen.store.config() is None:
         return {"log_apps": 0, "log_lines": 0}
@@ -97,6 +99,8 @@ async def _forget_removed_apps(gen: Generation) -> dict[str, int]:
         if time.monotonic() >= until:
             out["log_apps_left"] = len(due) - i
             break
+        if gen.config.app(app["stack"], app["app"]) is not None:
+            continue   # an apply put it back since the list was read: its lines stay
         n = await _forget(gen, app)
         if n is not None:
             out["log_apps"] += 1

@@ -116,3 +116,32 @@ def test_an_owner_without_the_capability_is_not_asked(tmp_path: Path) -> None:
     done, missed = _round(tmp_path, owner, capabilities={})
     assert "log_apps" not in done and missed == {}
     assert owner.sent("logs.apps") == [] and owner.journal_apps == {("s", "gone"): 0.0}
+
+
+def test_an_app_put_back_while_the_round_runs_keeps_its_lines(tmp_path: Path) -> None:
+    """The round lists the removed apps once and forgets them one call after another
+    (a minute, on large journals). Was: an apply that put one of them back meanwhile,
+    stopped or not started yet, lost its lines all the same."""
+    from backend.config import parse_config
+    owner, then = FakeOwner(), time.time() - 10 * DAY
+    owner.journal_apps = {("s", "a"): then, ("s", "b"): then}
+    back = CONFIG.format(days=7) + '[stacks.s.apps.b]\ncommand = ["sleep", "1000"]\n'
+
+    async def main() -> dict[str, Any]:
+        gen = fake_generation(tmp_path, owner, CONFIG.format(days=7))
+        assert gen.sup is not None and gen.store is not None
+        with gen.store.tx() as db:
+            gen.store.set_config(db, CONFIG.format(days=7), "unit.toml", gen.config.revision)
+        gen.sup.owner_capabilities = {"logApps": 1}
+
+        def apply_meanwhile(method: str, params: dict[str, Any]) -> None:
+            if method == "logs.forget_apps" and params["apps"][0]["app"] == "a":
+                gen.config = parse_config(back, "unit.toml")   # admitted as `a` goes
+        owner.before = apply_meanwhile
+        try:
+            return await prune_once(gen, {})
+        finally:
+            await gen.close()
+    done = asyncio.run(main())
+    assert done["log_apps"] == 1 and set(owner.journal_apps) == {("s", "b")}
+    assert [[a["app"] for a in p["apps"]] for p in owner.sent("logs.forget_apps")] == [["a"]]
