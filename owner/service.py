@@ -99,10 +99,22 @@ _journal_pool = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="journal-
 _T = TypeVar("_T")
 
 
+_maintenance_pool = ThreadPoolExecutor(1, thread_name_prefix="journal-maint")
+"""The one thread of the journal's maintenance requests (logs.retention, logs.forget,
+logs.forget_apps), which take the writer for as long as their deletes run: in the
+request threads, two of them held both, and every logs.read waited until they ended."""
+
+
 async def on_journal_thread(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """``fn(*args, **kwargs)`` in the journal's own threads."""
     return await asyncio.get_running_loop().run_in_executor(
         _journal_pool, functools.partial(fn, *args, **kwargs))
+
+
+async def on_maintenance_thread(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``fn(*args, **kwargs)`` in the journal's maintenance thread, one after another."""
+    return await asyncio.get_running_loop().run_in_executor(
+        _maintenance_pool, functools.partial(fn, *args, **kwargs))
 
 _name = check_name(128)
 _uint = check_int(0, 2**62)
@@ -600,7 +612,7 @@ class OwnerService:
         named = set(sources)
         self._refuse_busy("of these sources still have a process",
                           lambda r: (r.stack, r.app, r.instance) in named)
-        deleted = await on_journal_thread(self.journal.forget, sources)
+        deleted = await on_maintenance_thread(self.journal.forget, sources)
         return {"sources": len(sources), "deleted": deleted}
 
     async def logs_apps(self, call: Call) -> Any:
@@ -627,7 +639,7 @@ class OwnerService:
         named = set(apps)
         self._refuse_busy("processes of these apps still run",
                           lambda r: (r.stack, r.app) in named)
-        deleted = await on_journal_thread(self.journal.forget_apps, apps)
+        deleted = await on_maintenance_thread(self.journal.forget_apps, apps)
         return {"apps": len(apps), "deleted": deleted}
 
     def _refuse_busy(self, what: str, matches: Callable[[LaunchRow], bool]) -> None:
@@ -652,7 +664,7 @@ class OwnerService:
         def apply() -> tuple[int, dict[tuple[str, str], int]]:
             self.journal.set_retention(budgets, call.params["keep"])
             return self.journal.retention()
-        default, now = await on_journal_thread(apply)
+        default, now = await on_maintenance_thread(apply)
         return {"default": default, "budgets": [{"stack": st, "app": app, "bytes": n}
                                                 for (st, app), n in sorted(now.items())]}
 

@@ -117,3 +117,53 @@ def _held_reads(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threa
 
     monkeypatch.setattr(journal_mod, "read_at", slow_read)
     return reading, release
+
+
+def test_log_reads_do_not_wait_behind_journal_maintenance(
+        journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: logs.retention, logs.forget and logs.forget_apps ran in the journal's two
+    request threads: a budget lowered (the backend's loop) beside a job's output
+    forgotten (its pruner) held both, and every `tenure logs`, `logs -f` and backend
+    read waited until the deletes ended (seconds per 100 MiB)."""
+    from owner.service import OwnerService
+    from protocol.server import Call
+
+    journal.append(SRC, "stdout", [(b"x", 0)])
+    assert journal.flush(10)
+    busy, release = threading.Event(), threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> int:
+        busy.set()
+        release.wait(10)
+        return 0
+    monkeypatch.setattr(journal, "forget", slow)
+    monkeypatch.setattr(journal, "forget_apps", slow)
+    monkeypatch.setattr(journal, "set_retention", slow)
+    service = OwnerService.__new__(OwnerService)   # these need its journal only
+    service.journal = journal
+    service._require_epoch = lambda call: None     # type: ignore[method-assign]
+    service._refuse_busy = lambda what, matches: None   # type: ignore[method-assign]
+    read = {"after": 0, "limit": 10, "max_bytes": 1 << 20, "tail": None, "stack": None,
+            "app": None, "instance": None, "stream": None}
+
+    async def main() -> float:
+        held = [
+            asyncio.ensure_future(service.logs_forget(Call("logs.forget", {"sources": [
+                {"stack": "s", "app": "job:x", "instance": 1}]}, None, 1, None))),  # type: ignore[arg-type]
+            asyncio.ensure_future(service.logs_forget_apps(Call("logs.forget_apps", {
+                "apps": [{"stack": "s", "app": "gone"}]}, None, 2, None))),  # type: ignore[arg-type]
+            asyncio.ensure_future(service.logs_retention(Call("logs.retention", {
+                "budgets": [], "keep": True}, None, 3, None)))]  # type: ignore[arg-type]
+        try:
+            await asyncio.to_thread(busy.wait, 10)
+            t0 = time.monotonic()
+            page = await asyncio.wait_for(service.logs_read(
+                Call("logs.read", read, None, 4, None)), 5.0)   # type: ignore[arg-type]
+            assert page["last_id"] == 1
+            return time.monotonic() - t0
+        finally:
+            release.set()
+            await asyncio.gather(*held)
+
+    waited = asyncio.run(main())
+    assert waited < 1.0, f"a log read waited {waited:.1f} s behind journal maintenance"
