@@ -721,9 +721,9 @@ def cmd_owner(args: Any) -> int:
 
 
 def cmd_completion(args: Any) -> int:
+    from .cmdline import parser
     from .completion import script
-    from .main import _parser
-    sys.stdout.write(script(_parser(), args.shell))
+    sys.stdout.write(script(parser(), args.shell))
     return OK
 
 

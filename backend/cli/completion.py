@@ -31,7 +31,7 @@ __all__ = ["script", "targets"]
 TARGET_COMMANDS = ("status", "start", "stop", "restart", "inspect", "logs", "events")
 FILE_OPTIONS = ("--config", "--release", "--output", "-o", "--sign-key")
 # What the positional after an action word takes, where a shell can complete it (the
-# help of each command in main.py says what it takes): live stacks, or a directory (a
+# help of each command in cmdline.py says what it takes): live stacks, or a directory (a
 # sealed release, or where to seal one). The other actions take an id no shell knows
 # (op show ID, job show ID, release verify ID) or nothing; a command listed with none
 # says so, and a new command with actions must be added (test_completion.py checks).

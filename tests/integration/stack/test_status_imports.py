@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 HEAVY = ("pathlib", "argparse", "typing", "re", "json", "shlex", "threading",
-         "urllib.parse", "backend.cli.commands")
+         "urllib.parse", "backend.cli.cmdline", "backend.cli.commands")
 
 PROBE = """
 import sys

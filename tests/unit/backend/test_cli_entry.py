@@ -21,10 +21,10 @@ sys.meta_path.insert(0, Finder())
 """ + ENTRY
 CTRL_C_IN_PARSE = """
 import sys
-import backend.cli.main as m
+import backend.cli.cmdline as c
 def parser(argv):
     raise KeyboardInterrupt
-m._parser = parser
+c.parser = parser
 """ + ENTRY
 
 

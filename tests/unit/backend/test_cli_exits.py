@@ -50,11 +50,11 @@ def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
 def test_the_reference_names_every_command_and_long_option() -> None:
     """docs/cli.md is the CLI reference: a command or option it does not name is one an
     operator cannot look up."""
-    from backend.cli.main import _parser
+    from backend.cli.cmdline import parser
     text = (ROOT / "docs" / "cli.md").read_text()
-    missing = [f"tenure {' '.join(words)}" for words, _ in _commands(_parser())
+    missing = [f"tenure {' '.join(words)}" for words, _ in _commands(parser())
                if f"tenure {' '.join(words)}" not in text]
-    missing += [f"tenure {' '.join(words)} {o}" for words, opts in _commands(_parser())
+    missing += [f"tenure {' '.join(words)} {o}" for words, opts in _commands(parser())
                 for o in sorted(opts) if o not in text]
     assert not missing, f"docs/cli.md does not name: {missing}"
 
@@ -73,8 +73,8 @@ def _filled(parser: argparse.ArgumentParser) -> tuple[list[str], bool]:
 
 
 def _leaves() -> dict[str, argparse.ArgumentParser]:
-    from backend.cli.main import _parser
-    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    from backend.cli.cmdline import parser
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
     return {k: v for k, v in sub.choices.items() if not k.startswith("__")}
 
 
@@ -141,12 +141,12 @@ def test_a_config_is_named_by_its_absolute_path_in_every_error(monkeypatch, caps
 def test_an_abbreviated_home_before_the_command_is_the_home(home: str) -> None:
     """`tenure --hom H status` built the parser of a command named H: status had no
     --watch (INTERNAL) and stop no target (a usage error)."""
-    from backend.cli.main import _parser
+    from backend.cli.cmdline import parser
     argv = [home, "/srv/t", "status"]
-    args = _parser(argv).parse_args(argv)
+    args = parser(argv).parse_args(argv)
     assert (args.cmd, str(args.home), args.watch) == ("status", "/srv/t", False)
     argv = [home, "/srv/t", "--json", "stop", "s/a"]
-    args = _parser(argv).parse_args(argv)
+    args = parser(argv).parse_args(argv)
     assert (args.cmd, str(args.home), args.json, args.target) == ("stop", "/srv/t", True,
                                                                   "s/a")
 

@@ -264,25 +264,25 @@ def test_an_option_of_another_job_action_is_a_usage_error(
         argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """Was: accepted and ignored (`job list --key foo` listed every job, `job show 1
     --wait` did not wait), exit 0."""
-    from backend.cli.main import _parser
+    from backend.cli.cmdline import parser
     with pytest.raises(SystemExit) as info:
-        _parser(argv).parse_args(argv)
+        parser(argv).parse_args(argv)
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "usage: tenure job" in err and f"tenure job {argv[1]}" in err, err
 
 
 def test_each_job_action_takes_its_own_options_with_their_defaults() -> None:
-    from backend.cli.main import _parser
+    from backend.cli.cmdline import parser
     argv = ["job", "run", "s/x", "--key", "k", "--arg", "a", "--wait", "--timeout", "5"]
-    ns = _parser(argv).parse_args(argv)
+    ns = parser(argv).parse_args(argv)
     assert (ns.key, ns.job_args, ns.wait, ns.timeout) == ("k", ["a"], True, 5.0)
     assert (ns.limit, ns.state, ns.n, ns.follow, ns.note, ns.started) == \
         (50, None, None, False, "", False)
     argv = ["job", "logs", "3", "-f", "-n", "2", "--stream", "stderr", "--json"]
-    ns = _parser(argv).parse_args(argv)
+    ns = parser(argv).parse_args(argv)
     assert (ns.follow, ns.n, ns.stream, ns.json, ns.key, ns.job_args) == \
         (True, 2, "stderr", True, None, [])
     argv = ["job", "resolve", "3", "--not-started", "--note", "checked"]
-    ns = _parser(argv).parse_args(argv)
+    ns = parser(argv).parse_args(argv)
     assert (ns.not_started, ns.started, ns.note) == (True, False, "checked")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from backend.cli import commands, render
-from backend.cli.main import _parser
+from backend.cli.cmdline import parser
 from protocol.errors import BadRequest
 
 
@@ -21,7 +21,7 @@ def asked(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> list[tuple[str, A
         return {"operations": []} if method == "op.list" else {}
     monkeypatch.setattr(commands, "_call", call)
     monkeypatch.setattr(commands, "_out", lambda *a: None)
-    commands.cmd_op(_parser(argv).parse_args(argv))
+    commands.cmd_op(parser(argv).parse_args(argv))
     return calls
 
 

@@ -122,8 +122,8 @@ def test_a_prefix_names_a_release_never_an_interrupted_install() -> None:
     ["owner", "upgrade", "/srv/rel", "--json"], ["backend", "upgrade", "--json", "/srv/rel"],
     ["guardian", "upgrade", "--check", "/srv/rel"]])
 def test_an_optional_positional_after_an_option_still_counts(argv: list[str]) -> None:
-    from backend.cli.main import _parser
-    args = _parser().parse_args(argv)
+    from backend.cli.cmdline import parser
+    args = parser().parse_args(argv)
     assert args.release == "/srv/rel"
     assert args.json or "--check" in argv
 
@@ -139,7 +139,7 @@ def test_the_parser_built_for_one_command_parses_it_as_the_whole_one(
     """Only the command's own parser is made; what it prints and how it ends are the
     whole parser's, to the byte (an unknown command's refusal lists every command, in
     the same order)."""
-    from backend.cli.main import _parser
+    from backend.cli.cmdline import parser
 
     def parsed(parser: object) -> object:
         try:
@@ -147,30 +147,30 @@ def test_the_parser_built_for_one_command_parses_it_as_the_whole_one(
         except SystemExit as exc:   # -h, a missing or unknown command: the same ending
             return ("exit", exc.code, capsys.readouterr())
 
-    assert parsed(_parser(argv)) == parsed(_parser())
+    assert parsed(parser(argv)) == parsed(parser())
 
 
 def test_an_unknown_command_lists_the_commands_but_not_the_hidden_one(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from backend.cli.main import _parser
+    from backend.cli.cmdline import parser
     with pytest.raises(SystemExit) as ended:
-        _parser(["bogus"]).parse_args(["bogus"])
+        parser(["bogus"]).parse_args(["bogus"])
     said = capsys.readouterr().err
     assert ended.value.code == 2
     assert "invalid choice: 'bogus' (choose from 'up', 'down', 'status'," in said
     assert "'completion')" in said and "__complete" not in said
-    assert vars(_parser(["__complete"]).parse_args(["__complete", "targets"]))[
+    assert vars(parser(["__complete"]).parse_args(["__complete", "targets"]))[
         "what"] == "targets"
 
 
 def test_a_known_command_makes_no_parser_of_the_others() -> None:
     import argparse
 
-    from backend.cli.main import _parser
-    sub = next(a for a in _parser(["--home", "/h", "logs", "-n", "5"])._actions
+    from backend.cli.cmdline import parser
+    sub = next(a for a in parser(["--home", "/h", "logs", "-n", "5"])._actions
                if isinstance(a, argparse._SubParsersAction))
     assert list(sub.choices) == ["logs"]
-    sub = next(a for a in _parser(["nosuch"])._actions
+    sub = next(a for a in parser(["nosuch"])._actions
                if isinstance(a, argparse._SubParsersAction))
     assert list(sub.choices)[:3] == ["up", "down", "status"] and "__complete" in sub.choices
 

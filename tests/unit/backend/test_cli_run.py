@@ -18,12 +18,12 @@ CLI = [sys.executable, "-m", "backend.cli.main"]
 
 
 def test_the_exit_status_and_all_output_survive_the_fast_exit(monkeypatch) -> None:
-    from backend.cli.main import _parser
+    from backend.cli.cmdline import parser
     monkeypatch.setenv("COLUMNS", "100")    # the same width in both processes
     done = subprocess.run([*CLI, "--help"], capture_output=True, text=True, timeout=60,
                           env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done
-    assert done.stdout == _parser(None).format_help(), done.stdout   # every byte of it
+    assert done.stdout == parser(None).format_help(), done.stdout   # every byte of it
     bad = subprocess.run([*CLI, "--home", "/nonexistent-tenure-home", "--json", "op",
                           "show"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and '"BAD_REQUEST"' in bad.stdout, bad
@@ -109,9 +109,9 @@ def test_listens_tells_a_listener_from_none_and_from_a_socket_it_may_not_reach(
 
 UP_PARSE = """
 import sys
-from backend.cli.main import _parser
+from backend.cli.cmdline import parser
 argv = ["--home", "/nonexistent-tenure-home", "up", "--config", "t.toml", "--no-wait"]
-args = _parser(argv).parse_args(argv)
+args = parser(argv).parse_args(argv)
 from protocol.startup import import_msgspec_as_released
 import_msgspec_as_released()   # as cmd_up does before it parses the config
 from backend.config import parse_config
@@ -142,8 +142,8 @@ def test_up_parses_and_queues_a_config_without_rare_modules(tmp_path: Path) -> N
 
 
 def test_help_is_as_wide_as_columns_says_or_80() -> None:
-    code = ("import os\nfrom backend.cli.main import _columns, _parser\n"
-            "print(_columns(), max(map(len, _parser(None).format_help().splitlines())))")
+    code = ("import os\nfrom backend.cli.cmdline import _columns, parser\n"
+            "print(_columns(), max(map(len, parser(None).format_help().splitlines())))")
     widths = {}
     for columns in ("60", "140", "wide", "0", None):
         env = {"PATH": "/usr/bin:/bin", **({"COLUMNS": columns} if columns else {})}

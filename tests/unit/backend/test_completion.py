@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from backend.cli.cmdline import parser
 from backend.cli.completion import AFTER_ACTION, script, targets
-from backend.cli.main import _parser
 
 FAKE_TENURE = """#!/bin/sh
 # answers `tenure [--home H] __complete targets` like a backend with two apps
@@ -32,7 +32,7 @@ def complete(tmp_path: Path, shell: str, words: list[str], setup: str = "",
     fake.chmod(0o755)
     (tmp_path / "a.toml").write_text("")
     src = tmp_path / f"completion.{shell}"
-    src.write_text(script(_parser(), shell))
+    src.write_text(script(parser(), shell))
     arr = " ".join(shlex.quote(w) for w in [str(fake), *words])
     body = (f"source {src}\n{setup}\n" + ("setopt ksharrays\n" if shell == "zsh" else "") +
             f"COMP_WORDS=({arr}); COMP_CWORD={len(words)}\n_tenure\n"
@@ -125,12 +125,12 @@ def test_every_command_with_actions_says_what_its_actions_take() -> None:
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
     return {k: v for k, v in sub.choices.items() if not k.startswith("_")}
 
 
 def test_hidden_commands_are_not_offered_and_every_option_exists() -> None:
-    text = script(_parser(), "bash")
+    text = script(parser(), "bash")
     assert "__complete" not in text.split("_tenure_targets() {")[0]
     assert "completion)" in text and "'__complete'" not in text
     assert "--follow" in text and "--no-such-option" not in text

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from backend import events as ev
+from backend.cli.cmdline import EVENT_KINDS
 from backend.cli.events import _line, describe
-from backend.cli.main import EVENT_KINDS
 from backend.explain import Check, LastProbe
 from backend.instance import (
     BackoffElapsed,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from backend.cli.main import _parser
+from backend.cli.cmdline import parser
 from backend.cli.releases import check_options
 from protocol.errors import BadRequest
 
 
 def _args(*argv: str) -> object:
-    return _parser().parse_args(["release", *argv])
+    return parser().parse_args(["release", *argv])
 
 
 @pytest.mark.parametrize("argv", [
