@@ -161,12 +161,18 @@ def _check_count(flag: str, n: int | None) -> None:
         raise BadRequest(f"{flag} {n}: too large a number", {"field": flag.lstrip("-")})
 
 
+# the module of backend/cli that holds a command's cmd_<name>: commands.py unless named
+RUNS_IN = {"up": "lifecycle", "down": "lifecycle", "plan": "plans", "apply": "plans",
+           "op": "plans", "stack": "plans", "backend": "backendcmd"}
+
+
 def _handler(cmd: str) -> Any:
     if cmd == "status":
         from .everyday import cmd_status
         return cmd_status
-    from . import commands
-    return getattr(commands, f"cmd_{cmd}")
+    from importlib import import_module
+    module = import_module(f".{RUNS_IN.get(cmd, 'commands')}", __package__)
+    return getattr(module, f"cmd_{cmd}")
 
 
 def output_lost(exc: OSError, what: str, asked: bool = False) -> TenureError:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import commands, main
+from backend.cli import backendcmd, commands, main
 
 
 def _interrupt(*_: Any) -> int:
@@ -43,30 +43,30 @@ def test_a_follow_cut_short_ends_silently(monkeypatch: Any, capsys: Any,
 def test_a_command_with_an_action_is_named_whole(monkeypatch: Any, capsys: Any,
                                                 tmp_path: Path) -> None:
     """It said "`tenure backend` stopped waiting" for `tenure backend upgrade`."""
-    monkeypatch.setattr(commands, "cmd_backend", _interrupt)
+    monkeypatch.setattr(backendcmd, "cmd_backend", _interrupt)
     assert main.main(["--home", str(tmp_path), "backend", "upgrade", "ab" * 32]) == 130
     assert "`tenure backend upgrade` stopped waiting; the guardian carries it on" in \
         capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("argv", "cmd", "said"), [
-    (["owner", "status"], "cmd_owner", None),        # spoke of an owner window
-    (["backend", "status"], "cmd_backend", None),
-    (["job", "logs", "3", "-f"], "cmd_job", None),   # said the job goes on
-    (["job", "stop", "3"], "cmd_job", "`tenure job stop` stopped waiting; the job's stop "
-                                      "goes on (`tenure job list`)"),
-    (["job", "run", "s/j"], "cmd_job", "`tenure job run` stopped waiting; a job it "
-                                       "submitted goes on (`tenure job list` shows whether "
-                                       "one was)"),
-    (["backend", "recover", "--dry-run"], "cmd_backend", None),   # changes nothing
-    (["owner", "reconcile", "--prepare"], "cmd_owner", None),
+    (["owner", "status"], "commands.cmd_owner", None),        # spoke of an owner window
+    (["backend", "status"], "backendcmd.cmd_backend", None),
+    (["job", "logs", "3", "-f"], "commands.cmd_job", None),   # said the job goes on
+    (["job", "stop", "3"], "commands.cmd_job", "`tenure job stop` stopped waiting; the job's "
+                                               "stop goes on (`tenure job list`)"),
+    (["job", "run", "s/j"], "commands.cmd_job", "`tenure job run` stopped waiting; a job it "
+                                                "submitted goes on (`tenure job list` shows "
+                                                "whether one was)"),
+    (["backend", "recover", "--dry-run"], "backendcmd.cmd_backend", None),   # changes nothing
+    (["owner", "reconcile", "--prepare"], "commands.cmd_owner", None),
 ])
 def test_each_action_is_said_as_what_it_is(monkeypatch: Any, capsys: Any, tmp_path: Path,
                                            argv: list[str], cmd: str,
                                            said: str | None) -> None:
     """A reading action ends silently, as a reading command does; a stop says its stop
     goes on."""
-    monkeypatch.setattr(commands, cmd, _interrupt)
+    monkeypatch.setattr(f"backend.cli.{cmd}", _interrupt)
     assert main.main(["--home", str(tmp_path), *argv]) == 130
     err = capsys.readouterr().err
     assert (said in err) if said else err == "", err

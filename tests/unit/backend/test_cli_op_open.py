@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import commands, render
+from backend.cli import plans, render
 from backend.cli.cmdline import parser
 from protocol.errors import BadRequest
 
@@ -19,9 +19,9 @@ def asked(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> list[tuple[str, A
     def call(args: Any, method: str, params: Any = None, **kw: Any) -> Any:
         calls.append((method, params))
         return {"operations": []} if method == "op.list" else {}
-    monkeypatch.setattr(commands, "_call", call)
-    monkeypatch.setattr(commands, "_out", lambda *a: None)
-    commands.cmd_op(parser(argv).parse_args(argv))
+    monkeypatch.setattr(plans, "_call", call)
+    monkeypatch.setattr(plans, "_out", lambda *a: None)
+    plans.cmd_op(parser(argv).parse_args(argv))
     return calls
 
 

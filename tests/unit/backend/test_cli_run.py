@@ -117,7 +117,7 @@ import_msgspec_as_released()   # as cmd_up does before it parses the config
 from backend.config import parse_config
 config = parse_config('[stacks.s.apps.a]\\ncommand = ["sleep", "9"]\\n', "/t.toml")
 assert config.apps()[0].key == "s/a", config
-import backend.cli.commands, backend.cli.upwait  # noqa: E401
+import backend.cli.lifecycle, backend.cli.upwait  # noqa: E401
 from pathlib import Path
 from protocol.layout import Layout
 from backend.cli.daemons import queue_for_backend
@@ -465,7 +465,7 @@ def test_a_certificate_the_backend_cannot_write_is_said_over_a_ready_one(monkeyp
     from contextlib import contextmanager
     from types import SimpleNamespace
 
-    from backend.cli import commands
+    from backend.cli import backendcmd
 
     class _Api:
         def call(self, method: str, params: object = None) -> dict:
@@ -476,16 +476,16 @@ def test_a_certificate_the_backend_cannot_write_is_said_over_a_ready_one(monkeyp
     @contextmanager
     def api(args: object, timeout: float = 0) -> object:
         yield _Api()
-    monkeypatch.setattr(commands, "_api", api)
+    monkeypatch.setattr(backendcmd, "_api", api)
     r = {"backend": {"alive": True}}
     for seen in ("ready", "pending"):
-        said = commands._uncertifiable(SimpleNamespace(), r, {"state": seen, "reason": None})
+        said = backendcmd._uncertifiable(SimpleNamespace(), r, {"state": seen, "reason": None})
         assert said["state"] == "unavailable", said
         assert said["reason"].startswith("the backend cannot write its recovery "
                                          "certificate (for 1m05s: database or disk is "
                                          "full)"), said
     blocked = {"state": "unavailable", "reason": "recovery blocked"}
-    assert commands._uncertifiable(SimpleNamespace(), r, blocked) is blocked
+    assert backendcmd._uncertifiable(SimpleNamespace(), r, blocked) is blocked
 
 
 @pytest.mark.parametrize(("key", "waits"), [(None, 60.0), ("k", 3600.0)])

@@ -9,7 +9,7 @@ import signal
 from types import SimpleNamespace
 from typing import Any
 
-from backend.cli import commands
+from backend.cli import lifecycle
 
 
 class _HungUp:
@@ -25,15 +25,15 @@ def test_a_stop_during_the_start_runs_the_down_with_the_terminal_gone(monkeypatc
     downs = []
 
     def stopped(args: Any) -> int:
-        raise commands._Stopped()
-    monkeypatch.setattr(commands, "_up", stopped)
-    monkeypatch.setattr(commands, "_calm", lambda args: None)
-    monkeypatch.setattr(commands, "cmd_down", lambda args: downs.append(args) or 0)
+        raise lifecycle._Stopped()
+    monkeypatch.setattr(lifecycle, "_up", stopped)
+    monkeypatch.setattr(lifecycle, "_calm", lambda args: None)
+    monkeypatch.setattr(lifecycle, "cmd_down", lambda args: downs.append(args) or 0)
     monkeypatch.setattr("sys.stderr", _HungUp())
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         args = SimpleNamespace(no_wait=False, foreground=True)
-        assert commands.cmd_up(args) == 0
+        assert lifecycle.cmd_up(args) == 0
     finally:
         for s, h in old.items():
             signal.signal(s, h)

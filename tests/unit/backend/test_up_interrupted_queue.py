@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import commands, daemons, firstrun, upwait
+from backend.cli import daemons, firstrun, lifecycle, upwait
 from protocol.layout import Layout
 
 
@@ -41,6 +41,6 @@ def test_the_config_stays_queued_when_the_wait_is_interrupted(
     monkeypatch.setattr(daemons, "ensure_daemons", starting)
     monkeypatch.setattr(upwait, "BACKGROUND_WAIT_S", 1.0)
     with pytest.raises(raised):
-        commands._up_daemons(_args(), layout, ('[stacks.s.apps.a]\ncommand = ["x"]\n',
-                                               "t.toml"))
+        lifecycle._up_daemons(_args(), layout, ('[stacks.s.apps.a]\ncommand = ["x"]\n',
+                                                "t.toml"))
     assert os.path.exists(layout.queued_config) is kept

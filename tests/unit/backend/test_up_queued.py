@@ -1,5 +1,5 @@
 """`tenure up --config` on a home whose daemons were down: how the command reads the
-end of the config it queued (backend.cli.commands._queued_apply, opwait.wait_queued)
+end of the config it queued (backend.cli.lifecycle._queued_apply, opwait.wait_queued)
 from a fake backend; the real path is in
 tests/integration/workflow/test_up_new_config_cold.py."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from backend import queuefile
-from backend.cli import commands
+from backend.cli import lifecycle, plans
 from protocol.errors import ConfigInvalid, NotFound, RequestTimedOut, UnknownMethod
 
 
@@ -37,11 +37,12 @@ class Backend:
 
 def _run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, backend: Backend,
          rid: str = "up-1", timeout: float = 5.0, older: Any = None) -> dict[str, Any]:
-    monkeypatch.setattr(commands, "_call", backend)
+    monkeypatch.setattr(lifecycle, "_call", backend)
+    monkeypatch.setattr(plans, "_call", backend)   # the wait for its operation
     layout = SimpleNamespace(queued_config=str(tmp_path / "queued-config.json"))
     args = SimpleNamespace(timeout=timeout, json=True)
-    return commands._queued_apply(args, layout, rid, True,
-                                  older or (lambda: pytest.fail("not an older backend")))
+    return lifecycle._queued_apply(args, layout, rid, True,
+                                   older or (lambda: pytest.fail("not an older backend")))
 
 
 def test_an_admitted_config_is_waited_for_and_answers_as_an_apply(monkeypatch, tmp_path):
