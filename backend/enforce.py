@@ -97,27 +97,31 @@ def check_config(config: Config, text: str, host: Host) -> None:
 
 FDS_PER_INSTANCE = 3
 """The owner's descriptors a running instance holds: its stdout and stderr pipes and
-its pidfd (a socket it is given adds one more)."""
+its pidfd (a socket it is given adds one more, and its fd store up to ``fd_store_max``
+more: the owner keeps every stored fd open)."""
 OWNER_FDS = 64
 """What the owner holds besides (its databases, sockets, journal; measured ~22)."""
 
 
 def _check_descriptors(config: Config, host: Host, fail: Fail) -> None:
-    """The owner can hold the files of every instance the config runs: past its
-    RLIMIT_NOFILE the launches beyond it failed 'Too many open files' one by one, each
-    app then given up at its start limit, the plan having said nothing."""
+    """The owner can hold the files of every instance the config runs, and every fd
+    their stores may keep: past its RLIMIT_NOFILE the launches beyond it failed 'Too
+    many open files' one by one, each app then given up at its start limit, the plan
+    having said nothing. (Was: the fd stores were not counted, and an app storing 240
+    fds in an owner limited to 300 left no descriptor for the next launches.)"""
     if host.owner_nofile is None:
         return
     held = OWNER_FDS
     for app in config.apps():
-        held += app.instances * (FDS_PER_INSTANCE + len(app.sockets))
+        held += app.instances * (FDS_PER_INSTANCE + len(app.sockets) + app.fd_store_max)
         if held > host.owner_nofile:
             fail(("stacks", app.stack, "apps", app.name, "instances"),
                  f"the owner may hold {host.owner_nofile} open files (its RLIMIT_NOFILE) "
                  f"and each instance costs it about {FDS_PER_INSTANCE} (and one per "
-                 f"socket): this config needs more from here on; raise the owner's limit "
+                 "socket, and its fd_store_max: the owner holds every fd it stores): "
+                 "this config needs more from here on; raise the owner's limit "
                  "(LimitNOFILE= in its unit, `ulimit -n` where `tenure up` runs) and start "
-                 "it again, or run fewer instances")
+                 "it again, or run fewer instances or store fewer fds")
 
 
 MAX_WAIT_S = MAX_STOP_WAIT_S

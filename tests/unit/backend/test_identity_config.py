@@ -273,6 +273,26 @@ def test_a_config_the_owners_open_file_limit_cannot_hold_is_refused_at_the_plan(
     assert "LimitNOFILE=" in e.msg
 
 
+def test_the_fds_an_app_may_store_count_against_the_owners_open_file_limit() -> None:
+    """Was: the budget ignored fd_store_max; an owner limited to 300 files accepted
+    instances = 4, fd_store_max = 1024, and once one app had stored 240 fds the next
+    launches failed 'Too many open files'."""
+    text = '[stacks.s.apps.a]\ncommand = ["x"]\ninstances = 4\nfd_store_max = 1024\n'
+    e = _check(text, Host(0, None, 0, 0, frozenset(), owner_nofile=300))
+    assert e is not None and (e.data["key"], e.data["line"]) == \
+        ("stacks.s.apps.a.instances", 3), e.data
+    assert "fd_store_max" in e.msg and "store fewer fds" in e.msg, e.msg
+    # 64 + 2 * (3 + 1 socket + 50 stored) = 172: exactly what the limit allows
+    text = ('[stacks.s.apps.a]\ncommand = ["x"]\ninstances = 2\nfd_store_max = 50\n'
+            '[stacks.s.apps.a.sockets.web]\nlisten = "127.0.0.1:1"\n')
+    assert _check(text, Host(0, None, 0, 0, frozenset(), owner_nofile=172)) is None
+    e = _check(text, Host(0, None, 0, 0, frozenset(), owner_nofile=171))
+    assert e is not None and e.data["key"] == "stacks.s.apps.a.instances", e.data
+    # no store: the same app fits in 64 + 2 * 4
+    assert _check(text.replace("fd_store_max = 50\n", ""),
+                  Host(0, None, 0, 0, frozenset(), owner_nofile=72)) is None
+
+
 def test_an_owner_out_of_descriptors_is_named_in_the_spawn_failure() -> None:
     import errno
 
