@@ -3,9 +3,10 @@ and which held sockets and fd stores to let go of.
 
 The owner holds the sockets (owner.sockets) and the fd stores (owner.fdstore); the backend
 only declares them in each launch and closes what the applied config no longer names,
-once no live launch uses it (:func:`sweep`). Everything it needs is in the owner's
-``sockets.list``, so a new backend generation (handoff or recovery) knows it without any
-checkpoint of its own.
+once no live launch uses it (:func:`sweep`): at the end of every operation, when a
+generation starts, and when a process ends that may have been the last user of such a
+socket (:func:`sweep_due`). Everything it needs is in the owner's ``sockets.list``, so a
+new backend generation (handoff or recovery) knows it without any checkpoint of its own.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import logging
 import os
 import socket
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from protocol.errors import Conflict, NotFound, TenureError
@@ -27,8 +29,8 @@ from .config_lines import KeyPath
 from .config_sockets import claims
 from .model import App, Config
 
-__all__ = ["CAPABILITY", "check_sockets", "held_key", "launch_sockets", "needs_sockets",
-           "retune", "retuned", "stale", "sweep"]
+__all__ = ["CAPABILITY", "Swept", "check_sockets", "held_key", "launch_sockets",
+           "needs_sockets", "retune", "retuned", "stale", "sweep", "sweep_due", "unnamed"]
 
 log = logging.getLogger("tenure.backend")
 
@@ -197,10 +199,42 @@ def stale(config: Config, held: list[dict[str, Any]], stores: list[dict[str, Any
     return sockets, sorted(set(out), key=str)
 
 
-async def sweep(owner: Any, epoch: int, config: Config) -> dict[str, int]:
+def unnamed(config: Config, app: App) -> list[str]:
+    """The keys of the sockets a launch of ``app`` was given that ``config`` no longer
+    names (its app gone from it, the socket removed or moved to another address): once
+    no live launch uses one, none ever will again."""
+    now = config.app(app.stack, app.name)
+    wanted = set() if now is None else {held_key(now, s.name, s.listen) for s in now.sockets}
+    return [k for k in (held_key(app, s.name, s.listen) for s in app.sockets)
+            if k not in wanted]
+
+
+def sweep_due(config: Config, ran: App, in_use: Collection[str]) -> bool:
+    """Whether the end of a process that ran ``ran`` may have freed a held socket that
+    ``config`` no longer names, so that a sweep now closes it: one of ``ran``'s own, or
+    one of its app's that the last sweep left because a launch used it (``in_use``: app
+    keys; a launch a former generation made, on an App this one never knew). Otherwise
+    the socket stayed held until the next operation ended, with nobody serving it:
+    connections queued and hung instead of being refused."""
+    return ran.key in in_use or bool(unnamed(config, ran))
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What a :func:`sweep` did: sockets closed, stored fds cleared, and the apps (keys)
+    of the stale sockets it left held (a live launch still used them, or the close
+    failed)."""
+
+    closed: int = 0
+    cleared: int = 0
+    in_use: frozenset[str] = frozenset()
+
+
+async def sweep(owner: Any, epoch: int, config: Config) -> Swept | None:
     """Close the held sockets and clear the fd stores ``config`` no longer names; a
-    socket a live launch still uses stays (the next sweep closes it). Returns counts.
-    Raises nothing but StaleEpoch (a newer generation owns the owner)."""
+    socket a live launch still uses stays (the sweep after that launch ended closes
+    it). Returns None, having done nothing, when the owner could not be listed. Raises
+    nothing but StaleEpoch (a newer generation owns the owner)."""
     from protocol.errors import StaleEpoch
     try:
         listing = await owner.call("sockets.list")
@@ -208,19 +242,22 @@ async def sweep(owner: Any, epoch: int, config: Config) -> dict[str, int]:
         raise
     except TenureError as exc:
         log.warning("sockets: cannot list what the owner holds: %s", exc)
-        return {"closed": 0, "cleared": 0}
+        return None
     sockets, stores = stale(config, listing["sockets"], listing["fd_store"])
+    app_of = {h["key"]: f"{h['stack']}/{h['app']}" for h in listing["sockets"]}
     closed = cleared = 0
+    in_use: set[str] = set()
     for key in sockets:
         try:
             r = await owner.call("sockets.close", {"key": key}, epoch=epoch)
             closed += int(bool(r["closed"]))
         except (Conflict, NotFound):
-            continue  # still in use: its app stops first
+            in_use.add(app_of[key])   # its app stops first; its end sweeps again
         except StaleEpoch:
             raise
         except TenureError as exc:
             log.warning("sockets: closing %s failed: %s", key, exc)
+            in_use.add(app_of[key])
     for stack, app, instance in stores:
         params: dict[str, Any] = {"stack": stack, "app": app}
         if instance is not None:
@@ -232,4 +269,4 @@ async def sweep(owner: Any, epoch: int, config: Config) -> dict[str, int]:
             raise
         except TenureError as exc:
             log.warning("fd store: clearing %s/%s failed: %s", stack, app, exc)
-    return {"closed": closed, "cleared": cleared}
+    return Swept(closed, cleared, frozenset(in_use))

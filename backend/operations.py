@@ -78,6 +78,7 @@ class OperationRunner:
         # in it: it ran what that one's config said, which no record here tells
         self.launched: dict[str, int] = {}
         sup.before_launch = self._launching
+        sup.applied = config   # a process's end sweeps the sockets this no longer names
 
     # -- admission --------------------------------------------------------------------
 
@@ -227,7 +228,8 @@ class OperationRunner:
                 pass  # abandoned meanwhile
             # the failed apply made its config the current one all the same: what it
             # no longer names is closed as well, once unused (a held socket nobody
-            # serves would queue connections instead of refusing them)
+            # serves would queue connections instead of refusing them); one an
+            # instance still uses goes when its process ends (Supervisor.applied)
             await self.sup.sweep_sockets(self.config())
         finally:
             self.tasks.pop(op_id, None)

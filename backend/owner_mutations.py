@@ -90,6 +90,9 @@ class OwnerMutations:
         # launch waits for it (docs/config.md, stop)
         self._left: dict[str, tuple[int, asyncio.Future[None]]] = {}
         self._calls: dict[object, tuple[str, str, float]] = {}   # in flight: what, key, since
+        # apps (keys) with a held socket the last sweep left because a launch used it
+        # while the config no longer named it: the end of their processes sweeps again
+        self._sockets_in_use: frozenset[str] = frozenset()
 
     @property
     def in_flight(self) -> int:
@@ -444,8 +447,18 @@ class OwnerMutations:
         except Exception:
             log.exception("sockets: the sweep failed")
             return
-        if any(done.values()):
-            log.info("sockets: closed %(closed)d, fd stores cleared %(cleared)d", done)
+        if done is None:
+            return
+        self._sockets_in_use = done.in_use
+        if done.closed or done.cleared:
+            log.info("sockets: closed %d, fd stores cleared %d", done.closed, done.cleared)
+
+    def process_ended(self, ran: App, config: Config) -> None:
+        """A process that ran ``ran`` ended: sweep now when that may have freed a held
+        socket ``config`` no longer names (backend.activation.sweep_due). Raises
+        nothing."""
+        if activation.sweep_due(config, ran, self._sockets_in_use):
+            self._spawn(self.sweep_sockets(config))
 
 
 def _last_run(inst: im.Instance) -> str | None:

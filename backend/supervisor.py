@@ -101,6 +101,9 @@ class Supervisor:
         # runs as an instance's launch is about to be sent (backend.operations: the
         # desired config's App is what a new process runs)
         self.before_launch: Callable[[str, im.Instance], None] = lambda key, inst: None
+        # the config applied (backend.operations: the desired one); None before there is
+        # one. The end of a process sweeps what of it this no longer names
+        self.applied: Callable[[], Config | None] = lambda: None
 
     @property
     def in_flight(self) -> int:
@@ -206,12 +209,16 @@ class Supervisor:
         taken: None) and follow it through: recorded as events, saved, its actions
         executed, waiters woken, what waited for its state looked at again."""
         was = Before(inst) if self.events is not None else None
-        launch_key = inst.launch_key
+        launch_key, ran, had_process = inst.launch_key, inst.app, inst.pid is not None
         actions = change()
         if self.events is not None and was is not None:
             transition_events(self.events, key, inst, event, was)
         if inst.launch_key != launch_key:   # its events are ignored (on_observation)
             self._drop_launch(key, launch_key)
+        if had_process and inst.pid is None and (config := self.applied()) is not None:
+            # exited or stopped (however it was told): it may have been the last user
+            # of a socket the config left, and a relaunch runs the config's own
+            self.mutations.process_ended(ran, config)
         self.by_launch[inst.launch_key] = key
         self.dirty.add(key)
         self.execute(key, actions)

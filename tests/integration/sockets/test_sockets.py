@@ -7,6 +7,8 @@ once its app stopped; stored fds come back after a restart."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import sys
 import threading
@@ -96,6 +98,17 @@ def held(cluster: Any) -> dict[str, dict[str, Any]]:
 
 def current_release(cluster: Any) -> str:
     return str(cluster.cli("backend", "status", check=True).out["selector"]["current"])
+
+
+def users(cluster: Any) -> dict[str, list[str]]:
+    """Address -> the launches using the socket the owner holds there."""
+    with cluster.owner() as c:
+        return {s["listen"]: s["used_by"] for s in c.call("sockets.list")["sockets"]}
+
+
+def launch_key(cluster: Any, key: str) -> str:
+    """The launch key of instance ``key``'s current process."""
+    return f"{key}/{cluster.apps()[key]['generation']}"
 
 
 def certified(cluster: Any) -> None:
@@ -244,6 +257,38 @@ def test_a_socket_move_that_fails_still_closes_the_address_the_config_left(clust
         res = cluster.cli("apply", plan["id"], "--wait")
         assert res.code != 0 and "Address already in use" in str(res.out), res
         assert [s["listen"] for s in held(cluster).values()] == [], held(cluster)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", old), timeout=5).close()
+
+
+def test_the_old_address_closes_when_its_last_instance_ends_after_a_failed_move(cluster):
+    """Was: a move of a socket's address failed on one instance (start limit), the other
+    kept the old socket; killed, it was relaunched on the new address outside any
+    operation, and the old socket stayed held with no user: connections to it were
+    accepted into its queue and hung instead of being refused."""
+    old, new = free_port(), free_port()
+    text = ('[stacks.s.apps.a]\ncommand = {}\ninstances = 2\n'
+            'ready = {{ kind = "delay", delay = 0.5 }}\n'
+            'start_limit = {{ burst = 2, interval = 60 }}\n'
+            '[stacks.s.apps.a.sockets.web]\nlisten = "127.0.0.1:{}"\n')
+    cluster.up(text.format('["sleep", "100000"]', old))
+    cluster.wait_ready(2)
+    fails_on_0 = json.dumps(["sh", "-c", 'if [ "$TENURE_INSTANCE" = 0 ]; then exit 3; fi; '
+                                         "exec sleep 100000"])
+    plan = cluster.cli("plan", "--config", str(cluster.write_config(
+        text.format(fails_on_0, new), "moved.toml")), check=True).out
+    res = cluster.cli("apply", plan["id"], "--wait")
+    assert res.code != 0, res
+    assert users(cluster) == {f"127.0.0.1:{old}": [launch_key(cluster, "s/a/1")],
+                              f"127.0.0.1:{new}": []}, users(cluster)
+
+    pid = cluster.apps()["s/a/1"]["pid"]
+    os.kill(pid, signal.SIGKILL)   # relaunched by its restart policy, on the new address
+    cluster.wait(lambda: cluster.apps()["s/a/1"]["ready"] and
+                 cluster.apps()["s/a/1"]["pid"] != pid, 30, "s/a/1 relaunched")
+    cluster.wait(lambda: f"127.0.0.1:{old}" not in users(cluster), 10,
+                 "the old socket closed")
+    assert users(cluster) == {f"127.0.0.1:{new}": [launch_key(cluster, "s/a/1")]}
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", old), timeout=5).close()
 
