@@ -48,8 +48,15 @@ def test_what_an_exited_leader_left_running_is_stopped(cluster):
     assert running(*second) and cluster.apps()["s/roll/0"]["restarts"] == 1
 
 
-STUBBORN = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "time.sleep(1000)")
+def stubborn(kid: Path) -> str:
+    """sh that starts, in a session of its own, a child that ignores SIGTERM and then
+    writes its pid to ``kid``, and waits (10 s at most) until it did. Was: the leader
+    wrote the pid itself and exited 0.3 s later; on a loaded machine the child's python
+    had not ignored SIGTERM yet when the stop of the leftovers came, and died at once."""
+    code = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "open(sys.argv[1], chr(119)).write(str(os.getpid())); time.sleep(1000)")
+    return (f"setsid python3 -c '{code}' {kid} & i=0; "
+            f"while [ ! -s {kid} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done")
 
 
 def test_a_restart_waits_until_what_the_last_run_left_is_stopped(cluster):
@@ -58,8 +65,8 @@ def test_a_restart_waits_until_what_the_last_run_left_is_stopped(cluster):
     restarting with nothing said of it, though docs/config.md promised nothing of the
     old run is left."""
     kid, first = cluster.home / "kid.pid", cluster.home / "first"
-    script = (f"if [ ! -e {first} ]; then touch {first}; setsid python3 -c '{STUBBORN}' & "
-              f"echo $! > {kid}; fi; sleep 0.3; exit 1")
+    script = (f"if [ ! -e {first} ]; then touch {first}; {stubborn(kid)}; fi; "
+              "sleep 0.3; exit 1")
     # the wait lasts the stop of the leftovers: 4 s, for a loaded machine's polls to see
     cluster.up(app("stub", script, "on-failure")
                + "backoff = { initial = 0.1, max = 0.1 }\nstop = { timeout = 4 }\n")
@@ -85,7 +92,7 @@ def test_a_stop_returns_once_what_the_last_run_left_is_stopped(cluster):
     """`tenure stop` of an instance that had exited returned at once, `stopped`, while
     its leader's child still ran."""
     kid = cluster.home / "kid.pid"
-    script = f"setsid python3 -c '{STUBBORN}' & echo $! > {kid}; sleep 0.3; exit 0"
+    script = f"{stubborn(kid)}; sleep 0.3; exit 0"
     cluster.up(app("stub", script, "never") + "stop = { timeout = 2 }\n")
     pid, ticks = child(kid, cluster)
     cluster.wait(lambda: cluster.apps()["s/stub/0"]["detail"] == "exited", 30, "the exit")
@@ -104,8 +111,8 @@ def test_a_stop_or_restart_during_the_wait_runs_no_untracked_copy(cluster, comma
     (status said `stopped`; only `tenure down` ended it). `tenure restart` there ran
     two copies."""
     kid, first = cluster.home / "kid.pid", cluster.home / "first"
-    script = (f"if [ ! -e {first} ]; then touch {first}; setsid python3 -c '{STUBBORN}' & "
-              f"echo $! > {kid}; sleep 0.3; exit 1; fi; exec sleep 100023")
+    script = (f"if [ ! -e {first} ]; then touch {first}; {stubborn(kid)}; sleep 0.3; "
+              "exit 1; fi; exec sleep 100023")
     # the wait lasts the stop of the leftovers: 4 s, for a loaded machine's polls to see
     cluster.up(app("stub", script, "on-failure")
                + "backoff = { initial = 0.1, max = 0.1 }\nstop = { timeout = 4 }\n")
