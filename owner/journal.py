@@ -79,6 +79,7 @@ from .journalretention import (
     load_budgets,
     save_budgets,
 )
+from .journalsource import LogSource, check_int, check_name
 from .journalvacuum import GiveBack
 from .logqueue import FairQueue, Queued
 
@@ -88,7 +89,7 @@ __all__ = [
     "STREAMS",
     "Journal",
     "LogRecord",
-    "LogSource",
+    "LogSource",   # owner.journalsource; named here with the Journal that takes it
     "Page",
     "check_schema",
 ]
@@ -113,38 +114,6 @@ IDLE_RETRY_MAX_S: Final = 60.0
 IDLE_RETRY_S, the wait doubling up to IDLE_RETRY_MAX_S (owner.journalckpt)."""
 
 BatchHook = Callable[[int], None]
-
-
-def _check_name(what: str, value: object) -> str:
-    if not isinstance(value, str) or not value or "\x00" in value:
-        raise BadRequest(f"{what} must be a non-empty string without NUL", {"field": what})
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadRequest(f"{what} is not valid UTF-8", {"field": what}) from None
-    return value
-
-
-def _check_int(what: str, value: object, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise BadRequest(f"{what} must be an int >= {minimum}", {"field": what})
-    return value
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class LogSource:
-    """Who wrote a line. Raises ``BadRequest`` on malformed fields."""
-
-    stack: str
-    app: str
-    instance: int
-    generation: int
-
-    def __post_init__(self) -> None:
-        _check_name("stack", self.stack)
-        _check_name("app", self.app)
-        _check_int("instance", self.instance)
-        _check_int("generation", self.generation)
 
 
 @dataclasses.dataclass(slots=True)
@@ -183,9 +152,9 @@ class Journal:
         ``BadRequest`` (bad limits).
         """
         self._path = os.fspath(path)
-        self._queue_max = _check_int("queue_bytes", queue_bytes, 1)
-        self._retention = _check_int("retention_bytes_per_app", retention_bytes_per_app, 1)
-        self._batch_rows = _check_int("batch_rows", batch_rows, 1)
+        self._queue_max = check_int("queue_bytes", queue_bytes, 1)
+        self._retention = check_int("retention_bytes_per_app", retention_bytes_per_app, 1)
+        self._batch_rows = check_int("batch_rows", batch_rows, 1)
         self._budgets: dict[tuple[str, str], int] = {}   # set per app (journalretention)
         self._clock = clock
         self._before_batch = before_batch
@@ -614,8 +583,8 @@ class Journal:
         from any thread. Raises ``BadRequest`` (a malformed name, a budget out of
         [MIN_RETENTION, MAX_RETENTION]), ``ShuttingDown`` (a closed journal) and
         ``StorageFailed`` (the transaction failed: nothing changed)."""
-        checked = {(_check_name("stack", st), _check_name("app", app)):
-                   _check_int("budget", n, MIN_RETENTION) for (st, app), n in budgets.items()}
+        checked = {(check_name("stack", st), check_name("app", app)):
+                   check_int("budget", n, MIN_RETENTION) for (st, app), n in budgets.items()}
         if any(n > MAX_RETENTION for n in checked.values()):
             raise BadRequest(f"a log budget is at most {MAX_RETENTION} bytes")
         if any("/" in st + app for st, app in checked):
@@ -647,8 +616,8 @@ class Journal:
         too. Returns how many lines went: 0 when none were left. Safe from any thread.
         Raises ``BadRequest`` (a malformed source), ``ShuttingDown`` (a closed journal) and
         ``StorageFailed`` (the transaction failed: nothing was deleted)."""
-        checked = [(_check_name("stack", st), _check_name("app", app),
-                    _check_int("instance", inst)) for st, app, inst in sources]
+        checked = [(check_name("stack", st), check_name("app", app),
+                    check_int("instance", inst)) for st, app, inst in sources]
         return self._forget("forgetting sources", lambda conn: checked, timeout)
 
     def forget_apps(self, apps: Sequence[tuple[str, str]], timeout: float = 30.0) -> int:
@@ -656,7 +625,7 @@ class Journal:
         the marks of what retention pruned of it, one transaction per app (the writer
         goes on between two: an app holds at most its budget). Raises as :meth:`forget`,
         StorageFailed naming the app where it stopped (those before it are gone)."""
-        checked = [(_check_name("stack", st), _check_name("app", app)) for st, app in apps]
+        checked = [(check_name("stack", st), check_name("app", app)) for st, app in apps]
         deleted = 0
         for one in checked:
             deleted += self._forget(f"forgetting {one[0]}/{one[1]}",
@@ -764,17 +733,17 @@ class Journal:
         ``ShuttingDown`` for a closed journal and ``StateCorrupt`` for a damaged page or
         row it meets (a field of the wrong type, a text that is not UTF-8).
         """
-        _check_int("after_id", after_id)
-        limit = min(_check_int("limit", limit, 1), READ_LIMIT_MAX)
+        check_int("after_id", after_id)
+        limit = min(check_int("limit", limit, 1), READ_LIMIT_MAX)
         if max_bytes is not None:
-            _check_int("max_bytes", max_bytes, 1)
-        flt = Filters(None if stack is None else _check_name("stack", stack),
-                      None if app is None else _check_name("app", app),
-                      None if instance is None else _check_int("instance", instance),
+            check_int("max_bytes", max_bytes, 1)
+        flt = Filters(None if stack is None else check_name("stack", stack),
+                      None if app is None else check_name("app", app),
+                      None if instance is None else check_int("instance", instance),
                       stream)
         flt.sql()  # refuses a bad stream before anything is read
         if tail is not None:
-            _check_int("tail", tail)
+            check_int("tail", tail)
         with self._rlock:
             return read_at(self._reader(), after_id, limit, max_bytes, flt, tail,
                            self._pruned, path=self._path)

@@ -21,7 +21,7 @@ import collections
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from .journal import LogSource
+    from .journalsource import LogSource
 
 __all__ = ["APPEND_OVERHEAD", "LINE_OVERHEAD", "FairQueue", "Queued"]
 

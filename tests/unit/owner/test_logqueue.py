@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from owner.journal import LogSource
+from owner.journalsource import LogSource
 from owner.linesplit import LineSplitter
 from owner.logqueue import FairQueue, fit
 
