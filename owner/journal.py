@@ -25,8 +25,6 @@ those of whole apps (owner.journalforget).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import logging
 import math
@@ -37,49 +35,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
-from protocol.errors import BadRequest, ShuttingDown, StorageFailed
+from protocol.errors import BadRequest, ShuttingDown
 from protocol.seldom import Seldom
 
 from . import memtrim
 from .appcounts import AppCounts
 from .journalckpt import COMMIT_FRAMES, Checkpointer, checkpoint, frames_for, truncate
-from .journaldb import (
-    FORMAT_VERSION,
-    check_schema,
-    connect,
-    insert_rows,
-    on_disk,
-    open_private,
-    open_writer,
-    record_cost,
-)
-from .journalforget import (
-    APPS_PAGE,
-    AppLines,
-    Source,
-    app_sources,
-    apps_kept,
-    forget_sources,
-)
+from .journaldb import FORMAT_VERSION, check_schema, connect, on_disk, open_private
+from .journalforget import APPS_PAGE, AppLines, Source, app_sources, apps_kept
 from .journalhealth import WriteHealth
-from .journalpruned import Pruned
-from .journalread import (
-    STREAMS,
-    Filters,
-    LogRecord,
-    Page,
-    damage,
-    read_at,
-    refuse_damage,
-)
-from .journalretention import (
-    MAX_RETENTION,
-    MIN_RETENTION,
-    cut_extent,
-    load_budgets,
-    save_budgets,
-)
+from .journalread import STREAMS, Filters, LogRecord, Page, read_at, refuse_damage
+from .journalretention import MAX_RETENTION, MIN_RETENTION
 from .journalsource import LogSource, check_int, check_name
+from .journaltables import Tables
 from .journalvacuum import GiveBack
 from .logqueue import FairQueue, Queued
 
@@ -106,25 +74,12 @@ BATCH_BYTES: Final = 4 << 20
 """Data a batch takes at most, besides its last append (one read of a pipe, <= 64 KiB):
 one commit writes about this much WAL, which the WAL's cap must leave room for
 (owner.journalckpt.BATCH_FRAMES); 4096 lines of 16 KiB would be 64 MiB."""
-EXTENT_GAP: Final = 4096
-"""Start a new extent when more than this many foreign ids lie since the app's last row."""
 IDLE_RETRY_S: Final = 1.0
 IDLE_RETRY_MAX_S: Final = 60.0
 """An idle truncate of a long WAL that was in a reader's way is tried again after
 IDLE_RETRY_S, the wait doubling up to IDLE_RETRY_MAX_S (owner.journalckpt)."""
 
 BatchHook = Callable[[int], None]
-
-
-@dataclasses.dataclass(slots=True)
-class _App:
-    """Writer bookkeeping for one (stack, app); touched only under ``_wlock``."""
-
-    record_cost: int   # what each of its records costs the budget besides its data
-    total: int = 0     # its records' data and costs: what its budget bounds
-    first: int = 0     # open extent; first == 0 means none
-    last: int = 0
-    bytes: int = 0
 
 
 class Journal:
@@ -153,29 +108,18 @@ class Journal:
         """
         self._path = os.fspath(path)
         self._queue_max = check_int("queue_bytes", queue_bytes, 1)
-        self._retention = check_int("retention_bytes_per_app", retention_bytes_per_app, 1)
+        retention = check_int("retention_bytes_per_app", retention_bytes_per_app, 1)
         self._batch_rows = check_int("batch_rows", batch_rows, 1)
-        self._budgets: dict[tuple[str, str], int] = {}   # set per app (journalretention)
         self._clock = clock
         self._before_batch = before_batch
         self._after_backlog = after_backlog
         open_private(self._path)
-        self._wconn = open_writer(self._path)
+        self._give_back = GiveBack()   # free pages back to the disk (owner.journalvacuum)
+        # the writer's connection, ids, per-app totals and budgets (owner.journaltables)
+        self._tables = Tables(self._path, retention, self._give_back)
         self._rconn: sqlite3.Connection | None = None
         self._rlock = threading.Lock()
-        self._wlock = threading.Lock()  # the writer connection: a batch, or a forget
         self._ckpt_trouble = Seldom(CKPT_SAY_EVERY)   # the writer's failed checkpoints
-        self._apps: dict[tuple[str, str], _App] = {}
-        self._pruned = Pruned()   # what retention deleted, for readers behind it
-        self._next_id = 1
-        self._last_id = 0   # highest id committed, for last_id (set by the writer only)
-        try:
-            with refuse_damage(self._path):
-                self._load_state()
-                self._pruned.load(self._wconn)   # what was pruned before this open
-        except BaseException:
-            self._wconn.close()
-            raise
         self._cond = threading.Condition(threading.Lock())
         self._queue = FairQueue(self._queue_max)
         self._seq = 0  # sequence number of the last accepted append
@@ -189,26 +133,8 @@ class Journal:
         self._written_by_app = AppCounts(2)    # lines, data bytes
         self.health = WriteHealth()   # whether writes work (owner.journalhealth)
         self._ckpt = Checkpointer(lambda: connect(self._path))
-        self._give_back = GiveBack()   # free pages back to the disk (owner.journalvacuum)
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
-
-    # -- opening ---------------------------------------------------------------------
-
-    def _load_state(self) -> None:
-        """Rebuild next id and per-app totals from the committed tables (writer side)."""
-        conn = self._wconn
-        row = conn.execute("SELECT value FROM meta WHERE key='next_id'").fetchone()
-        stored = row[0] if row and isinstance(row[0], int) else 1
-        (top,) = conn.execute("SELECT COALESCE(MAX(id), 0) FROM records").fetchone()
-        self._next_id = max(stored, top + 1, 1)
-        self._last_id = self._next_id - 1   # as committed: the state was just read back
-        self._budgets = load_budgets(conn)
-        self._apps = {
-            (stack, app): _App(record_cost(stack, app), total=total)
-            for stack, app, total in conn.execute(
-                "SELECT stack, app, SUM(bytes) FROM extents GROUP BY stack, app")
-        }
 
     # -- producer side -----------------------------------------------------------------
 
@@ -341,8 +267,8 @@ class Journal:
                 self._rconn.close()
                 self._rconn = None
         if not self._thread.is_alive():
-            with self._wlock:
-                self._wconn.close()
+            with self._tables.lock:
+                self._tables.conn.close()
 
     def __enter__(self) -> Journal:
         return self
@@ -397,7 +323,7 @@ class Journal:
         IDLE_RETRY_S and doubling to IDLE_RETRY_MAX_S; None once it was. Free pages are
         given back first (owner.journalvacuum); the truncate that empties the WAL then
         cuts the file to its pages."""
-        if self._give_back.run(self._wconn, self._wlock, self._busy, self._wrote):
+        if self._give_back.run(self._tables.conn, self._tables.lock, self._busy, self._wrote):
             self._ckpt.shrunk()
         if not self._ckpt.idle():
             return None
@@ -421,8 +347,8 @@ class Journal:
         the backlog's peak when this emptied the queue (FairQueue.written), else 0."""
         if self._before_batch is not None:
             self._before_batch(sum(len(item.lines) for item in batch))
-        with self._wlock:
-            error = self._write_batch(batch)
+        with self._tables.lock:
+            error = self._tables.write(batch)
         if error is None:   # before a flush waiting for this batch returns
             self.health.succeeded()
         with self._cond:
@@ -450,9 +376,9 @@ class Journal:
                         ) -> None:
         """The writer's own checkpoint (``how``: journalckpt.checkpoint or truncate),
         reported to the checkpointer; a failure is logged and left to the next one."""
-        with self._wlock:
+        with self._tables.lock:
             try:
-                result = how(self._wconn)
+                result = how(self._tables.conn)
             except sqlite3.Error as exc:   # said at the first of a streak, then every
                 if self._ckpt_trouble.due():   # CKPT_SAY_EVERY (it was one a batch, 20/s)
                     log.warning("journal checkpoint failed: %s", exc)
@@ -461,115 +387,10 @@ class Journal:
             log.warning("journal checkpoints work again")
         self._ckpt.checkpointed(*result, truncated=how is truncate)
 
-    def _write_batch(self, batch: list[Queued]) -> sqlite3.Error | None:
-        """Write one batch in one transaction; returns the error that lost it, if any."""
-        conn = self._wconn
-        next_id = self._next_id
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            touched: set[tuple[str, str]] = set()
-            for item in batch:
-                key = self._insert(conn, item)
-                touched.add(key)
-                if self._apps[key].total > self._limit(key):
-                    # Pruned as the batch goes, not after it: the pages freed are
-                    # reused by the rest of the batch, so journal.db never holds a
-                    # batch on top of the budget (a flood's batch is 4 MiB, a budget 1).
-                    self._save_extent(conn, key)
-                    self._prune(conn, key)
-            for key in touched:
-                self._save_extent(conn, key)
-            conn.execute("UPDATE meta SET value=? WHERE key='next_id'", (self._next_id,))
-            self._pruned.commit(conn)
-            self._last_id = self._next_id - 1
-        except sqlite3.Error as exc:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            self._pruned.discard()
-            self._next_id = next_id
-            with contextlib.suppress(sqlite3.Error):
-                self._load_state()
-            return exc
-        return None
-
-    def _insert(self, conn: sqlite3.Connection, item: Queued) -> tuple[str, str]:
-        """Insert one append's lines with ids next_id.. and account them to their app."""
-        source, lines, flags, data_bytes = item.source, item.lines, item.flags, item.data_bytes
-        first = self._next_id
-        ts = float(item.ts)
-        # The columns that are the same on every row are bound once per statement (?1-?6)
-        # and reused by every row of a multi-row INSERT.
-        head = [first, ts if math.isfinite(ts) else 0.0, source.stack, source.app,
-                source.instance, source.generation, item.stream]
-        insert_rows(conn, head, lines, flags)
-        last = first + len(lines) - 1
-        self._next_id = last + 1
-        key = (source.stack, source.app)
-        app = self._apps.get(key)
-        if app is None:
-            app = self._apps[key] = _App(record_cost=record_cost(*key))
-        cost = data_bytes + len(lines) * app.record_cost
-        app.total += cost
-        if app.first and first - app.last <= EXTENT_GAP and \
-                app.bytes < max(self._limit(key) // 32, 1):   # 32 extents to a budget
-            app.last = last
-            app.bytes += cost
-        else:
-            if app.first:
-                self._save_extent(conn, key)  # closing it: the batch end saves only open ones
-            app.first, app.last, app.bytes = first, last, cost
-        self._pruned.wrote(key, app.first, (source.instance, item.stream), last)
-        return key
-
-    def _save_extent(self, conn: sqlite3.Connection, key: tuple[str, str]) -> None:
-        app = self._apps[key]
-        conn.execute(
-            "INSERT INTO extents(stack, app, first_id, last_id, bytes) VALUES (?,?,?,?,?)"
-            " ON CONFLICT(stack, app, first_id) DO UPDATE"
-            " SET last_id=excluded.last_id, bytes=excluded.bytes",
-            (key[0], key[1], app.first, app.last, app.bytes))
-
-    def _prune(self, conn: sqlite3.Connection, key: tuple[str, str]) -> None:
-        """Delete the app's oldest extents until its total fits the retention limit."""
-        self._give_back.freed()
-        app, limit = self._apps[key], self._limit(key)
-        while app.total > limit:
-            oldest = conn.execute(
-                "SELECT first_id, last_id, bytes FROM extents WHERE stack=? AND app=?"
-                " ORDER BY first_id LIMIT 64", key).fetchall()
-            if not oldest:
-                app.total = 0
-                break
-            for first, last, nbytes in oldest:
-                if app.total <= limit:
-                    break
-                if app.total - nbytes < limit and nbytes > 2 * max(limit // 32, 1):
-                    # an extent of a larger budget: cut its head, not all of it
-                    gone, starts = cut_extent(conn, key, first, last, app.total - limit,
-                                              self._pruned.note_range)
-                    self._pruned.moved(key, first, starts)
-                    app.total -= gone
-                    if first == app.first:   # the open extent now starts there (0: gone)
-                        app.first, app.bytes = starts, app.bytes - gone
-                        app.last = app.last if starts else 0
-                    break
-                self._pruned.note_extent(conn, key, first, last)
-                conn.execute("DELETE FROM records WHERE id BETWEEN ? AND ? AND stack=?"
-                             " AND app=?", (first, last, *key))
-                conn.execute("DELETE FROM extents WHERE stack=? AND app=? AND first_id=?",
-                             (*key, first))
-                app.total -= nbytes
-                if first == app.first:
-                    app.first = app.last = app.bytes = 0
-
-    def _limit(self, key: tuple[str, str]) -> int:
-        """The bytes app ``key`` keeps: its own budget, or the journal's default."""
-        return self._budgets.get(key, self._retention)
-
     def retention(self) -> tuple[int, dict[tuple[str, str], int]]:
         """The default budget, and the apps' own (journalretention)."""
-        with self._wlock:
-            return self._retention, dict(self._budgets)
+        with self._tables.lock:
+            return self._tables.retention()
 
     def set_retention(self, budgets: Mapping[tuple[str, str], int],
                       keep_unnamed: bool = False) -> None:
@@ -589,26 +410,9 @@ class Journal:
             raise BadRequest(f"a log budget is at most {MAX_RETENTION} bytes")
         if any("/" in st + app for st, app in checked):
             raise BadRequest("a stack or app name with a budget has no '/'")
-
-        def work(conn: sqlite3.Connection) -> None:
-            self._budgets = self._budgets_after(checked, keep_unnamed)
-            save_budgets(conn, self._budgets)
-            for key in [k for k, a in self._apps.items() if a.total > self._limit(k)]:
-                self._prune(conn, key)
-        self._maintain("setting log budgets", work)
+        self._maintain("setting log budgets",
+                       lambda conn: self._tables.set_budgets(conn, checked, keep_unnamed))
         self._wake_writer()
-
-    def _budgets_after(self, named: Mapping[tuple[str, str], int], keep_unnamed: bool
-                       ) -> dict[tuple[str, str], int]:
-        """The budgets ``set_retention(named, keep_unnamed)`` leaves (under ``_wlock``):
-        the named ones but the default, and with ``keep_unnamed`` the stored one of each
-        app not named that has lines. The backend names only the apps of its config
-        (backend.logbudgets); forgetting one that was taken out with a budget of its own
-        would give its lines the default at once, pruning them before
-        ``removed_app_logs_days``."""
-        left = {key: n for key, n in self._budgets.items() if key not in named
-                and key in self._apps and self._apps[key].total > 0} if keep_unnamed else {}
-        return left | {key: n for key, n in named.items() if n != self._retention}
 
     def forget(self, sources: Sequence[tuple[str, str, int]], timeout: float = 30.0) -> int:
         """Delete every line of each ``(stack, app, instance)`` in one transaction (see
@@ -649,14 +453,8 @@ class Journal:
     def _forget(self, what: str, sources_of: Callable[[sqlite3.Connection], list[Source]],
                 timeout: float) -> int:
         self.flush(timeout)
-
-        def work(conn: sqlite3.Connection) -> int:
-            sources = sources_of(conn)
-            self._pruned.forgot((st, app) for st, app, _ in sources)
-            self._pruned.unmark(conn, sources)
-            self._give_back.freed()
-            return forget_sources(conn, sources)
-        deleted = self._maintain(what, work)
+        deleted = self._maintain(what,
+                                 lambda conn: self._tables.forget(conn, sources_of(conn)))
         self._ckpt.ask()  # a delete may rewrite many pages
         self._wake_writer()
         return deleted
@@ -668,28 +466,13 @@ class Journal:
 
     def _maintain(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(conn)`` in one transaction of the writer's connection, between two
-        batches: committed whole, or on an error not at all (StorageFailed naming
-        ``what``, or StateCorrupt for damage it read: owner.journalread.damage); the
-        per-app state is reloaded as committed either way. Raises
-        ShuttingDown on a closed journal (the owner is stopping)."""
-        with self._wlock:
+        batches (owner.journaltables.Tables.maintain: committed whole, or not at all).
+        Raises ShuttingDown on a closed journal (the owner is stopping), else as
+        Tables.maintain."""
+        with self._tables.lock:
             if self._closed:
                 raise ShuttingDown("journal is closed")
-            conn = self._wconn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                result = work(conn)
-                self._pruned.commit(conn)
-                return result
-            except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                self._pruned.discard()
-                raise damage(exc, self._path) or StorageFailed(
-                    f"journal: {what} failed: {exc}", {"path": self._path}) from None
-            finally:
-                with contextlib.suppress(sqlite3.Error):
-                    self._load_state()   # budgets and per-app totals as committed
+            return self._tables.maintain(what, work)
 
     # -- readers -------------------------------------------------------------------------
 
@@ -710,7 +493,7 @@ class Journal:
         """
         if self._closed:
             raise ShuttingDown("journal is closed")
-        return self._last_id
+        return self._tables.last_id
 
     def read(self, after_id: int, limit: int, *, stack: str | None = None,
              app: str | None = None, instance: int | None = None,
@@ -746,7 +529,7 @@ class Journal:
             check_int("tail", tail)
         with self._rlock:
             return read_at(self._reader(), after_id, limit, max_bytes, flt, tail,
-                           self._pruned, path=self._path)
+                           self._tables.pruned, path=self._path)
 
     @property
     def path(self) -> str:

@@ -37,17 +37,17 @@ __all__ = ["DISK_FULL", "GuardianKey", "OwnerProcess", "fill_journal", "journal_
 # .../journal-full exists, so does every write of log lines.
 DISK_FULL = """
 import os, sqlite3
-from owner import journal, store
+from owner import journaltables, store
 
 def _marked(marker):
     return os.path.exists(os.path.join(os.environ["TENURE_TEST_HOME"], marker))
 
-_insert = journal.Journal._insert
+_insert = journaltables.Tables._insert
 def _journal_insert(self, conn, item):
     if _marked("journal-full"):
         raise sqlite3.OperationalError("database or disk is full")
     return _insert(self, conn, item)
-journal.Journal._insert = _journal_insert
+journaltables.Tables._insert = _journal_insert
 
 def _failing(name, marker="disk-full"):
     real = getattr(store.OwnerStore, name)

@@ -80,7 +80,7 @@ def test_a_disk_that_fills_during_the_start_is_storage_failed_not_internal(
 
 
 # The owner's records are made; the disk is full when its journal is created.
-FULL_AT_JOURNAL = full_during("journal.open_writer", "0")
+FULL_AT_JOURNAL = full_during("journaltables.open_writer", "0")
 
 
 def test_a_journal_the_disk_cannot_take_is_storage_failed_not_corrupt(short_home: Path):

@@ -18,13 +18,13 @@ from owner.testing import GuardianKey, OwnerProcess
 
 HOLD_WRITES = """
 import os, time
-from owner import journal
-_insert = journal.Journal._insert
+from owner import journaltables
+_insert = journaltables.Tables._insert
 def _held(self, conn, item):
     while os.path.exists(os.path.join(os.environ["TENURE_TEST_HOME"], "hold-writes")):
         time.sleep(0.01)
     return _insert(self, conn, item)
-journal.Journal._insert = _held
+journaltables.Tables._insert = _held
 """
 MIB = 1 << 20
 FLOOD = 64   # MiB written by the app, in lines of 16 KiB (the journal's record size)

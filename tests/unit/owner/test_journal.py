@@ -452,7 +452,7 @@ def test_an_app_holding_the_most_loses_its_own_lines_not_others(tmp_path: Path) 
 
 def test_every_journal_connection_has_a_bounded_page_cache(journal: Journal) -> None:
     journal.last_id()  # opens the reader connection
-    for conn in (journal._wconn, journal._reader()):
+    for conn in (journal._tables.conn, journal._reader()):
         assert conn.execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB
 
 
@@ -484,7 +484,7 @@ def test_checkpointer_copies_the_wal_and_keeps_it_short(tmp_path: Path,
     small_wal_limits(monkeypatch)
     path = tmp_path / "journal.db"
     with Journal(path, retention_bytes_per_app=1 << 30) as j:
-        assert j._wconn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        assert j._tables.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
         empty = path.stat().st_size
         write_batches(j, 500)  # about 4000 frames
         assert j._ckpt.wait_idle(timeout=30)

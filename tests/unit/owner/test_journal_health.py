@@ -12,6 +12,7 @@ import pytest
 
 from owner.journal import Journal, LogSource
 from owner.journalhealth import WriteHealth
+from owner.journaltables import Tables
 
 FULL = sqlite3.OperationalError("database or disk is full")
 
@@ -65,14 +66,14 @@ def test_the_journal_reports_failed_writes_through_its_health(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     full = True
-    real = Journal._insert
+    real = Tables._insert
 
-    def insert(self: Journal, conn: sqlite3.Connection, item: object) -> tuple[str, str]:
+    def insert(self: Tables, conn: sqlite3.Connection, item: object) -> tuple[str, str]:
         if full:
             raise FULL
         return real(self, conn, item)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Journal, "_insert", insert)
+    monkeypatch.setattr(Tables, "_insert", insert)
     src = LogSource("s", "a", 0, 1)
     with caplog.at_level(logging.WARNING, "tenure.owner.journal"), \
             Journal(tmp_path / "journal.db") as j:
@@ -94,10 +95,10 @@ def test_a_failed_batch_is_counted_dropped_before_the_failure_shows(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The owner's status reads the failure, then the dropped counts: a reader must
     never find a failure whose lines are not counted yet (seen as a missing key)."""
-    def insert(self: Journal, conn: sqlite3.Connection, item: object) -> tuple[str, str]:
+    def insert(self: Tables, conn: sqlite3.Connection, item: object) -> tuple[str, str]:
         raise FULL
 
-    monkeypatch.setattr(Journal, "_insert", insert)
+    monkeypatch.setattr(Tables, "_insert", insert)
     src = LogSource("s", "a", 0, 1)
     seen: list[tuple[int, int]] = []
     with Journal(tmp_path / "journal.db") as j:
