@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import sqlite3
 import threading
@@ -39,17 +38,17 @@ from protocol.errors import BadRequest, ShuttingDown
 from protocol.seldom import Seldom
 
 from . import memtrim
-from .appcounts import AppCounts
 from .journalckpt import COMMIT_FRAMES, Checkpointer, checkpoint, frames_for, truncate
 from .journaldb import FORMAT_VERSION, check_schema, connect, on_disk, open_private
 from .journalforget import APPS_PAGE, AppLines, Source, app_sources, apps_kept
 from .journalhealth import WriteHealth
+from .journalintake import Intake
 from .journalread import STREAMS, Filters, LogRecord, Page, read_at, refuse_damage
 from .journalretention import MAX_RETENTION, MIN_RETENTION
 from .journalsource import LogSource, check_int, check_name
 from .journaltables import Tables
 from .journalvacuum import GiveBack
-from .logqueue import FairQueue, Queued
+from .logqueue import Queued
 
 __all__ = [
     "FORMAT_VERSION",
@@ -107,7 +106,7 @@ class Journal:
         ``BadRequest`` (bad limits).
         """
         self._path = os.fspath(path)
-        self._queue_max = check_int("queue_bytes", queue_bytes, 1)
+        queue_max = check_int("queue_bytes", queue_bytes, 1)
         retention = check_int("retention_bytes_per_app", retention_bytes_per_app, 1)
         self._batch_rows = check_int("batch_rows", batch_rows, 1)
         self._clock = clock
@@ -120,18 +119,9 @@ class Journal:
         self._rconn: sqlite3.Connection | None = None
         self._rlock = threading.Lock()
         self._ckpt_trouble = Seldom(CKPT_SAY_EVERY)   # the writer's failed checkpoints
-        self._cond = threading.Condition(threading.Lock())
-        self._queue = FairQueue(self._queue_max)
-        self._seq = 0  # sequence number of the last accepted append
-        self._writing: int | None = None  # oldest sequence number in the writer's batch
-        self._writer_idle = False
-        self._stopping = False
-        self._closed = False
-        self._overflow: dict[LogSource, int] = {}
-        self._overflow_total = 0
-        self._dropped_by_app = AppCounts(1)    # lines (owner.appcounts: bounded)
-        self._written_by_app = AppCounts(2)    # lines, data bytes
         self.health = WriteHealth()   # whether writes work (owner.journalhealth)
+        # the queue to the writer thread, and what was written and dropped (journalintake)
+        self._intake = Intake(queue_max, self.health)
         self._ckpt = Checkpointer(lambda: connect(self._path))
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
@@ -165,40 +155,13 @@ class Journal:
         if not lines:
             return 0
         ts = self._clock()
-        with self._cond:
-            if self._closed:
-                self._count_lost_locked(source, len(lines))
-                return 0
-            accepted, lost, evicted = self._queue.offer(source, stream, ts, lines,
-                                                        self._seq + 1, flags)
-            for src, n in lost.items():
-                self._count_lost_locked(src, n)
-            if evicted:
-                self._cond.notify_all()  # a flush may have waited for what was dropped
-            if not accepted:
-                return 0
-            self._seq += 1
-            if self._writer_idle:
-                self._cond.notify()
-        return accepted
-
-    def _count_lost_locked(self, source: LogSource, n: int) -> None:
-        if n:
-            self._overflow[source] = self._overflow.get(source, 0) + n
-            self._overflow_total += n
-            self._dropped_by_app.add((source.stack, source.app), n)
-
-    def _count_written_locked(self, batch: list[Queued]) -> None:
-        for item in batch:
-            self._written_by_app.add((item.source.stack, item.source.app),
-                                     len(item.lines), item.data_bytes)
+        return self._intake.offer(source, stream, ts, lines, flags)
 
     def written_by_app(self) -> dict[tuple[str, str], tuple[int, ...]]:
         """(lines, data bytes) committed per (stack, app) since this Journal opened (never
         reset; pruning and forgetting do not take them back; the apps of the last
         owner.appcounts.APPS_MAX counted)."""
-        with self._cond:
-            return self._written_by_app.sums()
+        return self._intake.written_by_app()
 
     def size_bytes(self) -> int:
         """Bytes the journal takes on disk: the database and its WAL. Raises nothing."""
@@ -207,20 +170,16 @@ class Journal:
     def dropped_by_app(self) -> dict[tuple[str, str], int]:
         """Lines dropped per (stack, app) since this Journal opened (never reset; the
         apps of the last owner.appcounts.APPS_MAX counted)."""
-        with self._cond:
-            return {app: n for app, (n,) in self._dropped_by_app.sums().items()}
+        return self._intake.dropped_by_app()
 
     def take_overflow(self) -> dict[LogSource, int]:
         """Return and reset the per-source dropped-line counts not reported yet."""
-        with self._cond:
-            taken, self._overflow = self._overflow, {}
-        return taken
+        return self._intake.take_overflow()
 
     @property
     def overflow_total(self) -> int:
         """Lines dropped (queue full, closed, or write failure) since this Journal opened."""
-        with self._cond:
-            return self._overflow_total
+        return self._intake.overflow_total
 
     @property
     def checkpoint_failures(self) -> int:
@@ -230,36 +189,22 @@ class Journal:
     @property
     def queued_bytes(self) -> int:
         """Bytes (data plus per-line overhead) waiting for the writer."""
-        with self._cond:
-            return self._queue.queued_bytes
+        return self._intake.queued_bytes
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every append made before this call is committed (or counted lost).
 
         Returns False if ``timeout`` seconds passed first. Raises nothing.
         """
-        with self._cond:
-            target = self._seq
-            return self._cond.wait_for(lambda: self._unfinished() > target, timeout)
-
-    def _unfinished(self) -> int | float:
-        """The oldest sequence number not yet written or counted lost (inf if none)."""
-        if self._writing is not None:
-            return self._writing  # a batch is always older than what is still queued
-        oldest = self._queue.oldest_seq()
-        return math.inf if oldest is None else oldest
+        return self._intake.flush(timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the writer thread and close the database. Idempotent.
 
         Later appends are dropped and counted. Raises nothing.
         """
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._stopping = True
-            self._cond.notify_all()
+        if not self._intake.close():
+            return
         self._thread.join(timeout)
         self._ckpt.stop(timeout)
         with self._rlock:
@@ -278,32 +223,13 @@ class Journal:
 
     # -- writer thread -----------------------------------------------------------------
 
-    def _take_batch(self, retry: float | None = None) -> list[Queued] | None:
-        """Block until work arrives; None once stopping with an empty queue; [] when
-        ``retry`` seconds passed with nothing to write (an idle truncate is owed)."""
-        with self._cond:
-            while True:
-                while not self._queue:
-                    if self._stopping:
-                        return None
-                    if self._give_back.pending():
-                        return []
-                    self._writer_idle = True
-                    woke = self._cond.wait(retry)
-                    self._writer_idle = False
-                    if not woke and not self._queue and not self._stopping:
-                        return []
-                batch = self._queue.take(self._batch_rows, BATCH_BYTES)
-                if batch:
-                    self._writing = batch[0].seq
-                    return batch
-
     def _run(self) -> None:
         retry = None   # while the idle truncate of a long WAL is owed: when to try again
         while True:
             # wake for the owed truncate's retry, or a failed give-back's, the sooner
             waits = [t for t in (retry, self._give_back.quiet_for()) if t is not None]
-            batch = self._take_batch(min(waits, default=None))
+            batch = self._intake.take(self._batch_rows, BATCH_BYTES, min(waits, default=None),
+                                      self._give_back.pending)
             if batch is None:
                 return
             if batch:
@@ -311,9 +237,7 @@ class Journal:
                 del batch   # an idle writer holds no lines (a batch: up to 4 MiB, an append)
                 if drained >= memtrim.TRIM_AFTER:
                     self._after_backlog(drained)
-            with self._cond:
-                idle = not self._queue
-            if idle:
+            if self._intake.empty():
                 retry = self._when_idle(retry)
 
     def _when_idle(self, retry: float | None) -> float | None:
@@ -323,7 +247,8 @@ class Journal:
         IDLE_RETRY_S and doubling to IDLE_RETRY_MAX_S; None once it was. Free pages are
         given back first (owner.journalvacuum); the truncate that empties the WAL then
         cuts the file to its pages."""
-        if self._give_back.run(self._tables.conn, self._tables.lock, self._busy, self._wrote):
+        if self._give_back.run(self._tables.conn, self._tables.lock, self._intake.busy,
+                               self._wrote):
             self._ckpt.shrunk()
         if not self._ckpt.idle():
             return None
@@ -331,11 +256,6 @@ class Journal:
         if not self._ckpt.owed():
             return None
         return IDLE_RETRY_S if retry is None else min(retry * 2, IDLE_RETRY_MAX_S)
-
-    def _busy(self) -> bool:
-        """Whether the writer has lines to write, or is closing."""
-        with self._cond:
-            return bool(self._queue) or self._stopping
 
     def _wrote(self, frames: int) -> None:
         """A maintenance step of the writer's wrote about ``frames`` WAL frames."""
@@ -351,16 +271,7 @@ class Journal:
             error = self._tables.write(batch)
         if error is None:   # before a flush waiting for this batch returns
             self.health.succeeded()
-        with self._cond:
-            if error is None:
-                self._count_written_locked(batch)
-            else:   # counted before the failure shows: a reader never sees it uncounted
-                for item in batch:
-                    self._count_lost_locked(item.source, len(item.lines))
-                self.health.failed(error, sum(len(item.lines) for item in batch))
-            drained = self._queue.written(batch)
-            self._writing = None
-            self._cond.notify_all()
+        drained = self._intake.done(batch, error)
         if error is None:
             self._after_commit(batch)
         return drained
@@ -412,7 +323,7 @@ class Journal:
             raise BadRequest("a stack or app name with a budget has no '/'")
         self._maintain("setting log budgets",
                        lambda conn: self._tables.set_budgets(conn, checked, keep_unnamed))
-        self._wake_writer()
+        self._intake.wake()
 
     def forget(self, sources: Sequence[tuple[str, str, int]], timeout: float = 30.0) -> int:
         """Delete every line of each ``(stack, app, instance)`` in one transaction (see
@@ -456,13 +367,8 @@ class Journal:
         deleted = self._maintain(what,
                                  lambda conn: self._tables.forget(conn, sources_of(conn)))
         self._ckpt.ask()  # a delete may rewrite many pages
-        self._wake_writer()
+        self._intake.wake()
         return deleted
-
-    def _wake_writer(self) -> None:
-        """An idle writer looks at what a maintenance call left it (free pages)."""
-        with self._cond:
-            self._cond.notify_all()
 
     def _maintain(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(conn)`` in one transaction of the writer's connection, between two
@@ -470,7 +376,7 @@ class Journal:
         Raises ShuttingDown on a closed journal (the owner is stopping), else as
         Tables.maintain."""
         with self._tables.lock:
-            if self._closed:
+            if self._intake.closed:
                 raise ShuttingDown("journal is closed")
             return self._tables.maintain(what, work)
 
@@ -478,7 +384,7 @@ class Journal:
 
     def _reader(self) -> sqlite3.Connection:
         if self._rconn is None:
-            if self._closed:
+            if self._intake.closed:
                 raise ShuttingDown("journal is closed")
             self._rconn = connect(self._path)
             self._rconn.execute("PRAGMA query_only=1")
@@ -491,7 +397,7 @@ class Journal:
         (the owner's ``status`` asks for it). Raises ``ShuttingDown`` if the journal is
         closed.
         """
-        if self._closed:
+        if self._intake.closed:
             raise ShuttingDown("journal is closed")
         return self._tables.last_id
 

@@ -12,7 +12,7 @@ An append's lines are held as two parallel lists rather than one ``(data, flags)
 per line: the data of each line, and their flags, or ``None`` when every flag is 0 (the
 common case; see :meth:`owner.linesplit.LineSplitter.split`).
 
-Not thread-safe: :class:`owner.journal.Journal` calls it under its lock.
+Not thread-safe: :class:`owner.journalintake.Intake` calls it under its condition.
 """
 
 from __future__ import annotations

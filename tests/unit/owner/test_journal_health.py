@@ -106,7 +106,7 @@ def test_a_failed_batch_is_counted_dropped_before_the_failure_shows(
 
         def failed(exc: BaseException, lines: int) -> None:
             # the lock is the writer's here: read the counts without it
-            counted = sum(n for (n,) in j._dropped_by_app.sums().values())
+            counted = sum(n for (n,) in j._intake._dropped_by_app.sums().values())
             seen.append((counted, (j.health.to_wire() or {"lines": 0})["lines"] + lines))
             real(exc, lines)
 
