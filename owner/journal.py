@@ -21,12 +21,16 @@ live in memory and are rebuilt from the small extents table at open. Filtered re
 the same extents to skip foreign id ranges.
 :meth:`Journal.forget` deletes the lines of named instances, :meth:`Journal.forget_apps`
 those of whole apps (owner.journalforget).
+
+:class:`Journal` is the store the owner uses; its parts live in their own modules: the
+queue's hand-off to the writer (owner.journalintake), the writer thread
+(owner.journalwriter), the tables it writes and prunes (owner.journaltables), and the
+checks of names and sources (owner.journalsource).
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import sqlite3
 import threading
@@ -35,10 +39,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
 from protocol.errors import BadRequest, ShuttingDown
-from protocol.seldom import Seldom
 
 from . import memtrim
-from .journalckpt import COMMIT_FRAMES, Checkpointer, checkpoint, frames_for, truncate
+from .journalckpt import Checkpointer
 from .journaldb import FORMAT_VERSION, check_schema, connect, on_disk, open_private
 from .journalforget import APPS_PAGE, AppLines, Source, app_sources, apps_kept
 from .journalhealth import WriteHealth
@@ -48,7 +51,7 @@ from .journalretention import MAX_RETENTION, MIN_RETENTION
 from .journalsource import LogSource, check_int, check_name
 from .journaltables import Tables
 from .journalvacuum import GiveBack
-from .logqueue import Queued
+from .journalwriter import BATCH_ROWS, BatchHook, Writer
 
 __all__ = [
     "FORMAT_VERSION",
@@ -61,24 +64,8 @@ __all__ = [
     "check_schema",
 ]
 
-log = logging.getLogger(__name__)
-
 _T = TypeVar("_T")
-CKPT_SAY_EVERY = 30.0
-"""Seconds between two warnings of the writer's checkpoints failing (a full disk)."""
-
 READ_LIMIT_MAX: Final = 10_000
-BATCH_ROWS: Final = 4096
-BATCH_BYTES: Final = 4 << 20
-"""Data a batch takes at most, besides its last append (one read of a pipe, <= 64 KiB):
-one commit writes about this much WAL, which the WAL's cap must leave room for
-(owner.journalckpt.BATCH_FRAMES); 4096 lines of 16 KiB would be 64 MiB."""
-IDLE_RETRY_S: Final = 1.0
-IDLE_RETRY_MAX_S: Final = 60.0
-"""An idle truncate of a long WAL that was in a reader's way is tried again after
-IDLE_RETRY_S, the wait doubling up to IDLE_RETRY_MAX_S (owner.journalckpt)."""
-
-BatchHook = Callable[[int], None]
 
 
 class Journal:
@@ -108,23 +95,21 @@ class Journal:
         self._path = os.fspath(path)
         queue_max = check_int("queue_bytes", queue_bytes, 1)
         retention = check_int("retention_bytes_per_app", retention_bytes_per_app, 1)
-        self._batch_rows = check_int("batch_rows", batch_rows, 1)
+        batch_rows = check_int("batch_rows", batch_rows, 1)
         self._clock = clock
-        self._before_batch = before_batch
-        self._after_backlog = after_backlog
         open_private(self._path)
         self._give_back = GiveBack()   # free pages back to the disk (owner.journalvacuum)
         # the writer's connection, ids, per-app totals and budgets (owner.journaltables)
         self._tables = Tables(self._path, retention, self._give_back)
         self._rconn: sqlite3.Connection | None = None
         self._rlock = threading.Lock()
-        self._ckpt_trouble = Seldom(CKPT_SAY_EVERY)   # the writer's failed checkpoints
         self.health = WriteHealth()   # whether writes work (owner.journalhealth)
         # the queue to the writer thread, and what was written and dropped (journalintake)
         self._intake = Intake(queue_max, self.health)
         self._ckpt = Checkpointer(lambda: connect(self._path))
-        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
-        self._thread.start()
+        self._writer = Writer(self._intake, self._tables, self._ckpt, self._give_back,
+                              self.health, batch_rows=batch_rows, before_batch=before_batch,
+                              after_backlog=after_backlog)   # starts the writer thread
 
     # -- producer side -----------------------------------------------------------------
 
@@ -205,13 +190,13 @@ class Journal:
         """
         if not self._intake.close():
             return
-        self._thread.join(timeout)
+        self._writer.join(timeout)
         self._ckpt.stop(timeout)
         with self._rlock:
             if self._rconn is not None:
                 self._rconn.close()
                 self._rconn = None
-        if not self._thread.is_alive():
+        if not self._writer.is_alive():
             with self._tables.lock:
                 self._tables.conn.close()
 
@@ -221,82 +206,7 @@ class Journal:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- writer thread -----------------------------------------------------------------
-
-    def _run(self) -> None:
-        retry = None   # while the idle truncate of a long WAL is owed: when to try again
-        while True:
-            # wake for the owed truncate's retry, or a failed give-back's, the sooner
-            waits = [t for t in (retry, self._give_back.quiet_for()) if t is not None]
-            batch = self._intake.take(self._batch_rows, BATCH_BYTES, min(waits, default=None),
-                                      self._give_back.pending)
-            if batch is None:
-                return
-            if batch:
-                drained = self._write(batch)
-                del batch   # an idle writer holds no lines (a batch: up to 4 MiB, an append)
-                if drained >= memtrim.TRIM_AFTER:
-                    self._after_backlog(drained)
-            if self._intake.empty():
-                retry = self._when_idle(retry)
-
-    def _when_idle(self, retry: float | None) -> float | None:
-        """Nothing is queued: empty a WAL longer than it keeps (owner.journalckpt).
-        Returns when to try again if that truncate was not done (a reader or a
-        checkpoint was in the way: nothing else would try it before the next line),
-        IDLE_RETRY_S and doubling to IDLE_RETRY_MAX_S; None once it was. Free pages are
-        given back first (owner.journalvacuum); the truncate that empties the WAL then
-        cuts the file to its pages."""
-        if self._give_back.run(self._tables.conn, self._tables.lock, self._intake.busy,
-                               self._wrote):
-            self._ckpt.shrunk()
-        if not self._ckpt.idle():
-            return None
-        self._checkpoint_now(truncate)
-        if not self._ckpt.owed():
-            return None
-        return IDLE_RETRY_S if retry is None else min(retry * 2, IDLE_RETRY_MAX_S)
-
-    def _wrote(self, frames: int) -> None:
-        """A maintenance step of the writer's wrote about ``frames`` WAL frames."""
-        if self._ckpt.committed(frames + COMMIT_FRAMES):
-            self._checkpoint_now(checkpoint)
-
-    def _write(self, batch: list[Queued]) -> int:
-        """Write ``batch`` (or count it lost) and release its room in the queue; returns
-        the backlog's peak when this emptied the queue (FairQueue.written), else 0."""
-        if self._before_batch is not None:
-            self._before_batch(sum(len(item.lines) for item in batch))
-        with self._tables.lock:
-            error = self._tables.write(batch)
-        if error is None:   # before a flush waiting for this batch returns
-            self.health.succeeded()
-        drained = self._intake.done(batch, error)
-        if error is None:
-            self._after_commit(batch)
-        return drained
-
-    def _after_commit(self, batch: list[Queued]) -> None:
-        """Tell the checkpointer what a batch wrote; checkpoint here if it says so."""
-        frames = frames_for(sum(item.data_bytes for item in batch),
-                            sum(len(item.lines) for item in batch))
-        if self._ckpt.committed(frames):
-            self._checkpoint_now(checkpoint)
-
-    def _checkpoint_now(self, how: Callable[[sqlite3.Connection], tuple[int, int, int]]
-                        ) -> None:
-        """The writer's own checkpoint (``how``: journalckpt.checkpoint or truncate),
-        reported to the checkpointer; a failure is logged and left to the next one."""
-        with self._tables.lock:
-            try:
-                result = how(self._tables.conn)
-            except sqlite3.Error as exc:   # said at the first of a streak, then every
-                if self._ckpt_trouble.due():   # CKPT_SAY_EVERY (it was one a batch, 20/s)
-                    log.warning("journal checkpoint failed: %s", exc)
-                return
-        if self._ckpt_trouble.ended():
-            log.warning("journal checkpoints work again")
-        self._ckpt.checkpointed(*result, truncated=how is truncate)
+    # -- retention and forgetting -------------------------------------------------------
 
     def retention(self) -> tuple[int, dict[tuple[str, str], int]]:
         """The default budget, and the apps' own (journalretention)."""

@@ -53,8 +53,8 @@ ROW_BYTES: Final = 64
 COMMIT_FRAMES: Final = 3
 """Frames every commit writes at least (the meta and extents pages, the last leaf)."""
 BATCH_FRAMES: Final = 2048
-"""Frames one batch writes at most (owner.journal.BATCH_BYTES and its last append, their
-rows, the pages pruning rewrites): 8 MiB."""
+"""Frames one batch writes at most (owner.journalwriter.BATCH_BYTES and its last append,
+their rows, the pages pruning rewrites): 8 MiB."""
 KEEP_BYTES: Final = 4 << 20
 """``journal_size_limit``: the commit that starts the WAL over cuts the file back to
 this (about RESTART_FRAMES), so a flood's WAL does not keep its length on disk."""

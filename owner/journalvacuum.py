@@ -11,8 +11,8 @@ transaction, looking at its queue between two (a line that comes meanwhile waits
 step, and the next idle goes on, past the slack if need be), then a TRUNCATE
 checkpoint cuts the file to its pages (at once unless a reader holds an older snapshot;
 then a later checkpoint does). A flood's own pruning leaves about a batch free
-(owner.journal: 4 MiB of data), under the slack, so steady logging at a budget does not
-shrink and regrow the file.
+(owner.journalwriter: 4 MiB of data), under the slack, so steady logging at a budget does
+not shrink and regrow the file.
 
 A journal created by an older owner has no map of its pages (``auto_vacuum`` none) and can
 only get one by a VACUUM, which rewrites every live page while lines wait in the queue:
