@@ -126,8 +126,8 @@ async def _journal_apps(gen: Generation) -> list[dict[str, Any]]:
 
 
 async def _forget(gen: Generation, app: dict[str, str]) -> int | None:
-    """``logs.forget_apps`` of one app (a transaction of the owner's of up to the app's
-    budget: a second or so for 64 MiB, longer for a larger one, hence the long wait);
+    """``logs.forget_apps`` of one app (the owner deletes up to the app's budget, in
+    steps: a second or so for 64 MiB, longer for a larger one, hence the long wait);
     the lines deleted, or None when the owner refused because the app has a process
     again or still."""
     assert gen.owner is not None

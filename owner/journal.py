@@ -41,7 +41,7 @@ from typing import Final, TypeVar
 from protocol.errors import BadRequest, ShuttingDown
 
 from . import memtrim
-from .journalckpt import Checkpointer
+from .journalckpt import PAGE_BYTES, Checkpointer
 from .journaldb import FORMAT_VERSION, check_schema, connect, on_disk, open_private
 from .journalforget import APPS_PAGE, AppLines, Source, app_sources, apps_kept
 from .journalhealth import WriteHealth
@@ -49,7 +49,7 @@ from .journalintake import Intake
 from .journalread import STREAMS, Filters, LogRecord, Page, read_at, refuse_damage
 from .journalretention import MAX_RETENTION, MIN_RETENTION
 from .journalsource import LogSource, check_int, check_name
-from .journaltables import Tables
+from .journaltables import Step, Tables
 from .journalvacuum import GiveBack
 from .journalwriter import BATCH_ROWS, BatchHook, Writer
 
@@ -215,8 +215,9 @@ class Journal:
 
     def set_retention(self, budgets: Mapping[tuple[str, str], int],
                       keep_unnamed: bool = False) -> None:
-        """Give these apps their own budget, stored durably, and prune at once what a
-        smaller budget no longer keeps, in one transaction. An app named with the
+        """Give these apps their own budget, stored durably in one transaction, then
+        prune at once what a smaller budget no longer keeps, in steps of at most
+        STEP_BYTES (owner.journaltables). An app named with the
         default has none of its own. An app not named has the default, or with
         ``keep_unnamed`` keeps the budget stored for it while it has lines (an app taken
         out of the config keeps its lines within the budget it had until they are
@@ -224,7 +225,9 @@ class Journal:
         the apps with a budget of their own, means the others to have the default). Safe
         from any thread. Raises ``BadRequest`` (a malformed name, a budget out of
         [MIN_RETENTION, MAX_RETENTION]), ``ShuttingDown`` (a closed journal) and
-        ``StorageFailed`` (the transaction failed: nothing changed)."""
+        ``StorageFailed`` (storing the budgets failed: nothing changed; or a step of the
+        pruning failed: the budgets are stored, and an app's next batch or the next
+        call prunes on)."""
         checked = {(check_name("stack", st), check_name("app", app)):
                    check_int("budget", n, MIN_RETENTION) for (st, app), n in budgets.items()}
         if any(n > MAX_RETENTION for n in checked.values()):
@@ -233,6 +236,7 @@ class Journal:
             raise BadRequest("a stack or app name with a budget has no '/'")
         self._maintain("setting log budgets",
                        lambda conn: self._tables.set_budgets(conn, checked, keep_unnamed))
+        self._stepwise("pruning to the log budgets", self._tables.prune_step)
         self._intake.wake()
 
     def forget(self, sources: Sequence[tuple[str, str, int]], timeout: float = 30.0) -> int:
@@ -247,14 +251,19 @@ class Journal:
 
     def forget_apps(self, apps: Sequence[tuple[str, str]], timeout: float = 30.0) -> int:
         """:meth:`forget` of every source of each ``(stack, app)``: all its lines, and
-        the marks of what retention pruned of it, one transaction per app (the writer
-        goes on between two: an app holds at most its budget). Raises as :meth:`forget`,
-        StorageFailed naming the app where it stopped (those before it are gone)."""
+        the marks of what retention pruned of it; an app's lines go in steps of at most
+        STEP_BYTES, the last one the rest and the marks (the writer goes on between
+        two). Raises as :meth:`forget`, StorageFailed naming the app where it stopped
+        (those before it are gone, and its lines deleted before the failed step)."""
         checked = [(check_name("stack", st), check_name("app", app)) for st, app in apps]
         deleted = 0
         for one in checked:
-            deleted += self._forget(f"forgetting {one[0]}/{one[1]}",
-                                    functools.partial(app_sources, apps=[one]), timeout)
+            what = f"forgetting {one[0]}/{one[1]}"
+            self.flush(timeout)
+            deleted += self._stepwise(what, functools.partial(self._tables.forget_step,
+                                                              key=one))
+            deleted += self._forget(what, functools.partial(app_sources, apps=[one]),
+                                    timeout)
         return deleted
 
     def apps(self, after: tuple[str, str] | None = None,
@@ -279,6 +288,20 @@ class Journal:
         self._ckpt.ask()  # a delete may rewrite many pages
         self._intake.wake()
         return deleted
+
+    def _stepwise(self, what: str, step: Callable[[sqlite3.Connection], Step]) -> int:
+        """``step`` in one transaction after another (:meth:`_maintain`) until it says
+        nothing is left, each deleting at most about STEP_BYTES, the writer's batches
+        and the checkpoints that keep the WAL under its cap going in between
+        (owner.journaltables.STEP_BYTES). Returns the records the steps deleted. Raises
+        as :meth:`_maintain`; what the steps before a failed one deleted stays deleted."""
+        records = 0
+        while True:
+            done = self._maintain(what, step)
+            records += done.records
+            self._writer.wrote(done.freed // PAGE_BYTES)
+            if not done.more:
+                return records
 
     def _maintain(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(conn)`` in one transaction of the writer's connection, between two

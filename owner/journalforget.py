@@ -27,8 +27,8 @@ MAX_SOURCES = 1000
 """Sources per call: one transaction stays short (the journal's writer waits for it)."""
 
 MAX_APPS = 100
-"""Apps per ``logs.forget_apps`` call; each is deleted in a transaction of its own (it may
-hold its whole budget: 64 MiB by default, about a second of the writer's time)."""
+"""Apps per ``logs.forget_apps`` call; each is deleted in transactions of its own, of at
+most owner.journaltables.STEP_BYTES each."""
 
 APPS_PAGE = 2000
 """Apps per ``logs.apps`` answer: 2,000 of the longest names (128 characters each) fit

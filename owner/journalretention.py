@@ -51,23 +51,24 @@ def save_budgets(conn: sqlite3.Connection, budgets: Mapping[AppKey, int]) -> Non
 
 def cut_extent(conn: sqlite3.Connection, key: AppKey, first: int, last: int,
                excess: int, before_delete: Callable[[sqlite3.Connection, AppKey, int, int],
-                                                     None] | None = None) -> tuple[int, int]:
+                                                     None] | None = None) -> tuple[int, int, int]:
     """Delete the oldest records of app ``key`` in its extent ``first``..``last`` until at
     least ``excess`` bytes of budget went (their data and their records' costs,
     owner.journaldb.record_cost), or all of it, and make the extent start after them.
     Pruning deletes whole extents, each 1/32 of the app's budget; after a budget shrank,
     an extent sized for the old one may hold more than the new budget, and deleting it
-    whole would leave the app with nothing. Returns the bytes deleted and the extent's
-    new first id (0 when none of it is left). ``before_delete(conn, key, first, cut)``
-    is told the records about to go (owner.journalpruned.Pruned.note). Raises
+    whole would leave the app with nothing. Returns the bytes deleted, the extent's
+    new first id (0 when none of it is left) and how many records went.
+    ``before_delete(conn, key, first, cut)`` is told the records about to go
+    (owner.journalpruned.Pruned.note). Raises
     sqlite3.Error; the caller rolls back."""
-    gone, cut, each = 0, first - 1, record_cost(*key)
+    gone, cut, each, rows = 0, first - 1, record_cost(*key), 0
     for rid, n in conn.execute(
             "SELECT id, length(data) FROM records WHERE id BETWEEN ? AND ? AND stack=? "
             "AND app=? ORDER BY id", (first, last, *key)):
         if gone >= excess:
             break
-        gone, cut = gone + n + each, rid
+        gone, cut, rows = gone + n + each, rid, rows + 1
     if before_delete is not None and cut >= first:
         before_delete(conn, key, first, cut)
     conn.execute("DELETE FROM records WHERE id BETWEEN ? AND ? AND stack=? AND app=?",
@@ -75,7 +76,7 @@ def cut_extent(conn: sqlite3.Connection, key: AppKey, first: int, last: int,
     if cut >= last:
         conn.execute("DELETE FROM extents WHERE stack=? AND app=? AND first_id=?",
                      (*key, first))
-        return gone, 0
+        return gone, 0, rows
     conn.execute("UPDATE extents SET first_id=?, bytes=bytes-? WHERE stack=? AND app=? "
                  "AND first_id=?", (cut + 1, gone, *key, first))
-    return gone, cut + 1
+    return gone, cut + 1, rows

@@ -16,7 +16,7 @@ import math
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
-from typing import Final, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 from protocol.errors import StorageFailed
 
@@ -28,11 +28,27 @@ from .journalretention import cut_extent, load_budgets, save_budgets
 from .journalvacuum import GiveBack
 from .logqueue import Queued
 
-__all__ = ["EXTENT_GAP", "Tables"]
+__all__ = ["EXTENT_GAP", "STEP_BYTES", "Step", "Tables"]
 
 _T = TypeVar("_T")
 EXTENT_GAP: Final = 4096
 """Start a new extent when more than this many foreign ids lie since the app's last row."""
+STEP_BYTES: Final = 8 << 20
+"""What one transaction deletes at most, besides what a batch wrote: about a batch's WAL
+(owner.journalckpt.BATCH_FRAMES). A budget lowered, or an app forgotten, goes in steps of
+this (owner.journal), each committed with the writer's batches and checkpoints between
+them: one transaction of all of it wrote a WAL as large as what it deleted (GiBs for a
+large budget, refused by the nearly full disk that had the budget lowered) and held the
+writer for as long."""
+
+
+class Step(NamedTuple):
+    """What one step of stepwise maintenance did: records deleted, bytes of budget
+    freed, and whether more is left to do."""
+
+    records: int
+    freed: int
+    more: bool
 
 
 @dataclasses.dataclass(slots=True)
@@ -98,15 +114,17 @@ class Tables:
         try:
             conn.execute("BEGIN IMMEDIATE")
             touched: set[tuple[str, str]] = set()
+            room = STEP_BYTES   # and what the batch adds: steady pruning keeps up
             for item in batch:
-                key = self._insert(conn, item)
+                key, cost = self._insert(conn, item)
                 touched.add(key)
+                room += cost
                 if self._apps[key].total > self._limit(key):
                     # Pruned as the batch goes, not after it: the pages freed are
                     # reused by the rest of the batch, so journal.db never holds a
                     # batch on top of the budget (a flood's batch is 4 MiB, a budget 1).
                     self._save_extent(conn, key)
-                    self._prune(conn, key)
+                    room -= self._prune(conn, key, room)
             for key in touched:
                 self._save_extent(conn, key)
             conn.execute("UPDATE meta SET value=? WHERE key='next_id'", (self._next_id,))
@@ -122,8 +140,9 @@ class Tables:
             return exc
         return None
 
-    def _insert(self, conn: sqlite3.Connection, item: Queued) -> tuple[str, str]:
-        """Insert one append's lines with ids next_id.. and account them to their app."""
+    def _insert(self, conn: sqlite3.Connection, item: Queued) -> tuple[tuple[str, str], int]:
+        """Insert one append's lines with ids next_id.. and account them to their app;
+        returns the app and what they cost its budget."""
         source, lines, flags, data_bytes = item.source, item.lines, item.flags, item.data_bytes
         first = self._next_id
         ts = float(item.ts)
@@ -149,7 +168,7 @@ class Tables:
                 self._save_extent(conn, key)  # closing it: the batch end saves only open ones
             app.first, app.last, app.bytes = first, last, cost
         self.pruned.wrote(key, app.first, (source.instance, item.stream), last)
-        return key
+        return key, cost
 
     def _save_extent(self, conn: sqlite3.Connection, key: tuple[str, str]) -> None:
         app = self._apps[key]
@@ -161,11 +180,14 @@ class Tables:
 
     # -- retention -----------------------------------------------------------------------
 
-    def _prune(self, conn: sqlite3.Connection, key: tuple[str, str]) -> None:
-        """Delete the app's oldest extents until its total fits the retention limit."""
+    def _prune(self, conn: sqlite3.Connection, key: tuple[str, str], most: int) -> int:
+        """Delete the app's oldest extents until its total fits the retention limit, or
+        about ``most`` bytes of it went (at least one record; the rest goes in a later
+        transaction). Returns the bytes deleted."""
         self._give_back.freed()
         app, limit = self._apps[key], self._limit(key)
-        while app.total > limit:
+        start = app.total
+        while app.total > limit and start - app.total < most:
             oldest = conn.execute(
                 "SELECT first_id, last_id, bytes FROM extents WHERE stack=? AND app=?"
                 " ORDER BY first_id LIMIT 64", key).fetchall()
@@ -173,12 +195,16 @@ class Tables:
                 app.total = 0
                 break
             for first, last, nbytes in oldest:
-                if app.total <= limit:
+                left = most - (start - app.total)
+                if app.total <= limit or left <= 0:
                     break
-                if app.total - nbytes < limit and nbytes > 2 * max(limit // 32, 1):
-                    # an extent of a larger budget: cut its head, not all of it
-                    gone, starts = cut_extent(conn, key, first, last, app.total - limit,
-                                              self.pruned.note_range)
+                if nbytes > left or (app.total - nbytes < limit and
+                                     nbytes > 2 * max(limit // 32, 1)):
+                    # more than this transaction may delete, or an extent of a larger
+                    # budget: cut its head, not all of it
+                    gone, starts, _ = cut_extent(conn, key, first, last,
+                                                 min(app.total - limit, left),
+                                                 self.pruned.note_range)
                     self.pruned.moved(key, first, starts)
                     app.total -= gone
                     if first == app.first:   # the open extent now starts there (0: gone)
@@ -193,6 +219,18 @@ class Tables:
                 app.total -= nbytes
                 if first == app.first:
                     app.first = app.last = app.bytes = 0
+        return start - app.total
+
+    def prune_step(self, conn: sqlite3.Connection) -> Step:
+        """One step of pruning the apps over their budget (a budget lowered): at most
+        about STEP_BYTES deleted."""
+        room = STEP_BYTES
+        for key in [k for k, a in self._apps.items() if a.total > self._limit(k)]:
+            room -= self._prune(conn, key, room)
+            if room <= 0:
+                break
+        more = any(a.total > self._limit(k) for k, a in self._apps.items())
+        return Step(0, STEP_BYTES - room, more)
 
     def _limit(self, key: tuple[str, str]) -> int:
         """The bytes app ``key`` keeps: its own budget, or the journal's default."""
@@ -204,12 +242,11 @@ class Tables:
 
     def set_budgets(self, conn: sqlite3.Connection, named: Mapping[tuple[str, str], int],
                     keep_unnamed: bool) -> None:
-        """The step of owner.journal.Journal.set_retention (checked budgets ``named``):
-        store the budgets it leaves and prune what they no longer keep."""
+        """The first step of owner.journal.Journal.set_retention (checked budgets
+        ``named``): store the budgets it leaves (:meth:`prune_step` then prunes what
+        they no longer keep)."""
         self._budgets = self._budgets_after(named, keep_unnamed)
         save_budgets(conn, self._budgets)
-        for key in [k for k, a in self._apps.items() if a.total > self._limit(k)]:
-            self._prune(conn, key)
 
     def _budgets_after(self, named: Mapping[tuple[str, str], int], keep_unnamed: bool
                        ) -> dict[tuple[str, str], int]:
@@ -232,6 +269,22 @@ class Tables:
         self.pruned.unmark(conn, sources)
         self._give_back.freed()
         return forget_sources(conn, sources)
+
+    def forget_step(self, conn: sqlite3.Connection, key: tuple[str, str]) -> Step:
+        """One step of forgetting app ``key`` whole: its oldest records, at most about
+        STEP_BYTES of them (:meth:`forget` of its sources then deletes what is left,
+        and the marks of what retention pruned of it)."""
+        self.pruned.forgot([key])   # its extents' summaries no longer say what is there
+        self._give_back.freed()
+        oldest = conn.execute("SELECT first_id, last_id FROM extents WHERE stack=? AND "
+                              "app=? ORDER BY first_id LIMIT 64", key).fetchall()
+        freed = records = 0
+        for first, last in oldest:
+            gone, _, n = cut_extent(conn, key, first, last, STEP_BYTES - freed)
+            freed, records = freed + gone, records + n
+            if freed >= STEP_BYTES:
+                break
+        return Step(records, freed, bool(oldest))
 
     def maintain(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(conn)`` in one transaction of the writer's connection, between two

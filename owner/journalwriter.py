@@ -98,7 +98,7 @@ class Writer:
         given back first (owner.journalvacuum); the truncate that empties the WAL then
         cuts the file to its pages."""
         if self._give_back.run(self._tables.conn, self._tables.lock, self._intake.busy,
-                               self._wrote):
+                               self.wrote):
             self._ckpt.shrunk()
         if not self._ckpt.idle():
             return None
@@ -107,8 +107,10 @@ class Writer:
             return None
         return IDLE_RETRY_S if retry is None else min(retry * 2, IDLE_RETRY_MAX_S)
 
-    def _wrote(self, frames: int) -> None:
-        """A maintenance step of the writer's wrote about ``frames`` WAL frames."""
+    def wrote(self, frames: int) -> None:
+        """A maintenance step wrote about ``frames`` WAL frames (the writer's giving
+        pages back, or owner.journal's stepwise deletes, between two batches): the
+        checkpoint policy counts them as a batch's, and checkpoints here if it says so."""
         if self._ckpt.committed(frames + COMMIT_FRAMES):
             self._checkpoint_now(checkpoint)
 
