@@ -216,8 +216,7 @@ class Generation(HandingOver):
         await self.server.start()
         self.share_api()
         await self.api.resume_operations()
-        # a predecessor may have died between stopping an app and closing its sockets
-        await self.sup.sweep_sockets(self.config)
+        await self.sweep_at_start()
         self._tasks = [self._loop(self._read_observations(), "observation reader"),
                        self._loop(persist_loop(self), "persist"),
                        self._loop(certificate_loop(self), "certificate"),
@@ -248,6 +247,19 @@ class Generation(HandingOver):
                       self.failed)
             self._done.set()
         return background(coro, what, log, on_failure=failed)
+
+    async def sweep_at_start(self) -> None:
+        """Close the held sockets and fd stores the applied config no longer names: a
+        predecessor may have died between stopping an app and closing them. Not while
+        no config is applied (none yet, or backend.db was set aside): the empty config
+        of such a generation names none, and every socket and fd store of an app not
+        running went with it (a store is what an app keeps across its restarts; a
+        socket, the connections queued for its next start)."""
+        assert self.store is not None and self.sup is not None
+        if self.store.config() is None:
+            log.info("sockets: no config is applied: the held sockets and fd stores stay")
+            return
+        await self.sup.sweep_sockets(self.config)
 
     async def _adopt(self) -> None:
         assert self.owner is not None and self.sup is not None and self.store is not None

@@ -139,3 +139,28 @@ def test_a_socket_a_former_generations_launch_holds_closes_when_it_ends(
         await until(lambda: _listens(owner) == [], "the old one closed")
         assert owner.sent("sockets.close") != []
     run_generation(tmp_path, W1, body, ready=False, owner=SocketOwner())
+
+
+def test_a_generation_without_an_applied_config_keeps_the_held_sockets(
+        tmp_path: Path) -> None:
+    """A generation that starts with no config applied (backend.db set aside, a
+    recovery) has the empty config. Was: its start-up sweep closed every socket of an
+    app not running then, and cleared every fd store, since that config names none. Once
+    a config is applied, the sweep closes what it no longer names."""
+    async def body(gen: Generation, owner: FakeOwner) -> None:
+        assert isinstance(owner, SocketOwner) and gen.store is not None
+        await _up(gen)
+        for key in ("s/a/0", "s/a/1"):   # stopped: nothing uses the socket now
+            gen.sup.on_observation(owner.exit(gen.sup.instances[key].launch_key, 0))
+        assert _listens(owner) == [f"127.0.0.1:{OLD}"]
+        gen.config = parse_config("", "empty.toml")
+        assert gen.store.config() is None
+        await gen.sweep_at_start()
+        assert _listens(owner) == [f"127.0.0.1:{OLD}"] and owner.sent("sockets.close") == []
+        with gen.store.tx() as db:
+            gen.store.set_config(db, BARE, "bare.toml", 1)
+        gen.config = parse_config(BARE, "bare.toml")
+        await gen.sweep_at_start()
+        assert _listens(owner) == []
+    run_generation(tmp_path, W1.replace("instances = 2", "instances = 2\nrestart = \"never\""),
+                   body, ready=False, owner=SocketOwner())
