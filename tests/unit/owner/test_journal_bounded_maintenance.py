@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,55 +54,59 @@ def _kept(j: Journal, app: str) -> int:
     return sum(len(r.data) for r in j.read(0, 100_000, app=app))
 
 
-def test_lowering_a_budget_prunes_in_bounded_transactions(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def filled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Journal, Path]]:
+    """A journal whose app ``a`` holds 24 MiB under a large budget, its WAL cut back,
+    with the small cap and steps of :func:`_small_cap`."""
     _small_cap(monkeypatch)
     path = tmp_path / "journal.db"
     with Journal(path, retention_bytes_per_app=1 << 30) as j:
         _fill(j, A, 24)
         _quiet(j, path)
-        before = _wal(path)
-        j.set_retention({("s", "a"): 1 * MIB})
-        assert _kept(j, "a") <= 1 * MIB
-        assert _wal(path) < 2 * journalckpt.CAP_FRAMES * FRAME, (before, _wal(path))
-        assert j.retention()[1] == {("s", "a"): 1 * MIB}
+        yield j, path
+
+
+def _within_cap(path: Path) -> bool:
+    return _wal(path) < 2 * journalckpt.CAP_FRAMES * FRAME
+
+
+def test_lowering_a_budget_prunes_in_bounded_transactions(
+        filled: tuple[Journal, Path]) -> None:
+    j, path = filled
+    j.set_retention({("s", "a"): 1 * MIB})
+    assert _kept(j, "a") <= 1 * MIB
+    assert _within_cap(path), _wal(path)
+    assert j.retention()[1] == {("s", "a"): 1 * MIB}
 
 
 def test_forgetting_a_large_app_deletes_in_bounded_transactions(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _small_cap(monkeypatch)
-    path = tmp_path / "journal.db"
-    with Journal(path, retention_bytes_per_app=1 << 30) as j:
-        _fill(j, A, 24)
-        _fill(j, B, 1)
-        _quiet(j, path)
-        assert j.forget_apps([("s", "a")]) == 24 * 1024
-        assert _kept(j, "a") == 0 and _kept(j, "b") == 1024 * 1023
-        assert _wal(path) < 2 * journalckpt.CAP_FRAMES * FRAME, _wal(path)
-        assert [a[:2] for a in j.apps()] == [("s", "b")]
+        filled: tuple[Journal, Path]) -> None:
+    j, path = filled
+    _fill(j, B, 1)
+    assert j.forget_apps([("s", "a")]) == 24 * 1024
+    assert _kept(j, "a") == 0 and _kept(j, "b") == 1024 * 1023
+    assert _within_cap(path), _wal(path)
+    assert [a[:2] for a in j.apps()] == [("s", "b")]
 
 
 def test_lines_written_while_a_budget_is_lowered_are_kept(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        filled: tuple[Journal, Path]) -> None:
     """The writer's batches go in between two of the prune's transactions: the app
     writing meanwhile keeps its newest lines within the new budget, and none is lost."""
-    _small_cap(monkeypatch)
-    path = tmp_path / "journal.db"
-    with Journal(path, retention_bytes_per_app=1 << 30) as j:
-        _fill(j, A, 16)
-        done = threading.Event()
+    j, _ = filled
+    done = threading.Event()
 
-        def lower() -> None:
-            j.set_retention({("s", "a"): 2 * MIB})
-            done.set()
-        t = threading.Thread(target=lower)
-        t.start()
-        n = 0
-        while not done.is_set() and n < 4000:
-            assert j.append(B, "stdout", [(b"%08d" % n, 0)]) == 1
-            n += 1
-        t.join(60)
-        assert j.flush(timeout=60)
-        assert [r.data for r in j.read(0, 100_000, app="b")] == [b"%08d" % i
-                                                                 for i in range(n)]
-        assert _kept(j, "a") <= 2 * MIB and j.overflow_total == 0
+    def lower() -> None:
+        j.set_retention({("s", "a"): 2 * MIB})
+        done.set()
+    t = threading.Thread(target=lower)
+    t.start()
+    n = 0
+    while not done.is_set() and n < 4000:
+        assert j.append(B, "stdout", [(b"%08d" % n, 0)]) == 1
+        n += 1
+    t.join(60)
+    assert j.flush(timeout=60)
+    assert [r.data for r in j.read(0, 100_000, app="b")] == [b"%08d" % i
+                                                             for i in range(n)]
+    assert _kept(j, "a") <= 2 * MIB and j.overflow_total == 0
