@@ -586,22 +586,27 @@ def events_of_row(row: dict[str, Any]) -> list[jm.Event]:
         return [jm.Lost({"reason": "the owner's launch row has no process", "row": row})]
     events: list[jm.Event] = [jm.Launched(int(row["pid"]), int(row["start_ticks"]),
                                           owner_time(row.get("started_at")))]
-    if state == "exited" or (state == "uncertain" and isinstance(row.get("exit"), dict)):
+    if _shows_exit(row):
         ex = row.get("exit") or {}
         events.append(jm.Exited(ex.get("exit_code"), ex.get("signal"), row["pid"],
                                 owner_time(row.get("ended_at"))))
-    elif state not in ("running", "uncertain"):
+    elif not still_running(row):
         events.append(jm.Lost({"reason": f"the owner's launch row says {state}",
                                "row": row}))
     return events
 
 
+def _shows_exit(row: dict[str, Any]) -> bool:
+    """Whether the owner's launch ``row`` says how its process ended: ``exited``, or
+    ``uncertain`` (its row not written) holding the exit."""
+    state = row.get("state", "running")
+    return state == "exited" or (state == "uncertain" and isinstance(row.get("exit"), dict))
+
+
 def still_running(row: dict[str, Any]) -> bool:
     """Whether the owner's launch ``row`` says its process runs: ``running``, or
-    ``uncertain`` (its row not written) with no exit yet."""
-    state = row.get("state", "running")
-    return state == "running" or (state == "uncertain" and
-                                  not isinstance(row.get("exit"), dict))
+    ``uncertain`` with no exit yet."""
+    return row.get("state", "running") in ("running", "uncertain") and not _shows_exit(row)
 
 
 def _dated(ev: jm.Event, wall: float) -> jm.Event:
