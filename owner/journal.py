@@ -259,7 +259,6 @@ class Journal:
         deleted = 0
         for one in checked:
             what = f"forgetting {one[0]}/{one[1]}"
-            self.flush(timeout)
             deleted += self._stepwise(what, functools.partial(self._tables.forget_step,
                                                               key=one))
             deleted += self._forget(what, functools.partial(app_sources, apps=[one]),

@@ -91,30 +91,30 @@ one 16 KiB line over it stays well inside the 4 MiB frame."""
 LOGS_PAGE_BYTES_MAX = 3 << 20
 
 JOURNAL_THREADS = 2
-"""Threads that read or maintain the journal for requests, for every connection together:
-their own, not asyncio's shared default pool, where 150 pipelined logs.read of one client
-(each waiting for the journal's one reader) held every thread and the owner's other work
-off the loop waited seconds behind them. The rest wait their turn in this pool."""
+"""Threads that read the journal for requests, for every connection together: their own,
+not asyncio's shared default pool, where 150 pipelined logs.read of one client (each
+waiting for the journal's one reader) held every thread and the owner's other work off
+the loop waited seconds behind them. The rest wait their turn in this pool."""
 _journal_pool = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="journal-rpc")
-_T = TypeVar("_T")
-
-
 _maintenance_pool = ThreadPoolExecutor(1, thread_name_prefix="journal-maint")
 """The one thread of the journal's maintenance requests (logs.retention, logs.forget,
 logs.forget_apps), which take the writer for as long as their deletes run: in the
 request threads, two of them held both, and every logs.read waited until they ended."""
+_T = TypeVar("_T")
 
 
 async def on_journal_thread(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """``fn(*args, **kwargs)`` in the journal's own threads."""
-    return await asyncio.get_running_loop().run_in_executor(
-        _journal_pool, functools.partial(fn, *args, **kwargs))
+    return await _in(_journal_pool, functools.partial(fn, *args, **kwargs))
 
 
 async def on_maintenance_thread(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """``fn(*args, **kwargs)`` in the journal's maintenance thread, one after another."""
-    return await asyncio.get_running_loop().run_in_executor(
-        _maintenance_pool, functools.partial(fn, *args, **kwargs))
+    return await _in(_maintenance_pool, functools.partial(fn, *args, **kwargs))
+
+
+async def _in(pool: ThreadPoolExecutor, call: Callable[[], _T]) -> _T:
+    return await asyncio.get_running_loop().run_in_executor(pool, call)
 
 _name = check_name(128)
 _uint = check_int(0, 2**62)
