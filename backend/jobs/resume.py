@@ -39,7 +39,8 @@ from protocol.errors import Conflict, NotFound, TenureError
 
 from . import machine as jm
 from .ledger import Record
-from .runner import JobRunner, events_of_row, exit_event, owner_time, still_running
+from .ownerrows import events_of_row, exit_event, owner_time, still_running
+from .runner import JobRunner
 
 __all__ = ["Evidence", "Proof", "audit", "resolve", "resume", "settle_proven", "start_proof"]
 
