@@ -46,7 +46,6 @@ intents live in owner.db, which the new owner reads.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -57,7 +56,6 @@ from typing import Any
 from protocol.client import Client
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import (
-    Conflict,
     ConnectFailed,
     Internal,
     MaintenanceIncomplete,
@@ -71,13 +69,21 @@ from protocol.layout import MAINTENANCE_KIND, Layout
 from protocol.procfs import running
 
 from .ownerplan import (
-    UNIT,
     check_contracts_offered,
     check_release,
     mode_of,
     owner_tree,
     plan,
     sound,
+)
+from .ownerwindow_owner import (
+    bring_up_owner,
+    end_owner,
+    ensure_guardian,
+    journal,
+    stop_successor,
+    successor_ended_clean,
+    systemctl,
 )
 from .unclean import reconciled
 from .windowlock import held
@@ -353,7 +359,7 @@ def _drain(w: Window, rec: dict[str, Any]) -> Event:
         w.say("the owner ended since, and its applications with it")
         return Event.OK
     if p["mode"] == "standalone":
-        _ensure_guardian(w)
+        ensure_guardian(w)
     for level in p["stop"]:
         for key in level:
             w.say(f"stopping {key}")
@@ -365,17 +371,17 @@ def _drain(w: Window, rec: dict[str, Any]) -> Event:
 
 
 def _stop_owner(w: Window, rec: dict[str, Any]) -> Event:
-    """Stop the planned owner, or the owner started in its place since (see
-    :func:`_stop_successor`); the receipt must say it stopped clean, or reconcile must
-    have proven its launches gone. Records the owner's new release. Raises
+    """Stop the planned owner, or the owner started in its place since
+    (backend.cli.ownerwindow_owner.stop_successor); the receipt must say it stopped
+    clean, or reconcile must have proven its launches gone. Records the owner's new release. Raises
     ReconcileRequired, Conflict, MaintenanceIncomplete (it did not exit in time)."""
     p = rec["plan"]
     owner = p["owner"]
-    _end_owner(w, owner, p["mode"])
-    _stop_successor(w, owner)
+    end_owner(w, owner, p["mode"])
+    stop_successor(w, owner)
     from .down import shutdown_receipt
     state = shutdown_receipt(w.layout, owner["instance"])["state"]
-    if state == "missing" and _successor_ended_clean(w.layout, owner):
+    if state == "missing" and successor_ended_clean(w.layout, owner):
         state = "clean"
     if state not in ("clean", "missing", "unreadable") and \
             reconciled(w.layout, owner["instance"]):
@@ -395,67 +401,19 @@ def _stop_owner(w: Window, rec: dict[str, Any]) -> Event:
     return Event.OK
 
 
-def _end_owner(w: Window, ident: dict[str, Any], mode: str) -> None:
-    """Stop the owner ``ident`` (pid and start time) unless it is gone: SIGTERM
-    standalone, its unit under systemd; wait for its exit."""
-    if not running(ident["pid"], ident["start_ticks"]):
-        return
-    w.say(f"stopping the owner (pid {ident['pid']})")
-    if mode == "standalone":
-        os.kill(ident["pid"], signal.SIGTERM)
-    else:
-        _systemctl(mode, "stop")
-    w.wait("the owner's exit", lambda: not running(ident["pid"], ident["start_ticks"]))
-
-
-def _stop_successor(w: Window, owner: dict[str, Any]) -> None:
-    """Stop the owner that answers in place of the planned ``owner`` (gone): one a
-    `tenure down` and `tenure up` started after the window stopped at ``staged``. It is
-    this window's to replace: it could start only once the planned owner had ended
-    clean or been reconciled, and the drain just stopped the planned instances on it.
-    One that runs launches all the same (apps started beside the window, which it would
-    not start again) is not stopped: raises Conflict saying what to do."""
-    st = w.owner_status()
-    if st is None or st["owner"]["instance"] == owner["instance"]:
-        return
-    other = st["owner"]
-    live, uncertain = st.get("live") or 0, st.get("uncertain") or []
-    if live or uncertain:
-        raise Conflict(
-            f"an owner started outside the window (instance {other['instance']}, pid "
-            f"{other['pid']}) runs {live} launches ({len(uncertain)} uncertain) that the "
-            "plan does not name; stopping it would stop them and the window would not "
-            "start them again: stop them, or `tenure down`, then `tenure owner upgrade "
-            "--continue`", {"owner": other, "live": live, "uncertain": uncertain})
-    _end_owner(w, other, mode_of(other["pid"]))
-
-
-def _successor_ended_clean(layout: Layout, owner: dict[str, Any]) -> bool:
-    """Whether an owner started after the planned one (outside the window: a `tenure up`
-    before `--continue`) has ended with a clean receipt: it could only start once the
-    planned owner had ended clean or been reconciled, and it left nothing running."""
-    from owner.receipt import read_receipt
-    try:
-        rec = read_receipt(layout.owner_receipt)
-    except Exception:   # unreadable: the caller's 'missing' stands
-        return False
-    return rec is not None and rec.get("instance") != owner["instance"] and \
-        rec.get("state") == "clean"
-
-
 def _start_owner(w: Window, rec: dict[str, Any]) -> Event:
     """Start the new owner. OWNER_DOWN when it did not come up and the owner ran another
     release before (what it said and where its log is are recorded for the revert)."""
     p = rec["plan"]
     try:
-        _bring_up_owner(w, rec)
+        bring_up_owner(w, rec)
     except (ConnectFailed, ServiceError) as exc:
         if p["release"] == p["from"]:
             raise   # the same code as before: there is nothing to go back to
         rec["progress"]["start_failure"] = {   # the log's lines once, not in the error
             "release": p["release"],
             "error": {"code": exc.code_str, "msg": exc.msg.partition("\n")[0]},
-            "log": exc.data.get("log") or _journal(p["mode"]),
+            "log": exc.data.get("log") or journal(p["mode"]),
             "last_lines": exc.data.get("last_lines", "")}
         w.say(f"the owner of {name(p['release'])} did not come up")
         return Event.OWNER_DOWN
@@ -468,12 +426,12 @@ def _revert(w: Window, rec: dict[str, Any]) -> Event:
     that owner does not come up either."""
     p = rec["plan"]
     if p["mode"] != "standalone":
-        _systemctl(p["mode"], "stop")
+        systemctl(p["mode"], "stop")
     from owner.release import OwnerRelease, save
     save(w.layout.owner_release, OwnerRelease(p["from"], p["release"]))
     w.say(f"going back to {name(p['from'])}")
     try:
-        _bring_up_owner(w, rec)
+        bring_up_owner(w, rec)
     except (ConnectFailed, ServiceError, MaintenanceIncomplete) as exc:
         raise MaintenanceIncomplete(_revert_failed(rec, exc.msg), exc.data) from None
     return Event.OK
@@ -489,30 +447,14 @@ def _revert_failed(rec: dict[str, Any], why: str) -> str:
             f"Going back failed with: {why.rstrip()}")
 
 
-def _bring_up_owner(w: Window, rec: dict[str, Any]) -> None:
-    """Start the owner unless one answers, wait for a new instance and record it."""
-    p = rec["plan"]
-    if w.owner_status() is None:
-        w.say("starting the owner")
-        if p["mode"] == "standalone":
-            from .daemons import ensure_daemon
-            ensure_daemon(w.layout, "owner", w.layout.owner_sock, foreground=False)
-        else:
-            _systemctl(p["mode"], "start")
-    st = w.wait("a new owner answering", lambda: (lambda s: s if s is not None and
-                s["owner"]["instance"] != p["owner"]["instance"] else None)(w.owner_status()))
-    rec["progress"]["owner"] = st["owner"]
-    rec["progress"]["owner_release"] = st.get("release")
-
-
 def _restore(w: Window, rec: dict[str, Any]) -> Event:
     # the owner the window started may be gone since an interruption (a `tenure down`,
     # a crash and a restart by its service manager): the one that answers now, started
     # if none does, is the new owner (the release it runs is checked by _verify)
-    _bring_up_owner(w, rec)
+    bring_up_owner(w, rec)
     new = rec["progress"]["owner"]["instance"]
     if rec["plan"]["mode"] == "standalone":   # a `tenure down` since an interruption
-        _ensure_guardian(w)
+        ensure_guardian(w)
     w.wait("the backend on the new owner", lambda: (w.call("status").get("owner") or {}
                                                     ).get("instance") == new)
     for level in rec["plan"]["start"]:
@@ -524,15 +466,6 @@ def _restore(w: Window, rec: dict[str, Any]) -> Event:
                 raise MaintenanceIncomplete(why, {"instance": key,
                                                   "state": r.get("instances")})
     return Event.OK
-
-
-def _ensure_guardian(w: Window) -> None:
-    """Standalone: start the guardian unless it answers (a `tenure down` since an
-    interruption stopped it); its backend is what the window stops and starts
-    instances through."""
-    from .daemons import ensure_daemon
-    if ensure_daemon(w.layout, "guardian", w.layout.guardian_sock, foreground=False)[0]:
-        w.say("started the guardian")
 
 
 def _not_up(key: str, r: dict[str, Any], timeout: float) -> str | None:
@@ -572,19 +505,6 @@ def _verify(w: Window, rec: dict[str, Any]) -> Event:
         raise MaintenanceIncomplete("; ".join(problems), {"problems": problems})
     rec["progress"]["pids"] = {k: apps[k].get("pid") for level in p["start"] for k in level}
     return Event.OK
-
-
-def _systemctl(mode: str, verb: str) -> None:
-    argv = ["systemctl", *(["--user"] if mode == "systemd-user" else []), verb, UNIT]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise ServiceError(f"{' '.join(argv)} exited {proc.returncode}: "
-                           f"{proc.stderr.strip()[-500:]}", {"argv": argv})
-
-
-def _journal(mode: str) -> str:
-    """Where the owner's output is under systemd."""
-    return f"journalctl {'--user ' if mode == 'systemd-user' else ''}-u {UNIT}"
 
 
 Work = Callable[[Window, dict[str, Any]], Event]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import ownerwindow
+from backend.cli import ownerwindow, ownerwindow_owner
 from protocol.errors import Conflict
 from protocol.layout import Layout
 
@@ -24,7 +24,7 @@ def test_an_owner_started_beside_the_window_that_runs_launches_is_not_stopped(tm
     other = {"instance": "b" * 32, "pid": 2 ** 22 + 1, "start_ticks": 1}
     w = _window(tmp_path, {"owner": other, "live": 2, "uncertain": []})
     with pytest.raises(Conflict) as caught:
-        ownerwindow._stop_successor(w, {"instance": "a" * 32})
+        ownerwindow_owner.stop_successor(w, {"instance": "a" * 32})
     assert "`tenure down`, then `tenure owner upgrade --continue`" in caught.value.msg
     assert caught.value.data["live"] == 2
 
@@ -32,4 +32,4 @@ def test_an_owner_started_beside_the_window_that_runs_launches_is_not_stopped(tm
 def test_nothing_is_stopped_when_the_planned_owner_or_none_answers(tmp_path):
     planned = {"instance": "a" * 32, "pid": 2 ** 22 + 1, "start_ticks": 1}
     for status in (None, {"owner": planned, "live": 3, "uncertain": []}):
-        ownerwindow._stop_successor(_window(tmp_path, status), planned)
+        ownerwindow_owner.stop_successor(_window(tmp_path, status), planned)
