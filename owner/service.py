@@ -3,45 +3,60 @@
 Every mutating method requires the current epoch (``STALE_EPOCH {current}`` otherwise,
 ``NO_GRANT`` before the first fence). Reads need none. The owner never decides anything
 on its own: it launches, signals, stops and reports when told to.
+
+The request shapes are in owner.service_shapes; the journal's methods (owner.service_logs)
+and those of held sockets and the fd store (owner.service_sockets) are mixed in.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
-from protocol.errors import (
-    BadRequest,
-    Conflict,
-    NotFound,
-    StackFenced,
-    StopTimeout,
-)
+from protocol.errors import BadRequest, NotFound, StackFenced, StopTimeout
 from protocol.framing import pack
 from protocol.grant import SignedGrant
 from protocol.identity import Identity
-from protocol.schema import Field, Schema, check_int, check_key, check_name, check_str_map
 from protocol.server import Call, Method, RpcServer
 
-from . import stoporder
 from .evidence import ended_cgroups
 from .grants import GrantKeeper
 from .journal import Journal, LogSource
-from .journalforget import APPS_PAGE, MAX_APPS, MAX_SOURCES
-from .journalretention import MAX_RETENTION, MIN_RETENTION
 from .metrics import Member, Meter, UsageMemo, launch_inodes
-from .notes import MAX_NOTE, write_note
 from .observations import RING_SIZE, ObservationRing, test_knob
 from .paths import OwnerPaths
 from .procinfo import Inspector
 from .procs import ProcessTable
 from .runas import launch_error, privileges
-from .sockets import MAX_SOCKETS, SocketDecl, socket_key
+from .service_logs import JournalMethods
+from .service_shapes import (
+    S_ACK,
+    S_APPS,
+    S_FDSTORE,
+    S_FENCE,
+    S_FORGET,
+    S_FORGET_APPS,
+    S_INTENT,
+    S_INVENTORY,
+    S_KEY,
+    S_LAUNCH,
+    S_LOGS,
+    S_METRICS,
+    S_NOTE,
+    S_OBS,
+    S_PIN,
+    S_PRUNE,
+    S_RETENTION,
+    S_SIGNAL,
+    S_SOCKET,
+    S_SOCKET_UPDATE,
+    S_STOP,
+    S_STOP_ORDER,
+)
+from .service_sockets import SocketMethods
 from .specs import LaunchSpec, StopPolicy, parse_signal
 from .stop import StopOutcome
 from .store import Intent, LaunchRow, LaunchState, OwnerStore
@@ -80,165 +95,11 @@ CAPABILITIES = {"stackControl": 2, "logJournal": 1, "logPages": 1, "logForget": 
                 "logCounts": 1, "socketInodes": 1, "logRetention": 1, "socketUpdate": 1,
                 "logApps": 1, "logRetentionKeep": 1, "stopOrder": 1}
 
-MAX_BUDGETS = 10_000   # apps named in one logs.retention call
-
 MEASURE_ON_LOOP = 8
 """metrics.read measures up to this many launches on the loop, more in a thread."""
 
-LOGS_PAGE_BYTES = 1 << 20
-"""Default byte budget of one logs.read answer; at most LOGS_PAGE_BYTES_MAX, which with
-one 16 KiB line over it stays well inside the 4 MiB frame."""
-LOGS_PAGE_BYTES_MAX = 3 << 20
 
-JOURNAL_THREADS = 2
-"""Threads that read the journal for requests, for every connection together: their own,
-not asyncio's shared default pool, where 150 pipelined logs.read of one client (each
-waiting for the journal's one reader) held every thread and the owner's other work off
-the loop waited seconds behind them. The rest wait their turn in this pool."""
-_journal_pool = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="journal-rpc")
-_maintenance_pool = ThreadPoolExecutor(1, thread_name_prefix="journal-maint")
-"""The one thread of the journal's maintenance requests (logs.retention, logs.forget,
-logs.forget_apps), which take the writer for as long as their deletes run: in the
-request threads, two of them held both, and every logs.read waited until they ended."""
-_T = TypeVar("_T")
-
-
-async def on_journal_thread(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
-    """``fn(*args, **kwargs)`` in the journal's own threads."""
-    return await _in(_journal_pool, functools.partial(fn, *args, **kwargs))
-
-
-async def on_maintenance_thread(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
-    """``fn(*args, **kwargs)`` in the journal's maintenance thread, one after another."""
-    return await _in(_maintenance_pool, functools.partial(fn, *args, **kwargs))
-
-
-async def _in(pool: ThreadPoolExecutor, call: Callable[[], _T]) -> _T:
-    return await asyncio.get_running_loop().run_in_executor(pool, call)
-
-_name = check_name(128)
-_uint = check_int(0, 2**62)
-S_PIN = Schema(Field("public_key", str))
-S_FENCE = Schema(Field("grant", dict))
-S_LAUNCH = Schema(
-    Field("launch_key", str, check=check_key(200)),
-    Field("stack", str, check=_name), Field("app", str, check=_name),
-    Field("instance", int, check=_uint), Field("generation", int, check=_uint),
-    Field("argv", list), Field("env", dict, required=False, default={}, check=check_str_map),
-    Field("cwd", str, required=False), Field("stop", dict, required=False, default={}),
-    Field("intent_revision", int, required=False, check=_uint),
-    Field("identity", dict, required=False), Field("limits", dict, required=False),
-    Field("sockets", list, required=False), Field("fd_store_max", int, required=False),
-)
-S_KEY = Schema(Field("launch_key", str, check=check_key(200)))
-S_STOP = Schema(Field("launch_key", str, check=check_key(200)),
-                Field("policy", dict, required=False))
-S_SIGNAL = Schema(Field("launch_key", str, check=check_key(200)),
-                  Field("signal", (str, int)), Field("group", bool, required=False, default=True))
-S_INTENT = Schema(Field("stack", str, check=_name), Field("intent", str),
-                  Field("expected_revision", int, check=_uint))
-S_STOP_ORDER = Schema(Field("stacks", dict, check=stoporder.check_order))
-S_LOGS = Schema(Field("after", int, required=False, default=0, check=_uint),
-                Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)),
-                Field("max_bytes", int, required=False, default=LOGS_PAGE_BYTES,
-                      check=check_int(1024, LOGS_PAGE_BYTES_MAX)),
-                Field("tail", int, required=False, check=_uint),
-                Field("stack", str, required=False, check=_name),
-                Field("app", str, required=False, check=_name),
-                Field("instance", int, required=False, check=_uint),
-                Field("stream", str, required=False))
-
-
-def _note_text(v: Any) -> str | None:
-    if not v or len(v) > MAX_NOTE or "\0" in v:
-        return f"must be 1 to {MAX_NOTE} characters without NUL"
-    return None
-
-
-def _per_app(what: str, third: str | None, v: Any, check: Callable[[Any], bool] = bool,
-             rule: str = "") -> str | None:
-    """A list of ``{stack, app, <third>}`` (``{stack, app}`` without ``third``) with
-    names and ``check(<third>)``: None, or what is wrong with the first item that is
-    not."""
-    keys = ("stack", "app") if third is None else ("stack", "app", third)
-    for item in v:
-        if not isinstance(item, dict) or set(item) != set(keys):
-            return f"each {what} must be {{{', '.join(keys)}}}"
-        for key in ("stack", "app"):
-            if not isinstance(item[key], str) or _name(item[key]) is not None:
-                return f"each {what}'s {key} must be a name (1-128 printable, no '/')"
-        if third is None:
-            continue
-        n = item[third]
-        if isinstance(n, bool) or not isinstance(n, int) or not check(n):
-            return f"each {what}'s {third} must be {rule}"
-    return None
-
-
-def _sources(v: Any) -> str | None:
-    if not 1 <= len(v) <= MAX_SOURCES:
-        return f"must list 1 to {MAX_SOURCES} sources"
-    return _per_app("source", "instance", v, lambda n: _uint(n) is None,
-                    "an integer >= 0")
-
-
-def _budgets(v: Any) -> str | None:
-    if len(v) > MAX_BUDGETS:
-        return f"must name at most {MAX_BUDGETS} apps"
-    return _per_app("budget", "bytes", v, lambda n: MIN_RETENTION <= n <= MAX_RETENTION,
-                    f"{MIN_RETENTION} to {MAX_RETENTION}")
-
-
-def _apps(v: Any) -> str | None:
-    if not 1 <= len(v) <= MAX_APPS:
-        return f"must name 1 to {MAX_APPS} apps"
-    return _per_app("app", None, v)
-
-
-S_FORGET = Schema(Field("sources", list, check=_sources))
-S_FORGET_APPS = Schema(Field("apps", list, check=_apps))
-S_APPS = Schema(Field("after_stack", str, required=False, check=_name),
-                Field("after_app", str, required=False, check=_name),
-                Field("limit", int, required=False, default=APPS_PAGE,
-                      check=lambda v: None if 1 <= v <= APPS_PAGE
-                      else f"must be 1 to {APPS_PAGE}"))
-S_RETENTION = Schema(Field("budgets", list, check=_budgets),
-                     Field("keep", bool, required=False, default=False))
-S_PRUNE = Schema(Field("keep", int, check=check_int(100, 10_000_000)),
-                 Field("protect", list, required=False, default=[],
-                       check=lambda v: None if len(v) <= 100_000 and all(
-                           isinstance(k, str) for k in v) else "a list of launch keys"))
-S_NOTE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
-                Field("instance", int, check=_uint), Field("generation", int, check=_uint),
-                Field("text", str, check=_note_text))
-S_OBS = Schema(Field("after", int, required=False, default=0, check=_uint),
-               Field("limit", int, required=False, default=1000, check=check_int(1, 10_000)))
-S_ACK = Schema(Field("cursor", int, check=_uint))
-S_INVENTORY = Schema(Field("stack", str, required=False, check=_name))
-S_METRICS = Schema(Field("launch_keys", list, required=False,
-                         check=lambda v: None if all(isinstance(k, str) for k in v)
-                         else "must be a list of launch keys"),
-                   Field("usage_only", bool, required=False, default=False))
-SOCKET_KEY_MAX = 700
-"""Characters of the longest socket key a launch can make (owner.sockets.socket_key:
-stack and app of 128, a name of 255, an address): sockets.close takes every one."""
-
-
-def _socket_key(v: str) -> str | None:
-    if not 1 <= len(v) <= SOCKET_KEY_MAX or not v.isprintable():
-        return f"must be 1 to {SOCKET_KEY_MAX} printable characters (a key sockets names)"
-    return None
-
-
-S_SOCKET = Schema(Field("key", str, check=_socket_key))
-S_SOCKET_UPDATE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
-                         Field("sockets", list, check=lambda v: None if 1 <= len(v) <=
-                               MAX_SOCKETS else f"must list 1 to {MAX_SOCKETS} sockets"))
-S_FDSTORE = Schema(Field("stack", str, check=_name), Field("app", str, check=_name),
-                   Field("instance", int, required=False, check=_uint))
-
-
-class OwnerService:
+class OwnerService(JournalMethods, SocketMethods):
     """Holds the owner's live state and serves it. Construct inside the running loop."""
 
     def __init__(self, paths: OwnerPaths, identity: Identity, store: OwnerStore,
@@ -497,65 +358,6 @@ class OwnerService:
         inodes = await asyncio.to_thread(launch_inodes, cgroup, procs)
         return {"launch_key": key, "inodes": sorted(inodes)}
 
-    # -- sockets and the fd store ------------------------------------------------------
-
-    def _held(self, stack: str | None = None) -> dict[str, Any]:
-        users = self.launcher.sockets_in_use()
-        socks = [{**w, "used_by": sorted(users.get(w["key"], []))}
-                 for w in self.launcher.sockets.to_wire()
-                 if stack is None or w["stack"] == stack]
-        store = [s for s in self.launcher.fdstore.to_wire()
-                 if stack is None or s["stack"] == stack]
-        return {"sockets": socks, "fd_store": store}
-
-    async def sockets_list(self, call: Call) -> Any:
-        """Held sockets (address, inode, accept queue, launches using them) and stored
-        fds per app instance."""
-        return {**self._held(), "fd_store_stats": dict(self.launcher.fdstore.stats)}
-
-    async def sockets_close(self, call: Call) -> Any:
-        """Close the socket held under ``key``; idempotent. Raises Conflict, closing
-        nothing, while a live launch was given it."""
-        self._require_epoch(call)
-        key = call.params["key"]
-        users = sorted(self.launcher.sockets_in_use().get(key, []))
-        if users:
-            raise Conflict(f"socket {key} is in use by {', '.join(users[:5])}",
-                           {"key": key, "launch_keys": users[:100]})
-        closed = self.launcher.sockets.close(key)
-        if closed:
-            self.ring.emit("socket_closed", key=key)
-        return {"key": key, "closed": closed}
-
-    async def sockets_update(self, call: Call) -> Any:
-        """Give the sockets held for ``stack/app`` the backlog, mode and owner of
-        ``sockets`` (each as a launch names it) now, each staying the same socket; one
-        not held is left to the launch that creates it, one that has them already is
-        not touched (``updated`` names those changed). All are parsed before any is
-        changed. Raises BadRequest (a bad socket) and SocketUnavailable (naming the one
-        that could not take its settings; those before it took theirs)."""
-        self._require_epoch(call)
-        p = call.params
-        decls = [SocketDecl.from_wire(d) for d in p["sockets"]]
-        updated, not_held = [], []
-        for decl in decls:
-            key = socket_key(p["stack"], p["app"], decl)
-            if key not in self.launcher.sockets.held:
-                not_held.append(key)
-            elif self.launcher.sockets.update(p["stack"], p["app"], decl):
-                updated.append(key)
-                self.ring.emit("socket_updated", key=key)
-        return {"updated": updated, "not_held": not_held}
-
-    async def fdstore_clear(self, call: Call) -> Any:
-        """Close the stored fds of ``stack/app`` (one instance, or all); idempotent."""
-        self._require_epoch(call)
-        p = call.params
-        store = self.launcher.fdstore
-        keys = [k for k in store.stored_keys() if k[:2] == (p["stack"], p["app"])
-                and (p["instance"] is None or k[2] == p["instance"])]
-        return {"cleared": sum(store.clear(k) for k in keys)}
-
     # -- stacks -----------------------------------------------------------------------
 
     async def set_intent(self, call: Call) -> Any:
@@ -581,92 +383,7 @@ class OwnerService:
         self.launcher.set_stop_order(order)
         return {"stacks": len(order)}
 
-    # -- logs and observations ---------------------------------------------------------
-
-    async def logs_read(self, call: Call) -> Any:
-        """One page: at most ``limit`` records and ``max_bytes`` of answer; ``next`` is
-        the ``after`` of the next page and ``more`` says whether one may follow now."""
-        p = call.params
-        if p["stream"] not in (None, "stdout", "stderr"):
-            raise BadRequest("params.stream must be stdout or stderr", {"field": "stream"})
-        page = await on_journal_thread(
-            self.journal.read_page, p["after"], p["limit"], max_bytes=p["max_bytes"],
-            tail=p["tail"], stack=p["stack"], app=p["app"], instance=p["instance"],
-            stream=p["stream"])
-        return page.to_wire()
-
-    async def logs_dropped(self, call: Call) -> Any:
-        """Lines dropped per app since the owner started (the journal queue was full)."""
-        dropped = self.journal.dropped_by_app()
-        return {"apps": [{"stack": st, "app": app, "dropped": n}
-                         for (st, app), n in sorted(dropped.items())],
-                "total": self.journal.overflow_total}
-
-    async def logs_forget(self, call: Call) -> Any:
-        """Delete every journal line of each named ``{stack, app, instance}`` (all its
-        generations) in one transaction; idempotent. Raises Conflict, deleting nothing,
-        when a source still has a process (its lines are still being written)."""
-        self._require_epoch(call)
-        sources = sorted({(s["stack"], s["app"], s["instance"])
-                          for s in call.params["sources"]})
-        named = set(sources)
-        self._refuse_busy("of these sources still have a process",
-                          lambda r: (r.stack, r.app, r.instance) in named)
-        deleted = await on_maintenance_thread(self.journal.forget, sources)
-        return {"sources": len(sources), "deleted": deleted}
-
-    async def logs_apps(self, call: Call) -> Any:
-        """Each app with lines in the journal, its bytes and the time of its newest line
-        (the backend forgets those of apps its config no longer has: logs.forget_apps),
-        in (stack, app) order after ``after_stack``/``after_app``, at most ``limit``;
-        ``more`` says whether a page follows."""
-        p = call.params
-        if (p["after_stack"] is None) != (p["after_app"] is None):
-            raise BadRequest("params.after_stack and params.after_app go together",
-                             {"field": "after_app"})
-        after = None if p["after_stack"] is None else (p["after_stack"], p["after_app"])
-        kept = await on_journal_thread(self.journal.apps, after, p["limit"] + 1)
-        return {"apps": [{"stack": st, "app": app, "bytes": n, "last_at": at}
-                         for st, app, n, at in kept[:p["limit"]]],
-                "more": len(kept) > p["limit"]}
-
-    async def logs_forget_apps(self, call: Call) -> Any:
-        """Delete every journal line of each named ``{stack, app}`` (all its instances
-        and generations), one transaction per app; idempotent. Raises Conflict, deleting
-        nothing, while one of them still has a process."""
-        self._require_epoch(call)
-        apps = sorted({(a["stack"], a["app"]) for a in call.params["apps"]})
-        named = set(apps)
-        self._refuse_busy("processes of these apps still run",
-                          lambda r: (r.stack, r.app) in named)
-        deleted = await on_maintenance_thread(self.journal.forget_apps, apps)
-        return {"apps": len(apps), "deleted": deleted}
-
-    def _refuse_busy(self, what: str, matches: Callable[[LaunchRow], bool]) -> None:
-        """Raises Conflict naming the live or uncertain launches that ``matches``: lines
-        of theirs are still being written, so none may be forgotten."""
-        rows = [*self.launcher.live.values(), *self.launcher.uncertain.values()]
-        busy = sorted({r.launch_key for r in rows if matches(r)})
-        if busy:
-            raise Conflict(f"{len(busy)} {what}: {', '.join(busy[:5])}",
-                           {"launch_keys": busy[:100]})
-
-    async def logs_retention(self, call: Call) -> Any:
-        """Give the named apps their own journal budget (the bytes of output kept, the
-        oldest pruned; one named with the default has none of its own); an app not named
-        has the default, or with ``keep`` keeps the budget stored for it while it has
-        lines (one taken out of the config; owner.journal.Journal.set_retention). Stored
-        durably; a smaller budget prunes at once. Idempotent. Answers the budgets now in
-        force."""
-        self._require_epoch(call)
-        budgets = {(b["stack"], b["app"]): b["bytes"] for b in call.params["budgets"]}
-
-        def apply() -> tuple[int, dict[tuple[str, str], int]]:
-            self.journal.set_retention(budgets, call.params["keep"])
-            return self.journal.retention()
-        default, now = await on_maintenance_thread(apply)
-        return {"default": default, "budgets": [{"stack": st, "app": app, "bytes": n}
-                                                for (st, app), n in sorted(now.items())]}
+    # -- launch rows ------------------------------------------------------------------
 
     async def launches_prune(self, call: Call) -> Any:
         """Delete the rows of ended launches but the newest ``keep`` and the ``protect``
@@ -681,14 +398,7 @@ class OwnerService:
         # on the loop: the store's connection belongs to it; one DELETE transaction
         return {"deleted": self.store.prune_ended(call.params["keep"], protect)}
 
-    async def logs_note(self, call: Call) -> Any:
-        """Write one tenure line (owner.notes) into an app's log stream: the backend's
-        word on why it gave up on the app. ``written`` is false when the journal queue
-        had no room (the line is counted as dropped, like any other)."""
-        self._require_epoch(call)
-        p = call.params
-        source = LogSource(p["stack"], p["app"], p["instance"], p["generation"])
-        return {"written": write_note(self.journal, source, p["text"])}
+    # -- observations -----------------------------------------------------------------
 
     async def obs_read(self, call: Call) -> Any:
         return self.ring.read(call.params["after"], call.params["limit"])

@@ -14,7 +14,7 @@ import pytest
 
 from backend.cli.jobs import job_command
 from owner.journal import Journal, LogSource
-from owner.service import LOGS_PAGE_BYTES
+from owner.service_shapes import LOGS_PAGE_BYTES
 from protocol.errors import BadRequest
 
 JOB = LogSource("j", "job:x", 1, 1)

@@ -25,7 +25,7 @@ from backend.cli.logs import (
 from backend.targets import exact_source
 from owner.journal import Journal, LogSource
 from owner.notes import TENURE, write_note
-from owner.service import LOGS_PAGE_BYTES
+from owner.service_shapes import LOGS_PAGE_BYTES
 from protocol.errors import (
     BackendUnavailable,
     BadRequest,
