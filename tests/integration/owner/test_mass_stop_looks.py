@@ -14,18 +14,18 @@ from pathlib import Path
 
 HELPER = """
 import asyncio, json, os, signal, sys
-import owner.procs as procs
+import owner.proctrack as proctrack
 from owner.procs import ProcessTable, LaunchSpec, become_subreaper
 from owner.specs import StopPolicy
 
 N = 60
 looks = [0]
-real = procs.main_thread_children
+real = proctrack.main_thread_children
 
 def counting(pid):
     looks[0] += 1
     return real(pid)
-procs.main_thread_children = counting
+proctrack.main_thread_children = counting
 
 async def main():
     table = ProcessTable(lambda *a: None, reap_orphans=True)
@@ -56,7 +56,7 @@ def test_sixty_stops_at_once_share_their_looks_and_each_is_confirmed() -> None:
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["outcomes"] == ["stopped"], report   # the background sleeps too
     assert report["left"] == 0, report
-    assert report["looks"] < 60, report
+    assert 0 < report["looks"] < 60, report   # counted where the table looks
 
 
 BEHIND = """

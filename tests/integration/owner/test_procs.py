@@ -402,8 +402,8 @@ def test_many_table_launches_share_no_pipe_between_apps() -> None:
 
 def test_exited_launches_are_forgotten_beyond_the_memory_bound(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from owner import procs
-    monkeypatch.setattr(procs, "EXITED_MEMORY", 2)
+    from owner import procexits
+    monkeypatch.setattr(procexits, "EXITED_MEMORY", 2)
 
     async def body(h: Harness) -> None:
         done = []

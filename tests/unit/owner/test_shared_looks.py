@@ -54,7 +54,7 @@ def test_a_look_is_shared_only_when_it_began_after_the_loss(monkeypatch: Any) ->
     table = ProcessTable.__new__(ProcessTable)
     looks: list[float] = []
     now = [50.0]
-    monkeypatch.setattr("owner.procs.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("owner.proctrack.time.monotonic", lambda: now[0])
     table._adopt_orphans = lambda: looks.append(now[0]) or []  # type: ignore[method-assign]
     table._looked_at = table._look_began = float("-inf")
     table._adopt_orphans_shared(float("-inf"))
