@@ -24,7 +24,7 @@ from protocol.server import Call, Method, RpcServer
 
 from .evidence import ended_cgroups
 from .grants import GrantKeeper
-from .journal import Journal, LogSource
+from .journal import Journal
 from .metrics import Member, Meter, UsageMemo, launch_inodes
 from .observations import RING_SIZE, ObservationRing, test_knob
 from .paths import OwnerPaths
@@ -442,7 +442,3 @@ class OwnerService(JournalMethods, SocketMethods):
         self._require_epoch(call)
         asyncio.get_running_loop().call_soon(self._on_shutdown)
         return {"shutting_down": True}
-
-
-def source_of(row: LaunchRow) -> LogSource:
-    return LogSource(row.stack, row.app, row.instance, row.generation)
