@@ -43,7 +43,7 @@ from protocol.errors import BadRequest, ShuttingDown
 from . import memtrim
 from .journalckpt import PAGE_BYTES, Checkpointer
 from .journaldb import FORMAT_VERSION, check_schema, connect, on_disk, open_private
-from .journalforget import APPS_PAGE, AppLines, Source, app_sources, apps_kept
+from .journalforget import APPS_PAGE, AppLines, Forgetting, apps_kept
 from .journalhealth import WriteHealth
 from .journalintake import Intake
 from .journalread import STREAMS, Filters, LogRecord, Page, read_at, refuse_damage
@@ -240,30 +240,35 @@ class Journal:
         self._intake.wake()
 
     def forget(self, sources: Sequence[tuple[str, str, int]], timeout: float = 30.0) -> int:
-        """Delete every line of each ``(stack, app, instance)`` in one transaction (see
-        :mod:`owner.journalforget`); lines still queued are written first, so they go
-        too. Returns how many lines went: 0 when none were left. Safe from any thread.
-        Raises ``BadRequest`` (a malformed source), ``ShuttingDown`` (a closed journal) and
-        ``StorageFailed`` (the transaction failed: nothing was deleted)."""
+        """Delete every line of each ``(stack, app, instance)``, and the marks of what
+        retention pruned of it (see :mod:`owner.journalforget`); lines still queued are
+        written first, so they go too. The sources of one app go together, app after
+        app in (stack, app) order, in steps of at most STEP_BYTES, the last of them
+        taking the marks: the writer's batches go on between two, and journal.db-wal
+        stays under its cap however large their output is. Returns how many lines
+        went: 0 when none were left. Safe from any thread. Raises ``BadRequest`` (a
+        malformed source), ``ShuttingDown`` (a closed journal) and ``StorageFailed``
+        naming the source, or the instances of one app, where it stopped: what the
+        steps before the failed one deleted stays deleted (the apps before it are gone,
+        of it some lines may be), and a retry goes on."""
         checked = [(check_name("stack", st), check_name("app", app),
                     check_int("instance", inst)) for st, app, inst in sources]
-        return self._forget("forgetting sources", lambda conn: checked, timeout)
+        by_app: dict[tuple[str, str], set[int]] = {}
+        for stack, app, instance in checked:
+            by_app.setdefault((stack, app), set()).add(instance)
+        return self._forget([Forgetting(key, frozenset(instances))
+                             for key, instances in sorted(by_app.items())], timeout)
 
     def forget_apps(self, apps: Sequence[tuple[str, str]], timeout: float = 30.0) -> int:
         """:meth:`forget` of every source of each ``(stack, app)``: all its lines, and
-        the marks of what retention pruned of it; an app's lines go in steps of at most
-        STEP_BYTES, the last one the rest and the marks (the writer goes on between
-        two). Raises as :meth:`forget`, StorageFailed naming the app where it stopped
-        (those before it are gone, and its lines deleted before the failed step)."""
-        checked = [(check_name("stack", st), check_name("app", app)) for st, app in apps]
-        deleted = 0
-        for one in checked:
-            what = f"forgetting {one[0]}/{one[1]}"
-            deleted += self._stepwise(what, functools.partial(self._tables.forget_step,
-                                                              key=one))
-            deleted += self._forget(what, functools.partial(app_sources, apps=[one]),
-                                    timeout)
-        return deleted
+        the marks of what retention pruned of it (of instances with no line left too);
+        an app's lines go in steps of at most STEP_BYTES, the last one taking the marks
+        (the writer goes on between two). Raises as :meth:`forget`, StorageFailed naming
+        the app where it stopped (those before it are gone, and its lines deleted
+        before the failed step)."""
+        checked = sorted({(check_name("stack", st), check_name("app", app))
+                          for st, app in apps})
+        return self._forget([Forgetting(key, None) for key in checked], timeout)
 
     def apps(self, after: tuple[str, str] | None = None,
              limit: int = APPS_PAGE) -> list[AppLines]:
@@ -279,13 +284,18 @@ class Journal:
             finally:
                 conn.execute("ROLLBACK")
 
-    def _forget(self, what: str, sources_of: Callable[[sqlite3.Connection], list[Source]],
-                timeout: float) -> int:
+    def _forget(self, jobs: list[Forgetting], timeout: float) -> int:
+        """Flush, then each of ``jobs`` in its steps (:meth:`_stepwise`); returns the
+        lines deleted. Raises as :meth:`_stepwise`."""
         self.flush(timeout)
-        deleted = self._maintain(what,
-                                 lambda conn: self._tables.forget(conn, sources_of(conn)))
-        self._ckpt.ask()  # a delete may rewrite many pages
-        self._intake.wake()
+        deleted = 0
+        try:
+            for job in jobs:
+                deleted += self._stepwise(job.what(), functools.partial(
+                    self._tables.forget_step, job=job))
+        finally:
+            self._ckpt.ask()  # the deletes may have rewritten many pages
+            self._intake.wake()
         return deleted
 
     def _stepwise(self, what: str, step: Callable[[sqlite3.Connection], Step]) -> int:

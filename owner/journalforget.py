@@ -1,4 +1,5 @@
-"""Deleting the lines of named sources from the journal (the ``logs.forget`` method).
+"""Deleting the lines of named sources from the journal (the ``logs.forget`` method), and
+of whole apps (``logs.forget_apps``).
 
 A source here is ``(stack, app, instance)``: every generation of one instance. That is
 how a job record's output is stored (instance = the record id, generation = the
@@ -6,25 +7,29 @@ attempt), so the backend's retention can delete a pruned record's output exactly
 
 The records table has no index but its ids, so rows are found through the app's
 *extents* (owner.journal), each an id range: the delete is a primary-key range scan of
-that app's ranges, never a scan of the whole journal. Every extent that lost rows gets
-its byte count recomputed from what is left of its app in it, so the per-app retention
-budget keeps its meaning; an extent with no row of its app left is removed. The caller
-runs this inside its write transaction: all of it happens, or none.
+that app's ranges, never a scan of the whole journal. It goes in steps
+(:func:`forget_step`), each one transaction of the caller's (owner.journal), going
+through the app's extents in id order from where the step before stopped, and through
+at most about a given number of bytes of the app's records: a job's output is bounded
+only by its app's budget (GiBs), and one transaction of all of it wrote a WAL as large
+as what it deleted and held the writer for as long. Every extent a step went through to
+its end gets its byte count recomputed from what is left of its app in it, so the
+per-app retention budget keeps its meaning; one with no row of its app left is removed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
-from collections.abc import Iterable
 
 from .journaldb import record_cost
-from .journalpruned import marked_instances
 
-__all__ = ["APPS_PAGE", "MAX_APPS", "MAX_SOURCES", "AppLines", "Source", "app_sources", "apps_kept",
-           "forget_sources"]
+__all__ = ["APPS_PAGE", "MAX_APPS", "MAX_SOURCES", "AppLines", "Forgetting", "Source",
+           "apps_kept", "forget_step"]
 
 MAX_SOURCES = 1000
-"""Sources per call: one transaction stays short (the journal's writer waits for it)."""
+"""Sources per ``logs.forget`` call; those of one app are deleted together, in
+transactions of at most owner.journaltables.STEP_BYTES each."""
 
 MAX_APPS = 100
 """Apps per ``logs.forget_apps`` call; each is deleted in transactions of its own, of at
@@ -34,61 +39,108 @@ APPS_PAGE = 2000
 """Apps per ``logs.apps`` answer: 2,000 of the longest names (128 characters each) fit
 one frame with room to spare."""
 
+EXTENTS_A_STEP = 64
+"""Extents a step reads at most (their first and last ids), whatever their size."""
+
 Source = tuple[str, str, int]
 AppLines = tuple[str, str, int, float | None]   # stack, app, bytes, time of its last line
 
 
-def forget_sources(conn: sqlite3.Connection, sources: Iterable[Source]) -> int:
-    """Delete every row of ``sources`` and fix the extents they were in. Returns how many
-    rows went (0 when none were left: repeating a call is harmless). Raises
-    sqlite3.Error; the caller rolls its transaction back."""
-    by_app: dict[tuple[str, str], set[int]] = {}
-    for stack, app, instance in sources:
-        by_app.setdefault((stack, app), set()).add(instance)
-    deleted = 0
-    for (stack, app), instances in sorted(by_app.items()):
-        deleted += _forget_app(conn, stack, app, sorted(instances))
-    return deleted
+@dataclasses.dataclass(slots=True)
+class Forgetting:
+    """The lines of one app being forgotten step by step: those of ``instances`` (None:
+    of every instance) with an id up to ``until`` (None until the first step sets it:
+    lines written after the forget began stay); the steps so far went through the
+    app's records up to id ``after``."""
+
+    key: tuple[str, str]
+    instances: frozenset[int] | None
+    until: int | None = None
+    after: int = 0
+
+    def what(self) -> str:
+        """What the forget is, as an error names it: the source (or the app)."""
+        name = f"{self.key[0]}/{self.key[1]}"
+        if self.instances is None:
+            return f"forgetting {name}"
+        if len(self.instances) == 1:
+            return f"forgetting {name}/{min(self.instances)}"
+        return (f"forgetting {len(self.instances)} instances of {name}, "
+                f"{name}/{min(self.instances)} to {name}/{max(self.instances)}")
 
 
-def _forget_app(conn: sqlite3.Connection, stack: str, app: str, instances: list[int]
-                ) -> int:
-    marks = ",".join("?" * len(instances))
-    extents = conn.execute("SELECT first_id, last_id FROM extents WHERE stack=? AND app=?"
-                           " ORDER BY first_id", (stack, app)).fetchall()
-    deleted = 0
-    for first, last in extents:
-        cur = conn.execute(f"DELETE FROM records WHERE id BETWEEN ? AND ? AND stack=? AND"
-                           f" app=? AND instance IN ({marks})",
-                           (first, last, stack, app, *instances))
-        if cur.rowcount <= 0:
-            continue
-        deleted += cur.rowcount
-        rows, nbytes = conn.execute(
-            "SELECT count(*), COALESCE(SUM(length(data)), 0) FROM records WHERE id BETWEEN"
-            " ? AND ? AND stack=? AND app=?", (first, last, stack, app)).fetchone()
-        if rows:
-            conn.execute("UPDATE extents SET bytes=? WHERE stack=? AND app=? AND first_id=?",
-                         (nbytes + rows * record_cost(stack, app), stack, app, first))
-        else:
-            conn.execute("DELETE FROM extents WHERE stack=? AND app=? AND first_id=?",
-                         (stack, app, first))
-    return deleted
+def forget_step(conn: sqlite3.Connection, job: Forgetting, most: int
+                ) -> tuple[int, int, bool]:
+    """One step of ``job`` in the caller's transaction: delete its lines in the app's
+    extents after ``job.after``, in id order, going through about ``most`` bytes of the
+    app's records (its own lines and those it keeps alike, as the budget counts them:
+    owner.journaldb.record_cost), at least one, and move ``job.after`` past them.
+    Returns the records deleted, the bytes of budget they took, and whether any of the
+    app's records up to ``job.until`` is left to go through. Raises sqlite3.Error; the
+    caller rolls back (``job`` must not be stepped on then)."""
+    key, until = job.key, job.until if job.until is not None else 0
+    records = freed = 0
+    room = most
+    for first, last in conn.execute(
+            "SELECT first_id, last_id FROM extents WHERE stack=? AND app=? AND last_id > ?"
+            " AND first_id <= ? ORDER BY first_id LIMIT ?",
+            (*key, job.after, until, EXTENTS_A_STEP)).fetchall():
+        rows, gone, went, job.after = _forget_in(conn, job, first, last, room)
+        records, freed, room = records + rows, freed + gone, room - went
+        if room <= 0:
+            break
+    more = job.after < until and conn.execute(
+        "SELECT 1 FROM extents WHERE stack=? AND app=? AND last_id > ? AND first_id <= ?"
+        " LIMIT 1", (*key, job.after, until)).fetchone() is not None
+    return records, freed, more
 
 
-def app_sources(conn: sqlite3.Connection, apps: Iterable[tuple[str, str]]) -> list[Source]:
-    """Every source of ``apps``: each instance with a line in one of the app's extents,
-    and each with a mark of what retention pruned of it (owner.journalpruned), whose
-    mark goes with the app. Raises sqlite3.Error."""
-    out: set[Source] = set()
-    for stack, app in apps:
-        for first, last in conn.execute("SELECT first_id, last_id FROM extents WHERE "
-                                        "stack=? AND app=?", (stack, app)).fetchall():
-            out.update((stack, app, i) for (i,) in conn.execute(
-                "SELECT DISTINCT instance FROM records WHERE id BETWEEN ? AND ? AND "
-                "stack=? AND app=?", (first, last, stack, app)))
-        out.update((stack, app, i) for i in marked_instances(conn, (stack, app)))
-    return sorted(out)
+def _forget_in(conn: sqlite3.Connection, job: Forgetting, first: int, last: int, room: int
+               ) -> tuple[int, int, int, int]:
+    """Delete ``job``'s lines in the app's extent ``first``..``last``, from the id after
+    ``job.after`` on, going through at most about ``room`` bytes of the app's records.
+    Returns the records deleted, their bytes, the bytes gone through and the last id
+    gone through."""
+    key, instances = job.key, job.instances
+    start, stop = max(first, job.after + 1), min(last, job.until or 0)
+    each = record_cost(*key)
+    went = gone = rows = 0
+    cut = stop
+    for rid, instance, n in conn.execute(
+            "SELECT id, instance, length(data) FROM records WHERE id BETWEEN ? AND ? AND "
+            "stack=? AND app=? ORDER BY id", (start, stop, *key)):
+        if went >= room:
+            cut = rid - 1
+            break
+        went += n + each
+        if instances is None or instance in instances:
+            gone, rows = gone + n + each, rows + 1
+    if rows:
+        which = "" if instances is None else \
+            f" AND instance IN ({','.join('?' * len(instances))})"
+        conn.execute(f"DELETE FROM records WHERE id BETWEEN ? AND ? AND stack=? AND app=?"
+                     f"{which}", (start, cut, *key, *sorted(instances or ())))
+    if cut == last and (rows or start > first):
+        _recount(conn, key, first, last)   # every step through it is done
+    elif rows:
+        conn.execute("UPDATE extents SET bytes=bytes-? WHERE stack=? AND app=? AND "
+                     "first_id=?", (gone, *key, first))
+    return rows, gone, went, cut
+
+
+def _recount(conn: sqlite3.Connection, key: tuple[str, str], first: int, last: int
+             ) -> None:
+    """Make the extent's bytes what is left of its app in it, or remove it if nothing
+    is."""
+    rows, nbytes = conn.execute(
+        "SELECT count(*), COALESCE(SUM(length(data)), 0) FROM records WHERE id BETWEEN"
+        " ? AND ? AND stack=? AND app=?", (first, last, *key)).fetchone()
+    if rows:
+        conn.execute("UPDATE extents SET bytes=? WHERE stack=? AND app=? AND first_id=?",
+                     (nbytes + rows * record_cost(*key), *key, first))
+    else:
+        conn.execute("DELETE FROM extents WHERE stack=? AND app=? AND first_id=?",
+                     (*key, first))
 
 
 def apps_kept(conn: sqlite3.Connection, after: tuple[str, str] | None = None,

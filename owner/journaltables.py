@@ -21,8 +21,8 @@ from typing import Final, NamedTuple, TypeVar
 from protocol.errors import StorageFailed
 
 from .journaldb import insert_rows, open_writer, record_cost
-from .journalforget import Source, forget_sources
-from .journalpruned import Pruned
+from .journalforget import Forgetting, forget_step
+from .journalpruned import Pruned, marked_instances
 from .journalread import damage, refuse_damage
 from .journalretention import cut_extent, load_budgets, save_budgets
 from .journalvacuum import GiveBack
@@ -35,11 +35,11 @@ EXTENT_GAP: Final = 4096
 """Start a new extent when more than this many foreign ids lie since the app's last row."""
 STEP_BYTES: Final = 8 << 20
 """What one transaction deletes at most, besides what a batch wrote: about a batch's WAL
-(owner.journalckpt.BATCH_FRAMES). A budget lowered, or an app forgotten, goes in steps of
-this (owner.journal), each committed with the writer's batches and checkpoints between
-them: one transaction of all of it wrote a WAL as large as what it deleted (GiBs for a
-large budget, refused by the nearly full disk that had the budget lowered) and held the
-writer for as long."""
+(owner.journalckpt.BATCH_FRAMES). A budget lowered, an app or sources forgotten, go in
+steps of this (owner.journal), each committed with the writer's batches and checkpoints
+between them: one transaction of all of it wrote a WAL as large as what it deleted (GiBs
+for a large budget, refused by the nearly full disk that had the budget lowered) and
+held the writer for as long."""
 
 
 class Step(NamedTuple):
@@ -262,29 +262,21 @@ class Tables:
 
     # -- maintenance ---------------------------------------------------------------------
 
-    def forget(self, conn: sqlite3.Connection, sources: list[Source]) -> int:
-        """The step of a forget (owner.journalforget): delete every line of ``sources``
-        and the marks of what retention pruned of them; returns how many lines went."""
-        self.pruned.forgot((st, app) for st, app, _ in sources)
-        self.pruned.unmark(conn, sources)
+    def forget_step(self, conn: sqlite3.Connection, job: Forgetting) -> Step:
+        """One step of forgetting lines of an app (owner.journalforget.forget_step), at
+        most about STEP_BYTES of its records gone through; the last one, which finds
+        nothing left, removes the marks of what retention pruned of them (of every
+        instance of the app that has one, when ``job`` names none)."""
+        self.pruned.forgot([job.key])   # its extents' summaries no longer say what is there
         self._give_back.freed()
-        return forget_sources(conn, sources)
-
-    def forget_step(self, conn: sqlite3.Connection, key: tuple[str, str]) -> Step:
-        """One step of forgetting app ``key`` whole: its oldest records, at most about
-        STEP_BYTES of them (:meth:`forget` of its sources then deletes what is left,
-        and the marks of what retention pruned of it)."""
-        self.pruned.forgot([key])   # its extents' summaries no longer say what is there
-        self._give_back.freed()
-        oldest = conn.execute("SELECT first_id, last_id FROM extents WHERE stack=? AND "
-                              "app=? ORDER BY first_id LIMIT 64", key).fetchall()
-        freed = records = 0
-        for first, last in oldest:
-            gone, _, n = cut_extent(conn, key, first, last, STEP_BYTES - freed)
-            freed, records = freed + gone, records + n
-            if freed >= STEP_BYTES:
-                break
-        return Step(records, freed, bool(oldest))
+        if job.until is None:   # lines written from now on stay
+            job.until = self.last_id
+        records, freed, more = forget_step(conn, job, STEP_BYTES)
+        if not more:
+            instances = marked_instances(conn, job.key) if job.instances is None \
+                else job.instances
+            self.pruned.unmark(conn, [(*job.key, i) for i in sorted(instances)])
+        return Step(records, freed, more)
 
     def maintain(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(conn)`` in one transaction of the writer's connection, between two

@@ -1,4 +1,4 @@
-"""Lowering a log budget or forgetting an app deletes what it no longer keeps in
+"""Lowering a log budget, forgetting an app or forgetting sources deletes what it no longer keeps in
 transactions of at most about a batch's size, so journal.db-wal stays under its cap
 (docs/state.md) however much goes, and the writer's batches go in between two: one
 transaction of the whole excess made a WAL as large as what it deleted (GiBs on a large
@@ -7,6 +7,7 @@ for as long as it ran."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -16,10 +17,12 @@ import pytest
 
 from owner import journalckpt, journaltables
 from owner.journal import Journal, LogSource
+from protocol.errors import StorageFailed
 
 MIB = 1 << 20
 FRAME = 4096 + 24
 A = LogSource("s", "a", 0, 1)
+A1 = LogSource("s", "a", 1, 1)   # another instance of app a
 B = LogSource("s", "b", 0, 1)
 
 
@@ -110,3 +113,51 @@ def test_lines_written_while_a_budget_is_lowered_are_kept(
     assert [r.data for r in j.read(0, 100_000, app="b")] == [b"%08d" % i
                                                              for i in range(n)]
     assert _kept(j, "a") <= 2 * MIB and j.overflow_total == 0
+
+
+def _transactions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What each maintenance transaction from now on was for."""
+    seen: list[str] = []
+    maintain = journaltables.Tables.maintain
+
+    def counted(self: journaltables.Tables, what: str, work: object) -> object:
+        seen.append(what)
+        return maintain(self, what, work)   # type: ignore[arg-type]
+    monkeypatch.setattr(journaltables.Tables, "maintain", counted)
+    return seen
+
+
+def test_forgetting_a_large_source_deletes_in_bounded_transactions(
+        filled: tuple[Journal, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: logs.forget deleted all of its sources in one transaction, a WAL as large as
+    a job's output (its app's budget: GiBs) and the writer held for as long."""
+    j, path = filled
+    _fill(j, A1, 1)
+    _fill(j, B, 1)
+    steps = _transactions(monkeypatch)
+    assert j.forget([("s", "a", 0)]) == 24 * 1024
+    assert _within_cap(path), _wal(path)
+    assert len(steps) > 1
+    assert _kept(j, "a") == 1024 * 1023 and _kept(j, "b") == 1024 * 1023
+    assert {r.instance for r in j.read(0, 100_000, app="a")} == {1}
+    assert j.forget([("s", "a", 0)]) == 0
+
+
+def test_a_forget_that_fails_part_way_keeps_what_it_deleted_and_names_the_source(
+        filled: tuple[Journal, Path]) -> None:
+    j, path = filled
+    _fill(j, B, 1)
+    (top,) = [r.id for r in j.read_page(0, 1, tail=1, app="a").records]
+    conn = sqlite3.connect(path)
+    conn.execute(f"CREATE TRIGGER boom BEFORE DELETE ON records WHEN OLD.id > {top - 1024}"
+                 " BEGIN SELECT RAISE(ABORT, 'injected'); END")
+    conn.commit()
+    with pytest.raises(StorageFailed, match="s/a/0"):
+        j.forget([("s", "a", 0)])
+    left = len(j.read(0, 100_000, app="a"))
+    assert 1024 <= left < 23 * 1024   # the earlier steps' deletes stay
+    conn.execute("DROP TRIGGER boom")
+    conn.commit()
+    conn.close()
+    assert j.forget([("s", "a", 0)]) == left   # a retry goes on
+    assert _kept(j, "a") == 0 and _kept(j, "b") == 1024 * 1023

@@ -1,7 +1,7 @@
 """Journal.forget over real SQLite: it deletes exactly the named (stack, app, instance)
 sources, every generation of them, keeps the extents' byte counts equal to the rows
 (so per-app retention still works), is idempotent, writes what was still queued first,
-and is all-or-nothing."""
+and goes in steps whose deletes stay when a later one fails."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from owner import journaltables
 from owner.journal import Journal, LogSource
 from owner.journaldb import record_cost
 from owner.testing import read_all
@@ -70,23 +71,54 @@ def test_forget_deletes_exactly_the_named_instances_and_is_idempotent(tmp_path: 
     extents_match_rows(path)
 
 
-def test_forget_is_all_or_nothing(tmp_path: Path) -> None:
+def test_a_forget_that_fails_keeps_the_apps_before_it_and_names_where_it_stopped(
+        tmp_path: Path) -> None:
+    """Each app's sources go in transactions of their own (owner.journaltables.STEP_BYTES):
+    an error stops the forget there, what went before stays gone, and a retry goes on."""
     path = tmp_path / "journal.db"
     with Journal(path) as j:
         fill(j, 5)
         assert j.flush(timeout=30)
-        everything = read_all(j)
+        web = read_all(j, app="web")
         conn = sqlite3.connect(path)
         conn.execute("CREATE TRIGGER boom BEFORE DELETE ON extents WHEN OLD.app = 'web' "
                      "BEGIN SELECT RAISE(ABORT, 'injected'); END")
         conn.commit()
-        conn.close()
-        with pytest.raises(StorageFailed):         # job:migrate 1 deleted, then web fails
-            j.forget([("s", "job:migrate", 1), ("s", "web", 1)])
-        assert read_all(j) == everything
+        with pytest.raises(StorageFailed, match="forgetting s/web/1 failed"):
+            j.forget([("s", "web", 1), ("s", "job:migrate", 1)])   # in (stack, app) order
+        assert read_all(j, app="web") == web
+        assert {r.instance for r in read_all(j, app="job:migrate")} == {2}
         j.append(WEB, "stdout", [(b"still writing", 0)])
         assert j.flush(timeout=30)
         assert read_all(j)[-1].data == b"still writing"
+        conn.execute("DROP TRIGGER boom")
+        conn.commit()
+        conn.close()
+        assert j.forget([("s", "web", 1), ("s", "job:migrate", 1)]) == 6
+        assert read_all(j, app="web") == []
+    extents_match_rows(path)
+
+
+def test_forget_in_small_steps_deletes_exactly_the_named_instances(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps of a few records cut extents that hold the app's other instances too, and
+    stop between two records of one source."""
+    monkeypatch.setattr(journaltables, "STEP_BYTES", 150)   # about 2 records of an app
+    path = tmp_path / "journal.db"
+    with Journal(path, retention_bytes_per_app=1 << 20) as j:
+        fill(j)
+        assert j.flush(timeout=30)
+        jobs = [r for r in read_all(j, app="job:migrate") if r.instance == 2]
+        web = read_all(j, app="web")
+        assert j.forget([("s", "job:migrate", 1), ("s", "web", 7)]) == 60
+        assert read_all(j, app="job:migrate") == jobs and read_all(j, app="web") == web
+        extents_match_rows(path)
+        assert j.forget([("s", "job:migrate", 1)]) == 0
+        fill(j, 3)                          # lines after it are kept, in extents of their own
+        assert j.forget_apps([("s", "job:migrate")]) == 30 + 9
+        assert read_all(j, app="job:migrate") == [] and len(read_all(j, app="web")) == 33
+        assert [a[:2] for a in j.apps()] == [("s", "web")]
+    extents_match_rows(path)
 
 
 @pytest.mark.parametrize("source", [("", "a", 1), ("s", "a\x00", 1), ("s", "a", -1),
