@@ -75,8 +75,10 @@ class JournalMethods:
 
     async def logs_forget(self, call: Call) -> Any:
         """Delete every journal line of each named ``{stack, app, instance}`` (all its
-        generations) in one transaction; idempotent. Raises Conflict, deleting nothing,
-        when a source still has a process (its lines are still being written)."""
+        generations), app after app in bounded steps (owner.journal.Journal.forget);
+        idempotent, so a retry after a failure part-way goes on. Raises Conflict,
+        deleting nothing, when a source still has a process (its lines are still being
+        written)."""
         self._require_epoch(call)
         sources = sorted({(s["stack"], s["app"], s["instance"])
                           for s in call.params["sources"]})
@@ -103,8 +105,8 @@ class JournalMethods:
 
     async def logs_forget_apps(self, call: Call) -> Any:
         """Delete every journal line of each named ``{stack, app}`` (all its instances
-        and generations), one transaction per app; idempotent. Raises Conflict, deleting
-        nothing, while one of them still has a process."""
+        and generations), app after app in bounded steps; idempotent. Raises Conflict,
+        deleting nothing, while one of them still has a process."""
         self._require_epoch(call)
         apps = sorted({(a["stack"], a["app"]) for a in call.params["apps"]})
         named = set(apps)

@@ -7,7 +7,7 @@ a pruned key is refused instead of admitted again as new.
 
 A record's output is the journal source ``(stack, job:<name>, record id)`` (every
 attempt). The order makes a failure retryable: the owner deletes the output first
-(``logs.forget``, idempotent, one transaction), and only once it answered are the
+(``logs.forget``, idempotent, in bounded steps), and only once it answered are the
 records deleted. If the owner call fails (or the backend dies in between), the records
 stay and the next pass asks again; a record is never gone while its output is left
 behind with nothing that could still delete it. An owner that predates ``logs.forget``
