@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 from protocol.aclient import AsyncClient
 from protocol.errors import TenureError
 
+from .boot import retry_silent
+
 if TYPE_CHECKING:
     from .backendproc import BackendProcess
     from .coordinator import Coordinator
@@ -67,11 +69,15 @@ async def watch_backend(co: Coordinator, interval: float = PROBE_S,
                         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
     """Probe the generation in control every ``interval`` seconds, for as long as the
     guardian serves. A handoff or a recovery under way owns the generation: no probe
-    then."""
+    then. With none in control, a recovery blocked on a living backend that did not
+    answer is tried again once it answers or is gone (guardian.boot.retry_silent)."""
     while True:
         await sleep(interval)
         bp = co.current
-        if bp is None or not bp.alive() or co.command_lock.locked():
+        if bp is None:
+            await retry_silent(co)
+            continue
+        if not bp.alive() or co.command_lock.locked():
             continue
         why_not = await probe(co.paths.api_sock, bp.pid, interval)
         if bp is not co.current:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from protocol.errors import (
@@ -32,7 +33,7 @@ from .handoff import restore_previous
 from .phases import FLOWS, Kind, Outcome, Phase, ending
 from .state import Activation
 
-__all__ = ["boot", "take_over"]
+__all__ = ["boot", "retry_silent", "take_over"]
 
 log = logging.getLogger("tenure.guardian")
 
@@ -76,6 +77,37 @@ async def boot(co: Coordinator) -> None:
     if co.current is None and co.blocked is None and co.state.selector().current is not None:
         await recover_safely(co, before=retired)
     co.write_diagnostics()
+
+
+async def retry_silent(co: Coordinator) -> None:
+    """A start (or recovery) blocked beside a living backend that did not answer
+    (``co.blocked['silent_pid']``, guardian.cold.block) is done again once that backend
+    answers, or is gone: adopted, or recovered from the certificate, the activations a
+    dead guardian left open finished either way. While it stays silent nothing changes;
+    a command of the operator's that came first (`backend recover`, `release select`)
+    has it. Was: only `tenure backend recover` ended such a block. Never raises: a
+    failure is logged and marks the guardian unhealthy, as one of its start would."""
+    blocked = co.blocked
+    if co.current is not None or blocked is None or "silent_pid" not in blocked \
+            or co.command_lock.locked():
+        return
+    try:
+        await co.live_backend()
+    except BackendUnavailable as exc:
+        if exc.data.get("silent"):
+            return   # still silent: asked again at the next probe
+    async with co.command_lock:
+        if co.blocked is not blocked or co.current is not None:
+            return
+        log.warning("the backend the recovery was blocked on (pid %s) answers again, or is "
+                    "gone: starting again", blocked["silent_pid"])
+        co.blocked = None
+        try:
+            await boot(co)
+        except Exception as exc:   # the guardian serves status and recover regardless
+            log.exception("start again after a silent backend: %s", exc)
+            co.unhealthy = {"task": "boot", "reason": str(exc), "at": time.time()}
+            co.write_diagnostics()
 
 
 async def _answering(co: Coordinator) -> dict[str, Any] | None:

@@ -149,11 +149,12 @@ def next_step(err: TenureError) -> str:
     release = err.data.get("release")
     crashed = err.data.get("crashed_release")
     if err.data.get("silent"):   # a living backend holds api.sock: never raced
-        pid = err.data.get("pid")
-        return (f"`kill -CONT {pid}` if it is stopped, or stop it, then `tenure backend "
-                "recover` (it adopts a backend that answers, recovers from the certificate "
-                "when none is left)" if isinstance(pid, int) else
-                "once it answers, or is stopped, `tenure backend recover`")
+        pid = err.data.get("pid")   # guardian.boot.retry_silent: asked again every 2 s
+        return (f"`kill -CONT {pid}` if it is stopped, or stop it (`kill {pid}`): the "
+                "guardian adopts it once it answers, or recovers from the certificate once "
+                "it is gone" if isinstance(pid, int) else
+                "nothing: the guardian adopts it once it answers, or recovers once it is "
+                "gone")
     if isinstance(crashed, str):   # it starts, then dies: another release, or a fix
         return ("`tenure release select` another installed one (it starts it; the one "
                 "that ran before is usually still installed: `tenure release list`), or "
@@ -189,7 +190,9 @@ def block(co: Coordinator, err: TenureError, reason: str | None = None) -> None:
     except Exception:  # state.db itself failed: the diagnostics still say blocked
         log.exception("could not record the blocked recovery")
     co.blocked = {"code": code, "reason": reason, "at": time.time(), "next": then,
-                  **({"needs": err.data["needs"]} if "needs" in err.data else {})}
+                  **({"needs": err.data["needs"]} if "needs" in err.data else {}),
+                  # a living backend that did not answer: guardian.boot.retry_silent
+                  **({"silent_pid": err.data.get("pid")} if err.data.get("silent") else {})}
     co.recovery_failing = None
     co.write_diagnostics()
 

@@ -5,7 +5,8 @@ that exited ALREADY_RUNNING (the silent one held api.sock); `tenure up` ended af
 ~100 s with RECOVERY_BLOCKED, and the silent generation, once continued, found itself
 cut off and exited: no backend at all. Now a start waits a while for such a generation
 and adopts it once it answers, or blocks at once naming its pid, without fencing it;
-`tenure backend recover` then adopts it once it answers."""
+the guardian then adopts it by itself once it answers, or recovers once it is gone
+(was: only `tenure backend recover` ended that block)."""
 
 from __future__ import annotations
 
@@ -89,10 +90,37 @@ def test_a_start_beside_a_backend_that_stays_stopped_blocks_at_once_naming_it(cl
         assert _generations(cluster) == [backend]
     finally:
         os.kill(backend, signal.SIGCONT)
-    done = cluster.cli("backend", "recover", timeout=120)
-    assert done.code == 0, done
+    # no `tenure backend recover`: the guardian asks again and adopts it by itself
+    st = _unblocked(cluster)
     assert cluster.backend_pid() == backend          # the one that answers again
+    assert st["current"]["pid"] == backend, st
     assert _owner_epoch(cluster) == epoch
     assert cluster.pids() == apps
-    st = cluster.cli("backend", "status", check=True).out
-    assert not st.get("blocked"), st
+
+
+def test_a_start_blocked_beside_a_stopped_backend_recovers_once_it_is_killed(cluster):
+    backend, epoch, apps = _orphan_a_stopped_backend(cluster)
+    try:
+        res = cluster.cli("up", "--timeout", "120", timeout=200)
+        assert res.code == 1 and res.out["error"]["code"] == "RECOVERY_BLOCKED", res
+        assert f"or stop it (`kill {backend}`)" in res.out["error"]["msg"], res
+    finally:
+        os.kill(backend, signal.SIGKILL)   # stopped: ended at once, by its pid
+    st = _unblocked(cluster)
+    assert st["current"]["pid"] not in (None, backend), st   # recovered by itself
+    assert _owner_epoch(cluster) > epoch               # the new generation's fence
+    assert cluster.pids() == apps                      # nothing restarted
+
+
+def _unblocked(cluster, within: float = 60.0) -> dict:
+    """The guardian's status once it is no longer blocked and a generation is in
+    control; its ``current``: that generation."""
+    deadline = time.monotonic() + within
+    st: dict = {}
+    while time.monotonic() < deadline:
+        with cluster.guardian() as g:
+            st = g.call("status")
+        if not st.get("blocked") and (st.get("backend") or {}).get("pid"):
+            return {**st, "current": st["backend"]}
+        time.sleep(0.5)
+    raise AssertionError(f"still blocked after {within:.0f} s: {st}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from guardian.boot import SILENT_WAIT_S, boot
+from guardian.boot import SILENT_WAIT_S, boot, retry_silent
 from guardian.recovery import digest
 from guardian.testing import FakeCoordinator, run_on
 from protocol.errors import BackendUnavailable
@@ -92,4 +92,63 @@ def test_a_start_beside_a_generation_that_stays_silent_blocks_naming_it(
         assert "backend pid 4242 is alive but does not answer" in co.blocked["reason"]
         assert "`kill -CONT 4242`" in co.blocked["next"]
         assert SILENT_WAIT_S <= sum(clock.slept) <= SILENT_WAIT_S + 1
+    run_on(tmp_path, go)
+
+
+async def _blocked_beside_a_silent_one(co: FakeCoordinator) -> tuple[Any, Any, list[int]]:
+    """A start blocked beside a generation that stayed silent; then it is asked how it
+    is doing by :func:`retry_silent` (the backend watch, every 2 s). Returns the
+    generation, the world's own live_backend (it answers) and the silent one's count."""
+    bp = await in_control(co)
+    Clock(co)
+    co.current = None
+    answers = co.live_backend
+    asked = _silent_for(co, None)
+    await boot(co)
+    assert co.blocked is not None and co.blocked["silent_pid"] == 4242
+    return bp, answers, asked
+
+
+def test_a_block_on_a_silent_generation_ends_by_itself_once_it_answers(
+        tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        bp, answers, asked = await _blocked_beside_a_silent_one(co)
+        epoch, acts = co.world.epoch, len(co.state.activations(100))
+        before = asked[0]
+        await retry_silent(co)                  # still silent: nothing changes
+        assert asked[0] == before + 1
+        assert co.current is None and co.blocked is not None
+        assert len(co.state.activations(100)) == acts
+        co.live_backend = answers               # type: ignore[method-assign]  # continued
+        await retry_silent(co)
+        assert co.current is not None and co.current.pid == bp.pid   # adopted
+        assert co.blocked is None
+        assert co.world.epoch == epoch          # never fenced off
+    run_on(tmp_path, go)
+
+
+def test_a_block_on_a_silent_generation_recovers_once_it_is_gone(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        bp, _answers, _asked = await _blocked_beside_a_silent_one(co)
+        epoch = co.world.epoch
+
+        async def nobody() -> None:
+            return None
+        co.live_backend = nobody  # type: ignore[method-assign,assignment]
+        await retry_silent(co)
+        assert co.blocked is None
+        assert co.current is not None and co.current.pid != bp.pid   # recovered
+        assert co.world.epoch > epoch           # the new generation's fence
+    run_on(tmp_path, go)
+
+
+def test_an_operators_command_that_came_first_has_the_block(tmp_path: Path) -> None:
+    async def go(co: FakeCoordinator) -> None:
+        _bp, answers, _asked = await _blocked_beside_a_silent_one(co)
+        co.live_backend = answers               # type: ignore[method-assign]
+        other = {"code": "RECOVERY_BLOCKED", "reason": "the operator's", "at": 0.0,
+                 "next": "x"}
+        co.blocked = other                      # e.g. `backend recover` blocked anew
+        await retry_silent(co)
+        assert co.current is None and co.blocked is other
     run_on(tmp_path, go)
