@@ -18,7 +18,10 @@ before anything is applied:
 - no wait an app or a job sets (readiness, health checks, backoff, start limit, a job's
   timeout) is longer than MAX_WAIT_S: a unit mistake (ms for s, 1e300) would hold an
   operation that waits for the app for ever. Checked here, not at parse, so a config
-  applied before the bound parses as it did.
+  applied before the bound parses as it did;
+- no probe ``interval`` or ``timeout`` (readiness and health) is shorter than
+  MIN_PROBE_S: ``interval = 1e-9`` ran a check back to back, an exec check hundreds of
+  forks a second. Checked here for the same reason.
 
 The owner checks identities and limits again when it launches (names may vanish in
 between); this is the early, precise error. Reads the user and group databases.
@@ -142,11 +145,25 @@ def _app_waits(app: App) -> dict[KeyPath, float | None]:
     return waits
 
 
+MIN_PROBE_S = 0.05
+"""The shortest probe interval or timeout a config may set. A probe is repeated every
+interval (a failed readiness probe, every health check), so a tiny one runs it back to
+back: an exec check forked hundreds of times a second and took the backend's CPU. A
+timeout that short fails every attempt before it could answer. 50 ms still allows 20
+checks a second per instance, as fast as a check needs to run."""
+
+_PROBE_WAITS = frozenset({("ready", "interval"), ("ready", "timeout"),
+                          ("health", "interval"), ("health", "timeout")})
+
+
 def _check_waits(waits: Mapping[KeyPath, float | None], path: KeyPath, fail: Fail) -> None:
     for key, seconds in waits.items():
         if seconds is not None and seconds > MAX_WAIT_S:
             fail((*path, *key), f"must be at most {MAX_WAIT_S:g} s (a week), not "
                  f"{seconds:g}")
+        if seconds is not None and key in _PROBE_WAITS and seconds < MIN_PROBE_S:
+            fail((*path, *key), f"must be at least {MIN_PROBE_S:g} s (the shortest probe "
+                 f"interval or timeout), not {seconds:g}")
 
 
 def _check_socket_accounts(sock: SocketSpec, host: Host, path: KeyPath, fail: Fail) -> None:

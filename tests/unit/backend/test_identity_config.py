@@ -301,3 +301,31 @@ def test_an_owner_out_of_descriptors_is_named_in_the_spawn_failure() -> None:
     assert said["text"].startswith("spawn failed: the owner is out of file descriptors "
                                    "(its limit is "), said
     assert "LimitNOFILE=" in said["text"] and said["errno_name"] == "EMFILE"
+
+
+@pytest.mark.parametrize(("text", "key", "line", "value"), [
+    ('health = { kind = "exec", command = ["true"], interval = 1e-9 }\n',
+     "health.interval", 3, "1e-09"),
+    ('health = { kind = "tcp", port = 1, timeout = 0.049 }\n', "health.timeout", 3,
+     "0.049"),
+    ('[stacks.demo.apps.web.ready]\nkind = "exec"\ncommand = ["true"]\ninterval = 1e-9\n',
+     "ready.interval", 6, "1e-09"),
+    ('ready = { kind = "notify", timeout = 1e-9 }\n', "ready.timeout", 3, "1e-09")])
+def test_a_probe_interval_or_timeout_under_the_floor_is_refused_at_plan(
+        text: str, key: str, line: int, value: str) -> None:
+    """Was accepted: an exec health check with `interval = 1e-9` forked hundreds of times
+    a second. Refused when a plan is made, so a config applied before still parses."""
+    assert parse_config(HEAD + text, "t.toml") is not None   # parses, as it did
+    e = _check(HEAD + text, USER_SCOPE)
+    assert e is not None and (e.data["key"], e.data["line"]) == (f"{APP}.{key}", line), e
+    assert ("must be at least 0.05 s (the shortest probe interval or timeout), not "
+            f"{value}") in e.msg
+
+
+def test_probe_waits_at_the_floor_and_a_tiny_delay_are_accepted() -> None:
+    """The floor is for what repeats: a ready `delay` is waited once per start."""
+    at_floor = ('ready = { kind = "tcp", port = 1, interval = 0.05, timeout = 0.05 }\n'
+                'health = { kind = "exec", command = ["true"], interval = 0.05, '
+                'timeout = 0.05 }\n')
+    assert _check(HEAD + at_floor, USER_SCOPE) is None
+    assert _check(HEAD + 'ready = { kind = "delay", delay = 1e-300 }\n', USER_SCOPE) is None
