@@ -10,6 +10,7 @@ config claim one address (two apps, or one app twice: ``0.0.0.0:80`` claims ever
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import socket
 from collections.abc import Mapping
@@ -180,17 +181,29 @@ def _probed(probe: Any, instances: int) -> list[tuple[str, int]]:
 
 def _reaches(host: str, port: int, addr: ListenAddress) -> bool:
     """Whether connecting to ``host:port`` may reach the socket bound to ``addr``: the
-    same port, and the same address, a wildcard one, or a host name (not resolved)."""
+    same port, and the address the connect ends at (:func:`_connects_to`) the bound one
+    or of its family's wildcard, or a host name (not resolved). A ``[::]`` socket is
+    IPv6 only (the owner sets IPV6_V6ONLY): IPv4, v4-mapped or not, never reaches it."""
     if port != addr.port:
         return False
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        packed = socket.inet_pton(family, host)
-    except OSError:
+        target = _connects_to(ipaddress.ip_address(host.partition("%")[0]))
+    except ValueError:
         return True    # a name such as localhost: it may resolve to the address
-    if family != addr.family:
-        return False
-    return addr.host == _WILDCARD[family] or packed == socket.inet_pton(family, addr.host)
+    bound = ipaddress.ip_address(addr.host)
+    return target.version == bound.version and (bound.is_unspecified or target == bound)
+
+
+def _connects_to(ip: ipaddress.IPv4Address | ipaddress.IPv6Address
+                 ) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address a TCP connect to ``ip`` reaches on Linux: a v4-mapped IPv6 address
+    (``::ffff:127.0.0.1``) goes over IPv4 to that IPv4 address, and the unspecified
+    address of a family (``0.0.0.0``, ``::``) to its loopback one."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_unspecified:
+        return ipaddress.ip_address("127.0.0.1" if ip.version == 4 else "::1")
+    return ip
 
 
 def _metrics_addresses(listen: str | None) -> list[ListenAddress]:

@@ -154,6 +154,45 @@ def test_checks_of_what_the_app_opens_itself_are_accepted(app: str) -> None:
     check_new(parse_config(BASE + app + SOCK, "t.toml"), BASE + app + SOCK)
 
 
+def _shared(listen: str, url: str) -> str:
+    return (BASE + f'instances = 2\nhealth = {{ kind = "http", url = "{url}" }}\n'
+            f'[stacks.web.apps.api.sockets.http]\nlisten = "{listen}"\n')
+
+
+@pytest.mark.parametrize(("listen", "url"), [
+    # connecting to a v4-mapped address goes over IPv4, to the IPv4 listener
+    ("127.0.0.1:8080", "http://[::ffff:127.0.0.1]:8080/h"),
+    ("127.0.0.1:8080", "http://[::ffff:7f00:1]:8080/h"),
+    ("0.0.0.0:8080", "http://[::ffff:10.1.2.3]:8080/h"),
+    # connecting to the unspecified address reaches loopback
+    ("127.0.0.1:8080", "http://0.0.0.0:8080/h"),
+    ("127.0.0.1:8080", "http://[::ffff:0.0.0.0]:8080/h"),
+    ("[::1]:8080", "http://[::]:8080/h"),
+])
+def test_an_http_check_reaching_a_shared_socket_by_another_spelling_is_refused(
+        listen: str, url: str) -> None:
+    """Was accepted: the address was compared as written, so an IPv6 spelling of an
+    IPv4 address (or 0.0.0.0 for 127.0.0.1) slipped past, and any instance answered."""
+    text = _shared(listen, url)
+    with pytest.raises(ConfigInvalid) as info:
+        check_new(parse_config(text, "t.toml"), text)
+    assert info.value.data["key"] == "stacks.web.apps.api.health.url", info.value.data
+    assert "which its 2 instances share" in info.value.data["problem"], info.value.data
+
+
+@pytest.mark.parametrize(("listen", "url"), [
+    # [::] is IPv6 only: neither IPv4 nor a v4-mapped address reaches it
+    ("[::]:8080", "http://127.0.0.1:8080/h"),
+    ("[::]:8080", "http://[::ffff:127.0.0.1]:8080/h"),
+    ("127.0.0.1:8080", "http://[::1]:8080/h"),
+    ("127.0.0.1:8080", "http://[::ffff:127.0.0.2]:8080/h"),
+])
+def test_an_http_check_of_an_address_the_shared_socket_does_not_take_is_accepted(
+        listen: str, url: str) -> None:
+    text = _shared(listen, url)
+    check_new(parse_config(text, "t.toml"), text)
+
+
 def test_a_tcp_check_of_a_held_ipv6_sockets_port_is_refused_whatever_its_host() -> None:
     text = (BASE + 'ready = { kind = "tcp", port = 8080 }\n'
             '[stacks.web.apps.api.sockets.http]\nlisten = "[::]:8080"\n')
