@@ -12,7 +12,7 @@ import sys
 from protocol.client import Client
 from protocol.errors import BadRequest, ConnectFailed, RequestTimedOut, TenureError
 
-from . import render
+from . import render, render_changes, render_inspect
 from .everyday import api as _api
 from .everyday import call as _call
 from .everyday import guardian as _guardian
@@ -36,8 +36,8 @@ OK, ERROR, UNSETTLED = Exit.OK, Exit.ERROR, Exit.UNSETTLED
 def _target_cmd(args: Any, method: str) -> int:
     r = _call(args, method, {"target": args.target, "timeout": args.timeout},
               timeout=args.timeout + 30)
-    _out(args, r, render.instances(r))
-    if method != "stop" and render.failed_instances(r):
+    _out(args, r, render_changes.instances(r))
+    if method != "stop" and render_changes.failed_instances(r):
         return ERROR   # it gave up: a script's `tenure start x && next` must not go on
     return OK if r.get("settled", True) else UNSETTLED
 
@@ -56,7 +56,7 @@ def cmd_restart(args: Any) -> int:
 
 def cmd_inspect(args: Any) -> int:
     r = _call(args, "inspect", {"target": args.target})
-    _out(args, r, render.inspect(r))
+    _out(args, r, render_inspect.inspect(r))
     return current(r)
 
 

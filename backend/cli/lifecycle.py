@@ -15,7 +15,7 @@ from protocol.client import Client
 from protocol.errors import BadRequest, NotFound, TenureError
 from protocol.startup import use_builtin_hashes
 
-from . import render
+from . import render, render_changes
 from .everyday import api as _api
 from .everyday import call as _call
 from .everyday import guardian as _guardian
@@ -61,7 +61,7 @@ def _up(args: Any) -> int:
         refuse_owner_start(layout)  # one between two owners starts the next itself
     text, queued = _up_config(args, layout)
     if queued is not None:
-        _out(args, queued, render.up_queued(queued))
+        _out(args, queued, render_changes.up_queued(queued))
         return OK
     result = _up_daemons(args, layout, None if text is None else
                          (text, str(args.config.absolute())))
@@ -77,9 +77,9 @@ def _up(args: Any) -> int:
     result["status"] = status
     if args.foreground:   # what it prints may be lost (a closed terminal); what it
         with suppress(OSError):   # started must still be stopped when it is told to
-            _out(args, result, render.up(result) + "\n" + render.status(status))
+            _out(args, result, render_changes.up(result) + "\n" + render.status(status))
         return _foreground(args)
-    _out(args, result, render.up(result) + "\n" + render.status(status))
+    _out(args, result, render_changes.up(result) + "\n" + render.status(status))
     op = result.get("apply", {}).get("operation", {})
     outcome = op.get("outcome", "success")
     if outcome is None and args.no_wait and op.get("id"):
@@ -314,7 +314,7 @@ def cmd_down(args: Any) -> int:
         wait_background_start(layout)
         with held(layout, DOWN):   # not in the middle of an owner window
             out = stop_all(layout)
-    _out(args, out, render.down(out))
+    _out(args, out, render_changes.down(out))
     receipt = out.get("owner_receipt")
     clean = receipt is None or receipt["state"] == "clean"
     stopped = all(out.get(k, True) for k in ("guardian", "backend", "owner"))

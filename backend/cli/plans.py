@@ -9,7 +9,7 @@ from backend.configfile import read_config_text
 from protocol.errors import BackendUnavailable, BadRequest
 from protocol.startup import import_msgspec_as_released
 
-from . import render
+from . import render_changes
 from .everyday import api as _api
 from .everyday import call as _call
 from .everyday import out as _out
@@ -44,7 +44,7 @@ def cmd_plan(args: Any) -> int:
         parse_here(text, source)
         raise BackendUnavailable(f"{exc.msg}. {args.config} parses; a plan compares it "
                                  "with what runs, which needs the backend", exc.data) from None
-    _out(args, plan, render.plan(plan))
+    _out(args, plan, render_changes.plan(plan))
     return OK
 
 
@@ -64,9 +64,9 @@ def cmd_apply(args: Any) -> int:
     op = _call(args, "apply", {"plan": args.plan, "request_id": args.request_id})
     if args.wait and op.get("id"):
         op = waited(args, op, timeout, "apply")
-        _out(args, op, render.operation(op))
+        _out(args, op, render_changes.operation(op))
         return _op_exit(op)
-    _out(args, op, render.operation(op))
+    _out(args, op, render_changes.operation(op))
     return OK if op.get("outcome") in (None, "success", "no-change") else ERROR
 
 
@@ -105,16 +105,16 @@ def cmd_op(args: Any) -> int:
             raise BadRequest(f"tenure op list takes no id (got {args.id!r}); `tenure op "
                              "show ID` shows one", {"field": "id"})
         r = _call(args, "op.list", {"open": True} if args.open else {})
-        _out(args, r, render.operations(r["operations"]))
+        _out(args, r, render_changes.operations(r["operations"]))
         return OK
     if not args.id:
         raise BadRequest(f"tenure op {args.action} ID: give an operation id")
     if args.action == "show" and args.wait:
         r = _wait_op(args, args.id, timeout, "op show")
-        _out(args, r, render.operation(r))
+        _out(args, r, render_changes.operation(r))
         return _op_exit(r)
     r = _call(args, "op.show" if args.action == "show" else "op.abandon", {"id": args.id})
-    _out(args, r, render.operation(r))
+    _out(args, r, render_changes.operation(r))
     return OK
 
 
@@ -131,7 +131,7 @@ def cmd_stack(args: Any) -> int:
                   settle_probe(args, args.stack, "stopped")):
             r = _call(args, "stack.stop", {"stack": args.stack, "dry_run": args.dry_run,
                                            "digest": args.digest})
-    _out(args, r, render.stack(r))
+    _out(args, r, render_changes.stack(r))
     return OK
 
 

@@ -1,4 +1,13 @@
-"""Human-readable output of the CLI (``--json`` prints the raw answers instead)."""
+"""Human-readable output of ``tenure status``, and why no backend answers (what
+``status`` says then, and the message of every command's BACKEND_UNAVAILABLE). The other
+commands' renderers are beside it: render_backend (the guardian-side commands, whose
+renderers this module also exports), render_inspect (``inspect``) and render_changes
+(the answers of up, down, start, stop, restart, stack, plan, apply and op); ``--json``
+prints the raw answers instead.
+
+Kept to what ``status`` uses: ``tenure status`` imports this module and render_backend,
+never render_inspect or render_changes (tests/integration/stack/test_status_imports.py
+holds it to the modules it loads)."""
 
 from __future__ import annotations
 
@@ -7,13 +16,9 @@ import time
 from .present import (
     colour_for,
     dur,
-    fields,
-    identity,
-    neutralise,
     paint,
     percent,
     size,
-    span,
     table,
     value,
 )
@@ -33,9 +38,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Any
 
-__all__ = ["backend", "blocked", "down", "inspect", "instances", "operation", "operations",
-           "owner", "owner_link", "plan", "pruned", "recover_plan", "recovery_state", "stack",
-           "status", "uncertifiable", "unfinished_window", "up", "why"]
+__all__ = ["DEFAULT_LOG_RETENTION", "app_status", "backend", "blocked", "no_backend",
+           "no_backend_of", "owner", "owner_link", "pruned", "recover_plan",
+           "recovery_state", "row_detail", "row_state", "shutting_down", "status",
+           "stored_fds", "unavailable", "uncertifiable", "unfinished_window", "why",
+           "why_none"]
 
 
 DEFAULT_LOG_RETENTION = "64 MiB"   # what the owner's journal keeps of an app (owner.journal)
@@ -69,9 +76,9 @@ def status(st: dict[str, Any]) -> str:
     head += unfinished_window(st.get("maintenance_unfinished"))
     rows, tints = [], []
     for r in st["apps"]:
-        state = _row_state(r)
+        state = row_state(r)
         rows.append([r["key"], state, value(r["pid"]), dur(r["uptime"]), str(r["restarts"]),
-                     value(r["ready"]), percent(r["cpu_percent"]), size(r["rss"]), _detail(r)])
+                     value(r["ready"]), percent(r["cpu_percent"]), size(r["rss"]), row_detail(r)])
         tints.append([None, colour_for(state), *[None] * 7])
     stopped = [s for s, v in st.get("intents", {}).items() if v.get("intent") == "stopped"]
     tail = f"\nstopped stacks: {', '.join(sorted(stopped))}" if stopped else ""
@@ -141,7 +148,7 @@ _QUEUED = {
 }
 
 
-def _detail(r: dict[str, Any], told: bool = True) -> str:
+def row_detail(r: dict[str, Any], told: bool = True) -> str:
     """What the state alone does not say (why it failed, what it waits for, when a
     backing-off instance starts again), else (with ``told``) what the app says it does
     (its ``STATUS=``), or ""."""
@@ -153,14 +160,14 @@ def _detail(r: dict[str, Any], told: bool = True) -> str:
     detail = r.get("detail")
     if detail and detail != r["state"] and r["state"] != "unknown":
         return str(detail)
-    return _told(r.get("status_text"), STATUS_TEXT_CUT) if told else ""
+    return app_status(r.get("status_text"), STATUS_TEXT_CUT) if told else ""
 
 
 STATUS_TEXT_CUT = 60
 """Characters of an app's ``STATUS=`` status's DETAIL shows (inspect: all of it)."""
 
 
-def _told(text: Any, cut: int | None = None) -> str:
+def app_status(text: Any, cut: int | None = None) -> str:
     """An app's ``STATUS=`` text in quotes (its own words), cut to ``cut`` characters
     with ``...``; "" for none."""
     if not isinstance(text, str) or not text:
@@ -179,11 +186,18 @@ def _sockets_lines(socks: list[dict[str, Any]], stores: list[dict[str, Any]]) ->
         .splitlines())) if rows else ""
     for st in stores:
         out += (f"\nstored fds of {st['stack']}/{st['app']}/{st['instance']}: "
-                f"{_stored_fds(st['fds'])}")
+                f"{stored_fds(st['fds'])}")
     return out
 
 
-def _row_state(r: dict[str, Any]) -> str:
+def stored_fds(fds: list[dict[str, Any]]) -> str:
+    """``cache (memfd), conn (socket)``."""
+    return ", ".join(f"{f['name']} ({f['kind']})" for f in fds)
+
+
+def row_state(r: dict[str, Any]) -> str:
+    """An instance's STATE as status and inspect show it: for one whose owner is lost,
+    the state it was last seen in, and how long ago."""
     if r["state"] != "unknown":
         return str(r["state"])
     return f"unknown (last seen {r['last_state']} {dur(r['last_seen_age'])} ago)"
@@ -392,319 +406,3 @@ def _last_owner(rec: dict[str, Any] | None) -> str:
                 "applications may still run; `tenure up` asks for `tenure owner reconcile` "
                 "first if they might (docs/reconcile.md)")
     return f": the owner's shutdown receipt is unreadable ({rec.get('error')}){start}"
-
-
-def changed(plan: dict[str, Any]) -> int:
-    """How many changes a plan makes: apps, job templates and settings."""
-    return sum(len(plan.get(k) or []) for k in ("changes", "jobs", "settings"))
-
-
-def up(r: dict[str, Any]) -> str:
-    started = [k for k, v in r["started"].items() if v]
-    lines = [f"started: {', '.join(started)}" if started else "owner and guardian were running"]
-    if r.get("release_sealed"):
-        lines.append(f"sealed and selected release {r['release_sealed'][:12]}")
-    ap = r.get("apply")
-    if ap:
-        op, n = ap["operation"], changed(ap["plan"])
-        what = f"{n} change{'' if n == 1 else 's'}"
-        if op.get("joined"):   # an operation already applying this config
-            lines.append(operation(op))
-        elif op.get("outcome") is None and op.get("id"):
-            lines.append(f"applying {what} as {op['id']} (still running; "
-                         f"`tenure op show {op['id']} --wait` waits for its end)")
-        elif op.get("outcome") == "success" or op.get("id") is None:
-            lines.append(f"applied {what}: {op.get('outcome')}")
-        else:   # what failed, and the id to look it up by
-            lines.append(f"applying {what} did not succeed: {operation(op)}")
-    return "\n".join(lines)
-
-
-def up_queued(r: dict[str, Any]) -> str:
-    lines = [f"starting: {', '.join(r['starting'])} (in the background, not waited for)"]
-    q = r.get("queued")
-    if q:
-        lines.append(f"config {q['source']} queued as request {q['request_id']}: the "
-                     "backend applies it once it is up")
-    lines.append("follow with `tenure status` and `tenure op list`")
-    return "\n".join(lines)
-
-
-def down(r: dict[str, Any]) -> str:
-    if not r:
-        return "nothing was running"
-    lines = []
-    for name in ("guardian", "backend", "owner"):
-        if name in r:
-            state = "stopped" if r[name] else \
-                f"STILL RUNNING: {r.get(name + '_problem') or 'not stopped in time'}"
-            if name == "owner" and not r[name]:
-                state += "; its applications still run"
-            if name == "backend":   # only one its guardian did not retire is stopped here
-                state += (" (it outlived the guardian, stopped above mid-way through a "
-                          "start or an upgrade)" if r.get("guardian")
-                          else " (it ran without a guardian)")
-            lines.append(f"{name}: {state}")
-    if "applications_stopped" in r:
-        lines.append(f"applications stopped: {r['applications_stopped']}")
-    rec = r.get("owner_receipt")
-    if rec is not None and rec["state"] != "clean":
-        where = f" at stage {rec['failed_stage']}" if rec.get("failed_stage") else ""
-        lines.append(f"owner shutdown NOT clean ({rec['state']}{where}): {rec['detail']}")
-        lines.append("the next start needs `tenure owner reconcile`; see docs/reconcile.md")
-    elif rec is not None:
-        lines.append("owner shutdown clean")
-    return "\n".join(lines)
-
-
-def failed_instances(r: dict[str, Any]) -> list[str]:
-    """The instances a start, stop or restart answer shows ``failed``, sorted."""
-    return sorted(k for k, v in (r.get("instances") or {}).items() if v == "failed")
-
-
-def instances(r: dict[str, Any]) -> str:
-    inst = r.get("instances", {})
-    settled = _unsettled(r, inst)
-    if r.get("not_restarted"):
-        then = ("left as they were: the command that stopped it has them now"
-                if r.get("withdrawn") else "run the restart again once it is up")
-        settled += (f"\nnot restarted: {', '.join(r['not_restarted'])} (the roll stopped "
-                    f"at the instance before them; {then})")
-    failed = failed_instances(r)
-    if failed:
-        settled += (f"\nfailed: {', '.join(failed)} (`tenure inspect {failed[0]}` says "
-                    "why; `tenure start` tries again)")
-    if not inst:
-        return "no instances" + settled
-    reasons = r.get("reasons") or {}   # why those not settled are not
-    heads = ["INSTANCE", "STATE", *(["DETAIL"] if reasons else [])]
-    rows = [[k, v, *([reasons.get(k, "")] if reasons else [])]
-            for k, v in sorted(inst.items())]
-    return table(rows, heads, [[None, colour_for(row[1]), None][:len(heads)]
-                               for row in rows]) + settled
-
-
-def _unsettled(r: dict[str, Any], inst: dict[str, str]) -> str:
-    """The line under a start, stop or restart answer that says why it did not settle
-    ('' when it did)."""
-    at = str(r.get("stopped_at"))
-    if r.get("superseded"):   # a stack command a later one took over (backend.api_stacks)
-        return "\n" + superseded(r)
-    if r.get("settled", True):
-        return ""
-    if r.get("handed_over"):
-        return ("\n(every instance was restarted; a backend handoff began before the "
-                "last was ready, and the roll answers at its start: `tenure status` "
-                "shows the last come up, under whichever generation serves)")
-    if r.get("withdrawn"):
-        return (f"\n(the roll stopped at {at}: a later command stopped it, a stop, a "
-                "restart, a stack stop or an apply, which has it now)")
-    if inst.get(at) in ("failed", "exited"):
-        return f"\n(the roll stopped at {at}: it ended {inst[at]})"
-    return "\n(not settled in time)"
-
-
-def superseded(r: dict[str, Any]) -> str:
-    """The line of a ``stack stop`` or ``stack start`` that a later one superseded: its
-    wait ended there, and the states above are those of that moment."""
-    by = r["superseded"]
-    return (f"(superseded by a later `tenure {by['by']} {r['stack']}`: the intent is "
-            f"{by['intent']}, revision {by['revision']})")
-
-
-# inspect: these keys in this order, each as (label, formatter); the rest follow as-is
-_INSPECT: list[tuple[str, str, Any]] = [
-    ("state", "state", lambda r: paint(_row_state(r), colour_for(_row_state(r)))),
-    ("detail", "detail", lambda r: _detail(r, told=False) or "-"),
-    ("status_text", "app status", lambda r: _told(r["status_text"]) or "-"),
-    ("pid", "pid", lambda r: value(r["pid"])),
-    ("launch_key", "launch key", lambda r: value(r["launch_key"])),
-    ("unrecorded", "owner's record", lambda r: paint(
-        "NOT WRITTEN (storage error; watched all the same)", "red") if r["unrecorded"]
-     else "written"),
-    ("uptime", "uptime", lambda r: dur(r["uptime"])),
-    # the owner lost: how long ago it was last heard (a duration, as everywhere)
-    ("last_seen_age", "last seen", lambda r: f"{dur(r['last_seen_age'])} ago"),
-    ("restarts", "restarts", lambda r: str(r["restarts"])),
-    ("ready", "ready", lambda r: value(r["ready"])),
-    ("last_outcome", "last outcome", lambda r: value(r["last_outcome"])),
-    ("cpu_percent", "cpu", lambda r: percent(r["cpu_percent"])),
-    ("rss", "memory", lambda r: size(r["rss"])),
-    ("log_dropped", "log lines dropped", lambda r: value(r["log_dropped"])),
-    ("log_retention", "log retention", lambda r: size(r["log_retention"])
-     if r["log_retention"] else f"{DEFAULT_LOG_RETENTION} (the default)"),
-    ("command", "command", lambda r: _shell_words(r["command"])),
-    ("restart", "restart policy", lambda r: value(r["restart"])),
-    ("cwd", "working directory", lambda r: r["cwd"] or "the owner's"),
-    ("ready_kind", "readiness", lambda r: r.get("readiness") or value(r["ready_kind"])),
-    ("health", "health check", lambda r: _health(r["health"])),
-    ("stop", "stop", lambda r: _stop(r["stop"])),
-    ("identity", "runs as", lambda r: identity(r["identity"])),
-    ("limits", "limits", lambda r: value(r["limits"])),
-    ("last_error", "last error", lambda r: _said(r["last_error"])),
-    ("last_exit", "last exit", lambda r: _said(r["last_exit"])),
-    ("last_probe", "last failed probe", lambda r: _said(r["last_probe"])),
-    ("sockets", "sockets", lambda r: _held_sockets(r["sockets"])),
-    ("stored_fds", "stored fds", lambda r: "unknown" if r["stored_fds"] is None else
-     _stored_fds(r["stored_fds"]) or "-"),
-]
-
-
-def _health(h: dict[str, Any] | None) -> str:
-    """``GET http://127.0.0.1:8080/health every 10s (timeout 5s), restart after 3
-    failures``, or ``none``."""
-    if not h:
-        return "none"
-    grace = f", none in the first {span(h['grace'])}" if h.get("grace") else ""
-    return (f"{h['check']} every {span(h['interval'])} (timeout {span(h['timeout'])}), "
-            f"restart after {h['failures']} failure{'s' if h['failures'] != 1 else ''}"
-            f"{grace}")
-
-
-def _stored_fds(fds: list[dict[str, Any]]) -> str:
-    """``cache (memfd), conn (socket)``."""
-    return ", ".join(f"{f['name']} ({f['kind']})" for f in fds)
-
-
-def _held_sockets(socks: list[dict[str, Any]] | None) -> str:
-    """``http 127.0.0.1:8080 (queue 0/4096, inode 123, used by s/a/0/3); local
-    unix:/run/a.sock (mode 0660, owner -:www, inode 124); ...``;
-    ``unknown`` when the owner could not be asked."""
-    if socks is None:
-        return "unknown"
-    out = []
-    for s in socks:
-        said = [] if s.get("queued") is None else [f"queue {s['queued']}/{s['queue_limit']}"]
-        if s.get("mode") is not None:
-            said.append(f"mode {s['mode']:04o}")
-        if s.get("user") or s.get("group"):
-            said.append(f"owner {s.get('user') or '-'}:{s.get('group') or '-'}")
-        said.append(f"inode {s['inode']}")
-        if s.get("used_by"):
-            said.append(f"used by {', '.join(s['used_by'])}")
-        out.append(f"{s['name']} {s['listen']} ({', '.join(said)})")
-    return "; ".join(out) or "-"
-_SHOWN_ELSEWHERE = {"key", "stack", "app", "instance", "generation", "reason", "readiness",
-                    "next_start_in"}
-_INSPECT_KEYS = {key for key, _, _ in _INSPECT} | _SHOWN_ELSEWHERE
-_PAINTED = {"state", "unrecorded"}   # coloured by paint: tenure's own words
-
-
-def _said(record: dict[str, Any] | None) -> str:
-    """A last_error/last_exit/last_probe record: its text and the launch it was."""
-    if not record:
-        return "-"
-    return f"{record['text']} (generation {record['generation']})"
-
-
-def _shell_words(argv: list[str]) -> str:
-    import shlex  # only inspect shows a command line; status loads nothing it does not use
-    return shlex.join(argv)
-
-
-def inspect(r: dict[str, Any]) -> str:
-    out = []
-    for i in r["instances"]:
-        # a command line, an environment, an app's words: never the terminal's controls
-        pairs = [(label, fmt(i) if key in _PAINTED else neutralise(fmt(i)))
-                 for key, label, fmt in _INSPECT if key in i]
-        pairs += [(k.replace("_", " "), neutralise(value(v))) for k, v in i.items()
-                  if k not in _INSPECT_KEYS]
-        title = f"{i['key']}  (generation {i.get('generation', '-')})"
-        out.append(title + "\n" + fields(pairs, indent="  "))
-    text = "\n\n".join(out) if out else "no instances"
-    link = r.get("owner_link")
-    if link is not None and not link["current"]:
-        text = owner_link(link) + "\n\n" + text
-    return text
-
-
-def _stop(stop: dict[str, Any] | None) -> str:
-    """``SIGTERM, then SIGKILL after 10s``."""
-    if not stop:
-        return "-"
-    sig = str(stop.get("signal", "TERM"))
-    sig = sig if sig.startswith("SIG") else f"SIG{sig}"
-    out = f"{sig}, then SIGKILL after {span(stop.get('timeout'))}"
-    return out
-
-
-def plan(p: dict[str, Any]) -> str:
-    lines = [f"plan {p['id']} (fingerprint {p['fingerprint'][:16]})"]
-    jobs, settings = p.get("jobs") or [], p.get("settings") or []
-    if not p["changes"] and not jobs and not settings:
-        return "\n".join([*lines, "no changes: nothing to apply"])
-    rows = [[c["action"], c["app"], _change(c)] for c in p["changes"]]
-    rows += [[c["action"], f"job {c['job']}", ""] for c in jobs]
-    rows += [["update", c["setting"], f"{value(c['from'])} → {value(c['to'])}"]
-             for c in settings]
-    if rows:
-        lines += ["  " + ln for ln in table(rows, ["ACTION", "WHAT", ""]).splitlines()[1:]]
-    for stack in p.get("stopped_stacks") or ():
-        lines.append(f"stack {stack} is stopped: its apps are recorded, not started "
-                     f"(until `tenure stack start {stack}`)")
-    lines.append(f"apply with: tenure apply {p['id']}")
-    return "\n".join(lines)
-
-
-def _change(c: dict[str, Any]) -> str:
-    """``2 instances``, ``1 → 3 instances``, ``(definition changed)``."""
-    parts = []
-    if "from" in c and "to" in c:
-        parts.append(f"{c['from']} → {c['to']} instances")
-    elif c.get("only"):
-        parts.append(f"instance{'s' if len(c['only']) != 1 else ''} "
-                     f"{', '.join(map(str, c['only']))} of {c['instances']}")
-    elif "instances" in c:
-        parts.append(f"{c['instances']} instance{'s' if c['instances'] != 1 else ''}")
-    if c.get("reason"):
-        parts.append(f"({c['reason']})")
-    if c.get("stay_stopped"):
-        n = len(c["stay_stopped"])
-        parts.append(f"instance{'s' if n != 1 else ''} "
-                     f"{', '.join(map(str, c['stay_stopped']))} stopped: "
-                     f"{'take' if n != 1 else 'takes'} it, {'stay' if n != 1 else 'stays'} "
-                     "stopped")
-    rest = {k: v for k, v in c.items() if k not in   # `changed` is said in the reason
-            ("action", "app", "from", "to", "instances", "only", "reason", "stay_stopped",
-             "changed")}
-    parts += [f"{k}: {value(v)}" for k, v in rest.items()]
-    return " ".join(parts)
-
-
-def operation(op: dict[str, Any]) -> str:
-    if op.get("id") is None:
-        return f"nothing to do ({op.get('outcome')})"
-    outcome = op.get("outcome") or "running"
-    line = (f"operation {op['id']} ({op.get('kind')}): {paint(outcome, colour_for(outcome))}"
-            f", stage {op.get('stage')}, step {op.get('step')}"
-            f"{'; error: ' + op['error'] if op.get('error') else ''}")
-    return _joined(op) + line if op.get("joined") else line
-
-
-def _joined(op: dict[str, Any]) -> str:
-    """The line before an operation an apply joined: it already applied the plan's
-    config when asked, and nothing new was admitted; waited for, or still running."""
-    then = "waited for its end" if op.get("outcome") is not None else \
-        f"`tenure op show {op['id']} --wait` waits for its end"
-    return f"operation {op['id']} already applies this config (nothing new admitted); {then}:\n"
-
-
-def operations(ops: list[dict[str, Any]]) -> str:
-    if not ops:
-        return "no operations"
-    rows = [[o["id"], o["kind"], value(o["stacks"]), o["stage"], str(o["step"]),
-             value(o["outcome"])] for o in ops]
-    return table(rows, ["ID", "KIND", "STACKS", "STAGE", "STEP", "OUTCOME"])
-
-
-def stack(r: dict[str, Any]) -> str:
-    if "will_stop" in r:
-        rows = [f"  {x['launch_key']} pid {x['pid']}" for x in r["will_stop"]]
-        n = f"{len(rows)} instance{'s' if len(rows) != 1 else ''}"
-        return "\n".join([f"stack {r['stack']}: {n} will stop", *rows,
-                          f"execute with: tenure stack stop {r['stack']} --digest "
-                          f"{r['digest']}"])
-    return f"stack {r['stack']}: intent {r['intent']}\n" + instances(r)
-
-

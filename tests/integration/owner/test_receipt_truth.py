@@ -137,11 +137,11 @@ def test_down_exits_nonzero_and_says_why_when_the_shutdown_was_not_clean(cluster
 
 
 def test_down_renders_an_unclean_receipt_for_people():
-    from backend.cli import render
-    text = render.down({"guardian": True, "owner": True, "applications_stopped": 2,
+    from backend.cli import render_changes
+    text = render_changes.down({"guardian": True, "owner": True, "applications_stopped": 2,
                         "owner_receipt": {"state": "failed", "failed_stage": "processes",
                                           "detail": "processes remain: [412]"}})
     assert "owner shutdown NOT clean (failed at stage processes): processes remain" in text
     assert "tenure owner reconcile" in text
-    assert render.down({"guardian": True, "owner": False}).splitlines()[1] == \
+    assert render_changes.down({"guardian": True, "owner": False}).splitlines()[1] == \
         "owner: STILL RUNNING: not stopped in time; its applications still run"

@@ -21,6 +21,8 @@ from backend.cli import (
     present,
     releases,
     render,
+    render_changes,
+    render_inspect,
     render_metrics,
     top,
 )
@@ -254,78 +256,78 @@ CASES: dict[str, Callable[[], str]] = {
         {"updated_at": NOW - 2}, None, None, None, False, (4242, None)),
     "status_down_under_way": lambda: render.no_backend(
         {"updated_at": NOW - 2}, None, None, None, False, (None, 4343)),
-    "down_backend_outlived_guardian": lambda: render.down(
+    "down_backend_outlived_guardian": lambda: render_changes.down(
         {"guardian": True, "backend": True, "owner": True, "applications_stopped": 3,
          "owner_receipt": {"state": "clean", "failed_stage": None, "detail": ""}}),
-    "restart_withdrawn": lambda: render.instances(
+    "restart_withdrawn": lambda: render_changes.instances(
         {"settled": False, "instances": {"s/a/0": "stopping"}, "not_restarted": ["s/a/1"],
          "stopped_at": "s/a/0", "withdrawn": True}),
-    "inspect": lambda: render.inspect(INSPECT),
-    "inspect_owner_unknown": lambda: render.inspect({"instances": [
+    "inspect": lambda: render_inspect.inspect(INSPECT),
+    "inspect_owner_unknown": lambda: render_inspect.inspect({"instances": [
         {**INSPECT["instances"][0], "sockets": None, "stored_fds": None}]}),
     # a unix socket's mode and owner as the owner gave them (a TCP socket has none)
-    "inspect_socket_modes": lambda: render.inspect({"instances": [
+    "inspect_socket_modes": lambda: render_inspect.inspect({"instances": [
         {**INSPECT["instances"][0], "sockets": [
             {**INSPECT["instances"][0]["sockets"][0], "mode": None, "user": None,
              "group": None},
             {**INSPECT["instances"][0]["sockets"][1], "mode": 0o660, "user": None,
              "group": "www-data"}]}]}),
-    "restart": lambda: render.instances({"settled": True, "instances": {
+    "restart": lambda: render_changes.instances({"settled": True, "instances": {
         "shop/web/0": "ready", "shop/web/1": "ready"}}),
-    "stop_unsettled": lambda: render.instances({"settled": False, "instances": {
+    "stop_unsettled": lambda: render_changes.instances({"settled": False, "instances": {
         "shop/web/0": "stopping", "shop/web/1": "stopped"}, "reasons": {
         "shop/web/0": "SIGTERM sent 8s ago; SIGKILL in 22s"}}),
-    "start_failed": lambda: render.instances({"settled": True, "instances": {
+    "start_failed": lambda: render_changes.instances({"settled": True, "instances": {
         "shop/web/0": "ready", "shop/worker/0": "failed"}}),
-    "up": lambda: render.up({"started": {"owner": True, "guardian": True},
+    "up": lambda: render_changes.up({"started": {"owner": True, "guardian": True},
                              "release_sealed": "ef53" * 16,
                              "apply": {"plan": {"changes": [{}, {}, {}]},
                                        "operation": {"outcome": "success"}}}),
     # was "applied 1 change: failed", with neither the operation nor what failed
-    "up_apply_failed": lambda: render.up({
+    "up_apply_failed": lambda: render_changes.up({
         "started": {"owner": True, "guardian": True}, "release_sealed": None,
         "apply": {"plan": {"changes": [{}]},
                   "operation": {"id": "op-9c1d07aa31f2", "kind": "apply", "stage": "failed",
                                 "step": 0, "outcome": "failed",
                                 "error": "step 0: failed to start: shop/bad/0 (spawn failed: "
                                          "/nonexistent: No such file or directory)"}}}),
-    "up_no_wait_admitted": lambda: render.up({
+    "up_no_wait_admitted": lambda: render_changes.up({
         "started": {"owner": False, "guardian": False}, "release_sealed": None,
         "apply": {"plan": {"changes": [{}, {}]},
                   "operation": {"id": "op-3217f3ed0b8b", "outcome": None}}}),
-    "up_no_wait_queued": lambda: render.up_queued({
+    "up_no_wait_queued": lambda: render_changes.up_queued({
         "starting": ["owner", "guardian"],
         "queued": {"kind": "queued-config", "format": 1, "source": "/srv/tenure/shop.toml",
                    "request_id": "up-5f0c2a9e81d4b7c3", "queued_at": NOW}}),
-    "down": lambda: render.down({"guardian": True, "owner": True, "applications_stopped": 3,
+    "down": lambda: render_changes.down({"guardian": True, "owner": True, "applications_stopped": 3,
                                  "owner_receipt": {"state": "clean", "failed_stage": None,
                                                    "detail": ""}}),
-    "down_owner_stopped": lambda: render.down({
+    "down_owner_stopped": lambda: render_changes.down({
         "guardian": True, "owner": False,
         "owner_problem": "it does not answer; pid 4000 is stopped (SIGSTOP or a debugger); "
                          "SIGTERM waits until it is continued (kill -CONT 4000)"}),
-    "down_guardian_stopped": lambda: render.down({
+    "down_guardian_stopped": lambda: render_changes.down({
         "guardian": False,
         "guardian_problem": "it does not answer; pid 4001 is stopped (SIGSTOP or a "
                             "debugger); SIGTERM waits until it is continued (kill -CONT 4001)",
         "owner": False,
         "owner_problem": "not stopped: the guardian (pid 4001) still runs with its "
                          "backend; once it is gone, run `tenure down` again"}),
-    "down_unclean": lambda: render.down({"guardian": True, "owner": False,
+    "down_unclean": lambda: render_changes.down({"guardian": True, "owner": False,
                                          "applications_stopped": 3,
                                          "owner_receipt": {"state": "failed",
                                                            "failed_stage": "processes",
                                                            "detail": "processes remain"}}),
-    "plan_stay_stopped": lambda: render.plan({"id": "plan-5c1e", "fingerprint": "9e" * 32,
+    "plan_stay_stopped": lambda: render_changes.plan({"id": "plan-5c1e", "fingerprint": "9e" * 32,
                                               "changes": [
         {"action": "restart", "app": "shop/web", "instances": 3,
          "reason": "definition changed: command", "stay_stopped": [1]},
         {"action": "restart", "app": "shop/api", "instances": 3,
          "reason": "definition changed: command", "stay_stopped": [0, 2]}],
         "jobs": [], "settings": []}),
-    "plan_no_changes": lambda: render.plan({"id": "plan-77aa", "fingerprint": "3e" * 32,
+    "plan_no_changes": lambda: render_changes.plan({"id": "plan-77aa", "fingerprint": "3e" * 32,
                                             "changes": [], "jobs": [], "settings": []}),
-    "plan": lambda: render.plan({"id": "plan-5c1d", "fingerprint": "9f" * 32, "changes": [
+    "plan": lambda: render_changes.plan({"id": "plan-5c1d", "fingerprint": "9f" * 32, "changes": [
         {"action": "start", "app": "shop/cron", "instances": 1},
         {"action": "restart", "app": "shop/web", "instances": 2,
          "reason": "definition changed: command, env", "changed": ["command", "env"]},
@@ -339,24 +341,24 @@ CASES: dict[str, Callable[[], str]] = {
         "settings": [{"setting": "metrics.listen", "from": "127.0.0.1:9464",
                       "to": "127.0.0.1:9465"}],
         "stopped_stacks": ["shop"]}),
-    "plan_socket_update": lambda: render.plan({"id": "plan-61e0", "fingerprint": "4c" * 32,
+    "plan_socket_update": lambda: render_changes.plan({"id": "plan-61e0", "fingerprint": "4c" * 32,
                                                "changes": [
         {"action": "update", "app": "shop/web", "reason": "policy and socket settings changed",
          "sockets": ["admin", "http"]},
         {"action": "restart", "app": "shop/api", "instances": 1,
          "reason": "socket settings changed"}], "jobs": [], "settings": []}),
-    "operation": lambda: render.operation({"id": "op-a89be6c7d13e", "kind": "apply",
+    "operation": lambda: render_changes.operation({"id": "op-a89be6c7d13e", "kind": "apply",
                                            "stage": "complete", "step": 4,
                                            "outcome": "success", "error": None}),
-    "op_list": lambda: render.operations([
+    "op_list": lambda: render_changes.operations([
         {"id": "op-a89be6c7d13e", "kind": "apply", "stacks": ["shop"], "stage": "complete",
          "step": 4, "outcome": "success"},
         {"id": "op-0c3e5aa1b2d4", "kind": "apply", "stacks": ["shop", "batch"],
          "stage": "start", "step": 1, "outcome": None}]),
-    "stack_dry_run": lambda: render.stack({"stack": "batch", "digest": "d1" * 32,
+    "stack_dry_run": lambda: render_changes.stack({"stack": "batch", "digest": "d1" * 32,
                                            "will_stop": [{"launch_key": "batch/etl/0/4",
                                                           "pid": 5003}]}),
-    "stack_superseded": lambda: render.stack({
+    "stack_superseded": lambda: render_changes.stack({
         "stack": "batch", "intent": "stopped", "settled": False,
         "instances": {"batch/etl/0": "stopping", "batch/load/0": "starting"},
         "superseded": {"by": "stack start", "intent": "running", "revision": 4}}),
@@ -513,7 +515,7 @@ def test_colour_only_on_a_terminal_and_never_with_no_color() -> None:
         def isatty(self) -> bool:
             return True
     assert present.use_colour(Tty(), {}) is True
-    assert "\x1b[32m" in render.instances({"instances": {"a/b/0": "ready"}})
+    assert "\x1b[32m" in render_changes.instances({"instances": {"a/b/0": "ready"}})
     assert present.use_colour(Tty(), {"NO_COLOR": "1"}) is False
     assert present.use_colour(io.StringIO(), {}) is False
-    assert "\x1b" not in render.instances({"instances": {"a/b/0": "ready"}})
+    assert "\x1b" not in render_changes.instances({"instances": {"a/b/0": "ready"}})

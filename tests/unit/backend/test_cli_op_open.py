@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from backend.cli import plans, render
+from backend.cli import plans, render_inspect
 from backend.cli.cmdline import parser
 from protocol.errors import BadRequest
 
@@ -34,7 +34,7 @@ def test_op_list_open_asks_for_the_operations_still_running(monkeypatch) -> None
 
 def test_inspect_shows_how_long_ago_a_lost_owner_was_heard_as_a_duration() -> None:
     """Was `last seen age: 8.078`."""
-    text = render.inspect({"instances": [{
+    text = render_inspect.inspect({"instances": [{
         "key": "s/a/0", "generation": 1, "state": "unknown", "last_state": "ready",
         "last_seen_age": 8.078}]})
     assert "8.078" not in text and "8.1s ago" in text, text

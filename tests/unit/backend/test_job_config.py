@@ -133,8 +133,8 @@ def test_job_changes_of_a_plan() -> None:
                                      {"action": "remove", "job": "s/gone"},
                                      {"action": "change", "job": "s/migrate"}]
     assert job_changes(new, new) == []
-    from backend.cli import render
-    text = render.plan({"id": "plan-1", "fingerprint": "f" * 64, "changes": [],
+    from backend.cli import render_changes
+    text = render_changes.plan({"id": "plan-1", "fingerprint": "f" * 64, "changes": [],
                         "jobs": job_changes(old, new)})
     assert "no changes" not in text and "  add     job s/fresh" in text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.cli import render
+from backend.cli import render, render_changes, render_inspect
 
 
 def _status(*apps: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def test_detail_says_why_and_inspect_prints_the_records_text():
             "last_exit": None,
             "last_probe": {"text": "readiness: tcp 127.0.0.1:1: connection refused",
                            "generation": 1}}
-    shown = render.inspect({"instances": [inst]})
+    shown = render_inspect.inspect({"instances": [inst]})
     lines = [line.strip() for line in shown.splitlines()]
     assert f"detail:            {why}" in lines, shown
     assert f"last error:        {why} (generation 2)" in lines, shown
@@ -97,7 +97,7 @@ def test_what_an_app_or_its_config_wrote_never_drives_the_terminal(monkeypatch):
     evil = "\x1b[2J\x1b]0;pwned\x07"
     inst = {"key": "s/a/0", "state": "ready", "detail": "ready", "reason": None,
             "generation": 1, "command": ["sh", "-c", evil], "env": {"X": evil}}
-    shown = render.inspect({"instances": [inst]})
+    shown = render_inspect.inspect({"instances": [inst]})
     assert "\x1b[2J" not in shown and "\x07" not in shown, repr(shown)
     assert "\\x1b[2J\\x1b]0;pwned\\x07" in shown, shown
     assert "\x1b[32mready\x1b[0m" in shown, repr(shown)     # the state's colour
@@ -126,13 +126,13 @@ def test_a_living_backend_that_does_not_answer_is_said_so():
 
 
 def test_down_says_which_daemon_still_runs_and_why():
-    out = render.down({"guardian": True, "owner": False,
+    out = render_changes.down({"guardian": True, "owner": False,
                        "owner_problem": "it does not answer; pid 7 is stopped"})
     assert out.splitlines() == [
         "guardian: stopped",
         "owner: STILL RUNNING: it does not answer; pid 7 is stopped; its applications "
         "still run"]
-    assert render.down({"guardian": False}) == \
+    assert render_changes.down({"guardian": False}) == \
         "guardian: STILL RUNNING: not stopped in time"
 
 
@@ -187,12 +187,12 @@ def test_up_and_apply_name_the_open_operation_they_joined() -> None:
           "error": "step 0: failed to start: s/bad/0", "joined": True}
     up = {"started": {"owner": False, "guardian": False},
           "apply": {"plan": {"changes": [], "jobs": [], "settings": []}, "operation": op}}
-    assert render.up(up).splitlines()[1:] == [
+    assert render_changes.up(up).splitlines()[1:] == [
         "operation op-1 already applies this config (nothing new admitted); waited for "
         "its end:",
         "operation op-1 (apply): failed, stage failed, step 0; error: step 0: failed to "
         "start: s/bad/0"]
-    running = render.operation({**op, "outcome": None, "stage": "running", "error": None})
+    running = render_changes.operation({**op, "outcome": None, "stage": "running", "error": None})
     assert "`tenure op show op-1 --wait` waits for its end" in running
 
 
@@ -215,9 +215,9 @@ def test_a_certificate_invalidated_says_by_what_and_a_recovery_with_nothing_runn
 def test_down_says_whether_a_backend_ran_without_a_guardian_or_outlived_it() -> None:
     """A down during an upgrade said the backend ran without a guardian: the guardian
     had just been stopped by that same down."""
-    from backend.cli import render
-    alone = render.down({"backend": True, "owner": True})
-    after = render.down({"guardian": True, "backend": True, "owner": True})
+    from backend.cli import render_changes
+    alone = render_changes.down({"backend": True, "owner": True})
+    after = render_changes.down({"guardian": True, "backend": True, "owner": True})
     assert "backend: stopped (it ran without a guardian)" in alone
     assert "backend: stopped (it outlived the guardian, stopped above" in after
 

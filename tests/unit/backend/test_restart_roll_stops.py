@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from backend.cli import render
+from backend.cli import render_changes
 from backend.generation import Generation
 from backend.instance import Ready, State
 from backend.testing import FakeOwner, api_call, run_generation, until
@@ -36,7 +36,7 @@ def test_a_restart_stops_at_an_instance_not_ready_within_its_timeout(tmp_path: P
         assert answer.pop("reasons")["s/a/0"].startswith("waiting for readiness: ")
         assert answer == {"settled": False, "instances": {"s/a/0": "running"},
                           "not_restarted": ["s/a/1", "s/a/2"], "stopped_at": "s/a/0"}
-        assert render.instances(answer).splitlines()[-2] == "(not settled in time)"
+        assert render_changes.instances(answer).splitlines()[-2] == "(not settled in time)"
         assert [p["launch_key"] for p in owner.sent("stop")] == ["s/a/0/1"]
         insts = gen.sup.instances
         assert [(insts[k].state, insts[k].generation) for k in KEYS] == [
@@ -57,7 +57,7 @@ def test_a_restart_stops_at_an_instance_that_failed_to_start(tmp_path: Path):
         assert answer == {"settled": False, "instances": {"s/a/0": "failed"},
                           "not_restarted": ["s/a/1", "s/a/2"], "stopped_at": "s/a/0"}
         assert reasons == {"s/a/0": gen.sup.reason("s/a/0")} and reasons["s/a/0"]
-        said = render.instances(answer)   # not a matter of time: it failed
+        said = render_changes.instances(answer)   # not a matter of time: it failed
         assert "(the roll stopped at s/a/0: it ended failed)" in said, said
         assert "not settled in time" not in said
         assert [p["launch_key"] for p in owner.sent("stop")] == ["s/a/0/1"]

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from backend.cli import render
+from backend.cli import render_changes
 from backend.generation import Generation
 from backend.instance import Ready, State
 from backend.testing import FakeOwner, api_call, run_generation, until
@@ -73,7 +73,7 @@ def test_a_stack_start_during_a_stack_stop_starts_what_still_stops(tmp_path: Pat
         assert stopped["superseded"] == {"by": "stack start", "intent": "running",
                                          "revision": 2}, stopped
         assert [stopped["instances"][k] for k in SLOW] == ["stopping"] * 3
-        said = render.stack(stopped)
+        said = render_changes.stack(stopped)
         assert "(superseded by a later `tenure stack start s`: the intent is running" in said
         assert "not settled in time" not in said
         assert not start.done()   # it answers when its instances are up
@@ -109,7 +109,7 @@ def test_a_stack_stop_during_a_stack_start_says_the_start_was_superseded(tmp_pat
         assert started["intent"] == "running" and started["settled"] is False, started
         assert started["superseded"] == {"by": "stack stop", "intent": "stopped",
                                          "revision": 3}, started
-        said = render.stack(started)
+        said = render_changes.stack(started)
         assert "(superseded by a later `tenure stack stop s`: the intent is stopped" in said
         assert "not settled in time" not in said
         assert owner.intents == {"s": {"intent": "stopped", "revision": 3}}

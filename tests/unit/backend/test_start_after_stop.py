@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.cli import render
+from backend.cli import render_changes
 from backend.generation import Generation
 from backend.instance import State, Stopped
 from backend.testing import FakeOwner, api_call, ready_generation, run_generation, until
@@ -104,7 +104,7 @@ def test_a_stop_during_a_restart_ends_the_restart_at_once_and_wins(tmp_path: Pat
         assert answer.pop("reasons")["s/a/0"].startswith("SIGTERM sent 0s ago")
         assert answer == {"settled": False, "instances": {"s/a/0": "stopping"},
                           "not_restarted": [], "stopped_at": "s/a/0", "withdrawn": True}
-        said = render.instances(answer)   # a later command has it: not a matter of time
+        said = render_changes.instances(answer)   # a later command has it: not a matter of time
         assert "a later command stopped it" in said and "not settled in time" not in said
         owner.release("stop")
         assert (await stop)["instances"] == {"s/a/0": "stopped"}
@@ -259,6 +259,6 @@ def test_a_restart_stopped_again_while_it_comes_up_says_a_later_command_has_it(
             later, target="s/a/0", timeout=0.5)))
         answer = await first
         assert (answer["settled"], answer.get("withdrawn")) == (False, True), answer
-        assert "not settled in time" not in render.instances(answer)
+        assert "not settled in time" not in render_changes.instances(answer)
         await second
     run_generation(tmp_path, SLOW_READY, body, ready=False)

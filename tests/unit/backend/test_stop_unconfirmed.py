@@ -70,7 +70,7 @@ def test_a_stop_asked_again_gives_its_reason_until_one_is_confirmed(where: str,
 
 def test_status_and_inspect_show_it(tmp_path: Path) -> None:
     """Through the API's answers and the CLI's rendering of them."""
-    from backend.cli import render
+    from backend.cli import render, render_inspect
     from backend.testing import api_call, ready_generation
 
     async def main() -> None:
@@ -88,7 +88,7 @@ def test_status_and_inspect_show_it(tmp_path: Path) -> None:
             assert st["apps"][0]["reason"] == REFUSED
             assert REFUSED in render.status(st)
             seen = await gen.api.inspect(api_call("inspect", target="s/a/0"))
-            assert f"detail:            {REFUSED}" in render.inspect(seen)
+            assert f"detail:            {REFUSED}" in render_inspect.inspect(seen)
             owner.before = None   # the next try, a second later, is confirmed
             await asyncio.wait_for(stop, 10)
             st = await gen.api.status(api_call("status"))
