@@ -6,6 +6,10 @@ to the owner pinned to that identity → require the owner's epoch to be exactly
 adopt (from the checkpoint, or from the owner's inventory) → open the public API →
 print ``READY``. A generation that cannot prove any of these exits non-zero before it
 changes anything.
+
+Mixed in, apart for size: the adoption at start (backend.adopting), following the owner
+while serving (backend.observing) and the handing-over side of a handoff
+(backend.handing_over).
 """
 
 from __future__ import annotations
@@ -20,24 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from protocol.aclient import AsyncClient
-from protocol.errors import (
-    BadRequest,
-    ConfigInvalid,
-    IdentityMismatch,
-    NotFound,
-    OwnerChanged,
-    StaleEpoch,
-    TenureError,
-)
-from protocol.handover import (
-    OWNER_CONTRACTS,
-    handoff_grant,
-    read_checkpoint,
-    read_handoff,
-)
+from protocol.errors import ConfigInvalid, IdentityMismatch, StaleEpoch
+from protocol.handover import OWNER_CONTRACTS, handoff_grant, read_handoff
 from protocol.identity import Identity, new_identity
 from protocol.layout import Layout
-from protocol.link import STALE_AFTER, Link, LinkEvent, LinkState
+from protocol.link import Link, LinkState
 from protocol.server import MAX_INFLIGHT, RpcServer
 from protocol.sighandler import add_signal_handler
 from protocol.sockets import admin_or_viewer, ensure_private_dir, share_with_group, unshare
@@ -46,40 +37,27 @@ from protocol.tasks import background
 from protocol.timing import Timings
 
 from . import spool
-from .adopt import (
-    Adoption,
-    adopt_checkpoint,
-    adopt_inventory,
-    defer_backoffs,
-    missed_exits,
-    owner_replaced,
-    record_lost_exits,
-    record_unsaved_exits,
-    relaunch_lost,
-    resume_wanted_starts,
-)
+from .adopt import Adoption
+from .adopting import Adopting, handoff_int
 from .certify import certificate_loop, persist, persist_loop
 from .config import check_new, parse_recent, parsed_before
-from .configrestore import adopting_config
 from .drainstate import DrainState
 from .enforce import app_uids
 from .events import EventLog
 from .handing_over import HandingOver
-from .jobs.resume import audit
 from .logbudgets import LogBudgets
 from .model import Config, Settings
+from .observing import HEARTBEAT, Observing
 from .owner_order import StopOrderTeller
 from .retention import retention_loop
 from .store import BackendStore, RecoveryStore
-from .supervisor import Supervisor, now
-from .tasks import spawn
+from .supervisor import Supervisor
 
 __all__ = ["CONTRACTS", "Generation"]
 
 log = logging.getLogger("tenure.backend")
 
 CONTRACTS = OWNER_CONTRACTS
-HEARTBEAT = 1.0
 OWNER_MUTATIONS = MAX_INFLIGHT["admin"] - MAX_INFLIGHT["viewer"]
 """Launches and stops outstanding at the owner at once: the rest of what it handles of
 one connection is left to the heartbeat, acks and queries."""
@@ -93,7 +71,7 @@ def empty_config() -> Config:
     return Config(stacks={}, settings=Settings(), revision="", source="")
 
 
-class Generation(HandingOver):
+class Generation(Adopting, Observing, HandingOver):
     def __init__(self, home: Path, activation: str) -> None:
         self.layout = Layout(home)
         self.activation = activation
@@ -154,7 +132,7 @@ class Generation(HandingOver):
     async def start(self) -> None:
         """Everything up to READY. Raises TenureError (nothing changed) on any doubt."""
         self.handoff = read_handoff(self.layout.handoff_file(self.activation))
-        self.epoch = _int(self.handoff, "epoch")
+        self.epoch = handoff_int(self.handoff, "epoch")
         owner = Identity.from_wire(self.handoff.get("owner"), "handoff.owner")
         ensure_private_dir(self.layout.backend, root=self.layout.home)
         self.store = BackendStore(self.layout.backend_db)
@@ -248,105 +226,6 @@ class Generation(HandingOver):
             self._done.set()
         return background(coro, what, log, on_failure=failed)
 
-    async def sweep_at_start(self) -> None:
-        """Close the held sockets and fd stores the applied config no longer names: a
-        predecessor may have died between stopping an app and closing them. Not while
-        no config is applied (none yet, or backend.db was set aside): the empty config
-        of such a generation names none, and every socket and fd store of an app not
-        running went with it (a store is what an app keeps across its restarts; a
-        socket, the connections queued for its next start)."""
-        assert self.store is not None and self.sup is not None
-        if self.store.config() is None:
-            log.info("sockets: no config is applied: the held sockets and fd stores stay")
-            return
-        await self.sup.sweep_sockets(self.config)
-
-    async def _adopt(self) -> None:
-        assert self.owner is not None and self.sup is not None and self.store is not None
-        checkpoint_path = self.handoff.get("checkpoint")
-        checkpoint = read_checkpoint(checkpoint_path) if checkpoint_path else None
-        losses = self.owner.losses
-        backlog = await self.owner.call("observations.subscribe", {
-            "after": _int(checkpoint, "cursor") if checkpoint else
-            _int(self.handoff, "cursor", 0), "limit": 10_000})
-        self._subscribed_at = losses
-        # after the fence nothing but this generation launches, so the inventory can only
-        # lose launches from here on (their exits come as observations): it serves the
-        # relaunch below as well, and the intents are asked for beside it
-        answers = await asyncio.gather(self.owner.call("inventory"),
-                                       self.owner.call("stack.intents"))
-        inv, intents = answers[0]["launches"], answers[1]["intents"]
-        if self.config_lost and inv:
-            self._adopt_by_given_config()
-        if checkpoint is not None:
-            if checkpoint.get("owner") != self.owner_identity.to_wire():  # type: ignore[union-attr]
-                raise IdentityMismatch("the checkpoint names another owner")
-            self.adoption = adopt_checkpoint(self.sup, self.config, checkpoint, inv, now())
-        else:
-            self.adoption = adopt_inventory(self.sup, self.config, self.store.instances(), inv,
-                                            now())
-        # before anything this generation does (or hears of) with what it adopted
-        assert self.events is not None
-        self.events.record("handoff", phase="adopted", activation=self.activation,
-                           epoch=self.epoch, mode=self.handoff.get("mode"),
-                           adopted=len(self.adoption.adopted),
-                           missing=len(self.adoption.missing))
-        # the exits of launches made after an instance was last saved, before the one
-        # adopted (the previous generation died within a save's interval of them)
-        await record_unsaved_exits(self.sup, self.adoption.unsaved, self._launch_row)
-        # the launches adopted as the inventory was read: only these can be lost (the
-        # replay below may launch an instance again, after the inventory was read)
-        known = {k: i.launch_key for k, i in self.sup.instances.items()}
-        self._apply_observations(backlog)
-        stopped = {s for s, v in intents.items() if v.get("intent") == "stopped"}
-        live = {r["launch_key"] for r in inv}
-        await record_lost_exits(self.sup, live, self._launch_row, known)
-        # a config queued before this generation began (`tenure up --config` on a home
-        # whose daemons were down) decides what starts: the applied one's instances
-        # wait for it (_spool_loop), rather than start and be replaced at once. Not in
-        # a hot handoff (a checkpoint): the incumbent ran them and would go on so (a
-        # backoff stopped here lost its deadline and streak; a config it had taken may
-        # wait long, for an operation that holds its stacks)
-        defer = checkpoint is None and self._queue_waits()
-        lost = relaunch_lost(self.sup, live, stopped, known, defer=defer)
-        for key, (app, index) in self.sup.keys_of(self.config).items():
-            if key not in self.sup.instances:  # restored instances keep their own state
-                up = app.stack not in stopped
-                self.sup.ensure(app, index, None if defer and up else up)
-        if defer:
-            defer_backoffs(self.sup, stopped)
-        if lost:
-            self._log_lost(lost, "starting them again" if not self.sup.deferred else
-                           "they start once the config queued for the backend is decided")
-        resume_wanted_starts(self.sup, self.store, stopped)
-
-    def _adopt_by_given_config(self) -> None:
-        """Apps run and backend.db holds no applied config (set aside): the config given
-        to `tenure backend recover --config` is the one to adopt them by, kept as the
-        applied one (backend.configrestore). Raises Uncertain, ConfigInvalid."""
-        assert self.store is not None and self.recovery is not None
-        self.config, text = adopting_config(self.recovery.read()["body"],
-                                            self.layout.queued_config)
-        with self.store.tx() as db:
-            self.store.set_config(db, text, self.config.source, self.config.revision)
-        log.warning("backend.db held no applied config while apps run: adopting them by "
-                    "%s (revision %s), as given", self.config.source,
-                    self.config.revision[:12])
-
-    def _log_lost(self, lost: list[str], then: str) -> None:
-        """Say why instances are started again: the owner they ran under stopped (the
-        last certificate names another owner instance: `tenure down`, an owner restart,
-        a reboot; it stopped them itself, or they ended with the machine), or they ended
-        while no backend watched (a crash, a kill: worth a warning)."""
-        assert self.recovery is not None and self.owner_identity is not None
-        if owner_replaced(self.recovery.read()["body"], self.owner_identity.instance):
-            log.info("%d instances ran under the owner that stopped before this one "
-                     "(tenure down, an owner restart or a reboot); %s: %s",
-                     len(lost), then, lost[:10])
-        else:
-            log.warning("%d instances lost their process while no backend watched; "
-                        "%s: %s", len(lost), then, lost[:10])
-
     def share_api(self) -> None:
         """Who may use the API: the admin always; the configured viewer group read-only,
         which needs its directories searchable and the socket group-accessible."""
@@ -364,97 +243,7 @@ class Generation(HandingOver):
             viewers = None
         self.server.authorize = admin_or_viewer(viewers, deny=app_uids(self.config))
 
-    def _apply_observations(self, batch: dict[str, Any]) -> None:
-        assert self.sup is not None
-        self.link.handle(LinkEvent.SEEN, time.time())
-        for e in batch["events"]:
-            self._observe(e)
-        self.cursor = max(self.cursor, batch["cursor"])
-        if batch.get("gap"):
-            log.warning("observation gap after cursor %s: repairing from the inventory",
-                        self.cursor)
-            spawn(self._repairs, self._repair_gap(), log, "observation gap repair")
-
-    async def _repair_gap(self) -> None:
-        """Events were lost: every instance whose launch the owner no longer runs gets
-        the exit it would have heard, exactly as if the event had come (restart policy,
-        readiness and operations follow from it); every running job record whose launch
-        ended is settled from the owner's record at once."""
-        assert self.owner is not None and self.sup is not None
-        try:
-            live = {r["launch_key"] for r in
-                    (await self.owner.call("inventory"))["launches"]}
-            for missed in missed_exits(self.sup, live):
-                ended = await self._ended(missed)
-                self.sup.on_observation({"kind": "exit", "launch_key": missed, **ended})
-            if self.api is not None:   # jobs: their records settle from the owner's rows
-                await audit(self.api.jobs, "was lost in an observation gap")
-        except TenureError as exc:   # the next gap or reconnect repairs again
-            log.error("could not repair the observation gap: %s", exc)
-
-    async def _ended(self, launch_key: str) -> dict[str, Any]:
-        """How a launch ended, from the owner's record (unknown: neither code nor signal),
-        and when (``at``, as an observation says it: the exit event is told then)."""
-        row = (await self._launch_row(launch_key)) or {}
-        ex = row.get("exit") or {}
-        return {"exit_code": ex.get("exit_code"), "signal": ex.get("signal"),
-                "at": row.get("ended_at")}
-
-    async def _launch_row(self, launch_key: str) -> dict[str, Any] | None:
-        """The owner's record of a launch that had a process; None when it has none."""
-        assert self.owner is not None
-        try:
-            return dict(await self.owner.call("inspect", {"launch_key": launch_key}))
-        except NotFound:
-            return None
-
-    def _observe(self, e: dict[str, Any]) -> None:
-        assert self.sup is not None
-        self.sup.on_observation(e)
-        if self.api is not None:
-            self.api.jobs.on_observation(e)
-
     # -- background loops -------------------------------------------------------------
-
-    async def _read_observations(self) -> None:
-        assert self.owner is not None and self.sup is not None
-        while True:
-            await self._thawed.wait()
-            ev = await self.owner.next_event(1.0)
-            if self.owner.losses != self._subscribed_at:
-                # the connection our subscription lived on is gone, even if another
-                # call has connected again since: nothing is pushed until we subscribe
-                self.link.handle(LinkEvent.BROKE, time.time(), "the connection broke")
-                await self._reconnect_owner()
-                continue
-            if ev is None or ev.stream != "observations" or ev.cursor <= self.cursor:
-                continue
-            self.link.handle(LinkEvent.SEEN, time.time())
-            # Frozen meanwhile: hold the event until resumed. Dropping it was safe only
-            # for a handoff that completes (the next generation reads after the
-            # checkpoint's cursor); after an aborted drain nobody would read it again.
-            await self._thawed.wait()
-            self._observe({**ev.e, "cursor": ev.cursor})
-            self.cursor = max(self.cursor, ev.cursor)
-
-    async def _reconnect_owner(self) -> None:
-        """The owner connection broke: resubscribe after our cursor (same instance only:
-        the client refuses another owner with OWNER_CHANGED)."""
-        assert self.owner is not None
-        losses = self.owner.losses
-        try:
-            batch = await self.owner.call("observations.subscribe",
-                                          {"after": self.cursor, "limit": 10_000})
-            self._subscribed_at = losses   # lost meanwhile: the reader subscribes again
-            self._apply_observations(batch)
-        except OwnerChanged as exc:
-            self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
-            log.error("another owner instance answers: %s", exc)
-            await asyncio.sleep(1.0)
-        except TenureError as exc:
-            self.link.handle(LinkEvent.FAILED, time.time(), exc.msg)
-            log.error("owner unreachable: %s", exc)
-            await asyncio.sleep(1.0)
 
     async def _spool_loop(self) -> None:
         """Apply what `tenure up` queued (backend.spool), while in control and admitting
@@ -507,29 +296,6 @@ class Generation(HandingOver):
         if self.sup is not None and self.api is not None and self.sup.deferred:
             self.sup.release_deferred(self.config, self.api.stopped_stacks(), why)
 
-    async def _heartbeat_loop(self) -> None:
-        """The owner's status once a second: the age of our view says how current it is
-        even when nothing happens, and ``log_dropped`` (lines the owner's journal dropped
-        per app: its queue was full, or a write failed) and ``log_write_error`` (while its
-        writes fail) are kept for status and inspect without a call of their own."""
-        assert self.owner is not None
-        while True:
-            await asyncio.sleep(HEARTBEAT)
-            if self.link.state is not LinkState.CONNECTED:
-                continue
-            try:
-                # until the view would go stale anyway (it was seen a heartbeat ago): a
-                # timed-out call drops the connection and every call on it (each then
-                # tried again), and an owner busy stopping thousands of apps could
-                # answer in 3 s, not in 2
-                self._owner_status(await self.owner.call(
-                    "status", timeout=STALE_AFTER - HEARTBEAT))
-                self.link.handle(LinkEvent.SEEN, time.time())
-            except OwnerChanged as exc:
-                self.link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
-            except TenureError as exc:
-                self.link.exchange_failed(time.time(), exc.msg)
-
     async def _log_budget_loop(self) -> None:
         """The apps' log budgets told to the owner a second after the start (what an
         older generation told it may be another config's) and after a failed call
@@ -555,23 +321,6 @@ class Generation(HandingOver):
             await self.log_budgets.sync(self.owner, self.epoch,
                                         self.sup.owner_capabilities, self.config,
                                         lower=lower)
-
-    def _owner_status(self, status: dict[str, Any]) -> None:
-        """Keep what the owner's status says. A newer epoch fences this generation,
-        unless a handoff holds it: then the guardian fenced for its candidate and
-        retires it next (backend.drainwatch ends a handoff the guardian left)."""
-        epoch = status.get("epoch")
-        if self.sup is not None and isinstance(epoch, int) and epoch > self.epoch and \
-                not self.drain_state.held:
-            self.sup.fence(f"the owner holds epoch {epoch}, this generation {self.epoch}")
-        dropped = status.get("log_dropped")
-        self.log_dropped = None if not isinstance(dropped, dict) else {
-            (k.partition("/")[0], k.partition("/")[2]): n for k, n in dropped.items()}
-        failing = status.get("log_write_error")
-        self.log_write_error = failing if isinstance(failing, dict) else None
-        uncertain = status.get("uncertain")
-        self.owner_uncertain = frozenset(k for k in uncertain if isinstance(k, str)) \
-            if isinstance(uncertain, list) else frozenset()
 
     def invalidate(self, reason: str) -> None:
         """Before any change of ownership bookkeeping (an owner launch or stop, a stack
@@ -647,13 +396,6 @@ def _warn_unplannable(config: Config, text: str) -> None:
         log.warning("the applied config %s would not be accepted as a new one by this "
                     "release (%s); it runs as applied, and the next apply must change "
                     "that", config.revision[:12], exc.msg)
-
-
-def _int(d: dict[str, Any] | None, key: str, default: int | None = None) -> int:
-    v = (d or {}).get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"handoff record field {key} must be an integer")
-    return v
 
 
 def _group(settings: Settings) -> int | None:

@@ -33,7 +33,7 @@ def _inject(text: str) -> str:
 def failing(sealed_release: Path, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Path]:
     d = tmp_path_factory.mktemp("loop-failure")
-    derive_release(sealed_release, d / "rel", {"backend/generation.py": _inject})
+    derive_release(sealed_release, d / "rel", {"backend/observing.py": _inject})
     yield d / "rel"
     _rmtree(d)
 
