@@ -203,6 +203,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
         from .jobs.resume import resume
         self.intents = (await self._owner().call("stack.intents"))["intents"]
         self.resume_stack_stops()
+        self.resume_stops()   # a `tenure stop` cut before it asked every level
         self.ops.resume_open()
         await resume(self.jobs)
         self.jobs.start()
@@ -227,6 +228,7 @@ class Api(InstanceCommands, StackCommands, LogsReading):
     def unpause(self) -> None:
         self.gate.unpause()
         self.resume_stack_stops()   # a drain cut a stack stop: the rest, in order
+        self.resume_stops()         # and a `tenure stop`
         self.jobs.wake()
 
     async def wait_paused(self, timeout: float) -> bool:

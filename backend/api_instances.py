@@ -17,12 +17,14 @@ from protocol.window import refuse_in_window
 from . import instance as im
 from .after_stop import DOWN, after_stop_bound
 from .start_order import stop_levels
+from .stop_records import STOP_TIMEOUT, StopsToAsk
 from .targets import known_near, select
 from .tasks import spawn
 
 if TYPE_CHECKING:
     from .generation import Generation
     from .steps import StepGate
+    from .store import BackendStore
     from .supervisor import Supervisor
 
 __all__ = ["UP", "InstanceCommands"]
@@ -37,10 +39,21 @@ class InstanceCommands:
 
     gen: Generation
     sup: Supervisor
+    store: BackendStore
     gate: StepGate
     _cycles: set[asyncio.Future[Any]]
     stopped_stacks: Callable[[], set[str]]
     _require_owner: Callable[[str], None]
+    _stops_kept: StopsToAsk | None = None   # made on first use (backend.stop_records)
+    _stops_finisher: asyncio.Future[Any] | None = None   # resume_stops's, while it runs
+
+    @property
+    def _stops(self) -> StopsToAsk:
+        """This generation's records of the stops still to ask."""
+        if self._stops_kept is None:
+            self._stops_kept = StopsToAsk(self.store, self.gen.activation,
+                                          self.sup.fence)
+        return self._stops_kept
 
     def _outside_window(self, call: Call) -> None:
         """Raises OperationInProgress while an owner maintenance window or a `tenure
@@ -175,6 +188,10 @@ class InstanceCommands:
         it inside the request's step: a start after a stop continues it, so a drain
         that began since (during a ``stack start``'s intent write) lets it finish."""
         deferred: dict[str, asyncio.Future[bool]] = {}
+        # the latest command wins after a crash too (backend.stop_records); one still
+        # stopping is taken in _start_when_down, unless a start of it is pending
+        self._stops.taken([k for k in keys if self.sup.instances[k].state not in
+                           (im.State.STOPPING, im.State.RESTARTING)])
         for k in keys:
             if self.sup.instances[k].state is im.State.RESTARTING:
                 # tenure's own stop for a restart (a health check, a ready timeout),
@@ -196,8 +213,11 @@ class InstanceCommands:
     async def stop(self, call: Call) -> Any:
         """Settled once each instance was down, even if a start asked after this one
         (or pending before it, backend.after_stop) took it up again at once. Apps stop
-        in the reverse of their start order (:meth:`_stop_in_order`); a drain that
-        begins before every instance was asked raises ShuttingDown naming the rest."""
+        in the reverse of their start order (:meth:`_stop_first`, :meth:`_stop_rest`),
+        the levels after the first recorded in backend.db before it is asked
+        (backend.stop_records: raises what that write raises, nothing asked then); a
+        drain that begins before every instance was asked raises ShuttingDown naming
+        the rest, which the generation that serves next stops (:meth:`resume_stops`)."""
         target, timeout = call.params["target"], call.params["timeout"]
         self._outside_window(call)
         keys = self._targets(target)
@@ -206,14 +226,16 @@ class InstanceCommands:
         with self.gate.step(f"stop {target}"):
             asked = {k: self.sup.instances[k].generation for k in keys}
             started = self.sup.started_since(keys)   # by a later command: left to it
-            levels = self._stop_first(keys)
-        cut = await self._stop_rest(levels, deadline, f"stop {target}", skip=started)
+            levels = self._stop_first(keys, record=f"stop {target}")
+        cut = await self._stop_rest(levels, deadline, f"stop {target}", skip=started,
+                                    on_asked=self._stops.asked)
         if cut:
             raise ShuttingDown(
                 "the backend is handing over to another generation: not asked to stop "
-                f"{', '.join(cut)} (the apps they start after were still stopping); what "
-                "was asked goes on under the generation that serves next; run the "
-                "command again for the rest", {"not_stopped": cut})
+                f"{', '.join(cut)} (the apps they start after were still stopping); the "
+                "generation that serves next stops them, in order, once those are down "
+                "(this one if the handoff is aborted); what was asked goes on",
+                {"not_stopped": cut})
         left = [k for k in started() if k not in levels[0]]   # never asked to stop
         answer = await self._settle([k for k in keys if k not in left], DOWN,
                                     _left(deadline), f"stop {target}", moved=asked)
@@ -223,23 +245,30 @@ class InstanceCommands:
             answer["started_meanwhile"] = left
         return answer
 
-    def _stop_first(self, keys: list[str]) -> list[list[str]]:
+    def _stop_first(self, keys: list[str], record: str | None = None) -> list[list[str]]:
         """Ask the first level of ``keys`` to stop (backend.start_order.stop_levels: the
         apps none of the others starts after); all the levels, for :meth:`_stop_rest`.
-        Call it inside the request's step."""
+        With ``record`` (the command) the levels after the first are recorded first
+        (backend.stop_records); raises what that raises, nothing asked. Call it inside
+        the request's step."""
         levels = stop_levels(self.sup.instances, keys)
+        if record is not None:
+            self._stops.record(levels, record)
         for k in levels[0] if levels else ():
             self.sup.feed(k, im.StopRequested())   # withdraws a pending start
         return levels
 
     async def _stop_rest(self, levels: list[list[str]], deadline: float, what: str, *,
                          superseded: Callable[[], bool] | None = None,
-                         skip: Callable[[], list[str]] | None = None) -> list[str]:
+                         skip: Callable[[], list[str]] | None = None,
+                         on_asked: Callable[[list[str]], None] | None = None
+                         ) -> list[str]:
         """Ask each level after the first to stop once the one before it is down, each
         a step; past the loop's ``deadline``, at once; never the keys ``skip`` names
-        then (a start asked of them since: the latest command has them). Returns the
-        keys not asked: a drain began (no step holds a handoff for as long as an app
-        takes to stop), or ``superseded`` holds (a later command has the instances)."""
+        then (a start asked of them since: the latest command has them). ``on_asked``
+        is told each level, in its step, once asked. Returns the keys not asked: a drain
+        began (no step holds a handoff for as long as an app takes to stop), or
+        ``superseded`` holds (a later command has the instances)."""
         fed = levels[0] if levels else []   # the level asked last (not those left alone)
         for i in range(1, len(levels)):
             asked = {k: self.sup.instances[k].generation for k in fed
@@ -253,7 +282,32 @@ class InstanceCommands:
             with self.gate.step(f"{what}: stop {_apps(levels[i])}"):
                 for k in fed:
                     self.sup.feed(k, im.StopRequested())
+                if on_asked is not None:
+                    on_asked(levels[i])
         return []
+
+    def resume_stops(self) -> None:
+        """A generation that serves (its start, or the end of an aborted handoff)
+        finishes the `tenure stop`s cut before they asked every level
+        (backend.stop_records), in order, in the background: each level once the one
+        before is down, within STOP_TIMEOUT, never an instance a later command started
+        meanwhile; a drain ends it (whoever serves next goes on from the records). One
+        finisher at a time."""
+        running = self._stops_finisher
+        if running is not None and not running.done():
+            return   # a drain and its abort, twice over
+        levels, commands = self._stops.left(self.sup, self.sup.keys_of(self.gen.config))
+        if not levels:
+            return
+        log.warning("%s was cut before it asked every app (its generation ended, or a "
+                    "handoff began): stopping the %d instances it had not asked, in the "
+                    "reverse of their start order", ", ".join(f"`tenure {c}`" for c in
+                                                              commands),
+                    sum(len(level) for level in levels[1:]))
+        started = self.sup.started_since([k for level in levels for k in level])
+        self._stops_finisher = spawn(self._cycles, self._stop_rest(
+            levels, asyncio.get_running_loop().time() + STOP_TIMEOUT, "stops left to ask",
+            skip=started, on_asked=self._stops.asked), log, "stops left to ask")
 
     async def restart(self, call: Call) -> Any:
         """Rolling: one instance at a time, each back to ready before the next. Stopping
@@ -333,6 +387,7 @@ class InstanceCommands:
             return pending
         with contextlib.ExitStack() as guard:
             guard.enter_context(self.gate.step(what, continues=continues))
+            self._stops.taken([key])   # a stop still to ask of it is the past
             bound = after_stop_bound(self.sup.instances[key].app.stop, timeout)
             started = self.sup.start_when_down(key, bound, stop=stop)
             step = guard.pop_all()

@@ -26,6 +26,7 @@ from . import instance as im
 from .after_stop import DOWN
 from .api_instances import UP
 from .model import canonical_digest
+from .stop_records import STOP_TIMEOUT
 from .tasks import spawn
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ __all__ = ["Intent", "StackCommands"]
 log = logging.getLogger("tenure.backend")
 
 START_TIMEOUT = 300.0   # seconds a `stack start` waits for its instances
-STOP_TIMEOUT = 300.0    # seconds a stack stop a new generation finishes waits for a level
 
 
 class Intent(StrEnum):
@@ -75,7 +75,7 @@ class StackCommands:
     _cycles: set[asyncio.Future[Any]]
     _finishing: dict[str, asyncio.Future[Any]]   # stack -> its stack stop's finisher
     _start_each: Callable[[list[str], str, float], dict[str, asyncio.Future[bool]]]
-    _stop_first: Callable[[list[str]], list[list[str]]]
+    _stop_first: Callable[..., list[list[str]]]
     _stop_rest: Callable[..., Any]
     _settle: Callable[..., Any]
 

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from protocol.errors import Conflict, OperationInProgress
+from protocol.errors import Conflict, OperationInProgress, StaleEpoch
 
 from . import explain
 from . import instance as im
@@ -266,6 +266,10 @@ class OperationRunner:
 
     async def _ensure_up_many(self, items: list[tuple[App, Sequence[int]]]) -> None:
         stopped = self.stopped_stacks()
+        # the latest command wins, after a crash too: a `tenure stop` still to ask of
+        # what this starts is the past (backend.stop_records)
+        self._forget_stops([instance_key(app.stack, app.name, i) for app, indexes in
+                            items if app.stack not in stopped for i in indexes])
         keys = [self.sup.ensure(app, i, app.stack not in stopped)
                 for app, indexes in items for i in indexes]
         waiting = [k for k in keys if k.split("/")[0] not in stopped]
@@ -273,11 +277,22 @@ class OperationRunner:
             timeout = max(app.ready.timeout for app, _ in items) + STEP_TIMEOUT_SLACK
             await self._wait_up(waiting, timeout)
 
+    def _forget_stops(self, keys: list[str]) -> None:
+        """Forget the stops a `tenure stop` has still to ask of ``keys``
+        (backend.stop_records), before this operation starts or removes them. Raises
+        what the store raises; StaleEpoch fences this generation first."""
+        try:
+            self.store.drop_stops(keys, None)
+        except StaleEpoch as exc:
+            self.sup.fence(exc.msg)
+            raise
+
     async def _stop_keys(self, keys: list[str], forget: bool) -> None:
         for k in keys:
             self.sup.feed(k, im.StopRequested())
         await self._wait(keys, lambda i: i.state in DOWN, 3600)
         if forget:
+            self._forget_stops(keys)   # removed: nothing left to stop
             for k in keys:
                 self.sup.forget(k)
 
@@ -320,6 +335,8 @@ class OperationRunner:
                 self.sup.take_app(key, app)
         elif inst.generation <= progress["from_generation"] or inst.app != app:
             await self._stop_keys([key], forget=False)
+            if not stopped:   # started again: as _ensure_up_many
+                self._forget_stops([key])
             self.sup.ensure(app, index, not stopped)
         if not stopped:   # a stopped stack's instance takes the definition, stays down
             await self._wait_up([key], app.ready.timeout + STEP_TIMEOUT_SLACK)

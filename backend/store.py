@@ -12,7 +12,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -73,6 +73,14 @@ HOLDER_PART, HOLDER_FORMAT = "holder", 1
 HOLDER_SCHEMA = ("CREATE TABLE holder (id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT "
                  "NOT NULL, epoch INTEGER NOT NULL, activation TEXT NOT NULL)")
 
+# A part of backend.db: the instances a `tenure stop` has still to ask, with their level
+# (1 is asked next), written before its first level is asked, so that a stop cut by the
+# end of its generation is finished, in order, by the next one (backend.stop_records).
+# ``command`` names the stop for the log; ``activation`` the generation whose record it is.
+STOPS_PART, STOPS_FORMAT = "stops_to_ask", 1
+STOPS_SCHEMA = ("CREATE TABLE stops_to_ask (key TEXT PRIMARY KEY, level INTEGER NOT NULL, "
+                "command TEXT NOT NULL, activation TEXT NOT NULL, at REAL NOT NULL)")
+
 RECOVERY_SCHEMA = """
 CREATE TABLE certificate (
     id INTEGER PRIMARY KEY CHECK (id = 1), valid INTEGER NOT NULL, body TEXT,
@@ -104,6 +112,7 @@ class BackendStore:
         self.ensure_part(STARTS_PART, STARTS_FORMAT, STARTS_SCHEMA)
         self.ensure_part(WAITS_PART, WAITS_FORMAT, WAITS_SCHEMA)
         self.ensure_part(HOLDER_PART, HOLDER_FORMAT, HOLDER_SCHEMA)
+        self.ensure_part(STOPS_PART, STOPS_FORMAT, STOPS_SCHEMA)
         self._held: tuple[str, int, str] | None = None   # (owner, epoch, activation)
 
     def close(self) -> None:
@@ -269,6 +278,57 @@ class BackendStore:
             "ON s.key = w.key AND s.activation = w.activation AND s.at = w.at ORDER BY w.key")
         return {k: (kind, float(deadline)) for k, kind, deadline in
                 (_shaped("a wanted start's wait", r, (_S, _S, _NUM)) for r in rows)}
+
+    # -- stops still to ask ------------------------------------------------------------
+
+    def want_stops(self, levels: Sequence[Sequence[str]], command: str, activation: str,
+                   asked: Sequence[str] = ()) -> None:
+        """Record the instance keys of ``levels`` (the first is level 1) as still to be
+        asked to stop by ``command`` of generation ``activation``, and forget the
+        records of ``asked`` (asked now), in one transaction. Raises StaleEpoch,
+        recording nothing, when another generation claimed the apps' state since this
+        one did."""
+        at = time.time()
+        with self.tx() as db:
+            self._check_held(db)
+            db.executemany("DELETE FROM stops_to_ask WHERE key = ?", [(k,) for k in asked])
+            db.executemany("INSERT OR REPLACE INTO stops_to_ask VALUES (?, ?, ?, ?, ?)",
+                           [(k, n, command, activation, at)
+                            for n, keys in enumerate(levels, 1) for k in keys])
+
+    def drop_stops(self, keys: Sequence[str], activation: str | None) -> None:
+        """Forget the stops of ``keys`` still to ask: only the records of ``activation``
+        (its own, as it asks them), or, with None, whoever made them (a later command
+        took the keys). Raises StaleEpoch for None, forgetting nothing, when another
+        generation claimed the apps' state since this one did."""
+        if not keys:
+            return
+        with self.tx() as db:
+            if activation is None:
+                self._check_held(db)
+            db.executemany("DELETE FROM stops_to_ask WHERE key = ? AND (? IS NULL OR "
+                           "activation = ?)", [(k, activation, activation) for k in keys])
+
+    def claim_stops(self, keys: Sequence[str], activation: str) -> None:
+        """Make the records of ``keys`` generation ``activation``'s (it finishes them).
+        Raises StaleEpoch, changing nothing, as :meth:`drop_stops` with None."""
+        with self.tx() as db:
+            self._check_held(db)
+            db.executemany("UPDATE stops_to_ask SET activation = ? WHERE key = ?",
+                           [(activation, k) for k in keys])
+
+    def stops_to_ask(self) -> tuple[list[tuple[str, int, str]], int]:
+        """The stops still to ask, (key, level, command) by level then key, and how many
+        rows cannot be read (each is left as it is, and stops nothing)."""
+        rows, damaged = [], 0
+        for r in self.db.execute("SELECT key, level, command, activation, at FROM "
+                                 "stops_to_ask ORDER BY level, key"):
+            if any(type(v) not in t for v, t in zip(r, (_S, _INT, _S, _S, _NUM),
+                                                     strict=True)) or r[1] < 1:
+                damaged += 1
+            else:
+                rows.append((r[0], r[1], r[2]))
+        return rows, damaged
 
     # -- plans ------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ def test_an_existing_backend_db_opens_and_gains_the_job_tables(tmp_path: Path) -
         meta = dict(store.db.execute("SELECT key, value FROM meta"))
         assert meta == {"kind": "tenure-backend", "format_version": "1", "part:jobs": "1",
                         "part:retired": "1", "part:starts": "1", "part:start_waits": "1",
-                        "part:holder": "1",
+                        "part:holder": "1", "part:stops_to_ask": "1",
                         "part:job_schedule_forms": "1"}
     finally:
         store.close()

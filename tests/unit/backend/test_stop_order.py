@@ -146,7 +146,7 @@ def test_a_drain_cuts_a_plain_stop_and_names_what_was_not_asked(tmp_path: Path) 
             with pytest.raises(ShuttingDown) as cut:
                 await stop
         assert cut.value.data["not_stopped"] == ["s/api/0", "s/api/1", "s/db/0"]
-        assert "run the command again for the rest" in cut.value.msg
+        assert "the generation that serves next stops them" in cut.value.msg
         assert gen.api.running_steps() == []
         owner.trapped.set()
     run_generation(tmp_path, CONFIG, body, owner=SlowWeb())
