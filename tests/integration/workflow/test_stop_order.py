@@ -1,8 +1,9 @@
 """A stack stop asks ``db`` to stop only once ``web`` (``after = ["db"]``) is down, with
 real processes: ``web``'s TERM trap takes 4 s to end it, and each app writes the time it
-got its TERM. A stack stop cut by a backend SIGKILL while ``web`` still stops is
-finished, in order, by the generation recovered next. `tenure down` goes in the same
-order: the owner stops the apps itself, in the order the backend told it."""
+got its TERM. A stack stop, or a `tenure stop` of the stack, cut by a backend SIGKILL
+while ``web`` still stops is finished, in order, by the generation recovered next.
+`tenure down` goes in the same order: the owner stops the apps itself, in the order the
+backend told it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import psutil
 
 from backend.model import StopSpec
+from protocol.durable import read_rows
 
 TRAP = ("trap 'date +%s.%N > {out}/{name}.term; sleep {linger}; date +%s.%N > "
         "{out}/{name}.end; exit 0' TERM; while :; do sleep 0.1; done")
@@ -74,6 +76,50 @@ def test_a_stack_stop_cut_by_a_backend_kill_is_finished_in_order(
     cluster.wait(lambda: all(cluster.apps()[k]["state"] == "stopped"
                              for k in ("s/db/0", "s/web/0")), 30, "stack s stopped")
     assert "stopping them, in the reverse of their start order" in cluster.backend_log()
+
+
+def saved_state(cluster: Any, key: str) -> str | None:
+    """The state backend.db holds for instance ``key`` (saved every 0.5 s)."""
+    rows = read_rows(str(cluster.layout.backend_db),
+                     f"SELECT wire FROM instances WHERE key = '{key}'") or []
+    return json.loads(rows[0][0]).get("state") if rows else None
+
+
+def test_a_plain_stop_cut_by_a_backend_kill_is_finished_in_order(
+        cluster: Any, tmp_path: Path) -> None:
+    """Was: the levels `tenure stop s` had not asked lived only in its backend's
+    memory, and db kept running for good under the next generation."""
+    cluster.up(config(tmp_path))
+    cluster.wait_ready(3)
+    stop = cluster.follow("--json", "stop", "s", "--timeout", "60")
+    try:
+        cluster.wait(lambda: (tmp_path / "web.term").exists(), 20, "web asked to stop")
+        # saved as stopping: the next generation then knows web is still being stopped,
+        # and asks db once it is down (killed sooner, it adopts web as running)
+        cluster.wait(lambda: saved_state(cluster, "s/web/0") == "stopping", 10,
+                     "web saved stopping")
+        dead = cluster.kill_backend()   # before web ended, so before db was asked
+        cluster.wait(lambda: not psutil.pid_exists(dead)
+                     or psutil.Process(dead).status() == psutil.STATUS_ZOMBIE, 30,
+                     "the backend gone")
+        stop.communicate(timeout=30)   # cut: its backend is gone
+    finally:
+        if stop.poll() is None:
+            stop.kill()
+            stop.communicate()
+    assert not (tmp_path / "db.term").exists()
+    cluster.wait(lambda: cluster.cli("backend", "status").out.get("blocked") is not None,
+                 60, "recovery blocked")
+    plan = cluster.cli("backend", "recover", "--dry-run", check=True).out
+    forced = cluster.cli("backend", "recover", "--digest", plan["digest"])
+    assert forced.code == 0, (forced.out, forced.stderr)
+    cluster.wait(lambda: (tmp_path / "db.end").exists(), 60, "db stopped by the next "
+                 "generation")
+    assert at(tmp_path, "db.term") >= at(tmp_path, "web.end"), "db asked before web ended"
+    cluster.wait(lambda: all(cluster.apps()[k]["state"] == "stopped"
+                             for k in ("s/db/0", "s/web/0")), 30, "s stopped")
+    assert cluster.apps()["t/keep/0"]["ready"]
+    assert "`tenure stop s` was cut before it asked every app" in cluster.backend_log()
 
 
 def test_down_stops_an_app_after_the_apps_that_start_after_it(
