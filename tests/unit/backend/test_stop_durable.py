@@ -221,7 +221,9 @@ def test_a_drain_cuts_a_plain_stop_and_an_abort_finishes_it(tmp_path: Path) -> N
         assert "the generation that serves next stops them" in cut.value.msg
         assert "run the command again" not in cut.value.msg
         gen.api.unpause()
+        finisher = gen.api._stops_finisher
         gen.api.unpause()   # twice over: one finisher
+        assert finisher is not None and gen.api._stops_finisher is finisher
         for _ in range(50):
             await asyncio.sleep(0)
         assert slow(owner).stops == ["web", "worker"]   # api waits for web
