@@ -77,8 +77,12 @@ class OperationRunner:
         # desired config's App (:meth:`_launching`); a launch a predecessor made is not
         # in it: it ran what that one's config said, which no record here tells
         self.launched: dict[str, int] = {}
+        # operation id -> the instances its steps still to run start: instance key ->
+        # whether only if never started (a scale's); kept while its task runs (_run)
+        self.will_start: dict[str, dict[str, bool]] = {}
         sup.before_launch = self._launching
         sup.applied = config   # a process's end sweeps the sockets this no longer names
+        sup.step_start = self.step_start   # status: why a stopped instance waits
 
     # -- admission --------------------------------------------------------------------
 
@@ -183,6 +187,34 @@ class OperationRunner:
                 out[app] = sorted({*out.get(app, []), *indexes})
         return dict(sorted(out.items()))
 
+    def step_start(self, key: str) -> str | None:
+        """The operation running here a step of which, still to run, starts instance
+        ``key``, None when none does (nor one of a stopped stack: a step leaves it
+        down): status says a stopped one waits for that step, not that it was never
+        started. Raises nothing."""
+        inst = self.sup.instances.get(key)
+        if inst is None or not self.will_start or inst.app.stack in self.stopped_stacks():
+            return None
+        for op_id, keys in self.will_start.items():
+            new_only = keys.get(key)
+            if new_only is not None and not (new_only and inst.started):
+                return op_id
+        return None
+
+    def _note_starts(self, op_id: str, steps: Sequence[dict[str, Any]]) -> None:
+        """Note what ``steps`` (operation ``op_id``'s still to run) start, as
+        :meth:`_step` starts it: every instance of a level's apps, a scale's new ones."""
+        keys: dict[str, bool] = {}
+        for s in steps:
+            if s["do"] == "start_apps":
+                for started in filter(None, map(self._app, s["apps"])):
+                    for i in range(started.instances):
+                        keys[instance_key(started.stack, started.name, i)] = False
+            elif s["do"] == "scale_app" and (scaled := self._app(s["app"])) is not None:
+                for i in range(s["to"]):
+                    keys.setdefault(instance_key(scaled.stack, scaled.name, i), True)
+        self.will_start[op_id] = keys
+
     # -- running ----------------------------------------------------------------------
 
     def start(self, op_id: str) -> None:
@@ -204,6 +236,7 @@ class OperationRunner:
                           plan["changes"])
         step, progress = op["step"], op["progress"] or {}
         try:
+            self._note_starts(op_id, steps[step:])
             if self.prepare is not None:
                 await self.prepare()
             while step < len(steps):
@@ -212,6 +245,7 @@ class OperationRunner:
                     progress = await self._step(op_id, steps[step], progress)
                     self.store.advance_operation(op_id, RUNNING, RUNNING, step + 1)
                 step, progress = step + 1, {}
+                self._note_starts(op_id, steps[step:])
             # what the config no longer names goes once its app stopped (the steps above)
             await self.sup.sweep_sockets(self.config())
             self.store.advance_operation(op_id, RUNNING, COMPLETE, step, outcome="success")
@@ -219,6 +253,7 @@ class OperationRunner:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed step ends the operation, recorded
+            self.will_start.pop(op_id, None)   # nothing of it starts any more
             log.error("operation %s failed at step %d: %s", op_id, step, exc)
             try:
                 self.store.advance_operation(op_id, RUNNING, FAILED, step, outcome="failed",
@@ -232,6 +267,7 @@ class OperationRunner:
             # instance still uses goes when its process ends (Supervisor.applied)
             await self.sup.sweep_sockets(self.config())
         finally:
+            self.will_start.pop(op_id, None)
             self.tasks.pop(op_id, None)
 
     async def _step(self, op_id: str, s: dict[str, Any], progress: dict[str, Any]

@@ -26,6 +26,7 @@ from .checks import Checks
 from .events import Before, EventLog, moment, transition_events
 from .model import App, Config, ReadyKind
 from .owner_mutations import OwnerCalls, OwnerMutations, fenced_off
+from .start_order import waits_for
 from .start_waits import StartWaits
 from .tasks import spawn
 from .waiters import Waiters
@@ -104,6 +105,9 @@ class Supervisor:
         # the config applied (backend.operations: the desired one); None before there is
         # one. The end of a process sweeps what of it this no longer names
         self.applied: Callable[[], Config | None] = lambda: None
+        # the open operation a step of which, still to run, starts stopped instance
+        # ``key``, None when none does (backend.operations: an apply's later levels)
+        self.step_start: Callable[[str], str | None] = lambda key: None
 
     @property
     def in_flight(self) -> int:
@@ -235,16 +239,29 @@ class Supervisor:
     def why(self, key: str) -> str | None:
         """What explain.reason cannot say of instance ``key``: that what its last run
         left running is being stopped (its next launch waits for that), why a stopped
-        one is not started (its start waits for its ``after`` apps, or it was never
-        started: an apply that added it failed before its step, say), or why a stopping
-        one's stop is being tried again; None otherwise."""
+        one is not started (its start waits for its ``after`` apps, or for its step in
+        an open operation, or it was never started: an apply that added it failed
+        before its step, say), or why a stopping one's stop is being tried again; None
+        otherwise."""
         inst = self.instances[key]
         said = self.mutations.why(key, inst)
         if said is not None or inst.state is not im.State.STOPPED:
             return said
         if key in self.starts:
             return self.starts.why(key)
+        if (op := self.step_start(key)) is not None:
+            return self._step_why(key, op)
         return None if inst.started else "never started"
+
+    def _step_why(self, key: str, op: str) -> str:
+        """Why stopped instance ``key``, which a step of operation ``op`` still starts,
+        is not started yet: its ``after`` apps still on their way up (as a start held
+        for them says it, backend.start_waits), else the steps before its own."""
+        held = _Held(self.starts, self.step_start)
+        if deps := waits_for(self.instances, held, key):
+            return f"starts once {', '.join(deps)} {'is' if len(deps) == 1 else 'are'} " \
+                   "ready"
+        return f"waits for its step in operation {op}"
 
     def wake(self) -> None:
         """Make every ``wait`` re-check its predicate (something it reads changed)."""
@@ -464,6 +481,19 @@ class Supervisor:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class _Held:
+    """The instances whose start waits: for their ``after`` apps (``starts``), or for a
+    step of an open operation (``step_start``); what start_order.waits_for reads."""
+
+    def __init__(self, starts: StartWaits, step_start: Callable[[str], str | None]
+                 ) -> None:
+        self._starts, self._step_start = starts, step_start
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and (key in self._starts
+                                          or self._step_start(key) is not None)
 
 
 def _gave_up(inst: im.Instance) -> str:
