@@ -108,3 +108,23 @@ def test_a_stop_during_a_rolling_restart_fails_its_step_at_once_saying_so(cluste
     ended = cluster.cli("op", "show", op["id"], "--wait", "--timeout", "15")
     assert ended.code == 1 and ended.out["outcome"] == "failed", ended  # was: 60 s, then
     assert "o/db/0 stopped by a stop asked while this step waited" in ended.out["error"]
+
+
+def test_status_says_an_applys_later_level_starts_once_its_after_apps_are_ready(
+        cluster: Any) -> None:
+    """Was: `never started` for the whole wait, as after an apply that failed."""
+    flag = cluster.home / "db.ready"
+    cluster.up('[stacks.x.apps.idle]\ncommand = ["sleep", "1000"]\n')
+    gated = ORDERED.replace('{ kind = "delay", delay = 0.8 }',
+                            f'{{ kind = "exec", command = ["test", "-e", "{flag}"], '
+                            'timeout = 60 }')
+    assert gated != ORDERED
+    with cluster.api() as c:
+        plan = c.call("plan", {"config_text": gated, "source": "t.toml"})
+        c.call("apply", {"plan": plan["id"]})
+    cluster.wait(lambda: cluster.apps()["o/db/0"]["state"] == "running", 20, "db launched")
+    api = {r["key"]: r for r in cluster.cli("status", check=True).out["apps"]}["o/api/0"]
+    assert (api["state"], api["reason"]) == ("stopped", "starts once o/db/0 is ready"), api
+    flag.touch()
+    cluster.wait(lambda: cluster.apps()["o/api/0"]["state"] == "ready", 30, "api ready")
+    assert cluster.apps()["o/api/0"]["reason"] is None
