@@ -17,7 +17,7 @@ from collections.abc import Collection, Container, Mapping
 
 from . import instance as im
 
-__all__ = ["COMING_UP", "ORDER_WAIT", "stop_levels", "waits_for"]
+__all__ = ["COMING_UP", "ORDER_WAIT", "once_ready", "stop_levels", "waits_for"]
 
 ORDER_WAIT = 300.0   # seconds a start waits for its `after` apps, at most
 COMING_UP = frozenset({im.State.STARTING, im.State.RUNNING, im.State.BACKOFF,
@@ -34,6 +34,14 @@ def waits_for(instances: Mapping[str, im.Instance], pending: Container[str], key
     return sorted(k for k, i in instances.items()
                   if i.app.stack == app.stack and i.app.name in app.after
                   and (i.state in COMING_UP or k in pending))
+
+
+def once_ready(deps: list[str]) -> str | None:
+    """The reason a start held for ``deps`` (:func:`waits_for`) gives: ``starts once
+    o/db/0 is ready``; None when it waits for none."""
+    if not deps:
+        return None
+    return f"starts once {', '.join(deps)} {'is' if len(deps) == 1 else 'are'} ready"
 
 
 def stop_levels(instances: Mapping[str, im.Instance], keys: Collection[str]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from . import instance as im
 from .after_stop import DOWN, Journal, StartsAfterStop, Wait, WaitKind
 from .owner_mutations import fenced_off
-from .start_order import ORDER_WAIT, waits_for
+from .start_order import ORDER_WAIT, once_ready, waits_for
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -146,9 +146,7 @@ class StartWaits:
     def why(self, key: str) -> str | None:
         """What the pending start of stopped instance ``key`` waits for: ``starts once
         o/db/0 is ready``; None when nothing (it is about to be taken)."""
-        deps = waits_for(self._sup.instances, self._after_stop.waiting(), key)
-        return f"starts once {', '.join(deps)} {'is' if len(deps) == 1 else 'are'} " \
-               "ready" if deps else None
+        return once_ready(waits_for(self._sup.instances, self._after_stop.waiting(), key))
 
     def recheck_order(self, changed: im.Instance) -> None:
         """Look again at the waiting starts of instances that start after ``changed``'s

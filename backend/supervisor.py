@@ -26,7 +26,7 @@ from .checks import Checks
 from .events import Before, EventLog, moment, transition_events
 from .model import App, Config, ReadyKind
 from .owner_mutations import OwnerCalls, OwnerMutations, fenced_off
-from .start_order import waits_for
+from .start_order import once_ready, waits_for
 from .start_waits import StartWaits
 from .tasks import spawn
 from .waiters import Waiters
@@ -258,10 +258,8 @@ class Supervisor:
         is not started yet: its ``after`` apps still on their way up (as a start held
         for them says it, backend.start_waits), else the steps before its own."""
         held = _Held(self.starts, self.step_start)
-        if deps := waits_for(self.instances, held, key):
-            return f"starts once {', '.join(deps)} {'is' if len(deps) == 1 else 'are'} " \
-                   "ready"
-        return f"waits for its step in operation {op}"
+        return once_ready(waits_for(self.instances, held, key)) or \
+            f"waits for its step in operation {op}"
 
     def wake(self) -> None:
         """Make every ``wait`` re-check its predicate (something it reads changed)."""
