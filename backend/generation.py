@@ -49,6 +49,7 @@ from .logbudgets import LogBudgets
 from .model import Config, Settings
 from .observing import HEARTBEAT, Observing
 from .owner_order import StopOrderTeller
+from .probe_orphans import end_orphaned_probes
 from .retention import retention_loop
 from .store import BackendStore, RecoveryStore
 from .supervisor import Supervisor
@@ -169,6 +170,7 @@ class Generation(Adopting, Observing, HandingOver):
         # the apps' state is this generation's to write from here on (a stale one that
         # still runs finds out at its next save: backend.store.hold)
         self.store.hold(owner.instance, self.epoch, self.activation)
+        end_orphaned_probes(self.layout.root, self.identity)   # before any probe of ours
         self.sup = Supervisor(self.owner, self.epoch, on_mutation=self.invalidate)
         self.sup.on_fenced = self.fenced_off
         self.sup.owner_answers = lambda: self.link.state is LinkState.CONNECTED

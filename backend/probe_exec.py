@@ -9,8 +9,10 @@ One that left the group (``setsid``) and outlived its parent is re-parented to t
 backend, a child subreaper from its first exec probe on (:func:`adopt_strays`): once a
 probe is done, every child of the backend that is not a running probe's command is
 such a stray, and is SIGKILLed and reaped (:func:`_sweep`). Without that, a health
-check that started a daemon added one each interval, for good. :mod:`backend.probes`
-turns the answer into a verdict.
+check that started a daemon added one each interval, for good. Every probe carries its
+backend's marker (:mod:`backend.probe_orphans`), by which the next backend ends what a
+probe of a backend killed meanwhile left running. :mod:`backend.probes` turns the answer
+into a verdict.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import logging
 import os
 import signal
 from collections.abc import Mapping, Sequence
+
+from .probe_orphans import probe_env
 
 __all__ = ["FIRST_LINE_MAX", "OUTPUT_READ_MAX", "adopt_strays", "run_check"]
 
@@ -173,9 +177,11 @@ async def run_check(argv: Sequence[str], timeout: float, *,
     """Run ``argv`` in a new session: its exit status (negative: killed by that signal)
     and the first line of its output (stdout and stderr together), as soon as it exits,
     whatever a process it left behind does with the pipe. Raises OSError when it cannot
-    be started, TimeoutError when it did not exit within ``timeout``. Invariant: however
-    this ends (answer, timeout, cancellation), everything left in its process group has
-    been sent SIGKILL, the command is reaped and both pipe ends are closed."""
+    be started, TimeoutError when it did not exit within ``timeout``. The command's
+    environment is ``env`` (None: ours) with the backend's probe marker added
+    (:func:`backend.probe_orphans.probe_env`). Invariant: however this ends (answer,
+    timeout, cancellation), everything left in its process group has been sent SIGKILL,
+    the command is reaped and both pipe ends are closed."""
     global _spawning
     if _may_adopt and not _adopting:   # before any probe could leave a stray
         adopt_strays()
@@ -188,7 +194,7 @@ async def run_check(argv: Sequence[str], timeout: float, *,
             # Our own pipe, not asyncio's PIPE: Process.wait() then returns once the
             # command exits, not once every holder of the pipe has closed it.
             proc = await asyncio.create_subprocess_exec(
-                *argv, env=dict(env) if env is not None else None, cwd=cwd,
+                *argv, env=probe_env(env), cwd=cwd,
                 stdin=asyncio.subprocess.DEVNULL, stdout=w,
                 stderr=asyncio.subprocess.STDOUT, start_new_session=True)
             pid = proc.pid

@@ -281,16 +281,23 @@ class Cluster:
         return out
 
     def leftovers(self) -> list[int]:
-        """Processes still carrying this home in their command line or environment."""
-        me = str(self.home)
+        """Processes still carrying this home in their command line or environment, or
+        the marker of an exec probe of this home (whose environment names the home by
+        its identity only: backend.probe_orphans)."""
+        from protocol.layout import home_id
+
+        from .probe_orphans import PROBE_ENV
+        me, probe = str(self.home), f"{home_id(str(self.home)) or '?'}:"
         left = []
         for p in psutil.process_iter(["pid", "cmdline", "environ"]):
             try:
+                env = p.info["environ"] or {}
                 text = " ".join(p.info["cmdline"] or []) + " ".join(
-                    f"{k}={v}" for k, v in (p.info["environ"] or {}).items())
+                    f"{k}={v}" for k, v in env.items())
             except psutil.Error:
                 continue
-            if me in text and p.pid != os.getpid():
+            if (me in text or env.get(PROBE_ENV, "").startswith(probe)) and \
+                    p.pid != os.getpid():
                 left.append(p.pid)
         return left
 
