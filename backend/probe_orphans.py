@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from protocol import procfs
 from protocol.identity import Identity
@@ -90,24 +90,18 @@ def _marker_of(pid: str) -> Marker | None:
     return None
 
 
-def _pids() -> Iterator[str]:
-    try:
-        names = os.listdir(procfs.PROC)
-    except OSError:
-        return
-    yield from filter(str.isdigit, names)
-
-
 def _ours(pid: str) -> bool:
-    """Whether ``pid`` runs as our uid in our PID namespace: a marker's pid names a
-    backend of the namespace the probe runs in, so one seen from outside it cannot be
-    judged (False too when /proc does not say)."""
+    """Whether ``pid`` runs as our uid (any, for root: `tenure down` of a system home
+    runs as root, the probes as the service's account) in our PID namespace: a marker's
+    pid names a backend of the namespace the probe runs in, so one seen from outside it
+    cannot be judged (False too when /proc does not say). A marker is set by the process
+    itself, so a forged one only ever ends its own process."""
     try:
         same_ns = os.readlink(f"{procfs.PROC}/{pid}/ns/pid") == \
             os.readlink(f"{procfs.PROC}/self/ns/pid")
     except OSError:
         return False
-    return same_ns and procfs.status_uid(int(pid)) == os.geteuid()
+    return same_ns and os.geteuid() in (0, procfs.status_uid(int(pid)))
 
 
 def orphans(home: str) -> list[tuple[int, int]]:
@@ -118,7 +112,7 @@ def orphans(home: str) -> list[tuple[int, int]]:
     if not hid:
         return []
     found = []
-    for pid in _pids():
+    for pid in procfs.proc_pids():
         m = _marker_of(pid)
         if m is None or m[0] != hid or procfs.running(m[1], m[2]) or not _ours(pid):
             continue
@@ -132,9 +126,8 @@ def sweep(home: str) -> list[int]:
     """SIGKILL the :func:`orphans` of ``home``, each by its pid once a pidfd for it is
     open and its start ticks are checked again (a pid reused meanwhile is never hit);
     the pids killed. Raises nothing."""
-    from owner.descendants import kill_verified
     return [pid for pid, ticks in orphans(home)
-            if kill_verified(pid, ticks, signal.SIGKILL)]
+            if procfs.kill_verified(pid, ticks, signal.SIGKILL)]
 
 
 async def _sweep_logged(home: str) -> None:

@@ -32,17 +32,16 @@ ticks cannot tell apart).
 from __future__ import annotations
 
 import logging
-import os
 import signal as _signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from protocol.layout import LAUNCH_KEY_ENV, OWNER_HOME_ENV
-from protocol.procfs import children, environ, read_stat, read_stat_strict
+from protocol.procfs import children, environ, kill_verified, read_stat, read_stat_strict
 
 __all__ = ["LAUNCH_KEY_ENV", "OWNER_HOME_ENV", "Descendants", "MidExec",
-           "attribute_orphan", "kill_verified", "stop_in_rounds"]
+           "attribute_orphan", "stop_in_rounds"]
 
 log = logging.getLogger(__name__)
 
@@ -53,44 +52,6 @@ log = logging.getLogger(__name__)
 
 # A fork bomb must not make one refresh walk without end; what is left is found next time.
 MAX_TRACKED = 65_536
-
-
-def _open_pidfd(pid: int) -> int | None:
-    """A pidfd for ``pid``; None when it is gone; -1 when no pidfd can be had (an old
-    kernel, or no fd left), and the caller falls back to check-then-kill."""
-    try:
-        return os.pidfd_open(pid)
-    except ProcessLookupError:
-        return None
-    except (AttributeError, OSError):
-        return -1
-
-
-def kill_verified(pid: int, ticks: int, sig: int, *, skip_pgid: int | None = None) -> bool:
-    """Send ``sig`` to ``pid`` only if it is still the process that started at ``ticks``
-    (and is not in group ``skip_pgid``, which the caller signals as a whole).
-
-    Returns True if the signal was sent. Raises nothing.
-    """
-    fd = _open_pidfd(pid)
-    if fd is None:
-        return False
-    try:
-        st = read_stat(pid)
-        # Checked after the open: if the process that holds the number now is ours, the
-        # pidfd names it or an earlier, dead one; it can never name a stranger.
-        if st is None or st.start_ticks != ticks or st.zombie or st.pgid == skip_pgid:
-            return False
-        if fd >= 0:
-            _signal.pidfd_send_signal(fd, sig)
-        else:
-            os.kill(pid, sig)
-        return True
-    except OSError:
-        return False
-    finally:
-        if fd >= 0:
-            os.close(fd)
 
 
 STOP_ROUND_S = 0.02

@@ -47,10 +47,9 @@ from typing import Any
 from protocol.durable import atomic_write_json, read_json
 from protocol.errors import Conflict, NotFound, StateCorrupt
 from protocol.identity import boot_id
-from protocol.procfs import environ, group_members, read_stat, running, start_ticks
+from protocol.procfs import environ, group_members, kill_verified, read_stat, running, start_ticks
 from protocol.schema import is_count
 
-from .descendants import kill_verified
 from .evidence import (
     HOME_IN_ENVIRONMENT,
     Found,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import time
 from collections.abc import Iterable, Iterator
 
@@ -344,7 +345,7 @@ def abstract_holder(name: bytes) -> tuple[int, int] | None:
     inodes = set(parse_unix_listeners(data, name)) if data else set()
     if not inodes:
         return None
-    for pid in _pids():
+    for pid in proc_pids():
         if socket_inodes([int(pid)]) & inodes:
             uid = status_uid(int(pid))
             if uid is not None:
@@ -470,7 +471,8 @@ def _psutil_ticks(pid: int) -> int | None:
         return None
 
 
-def _pids() -> Iterator[str]:
+def proc_pids() -> Iterator[str]:
+    """The pids /proc lists now, as strings (none when it cannot be read)."""
     try:
         names = os.listdir(PROC)
     except OSError:
@@ -489,7 +491,7 @@ def group_members(pgid: int, *, include_zombies: bool = False,
     for, so "the group is empty" means "nothing in it can still run".
     """
     members = []
-    for name in _pids():
+    for name in proc_pids():
         data = _read(f"{PROC}/{name}/stat")
         if data is None:
             continue
@@ -543,7 +545,7 @@ def cmdlines() -> Iterator[tuple[int, bytes]]:
     """Every process's command line as the kernel holds it (arguments ended by NUL
     bytes), of those we may read; one gone meanwhile, or with none (a zombie), is
     skipped."""
-    for pid in _pids():
+    for pid in proc_pids():
         data = _read(f"{PROC}/{pid}/cmdline", _READ_MAX)
         if data:
             yield int(pid), data
@@ -558,7 +560,7 @@ def environ_matches(needles: Iterable[bytes], pids: Iterable[int | str] | None =
     found: dict[bytes, list[int]] = {}
     if not wanted:
         return found
-    for pid in (_pids() if pids is None else pids):
+    for pid in (proc_pids() if pids is None else pids):
         for var in environ(pid) or ():
             if var in wanted:
                 found.setdefault(var, []).append(int(pid))
@@ -598,3 +600,41 @@ def status_groups(pid: int) -> list[int] | None:
         if line.startswith(b"Groups:"):
             return [int(g) for g in line.split()[1:] if g.isdigit()]
     return None
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid``; None when it is gone; -1 when no pidfd can be had (an old
+    kernel, or no fd left), and the caller falls back to check-then-kill."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    except (AttributeError, OSError):
+        return -1
+
+
+def kill_verified(pid: int, ticks: int, sig: int, *, skip_pgid: int | None = None) -> bool:
+    """Send ``sig`` to ``pid`` only if it is still the process that started at ``ticks``
+    (and is not in group ``skip_pgid``, which the caller signals as a whole).
+
+    Returns True if the signal was sent. Raises nothing.
+    """
+    fd = _open_pidfd(pid)
+    if fd is None:
+        return False
+    try:
+        st = read_stat(pid)
+        # Checked after the open: if the process that holds the number now is ours, the
+        # pidfd names it or an earlier, dead one; it can never name a stranger.
+        if st is None or st.start_ticks != ticks or st.zombie or st.pgid == skip_pgid:
+            return False
+        if fd >= 0:
+            signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        if fd >= 0:
+            os.close(fd)

@@ -72,6 +72,7 @@ def stop_all(layout: Layout, timeout: float = 120.0) -> dict[str, Any]:
                                 "down` again")
         return out
     _stop_guardianless_backend(layout, out, timeout)
+    _end_orphaned_probes(layout, out)
     o, owner = _locate(layout, layout.owner_sock, "owner")
     if owner is None:
         from .unclean import refuse_unclean_end
@@ -99,6 +100,16 @@ def _stop_guardianless_backend(layout: Layout, out: dict[str, Any], timeout: flo
     found = listener(layout.api_sock, "backend")
     if found is not None:
         _stop(out, "backend", *found, False, timeout)
+
+
+def _end_orphaned_probes(layout: Layout, out: dict[str, Any]) -> None:
+    """Exec probes a backend that died left running (backend.probe_orphans): the next
+    generation would end them, but none starts now. ``out["probes_ended"]``: how many
+    processes were ended, when any."""
+    from ..probe_orphans import sweep
+    ended = sweep(layout.root)
+    if ended:
+        out["probes_ended"] = len(ended)
 
 
 def _locate(layout: Layout, sock: str, module: str

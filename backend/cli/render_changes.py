@@ -67,6 +67,8 @@ def down(r: dict[str, Any]) -> str:
             lines.append(f"{name}: {state}")
     if "applications_stopped" in r:
         lines.append(f"applications stopped: {r['applications_stopped']}")
+    if r.get("probes_ended"):
+        lines.append(f"exec probes a dead backend left running, ended: {r['probes_ended']}")
     rec = r.get("owner_receipt")
     if rec is not None and rec["state"] != "clean":
         where = f" at stage {rec['failed_stage']}" if rec.get("failed_stage") else ""

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from owner.cgroups import CgroupTree
-from owner.descendants import kill_verified
 from owner.journal import Journal
 from owner.observations import ObservationRing
 from owner.procs import ExitStatus, LaunchSpec, ProcessTable, StopOutcome, StopPolicy
 from owner.store import OwnerStore
 from owner.supervise import Launcher
-from protocol.procfs import read_stat
+from protocol.procfs import kill_verified, read_stat
 
 # The leader forks a daemon and exits; the daemon stays in the app's cgroup.
 DAEMONIZES = 'sleep 1000 >/dev/null 2>&1 & echo $! > "$CG/cgroup.procs"; exit 0'

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from owner.cgroups import cgroup_name, members
-from owner.descendants import kill_verified
 from owner.testing import GuardianKey, OwnerProcess
-from protocol.procfs import group_members, running, start_ticks
+from protocol.procfs import group_members, kill_verified, running, start_ticks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_owner import Live

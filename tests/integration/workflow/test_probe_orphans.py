@@ -62,6 +62,41 @@ def test_a_probe_of_a_killed_backend_is_ended_by_the_next(cluster: Any) -> None:
                 pass
 
 
+def test_down_ends_the_probes_of_a_backend_that_died_with_its_guardian(
+        cluster: Any) -> None:
+    """No generation starts after this backend: `tenure down` ends its probes."""
+    token = f"probe-down-{os.path.basename(cluster.home)}"
+    try:
+        cluster.up(CONFIG.format(token=token))
+        cluster.wait_ready(1)
+        cluster.wait(lambda: len(_probes(token)) == 1, 30, "the probe running")
+        with cluster.guardian() as g:
+            guardian = g.call("status")["guardian"]["pid"]
+        os.kill(guardian, signal.SIGKILL)   # first: it would start another backend
+        cluster.wait(lambda: _gone(guardian), 30, "the guardian gone")
+        dead = cluster.kill_backend()
+        cluster.wait(lambda: _gone(dead), 30, "the backend gone")
+        assert len(_probes(token)) == 1   # left running: no backend to end it
+        res = cluster.cli("down", timeout=120)
+        assert res.code == 0, res
+        assert res.out["probes_ended"] == 2, res.out   # the probe's sh and its sleep
+        assert not _probes(token)
+    finally:
+        for pid in _probes(token):
+            try:
+                os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid \
+                    else os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def _marked(prefix: str) -> list[int]:
     """Pids whose environment holds a probe marker that starts with ``prefix``."""
     name, _, value = prefix.partition("=")
