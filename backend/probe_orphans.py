@@ -63,11 +63,15 @@ def mark(home: str, backend: Identity) -> str | None:
 
 def probe_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
     """The environment of a probe given ``env`` (None: this process's), with the marker
-    added last, so an app's env cannot replace it; ``env`` itself (None kept) when this
-    process is not marked (:func:`mark`)."""
+    first, whatever ``env`` says of it: an app's env cannot replace it, and the sweep
+    finds it within the first bytes of /proc/PID/environ, which it reads no further than
+    protocol.procfs.environ does (an environment larger than that once hid a marker
+    placed last, or cut it into one naming no backend: a live backend's probe was
+    ended). ``env`` itself (None kept) when this process is not marked (:func:`mark`)."""
     if _value is None:
         return None if env is None else dict(env)
-    return {**(os.environ if env is None else env), PROBE_ENV: _value}
+    given = os.environ if env is None else env
+    return {PROBE_ENV: _value, **{k: v for k, v in given.items() if k != PROBE_ENV}}
 
 
 def parse(value: bytes) -> Marker | None:

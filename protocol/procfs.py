@@ -568,11 +568,17 @@ def environ_matches(needles: Iterable[bytes], pids: Iterable[int | str] | None =
 
 
 def environ(pid: int | str) -> list[bytes] | None:
-    """The ``NAME=value`` entries of ``pid``'s environment; None when it is gone or
-    unreadable. Empty while an exec of it has switched to the new image and not yet set
-    up its stack (or for a process started with no environment at all)."""
+    """The ``NAME=value`` entries of ``pid``'s environment, as far as _READ_MAX bytes of
+    it go (an entry cut there is left out: its value is not the process's); None when it
+    is gone or unreadable. Empty while an exec of it has switched to the new image and
+    not yet set up its stack (or for a process started with no environment at all)."""
     data = _read(f"{PROC}/{pid}/environ", _READ_MAX)
-    return None if data is None else [v for v in data.split(b"\0") if v]
+    if data is None:
+        return None
+    entries = data.split(b"\0")
+    if len(data) >= _READ_MAX and not data.endswith(b"\0"):
+        entries.pop()   # cut short by the read
+    return [v for v in entries if v]
 
 
 def mapped_files(pid: int | str = "self") -> list[str] | None:

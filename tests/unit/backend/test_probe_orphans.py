@@ -21,7 +21,7 @@ from backend import probe_orphans
 from backend.probe_exec import run_check
 from backend.probe_orphans import PROBE_ENV, end_orphaned_probes, parse, probe_env, sweep
 from backend.testing import Cluster, run_bounded
-from protocol.identity import new_identity
+from protocol.identity import Identity, new_identity
 from protocol.layout import home_id
 from protocol.procfs import environ, start_ticks
 
@@ -100,6 +100,41 @@ def test_only_probes_of_this_homes_dead_backends_are_ended(homes, procs) -> None
     assert all(p.poll() is None for p in procs if p.pid in
                (live, plain, elsewhere, malformed))
     assert sweep(homes[0]) == []
+
+
+def _start_with(procs: list[subprocess.Popen[bytes]], env: dict[str, str]) -> int:
+    p = subprocess.Popen(["sleep", "600"], env=env, stdin=subprocess.DEVNULL)
+    procs.append(p)
+    deadline = time.monotonic() + GUARD
+    while not environ(p.pid) and time.monotonic() < deadline:
+        os.sched_yield()
+    return p.pid
+
+
+# an app's env past what the sweep reads of /proc/PID/environ (1 MiB): nine 120 kB
+# entries, and a tenth sized so that the read would end inside what follows them
+BIG = {**ENV, **{f"P{i}": "x" * 120_000 for i in range(9)}, "Q": "y" * 39_000}
+
+
+def test_a_probe_with_a_large_environment_is_judged_by_its_whole_marker(homes, procs
+                                                                        ) -> None:
+    """Was: the marker, placed last, lay past the read (a dead backend's probe was never
+    found) or was cut inside its start ticks (a live backend's probe was ended)."""
+    me = new_identity()
+    probe_orphans.mark(homes[0], me)
+    live = _start_with(procs, probe_env(BIG) or {})
+    dead_pid, dead_ticks = _dead_backend()
+    probe_orphans.mark(homes[0], Identity(me.instance, dead_pid, dead_ticks, me.boot_id))
+    orphan = _start_with(procs, probe_env(BIG) or {})
+    assert sweep(homes[0]) == [orphan]
+    assert all(p.poll() is None for p in procs if p.pid == live)
+
+
+def test_an_environment_entry_cut_by_the_read_is_left_out(procs) -> None:
+    seen = environ(_start_with(procs, BIG)) or []
+    whole = {f"{k}={v}".encode() for k, v in BIG.items()}
+    assert seen and all(v in whole for v in seen)   # the last one read is cut: left out
+    assert len(seen) < len(BIG)
 
 
 def test_a_home_that_cannot_be_identified_ends_nothing(procs) -> None:
