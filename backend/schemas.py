@@ -25,6 +25,8 @@ from .store import (
     RETIRED_PART,
     STARTS_FORMAT,
     STARTS_PART,
+    STOPS_FORMAT,
+    STOPS_PART,
     WAITS_FORMAT,
     WAITS_PART,
 )
@@ -36,12 +38,14 @@ SCHEMAS: dict[str, dict[str, object]] = {
               "backend.db:jobs": [JOBS_FORMAT], f"backend.db:{RETIRED_PART}": [RETIRED_FORMAT],
               f"backend.db:{STARTS_PART}": [STARTS_FORMAT],
               f"backend.db:{WAITS_PART}": [WAITS_FORMAT],
+              f"backend.db:{STOPS_PART}": [STOPS_FORMAT],
               f"backend.db:{HOLDER_PART}": [HOLDER_FORMAT],
               f"backend.db:{FORMS_PART}": [FORMS_FORMAT], "checkpoint": [HANDOVER_FORMAT]},
     "writes": {"backend.db": BACKEND_DB_FORMAT, f"backend.db:{EVENTS_PART}": EVENTS_FORMAT,
                "backend.db:jobs": JOBS_FORMAT, f"backend.db:{RETIRED_PART}": RETIRED_FORMAT,
                f"backend.db:{STARTS_PART}": STARTS_FORMAT,
                f"backend.db:{WAITS_PART}": WAITS_FORMAT,
+               f"backend.db:{STOPS_PART}": STOPS_FORMAT,
                f"backend.db:{HOLDER_PART}": HOLDER_FORMAT,
                f"backend.db:{FORMS_PART}": FORMS_FORMAT, "checkpoint": HANDOVER_FORMAT},
 }

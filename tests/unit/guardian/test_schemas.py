@@ -29,7 +29,7 @@ def test_this_release_takes_over_from_itself_and_from_before_declarations(tmp_pa
         store.close()
     assert disk == {"backend.db": 1, "backend.db:events": 1, "backend.db:retired": 1,
                     "backend.db:starts": 1, "backend.db:start_waits": 1,
-                    "backend.db:holder": 1}
+                    "backend.db:holder": 1, "backend.db:stops_to_ask": 1}
     gate.check(OURS, disk, OURS)
     gate.check(OURS, disk, gate.declared({"report": {"ok": True}}))   # LEGACY incumbent
     assert gate.on_disk(str(tmp_path / "none.db")) == {}
