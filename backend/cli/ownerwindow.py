@@ -25,9 +25,11 @@ drained       stop the owner (systemctl, or SIGTERM), or the one started  stoppe
               new release
 stopped       start the owner (systemctl, or as `tenure up` does)         started;
                                                                           start_failed
-start_failed  the new owner did not come up: record the release it ran    reverted
-              before again and start that owner
-started       wait for the backend on the new owner; start the instances  restored
+start_failed  the new owner did not come up, or did not serve the backend: reverted
+              stop it if it runs, record the release it ran before
+              again and start that owner
+started       wait for the backend on the new owner; start the instances  restored;
+              (owner-down: the backend did not attach to it in time)      start_failed
 reverted      the same, on the owner of the release it ran before         restored
 restored      verify: every planned instance up, the same stacks          done
               stopped, the owner on the planned release (reverted: the
@@ -35,7 +37,8 @@ restored      verify: every planned instance up, the same stacks          done
 ============  ==========================================================  ============
 
 A window that went back ends ``done`` with outcome ``reverted``: the command then fails
-with OWNER_UPGRADE_REVERTED, naming the failed owner's log and quoting its last lines.
+with OWNER_UPGRADE_REVERTED, naming the failed owner's log and quoting its last lines
+(or, for an owner the backend did not attach to, where to read why).
 
 Stopping through the backend uses each app's own stop policy; the instances are marked
 stopped there, so the backend that follows the new owner does not start them by itself
@@ -422,10 +425,13 @@ def _start_owner(w: Window, rec: dict[str, Any]) -> Event:
 
 def _revert(w: Window, rec: dict[str, Any]) -> Event:
     """Record the release the owner ran before the window again and start its owner (a
-    failed unit is stopped first). Raises MaintenanceIncomplete saying what to do when
-    that owner does not come up either."""
+    failed unit is stopped first, and so is a new owner the backend did not attach to:
+    it runs nothing). Raises MaintenanceIncomplete saying what to do when that owner
+    does not come up either."""
     p = rec["plan"]
-    if p["mode"] != "standalone":
+    if rec["progress"]["start_failure"].get("unserved"):
+        end_owner(w, rec["progress"]["owner"], p["mode"])
+    elif p["mode"] != "standalone":
         systemctl(p["mode"], "stop")
     from owner.release import OwnerRelease, save
     save(w.layout.owner_release, OwnerRelease(p["from"], p["release"]))
@@ -439,7 +445,7 @@ def _revert(w: Window, rec: dict[str, Any]) -> Event:
 
 def _revert_failed(rec: dict[str, Any], why: str) -> str:
     p, failure = rec["plan"], rec["progress"]["start_failure"]
-    return (f"the owner of {name(p['release'])} could not start, and going back to "
+    return (f"the owner of {name(p['release'])} {failed_how(failure)}, and going back to "
             f"{name(p['from'])} failed too, so no owner runs and {p['instances']} planned "
             f"instances are down. Both owners' output: {failure['log']} (a "
             "RECONCILE_REQUIRED there needs `tenure owner reconcile` first); "
@@ -448,6 +454,10 @@ def _revert_failed(rec: dict[str, Any], why: str) -> str:
 
 
 def _restore(w: Window, rec: dict[str, Any]) -> Event:
+    """Wait for the backend on the owner now running, then start the planned instances
+    in order. OWNER_DOWN when the backend does not attach to a new owner of another
+    release in time (it is stopped and the window goes back: :func:`_revert`); raises
+    otherwise (an instance that does not come up is not the owner's doing)."""
     # the owner the window started may be gone since an interruption (a `tenure down`,
     # a crash and a restart by its service manager): the one that answers now, started
     # if none does, is the new owner (the release it runs is checked by _verify)
@@ -455,8 +465,15 @@ def _restore(w: Window, rec: dict[str, Any]) -> Event:
     new = rec["progress"]["owner"]["instance"]
     if rec["plan"]["mode"] == "standalone":   # a `tenure down` since an interruption
         ensure_guardian(w)
-    w.wait("the backend on the new owner", lambda: (w.call("status").get("owner") or {}
-                                                    ).get("instance") == new)
+    try:
+        w.wait("the backend on the new owner", lambda: (
+            w.call("status").get("owner") or {}).get("instance") == new)
+    except MaintenanceIncomplete as exc:
+        p = rec["plan"]
+        if reverted(rec) or p["release"] == p["from"]:
+            raise   # the owner it ran before, or the same code: nothing to go back to
+        _unserved(w, rec, exc.msg)
+        return Event.OWNER_DOWN
     for level in rec["plan"]["start"]:
         for key in level:
             w.say(f"starting {key}")
@@ -466,6 +483,25 @@ def _restore(w: Window, rec: dict[str, Any]) -> Event:
                 raise MaintenanceIncomplete(why, {"instance": key,
                                                   "state": r.get("instances")})
     return Event.OK
+
+
+def _unserved(w: Window, rec: dict[str, Any], why: str) -> None:
+    """Record that the backend did not attach to the new owner (``why``: the wait's
+    error), for the revert and the error that follows it; where to read why."""
+    p = rec["plan"]
+    logs = (f"{w.layout.logs / 'guardian.log'} and {w.layout.logs / 'owner.log'}"
+            if p["mode"] == "standalone" else journal(p["mode"]))
+    rec["progress"]["start_failure"] = {
+        "release": p["release"], "unserved": True,
+        "error": {"code": "MAINTENANCE_INCOMPLETE", "msg": why.partition("\n")[0]},
+        "log": logs, "last_lines": ""}
+    w.say(f"the backend did not attach to the owner of {name(p['release'])}")
+
+
+def failed_how(failure: dict[str, Any]) -> str:
+    """How the new owner of a window that went back failed, as the errors say it."""
+    return "did not serve the backend (it never attached to it)" \
+        if failure.get("unserved") else "could not start"
 
 
 def _not_up(key: str, r: dict[str, Any], timeout: float) -> str | None:
@@ -535,7 +571,7 @@ TRANSITIONS: dict[tuple[Step, Event], Step | None] = {
     (Step.START_FAILED, Event.OK): Step.REVERTED,
     (Step.START_FAILED, Event.OWNER_DOWN): None,
     (Step.STARTED, Event.OK): Step.RESTORED,
-    (Step.STARTED, Event.OWNER_DOWN): None,
+    (Step.STARTED, Event.OWNER_DOWN): Step.START_FAILED,
     (Step.REVERTED, Event.OK): Step.RESTORED,
     (Step.REVERTED, Event.OWNER_DOWN): None,
     (Step.RESTORED, Event.OK): Step.DONE,

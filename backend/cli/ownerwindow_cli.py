@@ -27,6 +27,7 @@ from .ownerwindow import (
     begin,
     carry_on,
     check_way_back,
+    failed_how,
     held,
     load,
     name,
@@ -179,7 +180,7 @@ def done_text(rec: dict[str, Any]) -> str:
 
 def check_not_reverted(rec: dict[str, Any]) -> None:
     """Raises OwnerUpgradeReverted when the window ``rec`` ended by going back (its new
-    owner could not start)."""
+    owner could not start, or the backend did not attach to it)."""
     if reverted(rec):
         raise OwnerUpgradeReverted(reverted_text(rec), _reverted_data(rec))
 
@@ -188,11 +189,14 @@ def reverted_text(rec: dict[str, Any]) -> str:
     p, prog = rec["plan"], rec["progress"]
     failure = prog["start_failure"]
     said = failure["last_lines"].rstrip("\n") or failure["error"]["msg"]
-    return (f"the owner of {name(p['release'])} could not start, so the maintenance "
+    where = (f"Why the backend did not attach to it: {failure['log']}; the wait ended "
+             "with:" if failure.get("unserved") else
+             f"The failed owner's own last lines, from {failure['log']}:")
+    return (f"the owner of {name(p['release'])} {failed_how(failure)}, so the maintenance "
             f"window went back to {name(p['from'])}: owner {prog['owner']['instance']} "
             f"(pid {prog['owner']['pid']}) runs it and {p['instances']} instances were "
-            "started again and verified. Fix that release, then plan a new window. The "
-            f"failed owner's own last lines, from {failure['log']}:\n{said}")
+            f"started again and verified. Fix that release, then plan a new window. "
+            f"{where}\n{said}")
 
 
 def _reverted_data(rec: dict[str, Any]) -> dict[str, Any]:

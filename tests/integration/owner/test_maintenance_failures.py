@@ -37,19 +37,24 @@ stop = { timeout = 4 }
 """
 
 BOOT_ERROR = "test release: this owner cannot start"
+UNFENCED = "test release: this owner refuses every fence"
 
 
 @pytest.fixture(scope="module")
 def releases(sealed_release: Path, tmp_path_factory: pytest.TempPathFactory
              ) -> Iterator[dict[str, Path]]:
     """``good``: another owner release that works; ``broken``: one whose owner raises
-    as it starts (before it takes its lock or writes a receipt)."""
+    as it starts (before it takes its lock or writes a receipt); ``unfenced``: one whose
+    owner starts and answers, but refuses every fence, so no backend attaches to it."""
     d = tmp_path_factory.mktemp("owner-releases")
     derive_release(sealed_release, d / "good", {"owner/__init__.py": lambda t: t + "\n# B\n"})
     derive_release(sealed_release, d / "broken", {"owner/__main__.py": lambda t: t.replace(
         "    from .release import follow, serve_args\n",
         f"    raise RuntimeError({BOOT_ERROR!r})\n", 1)})
-    yield {"good": d / "good", "broken": d / "broken"}
+    derive_release(sealed_release, d / "unfenced", {"owner/service.py": lambda t: t.replace(
+        '        grant = self.grants.verify(call.params["grant"])\n',
+        f"        raise BadRequest({UNFENCED!r})\n", 1)})
+    yield {"good": d / "good", "broken": d / "broken", "unfenced": d / "unfenced"}
     _rmtree(d)
 
 
@@ -111,7 +116,7 @@ def test_an_owner_release_that_cannot_start_is_reverted_with_the_same_apps(
 
     res = cluster.cli("owner", "upgrade", rid, "--digest", plan["digest"])
     err = res.out["error"]
-    assert res.code == 1 and err["code"] == "OWNER_UPGRADE_REVERTED", res
+    assert res.code == 1 and err["code"] == "OWNER_UPGRADE_REVERTED", json.dumps(err)
     assert f"release {rid[:12]} could not start" in err["msg"], err
     assert str(log) in err["msg"] and err["data"]["log"] == str(log), err
     assert err["data"]["reverted_to"] == plan["from"] and err["data"]["release"] == rid
@@ -133,6 +138,34 @@ def test_an_owner_release_that_cannot_start_is_reverted_with_the_same_apps(
     assert cluster.cli("owner", "upgrade", "--continue").out["error"]["code"] == "NOT_FOUND"
     assert cluster.cli("owner", "upgrade", "--dry-run", check=True).out["from"] == \
         plan["from"]
+
+
+def test_an_owner_release_the_backend_cannot_attach_to_is_reverted(cluster, releases):
+    """Was: the window stopped at `started` with every app down, and `--continue` only
+    waited again for a backend that would never attach."""
+    cluster.up(CONFIG)
+    cluster.wait_ready(2)
+    old = _owner(cluster)
+    rid = install(cluster, releases["unfenced"])
+    plan = cluster.cli("owner", "upgrade", rid, "--dry-run", check=True).out
+
+    # each wait of the window is bounded by --timeout: the backend's wait on the new
+    # owner ends it, and the guardian must follow the owner it goes back to at once
+    res = cluster.cli("owner", "upgrade", rid, "--digest", plan["digest"], "--timeout",
+                      "20", timeout=300)
+    err = res.out["error"]
+    assert res.code == 1 and err["code"] == "OWNER_UPGRADE_REVERTED", res
+    assert f"release {rid[:12]} did not serve the backend" in err["msg"], err
+    assert "guardian.log" in err["msg"] and "the backend on the new owner" in err["msg"]
+    assert err["data"]["reverted_to"] == plan["from"] and err["data"]["release"] == rid
+
+    owner = _owner(cluster)
+    assert owner["owner"]["instance"] != old["owner"]["instance"]
+    assert owner["release"] == {"running": plan["from"], "error": None}
+    assert all(state == "ready" for state, _ in _pids(cluster).values())
+    rec = _window(cluster)
+    assert (rec["step"], rec["outcome"]) == ("done", "reverted")
+    assert UNFENCED in (cluster.home / "logs" / "guardian.log").read_text()
 
 
 def test_a_revert_that_fails_too_says_what_to_do_and_continue_finishes_it(

@@ -13,9 +13,10 @@ def test_every_step_and_event_has_a_cell():
     assert set(WORK) == set(Step) - {Step.DONE}
 
 
-def test_only_the_new_owners_start_can_end_with_the_owner_down():
+def test_only_the_new_owner_can_end_with_the_owner_down_and_both_go_back():
+    """It does not start (stopped), or the backend does not attach to it (started)."""
     down = {s: n for (s, e), n in TRANSITIONS.items() if e is Event.OWNER_DOWN and n}
-    assert down == {Step.STOPPED: Step.START_FAILED}
+    assert down == {Step.STOPPED: Step.START_FAILED, Step.STARTED: Step.START_FAILED}
 
 
 def test_every_path_reaches_done_and_a_revert_rejoins_the_restore():
@@ -31,6 +32,8 @@ def test_every_path_reaches_done_and_a_revert_rejoins_the_restore():
     assert path(Step.PLANNED, Event.OK)[-3:] == [Step.STARTED, Step.RESTORED, Step.DONE]
     assert path(Step.STOPPED, Event.OWNER_DOWN) == [
         Step.STOPPED, Step.START_FAILED, Step.REVERTED, Step.RESTORED, Step.DONE]
+    assert path(Step.STARTED, Event.OWNER_DOWN) == [
+        Step.STARTED, Step.START_FAILED, Step.REVERTED, Step.RESTORED, Step.DONE]
     assert {Step.START_FAILED, Step.REVERTED} <= APPS_DOWN
 
 
