@@ -311,7 +311,37 @@ async def recover_after_crash(co: Coordinator, force: bool = False,
                 block(co, exc, f"{exc.msg} (after {co.recovery_attempts} attempts)")
                 return None
             log.error("recovery attempt failed (%s); retrying in %g s", exc, delay)
-            await co.sleep(delay)
+            if await _owner_replaced_within(co, delay):
+                log.warning("the owner was replaced while the recovery failed; trying at "
+                            "once under the new owner instance")
+                await _attach_new_owner(co)
+                check = None   # asked again of the new owner
+
+
+async def _owner_replaced_within(co: Coordinator, delay: float) -> bool:
+    """Wait ``delay`` s before the next attempt of a failing recovery (``co.sleep``),
+    asking the owner every WATCH_EVERY_S meanwhile: True as soon as another owner
+    instance answers (an owner maintenance window went back to the release it ran
+    before, say); the attempts so far failed against the one that is gone. Was: the
+    whole backoff was waited, and the owner watch, held behind this recovery, followed
+    the new owner only once the recovery had blocked."""
+    async def replaced() -> None:
+        while True:
+            await asyncio.sleep(WATCH_EVERY_S)
+            try:
+                await co.owner_call("status", timeout=WATCH_TIMEOUT_S)
+            except OwnerChanged:
+                return
+            except TenureError:
+                pass   # gone, or not there yet: the next attempt says so
+    watch, wait = asyncio.ensure_future(replaced()), asyncio.ensure_future(co.sleep(delay))
+    try:
+        await asyncio.wait((watch, wait), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (watch, wait):
+            task.cancel()
+        await asyncio.gather(watch, wait, return_exceptions=True)
+    return watch.done() and not watch.cancelled() and watch.exception() is None
 
 
 async def _backend_in_the_way(co: Coordinator) -> bool:
@@ -507,11 +537,20 @@ async def _watch_once(co: Coordinator) -> None:
 
 
 async def follow_new_owner(co: Coordinator) -> None:
-    assert co.owner is not None
     log.warning("the owner was replaced; moving control to the new owner instance")
-    await co.stop_generations(None)
-    co.owner.unpin()
-    await co.connect_owner()
-    co.owner_link = Link(since=time.time(), seen=time.time())   # a new attachment
+    await _attach_new_owner(co)
     co.blocked = None
     await recover_safely(co)
+
+
+async def _attach_new_owner(co: Coordinator) -> None:
+    """Stop what generation runs, connect to the owner instance that answers now (a new
+    attachment), and start the streak of failed recovery attempts afresh: those before
+    failed against the owner that is gone. Raises what connecting raises."""
+    await co.stop_generations(None)
+    if co.owner is not None:
+        co.owner.unpin()
+    await co.connect_owner()
+    co.owner_link = Link(since=time.time(), seen=time.time())
+    co.recovery_attempts = co.recovery_crashes = 0
+    co.recovery_failing = None
