@@ -165,7 +165,11 @@ class BackendStore:
 
     def hold(self, owner: str, epoch: int, activation: str) -> None:
         """Claim the apps' state for generation ``activation``, which holds ``epoch`` of
-        owner instance ``owner`` (the owner confirmed it). Raises StaleEpoch when a
+        owner instance ``owner`` (the owner confirmed it). The stops still to ask
+        (``stops_to_ask``) pass to it in the same transaction when the generation that
+        held the state before held them; the others are stale and go: a generation
+        whose release does not know them ran in between (a handoff back to an older
+        release), and commands it took since never forgot them. Raises StaleEpoch when a
         generation of a newer epoch of that owner holds it already."""
         with self.tx() as db:
             row = db.execute("SELECT owner, epoch, activation FROM holder").fetchone()
@@ -177,6 +181,9 @@ class BackendStore:
             db.execute("INSERT INTO holder VALUES (1, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
                        "owner = excluded.owner, epoch = excluded.epoch, "
                        "activation = excluded.activation", (owner, epoch, activation))
+            db.execute("DELETE FROM stops_to_ask WHERE activation IS NOT ?",
+                       (None if row is None else row[2],))
+            db.execute("UPDATE stops_to_ask SET activation = ?", (activation,))
         self._held = (owner, epoch, activation)
 
     def _check_held(self, db: sqlite3.Connection) -> None:

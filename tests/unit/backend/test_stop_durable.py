@@ -255,6 +255,26 @@ def test_records_are_forgotten_by_their_generation_or_by_a_later_command(
         store.close()
 
 
+def test_the_next_holder_takes_the_stops_over_unless_a_release_without_them_ran_between(
+        tmp_path: Path) -> None:
+    """A handoff back to a release that does not know stops_to_ask, then forward again:
+    that release took commands without forgetting the rows (it started the apps, say),
+    so they must not stop anything now."""
+    store = BackendStore(str(tmp_path / "backend.db"))
+    try:
+        store.hold("owner-1", 1, "act-1")
+        store.want_stops([["s/a/0"]], "stop s", "act-1")
+        store.hold("owner-1", 2, "act-2")              # the next generation: taken over
+        rows = store.db.execute("SELECT key, activation FROM stops_to_ask").fetchall()
+        assert rows == [("s/a/0", "act-2")]
+        with store.tx() as db:                         # an older release held it since
+            db.execute("UPDATE holder SET epoch = 3, activation = 'old-release-gen'")
+        store.hold("owner-1", 4, "act-4")
+        assert store.stops_to_ask() == ([], 0)
+    finally:
+        store.close()
+
+
 def test_a_stale_generation_records_and_forgets_nothing(tmp_path: Path) -> None:
     store = BackendStore(str(tmp_path / "backend.db"))
     newer = BackendStore(str(tmp_path / "backend.db"))
