@@ -8,6 +8,7 @@ backend told it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,19 @@ def test_a_stack_stop_cut_by_a_backend_kill_is_finished_in_order(
     cluster.up(config(tmp_path))
     cluster.wait_ready(3)
     stop = cluster.follow("--json", "stack", "stop", "s", "--digest", reviewed(cluster))
+    cut_by_a_backend_kill(cluster, tmp_path, stop)
+    finished_by_the_next_generation(cluster, tmp_path)
+    assert "stopping them, in the reverse of their start order" in cluster.backend_log()
+
+
+def cut_by_a_backend_kill(cluster: Any, tmp_path: Path, stop: Any,
+                          before: Callable[[], None] | None = None) -> None:
+    """Kill the backend once web was asked to stop (``before`` that), so before db
+    was; the command ``stop`` is cut."""
     try:
         cluster.wait(lambda: (tmp_path / "web.term").exists(), 20, "web asked to stop")
+        if before is not None:
+            before()
         dead = cluster.kill_backend()   # before web ended, so before db was asked
         cluster.wait(lambda: not psutil.pid_exists(dead)
                      or psutil.Process(dead).status() == psutil.STATUS_ZOMBIE, 30,
@@ -64,7 +76,11 @@ def test_a_stack_stop_cut_by_a_backend_kill_is_finished_in_order(
             stop.kill()
             stop.communicate()
     assert not (tmp_path / "db.term").exists()
-    # a stop was in flight: the certificate no longer vouches, recovery is forced
+
+
+def finished_by_the_next_generation(cluster: Any, tmp_path: Path) -> None:
+    """A stop was in flight: the certificate no longer vouches, so the recovery is
+    forced; the next generation then asks db once web ended."""
     cluster.wait(lambda: cluster.cli("backend", "status").out.get("blocked") is not None,
                  60, "recovery blocked")
     plan = cluster.cli("backend", "recover", "--dry-run", check=True).out
@@ -74,8 +90,7 @@ def test_a_stack_stop_cut_by_a_backend_kill_is_finished_in_order(
                  "generation")
     assert at(tmp_path, "db.term") >= at(tmp_path, "web.end"), "db asked before web ended"
     cluster.wait(lambda: all(cluster.apps()[k]["state"] == "stopped"
-                             for k in ("s/db/0", "s/web/0")), 30, "stack s stopped")
-    assert "stopping them, in the reverse of their start order" in cluster.backend_log()
+                             for k in ("s/db/0", "s/web/0")), 30, "s stopped")
 
 
 def saved_state(cluster: Any, key: str) -> str | None:
@@ -92,32 +107,11 @@ def test_a_plain_stop_cut_by_a_backend_kill_is_finished_in_order(
     cluster.up(config(tmp_path))
     cluster.wait_ready(3)
     stop = cluster.follow("--json", "stop", "s", "--timeout", "60")
-    try:
-        cluster.wait(lambda: (tmp_path / "web.term").exists(), 20, "web asked to stop")
-        # saved as stopping: the next generation then knows web is still being stopped,
-        # and asks db once it is down (killed sooner, it adopts web as running)
-        cluster.wait(lambda: saved_state(cluster, "s/web/0") == "stopping", 10,
-                     "web saved stopping")
-        dead = cluster.kill_backend()   # before web ended, so before db was asked
-        cluster.wait(lambda: not psutil.pid_exists(dead)
-                     or psutil.Process(dead).status() == psutil.STATUS_ZOMBIE, 30,
-                     "the backend gone")
-        stop.communicate(timeout=30)   # cut: its backend is gone
-    finally:
-        if stop.poll() is None:
-            stop.kill()
-            stop.communicate()
-    assert not (tmp_path / "db.term").exists()
-    cluster.wait(lambda: cluster.cli("backend", "status").out.get("blocked") is not None,
-                 60, "recovery blocked")
-    plan = cluster.cli("backend", "recover", "--dry-run", check=True).out
-    forced = cluster.cli("backend", "recover", "--digest", plan["digest"])
-    assert forced.code == 0, (forced.out, forced.stderr)
-    cluster.wait(lambda: (tmp_path / "db.end").exists(), 60, "db stopped by the next "
-                 "generation")
-    assert at(tmp_path, "db.term") >= at(tmp_path, "web.end"), "db asked before web ended"
-    cluster.wait(lambda: all(cluster.apps()[k]["state"] == "stopped"
-                             for k in ("s/db/0", "s/web/0")), 30, "s stopped")
+    # saved as stopping: the next generation then knows web is still being stopped, and
+    # asks db once it is down (killed sooner, it adopts web as running)
+    cut_by_a_backend_kill(cluster, tmp_path, stop, lambda: cluster.wait(
+        lambda: saved_state(cluster, "s/web/0") == "stopping", 10, "web saved stopping"))
+    finished_by_the_next_generation(cluster, tmp_path)
     assert cluster.apps()["t/keep/0"]["ready"]
     assert "`tenure stop s` was cut before it asked every app" in cluster.backend_log()
 

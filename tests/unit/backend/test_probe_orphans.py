@@ -66,7 +66,10 @@ def _dead_backend() -> tuple[int, int]:
 
 
 def _start(procs: list[subprocess.Popen[bytes]], marker: str | None) -> int:
-    env = dict(ENV) if marker is None else {**ENV, PROBE_ENV: marker}
+    return _start_with(procs, dict(ENV) if marker is None else {**ENV, PROBE_ENV: marker})
+
+
+def _start_with(procs: list[subprocess.Popen[bytes]], env: dict[str, str]) -> int:
     p = subprocess.Popen(["sleep", "600"], env=env, stdin=subprocess.DEVNULL)
     procs.append(p)
     # Popen returns once the exec began; the new image's environment shows in /proc a
@@ -100,15 +103,6 @@ def test_only_probes_of_this_homes_dead_backends_are_ended(homes, procs) -> None
     assert all(p.poll() is None for p in procs if p.pid in
                (live, plain, elsewhere, malformed))
     assert sweep(homes[0]) == []
-
-
-def _start_with(procs: list[subprocess.Popen[bytes]], env: dict[str, str]) -> int:
-    p = subprocess.Popen(["sleep", "600"], env=env, stdin=subprocess.DEVNULL)
-    procs.append(p)
-    deadline = time.monotonic() + GUARD
-    while not environ(p.pid) and time.monotonic() < deadline:
-        os.sched_yield()
-    return p.pid
 
 
 # an app's env past what the sweep reads of /proc/PID/environ (1 MiB): nine 120 kB

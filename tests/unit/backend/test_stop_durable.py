@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,14 +26,8 @@ from backend.store import BackendStore
 from backend.testing import FakeOwner, api_call, run_generation, until
 from protocol.errors import ShuttingDown, StaleEpoch
 
-CONFIG = ('[stacks.s.apps.db]\ncommand = ["sleep", "1000"]\n'
-          '[stacks.s.apps.api]\ncommand = ["sleep", "1000"]\nafter = ["db"]\n'
-          'instances = 2\n'
-          '[stacks.s.apps.web]\ncommand = ["sleep", "1000"]\nafter = ["api"]\n'
-          '[stacks.s.apps.worker]\ncommand = ["sleep", "1000"]\nafter = ["db"]\n'
-          '[stacks.t.apps.solo]\ncommand = ["sleep", "1000"]\n')
-# `tenure stop s` asks web and worker, then api (both), then db
-BOUND = 2.0   # seconds: far more than the loop turns these answers take
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_stop_order import BOUND, CONFIG  # `tenure stop s`: web, worker; api; db
 
 Step = Callable[[Generation, FakeOwner], Awaitable[None]]
 
