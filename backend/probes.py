@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 
 from msgspec import Struct
 
-from protocol import procfs
+from protocol import procfs, procholders
 from protocol.signame import signal_name
 
 from .model import App, Health, HealthKind, Readiness, ReadyKind
@@ -155,9 +155,9 @@ def hidden_owners(pids: Iterable[int]) -> set[int]:
 
 
 def socket_inodes(pids: Iterable[int]) -> set[int]:
-    """Socket inodes held open by ``pids`` that this process may read (protocol.procfs).
+    """Socket inodes held open by ``pids`` that this process may read (protocol.procholders).
     Never raises OSError."""
-    return procfs.socket_inodes(pids)
+    return procholders.socket_inodes(pids)
 
 
 def process_group_members(pgid: int) -> set[int]:

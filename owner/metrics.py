@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.procfs import read_io_strict, read_usage_strict, socket_inodes, start_ticks
+from protocol.procfs import read_io_strict, read_usage_strict, start_ticks
+from protocol.procholders import socket_inodes
 
 from .cgroups import members, members_strict
 

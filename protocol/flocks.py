@@ -3,7 +3,7 @@ runtime/guardian.lock, execution/maintenance.lock): whether one is held, asked w
 reading /proc/locks, and how a holder takes one so that such a question never refuses
 it.
 
-Who holds a lock is learnt from /proc/locks (protocol.procfs.flock_holder), but
+Who holds a lock is learnt from /proc/locks (protocol.procholders.flock_holder), but
 reading that file makes the kernel wait for an RCU grace period whenever nobody has
 read it for a while: 7-22 ms here, asleep. Most questions find the lock free, so
 :func:`free` asks first by taking a shared lock for a moment (two system calls): when

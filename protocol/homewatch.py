@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from .errors import AlreadyRunning, HomeLost
-from .procfs import abstract_holder
+from .procholders import abstract_holder
 from .sockets import peer_of
 
 __all__ = ["WATCH_INTERVAL_S", "HomeMark", "claim", "claim_name", "end_if_lost", "watch"]

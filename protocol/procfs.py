@@ -19,30 +19,29 @@ import signal
 import time
 from collections.abc import Iterable, Iterator
 
-from .flocks import free
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the command line a few ms to import
     from typing import Final
 
 __all__ = [
+    "PROC",
+    "READ_MAX",
     "ProcStat",
     "ProcUsage",
-    "abstract_holder",
     "boottime_ns",
     "children",
     "cmdlines",
     "described",
     "environ",
     "environ_matches",
-    "flock_holder",
     "group_members",
+    "kill_verified",
     "mapped_files",
     "parse_io",
-    "parse_locks",
     "parse_stat",
-    "parse_unix_listeners",
     "parse_usage",
+    "proc_pids",
+    "read_bounded",
     "read_cmdline",
     "read_io",
     "read_io_strict",
@@ -53,7 +52,6 @@ __all__ = [
     "running",
     "signal_pending",
     "silence",
-    "socket_inodes",
     "start_ticks",
     "status_groups",
     "status_uid",
@@ -61,7 +59,7 @@ __all__ = [
 ]
 
 PROC: Final = "/proc"
-_READ_MAX: Final = 1 << 20  # environ can be large; stat and children are small
+READ_MAX: Final = 1 << 20  # environ can be large; stat and children are small
 # What /proc answers for a process that is gone: no directory any more (ENOENT), or a
 # task that exited between the open and the read (ESRCH).
 _GONE: Final = frozenset({errno.ENOENT, errno.ESRCH})
@@ -143,7 +141,8 @@ def parse_io(data: bytes) -> tuple[int, int]:
     return found[b"read_bytes"], found[b"write_bytes"]
 
 
-def _read(path: str, limit: int = 4096) -> bytes | None:
+def read_bounded(path: str, limit: int = 4096) -> bytes | None:
+    """The first ``limit`` bytes of ``path``, or None when it cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -298,64 +297,9 @@ def ticks_between(before_ns: int, after_ns: int) -> int | None:
     return tick if after_ns // _TICK_NS == tick else None
 
 
-def socket_inodes(pids: Iterable[int]) -> set[int]:
-    """Socket inodes held open by ``pids`` (``/proc/PID/fd/N -> socket:[INODE]``).
-    Processes that vanish or cannot be read are skipped."""
-    found: set[int] = set()
-    for pid in pids:
-        base = f"{PROC}/{pid}/fd"
-        try:
-            names = os.listdir(base)
-        except OSError:
-            continue
-        for name in names:
-            try:
-                link = os.readlink(f"{base}/{name}")
-            except OSError:
-                continue
-            if link.startswith("socket:[") and link.endswith("]"):
-                found.add(int(link[8:-1]))
-    return found
-
-
-def parse_unix_listeners(data: bytes, name: bytes) -> list[int]:
-    """Inodes of the listening sockets bound to the abstract ``name`` (it starts with
-    NUL), from the bytes of /proc/net/unix (``Num RefCount Protocol Flags Type St Inode
-    Path``; an abstract path shows as ``@…``; flag 0x10000 is a listener)."""
-    want = "@" + name[1:].decode("ascii", "replace")
-    out = []
-    for line in data.decode("ascii", "replace").splitlines()[1:]:
-        fields = line.split()
-        if len(fields) == 8 and fields[7] == want:
-            try:
-                if int(fields[3], 16) & 0x10000:
-                    out.append(int(fields[6]))
-            except ValueError:
-                continue
-    return out
-
-
-def abstract_holder(name: bytes) -> tuple[int, int] | None:
-    """``(pid, uid)`` of a process that holds the listening socket bound to the abstract
-    ``name``, found without connecting to it (a listener whose queue is full does not
-    answer): /proc/net/unix gives the socket's inode, each process's fds the holder.
-    None when none is found or /proc cannot say. Reads every process's fd table: only
-    for a rare path."""
-    data = _read(f"{PROC}/net/unix", 1 << 24)
-    inodes = set(parse_unix_listeners(data, name)) if data else set()
-    if not inodes:
-        return None
-    for pid in proc_pids():
-        if socket_inodes([int(pid)]) & inodes:
-            uid = status_uid(int(pid))
-            if uid is not None:
-                return int(pid), uid
-    return None
-
-
 def status_uid(pid: int) -> int | None:
     """The effective uid of ``pid`` (/proc/PID/status), or None."""
-    data = _read(f"{PROC}/{pid}/status", 8192)
+    data = read_bounded(f"{PROC}/{pid}/status", 8192)
     for line in (data or b"").splitlines():
         if line.startswith(b"Uid:"):
             fields = line.split()
@@ -367,7 +311,7 @@ def signal_pending(pid: int, signum: int) -> bool:
     """Whether signal ``signum`` waits to be taken by ``pid`` (/proc/PID/status: ShdPnd,
     the process's, or SigPnd, its main thread's): sent to a stopped process, it is
     taken once the process is continued. False when /proc does not say."""
-    data = _read(f"{PROC}/{pid}/status", 8192)
+    data = read_bounded(f"{PROC}/{pid}/status", 8192)
     bit = 1 << (signum - 1)
     for line in (data or b"").splitlines():
         if line.startswith((b"ShdPnd:", b"SigPnd:")):
@@ -377,68 +321,6 @@ def signal_pending(pid: int, signum: int) -> bool:
             except (IndexError, ValueError):
                 continue
     return False
-
-
-def parse_locks(data: bytes, ino: int) -> list[int]:
-    """Pids that hold an flock(2) on a file with inode number ``ino``, from the bytes of
-    /proc/locks (``1: FLOCK  ADVISORY  WRITE 4711 08:01:1234 0 EOF``). The device
-    there is the superblock's, which on btrfs subvolumes and overlay mounts is not the
-    st_dev stat gives, so it is not compared: see ``flock_holder``. Waiters (``->``)
-    and malformed lines are skipped."""
-    pids = []
-    for line in data.decode("ascii", "replace").splitlines():
-        fields = line.split()
-        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5].rpartition(":")[2] != \
-                str(ino):
-            continue
-        try:
-            pids.append(int(fields[4]))
-        except ValueError:
-            continue
-    return pids
-
-
-def _has_open(pid: int, dev: int, ino: int) -> bool:
-    """True when process ``pid`` has the file (``dev``, ``ino``) open."""
-    fds = f"{PROC}/{pid}/fd"
-    try:
-        names = os.listdir(fds)
-    except OSError:
-        return False
-    for name in names:
-        try:
-            st = os.stat(f"{fds}/{name}")
-        except OSError:
-            continue
-        if st.st_ino == ino and st.st_dev == dev:
-            return True
-    return False
-
-
-def flock_holder(path: str, *, opened: bool = True) -> int | None:
-    """The pid of a living process that holds an flock on ``path`` (a daemon's lock
-    file), or None: none holds it, the file is gone or /proc cannot say. The kernel
-    records the pid that took the lock (an exec keeps it); /proc/locks names the file
-    by inode number, and a holder counts only when it has that very file open.
-    ``opened=False``: any living holder of a lock on that inode counts, for a caller
-    that may not read another user's descriptors and must not take a lock it cannot
-    see into for none. /proc/locks is read only for a lock that protocol.flocks.free
-    does not find free."""
-    if free(path):   # asked without /proc/locks, whose read may wait ~10 ms
-        return None
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return None
-    data = _read(f"{PROC}/locks", _READ_MAX)
-    if data is None:
-        return None
-    for pid in parse_locks(data, st.st_ino):
-        stat = read_stat(pid)
-        if stat is not None and not stat.zombie and \
-                (not opened or _has_open(pid, st.st_dev, st.st_ino)):
-            return pid
-    return None
 
 
 def running(pid: int, ticks: int) -> bool:
@@ -492,7 +374,7 @@ def group_members(pgid: int, *, include_zombies: bool = False,
     """
     members = []
     for name in proc_pids():
-        data = _read(f"{PROC}/{name}/stat")
+        data = read_bounded(f"{PROC}/{name}/stat")
         if data is None:
             continue
         # Only fields 3 (state), 5 (pgrp) and 6 (session) matter: split no further.
@@ -519,7 +401,7 @@ def children(pid: int) -> list[int]:
         return []
     out: list[int] = []
     for tid in tids:
-        data = _read(f"{PROC}/{pid}/task/{tid}/children", 1 << 16)
+        data = read_bounded(f"{PROC}/{pid}/task/{tid}/children", 1 << 16)
         if data:
             out += [int(w) for w in data.split() if w.isdigit()]
     return out
@@ -529,13 +411,13 @@ def main_thread_children(pid: int) -> list[int]:
     """The children listed by ``pid``'s main thread: those it forked, and every orphan
     re-parented to the process while it runs (the kernel hands an orphan to the first
     live thread of its reaper, the main one). One read instead of one per thread."""
-    data = _read(f"{PROC}/{pid}/task/{pid}/children", 1 << 16)
+    data = read_bounded(f"{PROC}/{pid}/task/{pid}/children", 1 << 16)
     return [int(w) for w in data.split() if w.isdigit()] if data else []
 
 
 def read_cmdline(pid: int) -> list[str] | None:
     """The argument list of ``pid`` (None when it is gone or has none: a zombie)."""
-    data = _read(f"{PROC}/{pid}/cmdline", _READ_MAX)
+    data = read_bounded(f"{PROC}/{pid}/cmdline", READ_MAX)
     if not data:
         return None
     return [a.decode(errors="replace") for a in data.rstrip(b"\0").split(b"\0")]
@@ -546,7 +428,7 @@ def cmdlines() -> Iterator[tuple[int, bytes]]:
     bytes), of those we may read; one gone meanwhile, or with none (a zombie), is
     skipped."""
     for pid in proc_pids():
-        data = _read(f"{PROC}/{pid}/cmdline", _READ_MAX)
+        data = read_bounded(f"{PROC}/{pid}/cmdline", READ_MAX)
         if data:
             yield int(pid), data
 
@@ -568,15 +450,15 @@ def environ_matches(needles: Iterable[bytes], pids: Iterable[int | str] | None =
 
 
 def environ(pid: int | str) -> list[bytes] | None:
-    """The ``NAME=value`` entries of ``pid``'s environment, as far as _READ_MAX bytes of
+    """The ``NAME=value`` entries of ``pid``'s environment, as far as READ_MAX bytes of
     it go (an entry cut there is left out: its value is not the process's); None when it
     is gone or unreadable. Empty while an exec of it has switched to the new image and
     not yet set up its stack (or for a process started with no environment at all)."""
-    data = _read(f"{PROC}/{pid}/environ", _READ_MAX)
+    data = read_bounded(f"{PROC}/{pid}/environ", READ_MAX)
     if data is None:
         return None
     entries = data.split(b"\0")
-    if len(data) >= _READ_MAX and not data.endswith(b"\0"):
+    if len(data) >= READ_MAX and not data.endswith(b"\0"):
         entries.pop()   # cut short by the read
     return [v for v in entries if v]
 
@@ -585,7 +467,7 @@ def mapped_files(pid: int | str = "self") -> list[str] | None:
     """The paths of the files ``pid`` has mapped, in the order of /proc/PID/maps (a file
     mapped in several pieces appears several times; one replaced on disk since reads
     ``PATH (deleted)``); None when it is gone or unreadable."""
-    data = _read(f"{PROC}/{pid}/maps", 1 << 24)
+    data = read_bounded(f"{PROC}/{pid}/maps", 1 << 24)
     if data is None:
         return None
     out = []
@@ -599,7 +481,7 @@ def mapped_files(pid: int | str = "self") -> list[str] | None:
 def status_groups(pid: int) -> list[int] | None:
     """The supplementary groups of ``pid`` (the ``Groups:`` line of /proc/PID/status);
     None if it is gone or unreadable."""
-    data = _read(f"{PROC}/{pid}/status", 1 << 16)
+    data = read_bounded(f"{PROC}/{pid}/status", 1 << 16)
     if data is None:
         return None
     for line in data.split(b"\n"):

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from .errors import OperationInProgress
-from .procfs import flock_holder
+from .procholders import flock_holder
 
 __all__ = ["DOWN", "HOLDERS", "busy", "down_running", "holder", "holding", "lock_path",
            "refuse_in_window"]

@@ -256,7 +256,7 @@ def up_running(lay: Layout) -> int | None:
     """The pid of a `tenure up` under way, or of the background start of `tenure up
     --no-wait` (either holds runtime/up.lock), else None. /proc/locks is read only when
     the lock is held."""
-    from protocol.procfs import flock_holder
+    from protocol.procholders import flock_holder
     return flock_holder(lay.up_lock, opened=False)
 
 

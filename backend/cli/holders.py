@@ -8,7 +8,6 @@ import os
 
 from protocol.errors import ConnectFailed
 from protocol.procfs import (
-    flock_holder,
     read_cmdline,
     read_stat,
     signal_pending,
@@ -16,6 +15,7 @@ from protocol.procfs import (
     start_ticks,
     status_uid,
 )
+from protocol.procholders import flock_holder
 
 __all__ = ["listener", "lock_holder", "runs_module", "silent_holder", "silent_listener",
            "term_waiting"]

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from protocol.flocks import open_lock, take
 from protocol.layout import Layout
-from protocol.procfs import flock_holder
+from protocol.procholders import flock_holder
 from protocol.window import HOLDERS, busy, lock_path, refuse_in_window, said
 
 __all__ = ["held"]

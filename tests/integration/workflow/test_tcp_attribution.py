@@ -36,5 +36,5 @@ def test_a_listener_outside_the_process_group_is_attributed_by_the_owner(
                           if r["pid"] == row["pid"])
         assert inode in o.call("launch.sockets", {"launch_key": launch_key})["inodes"]
     # what the probe had without the owner: the leader's group holds no listener
-    from protocol.procfs import socket_inodes
+    from protocol.procholders import socket_inodes
     assert inode not in socket_inodes(process_group_members(row["pid"]))

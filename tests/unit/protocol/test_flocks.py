@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from owner.paths import OwnerPaths
-from protocol import flocks, procfs
+from protocol import flocks, procfs, procholders
 from protocol.errors import AlreadyRunning
 
 
@@ -61,21 +61,21 @@ def test_what_it_cannot_tell_is_left_to_proc_locks(tmp_path: Path) -> None:
 def test_flock_holder_reads_proc_locks_only_for_a_held_lock(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
-    read, real = [], procfs._read
+    read, real = [], procholders.read_bounded
 
     def spy(path: str, limit: int = 4096) -> bytes | None:
         read.append(path)
         return real(path, limit)
 
-    monkeypatch.setattr(procfs, "_read", spy)
+    monkeypatch.setattr(procholders, "read_bounded", spy)
     path = tmp_path / "x.lock"
     path.write_bytes(b"")
-    assert procfs.flock_holder(str(path)) is None
-    assert procfs.flock_holder(str(path), opened=False) is None
+    assert procholders.flock_holder(str(path)) is None
+    assert procholders.flock_holder(str(path), opened=False) is None
     assert f"{procfs.PROC}/locks" not in read
     fd = _held(path)
     try:
-        assert procfs.flock_holder(str(path)) == os.getpid()
+        assert procholders.flock_holder(str(path)) == os.getpid()
         assert f"{procfs.PROC}/locks" in read
     finally:
         os.close(fd)

@@ -14,7 +14,7 @@ import pytest
 
 from protocol.errors import AlreadyRunning, HomeLost
 from protocol.homewatch import HomeMark, claim, claim_name, watch
-from protocol.procfs import parse_unix_listeners
+from protocol.procholders import parse_unix_listeners
 
 
 def test_an_untouched_home_is_not_lost(tmp_path: Path) -> None:

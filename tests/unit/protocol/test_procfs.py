@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol import procfs
+from protocol import procfs, procholders
 from protocol.procfs import (
     children,
     environ_matches,
@@ -212,8 +212,8 @@ LOCKS = (b"1: POSIX  ADVISORY  WRITE 900 fe:00:77 0 EOF\n"
 
 def test_parse_locks_finds_the_flock_holder_of_one_file_only() -> None:
     """A guardian that hangs before it listens is found by its lock (/proc/locks)."""
-    assert procfs.parse_locks(LOCKS, 77) == [4711, 4713]
-    assert procfs.parse_locks(LOCKS, 78) == []
+    assert procholders.parse_locks(LOCKS, 77) == [4711, 4713]
+    assert procholders.parse_locks(LOCKS, 78) == []
 
 
 def test_flock_holder_names_this_process_for_a_lock_it_holds(tmp_path) -> None:
@@ -221,12 +221,12 @@ def test_flock_holder_names_this_process_for_a_lock_it_holds(tmp_path) -> None:
     path = str(tmp_path / "x.lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        assert procfs.flock_holder(path) is None
+        assert procholders.flock_holder(path) is None
         fcntl.flock(fd, fcntl.LOCK_EX)
-        assert procfs.flock_holder(path) == os.getpid()
+        assert procholders.flock_holder(path) == os.getpid()
     finally:
         os.close(fd)
-    assert procfs.flock_holder(str(tmp_path / "missing")) is None
+    assert procholders.flock_holder(str(tmp_path / "missing")) is None
 
 
 def test_flock_holder_does_not_trust_the_device_proc_locks_names(tmp_path, monkeypatch):
@@ -243,10 +243,10 @@ def test_flock_holder_does_not_trust_the_device_proc_locks_names(tmp_path, monke
         ino = os.stat(path).st_ino
         fake = (f"1: FLOCK  ADVISORY  WRITE {other.pid} 00:99:{ino} 0 EOF\n"
                 f"2: FLOCK  ADVISORY  WRITE {os.getpid()} 00:2a:{ino} 0 EOF\n").encode()
-        real = procfs._read
-        monkeypatch.setattr(procfs, "_read", lambda p, limit=4096: fake if
+        real = procholders.read_bounded
+        monkeypatch.setattr(procholders, "read_bounded", lambda p, limit=4096: fake if
                             p.endswith("/locks") else real(p, limit))
-        assert procfs.flock_holder(path) == os.getpid()
+        assert procholders.flock_holder(path) == os.getpid()
     finally:
         other.kill()
         other.wait()
