@@ -104,9 +104,13 @@ async def retry_silent(co: Coordinator) -> None:
         co.blocked = None
         try:
             await boot(co)
+            if (co.unhealthy or {}).get("task") == "boot":
+                co.unhealthy = None   # a start that failed before has been done now
         except Exception as exc:   # the guardian serves status and recover regardless
             log.exception("start again after a silent backend: %s", exc)
             co.unhealthy = {"task": "boot", "reason": str(exc), "at": time.time()}
+            if co.current is None and co.blocked is None:
+                co.blocked = blocked   # still blocked: asked again at the next probe
             co.write_diagnostics()
 
 

@@ -503,9 +503,10 @@ async def watch_owner(co: Coordinator) -> None:
         except asyncio.CancelledError:
             raise
         except OwnerChanged as exc:
-            co.owner_link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
             async with co.command_lock:
-                await follow_new_owner(co)
+                if await _still_replaced(co):   # not followed meanwhile: not twice
+                    co.owner_link.handle(LinkEvent.CHANGED, time.time(), exc.msg)
+                    await follow_new_owner(co)
         except TenureError as exc:
             co.owner_link.exchange_failed(time.time(), exc.msg)
             co.write_diagnostics()
@@ -534,6 +535,19 @@ async def _watch_once(co: Coordinator) -> None:
                   cur.activation)
         await co.stop_generations(None)
         await recover_safely(co)
+
+
+async def _still_replaced(co: Coordinator) -> bool:
+    """Whether the owner that answers is still another instance than the one attached
+    (asked again under the command lock): a failing recovery that held the lock follows
+    a replaced owner itself (:func:`_owner_replaced_within`), and its generation must
+    not be stopped and recovered a second time. True also when it cannot be asked:
+    following it says why."""
+    try:
+        await co.owner_call("status", timeout=WATCH_TIMEOUT_S)
+    except TenureError:   # OwnerChanged, or not there: as before
+        return True
+    return False
 
 
 async def follow_new_owner(co: Coordinator) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +79,49 @@ def test_a_wait_whose_owner_stays_the_same_is_waited_out(
         assert co.current is not None and co.current.alive()
         assert co.world.calls.count("owner.status") > 3
     run_on(tmp_path, go)
+
+
+class Pinned(FakeCoordinator):
+    """The real client's pin: once another owner instance answers, every call raises
+    OwnerChanged until connect_owner attaches to it."""
+
+    async def _owner_answer(self, method: str, params: dict[str, Any],
+                            timeout: float | None) -> Any:
+        if self.owner_identity is not None and self.owner_identity != self.world.identity:
+            raise OwnerChanged("test: another owner instance answers")
+        return await super()._owner_answer(method, params, timeout)
+
+
+def test_the_owner_watch_does_not_follow_again_what_the_recovery_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: the watch, queued for the command lock behind the recovery, stopped the
+    generation the recovery had just started under the new owner and recovered again."""
+    monkeypatch.setattr(cold, "WATCH_EVERY_S", 0.001)
+
+    async def go() -> None:
+        co = Pinned(tmp_path)
+        watch: asyncio.Future[None] | None = None
+        try:
+            await _selected(co)
+            co.world.fail["fence"] = [BadRequest("test: this owner refuses every fence")]
+
+            async def backoff(delay: float) -> None:
+                co.world.identity, co.world.epoch, co.world.grant = NEW, 0, None
+                await asyncio.Event().wait()
+            co.sleep = backoff  # type: ignore[assignment]
+            watch = asyncio.ensure_future(cold.watch_owner(co))
+            async with co.command_lock:   # as follow_new_owner holds it
+                await asyncio.wait_for(recover_safely(co), 30)
+            first = co.current
+            assert first is not None and co.owner_identity == NEW
+            for _ in range(100):   # many rounds of the watch
+                await asyncio.sleep(0.002)
+            assert co.current is first and first.alive()
+        finally:
+            if watch is not None:
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
+            await co.cancel_tasks()
+            co.diagnostics.close()
+            co.state.close()
+    asyncio.run(go())

@@ -15,7 +15,7 @@ from typing import Any
 from guardian.boot import SILENT_WAIT_S, boot, retry_silent
 from guardian.recovery import digest
 from guardian.testing import FakeCoordinator, run_on
-from protocol.errors import BackendUnavailable
+from protocol.errors import BackendUnavailable, RequestTimedOut
 
 
 class Clock:
@@ -151,4 +151,25 @@ def test_an_operators_command_that_came_first_has_the_block(tmp_path: Path) -> N
         co.blocked = other                      # e.g. `backend recover` blocked anew
         await retry_silent(co)
         assert co.current is None and co.blocked is other
+    run_on(tmp_path, go)
+
+
+def test_a_retry_the_owner_cut_short_keeps_the_block_and_is_tried_again(
+        tmp_path: Path) -> None:
+    """Was: the block was cleared before the start was done again; an owner that did not
+    answer that once left no backend and no block, and nothing ever tried again."""
+    async def go(co: FakeCoordinator) -> None:
+        bp, _answers, _asked = await _blocked_beside_a_silent_one(co)
+        bp.die(9)
+
+        async def nobody() -> None:
+            return None
+        co.live_backend = nobody  # type: ignore[method-assign,assignment]
+        co.world.fail["status"] = [RequestTimedOut("test: the owner stalls once")]
+        await retry_silent(co)
+        assert co.current is None and co.blocked is not None   # still blocked
+        assert co.unhealthy is not None and co.unhealthy["task"] == "boot"
+        await retry_silent(co)                                # the next probe
+        assert co.current is not None and co.current.alive() and co.blocked is None
+        assert co.unhealthy is None
     run_on(tmp_path, go)
