@@ -341,7 +341,14 @@ async def _owner_replaced_within(co: Coordinator, delay: float) -> bool:
         for task in (watch, wait):
             task.cancel()
         await asyncio.gather(watch, wait, return_exceptions=True)
-    return watch.done() and not watch.cancelled() and watch.exception() is None
+    if watch.cancelled():
+        return False
+    if watch.exception() is not None:   # a defect: said, and the backoff waited whole
+        log.error("asking the owner during the recovery's backoff failed: %r",
+                  watch.exception())
+        await co.sleep(delay)
+        return False
+    return True
 
 
 async def _backend_in_the_way(co: Coordinator) -> bool:
