@@ -73,7 +73,8 @@ def without_listen_vars(env: Mapping[str, str]) -> dict[str, str]:
 
 def resolve_program(argv0: str, env: Mapping[str, str], cwd: str | None) -> str:
     """The path exec will run for ``argv0``: as given when it holds a '/' (relative to
-    ``cwd``, where the child will be), else looked up in the app's PATH.
+    ``cwd``, where the child will start: :func:`owner.runas.start_dir`, None for the
+    owner's own working directory), else looked up in the app's PATH.
 
     Raises FileNotFoundError or PermissionError like exec would.
     """

@@ -53,7 +53,8 @@ from .fdpass import EXIT_HANDOFF_FAILED, FdHandoff
 from .limits import Limits
 from .spawnerr import Step, identity_failure, setup_failure
 
-__all__ = ["ChildSetup", "Credentials", "RunAs", "launch_error", "privileges", "resolve"]
+__all__ = ["ChildSetup", "Credentials", "RunAs", "launch_error", "privileges", "resolve",
+           "start_dir"]
 
 _KEYS = frozenset({"user", "group", "supplementary_groups", "umask"})
 _MAX_GROUPS = 64
@@ -175,6 +176,21 @@ def resolve(run_as: RunAs, owner: OwnerIds | None = None) -> Credentials | None:
     return None
 
 
+def start_dir(cwd: str | None, creds: Credentials | None) -> str | None:
+    """The directory a launch starts in, so also the one a relative program with a '/'
+    is found from: its ``cwd``; else ``/`` when it switches to another user (``creds``);
+    else None, the owner's own working directory, which the child keeps.
+
+    The one answer for the fd handoff's program lookup, the child's chdir and the words
+    of a failed exec: each deciding on its own ran another user's ``rvbin/app`` from the
+    owner's directory when a socket was passed, and looked for it in ``/`` otherwise."""
+    if cwd is None and creds is not None:
+        # As under systemd: another user's app without a cwd starts in /, not in the
+        # owner's working directory (which that user may not be able to enter).
+        return "/"
+    return cwd
+
+
 @dataclass
 class ChildSetup:
     """The ``preexec_fn`` of a launch with an identity or rlimits (see the module
@@ -192,22 +208,17 @@ class ChildSetup:
     _said: tuple[str, str] | None = field(default=None, repr=False)
 
     @classmethod
-    def for_launch(cls, run_as: RunAs, limits: Limits, cwd: str | None,
-                   cgroup: str | None, handoff: FdHandoff | None = None
+    def for_launch(cls, creds: Credentials | None, umask: int | None, limits: Limits,
+                   cwd: str | None, cgroup: str | None, handoff: FdHandoff | None = None
                    ) -> ChildSetup | None:
-        """The setup a launch needs, or None when Popen's own path suffices (no
-        identity, no umask, no rlimits, no fds to pass). Raises LaunchFailed,
-        PrivilegeRequired."""
-        creds = resolve(run_as)
+        """The setup a launch needs, or None when Popen's own path suffices (nothing to
+        switch to, no umask, no rlimits, no fds to pass). ``creds`` is what
+        :func:`resolve` gave, ``cwd`` what :func:`start_dir` made of the launch's."""
         rlimits = limits.rlimits()
-        if creds is None and run_as.umask is None and not rlimits and handoff is None:
+        if creds is None and umask is None and not rlimits and handoff is None:
             return None
         procs = None if cgroup is None else os.path.join(cgroup, "cgroup.procs")
-        # As under systemd: another user's app without a cwd starts in /, not in the
-        # owner's working directory (which that user may not be able to enter).
-        if cwd is None and creds is not None:
-            cwd = "/"
-        return cls(creds, run_as.umask, rlimits, cwd, procs, handoff)
+        return cls(creds, umask, rlimits, cwd, procs, handoff)
 
     def __enter__(self) -> ChildSetup:
         self._pipe = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)

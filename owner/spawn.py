@@ -21,7 +21,7 @@ from protocol.procfs import boottime_ns, ticks_between
 from .cgroups import shim_argv
 from .fdpass import FdHandoff, PassFds, resolve_program, without_listen_vars
 from .procinfo import read_start_ticks
-from .runas import ChildSetup
+from .runas import ChildSetup, resolve, start_dir
 from .spawnerr import os_failure
 from .specs import LaunchSpec
 
@@ -118,18 +118,23 @@ class PopenSpawner(Spawner):
         env = without_listen_vars(spec.env)
         if notify_socket_path is not None:
             env["NOTIFY_SOCKET"] = notify_socket_path
+        creds = resolve(spec.run_as)
+        # Where the child starts: the one directory its program is looked up from, by
+        # the fd handoff here or by exec there, and that a failure is explained against.
+        cwd = start_dir(spec.cwd, creds)
         handoff = None
         if passed is not None and passed.fds:
             try:
-                handoff = FdHandoff.build(spec.argv, env, spec.cwd, passed)
+                handoff = FdHandoff.build(spec.argv, env, cwd, passed)
             except OSError as e:
-                raise LaunchFailed(_reason(spec, e), {"argv0": spec.argv[0]}) from e
+                raise LaunchFailed(_reason(spec, e, cwd), _why(spec, e, env, cwd)) from e
         # An identity, umask, rlimits or fds to pass need steps between fork and exec
         # (owner.runas); without them Popen's own (vfork) path runs, as it always did.
-        setup = ChildSetup.for_launch(spec.run_as, spec.limits, spec.cwd, cgroup, handoff)
+        setup = ChildSetup.for_launch(creds, spec.run_as.umask, spec.limits, cwd, cgroup,
+                                      handoff)
         with setup or contextlib.nullcontext():
             before = boottime_ns()
-            proc, out_r, err_r = self._popen(spec, env, cgroup, setup)
+            proc, out_r, err_r = self._popen(spec, env, cwd, cgroup, setup)
             forked = ticks_between(before, boottime_ns())
             failure = None if handoff is None or setup is None else setup.confirm_exec()
         if failure is not None:
@@ -150,7 +155,7 @@ class PopenSpawner(Spawner):
             os.killpg(proc.pid, 9)
             os.waitpid(proc.pid, 0)
             _close_all([out_r, err_r])
-            raise LaunchFailed(_reason(spec, e), _why(spec, e, env)) from e
+            raise LaunchFailed(_reason(spec, e, cwd), _why(spec, e, env, cwd)) from e
         # Forked between two readings of the clock it is stamped with: its start ticks
         # without a read of /proc, unless the readings straddle a tick. The child cannot
         # be reaped yet (only the table reaps), so /proc still has it, if only as a zombie.
@@ -159,15 +164,17 @@ class PopenSpawner(Spawner):
                        start_ticks=ticks if ticks is not None else 0, pgid=proc.pid,
                        cgroup=cgroup)
 
-    def _popen(self, spec: LaunchSpec, env: dict[str, str], cgroup: str | None,
-               setup: ChildSetup | None) -> tuple[subprocess.Popen[bytes], int, int]:
-        """Popen with two fresh pipes; returns the process and the read ends (the write
-        ends are closed). Raises LaunchFailed, leaving no fd and no child behind."""
+    def _popen(self, spec: LaunchSpec, env: dict[str, str], cwd: str | None,
+               cgroup: str | None, setup: ChildSetup | None
+               ) -> tuple[subprocess.Popen[bytes], int, int]:
+        """Popen with two fresh pipes, the child started in ``cwd`` (start_dir); returns
+        the process and the read ends (the write ends are closed). Raises LaunchFailed,
+        leaving no fd and no child behind."""
         argv = list(spec.argv)
         opened: list[int] = []
         try:
             if cgroup is not None and setup is None:
-                _check_program(spec, env)
+                _check_program(spec, env, cwd)
                 argv = shim_argv(cgroup, argv)
             out_r, out_w = _pipe()
             opened += [out_r, out_w]
@@ -175,12 +182,12 @@ class PopenSpawner(Spawner):
             opened += [err_r, err_w]
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
-                env=env, cwd=spec.cwd if setup is None else None, close_fds=True,
+                env=env, cwd=cwd if setup is None else None, close_fds=True,
                 start_new_session=True, preexec_fn=setup,
             )
         except (OSError, ValueError) as e:
             _close_all(opened)
-            raise LaunchFailed(_reason(spec, e), _why(spec, e, env)) from e
+            raise LaunchFailed(_reason(spec, e, cwd), _why(spec, e, env, cwd)) from e
         except subprocess.SubprocessError as e:  # only ChildSetup fails this way
             _close_all(opened)
             assert setup is not None
@@ -196,24 +203,27 @@ class PopenSpawner(Spawner):
         return os.pidfd_open(pid)
 
 
-def _check_program(spec: LaunchSpec, env: dict[str, str]) -> None:
+def _check_program(spec: LaunchSpec, env: dict[str, str], cwd: str | None) -> None:
     """What Popen's exec would refuse, checked up front (the shim's exec happens later,
-    in the child). Raises FileNotFoundError or PermissionError like exec would; a
-    program removed between this check and the exec makes the shim exit 127."""
-    resolve_program(spec.argv[0], env, spec.cwd)
+    in the child, started in ``cwd``). Raises FileNotFoundError or PermissionError like
+    exec would; a program removed between this check and the exec makes the shim exit
+    127."""
+    resolve_program(spec.argv[0], env, cwd)
 
 
-def _reason(spec: LaunchSpec, e: Exception) -> str:
+def _reason(spec: LaunchSpec, e: Exception, cwd: str | None) -> str:
     if isinstance(e, OSError):
         what = e.filename if e.filename is not None else spec.argv[0]
-        if spec.cwd is not None and what == spec.cwd:   # the chdir before the exec
+        if cwd is not None and what == cwd:   # the chdir before the exec
             return f"cannot start {spec.argv[0]!r}: working directory {what}: {e.strerror}"
         return f"cannot start {spec.argv[0]!r}: {e.strerror} ({what})"
     return f"cannot start {spec.argv[0]!r}: {e}"
 
 
-def _why(spec: LaunchSpec, e: Exception, env: dict[str, str]) -> dict[str, object]:
-    """The error data of a failed spawn: ``argv0`` and the ``spawn`` map (owner.spawnerr)."""
+def _why(spec: LaunchSpec, e: Exception, env: dict[str, str],
+         cwd: str | None) -> dict[str, object]:
+    """The error data of a failed spawn: ``argv0`` and the ``spawn`` map (owner.spawnerr),
+    which judges a relative program from ``cwd``, where the child was to start."""
     if not isinstance(e, OSError):
         return {"argv0": spec.argv[0]}
-    return {"argv0": spec.argv[0], "spawn": os_failure(spec.argv[0], e, spec.cwd, env)}
+    return {"argv0": spec.argv[0], "spawn": os_failure(spec.argv[0], e, cwd, env)}

@@ -72,8 +72,9 @@ def search_path(argv0: str, env: Mapping[str, str]) -> str | None:
 
 
 def exec_hint(argv0: str, num: int, cwd: str | None, env: Mapping[str, str]) -> str | None:
-    """A few words on why exec refused ``argv0`` with errno ``num``, or None.
-    Never raises OSError."""
+    """A few words on why exec refused ``argv0`` with errno ``num``, or None. A relative
+    ``argv0`` is judged from ``cwd``, where the child started and exec looked (None: the
+    owner's own working directory). Never raises OSError."""
     if num in _EXEC_HINTS:
         return _EXEC_HINTS[num]
     if "/" not in argv0:

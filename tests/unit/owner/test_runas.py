@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from owner.limits import Limits, apply_cgroup_limits, require_cgroup_limits
-from owner.runas import ChildSetup, RunAs, launch_error, resolve
+from owner.runas import ChildSetup, Credentials, RunAs, launch_error, resolve, start_dir
 from owner.specs import LaunchSpec
 from protocol.codes import Code
 from protocol.errors import (
@@ -144,10 +144,17 @@ def test_cgroup_limits_are_written_and_refusals_reported(tmp_path: Any) -> None:
 
 
 def test_only_launches_with_an_identity_umask_or_rlimit_take_the_child_setup() -> None:
-    assert ChildSetup.for_launch(RunAs(), Limits(memory_max=4096), "/", None) is None
-    setup = ChildSetup.for_launch(RunAs(umask=0o7), Limits(nofile=3), "/srv", "/cg/app")
+    assert ChildSetup.for_launch(None, None, Limits(memory_max=4096), "/", None) is None
+    setup = ChildSetup.for_launch(None, 0o7, Limits(nofile=3), "/srv", "/cg/app")
     assert setup is not None and setup.creds is None
     assert setup.cgroup_procs == "/cg/app/cgroup.procs" and setup.cwd == "/srv"
+
+
+def test_a_launch_starts_in_its_cwd_else_root_for_another_user_else_the_owners() -> None:
+    nobody = Credentials(65534, 65534, (65534,), "nobody", "/nonexistent")
+    assert start_dir("/srv", nobody) == "/srv" and start_dir("/srv", None) == "/srv"
+    assert start_dir(None, nobody) == "/"
+    assert start_dir(None, None) is None   # the owner's own, which the child keeps
 
 
 def test_recorded_launch_failures_come_back_as_their_own_kind() -> None:
