@@ -15,6 +15,8 @@ before anything is applied:
   runs as the service account or in its group, which can reach the owner's socket;
 - no app runs in the viewer group (apps are refused on every socket), and the service
   account can hand the API socket to the viewer group (it is a member);
+- ``limits.nofile`` leaves the app room to start (:data:`NOFILE_FLOOR`, plus the fds
+  it is passed) and stays within ``fs.nr_open``;
 - no wait an app or a job sets (readiness, health checks, backoff, start limit, a job's
   timeout) is longer than MAX_WAIT_S: a unit mistake (ms for s, 1e300) would hold an
   operation that waits for the app for ever. Checked here, not at parse, so a config
@@ -89,7 +91,8 @@ def check_config(config: Config, text: str, host: Host) -> None:
         path: KeyPath = ("stacks", app.stack, "apps", app.name)
         _check_waits(_app_waits(app), path, fail)
         _check_run_as(app.run_as, "app", host, viewers, path, fail)
-        _check_limits(app.limits, host, (*path, "limits"), fail)
+        _check_limits(app.limits, host, (*path, "limits"), fail,
+                      passed=len(app.sockets) + app.fd_store_max)
         for sock in app.sockets:
             _check_socket_accounts(sock, host, (*path, "sockets", sock.name), fail)
     for job in config.jobs():
@@ -246,12 +249,29 @@ def _nr_open() -> int | None:
         return None
 
 
-def _check_limits(limits: Limits, host: Host, path: KeyPath, fail: Fail) -> None:
+NOFILE_FLOOR = 16
+"""The fewest open files an app's program needs to start at all, besides the fds it is
+passed: 0-2 (stdio); one through which the dynamic loader opens each shared library
+(it closes each once mapped: a plain binary starts with 4); the few a wrapper script or
+an interpreter holds as it starts (a shell shim in front of python3 needed 6); and a
+margin for what a program opens before it could report anything. With ``nofile = 3``
+every exec failed 'error while loading shared libraries ... Error 24' (exit 127) until
+the start limit gave up, the plan having accepted it."""
+
+
+def _check_limits(limits: Limits, host: Host, path: KeyPath, fail: Fail,
+                  passed: int = 0) -> None:
+    """``passed``: the fds the app is handed at 3.. (its sockets and its fd store)."""
     if limits.nofile is not None:
         most = _nr_open()
         if most is not None and not 0 <= limits.nofile <= most:
             fail((*path, "nofile"), f"must be at most {most} on this host (fs.nr_open: "
                  f"the kernel refuses more open files, \"infinity\" included)")
+        floor = NOFILE_FLOOR + passed
+        if 0 <= limits.nofile < floor:
+            fail((*path, "nofile"), f"is {limits.nofile}, below {floor}, the fewest files "
+                 f"the app needs to start: {NOFILE_FLOOR} for its stdio and the libraries "
+                 "its program loads, plus one per socket and its fd_store_max")
     for key, value in structs.asdict(limits).items():
         if value is None or key not in _CONTROLLER:
             continue

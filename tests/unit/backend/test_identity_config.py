@@ -126,14 +126,14 @@ def test_a_non_root_owner_cannot_take_another_user() -> None:
 
 
 def test_cgroup_limits_need_cgroups_with_their_controller() -> None:
-    text = HEAD + '[stacks.demo.apps.web.limits]\nnofile = 5\nmemory_max = "1G"\n'
+    text = HEAD + '[stacks.demo.apps.web.limits]\nnofile = 64\nmemory_max = "1G"\n'
     e = _check(text, USER_SCOPE)
     assert e is not None and (e.data["key"], e.data["line"]) == (f"{APP}.limits.memory_max", 5)
     assert "process group" in e.msg
     no_memory = Host(1000, ("pids",), 1000, 1000, frozenset())
     e = _check(text, no_memory)
     assert e is not None and "memory controller" in e.msg
-    assert _check(HEAD + 'limits = { nofile = 5, core = 0 }\n', USER_SCOPE) is None
+    assert _check(HEAD + 'limits = { nofile = 64, core = 0 }\n', USER_SCOPE) is None
 
 
 def test_the_viewer_group_must_be_usable_by_the_service_account() -> None:
