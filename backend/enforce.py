@@ -15,6 +15,10 @@ before anything is applied:
   runs as the service account or in its group, which can reach the owner's socket;
 - no app runs in the viewer group (apps are refused on every socket), and the service
   account can hand the API socket to the viewer group (it is a member);
+- an app or job that switches to its ``user`` and has no ``cwd`` starts in ``/``: its
+  program is absolute or found in PATH, not a relative path such as ``bin/app``, which
+  exec would look for as ``/bin/app`` (an app without a user starts in the owner's
+  working directory, and its ``./app`` is found there, as docs/config.md says);
 - ``limits.nofile`` leaves the app room to start (:data:`NOFILE_FLOOR`, plus the fds
   it is passed) and stays within ``fs.nr_open``;
 - no wait an app or a job sets (readiness, health checks, backoff, start limit, a job's
@@ -91,6 +95,7 @@ def check_config(config: Config, text: str, host: Host) -> None:
         path: KeyPath = ("stacks", app.stack, "apps", app.name)
         _check_waits(_app_waits(app), path, fail)
         _check_run_as(app.run_as, "app", host, viewers, path, fail)
+        _check_program_dir(app.command, app.cwd, app.run_as, "app", host, path, fail)
         _check_limits(app.limits, host, (*path, "limits"), fail,
                       passed=len(app.sockets) + app.fd_store_max)
         for sock in app.sockets:
@@ -99,6 +104,7 @@ def check_config(config: Config, text: str, host: Host) -> None:
         path = ("stacks", job.stack, "jobs", job.name)
         _check_waits({("timeout",): job.timeout}, path, fail)
         _check_run_as(job.run_as, "job", host, viewers, path, fail)
+        _check_program_dir(job.command, job.cwd, job.run_as, "job", host, path, fail)
 
 
 FDS_PER_INSTANCE = 3
@@ -247,6 +253,22 @@ def _nr_open() -> int | None:
             return int(f.read())
     except (OSError, ValueError):
         return None
+
+
+def _check_program_dir(command: tuple[str, ...], cwd: str | None, ra: RunAs, what: str,
+                       host: Host, path: KeyPath, fail: Fail) -> None:
+    """A relative program with a '/' is found from where the process starts, which for
+    an app switched to its user without a ``cwd`` is ``/`` (owner.runas.start_dir): not
+    where the config was written. (Was: it ran when the app had a socket, failed
+    otherwise, and the failure blamed the script's #! line.)"""
+    program = command[0]
+    if "/" not in program or os.path.isabs(program) or cwd is not None:
+        return
+    if ra.user is None or host.owner_uid != 0:
+        return   # no switch: it starts in the owner's working directory, as documented
+    fail((*path, "command", 0), f"is the relative path {program!r}, and this {what} runs "
+         f"as {ra.user!r} without a cwd, so it starts in / and exec would look for "
+         f"{os.path.join('/', program)!r}: give an absolute path or a cwd")
 
 
 NOFILE_FLOOR = 16

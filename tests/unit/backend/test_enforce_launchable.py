@@ -1,5 +1,5 @@
 """A plan refuses what every launch of an app would fail on: a ``limits.nofile`` too low
-to exec a program."""
+to exec a program, and a relative program another user's app would look for in ``/``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from protocol.codes import Code
 from protocol.errors import ConfigInvalid
 
 APP = "stacks.demo.apps.web"
+JOB = "stacks.demo.jobs.report"
 ROOT_OWNER = Host(owner_uid=0, controllers=None, backend_uid=0, backend_gid=0,
+                  backend_groups=frozenset())
+USER_SCOPE = Host(owner_uid=1000, controllers=None, backend_uid=1000, backend_gid=1000,
                   backend_groups=frozenset())
 
 
@@ -51,3 +54,46 @@ def test_the_nofile_floor_counts_the_sockets_and_the_fd_store() -> None:
 @pytest.mark.parametrize("value", [NOFILE_FLOOR, 1024])
 def test_a_nofile_at_or_above_the_floor_passes(value: int) -> None:
     assert _check(_nofile(value)) is None
+
+
+def _program(program: str, extra: str = "") -> str:
+    return f'[{APP}]\ncommand = ["{program}", "--flag"]\nuser = "nobody"\n{extra}'
+
+
+def test_another_users_relative_program_without_cwd_is_refused_at_plan() -> None:
+    """It would start in / and exec would look for /rvbin/hello.sh: was accepted, then
+    ran when the app had a socket and failed without one."""
+    e = _check(_program("rvbin/hello.sh"))
+    assert e is not None and (e.data["key"], e.data["line"]) == (f"{APP}.command[0]", 2)
+    assert "'/rvbin/hello.sh'" in e.msg and "give an absolute path or a cwd" in e.msg, e.msg
+    assert _check(_program("./hello.sh")) is not None
+
+
+@pytest.mark.parametrize("program, extra", [
+    ("rvbin/hello.sh", 'cwd = "/srv/web"\n'),    # found from its cwd
+    ("/srv/web/rvbin/hello.sh", ""),
+    ("hello.sh", ""),                            # looked up in PATH, not a path
+])
+def test_a_program_found_the_same_wherever_it_starts_passes(program: str,
+                                                            extra: str) -> None:
+    assert _check(_program(program, extra)) is None
+
+
+def test_without_a_user_switch_a_relative_program_is_found_from_the_owners_directory(
+        ) -> None:
+    """As docs/config.md promises (``command = ["./worker"]`` without a cwd)."""
+    text = f'[{APP}]\ncommand = ["./worker"]\n'
+    assert _check(text, USER_SCOPE) is None
+    assert _check(text, ROOT_OWNER) is None
+    me = Host(owner_uid=65534, controllers=None, backend_uid=65534, backend_gid=65534,
+              backend_groups=frozenset())
+    assert _check(text + 'user = "nobody"\n', me) is None   # nobody is the owner: no switch
+
+
+def test_a_job_template_gets_the_same_program_check() -> None:
+    text = f'[{APP}]\ncommand = ["/bin/true"]\nuser = "nobody"\n' \
+           f'[{JOB}]\ncommand = ["bin/report"]\nuser = "nobody"\n'
+    e = _check(text)
+    assert e is not None and (e.data["key"], e.data["line"]) == (f"{JOB}.command[0]", 5)
+    assert "this job runs as 'nobody'" in e.msg
+    assert _check(text + 'cwd = "/srv/report"\n') is None
