@@ -49,7 +49,7 @@ from .logbudgets import LogBudgets
 from .model import Config, Settings
 from .observing import HEARTBEAT, Observing
 from .owner_order import StopOrderTeller
-from .probe_orphans import end_orphaned_probes
+from .probe_orphans import SWEEP_AFTER_S, end_orphaned_probes
 from .retention import retention_loop
 from .store import BackendStore, RecoveryStore
 from .supervisor import Supervisor
@@ -117,6 +117,7 @@ class Generation(Adopting, Observing, HandingOver):
         self._thawed = asyncio.Event()
         self._thawed.set()
         self._tasks: list[asyncio.Task[Any]] = []
+        self._probe_sweep: asyncio.Task[None] | None = None   # backend.probe_orphans
         self.api: Any = None  # backend.api.Api, set in start()
         self.mutations = 0            # invalidations so far (a publish spans an await)
         self.certificate_writes = 0   # certificates written by this generation
@@ -170,7 +171,9 @@ class Generation(Adopting, Observing, HandingOver):
         # the apps' state is this generation's to write from here on (a stale one that
         # still runs finds out at its next save: backend.store.hold)
         self.store.hold(owner.instance, self.epoch, self.activation)
-        end_orphaned_probes(self.layout.root, self.identity)   # before any probe of ours
+        # marked before any probe of ours; the sweep once the start is past
+        self._probe_sweep = end_orphaned_probes(self.layout.root, self.identity,
+                                                SWEEP_AFTER_S)
         self.sup = Supervisor(self.owner, self.epoch, on_mutation=self.invalidate)
         self.sup.on_fenced = self.fenced_off
         self.sup.owner_answers = lambda: self.link.state is LinkState.CONNECTED
@@ -371,9 +374,10 @@ class Generation(Adopting, Observing, HandingOver):
         self._stop_watch()
         if self.metrics is not None:
             await self.metrics.close()  # first: the next generation binds the port
-        for t in self._tasks:
+        tasks = [*self._tasks, *([self._probe_sweep] if self._probe_sweep else [])]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.api is not None:
             await self.api.aclose()
         if self.server is not None:

@@ -134,7 +134,8 @@ def sweep(home: str) -> list[int]:
             if procfs.kill_verified(pid, ticks, signal.SIGKILL)]
 
 
-async def _sweep_logged(home: str) -> None:
+async def _sweep_logged(home: str, after: float = 0.0) -> None:
+    await asyncio.sleep(after)
     try:
         ended = await asyncio.to_thread(sweep, home)
     except Exception as exc:   # a sweep that fails leaves what it missed: never fatal
@@ -145,13 +146,21 @@ async def _sweep_logged(home: str) -> None:
              len(ended), f" (pids {' '.join(map(str, ended[:10]))})" if ended else "")
 
 
-def end_orphaned_probes(home: str, backend: Identity) -> asyncio.Task[None]:
+SWEEP_AFTER_S = 5.0
+"""How long after a generation's start its sweep runs: past a handoff's pause and upgrade
+call, which reading every process's environment beside them lengthened (handoff pause
+p50 ~30 -> ~36-45 ms with 200 apps); a dead backend's probe runs that much longer."""
+
+
+def end_orphaned_probes(home: str, backend: Identity, after: float = 0.0
+                        ) -> asyncio.Task[None]:
     """Mark this backend's probes (:func:`mark`) and sweep, once, in the background,
     what probes of this home's dead backends left running (logged with how many it
-    ended; a failure is logged, never raised). Called by a generation once it holds
-    its grant, before it runs any probe."""
+    ended; a failure is logged, never raised), ``after`` s from now (a generation:
+    SWEEP_AFTER_S). Called by a generation once it holds its grant, before it runs any
+    probe: the marking is at once."""
     mark(home, backend)
-    task = asyncio.create_task(_sweep_logged(home), name="probe sweep")
+    task = asyncio.create_task(_sweep_logged(home, after), name="probe sweep")
     _sweeping.add(task)
     task.add_done_callback(_sweeping.discard)
     return task
